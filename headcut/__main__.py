@@ -1,0 +1,3 @@
+from headcut.cli.main import app
+
+app()

@@ -1,0 +1,250 @@
+"""Per-architecture access to each layer's attention and FFN linears, and the head/neuron surgery
+that every other module builds on.
+
+Supported: BERT (incl. MiniLM), RoBERTa, XLM-R, ELECTRA, DistilBERT. A layer's heads are the
+`head_size`-wide row blocks of q/k/v and the matching column blocks of the output projection.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from headcut.errors import UserError
+
+BERT_LIKE = ("bert", "roberta", "xlm-roberta", "electra")
+SUPPORTED = BERT_LIKE + ("distilbert",)
+
+
+@dataclass
+class LayerParts:
+    """The linears of one transformer layer. `attention` is None once the layer has lost every head."""
+
+    index: int
+    layer: nn.Module
+    attention: nn.Module | None  # the module whose forward splits heads (holds q/k/v)
+    query: nn.Linear | None
+    key: nn.Linear | None
+    value: nn.Linear | None
+    out: nn.Linear | None  # attention output projection: input = concatenated head outputs
+    ffn_in: nn.Linear
+    ffn_out: nn.Linear
+    head_size: int
+
+    @property
+    def num_heads(self) -> int:
+        return 0 if self.query is None else self.query.out_features // self.head_size
+
+
+def model_type(model) -> str:
+    kind = getattr(model.config, "model_type", None)
+    if kind not in SUPPORTED:
+        raise UserError(
+            f"model type '{kind}' is not supported; headcut supports {', '.join(SUPPORTED)} "
+            "(sequence-classification models)."
+        )
+    return kind
+
+
+def head_size(config) -> int:
+    if config.model_type == "distilbert":
+        return config.dim // config.n_heads
+    return config.hidden_size // config.num_attention_heads
+
+
+def num_heads_config(config) -> int:
+    return config.n_heads if config.model_type == "distilbert" else config.num_attention_heads
+
+
+def encoder_layers(model) -> nn.ModuleList:
+    base = model.base_model
+    if model_type(model) == "distilbert":
+        return base.transformer.layer
+    return base.encoder.layer
+
+
+def layer_parts(model) -> list[LayerParts]:
+    """The linears of every layer, in order."""
+    kind = model_type(model)
+    size = head_size(model.config)
+    parts = []
+    for i, layer in enumerate(encoder_layers(model)):
+        if kind == "distilbert":
+            att = layer.attention
+            if isinstance(att, HeadlessSelfAttention):
+                parts.append(LayerParts(i, layer, None, None, None, None, None, layer.ffn.lin1, layer.ffn.lin2, size))
+            else:
+                parts.append(
+                    LayerParts(i, layer, att, att.q_lin, att.k_lin, att.v_lin, att.out_lin, layer.ffn.lin1, layer.ffn.lin2, size)
+                )
+        else:
+            if isinstance(layer.attention, HeadlessAttention):
+                parts.append(LayerParts(i, layer, None, None, None, None, None, layer.intermediate.dense, layer.output.dense, size))
+            else:
+                att = layer.attention.self
+                parts.append(
+                    LayerParts(
+                        i, layer, att, att.query, att.key, att.value, layer.attention.output.dense,
+                        layer.intermediate.dense, layer.output.dense, size,
+                    )
+                )
+    return parts
+
+
+def heads_per_layer(model) -> list[int]:
+    return [p.num_heads for p in layer_parts(model)]
+
+
+def mask_shape(model) -> tuple[int, int]:
+    """Masks and scores are (num_layers, num_heads of the unpruned config); a pruned layer uses its first columns."""
+    return (len(encoder_layers(model)), num_heads_config(model.config))
+
+
+# --- surgery -----------------------------------------------------------------------------------
+
+
+class HeadlessAttention(nn.Module):
+    """BERT-family attention sublayer with 0 heads: exactly LayerNorm(x + output bias).
+
+    Zero-width q/k/v tensors break ONNX Runtime, so the empty sublayer is replaced by what it computes.
+    """
+
+    def __init__(self, bias: torch.Tensor, layer_norm: nn.LayerNorm):
+        super().__init__()
+        self.bias = nn.Parameter(bias.detach().clone())
+        self.LayerNorm = layer_norm
+
+    def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        return self.LayerNorm(hidden_states + self.bias), None
+
+
+class HeadlessSelfAttention(nn.Module):
+    """DistilBERT self-attention with 0 heads: its output is the output projection's bias."""
+
+    def __init__(self, bias: torch.Tensor):
+        super().__init__()
+        self.bias = nn.Parameter(bias.detach().clone())
+
+    def forward(self, hidden_states, attention_mask=None, *args, **kwargs):
+        return self.bias.expand_as(hidden_states), None
+
+
+def _slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+    """A new Linear keeping `index` rows (dim=0: outputs) or columns (dim=1: inputs)."""
+    weight = linear.weight.detach().index_select(dim, index).clone()
+    bias = None
+    if linear.bias is not None:
+        bias = linear.bias.detach().clone() if dim == 1 else linear.bias.detach()[index].clone()
+    new = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None, device=weight.device, dtype=weight.dtype)
+    new.weight = nn.Parameter(weight, requires_grad=linear.weight.requires_grad)
+    if bias is not None:
+        new.bias = nn.Parameter(bias, requires_grad=linear.bias.requires_grad)
+    return new
+
+
+def keep_heads(model, keep: list[list[int]]) -> None:
+    """Physically keep only the listed heads (indices into each layer's current heads), in place.
+
+    Slices q/k/v rows and the output projection's columns; a layer left with no heads gets an exact stub.
+    Exact: the result equals the full model with the other heads masked to zero.
+    """
+    parts = layer_parts(model)
+    if len(keep) != len(parts):
+        raise ValueError(f"keep lists {len(keep)} layers, the model has {len(parts)}")
+    kind = model_type(model)
+    for p, heads in zip(parts, keep):
+        heads = sorted(set(int(h) for h in heads))
+        if p.attention is None:
+            if heads:
+                raise ValueError(f"layer {p.index} has no heads left to keep")
+            continue
+        if heads == list(range(p.num_heads)):
+            continue
+        if heads and (heads[0] < 0 or heads[-1] >= p.num_heads):
+            raise ValueError(f"layer {p.index} has {p.num_heads} heads; cannot keep {heads}")
+        if not heads:
+            _make_headless(p, kind)
+            continue
+        rows = torch.cat([torch.arange(h * p.head_size, (h + 1) * p.head_size) for h in heads]).to(p.query.weight.device)
+        att = p.attention
+        if kind == "distilbert":
+            att.q_lin = _slice_linear(att.q_lin, rows, 0)
+            att.k_lin = _slice_linear(att.k_lin, rows, 0)
+            att.v_lin = _slice_linear(att.v_lin, rows, 0)
+            att.out_lin = _slice_linear(att.out_lin, rows, 1)
+            att.n_heads = len(heads)
+        else:
+            att.query = _slice_linear(att.query, rows, 0)
+            att.key = _slice_linear(att.key, rows, 0)
+            att.value = _slice_linear(att.value, rows, 0)
+            p.layer.attention.output.dense = _slice_linear(p.out, rows, 1)
+            att.num_attention_heads = len(heads)
+            att.all_head_size = len(heads) * p.head_size
+
+
+def _make_headless(p: LayerParts, kind: str) -> None:
+    bias = p.out.bias.detach() if p.out.bias is not None else torch.zeros(p.out.out_features)
+    if kind == "distilbert":
+        p.layer.attention = HeadlessSelfAttention(bias)
+    else:
+        p.layer.attention = HeadlessAttention(bias, p.layer.attention.output.LayerNorm)
+
+
+def keep_neurons(model, keep: list[list[int]]) -> None:
+    """Physically keep only the listed FFN neurons per layer (rows of ffn_in, columns of ffn_out), in place."""
+    parts = layer_parts(model)
+    kind = model_type(model)
+    for p, neurons in zip(parts, keep):
+        neurons = sorted(set(int(n) for n in neurons))
+        if neurons == list(range(p.ffn_in.out_features)):
+            continue
+        if not neurons:
+            raise ValueError(f"layer {p.index}: keep at least one FFN neuron")
+        index = torch.tensor(neurons, device=p.ffn_in.weight.device)
+        new_in, new_out = _slice_linear(p.ffn_in, index, 0), _slice_linear(p.ffn_out, index, 1)
+        if kind == "distilbert":
+            p.layer.ffn.lin1, p.layer.ffn.lin2 = new_in, new_out
+        else:
+            p.layer.intermediate.dense, p.layer.output.dense = new_in, new_out
+
+
+def keep_layers(model, keep: list[int]) -> None:
+    """Keep only the listed encoder layers (in order), in place; updates the config's layer count."""
+    layers = encoder_layers(model)
+    keep = sorted(set(int(i) for i in keep))
+    kept = nn.ModuleList([layers[i] for i in keep])
+    if model_type(model) == "distilbert":
+        model.base_model.transformer.layer = kept
+        model.base_model.transformer.n_layers = len(kept)
+        model.config.n_layers = len(kept)
+    else:
+        model.base_model.encoder.layer = kept
+        model.config.num_hidden_layers = len(kept)
+    for new_index, layer in enumerate(kept):
+        for module in layer.modules():
+            if hasattr(module, "layer_idx"):
+                module.layer_idx = new_index
+
+
+def shape_record(model) -> dict:
+    """What `apply_shape` needs to rebuild this model's (pruned) structure from its config."""
+    parts = layer_parts(model)
+    return {
+        "heads_per_layer": [p.num_heads for p in parts],
+        "intermediate_per_layer": [p.ffn_in.out_features for p in parts],
+    }
+
+
+def apply_shape(model, record: dict) -> None:
+    """Give a freshly built model the structure in `record` (weights are loaded afterwards)."""
+    heads = record.get("heads_per_layer")
+    if heads is not None:
+        keep_heads(model, [list(range(n)) for n in heads])
+    inter = record.get("intermediate_per_layer")
+    if inter is not None:
+        keep_neurons(model, [list(range(n)) for n in inter])
+
+
+def count_parameters(model) -> int:
+    return sum(p.numel() for p in model.parameters())

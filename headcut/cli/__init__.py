@@ -1,0 +1,1 @@
+"""Command-line interface (typer). Library code never imports this package."""

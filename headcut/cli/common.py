@@ -1,0 +1,61 @@
+"""Shared CLI plumbing: user errors -> one sentence + exit 2, data options, progress bars."""
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Optional
+
+import typer
+
+from headcut.errors import UserError
+
+
+def user_errors(fn):
+    """Turn a UserError into its sentence on stderr and exit code 2, without a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2)
+
+    return wrapper
+
+
+def quiet_transformers() -> None:
+    """transformers prints load reports and progress bars; headcut prints its own summary instead."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit=None, require_labels=True, seed=0):
+    from headcut.data import parse_label_map, read_pairs, synthetic_pairs
+
+    if str(path) == "synthetic":
+        return synthetic_pairs(limit or 2000, seed=seed)
+    pairs = read_pairs(path, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
+                       label_map=parse_label_map(label_map), require_labels=require_labels)
+    return pairs.sample(limit, seed=seed)
+
+
+def progress_bar(total: int, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="pair", file=sys.stderr, dynamic_ncols=True, leave=False,
+                disable=None)
+
+
+# Reusable option declarations (typer reads the defaults).
+PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or qbqtc.")
+QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")
+TITLE_COL = typer.Option(None, "--title-col", help="Title column name (default: title).")
+LABEL_COL = typer.Option(None, "--label-col", help="Label column name (default: grade).")
+LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
+LIMIT = typer.Option(None, "--limit", help="Use a seeded random sample of this many rows.")
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace a non-empty output folder.")
+ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")
+Opt = Optional

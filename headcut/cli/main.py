@@ -1,0 +1,20 @@
+"""The `headcut` command: a thin typer layer over the library."""
+from __future__ import annotations
+
+import typer
+
+from headcut.cli.evaluate import evaluate
+from headcut.cli.finetune import finetune
+
+app = typer.Typer(
+    name="headcut",
+    help="Make fine-tuned BERT relevance graders small and fast: score heads, prune, distill, export to ONNX.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(evaluate)
+app.command()(finetune)
+
+if __name__ == "__main__":
+    app()

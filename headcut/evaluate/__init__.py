@@ -1,0 +1,19 @@
+"""Scores that describe a model: predictions, metrics with CIs, head importance scans, probes, figures."""
+from headcut.evaluate.metrics import (
+    agreement,
+    bootstrap_ci,
+    expected_grade,
+    macro_f1,
+    ndcg_at_k,
+    nll,
+    paired_bootstrap,
+    spearman,
+    summarize,
+)
+from headcut.evaluate.predict import collate, encode, length_batches, predict_logits
+from headcut.evaluate.report import evaluate_model
+
+__all__ = [
+    "agreement", "bootstrap_ci", "expected_grade", "macro_f1", "ndcg_at_k", "nll", "paired_bootstrap",
+    "spearman", "summarize", "collate", "encode", "length_batches", "predict_logits", "evaluate_model",
+]

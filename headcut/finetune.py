@@ -1,0 +1,183 @@
+"""Make a grader (the teacher) from a base model and graded pairs, driven by a recipe."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from headcut.data import DEFAULT_GRADES, Pairs, read_pairs, synthetic_pairs
+from headcut.errors import UserError
+from headcut.evaluate.metrics import summarize
+from headcut.evaluate.predict import encode, predict_logits
+from headcut.files import check_out_dir
+from headcut.models import load_model, save_model
+from headcut.recipes import to_dict
+from headcut.training import LoopSettings, train
+
+
+@dataclass(frozen=True)
+class FinetuneRecipe:
+    model: str = "minilm-l6"
+    train_data: str | None = None  # a file, or "synthetic"
+    dev_data: str | None = None  # a file, or "synthetic"; None: hold out dev_fraction of train by query
+    preset: str | None = None
+    train_rows: int | None = None
+    dev_rows: int | None = 1000
+    dev_fraction: float = 0.1
+    grades: tuple[int, ...] = DEFAULT_GRADES
+    max_length: int = 64
+    epochs: float = 2.0
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    class_weighting: Literal["none", "sqrt", "balanced"] = "none"
+    ordinal_weight: float = 0.0
+    label_smoothing: float = 0.0
+    gradient_accumulation: int = 1
+    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    eval_every: int = 200
+    checkpoint_every: int = 200
+    early_stopping_patience: int = 0
+    select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"
+    seed: int = 0
+
+    def check(self, where: str) -> None:
+        if self.train_data is None:
+            raise UserError(f"{where}: no train_data; pass --train FILE (or --set train_data=FILE).")
+        for name in ("epochs", "learning_rate", "batch_size", "max_length", "eval_every", "checkpoint_every"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{where}: key '{name}' must be positive, not {getattr(self, name)}.")
+        if not 0 < self.dev_fraction < 1:
+            raise UserError(f"{where}: key 'dev_fraction' must lie in (0, 1).")
+
+
+def load_data(recipe: FinetuneRecipe) -> tuple[Pairs, Pairs]:
+    def read(spec, rows, seed):
+        if spec == "synthetic":
+            return synthetic_pairs(rows or 2000, seed=seed)
+        return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=recipe.seed)
+
+    train_pairs = read(recipe.train_data, recipe.train_rows, recipe.seed)
+    if recipe.dev_data is None:
+        train_pairs, dev = train_pairs.split_by_query(1 - recipe.dev_fraction, seed=recipe.seed)
+    else:
+        dev = read(recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
+    return train_pairs, dev.sample(recipe.dev_rows, seed=recipe.seed)
+
+
+def class_weights(labels: np.ndarray, num_labels: int, how: str) -> torch.Tensor | None:
+    if how == "none":
+        return None
+    counts = np.bincount(labels, minlength=num_labels).astype(np.float64) + 1
+    w = (counts.sum() / counts) ** (0.5 if how == "sqrt" else 1.0)
+    return torch.tensor(w / (w * counts / counts.sum()).sum(), dtype=torch.float32)  # mean weight 1 over data
+
+
+def grade_loss(logits, labels, *, weights=None, ordinal_weight=0.0, label_smoothing=0.0):
+    """Cross-entropy, plus `ordinal_weight` x squared error of the expected label (rank-aware)."""
+    loss = F.cross_entropy(logits, labels, weight=None if weights is None else weights.to(logits.device),
+                           label_smoothing=label_smoothing)
+    if ordinal_weight:
+        values = torch.arange(logits.shape[1], device=logits.device, dtype=logits.dtype)
+        expected = logits.softmax(-1) @ values
+        loss = loss + ordinal_weight * ((expected - labels.to(logits.dtype)) ** 2).mean()
+    return loss
+
+
+def recipe_hash(recipe) -> str:
+    return hashlib.sha256(json.dumps(to_dict(recipe), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False, progress=None,
+             stop_after_steps: int | None = None) -> dict:
+    """Train, keep the best dev checkpoint, write it to `out` as an artifact. Resumable: rerun the same
+    call after an interruption and it continues from `out`.partial/checkpoint."""
+    out = Path(out)
+    check_out_dir(out, overwrite=overwrite)
+    work = out.with_name(out.name + ".partial")
+    stamp = work / "recipe.json"
+    if work.exists() and stamp.exists() and json.loads(stamp.read_text()).get("hash") != recipe_hash(recipe):
+        if not overwrite:
+            raise UserError(f"{work} holds an unfinished run of another recipe; pass --overwrite to start afresh.")
+    if overwrite and work.exists() and stamp.exists() and json.loads(stamp.read_text()).get("hash") != recipe_hash(recipe):
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps({"hash": recipe_hash(recipe), "recipe": to_dict(recipe)}))
+
+    train_pairs, dev = load_data(recipe)
+    loaded = load_model(recipe.model, num_labels=len(recipe.grades), seed=recipe.seed)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
+    dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
+    labels = torch.tensor(train_pairs.label_array())
+    weights = class_weights(train_pairs.label_array(), len(recipe.grades), recipe.class_weighting)
+    dev_labels, dev_groups = dev.label_array(), dev.query_groups()
+
+    def loss_fn(m, batch, rows):
+        logits = m(**batch).logits
+        return grade_loss(logits, labels[rows].to(logits.device), weights=weights,
+                          ordinal_weight=recipe.ordinal_weight, label_smoothing=recipe.label_smoothing)
+
+    def evaluate_fn(m):
+        logits = predict_logits(m, tokenizer, dev, encoded=dev_encoded, batch_size=128)
+        return summarize(logits, dev_labels, recipe.grades, dev_groups)
+
+    meta = {
+        "kind": "finetune",
+        "grades": list(recipe.grades),
+        "max_length": recipe.max_length,
+        "base_model": str(recipe.model),
+        "recipe": to_dict(recipe),
+        "train_data": {"source": train_pairs.source, "fingerprint": train_pairs.fingerprint, "rows": len(train_pairs)},
+        "dev_data": {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev),
+                     "path": None if recipe.dev_data in (None, "synthetic") else str(Path(recipe.dev_data).resolve()),
+                     "preset": recipe.preset},
+    }
+
+    def save_best(m, metrics):
+        best = work / "best"
+        loaded.model = m
+        save_model(loaded, best, meta={**meta, "dev_metrics": metrics}, overwrite=True)
+
+    settings = LoopSettings(
+        epochs=recipe.epochs, batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
+        warmup_ratio=recipe.warmup_ratio, weight_decay=recipe.weight_decay,
+        gradient_accumulation=recipe.gradient_accumulation, mixed_precision=recipe.mixed_precision,
+        eval_every=recipe.eval_every, checkpoint_every=recipe.checkpoint_every,
+        early_stopping_patience=recipe.early_stopping_patience, select_metric=recipe.select_metric, seed=recipe.seed,
+    )
+    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=work,
+                  save_best=save_best, progress=progress, stop_after_steps=stop_after_steps)
+    finished = state.step >= _total_steps(len(encoded), settings) or (
+        settings.early_stopping_patience and state.bad_evals >= settings.early_stopping_patience)
+    result = {"state": state.__dict__, "finished": bool(finished), "work_dir": str(work),
+              "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
+              "cpu_per_wall": state.cpu_seconds / max(state.train_seconds, 1e-9)}
+    if finished:
+        meta_path = work / "best" / "headcut.json"
+        best_meta = json.loads(meta_path.read_text())
+        best_meta["training"] = {k: result[k] for k in ("examples_per_second", "cpu_per_wall")} | {
+            "steps": state.step, "best_step": state.best_step, "history": state.history,
+            "train_seconds": state.train_seconds}
+        meta_path.write_text(json.dumps(best_meta, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        (work / "best").rename(out)
+        shutil.rmtree(work)
+        result["out"] = str(out)
+        result["dev_metrics"] = best_meta["dev_metrics"]
+    return result
+
+
+def _total_steps(n, s: LoopSettings) -> int:
+    import math
+
+    return max(1, math.ceil(math.ceil(n / s.batch_size) * s.epochs / s.gradient_accumulation))

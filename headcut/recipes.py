@@ -1,0 +1,123 @@
+"""Recipes: YAML files that mirror frozen dataclasses one to one.
+
+A recipe is found by path or by built-in name (`finetune/minilm_homedepot_cpu` -> recipes/finetune/
+minilm_homedepot_cpu.yaml). Unknown or misspelt keys are errors that name the key and the valid ones;
+`key=value` overrides are parsed to the field's type.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+
+import yaml
+
+from headcut.errors import UserError
+
+RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
+
+
+def builtin_recipes(kind: str | None = None) -> list[str]:
+    """Names of the shipped recipes, e.g. 'finetune/minilm_homedepot_cpu'."""
+    root = RECIPE_ROOT / kind if kind else RECIPE_ROOT
+    return sorted(str(p.relative_to(RECIPE_ROOT).with_suffix("")) for p in root.rglob("*.yaml"))
+
+
+def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") and path.exists():
+        return path
+    for candidate in (RECIPE_ROOT / f"{name_or_path}.yaml", RECIPE_ROOT / (kind or "") / f"{name_or_path}.yaml"):
+        if candidate.exists():
+            return candidate
+    names = ", ".join(builtin_recipes(kind))
+    raise UserError(f"recipe '{name_or_path}' is neither a YAML file nor a built-in name ({names}).")
+
+
+def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None):
+    """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides."""
+    path = find_recipe(name_or_path, kind=kind)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)}); fix the file.") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a recipe is a mapping of keys to values; fix the file.")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UserError(f"--set '{item}' is not key=value; write e.g. --set epochs=2.")
+        data[key.strip()] = yaml.safe_load(value)
+    return from_dict(cls, data, where=str(path))
+
+
+def from_dict(cls, data: dict, *, where: str = "recipe"):
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        raise UserError(f"{where}: unknown key '{unknown[0]}'; valid keys are: {', '.join(fields)}.")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for key, value in data.items():
+        values[key] = _coerce(value, hints[key], f"{where}: key '{key}'")
+    missing = [f.name for f in fields.values()
+               if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise UserError(f"{where}: missing key '{missing[0]}'; add it or pass --set {missing[0]}=VALUE.")
+    recipe = cls(**values)
+    check = getattr(recipe, "check", None)
+    if check:
+        check(where)
+    return recipe
+
+
+def _coerce(value, hint, where):
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except UserError as e:
+                errors.append(e)
+        raise errors[0]
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"{where} must be a list, not {value!r}.")
+        inner = args[0] if args else typing.Any
+        return tuple(_coerce(v, inner, where) for v in value)
+    if origin is typing.Literal:
+        if value not in args:
+            raise UserError(f"{where} is {value!r}; choose one of {', '.join(map(str, args))}.")
+        return value
+    if hint is typing.Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise UserError(f"{where} must be true or false, not {value!r}.")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where} must be a whole number, not {value!r}.")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise UserError(f"{where} must be a number, not {value!r}.")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise UserError(f"{where} must be text, not {value!r}.")
+        return str(value)
+    return value
+
+
+def to_dict(recipe) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(recipe).items()}

@@ -1,0 +1,189 @@
+"""A small, resumable training loop on accelerate, shared by finetune and distill.
+
+The same code runs on CPU, one GPU, or several GPUs/machines under `accelerate launch`. Batches hold
+pairs of similar length (shuffled per epoch from a seeded order), so a resumed run replays exactly the
+batches the interrupted one would have seen.
+"""
+from __future__ import annotations
+
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from headcut.evaluate.predict import Encoded, collate
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    epochs: float = 2.0
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    gradient_accumulation: int = 1
+    mixed_precision: str = "no"  # "bf16"/"fp16" on accelerators that support them
+    eval_every: int = 200
+    checkpoint_every: int = 200
+    early_stopping_patience: int = 0  # evaluations without improvement before stopping; 0 = never
+    select_metric: str = "spearman"  # higher is better; "loss" is minimised
+    seed: int = 0
+    max_grad_norm: float = 1.0
+
+
+@dataclass
+class LoopState:
+    step: int = 0
+    best_value: float | None = None
+    best_step: int = -1
+    bad_evals: int = 0
+    history: list = field(default_factory=list)
+    train_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    examples: int = 0
+
+
+def epoch_batches(encoded: Encoded, batch_size: int, *, seed: int, epoch: int) -> list[np.ndarray]:
+    """Length-bucketed batches in a seeded random order: little padding, still shuffled."""
+    rng = random.Random(seed * 1000 + epoch)
+    rows = list(range(len(encoded)))
+    rng.shuffle(rows)
+    lengths = encoded.lengths()
+    chunk = batch_size * 50  # sort within chunks of 50 batches: close lengths, but batches still vary
+    batches = []
+    for start in range(0, len(rows), chunk):
+        part = sorted(rows[start : start + chunk], key=lambda i: lengths[i])
+        batches += [np.asarray(part[i : i + batch_size]) for i in range(0, len(part), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def _better(value, best, metric):
+    if best is None:
+        return True
+    return value < best if metric == "loss" else value > best
+
+
+def train(
+    model,
+    encoded: Encoded,
+    *,
+    settings: LoopSettings,
+    loss_fn: Callable[[torch.nn.Module, dict, np.ndarray], torch.Tensor],
+    evaluate_fn: Callable[[torch.nn.Module], dict],
+    work_dir: Path,
+    save_best: Callable[[torch.nn.Module, dict], None],
+    extra_modules: list[torch.nn.Module] = (),
+    progress: Callable[[dict], None] | None = None,
+    stop_after_steps: int | None = None,
+) -> LoopState:
+    """Train `model`; `loss_fn(model, batch, rows)` returns the loss, `evaluate_fn(model)` a metrics dict.
+
+    Checkpoints land in `work_dir/checkpoint` every `checkpoint_every` steps; calling again with the same
+    `work_dir` resumes from there. `save_best` is called with the model whenever the selected metric improves.
+    `stop_after_steps` stops early (used by tests to simulate an interruption).
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    set_seed(settings.seed)
+    accelerator = Accelerator(
+        mixed_precision=settings.mixed_precision, gradient_accumulation_steps=settings.gradient_accumulation,
+        cpu=not torch.cuda.is_available(),
+    )
+    params = [p for m in [model, *extra_modules] for p in m.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() > 1]
+    no_decay = [p for p in params if p.dim() <= 1]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=settings.learning_rate,
+    )
+    per_epoch = math.ceil(len(encoded) / settings.batch_size)
+    total_steps = max(1, math.ceil(per_epoch * settings.epochs / settings.gradient_accumulation))
+    warmup = int(settings.warmup_ratio * total_steps)
+
+    def schedule(step):  # linear warm-up then linear decay
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    model, optimizer, scheduler, *extra = accelerator.prepare(model, optimizer, scheduler, *extra_modules)
+    state = LoopState()
+    ckpt = work_dir / "checkpoint"
+    if (ckpt / "loop.json").exists():
+        accelerator.load_state(str(ckpt))
+        state = LoopState(**json.loads((ckpt / "loop.json").read_text()))
+
+    micro_total = math.ceil(per_epoch * settings.epochs)
+    micro = state.step * settings.gradient_accumulation
+    started, cpu_started = time.perf_counter(), time.process_time()
+    stop = False
+    while micro < micro_total and not stop:
+        epoch, offset = divmod(micro, per_epoch)
+        batches = epoch_batches(encoded, settings.batch_size, seed=settings.seed, epoch=epoch)
+        for rows in batches[offset:]:
+            if micro >= micro_total:
+                break
+            model.train()
+            batch = {k: v.to(accelerator.device) for k, v in collate(encoded, rows).items()}
+            with accelerator.accumulate(model):
+                loss = loss_fn(model, batch, rows)
+                accelerator.backward(loss)
+                if accelerator.sync_gradients and settings.max_grad_norm:
+                    accelerator.clip_grad_norm_(params, settings.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            micro += 1
+            state.examples += len(rows)
+            if micro % settings.gradient_accumulation:
+                continue
+            state.step += 1
+            if progress:
+                progress({"step": state.step, "total": total_steps, "loss": loss.item()})
+            last = micro >= micro_total
+            if state.step % settings.eval_every == 0 or last:
+                metrics = evaluate_fn(accelerator.unwrap_model(model))
+                value = metrics[settings.select_metric]
+                state.history.append({"step": state.step, **metrics})
+                if _better(value, state.best_value, settings.select_metric):
+                    state.best_value, state.best_step, state.bad_evals = value, state.step, 0
+                    if accelerator.is_main_process:
+                        save_best(accelerator.unwrap_model(model), metrics)
+                else:
+                    state.bad_evals += 1
+                    if settings.early_stopping_patience and state.bad_evals >= settings.early_stopping_patience:
+                        stop = True
+                if progress:
+                    progress({"step": state.step, "total": total_steps, "eval": metrics})
+            if state.step % settings.checkpoint_every == 0 or last or stop:
+                state.train_seconds += time.perf_counter() - started
+                state.cpu_seconds += time.process_time() - cpu_started
+                started, cpu_started = time.perf_counter(), time.process_time()
+                _checkpoint(accelerator, ckpt, state)
+            if stop or (stop_after_steps is not None and state.step >= stop_after_steps):
+                stop = True
+                break
+    accelerator.wait_for_everyone()
+    return state
+
+
+def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
+    """Save model/optimizer/scheduler/RNG state, then the loop state; a crash mid-save keeps the old one."""
+    if not accelerator.is_main_process:
+        return
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.save_state(str(tmp))
+    (tmp / "loop.json").write_text(json.dumps(state.__dict__))
+    if ckpt.exists():
+        shutil.rmtree(ckpt)
+    tmp.rename(ckpt)
