@@ -187,3 +187,54 @@ def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
     if ckpt.exists():
         shutil.rmtree(ckpt)
     tmp.rename(ckpt)
+
+
+# --- run folders shared by finetune and distill (out.partial holds checkpoints until the run ends) ----
+
+
+def settings_from(recipe) -> LoopSettings:
+    """The loop settings a recipe names with the same field names (epochs, batch_size, ...)."""
+    import dataclasses
+
+    return LoopSettings(**{f.name: getattr(recipe, f.name) for f in dataclasses.fields(LoopSettings)
+                           if hasattr(recipe, f.name)})
+
+
+def total_steps(n: int, settings: LoopSettings) -> int:
+    """Optimizer steps `train` takes over `n` examples (the same formula it uses)."""
+    return max(1, math.ceil(math.ceil(n / settings.batch_size) * settings.epochs / settings.gradient_accumulation))
+
+
+def is_finished(state: LoopState, n: int, settings: LoopSettings) -> bool:
+    """True once `train` ran to the end or stopped early for lack of improvement (not when interrupted)."""
+    stopped = settings.early_stopping_patience and state.bad_evals >= settings.early_stopping_patience
+    return bool(state.step >= total_steps(n, settings) or stopped)
+
+
+def open_work_dir(out: Path, run_hash: str, stamp: dict, *, overwrite: bool) -> Path:
+    """`out`.partial for the run identified by `run_hash`: reused to resume the same run, refused (or,
+    with `overwrite`, cleared) when it holds another run."""
+    from headcut.errors import UserError
+
+    work = out.with_name(out.name + ".partial")
+    stamp_file = work / "recipe.json"
+    if work.exists() and stamp_file.exists() and json.loads(stamp_file.read_text()).get("hash") != run_hash:
+        if not overwrite:
+            raise UserError(f"{work} holds an unfinished run of another recipe; pass --overwrite to start afresh.")
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    stamp_file.write_text(json.dumps({"hash": run_hash, **stamp}))
+    return work
+
+
+def publish_best(work: Path, out: Path, extra_meta: dict) -> dict:
+    """Move the best artifact `work/best` to `out` (adding `extra_meta` to its headcut.json), then remove
+    `work`. Returns the final headcut.json contents."""
+    meta_path = work / "best" / "headcut.json"
+    meta = {**json.loads(meta_path.read_text()), **extra_meta}
+    meta_path.write_text(json.dumps(meta, indent=2))
+    if out.exists():
+        shutil.rmtree(out)
+    (work / "best").rename(out)
+    shutil.rmtree(work)
+    return meta
