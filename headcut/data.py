@@ -157,6 +157,7 @@ def read_pairs(
     if preset is not None and preset not in PRESETS:
         raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
+    text = _read_text(path)
     fmt = fmt or p.fmt or _guess_format(path)
     if fmt not in FORMATS:
         raise UserError(f"--format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
@@ -165,7 +166,6 @@ def read_pairs(
     label_cols = (label_col,) if label_col else p.label_cols
     label_map = label_map if label_map is not None else p.label_map
 
-    text = _read_text(path)
     rows = _parse_rows(path, text, fmt)  # list of (line_number, dict)
     if not rows:
         raise UserError(f"{path}: no data rows; the file holds a header at most.")
@@ -309,6 +309,16 @@ _PRODUCTS = {
 _COLORS = ["black", "white", "chrome", "brushed nickel", "bronze", "red", "gray", "blue"]
 _BRANDS = ["Ridgeline", "HomeMax", "Acme Pro", "Northwind", "Bluebird", "Everbuild"]
 _SIZES = ["12 in.", "24 in.", "36 in.", "1 gal.", "5 gal.", "20-volt", "60 ft."]
+
+
+def synthetic_spec(spec: str, n: int | None = None) -> Pairs | None:
+    """'synthetic' or 'synthetic:SEED' (another seed = an independent held-out draw); None for a file path."""
+    name, _, seed = str(spec).partition(":")
+    if name != "synthetic":
+        return None
+    if seed and not seed.isdigit():
+        raise UserError(f"data '{spec}': write synthetic or synthetic:SEED with a whole-number seed.")
+    return synthetic_pairs(n or 2000, seed=int(seed or 0))
 
 
 def synthetic_pairs(n: int = 2000, *, seed: int = 0) -> Pairs:

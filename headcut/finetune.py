@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from headcut.data import DEFAULT_GRADES, Pairs, read_pairs, synthetic_pairs
+from headcut.data import DEFAULT_GRADES, Pairs, read_pairs, synthetic_spec
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
 from headcut.evaluate.predict import encode, predict_logits
@@ -61,8 +61,9 @@ class FinetuneRecipe:
 
 def load_data(recipe: FinetuneRecipe) -> tuple[Pairs, Pairs]:
     def read(spec, rows, seed):
-        if spec == "synthetic":
-            return synthetic_pairs(rows or 2000, seed=seed)
+        synthetic = synthetic_spec(spec, rows)
+        if synthetic is not None:
+            return synthetic
         return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=recipe.seed)
 
     train_pairs = read(recipe.train_data, recipe.train_rows, recipe.seed)
@@ -138,7 +139,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
         "recipe": to_dict(recipe),
         "train_data": {"source": train_pairs.source, "fingerprint": train_pairs.fingerprint, "rows": len(train_pairs)},
         "dev_data": {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev),
-                     "path": None if recipe.dev_data in (None, "synthetic") else str(Path(recipe.dev_data).resolve()),
+                     "path": None if recipe.dev_data is None or synthetic_spec(recipe.dev_data) else str(Path(recipe.dev_data).resolve()),
                      "preset": recipe.preset},
     }
 

@@ -33,10 +33,11 @@ def quiet_transformers() -> None:
 
 
 def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit=None, require_labels=True, seed=0):
-    from headcut.data import parse_label_map, read_pairs, synthetic_pairs
+    from headcut.data import parse_label_map, read_pairs, synthetic_spec
 
-    if str(path) == "synthetic":
-        return synthetic_pairs(limit or 2000, seed=seed)
+    synthetic = synthetic_spec(path, limit)
+    if synthetic is not None:
+        return synthetic
     pairs = read_pairs(path, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                        label_map=parse_label_map(label_map), require_labels=require_labels)
     return pairs.sample(limit, seed=seed)

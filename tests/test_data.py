@@ -1,0 +1,115 @@
+"""Reading pairs: formats, presets, label maps, and one clear error per kind of bad input."""
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from headcut.cli.main import app
+from headcut.data import parse_label_map, read_pairs, synthetic_pairs
+from headcut.errors import UserError
+from tests.conftest import HOMEDEPOT, QBQTC
+
+
+def write(tmp_path, name, text, mode="w"):
+    path = tmp_path / name
+    if mode == "wb":
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_reads_every_format_to_the_same_pairs(tmp_path):
+    rows = [("drill", "cordless drill", 5), ("paint", "red lamp", 1)]
+    tsv = write(tmp_path, "a.tsv", "query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{g}\n" for q, t, g in rows))
+    csv_ = write(tmp_path, "a.csv", "query,title,grade\n" + "".join(f'{q},"{t}",{g}\n' for q, t, g in rows))
+    jsonl = write(tmp_path, "a.jsonl", "".join(json.dumps({"query": q, "title": t, "grade": g}) + "\n" for q, t, g in rows))
+    arr = write(tmp_path, "a.json", json.dumps([{"query": q, "title": t, "grade": g} for q, t, g in rows]))
+    got = [read_pairs(p) for p in (tsv, csv_, jsonl, arr)]
+    for pairs in got:
+        assert pairs.queries == ["drill", "paint"]
+        assert pairs.titles == ["cordless drill", "red lamp"]
+        assert pairs.labels == [4, 0]  # labels are 0-based class indices of grades 1..5
+    assert len({p.fingerprint for p in got}) == 1
+
+
+def test_custom_columns_and_label_maps(tmp_path):
+    path = write(tmp_path, "b.csv", "q,doc,rel\nx,y,2\nx,z,0\n")
+    pairs = read_pairs(path, query_col="q", title_col="doc", label_col="rel", label_map=parse_label_map("0:1,1:3,2:5"))
+    assert [pairs.grades[i] for i in pairs.labels] == [5, 1]
+    scores = write(tmp_path, "c.tsv", "query\ttitle\tscore\na\tb\t2.5\na\tc\t1.49\n")
+    pairs = read_pairs(scores, label_col="score", label_map="round")
+    assert [pairs.grades[i] for i in pairs.labels] == [3, 1]  # round half up
+
+
+def test_query_groups_and_split_keep_queries_together():
+    pairs = synthetic_pairs(300, seed=3)
+    a, b = pairs.split_by_query(0.3, seed=1)
+    assert len(a) + len(b) == 300
+    assert not set(a.queries) & set(b.queries)
+    assert sum(len(g) for g in pairs.query_groups()) == 300
+
+
+def test_synthetic_is_deterministic_and_graded_by_overlap():
+    a, b = synthetic_pairs(200, seed=0), synthetic_pairs(200, seed=0)
+    assert a.fingerprint == b.fingerprint
+    assert set(a.labels) == {0, 1, 2, 3, 4}
+    for q, t, label in zip(a.queries, a.titles, a.labels):
+        shared = len(set(q.split()) & set(t.split()))
+        if label == 4:
+            assert shared >= 3  # grade 5: type, attribute and colour all match
+        if label == 0:
+            assert shared == 0 or q.split()[-1] not in t
+
+
+BAD = {
+    "missing": (None, "no such file"),
+    "empty.tsv": ("", "is empty"),
+    "nocol.tsv": ("query\ttitle\tlabel\na\tb\t3\n", "no label column 'grade'"),
+    "ragged.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\n", "line 3: 2 fields where the header has 3"),
+    "emptyq.tsv": ("query\ttitle\tgrade\na\tb\t3\n \td\t2\n", "line 3, column 'query': empty text"),
+    "emptyt.jsonl": ('{"query": "a", "title": "", "grade": 3}\n', "line 1, column 'title': empty text"),
+    "range.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\t7\n", "line 3, column 'grade': grade 7 is outside"),
+    "word.tsv": ("query\ttitle\tgrade\na\tb\thigh\n", "line 2, column 'grade': label 'high' is not a number"),
+    "badjson.jsonl": ('{"query": "a", "title": "b", "grade": 3}\n{"query": \n', "line 2, column"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_bad_input_names_file_and_line(tmp_path, name):
+    text, expected = BAD[name]
+    path = tmp_path / name if text is None else write(tmp_path, name, text)
+    with pytest.raises(UserError) as err:
+        read_pairs(path)
+    assert expected in str(err.value)
+    assert str(path) in str(err.value)
+
+
+def test_non_utf8_names_line_and_column(tmp_path):
+    path = write(tmp_path, "latin.tsv", "query\ttitle\tgrade\ncaf\xe9\tx\t3\n".encode("latin-1"), mode="wb")
+    with pytest.raises(UserError, match=r"line 2, byte column 4: not UTF-8 \(byte 0xe9\)"):
+        read_pairs(path)
+
+
+def test_cli_bad_input_exits_2_with_one_sentence(tmp_path):
+    path = write(tmp_path, "ragged.tsv", BAD["ragged.tsv"][0])
+    result = CliRunner().invoke(app, ["evaluate", "--model", "minilm-l6", "--data", str(path)])
+    assert result.exit_code == 2
+    assert "line 3: 2 fields" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_label_map_flag_errors():
+    with pytest.raises(UserError, match="--label-map item 'zero'"):
+        parse_label_map("zero")
+
+
+def test_real_homedepot_and_qbqtc_presets():
+    if not (HOMEDEPOT / "dev.tsv").exists():
+        pytest.skip(f"real data absent: {HOMEDEPOT}")
+    dev = read_pairs(HOMEDEPOT / "dev.tsv", preset="homedepot")
+    assert len(dev) == 10886
+    assert max(len(g) for g in dev.query_groups()) > 1
+    qb = read_pairs(QBQTC / "dev.json", preset="qbqtc")
+    assert len(qb) == 1300
+    assert set(qb.grades[i] for i in qb.labels) == {1, 3, 5}

@@ -1,0 +1,66 @@
+"""Loading and saving graders: built-in MiniLM, pruned round trips, refusing pickle, atomic writes."""
+import pytest
+import torch
+
+from headcut.arch import heads_per_layer, keep_heads
+from headcut.errors import UserError
+from headcut.models import LoadedModel, load_model, resolve_source, save_model
+from tests.conftest import need_minilm, tiny_inputs, tiny_model
+
+
+def tiny_loaded(kind="bert"):
+    need_minilm()
+    from transformers import AutoTokenizer
+
+    return LoadedModel(tiny_model(kind, attn="sdpa"), AutoTokenizer.from_pretrained(resolve_source("minilm-l6")))
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta"])
+def test_pruned_artifact_round_trips_exactly(tmp_path, kind):
+    loaded = tiny_loaded(kind)
+    keep_heads(loaded.model, [[1, 3], []])
+    inputs = tiny_inputs(kind=kind)
+    with torch.no_grad():
+        before = loaded.model(**inputs).logits
+    save_model(loaded, tmp_path / "art", meta={"note": "test"})
+    again = load_model(tmp_path / "art")
+    assert heads_per_layer(again.model) == [2, 0]
+    assert again.meta["note"] == "test" and again.weights_hash
+    with torch.no_grad():
+        assert torch.equal(again.model(**inputs).logits, before)
+
+
+def test_save_refuses_non_empty_folder_and_leaves_it_alone(tmp_path):
+    loaded = tiny_loaded()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(UserError, match="not empty; choose a new folder or pass --overwrite"):
+        save_model(loaded, out)
+    assert (out / "keep.txt").read_text() == "mine"
+    save_model(loaded, out, overwrite=True)
+    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folders left behind
+
+
+def test_refuses_pickle_weights_unless_allowed(tmp_path):
+    model = tiny_model("bert")
+    model.save_pretrained(tmp_path, safe_serialization=False)
+    if not (tmp_path / "pytorch_model.bin").exists():
+        torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+        (tmp_path / "model.safetensors").unlink(missing_ok=True)
+    with pytest.raises(UserError, match="pickle weights .* --allow-pickle"):
+        load_model(tmp_path)
+
+
+def test_bad_model_sources():
+    with pytest.raises(UserError, match="no such folder, and not a built-in name"):
+        load_model("/nonexistent/model")
+
+
+def test_builtin_minilm_loads_with_a_reproducible_fresh_head():
+    need_minilm()
+    a, b = load_model("minilm-l6"), load_model("minilm-l6")
+    assert heads_per_layer(a.model) == [12] * 6
+    assert torch.equal(a.model.classifier.weight, b.model.classifier.weight)
+    assert a.model.config.num_labels == 5
