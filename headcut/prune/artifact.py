@@ -1,0 +1,39 @@
+"""Writing a pruned grader: weights + config with per-layer heads + tokenizer (via `save_model`), the
+prune record in headcut.json, report.md and the heads-per-layer figure, all in one atomic folder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from headcut.files import atomic_dir, write_text
+from headcut.models import LoadedModel, save_model
+from headcut.prune.report import format_report, heads_figure
+
+# Keys of the source's headcut.json that describe the source, not the pruned model.
+SOURCE_ONLY = ("dev_metrics", "training", "kind", "prune")
+FIGURE = "heads_per_layer.png"
+
+
+def prune_meta(source: LoadedModel, summary: dict) -> dict:
+    """headcut.json for the pruned model: the source's grades/max_length/data records, plus `prune`."""
+    meta = {k: v for k, v in source.meta.items() if k not in SOURCE_ONLY}
+    meta["kind"] = "prune"
+    meta["source"] = {"path": source.path, "weights_hash": source.weights_hash, "kind": source.meta.get("kind")}
+    meta["prune"] = {k: v for k, v in summary.items() if k != "source"}
+    return meta
+
+
+def write_artifact(pruned: LoadedModel, out: str | Path, *, source: LoadedModel, summary: dict,
+                   overwrite: bool = False) -> Path:
+    """Write `out` atomically; an interrupted write leaves no folder and the source is never touched."""
+    out = Path(out)
+    if out.resolve() == Path(source.path).resolve():
+        from headcut.errors import UserError
+
+        raise UserError(f"--out {out} is the source model folder; choose a new folder (the input is never modified).")
+    saveable = LoadedModel(pruned.model, pruned.tokenizer, {}, pruned.path, pruned.weights_hash)
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        save_model(saveable, tmp, meta=prune_meta(source, summary), overwrite=True)
+        plan = summary["plan"]
+        heads_figure([plan["num_heads"]] * len(plan["heads_per_layer"]), plan["heads_per_layer"], tmp / FIGURE)
+        write_text(tmp / "report.md", format_report(summary, figure=FIGURE))
+    return out

@@ -1,0 +1,55 @@
+"""Iterative pruning (Michel et al. 2019): remove heads in steps and re-score the smaller model between
+steps, so a head that only mattered as a backup for a removed one is judged again."""
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import torch
+
+from headcut.arch import keep_heads, mask_shape
+from headcut.prune.plan import HeadPlan, check_keep_ratio, plan_heads
+
+
+def step_ratios(keep_ratio: float, steps: int) -> list[float]:
+    """Keep ratios after each step, shrinking linearly from 1 to keep_ratio."""
+    return [1 - (1 - keep_ratio) * (s + 1) / steps for s in range(steps)]
+
+
+def iterative_plan(
+    model,
+    score_fn: Callable[[torch.nn.Module], torch.Tensor],
+    keep_ratio: float,
+    *,
+    steps: int,
+    layer_prior: float = 1.0,
+    min_heads: int = 0,
+    progress: Callable[[int, HeadPlan], None] | None = None,
+) -> tuple[HeadPlan, torch.nn.Module]:
+    """Prune a deep copy of `model` in `steps` steps; return the final plan and the pruned copy.
+
+    `score_fn(current_model)` returns (num_layers, num_heads) scores, higher = more important, where
+    column j of layer l is the layer's j-th remaining head (how scans see a pruned model).
+    `progress(step, plan)` is called after each step.
+    """
+    check_keep_ratio(keep_ratio)
+    if steps < 1:
+        raise ValueError("steps must be at least 1")
+    num_layers, num_heads = mask_shape(model)
+    current = copy.deepcopy(model).eval()
+    original = [list(range(num_heads)) for _ in range(num_layers)]  # original index of each remaining head
+    plan = HeadPlan(tuple(tuple(o) for o in original), num_heads)
+    for step, ratio in enumerate(step_ratios(keep_ratio, steps), start=1):
+        raw = score_fn(current)
+        scores = torch.zeros(num_layers, num_heads, dtype=torch.float64)
+        available = torch.zeros(num_layers, num_heads, dtype=torch.bool)
+        for layer, heads in enumerate(original):
+            for position, head in enumerate(heads):
+                scores[layer, head] = float(raw[layer, position])
+                available[layer, head] = True
+        plan = plan_heads(scores, ratio, layer_prior=layer_prior, min_heads=min_heads, available=available)
+        keep_heads(current, [[original[l].index(h) for h in plan.keep[l]] for l in range(num_layers)])
+        original = [list(k) for k in plan.keep]
+        if progress:
+            progress(step, plan)
+    return plan, current

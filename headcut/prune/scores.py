@@ -1,0 +1,62 @@
+"""Where a prune's head scores come from: a scan's score file (checked against the model), or a fresh
+scan on data, by default the dev data the model was fine-tuned with."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from headcut.arch import heads_per_layer, mask_shape
+from headcut.errors import UserError
+
+SCAN_METHODS = ("ablation", "fisher", "gradient", "kl")
+
+
+def check_unpruned(loaded, flag: str = "--model") -> None:
+    layers, heads = mask_shape(loaded.model)
+    if heads_per_layer(loaded.model) != [heads] * layers:
+        raise UserError(f"{flag} {loaded.path} is already pruned ({heads_per_layer(loaded.model)} heads per layer); "
+                        "prune the original model instead.")
+
+
+def scores_from_file(path: str | Path, loaded, *, method: str | None = None) -> tuple[torch.Tensor, dict]:
+    """Scores and metadata from a scan's importance.json, refused when they belong to another model."""
+    from headcut.evaluate.importance import read_scores
+
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"--scores {path}: no such file; run `headcut scan` first or pass --data to score heads here.")
+    scores, meta = read_scores(path, method=method)
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    expected = mask_shape(loaded.model)
+    if tuple(scores.shape) != expected:
+        raise UserError(f"--scores {path} has {tuple(scores.shape)} heads but --model has {expected}; "
+                        "scan this model or pass its own score file.")
+    recorded = (meta.get("model") or {}).get("weights_hash")
+    if recorded and loaded.weights_hash and recorded != loaded.weights_hash:
+        raise UserError(f"--scores {path} was computed on another model (weights {recorded}, --model has "
+                        f"{loaded.weights_hash}); scan this model or pass its own score file.")
+    return scores, meta
+
+
+def default_data(loaded) -> tuple[str, str | None]:
+    """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, preset)."""
+    dev = loaded.meta.get("dev_data") or {}
+    path = dev.get("path")
+    if not path or not Path(path).exists():
+        where = f" (it names {path}, which is missing)" if path else ""
+        raise UserError(f"--model {loaded.path} records no dev data file{where}; pass --data FILE to score heads "
+                        "or --scores FILE from `headcut scan`.")
+    return path, dev.get("preset")
+
+
+def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, max_length: int = 128,
+                progress=None, seed: int = 0) -> torch.Tensor:
+    """(num_layers, num_heads) scores from a scan (higher = more important); unscored heads get -inf."""
+    from headcut.evaluate.importance import head_importance
+
+    if method not in SCAN_METHODS:
+        raise UserError(f"--method {method} is unknown; choose one of: {', '.join(SCAN_METHODS)}.")
+    scores = torch.as_tensor(head_importance(model, tokenizer, pairs, method=method, batch_size=batch_size,
+                                             max_length=max_length, progress=progress, seed=seed), dtype=torch.float64)
+    return torch.nan_to_num(scores, nan=float("-inf"))
