@@ -1,0 +1,156 @@
+"""Exact single-head ablation: the logits of the model with one head masked, for every head.
+
+The naive scan runs the whole data set once per head (72 passes for MiniLM). The fast scan gives the
+same numbers with less work: per batch it runs the unmasked model once and keeps the input of every
+layer; the masks of layer l then only need layers l.. (the layers below see no mask), and several
+masked copies of the batch share one forward (a per-example head mask, stacked along the batch).
+Both return `(num_layers, num_heads, pairs, classes)` logits; heads a pruned layer no longer has are NaN.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable
+
+import numpy as np
+import torch
+
+from headcut.arch import encoder_layers, heads_per_layer, mask_shape, model_type
+from headcut.evaluate.predict import Encoded, collate, length_batches, predict_logits
+from headcut.masking import head_mask
+
+
+def _device(model):
+    return next(model.parameters()).device
+
+
+def _set_layers(model, layers) -> None:
+    base = model.base_model
+    if model_type(model) == "distilbert":
+        base.transformer.layer = layers
+    else:
+        base.encoder.layer = layers
+
+
+@contextmanager
+def start_at_layer(model, start: int, hidden: torch.Tensor):
+    """Run only layers `start..` for the block, feeding `hidden` (the input of layer `start`) to the first.
+
+    The embeddings still run (cheap) but their output is replaced; the classifier head runs as usual.
+    """
+    layers = encoder_layers(model)
+
+    def replace_input(module, args, kwargs):
+        return (hidden, *args[1:]), kwargs
+
+    handle = layers[start].register_forward_pre_hook(replace_input, with_kwargs=True)
+    _set_layers(model, torch.nn.ModuleList(list(layers)[start:]))
+    try:
+        yield
+    finally:
+        _set_layers(model, layers)
+        handle.remove()
+
+
+def layer_inputs(model, batch: dict) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """The hidden states entering every layer, and the logits, of one unmasked forward."""
+    captured = []
+    handles = [layer.register_forward_pre_hook(lambda m, args: captured.append(args[0]))
+               for layer in encoder_layers(model)]
+    try:
+        logits = model(**batch).logits
+    finally:
+        for h in handles:
+            h.remove()
+    return captured, logits
+
+
+def _empty(model, n: int) -> np.ndarray:
+    layers, heads = mask_shape(model)
+    return np.full((layers, heads, n, model.config.num_labels), np.nan, dtype=np.float32)
+
+
+@torch.inference_mode()
+def ablation_logits(
+    model,
+    encoded: Encoded,
+    *,
+    batch_size: int = 64,
+    max_rows: int = 768,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(base logits `(pairs, classes)`, logits with head (l, h) masked `(layers, heads, pairs, classes)`).
+
+    `max_rows` caps the stacked batch (copies x pairs) of one forward: more is faster up to memory/cache limits.
+    """
+    model.eval()
+    device = _device(model)
+    counts = heads_per_layer(model)
+    num_layers, width = mask_shape(model)
+    base = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
+    out = _empty(model, len(encoded))
+    for rows in length_batches(encoded, batch_size):
+        batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
+        inputs, logits = layer_inputs(model, batch)
+        base[rows] = logits.float().cpu().numpy()
+        n = len(rows)
+        per_forward = max(1, max_rows // n)
+        for layer, count in enumerate(counts):
+            for first in range(0, count, per_forward):
+                heads = list(range(first, min(count, first + per_forward)))
+                copies = len(heads)
+                mask = torch.ones(num_layers, copies * n, width, device=device)
+                for j, h in enumerate(heads):
+                    mask[layer, j * n:(j + 1) * n, h] = 0
+                stacked = {k: v.repeat(copies, 1) for k, v in batch.items()}
+                with head_mask(model, mask), start_at_layer(model, layer, inputs[layer].repeat(copies, 1, 1)):
+                    masked = model(**stacked).logits.float().cpu().numpy()
+                for j, h in enumerate(heads):
+                    out[layer, h, rows] = masked[j * n:(j + 1) * n]
+        if progress:
+            progress(n)
+    return base, out
+
+
+def naive_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64, progress=None) -> tuple[np.ndarray, np.ndarray]:
+    """The reference: one full pass over the data per head, the same batches as the fast scan."""
+    base = predict_logits(model, None, None, batch_size=batch_size, encoded=encoded)
+    out = _empty(model, len(encoded))
+    shape = mask_shape(model)
+    for layer, count in enumerate(heads_per_layer(model)):
+        for h in range(count):
+            mask = torch.ones(shape)
+            mask[layer, h] = 0
+            with head_mask(model, mask):
+                out[layer, h] = predict_logits(model, None, None, batch_size=batch_size, encoded=encoded)
+        if progress:
+            progress(layer)
+    return base, out
+
+
+@torch.inference_mode()
+def masked_logits(model, encoded: Encoded, masks: torch.Tensor, *, batch_size: int = 64, max_rows: int = 768,
+                  progress=None) -> np.ndarray:
+    """Logits under each of several full head masks `(masks, layers, heads)` -> `(masks, pairs, classes)`.
+
+    The masks share forwards by stacking masked copies of a batch (a per-example mask).
+    """
+    model.eval()
+    device = _device(model)
+    masks = masks.to(device=device, dtype=torch.float32)
+    out = np.zeros((len(masks), len(encoded), model.config.num_labels), dtype=np.float32)
+    for rows in length_batches(encoded, batch_size):
+        batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
+        n = len(rows)
+        per_forward = max(1, max_rows // n)
+        for first in range(0, len(masks), per_forward):
+            chunk = masks[first:first + per_forward]
+            # (copies, layers, heads) -> (layers, copies * n, heads): copy j owns rows j*n..(j+1)*n
+            per_example = chunk.repeat_interleave(n, dim=0).permute(1, 0, 2).contiguous()
+            stacked = {k: v.repeat(len(chunk), 1) for k, v in batch.items()}
+            with head_mask(model, per_example):
+                logits = model(**stacked).logits.float().cpu().numpy()
+            for j in range(len(chunk)):
+                out[first + j, rows] = logits[j * n:(j + 1) * n]
+        if progress:
+            progress(n)
+    return out

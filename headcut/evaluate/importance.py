@@ -1,0 +1,217 @@
+"""Head importance scores, and the score file that carries them to `headcut prune`.
+
+Scores are `(num_layers, num_heads)` float32 tensors, higher = more important. Methods:
+- `ablation`: increase of the mean loss (NLL) when the head alone is masked (exact; the default, since
+  accuracy deltas of single heads drown in the noise of a few hundred pairs while the loss ranks cleanly);
+- `kl`: mean KL(unmasked || head masked) of the grade distribution; needs no labels;
+- `gradient` (Michel et al. 2019): mean |dL/d mask| over pairs, each layer divided by its L2 norm;
+- `fisher` (Kwon et al. 2022): sum over pairs of (dL/d mask)^2;
+- `entropy`: minus the mean attention entropy (nats) of the head: sharp heads rank above diffuse ones.
+In a pruned model a layer with fewer heads uses its first columns; heads it no longer has score -inf,
+so a top-k never keeps them and correlations skip them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from headcut.arch import heads_per_layer, mask_shape
+from headcut.data import Pairs
+from headcut.errors import UserError
+from headcut.evaluate.ablation import ablation_logits
+from headcut.evaluate.attention import attention_weights
+from headcut.evaluate.predict import Encoded, collate, encode, length_batches
+from headcut.files import write_json
+from headcut.masking import head_mask
+
+METHODS = ("ablation", "kl", "gradient", "fisher", "entropy")
+FORMAT = "headcut-importance/1"
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def example_nll(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Per-pair cross-entropy of `(..., pairs, classes)` logits -> `(..., pairs)`."""
+    logp = log_softmax(logits.astype(np.float64))
+    return -np.take_along_axis(logp, labels.reshape((1,) * (logp.ndim - 2) + (-1, 1)), axis=-1)[..., 0]
+
+
+def example_kl(base: np.ndarray, masked: np.ndarray) -> np.ndarray:
+    """Per-pair KL(base || masked) of the grade distributions."""
+    p, q = log_softmax(base.astype(np.float64)), log_softmax(masked.astype(np.float64))
+    return (np.exp(p) * (p - q)).sum(axis=-1)
+
+
+def _absent(model) -> torch.Tensor:
+    """True where a pruned layer no longer has the head."""
+    layers, width = mask_shape(model)
+    counts = torch.tensor(heads_per_layer(model))
+    return torch.arange(width).expand(layers, width) >= counts[:, None]
+
+
+def _finish(model, scores) -> torch.Tensor:
+    scores = torch.as_tensor(np.asarray(scores, dtype=np.float32))
+    return scores.masked_fill(_absent(model), float("-inf"))
+
+
+def ablation_scores(model, labels, base: np.ndarray, masked: np.ndarray, *, method: str) -> torch.Tensor:
+    """`ablation` or `kl` scores from the logits of `ablation_logits` (so one scan serves both)."""
+    if method == "ablation":
+        score = example_nll(masked, labels).mean(-1) - example_nll(base, labels).mean()
+    else:
+        score = example_kl(base[None, None], masked).mean(-1)
+    return _finish(model, np.nan_to_num(score, nan=0.0))
+
+
+def mask_gradients(model, encoded: Encoded, labels: np.ndarray, *, batch_size: int = 64,
+                   progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Per-pair gradients of the pair's loss w.r.t. the head mask at 1: `(pairs, layers, heads)`.
+
+    One backward per batch: with a per-example mask the gradient of the summed loss w.r.t. mask[:, b]
+    is pair b's own gradient. Parameters get no gradients (autograd.grad on the mask only).
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    layers, width = mask_shape(model)
+    out = np.zeros((len(encoded), layers, width), dtype=np.float64)
+    for rows in length_batches(encoded, batch_size):
+        batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
+        mask = torch.ones(layers, len(rows), width, device=device, requires_grad=True)
+        target = torch.as_tensor(labels[rows], device=device)
+        with torch.enable_grad(), head_mask(model, mask):
+            logits = model(**batch).logits
+            loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum")
+            (grad,) = torch.autograd.grad(loss, mask)
+        out[rows] = grad.permute(1, 0, 2).double().cpu().numpy()
+        if progress:
+            progress(len(rows))
+    return out
+
+
+def gradient_scores(model, grads: np.ndarray, *, method: str) -> torch.Tensor:
+    if method == "fisher":
+        return _finish(model, (grads ** 2).sum(0))
+    score = np.abs(grads).mean(0)
+    norm = np.linalg.norm(score, axis=1, keepdims=True)  # absent heads have zero gradient: no effect
+    return _finish(model, score / np.where(norm > 0, norm, 1.0))
+
+
+@torch.inference_mode()
+def entropy_scores(model, encoded: Encoded, *, batch_size: int = 64, progress=None) -> torch.Tensor:
+    """Minus the mean entropy of each head's attention rows over real (non-padding) query tokens."""
+    device = next(model.parameters()).device
+    total = torch.zeros(mask_shape(model), dtype=torch.float64)
+    tokens = 0
+    for rows in length_batches(encoded, batch_size):
+        batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
+        maps, _ = attention_weights(model, batch)
+        real = batch["attention_mask"].bool()
+        for layer, a in enumerate(maps):
+            if a is None:
+                continue
+            ent = -(a * torch.log(a.clamp_min(1e-12))).sum(-1)  # (batch, heads, queries)
+            total[layer, : a.shape[1]] += ent.permute(1, 0, 2)[:, real].double().sum(-1).cpu()
+        tokens += int(real.sum())
+        if progress:
+            progress(len(rows))
+    return _finish(model, -(total / max(tokens, 1)).numpy())
+
+
+def loss_labels(model, encoded: Encoded, pairs: Pairs, *, batch_size: int) -> np.ndarray:
+    """The grades when the data has them, else the model's own predictions (label-free gradients)."""
+    if pairs.has_labels:
+        return pairs.label_array()
+    from headcut.evaluate.predict import predict_logits
+
+    return predict_logits(model, None, None, batch_size=batch_size, encoded=encoded).argmax(1)
+
+
+def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: int = 64, max_length: int = 128,
+                    progress: Callable[[int], None] | None = None, seed: int = 0) -> torch.Tensor:
+    """Score every head of `model` on `pairs`: `(num_layers, num_heads)` float32, higher = more important.
+
+    `progress(n)` is called as pairs finish (one pass over the data in all). Deterministic: `seed` is
+    only recorded (no method samples). See the module docstring for the methods.
+    """
+    if method not in METHODS:
+        raise UserError(f"--method {method}: unknown; choose from {', '.join(METHODS)}.")
+    if method == "ablation" and not pairs.has_labels:
+        raise UserError(f"{pairs.source} has no grades, which --method ablation needs; use --method kl.")
+    torch.manual_seed(seed)
+    encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
+    if method in ("ablation", "kl"):
+        base, masked = ablation_logits(model, encoded, batch_size=batch_size, progress=progress)
+        labels = pairs.label_array() if pairs.has_labels else None
+        return ablation_scores(model, labels, base, masked, method=method)
+    if method in ("gradient", "fisher"):
+        labels = loss_labels(model, encoded, pairs, batch_size=batch_size)
+        grads = mask_gradients(model, encoded, labels, batch_size=batch_size, progress=progress)
+        return gradient_scores(model, grads, method=method)
+    return entropy_scores(model, encoded, batch_size=batch_size, progress=progress)
+
+
+# --- score files -------------------------------------------------------------------------------
+
+
+def _to_json(scores: torch.Tensor) -> list[list[float | None]]:
+    return [[float(v) if np.isfinite(v) else None for v in row] for row in scores.tolist()]
+
+
+def write_scores(path, scores_by_method: dict[str, torch.Tensor], *, model_info: dict, data_info: dict,
+                 extra: dict | None = None) -> None:
+    """Write importance.json: per method its `(layers, heads)` scores (null = head absent) and provenance.
+
+    model_info: {"path", "weights_hash", ...}; data_info: {"source", "fingerprint", "samples", "seed", ...}.
+    The first method is the default that `read_scores(path)` returns.
+    """
+    if not scores_by_method:
+        raise ValueError("no scores to write")
+    methods = {}
+    for name, scores in scores_by_method.items():
+        scores = torch.as_tensor(scores, dtype=torch.float32)
+        methods[name] = {"method": name, "higher_is_more_important": True, "shape": list(scores.shape),
+                         "scores": _to_json(scores)}
+    write_json(path, {"format": FORMAT, "model": model_info, "data": data_info, "methods": methods,
+                      "extra": extra or {}})
+
+
+def read_scores(path, *, method: str | None = None) -> tuple[torch.Tensor, dict]:
+    """Scores of one method (default: the file's first) as `(layers, heads)` float32 (-inf = absent head),
+    and meta: method, weights_hash, fingerprint, samples, seed, model, data, methods, file."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such score file; run `headcut scan --out DIR` and pass DIR/importance.json.") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path}: not a readable JSON score file ({e}); rerun `headcut scan`.") from None
+    methods = doc.get("methods") if isinstance(doc, dict) else None
+    if not isinstance(methods, dict) or not methods or doc.get("format") != FORMAT:
+        raise UserError(f"{path}: not a headcut importance file (format {FORMAT}); rerun `headcut scan`.")
+    name = method or next(iter(methods))
+    if name not in methods:
+        raise UserError(f"{path} has no '{name}' scores (it has {', '.join(methods)}); "
+                        f"pass one of those or rerun `headcut scan --method {name}`.")
+    try:
+        rows = methods[name]["scores"]
+        scores = torch.tensor([[float("-inf") if v is None else float(v) for v in row] for row in rows],
+                              dtype=torch.float32)
+        if scores.dim() != 2 or scores.shape[0] == 0:
+            raise ValueError("scores must be a non-empty layers x heads table")
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path}: the '{name}' scores are malformed ({e}); rerun `headcut scan`.") from None
+    model_info, data_info = doc.get("model") or {}, doc.get("data") or {}
+    meta = {
+        "method": name, "methods": list(methods), "file": str(path),
+        "weights_hash": model_info.get("weights_hash"), "fingerprint": data_info.get("fingerprint"),
+        "samples": data_info.get("samples"), "seed": data_info.get("seed"),
+        "model": model_info, "data": data_info, "extra": doc.get("extra") or {},
+    }
+    return scores, meta

@@ -1,0 +1,165 @@
+"""Head importance: the fast ablation scan equals the naive one, mask gradients equal finite
+differences, score files round-trip and fail with a sentence."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import tiny_model
+from headcut.arch import keep_heads
+from headcut.data import Pairs
+from headcut.errors import UserError
+from headcut.evaluate.ablation import ablation_logits, masked_logits, naive_ablation_logits
+from headcut.evaluate.importance import (METHODS, example_nll, gradient_scores, head_importance, mask_gradients,
+                                         read_scores, write_scores)
+from headcut.evaluate.predict import Encoded, collate
+from headcut.masking import head_mask
+
+
+class CharTokenizer:
+    """[CLS] query [SEP] title [SEP], one id per character: enough to run tiny models on Pairs."""
+
+    pad_token_id = 0
+
+    def __call__(self, queries, titles, truncation=None, max_length=None):
+        ids = [[2] + [5 + ord(c) % 90 for c in q][:10] + [3] + [5 + ord(c) % 90 for c in t][:10] + [3]
+               for q, t in zip(queries, titles)]
+        return {"input_ids": ids, "token_type_ids": [[0] * len(x) for x in ids]}
+
+
+def toy_pairs(n: int = 16) -> Pairs:
+    rng = np.random.default_rng(0)
+    words = ["drill", "saw", "paint", "deck", "lamp", "hose", "tile", "bolt"]
+    queries = [" ".join(rng.choice(words, 2)) for _ in range(n)]
+    titles = [" ".join(rng.choice(words, 3)) for _ in range(n)]
+    return Pairs(queries, titles, [int(x) for x in rng.integers(0, 5, n)])
+
+
+def toy_encoded(kind: str, n: int = 20, seed: int = 0) -> Encoded:
+    g = np.random.default_rng(seed)
+    ids = [[int(x) for x in g.integers(5, 99, g.integers(4, 12))] for _ in range(n)]
+    types = None if kind == "distilbert" else [[0] * len(x) for x in ids]
+    return Encoded(ids, types, 1 if kind == "roberta" else 0)
+
+
+@pytest.mark.parametrize("kind,attn", [("bert", "eager"), ("bert", "sdpa"), ("roberta", "sdpa"), ("distilbert", "eager")])
+def test_fast_ablation_equals_naive_exactly(kind, attn):
+    model = tiny_model(kind, attn=attn, hidden_dropout_prob=0.0) if kind != "distilbert" else tiny_model(kind, attn=attn)
+    enc = toy_encoded(kind)
+    base_n, naive = naive_ablation_logits(model, enc, batch_size=8)
+    base_f, fast = ablation_logits(model, enc, batch_size=8, max_rows=20)  # 2 copies per forward
+    assert np.array_equal(base_n, base_f)
+    assert np.abs(naive - fast).max() <= 1e-6
+    assert np.abs(naive - base_n[None, None]).max() > 1e-5  # masking a head does change the logits
+
+
+def test_fast_ablation_on_a_pruned_model_marks_absent_heads():
+    model = tiny_model("bert")
+    keep_heads(model, [[0, 2], []])
+    enc = toy_encoded("bert")
+    _, naive = naive_ablation_logits(model, enc, batch_size=8)
+    _, fast = ablation_logits(model, enc, batch_size=8)
+    assert np.isnan(fast[0, 2:]).all() and np.isnan(fast[1]).all() and not np.isnan(fast[0, :2]).any()
+    assert np.nanmax(np.abs(naive - fast)) <= 1e-6
+
+
+def test_masked_logits_match_one_mask_at_a_time():
+    model = tiny_model("bert")
+    enc = toy_encoded("bert")
+    masks = (torch.rand(3, 2, 4, generator=torch.Generator().manual_seed(0)) > 0.5).float()
+    stacked = masked_logits(model, enc, masks, batch_size=8, max_rows=24)
+    from headcut.evaluate.predict import predict_logits
+    for i, m in enumerate(masks):
+        with head_mask(model, m):
+            ref = predict_logits(model, None, None, batch_size=8, encoded=enc)
+        assert np.abs(stacked[i] - ref).max() <= 1e-6
+
+
+def test_ablation_scores_are_loss_increases():
+    model = tiny_model("bert")
+    pairs = toy_pairs()
+    scores = head_importance(model, CharTokenizer(), pairs, method="ablation", batch_size=8)
+    from headcut.evaluate.predict import encode
+    enc = encode(CharTokenizer(), pairs)
+    base, masked = naive_ablation_logits(model, enc, batch_size=8)
+    labels = pairs.label_array()
+    expected = example_nll(masked, labels).mean(-1) - example_nll(base, labels).mean()
+    assert scores.shape == (2, 4) and scores.dtype == torch.float32
+    assert np.abs(scores.numpy() - expected).max() <= 1e-6
+
+
+def test_mask_gradients_match_finite_differences():
+    model = tiny_model("bert", attention_probs_dropout_prob=0.0).double()
+    enc = toy_encoded("bert", n=6)
+    labels = np.array([0, 1, 2, 3, 4, 0])
+    grads = mask_gradients(model, enc, labels, batch_size=6)  # one batch, rows in length order
+    batch = collate(enc, list(range(6)))
+    eps = 1e-5
+
+    def losses(mask):
+        with torch.no_grad(), head_mask(model, mask):
+            logits = model(**batch).logits
+        return torch.nn.functional.cross_entropy(logits, torch.tensor(labels), reduction="none").numpy()
+
+    fd = np.zeros_like(grads)
+    for layer in range(2):
+        for h in range(4):
+            up, down = torch.ones(2, 4, dtype=torch.float64), torch.ones(2, 4, dtype=torch.float64)
+            up[layer, h] += eps
+            down[layer, h] -= eps
+            fd[:, layer, h] = (losses(up) - losses(down)) / (2 * eps)
+    assert np.abs(fd).max() > 1e-4
+    assert np.allclose(grads, fd, rtol=1e-4, atol=1e-8)
+    fisher = gradient_scores(model, grads, method="fisher").double().numpy()
+    assert np.allclose(fisher, (fd ** 2).sum(0), rtol=1e-3)
+    michel = gradient_scores(model, grads, method="gradient").numpy()
+    expected = np.abs(fd).mean(0)
+    assert np.allclose(michel, expected / np.linalg.norm(expected, axis=1, keepdims=True), rtol=1e-3)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_scores_a_pruned_model(method):
+    model = tiny_model("bert")
+    keep_heads(model, [[1, 3], [0, 1, 2]])
+    scores = head_importance(model, CharTokenizer(), toy_pairs(), method=method, batch_size=8)
+    assert scores.shape == (2, 4)
+    assert torch.isneginf(scores[0, 2:]).all() and torch.isneginf(scores[1, 3])
+    assert torch.isfinite(scores[0, :2]).all() and torch.isfinite(scores[1, :3]).all()
+
+
+def test_unknown_method_and_unlabelled_ablation_are_user_errors():
+    model = tiny_model("bert")
+    pairs = toy_pairs()
+    with pytest.raises(UserError, match="--method"):
+        head_importance(model, CharTokenizer(), pairs, method="magic")
+    unlabelled = Pairs(pairs.queries, pairs.titles, None, source="q.tsv")
+    with pytest.raises(UserError, match="q.tsv.*kl"):
+        head_importance(model, CharTokenizer(), unlabelled, method="ablation")
+    assert torch.isfinite(head_importance(model, CharTokenizer(), unlabelled, method="fisher")).all()
+
+
+def test_score_file_round_trip_and_errors(tmp_path):
+    a = torch.tensor([[1.0, 2.0, float("-inf")], [0.5, -1.0, 3.0]])
+    path = tmp_path / "importance.json"
+    write_scores(path, {"kl": a, "fisher": a * 2}, model_info={"path": "m", "weights_hash": "abc"},
+                 data_info={"fingerprint": "f00", "samples": 7, "seed": 3})
+    scores, meta = read_scores(path)
+    assert torch.equal(scores, a) and meta["method"] == "kl"
+    assert (meta["weights_hash"], meta["fingerprint"], meta["samples"], meta["seed"]) == ("abc", "f00", 7, 3)
+    assert torch.equal(read_scores(path, method="fisher")[0], a * 2)
+    with pytest.raises(UserError, match=f"{path}.*no 'gradient'"):
+        read_scores(path, method="gradient")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(UserError, match="bad.json"):
+        read_scores(bad)
+    doc = json.loads(path.read_text())
+    doc["methods"]["kl"]["scores"] = [["x"]]
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="bad.json.*malformed"):
+        read_scores(bad)
+    with pytest.raises(UserError, match="missing.json"):
+        read_scores(tmp_path / "missing.json")
