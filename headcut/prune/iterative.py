@@ -40,7 +40,7 @@ def iterative_plan(
     original = [list(range(num_heads)) for _ in range(num_layers)]  # original index of each remaining head
     plan = HeadPlan(tuple(tuple(o) for o in original), num_heads)
     for step, ratio in enumerate(step_ratios(keep_ratio, steps), start=1):
-        raw = score_fn(current)
+        raw = torch.as_tensor(score_fn(current)).detach()
         scores = torch.zeros(num_layers, num_heads, dtype=torch.float64)
         available = torch.zeros(num_layers, num_heads, dtype=torch.bool)
         for layer, heads in enumerate(original):
