@@ -4,7 +4,9 @@ from __future__ import annotations
 import typer
 
 from headcut.cli.evaluate import evaluate
+from headcut.cli.export import export
 from headcut.cli.finetune import finetune
+from headcut.cli.grade import grade
 
 app = typer.Typer(
     name="headcut",
@@ -15,6 +17,8 @@ app = typer.Typer(
 )
 app.command()(evaluate)
 app.command()(finetune)
+app.command()(export)
+app.command()(grade)
 
 if __name__ == "__main__":
     app()

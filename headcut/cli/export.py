@@ -1,0 +1,69 @@
+"""`headcut export`: a model folder -> a parity-checked ONNX grader folder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, TITLE_COL,
+                                Opt, quiet_transformers, read_data, user_errors)
+
+
+def format_record(record: dict) -> str:
+    fp32 = record["parity"]["fp32"]
+    lines = [f"fp32 parity: max |logit diff| {fp32['max_abs_diff']:.2e}, argmax agreement "
+             f"{fp32['argmax_agreement']:.2%} ({fp32['rows']} rows, shapes {fp32['shapes']})"]
+    if record["parity"].get("optimized"):
+        opt = record["parity"]["optimized"]
+        lines.append(f"optimised:   max |logit diff| {opt['max_abs_diff']:.2e}, attention fused: "
+                     f"{record['optimized']['attention_fused']}")
+    if record.get("int8"):
+        lines.append(f"{'INT8 recipe':<34} {'agree':>7} {'dSpear':>8} {'dAcc pt':>8} {'speed':>6}  gate")
+        for t in record["int8"]["trials"]:
+            lines.append(f"{t['choice']:<34} {t['agreement']:>7.2%} {t['spearman_drift']:>+8.4f} "
+                         f"{-t['accuracy_drop']:>+8.2f} {t['speed_vs_default']:>5.2f}x  {'pass' if t['passes'] else '-'}")
+        lines.append(f"chosen: {record['int8']['chosen']['choice']}")
+    if record.get("accuracy"):
+        m = record["accuracy"]["metrics"]
+        lines.append(f"{record['precision']} on {record['accuracy']['data']['rows']} pairs: accuracy "
+                     f"{m['accuracy']:.4f}, Spearman {m['spearman']:.4f}")
+    lines.append(f"model.onnx: {record['model_file']['bytes'] / 2**20:.1f} MiB")
+    return "\n".join(lines)
+
+
+@user_errors
+def export(
+    model: str = typer.Argument(..., help="Model folder (teacher, pruned or distilled artifact) or built-in name."),
+    out: Path = typer.Option(..., "--out", "-o", help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
+    int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate."),
+    optimize: bool = typer.Option(False, "--optimize", help="ONNX Runtime operator fusion, kept only if it passes parity."),
+    opset: int = typer.Option(17, "--opset", help="ONNX opset."),
+    data: Opt[str] = typer.Option(None, "--data", "-d", help="Labelled pairs for the gate and accuracy (needed by --int8)."),
+    max_drop: float = typer.Option(1.0, "--max-drop", help="INT8: most accuracy points it may lose against fp32."),
+    min_agreement: float = typer.Option(0.97, "--min-agreement", help="INT8: least share of grades equal to fp32's."),
+    max_spearman_drift: float = typer.Option(0.005, "--max-spearman-drift", help="INT8: most Spearman change vs fp32."),
+    threads: int = typer.Option(2, "--threads", help="ONNX Runtime threads for the checks."),
+    max_length: Opt[int] = typer.Option(None, "--max-length", help="Token limit per pair (default: the model's)."),
+    preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
+    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
+    overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
+):
+    """Export MODEL to an ONNX grader folder; every graph must match PyTorch (max |logit diff| <= 1e-4, same grades).
+
+    Example: headcut export runs/teacher --out runs/grader-int8 --int8 --data ../shared/data/homedepot/dev.tsv --limit 2000
+    """
+    quiet_transformers()
+    from headcut.export import Int8Gate, build_grader
+    from headcut.models import load_model
+
+    pairs = None
+    if data:
+        pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
+                          label_map=label_map, limit=limit)
+    loaded = load_model(model, allow_pickle=allow_pickle)
+    gate = Int8Gate(min_agreement=min_agreement, max_spearman_drift=max_spearman_drift, max_drop=max_drop)
+    record = build_grader(loaded, out, pairs=pairs, int8=int8, optimize=optimize, opset=opset, max_length=max_length,
+                          gate=gate, threads=threads, overwrite=overwrite,
+                          progress=lambda msg: typer.echo(f"... {msg}", err=True))
+    typer.echo(format_record(record))
+    typer.echo(f"wrote {out}")

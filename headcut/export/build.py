@@ -1,0 +1,140 @@
+"""Make a grader folder: export, gate, (optimise), (quantise and pick the INT8 recipe), write the card.
+
+Nothing is written unless every gate passes: the folder appears whole or not at all.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from headcut.data import Pairs
+from headcut.errors import UserError
+from headcut.evaluate.metrics import summarize
+from headcut.evaluate.predict import encode
+from headcut.export.card import grader_record, model_card
+from headcut.export.export import (ParityError, check_parity, export_onnx, gate_batches, input_names, onnx_logits,
+                                   parity, reference_logits, session)
+from headcut.export.optimize import optimize_graph
+from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, judge, quantize_int8, time_session
+from headcut.files import atomic_dir, file_hash, write_json, write_text
+
+TIMING_SHAPE = (32, 64)  # batch x sequence the INT8 speed comparison runs at
+
+
+def build_grader(
+    loaded,
+    out: str | Path,
+    *,
+    pairs: Pairs | None = None,
+    int8: bool = False,
+    optimize: bool = False,
+    opset: int = 17,
+    max_length: int | None = None,
+    gate: Int8Gate = Int8Gate(),
+    choices: tuple[Int8Choice, ...] = CHOICES,
+    threads: int = 2,
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> dict:
+    """Write GRADER_DIR `out` for `loaded` (a headcut LoadedModel) and return its grader.json record.
+
+    `pairs` (labelled) feed the real part of the parity gate, the accuracy figures and the INT8 choice.
+    Raises ParityError when a graph fails its gate, UserError when INT8 is asked for without labelled pairs.
+    """
+    say = progress or (lambda message: None)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    max_length = max_length or loaded.max_length
+    if int8 and (pairs is None or not pairs.has_labels):
+        raise UserError("--int8 needs labelled pairs to check agreement, Spearman and accuracy; pass --data FILE.")
+    if not getattr(tokenizer, "is_fast", False):
+        raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, which the ONNX grader needs.")
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        say("exporting fp32 graph")
+        fp32 = export_onnx(model, tmp / "fp32.onnx", opset=opset)
+        batches = gate_batches(model, tokenizer, pairs, max_length=max_length)
+        reference = reference_logits(model, batches)
+        say("checking fp32 parity")
+        record_parity = {"fp32": check_parity(parity(reference, session(fp32, threads=threads), batches),
+                                              what="the fp32 ONNX export").as_dict()}
+        final, optimized = fp32, None
+        if optimize:
+            say("optimising graph")
+            optimized = optimize_graph(fp32, tmp / "optimized.onnx", hidden_size=model.config.hidden_size,
+                                       heads_per_layer=[len(h) for h in _heads(model)])
+            record_parity["optimized"] = check_parity(
+                parity(reference, session(tmp / "optimized.onnx", threads=threads), batches),
+                what="the ORT-optimised graph (drop --optimize)").as_dict()
+            final = tmp / "optimized.onnx"
+        accuracy, int8_record = None, None
+        if pairs is not None and pairs.has_labels:
+            say(f"grading {len(pairs)} pairs")
+            encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
+            logits = onnx_logits(session(final, threads=threads), encoded)
+            labels = pairs.label_array()
+            accuracy = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
+                        "metrics": summarize(logits, labels, pairs.grades)}
+            if int8:
+                final, int8_record, int8_logits = _choose_int8(fp32, tmp, encoded, logits, labels, pairs.grades,
+                                                               vocab=model.config.vocab_size, gate=gate, choices=choices, threads=threads, say=say)
+                accuracy["fp32_metrics"] = accuracy["metrics"]
+                accuracy["metrics"] = summarize(int8_logits, labels, pairs.grades)
+        target = tmp / "model.onnx"
+        Path(final).rename(target)
+        for leftover in tmp.glob("*.onnx"):
+            if leftover != target:
+                leftover.unlink()
+        tokenizer.save_pretrained(tmp)
+        record = grader_record(
+            loaded, input_names=input_names(model), max_length=max_length, opset=opset,
+            precision="int8" if int8 else "fp32", graph_optimization="all", parity=record_parity,
+            accuracy=accuracy, int8=int8_record, optimized=optimized,
+            model_file={"name": "model.onnx", "sha256": file_hash(target), "bytes": target.stat().st_size},
+        )
+        write_json(tmp / "grader.json", record)
+        write_text(tmp / "README.md", model_card(record))
+    return record
+
+
+def _heads(model) -> list[list[int]]:
+    from headcut.arch import heads_per_layer
+
+    return [list(range(n)) for n in heads_per_layer(model)]
+
+
+def _choose_int8(fp32, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab: int, gate: Int8Gate, choices,
+                 threads, say):
+    """Quantise every choice, judge each against the fp32 graph, keep the fastest that passes the gate."""
+    g = torch.Generator().manual_seed(0)
+    timing = {"input_ids": torch.randint(1, vocab, TIMING_SHAPE, generator=g).numpy(),
+              "attention_mask": np.ones(TIMING_SHAPE, dtype=np.int64),
+              "token_type_ids": np.zeros(TIMING_SHAPE, dtype=np.int64)}
+    names = [c.name for c in choices]
+    runs = ([CHOICES[0]] if CHOICES[0].name not in names else []) + list(choices)  # default: the speed yardstick
+    default_seconds, trials, logits_of = None, [], {}
+    for choice in runs:
+        say(f"INT8 {choice.name}")
+        path = quantize_int8(fp32, tmp / f"int8-{choice.name}.onnx", choice)
+        sess = session(path, threads=threads)
+        seconds = time_session(sess, timing)
+        default_seconds = default_seconds or seconds
+        logits = onnx_logits(sess, encoded)
+        trial = judge(logits, fp32_logits, labels, grades, seconds=seconds, default_seconds=default_seconds,
+                      choice=choice.name, gate=gate)
+        if choice.name in names:
+            trials.append(trial)
+            logits_of[choice.name] = logits
+    passing = [t for t in trials if t.passes]
+    if not passing:
+        table = "; ".join(f"{t.choice}: agreement {t.agreement:.2%}, Spearman {t.spearman_drift:+.4f}, "
+                          f"drop {t.accuracy_drop:+.2f} pt, speed x{t.speed_vs_default:.2f}" for t in trials)
+        raise ParityError(f"no INT8 recipe passes the gate ({table}); export without --int8, or relax "
+                          "--min-agreement/--max-drop.")
+    best = min(passing, key=lambda t: t.seconds)
+    record = {"chosen": best.as_dict(), "trials": [t.as_dict() for t in trials], "gate": asdict(gate),
+              "timing_shape": list(TIMING_SHAPE), "threads": threads}
+    return tmp / f"int8-{best.choice}.onnx", record, logits_of[best.choice]
+

@@ -1,0 +1,83 @@
+"""What a grader folder says about itself: grader.json (read by the runtime) and a short model card."""
+from __future__ import annotations
+
+import datetime as _dt
+
+GRADER_FORMAT = 1
+
+
+def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int, precision: str,
+                  graph_optimization: str, parity: dict, accuracy: dict | None, int8: dict | None,
+                  optimized: dict | None, model_file: dict) -> dict:
+    """grader.json: everything the runtime needs (grades, inputs, max length) and what the export proved."""
+    from headcut.arch import heads_per_layer, count_parameters
+
+    grades = list(loaded.grades)
+    return {
+        "format": GRADER_FORMAT,
+        "grades": grades,
+        "label_map": {str(i): g for i, g in enumerate(grades)},  # output column -> grade
+        "max_length": max_length,
+        "truncation": "longest_first",
+        "input_names": input_names,
+        "pad_id": int(loaded.tokenizer.pad_token_id or 0),
+        "output_name": "logits",
+        "model_file": model_file,
+        "precision": precision,
+        "graph_optimization": graph_optimization,  # the ORT session level the parity gate used
+        "opset": opset,
+        "exporter": "torch.onnx TorchScript (dynamo=False)",
+        "source": {
+            "path": loaded.path,
+            "weights_hash": loaded.weights_hash,
+            "model_type": loaded.model.config.model_type,
+            "heads_per_layer": heads_per_layer(loaded.model),
+            "parameters": count_parameters(loaded.model),
+        },
+        "parity": parity,
+        "optimized": optimized,
+        "int8": int8,
+        "accuracy": accuracy,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def model_card(record: dict) -> str:
+    """A short markdown card: what the grader is, how it was checked, how to use it."""
+    src = record["source"]
+    lines = [
+        "# headcut grader",
+        "",
+        f"Query-title relevance grader (grades {record['grades'][0]}..{record['grades'][-1]}), exported to ONNX "
+        f"({record['precision']}, opset {record['opset']}) from `{src['path']}` (weights {src['weights_hash']}).",
+        "",
+        f"- Architecture: {src['model_type']}, {len(src['heads_per_layer'])} layers, heads per layer "
+        f"{src['heads_per_layer']}, {src['parameters']:,} parameters.",
+        f"- Inputs: {', '.join(record['input_names'])}; at most {record['max_length']} tokens per pair "
+        "(longest_first truncation).",
+    ]
+    fp32 = record["parity"]["fp32"]
+    lines.append(f"- fp32 parity with PyTorch: max |logit diff| {fp32['max_abs_diff']:.2e}, argmax agreement "
+                 f"{fp32['argmax_agreement']:.2%} on {fp32['rows']} rows.")
+    if record.get("int8"):
+        chosen = record["int8"]["chosen"]
+        lines.append(f"- INT8 ({chosen['choice']}): agreement with fp32 {chosen['agreement']:.2%}, Spearman drift "
+                     f"{chosen['spearman_drift']:+.4f}, accuracy drop {chosen['accuracy_drop']:+.2f} points.")
+    if record.get("accuracy"):
+        acc = record["accuracy"]
+        lines.append(f"- On {acc['data']['source']} ({acc['data']['rows']} pairs): accuracy "
+                     f"{acc['metrics']['accuracy']:.4f}, Spearman {acc['metrics']['spearman']:.4f}.")
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from headcut.grader import Grader  # needs only onnxruntime, tokenizers, numpy",
+        "grader = Grader('THIS_FOLDER', threads=2)",
+        "result = grader.grade([('cordless drill', 'Acme 20-volt cordless drill')])",
+        "```",
+        "",
+        "Limits: trained on the source model's data only; grades are relative judgements, not facts.",
+        "",
+    ]
+    return "\n".join(lines)

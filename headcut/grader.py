@@ -1,0 +1,144 @@
+"""The deployable grader: an exported GRADER_DIR run with onnxruntime, tokenizers and numpy only.
+
+Importing this module must not import torch or transformers (tests check it in a fresh interpreter), so
+it repeats the few lines of length-sorted batching and softmax that the torch-side code also has.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from headcut.errors import UserError
+
+SUPPORTED_FORMAT = 1
+
+
+@dataclass
+class Grades:
+    """Per pair: the grade (argmax), the probability of each grade, and the expected grade (for ranking)."""
+
+    grades: np.ndarray  # (n,) int, in the grader's grade scale (e.g. 1..5)
+    probabilities: np.ndarray  # (n, num_grades) float32
+    expected: np.ndarray  # (n,) float: sum_i p_i * grade_i
+    logits: np.ndarray  # (n, num_grades) float32
+
+    def __len__(self) -> int:
+        return len(self.grades)
+
+    def rows(self) -> list[dict]:
+        return [{"grade": int(g), "expected_grade": float(e), "probabilities": [float(x) for x in p]}
+                for g, e, p in zip(self.grades, self.expected, self.probabilities)]
+
+
+def read_record(folder: str | Path) -> dict:
+    folder = Path(folder)
+    path = folder / "grader.json"
+    if not path.exists():
+        raise UserError(f"{folder}: no grader.json; pass a folder written by `headcut export`.")
+    record = json.loads(path.read_text())
+    if record.get("format") != SUPPORTED_FORMAT:
+        raise UserError(f"{path}: grader format {record.get('format')} is not {SUPPORTED_FORMAT}; re-export it.")
+    return record
+
+
+def load_tokenizer(folder: str | Path, *, max_length: int):
+    """The fast tokenizer of a grader folder, truncating pairs exactly as training did (longest_first)."""
+    from tokenizers import Tokenizer
+
+    path = Path(folder) / "tokenizer.json"
+    if not path.exists():
+        raise UserError(f"{folder}: no tokenizer.json; re-export the grader with `headcut export`.")
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.enable_truncation(max_length, strategy="longest_first")
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def encode_pairs(tokenizer, queries: Sequence[str], titles: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids and token type ids of each pair (unpadded)."""
+    encodings = tokenizer.encode_batch(list(zip(queries, titles)))
+    return [e.ids for e in encodings], [e.type_ids for e in encodings]
+
+
+def _as_columns(pairs) -> tuple[list[str], list[str]]:
+    if hasattr(pairs, "queries") and hasattr(pairs, "titles"):
+        return list(pairs.queries), list(pairs.titles)
+    queries, titles = [], []
+    for item in pairs:
+        q, t = (item["query"], item["title"]) if isinstance(item, dict) else item
+        if not isinstance(q, str) or not isinstance(t, str):
+            raise TypeError("each pair must be two strings (query, title)")
+        queries.append(q)
+        titles.append(t)
+    return queries, titles
+
+
+class Grader:
+    """An exported grader: `Grader(folder, threads=2).grade([(query, title), ...])`."""
+
+    def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32):
+        import onnxruntime as ort
+
+        self.folder = Path(folder)
+        self.record = read_record(self.folder)
+        self.grade_values = np.asarray(self.record["grades"])
+        self.max_length = int(self.record["max_length"])
+        self.batch_size = batch_size
+        self.tokenizer = load_tokenizer(self.folder, max_length=self.max_length)
+        self.pad_id = int(self.record.get("pad_id", 0))
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        # The level the export's parity gate ran with; never a different one than was checked.
+        if self.record.get("graph_optimization") == "disabled":
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        self.session = ort.InferenceSession(str(self.folder / self.record["model_file"]["name"]), opts,
+                                            providers=["CPUExecutionProvider"])
+        self.input_names = [i.name for i in self.session.get_inputs()]
+
+    def logits(self, pairs, *, progress: Callable[[int], None] | None = None) -> np.ndarray:
+        """Logits `(n, num_grades)` in input order; pairs of similar length share a batch (less padding)."""
+        queries, titles = _as_columns(pairs)
+        ids, types = encode_pairs(self.tokenizer, queries, titles)
+        out = np.zeros((len(ids), len(self.grade_values)), dtype=np.float32)
+        order = np.argsort([len(x) for x in ids], kind="stable")
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start:start + self.batch_size]
+            out[rows] = self._run([ids[i] for i in rows], [types[i] for i in rows])
+            if progress:
+                progress(len(rows))
+        return out
+
+    def _run(self, ids: list[list[int]], types: list[list[int]]) -> np.ndarray:
+        width = max(len(x) for x in ids)
+        feed = {"input_ids": np.full((len(ids), width), self.pad_id, dtype=np.int64),
+                "attention_mask": np.zeros((len(ids), width), dtype=np.int64),
+                "token_type_ids": np.zeros((len(ids), width), dtype=np.int64)}
+        for j, (row, kinds) in enumerate(zip(ids, types)):
+            feed["input_ids"][j, :len(row)] = row
+            feed["attention_mask"][j, :len(row)] = 1
+            feed["token_type_ids"][j, :len(row)] = kinds
+        return self.session.run(["logits"], {k: feed[k] for k in self.input_names})[0]
+
+    def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades:
+        """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs)."""
+        logits = self.logits(pairs, progress=progress)
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs = z / z.sum(axis=1, keepdims=True)
+        return Grades(self.grade_values[logits.argmax(1)], probs, probs @ self.grade_values.astype(np.float64),
+                      logits)
+
+    def rank(self, query: str, titles: Iterable[str]) -> list[dict]:
+        """Titles ordered by expected grade, best first (ties keep input order)."""
+        titles = list(titles)
+        if not titles:
+            return []
+        result = self.grade([(query, t) for t in titles])
+        order = np.argsort(-result.expected, kind="stable")
+        return [{"title": titles[i], "index": int(i), "grade": int(result.grades[i]),
+                 "expected_grade": float(result.expected[i])} for i in order]
