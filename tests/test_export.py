@@ -1,0 +1,134 @@
+"""ONNX export: parity on every architecture and on pruned shapes, the gate failing loudly, safe fusion."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import HOMEDEPOT, need_homedepot, need_minilm, tiny_model
+from headcut.arch import heads_per_layer, keep_heads, keep_layers, keep_neurons
+from headcut.data import read_pairs, synthetic_pairs
+from headcut.errors import UserError
+from headcut.export import FP32_TOLERANCE, Int8Gate, ParityError, build_grader, check_parity, export_onnx, parity
+from headcut.export.export import gate_batches, reference_logits, session
+from headcut.export.optimize import optimize_graph
+from headcut.models import LoadedModel, load_model, save_model
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+def tiny_tokenizer(folder):
+    """A WordPiece tokenizer over the synthetic data's words (so tiny models see real-looking ids)."""
+    from transformers import BertTokenizerFast
+
+    pairs = synthetic_pairs(400)
+    words = sorted({w for text in pairs.queries + pairs.titles for w in text.lower().split()})
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(SPECIAL + words) + "\n")
+    return BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
+
+
+def make_tiny_grader(tmp_path, *, int8: bool = False, keep=None, **build):
+    """A grader folder from a tiny pruned BERT (uneven heads, a 0-head layer) and its tokenizer."""
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=128, initializer_range=0.2)
+    keep_heads(model, keep if keep is not None else [[0, 2], []])
+    loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
+    gate = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_default=0.0)
+    record = build_grader(loaded, tmp_path / "grader", pairs=synthetic_pairs(120), int8=int8, gate=gate, **build)
+    return tmp_path / "grader", loaded, record
+
+
+def _parity(model, path, tokenizer=None, pairs=None, max_length=64):
+    batches = gate_batches(model, tokenizer, pairs, max_length=max_length)
+    return parity(reference_logits(model, batches), session(path), batches)
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta", "electra"])
+def test_fp32_parity_every_architecture(tmp_path, kind):
+    model = tiny_model(kind, attn="sdpa")
+    result = _parity(model, export_onnx(model, tmp_path / "m.onnx"))
+    assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
+    assert [1, 8] in result.shapes and [8, 62 if kind == "roberta" else 64] in result.shapes  # dynamic axes
+
+
+def test_pruned_and_distilled_shapes_export_after_save_and_load(tmp_path):
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_hidden_layers=3, vocab_size=len(tokenizer), initializer_range=0.2)
+    keep_heads(model, [[1, 3], [], [0, 1, 2]])  # uneven heads and a layer with none
+    keep_neurons(model, [list(range(20)), list(range(37)), list(range(5))])  # narrowed FFNs
+    keep_layers(model, [0, 1])  # a shallower (distilled-student-like) model
+    save_model(LoadedModel(model, tokenizer, {}, "tiny", ""), tmp_path / "pruned")
+    loaded = load_model(tmp_path / "pruned", attn_implementation="sdpa")
+    assert heads_per_layer(loaded.model) == [2, 0]
+    result = _parity(loaded.model, export_onnx(loaded.model, tmp_path / "m.onnx"), loaded.tokenizer,
+                     synthetic_pairs(64))
+    assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
+    assert result.rows == 64 + 14  # real pairs + the random shapes
+
+
+def test_gate_fails_loudly_on_a_different_graph(tmp_path):
+    model, other = tiny_model("bert", seed=0), tiny_model("bert", seed=1)
+    batches = gate_batches(model, None, None, max_length=32)
+    bad = parity(reference_logits(model, batches), session(export_onnx(other, tmp_path / "o.onnx")), batches)
+    assert bad.max_abs_diff > 1e-3
+    with pytest.raises(ParityError, match="fails the parity gate"):
+        check_parity(bad, what="the test graph")
+
+
+def test_global_head_count_fusion_is_caught_on_uneven_heads(tmp_path):
+    # initializer_range=0.5 makes attention peaky, so regrouping heads changes the output visibly
+    model = tiny_model("bert", initializer_range=0.5)
+    full_path = export_onnx(model, tmp_path / "full.onnx")
+    info = optimize_graph(full_path, tmp_path / "full.opt.onnx", hidden_size=32, heads_per_layer=[4, 4])
+    assert info["attention_fused"] and info["fused_ops"]["Attention"] == 2
+    assert _parity(model, tmp_path / "full.opt.onnx").max_abs_diff <= FP32_TOLERANCE
+
+    keep_heads(model, [[0, 2], [1, 2, 3]])
+    path = export_onnx(model, tmp_path / "uneven.onnx")
+    optimize_graph(path, tmp_path / "forced.onnx", hidden_size=32, heads_per_layer=[2, 3], num_heads=4)
+    with pytest.raises(ParityError):
+        check_parity(_parity(model, tmp_path / "forced.onnx"), what="attention fused with 4 heads")
+    info = optimize_graph(path, tmp_path / "safe.onnx", hidden_size=32, heads_per_layer=[2, 3])
+    assert not info["attention_fused"] and info["fused_ops"]["SkipLayerNormalization"] > 0
+    assert _parity(model, tmp_path / "safe.onnx").max_abs_diff <= FP32_TOLERANCE
+
+
+def test_build_grader_folder_and_refusals(tmp_path):
+    folder, loaded, record = make_tiny_grader(tmp_path, int8=True, optimize=True)
+    assert sorted(p.name for p in folder.glob("*.onnx")) == ["model.onnx"]  # no leftovers
+    assert {"grader.json", "README.md", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
+    saved = json.loads((folder / "grader.json").read_text())
+    assert saved["precision"] == "int8" and saved["max_length"] == 64
+    assert saved["input_names"] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert saved["source"]["heads_per_layer"] == [2, 0]
+    assert saved["parity"]["fp32"]["max_abs_diff"] <= FP32_TOLERANCE
+    assert saved["optimized"]["attention_fused"] is False  # uneven heads: attention left unfused
+    assert len(saved["int8"]["trials"]) == 5 and saved["int8"]["chosen"]["passes"]
+    assert saved["accuracy"]["data"]["rows"] == 120
+    assert "INT8" in (folder / "README.md").read_text()
+    with pytest.raises(UserError, match="not empty"):
+        build_grader(loaded, folder)
+    with pytest.raises(UserError, match="--int8 needs labelled pairs"):
+        build_grader(loaded, tmp_path / "x", int8=True)
+    with pytest.raises(ParityError, match="no INT8 recipe passes"):
+        build_grader(loaded, tmp_path / "strict", pairs=synthetic_pairs(60), int8=True,
+                     gate=Int8Gate(min_agreement=1.01))
+    assert not (tmp_path / "strict").exists()  # nothing written when a gate fails
+
+
+@pytest.mark.real
+def test_pruned_minilm_exports_with_parity_on_real_pairs(tmp_path):
+    need_minilm()
+    need_homedepot()
+    loaded = load_model("minilm-l6", num_labels=5)
+    keep = [list(range(12)), [0, 3, 5], [], list(range(0, 12, 2)), [1], list(range(9))]
+    keep_heads(loaded.model, keep)
+    save_model(loaded, tmp_path / "pruned")
+    loaded = load_model(tmp_path / "pruned")
+    pairs = read_pairs(HOMEDEPOT / "dev.tsv", preset="homedepot").sample(96, seed=3)
+    result = _parity(loaded.model, export_onnx(loaded.model, tmp_path / "m.onnx"), loaded.tokenizer, pairs, 128)
+    assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
+    assert result.rows == 96 + 14
