@@ -7,6 +7,7 @@ from headcut.cli.evaluate import evaluate
 from headcut.cli.export import export
 from headcut.cli.finetune import finetune
 from headcut.cli.grade import grade
+from headcut.cli.serve import serve
 
 app = typer.Typer(
     name="headcut",
@@ -19,6 +20,7 @@ app.command()(evaluate)
 app.command()(finetune)
 app.command()(export)
 app.command()(grade)
+app.command()(serve)
 
 if __name__ == "__main__":
     app()

@@ -1,0 +1,116 @@
+"""The real server (uvicorn in a subprocess) on loopback: good, concurrent and bad requests."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from conftest import ROOT
+from headcut.data import synthetic_pairs
+from headcut.grader import Grader
+from test_export import make_tiny_grader
+
+httpx = pytest.importorskip("httpx")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = make_tiny_grader(tmp_path_factory.mktemp("served"))[0]
+    port = free_port()
+    cmd = [sys.executable, "-m", "headcut", "serve", str(folder), "--port", str(port), "--workers", "2",
+           "--threads", "1", "--max-pairs", "16", "--max-text-chars", "200", "--max-body-bytes", "20000"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(120):  # bounded wait for both workers to load the grader
+            if proc.poll() is not None:
+                pytest.fail(f"server exited: {proc.stdout.read()}")
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("server did not answer /healthz within 60 s")
+        yield url, folder
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_grade_and_rank_answer_like_the_grader(server):
+    url, folder = server
+    pairs = synthetic_pairs(12, seed=9)
+    body = {"pairs": [{"query": q, "title": t} for q, t in zip(pairs.queries, pairs.titles)]}
+    reply = httpx.post(url + "/grade", json=body, timeout=30)
+    assert reply.status_code == 200
+    local = Grader(folder).grade(pairs)
+    got = reply.json()["results"]
+    assert [r["grade"] for r in got] == local.grades.tolist()
+    assert np.allclose([r["expected_grade"] for r in got], local.expected, atol=1e-5)
+    ranked = httpx.post(url + "/rank", json={"query": pairs.queries[0], "titles": pairs.titles}, timeout=30).json()
+    scores = [r["expected_grade"] for r in ranked["ranking"]]
+    assert scores == sorted(scores, reverse=True) and len(scores) == 12
+
+
+def test_concurrent_requests_all_succeed(server):
+    url, _ = server
+    pairs = synthetic_pairs(40, seed=3)
+    bodies = [{"pairs": [{"query": pairs.queries[i], "title": pairs.titles[i]} for i in range(k, k + 4)]}
+              for k in range(0, 36, 3)]
+    with httpx.Client(timeout=60) as client, ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda b: client.post(url + "/grade", json=b).status_code, bodies * 2))
+    assert codes == [200] * 24
+
+
+@pytest.mark.parametrize("body, status, words", [
+    (b"{not json", 422, "not valid JSON"),
+    (b'{"pairs": [{"query": "drill"}]}', 422, "pairs.0.title"),
+    (b'{"pairs": []}', 422, "pairs"),
+    (b'{"pairs": [{"query": 3, "title": "x"}]}', 422, "pairs.0.query"),
+    (b'{"pairs": [{"query": "a", "title": "b", "x": 1}]}', 422, "pairs.0.x"),
+    (b'[1, 2]', 422, "body"),
+])
+def test_bad_requests_get_4xx_with_a_message(server, body, status, words):
+    reply = httpx.post(server[0] + "/grade", content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert reply.status_code == status and words in reply.json()["error"]
+
+
+def test_oversize_requests_are_refused_and_the_server_lives_on(server):
+    url, _ = server
+    many = {"pairs": [{"query": "q", "title": "t"}] * 17}  # --max-pairs 16
+    assert httpx.post(url + "/grade", json=many, timeout=30).status_code == 422
+    long_text = {"query": "q" * 201, "titles": ["t"]}  # --max-text-chars 200
+    assert httpx.post(url + "/rank", json=long_text, timeout=30).status_code == 422
+    huge = b'{"pairs": [' + b'{"query": "a", "title": "b"},' * 2000 + b"]}"  # > --max-body-bytes 20000
+    reply = httpx.post(url + "/grade", content=huge, headers={"content-type": "application/json"}, timeout=30)
+    assert reply.status_code == 413 and "bytes" in reply.json()["error"]
+
+    def chunks():  # no Content-Length: the body limit must still hold
+        for _ in range(100):
+            yield b" " * 1000
+
+    reply = httpx.post(url + "/grade", content=chunks(), headers={"content-type": "application/json"}, timeout=30)
+    assert reply.status_code == 413
+    assert httpx.get(url + "/nowhere", timeout=30).status_code == 404
+    assert httpx.get(url + "/grade", timeout=30).status_code == 405
+    health = httpx.get(url + "/healthz", timeout=30).json()
+    assert health["status"] == "ok" and health["limits"]["max_pairs"] == 16
+    metrics = httpx.get(url + "/metrics", timeout=30).text
+    assert 'path="/grade",status="200"' in metrics and "headcut_pairs_total" in metrics
