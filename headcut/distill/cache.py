@@ -1,0 +1,45 @@
+"""Teacher logits computed once, stored on disk, reused by every epoch, resumed run and tuning trial.
+
+Caching turns each training step's teacher forward pass into an array lookup, which is what keeps
+distillation as fast as plain fine-tuning of the student. Hidden-state and attention targets are too
+large to cache, so recipes using those losses run the teacher online.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from headcut.data import Pairs
+from headcut.evaluate.predict import Encoded, predict_logits
+from headcut.models import LoadedModel
+
+
+def cache_key(teacher: LoadedModel, pairs: Pairs, max_length: int) -> str:
+    """Same teacher weights + same pairs + same truncation = same logits."""
+    text = f"{teacher.weights_hash}|{pairs.fingerprint}|{len(pairs)}|{max_length}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_length: int,
+                   cache_dir: str | Path | None, batch_size: int = 128, progress=None) -> tuple[np.ndarray, bool]:
+    """Logits (len(pairs), num_labels) of `teacher` on `pairs`, read from `cache_dir` when present there.
+
+    Returns (logits, hit). `cache_dir=None` computes without storing.
+    """
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"teacher-logits-{cache_key(teacher, pairs, max_length)}.npy"
+        if path.exists():
+            return np.load(path), True
+    logits = predict_logits(teacher.model, teacher.tokenizer, pairs, encoded=encoded, batch_size=batch_size,
+                            progress=progress)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.save(f, logits)
+        os.replace(tmp, path)  # a killed run never leaves a half-written cache behind
+    return logits, False

@@ -1,0 +1,61 @@
+"""Distillation losses as short pure functions. Shapes: B = batch, T = tokens, C = classes (grades),
+H = heads, D = hidden width. Cross-entropy on gold grades is `headcut.finetune.grade_loss`."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, *, temperature: float) -> torch.Tensor:
+    """KL(teacher || student) of temperature-softened grade distributions, both (B, C), times T^2.
+
+    The T^2 factor keeps gradient size roughly independent of the temperature (Hinton et al., 2015),
+    so kd_weight means the same thing at any temperature.
+    """
+    log_student = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    log_teacher = F.log_softmax(teacher_logits.float() / temperature, dim=-1)
+    return F.kl_div(log_student, log_teacher, log_target=True, reduction="batchmean") * temperature**2
+
+
+def hidden_mse(student_hidden, teacher_hidden, attention_mask: torch.Tensor, *, layer_map,
+               projections=None) -> torch.Tensor:
+    """Mean squared error between mapped layer outputs, over real (unpadded) tokens.
+
+    student_hidden / teacher_hidden: `output_hidden_states` tuples, entry 0 the embeddings, entry l+1 the
+    output of layer l, each (B, T, D). layer_map[i] is the teacher layer matched to student layer i.
+    projections[i] (a Linear D_student -> D_teacher) is applied when the widths differ.
+    """
+    mask = attention_mask.unsqueeze(-1).float()  # (B, T, 1)
+    total = student_hidden[0].new_zeros((), dtype=torch.float32)
+    for i, t in enumerate(layer_map):
+        s = student_hidden[i + 1].float()
+        if projections is not None:
+            s = projections[i](s)
+        diff = (s - teacher_hidden[t + 1].float()) ** 2 * mask
+        total = total + diff.sum() / (mask.sum() * s.shape[-1])
+    return total / len(layer_map)
+
+
+def attention_kl(student_attentions, teacher_attentions, attention_mask: torch.Tensor, *, layer_map) -> torch.Tensor:
+    """KL(teacher || student) of head-averaged attention maps, per real query token, over mapped layers.
+
+    Each attention entry is (B, H, T, T) from eager attention (None for a layer without heads, skipped).
+    Averaging over heads first lets students with fewer heads (pruned, smaller config) match a teacher.
+    """
+    mask = attention_mask.float()  # (B, T)
+    losses = []
+    for i, t in enumerate(layer_map):
+        s, te = student_attentions[i], teacher_attentions[t]
+        if s is None or te is None:
+            continue
+        s, te = s.float().mean(1), te.float().mean(1)  # (B, T, T)
+        kl = (te * (te.clamp_min(1e-9).log() - s.clamp_min(1e-9).log())).sum(-1)  # (B, T)
+        losses.append((kl * mask).sum() / mask.sum())
+    if not losses:
+        return attention_mask.new_zeros((), dtype=torch.float32)
+    return torch.stack(losses).mean()
+
+
+def even_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
+    """Teacher layer for each student layer, spread evenly and ending on the top layer: 3 of 6 -> [1, 3, 5]."""
+    return [(i + 1) * teacher_layers // student_layers - 1 for i in range(student_layers)]

@@ -1,0 +1,165 @@
+"""Distil a student from its teacher as a recipe says, on the shared resumable accelerate loop.
+
+Rerunning the same call after an interruption resumes from `out`.partial (checkpoints, the cached
+teacher logits, the best student so far); the finished artifact carries the recipe, the teacher's
+weights hash and teacher / before / after dev metrics with paired-bootstrap CIs against the teacher.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from headcut.arch import count_parameters
+from headcut.data import Pairs, read_pairs
+from headcut.distill.cache import teacher_logits
+from headcut.distill.losses import attention_kl, hidden_mse, kd_loss
+from headcut.distill.recipe import DistillRecipe
+from headcut.distill.students import build_student, teacher_source
+from headcut.errors import UserError
+from headcut.evaluate.metrics import paired_bootstrap, summarize
+from headcut.evaluate.predict import encode, predict_logits
+from headcut.files import check_out_dir
+from headcut.finetune import grade_loss, load_data, recipe_hash
+from headcut.models import LoadedModel, load_model, save_model
+from headcut.recipes import to_dict
+from headcut.training import is_finished, open_work_dir, publish_best, settings_from, train
+
+UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
+
+
+def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np.ndarray]:
+    """Training pairs plus the recipe's unlabeled pairs, and their labels (UNLABELED for the extra ones)."""
+    labels = train_pairs.label_array()
+    if recipe.unlabeled_data is None:
+        return train_pairs, labels
+    extra = read_pairs(recipe.unlabeled_data, preset=recipe.preset, grades=recipe.grades, require_labels=False)
+    extra = extra.sample(recipe.unlabeled_rows, seed=recipe.seed)
+    merged = Pairs(train_pairs.queries + extra.queries, train_pairs.titles + extra.titles, None, recipe.grades,
+                   f"{train_pairs.source} + {extra.source} (unlabeled)")
+    return merged, np.concatenate([labels, np.full(len(extra), UNLABELED)])
+
+
+def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, progress=None,
+            stop_after_steps: int | None = None, cache_dir: str | Path | None = None) -> dict:
+    """Train the recipe's student, keep the best dev checkpoint, write it to `out` as an artifact.
+
+    `cache_dir` holds teacher logits (default: inside `out`.partial); tuning trials share one.
+    `stop_after_steps` stops early, as a kill would (tests use it to check resuming).
+    """
+    out = Path(out)
+    check_out_dir(out, overwrite=overwrite)
+    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
+    attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
+    teacher = load_model(teacher_source(recipe), attn_implementation=attn)
+    if tuple(teacher.grades) != tuple(recipe.grades):
+        raise UserError(f"the teacher grades {list(teacher.grades)}, the recipe says grades={list(recipe.grades)}; "
+                        "make them agree (--set grades=[...]).")
+    student = build_student(recipe, teacher, attn_implementation=attn)
+    model, tokenizer = student.loaded.model, student.loaded.tokenizer
+
+    train_pairs, dev = load_data(recipe)
+    pairs, labels = with_unlabeled(recipe, train_pairs)
+    encoded = encode(tokenizer, pairs, max_length=recipe.max_length, model=model)
+    dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
+    dev_labels, dev_groups = dev.label_array(), dev.query_groups()
+    cache = Path(cache_dir) if cache_dir else work / "teacher"
+
+    started = time.perf_counter()
+    teacher_dev, _ = teacher_logits(teacher, dev, encoded=dev_encoded, max_length=recipe.max_length, cache_dir=cache)
+    needs_targets = recipe.kd_weight > 0 or recipe.unlabeled_data is not None
+    cached, hit = None, False
+    if needs_targets and recipe.cache_teacher:
+        cached, hit = teacher_logits(teacher, pairs, encoded=encoded, max_length=recipe.max_length, cache_dir=cache)
+    teacher_seconds = time.perf_counter() - started
+    online = recipe.hidden_weight > 0 or recipe.attention_weight > 0 or (needs_targets and cached is None)
+
+    def evaluate_fn(m):
+        logits = predict_logits(m, tokenizer, dev, encoded=dev_encoded, batch_size=128)
+        return summarize(logits, dev_labels, recipe.grades, dev_groups)
+
+    before_file = work / "before.json"  # the untrained student, measured once even across resumes
+    if not before_file.exists():
+        before_file.write_text(json.dumps(evaluate_fn(model)))
+    before = json.loads(before_file.read_text())
+
+    projections = _projections(model, teacher.model, len(student.layer_map), seed=recipe.seed) \
+        if recipe.hidden_weight > 0 else None
+    gold = torch.as_tensor(labels)
+
+    def loss_fn(m, batch, rows):
+        device = batch["input_ids"].device
+        result = m(**batch, output_hidden_states=recipe.hidden_weight > 0, output_attentions=recipe.attention_weight > 0)
+        target = None
+        if online:
+            with torch.no_grad():
+                target = teacher.model.to(device)(**batch, output_hidden_states=recipe.hidden_weight > 0,
+                                                  output_attentions=recipe.attention_weight > 0)
+        t_logits = torch.as_tensor(cached[rows], device=device) if cached is not None else (
+            target.logits if target is not None else None)
+        y = gold[rows].to(device)
+        if t_logits is not None:
+            y = torch.where(y == UNLABELED, t_logits.argmax(-1), y)  # the teacher grades unlabeled pairs
+        loss = result.logits.new_zeros((), dtype=torch.float32)
+        if recipe.ce_weight:
+            loss = loss + recipe.ce_weight * grade_loss(result.logits.float(), y, ordinal_weight=recipe.ordinal_weight)
+        if recipe.kd_weight:
+            loss = loss + recipe.kd_weight * kd_loss(result.logits, t_logits, temperature=recipe.temperature)
+        if recipe.hidden_weight:
+            loss = loss + recipe.hidden_weight * hidden_mse(result.hidden_states, target.hidden_states,
+                                                            batch["attention_mask"], layer_map=student.layer_map,
+                                                            projections=projections)
+        if recipe.attention_weight:
+            loss = loss + recipe.attention_weight * attention_kl(result.attentions, target.attentions,
+                                                                 batch["attention_mask"], layer_map=student.layer_map)
+        return loss
+
+    meta = {
+        "kind": "distill",
+        "grades": list(recipe.grades),
+        "max_length": recipe.max_length,
+        "recipe": to_dict(recipe),
+        "teacher": {"path": teacher.path, "weights_hash": teacher.weights_hash},
+        "student": {"kind": student.kind, "layer_map": student.layer_map, "parameters": count_parameters(model)},
+        "train_data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
+        "dev_data": {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev), "preset": recipe.preset,
+                     "path": None if recipe.dev_data in (None, "synthetic") else str(Path(recipe.dev_data).resolve())},
+    }
+
+    def save_best(m, metrics):
+        save_model(LoadedModel(m, tokenizer, student.loaded.meta), work / "best",
+                   meta={**meta, "dev_metrics": metrics}, overwrite=True)
+
+    settings = settings_from(recipe)
+    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=work,
+                  save_best=save_best, extra_modules=[projections] if projections is not None else [],
+                  progress=progress, stop_after_steps=stop_after_steps)
+    training = {"steps": state.step, "best_step": state.best_step, "history": state.history,
+                "train_seconds": state.train_seconds, "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
+                "teacher_seconds": teacher_seconds, "teacher_cache": "hit" if hit else ("written" if cached is not None else "off")}
+    result = {"finished": is_finished(state, len(encoded), settings), "work_dir": str(work), "training": training}
+    if not result["finished"]:
+        return result
+    best = load_model(work / "best")
+    after_logits = predict_logits(best.model, best.tokenizer, dev, encoded=dev_encoded, batch_size=128)
+    metrics = {
+        "teacher": summarize(teacher_dev, dev_labels, recipe.grades, dev_groups),
+        "before": before,
+        "after": summarize(after_logits, dev_labels, recipe.grades, dev_groups),
+        "after_minus_teacher": paired_bootstrap(after_logits, teacher_dev, dev_labels, recipe.grades, seed=recipe.seed),
+    }
+    publish_best(work, out, {"training": training, "metrics": metrics})
+    return {**result, "out": str(out), "metrics": metrics}
+
+
+def _projections(student, teacher, n: int, *, seed: int):
+    """One Linear student-width -> teacher-width per mapped layer, or None when the widths agree."""
+    s, t = student.config.hidden_size, teacher.config.hidden_size
+    if s == t:
+        return None
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)  # the same projections on every (resumed) run
+        return torch.nn.ModuleList([torch.nn.Linear(s, t) for _ in range(n)])

@@ -1,0 +1,121 @@
+"""Students a recipe can ask for, each with the teacher it learns from and a student->teacher layer map.
+
+- `bottom-k`: the teacher's lower k layers (lower layers carry the features graders use).
+- `pruned`: a headcut pruned artifact, trained against the unpruned teacher it was cut from.
+- `config`: a smaller config (layers, width, heads, FFN) whose weights start as slices of mapped teacher layers.
+"""
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+
+import torch
+
+from headcut.arch import encoder_layers, keep_layers
+from headcut.distill.losses import even_layer_map
+from headcut.distill.recipe import DistillRecipe
+from headcut.errors import UserError
+from headcut.models import SHAPE_KEY, LoadedModel, load_model
+
+# Keys under which a pruned artifact's headcut.json may name the model it was cut from.
+TEACHER_KEYS = ("teacher", "source_model", "parent", "source")
+
+
+@dataclass
+class Student:
+    loaded: LoadedModel  # the student model with the teacher's tokenizer, grades and max_length
+    layer_map: list[int]  # teacher layer matched to each student layer (hidden/attention losses)
+    kind: str
+
+
+def teacher_source(recipe: DistillRecipe) -> str:
+    """The teacher named in the recipe, else (for `pruned`) the one the pruned artifact's headcut.json names."""
+    if recipe.teacher is not None:
+        return recipe.teacher
+    meta = load_model_meta(recipe.student_model)
+    for key in TEACHER_KEYS:
+        value = meta.get(key)
+        path = value.get("path") if isinstance(value, dict) else value
+        if isinstance(path, str) and path:
+            return path
+    raise UserError(f"{recipe.student_model}/headcut.json names no teacher; pass --set teacher=DIR (the unpruned grader).")
+
+
+def load_model_meta(source: str) -> dict:
+    import json
+
+    from headcut.models import META_FILE, resolve_source
+
+    path = resolve_source(source) / META_FILE
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implementation: str = "sdpa") -> Student:
+    teacher_layers = len(encoder_layers(teacher.model))
+    meta = {"grades": list(teacher.grades), "max_length": recipe.max_length}
+    if recipe.student == "pruned":
+        loaded = load_model(recipe.student_model, attn_implementation=attn_implementation)
+        _check_vocab(loaded.model, teacher.model, recipe.student_model)
+        layers = len(encoder_layers(loaded.model))
+        layer_map = list(recipe.layer_map or (range(layers) if layers == teacher_layers else even_layer_map(layers, teacher_layers)))
+        loaded.meta = {**loaded.meta, **meta}
+        return Student(loaded, layer_map, "pruned")
+    if recipe.student == "bottom-k":
+        if recipe.keep_layers >= teacher_layers:
+            raise UserError(f"keep_layers={recipe.keep_layers} keeps the whole {teacher_layers}-layer teacher; "
+                            f"pass --set keep_layers=K with K < {teacher_layers}.")
+        model = copy.deepcopy(teacher.model)
+        keep_layers(model, list(range(recipe.keep_layers)))
+        layer_map = list(recipe.layer_map or even_layer_map(recipe.keep_layers, teacher_layers))
+        return Student(LoadedModel(model, teacher.tokenizer, meta), layer_map, "bottom-k")
+    layer_map = list(recipe.layer_map or even_layer_map(recipe.student_layers, teacher_layers))
+    if max(layer_map) >= teacher_layers or min(layer_map) < 0:
+        raise UserError(f"layer_map {layer_map} names a layer the {teacher_layers}-layer teacher lacks; use 0..{teacher_layers - 1}.")
+    model = config_student(teacher.model, layers=recipe.student_layers, hidden=recipe.student_hidden,
+                           heads=recipe.student_heads, intermediate=recipe.student_intermediate, layer_map=layer_map,
+                           attn_implementation=attn_implementation)
+    return Student(LoadedModel(model, teacher.tokenizer, meta), layer_map, "config")
+
+
+def config_student(teacher, *, layers: int, hidden: int | None, heads: int | None, intermediate: int | None,
+                   layer_map: list[int], attn_implementation: str = "sdpa"):
+    """A smaller model of the teacher's type. Each weight starts as the leading slice of the teacher's
+    (student layer i from teacher layer layer_map[i]): exact copies where sizes agree, a truncation otherwise."""
+    from transformers import AutoModelForSequenceClassification
+
+    config = copy.deepcopy(teacher.config)
+    if hasattr(config, SHAPE_KEY):
+        delattr(config, SHAPE_KEY)  # a pruned teacher's per-layer shape does not describe the student
+    distil = config.model_type == "distilbert"
+    config.num_hidden_layers = layers
+    if hidden is not None:
+        config.hidden_size = hidden
+        if getattr(config, "embedding_size", None) is not None:
+            config.embedding_size = hidden
+    if heads is not None:
+        config.num_attention_heads = heads
+    if intermediate is not None:
+        setattr(config, "hidden_dim" if distil else "intermediate_size", intermediate)
+    if config.hidden_size % config.num_attention_heads:
+        raise UserError(f"student_hidden={config.hidden_size} is not divisible by student_heads="
+                        f"{config.num_attention_heads}; pick sizes that divide.")
+    student = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
+    source = teacher.state_dict()
+    with torch.no_grad():
+        for name, param in student.state_dict().items():
+            match = re.search(r"\.layer\.(\d+)\.", name)
+            tname = name if match is None else name.replace(match.group(0), f".layer.{layer_map[int(match.group(1))]}.", 1)
+            if tname not in source:
+                continue  # buffers the teacher lacks keep their fresh values
+            t = source[tname]
+            if t.dim() != param.dim():
+                continue
+            param.copy_(t[tuple(slice(0, n) for n in param.shape)])
+    return student.eval()
+
+
+def _check_vocab(student, teacher, where: str) -> None:
+    s, t = student.get_input_embeddings().num_embeddings, teacher.get_input_embeddings().num_embeddings
+    if s != t:
+        raise UserError(f"{where} has a {s}-token vocabulary but the teacher has {t}; distil from the teacher it was cut from.")
