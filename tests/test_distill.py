@@ -62,7 +62,7 @@ def kl(teacher_logits, student_logits):
 
 
 def recipe_for(teacher, **changes):
-    values = dict(teacher=str(teacher), student="bottom-k", keep_layers=2, train_data="synthetic", train_rows=400,
+    values = dict(teacher=None if teacher is None else str(teacher), student="bottom-k", keep_layers=2, train_data="synthetic", train_rows=400,
                   dev_rows=150, dev_fraction=0.25, max_length=32, epochs=2, batch_size=16, learning_rate=2e-3,
                   eval_every=10, checkpoint_every=10, seed=0)
     values.update(changes)
@@ -91,3 +91,99 @@ def test_bottom_k_distills_into_a_loadable_artifact(tiny_teacher, tmp_path):
     target = dev_logits(tiny_teacher)
     print(kl(target, before), kl(target, after))
     assert kl(target, after) < 0.5 * kl(target, before)  # the student moved towards its teacher
+
+
+def test_rerun_after_a_kill_resumes_and_matches_an_uninterrupted_run(tiny_teacher, tmp_path):
+    recipe = recipe_for(tiny_teacher, eval_every=5, checkpoint_every=5)  # 19 steps per epoch, 38 in all
+    whole = distill(recipe, tmp_path / "whole")
+    killed = distill(recipe, tmp_path / "resumed", stop_after_steps=12)  # last checkpoint: step 10
+    assert not killed["finished"] and not (tmp_path / "resumed").exists()
+    assert (tmp_path / "resumed.partial" / "checkpoint" / "loop.json").exists()
+    resumed = distill(recipe, tmp_path / "resumed")
+    assert resumed["finished"] and resumed["training"]["teacher_cache"] == "hit"
+    assert not (tmp_path / "resumed.partial").exists()
+    assert resumed["training"]["steps"] == whole["training"]["steps"] == 38
+    for name in ("accuracy", "spearman", "loss"):
+        assert resumed["metrics"]["after"][name] == pytest.approx(whole["metrics"]["after"][name], abs=1e-4)
+    a, b = dev_logits(tmp_path / "whole"), dev_logits(tmp_path / "resumed")
+    np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_unlabeled_pairs_are_graded_by_the_teacher(tiny_teacher, tmp_path):
+    from headcut.distill.run import UNLABELED, with_unlabeled
+    from headcut.finetune import load_data
+
+    extra = synthetic_pairs(60, seed=9)
+    path = tmp_path / "logs.tsv"
+    path.write_text("query\ttitle\n" + "".join(f"{q}\t{t}\n" for q, t in zip(extra.queries, extra.titles)))
+    recipe = recipe_for(tiny_teacher, unlabeled_data=str(path), epochs=1, ce_weight=1.0)
+    train_pairs, _ = load_data(recipe)
+    merged, labels = with_unlabeled(recipe, train_pairs)
+    assert len(merged) == len(train_pairs) + 60
+    assert (labels[: len(train_pairs)] == train_pairs.label_array()).all() and (labels[len(train_pairs):] == UNLABELED).all()
+    result = distill(recipe, tmp_path / "student")
+    assert result["finished"]
+    assert load_model(tmp_path / "student").meta["train_data"]["rows"] == len(train_pairs) + 60
+
+
+def test_bottom_k_student_is_exactly_the_teachers_lower_layers(tiny_teacher):
+    teacher = load_model(tiny_teacher, attn_implementation="eager")
+    student = build_student(recipe_for(tiny_teacher, keep_layers=3), teacher)
+    assert student.loaded.model.config.num_hidden_layers == 3 and teacher.model.config.num_hidden_layers == 4
+    batch = teacher.tokenizer(["red drill"], ["Acme Pro red cordless drill"], return_tensors="pt")
+    with torch.no_grad():
+        t = teacher.model(**batch, output_hidden_states=True).hidden_states
+        s = student.loaded.model(**batch, output_hidden_states=True).hidden_states
+    assert len(s) == 4
+    for i in range(4):
+        torch.testing.assert_close(s[i], t[i])
+
+
+def test_config_student_starts_from_mapped_teacher_slices(tiny_teacher, tmp_path):
+    teacher = load_model(tiny_teacher)
+    recipe = recipe_for(tiny_teacher, student="config", student_layers=2, student_hidden=16, student_heads=2,
+                        student_intermediate=20, layer_map=[1, 3])
+    student = build_student(recipe, teacher).loaded.model
+    t_layers, s_layers = teacher.model.bert.encoder.layer, student.bert.encoder.layer
+    assert student.config.hidden_size == 16 and len(s_layers) == 2
+    torch.testing.assert_close(s_layers[0].attention.self.query.weight, t_layers[1].attention.self.query.weight[:16, :16])
+    torch.testing.assert_close(s_layers[1].intermediate.dense.weight, t_layers[3].intermediate.dense.weight[:20, :16])
+    torch.testing.assert_close(student.bert.embeddings.word_embeddings.weight,
+                               teacher.model.bert.embeddings.word_embeddings.weight[:, :16])
+    # narrower than the teacher: the hidden-state loss learns a projection per mapped layer
+    result = distill(from_dict(DistillRecipe, {**recipe.__dict__, "hidden_weight": 0.5, "epochs": 0.5}),
+                     tmp_path / "student")
+    assert result["finished"]
+    assert load_model(tmp_path / "student").model.config.hidden_size == 16
+
+
+def test_pruned_student_trains_against_the_teacher_its_artifact_names(tiny_teacher, tmp_path):
+    from headcut.arch import heads_per_layer, keep_heads
+
+    cut = load_model(tiny_teacher)
+    keep_heads(cut.model, [[0, 1], [2], [], [1, 3]])
+    save_model(cut, tmp_path / "pruned", meta={"teacher": {"path": str(tiny_teacher)}})
+    recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.5,
+                        hidden_weight=0.5, attention_weight=0.5)  # online teacher, eager attention
+    result = distill(recipe, tmp_path / "student")
+    assert result["finished"] and result["training"]["teacher_cache"] == "written"
+    student = load_model(tmp_path / "student")
+    assert heads_per_layer(student.model) == [2, 1, 0, 2]
+    assert student.meta["teacher"]["path"] == str(tiny_teacher) and student.meta["student"]["layer_map"] == [0, 1, 2, 3]
+    with pytest.raises(UserError, match="names no teacher"):
+        save_model(cut, tmp_path / "orphan", meta={})
+        distill(recipe_for(None, student="pruned", student_model=str(tmp_path / "orphan")),
+                tmp_path / "never")
+
+
+def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
+    with pytest.raises(UserError, match="keep_layers=4 keeps the whole 4-layer teacher"):
+        distill(recipe_for(tiny_teacher, keep_layers=4), tmp_path / "a")
+    with pytest.raises(UserError, match="no teacher; pass --set teacher"):
+        recipe_for(None)
+    with pytest.raises(UserError, match="every loss weight is 0"):
+        recipe_for(tiny_teacher, kd_weight=0.0, ce_weight=0.0)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(UserError, match="not empty"):
+        distill(recipe_for(tiny_teacher), tmp_path / "full")

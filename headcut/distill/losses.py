@@ -59,3 +59,9 @@ def attention_kl(student_attentions, teacher_attentions, attention_mask: torch.T
 def even_layer_map(student_layers: int, teacher_layers: int) -> list[int]:
     """Teacher layer for each student layer, spread evenly and ending on the top layer: 3 of 6 -> [1, 3, 5]."""
     return [(i + 1) * teacher_layers // student_layers - 1 for i in range(student_layers)]
+
+
+def per_layer(attentions, heads_per_layer: list[int]) -> list:
+    """`output_attentions` leaves out layers without heads; put None in their place so index = layer."""
+    found = iter(attentions)
+    return [next(found) if heads else None for heads in heads_per_layer]

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headcut.arch import count_parameters
+from headcut.arch import count_parameters, heads_per_layer
 from headcut.data import Pairs, read_pairs
 from headcut.distill.cache import teacher_logits
-from headcut.distill.losses import attention_kl, hidden_mse, kd_loss
+from headcut.distill.losses import attention_kl, hidden_mse, kd_loss, per_layer
 from headcut.distill.recipe import DistillRecipe
 from headcut.distill.students import build_student, teacher_source
 from headcut.errors import UserError
@@ -89,6 +89,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     projections = _projections(model, teacher.model, len(student.layer_map), seed=recipe.seed) \
         if recipe.hidden_weight > 0 else None
     gold = torch.as_tensor(labels)
+    student_heads, teacher_heads = heads_per_layer(model), heads_per_layer(teacher.model)
 
     def loss_fn(m, batch, rows):
         device = batch["input_ids"].device
@@ -113,8 +114,9 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
                                                             batch["attention_mask"], layer_map=student.layer_map,
                                                             projections=projections)
         if recipe.attention_weight:
-            loss = loss + recipe.attention_weight * attention_kl(result.attentions, target.attentions,
-                                                                 batch["attention_mask"], layer_map=student.layer_map)
+            loss = loss + recipe.attention_weight * attention_kl(
+                per_layer(result.attentions, student_heads), per_layer(target.attentions, teacher_heads),
+                batch["attention_mask"], layer_map=student.layer_map)
         return loss
 
     meta = {
