@@ -7,7 +7,9 @@ from headcut.cli.evaluate import evaluate
 from headcut.cli.export import export
 from headcut.cli.finetune import finetune
 from headcut.cli.grade import grade
+from headcut.cli.bench import bench
 from headcut.cli.serve import serve
+from headcut.cli.prune import prune
 
 app = typer.Typer(
     name="headcut",
@@ -20,7 +22,9 @@ app.command()(evaluate)
 app.command()(finetune)
 app.command()(export)
 app.command()(grade)
+app.command()(bench)
 app.command()(serve)
+app.command()(prune)
 
 if __name__ == "__main__":
     app()

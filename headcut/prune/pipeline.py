@@ -29,6 +29,7 @@ def prune(
     eval_pairs: Pairs | None = None,
     batch_size: int = 64,
     latency: bool = True,
+    latency_seconds: float = 1.0,
     bootstrap: int = 1000,
     seed: int = 0,
     progress: Callable[[str, int], None] | None = None,
@@ -81,5 +82,6 @@ def prune(
         quality.pop("logits")
         seq_len = quality["seq_len"]
         summary["quality"] = quality
-    summary["speed"] = speed_summary(loaded.model, pruned.model, seq_len=seq_len, latency=latency)
+    summary["speed"] = speed_summary(loaded.model, pruned.model, seq_len=seq_len, latency=latency,
+                                     min_seconds=latency_seconds)
     return pruned, summary

@@ -1,0 +1,170 @@
+"""`headcut prune` end to end: a tiny saved grader for exact checks and errors, the real MiniLM for a real one."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from headcut.arch import heads_per_layer
+from headcut.cli.main import app
+from headcut.data import read_pairs, synthetic_pairs
+from headcut.evaluate.importance import write_scores
+from headcut.files import write_text
+from headcut.masking import head_mask
+from headcut.models import LoadedModel, load_model, resolve_source, save_model
+from headcut.prune import HeadPlan, plan_heads
+from tests.conftest import need_homedepot, need_minilm, tiny_inputs, tiny_model
+
+
+def write_pairs(path, pairs):
+    rows = ["query\ttitle\tgrade"] + [f"{q}\t{t}\t{pairs.grades[l]}" for q, t, l in zip(pairs.queries, pairs.titles, pairs.labels)]
+    write_text(path, "\n".join(rows) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_grader(tmp_path_factory):
+    """A saved 3-layer x 4-head grader whose headcut.json names its dev data, as finetune writes it."""
+    need_minilm()
+    from transformers import AutoTokenizer
+
+    root = tmp_path_factory.mktemp("prune")
+    dev = write_pairs(root / "dev.tsv", synthetic_pairs(80, seed=2))
+    tok = AutoTokenizer.from_pretrained(resolve_source("minilm-l6"))
+    model = tiny_model("bert", attn="sdpa", vocab_size=tok.vocab_size, num_hidden_layers=3, initializer_range=0.4)
+    meta = {"kind": "finetune", "grades": [1, 2, 3, 4, 5], "max_length": 24,
+            "dev_data": {"path": str(dev), "preset": None}}
+    return save_model(LoadedModel(model, tok, meta), root / "grader"), dev
+
+
+def folder_state(path):
+    return {p.name: p.stat().st_mtime_ns for p in path.iterdir()}
+
+
+def run(*args):
+    return CliRunner().invoke(app, ["prune", *map(str, args)])
+
+
+def test_prune_with_the_recorded_dev_data(tmp_path, tiny_grader):
+    grader, dev = tiny_grader
+    before = folder_state(grader)
+    out = tmp_path / "pruned"
+    result = run("--model", grader, "--keep-ratio", 0.5, "--out", out, "--method", "fisher", "--bootstrap", 50,
+                 "--latency-seconds", 0.05)
+    assert result.exit_code == 0, result.output
+    for text in ("| kept |", "Ideal speedup from FLOPs", "Measured CPU latency", "| 32 |", "also chose the heads",
+                 "Same grade as the unpruned model"):
+        assert text in result.output
+    assert folder_state(grader) == before  # the input is never touched
+    pruned = load_model(out)
+    source = load_model(grader)
+    meta = json.loads((out / "headcut.json").read_text())
+    plan = HeadPlan.from_dict(meta["prune"]["plan"])
+    assert plan.num_kept == 6 == sum(heads_per_layer(pruned.model))
+    assert meta["prune"]["scores"]["data"]["fingerprint"] == read_pairs(dev).fingerprint
+    assert meta["source"]["weights_hash"] == source.weights_hash and meta["weights_hash"] == pruned.weights_hash
+    inputs = tiny_inputs()
+    with torch.no_grad(), head_mask(source.model, plan.mask()):
+        assert (source.model(**inputs).logits - pruned.model(**inputs).logits).abs().max() <= 1e-5
+    assert (out / "report.md").read_text().startswith("# headcut prune")
+    quality = meta["prune"]["quality"]
+    assert quality["data"]["rows"] == 80 and set(quality["paired"]) >= {"accuracy", "spearman", "loss", "agreement"}
+
+
+def test_prune_with_a_score_file_and_no_prior_keeps_the_global_top_k(tmp_path, tiny_grader):
+    grader, dev = tiny_grader
+    loaded = load_model(grader)
+    scores = torch.randn(3, 4, generator=torch.Generator().manual_seed(3))
+    write_scores(tmp_path / "importance.json", {"ablation": scores},
+                 model_info={"path": str(grader), "weights_hash": loaded.weights_hash},
+                 data_info={"source": "x", "fingerprint": "y"})
+    out = tmp_path / "pruned"
+    result = run("--model", grader, "--keep-ratio", 0.75, "--out", out, "--scores", tmp_path / "importance.json",
+                 "--layer-prior", 0, "--eval-data", dev, "--no-latency", "--bootstrap", 20)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "headcut.json").read_text())
+    top = set(torch.topk(scores.flatten(), 9).indices.tolist())
+    assert {l * 4 + h for l, hs in enumerate(meta["prune"]["plan"]["keep"]) for h in hs} == top
+    assert "also chose the heads" not in result.output and "Measured CPU latency" not in result.output
+
+
+def test_iterative_prune_from_the_cli(tmp_path, tiny_grader):
+    grader, dev = tiny_grader
+    result = run("--model", grader, "--keep-ratio", 0.5, "--out", tmp_path / "it", "--data", dev, "--method", "kl",
+                 "--iterative", 2, "--min-heads", 1, "--no-latency", "--bootstrap", 20)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "it" / "headcut.json").read_text())
+    assert meta["prune"]["iterative"] == 2 and min(meta["prune"]["plan"]["heads_per_layer"]) >= 1
+    assert "2 iterative steps" in result.output
+
+
+def test_user_errors_exit_2_with_one_sentence(tmp_path, tiny_grader):
+    grader, dev = tiny_grader
+    loaded = load_model(grader)
+    other = {"path": "x", "weights_hash": "0123456789abcdef"}
+    write_scores(tmp_path / "other.json", {"ablation": torch.zeros(3, 4)}, model_info=other, data_info={})
+    write_scores(tmp_path / "shape.json", {"ablation": torch.zeros(2, 4)},
+                 model_info={"weights_hash": loaded.weights_hash}, data_info={})
+    bare = save_model(LoadedModel(loaded.model, loaded.tokenizer, {"grades": [1, 2, 3, 4, 5]}), tmp_path / "bare")
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    gpt = tmp_path / "gpt2"
+    GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=50)).save_pretrained(gpt)
+    out = tmp_path / "out"
+    cases = [
+        (["--model", grader, "--keep-ratio", 1.5], r"--keep-ratio 1.5 is outside \(0, 1\]"),
+        (["--model", grader, "--keep-ratio", 0], r"--keep-ratio 0.0 is outside \(0, 1\]"),
+        (["--model", grader, "--keep-ratio", 0.5, "--scores", tmp_path / "other.json"], "computed on another model"),
+        (["--model", grader, "--keep-ratio", 0.5, "--scores", tmp_path / "shape.json"],
+         r"has \(2, 4\) heads but --model has \(3, 4\)"),
+        (["--model", gpt, "--keep-ratio", 0.5], "model type 'gpt2' is not supported"),
+        (["--model", bare, "--keep-ratio", 0.5], "records no dev data file; pass --data FILE"),
+        (["--model", grader, "--keep-ratio", 0.5, "--data", dev, "--method", "magic"], "--method magic"),
+    ]
+    for args, message in cases:
+        result = run(*args, "--out", out, "--no-latency")
+        assert result.exit_code == 2, (args, result.output)
+        assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+        import re
+
+        assert re.search(message, result.output), result.output
+        assert not out.exists()
+    out.mkdir()
+    (out / "mine.txt").write_text("x")
+    result = run("--model", grader, "--keep-ratio", 0.5, "--out", out)
+    assert result.exit_code == 2 and "not empty" in result.output and (out / "mine.txt").exists()
+
+
+@pytest.mark.real
+def test_real_teacher_prune_keeps_its_judgement(tmp_path, quick_teacher):
+    """Keep 80% of a real Home Depot grader's heads, chosen by KL on 96 pairs, graded on 300 other pairs:
+    it should agree with the teacher far more often than random plans of the same size."""
+    need_homedepot()
+    from tests.conftest import HOMEDEPOT
+    from headcut.evaluate.metrics import agreement
+    from headcut.evaluate.predict import predict_logits
+    from headcut.prune import pruned_copy
+
+    dev = read_pairs(HOMEDEPOT / "dev.tsv", preset="homedepot")
+    scoring, report = dev.split_by_query(0.3, seed=0)
+    write_pairs(tmp_path / "score.tsv", scoring.sample(96))
+    write_pairs(tmp_path / "report.tsv", report.sample(300))
+    out = tmp_path / "pruned"
+    result = run("--model", quick_teacher, "--keep-ratio", 0.8, "--out", out, "--data", tmp_path / "score.tsv",
+                 "--method", "kl", "--eval-data", tmp_path / "report.tsv", "--bootstrap", 200,
+                 "--latency-seconds", 0.3)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((out / "headcut.json").read_text())["prune"]
+    agree = meta["quality"]["paired"]["agreement"]["value"]
+    teacher = load_model(quick_teacher)
+    pairs = read_pairs(tmp_path / "report.tsv")
+    reference = predict_logits(teacher.model, teacher.tokenizer, pairs, max_length=teacher.max_length)
+    randoms = []
+    for seed in range(3):
+        plan = plan_heads(torch.rand(6, 12, generator=torch.Generator().manual_seed(seed)), 0.8, layer_prior=0)
+        randoms.append(agreement(predict_logits(pruned_copy(teacher, plan).model, teacher.tokenizer, pairs,
+                                                max_length=teacher.max_length), reference))
+    assert meta["plan"]["kept"] == 58
+    assert agree >= 0.9 and agree > np.mean(randoms) + 0.03, (agree, randoms)
+    assert meta["speed"]["ideal_speedup"] > 1.0 and len(meta["speed"]["latency"]) == 3
