@@ -8,6 +8,7 @@ from headcut.cli.export import export
 from headcut.cli.finetune import finetune
 from headcut.cli.grade import grade
 from headcut.cli.bench import bench
+from headcut.cli.bench import bench
 from headcut.cli.serve import serve
 from headcut.cli.prune import prune
 
@@ -22,6 +23,7 @@ app.command()(evaluate)
 app.command()(finetune)
 app.command()(export)
 app.command()(grade)
+app.command()(bench)
 app.command()(bench)
 app.command()(serve)
 app.command()(prune)

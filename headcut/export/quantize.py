@@ -6,6 +6,7 @@ agreement with its own fp32 graph, Spearman drift, accuracy drop, and speed next
 """
 from __future__ import annotations
 
+import logging
 import re
 import statistics
 import time
@@ -67,14 +68,20 @@ def quantize_int8(src: str | Path, dst: str | Path, choice: Int8Choice = CHOICES
     """Write the dynamic INT8 version of the fp32 graph `src` to `dst`, as `choice` says."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(
-        str(src),
-        str(dst),
-        weight_type=QuantType.QInt8,
-        per_channel=choice.per_channel,
-        op_types_to_quantize=list(choice.op_types) if choice.op_types else None,
-        nodes_to_exclude=fp32_nodes(src, choice),
-    )
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # ORT logs a pre-processing hint on the root logger at every call
+    try:
+        quantize_dynamic(
+            str(src),
+            str(dst),
+            weight_type=QuantType.QInt8,
+            per_channel=choice.per_channel,
+            op_types_to_quantize=list(choice.op_types) if choice.op_types else None,
+            nodes_to_exclude=fp32_nodes(src, choice),
+        )
+    finally:
+        root.setLevel(level)
     return Path(dst)
 
 

@@ -1,0 +1,64 @@
+"""`headcut bench`: PyTorch models and ONNX graders side by side on the same data, shapes and threads."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt,
+                                quiet_transformers, read_data, user_errors)
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    from headcut.errors import UserError
+
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise UserError(f"{flag} '{text}' is not a comma-separated list of numbers; write e.g. {flag} 1,8,32.") from None
+    if not values or min(values) < 1:
+        raise UserError(f"{flag} '{text}' needs positive numbers; write e.g. {flag} 1,8,32.")
+    return values
+
+
+@user_errors
+def bench(
+    model: list[str] = typer.Option(..., "--model", "-m", help="PyTorch model folder; the first is the reference (repeatable)."),
+    grader: list[Path] = typer.Option([], "--grader", "-g", help="ONNX grader folder from `headcut export` (repeatable)."),
+    data: str = typer.Option(..., "--data", "-d", help="Labelled pairs for accuracy/agreement and the timing inputs."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for bench.json, bench.md and bench.png."),
+    threads: int = typer.Option(2, "--threads", help="Threads for every variant (PyTorch and ONNX Runtime)."),
+    batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Batch sizes of the grid."),
+    seq_lens: str = typer.Option("32,64,128", "--seq-lens", help="Sequence lengths of the grid."),
+    repeats: int = typer.Option(10, "--repeats", help="Timed runs per variant and cell (after 2 warm-up runs)."),
+    preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
+    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
+    overwrite: bool = OVERWRITE,
+):
+    """Benchmark models and graders: p50/p95 latency, pairs/s, size, memory, accuracy, agreement with the first --model.
+
+    Example: headcut bench -m runs/teacher -m runs/pruned -g runs/grader-fp32 -g runs/grader-int8
+    --data ../shared/data/homedepot/dev.tsv --limit 1000 --out runs/bench
+    """
+    quiet_transformers()
+    from headcut.export.bench import BenchSettings, benchmark, figure, load_measured, markdown, onnx_variant, pytorch_variant
+    from headcut.files import atomic_dir, write_json, write_text
+    from headcut.models import load_model
+
+    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes"), _ints(seq_lens, "--seq-lens"), threads,
+                             repeats=repeats)
+    pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
+                      label_map=label_map, limit=limit)
+    loaded = [load_model(m) for m in model]
+    variants = [load_measured(lambda m=m, lm=lm: pytorch_variant(f"pytorch fp32 {Path(m).name}", lm, threads=threads))
+                for m, lm in zip(model, loaded)]
+    for folder in grader:
+        variants.append(load_measured(lambda f=folder: onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=threads)))
+    report = benchmark(variants, loaded[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
+    table = markdown(report)
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        write_json(tmp / "bench.json", report)
+        write_text(tmp / "bench.md", table)
+        figure(report).savefig(tmp / "bench.png", dpi=130)
+    typer.echo(table)
+    typer.echo(f"wrote {out}/bench.json, bench.md, bench.png")

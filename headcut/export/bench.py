@@ -1,0 +1,217 @@
+"""Side-by-side deployment benchmark: PyTorch models and ONNX graders on the same data and shapes.
+
+All variants are loaded in one process with the same thread count and take turns run by run in every
+(batch, sequence) cell, so load from other processes on a shared machine hits all of them alike.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from headcut.data import Pairs
+from headcut.evaluate.metrics import agreement, summarize
+from headcut.evaluate.predict import encode, predict_logits
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    batch_sizes: tuple[int, ...] = (1, 8, 32)
+    seq_lens: tuple[int, ...] = (32, 64, 128)
+    threads: int = 2
+    warmup: int = 2
+    repeats: int = 10  # timed runs per variant and cell; p50/p95 come from these
+
+
+@dataclass
+class Variant:
+    """A named thing that turns a batch of numpy int64 inputs into logits."""
+
+    name: str
+    kind: str  # "pytorch" or "onnx"
+    size_bytes: int
+    run: Callable[[dict], np.ndarray]
+    logits: Callable[[Pairs], np.ndarray]  # on a dataset, with the variant's own tokenisation
+    memory_mb: float = 0.0
+    info: dict = field(default_factory=dict)
+
+
+def rss_mb() -> float:
+    """Resident memory of this process (Linux /proc; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return 0.0
+
+
+def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
+    from headcut.arch import heads_per_layer
+    from headcut.prune.measure import flops_per_pair
+
+    torch.set_num_threads(threads)
+    model = loaded.model.eval()
+    size = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    @torch.inference_mode()
+    def run(batch):
+        return model(**{k: torch.from_numpy(v) for k, v in batch.items() if _takes(model, k)}).logits.numpy()
+
+    def logits(pairs):
+        return predict_logits(model, loaded.tokenizer, pairs, batch_size=32, max_length=loaded.max_length)
+
+    return Variant(name, "pytorch", size, run, logits,
+                   info={"heads_per_layer": heads_per_layer(model), "flops_per_pair_64": flops_per_pair(model, 64)})
+
+
+def _takes(model, key: str) -> bool:
+    return key != "token_type_ids" or model.config.model_type != "distilbert"
+
+
+def onnx_variant(name: str, grader_dir: str | Path, *, threads: int) -> Variant:
+    from headcut.grader import Grader
+
+    grader = Grader(grader_dir, threads=threads, batch_size=32)
+    wanted = grader.input_names
+
+    def run(batch):
+        return grader.session.run(["logits"], {k: batch[k] for k in wanted})[0]
+
+    return Variant(f"{name} ({grader.record['precision']})", "onnx", (Path(grader_dir) / "model.onnx").stat().st_size,
+                   run, grader.logits,
+                   info={"precision": grader.record["precision"],
+                         "int8_choice": (grader.record.get("int8") or {}).get("chosen", {}).get("choice")})
+
+
+def load_measured(make: Callable[[], Variant]) -> Variant:
+    """Build a variant and record how much resident memory it added (weights + runtime arenas)."""
+    gc.collect()
+    before = rss_mb()
+    variant = make()
+    variant.memory_mb = rss_mb() - before
+    return variant
+
+
+def cell_inputs(tokenizer, pairs: Pairs, batch: int, seq: int) -> dict:
+    """`batch` real pairs tokenised to at most `seq` tokens and padded to exactly `seq`."""
+    rows = pairs.subset(range(min(batch, len(pairs))))
+    enc = encode(tokenizer, rows, max_length=seq)
+    while len(enc.input_ids) < batch:  # fewer pairs than the batch: repeat them
+        enc.input_ids.append(enc.input_ids[len(enc.input_ids) % len(rows)])
+        if enc.token_type_ids is not None:
+            enc.token_type_ids.append(enc.token_type_ids[len(enc.token_type_ids) % len(rows)])
+    out = {k: np.zeros((batch, seq), dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
+    out["input_ids"][:] = enc.pad_id
+    for j, ids in enumerate(enc.input_ids[:batch]):
+        out["input_ids"][j, :len(ids)] = ids
+        out["attention_mask"][j, :len(ids)] = 1
+        if enc.token_type_ids is not None:
+            out["token_type_ids"][j, :len(ids)] = enc.token_type_ids[j]
+    return out
+
+
+def time_cell(variants: list[Variant], batch: dict, settings: BenchSettings) -> list[list[float]]:
+    """Seconds per run of each variant on one batch, variants taking turns."""
+    for v in variants:
+        for _ in range(settings.warmup):
+            v.run(batch)
+    times = [[] for _ in variants]
+    for _ in range(settings.repeats):
+        for v, t in zip(variants, times):
+            start = time.perf_counter()
+            v.run(batch)
+            t.append(time.perf_counter() - start)
+    return times
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchSettings = BenchSettings(), *,
+              progress: Callable[[str], None] | None = None) -> dict:
+    """Latency grid, throughput, size, memory, accuracy and agreement with `variants[0]` (the reference)."""
+    say = progress or (lambda message: None)
+    rows = {id(v): {"name": v.name, "kind": v.kind, "size_mb": v.size_bytes / 2**20, "memory_mb": v.memory_mb,
+                     **v.info, "cells": []} for v in variants}
+    reference_logits = None
+    for v in variants:
+        say(f"accuracy of {v.name}")
+        logits = v.logits(pairs)
+        reference_logits = logits if reference_logits is None else reference_logits
+        row = rows[id(v)]
+        if pairs.has_labels:
+            row.update({k: summarize(logits, pairs.label_array(), pairs.grades)[k] for k in ("accuracy", "spearman")})
+        row["agreement"] = agreement(logits, reference_logits)
+        row["max_abs_diff"] = float(np.max(np.abs(logits - reference_logits)))
+    for seq in settings.seq_lens:
+        for size in settings.batch_sizes:
+            say(f"timing batch {size} x sequence {seq}")
+            times = time_cell(variants, cell_inputs(tokenizer, pairs, size, seq), settings)
+            for v, t in zip(variants, times):
+                p50 = statistics.median(t)
+                rows[id(v)]["cells"].append({"batch": size, "seq": seq, "p50_ms": 1000 * p50,
+                                              "p95_ms": 1000 * percentile(t, 95), "pairs_per_s": size / p50})
+    reference = rows[id(variants[0])]
+    for row in rows.values():
+        for cell, ref in zip(row["cells"], reference["cells"]):
+            cell["speedup"] = cell["pairs_per_s"] / ref["pairs_per_s"]
+    return {"settings": asdict(settings), "data": {"source": pairs.source, "rows": len(pairs)},
+            "reference": variants[0].name, "variants": list(rows.values())}
+
+
+def cell(row: dict, batch: int, seq: int) -> dict | None:
+    return next((c for c in row["cells"] if c["batch"] == batch and c["seq"] == seq), None)
+
+
+def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
+    """One row per variant at the headline cell, then the full p50 grid."""
+    s = report["settings"]
+    lines = [f"Threads {s['threads']}, warm-up {s['warmup']}, {s['repeats']} timed runs per cell; accuracy and "
+             f"agreement with `{report['reference']}` on {report['data']['rows']} pairs of {report['data']['source']}.",
+             "", f"| variant | size MiB | memory MiB | accuracy | Spearman | agreement | p50 ms | p95 ms | pairs/s "
+                 f"| speedup (b{batch} x s{seq}) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in report["variants"]:
+        c = cell(row, batch, seq) or cell(row, *_first_cell(row))
+        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {row.get('accuracy', float('nan')):.4f} "
+                     f"| {row.get('spearman', float('nan')):.4f} | {row['agreement']:.2%} | {c['p50_ms']:.1f} "
+                     f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x |")
+    lines += ["", "p50 ms per batch (batch x sequence):", ""]
+    shapes = [(c["batch"], c["seq"]) for c in report["variants"][0]["cells"]]
+    lines.append("| variant | " + " | ".join(f"{b}x{q}" for b, q in shapes) + " |")
+    lines.append("|---|" + "---:|" * len(shapes))
+    for row in report["variants"]:
+        lines.append(f"| {row['name']} | " + " | ".join(f"{cell(row, b, q)['p50_ms']:.1f}" for b, q in shapes) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _first_cell(row: dict) -> tuple[int, int]:
+    return row["cells"][0]["batch"], row["cells"][0]["seq"]
+
+
+def figure(report: dict, *, batch: int = 32, seq: int = 64):
+    """Throughput vs accuracy at one cell, one point per variant (returns a matplotlib Figure)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for row in report["variants"]:
+        c = cell(row, batch, seq) or cell(row, *_first_cell(row))
+        ax.scatter(c["pairs_per_s"], row.get("accuracy", row["agreement"]), marker="o" if row["kind"] == "onnx" else "s")
+        ax.annotate(row["name"], (c["pairs_per_s"], row.get("accuracy", row["agreement"])), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")
+    ax.set_xlabel(f"pairs per second (batch {batch} x sequence {seq}, {report['settings']['threads']} threads)")
+    ax.set_ylabel("accuracy" if "accuracy" in report["variants"][0] else "agreement with reference")
+    ax.set_title("Throughput vs accuracy (square: PyTorch, circle: ONNX Runtime)", fontsize=9)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
