@@ -1,0 +1,57 @@
+"""Every shipped recipe loads into its dataclass without running anything; bad keys and types are errors."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from headcut.distill import DistillRecipe
+from headcut.errors import UserError
+from headcut.finetune import FinetuneRecipe
+from headcut.recipes import RECIPE_ROOT, builtin_recipes, load_recipe
+
+KINDS = {"finetune": FinetuneRecipe, "distill": DistillRecipe}
+# Keys a shipped recipe leaves null because the user must supply them (data files, their own artifacts).
+USER_SUPPLIED = ("train_data", "student_model")
+
+
+@pytest.mark.parametrize("name", builtin_recipes())
+def test_every_shipped_recipe_is_valid(name):
+    kind = name.split("/")[0]
+    assert kind in KINDS, f"recipes/{kind}/ has no recipe class in tests/test_recipes.py KINDS; add it"
+    path = RECIPE_ROOT / f"{name}.yaml"
+    text = path.read_text()
+    assert text.startswith("#"), f"{path} should open with a comment saying what it is for"
+    data = yaml.safe_load(text)
+    overrides = [f"{k}=x" for k in USER_SUPPLIED if k in data and data[k] is None]
+    recipe = load_recipe(KINDS[kind], name, overrides=overrides)
+    assert {k: getattr(recipe, k) for k in data if k not in USER_SUPPLIED} == {
+        k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k not in USER_SUPPLIED}
+
+
+def test_the_shipped_distill_recipes_cover_every_student_kind():
+    kinds = {load_recipe(DistillRecipe, n, overrides=["train_data=x", "student_model=x"]).student
+             for n in builtin_recipes("distill")}
+    assert kinds == {"bottom-k", "pruned", "config"}
+
+
+def test_a_misspelt_key_names_itself_and_the_valid_keys(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("teacher: runs/teacher\ntrain_data: x\ntemprature: 3\n")
+    with pytest.raises(UserError, match=r"unknown key 'temprature'; valid keys are: teacher, student, .*temperature"):
+        load_recipe(DistillRecipe, path)
+    with pytest.raises(UserError, match="unknown key 'learning_rat'"):
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["learning_rat=1e-4"])
+
+
+@pytest.mark.parametrize("override, message", [
+    ("temperature=hot", "key 'temperature' must be a number, not 'hot'"),
+    ("keep_layers=2.5", "key 'keep_layers' must be a whole number"),
+    ("student=tiny", "key 'student' is 'tiny'; choose one of bottom-k, pruned, config"),
+    ("cache_teacher=sometimes", "key 'cache_teacher' must be true or false"),
+    ("layer_map=3", "key 'layer_map' must be a list"),
+    ("tune_fields=[seed]", "tune_fields names 'seed', which is not tunable"),
+    ("temperature=0", "key 'temperature' must be positive"),
+])
+def test_bad_values_are_errors_that_name_the_key(override, message):
+    with pytest.raises(UserError, match=message):
+        load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", override])
