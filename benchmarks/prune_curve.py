@@ -58,6 +58,7 @@ def parse_args():
     p.add_argument("--priors", default="0.5,1,2", help="layer-prior strengths tried with ablation scores")
     p.add_argument("--draws", type=int, default=5, help="random plans per ratio")
     p.add_argument("--iterative-method", default="kl", choices=["ablation", "kl", "fisher", "gradient"])
+    p.add_argument("--iterative-rows", type=int, default=None, help="scoring pairs per iterative re-scan (default: all)")
     p.add_argument("--bootstrap", type=int, default=300, help="paired resamples per curve point")
     p.add_argument("--latency-seconds", type=float, default=2.0, help="timed seconds per model and batch size")
     p.add_argument("--batch-size", type=int, default=64)
@@ -140,9 +141,10 @@ def curve_plans(loaded, score_pairs, scores, args, ratios) -> dict[str, dict[flo
         t = time.time()
         steps = int(round((1 - min(ratios)) / 0.1))
         found: dict[float, list[HeadPlan]] = {}
+        rescan_pairs = score_pairs.sample(args.iterative_rows, seed=args.seed)
 
         def score_fn(model):
-            return head_importance(model, loaded.tokenizer, score_pairs, method=args.iterative_method,
+            return head_importance(model, loaded.tokenizer, rescan_pairs, method=args.iterative_method,
                                    batch_size=args.batch_size, max_length=loaded.max_length)
 
         def keep(step, plan):

@@ -85,7 +85,9 @@ def prune(
 
     def progress(stage, n):
         if stage not in bars:
-            total = len(score_pairs) if stage == "scoring" else len(eval_pairs) * 2
+            for bar in bars.values():
+                bar.close()  # one bar at a time: the previous stage is done
+            total = len(score_pairs) if stage.startswith("scoring") else len(eval_pairs) * 2
             bars[stage] = progress_bar(total, stage)
         bars[stage].update(n)
 

@@ -38,7 +38,7 @@ def prune(
 
     Give `scores` (a scan's), or `score_pairs` to scan here with `method`; `iterative` > 0 re-scans
     `score_pairs` between that many steps. `eval_pairs` adds before/after quality with paired CIs.
-    `progress(stage, pairs_done)` reports scanning and grading.
+    `progress(stage, pairs_done)` reports scanning ("scoring...") and grading.
     """
     check_keep_ratio(keep_ratio)
     check_unpruned(loaded)
@@ -47,7 +47,11 @@ def prune(
     def report(stage):
         return (lambda n: progress(stage, n)) if progress else None
 
-    def score(model, stage="scoring"):
+    scans = []
+
+    def score(model):
+        scans.append(model)
+        stage = f"scoring (step {len(scans)})" if iterative else "scoring"
         return scan_scores(model, loaded.tokenizer, score_pairs, method=method, batch_size=batch_size,
                            max_length=max_length, progress=report(stage), seed=seed)
 
