@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import typer
 
+from headcut.cli.distill import distill
 from headcut.cli.evaluate import evaluate
 from headcut.cli.export import export
 from headcut.cli.finetune import finetune
@@ -21,6 +22,7 @@ app = typer.Typer(
 )
 app.command()(evaluate)
 app.command()(finetune)
+app.command()(distill)
 app.command()(export)
 app.command()(grade)
 app.command()(bench)

@@ -1,0 +1,94 @@
+"""`headcut distill`: train a student against its teacher from a recipe; `--tune N` searches the recipe."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from headcut.cli.common import OVERWRITE, Opt, quiet_transformers, user_errors
+
+
+def _progress_bar():
+    from tqdm import tqdm
+
+    bar = tqdm(desc="distilling", unit="step", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None)
+
+    def progress(event):
+        bar.total = event["total"]
+        if "eval" in event:
+            m = event["eval"]
+            bar.write(f"step {event['step']}: dev accuracy {m['accuracy']:.4f}  Spearman {m['spearman']:.4f}  "
+                      f"loss {m['loss']:.4f}")
+        else:
+            bar.n = event["step"]
+            bar.set_postfix(loss=f"{event['loss']:.3f}")
+            bar.refresh()
+
+    return bar, progress
+
+
+def format_result(metrics: dict) -> str:
+    diff = metrics["after_minus_teacher"]
+    lines = [f"{'dev (n=' + str(metrics['after']['n']) + ')':<16} {'teacher':>8} {'before':>8} {'after':>8}   "
+             "after - teacher [95% paired CI]"]
+    for name in ("accuracy", "macro_f1", "spearman", "loss"):
+        d = diff[name]
+        lines.append(f"{name:<16} {metrics['teacher'][name]:>8.4f} {metrics['before'][name]:>8.4f} "
+                     f"{metrics['after'][name]:>8.4f}   {d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
+    a = diff["agreement"]
+    lines.append(f"{'agreement':<16} {'':>8} {'':>8} {a['value']:>8.4f}   (same grade as the teacher)")
+    return "\n".join(lines)
+
+
+@user_errors
+def distill(
+    recipe: str = typer.Argument(..., help="Recipe YAML path or built-in name (see recipes/distill/)."),
+    out: Opt[Path] = typer.Option(None, "--out", "-o", help="Student artifact folder (default: runs/<recipe name>); "
+                                  "checkpoints go to OUT.partial/. With --tune: the study folder."),
+    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable)."),
+    tune: int = typer.Option(0, "--tune", help="Search the recipe's tune_fields with optuna for N trials "
+                             "(resumable: rerun to continue)."),
+    overwrite: bool = OVERWRITE,
+):
+    """Distil a student (bottom-k layers, a pruned artifact, or a smaller config) from its teacher.
+
+    Rerun the same command after an interruption to resume. Runs on CPU as is, and on one or several
+    GPUs with `accelerate launch -m headcut.cli.main distill ...`.
+
+    Example: headcut distill minilm_bottom3_cpu --set train_data=../shared/data/homedepot/train.tsv
+    --set dev_data=../shared/data/homedepot/dev.tsv --out runs/bottom3
+    """
+    quiet_transformers()
+    from headcut.distill import DistillRecipe
+    from headcut.recipes import find_recipe, load_recipe
+
+    rec = load_recipe(DistillRecipe, recipe, overrides=list(set_), kind="distill")
+    out = out or Path("runs") / (find_recipe(recipe, kind="distill").stem + ("-tune" if tune else ""))
+    bar, progress = _progress_bar()
+    if tune:
+        from headcut.distill.tune import tune as search
+
+        def on_trial(t):
+            params = "  ".join(f"{k}={v:.4g}" for k, v in t["params"].items())
+            bar.write(f"trial {t['number']}: {rec.select_metric} {t['value']:.4f}  {params}")
+
+        summary = search(rec, out, trials=tune, overwrite=overwrite, progress=progress, on_trial=on_trial)
+        bar.close()
+        best = summary["best"]
+        params = "  ".join(f"{k}={v:.4g}" for k, v in best["params"].items())
+        typer.echo(f"best of {len(summary['trials'])} trials: {summary['metric']} {best['value']:.4f}  {params}")
+        typer.echo(f"best student: {best['artifact']}\nwrote {out / 'tune.json'}")
+        return
+    from headcut.distill import distill as run
+
+    result = run(rec, out, overwrite=overwrite, progress=progress)
+    bar.close()
+    t = result["training"]
+    if not result["finished"]:
+        typer.echo(f"stopped early; rerun the same command to resume from {result['work_dir']}")
+        return
+    typer.echo(format_result(result["metrics"]))
+    typer.echo(f"throughput {t['examples_per_second']:.1f} examples/s over {t['steps']} steps "
+               f"(best at step {t['best_step']}); teacher logits: {t['teacher_cache']} in {t['teacher_seconds']:.1f}s")
+    typer.echo(f"wrote {result['out']}")

@@ -1,0 +1,99 @@
+"""`--tune N`: an optuna search over the recipe's tunable fields (temperature, loss weights, learning rate).
+
+The study lives in `out/study.db` (sqlite), so rerunning the same command continues it: finished trials
+are kept, a trial killed mid-way runs again with the same values (its distillation resumes from its
+checkpoint), and the search stops once N trials are complete. Trials share one teacher-logit cache.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from headcut.distill.recipe import DistillRecipe, tune_ranges
+from headcut.distill.run import distill
+from headcut.errors import UserError
+from headcut.files import write_json
+from headcut.finetune import recipe_hash
+from headcut.recipes import to_dict
+
+STUDY_FILE = "study.db"
+
+
+def study_name(recipe: DistillRecipe) -> str:
+    """Same recipe apart from the searched fields = same study."""
+    fixed = {k: v for k, v in to_dict(recipe).items() if k not in recipe.tune_fields}
+    return "distill-" + hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool = False, progress=None,
+         on_trial=None) -> dict:
+    """Run (or continue) the search until `trials` trials are complete; returns the trials and the best one.
+
+    Each trial's student lands in out/trials/<recipe hash>/; `on_trial(record)` is called after each trial.
+    """
+    import optuna
+
+    out = Path(out)
+    if trials <= 0:
+        raise UserError(f"--tune {trials}: give the number of trials to run, e.g. --tune 8.")
+    if not recipe.tune_fields:
+        raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
+    if out.exists() and any(out.iterdir()) and not (out / STUDY_FILE).exists() and not overwrite:
+        raise UserError(f"--out {out} is not empty and holds no study; choose a new folder or pass --overwrite.")
+    if overwrite and (out / STUDY_FILE).exists():
+        (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values repeat
+    out.mkdir(parents=True, exist_ok=True)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI reports trials itself
+    study = optuna.create_study(
+        study_name=study_name(recipe), storage=f"sqlite:///{out / STUDY_FILE}", load_if_exists=True,
+        direction="minimize" if recipe.select_metric == "loss" else "maximize",
+        sampler=optuna.samplers.TPESampler(seed=recipe.seed),
+    )
+    running = optuna.trial.TrialState.RUNNING
+    for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
+        study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+        study.enqueue_trial(stale.params)
+    ranges = tune_ranges()
+    while _complete(study) < trials:
+        trial = study.ask()
+        values = {name: trial.suggest_float(name, ranges[name][0], ranges[name][1], log=ranges[name][2])
+                  for name in recipe.tune_fields}
+        candidate = dataclasses.replace(recipe, **values)
+        folder = out / "trials" / recipe_hash(candidate)
+        metrics = _finished_metrics(folder)
+        if metrics is None:
+            result = distill(candidate, folder, overwrite=True, progress=progress, cache_dir=out / "teacher")
+            metrics = result["metrics"]
+        value = metrics["after"][recipe.select_metric]
+        trial.set_user_attr("artifact", str(folder))
+        study.tell(trial, value)
+        if on_trial:
+            on_trial({"number": trial.number, "params": values, "value": value, "artifact": str(folder)})
+    summary = _summary(study, recipe)
+    write_json(out / "tune.json", summary)
+    return summary
+
+
+def _complete(study) -> int:
+    import optuna
+
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def _finished_metrics(folder: Path) -> dict | None:
+    meta = folder / "headcut.json"
+    return json.loads(meta.read_text()).get("metrics") if meta.exists() else None
+
+
+def _summary(study, recipe: DistillRecipe) -> dict:
+    import optuna
+
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    records = [{"number": t.number, "params": t.params, "value": t.value, "artifact": t.user_attrs.get("artifact")}
+               for t in done]
+    best = study.best_trial
+    return {"study": study.study_name, "metric": recipe.select_metric, "trials": records,
+            "best": {"number": best.number, "params": best.params, "value": best.value,
+                     "artifact": best.user_attrs.get("artifact")}}
