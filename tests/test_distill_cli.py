@@ -1,0 +1,66 @@
+"""`headcut distill` and `--tune` on a tiny teacher: output, exit codes, a resumable optuna study."""
+from __future__ import annotations
+
+import json
+
+import yaml
+from typer.testing import CliRunner
+
+from headcut.cli.main import app
+from headcut.models import load_model
+from test_distill import one_thread, recipe_for, tiny_teacher  # noqa: F401 (fixtures)
+
+runner = CliRunner()
+
+
+def write_recipe(path, teacher, **changes):
+    recipe = recipe_for(teacher, epochs=1, eval_every=10, **changes)
+    data = {k: list(v) if isinstance(v, tuple) else v for k, v in recipe.__dict__.items()}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_cli_distills_and_reports_against_the_teacher(tiny_teacher, tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
+    result = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s"), "--set", "keep_layers=1"])
+    assert result.exit_code == 0, result.output
+    assert "after - teacher [95% paired CI]" in result.output and "teacher logits: written" in result.output
+    assert load_model(tmp_path / "s").model.config.num_hidden_layers == 1
+    again = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s")])
+    assert again.exit_code == 2 and "not empty; choose a new folder or pass --overwrite" in again.output
+
+
+def test_cli_errors_exit_2_with_one_sentence(tiny_teacher, tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
+    bad = runner.invoke(app, ["distill", str(recipe), "--set", "temprature=3"])
+    assert bad.exit_code == 2 and "unknown key 'temprature'; valid keys are:" in bad.output
+    missing = runner.invoke(app, ["distill", "no_such_recipe"])
+    assert missing.exit_code == 2 and "distill/minilm_bottom3_cpu" in missing.output
+    assert "Traceback" not in bad.output + missing.output
+
+
+def test_tune_resumes_its_study_and_reruns_a_killed_trial(tiny_teacher, tmp_path):
+    import optuna
+
+    from headcut.distill import tune_ranges
+    from headcut.distill.tune import STUDY_FILE, study_name, tune
+
+    recipe = recipe_for(tiny_teacher, epochs=0.5, eval_every=100, tune_fields=("temperature", "learning_rate"))
+    seen = []
+    first = tune(recipe, tmp_path / "study", trials=2, on_trial=seen.append)
+    assert len(first["trials"]) == 2 and len(seen) == 2
+    assert first["best"]["value"] == max(t["value"] for t in first["trials"])
+    for t in seen:
+        meta = load_model(t["artifact"]).meta
+        assert meta["recipe"]["temperature"] == t["params"]["temperature"]
+        assert meta["metrics"]["after"]["spearman"] == t["value"]
+    # a process killed mid-trial leaves it RUNNING in the study
+    study = optuna.load_study(study_name=study_name(recipe), storage=f"sqlite:///{tmp_path / 'study' / STUDY_FILE}")
+    stale = study.ask()
+    params = {k: stale.suggest_float(k, lo, hi, log=log) for k, (lo, hi, log) in tune_ranges().items()
+              if k in recipe.tune_fields}
+    seen.clear()
+    second = tune(recipe, tmp_path / "study", trials=3, on_trial=seen.append)
+    assert len(seen) == 1 and seen[0]["params"] == params  # only the missing trial ran, with the killed values
+    assert len(second["trials"]) == 3
+    assert json.loads((tmp_path / "study" / "tune.json").read_text())["best"] == second["best"]
