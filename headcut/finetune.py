@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -19,7 +18,7 @@ from headcut.evaluate.predict import encode, predict_logits
 from headcut.files import check_out_dir
 from headcut.models import load_model, save_model
 from headcut.recipes import to_dict
-from headcut.training import LoopSettings, train
+from headcut.training import is_finished, open_work_dir, publish_best, settings_from, train
 
 
 @dataclass(frozen=True)
@@ -103,15 +102,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     call after an interruption and it continues from `out`.partial/checkpoint."""
     out = Path(out)
     check_out_dir(out, overwrite=overwrite)
-    work = out.with_name(out.name + ".partial")
-    stamp = work / "recipe.json"
-    if work.exists() and stamp.exists() and json.loads(stamp.read_text()).get("hash") != recipe_hash(recipe):
-        if not overwrite:
-            raise UserError(f"{work} holds an unfinished run of another recipe; pass --overwrite to start afresh.")
-    if overwrite and work.exists() and stamp.exists() and json.loads(stamp.read_text()).get("hash") != recipe_hash(recipe):
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(json.dumps({"hash": recipe_hash(recipe), "recipe": to_dict(recipe)}))
+    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
 
     train_pairs, dev = load_data(recipe)
     loaded = load_model(recipe.model, num_labels=len(recipe.grades), seed=recipe.seed)
@@ -148,37 +139,17 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
         loaded.model = m
         save_model(loaded, best, meta={**meta, "dev_metrics": metrics}, overwrite=True)
 
-    settings = LoopSettings(
-        epochs=recipe.epochs, batch_size=recipe.batch_size, learning_rate=recipe.learning_rate,
-        warmup_ratio=recipe.warmup_ratio, weight_decay=recipe.weight_decay,
-        gradient_accumulation=recipe.gradient_accumulation, mixed_precision=recipe.mixed_precision,
-        eval_every=recipe.eval_every, checkpoint_every=recipe.checkpoint_every,
-        early_stopping_patience=recipe.early_stopping_patience, select_metric=recipe.select_metric, seed=recipe.seed,
-    )
+    settings = settings_from(recipe)
     state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=work,
                   save_best=save_best, progress=progress, stop_after_steps=stop_after_steps)
-    finished = state.step >= _total_steps(len(encoded), settings) or (
-        settings.early_stopping_patience and state.bad_evals >= settings.early_stopping_patience)
-    result = {"state": state.__dict__, "finished": bool(finished), "work_dir": str(work),
+    result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings), "work_dir": str(work),
               "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
               "cpu_per_wall": state.cpu_seconds / max(state.train_seconds, 1e-9)}
-    if finished:
-        meta_path = work / "best" / "headcut.json"
-        best_meta = json.loads(meta_path.read_text())
-        best_meta["training"] = {k: result[k] for k in ("examples_per_second", "cpu_per_wall")} | {
+    if result["finished"]:
+        training = {k: result[k] for k in ("examples_per_second", "cpu_per_wall")} | {
             "steps": state.step, "best_step": state.best_step, "history": state.history,
             "train_seconds": state.train_seconds}
-        meta_path.write_text(json.dumps(best_meta, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        (work / "best").rename(out)
-        shutil.rmtree(work)
+        best_meta = publish_best(work, out, {"training": training})
         result["out"] = str(out)
         result["dev_metrics"] = best_meta["dev_metrics"]
     return result
-
-
-def _total_steps(n, s: LoopSettings) -> int:
-    import math
-
-    return max(1, math.ceil(math.ceil(n / s.batch_size) * s.epochs / s.gradient_accumulation))
