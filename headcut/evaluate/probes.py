@@ -1,0 +1,162 @@
+"""What each head does, read from its attention on the data (no masking, no labels).
+
+Per head, over the content tokens (not [CLS]/[SEP]/padding) of every pair:
+- `previous` / `next`: share of tokens whose strongest attention goes to the previous / next token;
+- `noop`: mean attention mass on [CLS] and [SEP] (a head "parked" there does little);
+- `term_match`: mean mass from a token to identical tokens in the other text (query <-> title), over
+  tokens that have such a twin;
+- `boundary_f1`: the head links token t to t+1 (same word) when t's strongest attention is t+1; F1 of
+  those links against the tokenizer's words (a WordPiece `##` piece or a SentencePiece piece without
+  `▁` continues its word). A head that always looks at the next token links everything and scores low.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from headcut.arch import mask_shape
+from headcut.data import Pairs
+from headcut.evaluate.attention import attention_weights
+from headcut.evaluate.predict import Encoded, collate, encode, length_batches
+
+PROBES = ("previous", "next", "noop", "term_match", "boundary_f1")
+
+
+@dataclass
+class ProbeInputs:
+    encoded: Encoded
+    special_ids: set[int]
+    sep_id: int
+    continues: list[list[bool]] | None  # continues[i][t]: token t+1 is in the same word as token t
+    tokens: list[list[str]] | None = None
+
+
+def probe_inputs(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) -> ProbeInputs:
+    """Token ids plus the reference word segmentation of each pair, from the tokenizer's pieces."""
+    encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
+    tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded.input_ids]
+    sentencepiece = any(t.startswith("▁") for row in tokens[:50] for t in row)
+    if sentencepiece:
+        continues = [[not nxt.startswith("▁") for nxt in row[1:]] + [False] for row in tokens]
+    else:
+        continues = [[nxt.startswith("##") for nxt in row[1:]] + [False] for row in tokens]
+    special = {i for i in tokenizer.all_special_ids}
+    return ProbeInputs(encoded, special, tokenizer.sep_token_id, continues, tokens)
+
+
+def _segments(ids: torch.Tensor, sep_id: int) -> torch.Tensor:
+    """0 for the query, >= 1 for the title: how many [SEP]s come before each position."""
+    is_sep = (ids == sep_id).long()
+    return torch.cumsum(is_sep, 1) - is_sep
+
+
+@torch.inference_mode()
+def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=None) -> dict:
+    """Probe scores `(layers, heads)` for each name in PROBES (NaN where a pruned layer lacks the head),
+    plus the best single boundary head and the greedy best union of heads ("boundary_union")."""
+    device = next(model.parameters()).device
+    layers, width = mask_shape(model)
+    sums = {name: np.zeros((layers, width)) for name in ("previous", "next", "noop", "term_match")}
+    counts = {"tokens": 0, "twins": 0}
+    link_preds: list[np.ndarray] = []  # per batch: (layers, width, candidates)
+    link_true: list[np.ndarray] = []
+    present = np.zeros((layers, width), dtype=bool)
+    enc = inputs.encoded
+    for rows in length_batches(enc, batch_size):
+        batch = {k: v.to(device) for k, v in collate(enc, rows).items()}
+        ids = batch["input_ids"]
+        real = batch["attention_mask"].bool()
+        special = torch.zeros_like(real)
+        for s in inputs.special_ids:
+            special |= ids == s
+        content = real & ~special
+        seg = _segments(ids, inputs.sep_id)
+        pos = torch.arange(ids.shape[1], device=device)
+        twin = (ids[:, :, None] == ids[:, None, :]) & (seg[:, :, None] != seg[:, None, :])
+        twin &= content[:, :, None] & content[:, None, :]
+        has_twin = twin.any(-1)
+        # candidates for a within-word link: t and t+1 both content tokens of the same text
+        cand = torch.zeros_like(content)
+        cand[:, :-1] = content[:, :-1] & content[:, 1:] & (seg[:, :-1] == seg[:, 1:])
+        if inputs.continues is not None:
+            truth = torch.zeros_like(content)
+            for j, i in enumerate(rows):
+                c = inputs.continues[i]
+                truth[j, : len(c)] = torch.tensor(c, dtype=torch.bool, device=device)
+            link_true.append(truth[cand].cpu().numpy())
+        maps, _ = attention_weights(model, batch)
+        batch_links = np.zeros((layers, width, int(cand.sum())), dtype=bool)
+        for layer, a in enumerate(maps):
+            if a is None:
+                continue
+            h = a.shape[1]
+            present[layer, :h] = True
+            a = a.float()
+            top = a.argmax(-1)  # (batch, heads, queries)
+            q = content[:, None, :].expand_as(top)
+            sums["previous"][layer, :h] += ((top == pos - 1) & q).sum((0, 2)).cpu().numpy()
+            sums["next"][layer, :h] += ((top == pos + 1) & q).sum((0, 2)).cpu().numpy()
+            sums["noop"][layer, :h] += ((a * special[:, None, None, :]).sum(-1) * q).sum((0, 2)).cpu().numpy()
+            mass = (a * twin[:, None]).sum(-1)
+            sums["term_match"][layer, :h] += (mass * has_twin[:, None]).sum((0, 2)).cpu().numpy()
+            links = (top == pos + 1).permute(1, 0, 2)[:, cand]  # (heads, candidates)
+            batch_links[layer, :h] = links.cpu().numpy()
+        link_preds.append(batch_links)
+        counts["tokens"] += int(content.sum())
+        counts["twins"] += int(has_twin.sum())
+        if progress:
+            progress(len(rows))
+    out = {name: sums[name] / max(counts["tokens"], 1) for name in ("previous", "next", "noop")}
+    out["term_match"] = sums["term_match"] / max(counts["twins"], 1)
+    out["content_tokens"], out["twin_tokens"] = counts["tokens"], counts["twins"]
+    if link_true:
+        preds, truth = np.concatenate(link_preds, axis=2), np.concatenate(link_true)
+        out.update(_boundary(preds, truth, present))
+    for name in PROBES:
+        if name in out:
+            out[name] = np.where(present, out[name], np.nan)
+    return out
+
+
+def _f1(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
+    tp = (pred & truth).sum(-1)
+    fp = (pred & ~truth).sum(-1)
+    fn = (~pred & truth).sum(-1)
+    return np.where(tp > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0)
+
+
+def _boundary(preds: np.ndarray, truth: np.ndarray, present: np.ndarray, *, max_union: int = 6) -> dict:
+    """Per-head F1 of within-word links, and a greedy union (a link if any chosen head links)."""
+    f1 = _f1(preds, truth)
+    flat = preds.reshape(-1, preds.shape[-1])
+    order = [i for i in np.argsort(-f1.flatten()) if present.flatten()[i]]
+    chosen, best = [], 0.0
+    union = np.zeros(preds.shape[-1], dtype=bool)
+    for _ in range(max_union):
+        gains = [(float(_f1(union | flat[i], truth)), i) for i in order if i not in chosen]
+        if not gains:
+            break
+        score, pick = max(gains)
+        if score <= best:
+            break
+        chosen.append(pick)
+        best = score
+        union |= flat[pick]
+    width = preds.shape[1]
+    return {
+        "boundary_f1": f1,
+        "boundary_union": {"heads": [[int(i) // width, int(i) % width] for i in chosen], "f1": best},
+        "boundary_links": int(truth.sum()),
+        "boundary_candidates": int(len(truth)),
+    }
+
+
+def example_attention(model, inputs: ProbeInputs, index: int) -> tuple[list[torch.Tensor | None], list[str]]:
+    """Attention maps `(heads, tokens, tokens)` per layer for one pair, and its tokens (for the figure grid)."""
+    batch = collate(inputs.encoded, [index])
+    batch = {k: v.to(next(model.parameters()).device) for k, v in batch.items()}
+    maps, _ = attention_weights(model, batch)
+    tokens = inputs.tokens[index] if inputs.tokens else [str(i) for i in inputs.encoded.input_ids[index]]
+    return [None if a is None else a[0].float().cpu() for a in maps], tokens

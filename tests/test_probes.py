@@ -1,0 +1,88 @@
+"""Probes find planted head functions: a tiny BERT whose weights make layer 0 head 0 attend to the
+next token and head 1 to identical tokens."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from conftest import tiny_model
+from headcut.evaluate.predict import Encoded
+from headcut.evaluate.probes import ProbeInputs, example_attention, probe_heads
+
+HIDDEN, HEAD = 64, 16
+CLS, SEP = 2, 3
+
+
+def planted_model():
+    """Embeddings [p, -p, w, -w]: zero mean and constant norm, so LayerNorm only rescales. p_t is a
+    sinusoidal position code (a shift by one position is a rotation R, i.e. linear); w_v a random unit code."""
+    model = tiny_model("bert", hidden_size=HIDDEN, num_attention_heads=4, intermediate_size=37, seed=0,
+                       max_position_embeddings=64)
+    freqs = torch.tensor([0.15, 0.35, 0.55, 0.8, 1.1, 1.5, 2.0, 2.6])
+    t = torch.arange(64, dtype=torch.float32)[:, None]
+    p = torch.cat([torch.cos(freqs * t), torch.sin(freqs * t)], 1)  # (positions, 16)
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(99, 16, generator=g)
+    w = w / w.norm(dim=1, keepdim=True) * math.sqrt(8)  # same norm as p: 8 = sum cos^2 + sin^2
+    emb = model.bert.embeddings
+    with torch.no_grad():
+        emb.position_embeddings.weight.zero_()
+        emb.position_embeddings.weight[:, :16] = p
+        emb.position_embeddings.weight[:, 16:32] = -p
+        emb.word_embeddings.weight.zero_()
+        emb.word_embeddings.weight[:, 32:48] = w
+        emb.word_embeddings.weight[:, 48:] = -w
+        emb.token_type_embeddings.weight.zero_()
+        emb.LayerNorm.weight.fill_(1.0)
+        emb.LayerNorm.bias.zero_()
+        att = model.bert.encoder.layer[0].attention.self
+        for lin in (att.query, att.key):
+            lin.weight.zero_()
+            lin.bias.zero_()
+        c, s = torch.cos(freqs), torch.sin(freqs)
+        rot = torch.zeros(16, 16)  # p_{t+1} = rot @ p_t
+        rot[:8, :8], rot[:8, 8:] = torch.diag(c), -torch.diag(s)
+        rot[8:, :8], rot[8:, 8:] = torch.diag(s), torch.diag(c)
+        att.query.weight[:16, :16] = 40 * rot  # head 0: query = R p_t, key = p_s -> peaks at s = t + 1
+        att.key.weight[:16, :16] = torch.eye(16)
+        att.query.weight[16:32, 32:48] = 40 * torch.eye(16)  # head 1: query = w_t, key = w_s -> twins
+        att.key.weight[16:32, 32:48] = torch.eye(16)
+    return model
+
+
+def planted_inputs(n: int = 12) -> ProbeInputs:
+    g = np.random.default_rng(0)
+    ids, continues = [], []
+    for _ in range(n):
+        query = [int(x) for x in g.choice(np.arange(10, 50), 3, replace=False)]  # disjoint ranges: one twin only
+        title = [int(x) for x in g.choice(np.arange(50, 99), 5, replace=False)]
+        title[2] = query[1]  # one shared term per pair
+        row = [CLS] + query + [SEP] + title + [SEP]
+        ids.append(row)
+        continues.append([i in (1, 6) for i in range(len(row))])  # two two-piece words per pair
+    enc = Encoded(ids, [[0] * len(r) for r in ids], 0)
+    return ProbeInputs(enc, {0, CLS, SEP}, SEP, continues)
+
+
+def test_probes_find_the_planted_heads():
+    model = planted_model()
+    out = probe_heads(model, planted_inputs(), batch_size=5)
+    nxt, term = out["next"][0], out["term_match"][0]
+    assert nxt[0] > 0.95 and np.argmax(out["next"].flatten()) == 0
+    assert term[1] > 0.3 and np.argmax(out["term_match"].flatten()) == 1
+    assert term[1] > 5 * np.delete(out["term_match"].flatten(), 1).max()
+    assert out["previous"][0, 0] < 0.05 and out["noop"].shape == (2, 4)
+    # the next-token head links every neighbour: perfect recall, precision 2 of the 6 candidates per pair
+    assert np.isclose(out["boundary_f1"][0, 0], 2 * 24 / (2 * 24 + (12 * 6 - 24) + 0), atol=1e-6)
+    assert out["boundary_union"]["f1"] >= out["boundary_f1"].max() - 1e-12
+    assert out["content_tokens"] == 12 * 8 and out["twin_tokens"] == 12 * 2
+
+
+def test_example_attention_is_a_distribution_per_row():
+    model = planted_model()
+    maps, tokens = example_attention(model, planted_inputs(), 0)
+    assert maps[0].shape == (4, 11, 11) and len(tokens) == 11
+    assert torch.allclose(maps[0].sum(-1), torch.ones(4, 11), atol=1e-5)
+    assert maps[0][0, 1].argmax() == 2  # token 1 looks at token 2
