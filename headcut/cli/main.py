@@ -9,9 +9,9 @@ from headcut.cli.export import export
 from headcut.cli.finetune import finetune
 from headcut.cli.grade import grade
 from headcut.cli.bench import bench
-from headcut.cli.bench import bench
 from headcut.cli.serve import serve
 from headcut.cli.prune import prune
+from headcut.cli.scan import probe, scan
 
 app = typer.Typer(
     name="headcut",
@@ -26,9 +26,10 @@ app.command()(distill)
 app.command()(export)
 app.command()(grade)
 app.command()(bench)
-app.command()(bench)
 app.command()(serve)
 app.command()(prune)
+app.command()(scan)
+app.command()(probe)
 
 if __name__ == "__main__":
     app()

@@ -1,0 +1,162 @@
+"""`headcut scan` and `headcut probe`: score every attention head, run the study's experiments, probe
+what heads do; write importance.json/csv, figures and a report."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt,
+                                quiet_transformers, read_data, user_errors)
+
+
+def stage_bars(total: int):
+    """A progress(stage, n) callback drawing one bar per stage, and a function closing them."""
+    from tqdm import tqdm
+
+    bars: dict = {}
+
+    def progress(stage: str, n: int):
+        if stage not in bars:
+            for bar in bars.values():
+                bar.close()
+            bars[stage] = tqdm(total=total, desc=stage, unit="pair", file=sys.stderr, dynamic_ncols=True,
+                               leave=False, disable=None)
+        bars[stage].update(n)
+
+    def close():
+        for bar in bars.values():
+            bar.close()
+
+    return progress, close
+
+
+def summary_lines(result: dict) -> list[str]:
+    lines = []
+    if "baseline" in result:
+        b = result["baseline"]
+        lines.append(f"baseline: accuracy {b['accuracy']:.4f}  Spearman {b['spearman']:.4f}  loss {b['loss']:.4f}  "
+                     f"(n={b['n']})")
+    for method, r in result["ranking"].items():
+        lines.append(f"{method:<9} top {' '.join(r['top'])}   bottom {' '.join(r['bottom'])}")
+    exps = result.get("experiments", {})
+    for r in exps.get("random", []):
+        if r["ratio"] in (0.1, 0.2, 0.5):
+            lines.append(f"random {100 * r['ratio']:.0f}%: accuracy {r['relative_accuracy_pct']:+.2f}%  "
+                         f"loss {r['loss_delta']:+.4f}  flip rate {r['flip_rate']:.3f}")
+    for name, curve in exps.get("halves", {}).items():
+        r = curve[-1]
+        lines.append(f"{name} half {100 * r['ratio']:.0f}%: accuracy {r['relative_accuracy_pct']:+.2f}%  "
+                     f"loss {r['loss_delta']:+.4f}  flip rate {r['flip_rate']:.3f}")
+    for r in exps.get("term", []):
+        lines.append(f"{r['condition']}: accuracy {r['relative_accuracy_pct']:+.2f}%  loss {r['loss_delta']:+.4f}  "
+                     f"flip rate {r['flip_rate']:.3f}")
+    return lines
+
+
+def _run(model, data, out, settings, *, preset, query_col, title_col, label_col, label_map, limit, seed,
+         overwrite, allow_pickle):
+    from headcut.evaluate.scan import scan as run_scan
+    from headcut.evaluate.scan_report import write_scan
+    from headcut.files import atomic_dir, check_out_dir
+    from headcut.models import load_model
+
+    check_out_dir(out, overwrite=overwrite)
+    pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
+                      label_map=label_map, limit=limit, require_labels=False, seed=seed)
+    loaded = load_model(model, allow_pickle=allow_pickle)
+    if settings.max_length is None:
+        settings = type(settings)(**{**settings.__dict__, "max_length": loaded.max_length})
+    progress, close = stage_bars(len(pairs))
+    try:
+        result = run_scan(loaded, pairs, settings, progress=progress)
+    finally:
+        close()
+    model_info = {"path": loaded.path, "weights_hash": loaded.weights_hash}
+    data_info = {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
+                 "limit": limit}
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        write_scan(tmp, result, model_info=model_info, data_info=data_info)
+    return result
+
+
+@user_errors
+def scan(
+    model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
+    data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for importance.json/csv, figures, report.md/html."),
+    method: str = typer.Option("ablation,kl,gradient,fisher,entropy", "--method",
+                               help="Comma list of ablation, kl, gradient, fisher, entropy; the first is the "
+                                    "default that `headcut prune --scores` reads."),
+    experiments: str = typer.Option("all", "--experiments",
+                                    help="all, none, or numbers 1-5: 1 random, 2 halves, 3 layers, 4 heads, 5 term."),
+    probes: bool = typer.Option(True, "--probes/--no-probes", help="Probe what each head attends to."),
+    limit: Opt[int] = typer.Option(1000, "--limit", help="Seeded random sample of this many pairs (0: all)."),
+    draws: int = typer.Option(5, "--draws", help="Random masks per ratio in experiments 1, 2 and 5."),
+    k: int = typer.Option(5, "--k", help="Term-matching heads masked in experiment 5."),
+    bootstrap: int = typer.Option(200, "--bootstrap", help="Bootstrap resamples for the 95% CIs."),
+    batch_size: int = typer.Option(64, help="Pairs per forward pass."),
+    max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the data sample and the random masks."),
+    preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
+    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
+    overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
+):
+    """Score every attention head of MODEL on DATA (exact single-head ablation, KL, gradient, Fisher,
+    attention entropy), run the study's masking experiments and the head probes.
+
+    Example: headcut scan --model runs/teacher --data ../shared/data/homedepot/dev.tsv --out runs/scan
+    """
+    quiet_transformers()
+    from headcut.evaluate.scan import ScanSettings, parse_experiments, parse_methods
+
+    settings = ScanSettings(methods=parse_methods(method), experiments=parse_experiments(experiments), probes=probes,
+                            batch_size=batch_size, max_length=max_length, draws=draws, k=k, iters=bootstrap, seed=seed)
+    result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
+                  label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,
+                  allow_pickle=allow_pickle)
+    for line in summary_lines(result):
+        typer.echo(line)
+    typer.echo(f"wrote {out}/importance.json, importance.csv, report.md, report.html")
+
+
+@user_errors
+def probe(
+    model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
+    data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'; grades not needed."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder for the probe report (importance.json holds entropy)."),
+    limit: Opt[int] = typer.Option(500, "--limit", help="Seeded random sample of this many pairs (0: all)."),
+    batch_size: int = typer.Option(32, help="Pairs per forward pass."),
+    max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the data sample."),
+    preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
+    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
+    overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
+):
+    """Probe what each head of MODEL does on DATA: previous/next-token, word-boundary F1, query<->title
+    term matching, no-op mass on [CLS]/[SEP]; with a grid of attention maps. No grades needed.
+
+    Example: headcut probe --model runs/teacher --data ../shared/data/homedepot/dev.tsv --out runs/probe
+    """
+    quiet_transformers()
+    import numpy as np
+
+    from headcut.evaluate.probes import PROBES
+    from headcut.evaluate.scan import ScanSettings
+
+    settings = ScanSettings(methods=("entropy",), experiments=(), probes=True, batch_size=batch_size,
+                            max_length=max_length, seed=seed)
+    result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
+                  label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,
+                  allow_pickle=allow_pickle)
+    probes = result["probes"]
+    for name in PROBES:
+        if name in probes:
+            v = np.nan_to_num(np.asarray(probes[name], dtype=float), nan=-np.inf)
+            layer, head = np.unravel_index(int(np.argmax(v)), v.shape)
+            typer.echo(f"{name:<12} best L{layer}H{head}  {v[layer, head]:.3f}")
+    union = probes.get("boundary_union")
+    if union:
+        typer.echo(f"boundary union {' '.join(f'L{l}H{h}' for l, h in union['heads'])}  F1 {union['f1']:.3f}")
+    typer.echo(f"wrote {out}/report.md, report.html")

@@ -1,0 +1,173 @@
+"""One scan of a model: importance scores by several methods (sharing passes where they can), the
+study's experiments and the head probes, as one JSON-ready result that `scan_report` writes out."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from headcut.data import Pairs
+from headcut.errors import UserError
+from headcut.evaluate.ablation import ablation_logits
+from headcut.evaluate.experiments import EXPERIMENTS, effects, present_heads, run_experiments
+from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gradient_scores, loss_labels,
+                                         mask_gradients)
+from headcut.evaluate.metrics import summarize
+from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    methods: tuple[str, ...] = ("ablation", "kl", "gradient", "fisher", "entropy")
+    experiments: tuple[str, ...] = EXPERIMENTS
+    probes: bool = True
+    batch_size: int = 64
+    max_length: int = 128
+    draws: int = 5  # random masks per ratio: more narrows the CIs, linearly slower
+    k: int = 5  # term-matching heads masked in experiment 5
+    iters: int = 200  # bootstrap resamples for the CIs
+    seed: int = 0
+
+
+def parse_experiments(text: str) -> tuple[str, ...]:
+    """'all', 'none', or a comma list of numbers 1..5 or names (random, halves, layers, heads, term)."""
+    text = text.strip().lower()
+    if text == "all":
+        return EXPERIMENTS
+    if text in ("none", ""):
+        return ()
+    chosen = []
+    for item in text.split(","):
+        item = item.strip()
+        name = EXPERIMENTS[int(item) - 1] if item.isdigit() and 1 <= int(item) <= len(EXPERIMENTS) else item
+        if name not in EXPERIMENTS:
+            raise UserError(f"--experiments {text}: unknown '{item}'; use all, none or numbers 1-5 "
+                            f"({', '.join(EXPERIMENTS)}).")
+        chosen.append(name)
+    return tuple(dict.fromkeys(chosen))
+
+
+def parse_methods(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(m.strip().lower() for m in text.split(",") if m.strip()))
+    bad = [m for m in names if m not in METHODS]
+    if bad or not names:
+        raise UserError(f"--method {text}: unknown {', '.join(bad) or 'empty'}; choose from {', '.join(METHODS)}.")
+    return names
+
+
+def head_label(index: int, width: int) -> str:
+    return f"L{index // width}H{index % width}"
+
+
+def rank_heads(scores: torch.Tensor, *, n: int = 5) -> dict:
+    """The n most and least important present heads, as labels like L2H9."""
+    flat = scores.flatten()
+    order = [int(i) for i in torch.argsort(flat, descending=True, stable=True) if torch.isfinite(flat[i])]
+    width = scores.shape[1]
+    return {"top": [head_label(i, width) for i in order[:n]], "bottom": [head_label(i, width) for i in order[-n:][::-1]]}
+
+
+def method_correlations(scores: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+    """Spearman rank correlation between every two methods over the present heads."""
+    out: dict[str, dict[str, float]] = {}
+    for a, sa in scores.items():
+        out[a] = {}
+        for b, sb in scores.items():
+            keep = torch.isfinite(sa) & torch.isfinite(sb)
+            out[a][b] = float(spearmanr(sa[keep].numpy(), sb[keep].numpy()).statistic) if keep.sum() > 2 else float("nan")
+    return out
+
+
+def telling_example(model, inputs, probes: dict, *, max_tokens: int = 24) -> dict:
+    """Attention maps of one short pair that shares a term between query and title, and the heads
+    that best show each probe (for the small-multiples figure)."""
+    ids = inputs.encoded.input_ids
+    order = sorted(range(len(ids)), key=lambda i: (len(ids[i]) > max_tokens, -_twins(ids[i], inputs), len(ids[i])))
+    index = order[0]
+    maps, tokens = example_attention(model, inputs, index)
+    heads, seen = [], set()
+    for name in ("previous", "next", "term_match", "boundary_f1", "noop"):
+        values = np.nan_to_num(np.asarray(probes.get(name, []), dtype=float), nan=-np.inf)
+        if values.size == 0:
+            continue
+        layer, head = np.unravel_index(int(np.argmax(values)), values.shape)
+        if (layer, head) not in seen and maps[layer] is not None:
+            seen.add((layer, head))
+            heads.append((int(layer), int(head), f"{name} {values[layer, head]:.2f}"))
+    return {"index": index, "tokens": tokens, "maps": maps, "heads": heads}
+
+
+def _twins(ids: list[int], inputs) -> int:
+    sep = ids.index(inputs.sep_id) if inputs.sep_id in ids else len(ids)
+    query = set(ids[1:sep]) - inputs.special_ids
+    return sum(1 for t in ids[sep + 1:] if t in query)
+
+
+def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *,
+         progress: Callable[[str, int], None] | None = None) -> dict:
+    """Score, experiment and probe. `progress(stage, pairs_done)`: each stage is one pass over `pairs`.
+
+    Returns {"scores": {method: (layers, heads) tensor}, "baseline", "ablation_table", "experiments",
+    "probes", "correlations", "ranking", "settings"}.
+    """
+    model, tokenizer = loaded.model, loaded.tokenizer
+    labelled = pairs.has_labels
+    if not labelled and (settings.experiments or "ablation" in settings.methods):
+        raise UserError(f"{pairs.source} has no grades, which --method ablation and the experiments need; "
+                        "pass --method kl,gradient,fisher,entropy --experiments none.")
+    stage = (lambda name: (lambda n: progress(name, n))) if progress else (lambda name: None)
+    torch.manual_seed(settings.seed)
+    encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
+    labels = pairs.label_array() if labelled else None
+    scores: dict[str, torch.Tensor] = {}
+    result: dict = {"settings": settings.__dict__, "pairs": len(pairs)}
+    base = single = None
+    if {"ablation", "kl"} & set(settings.methods) or "heads" in settings.experiments:
+        base, single = ablation_logits(model, encoded, batch_size=settings.batch_size, progress=stage("ablation scan"))
+    elif labelled:
+        base = predict_logits(model, None, None, batch_size=settings.batch_size, encoded=encoded,
+                              progress=stage("baseline"))
+    if labelled:
+        result["baseline"] = summarize(base, labels, pairs.grades)
+    if {"gradient", "fisher"} & set(settings.methods):
+        grad_labels = loss_labels(model, encoded, pairs, batch_size=settings.batch_size)
+        grads = mask_gradients(model, encoded, grad_labels, batch_size=settings.batch_size,
+                               progress=stage("mask gradients"))
+    for method in settings.methods:
+        if method in ("ablation", "kl"):
+            scores[method] = ablation_scores(model, labels, base, single, method=method)
+        elif method in ("gradient", "fisher"):
+            scores[method] = gradient_scores(model, grads, method=method)
+        else:
+            scores[method] = entropy_scores(model, encoded, batch_size=settings.batch_size,
+                                            progress=stage("attention entropy"))
+    if labelled and single is not None:
+        present = present_heads(model)
+        result["ablation_table"] = [
+            {"layer": i, "head": h, **effects(single[i, h][None], base, labels, pairs.grades, iters=settings.iters,
+                                              seed=settings.seed)}
+            for i in range(present.shape[0]) for h in range(present.shape[1]) if present[i, h]
+        ]
+    probes = None
+    if settings.probes or "term" in settings.experiments:
+        inputs = probe_inputs(tokenizer, pairs, max_length=settings.max_length, model=model)
+        probes = probe_heads(model, inputs, batch_size=settings.batch_size, progress=stage("probes"))
+        result["probes"] = probes
+        result["example"] = telling_example(model, inputs, probes)
+    if settings.experiments:
+        which = tuple(e for e in settings.experiments if e != "heads")  # the heat map is the ablation table
+        term = torch.as_tensor(np.nan_to_num(probes["term_match"], nan=-np.inf)) if probes else None
+        result["experiments"] = run_experiments(
+            model, encoded, labels, pairs.grades, base=base, single=None, term_scores=term, which=which,
+            draws=settings.draws, k=settings.k, iters=settings.iters, seed=settings.seed,
+            batch_size=settings.batch_size, progress=progress)
+        if "heads" in settings.experiments:
+            result["experiments"]["heads"] = result.get("ablation_table", [])
+    result["scores"] = scores
+    result["correlations"] = method_correlations(scores)
+    result["ranking"] = {m: rank_heads(s) for m, s in scores.items()}
+    return result
