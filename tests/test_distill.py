@@ -64,7 +64,7 @@ def kl(teacher_logits, student_logits):
 def recipe_for(teacher, **changes):
     values = dict(teacher=None if teacher is None else str(teacher), student="bottom-k", keep_layers=2, train_data="synthetic", train_rows=400,
                   dev_rows=150, dev_fraction=0.25, max_length=32, epochs=2, batch_size=16, learning_rate=2e-3,
-                  eval_every=10, checkpoint_every=10, seed=0)
+                  eval_every=10, checkpoint_every=10, seed=0, measure_speed=False)
     values.update(changes)
     return from_dict(DistillRecipe, values)
 
@@ -73,7 +73,7 @@ def test_bottom_k_distills_into_a_loadable_artifact(tiny_teacher, tmp_path):
     from headcut.evaluate.predict import predict_logits
 
     recipe = recipe_for(tiny_teacher, ce_weight=0.0, kd_weight=1.0, temperature=1.0, epochs=4, learning_rate=3e-3,
-                        eval_every=1000)
+                        eval_every=1000, measure_speed=True)
     teacher = load_model(tiny_teacher)
     untrained = build_student(recipe, teacher).loaded
     pairs = synthetic_pairs(150, seed=5)
@@ -86,6 +86,8 @@ def test_bottom_k_distills_into_a_loadable_artifact(tiny_teacher, tmp_path):
     assert meta["kind"] == "distill" and meta["teacher"]["weights_hash"] == teacher.weights_hash
     assert meta["recipe"]["keep_layers"] == 2 and meta["student"]["layer_map"] == [1, 3]
     assert set(meta["metrics"]) == {"teacher", "before", "after", "after_minus_teacher"}
+    speed = meta["speed"]  # 2 of 4 layers: about half the encoder FLOPs (embeddings/classifier are not counted)
+    assert 1.8 < speed["ideal_speedup"] <= 2.0 and [r["batch_size"] for r in speed["latency"]] == [1, 32]
     assert meta["metrics"]["after_minus_teacher"]["agreement"]["ci"][0] <= meta["metrics"]["after_minus_teacher"]["agreement"]["value"]
     after = dev_logits(tmp_path / "student")
     target = dev_logits(tiny_teacher)
@@ -162,7 +164,8 @@ def test_pruned_student_trains_against_the_teacher_its_artifact_names(tiny_teach
 
     cut = load_model(tiny_teacher)
     keep_heads(cut.model, [[0, 1], [2], [], [1, 3]])
-    save_model(cut, tmp_path / "pruned", meta={"teacher": {"path": str(tiny_teacher)}})
+    # headcut prune records the model it cut from as source.path
+    save_model(cut, tmp_path / "pruned", meta={"kind": "prune", "source": {"path": str(tiny_teacher)}})
     recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.5,
                         hidden_weight=0.5, attention_weight=0.5)  # online teacher, eager attention
     result = distill(recipe, tmp_path / "student")

@@ -41,6 +41,13 @@ def format_result(metrics: dict) -> str:
     return "\n".join(lines)
 
 
+def format_speed(speed: dict) -> str:
+    parts = [f"batch {r['batch_size']}: {r['ms_before']:.1f} -> {r['ms_after']:.1f} ms ({r['speedup']:.2f}x)"
+             for r in speed.get("latency", [])]
+    return (f"speed at {speed['seq_len']} tokens: ideal {speed['ideal_speedup']:.2f}x (FLOPs); measured "
+            + ", ".join(parts))
+
+
 @user_errors
 def distill(
     recipe: str = typer.Argument(..., help="Recipe YAML path or built-in name (see recipes/distill/)."),
@@ -91,4 +98,6 @@ def distill(
     typer.echo(format_result(result["metrics"]))
     typer.echo(f"throughput {t['examples_per_second']:.1f} examples/s over {t['steps']} steps "
                f"(best at step {t['best_step']}); teacher logits: {t['teacher_cache']} in {t['teacher_seconds']:.1f}s")
+    if result["speed"]:
+        typer.echo(format_speed(result["speed"]))
     typer.echo(f"wrote {result['out']}")

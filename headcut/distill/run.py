@@ -25,6 +25,7 @@ from headcut.evaluate.predict import encode, predict_logits
 from headcut.files import check_out_dir
 from headcut.finetune import grade_loss, load_data, recipe_hash
 from headcut.models import LoadedModel, load_model, save_model
+from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
 from headcut.training import is_finished, open_work_dir, publish_best, settings_from, train
 
@@ -153,8 +154,12 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
         "after": summarize(after_logits, dev_labels, recipe.grades, dev_groups),
         "after_minus_teacher": paired_bootstrap(after_logits, teacher_dev, dev_labels, recipe.grades, seed=recipe.seed),
     }
-    publish_best(work, out, {"training": training, "metrics": metrics})
-    return {**result, "out": str(out), "metrics": metrics}
+    speed = None
+    if recipe.measure_speed:  # at the median dev length: what a deployed grader mostly sees
+        seq_len = int(np.median(dev_encoded.lengths()))
+        speed = speed_summary(teacher.model.to("cpu"), best.model, seq_len=seq_len, batch_sizes=(1, 32))
+    publish_best(work, out, {"training": training, "metrics": metrics, "speed": speed})
+    return {**result, "out": str(out), "metrics": metrics, "speed": speed}
 
 
 def _projections(student, teacher, n: int, *, seed: int):
