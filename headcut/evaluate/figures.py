@@ -102,7 +102,7 @@ def attention_grid(maps: list, tokens: list[str], heads: list[tuple[int, int, st
     fig = Figure(figsize=(size * cols, size * rows), layout="constrained")
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).flatten()
     for ax, (layer, head, why) in zip(axes, heads):
-        ax.imshow(maps[layer][head].numpy(), cmap="Blues", vmin=0, vmax=1)
+        ax.imshow(maps[layer][head].numpy(), cmap="Blues", vmin=0)  # own scale: weak patterns stay visible
         ax.set_title(f"L{layer}H{head}: {why}", fontsize=8)
         ax.set_xticks(range(len(tokens)))
         ax.set_yticks(range(len(tokens)))

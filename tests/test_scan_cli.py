@@ -1,0 +1,104 @@
+"""`headcut scan` / `headcut probe` end to end: on a tiny saved grader (real tokenizer) every output is
+written and readable; user mistakes exit 2 with a sentence; on the real MiniLM teacher the numbers move
+the way masking must move them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import HOMEDEPOT, need_minilm, tiny_model
+from headcut.cli.main import app
+from headcut.evaluate.importance import read_scores
+from headcut.evaluate.scan import parse_experiments, parse_methods
+from headcut.errors import UserError
+
+runner = CliRunner()
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_grader(tmp_path_factory):
+    """A 2-layer random BERT with the real MiniLM tokenizer, saved as a headcut artifact."""
+    need_minilm()
+    from transformers import AutoTokenizer
+
+    from headcut.models import LoadedModel, resolve_source, save_model
+
+    tok = AutoTokenizer.from_pretrained(resolve_source("minilm-l6"))
+    model = tiny_model("bert", vocab_size=tok.vocab_size)
+    out = tmp_path_factory.mktemp("grader") / "tiny"
+    save_model(LoadedModel(model, tok, {"max_length": 32}), out)
+    return out
+
+
+def test_scan_writes_every_output(tiny_grader, tmp_path):
+    out = tmp_path / "scan"
+    r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", "synthetic", "--limit", "40",
+                            "--out", str(out), "--draws", "2", "--bootstrap", "20", "--k", "2"])
+    assert r.exit_code == 0, r.output
+    assert "ablation  top L" in r.output and "random 20%" in r.output
+    for name in ("importance.png", "heads.png", "random.png", "halves.png", "layers.png", "term.png", "probes.png",
+                 "attention.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 5000, name
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 8 and "<table>" in html
+    md = (out / "report.md").read_text()
+    assert "![" in md and "Experiment 5" in md
+    scores, meta = read_scores(out / "importance.json")
+    assert meta["method"] == "ablation" and meta["samples"] == 40 and meta["fingerprint"]
+    assert meta["methods"] == ["ablation", "kl", "gradient", "fisher", "entropy"]
+    assert scores.shape == (2, 4) and torch.isfinite(scores).all()
+    extra = json.loads((out / "importance.json").read_text())["extra"]
+    assert len(extra["ablation_table"]) == 8 and len(extra["experiments"]["random"]) == 9
+    assert len((out / "importance.csv").read_text().splitlines()) == 1 + 8
+    again = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", "synthetic", "--out", str(out)])
+    assert again.exit_code == 2 and "--overwrite" in again.output
+
+
+def test_probe_command(tiny_grader, tmp_path):
+    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", "synthetic", "--limit", "30",
+                            "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    assert "term_match" in r.output and "boundary union" in r.output
+    assert (tmp_path / "p" / "attention.png").read_bytes().startswith(PNG)
+
+
+def test_bad_flags_exit_2(tiny_grader, tmp_path):
+    r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", "synthetic", "--out", str(tmp_path / "x"),
+                            "--method", "ablation,magic"])
+    assert r.exit_code == 2 and "magic" in r.output
+    r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", "synthetic", "--out", str(tmp_path / "x"),
+                            "--experiments", "7"])
+    assert r.exit_code == 2 and "--experiments" in r.output
+
+
+def test_parsers():
+    assert parse_experiments("all") == ("random", "halves", "layers", "heads", "term")
+    assert parse_experiments("none") == ()
+    assert parse_experiments("1,3,term") == ("random", "layers", "term")
+    assert parse_methods("KL, fisher") == ("kl", "fisher")
+    with pytest.raises(UserError):
+        parse_methods("")
+
+
+def test_scan_of_the_real_teacher_moves_the_right_way(quick_teacher, tmp_path):
+    """Real MiniLM, real Home Depot dev pairs: masking most heads must hurt, single heads rank by loss."""
+    out = tmp_path / "scan"
+    r = runner.invoke(app, ["scan", "--model", str(quick_teacher), "--data", str(HOMEDEPOT / "dev.tsv"),
+                            "--preset", "homedepot", "--limit", "160", "--out", str(out), "--method",
+                            "ablation,fisher", "--experiments", "1,3", "--no-probes", "--draws", "2",
+                            "--bootstrap", "50"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "importance.json").read_text())
+    ablation, _ = read_scores(out / "importance.json", method="ablation")
+    assert ablation.shape == (6, 12) and ablation.max() > 0.005  # some head matters
+    random = {row["ratio"]: row for row in doc["extra"]["experiments"]["random"]}
+    assert random[0.9]["loss_delta"] > random[0.1]["loss_delta"]
+    assert random[0.9]["flip_rate"] > 0.1 and random[0.9]["loss_delta_ci"][0] > 0
+    assert max(row["flip_rate"] for row in doc["extra"]["experiments"]["layers"]) > 0.05
+    rho = doc["extra"]["correlations"]["ablation"]["fisher"]
+    assert rho > 0.2  # two different methods agree on the ranking
