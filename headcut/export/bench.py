@@ -19,6 +19,7 @@ import torch
 from headcut.data import Pairs
 from headcut.evaluate.metrics import agreement, summarize
 from headcut.evaluate.predict import encode, predict_logits
+from headcut.export.timing import round_robin
 
 
 @dataclass(frozen=True)
@@ -117,20 +118,6 @@ def cell_inputs(tokenizer, pairs: Pairs, batch: int, seq: int) -> dict:
     return out
 
 
-def time_cell(variants: list[Variant], batch: dict, settings: BenchSettings) -> list[list[float]]:
-    """Seconds per run of each variant on one batch, variants taking turns."""
-    for v in variants:
-        for _ in range(settings.warmup):
-            v.run(batch)
-    times = [[] for _ in variants]
-    for _ in range(settings.repeats):
-        for v, t in zip(variants, times):
-            start = time.perf_counter()
-            v.run(batch)
-            t.append(time.perf_counter() - start)
-    return times
-
-
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
@@ -154,7 +141,8 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
     for seq in settings.seq_lens:
         for size in settings.batch_sizes:
             say(f"timing batch {size} x sequence {seq}")
-            times = time_cell(variants, cell_inputs(tokenizer, pairs, size, seq), settings)
+            times = round_robin([v.run for v in variants], cell_inputs(tokenizer, pairs, size, seq),
+                                warmup=settings.warmup, repeats=settings.repeats)
             for v, t in zip(variants, times):
                 p50 = statistics.median(t)
                 rows[id(v)]["cells"].append({"batch": size, "seq": seq, "p50_ms": 1000 * p50,
@@ -215,3 +203,29 @@ def figure(report: dict, *, batch: int = 32, seq: int = 64):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def load_test(url: str, bodies: list[dict], *, concurrency: int = 8, path: str = "/grade", timeout: float = 60.0) -> dict:
+    """POST every body once with `concurrency` clients in flight; requests/s, pairs/s, latency and errors."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    def send(client, body):
+        start = time.perf_counter()
+        try:
+            ok = client.post(url + path, json=body).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        return ok, time.perf_counter() - start
+
+    with httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=concurrency)) as client:
+        start = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            results = list(pool.map(lambda b: send(client, b), bodies))
+        wall = time.perf_counter() - start
+    latencies = [t for _, t in results]
+    pairs = sum(len(b.get("pairs", b.get("titles", []))) for b in bodies)
+    return {"requests": len(bodies), "errors": sum(not ok for ok, _ in results), "concurrency": concurrency,
+            "seconds": wall, "requests_per_s": len(bodies) / wall, "pairs_per_s": pairs / wall,
+            "p50_ms": 1000 * statistics.median(latencies), "p95_ms": 1000 * percentile(latencies, 95)}

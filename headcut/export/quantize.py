@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-import statistics
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -83,20 +81,6 @@ def quantize_int8(src: str | Path, dst: str | Path, choice: Int8Choice = CHOICES
     finally:
         root.setLevel(level)
     return Path(dst)
-
-
-def time_session(sess, batch: dict, *, repeats: int = 10, warmup: int = 2) -> float:
-    """Median seconds per forward pass on `batch`, after warm-up."""
-    from headcut.export.export import run_session
-
-    for _ in range(warmup):
-        run_session(sess, batch)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run_session(sess, batch)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 @dataclass

@@ -1,0 +1,145 @@
+"""Deployment benchmark: the teacher in PyTorch (reference) next to pruned/distilled models and their ONNX
+fp32 and INT8 graders, on Home Depot dev, in one run with the same threads; optionally a server load test.
+
+    .venv/bin/python benchmarks/deploy_bench.py [--teacher runs/teacher] [--model runs/pruned ...]
+        [--out runs/deploy_bench] [--limit 1000] [--threads 2] [--small-grid] [--serve]
+
+Graders are exported into OUT/graders (reused when present): fp32 and INT8 (the gated recipe) for every
+model, plus the default-recipe INT8 of the teacher for comparison. Without --model, a pruned stand-in with
+uneven heads and a 0-head layer is made with headcut.arch.keep_heads (parity figures, not quality).
+Writes OUT/bench.{json,md,png}; --serve adds a loopback load test at concurrency 8 to bench.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
+STANDIN_KEEP = [list(range(12)), [0, 2, 4, 6, 8, 10], [], list(range(9)), [1, 5, 7], list(range(10))]
+
+
+def build(loaded, out: Path, pairs, *, int8: bool, default_only: bool = False, threads: int):
+    from headcut.export import CHOICES, Int8Gate, build_grader
+
+    if (out / "grader.json").exists():
+        return json.loads((out / "grader.json").read_text())
+    kwargs = {}
+    if default_only:  # the yardstick: ORT's default dynamic INT8, whatever its agreement
+        kwargs = {"choices": (CHOICES[0],), "gate": Int8Gate(0.0, 1.0, 100.0, 0.0)}
+    return build_grader(loaded, out, pairs=pairs, int8=int8, threads=threads, **kwargs)
+
+
+def serve_load_test(grader: Path, pairs, *, requests: int, concurrency: int, workers: int) -> dict:
+    from headcut.export.bench import load_test
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "headcut", "serve", str(grader), "--port", str(port), "--workers", str(workers),
+           "--threads", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import httpx
+
+        for _ in range(240):  # bounded wait for the workers
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        bodies = [{"pairs": [{"query": pairs.queries[(8 * i + j) % len(pairs)], "title": pairs.titles[(8 * i + j) % len(pairs)]}
+                             for j in range(8)]} for i in range(requests)]
+        load_test(url, bodies[:concurrency], concurrency=concurrency)  # warm-up
+        result = load_test(url, bodies, concurrency=concurrency)
+        result.update({"workers": workers, "pairs_per_request": 8, "grader": str(grader)})
+        return result
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--teacher", default="runs/teacher")
+    parser.add_argument("--model", action="append", default=[], help="pruned/distilled artifact (repeatable)")
+    parser.add_argument("--data", default=str(DEV))
+    parser.add_argument("--out", default="runs/deploy_bench")
+    parser.add_argument("--limit", type=int, default=1000)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--small-grid", action="store_true", help="batch {1,32} x sequence {64} only")
+    parser.add_argument("--serve", action="store_true", help="also load-test `headcut serve` on loopback")
+    parser.add_argument("--serve-requests", type=int, default=200)
+    args = parser.parse_args()
+
+    from headcut.arch import keep_heads
+    from headcut.cli.common import quiet_transformers
+    from headcut.data import read_pairs
+    from headcut.export.bench import (BenchSettings, benchmark, figure, load_measured, markdown, onnx_variant,
+                                      pytorch_variant)
+    from headcut.files import write_json, write_text
+    from headcut.models import load_model, save_model
+
+    quiet_transformers()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pairs = read_pairs(args.data, preset="homedepot").sample(args.limit, seed=0)
+    teacher = load_model(args.teacher)
+    models = {"teacher": teacher}
+    for path in args.model:
+        models[Path(path).name] = load_model(path)
+    if not args.model:
+        standin = out / "pruned-standin"
+        if not (standin / "headcut.json").exists():
+            copy = load_model(args.teacher)
+            keep_heads(copy.model, STANDIN_KEEP)
+            save_model(copy, standin, meta={"kind": "pruned-standin", "keep": STANDIN_KEEP}, overwrite=True)
+        models["pruned-standin"] = load_model(standin)
+
+    graders, exports = {}, {}
+    for name, loaded in models.items():
+        for precision in ("fp32", "int8"):
+            folder = out / "graders" / f"{name}-{precision}"
+            print(f"export {folder.name}", file=sys.stderr)
+            exports[folder.name] = build(loaded, folder, pairs, int8=precision == "int8", threads=args.threads)
+            graders[folder.name] = folder
+    folder = out / "graders" / "teacher-int8-default"
+    exports[folder.name] = build(teacher, folder, pairs, int8=True, default_only=True, threads=args.threads)
+    graders[folder.name] = folder
+
+    settings = BenchSettings((1, 32) if args.small_grid else (1, 8, 32), (64,) if args.small_grid else (32, 64, 128),
+                             args.threads, repeats=args.repeats)
+    variants = [load_measured(lambda n=n, lm=lm: pytorch_variant(f"pytorch fp32 {n}", lm, threads=args.threads))
+                for n, lm in models.items()]
+    variants += [load_measured(lambda n=n, f=f: onnx_variant(f"onnx {n}", f, threads=args.threads))
+                 for n, f in graders.items()]
+    report = benchmark(variants, teacher.tokenizer, pairs, settings, progress=lambda m: print(m, file=sys.stderr))
+    report["exports"] = {n: {"parity": r["parity"], "int8": (r.get("int8") or {}).get("chosen"),
+                             "int8_trials": (r.get("int8") or {}).get("trials"), "heads": r["source"]["heads_per_layer"]}
+                         for n, r in exports.items()}
+    if args.serve:
+        print("load test", file=sys.stderr)
+        report["server"] = serve_load_test(graders["teacher-int8"], pairs, requests=args.serve_requests,
+                                           concurrency=8, workers=max(1, min(2, os.cpu_count() or 1)))
+    write_json(out / "bench.json", report)
+    table = markdown(report)
+    if "server" in report:
+        s = report["server"]
+        table += (f"\nServer ({s['workers']} workers, {s['pairs_per_request']} pairs/request, concurrency "
+                  f"{s['concurrency']}): {s['requests_per_s']:.1f} requests/s, {s['pairs_per_s']:.0f} pairs/s, "
+                  f"p50 {s['p50_ms']:.0f} ms, p95 {s['p95_ms']:.0f} ms, errors {s['errors']}/{s['requests']}\n")
+    write_text(out / "bench.md", table)
+    figure(report).savefig(out / "bench.png", dpi=130)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
