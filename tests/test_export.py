@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from conftest import HOMEDEPOT, need_homedepot, need_minilm, tiny_model
-from headcut.arch import heads_per_layer, keep_heads, keep_layers, keep_neurons
+from headcut.arch import heads_per_layer, keep_heads, keep_layers, keep_neurons, layer_parts
 from headcut.data import read_pairs, synthetic_pairs
 from headcut.errors import UserError
 from headcut.export import FP32_TOLERANCE, Int8Gate, ParityError, build_grader, check_parity, export_onnx, parity
 from headcut.export.export import gate_batches, reference_logits, session
 from headcut.export.optimize import optimize_graph
+from headcut.export.quantize import FFN_OUT, Int8Choice, fp32_nodes, outlier_scores, quantize_int8, resolve
 from headcut.models import LoadedModel, load_model, save_model
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -117,6 +118,24 @@ def test_build_grader_folder_and_refusals(tmp_path):
         build_grader(loaded, tmp_path / "strict", pairs=synthetic_pairs(60), int8=True,
                      gate=Int8Gate(min_agreement=1.01))
     assert not (tmp_path / "strict").exists()  # nothing written when a gate fails
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert"])
+def test_outlier_calibration_keeps_the_right_ffn_projection_in_fp32(tmp_path, kind):
+    model = tiny_model(kind, num_hidden_layers=3)
+    layer = layer_parts(model)[1]
+    with torch.no_grad():  # one huge input channel into layer 1's FFN down-projection = an outlier
+        layer.ffn_in.weight[3] *= 300.0
+    batches = gate_batches(model, None, None, max_length=32)
+    scores = outlier_scores(model, batches)
+    assert int(np.argmax(scores)) == 1 and scores[1] > 3 * max(scores[0], scores[2])
+    choice = resolve(Int8Choice("t", per_channel=True, outlier_ffn=1), model, batches)
+    path = export_onnx(model, tmp_path / "m.onnx")
+    kept = fp32_nodes(path, choice)
+    assert len(kept) == 1 and "layer.1/" in kept[0] and ("output/dense" in kept[0] or "lin2" in kept[0])
+    assert len(fp32_nodes(path, Int8Choice("all", keep_fp32=(FFN_OUT,)))) == 3  # attention output untouched
+    quantized = session(quantize_int8(path, tmp_path / "q.onnx", choice))
+    assert parity(reference_logits(model, batches), quantized, batches).max_abs_diff < 0.05
 
 
 @pytest.mark.real

@@ -12,15 +12,16 @@ from typing import Callable
 import numpy as np
 import torch
 
+from headcut.arch import heads_per_layer
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
 from headcut.evaluate.predict import encode
 from headcut.export.card import grader_record, model_card
-from headcut.export.export import (ParityError, check_parity, export_onnx, gate_batches, input_names, onnx_logits,
+from headcut.export.export import (RANDOM_SHAPES, ParityError, check_parity, export_onnx, gate_batches, input_names, onnx_logits,
                                    parity, reference_logits, run_session, session)
 from headcut.export.optimize import optimize_graph
-from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, judge, quantize_int8
+from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, judge, quantize_int8, resolve
 from headcut.export.timing import round_robin
 from headcut.files import atomic_dir, file_hash, write_json, write_text
 
@@ -66,7 +67,7 @@ def build_grader(
         if optimize:
             say("optimising graph")
             optimized = optimize_graph(fp32, tmp / "optimized.onnx", hidden_size=model.config.hidden_size,
-                                       heads_per_layer=[len(h) for h in _heads(model)])
+                                       heads_per_layer=heads_per_layer(model))
             record_parity["optimized"] = check_parity(
                 parity(reference, session(tmp / "optimized.onnx", threads=threads), batches),
                 what="the ORT-optimised graph (drop --optimize)").as_dict()
@@ -80,6 +81,8 @@ def build_grader(
             accuracy = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
                         "metrics": summarize(logits, labels, pairs.grades)}
             if int8:
+                calibration = batches[: len(batches) - len(RANDOM_SHAPES)]  # the real pairs only
+                choices = tuple(resolve(c, model, calibration) for c in choices)
                 final, int8_record, int8_logits = _choose_int8(fp32, tmp, encoded, logits, labels, pairs.grades,
                                                                vocab=model.config.vocab_size, gate=gate, choices=choices, threads=threads, say=say)
                 accuracy["fp32_metrics"] = accuracy["metrics"]
@@ -99,12 +102,6 @@ def build_grader(
         write_json(tmp / "grader.json", record)
         write_text(tmp / "README.md", model_card(record))
     return record
-
-
-def _heads(model) -> list[list[int]]:
-    from headcut.arch import heads_per_layer
-
-    return [list(range(n)) for n in heads_per_layer(model)]
 
 
 def _choose_int8(fp32, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab: int, gate: Int8Gate, choices,
@@ -134,6 +131,8 @@ def _choose_int8(fp32, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab
         raise ParityError(f"no INT8 recipe passes the gate ({table}); export without --int8, or relax "
                           "--min-agreement/--max-spearman-drift/--max-drop.")
     best = min(passing, key=lambda t: t.seconds)
-    record = {"chosen": best.as_dict(), "trials": [t.as_dict() for t in trials], "gate": asdict(gate),
+    fp32_nodes_of = {c.name: list(c.keep_fp32) for c in choices}  # recorded so the choice can be reproduced
+    record = {"chosen": {**best.as_dict(), "keep_fp32": fp32_nodes_of[best.choice]},
+              "trials": [t.as_dict() for t in trials], "gate": asdict(gate),
               "timing_shape": list(TIMING_SHAPE), "threads": threads}
     return tmp / f"int8-{best.choice}.onnx", record, logits_of[best.choice]
