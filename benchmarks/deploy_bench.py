@@ -83,6 +83,7 @@ def main():
     from headcut.arch import keep_heads
     from headcut.cli.common import quiet_transformers
     from headcut.data import read_pairs
+    from headcut.export import ParityError
     from headcut.export.bench import (BenchSettings, benchmark, figure, load_measured, markdown, onnx_variant,
                                       pytorch_variant)
     from headcut.files import write_json, write_text
@@ -104,12 +105,16 @@ def main():
             save_model(copy, standin, meta={"kind": "pruned-standin", "keep": STANDIN_KEEP}, overwrite=True)
         models["pruned-standin"] = load_model(standin)
 
-    graders, exports = {}, {}
+    graders, exports, refused = {}, {}, {}
     for name, loaded in models.items():
         for precision in ("fp32", "int8"):
             folder = out / "graders" / f"{name}-{precision}"
             print(f"export {folder.name}", file=sys.stderr)
-            exports[folder.name] = build(loaded, folder, pairs, int8=precision == "int8", threads=args.threads)
+            try:
+                exports[folder.name] = build(loaded, folder, pairs, int8=precision == "int8", threads=args.threads)
+            except ParityError as e:  # a gate said no: report it, bench the rest
+                refused[folder.name] = str(e)
+                continue
             graders[folder.name] = folder
     folder = out / "graders" / "teacher-int8-default"
     exports[folder.name] = build(teacher, folder, pairs, int8=True, default_only=True, threads=args.threads)
@@ -125,6 +130,7 @@ def main():
     report["exports"] = {n: {"parity": r["parity"], "int8": (r.get("int8") or {}).get("chosen"),
                              "int8_trials": (r.get("int8") or {}).get("trials"), "heads": r["source"]["heads_per_layer"]}
                          for n, r in exports.items()}
+    report["refused"] = refused
     if args.serve:
         print("load test", file=sys.stderr)
         report["server"] = serve_load_test(graders["teacher-int8"], pairs, requests=args.serve_requests,

@@ -23,6 +23,10 @@ def format_record(record: dict) -> str:
             lines.append(f"{t['choice']:<34} {t['agreement']:>7.2%} {t['spearman_drift']:>+8.4f} "
                          f"{-t['accuracy_drop']:>+8.2f} {t['speed_vs_default']:>5.2f}x  {'pass' if t['passes'] else '-'}")
         lines.append(f"chosen: {record['int8']['chosen']['choice']}")
+    if (record.get("accuracy") or {}).get("fp32_metrics"):
+        m = record["accuracy"]["fp32_metrics"]
+        lines.append(f"fp32 on {record['accuracy']['data']['rows']} pairs: accuracy {m['accuracy']:.4f}, "
+                     f"Spearman {m['spearman']:.4f}")
     if record.get("accuracy"):
         m = record["accuracy"]["metrics"]
         lines.append(f"{record['precision']} on {record['accuracy']['data']['rows']} pairs: accuracy "
