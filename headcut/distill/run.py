@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from accelerate import PartialState
 
 from headcut.arch import count_parameters, heads_per_layer
 from headcut.data import Pairs, read_pairs
@@ -56,6 +57,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
     teacher = load_model(teacher_source(recipe), attn_implementation=attn)
+    teacher.model.to(PartialState().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
     if tuple(teacher.grades) != tuple(recipe.grades):
         raise UserError(f"the teacher grades {list(teacher.grades)}, the recipe says grades={list(recipe.grades)}; "
                         "make them agree (--set grades=[...]).")
@@ -142,6 +144,8 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
                   progress=progress, stop_after_steps=stop_after_steps)
     training = {"steps": state.step, "best_step": state.best_step, "history": state.history,
                 "train_seconds": state.train_seconds, "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
+                # per CPU-second as well: wall-clock rates swing with other jobs on a shared machine
+                "examples_per_cpu_second": state.examples / max(state.cpu_seconds, 1e-9),
                 "teacher_seconds": teacher_seconds, "teacher_cache": "hit" if hit else ("written" if cached is not None else "off")}
     result = {"finished": is_finished(state, len(encoded), settings), "work_dir": str(work), "training": training}
     if not result["finished"]:
