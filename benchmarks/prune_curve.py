@@ -5,8 +5,8 @@
 Home Depot dev is split by query into a scoring part (heads are scored there) and a larger report
 part (everything below is measured there, never on pairs that chose the heads). The report part is
 split again into a curve sample and a disjoint headline sample. Methods: random (mean of --draws),
-gradient, fisher, ablation (loss increase), kl (output change), ablation + lower-layer prior at
---priors, and iterative (re-scan with --iterative-method after every 0.1 of heads removed).
+gradient, fisher, ablation (loss increase), kl (output change), those + lower-layer prior at
+--priors (for --prior-methods), and iterative (re-scan with --iterative-method after every 0.1 of heads removed).
 For each keep ratio: accuracy, Spearman, loss and agreement with the unpruned teacher, with paired
 bootstrap CIs. Writes curves.png, table.md and results.json; caches logits in OUT/cache, so a rerun
 with more methods reuses what is done. The headline: keep 0.8 and 0.5 with the best method on the
@@ -55,7 +55,8 @@ def parse_args():
     p.add_argument("--headline-rows", type=int, default=3000, help="other report pairs for keep 0.8/0.5")
     p.add_argument("--ratios", default="0.9,0.8,0.7,0.6,0.5,0.4,0.3")
     p.add_argument("--methods", default="random,gradient,fisher,ablation,kl,prior,iterative")
-    p.add_argument("--priors", default="0.5,1,2", help="layer-prior strengths tried with ablation scores")
+    p.add_argument("--priors", default="0.5,1,2", help="layer-prior strengths tried with --prior-methods scores")
+    p.add_argument("--prior-methods", default="fisher,kl", help="scores the lower-layer prior is tried on")
     p.add_argument("--draws", type=int, default=5, help="random plans per ratio")
     p.add_argument("--iterative-method", default="kl", choices=["ablation", "kl", "fisher", "gradient"])
     p.add_argument("--iterative-rows", type=int, default=None, help="scoring pairs per iterative re-scan (default: all)")
@@ -102,23 +103,30 @@ class Evaluator:
         return out
 
 
-def score_heads(loaded, pairs, methods, *, batch_size) -> dict[str, torch.Tensor]:
-    """Scores of every scan method from one ablation scan and one gradient pass."""
+def score_heads(loaded, pairs, methods, *, batch_size, cache: Path) -> dict[str, torch.Tensor]:
+    """Scores of every scan method from one ablation scan and one gradient pass (cached on disk)."""
+    path = cache / f"scores-{loaded.weights_hash}-{pairs.fingerprint}.pt"
+    scores = torch.load(path) if path.exists() else {}
+    wanted = {"ablation", "kl"} if {"ablation", "kl", "prior"} & set(methods) else set()
+    wanted |= {"gradient", "fisher"} if {"gradient", "fisher", "prior"} & set(methods) else set()
+    if wanted <= set(scores):
+        return scores
     encoded = encode(loaded.tokenizer, pairs, max_length=loaded.max_length, model=loaded.model)
     labels = pairs.label_array()
-    scores = {}
     if {"ablation", "kl", "prior"} & set(methods):
         t = time.time()
         base, masked = ablation_logits(loaded.model, encoded, batch_size=batch_size)
         scores["ablation"] = ablation_scores(loaded.model, labels, base, masked, method="ablation")
         scores["kl"] = ablation_scores(loaded.model, labels, base, masked, method="kl")
         log(f"ablation scan of {len(pairs)} pairs: {time.time() - t:.0f}s")
-    if {"gradient", "fisher"} & set(methods):
+    if {"gradient", "fisher", "prior"} & set(methods):
         t = time.time()
         grads = mask_gradients(loaded.model, encoded, labels, batch_size=batch_size)
         scores["gradient"] = gradient_scores(loaded.model, grads, method="gradient")
         scores["fisher"] = gradient_scores(loaded.model, grads, method="fisher")
         log(f"gradient pass of {len(pairs)} pairs: {time.time() - t:.0f}s")
+    cache.mkdir(parents=True, exist_ok=True)
+    torch.save(scores, path)
     return scores
 
 
@@ -127,16 +135,17 @@ def curve_plans(loaded, score_pairs, scores, args, ratios) -> dict[str, dict[flo
     methods = args.methods.split(",")
     shape = tuple(next(iter(scores.values())).shape) if scores else (6, 12)
     plans: dict[str, dict[float, list[HeadPlan]]] = {}
-    if "random" in methods:
-        g = torch.Generator().manual_seed(args.seed)
-        draws = [torch.rand(shape, generator=g) for _ in range(args.draws)]
-        plans["random"] = {r: [plan_heads(d, r, layer_prior=0.0) for d in draws] for r in ratios}
     for name in ("gradient", "fisher", "ablation", "kl"):
         if name in methods:
             plans[name] = {r: [plan_heads(scores[name], r, layer_prior=0.0)] for r in ratios}
     if "prior" in methods:
-        for prior in (float(p) for p in args.priors.split(",")):
-            plans[f"ablation+prior{prior:g}"] = {r: [plan_heads(scores["ablation"], r, layer_prior=prior)] for r in ratios}
+        for base in args.prior_methods.split(","):
+            for prior in (float(p) for p in args.priors.split(",")):
+                plans[f"{base}+prior{prior:g}"] = {r: [plan_heads(scores[base], r, layer_prior=prior)] for r in ratios}
+    if "random" in methods:  # last: its many draws are the cheapest to cut when time is short
+        g = torch.Generator().manual_seed(args.seed)
+        draws = [torch.rand(shape, generator=g) for _ in range(args.draws)]
+        plans["random"] = {r: [plan_heads(d, r, layer_prior=0.0) for d in draws] for r in ratios}
     if "iterative" in methods:
         t = time.time()
         steps = int(round((1 - min(ratios)) / 0.1))
@@ -287,7 +296,7 @@ def main() -> None:
     log(f"teacher on curve pairs: accuracy {teacher_point['accuracy']:.4f}  spearman {teacher_point['spearman']:.4f}"
         f"  loss {teacher_point['loss']:.4f}")
     methods = args.methods.split(",")
-    scores = score_heads(loaded, score_pairs, methods, batch_size=args.batch_size)
+    scores = score_heads(loaded, score_pairs, methods, batch_size=args.batch_size, cache=out / "cache")
     plans = curve_plans(loaded, score_pairs, scores, args, ratios)
     results = summarise_points(evaluator, plans, ratios, args)
 

@@ -138,11 +138,12 @@ def test_user_errors_exit_2_with_one_sentence(tmp_path, tiny_grader):
 
 @pytest.mark.real
 def test_real_teacher_prune_keeps_its_judgement(tmp_path, quick_teacher):
-    """Keep 80% of a real Home Depot grader's heads, chosen by KL on 96 pairs, graded on 300 other pairs:
-    it should agree with the teacher far more often than random plans of the same size."""
+    """Keep 80% of a real Home Depot grader's heads, chosen by Fisher scores of 96 pairs, graded on 300 other
+    pairs: its expected grade stays far closer to the teacher's than with random plans of the same size.
+    (The quick teacher gives every pair the same argmax grade, so agreement cannot separate methods here.)"""
     need_homedepot()
     from tests.conftest import HOMEDEPOT
-    from headcut.evaluate.metrics import agreement
+    from headcut.evaluate.metrics import expected_grade
     from headcut.evaluate.predict import predict_logits
     from headcut.prune import pruned_copy
 
@@ -152,19 +153,21 @@ def test_real_teacher_prune_keeps_its_judgement(tmp_path, quick_teacher):
     write_pairs(tmp_path / "report.tsv", report.sample(300))
     out = tmp_path / "pruned"
     result = run("--model", quick_teacher, "--keep-ratio", 0.8, "--out", out, "--data", tmp_path / "score.tsv",
-                 "--method", "kl", "--eval-data", tmp_path / "report.tsv", "--bootstrap", 200,
-                 "--latency-seconds", 0.3)
+                 "--eval-data", tmp_path / "report.tsv", "--bootstrap", 200, "--latency-seconds", 0.2)
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "headcut.json").read_text())["prune"]
-    agree = meta["quality"]["paired"]["agreement"]["value"]
-    teacher = load_model(quick_teacher)
-    pairs = read_pairs(tmp_path / "report.tsv")
-    reference = predict_logits(teacher.model, teacher.tokenizer, pairs, max_length=teacher.max_length)
-    randoms = []
-    for seed in range(3):
-        plan = plan_heads(torch.rand(6, 12, generator=torch.Generator().manual_seed(seed)), 0.8, layer_prior=0)
-        randoms.append(agreement(predict_logits(pruned_copy(teacher, plan).model, teacher.tokenizer, pairs,
-                                                max_length=teacher.max_length), reference))
-    assert meta["plan"]["kept"] == 58
-    assert agree >= 0.9 and agree > np.mean(randoms) + 0.03, (agree, randoms)
+    assert meta["plan"]["kept"] == 58 and meta["scores"]["method"] == "fisher"
     assert meta["speed"]["ideal_speedup"] > 1.0 and len(meta["speed"]["latency"]) == 3
+    assert abs(meta["quality"]["paired"]["spearman"]["delta"]) < 0.02
+
+    teacher, pairs = load_model(quick_teacher), read_pairs(tmp_path / "report.tsv")
+
+    def grade_gap(model):
+        logits = predict_logits(model, teacher.tokenizer, pairs, max_length=teacher.max_length)
+        reference = predict_logits(teacher.model, teacher.tokenizer, pairs, max_length=teacher.max_length)
+        return float(np.mean(np.abs(expected_grade(logits, pairs.grades) - expected_grade(reference, pairs.grades))))
+
+    chosen = grade_gap(load_model(out).model)
+    randoms = [grade_gap(pruned_copy(teacher, plan_heads(torch.rand(6, 12, generator=torch.Generator().manual_seed(s)),
+                                                         0.8, layer_prior=0)).model) for s in range(2)]
+    assert chosen < 0.5 * min(randoms), (chosen, randoms)  # measured: 0.010 vs 0.06-0.11

@@ -1,4 +1,4 @@
-"""`headcut prune`: physically remove attention heads, keeping more in lower layers by default."""
+"""`headcut prune`: physically remove the least important attention heads, optionally favouring lower layers."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +9,7 @@ from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, OVERWRITE, P
                                 progress_bar, quiet_transformers, read_data, user_errors)
 from headcut.errors import UserError
 
-DEFAULT_METHOD = "ablation"
+DEFAULT_METHOD = "fisher"  # best agreement with the teacher in benchmarks/prune_curve.py, and one pass
 
 
 @user_errors
@@ -22,10 +22,11 @@ def prune(
     method: Opt[str] = typer.Option(None, "--method", help=f"Scan method: ablation, fisher, gradient or kl (default {DEFAULT_METHOD}); "
                                      "with --scores, which method of the file to use."),
     layer_prior: float = typer.Option(
-        1.0, "--layer-prior",
+        0.0, "--layer-prior",
         help="Keep more heads in lower layers: a head's global rank percentile is multiplied by "
-             "1 + prior x (L-1-l)/(L-1) for layer l of L (0 = bottom). 0 = pure global ranking; 1 = a bottom-layer "
-             "head counts double against a top-layer head of the same rank."),
+             "1 + prior x (L-1-l)/(L-1) for layer l of L (0 = bottom). 0 = pure global ranking (default: on the "
+             "Home Depot MiniLM teacher any prior > 0 hurt below keep 0.7, see benchmarks/prune_curve.py); "
+             "1 = a bottom-layer head counts double against a top-layer head of the same rank."),
     min_heads: int = typer.Option(0, "--min-heads", help="Keep at least this many heads in every layer."),
     iterative: int = typer.Option(0, "--iterative", help="Prune in this many steps, re-scoring between them (0 = one shot)."),
     eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring data)."),
@@ -44,7 +45,7 @@ def prune(
     """Remove the least important attention heads from MODEL for good and write a smaller grader to OUT.
 
     Heads are ranked by a scan (--scores file, or a scan of --data here, else of the dev data recorded by
-    `headcut finetune`); the layer prior decides how many each layer keeps. OUT reloads with
+    `headcut finetune`); --layer-prior can tilt the choice towards lower layers. OUT reloads with
     headcut.load_model and every headcut command. The report shows heads per layer, parameters and FLOPs,
     quality before/after with paired CIs, and measured latency next to the ideal speedup.
 
@@ -98,6 +99,8 @@ def prune(
     for bar in bars.values():
         bar.close()
     summary["scores"]["how"] = how
+    if given_scores is not None:
+        summary["scores"]["file"] = {"path": str(scores), "data": meta.get("data"), "model": meta.get("model")}
     if note and "quality" in summary:
         summary["quality"]["note"] = note
     write_artifact(pruned, out, source=loaded, summary=summary, overwrite=overwrite)

@@ -22,7 +22,7 @@ def iterative_plan(
     keep_ratio: float,
     *,
     steps: int,
-    layer_prior: float = 1.0,
+    layer_prior: float = 0.0,
     min_heads: int = 0,
     progress: Callable[[int, HeadPlan], None] | None = None,
 ) -> tuple[HeadPlan, torch.nn.Module]:

@@ -20,7 +20,7 @@ def prune(
     loaded: LoadedModel,
     *,
     keep_ratio: float,
-    layer_prior: float = 1.0,
+    layer_prior: float = 0.0,
     min_heads: int = 0,
     scores: torch.Tensor | None = None,
     score_pairs: Pairs | None = None,

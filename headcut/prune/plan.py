@@ -89,7 +89,7 @@ def plan_heads(
     scores: torch.Tensor,
     keep_ratio: float,
     *,
-    layer_prior: float = 1.0,
+    layer_prior: float = 0.0,
     min_heads: int = 0,
     available: torch.Tensor | None = None,
 ) -> HeadPlan:
