@@ -84,6 +84,6 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
                 lines.append(f"| {name} | {quality['before'][name]:.4f} | {quality['after'][name]:.4f} | "
                              f"{d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] |")
         agree = paired["agreement"]
-        ci = f" [{agree['ci'][0]:.4f}, {agree['ci'][1]:.4f}]" if "ci" in agree else ""
+        ci = f" (95% CI {agree['ci'][0]:.2%} to {agree['ci'][1]:.2%})" if "ci" in agree else ""
         lines += ["", f"Same grade as the unpruned model on {agree['value']:.2%} of pairs{ci}."]
     return "\n".join(lines) + "\n"
