@@ -15,7 +15,11 @@ PANELS = (("relative_accuracy_pct", "accuracy change (% of baseline)"),
 
 def _grid(values: np.ndarray, ax, title: str, *, cmap="viridis", fig=None):
     shown = np.ma.masked_invalid(np.where(np.isfinite(values), values, np.nan))
-    im = ax.imshow(shown, cmap=cmap, aspect="auto")
+    limits = {}
+    if cmap == "RdBu" and shown.count():  # diverging: white at zero, so gains and losses read at a glance
+        edge = float(np.abs(shown).max()) or 1.0
+        limits = {"vmin": -edge, "vmax": edge}
+    im = ax.imshow(shown, cmap=cmap, aspect="auto", **limits)
     ax.set_title(title, fontsize=9)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
