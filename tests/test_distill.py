@@ -182,6 +182,9 @@ def test_pruned_student_trains_against_the_teacher_its_artifact_names(tiny_teach
 def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
     with pytest.raises(UserError, match="keep_layers=4 keeps the whole 4-layer teacher"):
         distill(recipe_for(tiny_teacher, keep_layers=4), tmp_path / "a")
+    with pytest.raises(UserError, match="no such folder"):
+        distill(recipe_for(tmp_path / "typo"), tmp_path / "b")
+    assert not (tmp_path / "a.partial").exists() and not (tmp_path / "b.partial").exists()
     with pytest.raises(UserError, match="no teacher; pass --set teacher"):
         recipe_for(None)
     with pytest.raises(UserError, match="every loss weight is 0"):

@@ -54,7 +54,6 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     """
     out = Path(out)
     check_out_dir(out, overwrite=overwrite)
-    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
     teacher = load_model(teacher_source(recipe), attn_implementation=attn)
     teacher.model.to(PartialState().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
@@ -63,6 +62,8 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
                         "make them agree (--set grades=[...]).")
     student = build_student(recipe, teacher, attn_implementation=attn)
     model, tokenizer = student.loaded.model, student.loaded.tokenizer
+    # opened only once the models load, so a mistyped teacher leaves no half-made run folder behind
+    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
 
     train_pairs, dev = load_data(recipe)
     pairs, labels = with_unlabeled(recipe, train_pairs)
