@@ -54,6 +54,7 @@ def test_scan_writes_every_output(tiny_grader, tmp_path):
     assert scores.shape == (2, 4) and torch.isfinite(scores).all()
     extra = json.loads((out / "importance.json").read_text())["extra"]
     assert len(extra["ablation_table"]) == 8 and len(extra["experiments"]["random"]) == 9
+    assert extra["top10_overlap"]["kl"]["kl"] == 1.0 and extra["correlations"]["kl"]["kl"] > 0.99
     assert len((out / "importance.csv").read_text().splitlines()) == 1 + 8
     again = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", "synthetic", "--out", str(out)])
     assert again.exit_code == 2 and "--overwrite" in again.output

@@ -107,6 +107,14 @@ def _twins(ids: list[int], inputs) -> int:
     return sum(1 for t in ids[sep + 1:] if t in query)
 
 
+def top_overlap(scores: dict[str, torch.Tensor], *, k: int = 10) -> dict[str, dict[str, float]]:
+    """Share of the k most important heads two methods have in common: the head of the ranking is what a
+    prune keeps, and rank correlation over all heads is dominated by the many near-zero ones."""
+    k = min([k] + [int(torch.isfinite(s).sum()) for s in scores.values()])
+    tops = {m: set(torch.argsort(s.flatten(), descending=True, stable=True)[:k].tolist()) for m, s in scores.items()}
+    return {a: {b: len(tops[a] & tops[b]) / max(k, 1) for b in tops} for a in tops}
+
+
 def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *,
          progress: Callable[[str, int], None] | None = None) -> dict:
     """Score, experiment and probe. `progress(stage, pairs_done)`: each stage is one pass over `pairs`.
@@ -169,5 +177,6 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *,
             result["experiments"]["heads"] = result.get("ablation_table", [])
     result["scores"] = scores
     result["correlations"] = method_correlations(scores)
+    result["top10_overlap"] = top_overlap(scores)
     result["ranking"] = {m: rank_heads(s) for m, s in scores.items()}
     return result

@@ -69,6 +69,10 @@ def report_blocks(result: dict, *, model_info: dict, data_info: dict, images: di
     if len(corr) > 1:
         b.append(("p", "Rank correlation (Spearman) between methods, over the heads:"))
         b.append(("table", ["", *corr], [[a, *(_fmt(corr[a][c], 2) for c in corr)] for a in corr]))
+        overlap = result.get("top10_overlap")
+        if overlap:
+            b.append(("p", "Share of the 10 most important heads two methods have in common:"))
+            b.append(("table", ["", *overlap], [[a, *(_fmt(overlap[a][c], 1) for c in overlap)] for a in overlap]))
     b.append(("img", images.get("importance"), "Scores per method (layers x heads)."))
     table = result.get("ablation_table")
     if table:
@@ -226,7 +230,8 @@ def write_csv(path: Path, result: dict) -> None:
 def write_scan(folder, result: dict, *, model_info: dict, data_info: dict) -> dict[str, str]:
     """Write every output of a scan into `folder`; returns {figure name: file name}."""
     folder = Path(folder)
-    extra = {k: result[k] for k in ("baseline", "ablation_table", "experiments", "correlations", "ranking", "settings")
+    extra = {k: result[k] for k in ("baseline", "ablation_table", "experiments", "correlations", "top10_overlap",
+                                    "ranking", "settings")
              if k in result}
     if "probes" in result:
         extra["probes"] = result["probes"]
