@@ -64,6 +64,7 @@ def parse_args():
     p.add_argument("--latency-seconds", type=float, default=2.0, help="timed seconds per model and batch size")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--replot", action="store_true", help="only redraw OUT/curves.png from OUT/results.json")
     args = p.parse_args()
     if args.model is None:
         p.error("no runs/teacher yet; pass --model FOLDER (a fine-tuned grader)")
@@ -208,11 +209,12 @@ def draw_curves(results, teacher_point, ratios, path):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), dpi=110)
+    colors = plt.get_cmap("tab20").colors  # more than 10 methods: the default cycle would repeat colours
     for ax, metric in zip(axes.flat, METRICS):
-        for name, by_ratio in results.items():
+        for i, (name, by_ratio) in enumerate(results.items()):
             xs = [r for r in ratios if f"{r:g}" in by_ratio]
             ys = [by_ratio[f"{r:g}"][metric] for r in xs]
-            style = dict(ls="--", color="0.4") if name == "random" else {}
+            style = dict(ls="--", color="k") if name == "random" else dict(color=colors[(2 * i) % 20 + (2 * i) // 20])
             (line,) = ax.plot(xs, ys, marker="o", ms=3, label=name, **style)
             bands = [by_ratio[f"{r:g}"][f"{metric}_band"] for r in xs]
             if all(b is not None for b in bands):
@@ -223,7 +225,7 @@ def draw_curves(results, teacher_point, ratios, path):
         ax.set_xlabel("keep ratio")
         ax.invert_xaxis()
         ax.grid(alpha=0.3)
-    axes.flat[0].legend(fontsize=7)
+    axes.flat[2].legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -281,6 +283,11 @@ def main() -> None:
     args = parse_args()
     out = Path(args.out)
     ratios = [float(r) for r in args.ratios.split(",")]
+    if args.replot:
+        saved = json.loads((out / "results.json").read_text())
+        draw_curves(saved["results"], saved["teacher"], ratios, out / "curves.png")
+        log(f"redrew {out}/curves.png")
+        return
     loaded = load_model(args.model)
     dev = read_pairs(args.data, preset="homedepot")
     scoring, report = dev.split_by_query(args.score_fraction, seed=args.seed)
