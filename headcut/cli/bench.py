@@ -49,12 +49,12 @@ def bench(
                              repeats=repeats)
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit)
-    loaded = [load_model(m) for m in model]
-    variants = [load_measured(lambda m=m, lm=lm: pytorch_variant(f"pytorch fp32 {Path(m).name}", lm, threads=threads))
-                for m, lm in zip(model, loaded)]
+    # Loaded inside load_measured, so each variant's resident-memory growth includes its weights.
+    variants = [load_measured(lambda m=m: pytorch_variant(f"pytorch fp32 {Path(m).name}", load_model(m), threads=threads))
+                for m in model]
     for folder in grader:
         variants.append(load_measured(lambda f=folder: onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=threads)))
-    report = benchmark(variants, loaded[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
+    report = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
     table = markdown(report)
     with atomic_dir(out, overwrite=overwrite) as tmp:
         write_json(tmp / "bench.json", report)

@@ -42,6 +42,7 @@ class Variant:
     logits: Callable[[Pairs], np.ndarray]  # on a dataset, with the variant's own tokenisation
     memory_mb: float = 0.0
     info: dict = field(default_factory=dict)
+    tokenizer: object = None  # PyTorch variants: the transformers tokenizer (makes the timing inputs)
 
 
 def rss_mb() -> float:
@@ -68,7 +69,7 @@ def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
     def logits(pairs):
         return predict_logits(model, loaded.tokenizer, pairs, batch_size=32, max_length=loaded.max_length)
 
-    return Variant(name, "pytorch", size, run, logits,
+    return Variant(name, "pytorch", size, run, logits, tokenizer=loaded.tokenizer,
                    info={"heads_per_layer": heads_per_layer(model), "flops_per_pair_64": flops_per_pair(model, 64)})
 
 
@@ -92,7 +93,7 @@ def onnx_variant(name: str, grader_dir: str | Path, *, threads: int) -> Variant:
 
 
 def load_measured(make: Callable[[], Variant]) -> Variant:
-    """Build a variant and record how much resident memory it added (weights + runtime arenas)."""
+    """Build a variant and record how much resident memory it added (load the weights inside `make`)."""
     gc.collect()
     before = rss_mb()
     variant = make()
