@@ -161,11 +161,12 @@ def test_real_teacher_prune_keeps_its_judgement(tmp_path, quick_teacher):
     assert abs(meta["quality"]["paired"]["spearman"]["delta"]) < 0.02
 
     teacher, pairs = load_model(quick_teacher), read_pairs(tmp_path / "report.tsv")
+    reference = expected_grade(predict_logits(teacher.model, teacher.tokenizer, pairs, max_length=teacher.max_length),
+                               pairs.grades)
 
     def grade_gap(model):
         logits = predict_logits(model, teacher.tokenizer, pairs, max_length=teacher.max_length)
-        reference = predict_logits(teacher.model, teacher.tokenizer, pairs, max_length=teacher.max_length)
-        return float(np.mean(np.abs(expected_grade(logits, pairs.grades) - expected_grade(reference, pairs.grades))))
+        return float(np.mean(np.abs(expected_grade(logits, pairs.grades) - reference)))
 
     chosen = grade_gap(load_model(out).model)
     randoms = [grade_gap(pruned_copy(teacher, plan_heads(torch.rand(6, 12, generator=torch.Generator().manual_seed(s)),
