@@ -74,8 +74,10 @@ def homedepot():
 # A quick MiniLM Home Depot teacher: trained once (~3 CPU minutes) and cached in .cache/tests so
 # later test runs reuse it. It is also the real-learning check of issue 2 (tests/test_finetune_real.py).
 QUICK_TEACHER_SETTINGS = [
-    "train_rows=5000", "dev_rows=600", "epochs=1", "max_length=48", "batch_size=32", "learning_rate=1.0e-4",
-    "eval_every=80", "checkpoint_every=1000", "ordinal_weight=0.5",
+    # Measured here: batch 32 / lr 1e-4 for 157 steps predicted grade 4 for every pair (macro-F1 = the
+    # majority predictor's); batch 16 gives twice the updates per example and learns in ~3 CPU minutes.
+    "train_rows=6000", "dev_rows=600", "epochs=1", "max_length=40", "batch_size=16", "learning_rate=8.0e-5",
+    "eval_every=75", "checkpoint_every=1000", "class_weighting=sqrt", "ordinal_weight=0.5",
 ]
 
 
