@@ -87,19 +87,16 @@ def test_parsers():
 
 
 def test_scan_of_the_real_teacher_moves_the_right_way(quick_teacher, tmp_path):
-    """Real MiniLM, real Home Depot dev pairs: masking most heads must hurt, single heads rank by loss."""
+    """Real MiniLM, real Home Depot dev pairs: some heads and layers matter, and the two curvature-style
+    methods (KL of the ablated model, Fisher of the mask) agree on the ranking."""
     out = tmp_path / "scan"
     r = runner.invoke(app, ["scan", "--model", str(quick_teacher), "--data", str(HOMEDEPOT / "dev.tsv"),
-                            "--preset", "homedepot", "--limit", "160", "--out", str(out), "--method",
-                            "ablation,fisher", "--experiments", "1,3", "--no-probes", "--draws", "2",
-                            "--bootstrap", "50"])
+                            "--preset", "homedepot", "--limit", "120", "--out", str(out), "--method",
+                            "ablation,kl,fisher", "--experiments", "3", "--no-probes", "--bootstrap", "50"])
     assert r.exit_code == 0, r.output
     doc = json.loads((out / "importance.json").read_text())
     ablation, _ = read_scores(out / "importance.json", method="ablation")
     assert ablation.shape == (6, 12) and ablation.max() > 0.005  # some head matters
-    random = {row["ratio"]: row for row in doc["extra"]["experiments"]["random"]}
-    assert random[0.9]["loss_delta"] > random[0.1]["loss_delta"]
-    assert random[0.9]["flip_rate"] > 0.1 and random[0.9]["loss_delta_ci"][0] > 0
-    assert max(row["flip_rate"] for row in doc["extra"]["experiments"]["layers"]) > 0.05
-    rho = doc["extra"]["correlations"]["ablation"]["fisher"]
-    assert rho > 0.2  # two different methods agree on the ranking
+    layers = doc["extra"]["experiments"]["layers"]
+    assert sum(row["loss_delta_ci"][0] > 0 for row in layers) >= 2  # whole layers clearly raise the loss
+    assert doc["extra"]["correlations"]["kl"]["fisher"] > 0.5
