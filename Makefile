@@ -23,10 +23,22 @@ test: setup
 	$(PY) -m pytest -q --durations=15
 
 demo: setup
-	@echo "== fine-tune the packaged MiniLM on headcut's SYNTHETIC product-search pairs (offline) =="
+	@echo "== 1. fine-tune the packaged MiniLM on headcut's SYNTHETIC product-search pairs (offline) =="
 	$(HC) finetune finetune/minilm_synthetic_cpu --out $(DEMO)/teacher --overwrite
-	@echo "== evaluate it on an independent synthetic draw =="
+	@echo "== 2. evaluate it on an independent synthetic draw =="
 	$(HC) evaluate --model $(DEMO)/teacher --data synthetic:1 --limit 600 --out $(DEMO)/eval.json
+	@echo "== 3. score every head (ablation, kl, gradient, fisher, entropy) and run the study's experiments =="
+	$(HC) scan --model $(DEMO)/teacher --data synthetic:1 --limit 200 --draws 2 --bootstrap 100 --out $(DEMO)/scan --overwrite
+	@echo "== 4. prune to 80% of the heads for real, report quality and speed =="
+	$(HC) prune --model $(DEMO)/teacher --keep-ratio 0.8 --scores $(DEMO)/scan/importance.json --method kl \
+		--eval-data synthetic:2 --eval-rows 400 --latency-seconds 0.5 --out $(DEMO)/pruned80 --overwrite
+	@echo "== 5. distil a 3-layer student from the teacher =="
+	$(HC) distill minilm_synthetic_cpu --out $(DEMO)/bottom3 --overwrite
+	@echo "== 6. export the pruned grader to ONNX (parity-gated, INT8) and grade with it, torch-free =="
+	$(HC) export $(DEMO)/pruned80 --out $(DEMO)/grader --int8 --data synthetic:1 --limit 400 --overwrite
+	$(HC) bench -m $(DEMO)/teacher -g $(DEMO)/grader --data synthetic:1 --limit 200 --batch-sizes 1,32 \
+		--seq-lens 64 --repeats 5 --out $(DEMO)/bench --overwrite
+	@echo "== done: see $(DEMO)/scan/report.html, $(DEMO)/pruned80/report.md, $(DEMO)/bench/bench.md =="
 
 clean:
 	rm -rf runs/demo .cache/tests

@@ -60,3 +60,23 @@ LIMIT = typer.Option(None, "--limit", help="Use a seeded random sample of this m
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace a non-empty output folder.")
 ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")
 Opt = Optional
+
+
+def training_progress(desc: str):
+    """A tqdm bar driven by `training.train` events; evaluations are printed above it. Returns (bar, callback)."""
+    from tqdm import tqdm
+
+    bar = tqdm(desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None)
+
+    def progress(event):
+        bar.total = event["total"]
+        if "eval" in event:
+            m = event["eval"]
+            bar.write(f"step {event['step']}: dev accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
+                      f"Spearman {m['spearman']:.4f}  loss {m['loss']:.4f}")
+        else:
+            bar.n = event["step"]
+            bar.set_postfix(loss=f"{event['loss']:.3f}")
+            bar.refresh()
+
+    return bar, progress

@@ -1,31 +1,11 @@
 """`headcut distill`: train a student against its teacher from a recipe; `--tune N` searches the recipe."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, quiet_transformers, user_errors
-
-
-def _progress_bar():
-    from tqdm import tqdm
-
-    bar = tqdm(desc="distilling", unit="step", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None)
-
-    def progress(event):
-        bar.total = event["total"]
-        if "eval" in event:
-            m = event["eval"]
-            bar.write(f"step {event['step']}: dev accuracy {m['accuracy']:.4f}  Spearman {m['spearman']:.4f}  "
-                      f"loss {m['loss']:.4f}")
-        else:
-            bar.n = event["step"]
-            bar.set_postfix(loss=f"{event['loss']:.3f}")
-            bar.refresh()
-
-    return bar, progress
+from headcut.cli.common import OVERWRITE, Opt, quiet_transformers, training_progress, user_errors
 
 
 def format_result(metrics: dict) -> str:
@@ -72,7 +52,7 @@ def distill(
 
     rec = load_recipe(DistillRecipe, recipe, overrides=list(set_), kind="distill")
     out = out or Path("runs") / (find_recipe(recipe, kind="distill").stem + ("-tune" if tune else ""))
-    bar, progress = _progress_bar()
+    bar, progress = training_progress("distilling")
     if tune:
         from headcut.distill.tune import tune as search
 

@@ -1,12 +1,11 @@
 """`headcut finetune`: make a teacher grader from a recipe."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, quiet_transformers, user_errors
+from headcut.cli.common import OVERWRITE, Opt, quiet_transformers, training_progress, user_errors
 
 
 @user_errors
@@ -27,8 +26,6 @@ def finetune(
     --dev ../shared/data/homedepot/dev.tsv --out runs/teacher
     """
     quiet_transformers()
-    from tqdm import tqdm
-
     from headcut.finetune import FinetuneRecipe, finetune as run
     from headcut.recipes import load_recipe
 
@@ -38,19 +35,7 @@ def finetune(
     if dev:
         overrides.append(f"dev_data={dev}")
     rec = load_recipe(FinetuneRecipe, recipe, overrides=overrides, kind="finetune")
-    bar = tqdm(desc="training", unit="step", file=sys.stderr, dynamic_ncols=True)
-
-    def progress(event):
-        bar.total = event["total"]
-        if "eval" in event:
-            m = event["eval"]
-            bar.write(f"step {event['step']}: dev accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
-                      f"Spearman {m['spearman']:.4f}  loss {m['loss']:.4f}")
-        else:
-            bar.n = event["step"]
-            bar.set_postfix(loss=f"{event['loss']:.3f}")
-            bar.refresh()
-
+    bar, progress = training_progress("training")
     result = run(rec, out, overwrite=overwrite, progress=progress)
     bar.close()
     if not result["finished"]:
