@@ -57,22 +57,31 @@ def summary_lines(result: dict) -> list[str]:
 
 def _run(model, data, out, settings, *, preset, query_col, title_col, label_col, label_map, limit, seed,
          overwrite, allow_pickle):
+    """Under `accelerate launch` every process scans (the ablation forwards are split between them) and
+    the main process alone draws bars and writes; result is None on the other processes."""
+    from accelerate import PartialState
+
     from headcut.evaluate.scan import scan as run_scan
     from headcut.evaluate.scan_report import write_scan
     from headcut.files import atomic_dir, check_out_dir
     from headcut.models import load_model
 
+    state = PartialState()
     check_out_dir(out, overwrite=overwrite)
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit, require_labels=False, seed=seed)
     loaded = load_model(model, allow_pickle=allow_pickle)
+    if state.num_processes > 1:
+        loaded.model.to(state.device)
     if settings.max_length is None:
         settings = type(settings)(**{**settings.__dict__, "max_length": loaded.max_length})
-    progress, close = stage_bars(len(pairs))
+    progress, close = stage_bars(len(pairs)) if state.is_main_process else (None, lambda: None)
     try:
         result = run_scan(loaded, pairs, settings, progress=progress)
     finally:
         close()
+    if not state.is_main_process:
+        return None
     model_info = {"path": loaded.path, "weights_hash": loaded.weights_hash}
     data_info = {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
                  "limit": limit}
@@ -116,6 +125,8 @@ def scan(
     result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
                   label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,
                   allow_pickle=allow_pickle)
+    if result is None:  # not the main process of `accelerate launch`
+        return
     for line in summary_lines(result):
         typer.echo(line)
     typer.echo(f"wrote {out}/importance.json, importance.csv, report.md, report.html")
@@ -150,6 +161,8 @@ def probe(
     result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
                   label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,
                   allow_pickle=allow_pickle)
+    if result is None:  # not the main process of `accelerate launch`
+        return
     probes = result["probes"]
     for name in PROBES:
         if name in probes:

@@ -96,12 +96,17 @@ def ablation_logits(
     *,
     batch_size: int = 64,
     max_rows: int = 768,
+    share: tuple[int, int] = (0, 1),
     progress: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(base logits `(pairs, classes)`, logits with head (l, h) masked `(layers, heads, pairs, classes)`).
 
     `max_rows` caps the stacked batch (copies x pairs) of one forward: more is faster up to memory/cache limits.
+    `share=(rank, processes)` runs only every processes-th masked forward (the rest stay NaN for
+    `merge_shares`); the forwards are the same ones a single process runs, so the merged logits are identical.
     """
+    rank, processes = share
+    forward = 0
     model.eval()
     device = _device(model)
     counts = heads_per_layer(model)
@@ -117,6 +122,9 @@ def ablation_logits(
         per_forward = max(1, max_rows // n)
         for layer, count in enumerate(counts):
             for first in range(0, count, per_forward):
+                forward += 1
+                if (forward - 1) % processes != rank:
+                    continue
                 heads = list(range(first, min(count, first + per_forward)))
                 copies = len(heads)
                 mask = torch.ones(num_layers, copies * n, width, device=device)
@@ -131,6 +139,30 @@ def ablation_logits(
         if progress:
             progress(n)
     return base, out
+
+
+def merge_shares(parts: list[np.ndarray]) -> np.ndarray:
+    """The `ablation_logits` of all processes as one: each entry comes from the process that computed it."""
+    out = parts[0].copy()
+    for part in parts[1:]:
+        out = np.where(np.isnan(out), part, out)
+    return out
+
+
+def distributed_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64, max_rows: int = 768,
+                                progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`ablation_logits` with the masked forwards split across the processes of `accelerate launch`,
+    gathered so every process gets the full result; a plain single process runs `ablation_logits`."""
+    from accelerate import PartialState
+
+    state = PartialState()
+    if state.num_processes == 1:
+        return ablation_logits(model, encoded, batch_size=batch_size, max_rows=max_rows, progress=progress)
+    from accelerate.utils import gather_object
+
+    base, part = ablation_logits(model, encoded, batch_size=batch_size, max_rows=max_rows, progress=progress,
+                                 share=(state.process_index, state.num_processes))
+    return base, merge_shares(gather_object([part]))
 
 
 def naive_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64, progress=None) -> tuple[np.ndarray, np.ndarray]:

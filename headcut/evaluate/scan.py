@@ -11,7 +11,7 @@ from scipy.stats import spearmanr
 
 from headcut.data import Pairs
 from headcut.errors import UserError
-from headcut.evaluate.ablation import ablation_logits
+from headcut.evaluate.ablation import distributed_ablation_logits
 from headcut.evaluate.experiments import EXPERIMENTS, effects, present_heads, run_experiments
 from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gradient_scores, loss_labels,
                                          mask_gradients)
@@ -135,7 +135,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *,
     result: dict = {"settings": settings.__dict__, "pairs": len(pairs)}
     base = single = None
     if {"ablation", "kl"} & set(settings.methods) or "heads" in settings.experiments:
-        base, single = ablation_logits(model, encoded, batch_size=settings.batch_size, progress=stage("ablation scan"))
+        base, single = distributed_ablation_logits(model, encoded, batch_size=settings.batch_size, progress=stage("ablation scan"))
     elif labelled:
         base = predict_logits(model, None, None, batch_size=settings.batch_size, encoded=encoded,
                               progress=stage("baseline"))
