@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from conftest import tiny_model
+from headcut.data import Pairs
+from headcut.errors import UserError
 from headcut.evaluate.predict import Encoded
-from headcut.evaluate.probes import ProbeInputs, example_attention, probe_heads
+from headcut.evaluate.probes import ProbeInputs, example_attention, probe_heads, segmented_inputs
 
 HIDDEN, HEAD = 64, 16
 CLS, SEP = 2, 3
@@ -86,3 +89,50 @@ def test_example_attention_is_a_distribution_per_row():
     assert maps[0].shape == (4, 11, 11) and len(tokens) == 11
     assert torch.allclose(maps[0].sum(-1), torch.ones(4, 11), atol=1e-5)
     assert maps[0][0, 1].argmax() == 2  # token 1 looks at token 2
+
+
+def chinese_inputs():
+    """Real MiniLM WordPiece on Chinese titles (one piece per CJK character) with a given segmentation."""
+    from conftest import need_minilm
+
+    need_minilm()
+    from transformers import AutoTokenizer
+
+    from headcut.models import resolve_source
+
+    tok = AutoTokenizer.from_pretrained(resolve_source("minilm-l6"))
+    pairs = Pairs(["怎么起诉", "华为手机"], ["如何在网上立案", "华为P40手机"], None)
+    return tok, segmented_inputs(tok, pairs, ["如何 在 网上 立案", "华为 P40 手机"], max_length=32)
+
+
+def test_segmentation_column_sets_the_boundary_reference():
+    tok, inputs = chinese_inputs()
+    first, second = inputs.tokens
+    # one piece per character; MiniLM's vocabulary lacks most CJK characters, so offsets (not piece text) align them
+    assert first[first.index("[SEP]") + 1:-1] == ["[UNK]"] * 4 + ["上", "立", "[UNK]"]
+    start = first.index("[SEP]") + 1
+    assert inputs.candidates[0][:start] == [False] * start  # the query has no reference
+    assert inputs.continues[0][start:start + 7] == [True, False, False, True, False, True, False]
+    assert inputs.candidates[0][start:start + 7] == [True] * 6 + [False]
+    start = second.index("[SEP]") + 1
+    assert second[start:-1] == ["[UNK]", "[UNK]", "p", "##40", "手", "[UNK]"]
+    assert inputs.continues[1][start:start + 6] == [True, False, True, False, True, False]
+
+
+def test_boundary_f1_is_scored_against_the_segmentation():
+    """The planted next-token head links every title neighbour: 6 links per first title, 3 of them within
+    a word -> precision 1/2, recall 1, F1 2/3; by the tokenizer's `##` marks (none) it would score 0."""
+    tok, inputs = chinese_inputs()
+    small = {i: 10 + k for k, i in enumerate(sorted({i for r in inputs.encoded.input_ids for i in r}))}
+    small[tok.cls_token_id], small[tok.sep_token_id] = CLS, SEP  # the planted model's vocabulary is 99 ids
+    ids = [[small[i] for i in row] for row in inputs.encoded.input_ids]
+    planted = ProbeInputs(Encoded(ids[:1], inputs.encoded.token_type_ids[:1], 0), {0, CLS, SEP}, SEP,
+                          inputs.continues[:1], candidates=inputs.candidates[:1])
+    out = probe_heads(planted_model(), planted, batch_size=4)
+    assert out["next"][0, 0] > 0.95
+    assert out["boundary_candidates"] == 6 and out["boundary_links"] == 3
+    assert np.isclose(out["boundary_f1"][0, 0], 2 / 3, atol=1e-9)
+    by_pieces = ProbeInputs(planted.encoded, {0, CLS, SEP}, SEP, [[False] * len(ids[0])])
+    assert probe_heads(planted_model(), by_pieces)["boundary_f1"][0, 0] == 0.0
+    with pytest.raises(UserError, match="do not spell the title"):
+        segmented_inputs(tok, Pairs(["q"], ["如何在网上"], None), ["如何 在线"])

@@ -7,7 +7,9 @@ Per head, over the content tokens (not [CLS]/[SEP]/padding) of every pair:
   tokens that have such a twin;
 - `boundary_f1`: the head links token t to t+1 (same word) when t's strongest attention is t+1; F1 of
   those links against the tokenizer's words (a WordPiece `##` piece or a SentencePiece piece without
-  `▁` continues its word). A head that always looks at the next token links everything and scores low.
+  `▁` continues its word), or against a given word segmentation of the titles (`segmented_inputs`, for
+  Chinese, where the uncased WordPiece splits every CJK character into its own piece and marks no `##`).
+  A head that always looks at the next token links everything and scores low.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import torch
 
 from headcut.arch import mask_shape
 from headcut.data import Pairs
+from headcut.errors import UserError
 from headcut.evaluate.attention import attention_weights
 from headcut.evaluate.predict import Encoded, collate, encode, length_batches
 
@@ -31,6 +34,7 @@ class ProbeInputs:
     sep_id: int
     continues: list[list[bool]] | None  # continues[i][t]: token t+1 is in the same word as token t
     tokens: list[list[str]] | None = None
+    candidates: list[list[bool]] | None = None  # only these t may count as t -> t+1 links (None: every pair of neighbours)
 
 
 def probe_inputs(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) -> ProbeInputs:
@@ -46,10 +50,64 @@ def probe_inputs(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) 
     return ProbeInputs(encoded, special, tokenizer.sep_token_id, continues, tokens)
 
 
+def _word_of_char(title: str, words: list[str], where: str) -> list[int]:
+    """Word index of every character of `title` (-1 for whitespace), given words that spell it."""
+    spelled = "".join(words)
+    word_ids = [w for w, word in enumerate(words) for _ in word]
+    out, j = [], 0
+    for ch in title:
+        if ch.isspace():
+            out.append(-1)
+            continue
+        if j >= len(spelled) or spelled[j].casefold() != ch.casefold():
+            raise UserError(f"{where}: the --seg-col words '{' '.join(words)}' do not spell the title '{title}'; "
+                            "give the title's words separated by spaces.")
+        out.append(word_ids[j])
+        j += 1
+    if j != len(spelled):
+        raise UserError(f"{where}: the --seg-col words '{' '.join(words)}' are longer than the title '{title}'.")
+    return out
+
+
+def segmented_inputs(tokenizer, pairs: Pairs, title_words: list[str], *, max_length: int = 128,
+                     model=None) -> ProbeInputs:
+    """Probe inputs whose word boundaries come from `title_words` (per pair, the title's words separated
+    by spaces) instead of the tokenizer: title pieces t, t+1 are one word when the last character of t
+    and the first of t+1 lie in the same word (pieces map to characters through the tokenizer's offsets).
+    Only title neighbours are link candidates; the query has no reference segmentation."""
+    inputs = probe_inputs(tokenizer, pairs, max_length=max_length, model=model)
+    continues, candidates = [], []
+    for i, (ids, title, words) in enumerate(zip(inputs.encoded.input_ids, pairs.titles, title_words)):
+        word_of = _word_of_char(title, str(words).split(), f"{pairs.source} row {i + 1}")
+        alone = tokenizer(title, add_special_tokens=False, return_offsets_mapping=True)
+        start = ids.index(inputs.sep_id) + 1 if inputs.sep_id in ids else len(ids)
+        while start < len(ids) and ids[start] == inputs.sep_id:  # RoBERTa separates the texts with </s></s>
+            start += 1
+        n = 0  # title pieces present in the pair (truncation may cut the end)
+        while start + n < len(ids) and n < len(alone.input_ids) and ids[start + n] == alone.input_ids[n]:
+            n += 1
+        cont, cand = [False] * len(ids), [False] * len(ids)
+        spans = alone["offset_mapping"]
+        for t in range(n - 1):
+            cand[start + t] = True
+            cont[start + t] = word_of[spans[t][1] - 1] == word_of[spans[t + 1][0]]
+        continues.append(cont)
+        candidates.append(cand)
+    return ProbeInputs(inputs.encoded, inputs.special_ids, inputs.sep_id, continues, inputs.tokens, candidates)
+
+
 def _segments(ids: torch.Tensor, sep_id: int) -> torch.Tensor:
     """0 for the query, >= 1 for the title: how many [SEP]s come before each position."""
     is_sep = (ids == sep_id).long()
     return torch.cumsum(is_sep, 1) - is_sep
+
+
+def _row_flags(flags: list[list[bool]], rows, like: torch.Tensor) -> torch.Tensor:
+    """Per-token flags of the batch's pairs as a (batch, tokens) bool tensor shaped like `like`."""
+    out = torch.zeros_like(like)
+    for j, i in enumerate(rows):
+        out[j, : len(flags[i])] = torch.tensor(flags[i], dtype=torch.bool, device=like.device)
+    return out
 
 
 @torch.inference_mode()
@@ -80,12 +138,10 @@ def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=No
         # candidates for a within-word link: t and t+1 both content tokens of the same text
         cand = torch.zeros_like(content)
         cand[:, :-1] = content[:, :-1] & content[:, 1:] & (seg[:, :-1] == seg[:, 1:])
+        if inputs.candidates is not None:
+            cand &= _row_flags(inputs.candidates, rows, content)
         if inputs.continues is not None:
-            truth = torch.zeros_like(content)
-            for j, i in enumerate(rows):
-                c = inputs.continues[i]
-                truth[j, : len(c)] = torch.tensor(c, dtype=torch.bool, device=device)
-            link_true.append(truth[cand].cpu().numpy())
+            link_true.append(_row_flags(inputs.continues, rows, content)[cand].cpu().numpy())
         maps, _ = attention_weights(model, batch)
         batch_links = np.zeros((layers, width, int(cand.sum())), dtype=bool)
         for layer, a in enumerate(maps):
