@@ -100,3 +100,22 @@ def test_scan_of_the_real_teacher_moves_the_right_way(quick_teacher, tmp_path):
     layers = doc["extra"]["experiments"]["layers"]
     assert sum(row["loss_delta_ci"][0] > 0 for row in layers) >= 2  # whole layers clearly raise the loss
     assert doc["extra"]["correlations"]["kl"]["fisher"] > 0.5
+
+
+def test_probe_reads_the_segmentation_column(tiny_grader, tmp_path):
+    """--seg-col: the boundary reference is the given title words (5 of the 6 neighbour pairs of the first title
+    lie within a word), not the tokenizer's `##` marks (1 link in these titles)."""
+    rows = [{"query": "怎么起诉", "title": "如何在网上立案", "seg": "如何在 网上立案", "grade": 3},
+            {"query": "华为手机", "title": "华为P40手机", "seg": "华为 P40 手机", "grade": 5}]
+    data = tmp_path / "zh.jsonl"
+    data.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "probe"
+    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", str(data), "--seg-col", "seg",
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    probes = json.loads((out / "importance.json").read_text())["extra"]["probes"]
+    # title 1: 6 candidates, 5 links (如何在 | 网上立案); title 2: 5 candidates, 3 links (华为 | p ##40 | 手机)
+    assert probes["boundary_candidates"] == 11 and probes["boundary_links"] == 8
+    bad = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", "synthetic", "--seg-col", "seg",
+                              "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "--seg-col" in bad.output

@@ -55,8 +55,27 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
+SEG_COL = typer.Option(None, "--seg-col", help="Column with each title's words separated by spaces (Chinese: "
+                       "'如何 在 网上 立案'): the word-boundary probe's reference instead of the tokenizer's pieces.")
+
+
+def _title_words(data, pairs, seg_col, **read) -> list[str] | None:
+    """The --seg-col column of the same rows: the file read again with that column as the title."""
+    from headcut.errors import UserError
+
+    if not seg_col:
+        return None
+    if str(data).startswith("synthetic"):
+        raise UserError(f"--seg-col {seg_col}: synthetic data has no segmentation; pass a file or drop --seg-col.")
+    seg = read_data(data, title_col=seg_col, **read)
+    if seg.queries != pairs.queries:
+        raise UserError(f"--seg-col {seg_col}: {data} lacks it on some rows; give every row its title's words "
+                        "separated by spaces, or drop --seg-col.")
+    return seg.titles
+
+
 def _run(model, data, out, settings, *, preset, query_col, title_col, label_col, label_map, limit, seed,
-         overwrite, allow_pickle):
+         overwrite, allow_pickle, seg_col=None):
     """Under `accelerate launch` every process scans (the ablation forwards are split between them) and
     the main process alone draws bars and writes; result is None on the other processes."""
     from accelerate import PartialState
@@ -68,8 +87,10 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
 
     state = PartialState()
     check_out_dir(out, overwrite=overwrite)
-    pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                      label_map=label_map, limit=limit, require_labels=False, seed=seed)
+    read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
+                require_labels=False, seed=seed)
+    pairs = read_data(data, title_col=title_col, **read)
+    title_words = _title_words(data, pairs, seg_col, **read)
     loaded = load_model(model, allow_pickle=allow_pickle)
     if state.num_processes > 1:
         loaded.model.to(state.device)
@@ -77,7 +98,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
         settings = type(settings)(**{**settings.__dict__, "max_length": loaded.max_length})
     progress, close = stage_bars(len(pairs)) if state.is_main_process else (None, lambda: None)
     try:
-        result = run_scan(loaded, pairs, settings, progress=progress)
+        result = run_scan(loaded, pairs, settings, title_words=title_words, progress=progress)
     finally:
         close()
     if not state.is_main_process:
@@ -109,7 +130,7 @@ def scan(
     max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data sample and the random masks."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
-    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
+    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, seg_col: Opt[str] = SEG_COL,
     overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
 ):
     """Score every attention head of MODEL on DATA (exact single-head ablation, KL, gradient, Fisher,
@@ -124,7 +145,7 @@ def scan(
                             batch_size=batch_size, max_length=max_length, draws=draws, k=k, iters=bootstrap, seed=seed)
     result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
                   label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,
-                  allow_pickle=allow_pickle)
+                  allow_pickle=allow_pickle, seg_col=seg_col)
     if result is None:  # not the main process of `accelerate launch`
         return
     for line in summary_lines(result):
@@ -142,7 +163,7 @@ def probe(
     max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the data sample."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
-    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
+    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, seg_col: Opt[str] = SEG_COL,
     overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
 ):
     """Probe what each head of MODEL does on DATA: previous/next-token, word-boundary F1, query<->title
@@ -160,7 +181,7 @@ def probe(
                             max_length=max_length, seed=seed)
     result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
                   label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,
-                  allow_pickle=allow_pickle)
+                  allow_pickle=allow_pickle, seg_col=seg_col)
     if result is None:  # not the main process of `accelerate launch`
         return
     probes = result["probes"]

@@ -46,7 +46,8 @@ def probe_inputs(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) 
         continues = [[not nxt.startswith("▁") for nxt in row[1:]] + [False] for row in tokens]
     else:
         continues = [[nxt.startswith("##") for nxt in row[1:]] + [False] for row in tokens]
-    special = {i for i in tokenizer.all_special_ids}
+    # [UNK] stands for real text (most CJK characters in MiniLM's vocabulary), so it is content, not a no-op target
+    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
     return ProbeInputs(encoded, special, tokenizer.sep_token_id, continues, tokens)
 
 

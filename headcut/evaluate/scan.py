@@ -17,7 +17,7 @@ from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_score
                                          mask_gradients)
 from headcut.evaluate.metrics import summarize
 from headcut.evaluate.predict import encode, predict_logits
-from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs
+from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs, segmented_inputs
 
 
 @dataclass(frozen=True)
@@ -115,9 +115,11 @@ def top_overlap(scores: dict[str, torch.Tensor], *, k: int = 10) -> dict[str, di
     return {a: {b: len(tops[a] & tops[b]) / max(k, 1) for b in tops} for a in tops}
 
 
-def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *,
+def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title_words: list[str] | None = None,
          progress: Callable[[str, int], None] | None = None) -> dict:
     """Score, experiment and probe. `progress(stage, pairs_done)`: each stage is one pass over `pairs`.
+    `title_words`: per pair, the title's words separated by spaces, the boundary probe's reference
+    (Chinese); without it the tokenizer's word pieces are.
 
     Returns {"scores": {method: (layers, heads) tensor}, "baseline", "ablation_table", "experiments",
     "probes", "correlations", "ranking", "settings"}.
@@ -162,7 +164,10 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *,
         ]
     probes = None
     if settings.probes or "term" in settings.experiments:
-        inputs = probe_inputs(tokenizer, pairs, max_length=settings.max_length, model=model)
+        if title_words is not None:
+            inputs = segmented_inputs(tokenizer, pairs, title_words, max_length=settings.max_length, model=model)
+        else:
+            inputs = probe_inputs(tokenizer, pairs, max_length=settings.max_length, model=model)
         probes = probe_heads(model, inputs, batch_size=settings.batch_size, progress=stage("probes"))
         result["probes"] = probes
         result["example"] = telling_example(model, inputs, probes)
