@@ -78,14 +78,13 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
          overwrite, allow_pickle, seg_col=None):
     """Under `accelerate launch` every process scans (the ablation forwards are split between them) and
     the main process alone draws bars and writes; result is None on the other processes."""
-    from accelerate import PartialState
-
+    from headcut.evaluate.ablation import process_state
     from headcut.evaluate.scan import scan as run_scan
     from headcut.evaluate.scan_report import write_scan
     from headcut.files import atomic_dir, check_out_dir
     from headcut.models import load_model
 
-    state = PartialState()
+    state = process_state()
     check_out_dir(out, overwrite=overwrite)
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=False, seed=seed)

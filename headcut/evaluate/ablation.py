@@ -149,13 +149,22 @@ def merge_shares(parts: list[np.ndarray]) -> np.ndarray:
     return out
 
 
+def process_state():
+    """accelerate's PartialState: this process's rank among those of `accelerate launch` (one when run plainly).
+
+    `cpu` where no GPU is: accelerate then joins the processes over gloo (CPU-only `accelerate launch
+    --multi_gpu --num_processes N`, or torchrun), instead of silently running each as a lone process."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
 def distributed_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64, max_rows: int = 768,
                                 progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """`ablation_logits` with the masked forwards split across the processes of `accelerate launch`,
     gathered so every process gets the full result; a plain single process runs `ablation_logits`."""
-    from accelerate import PartialState
-
-    state = PartialState()
+    state = process_state()
     if state.num_processes == 1:
         return ablation_logits(model, encoded, batch_size=batch_size, max_rows=max_rows, progress=progress)
     from accelerate.utils import gather_object
