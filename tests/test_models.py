@@ -64,3 +64,14 @@ def test_builtin_minilm_loads_with_a_reproducible_fresh_head():
     assert heads_per_layer(a.model) == [12] * 6
     assert torch.equal(a.model.classifier.weight, b.model.classifier.weight)
     assert a.model.config.num_labels == 5
+
+
+def test_an_interrupted_write_leaves_no_half_folder(tmp_path):
+    from headcut.files import atomic_dir
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_dir(out) as tmp:
+            (tmp / "model.safetensors").write_bytes(b"half")
+            raise KeyboardInterrupt  # a user's Ctrl-C halfway through writing
+    assert list(tmp_path.iterdir()) == []
