@@ -158,7 +158,7 @@ def read_pairs(
         raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
     text = _read_text(path)
-    fmt = fmt or p.fmt or _guess_format(path)
+    fmt = fmt or p.fmt or guess_format(path)
     if fmt not in FORMATS:
         raise UserError(f"--format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
     query_col = query_col or p.query_col
@@ -192,7 +192,7 @@ def read_pairs(
     return Pairs(queries, titles, labels if label_name is not None else None, tuple(grades), str(path))
 
 
-def _guess_format(path: Path) -> str:
+def guess_format(path: Path) -> str:
     suffix = path.suffix.lower().lstrip(".")
     if suffix in ("tsv", "txt"):
         return "tsv"
@@ -311,11 +311,15 @@ _BRANDS = ["Ridgeline", "HomeMax", "Acme Pro", "Northwind", "Bluebird", "Everbui
 _SIZES = ["12 in.", "24 in.", "36 in.", "1 gal.", "5 gal.", "20-volt", "60 ft."]
 
 
+def is_synthetic(spec) -> bool:
+    return str(spec).partition(":")[0] == "synthetic"
+
+
 def synthetic_spec(spec: str, n: int | None = None) -> Pairs | None:
     """'synthetic' or 'synthetic:SEED' (another seed = an independent held-out draw); None for a file path."""
-    name, _, seed = str(spec).partition(":")
-    if name != "synthetic":
+    if not is_synthetic(spec):
         return None
+    seed = str(spec).partition(":")[2]
     if seed and not seed.isdigit():
         raise UserError(f"data '{spec}': write synthetic or synthetic:SEED with a whole-number seed.")
     return synthetic_pairs(n or 2000, seed=int(seed or 0))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from headcut.data import DEFAULT_GRADES, Pairs, read_pairs, synthetic_spec
+from headcut.data import DEFAULT_GRADES, Pairs, is_synthetic, read_pairs, synthetic_spec
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
 from headcut.evaluate.predict import encode, predict_logits
@@ -130,7 +130,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
         "recipe": to_dict(recipe),
         "train_data": {"source": train_pairs.source, "fingerprint": train_pairs.fingerprint, "rows": len(train_pairs)},
         "dev_data": {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev),
-                     "path": None if recipe.dev_data is None or synthetic_spec(recipe.dev_data) else str(Path(recipe.dev_data).resolve()),
+                     "path": None if recipe.dev_data is None or is_synthetic(recipe.dev_data) else str(Path(recipe.dev_data).resolve()),
                      "preset": recipe.preset},
     }
 

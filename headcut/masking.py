@@ -37,11 +37,12 @@ def head_mask(model, mask: torch.Tensor):
     layer l uses its first `heads_l` columns. Layers without heads are skipped.
     """
     expected = mask_shape(model)
-    if mask.shape[0] != expected[0] or mask.shape[-1] < max(1, max(_heads(model), default=1)):
+    parts = layer_parts(model)
+    if mask.shape[0] != expected[0] or mask.shape[-1] < max(1, max((p.num_heads for p in parts), default=1)):
         raise ValueError(f"head mask has shape {tuple(mask.shape)}, model needs {expected}")
     handles = []
     try:
-        for p in layer_parts(model):
+        for p in parts:
             if p.out is None:
                 continue
             row = mask[p.index]
@@ -50,10 +51,6 @@ def head_mask(model, mask: torch.Tensor):
     finally:
         for h in handles:
             h.remove()
-
-
-def _heads(model):
-    return [p.num_heads for p in layer_parts(model)]
 
 
 @contextmanager

@@ -49,14 +49,14 @@ def grade(
 
     Example: headcut grade runs/grader ../shared/data/homedepot/dev.tsv --out dev-grades.tsv
     """
-    from headcut.data import _guess_format, read_pairs
+    from headcut.data import guess_format, read_pairs
     from headcut.errors import UserError
     from headcut.files import write_text
     from headcut.grader import Grader
 
     pairs = read_pairs(pairs_file, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                        require_labels=False)
-    fmt = _guess_format(out) if out.suffix else _guess_format(pairs_file)
+    fmt = guess_format(out) if out.suffix else guess_format(pairs_file)
     if fmt == "json":
         fmt = "jsonl"
     if out.exists() and out.is_dir():

@@ -52,7 +52,7 @@ def nll(logits: np.ndarray, labels) -> float:
 
 
 def ndcg_at_k(scores, labels, groups, *, k: int = 10) -> float:
-    """Mean NDCG@k over queries with at least one relevant... (gain 2^label - 1, labels 0-based)."""
+    """Mean NDCG@k over queries with any gain (gain 2^label - 1, labels 0-based); all-zero queries are skipped."""
     scores, labels = np.asarray(scores), np.asarray(labels)
     values = []
     for g in groups:
@@ -123,13 +123,9 @@ def bootstrap_ci(
         vals = []
         for _ in range(iters):
             pick = rng.integers(0, len(groups), len(groups))
-            vals.append(_ndcg_groups(scores, labels, [groups[i] for i in pick]))
+            vals.append(ndcg_at_k(scores, labels, [groups[i] for i in pick]))
         out["ndcg@10"] = [float(np.percentile(vals, lo)), float(np.percentile(vals, hi))]
     return out
-
-
-def _ndcg_groups(scores, labels, groups):
-    return ndcg_at_k(scores, labels, groups)
 
 
 def paired_bootstrap(
