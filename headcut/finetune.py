@@ -11,51 +11,27 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from headcut.data import DEFAULT_GRADES, Pairs, is_synthetic, read_pairs, synthetic_spec
+from headcut.data import Pairs, is_synthetic, read_pairs, synthetic_spec
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
 from headcut.evaluate.predict import encode, predict_logits
 from headcut.files import check_out_dir
 from headcut.models import load_model, save_model
 from headcut.recipes import to_dict
-from headcut.training import is_finished, open_work_dir, publish_best, settings_from, train
+from headcut.training import TrainingRecipe, is_finished, open_work_dir, publish_best, settings_from, train
 
 
 @dataclass(frozen=True)
-class FinetuneRecipe:
+class FinetuneRecipe(TrainingRecipe):
     model: str = "minilm-l6"
-    train_data: str | None = None  # a file, or "synthetic"
-    dev_data: str | None = None  # a file, or "synthetic"; None: hold out dev_fraction of train by query
-    preset: str | None = None
-    train_rows: int | None = None
-    dev_rows: int | None = 1000
-    dev_fraction: float = 0.1
-    grades: tuple[int, ...] = DEFAULT_GRADES
-    max_length: int = 64
-    epochs: float = 2.0
-    batch_size: int = 32
-    learning_rate: float = 5e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
     class_weighting: Literal["none", "sqrt", "balanced"] = "none"
     ordinal_weight: float = 0.0
     label_smoothing: float = 0.0
-    gradient_accumulation: int = 1
-    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
-    eval_every: int = 200
-    checkpoint_every: int = 200
-    early_stopping_patience: int = 0
-    select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"
-    seed: int = 0
 
     def check(self, where: str) -> None:
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --train FILE (or --set train_data=FILE).")
-        for name in ("epochs", "learning_rate", "batch_size", "max_length", "eval_every", "checkpoint_every"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"{where}: key '{name}' must be positive, not {getattr(self, name)}.")
-        if not 0 < self.dev_fraction < 1:
-            raise UserError(f"{where}: key 'dev_fraction' must lie in (0, 1).")
+        super().check(where)
 
 
 def load_data(recipe: FinetuneRecipe) -> tuple[Pairs, Pairs]:

@@ -7,6 +7,7 @@ minilm_homedepot_cpu.yaml). Unknown or misspelt keys are errors that name the ke
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from pathlib import Path
@@ -58,7 +59,9 @@ def from_dict(cls, data: dict, *, where: str = "recipe"):
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [k for k in data if k not in fields]
     if unknown:
-        raise UserError(f"{where}: unknown key '{unknown[0]}'; valid keys are: {', '.join(fields)}.")
+        close = difflib.get_close_matches(unknown[0], fields, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise UserError(f"{where}: unknown key '{unknown[0]}'{hint}; valid keys are: {', '.join(fields)}.")
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():

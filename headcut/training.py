@@ -13,11 +13,13 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import torch
 
+from headcut.data import DEFAULT_GRADES
+from headcut.errors import UserError
 from headcut.evaluate.predict import Encoded, collate
 
 
@@ -36,6 +38,44 @@ class LoopSettings:
     select_metric: str = "spearman"  # higher is better; "loss" is minimised
     seed: int = 0
     max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True)
+class TrainingRecipe:
+    """The fields every training recipe shares: its data, then the loop settings (as `LoopSettings`).
+
+    FinetuneRecipe and DistillRecipe extend it; a subclass may redefine a field to change its default.
+    """
+    train_data: str | None = None  # a file, or "synthetic"
+    dev_data: str | None = None  # a file, or "synthetic"; None: hold out dev_fraction of train by query
+    preset: str | None = None
+    train_rows: int | None = None
+    dev_rows: int | None = 1000
+    dev_fraction: float = 0.1
+    grades: tuple[int, ...] = DEFAULT_GRADES
+    max_length: int = 64
+
+    epochs: float = 2.0
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    gradient_accumulation: int = 1
+    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
+    eval_every: int = 200
+    checkpoint_every: int = 200
+    early_stopping_patience: int = 0
+    select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"
+    seed: int = 0
+
+    def check(self, where: str) -> None:
+        if self.train_data is None:
+            raise UserError(f"{where}: no train_data; pass --set train_data=FILE.")
+        for name in ("epochs", "learning_rate", "batch_size", "max_length", "eval_every", "checkpoint_every"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"{where}: key '{name}' must be positive, not {getattr(self, name)}.")
+        if not 0 < self.dev_fraction < 1:
+            raise UserError(f"{where}: key 'dev_fraction' must lie in (0, 1).")
 
 
 @dataclass

@@ -33,7 +33,7 @@ def test_cli_distills_and_reports_against_the_teacher(tiny_teacher, tmp_path):
 def test_cli_errors_exit_2_with_one_sentence(tiny_teacher, tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
     bad = runner.invoke(app, ["distill", str(recipe), "--set", "temprature=3"])
-    assert bad.exit_code == 2 and "unknown key 'temprature'; valid keys are:" in bad.output
+    assert bad.exit_code == 2 and "unknown key 'temprature' (did you mean 'temperature'?); valid keys are:" in bad.output
     missing = runner.invoke(app, ["distill", "no_such_recipe"])
     assert missing.exit_code == 2 and "distill/minilm_bottom3_cpu" in missing.output
     assert "Traceback" not in bad.output + missing.output

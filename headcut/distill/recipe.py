@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Literal
 
-from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError
+from headcut.training import TrainingRecipe
 
 
 def tunable(default: float, low: float, high: float, *, log: bool = False):
@@ -17,7 +17,7 @@ def tunable(default: float, low: float, high: float, *, log: bool = False):
 
 
 @dataclass(frozen=True)
-class DistillRecipe:
+class DistillRecipe(TrainingRecipe):
     teacher: str | None = None  # the unpruned teacher artifact; `pruned` students may name it in their headcut.json
     student: Literal["bottom-k", "pruned", "config"] = "bottom-k"
     student_model: str | None = None  # `pruned`: the pruned artifact to train
@@ -28,16 +28,8 @@ class DistillRecipe:
     student_intermediate: int | None = None
     layer_map: tuple[int, ...] | None = None  # teacher layer (0-based) per student layer; None: spread evenly
 
-    train_data: str | None = None  # a file, or "synthetic"
-    dev_data: str | None = None
-    preset: str | None = None
-    train_rows: int | None = None
-    dev_rows: int | None = 1000
-    dev_fraction: float = 0.1
     unlabeled_data: str | None = None  # extra pairs without grades; the teacher labels them
     unlabeled_rows: int | None = None
-    grades: tuple[int, ...] = DEFAULT_GRADES
-    max_length: int = 64
 
     temperature: float = tunable(2.0, 1.0, 8.0, log=True)
     kd_weight: float = tunable(1.0, 0.0, 1.0)
@@ -47,30 +39,17 @@ class DistillRecipe:
     ordinal_weight: float = 0.0
     cache_teacher: bool = True
 
-    epochs: float = 2.0
-    batch_size: int = 32
     learning_rate: float = tunable(1e-4, 1e-5, 5e-4, log=True)
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    gradient_accumulation: int = 1
-    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
-    eval_every: int = 200
-    checkpoint_every: int = 200
-    early_stopping_patience: int = 0
-    select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"
     tune_fields: tuple[str, ...] = ("temperature", "kd_weight", "learning_rate")
     measure_speed: bool = True  # teacher vs student CPU latency at batch 1 and 32 when done (a few seconds)
-    seed: int = 0
 
     def check(self, where: str) -> None:
-        if self.train_data is None:
-            raise UserError(f"{where}: no train_data; pass --set train_data=FILE.")
+        super().check(where)
         if self.student == "pruned" and self.student_model is None:
             raise UserError(f"{where}: student 'pruned' needs student_model (a pruned artifact); pass --set student_model=DIR.")
         if self.student != "pruned" and self.teacher is None:
             raise UserError(f"{where}: no teacher; pass --set teacher=DIR (a fine-tuned grader).")
-        for name in ("epochs", "learning_rate", "batch_size", "max_length", "eval_every", "checkpoint_every",
-                     "temperature", "keep_layers", "student_layers"):
+        for name in ("temperature", "keep_layers", "student_layers"):
             if getattr(self, name) <= 0:
                 raise UserError(f"{where}: key '{name}' must be positive, not {getattr(self, name)}.")
         for name in ("kd_weight", "ce_weight", "hidden_weight", "attention_weight", "ordinal_weight"):
@@ -78,8 +57,6 @@ class DistillRecipe:
                 raise UserError(f"{where}: key '{name}' must be 0 or more, not {getattr(self, name)}.")
         if not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
             raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.")
-        if not 0 < self.dev_fraction < 1:
-            raise UserError(f"{where}: key 'dev_fraction' must lie in (0, 1).")
         if self.layer_map is not None and self.student == "config" and len(self.layer_map) != self.student_layers:
             raise UserError(f"{where}: layer_map has {len(self.layer_map)} entries for {self.student_layers} "
                             "student layers; give one teacher layer per student layer.")
