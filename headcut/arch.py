@@ -248,3 +248,28 @@ def apply_shape(model, record: dict) -> None:
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def flops_per_pair(model, seq_len: int) -> int:
+    """Matrix-multiply FLOPs (2 per multiply-add) of one forward pass of one pair of `seq_len` tokens.
+
+    The pooler and classifier count once (they read the first token); embeddings, LayerNorm and softmax
+    are left out. A pruned layer's attention costs in proportion to its heads.
+    """
+    n = int(seq_len)
+    total = 0
+    for p in layer_parts(model):
+        if p.query is not None:
+            width = p.num_heads * p.head_size
+            d = p.query.in_features
+            total += 2 * n * d * width * 3  # q, k, v projections
+            total += 2 * n * n * width * 2  # scores q.k and the weighted sum of values
+            total += 2 * n * width * p.out.out_features  # output projection
+        total += 2 * n * p.ffn_in.in_features * p.ffn_in.out_features
+        total += 2 * n * p.ffn_out.in_features * p.ffn_out.out_features
+    encoder = {id(m) for m in encoder_layers(model).modules()}
+    embeddings = {id(m) for m in model.base_model.embeddings.modules()}
+    for m in model.modules():  # pooler / classifier: applied to the first token only
+        if isinstance(m, torch.nn.Linear) and id(m) not in encoder and id(m) not in embeddings:
+            total += 2 * m.in_features * m.out_features
+    return int(total)

@@ -55,8 +55,7 @@ def rss_mb() -> float:
 
 
 def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
-    from headcut.arch import heads_per_layer
-    from headcut.prune.measure import flops_per_pair
+    from headcut.arch import flops_per_pair, heads_per_layer
 
     torch.set_num_threads(threads)
     model = loaded.model.eval()

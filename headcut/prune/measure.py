@@ -13,29 +13,7 @@ import time
 
 import torch
 
-from headcut.arch import encoder_layers, layer_parts, model_type
-from headcut.arch import count_parameters  # noqa: F401  (re-exported for the report)
-
-
-def flops_per_pair(model, seq_len: int) -> int:
-    """Matrix-multiply FLOPs of one forward pass of one pair of `seq_len` tokens."""
-    n = int(seq_len)
-    total = 0
-    for p in layer_parts(model):
-        if p.query is not None:
-            width = p.num_heads * p.head_size
-            d = p.query.in_features
-            total += 2 * n * d * width * 3  # q, k, v projections
-            total += 2 * n * n * width * 2  # scores q.k and the weighted sum of values
-            total += 2 * n * width * p.out.out_features  # output projection
-        total += 2 * n * p.ffn_in.in_features * p.ffn_in.out_features
-        total += 2 * n * p.ffn_out.in_features * p.ffn_out.out_features
-    encoder = {id(m) for m in encoder_layers(model).modules()}
-    embeddings = {id(m) for m in model.base_model.embeddings.modules()}
-    for m in model.modules():  # pooler / classifier: applied to the first token only
-        if isinstance(m, torch.nn.Linear) and id(m) not in encoder and id(m) not in embeddings:
-            total += 2 * m.in_features * m.out_features
-    return int(total)
+from headcut.arch import count_parameters, flops_per_pair, model_type
 
 
 def dummy_batch(model, batch_size: int, seq_len: int, *, seed: int = 0) -> dict[str, torch.Tensor]:
