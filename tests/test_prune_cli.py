@@ -72,6 +72,36 @@ def test_prune_with_the_recorded_dev_data(tmp_path, tiny_grader):
     assert quality["data"]["rows"] == 80 and set(quality["paired"]) >= {"accuracy", "spearman", "loss", "agreement"}
 
 
+def test_evaluate_against_a_reference_gives_paired_differences_and_agreement(tmp_path, tiny_grader):
+    from headcut.evaluate import predict_logits
+    from headcut.prune import pruned_copy
+
+    grader, dev = tiny_grader
+    source = load_model(grader)
+    plan = HeadPlan([[0, 1], [], [3]], 4)
+    pruned = save_model(pruned_copy(source, plan), tmp_path / "pruned")
+    out = tmp_path / "against.json"
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(pruned), "--against", str(grader), "--data", str(dev),
+                                      "--bootstrap", "50", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "model - against [95% paired CI]" in result.output and "same grade as" in result.output
+    report = json.loads(out.read_text())
+    pairs = read_pairs(dev)
+    expected = np.mean(predict_logits(load_model(pruned).model, source.tokenizer, pairs, max_length=24).argmax(1)
+                       == predict_logits(source.model, source.tokenizer, pairs, max_length=24).argmax(1))
+    paired = report["against"]["model_minus_against"]
+    assert paired["agreement"]["value"] == pytest.approx(expected)
+    assert paired["accuracy"]["delta"] == pytest.approx(report["accuracy"] - report["against"]["metrics"]["accuracy"])
+    same = CliRunner().invoke(app, ["evaluate", "--model", str(grader), "--against", str(grader), "--data", str(dev),
+                                    "--bootstrap", "20", "--out", str(tmp_path / "same.json")])
+    assert same.exit_code == 0, same.output
+    itself = json.loads((tmp_path / "same.json").read_text())["against"]["model_minus_against"]
+    assert itself["agreement"]["value"] == 1.0 and itself["spearman"]["delta"] == 0.0
+    missing = CliRunner().invoke(app, ["evaluate", "--model", str(grader), "--against", str(tmp_path / "nope"),
+                                       "--data", str(dev)])
+    assert missing.exit_code == 2 and "nope" in missing.output
+
+
 def test_prune_with_a_score_file_and_no_prior_keeps_the_global_top_k(tmp_path, tiny_grader):
     grader, dev = tiny_grader
     loaded = load_model(grader)

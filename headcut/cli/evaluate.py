@@ -21,6 +21,16 @@ def format_metrics(metrics: dict) -> str:
     return "\n".join(lines)
 
 
+def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> str:
+    lines = [f"{'metric':<10} {'model':>8} {'against':>8}   model - against [95% paired CI]"]
+    for m in ("accuracy", "macro_f1", "spearman", "loss"):
+        d = paired[m]
+        lines.append(f"{m:<10} {metrics[m]:>8.4f} {reference[m]:>8.4f}   {d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
+    a = paired["agreement"]
+    lines.append(f"{'agreement':<10} {a['value']:>8.4f}            [{a['ci'][0]:.4f}, {a['ci'][1]:.4f}] (same grade as {name})")
+    return "\n".join(lines)
+
+
 @user_errors
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
@@ -31,11 +41,15 @@ def evaluate(
     batch_size: int = typer.Option(64, help="Pairs per forward pass."),
     max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CIs."),
+    against: Opt[str] = typer.Option(None, "--against", help="A reference model (e.g. the teacher) graded on the same "
+                                     "pairs: prints model - reference with paired bootstrap CIs, and grade agreement."),
     allow_pickle: bool = ALLOW_PICKLE,
 ):
     """Grade MODEL on DATA: accuracy, macro-F1, Spearman of the expected grade, loss, NDCG@10, with 95% CIs.
 
     Example: headcut evaluate --model runs/teacher --data ../shared/data/homedepot/dev.tsv --out dev.json
+
+    Example: headcut evaluate --model runs/bottom3 --against runs/teacher --data ../shared/data/homedepot/dev.tsv
     """
     quiet_transformers()
     from headcut.evaluate import evaluate_model
@@ -45,12 +59,26 @@ def evaluate(
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit)
     loaded = load_model(model, allow_pickle=allow_pickle)
+    reference = load_model(against, allow_pickle=allow_pickle) if against else None  # fail before the long pass
     with progress_bar(len(pairs), "grading") as bar:
         result = evaluate_model(loaded, pairs, batch_size=batch_size, max_length=max_length, iters=bootstrap,
                                 progress=bar.update)
     metrics = result["metrics"]
     metrics["model"] = {"path": loaded.path, "weights_hash": loaded.weights_hash}
     typer.echo(format_metrics(metrics))
+    if reference is not None:
+        from headcut.evaluate import paired_bootstrap, predict_logits, summarize
+
+        with progress_bar(len(pairs), "grading --against") as bar:
+            ref_logits = predict_logits(reference.model, reference.tokenizer, pairs, batch_size=batch_size,
+                                        max_length=max_length or reference.max_length, progress=bar.update)
+        labels = pairs.label_array()
+        ref_metrics = summarize(ref_logits, labels, pairs.grades, pairs.query_groups())
+        paired = paired_bootstrap(result["logits"], ref_logits, labels, pairs.grades, iters=bootstrap)
+        metrics["against"] = {"model": {"path": reference.path, "weights_hash": reference.weights_hash},
+                              "metrics": ref_metrics, "model_minus_against": paired}
+        typer.echo("")
+        typer.echo(format_against(metrics, ref_metrics, paired, against))
     if out:
         write_json(out, metrics)
         typer.echo(f"wrote {out}")

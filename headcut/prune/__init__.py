@@ -1,6 +1,6 @@
 """Plans (which heads to keep), surgery (slicing them out), iterative pruning, measurements and artifacts."""
 from headcut.prune.artifact import prune_meta, write_artifact
-from headcut.prune.compare import compare_models
+from headcut.evaluate.compare import compare_models
 from headcut.prune.iterative import iterative_plan, step_ratios
 from headcut.prune.measure import flops_per_pair, measure_latency, speed_summary
 from headcut.prune.pipeline import prune

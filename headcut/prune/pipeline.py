@@ -8,7 +8,7 @@ import torch
 from headcut.arch import mask_shape
 from headcut.data import Pairs
 from headcut.models import LoadedModel
-from headcut.prune.compare import compare_models
+from headcut.evaluate.compare import compare_models
 from headcut.prune.iterative import iterative_plan
 from headcut.prune.measure import speed_summary
 from headcut.prune.plan import check_keep_ratio, plan_heads

@@ -1,4 +1,4 @@
-"""Before/after quality of a pruned grader on the same pairs, with paired bootstrap CIs."""
+"""Two graders on the same pairs: both sets of metrics, the difference with paired bootstrap CIs, and agreement."""
 from __future__ import annotations
 
 import numpy as np
