@@ -68,9 +68,22 @@ def training_progress(desc: str):
 
     bar = tqdm(desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None)
 
+    stage = [desc]
+
     def progress(event):
+        name = event.get("stage", desc)  # a preparatory stage (teacher logits) counts pairs, training counts steps
+        if name != stage[0]:
+            stage[0] = name
+            bar.reset(total=event["total"])
+            bar.set_description(name)
+            bar.unit = "pair" if name != desc else "step"
+            if name != desc:
+                bar.write(f"{name}: {event['total']} pairs")
         bar.total = event["total"]
-        if "eval" in event:
+        if "stage" in event:
+            bar.n = event["step"]
+            bar.refresh()
+        elif "eval" in event:
             m = event["eval"]
             bar.write(f"step {event['step']}: dev accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
                       f"Spearman {m['spearman']:.4f}  loss {m['loss']:.4f}")

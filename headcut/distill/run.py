@@ -45,6 +45,20 @@ def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np
     return merged, np.concatenate([labels, np.full(len(extra), UNLABELED)])
 
 
+def _stage(progress, name: str, total: int):
+    """A pair-count callback that reports a preparatory stage to the training `progress` callback."""
+    if progress is None:
+        return None
+    done = 0
+
+    def update(n: int) -> None:
+        nonlocal done
+        done += n
+        progress({"stage": name, "step": done, "total": total})
+
+    return update
+
+
 def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, progress=None,
             stop_after_steps: int | None = None, cache_dir: str | Path | None = None) -> dict:
     """Train the recipe's student, keep the best dev checkpoint, write it to `out` as an artifact.
@@ -73,11 +87,13 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     cache = Path(cache_dir) if cache_dir else work / "teacher"
 
     started = time.perf_counter()
-    teacher_dev, _ = teacher_logits(teacher, dev, encoded=dev_encoded, max_length=recipe.max_length, cache_dir=cache)
+    teacher_dev, _ = teacher_logits(teacher, dev, encoded=dev_encoded, max_length=recipe.max_length, cache_dir=cache,
+                                    progress=_stage(progress, "teacher logits (dev)", len(dev)))
     needs_targets = recipe.kd_weight > 0 or recipe.unlabeled_data is not None
     cached, hit = None, False
     if needs_targets and recipe.cache_teacher:
-        cached, hit = teacher_logits(teacher, pairs, encoded=encoded, max_length=recipe.max_length, cache_dir=cache)
+        cached, hit = teacher_logits(teacher, pairs, encoded=encoded, max_length=recipe.max_length, cache_dir=cache,
+                                     progress=_stage(progress, "teacher logits (train, cached)", len(pairs)))
     teacher_seconds = time.perf_counter() - started
     online = recipe.hidden_weight > 0 or recipe.attention_weight > 0 or (needs_targets and cached is None)
 
