@@ -131,13 +131,16 @@ def train(
     `stop_after_steps` stops early (used by tests to simulate an interruption).
     """
     from accelerate import Accelerator
-    from accelerate.utils import set_seed
+    from accelerate.utils import DataLoaderConfiguration, set_seed
 
     set_seed(settings.seed)
+    # Each batch is split across the processes (split_batches: the scheduler steps once per step), so
+    # `batch_size` is the global batch and N processes follow the one-process trajectory N times faster.
     accelerator = Accelerator(
         mixed_precision=settings.mixed_precision, gradient_accumulation_steps=settings.gradient_accumulation,
-        cpu=not torch.cuda.is_available(),
+        cpu=not torch.cuda.is_available(), dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
+    world, rank = accelerator.num_processes, accelerator.process_index
     params = [p for m in [model, *extra_modules] for p in m.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() > 1]
     no_decay = [p for p in params if p.dim() <= 1]
@@ -155,7 +158,12 @@ def train(
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    model, optimizer, scheduler, *extra = accelerator.prepare(model, optimizer, scheduler, *extra_modules)
+    # Extra modules (distill's hidden-state projections) are called by loss_fn directly, not through a DDP
+    # wrapper, so their gradients are averaged across processes here instead.
+    extra_params = [p for m in extra_modules for p in m.parameters() if p.requires_grad]
+    model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
+    for m in extra_modules:
+        accelerator.register_for_checkpointing(m)
     state = LoopState()
     ckpt = work_dir / "checkpoint"
     if (ckpt / "loop.json").exists():
@@ -173,10 +181,13 @@ def train(
             if micro >= micro_total:
                 break
             model.train()
-            batch = {k: v.to(accelerator.device) for k, v in collate(encoded, rows).items()}
+            shard, share = _shard(rows, rank, world)
+            batch = {k: v.to(accelerator.device) for k, v in collate(encoded, shard).items()}
             with accelerator.accumulate(model):
-                loss = loss_fn(model, batch, rows)
-                accelerator.backward(loss)
+                loss = loss_fn(model, batch, shard)
+                accelerator.backward(loss * share)
+                if accelerator.sync_gradients and world > 1:
+                    _average_gradients(extra_params, world)
                 if accelerator.sync_gradients and settings.max_grad_norm:
                     accelerator.clip_grad_norm_(params, settings.max_grad_norm)
                 optimizer.step()
@@ -214,6 +225,27 @@ def train(
                 break
     accelerator.wait_for_everyone()
     return state
+
+
+def _shard(rows: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, float]:
+    """This process's rows of a batch, and the weight that makes the processes' averaged gradients equal
+    the gradient of the whole batch's mean loss (DDP averages them; shards may differ by a row)."""
+    if world == 1:
+        return rows, 1.0
+    shard = rows[rank::world]
+    if len(shard) == 0:  # fewer rows than processes: take part in the step with a zero-weight row
+        return rows[:1], 0.0
+    return shard, world * len(shard) / len(rows)
+
+
+def _average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
+    import torch.distributed as dist
+
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad)
+        p.grad /= world
 
 
 def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
