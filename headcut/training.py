@@ -26,23 +26,23 @@ from headcut.evaluate.predict import Encoded, collate
 @dataclass(frozen=True)
 class LoopSettings:
     epochs: float = 2.0
-    batch_size: int = 32
+    batch_size: int = 32  # the global batch: under accelerate launch each process takes a share of it
     learning_rate: float = 5e-5
     warmup_ratio: float = 0.1
     weight_decay: float = 0.01
     gradient_accumulation: int = 1
-    mixed_precision: str = "no"  # "bf16"/"fp16" on accelerators that support them
+    mixed_precision: Literal["no", "fp16", "bf16"] = "no"  # bf16/fp16 on accelerators that support them
     eval_every: int = 200
     checkpoint_every: int = 200
     early_stopping_patience: int = 0  # evaluations without improvement before stopping; 0 = never
-    select_metric: str = "spearman"  # higher is better; "loss" is minimised
+    select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"  # "loss" is minimised
     seed: int = 0
     max_grad_norm: float = 1.0
 
 
 @dataclass(frozen=True)
-class TrainingRecipe:
-    """The fields every training recipe shares: its data, then the loop settings (as `LoopSettings`).
+class TrainingRecipe(LoopSettings):
+    """The fields every training recipe shares: the loop settings, and the data to train on.
 
     FinetuneRecipe and DistillRecipe extend it; a subclass may redefine a field to change its default.
     """
@@ -54,19 +54,6 @@ class TrainingRecipe:
     dev_fraction: float = 0.1
     grades: tuple[int, ...] = DEFAULT_GRADES
     max_length: int = 64
-
-    epochs: float = 2.0
-    batch_size: int = 32
-    learning_rate: float = 5e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    gradient_accumulation: int = 1
-    mixed_precision: Literal["no", "fp16", "bf16"] = "no"
-    eval_every: int = 200
-    checkpoint_every: int = 200
-    early_stopping_patience: int = 0
-    select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"
-    seed: int = 0
 
     def check(self, where: str) -> None:
         if self.train_data is None:
