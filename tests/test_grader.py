@@ -110,3 +110,20 @@ def test_grade_cli_bad_folder_is_one_sentence(tmp_path):
     (tmp_path / "p.tsv").write_text("query\ttitle\na\tb\n")
     result = CliRunner().invoke(app, ["grade", str(tmp_path), str(tmp_path / "p.tsv"), "--out", str(tmp_path / "o.tsv")])
     assert result.exit_code == 2 and "no grader.json" in result.output
+
+
+def test_evaluate_runs_an_exported_grader_against_its_pytorch_model(tmp_path, tiny_grader):
+    """`headcut evaluate --model GRADER_DIR` grades in ONNX Runtime: the fp32 grader equals its source."""
+    from headcut.models import save_model
+
+    folder, loaded, _ = tiny_grader
+    source = save_model(loaded, tmp_path / "source")
+    out = tmp_path / "against.json"
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(folder), "--against", str(source), "--data", "synthetic",
+                                      "--limit", "150", "--bootstrap", "20", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["model"]["kind"] == "onnx grader" and report["data"]["rows"] == 150
+    paired = report["against"]["model_minus_against"]
+    assert paired["agreement"]["value"] == 1.0
+    assert abs(paired["loss"]["delta"]) < 1e-4 and paired["accuracy"]["delta"] == 0.0

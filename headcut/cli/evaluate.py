@@ -31,9 +31,34 @@ def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> s
     return "\n".join(lines)
 
 
+def open_model(name: str, *, batch_size: int, max_length: int | None, allow_pickle: bool):
+    """Load a model folder or built-in name, or an exported ONNX grader folder (one with grader.json).
+
+    Returns `grade(pairs, progress) -> (logits, description)`. Graders run in ONNX Runtime with the
+    max length they were exported with, so a deployed INT8 grader is judged exactly as it will serve.
+    """
+    if (Path(name) / "grader.json").is_file():
+        import os
+
+        from headcut.grader import Grader
+
+        grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
+        about = {"path": name, "kind": "onnx grader", "precision": grader.record.get("precision"),
+                 "model_sha256": grader.record.get("model_file", {}).get("sha256")}
+        return lambda pairs, progress: (grader.logits(pairs, progress=progress), about)
+    from headcut.evaluate import predict_logits
+    from headcut.models import load_model
+
+    loaded = load_model(name, allow_pickle=allow_pickle)
+    about = {"path": loaded.path, "weights_hash": loaded.weights_hash}
+    return lambda pairs, progress: (predict_logits(loaded.model, loaded.tokenizer, pairs, batch_size=batch_size,
+                                                   max_length=max_length or loaded.max_length, progress=progress), about)
+
+
 @user_errors
 def evaluate(
-    model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
+    model: str = typer.Option(..., "--model", "-m", help="Model folder, built-in name (minilm-l6), or an exported "
+                              "ONNX grader folder (headcut export), which is run in ONNX Runtime."),
     data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON), or synthetic[:SEED] for the built-in synthetic set."),
     out: Opt[Path] = typer.Option(None, "--out", help="Write metrics JSON here."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
@@ -41,7 +66,7 @@ def evaluate(
     batch_size: int = typer.Option(64, help="Pairs per forward pass."),
     max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CIs."),
-    against: Opt[str] = typer.Option(None, "--against", help="A reference model (e.g. the teacher) graded on the same "
+    against: Opt[str] = typer.Option(None, "--against", help="A reference model or grader (e.g. the teacher) graded on the same "
                                      "pairs: prints model - reference with paired bootstrap CIs, and grade agreement."),
     allow_pickle: bool = ALLOW_PICKLE,
 ):
@@ -52,31 +77,28 @@ def evaluate(
     Example: headcut evaluate --model runs/bottom3 --against runs/teacher --data ../shared/data/homedepot/dev.tsv
     """
     quiet_transformers()
-    from headcut.evaluate import evaluate_model
+    from headcut.evaluate import bootstrap_ci, paired_bootstrap, summarize
     from headcut.files import write_json
-    from headcut.models import load_model
 
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit)
-    loaded = load_model(model, allow_pickle=allow_pickle)
-    reference = load_model(against, allow_pickle=allow_pickle) if against else None  # fail before the long pass
+    grade_model = open_model(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle)
+    grade_reference = open_model(against, batch_size=batch_size, max_length=max_length,
+                                 allow_pickle=allow_pickle) if against else None  # fail before the long pass
+    labels, groups = pairs.label_array(), pairs.query_groups()
     with progress_bar(len(pairs), "grading") as bar:
-        result = evaluate_model(loaded, pairs, batch_size=batch_size, max_length=max_length, iters=bootstrap,
-                                progress=bar.update)
-    metrics = result["metrics"]
-    metrics["model"] = {"path": loaded.path, "weights_hash": loaded.weights_hash}
+        logits, about = grade_model(pairs, bar.update)
+    metrics = summarize(logits, labels, pairs.grades, groups)
+    metrics["ci95"] = bootstrap_ci(logits, labels, pairs.grades, groups=groups, iters=bootstrap)
+    metrics["data"] = {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}
+    metrics["model"] = about
     typer.echo(format_metrics(metrics))
-    if reference is not None:
-        from headcut.evaluate import paired_bootstrap, predict_logits, summarize
-
+    if grade_reference is not None:
         with progress_bar(len(pairs), "grading --against") as bar:
-            ref_logits = predict_logits(reference.model, reference.tokenizer, pairs, batch_size=batch_size,
-                                        max_length=max_length or reference.max_length, progress=bar.update)
-        labels = pairs.label_array()
-        ref_metrics = summarize(ref_logits, labels, pairs.grades, pairs.query_groups())
-        paired = paired_bootstrap(result["logits"], ref_logits, labels, pairs.grades, iters=bootstrap)
-        metrics["against"] = {"model": {"path": reference.path, "weights_hash": reference.weights_hash},
-                              "metrics": ref_metrics, "model_minus_against": paired}
+            ref_logits, ref_about = grade_reference(pairs, bar.update)
+        ref_metrics = summarize(ref_logits, labels, pairs.grades, groups)
+        paired = paired_bootstrap(logits, ref_logits, labels, pairs.grades, iters=bootstrap)
+        metrics["against"] = {"model": ref_about, "metrics": ref_metrics, "model_minus_against": paired}
         typer.echo("")
         typer.echo(format_against(metrics, ref_metrics, paired, against))
     if out:
