@@ -6,7 +6,8 @@ fp32 and INT8 graders, on Home Depot dev, in one run with the same threads; opti
 
 Graders are exported into OUT/graders (reused when present): fp32 and INT8 (the gated recipe) for every
 model, plus the default-recipe INT8 of the teacher for comparison. Without --model, a pruned stand-in with
-uneven heads and a 0-head layer is made with headcut.arch.keep_heads (parity figures, not quality).
+uneven heads and a 0-head layer is made with headcut.arch.keep_heads (parity figures, not quality);
+--standin adds it next to the given models.
 Writes OUT/bench.{json,md,png}; --serve adds a loopback load test at concurrency 8 to bench.json.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,19 +44,25 @@ def serve_load_test(grader: Path, pairs, *, requests: int, concurrency: int, wor
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "headcut", "serve", str(grader), "--port", str(port), "--workers", str(workers),
-           "--threads", "1"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [sys.executable, "-m", "headcut", "serve", str(Path(grader).resolve()), "--port", str(port),
+           "--workers", str(workers), "--threads", "1"]
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         import httpx
 
         for _ in range(240):  # bounded wait for the workers
+            if proc.poll() is not None:
+                log.seek(0)
+                raise SystemExit(f"headcut serve exited ({proc.returncode}): {log.read().decode()[-2000:]}")
             try:
                 if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 time.sleep(0.5)
+        else:
+            raise SystemExit(f"headcut serve did not answer /healthz on {url} within 2 minutes")
         bodies = [{"pairs": [{"query": pairs.queries[(8 * i + j) % len(pairs)], "title": pairs.titles[(8 * i + j) % len(pairs)]}
                              for j in range(8)]} for i in range(requests)]
         load_test(url, bodies[:concurrency], concurrency=concurrency)  # warm-up
@@ -76,6 +84,8 @@ def main():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--small-grid", action="store_true", help="batch {1,32} x sequence {64} only")
+    parser.add_argument("--standin", action="store_true",
+                        help="add the uneven-heads stand-in (with a 0-head layer) even when --model is given")
     parser.add_argument("--serve", action="store_true", help="also load-test `headcut serve` on loopback")
     parser.add_argument("--serve-requests", type=int, default=200)
     args = parser.parse_args()
@@ -97,7 +107,7 @@ def main():
     models = {"teacher": teacher}
     for path in args.model:
         models[Path(path).name] = load_model(path)
-    if not args.model:
+    if args.standin or not args.model:
         standin = out / "pruned-standin"
         if not (standin / "headcut.json").exists():
             copy = load_model(args.teacher)
