@@ -15,11 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,39 +35,18 @@ def build(loaded, out: Path, pairs, *, int8: bool, default_only: bool = False, t
 
 
 def serve_load_test(grader: Path, pairs, *, requests: int, concurrency: int, workers: int) -> dict:
-    from headcut.export.bench import load_test
+    from headcut.export.bench import load_test, running_server
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "headcut", "serve", str(Path(grader).resolve()), "--port", str(port),
-           "--workers", str(workers), "--threads", "1"]
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    bodies = [{"pairs": [{"query": pairs.queries[(8 * i + j) % len(pairs)], "title": pairs.titles[(8 * i + j) % len(pairs)]}
+                         for j in range(8)]} for i in range(requests)]
     try:
-        import httpx
-
-        for _ in range(240):  # bounded wait for the workers
-            if proc.poll() is not None:
-                log.seek(0)
-                raise SystemExit(f"headcut serve exited ({proc.returncode}): {log.read().decode()[-2000:]}")
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            raise SystemExit(f"headcut serve did not answer /healthz on {url} within 2 minutes")
-        bodies = [{"pairs": [{"query": pairs.queries[(8 * i + j) % len(pairs)], "title": pairs.titles[(8 * i + j) % len(pairs)]}
-                             for j in range(8)]} for i in range(requests)]
-        load_test(url, bodies[:concurrency], concurrency=concurrency)  # warm-up
-        result = load_test(url, bodies, concurrency=concurrency)
-        result.update({"workers": workers, "pairs_per_request": 8, "grader": str(grader)})
-        return result
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        with running_server(grader, workers=workers, threads=1, cwd=ROOT) as url:
+            load_test(url, bodies[:concurrency], concurrency=concurrency)  # warm-up
+            result = load_test(url, bodies, concurrency=concurrency)
+    except RuntimeError as e:
+        raise SystemExit(str(e)) from None
+    result.update({"workers": workers, "pairs_per_request": 8, "grader": str(grader)})
+    return result
 
 
 def main():

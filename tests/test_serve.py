@@ -1,11 +1,6 @@
 """The real server (uvicorn in a subprocess) on loopback: good, concurrent and bad requests."""
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -13,45 +8,26 @@ import pytest
 
 from conftest import ROOT
 from headcut.data import synthetic_pairs
+from headcut.export.bench import running_server
 from headcut.grader import Grader
 from test_export import make_tiny_grader
 
 httpx = pytest.importorskip("httpx")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     folder = make_tiny_grader(tmp_path_factory.mktemp("served"))[0]
-    port = free_port()
-    cmd = [sys.executable, "-m", "headcut", "serve", str(folder), "--port", str(port), "--workers", "2",
-           "--threads", "1", "--max-pairs", "16", "--max-text-chars", "200", "--max-body-bytes", "20000"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
+    args = ("--max-pairs", "16", "--max-text-chars", "200", "--max-body-bytes", "20000")
+    running = running_server(folder, workers=2, threads=1, args=args, wait_seconds=60, cwd=ROOT)
     try:
-        for _ in range(120):  # bounded wait for both workers to load the grader
-            if proc.poll() is not None:
-                pytest.fail(f"server exited: {proc.stdout.read()}")
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("server did not answer /healthz within 60 s")
+        url = running.__enter__()
+    except RuntimeError as e:  # exited, or no /healthz answer in time: the message holds its output
+        pytest.fail(str(e))
+    try:
         yield url, folder
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        running.__exit__(None, None, None)
 
 
 def test_grade_and_rank_answer_like_the_grader(server):

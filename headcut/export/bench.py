@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import gc
 import os
+import socket
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -203,6 +208,50 @@ def figure(report: dict, *, batch: int = 32, seq: int = 64):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+@contextmanager
+def running_server(grader: str | Path, *, workers: int = 1, threads: int = 1, args: tuple[str, ...] = (),
+                   wait_seconds: float = 120.0, cwd: str | Path | None = None):
+    """Start `headcut serve GRADER` on a free loopback port and yield its URL once /healthz answers.
+
+    Raises RuntimeError with the server's own output when it exits or does not answer in time; the
+    server is stopped on leaving the block.
+    """
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "headcut", "serve", str(Path(grader).resolve()), "--port", str(port),
+           "--workers", str(workers), "--threads", str(threads), *args]
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + wait_seconds
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"headcut serve exited ({proc.returncode}): "
+                                       f"{log.read().decode(errors='replace')[-2000:]}")
+                try:
+                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"headcut serve did not answer /healthz on {url} within {wait_seconds:.0f} s")
+                time.sleep(0.5)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def load_test(url: str, bodies: list[dict], *, concurrency: int = 8, path: str = "/grade", timeout: float = 60.0) -> dict:
