@@ -5,8 +5,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, PRESET, QUERY_COL, TITLE_COL, Opt,
-                                progress_bar, quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, PRESET, QUERY_COL, TITLE_COL,
+                                Opt, progress_bar, quiet_transformers, read_data, user_errors)
 
 
 def format_metrics(metrics: dict) -> str:
@@ -64,7 +64,7 @@ def evaluate(
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     batch_size: int = typer.Option(64, help="Pairs per forward pass."),
-    max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
+    max_length: Opt[int] = MAX_LENGTH,
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CIs."),
     against: Opt[str] = typer.Option(None, "--against", help="A reference model or grader (e.g. the teacher) graded on the same "
                                      "pairs: prints model - reference with paired bootstrap CIs, and grade agreement."),
@@ -77,7 +77,7 @@ def evaluate(
     Example: headcut evaluate --model runs/bottom3 --against runs/teacher --data ../shared/data/homedepot/dev.tsv
     """
     quiet_transformers()
-    from headcut.evaluate import bootstrap_ci, paired_bootstrap, summarize
+    from headcut.evaluate import metrics_with_ci, paired_bootstrap, summarize
     from headcut.files import write_json
 
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
@@ -85,18 +85,16 @@ def evaluate(
     grade_model = open_model(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle)
     grade_reference = open_model(against, batch_size=batch_size, max_length=max_length,
                                  allow_pickle=allow_pickle) if against else None  # fail before the long pass
-    labels, groups = pairs.label_array(), pairs.query_groups()
     with progress_bar(len(pairs), "grading") as bar:
         logits, about = grade_model(pairs, bar.update)
-    metrics = summarize(logits, labels, pairs.grades, groups)
-    metrics["ci95"] = bootstrap_ci(logits, labels, pairs.grades, groups=groups, iters=bootstrap)
-    metrics["data"] = {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}
+    metrics = metrics_with_ci(logits, pairs, iters=bootstrap)
     metrics["model"] = about
     typer.echo(format_metrics(metrics))
     if grade_reference is not None:
         with progress_bar(len(pairs), "grading --against") as bar:
             ref_logits, ref_about = grade_reference(pairs, bar.update)
-        ref_metrics = summarize(ref_logits, labels, pairs.grades, groups)
+        labels = pairs.label_array()
+        ref_metrics = summarize(ref_logits, labels, pairs.grades, pairs.query_groups())
         paired = paired_bootstrap(logits, ref_logits, labels, pairs.grades, iters=bootstrap)
         metrics["against"] = {"model": ref_about, "metrics": ref_metrics, "model_minus_against": paired}
         typer.echo("")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt,
-                                quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
+                                TITLE_COL, Opt, quiet_transformers, read_data, user_errors)
 
 
 def stage_bars(total: int):
@@ -126,7 +126,7 @@ def scan(
     k: int = typer.Option(5, "--k", help="Term-matching heads masked in experiment 5."),
     bootstrap: int = typer.Option(200, "--bootstrap", help="Bootstrap resamples for the 95% CIs."),
     batch_size: int = typer.Option(64, help="Pairs per forward pass."),
-    max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
+    max_length: Opt[int] = MAX_LENGTH,
     seed: int = typer.Option(0, "--seed", help="Seed of the data sample and the random masks."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, seg_col: Opt[str] = SEG_COL,
@@ -159,7 +159,7 @@ def probe(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the probe report (importance.json holds entropy)."),
     limit: Opt[int] = typer.Option(500, "--limit", help="Seeded random sample of this many pairs (0: all)."),
     batch_size: int = typer.Option(32, help="Pairs per forward pass."),
-    max_length: Opt[int] = typer.Option(None, help="Token limit per pair (default: the model's, else 128)."),
+    max_length: Opt[int] = MAX_LENGTH,
     seed: int = typer.Option(0, "--seed", help="Seed of the data sample."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, seg_col: Opt[str] = SEG_COL,

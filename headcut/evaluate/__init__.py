@@ -13,10 +13,11 @@ from headcut.evaluate.metrics import (
 from headcut.evaluate.importance import METHODS, head_importance, read_scores, write_scores
 from headcut.evaluate.predict import collate, encode, length_batches, predict_logits
 from headcut.evaluate.compare import compare_models
-from headcut.evaluate.report import evaluate_model
+from headcut.evaluate.report import evaluate_model, metrics_with_ci
 
 __all__ = [
     "agreement", "bootstrap_ci", "expected_grade", "macro_f1", "ndcg_at_k", "nll", "paired_bootstrap",
-    "spearman", "summarize", "compare_models", "collate", "encode", "length_batches", "predict_logits", "evaluate_model",
+    "spearman", "summarize", "compare_models", "collate", "encode", "length_batches", "predict_logits",
+    "evaluate_model", "metrics_with_ci",
     "METHODS", "head_importance", "read_scores", "write_scores",
 ]
