@@ -28,13 +28,19 @@ class LayerParts:
     key: nn.Linear | None
     value: nn.Linear | None
     out: nn.Linear | None  # attention output projection: input = concatenated head outputs
-    ffn_in: nn.Linear
-    ffn_out: nn.Linear
+    ffn_in: nn.Linear | None  # None once the layer has lost every FFN neuron
+    ffn_out: nn.Linear | None
     head_size: int
+    head_ids: list[int]  # original (unpruned) id of each present head, in weight order
+    neuron_ids: list[int]  # original id of each present FFN neuron, in weight order
 
     @property
     def num_heads(self) -> int:
-        return 0 if self.query is None else self.query.out_features // self.head_size
+        return len(self.head_ids)
+
+    @property
+    def num_neurons(self) -> int:
+        return len(self.neuron_ids)
 
 
 def model_type(model) -> str:
@@ -64,6 +70,15 @@ def encoder_layers(model) -> nn.ModuleList:
     return base.encoder.layer
 
 
+# Original ids of the units a layer still has, kept on the layer module by surgery (absent: all of them).
+HEAD_IDS, NEURON_IDS = "headcut_head_ids", "headcut_neuron_ids"
+
+
+def _ids(layer: nn.Module, attr: str, count: int) -> list[int]:
+    ids = getattr(layer, attr, None)
+    return list(range(count)) if ids is None else list(ids)
+
+
 def layer_parts(model) -> list[LayerParts]:
     """The linears of every layer, in order."""
     kind = model_type(model)
@@ -72,23 +87,19 @@ def layer_parts(model) -> list[LayerParts]:
     for i, layer in enumerate(encoder_layers(model)):
         if kind == "distilbert":
             att = layer.attention
-            if isinstance(att, HeadlessSelfAttention):
-                parts.append(LayerParts(i, layer, None, None, None, None, None, layer.ffn.lin1, layer.ffn.lin2, size))
-            else:
-                parts.append(
-                    LayerParts(i, layer, att, att.q_lin, att.k_lin, att.v_lin, att.out_lin, layer.ffn.lin1, layer.ffn.lin2, size)
-                )
+            heads = (None,) * 5 if isinstance(att, HeadlessSelfAttention) else (att, att.q_lin, att.k_lin, att.v_lin, att.out_lin)
+            ffn = (None, None) if isinstance(layer.ffn, NeuronlessFFN) else (layer.ffn.lin1, layer.ffn.lin2)
         else:
             if isinstance(layer.attention, HeadlessAttention):
-                parts.append(LayerParts(i, layer, None, None, None, None, None, layer.intermediate.dense, layer.output.dense, size))
+                heads = (None,) * 5
             else:
                 att = layer.attention.self
-                parts.append(
-                    LayerParts(
-                        i, layer, att, att.query, att.key, att.value, layer.attention.output.dense,
-                        layer.intermediate.dense, layer.output.dense, size,
-                    )
-                )
+                heads = (att, att.query, att.key, att.value, layer.attention.output.dense)
+            ffn = (None, None) if isinstance(layer.output, NeuronlessOutput) else (layer.intermediate.dense, layer.output.dense)
+        n_heads = 0 if heads[1] is None else heads[1].out_features // size
+        n_neurons = 0 if ffn[0] is None else ffn[0].out_features
+        parts.append(LayerParts(i, layer, *heads, *ffn, size, _ids(layer, HEAD_IDS, n_heads),
+                                _ids(layer, NEURON_IDS, n_neurons)))
     return parts
 
 
@@ -96,9 +107,26 @@ def heads_per_layer(model) -> list[int]:
     return [p.num_heads for p in layer_parts(model)]
 
 
+def neurons_per_layer(model) -> list[int]:
+    return [p.num_neurons for p in layer_parts(model)]
+
+
+def intermediate_size(config) -> int:
+    return config.hidden_dim if config.model_type == "distilbert" else config.intermediate_size
+
+
 def mask_shape(model) -> tuple[int, int]:
-    """Masks and scores are (num_layers, num_heads of the unpruned config); a pruned layer uses its first columns."""
+    """Masks and scores are (num_layers, num_heads of the unpruned config), indexed by original head ids:
+    column h of layer l is head h of the unpruned model, whether or not a pruned layer still has it."""
     return (len(encoder_layers(model)), num_heads_config(model.config))
+
+
+def present_heads(model) -> torch.Tensor:
+    """(num_layers, num_heads) bool, original ids: True where the (possibly pruned) model still has the head."""
+    present = torch.zeros(mask_shape(model), dtype=torch.bool)
+    for p in layer_parts(model):
+        present[p.index, p.head_ids] = True
+    return present
 
 
 # --- surgery -----------------------------------------------------------------------------------
@@ -130,6 +158,36 @@ class HeadlessSelfAttention(nn.Module):
         return self.bias.expand_as(hidden_states), None
 
 
+class NeuronlessIntermediate(nn.Module):
+    """BERT-family FFN input with 0 neurons: passes its input on (the stub output ignores it)."""
+
+    def forward(self, hidden_states):
+        return hidden_states
+
+
+class NeuronlessOutput(nn.Module):
+    """BERT-family FFN output with 0 neurons: exactly LayerNorm(input + output bias)."""
+
+    def __init__(self, bias: torch.Tensor, layer_norm: nn.LayerNorm):
+        super().__init__()
+        self.bias = nn.Parameter(bias.detach().clone())
+        self.LayerNorm = layer_norm
+
+    def forward(self, hidden_states, input_tensor):
+        return self.LayerNorm(input_tensor + self.bias)
+
+
+class NeuronlessFFN(nn.Module):
+    """DistilBERT FFN with 0 neurons: its output is the second linear's bias."""
+
+    def __init__(self, bias: torch.Tensor):
+        super().__init__()
+        self.bias = nn.Parameter(bias.detach().clone())
+
+    def forward(self, hidden_states):
+        return self.bias.expand_as(hidden_states)
+
+
 def _slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
     """A new Linear keeping `index` rows (dim=0: outputs) or columns (dim=1: inputs)."""
     weight = linear.weight.detach().index_select(dim, index).clone()
@@ -143,26 +201,32 @@ def _slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear
     return new
 
 
+def _positions(layer: int, what: str, present: list[int], keep) -> list[int]:
+    """Weight positions of the original ids in `keep`, in weight order; an id the layer lacks is an error."""
+    where = {unit: i for i, unit in enumerate(present)}
+    missing = sorted(set(int(u) for u in keep) - set(where))
+    if missing:
+        raise ValueError(f"layer {layer} has no {what} {missing} (it has {present})")
+    return sorted(where[int(u)] for u in set(int(u) for u in keep))
+
+
 def keep_heads(model, keep: list[list[int]]) -> None:
-    """Physically keep only the listed heads (indices into each layer's current heads), in place.
+    """Physically keep only the listed heads of each layer, in place. Heads are named by their original
+    ids (the unpruned model's numbering, as in masks and scores), so plans compose on a pruned model.
 
     Slices q/k/v rows and the output projection's columns; a layer left with no heads gets an exact stub.
-    Exact: the result equals the full model with the other heads masked to zero.
+    Exact: the result equals the model with the other heads masked to zero. Each layer remembers the
+    original ids of the heads it keeps (`LayerParts.head_ids`).
     """
     parts = layer_parts(model)
     if len(keep) != len(parts):
         raise ValueError(f"keep lists {len(keep)} layers, the model has {len(parts)}")
     kind = model_type(model)
     for p, heads in zip(parts, keep):
-        heads = sorted(set(int(h) for h in heads))
-        if p.attention is None:
-            if heads:
-                raise ValueError(f"layer {p.index} has no heads left to keep")
+        heads = _positions(p.index, "heads", p.head_ids, heads)
+        if p.attention is None or heads == list(range(p.num_heads)):
             continue
-        if heads == list(range(p.num_heads)):
-            continue
-        if heads and (heads[0] < 0 or heads[-1] >= p.num_heads):
-            raise ValueError(f"layer {p.index} has {p.num_heads} heads; cannot keep {heads}")
+        setattr(p.layer, HEAD_IDS, [p.head_ids[h] for h in heads])
         if not heads:
             _make_headless(p, kind)
             continue
@@ -192,21 +256,36 @@ def _make_headless(p: LayerParts, kind: str) -> None:
 
 
 def keep_neurons(model, keep: list[list[int]]) -> None:
-    """Physically keep only the listed FFN neurons per layer (rows of ffn_in, columns of ffn_out), in place."""
+    """Physically keep only the listed FFN neurons per layer (original ids: rows of ffn_in, columns of
+    ffn_out), in place. A layer left with none gets an exact stub. Exact: equals the model with the other
+    neurons masked to zero; each layer remembers the kept neurons' original ids (`LayerParts.neuron_ids`)."""
     parts = layer_parts(model)
+    if len(keep) != len(parts):
+        raise ValueError(f"keep lists {len(keep)} layers, the model has {len(parts)}")
     kind = model_type(model)
     for p, neurons in zip(parts, keep):
-        neurons = sorted(set(int(n) for n in neurons))
-        if neurons == list(range(p.ffn_in.out_features)):
+        neurons = _positions(p.index, "FFN neurons", p.neuron_ids, neurons)
+        if p.ffn_in is None or neurons == list(range(p.num_neurons)):
             continue
+        setattr(p.layer, NEURON_IDS, [p.neuron_ids[n] for n in neurons])
         if not neurons:
-            raise ValueError(f"layer {p.index}: keep at least one FFN neuron")
+            _make_neuronless(p, kind)
+            continue
         index = torch.tensor(neurons, device=p.ffn_in.weight.device)
         new_in, new_out = _slice_linear(p.ffn_in, index, 0), _slice_linear(p.ffn_out, index, 1)
         if kind == "distilbert":
             p.layer.ffn.lin1, p.layer.ffn.lin2 = new_in, new_out
         else:
             p.layer.intermediate.dense, p.layer.output.dense = new_in, new_out
+
+
+def _make_neuronless(p: LayerParts, kind: str) -> None:
+    bias = p.ffn_out.bias.detach() if p.ffn_out.bias is not None else torch.zeros(p.ffn_out.out_features)
+    if kind == "distilbert":
+        p.layer.ffn = NeuronlessFFN(bias)
+    else:
+        p.layer.intermediate = NeuronlessIntermediate()
+        p.layer.output = NeuronlessOutput(bias, p.layer.output.LayerNorm)
 
 
 def keep_layers(model, keep: list[int]) -> None:
@@ -228,22 +307,26 @@ def keep_layers(model, keep: list[int]) -> None:
 
 
 def shape_record(model) -> dict:
-    """What `apply_shape` needs to rebuild this model's (pruned) structure from its config."""
+    """What `apply_shape` needs to rebuild this model's (pruned) structure from its config, with the
+    original ids of the heads and FFN neurons each layer kept (one numbering for masks and scores)."""
     parts = layer_parts(model)
     return {
         "heads_per_layer": [p.num_heads for p in parts],
-        "intermediate_per_layer": [p.ffn_in.out_features for p in parts],
+        "intermediate_per_layer": [p.num_neurons for p in parts],
+        "head_ids": [p.head_ids for p in parts],
+        "neuron_ids": [p.neuron_ids for p in parts],
     }
 
 
 def apply_shape(model, record: dict) -> None:
-    """Give a freshly built model the structure in `record` (weights are loaded afterwards)."""
-    heads = record.get("heads_per_layer")
-    if heads is not None:
-        keep_heads(model, [list(range(n)) for n in heads])
-    inter = record.get("intermediate_per_layer")
-    if inter is not None:
-        keep_neurons(model, [list(range(n)) for n in inter])
+    """Give a freshly built model the structure in `record` (weights are loaded afterwards). Records
+    written before ids were kept mean each layer's first heads/neurons."""
+    heads = record.get("head_ids") or [list(range(n)) for n in record.get("heads_per_layer") or []]
+    if heads:
+        keep_heads(model, heads)
+    neurons = record.get("neuron_ids") or [list(range(n)) for n in record.get("intermediate_per_layer") or []]
+    if neurons:
+        keep_neurons(model, neurons)
 
 
 def count_parameters(model) -> int:
@@ -265,8 +348,9 @@ def flops_per_pair(model, seq_len: int) -> int:
             total += 2 * n * d * width * 3  # q, k, v projections
             total += 2 * n * n * width * 2  # scores q.k and the weighted sum of values
             total += 2 * n * width * p.out.out_features  # output projection
-        total += 2 * n * p.ffn_in.in_features * p.ffn_in.out_features
-        total += 2 * n * p.ffn_out.in_features * p.ffn_out.out_features
+        if p.ffn_in is not None:
+            total += 2 * n * p.ffn_in.in_features * p.ffn_in.out_features
+            total += 2 * n * p.ffn_out.in_features * p.ffn_out.out_features
     encoder = {id(m) for m in encoder_layers(model).modules()}
     embeddings = {id(m) for m in model.base_model.embeddings.modules()}
     for m in model.modules():  # pooler / classifier: applied to the first token only

@@ -1,9 +1,13 @@
 """Head and FFN-neuron masks as forward pre-hooks (transformers 5 ignores `head_mask`).
 
-A head mask is a `(num_layers, num_heads)` float tensor, 1 = keep, 0 = drop; fractional values scale
-a head's output, and gradients flow to the mask (gradient/Fisher importance). A `(num_layers, batch,
-num_heads)` mask gives every example in the batch its own mask (many ablations in one forward).
-Masking a head is exactly equal to slicing it out of the weights (see `arch.keep_heads`).
+A head mask is a `(num_layers, num_heads)` float tensor indexed by the ORIGINAL head ids (the unpruned
+model's numbering, also in a pruned model; columns of heads a layer no longer has are ignored), 1 = keep,
+0 = drop; fractional values scale a head's output, and gradients flow to the mask (gradient/Fisher
+importance). A `(num_layers, batch, num_heads)` mask gives every example in the batch its own mask (many
+ablations in one forward, or per-example mask gradients). Neuron masks are the same with FFN neurons:
+`(num_layers, intermediate_size)` or `(num_layers, batch, intermediate_size)`, original neuron ids.
+Masking a unit equals slicing it out of the weights (`arch.keep_heads`, `arch.keep_neurons`) up to float
+rounding: the tests bound the difference by 1e-5 (the sliced matmul sums fewer terms).
 """
 from __future__ import annotations
 
@@ -11,42 +15,44 @@ from contextlib import contextmanager
 
 import torch
 
-from headcut.arch import layer_parts, mask_shape
+from headcut.arch import intermediate_size, layer_parts, mask_shape
 
 
-def _head_hook(mask_row: torch.Tensor, num_heads: int, head_size: int):
+def _scale_hook(mask_row: torch.Tensor, ids: list[int], group: int):
+    """Multiply the last dimension of the hooked input, in blocks of `group`, by mask_row[..., ids]."""
+    index = torch.tensor(ids, device=mask_row.device)
+
     def hook(module, args):
         (x, *rest) = args
-        m = mask_row[..., :num_heads].to(x.dtype)
-        if m.dim() == 1:
-            m = m.view(1, 1, num_heads, 1)
-        else:  # per-example masks: (batch, heads)
-            m = m.view(m.shape[0], 1, num_heads, 1)
+        m = mask_row.index_select(-1, index).to(x.dtype)
+        count = len(ids)
+        m = m.view(1, 1, count, 1) if m.dim() == 1 else m.view(m.shape[0], 1, count, 1)  # per-example: (batch, units)
         shape = x.shape
-        x = (x.view(*shape[:-1], num_heads, head_size) * m).view(shape)
+        x = (x.reshape(shape[0], -1, count, group) * m).view(shape)
         return (x, *rest)
 
     return hook
+
+
+def _check(mask: torch.Tensor, expected: tuple[int, int], what: str) -> None:
+    if mask.dim() not in (2, 3) or mask.shape[0] != expected[0] or mask.shape[-1] != expected[1]:
+        raise ValueError(f"{what} mask has shape {tuple(mask.shape)}, model needs {expected} "
+                         f"(or ({expected[0]}, batch, {expected[1]}))")
 
 
 @contextmanager
 def head_mask(model, mask: torch.Tensor):
     """Apply a head mask for the duration of the block.
 
-    mask: (num_layers, num_heads) or (num_layers, batch, num_heads); 1 = keep. In a pruned model
-    layer l uses its first `heads_l` columns. Layers without heads are skipped.
+    mask: (num_layers, num_heads) or (num_layers, batch, num_heads), original head ids; 1 = keep.
+    Layers without heads are skipped.
     """
-    expected = mask_shape(model)
-    parts = layer_parts(model)
-    if mask.shape[0] != expected[0] or mask.shape[-1] < max(1, max((p.num_heads for p in parts), default=1)):
-        raise ValueError(f"head mask has shape {tuple(mask.shape)}, model needs {expected}")
+    _check(mask, mask_shape(model), "head")
     handles = []
     try:
-        for p in parts:
-            if p.out is None:
-                continue
-            row = mask[p.index]
-            handles.append(p.out.register_forward_pre_hook(_head_hook(row, p.num_heads, p.head_size)))
+        for p in layer_parts(model):
+            if p.out is not None:
+                handles.append(p.out.register_forward_pre_hook(_scale_hook(mask[p.index], p.head_ids, p.head_size)))
         yield
     finally:
         for h in handles:
@@ -54,16 +60,15 @@ def head_mask(model, mask: torch.Tensor):
 
 
 @contextmanager
-def neuron_mask(model, masks: list[torch.Tensor]):
-    """Mask FFN neurons: masks[l] has one entry per intermediate neuron of layer l, 1 = keep."""
+def neuron_mask(model, mask: torch.Tensor):
+    """Mask FFN neurons for the block: (num_layers, intermediate_size) or (num_layers, batch,
+    intermediate_size), original neuron ids; 1 = keep. Layers without neurons are skipped."""
+    _check(mask, (mask_shape(model)[0], intermediate_size(model.config)), "neuron")
     handles = []
     try:
-        for p, m in zip(layer_parts(model), masks):
-            def hook(module, args, m=m):
-                (x, *rest) = args
-                return (x * m.to(x.dtype), *rest)
-
-            handles.append(p.ffn_out.register_forward_pre_hook(hook))
+        for p in layer_parts(model):
+            if p.ffn_out is not None:
+                handles.append(p.ffn_out.register_forward_pre_hook(_scale_hook(mask[p.index], p.neuron_ids, 1)))
         yield
     finally:
         for h in handles:
@@ -73,3 +78,8 @@ def neuron_mask(model, masks: list[torch.Tensor]):
 def ones_mask(model, *, requires_grad: bool = False) -> torch.Tensor:
     """A keep-everything (num_layers, num_heads) mask."""
     return torch.ones(mask_shape(model), requires_grad=requires_grad)
+
+
+def ones_neuron_mask(model, *, requires_grad: bool = False) -> torch.Tensor:
+    """A keep-everything (num_layers, intermediate_size) neuron mask."""
+    return torch.ones(mask_shape(model)[0], intermediate_size(model.config), requires_grad=requires_grad)

@@ -50,32 +50,49 @@ def test_per_example_masks_equal_separate_runs():
                 assert torch.allclose(model(**inputs).logits[0], together[i], atol=1e-6)
 
 
-def test_masking_a_pruned_model_uses_its_first_columns():
+def test_masks_of_a_pruned_model_use_original_head_ids():
     model = tiny_model("bert")
     keep_heads(model, [[0, 2, 3], [1]])
+    assert [p.head_ids for p in layer_parts(model)] == [[0, 2, 3], [1]]
     inputs = tiny_inputs()
     mask = torch.ones(2, 4)
-    mask[0, 1] = 0  # second remaining head of layer 0 = original head 2
+    mask[0, 2] = 0  # original head 2 (the layer's second remaining head)
+    mask[1, 0] = 0  # a head layer 1 no longer has: ignored
     with torch.no_grad(), head_mask(model, mask):
         masked = model(**inputs).logits
-    keep_heads(model, [[0, 2], [0]])
+    keep_heads(model, [[0, 3], [1]])  # original ids again: plans compose on a pruned model
+    assert [p.head_ids for p in layer_parts(model)] == [[0, 3], [1]]
     with torch.no_grad():
         assert torch.allclose(model(**inputs).logits, masked, atol=1e-6)
+    with pytest.raises(ValueError, match="has no heads \\[2\\]"):
+        keep_heads(model, [[2], [1]])
 
 
-def test_neuron_mask_equals_neuron_slicing():
-    from headcut.arch import keep_neurons
+@pytest.mark.parametrize("kind", SUPPORTED)
+def test_neuron_mask_equals_neuron_slicing_uneven_and_empty(kind):
+    from headcut.arch import keep_neurons, neurons_per_layer
 
-    model = tiny_model("bert")
-    inputs = tiny_inputs()
-    masks = [torch.ones(37), torch.ones(37)]
-    masks[0][::3] = 0
-    with torch.no_grad(), neuron_mask(model, masks):
+    model = tiny_model(kind, num_hidden_layers=3) if kind != "distilbert" else tiny_model(kind, n_layers=3)
+    inputs = tiny_inputs(kind=kind)
+    mask = torch.ones(3, 37)
+    mask[0, ::3] = 0  # uneven widths: 24, 37 and a layer with no neurons left
+    mask[2] = 0
+    with torch.no_grad(), neuron_mask(model, mask):
         masked = model(**inputs).logits
-    keep_neurons(model, [[i for i in range(37) if masks[l][i]] for l in range(2)])
-    assert [p.ffn_in.out_features for p in layer_parts(model)] == [24, 37]
+    keep_neurons(model, [[i for i in range(37) if mask[l, i]] for l in range(3)])
+    assert neurons_per_layer(model) == [24, 37, 0]
     with torch.no_grad():
-        assert torch.allclose(model(**inputs).logits, masked, atol=1e-6)
+        assert (model(**inputs).logits - masked).abs().max() <= 1e-5
+    # masks keep the original numbering on the narrowed model: dropping neuron 1 again changes nothing new
+    again = mask.clone()
+    again[0, 1] = 0
+    keep = model(**inputs).logits
+    with torch.no_grad(), neuron_mask(model, again):
+        twice = model(**inputs).logits
+    keep_neurons(model, [[i for i in range(37) if again[l, i]] for l in range(3)])
+    with torch.no_grad():
+        assert (model(**inputs).logits - twice).abs().max() <= 1e-5
+        assert not torch.allclose(twice, keep)
 
 
 def test_unsupported_architecture_lists_supported():

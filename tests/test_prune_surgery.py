@@ -26,8 +26,8 @@ def value_norm_scores(model):
     """An intrinsic per-head score (norm of its value rows) that survives slicing: for exact iterative checks."""
     out = torch.full((len(layer_parts(model)), 4), float("-inf"))
     for p in layer_parts(model):
-        for h in range(p.num_heads):
-            out[p.index, h] = p.value.weight[h * p.head_size:(h + 1) * p.head_size].norm()
+        for j, h in enumerate(p.head_ids):
+            out[p.index, h] = p.value.weight[j * p.head_size:(j + 1) * p.head_size].norm()
     return out
 
 

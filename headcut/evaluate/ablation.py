@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from headcut.arch import encoder_layers, heads_per_layer, layer_parts, mask_shape, model_type
+from headcut.arch import encoder_layers, layer_parts, mask_shape, model_type
 from headcut.evaluate.predict import Encoded, collate, length_batches, predict_logits
 from headcut.masking import head_mask
 
@@ -109,7 +109,7 @@ def ablation_logits(
     forward = 0
     model.eval()
     device = _device(model)
-    counts = heads_per_layer(model)
+    ids = [p.head_ids for p in layer_parts(model)]
     num_layers, width = mask_shape(model)
     base = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
     out = _empty(model, len(encoded))
@@ -120,12 +120,12 @@ def ablation_logits(
         base[rows] = logits.float().cpu().numpy()
         n = len(rows)
         per_forward = max(1, max_rows // n)
-        for layer, count in enumerate(counts):
-            for first in range(0, count, per_forward):
+        for layer, present in enumerate(ids):
+            for first in range(0, len(present), per_forward):
                 forward += 1
                 if (forward - 1) % processes != rank:
                     continue
-                heads = list(range(first, min(count, first + per_forward)))
+                heads = present[first:first + per_forward]
                 copies = len(heads)
                 mask = torch.ones(num_layers, copies * n, width, device=device)
                 for j, h in enumerate(heads):
@@ -179,8 +179,9 @@ def naive_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64, prog
     base = predict_logits(model, None, None, batch_size=batch_size, encoded=encoded)
     out = _empty(model, len(encoded))
     shape = mask_shape(model)
-    for layer, count in enumerate(heads_per_layer(model)):
-        for h in range(count):
+    for p in layer_parts(model):
+        layer = p.index
+        for h in p.head_ids:
             mask = torch.ones(shape)
             mask[layer, h] = 0
             with head_mask(model, mask):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from scipy.stats import rankdata
 
-from headcut.arch import heads_per_layer, mask_shape
+from headcut.arch import present_heads
 from headcut.evaluate.ablation import masked_logits
 from headcut.evaluate.importance import example_nll
 from headcut.evaluate.metrics import expected_grade, spearman
@@ -82,13 +82,6 @@ def effects(logits: np.ndarray, base: np.ndarray, labels, grades, *, iters: int 
             out[f"{k}_ci"] = [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))]
     out["draws"] = int(draws)
     return out
-
-
-def present_heads(model) -> torch.Tensor:
-    """(layers, heads) bool: the heads the (possibly pruned) model has."""
-    layers, width = mask_shape(model)
-    counts = torch.tensor(heads_per_layer(model))
-    return torch.arange(width).expand(layers, width) < counts[:, None]
 
 
 def random_masks(allowed: torch.Tensor, count: int, *, draws: int, generator: torch.Generator) -> torch.Tensor:

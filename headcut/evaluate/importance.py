@@ -7,7 +7,7 @@ Scores are `(num_layers, num_heads)` float32 tensors, higher = more important. M
 - `gradient` (Michel et al. 2019): mean |dL/d mask| over pairs, each layer divided by its L2 norm;
 - `fisher` (Kwon et al. 2022): sum over pairs of (dL/d mask)^2;
 - `entropy`: minus the mean attention entropy (nats) of the head: sharp heads rank above diffuse ones.
-In a pruned model a layer with fewer heads uses its first columns; heads it no longer has score -inf,
+Scores use the original head numbering also for a pruned model; heads it no longer has score -inf,
 so a top-k never keeps them and correlations skip them.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from headcut.arch import heads_per_layer, mask_shape
+from headcut.arch import layer_parts, mask_shape, present_heads
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.ablation import ablation_logits
@@ -49,16 +49,9 @@ def example_kl(base: np.ndarray, masked: np.ndarray) -> np.ndarray:
     return (np.exp(p) * (p - q)).sum(axis=-1)
 
 
-def _absent(model) -> torch.Tensor:
-    """True where a pruned layer no longer has the head."""
-    layers, width = mask_shape(model)
-    counts = torch.tensor(heads_per_layer(model))
-    return torch.arange(width).expand(layers, width) >= counts[:, None]
-
-
 def _finish(model, scores) -> torch.Tensor:
     scores = torch.as_tensor(np.asarray(scores, dtype=np.float32))
-    return scores.masked_fill(_absent(model), float("-inf"))
+    return scores.masked_fill(~present_heads(model), float("-inf"))
 
 
 def ablation_scores(model, labels, base: np.ndarray, masked: np.ndarray, *, method: str) -> torch.Tensor:
@@ -108,6 +101,7 @@ def entropy_scores(model, encoded: Encoded, *, batch_size: int = 64, progress=No
     """Minus the mean entropy of each head's attention rows over real (non-padding) query tokens."""
     device = next(model.parameters()).device
     total = torch.zeros(mask_shape(model), dtype=torch.float64)
+    ids = [p.head_ids for p in layer_parts(model)]
     tokens = 0
     for rows in length_batches(encoded, batch_size):
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
@@ -117,7 +111,7 @@ def entropy_scores(model, encoded: Encoded, *, batch_size: int = 64, progress=No
             if a is None:
                 continue
             ent = -(a * torch.log(a.clamp_min(1e-12))).sum(-1)  # (batch, heads, queries)
-            total[layer, : a.shape[1]] += ent.permute(1, 0, 2)[:, real].double().sum(-1).cpu()
+            total[layer, ids[layer]] += ent.permute(1, 0, 2)[:, real].double().sum(-1).cpu()
         tokens += int(real.sum())
         if progress:
             progress(len(rows))

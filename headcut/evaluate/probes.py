@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from headcut.arch import mask_shape
+from headcut.arch import layer_parts, mask_shape
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.attention import attention_weights
@@ -122,6 +122,7 @@ def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=No
     link_preds: list[np.ndarray] = []  # per batch: (layers, width, candidates)
     link_true: list[np.ndarray] = []
     present = np.zeros((layers, width), dtype=bool)
+    head_ids = [p.head_ids for p in layer_parts(model)]  # column of each present head (original numbering)
     enc = inputs.encoded
     for rows in length_batches(enc, batch_size):
         batch = {k: v.to(device) for k, v in collate(enc, rows).items()}
@@ -148,18 +149,18 @@ def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=No
         for layer, a in enumerate(maps):
             if a is None:
                 continue
-            h = a.shape[1]
-            present[layer, :h] = True
+            h = head_ids[layer]
+            present[layer, h] = True
             a = a.float()
             top = a.argmax(-1)  # (batch, heads, queries)
             q = content[:, None, :].expand_as(top)
-            sums["previous"][layer, :h] += ((top == pos - 1) & q).sum((0, 2)).cpu().numpy()
-            sums["next"][layer, :h] += ((top == pos + 1) & q).sum((0, 2)).cpu().numpy()
-            sums["noop"][layer, :h] += ((a * special[:, None, None, :]).sum(-1) * q).sum((0, 2)).cpu().numpy()
+            sums["previous"][layer, h] += ((top == pos - 1) & q).sum((0, 2)).cpu().numpy()
+            sums["next"][layer, h] += ((top == pos + 1) & q).sum((0, 2)).cpu().numpy()
+            sums["noop"][layer, h] += ((a * special[:, None, None, :]).sum(-1) * q).sum((0, 2)).cpu().numpy()
             mass = (a * twin[:, None]).sum(-1)
-            sums["term_match"][layer, :h] += (mass * has_twin[:, None]).sum((0, 2)).cpu().numpy()
+            sums["term_match"][layer, h] += (mass * has_twin[:, None]).sum((0, 2)).cpu().numpy()
             links = (top == pos + 1).permute(1, 0, 2)[:, cand]  # (heads, candidates)
-            batch_links[layer, :h] = links.cpu().numpy()
+            batch_links[layer, h] = links.cpu().numpy()
         link_preds.append(batch_links)
         counts["tokens"] += int(content.sum())
         counts["twins"] += int(has_twin.sum())

@@ -9,10 +9,11 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from headcut.arch import present_heads
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.ablation import distributed_ablation_logits
-from headcut.evaluate.experiments import EXPERIMENTS, effects, present_heads, run_experiments
+from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gradient_scores, loss_labels,
                                          mask_gradients)
 from headcut.evaluate.metrics import summarize

@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from headcut.arch import keep_heads, mask_shape
+from headcut.arch import keep_heads, mask_shape, present_heads
 from headcut.prune.plan import HeadPlan, check_keep_ratio, plan_heads
 
 
@@ -28,8 +28,8 @@ def iterative_plan(
 ) -> tuple[HeadPlan, torch.nn.Module]:
     """Prune a deep copy of `model` in `steps` steps; return the final plan and the pruned copy.
 
-    `score_fn(current_model)` returns (num_layers, num_heads) scores, higher = more important, where
-    column j of layer l is the layer's j-th remaining head (how scans see a pruned model).
+    `score_fn(current_model)` returns (num_layers, num_heads) scores, higher = more important, in the
+    original head numbering (as every scan numbers a pruned model's heads).
     `progress(step, plan)` is called after each step.
     """
     check_keep_ratio(keep_ratio)
@@ -37,19 +37,12 @@ def iterative_plan(
         raise ValueError("steps must be at least 1")
     num_layers, num_heads = mask_shape(model)
     current = copy.deepcopy(model).eval()
-    original = [list(range(num_heads)) for _ in range(num_layers)]  # original index of each remaining head
-    plan = HeadPlan(tuple(tuple(o) for o in original), num_heads)
+    plan = HeadPlan(tuple(tuple(range(num_heads)) for _ in range(num_layers)), num_heads)
     for step, ratio in enumerate(step_ratios(keep_ratio, steps), start=1):
-        raw = torch.as_tensor(score_fn(current)).detach()
-        scores = torch.zeros(num_layers, num_heads, dtype=torch.float64)
-        available = torch.zeros(num_layers, num_heads, dtype=torch.bool)
-        for layer, heads in enumerate(original):
-            for position, head in enumerate(heads):
-                scores[layer, head] = float(raw[layer, position])
-                available[layer, head] = True
+        available = present_heads(current)
+        scores = torch.as_tensor(score_fn(current), dtype=torch.float64).detach().masked_fill(~available, 0.0)
         plan = plan_heads(scores, ratio, layer_prior=layer_prior, min_heads=min_heads, available=available)
-        keep_heads(current, [[original[l].index(h) for h in plan.keep[l]] for l in range(num_layers)])
-        original = [list(k) for k in plan.keep]
+        keep_heads(current, [list(k) for k in plan.keep])
         if progress:
             progress(step, plan)
     return plan, current
