@@ -31,6 +31,8 @@ class LayerParts:
     ffn_in: nn.Linear | None  # None once the layer has lost every FFN neuron
     ffn_out: nn.Linear | None
     head_size: int
+    attention_norm: nn.Module  # LayerNorm whose input is residual + attention output (also in a stub)
+    ffn_norm: nn.Module  # LayerNorm whose input is residual + FFN output
     head_ids: list[int]  # original (unpruned) id of each present head, in weight order
     neuron_ids: list[int]  # original id of each present FFN neuron, in weight order
 
@@ -89,6 +91,7 @@ def layer_parts(model) -> list[LayerParts]:
             att = layer.attention
             heads = (None,) * 5 if isinstance(att, HeadlessSelfAttention) else (att, att.q_lin, att.k_lin, att.v_lin, att.out_lin)
             ffn = (None, None) if isinstance(layer.ffn, NeuronlessFFN) else (layer.ffn.lin1, layer.ffn.lin2)
+            norms = (layer.sa_layer_norm, layer.output_layer_norm)
         else:
             if isinstance(layer.attention, HeadlessAttention):
                 heads = (None,) * 5
@@ -96,9 +99,12 @@ def layer_parts(model) -> list[LayerParts]:
                 att = layer.attention.self
                 heads = (att, att.query, att.key, att.value, layer.attention.output.dense)
             ffn = (None, None) if isinstance(layer.output, NeuronlessOutput) else (layer.intermediate.dense, layer.output.dense)
+            attention_norm = layer.attention.LayerNorm if isinstance(layer.attention, HeadlessAttention) \
+                else layer.attention.output.LayerNorm
+            norms = (attention_norm, layer.output.LayerNorm)
         n_heads = 0 if heads[1] is None else heads[1].out_features // size
         n_neurons = 0 if ffn[0] is None else ffn[0].out_features
-        parts.append(LayerParts(i, layer, *heads, *ffn, size, _ids(layer, HEAD_IDS, n_heads),
+        parts.append(LayerParts(i, layer, *heads, *ffn, size, *norms, _ids(layer, HEAD_IDS, n_heads),
                                 _ids(layer, NEURON_IDS, n_neurons)))
     return parts
 
@@ -333,27 +339,41 @@ def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def flops_per_pair(model, seq_len: int) -> int:
-    """Matrix-multiply FLOPs (2 per multiply-add) of one forward pass of one pair of `seq_len` tokens.
+@dataclass(frozen=True)
+class UnitFlops:
+    """Matrix-multiply FLOPs of one pair at a sequence length, split by what pruning can remove:
+    flops_per_pair = fixed + sum over layers of (heads x per_head[l] + neurons x per_neuron[l])."""
 
-    The pooler and classifier count once (they read the first token); embeddings, LayerNorm and softmax
-    are left out. A pruned layer's attention costs in proportion to its heads.
-    """
+    per_head: list[int]
+    per_neuron: list[int]
+    fixed: int
+
+    def total(self, heads: list[int], neurons: list[int]) -> int:
+        return self.fixed + sum(h * c for h, c in zip(heads, self.per_head)) + sum(
+            n * c for n, c in zip(neurons, self.per_neuron))
+
+
+def unit_flops(model, seq_len: int) -> UnitFlops:
+    """Per-head and per-neuron FLOPs of every layer (as if unpruned: the cost of one more unit), and the
+    fixed part: the pooler and classifier, which read the first token only. Embeddings, LayerNorm and
+    softmax are left out (under 1% here). 2 FLOPs per multiply-add."""
     n = int(seq_len)
-    total = 0
-    for p in layer_parts(model):
-        if p.query is not None:
-            width = p.num_heads * p.head_size
-            d = p.query.in_features
-            total += 2 * n * d * width * 3  # q, k, v projections
-            total += 2 * n * n * width * 2  # scores q.k and the weighted sum of values
-            total += 2 * n * width * p.out.out_features  # output projection
-        if p.ffn_in is not None:
-            total += 2 * n * p.ffn_in.in_features * p.ffn_in.out_features
-            total += 2 * n * p.ffn_out.in_features * p.ffn_out.out_features
+    config = model.config
+    d = config.dim if config.model_type == "distilbert" else config.hidden_size
+    size = head_size(config)
+    # q, k, v projections; scores q.k and the weighted sum of values; output projection
+    per_head = 2 * n * d * size * 3 + 2 * n * n * size * 2 + 2 * n * size * d
+    per_neuron = 2 * n * d * 2  # one row of the FFN's first linear, one column of its second
     encoder = {id(m) for m in encoder_layers(model).modules()}
     embeddings = {id(m) for m in model.base_model.embeddings.modules()}
-    for m in model.modules():  # pooler / classifier: applied to the first token only
-        if isinstance(m, torch.nn.Linear) and id(m) not in encoder and id(m) not in embeddings:
-            total += 2 * m.in_features * m.out_features
-    return int(total)
+    fixed = sum(2 * m.in_features * m.out_features for m in model.modules()
+                if isinstance(m, torch.nn.Linear) and id(m) not in encoder and id(m) not in embeddings)
+    layers = len(encoder_layers(model))
+    return UnitFlops([per_head] * layers, [per_neuron] * layers, int(fixed))
+
+
+def flops_per_pair(model, seq_len: int) -> int:
+    """Matrix-multiply FLOPs (2 per multiply-add) of one forward pass of one pair of `seq_len` tokens,
+    counted from the model's present heads and neurons (see `unit_flops`)."""
+    parts = layer_parts(model)
+    return unit_flops(model, seq_len).total([p.num_heads for p in parts], [p.num_neurons for p in parts])

@@ -27,8 +27,15 @@ def compare_models(
     encoded = encode(tokenizer, pairs, max_length=max_length, model=before)
     logits_before = predict_logits(before, tokenizer, pairs, batch_size=batch_size, encoded=encoded, progress=progress)
     logits_after = predict_logits(after, tokenizer, pairs, batch_size=batch_size, encoded=encoded, progress=progress)
-    out = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
-           "seq_len": max(1, int(round(float(encoded.lengths().mean()))))}
+    out = compare_logits(logits_before, logits_after, pairs, iters=iters, seed=seed)
+    out["seq_len"] = max(1, int(round(float(encoded.lengths().mean()))))
+    return out
+
+
+def compare_logits(logits_before: np.ndarray, logits_after: np.ndarray, pairs: Pairs, *, iters: int = 1000,
+                   seed: int = 0) -> dict:
+    """`compare_models` from logits already computed on `pairs` (one reference, several variants)."""
+    out = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}}
     if pairs.has_labels:
         labels = pairs.label_array()
         groups = pairs.query_groups()

@@ -1,14 +1,20 @@
 """One prune, start to end: scores -> plan (or iterative plans) -> surgery -> quality and speed summary."""
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import torch
 
-from headcut.arch import mask_shape
+from headcut.arch import flops_per_pair, intermediate_size, keep_heads, keep_neurons, mask_shape, unit_flops
 from headcut.data import Pairs
+from headcut.errors import UserError
+from headcut.evaluate.compare import compare_logits, compare_models
+from headcut.evaluate.fisher import TARGETS, unit_fisher
+from headcut.evaluate.predict import encode, predict_logits
 from headcut.models import LoadedModel
-from headcut.evaluate.compare import compare_models
+from headcut.prune.budget import check_budget, plan_budget
+from headcut.prune.tune import tune_scales
 from headcut.prune.iterative import iterative_plan
 from headcut.prune.measure import speed_summary
 from headcut.prune.plan import check_keep_ratio, plan_heads
@@ -89,3 +95,95 @@ def prune(
     summary["speed"] = speed_summary(loaded.model, pruned.model, seq_len=seq_len, latency=latency,
                                      min_seconds=latency_seconds)
     return pruned, summary
+
+
+def prune_to_budget(
+    loaded: LoadedModel,
+    *,
+    flops: float,
+    score_pairs: Pairs,
+    calibrate_pairs: Pairs | None = None,
+    targets: str = "teacher",
+    layer_prior: float = 0.0,
+    tune: bool = True,
+    eval_pairs: Pairs | None = None,
+    seq_len: int | None = None,
+    batch_size: int = 64,
+    latency: bool = True,
+    latency_seconds: float = 1.0,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    progress: Callable[[str, int], None] | None = None,
+) -> tuple[LoadedModel, dict]:
+    """Prune heads and FFN neurons of `loaded` (left untouched) to a share `flops` of its FLOPs per pair
+    at `seq_len` (default: the model's max_length), with no gradient training: Fisher scores of every
+    unit on `score_pairs` (see `evaluate.fisher`), the best plan under the budget (`prune.budget`), then,
+    with `tune`, per-unit scales re-fitted by least squares on `calibrate_pairs` (default: the scoring
+    pairs; labels unused) and folded into the weights. `eval_pairs` adds quality with paired CIs, also of
+    the untuned model when tuning ran. Returns (pruned model, summary for headcut.json and the report)."""
+    if targets not in TARGETS:
+        raise UserError(f"--targets {targets} is unknown; choose one of: {', '.join(TARGETS)}.")
+    if targets == "grades" and not score_pairs.has_labels:
+        raise UserError(f"{score_pairs.source} has no grades, which --targets grades needs; use --targets teacher.")
+    check_unpruned(loaded)
+    seq_len = int(seq_len or loaded.max_length)
+    costs = unit_flops(loaded.model, seq_len)
+    full = flops_per_pair(loaded.model, seq_len)
+    budget = check_budget(flops, costs, full)
+    max_length = loaded.max_length
+
+    def report(stage):
+        return (lambda n: progress(stage, n)) if progress else None
+
+    encoded = encode(loaded.tokenizer, score_pairs, max_length=max_length, model=loaded.model)
+    labels = score_pairs.label_array() if targets == "grades" else None
+    scores = unit_fisher(loaded.model, encoded, labels=labels, batch_size=max(1, batch_size // 2),
+                         progress=report("scoring"))
+    plan = plan_budget(scores, costs, budget, layer_prior=layer_prior)
+    model = copy.deepcopy(loaded.model)
+    keep_heads(model, [list(h) for h in plan.heads])
+    keep_neurons(model, [list(n) for n in plan.neurons])
+    model.eval()
+    untuned, fits = None, []
+    calibrate_pairs = calibrate_pairs if calibrate_pairs is not None else score_pairs
+    if tune:
+        untuned = copy.deepcopy(model) if eval_pairs is not None else None
+        calibration = encode(loaded.tokenizer, calibrate_pairs, max_length=max_length, model=loaded.model)
+        fits = tune_scales(loaded.model, model, calibration, batch_size=batch_size,
+                           progress=(lambda stage: progress("tuning", 1)) if progress else None)
+    pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
+    layers, heads = mask_shape(loaded.model)
+    summary = {
+        "source": {"path": loaded.path, "weights_hash": loaded.weights_hash},
+        "budget": {"flops": flops, "seq_len": seq_len, "budget_flops": budget, "full_flops": full,
+                   "fixed_flops": costs.fixed, "plan_flops": plan.flops(costs)},
+        "layer_prior": layer_prior,
+        "plan": {"num_heads": heads, "total": layers * heads, "kept": sum(plan.heads_per_layer),
+                 "num_neurons": intermediate_size(loaded.model.config), **plan.to_dict()},
+        "scores": {"how": f"fisher ({targets} targets) of {len(score_pairs)} pairs from {score_pairs.source}",
+                   "data": _data_record(score_pairs), **scores.to_dict()},
+        "tuning": {"enabled": tune, "data": _data_record(calibrate_pairs) if tune else None,
+                   "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
+                   "fits": [f.to_dict() for f in fits]},
+    }
+    if eval_pairs is not None:
+        eval_encoded = encode(loaded.tokenizer, eval_pairs, max_length=max_length, model=loaded.model)
+
+        def logits(m, stage):
+            return predict_logits(m, None, None, batch_size=batch_size, encoded=eval_encoded, progress=report(stage))
+
+        reference = logits(loaded.model, "grading")
+        quality = compare_logits(reference, logits(model, "grading"), eval_pairs, iters=bootstrap, seed=seed)
+        quality.pop("logits")
+        summary["quality"] = quality
+        if untuned is not None:
+            before_tuning = compare_logits(reference, logits(untuned, "grading"), eval_pairs, iters=bootstrap, seed=seed)
+            before_tuning.pop("logits")
+            summary["quality_untuned"] = before_tuning
+    summary["speed"] = speed_summary(loaded.model, model, seq_len=seq_len, latency=latency,
+                                     min_seconds=latency_seconds)
+    return pruned, summary
+
+
+def _data_record(pairs: Pairs) -> dict:
+    return {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}

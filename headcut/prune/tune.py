@@ -1,0 +1,178 @@
+"""Mask tuning (Kwon et al. 2022): re-fit one scale per kept head and per kept FFN neuron, layer by layer,
+so that each pruned sublayer reproduces the unpruned model's, then fold the scales into the weights.
+
+A sublayer's LayerNorm input is residual + sum over units u of m_u C_u (+ bias), linear in the scales m:
+C_u is head u's slice of the output projection applied to its context vectors, or neuron u's activation
+times its column of the FFN's second linear. With the pruned model's own inputs (so earlier errors get
+corrected) and the unpruned model's LayerNorm input as the target t, the scales solve the damped least
+squares min ||sum_u m_u C_u - t||^2 + lambda * mean(diag G) * ||m - 1||^2 on real (non-padding) tokens of
+unlabeled calibration pairs, accumulated as the Gram matrix G = C^T C and C^T t, so memory does not grow
+with the number of pairs. Hundreds of neuron scales can overfit a few thousand tokens, so every fifth
+calibration pair is held out: lambda is the value of a small grid with the lowest held-out error, and a
+fit is kept only if it is finite, no scale exceeds `max_scale` in size, and it lowers the held-out error
+below that of no tuning. Tuning never makes a sublayer worse than no tuning, on pairs it did not fit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from headcut.arch import LayerParts, layer_parts
+from headcut.evaluate.predict import Encoded, collate, length_batches
+
+
+@dataclass(frozen=True)
+class LayerFit:
+    """One sublayer's fit: relative reconstruction error ||C m - t||^2 / ||t||^2 on the held-out
+    calibration pairs, with no tuning (m = 1) and with the folded scales."""
+
+    layer: int
+    sublayer: str  # "attention" or "ffn"
+    units: int
+    error_before: float
+    error_after: float
+    accepted: bool
+    scale_range: tuple[float, float]
+    damping: float | None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__, scale_range=list(self.scale_range))
+
+
+class _Stop(Exception):
+    """Raised by a hook once the activations it needs are captured: the rest of the forward is skipped."""
+
+
+def _capture(model, parts: LayerParts, sublayer: str, batch: dict, *, units: bool) -> dict:
+    """Run `model` up to the LayerNorm of one sublayer; return its input and (if `units`) the projection's input."""
+    norm = parts.attention_norm if sublayer == "attention" else parts.ffn_norm
+    proj = parts.out if sublayer == "attention" else parts.ffn_out
+    got = {}
+
+    def take_units(module, args):
+        got["units"] = args[0].detach()
+
+    def take_norm(module, args):
+        got["norm"] = args[0].detach()
+        raise _Stop
+
+    handles = [norm.register_forward_pre_hook(take_norm)]
+    if units:
+        handles.append(proj.register_forward_pre_hook(take_units))
+    try:
+        model(**batch)
+    except _Stop:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    return got
+
+
+def _head_contributions(parts: LayerParts, acts: torch.Tensor) -> torch.Tensor:
+    """(tokens, heads, d): what each head adds to the LayerNorm input through its slice of the projection."""
+    w = parts.out.weight.detach().double()  # (d, heads * head_size)
+    k, size = parts.num_heads, parts.head_size
+    return torch.einsum("nkc,dkc->nkd", acts.view(len(acts), k, size), w.view(w.shape[0], k, size))
+
+
+DAMPING = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # relative to mean(diag G); the held-out error picks one per sublayer
+
+
+@dataclass
+class _Normal:
+    """The normal equations of one sublayer's fit on a set of tokens: ||C m - t||^2 = m'Gm - 2 r'm + tt."""
+
+    gram: torch.Tensor
+    rhs: torch.Tensor
+    tt: float = 0.0
+
+    def error(self, m: torch.Tensor) -> float:
+        return float(m @ self.gram @ m - 2 * self.rhs @ m + self.tt) / max(self.tt, 1e-30)
+
+    def solve(self, damping: float) -> torch.Tensor:
+        ridge = damping * float(torch.diagonal(self.gram).mean().clamp_min(1e-30))
+        eye = torch.eye(len(self.rhs), dtype=torch.float64)
+        # damped towards 1 (no change), not towards 0: an unidentifiable scale stays as it was
+        return torch.linalg.solve(self.gram + ridge * eye, self.rhs + ridge)
+
+
+@torch.no_grad()
+def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max_scale: float = 10.0,
+                progress: Callable[[str], None] | None = None) -> list[LayerFit]:
+    """Fit and fold per-unit scales into `student` (a pruned copy of `teacher`), in place, sublayer by
+    sublayer from the bottom. Returns one `LayerFit` per sublayer that still has units; its errors are
+    measured on the held-out calibration pairs."""
+    if len(encoded) < 5:
+        raise ValueError("mask tuning needs at least 5 calibration pairs (every fifth is held out)")
+    teacher.eval()
+    student.eval()
+    device = next(student.parameters()).device
+    batches = []
+    for rows in length_batches(encoded, batch_size):
+        batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
+        held = torch.as_tensor(rows % 5 == 4, device=device)  # by pair index: the same pairs for every sublayer
+        batches.append((batch, held))
+    fits = []
+    for t_parts, s_parts in zip(layer_parts(teacher), layer_parts(student)):
+        for sublayer in ("attention", "ffn"):
+            count = s_parts.num_heads if sublayer == "attention" else s_parts.num_neurons
+            if count == 0:
+                continue
+            if progress:
+                progress(f"layer {s_parts.index} {sublayer}")
+            fit, check = (_Normal(torch.zeros(count, count, dtype=torch.float64),
+                                  torch.zeros(count, dtype=torch.float64)) for _ in range(2))
+            for batch, held in batches:
+                real = batch["attention_mask"].bool()
+                target = _capture(teacher, t_parts, sublayer, batch, units=False)["norm"]
+                got = _capture(student, s_parts, sublayer, batch, units=True)
+                for normal, pick in ((fit, real & ~held[:, None]), (check, real & held[:, None])):
+                    _accumulate(normal, s_parts, sublayer, got["units"][pick].double(), got["norm"][pick].double(),
+                                target[pick].double())
+            fits.append(_choose_and_fold(s_parts, sublayer, fit, check, max_scale))
+    return fits
+
+
+def _accumulate(normal: _Normal, parts: LayerParts, sublayer: str, acts, now, target) -> None:
+    """Add these tokens' G, C't and t't; t = target minus what the sublayer's input holds besides the units."""
+    if sublayer == "attention":
+        contrib = _head_contributions(parts, acts)  # (tokens, heads, d)
+        t = target - (now - contrib.sum(1))
+        normal.gram += torch.einsum("nkd,njd->kj", contrib, contrib)
+        normal.rhs += torch.einsum("nkd,nd->k", contrib, t)
+    else:
+        w = parts.ffn_out.weight.detach().double()  # (d, neurons): neuron u adds acts[:, u] * w[:, u]
+        t = target - (now - acts @ w.t())
+        normal.gram += (acts.t() @ acts) * (w.t() @ w)
+        normal.rhs += (acts * (t @ w)).sum(0)
+    normal.tt += float((t * t).sum())
+
+
+def _choose_and_fold(parts: LayerParts, sublayer: str, fit: _Normal, check: _Normal, max_scale: float) -> LayerFit:
+    ones = torch.ones(len(fit.rhs), dtype=torch.float64)
+    both = _Normal(fit.gram + check.gram, fit.rhs + check.rhs, fit.tt + check.tt)
+    candidates = []
+    for damping in DAMPING:
+        scales = fit.solve(damping)
+        if bool(torch.isfinite(scales).all()) and float(scales.abs().max()) <= max_scale:
+            candidates.append((check.error(scales), damping))
+    before = check.error(ones)
+    if candidates and min(candidates)[0] < before:
+        error, damping = min(candidates)
+        scales = both.solve(damping)  # refit on every calibration pair with the chosen damping
+        if bool(torch.isfinite(scales).all()) and float(scales.abs().max()) <= max_scale:
+            _fold(parts, sublayer, scales)
+            return LayerFit(parts.index, sublayer, len(ones), before, error, True,
+                            (float(scales.min()), float(scales.max())), damping)
+    return LayerFit(parts.index, sublayer, len(ones), before, before, False, (1.0, 1.0), None)
+
+
+def _fold(parts: LayerParts, sublayer: str, scales: torch.Tensor) -> None:
+    """Multiply each unit's input columns of the projection by its scale: what a fractional mask computes."""
+    proj = parts.out if sublayer == "attention" else parts.ffn_out
+    group = parts.head_size if sublayer == "attention" else 1
+    column_scale = scales.repeat_interleave(group).to(proj.weight.dtype).to(proj.weight.device)
+    proj.weight.mul_(column_scale[None, :])
