@@ -53,7 +53,7 @@ def test_prune_with_the_recorded_dev_data(tmp_path, tiny_grader):
     result = run("--model", grader, "--keep-ratio", 0.5, "--out", out, "--method", "fisher", "--bootstrap", 50,
                  "--latency-seconds", 0.05)
     assert result.exit_code == 0, result.output
-    for text in ("| kept |", "Ideal speedup from FLOPs", "Measured CPU latency", "| 32 |", "also chose the heads",
+    for text in ("| kept |", "Ideal speedup from FLOPs", "Measured CPU latency", "| 32 |", "also chose the pruned units",
                  "Same grade as the unpruned model"):
         assert text in result.output
     assert folder_state(grader) == before  # the input is never touched
@@ -116,7 +116,7 @@ def test_prune_with_a_score_file_and_no_prior_keeps_the_global_top_k(tmp_path, t
     meta = json.loads((out / "headcut.json").read_text())
     top = set(torch.topk(scores.flatten(), 9).indices.tolist())
     assert {l * 4 + h for l, hs in enumerate(meta["prune"]["plan"]["keep"]) for h in hs} == top
-    assert "also chose the heads" not in result.output and "Measured CPU latency" not in result.output
+    assert "also chose the pruned units" not in result.output and "Measured CPU latency" not in result.output
 
 
 def test_iterative_prune_from_the_cli(tmp_path, tiny_grader):

@@ -1,4 +1,5 @@
-"""`headcut prune`: physically remove the least important attention heads, optionally favouring lower layers."""
+"""`headcut prune`: physically remove the least important heads (--keep-ratio), or heads and FFN neurons
+to a FLOPs budget (--flops), and write a smaller grader."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,28 +10,37 @@ from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, OVERWRITE, P
                                 progress_bar, quiet_transformers, read_data, user_errors)
 from headcut.errors import UserError
 
-DEFAULT_METHOD = "fisher"  # best agreement with the teacher in benchmarks/prune_curve.py, and one pass
-
 
 @user_errors
 def prune(
     model: str = typer.Option(..., "--model", "-m", help="Model folder (a fine-tuned grader) or built-in name."),
-    keep_ratio: float = typer.Option(..., "--keep-ratio", help="Share of heads to keep, in (0, 1]: keeps round(ratio x all heads)."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the pruned grader, report.md and the figure."),
-    scores: Opt[Path] = typer.Option(None, "--scores", help="importance.json from `headcut scan` of this model."),
-    data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score heads on (default: the model's recorded dev data)."),
-    method: Opt[str] = typer.Option(None, "--method", help=f"Scan method: ablation, fisher, gradient or kl (default {DEFAULT_METHOD}); "
-                                     "with --scores, which method of the file to use."),
+    keep_ratio: Opt[float] = typer.Option(None, "--keep-ratio", help="Heads only: share of heads to keep, in (0, 1]; "
+                                          "keeps round(ratio x all heads). Saves little compute: the FFN stays."),
+    flops: Opt[float] = typer.Option(None, "--flops", help="Heads AND FFN neurons: share of the model's FLOPs per "
+                                     "pair to keep, in (0, 1], e.g. 0.5 for ~2x less compute. No gradient training."),
+    scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
+    data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
+                                  "mask tuning on (default: the model's recorded dev data). Grades are optional."),
+    method: Opt[str] = typer.Option(None, "--method", help="--keep-ratio: scan method, ablation, fisher, gradient or kl "
+                                     "(default fisher); with --scores, which method of the file to use."),
+    targets: str = typer.Option("teacher", "--targets", help="--flops: Fisher targets. teacher = the model's own "
+                                "grade distribution (no labels needed, keeps its judgement); grades = the data's grades."),
+    tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops: re-fit one scale per kept head and neuron by "
+                              "least squares so each layer matches the unpruned one (checked on held-out pairs)."),
+    calibrate: int = typer.Option(512, "--calibrate", help="--flops: pairs of --data (labels unused) for mask tuning."),
+    seq_len: Opt[int] = typer.Option(None, "--seq-len", help="--flops: sequence length the FLOPs are counted at "
+                                     "(default: the model's max_length)."),
     layer_prior: float = typer.Option(
         0.0, "--layer-prior",
-        help="Keep more heads in lower layers: a head's global rank percentile is multiplied by "
-             "1 + prior x (L-1-l)/(L-1) for layer l of L (0 = bottom). 0 = pure global ranking (default: on the "
+        help="Keep more units in lower layers: a unit's score (its rank percentile with --keep-ratio) is multiplied "
+             "by 1 + prior x (L-1-l)/(L-1) for layer l of L (0 = bottom). 0 = pure global ranking (default: on the "
              "Home Depot MiniLM teacher any prior > 0 hurt below keep 0.7, see benchmarks/prune_curve.py); "
-             "1 = a bottom-layer head counts double against a top-layer head of the same rank."),
-    min_heads: int = typer.Option(0, "--min-heads", help="Keep at least this many heads in every layer."),
-    iterative: int = typer.Option(0, "--iterative", help="Prune in this many steps, re-scoring between them (0 = one shot)."),
+             "1 = a bottom-layer unit counts double against a top-layer unit of the same score."),
+    min_heads: int = typer.Option(0, "--min-heads", help="--keep-ratio: keep at least this many heads in every layer."),
+    iterative: int = typer.Option(0, "--iterative", help="--keep-ratio: prune in this many steps, re-scoring between them."),
     eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring data)."),
-    score_rows: Opt[int] = typer.Option(512, "--score-rows", help="Score heads on a seeded sample of this many pairs."),
+    score_rows: Opt[int] = typer.Option(512, "--score-rows", help="Score units on a seeded sample of this many pairs."),
     eval_rows: Opt[int] = typer.Option(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
@@ -42,43 +52,54 @@ def prune(
     allow_pickle: bool = ALLOW_PICKLE,
     overwrite: bool = OVERWRITE,
 ):
-    """Remove the least important attention heads from MODEL for good and write a smaller grader to OUT.
+    """Remove the least important parts of MODEL for good and write a smaller grader to OUT.
 
-    Heads are ranked by a scan (--scores file, or a scan of --data here, else of the dev data recorded by
-    `headcut finetune`); --layer-prior can tilt the choice towards lower layers. OUT reloads with
-    headcut.load_model and every headcut command. The report shows heads per layer, parameters and FLOPs,
-    quality before/after with paired CIs, and measured latency next to the ideal speedup.
+    --keep-ratio R removes attention heads only, ranked by a scan (--scores file, or a scan of --data here,
+    else of the dev data recorded by `headcut finetune`). --flops F removes heads and FFN neurons together
+    until the model costs F of its FLOPs: Fisher scores of every unit, the best plan under the budget, then
+    mask tuning (no gradient training; a few minutes on 2 CPU cores). OUT reloads with headcut.load_model
+    and every headcut command (distill it as a `pruned` student, export it to ONNX). The report shows what
+    each layer kept, parameters and FLOPs, quality before/after with paired CIs, and measured latency.
 
-    Example: headcut prune --model runs/teacher --keep-ratio 0.8 --out runs/pruned80
+    Examples: headcut prune --model runs/teacher --keep-ratio 0.8 --out runs/pruned80
+              headcut prune --model runs/teacher --flops 0.5 --data train.tsv --eval-data dev.tsv --out runs/flops50
     """
     quiet_transformers()
     from headcut.files import check_out_dir
     from headcut.models import load_model
     from headcut.prune import check_keep_ratio, default_data, prune as run, scores_from_file, write_artifact
     from headcut.prune.artifact import FIGURE
+    from headcut.prune.pipeline import prune_to_budget
     from headcut.prune.report import format_report
 
-    check_keep_ratio(keep_ratio)
+    if (keep_ratio is None) == (flops is None):
+        raise UserError("pass exactly one of --keep-ratio R (heads only) or --flops F (heads and FFN neurons).")
+    if keep_ratio is not None:
+        check_keep_ratio(keep_ratio)
+    if flops is not None and not 0 < flops <= 1:
+        raise UserError(f"--flops {flops} is outside (0, 1]; pass the share of the model's FLOPs to keep, e.g. --flops 0.5.")
+    if flops is not None and (scores is not None or iterative or min_heads):
+        raise UserError("--scores, --iterative and --min-heads are for --keep-ratio; --flops scores heads and neurons itself.")
+    if calibrate < 5:
+        raise UserError(f"--calibrate {calibrate} is below 5; mask tuning holds out every fifth pair (use --no-tune to skip it).")
     check_out_dir(out, overwrite=overwrite)
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map)
-    given_scores, how, note = None, None, None
+    given_scores = meta = None
     if scores is not None:
         if iterative:
             raise UserError("--iterative re-scans between steps; pass --data (or nothing) instead of --scores.")
         given_scores, meta = scores_from_file(scores, loaded, method=method)
-        how = f"{scores} ({meta.get('method', method or 'scan')})"
-    score_pairs = None
-    method = method or DEFAULT_METHOD
+    score_pairs = calibrate_pairs = None
     if given_scores is None:
         source, source_preset = (data, preset) if data else default_data(loaded)
         score_pairs = read_data(source, preset=source_preset, limit=score_rows, seed=seed, **columns)
-        how = f"{method} scan of {len(score_pairs)} pairs from {source}"
+        if flops is not None and tune:
+            calibrate_pairs = read_data(source, preset=source_preset, limit=calibrate, seed=seed + 1, **columns)
     if eval_data:
         eval_pairs = read_data(eval_data, preset=preset, limit=eval_rows, seed=seed, **columns)
     elif score_pairs is not None and score_pairs.has_labels:
         eval_pairs = score_pairs
-        note = "These pairs also chose the heads, so the change is optimistic; pass --eval-data for held-out pairs."
     else:
         eval_pairs = None
 
@@ -88,21 +109,22 @@ def prune(
         if stage not in bars:
             for bar in bars.values():
                 bar.close()  # one bar at a time: the previous stage is done
-            total = len(score_pairs) if stage.startswith("scoring") else len(eval_pairs) * 2
+            graded = 3 if flops is not None and tune else 2  # the source, the pruned model (and it untuned)
+            total = {"grading": len(eval_pairs or []) * graded, "tuning": None}.get(stage, len(score_pairs or []))
             bars[stage] = progress_bar(total, stage)
         bars[stage].update(n)
 
-    pruned, summary = run(loaded, keep_ratio=keep_ratio, layer_prior=layer_prior, min_heads=min_heads,
-                          scores=given_scores, score_pairs=score_pairs, method=method, iterative=iterative,
-                          eval_pairs=eval_pairs, batch_size=batch_size, latency=latency,
-                          latency_seconds=latency_seconds, bootstrap=bootstrap, seed=seed, progress=progress)
+    common = dict(layer_prior=layer_prior, eval_pairs=eval_pairs, batch_size=batch_size, latency=latency,
+                  latency_seconds=latency_seconds, bootstrap=bootstrap, seed=seed, progress=progress)
+    if flops is not None:
+        pruned, summary = prune_to_budget(loaded, flops=flops, score_pairs=score_pairs, calibrate_pairs=calibrate_pairs,
+                                          targets=targets, tune=tune, seq_len=seq_len, **common)
+    else:
+        pruned, summary = run(loaded, keep_ratio=keep_ratio, min_heads=min_heads, scores=given_scores,
+                              scores_meta=meta, score_pairs=score_pairs, method=method or "fisher",
+                              iterative=iterative, **common)
     for bar in bars.values():
         bar.close()
-    summary["scores"]["how"] = how
-    if given_scores is not None:
-        summary["scores"]["file"] = {"path": str(scores), "data": meta.get("data"), "model": meta.get("model")}
-    if note and "quality" in summary:
-        summary["quality"]["note"] = note
     write_artifact(pruned, out, source=loaded, summary=summary, overwrite=overwrite)
     typer.echo(format_report(summary).replace("# headcut prune\n\n", "", 1))
     typer.echo(f"wrote {out} (report.md, {FIGURE})")

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from headcut.files import atomic_dir, write_text
 from headcut.models import LoadedModel, save_model
-from headcut.prune.report import format_report, heads_figure
+from headcut.prune.report import format_report, shape_figure
 
 # Keys of the source's headcut.json that describe the source, not the pruned model.
 SOURCE_ONLY = ("dev_metrics", "training", "kind", "prune")
-FIGURE = "heads_per_layer.png"
+FIGURE = "kept_per_layer.png"
 
 
 def prune_meta(source: LoadedModel, summary: dict) -> dict:
@@ -34,6 +34,6 @@ def write_artifact(pruned: LoadedModel, out: str | Path, *, source: LoadedModel,
     with atomic_dir(out, overwrite=overwrite) as tmp:
         save_model(saveable, tmp, meta=prune_meta(source, summary), overwrite=True)
         plan = summary["plan"]
-        heads_figure([plan["num_heads"]] * len(plan["heads_per_layer"]), plan["heads_per_layer"], tmp / FIGURE)
+        shape_figure(plan, tmp / FIGURE)
         write_text(tmp / "report.md", format_report(summary, figure=FIGURE))
     return out

@@ -29,8 +29,9 @@ def prune(
     layer_prior: float = 0.0,
     min_heads: int = 0,
     scores: torch.Tensor | None = None,
+    scores_meta: dict | None = None,
     score_pairs: Pairs | None = None,
-    method: str = "ablation",
+    method: str = "fisher",
     iterative: int = 0,
     eval_pairs: Pairs | None = None,
     batch_size: int = 64,
@@ -42,8 +43,10 @@ def prune(
 ) -> tuple[LoadedModel, dict]:
     """Prune `loaded` (left untouched) and return (pruned model, summary for headcut.json and the report).
 
-    Give `scores` (a scan's), or `score_pairs` to scan here with `method`; `iterative` > 0 re-scans
-    `score_pairs` between that many steps. `eval_pairs` adds before/after quality with paired CIs.
+    Give `scores` (a scan's, with `scores_meta` from `scores_from_file` to record where they came from),
+    or `score_pairs` to scan here with `method`; `iterative` > 0 re-scans `score_pairs` between that many
+    steps. `eval_pairs` adds before/after quality with paired CIs (flagged as optimistic when they are
+    the scoring pairs).
     `progress(stage, pairs_done)` reports scanning ("scoring...") and grading.
     """
     check_keep_ratio(keep_ratio)
@@ -80,18 +83,15 @@ def prune(
         "keep_ratio": keep_ratio, "layer_prior": layer_prior, "min_heads": min_heads, "iterative": iterative,
         "plan": {"num_heads": heads, "total": layers * heads, "kept": plan.num_kept,
                  "heads_per_layer": plan.heads_per_layer, **plan.to_dict()},
-        "scores": {"method": method, "values": None if scores is None else scores.tolist()},
+        "scores": _score_record(scores, scores_meta, method, score_pairs),
     }
-    if score_pairs is not None:
-        summary["scores"]["data"] = {"source": score_pairs.source, "fingerprint": score_pairs.fingerprint,
-                                     "rows": len(score_pairs)}
     seq_len = max_length
     if eval_pairs is not None:
         quality = compare_models(loaded.model, pruned.model, loaded.tokenizer, eval_pairs, batch_size=batch_size,
                                  max_length=max_length, iters=bootstrap, seed=seed, progress=report("grading"))
         quality.pop("logits")
         seq_len = quality["seq_len"]
-        summary["quality"] = quality
+        summary["quality"] = _flag_optimistic(quality, eval_pairs, score_pairs)
     summary["speed"] = speed_summary(loaded.model, pruned.model, seq_len=seq_len, latency=latency,
                                      min_seconds=latency_seconds)
     return pruned, summary
@@ -175,7 +175,7 @@ def prune_to_budget(
         reference = logits(loaded.model, "grading")
         quality = compare_logits(reference, logits(model, "grading"), eval_pairs, iters=bootstrap, seed=seed)
         quality.pop("logits")
-        summary["quality"] = quality
+        summary["quality"] = _flag_optimistic(quality, eval_pairs, score_pairs, calibrate_pairs if tune else None)
         if untuned is not None:
             before_tuning = compare_logits(reference, logits(untuned, "grading"), eval_pairs, iters=bootstrap, seed=seed)
             before_tuning.pop("logits")
@@ -187,3 +187,24 @@ def prune_to_budget(
 
 def _data_record(pairs: Pairs) -> dict:
     return {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}
+
+
+def _score_record(scores, meta: dict | None, method: str, pairs: Pairs | None) -> dict:
+    """Where the head scores came from: the method of the file actually read, or the scan run here."""
+    if meta is not None:
+        used = meta.get("method", method)
+        return {"method": used, "how": f"{meta.get('file')} ({used})", "values": scores.tolist(),
+                "file": {"path": meta.get("file"), "data": meta.get("data"), "model": meta.get("model")}}
+    record = {"method": method, "values": None if scores is None else scores.tolist()}
+    if pairs is not None:
+        record["how"] = f"{method} scan of {len(pairs)} pairs from {pairs.source}"
+        record["data"] = _data_record(pairs)
+    return record
+
+
+def _flag_optimistic(quality: dict, eval_pairs: Pairs, *chose: Pairs | None) -> dict:
+    """Mark a quality report whose pairs also chose (or tuned) the pruned model."""
+    if any(p is not None and p.fingerprint == eval_pairs.fingerprint for p in chose):
+        quality["note"] = ("These pairs also chose the pruned units, so the change is optimistic; "
+                           "pass --eval-data for held-out pairs.")
+    return quality

@@ -7,24 +7,29 @@ from pathlib import Path
 METRIC_NAMES = ("accuracy", "macro_f1", "spearman", "loss")
 
 
-def heads_figure(heads_before: list[int], heads_after: list[int], path: str | Path) -> Path:
-    """A small bar chart of heads per layer, before (outline) and after (filled)."""
+def shape_figure(plan: dict, path: str | Path) -> Path:
+    """Bar charts of what each layer kept, before (outline) and after (filled): heads, and FFN neurons
+    when the plan pruned them too."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(4.2, 2.4), dpi=110)
-    layers = list(range(len(heads_before)))
-    ax.bar(layers, heads_before, color="none", edgecolor="0.55", label="before")
-    ax.bar(layers, heads_after, color="#2b7bba", label="kept")
-    for x, n in zip(layers, heads_after):
-        ax.text(x, n + 0.2, str(n), ha="center", va="bottom", fontsize=7)
-    ax.set_xlabel("layer (0 = bottom)")
-    ax.set_ylabel("heads")
-    ax.set_xticks(layers)
-    ax.set_ylim(0, max(heads_before) * 1.22)
-    ax.legend(fontsize=7, loc="upper right", frameon=False, ncol=2)
+    panels = [("heads", plan["num_heads"], plan["heads_per_layer"])]
+    if "neurons_per_layer" in plan:
+        panels.append(("FFN neurons", plan["num_neurons"], plan["neurons_per_layer"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 2.4), dpi=110, squeeze=False)
+    for ax, (name, full, kept) in zip(axes[0], panels):
+        layers = list(range(len(kept)))
+        ax.bar(layers, [full] * len(kept), color="none", edgecolor="0.55", label="before")
+        ax.bar(layers, kept, color="#2b7bba", label="kept")
+        for x, n in zip(layers, kept):
+            ax.text(x, n + full * 0.02, str(n), ha="center", va="bottom", fontsize=7)
+        ax.set_xlabel("layer (0 = bottom)")
+        ax.set_ylabel(name)
+        ax.set_xticks(layers)
+        ax.set_ylim(0, full * 1.22)
+        ax.legend(fontsize=7, loc="upper right", frameon=False, ncol=2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -45,14 +50,24 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
     lines = ["# headcut prune", ""]
     lines.append(f"Source: `{summary['source']['path']}` (weights {summary['source']['weights_hash']})  ")
     lines.append(f"Scores: {summary['scores'].get('how') or summary['scores']['method']}  ")
-    lines.append(f"Kept {plan['kept']} of {plan['total']} heads (keep ratio {summary['keep_ratio']}, "
-                 f"layer prior {summary['layer_prior']}, min heads {summary['min_heads']}"
-                 + (f", {summary['iterative']} iterative steps" if summary.get("iterative") else "") + ").")
-    lines += ["", "## Heads per layer", "", "| layer | " + " | ".join(str(i) for i in range(len(plan['heads_per_layer']))) + " |",
-              "|---|" + "---|" * len(plan["heads_per_layer"]),
-              "| kept | " + " | ".join(str(n) for n in plan["heads_per_layer"]) + " |"]
+    budget = summary.get("budget")
+    layers = " | ".join(str(i) for i in range(len(plan["heads_per_layer"])))
+    rows = ["| layer | " + layers + " |", "|---|" + "---|" * len(plan["heads_per_layer"]),
+            "| heads | " + " | ".join(str(n) for n in plan["heads_per_layer"]) + " |"]
+    if budget:
+        lines.append(f"Budget: {budget['flops']} of the FLOPs at {budget['seq_len']} tokens "
+                     f"({_flops(budget['budget_flops'])}); the plan uses {_flops(budget['plan_flops'])}. "
+                     f"Kept {plan['kept']} of {plan['total']} heads and {sum(plan['neurons_per_layer']):,} of "
+                     f"{plan['num_neurons'] * len(plan['neurons_per_layer']):,} FFN neurons "
+                     f"(layer prior {summary['layer_prior']}).")
+        rows.append("| FFN neurons | " + " | ".join(str(n) for n in plan["neurons_per_layer"]) + " |")
+    else:
+        lines.append(f"Kept {plan['kept']} of {plan['total']} heads (keep ratio {summary['keep_ratio']}, "
+                     f"layer prior {summary['layer_prior']}, min heads {summary['min_heads']}"
+                     + (f", {summary['iterative']} iterative steps" if summary.get("iterative") else "") + ").")
+    lines += ["", "## Kept per layer", ""] + rows
     if figure:
-        lines += ["", f"![heads per layer]({figure})"]
+        lines += ["", f"![kept per layer]({figure})"]
     speed = summary["speed"]
     lines += ["", f"## Size and compute (sequence length {speed['seq_len']})", "",
               "| | before | after | ratio |", "|---|---|---|---|",
@@ -76,14 +91,39 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
         lines += ["", f"## Quality on {quality['data']['source']} ({quality['data']['rows']} pairs)", ""]
         if quality.get("note"):
             lines += [quality["note"], ""]
-        paired = quality["paired"]
+        untuned = summary.get("quality_untuned")
         if "before" in quality:
-            lines += ["| metric | before | after | change (paired 95% CI) |", "|---|---|---|---|"]
+            head = "| metric | before | after | change (paired 95% CI) |"
+            rule = "|---|---|---|---|"
+            if untuned:
+                head += " without mask tuning | change without tuning |"
+                rule += "---|---|"
+            lines += [head, rule]
             for name in METRIC_NAMES:
-                d = paired[name]
-                lines.append(f"| {name} | {quality['before'][name]:.4f} | {quality['after'][name]:.4f} | "
-                             f"{d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] |")
-        agree = paired["agreement"]
-        ci = f" (95% CI {agree['ci'][0]:.2%} to {agree['ci'][1]:.2%})" if "ci" in agree else ""
-        lines += ["", f"Same grade as the unpruned model on {agree['value']:.2%} of pairs{ci}."]
+                d = quality["paired"][name]
+                row = (f"| {name} | {quality['before'][name]:.4f} | {quality['after'][name]:.4f} | "
+                       f"{d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] |")
+                if untuned:
+                    u = untuned["paired"][name]
+                    row += f" {untuned['after'][name]:.4f} | {u['delta']:+.4f} [{u['ci'][0]:+.4f}, {u['ci'][1]:+.4f}] |"
+                lines.append(row)
+        lines += ["", "Same grade as the unpruned model on " + _agreement(quality) + "."]
+        if untuned:
+            lines.append(f"Without mask tuning: {_agreement(untuned)}.")
+    tuning = summary.get("tuning")
+    if tuning and tuning.get("enabled"):
+        lines += ["", "## Mask tuning", "",
+                  f"Least-squares scales on {tuning['data']['rows']} calibration pairs from {tuning['data']['source']}; "
+                  f"kept in {tuning['accepted']} of {tuning['sublayers']} sublayers. Reconstruction error "
+                  "(squared error of each sublayer's LayerNorm input relative to the unpruned model's, on held-out calibration pairs):", "",
+                  "| layer | sublayer | units | error untuned | error tuned | damping |", "|---|---|---|---|---|---|"]
+        for f in tuning["fits"]:
+            lines.append(f"| {f['layer']} | {f['sublayer']} | {f['units']} | {f['error_before']:.4f} | "
+                         f"{f['error_after']:.4f} | {f['damping'] if f['accepted'] else 'not kept'} |")
     return "\n".join(lines) + "\n"
+
+
+def _agreement(quality: dict) -> str:
+    agree = quality["paired"]["agreement"]
+    ci = f" (95% CI {agree['ci'][0]:.2%} to {agree['ci'][1]:.2%})" if "ci" in agree else ""
+    return f"{agree['value']:.2%} of pairs{ci}"

@@ -25,8 +25,9 @@ from headcut.evaluate.predict import Encoded, collate, length_batches
 
 @dataclass(frozen=True)
 class LayerFit:
-    """One sublayer's fit: relative reconstruction error ||C m - t||^2 / ||t||^2 on the held-out
-    calibration pairs, with no tuning (m = 1) and with the folded scales."""
+    """One sublayer's fit on the held-out calibration pairs: the squared error of its LayerNorm input
+    relative to the unpruned model's, ||pruned - unpruned||^2 / ||unpruned||^2, with no tuning (m = 1) and
+    with the scales fitted on the other pairs (the folded ones, refitted on all pairs, do at least as well)."""
 
     layer: int
     sublayer: str  # "attention" or "ffn"
@@ -88,9 +89,10 @@ class _Normal:
     gram: torch.Tensor
     rhs: torch.Tensor
     tt: float = 0.0
+    reference: float = 0.0  # squared norm of the unpruned model's LayerNorm input: errors are relative to it
 
     def error(self, m: torch.Tensor) -> float:
-        return float(m @ self.gram @ m - 2 * self.rhs @ m + self.tt) / max(self.tt, 1e-30)
+        return float(m @ self.gram @ m - 2 * self.rhs @ m + self.tt) / max(self.reference, 1e-30)
 
     def solve(self, damping: float) -> torch.Tensor:
         ridge = damping * float(torch.diagonal(self.gram).mean().clamp_min(1e-30))
@@ -149,11 +151,12 @@ def _accumulate(normal: _Normal, parts: LayerParts, sublayer: str, acts, now, ta
         normal.gram += (acts.t() @ acts) * (w.t() @ w)
         normal.rhs += (acts * (t @ w)).sum(0)
     normal.tt += float((t * t).sum())
+    normal.reference += float((target * target).sum())
 
 
 def _choose_and_fold(parts: LayerParts, sublayer: str, fit: _Normal, check: _Normal, max_scale: float) -> LayerFit:
     ones = torch.ones(len(fit.rhs), dtype=torch.float64)
-    both = _Normal(fit.gram + check.gram, fit.rhs + check.rhs, fit.tt + check.tt)
+    both = _Normal(fit.gram + check.gram, fit.rhs + check.rhs, fit.tt + check.tt, fit.reference + check.reference)
     candidates = []
     for damping in DAMPING:
         scales = fit.solve(damping)

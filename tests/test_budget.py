@@ -1,0 +1,241 @@
+"""Budgeted pruning of heads and FFN neurons: joint Fisher scores, the FLOPs plan, mask tuning, artifacts."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from headcut.arch import (SUPPORTED, flops_per_pair, heads_per_layer, keep_heads, keep_neurons, layer_parts,
+                          neurons_per_layer, unit_flops)
+from headcut.cli.main import app
+from headcut.errors import UserError
+from headcut.evaluate.fisher import unit_fisher
+from headcut.evaluate.importance import mask_gradients
+from headcut.evaluate.predict import collate
+from headcut.masking import head_mask, neuron_mask
+from headcut.models import LoadedModel, load_model
+from headcut.prune.budget import UnitPlan, check_budget, plan_budget
+from headcut.prune.tune import _capture, tune_scales
+from tests.conftest import tiny_inputs, tiny_model
+from tests.test_prune_cli import tiny_grader  # noqa: F401  (fixture)
+from tests.test_scan_importance import toy_encoded
+
+
+def deep(kind="bert", **kw):
+    extra = dict(n_layers=3) if kind == "distilbert" else dict(num_hidden_layers=3)
+    return tiny_model(kind, initializer_range=0.3, **{**extra, **kw})
+
+
+# --- scores --------------------------------------------------------------------------------------
+
+
+def test_fisher_with_grades_equals_squared_head_mask_gradients():
+    model = deep()
+    enc = toy_encoded("bert")
+    labels = np.arange(len(enc)) % 5
+    scores = unit_fisher(model, enc, labels=labels, batch_size=4)
+    reference = (mask_gradients(model, enc, labels, batch_size=4) ** 2).sum(0)
+    assert np.allclose(scores.heads.numpy(), reference, rtol=1e-6, atol=1e-12)
+    assert scores.neurons.shape == (3, 37) and (scores.neurons > 0).all()
+
+
+def test_teacher_targets_are_the_expected_fisher_per_pair():
+    """Against a brute-force loop: each pair alone, each grade y weighted by p(y), (d log p(y) / d mask)^2."""
+    model = deep()
+    enc = toy_encoded("bert")
+    scores = unit_fisher(model, enc, batch_size=3)
+    heads = torch.zeros(3, 4, dtype=torch.float64)
+    neurons = torch.zeros(3, 37, dtype=torch.float64)
+    for i in range(len(enc)):
+        batch = collate(enc, [i])
+        hm = torch.ones(3, 4, requires_grad=True)
+        nm = torch.ones(3, 37, requires_grad=True)
+        with head_mask(model, hm), neuron_mask(model, nm):
+            logp = torch.log_softmax(model(**batch).logits[0].double(), -1)
+        for y in range(5):
+            gh, gn = torch.autograd.grad(logp[y], (hm, nm), retain_graph=True)
+            heads += logp[y].exp().item() * gh.double() ** 2
+            neurons += logp[y].exp().item() * gn.double() ** 2
+    assert torch.allclose(scores.heads, heads, rtol=1e-4, atol=1e-10)
+    assert torch.allclose(scores.neurons, neurons, rtol=1e-4, atol=1e-10)
+
+
+def test_fisher_of_a_pruned_model_uses_original_ids():
+    model = deep()
+    keep_heads(model, [[1, 3], [], [0, 1, 2, 3]])
+    keep_neurons(model, [list(range(0, 37, 2)), list(range(37)), []])
+    scores = unit_fisher(model, toy_encoded("bert"), batch_size=4)
+    assert torch.isneginf(scores.heads[0, [0, 2]]).all() and torch.isneginf(scores.heads[1]).all()
+    assert torch.isfinite(scores.heads[0, [1, 3]]).all()
+    assert torch.isneginf(scores.neurons[0, 1::2]).all() and torch.isfinite(scores.neurons[0, ::2]).all()
+    assert torch.isneginf(scores.neurons[2]).all()
+
+
+# --- plan ----------------------------------------------------------------------------------------
+
+
+def fake_scores(seed=0):
+    from headcut.evaluate.fisher import UnitScores
+
+    g = torch.Generator().manual_seed(seed)
+    return UnitScores(torch.rand(3, 4, generator=g, dtype=torch.float64) * 5,
+                      torch.rand(3, 37, generator=g, dtype=torch.float64), "teacher", 10)
+
+
+@pytest.mark.parametrize("share", [1.0, 0.8, 0.5, 0.2, 0.05])
+def test_plan_meets_the_budget_and_is_optimal(share):
+    model = deep()
+    costs = unit_flops(model, 16)
+    full = flops_per_pair(model, 16)
+    budget = check_budget(share, costs, full)
+    scores = fake_scores()
+    plan = plan_budget(scores, costs, budget)
+    assert plan.flops(costs) <= budget
+    if share == 1.0:
+        assert plan.heads_per_layer == [4, 4, 4] and plan.neurons_per_layer == [37, 37, 37]
+    value = lambda p: sum(float(scores.heads[l, list(h)].sum()) for l, h in enumerate(p.heads)) + sum(
+        float(scores.neurons[l, list(n)].sum()) for l, n in enumerate(p.neurons))
+    # exact optimum by brute force over the number of heads (every head costs the same, so do neurons)
+    head_order = torch.argsort(scores.heads.flatten(), descending=True)
+    neuron_order = torch.argsort(scores.neurons.flatten(), descending=True)
+    best = -1.0
+    for k in range(13):
+        room = budget - costs.fixed - k * costs.per_head[0]
+        if room < 0:
+            break
+        m = min(111, room // costs.per_neuron[0])
+        best = max(best, float(scores.heads.flatten()[head_order[:k]].sum() + scores.neurons.flatten()[neuron_order[:m]].sum()))
+    assert value(plan) == pytest.approx(best, rel=1e-12)
+
+
+def test_layer_prior_moves_units_down():
+    model = deep()
+    costs = unit_flops(model, 16)
+    budget = check_budget(0.5, costs, flops_per_pair(model, 16))
+    flat = plan_budget(fake_scores(), costs, budget)
+    tilted = plan_budget(fake_scores(), costs, budget, layer_prior=2.0)
+    kept = lambda p, l: p.heads_per_layer[l] * costs.per_head[l] + p.neurons_per_layer[l] * costs.per_neuron[l]
+    assert kept(tilted, 0) > kept(flat, 0) and kept(tilted, 2) < kept(flat, 2)
+
+
+def test_impossible_budget_is_one_sentence():
+    model = deep()
+    costs = unit_flops(model, 16)
+    full = flops_per_pair(model, 16)
+    with pytest.raises(UserError, match="less than the pooler and classifier alone"):
+        check_budget(costs.fixed / full / 2, costs, full)
+    for bad in (0, -0.5, 1.5, float("nan")):
+        with pytest.raises(UserError, match="outside \\(0, 1\\]"):
+            check_budget(bad, costs, full)
+
+
+# --- surgery -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", SUPPORTED)
+def test_budget_surgery_equals_masking_heads_and_neurons(kind):
+    model = deep(kind)
+    plan = UnitPlan(((0, 3), (), (1, 2, 3)), (tuple(range(0, 37, 3)), (), tuple(range(20))))
+    hm = torch.zeros(3, 4)
+    nm = torch.zeros(3, 37)
+    for l in range(3):
+        hm[l, list(plan.heads[l])] = 1
+        nm[l, list(plan.neurons[l])] = 1
+    inputs = tiny_inputs(kind=kind)
+    with torch.no_grad(), head_mask(model, hm), neuron_mask(model, nm):
+        masked = model(**inputs).logits
+    keep_heads(model, [list(h) for h in plan.heads])
+    keep_neurons(model, [list(n) for n in plan.neurons])
+    assert heads_per_layer(model) == [2, 0, 3] and neurons_per_layer(model) == [13, 0, 20]
+    with torch.no_grad():
+        assert (model(**inputs).logits - masked).abs().max() <= 1e-5
+    assert flops_per_pair(model, 16) == plan.flops(unit_flops(model, 16))
+
+
+# --- mask tuning ---------------------------------------------------------------------------------
+
+
+def sublayer_errors(teacher, student, enc, rows):
+    """Relative squared error of every sublayer's LayerNorm input, student vs teacher, on the given rows."""
+    batch = collate(enc, rows)
+    real = batch["attention_mask"].bool()
+    out = []
+    for tp, sp in zip(layer_parts(teacher), layer_parts(student)):
+        for sub in ("attention", "ffn"):
+            t = _capture(teacher, tp, sub, batch, units=False)["norm"][real]
+            s = _capture(student, sp, sub, batch, units=False)["norm"][real]
+            out.append(float(((s - t) ** 2).sum() / (t ** 2).sum()))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["bert", "distilbert"])
+def test_mask_tuning_lowers_each_refitted_layers_error_and_never_raises_it(kind):
+    teacher = deep(kind)
+    student = copy.deepcopy(teacher)
+    keep_heads(student, [[0, 1], [2], [0, 1, 3]])
+    keep_neurons(student, [list(range(0, 37, 2)), list(range(30)), list(range(0, 37, 3))])
+    enc = toy_encoded(kind, n=40)
+    untuned = copy.deepcopy(student)
+    fits = tune_scales(teacher, student, enc, batch_size=8)
+    assert len(fits) == 6 and all(f.error_after <= f.error_before for f in fits)
+    assert all(f.error_after < f.error_before for f in fits if f.accepted) and any(f.accepted for f in fits)
+    # measured independently on the held-out pairs: the first sublayer's untuned error is the one recorded,
+    # and the folded scales (refitted on all pairs) lower it at least as much as the held-out fit did
+    held = [i for i in range(len(enc)) if i % 5 == 4]
+    before, after = sublayer_errors(teacher, untuned, enc, held), sublayer_errors(teacher, student, enc, held)
+    assert before[0] == pytest.approx(fits[0].error_before, rel=1e-4)
+    if fits[0].accepted:
+        assert after[0] <= fits[0].error_after * (1 + 1e-4) and after[0] < before[0]
+    else:  # a fit that did not help on held-out pairs leaves the weights alone
+        assert after[0] == pytest.approx(before[0], rel=1e-6)
+
+
+def test_tuned_scales_are_folded_into_the_weights():
+    """No runtime masks: the tuned model has the pruned shapes and reloads as a plain artifact."""
+    teacher = deep()
+    student = copy.deepcopy(teacher)
+    keep_neurons(student, [list(range(10)), list(range(37)), list(range(5))])
+    weights = [p.ffn_out.weight.clone() for p in layer_parts(student)]
+    fits = tune_scales(teacher, student, toy_encoded("bert"), batch_size=8)
+    for p, w, fit in zip(layer_parts(student), weights, [f for f in fits if f.sublayer == "ffn"]):
+        ratio = p.ffn_out.weight / w
+        assert torch.allclose(ratio, ratio[:1].expand_as(ratio), rtol=1e-4)  # one scale per column
+        assert fit.accepted == (not torch.allclose(ratio, torch.ones_like(ratio)))
+
+
+# --- the command ---------------------------------------------------------------------------------
+
+
+def run(*args):
+    return CliRunner().invoke(app, ["prune", *map(str, args)])
+
+
+def test_flops_prune_writes_a_smaller_grader_that_reloads_and_exports(tmp_path, tiny_grader):  # noqa: F811
+    grader, dev = tiny_grader
+    out = tmp_path / "flops50"
+    result = run("--model", grader, "--flops", 0.5, "--out", out, "--calibrate", 40, "--bootstrap", 50,
+                 "--no-latency")
+    assert result.exit_code == 0, result.output
+    for text in ("| FFN neurons |", "Budget: 0.5 of the FLOPs", "Without mask tuning", "## Mask tuning"):
+        assert text in result.output
+    source, pruned = load_model(grader), load_model(out)
+    seq = pruned.max_length
+    assert flops_per_pair(pruned.model, seq) <= 0.5 * flops_per_pair(source.model, seq)  # counted from the artifact
+    assert (out / "kept_per_layer.png").stat().st_size > 1000
+    from headcut.data import synthetic_pairs
+    from headcut.export.export import FP32_TOLERANCE, export_onnx
+    from tests.test_export import _parity
+
+    result = _parity(pruned.model, export_onnx(pruned.model, tmp_path / "m.onnx"), pruned.tokenizer, synthetic_pairs(32))
+    assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
+
+
+def test_impossible_flops_budget_exits_2_with_one_sentence(tmp_path, tiny_grader):  # noqa: F811
+    grader, _ = tiny_grader
+    result = run("--model", grader, "--flops", 0.0001, "--out", tmp_path / "x", "--no-latency")
+    assert result.exit_code == 2
+    assert "less than the pooler and classifier alone need" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x").exists()
+    both = run("--model", grader, "--flops", 0.5, "--keep-ratio", 0.5, "--out", tmp_path / "y")
+    assert both.exit_code == 2 and "exactly one of --keep-ratio" in both.output
