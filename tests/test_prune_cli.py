@@ -53,7 +53,7 @@ def test_prune_with_the_recorded_dev_data(tmp_path, tiny_grader):
     result = run("--model", grader, "--keep-ratio", 0.5, "--out", out, "--method", "fisher", "--bootstrap", 50,
                  "--latency-seconds", 0.05)
     assert result.exit_code == 0, result.output
-    for text in ("| kept |", "Ideal speedup from FLOPs", "Measured CPU latency", "| 32 |", "also chose the pruned units",
+    for text in ("| heads |", "Ideal speedup from FLOPs", "Measured CPU latency", "| 32 |", "also chose the pruned units",
                  "Same grade as the unpruned model"):
         assert text in result.output
     assert folder_state(grader) == before  # the input is never touched

@@ -85,7 +85,7 @@ def test_artifact_round_trips_with_report(tmp_path, tokenizer, kind):
     assert meta["kind"] == "prune" and meta["source"]["weights_hash"] == "abc" and "dev_metrics" not in meta
     assert meta["prune"]["plan"]["keep"] == [[0, 2, 3], [], [1]] and meta["max_length"] == 32
     assert (out / "kept_per_layer.png").stat().st_size > 1000
-    assert "| kept | 3 | 0 | 1 |" in (out / "report.md").read_text()
+    assert "| heads | 3 | 0 | 1 |" in (out / "report.md").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temp folders left behind
 
 

@@ -10,7 +10,7 @@ from headcut.arch import flops_per_pair, intermediate_size, keep_heads, keep_neu
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.compare import compare_logits, compare_models
-from headcut.evaluate.fisher import TARGETS, unit_fisher
+from headcut.evaluate.fisher import TARGETS, UnitScores, unit_fisher
 from headcut.evaluate.predict import encode, predict_logits
 from headcut.models import LoadedModel
 from headcut.prune.budget import check_budget, plan_budget
@@ -103,6 +103,7 @@ def prune_to_budget(
     flops: float,
     score_pairs: Pairs,
     calibrate_pairs: Pairs | None = None,
+    unit_scores: UnitScores | None = None,
     targets: str = "teacher",
     layer_prior: float = 0.0,
     tune: bool = True,
@@ -117,10 +118,10 @@ def prune_to_budget(
 ) -> tuple[LoadedModel, dict]:
     """Prune heads and FFN neurons of `loaded` (left untouched) to a share `flops` of its FLOPs per pair
     at `seq_len` (default: the model's max_length), with no gradient training: Fisher scores of every
-    unit on `score_pairs` (see `evaluate.fisher`), the best plan under the budget (`prune.budget`), then,
-    with `tune`, per-unit scales re-fitted by least squares on `calibrate_pairs` (default: the scoring
-    pairs; labels unused) and folded into the weights. `eval_pairs` adds quality with paired CIs, also of
-    the untuned model when tuning ran. Returns (pruned model, summary for headcut.json and the report)."""
+    unit on `score_pairs` (see `evaluate.fisher`; or `unit_scores` computed on them before), the best
+    plan under the budget (`prune.budget`), then, with `tune`, per-unit scales re-fitted by least squares
+    on `calibrate_pairs` (default: the scoring pairs; labels unused) and folded into the weights.
+    `eval_pairs` adds quality with paired CIs, also of the untuned model when tuning ran. Returns (pruned model, summary for headcut.json and the report)."""
     if targets not in TARGETS:
         raise UserError(f"--targets {targets} is unknown; choose one of: {', '.join(TARGETS)}.")
     if targets == "grades" and not score_pairs.has_labels:
@@ -135,10 +136,12 @@ def prune_to_budget(
     def report(stage):
         return (lambda n: progress(stage, n)) if progress else None
 
-    encoded = encode(loaded.tokenizer, score_pairs, max_length=max_length, model=loaded.model)
-    labels = score_pairs.label_array() if targets == "grades" else None
-    scores = unit_fisher(loaded.model, encoded, labels=labels, batch_size=max(1, batch_size // 2),
-                         progress=report("scoring"))
+    scores = unit_scores
+    if scores is None:
+        encoded = encode(loaded.tokenizer, score_pairs, max_length=max_length, model=loaded.model)
+        labels = score_pairs.label_array() if targets == "grades" else None
+        scores = unit_fisher(loaded.model, encoded, labels=labels, batch_size=max(1, batch_size // 2),
+                             progress=report("scoring"))
     plan = plan_budget(scores, costs, budget, layer_prior=layer_prior)
     model = copy.deepcopy(loaded.model)
     keep_heads(model, [list(h) for h in plan.heads])
@@ -160,7 +163,7 @@ def prune_to_budget(
         "layer_prior": layer_prior,
         "plan": {"num_heads": heads, "total": layers * heads, "kept": sum(plan.heads_per_layer),
                  "num_neurons": intermediate_size(loaded.model.config), **plan.to_dict()},
-        "scores": {"how": f"fisher ({targets} targets) of {len(score_pairs)} pairs from {score_pairs.source}",
+        "scores": {"how": f"fisher ({scores.targets} targets) of {len(score_pairs)} pairs from {score_pairs.source}",
                    "data": _data_record(score_pairs), **scores.to_dict()},
         "tuning": {"enabled": tune, "data": _data_record(calibrate_pairs) if tune else None,
                    "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),

@@ -72,9 +72,9 @@ def _capture(model, parts: LayerParts, sublayer: str, batch: dict, *, units: boo
     return got
 
 
-def _head_contributions(parts: LayerParts, acts: torch.Tensor) -> torch.Tensor:
-    """(tokens, heads, d): what each head adds to the LayerNorm input through its slice of the projection."""
-    w = parts.out.weight.detach().double()  # (d, heads * head_size)
+def _head_contributions(parts: LayerParts, acts: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """(tokens, heads, d): what each head adds to the LayerNorm input through its slice of the projection
+    `w` (d, heads x head_size)."""
     k, size = parts.num_heads, parts.head_size
     return torch.einsum("nkc,dkc->nkd", acts.view(len(acts), k, size), w.view(w.shape[0], k, size))
 
@@ -127,28 +127,30 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
                 progress(f"layer {s_parts.index} {sublayer}")
             fit, check = (_Normal(torch.zeros(count, count, dtype=torch.float64),
                                   torch.zeros(count, dtype=torch.float64)) for _ in range(2))
+            w = (s_parts.out if sublayer == "attention" else s_parts.ffn_out).weight.detach().double()
+            wtw = w.t() @ w if sublayer == "ffn" else None  # (neurons, neurons), the same for every batch
             for batch, held in batches:
                 real = batch["attention_mask"].bool()
                 target = _capture(teacher, t_parts, sublayer, batch, units=False)["norm"]
                 got = _capture(student, s_parts, sublayer, batch, units=True)
                 for normal, pick in ((fit, real & ~held[:, None]), (check, real & held[:, None])):
-                    _accumulate(normal, s_parts, sublayer, got["units"][pick].double(), got["norm"][pick].double(),
-                                target[pick].double())
+                    _accumulate(normal, s_parts, sublayer, w, wtw, got["units"][pick].double(),
+                                got["norm"][pick].double(), target[pick].double())
             fits.append(_choose_and_fold(s_parts, sublayer, fit, check, max_scale))
     return fits
 
 
-def _accumulate(normal: _Normal, parts: LayerParts, sublayer: str, acts, now, target) -> None:
-    """Add these tokens' G, C't and t't; t = target minus what the sublayer's input holds besides the units."""
+def _accumulate(normal: _Normal, parts: LayerParts, sublayer: str, w, wtw, acts, now, target) -> None:
+    """Add these tokens' G, C't and t't; t = target minus what the sublayer's input holds besides the units.
+    `w` is the projection's weight (d, units x group); for neurons `wtw` = w'w."""
     if sublayer == "attention":
-        contrib = _head_contributions(parts, acts)  # (tokens, heads, d)
+        contrib = _head_contributions(parts, acts, w)  # (tokens, heads, d)
         t = target - (now - contrib.sum(1))
         normal.gram += torch.einsum("nkd,njd->kj", contrib, contrib)
         normal.rhs += torch.einsum("nkd,nd->k", contrib, t)
-    else:
-        w = parts.ffn_out.weight.detach().double()  # (d, neurons): neuron u adds acts[:, u] * w[:, u]
+    else:  # neuron u adds acts[:, u] * w[:, u]
         t = target - (now - acts @ w.t())
-        normal.gram += (acts.t() @ acts) * (w.t() @ w)
+        normal.gram += (acts.t() @ acts) * wtw
         normal.rhs += (acts * (t @ w)).sum(0)
     normal.tt += float((t * t).sum())
     normal.reference += float((target * target).sum())

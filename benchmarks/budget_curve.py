@@ -1,0 +1,265 @@
+"""Budgeted pruning without retraining: quality and measured speed against the FLOPs kept.
+
+    .venv/bin/python benchmarks/budget_curve.py --model runs/teacher [--out runs/budget_curve]
+
+Units are scored (Fisher, the teacher's own grade distribution as targets: no labels) on --score-rows
+Home Depot TRAIN pairs and mask tuning calibrates on --calibrate other train pairs; every figure is
+measured on --report-rows DEV pairs (split by query from train, so never seen by scoring or tuning).
+For each FLOPs budget (share of the teacher's FLOPs per pair at its max_length) it compares:
+  heads only      today's `--keep-ratio` pruner (fisher head scan with grades), as many heads as the budget
+                  allows; n/a below the FFN's share of the FLOPs
+  heads+FFN       the joint plan, masks only (`headcut prune --flops F --no-tune`)
+  heads+FFN+tune  the joint plan with mask tuning (`headcut prune --flops F`)
+  random          random heads and neurons in the same per-layer numbers as the joint plan, untuned
+  bottom-k        the teacher's lowest k layers, k the nearest layer count (no training)
+Quality: accuracy, Spearman and loss minus the teacher's with paired bootstrap 95% CIs, and agreement
+with the teacher's grade. Speed: PyTorch fp32 at batch 32 x 64 tokens, every variant and the teacher
+taking turns in blocks in one run (export.timing.round_robin). Writes table.md, curve.png, results.json.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import describe, machine  # noqa: E402
+
+from headcut.arch import flops_per_pair, keep_heads, keep_layers, keep_neurons, unit_flops  # noqa: E402
+from headcut.data import read_pairs  # noqa: E402
+from headcut.evaluate.fisher import unit_fisher  # noqa: E402
+from headcut.evaluate.importance import head_importance  # noqa: E402
+from headcut.evaluate.metrics import paired_bootstrap, summarize  # noqa: E402
+from headcut.evaluate.predict import encode, predict_logits  # noqa: E402
+from headcut.export.timing import round_robin  # noqa: E402
+from headcut.files import write_json, write_text  # noqa: E402
+from headcut.models import load_model  # noqa: E402
+from headcut.prune import plan_heads  # noqa: E402
+from headcut.prune.budget import UnitPlan, check_budget, plan_budget  # noqa: E402
+from headcut.prune.measure import dummy_batch  # noqa: E402
+from headcut.prune.tune import tune_scales  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "homedepot"
+VARIANTS = ("heads only", "heads+FFN", "heads+FFN+tune", "random", "bottom-k")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=str(ROOT / "runs" / "teacher"))
+    p.add_argument("--train", default=str(DATA / "train.tsv"))
+    p.add_argument("--dev", default=str(DATA / "dev.tsv"))
+    p.add_argument("--out", default=str(ROOT / "runs" / "budget_curve"))
+    p.add_argument("--budgets", default="0.8,0.65,0.5,0.35")
+    p.add_argument("--score-rows", type=int, default=1000)
+    p.add_argument("--calibrate", type=int, default=512)
+    p.add_argument("--report-rows", type=int, default=2000)
+    p.add_argument("--targets", default="teacher", choices=["teacher", "grades"])
+    p.add_argument("--layer-prior", type=float, default=0.0)
+    p.add_argument("--bootstrap", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=10, help="timed calls per variant (batch 32 x 64)")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args()
+
+
+def heads_only(teacher, head_scores, budget, costs):
+    """Today's pruner with as many heads as fit the budget (None when even 0 heads do not)."""
+    full_heads = int(np.isfinite(head_scores.numpy()).sum())
+    over = flops_per_pair(teacher, costs["seq"]) - budget
+    drop = max(0, int(np.ceil(over / costs["units"].per_head[0])))
+    if drop > full_heads:
+        return None
+    plan = plan_heads(head_scores, (full_heads - drop) / full_heads)
+    model = copy.deepcopy(teacher)
+    keep_heads(model, [list(k) for k in plan.keep])
+    return model
+
+
+def random_same_shape(teacher, plan: UnitPlan, num_heads: int, num_neurons: int, seed: int):
+    g = np.random.default_rng(seed)
+    model = copy.deepcopy(teacher)
+    keep_heads(model, [sorted(g.choice(num_heads, n, replace=False).tolist()) for n in plan.heads_per_layer])
+    keep_neurons(model, [sorted(g.choice(num_neurons, n, replace=False).tolist()) for n in plan.neurons_per_layer])
+    return model
+
+
+def bottom_k(teacher, share: float, seq: int):
+    layers = teacher.config.num_hidden_layers
+    full = flops_per_pair(teacher, seq)
+    shares = {}
+    for k in range(1, layers + 1):
+        model = copy.deepcopy(teacher)
+        keep_layers(model, list(range(k)))
+        shares[k] = (flops_per_pair(model, seq) / full, model)
+    k = min(shares, key=lambda k: abs(shares[k][0] - share))
+    return k, shares[k][1]
+
+
+def main():
+    args = parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    info = machine()
+    log(f"machine: {describe(info)}")
+    teacher_loaded = load_model(args.model)
+    teacher, tok, seq = teacher_loaded.model, teacher_loaded.tokenizer, teacher_loaded.max_length
+    train = read_pairs(args.train, preset="homedepot").sample(args.score_rows + args.calibrate, seed=args.seed)
+    score_pairs = train.subset(range(args.score_rows))
+    calib_pairs = train.subset(range(args.score_rows, len(train)))
+    report = read_pairs(args.dev, preset="homedepot").sample(args.report_rows, seed=args.seed)
+    labels = report.label_array()
+    enc = encode(tok, report, max_length=seq, model=teacher)
+
+    def logits(model):
+        return predict_logits(model, None, None, encoded=enc)
+
+    reference = logits(teacher)
+    teacher_metrics = summarize(reference, labels, report.grades)
+    log(f"teacher on {len(report)} dev pairs: accuracy {teacher_metrics['accuracy']:.4f} "
+        f"Spearman {teacher_metrics['spearman']:.4f}")
+
+    start = time.perf_counter()
+    score_enc = encode(tok, score_pairs, max_length=seq, model=teacher)
+    targets = score_pairs.label_array() if args.targets == "grades" else None
+    scores = unit_fisher(teacher, score_enc, labels=targets)
+    score_seconds = time.perf_counter() - start
+    log(f"joint Fisher scores of {len(score_pairs)} train pairs ({args.targets} targets): {score_seconds:.0f} s")
+    head_scores = head_importance(teacher, tok, score_pairs, method="fisher", max_length=seq)
+    calib_enc = encode(tok, calib_pairs, max_length=seq, model=teacher)
+
+    units = unit_flops(teacher, seq)
+    full = flops_per_pair(teacher, seq)
+    costs = {"seq": seq, "units": units}
+    rows, timed = [], [("teacher", teacher)]
+    for share in [float(b) for b in args.budgets.split(",")]:
+        budget = check_budget(share, units, full)
+        t0 = time.perf_counter()
+        plan = plan_budget(scores, units, budget, layer_prior=args.layer_prior)
+        joint = copy.deepcopy(teacher)
+        keep_heads(joint, [list(h) for h in plan.heads])
+        keep_neurons(joint, [list(n) for n in plan.neurons])
+        tuned = copy.deepcopy(joint)
+        fits = tune_scales(teacher, tuned, calib_enc)
+        prune_seconds = time.perf_counter() - t0
+        k, truncated = bottom_k(teacher, share, seq)
+        models = {"heads only": heads_only(teacher, head_scores, budget, costs), "heads+FFN": joint,
+                  "heads+FFN+tune": tuned,
+                  "random": random_same_shape(teacher, plan, scores.heads.shape[1], scores.neurons.shape[1], args.seed),
+                  "bottom-k": truncated}
+        log(f"budget {share}: heads {plan.heads_per_layer} neurons {plan.neurons_per_layer}; plan+surgery+tuning "
+            f"{prune_seconds:.0f} s; tuning kept {sum(f.accepted for f in fits)}/{len(fits)} sublayers")
+        for name, model in models.items():
+            if model is None:
+                rows.append({"budget": share, "variant": name})
+                continue
+            got = logits(model)
+            paired = paired_bootstrap(got, reference, labels, report.grades, iters=args.bootstrap, seed=args.seed)
+            row = {"budget": share, "variant": name, "flops": flops_per_pair(model, seq) / full,
+                   "metrics": summarize(got, labels, report.grades), "paired": paired}
+            if name == "bottom-k":
+                row["layers"] = k
+            if name == "heads+FFN+tune":
+                row.update(plan=plan.to_dict(), fits=[f.to_dict() for f in fits],
+                           seconds={"scores": score_seconds, "plan_surgery_tuning": prune_seconds})
+            rows.append(row)
+            log(f"  {name:15s} FLOPs {row['flops']:.3f}  agreement {paired['agreement']['value']:.4f}  "
+                f"accuracy {paired['accuracy']['delta']:+.4f}  Spearman {paired['spearman']['delta']:+.4f}")
+            if name in ("heads only", "heads+FFN+tune", "bottom-k"):
+                timed.append((f"{name} @{share}", model))
+
+    log(f"timing {len(timed)} PyTorch fp32 variants at batch 32 x 64 in blocks ({args.repeats} calls each)")
+    batch = dummy_batch(teacher, 32, 64)
+    with torch.inference_mode():
+        times = round_robin([lambda b, m=m: m.eval()(**b) for _, m in timed], batch, repeats=args.repeats)
+    ms = {name: float(np.median(t)) * 1000 for (name, _), t in zip(timed, times)}
+    for row in rows:
+        key = f"{row['variant']} @{row['budget']}"
+        if key in ms:
+            row["ms"] = ms[key]
+            row["speedup"] = ms["teacher"] / ms[key]
+    result = {"machine": info, "args": vars(args), "teacher": {"metrics": teacher_metrics, "ms": ms["teacher"],
+              "flops": full}, "rows": rows}
+    write_json(out / "results.json", result)
+    write_text(out / "table.md", table(result))
+    figure(result, out / "curve.png")
+    print(table(result))
+    log(f"wrote {out}/table.md, curve.png, results.json")
+
+
+def _ci(d: dict, scale: float = 1.0, digits: int = 4) -> str:
+    return f"{d['delta'] * scale:+.{digits}f} [{d['ci'][0] * scale:+.{digits}f}, {d['ci'][1] * scale:+.{digits}f}]"
+
+
+def table(result: dict) -> str:
+    r = result["teacher"]
+    lines = [f"Teacher: accuracy {r['metrics']['accuracy']:.4f}, Spearman {r['metrics']['spearman']:.4f}, "
+             f"{r['ms']:.1f} ms per batch of 32 x 64 (PyTorch fp32). Machine: {describe(result['machine'])}.", "",
+             "| budget | variant | FLOPs | agreement [95% CI] | accuracy - teacher (pt) | Spearman - teacher | "
+             "loss - teacher | speed-up |", "|---|---|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        name = row["variant"] + (f" (k={row['layers']})" if "layers" in row else "")
+        if "paired" not in row:
+            lines.append(f"| {row['budget']} | {name} | n/a | | | | | |")
+            continue
+        p = row["paired"]
+        agree = p["agreement"]
+        speed = f"{row['speedup']:.2f}x" if "speedup" in row else ""
+        lines.append(f"| {row['budget']} | {name} | {row['flops']:.3f} | {agree['value']:.2%} "
+                     f"[{agree['ci'][0]:.2%}, {agree['ci'][1]:.2%}] | {_ci(p['accuracy'], 100, 2)} | "
+                     f"{_ci(p['spearman'])} | {_ci(p['loss'])} | {speed} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), dpi=110)
+    styles = {"heads only": ("#999999", "s"), "heads+FFN": ("#8fb8de", "o"), "heads+FFN+tune": ("#1f5f99", "o"),
+              "random": ("#d98c8c", "x"), "bottom-k": ("#6aa06a", "^")}
+    for name, (color, marker) in styles.items():
+        rows = [r for r in result["rows"] if r["variant"] == name and "paired" in r]
+        if not rows:
+            continue
+        x = [r["flops"] for r in rows]
+        axes[0].plot(x, [100 * r["paired"]["agreement"]["value"] for r in rows], marker=marker, color=color, label=name)
+        axes[1].errorbar(x, [r["paired"]["spearman"]["delta"] for r in rows], marker=marker, color=color, label=name,
+                         yerr=np.array([[r["paired"]["spearman"]["delta"] - r["paired"]["spearman"]["ci"][0],
+                                         r["paired"]["spearman"]["ci"][1] - r["paired"]["spearman"]["delta"]]
+                                        for r in rows]).T, capsize=2)
+        timed = [r for r in rows if "speedup" in r]
+        if timed:
+            axes[2].plot([r["flops"] for r in timed], [r["speedup"] for r in timed], marker=marker, color=color,
+                         label=name)
+    grid = np.linspace(0.3, 1.0, 50)
+    axes[2].plot(grid, 1 / grid, ls=":", color="0.5", label="ideal (1 / FLOPs)")
+    axes[0].set_ylabel("agreement with teacher (%)")
+    axes[1].set_ylabel("Spearman - teacher (95% CI)")
+    axes[1].axhline(0, color="0.7", lw=0.8)
+    axes[2].set_ylabel("measured speed-up (b32 x 64)")
+    for ax in axes:
+        ax.set_xlabel("FLOPs kept (share of teacher)")
+        ax.invert_xaxis()
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, frameon=False)
+    axes[2].legend(fontsize=7, frameon=False)
+    fig.suptitle("Budgeted pruning, no retraining (Home Depot dev pairs never used for scoring or tuning)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()

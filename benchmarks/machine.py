@@ -1,0 +1,31 @@
+"""The machine a speed figure was measured on: CPU model, cores, the SIMD flags that matter for matmuls,
+and the thread counts. Printed beside every ratio, since ratios move between machines."""
+from __future__ import annotations
+
+import os
+import platform
+
+SIMD = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "neon", "sve")
+
+
+def machine() -> dict:
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() in ("flags", "Features"):
+                flags = set(value.split())
+    except OSError:
+        pass
+    import torch
+
+    return {"cpu": model, "cores": os.cpu_count(), "simd": [f for f in SIMD if f in flags],
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
+
+
+def describe(info: dict | None = None) -> str:
+    info = info or machine()
+    return (f"{info['cpu']}, {info['cores']} cores, {' '.join(info['simd']) or 'no AVX'}; "
+            f"torch {info['torch']} with {info['torch_threads']} threads")
