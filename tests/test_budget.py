@@ -239,3 +239,20 @@ def test_impossible_flops_budget_exits_2_with_one_sentence(tmp_path, tiny_grader
     assert not (tmp_path / "x").exists()
     both = run("--model", grader, "--flops", 0.5, "--keep-ratio", 0.5, "--out", tmp_path / "y")
     assert both.exit_code == 2 and "exactly one of --keep-ratio" in both.output
+
+
+def test_int8_grader_of_a_model_with_empty_ffn_and_attention_layers(tmp_path):
+    """Every INT8 recipe (incl. keeping the worst FFN layers in fp32) handles a layer with no FFN left."""
+    from headcut.data import synthetic_pairs
+    from headcut.export import Int8Gate, build_grader
+    from tests.test_export import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = deep(vocab_size=len(tokenizer), max_position_embeddings=128)
+    keep_heads(model, [[0, 2], [], [1, 2, 3]])
+    keep_neurons(model, [list(range(0, 37, 2)), [], list(range(9))])
+    loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
+    gate = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_default=0.0)
+    record = build_grader(loaded, tmp_path / "grader", pairs=synthetic_pairs(120), int8=True, gate=gate)
+    assert record["parity"]["fp32"]["max_abs_diff"] <= 1e-4
+    assert (tmp_path / "grader" / "model.onnx").exists()

@@ -45,12 +45,17 @@ CHOICE_NAMES = tuple(c.name for c in CHOICES)
 
 @torch.no_grad()
 def outlier_scores(model, batches: list[dict]) -> list[float]:
-    """Per layer: max |x| / rms(x) of the FFN down-projection's input over `batches` (calibration data)."""
+    """Per layer: max |x| / rms(x) of the FFN down-projection's input over `batches` (calibration data);
+    0 for a layer whose FFN was pruned away (nothing to keep in fp32)."""
     from headcut.arch import layer_parts
 
+    parts = layer_parts(model)
     peaks, squares, counts = {}, {}, {}
     handles = []
-    for p in layer_parts(model):
+    for p in parts:
+        if p.ffn_out is None:
+            continue
+
         def record(module, args, i=p.index):
             x = args[0].abs()
             peaks[i] = max(peaks.get(i, 0.0), float(x.max()))
@@ -63,7 +68,7 @@ def outlier_scores(model, batches: list[dict]) -> list[float]:
     finally:
         for h in handles:
             h.remove()
-    return [peaks[i] / max((squares[i] / counts[i]) ** 0.5, 1e-12) for i in sorted(peaks)]
+    return [peaks[i] / max((squares[i] / counts[i]) ** 0.5, 1e-12) if i in peaks else 0.0 for i in range(len(parts))]
 
 
 def ffn_out_pattern(model, layer: int) -> str:
@@ -80,7 +85,7 @@ def resolve(choice: Int8Choice, model, batches: list[dict]) -> Int8Choice:
     if not choice.outlier_ffn:
         return choice
     scores = outlier_scores(model, batches)
-    worst = sorted(range(len(scores)), key=lambda i: -scores[i])[: choice.outlier_ffn]
+    worst = [i for i in sorted(range(len(scores)), key=lambda i: -scores[i]) if scores[i] > 0][: choice.outlier_ffn]
     return replace(choice, keep_fp32=choice.keep_fp32 + tuple(ffn_out_pattern(model, i) for i in sorted(worst)))
 
 
