@@ -215,7 +215,7 @@ def test_flops_prune_writes_a_smaller_grader_that_reloads_and_exports(tmp_path, 
     grader, dev = tiny_grader
     out = tmp_path / "flops50"
     result = run("--model", grader, "--flops", 0.5, "--out", out, "--calibrate", 40, "--bootstrap", 50,
-                 "--no-latency")
+                 "--no-timing")
     assert result.exit_code == 0, result.output
     for text in ("| FFN neurons |", "Budget: 0.5 of the FLOPs", "Without mask tuning", "## Mask tuning"):
         assert text in result.output
@@ -233,7 +233,7 @@ def test_flops_prune_writes_a_smaller_grader_that_reloads_and_exports(tmp_path, 
 
 def test_impossible_flops_budget_exits_2_with_one_sentence(tmp_path, tiny_grader):  # noqa: F811
     grader, _ = tiny_grader
-    result = run("--model", grader, "--flops", 0.0001, "--out", tmp_path / "x", "--no-latency")
+    result = run("--model", grader, "--flops", 0.0001, "--out", tmp_path / "x", "--no-timing")
     assert result.exit_code == 2
     assert "less than the pooler and classifier alone need" in result.output and "Traceback" not in result.output
     assert not (tmp_path / "x").exists()
@@ -256,3 +256,57 @@ def test_int8_grader_of_a_model_with_empty_ffn_and_attention_layers(tmp_path):
     record = build_grader(loaded, tmp_path / "grader", pairs=synthetic_pairs(120), int8=True, gate=gate)
     assert record["parity"]["fp32"]["max_abs_diff"] <= 1e-4
     assert (tmp_path / "grader" / "model.onnx").exists()
+
+
+# --- latency budget ------------------------------------------------------------------------------
+
+
+def linear_costs(model, seq=16):
+    """Layer cost tables proportional to FLOPs: the latency plan must then do what the FLOPs plan does."""
+    from headcut.prune.latency import LayerCosts
+
+    units = unit_flops(model, seq)
+    scale = 1e-6
+    widths = list(range(0, 38, 3)) + [37]
+    return LayerCosts([h * units.per_head[0] * scale for h in range(5)], widths,
+                      [w * units.per_neuron[0] * scale for w in widths], units.fixed * scale, 3, 8, seq, "test", "test")
+
+
+@pytest.mark.parametrize("share", [0.9, 0.5, 0.2])
+def test_latency_plan_fits_its_budget_and_nearly_matches_the_exact_flops_plan(share):
+    from headcut.prune.latency import check_latency_budget, plan_latency
+
+    model = deep()
+    costs = linear_costs(model)
+    scores = fake_scores(1)
+    budget_ms = check_latency_budget(share, costs)
+    plan = plan_latency(scores, costs, budget_ms)
+    assert costs.total(plan.heads_per_layer, plan.neurons_per_layer) <= budget_ms * (1 + 1e-9)
+    exact = plan_budget(scores, unit_flops(model, 16), check_budget(share, unit_flops(model, 16), flops_per_pair(model, 16)))
+    value = lambda p: sum(float(scores.heads[l, list(h)].sum()) for l, h in enumerate(p.heads)) + sum(
+        float(scores.neurons[l, list(n)].sum()) for l, n in enumerate(p.neurons))
+    assert value(plan) >= 0.99 * value(exact)
+
+
+def test_layer_cost_tables_are_monotone_and_cached(tmp_path, monkeypatch):
+    from headcut.prune import latency
+
+    model = deep()
+    costs = latency.layer_costs(model, batch=4, seq_len=16, cache=tmp_path, seconds=0.02)
+    assert len(costs.heads_ms) == 5 and costs.widths[0] == 0 and costs.widths[-1] == 37
+    assert costs.heads_ms[0] == 0 and all(a <= b for a, b in zip(costs.heads_ms, costs.heads_ms[1:]))
+    assert all(a <= b for a, b in zip(costs.ffn_ms, costs.ffn_ms[1:])) and costs.fixed_ms > 0
+    monkeypatch.setattr(latency, "measure_layer_costs", lambda *a, **k: pytest.fail("timed again"))
+    assert latency.layer_costs(model, batch=4, seq_len=16, cache=tmp_path) == costs
+
+
+def test_latency_prune_command(tmp_path, tiny_grader, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("HEADCUT_CACHE", str(tmp_path / "cache"))
+    grader, _ = tiny_grader
+    out = tmp_path / "lat50"
+    result = run("--model", grader, "--latency", 0.5, "--batch", 8, "--out", out, "--calibrate", 40,
+                 "--bootstrap", 50, "--no-timing")
+    assert result.exit_code == 0, result.output
+    assert "of the measured PyTorch latency per batch of 8 x 24" in result.output
+    summary = load_model(out).meta["prune"]
+    assert summary["budget"]["plan_ms"] <= summary["budget"]["budget_ms"] * (1 + 1e-9)

@@ -111,7 +111,7 @@ def test_prune_with_a_score_file_and_no_prior_keeps_the_global_top_k(tmp_path, t
                  data_info={"source": "x", "fingerprint": "y"})
     out = tmp_path / "pruned"
     result = run("--model", grader, "--keep-ratio", 0.75, "--out", out, "--scores", tmp_path / "importance.json",
-                 "--layer-prior", 0, "--eval-data", dev, "--no-latency", "--bootstrap", 20)
+                 "--layer-prior", 0, "--eval-data", dev, "--no-timing", "--bootstrap", 20)
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "headcut.json").read_text())
     top = set(torch.topk(scores.flatten(), 9).indices.tolist())
@@ -122,7 +122,7 @@ def test_prune_with_a_score_file_and_no_prior_keeps_the_global_top_k(tmp_path, t
 def test_iterative_prune_from_the_cli(tmp_path, tiny_grader):
     grader, dev = tiny_grader
     result = run("--model", grader, "--keep-ratio", 0.5, "--out", tmp_path / "it", "--data", dev, "--method", "kl",
-                 "--iterative", 2, "--min-heads", 1, "--no-latency", "--bootstrap", 20)
+                 "--iterative", 2, "--min-heads", 1, "--no-timing", "--bootstrap", 20)
     assert result.exit_code == 0, result.output
     meta = json.loads((tmp_path / "it" / "headcut.json").read_text())
     assert meta["prune"]["iterative"] == 2 and min(meta["prune"]["plan"]["heads_per_layer"]) >= 1
@@ -153,7 +153,7 @@ def test_user_errors_exit_2_with_one_sentence(tmp_path, tiny_grader):
         (["--model", grader, "--keep-ratio", 0.5, "--data", dev, "--method", "magic"], "--method magic"),
     ]
     for args, message in cases:
-        result = run(*args, "--out", out, "--no-latency")
+        result = run(*args, "--out", out, "--no-timing")
         assert result.exit_code == 2, (args, result.output)
         assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
         import re

@@ -127,7 +127,7 @@ def test_prune_pipeline_on_synthetic_pairs(tokenizer):
     pairs = synthetic_pairs(60, seed=1)
     events = []
     pruned, summary = prune(loaded, keep_ratio=0.5, layer_prior=1.0, score_pairs=pairs, method="fisher",
-                            eval_pairs=pairs, latency=False, bootstrap=50,
+                            eval_pairs=pairs, timing=False, bootstrap=50,
                             progress=lambda stage, n: events.append(stage))
     assert summary["plan"]["kept"] == 6 and sum(heads_per_layer(pruned.model)) == 6
     assert {"scoring", "grading"} <= set(events)

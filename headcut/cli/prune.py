@@ -19,6 +19,10 @@ def prune(
                                           "keeps round(ratio x all heads). Saves little compute: the FFN stays."),
     flops: Opt[float] = typer.Option(None, "--flops", help="Heads AND FFN neurons: share of the model's FLOPs per "
                                      "pair to keep, in (0, 1], e.g. 0.5 for ~2x less compute. No gradient training."),
+    latency: Opt[float] = typer.Option(None, "--latency", help="Heads AND FFN neurons: share of the model's measured "
+                                       "PyTorch latency per batch (--batch x --seq-len) to keep, e.g. 0.5. Times this "
+                                       "machine's layer cost tables once (cached in $HEADCUT_CACHE, default ~/.cache/headcut)."),
+    batch: int = typer.Option(32, "--batch", help="--latency: batch size the latency is measured at."),
     scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
                                   "mask tuning on (default: the model's recorded dev data). Grades are optional."),
@@ -46,7 +50,7 @@ def prune(
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
     batch_size: int = typer.Option(64, help="Pairs per forward pass."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the paired 95% CIs."),
-    latency: bool = typer.Option(True, "--latency/--no-latency", help="Measure CPU latency at batch 1, 8, 32."),
+    timing: bool = typer.Option(True, "--timing/--no-timing", help="Measure CPU latency before/after at batch 1, 8, 32."),
     latency_seconds: float = typer.Option(1.0, "--latency-seconds", help="Timed seconds per model and batch size."),
     seed: int = typer.Option(0, help="Seed for samples and bootstrap."),
     allow_pickle: bool = ALLOW_PICKLE,
@@ -56,8 +60,9 @@ def prune(
 
     --keep-ratio R removes attention heads only, ranked by a scan (--scores file, or a scan of --data here,
     else of the dev data recorded by `headcut finetune`). --flops F removes heads and FFN neurons together
-    until the model costs F of its FLOPs: Fisher scores of every unit, the best plan under the budget, then
-    mask tuning (no gradient training; a few minutes on 2 CPU cores). OUT reloads with headcut.load_model
+    until the model costs F of its FLOPs (--latency S: S of its latency measured on this machine): Fisher
+    scores of every unit, the best plan under the budget, then mask tuning (no gradient training; a few
+    minutes on 2 CPU cores). OUT reloads with headcut.load_model
     and every headcut command (distill it as a `pruned` student, export it to ONNX). The report shows what
     each layer kept, parameters and FLOPs, quality before/after with paired CIs, and measured latency.
 
@@ -72,14 +77,19 @@ def prune(
     from headcut.prune.pipeline import prune_to_budget
     from headcut.prune.report import format_report
 
-    if (keep_ratio is None) == (flops is None):
-        raise UserError("pass exactly one of --keep-ratio R (heads only) or --flops F (heads and FFN neurons).")
+    if [keep_ratio, flops, latency].count(None) != 2:
+        raise UserError("pass exactly one of --keep-ratio R (heads only), --flops F or --latency S (heads and FFN neurons).")
     if keep_ratio is not None:
         check_keep_ratio(keep_ratio)
-    if flops is not None and not 0 < flops <= 1:
-        raise UserError(f"--flops {flops} is outside (0, 1]; pass the share of the model's FLOPs to keep, e.g. --flops 0.5.")
-    if flops is not None and (scores is not None or iterative or min_heads):
-        raise UserError("--scores, --iterative and --min-heads are for --keep-ratio; --flops scores heads and neurons itself.")
+    budgeted = keep_ratio is None
+    for flag, share in (("--flops", flops), ("--latency", latency)):
+        if share is not None and not 0 < share <= 1:
+            raise UserError(f"{flag} {share} is outside (0, 1]; pass the share of the model's cost to keep, e.g. {flag} 0.5.")
+    if budgeted and (scores is not None or iterative or min_heads):
+        raise UserError("--scores, --iterative and --min-heads are for --keep-ratio; --flops and --latency score "
+                        "heads and neurons themselves.")
+    if batch < 1:
+        raise UserError(f"--batch {batch} must be at least 1.")
     if calibrate < 5:
         raise UserError(f"--calibrate {calibrate} is below 5; mask tuning holds out every fifth pair (use --no-tune to skip it).")
     check_out_dir(out, overwrite=overwrite)
@@ -94,7 +104,7 @@ def prune(
     if given_scores is None:
         source, source_preset = (data, preset) if data else default_data(loaded)
         score_pairs = read_data(source, preset=source_preset, limit=score_rows, seed=seed, **columns)
-        if flops is not None and tune:
+        if budgeted and tune:
             calibrate_pairs = read_data(source, preset=source_preset, limit=calibrate, seed=seed + 1, **columns)
     if eval_data:
         eval_pairs = read_data(eval_data, preset=preset, limit=eval_rows, seed=seed, **columns)
@@ -109,16 +119,18 @@ def prune(
         if stage not in bars:
             for bar in bars.values():
                 bar.close()  # one bar at a time: the previous stage is done
-            graded = 3 if flops is not None and tune else 2  # the source, the pruned model (and it untuned)
-            total = {"grading": len(eval_pairs or []) * graded, "tuning": None}.get(stage, len(score_pairs or []))
+            graded = 3 if budgeted and tune else 2  # the source, the pruned model (and it untuned)
+            total = {"grading": len(eval_pairs or []) * graded, "tuning": None, "timing layers": None}.get(
+                stage, len(score_pairs or []))
             bars[stage] = progress_bar(total, stage)
         bars[stage].update(n)
 
-    common = dict(layer_prior=layer_prior, eval_pairs=eval_pairs, batch_size=batch_size, latency=latency,
+    common = dict(layer_prior=layer_prior, eval_pairs=eval_pairs, batch_size=batch_size, timing=timing,
                   latency_seconds=latency_seconds, bootstrap=bootstrap, seed=seed, progress=progress)
-    if flops is not None:
-        pruned, summary = prune_to_budget(loaded, flops=flops, score_pairs=score_pairs, calibrate_pairs=calibrate_pairs,
-                                          targets=targets, tune=tune, seq_len=seq_len, **common)
+    if budgeted:
+        pruned, summary = prune_to_budget(loaded, flops=flops, latency=latency, score_pairs=score_pairs,
+                                          calibrate_pairs=calibrate_pairs, targets=targets, tune=tune, seq_len=seq_len,
+                                          latency_batch=batch, **common)
     else:
         pruned, summary = run(loaded, keep_ratio=keep_ratio, min_heads=min_heads, scores=given_scores,
                               scores_meta=meta, score_pairs=score_pairs, method=method or "fisher",

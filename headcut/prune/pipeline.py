@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -14,6 +15,7 @@ from headcut.evaluate.fisher import TARGETS, UnitScores, unit_fisher
 from headcut.evaluate.predict import encode, predict_logits
 from headcut.models import LoadedModel
 from headcut.prune.budget import check_budget, plan_budget
+from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency
 from headcut.prune.tune import tune_scales
 from headcut.prune.iterative import iterative_plan
 from headcut.prune.measure import speed_summary
@@ -35,7 +37,7 @@ def prune(
     iterative: int = 0,
     eval_pairs: Pairs | None = None,
     batch_size: int = 64,
-    latency: bool = True,
+    timing: bool = True,
     latency_seconds: float = 1.0,
     bootstrap: int = 1000,
     seed: int = 0,
@@ -92,7 +94,7 @@ def prune(
         quality.pop("logits")
         seq_len = quality["seq_len"]
         summary["quality"] = _flag_optimistic(quality, eval_pairs, score_pairs)
-    summary["speed"] = speed_summary(loaded.model, pruned.model, seq_len=seq_len, latency=latency,
+    summary["speed"] = speed_summary(loaded.model, pruned.model, seq_len=seq_len, latency=timing,
                                      min_seconds=latency_seconds)
     return pruned, summary
 
@@ -100,7 +102,8 @@ def prune(
 def prune_to_budget(
     loaded: LoadedModel,
     *,
-    flops: float,
+    flops: float | None = None,
+    latency: float | None = None,
     score_pairs: Pairs,
     calibrate_pairs: Pairs | None = None,
     unit_scores: UnitScores | None = None,
@@ -109,15 +112,20 @@ def prune_to_budget(
     tune: bool = True,
     eval_pairs: Pairs | None = None,
     seq_len: int | None = None,
+    latency_batch: int = 32,
+    latency_cache: str | Path | None = None,
     batch_size: int = 64,
-    latency: bool = True,
+    timing: bool = True,
     latency_seconds: float = 1.0,
     bootstrap: int = 1000,
     seed: int = 0,
     progress: Callable[[str, int], None] | None = None,
 ) -> tuple[LoadedModel, dict]:
     """Prune heads and FFN neurons of `loaded` (left untouched) to a share `flops` of its FLOPs per pair
-    at `seq_len` (default: the model's max_length), with no gradient training: Fisher scores of every
+    at `seq_len` (default: the model's max_length), or to a share `latency` of its PyTorch latency per
+    batch of `latency_batch` x `seq_len` measured here (`prune.latency`; tables cached in `latency_cache`,
+    default `default_cache()`),
+    with no gradient training: Fisher scores of every
     unit on `score_pairs` (see `evaluate.fisher`; or `unit_scores` computed on them before), the best
     plan under the budget (`prune.budget`), then, with `tune`, per-unit scales re-fitted by least squares
     on `calibrate_pairs` (default: the scoring pairs; labels unused) and folded into the weights.
@@ -126,11 +134,21 @@ def prune_to_budget(
         raise UserError(f"--targets {targets} is unknown; choose one of: {', '.join(TARGETS)}.")
     if targets == "grades" and not score_pairs.has_labels:
         raise UserError(f"{score_pairs.source} has no grades, which --targets grades needs; use --targets teacher.")
+    if (flops is None) == (latency is None):
+        raise UserError("pass exactly one budget: --flops F or --latency S.")
     check_unpruned(loaded)
     seq_len = int(seq_len or loaded.max_length)
     costs = unit_flops(loaded.model, seq_len)
     full = flops_per_pair(loaded.model, seq_len)
-    budget = check_budget(flops, costs, full)
+    if flops is not None:
+        budget = check_budget(flops, costs, full)
+    else:
+        if not 0 < latency <= 1:
+            raise UserError(f"--latency {latency} is outside (0, 1]; pass the share of the measured latency to keep.")
+        if progress:
+            progress("timing layers", 0)
+        ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or default_cache())
+        ms_budget = check_latency_budget(latency, ms_costs)
     max_length = loaded.max_length
 
     def report(stage):
@@ -142,7 +160,10 @@ def prune_to_budget(
         labels = score_pairs.label_array() if targets == "grades" else None
         scores = unit_fisher(loaded.model, encoded, labels=labels, batch_size=max(1, batch_size // 2),
                              progress=report("scoring"))
-    plan = plan_budget(scores, costs, budget, layer_prior=layer_prior)
+    if flops is not None:
+        plan = plan_budget(scores, costs, budget, layer_prior=layer_prior)
+    else:
+        plan = plan_latency(scores, ms_costs, ms_budget, layer_prior=layer_prior)
     model = copy.deepcopy(loaded.model)
     keep_heads(model, [list(h) for h in plan.heads])
     keep_neurons(model, [list(n) for n in plan.neurons])
@@ -158,8 +179,8 @@ def prune_to_budget(
     layers, heads = mask_shape(loaded.model)
     summary = {
         "source": {"path": loaded.path, "weights_hash": loaded.weights_hash},
-        "budget": {"flops": flops, "seq_len": seq_len, "budget_flops": budget, "full_flops": full,
-                   "fixed_flops": costs.fixed, "plan_flops": plan.flops(costs)},
+        "budget": {"flops": flops, "seq_len": seq_len, "full_flops": full, "fixed_flops": costs.fixed,
+                   "plan_flops": plan.flops(costs)},
         "layer_prior": layer_prior,
         "plan": {"num_heads": heads, "total": layers * heads, "kept": sum(plan.heads_per_layer),
                  "num_neurons": intermediate_size(loaded.model.config), **plan.to_dict()},
@@ -169,6 +190,12 @@ def prune_to_budget(
                    "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
                    "fits": [f.to_dict() for f in fits]},
     }
+    if flops is not None:
+        summary["budget"]["budget_flops"] = budget
+    else:
+        summary["budget"].update(latency=latency, costs=ms_costs.to_dict(), budget_ms=ms_budget,
+                                 full_ms=ms_budget / latency,
+                                 plan_ms=ms_costs.total(plan.heads_per_layer, plan.neurons_per_layer))
     if eval_pairs is not None:
         eval_encoded = encode(loaded.tokenizer, eval_pairs, max_length=max_length, model=loaded.model)
 
@@ -183,7 +210,7 @@ def prune_to_budget(
             before_tuning = compare_logits(reference, logits(untuned, "grading"), eval_pairs, iters=bootstrap, seed=seed)
             before_tuning.pop("logits")
             summary["quality_untuned"] = before_tuning
-    summary["speed"] = speed_summary(loaded.model, model, seq_len=seq_len, latency=latency,
+    summary["speed"] = speed_summary(loaded.model, model, seq_len=seq_len, latency=timing,
                                      min_seconds=latency_seconds)
     return pruned, summary
 

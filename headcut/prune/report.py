@@ -55,9 +55,16 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
     rows = ["| layer | " + layers + " |", "|---|" + "---|" * len(plan["heads_per_layer"]),
             "| heads | " + " | ".join(str(n) for n in plan["heads_per_layer"]) + " |"]
     if budget:
-        lines.append(f"Budget: {budget['flops']} of the FLOPs at {budget['seq_len']} tokens "
-                     f"({_flops(budget['budget_flops'])}); the plan uses {_flops(budget['plan_flops'])}. "
-                     f"Kept {plan['kept']} of {plan['total']} heads and {sum(plan['neurons_per_layer']):,} of "
+        if budget.get("latency") is not None:
+            c = budget["costs"]
+            lines.append(f"Budget: {budget['latency']} of the measured PyTorch latency per batch of {c['batch']} x "
+                         f"{c['seq_len']} ({budget['budget_ms']:.1f} of {budget['full_ms']:.1f} ms estimated from the "
+                         f"layer cost tables timed on {c['machine']}); the plan's estimate is {budget['plan_ms']:.1f} ms "
+                         f"and its FLOPs {budget['plan_flops'] / budget['full_flops']:.3f} of the model's.  ")
+        else:
+            lines.append(f"Budget: {budget['flops']} of the FLOPs at {budget['seq_len']} tokens "
+                         f"({_flops(budget['budget_flops'])}); the plan uses {_flops(budget['plan_flops'])}.  ")
+        lines.append(f"Kept {plan['kept']} of {plan['total']} heads and {sum(plan['neurons_per_layer']):,} of "
                      f"{plan['num_neurons'] * len(plan['neurons_per_layer']):,} FFN neurons "
                      f"(layer prior {summary['layer_prior']}).")
         rows.append("| FFN neurons | " + " | ".join(str(n) for n in plan["neurons_per_layer"]) + " |")

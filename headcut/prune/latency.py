@@ -1,0 +1,189 @@
+"""Pruning to a measured latency budget: per-sublayer cost tables and a search against them.
+
+FLOPs and milliseconds disagree on a CPU: a small matmul is slow per FLOP, and embeddings, LayerNorm,
+softmax and per-call overhead do not shrink with the units removed. So `--latency S` times the model's
+own layer at the deployment shape (batch x sequence): a one-layer copy with k heads and no FFN for every
+k, and with no heads and an FFN w wide for a grid of widths. Every encoder layer of these models has the
+same shape, so one table serves all layers; the cost of a model is then
+
+    fixed + sum over layers of attention_ms(heads_l) + ffn_ms(neurons_l)
+
+with `fixed` the one-layer copy with neither (embeddings, classifier, the stubs' LayerNorms). Tables are
+cached per machine, runtime and shape. The search is a Lagrangian relaxation: each (layer, sublayer)
+keeps its top-k units where value - lambda x ms is largest, lambda bisected until the cost fits, then the
+budget left is filled greedily by value per millisecond.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from headcut.arch import intermediate_size, keep_heads, keep_layers, keep_neurons, mask_shape
+from headcut.errors import UserError
+from headcut.evaluate.fisher import UnitScores
+from headcut.prune.budget import UnitPlan
+from headcut.prune.measure import measure_latency
+from headcut.prune.plan import layer_weights
+
+WIDTHS = 12  # FFN widths timed: 0 and 12 even steps up to the full width
+
+
+def default_cache() -> Path:
+    """Where layer cost tables are kept: $HEADCUT_CACHE, else ~/.cache/headcut."""
+    return Path(os.environ.get("HEADCUT_CACHE") or Path.home() / ".cache" / "headcut")
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """Measured milliseconds per batch of `batch` x `seq_len`: one layer's attention by heads kept (0..H),
+    its FFN at `widths`, and the fixed part outside the encoder layers."""
+
+    heads_ms: list[float]
+    widths: list[int]
+    ffn_ms: list[float]
+    fixed_ms: float
+    layers: int
+    batch: int
+    seq_len: int
+    runtime: str
+    machine: str
+
+    def attention(self, heads: int) -> float:
+        return self.heads_ms[heads]
+
+    def ffn(self, neurons) -> np.ndarray:
+        return np.interp(neurons, self.widths, self.ffn_ms)
+
+    def total(self, heads: list[int], neurons: list[int]) -> float:
+        return self.fixed_ms + sum(self.attention(h) for h in heads) + float(np.sum(self.ffn(neurons)))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}; torch {torch.__version__}; {torch.get_num_threads()} threads"
+
+
+def measure_layer_costs(model, *, batch: int = 32, seq_len: int = 64, seconds: float = 0.5) -> LayerCosts:
+    """Time one-layer copies of `model` (unpruned) with every head count and a grid of FFN widths."""
+    layers, num_heads = mask_shape(model)
+    width = intermediate_size(model.config)
+    one = copy.deepcopy(model).eval()
+    keep_layers(one, [0])
+    widths = sorted({int(round(width * i / WIDTHS)) for i in range(WIDTHS + 1)})
+
+    def shaped(heads: int, neurons: int):
+        m = copy.deepcopy(one)
+        keep_heads(m, [list(range(heads))])
+        keep_neurons(m, [list(range(neurons))])
+        return m
+
+    variants = [shaped(h, 0) for h in range(num_heads + 1)] + [shaped(0, w) for w in widths[1:]]
+    ms = [rows[0]["ms"] for rows in measure_latency(variants, seq_len=seq_len, batch_sizes=(batch,),
+                                                     min_seconds=seconds)]
+    fixed = ms[0]
+    heads_ms = [max(0.0, t - fixed) for t in ms[: num_heads + 1]]
+    ffn_ms = [0.0] + [max(0.0, t - fixed) for t in ms[num_heads + 1:]]
+    # timing noise must not make a wider sublayer look cheaper: costs are non-decreasing in the units kept
+    heads_ms = np.maximum.accumulate(heads_ms).tolist()
+    ffn_ms = np.maximum.accumulate(ffn_ms).tolist()
+    return LayerCosts(heads_ms, widths, ffn_ms, fixed, layers, batch, seq_len, "torch-fp32", _machine())
+
+
+def layer_costs(model, *, batch: int, seq_len: int, cache: str | Path | None = None, seconds: float = 0.5) -> LayerCosts:
+    """`measure_layer_costs`, read from `cache` when this machine timed this shape before."""
+    config = model.config.to_dict()
+    shape = {k: config.get(k) for k in ("model_type", "hidden_size", "dim", "num_attention_heads", "n_heads",
+                                        "intermediate_size", "hidden_dim", "num_hidden_layers", "n_layers")}
+    key = hashlib.sha256(json.dumps([shape, batch, seq_len, _machine()], sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cache) / f"layer-costs-{key}.json" if cache else None
+    if path is not None and path.exists():
+        try:
+            return LayerCosts(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass  # an unreadable cache entry is measured again
+    costs = measure_layer_costs(model, batch=batch, seq_len=seq_len, seconds=seconds)
+    if path is not None:
+        from headcut.files import write_json
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, costs.to_dict())
+    return costs
+
+
+def check_latency_budget(share: float, costs: LayerCosts, *, flag: str = "--latency") -> float:
+    full = costs.total([len(costs.heads_ms) - 1] * costs.layers, [costs.widths[-1]] * costs.layers)
+    if not (0 < share <= 1):
+        raise UserError(f"{flag} {share} is outside (0, 1]; pass the share of the model's measured latency to keep, "
+                        "e.g. --latency 0.5.")
+    budget = share * full
+    if budget < costs.fixed_ms:
+        raise UserError(f"{flag} {share} allows {budget:.1f} ms per batch of {costs.batch} x {costs.seq_len}, less than "
+                        f"the embeddings and classifier alone take ({costs.fixed_ms:.1f} ms, "
+                        f"{costs.fixed_ms / full:.2f} of the model); pass a larger share.")
+    return budget
+
+
+def plan_latency(scores: UnitScores, costs: LayerCosts, budget_ms: float, *, layer_prior: float = 0.0) -> UnitPlan:
+    """Keep the units of largest total (prior-weighted) score whose estimated latency fits `budget_ms`."""
+    weights = layer_weights(scores.heads.shape[0], layer_prior).numpy()
+    groups = []  # (layer, kind, unit ids by score, cumulative value, cost of keeping k = 0..n units)
+    for kind, table in (("heads", scores.heads), ("neurons", scores.neurons)):
+        for layer, row in enumerate(table.numpy()):
+            present = np.flatnonzero(np.isfinite(row))
+            order = present[np.argsort(-row[present], kind="stable")]
+            value = np.concatenate([[0.0], np.cumsum(row[order] * weights[layer])])
+            k = np.arange(len(order) + 1)
+            cost = np.array([costs.attention(int(i)) for i in k]) if kind == "heads" else costs.ffn(k)
+            groups.append((layer, kind, order, value, cost))
+    room = budget_ms - costs.fixed_ms
+
+    def choose(lam: float) -> list[int]:
+        return [int(np.argmax(value - lam * cost)) for *_, value, cost in groups]
+
+    def spent(ks) -> float:
+        return float(sum(g[4][k] for g, k in zip(groups, ks)))
+
+    ks = choose(0.0)
+    if spent(ks) > room:
+        low, high = 0.0, 1.0
+        while spent(choose(high)) > room:
+            high *= 4
+            if high > 1e30:
+                break
+        for _ in range(100):
+            mid = (low + high) / 2
+            low, high = (mid, high) if spent(choose(mid)) > room else (low, mid)
+        ks = choose(high)
+    while True:  # greedy fill: the next unit with the best value per ms that still fits
+        left = room - spent(ks)
+        best, best_gain = None, 0.0
+        for i, (*_, value, cost) in enumerate(groups):
+            k = ks[i]
+            if k + 1 < len(value) and cost[k + 1] - cost[k] <= left:
+                gain = (value[k + 1] - value[k]) / max(cost[k + 1] - cost[k], 1e-9)
+                if gain > best_gain:
+                    best, best_gain = i, gain
+        if best is None:
+            break
+        ks[best] += 1
+    layers = scores.heads.shape[0]
+    kept = {"heads": [[] for _ in range(layers)], "neurons": [[] for _ in range(layers)]}
+    for (layer, kind, order, *_), k in zip(groups, ks):
+        kept[kind][layer] = sorted(int(u) for u in order[:k])
+    return UnitPlan(tuple(map(tuple, kept["heads"])), tuple(map(tuple, kept["neurons"])))
