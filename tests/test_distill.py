@@ -160,10 +160,11 @@ def test_config_student_starts_from_mapped_teacher_slices(tiny_teacher, tmp_path
 
 
 def test_pruned_student_trains_against_the_teacher_its_artifact_names(tiny_teacher, tmp_path):
-    from headcut.arch import heads_per_layer, keep_heads
+    from headcut.arch import heads_per_layer, keep_heads, keep_neurons, layer_parts, neurons_per_layer
 
     cut = load_model(tiny_teacher)
     keep_heads(cut.model, [[0, 1], [2], [], [1, 3]])
+    keep_neurons(cut.model, [list(range(0, 37, 2)), [], list(range(5)), list(range(37))])  # as --flops cuts
     # headcut prune records the model it cut from as source.path
     save_model(cut, tmp_path / "pruned", meta={"kind": "prune", "source": {"path": str(tiny_teacher)}})
     recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.5,
@@ -171,7 +172,8 @@ def test_pruned_student_trains_against_the_teacher_its_artifact_names(tiny_teach
     result = distill(recipe, tmp_path / "student")
     assert result["finished"] and result["training"]["teacher_cache"] == "written"
     student = load_model(tmp_path / "student")
-    assert heads_per_layer(student.model) == [2, 1, 0, 2]
+    assert heads_per_layer(student.model) == [2, 1, 0, 2] and neurons_per_layer(student.model) == [19, 0, 5, 37]
+    assert [p.head_ids for p in layer_parts(student.model)] == [[0, 1], [2], [], [1, 3]]  # original ids survive
     assert student.meta["teacher"]["path"] == str(tiny_teacher) and student.meta["student"]["layer_map"] == [0, 1, 2, 3]
     with pytest.raises(UserError, match="names no teacher"):
         save_model(cut, tmp_path / "orphan", meta={})
