@@ -1,0 +1,176 @@
+"""Issue 12: every bad input a user can cause gets one sentence naming the file, line, column or flag,
+exit code 2, and nothing lost. One test (or a parametrised group) per defect of the sweep."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+from typer.testing import CliRunner
+
+from headcut.cli.main import app
+from headcut.data import read_pairs
+from headcut.errors import UserError
+
+
+def run(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+def refused(result, *words):
+    """Exit 2, one line naming what is wrong, no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    text = result.output
+    assert "Traceback" not in text
+    for word in words:
+        assert word in text, (word, text)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    (path.write_bytes if isinstance(text, bytes) else path.write_text)(text)
+    return path
+
+
+# --- 1. nan / inf grades ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("grade", ["nan", "inf", "-inf", "1e400"])
+@pytest.mark.parametrize("label_map", [None, "round"])
+def test_1_non_finite_grade_is_a_user_error(tmp_path, grade, label_map):
+    path = write(tmp_path, "a.tsv", f"query\ttitle\tgrade\ndrill\tcordless drill\t{grade}\n")
+    with pytest.raises(UserError, match=r"line 2, column 'grade'.*not a finite number"):
+        read_pairs(path, label_map=label_map)
+
+
+def test_1_json_nan_grade_is_a_user_error(tmp_path):
+    path = write(tmp_path, "a.jsonl", '{"query": "drill", "title": "cordless drill", "grade": NaN}\n')
+    with pytest.raises(UserError, match=r"line 1, column 'grade'"):
+        read_pairs(path)
+    refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), "line 1", "grade")
+    refused(run("evaluate", "--model", "minilm-l6", "--data", path), "line 1", "grade")
+
+
+# --- 2. over-long fields: one rule for every format --------------------------------------------
+
+def _long_rows(fmt, title):
+    if fmt == "tsv":
+        return f"query\ttitle\tgrade\ndrill\t{title}\t3\n"
+    if fmt == "csv":
+        return f"query,title,grade\ndrill,{title},3\n"
+    if fmt == "jsonl":
+        return json.dumps({"query": "drill", "title": title, "grade": 3}) + "\n"
+    return json.dumps([{"query": "drill", "title": title, "grade": 3}])
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl", "json"])
+def test_2_long_title_under_the_limit_reads_in_every_format(tmp_path, fmt):
+    title = "x" * 200_000
+    pairs = read_pairs(write(tmp_path, f"a.{fmt}", _long_rows(fmt, title)))
+    assert pairs.titles == [title]
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl", "json"])
+def test_2_text_over_the_limit_is_refused_in_every_format(tmp_path, fmt):
+    from headcut.data import MAX_TEXT_CHARS
+
+    path = write(tmp_path, f"a.{fmt}", _long_rows(fmt, "x" * (MAX_TEXT_CHARS + 1)))
+    with pytest.raises(UserError, match=r"line \d+.*longer than .* characters"):
+        read_pairs(path)
+
+
+def test_2_quoted_csv_field_over_many_lines_is_bounded_too(tmp_path):
+    from headcut.data import MAX_TEXT_CHARS
+
+    text = "query,title,grade\ndrill,\"" + ("y" * 1000 + "\n") * (MAX_TEXT_CHARS // 1000 + 2) + "\",3\n"
+    with pytest.raises(UserError, match=r"longer than .* characters"):
+        read_pairs(write(tmp_path, "a.csv", text))
+
+
+# --- 3. FIFOs, devices, endless lines ----------------------------------------------------------
+
+def test_3_fifo_is_refused_without_hanging(tmp_path):
+    fifo = tmp_path / "pairs.tsv"
+    os.mkfifo(fifo)
+    result = {}
+
+    def read():
+        try:
+            read_pairs(fifo)
+        except UserError as e:
+            result["error"] = str(e)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # unblock the reader so the test process can end
+        with open(fifo, "w"):
+            pass
+        pytest.fail("reading a FIFO hangs")
+    assert "not a regular file" in result.get("error", "")
+
+
+def test_3_dev_zero_is_refused(tmp_path):
+    with pytest.raises(UserError, match="not a regular file"):
+        read_pairs("/dev/zero", fmt="tsv")
+    refused(run("grade", tmp_path / "no-grader", "/dev/zero", "--out", tmp_path / "o.tsv"), "/dev/zero",
+            "not a regular file")
+
+
+def test_3_an_endless_line_stops_at_the_cap(tmp_path, monkeypatch):
+    import headcut.data as data
+
+    monkeypatch.setattr(data, "MAX_LINE_BYTES", 10_000)
+    path = write(tmp_path, "a.tsv", "query\ttitle\tgrade\n" + "z" * 50_000)  # no newline at all
+    with pytest.raises(UserError, match=r"line 2 is longer than 10,000 bytes"):
+        read_pairs(path)
+
+
+# --- 4. NUL and other control characters in texts ----------------------------------------------
+
+@pytest.mark.parametrize("name, text", [
+    ("a.tsv", "query\ttitle\tgrade\ndrill\tcord\x00less\t3\n"),
+    ("a.jsonl", '{"query": "drill", "title": "cord\\u0000less", "grade": 3}\n'),
+    ("b.jsonl", '{"query": "dr\\u0007ill", "title": "cordless", "grade": 3}\n'),
+])
+def test_4_nul_and_control_characters_are_refused(tmp_path, name, text):
+    path = write(tmp_path, name, text)
+    with pytest.raises(UserError, match=r"line \d, column '(title|query)'.*control character"):
+        read_pairs(path)
+    refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), "control character")
+
+
+# --- 5. JSON values of the wrong type ----------------------------------------------------------
+
+@pytest.mark.parametrize("row, column", [
+    ({"query": 123, "title": "drill", "grade": 3}, "query"),
+    ({"query": "drill", "title": {"a": 1}, "grade": 3}, "title"),
+    ({"query": True, "title": "drill", "grade": 3}, "query"),
+    ({"query": "drill", "title": ["a"], "grade": 3}, "title"),
+    ({"query": "drill", "title": "x", "grade": True}, "grade"),
+    ({"query": "drill", "title": "x", "grade": {"g": 3}}, "grade"),
+])
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+def test_5_json_values_of_the_wrong_type_are_refused(tmp_path, row, column, fmt):
+    text = json.dumps(row) + "\n" if fmt == "jsonl" else json.dumps([row])
+    path = write(tmp_path, f"a.{fmt}", text)
+    with pytest.raises(UserError, match=rf"line 1, column '{column}'.*(must be (text|a number or text))"):
+        read_pairs(path)
+
+
+# --- weak: a preset's format does not override the file's own -----------------------------------
+
+@pytest.mark.parametrize("name, text", [
+    ("a.jsonl", '{"query": "drill", "title": "cordless drill", "grade": 4}\n'),
+    ("a.json", '[{"query": "drill", "title": "cordless drill", "grade": 4}]'),
+    ("a.csv", "query,title,grade\ndrill,cordless drill,4\n"),
+])
+def test_weak_preset_does_not_force_tsv_on_other_suffixes(tmp_path, name, text):
+    pairs = read_pairs(write(tmp_path, name, text), preset="homedepot")
+    assert pairs.queries == ["drill"] and pairs.titles == ["cordless drill"] and pairs.labels == [3]
+
+
+def test_weak_json_content_in_a_tsv_gets_a_hint(tmp_path):
+    path = write(tmp_path, "a.tsv", '{"query": "drill", "title": "cordless drill", "grade": 4}\n')
+    with pytest.raises(UserError, match=r"looks like JSON lines"):
+        read_pairs(path, preset="homedepot")
