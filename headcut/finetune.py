@@ -28,6 +28,9 @@ class FinetuneRecipe(TrainingRecipe):
     ordinal_weight: float = 0.0
     label_smoothing: float = 0.0
 
+    def input_paths(self) -> list:
+        return [self.model, *super().input_paths()]
+
     def check(self, where: str) -> None:
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --train FILE (or --set train_data=FILE).")
@@ -77,7 +80,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     """Train, keep the best dev checkpoint, write it to `out` as an artifact. Resumable: rerun the same
     call after an interruption and it continues from `out`.partial/checkpoint."""
     out = Path(out)
-    check_out_dir(out, overwrite=overwrite)
+    check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
     work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
 
     train_pairs, dev = load_data(recipe)

@@ -55,6 +55,10 @@ class TrainingRecipe(LoopSettings):
     grades: tuple[int, ...] = DEFAULT_GRADES
     max_length: int = 64
 
+    def input_paths(self) -> list:
+        """Files and folders the run reads (None or a built-in name where unset): none may be its output."""
+        return [self.train_data, self.dev_data]
+
     def check(self, where: str) -> None:
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --set train_data=FILE.")

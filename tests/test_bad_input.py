@@ -174,3 +174,76 @@ def test_weak_json_content_in_a_tsv_gets_a_hint(tmp_path):
     path = write(tmp_path, "a.tsv", '{"query": "drill", "title": "cordless drill", "grade": 4}\n')
     with pytest.raises(UserError, match=r"looks like JSON lines"):
         read_pairs(path, preset="homedepot")
+
+
+# --- 6. outputs: an input is never an output, an existing file needs --overwrite ------------------
+
+PAIRS_TSV = "query\ttitle\tgrade\ndrill\tcordless drill\t4\npaint\tred lamp\t1\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_grader(tmp_path_factory):
+    from test_export import make_tiny_grader
+
+    return make_tiny_grader(tmp_path_factory.mktemp("bad-input-grader"))[0]
+
+
+def test_6_grade_out_equal_to_its_input_is_refused(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    for extra in ([], ["--overwrite"]):
+        refused(run("grade", tiny_grader, pairs, "--out", pairs, *extra), "--out", "input")
+        assert pairs.read_text() == PAIRS_TSV
+    link = tmp_path / "link.tsv"
+    link.symlink_to(pairs)
+    refused(run("grade", tiny_grader, pairs, "--out", link, "--overwrite"), "input")
+    assert pairs.read_text() == PAIRS_TSV
+
+
+def test_6_an_existing_out_file_needs_overwrite(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = write(tmp_path, "grades.tsv", "keep me\n")
+    refused(run("grade", tiny_grader, pairs, "--out", out), "--overwrite")
+    assert out.read_text() == "keep me\n"
+    result = run("grade", tiny_grader, pairs, "--out", out, "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("query\ttitle\ttrue_grade\tgrade")
+
+
+def test_6_evaluate_out_follows_the_same_rule(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--out", pairs, "--overwrite"), "input")
+    assert pairs.read_text() == PAIRS_TSV
+    out = write(tmp_path, "m.json", "{}")
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--out", out), "--overwrite")
+    assert out.read_text() == "{}"
+
+
+def test_6_a_folder_out_holding_an_input_is_refused(tmp_path):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("scan", "--model", "minilm-l6", "--data", pairs, "--out", tmp_path, "--overwrite"), "input")
+    assert pairs.read_text() == PAIRS_TSV
+
+
+# --- weak: an export killed mid-write leaves nothing the next run keeps ---------------------------
+
+def test_weak_a_killed_writer_leaves_no_hidden_folder_after_the_next_run(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from headcut.files import atomic_dir
+
+    out = tmp_path / "grader"
+    script = ("import os, sys, time\nfrom headcut.files import atomic_dir\n"
+              "with atomic_dir(sys.argv[1]) as tmp:\n"
+              "    (tmp / 'model.onnx').write_bytes(b'0' * 1000)\n"
+              "    print('ready', flush=True)\n    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(out)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert [p.name for p in tmp_path.glob(".grader.tmp-*")]  # the kill left its temporary folder
+    with atomic_dir(out) as tmp:
+        (tmp / "model.onnx").write_bytes(b"1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grader"]

@@ -42,9 +42,11 @@ def bench(
     """
     quiet_transformers()
     from headcut.export.bench import BenchSettings, benchmark, figure, load_measured, markdown, onnx_variant, pytorch_variant
-    from headcut.files import atomic_dir, write_json, write_text
+    from headcut.files import atomic_dir, check_out_dir, write_json, write_text
     from headcut.models import load_model
 
+    inputs = [*model, *grader, data]
+    check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
     settings = BenchSettings(_ints(batch_sizes, "--batch-sizes"), _ints(seq_lens, "--seq-lens"), threads,
                              repeats=repeats)
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
@@ -56,7 +58,7 @@ def bench(
         variants.append(load_measured(lambda f=folder: onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=threads)))
     report = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
     table = markdown(report)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, inputs=inputs) as tmp:
         write_json(tmp / "bench.json", report)
         write_text(tmp / "bench.md", table)
         figure(report).savefig(tmp / "bench.png", dpi=130)

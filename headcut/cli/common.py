@@ -58,7 +58,7 @@ LABEL_COL = typer.Option(None, "--label-col", help="Label column name (default: 
 LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
 MAX_LENGTH = typer.Option(None, "--max-length", help="Token limit per pair (default: the model's, else 128).")
 LIMIT = typer.Option(None, "--limit", help="Use a seeded random sample of this many rows.")
-OVERWRITE = typer.Option(False, "--overwrite", help="Replace a non-empty output folder.")
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing output file or non-empty output folder.")
 ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")
 Opt = Optional
 

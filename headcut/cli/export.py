@@ -58,8 +58,10 @@ def export(
     """
     quiet_transformers()
     from headcut.export import Int8Gate, build_grader
+    from headcut.files import check_out_dir
     from headcut.models import load_model
 
+    check_out_dir(out, overwrite=overwrite, inputs=[model, data])
     pairs = None
     if data:
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,

@@ -59,7 +59,7 @@ def prune(
     from headcut.prune.report import format_report
 
     check_keep_ratio(keep_ratio)
-    check_out_dir(out, overwrite=overwrite)
+    check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map)
     given_scores, how, note = None, None, None

@@ -85,7 +85,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     from headcut.models import load_model
 
     state = process_state()
-    check_out_dir(out, overwrite=overwrite)
+    check_out_dir(out, overwrite=overwrite, inputs=[model, data])
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=False, seed=seed)
     pairs = read_data(data, title_col=title_col, **read)
@@ -105,7 +105,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     model_info = {"path": loaded.path, "weights_hash": loaded.weights_hash}
     data_info = {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
                  "limit": limit}
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, inputs=[model, data]) as tmp:
         write_scan(tmp, result, model_info=model_info, data_info=data_info)
     return result
 

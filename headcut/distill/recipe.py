@@ -43,6 +43,9 @@ class DistillRecipe(TrainingRecipe):
     tune_fields: tuple[str, ...] = ("temperature", "kd_weight", "learning_rate")
     measure_speed: bool = True  # teacher vs student CPU latency at batch 1 and 32 when done (a few seconds)
 
+    def input_paths(self) -> list:
+        return [self.teacher, self.student_model, self.unlabeled_data, *super().input_paths()]
+
     def check(self, where: str) -> None:
         super().check(where)
         if self.student == "pruned" and self.student_model is None:

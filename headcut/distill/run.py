@@ -67,7 +67,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     `stop_after_steps` stops early, as a kill would (tests use it to check resuming).
     """
     out = Path(out)
-    check_out_dir(out, overwrite=overwrite)
+    check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
     attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
     teacher = load_model(teacher_source(recipe), attn_implementation=attn)
     teacher.model.to(PartialState().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
