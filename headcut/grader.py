@@ -83,6 +83,9 @@ class Grader:
     def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32):
         import onnxruntime as ort
 
+        for name, value in (("batch_size", batch_size), ("threads", threads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"Grader {name} is {value!r}; it must be a whole number of at least 1.")
         self.folder = Path(folder)
         self.record = read_record(self.folder)
         self.grade_values = np.asarray(self.record["grades"])

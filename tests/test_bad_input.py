@@ -247,3 +247,86 @@ def test_weak_a_killed_writer_leaves_no_hidden_folder_after_the_next_run(tmp_pat
     with atomic_dir(out) as tmp:
         (tmp / "model.onnx").write_bytes(b"1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grader"]
+
+
+# --- 7 / 8. every numeric flag has a range, checked before any work ------------------------------
+
+def _numeric_options():
+    """(command, flag, parser) of every int or float option of every command."""
+    import typing
+
+    import typer.main
+
+    out = []
+    group = typer.main.get_command(app)
+    for name, command in sorted(group.commands.items()):
+        for param in command.params:
+            descriptor = getattr(param, "type_descriptor", None)
+            if descriptor is None or not param.opts[0].startswith("--"):
+                continue
+            kinds = {descriptor.annotation, *typing.get_args(descriptor.annotation)}
+            if kinds & {int, float}:
+                out.append((name, param.opts[0], getattr(descriptor.parameter_info, "parser", None),
+                            float if float in kinds else int))
+    return out
+
+
+NUMERIC = _numeric_options()
+
+
+def test_8_there_are_numeric_flags_to_check():
+    assert len(NUMERIC) >= 30 and {"grade", "evaluate", "prune", "scan", "export", "serve", "bench"} <= {
+        c for c, *_ in NUMERIC}
+
+
+@pytest.mark.parametrize("command, flag, func, kind", NUMERIC, ids=[f"{c} {f}" for c, f, *_ in NUMERIC])
+def test_8_every_numeric_flag_has_a_checked_range(command, flag, func, kind):
+    valid = getattr(func, "valid", None)
+    assert valid is not None, f"{command} {flag} has no range"
+    bad = []
+    if valid.low is not None:
+        bad.append(valid.low if valid.low_open else valid.low - 1)
+    if valid.high is not None:
+        bad.append(valid.high if valid.high_open else valid.high + 1)
+    if kind is float:
+        bad += ["nan", "inf"]
+    for value in bad:
+        refused(run(command, flag, value), flag)
+
+
+def test_7_grade_batch_size_out_of_range_writes_nothing(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    for value in ("-1", "0"):
+        refused(run("grade", tiny_grader, pairs, "--out", tmp_path / "g.tsv", "--batch-size", value), "--batch-size")
+        assert not (tmp_path / "g.tsv").exists()
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--batch-size", "0"), "--batch-size")
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--limit", "0"], "--limit"), (["--limit", "-5"], "--limit"), (["--bootstrap", "0"], "--bootstrap"),
+    (["--max-length", "0"], "--max-length"),
+])
+def test_8_evaluate_flags_out_of_range(tmp_path, tiny_grader, args, flag):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, *args), flag)
+
+
+def test_7_the_grader_refuses_a_bad_batch_size(tiny_grader):
+    from headcut.grader import Grader
+
+    for value in (0, -1):
+        with pytest.raises(UserError, match="batch_size"):
+            Grader(tiny_grader, batch_size=value)
+    with pytest.raises(UserError, match="threads"):
+        Grader(tiny_grader, threads=0)
+
+
+def test_8_max_length_over_the_models_positions_is_refused(tmp_path):
+    from headcut.evaluate.predict import encode
+    from headcut.data import synthetic_pairs
+    from test_export import tiny_tokenizer
+    from conftest import tiny_model
+
+    model = tiny_model("bert", max_position_embeddings=64)
+    with pytest.raises(UserError, match="max length 100 .* 64 positions"):
+        encode(tiny_tokenizer(tmp_path / "tok"), synthetic_pairs(3), max_length=100, model=model)

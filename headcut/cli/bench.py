@@ -5,8 +5,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt,
-                                quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, THREADS, TITLE_COL, Opt,
+                                number, quiet_transformers, read_data, user_errors)
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -27,10 +27,11 @@ def bench(
     grader: list[Path] = typer.Option([], "--grader", "-g", help="ONNX grader folder from `headcut export` (repeatable)."),
     data: str = typer.Option(..., "--data", "-d", help="Labelled pairs for accuracy/agreement and the timing inputs."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for bench.json, bench.md and bench.png."),
-    threads: int = typer.Option(2, "--threads", help="Threads for every variant (PyTorch and ONNX Runtime)."),
+    threads: int = THREADS,
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Batch sizes of the grid."),
     seq_lens: str = typer.Option("32,64,128", "--seq-lens", help="Sequence lengths of the grid."),
-    repeats: int = typer.Option(10, "--repeats", help="Timed runs per variant and cell (after 2 warm-up runs)."),
+    repeats: int = number(10, "--repeats", help="Timed runs per variant and cell (after 2 warm-up runs)", low=1,
+                          high=10_000),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     overwrite: bool = OVERWRITE,

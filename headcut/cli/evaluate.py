@@ -5,8 +5,9 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
-                                TITLE_COL, Opt, progress_bar, quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, BOOTSTRAP, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE,
+                                PRESET, QUERY_COL, TITLE_COL, Opt, progress_bar, quiet_transformers, read_data,
+                                user_errors)
 
 
 def format_metrics(metrics: dict) -> str:
@@ -63,9 +64,9 @@ def evaluate(
     out: Opt[Path] = typer.Option(None, "--out", help="Write metrics JSON here."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
-    batch_size: int = typer.Option(64, help="Pairs per forward pass."),
+    batch_size: int = BATCH_SIZE,
     max_length: Opt[int] = MAX_LENGTH,
-    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CIs."),
+    bootstrap: int = BOOTSTRAP,
     against: Opt[str] = typer.Option(None, "--against", help="A reference model or grader (e.g. the teacher) graded on the same "
                                      "pairs: prints model - reference with paired bootstrap CIs, and grade agreement."),
     allow_pickle: bool = ALLOW_PICKLE, overwrite: bool = OVERWRITE,

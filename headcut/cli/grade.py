@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, progress_bar, user_errors
+from headcut.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
+                                user_errors)
 
 
 def grade_rows(pairs, result, grades) -> list[dict]:
@@ -40,8 +41,8 @@ def grade(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
     pairs_file: Path = typer.Argument(..., help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write grades (same format as the input unless the suffix says)."),
-    threads: int = typer.Option(2, "--threads", help="ONNX Runtime threads."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Pairs per forward pass."),
+    threads: int = number(2, "--threads", help="ONNX Runtime threads", low=1),
+    batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, overwrite: bool = OVERWRITE,
 ):

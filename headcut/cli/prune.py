@@ -5,8 +5,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt,
-                                progress_bar, quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
+                                TITLE_COL, Opt, number, progress_bar, quiet_transformers, read_data, user_errors)
 from headcut.errors import UserError
 
 DEFAULT_METHOD = "fisher"  # best agreement with the teacher in benchmarks/prune_curve.py, and one pass
@@ -15,30 +15,34 @@ DEFAULT_METHOD = "fisher"  # best agreement with the teacher in benchmarks/prune
 @user_errors
 def prune(
     model: str = typer.Option(..., "--model", "-m", help="Model folder (a fine-tuned grader) or built-in name."),
-    keep_ratio: float = typer.Option(..., "--keep-ratio", help="Share of heads to keep, in (0, 1]: keeps round(ratio x all heads)."),
+    keep_ratio: float = number(..., "--keep-ratio", help="Share of heads to keep: keeps round(ratio x all heads)",
+                               low=0.0, high=1.0, low_open=True, kind=float),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the pruned grader, report.md and the figure."),
     scores: Opt[Path] = typer.Option(None, "--scores", help="importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score heads on (default: the model's recorded dev data)."),
     method: Opt[str] = typer.Option(None, "--method", help=f"Scan method: ablation, fisher, gradient or kl (default {DEFAULT_METHOD}); "
                                      "with --scores, which method of the file to use."),
-    layer_prior: float = typer.Option(
-        0.0, "--layer-prior",
+    layer_prior: float = number(
+        0.0, "--layer-prior", low=0.0,
         help="Keep more heads in lower layers: a head's global rank percentile is multiplied by "
              "1 + prior x (L-1-l)/(L-1) for layer l of L (0 = bottom). 0 = pure global ranking (default: on the "
              "Home Depot MiniLM teacher any prior > 0 hurt below keep 0.7, see benchmarks/prune_curve.py); "
-             "1 = a bottom-layer head counts double against a top-layer head of the same rank."),
-    min_heads: int = typer.Option(0, "--min-heads", help="Keep at least this many heads in every layer."),
-    iterative: int = typer.Option(0, "--iterative", help="Prune in this many steps, re-scoring between them (0 = one shot)."),
+             "1 = a bottom-layer head counts double against a top-layer head of the same rank"),
+    min_heads: int = number(0, "--min-heads", help="Keep at least this many heads in every layer", low=0),
+    iterative: int = number(0, "--iterative", help="Prune in this many steps, re-scoring between them (0 = one shot)",
+                            low=0, high=100),
     eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring data)."),
-    score_rows: Opt[int] = typer.Option(512, "--score-rows", help="Score heads on a seeded sample of this many pairs."),
-    eval_rows: Opt[int] = typer.Option(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs."),
+    score_rows: Opt[int] = number(512, "--score-rows", help="Score heads on a seeded sample of this many pairs", low=1),
+    eval_rows: Opt[int] = number(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs",
+                                 low=1, kind=int),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
-    batch_size: int = typer.Option(64, help="Pairs per forward pass."),
-    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the paired 95% CIs."),
+    batch_size: int = BATCH_SIZE,
+    bootstrap: int = number(1000, "--bootstrap", help="Bootstrap resamples for the paired 95% CIs", low=10),
     latency: bool = typer.Option(True, "--latency/--no-latency", help="Measure CPU latency at batch 1, 8, 32."),
-    latency_seconds: float = typer.Option(1.0, "--latency-seconds", help="Timed seconds per model and batch size."),
-    seed: int = typer.Option(0, help="Seed for samples and bootstrap."),
+    latency_seconds: float = number(1.0, "--latency-seconds", help="Timed seconds per model and batch size",
+                                    low=0.0, high=600.0, low_open=True),
+    seed: int = SEED,
     allow_pickle: bool = ALLOW_PICKLE,
     overwrite: bool = OVERWRITE,
 ):

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from headcut.data import Pairs
+from headcut.errors import UserError
 
 
 @dataclass
@@ -27,6 +28,12 @@ class Encoded:
 
 def encode(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) -> Encoded:
     """Tokenise query/title pairs as one sentence pair each; only the title is truncated when too long."""
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if positions is not None and getattr(model.config, "model_type", "") in ("roberta", "xlm-roberta"):
+        positions -= model.config.pad_token_id + 1  # their positions start after the padding index
+    if positions is not None and max_length > positions:
+        raise UserError(f"max length {max_length} is more than the model's {positions} positions; pass "
+                        f"--max-length {positions} or less (or set the recipe's max_length).")
     enc = tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=max_length)
     use_types = "token_type_ids" in enc and (model is None or model.config.model_type != "distilbert")
     return Encoded(enc["input_ids"], enc["token_type_ids"] if use_types else None, tokenizer.pad_token_id or 0)
