@@ -21,23 +21,25 @@ import torch
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError
 from headcut.evaluate.predict import Encoded, collate
+from headcut.ranges import check_ranges, ranged
 
 
 @dataclass(frozen=True)
 class LoopSettings:
-    epochs: float = 2.0
-    batch_size: int = 32  # the global batch: under accelerate launch each process takes a share of it
-    learning_rate: float = 5e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    gradient_accumulation: int = 1
+    """Each numeric field's allowed range is declared with it (`ranged`) and checked when a recipe is read."""
+    epochs: float = ranged(2.0, 0.0, 1000.0, low_open=True)
+    batch_size: int = ranged(32, 1, 65536)  # the global batch: under accelerate launch each process takes a share of it
+    learning_rate: float = ranged(5e-5, 0.0, 1.0, low_open=True)
+    warmup_ratio: float = ranged(0.1, 0.0, 1.0)  # share of the steps spent warming up
+    weight_decay: float = ranged(0.01, 0.0, 1.0)
+    gradient_accumulation: int = ranged(1, 1, 1024)
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"  # bf16/fp16 on accelerators that support them
-    eval_every: int = 200
-    checkpoint_every: int = 200
-    early_stopping_patience: int = 0  # evaluations without improvement before stopping; 0 = never
+    eval_every: int = ranged(200, 1)
+    checkpoint_every: int = ranged(200, 1)
+    early_stopping_patience: int = ranged(0, 0)  # evaluations without improvement before stopping; 0 = never
     select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"  # "loss" is minimised
-    seed: int = 0
-    max_grad_norm: float = 1.0
+    seed: int = ranged(0, 0, 2**32 - 1)
+    max_grad_norm: float = ranged(1.0, 0.0, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,11 @@ class TrainingRecipe(LoopSettings):
     train_data: str | None = None  # a file, or "synthetic"
     dev_data: str | None = None  # a file, or "synthetic"; None: hold out dev_fraction of train by query
     preset: str | None = None
-    train_rows: int | None = None
-    dev_rows: int | None = 1000
-    dev_fraction: float = 0.1
+    train_rows: int | None = ranged(None, 1)
+    dev_rows: int | None = ranged(1000, 1)
+    dev_fraction: float = ranged(0.1, 0.0, 1.0, low_open=True, high_open=True)
     grades: tuple[int, ...] = DEFAULT_GRADES
-    max_length: int = 64
+    max_length: int = ranged(64, 8, 8192)
 
     def input_paths(self) -> list:
         """Files and folders the run reads (None or a built-in name where unset): none may be its output."""
@@ -62,11 +64,7 @@ class TrainingRecipe(LoopSettings):
     def check(self, where: str) -> None:
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --set train_data=FILE.")
-        for name in ("epochs", "learning_rate", "batch_size", "max_length", "eval_every", "checkpoint_every"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"{where}: key '{name}' must be positive, not {getattr(self, name)}.")
-        if not 0 < self.dev_fraction < 1:
-            raise UserError(f"{where}: key 'dev_fraction' must lie in (0, 1).")
+        check_ranges(self, where)
 
 
 @dataclass

@@ -330,3 +330,68 @@ def test_8_max_length_over_the_models_positions_is_refused(tmp_path):
     model = tiny_model("bert", max_position_embeddings=64)
     with pytest.raises(UserError, match="max length 100 .* 64 positions"):
         encode(tiny_tokenizer(tmp_path / "tok"), synthetic_pairs(3), max_length=100, model=model)
+
+
+# --- 10. recipe fields have ranges too; a refused recipe leaves no OUT.partial ----------------------
+
+def _recipe_classes():
+    from headcut.distill import DistillRecipe
+    from headcut.finetune import FinetuneRecipe
+
+    return {"finetune/minilm_synthetic_cpu": FinetuneRecipe, "distill/minilm_bottom3_cpu": DistillRecipe}
+
+
+def _numeric_fields():
+    import dataclasses
+    import typing
+
+    out = []
+    for name, cls in _recipe_classes().items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            kinds = {hint, *typing.get_args(hint)}
+            for inner in list(kinds):
+                kinds |= set(typing.get_args(inner))
+            if kinds & {int, float} and f.name != "grades":  # grades are names of classes, not quantities
+                out.append((name, cls, f))
+    return out
+
+
+RECIPE_FIELDS = _numeric_fields()
+
+
+@pytest.mark.parametrize("recipe, cls, f", RECIPE_FIELDS, ids=[f"{r} {f.name}" for r, _, f in RECIPE_FIELDS])
+def test_10_every_numeric_recipe_field_has_a_checked_range(recipe, cls, f):
+    from headcut.recipes import load_recipe
+
+    valid = f.metadata.get("range")
+    assert valid is not None, f"{cls.__name__}.{f.name} has no range"
+    bad = []
+    if valid.low is not None:
+        bad.append(valid.low if valid.low_open else valid.low - 1)
+    if valid.high is not None:
+        bad.append(valid.high if valid.high_open else valid.high + 1)
+    if float in {*__import__("typing").get_args(f.type), f.type} or "float" in str(f.type):
+        bad += [".nan", ".inf"]
+    extra = ["train_data=synthetic", "teacher=minilm-l6"] if "distill" in recipe else []
+    for value in bad:
+        value = [value] if "tuple" in str(f.type) else value
+        with pytest.raises(UserError, match=rf"key '{f.name}' is .*(out of range|not a finite number); it must be"):
+            load_recipe(cls, recipe, overrides=extra + [f"{f.name}={json.dumps(value) if isinstance(value, list) else value}"])
+
+
+@pytest.mark.parametrize("override", ["gradient_accumulation=0", "warmup_ratio=2", "epochs=-1", "learning_rate=.nan"])
+def test_10_finetune_refuses_the_recipe_and_leaves_no_partial(tmp_path, override):
+    out = tmp_path / "teacher"
+    result = run("finetune", "finetune/minilm_synthetic_cpu", "--out", out, "--set", override,
+                 "--set", "train_rows=40", "--set", "dev_rows=20", "--set", "epochs=0.05" if "epochs" not in override else "seed=0")
+    refused(result, override.split("=")[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_10_a_bad_data_file_leaves_no_partial(tmp_path):
+    out = tmp_path / "teacher"
+    bad = write(tmp_path, "train.tsv", "query\ttitle\tgrade\ndrill\tcordless\tnan\n")
+    refused(run("finetune", "finetune/minilm_synthetic_cpu", "--out", out, "--train", bad), "line 2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]
