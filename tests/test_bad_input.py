@@ -395,3 +395,53 @@ def test_10_a_bad_data_file_leaves_no_partial(tmp_path):
     bad = write(tmp_path, "train.tsv", "query\ttitle\tgrade\ndrill\tcordless\tnan\n")
     refused(run("finetune", "finetune/minilm_synthetic_cpu", "--out", out, "--train", bad), "line 2")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]
+
+
+# --- 9. NaN head scores: an error for a present head, never pruned first ----------------------------
+
+def test_9_ablation_nan_for_a_present_head_is_an_error():
+    import numpy as np
+
+    from conftest import tiny_model
+    from headcut.evaluate.importance import ablation_scores
+
+    model = tiny_model("bert")  # 2 layers x 4 heads, all present
+    labels = np.array([0, 1, 2])
+    base = np.zeros((3, 5), dtype=np.float32)
+    masked = np.zeros((2, 4, 3, 5), dtype=np.float32)
+    masked[1, 2, 0, 0] = np.nan
+    for method in ("ablation", "kl"):
+        with pytest.raises(UserError, match=r"L1H2.*not a number"):
+            ablation_scores(model, labels, base, masked, method=method)
+
+
+def test_9_scan_scores_nan_is_an_error_not_minus_inf(monkeypatch):
+    import torch
+
+    import headcut.evaluate.importance as importance
+    from conftest import tiny_model
+    from headcut.prune.scores import scan_scores
+
+    scores = torch.ones(2, 4)
+    scores[0, 1] = float("nan")
+    monkeypatch.setattr(importance, "head_importance", lambda *a, **k: scores)
+    with pytest.raises(UserError, match=r"L0H1.*not a number"):
+        scan_scores(tiny_model("bert"), None, None, method="fisher")
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", '"high"', "true"])
+def test_9_a_score_file_with_nan_is_refused_with_its_head(tmp_path, bad):
+    import torch
+
+    from conftest import tiny_model
+    from headcut.evaluate.importance import write_scores
+    from headcut.models import LoadedModel
+    from headcut.prune.scores import scores_from_file
+
+    path = tmp_path / "importance.json"
+    write_scores(path, {"fisher": torch.arange(8.0).view(2, 4)}, model_info={}, data_info={})
+    doc = path.read_text().replace("5.0", bad, 1)
+    path.write_text(doc)
+    loaded = LoadedModel(tiny_model("bert"), None, {}, "tiny", "")
+    with pytest.raises(UserError, match=r"importance.json.*L1H1"):
+        scores_from_file(path, loaded)
