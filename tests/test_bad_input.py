@@ -445,3 +445,99 @@ def test_9_a_score_file_with_nan_is_refused_with_its_head(tmp_path, bad):
     loaded = LoadedModel(tiny_model("bert"), None, {}, "tiny", "")
     with pytest.raises(UserError, match=r"importance.json.*L1H1"):
         scores_from_file(path, loaded)
+
+
+# --- 11 / 12. broken model folders; pickle weights of a pruned artifact ------------------------------
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory):
+    """A headcut artifact (shape record, safetensors) and a plain Hugging Face folder of the same tiny BERT."""
+    from conftest import tiny_model
+    from headcut.models import LoadedModel, save_model
+    from test_export import tiny_tokenizer
+
+    root = tmp_path_factory.mktemp("bad-models")
+    tokenizer = tiny_tokenizer(root / "tok")
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=64)
+    artifact = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5]}, "tiny", ""), root / "artifact")
+    plain = root / "plain"
+    model.save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    return {"artifact": artifact, "plain": plain}
+
+
+def _copy(folder, tmp_path):
+    import shutil
+
+    return shutil.copytree(folder, tmp_path / folder.name)
+
+
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+@pytest.mark.parametrize("damage", ["half", "100 bytes", "random"])
+def test_11_damaged_weights_name_the_file(tmp_path, saved_models, kind, damage):
+    from headcut.models import load_model
+
+    folder = _copy(saved_models[kind], tmp_path)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] if damage == "half" else data[:100] if damage == "100 bytes"
+                        else os.urandom(5000))
+    with pytest.raises(UserError, match=r"model.safetensors .*(damaged|incomplete)"):
+        load_model(folder)
+    refused(run("evaluate", "--model", folder, "--data", "synthetic", "--limit", "10"), "model.safetensors")
+
+
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+@pytest.mark.parametrize("name, text", [("config.json", "{not json"), ("config.json", "[1, 2]"),
+                                        ("headcut.json", "{not json"), ("tokenizer.json", "{not json")])
+def test_11_invalid_json_files_name_the_file(tmp_path, saved_models, kind, name, text):
+    from headcut.models import load_model
+
+    folder = _copy(saved_models[kind], tmp_path)
+    (folder / name).write_text(text)
+    with pytest.raises(UserError, match=rf"{name}"):
+        load_model(folder)
+
+
+def test_12_allow_pickle_loads_a_pruned_artifact_saved_as_pytorch_model_bin(tmp_path, saved_models):
+    import torch
+    from safetensors.torch import load_file
+
+    from headcut.models import load_model
+
+    folder = _copy(saved_models["artifact"], tmp_path)
+    state = load_file(folder / "model.safetensors")
+    torch.save(state, folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(UserError, match="--allow-pickle"):
+        load_model(folder)
+    loaded = load_model(folder, allow_pickle=True)
+    assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in state.items())
+
+
+# --- 13. a corrupt model.onnx in a grader folder ---------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["truncated", "random"])
+def test_13_corrupt_onnx_names_the_file(tmp_path, tiny_grader, damage):
+    from headcut.grader import Grader
+
+    folder = _copy(tiny_grader, tmp_path)
+    model = folder / "model.onnx"
+    data = model.read_bytes()
+    model.write_bytes(data[: len(data) // 2] if damage == "truncated" else os.urandom(len(data)))
+    with pytest.raises(UserError, match=r"model.onnx .*(damaged|incomplete)"):
+        Grader(folder)
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("grade", folder, pairs, "--out", tmp_path / "g.tsv"), "model.onnx")
+    refused(run("evaluate", "--model", folder, "--data", pairs), "model.onnx")
+
+
+@pytest.mark.parametrize("name, text", [("grader.json", "{not json"), ("grader.json", "[]"),
+                                        ("tokenizer.json", "{not json")])
+def test_13_invalid_grader_files_name_the_file(tmp_path, tiny_grader, name, text):
+    from headcut.grader import Grader
+
+    folder = _copy(tiny_grader, tmp_path)
+    (folder / name).write_text(text)
+    with pytest.raises(UserError, match=rf"{name}"):
+        Grader(folder)
