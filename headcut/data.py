@@ -262,19 +262,29 @@ def _read_text(path: Path, *, capped: bool = True) -> str:
 _JSON_KINDS = {bool: "true/false", int: "number", float: "number", dict: "object", list: "array"}
 
 
+def text_problem(text: str, *, max_chars: int = MAX_TEXT_CHARS) -> str | None:
+    """Why a query or title is not one ("empty text", ...), or None; the server applies the same rule."""
+    if not text.strip():
+        return "empty text"
+    if len(text) > max_chars:
+        return f"the text is longer than {max_chars:,} characters ({len(text):,})"
+    bad = _CONTROL.search(text)
+    if bad:
+        return f"control character U+{ord(bad.group()):04X} at character {bad.start() + 1}"
+    return None
+
+
 def _to_text(value, where: str) -> str:
-    if value is None or (isinstance(value, str) and not value.strip()):
+    if value is None:
         raise UserError(f"{where}: empty text; remove the row or fill it in.")
     if not isinstance(value, str):  # JSON: 123, true or {"a": 1} is not a query someone typed
         raise UserError(f"{where}: got a JSON {_JSON_KINDS.get(type(value), type(value).__name__)} "
                         f"({json.dumps(value)[:40]}), but it must be text; put it in quotes or fix the row.")
-    if len(value) > MAX_TEXT_CHARS:
-        raise UserError(f"{where}: the text is longer than {MAX_TEXT_CHARS:,} characters ({len(value):,}); "
-                        "graders read only its first tokens: shorten it or check the file.")
-    bad = _CONTROL.search(value)
-    if bad:
-        raise UserError(f"{where}: control character U+{ord(bad.group()):04X} at character {bad.start() + 1}; "
-                        "remove it (a binary or corrupt file?).")
+    problem = text_problem(value)
+    if problem:
+        fix = {"empty text": "remove the row or fill it in"}.get(problem, "fix or remove the row (a binary or "
+                                                                         "corrupt file?)")
+        raise UserError(f"{where}: {problem}; {fix}.")
     return value.strip()
 
 
