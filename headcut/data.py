@@ -166,7 +166,7 @@ def read_pairs(
     if preset is not None and preset not in PRESETS:
         raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
-    _check_regular(path)
+    check_regular(path)
     # The file's own suffix says more than a preset's usual format (a Home Depot export saved as .jsonl).
     fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
     if fmt not in FORMATS:
@@ -224,12 +224,13 @@ def guess_format(path: Path) -> str:
     return fmt
 
 
-def _check_regular(path: Path) -> None:
+def check_regular(path: Path) -> None:
+    """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends."""
     if not path.exists():
         raise UserError(f"{path}: no such file; check the path.")
     if path.is_dir():
         raise UserError(f"{path} is a folder; pass a data file (TSV, CSV, JSON lines or JSON).")
-    if not path.is_file():  # a FIFO would block, /dev/zero never ends
+    if not path.is_file():
         raise UserError(f"{path} is not a regular file (a pipe, device or socket); save the pairs to a file "
                         "and pass that.")
 

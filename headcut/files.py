@@ -2,6 +2,7 @@
 accident, and an input is never an output."""
 from __future__ import annotations
 
+import errno
 import glob
 import hashlib
 import json
@@ -50,6 +51,10 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "--out", inp
     return out
 
 
+# A full disk, a quota or a read-only folder is the user's to fix, not a bug to show as a traceback.
+_WRITE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
 def _temp_prefix(name: str) -> str:
     """Temporary siblings carry their writer's pid and host, so a later run can tell a dead writer's leftovers."""
     return f".{name}.tmp-{os.getpid()}@{socket.gethostname()}-"
@@ -93,8 +98,11 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
         raise UserError(f"{flag} {out}: cannot write there ({e.strerror}); check the folder's permissions.") from None
     try:
         yield tmp
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in _WRITE_FAULTS:
+            raise UserError(f"{flag} {out}: writing failed ({e.strerror}); check free space and permissions, "
+                            "then rerun.") from None
         raise
     old = None
     if out.exists():

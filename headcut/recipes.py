@@ -28,6 +28,8 @@ def builtin_recipes(kind: str | None = None) -> list[str]:
 def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.exists():
+        if not path.is_file():  # a FIFO would block the read
+            raise UserError(f"recipe {path} is not a regular file; pass a YAML file or a built-in name.")
         return path
     for candidate in (RECIPE_ROOT / f"{name_or_path}.yaml", RECIPE_ROOT / (kind or "") / f"{name_or_path}.yaml"):
         if candidate.exists():

@@ -21,6 +21,7 @@ import torch
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError
 from headcut.evaluate.predict import Encoded, collate
+from headcut.files import write_text
 from headcut.ranges import check_ranges, ranged
 
 
@@ -65,6 +66,9 @@ class TrainingRecipe(LoopSettings):
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --set train_data=FILE.")
         check_ranges(self, where)
+        if len(self.grades) < 2 or len(set(self.grades)) != len(self.grades):
+            raise UserError(f"{where}: key 'grades' is {list(self.grades)}; name two or more different grades, "
+                            "e.g. [1, 2, 3, 4, 5].")
 
 
 @dataclass
@@ -279,13 +283,23 @@ def open_work_dir(out: Path, run_hash: str, stamp: dict, *, overwrite: bool) -> 
 
     work = out.with_name(out.name + ".partial")
     stamp_file = work / "recipe.json"
-    if work.exists() and stamp_file.exists() and json.loads(stamp_file.read_text()).get("hash") != run_hash:
+    if work.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash:
         if not overwrite:
-            raise UserError(f"{work} holds an unfinished run of another recipe; pass --overwrite to start afresh.")
+            raise UserError(f"{work} holds an unfinished run of another recipe (or a damaged {stamp_file.name}); "
+                            "pass --overwrite to start afresh.")
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    stamp_file.write_text(json.dumps({"hash": run_hash, **stamp}))
+    write_text(stamp_file, json.dumps({"hash": run_hash, **stamp}))  # atomic: a kill leaves the old stamp or none
     return work
+
+
+def _stamp_hash(stamp_file: Path) -> str | None:
+    """The run hash a work folder was stamped with; None when a kill mid-write left the stamp unreadable."""
+    try:
+        stamp = json.loads(stamp_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return stamp.get("hash") if isinstance(stamp, dict) else None
 
 
 def publish_best(work: Path, out: Path, extra_meta: dict) -> dict:

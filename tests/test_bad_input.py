@@ -541,3 +541,74 @@ def test_13_invalid_grader_files_name_the_file(tmp_path, tiny_grader, name, text
     (folder / name).write_text(text)
     with pytest.raises(UserError, match=rf"{name}"):
         Grader(folder)
+
+
+# --- the same classes elsewhere ------------------------------------------------------------------
+
+def test_class_serve_refuses_a_damaged_grader_and_a_taken_port(tmp_path, tiny_grader):
+    import socket
+    import subprocess
+    import sys
+
+    def serve(folder, port):
+        return subprocess.run([sys.executable, "-m", "headcut", "serve", str(folder), "--host", "127.0.0.1",
+                               "--port", str(port)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+    folder = _copy(tiny_grader, tmp_path)
+    (folder / "model.onnx").write_bytes(b"\x00" * 100)
+    done = serve(folder, 1)
+    assert done.returncode == 2 and "model.onnx" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        done = serve(tiny_grader, taken.getsockname()[1])
+    assert done.returncode == 2 and "cannot listen" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_class_fifo_score_file_and_recipe_are_refused(tmp_path):
+    from headcut.distill import DistillRecipe
+    from headcut.evaluate.importance import read_scores
+    from headcut.recipes import load_recipe
+
+    for name in ("importance.json", "r.yaml"):
+        os.mkfifo(tmp_path / name)
+    with pytest.raises(UserError, match="not a regular file"):
+        read_scores(tmp_path / "importance.json")
+    with pytest.raises(UserError, match="not a regular file"):
+        load_recipe(DistillRecipe, tmp_path / "r.yaml")
+
+
+def test_class_a_damaged_run_stamp_is_a_sentence(tmp_path):
+    from headcut.training import open_work_dir
+
+    out = tmp_path / "teacher"
+    (tmp_path / "teacher.partial").mkdir()
+    (tmp_path / "teacher.partial" / "recipe.json").write_text('{"hash": "ab')  # killed mid-write
+    with pytest.raises(UserError, match="--overwrite"):
+        open_work_dir(out, "abc", {}, overwrite=False)
+    assert open_work_dir(out, "abc", {}, overwrite=True).is_dir()
+
+
+@pytest.mark.parametrize("grades", ["[]", "[3]", "[1, 1, 2]"])
+def test_class_recipe_grades_need_two_different_values(grades):
+    from headcut.finetune import FinetuneRecipe
+    from headcut.recipes import load_recipe
+
+    with pytest.raises(UserError, match="key 'grades'"):
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"grades={grades}"])
+
+
+@pytest.mark.parametrize("flag, value", [("--seq-lens", "0,64"), ("--seq-lens", "64,100000"),
+                                         ("--batch-sizes", "1,100000")])
+def test_class_bench_lists_have_ranges(tmp_path, flag, value):
+    refused(run("bench", "-m", "minilm-l6", "--data", "synthetic", "--out", tmp_path / "b", flag, value), flag)
+
+
+def test_class_a_full_disk_inside_an_output_folder_is_a_sentence(tmp_path):
+    import errno
+
+    from headcut.files import atomic_dir
+
+    with pytest.raises(UserError, match="No space left"):
+        with atomic_dir(tmp_path / "out"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert list(tmp_path.iterdir()) == []

@@ -9,15 +9,17 @@ from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, 
                                 number, quiet_transformers, read_data, user_errors)
 
 
-def _ints(text: str, flag: str) -> tuple[int, ...]:
+def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
     from headcut.errors import UserError
 
     try:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise UserError(f"{flag} '{text}' is not a comma-separated list of numbers; write e.g. {flag} 1,8,32.") from None
-    if not values or min(values) < 1:
-        raise UserError(f"{flag} '{text}' needs positive numbers; write e.g. {flag} 1,8,32.")
+    for value in values:
+        problem = valid.problem(value)
+        if problem:
+            raise UserError(f"{flag} '{text}': {value} {problem}.")
     return values
 
 
@@ -48,12 +50,20 @@ def bench(
 
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
-    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes"), _ints(seq_lens, "--seq-lens"), threads,
-                             repeats=repeats)
+    from headcut.evaluate.predict import check_max_length
+    from headcut.ranges import Range
+
+    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, 4096)),
+                             _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit)
+    def loaded(name):
+        result = load_model(name)
+        check_max_length(result.model, max(settings.seq_lens), flag="--seq-lens")
+        return result
+
     # Loaded inside load_measured, so each variant's resident-memory growth includes its weights.
-    variants = [load_measured(lambda m=m: pytorch_variant(f"pytorch fp32 {Path(m).name}", load_model(m), threads=threads))
+    variants = [load_measured(lambda m=m: pytorch_variant(f"pytorch fp32 {Path(m).name}", loaded(m), threads=threads))
                 for m in model]
     for folder in grader:
         variants.append(load_measured(lambda f=folder: onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=threads)))

@@ -27,15 +27,23 @@ def serve(
     Example: headcut serve runs/grader --port 8000 --workers 2, then
     curl -s localhost:8000/grade -d '{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
     """
+    import socket
+
     from headcut.errors import UserError
-    from headcut.grader import read_record
+    from headcut.grader import Grader
     from headcut.serve import ENV_DIR, ENV_LIMITS, ENV_THREADS, Limits
 
     try:
         import uvicorn
     except ImportError:
         raise UserError("headcut serve needs FastAPI and uvicorn; run: pip install 'headcut[serve]'.") from None
-    read_record(grader_dir)  # a bad folder fails here with one sentence, not in every worker
+    Grader(grader_dir, threads=1)  # a bad folder or a damaged model.onnx fails here with one sentence, not in every worker
+    try:  # a taken port or a mistyped host: one sentence now rather than uvicorn's log line and exit 1
+        with socket.create_server((host, port)):
+            pass
+    except (OSError, OverflowError) as e:
+        raise UserError(f"--host {host} --port {port}: cannot listen there ({getattr(e, 'strerror', None) or e}); "
+                        "choose another --port or --host.") from None
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
     os.environ[ENV_DIR] = str(grader_dir)
     os.environ[ENV_THREADS] = str(threads)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from headcut.arch import heads_per_layer, mask_shape
-from headcut.data import Pairs
+from headcut.data import Pairs, check_regular
 from headcut.errors import UserError
 from headcut.evaluate.ablation import ablation_logits
 from headcut.evaluate.attention import attention_weights
@@ -210,10 +210,11 @@ def read_scores(path, *, method: str | None = None) -> tuple[torch.Tensor, dict]
     """Scores of one method (default: the file's first) as `(layers, heads)` float32 (-inf = absent head),
     and meta: method, weights_hash, fingerprint, samples, seed, model, data, methods, file."""
     path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such score file; run `headcut scan --out DIR` and pass DIR/importance.json.")
+    check_regular(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such score file; run `headcut scan --out DIR` and pass DIR/importance.json.") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise UserError(f"{path}: not a readable JSON score file ({e}); rerun `headcut scan`.") from None
     methods = doc.get("methods") if isinstance(doc, dict) else None
