@@ -319,6 +319,8 @@ def _parse_rows(path: Path, text: str, fmt: str) -> list[tuple[int, dict]]:
                 obj = json.loads(chunk)
             except json.JSONDecodeError as e:
                 raise UserError(f"{path}, line {line}, column {e.colno}: invalid JSON ({e.msg}); fix that line.") from None
+            except RecursionError:
+                raise UserError(f"{path}, line {line}: JSON nested too deeply; fix that line.") from None
             if not isinstance(obj, dict):
                 raise UserError(f"{path}, line {line}: expected a JSON object per line; fix that line.")
             rows.append((line, obj))
@@ -327,6 +329,8 @@ def _parse_rows(path: Path, text: str, fmt: str) -> list[tuple[int, dict]]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg}); fix it.") from None
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply; fix the file's shape.") from None
     if not isinstance(data, list) or not all(isinstance(o, dict) for o in data):
         raise UserError(f"{path}: expected a JSON array of objects (or JSON lines); fix the file's shape.")
     return [(i + 1, o) for i, o in enumerate(data)]  # "line" = position in the array, 1-based

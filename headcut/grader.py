@@ -41,7 +41,7 @@ def read_record(folder: str | Path) -> dict:
         raise UserError(f"{folder}: no grader.json; pass a folder written by `headcut export`.")
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None
     if not isinstance(record, dict) or record.get("format") != SUPPORTED_FORMAT:
         found = record.get("format") if isinstance(record, dict) else type(record).__name__

@@ -139,7 +139,7 @@ def read_json_file(path: Path) -> dict:
     """A JSON object from a model folder's file, or a UserError naming the file."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "
                         "folder again.") from None
     if not isinstance(data, dict):

@@ -42,19 +42,29 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides."""
     path = find_recipe(name_or_path, kind=kind)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)}); fix the file.") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start}); re-save it as UTF-8.") from None
+    data = _yaml(text, str(path), "fix the file") or {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: a recipe is a mapping of keys to values; fix the file.")
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise UserError(f"--set '{item}' is not key=value; write e.g. --set epochs=2.")
-        data[key.strip()] = yaml.safe_load(value)
+        data[key.strip()] = _yaml(value, f"--set '{item}'", "quote text values, e.g. --set key='[x'")
     return from_dict(cls, data, where=str(path))
+
+
+def _yaml(text: str, where: str, fix: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"{where}{at}: invalid YAML ({getattr(e, 'problem', e)}); {fix}.") from None
+    except RecursionError:
+        raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
 
 
 def from_dict(cls, data: dict, *, where: str = "recipe"):

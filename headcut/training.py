@@ -297,7 +297,7 @@ def _stamp_hash(stamp_file: Path) -> str | None:
     """The run hash a work folder was stamped with; None when a kill mid-write left the stamp unreadable."""
     try:
         stamp = json.loads(stamp_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         return None
     return stamp.get("hash") if isinstance(stamp, dict) else None
 

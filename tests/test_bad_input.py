@@ -612,3 +612,26 @@ def test_class_a_full_disk_inside_an_output_folder_is_a_sentence(tmp_path):
         with atomic_dir(tmp_path / "out"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, text", [
+    ("a.jsonl", '{"query": ' + "[" * 100_000 + "]" * 100_000 + ', "title": "x", "grade": 3}\n'),
+    ("a.json", "[" * 100_000 + "]" * 100_000),
+])
+def test_class_deeply_nested_json_is_a_sentence(tmp_path, name, text):
+    with pytest.raises(UserError, match=r"a.json.*(nested too deeply|JSON)"):
+        read_pairs(write(tmp_path, name, text))
+
+
+@pytest.mark.parametrize("content, override, words", [
+    (b"epochs: 1\n\xff\xfe\n", None, "UTF-8"),
+    (b"train_data: synthetic\n", "epochs=[", "--set"),
+    (b"train_data: synthetic\nlayer_map: " + b"[" * 50_000 + b"]" * 50_000 + b"\n", None, "nested"),
+])
+def test_class_unreadable_recipes_are_a_sentence(tmp_path, content, override, words):
+    from headcut.finetune import FinetuneRecipe
+    from headcut.recipes import load_recipe
+
+    path = write(tmp_path, "r.yaml", content)
+    with pytest.raises(UserError, match=words):
+        load_recipe(FinetuneRecipe, path, overrides=[override] if override else [])

@@ -215,7 +215,7 @@ def read_scores(path, *, method: str | None = None) -> tuple[torch.Tensor, dict]
     check_regular(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path}: not a readable JSON score file ({e}); rerun `headcut scan`.") from None
     methods = doc.get("methods") if isinstance(doc, dict) else None
     if not isinstance(methods, dict) or not methods or doc.get("format") != FORMAT:
