@@ -635,3 +635,17 @@ def test_class_unreadable_recipes_are_a_sentence(tmp_path, content, override, wo
     path = write(tmp_path, "r.yaml", content)
     with pytest.raises(UserError, match=words):
         load_recipe(FinetuneRecipe, path, overrides=[override] if override else [])
+
+
+def test_9_prune_scores_with_nan_exits_2_naming_the_head(tmp_path, saved_models):
+    import torch
+
+    from headcut.evaluate.importance import write_scores
+
+    path = tmp_path / "importance.json"
+    scores = torch.arange(8.0).view(2, 4)
+    write_scores(path, {"fisher": scores}, model_info={}, data_info={})
+    path.write_text(path.read_text().replace("6.0", "NaN", 1))
+    refused(run("prune", "--model", saved_models["artifact"], "--keep-ratio", "0.5", "--scores", path,
+                "--out", tmp_path / "pruned", "--no-latency"), "L1H2", "NaN")
+    assert not (tmp_path / "pruned").exists()

@@ -55,11 +55,11 @@ def grade(
     from headcut.grader import Grader
 
     check_out_file(out, overwrite=overwrite, inputs=[pairs_file, grader_dir], example="grades.tsv")
-    pairs = read_pairs(pairs_file, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                       require_labels=False)
-    fmt = guess_format(out) if out.suffix else guess_format(pairs_file)
+    fmt = guess_format(out) if out.suffix else guess_format(pairs_file)  # an unknown --out suffix fails before work
     if fmt == "json":
         fmt = "jsonl"
+    pairs = read_pairs(pairs_file, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
+                       require_labels=False)
     grader = Grader(grader_dir, threads=threads, batch_size=batch_size)
     with progress_bar(len(pairs), "grading") as bar:
         result = grader.grade(pairs, progress=bar.update)
