@@ -283,8 +283,9 @@ def _to_text(value, where: str) -> str:
                         f"({json.dumps(value)[:40]}), but it must be text; put it in quotes or fix the row.")
     problem = text_problem(value)
     if problem:
-        fix = {"empty text": "remove the row or fill it in"}.get(problem, "fix or remove the row (a binary or "
-                                                                         "corrupt file?)")
+        fix = ("remove the row or fill it in" if problem == "empty text" else
+               "shorten it (a grader reads only its first max_length tokens)" if problem.startswith("the text is")
+               else "remove it (a binary or corrupt file?)")
         raise UserError(f"{where}: {problem}; {fix}.")
     return value.strip()
 

@@ -46,8 +46,9 @@ def ranged(default, low=None, high=None, *, low_open=False, high_open=False, met
     return dataclasses.field(default=default, metadata={**(metadata or {}), "range": valid})
 
 
-def check_ranges(obj, where: str) -> None:
-    """Raise UserError for the first field of dataclass `obj` outside its `ranged` range (None is unset)."""
+def range_problems(obj) -> list[tuple[str, str]]:
+    """(field, sentence) for every field of dataclass `obj` outside its `ranged` range (None is unset)."""
+    out = []
     for f in dataclasses.fields(obj):
         valid = f.metadata.get("range")
         value = getattr(obj, f.name)
@@ -56,4 +57,13 @@ def check_ranges(obj, where: str) -> None:
         for item in value if isinstance(value, (tuple, list)) else (value,):
             problem = valid.problem(item)
             if problem:
-                raise UserError(f"{where}: key '{f.name}' is {_number(item)}, which {problem}.")
+                out.append((f.name, f"key '{f.name}' is {_number(item)}, which {problem}."))
+                break
+    return out
+
+
+def check_ranges(obj, where: str) -> None:
+    """Raise UserError for the first field of dataclass `obj` outside its range."""
+    problems = range_problems(obj)
+    if problems:
+        raise UserError(f"{where}: {problems[0][1]}")

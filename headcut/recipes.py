@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from headcut.errors import UserError
+from headcut.ranges import range_problems
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
 
@@ -48,12 +49,14 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     data = _yaml(text, str(path), "fix the file") or {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: a recipe is a mapping of keys to values; fix the file.")
+    origins = {}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise UserError(f"--set '{item}' is not key=value; write e.g. --set epochs=2.")
         data[key.strip()] = _yaml(value, f"--set '{item}'", "quote text values, e.g. --set key='[x'")
-    return from_dict(cls, data, where=str(path))
+        origins[key.strip()] = f"--set {item}"
+    return from_dict(cls, data, where=str(path), origins=origins)
 
 
 def _yaml(text: str, where: str, fix: str):
@@ -67,7 +70,9 @@ def _yaml(text: str, where: str, fix: str):
         raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
 
 
-def from_dict(cls, data: dict, *, where: str = "recipe"):
+def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None):
+    """`origins` names where a key's value came from (e.g. '--set epochs=0'), for the error messages."""
+    origins = origins or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [k for k in data if k not in fields]
     if unknown:
@@ -77,12 +82,14 @@ def from_dict(cls, data: dict, *, where: str = "recipe"):
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():
-        values[key] = _coerce(value, hints[key], f"{where}: key '{key}'")
+        values[key] = _coerce(value, hints[key], f"{origins.get(key, where)}: key '{key}'")
     missing = [f.name for f in fields.values()
                if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise UserError(f"{where}: missing key '{missing[0]}'; add it or pass --set {missing[0]}=VALUE.")
     recipe = cls(**values)
+    for key, sentence in range_problems(recipe):
+        raise UserError(f"{origins.get(key, where)}: {sentence}")
     check = getattr(recipe, "check", None)
     if check:
         check(where)
