@@ -7,9 +7,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import itertools
 import json
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +21,13 @@ from headcut.errors import UserError
 
 DEFAULT_GRADES = (1, 2, 3, 4, 5)
 FORMATS = ("tsv", "csv", "jsonl", "json")
+# One rule for every format: a query or title may hold up to MAX_TEXT_CHARS characters (a grader reads only
+# its first max_length tokens, so longer texts are almost surely a broken file). Lines of TSV/CSV/JSON lines
+# are read with a cap, so a file without newlines cannot fill the memory before that rule is reached.
+MAX_TEXT_CHARS = 1_000_000
+MAX_LINE_BYTES = 8_000_000
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tab, newline and carriage return are text
+_SUFFIX_FORMATS = {"tsv": "tsv", "csv": "csv", "jsonl": "jsonl", "ndjson": "jsonl", "json": "json"}
 
 
 @dataclass(frozen=True)
@@ -157,62 +166,88 @@ def read_pairs(
     if preset is not None and preset not in PRESETS:
         raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
-    text = _read_text(path)
-    fmt = fmt or p.fmt or guess_format(path)
+    check_regular(path)
+    # The file's own suffix says more than a preset's usual format (a Home Depot export saved as .jsonl).
+    fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
     if fmt not in FORMATS:
-        raise UserError(f"--format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
+        raise UserError(f"format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
+    text = _read_text(path, capped=fmt != "json")
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
     label_cols = (label_col,) if label_col else p.label_cols
     label_map = label_map if label_map is not None else p.label_map
 
     rows = _parse_rows(path, text, fmt)  # list of (line_number, dict)
+    hint = ""
+    if fmt in ("tsv", "csv") and text.lstrip().startswith(("{", "[")):
+        hint = f"; it was read as {fmt.upper()}, but it looks like JSON lines: name it .jsonl"
     if not rows:
-        raise UserError(f"{path}: no data rows; the file holds a header at most.")
+        raise UserError(f"{path}: no data rows; the file holds a header at most{hint}.")
     columns = list(rows[0][1].keys())
+    shown = ", ".join(columns)
+    shown = (shown if len(shown) <= 200 else shown[:200] + "...") + hint
     for col, flag in ((query_col, "--query-col"), (title_col, "--title-col")):
         if col not in columns:
-            raise UserError(f"{path}: no column '{col}' (columns: {', '.join(columns)}); name it with {flag}.")
+            raise UserError(f"{path}: no column '{col}' (columns: {shown}); name it with {flag}.")
     label_name = next((c for c in label_cols if c in columns), None)
     if label_name is None and require_labels:
-        raise UserError(
-            f"{path}: no label column '{label_cols[0]}' (columns: {', '.join(columns)}); name it with --label-col."
-        )
+        raise UserError(f"{path}: no label column '{label_cols[0]}' (columns: {shown}); name it with --label-col.")
     queries, titles, labels = [], [], []
     for line, row in rows[:limit] if limit else rows:
-        q, t = row.get(query_col), row.get(title_col)
-        for value, col in ((q, query_col), (t, title_col)):
-            if value is None or not str(value).strip():
-                raise UserError(f"{path}, line {line}, column '{col}': empty text; remove the row or fill it in.")
-        queries.append(str(q).strip())
-        titles.append(str(t).strip())
+        for col in (query_col, title_col):
+            (queries if col == query_col else titles).append(_to_text(row.get(col), f"{path}, line {line}, column '{col}'"))
         if label_name is not None:
             grade = _to_grade(row.get(label_name), label_map, grades, f"{path}, line {line}, column '{label_name}'")
             labels.append(grades.index(grade))
     return Pairs(queries, titles, labels if label_name is not None else None, tuple(grades), str(path))
 
 
-def guess_format(path: Path) -> str:
-    suffix = path.suffix.lower().lstrip(".")
-    if suffix in ("tsv", "txt"):
-        return "tsv"
-    if suffix == "csv":
-        return "csv"
-    if suffix in ("jsonl", "ndjson"):
-        return "jsonl"
-    if suffix == "json":
+def _suffix_format(path: Path) -> str | None:
+    fmt = _SUFFIX_FORMATS.get(path.suffix.lower().lstrip("."))
+    if fmt == "json":
         # QBQTC ships JSON lines under .json: look at the first non-blank character.
-        head = path.read_bytes()[:4096].lstrip() if path.exists() else b""
+        head = b""
+        if path.is_file():
+            with open(path, "rb") as f:
+                head = f.read(4096).lstrip()
         return "json" if head.startswith(b"[") else "jsonl"
-    raise UserError(f"{path}: cannot tell the format from the suffix '{path.suffix}'; pass --format tsv|csv|jsonl|json.")
+    return fmt
 
 
-def _read_text(path: Path) -> str:
+def guess_format(path: Path) -> str:
+    """The format a file's suffix names (.txt counts as TSV)."""
+    path = Path(path)
+    fmt = _suffix_format(path) or ("tsv" if path.suffix.lower() == ".txt" else None)
+    if fmt is None:
+        raise UserError(f"{path}: cannot tell the format from the suffix '{path.suffix}'; "
+                        "name the file .tsv, .csv, .jsonl or .json.")
+    return fmt
+
+
+def check_regular(path: Path) -> None:
+    """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends."""
     if not path.exists():
         raise UserError(f"{path}: no such file; check the path.")
     if path.is_dir():
         raise UserError(f"{path} is a folder; pass a data file (TSV, CSV, JSON lines or JSON).")
-    raw = path.read_bytes()
+    if not path.is_file():
+        raise UserError(f"{path} is not a regular file (a pipe, device or socket); save the pairs to a file "
+                        "and pass that.")
+
+
+def _read_text(path: Path, *, capped: bool = True) -> str:
+    """The file as text; with `capped`, a line over MAX_LINE_BYTES stops the read with an error."""
+    chunks = []
+    with open(path, "rb") as f:
+        for number in itertools.count(1):
+            line = f.readline(MAX_LINE_BYTES + 1) if capped else f.read()
+            if not line:
+                break
+            if capped and len(line) > MAX_LINE_BYTES:
+                raise UserError(f"{path}, line {number} is longer than {MAX_LINE_BYTES:,} bytes; a row holds one "
+                                "query, title and grade: is this the right file?")
+            chunks.append(line)
+    raw = b"".join(chunks)
     if not raw.strip():
         raise UserError(f"{path} is empty; pass a file with a header and data rows.")
     try:
@@ -225,15 +260,47 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+_JSON_KINDS = {bool: "true/false", int: "number", float: "number", dict: "object", list: "array"}
+
+
+def text_problem(text: str, *, max_chars: int = MAX_TEXT_CHARS) -> str | None:
+    """Why a query or title is not one ("empty text", ...), or None; the server applies the same rule."""
+    if not text.strip():
+        return "empty text"
+    if len(text) > max_chars:
+        return f"the text is longer than {max_chars:,} characters ({len(text):,})"
+    bad = _CONTROL.search(text)
+    if bad:
+        return f"control character U+{ord(bad.group()):04X} at character {bad.start() + 1}"
+    return None
+
+
+def _to_text(value, where: str) -> str:
+    if value is None:
+        raise UserError(f"{where}: empty text; remove the row or fill it in.")
+    if not isinstance(value, str):  # JSON: 123, true or {"a": 1} is not a query someone typed
+        raise UserError(f"{where}: got a JSON {_JSON_KINDS.get(type(value), type(value).__name__)} "
+                        f"({json.dumps(value)[:40]}), but it must be text; put it in quotes or fix the row.")
+    problem = text_problem(value)
+    if problem:
+        fix = ("remove the row or fill it in" if problem == "empty text" else
+               "shorten it (a grader reads only its first max_length tokens)" if problem.startswith("the text is")
+               else "remove it (a binary or corrupt file?)")
+        raise UserError(f"{where}: {problem}; {fix}.")
+    return value.strip()
+
+
 def _parse_rows(path: Path, text: str, fmt: str) -> list[tuple[int, dict]]:
     if fmt in ("tsv", "csv"):
+        csv.field_size_limit(max(csv.field_size_limit(), MAX_TEXT_CHARS + 1))  # the text rule decides, not csv
         reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",")
-        header = next(reader, None)
+        records = _csv_records(path, reader)
+        header = next(records, None)
         if not header:
             raise UserError(f"{path}: no header row; the first line must name the columns.")
         header = [h.strip() for h in header]
         rows = []
-        for record in reader:
+        for record in records:
             line = reader.line_num
             if not record or all(not c.strip() for c in record):
                 continue
@@ -253,6 +320,8 @@ def _parse_rows(path: Path, text: str, fmt: str) -> list[tuple[int, dict]]:
                 obj = json.loads(chunk)
             except json.JSONDecodeError as e:
                 raise UserError(f"{path}, line {line}, column {e.colno}: invalid JSON ({e.msg}); fix that line.") from None
+            except RecursionError:
+                raise UserError(f"{path}, line {line}: JSON nested too deeply; fix that line.") from None
             if not isinstance(obj, dict):
                 raise UserError(f"{path}, line {line}: expected a JSON object per line; fix that line.")
             rows.append((line, obj))
@@ -261,14 +330,30 @@ def _parse_rows(path: Path, text: str, fmt: str) -> list[tuple[int, dict]]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg}); fix it.") from None
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply; fix the file's shape.") from None
     if not isinstance(data, list) or not all(isinstance(o, dict) for o in data):
         raise UserError(f"{path}: expected a JSON array of objects (or JSON lines); fix the file's shape.")
     return [(i + 1, o) for i, o in enumerate(data)]  # "line" = position in the array, 1-based
 
 
+def _csv_records(path: Path, reader):
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:  # a quoted field running on over many lines
+            text = f"the text is longer than {MAX_TEXT_CHARS:,} characters" if "field larger" in str(e) else str(e)
+            raise UserError(f"{path}, line {reader.line_num}: {text}; check the quotes on that row.") from None
+
+
 def _to_grade(value, label_map, grades, where: str) -> int:
     if value is None or str(value).strip() == "":
         raise UserError(f"{where}: empty label; fill it in or drop the row.")
+    if isinstance(value, (bool, dict, list)):
+        raise UserError(f"{where}: got a JSON {_JSON_KINDS[type(value)]} ({json.dumps(value)[:40]}), but it must be "
+                        "a number or text; fix the row.")
     text = str(value).strip()
     if isinstance(label_map, dict):
         if text not in label_map:
@@ -279,6 +364,8 @@ def _to_grade(value, label_map, grades, where: str) -> int:
             number = float(text)
         except ValueError:
             raise UserError(f"{where}: label '{text}' is not a number; pass --label-map to map it to a grade.") from None
+        if not math.isfinite(number):
+            raise UserError(f"{where}: label '{text}' is not a finite number; write a grade such as 3 or drop the row.")
         if label_map == "round":
             grade = int(math.floor(number + 0.5))  # round half up, like the Home Depot grades
         elif number != int(number):

@@ -1,10 +1,14 @@
-"""Atomic outputs: a folder appears whole or not at all, and a non-empty one is never overwritten by accident."""
+"""Atomic outputs: a file or folder appears whole or not at all, an existing one is never overwritten by
+accident, and an input is never an output."""
 from __future__ import annotations
 
+import errno
+import glob
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,8 +16,21 @@ from pathlib import Path
 from headcut.errors import UserError
 
 
-def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out") -> Path:
+def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
+    """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it."""
     out = Path(out)
+    target = out.resolve()
+    for item in inputs:
+        if item is None or not Path(item).exists():
+            continue
+        source = Path(item).resolve()
+        if source == target or target in source.parents or (out.exists() and os.path.samefile(out, source)):
+            raise UserError(f"{flag} {out} would replace the input {item}; write the output somewhere else.")
+
+
+def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=()) -> Path:
+    out = Path(out)
+    refuse_inputs(out, inputs, flag=flag)
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} is a file; name a folder.")
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -21,16 +38,71 @@ def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out") -> P
     return out
 
 
+def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=(), example: str = "out.json") -> Path:
+    """The folder rule for files: an existing file is replaced only with --overwrite, an input never."""
+    out = Path(out)
+    refuse_inputs(out, inputs, flag=flag)
+    if out.is_dir():
+        raise UserError(f"{flag} {out} is a folder; name a file such as {example}.")
+    if out.exists() and not out.is_file():
+        raise UserError(f"{flag} {out} is not a regular file (a pipe or device); name a file such as {example}.")
+    if out.exists() and not overwrite:
+        raise UserError(f"{flag} {out} exists; choose a new file name or pass --overwrite.")
+    return out
+
+
+# A full disk, a quota or a read-only folder is the user's to fix, not a bug to show as a traceback.
+_WRITE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
+
+def _temp_prefix(name: str) -> str:
+    """Temporary siblings carry their writer's pid and host, so a later run can tell a dead writer's leftovers."""
+    return f".{name}.tmp-{os.getpid()}@{socket.gethostname()}-"
+
+
+def clean_stale(out: Path) -> list[Path]:
+    """Remove temporaries of `out` whose writer (on this host) is gone: a run killed mid-write leaves them."""
+    removed = []
+    host = socket.gethostname()
+    for leftover in out.parent.glob(glob.escape(f".{out.name}.tmp-") + "*") if out.parent.is_dir() else ():
+        pid, _, rest = leftover.name[len(f".{out.name}.tmp-"):].partition("@")
+        if not pid.isdigit() or not rest.startswith(host + "-") or _alive(int(pid)):
+            continue
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
+        removed.append(leftover)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
 @contextmanager
-def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out"):
+def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out", inputs=()):
     """Yield a temporary sibling folder; on success it replaces `out` in one rename, on error it vanishes."""
-    out = check_out_dir(out, overwrite=overwrite, flag=flag)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    out = check_out_dir(out, overwrite=overwrite, flag=flag, inputs=inputs)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(out)
+        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), dir=out.parent))
+    except OSError as e:
+        raise UserError(f"{flag} {out}: cannot write there ({e.strerror}); check the folder's permissions.") from None
     try:
         yield tmp
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in _WRITE_FAULTS:
+            raise UserError(f"{flag} {out}: writing failed ({e.strerror}); check free space and permissions, "
+                            "then rerun.") from None
         raise
     old = None
     if out.exists():
@@ -48,11 +120,21 @@ def write_json(path: str | Path, data) -> None:
 
 def write_text(path: str | Path, text: str) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        clean_stale(path)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), dir=path.parent)
+    except OSError as e:
+        raise UserError(f"{path}: cannot write there ({e.strerror}); check the folder's permissions.") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException as e:
+        Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise UserError(f"{path}: writing failed ({e.strerror}); check free space and permissions.") from None
+        raise
 
 
 def _jsonable(obj):

@@ -17,6 +17,7 @@ from headcut.evaluate.metrics import summarize
 from headcut.evaluate.predict import encode, predict_logits
 from headcut.files import check_out_dir
 from headcut.models import load_model, save_model
+from headcut.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.training import TrainingRecipe, is_finished, open_work_dir, publish_best, settings_from, train
 
@@ -25,8 +26,11 @@ from headcut.training import TrainingRecipe, is_finished, open_work_dir, publish
 class FinetuneRecipe(TrainingRecipe):
     model: str = "minilm-l6"
     class_weighting: Literal["none", "sqrt", "balanced"] = "none"
-    ordinal_weight: float = 0.0
-    label_smoothing: float = 0.0
+    ordinal_weight: float = ranged(0.0, 0.0, 100.0)
+    label_smoothing: float = ranged(0.0, 0.0, 1.0, high_open=True)
+
+    def input_paths(self) -> list:
+        return [self.model, *super().input_paths()]
 
     def check(self, where: str) -> None:
         if self.train_data is None:
@@ -77,14 +81,15 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     """Train, keep the best dev checkpoint, write it to `out` as an artifact. Resumable: rerun the same
     call after an interruption and it continues from `out`.partial/checkpoint."""
     out = Path(out)
-    check_out_dir(out, overwrite=overwrite)
-    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
-
+    check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
+    check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
     train_pairs, dev = load_data(recipe)
     loaded = load_model(recipe.model, num_labels=len(recipe.grades), seed=recipe.seed)
     model, tokenizer = loaded.model, loaded.tokenizer
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
+    # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
+    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     labels = torch.tensor(train_pairs.label_array())
     weights = class_weights(train_pairs.label_array(), len(recipe.grades), recipe.class_weighting)
     dev_labels, dev_groups = dev.label_array(), dev.query_groups()

@@ -39,9 +39,17 @@ def read_record(folder: str | Path) -> dict:
     path = folder / "grader.json"
     if not path.exists():
         raise UserError(f"{folder}: no grader.json; pass a folder written by `headcut export`.")
-    record = json.loads(path.read_text())
-    if record.get("format") != SUPPORTED_FORMAT:
-        raise UserError(f"{path}: grader format {record.get('format')} is not {SUPPORTED_FORMAT}; re-export it.")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None
+    if not isinstance(record, dict) or record.get("format") != SUPPORTED_FORMAT:
+        found = record.get("format") if isinstance(record, dict) else type(record).__name__
+        raise UserError(f"{path}: grader format {found} is not {SUPPORTED_FORMAT}; re-export it.")
+    missing = [k for k in ("grades", "max_length", "model_file", "precision") if k not in record]
+    if missing or not isinstance(record["model_file"], dict) or "name" not in record["model_file"]:
+        raise UserError(f"{path} is damaged or incomplete (no '{(missing or ['model_file.name'])[0]}'); "
+                        "re-export the grader.")
     return record
 
 
@@ -52,7 +60,10 @@ def load_tokenizer(folder: str | Path, *, max_length: int):
     path = Path(folder) / "tokenizer.json"
     if not path.exists():
         raise UserError(f"{folder}: no tokenizer.json; re-export the grader with `headcut export`.")
-    tokenizer = Tokenizer.from_file(str(path))
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as e:  # tokenizers raises a bare Exception for a malformed file
+        raise UserError(f"{path} is damaged or incomplete ({str(e)[:200]}); re-export the grader.") from None
     tokenizer.enable_truncation(max_length, strategy="longest_first")
     tokenizer.no_padding()
     return tokenizer
@@ -83,6 +94,9 @@ class Grader:
     def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32):
         import onnxruntime as ort
 
+        for name, value in (("batch_size", batch_size), ("threads", threads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"Grader {name} is {value!r}; it must be a whole number of at least 1.")
         self.folder = Path(folder)
         self.record = read_record(self.folder)
         self.grade_values = np.asarray(self.record["grades"])
@@ -97,8 +111,15 @@ class Grader:
         # The level the export's parity gate ran with; never a different one than was checked.
         if self.record.get("graph_optimization") == "disabled":
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        self.session = ort.InferenceSession(str(self.folder / self.record["model_file"]["name"]), opts,
-                                            providers=["CPUExecutionProvider"])
+        model_path = self.folder / self.record["model_file"]["name"]
+        if not model_path.is_file():
+            raise UserError(f"{self.folder}: no {model_path.name}, which grader.json names; re-export the grader.")
+        try:
+            self.session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        except Exception as e:  # onnxruntime's InvalidProtobuf, Fail, ... derive from Exception only
+            reason = str(e).split(":")[-1].strip()[:200] or type(e).__name__
+            raise UserError(f"{model_path} is damaged or incomplete ({reason}); re-export the grader or copy the "
+                            "folder again.") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
 
     def logits(self, pairs, *, progress: Callable[[int], None] | None = None) -> np.ndarray:

@@ -3,10 +3,13 @@ headcut's own (pruned) artifacts, which `from_pretrained` cannot reload (their s
 from __future__ import annotations
 
 import json
+import pickle
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from headcut.arch import apply_shape, model_type, shape_record
@@ -85,8 +88,10 @@ def load_model(
 
     path = resolve_source(source)
     weights = _weights_file(path, allow_pickle=allow_pickle)
-    meta = json.loads((path / META_FILE).read_text()) if (path / META_FILE).exists() else {}
-    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    meta = read_json_file(path / META_FILE) if (path / META_FILE).exists() else {}
+    read_json_file(path / "config.json")  # transformers' own error does not say which file is broken
+    with broken_file(path / "config.json"):
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     kind = getattr(config, "model_type", None)
     from headcut.arch import SUPPORTED
 
@@ -97,13 +102,12 @@ def load_model(
     config.num_labels = num_labels
     config._attn_implementation = attn_implementation
     shape = getattr(config, SHAPE_KEY, None)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), broken_file(weights):
         torch.manual_seed(seed)  # a fresh classification head is the same on every load
         if shape is not None:
             model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
             apply_shape(model, shape)
-            state = load_file(str(weights))
-            model.load_state_dict(state, strict=True)
+            model.load_state_dict(_read_state(weights), strict=True)
         else:
             model = AutoModelForSequenceClassification.from_pretrained(
                 path,
@@ -114,8 +118,45 @@ def load_model(
             )
     model.eval()
     model_type(model)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    if (path / "tokenizer.json").exists():
+        read_json_file(path / "tokenizer.json")
+    with broken_file(path, label=f"the tokenizer in {path}"):
+        tokenizer = AutoTokenizer.from_pretrained(path)
     return LoadedModel(model, tokenizer, meta, str(path), file_hash(weights))
+
+
+def _read_state(weights: Path) -> dict:
+    """A state dict from safetensors (one file or an index of shards) or, when allowed, a pickle."""
+    if weights.suffix == ".bin":
+        return torch.load(weights, map_location="cpu", weights_only=True)
+    if weights.name.endswith(".index.json"):
+        shards = sorted(set(read_json_file(weights).get("weight_map", {}).values()))
+        return {k: v for shard in shards for k, v in load_file(str(weights.parent / shard)).items()}
+    return load_file(str(weights))
+
+
+def read_json_file(path: Path) -> dict:
+    """A JSON object from a model folder's file, or a UserError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "
+                        "folder again.") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is damaged or incomplete (a JSON object was expected); copy or download the "
+                        "model folder again.")
+    return data
+
+
+@contextmanager
+def broken_file(path: Path, *, label: str | None = None):
+    """Turn a library's error while reading `path` into one sentence that names it."""
+    try:
+        yield
+    except (OSError, ValueError, RuntimeError, EOFError, KeyError, SafetensorError, pickle.UnpicklingError) as e:
+        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise UserError(f"{label or path} is damaged or incomplete ({reason}); copy or download the model "
+                        "folder again.") from None
 
 
 def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None, overwrite: bool = False) -> Path:

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from headcut.errors import UserError
+from headcut.ranges import range_problems
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
 
@@ -28,6 +29,8 @@ def builtin_recipes(kind: str | None = None) -> list[str]:
 def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") and path.exists():
+        if not path.is_file():  # a FIFO would block the read
+            raise UserError(f"recipe {path} is not a regular file; pass a YAML file or a built-in name.")
         return path
     for candidate in (RECIPE_ROOT / f"{name_or_path}.yaml", RECIPE_ROOT / (kind or "") / f"{name_or_path}.yaml"):
         if candidate.exists():
@@ -40,22 +43,36 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides."""
     path = find_recipe(name_or_path, kind=kind)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise UserError(f"{path}{where}: invalid YAML ({getattr(e, 'problem', e)}); fix the file.") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start}); re-save it as UTF-8.") from None
+    data = _yaml(text, str(path), "fix the file") or {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: a recipe is a mapping of keys to values; fix the file.")
+    origins = {}
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
             raise UserError(f"--set '{item}' is not key=value; write e.g. --set epochs=2.")
-        data[key.strip()] = yaml.safe_load(value)
-    return from_dict(cls, data, where=str(path))
+        data[key.strip()] = _yaml(value, f"--set '{item}'", "quote text values, e.g. --set key='[x'")
+        origins[key.strip()] = f"--set {item}"
+    return from_dict(cls, data, where=str(path), origins=origins)
 
 
-def from_dict(cls, data: dict, *, where: str = "recipe"):
+def _yaml(text: str, where: str, fix: str):
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise UserError(f"{where}{at}: invalid YAML ({getattr(e, 'problem', e)}); {fix}.") from None
+    except RecursionError:
+        raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
+
+
+def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None):
+    """`origins` names where a key's value came from (e.g. '--set epochs=0'), for the error messages."""
+    origins = origins or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = [k for k in data if k not in fields]
     if unknown:
@@ -65,12 +82,14 @@ def from_dict(cls, data: dict, *, where: str = "recipe"):
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():
-        values[key] = _coerce(value, hints[key], f"{where}: key '{key}'")
+        values[key] = _coerce(value, hints[key], f"{origins.get(key, where)}: key '{key}'")
     missing = [f.name for f in fields.values()
                if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     if missing:
         raise UserError(f"{where}: missing key '{missing[0]}'; add it or pass --set {missing[0]}=VALUE.")
     recipe = cls(**values)
+    for key, sentence in range_problems(recipe):
+        raise UserError(f"{origins.get(key, where)}: {sentence}")
     check = getattr(recipe, "check", None)
     if check:
         check(where)

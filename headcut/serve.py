@@ -68,21 +68,31 @@ async def _send_json(send, status: int, message: str):
 
 def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits()):
     """The FastAPI app for one grader folder (one Grader per worker process)."""
+    from typing import Annotated
+
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, PlainTextResponse
-    from pydantic import BaseModel, ConfigDict, Field
+    from pydantic import AfterValidator, BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
+    from headcut.data import text_problem
     from headcut.grader import Grader
 
     grader = Grader(grader_dir, threads=threads)
-    text = Field(min_length=1, max_length=limits.max_text_chars)
+
+    def checked(value: str) -> str:  # the rule `headcut grade` applies to a file's texts
+        problem = text_problem(value, max_chars=limits.max_text_chars)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    Text = Annotated[str, Field(min_length=1, max_length=limits.max_text_chars), AfterValidator(checked)]
 
     class Pair(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        query: str = text
-        title: str = text
+        query: Text
+        title: Text
 
     class GradeRequest(BaseModel):
         model_config = ConfigDict(extra="forbid")
@@ -90,8 +100,8 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits()):
 
     class RankRequest(BaseModel):
         model_config = ConfigDict(extra="forbid")
-        query: str = text
-        titles: list[str] = Field(min_length=1, max_length=limits.max_pairs)
+        query: Text
+        titles: list[Text] = Field(min_length=1, max_length=limits.max_pairs)
 
     app = FastAPI(title="headcut grader", version="1")
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
@@ -102,8 +112,11 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits()):
     async def count(request: Request, call_next):
         start = time.perf_counter()
         response = await call_next(request)
+        # the route's template, never the raw path: a scanner's random paths share one series
+        route = request.scope.get("route")
+        label = getattr(route, "path", None) or "unmatched"
         with lock:
-            stats["requests"][(request.url.path, response.status_code)] += 1
+            stats["requests"][(label, response.status_code)] += 1
             stats["seconds"] += time.perf_counter() - start
         return response
 

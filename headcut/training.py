@@ -21,23 +21,26 @@ import torch
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError
 from headcut.evaluate.predict import Encoded, collate
+from headcut.files import write_text
+from headcut.ranges import check_ranges, ranged
 
 
 @dataclass(frozen=True)
 class LoopSettings:
-    epochs: float = 2.0
-    batch_size: int = 32  # the global batch: under accelerate launch each process takes a share of it
-    learning_rate: float = 5e-5
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.01
-    gradient_accumulation: int = 1
+    """Each numeric field's allowed range is declared with it (`ranged`) and checked when a recipe is read."""
+    epochs: float = ranged(2.0, 0.0, 1000.0, low_open=True)
+    batch_size: int = ranged(32, 1, 65536)  # the global batch: under accelerate launch each process takes a share of it
+    learning_rate: float = ranged(5e-5, 0.0, 1.0, low_open=True)
+    warmup_ratio: float = ranged(0.1, 0.0, 1.0)  # share of the steps spent warming up
+    weight_decay: float = ranged(0.01, 0.0, 1.0)
+    gradient_accumulation: int = ranged(1, 1, 1024)
     mixed_precision: Literal["no", "fp16", "bf16"] = "no"  # bf16/fp16 on accelerators that support them
-    eval_every: int = 200
-    checkpoint_every: int = 200
-    early_stopping_patience: int = 0  # evaluations without improvement before stopping; 0 = never
+    eval_every: int = ranged(200, 1)
+    checkpoint_every: int = ranged(200, 1)
+    early_stopping_patience: int = ranged(0, 0)  # evaluations without improvement before stopping; 0 = never
     select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"  # "loss" is minimised
-    seed: int = 0
-    max_grad_norm: float = 1.0
+    seed: int = ranged(0, 0, 2**32 - 1)
+    max_grad_norm: float = ranged(1.0, 0.0, low_open=True)
 
 
 @dataclass(frozen=True)
@@ -49,20 +52,23 @@ class TrainingRecipe(LoopSettings):
     train_data: str | None = None  # a file, or "synthetic"
     dev_data: str | None = None  # a file, or "synthetic"; None: hold out dev_fraction of train by query
     preset: str | None = None
-    train_rows: int | None = None
-    dev_rows: int | None = 1000
-    dev_fraction: float = 0.1
+    train_rows: int | None = ranged(None, 1)
+    dev_rows: int | None = ranged(1000, 1)
+    dev_fraction: float = ranged(0.1, 0.0, 1.0, low_open=True, high_open=True)
     grades: tuple[int, ...] = DEFAULT_GRADES
-    max_length: int = 64
+    max_length: int = ranged(64, 8, 8192)
+
+    def input_paths(self) -> list:
+        """Files and folders the run reads (None or a built-in name where unset): none may be its output."""
+        return [self.train_data, self.dev_data]
 
     def check(self, where: str) -> None:
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --set train_data=FILE.")
-        for name in ("epochs", "learning_rate", "batch_size", "max_length", "eval_every", "checkpoint_every"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"{where}: key '{name}' must be positive, not {getattr(self, name)}.")
-        if not 0 < self.dev_fraction < 1:
-            raise UserError(f"{where}: key 'dev_fraction' must lie in (0, 1).")
+        check_ranges(self, where)
+        if len(self.grades) < 2 or len(set(self.grades)) != len(self.grades):
+            raise UserError(f"{where}: key 'grades' is {list(self.grades)}; name two or more different grades, "
+                            "e.g. [1, 2, 3, 4, 5].")
 
 
 @dataclass
@@ -277,13 +283,23 @@ def open_work_dir(out: Path, run_hash: str, stamp: dict, *, overwrite: bool) -> 
 
     work = out.with_name(out.name + ".partial")
     stamp_file = work / "recipe.json"
-    if work.exists() and stamp_file.exists() and json.loads(stamp_file.read_text()).get("hash") != run_hash:
+    if work.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash:
         if not overwrite:
-            raise UserError(f"{work} holds an unfinished run of another recipe; pass --overwrite to start afresh.")
+            raise UserError(f"{work} holds an unfinished run of another recipe (or a damaged {stamp_file.name}); "
+                            "pass --overwrite to start afresh.")
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
-    stamp_file.write_text(json.dumps({"hash": run_hash, **stamp}))
+    write_text(stamp_file, json.dumps({"hash": run_hash, **stamp}))  # atomic: a kill leaves the old stamp or none
     return work
+
+
+def _stamp_hash(stamp_file: Path) -> str | None:
+    """The run hash a work folder was stamped with; None when a kill mid-write left the stamp unreadable."""
+    try:
+        stamp = json.loads(stamp_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    return stamp.get("hash") if isinstance(stamp, dict) else None
 
 
 def publish_best(work: Path, out: Path, extra_meta: dict) -> dict:

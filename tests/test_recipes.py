@@ -50,7 +50,7 @@ def test_a_misspelt_key_names_itself_and_the_valid_keys(tmp_path):
     ("cache_teacher=sometimes", "key 'cache_teacher' must be true or false"),
     ("layer_map=3", "key 'layer_map' must be a list"),
     ("tune_fields=[seed]", "tune_fields names 'seed', which is not tunable"),
-    ("temperature=0", "key 'temperature' must be positive"),
+    ("temperature=0", r"key 'temperature' is 0, which is out of range; it must be in \(0, 100\]"),
 ])
 def test_bad_values_are_errors_that_name_the_key(override, message):
     with pytest.raises(UserError, match=message):

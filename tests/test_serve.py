@@ -90,3 +90,47 @@ def test_oversize_requests_are_refused_and_the_server_lives_on(server):
     assert health["status"] == "ok" and health["limits"]["max_pairs"] == 16
     metrics = httpx.get(url + "/metrics", timeout=30).text
     assert 'path="/grade",status="200"' in metrics and "headcut_pairs_total" in metrics
+
+
+# Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.
+
+@pytest.mark.parametrize("path, body, where", [
+    ("/rank", {"query": "drill", "titles": [""]}, "titles.0"),
+    ("/rank", {"query": "drill", "titles": ["cordless drill", "   "]}, "titles.1"),
+    ("/rank", {"query": "drill", "titles": ["a\u0000b"]}, "titles.0"),
+    ("/rank", {"query": " \t ", "titles": ["cordless drill"]}, "query"),
+    ("/grade", {"pairs": [{"query": "   ", "title": "cordless drill"}]}, "pairs.0.query"),
+    ("/grade", {"pairs": [{"query": "drill", "title": "\n"}]}, "pairs.0.title"),
+    ("/grade", {"pairs": [{"query": "dr\u0007ill", "title": "cordless drill"}]}, "pairs.0.query"),
+])
+def test_blank_or_control_texts_are_refused_like_the_cli(server, path, body, where):
+    reply = httpx.post(server[0] + path, json=body, timeout=30)
+    assert reply.status_code == 422, reply.text
+    assert where in reply.json()["error"]
+
+
+def test_metrics_do_not_grow_with_unknown_paths(server):
+    import uuid
+
+    url, _ = server
+
+    def series():
+        # one worker answers each request, so read each worker's page until both were seen
+        pages = {}
+        for _ in range(40):
+            text = httpx.get(url + "/metrics", timeout=30).text
+            pid = next(line for line in text.splitlines() if line.startswith("headcut_worker_pid"))
+            pages[pid] = [line for line in text.splitlines() if line.startswith("headcut_requests_total")]
+            if len(pages) == 2:
+                break
+        return max(len(lines) for lines in pages.values()), pages
+
+    with httpx.Client(timeout=30) as client:
+        for _ in range(3):
+            client.get(f"{url}/{uuid.uuid4().hex}")  # every worker has seen an unknown path at least once, likely
+        before, _ = series()
+        for _ in range(60):
+            assert client.get(f"{url}/{uuid.uuid4().hex}/x").status_code == 404
+    after, pages = series()
+    assert after <= before + 1, pages  # at most one new series: the bucket for unknown paths
+    assert all(not any("/x" in line for line in lines) for lines in pages.values())

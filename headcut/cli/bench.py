@@ -5,19 +5,21 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt,
-                                quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, THREADS, TITLE_COL, Opt,
+                                number, quiet_transformers, read_data, user_errors)
 
 
-def _ints(text: str, flag: str) -> tuple[int, ...]:
+def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
     from headcut.errors import UserError
 
     try:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise UserError(f"{flag} '{text}' is not a comma-separated list of numbers; write e.g. {flag} 1,8,32.") from None
-    if not values or min(values) < 1:
-        raise UserError(f"{flag} '{text}' needs positive numbers; write e.g. {flag} 1,8,32.")
+    for value in values:
+        problem = valid.problem(value)
+        if problem:
+            raise UserError(f"{flag} '{text}': {value} {problem}.")
     return values
 
 
@@ -27,10 +29,11 @@ def bench(
     grader: list[Path] = typer.Option([], "--grader", "-g", help="ONNX grader folder from `headcut export` (repeatable)."),
     data: str = typer.Option(..., "--data", "-d", help="Labelled pairs for accuracy/agreement and the timing inputs."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for bench.json, bench.md and bench.png."),
-    threads: int = typer.Option(2, "--threads", help="Threads for every variant (PyTorch and ONNX Runtime)."),
+    threads: int = THREADS,
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Batch sizes of the grid."),
     seq_lens: str = typer.Option("32,64,128", "--seq-lens", help="Sequence lengths of the grid."),
-    repeats: int = typer.Option(10, "--repeats", help="Timed runs per variant and cell (after 2 warm-up runs)."),
+    repeats: int = number(10, "--repeats", help="Timed runs per variant and cell (after 2 warm-up runs)", low=1,
+                          high=10_000),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     overwrite: bool = OVERWRITE,
@@ -42,21 +45,31 @@ def bench(
     """
     quiet_transformers()
     from headcut.export.bench import BenchSettings, benchmark, figure, load_measured, markdown, onnx_variant, pytorch_variant
-    from headcut.files import atomic_dir, write_json, write_text
+    from headcut.files import atomic_dir, check_out_dir, write_json, write_text
     from headcut.models import load_model
 
-    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes"), _ints(seq_lens, "--seq-lens"), threads,
-                             repeats=repeats)
+    inputs = [*model, *grader, data]
+    check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
+    from headcut.evaluate.predict import check_max_length
+    from headcut.ranges import Range
+
+    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, 4096)),
+                             _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit)
+    def loaded(name):
+        result = load_model(name)
+        check_max_length(result.model, max(settings.seq_lens), flag="--seq-lens")
+        return result
+
     # Loaded inside load_measured, so each variant's resident-memory growth includes its weights.
-    variants = [load_measured(lambda m=m: pytorch_variant(f"pytorch fp32 {Path(m).name}", load_model(m), threads=threads))
+    variants = [load_measured(lambda m=m: pytorch_variant(f"pytorch fp32 {Path(m).name}", loaded(m), threads=threads))
                 for m in model]
     for folder in grader:
         variants.append(load_measured(lambda f=folder: onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=threads)))
     report = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
     table = markdown(report)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, inputs=inputs) as tmp:
         write_json(tmp / "bench.json", report)
         write_text(tmp / "bench.md", table)
         figure(report).savefig(tmp / "bench.png", dpi=130)

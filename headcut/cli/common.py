@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from headcut.errors import UserError
+from headcut.ranges import Range
 
 
 def user_errors(fn):
@@ -50,15 +51,48 @@ def progress_bar(total: int, desc: str):
                 disable=None)
 
 
+def bounded(kind: type, valid: Range):
+    """A parser for a whole or finite number within `valid`; typer reports its failure as a usage error (exit 2)
+    while the command line is parsed, before any work."""
+
+    def parse(value):
+        if isinstance(value, kind) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = kind(value)
+            except (TypeError, ValueError):
+                raise typer.BadParameter(f"'{value}' is not a {'whole number' if kind is int else 'number'}.") from None
+        problem = valid.problem(number)
+        if problem:
+            raise typer.BadParameter(f"{value} {problem}.")
+        return number
+
+    parse.__name__ = kind.__name__  # the metavar typer shows in --help
+    parse.valid = valid
+    return parse
+
+
+def number(default, *flags: str, help: str, low=None, high=None, low_open=False, high_open=False, kind=None):
+    """A typer option for a number with a checked range: number(64, "--batch-size", help=..., low=1)."""
+    valid = Range(low, high, low_open, high_open)
+    kind = kind or type(default)
+    return typer.Option(default, *flags, help=f"{help} ({valid.describe()}).", parser=bounded(kind, valid))
+
+
 # Reusable option declarations (typer reads the defaults).
 PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or qbqtc.")
 QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")
 TITLE_COL = typer.Option(None, "--title-col", help="Title column name (default: title).")
 LABEL_COL = typer.Option(None, "--label-col", help="Label column name (default: grade).")
 LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
-MAX_LENGTH = typer.Option(None, "--max-length", help="Token limit per pair (default: the model's, else 128).")
-LIMIT = typer.Option(None, "--limit", help="Use a seeded random sample of this many rows.")
-OVERWRITE = typer.Option(False, "--overwrite", help="Replace a non-empty output folder.")
+MAX_LENGTH = number(None, "--max-length", help="Token limit per pair (default: the model's, else 128)", low=8, kind=int)
+LIMIT = number(None, "--limit", help="Use a seeded random sample of this many rows", low=1, kind=int)
+BATCH_SIZE = number(64, "--batch-size", help="Pairs per forward pass", low=1)
+BOOTSTRAP = number(1000, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10)
+THREADS = number(2, "--threads", help="Threads (PyTorch and ONNX Runtime)", low=1)
+SEED = number(0, "--seed", help="Seed of the data sample and anything random", low=0, high=2**32 - 1)
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing output file or non-empty output folder.")
 ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")
 Opt = Optional
 

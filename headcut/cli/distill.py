@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, quiet_transformers, training_progress, user_errors
+from headcut.cli.common import OVERWRITE, Opt, number, quiet_transformers, training_progress, user_errors
 
 
 def format_result(metrics: dict) -> str:
@@ -34,8 +34,8 @@ def distill(
     out: Opt[Path] = typer.Option(None, "--out", "-o", help="Student artifact folder (default: runs/<recipe name>); "
                                   "checkpoints go to OUT.partial/. With --tune: the study folder."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable)."),
-    tune: int = typer.Option(0, "--tune", help="Search the recipe's tune_fields with optuna for N trials "
-                             "(resumable: rerun to continue)."),
+    tune: int = number(0, "--tune", help="Search the recipe's tune_fields with optuna for N trials "
+                       "(resumable: rerun to continue; 0 = train once)", low=0, high=10_000),
     overwrite: bool = OVERWRITE,
 ):
     """Distil a student (bottom-k layers, a pruned artifact, or a smaller config) from its teacher.

@@ -5,8 +5,9 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, PRESET, QUERY_COL, TITLE_COL,
-                                Opt, progress_bar, quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, BOOTSTRAP, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE,
+                                PRESET, QUERY_COL, TITLE_COL, Opt, progress_bar, quiet_transformers, read_data,
+                                user_errors)
 
 
 def format_metrics(metrics: dict) -> str:
@@ -63,12 +64,12 @@ def evaluate(
     out: Opt[Path] = typer.Option(None, "--out", help="Write metrics JSON here."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
-    batch_size: int = typer.Option(64, help="Pairs per forward pass."),
+    batch_size: int = BATCH_SIZE,
     max_length: Opt[int] = MAX_LENGTH,
-    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CIs."),
+    bootstrap: int = BOOTSTRAP,
     against: Opt[str] = typer.Option(None, "--against", help="A reference model or grader (e.g. the teacher) graded on the same "
                                      "pairs: prints model - reference with paired bootstrap CIs, and grade agreement."),
-    allow_pickle: bool = ALLOW_PICKLE,
+    allow_pickle: bool = ALLOW_PICKLE, overwrite: bool = OVERWRITE,
 ):
     """Grade MODEL on DATA: accuracy, macro-F1, Spearman of the expected grade, loss, NDCG@10, with 95% CIs.
 
@@ -78,8 +79,10 @@ def evaluate(
     """
     quiet_transformers()
     from headcut.evaluate import metrics_with_ci, paired_bootstrap, summarize
-    from headcut.files import write_json
+    from headcut.files import check_out_file, write_json
 
+    if out:
+        check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json")
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit)
     grade_model = open_model(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, TITLE_COL,
-                                Opt, quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
+                                THREADS, TITLE_COL, Opt, number, quiet_transformers, read_data, user_errors)
 
 
 def format_record(record: dict) -> str:
@@ -41,13 +41,16 @@ def export(
     out: Path = typer.Option(..., "--out", "-o", help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
     int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate."),
     optimize: bool = typer.Option(False, "--optimize", help="ONNX Runtime operator fusion, kept only if it passes parity."),
-    opset: int = typer.Option(17, "--opset", help="ONNX opset."),
+    opset: int = number(17, "--opset", help="ONNX opset", low=14, high=20),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Labelled pairs for the gate and accuracy (needed by --int8)."),
-    max_drop: float = typer.Option(1.0, "--max-drop", help="INT8: most accuracy points it may lose against fp32."),
-    min_agreement: float = typer.Option(0.97, "--min-agreement", help="INT8: least share of grades equal to fp32's."),
-    max_spearman_drift: float = typer.Option(0.005, "--max-spearman-drift", help="INT8: most Spearman change vs fp32."),
-    threads: int = typer.Option(2, "--threads", help="ONNX Runtime threads for the checks."),
-    max_length: Opt[int] = typer.Option(None, "--max-length", help="Token limit per pair (default: the model's)."),
+    max_drop: float = number(1.0, "--max-drop", help="INT8: most accuracy points it may lose against fp32",
+                             low=0.0, high=100.0),
+    min_agreement: float = number(0.97, "--min-agreement", help="INT8: least share of grades equal to fp32's",
+                                  low=0.0, high=1.0),
+    max_spearman_drift: float = number(0.005, "--max-spearman-drift", help="INT8: most Spearman change vs fp32",
+                                       low=0.0, high=2.0),
+    threads: int = THREADS,
+    max_length: Opt[int] = MAX_LENGTH,
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
@@ -58,8 +61,10 @@ def export(
     """
     quiet_transformers()
     from headcut.export import Int8Gate, build_grader
+    from headcut.files import check_out_dir
     from headcut.models import load_model
 
+    check_out_dir(out, overwrite=overwrite, inputs=[model, data])
     pairs = None
     if data:
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,

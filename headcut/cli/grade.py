@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import LABEL_COL, PRESET, QUERY_COL, TITLE_COL, Opt, progress_bar, user_errors
+from headcut.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
+                                user_errors)
 
 
 def grade_rows(pairs, result, grades) -> list[dict]:
@@ -40,27 +41,25 @@ def grade(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
     pairs_file: Path = typer.Argument(..., help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
     out: Path = typer.Option(..., "--out", "-o", help="Where to write grades (same format as the input unless the suffix says)."),
-    threads: int = typer.Option(2, "--threads", help="ONNX Runtime threads."),
-    batch_size: int = typer.Option(32, "--batch-size", help="Pairs per forward pass."),
+    threads: int = number(2, "--threads", help="ONNX Runtime threads", low=1),
+    batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
-    label_col: Opt[str] = LABEL_COL,
+    label_col: Opt[str] = LABEL_COL, overwrite: bool = OVERWRITE,
 ):
     """Grade every pair in PAIRS_FILE: grade, expected grade and each grade's probability per row.
 
     Example: headcut grade runs/grader ../shared/data/homedepot/dev.tsv --out dev-grades.tsv
     """
     from headcut.data import guess_format, read_pairs
-    from headcut.errors import UserError
-    from headcut.files import write_text
+    from headcut.files import check_out_file, write_text
     from headcut.grader import Grader
 
-    pairs = read_pairs(pairs_file, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                       require_labels=False)
-    fmt = guess_format(out) if out.suffix else guess_format(pairs_file)
+    check_out_file(out, overwrite=overwrite, inputs=[pairs_file, grader_dir], example="grades.tsv")
+    fmt = guess_format(out) if out.suffix else guess_format(pairs_file)  # an unknown --out suffix fails before work
     if fmt == "json":
         fmt = "jsonl"
-    if out.exists() and out.is_dir():
-        raise UserError(f"--out {out} is a folder; name a file such as grades.tsv.")
+    pairs = read_pairs(pairs_file, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
+                       require_labels=False)
     grader = Grader(grader_dir, threads=threads, batch_size=batch_size)
     with progress_bar(len(pairs), "grading") as bar:
         result = grader.grade(pairs, progress=bar.update)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt,
-                                progress_bar, quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
+                                TITLE_COL, Opt, number, progress_bar, quiet_transformers, read_data, user_errors)
 from headcut.errors import UserError
 
 
@@ -15,44 +15,51 @@ from headcut.errors import UserError
 def prune(
     model: str = typer.Option(..., "--model", "-m", help="Model folder (a fine-tuned grader) or built-in name."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the pruned grader, report.md and the figure."),
-    keep_ratio: Opt[float] = typer.Option(None, "--keep-ratio", help="Heads only: share of heads to keep, in (0, 1]; "
-                                          "keeps round(ratio x all heads). Saves little compute: the FFN stays."),
-    flops: Opt[float] = typer.Option(None, "--flops", help="Heads AND FFN neurons: share of the model's FLOPs per "
-                                     "pair to keep, in (0, 1], e.g. 0.5 for ~2x less compute. No gradient training."),
-    latency: Opt[float] = typer.Option(None, "--latency", help="Heads AND FFN neurons: share of the model's measured "
-                                       "PyTorch latency per batch (--batch x --seq-len) to keep, e.g. 0.5. Times this "
-                                       "machine's layer cost tables once (cached in $HEADCUT_CACHE, default ~/.cache/headcut)."),
-    batch: int = typer.Option(32, "--batch", help="--latency: batch size the latency is measured at."),
+    keep_ratio: Opt[float] = number(None, "--keep-ratio", help="Heads only: share of heads to keep; keeps "
+                                    "round(ratio x all heads). Saves little compute: the FFN stays",
+                                    low=0.0, high=1.0, low_open=True, kind=float),
+    flops: Opt[float] = number(None, "--flops", help="Heads AND FFN neurons: share of the model's FLOPs per pair to "
+                               "keep, e.g. 0.5 for ~2x less compute. No gradient training",
+                               low=0.0, high=1.0, low_open=True, kind=float),
+    latency: Opt[float] = number(None, "--latency", help="Heads AND FFN neurons: share of the model's measured PyTorch "
+                                 "latency per batch (--batch x --seq-len) to keep, e.g. 0.5. Times this machine's layer "
+                                 "cost tables once (cached in $HEADCUT_CACHE, default ~/.cache/headcut)",
+                                 low=0.0, high=1.0, low_open=True, kind=float),
+    batch: int = number(32, "--batch", help="--latency: batch size the latency is measured at", low=1, high=4096),
     scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
                                   "mask tuning on (default: the model's recorded dev data). Grades are optional."),
     method: Opt[str] = typer.Option(None, "--method", help="--keep-ratio: scan method, ablation, fisher, gradient or kl "
                                      "(default fisher); with --scores, which method of the file to use."),
-    targets: str = typer.Option("teacher", "--targets", help="--flops: Fisher targets. teacher = the model's own "
-                                "grade distribution (no labels needed, keeps its judgement); grades = the data's grades."),
-    tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops: re-fit one scale per kept head and neuron by "
-                              "least squares so each layer matches the unpruned one (checked on held-out pairs)."),
-    calibrate: int = typer.Option(512, "--calibrate", help="--flops: pairs of --data (labels unused) for mask tuning."),
-    seq_len: Opt[int] = typer.Option(None, "--seq-len", help="--flops: sequence length the FLOPs are counted at "
-                                     "(default: the model's max_length)."),
-    layer_prior: float = typer.Option(
-        0.0, "--layer-prior",
+    targets: str = typer.Option("teacher", "--targets", help="--flops/--latency: Fisher targets. teacher = the model's "
+                                "own grade distribution (no labels needed, keeps its judgement); grades = the data's grades."),
+    tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops/--latency: re-fit one scale per kept head and "
+                              "neuron by least squares so each layer matches the unpruned one (checked on held-out pairs)."),
+    calibrate: int = number(512, "--calibrate", help="--flops/--latency: pairs of --data (labels unused) for mask "
+                            "tuning; every fifth is held out to check the fit", low=5, high=100_000),
+    seq_len: Opt[int] = number(None, "--seq-len", help="--flops/--latency: sequence length the cost is counted at "
+                               "(default: the model's max_length)", low=1, high=8192, kind=int),
+    layer_prior: float = number(
+        0.0, "--layer-prior", low=0.0, high=100.0,
         help="Keep more units in lower layers: a unit's score (its rank percentile with --keep-ratio) is multiplied "
              "by 1 + prior x (L-1-l)/(L-1) for layer l of L (0 = bottom). 0 = pure global ranking (default: on the "
              "Home Depot MiniLM teacher any prior > 0 hurt below keep 0.7, see benchmarks/prune_curve.py); "
-             "1 = a bottom-layer unit counts double against a top-layer unit of the same score."),
-    min_heads: int = typer.Option(0, "--min-heads", help="--keep-ratio: keep at least this many heads in every layer."),
-    iterative: int = typer.Option(0, "--iterative", help="--keep-ratio: prune in this many steps, re-scoring between them."),
+             "1 = a bottom-layer unit counts double against a top-layer unit of the same score"),
+    min_heads: int = number(0, "--min-heads", help="--keep-ratio: keep at least this many heads in every layer", low=0),
+    iterative: int = number(0, "--iterative", help="--keep-ratio: prune in this many steps, re-scoring between them "
+                            "(0 = one shot)", low=0, high=100),
     eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring data)."),
-    score_rows: Opt[int] = typer.Option(512, "--score-rows", help="Score units on a seeded sample of this many pairs."),
-    eval_rows: Opt[int] = typer.Option(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs."),
+    score_rows: Opt[int] = number(512, "--score-rows", help="Score units on a seeded sample of this many pairs", low=1),
+    eval_rows: Opt[int] = number(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs",
+                                 low=1, kind=int),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
-    batch_size: int = typer.Option(64, help="Pairs per forward pass."),
-    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the paired 95% CIs."),
+    batch_size: int = BATCH_SIZE,
+    bootstrap: int = number(1000, "--bootstrap", help="Bootstrap resamples for the paired 95% CIs", low=10),
     timing: bool = typer.Option(True, "--timing/--no-timing", help="Measure CPU latency before/after at batch 1, 8, 32."),
-    latency_seconds: float = typer.Option(1.0, "--latency-seconds", help="Timed seconds per model and batch size."),
-    seed: int = typer.Option(0, help="Seed for samples and bootstrap."),
+    latency_seconds: float = number(1.0, "--latency-seconds", help="Timed seconds per model and batch size",
+                                    low=0.0, high=600.0, low_open=True),
+    seed: int = SEED,
     allow_pickle: bool = ALLOW_PICKLE,
     overwrite: bool = OVERWRITE,
 ):
@@ -72,27 +79,18 @@ def prune(
     quiet_transformers()
     from headcut.files import check_out_dir
     from headcut.models import load_model
-    from headcut.prune import check_keep_ratio, default_data, prune as run, scores_from_file, write_artifact
+    from headcut.prune import default_data, prune as run, scores_from_file, write_artifact
     from headcut.prune.artifact import FIGURE
     from headcut.prune.pipeline import prune_to_budget
     from headcut.prune.report import format_report
 
     if [keep_ratio, flops, latency].count(None) != 2:
         raise UserError("pass exactly one of --keep-ratio R (heads only), --flops F or --latency S (heads and FFN neurons).")
-    if keep_ratio is not None:
-        check_keep_ratio(keep_ratio)
     budgeted = keep_ratio is None
-    for flag, share in (("--flops", flops), ("--latency", latency)):
-        if share is not None and not 0 < share <= 1:
-            raise UserError(f"{flag} {share} is outside (0, 1]; pass the share of the model's cost to keep, e.g. {flag} 0.5.")
     if budgeted and (scores is not None or iterative or min_heads):
         raise UserError("--scores, --iterative and --min-heads are for --keep-ratio; --flops and --latency score "
                         "heads and neurons themselves.")
-    if batch < 1:
-        raise UserError(f"--batch {batch} must be at least 1.")
-    if calibrate < 5:
-        raise UserError(f"--calibrate {calibrate} is below 5; mask tuning holds out every fifth pair (use --no-tune to skip it).")
-    check_out_dir(out, overwrite=overwrite)
+    check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map)
     given_scores = meta = None

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
-                                TITLE_COL, Opt, quiet_transformers, read_data, user_errors)
+from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
+                                QUERY_COL, SEED, TITLE_COL, Opt, number, quiet_transformers, read_data, user_errors)
 
 
 def stage_bars(total: int):
@@ -85,7 +85,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     from headcut.models import load_model
 
     state = process_state()
-    check_out_dir(out, overwrite=overwrite)
+    check_out_dir(out, overwrite=overwrite, inputs=[model, data])
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=False, seed=seed)
     pairs = read_data(data, title_col=title_col, **read)
@@ -105,7 +105,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     model_info = {"path": loaded.path, "weights_hash": loaded.weights_hash}
     data_info = {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
                  "limit": limit}
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, inputs=[model, data]) as tmp:
         write_scan(tmp, result, model_info=model_info, data_info=data_info)
     return result
 
@@ -121,13 +121,13 @@ def scan(
     experiments: str = typer.Option("all", "--experiments",
                                     help="all, none, or numbers 1-5: 1 random, 2 halves, 3 layers, 4 heads, 5 term."),
     probes: bool = typer.Option(True, "--probes/--no-probes", help="Probe what each head attends to."),
-    limit: Opt[int] = typer.Option(1000, "--limit", help="Seeded random sample of this many pairs (0: all)."),
-    draws: int = typer.Option(5, "--draws", help="Random masks per ratio in experiments 1, 2 and 5."),
-    k: int = typer.Option(5, "--k", help="Term-matching heads masked in experiment 5."),
-    bootstrap: int = typer.Option(200, "--bootstrap", help="Bootstrap resamples for the 95% CIs."),
-    batch_size: int = typer.Option(64, help="Pairs per forward pass."),
+    limit: Opt[int] = number(1000, "--limit", help="Seeded random sample of this many pairs (0: all)", low=0),
+    draws: int = number(5, "--draws", help="Random masks per ratio in experiments 1, 2 and 5", low=1, high=1000),
+    k: int = number(5, "--k", help="Term-matching heads masked in experiment 5", low=1),
+    bootstrap: int = number(200, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10),
+    batch_size: int = BATCH_SIZE,
     max_length: Opt[int] = MAX_LENGTH,
-    seed: int = typer.Option(0, "--seed", help="Seed of the data sample and the random masks."),
+    seed: int = SEED,
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, seg_col: Opt[str] = SEG_COL,
     overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
@@ -157,10 +157,10 @@ def probe(
     model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
     data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'; grades not needed."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the probe report (importance.json holds entropy)."),
-    limit: Opt[int] = typer.Option(500, "--limit", help="Seeded random sample of this many pairs (0: all)."),
-    batch_size: int = typer.Option(32, help="Pairs per forward pass."),
+    limit: Opt[int] = number(500, "--limit", help="Seeded random sample of this many pairs (0: all)", low=0),
+    batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1),
     max_length: Opt[int] = MAX_LENGTH,
-    seed: int = typer.Option(0, "--seed", help="Seed of the data sample."),
+    seed: int = SEED,
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, seg_col: Opt[str] = SEG_COL,
     overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,

@@ -4,16 +4,19 @@ Fields with `tune` metadata are the ones `--tune N` may search (optuna), with th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from headcut.errors import UserError
+from headcut.ranges import ranged
 from headcut.training import TrainingRecipe
 
 
-def tunable(default: float, low: float, high: float, *, log: bool = False):
-    """A recipe field `--tune` may search in [low, high] (log scale for rates)."""
-    return field(default=default, metadata={"tune": (low, high, log)})
+def tunable(default: float, low: float, high: float, *, log: bool = False, valid: tuple = (0.0, None)):
+    """A recipe field `--tune` may search in [low, high] (log scale for rates); `valid` (low, high[, low_open])
+    is what a recipe may set it to."""
+    return ranged(default, *valid[:2], low_open=valid[2] if len(valid) > 2 else False,
+                  metadata={"tune": (low, high, log)})
 
 
 @dataclass(frozen=True)
@@ -21,27 +24,30 @@ class DistillRecipe(TrainingRecipe):
     teacher: str | None = None  # the unpruned teacher artifact; `pruned` students may name it in their headcut.json
     student: Literal["bottom-k", "pruned", "config"] = "bottom-k"
     student_model: str | None = None  # `pruned`: the pruned artifact to train
-    keep_layers: int = 3  # `bottom-k`: the teacher's lower k layers
-    student_layers: int = 3  # `config`: a smaller config ...
-    student_hidden: int | None = None  # ... None: the teacher's width
-    student_heads: int | None = None
-    student_intermediate: int | None = None
-    layer_map: tuple[int, ...] | None = None  # teacher layer (0-based) per student layer; None: spread evenly
+    keep_layers: int = ranged(3, 1, 256)  # `bottom-k`: the teacher's lower k layers
+    student_layers: int = ranged(3, 1, 256)  # `config`: a smaller config ...
+    student_hidden: int | None = ranged(None, 1, 65536)  # ... None: the teacher's width
+    student_heads: int | None = ranged(None, 1, 1024)
+    student_intermediate: int | None = ranged(None, 1, 262144)
+    layer_map: tuple[int, ...] | None = ranged(None, 0, 255)  # teacher layer (0-based) per student layer; None: spread evenly
 
     unlabeled_data: str | None = None  # extra pairs without grades; the teacher labels them
-    unlabeled_rows: int | None = None
+    unlabeled_rows: int | None = ranged(None, 1)
 
-    temperature: float = tunable(2.0, 1.0, 8.0, log=True)
-    kd_weight: float = tunable(1.0, 0.0, 1.0)
-    ce_weight: float = tunable(0.5, 0.0, 1.0)
-    hidden_weight: float = tunable(0.0, 0.0, 1.0)
-    attention_weight: float = 0.0
-    ordinal_weight: float = 0.0
+    temperature: float = tunable(2.0, 1.0, 8.0, log=True, valid=(0.0, 100.0, True))
+    kd_weight: float = tunable(1.0, 0.0, 1.0, valid=(0.0, 100.0))
+    ce_weight: float = tunable(0.5, 0.0, 1.0, valid=(0.0, 100.0))
+    hidden_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))
+    attention_weight: float = ranged(0.0, 0.0, 100.0)
+    ordinal_weight: float = ranged(0.0, 0.0, 100.0)
     cache_teacher: bool = True
 
-    learning_rate: float = tunable(1e-4, 1e-5, 5e-4, log=True)
+    learning_rate: float = tunable(1e-4, 1e-5, 5e-4, log=True, valid=(0.0, 1.0, True))
     tune_fields: tuple[str, ...] = ("temperature", "kd_weight", "learning_rate")
     measure_speed: bool = True  # teacher vs student CPU latency at batch 1 and 32 when done (a few seconds)
+
+    def input_paths(self) -> list:
+        return [self.teacher, self.student_model, self.unlabeled_data, *super().input_paths()]
 
     def check(self, where: str) -> None:
         super().check(where)
@@ -49,12 +55,6 @@ class DistillRecipe(TrainingRecipe):
             raise UserError(f"{where}: student 'pruned' needs student_model (a pruned artifact); pass --set student_model=DIR.")
         if self.student != "pruned" and self.teacher is None:
             raise UserError(f"{where}: no teacher; pass --set teacher=DIR (a fine-tuned grader).")
-        for name in ("temperature", "keep_layers", "student_layers"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"{where}: key '{name}' must be positive, not {getattr(self, name)}.")
-        for name in ("kd_weight", "ce_weight", "hidden_weight", "attention_weight", "ordinal_weight"):
-            if getattr(self, name) < 0:
-                raise UserError(f"{where}: key '{name}' must be 0 or more, not {getattr(self, name)}.")
         if not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
             raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.")
         if self.layer_map is not None and self.student == "config" and len(self.layer_map) != self.student_layers:

@@ -26,6 +26,7 @@ from headcut.evaluate.predict import encode, predict_logits
 from headcut.files import check_out_dir
 from headcut.finetune import grade_loss, load_data, recipe_hash
 from headcut.models import LoadedModel, load_model, save_model
+from headcut.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
 from headcut.training import is_finished, open_work_dir, publish_best, settings_from, train
@@ -67,7 +68,8 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     `stop_after_steps` stops early, as a kill would (tests use it to check resuming).
     """
     out = Path(out)
-    check_out_dir(out, overwrite=overwrite)
+    check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
+    check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
     attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
     teacher = load_model(teacher_source(recipe), attn_implementation=attn)
     teacher.model.to(PartialState().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
@@ -76,13 +78,12 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
                         "make them agree (--set grades=[...]).")
     student = build_student(recipe, teacher, attn_implementation=attn)
     model, tokenizer = student.loaded.model, student.loaded.tokenizer
-    # opened only once the models load, so a mistyped teacher leaves no half-made run folder behind
-    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
-
     train_pairs, dev = load_data(recipe)
     pairs, labels = with_unlabeled(recipe, train_pairs)
     encoded = encode(tokenizer, pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
+    # opened only once models and data load, so a mistyped teacher or a bad file leaves no half-made run folder
+    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     dev_labels, dev_groups = dev.label_array(), dev.query_groups()
     cache = Path(cache_dir) if cache_dir else work / "teacher"
 

@@ -43,12 +43,10 @@ def teacher_source(recipe: DistillRecipe) -> str:
 
 
 def load_model_meta(source: str) -> dict:
-    import json
-
-    from headcut.models import META_FILE, resolve_source
+    from headcut.models import META_FILE, read_json_file, resolve_source
 
     path = resolve_source(source) / META_FILE
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_json_file(path) if path.exists() else {}
 
 
 def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implementation: str = "sdpa") -> Student:

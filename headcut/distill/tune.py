@@ -14,7 +14,7 @@ from pathlib import Path
 from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import distill
 from headcut.errors import UserError
-from headcut.files import write_json
+from headcut.files import refuse_inputs, write_json
 from headcut.finetune import recipe_hash
 from headcut.recipes import to_dict
 
@@ -36,6 +36,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     import optuna
 
     out = Path(out)
+    refuse_inputs(out, recipe.input_paths())
     if trials <= 0:
         raise UserError(f"--tune {trials}: give the number of trials to run, e.g. --tune 8.")
     if not recipe.tune_fields:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from headcut.arch import layer_parts, mask_shape, present_heads
-from headcut.data import Pairs
+from headcut.data import Pairs, check_regular
 from headcut.errors import UserError
 from headcut.evaluate.ablation import ablation_logits
 from headcut.evaluate.attention import attention_weights
@@ -49,18 +49,38 @@ def example_kl(base: np.ndarray, masked: np.ndarray) -> np.ndarray:
     return (np.exp(p) * (p - q)).sum(axis=-1)
 
 
-def _finish(model, scores) -> torch.Tensor:
+def absent_heads(model) -> torch.Tensor:
+    """True where the (possibly pruned) model no longer has the head (original ids)."""
+    return ~present_heads(model)
+
+
+def check_scores(scores: torch.Tensor, absent: torch.Tensor, what: str) -> None:
+    """A head the model has must have a finite score: a NaN would otherwise sort as the least important."""
+    bad = torch.nonzero(~torch.isfinite(torch.as_tensor(scores)) & ~absent)
+    if len(bad):
+        layer, head = (int(x) for x in bad[0])
+        value = float(torch.as_tensor(scores)[layer, head])
+        kind = "not a number (NaN)" if value != value else f"{value} (not finite)"
+        raise UserError(f"{what}: the score of head L{layer}H{head} is {kind}; the model's outputs are not finite "
+                        "there: check its weights, or rescan.")
+
+
+def _finish(model, scores, what: str = "head scores") -> torch.Tensor:
     scores = torch.as_tensor(np.asarray(scores, dtype=np.float32))
-    return scores.masked_fill(~present_heads(model), float("-inf"))
+    absent = absent_heads(model)
+    check_scores(scores, absent, what)
+    return scores.masked_fill(absent, float("-inf"))
 
 
 def ablation_scores(model, labels, base: np.ndarray, masked: np.ndarray, *, method: str) -> torch.Tensor:
-    """`ablation` or `kl` scores from the logits of `ablation_logits` (so one scan serves both)."""
+    """`ablation` or `kl` scores from the logits of `ablation_logits` (so one scan serves both).
+
+    Heads a pruned layer no longer has are NaN in `masked` (never run) and score -inf."""
     if method == "ablation":
         score = example_nll(masked, labels).mean(-1) - example_nll(base, labels).mean()
     else:
         score = example_kl(base[None, None], masked).mean(-1)
-    return _finish(model, np.nan_to_num(score, nan=0.0))
+    return _finish(model, score, f"{method} scan")
 
 
 def mask_gradients(model, encoded: Encoded, labels: np.ndarray, *, batch_size: int = 64,
@@ -176,15 +196,25 @@ def write_scores(path, scores_by_method: dict[str, torch.Tensor], *, model_info:
                       "extra": extra or {}})
 
 
+def _score_value(value, layer: int, head: int) -> float:
+    """A score from the file: a number, or null for a head the model lacks (-inf)."""
+    if value is None:
+        return float("-inf")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"head L{layer}H{head} is {json.dumps(value)}, not a number")
+    return float(value)
+
+
 def read_scores(path, *, method: str | None = None) -> tuple[torch.Tensor, dict]:
     """Scores of one method (default: the file's first) as `(layers, heads)` float32 (-inf = absent head),
     and meta: method, weights_hash, fingerprint, samples, seed, model, data, methods, file."""
     path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: no such score file; run `headcut scan --out DIR` and pass DIR/importance.json.")
+    check_regular(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such score file; run `headcut scan --out DIR` and pass DIR/importance.json.") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path}: not a readable JSON score file ({e}); rerun `headcut scan`.") from None
     methods = doc.get("methods") if isinstance(doc, dict) else None
     if not isinstance(methods, dict) or not methods or doc.get("format") != FORMAT:
@@ -195,12 +225,14 @@ def read_scores(path, *, method: str | None = None) -> tuple[torch.Tensor, dict]
                         f"pass one of those or rerun `headcut scan --method {name}`.")
     try:
         rows = methods[name]["scores"]
-        scores = torch.tensor([[float("-inf") if v is None else float(v) for v in row] for row in rows],
-                              dtype=torch.float32)
+        scores = torch.tensor([[_score_value(v, layer, head) for head, v in enumerate(row)]
+                               for layer, row in enumerate(rows)], dtype=torch.float32)
         if scores.dim() != 2 or scores.shape[0] == 0:
             raise ValueError("scores must be a non-empty layers x heads table")
     except (KeyError, TypeError, ValueError) as e:
         raise UserError(f"{path}: the '{name}' scores are malformed ({e}); rerun `headcut scan`.") from None
+    nulls = torch.tensor([[v is None for v in row] for row in rows])  # only null marks an absent head
+    check_scores(scores, nulls, f"{path} ('{name}')")
     model_info, data_info = doc.get("model") or {}, doc.get("data") or {}
     meta = {
         "method": name, "methods": list(methods), "file": str(path),

@@ -16,7 +16,7 @@ from headcut.arch import heads_per_layer
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
-from headcut.evaluate.predict import encode
+from headcut.evaluate.predict import check_max_length, encode
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, ParityError, check_parity, export_onnx, gate_batches, input_names, onnx_logits,
                                    parity, reference_logits, run_session, session)
@@ -51,6 +51,7 @@ def build_grader(
     say = progress or (lambda message: None)
     model, tokenizer = loaded.model, loaded.tokenizer
     max_length = max_length or loaded.max_length
+    check_max_length(model, max_length)  # a grader must not accept texts its graph cannot embed
     if int8 and (pairs is None or not pairs.has_labels):
         raise UserError("--int8 needs labelled pairs to check agreement, Spearman and accuracy; pass --data FILE.")
     if not getattr(tokenizer, "is_fast", False):

@@ -21,7 +21,7 @@ def check_unpruned(loaded, flag: str = "--model") -> None:
 
 def scores_from_file(path: str | Path, loaded, *, method: str | None = None) -> tuple[torch.Tensor, dict]:
     """Scores and metadata from a scan's importance.json, refused when they belong to another model."""
-    from headcut.evaluate.importance import read_scores
+    from headcut.evaluate.importance import absent_heads, read_scores
 
     path = Path(path)
     if not path.exists():
@@ -31,6 +31,11 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None) -> 
     expected = mask_shape(loaded.model)
     if tuple(scores.shape) != expected:
         raise UserError(f"--scores {path} has {tuple(scores.shape)} heads but --model has {expected}; "
+                        "scan this model or pass its own score file.")
+    missing = torch.nonzero(torch.isinf(scores) & ~absent_heads(loaded.model))
+    if len(missing):
+        layer, head = (int(x) for x in missing[0])
+        raise UserError(f"--scores {path} has no score (null) for head L{layer}H{head}, which --model has; "
                         "scan this model or pass its own score file.")
     recorded = (meta.get("model") or {}).get("weights_hash")
     if recorded and loaded.weights_hash and recorded != loaded.weights_hash:
@@ -53,10 +58,11 @@ def default_data(loaded) -> tuple[str, str | None]:
 def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, max_length: int = 128,
                 progress=None, seed: int = 0) -> torch.Tensor:
     """(num_layers, num_heads) scores from a scan (higher = more important); unscored heads get -inf."""
-    from headcut.evaluate.importance import head_importance
+    from headcut.evaluate.importance import absent_heads, check_scores, head_importance
 
     if method not in SCAN_METHODS:
         raise UserError(f"--method {method} is unknown; choose one of: {', '.join(SCAN_METHODS)}.")
     scores = torch.as_tensor(head_importance(model, tokenizer, pairs, method=method, batch_size=batch_size,
                                              max_length=max_length, progress=progress, seed=seed), dtype=torch.float64)
-    return torch.nan_to_num(scores, nan=float("-inf"))
+    check_scores(scores, absent_heads(model), f"--method {method} scan")  # never prune a NaN head first
+    return scores

@@ -1,0 +1,69 @@
+"""The allowed range of every numeric flag and recipe field, stated once where the flag or field is declared.
+
+The CLI checks flags while parsing (before any work) and recipes.from_dict checks fields when a recipe is
+read, both with `Range.problem`, so a flag and a recipe key say the same thing about the same value.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from headcut.errors import UserError
+
+
+def _number(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+@dataclass(frozen=True)
+class Range:
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # True: `low` itself is outside
+    high_open: bool = False
+
+    def describe(self) -> str:
+        low, high = self.low, self.high
+        if low is not None and high is not None:
+            return f"in {'(' if self.low_open else '['}{_number(low)}, {_number(high)}{')' if self.high_open else ']'}"
+        if low is not None:
+            return f"{'more than' if self.low_open else 'at least'} {_number(low)}"
+        return f"{'less than' if self.high_open else 'at most'} {_number(high)}"
+
+    def problem(self, value) -> str | None:
+        """Why `value` is not allowed, as the end of a sentence; None when it is."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"is not a finite number; it must be {self.describe()}"
+        low_bad = self.low is not None and (value < self.low or (self.low_open and value == self.low))
+        high_bad = self.high is not None and (value > self.high or (self.high_open and value == self.high))
+        return f"is out of range; it must be {self.describe()}" if low_bad or high_bad else None
+
+
+def ranged(default, low=None, high=None, *, low_open=False, high_open=False, metadata=None):
+    """A dataclass field whose values (or each element, for a tuple) must lie in the range."""
+    valid = Range(low, high, low_open, high_open)
+    return dataclasses.field(default=default, metadata={**(metadata or {}), "range": valid})
+
+
+def range_problems(obj) -> list[tuple[str, str]]:
+    """(field, sentence) for every field of dataclass `obj` outside its `ranged` range (None is unset)."""
+    out = []
+    for f in dataclasses.fields(obj):
+        valid = f.metadata.get("range")
+        value = getattr(obj, f.name)
+        if valid is None or value is None:
+            continue
+        for item in value if isinstance(value, (tuple, list)) else (value,):
+            problem = valid.problem(item)
+            if problem:
+                out.append((f.name, f"key '{f.name}' is {_number(item)}, which {problem}."))
+                break
+    return out
+
+
+def check_ranges(obj, where: str) -> None:
+    """Raise UserError for the first field of dataclass `obj` outside its range."""
+    problems = range_problems(obj)
+    if problems:
+        raise UserError(f"{where}: {problems[0][1]}")

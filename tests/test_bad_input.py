@@ -1,0 +1,651 @@
+"""Issue 12: every bad input a user can cause gets one sentence naming the file, line, column or flag,
+exit code 2, and nothing lost. One test (or a parametrised group) per defect of the sweep."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+from typer.testing import CliRunner
+
+from headcut.cli.main import app
+from headcut.data import read_pairs
+from headcut.errors import UserError
+
+
+def run(*args):
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+def refused(result, *words):
+    """Exit 2, one line naming what is wrong, no traceback."""
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    text = result.output
+    assert "Traceback" not in text
+    for word in words:
+        assert word in text, (word, text)
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    (path.write_bytes if isinstance(text, bytes) else path.write_text)(text)
+    return path
+
+
+# --- 1. nan / inf grades ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("grade", ["nan", "inf", "-inf", "1e400"])
+@pytest.mark.parametrize("label_map", [None, "round"])
+def test_1_non_finite_grade_is_a_user_error(tmp_path, grade, label_map):
+    path = write(tmp_path, "a.tsv", f"query\ttitle\tgrade\ndrill\tcordless drill\t{grade}\n")
+    with pytest.raises(UserError, match=r"line 2, column 'grade'.*not a finite number"):
+        read_pairs(path, label_map=label_map)
+
+
+def test_1_json_nan_grade_is_a_user_error(tmp_path):
+    path = write(tmp_path, "a.jsonl", '{"query": "drill", "title": "cordless drill", "grade": NaN}\n')
+    with pytest.raises(UserError, match=r"line 1, column 'grade'"):
+        read_pairs(path)
+    refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), "line 1", "grade")
+    refused(run("evaluate", "--model", "minilm-l6", "--data", path), "line 1", "grade")
+
+
+# --- 2. over-long fields: one rule for every format --------------------------------------------
+
+def _long_rows(fmt, title):
+    if fmt == "tsv":
+        return f"query\ttitle\tgrade\ndrill\t{title}\t3\n"
+    if fmt == "csv":
+        return f"query,title,grade\ndrill,{title},3\n"
+    if fmt == "jsonl":
+        return json.dumps({"query": "drill", "title": title, "grade": 3}) + "\n"
+    return json.dumps([{"query": "drill", "title": title, "grade": 3}])
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl", "json"])
+def test_2_long_title_under_the_limit_reads_in_every_format(tmp_path, fmt):
+    title = "x" * 200_000
+    pairs = read_pairs(write(tmp_path, f"a.{fmt}", _long_rows(fmt, title)))
+    assert pairs.titles == [title]
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl", "json"])
+def test_2_text_over_the_limit_is_refused_in_every_format(tmp_path, fmt):
+    from headcut.data import MAX_TEXT_CHARS
+
+    path = write(tmp_path, f"a.{fmt}", _long_rows(fmt, "x" * (MAX_TEXT_CHARS + 1)))
+    with pytest.raises(UserError, match=r"line \d+.*longer than .* characters"):
+        read_pairs(path)
+
+
+def test_2_quoted_csv_field_over_many_lines_is_bounded_too(tmp_path):
+    from headcut.data import MAX_TEXT_CHARS
+
+    text = "query,title,grade\ndrill,\"" + ("y" * 1000 + "\n") * (MAX_TEXT_CHARS // 1000 + 2) + "\",3\n"
+    with pytest.raises(UserError, match=r"longer than .* characters"):
+        read_pairs(write(tmp_path, "a.csv", text))
+
+
+# --- 3. FIFOs, devices, endless lines ----------------------------------------------------------
+
+def test_3_fifo_is_refused_without_hanging(tmp_path):
+    fifo = tmp_path / "pairs.tsv"
+    os.mkfifo(fifo)
+    result = {}
+
+    def read():
+        try:
+            read_pairs(fifo)
+        except UserError as e:
+            result["error"] = str(e)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # unblock the reader so the test process can end
+        with open(fifo, "w"):
+            pass
+        pytest.fail("reading a FIFO hangs")
+    assert "not a regular file" in result.get("error", "")
+
+
+def test_3_dev_zero_is_refused(tmp_path):
+    with pytest.raises(UserError, match="not a regular file"):
+        read_pairs("/dev/zero", fmt="tsv")
+    refused(run("grade", tmp_path / "no-grader", "/dev/zero", "--out", tmp_path / "o.tsv"), "/dev/zero",
+            "not a regular file")
+
+
+def test_3_an_endless_line_stops_at_the_cap(tmp_path, monkeypatch):
+    import headcut.data as data
+
+    monkeypatch.setattr(data, "MAX_LINE_BYTES", 10_000)
+    path = write(tmp_path, "a.tsv", "query\ttitle\tgrade\n" + "z" * 50_000)  # no newline at all
+    with pytest.raises(UserError, match=r"line 2 is longer than 10,000 bytes"):
+        read_pairs(path)
+
+
+# --- 4. NUL and other control characters in texts ----------------------------------------------
+
+@pytest.mark.parametrize("name, text", [
+    ("a.tsv", "query\ttitle\tgrade\ndrill\tcord\x00less\t3\n"),
+    ("a.jsonl", '{"query": "drill", "title": "cord\\u0000less", "grade": 3}\n'),
+    ("b.jsonl", '{"query": "dr\\u0007ill", "title": "cordless", "grade": 3}\n'),
+])
+def test_4_nul_and_control_characters_are_refused(tmp_path, name, text):
+    path = write(tmp_path, name, text)
+    with pytest.raises(UserError, match=r"line \d, column '(title|query)'.*control character"):
+        read_pairs(path)
+    refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), "control character")
+
+
+# --- 5. JSON values of the wrong type ----------------------------------------------------------
+
+@pytest.mark.parametrize("row, column", [
+    ({"query": 123, "title": "drill", "grade": 3}, "query"),
+    ({"query": "drill", "title": {"a": 1}, "grade": 3}, "title"),
+    ({"query": True, "title": "drill", "grade": 3}, "query"),
+    ({"query": "drill", "title": ["a"], "grade": 3}, "title"),
+    ({"query": "drill", "title": "x", "grade": True}, "grade"),
+    ({"query": "drill", "title": "x", "grade": {"g": 3}}, "grade"),
+])
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+def test_5_json_values_of_the_wrong_type_are_refused(tmp_path, row, column, fmt):
+    text = json.dumps(row) + "\n" if fmt == "jsonl" else json.dumps([row])
+    path = write(tmp_path, f"a.{fmt}", text)
+    with pytest.raises(UserError, match=rf"line 1, column '{column}'.*(must be (text|a number or text))"):
+        read_pairs(path)
+
+
+# --- weak: a preset's format does not override the file's own -----------------------------------
+
+@pytest.mark.parametrize("name, text", [
+    ("a.jsonl", '{"query": "drill", "title": "cordless drill", "grade": 4}\n'),
+    ("a.json", '[{"query": "drill", "title": "cordless drill", "grade": 4}]'),
+    ("a.csv", "query,title,grade\ndrill,cordless drill,4\n"),
+])
+def test_weak_preset_does_not_force_tsv_on_other_suffixes(tmp_path, name, text):
+    pairs = read_pairs(write(tmp_path, name, text), preset="homedepot")
+    assert pairs.queries == ["drill"] and pairs.titles == ["cordless drill"] and pairs.labels == [3]
+
+
+def test_weak_json_content_in_a_tsv_gets_a_hint(tmp_path):
+    path = write(tmp_path, "a.tsv", '{"query": "drill", "title": "cordless drill", "grade": 4}\n')
+    with pytest.raises(UserError, match=r"looks like JSON lines"):
+        read_pairs(path, preset="homedepot")
+
+
+# --- 6. outputs: an input is never an output, an existing file needs --overwrite ------------------
+
+PAIRS_TSV = "query\ttitle\tgrade\ndrill\tcordless drill\t4\npaint\tred lamp\t1\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_grader(tmp_path_factory):
+    from test_export import make_tiny_grader
+
+    return make_tiny_grader(tmp_path_factory.mktemp("bad-input-grader"))[0]
+
+
+def test_6_grade_out_equal_to_its_input_is_refused(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    for extra in ([], ["--overwrite"]):
+        refused(run("grade", tiny_grader, pairs, "--out", pairs, *extra), "--out", "input")
+        assert pairs.read_text() == PAIRS_TSV
+    link = tmp_path / "link.tsv"
+    link.symlink_to(pairs)
+    refused(run("grade", tiny_grader, pairs, "--out", link, "--overwrite"), "input")
+    assert pairs.read_text() == PAIRS_TSV
+
+
+def test_6_an_existing_out_file_needs_overwrite(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = write(tmp_path, "grades.tsv", "keep me\n")
+    refused(run("grade", tiny_grader, pairs, "--out", out), "--overwrite")
+    assert out.read_text() == "keep me\n"
+    result = run("grade", tiny_grader, pairs, "--out", out, "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("query\ttitle\ttrue_grade\tgrade")
+
+
+def test_6_evaluate_out_follows_the_same_rule(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--out", pairs, "--overwrite"), "input")
+    assert pairs.read_text() == PAIRS_TSV
+    out = write(tmp_path, "m.json", "{}")
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--out", out), "--overwrite")
+    assert out.read_text() == "{}"
+
+
+def test_6_a_folder_out_holding_an_input_is_refused(tmp_path):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("scan", "--model", "minilm-l6", "--data", pairs, "--out", tmp_path, "--overwrite"), "input")
+    assert pairs.read_text() == PAIRS_TSV
+
+
+# --- weak: an export killed mid-write leaves nothing the next run keeps ---------------------------
+
+def test_weak_a_killed_writer_leaves_no_hidden_folder_after_the_next_run(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from headcut.files import atomic_dir
+
+    out = tmp_path / "grader"
+    script = ("import os, sys, time\nfrom headcut.files import atomic_dir\n"
+              "with atomic_dir(sys.argv[1]) as tmp:\n"
+              "    (tmp / 'model.onnx').write_bytes(b'0' * 1000)\n"
+              "    print('ready', flush=True)\n    time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(out)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    assert [p.name for p in tmp_path.glob(".grader.tmp-*")]  # the kill left its temporary folder
+    with atomic_dir(out) as tmp:
+        (tmp / "model.onnx").write_bytes(b"1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["grader"]
+
+
+# --- 7 / 8. every numeric flag has a range, checked before any work ------------------------------
+
+def _numeric_options():
+    """(command, flag, parser) of every int or float option of every command."""
+    import typing
+
+    import typer.main
+
+    out = []
+    group = typer.main.get_command(app)
+    for name, command in sorted(group.commands.items()):
+        for param in command.params:
+            descriptor = getattr(param, "type_descriptor", None)
+            if descriptor is None or not param.opts[0].startswith("--"):
+                continue
+            kinds = {descriptor.annotation, *typing.get_args(descriptor.annotation)}
+            if kinds & {int, float}:
+                out.append((name, param.opts[0], getattr(descriptor.parameter_info, "parser", None),
+                            float if float in kinds else int))
+    return out
+
+
+NUMERIC = _numeric_options()
+
+
+def test_8_there_are_numeric_flags_to_check():
+    assert len(NUMERIC) >= 30 and {"grade", "evaluate", "prune", "scan", "export", "serve", "bench"} <= {
+        c for c, *_ in NUMERIC}
+
+
+@pytest.mark.parametrize("command, flag, func, kind", NUMERIC, ids=[f"{c} {f}" for c, f, *_ in NUMERIC])
+def test_8_every_numeric_flag_has_a_checked_range(command, flag, func, kind):
+    valid = getattr(func, "valid", None)
+    assert valid is not None, f"{command} {flag} has no range"
+    bad = []
+    if valid.low is not None:
+        bad.append(valid.low if valid.low_open else valid.low - 1)
+    if valid.high is not None:
+        bad.append(valid.high if valid.high_open else valid.high + 1)
+    if kind is float:
+        bad += ["nan", "inf"]
+    for value in bad:
+        refused(run(command, flag, value), flag)
+
+
+def test_7_grade_batch_size_out_of_range_writes_nothing(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    for value in ("-1", "0"):
+        refused(run("grade", tiny_grader, pairs, "--out", tmp_path / "g.tsv", "--batch-size", value), "--batch-size")
+        assert not (tmp_path / "g.tsv").exists()
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--batch-size", "0"), "--batch-size")
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--limit", "0"], "--limit"), (["--limit", "-5"], "--limit"), (["--bootstrap", "0"], "--bootstrap"),
+    (["--max-length", "0"], "--max-length"),
+])
+def test_8_evaluate_flags_out_of_range(tmp_path, tiny_grader, args, flag):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, *args), flag)
+
+
+def test_7_the_grader_refuses_a_bad_batch_size(tiny_grader):
+    from headcut.grader import Grader
+
+    for value in (0, -1):
+        with pytest.raises(UserError, match="batch_size"):
+            Grader(tiny_grader, batch_size=value)
+    with pytest.raises(UserError, match="threads"):
+        Grader(tiny_grader, threads=0)
+
+
+def test_8_max_length_over_the_models_positions_is_refused(tmp_path):
+    from headcut.evaluate.predict import encode
+    from headcut.data import synthetic_pairs
+    from test_export import tiny_tokenizer
+    from conftest import tiny_model
+
+    model = tiny_model("bert", max_position_embeddings=64)
+    with pytest.raises(UserError, match="max length 100 .* 64 positions"):
+        encode(tiny_tokenizer(tmp_path / "tok"), synthetic_pairs(3), max_length=100, model=model)
+
+
+# --- 10. recipe fields have ranges too; a refused recipe leaves no OUT.partial ----------------------
+
+def _recipe_classes():
+    from headcut.distill import DistillRecipe
+    from headcut.finetune import FinetuneRecipe
+
+    return {"finetune/minilm_synthetic_cpu": FinetuneRecipe, "distill/minilm_bottom3_cpu": DistillRecipe}
+
+
+def _numeric_fields():
+    import dataclasses
+    import typing
+
+    out = []
+    for name, cls in _recipe_classes().items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            kinds = {hint, *typing.get_args(hint)}
+            for inner in list(kinds):
+                kinds |= set(typing.get_args(inner))
+            if kinds & {int, float} and f.name != "grades":  # grades are names of classes, not quantities
+                out.append((name, cls, f))
+    return out
+
+
+RECIPE_FIELDS = _numeric_fields()
+
+
+@pytest.mark.parametrize("recipe, cls, f", RECIPE_FIELDS, ids=[f"{r} {f.name}" for r, _, f in RECIPE_FIELDS])
+def test_10_every_numeric_recipe_field_has_a_checked_range(recipe, cls, f):
+    from headcut.recipes import load_recipe
+
+    valid = f.metadata.get("range")
+    assert valid is not None, f"{cls.__name__}.{f.name} has no range"
+    bad = []
+    if valid.low is not None:
+        bad.append(valid.low if valid.low_open else valid.low - 1)
+    if valid.high is not None:
+        bad.append(valid.high if valid.high_open else valid.high + 1)
+    if float in {*__import__("typing").get_args(f.type), f.type} or "float" in str(f.type):
+        bad += [".nan", ".inf"]
+    extra = ["train_data=synthetic", "teacher=minilm-l6"] if "distill" in recipe else []
+    for value in bad:
+        value = [value] if "tuple" in str(f.type) else value
+        with pytest.raises(UserError, match=rf"key '{f.name}' is .*(out of range|not a finite number); it must be"):
+            load_recipe(cls, recipe, overrides=extra + [f"{f.name}={json.dumps(value) if isinstance(value, list) else value}"])
+
+
+@pytest.mark.parametrize("override", ["gradient_accumulation=0", "warmup_ratio=2", "epochs=-1", "learning_rate=.nan"])
+def test_10_finetune_refuses_the_recipe_and_leaves_no_partial(tmp_path, override):
+    out = tmp_path / "teacher"
+    result = run("finetune", "finetune/minilm_synthetic_cpu", "--out", out, "--set", override,
+                 "--set", "train_rows=40", "--set", "dev_rows=20", "--set", "epochs=0.05" if "epochs" not in override else "seed=0")
+    refused(result, override.split("=")[0])
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_10_a_bad_data_file_leaves_no_partial(tmp_path):
+    out = tmp_path / "teacher"
+    bad = write(tmp_path, "train.tsv", "query\ttitle\tgrade\ndrill\tcordless\tnan\n")
+    refused(run("finetune", "finetune/minilm_synthetic_cpu", "--out", out, "--train", bad), "line 2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.tsv"]
+
+
+# --- 9. NaN head scores: an error for a present head, never pruned first ----------------------------
+
+def test_9_ablation_nan_for_a_present_head_is_an_error():
+    import numpy as np
+
+    from conftest import tiny_model
+    from headcut.evaluate.importance import ablation_scores
+
+    model = tiny_model("bert")  # 2 layers x 4 heads, all present
+    labels = np.array([0, 1, 2])
+    base = np.zeros((3, 5), dtype=np.float32)
+    masked = np.zeros((2, 4, 3, 5), dtype=np.float32)
+    masked[1, 2, 0, 0] = np.nan
+    for method in ("ablation", "kl"):
+        with pytest.raises(UserError, match=r"L1H2.*not a number"):
+            ablation_scores(model, labels, base, masked, method=method)
+
+
+def test_9_scan_scores_nan_is_an_error_not_minus_inf(monkeypatch):
+    import torch
+
+    import headcut.evaluate.importance as importance
+    from conftest import tiny_model
+    from headcut.prune.scores import scan_scores
+
+    scores = torch.ones(2, 4)
+    scores[0, 1] = float("nan")
+    monkeypatch.setattr(importance, "head_importance", lambda *a, **k: scores)
+    with pytest.raises(UserError, match=r"L0H1.*not a number"):
+        scan_scores(tiny_model("bert"), None, None, method="fisher")
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", '"high"', "true"])
+def test_9_a_score_file_with_nan_is_refused_with_its_head(tmp_path, bad):
+    import torch
+
+    from conftest import tiny_model
+    from headcut.evaluate.importance import write_scores
+    from headcut.models import LoadedModel
+    from headcut.prune.scores import scores_from_file
+
+    path = tmp_path / "importance.json"
+    write_scores(path, {"fisher": torch.arange(8.0).view(2, 4)}, model_info={}, data_info={})
+    doc = path.read_text().replace("5.0", bad, 1)
+    path.write_text(doc)
+    loaded = LoadedModel(tiny_model("bert"), None, {}, "tiny", "")
+    with pytest.raises(UserError, match=r"importance.json.*L1H1"):
+        scores_from_file(path, loaded)
+
+
+# --- 11 / 12. broken model folders; pickle weights of a pruned artifact ------------------------------
+
+@pytest.fixture(scope="module")
+def saved_models(tmp_path_factory):
+    """A headcut artifact (shape record, safetensors) and a plain Hugging Face folder of the same tiny BERT."""
+    from conftest import tiny_model
+    from headcut.models import LoadedModel, save_model
+    from test_export import tiny_tokenizer
+
+    root = tmp_path_factory.mktemp("bad-models")
+    tokenizer = tiny_tokenizer(root / "tok")
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=64)
+    artifact = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5]}, "tiny", ""), root / "artifact")
+    plain = root / "plain"
+    model.save_pretrained(plain)
+    tokenizer.save_pretrained(plain)
+    return {"artifact": artifact, "plain": plain}
+
+
+def _copy(folder, tmp_path):
+    import shutil
+
+    return shutil.copytree(folder, tmp_path / folder.name)
+
+
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+@pytest.mark.parametrize("damage", ["half", "100 bytes", "random"])
+def test_11_damaged_weights_name_the_file(tmp_path, saved_models, kind, damage):
+    from headcut.models import load_model
+
+    folder = _copy(saved_models[kind], tmp_path)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2] if damage == "half" else data[:100] if damage == "100 bytes"
+                        else os.urandom(5000))
+    with pytest.raises(UserError, match=r"model.safetensors .*(damaged|incomplete)"):
+        load_model(folder)
+    refused(run("evaluate", "--model", folder, "--data", "synthetic", "--limit", "10"), "model.safetensors")
+
+
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+@pytest.mark.parametrize("name, text", [("config.json", "{not json"), ("config.json", "[1, 2]"),
+                                        ("headcut.json", "{not json"), ("tokenizer.json", "{not json")])
+def test_11_invalid_json_files_name_the_file(tmp_path, saved_models, kind, name, text):
+    from headcut.models import load_model
+
+    folder = _copy(saved_models[kind], tmp_path)
+    (folder / name).write_text(text)
+    with pytest.raises(UserError, match=rf"{name}"):
+        load_model(folder)
+
+
+def test_12_allow_pickle_loads_a_pruned_artifact_saved_as_pytorch_model_bin(tmp_path, saved_models):
+    import torch
+    from safetensors.torch import load_file
+
+    from headcut.models import load_model
+
+    folder = _copy(saved_models["artifact"], tmp_path)
+    state = load_file(folder / "model.safetensors")
+    torch.save(state, folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(UserError, match="--allow-pickle"):
+        load_model(folder)
+    loaded = load_model(folder, allow_pickle=True)
+    assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in state.items())
+
+
+# --- 13. a corrupt model.onnx in a grader folder ---------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["truncated", "random"])
+def test_13_corrupt_onnx_names_the_file(tmp_path, tiny_grader, damage):
+    from headcut.grader import Grader
+
+    folder = _copy(tiny_grader, tmp_path)
+    model = folder / "model.onnx"
+    data = model.read_bytes()
+    model.write_bytes(data[: len(data) // 2] if damage == "truncated" else os.urandom(len(data)))
+    with pytest.raises(UserError, match=r"model.onnx .*(damaged|incomplete)"):
+        Grader(folder)
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("grade", folder, pairs, "--out", tmp_path / "g.tsv"), "model.onnx")
+    refused(run("evaluate", "--model", folder, "--data", pairs), "model.onnx")
+
+
+@pytest.mark.parametrize("name, text", [("grader.json", "{not json"), ("grader.json", "[]"),
+                                        ("tokenizer.json", "{not json")])
+def test_13_invalid_grader_files_name_the_file(tmp_path, tiny_grader, name, text):
+    from headcut.grader import Grader
+
+    folder = _copy(tiny_grader, tmp_path)
+    (folder / name).write_text(text)
+    with pytest.raises(UserError, match=rf"{name}"):
+        Grader(folder)
+
+
+# --- the same classes elsewhere ------------------------------------------------------------------
+
+def test_class_serve_refuses_a_damaged_grader_and_a_taken_port(tmp_path, tiny_grader):
+    import socket
+    import subprocess
+    import sys
+
+    def serve(folder, port):
+        return subprocess.run([sys.executable, "-m", "headcut", "serve", str(folder), "--host", "127.0.0.1",
+                               "--port", str(port)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+    folder = _copy(tiny_grader, tmp_path)
+    (folder / "model.onnx").write_bytes(b"\x00" * 100)
+    done = serve(folder, 1)
+    assert done.returncode == 2 and "model.onnx" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        done = serve(tiny_grader, taken.getsockname()[1])
+    assert done.returncode == 2 and "cannot listen" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_class_fifo_score_file_and_recipe_are_refused(tmp_path):
+    from headcut.distill import DistillRecipe
+    from headcut.evaluate.importance import read_scores
+    from headcut.recipes import load_recipe
+
+    for name in ("importance.json", "r.yaml"):
+        os.mkfifo(tmp_path / name)
+    with pytest.raises(UserError, match="not a regular file"):
+        read_scores(tmp_path / "importance.json")
+    with pytest.raises(UserError, match="not a regular file"):
+        load_recipe(DistillRecipe, tmp_path / "r.yaml")
+
+
+def test_class_a_damaged_run_stamp_is_a_sentence(tmp_path):
+    from headcut.training import open_work_dir
+
+    out = tmp_path / "teacher"
+    (tmp_path / "teacher.partial").mkdir()
+    (tmp_path / "teacher.partial" / "recipe.json").write_text('{"hash": "ab')  # killed mid-write
+    with pytest.raises(UserError, match="--overwrite"):
+        open_work_dir(out, "abc", {}, overwrite=False)
+    assert open_work_dir(out, "abc", {}, overwrite=True).is_dir()
+
+
+@pytest.mark.parametrize("grades", ["[]", "[3]", "[1, 1, 2]"])
+def test_class_recipe_grades_need_two_different_values(grades):
+    from headcut.finetune import FinetuneRecipe
+    from headcut.recipes import load_recipe
+
+    with pytest.raises(UserError, match="key 'grades'"):
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"grades={grades}"])
+
+
+@pytest.mark.parametrize("flag, value", [("--seq-lens", "0,64"), ("--seq-lens", "64,100000"),
+                                         ("--batch-sizes", "1,100000")])
+def test_class_bench_lists_have_ranges(tmp_path, flag, value):
+    refused(run("bench", "-m", "minilm-l6", "--data", "synthetic", "--out", tmp_path / "b", flag, value), flag)
+
+
+def test_class_a_full_disk_inside_an_output_folder_is_a_sentence(tmp_path):
+    import errno
+
+    from headcut.files import atomic_dir
+
+    with pytest.raises(UserError, match="No space left"):
+        with atomic_dir(tmp_path / "out"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name, text", [
+    ("a.jsonl", '{"query": ' + "[" * 100_000 + "]" * 100_000 + ', "title": "x", "grade": 3}\n'),
+    ("a.json", "[" * 100_000 + "]" * 100_000),
+])
+def test_class_deeply_nested_json_is_a_sentence(tmp_path, name, text):
+    with pytest.raises(UserError, match=r"a.json.*(nested too deeply|JSON)"):
+        read_pairs(write(tmp_path, name, text))
+
+
+@pytest.mark.parametrize("content, override, words", [
+    (b"epochs: 1\n\xff\xfe\n", None, "UTF-8"),
+    (b"train_data: synthetic\n", "epochs=[", "--set"),
+    (b"train_data: synthetic\nlayer_map: " + b"[" * 50_000 + b"]" * 50_000 + b"\n", None, "nested"),
+])
+def test_class_unreadable_recipes_are_a_sentence(tmp_path, content, override, words):
+    from headcut.finetune import FinetuneRecipe
+    from headcut.recipes import load_recipe
+
+    path = write(tmp_path, "r.yaml", content)
+    with pytest.raises(UserError, match=words):
+        load_recipe(FinetuneRecipe, path, overrides=[override] if override else [])
+
+
+def test_9_prune_scores_with_nan_exits_2_naming_the_head(tmp_path, saved_models):
+    import torch
+
+    from headcut.evaluate.importance import write_scores
+
+    path = tmp_path / "importance.json"
+    scores = torch.arange(8.0).view(2, 4)
+    write_scores(path, {"fisher": scores}, model_info={}, data_info={})
+    path.write_text(path.read_text().replace("6.0", "NaN", 1))
+    refused(run("prune", "--model", saved_models["artifact"], "--keep-ratio", "0.5", "--scores", path,
+                "--out", tmp_path / "pruned", "--no-timing"), "L1H2", "NaN")
+    assert not (tmp_path / "pruned").exists()
