@@ -1,7 +1,7 @@
 """Side-by-side deployment benchmark: PyTorch models and ONNX graders on the same data and shapes.
 
-All variants are loaded in one process with the same thread count and take turns run by run in every
-(batch, sequence) cell, so load from other processes on a shared machine hits all of them alike.
+All variants are loaded in one process with the same thread count and take turns in blocks in every
+(batch, sequence) cell (headcut.timing), so load from other processes on a shared machine hits all of them alike.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import torch
 from headcut.data import Pairs
 from headcut.evaluate.metrics import agreement, summarize
 from headcut.evaluate.predict import encode, predict_logits
-from headcut.export.timing import round_robin
+from headcut.timing import round_robin
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from headcut.export.export import (RANDOM_SHAPES, ParityError, check_parity, exp
                                    parity, reference_logits, run_session, session)
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, judge, quantize_int8, resolve
-from headcut.export.timing import round_robin
+from headcut.timing import round_robin
 from headcut.files import atomic_dir, file_hash, write_json, write_text
 
 TIMING_SHAPE = (32, 64)  # batch x sequence the INT8 speed comparison runs at
