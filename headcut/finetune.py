@@ -11,10 +11,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from headcut.batching import encode
 from headcut.data import Pairs, is_synthetic, read_pairs, synthetic_spec
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.files import check_out_dir
 from headcut.models import load_model, save_model
 from headcut.ranges import check_ranges, ranged

@@ -18,9 +18,9 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 
+from headcut.batching import Encoded, collate
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError
-from headcut.evaluate.predict import Encoded, collate
 from headcut.files import write_text
 from headcut.ranges import check_ranges, ranged
 

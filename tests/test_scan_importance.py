@@ -10,12 +10,13 @@ import torch
 
 from conftest import tiny_model
 from headcut.arch import keep_heads
+from headcut.batching import Encoded, collate
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.ablation import ablation_logits, masked_logits, naive_ablation_logits
 from headcut.evaluate.importance import (METHODS, example_nll, gradient_scores, head_importance, mask_gradients,
                                          read_scores, write_scores)
-from headcut.evaluate.predict import Encoded, collate, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask
 
 
@@ -88,7 +89,7 @@ def test_ablation_scores_are_loss_increases():
     model = tiny_model("bert")
     pairs = toy_pairs()
     scores = head_importance(model, CharTokenizer(), pairs, method="ablation", batch_size=8)
-    from headcut.evaluate.predict import encode
+    from headcut.batching import encode
     enc = encode(CharTokenizer(), pairs)
     base, masked = naive_ablation_logits(model, enc, batch_size=8)
     labels = pairs.label_array()

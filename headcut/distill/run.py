@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from accelerate import PartialState
 
 from headcut.arch import count_parameters, heads_per_layer
+from headcut.batching import encode
 from headcut.data import Pairs, read_pairs
 from headcut.distill.cache import teacher_logits
 from headcut.distill.losses import attention_kl, hidden_mse, kd_loss, per_layer
@@ -22,7 +24,7 @@ from headcut.distill.recipe import DistillRecipe
 from headcut.distill.students import build_student, teacher_source
 from headcut.errors import UserError
 from headcut.evaluate.metrics import paired_bootstrap, summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.files import check_out_dir
 from headcut.finetune import grade_loss, load_data, recipe_hash
 from headcut.models import LoadedModel, load_model, save_model
@@ -32,6 +34,18 @@ from headcut.recipes import to_dict
 from headcut.training import is_finished, open_work_dir, publish_best, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
+
+
+@dataclass
+class DistillResult:
+    """What a distillation run did; `out`, `metrics` and `speed` are set once it finished and published."""
+
+    finished: bool  # False: interrupted (stop_after_steps); rerun the same call to resume from work_dir
+    work_dir: str
+    training: dict  # steps, best step, history, throughput, teacher-logit cache
+    out: str | None = None
+    metrics: dict | None = None  # teacher / before / after on dev, after - teacher with paired CIs
+    speed: dict | None = None  # teacher vs student parameters, FLOPs and latency (recipe.measure_speed)
 
 
 def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np.ndarray]:
@@ -61,7 +75,7 @@ def _stage(progress, name: str, total: int):
 
 
 def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, progress=None,
-            stop_after_steps: int | None = None, cache_dir: str | Path | None = None) -> dict:
+            stop_after_steps: int | None = None, cache_dir: str | Path | None = None) -> DistillResult:
     """Train the recipe's student, keep the best dev checkpoint, write it to `out` as an artifact.
 
     `cache_dir` holds teacher logits (default: inside `out`.partial); tuning trials share one.
@@ -165,8 +179,8 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
                 # per CPU-second as well: wall-clock rates swing with other jobs on a shared machine
                 "examples_per_cpu_second": state.examples / max(state.cpu_seconds, 1e-9),
                 "teacher_seconds": teacher_seconds, "teacher_cache": "hit" if hit else ("written" if cached is not None else "off")}
-    result = {"finished": is_finished(state, len(encoded), settings), "work_dir": str(work), "training": training}
-    if not result["finished"]:
+    result = DistillResult(is_finished(state, len(encoded), settings), str(work), training)
+    if not result.finished:
         return result
     best = load_model(work / "best")
     after_logits = predict_logits(best.model, best.tokenizer, dev, encoded=dev_encoded, batch_size=128)
@@ -181,7 +195,8 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
         seq_len = int(np.median(dev_encoded.lengths()))
         speed = speed_summary(teacher.model.to("cpu"), best.model, seq_len=seq_len, batch_sizes=(1, 32))
     publish_best(work, out, {"training": training, "metrics": metrics, "speed": speed})
-    return {**result, "out": str(out), "metrics": metrics, "speed": speed}
+    result.out, result.metrics, result.speed = str(out), metrics, speed
+    return result
 
 
 def _projections(student, teacher, n: int, *, seed: int):

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from headcut.arch import encoder_layers, layer_parts, mask_shape, model_type
-from headcut.evaluate.predict import Encoded, collate, length_batches, predict_logits
+from headcut.batching import Encoded, collate, length_batches
+from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask
 
 

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from headcut.batching import encode
 from headcut.data import Pairs
 from headcut.evaluate.metrics import paired_bootstrap, summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 
 
 def compare_models(

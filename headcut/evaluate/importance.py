@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from headcut.arch import layer_parts, mask_shape, present_heads
+from headcut.batching import Encoded, collate, encode, length_batches
 from headcut.data import Pairs, check_regular
 from headcut.errors import UserError
 from headcut.evaluate.ablation import ablation_logits
 from headcut.evaluate.attention import attention_weights
-from headcut.evaluate.predict import Encoded, collate, encode, length_batches
 from headcut.files import write_json
 from headcut.masking import head_mask
 

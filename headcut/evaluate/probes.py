@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from headcut.arch import layer_parts, mask_shape
+from headcut.batching import Encoded, collate, encode, length_batches
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.attention import attention_weights
-from headcut.evaluate.predict import Encoded, collate, encode, length_batches
 
 PROBES = ("previous", "next", "noop", "term_match", "boundary_f1")
 

@@ -10,6 +10,7 @@ import torch
 from scipy.stats import spearmanr
 
 from headcut.arch import present_heads
+from headcut.batching import encode
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.ablation import distributed_ablation_logits
@@ -17,7 +18,7 @@ from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gradient_scores, loss_labels,
                                          mask_gradients)
 from headcut.evaluate.metrics import summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs, segmented_inputs
 
 

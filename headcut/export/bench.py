@@ -21,9 +21,10 @@ from typing import Callable
 import numpy as np
 import torch
 
+from headcut.batching import encode
 from headcut.data import Pairs
 from headcut.evaluate.metrics import agreement, summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.timing import round_robin
 
 

@@ -13,17 +13,17 @@ import numpy as np
 import torch
 
 from headcut.arch import heads_per_layer
+from headcut.batching import check_max_length, encode
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
-from headcut.evaluate.predict import check_max_length, encode
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, ParityError, check_parity, export_onnx, gate_batches, input_names, onnx_logits,
                                    parity, reference_logits, run_session, session)
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, judge, quantize_int8, resolve
-from headcut.timing import round_robin
 from headcut.files import atomic_dir, file_hash, write_json, write_text
+from headcut.timing import round_robin
 
 TIMING_SHAPE = (32, 64)  # batch x sequence the INT8 speed comparison runs at
 

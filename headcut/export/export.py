@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headcut.batching import collate, encode, length_batches
 from headcut.data import Pairs
 from headcut.errors import UserError
-from headcut.evaluate.predict import collate, encode, length_batches
 
 FP32_TOLERANCE = 1e-4  # max |logit difference| an fp32 graph may show against PyTorch
 # Shapes the random part of the gate covers: single pairs, odd lengths, a full batch at full length.
