@@ -20,7 +20,8 @@ from headcut.files import check_out_dir
 from headcut.models import load_model, save_model
 from headcut.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
-from headcut.training import TrainingRecipe, is_finished, open_work_dir, publish_best, settings_from, train
+from headcut.run_folder import RunFolder
+from headcut.training import TrainingRecipe, is_finished, settings_from, train
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
-    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
+    folder = RunFolder.open(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     labels = torch.tensor(train_pairs.label_array())
     weights = class_weights(train_pairs.label_array(), len(recipe.grades), recipe.class_weighting)
     dev_labels, dev_groups = dev.label_array(), dev.query_groups()
@@ -117,21 +118,20 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     }
 
     def save_best(m, metrics):
-        best = work / "best"
         loaded.model = m
-        save_model(loaded, best, meta={**meta, "dev_metrics": metrics}, overwrite=True)
+        save_model(loaded, folder.best, meta={**meta, "dev_metrics": metrics}, overwrite=True)
 
     settings = settings_from(recipe)
-    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=work,
+    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=folder.path,
                   save_best=save_best, progress=progress, stop_after_steps=stop_after_steps)
-    result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings), "work_dir": str(work),
+    result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings), "work_dir": str(folder.path),
               "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
               "cpu_per_wall": state.cpu_seconds / max(state.train_seconds, 1e-9)}
     if result["finished"]:
         training = {k: result[k] for k in ("examples_per_second", "cpu_per_wall")} | {
             "steps": state.step, "best_step": state.best_step, "history": state.history,
             "train_seconds": state.train_seconds}
-        best_meta = publish_best(work, out, {"training": training})
+        best_meta = folder.publish({"training": training})
         result["out"] = str(out)
         result["dev_metrics"] = best_meta["dev_metrics"]
     return result

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, number, quiet_transformers, training_progress, user_errors
+from headcut.cli.common import OVERWRITE, Opt, main_process, number, quiet_transformers, training_progress, user_errors
 
 
 def format_result(metrics: dict) -> str:
@@ -71,6 +71,8 @@ def distill(
 
     result = run(rec, out, overwrite=overwrite, progress=progress)
     bar.close()
+    if not main_process():
+        return
     t = result.training
     if not result.finished:
         typer.echo(f"stopped early; rerun the same command to resume from {result.work_dir}")
