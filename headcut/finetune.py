@@ -45,7 +45,7 @@ def load_data(recipe: FinetuneRecipe) -> tuple[Pairs, Pairs]:
         synthetic = synthetic_spec(spec, rows)
         if synthetic is not None:
             return synthetic
-        return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=recipe.seed)
+        return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=seed)
 
     train_pairs = read(recipe.train_data, recipe.train_rows, recipe.seed)
     if recipe.dev_data is None:
@@ -53,6 +53,14 @@ def load_data(recipe: FinetuneRecipe) -> tuple[Pairs, Pairs]:
     else:
         dev = read(recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
     return train_pairs, dev.sample(recipe.dev_rows, seed=recipe.seed)
+
+
+def dev_record(recipe: TrainingRecipe, dev: Pairs) -> dict:
+    """What an artifact records of its dev pairs: a resolved path only for a file, none for a synthetic
+    draw ('synthetic:SEED') or a split held out of the training pairs."""
+    path = None if recipe.dev_data is None or is_synthetic(recipe.dev_data) else str(Path(recipe.dev_data).resolve())
+    return {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev), "path": path,
+            "preset": recipe.preset}
 
 
 def class_weights(labels: np.ndarray, num_labels: int, how: str) -> torch.Tensor | None:
@@ -112,9 +120,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
         "base_model": str(recipe.model),
         "recipe": to_dict(recipe),
         "train_data": {"source": train_pairs.source, "fingerprint": train_pairs.fingerprint, "rows": len(train_pairs)},
-        "dev_data": {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev),
-                     "path": None if recipe.dev_data is None or is_synthetic(recipe.dev_data) else str(Path(recipe.dev_data).resolve()),
-                     "preset": recipe.preset},
+        "dev_data": dev_record(recipe, dev),
     }
 
     def save_best(m, metrics):
