@@ -195,3 +195,11 @@ def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(UserError, match="not empty"):
         distill(recipe_for(tiny_teacher), tmp_path / "full")
+
+
+def test_a_synthetic_dev_set_is_recorded_without_a_file_path(tiny_teacher, tmp_path):
+    """dev_data 'synthetic:1' is a generated draw, not a file: the artifact records no path for it."""
+    recipe = recipe_for(tiny_teacher, dev_data="synthetic:1", train_rows=64, dev_rows=32, epochs=0.5, eval_every=100)
+    distill(recipe, tmp_path / "student")
+    meta = json.loads((tmp_path / "student" / "headcut.json").read_text())
+    assert meta["dev_data"]["path"] is None and meta["dev_data"]["source"].startswith("synthetic")

@@ -25,7 +25,7 @@ from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut.files import check_out_dir
-from headcut.finetune import grade_loss, load_data, recipe_hash
+from headcut.finetune import dev_record, grade_loss, load_data, recipe_hash
 from headcut.models import LoadedModel, load_model, save_model
 from headcut.ranges import check_ranges
 from headcut.prune.measure import speed_summary
@@ -159,8 +159,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
         "teacher": {"path": teacher.path, "weights_hash": teacher.weights_hash},
         "student": {"kind": student.kind, "layer_map": student.layer_map, "parameters": count_parameters(model)},
         "train_data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
-        "dev_data": {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev), "preset": recipe.preset,
-                     "path": None if recipe.dev_data in (None, "synthetic") else str(Path(recipe.dev_data).resolve())},
+        "dev_data": dev_record(recipe, dev),
     }
 
     def save_best(m, metrics):
