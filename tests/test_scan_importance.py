@@ -170,3 +170,15 @@ def test_score_file_round_trip_and_errors(tmp_path):
         read_scores(bad)
     with pytest.raises(UserError, match="missing.json"):
         read_scores(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_scoring_leaves_the_global_random_state_alone(method):
+    """head_importance samples nothing: it must neither reseed the caller's RNG nor depend on it."""
+    model = tiny_model("bert").train()  # dropout on: scoring must switch it off, not rely on a seed
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = head_importance(model, CharTokenizer(), toy_pairs(), method=method, batch_size=8)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(456)
+    assert torch.equal(head_importance(model.train(), CharTokenizer(), toy_pairs(), method=method, batch_size=8), first)
