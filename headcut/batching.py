@@ -40,7 +40,8 @@ def check_max_length(model, max_length: int, *, flag: str = "--max-length") -> N
 
 
 def encode(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) -> Encoded:
-    """Tokenise query/title pairs as one sentence pair each; only the title is truncated when too long."""
+    """Tokenise query/title pairs as one sentence pair each. Pairs over `max_length` lose tokens from
+    whichever side is longer at each step ('longest_first'), so a long query is cut as well as a title."""
     if model is not None:
         check_max_length(model, max_length)
     enc = tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=max_length)
