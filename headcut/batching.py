@@ -9,6 +9,17 @@ import torch
 from headcut.data import Pairs
 from headcut.errors import UserError
 
+DEFAULT_MAX_LENGTH = 128  # for models that record no token limit (plain Hugging Face folders)
+RECORDED = "headcut_max_length"  # attribute load_model sets on a model: the token limit it was trained at
+
+
+def max_length_of(model, max_length: int | None = None) -> int:
+    """`max_length` when given, else the token limit `model` was trained at (its artifact's max_length),
+    else DEFAULT_MAX_LENGTH. A model trained at 64 tokens is judged at 64, not at a library default."""
+    if max_length is not None:
+        return int(max_length)
+    return int(getattr(model, RECORDED, None) or DEFAULT_MAX_LENGTH)
+
 
 @dataclass
 class Encoded:
@@ -39,9 +50,10 @@ def check_max_length(model, max_length: int, *, flag: str = "--max-length") -> N
                                                           else "."))
 
 
-def encode(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) -> Encoded:
+def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None) -> Encoded:
     """Tokenise query/title pairs as one sentence pair each. Pairs over `max_length` lose tokens from
     whichever side is longer at each step ('longest_first'), so a long query is cut as well as a title."""
+    max_length = max_length_of(model, max_length)
     if model is not None:
         check_max_length(model, max_length)
     enc = tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=max_length)

@@ -93,8 +93,6 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     loaded = load_model(model, allow_pickle=allow_pickle)
     if state.num_processes > 1:
         loaded.model.to(state.device)
-    if settings.max_length is None:
-        settings = type(settings)(**{**settings.__dict__, "max_length": loaded.max_length})
     progress, close = stage_bars(len(pairs)) if state.is_main_process else (None, lambda: None)
     try:
         result = run_scan(loaded, pairs, settings, title_words=title_words, progress=progress)

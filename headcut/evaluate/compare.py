@@ -16,7 +16,7 @@ def compare_models(
     pairs: Pairs,
     *,
     batch_size: int = 64,
-    max_length: int = 128,
+    max_length: int | None = None,
     iters: int = 1000,
     seed: int = 0,
     progress=None,

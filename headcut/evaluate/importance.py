@@ -147,8 +147,9 @@ def loss_labels(model, encoded: Encoded, pairs: Pairs, *, batch_size: int) -> np
     return predict_logits(model, None, None, batch_size=batch_size, encoded=encoded).argmax(1)
 
 
-def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: int = 64, max_length: int = 128,
-                    progress: Callable[[int], None] | None = None, seed: int = 0) -> torch.Tensor:
+def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: int = 64,
+                    max_length: int | None = None, progress: Callable[[int], None] | None = None,
+                    seed: int = 0) -> torch.Tensor:
     """Score every head of `model` on `pairs`: `(num_layers, num_heads)` float32, higher = more important.
 
     `progress(n)` is called as pairs finish (one pass over the data in all). Deterministic: no method

@@ -18,7 +18,7 @@ def predict_logits(
     pairs: Pairs,
     *,
     batch_size: int = 64,
-    max_length: int = 128,
+    max_length: int | None = None,
     progress: Callable[[int], None] | None = None,
     encoded: Encoded | None = None,
 ) -> np.ndarray:

@@ -2,7 +2,7 @@
 study's experiments and the head probes, as one JSON-ready result that `scan_report` writes out."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -10,7 +10,7 @@ import torch
 from scipy.stats import spearmanr
 
 from headcut.arch import present_heads
-from headcut.batching import encode
+from headcut.batching import encode, max_length_of
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.ablation import distributed_ablation_logits
@@ -28,7 +28,7 @@ class ScanSettings:
     experiments: tuple[str, ...] = EXPERIMENTS
     probes: bool = True
     batch_size: int = 64
-    max_length: int = 128
+    max_length: int | None = None  # None: the model's recorded token limit (batching.max_length_of)
     draws: int = 5  # random masks per ratio: more narrows the CIs, linearly slower
     k: int = 5  # term-matching heads masked in experiment 5
     iters: int = 200  # bootstrap resamples for the CIs
@@ -133,6 +133,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
                         "pass --method kl,gradient,fisher,entropy --experiments none.")
     stage = (lambda name: (lambda n: progress(name, n))) if progress else (lambda name: None)
     torch.manual_seed(settings.seed)
+    settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
     encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
     labels = pairs.label_array() if labelled else None
     scores: dict[str, torch.Tensor] = {}
