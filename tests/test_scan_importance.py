@@ -182,3 +182,19 @@ def test_scoring_leaves_the_global_random_state_alone(method):
     assert torch.equal(torch.get_rng_state(), state)
     torch.manual_seed(456)
     assert torch.equal(head_importance(model.train(), CharTokenizer(), toy_pairs(), method=method, batch_size=8), first)
+
+
+def test_a_scan_leaves_the_global_random_state_alone():
+    from headcut.evaluate.scan import ScanSettings, scan
+    from headcut.models import LoadedModel
+
+    settings = ScanSettings(methods=("kl", "entropy"), experiments=(), probes=False, batch_size=8)
+    loaded = LoadedModel(tiny_model("bert").train(), CharTokenizer())
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = scan(loaded, toy_pairs(), settings)["scores"]
+    assert torch.equal(torch.get_rng_state(), state)
+    loaded.model.train()
+    torch.manual_seed(456)
+    again = scan(loaded, toy_pairs(), settings)["scores"]
+    assert all(torch.equal(first[m], again[m]) for m in first)

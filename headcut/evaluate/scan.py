@@ -132,7 +132,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
         raise UserError(f"{pairs.source} has no grades, which --method ablation and the experiments need; "
                         "pass --method kl,gradient,fisher,entropy --experiments none.")
     stage = (lambda name: (lambda n: progress(name, n))) if progress else (lambda name: None)
-    torch.manual_seed(settings.seed)
+    model.eval()  # no dropout: scores depend on the model and the data, not on the random state
     settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
     encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
     labels = pairs.label_array() if labelled else None
