@@ -117,6 +117,25 @@ def top_overlap(scores: dict[str, torch.Tensor], *, k: int = 10) -> dict[str, di
     return {a: {b: len(tops[a] & tops[b]) / max(k, 1) for b in tops} for a in tops}
 
 
+@dataclass
+class ScanResult:
+    """A scan and what it describes: the model and the data sample (scan_report.write_scan writes it)."""
+
+    findings: dict  # what scan() returns: scores, baseline, experiments, probes, rankings, settings
+    model: dict  # path and weights hash
+    data: dict  # source, fingerprint, samples, and the seed and limit of the sample
+
+
+def scan_model(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, seed: int = 0,
+               limit: int | None = None, title_words: list[str] | None = None,
+               progress: Callable[[str, int], None] | None = None) -> ScanResult:
+    """`scan`, with the provenance its outputs record; `seed`/`limit`: how `pairs` were sampled."""
+    findings = scan(loaded, pairs, settings, title_words=title_words, progress=progress)
+    return ScanResult(findings, {"path": loaded.path, "weights_hash": loaded.weights_hash},
+                      {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
+                       "limit": limit})
+
+
 def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title_words: list[str] | None = None,
          progress: Callable[[str, int], None] | None = None) -> dict:
     """Score, experiment and probe. `progress(stage, pairs_done)`: each stage is one pass over `pairs`.
