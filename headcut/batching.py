@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from headcut.arch import takes_token_types, usable_positions
 from headcut.data import Pairs
 from headcut.errors import UserError
 
@@ -38,12 +39,9 @@ class Encoded:
 
 def check_max_length(model, max_length: int, *, flag: str = "--max-length") -> None:
     """Refuse inputs longer than the model has position embeddings for (an index error deep in torch or ONNX)."""
-    config = getattr(model, "config", None)
-    positions = getattr(config, "max_position_embeddings", None)
+    positions = usable_positions(getattr(model, "config", None))
     if positions is None:
         return
-    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta"):
-        positions -= config.pad_token_id + 1  # their positions start after the padding index
     if max_length > positions:
         raise UserError(f"max length {max_length} is more than the model's {positions} positions; pass "
                         f"{flag} {positions} or less" + (" (or set the recipe's max_length)." if flag == "--max-length"
@@ -57,7 +55,7 @@ def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None
     if model is not None:
         check_max_length(model, max_length)
     enc = tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=max_length)
-    use_types = "token_type_ids" in enc and (model is None or model.config.model_type != "distilbert")
+    use_types = "token_type_ids" in enc and (model is None or takes_token_types(model))
     return Encoded(enc["input_ids"], enc["token_type_ids"] if use_types else None, tokenizer.pad_token_id or 0)
 
 

@@ -12,7 +12,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from headcut.arch import apply_shape, model_type, shape_record
+from headcut.arch import ARCHITECTURES, SUPPORTED, apply_shape, model_type, shape_record
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError
@@ -94,9 +94,7 @@ def load_model(
     with broken_file(path / "config.json"):
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     kind = getattr(config, "model_type", None)
-    from headcut.arch import SUPPORTED
-
-    if kind not in SUPPORTED:
+    if kind not in ARCHITECTURES:
         raise UserError(f"--model {path}: model type '{kind}' is not supported; headcut supports {', '.join(SUPPORTED)}.")
     if num_labels is None:
         num_labels = len(meta.get("grades", DEFAULT_GRADES))

@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from headcut.arch import flops_per_pair, heads_per_layer, takes_token_types
 from headcut.batching import encode
 from headcut.data import Pairs
 from headcut.evaluate.metrics import agreement, summarize
@@ -61,8 +62,6 @@ def rss_mb() -> float:
 
 
 def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
-    from headcut.arch import flops_per_pair, heads_per_layer
-
     torch.set_num_threads(threads)
     model = loaded.model.eval()
     size = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -79,7 +78,7 @@ def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
 
 
 def _takes(model, key: str) -> bool:
-    return key != "token_type_ids" or model.config.model_type != "distilbert"
+    return key != "token_type_ids" or takes_token_types(model)
 
 
 def onnx_variant(name: str, grader_dir: str | Path, *, threads: int) -> Variant:

@@ -12,7 +12,7 @@ import statistics
 
 import torch
 
-from headcut.arch import count_parameters, flops_per_pair, model_type
+from headcut.arch import count_parameters, flops_per_pair, takes_token_types
 from headcut.timing import round_robin
 
 
@@ -22,7 +22,7 @@ def dummy_batch(model, batch_size: int, seq_len: int, *, seed: int = 0) -> dict[
     vocab = int(getattr(model.config, "vocab_size", 1000))
     ids = torch.randint(5, max(6, vocab - 1), (batch_size, seq_len), generator=g)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if model_type(model) != "distilbert":
+    if takes_token_types(model):
         batch["token_type_ids"] = torch.zeros_like(ids)
     return batch
 
