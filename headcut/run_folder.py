@@ -24,10 +24,6 @@ class RunFolder:
     path: Path  # out.partial
 
     @property
-    def checkpoint(self) -> Path:
-        return self.path / "checkpoint"
-
-    @property
     def best(self) -> Path:
         return self.path / "best"
 
