@@ -14,7 +14,7 @@ For each FLOPs budget (share of the teacher's FLOPs per pair at its max_length) 
   bottom-k        the teacher's lowest k layers, k the nearest layer count (no training)
 Quality: accuracy, Spearman and loss minus the teacher's with paired bootstrap 95% CIs, and agreement
 with the teacher's grade. Speed: PyTorch fp32 at batch 32 x 64 tokens, every variant and the teacher
-taking turns in blocks in one run (export.timing.round_robin). Writes table.md, curve.png, results.json.
+taking turns in blocks in one run (headcut.timing.round_robin). Writes table.md, curve.png, results.json.
 """
 from __future__ import annotations
 
@@ -31,18 +31,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe, machine  # noqa: E402
 
 from headcut.arch import flops_per_pair, keep_heads, keep_layers, keep_neurons, unit_flops  # noqa: E402
+from headcut.batching import encode  # noqa: E402
 from headcut.data import read_pairs  # noqa: E402
 from headcut.evaluate.fisher import unit_fisher  # noqa: E402
 from headcut.evaluate.importance import head_importance  # noqa: E402
 from headcut.evaluate.metrics import paired_bootstrap, summarize  # noqa: E402
-from headcut.evaluate.predict import encode, predict_logits  # noqa: E402
-from headcut.export.timing import round_robin  # noqa: E402
+from headcut.evaluate.predict import predict_logits  # noqa: E402
 from headcut.files import write_json, write_text  # noqa: E402
 from headcut.models import load_model  # noqa: E402
 from headcut.prune import plan_heads  # noqa: E402
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget  # noqa: E402
 from headcut.prune.measure import dummy_batch  # noqa: E402
 from headcut.prune.tune import tune_scales  # noqa: E402
+from headcut.timing import round_robin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "homedepot"

@@ -53,7 +53,7 @@ def main() -> None:
             for name, changes in VARIANTS.items():
                 recipe = dataclasses.replace(base, **changes)
                 result = distill(recipe, Path(tmp) / f"{name}-{r}", stop_after_steps=args.steps, cache_dir=cache)
-                t = result["training"]
+                t = result.training
                 rates[name].append(t["examples_per_second"])
                 print(f"round {r + 1} {name:<7} {t['examples_per_second']:7.1f} examples/s "
                       f"(teacher logits: {t['teacher_cache']})", flush=True)

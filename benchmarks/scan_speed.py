@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headcut.batching import encode
 from headcut.cli.common import quiet_transformers
 from headcut.data import read_pairs
 from headcut.evaluate.ablation import ablation_logits, naive_ablation_logits
 from headcut.evaluate.importance import ablation_scores
-from headcut.evaluate.predict import encode
 from headcut.models import load_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,21 +1,19 @@
 """Per-architecture access to each layer's attention and FFN linears, and the head/neuron surgery
 that every other module builds on.
 
-Supported: BERT (incl. MiniLM), RoBERTa, XLM-R, ELECTRA, DistilBERT. A layer's heads are the
-`head_size`-wide row blocks of q/k/v and the matching column blocks of the output projection.
+Supported: BERT (incl. MiniLM), RoBERTa, XLM-R, ELECTRA, DistilBERT, each one entry of ARCHITECTURES
+(at the end of this file): adding an architecture means adding an entry and its tests. A layer's heads
+are the `head_size`-wide row blocks of q/k/v and the matching column blocks of the output projection.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 import torch
 from torch import nn
 
 from headcut.errors import UserError
-
-BERT_LIKE = ("bert", "roberta", "xlm-roberta", "electra")
-SUPPORTED = BERT_LIKE + ("distilbert",)
-
 
 @dataclass
 class LayerParts:
@@ -46,8 +44,12 @@ class LayerParts:
 
 
 def model_type(model) -> str:
-    kind = getattr(model.config, "model_type", None)
-    if kind not in SUPPORTED:
+    return _kind(model.config)
+
+
+def _kind(config) -> str:
+    kind = getattr(config, "model_type", None)
+    if kind not in ARCHITECTURES:
         raise UserError(
             f"model type '{kind}' is not supported; headcut supports {', '.join(SUPPORTED)} "
             "(sequence-classification models)."
@@ -55,21 +57,52 @@ def model_type(model) -> str:
     return kind
 
 
+def architecture(model) -> "Architecture":
+    """The table entry of `model`'s architecture (a UserError names the supported ones)."""
+    return ARCHITECTURES[model_type(model)]
+
+
+def takes_token_types(model) -> bool:
+    """Whether `model` has a token_type_ids input (DistilBERT has none)."""
+    return architecture(model).token_types
+
+
+def usable_positions(config) -> int | None:
+    """How many tokens a pair may have: the position embeddings, less the padding offset where an
+    architecture's positions start after the padding index (RoBERTa, XLM-R). None when unknown."""
+    positions = getattr(config, "max_position_embeddings", None)
+    arch = ARCHITECTURES.get(getattr(config, "model_type", None))
+    if positions is not None and arch is not None and arch.positions_after_padding:
+        positions -= config.pad_token_id + 1
+    return positions
+
+
 def head_size(config) -> int:
-    if config.model_type == "distilbert":
-        return config.dim // config.n_heads
-    return config.hidden_size // config.num_attention_heads
+    return config.hidden_size // config.num_attention_heads  # DistilBERT's config maps these to dim, n_heads
 
 
 def num_heads_config(config) -> int:
-    return config.n_heads if config.model_type == "distilbert" else config.num_attention_heads
+    return config.num_attention_heads
 
 
 def encoder_layers(model) -> nn.ModuleList:
-    base = model.base_model
-    if model_type(model) == "distilbert":
-        return base.transformer.layer
-    return base.encoder.layer
+    return _get(model.base_model, architecture(model).layers)
+
+
+def set_encoder_layers(model, layers: nn.ModuleList) -> None:
+    """Swap the encoder's layer list (counts in the config are the caller's business: see keep_layers)."""
+    _set(model.base_model, architecture(model).layers, layers)
+
+
+def _get(module, path: str):
+    for name in path.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def _set(module, path: str, value) -> None:
+    *parents, name = path.split(".")
+    setattr(_get(module, ".".join(parents)) if parents else module, name, value)
 
 
 # Original ids of the units a layer still has, kept on the layer module by surgery (absent: all of them).
@@ -83,25 +116,18 @@ def _ids(layer: nn.Module, attr: str, count: int) -> list[int]:
 
 def layer_parts(model) -> list[LayerParts]:
     """The linears of every layer, in order."""
-    kind = model_type(model)
+    arch = architecture(model)
     size = head_size(model.config)
     parts = []
     for i, layer in enumerate(encoder_layers(model)):
-        if kind == "distilbert":
-            att = layer.attention
-            heads = (None,) * 5 if isinstance(att, HeadlessSelfAttention) else (att, att.q_lin, att.k_lin, att.v_lin, att.out_lin)
-            ffn = (None, None) if isinstance(layer.ffn, NeuronlessFFN) else (layer.ffn.lin1, layer.ffn.lin2)
-            norms = (layer.sa_layer_norm, layer.output_layer_norm)
+        headless = isinstance(_get(layer, arch.attention_block), (HeadlessAttention, HeadlessSelfAttention))
+        if headless:
+            heads = (None,) * 5
         else:
-            if isinstance(layer.attention, HeadlessAttention):
-                heads = (None,) * 5
-            else:
-                att = layer.attention.self
-                heads = (att, att.query, att.key, att.value, layer.attention.output.dense)
-            ffn = (None, None) if isinstance(layer.output, NeuronlessOutput) else (layer.intermediate.dense, layer.output.dense)
-            attention_norm = layer.attention.LayerNorm if isinstance(layer.attention, HeadlessAttention) \
-                else layer.attention.output.LayerNorm
-            norms = (attention_norm, layer.output.LayerNorm)
+            heads = tuple(_get(layer, path) for path in (arch.attention, arch.query, arch.key, arch.value, arch.out))
+        neuronless = isinstance(_get(layer, arch.ffn_block), (NeuronlessOutput, NeuronlessFFN))
+        ffn = (None, None) if neuronless else (_get(layer, arch.ffn_in), _get(layer, arch.ffn_out))
+        norms = (_get(layer, arch.headless_norm if headless else arch.attention_norm), _get(layer, arch.ffn_norm))
         n_heads = 0 if heads[1] is None else heads[1].out_features // size
         n_neurons = 0 if ffn[0] is None else ffn[0].out_features
         parts.append(LayerParts(i, layer, *heads, *ffn, size, *norms, _ids(layer, HEAD_IDS, n_heads),
@@ -118,7 +144,7 @@ def neurons_per_layer(model) -> list[int]:
 
 
 def intermediate_size(config) -> int:
-    return config.hidden_dim if config.model_type == "distilbert" else config.intermediate_size
+    return getattr(config, ARCHITECTURES[_kind(config)].intermediate)
 
 
 def mask_shape(model) -> tuple[int, int]:
@@ -227,38 +253,26 @@ def keep_heads(model, keep: list[list[int]]) -> None:
     parts = layer_parts(model)
     if len(keep) != len(parts):
         raise ValueError(f"keep lists {len(keep)} layers, the model has {len(parts)}")
-    kind = model_type(model)
+    arch = architecture(model)
     for p, heads in zip(parts, keep):
         heads = _positions(p.index, "heads", p.head_ids, heads)
         if p.attention is None or heads == list(range(p.num_heads)):
             continue
         setattr(p.layer, HEAD_IDS, [p.head_ids[h] for h in heads])
         if not heads:
-            _make_headless(p, kind)
+            arch.headless(p.layer, _bias(p.out))
             continue
         rows = torch.cat([torch.arange(h * p.head_size, (h + 1) * p.head_size) for h in heads]).to(p.query.weight.device)
-        att = p.attention
-        if kind == "distilbert":
-            att.q_lin = _slice_linear(att.q_lin, rows, 0)
-            att.k_lin = _slice_linear(att.k_lin, rows, 0)
-            att.v_lin = _slice_linear(att.v_lin, rows, 0)
-            att.out_lin = _slice_linear(att.out_lin, rows, 1)
-            att.n_heads = len(heads)
-        else:
-            att.query = _slice_linear(att.query, rows, 0)
-            att.key = _slice_linear(att.key, rows, 0)
-            att.value = _slice_linear(att.value, rows, 0)
-            p.layer.attention.output.dense = _slice_linear(p.out, rows, 1)
-            att.num_attention_heads = len(heads)
-            att.all_head_size = len(heads) * p.head_size
+        for path in (arch.query, arch.key, arch.value):
+            _set(p.layer, path, _slice_linear(_get(p.layer, path), rows, 0))
+        _set(p.layer, arch.out, _slice_linear(p.out, rows, 1))
+        setattr(p.attention, arch.heads_attr, len(heads))
+        if arch.all_head_size_attr:
+            setattr(p.attention, arch.all_head_size_attr, len(heads) * p.head_size)
 
 
-def _make_headless(p: LayerParts, kind: str) -> None:
-    bias = p.out.bias.detach() if p.out.bias is not None else torch.zeros(p.out.out_features)
-    if kind == "distilbert":
-        p.layer.attention = HeadlessSelfAttention(bias)
-    else:
-        p.layer.attention = HeadlessAttention(bias, p.layer.attention.output.LayerNorm)
+def _bias(linear: nn.Linear) -> torch.Tensor:
+    return linear.bias.detach() if linear.bias is not None else torch.zeros(linear.out_features)
 
 
 def keep_neurons(model, keep: list[list[int]]) -> None:
@@ -268,30 +282,18 @@ def keep_neurons(model, keep: list[list[int]]) -> None:
     parts = layer_parts(model)
     if len(keep) != len(parts):
         raise ValueError(f"keep lists {len(keep)} layers, the model has {len(parts)}")
-    kind = model_type(model)
+    arch = architecture(model)
     for p, neurons in zip(parts, keep):
         neurons = _positions(p.index, "FFN neurons", p.neuron_ids, neurons)
         if p.ffn_in is None or neurons == list(range(p.num_neurons)):
             continue
         setattr(p.layer, NEURON_IDS, [p.neuron_ids[n] for n in neurons])
         if not neurons:
-            _make_neuronless(p, kind)
+            arch.neuronless(p.layer, _bias(p.ffn_out))
             continue
         index = torch.tensor(neurons, device=p.ffn_in.weight.device)
-        new_in, new_out = _slice_linear(p.ffn_in, index, 0), _slice_linear(p.ffn_out, index, 1)
-        if kind == "distilbert":
-            p.layer.ffn.lin1, p.layer.ffn.lin2 = new_in, new_out
-        else:
-            p.layer.intermediate.dense, p.layer.output.dense = new_in, new_out
-
-
-def _make_neuronless(p: LayerParts, kind: str) -> None:
-    bias = p.ffn_out.bias.detach() if p.ffn_out.bias is not None else torch.zeros(p.ffn_out.out_features)
-    if kind == "distilbert":
-        p.layer.ffn = NeuronlessFFN(bias)
-    else:
-        p.layer.intermediate = NeuronlessIntermediate()
-        p.layer.output = NeuronlessOutput(bias, p.layer.output.LayerNorm)
+        _set(p.layer, arch.ffn_in, _slice_linear(p.ffn_in, index, 0))
+        _set(p.layer, arch.ffn_out, _slice_linear(p.ffn_out, index, 1))
 
 
 def keep_layers(model, keep: list[int]) -> None:
@@ -299,13 +301,10 @@ def keep_layers(model, keep: list[int]) -> None:
     layers = encoder_layers(model)
     keep = sorted(set(int(i) for i in keep))
     kept = nn.ModuleList([layers[i] for i in keep])
-    if model_type(model) == "distilbert":
-        model.base_model.transformer.layer = kept
-        model.base_model.transformer.n_layers = len(kept)
-        model.config.n_layers = len(kept)
-    else:
-        model.base_model.encoder.layer = kept
-        model.config.num_hidden_layers = len(kept)
+    set_encoder_layers(model, kept)
+    model.config.num_hidden_layers = len(kept)
+    for path in architecture(model).layer_counts:
+        _set(model.base_model, path, len(kept))
     for new_index, layer in enumerate(kept):
         for module in layer.modules():
             if hasattr(module, "layer_idx"):
@@ -359,7 +358,7 @@ def unit_flops(model, seq_len: int) -> UnitFlops:
     softmax are left out (under 1% here). 2 FLOPs per multiply-add."""
     n = int(seq_len)
     config = model.config
-    d = config.dim if config.model_type == "distilbert" else config.hidden_size
+    d = config.hidden_size
     size = head_size(config)
     # q, k, v projections; scores q.k and the weighted sum of values; output projection
     per_head = 2 * n * d * size * 3 + 2 * n * n * size * 2 + 2 * n * size * d
@@ -377,3 +376,80 @@ def flops_per_pair(model, seq_len: int) -> int:
     counted from the model's present heads and neurons (see `unit_flops`)."""
     parts = layer_parts(model)
     return unit_flops(model, seq_len).total([p.num_heads for p in parts], [p.num_neurons for p in parts])
+
+
+# --- the architecture table ----------------------------------------------------------------------
+
+
+def _bert_headless(layer: nn.Module, bias: torch.Tensor) -> None:
+    layer.attention = HeadlessAttention(bias, layer.attention.output.LayerNorm)
+
+
+def _bert_neuronless(layer: nn.Module, bias: torch.Tensor) -> None:
+    layer.intermediate = NeuronlessIntermediate()
+    layer.output = NeuronlessOutput(bias, layer.output.LayerNorm)
+
+
+def _distilbert_headless(layer: nn.Module, bias: torch.Tensor) -> None:
+    layer.attention = HeadlessSelfAttention(bias)
+
+
+def _distilbert_neuronless(layer: nn.Module, bias: torch.Tensor) -> None:
+    layer.ffn = NeuronlessFFN(bias)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Where one architecture keeps its parts, and its quirks: the one place that knows (as TextPruner's
+    model map). Paths are dotted attribute names: `layers` from the model's base_model, the others from
+    one encoder layer. Config fields are read through transformers' aliases (hidden_size,
+    num_attention_heads, num_hidden_layers), so only the FFN width needs a name here."""
+
+    layers: str  # the encoder's ModuleList
+    layer_counts: tuple[str, ...]  # copies of the layer count outside the config, updated by keep_layers
+    intermediate: str  # config field of the FFN width
+    token_types: bool  # takes token_type_ids
+    attention_block: str  # the attention sublayer, which a 0-head stub replaces
+    attention: str  # the module that splits heads (holds q/k/v)
+    query: str
+    key: str
+    value: str
+    out: str  # attention output projection
+    heads_attr: str  # head count on the `attention` module, updated by surgery
+    all_head_size_attr: str | None  # heads x head size on the `attention` module, where it keeps one
+    ffn_block: str  # the FFN module whose type marks a 0-neuron stub
+    ffn_in: str
+    ffn_out: str
+    attention_norm: str  # LayerNorm after residual + attention output
+    headless_norm: str  # the same LayerNorm inside a 0-head stub
+    ffn_norm: str  # LayerNorm after residual + FFN output
+    headless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-head stub (output bias)
+    neuronless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-neuron FFN stub
+    positions_after_padding: bool = False  # position ids start after the padding index (fewer usable positions)
+
+
+_BERT = Architecture(
+    layers="encoder.layer", layer_counts=(), intermediate="intermediate_size", token_types=True,
+    attention_block="attention", attention="attention.self", query="attention.self.query",
+    key="attention.self.key", value="attention.self.value", out="attention.output.dense",
+    heads_attr="num_attention_heads", all_head_size_attr="all_head_size",
+    ffn_block="output", ffn_in="intermediate.dense", ffn_out="output.dense",
+    attention_norm="attention.output.LayerNorm", headless_norm="attention.LayerNorm", ffn_norm="output.LayerNorm",
+    headless=_bert_headless, neuronless=_bert_neuronless,
+)
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "bert": _BERT,  # MiniLM included
+    "roberta": replace(_BERT, positions_after_padding=True),
+    "xlm-roberta": replace(_BERT, positions_after_padding=True),
+    "electra": _BERT,
+    "distilbert": Architecture(
+        layers="transformer.layer", layer_counts=("transformer.n_layers",), intermediate="hidden_dim",
+        token_types=False, attention_block="attention", attention="attention", query="attention.q_lin",
+        key="attention.k_lin", value="attention.v_lin", out="attention.out_lin", heads_attr="n_heads",
+        all_head_size_attr=None, ffn_block="ffn", ffn_in="ffn.lin1", ffn_out="ffn.lin2",
+        attention_norm="sa_layer_norm", headless_norm="sa_layer_norm", ffn_norm="output_layer_norm",
+        headless=_distilbert_headless, neuronless=_distilbert_neuronless,
+    ),
+}
+SUPPORTED = tuple(ARCHITECTURES)

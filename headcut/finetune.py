@@ -11,15 +11,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from headcut.batching import encode
 from headcut.data import Pairs, is_synthetic, read_pairs, synthetic_spec
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.files import check_out_dir
 from headcut.models import load_model, save_model
 from headcut.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
-from headcut.training import TrainingRecipe, is_finished, open_work_dir, publish_best, settings_from, train
+from headcut.run_folder import RunFolder
+from headcut.training import TrainingRecipe, is_finished, settings_from, train
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ def load_data(recipe: FinetuneRecipe) -> tuple[Pairs, Pairs]:
         synthetic = synthetic_spec(spec, rows)
         if synthetic is not None:
             return synthetic
-        return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=recipe.seed)
+        return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=seed)
 
     train_pairs = read(recipe.train_data, recipe.train_rows, recipe.seed)
     if recipe.dev_data is None:
@@ -51,6 +53,14 @@ def load_data(recipe: FinetuneRecipe) -> tuple[Pairs, Pairs]:
     else:
         dev = read(recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
     return train_pairs, dev.sample(recipe.dev_rows, seed=recipe.seed)
+
+
+def dev_record(recipe: TrainingRecipe, dev: Pairs) -> dict:
+    """What an artifact records of its dev pairs: a resolved path only for a file, none for a synthetic
+    draw ('synthetic:SEED') or a split held out of the training pairs."""
+    path = None if recipe.dev_data is None or is_synthetic(recipe.dev_data) else str(Path(recipe.dev_data).resolve())
+    return {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev), "path": path,
+            "preset": recipe.preset}
 
 
 def class_weights(labels: np.ndarray, num_labels: int, how: str) -> torch.Tensor | None:
@@ -89,7 +99,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
-    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
+    folder = RunFolder.open(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     labels = torch.tensor(train_pairs.label_array())
     weights = class_weights(train_pairs.label_array(), len(recipe.grades), recipe.class_weighting)
     dev_labels, dev_groups = dev.label_array(), dev.query_groups()
@@ -110,27 +120,24 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
         "base_model": str(recipe.model),
         "recipe": to_dict(recipe),
         "train_data": {"source": train_pairs.source, "fingerprint": train_pairs.fingerprint, "rows": len(train_pairs)},
-        "dev_data": {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev),
-                     "path": None if recipe.dev_data is None or is_synthetic(recipe.dev_data) else str(Path(recipe.dev_data).resolve()),
-                     "preset": recipe.preset},
+        "dev_data": dev_record(recipe, dev),
     }
 
     def save_best(m, metrics):
-        best = work / "best"
         loaded.model = m
-        save_model(loaded, best, meta={**meta, "dev_metrics": metrics}, overwrite=True)
+        save_model(loaded, folder.best, meta={**meta, "dev_metrics": metrics}, overwrite=True)
 
     settings = settings_from(recipe)
-    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=work,
+    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=folder.path,
                   save_best=save_best, progress=progress, stop_after_steps=stop_after_steps)
-    result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings), "work_dir": str(work),
+    result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings), "work_dir": str(folder.path),
               "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
               "cpu_per_wall": state.cpu_seconds / max(state.train_seconds, 1e-9)}
     if result["finished"]:
         training = {k: result[k] for k in ("examples_per_second", "cpu_per_wall")} | {
             "steps": state.step, "best_step": state.best_step, "history": state.history,
             "train_seconds": state.train_seconds}
-        best_meta = publish_best(work, out, {"training": training})
+        best_meta = folder.publish({"training": training})
         result["out"] = str(out)
         result["dev_metrics"] = best_meta["dev_metrics"]
     return result

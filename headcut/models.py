@@ -12,7 +12,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from headcut.arch import apply_shape, model_type, shape_record
+from headcut.arch import ARCHITECTURES, SUPPORTED, apply_shape, model_type, shape_record
+from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError
 from headcut.files import atomic_dir, file_hash, write_json
@@ -36,7 +37,7 @@ class LoadedModel:
 
     @property
     def max_length(self) -> int:
-        return int(self.meta.get("max_length", 128))
+        return int(self.meta.get("max_length", DEFAULT_MAX_LENGTH))
 
 
 def resolve_source(source: str | Path) -> Path:
@@ -93,9 +94,7 @@ def load_model(
     with broken_file(path / "config.json"):
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     kind = getattr(config, "model_type", None)
-    from headcut.arch import SUPPORTED
-
-    if kind not in SUPPORTED:
+    if kind not in ARCHITECTURES:
         raise UserError(f"--model {path}: model type '{kind}' is not supported; headcut supports {', '.join(SUPPORTED)}.")
     if num_labels is None:
         num_labels = len(meta.get("grades", DEFAULT_GRADES))
@@ -118,6 +117,8 @@ def load_model(
             )
     model.eval()
     model_type(model)
+    if "max_length" in meta:
+        setattr(model, RECORDED, int(meta["max_length"]))  # what encode() defaults to for this model
     if (path / "tokenizer.json").exists():
         read_json_file(path / "tokenizer.json")
     with broken_file(path, label=f"the tokenizer in {path}"):

@@ -71,25 +71,36 @@ def _yaml(text: str, where: str, fix: str):
 
 
 def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None):
-    """`origins` names where a key's value came from (e.g. '--set epochs=0'), for the error messages."""
+    """The recipe `cls` of `data`; every unknown, mistyped, missing or out-of-range key is reported in one
+    error. `origins` names where a key's value came from (e.g. '--set epochs=0'), for the messages."""
     origins = origins or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    problems: list[tuple[str, str]] = []  # (key, what is wrong with it)
     unknown = [k for k in data if k not in fields]
-    if unknown:
-        close = difflib.get_close_matches(unknown[0], fields, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise UserError(f"{where}: unknown key '{unknown[0]}'{hint}; valid keys are: {', '.join(fields)}.")
+    for key in unknown:
+        close = difflib.get_close_matches(key, fields, n=1)
+        problems.append((key, f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else "")))
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():
-        values[key] = _coerce(value, hints[key], f"{origins.get(key, where)}: key '{key}'")
-    missing = [f.name for f in fields.values()
-               if f.name not in values and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise UserError(f"{where}: missing key '{missing[0]}'; add it or pass --set {missing[0]}=VALUE.")
-    recipe = cls(**values)
-    for key, sentence in range_problems(recipe):
-        raise UserError(f"{origins.get(key, where)}: {sentence}")
+        if key in fields:
+            try:
+                values[key] = _coerce(value, hints[key], f"key '{key}'")
+            except UserError as e:
+                problems.append((key, str(e).rstrip(".")))
+    for f in fields.values():
+        if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            problems.append((f.name, f"missing key '{f.name}' (add it or pass --set {f.name}=VALUE)"))
+    recipe = None if problems else cls(**values)
+    if recipe is not None:
+        problems = [(key, sentence.rstrip(".")) for key, sentence in range_problems(recipe)]
+    if problems:
+        valid = f"; valid keys are: {', '.join(fields)}" if unknown else ""
+        if len(problems) == 1:
+            key, text = problems[0]
+            raise UserError(f"{origins.get(key, where)}: {text}{valid}.")
+        raise UserError(f"{where}: " + "; ".join(text + (f" (from {origins[key]})" if key in origins else "")
+                                                 for key, text in problems) + f"{valid}.")
     check = getattr(recipe, "check", None)
     if check:
         check(where)

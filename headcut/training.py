@@ -18,10 +18,9 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 
+from headcut.batching import Encoded, collate
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError
-from headcut.evaluate.predict import Encoded, collate
-from headcut.files import write_text
 from headcut.ranges import check_ranges, ranged
 
 
@@ -242,19 +241,26 @@ def _average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
 
 
 def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
-    """Save model/optimizer/scheduler/RNG state, then the loop state; a crash mid-save keeps the old one."""
-    if not accelerator.is_main_process:
-        return
+    """Save model/optimizer/scheduler/RNG state, then the loop state; a crash mid-save keeps the old one.
+
+    Every process calls save_state: the main process writes the weights, and each process its own RNG
+    state (random_states_<rank>.pkl), so that every process resumes with the random numbers it had.
+    """
     tmp = ckpt.with_name(ckpt.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
     accelerator.save_state(str(tmp))
-    (tmp / "loop.json").write_text(json.dumps(state.__dict__))
-    if ckpt.exists():
-        shutil.rmtree(ckpt)
-    tmp.rename(ckpt)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (tmp / "loop.json").write_text(json.dumps(state.__dict__))
+        if ckpt.exists():
+            shutil.rmtree(ckpt)
+        tmp.rename(ckpt)
+    accelerator.wait_for_everyone()
 
 
-# --- run folders shared by finetune and distill (out.partial holds checkpoints until the run ends) ----
+# --- what finetune and distill share besides the loop (their run folder: headcut/run_folder.py) --------
 
 
 def settings_from(recipe) -> LoopSettings:
@@ -274,42 +280,3 @@ def is_finished(state: LoopState, n: int, settings: LoopSettings) -> bool:
     """True once `train` ran to the end or stopped early for lack of improvement (not when interrupted)."""
     stopped = settings.early_stopping_patience and state.bad_evals >= settings.early_stopping_patience
     return bool(state.step >= total_steps(n, settings) or stopped)
-
-
-def open_work_dir(out: Path, run_hash: str, stamp: dict, *, overwrite: bool) -> Path:
-    """`out`.partial for the run identified by `run_hash`: reused to resume the same run, refused (or,
-    with `overwrite`, cleared) when it holds another run."""
-    from headcut.errors import UserError
-
-    work = out.with_name(out.name + ".partial")
-    stamp_file = work / "recipe.json"
-    if work.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash:
-        if not overwrite:
-            raise UserError(f"{work} holds an unfinished run of another recipe (or a damaged {stamp_file.name}); "
-                            "pass --overwrite to start afresh.")
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    write_text(stamp_file, json.dumps({"hash": run_hash, **stamp}))  # atomic: a kill leaves the old stamp or none
-    return work
-
-
-def _stamp_hash(stamp_file: Path) -> str | None:
-    """The run hash a work folder was stamped with; None when a kill mid-write left the stamp unreadable."""
-    try:
-        stamp = json.loads(stamp_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        return None
-    return stamp.get("hash") if isinstance(stamp, dict) else None
-
-
-def publish_best(work: Path, out: Path, extra_meta: dict) -> dict:
-    """Move the best artifact `work/best` to `out` (adding `extra_meta` to its headcut.json), then remove
-    `work`. Returns the final headcut.json contents."""
-    meta_path = work / "best" / "headcut.json"
-    meta = {**json.loads(meta_path.read_text()), **extra_meta}
-    meta_path.write_text(json.dumps(meta, indent=2))
-    if out.exists():
-        shutil.rmtree(out)
-    (work / "best").rename(out)
-    shutil.rmtree(work)
-    return meta

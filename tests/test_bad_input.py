@@ -322,7 +322,7 @@ def test_7_the_grader_refuses_a_bad_batch_size(tiny_grader):
 
 
 def test_8_max_length_over_the_models_positions_is_refused(tmp_path):
-    from headcut.evaluate.predict import encode
+    from headcut.batching import encode
     from headcut.data import synthetic_pairs
     from test_export import tiny_tokenizer
     from conftest import tiny_model
@@ -578,14 +578,14 @@ def test_class_fifo_score_file_and_recipe_are_refused(tmp_path):
 
 
 def test_class_a_damaged_run_stamp_is_a_sentence(tmp_path):
-    from headcut.training import open_work_dir
+    from headcut.run_folder import RunFolder
 
     out = tmp_path / "teacher"
     (tmp_path / "teacher.partial").mkdir()
     (tmp_path / "teacher.partial" / "recipe.json").write_text('{"hash": "ab')  # killed mid-write
     with pytest.raises(UserError, match="--overwrite"):
-        open_work_dir(out, "abc", {}, overwrite=False)
-    assert open_work_dir(out, "abc", {}, overwrite=True).is_dir()
+        RunFolder.open(out, "abc", {}, overwrite=False)
+    assert RunFolder.open(out, "abc", {}, overwrite=True).path.is_dir()
 
 
 @pytest.mark.parametrize("grades", ["[]", "[3]", "[1, 1, 2]"])

@@ -8,11 +8,11 @@ from typer.testing import CliRunner
 
 from headcut.arch import (SUPPORTED, flops_per_pair, heads_per_layer, keep_heads, keep_neurons, layer_parts,
                           neurons_per_layer, unit_flops)
+from headcut.batching import collate
 from headcut.cli.main import app
 from headcut.errors import UserError
 from headcut.evaluate.fisher import unit_fisher
 from headcut.evaluate.importance import mask_gradients
-from headcut.evaluate.predict import collate
 from headcut.masking import head_mask, neuron_mask
 from headcut.models import LoadedModel, load_model
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget

@@ -79,7 +79,7 @@ def test_bottom_k_distills_into_a_loadable_artifact(tiny_teacher, tmp_path):
     pairs = synthetic_pairs(150, seed=5)
     before = predict_logits(untrained.model, untrained.tokenizer, pairs, max_length=32)
     result = distill(recipe, tmp_path / "student")
-    assert result["finished"] and result["training"]["teacher_cache"] == "written"
+    assert result.finished and result.training["teacher_cache"] == "written"
     loaded = load_model(tmp_path / "student")
     assert loaded.model.config.num_hidden_layers == 2
     meta = loaded.meta
@@ -99,14 +99,14 @@ def test_rerun_after_a_kill_resumes_and_matches_an_uninterrupted_run(tiny_teache
     recipe = recipe_for(tiny_teacher, eval_every=5, checkpoint_every=5)  # 19 steps per epoch, 38 in all
     whole = distill(recipe, tmp_path / "whole")
     killed = distill(recipe, tmp_path / "resumed", stop_after_steps=12)  # last checkpoint: step 10
-    assert not killed["finished"] and not (tmp_path / "resumed").exists()
+    assert not killed.finished and not (tmp_path / "resumed").exists()
     assert (tmp_path / "resumed.partial" / "checkpoint" / "loop.json").exists()
     resumed = distill(recipe, tmp_path / "resumed")
-    assert resumed["finished"] and resumed["training"]["teacher_cache"] == "hit"
+    assert resumed.finished and resumed.training["teacher_cache"] == "hit"
     assert not (tmp_path / "resumed.partial").exists()
-    assert resumed["training"]["steps"] == whole["training"]["steps"] == 38
+    assert resumed.training["steps"] == whole.training["steps"] == 38
     for name in ("accuracy", "spearman", "loss"):
-        assert resumed["metrics"]["after"][name] == pytest.approx(whole["metrics"]["after"][name], abs=1e-4)
+        assert resumed.metrics["after"][name] == pytest.approx(whole.metrics["after"][name], abs=1e-4)
     a, b = dev_logits(tmp_path / "whole"), dev_logits(tmp_path / "resumed")
     np.testing.assert_allclose(a, b, atol=1e-4)
 
@@ -124,7 +124,7 @@ def test_unlabeled_pairs_are_graded_by_the_teacher(tiny_teacher, tmp_path):
     assert len(merged) == len(train_pairs) + 60
     assert (labels[: len(train_pairs)] == train_pairs.label_array()).all() and (labels[len(train_pairs):] == UNLABELED).all()
     result = distill(recipe, tmp_path / "student")
-    assert result["finished"]
+    assert result.finished
     assert load_model(tmp_path / "student").meta["train_data"]["rows"] == len(train_pairs) + 60
 
 
@@ -155,7 +155,7 @@ def test_config_student_starts_from_mapped_teacher_slices(tiny_teacher, tmp_path
     # narrower than the teacher: the hidden-state loss learns a projection per mapped layer
     result = distill(from_dict(DistillRecipe, {**recipe.__dict__, "hidden_weight": 0.5, "epochs": 0.5}),
                      tmp_path / "student")
-    assert result["finished"]
+    assert result.finished
     assert load_model(tmp_path / "student").model.config.hidden_size == 16
 
 
@@ -170,7 +170,7 @@ def test_pruned_student_trains_against_the_teacher_its_artifact_names(tiny_teach
     recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.5,
                         hidden_weight=0.5, attention_weight=0.5)  # online teacher, eager attention
     result = distill(recipe, tmp_path / "student")
-    assert result["finished"] and result["training"]["teacher_cache"] == "written"
+    assert result.finished and result.training["teacher_cache"] == "written"
     student = load_model(tmp_path / "student")
     assert heads_per_layer(student.model) == [2, 1, 0, 2] and neurons_per_layer(student.model) == [19, 0, 5, 37]
     assert [p.head_ids for p in layer_parts(student.model)] == [[0, 1], [2], [], [1, 3]]  # original ids survive
@@ -195,3 +195,11 @@ def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
     (tmp_path / "full" / "x").write_text("x")
     with pytest.raises(UserError, match="not empty"):
         distill(recipe_for(tiny_teacher), tmp_path / "full")
+
+
+def test_a_synthetic_dev_set_is_recorded_without_a_file_path(tiny_teacher, tmp_path):
+    """dev_data 'synthetic:1' is a generated draw, not a file: the artifact records no path for it."""
+    recipe = recipe_for(tiny_teacher, dev_data="synthetic:1", train_rows=64, dev_rows=32, epochs=0.5, eval_every=100)
+    distill(recipe, tmp_path / "student")
+    meta = json.loads((tmp_path / "student" / "headcut.json").read_text())
+    assert meta["dev_data"]["path"] is None and meta["dev_data"]["source"].startswith("synthetic")

@@ -14,7 +14,8 @@ from headcut.errors import UserError
 from headcut.export import FP32_TOLERANCE, Int8Gate, ParityError, build_grader, check_parity, export_onnx, parity
 from headcut.export.export import gate_batches, reference_logits, session
 from headcut.export.optimize import optimize_graph
-from headcut.export.quantize import FFN_OUT, Int8Choice, fp32_nodes, outlier_scores, quantize_int8, resolve
+from headcut.export.quantize import (FFN_OUT, Int8Choice, Int8Trial, fastest_passing, fp32_nodes, outlier_scores,
+                                    quantize_int8, resolve)
 from headcut.models import LoadedModel, load_model, save_model
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -31,13 +32,13 @@ def tiny_tokenizer(folder):
     return BertTokenizerFast(vocab_file=str(folder / "vocab.txt"))
 
 
-def make_tiny_grader(tmp_path, *, int8: bool = False, keep=None, **build):
+def make_tiny_grader(tmp_path, *, int8: bool = False, keep=None, gate=None, **build):
     """A grader folder from a tiny pruned BERT (uneven heads, a 0-head layer) and its tokenizer."""
     tokenizer = tiny_tokenizer(tmp_path / "tok")
     model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=128, initializer_range=0.2)
     keep_heads(model, keep if keep is not None else [[0, 2], []])
     loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
-    gate = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_default=0.0)
+    gate = gate or Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_default=0.0)
     record = build_grader(loaded, tmp_path / "grader", pairs=synthetic_pairs(120), int8=int8, gate=gate, **build)
     return tmp_path / "grader", loaded, record
 
@@ -118,6 +119,39 @@ def test_build_grader_folder_and_refusals(tmp_path):
         build_grader(loaded, tmp_path / "strict", pairs=synthetic_pairs(60), int8=True,
                      gate=Int8Gate(min_agreement=1.01))
     assert not (tmp_path / "strict").exists()  # nothing written when a gate fails
+
+
+def test_the_fastest_passing_int8_recipe_is_chosen_not_the_fastest():
+    gate = Int8Gate()  # the default gate: agreement >= 97%, |Spearman drift| <= 0.005, within 15% of default speed
+
+    def trial(name, agreement, seconds, drift=0.0):
+        t = Int8Trial(name, agreement, drift, 0.0, 0.01, seconds, speed_vs_default=0.010 / seconds)
+        t.passes = gate.passes(t)
+        return t
+
+    trials = [trial("default", 0.90, 0.010), trial("fast-but-off", 0.96, 0.006), trial("drifts", 0.99, 0.007, 0.01),
+              trial("right", 0.98, 0.0095), trial("slower-right", 0.99, 0.0105), trial("too-slow", 1.0, 0.02)]
+    assert [t.passes for t in trials] == [False, False, False, True, True, False]
+    assert fastest_passing(trials).choice == "right"
+    assert fastest_passing(trials[:3]) is None
+
+
+def test_build_grader_keeps_the_fastest_int8_graph_that_passes_a_discriminating_gate(tmp_path, monkeypatch):
+    _, _, loose = make_tiny_grader(tmp_path / "loose", int8=True)
+    trials = loose["int8"]["trials"]
+    drifts = sorted({round(abs(t["spearman_drift"]), 6) for t in trials})
+    assert len(drifts) > 1, "every INT8 recipe drifts alike here: no gate on drift can tell them apart"
+    limit = (drifts[0] + drifts[-1]) / 2  # some recipes pass, some fail
+    failing = {t["choice"] for t in trials if abs(t["spearman_drift"]) > limit}
+    # Timings made up so that every failing graph is faster than every passing one: choosing the fastest
+    # graph, or the fastest that passes, now give different answers.
+    seconds = [(0.001 if t["choice"] in failing else 0.01) * (1 + i) for i, t in enumerate(trials)]
+    monkeypatch.setattr("headcut.export.build.round_robin", lambda runs, batch, **_: [[s] * 10 for s in seconds])
+    gate = Int8Gate(min_agreement=0.0, max_spearman_drift=limit, max_drop=100.0, min_speed_vs_default=0.0)
+    record = make_tiny_grader(tmp_path / "strict", int8=True, gate=gate)[2]["int8"]
+    assert [t["passes"] for t in record["trials"]] == [t["choice"] not in failing for t in trials]
+    assert 0 < len(failing) < len(trials)
+    assert record["chosen"]["choice"] == next(t["choice"] for t in trials if t["choice"] not in failing)
 
 
 @pytest.mark.parametrize("kind", ["bert", "distilbert"])

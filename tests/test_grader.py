@@ -11,9 +11,10 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import HOMEDEPOT, QBQTC, ROOT, need_homedepot, need_minilm
+from headcut.batching import encode
 from headcut.cli.main import app
 from headcut.data import Pairs, read_pairs, synthetic_pairs
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.grader import Grader, encode_pairs, load_tokenizer
 from test_export import make_tiny_grader
 

@@ -75,3 +75,13 @@ def test_an_interrupted_write_leaves_no_half_folder(tmp_path):
             (tmp / "model.safetensors").write_bytes(b"half")
             raise KeyboardInterrupt  # a user's Ctrl-C halfway through writing
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_text_leaves_neither_a_temp_file_nor_a_half_file_on_error(tmp_path):
+    from headcut.files import write_text
+
+    target = tmp_path / "out" / "report.md"
+    write_text(target, "old\n")
+    with pytest.raises(UnicodeEncodeError):
+        write_text(target, "half written \ud800")  # a lone surrogate cannot be encoded as UTF-8
+    assert sorted(p.name for p in target.parent.iterdir()) == ["report.md"] and target.read_text() == "old\n"

@@ -55,3 +55,15 @@ def test_a_misspelt_key_names_itself_and_the_valid_keys(tmp_path):
 def test_bad_values_are_errors_that_name_the_key(override, message):
     with pytest.raises(UserError, match=message):
         load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", override])
+
+
+def test_every_bad_key_is_reported_at_once(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("teacher: runs/teacher\ntrain_data: x\ntemprature: 3\nepochs: many\nkeep_layers: 2.5\nbogus: 1\n")
+    with pytest.raises(UserError) as err:
+        load_recipe(DistillRecipe, path)
+    message = str(err.value)
+    for problem in ("unknown key 'temprature' (did you mean 'temperature'?)", "unknown key 'bogus'",
+                    "key 'epochs' must be a number, not 'many'", "key 'keep_layers' must be a whole number"):
+        assert problem in message
+    assert message.startswith(f"{path}: ") and message.count("valid keys are") == 1

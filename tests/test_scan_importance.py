@@ -10,12 +10,13 @@ import torch
 
 from conftest import tiny_model
 from headcut.arch import keep_heads
+from headcut.batching import Encoded, collate
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.ablation import ablation_logits, masked_logits, naive_ablation_logits
 from headcut.evaluate.importance import (METHODS, example_nll, gradient_scores, head_importance, mask_gradients,
                                          read_scores, write_scores)
-from headcut.evaluate.predict import Encoded, collate, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask
 
 
@@ -88,7 +89,7 @@ def test_ablation_scores_are_loss_increases():
     model = tiny_model("bert")
     pairs = toy_pairs()
     scores = head_importance(model, CharTokenizer(), pairs, method="ablation", batch_size=8)
-    from headcut.evaluate.predict import encode
+    from headcut.batching import encode
     enc = encode(CharTokenizer(), pairs)
     base, masked = naive_ablation_logits(model, enc, batch_size=8)
     labels = pairs.label_array()
@@ -169,3 +170,31 @@ def test_score_file_round_trip_and_errors(tmp_path):
         read_scores(bad)
     with pytest.raises(UserError, match="missing.json"):
         read_scores(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_scoring_leaves_the_global_random_state_alone(method):
+    """head_importance samples nothing: it must neither reseed the caller's RNG nor depend on it."""
+    model = tiny_model("bert").train()  # dropout on: scoring must switch it off, not rely on a seed
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = head_importance(model, CharTokenizer(), toy_pairs(), method=method, batch_size=8)
+    assert torch.equal(torch.get_rng_state(), state)
+    torch.manual_seed(456)
+    assert torch.equal(head_importance(model.train(), CharTokenizer(), toy_pairs(), method=method, batch_size=8), first)
+
+
+def test_a_scan_leaves_the_global_random_state_alone():
+    from headcut.evaluate.scan import ScanSettings, scan
+    from headcut.models import LoadedModel
+
+    settings = ScanSettings(methods=("kl", "entropy"), experiments=(), probes=False, batch_size=8)
+    loaded = LoadedModel(tiny_model("bert").train(), CharTokenizer())
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first = scan(loaded, toy_pairs(), settings)["scores"]
+    assert torch.equal(torch.get_rng_state(), state)
+    loaded.model.train()
+    torch.manual_seed(456)
+    again = scan(loaded, toy_pairs(), settings)["scores"]
+    assert all(torch.equal(first[m], again[m]) for m in first)

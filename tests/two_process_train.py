@@ -17,7 +17,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import tiny_model  # noqa: E402
 
-from headcut.evaluate.predict import Encoded  # noqa: E402
+from headcut.batching import Encoded  # noqa: E402
 from headcut.training import LoopSettings, train  # noqa: E402
 
 

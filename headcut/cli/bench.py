@@ -50,7 +50,7 @@ def bench(
 
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
-    from headcut.evaluate.predict import check_max_length
+    from headcut.batching import check_max_length
     from headcut.ranges import Range
 
     settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, 4096)),

@@ -97,11 +97,19 @@ ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights 
 Opt = Optional
 
 
+def main_process() -> bool:
+    """False on the other processes of `accelerate launch`: only the main process prints and draws bars."""
+    from headcut.evaluate.ablation import process_state
+
+    return process_state().is_main_process
+
+
 def training_progress(desc: str):
     """A tqdm bar driven by `training.train` events; evaluations are printed above it. Returns (bar, callback)."""
     from tqdm import tqdm
 
-    bar = tqdm(desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True, leave=False, disable=None)
+    bar = tqdm(desc=desc, unit="step", file=sys.stderr, dynamic_ncols=True, leave=False,
+               disable=None if main_process() else True)
 
     stage = [desc]
 

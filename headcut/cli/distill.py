@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, number, quiet_transformers, training_progress, user_errors
+from headcut.cli.common import OVERWRITE, Opt, main_process, number, quiet_transformers, training_progress, user_errors
 
 
 def format_result(metrics: dict) -> str:
@@ -71,14 +71,16 @@ def distill(
 
     result = run(rec, out, overwrite=overwrite, progress=progress)
     bar.close()
-    t = result["training"]
-    if not result["finished"]:
-        typer.echo(f"stopped early; rerun the same command to resume from {result['work_dir']}")
+    if not main_process():
         return
-    typer.echo(format_result(result["metrics"]))
+    t = result.training
+    if not result.finished:
+        typer.echo(f"stopped early; rerun the same command to resume from {result.work_dir}")
+        return
+    typer.echo(format_result(result.metrics))
     typer.echo(f"throughput {t['examples_per_second']:.1f} examples/s ({t['examples_per_cpu_second']:.1f} per CPU-second) "
                f"over {t['steps']} steps "
                f"(best at step {t['best_step']}); teacher logits: {t['teacher_cache']} in {t['teacher_seconds']:.1f}s")
-    if result["speed"]:
-        typer.echo(format_speed(result["speed"]))
-    typer.echo(f"wrote {result['out']}")
+    if result.speed:
+        typer.echo(format_speed(result.speed))
+    typer.echo(f"wrote {result.out}")

@@ -32,30 +32,6 @@ def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> s
     return "\n".join(lines)
 
 
-def open_model(name: str, *, batch_size: int, max_length: int | None, allow_pickle: bool):
-    """Load a model folder or built-in name, or an exported ONNX grader folder (one with grader.json).
-
-    Returns `grade(pairs, progress) -> (logits, description)`. Graders run in ONNX Runtime with the
-    max length they were exported with, so a deployed INT8 grader is judged exactly as it will serve.
-    """
-    if (Path(name) / "grader.json").is_file():
-        import os
-
-        from headcut.grader import Grader
-
-        grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
-        about = {"path": name, "kind": "onnx grader", "precision": grader.record.get("precision"),
-                 "model_sha256": grader.record.get("model_file", {}).get("sha256")}
-        return lambda pairs, progress: (grader.logits(pairs, progress=progress), about)
-    from headcut.evaluate import predict_logits
-    from headcut.models import load_model
-
-    loaded = load_model(name, allow_pickle=allow_pickle)
-    about = {"path": loaded.path, "weights_hash": loaded.weights_hash}
-    return lambda pairs, progress: (predict_logits(loaded.model, loaded.tokenizer, pairs, batch_size=batch_size,
-                                                   max_length=max_length or loaded.max_length, progress=progress), about)
-
-
 @user_errors
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help="Model folder, built-in name (minilm-l6), or an exported "
@@ -78,30 +54,29 @@ def evaluate(
     Example: headcut evaluate --model runs/bottom3 --against runs/teacher --data ../shared/data/homedepot/dev.tsv
     """
     quiet_transformers()
-    from headcut.evaluate import metrics_with_ci, paired_bootstrap, summarize
+    from headcut.evaluate.report import against_reference, metrics_with_ci, open_scorer
     from headcut.files import check_out_file, write_json
 
     if out:
         check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json")
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit)
-    grade_model = open_model(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle)
-    grade_reference = open_model(against, batch_size=batch_size, max_length=max_length,
-                                 allow_pickle=allow_pickle) if against else None  # fail before the long pass
+    scorer = open_scorer(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle)
+    reference = open_scorer(against, batch_size=batch_size, max_length=max_length,
+                            allow_pickle=allow_pickle) if against else None  # fail before the long pass
     with progress_bar(len(pairs), "grading") as bar:
-        logits, about = grade_model(pairs, bar.update)
+        logits = scorer.logits(pairs, bar.update)
     metrics = metrics_with_ci(logits, pairs, iters=bootstrap)
-    metrics["model"] = about
+    metrics["model"] = scorer.about
     typer.echo(format_metrics(metrics))
-    if grade_reference is not None:
+    if reference is not None:
         with progress_bar(len(pairs), "grading --against") as bar:
-            ref_logits, ref_about = grade_reference(pairs, bar.update)
-        labels = pairs.label_array()
-        ref_metrics = summarize(ref_logits, labels, pairs.grades, pairs.query_groups())
-        paired = paired_bootstrap(logits, ref_logits, labels, pairs.grades, iters=bootstrap)
-        metrics["against"] = {"model": ref_about, "metrics": ref_metrics, "model_minus_against": paired}
+            reference_logits = reference.logits(pairs, bar.update)
+        metrics["against"] = against_reference(logits, reference_logits, pairs, reference=reference.about,
+                                               iters=bootstrap)
         typer.echo("")
-        typer.echo(format_against(metrics, ref_metrics, paired, against))
+        typer.echo(format_against(metrics, metrics["against"]["metrics"], metrics["against"]["model_minus_against"],
+                                  against))
     if out:
         write_json(out, metrics)
         typer.echo(f"wrote {out}")

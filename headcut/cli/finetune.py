@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, quiet_transformers, training_progress, user_errors
+from headcut.cli.common import OVERWRITE, Opt, main_process, quiet_transformers, training_progress, user_errors
 
 
 @user_errors
@@ -38,6 +38,8 @@ def finetune(
     bar, progress = training_progress("training")
     result = run(rec, out, overwrite=overwrite, progress=progress)
     bar.close()
+    if not main_process():
+        return
     if not result["finished"]:
         typer.echo(f"stopped early; rerun the same command to resume from {result['work_dir']}")
         return

@@ -79,7 +79,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     """Under `accelerate launch` every process scans (the ablation forwards are split between them) and
     the main process alone draws bars and writes; result is None on the other processes."""
     from headcut.evaluate.ablation import process_state
-    from headcut.evaluate.scan import scan as run_scan
+    from headcut.evaluate.scan import scan_model
     from headcut.evaluate.scan_report import write_scan
     from headcut.files import atomic_dir, check_out_dir
     from headcut.models import load_model
@@ -93,21 +93,17 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     loaded = load_model(model, allow_pickle=allow_pickle)
     if state.num_processes > 1:
         loaded.model.to(state.device)
-    if settings.max_length is None:
-        settings = type(settings)(**{**settings.__dict__, "max_length": loaded.max_length})
     progress, close = stage_bars(len(pairs)) if state.is_main_process else (None, lambda: None)
     try:
-        result = run_scan(loaded, pairs, settings, title_words=title_words, progress=progress)
+        result = scan_model(loaded, pairs, settings, seed=seed, limit=limit, title_words=title_words,
+                            progress=progress)
     finally:
         close()
     if not state.is_main_process:
         return None
-    model_info = {"path": loaded.path, "weights_hash": loaded.weights_hash}
-    data_info = {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
-                 "limit": limit}
     with atomic_dir(out, overwrite=overwrite, inputs=[model, data]) as tmp:
-        write_scan(tmp, result, model_info=model_info, data_info=data_info)
-    return result
+        write_scan(tmp, result.findings, model_info=result.model, data_info=result.data)
+    return result.findings
 
 
 @user_errors

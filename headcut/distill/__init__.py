@@ -2,10 +2,10 @@
 from headcut.distill.cache import teacher_logits
 from headcut.distill.losses import attention_kl, even_layer_map, hidden_mse, kd_loss
 from headcut.distill.recipe import DistillRecipe, tune_ranges
-from headcut.distill.run import distill
+from headcut.distill.run import DistillResult, distill
 from headcut.distill.students import Student, build_student, config_student, teacher_source
 
 __all__ = [
     "teacher_logits", "attention_kl", "even_layer_map", "hidden_mse", "kd_loss", "DistillRecipe", "tune_ranges",
-    "distill", "Student", "build_student", "config_student", "teacher_source",
+    "distill", "DistillResult", "Student", "build_student", "config_student", "teacher_source",
 ]

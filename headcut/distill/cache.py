@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from headcut.batching import Encoded
 from headcut.data import Pairs
-from headcut.evaluate.predict import Encoded, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 
 

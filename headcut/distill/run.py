@@ -6,32 +6,46 @@ weights hash and teacher / before / after dev metrics with paired-bootstrap CIs 
 """
 from __future__ import annotations
 
-import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
-from accelerate import PartialState
 
 from headcut.arch import count_parameters, heads_per_layer
+from headcut.batching import encode
 from headcut.data import Pairs, read_pairs
 from headcut.distill.cache import teacher_logits
 from headcut.distill.losses import attention_kl, hidden_mse, kd_loss, per_layer
 from headcut.distill.recipe import DistillRecipe
 from headcut.distill.students import build_student, teacher_source
 from headcut.errors import UserError
+from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.files import check_out_dir
-from headcut.finetune import grade_loss, load_data, recipe_hash
+from headcut.finetune import dev_record, grade_loss, load_data, recipe_hash
 from headcut.models import LoadedModel, load_model, save_model
 from headcut.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
-from headcut.training import is_finished, open_work_dir, publish_best, settings_from, train
+from headcut.run_folder import RunFolder
+from headcut.training import is_finished, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
+
+
+@dataclass
+class DistillResult:
+    """What a distillation run did; `out`, `metrics` and `speed` are set once it finished and published."""
+
+    finished: bool  # False: interrupted (stop_after_steps); rerun the same call to resume from work_dir
+    work_dir: str
+    training: dict  # steps, best step, history, throughput, teacher-logit cache
+    out: str | None = None
+    metrics: dict | None = None  # teacher / before / after on dev, after - teacher with paired CIs
+    speed: dict | None = None  # teacher vs student parameters, FLOPs and latency (recipe.measure_speed)
 
 
 def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np.ndarray]:
@@ -61,7 +75,7 @@ def _stage(progress, name: str, total: int):
 
 
 def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, progress=None,
-            stop_after_steps: int | None = None, cache_dir: str | Path | None = None) -> dict:
+            stop_after_steps: int | None = None, cache_dir: str | Path | None = None) -> DistillResult:
     """Train the recipe's student, keep the best dev checkpoint, write it to `out` as an artifact.
 
     `cache_dir` holds teacher logits (default: inside `out`.partial); tuning trials share one.
@@ -72,7 +86,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
     attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
     teacher = load_model(teacher_source(recipe), attn_implementation=attn)
-    teacher.model.to(PartialState().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
+    teacher.model.to(process_state().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
     if tuple(teacher.grades) != tuple(recipe.grades):
         raise UserError(f"the teacher grades {list(teacher.grades)}, the recipe says grades={list(recipe.grades)}; "
                         "make them agree (--set grades=[...]).")
@@ -83,9 +97,9 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     encoded = encode(tokenizer, pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once models and data load, so a mistyped teacher or a bad file leaves no half-made run folder
-    work = open_work_dir(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
+    folder = RunFolder.open(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     dev_labels, dev_groups = dev.label_array(), dev.query_groups()
-    cache = Path(cache_dir) if cache_dir else work / "teacher"
+    cache = Path(cache_dir) if cache_dir else folder.path / "teacher"
 
     started = time.perf_counter()
     teacher_dev, _ = teacher_logits(teacher, dev, encoded=dev_encoded, max_length=recipe.max_length, cache_dir=cache,
@@ -102,10 +116,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
         logits = predict_logits(m, tokenizer, dev, encoded=dev_encoded, batch_size=128)
         return summarize(logits, dev_labels, recipe.grades, dev_groups)
 
-    before_file = work / "before.json"  # the untrained student, measured once even across resumes
-    if not before_file.exists():
-        before_file.write_text(json.dumps(evaluate_fn(model)))
-    before = json.loads(before_file.read_text())
+    before = folder.remember("before.json", lambda: evaluate_fn(model))  # the untrained student, once per run
 
     projections = _projections(model, teacher.model, len(student.layer_map), seed=recipe.seed) \
         if recipe.hidden_weight > 0 else None
@@ -148,16 +159,15 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
         "teacher": {"path": teacher.path, "weights_hash": teacher.weights_hash},
         "student": {"kind": student.kind, "layer_map": student.layer_map, "parameters": count_parameters(model)},
         "train_data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
-        "dev_data": {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev), "preset": recipe.preset,
-                     "path": None if recipe.dev_data in (None, "synthetic") else str(Path(recipe.dev_data).resolve())},
+        "dev_data": dev_record(recipe, dev),
     }
 
     def save_best(m, metrics):
-        save_model(LoadedModel(m, tokenizer, student.loaded.meta), work / "best",
+        save_model(LoadedModel(m, tokenizer, student.loaded.meta), folder.best,
                    meta={**meta, "dev_metrics": metrics}, overwrite=True)
 
     settings = settings_from(recipe)
-    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=work,
+    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=folder.path,
                   save_best=save_best, extra_modules=[projections] if projections is not None else [],
                   progress=progress, stop_after_steps=stop_after_steps)
     training = {"steps": state.step, "best_step": state.best_step, "history": state.history,
@@ -165,10 +175,10 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
                 # per CPU-second as well: wall-clock rates swing with other jobs on a shared machine
                 "examples_per_cpu_second": state.examples / max(state.cpu_seconds, 1e-9),
                 "teacher_seconds": teacher_seconds, "teacher_cache": "hit" if hit else ("written" if cached is not None else "off")}
-    result = {"finished": is_finished(state, len(encoded), settings), "work_dir": str(work), "training": training}
-    if not result["finished"]:
+    result = DistillResult(is_finished(state, len(encoded), settings), str(folder.path), training)
+    if not result.finished:
         return result
-    best = load_model(work / "best")
+    best = load_model(folder.best)
     after_logits = predict_logits(best.model, best.tokenizer, dev, encoded=dev_encoded, batch_size=128)
     metrics = {
         "teacher": summarize(teacher_dev, dev_labels, recipe.grades, dev_groups),
@@ -177,11 +187,12 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
         "after_minus_teacher": paired_bootstrap(after_logits, teacher_dev, dev_labels, recipe.grades, seed=recipe.seed),
     }
     speed = None
-    if recipe.measure_speed:  # at the median dev length: what a deployed grader mostly sees
+    if recipe.measure_speed and folder.is_main:  # at the median dev length: what a deployed grader mostly sees
         seq_len = int(np.median(dev_encoded.lengths()))
         speed = speed_summary(teacher.model.to("cpu"), best.model, seq_len=seq_len, batch_sizes=(1, 32))
-    publish_best(work, out, {"training": training, "metrics": metrics, "speed": speed})
-    return {**result, "out": str(out), "metrics": metrics, "speed": speed}
+    folder.publish({"training": training, "metrics": metrics, "speed": speed})
+    result.out, result.metrics, result.speed = str(out), metrics, speed
+    return result
 
 
 def _projections(student, teacher, n: int, *, seed: int):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headcut.arch import encoder_layers, keep_layers
+from headcut.arch import ARCHITECTURES, encoder_layers, keep_layers
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
 from headcut.errors import UserError
@@ -85,7 +85,6 @@ def config_student(teacher, *, layers: int, hidden: int | None, heads: int | Non
     config = copy.deepcopy(teacher.config)
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)  # a pruned teacher's per-layer shape does not describe the student
-    distil = config.model_type == "distilbert"
     config.num_hidden_layers = layers
     if hidden is not None:
         config.hidden_size = hidden
@@ -94,7 +93,7 @@ def config_student(teacher, *, layers: int, hidden: int | None, heads: int | Non
     if heads is not None:
         config.num_attention_heads = heads
     if intermediate is not None:
-        setattr(config, "hidden_dim" if distil else "intermediate_size", intermediate)
+        setattr(config, ARCHITECTURES[config.model_type].intermediate, intermediate)
     if config.hidden_size % config.num_attention_heads:
         raise UserError(f"student_hidden={config.hidden_size} is not divisible by student_heads="
                         f"{config.num_attention_heads}; pick sizes that divide.")

@@ -66,7 +66,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
         metrics = _finished_metrics(folder)
         if metrics is None:
             result = distill(candidate, folder, overwrite=True, progress=progress, cache_dir=out / "teacher")
-            metrics = result["metrics"]
+            metrics = result.metrics
         value = metrics["after"][recipe.select_metric]
         trial.set_user_attr("artifact", str(folder))
         study.tell(trial, value)

@@ -11,13 +11,14 @@ from headcut.evaluate.metrics import (
     summarize,
 )
 from headcut.evaluate.importance import METHODS, head_importance, read_scores, write_scores
-from headcut.evaluate.predict import collate, encode, length_batches, predict_logits
+from headcut.batching import collate, encode, length_batches
+from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.compare import compare_models
-from headcut.evaluate.report import evaluate_model, metrics_with_ci
+from headcut.evaluate.report import Scorer, against_reference, evaluate_model, metrics_with_ci, open_scorer
 
 __all__ = [
     "agreement", "bootstrap_ci", "expected_grade", "macro_f1", "ndcg_at_k", "nll", "paired_bootstrap",
     "spearman", "summarize", "compare_models", "collate", "encode", "length_batches", "predict_logits",
-    "evaluate_model", "metrics_with_ci",
+    "evaluate_model", "metrics_with_ci", "Scorer", "against_reference", "open_scorer",
     "METHODS", "head_importance", "read_scores", "write_scores",
 ]

@@ -14,21 +14,14 @@ from typing import Callable
 import numpy as np
 import torch
 
-from headcut.arch import encoder_layers, layer_parts, mask_shape, model_type
-from headcut.evaluate.predict import Encoded, collate, length_batches, predict_logits
+from headcut.arch import encoder_layers, layer_parts, mask_shape, set_encoder_layers
+from headcut.batching import Encoded, collate, length_batches
+from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask
 
 
 def _device(model):
     return next(model.parameters()).device
-
-
-def _set_layers(model, layers) -> None:
-    base = model.base_model
-    if model_type(model) == "distilbert":
-        base.transformer.layer = layers
-    else:
-        base.encoder.layer = layers
 
 
 @contextmanager
@@ -43,11 +36,11 @@ def start_at_layer(model, start: int, hidden: torch.Tensor):
         return (hidden, *args[1:]), kwargs
 
     handle = layers[start].register_forward_pre_hook(replace_input, with_kwargs=True)
-    _set_layers(model, torch.nn.ModuleList(list(layers)[start:]))
+    set_encoder_layers(model, torch.nn.ModuleList(list(layers)[start:]))
     try:
         yield
     finally:
-        _set_layers(model, layers)
+        set_encoder_layers(model, layers)
         handle.remove()
 
 

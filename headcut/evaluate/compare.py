@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from headcut.batching import encode
 from headcut.data import Pairs
 from headcut.evaluate.metrics import paired_bootstrap, summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 
 
 def compare_models(
@@ -15,7 +16,7 @@ def compare_models(
     pairs: Pairs,
     *,
     batch_size: int = 64,
-    max_length: int = 128,
+    max_length: int | None = None,
     iters: int = 1000,
     seed: int = 0,
     progress=None,

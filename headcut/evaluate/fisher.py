@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from headcut.arch import intermediate_size, layer_parts, mask_shape, present_heads
-from headcut.evaluate.predict import Encoded, collate, length_batches
+from headcut.batching import Encoded, collate, length_batches
 from headcut.masking import head_mask, neuron_mask
 
 TARGETS = ("teacher", "grades")

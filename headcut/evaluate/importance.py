@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from headcut.arch import layer_parts, mask_shape, present_heads
+from headcut.batching import Encoded, collate, encode, length_batches
 from headcut.data import Pairs, check_regular
 from headcut.errors import UserError
 from headcut.evaluate.ablation import ablation_logits
 from headcut.evaluate.attention import attention_weights
-from headcut.evaluate.predict import Encoded, collate, encode, length_batches
 from headcut.files import write_json
 from headcut.masking import head_mask
 
@@ -147,18 +147,20 @@ def loss_labels(model, encoded: Encoded, pairs: Pairs, *, batch_size: int) -> np
     return predict_logits(model, None, None, batch_size=batch_size, encoded=encoded).argmax(1)
 
 
-def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: int = 64, max_length: int = 128,
-                    progress: Callable[[int], None] | None = None, seed: int = 0) -> torch.Tensor:
+def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: int = 64,
+                    max_length: int | None = None, progress: Callable[[int], None] | None = None,
+                    seed: int = 0) -> torch.Tensor:
     """Score every head of `model` on `pairs`: `(num_layers, num_heads)` float32, higher = more important.
 
-    `progress(n)` is called as pairs finish (one pass over the data in all). Deterministic: `seed` is
-    only recorded (no method samples). See the module docstring for the methods.
+    `progress(n)` is called as pairs finish (one pass over the data in all). Deterministic: no method
+    samples and the model runs in eval mode, so `seed` changes nothing (it is kept for callers that record
+    it) and the caller's random state is left alone. See the module docstring for the methods.
     """
     if method not in METHODS:
         raise UserError(f"--method {method}: unknown; choose from {', '.join(METHODS)}.")
     if method == "ablation" and not pairs.has_labels:
         raise UserError(f"{pairs.source} has no grades, which --method ablation needs; use --method kl.")
-    torch.manual_seed(seed)
+    model.eval()
     encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
     if method in ("ablation", "kl"):
         base, masked = ablation_logits(model, encoded, batch_size=batch_size, progress=progress)

@@ -1,76 +1,14 @@
-"""Running a grader over pairs: tokenise once, batch pairs of similar length, return logits in input order."""
+"""Running a grader over pairs: tokenise once (headcut.batching), batch pairs of similar length, return logits
+in input order."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
+from headcut.batching import Encoded, collate, encode, length_batches
 from headcut.data import Pairs
-from headcut.errors import UserError
-
-
-@dataclass
-class Encoded:
-    """Token ids of every pair (unpadded), plus whether the model takes token type ids."""
-
-    input_ids: list[list[int]]
-    token_type_ids: list[list[int]] | None
-    pad_id: int
-
-    def __len__(self):
-        return len(self.input_ids)
-
-    def lengths(self) -> np.ndarray:
-        return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self.input_ids))
-
-
-def check_max_length(model, max_length: int, *, flag: str = "--max-length") -> None:
-    """Refuse inputs longer than the model has position embeddings for (an index error deep in torch or ONNX)."""
-    config = getattr(model, "config", None)
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions is None:
-        return
-    if getattr(config, "model_type", "") in ("roberta", "xlm-roberta"):
-        positions -= config.pad_token_id + 1  # their positions start after the padding index
-    if max_length > positions:
-        raise UserError(f"max length {max_length} is more than the model's {positions} positions; pass "
-                        f"{flag} {positions} or less" + (" (or set the recipe's max_length)." if flag == "--max-length"
-                                                          else "."))
-
-
-def encode(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) -> Encoded:
-    """Tokenise query/title pairs as one sentence pair each; only the title is truncated when too long."""
-    if model is not None:
-        check_max_length(model, max_length)
-    enc = tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=max_length)
-    use_types = "token_type_ids" in enc and (model is None or model.config.model_type != "distilbert")
-    return Encoded(enc["input_ids"], enc["token_type_ids"] if use_types else None, tokenizer.pad_token_id or 0)
-
-
-def collate(encoded: Encoded, rows) -> dict[str, torch.Tensor]:
-    """Pad the given rows to their longest member (dynamic padding)."""
-    width = max(len(encoded.input_ids[i]) for i in rows)
-    ids = torch.full((len(rows), width), encoded.pad_id, dtype=torch.long)
-    attn = torch.zeros((len(rows), width), dtype=torch.long)
-    types = torch.zeros((len(rows), width), dtype=torch.long) if encoded.token_type_ids is not None else None
-    for j, i in enumerate(rows):
-        n = len(encoded.input_ids[i])
-        ids[j, :n] = torch.tensor(encoded.input_ids[i])
-        attn[j, :n] = 1
-        if types is not None:
-            types[j, :n] = torch.tensor(encoded.token_type_ids[i])
-    batch = {"input_ids": ids, "attention_mask": attn}
-    if types is not None:
-        batch["token_type_ids"] = types
-    return batch
-
-
-def length_batches(encoded: Encoded, batch_size: int) -> list[np.ndarray]:
-    """Rows grouped so each batch holds pairs of similar length (less padding, ~1.7x faster here)."""
-    order = np.argsort(encoded.lengths(), kind="stable")
-    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 @torch.inference_mode()
@@ -80,7 +18,7 @@ def predict_logits(
     pairs: Pairs,
     *,
     batch_size: int = 64,
-    max_length: int = 128,
+    max_length: int | None = None,
     progress: Callable[[int], None] | None = None,
     encoded: Encoded | None = None,
 ) -> np.ndarray:

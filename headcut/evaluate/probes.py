@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from headcut.arch import layer_parts, mask_shape
+from headcut.batching import Encoded, collate, encode, length_batches
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.attention import attention_weights
-from headcut.evaluate.predict import Encoded, collate, encode, length_batches
 
 PROBES = ("previous", "next", "noop", "term_match", "boundary_f1")
 
@@ -37,7 +37,7 @@ class ProbeInputs:
     candidates: list[list[bool]] | None = None  # only these t may count as t -> t+1 links (None: every pair of neighbours)
 
 
-def probe_inputs(tokenizer, pairs: Pairs, *, max_length: int = 128, model=None) -> ProbeInputs:
+def probe_inputs(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None) -> ProbeInputs:
     """Token ids plus the reference word segmentation of each pair, from the tokenizer's pieces."""
     encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
     tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in encoded.input_ids]
@@ -70,7 +70,7 @@ def _word_of_char(title: str, words: list[str], where: str) -> list[int]:
     return out
 
 
-def segmented_inputs(tokenizer, pairs: Pairs, title_words: list[str], *, max_length: int = 128,
+def segmented_inputs(tokenizer, pairs: Pairs, title_words: list[str], *, max_length: int | None = None,
                      model=None) -> ProbeInputs:
     """Probe inputs whose word boundaries come from `title_words` (per pair, the title's words separated
     by spaces) instead of the tokenizer: title pieces t, t+1 are one word when the last character of t

@@ -2,7 +2,7 @@
 study's experiments and the head probes, as one JSON-ready result that `scan_report` writes out."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -10,6 +10,7 @@ import torch
 from scipy.stats import spearmanr
 
 from headcut.arch import present_heads
+from headcut.batching import encode, max_length_of
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.ablation import distributed_ablation_logits
@@ -17,7 +18,7 @@ from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gradient_scores, loss_labels,
                                          mask_gradients)
 from headcut.evaluate.metrics import summarize
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs, segmented_inputs
 
 
@@ -27,7 +28,7 @@ class ScanSettings:
     experiments: tuple[str, ...] = EXPERIMENTS
     probes: bool = True
     batch_size: int = 64
-    max_length: int = 128
+    max_length: int | None = None  # None: the model's recorded token limit (batching.max_length_of)
     draws: int = 5  # random masks per ratio: more narrows the CIs, linearly slower
     k: int = 5  # term-matching heads masked in experiment 5
     iters: int = 200  # bootstrap resamples for the CIs
@@ -116,6 +117,25 @@ def top_overlap(scores: dict[str, torch.Tensor], *, k: int = 10) -> dict[str, di
     return {a: {b: len(tops[a] & tops[b]) / max(k, 1) for b in tops} for a in tops}
 
 
+@dataclass
+class ScanResult:
+    """A scan and what it describes: the model and the data sample (scan_report.write_scan writes it)."""
+
+    findings: dict  # what scan() returns: scores, baseline, experiments, probes, rankings, settings
+    model: dict  # path and weights hash
+    data: dict  # source, fingerprint, samples, and the seed and limit of the sample
+
+
+def scan_model(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, seed: int = 0,
+               limit: int | None = None, title_words: list[str] | None = None,
+               progress: Callable[[str, int], None] | None = None) -> ScanResult:
+    """`scan`, with the provenance its outputs record; `seed`/`limit`: how `pairs` were sampled."""
+    findings = scan(loaded, pairs, settings, title_words=title_words, progress=progress)
+    return ScanResult(findings, {"path": loaded.path, "weights_hash": loaded.weights_hash},
+                      {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
+                       "limit": limit})
+
+
 def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title_words: list[str] | None = None,
          progress: Callable[[str, int], None] | None = None) -> dict:
     """Score, experiment and probe. `progress(stage, pairs_done)`: each stage is one pass over `pairs`.
@@ -131,7 +151,8 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
         raise UserError(f"{pairs.source} has no grades, which --method ablation and the experiments need; "
                         "pass --method kl,gradient,fisher,entropy --experiments none.")
     stage = (lambda name: (lambda n: progress(name, n))) if progress else (lambda name: None)
-    torch.manual_seed(settings.seed)
+    model.eval()  # no dropout: scores depend on the model and the data, not on the random state
+    settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
     encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
     labels = pairs.label_array() if labelled else None
     scores: dict[str, torch.Tensor] = {}

@@ -1,7 +1,7 @@
 """Side-by-side deployment benchmark: PyTorch models and ONNX graders on the same data and shapes.
 
-All variants are loaded in one process with the same thread count and take turns run by run in every
-(batch, sequence) cell, so load from other processes on a shared machine hits all of them alike.
+All variants are loaded in one process with the same thread count and take turns in blocks in every
+(batch, sequence) cell (headcut.timing), so load from other processes on a shared machine hits all of them alike.
 """
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ from typing import Callable
 import numpy as np
 import torch
 
+from headcut.arch import flops_per_pair, heads_per_layer, takes_token_types
+from headcut.batching import encode
 from headcut.data import Pairs
 from headcut.evaluate.metrics import agreement, summarize
-from headcut.evaluate.predict import encode, predict_logits
-from headcut.export.timing import round_robin
+from headcut.evaluate.predict import predict_logits
+from headcut.timing import round_robin
 
 
 @dataclass(frozen=True)
@@ -60,8 +62,6 @@ def rss_mb() -> float:
 
 
 def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
-    from headcut.arch import flops_per_pair, heads_per_layer
-
     torch.set_num_threads(threads)
     model = loaded.model.eval()
     size = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -78,7 +78,7 @@ def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
 
 
 def _takes(model, key: str) -> bool:
-    return key != "token_type_ids" or model.config.model_type != "distilbert"
+    return key != "token_type_ids" or takes_token_types(model)
 
 
 def onnx_variant(name: str, grader_dir: str | Path, *, threads: int) -> Variant:

@@ -13,17 +13,17 @@ import numpy as np
 import torch
 
 from headcut.arch import heads_per_layer
+from headcut.batching import check_max_length, encode
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
-from headcut.evaluate.predict import check_max_length, encode
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, ParityError, check_parity, export_onnx, gate_batches, input_names, onnx_logits,
                                    parity, reference_logits, run_session, session)
 from headcut.export.optimize import optimize_graph
-from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, judge, quantize_int8, resolve
-from headcut.export.timing import round_robin
+from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, fastest_passing, judge, quantize_int8, resolve
 from headcut.files import atomic_dir, file_hash, write_json, write_text
+from headcut.timing import round_robin
 
 TIMING_SHAPE = (32, 64)  # batch x sequence the INT8 speed comparison runs at
 
@@ -125,13 +125,12 @@ def _choose_int8(fp32, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab
     seconds = dict(zip(sessions, (statistics.median(t) for t in times)))
     trials = [judge(logits_of[name], fp32_logits, labels, grades, seconds=seconds[name],
                     default_seconds=seconds[CHOICES[0].name], choice=name, gate=gate) for name in names]
-    passing = [t for t in trials if t.passes]
-    if not passing:
+    best = fastest_passing(trials)
+    if best is None:
         table = "; ".join(f"{t.choice}: agreement {t.agreement:.2%}, Spearman {t.spearman_drift:+.4f}, "
                           f"drop {t.accuracy_drop:+.2f} pt, speed x{t.speed_vs_default:.2f}" for t in trials)
         raise ParityError(f"no INT8 recipe passes the gate ({table}); export without --int8, or relax "
                           "--min-agreement/--max-spearman-drift/--max-drop.")
-    best = min(passing, key=lambda t: t.seconds)
     fp32_nodes_of = {c.name: list(c.keep_fp32) for c in choices}  # recorded so the choice can be reproduced
     record = {"chosen": {**best.as_dict(), "keep_fp32": fp32_nodes_of[best.choice]},
               "trials": [t.as_dict() for t in trials], "gate": asdict(gate),

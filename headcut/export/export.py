@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headcut.arch import takes_token_types
+from headcut.batching import collate, encode, length_batches
 from headcut.data import Pairs
 from headcut.errors import UserError
-from headcut.evaluate.predict import collate, encode, length_batches
 
 FP32_TOLERANCE = 1e-4  # max |logit difference| an fp32 graph may show against PyTorch
 # Shapes the random part of the gate covers: single pairs, odd lengths, a full batch at full length.
@@ -59,7 +60,7 @@ class _LogitsOnly(torch.nn.Module):
 
 def input_names(model) -> list[str]:
     names = ["input_ids", "attention_mask"]
-    if model.config.model_type != "distilbert" and getattr(model.config, "type_vocab_size", 0) > 0:
+    if takes_token_types(model) and getattr(model.config, "type_vocab_size", 0) > 0:
         names.append("token_type_ids")
     return names
 

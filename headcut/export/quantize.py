@@ -161,6 +161,13 @@ class Int8Gate:
                 and trial.accuracy_drop <= self.max_drop and trial.speed_vs_default >= self.min_speed_vs_default)
 
 
+def fastest_passing(trials: list[Int8Trial]) -> Int8Trial | None:
+    """The fastest trial that passes its gate; None when none does. A faster graph that fails the gate
+    (or the default INT8 yardstick, when it was only timed) is never chosen."""
+    passing = [t for t in trials if t.passes]
+    return min(passing, key=lambda t: t.seconds) if passing else None
+
+
 def judge(logits: np.ndarray, fp32_logits: np.ndarray, labels, grades, *, seconds: float,
           default_seconds: float, choice: str, gate: Int8Gate) -> Int8Trial:
     """One INT8 graph's figures against its fp32 graph on the same labelled pairs."""

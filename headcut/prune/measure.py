@@ -9,11 +9,11 @@ dominate: at batch 1 on short pairs, far more than at batch 32.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
-from headcut.arch import count_parameters, flops_per_pair, model_type
+from headcut.arch import count_parameters, flops_per_pair, takes_token_types
+from headcut.timing import round_robin
 
 
 def dummy_batch(model, batch_size: int, seq_len: int, *, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -22,7 +22,7 @@ def dummy_batch(model, batch_size: int, seq_len: int, *, seed: int = 0) -> dict[
     vocab = int(getattr(model.config, "vocab_size", 1000))
     ids = torch.randint(5, max(6, vocab - 1), (batch_size, seq_len), generator=g)
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if model_type(model) != "distilbert":
+    if takes_token_types(model):
         batch["token_type_ids"] = torch.zeros_like(ids)
     return batch
 
@@ -33,23 +33,15 @@ def measure_latency(
 ) -> list[list[dict]]:
     """Median milliseconds per batch and pairs per second of each model at each batch size (CPU).
 
-    Models take turns run by run, so load from other processes on a shared machine hits all of them
-    alike. Each size gets `warmup` untimed runs, then timed rounds until every model has `min_runs`
-    runs and `min_seconds` of its own time.
+    Models take turns in blocks (headcut.timing.round_robin): each size gets `warmup` untimed runs, then
+    timed rounds until every model has `min_runs` runs and `min_seconds` of its own time.
     """
     results = [[] for _ in models]
+    for m in models:
+        m.eval()
     for size in batch_sizes:
-        batches = [dummy_batch(m, size, seq_len) for m in models]
-        for m, batch in zip(models, batches):
-            m.eval()
-            for _ in range(warmup):
-                m(**batch)
-        times = [[] for _ in models]
-        while min(len(t) for t in times) < min_runs or min(sum(t) for t in times) < min_seconds:
-            for m, batch, t in zip(models, batches, times):
-                t0 = time.perf_counter()
-                m(**batch)
-                t.append(time.perf_counter() - t0)
+        runs = [lambda _, m=m, batch=dummy_batch(m, size, seq_len): m(**batch) for m in models]
+        times = round_robin(runs, None, warmup=warmup, repeats=min_runs, min_seconds=min_seconds)
         for out, t in zip(results, times):
             ms = statistics.median(t) * 1000
             out.append({"batch_size": size, "ms": ms, "pairs_per_second": size / (ms / 1000), "runs": len(t)})

@@ -8,11 +8,12 @@ from typing import Callable
 import torch
 
 from headcut.arch import flops_per_pair, intermediate_size, keep_heads, keep_neurons, mask_shape, unit_flops
+from headcut.batching import encode
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.fisher import TARGETS, UnitScores, unit_fisher
-from headcut.evaluate.predict import encode, predict_logits
+from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 from headcut.prune.budget import check_budget, plan_budget
 from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency

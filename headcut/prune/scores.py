@@ -55,7 +55,7 @@ def default_data(loaded) -> tuple[str, str | None]:
     return path, dev.get("preset")
 
 
-def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, max_length: int = 128,
+def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, max_length: int | None = None,
                 progress=None, seed: int = 0) -> torch.Tensor:
     """(num_layers, num_heads) scores from a scan (higher = more important); unscored heads get -inf."""
     from headcut.evaluate.importance import absent_heads, check_scores, head_importance

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from headcut.arch import LayerParts, layer_parts
-from headcut.evaluate.predict import Encoded, collate, length_batches
+from headcut.batching import Encoded, collate, length_batches
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,83 @@
+"""Tokenising pairs, dynamic padding and length buckets: shared by evaluation, training, distillation and export."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from headcut.arch import takes_token_types, usable_positions
+from headcut.data import Pairs
+from headcut.errors import UserError
+
+DEFAULT_MAX_LENGTH = 128  # for models that record no token limit (plain Hugging Face folders)
+RECORDED = "headcut_max_length"  # attribute load_model sets on a model: the token limit it was trained at
+
+
+def max_length_of(model, max_length: int | None = None) -> int:
+    """`max_length` when given, else the token limit `model` was trained at (its artifact's max_length),
+    else DEFAULT_MAX_LENGTH. A model trained at 64 tokens is judged at 64, not at a library default."""
+    if max_length is not None:
+        return int(max_length)
+    return int(getattr(model, RECORDED, None) or DEFAULT_MAX_LENGTH)
+
+
+@dataclass
+class Encoded:
+    """Token ids of every pair (unpadded), plus whether the model takes token type ids."""
+
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]] | None
+    pad_id: int
+
+    def __len__(self):
+        return len(self.input_ids)
+
+    def lengths(self) -> np.ndarray:
+        return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self.input_ids))
+
+
+def check_max_length(model, max_length: int, *, flag: str = "--max-length") -> None:
+    """Refuse inputs longer than the model has position embeddings for (an index error deep in torch or ONNX)."""
+    positions = usable_positions(getattr(model, "config", None))
+    if positions is None:
+        return
+    if max_length > positions:
+        raise UserError(f"max length {max_length} is more than the model's {positions} positions; pass "
+                        f"{flag} {positions} or less" + (" (or set the recipe's max_length)." if flag == "--max-length"
+                                                          else "."))
+
+
+def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None) -> Encoded:
+    """Tokenise query/title pairs as one sentence pair each. Pairs over `max_length` lose tokens from
+    whichever side is longer at each step ('longest_first'), so a long query is cut as well as a title."""
+    max_length = max_length_of(model, max_length)
+    if model is not None:
+        check_max_length(model, max_length)
+    enc = tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=max_length)
+    use_types = "token_type_ids" in enc and (model is None or takes_token_types(model))
+    return Encoded(enc["input_ids"], enc["token_type_ids"] if use_types else None, tokenizer.pad_token_id or 0)
+
+
+def collate(encoded: Encoded, rows) -> dict[str, torch.Tensor]:
+    """Pad the given rows to their longest member (dynamic padding)."""
+    width = max(len(encoded.input_ids[i]) for i in rows)
+    ids = torch.full((len(rows), width), encoded.pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    types = torch.zeros((len(rows), width), dtype=torch.long) if encoded.token_type_ids is not None else None
+    for j, i in enumerate(rows):
+        n = len(encoded.input_ids[i])
+        ids[j, :n] = torch.tensor(encoded.input_ids[i])
+        attn[j, :n] = 1
+        if types is not None:
+            types[j, :n] = torch.tensor(encoded.token_type_ids[i])
+    batch = {"input_ids": ids, "attention_mask": attn}
+    if types is not None:
+        batch["token_type_ids"] = types
+    return batch
+
+
+def length_batches(encoded: Encoded, batch_size: int) -> list[np.ndarray]:
+    """Rows grouped so each batch holds pairs of similar length (less padding, ~1.7x faster here)."""
+    order = np.argsort(encoded.lengths(), kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

@@ -1,0 +1,89 @@
+"""The run folder of finetune and distill: `out`.partial holds the checkpoint and the best artifact so far
+until the run ends, then the best artifact is published to `out`.
+
+Under `accelerate launch` every process opens the same folder and takes part in every call; only the
+main process writes and publishes, the others wait for it, so no two processes move or delete the same
+files. (Each process still writes its own RNG state into checkpoints: see training._checkpoint.)
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from headcut.errors import UserError
+from headcut.evaluate.ablation import process_state
+from headcut.files import write_text
+
+
+@dataclass(frozen=True)
+class RunFolder:
+    out: Path  # where the finished artifact is published
+    path: Path  # out.partial
+
+    @property
+    def best(self) -> Path:
+        return self.path / "best"
+
+    @property
+    def is_main(self) -> bool:
+        return process_state().is_main_process
+
+    @classmethod
+    def open(cls, out: str | Path, run_hash: str, stamp: dict, *, overwrite: bool) -> "RunFolder":
+        """`out`.partial for the run identified by `run_hash`: reused to resume the same run, refused (or,
+        with `overwrite`, cleared) when it holds another run."""
+        out = Path(out)
+        folder = cls(out, out.with_name(out.name + ".partial"))
+        stamp_file = folder.path / "recipe.json"
+        # every process reads the stamp before the main process rewrites it, so all decide alike
+        other = folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
+        if other and not overwrite:
+            raise UserError(f"{folder.path} holds an unfinished run of another recipe (or a damaged "
+                            f"{stamp_file.name}); pass --overwrite to start afresh.")
+        state = process_state()
+        state.wait_for_everyone()
+        if state.is_main_process:
+            if other:
+                shutil.rmtree(folder.path)
+            folder.path.mkdir(parents=True, exist_ok=True)
+            write_text(stamp_file, json.dumps({"hash": run_hash, **stamp}))  # atomic: a kill leaves the old stamp or none
+        state.wait_for_everyone()
+        return folder
+
+    def remember(self, name: str, compute: Callable[[], dict]) -> dict:
+        """`compute()` once per run, kept in the folder across resumes (the main process writes it)."""
+        path = self.path / name
+        if not path.exists():
+            value = compute()
+            if self.is_main:
+                write_text(path, json.dumps(value))
+        process_state().wait_for_everyone()
+        return json.loads(path.read_text())
+
+    def publish(self, extra_meta: dict) -> dict:
+        """Move the best artifact to `out` (adding `extra_meta` to its headcut.json), then remove the run
+        folder. Returns the published headcut.json contents, on every process."""
+        state = process_state()
+        state.wait_for_everyone()
+        if state.is_main_process:
+            meta_path = self.best / "headcut.json"
+            meta = {**json.loads(meta_path.read_text()), **extra_meta}
+            write_text(meta_path, json.dumps(meta, indent=2))
+            if self.out.exists():
+                shutil.rmtree(self.out)
+            self.best.rename(self.out)
+            shutil.rmtree(self.path)
+        state.wait_for_everyone()
+        return json.loads((self.out / "headcut.json").read_text())
+
+
+def _stamp_hash(stamp_file: Path) -> str | None:
+    """The run hash a run folder was stamped with; None when a kill mid-write left the stamp unreadable."""
+    try:
+        stamp = json.loads(stamp_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    return stamp.get("hash") if isinstance(stamp, dict) else None

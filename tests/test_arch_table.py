@@ -1,0 +1,36 @@
+"""One architecture table: every entry resolves on its tiny model, and no other module branches on the type."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from headcut.arch import ARCHITECTURES, SUPPORTED, _get, encoder_layers, layer_parts
+from tests.conftest import TINY, tiny_model
+
+PACKAGE = Path(__file__).resolve().parents[1] / "headcut"
+
+
+def test_every_architecture_has_its_tiny_test_model():
+    assert set(SUPPORTED) == set(TINY), "add a tiny config to tests/conftest.py TINY for each table entry"
+
+
+@pytest.mark.parametrize("kind", SUPPORTED)
+def test_every_path_of_an_entry_names_a_module_of_its_model(kind):
+    arch, model = ARCHITECTURES[kind], tiny_model(kind)
+    assert _get(model.base_model, arch.layers) is encoder_layers(model)
+    layer = encoder_layers(model)[0]
+    for field in ("attention_block", "attention", "query", "key", "value", "out", "ffn_block", "ffn_in", "ffn_out",
+                  "attention_norm", "ffn_norm"):
+        assert _get(layer, getattr(arch, field)) is not None, field
+    assert hasattr(_get(layer, arch.attention), arch.heads_attr)
+    assert getattr(model.config, arch.intermediate) == layer_parts(model)[0].ffn_in.out_features
+
+
+def test_only_arch_py_branches_on_the_model_type():
+    branching = re.compile(r"model_type(\(model\))?\s*(==|!=)|[\"'](" + "|".join(map(re.escape, SUPPORTED)) + r")[\"']")
+    offenders = [f"{path.relative_to(PACKAGE)}:{i}" for path in PACKAGE.rglob("*.py") if path.name != "arch.py"
+                 for i, line in enumerate(path.read_text().splitlines(), 1) if branching.search(line)
+                 and "optimize_model(" not in line and "FusionOptions(" not in line]  # onnxruntime's graph type
+    assert offenders == []
