@@ -143,8 +143,8 @@ def test_user_errors_exit_2_with_one_sentence(tmp_path, tiny_grader):
     GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=50)).save_pretrained(gpt)
     out = tmp_path / "out"
     cases = [
-        (["--model", grader, "--keep-ratio", 1.5], r"--keep-ratio 1.5 is outside \(0, 1\]"),
-        (["--model", grader, "--keep-ratio", 0], r"--keep-ratio 0.0 is outside \(0, 1\]"),
+        (["--model", grader, "--keep-ratio", 1.5], r"--keep-ratio 1.5 is out of range; it must be in \(0, 1\]"),
+        (["--model", grader, "--keep-ratio", 0], r"--keep-ratio 0 is out of range; it must be in \(0, 1\]"),
         (["--model", grader, "--keep-ratio", 0.5, "--scores", tmp_path / "other.json"], "computed on another model"),
         (["--model", grader, "--keep-ratio", 0.5, "--scores", tmp_path / "shape.json"],
          r"has \(2, 4\) heads but --model has \(3, 4\)"),
