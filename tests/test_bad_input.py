@@ -660,3 +660,17 @@ def test_9_prune_scores_with_nan_exits_2_naming_the_head(tmp_path, saved_models)
     refused(run("prune", "--model", saved_models["artifact"], "--keep-ratio", "0.5", "--scores", path,
                 "--out", tmp_path / "pruned", "--no-latency"), "L1H2", "NaN")
     assert not (tmp_path / "pruned").exists()
+
+
+def test_class_a_damaged_study_db_is_a_sentence(tmp_path):
+    from headcut.distill import DistillRecipe
+    from headcut.distill.tune import STUDY_FILE, tune
+    from headcut.recipes import load_recipe
+
+    recipe = load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu",
+                         overrides=["train_data=synthetic", "teacher=minilm-l6"])
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / STUDY_FILE).write_bytes(os.urandom(4096))  # a disk error, or a copy cut short
+    with pytest.raises(UserError, match=r"study.db.*--overwrite"):
+        tune(recipe, out, trials=1)
