@@ -290,8 +290,19 @@ def test_8_every_numeric_flag_has_a_checked_range(command, flag, func, kind):
         bad.append(valid.high if valid.high_open else valid.high + 1)
     if kind is float:
         bad += ["nan", "inf"]
+    required = {"grade": ["g", "p", "--out", "o"], "evaluate": ["--model", "m", "--data", "d"],
+                "prune": ["--model", "m", "--keep-ratio", "0.5", "--out", "o"],
+                "scan": ["--model", "m", "--data", "d", "--out", "o"], "probe": ["--model", "m", "--data", "d", "--out", "o"],
+                "export": ["m", "--out", "o"], "bench": ["-m", "m", "--data", "d", "--out", "o"], "serve": ["g"],
+                "distill": ["r"]}
     for value in bad:
-        refused(run(command, flag, value), flag)
+        # everything else given, so the refusal comes from the range and nothing starts
+        given = required.get(command, [])
+        if flag in given:  # drop the flag's own required value
+            given = given[:given.index(flag)] + given[given.index(flag) + 2:]
+        result = run(command, *given, flag, value)
+        refused(result, flag)
+        assert result.output.strip().startswith("error: ") and len(result.output.strip().splitlines()) == 1
 
 
 def test_7_grade_batch_size_out_of_range_writes_nothing(tmp_path, tiny_grader):
@@ -649,3 +660,17 @@ def test_9_prune_scores_with_nan_exits_2_naming_the_head(tmp_path, saved_models)
     refused(run("prune", "--model", saved_models["artifact"], "--keep-ratio", "0.5", "--scores", path,
                 "--out", tmp_path / "pruned", "--no-timing"), "L1H2", "NaN")
     assert not (tmp_path / "pruned").exists()
+
+
+def test_class_a_damaged_study_db_is_a_sentence(tmp_path):
+    from headcut.distill import DistillRecipe
+    from headcut.distill.tune import STUDY_FILE, tune
+    from headcut.recipes import load_recipe
+
+    recipe = load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu",
+                         overrides=["train_data=synthetic", "teacher=minilm-l6"])
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / STUDY_FILE).write_bytes(os.urandom(4096))  # a disk error, or a copy cut short
+    with pytest.raises(UserError, match=r"study.db.*--overwrite"):
+        tune(recipe, out, trials=1)

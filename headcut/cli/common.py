@@ -12,11 +12,15 @@ from headcut.ranges import Range
 
 
 def user_errors(fn):
-    """Turn a UserError into its sentence on stderr and exit code 2, without a traceback."""
+    """Turn a UserError into its sentence on stderr and exit code 2, without a traceback; a flag whose value
+    `number` refused stops the command here, before its body does any work."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            bad = next((v for v in kwargs.values() if isinstance(v, BadValue)), None)
+            if bad is not None:
+                raise UserError(bad.sentence)
             return fn(*args, **kwargs)
         except UserError as e:
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
@@ -51,9 +55,16 @@ def progress_bar(total: int, desc: str):
                 disable=None)
 
 
-def bounded(kind: type, valid: Range):
-    """A parser for a whole or finite number within `valid`; typer reports its failure as a usage error (exit 2)
-    while the command line is parsed, before any work."""
+class BadValue:
+    """What `number`'s parser returns for a refused value: `user_errors` reports it as the command's one sentence
+    (a click usage error would print a usage block and a box instead of one line)."""
+
+    def __init__(self, sentence: str):
+        self.sentence = sentence
+
+
+def bounded(kind: type, valid: Range, flag: str):
+    """A parser for a whole or finite number within `valid`."""
 
     def parse(value):
         if isinstance(value, kind) and not isinstance(value, bool):
@@ -62,11 +73,10 @@ def bounded(kind: type, valid: Range):
             try:
                 number = kind(value)
             except (TypeError, ValueError):
-                raise typer.BadParameter(f"'{value}' is not a {'whole number' if kind is int else 'number'}.") from None
+                return BadValue(f"{flag} '{value}' is not a {'whole number' if kind is int else 'number'}; it must be "
+                                f"{valid.describe()}.")
         problem = valid.problem(number)
-        if problem:
-            raise typer.BadParameter(f"{value} {problem}.")
-        return number
+        return BadValue(f"{flag} {value} {problem}.") if problem else number
 
     parse.__name__ = kind.__name__  # the metavar typer shows in --help
     parse.valid = valid
@@ -77,7 +87,7 @@ def number(default, *flags: str, help: str, low=None, high=None, low_open=False,
     """A typer option for a number with a checked range: number(64, "--batch-size", help=..., low=1)."""
     valid = Range(low, high, low_open, high_open)
     kind = kind or type(default)
-    return typer.Option(default, *flags, help=f"{help} ({valid.describe()}).", parser=bounded(kind, valid))
+    return typer.Option(default, *flags, help=f"{help} ({valid.describe()}).", parser=bounded(kind, valid, flags[0]))
 
 
 # Reusable option declarations (typer reads the defaults).

@@ -47,11 +47,18 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
         (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values repeat
     out.mkdir(parents=True, exist_ok=True)
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI reports trials itself
-    study = optuna.create_study(
-        study_name=study_name(recipe), storage=f"sqlite:///{out / STUDY_FILE}", load_if_exists=True,
-        direction="minimize" if recipe.select_metric == "loss" else "maximize",
-        sampler=optuna.samplers.TPESampler(seed=recipe.seed),
-    )
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        study = optuna.create_study(
+            study_name=study_name(recipe), storage=f"sqlite:///{out / STUDY_FILE}", load_if_exists=True,
+            direction="minimize" if recipe.select_metric == "loss" else "maximize",
+            sampler=optuna.samplers.TPESampler(seed=recipe.seed),
+        )
+    except SQLAlchemyError as e:
+        reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+        raise UserError(f"{out / STUDY_FILE} is damaged ({reason}); pass --overwrite to start a fresh study "
+                        "(finished trial folders are reused).") from None
     running = optuna.trial.TrialState.RUNNING
     for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
         study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
@@ -84,8 +91,11 @@ def _complete(study) -> int:
 
 
 def _finished_metrics(folder: Path) -> dict | None:
-    meta = folder / "headcut.json"
-    return json.loads(meta.read_text()).get("metrics") if meta.exists() else None
+    """The metrics of a trial that finished before; None (run it again) when absent or damaged."""
+    try:
+        return json.loads((folder / "headcut.json").read_text()).get("metrics")
+    except (OSError, ValueError, AttributeError):  # missing, cut short by a kill, or not an object
+        return None
 
 
 def _summary(study, recipe: DistillRecipe) -> dict:
