@@ -77,7 +77,7 @@ def heads_only(teacher, head_scores, budget, costs):
     full_heads = int(np.isfinite(head_scores.numpy()).sum())
     over = flops_per_pair(teacher, costs["seq"]) - budget
     drop = max(0, int(np.ceil(over / costs["units"].per_head[0])))
-    if drop > full_heads:
+    if drop >= full_heads:  # a model with no heads at all is not a grader
         return None
     plan = plan_heads(head_scores, (full_heads - drop) / full_heads)
     model = copy.deepcopy(teacher)
