@@ -3,25 +3,17 @@ and the thread counts. Printed beside every ratio, since ratios move between mac
 from __future__ import annotations
 
 import os
-import platform
+
+from headcut.timing import cpu_info
 
 SIMD = ("avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "neon", "sve")
 
 
 def machine() -> dict:
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() in ("flags", "Features"):
-                flags = set(value.split())
-    except OSError:
-        pass
+    cpu = cpu_info()
     import torch
 
-    return {"cpu": model, "cores": os.cpu_count(), "simd": [f for f in SIMD if f in flags],
+    return {"cpu": cpu.model, "cores": os.cpu_count(), "simd": [f for f in SIMD if f in cpu.flags],
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from headcut.prune import measure_latency
-from headcut.timing import round_robin
+from headcut.timing import round_robin, round_robin_clocks
 from tests.conftest import tiny_model
 
 
@@ -47,3 +47,24 @@ def test_measure_latency_times_models_in_blocks():
     rows = measure_latency(models, seq_len=8, batch_sizes=(2,), min_seconds=0.0, min_runs=5, warmup=1)
     assert [r[0]["runs"] for r in rows] == [5, 5]
     assert streaks(calls) == [1, 1, 6, 6]  # one warm-up each, then one block of 1 untimed + 5 timed
+
+
+def test_round_robin_without_wake_calls_times_every_call_it_makes():
+    calls = []
+    times = round_robin(runs_of("ab", calls), None, warmup=0, repeats=2, block=1, wake=False)
+    assert [len(t) for t in times] == [2, 2]
+    assert calls == ["a", "b", "b", "a"]  # one call per block, who goes first rotates
+
+
+def test_round_robin_clocks_count_this_process_cpu_apart_from_wall_time():
+    def sleep(batch):
+        time.sleep(0.05)
+
+    def busy(batch):
+        start = time.process_time()
+        while time.process_time() - start < 0.05:
+            pass
+
+    idle, working = round_robin_clocks([sleep, busy], None, warmup=0, repeats=2, block=1, wake=False)
+    assert all(c.wall >= 0.05 and c.cpu < 0.02 for c in idle)  # waiting costs wall time, not CPU
+    assert all(c.cpu >= 0.05 and c.wall >= c.cpu * 0.5 for c in working)

@@ -19,7 +19,6 @@ import copy
 import hashlib
 import json
 import os
-import platform
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from headcut.evaluate.fisher import UnitScores
 from headcut.prune.budget import UnitPlan
 from headcut.prune.measure import measure_latency
 from headcut.prune.plan import layer_weights
+from headcut.timing import cpu_info
 
 WIDTHS = 12  # FFN widths timed: 0 and 12 even steps up to the full width
 
@@ -70,13 +70,7 @@ class LayerCosts:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo", encoding="utf-8")
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}; torch {torch.__version__}; {torch.get_num_threads()} threads"
+    return f"{cpu_info().model}; torch {torch.__version__}; {torch.get_num_threads()} threads"
 
 
 def measure_layer_costs(model, *, batch: int = 32, seq_len: int = 64, seconds: float = 0.5) -> LayerCosts:
