@@ -135,6 +135,12 @@ def layer_parts(model) -> list[LayerParts]:
     return parts
 
 
+def ffn_sublayer(model, part: LayerParts, hidden: torch.Tensor) -> torch.Tensor:
+    """Layer `part`'s FFN sublayer on `hidden` (the attention sublayer's output): LayerNorm(hidden + FFN(hidden)),
+    as the layer computes it (also with a 0-neuron stub). It acts row by row."""
+    return architecture(model).ffn(part.layer, hidden)
+
+
 def heads_per_layer(model) -> list[int]:
     return [p.num_heads for p in layer_parts(model)]
 
@@ -390,6 +396,14 @@ def _bert_neuronless(layer: nn.Module, bias: torch.Tensor) -> None:
     layer.output = NeuronlessOutput(bias, layer.output.LayerNorm)
 
 
+def _bert_ffn(layer: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    return layer.feed_forward_chunk(hidden)
+
+
+def _distilbert_ffn(layer: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    return layer.output_layer_norm(layer.ffn(hidden) + hidden)
+
+
 def _distilbert_headless(layer: nn.Module, bias: torch.Tensor) -> None:
     layer.attention = HeadlessSelfAttention(bias)
 
@@ -425,6 +439,7 @@ class Architecture:
     ffn_norm: str  # LayerNorm after residual + FFN output
     headless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-head stub (output bias)
     neuronless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-neuron FFN stub
+    ffn: Callable[[nn.Module, torch.Tensor], torch.Tensor]  # a layer's FFN sublayer, residual and LayerNorm included
     positions_after_padding: bool = False  # position ids start after the padding index (fewer usable positions)
 
 
@@ -435,7 +450,7 @@ _BERT = Architecture(
     heads_attr="num_attention_heads", all_head_size_attr="all_head_size",
     ffn_block="output", ffn_in="intermediate.dense", ffn_out="output.dense",
     attention_norm="attention.output.LayerNorm", headless_norm="attention.LayerNorm", ffn_norm="output.LayerNorm",
-    headless=_bert_headless, neuronless=_bert_neuronless,
+    headless=_bert_headless, neuronless=_bert_neuronless, ffn=_bert_ffn,
 )
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -449,7 +464,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         key="attention.k_lin", value="attention.v_lin", out="attention.out_lin", heads_attr="n_heads",
         all_head_size_attr=None, ffn_block="ffn", ffn_in="ffn.lin1", ffn_out="ffn.lin2",
         attention_norm="sa_layer_norm", headless_norm="sa_layer_norm", ffn_norm="output_layer_norm",
-        headless=_distilbert_headless, neuronless=_distilbert_neuronless,
+        headless=_distilbert_headless, neuronless=_distilbert_neuronless, ffn=_distilbert_ffn,
     ),
 }
 SUPPORTED = tuple(ARCHITECTURES)

@@ -1,9 +1,11 @@
 """Exact single-head ablation: the logits of the model with one head masked, for every head.
 
 The naive scan runs the whole data set once per head (72 passes for MiniLM). The fast scan gives the
-same numbers with less work: per batch it runs the unmasked model once and keeps the input of every
-layer; the masks of layer l then only need layers l.. (the layers below see no mask), and several
-masked copies of the batch share one forward (a per-example head mask, stacked along the batch).
+same numbers with less work (headcut/evaluate/partial_forward.py): per batch it runs the unmasked model
+once and keeps each layer's attention sums; a mask in layer l then changes nothing below l, changes layer
+l by one known term (so layer l costs only its FFN), and the last layer is computed at the [CLS] position
+only, the one the classifier reads. The copies of a batch with each head of a layer masked are stacked
+into one batch.
 Both return `(num_layers, num_heads, pairs, classes)` logits; heads a pruned layer no longer has are NaN.
 """
 from __future__ import annotations
@@ -14,34 +16,16 @@ from typing import Callable
 import numpy as np
 import torch
 
-from headcut.arch import encoder_layers, layer_parts, mask_shape, set_encoder_layers
+from headcut.arch import layer_parts, mask_shape
 from headcut.batching import Encoded, collate, length_batches
+from headcut.evaluate.partial_forward import (capture_attention, classify_first_token, finish_layer,
+                                              last_layer_first_token, run_layers, without_heads)
 from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask
 
 
 def _device(model):
     return next(model.parameters()).device
-
-
-@contextmanager
-def start_at_layer(model, start: int, hidden: torch.Tensor):
-    """Run only layers `start..` for the block, feeding `hidden` (the input of layer `start`) to the first.
-
-    The embeddings still run (cheap) but their output is replaced; the classifier head runs as usual.
-    """
-    layers = encoder_layers(model)
-
-    def replace_input(module, args, kwargs):
-        return (hidden, *args[1:]), kwargs
-
-    handle = layers[start].register_forward_pre_hook(replace_input, with_kwargs=True)
-    set_encoder_layers(model, torch.nn.ModuleList(list(layers)[start:]))
-    try:
-        yield
-    finally:
-        set_encoder_layers(model, layers)
-        handle.remove()
 
 
 @contextmanager
@@ -53,6 +37,9 @@ def first_token_only(model):
     layer, which every masked copy runs.
     """
     last = layer_parts(model)[-1]
+    if last.ffn_in is None:  # a 0-neuron FFN stub: nothing to save
+        yield
+        return
 
     def first_row(module, args):
         return (args[0][:, :1], *args[1:])
@@ -62,19 +49,6 @@ def first_token_only(model):
         yield
     finally:
         handle.remove()
-
-
-def layer_inputs(model, batch: dict) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """The hidden states entering every layer, and the logits, of one unmasked forward."""
-    captured = []
-    handles = [layer.register_forward_pre_hook(lambda m, args: captured.append(args[0]))
-               for layer in encoder_layers(model)]
-    try:
-        logits = model(**batch).logits
-    finally:
-        for h in handles:
-            h.remove()
-    return captured, logits
 
 
 def _empty(model, n: int) -> np.ndarray:
@@ -102,31 +76,34 @@ def ablation_logits(
     forward = 0
     model.eval()
     device = _device(model)
-    ids = [p.head_ids for p in layer_parts(model)]
-    num_layers, width = mask_shape(model)
     base = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
     out = _empty(model, len(encoded))
+    parts = layer_parts(model)
+    last = len(parts) - 1
     for rows in length_batches(encoded, batch_size):
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
-        with first_token_only(model):
-            inputs, logits = layer_inputs(model, batch)
+        with first_token_only(model), capture_attention(model) as (heads_out, pre_norm):
+            logits = model(**batch).logits
         base[rows] = logits.float().cpu().numpy()
         n = len(rows)
         per_forward = max(1, max_rows // n)
-        for layer, present in enumerate(ids):
-            for first in range(0, len(present), per_forward):
+        for part in parts:
+            layer = part.index
+            for first in range(0, part.num_heads, per_forward):
                 forward += 1
                 if (forward - 1) % processes != rank:
                     continue
-                heads = present[first:first + per_forward]
+                heads = part.head_ids[first:first + per_forward]
                 copies = len(heads)
-                mask = torch.ones(num_layers, copies * n, width, device=device)
-                for j, h in enumerate(heads):
-                    mask[layer, j * n:(j + 1) * n, h] = 0
                 stacked = {k: v.repeat(copies, 1) for k, v in batch.items()}
-                with head_mask(model, mask), first_token_only(model), \
-                        start_at_layer(model, layer, inputs[layer].repeat(copies, 1, 1)):
-                    masked = model(**stacked).logits.float().cpu().numpy()
+                # the last layer is needed at the first position only, the one the classifier reads
+                cut = slice(None, 1) if layer == last else slice(None)
+                hidden = finish_layer(model, part, without_heads(part, heads_out[layer][:, cut],
+                                                                 pre_norm[layer][:, cut], heads))
+                if layer < last:
+                    hidden = run_layers(model, hidden, stacked, layer + 1, last)
+                    hidden = last_layer_first_token(model, hidden, stacked["attention_mask"])
+                masked = classify_first_token(model, hidden, stacked).float().cpu().numpy()
                 for j, h in enumerate(heads):
                     out[layer, h, rows] = masked[j * n:(j + 1) * n]
         if progress:
