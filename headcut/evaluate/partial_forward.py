@@ -16,7 +16,8 @@ last layer, so a scan need not recompute either layer in full:
   score of a head, which the softmax ignores.
 - `classify_first_token` runs the model's own classifier head (pooler included) on that position.
 
-Every piece is exact up to float rounding: tests/test_scan_importance.py compares the scan they make
+Every piece is exact up to float rounding: tests/test_partial_forward.py checks each against the model's
+own layers, and tests/test_scan_importance.py compares the scan they make
 with the naive scan (one full masked forward per head) to 1e-6.
 """
 from __future__ import annotations
