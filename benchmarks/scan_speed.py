@@ -9,7 +9,8 @@ spread (min-max), the ratio fast/naive per round and of the medians, the max |sc
 <= 1e-6) and the machine.
 
 Measured (runs/teacher, 256 pairs, Xeon with AVX-512/AMX, 2 threads): on quiet cores fast/naive 0.46 wall
-and CPU (naive 64.5 s, fast 29.8 s); under load from other jobs 0.19 wall, 0.27 CPU (the naive loop's many
+and CPU (naive 64.5 s, fast 29.8 s; the scan before it subtracted the masked head's term: 0.57, fast
+39.8 s); under load from other jobs 0.19 wall, 0.27 CPU (the naive loop's many
 small forwards suffer more from contended cores). Where the fast scan's time goes (64 pairs of 55 tokens,
 quiet): the layers between the masked one and the last, run in full on every masked copy, 73%; the masked
 layer's FFN 22%; the term subtraction, the last layer at [CLS] and the classifier 2%; the unmasked forward
