@@ -28,9 +28,12 @@ class Limits:
 
 @dataclass(frozen=True)
 class Batching:
-    max_batch: int = 64  # pairs per grader run; whole requests only, so 1 turns merging off
-    max_wait_ms: float = 5.0  # how long a quiet server waits for company; under load batches fill anyway
+    # benchmarks/serve_load.py: large runs sorted by length into small ORT batches pad least; a 2 ms
+    # window gathers the burst of requests that a finished run's answers set off
+    max_batch: int = 256  # pairs per grader run; whole requests only, so 1 turns merging off
+    max_wait_ms: float = 2.0  # how long a quiet server waits for company; under load batches fill anyway
     max_queue: int = 512  # pairs waiting per worker before new requests get 503
+    batch_size: int = 16  # pairs per ONNX Runtime call within a run, after sorting the run by length
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     from headcut.microbatch import Batcher, Closed, QueueFull
     from headcut.serve_metrics import MISSING, make_metrics
 
-    grader = Grader(grader_dir, threads=threads)
+    grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size)
     metrics = make_metrics()
 
     def on_batch(stats):

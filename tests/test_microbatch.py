@@ -60,7 +60,8 @@ def test_merged_requests_get_exactly_what_grading_each_alone_gives(grader):
 def test_batches_take_whole_requests_up_to_max_batch_and_one_turns_merging_off(grader):
     requests = requests_of([4, 4, 4, 6, 1])
     run, calls = recording(grader.grade)
-    batcher = Batcher(run, max_batch=8, max_wait=30.0, max_queue=100)
+    # the last two (7 pairs) never fill a batch of 8: they go when the oldest has waited 0.5 s
+    batcher = Batcher(run, max_batch=8, max_wait=0.5, max_queue=100)
     futures = [batcher.submit(r) for r in requests]
     [f.result(timeout=30) for f in futures]
     batcher.close()

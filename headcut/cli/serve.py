@@ -24,12 +24,14 @@ def serve(
     max_pairs: int = number(256, "--max-pairs", help="Most pairs (or titles) in one request", low=1),
     max_text_chars: int = number(2000, "--max-text-chars", help="Longest query or title, in characters", low=1),
     max_body_bytes: int = number(1_000_000, "--max-body-bytes", help="Largest request body", low=100),
-    max_batch: int = number(64, "--max-batch", help="Most pairs in one grader run made of concurrent requests "
+    max_batch: int = number(256, "--max-batch", help="Most pairs in one grader run made of concurrent requests "
                             "(whole requests; 1 turns merging off)", low=1, high=65536),
-    max_wait_ms: float = number(5.0, "--max-wait-ms", help="How long a request may wait for others to share its "
+    max_wait_ms: float = number(2.0, "--max-wait-ms", help="How long a request may wait for others to share its "
                                 "run, in milliseconds", low=0.0, high=10_000.0),
     max_queue: int = number(512, "--max-queue", help="Pairs waiting per worker before new requests get 503 with "
                             "Retry-After (at least --max-pairs)", low=1, high=10_000_000),
+    batch_size: int = number(16, "--batch-size", help="Pairs per ONNX Runtime call within a run (the run is "
+                             "sorted by length first)", low=1, high=65536),
     drain_seconds: float = number(30.0, "--drain-seconds", help="On SIGTERM/Ctrl-C: how long requests already "
                                   "taken may take to finish", low=0.0, high=3600.0),
 ):
@@ -61,7 +63,7 @@ def serve(
                         "choose another --port or --host.") from None
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
     settings = Settings(str(grader_dir), threads, Limits(max_body_bytes, max_pairs, max_text_chars),
-                        Batching(max_batch, max_wait_ms, max_queue))
+                        Batching(max_batch, max_wait_ms, max_queue, batch_size))
     os.environ[ENV_SETTINGS] = settings.encode()
     # a fresh folder per run: the workers' metric files are summed, and an old run's would be summed in
     metrics_dir = tempfile.mkdtemp(prefix="headcut-metrics-")
