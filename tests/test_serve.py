@@ -190,8 +190,12 @@ def serve_process(folder, *args: str):
         yield url, proc
     finally:
         if proc.poll() is None:
+            proc.terminate()  # not kill: SIGTERM lets it remove its metrics folder
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             proc.kill()
-        proc.wait()
+            proc.wait()
 
 
 def grade_bodies(sizes, seed=11):
