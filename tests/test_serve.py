@@ -1,7 +1,13 @@
 """The real server (uvicorn in a subprocess) on loopback: good, concurrent and bad requests."""
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -10,6 +16,7 @@ from conftest import ROOT
 from headcut.data import synthetic_pairs
 from headcut.export.bench import running_server
 from headcut.grader import Grader
+from headcut.serve_metrics import available as metrics_installed
 from test_export import make_tiny_grader
 
 httpx = pytest.importorskip("httpx")
@@ -88,8 +95,11 @@ def test_oversize_requests_are_refused_and_the_server_lives_on(server):
     assert httpx.get(url + "/grade", timeout=30).status_code == 405
     health = httpx.get(url + "/healthz", timeout=30).json()
     assert health["status"] == "ok" and health["limits"]["max_pairs"] == 16
-    metrics = httpx.get(url + "/metrics", timeout=30).text
-    assert 'path="/grade",status="200"' in metrics and "headcut_pairs_total" in metrics
+    metrics = httpx.get(url + "/metrics", timeout=30)
+    if metrics_installed():
+        assert 'path="/grade",status="200"' in metrics.text and "headcut_pairs_total" in metrics.text
+    else:  # the server still grades; the page says what to install
+        assert metrics.status_code == 501 and "pip install" in metrics.json()["error"]
 
 
 # Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.
@@ -109,28 +119,158 @@ def test_blank_or_control_texts_are_refused_like_the_cli(server, path, body, whe
     assert where in reply.json()["error"]
 
 
-def test_metrics_do_not_grow_with_unknown_paths(server):
+def metric(text: str, name: str, **labels) -> float:
+    """The sum of series `name` whose labels include `labels` on a Prometheus text page."""
+    total = 0.0
+    for line in text.splitlines():
+        head, _, value = line.rpartition(" ")
+        if head.split("{")[0] == name and all(f'{k}="{v}"' in head for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+def test_metrics_count_every_worker_and_do_not_grow_with_unknown_paths(server):
     import uuid
 
+    pytest.importorskip("prometheus_client")
     url, _ = server
-
-    def series():
-        # one worker answers each request, so read each worker's page until both were seen
-        pages = {}
-        for _ in range(40):
-            text = httpx.get(url + "/metrics", timeout=30).text
-            pid = next(line for line in text.splitlines() if line.startswith("headcut_worker_pid"))
-            pages[pid] = [line for line in text.splitlines() if line.startswith("headcut_requests_total")]
-            if len(pages) == 2:
-                break
-        return max(len(lines) for lines in pages.values()), pages
-
+    body = {"pairs": [{"query": "drill", "title": "cordless drill"}]}
     with httpx.Client(timeout=30) as client:
-        for _ in range(3):
-            client.get(f"{url}/{uuid.uuid4().hex}")  # every worker has seen an unknown path at least once, likely
-        before, _ = series()
+        client.get(f"{url}/{uuid.uuid4().hex}")
+        before = client.get(url + "/metrics").text
+        for _ in range(20):  # new connections: the kernel spreads them over both workers
+            assert httpx.post(url + "/grade", json=body, timeout=30).status_code == 200
         for _ in range(60):
             assert client.get(f"{url}/{uuid.uuid4().hex}/x").status_code == 404
-    after, pages = series()
-    assert after <= before + 1, pages  # at most one new series: the bucket for unknown paths
-    assert all(not any("/x" in line for line in lines) for lines in pages.values())
+        after = client.get(url + "/metrics").text
+    # one page holds every worker's counts: exactly the 20 requests sent, whichever worker took each
+    graded = [metric(page, "headcut_requests_total", path="/grade", status="200") for page in (before, after)]
+    assert graded[1] - graded[0] == 20, (graded, after)
+    assert metric(after, "headcut_pairs_total") - metric(before, "headcut_pairs_total") == 20
+    series = [sum(line.startswith("headcut_requests_total{") for line in page.splitlines()) for page in (before, after)]
+    assert series[1] == series[0], after  # unknown paths share the one series they already had
+    assert "/x" not in after and metric(after, "headcut_requests_total", path="unmatched", status="404") >= 61
+
+
+@pytest.mark.parametrize("body, where", [
+    ({"query": "drill", "titles": ["t"] * 17}, "titles"),  # --max-pairs 16
+    ({"query": "drill", "titles": ["cordless drill", "t" * 201]}, "titles.1"),  # --max-text-chars 200
+    ({"query": "drill", "titles": []}, "titles"),
+    ({"query": "", "titles": ["cordless drill"]}, "query"),
+])
+def test_rank_bounds_the_titles_count_and_every_title(server, body, where):
+    reply = httpx.post(server[0] + "/rank", json=body, timeout=30)
+    assert reply.status_code == 422, reply.text
+    error = reply.json()["error"]
+    assert error.startswith(where + ":") and error.endswith("see GET /docs for the request shape.")
+
+
+# Issue 13: micro-batching, back-pressure and graceful shutdown, each on a 1-worker server of its own so
+# the queue it fills is the one the test watches.
+
+@contextmanager
+def serve_process(folder, *args: str):
+    """`headcut serve` in a subprocess; yields (url, process) once /healthz answers, stops it after."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "headcut", "serve", str(folder), "--port", str(port),
+                             "--threads", "1", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "no /healthz answer within 60 s"
+                time.sleep(0.2)
+        yield url, proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()  # not kill: SIGTERM lets it remove its metrics folder
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def grade_bodies(sizes, seed=11):
+    pairs = synthetic_pairs(sum(sizes), seed=seed)
+    rows = list(zip(pairs.queries, pairs.titles))
+    bodies, start = [], 0
+    for n in sizes:
+        bodies.append({"pairs": [{"query": q, "title": t} for q, t in rows[start:start + n]]})
+        start += n
+    return bodies
+
+
+def wait_for_queue(url, pairs, seconds=20):
+    deadline = time.monotonic() + seconds
+    while httpx.get(url + "/healthz", timeout=5).json()["waiting_pairs"] < pairs:
+        assert time.monotonic() < deadline, f"{pairs} pairs never queued"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def folder(server):
+    return server[1]
+
+
+def test_concurrent_requests_share_one_run_and_each_gets_its_solo_result(folder):
+    sizes = [3, 8, 1, 5, 8, 2, 6, 7]
+    bodies = grade_bodies(sizes)
+    # a long window and a batch of exactly all pairs: the single run starts when the last request arrives
+    with serve_process(folder, "--max-batch", str(sum(sizes)), "--max-wait-ms", "10000") as (url, _):
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            replies = list(pool.map(lambda b: httpx.post(url + "/grade", json=b, timeout=60), bodies))
+        page = httpx.get(url + "/metrics", timeout=30).text
+    grader = Grader(folder)
+    for body, reply in zip(bodies, replies):
+        assert reply.status_code == 200, reply.text
+        alone = grader.grade([(p["query"], p["title"]) for p in body["pairs"]])
+        got = reply.json()["results"]
+        assert [r["grade"] for r in got] == alone.grades.tolist()
+        assert np.allclose([r["probabilities"] for r in got], alone.probabilities, rtol=0, atol=1e-6)
+    if metrics_installed():  # proof that they were merged: one grader run held all eight requests
+        assert metric(page, "headcut_batch_requests_count") == 1
+        assert metric(page, "headcut_batch_requests_sum") == len(sizes)
+
+
+def test_a_full_queue_answers_503_with_retry_after_at_once(folder):
+    # a batch of 64 never fills from 16 queued pairs, so the two first requests wait out the 3 s window
+    args = ("--max-batch", "64", "--max-wait-ms", "3000", "--max-queue", "16", "--max-pairs", "16")
+    with serve_process(folder, *args) as (url, _):
+        first, second, third = grade_bodies([8, 8, 1])
+        with ThreadPoolExecutor(2) as pool:
+            queued = [pool.submit(httpx.post, url + "/grade", json=b, timeout=60) for b in (first, second)]
+            wait_for_queue(url, 16)
+            start = time.monotonic()
+            refused = httpx.post(url + "/grade", json=third, timeout=60)
+            took = time.monotonic() - start
+            answered = [f.result() for f in queued]
+        after = httpx.post(url + "/grade", json=third, timeout=60)
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+    assert "16 pairs already wait" in refused.json()["error"] and "--max-queue 16" in refused.json()["error"]
+    assert took < 1.0  # refused at once, not after the window or a time-out
+    assert [r.status_code for r in answered] == [200, 200] and [len(r.json()["results"]) for r in answered] == [8, 8]
+    assert after.status_code == 200  # the queue drained: room again
+
+
+def test_sigterm_answers_every_request_already_taken_then_exits(folder):
+    with serve_process(folder, "--max-batch", "64", "--max-wait-ms", "3000") as (url, proc):
+        bodies = grade_bodies([4, 2, 3])
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            pending = [pool.submit(httpx.post, url + "/grade", json=b, timeout=60) for b in bodies]
+            wait_for_queue(url, 9)
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            with pytest.raises(httpx.ConnectError):  # no new work once draining began
+                httpx.post(url + "/grade", json=bodies[0], timeout=5)
+            replies = [f.result() for f in pending]
+        assert proc.wait(timeout=30) == 0
+    assert [r.status_code for r in replies] == [200, 200, 200]
+    assert [len(r.json()["results"]) for r in replies] == [4, 2, 3]

@@ -159,7 +159,11 @@ class Grader:
         titles = list(titles)
         if not titles:
             return []
-        result = self.grade([(query, t) for t in titles])
-        order = np.argsort(-result.expected, kind="stable")
-        return [{"title": titles[i], "index": int(i), "grade": int(result.grades[i]),
-                 "expected_grade": float(result.expected[i])} for i in order]
+        return ranking(titles, self.grade([(query, t) for t in titles]))
+
+
+def ranking(titles: Sequence[str], result: Grades) -> list[dict]:
+    """`titles` ordered by their expected grade in `result`, best first (ties keep input order)."""
+    order = np.argsort(-result.expected, kind="stable")
+    return [{"title": titles[i], "index": int(i), "grade": int(result.grades[i]),
+             "expected_grade": float(result.expected[i])} for i in order]

@@ -1,33 +1,55 @@
 """HTTP JSON API over an exported grader (FastAPI; install with `pip install headcut[serve]`).
 
 POST /grade {"pairs": [{"query": ..., "title": ...}]}, POST /rank {"query": ..., "titles": [...]},
-GET /healthz, GET /metrics (Prometheus text). Every request is bounded (body bytes, pairs, characters per
-text); anything malformed gets a 4xx with {"error": sentence}, never a 500 or a dead worker.
+GET /healthz, GET /metrics (Prometheus text, all workers). Every request is bounded (body bytes, pairs,
+characters per text); anything malformed gets a 4xx with {"error": sentence}, never a 500 or a dead worker.
+Concurrent requests share grader runs (headcut.microbatch); a worker whose queue is full answers 503 with
+Retry-After at once, and a stopping worker answers every request it already took.
 Like the grader, this module never imports torch.
 """
 # No `from __future__ import annotations`: FastAPI must see the request models defined inside create_app.
 
+import json
 import os
-import threading
 import time
-from collections import Counter
-from dataclasses import dataclass
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
 
-ENV_DIR, ENV_THREADS, ENV_LIMITS = "HEADCUT_GRADER_DIR", "HEADCUT_THREADS", "HEADCUT_LIMITS"
+ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
+RETRY_AFTER_SECONDS = 1
 
 
 @dataclass(frozen=True)
 class Limits:
     max_body_bytes: int = 1_000_000
-    max_pairs: int = 256  # per request: one request cannot hold a worker for long
+    max_pairs: int = 256  # per request (titles for /rank): one request cannot hold a worker for long
     max_text_chars: int = 2_000  # longer texts are truncated to max_length tokens anyway
 
+
+@dataclass(frozen=True)
+class Batching:
+    # benchmarks/serve_load.py: large runs sorted by length into small ORT batches pad least; a 2 ms
+    # window gathers the burst of requests that a finished run's answers set off
+    max_batch: int = 256  # pairs per grader run; whole requests only, so 1 turns merging off
+    max_wait_ms: float = 2.0  # how long a quiet server waits for company; under load batches fill anyway
+    max_queue: int = 512  # pairs waiting per worker before new requests get 503
+    batch_size: int = 16  # pairs per ONNX Runtime call within a run, after sorting the run by length
+
+
+@dataclass(frozen=True)
+class Settings:
+    grader_dir: str
+    threads: int = 1
+    limits: Limits = Limits()
+    batching: Batching = Batching()
+
     def encode(self) -> str:
-        return f"{self.max_body_bytes},{self.max_pairs},{self.max_text_chars}"
+        return json.dumps(asdict(self))
 
     @classmethod
-    def decode(cls, text: str | None) -> "Limits":
-        return cls(*(int(x) for x in text.split(","))) if text else cls()
+    def decode(cls, text: str) -> "Settings":
+        raw = json.loads(text)
+        return cls(raw["grader_dir"], raw["threads"], Limits(**raw["limits"]), Batching(**raw["batching"]))
 
 
 class BodyLimit:
@@ -66,20 +88,59 @@ async def _send_json(send, status: int, message: str):
     await send({"type": "http.response.body", "body": body})
 
 
-def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits()):
-    """The FastAPI app for one grader folder (one Grader per worker process)."""
+class Measured:
+    """ASGI middleware: time and count every response by route template, method and status (413s included)."""
+
+    METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+
+    def __init__(self, app, metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start, status = time.perf_counter(), 500
+
+        async def sending(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            # the route's template, never the raw path (nor an invented method): series stay bounded
+            path = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"] if scope["method"] in self.METHODS else "other"
+            self.metrics.request(path, method, status, time.perf_counter() - start)
+
+
+def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching()):
+    """The FastAPI app for one grader folder (one Grader and one micro-batcher per worker process)."""
+    import asyncio
     from typing import Annotated
 
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, PlainTextResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response
     from pydantic import AfterValidator, BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from headcut.data import text_problem
-    from headcut.grader import Grader
+    from headcut.grader import Grader, ranking
+    from headcut.microbatch import Batcher, Closed, QueueFull
+    from headcut.serve_metrics import MISSING, make_metrics
 
-    grader = Grader(grader_dir, threads=threads)
+    grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size)
+    metrics = make_metrics()
+
+    def on_batch(stats):
+        metrics.batch(stats)
+        metrics.waiting(batcher.waiting)
+
+    batcher = Batcher(grader.grade, max_batch=batching.max_batch, max_wait=batching.max_wait_ms / 1000,
+                      max_queue=batching.max_queue, on_batch=on_batch)
 
     def checked(value: str) -> str:  # the rule `headcut grade` applies to a file's texts
         problem = text_problem(value, max_chars=limits.max_text_chars)
@@ -103,22 +164,16 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits()):
         query: Text
         titles: list[Text] = Field(min_length=1, max_length=limits.max_pairs)
 
-    app = FastAPI(title="headcut grader", version="1")
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
-    stats = {"requests": Counter(), "pairs": 0, "seconds": 0.0, "graded": 0}
-    lock = threading.Lock()
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        # uvicorn gets here once every request it took was answered (or its graceful timeout passed)
+        batcher.close(timeout=60)
+        metrics.close()
 
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        start = time.perf_counter()
-        response = await call_next(request)
-        # the route's template, never the raw path: a scanner's random paths share one series
-        route = request.scope.get("route")
-        label = getattr(route, "path", None) or "unmatched"
-        with lock:
-            stats["requests"][(label, response.status_code)] += 1
-            stats["seconds"] += time.perf_counter() - start
-        return response
+    app = FastAPI(title="headcut grader", version="1", lifespan=lifespan)
+    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.add_middleware(Measured, metrics=metrics)  # added last: outermost, so it sees 413s too
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
@@ -132,42 +187,50 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits()):
         message = ("body is not valid JSON" if kind == "json_invalid" else f"{where}: {first.get('msg', 'invalid')}")
         return JSONResponse({"error": f"{message}; see GET /docs for the request shape."}, status_code=422)
 
+    @app.exception_handler(QueueFull)
+    async def busy(request: Request, exc: QueueFull):
+        return JSONResponse({"error": f"server busy: {exc.waiting} pairs already wait in this worker's queue "
+                                      f"(--max-queue {batching.max_queue}); retry after {RETRY_AFTER_SECONDS} s."},
+                            status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+    @app.exception_handler(Closed)
+    async def closing(request: Request, exc: Closed):
+        return JSONResponse({"error": f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."},
+                            status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+    async def graded(pairs):
+        future = batcher.submit(pairs)  # QueueFull and Closed become 503 above, before any waiting
+        metrics.waiting(batcher.waiting)
+        return await asyncio.wrap_future(future)
+
     @app.get("/healthz")
     def healthz():
         return {"status": "ok", "precision": grader.record["precision"], "grades": grader.record["grades"],
                 "model_sha256": grader.record["model_file"]["sha256"], "max_length": grader.max_length,
-                "limits": limits.__dict__}
+                "limits": asdict(limits), "batching": asdict(batching), "waiting_pairs": batcher.waiting}
 
     @app.post("/grade")
-    def grade(request: GradeRequest):  # sync: FastAPI runs it in its thread pool, off the event loop
-        result = grader.grade([(p.query, p.title) for p in request.pairs])
-        with lock:
-            stats["pairs"] += len(result)
-        return {"grades": grader.record["grades"], "results": result.rows()}
+    async def grade(request: GradeRequest):
+        result = await graded([(p.query, p.title) for p in request.pairs])
+        return JSONResponse({"grades": grader.record["grades"], "results": result.rows()})
 
     @app.post("/rank")
-    def rank(request: RankRequest):
-        ranking = grader.rank(request.query, request.titles)
-        with lock:
-            stats["pairs"] += len(ranking)
-        return {"query": request.query, "ranking": ranking}
+    async def rank(request: RankRequest):
+        result = await graded([(request.query, t) for t in request.titles])
+        return JSONResponse({"query": request.query, "ranking": ranking(request.titles, result)})
 
     @app.get("/metrics", response_class=PlainTextResponse)
-    def metrics():
-        with lock:
-            lines = ["# TYPE headcut_requests_total counter"]
-            lines += [f'headcut_requests_total{{path="{path}",status="{status}"}} {n}'
-                      for (path, status), n in sorted(stats["requests"].items())]
-            lines += ["# TYPE headcut_pairs_total counter", f"headcut_pairs_total {stats['pairs']}",
-                      "# TYPE headcut_request_seconds_sum counter",
-                      f"headcut_request_seconds_sum {stats['seconds']:.6f}",
-                      f'headcut_worker_pid {os.getpid()}']
-        return "\n".join(lines) + "\n"
+    def metrics_page():
+        page = metrics.page()
+        if page is None:
+            return JSONResponse({"error": MISSING}, status_code=501)
+        return Response(page[0], media_type=page[1])
 
     return app
 
 
 def app_from_env():
     """App factory for `uvicorn --factory` and several worker processes (settings travel by environment)."""
-    return create_app(os.environ[ENV_DIR], threads=int(os.environ.get(ENV_THREADS, "1")),
-                      limits=Limits.decode(os.environ.get(ENV_LIMITS)))
+    settings = Settings.decode(os.environ[ENV_SETTINGS])
+    return create_app(settings.grader_dir, threads=settings.threads, limits=settings.limits,
+                      batching=settings.batching)

@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import signal
+import tempfile
 from pathlib import Path
 
 import typer
@@ -21,6 +24,16 @@ def serve(
     max_pairs: int = number(256, "--max-pairs", help="Most pairs (or titles) in one request", low=1),
     max_text_chars: int = number(2000, "--max-text-chars", help="Longest query or title, in characters", low=1),
     max_body_bytes: int = number(1_000_000, "--max-body-bytes", help="Largest request body", low=100),
+    max_batch: int = number(256, "--max-batch", help="Most pairs in one grader run made of concurrent requests "
+                            "(whole requests; 1 turns merging off)", low=1, high=65536),
+    max_wait_ms: float = number(2.0, "--max-wait-ms", help="How long a request may wait for others to share its "
+                                "run, in milliseconds", low=0.0, high=10_000.0),
+    max_queue: int = number(512, "--max-queue", help="Pairs waiting per worker before new requests get 503 with "
+                            "Retry-After (at least --max-pairs)", low=1, high=10_000_000),
+    batch_size: int = number(16, "--batch-size", help="Pairs per ONNX Runtime call within a run (the run is "
+                             "sorted by length first)", low=1, high=65536),
+    drain_seconds: float = number(30.0, "--drain-seconds", help="On SIGTERM/Ctrl-C: how long requests already "
+                                  "taken may take to finish", low=0.0, high=3600.0),
 ):
     """Serve GRADER_DIR: POST /grade, POST /rank, GET /healthz, GET /metrics.
 
@@ -31,12 +44,16 @@ def serve(
 
     from headcut.errors import UserError
     from headcut.grader import Grader
-    from headcut.serve import ENV_DIR, ENV_LIMITS, ENV_THREADS, Limits
+    from headcut.serve import ENV_SETTINGS, Batching, Limits, Settings
+    from headcut.serve_metrics import ENV_MULTIPROC, MISSING, available
 
     try:
         import uvicorn
     except ImportError:
         raise UserError("headcut serve needs FastAPI and uvicorn; run: pip install 'headcut[serve]'.") from None
+    if max_queue < max_pairs:
+        raise UserError(f"--max-queue {max_queue} is below --max-pairs {max_pairs}, so a request of --max-pairs "
+                        "pairs could never be queued; raise --max-queue or lower --max-pairs.")
     Grader(grader_dir, threads=1)  # a bad folder or a damaged model.onnx fails here with one sentence, not in every worker
     try:  # a taken port or a mistyped host: one sentence now rather than uvicorn's log line and exit 1
         with socket.create_server((host, port)):
@@ -45,9 +62,25 @@ def serve(
         raise UserError(f"--host {host} --port {port}: cannot listen there ({getattr(e, 'strerror', None) or e}); "
                         "choose another --port or --host.") from None
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
-    os.environ[ENV_DIR] = str(grader_dir)
-    os.environ[ENV_THREADS] = str(threads)
-    os.environ[ENV_LIMITS] = Limits(max_body_bytes, max_pairs, max_text_chars).encode()
-    typer.echo(f"serving {grader_dir} on http://{host}:{port} ({workers} worker(s) x {threads} thread(s))")
-    uvicorn.run("headcut.serve:app_from_env", factory=True, host=host, port=port, workers=workers,
-                log_level="warning")
+    settings = Settings(str(grader_dir), threads, Limits(max_body_bytes, max_pairs, max_text_chars),
+                        Batching(max_batch, max_wait_ms, max_queue, batch_size))
+    os.environ[ENV_SETTINGS] = settings.encode()
+    # a fresh folder per run: the workers' metric files are summed, and an old run's would be summed in
+    metrics_dir = tempfile.mkdtemp(prefix="headcut-metrics-")
+    os.environ[ENV_MULTIPROC] = metrics_dir
+    typer.echo(f"serving {grader_dir} on http://{host}:{port} ({workers} worker(s) x {threads} thread(s), "
+               f"batches of up to {max_batch} pairs within {max_wait_ms:g} ms, queue {max_queue} pairs per worker)")
+    if not available():
+        typer.echo(f"note: {MISSING}", err=True)
+    # uvicorn drains, then re-raises the SIGTERM it caught under whatever handler was there before it:
+    # this one turns it into a normal exit (status 0, the metrics folder removed) instead of death by signal
+    signal.signal(signal.SIGTERM, _drained)
+    try:
+        uvicorn.run("headcut.serve:app_from_env", factory=True, host=host, port=port, workers=workers,
+                    log_level="warning", timeout_graceful_shutdown=drain_seconds)
+    finally:
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _drained(signum, frame):
+    raise SystemExit(0)

@@ -1,0 +1,132 @@
+"""The server's micro-batcher in-process: merged runs equal solo grading, a full queue refuses at once,
+closing drains what was queued."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from headcut.data import synthetic_pairs
+from headcut.grader import Grader
+from headcut.microbatch import Batcher, Closed, QueueFull
+from test_export import make_tiny_grader
+
+
+@pytest.fixture(scope="module")
+def grader(tmp_path_factory):
+    return Grader(make_tiny_grader(tmp_path_factory.mktemp("batched"))[0])
+
+
+def requests_of(sizes, seed=4):
+    pairs = synthetic_pairs(sum(sizes), seed=seed)
+    rows = list(zip(pairs.queries, pairs.titles))
+    out, start = [], 0
+    for n in sizes:
+        out.append(rows[start:start + n])
+        start += n
+    return out
+
+
+def recording(grade):
+    calls = []
+
+    def run(pairs):
+        calls.append(len(pairs))
+        return grade(pairs)
+
+    return run, calls
+
+
+def test_merged_requests_get_exactly_what_grading_each_alone_gives(grader):
+    sizes = [3, 1, 8, 5, 2, 7]
+    requests = requests_of(sizes)
+    run, calls = recording(grader.grade)
+    # a long window and a batch of exactly all pairs: the run starts when the last request arrives
+    batcher = Batcher(run, max_batch=sum(sizes), max_wait=30.0, max_queue=100)
+    futures = [batcher.submit(r) for r in requests]
+    results = [f.result(timeout=30) for f in futures]
+    batcher.close()
+    assert calls == [sum(sizes)]  # one grader run for all six requests
+    for request, got in zip(requests, results):
+        alone = grader.grade(request)
+        assert len(got) == len(request)
+        assert np.array_equal(got.grades, alone.grades)
+        assert np.allclose(got.logits, alone.logits, rtol=0, atol=1e-5)
+        assert np.allclose(got.probabilities, alone.probabilities, rtol=0, atol=1e-6)
+
+
+def test_batches_take_whole_requests_up_to_max_batch_and_one_turns_merging_off(grader):
+    requests = requests_of([4, 4, 4, 6, 1])
+    run, calls = recording(grader.grade)
+    # the last two (7 pairs) never fill a batch of 8: they go when the oldest has waited 0.5 s
+    batcher = Batcher(run, max_batch=8, max_wait=0.5, max_queue=100)
+    futures = [batcher.submit(r) for r in requests]
+    [f.result(timeout=30) for f in futures]
+    batcher.close()
+    assert calls == [8, 4, 7]  # never split, never over 8, oldest first
+    run, calls = recording(grader.grade)
+    batcher = Batcher(run, max_batch=1, max_wait=30.0, max_queue=100)
+    [f.result(timeout=30) for f in [batcher.submit(r) for r in requests]]
+    batcher.close()
+    assert calls == [4, 4, 4, 6, 1]
+
+
+def test_a_quiet_server_waits_at_most_max_wait(grader):
+    batcher = Batcher(grader.grade, max_batch=64, max_wait=0.05, max_queue=100)
+    start = time.monotonic()
+    batcher.submit(requests_of([2])[0]).result(timeout=30)
+    assert time.monotonic() - start < 2.0
+    batcher.close()
+
+
+def test_a_full_queue_refuses_at_once_and_loses_nothing(grader):
+    release = threading.Event()
+
+    def slow(pairs):
+        release.wait(30)
+        return grader.grade(pairs)
+
+    batcher = Batcher(slow, max_batch=4, max_wait=0.0, max_queue=8)
+    first = batcher.submit(requests_of([4])[0])  # taken at once: runs, blocked on `release`
+    deadline = time.monotonic() + 10
+    while batcher.waiting and time.monotonic() < deadline:
+        time.sleep(0.01)
+    queued = [batcher.submit(r) for r in requests_of([4, 4], seed=5)]  # fills the queue: 8 pairs waiting
+    start = time.monotonic()
+    with pytest.raises(QueueFull) as full:
+        batcher.submit(requests_of([1], seed=6)[0])
+    assert time.monotonic() - start < 0.1 and full.value.waiting == 8
+    release.set()
+    assert [len(f.result(timeout=30)) for f in [first, *queued]] == [4, 4, 4]
+    batcher.submit(requests_of([1], seed=6)[0]).result(timeout=30)  # room again once the queue drained
+    batcher.close()
+
+
+def test_close_grades_everything_queued_then_refuses(grader):
+    run, calls = recording(grader.grade)
+    batcher = Batcher(run, max_batch=100, max_wait=60.0, max_queue=100)  # would wait a minute for company
+    futures = [batcher.submit(r) for r in requests_of([2, 3])]
+    start = time.monotonic()
+    batcher.close(timeout=30)
+    assert time.monotonic() - start < 10  # closing does not wait out the window
+    assert [len(f.result(timeout=0)) for f in futures] == [2, 3] and calls == [5]
+    with pytest.raises(Closed):
+        batcher.submit(requests_of([1])[0])
+
+
+def test_a_failing_run_fails_its_requests_and_the_next_run_works(grader):
+    broken = {"on": True}
+
+    def flaky(pairs):
+        if broken.pop("on", False):
+            raise RuntimeError("onnxruntime fell over")
+        return grader.grade(pairs)
+
+    batcher = Batcher(flaky, max_batch=1, max_wait=0.0, max_queue=100)
+    with pytest.raises(RuntimeError, match="fell over"):
+        batcher.submit(requests_of([2])[0]).result(timeout=30)
+    assert len(batcher.submit(requests_of([2])[0]).result(timeout=30)) == 2
+    batcher.close()
+
