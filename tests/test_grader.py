@@ -25,7 +25,7 @@ def tiny_grader(tmp_path_factory):
 
 
 def test_importing_the_runtime_and_server_never_imports_torch():
-    code = ("import sys, headcut.grader, headcut.serve, headcut.cli.grade; "
+    code = ("import sys, headcut.grader, headcut.serve, headcut_grader.cli.main; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'transformers'))]; "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
 DEFAULT_GRADES = (1, 2, 3, 4, 5)
 FORMATS = ("tsv", "csv", "jsonl", "json")

@@ -76,8 +76,8 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits()):
     from pydantic import AfterValidator, BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from headcut.data import text_problem
-    from headcut.grader import Grader
+    from headcut_grader.data import text_problem
+    from headcut_grader.grader import Grader
 
     grader = Grader(grader_dir, threads=threads)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
+from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
                                 user_errors)
 
 
@@ -50,9 +50,9 @@ def grade(
 
     Example: headcut grade runs/grader ../shared/data/homedepot/dev.tsv --out dev-grades.tsv
     """
-    from headcut.data import guess_format, read_pairs
-    from headcut.files import check_out_file, write_text
-    from headcut.grader import Grader
+    from headcut_grader.data import guess_format, read_pairs
+    from headcut_grader.files import check_out_file, write_text
+    from headcut_grader.grader import Grader
 
     check_out_file(out, overwrite=overwrite, inputs=[pairs_file, grader_dir], example="grades.tsv")
     fmt = guess_format(out) if out.suffix else guess_format(pairs_file)  # an unknown --out suffix fails before work

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import Opt, number, user_errors
+from headcut_grader.cli.common import Opt, number, user_errors
 
 
 @user_errors
@@ -29,9 +29,9 @@ def serve(
     """
     import socket
 
-    from headcut.errors import UserError
-    from headcut.grader import Grader
-    from headcut.serve import ENV_DIR, ENV_LIMITS, ENV_THREADS, Limits
+    from headcut_grader.errors import UserError
+    from headcut_grader.grader import Grader
+    from headcut_grader.serve import ENV_DIR, ENV_LIMITS, ENV_THREADS, Limits
 
     try:
         import uvicorn
@@ -49,5 +49,5 @@ def serve(
     os.environ[ENV_THREADS] = str(threads)
     os.environ[ENV_LIMITS] = Limits(max_body_bytes, max_pairs, max_text_chars).encode()
     typer.echo(f"serving {grader_dir} on http://{host}:{port} ({workers} worker(s) x {threads} thread(s))")
-    uvicorn.run("headcut.serve:app_from_env", factory=True, host=host, port=port, workers=workers,
+    uvicorn.run("headcut_grader.serve:app_from_env", factory=True, host=host, port=port, workers=workers,
                 log_level="warning")

@@ -1,0 +1,3 @@
+from headcut_grader.cli.main import app
+
+app()
