@@ -35,6 +35,13 @@ class Grades:
                 for g, e, p in zip(self.grades, self.expected, self.probabilities)]
 
 
+def grades_from_logits(logits: np.ndarray, grade_values: np.ndarray) -> Grades:
+    """Grades of logits `(n, num_grades)`, whichever process computed them."""
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs = z / z.sum(axis=1, keepdims=True)
+    return Grades(grade_values[logits.argmax(1)], probs, probs @ grade_values.astype(np.float64), logits)
+
+
 def read_record(folder: str | Path) -> dict:
     folder = Path(folder)
     path = folder / "grader.json"
@@ -149,11 +156,7 @@ class Grader:
 
     def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades:
         """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs)."""
-        logits = self.logits(pairs, progress=progress)
-        z = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs = z / z.sum(axis=1, keepdims=True)
-        return Grades(self.grade_values[logits.argmax(1)], probs, probs @ self.grade_values.astype(np.float64),
-                      logits)
+        return grades_from_logits(self.logits(pairs, progress=progress), self.grade_values)
 
     def rank(self, query: str, titles: Iterable[str]) -> list[dict]:
         """Titles ordered by expected grade, best first (ties keep input order)."""
