@@ -10,6 +10,7 @@ import os
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Callable
 
@@ -62,14 +63,14 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv")
     fmt = settings.out_format or (guess_format(out) if out.suffix else guess_format(source))
     settings = GradeSettings(**{**asdict(settings), "out_format": "jsonl" if fmt == "json" else fmt})
+    chunks = _chunks(source, settings)
+    first = next(chunks)  # a bad file (columns, first rows) is reported before a bad grader folder, as before chunks
     grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size)
     data, state_path = partial_paths(out)
     state = _resumable_state(state_path, data, out, grader, settings, resume=resume, overwrite=overwrite)
     counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record["grades"]}
     rows = done = state["rows"] if state else 0
-    chunks = iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
-                        title_col=settings.title_col, label_col=settings.label_col, require_labels=False,
-                        start=Position(**state["position"]) if state else None)
+    chunks = _chunks(source, settings, start=Position(**state["position"])) if state else chain([first], chunks)
     try:
         with open(data, "r+b" if state else "wb") as f:
             f.truncate(state["bytes"] if state else 0)
@@ -91,6 +92,11 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                         "with --resume.") from None
     state_path.unlink(missing_ok=True)
     return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out)
+
+
+def _chunks(source: Path, settings: GradeSettings, *, start: Position | None = None):
+    return iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
+                      title_col=settings.title_col, label_col=settings.label_col, require_labels=False, start=start)
 
 
 def _grader_id(grader: Grader) -> str:
