@@ -17,7 +17,7 @@ def test_ray_data_grades_like_the_grader(tmp_path):
 
     folder = make_tiny_grader(tmp_path)[0]
     pairs = synthetic_pairs(2000, seed=6)
-    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
+    ray.init(num_cpus=3, include_dashboard=False)  # 2 actors + 1 CPU for the read tasks
     try:
         dataset = ray.data.from_items([{"query": q, "title": t} for q, t in zip(pairs.queries, pairs.titles)])
         rows = grade_dataset(dataset, folder, concurrency=2, rows_per_call=256).to_pandas()
