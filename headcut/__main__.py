@@ -1,3 +1,4 @@
 from headcut.cli.main import app
 
-app()
+if __name__ == "__main__":  # not when a spawned worker process imports it
+    app()

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
-import pytest
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
+# This checkout's runtime (grader/) first, for this process and the commands tests start, as PYTHONPATH=$PWD does
+# for headcut itself: a venv's editable install may point at another checkout.
+sys.path.insert(0, str(ROOT / "grader"))
+os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "grader"), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 SHARED_DATA = ROOT.parent / "shared" / "data"
 HOMEDEPOT = SHARED_DATA / "homedepot"
 QBQTC = SHARED_DATA / "qbqtc"

@@ -25,8 +25,8 @@ def tiny_grader(tmp_path_factory):
 
 
 def test_importing_the_runtime_and_server_never_imports_torch():
-    code = ("import sys, headcut.grader, headcut.serve, headcut.microbatch, headcut.serve_metrics, headcut.cli.grade, "
-            "headcut.cli.serve; "
+    code = ("import sys, headcut_grader.grader, headcut_grader.serve, headcut_grader.microbatch, "
+            "headcut_grader.serve_metrics, headcut_grader.cli.main; "
             "bad = [m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'transformers'))]; "
             "print(bad); sys.exit(1 if bad else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)

@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from headcut.data import synthetic_pairs
-from headcut.grader import Grader
-from headcut.microbatch import Batcher, Closed, QueueFull
+from headcut_grader.data import synthetic_pairs
+from headcut_grader.grader import Grader
+from headcut_grader.microbatch import Batcher, Closed, QueueFull
 from test_export import make_tiny_grader
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import io
 import itertools
 import json
 import math
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
 DEFAULT_GRADES = (1, 2, 3, 4, 5)
 FORMATS = ("tsv", "csv", "jsonl", "json")
@@ -162,6 +161,50 @@ def read_pairs(
     `label_map` maps raw label text to a grade, or is 'round' for float scores.
     With `require_labels=False` a file without a label column gives unlabeled pairs.
     """
+    chunk = next(iter_pairs(path, chunk_rows=limit, preset=preset, query_col=query_col, title_col=title_col,
+                            label_col=label_col, label_map=label_map, grades=grades, fmt=fmt,
+                            require_labels=require_labels))
+    return chunk.pairs
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive rows of a file, and where the rows after them start (to resume a run there)."""
+
+    pairs: Pairs
+    position: "Position"
+
+
+@dataclass(frozen=True)
+class Position:
+    """After a row: `offset` bytes of the file read (JSON arrays: items), on line `line`; `sha256` of those bytes
+    (JSON arrays: of the whole file), so a resumed run can tell that the rows before it are unchanged."""
+
+    offset: int = 0
+    line: int = 0
+    sha256: str = ""
+
+
+def iter_pairs(
+    path: str | Path,
+    *,
+    chunk_rows: int | None,
+    preset: str | None = None,
+    query_col: str | None = None,
+    title_col: str | None = None,
+    label_col: str | None = None,
+    label_map: dict | str | None = None,
+    grades: tuple[int, ...] = DEFAULT_GRADES,
+    fmt: str | None = None,
+    require_labels: bool = True,
+    start: Position | None = None,
+):
+    """The rows of a file as Chunks of `chunk_rows` pairs (None: one chunk of every row), read as they are needed:
+    memory holds one chunk whatever the file's size (JSON arrays, which cannot be read in parts, excepted).
+
+    From `start` (a Chunk's position), reading continues after that row; the file's first row still names the
+    columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
+    """
     path = Path(path)
     if preset is not None and preset not in PRESETS:
         raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
@@ -171,35 +214,47 @@ def read_pairs(
     fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
     if fmt not in FORMATS:
         raise UserError(f"format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
-    text = _read_text(path, capped=fmt != "json")
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
     label_cols = (label_col,) if label_col else p.label_cols
     label_map = label_map if label_map is not None else p.label_map
 
-    rows = _parse_rows(path, text, fmt)  # list of (line_number, dict)
-    hint = ""
-    if fmt in ("tsv", "csv") and text.lstrip().startswith(("{", "[")):
-        hint = f"; it was read as {fmt.upper()}, but it looks like JSON lines: name it .jsonl"
-    if not rows:
-        raise UserError(f"{path}: no data rows; the file holds a header at most{hint}.")
-    columns = list(rows[0][1].keys())
-    shown = ", ".join(columns)
-    shown = (shown if len(shown) <= 200 else shown[:200] + "...") + hint
-    for col, flag in ((query_col, "--query-col"), (title_col, "--title-col")):
-        if col not in columns:
-            raise UserError(f"{path}: no column '{col}' (columns: {shown}); name it with {flag}.")
-    label_name = next((c for c in label_cols if c in columns), None)
-    if label_name is None and require_labels:
-        raise UserError(f"{path}: no label column '{label_cols[0]}' (columns: {shown}); name it with --label-col.")
-    queries, titles, labels = [], [], []
-    for line, row in rows[:limit] if limit else rows:
-        for col in (query_col, title_col):
-            (queries if col == query_col else titles).append(_to_text(row.get(col), f"{path}, line {line}, column '{col}'"))
-        if label_name is not None:
-            grade = _to_grade(row.get(label_name), label_map, grades, f"{path}, line {line}, column '{label_name}'")
-            labels.append(grades.index(grade))
-    return Pairs(queries, titles, labels if label_name is not None else None, tuple(grades), str(path))
+    with _Lines(path, capped=fmt != "json") as lines:
+        records = _records(path, lines, fmt)  # (line_number, dict), lazily
+        first = next(records, None)
+        hint = ""
+        if fmt in ("tsv", "csv") and lines.first_text.lstrip().startswith(("{", "[")):
+            hint = f"; it was read as {fmt.upper()}, but it looks like JSON lines: name it .jsonl"
+        if first is None:
+            raise UserError(f"{path}: no data rows; the file holds a header at most{hint}.")
+        columns = list(first[1].keys())
+        shown = ", ".join(columns)
+        shown = (shown if len(shown) <= 200 else shown[:200] + "...") + hint
+        for col, flag in ((query_col, "--query-col"), (title_col, "--title-col")):
+            if col not in columns:
+                raise UserError(f"{path}: no column '{col}' (columns: {shown}); name it with {flag}.")
+        label_name = next((c for c in label_cols if c in columns), None)
+        if label_name is None and require_labels:
+            raise UserError(f"{path}: no label column '{label_cols[0]}' (columns: {shown}); name it with --label-col.")
+        if start is not None and start.offset:
+            records = _records(path, lines.seek(start), fmt, header=columns)
+        else:
+            records = itertools.chain([first], records)
+        queries, titles, labels = [], [], []
+        for line, row in records:
+            for col in (query_col, title_col):
+                (queries if col == query_col else titles).append(
+                    _to_text(row.get(col), f"{path}, line {line}, column '{col}'"))
+            if label_name is not None:
+                grade = _to_grade(row.get(label_name), label_map, grades, f"{path}, line {line}, column '{label_name}'")
+                labels.append(grades.index(grade))
+            if len(queries) == chunk_rows:
+                yield Chunk(Pairs(queries, titles, labels if label_name is not None else None, tuple(grades),
+                                  str(path)), lines.position())
+                queries, titles, labels = [], [], []
+        if queries or (chunk_rows is None):
+            yield Chunk(Pairs(queries, titles, labels if label_name is not None else None, tuple(grades), str(path)),
+                        lines.position())
 
 
 def _suffix_format(path: Path) -> str | None:
@@ -235,29 +290,91 @@ def check_regular(path: Path) -> None:
                         "and pass that.")
 
 
-def _read_text(path: Path, *, capped: bool = True) -> str:
-    """The file as text; with `capped`, a line over MAX_LINE_BYTES stops the read with an error."""
-    chunks = []
-    with open(path, "rb") as f:
-        for number in itertools.count(1):
-            line = f.readline(MAX_LINE_BYTES + 1) if capped else f.read()
-            if not line:
+class _Lines:
+    """A file's lines as text, read one at a time with a cap on a line's bytes; it knows how far it has read
+    (bytes, lines, and a hash of those bytes) so a reader can resume after any row. JSON arrays are read whole."""
+
+    def __init__(self, path: Path, *, capped: bool):
+        self.path, self.capped = path, capped
+        self.number, self.offset, self.first_text = 0, 0, ""
+        self.hash, self.expected = hashlib.sha256(), None
+        self.file = open(path, "rb")
+        blank = True
+        for raw in iter(lambda: self.file.readline(MAX_LINE_BYTES + 1) if capped else self.file.read(), b""):
+            if raw.strip():
+                blank = False
                 break
-            if capped and len(line) > MAX_LINE_BYTES:
-                raise UserError(f"{path}, line {number} is longer than {MAX_LINE_BYTES:,} bytes; a row holds one "
-                                "query, title and grade: is this the right file?")
-            chunks.append(line)
-    raw = b"".join(chunks)
-    if not raw.strip():
-        raise UserError(f"{path} is empty; pass a file with a header and data rows.")
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-        raise UserError(
-            f"{path}, line {line}, byte column {col}: not UTF-8 (byte 0x{raw[e.start]:02x}); re-save the file as UTF-8."
-        ) from None
+        if blank:
+            self.file.close()
+            raise UserError(f"{path} is empty; pass a file with a header and data rows.")
+        self.file.seek(0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def __iter__(self):
+        while True:
+            at_start = self.file.tell() == 0
+            raw = self.file.readline(MAX_LINE_BYTES + 1) if self.capped else self.file.read()
+            if not raw:
+                return
+            self.number += 1
+            if self.capped and len(raw) > MAX_LINE_BYTES:
+                raise UserError(f"{self.path}, line {self.number} is longer than {MAX_LINE_BYTES:,} bytes; a row holds "
+                                "one query, title and grade: is this the right file?")
+            self.offset += len(raw)
+            self.hash.update(raw)
+            try:
+                text = raw.decode("utf-8-sig" if at_start else "utf-8")
+            except UnicodeDecodeError as e:
+                line = self.number + raw[: e.start].count(b"\n")  # a JSON array is one "line" of many
+                col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+                raise UserError(f"{self.path}, line {line}, byte column {col}: not UTF-8 (byte 0x{raw[e.start]:02x}); "
+                                "re-save the file as UTF-8.") from None
+            if not self.first_text and text.strip():
+                self.first_text = text
+            yield text
+
+    def position(self) -> Position:
+        return Position(self.offset, self.number, self.hash.hexdigest())
+
+    def seek(self, start: Position) -> "_Lines":
+        """Continue after `start`, which a run over these same bytes reported; refuse if they have changed."""
+        if not self.capped:  # a JSON array: read again, skip start.offset items, compare the whole file's hash
+            self.file.seek(0)
+            self.number, self.offset, self.hash, self.expected = 0, start.offset, hashlib.sha256(), start.sha256
+            return self
+        self.hash = _prefix_hash(self.path, start.offset)
+        self.expected = start.sha256
+        self.check_unchanged()
+        self.file.seek(start.offset)
+        self.number, self.offset = start.line, start.offset
+        return self
+
+    def check_unchanged(self) -> None:
+        if self.hash.hexdigest() != self.expected:
+            raise UserError(f"{self.path} has changed since the interrupted run read it; grade it from the start "
+                            "(run without --resume, with --overwrite).")
+
+
+def _prefix_hash(path: Path, nbytes: int):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while nbytes > 0:
+            block = f.read(min(nbytes, 1 << 20))
+            if not block:
+                break
+            h.update(block)
+            nbytes -= len(block)
+    return h
+
+
+def prefix_sha256(path: str | Path, nbytes: int) -> str:
+    """The hash a Position records: of the first `nbytes` bytes of the file."""
+    return _prefix_hash(Path(path), nbytes).hexdigest()
 
 
 _JSON_KINDS = {bool: "true/false", int: "number", float: "number", dict: "object", list: "array"}
@@ -290,42 +407,52 @@ def _to_text(value, where: str) -> str:
     return value.strip()
 
 
-def _parse_rows(path: Path, text: str, fmt: str) -> list[tuple[int, dict]]:
+def _records(path: Path, lines: _Lines, fmt: str, *, header: list[str] | None = None):
+    """(line number, row dict) of each data row; `header` given: `lines` starts after the header (a resume)."""
     if fmt in ("tsv", "csv"):
         csv.field_size_limit(max(csv.field_size_limit(), MAX_TEXT_CHARS + 1))  # the text rule decides, not csv
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if fmt == "tsv" else ",")
-        records = _csv_records(path, reader)
-        header = next(records, None)
-        if not header:
-            raise UserError(f"{path}: no header row; the first line must name the columns.")
-        header = [h.strip() for h in header]
-        rows = []
+        records = _csv_records(path, csv.reader(iter(lines), delimiter="\t" if fmt == "tsv" else ","), lines)
+        if header is None:
+            header = next(records, None)
+            if not header:
+                raise UserError(f"{path}: no header row; the first line must name the columns.")
+            header = [h.strip() for h in header]
         for record in records:
-            line = reader.line_num
             if not record or all(not c.strip() for c in record):
                 continue
             if len(record) != len(header):
                 raise UserError(
-                    f"{path}, line {line}: {len(record)} fields where the header has {len(header)}; "
+                    f"{path}, line {lines.number}: {len(record)} fields where the header has {len(header)}; "
                     f"fix the row (a stray {'tab' if fmt == 'tsv' else 'comma or quote'}?)."
                 )
-            rows.append((line, dict(zip(header, record))))
-        return rows
-    if fmt == "jsonl":
-        rows = []
-        for line, chunk in enumerate(text.splitlines(), start=1):
-            if not chunk.strip():
-                continue
-            try:
-                obj = json.loads(chunk)
-            except json.JSONDecodeError as e:
-                raise UserError(f"{path}, line {line}, column {e.colno}: invalid JSON ({e.msg}); fix that line.") from None
-            except RecursionError:
-                raise UserError(f"{path}, line {line}: JSON nested too deeply; fix that line.") from None
-            if not isinstance(obj, dict):
-                raise UserError(f"{path}, line {line}: expected a JSON object per line; fix that line.")
-            rows.append((line, obj))
-        return rows
+            yield lines.number, dict(zip(header, record))
+    elif fmt == "jsonl":
+        number = lines.number
+        for text in lines:
+            for chunk in text.splitlines() or [""]:  # the same line breaks str.splitlines counts
+                number += 1
+                if not chunk.strip():
+                    continue
+                try:
+                    obj = json.loads(chunk)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}, line {number}, column {e.colno}: invalid JSON ({e.msg}); "
+                                    "fix that line.") from None
+                except RecursionError:
+                    raise UserError(f"{path}, line {number}: JSON nested too deeply; fix that line.") from None
+                if not isinstance(obj, dict):
+                    raise UserError(f"{path}, line {number}: expected a JSON object per line; fix that line.")
+                yield number, obj
+    else:
+        yield from _json_array(path, lines)
+
+
+def _json_array(path: Path, lines: _Lines):
+    """A JSON array's objects; `lines.offset` counts the items read, as that is where a resume continues."""
+    skip = lines.offset
+    text = "".join(lines)
+    if lines.expected is not None:
+        lines.check_unchanged()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -334,10 +461,12 @@ def _parse_rows(path: Path, text: str, fmt: str) -> list[tuple[int, dict]]:
         raise UserError(f"{path}: JSON nested too deeply; fix the file's shape.") from None
     if not isinstance(data, list) or not all(isinstance(o, dict) for o in data):
         raise UserError(f"{path}: expected a JSON array of objects (or JSON lines); fix the file's shape.")
-    return [(i + 1, o) for i, o in enumerate(data)]  # "line" = position in the array, 1-based
+    for i in range(skip, len(data)):
+        lines.offset = lines.number = i + 1
+        yield i + 1, data[i]  # "line" = position in the array, 1-based
 
 
-def _csv_records(path: Path, reader):
+def _csv_records(path: Path, reader, lines: _Lines):
     while True:
         try:
             yield next(reader)
@@ -345,7 +474,7 @@ def _csv_records(path: Path, reader):
             return
         except csv.Error as e:  # a quoted field running on over many lines
             text = f"the text is longer than {MAX_TEXT_CHARS:,} characters" if "field larger" in str(e) else str(e)
-            raise UserError(f"{path}, line {reader.line_num}: {text}; check the quotes on that row.") from None
+            raise UserError(f"{path}, line {lines.number}: {text}; check the quotes on that row.") from None
 
 
 def _to_grade(value, label_map, grades, where: str) -> int:

@@ -13,7 +13,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
 
 def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:

@@ -12,9 +12,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
-SUPPORTED_FORMAT = 1
+# The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
+GRADER_FORMAT = 1
 
 
 @dataclass
@@ -34,6 +35,13 @@ class Grades:
                 for g, e, p in zip(self.grades, self.expected, self.probabilities)]
 
 
+def grades_from_logits(logits: np.ndarray, grade_values: np.ndarray) -> Grades:
+    """Grades of logits `(n, num_grades)`, whichever process computed them."""
+    z = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs = z / z.sum(axis=1, keepdims=True)
+    return Grades(grade_values[logits.argmax(1)], probs, probs @ grade_values.astype(np.float64), logits)
+
+
 def read_record(folder: str | Path) -> dict:
     folder = Path(folder)
     path = folder / "grader.json"
@@ -43,9 +51,9 @@ def read_record(folder: str | Path) -> dict:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None
-    if not isinstance(record, dict) or record.get("format") != SUPPORTED_FORMAT:
+    if not isinstance(record, dict) or record.get("format") != GRADER_FORMAT:
         found = record.get("format") if isinstance(record, dict) else type(record).__name__
-        raise UserError(f"{path}: grader format {found} is not {SUPPORTED_FORMAT}; re-export it.")
+        raise UserError(f"{path}: grader format {found} is not {GRADER_FORMAT}; re-export it.")
     missing = [k for k in ("grades", "max_length", "model_file", "precision") if k not in record]
     if missing or not isinstance(record["model_file"], dict) or "name" not in record["model_file"]:
         raise UserError(f"{path} is damaged or incomplete (no '{(missing or ['model_file.name'])[0]}'); "
@@ -148,11 +156,7 @@ class Grader:
 
     def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades:
         """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs)."""
-        logits = self.logits(pairs, progress=progress)
-        z = np.exp(logits - logits.max(axis=1, keepdims=True))
-        probs = z / z.sum(axis=1, keepdims=True)
-        return Grades(self.grade_values[logits.argmax(1)], probs, probs @ self.grade_values.astype(np.float64),
-                      logits)
+        return grades_from_logits(self.logits(pairs, progress=progress), self.grade_values)
 
     def rank(self, query: str, titles: Iterable[str]) -> list[dict]:
         """Titles ordered by expected grade, best first (ties keep input order)."""

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from headcut.grader import Grades
+from headcut_grader.grader import Grades
 
 
 class QueueFull(Exception):

@@ -9,7 +9,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
 
 def _number(x: float) -> str:

@@ -3,7 +3,7 @@
 POST /grade {"pairs": [{"query": ..., "title": ...}]}, POST /rank {"query": ..., "titles": [...]},
 GET /healthz, GET /metrics (Prometheus text, all workers). Every request is bounded (body bytes, pairs,
 characters per text); anything malformed gets a 4xx with {"error": sentence}, never a 500 or a dead worker.
-Concurrent requests share grader runs (headcut.microbatch); a worker whose queue is full answers 503 with
+Concurrent requests share grader runs (headcut_grader.microbatch); a worker whose queue is full answers 503 with
 Retry-After at once, and a stopping worker answers every request it already took.
 Like the grader, this module never imports torch.
 """
@@ -127,10 +127,10 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     from pydantic import AfterValidator, BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    from headcut.data import text_problem
-    from headcut.grader import Grader, ranking
-    from headcut.microbatch import Batcher, Closed, QueueFull
-    from headcut.serve_metrics import MISSING, make_metrics
+    from headcut_grader.data import text_problem
+    from headcut_grader.grader import Grader, ranking
+    from headcut_grader.microbatch import Batcher, Closed, QueueFull
+    from headcut_grader.serve_metrics import MISSING, make_metrics
 
     grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size)
     metrics = make_metrics()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from headcut.microbatch import BatchStats
+from headcut_grader.microbatch import BatchStats
 
 ENV_MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
 MISSING = "GET /metrics needs prometheus_client; run: pip install 'headcut[serve]'."

@@ -7,11 +7,11 @@ from headcut.cli.distill import distill
 from headcut.cli.evaluate import evaluate
 from headcut.cli.export import export
 from headcut.cli.finetune import finetune
-from headcut.cli.grade import grade
 from headcut.cli.bench import bench
-from headcut.cli.serve import serve
 from headcut.cli.prune import prune
 from headcut.cli.scan import probe, scan
+from headcut_grader.cli.grade import grade
+from headcut_grader.cli.serve import serve
 
 app = typer.Typer(
     name="headcut",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-GRADER_FORMAT = 1
+from headcut_grader.grader import GRADER_FORMAT
 
 
 def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int, precision: str,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import Opt, number, user_errors
+from headcut_grader.cli.common import Opt, number, user_errors
 
 
 @user_errors
@@ -42,10 +42,10 @@ def serve(
     """
     import socket
 
-    from headcut.errors import UserError
-    from headcut.grader import Grader
-    from headcut.serve import ENV_SETTINGS, Batching, Limits, Settings
-    from headcut.serve_metrics import ENV_MULTIPROC, MISSING, available
+    from headcut_grader.errors import UserError
+    from headcut_grader.grader import Grader
+    from headcut_grader.serve import ENV_SETTINGS, Batching, Limits, Settings
+    from headcut_grader.serve_metrics import ENV_MULTIPROC, MISSING, available
 
     try:
         import uvicorn
@@ -76,7 +76,7 @@ def serve(
     # this one turns it into a normal exit (status 0, the metrics folder removed) instead of death by signal
     signal.signal(signal.SIGTERM, _drained)
     try:
-        uvicorn.run("headcut.serve:app_from_env", factory=True, host=host, port=port, workers=workers,
+        uvicorn.run("headcut_grader.serve:app_from_env", factory=True, host=host, port=port, workers=workers,
                     log_level="warning", timeout_graceful_shutdown=drain_seconds)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)

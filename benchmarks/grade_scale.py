@@ -1,0 +1,81 @@
+"""`headcut-grader grade` at scale: pairs/s and peak memory (all its processes together) for input sizes and
+worker layouts, on Home Depot train pairs repeated to the size asked.
+
+    .venv/bin/python benchmarks/grade_scale.py GRADER_DIR [--rows 100000,1000000] [--layouts 1x2,2x1]
+        [--out runs/grade_scale]
+
+A layout WxT is W worker processes of T ONNX Runtime threads each. Writes OUT/grade_scale.{json,md}.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT.parent / "shared" / "data" / "homedepot" / "train.tsv"
+
+
+def pairs_file(rows: int, folder: Path) -> Path:
+    path = folder / f"pairs{rows}.tsv"
+    if not path.exists():
+        header, *lines = TRAIN.read_text(encoding="utf-8").splitlines(keepends=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(header)
+            f.writelines(lines[i % len(lines)] for i in range(rows))
+    return path
+
+
+def run(grader: Path, source: Path, out: Path, workers: int, threads: int) -> dict:
+    """Wall time and the peak of the summed RSS of the command and its worker processes (sampled every 0.1 s)."""
+    import psutil
+
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "headcut_grader", "grade", str(grader), str(source), "--out",
+                             str(out), "--overwrite", "--workers", str(workers), "--threads", str(threads)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "TQDM_DISABLE": "1"})
+    top, peak = psutil.Process(proc.pid), 0
+    while proc.poll() is None:
+        try:
+            peak = max(peak, sum(p.memory_info().rss for p in [top, *top.children(recursive=True)]))
+        except psutil.Error:
+            pass
+        time.sleep(0.1)
+    seconds = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stdout.read()
+    return {"seconds": round(seconds, 1), "peak_rss_mib": round(peak / 2**20)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("grader", type=Path)
+    parser.add_argument("--rows", default="100000,1000000")
+    parser.add_argument("--layouts", default="1x2,2x1")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "grade_scale")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for rows in (int(r) for r in args.rows.split(",")):
+        source = pairs_file(rows, args.out)
+        for layout in args.layouts.split(","):
+            workers, threads = (int(x) for x in layout.split("x"))
+            result = {"rows": rows, "workers": workers, "threads": threads,
+                      **run(args.grader, source, args.out / "grades.tsv", workers, threads)}
+            result["pairs_per_s"] = round(rows / result["seconds"])
+            results.append(result)
+            print(json.dumps(result), flush=True)
+    (args.out / "grade_scale.json").write_text(json.dumps(results, indent=2) + "\n")
+    lines = ["| rows | workers x threads | seconds | pairs/s | peak RSS (all processes) |", "|---|---|---|---|---|"]
+    lines += [f"| {r['rows']:,} | {r['workers']} x {r['threads']} | {r['seconds']} | {r['pairs_per_s']:,} | "
+              f"{r['peak_rss_mib']} MiB |" for r in results]
+    (args.out / "grade_scale.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

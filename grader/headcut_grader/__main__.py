@@ -1,0 +1,4 @@
+from headcut_grader.cli.main import app
+
+if __name__ == "__main__":  # not when a spawned worker process imports it
+    app()

@@ -1,0 +1,1 @@
+"""The runtime's commands (grade, serve); the toolkit's `headcut` command registers the same functions."""

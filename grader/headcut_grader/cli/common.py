@@ -1,0 +1,81 @@
+"""CLI plumbing the runtime's commands share with the toolkit's: user errors -> one sentence + exit 2, checked
+numeric flags, data options, progress bars."""
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Optional
+
+import typer
+
+from headcut_grader.errors import UserError
+from headcut_grader.ranges import Range
+
+
+def user_errors(fn):
+    """Turn a UserError into its sentence on stderr and exit code 2, without a traceback; a flag whose value
+    `number` refused stops the command here, before its body does any work."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            bad = next((v for v in kwargs.values() if isinstance(v, BadValue)), None)
+            if bad is not None:
+                raise UserError(bad.sentence)
+            return fn(*args, **kwargs)
+        except UserError as e:
+            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2)
+
+    return wrapper
+
+
+def progress_bar(total: int | None, desc: str, *, initial: int = 0):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="pair", file=sys.stderr, dynamic_ncols=True,
+                leave=False, disable=None)
+
+
+class BadValue:
+    """What `number`'s parser returns for a refused value: `user_errors` reports it as the command's one sentence
+    (a click usage error would print a usage block and a box instead of one line)."""
+
+    def __init__(self, sentence: str):
+        self.sentence = sentence
+
+
+def bounded(kind: type, valid: Range, flag: str):
+    """A parser for a whole or finite number within `valid`."""
+
+    def parse(value):
+        if isinstance(value, kind) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = kind(value)
+            except (TypeError, ValueError):
+                return BadValue(f"{flag} '{value}' is not a {'whole number' if kind is int else 'number'}; it must be "
+                                f"{valid.describe()}.")
+        problem = valid.problem(number)
+        return BadValue(f"{flag} {value} {problem}.") if problem else number
+
+    parse.__name__ = kind.__name__  # the metavar typer shows in --help
+    parse.valid = valid
+    return parse
+
+
+def number(default, *flags: str, help: str, low=None, high=None, low_open=False, high_open=False, kind=None):
+    """A typer option for a number with a checked range: number(64, "--batch-size", help=..., low=1)."""
+    valid = Range(low, high, low_open, high_open)
+    kind = kind or type(default)
+    return typer.Option(default, *flags, help=f"{help} ({valid.describe()}).", parser=bounded(kind, valid, flags[0]))
+
+
+# Reusable option declarations (typer reads the defaults).
+PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or qbqtc.")
+QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")
+TITLE_COL = typer.Option(None, "--title-col", help="Title column name (default: title).")
+LABEL_COL = typer.Option(None, "--label-col", help="Label column name (default: grade).")
+OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing output file or non-empty output folder.")
+Opt = Optional

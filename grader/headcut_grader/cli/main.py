@@ -1,0 +1,20 @@
+"""The `headcut-grader` command: `grade` and `serve`, the same functions as `headcut grade` and `headcut serve`."""
+from __future__ import annotations
+
+import typer
+
+from headcut_grader.cli.grade import grade
+from headcut_grader.cli.serve import serve
+
+app = typer.Typer(
+    name="headcut-grader",
+    help="Grade query-title pairs with a grader exported by `headcut export` (ONNX Runtime only, no torch).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(grade)
+app.command()(serve)
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,200 @@
+"""Grade a file of any size: read, grade and write in chunks (memory holds a few chunks, never the file), in one
+process or several, into OUT's partial file that becomes OUT in one rename; an interrupted run resumes after its
+last finished chunk and writes the same bytes as a run that was never interrupted."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from itertools import chain
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from headcut_grader.data import Position, guess_format, iter_pairs
+from headcut_grader.errors import UserError
+from headcut_grader.files import check_out_file, write_json
+from headcut_grader.grader import Grader, grades_from_logits
+
+STATE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class GradeSettings:
+    """What decides the output's bytes (a resumed run must use the same) and how the work is spread."""
+
+    chunk_rows: int = 10_000  # pairs read, graded and written at a time: memory grows with this, not the file
+    batch_size: int = 32
+    preset: str | None = None
+    query_col: str | None = None
+    title_col: str | None = None
+    label_col: str | None = None
+    out_format: str | None = None  # None: from OUT's suffix, else the input's
+    workers: int = 1  # processes, each with its own Grader
+    threads: int = 1  # ONNX Runtime threads per process
+
+    def output_keys(self) -> dict:
+        """The settings that change the output's bytes; workers and threads only change the speed."""
+        return {k: v for k, v in asdict(self).items() if k not in ("workers", "threads")}
+
+
+@dataclass(frozen=True)
+class GradeSummary:
+    rows: int
+    resumed_rows: int  # graded by the interrupted run this one continued
+    counts: dict  # grade -> rows
+    out: Path
+
+
+def partial_paths(out: Path) -> tuple[Path, Path]:
+    """The rows written so far, and the state that says how far they go (both beside OUT, until it is done)."""
+    return out.parent / f".{out.name}.partial", out.parent / f".{out.name}.partial.json"
+
+
+def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettings(), resume: bool = False,
+               overwrite: bool = False, progress: Callable[[int], None] | None = None) -> GradeSummary:
+    """Grade every pair of SOURCE into OUT: query, title, [true_grade], grade, expected_grade, p<grade>..."""
+    source, out = Path(source), Path(out)
+    check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv")
+    fmt = settings.out_format or (guess_format(out) if out.suffix else guess_format(source))
+    settings = GradeSettings(**{**asdict(settings), "out_format": "jsonl" if fmt == "json" else fmt})
+    chunks = _chunks(source, settings)
+    first = next(chunks)  # a bad file (columns, first rows) is reported before a bad grader folder, as before chunks
+    grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size)
+    data, state_path = partial_paths(out)
+    state = _resumable_state(state_path, data, out, grader, settings, resume=resume, overwrite=overwrite)
+    counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record["grades"]}
+    rows = done = state["rows"] if state else 0
+    chunks = _chunks(source, settings, start=Position(**state["position"])) if state else chain([first], chunks)
+    try:
+        with open(data, "r+b" if state else "wb") as f:
+            f.truncate(state["bytes"] if state else 0)
+            f.seek(0, os.SEEK_END)
+            for chunk, logits in _graded(chunks, grader, settings, progress):
+                result = grade_rows(chunk.pairs, logits, grader.grade_values)
+                f.write(format_rows(result, settings.out_format, header=rows == 0).encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())  # the state below must never count rows that are not on disk
+                rows += len(chunk.pairs)
+                for g in result["grade"]:
+                    counts[str(g)] += 1
+                write_json(state_path, {"format": STATE_FORMAT, "source": str(source), "rows": rows,
+                                        "bytes": f.tell(), "position": asdict(chunk.position), "counts": counts,
+                                        "grader_sha256": _grader_id(grader), "settings": settings.output_keys()})
+        os.replace(data, out)
+    except OSError as e:
+        raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
+                        "with --resume.") from None
+    state_path.unlink(missing_ok=True)
+    return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out)
+
+
+def _chunks(source: Path, settings: GradeSettings, *, start: Position | None = None):
+    return iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
+                      title_col=settings.title_col, label_col=settings.label_col, require_labels=False, start=start)
+
+
+def _grader_id(grader: Grader) -> str:
+    return str(grader.record["model_file"].get("sha256", grader.record["model_file"]["name"]))
+
+
+def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, settings: GradeSettings, *,
+                     resume: bool, overwrite: bool) -> dict | None:
+    """The interrupted run's state when --resume continues it; None to start from the first row."""
+    if not state_path.exists() or not data.exists():
+        return None
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        rows = state["rows"]
+    except (OSError, ValueError, KeyError, TypeError):
+        state, rows = None, "some"
+    if not resume:
+        if overwrite:
+            return None
+        raise UserError(f"{out}: an interrupted run left {rows} graded rows in {data.name}; pass --resume to "
+                        "continue it, or --overwrite to start again.")
+    if state is None or state.get("format") != STATE_FORMAT:
+        raise UserError(f"{state_path} is damaged; run again without --resume and with --overwrite.")
+    if state["grader_sha256"] != _grader_id(grader):
+        raise UserError(f"{out}: the interrupted run used another grader; resume with the same GRADER_DIR, or run "
+                        "without --resume and with --overwrite.")
+    wanted = settings.output_keys()
+    for key, value in state["settings"].items():
+        if wanted.get(key) != value:
+            flag = "--" + key.replace("_", "-")
+            raise UserError(f"{out}: {flag} is {wanted.get(key)!r} but the interrupted run used {value!r}; resume "
+                            "with the same flags, or run without --resume and with --overwrite.")
+    if data.stat().st_size < state["bytes"]:
+        raise UserError(f"{data} is shorter than its state says; run again without --resume and with --overwrite.")
+    return state
+
+
+def _graded(chunks, grader: Grader, settings: GradeSettings, progress):
+    """(chunk, logits) in file order; with several workers a few chunks are in flight, so memory stays bounded."""
+    if settings.workers == 1:
+        for chunk in chunks:
+            yield chunk, grader.logits(chunk.pairs, progress=progress)
+        return
+    import multiprocessing
+
+    # spawn: a forked ONNX Runtime thread pool can deadlock; each worker loads its own session
+    with ProcessPoolExecutor(settings.workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_start_worker,
+                             initargs=(str(grader.folder), settings.threads, settings.batch_size)) as pool:
+        pending = deque()
+        for chunk in chunks:
+            pending.append((chunk, pool.submit(_worker_logits, chunk.pairs.queries, chunk.pairs.titles)))
+            if len(pending) >= 2 * settings.workers:
+                yield _finished(pending.popleft(), progress)
+        while pending:
+            yield _finished(pending.popleft(), progress)
+
+
+def _finished(item, progress):
+    chunk, future = item
+    logits = future.result()
+    if progress:
+        progress(len(chunk.pairs))
+    return chunk, logits
+
+
+_WORKER: dict = {}
+
+
+def _start_worker(folder: str, threads: int, batch_size: int) -> None:
+    _WORKER["grader"] = Grader(folder, threads=threads, batch_size=batch_size)
+
+
+def _worker_logits(queries: list[str], titles: list[str]) -> np.ndarray:
+    return _WORKER["grader"].logits(list(zip(queries, titles)))
+
+
+def grade_rows(pairs, logits: np.ndarray, grade_values: np.ndarray) -> dict[str, list]:
+    """Output columns: query, title, true_grade (labelled input only), grade, expected_grade, p<grade>..."""
+    result = grades_from_logits(logits, grade_values)
+    columns = {"query": pairs.queries, "title": pairs.titles}
+    if pairs.labels is not None:
+        columns["true_grade"] = [pairs.grades[y] for y in pairs.labels]
+    columns["grade"] = result.grades.tolist()
+    columns["expected_grade"] = [round(float(e), 4) for e in result.expected]
+    for j, g in enumerate(grade_values.tolist()):
+        columns[f"p{g}"] = [round(float(p), 4) for p in result.probabilities[:, j]]
+    return columns
+
+
+def format_rows(columns: dict[str, list], fmt: str, *, header: bool) -> str:
+    names = list(columns)
+    rows = zip(*columns.values())
+    if fmt == "jsonl":
+        return "".join(json.dumps(dict(zip(names, r)), ensure_ascii=False) + "\n" for r in rows)
+    buf = io.StringIO()
+    writer = csv.writer(buf, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n")
+    if header:
+        writer.writerow(names)
+    writer.writerows(rows)
+    return buf.getvalue()

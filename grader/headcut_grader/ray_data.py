@@ -1,0 +1,53 @@
+"""Grading on a Ray cluster (`pip install 'headcut-grader[ray]'`): Ray Data reads the Parquet/CSV dataset, spreads
+it over actors that each hold one Grader, and writes the graded rows where you say.
+
+    import ray
+    from headcut_grader.ray_data import grade_dataset
+
+    ray.init()  # or ray.init("ray://head:10001") for a cluster
+    graded = grade_dataset(ray.data.read_parquet("s3://bucket/pairs/"), "runs/grader", concurrency=8)
+    graded.write_parquet("s3://bucket/grades/")
+
+The grader folder must be readable at the same path on every node (a shared file system or a copy).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from headcut_grader.grader import Grader
+
+
+class GradeBatch:
+    """A Ray Data callable class: one Grader per actor, loaded once, grading one batch of rows per call."""
+
+    def __init__(self, grader_dir: str, *, threads: int = 1, batch_size: int = 32, query_col: str = "query",
+                 title_col: str = "title"):
+        self.grader = Grader(grader_dir, threads=threads, batch_size=batch_size)
+        self.query_col, self.title_col = query_col, title_col
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        pairs = list(zip(batch[self.query_col].tolist(), batch[self.title_col].tolist()))
+        result = self.grader.grade(pairs)
+        out = dict(batch)
+        out["grade"] = result.grades
+        out["expected_grade"] = result.expected
+        for j, g in enumerate(self.grader.grade_values.tolist()):
+            out[f"p{g}"] = result.probabilities[:, j]
+        return out
+
+
+def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1, batch_size: int = 32,
+                  rows_per_call: int = 4096, query_col: str = "query", title_col: str = "title"):
+    """`dataset` (a ray.data.Dataset with query and title columns) plus grade, expected_grade and p<grade> columns,
+    graded by `concurrency` actors of `threads` ONNX Runtime threads each. Lazy, like every Ray Data step."""
+    for name, value in (("concurrency", concurrency), ("threads", threads), ("batch_size", batch_size),
+                        ("rows_per_call", rows_per_call)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            from headcut_grader.errors import UserError
+
+            raise UserError(f"grade_dataset {name} is {value!r}; it must be a whole number of at least 1.")
+    Grader(grader_dir, threads=1)  # a bad folder fails here with one sentence, not inside every actor
+    return dataset.map_batches(
+        GradeBatch, fn_constructor_kwargs={"grader_dir": str(grader_dir), "threads": threads, "batch_size": batch_size,
+                                           "query_col": query_col, "title_col": title_col},
+        batch_size=rows_per_call, batch_format="numpy", concurrency=concurrency, num_cpus=threads)

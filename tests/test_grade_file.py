@@ -1,0 +1,144 @@
+"""`headcut grade` at any size: chunks, several workers, a killed run resumed to the same bytes, flat memory."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from headcut.cli.main import app
+from headcut.data import synthetic_pairs
+from headcut_grader.grade_file import partial_paths
+from test_export import make_tiny_grader
+
+
+@pytest.fixture(scope="module")
+def tiny_grader(tmp_path_factory):
+    return make_tiny_grader(tmp_path_factory.mktemp("grader"))[0]
+
+
+def write_pairs(path, n: int, *, seed: int = 0):
+    pairs = synthetic_pairs(n, seed=seed)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f, delimiter="\t")
+        writer.writerow(["query", "title", "grade"])
+        writer.writerows([q, t, pairs.grades[y]] for q, t, y in zip(pairs.queries, pairs.titles, pairs.labels))
+    return path
+
+
+def grade(*args):
+    return CliRunner().invoke(app, ["grade", *map(str, args)])
+
+
+def command(*args) -> list[str]:
+    return [sys.executable, "-m", "headcut_grader", "grade", *map(str, args)]
+
+
+def test_chunks_and_workers_write_what_one_pass_writes(tiny_grader, tmp_path):
+    source = write_pairs(tmp_path / "pairs.tsv", 1300)
+    whole = grade(tiny_grader, source, "--out", tmp_path / "whole.tsv", "--chunk-rows", "100000", "--threads", "1")
+    assert whole.exit_code == 0, whole.output
+    for name, flags in (("chunks.tsv", ["--chunk-rows", "250"]), ("workers.tsv", ["--chunk-rows", "250", "--workers", "2"])):
+        result = grade(tiny_grader, source, "--out", tmp_path / name, "--threads", "1", *flags)
+        assert result.exit_code == 0, result.output
+        assert "graded 1300 pairs" in result.output
+        assert (tmp_path / name).read_bytes() == (tmp_path / "whole.tsv").read_bytes()
+        assert not any(p.exists() for p in partial_paths(tmp_path / name))
+
+
+def test_killed_run_resumes_to_the_same_bytes(tiny_grader, tmp_path):
+    source = write_pairs(tmp_path / "pairs.tsv", 30_000, seed=1)
+    flags = ["--chunk-rows", "300", "--threads", "1"]
+    assert grade(tiny_grader, source, "--out", tmp_path / "whole.tsv", *flags).exit_code == 0
+    out = tmp_path / "killed.tsv"
+    data, state = partial_paths(out)
+    run = subprocess.Popen(command(tiny_grader, source, "--out", out, *flags), stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.poll() is None:
+        if state.exists() and json.loads(state.read_text())["rows"] >= 900:
+            run.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    assert run.wait(timeout=60) == -signal.SIGKILL, "the run finished before it could be killed"
+    assert data.exists() and not out.exists()  # nothing half-written at OUT
+    with open(data, "ab") as f:  # as if killed after writing a chunk and before recording it: resume drops it
+        f.write(b"a chunk\tthe state does not count\n")
+    again = grade(tiny_grader, source, "--out", out, *flags)
+    assert again.exit_code == 2 and "pass --resume to continue it" in again.output
+    other = grade(tiny_grader, source, "--out", out, "--chunk-rows", "200", "--threads", "1", "--resume")
+    assert other.exit_code == 2 and "--chunk-rows is 200 but the interrupted run used 300" in other.output
+    resumed = grade(tiny_grader, source, "--out", out, *flags, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert "graded 30000 pairs" in resumed.output and "by the interrupted run" in resumed.output
+    assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
+    assert not data.exists() and not state.exists()
+
+
+def test_a_bad_row_stops_with_its_line_and_the_fixed_file_resumes(tiny_grader, tmp_path):
+    source = write_pairs(tmp_path / "pairs.tsv", 1000, seed=2)
+    flags = ["--chunk-rows", "200", "--threads", "1", "--out"]
+    assert grade(tiny_grader, source, *flags, tmp_path / "whole.tsv").exit_code == 0
+    lines = source.read_text().splitlines(keepends=True)
+    good = lines[700]
+    lines[700] = "\t" + good.split("\t", 1)[1]  # line 701: an empty query
+    source.write_text("".join(lines))
+    bad = grade(tiny_grader, source, *flags, tmp_path / "out.tsv")
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines() == [f"error: {source}, line 701, column 'query': empty text; remove the row "
+                                               "or fill it in."]
+    lines[700] = good
+    source.write_text("".join(lines))
+    resumed = grade(tiny_grader, source, *flags, tmp_path / "out.tsv", "--resume")
+    assert resumed.exit_code == 0 and "600 of them by the interrupted run" in resumed.output
+    assert (tmp_path / "out.tsv").read_bytes() == (tmp_path / "whole.tsv").read_bytes()
+
+
+def test_resume_refuses_a_changed_input(tiny_grader, tmp_path):
+    source = write_pairs(tmp_path / "pairs.tsv", 600, seed=3)
+    lines = source.read_text().splitlines(keepends=True)
+    source.write_text("".join(lines[:500] + ["x\t\t3\n"] + lines[500:]))  # line 501: an empty title stops the run
+    assert grade(tiny_grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100").exit_code == 2
+    source.write_text("".join(lines[:1] + ["changed\tquery\t3\n"] + lines[2:]))  # line 2, already graded, changed
+    result = grade(tiny_grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume")
+    assert result.exit_code == 2 and "has changed since the interrupted run read it" in result.output
+
+
+@pytest.mark.parametrize("flag,value", [("--workers", "0"), ("--chunk-rows", "0"), ("--chunk-rows", "1e9"),
+                                        ("--threads", "0")])
+def test_new_flags_are_range_checked_before_any_work(tmp_path, flag, value):
+    result = grade(tmp_path / "missing", tmp_path / "missing.tsv", "--out", tmp_path / "o.tsv", flag, value)
+    assert result.exit_code == 2 and result.output.startswith(f"error: {flag} ")
+
+
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of pytest would report pytest's peak
+MEMORY_SCRIPT = """
+import sys
+from headcut_grader.cli.main import app
+try:
+    app(sys.argv[1:])
+except SystemExit as e:
+    assert not e.code, e.code
+print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
+"""
+
+
+@pytest.mark.slow
+def test_peak_memory_does_not_grow_with_rows(tiny_grader, tmp_path):
+    """2k and 20k rows in chunks of 500. The reader that held the whole file (before chunks) peaked at 92 MiB and
+    157 MiB: +65 MiB for the 18k more rows; in chunks the two peaks are within a few MiB."""
+    peaks = {}
+    for n in (2_000, 20_000):
+        source = write_pairs(tmp_path / f"pairs{n}.tsv", n, seed=4)
+        done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, "grade", str(tiny_grader), str(source), "--out",
+                               str(tmp_path / f"out{n}.jsonl"), "--chunk-rows", "500", "--threads", "1"],
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
+        assert done.returncode == 0, done.stderr
+        peaks[n] = int(done.stdout.split()[-1]) / 1024  # KiB
+    print(f"\npeak RSS: {peaks[2_000]:.0f} MiB at 2k rows, {peaks[20_000]:.0f} MiB at 20k rows")
+    assert peaks[20_000] - peaks[2_000] < 8, peaks
