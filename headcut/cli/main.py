@@ -11,6 +11,7 @@ from headcut.cli.grade import grade
 from headcut.cli.bench import bench
 from headcut.cli.serve import serve
 from headcut.cli.prune import prune
+from headcut.cli.run import run
 from headcut.cli.scan import probe, scan
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app.command()(serve)
 app.command()(prune)
 app.command()(scan)
 app.command()(probe)
+app.command()(run)
 
 if __name__ == "__main__":
     app()
