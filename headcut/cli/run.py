@@ -87,6 +87,6 @@ def run(
     table = text.split("## Every grader", 1)[1].split("![", 1)[0].strip()
     typer.echo(table)
     deploy = result.report["deploy"]
-    typer.echo(f"deploy: {deploy['name']} ({deploy['grader']}, {deploy['speedup']:.2f}x)" if deploy else
+    typer.echo(f"deploy: {deploy['name']} ({result.out / deploy['grader']}, {deploy['speedup']:.2f}x)" if deploy else
                "deploy: no grader is within the recipe's quality floor (see report.md)")
     typer.echo(f"wrote {result.out}/report.html, report.md")

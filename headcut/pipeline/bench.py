@@ -32,11 +32,11 @@ def bench(ctx: Context) -> dict:
     rows, variants = [], []
     for i, (name, record) in enumerate(exports.items()):
         ctx.progress(i + 1, len(exports) + 1, f"grading {name}")
-        variant = onnx_variant(name, record["grader"], threads=b.threads)
+        variant = onnx_variant(name, ctx.path(record["grader"]), threads=b.threads)
         logits = variant.logits(pairs)
         variant.logits = lambda _pairs, cached=logits: cached  # graded once, here
         variants.append(variant)
-        model = load_model(record["model"]).model
+        model = load_model(ctx.path(record["model"])).model
         rows.append({
             "name": name, "grader": record["grader"], "model": record["model"], "precision": record["precision"],
             "note": record.get("note"), "size_mb": record["bytes"] / 2**20, "parameters": count_parameters(model),

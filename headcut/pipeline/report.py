@@ -105,7 +105,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
                    f"(mean length {bench['seq_len_mean']} tokens; FLOPs counted there)."))
     b.append(("h2", "The grader to deploy"))
     if chosen is not None:
-        b.append(("p", f"{chosen['name']}: {chosen['grader']} - the fastest grader {floor_text} (point estimates): "
+        b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest grader {floor_text} (point estimates): "
                        f"{chosen['speedup']:.2f}x the teacher's grader, accuracy "
                        f"{100 * chosen['vs_teacher']['accuracy']['delta']:+.2f} pt, Spearman "
                        f"{chosen['vs_teacher']['spearman']['delta']:+.4f}."))
@@ -125,7 +125,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
                              "quality floor, the star the grader to deploy."))
     scan = records.get("scan")
     if scan:
-        b += _scan_blocks(out, Path(scan["folder"]))
+        b += _scan_blocks(out, out / scan["folder"])
     summary = {"deploy": None if chosen is None else {k: chosen[k] for k in ("name", "grader", "speedup")},
                "floor": {"accuracy_points": floor.accuracy_points, "spearman": floor.spearman}, "rows": rows}
     return b, summary

@@ -1,8 +1,10 @@
 """Run a pipeline recipe: stages in order, each skipped when its fingerprint is unchanged.
 
 A stage's fingerprint covers its settings, the content of the files it reads and the fingerprints of
-the stages it depends on, so changing one stage reruns it and what depends on it, nothing upstream.
-Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "result"}. A stage
+the outputs of the stages it depends on (each finished stage gets a fresh `made` token), so changing
+one stage reruns it and what depends on it, nothing upstream, and a stage that had to run again (its
+folder deleted, say) is followed by everything downstream of it.
+Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "made", "result"}. A stage
 found "running" with the same fingerprint was interrupted: it runs again in place, and finetune and
 distill resume from their checkpoints (run_folder.py); with another fingerprint its folder is cleared.
 """
@@ -12,6 +14,7 @@ import hashlib
 import json
 import shutil
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -77,6 +80,7 @@ def plan(recipe: PipelineRecipe) -> list[Stage]:
 
 
 def fingerprint(stage: Stage, upstream: dict[str, str], hashes: dict[str, str]) -> str:
+    """`upstream`: each finished stage's output token (its fingerprint and `made`)."""
     files = {v: _content(v, hashes) for v in _strings(stage.settings) if Path(v).exists()}
     text = json.dumps({"stage": stage.name, "settings": stage.settings, "files": files,
                        "deps": {d: upstream[d] for d in stage.deps}}, sort_keys=True, default=str)
@@ -135,14 +139,15 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     steps = plan(recipe)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
-    result, fingerprints, hashes = RunResult(out), {}, {}
+    result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
     for stage in steps:
         folder = out / stage.folder
-        fp = fingerprint(stage, fingerprints, hashes)
+        fp = fingerprint(stage, outputs, hashes)
         fingerprints[stage.name] = fp
         recorded = _read_stage(folder)
         if recorded.get("fingerprint") == fp and recorded.get("state") == "done" and not overwrite:
             result.states[stage.name], result.records[stage.name] = "skipped", recorded["result"]
+            outputs[stage.name] = f"{fp}:{recorded.get('made')}"
             say({"stage": stage.name, "state": "skipped"})
             continue
         if folder.exists() and (recorded.get("fingerprint") != fp or overwrite):
@@ -163,8 +168,10 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
             say({"stage": stage.name, "state": "failed"})
             raise
         result.seconds[stage.name] = time.perf_counter() - started
-        write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "done", "seconds": result.seconds[stage.name],
-                                         "result": record})
+        made = uuid.uuid4().hex[:12]
+        write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "done", "made": made,
+                                         "seconds": result.seconds[stage.name], "result": record})
+        outputs[stage.name] = f"{fp}:{made}"
         result.states[stage.name], result.records[stage.name] = "done", record
         say({"stage": stage.name, "state": "done", "seconds": result.seconds[stage.name]})
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "fingerprints": fingerprints, "states": result.states})

@@ -23,7 +23,14 @@ class Context:
     run_dir: Path
 
     def model_of(self, stage: str) -> str:
-        return self.upstream[stage]["model"]
+        return str(self.path(self.upstream[stage]["model"]))
+
+    def path(self, recorded: str) -> Path:
+        """A path a stage recorded: relative to the run folder (so a copied or moved run still works)."""
+        return self.run_dir / recorded
+
+    def rel(self, path: Path) -> str:
+        return str(path.relative_to(self.run_dir))
 
 
 def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | None) -> dict:
@@ -96,7 +103,7 @@ def teacher(ctx: Context) -> dict:
         return {"model": str(resolve_source(ctx.recipe.teacher.path).resolve()), "trained": False}
     recipe = sub_recipes(ctx.recipe, teacher_dir="", pruned_dir=None)["teacher"]
     result = finetune(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
-    return {"model": str(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
+    return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
 
 
 def scan(ctx: Context) -> dict:
@@ -122,7 +129,7 @@ def scan(ctx: Context) -> dict:
     result = scan_model(loaded, pairs, settings, seed=data.seed, limit=s.rows, progress=progress)
     with atomic_dir(ctx.folder / "scan", overwrite=True) as tmp:
         images = write_scan(tmp, result.findings, model_info=result.model, data_info=result.data)
-    return {"folder": str(ctx.folder / "scan"), "figures": images, "baseline": result.findings.get("baseline"),
+    return {"folder": ctx.rel(ctx.folder / "scan"), "figures": images, "baseline": result.findings.get("baseline"),
             "ranking": result.findings["ranking"]}
 
 
@@ -140,7 +147,7 @@ def prune(ctx: Context) -> dict:
         ctx.progress(done[stage], None, stage)
 
     if p.keep_ratio is not None:
-        importance = Path(ctx.upstream["scan"]["folder"]) / "importance.json"
+        importance = ctx.path(ctx.upstream["scan"]["folder"]) / "importance.json"
         scores, meta = scores_from_file(importance, loaded, method=p.method)
         pruned, summary = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=scores,
                                       scores_meta=meta, method=p.method, timing=False, seed=data.seed,
@@ -155,7 +162,7 @@ def prune(ctx: Context) -> dict:
                                           layer_prior=p.layer_prior, tune=p.tune, timing=False, seed=data.seed,
                                           progress=progress)
     write_artifact(pruned, ctx.folder / "model", source=loaded, summary=summary, overwrite=True)
-    return {"model": str(ctx.folder / "model"), "kept_heads": summary["plan"]["kept"],
+    return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": summary["plan"]["kept"],
             "total_heads": summary["plan"]["total"]}
 
 
@@ -163,12 +170,12 @@ def distill(name: str) -> Callable[[Context], dict]:
     def run(ctx: Context) -> dict:
         from headcut.distill import distill as train_student
 
-        pruned = ctx.upstream.get("prune", {}).get("model")
+        pruned = ctx.model_of("prune") if "prune" in ctx.upstream else None
         recipe = sub_recipes(ctx.recipe, teacher_dir=ctx.model_of("teacher"), pruned_dir=pruned)[f"distill.{name}"]
         result = train_student(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
         if not result.finished:
             raise UserError(f"distill.{name} stopped before its last step; rerun to resume from {result.work_dir}.")
-        return {"model": str(ctx.folder / "model"), "steps": result.training["steps"],
+        return {"model": ctx.rel(ctx.folder / "model"), "steps": result.training["steps"],
                 "best_step": result.training["best_step"]}
 
     return run
@@ -199,7 +206,7 @@ def export(source: str) -> Callable[[Context], dict]:
             note = f"no INT8 recipe passed the gate, exported fp32 ({error})"
             record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, int8=False, threads=e.threads,
                                   overwrite=True, progress=say)
-        return {"grader": str(ctx.folder / "grader"), "model": ctx.model_of(source), "precision": record["precision"],
+        return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"], "precision": record["precision"],
                 "bytes": record["model_file"]["bytes"], "note": note}
 
     return run
