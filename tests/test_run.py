@@ -39,13 +39,7 @@ UPSTREAM_OF_SMALL = {"teacher", "scan", "prune", "export.teacher", "export.prune
 QUALITY = ("accuracy", "macro_f1", "spearman", "loss")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run ~20x slower with 2 threads on a shared 2-core machine (threads spin-wait)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, quiet_transformers, user_errors
+from headcut.cli.common import Opt, quiet_transformers, user_errors
 
 STATE_WIDTH = 8
 
@@ -61,16 +61,18 @@ def run(
                                    "--set distill.bottom3.epochs=2 (repeatable)."),
     out: Opt[Path] = typer.Option(None, "--out", "-o", help="Run folder (default: runs/<recipe name>); rerunning into "
                                   "it skips unchanged stages and resumes an interrupted one."),
-    overwrite: bool = OVERWRITE,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Run every stage again from scratch (also: use a "
+                                   "non-empty OUT that holds no headcut run)."),
 ):
     """Run a pipeline recipe: teacher (fine-tune or an existing grader), scan, prune, distil students, export
     ONNX graders and benchmark them; write report.md and a self-contained report.html.
 
     Each stage writes its own folder under OUT. A rerun skips every stage whose settings and inputs are
-    unchanged, resumes one that was interrupted, and reruns a changed stage and everything after it.
+    unchanged, resumes one that was interrupted, and reruns a changed stage and what depends on it.
 
-    Example: headcut run recipes/run/homedepot.yaml --set data.train=../shared/data/homedepot/train.tsv
-    --set data.dev=../shared/data/homedepot/dev.tsv --set data.test=../shared/data/homedepot/dev.tsv
+    Examples: headcut run quickstart --out runs/demo (offline, synthetic pairs)
+              headcut run homedepot --set teacher.path=runs/teacher --set data.train=../shared/data/homedepot/train.tsv
+              --set data.dev=../shared/data/homedepot/dev.tsv --set data.test=../shared/data/homedepot/dev.tsv
     """
     quiet_transformers()
     from headcut.pipeline import load_pipeline, plan, run_pipeline
@@ -81,6 +83,10 @@ def run(
     progress, close = stage_lines(max(len(s.name) for s in plan(rec)))
     try:
         result = run_pipeline(rec, out, overwrite=overwrite, progress=progress)
+    except KeyboardInterrupt:
+        close()
+        typer.echo(f"interrupted; rerun the same command to resume ({out})", err=True)
+        raise typer.Exit(130)
     finally:
         close()
     text = (result.out / "report.md").read_text()

@@ -169,7 +169,12 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
             problems.append(f"student '{name}' must be a mapping (recipe: and the distill recipe's keys to change)")
             continue
         students.append((str(name), _student(str(name), value, problems)))
-    prune = parts["prune"]
+    prune, data_part = parts["prune"], parts["data"]
+    if data_part is not None and data_part.test is None:
+        problems.append("[data] test is not set; pass --set data.test=FILE (labelled pairs kept apart from training, "
+                        "which the report grades every grader on), or synthetic:2 offline")
+    if data_part is not None and prune is not None and prune.flops is not None and data_part.train is None:
+        problems.append("[prune] flops scores units on data.train, which is not set; pass --set data.train=FILE")
     if prune is not None and (prune.keep_ratio is None) == (prune.flops is None):
         problems.append("[prune] give exactly one of keep_ratio (heads only) or flops (heads and FFN neurons)")
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:

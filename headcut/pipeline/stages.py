@@ -78,10 +78,7 @@ def read(spec: str, *, preset: str | None, rows: int | None, seed: int) -> Pairs
 
 
 def test_pairs(ctx: Context, rows: int | None) -> Pairs:
-    data = ctx.recipe.data
-    if data.test is None:
-        raise UserError(f"{ctx.recipe.source}: [data] test is not set; pass --set data.test=FILE (labelled pairs "
-                        "kept apart from training), or synthetic:2 for the offline demo.")
+    data = ctx.recipe.data  # load_pipeline made sure test is set
     return read(data.test, preset=data.preset, rows=rows, seed=data.seed)
 
 
@@ -114,8 +111,6 @@ def scan(ctx: Context) -> dict:
 
     s, data = ctx.recipe.scan, ctx.recipe.data
     spec = s.data or data.dev or data.test
-    if spec is None:
-        raise UserError(f"{ctx.recipe.source}: [scan] has no data; set scan.data, data.dev or data.test.")
     pairs = read(spec, preset=data.preset, rows=s.rows, seed=data.seed)
     settings = ScanSettings(methods=parse_methods(",".join(s.methods)), experiments=parse_experiments(s.experiments),
                             probes=s.probes, draws=s.draws, iters=s.bootstrap, seed=data.seed)
@@ -153,9 +148,6 @@ def prune(ctx: Context) -> dict:
                                       scores_meta=meta, method=p.method, timing=False, seed=data.seed,
                                       progress=progress)
     else:
-        if data.train is None:
-            raise UserError(f"{ctx.recipe.source}: [prune] flops scores units on data.train, which is not set; "
-                            "pass --set data.train=FILE.")
         score_pairs = read(data.train, preset=data.preset, rows=p.score_rows, seed=data.seed)
         calibrate = read(data.train, preset=data.preset, rows=p.calibrate, seed=data.seed + 1) if p.tune else None
         pruned, summary = prune_to_budget(loaded, flops=p.flops, score_pairs=score_pairs, calibrate_pairs=calibrate,
