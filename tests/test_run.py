@@ -159,6 +159,7 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["prune.keep_ratio=0.5"], ["give exactly one of keep_ratio (heads only) or flops"]),
     (["teacher.path=runs/teacher"], ["gives both recipe", "keep one"]),
     (["epochs=2"], ["--set 'epochs=2' is not section.key=value"]),
+    (["distill.botom3.epochs=2"], ["no student 'botom3' (students: bottom3)"]),
     (["bench.repeats=many"], ["key 'repeats' must be a whole number, not 'many'"]),
 ])
 def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp_path):

@@ -30,7 +30,7 @@ def stage_lines(width: int):
         if bar is None:
             bar = bars[name] = tqdm(desc=label(name, "running"), total=None, file=sys.stderr, leave=True,
                                     dynamic_ncols=True, disable=None,
-                                    bar_format="{desc} |{bar:30}| {n_fmt}/{total_fmt} {postfix}")
+                                    bar_format="{desc} |{bar:30}| {n_fmt}/{total_fmt}{postfix}")
             if bar.disable:  # not a terminal (a log file): plain state lines instead of a redrawn bar
                 typer.echo(label(name, "running"), err=True)
         if state == "running" and "done" in event:

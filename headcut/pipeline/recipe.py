@@ -6,12 +6,9 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-import yaml
 
 from headcut.errors import UserError
 from headcut.ranges import ranged
@@ -103,9 +100,6 @@ class PipelineRecipe:
     floor: FloorSection
     source: str = "recipe"  # where it was read from, for messages
 
-    def student(self, name: str) -> StudentSection:
-        return dict(self.distill)[name]
-
 
 CLASSES = {"data": DataSection, "scan": ScanSection, "prune": PruneSection, "export": ExportSection,
            "bench": BenchSection, "floor": FloorSection}
@@ -128,6 +122,10 @@ def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> Pip
         if not sep or len(parts) < 2 or not all(parts):
             raise UserError(f"--set '{item}' is not section.key=value; write e.g. --set teacher.epochs=1 "
                             "or --set distill.bottom3.epochs=2.")
+        students = data.get("distill") if isinstance(data.get("distill"), dict) else {}
+        if parts[0] == "distill" and len(parts) > 2 and parts[1] not in students and parts[2] != "recipe":
+            raise UserError(f"--set '{item}': the recipe has no student '{parts[1]}' (students: "
+                            f"{', '.join(students) or 'none'}); add one with --set distill.{parts[1]}.recipe=NAME.")
         node = data
         for part in parts[:-1]:
             if node.get(part) is None:
@@ -168,7 +166,8 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         if not isinstance(value, dict):
             problems.append(f"student '{name}' must be a mapping (recipe: and the distill recipe's keys to change)")
             continue
-        students.append((str(name), _student(str(name), value, problems)))
+        rest = tuple((k, v) for k, v in value.items() if k != "recipe")
+        students.append((str(name), StudentSection(str(value.get("recipe", StudentSection.recipe)), rest)))
     prune, data_part = parts["prune"], parts["data"]
     if data_part is not None and data_part.test is None:
         problems.append("[data] test is not set; pass --set data.test=FILE (labelled pairs kept apart from training, "
@@ -217,11 +216,6 @@ def _teacher(value: dict, problems: list[str]) -> TeacherSection | None:
     return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest)
 
 
-def _student(name: str, value: dict, problems: list[str]) -> StudentSection:
-    rest = tuple((k, v) for k, v in value.items() if k != "recipe")
-    return StudentSection(str(value.get("recipe", StudentSection.recipe)), rest)
-
-
 def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dict, where: str,
                     adjust=None):
     """A finetune/distill recipe file, then what the pipeline injects (data, upstream models), then the
@@ -249,7 +243,3 @@ def as_dict(recipe: PipelineRecipe) -> dict:
         else:
             out[name] = None if value is None else to_dict(value)
     return out
-
-
-def fields_of(cls) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
