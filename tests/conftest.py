@@ -54,6 +54,15 @@ def tiny_inputs(batch: int = 3, length: int = 9, *, seed: int = 1, kind: str = "
 
 
 @pytest.fixture
+def one_thread():
+    """Tiny models run ~20x slower with 2 threads on a shared 2-core machine (threads spin-wait)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture
 def set_seed():
     torch.manual_seed(0)
 

@@ -28,13 +28,7 @@ def tiny_tokenizer():
     return BertTokenizer(vocab={w: i for i, w in enumerate(vocab)})
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run ~20x slower with 2 threads on a shared 2-core machine (threads spin-wait)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from headcut.cli.export import export
 from headcut.cli.finetune import finetune
 from headcut.cli.bench import bench
 from headcut.cli.prune import prune
+from headcut.cli.run import run
 from headcut.cli.scan import probe, scan
 from headcut_grader.cli.grade import grade
 from headcut_grader.cli.serve import serve
@@ -30,6 +31,7 @@ app.command()(serve)
 app.command()(prune)
 app.command()(scan)
 app.command()(probe)
+app.command()(run)
 
 if __name__ == "__main__":
     app()

@@ -145,7 +145,7 @@ def render_markdown(blocks) -> str:
     return "\n".join(out) + "\n"
 
 
-def render_html(blocks, folder: Path) -> str:
+def render_html(blocks, folder: Path, *, title: str = "headcut scan") -> str:
     """A single page: every figure embedded as a data URI, so the file can be mailed on its own."""
     body = []
     for block in blocks:
@@ -166,7 +166,7 @@ def render_html(blocks, folder: Path) -> str:
     style = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;padding:0 1em}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}"
              "img{max-width:100%}figcaption{color:#555;font-size:13px}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>headcut scan</title><style>{style}</style>"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style>"
             f"</head><body>{''.join(body)}</body></html>\n")
 
 

@@ -1,0 +1,57 @@
+"""The bench stage: every grader of the run on the deployment runtime (ONNX Runtime), timed side by side,
+and graded on the test pairs against the teacher with paired bootstrap CIs.
+
+Quality is measured against the teacher as trained (PyTorch fp32 logits), so a grader's INT8 drift counts
+against it too; speed-up is against the teacher's own grader on the same runtime, precision and threads.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from headcut.pipeline.stages import Context, test_pairs
+
+
+def bench(ctx: Context) -> dict:
+    from headcut.arch import count_parameters, flops_per_pair
+    from headcut.evaluate.metrics import paired_bootstrap, summarize
+    from headcut.evaluate.predict import predict_logits
+    from headcut.export.bench import BenchSettings, benchmark, onnx_variant
+    from headcut.files import write_json
+    from headcut.models import load_model
+
+    b, data = ctx.recipe.bench, ctx.recipe.data
+    pairs = test_pairs(ctx, data.test_rows)
+    labels, grades = pairs.label_array(), pairs.grades
+    exports = {name.partition(".")[2]: record for name, record in ctx.upstream.items() if name.startswith("export.")}
+    teacher = load_model(ctx.model_of("teacher"))
+    ctx.progress(0, len(exports) + 1, "teacher logits")
+    reference = predict_logits(teacher.model, teacher.tokenizer, pairs, batch_size=64, max_length=teacher.max_length)
+    lengths = [len(ids) for ids in teacher.tokenizer(pairs.queries, pairs.titles, truncation=True,
+                                                     max_length=teacher.max_length)["input_ids"]]
+    seq = int(round(float(np.mean(lengths))))
+    rows, variants = [], []
+    for i, (name, record) in enumerate(exports.items()):
+        ctx.progress(i + 1, len(exports) + 1, f"grading {name}")
+        variant = onnx_variant(name, ctx.path(record["grader"]), threads=b.threads)
+        logits = variant.logits(pairs)
+        variant.logits = lambda _pairs, cached=logits: cached  # graded once, here
+        variants.append(variant)
+        model = load_model(ctx.path(record["model"])).model
+        rows.append({
+            "name": name, "grader": record["grader"], "model": record["model"], "precision": record["precision"],
+            "note": record.get("note"), "size_mb": record["bytes"] / 2**20, "parameters": count_parameters(model),
+            "flops_per_pair": flops_per_pair(model, seq), "metrics": summarize(logits, labels, grades),
+            "vs_teacher": paired_bootstrap(logits, reference, labels, grades, iters=b.bootstrap, seed=data.seed),
+        })
+    ctx.progress(len(exports) + 1, len(exports) + 1, f"timing batch {b.batch} x {b.seq_len}")
+    settings = BenchSettings((b.batch,), (b.seq_len,), b.threads, repeats=b.repeats)
+    timed = benchmark(variants, teacher.tokenizer, pairs, settings)
+    for row, measured in zip(rows, timed["variants"]):
+        cell = measured["cells"][0]
+        row.update(p50_ms=cell["p50_ms"], p95_ms=cell["p95_ms"], pairs_per_s=cell["pairs_per_s"],
+                   speedup=cell["speedup"])
+    result = {"rows": rows, "teacher": summarize(reference, labels, grades), "seq_len_mean": seq,
+              "data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
+              "settings": timed["settings"]}
+    write_json(ctx.folder / "bench.json", result)
+    return result

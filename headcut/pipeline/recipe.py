@@ -1,0 +1,245 @@
+"""The pipeline recipe: recipes/run/*.yaml, one section per stage, each a frozen dataclass.
+
+`teacher` and each `distill` student name a finetune/distill recipe; their other keys override that
+recipe's keys, so `--set distill.bottom3.epochs=2` reaches the student's distill recipe. Every section is
+checked when the recipe is read, sub-recipes included, and every problem is reported in one error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from headcut.errors import UserError
+from headcut.ranges import ranged
+from headcut.recipes import _yaml, find_recipe, from_dict, to_dict
+
+SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
+
+
+@dataclass(frozen=True)
+class DataSection:
+    train: str | None = None  # a file or "synthetic": what the teacher and the students train on, prune scores on
+    dev: str | None = None  # checkpoint selection; None: finetune/distill hold out a query split of train
+    test: str | None = None  # the report's pairs (export gates too); keep it apart from train and dev
+    preset: str | None = None
+    test_rows: int | None = ranged(1000, 1)
+    seed: int = ranged(0, 0, 2**32 - 1)
+
+
+@dataclass(frozen=True)
+class TeacherSection:
+    recipe: str | None = None  # a finetune recipe (name or path) to train the teacher ...
+    path: str | None = None  # ... or an existing grader folder to use as it is
+    overrides: tuple[tuple[str, Any], ...] = ()  # the section's other keys: the finetune recipe's
+
+
+@dataclass(frozen=True)
+class ScanSection:
+    data: str | None = None  # None: data.dev, else data.test
+    rows: int = ranged(500, 1)
+    methods: tuple[str, ...] = ("ablation", "kl", "fisher")
+    experiments: str = "all"  # all, none, or numbers 1-5 (random, halves, layers, heads, term)
+    probes: bool = True
+    draws: int = ranged(3, 1, 1000)
+    bootstrap: int = ranged(200, 10)
+
+
+@dataclass(frozen=True)
+class PruneSection:
+    keep_ratio: float | None = ranged(None, 0.0, 1.0, low_open=True)  # heads only, ranked by the scan's `method`
+    flops: float | None = ranged(None, 0.0, 1.0, low_open=True)  # heads and FFN neurons to this share of the FLOPs
+    method: str = "fisher"  # keep_ratio: which of the scan's scores rank the heads
+    layer_prior: float = ranged(0.0, 0.0, 100.0)
+    score_rows: int = ranged(512, 1)  # flops: train pairs scored
+    calibrate: int = ranged(512, 5, 100_000)  # flops: train pairs for mask tuning (0.2 held out)
+    tune: bool = True
+
+
+@dataclass(frozen=True)
+class StudentSection:
+    recipe: str = "distill/minilm_bottom3_cpu"
+    overrides: tuple[tuple[str, Any], ...] = ()  # the section's other keys: the distill recipe's
+
+
+@dataclass(frozen=True)
+class ExportSection:
+    precision: Literal["fp32", "int8"] = "int8"  # int8 falls back to fp32 for a grader no INT8 recipe passes
+    rows: int = ranged(1000, 20)  # test pairs for the parity and INT8 gates
+    min_agreement: float = ranged(0.97, 0.0, 1.0)
+    max_spearman_drift: float = ranged(0.005, 0.0, 2.0)
+    max_drop: float = ranged(1.0, 0.0, 100.0)
+    threads: int = ranged(2, 1, 256)
+
+
+@dataclass(frozen=True)
+class BenchSection:
+    batch: int = ranged(32, 1, 4096)
+    seq_len: int = ranged(64, 8, 8192)
+    repeats: int = ranged(10, 1, 10_000)
+    threads: int = ranged(2, 1, 256)
+    bootstrap: int = ranged(1000, 10)
+
+
+@dataclass(frozen=True)
+class FloorSection:
+    """The grader to deploy: the fastest whose point estimates stay within these of the teacher."""
+    accuracy_points: float = ranged(1.0, 0.0, 100.0)
+    spearman: float = ranged(0.01, 0.0, 2.0)
+
+
+@dataclass(frozen=True)
+class PipelineRecipe:
+    data: DataSection
+    teacher: TeacherSection
+    scan: ScanSection | None
+    prune: PruneSection | None
+    distill: tuple[tuple[str, StudentSection], ...]
+    export: ExportSection
+    bench: BenchSection
+    floor: FloorSection
+    source: str = "recipe"  # where it was read from, for messages
+
+
+CLASSES = {"data": DataSection, "scan": ScanSection, "prune": PruneSection, "export": ExportSection,
+           "bench": BenchSection, "floor": FloorSection}
+
+
+def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> PipelineRecipe:
+    """Read a pipeline recipe and its `section.key=value` overrides; every problem is reported at once."""
+    path = find_recipe(name_or_path, kind="run")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not UTF-8; re-save it as UTF-8.") from None
+    data = _yaml(text, str(path), "fix the file") or {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a pipeline recipe is a mapping of sections ({', '.join(SECTIONS)}); fix the file.")
+    origins: dict[tuple, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        parts = key.strip().split(".")
+        if not sep or len(parts) < 2 or not all(parts):
+            raise UserError(f"--set '{item}' is not section.key=value; write e.g. --set teacher.epochs=1 "
+                            "or --set distill.bottom3.epochs=2.")
+        students = data.get("distill") if isinstance(data.get("distill"), dict) else {}
+        if parts[0] == "distill" and len(parts) > 2 and parts[1] not in students and parts[2] != "recipe":
+            raise UserError(f"--set '{item}': the recipe has no student '{parts[1]}' (students: "
+                            f"{', '.join(students) or 'none'}); add one with --set distill.{parts[1]}.recipe=NAME.")
+        node = data
+        for part in parts[:-1]:
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node[part], dict):
+                raise UserError(f"--set '{item}': '{part}' is not a section; write e.g. --set teacher.epochs=1.")
+            node = node[part]
+        node[parts[-1]] = _yaml(value, f"--set '{item}'", "quote text values, e.g. --set data.train='[x'")
+        origins[tuple(parts)] = f"--set {item}"
+    return from_mapping(data, where=str(path), origins=origins)
+
+
+def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = None) -> PipelineRecipe:
+    origins = origins or {}
+    problems: list[str] = []
+    unknown = [k for k in data if k not in SECTIONS]
+    if unknown:
+        problems.append(f"unknown section {', '.join(map(repr, unknown))} (sections: {', '.join(SECTIONS)})")
+
+    def section(name, cls, value, optional=False):
+        if value is None and optional:
+            return None
+        if not isinstance(value if value is not None else {}, dict):
+            problems.append(f"section '{name}' must be a mapping of keys to values")
+            return None
+        return _checked(lambda: from_dict(cls, value or {}, where=f"[{name}]",
+                                          origins={k[-1]: v for k, v in origins.items() if k[0] == name}), problems)
+
+    parts = {name: section(name, cls, data.get(name), optional=name in ("scan", "prune"))
+             for name, cls in CLASSES.items()}
+    teacher = _teacher(data.get("teacher") or {}, problems)
+    students = []
+    distill = data.get("distill") or {}
+    if not isinstance(distill, dict):
+        problems.append("section 'distill' maps student names to their settings, e.g. bottom3: {recipe: ...}")
+        distill = {}
+    for name, value in distill.items():
+        if not isinstance(value, dict):
+            problems.append(f"student '{name}' must be a mapping (recipe: and the distill recipe's keys to change)")
+            continue
+        rest = tuple((k, v) for k, v in value.items() if k != "recipe")
+        students.append((str(name), StudentSection(str(value.get("recipe", StudentSection.recipe)), rest)))
+    prune, data_part = parts["prune"], parts["data"]
+    if data_part is not None and data_part.test is None:
+        problems.append("[data] test is not set; pass --set data.test=FILE (labelled pairs kept apart from training, "
+                        "which the report grades every grader on), or synthetic:2 offline")
+    if data_part is not None and prune is not None and prune.flops is not None and data_part.train is None:
+        problems.append("[prune] flops scores units on data.train, which is not set; pass --set data.train=FILE")
+    if prune is not None and (prune.keep_ratio is None) == (prune.flops is None):
+        problems.append("[prune] give exactly one of keep_ratio (heads only) or flops (heads and FFN neurons)")
+    if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
+        problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
+    recipe = PipelineRecipe(parts["data"] or DataSection(), teacher, parts["scan"], prune, tuple(students),
+                            parts["export"], parts["bench"], parts["floor"], where)
+    from headcut.pipeline.stages import sub_recipes  # every sub-recipe built once here, with placeholder paths
+
+    _checked(lambda: sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>"), problems)
+    if problems:
+        raise UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in problems) + ".")
+    return recipe
+
+
+def _checked(make, problems: list[str]):
+    try:
+        return make()
+    except UserError as e:
+        problems.append(str(e))
+        return None
+
+
+def _teacher(value: dict, problems: list[str]) -> TeacherSection | None:
+    if not isinstance(value, dict):
+        problems.append("section 'teacher' must be a mapping (recipe: NAME or path: DIR)")
+        return None
+    recipe, path = value.get("recipe"), value.get("path")
+    if recipe is None and path is None:
+        problems.append("[teacher] names no teacher; pass --set teacher.path=DIR (an existing grader) or "
+                        "--set teacher.recipe=NAME (a finetune recipe to train)")
+        return None
+    if recipe is not None and path is not None:
+        problems.append(f"[teacher] gives both recipe ({recipe}) and path ({path}); keep one (--set teacher.recipe=null "
+                        "or --set teacher.path=null)")
+        return None
+    rest = tuple((k, v) for k, v in value.items() if k not in ("recipe", "path"))
+    if path is not None and rest:
+        problems.append(f"[teacher] path {path} is used as it is; drop {', '.join(k for k, _ in rest)} or use recipe:")
+        return None
+    return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest)
+
+
+def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dict, where: str,
+                    adjust=None):
+    """A finetune/distill recipe file, then what the pipeline injects (data, upstream models), then the
+    section's own keys, checked as that recipe. `adjust(merged)` may add injected values that depend on
+    the merged keys (a pruned student's model)."""
+    path = find_recipe(name, kind=kind)
+    base = _yaml(path.read_text(encoding="utf-8"), str(path), "fix the file") or {}
+    merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
+    if adjust:
+        merged = {**merged, **{k: v for k, v in adjust(merged).items() if k not in overrides}}
+    if merged.get("train_data") is None:
+        raise UserError(f"{where}: no training pairs; pass --set data.train=FILE.")
+    return from_dict(cls, merged, where=f"{where} ({path.name})")
+
+
+def as_dict(recipe: PipelineRecipe) -> dict:
+    """The recipe as JSON-ready data (what run.json records)."""
+    out = {}
+    for name in SECTIONS:
+        value = getattr(recipe, name)
+        if name == "distill":
+            out[name] = {n: {"recipe": s.recipe, **dict(s.overrides)} for n, s in value}
+        elif name == "teacher":
+            out[name] = {"recipe": value.recipe, "path": value.path, **dict(value.overrides)}
+        else:
+            out[name] = None if value is None else to_dict(value)
+    return out

@@ -1,0 +1,153 @@
+"""The end of a run: report.md and a self-contained report.html (figures as data URIs) in the run folder.
+
+One table of every grader (size, FLOPs, measured speed on ONNX Runtime, quality with paired CIs against
+the teacher), the Pareto figure of speed-up against quality, the study's experiments from the scan, and
+the grader to deploy: the fastest whose point estimates stay within the recipe's quality floor.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from headcut.files import write_json, write_text
+from headcut.pipeline.recipe import FloorSection, PipelineRecipe
+
+FIGURE = "pareto.png"
+HEADER = ["grader", "precision", "size MiB", "GFLOP/pair", "p50 ms", "pairs/s", "speed-up", "accuracy",
+          "Δ accuracy pt [95% CI]", "macro-F1", "Δ macro-F1 [95% CI]", "Spearman", "Δ Spearman [95% CI]",
+          "agreement [95% CI]"]
+
+
+def _delta(d: dict, scale: float = 1.0, digits: int = 4) -> str:
+    lo, hi = d["ci"]
+    return f"{scale * d['delta']:+.{digits}f} [{scale * lo:+.{digits}f}, {scale * hi:+.{digits}f}]"
+
+
+def table_rows(rows: list[dict]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        m, d = r["metrics"], r["vs_teacher"]
+        a = d["agreement"]
+        out.append([r["name"], r["precision"], f"{r['size_mb']:.1f}", f"{r['flops_per_pair'] / 1e9:.3g}",
+                    f"{r['p50_ms']:.1f}", f"{r['pairs_per_s']:.0f}", f"{r['speedup']:.2f}x", f"{m['accuracy']:.4f}",
+                    _delta(d["accuracy"], 100, 2), f"{m['macro_f1']:.4f}", _delta(d["macro_f1"]),
+                    f"{m['spearman']:.4f}", _delta(d["spearman"]),
+                    f"{a['value']:.2%} [{a['ci'][0]:.2%}, {a['ci'][1]:.2%}]"])
+    return out
+
+
+def within_floor(row: dict, floor: FloorSection) -> bool:
+    d = row["vs_teacher"]
+    return 100 * d["accuracy"]["delta"] >= -floor.accuracy_points and d["spearman"]["delta"] >= -floor.spearman
+
+
+def choose(rows: list[dict], floor: FloorSection) -> dict | None:
+    """The fastest grader within the floor (point estimates), or None when none is."""
+    passing = [r for r in rows if within_floor(r, floor)]
+    return max(passing, key=lambda r: r["pairs_per_s"]) if passing else None
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both speed-up and quality (higher is better)."""
+    return [i for i, (x, y) in enumerate(points)
+            if not any(x2 >= x and y2 >= y and (x2, y2) != (x, y) for x2, y2 in points)]
+
+
+def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    panels = [("accuracy", 100, "accuracy - teacher (points)", -floor.accuracy_points),
+              ("spearman", 1, "Spearman - teacher", -floor.spearman)]
+    for ax, (metric, scale, label, line) in zip(axes, panels):
+        xs = [r["speedup"] for r in rows]
+        ys = [scale * r["vs_teacher"][metric]["delta"] for r in rows]
+        errs = np.array([[y - scale * r["vs_teacher"][metric]["ci"][0], scale * r["vs_teacher"][metric]["ci"][1] - y]
+                         for y, r in zip(ys, rows)]).T
+        ax.errorbar(xs, ys, yerr=errs, fmt="o", color="#4c72b0", ecolor="#9db4d6", capsize=3, zorder=2)
+        front = sorted(pareto_front(list(zip(xs, ys))), key=lambda i: xs[i])
+        ax.plot([xs[i] for i in front], [ys[i] for i in front], "-", color="#dd8452", lw=1.5, zorder=1,
+                label="Pareto front")
+        ax.scatter([xs[i] for i in front], [ys[i] for i in front], s=90, facecolors="none", edgecolors="#dd8452",
+                   zorder=3)
+        for x, y, r in zip(xs, ys, rows):
+            ax.annotate(r["name"], (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
+        if chosen is not None:
+            ax.scatter([chosen["speedup"]], [scale * chosen["vs_teacher"][metric]["delta"]], marker="*", s=220,
+                       color="#55a868", zorder=4, label="deploy")
+        ax.axhline(line, color="#c44e52", ls="--", lw=1, label="quality floor")
+        ax.axhline(0, color="#888", lw=0.6)
+        ax.set_xlabel("speed-up vs the teacher's grader (pairs/s, ONNX Runtime)")
+        ax.set_ylabel(label + " [95% paired CI]")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
+    fig.suptitle("Speed against quality: every grader of the run", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[list[tuple], dict]:
+    """The report as blocks (see evaluate.scan_report.render_markdown) and its summary for report.json."""
+    bench = records["bench"]
+    rows, floor = bench["rows"], recipe.floor
+    chosen = choose(rows, floor)
+    pareto_figure(rows, floor, chosen, out / FIGURE)
+    s = bench["settings"]
+    floor_text = f"within {floor.accuracy_points:g} accuracy points and {floor.spearman:g} Spearman of the teacher"
+    b: list[tuple] = [("h", "headcut run")]
+    b.append(("p", f"Recipe {recipe.source}. Test pairs: {bench['data']['rows']} from {bench['data']['source']} "
+                   f"(mean length {bench['seq_len_mean']} tokens; FLOPs counted there)."))
+    b.append(("h2", "The grader to deploy"))
+    if chosen is not None:
+        b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest grader {floor_text} (point estimates): "
+                       f"{chosen['speedup']:.2f}x the teacher's grader, accuracy "
+                       f"{100 * chosen['vs_teacher']['accuracy']['delta']:+.2f} pt, Spearman "
+                       f"{chosen['vs_teacher']['spearman']['delta']:+.4f}."))
+    else:
+        b.append(("p", f"No grader of this run is {floor_text}; keep the teacher (PyTorch fp32) or relax the floor."))
+    b.append(("h2", "Every grader"))
+    b.append(("p", f"Speed: ONNX Runtime, {s['threads']} threads, batch {s['batch_sizes'][0]} x sequence "
+                   f"{s['seq_lens'][0]}, {s['repeats']} timed runs after {s['warmup']} warm-up, variants taking turns; "
+                   "speed-up against the teacher's grader. Quality: against the teacher as trained (PyTorch fp32: "
+                   f"accuracy {bench['teacher']['accuracy']:.4f}, macro-F1 {bench['teacher']['macro_f1']:.4f}, "
+                   f"Spearman {bench['teacher']['spearman']:.4f}), differences with paired bootstrap 95% CIs."))
+    b.append(("table", HEADER, table_rows(rows)))
+    notes = [f"{r['name']}: {r['note']}" for r in rows if r.get("note")]
+    if notes:
+        b.append(("p", "Notes: " + " ".join(notes)))
+    b.append(("img", FIGURE, "Speed-up against quality change; the Pareto front is outlined, the dashed line is the "
+                             "quality floor, the star the grader to deploy."))
+    scan = records.get("scan")
+    if scan:
+        b += _scan_blocks(out, out / scan["folder"])
+    summary = {"deploy": None if chosen is None else {k: chosen[k] for k in ("name", "grader", "speedup")},
+               "floor": {"accuracy_points": floor.accuracy_points, "spearman": floor.spearman}, "rows": rows}
+    return b, summary
+
+
+def _scan_blocks(out: Path, folder: Path) -> list[tuple]:
+    from headcut.evaluate.scan_report import report_blocks as scan_report_blocks
+
+    data = json.loads((folder / "importance.json").read_text())
+    relative = folder.relative_to(out)
+    images = {k: str(relative / p.name) for k, p in ((k, folder / f"{k}.png") for k in
+                                                      ("importance", "heads", "random", "halves", "layers", "term",
+                                                       "probes", "attention")) if p.exists()}
+    blocks = scan_report_blocks(data["extra"], model_info=data["model"], data_info=data["data"], images=images)
+    return [("h2", "The study's experiments (scan of the teacher)")] + [x for x in blocks if x[0] != "h"]
+
+
+def write_report(out: Path, recipe: PipelineRecipe, records: dict) -> dict:
+    from headcut.evaluate.scan_report import render_html, render_markdown
+
+    blocks, summary = report_blocks(out, recipe, records)
+    write_text(out / "report.md", render_markdown(blocks))
+    write_text(out / "report.html", render_html(blocks, out, title="headcut run"))
+    write_json(out / "report.json", summary)
+    return summary

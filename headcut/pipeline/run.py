@@ -1,0 +1,179 @@
+"""Run a pipeline recipe: stages in order, each skipped when its fingerprint is unchanged.
+
+A stage's fingerprint covers its settings, the content of the files it reads and the fingerprints of
+the outputs of the stages it depends on (each finished stage gets a fresh `made` token), so changing
+one stage reruns it and what depends on it, nothing upstream, and a stage that had to run again (its
+folder deleted, say) is followed by everything downstream of it.
+Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "made", "result"}. A stage
+found "running" with the same fingerprint was interrupted: it runs again in place, and finetune and
+distill resume from their checkpoints (run_folder.py); with another fingerprint its folder is cleared.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from headcut.errors import UserError
+from headcut.files import file_hash, write_json
+from headcut.pipeline import stages
+from headcut.pipeline.bench import bench
+from headcut.pipeline.recipe import PipelineRecipe, as_dict
+from headcut.recipes import to_dict
+
+RUN_FILE = "run.json"
+STAGE_FILE = "stage.json"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # teacher, scan, prune, distill.NAME, export.NAME, bench
+    deps: tuple[str, ...]
+    settings: dict  # what the fingerprint covers besides deps and the files named in it
+    run: Callable[[stages.Context], dict]
+
+    @property
+    def folder(self) -> str:
+        return self.name.replace(".", "-")
+
+
+@dataclass
+class RunResult:
+    out: Path
+    states: dict[str, str] = field(default_factory=dict)  # stage -> skipped | done | failed
+    seconds: dict[str, float] = field(default_factory=dict)
+    records: dict[str, dict] = field(default_factory=dict)
+    report: dict | None = None  # what report.py wrote (table rows, the grader to deploy)
+
+
+def plan(recipe: PipelineRecipe) -> list[Stage]:
+    """The run's stages in order, with what each depends on and the settings its fingerprint covers."""
+    subs = stages.sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")  # paths: upstream fingerprints
+    data = to_dict(recipe.data)
+    teacher = {"path": recipe.teacher.path} if recipe.teacher.path else {"recipe": to_dict(subs["teacher"])}
+    out = [Stage("teacher", (), teacher, stages.teacher)]
+    models = ["teacher"]
+    if recipe.scan is not None:
+        out.append(Stage("scan", ("teacher",), {"scan": to_dict(recipe.scan), "data": data}, stages.scan))
+    if recipe.prune is not None:
+        deps = ("teacher", "scan") if recipe.prune.keep_ratio is not None else ("teacher",)
+        out.append(Stage("prune", deps, {"prune": to_dict(recipe.prune), "data": data}, stages.prune))
+        models.append("prune")
+    for name, _ in recipe.distill:
+        sub = subs[f"distill.{name}"]
+        deps = ("teacher", "prune") if sub.student == "pruned" else ("teacher",)
+        out.append(Stage(f"distill.{name}", deps, {"recipe": to_dict(sub)}, stages.distill(name)))
+        models.append(f"distill.{name}")
+    export = {"export": to_dict(recipe.export), "test": recipe.data.test, "preset": recipe.data.preset,
+              "seed": recipe.data.seed}
+    for model in models:
+        label = "pruned" if model == "prune" else model.partition(".")[2] or model
+        out.append(Stage(f"export.{label}", (model,), export, stages.export(model)))
+    out.append(Stage("bench", tuple(s.name for s in out if s.name.startswith("export.")) + ("teacher",),
+                     {"bench": to_dict(recipe.bench), "data": data}, bench))
+    return out
+
+
+def fingerprint(stage: Stage, upstream: dict[str, str], hashes: dict[str, str]) -> str:
+    """`upstream`: each finished stage's output token (its fingerprint and `made`)."""
+    files = {v: _content(v, hashes) for v in _strings(stage.settings) if Path(v).exists()}
+    text = json.dumps({"stage": stage.name, "settings": stage.settings, "files": files,
+                       "deps": {d: upstream[d] for d in stage.deps}}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def _content(path: str, hashes: dict[str, str]) -> str:
+    """A file's content hash, or a model folder's weights hash (computed once per run)."""
+    p = Path(path)
+    if path not in hashes:
+        weights = next((p / n for n in ("model.safetensors", "pytorch_model.bin") if (p / n).exists()), None)
+        hashes[path] = file_hash(p) if p.is_file() else file_hash(weights) if weights else "folder"
+    return hashes[path]
+
+
+def _read_stage(folder: Path) -> dict:
+    try:
+        record = json.loads((folder / STAGE_FILE).read_text())
+        return record if isinstance(record, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def check_run_dir(out: Path, *, overwrite: bool) -> None:
+    """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; name a folder.")
+    if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists() and not overwrite:
+        raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
+
+
+def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = False,
+                 progress: Callable[[dict], None] | None = None) -> RunResult:
+    """Run (or resume, or skip through) every stage, then write report.md/report.html into `out`.
+
+    `overwrite` reruns every stage from scratch. `progress(event)` gets {"stage", "state"} when a stage
+    starts (running) or ends (skipped, done, failed), and {"stage", "state": "running", "done", "total",
+    "what"} as it goes. Raises what the failing stage raised, after reporting it as failed.
+    """
+    from headcut.pipeline.report import write_report
+
+    out = Path(out).resolve()
+    check_run_dir(out, overwrite=overwrite)
+    say = progress or (lambda event: None)
+    steps = plan(recipe)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
+    result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
+    for stage in steps:
+        folder = out / stage.folder
+        fp = fingerprint(stage, outputs, hashes)
+        fingerprints[stage.name] = fp
+        recorded = _read_stage(folder)
+        if recorded.get("fingerprint") == fp and recorded.get("state") == "done" and not overwrite:
+            result.states[stage.name], result.records[stage.name] = "skipped", recorded["result"]
+            outputs[stage.name] = f"{fp}:{recorded.get('made')}"
+            say({"stage": stage.name, "state": "skipped"})
+            continue
+        if folder.exists() and (recorded.get("fingerprint") != fp or overwrite):
+            shutil.rmtree(folder)  # another recipe's (or a stale) output: nothing in it may be resumed
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "running"})
+        say({"stage": stage.name, "state": "running"})
+        started = time.perf_counter()
+
+        def report(done, total, what, name=stage.name):
+            say({"stage": name, "state": "running", "done": done, "total": total, "what": what})
+
+        ctx = stages.Context(recipe, folder, dict(result.records), report, out)
+        try:
+            record = stage.run(ctx)
+        except BaseException:
+            result.states[stage.name] = "failed"
+            say({"stage": stage.name, "state": "failed"})
+            raise
+        result.seconds[stage.name] = time.perf_counter() - started
+        made = uuid.uuid4().hex[:12]
+        write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "done", "made": made,
+                                         "seconds": result.seconds[stage.name], "result": record})
+        outputs[stage.name] = f"{fp}:{made}"
+        result.states[stage.name], result.records[stage.name] = "done", record
+        say({"stage": stage.name, "state": "done", "seconds": result.seconds[stage.name]})
+    write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "fingerprints": fingerprints, "states": result.states})
+    result.report = write_report(out, recipe, result.records)
+    return result

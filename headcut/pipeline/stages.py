@@ -1,0 +1,204 @@
+"""What each pipeline stage does: library calls only (finetune, scan, prune, distill, export, bench).
+
+A stage function takes a `Context` and returns a JSON-ready record of what it made; `run.py` decides
+whether it runs at all. Outputs go under `ctx.folder`, each written atomically by the library called.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from headcut.data import Pairs, read_pairs, synthetic_spec
+from headcut.errors import UserError
+from headcut.pipeline.recipe import PipelineRecipe, read_sub_recipe
+
+
+@dataclass
+class Context:
+    recipe: PipelineRecipe
+    folder: Path  # this stage's folder under the run directory
+    upstream: dict[str, dict]  # records of the stages run before, by stage name
+    progress: Callable[[int, int | None, str], None]  # (done, total, what)
+    run_dir: Path
+
+    def model_of(self, stage: str) -> str:
+        return str(self.path(self.upstream[stage]["model"]))
+
+    def path(self, recorded: str) -> Path:
+        """A path a stage recorded: relative to the run folder (so a copied or moved run still works)."""
+        return self.run_dir / recorded
+
+    def rel(self, path: Path) -> str:
+        return str(path.relative_to(self.run_dir))
+
+
+def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | None) -> dict:
+    """The finetune recipe of the teacher (None for an existing grader) and the distill recipe of each
+    student ('distill.NAME'), with the run's data and upstream models put in."""
+    from headcut.distill.recipe import DistillRecipe
+    from headcut.finetune import FinetuneRecipe
+
+    data = recipe.data
+    common = {"train_data": data.train, "dev_data": data.dev, "preset": data.preset}
+    out = {"teacher": None}
+    problems = []
+    if recipe.teacher is not None and recipe.teacher.recipe is not None:
+        try:
+            out["teacher"] = read_sub_recipe(FinetuneRecipe, recipe.teacher.recipe, "finetune", injected=common,
+                                             overrides=dict(recipe.teacher.overrides), where="[teacher]")
+        except UserError as e:
+            problems.append(str(e))
+    for name, student in recipe.distill:
+        def adjust(merged, name=name):
+            if merged.get("student") != "pruned":
+                return {}
+            if recipe.prune is None:
+                raise UserError(f"[distill.{name}] a 'pruned' student trains the prune stage's model; add a prune "
+                                "section or set student_model")
+            return {"student_model": pruned_dir}
+
+        try:
+            # bench times every grader on the deployment runtime, so the PyTorch timing after training is skipped
+            out[f"distill.{name}"] = read_sub_recipe(
+                DistillRecipe, student.recipe, "distill", where=f"[distill.{name}]",
+                injected={**common, "teacher": teacher_dir, "measure_speed": False},
+                overrides=dict(student.overrides), adjust=adjust)
+        except UserError as e:
+            problems.append(str(e))
+    if problems:
+        raise UserError("; ".join(p.rstrip(".") for p in problems) + ".")
+    return out
+
+
+def read(spec: str, *, preset: str | None, rows: int | None, seed: int) -> Pairs:
+    """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many."""
+    synthetic = synthetic_spec(spec, rows)
+    return synthetic if synthetic is not None else read_pairs(spec, preset=preset).sample(rows, seed=seed)
+
+
+def test_pairs(ctx: Context, rows: int | None) -> Pairs:
+    data = ctx.recipe.data  # load_pipeline made sure test is set
+    return read(data.test, preset=data.preset, rows=rows, seed=data.seed)
+
+
+def _training_progress(ctx: Context):
+    """training.train's events -> (done, total, what): preparatory stages count pairs, training steps."""
+    def progress(event):
+        if "eval" in event:
+            return
+        ctx.progress(event["step"], event["total"], event.get("stage", "steps"))
+
+    return progress
+
+
+def teacher(ctx: Context) -> dict:
+    from headcut.finetune import finetune
+    from headcut.models import resolve_source
+
+    if ctx.recipe.teacher.path is not None:
+        return {"model": str(resolve_source(ctx.recipe.teacher.path).resolve()), "trained": False}
+    recipe = sub_recipes(ctx.recipe, teacher_dir="", pruned_dir=None)["teacher"]
+    result = finetune(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
+    return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
+
+
+def scan(ctx: Context) -> dict:
+    from headcut.evaluate.scan import ScanSettings, parse_experiments, parse_methods, scan_model
+    from headcut.evaluate.scan_report import write_scan
+    from headcut.files import atomic_dir
+    from headcut.models import load_model
+
+    s, data = ctx.recipe.scan, ctx.recipe.data
+    spec = s.data or data.dev or data.test
+    pairs = read(spec, preset=data.preset, rows=s.rows, seed=data.seed)
+    settings = ScanSettings(methods=parse_methods(",".join(s.methods)), experiments=parse_experiments(s.experiments),
+                            probes=s.probes, draws=s.draws, iters=s.bootstrap, seed=data.seed)
+    loaded = load_model(ctx.model_of("teacher"))
+    done: dict[str, int] = {}
+
+    def progress(stage, n):
+        done[stage] = done.get(stage, 0) + n
+        ctx.progress(done[stage], len(pairs), stage)
+
+    result = scan_model(loaded, pairs, settings, seed=data.seed, limit=s.rows, progress=progress)
+    with atomic_dir(ctx.folder / "scan", overwrite=True) as tmp:
+        images = write_scan(tmp, result.findings, model_info=result.model, data_info=result.data)
+    return {"folder": ctx.rel(ctx.folder / "scan"), "figures": images, "baseline": result.findings.get("baseline"),
+            "ranking": result.findings["ranking"]}
+
+
+def prune(ctx: Context) -> dict:
+    from headcut.models import load_model
+    from headcut.prune import prune as prune_heads, scores_from_file, write_artifact
+    from headcut.prune.pipeline import prune_to_budget
+
+    p, data = ctx.recipe.prune, ctx.recipe.data
+    loaded = load_model(ctx.model_of("teacher"))
+    done: dict[str, int] = {}
+
+    def progress(stage, n):
+        done[stage] = done.get(stage, 0) + n
+        ctx.progress(done[stage], None, stage)
+
+    if p.keep_ratio is not None:
+        importance = ctx.path(ctx.upstream["scan"]["folder"]) / "importance.json"
+        scores, meta = scores_from_file(importance, loaded, method=p.method)
+        pruned, summary = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=scores,
+                                      scores_meta=meta, method=p.method, timing=False, seed=data.seed,
+                                      progress=progress)
+    else:
+        score_pairs = read(data.train, preset=data.preset, rows=p.score_rows, seed=data.seed)
+        calibrate = read(data.train, preset=data.preset, rows=p.calibrate, seed=data.seed + 1) if p.tune else None
+        pruned, summary = prune_to_budget(loaded, flops=p.flops, score_pairs=score_pairs, calibrate_pairs=calibrate,
+                                          layer_prior=p.layer_prior, tune=p.tune, timing=False, seed=data.seed,
+                                          progress=progress)
+    write_artifact(pruned, ctx.folder / "model", source=loaded, summary=summary, overwrite=True)
+    return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": summary["plan"]["kept"],
+            "total_heads": summary["plan"]["total"]}
+
+
+def distill(name: str) -> Callable[[Context], dict]:
+    def run(ctx: Context) -> dict:
+        from headcut.distill import distill as train_student
+
+        pruned = ctx.model_of("prune") if "prune" in ctx.upstream else None
+        recipe = sub_recipes(ctx.recipe, teacher_dir=ctx.model_of("teacher"), pruned_dir=pruned)[f"distill.{name}"]
+        result = train_student(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
+        if not result.finished:
+            raise UserError(f"distill.{name} stopped before its last step; rerun to resume from {result.work_dir}.")
+        return {"model": ctx.rel(ctx.folder / "model"), "steps": result.training["steps"],
+                "best_step": result.training["best_step"]}
+
+    return run
+
+
+def export(source: str) -> Callable[[Context], dict]:
+    """Export the model of stage `source` (teacher, prune or distill.NAME) to an ONNX grader."""
+    def run(ctx: Context) -> dict:
+        from headcut.export import Int8Gate, ParityError, build_grader
+        from headcut.models import load_model
+
+        e = ctx.recipe.export
+        loaded = load_model(ctx.model_of(source))
+        pairs = test_pairs(ctx, e.rows)
+        gate = Int8Gate(min_agreement=e.min_agreement, max_spearman_drift=e.max_spearman_drift, max_drop=e.max_drop)
+        steps = iter(range(1, 1000))
+
+        def say(message):
+            ctx.progress(next(steps), None, message)
+
+        note = None
+        try:
+            record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, int8=e.precision == "int8", gate=gate,
+                                  threads=e.threads, overwrite=True, progress=say)
+        except ParityError as error:
+            if e.precision != "int8" or "INT8" not in str(error):
+                raise
+            note = f"no INT8 recipe passed the gate, exported fp32 ({error})"
+            record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, int8=False, threads=e.threads,
+                                  overwrite=True, progress=say)
+        return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"], "precision": record["precision"],
+                "bytes": record["model_file"]["bytes"], "note": note}
+
+    return run

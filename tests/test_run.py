@@ -1,0 +1,208 @@
+"""`headcut run` on a tiny recipe (tiny BERT, a few hundred synthetic pairs, a few steps per stage): rerun
+skips everything, a changed stage reruns only what depends on it, a killed distillation resumes to the
+same table, bad recipes are one sentence, and the report renders in a real headless browser."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from headcut.cli.main import app
+from headcut.data import synthetic_pairs
+from headcut.models import LoadedModel, save_model
+from headcut.pipeline import load_pipeline, run_pipeline
+from conftest import ROOT, tiny_model
+
+RECIPE = """
+data: {{train: synthetic, test: "synthetic:2", test_rows: 60}}
+teacher: {{recipe: finetune/minilm_synthetic_cpu, model: {base}, train_rows: 200, dev_rows: 40, max_length: 24,
+          epochs: 1, batch_size: 16, learning_rate: 1.0e-3, eval_every: 5, checkpoint_every: 5}}
+scan: {{data: "synthetic:1", rows: 40, methods: [kl, fisher], experiments: "1", probes: false, draws: 1, bootstrap: 10}}
+prune: {{flops: 0.6, score_rows: 32, calibrate: 32}}
+distill:
+  small: {{recipe: distill/minilm_synthetic_cpu, keep_layers: 1, train_rows: 200, dev_rows: 40, max_length: 24,
+          epochs: 3, batch_size: 16, eval_every: 4, checkpoint_every: 2}}
+export: {{precision: fp32, rows: 40, threads: 1}}
+bench: {{batch: 4, seq_len: 16, repeats: 2, threads: 1, bootstrap: 50}}
+"""
+UPSTREAM_OF_SMALL = {"teacher", "scan", "prune", "export.teacher", "export.pruned"}
+QUALITY = ("accuracy", "macro_f1", "spearman", "loss")
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.one_thread
+
+
+@pytest.fixture(scope="module")
+def tiny_recipe(tmp_path_factory) -> Path:
+    from transformers import BertTokenizerFast
+
+    root = tmp_path_factory.mktemp("run")
+    pairs = synthetic_pairs(400)
+    words = sorted({w for t in pairs.queries + pairs.titles for w in t.lower().split()})
+    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"))
+    torch.set_num_threads(1)
+    model = tiny_model("bert", attn="sdpa", vocab_size=len(tok), num_hidden_layers=3, initializer_range=0.2)
+    base = save_model(LoadedModel(model, tok, {"grades": [1, 2, 3, 4, 5], "max_length": 24}), root / "base")
+    (root / "tiny.yaml").write_text(RECIPE.format(base=base))
+    return root / "tiny.yaml"
+
+
+@pytest.fixture(scope="module")
+def straight(tiny_recipe):
+    """One uninterrupted run of the tiny recipe, and how long it took."""
+    torch.set_num_threads(1)
+    out = tiny_recipe.parent / "straight"
+    started = time.perf_counter()
+    result = run_pipeline(load_pipeline(tiny_recipe), out)
+    return result, time.perf_counter() - started
+
+
+def copy_run(result, dest: Path) -> Path:
+    shutil.copytree(result.out, dest)
+    return dest
+
+
+def quality_table(report: dict) -> list[tuple]:
+    """The final table without the timings (which differ from run to run on a shared machine)."""
+    return [(r["name"], *(r["metrics"][k] for k in QUALITY), *(r["vs_teacher"][k]["delta"] for k in QUALITY),
+             r["vs_teacher"]["agreement"]["value"], r["flops_per_pair"], r["parameters"]) for r in report["rows"]]
+
+
+def test_a_run_makes_every_stage_and_one_report(straight):
+    result, _ = straight
+    assert set(result.states.values()) == {"done"}
+    assert list(result.states) == ["teacher", "scan", "prune", "distill.small", "export.teacher", "export.pruned",
+                                   "export.small", "bench"]
+    report = json.loads((result.out / "report.json").read_text())
+    assert [r["name"] for r in report["rows"]] == ["teacher", "pruned", "small"]
+    teacher = report["rows"][0]
+    assert teacher["vs_teacher"]["agreement"]["value"] == pytest.approx(1.0) and teacher["speedup"] == pytest.approx(1.0)
+    assert report["rows"][2]["parameters"] < teacher["parameters"]  # a 1-layer student of a 3-layer teacher
+    md = (result.out / "report.md").read_text()
+    assert "| grader | precision |" in md and "Pareto" in md and "Experiment 1: random masking" in md
+    for row in report["rows"]:
+        assert (result.out / row["grader"] / "model.onnx").exists()
+
+
+def test_rerun_of_a_finished_run_skips_every_stage(straight):
+    result, seconds = straight
+    started = time.perf_counter()
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), result.out)
+    took = time.perf_counter() - started
+    assert set(again.states.values()) == {"skipped"}
+    assert took < seconds / 4, f"rerun took {took:.1f}s, the run {seconds:.1f}s"
+    assert quality_table(again.report) == quality_table(result.report)
+
+
+def test_changing_one_stage_reruns_it_and_downstream_only(straight, tmp_path):
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    recipe = result.out.parent / "tiny.yaml"
+    changed = run_pipeline(load_pipeline(recipe, overrides=["distill.small.learning_rate=5.0e-4"]), out)
+    assert {s for s, state in changed.states.items() if state == "skipped"} == UPSTREAM_OF_SMALL
+    assert {s for s, state in changed.states.items() if state == "done"} == {"distill.small", "export.small", "bench"}
+    pruned = run_pipeline(load_pipeline(recipe, overrides=["distill.small.learning_rate=5.0e-4", "prune.flops=0.7"]), out)
+    assert {s for s, state in pruned.states.items() if state == "done"} == {"prune", "export.pruned", "bench"}
+
+
+def test_a_stage_made_again_reruns_what_depends_on_it(straight, tmp_path):
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    shutil.rmtree(out / "export-pruned")
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), out)
+    assert {s for s, state in again.states.items() if state == "done"} == {"export.pruned", "bench"}
+
+
+def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    shutil.rmtree(out / "distill-small")
+    recipe = result.out.parent / "tiny.yaml"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "headcut", "run", str(recipe), "--out", str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    checkpoint = out / "distill-small" / "model.partial" / "checkpoint" / "loop.json"
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert checkpoint.exists(), proc.stderr.read().decode()[-2000:]
+    assert json.loads((out / "distill-small" / "stage.json").read_text())["state"] == "running"
+    steps = []
+
+    def progress(event):
+        if event["stage"] == "distill.small" and event.get("what") == "steps":
+            steps.append(event["done"])
+
+    resumed = run_pipeline(load_pipeline(recipe), out, progress=progress)
+    assert {s for s, state in resumed.states.items() if state == "done"} == {"distill.small", "export.small", "bench"}
+    assert steps[0] > 1, f"distillation started again from step {steps[0]} instead of resuming"
+    for mine, theirs in zip(quality_table(resumed.report), quality_table(result.report)):
+        assert mine[0] == theirs[0] and mine[1:] == pytest.approx(theirs[1:], abs=1e-4)
+
+
+@pytest.mark.parametrize("override, words", [
+    (["prune.flops=2", "scan.rowz=3"], ["key 'flops' is 2, which is out of range", "unknown key 'rowz' (did you mean 'rows'?)"]),
+    (["distill.bottom3.epochs=0", "teacher.lr=1"], ["[distill.bottom3]", "key 'epochs' is 0", "unknown key 'lr'"]),
+    (["prune.keep_ratio=0.5"], ["give exactly one of keep_ratio (heads only) or flops"]),
+    (["teacher.path=runs/teacher"], ["gives both recipe", "keep one"]),
+    (["epochs=2"], ["--set 'epochs=2' is not section.key=value"]),
+    (["distill.botom3.epochs=2"], ["no student 'botom3' (students: bottom3)"]),
+    (["bench.repeats=many"], ["key 'repeats' must be a whole number, not 'many'"]),
+])
+def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp_path):
+    args = ["run", "quickstart", "--out", str(tmp_path / "out")] + [x for o in override for x in ("--set", o)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    message = result.stderr.strip()
+    assert message.startswith("error: ") and "\n" not in message and "Traceback" not in message
+    for w in words:
+        assert w in message
+    assert not (tmp_path / "out").exists()  # checked before any work
+
+
+def test_an_unknown_section_names_the_valid_ones(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("teacher: {path: runs/teacher}\ndistil: {}\n")
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert result.exit_code == 2 and "unknown section 'distil' (sections: data, teacher" in result.stderr
+
+
+def test_the_report_renders_in_a_headless_browser(straight, tmp_path):
+    """Every figure loads and nothing reaches the console: the page is checked by Chromium itself."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no headless browser installed (apt-get install chromium)")
+    result, _ = straight
+    page = (result.out / "report.html").read_text()
+    assert "src=\"data:image/png;base64," in page and not re.search(r"(src|href)=\"(?!data:)", page)
+    # Hooks installed before the page's own content, results written into the DOM that --dump-dom prints.
+    hooks = ("<script>window.__errors=[];addEventListener('error',e=>__errors.push(String(e.message||e.target.src"
+             "||e.target.tagName)),true);const ce=console.error;console.error=(...a)=>{__errors.push(a.join(' '));"
+             "ce(...a)};</script>")
+    probe = ("<script>addEventListener('load',()=>{const i=[...document.images];document.body.setAttribute("
+             "'data-probe',JSON.stringify({images:i.length,loaded:i.filter(x=>x.complete&&x.naturalWidth>0).length,"
+             "errors:__errors,tables:document.querySelectorAll('table').length}))});</script>")
+    probed = tmp_path / "report.html"
+    probed.write_text(page.replace("<head>", "<head>" + hooks, 1).replace("</body>", probe + "</body>", 1))
+    run = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--allow-file-access-from-files",
+                          "--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0", "--dump-dom",
+                          probed.as_uri()], capture_output=True, text=True, timeout=120)
+    match = re.search(r"data-probe=\"([^\"]*)\"", run.stdout)
+    assert match, run.stderr[-2000:]
+    found = json.loads(match.group(1).replace("&quot;", "\""))
+    assert found["images"] >= 2 and found["loaded"] == found["images"], found  # the Pareto figure and the scan's
+    assert found["errors"] == [] and found["tables"] >= 2, found
+    assert "CONSOLE" not in run.stderr, run.stderr[-2000:]  # console messages are logged as INFO:CONSOLE(...)
