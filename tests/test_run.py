@@ -188,6 +188,7 @@ def test_the_report_renders_in_a_headless_browser(straight, tmp_path):
     result, _ = straight
     page = (result.out / "report.html").read_text()
     assert "src=\"data:image/png;base64," in page and not re.search(r"(src|href)=\"(?!data:)", page)
+    assert not _broken_pngs(page)  # a browser paints a truncated PNG's top rows and calls it loaded
     # Hooks installed before the page's own content, results written into the DOM that --dump-dom prints.
     hooks = ("<script>window.__errors=[];addEventListener('error',e=>__errors.push(String(e.message||e.target.src"
              "||e.target.tagName)),true);const ce=console.error;console.error=(...a)=>{__errors.push(a.join(' '));"
@@ -206,3 +207,34 @@ def test_the_report_renders_in_a_headless_browser(straight, tmp_path):
     assert found["images"] >= 2 and found["loaded"] == found["images"], found  # the Pareto figure and the scan's
     assert found["errors"] == [] and found["tables"] >= 2, found
     assert "CONSOLE" not in run.stderr, run.stderr[-2000:]  # console messages are logged as INFO:CONSOLE(...)
+
+
+def _broken_pngs(page: str) -> list[str]:
+    """Embedded PNGs that do not decode to the size their header states, with the reason."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    broken = []
+    for number, data in enumerate(re.findall(r"src=\"data:image/png;base64,([^\"]*)\"", page)):
+        try:
+            with Image.open(io.BytesIO(base64.b64decode(data))) as image:
+                image.load()
+        except (OSError, ValueError) as e:
+            broken.append(f"image {number}: {e}")
+    return broken
+
+
+def test_a_truncated_png_is_caught(tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (64, 48), "white").save(buffer, "PNG")
+    whole = base64.b64encode(buffer.getvalue()).decode()
+    cut = base64.b64encode(buffer.getvalue()[: len(buffer.getvalue()) * 2 // 3]).decode()
+    assert _broken_pngs(f'<img src="data:image/png;base64,{whole}">') == []
+    assert len(_broken_pngs(f'<img src="data:image/png;base64,{cut}">')) == 1
