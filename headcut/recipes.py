@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -59,9 +60,19 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     return from_dict(cls, data, where=str(path), origins=origins)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads 5e-4 (no dot) as text; YAML 1.2 and every user read it as a number."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+
+
 def _yaml(text: str, where: str, fix: str):
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""

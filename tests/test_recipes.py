@@ -77,3 +77,12 @@ def test_every_bad_key_is_reported_at_once(tmp_path):
                     "key 'epochs' must be a number, not 'many'", "key 'keep_layers' must be a whole number"):
         assert problem in message
     assert message.startswith(f"{path}: ") and message.count("valid keys are") == 1
+
+
+@pytest.mark.parametrize("written", ["5e-4", "5E-4", "+5e-4", "5.e-4", ".5e-3"])
+def test_exponent_numbers_without_a_dot_are_numbers(written, tmp_path):
+    """YAML 1.1 reads 5e-4 as the text '5e-4'; a recipe file and --set both mean the number."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"teacher: runs/teacher\ntrain_data: x\nlearning_rate: {written}\n")
+    assert load_recipe(DistillRecipe, path).learning_rate == pytest.approx(5e-4)
+    assert load_recipe(DistillRecipe, path, overrides=[f"learning_rate={written}"]).learning_rate == pytest.approx(5e-4)
