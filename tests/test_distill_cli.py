@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from headcut.cli.main import app
 from headcut.models import load_model
-from test_distill import one_thread, recipe_for, tiny_teacher  # noqa: F401 (fixtures)
+from test_distill import recipe_for, tiny_teacher  # noqa: F401 (fixtures; one_thread is in conftest)
 
 runner = CliRunner()
 
