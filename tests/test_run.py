@@ -116,6 +116,31 @@ def test_changing_one_stage_reruns_it_and_downstream_only(straight, tmp_path):
     assert {s for s, state in pruned.states.items() if state == "done"} == {"prune", "export.pruned", "bench"}
 
 
+def test_a_yardstick_reruns_only_the_bench_and_compares_every_grader_with_it(straight, tmp_path):
+    """The run's own teacher as the yardstick: every comparison with it must equal the one with the teacher."""
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    teacher = out / json.loads((out / "teacher" / "stage.json").read_text())["result"]["model"]
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml",
+                                       overrides=[f"bench.yardstick={teacher}"]), out)
+    assert {s for s, state in again.states.items() if state == "done"} == {"bench"}
+    bench = json.loads((out / "bench" / "bench.json").read_text())
+    assert bench["yardstick"]["teacher_vs"]["agreement"]["value"] == 1.0
+    for row in bench["rows"]:
+        assert row["vs_yardstick"] == row["vs_teacher"], row["name"]
+    assert "## Against the yardstick" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("where", ["nowhere", "file"])
+def test_a_yardstick_that_is_not_a_grader_is_one_sentence(where, tmp_path):
+    path = tmp_path / "nowhere"
+    if where == "file":
+        path.write_text("x")
+    result = CliRunner().invoke(app, ["run", "quickstart", "--out", str(tmp_path / "out"),
+                                      "--set", f"bench.yardstick={path}"])
+    assert result.exit_code == 2 and f"[bench] yardstick {path} is not a grader folder" in result.stderr
+
+
 def test_a_stage_made_again_reruns_what_depends_on_it(straight, tmp_path):
     result, _ = straight
     out = copy_run(result, tmp_path / "run")

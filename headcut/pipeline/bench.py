@@ -26,6 +26,15 @@ def bench(ctx: Context) -> dict:
     teacher = load_model(ctx.model_of("teacher"))
     ctx.progress(0, len(exports) + 1, "teacher logits")
     reference = predict_logits(teacher.model, teacher.tokenizer, pairs, batch_size=64, max_length=teacher.max_length)
+    yardstick = None
+    if b.yardstick:
+        other = load_model(b.yardstick)
+        ctx.progress(0, len(exports) + 1, "yardstick logits")
+        yardstick = predict_logits(other.model, other.tokenizer, pairs, batch_size=64, max_length=other.max_length)
+
+    def compared(logits, against):
+        return paired_bootstrap(logits, against, labels, grades, iters=b.bootstrap, seed=data.seed)
+
     lengths = [len(ids) for ids in teacher.tokenizer(pairs.queries, pairs.titles, truncation=True,
                                                      max_length=teacher.max_length)["input_ids"]]
     seq = int(round(float(np.mean(lengths))))
@@ -41,7 +50,8 @@ def bench(ctx: Context) -> dict:
             "name": name, "grader": record["grader"], "model": record["model"], "precision": record["precision"],
             "note": record.get("note"), "size_mb": record["bytes"] / 2**20, "parameters": count_parameters(model),
             "flops_per_pair": flops_per_pair(model, seq), "metrics": summarize(logits, labels, grades),
-            "vs_teacher": paired_bootstrap(logits, reference, labels, grades, iters=b.bootstrap, seed=data.seed),
+            "vs_teacher": compared(logits, reference),
+            "vs_yardstick": None if yardstick is None else compared(logits, yardstick),
         })
     ctx.progress(len(exports) + 1, len(exports) + 1, f"timing batch {b.batch} x {b.seq_len}")
     settings = BenchSettings((b.batch,), (b.seq_len,), b.threads, repeats=b.repeats)
@@ -52,6 +62,9 @@ def bench(ctx: Context) -> dict:
                    speedup=cell["speedup"])
     result = {"rows": rows, "teacher": summarize(reference, labels, grades), "seq_len_mean": seq,
               "data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
-              "settings": timed["settings"]}
+              "settings": timed["settings"],
+              "yardstick": None if yardstick is None else {
+                  "path": b.yardstick, "metrics": summarize(yardstick, labels, grades),
+                  "teacher_vs": compared(reference, yardstick)}}
     write_json(ctx.folder / "bench.json", result)
     return result

@@ -79,6 +79,8 @@ class BenchSection:
     repeats: int = ranged(10, 1, 10_000)
     threads: int = ranged(2, 1, 256)
     bootstrap: int = ranged(1000, 10)
+    # another grader folder (e.g. a teacher trained on every train pair): each grader is also compared with it
+    yardstick: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,10 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
                         "which the report grades every grader on), or synthetic:2 offline")
     if data_part is not None and prune is not None and prune.flops is not None and data_part.train is None:
         problems.append("[prune] flops scores units on data.train, which is not set; pass --set data.train=FILE")
+    yardstick = parts["bench"].yardstick if parts["bench"] is not None else None
+    if yardstick is not None and not (Path(yardstick) / "config.json").is_file():
+        problems.append(f"[bench] yardstick {yardstick} is not a grader folder (no config.json); pass "
+                        "--set bench.yardstick=DIR (a folder written by headcut finetune) or null")
     if prune is not None and (prune.keep_ratio is None) == (prune.flops is None):
         problems.append("[prune] give exactly one of keep_ratio (heads only) or flops (heads and FFN neurons)")
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:

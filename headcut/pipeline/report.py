@@ -25,17 +25,38 @@ def _delta(d: dict, scale: float = 1.0, digits: int = 4) -> str:
     return f"{scale * d['delta']:+.{digits}f} [{scale * lo:+.{digits}f}, {scale * hi:+.{digits}f}]"
 
 
+YARDSTICK_HEADER = ["grader", "Δ accuracy pt [95% CI]", "Δ macro-F1 [95% CI]", "Δ Spearman [95% CI]",
+                    "agreement [95% CI]"]
+
+
+def _compared(d: dict) -> list[str]:
+    """Accuracy, macro-F1 and Spearman differences and the agreement of one paired comparison."""
+    a = d["agreement"]
+    return [_delta(d["accuracy"], 100, 2), _delta(d["macro_f1"]), _delta(d["spearman"]),
+            f"{a['value']:.2%} [{a['ci'][0]:.2%}, {a['ci'][1]:.2%}]"]
+
+
 def table_rows(rows: list[dict]) -> list[list[str]]:
     out = []
     for r in rows:
-        m, d = r["metrics"], r["vs_teacher"]
-        a = d["agreement"]
+        m, (acc, f1, sp, agree) = r["metrics"], _compared(r["vs_teacher"])
         out.append([r["name"], r["precision"], f"{r['size_mb']:.1f}", f"{r['flops_per_pair'] / 1e9:.3g}",
                     f"{r['p50_ms']:.1f}", f"{r['pairs_per_s']:.0f}", f"{r['speedup']:.2f}x", f"{m['accuracy']:.4f}",
-                    _delta(d["accuracy"], 100, 2), f"{m['macro_f1']:.4f}", _delta(d["macro_f1"]),
-                    f"{m['spearman']:.4f}", _delta(d["spearman"]),
-                    f"{a['value']:.2%} [{a['ci'][0]:.2%}, {a['ci'][1]:.2%}]"])
+                    acc, f"{m['macro_f1']:.4f}", f1, f"{m['spearman']:.4f}", sp, agree])
     return out
+
+
+def _yardstick_blocks(bench: dict) -> list[tuple]:
+    y = bench.get("yardstick")
+    if not y:
+        return []
+    m = y["metrics"]
+    rows = [["teacher (PyTorch fp32)", *_compared(y["teacher_vs"])]]
+    rows += [[r["name"], *_compared(r["vs_yardstick"])] for r in bench["rows"]]
+    return [("h2", "Against the yardstick"),
+            ("p", f"The same test pairs, every grader against {y['path']} (PyTorch fp32: accuracy {m['accuracy']:.4f}, "
+                  f"macro-F1 {m['macro_f1']:.4f}, Spearman {m['spearman']:.4f}), paired bootstrap 95% CIs."),
+            ("table", YARDSTICK_HEADER, rows)]
 
 
 def within_floor(row: dict, floor: FloorSection) -> bool:
@@ -123,6 +144,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
         b.append(("p", "Notes: " + " ".join(notes)))
     b.append(("img", FIGURE, "Speed-up against quality change; the Pareto front is outlined, the dashed line is the "
                              "quality floor, the star the grader to deploy."))
+    b += _yardstick_blocks(bench)
     scan = records.get("scan")
     if scan:
         b += _scan_blocks(out, out / scan["folder"])
