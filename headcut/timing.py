@@ -21,6 +21,19 @@ from dataclasses import dataclass
 from typing import Callable
 
 
+# (models, one batch of inputs, timed seconds per model) -> median milliseconds per call of each model
+Timer = Callable[[list, dict, float], "list[float]"]
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where models are timed: `name` labels results and caches, `version` says which build, `timer` times."""
+
+    name: str
+    version: str
+    timer: Timer
+
+
 @dataclass(frozen=True)
 class Clocks:
     """One timed call: wall seconds and this process's CPU seconds (all threads)."""

@@ -310,3 +310,22 @@ def test_latency_prune_command(tmp_path, tiny_grader, monkeypatch):  # noqa: F81
     assert "of the measured PyTorch latency per batch of 8 x 24" in result.output
     summary = load_model(out).meta["prune"]
     assert summary["budget"]["plan_ms"] <= summary["budget"]["budget_ms"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("int8", [True, False])
+def test_layer_costs_on_onnx_runtime_are_their_own_cached_table(int8, tmp_path, monkeypatch):
+    """--runtime onnx-int8/onnx-fp32: every one-layer copy (0 heads, 0 neurons included) runs in ORT, and
+    the table is cached apart from PyTorch's, keyed by the runtime."""
+    from headcut.export.layer_timer import onnx_runtime
+    from headcut.prune import latency
+
+    model = deep()
+    runtime = onnx_runtime(int8=int8, threads=1)
+    costs = latency.layer_costs(model, batch=4, seq_len=16, cache=tmp_path, seconds=0.02, runtime=runtime)
+    assert costs.runtime == ("onnx-int8" if int8 else "onnx-fp32") and "onnxruntime" in costs.machine
+    assert len(costs.heads_ms) == 5 and costs.widths[-1] == 37 and costs.fixed_ms > 0
+    assert all(a <= b for a, b in zip(costs.ffn_ms, costs.ffn_ms[1:]))
+    torch_costs = latency.layer_costs(model, batch=4, seq_len=16, cache=tmp_path, seconds=0.02)
+    assert torch_costs.runtime == "torch-fp32" and len(list(tmp_path.iterdir())) == 2
+    monkeypatch.setattr(latency, "measure_layer_costs", lambda *a, **k: pytest.fail("timed again"))
+    assert latency.layer_costs(model, batch=4, seq_len=16, cache=tmp_path, runtime=runtime) == costs

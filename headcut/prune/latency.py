@@ -8,10 +8,11 @@ same shape, so one table serves all layers; the cost of a model is then
 
     fixed + sum over layers of attention_ms(heads_l) + ffn_ms(neurons_l)
 
-with `fixed` the one-layer copy with neither (embeddings, classifier, the stubs' LayerNorms). Tables are
-cached per machine, runtime and shape. The search is a Lagrangian relaxation: each (layer, sublayer)
-keeps its top-k units where value - lambda x ms is largest, lambda bisected until the cost fits, then the
-budget left is filled greedily by value per millisecond.
+with `fixed` the one-layer copy with neither (embeddings, classifier, the stubs' LayerNorms). A `Timer`
+times the copies on the runtime that will serve: PyTorch here (`torch_timer`), ONNX Runtime fp32 or INT8 in
+`headcut.export.layer_timer`. Tables are cached per machine, runtime and shape. The search is a
+Lagrangian relaxation: each (layer, sublayer) keeps its top-k units where value - lambda x ms is largest,
+lambda bisected until the cost fits, then the budget left is filled greedily by value per millisecond.
 """
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ from headcut.arch import intermediate_size, keep_heads, keep_layers, keep_neuron
 from headcut.errors import UserError
 from headcut.evaluate.fisher import UnitScores
 from headcut.prune.budget import UnitPlan
-from headcut.prune.measure import measure_latency
+from headcut.prune.measure import dummy_batch, measure_latency
 from headcut.prune.plan import layer_weights
-from headcut.timing import cpu_info
+from headcut.timing import Runtime, cpu_info
 
 WIDTHS = 12  # FFN widths timed: 0 and 12 even steps up to the full width
 
@@ -69,12 +70,26 @@ class LayerCosts:
         return asdict(self)
 
 
-def _machine() -> str:
-    return f"{cpu_info().model}; torch {torch.__version__}; {torch.get_num_threads()} threads"
+def torch_timer(models: list, inputs: dict, seconds: float) -> list[float]:
+    size, seq_len = inputs["input_ids"].shape
+    return [rows[0]["ms"] for rows in measure_latency(models, seq_len=seq_len, batch_sizes=(size,),
+                                                      min_seconds=seconds)]
 
 
-def measure_layer_costs(model, *, batch: int = 32, seq_len: int = 64, seconds: float = 0.5) -> LayerCosts:
-    """Time one-layer copies of `model` (unpruned) with every head count and a grid of FFN widths."""
+def torch_runtime() -> Runtime:
+    """PyTorch fp32 with its current number of threads."""
+    return Runtime("torch-fp32", f"torch {torch.__version__}, {torch.get_num_threads()} threads", torch_timer)
+
+
+def _machine(runtime: Runtime) -> str:
+    return f"{cpu_info().model}; {runtime.version}"
+
+
+def measure_layer_costs(model, *, batch: int = 32, seq_len: int = 64, seconds: float = 0.5,
+                        runtime: Runtime | None = None) -> LayerCosts:
+    """Time one-layer copies of `model` (unpruned) with every head count and a grid of FFN widths on
+    `runtime` (default: PyTorch)."""
+    runtime = runtime or torch_runtime()
     layers, num_heads = mask_shape(model)
     width = intermediate_size(model.config)
     one = copy.deepcopy(model).eval()
@@ -88,30 +103,32 @@ def measure_layer_costs(model, *, batch: int = 32, seq_len: int = 64, seconds: f
         return m
 
     variants = [shaped(h, 0) for h in range(num_heads + 1)] + [shaped(0, w) for w in widths[1:]]
-    ms = [rows[0]["ms"] for rows in measure_latency(variants, seq_len=seq_len, batch_sizes=(batch,),
-                                                     min_seconds=seconds)]
+    ms = runtime.timer(variants, dummy_batch(model, batch, seq_len), seconds)
     fixed = ms[0]
     heads_ms = [max(0.0, t - fixed) for t in ms[: num_heads + 1]]
     ffn_ms = [0.0] + [max(0.0, t - fixed) for t in ms[num_heads + 1:]]
     # timing noise must not make a wider sublayer look cheaper: costs are non-decreasing in the units kept
     heads_ms = np.maximum.accumulate(heads_ms).tolist()
     ffn_ms = np.maximum.accumulate(ffn_ms).tolist()
-    return LayerCosts(heads_ms, widths, ffn_ms, fixed, layers, batch, seq_len, "torch-fp32", _machine())
+    return LayerCosts(heads_ms, widths, ffn_ms, fixed, layers, batch, seq_len, runtime.name, _machine(runtime))
 
 
-def layer_costs(model, *, batch: int, seq_len: int, cache: str | Path | None = None, seconds: float = 0.5) -> LayerCosts:
-    """`measure_layer_costs`, read from `cache` when this machine timed this shape before."""
+def layer_costs(model, *, batch: int, seq_len: int, cache: str | Path | None = None, seconds: float = 0.5,
+                runtime: Runtime | None = None) -> LayerCosts:
+    """`measure_layer_costs`, read from `cache` when this machine timed this shape on this runtime before."""
+    runtime = runtime or torch_runtime()
     config = model.config.to_dict()
     shape = {k: config.get(k) for k in ("model_type", "hidden_size", "dim", "num_attention_heads", "n_heads",
                                         "intermediate_size", "hidden_dim", "num_hidden_layers", "n_layers")}
-    key = hashlib.sha256(json.dumps([shape, batch, seq_len, _machine()], sort_keys=True).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([shape, batch, seq_len, runtime.name, _machine(runtime)],
+                                    sort_keys=True).encode()).hexdigest()[:16]
     path = Path(cache) / f"layer-costs-{key}.json" if cache else None
     if path is not None and path.exists():
         try:
             return LayerCosts(**json.loads(path.read_text()))
         except (ValueError, TypeError):
             pass  # an unreadable cache entry is measured again
-    costs = measure_layer_costs(model, batch=batch, seq_len=seq_len, seconds=seconds)
+    costs = measure_layer_costs(model, batch=batch, seq_len=seq_len, seconds=seconds, runtime=runtime)
     if path is not None:
         from headcut.files import write_json
 
