@@ -70,3 +70,11 @@ def test_python_and_the_command_record_the_same(tmp_path, tiny_grader, case):  #
     else:
         assert recorded["scores"]["data"]["fingerprint"] == read_pairs(dev).sample(512).fingerprint
         assert recorded["notes"] == [OPTIMISTIC] and OPTIMISTIC in cli_report  # quality on the scoring pairs
+
+
+def test_settings_refuse_out_of_range_values_with_one_sentence():
+    from headcut.errors import UserError
+
+    sentence = r"^PruneSettings: key 'calibrate_rows' is 4, which is out of range; it must be at least 5\.$"
+    with pytest.raises(UserError, match=sentence):
+        PruneSettings(calibrate_rows=4)
