@@ -71,7 +71,7 @@ def test_artifact_round_trips_with_report(tmp_path, tokenizer, kind):
                          str(tmp_path / "src"), "abc")
     pruned = pruned_copy(source, PLAN)
     result = PruneResult(
-        pruned, source, settings={"keep_ratio": 0.33, "layer_prior": 1.0, "min_heads": 0, "iterative": 0},
+        pruned, source, request={"keep_ratio": 0.33, "layer_prior": 1.0, "min_heads": 0, "iterative": 0},
         plan={"num_heads": 4, "total": 12, "kept": 4, "heads_per_layer": PLAN.heads_per_layer, **PLAN.to_dict()},
         scores={"method": "test"}, speed={"seq_len": 9, "params": {"before": 10, "after": 8},
                                           "flops": {"before": 10, "after": 5}, "ideal_speedup": 2.0})

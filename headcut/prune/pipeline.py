@@ -90,8 +90,8 @@ def prune(
         seq_len = quality["seq_len"]
     return PruneResult(
         pruned, loaded,
-        settings={"keep_ratio": keep_ratio, "layer_prior": layer_prior, "min_heads": min_heads,
-                  "iterative": iterative},
+        request={"keep_ratio": keep_ratio, "layer_prior": layer_prior, "min_heads": min_heads,
+                 "iterative": iterative},
         plan={"num_heads": heads, "total": layers * heads, "kept": plan.num_kept,
               "heads_per_layer": plan.heads_per_layer, **plan.to_dict()},
         scores=(file_score_record(head_scores, meta) if scores is not None
@@ -176,20 +176,14 @@ def prune_to_budget(
                            progress=(lambda _: progress("tuning", 1, None)) if progress else None)
     pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
     layers, heads = mask_shape(loaded.model)
-    record = {
-        "budget": {"flops": flops, "seq_len": seq_len, "full_flops": full, "fixed_flops": costs.fixed,
-                   "plan_flops": plan.flops(costs)},
-        "layer_prior": layer_prior,
-        "tuning": {"enabled": tune, "data": data_record(calibrate_pairs) if tune else None,
-                   "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
-                   "fits": [f.to_dict() for f in fits]},
-    }
+    budget_record = {"flops": flops, "seq_len": seq_len, "full_flops": full, "fixed_flops": costs.fixed,
+                     "plan_flops": plan.flops(costs)}
     if flops is not None:
-        record["budget"]["budget_flops"] = budget
+        budget_record["budget_flops"] = budget
     else:
-        record["budget"].update(latency=latency, costs=ms_costs.to_dict(), budget_ms=ms_budget,
-                                full_ms=ms_budget / latency,
-                                plan_ms=ms_costs.total(plan.heads_per_layer, plan.neurons_per_layer))
+        budget_record.update(latency=latency, costs=ms_costs.to_dict(), budget_ms=ms_budget,
+                             full_ms=ms_budget / latency,
+                             plan_ms=ms_costs.total(plan.heads_per_layer, plan.neurons_per_layer))
     quality = quality_untuned = None
     if eval_pairs is not None:
         eval_encoded = encode(loaded.tokenizer, eval_pairs, max_length=max_length, model=loaded.model)
@@ -205,11 +199,14 @@ def prune_to_budget(
             quality_untuned = compare_logits(reference, logits(untuned), eval_pairs, iters=bootstrap, seed=seed)
             quality_untuned.pop("logits")
     return PruneResult(
-        pruned, loaded, settings=record,
+        pruned, loaded, request={"layer_prior": layer_prior},
         plan={"num_heads": heads, "total": layers * heads, "kept": sum(plan.heads_per_layer),
               "num_neurons": intermediate_size(loaded.model.config), **plan.to_dict()},
         scores={"how": f"fisher ({scores.targets} targets) of {len(score_pairs)} pairs from {score_pairs.source}",
                 "data": data_record(score_pairs), **scores.to_dict()},
         speed=speed_summary(loaded.model, model, seq_len=seq_len, latency=settings.timing,
                             min_seconds=settings.latency_seconds),
+        budget=budget_record, tuning={"enabled": tune, "data": data_record(calibrate_pairs) if tune else None,
+                              "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
+                              "fits": [f.to_dict() for f in fits]},
         quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, calibrate_pairs))

@@ -34,19 +34,19 @@ class PruneResult:
 
     pruned: LoadedModel
     source: LoadedModel
-    settings: dict  # heads: keep_ratio, layer_prior, min_heads, iterative; budget: budget, layer_prior, tuning
+    request: dict  # what was asked besides a budget: layer_prior; heads: keep_ratio, min_heads, iterative
     plan: dict  # kept original head (and neuron) ids and counts per layer
     scores: dict  # provenance: the method used, and the score file or the data sample it ran on
     speed: dict  # parameters, FLOPs, ideal speedup and measured latency, before and after
+    budget: dict | None = None  # budget prunes: the share asked, its FLOPs (or ms) and the plan's
+    tuning: dict | None = None  # budget prunes: the mask tuning's calibration data and per-sublayer fits
     quality: dict | None = None  # before/after metrics with paired CIs, agreement; None without quality pairs
     quality_untuned: dict | None = None  # budget prunes with mask tuning: the same before the tuning
     notes: list[str] = field(default_factory=list)  # caveats a reader of the figures must see
 
     def record(self) -> dict:
-        record = {"source": {"path": self.source.path, "weights_hash": self.source.weights_hash}, **self.settings,
-                  "plan": self.plan, "scores": self.scores}
-        if self.quality is not None:
-            record["quality"] = self.quality
-        if self.quality_untuned is not None:
-            record["quality_untuned"] = self.quality_untuned
+        record = {"source": {"path": self.source.path, "weights_hash": self.source.weights_hash}, **self.request}
+        optional = {"budget": self.budget, "tuning": self.tuning, "quality": self.quality,
+                    "quality_untuned": self.quality_untuned}
+        record.update(plan=self.plan, scores=self.scores, **{k: v for k, v in optional.items() if v is not None})
         return {**record, "speed": self.speed, "notes": list(self.notes)}
