@@ -7,8 +7,8 @@ import torch
 from headcut.arch import heads_per_layer, layer_parts
 from headcut.masking import head_mask
 from headcut.models import LoadedModel, load_model, resolve_source
-from headcut.prune import (HeadPlan, apply_plan, flops_per_pair, iterative_plan, measure_latency, plan_heads, prune,
-                           pruned_copy, step_ratios, write_artifact)
+from headcut.prune import (HeadPlan, PruneResult, PruneSettings, apply_plan, flops_per_pair, iterative_plan,
+                           measure_latency, plan_heads, prune, pruned_copy, step_ratios, write_artifact)
 from tests.conftest import TINY, need_minilm, tiny_inputs, tiny_model
 
 KINDS = list(TINY)
@@ -70,12 +70,12 @@ def test_artifact_round_trips_with_report(tmp_path, tokenizer, kind):
                          {"grades": [1, 2, 3, 4, 5], "max_length": 32, "kind": "finetune", "dev_metrics": {"x": 1}},
                          str(tmp_path / "src"), "abc")
     pruned = pruned_copy(source, PLAN)
-    summary = {"source": {"path": source.path, "weights_hash": "abc"}, "keep_ratio": 0.33, "layer_prior": 1.0,
-               "min_heads": 0, "iterative": 0, "scores": {"method": "test"},
-               "plan": {"num_heads": 4, "total": 12, "kept": 4, "heads_per_layer": PLAN.heads_per_layer, **PLAN.to_dict()},
-               "speed": {"seq_len": 9, "params": {"before": 10, "after": 8}, "flops": {"before": 10, "after": 5},
-                         "ideal_speedup": 2.0}}
-    out = write_artifact(pruned, tmp_path / "out", source=source, summary=summary)
+    result = PruneResult(
+        pruned, source, request={"keep_ratio": 0.33, "layer_prior": 1.0, "min_heads": 0, "iterative": 0},
+        plan={"num_heads": 4, "total": 12, "kept": 4, "heads_per_layer": PLAN.heads_per_layer, **PLAN.to_dict()},
+        scores={"method": "test"}, speed={"seq_len": 9, "params": {"before": 10, "after": 8},
+                                          "flops": {"before": 10, "after": 5}, "ideal_speedup": 2.0})
+    out = write_artifact(result, tmp_path / "out")
     again = load_model(out, attn_implementation="sdpa")
     inputs = tiny_inputs(kind=kind)
     with torch.no_grad():
@@ -126,11 +126,12 @@ def test_prune_pipeline_on_synthetic_pairs(tokenizer):
     loaded = LoadedModel(deep("bert", attn="sdpa", vocab_size=30522), tokenizer, {"max_length": 32})
     pairs = synthetic_pairs(60, seed=1)
     events = []
-    pruned, summary = prune(loaded, keep_ratio=0.5, layer_prior=1.0, score_pairs=pairs, method="fisher",
-                            eval_pairs=pairs, timing=False, bootstrap=50,
-                            progress=lambda stage, n: events.append(stage))
+    result = prune(loaded, keep_ratio=0.5, layer_prior=1.0, data=pairs, method="fisher", eval_data=pairs,
+                   settings=PruneSettings(timing=False, bootstrap=50),
+                   progress=lambda stage, n, total: events.append((stage, total)))
+    pruned, summary = result.pruned, result.record()
     assert summary["plan"]["kept"] == 6 and sum(heads_per_layer(pruned.model)) == 6
-    assert {"scoring", "grading"} <= set(events)
+    assert {("scoring", 60), ("grading", 120)} == set(events)  # stage totals: both models grade the 60 pairs
     quality = summary["quality"]
     assert quality["before"]["n"] == 60 and 0 <= quality["paired"]["agreement"]["value"] <= 1
     delta = quality["after"]["loss"] - quality["before"]["loss"]

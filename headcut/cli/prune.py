@@ -30,7 +30,7 @@ def prune(
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
                                   "mask tuning on (default: the model's recorded dev data). Grades are optional."),
     method: Opt[str] = typer.Option(None, "--method", help="--keep-ratio: scan method, ablation, fisher, gradient or kl "
-                                     "(default fisher); with --scores, which method of the file to use."),
+                                     "(default fisher); with --scores, which method of the file to use (default: its first)."),
     targets: str = typer.Option("teacher", "--targets", help="--flops/--latency: Fisher targets. teacher = the model's "
                                 "own grade distribution (no labels needed, keeps its judgement); grades = the data's grades."),
     tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops/--latency: re-fit one scale per kept head and "
@@ -79,10 +79,8 @@ def prune(
     quiet_transformers()
     from headcut.files import check_out_dir
     from headcut.models import load_model
-    from headcut.prune import default_data, prune as run, scores_from_file, write_artifact
+    from headcut.prune import PruneSettings, format_report, prune as run, prune_to_budget, write_artifact
     from headcut.prune.artifact import FIGURE
-    from headcut.prune.pipeline import prune_to_budget
-    from headcut.prune.report import format_report
 
     if [keep_ratio, flops, latency].count(None) != 2:
         raise UserError("pass exactly one of --keep-ratio R (heads only), --flops F or --latency S (heads and FFN neurons).")
@@ -93,48 +91,29 @@ def prune(
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map)
-    given_scores = meta = None
-    if scores is not None:
-        if iterative:
-            raise UserError("--iterative re-scans between steps; pass --data (or nothing) instead of --scores.")
-        given_scores, meta = scores_from_file(scores, loaded, method=method)
-    score_pairs = calibrate_pairs = None
-    if given_scores is None:
-        source, source_preset = (data, preset) if data else default_data(loaded)
-        score_pairs = read_data(source, preset=source_preset, limit=score_rows, seed=seed, **columns)
-        if budgeted and tune:
-            calibrate_pairs = read_data(source, preset=source_preset, limit=calibrate, seed=seed + 1, **columns)
-    if eval_data:
-        eval_pairs = read_data(eval_data, preset=preset, limit=eval_rows, seed=seed, **columns)
-    elif score_pairs is not None and score_pairs.has_labels:
-        eval_pairs = score_pairs
-    else:
-        eval_pairs = None
-
+    pool = read_data(data, preset=preset, **columns) if data and scores is None else None
+    held_out = read_data(eval_data, preset=preset, **columns) if eval_data else None
+    settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
+                             batch_size=batch_size, bootstrap=bootstrap, timing=timing,
+                             latency_seconds=latency_seconds, seed=seed)
     bars = {}
 
-    def progress(stage, n):
+    def progress(stage, n, total):
         if stage not in bars:
             for bar in bars.values():
                 bar.close()  # one bar at a time: the previous stage is done
-            graded = 3 if budgeted and tune else 2  # the source, the pruned model (and it untuned)
-            total = {"grading": len(eval_pairs or []) * graded, "tuning": None, "timing layers": None}.get(
-                stage, len(score_pairs or []))
             bars[stage] = progress_bar(total, stage)
         bars[stage].update(n)
 
-    common = dict(layer_prior=layer_prior, eval_pairs=eval_pairs, batch_size=batch_size, timing=timing,
-                  latency_seconds=latency_seconds, bootstrap=bootstrap, seed=seed, progress=progress)
+    common = dict(layer_prior=layer_prior, data=pool, eval_data=held_out, settings=settings, progress=progress)
     if budgeted:
-        pruned, summary = prune_to_budget(loaded, flops=flops, latency=latency, score_pairs=score_pairs,
-                                          calibrate_pairs=calibrate_pairs, targets=targets, tune=tune, seq_len=seq_len,
-                                          latency_batch=batch, **common)
+        result = prune_to_budget(loaded, flops=flops, latency=latency, targets=targets, tune=tune, seq_len=seq_len,
+                                 latency_batch=batch, **common)
     else:
-        pruned, summary = run(loaded, keep_ratio=keep_ratio, min_heads=min_heads, scores=given_scores,
-                              scores_meta=meta, score_pairs=score_pairs, method=method or "fisher",
-                              iterative=iterative, **common)
+        result = run(loaded, keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
+                     iterative=iterative, **common)
     for bar in bars.values():
         bar.close()
-    write_artifact(pruned, out, source=loaded, summary=summary, overwrite=overwrite)
-    typer.echo(format_report(summary).replace("# headcut prune\n\n", "", 1))
+    write_artifact(result, out, overwrite=overwrite)
+    typer.echo(format_report(result.record()).replace("# headcut prune\n\n", "", 1))
     typer.echo(f"wrote {out} (report.md, {FIGURE})")

@@ -7,6 +7,7 @@ from pathlib import Path
 from headcut.files import atomic_dir, write_text
 from headcut.models import LoadedModel, save_model
 from headcut.prune.report import format_report, shape_figure
+from headcut.prune.result import PruneResult
 
 # Keys of the source's headcut.json that describe the source, not the pruned model.
 SOURCE_ONLY = ("dev_metrics", "training", "kind", "prune")
@@ -22,10 +23,9 @@ def prune_meta(source: LoadedModel, summary: dict) -> dict:
     return meta
 
 
-def write_artifact(pruned: LoadedModel, out: str | Path, *, source: LoadedModel, summary: dict,
-                   overwrite: bool = False) -> Path:
+def write_artifact(result: PruneResult, out: str | Path, *, overwrite: bool = False) -> Path:
     """Write `out` atomically; an interrupted write leaves no folder and the source is never touched."""
-    out = Path(out)
+    out, pruned, source, summary = Path(out), result.pruned, result.source, result.record()
     if out.resolve() == Path(source.path).resolve():
         from headcut.errors import UserError
 
@@ -33,7 +33,6 @@ def write_artifact(pruned: LoadedModel, out: str | Path, *, source: LoadedModel,
     saveable = LoadedModel(pruned.model, pruned.tokenizer, {}, pruned.path, pruned.weights_hash)
     with atomic_dir(out, overwrite=overwrite) as tmp:
         save_model(saveable, tmp, meta=prune_meta(source, summary), overwrite=True)
-        plan = summary["plan"]
-        shape_figure(plan, tmp / FIGURE)
+        shape_figure(summary["plan"], tmp / FIGURE)
         write_text(tmp / "report.md", format_report(summary, figure=FIGURE))
     return out

@@ -45,7 +45,7 @@ def _flops(n: int) -> str:
 
 
 def format_report(summary: dict, *, figure: str | None = None) -> str:
-    """Markdown for `summary` as built by the prune command (plan, speed, optional quality)."""
+    """Markdown for a `PruneResult.record()` (plan, speed, optional quality, notes)."""
     plan = summary["plan"]
     lines = ["# headcut prune", ""]
     lines.append(f"Source: `{summary['source']['path']}` (weights {summary['source']['weights_hash']})  ")
@@ -93,11 +93,13 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
                          f"{row['speedup']:.2f}x | {row['ratio_to_ideal']:.0%} |")
         lines += ["", "Pruned heads save matrix multiplies; embeddings, LayerNorm and per-call overhead do not "
                       "shrink, so small batches gain less than the FLOPs promise."]
-    quality = summary.get("quality")
+    quality, notes = summary.get("quality"), summary.get("notes") or []
+    if notes and not quality:
+        lines += ["", " ".join(notes)]
     if quality:
         lines += ["", f"## Quality on {quality['data']['source']} ({quality['data']['rows']} pairs)", ""]
-        if quality.get("note"):
-            lines += [quality["note"], ""]
+        if notes:
+            lines += [" ".join(notes), ""]
         untuned = summary.get("quality_untuned")
         if "before" in quality:
             head = "| metric | before | after | change (paired 95% CI) |"

@@ -10,6 +10,7 @@ from headcut.arch import heads_per_layer, mask_shape
 from headcut.errors import UserError
 
 SCAN_METHODS = ("ablation", "fisher", "gradient", "kl")
+DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
 
 
 def check_unpruned(loaded, flag: str = "--model") -> None:

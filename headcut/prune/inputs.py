@@ -1,0 +1,56 @@
+"""What a prune scores, tunes and checks on, and how the result says so: decided here, not in the command,
+so a Python caller and `headcut prune` record the same provenance and notes."""
+from __future__ import annotations
+
+from typing import Callable
+
+from headcut.data import Pairs, read_pairs
+from headcut.prune.result import PruneSettings
+from headcut.prune.scores import default_data
+
+OPTIMISTIC = ("These pairs also chose the pruned units, so the change is optimistic; "
+              "pass --eval-data for held-out pairs.")
+
+
+def data_pool(loaded, data: Pairs | None) -> Pairs:
+    """`data`, or by default the dev data `headcut finetune` recorded in the model's headcut.json."""
+    if data is not None:
+        return data
+    path, preset = default_data(loaded)
+    return read_pairs(path, preset=preset)
+
+
+def eval_sample(eval_data: Pairs | None, scored: Pairs | None, settings: PruneSettings) -> Pairs | None:
+    """Quality pairs: a seeded sample of `eval_data`, else the scoring pairs when they have grades."""
+    if eval_data is not None:
+        return eval_data.sample(settings.eval_rows, seed=settings.seed)
+    return scored if scored is not None and scored.has_labels else None
+
+
+def notes_for(eval_pairs: Pairs | None, *chose: Pairs | None) -> list[str]:
+    """The caveat of quality measured on pairs that also chose (or tuned) the pruned model."""
+    if eval_pairs is not None and any(p is not None and p.fingerprint == eval_pairs.fingerprint for p in chose):
+        return [OPTIMISTIC]
+    return []
+
+
+def data_record(pairs: Pairs) -> dict:
+    return {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}
+
+
+def file_score_record(scores, meta: dict) -> dict:
+    """Head scores read from a scan's file: the method actually read from it, and the file's own provenance."""
+    used = meta["method"]
+    return {"method": used, "how": f"{meta.get('file')} ({used})", "values": scores.tolist(),
+            "file": {"path": meta.get("file"), "data": meta.get("data"), "model": meta.get("model")}}
+
+
+def scan_score_record(scores, method: str, pairs: Pairs) -> dict:
+    """Head scores of a scan run here (the last step's, when iterative)."""
+    return {"method": method, "values": None if scores is None else scores.tolist(),
+            "how": f"{method} scan of {len(pairs)} pairs from {pairs.source}", "data": data_record(pairs)}
+
+
+def stage(progress: Callable[[str, int, int | None], None] | None, name: str, total: int | None):
+    """A pairs-done callback that reports stage `name` of `total` pairs (None: unknown) to `progress`."""
+    return (lambda n: progress(name, n, total)) if progress else None

@@ -1,0 +1,80 @@
+"""`prune()` / `prune_to_budget()` + `write_artifact()` from Python record exactly what `headcut prune` records:
+the library chooses the data, the score provenance and the notes; the command only parses and prints."""
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from headcut.cli.main import app
+from headcut.data import read_pairs
+from headcut.evaluate.importance import write_scores
+from headcut.models import load_model
+from headcut.prune import PruneSettings, prune, prune_to_budget, write_artifact
+from headcut.prune.inputs import OPTIMISTIC
+from tests.test_prune_cli import tiny_grader  # noqa: F401  (fixture)
+
+QUICK = ["--no-timing", "--bootstrap", 50]  # no latency rows: every other figure is deterministic
+SETTINGS = PruneSettings(timing=False, bootstrap=50)
+
+
+def command(*args):
+    result = CliRunner().invoke(app, ["prune", *map(str, args), *map(str, QUICK)])
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def records(folder):
+    return json.loads((folder / "headcut.json").read_text()), (folder / "report.md").read_text()
+
+
+def score_file(path, loaded):
+    """Two methods whose top heads differ; the file's first (its default) is ablation."""
+    ablation = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    write_scores(path, {"ablation": ablation, "kl": -ablation},
+                 model_info={"path": loaded.path, "weights_hash": loaded.weights_hash},
+                 data_info={"source": "scan.tsv", "fingerprint": "f"})
+    return path
+
+
+@pytest.mark.parametrize("case", ["data", "recorded dev data", "score file", "score file, kl", "flops"])
+def test_python_and_the_command_record_the_same(tmp_path, tiny_grader, case):  # noqa: F811
+    grader, dev = tiny_grader
+    loaded = load_model(grader)
+    scores = score_file(tmp_path / "importance.json", loaded)
+    flags, call = {
+        "data": (["--keep-ratio", 0.5, "--data", dev],
+                 lambda: prune(loaded, keep_ratio=0.5, data=read_pairs(dev), settings=SETTINGS)),
+        "recorded dev data": (["--keep-ratio", 0.5], lambda: prune(loaded, keep_ratio=0.5, settings=SETTINGS)),
+        "score file": (["--keep-ratio", 0.5, "--scores", scores, "--eval-data", dev],
+                       lambda: prune(loaded, keep_ratio=0.5, scores=scores, eval_data=read_pairs(dev),
+                                     settings=SETTINGS)),
+        "score file, kl": (["--keep-ratio", 0.5, "--scores", scores, "--method", "kl"],
+                           lambda: prune(loaded, keep_ratio=0.5, scores=scores, method="kl", settings=SETTINGS)),
+        "flops": (["--flops", 0.5, "--calibrate", 40],
+                  lambda: prune_to_budget(loaded, flops=0.5, settings=PruneSettings(calibrate_rows=40, timing=False,
+                                                                                    bootstrap=50))),
+    }[case]
+    command("--model", grader, "--out", tmp_path / "cli", *flags)
+    write_artifact(call(), tmp_path / "python")
+    (cli_meta, cli_report), (py_meta, py_report) = records(tmp_path / "cli"), records(tmp_path / "python")
+    assert py_meta == cli_meta and py_report == cli_report
+    recorded = cli_meta["prune"]
+    if case.startswith("score file"):
+        used = "kl" if case.endswith("kl") else "ablation"  # the method read from the file, never a default
+        assert recorded["scores"]["method"] == used and recorded["scores"]["how"].endswith(f"({used})")
+        assert recorded["scores"]["file"]["path"] == str(scores)
+        top = [[], [2, 3], [0, 1, 2, 3]] if used == "ablation" else [[0, 1, 2, 3], [0, 1], []]
+        assert [sorted(k) for k in recorded["plan"]["keep"]] == top
+        assert recorded["notes"] == []  # quality on held-out pairs (or none) is not flagged
+    else:
+        assert recorded["scores"]["data"]["fingerprint"] == read_pairs(dev).sample(512).fingerprint
+        assert recorded["notes"] == [OPTIMISTIC] and OPTIMISTIC in cli_report  # quality on the scoring pairs
+
+
+def test_settings_refuse_out_of_range_values_with_one_sentence():
+    from headcut.errors import UserError
+
+    sentence = r"^PruneSettings: key 'calibrate_rows' is 4, which is out of range; it must be at least 5\.$"
+    with pytest.raises(UserError, match=sentence):
+        PruneSettings(calibrate_rows=4)
