@@ -307,9 +307,32 @@ def test_latency_prune_command(tmp_path, tiny_grader, monkeypatch):  # noqa: F81
     result = run("--model", grader, "--latency", 0.5, "--batch", 8, "--out", out, "--calibrate", 40,
                  "--bootstrap", 50, "--no-timing")
     assert result.exit_code == 0, result.output
-    assert "of the measured PyTorch latency per batch of 8 x 24" in result.output
+    assert "of the latency measured on torch-fp32 per batch of 8 x 24" in result.output
     summary = load_model(out).meta["prune"]
     assert summary["budget"]["plan_ms"] <= summary["budget"]["budget_ms"] * (1 + 1e-9)
+
+
+def test_latency_prune_on_onnx_int8(tmp_path, tiny_grader, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("HEADCUT_CACHE", str(tmp_path / "cache"))
+    grader, _ = tiny_grader
+    out = tmp_path / "lat50"
+    result = run("--model", grader, "--latency", 0.5, "--runtime", "onnx-int8", "--batch", 8, "--out", out,
+                 "--calibrate", 40, "--bootstrap", 50, "--latency-seconds", 0.05, "--no-timing")
+    assert result.exit_code == 0, result.output
+    assert "of the latency measured on onnx-int8 per batch of 8 x 24" in result.output
+    budget = load_model(out).meta["prune"]["budget"]
+    assert budget["costs"]["runtime"] == "onnx-int8" and "onnxruntime" in budget["costs"]["machine"]
+    assert budget["plan_ms"] <= budget["budget_ms"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--latency", 0.5, "--runtime", "tensorrt"], "--runtime tensorrt is unknown; choose one of torch-fp32, onnx-int8"),
+    (["--flops", 0.5, "--runtime", "onnx-int8"], "--runtime onnx-int8 times the layer cost tables of --latency"),
+])
+def test_a_bad_runtime_is_one_sentence(args, words, tmp_path, tiny_grader):  # noqa: F811
+    grader, _ = tiny_grader
+    result = run("--model", grader, *args, "--out", tmp_path / "out")
+    assert result.exit_code == 2 and words in result.output and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("int8", [True, False])

@@ -11,6 +11,20 @@ from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, 
 from headcut.errors import UserError
 
 
+RUNTIMES = ("torch-fp32", "onnx-int8", "onnx-fp32")
+
+
+def latency_runtime(name: str):
+    """The runtime --latency times its layer cost tables on (None: the library's PyTorch default)."""
+    if name == "torch-fp32":
+        return None
+    import torch
+
+    from headcut.export.layer_timer import onnx_runtime
+
+    return onnx_runtime(int8=name == "onnx-int8", threads=torch.get_num_threads())
+
+
 @user_errors
 def prune(
     model: str = typer.Option(..., "--model", "-m", help="Model folder (a fine-tuned grader) or built-in name."),
@@ -21,11 +35,14 @@ def prune(
     flops: Opt[float] = number(None, "--flops", help="Heads AND FFN neurons: share of the model's FLOPs per pair to "
                                "keep, e.g. 0.5 for ~2x less compute. No gradient training",
                                low=0.0, high=1.0, low_open=True, kind=float),
-    latency: Opt[float] = number(None, "--latency", help="Heads AND FFN neurons: share of the model's measured PyTorch "
-                                 "latency per batch (--batch x --seq-len) to keep, e.g. 0.5. Times this machine's layer "
+    latency: Opt[float] = number(None, "--latency", help="Heads AND FFN neurons: share of the model's measured "
+                                 "latency per batch (--batch x --seq-len, on --runtime) to keep, e.g. 0.5. Times this machine's layer "
                                  "cost tables once (cached in $HEADCUT_CACHE, default ~/.cache/headcut)",
                                  low=0.0, high=1.0, low_open=True, kind=float),
     batch: int = number(32, "--batch", help="--latency: batch size the latency is measured at", low=1, high=4096),
+    runtime: str = typer.Option("torch-fp32", "--runtime", help="--latency: what the layer cost tables are timed on: "
+                                "torch-fp32, or onnx-int8 / onnx-fp32 (ONNX Runtime, as the exported grader will "
+                                "serve; `headcut export --int8` for onnx-int8)"),
     scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
                                   "mask tuning on (default: the model's recorded dev data). Grades are optional."),
@@ -88,6 +105,10 @@ def prune(
     if budgeted and (scores is not None or iterative or min_heads):
         raise UserError("--scores, --iterative and --min-heads are for --keep-ratio; --flops and --latency score "
                         "heads and neurons themselves.")
+    if runtime not in RUNTIMES:
+        raise UserError(f"--runtime {runtime} is unknown; choose one of {', '.join(RUNTIMES)}.")
+    if runtime != RUNTIMES[0] and latency is None:
+        raise UserError(f"--runtime {runtime} times the layer cost tables of --latency; pass --latency S or drop --runtime.")
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map)
@@ -108,7 +129,7 @@ def prune(
     common = dict(layer_prior=layer_prior, data=pool, eval_data=held_out, settings=settings, progress=progress)
     if budgeted:
         result = prune_to_budget(loaded, flops=flops, latency=latency, targets=targets, tune=tune, seq_len=seq_len,
-                                 latency_batch=batch, **common)
+                                 latency_batch=batch, latency_runtime=latency_runtime(runtime), **common)
     else:
         result = run(loaded, keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
                      iterative=iterative, **common)

@@ -130,32 +130,30 @@ def scan(ctx: Context) -> dict:
 
 def prune(ctx: Context) -> dict:
     from headcut.models import load_model
-    from headcut.prune import prune as prune_heads, scores_from_file, write_artifact
+    from headcut.prune import PruneSettings, prune as prune_heads, write_artifact
     from headcut.prune.pipeline import prune_to_budget
 
     p, data = ctx.recipe.prune, ctx.recipe.data
     loaded = load_model(ctx.model_of("teacher"))
     done: dict[str, int] = {}
 
-    def progress(stage, n):
+    def progress(stage, n, total):
         done[stage] = done.get(stage, 0) + n
-        ctx.progress(done[stage], None, stage)
+        ctx.progress(done[stage], total, stage)
 
+    # the library samples score_rows (seed) and calibrate rows (seed + 1) of the pool itself
+    settings = PruneSettings(score_rows=p.score_rows, calibrate_rows=p.calibrate, timing=False, seed=data.seed)
     if p.keep_ratio is not None:
         importance = ctx.path(ctx.upstream["scan"]["folder"]) / "importance.json"
-        scores, meta = scores_from_file(importance, loaded, method=p.method)
-        pruned, summary = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=scores,
-                                      scores_meta=meta, method=p.method, timing=False, seed=data.seed,
-                                      progress=progress)
+        result = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=importance,
+                             method=p.method, settings=settings, progress=progress)
     else:
-        score_pairs = read(data.train, preset=data.preset, rows=p.score_rows, seed=data.seed)
-        calibrate = read(data.train, preset=data.preset, rows=p.calibrate, seed=data.seed + 1) if p.tune else None
-        pruned, summary = prune_to_budget(loaded, flops=p.flops, score_pairs=score_pairs, calibrate_pairs=calibrate,
-                                          layer_prior=p.layer_prior, tune=p.tune, timing=False, seed=data.seed,
-                                          progress=progress)
-    write_artifact(pruned, ctx.folder / "model", source=loaded, summary=summary, overwrite=True)
-    return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": summary["plan"]["kept"],
-            "total_heads": summary["plan"]["total"]}
+        pool = read(data.train, preset=data.preset, rows=None, seed=data.seed)
+        result = prune_to_budget(loaded, flops=p.flops, data=pool, layer_prior=p.layer_prior, tune=p.tune,
+                                 settings=settings, progress=progress)
+    write_artifact(result, ctx.folder / "model", overwrite=True)
+    return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],
+            "total_heads": result.plan["total"]}
 
 
 def distill(name: str) -> Callable[[Context], dict]:

@@ -15,6 +15,7 @@ from headcut.evaluate.fisher import TARGETS, UnitScores, unit_fisher
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 from headcut.prune.budget import check_budget, plan_budget
+from headcut.timing import Runtime
 from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency
 from headcut.prune.tune import tune_scales
 from headcut.prune.inputs import (data_pool, data_record, eval_sample, file_score_record, notes_for,
@@ -115,13 +116,15 @@ def prune_to_budget(
     seq_len: int | None = None,
     latency_batch: int = 32,
     latency_cache: str | Path | None = None,
+    latency_runtime: Runtime | None = None,
     settings: PruneSettings = PruneSettings(),
     progress: Callable[[str, int, int | None], None] | None = None,
 ) -> PruneResult:
     """Prune heads and FFN neurons of `loaded` (left untouched) to a share `flops` of its FLOPs per pair
-    at `seq_len` (default: the model's max_length), or to a share `latency` of its PyTorch latency per
-    batch of `latency_batch` x `seq_len` measured here (`prune.latency`; tables cached in `latency_cache`,
-    default `default_cache()`),
+    at `seq_len` (default: the model's max_length), or to a share `latency` of its latency per batch of
+    `latency_batch` x `seq_len` measured here on `latency_runtime` (default PyTorch fp32; ONNX Runtime INT8
+    from `headcut.export.layer_timer.onnx_runtime`), from layer cost tables (`prune.latency`, cached in
+    `latency_cache`, default `default_cache()`),
     with no gradient training: Fisher scores of every
     unit on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune` recorded; see
     `evaluate.fisher`; or `unit_scores` computed on that sample before), the best
@@ -150,7 +153,8 @@ def prune_to_budget(
             raise UserError(f"--latency {latency} is outside (0, 1]; pass the share of the measured latency to keep.")
         if progress:
             progress("timing layers", 0, None)
-        ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or default_cache())
+        ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or default_cache(),
+                               runtime=latency_runtime)
         ms_budget = check_latency_budget(latency, ms_costs)
     max_length = loaded.max_length
     scores = unit_scores

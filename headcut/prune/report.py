@@ -57,7 +57,7 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
     if budget:
         if budget.get("latency") is not None:
             c = budget["costs"]
-            lines.append(f"Budget: {budget['latency']} of the measured PyTorch latency per batch of {c['batch']} x "
+            lines.append(f"Budget: {budget['latency']} of the latency measured on {c['runtime']} per batch of {c['batch']} x "
                          f"{c['seq_len']} ({budget['budget_ms']:.1f} of {budget['full_ms']:.1f} ms estimated from the "
                          f"layer cost tables timed on {c['machine']}); the plan's estimate is {budget['plan_ms']:.1f} ms "
                          f"and its FLOPs {budget['plan_flops'] / budget['full_flops']:.3f} of the model's.  ")
