@@ -2,9 +2,11 @@
 worker layouts, on Home Depot train pairs repeated to the size asked.
 
     .venv/bin/python benchmarks/grade_scale.py GRADER_DIR [--rows 100000,1000000] [--layouts 1x2,2x1]
-        [--out runs/grade_scale]
+        [--rounds 1] [--out runs/grade_scale]
 
-A layout WxT is W worker processes of T ONNX Runtime threads each. Writes OUT/grade_scale.{json,md}.
+A layout WxT is W worker processes of T ONNX Runtime threads each. With --rounds N the layouts take turns N
+times per size, the first one rotating, and each round's pairs/s ratio to the first layout is printed: on a
+shared machine only runs taken side by side compare. Writes OUT/grade_scale.{json,md}.
 """
 from __future__ import annotations
 
@@ -56,23 +58,34 @@ def main() -> None:
     parser.add_argument("grader", type=Path)
     parser.add_argument("--rows", default="100000,1000000")
     parser.add_argument("--layouts", default="1x2,2x1")
+    parser.add_argument("--rounds", type=int, default=1, help="turns of every layout per size (first one rotating)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "grade_scale")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    results = []
+    layouts = [tuple(int(x) for x in layout.split("x")) for layout in args.layouts.split(",")]
+    results, ratios = [], []
     for rows in (int(r) for r in args.rows.split(",")):
         source = pairs_file(rows, args.out)
-        for layout in args.layouts.split(","):
-            workers, threads = (int(x) for x in layout.split("x"))
-            result = {"rows": rows, "workers": workers, "threads": threads,
-                      **run(args.grader, source, args.out / "grades.tsv", workers, threads)}
-            result["pairs_per_s"] = round(rows / result["seconds"])
-            results.append(result)
-            print(json.dumps(result), flush=True)
-    (args.out / "grade_scale.json").write_text(json.dumps(results, indent=2) + "\n")
-    lines = ["| rows | workers x threads | seconds | pairs/s | peak RSS (all processes) |", "|---|---|---|---|---|"]
-    lines += [f"| {r['rows']:,} | {r['workers']} x {r['threads']} | {r['seconds']} | {r['pairs_per_s']:,} | "
-              f"{r['peak_rss_mib']} MiB |" for r in results]
+        for round_ in range(args.rounds):
+            turn = layouts[round_ % len(layouts):] + layouts[:round_ % len(layouts)]
+            speed = {}
+            for workers, threads in turn:
+                result = {"rows": rows, "round": round_, "workers": workers, "threads": threads,
+                          **run(args.grader, source, args.out / "grades.tsv", workers, threads)}
+                result["pairs_per_s"] = round(rows / result["seconds"])
+                speed[workers, threads] = result["pairs_per_s"]
+                results.append(result)
+                print(json.dumps(result), flush=True)
+            ratios.append({"rows": rows, "round": round_, "first": "x".join(map(str, turn[0])),
+                           **{f"{w}x{t} / {layouts[0][0]}x{layouts[0][1]}": round(v / speed[layouts[0]], 3)
+                              for (w, t), v in speed.items() if (w, t) != layouts[0]}})
+    (args.out / "grade_scale.json").write_text(json.dumps({"runs": results, "ratios": ratios}, indent=2) + "\n")
+    lines = ["| rows | round | workers x threads | seconds | pairs/s | peak RSS (all processes) |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['rows']:,} | {r['round']} | {r['workers']} x {r['threads']} | {r['seconds']} | "
+              f"{r['pairs_per_s']:,} | {r['peak_rss_mib']} MiB |" for r in results]
+    lines += ["", "Ratios within each round (the layouts ran side by side):", ""]
+    lines += [json.dumps(r) for r in ratios]
     (args.out / "grade_scale.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
