@@ -43,7 +43,8 @@ def _module_paths() -> set[str]:
     for arch in ARCHITECTURES.values():
         for f in fields(arch):
             value = getattr(arch, f.name)
-            found.update(v for v in (value if isinstance(value, tuple) else (value,)) if isinstance(v, str) and "." in v)
+            values = value if isinstance(value, tuple) else (value,)
+            found.update(v for v in values if isinstance(v, str) and "." in v)
     return found
 
 
