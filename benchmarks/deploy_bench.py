@@ -69,9 +69,7 @@ def main():
     from headcut.cli.common import quiet_transformers
     from headcut.data import read_pairs
     from headcut.export import ParityError
-    from headcut.export.bench import (BenchSettings, benchmark, figure, load_measured, markdown, onnx_variant,
-                                      pytorch_variant)
-    from headcut.files import write_json, write_text
+    from headcut.export.bench import BenchSettings, benchmark, load_measured, onnx_variant, pytorch_variant, write_bench
     from headcut.models import load_model, save_model
 
     quiet_transformers()
@@ -111,25 +109,20 @@ def main():
                 for n, lm in models.items()]
     variants += [load_measured(lambda n=n, f=f: onnx_variant(f"onnx {n}", f, threads=args.threads))
                  for n, f in graders.items()]
-    report = benchmark(variants, teacher.tokenizer, pairs, settings, progress=lambda m: print(m, file=sys.stderr))
-    report["exports"] = {n: {"parity": r["parity"], "int8": (r.get("int8") or {}).get("chosen"),
-                             "int8_trials": (r.get("int8") or {}).get("trials"), "heads": r["source"]["heads_per_layer"]}
-                         for n, r in exports.items()}
-    report["refused"] = refused
+    result = benchmark(variants, teacher.tokenizer, pairs, settings, progress=lambda m: print(m, file=sys.stderr))
+    result.extra["exports"] = {n: {"parity": r["parity"], "int8": (r.get("int8") or {}).get("chosen"),
+                                   "int8_trials": (r.get("int8") or {}).get("trials"),
+                                   "heads": r["source"]["heads_per_layer"]} for n, r in exports.items()}
+    result.extra["refused"] = refused
+    notes = ""
     if args.serve:
         print("load test", file=sys.stderr)
-        report["server"] = serve_load_test(graders["teacher-int8"], pairs, requests=args.serve_requests,
-                                           concurrency=8, workers=max(1, min(2, os.cpu_count() or 1)))
-    write_json(out / "bench.json", report)
-    table = markdown(report)
-    if "server" in report:
-        s = report["server"]
-        table += (f"\nServer ({s['workers']} workers, {s['pairs_per_request']} pairs/request, concurrency "
-                  f"{s['concurrency']}): {s['requests_per_s']:.1f} requests/s, {s['pairs_per_s']:.0f} pairs/s, "
-                  f"p50 {s['p50_ms']:.0f} ms, p95 {s['p95_ms']:.0f} ms, errors {s['errors']}/{s['requests']}\n")
-    write_text(out / "bench.md", table)
-    figure(report).savefig(out / "bench.png", dpi=130)
-    print(table)
+        s = result.extra["server"] = serve_load_test(graders["teacher-int8"], pairs, requests=args.serve_requests,
+                                                     concurrency=8, workers=max(1, min(2, os.cpu_count() or 1)))
+        notes = (f"\nServer ({s['workers']} workers, {s['pairs_per_request']} pairs/request, concurrency "
+                 f"{s['concurrency']}): {s['requests_per_s']:.1f} requests/s, {s['pairs_per_s']:.0f} pairs/s, "
+                 f"p50 {s['p50_ms']:.0f} ms, p95 {s['p95_ms']:.0f} ms, errors {s['errors']}/{s['requests']}\n")
+    print(write_bench(result, out, notes=notes))
 
 
 if __name__ == "__main__":

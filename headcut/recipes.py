@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from headcut.errors import UserError
-from headcut.ranges import range_problems
+from headcut.ranges import field_problem
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
 
@@ -99,12 +99,14 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
                 values[key] = _coerce(value, hints[key], f"key '{key}'")
             except UserError as e:
                 problems.append((key, str(e).rstrip(".")))
+                continue
+            out_of_range = field_problem(fields[key], values[key])  # with the others, not after they are fixed
+            if out_of_range:
+                problems.append((key, out_of_range.rstrip(".")))
     for f in fields.values():
         if f.name not in data and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             problems.append((f.name, f"missing key '{f.name}' (add it or pass --set {f.name}=VALUE)"))
     recipe = None if problems else cls(**values)
-    if recipe is not None:
-        problems = [(key, sentence.rstrip(".")) for key, sentence in range_problems(recipe)]
     if problems:
         valid = f"; valid keys are: {', '.join(fields)}" if unknown else ""
         if len(problems) == 1:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -33,4 +34,27 @@ def test_only_arch_py_branches_on_the_model_type():
     offenders = [f"{path.relative_to(PACKAGE)}:{i}" for path in PACKAGE.rglob("*.py") if path.name != "arch.py"
                  for i, line in enumerate(path.read_text().splitlines(), 1) if branching.search(line)
                  and "optimize_model(" not in line and "FusionOptions(" not in line]  # onnxruntime's graph type
+    assert offenders == []
+
+
+def _module_paths() -> set[str]:
+    """Every multi-part module path the table names (e.g. `output.dense`, `attention.self.query`)."""
+    found = set()
+    for arch in ARCHITECTURES.values():
+        for f in fields(arch):
+            value = getattr(arch, f.name)
+            values = value if isinstance(value, tuple) else (value,)
+            found.update(v for v in values if isinstance(v, str) and "." in v)
+    return found
+
+
+def test_no_other_module_repeats_a_module_path_of_the_table():
+    # Spelled with dots, ONNX scope slashes or regex-escaped dots, so a copied node-name pattern counts too.
+    # One-word paths ("attention", "output", "ffn") are left out: they are ordinary words in prose.
+    sep = r"(?:\\{0,2}\.|/)"
+    patterns = {p: re.compile(r"(?<!\w)" + sep.join(map(re.escape, p.split("."))) + r"(?!\w)")
+                for p in _module_paths()}
+    offenders = [f"{path.relative_to(PACKAGE)}:{i} repeats {p}" for path in PACKAGE.rglob("*.py")
+                 if path.name != "arch.py" for i, line in enumerate(path.read_text().splitlines(), 1)
+                 for p, rx in patterns.items() if rx.search(line)]
     assert offenders == []

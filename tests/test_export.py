@@ -185,3 +185,14 @@ def test_pruned_minilm_exports_with_parity_on_real_pairs(tmp_path):
     result = _parity(loaded.model, export_onnx(loaded.model, tmp_path / "m.onnx"), loaded.tokenizer, pairs, 128)
     assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
     assert result.rows == 96 + 14
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "distilbert"])
+def test_gate_inputs_reach_the_longest_input_the_architecture_takes(kind):
+    from headcut.arch import usable_positions
+
+    model = tiny_model(kind, max_position_embeddings=32)
+    batches = gate_batches(model, None, None, max_length=128)
+    longest = max(b["input_ids"].shape[1] for b in batches)
+    assert longest == usable_positions(model.config) == (30 if kind == "roberta" else 32)
+    reference_logits(model, batches)  # every gate input fits the position embeddings

@@ -7,8 +7,10 @@ from typer.testing import CliRunner
 
 from headcut.cli.main import app
 from headcut.data import synthetic_pairs
-from headcut.export.bench import cell_inputs
-from headcut.models import save_model
+from headcut.data import read_pairs
+from headcut.export.bench import (BenchResult, BenchSettings, benchmark, cell_inputs, onnx_variant, pytorch_variant,
+                                  write_bench)
+from headcut.models import load_model, save_model
 from test_export import make_tiny_grader
 
 
@@ -39,6 +41,24 @@ def test_bench_cli_small_grid(tmp_path):
     assert "| pytorch fp32 pruned |" in (out / "bench.md").read_text()
     bad = CliRunner().invoke(app, args[:-8] + ["--batch-sizes", "0", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "--batch-sizes" in bad.output
+
+    # From Python: the same typed result, written to the same three files with the same layout
+    variants = [pytorch_variant("pytorch fp32 pruned", load_model(tmp_path / "pruned"), threads=1),
+                *(onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=1) for f in (folder, int8_folder))]
+    timed = benchmark(variants, variants[0].tokenizer, read_pairs(data), BenchSettings((1, 8), (16,), 1, repeats=3))
+    assert isinstance(timed, BenchResult) and [v["name"] for v in timed.variants] == names
+    write_bench(timed, tmp_path / "python")
+    assert sorted(p.name for p in (tmp_path / "python").iterdir()) == sorted(p.name for p in out.iterdir())
+    assert _layout(json.loads((tmp_path / "python" / "bench.json").read_text())) == _layout(report)
+
+
+def _layout(doc):
+    """The keys and value types of a JSON document, without the (timed, so varying) numbers."""
+    if isinstance(doc, dict):
+        return {k: _layout(v) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_layout(v) for v in doc]
+    return "number" if isinstance(doc, (int, float)) and not isinstance(doc, bool) else doc
 
 
 def test_cell_inputs_have_the_exact_shape(tmp_path):

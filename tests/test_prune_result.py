@@ -28,20 +28,26 @@ def records(folder):
     return json.loads((folder / "headcut.json").read_text()), (folder / "report.md").read_text()
 
 
-def score_file(path, loaded):
-    """Two methods whose top heads differ; the file's first (its default) is ablation."""
+TOP = {"ablation": [[], [2, 3], [0, 1, 2, 3]], "kl": [[0, 1, 2, 3], [0, 1], []], "fisher": [[0, 1], [0, 1], [0, 1]]}
+
+
+def score_file(path, loaded, *, fisher: bool = True):
+    """Methods whose top heads (TOP, at keep 0.5) differ; ablation first, as `headcut scan` writes them."""
     ablation = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    write_scores(path, {"ablation": ablation, "kl": -ablation},
-                 model_info={"path": loaded.path, "weights_hash": loaded.weights_hash},
+    methods = {"ablation": ablation, "kl": -ablation}
+    if fisher:
+        methods["fisher"] = torch.tensor([[11, 10, 0, 1], [9, 8, 2, 3], [7, 6, 4, 5]], dtype=torch.float32)
+    write_scores(path, methods, model_info={"path": loaded.path, "weights_hash": loaded.weights_hash},
                  data_info={"source": "scan.tsv", "fingerprint": "f"})
     return path
 
 
-@pytest.mark.parametrize("case", ["data", "recorded dev data", "score file", "score file, kl", "flops"])
+@pytest.mark.parametrize("case", ["data", "recorded dev data", "score file", "score file without fisher",
+                                  "score file, kl", "flops"])
 def test_python_and_the_command_record_the_same(tmp_path, tiny_grader, case):  # noqa: F811
     grader, dev = tiny_grader
     loaded = load_model(grader)
-    scores = score_file(tmp_path / "importance.json", loaded)
+    scores = score_file(tmp_path / "importance.json", loaded, fisher=case != "score file without fisher")
     flags, call = {
         "data": (["--keep-ratio", 0.5, "--data", dev],
                  lambda: prune(loaded, keep_ratio=0.5, data=read_pairs(dev), settings=SETTINGS)),
@@ -49,6 +55,8 @@ def test_python_and_the_command_record_the_same(tmp_path, tiny_grader, case):  #
         "score file": (["--keep-ratio", 0.5, "--scores", scores, "--eval-data", dev],
                        lambda: prune(loaded, keep_ratio=0.5, scores=scores, eval_data=read_pairs(dev),
                                      settings=SETTINGS)),
+        "score file without fisher": (["--keep-ratio", 0.5, "--scores", scores],
+                                      lambda: prune(loaded, keep_ratio=0.5, scores=scores, settings=SETTINGS)),
         "score file, kl": (["--keep-ratio", 0.5, "--scores", scores, "--method", "kl"],
                            lambda: prune(loaded, keep_ratio=0.5, scores=scores, method="kl", settings=SETTINGS)),
         "flops": (["--flops", 0.5, "--calibrate", 40],
@@ -61,11 +69,11 @@ def test_python_and_the_command_record_the_same(tmp_path, tiny_grader, case):  #
     assert py_meta == cli_meta and py_report == cli_report
     recorded = cli_meta["prune"]
     if case.startswith("score file"):
-        used = "kl" if case.endswith("kl") else "ablation"  # the method read from the file, never a default
+        # --method, else the default method when the file has it, else the file's first; recorded as used
+        used = {"score file": "fisher", "score file without fisher": "ablation", "score file, kl": "kl"}[case]
         assert recorded["scores"]["method"] == used and recorded["scores"]["how"].endswith(f"({used})")
         assert recorded["scores"]["file"]["path"] == str(scores)
-        top = [[], [2, 3], [0, 1, 2, 3]] if used == "ablation" else [[0, 1, 2, 3], [0, 1], []]
-        assert [sorted(k) for k in recorded["plan"]["keep"]] == top
+        assert [sorted(k) for k in recorded["plan"]["keep"]] == TOP[used]
         assert recorded["notes"] == []  # quality on held-out pairs (or none) is not flagged
     else:
         assert recorded["scores"]["data"]["fingerprint"] == read_pairs(dev).sample(512).fingerprint

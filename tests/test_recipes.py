@@ -79,6 +79,19 @@ def test_every_bad_key_is_reported_at_once(tmp_path):
     assert message.startswith(f"{path}: ") and message.count("valid keys are") == 1
 
 
+def test_range_problems_are_reported_with_the_unknown_and_mistyped_keys(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("teacher: runs/teacher\ntrain_data: x\nbogus: 1\nepochs: -1\nkeep_layers: 2.5\n")
+    with pytest.raises(UserError) as err:
+        load_recipe(DistillRecipe, path, overrides=["temperature=0"])
+    message = str(err.value)
+    for problem in ("unknown key 'bogus'", "key 'keep_layers' must be a whole number",
+                    "key 'epochs' is -1, which is out of range; it must be in (0, 1000]",
+                    "key 'temperature' is 0, which is out of range; it must be in (0, 100] (from --set temperature=0)"):
+        assert problem in message
+    assert message.startswith(f"{path}: ") and message.count("valid keys are") == 1
+
+
 @pytest.mark.parametrize("written", ["5e-4", "5E-4", "+5e-4", "5.e-4", ".5e-3"])
 def test_exponent_numbers_without_a_dot_are_numbers(written, tmp_path):
     """YAML 1.1 reads 5e-4 as the text '5e-4'; a recipe file and --set both mean the number."""

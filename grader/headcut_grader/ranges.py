@@ -46,20 +46,23 @@ def ranged(default, low=None, high=None, *, low_open=False, high_open=False, met
     return dataclasses.field(default=default, metadata={**(metadata or {}), "range": valid})
 
 
+def field_problem(f: dataclasses.Field, value) -> str | None:
+    """The sentence saying why `value` (or an element, for a tuple) is outside field `f`'s `ranged` range;
+    None when it is inside, unset (None) or the field has no range."""
+    valid = f.metadata.get("range")
+    if valid is None or value is None:
+        return None
+    for item in value if isinstance(value, (tuple, list)) else (value,):
+        problem = valid.problem(item)
+        if problem:
+            return f"key '{f.name}' is {_number(item)}, which {problem}."
+    return None
+
+
 def range_problems(obj) -> list[tuple[str, str]]:
     """(field, sentence) for every field of dataclass `obj` outside its `ranged` range (None is unset)."""
-    out = []
-    for f in dataclasses.fields(obj):
-        valid = f.metadata.get("range")
-        value = getattr(obj, f.name)
-        if valid is None or value is None:
-            continue
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            problem = valid.problem(item)
-            if problem:
-                out.append((f.name, f"key '{f.name}' is {_number(item)}, which {problem}."))
-                break
-    return out
+    problems = ((f.name, field_problem(f, getattr(obj, f.name))) for f in dataclasses.fields(obj))
+    return [(name, sentence) for name, sentence in problems if sentence]
 
 
 def check_ranges(obj, where: str) -> None:

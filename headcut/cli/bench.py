@@ -44,8 +44,8 @@ def bench(
     --data ../shared/data/homedepot/dev.tsv --limit 1000 --out runs/bench
     """
     quiet_transformers()
-    from headcut.export.bench import BenchSettings, benchmark, figure, load_measured, markdown, onnx_variant, pytorch_variant
-    from headcut.files import atomic_dir, check_out_dir, write_json, write_text
+    from headcut.export.bench import BenchSettings, benchmark, load_measured, onnx_variant, pytorch_variant, write_bench
+    from headcut.files import atomic_dir, check_out_dir
     from headcut.models import load_model
 
     inputs = [*model, *grader, data]
@@ -67,11 +67,8 @@ def bench(
                 for m in model]
     for folder in grader:
         variants.append(load_measured(lambda f=folder: onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=threads)))
-    report = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
-    table = markdown(report)
+    result = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
     with atomic_dir(out, overwrite=overwrite, inputs=inputs) as tmp:
-        write_json(tmp / "bench.json", report)
-        write_text(tmp / "bench.md", table)
-        figure(report).savefig(tmp / "bench.png", dpi=130)
+        table = write_bench(result, tmp)
     typer.echo(table)
     typer.echo(f"wrote {out}/bench.json, bench.md, bench.png")

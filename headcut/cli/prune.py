@@ -47,7 +47,8 @@ def prune(
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
                                   "mask tuning on (default: the model's recorded dev data). Grades are optional."),
     method: Opt[str] = typer.Option(None, "--method", help="--keep-ratio: scan method, ablation, fisher, gradient or kl "
-                                     "(default fisher); with --scores, which method of the file to use (default: its first)."),
+                                     "(default fisher); with --scores, which method of the file to use (default: fisher "
+                                     "when the file has it, else its first)."),
     targets: str = typer.Option("teacher", "--targets", help="--flops/--latency: Fisher targets. teacher = the model's "
                                 "own grade distribution (no labels needed, keeps its judgement); grades = the data's grades."),
     tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops/--latency: re-fit one scale per kept head and "

@@ -1,12 +1,15 @@
 """Head importance scores, and the score file that carries them to `headcut prune`.
 
 Scores are `(num_layers, num_heads)` float32 tensors, higher = more important. Methods:
-- `ablation`: increase of the mean loss (NLL) when the head alone is masked (exact; the default, since
-  accuracy deltas of single heads drown in the noise of a few hundred pairs while the loss ranks cleanly);
+- `ablation`: increase of the mean loss (NLL) when the head alone is masked (exact, and loss rather than
+  accuracy, since accuracy deltas of single heads drown in the noise of a few hundred pairs);
 - `kl`: mean KL(unmasked || head masked) of the grade distribution; needs no labels;
 - `gradient` (Michel et al. 2019): mean |dL/d mask| over pairs, each layer divided by its L2 norm;
 - `fisher` (Kwon et al. 2022): sum over pairs of (dL/d mask)^2;
 - `entropy`: minus the mean attention entropy (nats) of the head: sharp heads rank above diffuse ones.
+`headcut scan` writes them in that order. `headcut prune` ranks by `fisher` (prune.scores.DEFAULT_METHOD:
+one gradient pass): its own scan's method, and a score file's unless `--method` names another; a file
+without fisher scores gives its first method.
 Scores use the original head numbering also for a pruned model; heads it no longer has score -inf,
 so a top-k never keeps them and correlations skip them.
 """
@@ -185,7 +188,7 @@ def write_scores(path, scores_by_method: dict[str, torch.Tensor], *, model_info:
     """Write importance.json: per method its `(layers, heads)` scores (null = head absent) and provenance.
 
     model_info: {"path", "weights_hash", ...}; data_info: {"source", "fingerprint", "samples", "seed", ...}.
-    The first method is the default that `read_scores(path)` returns.
+    The first method is what `read_scores(path)` returns when it names no method (or an absent default).
     """
     if not scores_by_method:
         raise ValueError("no scores to write")
@@ -207,9 +210,10 @@ def _score_value(value, layer: int, head: int) -> float:
     return float(value)
 
 
-def read_scores(path, *, method: str | None = None) -> tuple[torch.Tensor, dict]:
-    """Scores of one method (default: the file's first) as `(layers, heads)` float32 (-inf = absent head),
-    and meta: method, weights_hash, fingerprint, samples, seed, model, data, methods, file."""
+def read_scores(path, *, method: str | None = None, default: str | None = None) -> tuple[torch.Tensor, dict]:
+    """Scores of one method as `(layers, heads)` float32 (-inf = absent head): `method`, else `default` when
+    the file has it, else the file's first; and meta: method, weights_hash, fingerprint, samples, seed,
+    model, data, methods, file."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such score file; run `headcut scan --out DIR` and pass DIR/importance.json.")
@@ -221,7 +225,7 @@ def read_scores(path, *, method: str | None = None) -> tuple[torch.Tensor, dict]
     methods = doc.get("methods") if isinstance(doc, dict) else None
     if not isinstance(methods, dict) or not methods or doc.get("format") != FORMAT:
         raise UserError(f"{path}: not a headcut importance file (format {FORMAT}); rerun `headcut scan`.")
-    name = method or next(iter(methods))
+    name = method or (default if default in methods else next(iter(methods)))
     if name not in methods:
         raise UserError(f"{path} has no '{name}' scores (it has {', '.join(methods)}); "
                         f"pass one of those or rerun `headcut scan --method {name}`.")

@@ -26,6 +26,7 @@ from headcut.batching import encode
 from headcut.data import Pairs
 from headcut.evaluate.metrics import agreement, summarize
 from headcut.evaluate.predict import predict_logits
+from headcut.files import write_json, write_text
 from headcut.timing import round_robin
 
 
@@ -127,8 +128,48 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
+@dataclass
+class BenchResult:
+    """What `benchmark` measured: one row per variant (the first is the reference), each with its cells of
+    the (batch, sequence) grid. `extra`: what a caller adds (exports, a server load test), kept in bench.json."""
+
+    settings: BenchSettings
+    data: dict  # source, rows
+    variants: list[dict]
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def reference(self) -> str:
+        return self.variants[0]["name"]
+
+    def to_dict(self) -> dict:
+        return {"settings": asdict(self.settings), "data": self.data, "reference": self.reference,
+                "variants": self.variants, **self.extra}
+
+
+def write_bench(result: BenchResult, folder: str | Path, *, notes: str = "") -> str:
+    """Write bench.json, bench.md (the table, then `notes`) and bench.png into `folder` (made if missing),
+    each file atomically; returns the markdown. `headcut bench` passes its atomic output folder."""
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    report = result.to_dict()
+    table = markdown(report) + notes
+    write_json(folder / "bench.json", report)
+    write_text(folder / "bench.md", table)
+    fig, partial = figure(report), folder / ".bench.png.partial"
+    try:
+        fig.savefig(partial, dpi=130, format="png")
+        partial.replace(folder / "bench.png")
+    finally:
+        plt.close(fig)
+        partial.unlink(missing_ok=True)
+    return table
+
+
 def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchSettings = BenchSettings(), *,
-              progress: Callable[[str], None] | None = None) -> dict:
+              progress: Callable[[str], None] | None = None) -> BenchResult:
     """Latency grid, throughput, size, memory, accuracy and agreement with `variants[0]` (the reference)."""
     say = progress or (lambda message: None)
     rows = {id(v): {"name": v.name, "kind": v.kind, "size_mb": v.size_bytes / 2**20, "memory_mb": v.memory_mb,
@@ -156,8 +197,7 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
     for row in rows.values():
         for cell, ref in zip(row["cells"], reference["cells"]):
             cell["speedup"] = cell["pairs_per_s"] / ref["pairs_per_s"]
-    return {"settings": asdict(settings), "data": {"source": pairs.source, "rows": len(pairs)},
-            "reference": variants[0].name, "variants": list(rows.values())}
+    return BenchResult(settings, {"source": pairs.source, "rows": len(pairs)}, list(rows.values()))
 
 
 def cell(row: dict, batch: int, seq: int) -> dict | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headcut.arch import takes_token_types
+from headcut.arch import takes_token_types, usable_positions
 from headcut.batching import collate, encode, length_batches
 from headcut.data import Pairs
 from headcut.errors import UserError
@@ -137,8 +137,7 @@ def gate_batches(model, tokenizer, pairs: Pairs | None, *, max_length: int, rows
             batches.append({k: v for k, v in batch.items() if k in names})
     g = torch.Generator().manual_seed(seed)
     vocab = model.config.vocab_size
-    # RoBERTa-style positions start after the padding index, so the longest usable input is shorter.
-    longest = min(max_length, getattr(model.config, "max_position_embeddings", max_length) - 2)
+    longest = min(max_length, usable_positions(model.config) or max_length)
     for b, n in RANDOM_SHAPES:
         n = min(n, longest)
         ids = torch.randint(1, vocab, (b, n), generator=g)

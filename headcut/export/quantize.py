@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headcut.arch import ARCHITECTURES, layer_parts
+
 
 @dataclass(frozen=True)
 class Int8Choice:
@@ -27,7 +29,14 @@ class Int8Choice:
     outlier_ffn: int = 0
 
 
-FFN_OUT = r"layer\.\d+/(output/dense|ffn/lin2)/"  # BERT-family and DistilBERT FFN down-projections
+def _scope(path: str) -> str:
+    """A module path as an ONNX node-name scope: TorchScript turns `a.layer.3.b` into `a/layer.3/b`."""
+    return re.sub(r"\.(?!\d)", "/", path)
+
+
+# Every table architecture's FFN down-projection, in any layer.
+FFN_OUT = "|".join(sorted({re.escape(_scope(a.layers)) + r"\.\d+/" + re.escape(_scope(a.ffn_out)) + "/"
+                           for a in ARCHITECTURES.values()}))
 # Cheapest first. Dynamic INT8 scales each activation tensor by its max, so one outlier coarsens every
 # step: the GELU output entering a FFN down-projection has max/rms ~90 in MiniLM's first layers (vs ~14
 # before attention). Measured on the Home Depot teacher (2,000 dev pairs): default 90.6% agreement,
@@ -47,8 +56,6 @@ CHOICE_NAMES = tuple(c.name for c in CHOICES)
 def outlier_scores(model, batches: list[dict]) -> list[float]:
     """Per layer: max |x| / rms(x) of the FFN down-projection's input over `batches` (calibration data);
     0 for a layer whose FFN was pruned away (nothing to keep in fp32)."""
-    from headcut.arch import layer_parts
-
     parts = layer_parts(model)
     peaks, squares, counts = {}, {}, {}
     handles = []
@@ -73,11 +80,9 @@ def outlier_scores(model, batches: list[dict]) -> list[float]:
 
 def ffn_out_pattern(model, layer: int) -> str:
     """The ONNX node-name regex of one layer's FFN down-projection (TorchScript names scopes by module path)."""
-    from headcut.arch import layer_parts
-
     target = layer_parts(model)[layer].ffn_out
     name = next(n for n, m in model.named_modules() if m is target)
-    return re.escape("/" + re.sub(r"\.(?!\d)", "/", name) + "/")
+    return re.escape("/" + _scope(name) + "/")
 
 
 def resolve(choice: Int8Choice, model, batches: list[dict]) -> Int8Choice:

@@ -56,13 +56,13 @@ def bench(ctx: Context) -> dict:
     ctx.progress(len(exports) + 1, len(exports) + 1, f"timing batch {b.batch} x {b.seq_len}")
     settings = BenchSettings((b.batch,), (b.seq_len,), b.threads, repeats=b.repeats)
     timed = benchmark(variants, teacher.tokenizer, pairs, settings)
-    for row, measured in zip(rows, timed["variants"]):
+    for row, measured in zip(rows, timed.variants):
         cell = measured["cells"][0]
         row.update(p50_ms=cell["p50_ms"], p95_ms=cell["p95_ms"], pairs_per_s=cell["pairs_per_s"],
                    speedup=cell["speedup"])
     result = {"rows": rows, "teacher": summarize(reference, labels, grades), "seq_len_mean": seq,
               "data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
-              "settings": timed["settings"],
+              "settings": timed.to_dict()["settings"],
               "yardstick": None if yardstick is None else {
                   "path": b.yardstick, "metrics": summarize(yardstick, labels, grades),
                   "teacher_vs": compared(reference, yardstick)}}

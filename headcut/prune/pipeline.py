@@ -45,10 +45,11 @@ def prune(
     """Prune the heads of `loaded` (left untouched) to `keep_ratio` of them.
 
     Heads are ranked by the scan file `scores` (importance.json of this model; `method`: which of its
-    methods, default its first), or else by a `method` scan (default fisher) of `settings.score_rows`
-    pairs of `data` (default: the dev data `headcut finetune` recorded); `iterative` > 0 re-scans between
-    that many steps. Quality with paired CIs is measured on `eval_data` (`settings.eval_rows` of it), else on
-    the scoring pairs when they have grades, with a note that it is then optimistic.
+    methods, default fisher when it has it, else its first), or else by a `method` scan (default fisher)
+    of `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune` recorded);
+    `iterative` > 0 re-scans between that many steps. Quality with paired CIs is measured on `eval_data`
+    (`settings.eval_rows` of it), else on the scoring pairs when they have grades, with a note that it is
+    then optimistic.
     `progress(stage, pairs_done, stage_total)` reports scanning ("scoring...") and grading.
     """
     check_keep_ratio(keep_ratio)

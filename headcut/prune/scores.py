@@ -21,13 +21,14 @@ def check_unpruned(loaded, flag: str = "--model") -> None:
 
 
 def scores_from_file(path: str | Path, loaded, *, method: str | None = None) -> tuple[torch.Tensor, dict]:
-    """Scores and metadata from a scan's importance.json, refused when they belong to another model."""
+    """Scores and metadata from a scan's importance.json, refused when they belong to another model.
+    `method`: which of the file's methods; default DEFAULT_METHOD when the file has it, else its first."""
     from headcut.evaluate.importance import absent_heads, read_scores
 
     path = Path(path)
     if not path.exists():
         raise UserError(f"--scores {path}: no such file; run `headcut scan` first or pass --data to score heads here.")
-    scores, meta = read_scores(path, method=method)
+    scores, meta = read_scores(path, method=method, default=DEFAULT_METHOD)
     scores = torch.as_tensor(scores, dtype=torch.float64)
     expected = mask_shape(loaded.model)
     if tuple(scores.shape) != expected:
