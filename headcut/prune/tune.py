@@ -84,26 +84,45 @@ DAMPING = (1e-4, 1e-3, 1e-2, 1e-1, 1.0)  # relative to mean(diag G); the held-ou
 
 @dataclass
 class _Normal:
-    """The normal equations of one sublayer's fit on a set of tokens: ||C m - t||^2 = m'Gm - 2 r'm + tt."""
+    """The normal equations of one sublayer's fit on a set of tokens, over x = (scales m, bias shift b):
+    ||C m + b - t||^2 = x'Gx - 2 r'x + tt. With `units` scales and `width` bias entries (0: no bias shift)."""
 
-    gram: torch.Tensor
-    rhs: torch.Tensor
+    units: int
+    width: int
+    gram: torch.Tensor = None
+    rhs: torch.Tensor = None
     tt: float = 0.0
     reference: float = 0.0  # squared norm of the unpruned model's LayerNorm input: errors are relative to it
 
-    def error(self, m: torch.Tensor) -> float:
-        return float(m @ self.gram @ m - 2 * self.rhs @ m + self.tt) / max(self.reference, 1e-30)
+    def __post_init__(self):
+        size = self.units + self.width
+        if self.gram is None:
+            self.gram = torch.zeros(size, size, dtype=torch.float64)
+            self.rhs = torch.zeros(size, dtype=torch.float64)
+
+    def __add__(self, other: "_Normal") -> "_Normal":
+        return _Normal(self.units, self.width, self.gram + other.gram, self.rhs + other.rhs, self.tt + other.tt,
+                       self.reference + other.reference)
+
+    def no_change(self) -> torch.Tensor:
+        return torch.cat([torch.ones(self.units, dtype=torch.float64), torch.zeros(self.width, dtype=torch.float64)])
+
+    def error(self, x: torch.Tensor) -> float:
+        return float(x @ self.gram @ x - 2 * self.rhs @ x + self.tt) / max(self.reference, 1e-30)
 
     def solve(self, damping: float) -> torch.Tensor:
-        ridge = damping * float(torch.diagonal(self.gram).mean().clamp_min(1e-30))
-        eye = torch.eye(len(self.rhs), dtype=torch.float64)
-        # damped towards 1 (no change), not towards 0: an unidentifiable scale stays as it was
-        return torch.linalg.solve(self.gram + ridge * eye, self.rhs + ridge)
+        k = self.units
+        ridge = torch.zeros(len(self.rhs), dtype=torch.float64)
+        ridge[:k] = damping * float(torch.diagonal(self.gram)[:k].mean().clamp_min(1e-30))
+        # the bias shift is one mean per hidden unit over thousands of tokens: well determined, barely damped
+        ridge[k:] = 1e-6 * float(torch.diagonal(self.gram)[k:].mean().clamp_min(1e-30)) if self.width else 0
+        # damped towards no change (scale 1, shift 0), not towards 0: an unidentifiable scale stays as it was
+        return torch.linalg.solve(self.gram + torch.diag(ridge), self.rhs + ridge * self.no_change())
 
 
 @torch.no_grad()
 def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max_scale: float = 10.0,
-                progress: Callable[[str], None] | None = None) -> list[LayerFit]:
+                bias: bool = True, progress: Callable[[str], None] | None = None) -> list[LayerFit]:
     """Fit and fold per-unit scales into `student` (a pruned copy of `teacher`), in place, sublayer by
     sublayer from the bottom. Returns one `LayerFit` per sublayer that still has units; its errors are
     measured on the held-out calibration pairs."""
@@ -125,9 +144,10 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
                 continue
             if progress:
                 progress(f"layer {s_parts.index} {sublayer}")
-            fit, check = (_Normal(torch.zeros(count, count, dtype=torch.float64),
-                                  torch.zeros(count, dtype=torch.float64)) for _ in range(2))
-            w = (s_parts.out if sublayer == "attention" else s_parts.ffn_out).weight.detach().double()
+            proj = s_parts.out if sublayer == "attention" else s_parts.ffn_out
+            width = proj.weight.shape[0] if bias and proj.bias is not None else 0
+            fit, check = _Normal(count, width), _Normal(count, width)
+            w = proj.weight.detach().double()
             wtw = w.t() @ w if sublayer == "ffn" else None  # (neurons, neurons), the same for every batch
             for batch, held in batches:
                 real = batch["attention_mask"].bool()
@@ -143,41 +163,52 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
 def _accumulate(normal: _Normal, parts: LayerParts, sublayer: str, w, wtw, acts, now, target) -> None:
     """Add these tokens' G, C't and t't; t = target minus what the sublayer's input holds besides the units.
     `w` is the projection's weight (d, units x group); for neurons `wtw` = w'w."""
+    k = normal.units
     if sublayer == "attention":
         contrib = _head_contributions(parts, acts, w)  # (tokens, heads, d)
         t = target - (now - contrib.sum(1))
-        normal.gram += torch.einsum("nkd,njd->kj", contrib, contrib)
-        normal.rhs += torch.einsum("nkd,nd->k", contrib, t)
+        normal.gram[:k, :k] += torch.einsum("nkd,njd->kj", contrib, contrib)
+        normal.rhs[:k] += torch.einsum("nkd,nd->k", contrib, t)
+        summed = contrib.sum(0)  # (heads, d): sum over tokens of C_n, the scales' cross term with the shift
     else:  # neuron u adds acts[:, u] * w[:, u]
         t = target - (now - acts @ w.t())
-        normal.gram += (acts.t() @ acts) * wtw
-        normal.rhs += (acts * (t @ w)).sum(0)
+        normal.gram[:k, :k] += (acts.t() @ acts) * wtw
+        normal.rhs[:k] += (acts * (t @ w)).sum(0)
+        summed = acts.sum(0)[:, None] * w.t()
+    if normal.width:
+        normal.gram[:k, k:] += summed
+        normal.gram[k:, :k] += summed.t()
+        normal.gram[k:, k:] += len(t) * torch.eye(normal.width, dtype=torch.float64)
+        normal.rhs[k:] += t.sum(0)
     normal.tt += float((t * t).sum())
     normal.reference += float((target * target).sum())
 
 
 def _choose_and_fold(parts: LayerParts, sublayer: str, fit: _Normal, check: _Normal, max_scale: float) -> LayerFit:
-    ones = torch.ones(len(fit.rhs), dtype=torch.float64)
-    both = _Normal(fit.gram + check.gram, fit.rhs + check.rhs, fit.tt + check.tt, fit.reference + check.reference)
+    k = fit.units
+    both = fit + check
     candidates = []
     for damping in DAMPING:
-        scales = fit.solve(damping)
-        if bool(torch.isfinite(scales).all()) and float(scales.abs().max()) <= max_scale:
-            candidates.append((check.error(scales), damping))
-    before = check.error(ones)
+        x = fit.solve(damping)
+        if bool(torch.isfinite(x).all()) and float(x[:k].abs().max()) <= max_scale:
+            candidates.append((check.error(x), damping))
+    before = check.error(fit.no_change())
     if candidates and min(candidates)[0] < before:
         error, damping = min(candidates)
-        scales = both.solve(damping)  # refit on every calibration pair with the chosen damping
-        if bool(torch.isfinite(scales).all()) and float(scales.abs().max()) <= max_scale:
-            _fold(parts, sublayer, scales)
-            return LayerFit(parts.index, sublayer, len(ones), before, error, True,
-                            (float(scales.min()), float(scales.max())), damping)
-    return LayerFit(parts.index, sublayer, len(ones), before, before, False, (1.0, 1.0), None)
+        x = both.solve(damping)  # refit on every calibration pair with the chosen damping
+        if bool(torch.isfinite(x).all()) and float(x[:k].abs().max()) <= max_scale:
+            _fold(parts, sublayer, x[:k], x[k:])
+            return LayerFit(parts.index, sublayer, k, before, error, True,
+                            (float(x[:k].min()), float(x[:k].max())), damping)
+    return LayerFit(parts.index, sublayer, k, before, before, False, (1.0, 1.0), None)
 
 
-def _fold(parts: LayerParts, sublayer: str, scales: torch.Tensor) -> None:
-    """Multiply each unit's input columns of the projection by its scale: what a fractional mask computes."""
+def _fold(parts: LayerParts, sublayer: str, scales: torch.Tensor, shift: torch.Tensor) -> None:
+    """Multiply each unit's input columns of the projection by its scale (what a fractional mask computes)
+    and add the shift to its bias."""
     proj = parts.out if sublayer == "attention" else parts.ffn_out
     group = parts.head_size if sublayer == "attention" else 1
     column_scale = scales.repeat_interleave(group).to(proj.weight.dtype).to(proj.weight.device)
     proj.weight.mul_(column_scale[None, :])
+    if len(shift):
+        proj.bias.add_(shift.to(proj.bias.dtype).to(proj.bias.device))
