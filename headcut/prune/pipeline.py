@@ -17,6 +17,7 @@ from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 from headcut.prune.budget import check_budget, plan_budget
 from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency
+from headcut.prune.refit import refit_head
 from headcut.prune.tune import tune_scales
 from headcut.prune.iterative import iterative_plan
 from headcut.prune.measure import speed_summary
@@ -169,13 +170,14 @@ def prune_to_budget(
     keep_heads(model, [list(h) for h in plan.heads])
     keep_neurons(model, [list(n) for n in plan.neurons])
     model.eval()
-    untuned, fits = None, []
+    untuned, fits, head_fits = None, [], []
     calibrate_pairs = calibrate_pairs if calibrate_pairs is not None else score_pairs
     if tune:
         untuned = copy.deepcopy(model) if eval_pairs is not None else None
         calibration = encode(loaded.tokenizer, calibrate_pairs, max_length=max_length, model=loaded.model)
         fits = tune_scales(loaded.model, model, calibration, batch_size=batch_size,
                            progress=(lambda stage: progress("tuning", 1)) if progress else None)
+        head_fits = refit_head(loaded.model, model, calibration, batch_size=batch_size)
     pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
     layers, heads = mask_shape(loaded.model)
     summary = {
@@ -189,7 +191,7 @@ def prune_to_budget(
                    "data": _data_record(score_pairs), **scores.to_dict()},
         "tuning": {"enabled": tune, "data": _data_record(calibrate_pairs) if tune else None,
                    "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
-                   "fits": [f.to_dict() for f in fits]},
+                   "fits": [f.to_dict() for f in fits], "head": [f.to_dict() for f in head_fits]},
     }
     if flops is not None:
         summary["budget"]["budget_flops"] = budget
