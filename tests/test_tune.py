@@ -99,3 +99,15 @@ def test_last_layer_is_fitted_on_the_first_token_only():
     all_tokens = tune_scales(teacher, everywhere, enc, batch_size=8, last_layer_cls=False)
     assert [f.error_before for f in fits[:4]] == pytest.approx([f.error_before for f in all_tokens[:4]])
     assert fits[4].error_before != pytest.approx(all_tokens[4].error_before, rel=1e-3)
+
+
+def test_teacher_targets_from_one_forward_equal_the_per_sublayer_ones(monkeypatch):
+    teacher, student = pruned("distilbert")
+    enc = toy_encoded("distilbert", n=40)
+    recomputed = copy.deepcopy(student)
+    cached = tune_scales(teacher, student, enc, batch_size=8)
+    monkeypatch.setattr(tune, "TARGET_CACHE_BYTES", 0)
+    assert tune._teacher_targets(teacher, [(collate(enc, [0]), None)]) is None
+    fits = tune_scales(teacher, recomputed, enc, batch_size=8)
+    assert [f.to_dict() for f in fits] == [f.to_dict() for f in cached]
+    assert all(torch.equal(a, b) for a, b in zip(student.state_dict().values(), recomputed.state_dict().values()))

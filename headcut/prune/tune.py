@@ -77,6 +77,33 @@ def _capture(model, parts: LayerParts, sublayer: str, batch: dict, *, units: boo
     return got
 
 
+TARGET_CACHE_BYTES = 2 << 30  # above this the teacher's targets are recomputed per sublayer instead of kept
+
+
+def _teacher_targets(teacher, batches: list) -> list[dict] | None:
+    """Every sublayer's LayerNorm input of `teacher` for every batch, from one forward per batch (rather than
+    one partial forward per sublayer and batch: most of tuning's time); None when they would take more than
+    TARGET_CACHE_BYTES."""
+    parts = layer_parts(teacher)
+    hidden = teacher.config.hidden_size
+    size = sum(batch["input_ids"].numel() for batch, _ in batches) * hidden * 2 * len(parts) * 4
+    if size > TARGET_CACHE_BYTES:
+        return None
+    cached = []
+    for batch, _ in batches:
+        got = {}
+        handles = [getattr(p, f"{sub}_norm").register_forward_pre_hook(
+            lambda module, args, key=(p.index, sub): got.__setitem__(key, args[0].detach()))
+            for p in parts for sub in ("attention", "ffn")]
+        try:
+            teacher(**batch)
+        finally:
+            for h in handles:
+                h.remove()
+        cached.append(got)
+    return cached
+
+
 def _head_contributions(parts: LayerParts, acts: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """(tokens, heads, d): what each head adds to the LayerNorm input through its slice of the projection
     `w` (d, heads x head_size)."""
@@ -127,7 +154,7 @@ class _Normal:
 
 @torch.no_grad()
 def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max_scale: float = 10.0,
-                bias: bool = True, last_layer_cls: bool = True, cls_weight: float = 1.0,
+                bias: bool = True, last_layer_cls: bool = True,
                 progress: Callable[[str], None] | None = None) -> list[LayerFit]:
     """Fit and fold per-unit scales into `student` (a pruned copy of `teacher`), in place, sublayer by
     sublayer from the bottom; with `bias`, also one shift per output of each sublayer's projection, fitted
@@ -144,6 +171,7 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
         held = torch.as_tensor(rows % 5 == 4, device=device)  # by pair index: the same pairs for every sublayer
         batches.append((batch, held))
+    targets = _teacher_targets(teacher, batches)
     fits = []
     for t_parts, s_parts in zip(layer_parts(teacher), layer_parts(student)):
         for sublayer in ("attention", "ffn"):
@@ -158,46 +186,42 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
             w = proj.weight.detach().double()
             wtw = w.t() @ w if sublayer == "ffn" else None  # (neurons, neurons), the same for every batch
             last = last_layer_cls and s_parts.index == len(layer_parts(student)) - 1
-            for batch, held in batches:
-                weight = batch["attention_mask"].double()
+            for b, (batch, held) in enumerate(batches):
+                real = batch["attention_mask"].bool()
                 if last:  # only the first token reaches the classifier
-                    weight[:, 1:] = 0
-                weight[:, 0] *= cls_weight
-                real = weight > 0
-                target = _capture(teacher, t_parts, sublayer, batch, units=False)["norm"]
+                    real[:, 1:] = False
+                target = (targets[b][s_parts.index, sublayer] if targets is not None
+                          else _capture(teacher, t_parts, sublayer, batch, units=False)["norm"])
                 got = _capture(student, s_parts, sublayer, batch, units=True)
                 for normal, pick in ((fit, real & ~held[:, None]), (check, real & held[:, None])):
                     _accumulate(normal, s_parts, sublayer, w, wtw, got["units"][pick].double(),
-                                got["norm"][pick].double(), target[pick].double(), weight[pick])
+                                got["norm"][pick].double(), target[pick].double())
             fits.append(_choose_and_fold(s_parts, sublayer, fit, check, max_scale))
     return fits
 
 
-def _accumulate(normal: _Normal, parts: LayerParts, sublayer: str, w, wtw, acts, now, target, weight) -> None:
-    """Add these tokens' G, C't and t't, each token counted `weight` times; t = target minus what the
-    sublayer's input holds besides the units. `w` is the projection's weight (d, units x group); for
-    neurons `wtw` = w'w."""
+def _accumulate(normal: _Normal, parts: LayerParts, sublayer: str, w, wtw, acts, now, target) -> None:
+    """Add these tokens' G, C't and t't; t = target minus what the sublayer's input holds besides the units.
+    `w` is the projection's weight (d, units x group); for neurons `wtw` = w'w."""
     k = normal.units
     if sublayer == "attention":
         contrib = _head_contributions(parts, acts, w)  # (tokens, heads, d)
         t = target - (now - contrib.sum(1))
-        weighted = contrib * weight[:, None, None]
-        normal.gram[:k, :k] += torch.einsum("nkd,njd->kj", weighted, contrib)
-        normal.rhs[:k] += torch.einsum("nkd,nd->k", weighted, t)
-        summed = weighted.sum(0)  # (heads, d): sum over tokens of C_n, the scales' cross term with the shift
+        normal.gram[:k, :k] += torch.einsum("nkd,njd->kj", contrib, contrib)
+        normal.rhs[:k] += torch.einsum("nkd,nd->k", contrib, t)
+        summed = contrib.sum(0)  # (heads, d): sum over tokens of C_n, the scales' cross term with the shift
     else:  # neuron u adds acts[:, u] * w[:, u]
         t = target - (now - acts @ w.t())
-        weighted = acts * weight[:, None]
-        normal.gram[:k, :k] += (weighted.t() @ acts) * wtw
-        normal.rhs[:k] += (weighted * (t @ w)).sum(0)
-        summed = weighted.sum(0)[:, None] * w.t()
+        normal.gram[:k, :k] += (acts.t() @ acts) * wtw
+        normal.rhs[:k] += (acts * (t @ w)).sum(0)
+        summed = acts.sum(0)[:, None] * w.t()
     if normal.width:
         normal.gram[:k, k:] += summed
         normal.gram[k:, :k] += summed.t()
-        normal.gram[k:, k:] += float(weight.sum()) * torch.eye(normal.width, dtype=torch.float64)
-        normal.rhs[k:] += (weight[:, None] * t).sum(0)
-    normal.tt += float((weight * (t * t).sum(1)).sum())
-    normal.reference += float((weight * (target * target).sum(1)).sum())
+        normal.gram[k:, k:] += len(t) * torch.eye(normal.width, dtype=torch.float64)
+        normal.rhs[k:] += t.sum(0)
+    normal.tt += float((t * t).sum())
+    normal.reference += float((target * target).sum())
 
 
 def choose_damping(solve: Callable[[float], torch.Tensor], error: Callable[[torch.Tensor], float], before: float,
