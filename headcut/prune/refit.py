@@ -47,21 +47,25 @@ def head_linears(model) -> list[tuple[str, nn.Linear]]:
             if isinstance(m, nn.Linear) and m.bias is not None and id(m) not in inside]
 
 
-def _rows(model, linear: nn.Linear, batch: dict, *, output: bool) -> torch.Tensor:
-    """The linear's input (with a column of ones for the bias) or its output, one row per token it reads."""
-    got = {}
+def _forward(model, linears: list[nn.Linear], batch: dict, *, output: bool) -> list[torch.Tensor]:
+    """Each linear's input (with a column of ones for the bias) or output, one row per pair it reads,
+    from one forward of `model`."""
+    got = [None] * len(linears)
 
-    def take(module, args, out=None):
-        x = out if output else args[0]
-        got["x"] = x.detach().reshape(-1, x.shape[-1]).double()
+    def take(i):
+        def hook(module, args, out=None):
+            x = (out if output else args[0]).detach()
+            got[i] = x.reshape(-1, x.shape[-1]).double().cpu()
+        return hook
 
-    handle = linear.register_forward_hook(take) if output else linear.register_forward_pre_hook(take)
+    handles = [m.register_forward_hook(take(i)) if output else m.register_forward_pre_hook(take(i))
+               for i, m in enumerate(linears)]
     try:
         model(**batch)
     finally:
-        handle.remove()
-    x = got["x"]
-    return x if output else torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1)
+        for h in handles:
+            h.remove()
+    return got if output else [torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1) for x in got]
 
 
 @torch.no_grad()
@@ -73,14 +77,16 @@ def refit_head(teacher, student, encoded: Encoded, *, batch_size: int = 64) -> l
     device = next(student.parameters()).device
     batches = [({k: v.to(device) for k, v in collate(encoded, rows).items()}, torch.as_tensor(rows % 5 == 4))
                for rows in length_batches(encoded, batch_size)]
+    teacher_linears = [m for _, m in head_linears(teacher)]
+    targets = [_forward(teacher, teacher_linears, batch, output=True) for batch, _ in batches]
     fits = []
-    for (name, t_linear), (_, s_linear) in zip(head_linears(teacher), head_linears(student)):
+    for i, (name, s_linear) in enumerate(head_linears(student)):
         size, width = s_linear.in_features + 1, s_linear.out_features
         fit, check = ([torch.zeros(size, size, dtype=torch.float64), torch.zeros(size, width, dtype=torch.float64), 0.0]
                       for _ in range(2))
-        for batch, held in batches:
-            x = _rows(student, s_linear, batch, output=False).cpu()
-            y = _rows(teacher, t_linear, batch, output=True).cpu()
+        for (batch, held), outputs in zip(batches, targets):
+            x = _forward(student, [s_linear], batch, output=False)[0]  # after the refit of the linears below
+            y = outputs[i]
             if len(x) != len(held):
                 raise ValueError(f"{name} reads {len(x)} rows for {len(held)} pairs; the head refit needs one per pair")
             for sums, pick in ((fit, ~held), (check, held)):  # the head reads one row per pair
