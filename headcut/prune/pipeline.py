@@ -129,8 +129,9 @@ def prune_to_budget(
     default `default_cache()`),
     with no gradient training: Fisher scores of every
     unit on `score_pairs` (see `evaluate.fisher`; or `unit_scores` computed on them before), the best
-    plan under the budget (`prune.budget`), then, with `tune`, per-unit scales re-fitted by least squares
-    on `calibrate_pairs` (default: the scoring pairs; labels unused) and folded into the weights.
+    plan under the budget (`prune.budget`), then, with `tune`, per-unit scales and bias shifts re-fitted by
+    least squares on `calibrate_pairs` (default: the scoring pairs; labels unused) and folded into the
+    weights (`prune.tune`), then the classification head re-fitted to the unpruned outputs (`prune.refit`).
     `eval_pairs` adds quality with paired CIs, also of the untuned model when tuning ran. Returns (pruned model, summary for headcut.json and the report)."""
     if targets not in TARGETS:
         raise UserError(f"--targets {targets} is unknown; choose one of: {', '.join(TARGETS)}.")
