@@ -9,7 +9,7 @@ For each FLOPs budget (share of the teacher's FLOPs per pair at its max_length) 
   heads only      today's `--keep-ratio` pruner (fisher head scan with grades), as many heads as the budget
                   allows; n/a below the FFN's share of the FLOPs
   heads+FFN       the joint plan, masks only (`headcut prune --flops F --no-tune`)
-  heads+FFN+tune  the joint plan with mask tuning (`headcut prune --flops F`)
+  heads+FFN+tune  the joint plan with mask tuning and the head refit (`headcut prune --flops F`)
   random          random heads and neurons in the same per-layer numbers as the joint plan, untuned
   bottom-k        the teacher's lowest k layers, k the nearest layer count (no training)
 Quality: accuracy, Spearman and loss minus the teacher's with paired bootstrap 95% CIs, and agreement
@@ -42,6 +42,7 @@ from headcut.models import load_model  # noqa: E402
 from headcut.prune import plan_heads  # noqa: E402
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget  # noqa: E402
 from headcut.prune.measure import dummy_batch  # noqa: E402
+from headcut.prune.refit import refit_head  # noqa: E402
 from headcut.prune.tune import tune_scales  # noqa: E402
 from headcut.timing import round_robin  # noqa: E402
 
@@ -151,6 +152,7 @@ def main():
         keep_neurons(joint, [list(n) for n in plan.neurons])
         tuned = copy.deepcopy(joint)
         fits = tune_scales(teacher, tuned, calib_enc)
+        head_fits = refit_head(teacher, tuned, calib_enc)  # as `headcut prune --flops` does after tuning
         prune_seconds = time.perf_counter() - t0
         k, truncated = bottom_k(teacher, share, seq)
         models = {"heads only": heads_only(teacher, head_scores, budget, costs), "heads+FFN": joint,
@@ -171,6 +173,7 @@ def main():
                 row["layers"] = k
             if name == "heads+FFN+tune":
                 row.update(plan=plan.to_dict(), fits=[f.to_dict() for f in fits],
+                           head_fits=[f.to_dict() for f in head_fits],
                            seconds={"scores": score_seconds, "plan_surgery_tuning": prune_seconds})
             rows.append(row)
             log(f"  {name:15s} FLOPs {row['flops']:.3f}  agreement {paired['agreement']['value']:.4f}  "

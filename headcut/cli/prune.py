@@ -52,7 +52,8 @@ def prune(
     targets: str = typer.Option("teacher", "--targets", help="--flops/--latency: Fisher targets. teacher = the model's "
                                 "own grade distribution (no labels needed, keeps its judgement); grades = the data's grades."),
     tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops/--latency: re-fit one scale per kept head and "
-                              "neuron by least squares so each layer matches the unpruned one (checked on held-out pairs)."),
+                              "neuron and a bias shift per layer by least squares so each layer matches the unpruned "
+                              "one, then the classification head (each fit kept only if better on held-out pairs)."),
     calibrate: int = number(512, "--calibrate", help="--flops/--latency: pairs of --data (labels unused) for mask "
                             "tuning; every fifth is held out to check the fit", low=5, high=100_000),
     seq_len: Opt[int] = number(None, "--seq-len", help="--flops/--latency: sequence length the cost is counted at "

@@ -17,6 +17,7 @@ from headcut.models import LoadedModel
 from headcut.prune.budget import check_budget, plan_budget
 from headcut.timing import Runtime
 from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency
+from headcut.prune.refit import refit_head
 from headcut.prune.tune import tune_scales
 from headcut.prune.inputs import (data_pool, data_record, eval_sample, file_score_record, notes_for,
                                   scan_score_record, stage)
@@ -129,9 +130,10 @@ def prune_to_budget(
     with no gradient training: Fisher scores of every
     unit on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune` recorded; see
     `evaluate.fisher`; or `unit_scores` computed on that sample before), the best
-    plan under the budget (`prune.budget`), then, with `tune`, per-unit scales re-fitted by least squares
-    on another seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded
-    into the weights.
+    plan under the budget (`prune.budget`), then, with `tune`, per-unit scales and bias shifts re-fitted by
+    least squares on another seeded sample of `settings.calibrate_rows` pairs of the same data (labels
+    unused) and folded into the weights (`prune.tune`), then the classification head re-fitted to the
+    unpruned model's outputs (`prune.refit`).
     Quality with paired CIs (also of the untuned model when tuning ran) is measured as `prune` does."""
     if targets not in TARGETS:
         raise UserError(f"--targets {targets} is unknown; choose one of: {', '.join(TARGETS)}.")
@@ -172,13 +174,14 @@ def prune_to_budget(
     keep_heads(model, [list(h) for h in plan.heads])
     keep_neurons(model, [list(n) for n in plan.neurons])
     model.eval()
-    untuned, fits = None, []
+    untuned, fits, head_fits = None, [], []
     calibrate_pairs = pool.sample(settings.calibrate_rows, seed=seed + 1) if tune else None
     if tune:
         untuned = copy.deepcopy(model) if eval_pairs is not None else None
         calibration = encode(loaded.tokenizer, calibrate_pairs, max_length=max_length, model=loaded.model)
         fits = tune_scales(loaded.model, model, calibration, batch_size=batch_size,
                            progress=(lambda _: progress("tuning", 1, None)) if progress else None)
+        head_fits = refit_head(loaded.model, model, calibration, batch_size=batch_size)
     pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
     layers, heads = mask_shape(loaded.model)
     budget_record = {"flops": flops, "seq_len": seq_len, "full_flops": full, "fixed_flops": costs.fixed,
@@ -213,5 +216,5 @@ def prune_to_budget(
                             min_seconds=settings.latency_seconds),
         budget=budget_record, tuning={"enabled": tune, "data": data_record(calibrate_pairs) if tune else None,
                               "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
-                              "fits": [f.to_dict() for f in fits]},
+                              "fits": [f.to_dict() for f in fits], "head": [f.to_dict() for f in head_fits]},
         quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, calibrate_pairs))

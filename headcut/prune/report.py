@@ -129,6 +129,9 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
         for f in tuning["fits"]:
             lines.append(f"| {f['layer']} | {f['sublayer']} | {f['units']} | {f['error_before']:.4f} | "
                          f"{f['error_after']:.4f} | {f['damping'] if f['accepted'] else 'not kept'} |")
+        for f in tuning.get("head", []):  # output error of the head's linears, re-fitted after the layers
+            lines.append(f"| head | {f['name']} | | {f['error_before']:.4f} | {f['error_after']:.4f} | "
+                         f"{f['damping'] if f['accepted'] else 'not kept'} |")
     return "\n".join(lines) + "\n"
 
 
