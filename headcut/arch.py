@@ -441,6 +441,7 @@ class Architecture:
     neuronless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-neuron FFN stub
     ffn: Callable[[nn.Module, torch.Tensor], torch.Tensor]  # a layer's FFN sublayer, residual and LayerNorm included
     positions_after_padding: bool = False  # position ids start after the padding index (fewer usable positions)
+    out_inside_attention: bool = False  # the `attention` module applies `out` itself (DistilBERT)
 
 
 _BERT = Architecture(
@@ -465,6 +466,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         all_head_size_attr=None, ffn_block="ffn", ffn_in="ffn.lin1", ffn_out="ffn.lin2",
         attention_norm="sa_layer_norm", headless_norm="sa_layer_norm", ffn_norm="output_layer_norm",
         headless=_distilbert_headless, neuronless=_distilbert_neuronless, ffn=_distilbert_ffn,
+        out_inside_attention=True,
     ),
 }
 SUPPORTED = tuple(ARCHITECTURES)

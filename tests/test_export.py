@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -12,7 +13,7 @@ from headcut.arch import heads_per_layer, keep_heads, keep_layers, keep_neurons,
 from headcut.data import read_pairs, synthetic_pairs
 from headcut.errors import UserError
 from headcut.export import FP32_TOLERANCE, Int8Gate, ParityError, build_grader, check_parity, export_onnx, parity
-from headcut.export.export import gate_batches, reference_logits, session
+from headcut.export.export import gate_batches, input_names, reference_logits, session
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (FFN_OUT, Int8Choice, Int8Trial, fastest_passing, fp32_nodes, outlier_scores,
                                     quantize_int8, resolve)
@@ -56,6 +57,29 @@ def test_fp32_parity_every_architecture(tmp_path, kind):
     assert [1, 8] in result.shapes and [8, 62 if kind == "roberta" else 64] in result.shapes  # dynamic axes
 
 
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta", "electra"])
+def test_fused_attention_is_one_op_per_layer_with_its_own_heads_and_honours_padding(tmp_path, kind):
+    layers = {"n_layers": 3} if kind == "distilbert" else {"num_hidden_layers": 3}
+    model = tiny_model(kind, attn="sdpa", initializer_range=0.5, **layers)  # peaky attention: padding shows
+    keep_heads(model, [[0, 2], [], [0, 1, 3]])
+    graph = onnx.load(str(export_onnx(model, tmp_path / "m.onnx"))).graph
+    fused = [n for n in graph.node if n.op_type == "MultiHeadAttention"]
+    assert [next(a.i for a in n.attribute if a.name == "num_heads") for n in fused] == [2, 3]
+    assert not [n for n in graph.node if n.op_type == "Softmax"]  # no attention left op by op
+    names = input_names(model)
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for batch, seq in ((4, 12), (7, 30)):
+        mask = (torch.arange(seq)[None, :] < torch.randint(2, seq + 1, (batch,), generator=g)[:, None]).long()
+        ids = torch.randint(5, model.config.vocab_size, (batch, seq), generator=g) * mask
+        batches.append({k: v for k, v in {"input_ids": ids, "attention_mask": mask,
+                                          "token_type_ids": torch.zeros_like(ids)}.items() if k in names})
+    result = parity(reference_logits(model, batches), session(tmp_path / "m.onnx"), batches)
+    assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
+    ignored = [{**b, "attention_mask": torch.ones_like(b["attention_mask"])} for b in batches]
+    assert parity(reference_logits(model, ignored), session(tmp_path / "m.onnx"), batches).max_abs_diff > 1e-2
+
+
 def test_pruned_and_distilled_shapes_export_after_save_and_load(tmp_path):
     tokenizer = tiny_tokenizer(tmp_path / "tok")
     model = tiny_model("bert", num_hidden_layers=3, vocab_size=len(tokenizer), initializer_range=0.2)
@@ -83,13 +107,13 @@ def test_gate_fails_loudly_on_a_different_graph(tmp_path):
 def test_global_head_count_fusion_is_caught_on_uneven_heads(tmp_path):
     # initializer_range=0.5 makes attention peaky, so regrouping heads changes the output visibly
     model = tiny_model("bert", initializer_range=0.5)
-    full_path = export_onnx(model, tmp_path / "full.onnx")
+    full_path = export_onnx(model, tmp_path / "full.onnx", fuse=False)  # the op-by-op graph ORT's fusion reads
     info = optimize_graph(full_path, tmp_path / "full.opt.onnx", hidden_size=32, heads_per_layer=[4, 4])
     assert info["attention_fused"] and info["fused_ops"]["Attention"] == 2
     assert _parity(model, tmp_path / "full.opt.onnx").max_abs_diff <= FP32_TOLERANCE
 
     keep_heads(model, [[0, 2], [1, 2, 3]])
-    path = export_onnx(model, tmp_path / "uneven.onnx")
+    path = export_onnx(model, tmp_path / "uneven.onnx", fuse=False)
     optimize_graph(path, tmp_path / "forced.onnx", hidden_size=32, heads_per_layer=[2, 3], num_heads=4)
     with pytest.raises(ParityError):
         check_parity(_parity(model, tmp_path / "forced.onnx"), what="attention fused with 4 heads")

@@ -27,6 +27,7 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
         "graph_optimization": graph_optimization,  # the ORT session level the parity gate used
         "opset": opset,
         "exporter": "torch.onnx TorchScript (dynamo=False)",
+        "attention": "fused: one com.microsoft.MultiHeadAttention per layer, with its own head count",
         "source": {
             "path": loaded.path,
             "weights_hash": loaded.weights_hash,

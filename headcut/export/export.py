@@ -3,10 +3,12 @@
 The TorchScript exporter (`dynamo=False`) is chosen explicitly: torch >= 2.9 defaults to the dynamo
 exporter, which traces transformers' mask code differently per release; the TorchScript path at opset 17
 exports full, pruned (uneven heads, 0-head stubs, narrowed FFNs) and distilled BERTs with exact parity.
+Attention is exported fused, one ORT MultiHeadAttention op per layer with that layer's head count (fuse.py).
 """
 from __future__ import annotations
 
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from headcut.arch import takes_token_types, usable_positions
 from headcut.batching import collate, encode, length_batches
 from headcut.data import Pairs
 from headcut.errors import UserError
+from headcut.export.fuse import fused_attention
 
 FP32_TOLERANCE = 1e-4  # max |logit difference| an fp32 graph may show against PyTorch
 # Shapes the random part of the gate covers: single pairs, odd lengths, a full batch at full length.
@@ -47,11 +50,14 @@ class Parity:
 class _LogitsOnly(torch.nn.Module):
     """ONNX graphs need tensors out, not a ModelOutput; token_type_ids are optional (DistilBERT has none)."""
 
-    def __init__(self, model):
+    def __init__(self, model, set_mask=None):
         super().__init__()
         self.model = model
+        self.set_mask = set_mask  # fused attention reads the padding mask from here
 
     def forward(self, input_ids, attention_mask, token_type_ids=None):
+        if self.set_mask is not None:
+            self.set_mask(attention_mask)
         kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
@@ -66,9 +72,16 @@ def input_names(model) -> list[str]:
 
 
 @torch.no_grad()
-def export_onnx(model, path: str | Path, *, opset: int = 17) -> Path:
-    """Write `model` as an ONNX graph with dynamic batch and sequence axes; returns the path."""
-    path = Path(path)
+def export_onnx(model, path: str | Path, *, opset: int = 17, fuse: bool = True) -> Path:
+    """Write `model` as an ONNX graph with dynamic batch and sequence axes; returns the path.
+
+    `fuse` exports each layer's attention as one ORT MultiHeadAttention op (fuse.py); False traces it op by
+    op, as transformers computes it (the graph ORT's own optimiser works on)."""
+    with (fused_attention(model) if fuse else nullcontext()) as set_mask:
+        return _export(_LogitsOnly(model, set_mask), model, Path(path), opset)
+
+
+def _export(wrapper: _LogitsOnly, model, path: Path, opset: int) -> Path:
     model.eval()
     names = input_names(model)
     # Length 16 > any special-token count, batch 2 > 1: neither axis gets specialised to a constant.
@@ -80,7 +93,7 @@ def export_onnx(model, path: str | Path, *, opset: int = 17) -> Path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about Python control flow the gate checks anyway
         torch.onnx.export(
-            _LogitsOnly(model),
+            wrapper,
             tuple(dummy[n] for n in names),
             str(path),
             dynamo=False,
