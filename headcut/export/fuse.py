@@ -36,7 +36,9 @@ class _MultiHeadAttention(torch.autograd.Function):
 
     @staticmethod
     def symbolic(g, q, k, v, bias, key_mask, num_heads: int, scale: float):
-        return g.op(OP, q, k, v, bias, key_mask, num_heads_i=num_heads, scale_f=scale, mask_filter_value_f=MASK_FILTER)
+        out = g.op(OP, q, k, v, bias, key_mask, num_heads_i=num_heads, scale_f=scale, mask_filter_value_f=MASK_FILTER)
+        out.setType(q.type())  # the context has the query's shape and type; without it the tracer warns per layer
+        return out
 
 
 def _fused_forward(part, out_inside: bool, mask: dict):

@@ -35,4 +35,5 @@ def onnx_runtime(*, int8: bool, threads: int) -> Runtime:
         return [statistics.median(t) * 1000 for t in times]
 
     name = "onnx-int8" if int8 else "onnx-fp32"
-    return Runtime(name, f"onnxruntime {onnxruntime.__version__}, {threads} threads", timer)
+    # the graph form is part of the version: cached tables timed on another form must not be reused
+    return Runtime(name, f"onnxruntime {onnxruntime.__version__}, {threads} threads, fused attention", timer)
