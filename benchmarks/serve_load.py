@@ -102,10 +102,55 @@ def graded_pairs(url: str) -> float | None:
     return sum(float(line.split()[-1]) for line in reply.text.splitlines() if line.startswith("headcut_pairs_total"))
 
 
+def server_pids(port: int) -> list[int]:
+    """The processes serving `port` (the `headcut serve` command started with it, and its descendants); [] off Linux."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return []
+    parents = {}
+    roots = []
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            parents[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"serve" in cmd and b"--port" in cmd and cmd[cmd.index(b"--port") + 1] == str(port).encode():
+            roots.append(int(d.name))
+    found = set(roots)
+    while True:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        if not more:
+            return sorted(found)
+        found |= more
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds the processes have used so far, all their threads included."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
+
+
 def measure(url: str, port: int, bodies: list[bytes], size: int, concurrency: int, args) -> dict:
     before = graded_pairs(url)
+    pids = server_pids(port)
+    server_cpu, client_cpu = cpu_seconds(pids), time.process_time()
     cell = asyncio.run(_cell(port, bodies, concurrency, args.seconds, args.max_requests))
+    server_cpu, client_cpu = cpu_seconds(pids) - server_cpu, time.process_time() - client_cpu
     row = summarize(cell, [size] * len(bodies))
+    # where the CPU went: milliseconds per 1,000 pairs answered, in the server and in this load generator
+    row["server_cpu_ms_per_1k"] = 1e6 * server_cpu / row["pairs"] if row["pairs"] and pids else None
+    row["client_cpu_ms_per_1k"] = 1e6 * client_cpu / row["pairs"] if row["pairs"] else None
+    row["server_busy"] = server_cpu / row["seconds"] if pids else None  # cores' worth of CPU the server used
     after = graded_pairs(url)
     # each pair graded once and answered once: the server's count moves by exactly the pairs answered 200
     row["server_pairs"] = None if before is None else after - before
@@ -113,10 +158,11 @@ def measure(url: str, port: int, bodies: list[bytes], size: int, concurrency: in
     return {"size": size, "concurrency": concurrency, **row}
 
 
-def offline(grader, rows: list[tuple[str, str]]) -> float:
-    start = time.perf_counter()
+def offline(grader, rows: list[tuple[str, str]]) -> tuple[float, float]:
+    """Pairs/s of grading `rows` in this process, and its CPU milliseconds per 1,000 pairs."""
+    start, cpu = time.perf_counter(), time.process_time()
     grader.grade(rows)
-    return len(rows) / (time.perf_counter() - start)
+    return len(rows) / (time.perf_counter() - start), 1e6 * (time.process_time() - cpu) / len(rows)
 
 
 def markdown(report: dict) -> str:
@@ -132,6 +178,12 @@ def markdown(report: dict) -> str:
         r = h[mode]
         lines.append(f"| served, batching {mode} | {r['pairs_per_s']:.0f} | {r['pairs_per_s'] / h['offline_pairs_per_s']:.0%} "
                      f"| {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['busy_503']} | {r['errors']} |")
+    on = h["on"]
+    if on.get("server_cpu_ms_per_1k"):
+        lines += ["", f"Where the CPU went (batching on, medians): grading offline took {h['offline_cpu_ms_per_1k']:.0f} CPU ms "
+                  f"per 1,000 pairs; serving took {on['server_cpu_ms_per_1k']:.0f} in the server and "
+                  f"{on['client_cpu_ms_per_1k']:.0f} in the load generator on the same cores; the server kept "
+                  f"{on['server_busy']:.2f} of {report['cores']} cores busy."]
     lines += ["", "| pairs/request | C | batching | req/s | pairs/s | p50 ms | p95 ms | p99 ms | p99/p50 | 503 | errors "
               "| lost | server pairs = answered |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in report["cells"]:
@@ -212,7 +264,7 @@ def main():
     modes = {"on": ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms), *common),
              "off": ("--max-batch", "1", *common)}
     load_before = os.getloadavg()
-    report = {"machine": describe(machine()), "grader": args.grader, "precision": grader.record["precision"],
+    report = {"machine": describe(machine()), "cores": os.cpu_count(), "grader": args.grader, "precision": grader.record["precision"],
               "threads": args.threads, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
               "max_queue": args.max_queue, "batch_size": args.batch_size, "seconds": args.seconds, "rounds": args.rounds,
               "load_before": " ".join(f"{x:.2f}" for x in load_before), "cells": []}
@@ -224,13 +276,18 @@ def main():
         for mode in urls:  # warm-up: first runs of each shape are slow
             measure(urls[mode], ports[mode], bodies[8], 8, 8, argparse.Namespace(seconds=1.0, max_requests=200))
         offline(grader, rows[:256])
-        headline = {"offline": [], "on": [], "off": []}
+        headline = {"offline": [], "offline_cpu": [], "on": [], "off": []}
         for _ in range(args.rounds):
-            headline["offline"].append(offline(grader, rows[:args.offline_pairs]))
+            rate, cpu = offline(grader, rows[:args.offline_pairs])
+            headline["offline"].append(rate)
+            headline["offline_cpu"].append(cpu)
             for mode in ("on", "off"):
                 headline[mode].append(measure(urls[mode], ports[mode], bodies[8], 8, 32, args))
-            print(f"round: offline {headline['offline'][-1]:.0f} pairs/s, served on {headline['on'][-1]['pairs_per_s']:.0f}, "
-                  f"off {headline['off'][-1]['pairs_per_s']:.0f}", flush=True)
+            on = headline["on"][-1]
+            print(f"round: offline {headline['offline'][-1]:.0f} pairs/s, served on {on['pairs_per_s']:.0f}, "
+                  f"off {headline['off'][-1]['pairs_per_s']:.0f}; CPU ms per 1k pairs: offline {cpu:.0f}, server "
+                  f"{on['server_cpu_ms_per_1k'] or float('nan'):.0f} + load generator {on['client_cpu_ms_per_1k']:.0f} "
+                  f"(server busy {on['server_busy'] or float('nan'):.2f} cores)", flush=True)
         for size in sizes:
             for c in concurrency:
                 for mode in ("on", "off"):
@@ -243,9 +300,11 @@ def main():
 
     def median_row(rows):
         return {k: statistics.median(r[k] for r in rows) if isinstance(rows[0][k], float) else sum(r[k] or 0 for r in rows)
-                for k in ("pairs_per_s", "p50_ms", "p99_ms", "busy_503", "errors", "lost")}
+                for k in ("pairs_per_s", "p50_ms", "p99_ms", "busy_503", "errors", "lost", "server_cpu_ms_per_1k",
+                          "client_cpu_ms_per_1k", "server_busy")}
 
     report["headline"] = {"offline_pairs_per_s": statistics.median(headline["offline"]),
+                          "offline_cpu_ms_per_1k": statistics.median(headline["offline_cpu"]),
                           "offline_rounds": headline["offline"], "on": median_row(headline["on"]),
                           "off": median_row(headline["off"]), "on_rounds": headline["on"], "off_rounds": headline["off"]}
     everything = report["cells"] + headline["on"] + headline["off"]
