@@ -23,6 +23,17 @@ DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
 STANDIN_KEEP = [list(range(12)), [0, 2, 4, 6, 8, 10], [], list(range(9)), [1, 5, 7], list(range(10))]
 
 
+def variant_name(path: Path, taken) -> str:
+    """A short name for a model folder that no other variant has: its own name, or with its parents'
+    (a `headcut run` keeps every model in a folder called `model`, under the stage's folder)."""
+    parts = path.resolve().parts
+    for k in range(1, len(parts) + 1):
+        name = "-".join(p for p in parts[-k:] if p != "model")
+        if name and name not in taken and name != "teacher":
+            return name
+    raise SystemExit(f"--model {path} is given twice")
+
+
 def build(loaded, out: Path, pairs, *, int8: bool, default_only: bool = False, threads: int):
     from headcut.export import CHOICES, Int8Gate, build_grader
 
@@ -79,7 +90,7 @@ def main():
     teacher = load_model(args.teacher)
     models = {"teacher": teacher}
     for path in args.model:
-        models[Path(path).name] = load_model(path)
+        models[variant_name(Path(path), models)] = load_model(path)
     if args.standin or not args.model:
         standin = out / "pruned-standin"
         if not (standin / "headcut.json").exists():
