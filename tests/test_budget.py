@@ -252,7 +252,7 @@ def test_int8_grader_of_a_model_with_empty_ffn_and_attention_layers(tmp_path):
     keep_heads(model, [[0, 2], [], [1, 2, 3]])
     keep_neurons(model, [list(range(0, 37, 2)), [], list(range(9))])
     loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
-    gate = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_default=0.0)
+    gate = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_fp32=0.0)
     record = build_grader(loaded, tmp_path / "grader", pairs=synthetic_pairs(120), int8=True, gate=gate)
     assert record["parity"]["fp32"]["max_abs_diff"] <= 1e-4
     assert (tmp_path / "grader" / "model.onnx").exists()

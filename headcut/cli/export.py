@@ -18,10 +18,10 @@ def format_record(record: dict) -> str:
         lines.append(f"optimised:   max |logit diff| {opt['max_abs_diff']:.2e}, attention fused: "
                      f"{record['optimized']['attention_fused']}")
     if record.get("int8"):
-        lines.append(f"{'INT8 recipe':<34} {'agree':>7} {'dSpear':>8} {'dAcc pt':>8} {'speed':>6}  gate")
+        lines.append(f"{'INT8 recipe':<34} {'agree':>7} {'dSpear':>8} {'dAcc pt':>8} {'vs fp32':>7}  gate")
         for t in record["int8"]["trials"]:
             lines.append(f"{t['choice']:<34} {t['agreement']:>7.2%} {t['spearman_drift']:>+8.4f} "
-                         f"{-t['accuracy_drop']:>+8.2f} {t['speed_vs_default']:>5.2f}x  {'pass' if t['passes'] else '-'}")
+                         f"{-t['accuracy_drop']:>+8.2f} {t['speed_vs_fp32']:>6.2f}x  {'pass' if t['passes'] else '-'}")
         lines.append(f"chosen: {record['int8']['chosen']['choice']}")
     if (record.get("accuracy") or {}).get("fp32_metrics"):
         m = record["accuracy"]["fp32_metrics"]
