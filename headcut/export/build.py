@@ -77,14 +77,16 @@ def build_grader(
         if pairs is not None and pairs.has_labels:
             say(f"grading {len(pairs)} pairs")
             encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
-            logits = onnx_logits(session(final, threads=threads), encoded)
+            shipped_fp32 = session(final, threads=threads)  # graded here, and the INT8 gate's speed yardstick
+            logits = onnx_logits(shipped_fp32, encoded)
             labels = pairs.label_array()
             accuracy = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
                         "metrics": summarize(logits, labels, pairs.grades)}
             if int8:
                 calibration = batches[: len(batches) - len(RANDOM_SHAPES)]  # the real pairs only
                 choices = tuple(resolve(c, model, calibration) for c in choices)
-                final, int8_record, int8_logits = _choose_int8(fp32, tmp, encoded, logits, labels, pairs.grades,
+                final, int8_record, int8_logits = _choose_int8(fp32, shipped_fp32, tmp, encoded, logits, labels,
+                                                               pairs.grades,
                                                                vocab=model.config.vocab_size, gate=gate, choices=choices, threads=threads, say=say)
                 accuracy["fp32_metrics"] = accuracy["metrics"]
                 accuracy["metrics"] = summarize(int8_logits, labels, pairs.grades)
@@ -108,7 +110,7 @@ def build_grader(
 FP32 = "fp32 graph"  # the session timed beside the INT8 graphs
 
 
-def _choose_int8(fp32, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab: int, gate: Int8Gate, choices,
+def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab: int, gate: Int8Gate, choices,
                  threads, say):
     """Quantise every choice, judge each against the fp32 graph, keep the fastest that passes the gate."""
     g = torch.Generator().manual_seed(0)
@@ -124,7 +126,7 @@ def _choose_int8(fp32, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab
         if choice.name in names:
             logits_of[choice.name] = onnx_logits(sessions[choice.name], encoded)
     say("timing INT8 graphs")
-    sessions[FP32] = session(fp32, threads=threads)  # timed last, in the same turns: the gate's yardstick
+    sessions[FP32] = fp32_session  # the graph shipped without --int8, timed last in the same turns
     times = round_robin([lambda b, s=s: run_session(s, b) for s in sessions.values()], timing, repeats=10)
     seconds = dict(zip(sessions, (statistics.median(t) for t in times)))
     trials = [judge(logits_of[name], fp32_logits, labels, grades, seconds=seconds[name],
