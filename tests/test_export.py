@@ -77,7 +77,8 @@ def test_fused_attention_is_one_op_per_layer_with_its_own_heads_and_honours_padd
     result = parity(reference_logits(model, batches), session(tmp_path / "m.onnx"), batches)
     assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
     ignored = [{**b, "attention_mask": torch.ones_like(b["attention_mask"])} for b in batches]
-    assert parity(reference_logits(model, ignored), session(tmp_path / "m.onnx"), batches).max_abs_diff > 1e-2
+    # ignoring padding moved logits by 3.1-8.7 here (seeded): a graph that drops the mask cannot pass
+    assert parity(reference_logits(model, ignored), session(tmp_path / "m.onnx"), batches).max_abs_diff > 1.0
 
 
 def test_pruned_and_distilled_shapes_export_after_save_and_load(tmp_path):
