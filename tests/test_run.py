@@ -116,6 +116,18 @@ def test_changing_one_stage_reruns_it_and_downstream_only(straight, tmp_path):
     assert {s for s, state in pruned.states.items() if state == "done"} == {"prune", "export.pruned", "bench"}
 
 
+def test_a_new_algorithm_version_reruns_that_stage_and_downstream(straight, tmp_path, monkeypatch):
+    """Code that changes what a stage makes (same settings) must not be skipped as unchanged."""
+    from headcut.pipeline import run as run_module
+
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    monkeypatch.setitem(run_module.ALGORITHM_VERSIONS, "prune", 1)
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), out)
+    assert {s for s, state in again.states.items() if state == "done"} == {"prune", "export.pruned", "bench"}
+    assert again.states["distill.small"] == "skipped"  # a bottom-k student does not read the pruned model
+
+
 def test_a_yardstick_reruns_only_the_bench_and_compares_every_grader_with_it(straight, tmp_path):
     """The run's own teacher as the yardstick: every comparison with it must equal the one with the teacher."""
     result, _ = straight

@@ -1,7 +1,7 @@
 """Run a pipeline recipe: stages in order, each skipped when its fingerprint is unchanged.
 
-A stage's fingerprint covers its settings, the content of the files it reads and the fingerprints of
-the outputs of the stages it depends on (each finished stage gets a fresh `made` token), so changing
+A stage's fingerprint covers its settings, the content of the files it reads, its kind's algorithm
+version (ALGORITHM_VERSIONS) and the fingerprints of the outputs of the stages it depends on (each finished stage gets a fresh `made` token), so changing
 one stage reruns it and what depends on it, nothing upstream, and a stage that had to run again (its
 folder deleted, say) is followed by everything downstream of it.
 Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "made", "result"}. A stage
@@ -28,6 +28,11 @@ from headcut.recipes import to_dict
 
 RUN_FILE = "run.json"
 STAGE_FILE = "stage.json"
+# What a kind of stage makes from the same settings and inputs. Bump a kind's number with any change to
+# its code that changes its output (a new tuner, another export gate, a fixed metric), so a rerun of an
+# older run folder redoes that stage and what follows instead of skipping it as unchanged. 0 is the
+# first release and stays out of the fingerprint, so run folders made before versions existed still skip.
+ALGORITHM_VERSIONS = {"teacher": 0, "scan": 0, "prune": 0, "distill": 0, "export": 0, "bench": 0}
 
 
 @dataclass(frozen=True)
@@ -82,8 +87,12 @@ def plan(recipe: PipelineRecipe) -> list[Stage]:
 def fingerprint(stage: Stage, upstream: dict[str, str], hashes: dict[str, str]) -> str:
     """`upstream`: each finished stage's output token (its fingerprint and `made`)."""
     files = {v: _content(v, hashes) for v in _strings(stage.settings) if Path(v).exists()}
-    text = json.dumps({"stage": stage.name, "settings": stage.settings, "files": files,
-                       "deps": {d: upstream[d] for d in stage.deps}}, sort_keys=True, default=str)
+    covered = {"stage": stage.name, "settings": stage.settings, "files": files,
+               "deps": {d: upstream[d] for d in stage.deps}}
+    version = ALGORITHM_VERSIONS[stage.name.partition(".")[0]]
+    if version:
+        covered["version"] = version
+    text = json.dumps(covered, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
