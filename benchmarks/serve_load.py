@@ -3,7 +3,8 @@
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/serve_load.py --grader runs/bottom3-int8 --out runs/serve_load
 
-Two 1-worker servers with --threads T run side by side (batching on: --max-batch/--max-wait-ms as given;
+Two servers of --workers W processes x --server-threads threads (default: T / W, so the server and the
+offline run use the same cores' worth of threads) run side by side (batching on: --max-batch/--max-wait-ms as given;
 off: --max-batch 1). Each cell is a closed loop of C clients on keep-alive connections for --seconds (at
 most --max-requests requests), then waits for every request in flight: nothing is cancelled, so each one
 sent is counted answered or failed. A client told 503 waits its Retry-After, as a polite client does.
@@ -158,6 +159,11 @@ def measure(url: str, port: int, bodies: list[bytes], size: int, concurrency: in
     return {"size": size, "concurrency": concurrency, **row}
 
 
+def server_shape(report: dict) -> str:
+    workers, threads = report.get("workers", 1), report.get("server_threads", report["threads"])
+    return f"{workers} worker{'s' if workers > 1 else ''} x {threads} thread{'s' if threads > 1 else ''}"
+
+
 def offline(grader, rows: list[tuple[str, str]]) -> tuple[float, float]:
     """Pairs/s of grading `rows` in this process, and its CPU milliseconds per 1,000 pairs."""
     start, cpu = time.perf_counter(), time.process_time()
@@ -168,7 +174,8 @@ def offline(grader, rows: list[tuple[str, str]]) -> tuple[float, float]:
 def markdown(report: dict) -> str:
     h = report["headline"]
     lines = [f"{report['machine']}; load average before: {report['load_before']}, after: {report['load_after']}.",
-             f"Grader {report['grader']} ({report['precision']}), 1 worker x {report['threads']} threads; batching on: "
+             f"Grader {report['grader']} ({report['precision']}), server {server_shape(report)}, offline 1 x "
+             f"{report['threads']} threads; batching on: "
              f"--max-batch {report['max_batch']} --max-wait-ms {report['max_wait_ms']} --max-queue "
              f"{report['max_queue']} --batch-size {report['batch_size']}; off: --max-batch 1. {report['seconds']} s per cell.", "",
              f"Headline, C=32 x 8 pairs, medians of {report['rounds']} rounds taken in turns with offline grading:",
@@ -223,7 +230,7 @@ def figure(report: dict, path: Path) -> None:
         ax.set_xlabel("concurrent clients")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle(f"headcut serve, 1 worker x {report['threads']} threads, batching on (solid) vs off (dotted)", fontsize=9)
+    fig.suptitle(f"headcut serve, {server_shape(report)}, batching on (solid) vs off (dotted)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -233,7 +240,9 @@ def main():
     parser.add_argument("--grader", default="runs/bottom3-int8")
     parser.add_argument("--data", default=str(DEV))
     parser.add_argument("--out", default="runs/serve_load")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="offline grading's threads, and the servers' in all")
+    parser.add_argument("--workers", type=int, default=1, help="server processes (headcut serve --workers)")
+    parser.add_argument("--server-threads", type=int, default=None, help="per server worker (default: threads / workers)")
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     parser.add_argument("--sizes", default="1,8,32")
     parser.add_argument("--seconds", type=float, default=3.0, help="per cell")
@@ -245,6 +254,9 @@ def main():
     parser.add_argument("--max-queue", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=16, help="the servers' ONNX Runtime batch")
     args = parser.parse_args()
+    if args.workers < 1 or args.threads < 1 or (args.server_threads is not None and args.server_threads < 1):
+        parser.error("--workers, --threads and --server-threads take whole numbers >= 1")
+    per_worker = args.server_threads or max(1, args.threads // args.workers)
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from headcut.data import read_pairs
@@ -265,11 +277,12 @@ def main():
              "off": ("--max-batch", "1", *common)}
     load_before = os.getloadavg()
     report = {"machine": describe(machine()), "cores": os.cpu_count(), "grader": args.grader, "precision": grader.record["precision"],
-              "threads": args.threads, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
+              "threads": args.threads, "workers": args.workers, "server_threads": per_worker, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
               "max_queue": args.max_queue, "batch_size": args.batch_size, "seconds": args.seconds, "rounds": args.rounds,
               "load_before": " ".join(f"{x:.2f}" for x in load_before), "cells": []}
-    with running_server(args.grader, threads=args.threads, args=modes["on"], cwd=ROOT) as on_url, \
-            running_server(args.grader, threads=args.threads, args=modes["off"], cwd=ROOT) as off_url:
+    serve = {"workers": args.workers, "threads": per_worker, "cwd": ROOT}
+    with running_server(args.grader, args=modes["on"], **serve) as on_url, \
+            running_server(args.grader, args=modes["off"], **serve) as off_url:
         urls = {"on": on_url, "off": off_url}
         ports = {m: int(u.rsplit(":", 1)[1]) for m, u in urls.items()}
         bodies = {s: bodies_of(rows, s, max(64, 2048 // s)) for s in {*sizes, 8}}  # 8: the headline
