@@ -40,19 +40,28 @@ class FinetuneRecipe(TrainingRecipe):
         super().check(where)
 
 
-def load_data(recipe: FinetuneRecipe) -> tuple[Pairs, Pairs]:
-    def read(spec, rows, seed):
-        synthetic = synthetic_spec(spec, rows)
-        if synthetic is not None:
-            return synthetic
-        return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=seed)
+def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pairs:
+    synthetic = synthetic_spec(spec, rows)
+    if synthetic is not None:
+        return synthetic
+    return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=seed)
 
-    train_pairs = read(recipe.train_data, recipe.train_rows, recipe.seed)
+
+def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:
+    train_pairs = _read(recipe, recipe.train_data, recipe.train_rows, recipe.seed)
     if recipe.dev_data is None:
         train_pairs, dev = train_pairs.split_by_query(1 - recipe.dev_fraction, seed=recipe.seed)
     else:
-        dev = read(recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
+        dev = _read(recipe, recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
     return train_pairs, dev.sample(recipe.dev_rows, seed=recipe.seed)
+
+
+def selection_pairs(recipe: TrainingRecipe) -> Pairs | None:
+    """The pairs of a file that a training recipe picks its best checkpoint on (load_data's dev pairs);
+    None when they are a synthetic draw or a query split of the training pairs."""
+    if recipe.dev_data is None or is_synthetic(recipe.dev_data):
+        return None
+    return _read(recipe, recipe.dev_data, recipe.dev_rows, recipe.seed + 1).sample(recipe.dev_rows, seed=recipe.seed)
 
 
 def dev_record(recipe: TrainingRecipe, dev: Pairs) -> dict:

@@ -140,7 +140,14 @@ def test_a_yardstick_reruns_only_the_bench_and_compares_every_grader_with_it(str
     assert bench["yardstick"]["teacher_vs"]["agreement"]["value"] == 1.0
     for row in bench["rows"]:
         assert row["vs_yardstick"] == row["vs_teacher"], row["name"]
-    assert "## Against the yardstick" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "## Against the yardstick" in md
+    # the floor judged against the yardstick names the graders the floor against the teacher passes
+    from headcut.pipeline.report import within_floor
+
+    floor = load_pipeline(result.out.parent / "tiny.yaml").floor
+    passing = [r["name"] for r in bench["rows"] if within_floor(r, floor)]
+    assert f"Spearman of the yardstick (point estimates): {', '.join(passing) or 'none'}." in md
 
 
 @pytest.mark.parametrize("where", ["nowhere", "file"])

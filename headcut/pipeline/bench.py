@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from headcut.pipeline.stages import Context, test_pairs
+from headcut.pipeline.pairs import selection_queries
+from headcut.pipeline.stages import Context, teacher_meta, test_pairs
 
 
 def bench(ctx: Context) -> dict:
@@ -61,7 +62,8 @@ def bench(ctx: Context) -> dict:
         row.update(p50_ms=cell["p50_ms"], p95_ms=cell["p95_ms"], pairs_per_s=cell["pairs_per_s"],
                    speedup=cell["speedup"])
     result = {"rows": rows, "teacher": summarize(reference, labels, grades), "seq_len_mean": seq,
-              "data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
+              "data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs),
+                       "left_out_queries": len(selection_queries(ctx.recipe, teacher_meta(ctx)))},
               "settings": timed.to_dict()["settings"],
               "yardstick": None if yardstick is None else {
                   "path": b.yardstick, "metrics": summarize(yardstick, labels, grades),

@@ -21,7 +21,7 @@ SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "f
 class DataSection:
     train: str | None = None  # a file or "synthetic": what the teacher and the students train on, prune scores on
     dev: str | None = None  # checkpoint selection; None: finetune/distill hold out a query split of train
-    test: str | None = None  # the report's pairs (export gates too); keep it apart from train and dev
+    test: str | None = None  # the report's pairs; = dev: less every query that chose a checkpoint (pairs.py)
     preset: str | None = None
     test_rows: int | None = ranged(1000, 1)
     seed: int = ranged(0, 0, 2**32 - 1)

@@ -46,21 +46,30 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
     return out
 
 
-def _yardstick_blocks(bench: dict) -> list[tuple]:
+def _yardstick_blocks(bench: dict, floor: FloorSection) -> list[tuple]:
     y = bench.get("yardstick")
     if not y:
         return []
     m = y["metrics"]
     rows = [["teacher (PyTorch fp32)", *_compared(y["teacher_vs"])]]
     rows += [[r["name"], *_compared(r["vs_yardstick"])] for r in bench["rows"]]
+    passing = [r["name"] for r in bench["rows"] if within_floor(r, floor, against="vs_yardstick")]
     return [("h2", "Against the yardstick"),
             ("p", f"The same test pairs, every grader against {y['path']} (PyTorch fp32: accuracy {m['accuracy']:.4f}, "
-                  f"macro-F1 {m['macro_f1']:.4f}, Spearman {m['spearman']:.4f}), paired bootstrap 95% CIs."),
+                  f"macro-F1 {m['macro_f1']:.4f}, Spearman {m['spearman']:.4f}), paired bootstrap 95% CIs. Within "
+                  f"{floor.accuracy_points:g} accuracy points and {floor.spearman:g} Spearman of the yardstick (point "
+                  f"estimates): {', '.join(passing) if passing else 'none'}."),
             ("table", YARDSTICK_HEADER, rows)]
 
 
-def within_floor(row: dict, floor: FloorSection) -> bool:
-    d = row["vs_teacher"]
+def _apart(bench: dict) -> str:
+    left_out = bench["data"].get("left_out_queries")
+    return (f"; the {left_out} queries whose pairs chose checkpoints (and INT8 recipes) left out" if left_out
+            else "")
+
+
+def within_floor(row: dict, floor: FloorSection, *, against: str = "vs_teacher") -> bool:
+    d = row[against]
     return 100 * d["accuracy"]["delta"] >= -floor.accuracy_points and d["spearman"]["delta"] >= -floor.spearman
 
 
@@ -123,7 +132,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     floor_text = f"within {floor.accuracy_points:g} accuracy points and {floor.spearman:g} Spearman of the teacher"
     b: list[tuple] = [("h", "headcut run")]
     b.append(("p", f"Recipe {recipe.source}. Test pairs: {bench['data']['rows']} from {bench['data']['source']} "
-                   f"(mean length {bench['seq_len_mean']} tokens; FLOPs counted there)."))
+                   f"(mean length {bench['seq_len_mean']} tokens; FLOPs counted there)" + _apart(bench) + "."))
     b.append(("h2", "The grader to deploy"))
     if chosen is not None:
         b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest grader {floor_text} (point estimates): "
@@ -144,7 +153,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
         b.append(("p", "Notes: " + " ".join(notes)))
     b.append(("img", FIGURE, "Speed-up against quality change; the Pareto front is outlined, the dashed line is the "
                              "quality floor, the star the grader to deploy."))
-    b += _yardstick_blocks(bench)
+    b += _yardstick_blocks(bench, floor)
     scan = records.get("scan")
     if scan:
         b += _scan_blocks(out, out / scan["folder"])

@@ -32,7 +32,8 @@ STAGE_FILE = "stage.json"
 # its code that changes its output (a new tuner, another export gate, a fixed metric), so a rerun of an
 # older run folder redoes that stage and what follows instead of skipping it as unchanged. 0 is the
 # first release and stays out of the fingerprint, so run folders made before versions existed still skip.
-ALGORITHM_VERSIONS = {"teacher": 0, "scan": 0, "prune": 0, "distill": 0, "export": 0, "bench": 0}
+# export 1, bench 1: INT8 recipes chosen, and the report made, on pairs of disjoint queries (pairs.py).
+ALGORITHM_VERSIONS = {"teacher": 0, "scan": 0, "prune": 0, "distill": 0, "export": 1, "bench": 1}
 
 
 @dataclass(frozen=True)
@@ -74,13 +75,15 @@ def plan(recipe: PipelineRecipe) -> list[Stage]:
         deps = ("teacher", "prune") if sub.student == "pruned" else ("teacher",)
         out.append(Stage(f"distill.{name}", deps, {"recipe": to_dict(sub)}, stages.distill(name)))
         models.append(f"distill.{name}")
-    export = {"export": to_dict(recipe.export), "test": recipe.data.test, "preset": recipe.data.preset,
-              "seed": recipe.data.seed}
+    # which pairs chose checkpoints decides which the report leaves out and the INT8 gate reads (pairs.py)
+    chosen_on = sorted({(r.dev_data, r.dev_rows, r.seed) for r in subs.values() if r is not None}, key=str)
+    export = {"export": to_dict(recipe.export), "chosen_on": chosen_on,
+              "data": {k: v for k, v in data.items() if k != "test_rows"}}  # the report's size is the bench's
     for model in models:
         label = "pruned" if model == "prune" else model.partition(".")[2] or model
         out.append(Stage(f"export.{label}", (model,), export, stages.export(model)))
     out.append(Stage("bench", tuple(s.name for s in out if s.name.startswith("export.")) + ("teacher",),
-                     {"bench": to_dict(recipe.bench), "data": data}, bench))
+                     {"bench": to_dict(recipe.bench), "data": data, "chosen_on": chosen_on}, bench))
     return out
 
 

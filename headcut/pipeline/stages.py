@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut.data import Pairs, read_pairs, synthetic_spec
+from headcut.data import Pairs
 from headcut.errors import UserError
+from headcut.pipeline.pairs import choice_pairs, read, report_pairs
 from headcut.pipeline.recipe import PipelineRecipe, read_sub_recipe
 
 
@@ -71,15 +72,16 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
     return out
 
 
-def read(spec: str, *, preset: str | None, rows: int | None, seed: int) -> Pairs:
-    """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many."""
-    synthetic = synthetic_spec(spec, rows)
-    return synthetic if synthetic is not None else read_pairs(spec, preset=preset).sample(rows, seed=seed)
+def teacher_meta(ctx: Context) -> dict:
+    from headcut.models import META_FILE, read_json_file
+
+    meta = Path(ctx.model_of("teacher")) / META_FILE
+    return read_json_file(meta) if meta.exists() else {}
 
 
 def test_pairs(ctx: Context, rows: int | None) -> Pairs:
-    data = ctx.recipe.data  # load_pipeline made sure test is set
-    return read(data.test, preset=data.preset, rows=rows, seed=data.seed)
+    """The report's pairs: none shares a query with the pairs that chose a checkpoint (pairs.py)."""
+    return report_pairs(ctx.recipe, teacher_meta(ctx), rows)
 
 
 def _training_progress(ctx: Context):
@@ -179,7 +181,7 @@ def export(source: str) -> Callable[[Context], dict]:
 
         e = ctx.recipe.export
         loaded = load_model(ctx.model_of(source))
-        pairs = test_pairs(ctx, e.rows)
+        pairs = choice_pairs(ctx.recipe, teacher_meta(ctx), e.rows)  # never the report's queries
         gate = Int8Gate(min_agreement=e.min_agreement, max_spearman_drift=e.max_spearman_drift, max_drop=e.max_drop)
         steps = iter(range(1, 1000))
 

@@ -1,0 +1,82 @@
+"""Which pairs a run reports on, and which it chooses with: never the same queries.
+
+A data set without a test split of its own (Home Depot: test = dev) would have the run report on pairs
+that also chose things: the teacher's and every student's best checkpoint (by dev Spearman) and the INT8
+recipe of every grader. So when the test file is a file some model of the run picked its checkpoint on,
+the report leaves out every pair whose query is among those selection pairs' queries (pairs of one query
+are alike), and the export gate judges INT8 recipes on the pairs of those queries instead. A test file
+that chose nothing is reported on whole, and the gate then reads the dev file (or the training pairs).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from headcut.data import Pairs, is_synthetic, read_pairs, synthetic_spec
+from headcut.pipeline.recipe import PipelineRecipe
+
+
+def read(spec: str, *, preset: str | None, rows: int | None, seed: int) -> Pairs:
+    """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many."""
+    synthetic = synthetic_spec(spec, rows)
+    return synthetic if synthetic is not None else read_pairs(spec, preset=preset).sample(rows, seed=seed)
+
+
+def training_recipes(recipe: PipelineRecipe, teacher_meta: dict | None) -> list:
+    """The recipes that picked a checkpoint in this run: the teacher's (trained here, or as recorded in an
+    existing grader's meta.json) and every student's."""
+    from headcut.finetune import FinetuneRecipe
+    from headcut.pipeline.stages import sub_recipes
+
+    subs = sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")
+    found = [r for r in subs.values() if r is not None]
+    recorded = (teacher_meta or {}).get("recipe")
+    if subs["teacher"] is None and isinstance(recorded, dict) and recorded.get("dev_data"):
+        keys = ("dev_data", "dev_rows", "seed", "preset")
+        found.append(replace(FinetuneRecipe(), **{k: recorded[k] for k in keys if k in recorded},
+                             **({"grades": tuple(recorded["grades"])} if recorded.get("grades") else {})))
+    return found
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    if not a or not b or is_synthetic(a) or is_synthetic(b):
+        return False
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def selection_queries(recipe: PipelineRecipe, teacher_meta: dict | None) -> set[str]:
+    """Queries of the test file's pairs that chose a checkpoint in this run (empty when none did)."""
+    from headcut.finetune import selection_pairs
+
+    queries: set[str] = set()
+    for r in training_recipes(recipe, teacher_meta):
+        if _same_file(r.dev_data, recipe.data.test):
+            queries.update(selection_pairs(r).queries)
+    return queries
+
+
+def _split(recipe: PipelineRecipe, chosen: set[str]) -> tuple[Pairs, Pairs]:
+    """The test file's pairs whose query chose nothing, and those whose query did."""
+    pool = read_pairs(recipe.data.test, preset=recipe.data.preset)
+    inside = [i for i, q in enumerate(pool.queries) if q in chosen]
+    outside = [i for i, q in enumerate(pool.queries) if q not in chosen]
+    return pool.subset(outside), pool.subset(inside)
+
+
+def report_pairs(recipe: PipelineRecipe, teacher_meta: dict | None, rows: int | None) -> Pairs:
+    """`rows` seeded pairs of the test file that share no query with any pair that chose anything."""
+    data = recipe.data
+    chosen = selection_queries(recipe, teacher_meta)
+    if not chosen:
+        return read(data.test, preset=data.preset, rows=rows, seed=data.seed)
+    return _split(recipe, chosen)[0].sample(rows, seed=data.seed)
+
+
+def choice_pairs(recipe: PipelineRecipe, teacher_meta: dict | None, rows: int | None) -> Pairs:
+    """`rows` seeded pairs to choose an INT8 recipe on, none of them a report pair's query."""
+    data = recipe.data
+    chosen = selection_queries(recipe, teacher_meta)
+    if chosen:
+        return _split(recipe, chosen)[1].sample(rows, seed=data.seed)
+    spec = data.dev if data.dev and not _same_file(data.dev, data.test) and data.dev != data.test else data.train
+    return read(spec, preset=data.preset, rows=rows, seed=data.seed + 1)

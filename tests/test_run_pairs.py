@@ -1,0 +1,70 @@
+"""A run whose test file is also its dev file reports on no query that chose a checkpoint, and chooses its
+INT8 recipes on those queries' pairs only; a test file that chose nothing is reported on whole."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from headcut.data import synthetic_pairs
+from headcut.models import META_FILE
+from headcut.pipeline import load_pipeline
+from headcut.pipeline.pairs import choice_pairs, read, report_pairs, selection_queries
+
+
+def write_tsv(path, pairs):
+    lines = ["query\ttitle\tgrade\tscore"]
+    lines += [f"{q}\t{t}\t{y + 1}\t{1 + y / 2}" for q, t, y in zip(pairs.queries, pairs.titles, pairs.labels)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture()
+def files(tmp_path):
+    dev = write_tsv(tmp_path / "dev.tsv", synthetic_pairs(900, seed=5))
+    other = write_tsv(tmp_path / "test.tsv", synthetic_pairs(400, seed=6))
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()  # only its recorded recipe is read here
+    (teacher / META_FILE).write_text(json.dumps({"recipe": {"dev_data": str(dev), "dev_rows": 40, "seed": 0,
+                                                            "preset": "homedepot"}}))
+    return dev, other, teacher
+
+
+def recipe(tmp_path, dev, test, teacher):
+    (tmp_path / "run.yaml").write_text(f"""
+data: {{train: {dev}, dev: {dev}, test: {test}, preset: homedepot, test_rows: 200}}
+teacher: {{path: {teacher}}}
+distill:
+  small: {{recipe: distill/minilm_synthetic_cpu, dev_rows: 60, seed: 3}}
+export: {{precision: int8, rows: 100}}
+""")
+    return load_pipeline(tmp_path / "run.yaml")
+
+
+def test_the_report_shares_no_query_with_the_pairs_that_chose(files, tmp_path):
+    from headcut.finetune import selection_pairs
+    from headcut.pipeline.pairs import training_recipes
+
+    dev, _, teacher = files
+    r = recipe(tmp_path, dev, dev, teacher)
+    meta = json.loads((teacher / META_FILE).read_text())
+    chosen = selection_queries(r, meta)
+    # both the existing teacher's recorded selection (40 pairs, seed 0) and the student's (60, seed 3) count
+    each = [set(selection_pairs(t).queries) for t in training_recipes(r, meta)]
+    assert len(each) == 2 and all(each) and chosen == each[0] | each[1] and each[0] != each[1]
+    report = report_pairs(r, meta, 200)
+    assert len(report) == 200 and not set(report.queries) & chosen
+    gate = choice_pairs(r, meta, 100)
+    assert len(gate) == 100 and set(gate.queries) <= chosen
+    # without the exclusion the same sample would have reported on chosen queries: the check can fail
+    assert set(read(str(dev), preset="homedepot", rows=200, seed=0).queries) & chosen
+
+
+def test_a_test_file_that_chose_nothing_is_reported_whole(files, tmp_path):
+    dev, other, teacher = files
+    r = recipe(tmp_path, dev, other, teacher)
+    meta = json.loads((teacher / META_FILE).read_text())
+    assert selection_queries(r, meta) == set()
+    assert report_pairs(r, meta, 200).fingerprint == read(str(other), preset="homedepot", rows=200, seed=0).fingerprint
+    gate = choice_pairs(r, meta, 100)  # the dev file, not the test file
+    assert gate.fingerprint == read(str(dev), preset="homedepot", rows=100, seed=1).fingerprint
