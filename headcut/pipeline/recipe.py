@@ -184,6 +184,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         problems.append("[prune] give exactly one of keep_ratio (heads only) or flops (heads and FFN neurons)")
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
+    _check_scan(parts["scan"], prune, problems)
     recipe = PipelineRecipe(parts["data"] or DataSection(), teacher, parts["scan"], prune, tuple(students),
                             parts["export"], parts["bench"], parts["floor"], where)
     from headcut.pipeline.stages import sub_recipes  # every sub-recipe built once here, with placeholder paths
@@ -192,6 +193,27 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if problems:
         raise UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in problems) + ".")
     return recipe
+
+
+def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str]) -> None:
+    """The scan's methods and experiments, and the prune's method among them, before any stage runs."""
+    from headcut.evaluate.importance import METHODS
+    from headcut.evaluate.scan import parse_experiments
+
+    if scan is None:
+        return
+    bad = [m for m in scan.methods if m not in METHODS]
+    if bad or not scan.methods:
+        problems.append(f"[scan] methods {list(scan.methods)}: unknown {', '.join(bad) or '(none given)'}; choose "
+                        f"from {', '.join(METHODS)}")
+    try:
+        parse_experiments(scan.experiments)
+    except UserError:
+        problems.append(f"[scan] experiments '{scan.experiments}' is not all, none or numbers 1-5 (random, halves, "
+                        "layers, heads, term)")
+    if prune is not None and prune.keep_ratio is not None and prune.method not in scan.methods:
+        problems.append(f"[prune] method '{prune.method}' ranks heads by scores the scan does not compute "
+                        f"(scan.methods: {', '.join(scan.methods)}); add it there or pick one of those")
 
 
 def _checked(make, problems: list[str]):

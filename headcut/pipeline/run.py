@@ -135,6 +135,19 @@ def check_run_dir(out: Path, *, overwrite: bool) -> None:
         raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
 
 
+def check_inputs(recipe: PipelineRecipe) -> None:
+    """Every data file the recipe names exists before any stage spends time (a missing test file would
+    otherwise surface at the export stage, after the teacher and the students have trained)."""
+    from headcut.data import is_synthetic
+
+    named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
+             "scan.data": recipe.scan.data if recipe.scan is not None else None}
+    missing = [f"{key}={value}" for key, value in named.items()
+               if value and not is_synthetic(value) and not Path(value).is_file()]
+    if missing:
+        raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
+
+
 def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = False,
                  progress: Callable[[dict], None] | None = None) -> RunResult:
     """Run (or resume, or skip through) every stage, then write report.md/report.html into `out`.
@@ -147,6 +160,7 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
 
     out = Path(out).resolve()
     check_run_dir(out, overwrite=overwrite)
+    check_inputs(recipe)
     say = progress or (lambda event: None)
     steps = plan(recipe)
     out.mkdir(parents=True, exist_ok=True)
