@@ -125,12 +125,17 @@ def main():
                                    "int8_trials": (r.get("int8") or {}).get("trials"),
                                    "heads": r["source"]["heads_per_layer"]} for n, r in exports.items()}
     result.extra["refused"] = refused
-    notes = ""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from machine import describe, machine
+
+    result.extra["machine"] = describe(machine())  # speed ratios move between CPUs: say which one
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    notes = f"\nMachine: {result.extra['machine']}; load average after: {load}.\n"
     if args.serve:
         print("load test", file=sys.stderr)
         s = result.extra["server"] = serve_load_test(graders["teacher-int8"], pairs, requests=args.serve_requests,
                                                      concurrency=8, workers=max(1, min(2, os.cpu_count() or 1)))
-        notes = (f"\nServer ({s['workers']} workers, {s['pairs_per_request']} pairs/request, concurrency "
+        notes += (f"\nServer ({s['workers']} workers, {s['pairs_per_request']} pairs/request, concurrency "
                  f"{s['concurrency']}): {s['requests_per_s']:.1f} requests/s, {s['pairs_per_s']:.0f} pairs/s, "
                  f"p50 {s['p50_ms']:.0f} ms, p95 {s['p95_ms']:.0f} ms, errors {s['errors']}/{s['requests']}\n")
     print(write_bench(result, out, notes=notes))
