@@ -46,6 +46,7 @@ def serve(
     from headcut_grader.grader import Grader
     from headcut_grader.serve import ENV_SETTINGS, Batching, Limits, Settings
     from headcut_grader.serve_metrics import ENV_MULTIPROC, MISSING, available
+    from headcut_grader.workers import APP, reuse_port_supported, run_workers
 
     try:
         import uvicorn
@@ -76,8 +77,13 @@ def serve(
     # this one turns it into a normal exit (status 0, the metrics folder removed) instead of death by signal
     signal.signal(signal.SIGTERM, _drained)
     try:
-        uvicorn.run("headcut_grader.serve:app_from_env", factory=True, host=host, port=port, workers=workers,
-                    log_level="warning", timeout_graceful_shutdown=drain_seconds)
+        if workers > 1 and reuse_port_supported():  # one socket per worker: connections spread evenly (workers.py)
+            code = run_workers(workers, host, port, drain_seconds)
+            if code:
+                raise UserError(f"a worker of headcut serve {grader_dir} stopped with an error; see its output above.")
+        else:
+            uvicorn.run(APP, factory=True, host=host, port=port, workers=workers, log_level="warning",
+                        timeout_graceful_shutdown=drain_seconds)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 

@@ -1,0 +1,72 @@
+"""`headcut serve --workers N`: N processes, each listening on its own SO_REUSEPORT socket of the same port.
+
+uvicorn's own workers share one listening socket, and the kernel hands most connections of a burst to
+whichever worker wakes first: 32 keep-alive clients could sit mostly on one single-threaded worker while
+the other idles (benchmarks/serve_load.py --workers 2: 53% of offline pairs/s in such a round, 93% when
+even). With one socket per worker and SO_REUSEPORT the kernel spreads new connections over the workers by
+a hash of their addresses. Where SO_REUSEPORT is missing (not Linux), uvicorn's workers are used instead.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+
+APP = "headcut_grader.serve:app_from_env"
+
+
+def reuse_port_supported() -> bool:
+    return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket that other processes may bind to the same address too."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    return sock
+
+
+def _worker(host: str, port: int, drain_seconds: float) -> None:
+    import uvicorn
+
+    sock = listen(host, port)
+    config = uvicorn.Config(APP, factory=True, log_level="warning", timeout_graceful_shutdown=drain_seconds)
+    uvicorn.Server(config).run(sockets=[sock])  # drains on SIGTERM/SIGINT like `uvicorn.run`
+
+
+def run_workers(count: int, host: str, port: int, drain_seconds: float) -> int:
+    """Start `count` workers and wait for them. SIGTERM is passed to every worker, which stops taking
+    connections and answers what it took (a terminal's Ctrl-C reaches them directly). A worker that dies
+    on its own stops the others. Returns 0 when every worker exited cleanly."""
+    context = multiprocessing.get_context("spawn")  # settings travel in os.environ, inherited by each worker
+    procs = [context.Process(target=_worker, args=(host, port, drain_seconds), daemon=False) for _ in range(count)]
+    for p in procs:
+        p.start()
+    stopping = False
+
+    def stop(signum, frame):
+        nonlocal stopping
+        stopping = True
+        if signum == signal.SIGTERM:
+            for p in procs:
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGTERM)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while any(p.is_alive() for p in procs):
+            dead = [p for p in procs if not p.is_alive() and p.exitcode not in (0, None)]
+            if dead and not stopping:
+                stop(signal.SIGTERM, None)
+            time.sleep(0.2)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 0 if all(p.exitcode == 0 for p in procs) else 1
