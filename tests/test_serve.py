@@ -208,9 +208,15 @@ def grade_bodies(sizes, seed=11):
     return bodies
 
 
+def queued_pairs(url) -> float:
+    """Pairs waiting in all workers (the Prometheus gauge; /healthz answers for one worker only)."""
+    text = httpx.get(url + "/metrics", timeout=5).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("headcut_queue_pairs"))
+
+
 def wait_for_queue(url, pairs, seconds=20):
     deadline = time.monotonic() + seconds
-    while httpx.get(url + "/healthz", timeout=5).json()["waiting_pairs"] < pairs:
+    while queued_pairs(url) < pairs:
         assert time.monotonic() < deadline, f"{pairs} pairs never queued"
         time.sleep(0.05)
 
@@ -260,8 +266,9 @@ def test_a_full_queue_answers_503_with_retry_after_at_once(folder):
     assert after.status_code == 200  # the queue drained: room again
 
 
-def test_sigterm_answers_every_request_already_taken_then_exits(folder):
-    with serve_process(folder, "--max-batch", "64", "--max-wait-ms", "3000") as (url, proc):
+@pytest.mark.parametrize("workers", ["1", "2"])  # 2: headcut's own SO_REUSEPORT workers pass the signal on
+def test_sigterm_answers_every_request_already_taken_then_exits(folder, workers):
+    with serve_process(folder, "--max-batch", "64", "--max-wait-ms", "3000", "--workers", workers) as (url, proc):
         bodies = grade_bodies([4, 2, 3])
         with ThreadPoolExecutor(len(bodies)) as pool:
             pending = [pool.submit(httpx.post, url + "/grade", json=b, timeout=60) for b in bodies]

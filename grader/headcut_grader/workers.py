@@ -36,9 +36,16 @@ def listen(host: str, port: int) -> socket.socket:
 def _worker(host: str, port: int, drain_seconds: float) -> None:
     import uvicorn
 
+    # uvicorn drains, then re-raises the signal it caught under the handler that was there before: exit 0
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, _exit_cleanly)
     sock = listen(host, port)
     config = uvicorn.Config(APP, factory=True, log_level="warning", timeout_graceful_shutdown=drain_seconds)
     uvicorn.Server(config).run(sockets=[sock])  # drains on SIGTERM/SIGINT like `uvicorn.run`
+
+
+def _exit_cleanly(signum, frame):
+    raise SystemExit(0)
 
 
 def run_workers(count: int, host: str, port: int, drain_seconds: float) -> int:
