@@ -17,7 +17,8 @@ def serve(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0 exposes it to the network)."),
     port: int = number(8000, "--port", help="TCP port", low=1, high=65535),
-    workers: int = number(1, "--workers", help="Worker processes (one grader each); about one per 1-2 cores",
+    workers: int = number(1, "--workers", help="Worker processes (one grader each, each with its own socket on "
+                          "the port, so connections spread over them); on 2 cores: --workers 2 --threads 1",
                           low=1, high=256),
     threads: Opt[int] = number(None, "--threads", help="ONNX Runtime threads per worker (default: cores / workers)",
                                low=1, kind=int),
