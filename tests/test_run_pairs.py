@@ -52,9 +52,9 @@ def test_the_report_shares_no_query_with_the_pairs_that_chose(files, tmp_path):
     # both the existing teacher's recorded selection (40 pairs, seed 0) and the student's (60, seed 3) count
     each = [set(selection_pairs(t).queries) for t in training_recipes(r, meta)]
     assert len(each) == 2 and all(each) and chosen == each[0] | each[1] and each[0] != each[1]
-    report = report_pairs(r, meta, 200)
+    report = report_pairs(r, chosen, 200)
     assert len(report) == 200 and not set(report.queries) & chosen
-    gate = choice_pairs(r, meta, 100)
+    gate = choice_pairs(r, chosen, 100)
     assert len(gate) == 100 and set(gate.queries) <= chosen
     # without the exclusion the same sample would have reported on chosen queries: the check can fail
     assert set(read(str(dev), preset="homedepot", rows=200, seed=0).queries) & chosen
@@ -64,7 +64,8 @@ def test_a_test_file_that_chose_nothing_is_reported_whole(files, tmp_path):
     dev, other, teacher = files
     r = recipe(tmp_path, dev, other, teacher)
     meta = json.loads((teacher / META_FILE).read_text())
-    assert selection_queries(r, meta) == set()
-    assert report_pairs(r, meta, 200).fingerprint == read(str(other), preset="homedepot", rows=200, seed=0).fingerprint
-    gate = choice_pairs(r, meta, 100)  # the dev file, not the test file
+    chosen = selection_queries(r, meta)
+    assert chosen == set()
+    assert report_pairs(r, chosen, 200).fingerprint == read(str(other), preset="homedepot", rows=200, seed=0).fingerprint
+    gate = choice_pairs(r, chosen, 100)  # the dev file, not the test file
     assert gate.fingerprint == read(str(dev), preset="homedepot", rows=100, seed=1).fingerprint

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from headcut.pipeline.pairs import selection_queries
-from headcut.pipeline.stages import Context, teacher_meta, test_pairs
+from headcut.pipeline.pairs import report_pairs
+from headcut.pipeline.stages import Context, chosen_queries
 
 
 def bench(ctx: Context) -> dict:
@@ -21,7 +21,8 @@ def bench(ctx: Context) -> dict:
     from headcut.models import load_model
 
     b, data = ctx.recipe.bench, ctx.recipe.data
-    pairs = test_pairs(ctx, data.test_rows)
+    chosen = chosen_queries(ctx)  # read once: the report leaves their pairs out, and says how many
+    pairs = report_pairs(ctx.recipe, chosen, data.test_rows)
     labels, grades = pairs.label_array(), pairs.grades
     exports = {name.partition(".")[2]: record for name, record in ctx.upstream.items() if name.startswith("export.")}
     teacher = load_model(ctx.model_of("teacher"))
@@ -63,7 +64,7 @@ def bench(ctx: Context) -> dict:
                    speedup=cell["speedup"])
     result = {"rows": rows, "teacher": summarize(reference, labels, grades), "seq_len_mean": seq,
               "data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs),
-                       "left_out_queries": len(selection_queries(ctx.recipe, teacher_meta(ctx)))},
+                       "left_out_queries": len(chosen)},
               "settings": timed.to_dict()["settings"],
               "yardstick": None if yardstick is None else {
                   "path": b.yardstick, "metrics": summarize(yardstick, labels, grades),

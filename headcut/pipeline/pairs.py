@@ -38,10 +38,11 @@ def training_recipes(recipe: PipelineRecipe, teacher_meta: dict | None) -> list:
     return found
 
 
-def _same_file(a: str | None, b: str | None) -> bool:
-    if not a or not b or is_synthetic(a) or is_synthetic(b):
+def _same_data(a: str | None, b: str | None) -> bool:
+    """The same pairs: the same spec, or two paths of one file."""
+    if not a or not b:
         return False
-    return Path(a).resolve() == Path(b).resolve()
+    return a == b or (not is_synthetic(a) and not is_synthetic(b) and Path(a).resolve() == Path(b).resolve())
 
 
 def selection_queries(recipe: PipelineRecipe, teacher_meta: dict | None) -> set[str]:
@@ -50,8 +51,9 @@ def selection_queries(recipe: PipelineRecipe, teacher_meta: dict | None) -> set[
 
     queries: set[str] = set()
     for r in training_recipes(recipe, teacher_meta):
-        if _same_file(r.dev_data, recipe.data.test):
-            queries.update(selection_pairs(r).queries)
+        picked = selection_pairs(r) if _same_data(r.dev_data, recipe.data.test) else None
+        if picked is not None:
+            queries.update(picked.queries)
     return queries
 
 
@@ -63,20 +65,19 @@ def _split(recipe: PipelineRecipe, chosen: set[str]) -> tuple[Pairs, Pairs]:
     return pool.subset(outside), pool.subset(inside)
 
 
-def report_pairs(recipe: PipelineRecipe, teacher_meta: dict | None, rows: int | None) -> Pairs:
-    """`rows` seeded pairs of the test file that share no query with any pair that chose anything."""
+def report_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None) -> Pairs:
+    """`rows` seeded pairs of the test file that share no query with `chosen` (selection_queries)."""
     data = recipe.data
-    chosen = selection_queries(recipe, teacher_meta)
     if not chosen:
         return read(data.test, preset=data.preset, rows=rows, seed=data.seed)
     return _split(recipe, chosen)[0].sample(rows, seed=data.seed)
 
 
-def choice_pairs(recipe: PipelineRecipe, teacher_meta: dict | None, rows: int | None) -> Pairs:
-    """`rows` seeded pairs to choose an INT8 recipe on, none of them a report pair's query."""
+def choice_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None) -> Pairs:
+    """`rows` seeded pairs to choose an INT8 recipe on, none of them a report pair's query: the pairs of
+    the `chosen` queries, else the dev file (when it is not the test file), else the training pairs."""
     data = recipe.data
-    chosen = selection_queries(recipe, teacher_meta)
     if chosen:
         return _split(recipe, chosen)[1].sample(rows, seed=data.seed)
-    spec = data.dev if data.dev and not _same_file(data.dev, data.test) and data.dev != data.test else data.train
+    spec = data.dev if data.dev and not _same_data(data.dev, data.test) else data.train
     return read(spec, preset=data.preset, rows=rows, seed=data.seed + 1)

@@ -1,8 +1,8 @@
 """Run a pipeline recipe: stages in order, each skipped when its fingerprint is unchanged.
 
 A stage's fingerprint covers its settings, the content of the files it reads, its kind's algorithm
-version (ALGORITHM_VERSIONS) and the fingerprints of the outputs of the stages it depends on (each finished stage gets a fresh `made` token), so changing
-one stage reruns it and what depends on it, nothing upstream, and a stage that had to run again (its
+version (ALGORITHM_VERSIONS) and the fingerprints of the outputs of the stages it depends on (each
+finished stage gets a fresh `made` token), so changing one stage reruns it and what depends on it, nothing upstream, and a stage that had to run again (its
 folder deleted, say) is followed by everything downstream of it.
 Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "made", "result"}. A stage
 found "running" with the same fingerprint was interrupted: it runs again in place, and finetune and

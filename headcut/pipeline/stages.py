@@ -9,9 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut.data import Pairs
 from headcut.errors import UserError
-from headcut.pipeline.pairs import choice_pairs, read, report_pairs
+from headcut.pipeline.pairs import choice_pairs, read, selection_queries
 from headcut.pipeline.recipe import PipelineRecipe, read_sub_recipe
 
 
@@ -79,9 +78,9 @@ def teacher_meta(ctx: Context) -> dict:
     return read_json_file(meta) if meta.exists() else {}
 
 
-def test_pairs(ctx: Context, rows: int | None) -> Pairs:
-    """The report's pairs: none shares a query with the pairs that chose a checkpoint (pairs.py)."""
-    return report_pairs(ctx.recipe, teacher_meta(ctx), rows)
+def chosen_queries(ctx: Context) -> set[str]:
+    """The test file's queries that chose a checkpoint in this run: kept out of the report (pairs.py)."""
+    return selection_queries(ctx.recipe, teacher_meta(ctx))
 
 
 def _training_progress(ctx: Context):
@@ -181,7 +180,7 @@ def export(source: str) -> Callable[[Context], dict]:
 
         e = ctx.recipe.export
         loaded = load_model(ctx.model_of(source))
-        pairs = choice_pairs(ctx.recipe, teacher_meta(ctx), e.rows)  # never the report's queries
+        pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows)  # never the report's queries
         gate = Int8Gate(min_agreement=e.min_agreement, max_spearman_drift=e.max_spearman_drift, max_drop=e.max_drop)
         steps = iter(range(1, 1000))
 
