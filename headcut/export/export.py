@@ -77,8 +77,14 @@ def export_onnx(model, path: str | Path, *, opset: int = 17, fuse: bool = True) 
 
     `fuse` exports each layer's attention as one ORT MultiHeadAttention op (fuse.py); False traces it op by
     op, as transformers computes it (the graph ORT's own optimiser works on)."""
-    with (fused_attention(model) if fuse else nullcontext()) as set_mask:
-        return _export(_LogitsOnly(model, set_mask), model, Path(path), opset)
+    was_training = model.training
+    try:
+        with (fused_attention(model) if fuse else nullcontext()) as set_mask:
+            # eval() on the wrapper too: torch.onnx.export restores the wrapper's mode when it is done, and a
+            # new module is in training mode, which used to leave `model` with dropout on after every export
+            return _export(_LogitsOnly(model, set_mask).eval(), model, Path(path), opset)
+    finally:
+        model.train(was_training)
 
 
 def _export(wrapper: _LogitsOnly, model, path: Path, opset: int) -> Path:
@@ -121,7 +127,10 @@ def session(path: str | Path, *, threads: int = 1, optimize: bool = True):
 
 
 def run_session(sess, batch: dict) -> np.ndarray:
-    """Logits of one batch (numpy or torch int tensors), feeding only the inputs the graph declares."""
+    """Logits of one batch (numpy or torch int tensors), feeding only the inputs the graph declares. `sess` is an
+    ONNX Runtime session or any `run(batch) -> logits` (an OpenVINO graph's, say)."""
+    if callable(sess):
+        return sess(batch)
     wanted = [i.name for i in sess.get_inputs()]
     feed = {k: np.asarray(batch[k], dtype=np.int64) for k in wanted}
     return sess.run(["logits"], feed)[0]
@@ -129,13 +138,15 @@ def run_session(sess, batch: dict) -> np.ndarray:
 
 def onnx_logits(sess, encoded, *, batch_size: int = 64, progress=None) -> np.ndarray:
     """Logits of every encoded pair, in input order (length-sorted batches, like predict_logits)."""
-    width = sess.get_outputs()[0].shape[-1]
-    out = np.zeros((len(encoded), width), dtype=np.float32)
+    out = None
     for rows in length_batches(encoded, batch_size):
-        out[rows] = run_session(sess, collate(encoded, rows))
+        got = run_session(sess, collate(encoded, rows))
+        if out is None:
+            out = np.zeros((len(encoded), got.shape[-1]), dtype=np.float32)
+        out[rows] = got
         if progress:
             progress(len(rows))
-    return out
+    return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 
 def gate_batches(model, tokenizer, pairs: Pairs | None, *, max_length: int, rows: int = 256,
