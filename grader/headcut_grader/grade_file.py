@@ -36,7 +36,8 @@ class GradeSettings:
     label_col: str | None = None
     out_format: str | None = None  # None: from OUT's suffix, else the input's
     workers: int = 1  # processes, each with its own Grader
-    threads: int = 1  # ONNX Runtime threads per process
+    threads: int = 1  # runtime threads per process
+    backend: str = "auto"  # onnxruntime, openvino, or auto (the grader's fastest on this CPU)
 
     def output_keys(self) -> dict:
         """The settings that change the output's bytes; workers and threads only change the speed."""
@@ -49,6 +50,7 @@ class GradeSummary:
     resumed_rows: int  # graded by the interrupted run this one continued
     counts: dict  # grade -> rows
     out: Path
+    backend: str = ""  # the runtime and precision that graded, e.g. "openvino 2026.4.1 bf16"
 
 
 def partial_paths(out: Path) -> tuple[Path, Path]:
@@ -65,7 +67,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     settings = GradeSettings(**{**asdict(settings), "out_format": "jsonl" if fmt == "json" else fmt})
     chunks = _chunks(source, settings)
     first = next(chunks)  # a bad file (columns, first rows) is reported before a bad grader folder, as before chunks
-    grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size)
+    grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size, backend=settings.backend)
     data, state_path = partial_paths(out)
     state = _resumable_state(state_path, data, out, grader, settings, resume=resume, overwrite=overwrite)
     counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record["grades"]}
@@ -91,7 +93,8 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
                         "with --resume.") from None
     state_path.unlink(missing_ok=True)
-    return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out)
+    return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out,
+                        f"{grader.backend.name} {grader.backend.version} {grader.precision}")
 
 
 def _chunks(source: Path, settings: GradeSettings, *, start: Position | None = None):
@@ -100,7 +103,8 @@ def _chunks(source: Path, settings: GradeSettings, *, start: Position | None = N
 
 
 def _grader_id(grader: Grader) -> str:
-    return str(grader.record["model_file"].get("sha256", grader.record["model_file"]["name"]))
+    """The graph that grades (another backend's graph gives other bytes, so a resume must not mix them)."""
+    return grader.graph_sha256
 
 
 def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, settings: GradeSettings, *,
@@ -145,7 +149,8 @@ def _graded(chunks, grader: Grader, settings: GradeSettings, progress):
     # spawn: a forked ONNX Runtime thread pool can deadlock; each worker loads its own session
     with ProcessPoolExecutor(settings.workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_start_worker,
-                             initargs=(str(grader.folder), settings.threads, settings.batch_size)) as pool:
+                             initargs=(str(grader.folder), settings.threads, settings.batch_size,
+                                       grader.backend.name)) as pool:
         pending = deque()
         for chunk in chunks:
             pending.append((chunk, pool.submit(_worker_logits, chunk.pairs.queries, chunk.pairs.titles)))
@@ -166,8 +171,8 @@ def _finished(item, progress):
 _WORKER: dict = {}
 
 
-def _start_worker(folder: str, threads: int, batch_size: int) -> None:
-    _WORKER["grader"] = Grader(folder, threads=threads, batch_size=batch_size)
+def _start_worker(folder: str, threads: int, batch_size: int, backend: str) -> None:
+    _WORKER["grader"] = Grader(folder, threads=threads, batch_size=batch_size, backend=backend)
 
 
 def _worker_logits(queries: list[str], titles: list[str]) -> np.ndarray:

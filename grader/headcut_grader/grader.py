@@ -1,4 +1,4 @@
-"""The deployable grader: an exported GRADER_DIR run with onnxruntime, tokenizers and numpy only.
+"""The deployable grader: an exported GRADER_DIR run with ONNX Runtime or OpenVINO, tokenizers and numpy only.
 
 Importing this module must not import torch or transformers (tests check it in a fresh interpreter), so
 it repeats the few lines of length-sorted batching and softmax that the torch-side code also has.
@@ -12,6 +12,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from headcut_grader.backend_choice import Choice, choose_backend
+from headcut_grader.backends import graphs, open_backend
 from headcut_grader.errors import UserError
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
@@ -58,7 +60,23 @@ def read_record(folder: str | Path) -> dict:
     if missing or not isinstance(record["model_file"], dict) or "name" not in record["model_file"]:
         raise UserError(f"{path} is damaged or incomplete (no '{(missing or ['model_file.name'])[0]}'); "
                         "re-export the grader.")
+    problem = record_problem(record)
+    if problem:
+        raise UserError(f"{path}: {problem}; re-export the grader.")
     return record
+
+
+def record_problem(record: dict) -> str | None:
+    """What is wrong with the values grader.json holds (types and ranges), or None."""
+    grades = record["grades"]
+    if not isinstance(grades, list) or len(grades) < 2 or not all(
+            isinstance(g, int) and not isinstance(g, bool) for g in grades):
+        return f"'grades' is {str(grades)[:60]}, not a list of at least two whole numbers"
+    for key, low in (("max_length", 2), ("pad_id", 0)):
+        value = record.get(key, low)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            return f"'{key}' is {str(value)[:60]}, not a whole number of at least {low}"
+    return None
 
 
 def load_tokenizer(folder: str | Path, *, max_length: int):
@@ -99,9 +117,9 @@ def _as_columns(pairs) -> tuple[list[str], list[str]]:
 class Grader:
     """An exported grader: `Grader(folder, threads=2).grade([(query, title), ...])`."""
 
-    def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32):
-        import onnxruntime as ort
-
+    def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32, backend: str = "auto"):
+        """`backend`: onnxruntime, openvino, or auto (the folder's graph that grades fastest on this CPU, as
+        measured at export or, on another CPU, timed here once and cached; backend_choice.py)."""
         for name, value in (("batch_size", batch_size), ("threads", threads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"Grader {name} is {value!r}; it must be a whole number of at least 1.")
@@ -112,23 +130,30 @@ class Grader:
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(self.folder, max_length=self.max_length)
         self.pad_id = int(self.record.get("pad_id", 0))
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3
-        # The level the export's parity gate ran with; never a different one than was checked.
-        if self.record.get("graph_optimization") == "disabled":
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        model_path = self.folder / self.record["model_file"]["name"]
-        if not model_path.is_file():
-            raise UserError(f"{self.folder}: no {model_path.name}, which grader.json names; re-export the grader.")
-        try:
-            self.session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
-        except Exception as e:  # onnxruntime's InvalidProtobuf, Fail, ... derive from Exception only
-            reason = str(e).split(":")[-1].strip()[:200] or type(e).__name__
-            raise UserError(f"{model_path} is damaged or incomplete ({reason}); re-export the grader or copy the "
-                            "folder again.") from None
-        self.input_names = [i.name for i in self.session.get_inputs()]
+        if backend == "auto":
+            choice = choose_backend(self.folder, self.record, threads=threads,
+                                    vocab_size=self.tokenizer.get_vocab_size())
+        else:
+            choice = Choice(backend, "asked for")
+        self.backend = open_backend(choice.backend, self.folder, self.record, threads=threads)
+        self.backend_reason = choice.reason
+        self.input_names = self.backend.input_names
+        width = self._run([[self.pad_id] * 2], [[0, 0]]).shape[-1]  # one tiny pass: does the graph fit the record?
+        if width != len(self.grade_values):
+            raise UserError(f"{self.folder / 'grader.json'} lists {len(self.grade_values)} grades but the graph has "
+                            f"{width} outputs; the folder mixes files of two exports, so re-export it.")
+
+    @property
+    def graph_sha256(self) -> str:
+        """The recorded sha256 prefix of the graph this grader runs (its weights file for OpenVINO)."""
+        files = graphs(self.record)[self.backend.name]["files"]
+        spec = files.get("model") or files.get("bin") or {}
+        return str(spec.get("sha256", spec.get("name", "")))
+
+    @property
+    def precision(self) -> str:
+        """What the graph computes in on this CPU (a bf16 graph runs fp32 where the CPU has no bf16)."""
+        return self.backend.precision
 
     def logits(self, pairs, *, progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Logits `(n, num_grades)` in input order; pairs of similar length share a batch (less padding)."""
@@ -152,7 +177,7 @@ class Grader:
             feed["input_ids"][j, :len(row)] = row
             feed["attention_mask"][j, :len(row)] = 1
             feed["token_type_ids"][j, :len(row)] = kinds
-        return self.session.run(["logits"], {k: feed[k] for k in self.input_names})[0]
+        return self.backend.run(feed)
 
     def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades:
         """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs)."""

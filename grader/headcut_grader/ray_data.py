@@ -21,8 +21,8 @@ class GradeBatch:
     """A Ray Data callable class: one Grader per actor, loaded once, grading one batch of rows per call."""
 
     def __init__(self, grader_dir: str, *, threads: int = 1, batch_size: int = 32, query_col: str = "query",
-                 title_col: str = "title"):
-        self.grader = Grader(grader_dir, threads=threads, batch_size=batch_size)
+                 title_col: str = "title", backend: str = "auto"):
+        self.grader = Grader(grader_dir, threads=threads, batch_size=batch_size, backend=backend)
         self.query_col, self.title_col = query_col, title_col
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -37,17 +37,18 @@ class GradeBatch:
 
 
 def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1, batch_size: int = 32,
-                  rows_per_call: int = 4096, query_col: str = "query", title_col: str = "title"):
+                  rows_per_call: int = 4096, query_col: str = "query", title_col: str = "title", backend: str = "auto"):
     """`dataset` (a ray.data.Dataset with query and title columns) plus grade, expected_grade and p<grade> columns,
-    graded by `concurrency` actors of `threads` ONNX Runtime threads each. Lazy, like every Ray Data step."""
+    graded by `concurrency` actors of `threads` runtime threads each. Lazy, like every Ray Data step. `backend`:
+    onnxruntime, openvino or auto (resolved here, on the driver's CPU, so every actor runs the same graph)."""
     for name, value in (("concurrency", concurrency), ("threads", threads), ("batch_size", batch_size),
                         ("rows_per_call", rows_per_call)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             from headcut_grader.errors import UserError
 
             raise UserError(f"grade_dataset {name} is {value!r}; it must be a whole number of at least 1.")
-    Grader(grader_dir, threads=1)  # a bad folder fails here with one sentence, not inside every actor
+    backend = Grader(grader_dir, threads=threads, backend=backend).backend.name  # a bad folder fails here, once
     return dataset.map_batches(
         GradeBatch, fn_constructor_kwargs={"grader_dir": str(grader_dir), "threads": threads, "batch_size": batch_size,
-                                           "query_col": query_col, "title_col": title_col},
+                                           "query_col": query_col, "title_col": title_col, "backend": backend},
         batch_size=rows_per_call, batch_format="numpy", concurrency=concurrency, num_cpus=threads)

@@ -42,6 +42,7 @@ class Settings:
     threads: int = 1
     limits: Limits = Limits()
     batching: Batching = Batching()
+    backend: str = "auto"  # the CLI resolves auto once, so every worker runs the same graph
 
     def encode(self) -> str:
         return json.dumps(asdict(self))
@@ -49,7 +50,8 @@ class Settings:
     @classmethod
     def decode(cls, text: str) -> "Settings":
         raw = json.loads(text)
-        return cls(raw["grader_dir"], raw["threads"], Limits(**raw["limits"]), Batching(**raw["batching"]))
+        return cls(raw["grader_dir"], raw["threads"], Limits(**raw["limits"]), Batching(**raw["batching"]),
+                   raw.get("backend", "auto"))
 
 
 class BodyLimit:
@@ -116,7 +118,8 @@ class Measured:
             self.metrics.request(path, method, status, time.perf_counter() - start)
 
 
-def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching()):
+def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching(),
+               backend: str = "auto"):
     """The FastAPI app for one grader folder (one Grader and one micro-batcher per worker process)."""
     import asyncio
     from typing import Annotated
@@ -132,7 +135,7 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     from headcut_grader.microbatch import Batcher, Closed, QueueFull
     from headcut_grader.serve_metrics import MISSING, make_metrics
 
-    grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size)
+    grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size, backend=backend)
     metrics = make_metrics()
 
     def on_batch(stats):
@@ -205,8 +208,9 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
 
     @app.get("/healthz")
     def healthz():
-        return {"status": "ok", "precision": grader.record["precision"], "grades": grader.record["grades"],
-                "model_sha256": grader.record["model_file"]["sha256"], "max_length": grader.max_length,
+        return {"status": "ok", "backend": grader.backend.name, "runtime_version": grader.backend.version,
+                "precision": grader.precision, "grades": grader.record["grades"],
+                "model_sha256": grader.graph_sha256, "max_length": grader.max_length,
                 "limits": asdict(limits), "batching": asdict(batching), "waiting_pairs": batcher.waiting}
 
     @app.post("/grade")
@@ -233,4 +237,4 @@ def app_from_env():
     """App factory for `uvicorn --factory` and several worker processes (settings travel by environment)."""
     settings = Settings.decode(os.environ[ENV_SETTINGS])
     return create_app(settings.grader_dir, threads=settings.threads, limits=settings.limits,
-                      batching=settings.batching)
+                      batching=settings.batching, backend=settings.backend)

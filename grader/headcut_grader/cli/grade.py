@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
+from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
                                        user_errors)
 
 
@@ -17,8 +17,9 @@ def grade(
     out: Path = typer.Option(..., "--out", "-o", help="Where to write grades (same format as the input unless the suffix says)."),
     workers: int = number(1, "--workers", help="Grading processes, one grader each; about one per 1-2 cores",
                           low=1, high=256),
-    threads: Opt[int] = number(None, "--threads", help="ONNX Runtime threads per worker (default: cores / workers)",
+    threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
                                low=1, kind=int),
+    backend: str = BACKEND,
     batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1),
     chunk_rows: int = number(10_000, "--chunk-rows", help="Pairs read, graded and written at a time; memory grows "
                              "with this, never with the file", low=1, high=10_000_000),
@@ -34,11 +35,11 @@ def grade(
     from headcut_grader.grade_file import GradeSettings, grade_file
 
     settings = GradeSettings(chunk_rows=chunk_rows, batch_size=batch_size, preset=preset, query_col=query_col,
-                             title_col=title_col, label_col=label_col, workers=workers,
+                             title_col=title_col, label_col=label_col, workers=workers, backend=backend,
                              threads=threads or max(1, (os.cpu_count() or 1) // workers))
     with progress_bar(None, "grading") as bar:
         summary = grade_file(grader_dir, pairs_file, out, settings=settings, resume=resume, overwrite=overwrite,
                              progress=bar.update)
     resumed = f", {summary.resumed_rows} of them by the interrupted run" if summary.resumed_rows else ""
     typer.echo(f"graded {summary.rows} pairs{resumed} -> {out} "
-               f"(grades: {', '.join(f'{g}: {n}' for g, n in summary.counts.items())})")
+               f"(grades: {', '.join(f'{g}: {n}' for g, n in summary.counts.items())}; {summary.backend})")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.cli.common import Opt, number, user_errors
+from headcut_grader.cli.common import BACKEND, Opt, number, user_errors
 
 
 @user_errors
@@ -20,8 +20,9 @@ def serve(
     workers: int = number(1, "--workers", help="Worker processes (one grader each, each with its own socket on "
                           "the port, so connections spread over them); on 2 cores: --workers 2 --threads 1",
                           low=1, high=256),
-    threads: Opt[int] = number(None, "--threads", help="ONNX Runtime threads per worker (default: cores / workers)",
+    threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
                                low=1, kind=int),
+    backend: str = BACKEND,
     max_pairs: int = number(256, "--max-pairs", help="Most pairs (or titles) in one request", low=1),
     max_text_chars: int = number(2000, "--max-text-chars", help="Longest query or title, in characters", low=1),
     max_body_bytes: int = number(1_000_000, "--max-body-bytes", help="Largest request body", low=100),
@@ -56,21 +57,23 @@ def serve(
     if max_queue < max_pairs:
         raise UserError(f"--max-queue {max_queue} is below --max-pairs {max_pairs}, so a request of --max-pairs "
                         "pairs could never be queued; raise --max-queue or lower --max-pairs.")
-    Grader(grader_dir, threads=1)  # a bad folder or a damaged model.onnx fails here with one sentence, not in every worker
+    threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    # a bad folder or a damaged graph fails here with one sentence, not in every worker; auto is resolved once
+    grader = Grader(grader_dir, threads=threads, backend=backend)
     try:  # a taken port or a mistyped host: one sentence now rather than uvicorn's log line and exit 1
         with socket.create_server((host, port)):
             pass
     except (OSError, OverflowError) as e:
         raise UserError(f"--host {host} --port {port}: cannot listen there ({getattr(e, 'strerror', None) or e}); "
                         "choose another --port or --host.") from None
-    threads = threads or max(1, (os.cpu_count() or 1) // workers)
     settings = Settings(str(grader_dir), threads, Limits(max_body_bytes, max_pairs, max_text_chars),
-                        Batching(max_batch, max_wait_ms, max_queue, batch_size))
+                        Batching(max_batch, max_wait_ms, max_queue, batch_size), grader.backend.name)
     os.environ[ENV_SETTINGS] = settings.encode()
     # a fresh folder per run: the workers' metric files are summed, and an old run's would be summed in
     metrics_dir = tempfile.mkdtemp(prefix="headcut-metrics-")
     os.environ[ENV_MULTIPROC] = metrics_dir
-    typer.echo(f"serving {grader_dir} on http://{host}:{port} ({workers} worker(s) x {threads} thread(s), "
+    typer.echo(f"serving {grader_dir} with {grader.backend.name} {grader.backend.version} ({grader.precision}; "
+               f"{grader.backend_reason}) on http://{host}:{port} ({workers} worker(s) x {threads} thread(s), "
                f"batches of up to {max_batch} pairs within {max_wait_ms:g} ms, queue {max_queue} pairs per worker)")
     if not available():
         typer.echo(f"note: {MISSING}", err=True)

@@ -1,0 +1,105 @@
+"""`--backend auto`: the backend that grades fastest on this CPU, by measurement, never by a rule of thumb.
+
+The export times every graph it writes in turns and records the ranking with the CPU it ran on. On the same
+CPU model and matmul flags that ranking is used as is; on another CPU the graphs are timed once more here and
+the answer is cached (per grader and CPU), so a fleet of servers pays for the measurement once per machine kind.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from headcut_grader.backends import graphs, open_backend
+from headcut_grader.machine import cpu_key
+from headcut_grader.timing import round_robin
+
+TIMING_SHAPE = (32, 64)  # batch x sequence, as the export times its graphs
+ENV_CACHE = "HEADCUT_GRADER_CACHE"
+
+
+@dataclass(frozen=True)
+class Choice:
+    backend: str
+    reason: str  # one line: why this backend
+
+
+def cache_file() -> Path:
+    root = os.environ.get(ENV_CACHE) or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
+                                                     "headcut-grader")
+    return Path(root) / "backend-choice.json"
+
+
+def _grader_key(record: dict) -> str:
+    files = [spec.get("sha256", "") for g in graphs(record).values() for spec in g.get("files", {}).values()
+             if isinstance(spec, dict)]
+    return "-".join(files) + ":" + cpu_key()
+
+
+def installed(name: str) -> bool:
+    try:
+        __import__(name)
+    except ImportError:
+        return False
+    return True
+
+
+def choose_backend(folder: Path, record: dict, *, threads: int, vocab_size: int) -> Choice:
+    """Which of the folder's graphs to grade with on this CPU (see the module docstring)."""
+    usable = [name for name in graphs(record) if installed(name)]
+    if len(usable) == 1:
+        missing = [n for n in graphs(record) if n not in usable]
+        return Choice(usable[0], f"the only graph{' whose runtime is installed' if missing else ''}")
+    preferred = record.get("backend")
+    if preferred in usable and preferred != "auto":
+        return Choice(preferred, f"exported with --backend {preferred}")
+    speed = record.get("speed") if isinstance(record.get("speed"), dict) else {}
+    seconds = {k: v for k, v in (speed.get("seconds") or {}).items() if k in usable and isinstance(v, (int, float))}
+    if (speed.get("cpu") or {}).get("key") == cpu_key() and len(seconds) == len(usable):
+        best = min(seconds, key=seconds.get)
+        return Choice(best, "fastest when exported, on this CPU model")
+    key = _grader_key(record)
+    cached = _read_cache().get(key)
+    if cached in usable:
+        return Choice(cached, "fastest when timed before on this CPU model (cached)")
+    measured = time_backends(folder, record, usable, threads=threads, vocab_size=vocab_size)
+    best = min(measured, key=measured.get)
+    _write_cache(key, best)
+    return Choice(best, "fastest when timed now on this CPU model: " +
+                  ", ".join(f"{n} {1000 * s:.0f} ms" for n, s in measured.items()))
+
+
+def time_backends(folder: Path, record: dict, names: list[str], *, threads: int, vocab_size: int) -> dict[str, float]:
+    """Median seconds per batch of TIMING_SHAPE for each backend, measured in turns."""
+    rng = np.random.default_rng(0)
+    batch = {"input_ids": rng.integers(1, max(2, vocab_size), TIMING_SHAPE, dtype=np.int64),
+             "attention_mask": np.ones(TIMING_SHAPE, dtype=np.int64),
+             "token_type_ids": np.zeros(TIMING_SHAPE, dtype=np.int64)}
+    runs = [open_backend(n, folder, record, threads=threads).run for n in names]
+    times = round_robin(runs, batch, warmup=1, repeats=5)
+    return {n: statistics.median(t) for n, t in zip(names, times)}
+
+
+def _read_cache() -> dict:
+    try:
+        found = json.loads(cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _write_cache(key: str, backend: str) -> None:
+    """Best effort: a read-only home only means measuring again next time."""
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        entries = {**_read_cache(), key: backend}
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(entries, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass

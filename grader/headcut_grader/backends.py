@@ -1,0 +1,150 @@
+"""Backends: the runtimes that execute a grader's graph, ONNX Runtime (always installed) and OpenVINO (the
+`[openvino]` extra). Each opens one graph of a grader folder and turns a padded int64 batch into logits.
+
+A grader folder always carries the ONNX Runtime graph (`model_file`, the portable one); `headcut export
+--backend openvino|auto` adds an OpenVINO IR under grader.json's `openvino`. Every file a backend opens is named
+inside the folder and checked against the size and sha256 prefix grader.json records, so a copied folder that
+was cut short or altered is refused with one sentence instead of grading wrongly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from headcut_grader.errors import UserError
+from headcut_grader.files import file_hash
+
+BACKEND_NAMES = ("onnxruntime", "openvino")
+INSTALL = {"onnxruntime": "pip install onnxruntime", "openvino": "pip install 'headcut-grader[openvino]'"}
+
+
+@dataclass
+class Backend:
+    """One opened graph: `run(feed)` takes int64 arrays by input name and returns logits `(batch, outputs)`."""
+
+    name: str  # onnxruntime | openvino
+    precision: str  # fp32 | int8 | bf16 | int8-bf16: what the graph computes in on this CPU
+    version: str  # the runtime's version
+    input_names: list[str]
+    run: Callable[[dict], np.ndarray]
+
+
+def graphs(record: dict) -> dict[str, dict]:
+    """The graphs a grader.json declares, by backend: their precision and the files each needs."""
+    found = {"onnxruntime": {"precision": record["precision"], "files": {"model": record["model_file"]}}}
+    if isinstance(record.get("openvino"), dict):
+        found["openvino"] = record["openvino"]
+    return found
+
+
+def graph_file(folder: Path, spec, *, what: str) -> Path:
+    """The checked path of one graph file: inside the folder, present, and as long and as hashed as recorded."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
+        raise UserError(f"{folder / 'grader.json'}: {what} has no file name; re-export the grader.")
+    path = (folder / spec["name"]).resolve()
+    if folder.resolve() not in path.parents:
+        raise UserError(f"{folder / 'grader.json'}: {what} '{spec['name']}' is outside the grader folder; a grader "
+                        "folder must hold its own graphs, so re-export it.")
+    if not path.is_file():
+        raise UserError(f"{folder}: no {spec['name']}, which grader.json names; re-export the grader or copy the "
+                        "folder again.")
+    size, digest = spec.get("bytes"), spec.get("sha256")
+    if (isinstance(size, int) and path.stat().st_size != size) or (
+            isinstance(digest, str) and file_hash(path, length=len(digest)) != digest):
+        raise UserError(f"{path} is not the file grader.json records (size or sha256 differs: altered or copied "
+                        "incompletely); copy the grader folder again or re-export it.")
+    return path
+
+
+def open_backend(name: str, folder: Path, record: dict, *, threads: int) -> Backend:
+    """Open the `name` graph of a grader folder with `threads` threads."""
+    declared = graphs(record)
+    if name not in BACKEND_NAMES:
+        raise UserError(f"--backend {name} is not a backend; use one of: auto, {', '.join(BACKEND_NAMES)}.")
+    if name not in declared:
+        raise UserError(f"{folder} has no {name} graph (it has: {', '.join(declared)}); export one with "
+                        f"`headcut export --backend {name}` or pick another --backend.")
+    return OPENERS[name](folder, declared[name], record, threads)
+
+
+def _onnxruntime(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
+    import onnxruntime as ort
+
+    path = graph_file(folder, graph["files"]["model"], what="model_file")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    # The level the export's parity gate ran with; never a different one than was checked.
+    if record.get("graph_optimization") == "disabled":
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as e:  # onnxruntime's InvalidProtobuf, Fail, ... derive from Exception only
+        reason = str(e).split(":")[-1].strip()[:200] or type(e).__name__
+        raise UserError(f"{path} is damaged or incomplete ({reason}); re-export the grader or copy the folder "
+                        "again.") from None
+    names = [i.name for i in session.get_inputs()]
+    check_inputs(folder, names, record)
+    return Backend("onnxruntime", graph["precision"], ort.__version__, names,
+                   lambda feed: session.run(["logits"], {k: feed[k] for k in names})[0])
+
+
+def openvino_core():
+    """OpenVINO's runtime, or one sentence saying how to install it."""
+    try:
+        import openvino
+    except ImportError:
+        raise UserError(f"the OpenVINO backend needs the openvino package; run: {INSTALL['openvino']} (or pick "
+                        "--backend onnxruntime).") from None
+    return openvino.Core()
+
+
+def openvino_config(inference_precision: str, threads: int) -> dict:
+    """Compile settings: the precision the gate checked (OpenVINO would pick bf16 by itself on AMX CPUs) and
+    a latency stream, so each call gets every thread, as ONNX Runtime's session does."""
+    return {"INFERENCE_PRECISION_HINT": "bf16" if inference_precision == "bf16" else "f32",
+            "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+
+
+def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
+    core = openvino_core()
+    import openvino
+
+    files = graph.get("files") if isinstance(graph.get("files"), dict) else {}
+    xml = graph_file(folder, files.get("xml"), what="openvino.files.xml")
+    weights = graph_file(folder, files.get("bin"), what="openvino.files.bin")
+    hint = graph.get("inference_precision", "fp32")
+    try:
+        model = core.read_model(str(xml), str(weights))
+        compiled = core.compile_model(model, "CPU", openvino_config(hint, threads))
+    except Exception as e:  # OpenVINO raises RuntimeError with a multi-line C++ trace
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise UserError(f"{xml} is damaged or does not match {weights.name} ({reason}); re-export the grader or "
+                        "copy the folder again.") from None
+    names = [i.get_any_name() for i in compiled.inputs]
+    check_inputs(folder, names, record)
+    request = compiled.create_infer_request()
+    ran_in = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+
+    def run(feed):
+        return request.infer({k: feed[k] for k in names})[0].copy()
+
+    precision = graph.get("precision", "fp32")
+    if hint == "bf16" and "bf16" not in ran_in:
+        precision = precision.replace("-bf16", "").replace("bf16", "fp32")  # no bf16 on this CPU: it runs f32
+    return Backend("openvino", precision, openvino.__version__.split("-")[0], names, run)
+
+
+def check_inputs(folder: Path, names: list[str], record: dict) -> None:
+    """A graph whose inputs are not the ones grader.json declares was not exported with this record."""
+    declared = record.get("input_names")
+    if isinstance(declared, list) and sorted(names) != sorted(declared):
+        raise UserError(f"{folder}: the graph's inputs {names} are not grader.json's input_names {declared}; the "
+                        "folder mixes files of two exports, so re-export it.")
+
+
+OPENERS = {"onnxruntime": _onnxruntime, "openvino": _openvino}
