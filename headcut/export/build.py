@@ -9,23 +9,39 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-import torch
-
 from headcut.arch import heads_per_layer
 from headcut.batching import check_max_length, encode
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
+from headcut.export.build_openvino import TIMING_SHAPE, backend_speed, build_openvino, check_request, timing_batch
 from headcut.export.card import grader_record, model_card
-from headcut.export.export import (RANDOM_SHAPES, ParityError, check_parity, export_onnx, gate_batches, input_names, onnx_logits,
-                                   parity, reference_logits, run_session, session)
+from headcut.export.export import (RANDOM_SHAPES, GateError, check_parity, export_onnx, gate_batches, input_names,
+                                   onnx_logits, parity, reference_logits, run_session, session)
+from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, fastest_passing, judge, quantize_int8, resolve
 from headcut.files import atomic_dir, file_hash, write_json, write_text
 from headcut.timing import round_robin
 
-TIMING_SHAPE = (32, 64)  # batch x sequence the INT8 speed comparison runs at
+BACKENDS = ("onnxruntime", "openvino", "auto")
+
+
+def resolve_precision(backend: str, precision: str | None, *, int8: bool) -> tuple[str, str | None]:
+    """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend` and `--precision`/`--int8`."""
+    if backend not in BACKENDS:
+        raise UserError(f"--backend {backend} is not one of {', '.join(BACKENDS)}.")
+    if precision is not None and precision not in PRECISIONS:
+        raise UserError(f"--precision {precision} is not one of {', '.join(PRECISIONS)}.")
+    if int8 and precision not in (None, "int8"):
+        raise UserError(f"--int8 and --precision {precision} disagree; pass one of them.")
+    precision = precision or ("int8" if int8 else "fp32")
+    if backend == "onnxruntime":
+        if precision == "bf16":
+            raise UserError("--precision bf16: ONNX Runtime graders are fp32 or int8; use --backend openvino or auto.")
+        return precision, None
+    # the ONNX Runtime graph always ships too: the portable fallback where openvino is not installed
+    return ("fp32" if backend == "openvino" or precision == "bf16" else precision), precision
 
 
 def build_grader(
@@ -34,6 +50,8 @@ def build_grader(
     *,
     pairs: Pairs | None = None,
     int8: bool = False,
+    backend: str = "onnxruntime",
+    precision: str | None = None,
     optimize: bool = False,
     opset: int = 17,
     max_length: int | None = None,
@@ -45,21 +63,30 @@ def build_grader(
 ) -> dict:
     """Write GRADER_DIR `out` for `loaded` (a headcut LoadedModel) and return its grader.json record.
 
-    `pairs` (labelled) feed the real part of the parity gate, the accuracy figures and the INT8 choice.
-    Raises ParityError when a graph fails its gate, UserError when INT8 is asked for without labelled pairs.
+    `backend`: onnxruntime (one ONNX graph), openvino (adds an OpenVINO IR beside an fp32 ONNX graph) or auto
+    (both, each at `precision`, and the runtime grades with whichever was timed fastest on its CPU).
+    `precision`: fp32, bf16 (OpenVINO, CPUs with AMX/AVX512_BF16), int8 or auto (the fastest that passes the
+    gate); `int8=True` is `precision="int8"`. `pairs` (labelled) feed the real part of the parity gate, the
+    accuracy figures and every precision choice.
+    Raises ParityError when a graph fails its gate, UserError when the request cannot be met here.
     """
     say = progress or (lambda message: None)
     model, tokenizer = loaded.model, loaded.tokenizer
     max_length = max_length or loaded.max_length
     check_max_length(model, max_length)  # a grader must not accept texts its graph cannot embed
-    if int8 and (pairs is None or not pairs.has_labels):
+    ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8)
+    labelled = pairs is not None and pairs.has_labels
+    if ort_precision == "int8" and not labelled:
         raise UserError("--int8 needs labelled pairs to check agreement, Spearman and accuracy; pass --data FILE.")
+    if ov_precision:
+        check_request(ov_precision, labelled=labelled)
     if not getattr(tokenizer, "is_fast", False):
         raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, which the ONNX grader needs.")
     with atomic_dir(out, overwrite=overwrite) as tmp:
         say("exporting fp32 graph")
         fp32 = export_onnx(model, tmp / "fp32.onnx", opset=opset)
         batches = gate_batches(model, tokenizer, pairs, max_length=max_length)
+        calibration = batches[: len(batches) - len(RANDOM_SHAPES)]  # the real pairs only
         reference = reference_logits(model, batches)
         say("checking fp32 parity")
         record_parity = {"fp32": check_parity(parity(reference, session(fp32, threads=threads), batches),
@@ -73,23 +100,38 @@ def build_grader(
                 parity(reference, session(tmp / "optimized.onnx", threads=threads), batches),
                 what="the ORT-optimised graph (drop --optimize)").as_dict()
             final = tmp / "optimized.onnx"
-        accuracy, int8_record = None, None
-        if pairs is not None and pairs.has_labels:
+        accuracy, int8_record, encoded, labels = None, None, None, None
+        shipped = session(final, threads=threads)  # graded here, and the INT8 gate's speed yardstick
+        if labelled:
             say(f"grading {len(pairs)} pairs")
             encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
-            shipped_fp32 = session(final, threads=threads)  # graded here, and the INT8 gate's speed yardstick
-            logits = onnx_logits(shipped_fp32, encoded)
+            logits = onnx_logits(shipped, encoded)
             labels = pairs.label_array()
             accuracy = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
                         "metrics": summarize(logits, labels, pairs.grades)}
-            if int8:
-                calibration = batches[: len(batches) - len(RANDOM_SHAPES)]  # the real pairs only
-                choices = tuple(resolve(c, model, calibration) for c in choices)
-                final, int8_record, int8_logits = _choose_int8(fp32, shipped_fp32, tmp, encoded, logits, labels,
-                                                               pairs.grades,
-                                                               vocab=model.config.vocab_size, gate=gate, choices=choices, threads=threads, say=say)
-                accuracy["fp32_metrics"] = accuracy["metrics"]
-                accuracy["metrics"] = summarize(int8_logits, labels, pairs.grades)
+            if ort_precision in ("int8", "auto"):
+                ort_choices = tuple(resolve(c, model, calibration) for c in choices)
+                try:
+                    final, int8_record, int8_logits = _choose_int8(
+                        fp32, shipped, tmp, encoded, logits, labels, pairs.grades, vocab=model.config.vocab_size,
+                        gate=gate, choices=ort_choices, threads=threads, say=say)
+                except GateError:
+                    if ort_precision == "int8":
+                        raise
+                    int8_record = None  # auto: no INT8 recipe passes, so the fp32 graph ships
+                if int8_record:
+                    accuracy["fp32_metrics"] = accuracy["metrics"]
+                    accuracy["metrics"] = summarize(int8_logits, labels, pairs.grades)
+                    shipped = session(final, threads=threads)
+        openvino, speed = None, None
+        if ov_precision:
+            judged = build_openvino(model, tmp, reference=reference, batches=batches, calibration=calibration,
+                                    encoded=encoded, labels=labels, grades=pairs.grades if labelled else None,
+                                    precision=ov_precision, gate=gate, threads=threads, say=say)
+            openvino = judged.record
+            say("timing ONNX Runtime against OpenVINO")
+            speed = backend_speed({"onnxruntime": lambda b: run_session(shipped, b), "openvino": judged.run},
+                                  vocab=model.config.vocab_size, threads=threads)
         target = tmp / "model.onnx"
         Path(final).rename(target)
         for leftover in tmp.glob("*.onnx"):
@@ -98,9 +140,10 @@ def build_grader(
         tokenizer.save_pretrained(tmp)
         record = grader_record(
             loaded, input_names=input_names(model), max_length=max_length, opset=opset,
-            precision="int8" if int8 else "fp32", graph_optimization="all", parity=record_parity,
+            precision="int8" if int8_record else "fp32", graph_optimization="all", parity=record_parity,
             accuracy=accuracy, int8=int8_record, optimized=optimized,
             model_file={"name": "model.onnx", "sha256": file_hash(target), "bytes": target.stat().st_size},
+            backend=backend, openvino=openvino, speed=speed,
         )
         write_json(tmp / "grader.json", record)
         write_text(tmp / "README.md", model_card(record))
@@ -113,10 +156,7 @@ FP32 = "fp32 graph"  # the session timed beside the INT8 graphs
 def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab: int, gate: Int8Gate, choices,
                  threads, say):
     """Quantise every choice, judge each against the fp32 graph, keep the fastest that passes the gate."""
-    g = torch.Generator().manual_seed(0)
-    timing = {"input_ids": torch.randint(1, vocab, TIMING_SHAPE, generator=g).numpy(),
-              "attention_mask": np.ones(TIMING_SHAPE, dtype=np.int64),
-              "token_type_ids": np.zeros(TIMING_SHAPE, dtype=np.int64)}
+    timing = timing_batch(vocab)
     names = [c.name for c in choices]
     runs = ([CHOICES[0]] if CHOICES[0].name not in names else []) + list(choices)  # default: the speed yardstick
     sessions, logits_of = {}, {}
@@ -136,7 +176,7 @@ def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, gr
     if best is None:
         table = "; ".join(f"{t.choice}: agreement {t.agreement:.2%}, Spearman {t.spearman_drift:+.4f}, "
                           f"drop {t.accuracy_drop:+.2f} pt, speed x{t.speed_vs_fp32:.2f} of fp32" for t in trials)
-        raise ParityError(f"no INT8 recipe passes the gate ({table}); export without --int8, or relax "
+        raise GateError(f"no INT8 recipe passes the gate ({table}); export without --int8, or relax "
                           "--min-agreement/--max-spearman-drift/--max-drop.")
     fp32_nodes_of = {c.name: list(c.keep_fp32) for c in choices}  # recorded so the choice can be reproduced
     record = {"chosen": {**best.as_dict(), "keep_fp32": fp32_nodes_of[best.choice]},

@@ -8,7 +8,8 @@ from headcut_grader.grader import GRADER_FORMAT
 
 def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int, precision: str,
                   graph_optimization: str, parity: dict, accuracy: dict | None, int8: dict | None,
-                  optimized: dict | None, model_file: dict) -> dict:
+                  optimized: dict | None, model_file: dict, backend: str = "onnxruntime",
+                  openvino: dict | None = None, speed: dict | None = None) -> dict:
     """grader.json: everything the runtime needs (grades, inputs, max length) and what the export proved."""
     from headcut.arch import heads_per_layer, count_parameters
 
@@ -25,6 +26,11 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
         "model_file": model_file,
         "precision": precision,
         "graph_optimization": graph_optimization,  # the ORT session level the parity gate used
+        "onnxruntime_version": _version("onnxruntime"),
+        # which graph `--backend auto` grades with: this one where it is installed, else the faster on its CPU
+        "backend": backend,
+        "openvino": openvino,  # the OpenVINO IR (files, precision, parity, choice), when exported for it
+        "speed": speed,  # each backend's graph timed in turns at export, with the CPU it ran on
         "opset": opset,
         "exporter": "torch.onnx TorchScript (dynamo=False)",
         "attention": "fused: one com.microsoft.MultiHeadAttention per layer, with its own head count",
@@ -41,6 +47,12 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
         "accuracy": accuracy,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+def _version(module: str) -> str:
+    import importlib
+
+    return importlib.import_module(module).__version__
 
 
 def model_card(record: dict) -> str:

@@ -30,6 +30,10 @@ class ParityError(UserError):
     """An exported (or optimised) graph disagrees with the model it came from."""
 
 
+class GateError(ParityError):
+    """No reduced-precision graph (INT8, bf16) passes the agreement gate; the fp32 graph still would."""
+
+
 @dataclass
 class Parity:
     """How closely an ONNX graph reproduces a reference on the same inputs."""

@@ -1,0 +1,236 @@
+"""The OpenVINO backend: graders equal PyTorch on it, `auto` picks by measurement, and bad folders are refused."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import HOMEDEPOT, ROOT, tiny_model
+from headcut.arch import keep_heads, keep_neurons
+from headcut.data import read_pairs, synthetic_pairs
+from headcut.errors import UserError
+from headcut.export import build_grader
+from headcut.export.build import resolve_precision
+from headcut.export.export import FP32_TOLERANCE
+from headcut.models import LoadedModel
+from headcut_grader import Grader
+from headcut_grader.backend_choice import ENV_CACHE
+from headcut_grader.machine import bf16_native
+from headcut_grader.timing import Cpu
+from test_export import make_tiny_grader, tiny_tokenizer
+
+pytest.importorskip("openvino")
+
+
+def tiny_loaded(tmp_path, kind: str, *, prune: bool = False) -> LoadedModel:
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model(kind, vocab_size=len(tokenizer), initializer_range=0.2, max_position_embeddings=128)
+    if prune:  # uneven heads, a 0-head layer, and a 0-neuron layer: every stub OpenVINO must run
+        keep_heads(model, [[0, 2, 3], []])
+        keep_neurons(model, [[], list(range(0, 37, 2))])
+    return LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
+
+
+@torch.no_grad()
+def pytorch_logits(loaded: LoadedModel, pairs) -> np.ndarray:
+    enc = loaded.tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=64, padding=True,
+                           return_tensors="pt")
+    if loaded.model.config.model_type == "distilbert":
+        enc.pop("token_type_ids", None)
+    return loaded.model.eval()(**enc).logits.numpy()
+
+
+@pytest.mark.parametrize("kind,prune", [("bert", False), ("distilbert", False), ("bert", True)],
+                         ids=["bert", "distilbert", "pruned-bert-0-head-0-neuron"])
+def test_openvino_grader_equals_pytorch(tmp_path, kind, prune, one_thread):
+    loaded = tiny_loaded(tmp_path, kind, prune=prune)
+    pairs = synthetic_pairs(60, seed=4)
+    record = build_grader(loaded, tmp_path / "grader", pairs=pairs, backend="openvino", threads=1)
+    assert record["openvino"]["precision"] == "fp32" and record["backend"] == "openvino"
+    assert record["openvino"]["parity"]["fp32"]["max_abs_diff"] <= FP32_TOLERANCE
+    grader = Grader(tmp_path / "grader", backend="openvino")
+    assert grader.backend.name == "openvino"
+    got = grader.logits(pairs)
+    want = pytorch_logits(loaded, pairs)
+    assert np.max(np.abs(got - want)) <= FP32_TOLERANCE
+    assert (got.argmax(1) == want.argmax(1)).all()
+    # the portable ONNX Runtime graph ships beside it and grades the same
+    same = Grader(tmp_path / "grader", backend="onnxruntime").grade(pairs).grades
+    assert (same == grader.grade(pairs).grades).all()
+
+
+def test_int8_is_judged_by_the_gate_and_what_ships_is_what_was_judged(tmp_path, one_thread):
+    folder, loaded, record = make_tiny_grader(tmp_path, backend="openvino", precision="int8")
+    ov = record["openvino"]
+    assert ov["precision"] in ("int8", "int8-bf16") and ov["choice"]["chosen"].startswith("int8")
+    chosen = next(t for t in ov["choice"]["trials"] if t["choice"] == ov["choice"]["chosen"])
+    # the graph written is the one the gate judged: its agreement with PyTorch is the recorded one
+    pairs = synthetic_pairs(120)
+    got = Grader(folder, backend="openvino").logits(pairs)
+    fp32 = pytorch_logits(loaded, pairs)
+    assert np.mean(got.argmax(1) == fp32.argmax(1)) == pytest.approx(chosen["agreement"], abs=0.02)
+    assert 0 < np.max(np.abs(got - fp32)) < 1.0  # quantised (not the fp32 graph), and close
+
+
+def test_bf16_only_where_the_cpu_has_it(tmp_path, one_thread):
+    assert bf16_native(Cpu("Xeon", frozenset({"avx512f", "amx_bf16"})))
+    assert bf16_native(Cpu("EPYC 9004", frozenset({"avx512f", "avx512_bf16"})))
+    assert not bf16_native(Cpu("EPYC", frozenset({"avx2", "fma"})))
+    if bf16_native():
+        folder, _, record = make_tiny_grader(tmp_path, backend="openvino", precision="bf16")
+        assert record["openvino"]["precision"] == "bf16"
+    else:
+        with pytest.raises(UserError, match="neither AMX nor AVX512_BF16"):
+            make_tiny_grader(tmp_path, backend="openvino", precision="bf16")
+        assert not (tmp_path / "grader").exists()
+
+
+def test_auto_uses_the_export_ranking_on_the_same_cpu_and_measures_once_on_another(tmp_path, monkeypatch,
+                                                                                   one_thread):
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))
+    folder, _, record = make_tiny_grader(tmp_path, backend="auto", precision="fp32")
+    assert set(record["speed"]["seconds"]) == {"onnxruntime", "openvino"}
+    grader = Grader(folder)
+    assert grader.backend.name == record["speed"]["fastest"] and "when exported" in grader.backend_reason
+    slower = min(record["speed"]["seconds"], key=lambda n: -record["speed"]["seconds"][n])
+    path = folder / "grader.json"
+    told = json.loads(path.read_text())
+    told["speed"]["seconds"][slower] = 0.0  # the record now ranks the other graph first: auto must follow it
+    path.write_text(json.dumps(told))
+    assert Grader(folder).backend.name == slower
+    told["speed"]["cpu"]["key"] = "another-cpu"  # measured elsewhere: time here once, then reuse the answer
+    path.write_text(json.dumps(told))
+    first = Grader(folder)
+    assert "timed now" in first.backend_reason and (tmp_path / "cache" / "backend-choice.json").exists()
+    again = Grader(folder)
+    assert "cached" in again.backend_reason and again.backend.name == first.backend.name
+
+
+def test_a_folder_exported_for_one_backend_asks_for_that_one(tmp_path, one_thread):
+    folder = make_tiny_grader(tmp_path, backend="openvino")[0]
+    assert Grader(folder).backend.name == "openvino"
+    plain = make_tiny_grader(tmp_path / "plain")[0]
+    assert Grader(plain).backend.name == "onnxruntime"
+    with pytest.raises(UserError, match="has no openvino graph"):
+        Grader(plain, backend="openvino")
+
+
+def test_precision_requests_are_checked_before_any_work():
+    assert resolve_precision("openvino", "int8", int8=False) == ("fp32", "int8")
+    assert resolve_precision("auto", "int8", int8=False) == ("int8", "int8")
+    assert resolve_precision("onnxruntime", None, int8=True) == ("int8", None)
+    for backend, precision, words in [("onnxruntime", "bf16", "fp32 or int8"), ("tensorrt", None, "not one of"),
+                                      ("openvino", "fp16", "not one of")]:
+        with pytest.raises(UserError, match=words):
+            resolve_precision(backend, precision, int8=False)
+
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "headcut", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env=env)
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    """A tiny grader with both graphs (fp32), shared by the bad-input cases, which copy it before harming it."""
+    return make_tiny_grader(tmp_path_factory.mktemp("both"), backend="auto")[0]
+
+
+def _copy(both, tmp_path):
+    return shutil.copytree(both, tmp_path / "copy")
+
+
+def _truncate_bin(folder):
+    path = folder / "openvino" / "model.bin"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _swap_xml(folder):  # an IR from another export whose record was left as it was
+    record = json.loads((folder / "grader.json").read_text())
+    record["openvino"]["files"]["xml"]["name"] = "grader.json"
+    (folder / "grader.json").write_text(json.dumps(record))
+
+
+def _outside(folder):
+    record = json.loads((folder / "grader.json").read_text())
+    record["openvino"]["files"]["bin"]["name"] = "../../../etc/passwd"
+    (folder / "grader.json").write_text(json.dumps(record))
+
+
+def _inputs_lie(folder):
+    record = json.loads((folder / "grader.json").read_text())
+    record["input_names"] = ["input_ids", "attention_mask", "position_ids"]
+    (folder / "grader.json").write_text(json.dumps(record))
+
+
+def _grades_lie(folder):
+    record = json.loads((folder / "grader.json").read_text())
+    record["grades"] = [1, 2, 3]
+    (folder / "grader.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("harm,words", [
+    (_truncate_bin, "is not the file grader.json records"),
+    (_swap_xml, "is not the file grader.json records"),
+    (_outside, "outside the grader folder"),
+    (_inputs_lie, "are not grader.json's input_names"),
+    (_grades_lie, "lists 3 grades but the graph has 5 outputs"),
+])
+def test_grader_folders_that_lie_are_refused_with_one_sentence(both, tmp_path, harm, words):
+    folder = _copy(both, tmp_path)
+    harm(folder)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query\ttitle\ndrill\tcordless drill\n")
+    done = _cli("grade", folder, pairs, "--out", tmp_path / "out.tsv", "--backend", "openvino")
+    assert done.returncode == 2, done.stderr
+    assert words in done.stderr and "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.tsv").exists()
+
+
+def test_without_openvino_installed_the_export_and_runtime_say_how_to_get_it(both, tmp_path):
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "openvino.py").write_text("raise ImportError('blocked for this test')\n")
+    env = {**__import__("os").environ}
+    env["PYTHONPATH"] = f"{blocker}:{env.get('PYTHONPATH', '')}"
+    done = _cli("export", "minilm-l6", "--out", tmp_path / "g", "--backend", "openvino", env=env)
+    assert done.returncode == 2 and "pip install 'headcut-grader[openvino]'" in done.stderr, done.stderr
+    assert not (tmp_path / "g").exists()
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query\ttitle\ndrill\tcordless drill\n")
+    done = _cli("grade", both, pairs, "--out", tmp_path / "o.tsv", "--backend", "openvino", env=env)
+    assert done.returncode == 2 and "headcut-grader[openvino]" in done.stderr, done.stderr
+    # auto falls back to the portable ONNX Runtime graph
+    done = _cli("grade", both, pairs, "--out", tmp_path / "o.tsv", env=env)
+    assert done.returncode == 0 and "onnxruntime" in done.stdout, done.stderr
+
+
+def test_bad_backend_and_precision_flags_exit_2_before_loading(tmp_path):
+    for args, words in [(("--backend", "tensorrt"), "--backend tensorrt"), (("--precision", "fp8"), "--precision fp8"),
+                        (("--int8", "--precision", "bf16"), "disagree")]:
+        done = _cli("export", "minilm-l6", "--out", tmp_path / "g", *args)
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+        assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_real_minilm_teacher_on_openvino_through_the_gates(quick_teacher, tmp_path):
+    """The packaged MiniLM, fine-tuned on Home Depot: fp32 equals PyTorch, INT8 recipes are judged and timed."""
+    from headcut.models import load_model
+
+    pairs = read_pairs(HOMEDEPOT / "dev.tsv", preset="homedepot").sample(300, seed=11)
+    record = build_grader(load_model(quick_teacher), tmp_path / "g", pairs=pairs, backend="auto", precision="auto",
+                          threads=2)
+    ov = record["openvino"]
+    assert ov["parity"]["fp32"]["max_abs_diff"] <= FP32_TOLERANCE
+    trials = {t["choice"]: t for t in ov["choice"]["trials"]}
+    assert {"int8:nncf-transformer", "int8:nncf-no-smoothquant", "int8:nncf-ffn-out-fp32"} <= set(trials)
+    # measured here: 95-98% of the fp32 graph's grades kept by every NNCF recipe
+    assert all(t["agreement"] >= 0.9 for t in trials.values())
+    assert record["speed"]["fastest"] == Grader(tmp_path / "g", threads=2).backend.name
