@@ -29,7 +29,7 @@ def test_bench_cli_small_grid(tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads((out / "bench.json").read_text())
     names = [v["name"] for v in report["variants"]]
-    assert names == ["pytorch fp32 pruned", "onnx a/grader (fp32)", "onnx b/grader (int8)"]
+    assert names == ["pytorch fp32 pruned", "grader a/grader (ORT fp32)", "grader b/grader (ORT int8)"]
     reference, fp32, int8 = report["variants"]
     assert fp32["agreement"] == 1.0 and fp32["max_abs_diff"] <= 1e-4  # the ONNX fp32 grader is the same model
     assert int8["precision"] == "int8" and int8["int8_choice"] and int8["size_mb"] > 0
@@ -44,7 +44,7 @@ def test_bench_cli_small_grid(tmp_path):
 
     # From Python: the same typed result, written to the same three files with the same layout
     variants = [pytorch_variant("pytorch fp32 pruned", load_model(tmp_path / "pruned"), threads=1),
-                *(onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=1) for f in (folder, int8_folder))]
+                *(onnx_variant(f"grader {f.parent.name}/{f.name}", f, threads=1) for f in (folder, int8_folder))]
     timed = benchmark(variants, variants[0].tokenizer, read_pairs(data), BenchSettings((1, 8), (16,), 1, repeats=3))
     assert isinstance(timed, BenchResult) and [v["name"] for v in timed.variants] == names
     write_bench(timed, tmp_path / "python")

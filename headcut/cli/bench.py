@@ -26,7 +26,8 @@ def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
 @user_errors
 def bench(
     model: list[str] = typer.Option(..., "--model", "-m", help="PyTorch model folder; the first is the reference (repeatable)."),
-    grader: list[Path] = typer.Option([], "--grader", "-g", help="ONNX grader folder from `headcut export` (repeatable)."),
+    grader: list[Path] = typer.Option([], "--grader", "-g", help="Grader folder from `headcut export` (repeatable); "
+                                      "each of its graphs (ONNX Runtime, OpenVINO) is timed."),
     data: str = typer.Option(..., "--data", "-d", help="Labelled pairs for accuracy/agreement and the timing inputs."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for bench.json, bench.md and bench.png."),
     threads: int = THREADS,
@@ -44,7 +45,8 @@ def bench(
     --data ../shared/data/homedepot/dev.tsv --limit 1000 --out runs/bench
     """
     quiet_transformers()
-    from headcut.export.bench import BenchSettings, benchmark, load_measured, onnx_variant, pytorch_variant, write_bench
+    from headcut.export.bench import (BenchSettings, benchmark, grader_backends, grader_variant, load_measured,
+                                      pytorch_variant, write_bench)
     from headcut.files import atomic_dir, check_out_dir
     from headcut.models import load_model
 
@@ -65,8 +67,10 @@ def bench(
     # Loaded inside load_measured, so each variant's resident-memory growth includes its weights.
     variants = [load_measured(lambda m=m: pytorch_variant(f"pytorch fp32 {Path(m).name}", loaded(m), threads=threads))
                 for m in model]
-    for folder in grader:
-        variants.append(load_measured(lambda f=folder: onnx_variant(f"onnx {f.parent.name}/{f.name}", f, threads=threads)))
+    for folder in grader:  # every graph of the folder whose runtime is installed: ONNX Runtime, OpenVINO
+        variants += [load_measured(lambda f=folder, b=b: grader_variant(f"grader {f.parent.name}/{f.name}", f,
+                                                                        threads=threads, backend=b))
+                     for b in grader_backends(folder)]
     result = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
     with atomic_dir(out, overwrite=overwrite, inputs=inputs) as tmp:
         table = write_bench(result, tmp)

@@ -1,4 +1,4 @@
-"""The bench stage: every grader of the run on the deployment runtime (ONNX Runtime), timed side by side,
+"""The bench stage: every grader of the run on each runtime it was exported for (ONNX Runtime, OpenVINO), timed side by side,
 and graded on the test pairs against the teacher with paired bootstrap CIs.
 
 Quality is measured against the teacher as trained (PyTorch fp32 logits), so a grader's INT8 drift counts
@@ -16,7 +16,7 @@ def bench(ctx: Context) -> dict:
     from headcut.arch import count_parameters, flops_per_pair
     from headcut.evaluate.metrics import paired_bootstrap, summarize
     from headcut.evaluate.predict import predict_logits
-    from headcut.export.bench import BenchSettings, benchmark, onnx_variant
+    from headcut.export.bench import BenchSettings, benchmark, grader_backends, grader_variant
     from headcut.files import write_json
     from headcut.models import load_model
 
@@ -41,21 +41,24 @@ def bench(ctx: Context) -> dict:
                                                      max_length=teacher.max_length)["input_ids"]]
     seq = int(round(float(np.mean(lengths))))
     rows, variants = [], []
-    for i, (name, record) in enumerate(exports.items()):
-        ctx.progress(i + 1, len(exports) + 1, f"grading {name}")
-        variant = onnx_variant(name, ctx.path(record["grader"]), threads=b.threads)
+    graphs = [(name, record, backend) for name, record in exports.items()
+              for backend in grader_backends(ctx.path(record["grader"]))]
+    for i, (name, record, backend) in enumerate(graphs):
+        ctx.progress(i + 1, len(graphs) + 1, f"grading {name} on {backend}")
+        variant = grader_variant(name, ctx.path(record["grader"]), threads=b.threads, backend=backend)
         logits = variant.logits(pairs)
         variant.logits = lambda _pairs, cached=logits: cached  # graded once, here
         variants.append(variant)
         model = load_model(ctx.path(record["model"])).model
         rows.append({
-            "name": name, "grader": record["grader"], "model": record["model"], "precision": record["precision"],
-            "note": record.get("note"), "size_mb": record["bytes"] / 2**20, "parameters": count_parameters(model),
+            "name": name if backend == "onnxruntime" else f"{name} [openvino]", "backend": backend,
+            "grader": record["grader"], "model": record["model"], "precision": variant.info["precision"],
+            "note": record.get("note"), "size_mb": variant.size_bytes / 2**20, "parameters": count_parameters(model),
             "flops_per_pair": flops_per_pair(model, seq), "metrics": summarize(logits, labels, grades),
             "vs_teacher": compared(logits, reference),
             "vs_yardstick": None if yardstick is None else compared(logits, yardstick),
         })
-    ctx.progress(len(exports) + 1, len(exports) + 1, f"timing batch {b.batch} x {b.seq_len}")
+    ctx.progress(len(graphs) + 1, len(graphs) + 1, f"timing batch {b.batch} x {b.seq_len}")
     settings = BenchSettings((b.batch,), (b.seq_len,), b.threads, repeats=b.repeats)
     timed = benchmark(variants, teacher.tokenizer, pairs, settings)
     for row, measured in zip(rows, timed.variants):

@@ -64,7 +64,9 @@ class StudentSection:
 
 @dataclass(frozen=True)
 class ExportSection:
-    precision: Literal["fp32", "int8"] = "int8"  # int8 falls back to fp32 for a grader no INT8 recipe passes
+    precision: Literal["fp32", "int8", "bf16", "auto"] = "int8"  # int8 falls back to fp32 when no INT8 graph passes
+    # onnxruntime; openvino (an OpenVINO graph beside an fp32 ONNX one); auto (both, the bench times each)
+    backend: Literal["onnxruntime", "openvino", "auto"] = "onnxruntime"
     rows: int = ranged(1000, 20)  # test pairs for the parity and INT8 gates
     min_agreement: float = ranged(0.97, 0.0, 1.0)
     max_spearman_drift: float = ranged(0.005, 0.0, 2.0)

@@ -175,7 +175,7 @@ def distill(name: str) -> Callable[[Context], dict]:
 def export(source: str) -> Callable[[Context], dict]:
     """Export the model of stage `source` (teacher, prune or distill.NAME) to an ONNX grader."""
     def run(ctx: Context) -> dict:
-        from headcut.export import Int8Gate, ParityError, build_grader
+        from headcut.export import GateError, Int8Gate, build_grader
         from headcut.models import load_model
 
         e = ctx.recipe.export
@@ -189,14 +189,14 @@ def export(source: str) -> Callable[[Context], dict]:
 
         note = None
         try:
-            record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, int8=e.precision == "int8", gate=gate,
-                                  threads=e.threads, overwrite=True, progress=say)
-        except ParityError as error:
-            if e.precision != "int8" or "INT8" not in str(error):
+            record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend,
+                                  precision=e.precision, gate=gate, threads=e.threads, overwrite=True, progress=say)
+        except GateError as error:
+            if e.precision not in ("int8", "bf16"):
                 raise
-            note = f"no INT8 recipe passed the gate, exported fp32 ({error})"
-            record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, int8=False, threads=e.threads,
-                                  overwrite=True, progress=say)
+            note = f"no {e.precision} graph passed the gate, exported fp32 ({error})"
+            record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision="fp32",
+                                  gate=gate, threads=e.threads, overwrite=True, progress=say)
         return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"], "precision": record["precision"],
                 "bytes": record["model_file"]["bytes"], "note": note}
 
