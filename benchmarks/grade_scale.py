@@ -32,13 +32,14 @@ def pairs_file(rows: int, folder: Path) -> Path:
     return path
 
 
-def run(grader: Path, source: Path, out: Path, workers: int, threads: int) -> dict:
+def run(grader: Path, source: Path, out: Path, workers: int, threads: int, backend: str) -> dict:
     """Wall time and the peak of the summed RSS of the command and its worker processes (sampled every 0.1 s)."""
     import psutil
 
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "headcut_grader", "grade", str(grader), str(source), "--out",
-                             str(out), "--overwrite", "--workers", str(workers), "--threads", str(threads)],
+                             str(out), "--overwrite", "--workers", str(workers), "--threads", str(threads),
+                             "--backend", backend],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "TQDM_DISABLE": "1"})
     top, peak = psutil.Process(proc.pid), 0
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--layouts", default="1x2,2x1")
     parser.add_argument("--rounds", type=int, default=1, help="turns of every layout per size (first one rotating)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "grade_scale")
+    parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto (headcut grade --backend)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     layouts = [tuple(int(x) for x in layout.split("x")) for layout in args.layouts.split(",")]
@@ -71,7 +73,7 @@ def main() -> None:
             speed = {}
             for workers, threads in turn:
                 result = {"rows": rows, "round": round_, "workers": workers, "threads": threads,
-                          **run(args.grader, source, args.out / "grades.tsv", workers, threads)}
+                          **run(args.grader, source, args.out / "grades.tsv", workers, threads, args.backend)}
                 result["pairs_per_s"] = round(rows / result["seconds"])
                 speed[workers, threads] = result["pairs_per_s"]
                 results.append(result)

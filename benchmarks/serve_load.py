@@ -174,7 +174,7 @@ def offline(grader, rows: list[tuple[str, str]]) -> tuple[float, float]:
 def markdown(report: dict) -> str:
     h = report["headline"]
     lines = [f"{report['machine']}; load average before: {report['load_before']}, after: {report['load_after']}.",
-             f"Grader {report['grader']} ({report['precision']}), server {server_shape(report)}, offline 1 x "
+             f"Grader {report['grader']} ({report.get('backend', 'onnxruntime')} {report['precision']}), server {server_shape(report)}, offline 1 x "
              f"{report['threads']} threads; batching on: "
              f"--max-batch {report['max_batch']} --max-wait-ms {report['max_wait_ms']} --max-queue "
              f"{report['max_queue']} --batch-size {report['batch_size']}; off: --max-batch 1. {report['seconds']} s per cell.", "",
@@ -252,7 +252,8 @@ def main():
     parser.add_argument("--max-batch", type=int, default=256)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--max-queue", type=int, default=512)
-    parser.add_argument("--batch-size", type=int, default=16, help="the servers' ONNX Runtime batch")
+    parser.add_argument("--batch-size", type=int, default=16, help="the servers' runtime batch")
+    parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto, for the servers and offline")
     args = parser.parse_args()
     if args.workers < 1 or args.threads < 1 or (args.server_threads is not None and args.server_threads < 1):
         parser.error("--workers, --threads and --server-threads take whole numbers >= 1")
@@ -271,12 +272,14 @@ def main():
     rows = list(zip(pairs.queries, pairs.titles))[:8192]
     sizes = [int(x) for x in args.sizes.split(",")]
     concurrency = [int(x) for x in args.concurrency.split(",")]
-    grader = Grader(args.grader, threads=args.threads, batch_size=32)
-    common = ("--max-queue", str(args.max_queue), "--max-pairs", str(max(*sizes, 8)), "--batch-size", str(args.batch_size))
+    grader = Grader(args.grader, threads=args.threads, batch_size=32, backend=args.backend)
+    common = ("--max-queue", str(args.max_queue), "--max-pairs", str(max(*sizes, 8)), "--batch-size", str(args.batch_size),
+              "--backend", grader.backend.name)
     modes = {"on": ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms), *common),
              "off": ("--max-batch", "1", *common)}
     load_before = os.getloadavg()
-    report = {"machine": describe(machine()), "cores": os.cpu_count(), "grader": args.grader, "precision": grader.record["precision"],
+    report = {"machine": describe(machine()), "cores": os.cpu_count(), "grader": args.grader, "precision": grader.precision,
+              "backend": f"{grader.backend.name} {grader.backend.version}",
               "threads": args.threads, "workers": args.workers, "server_threads": per_worker, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
               "max_queue": args.max_queue, "batch_size": args.batch_size, "seconds": args.seconds, "rounds": args.rounds,
               "load_before": " ".join(f"{x:.2f}" for x in load_before), "cells": []}

@@ -62,7 +62,8 @@ def model_card(record: dict) -> str:
         "# headcut grader",
         "",
         f"Query-title relevance grader (grades {record['grades'][0]}..{record['grades'][-1]}), exported to ONNX "
-        f"({record['precision']}, opset {record['opset']}) from `{src['path']}` (weights {src['weights_hash']}).",
+        f"({record['precision']}, opset {record['opset']}) from `{src['path']}` (weights {src['weights_hash']})"
+        + (f" and to OpenVINO ({record['openvino']['precision']})" if record.get("openvino") else "") + ".",
         "",
         f"- Architecture: {src['model_type']}, {len(src['heads_per_layer'])} layers, heads per layer "
         f"{src['heads_per_layer']}, {src['parameters']:,} parameters.",
@@ -85,8 +86,8 @@ def model_card(record: dict) -> str:
         "## Use",
         "",
         "```python",
-        "from headcut.grader import Grader  # needs only onnxruntime, tokenizers, numpy",
-        "grader = Grader('THIS_FOLDER', threads=2)",
+        "from headcut_grader import Grader  # pip install headcut-grader (no torch); [openvino] for OpenVINO",
+        "grader = Grader('THIS_FOLDER', threads=2)  # backend='auto': the graph timed fastest on this CPU",
         "result = grader.grade([('cordless drill', 'Acme 20-volt cordless drill')])",
         "```",
         "",
