@@ -352,3 +352,20 @@ def test_layer_costs_on_onnx_runtime_are_their_own_cached_table(int8, tmp_path, 
     assert torch_costs.runtime == "torch-fp32" and len(list(tmp_path.iterdir())) == 2
     monkeypatch.setattr(latency, "measure_layer_costs", lambda *a, **k: pytest.fail("timed again"))
     assert latency.layer_costs(model, batch=4, seq_len=16, cache=tmp_path, runtime=runtime) == costs
+
+
+def test_too_few_calibration_pairs_are_one_sentence_and_a_short_file_is_reported(tmp_path, tiny_grader):  # noqa: F811
+    from tests.test_prune_cli import write_pairs
+    from headcut.data import synthetic_pairs
+
+    grader, _ = tiny_grader
+    one = write_pairs(tmp_path / "one.tsv", synthetic_pairs(1, seed=5))
+    result = run("--model", grader, "--flops", 0.5, "--data", one, "--out", tmp_path / "x", "--no-timing")
+    assert result.exit_code == 2, result.output
+    assert "needs at least 5 calibration pairs" in result.output and "holds only 1" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "x").exists()
+    twenty = write_pairs(tmp_path / "twenty.tsv", synthetic_pairs(20, seed=5))
+    done = run("--model", grader, "--flops", 0.5, "--data", twenty, "--calibrate", 100000, "--out", tmp_path / "y",
+               "--no-timing", "--bootstrap", 50)
+    assert done.exit_code == 0, done.output
+    assert "Least-squares scales on 20 calibration pairs" in done.output and "asked for 100000" in done.output

@@ -107,6 +107,30 @@ def _grader_id(grader: Grader) -> str:
     return grader.graph_sha256
 
 
+STATE_FIELDS = {"rows": int, "bytes": int, "grader_sha256": str, "settings": dict, "position": dict, "counts": dict}
+
+
+def state_problem(state, grades) -> str | None:
+    """What makes a partial run's state unusable (a field missing or of the wrong kind, counts that are not one
+    per grade adding up to rows), or None; checked whole before any row is graded."""
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        return "not a state this version of headcut writes"
+    for key, kind in STATE_FIELDS.items():
+        value = state.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind) or (kind is int and value < 0):
+            return f"'{key}' is missing or not a {'whole number >= 0' if kind is int else kind.__name__}"
+    counts, position = state["counts"], state["position"]
+    if (set(counts) != {str(g) for g in grades} or any(isinstance(n, bool) or not isinstance(n, int) or n < 0
+                                                        for n in counts.values())
+            or sum(counts.values()) != state["rows"]):
+        return "'counts' is not one count per grade adding up to 'rows'"
+    if set(position) != {"offset", "line", "sha256"} or not isinstance(position["sha256"], str) or any(
+            isinstance(position[k], bool) or not isinstance(position[k], int) or position[k] < 0
+            for k in ("offset", "line")):
+        return "'position' is not an offset, a line and a sha256"
+    return None
+
+
 def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, settings: GradeSettings, *,
                      resume: bool, overwrite: bool) -> dict | None:
     """The interrupted run's state when --resume continues it; None to start from the first row."""
@@ -122,8 +146,10 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
             return None
         raise UserError(f"{out}: an interrupted run left {rows} graded rows in {data.name}; pass --resume to "
                         "continue it, or --overwrite to start again.")
-    if state is None or state.get("format") != STATE_FORMAT:
-        raise UserError(f"{state_path} is damaged; run again without --resume and with --overwrite.")
+    problem = state_problem(state, grader.record["grades"])
+    if problem:
+        raise UserError(f"{state_path} is damaged ({problem}); start afresh: run again without --resume and with "
+                        f"--overwrite, or delete {state_path.name} and {data.name}.")
     if state["grader_sha256"] != _grader_id(grader):
         raise UserError(f"{out}: the interrupted run used another grader; resume with the same GRADER_DIR, or run "
                         "without --resume and with --overwrite.")

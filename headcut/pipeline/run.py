@@ -136,8 +136,8 @@ def check_run_dir(out: Path, *, overwrite: bool) -> None:
 
 
 def check_inputs(recipe: PipelineRecipe) -> None:
-    """Every data file the recipe names exists before any stage spends time (a missing test file would
-    otherwise surface at the export stage, after the teacher and the students have trained)."""
+    """Every data file the recipe names exists and reads before any stage spends time (a missing or damaged
+    test file would otherwise surface at a later stage, after the teacher and the students have trained)."""
     from headcut.data import is_synthetic
 
     named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
@@ -146,6 +146,17 @@ def check_inputs(recipe: PipelineRecipe) -> None:
                if value and not is_synthetic(value) and not Path(value).is_file()]
     if missing:
         raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
+    for value in {v for v in named.values() if v and not is_synthetic(v)}:
+        check_readable(value, preset=recipe.data.preset)
+
+
+def check_readable(path: str, *, preset: str | None) -> None:
+    """Read every row of a named file as the stages will (a NUL byte, a bad encoding or an empty text is the
+    reader's one sentence with its line), in chunks, so memory stays bounded on any file."""
+    from headcut.data import iter_pairs
+
+    for _ in iter_pairs(path, chunk_rows=10_000, preset=preset, require_labels=False):
+        pass
 
 
 def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = False,

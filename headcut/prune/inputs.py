@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from headcut.data import Pairs, read_pairs
+from headcut.errors import UserError
 from headcut.prune.result import PruneSettings
 from headcut.prune.scores import default_data
 
@@ -32,6 +33,18 @@ def notes_for(eval_pairs: Pairs | None, *chose: Pairs | None) -> list[str]:
     if eval_pairs is not None and any(p is not None and p.fingerprint == eval_pairs.fingerprint for p in chose):
         return [OPTIMISTIC]
     return []
+
+
+MIN_CALIBRATE_ROWS = 5  # mask tuning holds every fifth calibration pair out to check each fit (prune.tune)
+
+
+def check_calibration_size(pool: Pairs, settings: PruneSettings, *, tune: bool) -> None:
+    """Mask tuning on too few pairs is refused before any scoring, with the numbers that decide it."""
+    rows = min(len(pool), settings.calibrate_rows)
+    if tune and rows < MIN_CALIBRATE_ROWS:
+        have = f"{pool.source} holds only {len(pool)}" if len(pool) < settings.calibrate_rows else f"--calibrate is {rows}"
+        raise UserError(f"mask tuning (--flops/--latency) needs at least {MIN_CALIBRATE_ROWS} calibration pairs (every "
+                        f"fifth is held out to check the fit) but {have}; pass more pairs with --data, or --no-tune.")
 
 
 def data_record(pairs: Pairs) -> dict:

@@ -19,8 +19,8 @@ from headcut.timing import Runtime
 from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency
 from headcut.prune.refit import refit_head
 from headcut.prune.tune import tune_scales
-from headcut.prune.inputs import (data_pool, data_record, eval_sample, file_score_record, notes_for,
-                                  scan_score_record, stage)
+from headcut.prune.inputs import (check_calibration_size, data_pool, data_record, eval_sample, file_score_record,
+                                  notes_for, scan_score_record, stage)
 from headcut.prune.iterative import iterative_plan
 from headcut.prune.measure import speed_summary
 from headcut.prune.plan import check_keep_ratio, plan_heads
@@ -139,6 +139,7 @@ def prune_to_budget(
         raise UserError(f"--targets {targets} is unknown; choose one of: {', '.join(TARGETS)}.")
     batch_size, bootstrap, seed = settings.batch_size, settings.bootstrap, settings.seed
     pool = data_pool(loaded, data)
+    check_calibration_size(pool, settings, tune=tune)
     score_pairs = pool.sample(settings.score_rows, seed=seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
     if targets == "grades" and not score_pairs.has_labels:
@@ -214,7 +215,7 @@ def prune_to_budget(
                 "data": data_record(score_pairs), **scores.to_dict()},
         speed=speed_summary(loaded.model, model, seq_len=seq_len, latency=settings.timing,
                             min_seconds=settings.latency_seconds),
-        budget=budget_record, tuning={"enabled": tune, "data": data_record(calibrate_pairs) if tune else None,
+        budget=budget_record, tuning={"enabled": tune, "data": {**data_record(calibrate_pairs), "asked": settings.calibrate_rows} if tune else None,
                               "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
                               "fits": [f.to_dict() for f in fits], "head": [f.to_dict() for f in head_fits]},
         quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, calibrate_pairs))

@@ -122,7 +122,9 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
     tuning = summary.get("tuning")
     if tuning and tuning.get("enabled"):
         lines += ["", "## Mask tuning", "",
-                  f"Least-squares scales on {tuning['data']['rows']} calibration pairs from {tuning['data']['source']}; "
+                  f"Least-squares scales on {tuning['data']['rows']} calibration pairs from {tuning['data']['source']}"
+                  + (f" (--calibrate asked for {tuning['data']['asked']}; the data holds no more)"
+                     if tuning["data"].get("asked", 0) > tuning["data"]["rows"] else "") + "; "
                   f"kept in {tuning['accepted']} of {tuning['sublayers']} sublayers. Reconstruction error "
                   "(squared error of each sublayer's LayerNorm input relative to the unpruned model's, on held-out calibration pairs):", "",
                   "| layer | sublayer | units | error untuned | error tuned | damping |", "|---|---|---|---|---|---|"]
