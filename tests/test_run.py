@@ -288,3 +288,29 @@ def test_a_truncated_png_is_caught(tmp_path):
     cut = base64.b64encode(buffer.getvalue()[: len(buffer.getvalue()) * 2 // 3]).decode()
     assert _broken_pngs(f'<img src="data:image/png;base64,{whole}">') == []
     assert len(_broken_pngs(f'<img src="data:image/png;base64,{cut}">')) == 1
+
+
+def test_export_backend_auto_reruns_the_exports_and_benches_both_runtimes(straight, tmp_path):
+    pytest.importorskip("openvino")
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml", overrides=["export.backend=auto"]), out)
+    exports = {s for s in again.states if s.startswith("export.")}
+    assert {s for s, state in again.states.items() if state == "done"} == exports | {"bench"}
+    rows = json.loads((out / "bench" / "bench.json").read_text())["rows"]
+    backends = {(r["name"].replace(" [openvino]", ""), r["backend"]) for r in rows}
+    names = {r["name"] for r in rows if r["backend"] == "onnxruntime"}
+    assert backends == {(n, b) for n in names for b in ("onnxruntime", "openvino")}  # every grader on both
+    assert "[openvino]" in (out / "report.md").read_text()
+
+
+def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp_path):
+    bad = tmp_path / "test.tsv"
+    bad.write_bytes(b"query\ttitle\tgrade\ndrill\tcordless\x00 drill\t4\n")
+    args = ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", f"data.test={bad}"]
+    started = time.perf_counter()
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    message = result.stderr.strip()
+    assert str(bad) in message and "\n" not in message and "Traceback" not in message
+    assert not (tmp_path / "out").exists() and time.perf_counter() - started < 30  # before the teacher trains
