@@ -104,10 +104,13 @@ def openvino_core():
 
 
 def openvino_config(inference_precision: str, threads: int) -> dict:
-    """Compile settings: the precision the gate checked (OpenVINO would pick bf16 by itself on AMX CPUs) and
-    a latency stream, so each call gets every thread, as ONNX Runtime's session does."""
+    """Compile settings: the precision the gate checked (OpenVINO would pick bf16 by itself on AMX CPUs), a
+    latency stream, so each call gets every thread, as ONNX Runtime's session does, and no CPU pinning:
+    pinned, the single-thread workers of `serve --workers 2` all ran on the first core (served 42% of
+    offline pairs/s with 1.03 of 2 cores busy, benchmarks/serve_load.py)."""
     return {"INFERENCE_PRECISION_HINT": "bf16" if inference_precision == "bf16" else "f32",
-            "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+            "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+            "ENABLE_CPU_PINNING": False}
 
 
 def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
