@@ -73,7 +73,7 @@ def export(
     int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate "
                               "(the same as --precision int8)."),
     backend: str = typer.Option("onnxruntime", "--backend", help="Runtime to export for: onnxruntime; openvino "
-                                "(adds an OpenVINO graph beside an fp32 ONNX one, needs headcut[openvino]); auto "
+                                "(adds an OpenVINO graph beside an fp32 ONNX one; needs the openvino extra of headcut); auto "
                                 "(both, and graders grade with whichever was timed fastest on their CPU)."),
     precision: Opt[str] = typer.Option(None, "--precision", help="fp32, int8, bf16 (OpenVINO on CPUs with AMX or "
                                        "AVX512_BF16) or auto (the fastest that passes the gate); int8, bf16 and "

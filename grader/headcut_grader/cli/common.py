@@ -77,8 +77,8 @@ PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or 
 QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")
 TITLE_COL = typer.Option(None, "--title-col", help="Title column name (default: title).")
 LABEL_COL = typer.Option(None, "--label-col", help="Label column name (default: grade).")
-BACKEND = typer.Option("auto", "--backend", help="Runtime: onnxruntime, openvino (needs headcut-grader[openvino] "
-                       "and a grader exported with --backend openvino or auto), or auto: the folder's graph that "
+BACKEND = typer.Option("auto", "--backend", help="Runtime: onnxruntime, openvino (needs the openvino extra of "
+                       "headcut-grader and a grader exported with --backend openvino or auto), or auto: the folder's graph that "
                        "was timed fastest on this CPU model (timed here once and cached on another CPU).")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing output file or non-empty output folder.")
 Opt = Optional
