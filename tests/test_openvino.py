@@ -232,8 +232,9 @@ def test_real_minilm_teacher_on_openvino_through_the_gates(quick_teacher, tmp_pa
     assert ov["parity"]["fp32"]["max_abs_diff"] <= FP32_TOLERANCE
     trials = {t["choice"]: t for t in ov["choice"]["trials"]}
     assert {f"int8:{c.name}" for c in OV_INT8_CHOICES} <= set(trials)
-    # measured here: 95-98% of the fp32 graph's grades kept by every NNCF recipe
-    assert all(t["agreement"] >= 0.9 for t in trials.values())
+    # measured here: 95.3-97.5% of the fp32 graph's grades kept by every NNCF recipe on 400-1,000 dev pairs;
+    # on 300 pairs one share has a sampling sd of about 1.1 points, so 94% stays clear of noise
+    assert all(t["agreement"] >= 0.94 for t in trials.values())
     assert set(record["speed"]["seconds"]) == {"onnxruntime", "openvino"}  # both graphs timed on this CPU
     grader = Grader(tmp_path / "g", threads=2)
     assert grader.backend.name == "openvino" and grader.precision == ov["precision"]  # exported for it
