@@ -18,7 +18,7 @@ from headcut_grader.backends import graphs, open_backend
 from headcut_grader.machine import cpu_key
 from headcut_grader.timing import round_robin
 
-TIMING_SHAPE = (32, 64)  # batch x sequence, as the export times its graphs
+TIMING_SHAPE = (32, 64)  # batch x sequence every speed choice is made at, here and in the export
 ENV_CACHE = "HEADCUT_GRADER_CACHE"
 
 
@@ -73,14 +73,18 @@ def choose_backend(folder: Path, record: dict, *, threads: int, vocab_size: int)
                   ", ".join(f"{n} {1000 * s:.0f} ms" for n, s in measured.items()))
 
 
+def timing_batch(vocab_size: int) -> dict:
+    """The random TIMING_SHAPE batch every backend and precision choice is timed on (export and here)."""
+    rng = np.random.default_rng(0)
+    return {"input_ids": rng.integers(1, max(2, vocab_size), TIMING_SHAPE, dtype=np.int64),
+            "attention_mask": np.ones(TIMING_SHAPE, dtype=np.int64),
+            "token_type_ids": np.zeros(TIMING_SHAPE, dtype=np.int64)}
+
+
 def time_backends(folder: Path, record: dict, names: list[str], *, threads: int, vocab_size: int) -> dict[str, float]:
     """Median seconds per batch of TIMING_SHAPE for each backend, measured in turns."""
-    rng = np.random.default_rng(0)
-    batch = {"input_ids": rng.integers(1, max(2, vocab_size), TIMING_SHAPE, dtype=np.int64),
-             "attention_mask": np.ones(TIMING_SHAPE, dtype=np.int64),
-             "token_type_ids": np.zeros(TIMING_SHAPE, dtype=np.int64)}
     runs = [open_backend(n, folder, record, threads=threads).run for n in names]
-    times = round_robin(runs, batch, warmup=1, repeats=5)
+    times = round_robin(runs, timing_batch(vocab_size), warmup=1, repeats=5)
     return {n: statistics.median(t) for n, t in zip(names, times)}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash
+from headcut_grader.machine import runtime_version
 
 BACKEND_NAMES = ("onnxruntime", "openvino")
 INSTALL = {"onnxruntime": "pip install onnxruntime", "openvino": "pip install 'headcut-grader[openvino]'"}
@@ -115,7 +116,6 @@ def openvino_config(inference_precision: str, threads: int) -> dict:
 
 def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
     core = openvino_core()
-    import openvino
 
     files = graph.get("files") if isinstance(graph.get("files"), dict) else {}
     xml = graph_file(folder, files.get("xml"), what="openvino.files.xml")
@@ -139,7 +139,7 @@ def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
     precision = graph.get("precision", "fp32")
     if hint == "bf16" and "bf16" not in ran_in:
         precision = precision.replace("-bf16", "").replace("bf16", "fp32")  # no bf16 on this CPU: it runs f32
-    return Backend("openvino", precision, openvino.__version__.split("-")[0], names, run)
+    return Backend("openvino", precision, runtime_version("openvino"), names, run)
 
 
 def check_inputs(folder: Path, names: list[str], record: dict) -> None:

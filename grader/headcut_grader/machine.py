@@ -39,6 +39,16 @@ def cpu_key(cpu: Cpu | None = None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def runtime_version(module: str) -> str | None:
+    """A runtime's release ("2026.4.1", not OpenVINO's build string), or None where it is not installed."""
+    import importlib
+
+    try:
+        return importlib.import_module(module).__version__.split("-")[0]
+    except ImportError:
+        return None
+
+
 def describe(record: dict) -> str:
     return f"{record['model']}, {record['cores']} cores, {' '.join(record['flags']) or 'no AVX'}"
 

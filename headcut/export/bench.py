@@ -28,7 +28,7 @@ from headcut.evaluate.metrics import agreement, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut.files import write_json, write_text
 from headcut.timing import round_robin
-from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops
+from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops, runtime_version
 
 
 @dataclass(frozen=True)
@@ -268,14 +268,8 @@ def _machine_line(report: dict) -> str:
 
 def machine_record() -> dict:
     """The CPU and runtime versions every speed table carries (ratios move between CPUs and releases)."""
-    import importlib
-
     runtimes = {"torch": torch.__version__}
-    for name in ("onnxruntime", "openvino"):
-        try:
-            runtimes[name] = importlib.import_module(name).__version__.split("-")[0]
-        except ImportError:
-            pass
+    runtimes.update({n: v for n in ("onnxruntime", "openvino") if (v := runtime_version(n))})
     return {"cpu": cpu_record(), "ghz": clock_ghz(), "runtimes": runtimes}
 
 

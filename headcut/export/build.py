@@ -14,7 +14,7 @@ from headcut.batching import check_max_length, encode
 from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.metrics import summarize
-from headcut.export.build_openvino import TIMING_SHAPE, backend_speed, build_openvino, check_request, timing_batch
+from headcut.export.build_openvino import backend_speed, build_openvino, check_request
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, GateError, check_parity, export_onnx, gate_batches, input_names,
                                    onnx_logits, parity, reference_logits, run_session, session)
@@ -23,6 +23,7 @@ from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, fastest_passing, judge, quantize_int8, resolve
 from headcut.files import atomic_dir, file_hash, write_json, write_text
 from headcut.timing import round_robin
+from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 
 BACKENDS = ("onnxruntime", "openvino", "auto")
 

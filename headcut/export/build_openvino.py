@@ -11,7 +11,6 @@ import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 
 from headcut.errors import UserError
 from headcut.export.export import GateError, check_parity, export_onnx, onnx_logits, parity
@@ -19,10 +18,8 @@ from headcut.export.openvino import (OV_INT8_CHOICES, bf16_problem, compiled_run
                                      require_openvino, save_ir)
 from headcut.export.quantize import Int8Gate, fastest_passing, judge
 from headcut.timing import round_robin
-from headcut_grader.machine import cpu_record
-
-TIMING_SHAPE = (32, 64)  # batch x sequence every speed choice of the export is made at
-
+from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
+from headcut_grader.machine import cpu_record, runtime_version
 
 @dataclass
 class Candidate:
@@ -79,7 +76,8 @@ def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded
 
 
 def _version() -> str:
-    return require_openvino().__version__.split("-")[0]
+    require_openvino()
+    return runtime_version("openvino")
 
 
 def candidates(fp32_model, calibration, *, precision: str, say) -> tuple[list[Candidate], list[str]]:
@@ -123,13 +121,6 @@ def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, preci
               "fp32_seconds": seconds["fp32"], "gate": asdict(gate), "timing_shape": list(TIMING_SHAPE),
               "threads": threads}
     return chosen, runs.get(chosen.name, fp32_run), record
-
-
-def timing_batch(vocab: int) -> dict:
-    rng = np.random.default_rng(0)
-    return {"input_ids": rng.integers(1, vocab, TIMING_SHAPE, dtype=np.int64),
-            "attention_mask": np.ones(TIMING_SHAPE, dtype=np.int64),
-            "token_type_ids": np.zeros(TIMING_SHAPE, dtype=np.int64)}
 
 
 def time_runs(runs: dict, *, vocab: int, repeats: int = 10) -> dict[str, float]:

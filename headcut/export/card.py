@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 
 from headcut_grader.grader import GRADER_FORMAT
+from headcut_grader.machine import runtime_version
 
 
 def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int, precision: str,
@@ -26,7 +27,7 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
         "model_file": model_file,
         "precision": precision,
         "graph_optimization": graph_optimization,  # the ORT session level the parity gate used
-        "onnxruntime_version": _version("onnxruntime"),
+        "onnxruntime_version": runtime_version("onnxruntime"),
         # which graph `--backend auto` grades with: this one where it is installed, else the faster on its CPU
         "backend": backend,
         "openvino": openvino,  # the OpenVINO IR (files, precision, parity, choice), when exported for it
@@ -47,12 +48,6 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
         "accuracy": accuracy,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-
-
-def _version(module: str) -> str:
-    import importlib
-
-    return importlib.import_module(module).__version__
 
 
 def model_card(record: dict) -> str:
