@@ -130,3 +130,16 @@ def test_a_failing_run_fails_its_requests_and_the_next_run_works(grader):
     assert len(batcher.submit(requests_of([2])[0]).result(timeout=30)) == 2
     batcher.close()
 
+
+
+def test_a_request_cancelled_while_queued_is_skipped_and_the_thread_lives_on(grader):
+    # sweep defect 1: a server's drain deadline cancels the futures of waiting requests; setting a result on
+    # one raised InvalidStateError and killed the batcher thread, so nothing queued after it was answered
+    run, calls = recording(grader.grade)
+    batcher = Batcher(run, max_batch=100, max_wait=0.3, max_queue=100)
+    cancelled, kept = [batcher.submit(r) for r in requests_of([2, 3])]
+    assert cancelled.cancel()
+    assert len(kept.result(timeout=30)) == 3
+    assert len(batcher.submit(requests_of([4])[0]).result(timeout=30)) == 4  # the thread still runs
+    batcher.close(timeout=30)
+    assert calls == [3, 4] and cancelled.cancelled()  # the cancelled request was never graded

@@ -4,7 +4,8 @@ A request's pairs wait in a bounded queue; one thread per worker takes whole req
 the batch holds `max_batch` pairs or the oldest has waited `max_wait` seconds, grades them in one
 `Grader.grade` call and hands each request its own rows back. A request is never split, so one larger
 than `max_batch` runs alone (`max_batch=1` turns merging off). When the queue already holds `max_queue`
-pairs, `submit` raises `QueueFull` at once: the caller answers 503 instead of letting latency grow.
+pairs, `submit` raises `QueueFull` at once: the caller answers 503 instead of letting latency grow. A request
+whose future is cancelled while it waits is dropped, never graded.
 Torch-free, like the grader.
 """
 from __future__ import annotations
@@ -109,16 +110,21 @@ class Batcher:
                 if left <= 0:
                     break
                 self._wake.wait(left)
-            batch = [self._jobs.popleft()]
-            size = len(batch[0].pairs)
-            while self._jobs and size + len(self._jobs[0].pairs) <= self.max_batch:
-                size += len(self._jobs[0].pairs)
-                batch.append(self._jobs.popleft())
-            self._waiting -= size
+            batch, size = [], 0
+            while self._jobs and (not batch or size + len(self._jobs[0].pairs) <= self.max_batch):
+                job = self._jobs.popleft()
+                self._waiting -= len(job.pairs)
+                # a running future can no longer be cancelled, so setting its result below cannot fail;
+                # False: the request was cancelled while it waited (the server's drain deadline), so skip it
+                if job.future.set_running_or_notify_cancel():
+                    batch.append(job)
+                    size += len(job.pairs)
             return batch
 
     def _loop(self) -> None:
         while (batch := self._next_batch()) is not None:
+            if not batch:  # every request taken was cancelled
+                continue
             pairs = [pair for job in batch for pair in job.pairs]
             start = time.perf_counter()
             try:
