@@ -5,6 +5,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -170,24 +171,32 @@ def test_rank_bounds_the_titles_count_and_every_title(server, body, where):
 
 @contextmanager
 def serve_process(folder, *args: str):
-    """`headcut serve` in a subprocess; yields (url, process) once /healthz answers, stops it after."""
+    """`headcut serve` in a subprocess; yields (url, process, output) once /healthz answers, stops it after.
+    `output()` is everything the server (master and workers) printed so far; a file, not a pipe, so a chatty
+    server never blocks on a full pipe."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "headcut", "serve", str(folder), "--port", str(port),
-                             "--threads", "1", *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             "--threads", "1", *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+
+    def output() -> str:
+        log.seek(0)
+        return log.read().decode(errors="replace")
+
     try:
         deadline = time.monotonic() + 60
         while True:
-            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
+            assert proc.poll() is None, output()
             try:
                 if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 assert time.monotonic() < deadline, "no /healthz answer within 60 s"
                 time.sleep(0.2)
-        yield url, proc
+        yield url, proc, output
     finally:
         if proc.poll() is None:
             proc.terminate()  # not kill: SIGTERM lets it remove its metrics folder
@@ -196,6 +205,7 @@ def serve_process(folder, *args: str):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()
 
 
 def grade_bodies(sizes, seed=11):
@@ -230,7 +240,7 @@ def test_concurrent_requests_share_one_run_and_each_gets_its_solo_result(folder)
     sizes = [3, 8, 1, 5, 8, 2, 6, 7]
     bodies = grade_bodies(sizes)
     # a long window and a batch of exactly all pairs: the single run starts when the last request arrives
-    with serve_process(folder, "--max-batch", str(sum(sizes)), "--max-wait-ms", "10000") as (url, _):
+    with serve_process(folder, "--max-batch", str(sum(sizes)), "--max-wait-ms", "10000") as (url, _, _):
         with ThreadPoolExecutor(len(bodies)) as pool:
             replies = list(pool.map(lambda b: httpx.post(url + "/grade", json=b, timeout=60), bodies))
         page = httpx.get(url + "/metrics", timeout=30).text
@@ -249,7 +259,7 @@ def test_concurrent_requests_share_one_run_and_each_gets_its_solo_result(folder)
 def test_a_full_queue_answers_503_with_retry_after_at_once(folder):
     # a batch of 64 never fills from 16 queued pairs, so the two first requests wait out the 3 s window
     args = ("--max-batch", "64", "--max-wait-ms", "3000", "--max-queue", "16", "--max-pairs", "16")
-    with serve_process(folder, *args) as (url, _):
+    with serve_process(folder, *args) as (url, _, _):
         first, second, third = grade_bodies([8, 8, 1])
         with ThreadPoolExecutor(2) as pool:
             queued = [pool.submit(httpx.post, url + "/grade", json=b, timeout=60) for b in (first, second)]
@@ -268,7 +278,7 @@ def test_a_full_queue_answers_503_with_retry_after_at_once(folder):
 
 @pytest.mark.parametrize("workers", ["1", "2"])  # 2: headcut's own SO_REUSEPORT workers pass the signal on
 def test_sigterm_answers_every_request_already_taken_then_exits(folder, workers):
-    with serve_process(folder, "--max-batch", "64", "--max-wait-ms", "3000", "--workers", workers) as (url, proc):
+    with serve_process(folder, "--max-batch", "64", "--max-wait-ms", "3000", "--workers", workers) as (url, proc, _):
         bodies = grade_bodies([4, 2, 3])
         with ThreadPoolExecutor(len(bodies)) as pool:
             pending = [pool.submit(httpx.post, url + "/grade", json=b, timeout=60) for b in bodies]
@@ -281,3 +291,41 @@ def test_sigterm_answers_every_request_already_taken_then_exits(folder, workers)
         assert proc.wait(timeout=30) == 0
     assert [r.status_code for r in replies] == [200, 200, 200]
     assert [len(r.json()["results"]) for r in replies] == [4, 2, 3]
+
+
+def matches_the_grader(grader, body, reply) -> bool:
+    """A 200 whose grades and probabilities are the grader's own for this body."""
+    alone = grader.grade([(p["query"], p["title"]) for p in body["pairs"]])
+    got = reply.json()["results"]
+    return (reply.status_code == 200 and [r["grade"] for r in got] == alone.grades.tolist()
+            and np.allclose([r["probabilities"] for r in got], alone.probabilities, rtol=0, atol=1e-6))
+
+
+# Sweep defect 1: a SIGTERM during a burst answered some taken requests with 500 (the drain deadline cancelled
+# them), and the batcher threads died setting results on the cancelled futures.
+@pytest.mark.parametrize("drain, status", [("30", 200), ("0.1", 503)])
+def test_sigterm_during_a_burst_answers_each_taken_request_with_its_grades_or_503(folder, drain, status):
+    bodies = grade_bodies([32] * 30, seed=21)
+    # every request is queued before its worker's 5 s window ends, so all 30 are in flight at the SIGTERM:
+    # a 30 s drain grades them all, a 0.1 s drain ends before any run starts
+    args = ("--workers", "2", "--max-pairs", "32", "--max-batch", "960", "--max-queue", "960",
+            "--max-wait-ms", "5000", "--drain-seconds", drain)
+    with serve_process(folder, *args) as (url, proc, output):
+        with httpx.Client(timeout=60, limits=httpx.Limits(max_connections=30)) as client, \
+                ThreadPoolExecutor(len(bodies)) as pool:
+            pending = [pool.submit(client.post, url + "/grade", json=b) for b in bodies]
+            wait_for_queue(url, 960)  # all 30 requests (960 pairs) taken and waiting: 30 in flight
+            proc.send_signal(signal.SIGTERM)
+            replies = [f.result() for f in pending]
+        code = proc.wait(timeout=30)
+        log = output()
+    grader = Grader(folder)
+    codes = [r.status_code for r in replies]
+    for body, reply in zip(bodies, replies):
+        assert reply.status_code in (200, 503), f"30 requests were in flight at the SIGTERM; answers: {codes}"
+        if reply.status_code == 503:
+            assert "shutting down" in reply.json()["error"] and reply.headers["retry-after"] == "1"
+        else:
+            assert matches_the_grader(grader, body, reply), reply.text
+    assert codes == [status] * 30, f"30 requests were in flight at the SIGTERM; answers: {codes}"
+    assert code == 0 and "Traceback" not in log and "Error" not in log, log

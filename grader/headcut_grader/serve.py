@@ -4,11 +4,13 @@ POST /grade {"pairs": [{"query": ..., "title": ...}]}, POST /rank {"query": ...,
 GET /healthz, GET /metrics (Prometheus text, all workers). Every request is bounded (body bytes, pairs,
 characters per text); anything malformed gets a 4xx with {"error": sentence}, never a 500 or a dead worker.
 Concurrent requests share grader runs (headcut_grader.microbatch); a worker whose queue is full answers 503 with
-Retry-After at once, and a stopping worker answers every request it already took.
+Retry-After at once. A stopping worker (SIGTERM) takes no new connections and answers every request it already
+took: with its grades, or with 503 "shutting down" when the drain deadline (--drain-seconds) passes first.
 Like the grader, this module never imports torch.
 """
 # No `from __future__ import annotations`: FastAPI must see the request models defined inside create_app.
 
+import asyncio
 import json
 import os
 import time
@@ -17,6 +19,7 @@ from dataclasses import asdict, dataclass
 
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
 RETRY_AFTER_SECONDS = 1
+SHUTTING_DOWN = f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."
 
 
 @dataclass(frozen=True)
@@ -81,12 +84,37 @@ class BodyLimit:
         await self.app(scope, counted, send)
 
 
-async def _send_json(send, status: int, message: str):
-    import json
+class DrainDeadline:
+    """ASGI middleware: when the drain deadline passes, uvicorn cancels every request still running, and would
+    answer each with a 500 and a logged traceback; a request cancelled before its answer started gets 503
+    "shutting down" with Retry-After instead (its grades, if a run was computing them, are dropped)."""
 
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def sending(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except asyncio.CancelledError:  # only uvicorn's drain deadline cancels a request: answer, then end quietly
+            if not started:
+                await _send_json(send, 503, SHUTTING_DOWN, retry_after=True)
+
+
+async def _send_json(send, status: int, message: str, *, retry_after: bool = False):
     body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry_after:
+        headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -121,7 +149,6 @@ class Measured:
 def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching(),
                backend: str = "auto"):
     """The FastAPI app for one grader folder (one Grader and one micro-batcher per worker process)."""
-    import asyncio
     from typing import Annotated
 
     from fastapi import FastAPI, Request
@@ -170,11 +197,13 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     @asynccontextmanager
     async def lifespan(app):
         yield
-        # uvicorn gets here once every request it took was answered (or its graceful timeout passed)
-        batcher.close(timeout=60)
+        # uvicorn gets here once every request it took was answered (by DrainDeadline when its graceful
+        # timeout passed): only a run already started may be left, and the event loop must not block on it
+        await asyncio.to_thread(batcher.close, timeout=60)
         metrics.close()
 
     app = FastAPI(title="headcut grader", version="1", lifespan=lifespan)
+    app.add_middleware(DrainDeadline)  # inside Measured, which then counts its 503s
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     app.add_middleware(Measured, metrics=metrics)  # added last: outermost, so it sees 413s too
 
@@ -198,8 +227,8 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
 
     @app.exception_handler(Closed)
     async def closing(request: Request, exc: Closed):
-        return JSONResponse({"error": f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."},
-                            status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+        return JSONResponse({"error": SHUTTING_DOWN}, status_code=503,
+                            headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
     async def graded(pairs):
         future = batcher.submit(pairs)  # QueueFull and Closed become 503 above, before any waiting
