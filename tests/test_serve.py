@@ -76,6 +76,14 @@ def test_bad_requests_get_4xx_with_a_message(server, body, status, words):
     assert reply.status_code == status and words in reply.json()["error"]
 
 
+# Sweep defect 3: load balancers probe with HEAD.
+@pytest.mark.parametrize("path", ["/healthz", "/metrics"])
+def test_head_answers_like_get_without_a_body(server, path):
+    got = httpx.get(server[0] + path, timeout=30)
+    head = httpx.head(server[0] + path, timeout=30)
+    assert head.status_code == got.status_code and head.status_code in (200, 501), head.text
+    assert head.content == b""
+
 def test_oversize_requests_are_refused_and_the_server_lives_on(server):
     url, _ = server
     many = {"pairs": [{"query": "q", "title": "t"}] * 17}  # --max-pairs 16

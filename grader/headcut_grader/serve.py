@@ -1,7 +1,7 @@
 """HTTP JSON API over an exported grader (FastAPI; install with `pip install headcut[serve]`).
 
 POST /grade {"pairs": [{"query": ..., "title": ...}]}, POST /rank {"query": ..., "titles": [...]},
-GET /healthz, GET /metrics (Prometheus text, all workers). Every request is bounded (body bytes, pairs,
+GET /healthz, GET /metrics (Prometheus text, all workers); HEAD too for both. Every request is bounded (body bytes, pairs,
 characters per text); anything malformed gets a 4xx with {"error": sentence}, never a 500 or a dead worker.
 Concurrent requests share grader runs (headcut_grader.microbatch); a worker whose queue is full answers 503 with
 Retry-After at once. A stopping worker (SIGTERM) takes no new connections and answers every request it already
@@ -235,7 +235,10 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
         metrics.waiting(batcher.waiting)
         return await asyncio.wrap_future(future)
 
-    @app.get("/healthz")
+    def readable(path: str, **options):  # load balancers probe with HEAD: it answers like GET, without the body
+        return app.api_route(path, methods=["GET", "HEAD"], **options)
+
+    @readable("/healthz")
     def healthz():
         return {"status": "ok", "backend": grader.backend.name, "runtime_version": grader.backend.version,
                 "precision": grader.precision, "grades": grader.record["grades"],
@@ -252,7 +255,7 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
         result = await graded([(request.query, t) for t in request.titles])
         return JSONResponse({"query": request.query, "ranking": ranking(request.titles, result)})
 
-    @app.get("/metrics", response_class=PlainTextResponse)
+    @readable("/metrics", response_class=PlainTextResponse)
     def metrics_page():
         page = metrics.page()
         if page is None:
