@@ -76,6 +76,31 @@ def test_bad_requests_get_4xx_with_a_message(server, body, status, words):
     assert reply.status_code == status and words in reply.json()["error"]
 
 
+# Sweep defect 4: a body that is not JSON text gets the server's own sentence, never the framework's words or a 500.
+GOOD_BODY = b'{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
+
+
+@pytest.mark.parametrize("content_type, body, status, words", [
+    ("text/plain", GOOD_BODY, 415, "send Content-Type: application/json"),
+    (None, GOOD_BODY, 415, "send Content-Type: application/json"),
+    ("application/x-www-form-urlencoded", GOOD_BODY, 415, "send Content-Type: application/json"),  # curl -d
+    ("application/json", b'{"pairs": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, "nested"),
+    ("application/json", b'{"pairs": [{"query": "dr\xffill", "title": "x"}]}', 400, "UTF-8"),
+    ("application/json", GOOD_BODY.decode().encode("utf-16"), 400, "UTF-8"),
+])
+def test_bodies_that_are_not_json_text_get_one_sentence(server, content_type, body, status, words):
+    headers = {"content-type": content_type} if content_type else {}
+    reply = httpx.post(server[0] + "/grade", content=body, headers=headers, timeout=30)
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert words in error and error.endswith(".") and error.count(". ") == 0, error
+
+
+def test_json_with_a_charset_parameter_is_json(server):
+    headers = {"content-type": "application/json; charset=utf-8"}
+    assert httpx.post(server[0] + "/grade", content=GOOD_BODY, headers=headers, timeout=30).status_code == 200
+
+
 # Sweep defect 3: load balancers probe with HEAD.
 @pytest.mark.parametrize("path", ["/healthz", "/metrics"])
 def test_head_answers_like_get_without_a_body(server, path):
@@ -186,8 +211,8 @@ def serve_process(folder, *args: str):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "headcut", "serve", str(folder), "--port", str(port),
-                             "--threads", "1", *args], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    command = [sys.executable, "-m", "headcut", "serve", str(folder), "--port", str(port), "--threads", "1", *args]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
 
     def output() -> str:

@@ -1,8 +1,9 @@
 """HTTP JSON API over an exported grader (FastAPI; install with `pip install headcut[serve]`).
 
 POST /grade {"pairs": [{"query": ..., "title": ...}]}, POST /rank {"query": ..., "titles": [...]},
-GET /healthz, GET /metrics (Prometheus text, all workers); HEAD too for both. Every request is bounded (body bytes, pairs,
-characters per text); anything malformed gets a 4xx with {"error": sentence}, never a 500 or a dead worker.
+GET /healthz, GET /metrics (Prometheus text, all workers); HEAD too for both. POST bodies are JSON (Content-Type:
+application/json, UTF-8). Every request is bounded (body bytes, pairs, characters per text); anything malformed gets
+a 4xx with {"error": sentence}, never a 500 or a dead worker.
 Concurrent requests share grader runs (headcut_grader.microbatch); a worker whose queue is full answers 503 with
 Retry-After at once. A stopping worker (SIGTERM) takes no new connections and answers every request it already
 took: with its grades, or with 503 "shutting down" when the drain deadline (--drain-seconds) passes first.
@@ -57,31 +58,84 @@ class Settings:
                    raw.get("backend", "auto"))
 
 
-class BodyLimit:
-    """ASGI middleware: refuse bodies over `limit` bytes with 413, also when no Content-Length is sent."""
+class JsonBody:
+    """ASGI middleware: a POST body must be JSON text (Content-Type application/json, UTF-8, nested less deeply
+    than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent. Anything
+    else is answered here with one sentence (413, 415 or 400), before FastAPI's parser could answer in its own
+    words or fail; JSON that does not fit the request shape is left to the route's 422."""
 
     def __init__(self, app, limit: int):
         self.app, self.limit = app, limit
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["method"] != "POST":
             return await self.app(scope, receive, send)
-        declared = dict(scope.get("headers") or []).get(b"content-length")
+        headers = dict(scope.get("headers") or [])
+        problem = self.header_problem(headers)
+        if problem:
+            return await _send_json(send, *problem)
+        body = await _read_body(receive, self.limit)
+        if body is None:  # the client went away mid-body: nobody to answer
+            return
+        problem = self.too_large() if len(body) > self.limit else body_problem(body)
+        if problem:
+            return await _send_json(send, *problem)
+        await self.app(scope, _replay(body, receive), send)
+
+    def header_problem(self, headers: dict) -> tuple[int, str] | None:
+        declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return await _send_json(send, 413, f"request body over {self.limit} bytes; send fewer pairs per request.")
-        from starlette.exceptions import HTTPException
+            return self.too_large()
+        media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+        if media_type != b"application/json":
+            shown = media_type.decode("latin-1") or "none"
+            return 415, f"request body must be JSON (Content-Type {shown}): send Content-Type: application/json."
+        return None
 
-        seen = 0
+    def too_large(self) -> tuple[int, str]:
+        return 413, f"request body over {self.limit} bytes; send fewer pairs per request."
 
-        async def counted():
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:  # raised inside the body read, so FastAPI turns it into the 413 response
-                raise HTTPException(413, f"request body over {self.limit} bytes; send fewer pairs per request.")
-            return message
 
-        await self.app(scope, counted, send)
+def body_problem(body: bytes) -> tuple[int, str] | None:
+    """Why `body` is not JSON text the request models can read, or None (including for malformed JSON, which
+    the route answers 422 like any other shape it cannot use). FastAPI parses the body again: at most
+    --max-body-bytes, a few milliseconds per megabyte."""
+    try:
+        json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return 400, f"request body is not UTF-8 (byte {e.start}); send the JSON encoded as UTF-8."
+    except RecursionError:
+        return 400, "request body is JSON nested too deeply; send the request shape GET /docs shows."
+    except ValueError:
+        pass
+    return None
+
+
+async def _read_body(receive, limit: int) -> bytes | None:
+    """The whole body, or None if the client disconnected; stops reading once more than `limit` bytes came."""
+    chunks, size, more = [], 0, True
+    while more and size <= limit:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        more = message.get("more_body", False)
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive):
+    """A `receive` that hands the app the body already read, then whatever the connection sends next."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
 
 
 class DrainDeadline:
@@ -204,8 +258,8 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
 
     app = FastAPI(title="headcut grader", version="1", lifespan=lifespan)
     app.add_middleware(DrainDeadline)  # inside Measured, which then counts its 503s
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
-    app.add_middleware(Measured, metrics=metrics)  # added last: outermost, so it sees 413s too
+    app.add_middleware(JsonBody, limit=limits.max_body_bytes)
+    app.add_middleware(Measured, metrics=metrics)  # added last: outermost, so it sees 413s, 415s and 400s too
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):

@@ -40,7 +40,8 @@ def serve(
     """Serve GRADER_DIR: POST /grade, POST /rank, GET /healthz, GET /metrics.
 
     Example: headcut serve runs/grader --port 8000 --workers 2, then
-    curl -s localhost:8000/grade -d '{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
+    curl -s localhost:8000/grade -H 'Content-Type: application/json'
+    -d '{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
     """
     import socket
 
