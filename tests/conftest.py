@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,3 +119,35 @@ def quick_teacher():
             recipe = load_recipe(FinetuneRecipe, "finetune/minilm_homedepot_cpu", overrides=overrides)
             finetune(recipe, out, overwrite=True)
     return out
+
+
+def spawned_children(pid: int) -> set[int]:
+    """Live processes that multiprocessing's spawn started from `pid` (Linux /proc; its resource tracker left out)."""
+    found = set()
+    for listing in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in map(int, listing.read_text().split()):
+            try:
+                line = Path(f"/proc/{child}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"spawn_main" in line and b"resource_tracker" not in line and process_alive(child):
+                found.add(child)
+    return found
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie nobody reaped yet counts as gone: a container's init may never reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until(check, seconds: float, what: str):
+    """Poll `check()` every 50 ms until it is truthy; fail naming `what` after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"after {seconds:g} s: {what}"
+        time.sleep(0.05)
+    return result

@@ -12,6 +12,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from conftest import process_alive, spawned_children, wait_until
 from headcut.cli.main import app
 from headcut.data import synthetic_pairs
 from headcut_grader.grade_file import partial_paths
@@ -78,6 +79,29 @@ def test_killed_run_resumes_to_the_same_bytes(tiny_grader, tmp_path):
     assert "graded 30000 pairs" in resumed.output and "by the interrupted run" in resumed.output
     assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
     assert not data.exists() and not state.exists()
+
+
+
+# Sweep defect 5: the workers of a SIGKILLed `grade --workers 2` were still alive 60 s later.
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
+def test_workers_exit_when_their_parent_is_killed(tiny_grader, tmp_path):
+    source = write_pairs(tmp_path / "pairs.tsv", 30_000, seed=5)
+    flags = ["--out", tmp_path / "o.tsv", "--workers", "2", "--threads", "1", "--chunk-rows", "200"]
+    run = subprocess.Popen(command(tiny_grader, source, *flags), stderr=subprocess.DEVNULL)
+    workers = set()
+
+    def two_workers():
+        workers.update(spawned_children(run.pid))
+        return len(workers) == 2
+
+    try:
+        wait_until(two_workers, 60, "two grading workers have not started")
+        run.send_signal(signal.SIGKILL)
+        assert run.wait(timeout=10) == -signal.SIGKILL, "the run finished before it could be killed"
+        wait_until(lambda: not any(map(process_alive, workers)), 5, f"workers {sorted(workers)} are still alive")
+    finally:
+        for pid in filter(process_alive, [run.pid, *workers]):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_a_bad_row_stops_with_its_line_and_the_fixed_file_resumes(tiny_grader, tmp_path):

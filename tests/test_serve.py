@@ -1,6 +1,7 @@
 """The real server (uvicorn in a subprocess) on loopback: good, concurrent and bad requests."""
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, process_alive, spawned_children, wait_until
 from headcut.data import synthetic_pairs
 from headcut.export.bench import running_server
 from headcut.grader import Grader
@@ -362,3 +363,18 @@ def test_sigterm_during_a_burst_answers_each_taken_request_with_its_grades_or_50
             assert matches_the_grader(grader, body, reply), reply.text
     assert codes == [status] * 30, f"30 requests were in flight at the SIGTERM; answers: {codes}"
     assert code == 0 and "Traceback" not in log and "Error" not in log, log
+
+
+# Sweep defect 5, for serve: the workers of a SIGKILLed master would keep serving on the port.
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
+def test_server_workers_exit_when_the_master_is_killed(folder):
+    with serve_process(folder, "--workers", "2") as (url, proc, output):
+        workers = spawned_children(proc.pid)
+        assert len(workers) == 2, output()
+        proc.kill()
+        proc.wait(timeout=10)
+        try:
+            wait_until(lambda: not any(map(process_alive, workers)), 5, f"workers {sorted(workers)} are still alive")
+        finally:
+            for pid in filter(process_alive, workers):
+                os.kill(pid, signal.SIGKILL)

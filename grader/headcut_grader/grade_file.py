@@ -20,6 +20,7 @@ from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import UserError
 from headcut_grader.files import check_out_file, write_json
 from headcut_grader.grader import Grader, grades_from_logits
+from headcut_grader.orphans import exit_with_parent
 
 STATE_FORMAT = 1
 
@@ -198,6 +199,7 @@ _WORKER: dict = {}
 
 
 def _start_worker(folder: str, threads: int, batch_size: int, backend: str) -> None:
+    exit_with_parent()  # a killed `grade` must not leave its workers waiting on the task queue forever
     _WORKER["grader"] = Grader(folder, threads=threads, batch_size=batch_size, backend=backend)
 
 

@@ -321,6 +321,9 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
 
 def app_from_env():
     """App factory for `uvicorn --factory` and several worker processes (settings travel by environment)."""
+    from headcut_grader.orphans import exit_with_parent
+
+    exit_with_parent()  # a worker (ours or uvicorn's) of a killed master drains and exits instead of serving on
     settings = Settings.decode(os.environ[ENV_SETTINGS])
     return create_app(settings.grader_dir, threads=settings.threads, limits=settings.limits,
                       batching=settings.batching, backend=settings.backend)
