@@ -1,6 +1,7 @@
 """The real server (uvicorn in a subprocess) on loopback: good, concurrent and bad requests."""
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -378,3 +379,36 @@ def test_server_workers_exit_when_the_master_is_killed(folder):
         finally:
             for pid in filter(process_alive, workers):
                 os.kill(pid, signal.SIGKILL)
+
+
+# Sweep defect 2: 2 of 5,000 keep-alive requests ended in a client ReadError. uvicorn closed connections idle for
+# 5 s (its default), the very expiry of httpx's pool, so a client could reuse one just as the server closed it.
+def keep_alive_connection(url) -> http.client.HTTPConnection:
+    host, port = url.removeprefix("http://").split(":")
+    return http.client.HTTPConnection(host, int(port), timeout=30)
+
+
+def healthz_on(connection) -> int:
+    connection.request("GET", "/healthz")
+    reply = connection.getresponse()
+    reply.read()
+    return reply.status
+
+
+def test_an_idle_keep_alive_connection_outlives_client_pools(server):
+    connection = keep_alive_connection(server[0])
+    assert healthz_on(connection) == 200
+    sock = connection.sock
+    time.sleep(6)  # past uvicorn's default 5 s, and httpx's 5 s pool expiry, by a margin far wider than the race
+    assert healthz_on(connection) == 200 and connection.sock is sock  # the same connection answered
+    connection.close()
+
+
+def test_keep_alive_seconds_closes_idle_connections_after_that_long(folder):
+    with serve_process(folder, "--keep-alive-seconds", "1") as (url, _, _):
+        connection = keep_alive_connection(url)
+        assert healthz_on(connection) == 200
+        time.sleep(2)
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            healthz_on(connection)
+        connection.close()

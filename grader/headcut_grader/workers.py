@@ -33,14 +33,14 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(host: str, port: int, drain_seconds: float) -> None:
+def _worker(host: str, port: int, options: dict) -> None:
     import uvicorn
 
     # uvicorn drains, then re-raises the signal it caught under the handler that was there before: exit 0
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, _exit_cleanly)
     sock = listen(host, port)
-    config = uvicorn.Config(APP, factory=True, log_level="warning", timeout_graceful_shutdown=drain_seconds)
+    config = uvicorn.Config(APP, factory=True, **options)
     uvicorn.Server(config).run(sockets=[sock])  # drains on SIGTERM/SIGINT like `uvicorn.run`
 
 
@@ -48,12 +48,13 @@ def _exit_cleanly(signum, frame):
     raise SystemExit(0)
 
 
-def run_workers(count: int, host: str, port: int, drain_seconds: float) -> int:
-    """Start `count` workers and wait for them. SIGTERM is passed to every worker, which stops taking
-    connections and answers what it took (a terminal's Ctrl-C reaches them directly). A worker that dies
-    on its own stops the others. Returns 0 when every worker exited cleanly."""
+def run_workers(count: int, host: str, port: int, options: dict) -> int:
+    """Start `count` workers, each a uvicorn server with `options` (uvicorn.Config keywords), and wait for them.
+    SIGTERM is passed to every worker, which stops taking connections and answers what it took (a terminal's
+    Ctrl-C reaches them directly). A worker that dies on its own stops the others. Returns 0 when every worker
+    exited cleanly."""
     context = multiprocessing.get_context("spawn")  # settings travel in os.environ, inherited by each worker
-    procs = [context.Process(target=_worker, args=(host, port, drain_seconds), daemon=False) for _ in range(count)]
+    procs = [context.Process(target=_worker, args=(host, port, options), daemon=False) for _ in range(count)]
     for p in procs:
         p.start()
     stopping = False

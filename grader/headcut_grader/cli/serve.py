@@ -11,6 +11,10 @@ import typer
 
 from headcut_grader.cli.common import BACKEND, Opt, number, user_errors
 
+# uvicorn closes a connection idle for 5 s, the very expiry of httpx's pool: a client reusing one just then got
+# "Server disconnected" or a reset (2 in 5,000 keep-alive requests). Above the 60 s of ALBs and nginx upstreams.
+KEEP_ALIVE_SECONDS = 75.0
+
 
 @user_errors
 def serve(
@@ -35,7 +39,13 @@ def serve(
     batch_size: int = number(16, "--batch-size", help="Pairs per ONNX Runtime call within a run (the run is "
                              "sorted by length first)", low=1, high=65536),
     drain_seconds: float = number(30.0, "--drain-seconds", help="On SIGTERM/Ctrl-C: how long requests already "
-                                  "taken may take to finish", low=0.0, high=3600.0),
+                                  "taken may take to finish; any still unanswered then get 503", low=0.0,
+                                  high=3600.0),
+    keep_alive_seconds: float = number(KEEP_ALIVE_SECONDS, "--keep-alive-seconds", help="How long an idle keep-alive "
+                                       "connection stays open; keep it above the idle timeout of the clients' "
+                                       "connection pools and load balancers (httpx 5 s, aiohttp 15 s, AWS ALB and "
+                                       "nginx 60 s), or a request sent as the server closes the connection is lost",
+                                       low=1.0, high=86_400.0),
 ):
     """Serve GRADER_DIR: POST /grade, POST /rank, GET /healthz, GET /metrics.
 
@@ -81,14 +91,14 @@ def serve(
     # uvicorn drains, then re-raises the SIGTERM it caught under whatever handler was there before it:
     # this one turns it into a normal exit (status 0, the metrics folder removed) instead of death by signal
     signal.signal(signal.SIGTERM, _drained)
+    options = dict(log_level="warning", timeout_graceful_shutdown=drain_seconds, timeout_keep_alive=keep_alive_seconds)
     try:
         if workers > 1 and reuse_port_supported():  # one socket per worker: connections spread evenly (workers.py)
-            code = run_workers(workers, host, port, drain_seconds)
+            code = run_workers(workers, host, port, options)
             if code:
                 raise UserError(f"a worker of headcut serve {grader_dir} stopped with an error; see its output above.")
         else:
-            uvicorn.run(APP, factory=True, host=host, port=port, workers=workers, log_level="warning",
-                        timeout_graceful_shutdown=drain_seconds)
+            uvicorn.run(APP, factory=True, host=host, port=port, workers=workers, **options)
     finally:
         shutil.rmtree(metrics_dir, ignore_errors=True)
 
