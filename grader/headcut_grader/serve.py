@@ -14,13 +14,12 @@ Like the grader, this module never imports torch.
 import asyncio
 import json
 import os
-import time
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 
+from headcut_grader.serve_middleware import RETRY_AFTER_SECONDS, SHUTTING_DOWN, DrainDeadline, JsonBody, Measured
+
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
-RETRY_AFTER_SECONDS = 1
-SHUTTING_DOWN = f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."
 
 
 @dataclass(frozen=True)
@@ -56,148 +55,6 @@ class Settings:
         raw = json.loads(text)
         return cls(raw["grader_dir"], raw["threads"], Limits(**raw["limits"]), Batching(**raw["batching"]),
                    raw.get("backend", "auto"))
-
-
-class JsonBody:
-    """ASGI middleware: a POST body must be JSON text (Content-Type application/json, UTF-8, nested less deeply
-    than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent. Anything
-    else is answered here with one sentence (413, 415 or 400), before FastAPI's parser could answer in its own
-    words or fail; JSON that does not fit the request shape is left to the route's 422."""
-
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return await self.app(scope, receive, send)
-        headers = dict(scope.get("headers") or [])
-        problem = self.header_problem(headers)
-        if problem:
-            return await _send_json(send, *problem)
-        body = await _read_body(receive, self.limit)
-        if body is None:  # the client went away mid-body: nobody to answer
-            return
-        problem = self.too_large() if len(body) > self.limit else body_problem(body)
-        if problem:
-            return await _send_json(send, *problem)
-        await self.app(scope, _replay(body, receive), send)
-
-    def header_problem(self, headers: dict) -> tuple[int, str] | None:
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            return self.too_large()
-        media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        if media_type != b"application/json":
-            shown = media_type.decode("latin-1") or "none"
-            return 415, f"request body must be JSON (Content-Type {shown}): send Content-Type: application/json."
-        return None
-
-    def too_large(self) -> tuple[int, str]:
-        return 413, f"request body over {self.limit} bytes; send fewer pairs per request."
-
-
-def body_problem(body: bytes) -> tuple[int, str] | None:
-    """Why `body` is not JSON text the request models can read, or None (including for malformed JSON, which
-    the route answers 422 like any other shape it cannot use). FastAPI parses the body again: at most
-    --max-body-bytes, a few milliseconds per megabyte."""
-    try:
-        json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        return 400, f"request body is not UTF-8 (byte {e.start}); send the JSON encoded as UTF-8."
-    except RecursionError:
-        return 400, "request body is JSON nested too deeply; send the request shape GET /docs shows."
-    except ValueError:
-        pass
-    return None
-
-
-async def _read_body(receive, limit: int) -> bytes | None:
-    """The whole body, or None if the client disconnected; stops reading once more than `limit` bytes came."""
-    chunks, size, more = [], 0, True
-    while more and size <= limit:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        more = message.get("more_body", False)
-    return b"".join(chunks)
-
-
-def _replay(body: bytes, receive):
-    """A `receive` that hands the app the body already read, then whatever the connection sends next."""
-    sent = False
-
-    async def replayed():
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replayed
-
-
-class DrainDeadline:
-    """ASGI middleware: when the drain deadline passes, uvicorn cancels every request still running, and would
-    answer each with a 500 and a logged traceback; a request cancelled before its answer started gets 503
-    "shutting down" with Retry-After instead (its grades, if a run was computing them, are dropped)."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = False
-
-        async def sending(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        except asyncio.CancelledError:  # only uvicorn's drain deadline cancels a request: answer, then end quietly
-            if not started:
-                await _send_json(send, 503, SHUTTING_DOWN, retry_after=True)
-
-
-async def _send_json(send, status: int, message: str, *, retry_after: bool = False):
-    body = json.dumps({"error": message}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if retry_after:
-        headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-class Measured:
-    """ASGI middleware: time and count every response by route template, method and status (413s included)."""
-
-    METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
-
-    def __init__(self, app, metrics):
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        start, status = time.perf_counter(), 500
-
-        async def sending(message):
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            # the route's template, never the raw path (nor an invented method): series stay bounded
-            path = getattr(scope.get("route"), "path", None) or "unmatched"
-            method = scope["method"] if scope["method"] in self.METHODS else "other"
-            self.metrics.request(path, method, status, time.perf_counter() - start)
 
 
 def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching(),
