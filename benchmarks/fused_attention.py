@@ -69,7 +69,8 @@ def main():
         for fused in (False, True):
             name = "fused" if fused else "traced"
             paths[f"{name} fp32"] = export_onnx(model, Path(tmp) / f"{name}.onnx", fuse=fused)
-            paths[f"{name} int8"] = quantize_int8(paths[f"{name} fp32"], Path(tmp) / f"{name}-int8.onnx")
+            paths[f"{name} int8"] = quantize_int8(paths[f"{name} fp32"], Path(tmp) / f"{name}-int8.onnx",
+                                                 calibration=[feed])
         sessions = {k: session(p, threads=args.threads) for k, p in paths.items()}
         logits = {k: run_session(s, feed) for k, s in sessions.items()}
         times = round_robin([lambda b, s=s: run_session(s, b) for s in sessions.values()], feed, repeats=args.rounds)

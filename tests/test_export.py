@@ -195,7 +195,7 @@ def test_outlier_calibration_keeps_the_right_ffn_projection_in_fp32(tmp_path, ki
     kept = fp32_nodes(path, choice)
     assert len(kept) == 1 and "layer.1/" in kept[0] and ("output/dense" in kept[0] or "lin2" in kept[0])
     assert len(fp32_nodes(path, Int8Choice("all", keep_fp32=(FFN_OUT,)))) == 3  # attention output untouched
-    quantized = session(quantize_int8(path, tmp_path / "q.onnx", choice))
+    quantized = session(quantize_int8(path, tmp_path / "q.onnx", calibration=batches, choice=choice))
     assert parity(reference_logits(model, batches), quantized, batches).max_abs_diff < 0.05
 
 
@@ -235,3 +235,48 @@ def test_export_leaves_the_model_in_the_mode_it_found(tmp_path, fuse):
     model.train()
     export_onnx(model, tmp_path / "t.onnx", fuse=fuse)
     assert model.training
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_int8_gate_refuses_grades_that_depend_on_the_batch(quick_teacher, tmp_path):
+    """Per-batch activation scales (ORT's dynamic quantisation) move a pair's grade with its neighbours, and
+    the gate refuses them; every shipped recipe grades a pair alone exactly as inside a mixed batch."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from headcut.batching import encode
+    from headcut.export.quantize import CHOICES, batch_dependence
+
+    loaded = load_model(quick_teacher)
+    pairs = read_pairs(HOMEDEPOT / "dev.tsv", preset="homedepot").sample(300, seed=5)
+    encoded = encode(loaded.tokenizer, pairs, max_length=64, model=loaded.model)
+    fp32 = export_onnx(loaded.model, tmp_path / "fp32.onnx")
+    dynamic = tmp_path / "dynamic.onnx"
+    quantize_dynamic(str(fp32), str(dynamic), weight_type=QuantType.QInt8, per_channel=True)
+    changes, drift = batch_dependence(session(dynamic), encoded, pairs.grades, rows=128)
+    # measured: 14 of 600 dev grades changed, up to 0.38 expected grade; 0.05 is far above float rounding
+    assert drift > 0.05, f"dynamic INT8 moved an expected grade by only {drift:.4f} between batches"
+    loose = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_fp32=0.0)
+    trial = Int8Trial("dynamic", 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, batch_changes=changes, batch_drift=drift)
+    assert not loose.passes(trial)
+    calibration = gate_batches(loaded.model, loaded.tokenizer, pairs, max_length=64)[:4]
+    for choice in (CHOICES[0], CHOICES[-1]):  # fixed scales, per-row scales
+        graph = quantize_int8(fp32, tmp_path / f"{choice.name}.onnx", calibration=calibration, choice=choice)
+        changes, drift = batch_dependence(session(graph), encoded, pairs.grades, rows=128)
+        assert changes == 0 and drift <= 1e-4, f"{choice.name}: {changes} grades changed, drift {drift:.4f}"
+
+
+def test_an_int8_grader_grades_a_pair_alone_as_in_any_batch(tmp_path):
+    """The runtime, on an INT8 grader the export shipped: grades one pair at a time equal grades in shuffled
+    batches of 32 (mixed lengths, padded to the longest)."""
+    from headcut_grader import Grader
+
+    folder, _, record = make_tiny_grader(tmp_path, int8=True)
+    assert record["precision"] == "int8"
+    pairs = synthetic_pairs(96, seed=21)
+    order = np.random.default_rng(0).permutation(len(pairs))
+    shuffled = [(pairs.queries[i], pairs.titles[i]) for i in order]
+    alone = Grader(folder, batch_size=1).grade(shuffled)
+    batched = Grader(folder, batch_size=32).grade(shuffled)
+    assert alone.grades.tolist() == batched.grades.tolist()
+    assert np.max(np.abs(alone.expected - batched.expected)) <= 1e-5

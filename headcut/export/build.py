@@ -20,7 +20,8 @@ from headcut.export.export import (RANDOM_SHAPES, GateError, check_parity, expor
                                    onnx_logits, parity, reference_logits, run_session, session)
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
-from headcut.export.quantize import CHOICES, Int8Choice, Int8Gate, fastest_passing, judge, quantize_int8, resolve
+from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
+                                     quantize_int8, resolve)
 from headcut.files import atomic_dir, file_hash, write_json, write_text
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
@@ -115,7 +116,7 @@ def build_grader(
                 try:
                     final, int8_record, int8_logits = _choose_int8(
                         fp32, shipped, tmp, encoded, logits, labels, pairs.grades, vocab=model.config.vocab_size,
-                        gate=gate, choices=ort_choices, threads=threads, say=say)
+                        gate=gate, choices=ort_choices, calibration=calibration, threads=threads, say=say)
                 except GateError:
                     if ort_precision == "int8":
                         raise
@@ -155,29 +156,29 @@ FP32 = "fp32 graph"  # the session timed beside the INT8 graphs
 
 
 def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab: int, gate: Int8Gate, choices,
-                 threads, say):
+                 calibration, threads, say):
     """Quantise every choice, judge each against the fp32 graph, keep the fastest that passes the gate."""
     timing = timing_batch(vocab)
     names = [c.name for c in choices]
     runs = ([CHOICES[0]] if CHOICES[0].name not in names else []) + list(choices)  # default: the speed yardstick
-    sessions, logits_of = {}, {}
+    sessions, logits_of, batch_of = {}, {}, {}
     for choice in runs:
         say(f"INT8 {choice.name}")
-        sessions[choice.name] = session(quantize_int8(fp32, tmp / f"int8-{choice.name}.onnx", choice), threads=threads)
+        graph = quantize_int8(fp32, tmp / f"int8-{choice.name}.onnx", calibration=calibration, choice=choice)
+        sessions[choice.name] = session(graph, threads=threads)
         if choice.name in names:
             logits_of[choice.name] = onnx_logits(sessions[choice.name], encoded)
+            batch_of[choice.name] = batch_dependence(sessions[choice.name], encoded, grades)
     say("timing INT8 graphs")
     sessions[FP32] = fp32_session  # the graph shipped without --int8, timed last in the same turns
     times = round_robin([lambda b, s=s: run_session(s, b) for s in sessions.values()], timing, repeats=10)
     seconds = dict(zip(sessions, (statistics.median(t) for t in times)))
-    trials = [judge(logits_of[name], fp32_logits, labels, grades, seconds=seconds[name],
+    trials = [judge(logits_of[name], fp32_logits, labels, grades, seconds=seconds[name], batch=batch_of[name],
                     default_seconds=seconds[CHOICES[0].name], fp32_seconds=seconds[FP32], choice=name, gate=gate)
               for name in names]
     best = fastest_passing(trials)
     if best is None:
-        table = "; ".join(f"{t.choice}: agreement {t.agreement:.2%}, Spearman {t.spearman_drift:+.4f}, "
-                          f"drop {t.accuracy_drop:+.2f} pt, speed x{t.speed_vs_fp32:.2f} of fp32" for t in trials)
-        raise GateError(f"no INT8 recipe passes the gate ({table}); export without --int8, or relax "
+        raise GateError(f"no INT8 recipe passes the gate ({gate_table(trials)}); export without --int8, or relax "
                           "--min-agreement/--max-spearman-drift/--max-drop.")
     fp32_nodes_of = {c.name: list(c.keep_fp32) for c in choices}  # recorded so the choice can be reproduced
     record = {"chosen": {**best.as_dict(), "keep_fp32": fp32_nodes_of[best.choice]},

@@ -16,7 +16,7 @@ from headcut.errors import UserError
 from headcut.export.export import GateError, check_parity, export_onnx, onnx_logits, parity
 from headcut.export.openvino import (OV_INT8_CHOICES, bf16_problem, compiled_runner, convert, quantize_int8,
                                      require_openvino, save_ir)
-from headcut.export.quantize import Int8Gate, fastest_passing, judge
+from headcut.export.quantize import Int8Gate, batch_dependence, fastest_passing, gate_table, judge
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 from headcut_grader.machine import cpu_record, runtime_version
@@ -107,14 +107,13 @@ def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, preci
     say("timing OpenVINO graphs")
     seconds = time_runs({"fp32": fp32_run, **runs}, vocab=vocab)
     trials = [judge(logits[c.name], fp32_logits, labels, grades, seconds=seconds[c.name],
-                    default_seconds=seconds["fp32"], fp32_seconds=seconds["fp32"], choice=c.name, gate=gate)
+                    batch=batch_dependence(runs[c.name], encoded, grades), default_seconds=seconds["fp32"],
+                    fp32_seconds=seconds["fp32"], choice=c.name, gate=gate)
               for c in found]
     best = fastest_passing(trials)
     if best is None and precision != "auto":
-        table = "; ".join(f"{t.choice}: agreement {t.agreement:.2%}, Spearman {t.spearman_drift:+.4f}, drop "
-                          f"{t.accuracy_drop:+.2f} pt, x{t.speed_vs_fp32:.2f} of fp32" for t in trials)
-        raise GateError(f"no OpenVINO {precision} graph passes the gate ({table}); export with --precision fp32 "
-                          "or auto, or relax --min-agreement/--max-spearman-drift/--max-drop.")
+        raise GateError(f"no OpenVINO {precision} graph passes the gate ({gate_table(trials)}); export with "
+                        "--precision fp32 or auto, or relax --min-agreement/--max-spearman-drift/--max-drop.")
     by_name = {c.name: c for c in found}
     chosen = by_name[best.choice] if best else Candidate("fp32", "fp32", "fp32", fp32_model)
     record = {"chosen": chosen.name, "trials": [t.as_dict() for t in trials], "skipped": skipped,
