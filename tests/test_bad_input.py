@@ -674,3 +674,28 @@ def test_class_a_damaged_study_db_is_a_sentence(tmp_path):
     (out / STUDY_FILE).write_bytes(os.urandom(4096))  # a disk error, or a copy cut short
     with pytest.raises(UserError, match=r"study.db.*--overwrite"):
         tune(recipe, out, trials=1)
+
+
+# --- run-folder sweep: file modes, outputs beside inputs ------------------------------------------
+
+@pytest.mark.parametrize("umask, folder_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)])
+def test_run_outputs_follow_the_umask(tmp_path, saved_models, umask, folder_mode, file_mode):
+    """A grader exported by one user is read by a service account: no 0700 folders, no 0600 files."""
+    before = os.umask(umask)
+    try:
+        _write_outputs(tmp_path, saved_models["artifact"])
+    finally:
+        os.umask(before)
+    modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in tmp_path.rglob("*")}
+    assert len(modes) > 5 and modes == {name: oct(folder_mode if (tmp_path / name).is_dir() else file_mode)
+                                        for name in modes}
+
+
+def _write_outputs(root, model):
+    from headcut.files import atomic_dir, write_json
+    from headcut.models import load_model, save_model
+
+    with atomic_dir(root / "folder") as tmp:
+        (tmp / "inside.txt").write_text("x")
+    write_json(root / "record.json", {"a": 1})
+    save_model(load_model(model), root / "model")  # safetensors writes its file 0o600 itself

@@ -314,3 +314,13 @@ def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp
     message = result.stderr.strip()
     assert str(bad) in message and "\n" not in message and "Traceback" not in message
     assert not (tmp_path / "out").exists() and time.perf_counter() - started < 30  # before the teacher trains
+
+
+def test_a_run_folder_follows_the_umask(straight):
+    """Every folder and file of a run (pruned model, exported graders, records) as a plain write makes them."""
+    result, _ = straight
+    umask = os.umask(0)
+    os.umask(umask)
+    wrong = {str(p.relative_to(result.out)): oct(p.stat().st_mode & 0o777) for p in result.out.rglob("*")
+             if p.stat().st_mode & 0o777 != (0o777 if p.is_dir() else 0o666) & ~umask}
+    assert wrong == {}
