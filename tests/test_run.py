@@ -129,10 +129,12 @@ def test_a_new_algorithm_version_reruns_that_stage_and_downstream(straight, tmp_
 
 
 def test_a_yardstick_reruns_only_the_bench_and_compares_every_grader_with_it(straight, tmp_path):
-    """The run's own teacher as the yardstick: every comparison with it must equal the one with the teacher."""
+    """The run's own teacher as the yardstick: every comparison with it must equal the one with the teacher.
+    (A copy: a run folder never holds what its recipe reads, since a stage that reruns clears its folder.)"""
     result, _ = straight
     out = copy_run(result, tmp_path / "run")
-    teacher = out / json.loads((out / "teacher" / "stage.json").read_text())["result"]["model"]
+    teacher = shutil.copytree(out / json.loads((out / "teacher" / "stage.json").read_text())["result"]["model"],
+                              tmp_path / "yardstick")
     again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml",
                                        overrides=[f"bench.yardstick={teacher}"]), out)
     assert {s for s, state in again.states.items() if state == "done"} == {"bench"}
@@ -302,6 +304,17 @@ def test_export_backend_auto_reruns_the_exports_and_benches_both_runtimes(straig
     names = {r["name"] for r in rows if r["backend"] == "onnxruntime"}
     assert backends == {(n, b) for n in names for b in ("onnxruntime", "openvino")}  # every grader on both
     assert "[openvino]" in (out / "report.md").read_text()
+
+
+def test_a_run_folder_never_holds_what_the_recipe_reads(straight, tmp_path):
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    teacher = out / "teacher" / "model"
+    before = (out / "teacher" / "stage.json").read_text()
+    args = ["run", str(result.out.parent / "tiny.yaml"), "--out", str(out), "--set", f"bench.yardstick={teacher}"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and f"--out {out} would replace the input {teacher}" in refused.stderr
+    assert (out / "teacher" / "stage.json").read_text() == before
 
 
 def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp_path):

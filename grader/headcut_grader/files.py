@@ -17,7 +17,8 @@ from headcut_grader.errors import UserError
 
 
 def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
-    """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it."""
+    """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it;
+    one inside an input folder would change that folder (a model folder gains a subfolder, its checksum changes)."""
     out = Path(out)
     target = out.resolve()
     for item in inputs:
@@ -26,6 +27,9 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
         source = Path(item).resolve()
         if source == target or target in source.parents or (out.exists() and os.path.samefile(out, source)):
             raise UserError(f"{flag} {out} would replace the input {item}; write the output somewhere else.")
+        if source in target.parents:
+            raise UserError(f"{flag} {out} is inside the input {item}, which must stay as it is; write the output "
+                            "somewhere else.")
 
 
 def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=()) -> Path:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from headcut.errors import UserError
-from headcut.files import file_hash, write_json
+from headcut.files import file_hash, refuse_inputs, write_json
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
 from headcut.pipeline.recipe import PipelineRecipe, as_dict
@@ -127,12 +127,28 @@ def _read_stage(folder: Path) -> dict:
         return {}
 
 
-def check_run_dir(out: Path, *, overwrite: bool) -> None:
-    """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite."""
+def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None:
+    """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It never
+    holds, or lies inside, what the recipe reads (a stage that reruns clears its folder)."""
+    refuse_inputs(out, input_paths(recipe))
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a folder.")
     if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists() and not overwrite:
         raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
+
+
+def data_files(recipe: PipelineRecipe) -> dict[str, str | None]:
+    """The pairs files the recipe names, by recipe key."""
+    return {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
+            "scan.data": recipe.scan.data if recipe.scan is not None else None}
+
+
+def input_paths(recipe: PipelineRecipe) -> list[str | None]:
+    """Every file or folder the run reads: its data, the teacher, the bench's yardstick, and what the teacher's
+    and the students' recipes name (a base model, unlabelled pairs)."""
+    subs = stages.sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")  # upstream models: outputs
+    named = [*data_files(recipe).values(), recipe.teacher.path, recipe.bench.yardstick]
+    return named + [path for sub in subs.values() if sub is not None for path in sub.input_paths()]
 
 
 def check_inputs(recipe: PipelineRecipe) -> None:
@@ -140,8 +156,7 @@ def check_inputs(recipe: PipelineRecipe) -> None:
     test file would otherwise surface at a later stage, after the teacher and the students have trained)."""
     from headcut.data import is_synthetic
 
-    named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
-             "scan.data": recipe.scan.data if recipe.scan is not None else None}
+    named = data_files(recipe)
     missing = [f"{key}={value}" for key, value in named.items()
                if value and not is_synthetic(value) and not Path(value).is_file()]
     if missing:
@@ -170,7 +185,7 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     from headcut.pipeline.report import write_report
 
     out = Path(out).resolve()
-    check_run_dir(out, overwrite=overwrite)
+    check_run_dir(out, recipe, overwrite=overwrite)
     check_inputs(recipe)
     say = progress or (lambda event: None)
     steps = plan(recipe)
