@@ -225,6 +225,33 @@ def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp
     assert not (tmp_path / "out").exists()  # checked before any work
 
 
+@pytest.mark.parametrize("override, words", [
+    (["prune.flops=1e-9"], ["prune.flops=1e-09 allows", "less than the pooler and classifier alone need"]),
+    (["distill.small.unlabeled_data=nowhere.tsv"], ["distill.small.unlabeled_data=nowhere.tsv: no such file"]),
+    (["teacher.model=/nonexistent"], ["teacher.model=/nonexistent: no such folder, and not a built-in name"]),
+])
+def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_recipe, tmp_path, override, words):
+    """Refused when the recipe is read, naming the recipe key (not the flag of the command the stage calls)."""
+    args = ["run", str(tiny_recipe), "--out", str(tmp_path / "out")] + [x for o in override for x in ("--set", o)]
+    result = CliRunner().invoke(app, args)
+    message = result.stderr.strip()
+    assert result.exit_code == 2 and "\n" not in message and "Traceback" not in message, result.output
+    assert all(w in message for w in words) and "--flops" not in message and "--model" not in message, message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("teacher, words", [("/nonexistent", ": no such folder"), ("pruned", " is already pruned")])
+def test_a_teacher_path_a_stage_would_refuse_stops_the_run_before_any_stage(straight, tmp_path, teacher, words):
+    if teacher == "pruned":
+        teacher = str(shutil.copytree(straight[0].out / "prune" / "model", tmp_path / "pruned"))
+    args = ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", "teacher.recipe=null",
+            "--set", f"teacher.path={teacher}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: teacher.path={teacher}{words}") and "--model" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unknown_section_names_the_valid_ones(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("teacher: {path: runs/teacher}\ndistil: {}\n")

@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from headcut.errors import UserError
-from headcut.files import file_hash, refuse_inputs, write_json
+from headcut.files import file_hash, write_json
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
+from headcut.pipeline.checks import RUN_FILE, check_run
 from headcut.pipeline.recipe import PipelineRecipe, as_dict
 from headcut.recipes import to_dict
 
-RUN_FILE = "run.json"
 STAGE_FILE = "stage.json"
 # What a kind of stage makes from the same settings and inputs. Bump a kind's number with any change to
 # its code that changes its output (a new tuner, another export gate, a fixed metric), so a rerun of an
@@ -127,53 +126,6 @@ def _read_stage(folder: Path) -> dict:
         return {}
 
 
-def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None:
-    """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It never
-    holds, or lies inside, what the recipe reads (a stage that reruns clears its folder)."""
-    refuse_inputs(out, input_paths(recipe))
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; name a folder.")
-    if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists() and not overwrite:
-        raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
-
-
-def data_files(recipe: PipelineRecipe) -> dict[str, str | None]:
-    """The pairs files the recipe names, by recipe key."""
-    return {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
-            "scan.data": recipe.scan.data if recipe.scan is not None else None}
-
-
-def input_paths(recipe: PipelineRecipe) -> list[str | None]:
-    """Every file or folder the run reads: its data, the teacher, the bench's yardstick, and what the teacher's
-    and the students' recipes name (a base model, unlabelled pairs)."""
-    subs = stages.sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")  # upstream models: outputs
-    named = [*data_files(recipe).values(), recipe.teacher.path, recipe.bench.yardstick]
-    return named + [path for sub in subs.values() if sub is not None for path in sub.input_paths()]
-
-
-def check_inputs(recipe: PipelineRecipe) -> None:
-    """Every data file the recipe names exists and reads before any stage spends time (a missing or damaged
-    test file would otherwise surface at a later stage, after the teacher and the students have trained)."""
-    from headcut.data import is_synthetic
-
-    named = data_files(recipe)
-    missing = [f"{key}={value}" for key, value in named.items()
-               if value and not is_synthetic(value) and not Path(value).is_file()]
-    if missing:
-        raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
-    for value in {v for v in named.values() if v and not is_synthetic(v)}:
-        check_readable(value, preset=recipe.data.preset)
-
-
-def check_readable(path: str, *, preset: str | None) -> None:
-    """Read every row of a named file as the stages will (a NUL byte, a bad encoding or an empty text is the
-    reader's one sentence with its line), in chunks, so memory stays bounded on any file."""
-    from headcut.data import iter_pairs
-
-    for _ in iter_pairs(path, chunk_rows=10_000, preset=preset, require_labels=False):
-        pass
-
-
 def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = False,
                  progress: Callable[[dict], None] | None = None) -> RunResult:
     """Run (or resume, or skip through) every stage, then write report.md/report.html into `out`.
@@ -185,8 +137,7 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     from headcut.pipeline.report import write_report
 
     out = Path(out).resolve()
-    check_run_dir(out, recipe, overwrite=overwrite)
-    check_inputs(recipe)
+    check_run(recipe, out, overwrite=overwrite)
     say = progress or (lambda event: None)
     steps = plan(recipe)
     out.mkdir(parents=True, exist_ok=True)
