@@ -344,6 +344,22 @@ def test_a_run_folder_never_holds_what_the_recipe_reads(straight, tmp_path):
     assert (out / "teacher" / "stage.json").read_text() == before
 
 
+def test_a_second_run_on_the_same_folder_is_refused_and_a_dead_ones_lock_is_not(straight, tmp_path):
+    import fcntl
+
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    with open(out / ".lock", "a") as held:  # another run's: flock belongs to an open file, not to a process
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused = CliRunner().invoke(app, ["run", str(result.out.parent / "tiny.yaml"), "--out", str(out)])
+    assert refused.exit_code == 2 and refused.stderr.strip() == (
+        f"error: another run is using {out}; wait for it to finish or choose another --out."), refused.output
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing written, nothing skipped
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), out)  # the lock file stays, unheld
+    assert set(again.states.values()) == {"skipped"}
+
+
 def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp_path):
     bad = tmp_path / "test.tsv"
     bad.write_bytes(b"query\ttitle\tgrade\ndrill\tcordless\x00 drill\t4\n")

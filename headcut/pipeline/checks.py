@@ -10,6 +10,7 @@ from headcut.errors import UserError
 from headcut.files import refuse_inputs
 from headcut.pipeline import stages
 from headcut.pipeline.recipe import PipelineRecipe
+from headcut.run_folder import LOCK_FILE
 
 RUN_FILE = "run.json"  # marks a folder as a run's
 UPSTREAM = ("<teacher>", "<pruned>")  # what sub-recipes name in place of models the run makes
@@ -28,7 +29,8 @@ def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None
     refuse_inputs(out, [*pairs_files(recipe).values(), *model_folders(recipe).values(), recipe.bench.yardstick])
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a folder.")
-    if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists() and not overwrite:
+    content = [p for p in out.iterdir() if p.name != LOCK_FILE] if out.is_dir() else []
+    if content and not (out / RUN_FILE).exists() and not overwrite:
         raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
 
 

@@ -25,6 +25,7 @@ from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run
 from headcut.pipeline.recipe import PipelineRecipe, as_dict
 from headcut.recipes import to_dict
+from headcut.run_folder import locked
 
 STAGE_FILE = "stage.json"
 # What a kind of stage makes from the same settings and inputs. Bump a kind's number with any change to
@@ -134,13 +135,17 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     starts (running) or ends (skipped, done, failed), and {"stage", "state": "running", "done", "total",
     "what"} as it goes. Raises what the failing stage raised, after reporting it as failed.
     """
-    from headcut.pipeline.report import write_report
-
     out = Path(out).resolve()
     check_run(recipe, out, overwrite=overwrite)
-    say = progress or (lambda event: None)
-    steps = plan(recipe)
     out.mkdir(parents=True, exist_ok=True)
+    with locked(out):  # a second run on `out` would redo stages, or rerun a live one beside it
+        return _run(recipe, out, overwrite=overwrite, say=progress or (lambda event: None))
+
+
+def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None]) -> RunResult:
+    from headcut.pipeline.report import write_report
+
+    steps = plan(recipe)
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
     result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
     for stage in steps:
