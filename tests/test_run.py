@@ -175,7 +175,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     out = copy_run(result, tmp_path / "run")
     shutil.rmtree(out / "distill-small")
     recipe = result.out.parent / "tiny.yaml"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # this checkout's runtime too (conftest put grader/ on PYTHONPATH): the venv's may be another checkout's
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["PYTHONPATH"]]), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "headcut", "run", str(recipe), "--out", str(out)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     checkpoint = out / "distill-small" / "model.partial" / "checkpoint" / "loop.json"
