@@ -170,6 +170,59 @@ def test_a_stage_made_again_reruns_what_depends_on_it(straight, tmp_path):
     assert {s for s, state in again.states.items() if state == "done"} == {"export.pruned", "bench"}
 
 
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _repoint(out: Path) -> None:
+    record = json.loads((out / "prune" / "stage.json").read_text())
+    record["result"]["model"] = "prune/nowhere"
+    (out / "prune" / "stage.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("damage, stage, why", [
+    (lambda out: shutil.rmtree(out / "prune" / "model"), "prune", "prune/model/config.json is missing"),
+    (lambda out: shutil.rmtree(out / "export-pruned" / "grader"), "export.pruned",
+     "export-pruned/grader/README.md is missing"),
+    (lambda out: _truncate(out / "export-teacher" / "grader" / "model.onnx"), "export.teacher",
+     "export-teacher/grader/model.onnx changed since it was written"),
+    (_repoint, "prune", "prune/stage.json changed since it was written"),
+    (lambda out: (out / "prune" / "model" / "config.json").write_text("garbage"), "prune",
+     "prune/model/config.json changed since it was written"),
+    (lambda out: (out / "prune" / "model" / "pytorch_model.bin").write_bytes(b"x"), "prune",
+     "prune/model/pytorch_model.bin appeared since it was written"),
+])
+def test_a_damaged_stage_folder_reruns_that_stage_saying_why(straight, tmp_path, damage, stage, why):
+    """A stage is skipped only while its folder holds exactly the files it recorded; the report never names
+    a grader that is gone."""
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    damage(out)
+    run = CliRunner().invoke(app, ["run", str(result.out.parent / "tiny.yaml"), "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert f"{stage}: rerunning, {why}" in run.stderr, run.stderr
+    states = json.loads((out / "run.json").read_text())["states"]
+    assert states[stage] == "done" and states["bench"] == "done"
+    assert {s for s, state in states.items() if state == "done"} <= {stage, "export.pruned", "distill.small",
+                                                                      "export.small", "bench"}
+    for row in json.loads((out / "report.json").read_text())["rows"]:
+        assert (out / row["grader"] / "model.onnx").is_file()
+
+
+def test_a_stage_record_without_checksums_reruns_that_stage(straight, tmp_path):
+    """Stage records written before checksums were: nothing vouches for their files, so they run again."""
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    record = json.loads((out / "bench" / "stage.json").read_text())
+    (out / "bench" / "stage.json").write_text(json.dumps({k: v for k, v in record.items()
+                                                          if k not in ("outputs", "seal")}))
+    reasons = []
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), out,
+                         progress=lambda e: reasons.append(e["reason"]) if "reason" in e else None)
+    assert {s for s, state in again.states.items() if state == "done"} == {"bench"}
+    assert reasons == ["bench/stage.json lists no checksums of its files (an older headcut wrote it)"]
+
+
 def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     result, _ = straight
     out = copy_run(result, tmp_path / "run")

@@ -4,9 +4,12 @@ A stage's fingerprint covers its settings, the content of the files it reads, it
 version (ALGORITHM_VERSIONS) and the fingerprints of the outputs of the stages it depends on (each
 finished stage gets a fresh `made` token), so changing one stage reruns it and what depends on it, nothing upstream, and a stage that had to run again (its
 folder deleted, say) is followed by everything downstream of it.
-Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "made", "result"}. A stage
+Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "made", "result"}, and once
+done the size and sha256 of every file the stage made ("outputs", outputs.py) under a "seal". A stage
 found "running" with the same fingerprint was interrupted: it runs again in place, and finetune and
-distill resume from their checkpoints (run_folder.py); with another fingerprint its folder is cleared.
+distill resume from their checkpoints (run_folder.py); with another fingerprint, or a folder that no longer
+holds what it recorded (a file deleted, cut short or edited, the record itself edited), its folder is cleared.
+The run holds OUT/.lock throughout, so no two runs write one folder.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from headcut.files import file_hash, write_json
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run
+from headcut.pipeline.outputs import files_of, outputs_problem, seal
 from headcut.pipeline.recipe import PipelineRecipe, as_dict
 from headcut.recipes import to_dict
 from headcut.run_folder import locked
@@ -145,43 +149,52 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
 def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None]) -> RunResult:
     from headcut.pipeline.report import write_report
 
-    steps = plan(recipe)
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
     result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
-    for stage in steps:
+    for stage in plan(recipe):
         folder = out / stage.folder
-        fp = fingerprint(stage, outputs, hashes)
-        fingerprints[stage.name] = fp
+        fp = fingerprints[stage.name] = fingerprint(stage, outputs, hashes)
         recorded = _read_stage(folder)
-        if recorded.get("fingerprint") == fp and recorded.get("state") == "done" and not overwrite:
+        finished = recorded.get("fingerprint") == fp and recorded.get("state") == "done" and not overwrite
+        why = outputs_problem(folder, recorded, record_file=STAGE_FILE) if finished else None
+        if finished and why is None:
             result.states[stage.name], result.records[stage.name] = "skipped", recorded["result"]
             outputs[stage.name] = f"{fp}:{recorded.get('made')}"
             say({"stage": stage.name, "state": "skipped"})
             continue
-        if folder.exists() and (recorded.get("fingerprint") != fp or overwrite):
-            shutil.rmtree(folder)  # another recipe's (or a stale) output: nothing in it may be resumed
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "running"})
-        say({"stage": stage.name, "state": "running"})
-        started = time.perf_counter()
-
-        def report(done, total, what, name=stage.name):
-            say({"stage": name, "state": "running", "done": done, "total": total, "what": what})
-
-        ctx = stages.Context(recipe, folder, dict(result.records), report, out)
-        try:
-            record = stage.run(ctx)
-        except BaseException:
-            result.states[stage.name] = "failed"
-            say({"stage": stage.name, "state": "failed"})
-            raise
-        result.seconds[stage.name] = time.perf_counter() - started
-        made = uuid.uuid4().hex[:12]
-        write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "done", "made": made,
-                                         "seconds": result.seconds[stage.name], "result": record})
-        outputs[stage.name] = f"{fp}:{made}"
-        result.states[stage.name], result.records[stage.name] = "done", record
-        say({"stage": stage.name, "state": "done", "seconds": result.seconds[stage.name]})
+        if folder.exists() and (recorded.get("fingerprint") != fp or overwrite or why):
+            shutil.rmtree(folder)  # another recipe's, a stale or a damaged output: nothing in it may be resumed
+        say({"stage": stage.name, "state": "running", **({"reason": why} if why else {})})
+        outputs[stage.name] = f"{fp}:{_run_stage(stage, recipe, folder, fp, result, say)}"
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "fingerprints": fingerprints, "states": result.states})
     result.report = write_report(out, recipe, result.records)
     return result
+
+
+def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, fp: str, result: RunResult,
+               say: Callable[[dict], None]) -> str:
+    """Run one stage into `folder` and record it done, with its files' checksums; returns its `made` token."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "running"})
+    started = time.perf_counter()
+
+    def report(done, total, what, name=stage.name):
+        say({"stage": name, "state": "running", "done": done, "total": total, "what": what})
+
+    ctx = stages.Context(recipe, folder, dict(result.records), report, result.out)
+    try:
+        record = stage.run(ctx)
+    except BaseException:
+        result.states[stage.name] = "failed"
+        say({"stage": stage.name, "state": "failed"})
+        raise
+    seconds = result.seconds[stage.name] = time.perf_counter() - started
+    made = uuid.uuid4().hex[:12]
+    entry = {"fingerprint": fp, "state": "done", "made": made, "seconds": seconds, "result": record,
+             "outputs": files_of(folder, record_file=STAGE_FILE)}
+    write_json(folder / STAGE_FILE, entry)
+    sealed = _read_stage(folder)  # sealed as a later run reads it back (JSON turns tuples into lists)
+    write_json(folder / STAGE_FILE, {**sealed, "seal": seal(sealed)})
+    result.states[stage.name], result.records[stage.name] = "done", sealed["result"]
+    say({"stage": stage.name, "state": "done", "seconds": seconds})
+    return made
