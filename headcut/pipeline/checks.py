@@ -17,6 +17,7 @@ UPSTREAM = ("<teacher>", "<pruned>")  # what sub-recipes name in place of models
 
 
 def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
+    """Everything `headcut run` checks before it writes anything; raises the first problem as a UserError."""
     check_run_dir(out, recipe, overwrite=overwrite)
     check_inputs(recipe)
     check_models(recipe)
