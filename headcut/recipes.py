@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -60,8 +61,68 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     return from_dict(cls, data, where=str(path), origins=origins)
 
 
+# Values of a recipe once its aliases (*name) are expanded: a recipe holds hundreds, an alias bomb billions.
+MAX_VALUES = 100_000
+
+
 class _Loader(yaml.SafeLoader):
-    """YAML 1.1 reads 5e-4 (no dot) as text; YAML 1.2 and every user read it as a number."""
+    """YAML 1.1 reads 5e-4 (no dot) as text; YAML 1.2 and every user read it as a number. A key given twice
+    is refused (YAML keeps the last one silently), and so are aliases that expand past MAX_VALUES."""
+
+    def construct_document(self, node):
+        _expanded_size(node, {}, set())
+        return super().construct_document(node)
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            self._refuse_duplicates(node)
+        return super().construct_mapping(node, deep=deep)
+
+    def _refuse_duplicates(self, node: yaml.MappingNode) -> None:
+        """Keys of the mapping itself; a merge (`<<: *base`) is overridden by its keys, as YAML means."""
+        first = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in first:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {shown(key)}, first on line {first[key].line + 1}",
+                    key_node.start_mark)
+            first[key] = key_node.start_mark
+
+
+def _expanded_size(node: yaml.Node, sizes: dict, open_nodes: set) -> int:
+    """How many values `node` holds with every alias expanded (memoised by node, so a bomb costs its size in
+    the file, not its expansion); refused past MAX_VALUES, and an alias inside its own anchor (endless)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in open_nodes:
+        raise _too_large(node)
+    open_nodes.add(id(node))
+    children = node.value if isinstance(node, yaml.SequenceNode) else (
+        [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+    size = 1 + sum(_expanded_size(child, sizes, open_nodes) for child in children)
+    open_nodes.discard(id(node))
+    if size > MAX_VALUES:
+        raise _too_large(node)
+    sizes[id(node)] = size
+    return size
+
+
+def _too_large(node: yaml.Node) -> yaml.YAMLError:
+    return yaml.constructor.ConstructorError(
+        None, None, f"aliases here expand to more than {MAX_VALUES:,} values",
+        node.start_mark)
+
+
+def shown(value) -> str:
+    """A value for a message: its repr, cut short (a wrong value may be a list of thousands)."""
+    return _SHORT.repr(value)
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
 
 
 _Loader.add_implicit_resolver(
@@ -137,30 +198,30 @@ def _coerce(value, hint, where):
         raise errors[0]
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise UserError(f"{where} must be a list, not {value!r}.")
+            raise UserError(f"{where} must be a list, not {shown(value)}.")
         inner = args[0] if args else typing.Any
         return tuple(_coerce(v, inner, where) for v in value)
     if origin is typing.Literal:
         if value not in args:
-            raise UserError(f"{where} is {value!r}; choose one of {', '.join(map(str, args))}.")
+            raise UserError(f"{where} is {shown(value)}; choose one of {', '.join(map(str, args))}.")
         return value
     if hint is typing.Any:
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise UserError(f"{where} must be true or false, not {value!r}.")
+            raise UserError(f"{where} must be true or false, not {shown(value)}.")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{where} must be a whole number, not {value!r}.")
+            raise UserError(f"{where} must be a whole number, not {shown(value)}.")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UserError(f"{where} must be a number, not {value!r}.")
+            raise UserError(f"{where} must be a number, not {shown(value)}.")
         return float(value)
     if hint is str:
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-            raise UserError(f"{where} must be text, not {value!r}.")
+            raise UserError(f"{where} must be text, not {shown(value)}.")
         return str(value)
     return value
 

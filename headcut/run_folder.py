@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -78,6 +79,23 @@ class RunFolder:
             shutil.rmtree(self.path)
         state.wait_for_everyone()
         return json.loads((self.out / "headcut.json").read_text())
+
+
+LOCK_FILE = ".lock"
+
+
+@contextmanager
+def locked(folder: Path):
+    """Hold `folder`/.lock while a run writes into `folder`; a second run on it is refused at once. The kernel
+    drops a flock when its process ends, however it ends, so a crash leaves the file but no stale lock."""
+    import fcntl
+
+    with open(folder / LOCK_FILE, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"another run is using {folder}; wait for it to finish or choose another --out.") from None
+        yield
 
 
 def _stamp_hash(stamp_file: Path) -> str | None:

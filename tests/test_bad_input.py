@@ -674,3 +674,57 @@ def test_class_a_damaged_study_db_is_a_sentence(tmp_path):
     (out / STUDY_FILE).write_bytes(os.urandom(4096))  # a disk error, or a copy cut short
     with pytest.raises(UserError, match=r"study.db.*--overwrite"):
         tune(recipe, out, trials=1)
+
+
+# --- run-folder sweep: file modes, outputs beside inputs ------------------------------------------
+
+def _checksums(folder):
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("command", [
+    ["prune", "--model", "{model}", "--flops", "0.5", "--data", "synthetic", "--no-timing"],
+    ["export", "{model}"],
+    ["scan", "--model", "{model}", "--data", "synthetic"],
+    ["distill", "distill/minilm_synthetic_cpu", "--set", "teacher={model}"],
+    ["finetune", "finetune/minilm_synthetic_cpu", "--set", "model={model}"],
+    ["run", "quickstart", "--set", "teacher.recipe=null", "--set", "teacher.path={model}"],
+])
+@pytest.mark.parametrize("where", ["inside", "equal"])
+def test_run_an_output_folder_inside_its_input_folder_is_refused(tmp_path, saved_models, command, where):
+    import shutil
+
+    model = shutil.copytree(saved_models["artifact"], tmp_path / "model")
+    meta = json.loads((model / "headcut.json").read_text())
+    (model / "headcut.json").write_text(json.dumps({**meta, "max_length": 24}))  # within its 64 positions
+    before = _checksums(model)
+    out = model / "out" if where == "inside" else model
+    args = [a.replace("{model}", str(model)) for a in command]
+    refused(run(*args, "--out", out, "--overwrite"), f"--out {out}", "input")
+    assert _checksums(model) == before and sorted(p.name for p in model.iterdir()) == sorted(before)
+
+
+@pytest.mark.parametrize("umask, folder_mode, file_mode", [(0o022, 0o755, 0o644), (0o027, 0o750, 0o640)])
+def test_run_outputs_follow_the_umask(tmp_path, saved_models, umask, folder_mode, file_mode):
+    """A grader exported by one user is read by a service account: no 0700 folders, no 0600 files."""
+    before = os.umask(umask)
+    try:
+        _write_outputs(tmp_path, saved_models["artifact"])
+    finally:
+        os.umask(before)
+    modes = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in tmp_path.rglob("*")}
+    assert len(modes) > 5 and modes == {name: oct(folder_mode if (tmp_path / name).is_dir() else file_mode)
+                                        for name in modes}
+
+
+def _write_outputs(root, model):
+    from headcut.files import atomic_dir, write_json
+    from headcut.models import load_model, save_model
+
+    with atomic_dir(root / "folder") as tmp:
+        (tmp / "inside.txt").write_text("x")
+    write_json(root / "record.json", {"a": 1})
+    save_model(load_model(model), root / "model")  # safetensors writes its file 0o600 itself

@@ -99,3 +99,70 @@ def test_exponent_numbers_without_a_dot_are_numbers(written, tmp_path):
     path.write_text(f"teacher: runs/teacher\ntrain_data: x\nlearning_rate: {written}\n")
     assert load_recipe(DistillRecipe, path).learning_rate == pytest.approx(5e-4)
     assert load_recipe(DistillRecipe, path, overrides=[f"learning_rate={written}"]).learning_rate == pytest.approx(5e-4)
+
+
+PIPELINE = "data: {train: synthetic, test: synthetic}\nteacher: {path: runs/teacher}\n"
+
+
+@pytest.mark.parametrize("text, line, key", [
+    (PIPELINE + "prune:\n  flops: 0.5\n  flops: 0.9\n", 5, "flops"),  # a key twice in a section
+    (PIPELINE + "prune: {flops: 0.5}\nexport: {rows: 50}\nprune: {flops: 0.9}\n", 5, "prune"),  # a section twice
+    (PIPELINE + "prune: {flops: 0.5, flops: 0.9}\n", 3, "flops"),
+])
+def test_a_duplicate_key_names_the_file_and_line(tmp_path, text, line, key):
+    """YAML lets the last of two equal keys win without a word: the recipe then runs what nobody read."""
+    from headcut.pipeline import load_pipeline
+
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError, match=rf"^{path}, line {line}, column \d+: .*duplicate key '{key}'") as err:
+        load_pipeline(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_duplicate_key_in_a_training_recipe_and_in_a_set_value(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("train_data: x\nteacher: runs/teacher\nepochs: 1\nepochs: 3\n")
+    with pytest.raises(UserError, match=rf"^{path}, line 4, column 1: .*duplicate key 'epochs', first on line 3"):
+        load_recipe(DistillRecipe, path)
+    from headcut.pipeline import load_pipeline
+
+    with pytest.raises(UserError, match=r"--set 'prune.flops=\{a: 1, a: 2\}', line 1, column 8: .*duplicate key 'a'"):
+        load_pipeline("quickstart", overrides=["prune.flops={a: 1, a: 2}"])
+
+
+def test_merge_keys_still_override():
+    """`<<: *base` then a key of its own is YAML's way to override, not a duplicate."""
+    from headcut.recipes import _yaml
+
+    data = _yaml("a: &a {epochs: 1, seed: 3}\nb: {<<: *a, epochs: 2}\n", "r.yaml", "fix the file")
+    assert data["b"] == {"epochs": 2, "seed": 3}
+
+
+def test_an_alias_bomb_is_one_short_sentence_at_once(tmp_path):
+    """Nine levels of ten aliases: a billion strings once expanded (data.train's error would repr them)."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+
+    levels = ["&l0 [" + ", ".join(["lol"] * 10) + "]"]
+    levels += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text(f"data:\n  test: synthetic\n  train: [{', '.join(levels)}]\nteacher: {{path: x}}\n")
+    started = time.perf_counter()
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and time.perf_counter() - started < 5
+    message = result.stderr.strip()
+    assert message.startswith(f"error: {path}, line 3") and "alias" in message
+    assert "\n" not in message and "lol" not in message and len(message) < 300
+
+
+def test_a_long_wrong_value_is_shown_short(tmp_path):
+    """An error names a mistyped value, but never prints all of a long one."""
+    path = tmp_path / "r.yaml"
+    path.write_text("train_data: [" + ", ".join(["some-file.tsv"] * 5000) + "]\nteacher: runs/teacher\n")
+    with pytest.raises(UserError, match="key 'train_data' must be text, not") as err:
+        load_recipe(DistillRecipe, path)
+    assert len(str(err.value)) < 400

@@ -129,10 +129,12 @@ def test_a_new_algorithm_version_reruns_that_stage_and_downstream(straight, tmp_
 
 
 def test_a_yardstick_reruns_only_the_bench_and_compares_every_grader_with_it(straight, tmp_path):
-    """The run's own teacher as the yardstick: every comparison with it must equal the one with the teacher."""
+    """The run's own teacher as the yardstick: every comparison with it must equal the one with the teacher.
+    (A copy: a run folder never holds what its recipe reads, since a stage that reruns clears its folder.)"""
     result, _ = straight
     out = copy_run(result, tmp_path / "run")
-    teacher = out / json.loads((out / "teacher" / "stage.json").read_text())["result"]["model"]
+    teacher = shutil.copytree(out / json.loads((out / "teacher" / "stage.json").read_text())["result"]["model"],
+                              tmp_path / "yardstick")
     again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml",
                                        overrides=[f"bench.yardstick={teacher}"]), out)
     assert {s for s, state in again.states.items() if state == "done"} == {"bench"}
@@ -168,12 +170,66 @@ def test_a_stage_made_again_reruns_what_depends_on_it(straight, tmp_path):
     assert {s for s, state in again.states.items() if state == "done"} == {"export.pruned", "bench"}
 
 
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def _repoint(out: Path) -> None:
+    record = json.loads((out / "prune" / "stage.json").read_text())
+    record["result"]["model"] = "prune/nowhere"
+    (out / "prune" / "stage.json").write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("damage, stage, why", [
+    (lambda out: shutil.rmtree(out / "prune" / "model"), "prune", "prune/model/config.json is missing"),
+    (lambda out: shutil.rmtree(out / "export-pruned" / "grader"), "export.pruned",
+     "export-pruned/grader/README.md is missing"),
+    (lambda out: _truncate(out / "export-teacher" / "grader" / "model.onnx"), "export.teacher",
+     "export-teacher/grader/model.onnx changed since it was written"),
+    (_repoint, "prune", "prune/stage.json changed since it was written"),
+    (lambda out: (out / "prune" / "model" / "config.json").write_text("garbage"), "prune",
+     "prune/model/config.json changed since it was written"),
+    (lambda out: (out / "prune" / "model" / "pytorch_model.bin").write_bytes(b"x"), "prune",
+     "prune/model/pytorch_model.bin appeared since it was written"),
+])
+def test_a_damaged_stage_folder_reruns_that_stage_saying_why(straight, tmp_path, damage, stage, why):
+    """A stage is skipped only while its folder holds exactly the files it recorded; the report never names
+    a grader that is gone."""
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    damage(out)
+    run = CliRunner().invoke(app, ["run", str(result.out.parent / "tiny.yaml"), "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert f"{stage}: rerunning, {why}" in run.stderr, run.stderr
+    states = json.loads((out / "run.json").read_text())["states"]
+    assert states[stage] == "done" and states["bench"] == "done"
+    assert {s for s, state in states.items() if state == "done"} <= {stage, "export.pruned", "distill.small",
+                                                                      "export.small", "bench"}
+    for row in json.loads((out / "report.json").read_text())["rows"]:
+        assert (out / row["grader"] / "model.onnx").is_file()
+
+
+def test_a_stage_record_without_checksums_reruns_that_stage(straight, tmp_path):
+    """Stage records written before checksums were: nothing vouches for their files, so they run again."""
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    record = json.loads((out / "bench" / "stage.json").read_text())
+    (out / "bench" / "stage.json").write_text(json.dumps({k: v for k, v in record.items()
+                                                          if k not in ("outputs", "seal")}))
+    reasons = []
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), out,
+                         progress=lambda e: reasons.append(e["reason"]) if "reason" in e else None)
+    assert {s for s, state in again.states.items() if state == "done"} == {"bench"}
+    assert reasons == ["bench/stage.json lists no checksums of its files (an older headcut wrote it)"]
+
+
 def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     result, _ = straight
     out = copy_run(result, tmp_path / "run")
     shutil.rmtree(out / "distill-small")
     recipe = result.out.parent / "tiny.yaml"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    # this checkout's runtime too (conftest put grader/ on PYTHONPATH): the venv's may be another checkout's
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["PYTHONPATH"]]), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "headcut", "run", str(recipe), "--out", str(out)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     checkpoint = out / "distill-small" / "model.partial" / "checkpoint" / "loop.json"
@@ -221,6 +277,33 @@ def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp
     for w in words:
         assert w in message
     assert not (tmp_path / "out").exists()  # checked before any work
+
+
+@pytest.mark.parametrize("override, words", [
+    (["prune.flops=1e-9"], ["prune.flops=1e-09 allows", "less than the pooler and classifier alone need"]),
+    (["distill.small.unlabeled_data=nowhere.tsv"], ["distill.small.unlabeled_data=nowhere.tsv: no such file"]),
+    (["teacher.model=/nonexistent"], ["teacher.model=/nonexistent: no such folder, and not a built-in name"]),
+])
+def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_recipe, tmp_path, override, words):
+    """Refused when the recipe is read, naming the recipe key (not the flag of the command the stage calls)."""
+    args = ["run", str(tiny_recipe), "--out", str(tmp_path / "out")] + [x for o in override for x in ("--set", o)]
+    result = CliRunner().invoke(app, args)
+    message = result.stderr.strip()
+    assert result.exit_code == 2 and "\n" not in message and "Traceback" not in message, result.output
+    assert all(w in message for w in words) and "--flops" not in message and "--model" not in message, message
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("teacher, words", [("/nonexistent", ": no such folder"), ("pruned", " is already pruned")])
+def test_a_teacher_path_a_stage_would_refuse_stops_the_run_before_any_stage(straight, tmp_path, teacher, words):
+    if teacher == "pruned":
+        teacher = str(shutil.copytree(straight[0].out / "prune" / "model", tmp_path / "pruned"))
+    args = ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", "teacher.recipe=null",
+            "--set", f"teacher.path={teacher}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: teacher.path={teacher}{words}") and "--model" not in result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_unknown_section_names_the_valid_ones(tmp_path):
@@ -304,6 +387,33 @@ def test_export_backend_auto_reruns_the_exports_and_benches_both_runtimes(straig
     assert "[openvino]" in (out / "report.md").read_text()
 
 
+def test_a_run_folder_never_holds_what_the_recipe_reads(straight, tmp_path):
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    teacher = out / "teacher" / "model"
+    before = (out / "teacher" / "stage.json").read_text()
+    args = ["run", str(result.out.parent / "tiny.yaml"), "--out", str(out), "--set", f"bench.yardstick={teacher}"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and f"--out {out} would replace the input {teacher}" in refused.stderr
+    assert (out / "teacher" / "stage.json").read_text() == before
+
+
+def test_a_second_run_on_the_same_folder_is_refused_and_a_dead_ones_lock_is_not(straight, tmp_path):
+    import fcntl
+
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    with open(out / ".lock", "a") as held:  # another run's: flock belongs to an open file, not to a process
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        refused = CliRunner().invoke(app, ["run", str(result.out.parent / "tiny.yaml"), "--out", str(out)])
+    assert refused.exit_code == 2 and refused.stderr.strip() == (
+        f"error: another run is using {out}; wait for it to finish or choose another --out."), refused.output
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing written, nothing skipped
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), out)  # the lock file stays, unheld
+    assert set(again.states.values()) == {"skipped"}
+
+
 def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp_path):
     bad = tmp_path / "test.tsv"
     bad.write_bytes(b"query\ttitle\tgrade\ndrill\tcordless\x00 drill\t4\n")
@@ -314,3 +424,13 @@ def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp
     message = result.stderr.strip()
     assert str(bad) in message and "\n" not in message and "Traceback" not in message
     assert not (tmp_path / "out").exists() and time.perf_counter() - started < 30  # before the teacher trains
+
+
+def test_a_run_folder_follows_the_umask(straight):
+    """Every folder and file of a run (pruned model, exported graders, records) as a plain write makes them."""
+    result, _ = straight
+    umask = os.umask(0)
+    os.umask(umask)
+    wrong = {str(p.relative_to(result.out)): oct(p.stat().st_mode & 0o777) for p in result.out.rglob("*")
+             if p.stat().st_mode & 0o777 != (0o777 if p.is_dir() else 0o666) & ~umask}
+    assert wrong == {}

@@ -7,3 +7,9 @@ how to fix it; the CLI turns it into that sentence on stderr and exit code 2 (no
 
 class UserError(Exception):
     """A problem with the user's input (file, flag, model) that they can fix."""
+
+
+def setting(name: str, value) -> str:
+    """A setting and its value as a message names them: `--flops 0.5` for a flag, `prune.flops=0.5` for a recipe
+    key, so a library check called by a command and by `headcut run` names what the user wrote."""
+    return f"{name} {value}" if name.startswith("-") else f"{name}={value}"

@@ -9,7 +9,7 @@ import json
 import os
 import shutil
 import socket
-import tempfile
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -17,7 +17,8 @@ from headcut_grader.errors import UserError
 
 
 def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
-    """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it."""
+    """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it;
+    one inside an input folder would change that folder (a model folder gains a subfolder, its checksum changes)."""
     out = Path(out)
     target = out.resolve()
     for item in inputs:
@@ -26,6 +27,9 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
         source = Path(item).resolve()
         if source == target or target in source.parents or (out.exists() and os.path.samefile(out, source)):
             raise UserError(f"{flag} {out} would replace the input {item}; write the output somewhere else.")
+        if source in target.parents:
+            raise UserError(f"{flag} {out} is inside the input {item}, which must stay as it is; write the output "
+                            "somewhere else.")
 
 
 def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=()) -> Path:
@@ -58,6 +62,12 @@ _WRITE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EP
 def _temp_prefix(name: str) -> str:
     """Temporary siblings carry their writer's pid and host, so a later run can tell a dead writer's leftovers."""
     return f".{name}.tmp-{os.getpid()}@{socket.gethostname()}-"
+
+
+def _temp_sibling(out: Path) -> Path:
+    """A fresh name beside `out`. Made with os.mkdir / os.open (modes 0o777 / 0o666, less the umask) rather than
+    tempfile's, whose 0o700 / 0o600 would survive the rename: a grader another account serves must be readable."""
+    return out.parent / f"{_temp_prefix(out.name)}{uuid.uuid4().hex[:10]}"
 
 
 def clean_stale(out: Path) -> list[Path]:
@@ -93,7 +103,8 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(out)
-        tmp = Path(tempfile.mkdtemp(prefix=_temp_prefix(out.name), dir=out.parent))
+        tmp = _temp_sibling(out)
+        tmp.mkdir()
     except OSError as e:
         raise UserError(f"{flag} {out}: cannot write there ({e.strerror}); check the folder's permissions.") from None
     try:
@@ -104,6 +115,7 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
             raise UserError(f"{flag} {out}: writing failed ({e.strerror}); check free space and permissions, "
                             "then rerun.") from None
         raise
+    _plain_modes(tmp)
     old = None
     if out.exists():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
@@ -111,6 +123,16 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
     tmp.rename(out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _plain_modes(folder: Path) -> None:
+    """Give what is under `folder` the modes a plain write gets (0o666 / 0o777 less the umask): a library that
+    writes atomically itself (safetensors) leaves 0o600 files. `folder` came from mkdir(0o777), so its own
+    mode is 0o777 less the umask, read here without changing the process's umask under other threads."""
+    allowed = folder.stat().st_mode & 0o777
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            path.chmod(allowed if path.is_dir() else allowed & 0o666)
 
 
 def write_json(path: str | Path, data) -> None:
@@ -123,7 +145,8 @@ def write_text(path: str | Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(path)
-        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), dir=path.parent)
+        tmp = _temp_sibling(path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as e:
         raise UserError(f"{path}: cannot write there ({e.strerror}); check the folder's permissions.") from None
     try:
@@ -131,7 +154,7 @@ def write_text(path: str | Path, text: str) -> None:
             f.write(text)
         os.replace(tmp, path)
     except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise UserError(f"{path}: writing failed ({e.strerror}); check free space and permissions.") from None
         raise

@@ -27,6 +27,8 @@ def stage_lines(width: int):
         if state == "skipped":
             tqdm.write(label(name, "skipped") + " (settings and inputs unchanged)", file=sys.stderr)
             return
+        if "reason" in event:
+            tqdm.write(f"{name}: rerunning, {event['reason']}", file=sys.stderr)
         if bar is None:
             bar = bars[name] = tqdm(desc=label(name, "running"), total=None, file=sys.stderr, leave=True,
                                     dynamic_ncols=True, disable=None,

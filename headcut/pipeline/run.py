@@ -4,9 +4,12 @@ A stage's fingerprint covers its settings, the content of the files it reads, it
 version (ALGORITHM_VERSIONS) and the fingerprints of the outputs of the stages it depends on (each
 finished stage gets a fresh `made` token), so changing one stage reruns it and what depends on it, nothing upstream, and a stage that had to run again (its
 folder deleted, say) is followed by everything downstream of it.
-Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "made", "result"}. A stage
+Each stage folder holds stage.json: {"fingerprint", "state": "running" | "done", "made", "result"}, and once
+done the size and sha256 of every file the stage made ("outputs", outputs.py) under a "seal". A stage
 found "running" with the same fingerprint was interrupted: it runs again in place, and finetune and
-distill resume from their checkpoints (run_folder.py); with another fingerprint its folder is cleared.
+distill resume from their checkpoints (run_folder.py); with another fingerprint, or a folder that no longer
+holds what it recorded (a file deleted, cut short or edited, the record itself edited), its folder is cleared.
+The run holds OUT/.lock throughout, so no two runs write one folder.
 """
 from __future__ import annotations
 
@@ -19,14 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from headcut.errors import UserError
 from headcut.files import file_hash, write_json
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
+from headcut.pipeline.checks import RUN_FILE, check_run
+from headcut.pipeline.outputs import files_of, outputs_problem, seal
 from headcut.pipeline.recipe import PipelineRecipe, as_dict
 from headcut.recipes import to_dict
+from headcut.run_folder import locked
 
-RUN_FILE = "run.json"
 STAGE_FILE = "stage.json"
 # What a kind of stage makes from the same settings and inputs. Bump a kind's number with any change to
 # its code that changes its output (a new tuner, another export gate, a fixed metric), so a rerun of an
@@ -127,38 +131,6 @@ def _read_stage(folder: Path) -> dict:
         return {}
 
 
-def check_run_dir(out: Path, *, overwrite: bool) -> None:
-    """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; name a folder.")
-    if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists() and not overwrite:
-        raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
-
-
-def check_inputs(recipe: PipelineRecipe) -> None:
-    """Every data file the recipe names exists and reads before any stage spends time (a missing or damaged
-    test file would otherwise surface at a later stage, after the teacher and the students have trained)."""
-    from headcut.data import is_synthetic
-
-    named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
-             "scan.data": recipe.scan.data if recipe.scan is not None else None}
-    missing = [f"{key}={value}" for key, value in named.items()
-               if value and not is_synthetic(value) and not Path(value).is_file()]
-    if missing:
-        raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
-    for value in {v for v in named.values() if v and not is_synthetic(v)}:
-        check_readable(value, preset=recipe.data.preset)
-
-
-def check_readable(path: str, *, preset: str | None) -> None:
-    """Read every row of a named file as the stages will (a NUL byte, a bad encoding or an empty text is the
-    reader's one sentence with its line), in chunks, so memory stays bounded on any file."""
-    from headcut.data import iter_pairs
-
-    for _ in iter_pairs(path, chunk_rows=10_000, preset=preset, require_labels=False):
-        pass
-
-
 def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = False,
                  progress: Callable[[dict], None] | None = None) -> RunResult:
     """Run (or resume, or skip through) every stage, then write report.md/report.html into `out`.
@@ -167,50 +139,62 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     starts (running) or ends (skipped, done, failed), and {"stage", "state": "running", "done", "total",
     "what"} as it goes. Raises what the failing stage raised, after reporting it as failed.
     """
+    out = Path(out).resolve()
+    check_run(recipe, out, overwrite=overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    with locked(out):  # a second run on `out` would redo stages, or rerun a live one beside it
+        return _run(recipe, out, overwrite=overwrite, say=progress or (lambda event: None))
+
+
+def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None]) -> RunResult:
     from headcut.pipeline.report import write_report
 
-    out = Path(out).resolve()
-    check_run_dir(out, overwrite=overwrite)
-    check_inputs(recipe)
-    say = progress or (lambda event: None)
-    steps = plan(recipe)
-    out.mkdir(parents=True, exist_ok=True)
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
     result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
-    for stage in steps:
+    for stage in plan(recipe):
         folder = out / stage.folder
-        fp = fingerprint(stage, outputs, hashes)
-        fingerprints[stage.name] = fp
+        fp = fingerprints[stage.name] = fingerprint(stage, outputs, hashes)
         recorded = _read_stage(folder)
-        if recorded.get("fingerprint") == fp and recorded.get("state") == "done" and not overwrite:
+        finished = recorded.get("fingerprint") == fp and recorded.get("state") == "done" and not overwrite
+        why = outputs_problem(folder, recorded, record_file=STAGE_FILE) if finished else None
+        if finished and why is None:
             result.states[stage.name], result.records[stage.name] = "skipped", recorded["result"]
             outputs[stage.name] = f"{fp}:{recorded.get('made')}"
             say({"stage": stage.name, "state": "skipped"})
             continue
-        if folder.exists() and (recorded.get("fingerprint") != fp or overwrite):
-            shutil.rmtree(folder)  # another recipe's (or a stale) output: nothing in it may be resumed
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "running"})
-        say({"stage": stage.name, "state": "running"})
-        started = time.perf_counter()
-
-        def report(done, total, what, name=stage.name):
-            say({"stage": name, "state": "running", "done": done, "total": total, "what": what})
-
-        ctx = stages.Context(recipe, folder, dict(result.records), report, out)
-        try:
-            record = stage.run(ctx)
-        except BaseException:
-            result.states[stage.name] = "failed"
-            say({"stage": stage.name, "state": "failed"})
-            raise
-        result.seconds[stage.name] = time.perf_counter() - started
-        made = uuid.uuid4().hex[:12]
-        write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "done", "made": made,
-                                         "seconds": result.seconds[stage.name], "result": record})
-        outputs[stage.name] = f"{fp}:{made}"
-        result.states[stage.name], result.records[stage.name] = "done", record
-        say({"stage": stage.name, "state": "done", "seconds": result.seconds[stage.name]})
+        if folder.exists() and (recorded.get("fingerprint") != fp or overwrite or why):
+            shutil.rmtree(folder)  # another recipe's, a stale or a damaged output: nothing in it may be resumed
+        say({"stage": stage.name, "state": "running", **({"reason": why} if why else {})})
+        outputs[stage.name] = f"{fp}:{_run_stage(stage, recipe, folder, fp, result, say)}"
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "fingerprints": fingerprints, "states": result.states})
     result.report = write_report(out, recipe, result.records)
     return result
+
+
+def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, fp: str, result: RunResult,
+               say: Callable[[dict], None]) -> str:
+    """Run one stage into `folder` and record it done, with its files' checksums; returns its `made` token."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "running"})
+    started = time.perf_counter()
+
+    def report(done, total, what, name=stage.name):
+        say({"stage": name, "state": "running", "done": done, "total": total, "what": what})
+
+    ctx = stages.Context(recipe, folder, dict(result.records), report, result.out)
+    try:
+        record = stage.run(ctx)
+    except BaseException:
+        result.states[stage.name] = "failed"
+        say({"stage": stage.name, "state": "failed"})
+        raise
+    seconds = result.seconds[stage.name] = time.perf_counter() - started
+    made = uuid.uuid4().hex[:12]
+    entry = {"fingerprint": fp, "state": "done", "made": made, "seconds": seconds, "result": record,
+             "outputs": files_of(folder, record_file=STAGE_FILE)}
+    write_json(folder / STAGE_FILE, entry)
+    sealed = _read_stage(folder)  # sealed as a later run reads it back (JSON turns tuples into lists)
+    write_json(folder / STAGE_FILE, {**sealed, "seal": seal(sealed)})
+    result.states[stage.name], result.records[stage.name] = "done", sealed["result"]
+    say({"stage": stage.name, "state": "done", "seconds": seconds})
+    return made

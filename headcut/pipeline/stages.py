@@ -98,7 +98,7 @@ def teacher(ctx: Context) -> dict:
     from headcut.models import resolve_source
 
     if ctx.recipe.teacher.path is not None:
-        return {"model": str(resolve_source(ctx.recipe.teacher.path).resolve()), "trained": False}
+        return {"model": str(resolve_source(ctx.recipe.teacher.path, flag="teacher.path").resolve()), "trained": False}
     recipe = sub_recipes(ctx.recipe, teacher_dir="", pruned_dir=None)["teacher"]
     result = finetune(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
     return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from headcut.arch import UnitFlops
-from headcut.errors import UserError
+from headcut.errors import UserError, setting
 from headcut.evaluate.fisher import UnitScores
 from headcut.prune.plan import layer_weights
 
@@ -45,11 +45,11 @@ class UnitPlan:
 def check_budget(flops: float, costs: UnitFlops, full: int, *, flag: str = "--flops") -> int:
     """The budget in FLOPs for a share `flops` of the full model's; refused when nothing fits."""
     if not (0 < flops <= 1):
-        raise UserError(f"{flag} {flops} is outside (0, 1]; pass the share of the model's FLOPs to keep, "
-                        "e.g. --flops 0.5.")
+        raise UserError(f"{setting(flag, flops)} is outside (0, 1]; pass the share of the model's FLOPs to keep, "
+                        f"e.g. {setting(flag, 0.5)}.")
     budget = int(flops * full)
     if budget < costs.fixed:
-        raise UserError(f"{flag} {flops} allows {budget:,} FLOPs per pair, less than the pooler and classifier "
+        raise UserError(f"{setting(flag, flops)} allows {budget:,} FLOPs per pair, less than the pooler and classifier "
                         f"alone need ({costs.fixed:,}, {costs.fixed / full:.2g} of the model); pass a larger share.")
     return budget
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from headcut.arch import heads_per_layer, mask_shape
-from headcut.errors import UserError
+from headcut.errors import UserError, setting
 
 SCAN_METHODS = ("ablation", "fisher", "gradient", "kl")
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
@@ -16,7 +16,7 @@ DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward p
 def check_unpruned(loaded, flag: str = "--model") -> None:
     layers, heads = mask_shape(loaded.model)
     if heads_per_layer(loaded.model) != [heads] * layers:
-        raise UserError(f"{flag} {loaded.path} is already pruned ({heads_per_layer(loaded.model)} heads per layer); "
+        raise UserError(f"{setting(flag, loaded.path)} is already pruned ({heads_per_layer(loaded.model)} heads per layer); "
                         "prune the original model instead.")
 
 

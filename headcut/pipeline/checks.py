@@ -1,0 +1,113 @@
+"""What `headcut run` checks before its first stage, so that nothing a stage would refuse surfaces hours
+later, after the teacher has trained: the run folder, every file and model the recipe names, and the values
+a stage checks against the teacher (the FLOPs budget). Messages name the recipe key (`prune.flops=...`,
+`teacher.path=...`), not the flag of the command the stage calls."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from headcut.errors import UserError
+from headcut.files import refuse_inputs
+from headcut.pipeline import stages
+from headcut.pipeline.recipe import PipelineRecipe
+from headcut.run_folder import LOCK_FILE
+
+RUN_FILE = "run.json"  # marks a folder as a run's
+UPSTREAM = ("<teacher>", "<pruned>")  # what sub-recipes name in place of models the run makes
+
+
+def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
+    """Everything `headcut run` checks before it writes anything; raises the first problem as a UserError."""
+    check_run_dir(out, recipe, overwrite=overwrite)
+    check_inputs(recipe)
+    check_models(recipe)
+    check_prune_budget(recipe)
+
+
+def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None:
+    """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It never
+    holds, or lies inside, what the recipe reads (a stage that reruns clears its folder)."""
+    refuse_inputs(out, [*pairs_files(recipe).values(), *model_folders(recipe).values(), recipe.bench.yardstick])
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; name a folder.")
+    content = [p for p in out.iterdir() if p.name != LOCK_FILE] if out.is_dir() else []
+    if content and not (out / RUN_FILE).exists() and not overwrite:
+        raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
+
+
+def _sub_recipes(recipe: PipelineRecipe) -> dict:
+    subs = stages.sub_recipes(recipe, teacher_dir=UPSTREAM[0], pruned_dir=UPSTREAM[1])
+    return {name: sub for name, sub in subs.items() if sub is not None}
+
+
+def pairs_files(recipe: PipelineRecipe) -> dict[str, str]:
+    """The pairs files the run reads, by recipe key (a student's own data too, where its section sets some)."""
+    from headcut.data import is_synthetic
+
+    named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
+             "scan.data": recipe.scan.data if recipe.scan is not None else None}
+    for name, sub in _sub_recipes(recipe).items():
+        for key in ("train_data", "dev_data", "unlabeled_data"):
+            value = getattr(sub, key, None)
+            if value not in named.values():
+                named[f"{name}.{key}"] = value
+    return {key: value for key, value in named.items() if value and not is_synthetic(value)}
+
+
+def model_folders(recipe: PipelineRecipe) -> dict[str, str]:
+    """The models the run reads, by recipe key: an existing teacher, a base model to train one from."""
+    named = {"teacher.path": recipe.teacher.path}
+    for name, sub in _sub_recipes(recipe).items():
+        for key in ("model", "teacher", "student_model"):
+            named[f"{name}.{key}"] = getattr(sub, key, None)
+    return {key: value for key, value in named.items() if value and value not in UPSTREAM}
+
+
+def check_inputs(recipe: PipelineRecipe) -> None:
+    """Every pairs file the recipe names exists and reads (a missing or damaged test file would otherwise
+    surface at a later stage, after the teacher and the students have trained)."""
+    named = pairs_files(recipe)
+    missing = [f"{key}={value}" for key, value in named.items() if not Path(value).is_file()]
+    if missing:
+        raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
+    for value in set(named.values()):
+        check_readable(value, preset=recipe.data.preset)
+
+
+def check_readable(path: str, *, preset: str | None) -> None:
+    """Read every row of a named file as the stages will (a NUL byte, a bad encoding or an empty text is the
+    reader's one sentence with its line), in chunks, so memory stays bounded on any file."""
+    from headcut.data import iter_pairs
+
+    for _ in iter_pairs(path, chunk_rows=10_000, preset=preset, require_labels=False):
+        pass
+
+
+def check_models(recipe: PipelineRecipe) -> None:
+    """Every model the recipe names is a model folder (or a built-in name whose package is installed)."""
+    from headcut.models import resolve_source
+
+    for key, value in model_folders(recipe).items():
+        resolve_source(value, flag=key)
+
+
+def check_prune_budget(recipe: PipelineRecipe) -> None:
+    """prune.flops leaves room for the pooler and classifier of this teacher, which is unpruned, as the prune
+    stage will check: counted on the teacher's shape (the base model's, for one the run trains)."""
+    from headcut.arch import flops_per_pair, unit_flops
+    from headcut.models import outline
+    from headcut.prune.budget import check_budget
+    from headcut.prune.scores import check_unpruned
+
+    if recipe.prune is None:
+        return
+    if recipe.teacher.path is not None:
+        teacher = outline(recipe.teacher.path, flag="teacher.path")
+        check_unpruned(teacher, flag="teacher.path")
+    else:
+        sub = _sub_recipes(recipe)["teacher"]
+        teacher = outline(sub.model, flag="teacher.model", meta={"grades": list(sub.grades), "max_length": sub.max_length})
+    if recipe.prune.flops is not None:
+        seq_len = teacher.max_length  # what the prune stage counts at: the teacher's recorded max_length
+        check_budget(recipe.prune.flops, unit_flops(teacher.model, seq_len), flops_per_pair(teacher.model, seq_len),
+                     flag="prune.flops")
