@@ -448,3 +448,35 @@ def test_latency_prune_times_again_when_the_cached_table_is_damaged(damage, word
     assert np.isfinite(budget["plan_ms"]) and budget["plan_ms"] <= budget["budget_ms"] * (1 + 1e-9)
     assert sum(load_model(out).meta["prune"]["plan"]["neurons_per_layer"]) > 0
 
+
+def nan_scores(kind):
+    scores = fake_scores()
+    getattr(scores, kind)[1, 2] = float("nan")
+    return scores
+
+
+@pytest.mark.parametrize("kind, unit", [("heads", "head L1H2"), ("neurons", "neuron L1N2")])
+def test_nan_unit_scores_are_refused_by_both_budget_plans(kind, unit):
+    from headcut.prune.latency import check_latency_budget, plan_latency
+
+    model = deep()
+    costs, flops = linear_costs(model), unit_flops(model, 16)
+    plans = [lambda s: plan_budget(s, flops, check_budget(0.5, flops, flops_per_pair(model, 16))),
+             lambda s: plan_latency(s, costs, check_latency_budget(0.5, costs))]
+    for plan in plans:
+        with pytest.raises(UserError, match=f"the score of {unit} is not a number"):
+            plan(nan_scores(kind))
+
+
+@pytest.mark.parametrize("budget", [["--latency", 0.5], ["--flops", 0.5]])
+def test_nan_fisher_scores_stop_a_budget_prune_in_one_sentence(budget, tmp_path, tiny_grader, monkeypatch):  # noqa: F811
+    """Was: --latency dropped the NaN neuron silently (exit 0), --flops raised a ValueError traceback."""
+    from headcut.prune import pipeline
+
+    monkeypatch.setattr(pipeline, "layer_costs", lambda model, **k: linear_costs(model, seq=24))
+    monkeypatch.setattr(pipeline, "unit_fisher", lambda model, *a, **k: nan_scores("neurons"))
+    grader, _ = tiny_grader
+    result = run("--model", grader, *budget, "--out", tmp_path / "out", "--no-timing")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "the score of neuron L1N2 is not a number (NaN)" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -30,7 +30,7 @@ import torch
 
 from headcut.arch import intermediate_size, keep_heads, keep_layers, keep_neurons, mask_shape
 from headcut.errors import UserError
-from headcut.evaluate.fisher import UnitScores
+from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.budget import UnitPlan
 from headcut.prune.measure import dummy_batch, measure_latency
 from headcut.prune.plan import layer_weights
@@ -226,11 +226,12 @@ def check_latency_budget(share: float, costs: LayerCosts, *, flag: str = "--late
 
 def plan_latency(scores: UnitScores, costs: LayerCosts, budget_ms: float, *, layer_prior: float = 0.0) -> UnitPlan:
     """Keep the units of largest total (prior-weighted) score whose estimated latency fits `budget_ms`."""
+    check_unit_scores(scores)
     weights = layer_weights(scores.heads.shape[0], layer_prior).numpy()
     groups = []  # (layer, kind, unit ids by score, cumulative value, cost of keeping k = 0..n units)
     for kind, table in (("heads", scores.heads), ("neurons", scores.neurons)):
         for layer, row in enumerate(table.numpy()):
-            present = np.flatnonzero(np.isfinite(row))
+            present = np.flatnonzero(np.isfinite(row))  # absent units are -inf
             order = present[np.argsort(-row[present], kind="stable")]
             value = np.concatenate([[0.0], np.cumsum(row[order] * weights[layer])])
             k = np.arange(len(order) + 1)
