@@ -674,3 +674,19 @@ def test_class_a_damaged_study_db_is_a_sentence(tmp_path):
     (out / STUDY_FILE).write_bytes(os.urandom(4096))  # a disk error, or a copy cut short
     with pytest.raises(UserError, match=r"study.db.*--overwrite"):
         tune(recipe, out, trials=1)
+
+
+# --- class: a message names only a fix the user has (a real flag, recipe key or the file) -------------
+
+def test_class_a_grade_outside_the_grades_names_a_fix_this_command_has(tmp_path):
+    """Was: every command said 'fix it or pass --grades', a flag no command has."""
+    path = write(tmp_path, "zero.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t0\n")
+    where = f"{path}, line 2, column 'grade': grade 0 is not one of the grades [1, 2, 3, 4, 5]"
+    evaluate = run("evaluate", "--model", "minilm-l6", "--data", path)
+    refused(evaluate, where, "--label-map 0:1,1:2,2:3,3:4,4:5")
+    grade = run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv")
+    refused(grade, where, "fix the row or drop it")
+    finetune = run("finetune", "finetune/minilm_synthetic_cpu", "--out", tmp_path / "teacher", "--train", path)
+    refused(finetune, where, "recipe key 'grades'", "--set grades=")
+    for result in (evaluate, grade, finetune):
+        assert "--grades" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
