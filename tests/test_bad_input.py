@@ -526,6 +526,36 @@ def test_12_allow_pickle_loads_a_pruned_artifact_saved_as_pytorch_model_bin(tmp_
     assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in state.items())
 
 
+def _not_a_state_dict(kind):
+    import pickle
+
+    import torch
+
+    if kind == "pickled object":  # torch's weights-only refusal runs to several long sentences
+        return pickle.dumps({"weight": object()})
+    if kind == "a list":
+        import io
+
+        buffer = io.BytesIO()
+        torch.save([1, 2, 3], buffer)
+        return buffer.getvalue()
+    return {"text": b"not weights at all", "empty": b""}[kind]
+
+
+@pytest.mark.parametrize("model", ["artifact", "plain"])
+@pytest.mark.parametrize("kind", ["pickled object", "a list", "text", "empty"])
+def test_12_a_bin_that_is_not_a_state_dict_is_one_sentence_of_ours(tmp_path, saved_models, model, kind):
+    """Was: torch's notice cut mid-sentence at 200 characters, '(101)', or an AttributeError traceback."""
+    folder = _copy(saved_models[model], tmp_path)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(_not_a_state_dict(kind))
+    result = run("evaluate", "--model", folder, "--allow-pickle", "--data", "synthetic", "--limit", "10")
+    refused(result, f"{folder / 'pytorch_model.bin'} is not a PyTorch state dict",
+            "torch.save(model.state_dict())", "model.safetensors")
+    text = result.output.strip()
+    assert len(text.splitlines()) == 1 and text.endswith(".") and "In PyTorch 2.6" not in text, text
+
+
 # --- 13. a corrupt model.onnx in a grader folder ---------------------------------------------------
 
 @pytest.mark.parametrize("damage", ["truncated", "random"])
