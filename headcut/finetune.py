@@ -21,7 +21,7 @@ from headcut.models import load_model, save_model
 from headcut.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
-from headcut.training import TrainingRecipe, is_finished, settings_from, train
+from headcut.training import GRADES_FIX, TrainingRecipe, is_finished, settings_from, train
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pai
     synthetic = synthetic_spec(spec, rows)
     if synthetic is not None:
         return synthetic
-    return read_pairs(spec, preset=recipe.preset, grades=recipe.grades).sample(rows, seed=seed)
+    return read_pairs(spec, preset=recipe.preset, grades=recipe.grades, grades_fix=GRADES_FIX).sample(rows, seed=seed)
 
 
 def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:

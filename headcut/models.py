@@ -95,6 +95,8 @@ def load_model(
     shape = getattr(config, SHAPE_KEY, None)
     with torch.random.fork_rng(devices=[]), broken_file(weights):
         torch.manual_seed(seed)  # a fresh classification head is the same on every load
+        if weights.suffix == ".bin" and shape is None:
+            _read_state(weights)  # read twice: transformers' errors for a pickle of something else are tracebacks
         if shape is not None:
             model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
             apply_shape(model, shape)
@@ -156,11 +158,26 @@ def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag:
 def _read_state(weights: Path) -> dict:
     """A state dict from safetensors (one file or an index of shards) or, when allowed, a pickle."""
     if weights.suffix == ".bin":
-        return torch.load(weights, map_location="cpu", weights_only=True)
+        return _read_pickle_state(weights)
     if weights.name.endswith(".index.json"):
         shards = sorted(set(read_json_file(weights).get("weight_map", {}).values()))
         return {k: v for shard in shards for k, v in load_file(str(weights.parent / shard)).items()}
     return load_file(str(weights))
+
+
+def _read_pickle_state(weights: Path) -> dict:
+    """A pytorch_model.bin loaded weights-only, refused unless it holds tensors by parameter name."""
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except OSError:
+        raise  # unreadable: `broken_file` names it
+    except Exception:  # noqa: BLE001  any other failure means the file holds something else (torch's text runs long)
+        state = None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
+        raise UserError(f"{weights} is not a PyTorch state dict (tensors by parameter name, as "
+                        "torch.save(model.state_dict()) writes); replace it with the model's weights saved that "
+                        "way, or as model.safetensors.")
+    return state
 
 
 def read_json_file(path: Path) -> dict:
@@ -182,9 +199,17 @@ def broken_file(path: Path, *, label: str | None = None):
     try:
         yield
     except (OSError, ValueError, RuntimeError, EOFError, KeyError, SafetensorError, pickle.UnpicklingError) as e:
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise UserError(f"{label or path} is damaged or incomplete ({reason}); copy or download the model "
+        raise UserError(f"{label or path} is damaged or incomplete ({_reason(e)}); copy or download the model "
                         "folder again.") from None
+
+
+def _reason(error: Exception, limit: int = 200) -> str:
+    """A library error's first line, or its first sentence when the line runs long; never cut mid-sentence."""
+    line = (str(error).strip().splitlines() or [""])[0]
+    first = line.split(". ")[0].rstrip(".") + "."
+    if len(line) > limit:
+        line = first if len(first) <= limit else ""
+    return line or type(error).__name__
 
 
 def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None, overwrite: bool = False) -> Path:

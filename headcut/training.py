@@ -42,6 +42,11 @@ class LoopSettings:
     max_grad_norm: float = ranged(1.0, 0.0, low_open=True)
 
 
+# what a data file's grade outside the recipe's grades calls for
+GRADES_FIX = ("fix the row, or name the grades the file uses with the recipe key 'grades' "
+              "(e.g. --set grades=[0,1,2,3,4])")
+
+
 @dataclass(frozen=True)
 class TrainingRecipe(LoopSettings):
     """The fields every training recipe shares: the loop settings, and the data to train on.

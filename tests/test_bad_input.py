@@ -526,6 +526,36 @@ def test_12_allow_pickle_loads_a_pruned_artifact_saved_as_pytorch_model_bin(tmp_
     assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in state.items())
 
 
+def _not_a_state_dict(kind):
+    import pickle
+
+    import torch
+
+    if kind == "pickled object":  # torch's weights-only refusal runs to several long sentences
+        return pickle.dumps({"weight": object()})
+    if kind == "a list":
+        import io
+
+        buffer = io.BytesIO()
+        torch.save([1, 2, 3], buffer)
+        return buffer.getvalue()
+    return {"text": b"not weights at all", "empty": b""}[kind]
+
+
+@pytest.mark.parametrize("model", ["artifact", "plain"])
+@pytest.mark.parametrize("kind", ["pickled object", "a list", "text", "empty"])
+def test_12_a_bin_that_is_not_a_state_dict_is_one_sentence_of_ours(tmp_path, saved_models, model, kind):
+    """Was: torch's notice cut mid-sentence at 200 characters, '(101)', or an AttributeError traceback."""
+    folder = _copy(saved_models[model], tmp_path)
+    (folder / "model.safetensors").unlink()
+    (folder / "pytorch_model.bin").write_bytes(_not_a_state_dict(kind))
+    result = run("evaluate", "--model", folder, "--allow-pickle", "--data", "synthetic", "--limit", "10")
+    refused(result, f"{folder / 'pytorch_model.bin'} is not a PyTorch state dict",
+            "torch.save(model.state_dict())", "model.safetensors")
+    text = result.output.strip()
+    assert len(text.splitlines()) == 1 and text.endswith(".") and "In PyTorch 2.6" not in text, text
+
+
 # --- 13. a corrupt model.onnx in a grader folder ---------------------------------------------------
 
 @pytest.mark.parametrize("damage", ["truncated", "random"])
@@ -728,3 +758,19 @@ def _write_outputs(root, model):
         (tmp / "inside.txt").write_text("x")
     write_json(root / "record.json", {"a": 1})
     save_model(load_model(model), root / "model")  # safetensors writes its file 0o600 itself
+
+
+# --- class: a message names only a fix the user has (a real flag, recipe key or the file) -------------
+
+def test_class_a_grade_outside_the_grades_names_a_fix_this_command_has(tmp_path):
+    """Was: every command said 'fix it or pass --grades', a flag no command has."""
+    path = write(tmp_path, "zero.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t0\n")
+    where = f"{path}, line 2, column 'grade': grade 0 is not one of the grades [1, 2, 3, 4, 5]"
+    evaluate = run("evaluate", "--model", "minilm-l6", "--data", path)
+    refused(evaluate, where, "--label-map 0:1,1:2,2:3,3:4,4:5")
+    grade = run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv")
+    refused(grade, where, "fix the row or drop it")
+    finetune = run("finetune", "finetune/minilm_synthetic_cpu", "--out", tmp_path / "teacher", "--train", path)
+    refused(finetune, where, "recipe key 'grades'", "--set grades=")
+    for result in (evaluate, grade, finetune):
+        assert "--grades" not in result.output and len(result.output.strip().splitlines()) == 1, result.output

@@ -6,8 +6,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from headcut.arch import (SUPPORTED, flops_per_pair, heads_per_layer, keep_heads, keep_neurons, layer_parts,
-                          neurons_per_layer, unit_flops)
+from headcut.arch import (SUPPORTED, flops_per_pair, heads_per_layer, intermediate_size, keep_heads, keep_neurons,
+                          layer_parts, mask_shape, neurons_per_layer, unit_flops)
 from headcut.batching import collate
 from headcut.cli.main import app
 from headcut.errors import UserError
@@ -369,3 +369,114 @@ def test_too_few_calibration_pairs_are_one_sentence_and_a_short_file_is_reported
                "--no-timing", "--bootstrap", 50)
     assert done.exit_code == 0, done.output
     assert "Least-squares scales on 20 calibration pairs" in done.output and "asked for 100000" in done.output
+
+
+def quick_costs(model, *, batch, seq_len, seconds=0.5, runtime=None):
+    """A valid layer cost table for `model` without timing anything (stands in for `measure_layer_costs`)."""
+    from headcut.prune import latency
+
+    runtime = runtime or latency.torch_runtime()
+    layers, heads = mask_shape(model)
+    width = intermediate_size(model.config)
+    return latency.LayerCosts([float(h) for h in range(heads + 1)], [0, width // 2, width], [0.0, 2.0, 4.0], 1.0,
+                              layers, batch, seq_len, runtime.name, latency._machine(runtime))
+
+
+def cached_table(model, cache, monkeypatch):
+    """A layer cost table cached in `cache` as the library would: (its path, its JSON)."""
+    import json
+
+    from headcut.prune import latency
+
+    monkeypatch.setattr(latency, "measure_layer_costs", quick_costs)
+    latency.layer_costs(model, batch=8, seq_len=24, cache=cache)
+    (path,) = cache.iterdir()
+    return path, json.loads(path.read_text())
+
+
+DAMAGED_TABLES = [  # (damage to a cached table's JSON, words of the line saying why it was not used)
+    (lambda t: {**t, "heads_ms": t["heads_ms"][:2]}, "heads_ms has 2 entries"),
+    (lambda t: {**t, "fixed_ms": float("nan")}, "fixed_ms holds nan"),
+    (lambda t: {**t, "ffn_ms": [float("nan")] * len(t["ffn_ms"])}, "ffn_ms holds nan"),
+    (lambda t: {**t, "heads_ms": [-1.0] + t["heads_ms"][1:]}, "heads_ms holds -1.0"),
+    (lambda t: {**t, "ffn_ms": "fast"}, "ffn_ms is not a list"),
+    (lambda t: {**t, "widths": t["widths"][:-1], "ffn_ms": t["ffn_ms"][:-1]}, "widths do not rise from 0 to"),
+    (lambda t: {**t, "ffn_ms": t["ffn_ms"][:-1]}, "ffn_ms has"),
+    (lambda t: {**t, "layers": 1}, "layers is 1"),
+    (lambda t: {k: v for k, v in t.items() if k != "machine"}, "no machine field"),
+    (lambda t: {**t, "runtime": "onnx-int8"}, "runtime is 'onnx-int8'"),
+    (lambda t: {**t, "machine": "another cpu"}, "machine is 'another cpu'"),
+    (lambda t: [t], "not a JSON object"),
+]
+
+
+@pytest.mark.parametrize("damage, words", DAMAGED_TABLES)
+def test_a_cached_cost_table_that_does_not_fit_the_model_is_timed_again_and_says_why(damage, words, tmp_path,
+                                                                                    monkeypatch):
+    import json
+
+    from headcut.prune import latency
+
+    model = deep()
+    path, table = cached_table(model, tmp_path, monkeypatch)
+    path.write_text(json.dumps(damage(table)))
+    timed, lines = [], []
+    monkeypatch.setattr(latency, "measure_layer_costs", lambda *a, **k: timed.append(1) or quick_costs(*a, **k))
+    costs = latency.layer_costs(model, batch=8, seq_len=24, cache=tmp_path, notice=lines.append)
+    assert timed == [1] and len(lines) == 1 and str(path) in lines[0] and words in lines[0], lines
+    assert costs == quick_costs(model, batch=8, seq_len=24)
+    assert json.loads(path.read_text()) == costs.to_dict()  # the new table replaces the damaged one
+
+
+@pytest.mark.parametrize("damage, words", [DAMAGED_TABLES[0], DAMAGED_TABLES[1]])
+def test_latency_prune_times_again_when_the_cached_table_is_damaged(damage, words, tmp_path, tiny_grader,  # noqa: F811
+                                                                   monkeypatch):
+    """Was: a short table gave an IndexError traceback; a NaN one a plan of 'nan of nan ms' keeping every unit."""
+    import json
+
+    monkeypatch.setenv("HEADCUT_CACHE", str(tmp_path / "cache"))
+    grader, _ = tiny_grader
+    (tmp_path / "cache").mkdir()
+    path, table = cached_table(load_model(grader).model, tmp_path / "cache", monkeypatch)
+    path.write_text(json.dumps(damage(table)))
+    out = tmp_path / "lat50"
+    result = run("--model", grader, "--latency", 0.5, "--batch", 8, "--out", out, "--calibrate", 40,
+                 "--bootstrap", 50, "--no-timing", "--no-tune")
+    assert result.exit_code == 0, result.output
+    assert f"not using the cached layer cost table {path}" in result.output and words in result.output
+    budget = load_model(out).meta["prune"]["budget"]
+    assert np.isfinite(budget["plan_ms"]) and budget["plan_ms"] <= budget["budget_ms"] * (1 + 1e-9)
+    assert sum(load_model(out).meta["prune"]["plan"]["neurons_per_layer"]) > 0
+
+
+def nan_scores(kind):
+    scores = fake_scores()
+    getattr(scores, kind)[1, 2] = float("nan")
+    return scores
+
+
+@pytest.mark.parametrize("kind, unit", [("heads", "head L1H2"), ("neurons", "neuron L1N2")])
+def test_nan_unit_scores_are_refused_by_both_budget_plans(kind, unit):
+    from headcut.prune.latency import check_latency_budget, plan_latency
+
+    model = deep()
+    costs, flops = linear_costs(model), unit_flops(model, 16)
+    plans = [lambda s: plan_budget(s, flops, check_budget(0.5, flops, flops_per_pair(model, 16))),
+             lambda s: plan_latency(s, costs, check_latency_budget(0.5, costs))]
+    for plan in plans:
+        with pytest.raises(UserError, match=f"the score of {unit} is not a number"):
+            plan(nan_scores(kind))
+
+
+@pytest.mark.parametrize("budget", [["--latency", 0.5], ["--flops", 0.5]])
+def test_nan_fisher_scores_stop_a_budget_prune_in_one_sentence(budget, tmp_path, tiny_grader, monkeypatch):  # noqa: F811
+    """Was: --latency dropped the NaN neuron silently (exit 0), --flops raised a ValueError traceback."""
+    from headcut.prune import pipeline
+
+    monkeypatch.setattr(pipeline, "layer_costs", lambda model, **k: linear_costs(model, seq=24))
+    monkeypatch.setattr(pipeline, "unit_fisher", lambda model, *a, **k: nan_scores("neurons"))
+    grader, _ = tiny_grader
+    result = run("--model", grader, *budget, "--out", tmp_path / "out", "--no-timing")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "the score of neuron L1N2 is not a number (NaN)" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

@@ -156,6 +156,62 @@ def test_a_damaged_resume_state_is_named_before_any_grading(tiny_grader, tmp_pat
     assert len(result.output.strip().splitlines()) == 1 and data.read_bytes() == partial and not out.exists()
 
 
+def edit(**changes):
+    """Damage that keeps the state valid JSON of the right shape: changed values, `position` keys merged in."""
+    def damage(text):
+        state = json.loads(text)
+        position = {**state["position"], **changes.pop("position", {})}
+        return json.dumps({**state, **changes, "position": position})
+    return damage
+
+
+STATE_DAMAGE = [  # (what happens to the state file's text, words of the reason)
+    (lambda text: text[: len(text) // 2], "it is not complete JSON"),
+    (lambda text: "", "it is empty"),
+    (lambda text: b"\xff\xfe\x00 garbage", "it is not UTF-8 text"),
+    (lambda text: "\x00" * len(text), "it is not complete JSON"),
+    (edit(rows="100"), "'rows' is missing or not a whole number"),
+    (edit(settings={}), "'settings' does not name"),
+    (edit(settings={"batch_size": "x"}), "'settings' does not name"),
+    (edit(position={"sha256": "zz"}), "'position' is not an offset, a line and a sha256"),
+    (edit(position={"offset": 7}), "its contents do not match its checksum"),
+    (edit(bytes=10), "its contents do not match its checksum"),
+]
+
+
+@pytest.mark.parametrize("damage,words", STATE_DAMAGE)
+def test_every_kind_of_state_damage_says_the_state_file_is_damaged(tiny_grader, tmp_path, damage, words):
+    """Was: a changed offset or sha256 said the input had changed, a changed 'settings' blamed a flag, a smaller
+    'bytes' resumed into a broken file, and an empty or truncated file was 'not a state this version writes'."""
+    source = write_pairs(tmp_path / "pairs.tsv", 300, seed=4)
+    lines = source.read_text().splitlines(keepends=True)
+    source.write_text("".join(lines[:200] + ["x\t\t3\n"] + lines[200:]))  # line 201 stops the run after 100 rows
+    out = tmp_path / "o.tsv"
+    assert grade(tiny_grader, source, "--out", out, "--chunk-rows", "100").exit_code == 2
+    data, state_path = partial_paths(out)
+    damaged = damage(state_path.read_text())
+    (state_path.write_bytes if isinstance(damaged, bytes) else state_path.write_text)(damaged)
+    partial = data.read_bytes()
+    source.write_text("".join(lines))  # the bad row fixed: only the state can stop the resume
+    result = grade(tiny_grader, source, "--out", out, "--chunk-rows", "100", "--resume")
+    assert result.exit_code == 2, result.output
+    assert f"the state file {state_path} is damaged ({words}" in result.output, result.output
+    assert "--overwrite" in result.output and f"delete {state_path.name}" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and data.read_bytes() == partial and not out.exists()
+
+
+def test_the_runtime_command_says_the_same_of_a_damaged_state(tiny_grader, tmp_path):
+    from headcut_grader.cli.main import app as runtime_app
+
+    source = write_pairs(tmp_path / "pairs.tsv", 300, seed=4)
+    out = tmp_path / "o.tsv"
+    data, state_path = partial_paths(out)
+    data.write_text("query\ttitle\n")
+    state_path.write_text('{"format": 2, "rows": 1')
+    result = CliRunner().invoke(runtime_app, ["grade", str(tiny_grader), str(source), "--out", str(out), "--resume"])
+    assert result.exit_code == 2 and f"the state file {state_path} is damaged (it is not complete JSON" in result.output
+
+
 @pytest.mark.parametrize("flag,value", [("--workers", "0"), ("--chunk-rows", "0"), ("--chunk-rows", "1e9"),
                                         ("--threads", "0")])
 def test_new_flags_are_range_checked_before_any_work(tmp_path, flag, value):

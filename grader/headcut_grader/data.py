@@ -19,6 +19,7 @@ import numpy as np
 from headcut_grader.errors import UserError
 
 DEFAULT_GRADES = (1, 2, 3, 4, 5)
+FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for where no flag or key sets them
 FORMATS = ("tsv", "csv", "jsonl", "json")
 # One rule for every format: a query or title may hold up to MAX_TEXT_CHARS characters (a grader reads only
 # its first max_length tokens, so longer texts are almost surely a broken file). Lines of TSV/CSV/JSON lines
@@ -151,6 +152,7 @@ def read_pairs(
     label_col: str | None = None,
     label_map: dict | str | None = None,
     grades: tuple[int, ...] = DEFAULT_GRADES,
+    grades_fix: str = FIX_ROW,
     fmt: str | None = None,
     require_labels: bool = True,
     limit: int | None = None,
@@ -158,11 +160,12 @@ def read_pairs(
     """Read pairs from TSV, CSV, JSON lines or a JSON array.
 
     Every problem a user can cause raises `UserError` naming the file, line and column.
-    `label_map` maps raw label text to a grade, or is 'round' for float scores.
+    `label_map` maps raw label text to a grade, or is 'round' for float scores. A grade outside `grades` is
+    refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
     With `require_labels=False` a file without a label column gives unlabeled pairs.
     """
     chunk = next(iter_pairs(path, chunk_rows=limit, preset=preset, query_col=query_col, title_col=title_col,
-                            label_col=label_col, label_map=label_map, grades=grades, fmt=fmt,
+                            label_col=label_col, label_map=label_map, grades=grades, grades_fix=grades_fix, fmt=fmt,
                             require_labels=require_labels))
     return chunk.pairs
 
@@ -195,6 +198,7 @@ def iter_pairs(
     label_col: str | None = None,
     label_map: dict | str | None = None,
     grades: tuple[int, ...] = DEFAULT_GRADES,
+    grades_fix: str = FIX_ROW,
     fmt: str | None = None,
     require_labels: bool = True,
     start: Position | None = None,
@@ -246,7 +250,8 @@ def iter_pairs(
                 (queries if col == query_col else titles).append(
                     _to_text(row.get(col), f"{path}, line {line}, column '{col}'"))
             if label_name is not None:
-                grade = _to_grade(row.get(label_name), label_map, grades, f"{path}, line {line}, column '{label_name}'")
+                where = f"{path}, line {line}, column '{label_name}'"
+                grade = _to_grade(row.get(label_name), label_map, grades, where, grades_fix)
                 labels.append(grades.index(grade))
             if len(queries) == chunk_rows:
                 yield Chunk(Pairs(queries, titles, labels if label_name is not None else None, tuple(grades),
@@ -477,7 +482,7 @@ def _csv_records(path: Path, reader, lines: _Lines):
             raise UserError(f"{path}, line {lines.number}: {text}; check the quotes on that row.") from None
 
 
-def _to_grade(value, label_map, grades, where: str) -> int:
+def _to_grade(value, label_map, grades, where: str, grades_fix: str) -> int:
     if value is None or str(value).strip() == "":
         raise UserError(f"{where}: empty label; fill it in or drop the row.")
     if isinstance(value, (bool, dict, list)):
@@ -502,7 +507,7 @@ def _to_grade(value, label_map, grades, where: str) -> int:
         else:
             grade = int(number)
     if grade not in grades:
-        raise UserError(f"{where}: grade {grade} is outside the declared grades {list(grades)}; fix it or pass --grades.")
+        raise UserError(f"{where}: grade {grade} is not one of the grades {list(grades)}; {grades_fix}.")
     return grade
 
 

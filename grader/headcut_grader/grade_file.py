@@ -4,6 +4,7 @@ last finished chunk and writes the same bytes as a run that was never interrupte
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -22,7 +23,7 @@ from headcut_grader.files import check_out_file, write_json
 from headcut_grader.grader import Grader, grades_from_logits
 from headcut_grader.orphans import exit_with_parent
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: the state carries a checksum of itself
 
 
 @dataclass(frozen=True)
@@ -86,9 +87,10 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                 rows += len(chunk.pairs)
                 for g in result["grade"]:
                     counts[str(g)] += 1
-                write_json(state_path, {"format": STATE_FORMAT, "source": str(source), "rows": rows,
-                                        "bytes": f.tell(), "position": asdict(chunk.position), "counts": counts,
-                                        "grader_sha256": _grader_id(grader), "settings": settings.output_keys()})
+                write_json(state_path, _checked({"format": STATE_FORMAT, "source": str(source), "rows": rows,
+                                                 "bytes": f.tell(), "position": asdict(chunk.position),
+                                                 "counts": counts, "grader_sha256": _grader_id(grader),
+                                                 "settings": settings.output_keys()}))
         os.replace(data, out)
     except OSError as e:
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
@@ -108,12 +110,41 @@ def _grader_id(grader: Grader) -> str:
     return grader.graph_sha256
 
 
-STATE_FIELDS = {"rows": int, "bytes": int, "grader_sha256": str, "settings": dict, "position": dict, "counts": dict}
+STATE_FIELDS = {"rows": int, "bytes": int, "grader_sha256": str, "settings": dict, "position": dict, "counts": dict,
+                "check": str}
+
+
+def _checksum(state: dict) -> str:
+    """sha256 of the state without its "check": a value changed after writing (an offset, a byte count) would
+    otherwise pass for a changed input or resume into a broken file."""
+    rest = {k: v for k, v in state.items() if k != "check"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _checked(state: dict) -> dict:
+    return {**state, "check": _checksum(state)}
+
+
+def _read_state(path: Path) -> tuple[object, str | None]:
+    """A state file's JSON, or None and why it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return None, "it is not UTF-8 text"
+    except OSError as e:
+        return None, f"it cannot be read ({e.strerror})"
+    if not text.strip():
+        return None, "it is empty"
+    try:
+        return json.loads(text), None
+    except (ValueError, RecursionError):
+        return None, "it is not complete JSON"
 
 
 def state_problem(state, grades) -> str | None:
     """What makes a partial run's state unusable (a field missing or of the wrong kind, counts that are not one
-    per grade adding up to rows), or None; checked whole before any row is graded."""
+    per grade adding up to rows, settings other than `GradeSettings.output_keys`, a checksum that does not
+    match), or None; checked whole before any row is graded."""
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         return "not a state this version of headcut writes"
     for key, kind in STATE_FIELDS.items():
@@ -125,11 +156,19 @@ def state_problem(state, grades) -> str | None:
                                                         for n in counts.values())
             or sum(counts.values()) != state["rows"]):
         return "'counts' is not one count per grade adding up to 'rows'"
-    if set(position) != {"offset", "line", "sha256"} or not isinstance(position["sha256"], str) or any(
+    if set(position) != {"offset", "line", "sha256"} or not _is_sha256(position["sha256"]) or any(
             isinstance(position[k], bool) or not isinstance(position[k], int) or position[k] < 0
             for k in ("offset", "line")):
         return "'position' is not an offset, a line and a sha256"
+    if set(state["settings"]) != set(GradeSettings().output_keys()):
+        return f"'settings' does not name the settings {', '.join(GradeSettings().output_keys())}"
+    if state["check"] != _checksum(state):
+        return "its contents do not match its checksum"
     return None
+
+
+def _is_sha256(text) -> bool:
+    return isinstance(text, str) and len(text) == 64 and all(c in "0123456789abcdef" for c in text)
 
 
 def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, settings: GradeSettings, *,
@@ -137,20 +176,17 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
     """The interrupted run's state when --resume continues it; None to start from the first row."""
     if not state_path.exists() or not data.exists():
         return None
-    try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
-        rows = state["rows"]
-    except (OSError, ValueError, KeyError, TypeError):
-        state, rows = None, "some"
+    state, problem = _read_state(state_path)
     if not resume:
         if overwrite:
             return None
+        rows = state.get("rows", "some") if isinstance(state, dict) else "some"
         raise UserError(f"{out}: an interrupted run left {rows} graded rows in {data.name}; pass --resume to "
                         "continue it, or --overwrite to start again.")
-    problem = state_problem(state, grader.record["grades"])
+    problem = problem or state_problem(state, grader.record["grades"])
     if problem:
-        raise UserError(f"{state_path} is damaged ({problem}); start afresh: run again without --resume and with "
-                        f"--overwrite, or delete {state_path.name} and {data.name}.")
+        raise UserError(f"the state file {state_path} is damaged ({problem}); start afresh: run again without "
+                        f"--resume and with --overwrite, or delete {state_path.name} and {data.name}.")
     if state["grader_sha256"] != _grader_id(grader):
         raise UserError(f"{out}: the interrupted run used another grader; resume with the same GRADER_DIR, or run "
                         "without --resume and with --overwrite.")

@@ -6,6 +6,8 @@ import sys
 
 import typer
 
+from headcut_grader.data import DEFAULT_GRADES
+
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
 from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, BadValue, Opt,  # noqa: F401
                                        bounded, number, progress_bar, user_errors)
@@ -26,9 +28,12 @@ def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit
     if synthetic is not None:
         return synthetic
     pairs = read_pairs(path, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                       label_map=parse_label_map(label_map), require_labels=require_labels)
+                       label_map=parse_label_map(label_map), require_labels=require_labels, grades_fix=LABEL_MAP_FIX)
     return pairs.sample(limit, seed=seed)
 
+
+LABEL_MAP_FIX = ("fix the row, or map the file's labels onto these grades with --label-map, e.g. --label-map "
+                 + ",".join(f"{i}:{g}" for i, g in enumerate(DEFAULT_GRADES)) + " for labels counted from 0")
 
 # Reusable option declarations (typer reads the defaults).
 LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")

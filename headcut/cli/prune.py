@@ -2,6 +2,7 @@
 to a FLOPs budget (--flops), and write a smaller grader."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
@@ -128,10 +129,15 @@ def prune(
             bars[stage] = progress_bar(total, stage)
         bars[stage].update(n)
 
+    def say(line):
+        from tqdm import tqdm
+
+        tqdm.write(line, file=sys.stderr)  # above the progress bar, not through it
+
     common = dict(layer_prior=layer_prior, data=pool, eval_data=held_out, settings=settings, progress=progress)
     if budgeted:
         result = prune_to_budget(loaded, flops=flops, latency=latency, targets=targets, tune=tune, seq_len=seq_len,
-                                 latency_batch=batch, latency_runtime=latency_runtime(runtime), **common)
+                                 latency_batch=batch, latency_runtime=latency_runtime(runtime), notice=say, **common)
     else:
         result = run(loaded, keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
                      iterative=iterative, **common)

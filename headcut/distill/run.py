@@ -31,7 +31,7 @@ from headcut.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
-from headcut.training import is_finished, settings_from, train
+from headcut.training import GRADES_FIX, is_finished, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
 
@@ -53,7 +53,8 @@ def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np
     labels = train_pairs.label_array()
     if recipe.unlabeled_data is None:
         return train_pairs, labels
-    extra = read_pairs(recipe.unlabeled_data, preset=recipe.preset, grades=recipe.grades, require_labels=False)
+    extra = read_pairs(recipe.unlabeled_data, preset=recipe.preset, grades=recipe.grades, grades_fix=GRADES_FIX,
+                       require_labels=False)
     extra = extra.sample(recipe.unlabeled_rows, seed=recipe.seed)
     merged = Pairs(train_pairs.queries + extra.queries, train_pairs.titles + extra.titles, None, recipe.grades,
                    f"{train_pairs.source} + {extra.source} (unlabeled)")

@@ -43,6 +43,14 @@ class UnitScores:
                 "heads": rows(self.heads), "neurons": rows(self.neurons)}
 
 
+def check_unit_scores(scores: UnitScores, what: str = "Fisher scores") -> None:
+    """Refuse a NaN (or +inf) score of a unit the model has; absent units are -inf (see `UnitScores`)."""
+    from headcut.evaluate.importance import check_scores
+
+    check_scores(scores.heads, torch.isneginf(scores.heads), what)
+    check_scores(scores.neurons, torch.isneginf(scores.neurons), what, unit="neuron")
+
+
 def present_neurons(model) -> torch.Tensor:
     """(num_layers, intermediate_size) bool, original ids: True where the model still has the neuron."""
     present = torch.zeros(mask_shape(model)[0], intermediate_size(model.config), dtype=torch.bool)

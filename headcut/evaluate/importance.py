@@ -57,15 +57,16 @@ def absent_heads(model) -> torch.Tensor:
     return ~present_heads(model)
 
 
-def check_scores(scores: torch.Tensor, absent: torch.Tensor, what: str) -> None:
-    """A head the model has must have a finite score: a NaN would otherwise sort as the least important."""
+def check_scores(scores: torch.Tensor, absent: torch.Tensor, what: str, *, unit: str = "head") -> None:
+    """A unit the model has must have a finite score: a NaN would otherwise sort as the least important.
+    `unit`: "head" (named L<layer>H<id>) or "neuron" (L<layer>N<id>)."""
     bad = torch.nonzero(~torch.isfinite(torch.as_tensor(scores)) & ~absent)
     if len(bad):
-        layer, head = (int(x) for x in bad[0])
-        value = float(torch.as_tensor(scores)[layer, head])
+        layer, index = (int(x) for x in bad[0])
+        value = float(torch.as_tensor(scores)[layer, index])
         kind = "not a number (NaN)" if value != value else f"{value} (not finite)"
-        raise UserError(f"{what}: the score of head L{layer}H{head} is {kind}; the model's outputs are not finite "
-                        "there: check its weights, or rescan.")
+        raise UserError(f"{what}: the score of {unit} L{layer}{unit[0].upper()}{index} is {kind}; the model's outputs "
+                        "are not finite there: check its weights, or rescan.")
 
 
 def _finish(model, scores, what: str = "head scores") -> torch.Tensor:

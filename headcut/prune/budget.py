@@ -15,7 +15,7 @@ import torch
 
 from headcut.arch import UnitFlops
 from headcut.errors import UserError, setting
-from headcut.evaluate.fisher import UnitScores
+from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.plan import layer_weights
 
 
@@ -59,8 +59,6 @@ def _order(scores: torch.Tensor, cost: list[int], layer_prior: float):
     weighted = scores.to(torch.float64) * layer_weights(scores.shape[0], layer_prior)[:, None]
     unit_cost = torch.tensor(cost, dtype=torch.float64)[:, None].expand_as(weighted)
     present = torch.isfinite(weighted)
-    if torch.isnan(scores).any():
-        raise ValueError("unit scores contain NaN")
     flat = torch.nonzero(present)
     ratio = weighted[present] / unit_cost[present]
     order = torch.argsort(ratio, descending=True, stable=True)
@@ -74,6 +72,7 @@ def plan_budget(scores: UnitScores, costs: UnitFlops, budget: int, *, layer_prio
     """Keep the heads and neurons of largest total (prior-weighted) score whose FLOPs fit `budget`."""
     if layer_prior < 0 or layer_prior != layer_prior:
         raise UserError(f"--layer-prior {layer_prior} is not a number >= 0; pass 0 (global ranking) or more.")
+    check_unit_scores(scores)
     head_units, head_value, head_spent = _order(scores.heads, costs.per_head, layer_prior)
     neuron_units, neuron_value, neuron_spent = _order(scores.neurons, costs.per_neuron, layer_prior)
     room = budget - costs.fixed - head_spent  # left for neurons after the k best heads, k = 0..H

@@ -19,16 +19,18 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 from headcut.arch import intermediate_size, keep_heads, keep_layers, keep_neurons, mask_shape
 from headcut.errors import UserError
-from headcut.evaluate.fisher import UnitScores
+from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.budget import UnitPlan
 from headcut.prune.measure import dummy_batch, measure_latency
 from headcut.prune.plan import layer_weights
@@ -114,27 +116,99 @@ def measure_layer_costs(model, *, batch: int = 32, seq_len: int = 64, seconds: f
 
 
 def layer_costs(model, *, batch: int, seq_len: int, cache: str | Path | None = None, seconds: float = 0.5,
-                runtime: Runtime | None = None) -> LayerCosts:
-    """`measure_layer_costs`, read from `cache` when this machine timed this shape on this runtime before."""
+                runtime: Runtime | None = None, notice: Callable[[str], None] | None = None) -> LayerCosts:
+    """`measure_layer_costs`, read from `cache` when this machine timed this shape on this runtime before.
+    A cached table that does not fit (`table_problem`) is timed again; `notice` gets one line saying why."""
     runtime = runtime or torch_runtime()
-    config = model.config.to_dict()
-    shape = {k: config.get(k) for k in ("model_type", "hidden_size", "dim", "num_attention_heads", "n_heads",
-                                        "intermediate_size", "hidden_dim", "num_hidden_layers", "n_layers")}
-    key = hashlib.sha256(json.dumps([shape, batch, seq_len, runtime.name, _machine(runtime)],
-                                    sort_keys=True).encode()).hexdigest()[:16]
-    path = Path(cache) / f"layer-costs-{key}.json" if cache else None
+    expected = _expected(model, batch=batch, seq_len=seq_len, runtime=runtime)
+    path = _cache_path(model, cache, expected) if cache else None
     if path is not None and path.exists():
-        try:
-            return LayerCosts(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            pass  # an unreadable cache entry is measured again
+        table, problem = _read_table(path)
+        problem = problem or table_problem(table, expected)
+        if problem is None:
+            return LayerCosts(**table)
+        if notice:
+            notice(f"not using the cached layer cost table {path}: {problem}; timing the layers again.")
     costs = measure_layer_costs(model, batch=batch, seq_len=seq_len, seconds=seconds, runtime=runtime)
+    problem = table_problem(costs.to_dict(), expected)
+    if problem:
+        raise ValueError(f"the {runtime.name} timer gave a layer cost table that cannot be used: {problem}")
     if path is not None:
         from headcut.files import write_json
 
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, costs.to_dict())
     return costs
+
+
+def _cache_path(model, cache: str | Path, expected: dict) -> Path:
+    config = model.config.to_dict()
+    shape = {k: config.get(k) for k in ("model_type", "hidden_size", "dim", "num_attention_heads", "n_heads",
+                                        "intermediate_size", "hidden_dim", "num_hidden_layers", "n_layers")}
+    run = [expected[k] for k in ("batch", "seq_len", "runtime", "machine")]
+    key = hashlib.sha256(json.dumps([shape, *run], sort_keys=True).encode()).hexdigest()[:16]
+    return Path(cache) / f"layer-costs-{key}.json"
+
+
+def _read_table(path: Path) -> tuple[object, str | None]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except (OSError, UnicodeDecodeError) as e:
+        return None, f"it cannot be read ({e})"
+    except (ValueError, RecursionError):
+        return None, "it is not complete JSON"
+
+
+def _expected(model, *, batch: int, seq_len: int, runtime: Runtime) -> dict:
+    """What a table for `model` at this shape on `runtime` must record."""
+    layers, heads = mask_shape(model)
+    return {"layers": layers, "heads": heads, "width": intermediate_size(model.config), "batch": batch,
+            "seq_len": seq_len, "runtime": runtime.name, "machine": _machine(runtime)}
+
+
+def table_problem(table: object, expected: dict) -> str | None:
+    """Why `table` (a LayerCosts as JSON) cannot give the costs `expected` describes (`_expected`); None if it can."""
+    if not isinstance(table, dict):
+        return "it is not a JSON object"
+    names = [f.name for f in fields(LayerCosts)]
+    missing = [n for n in names if n not in table]
+    unknown = sorted(set(table) - set(names))
+    if missing or unknown:
+        return f"it has no {missing[0]} field" if missing else f"it has an unknown field {unknown[0]}"
+    return _numbers_problem(table) or _shape_problem(table, expected)
+
+
+def _numbers_problem(table: dict) -> str | None:
+    """Every cost a finite number >= 0 (a NaN would make every plan fit; a negative one would pay for units)."""
+    for name in ("heads_ms", "widths", "ffn_ms"):
+        if not isinstance(table[name], list):
+            return f"its {name} is not a list"
+    for name in ("heads_ms", "widths", "ffn_ms", "fixed_ms"):
+        values = [table[name]] if name == "fixed_ms" else table[name]
+        whole = name == "widths"
+        bad = [v for v in values if not _is_cost(v) or (whole and not isinstance(v, int))]
+        if bad:
+            return f"its {name} holds {bad[0]!r}, which is not a {'whole' if whole else 'finite'} number >= 0"
+    return None
+
+
+def _is_cost(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def _shape_problem(table: dict, expected: dict) -> str | None:
+    """The table's own record of the model (layers, heads + 1 attention costs, FFN widths 0..width) and the run."""
+    for name in ("layers", "batch", "seq_len", "runtime", "machine"):
+        if table[name] != expected[name]:
+            return f"its {name} is {table[name]!r} where this model and run need {expected[name]!r}"
+    heads, width, widths = expected["heads"], expected["width"], table["widths"]
+    if len(table["heads_ms"]) != heads + 1:
+        return f"its heads_ms has {len(table['heads_ms'])} entries where {heads} heads per layer need {heads + 1}"
+    if not widths or widths[0] != 0 or widths[-1] != width or any(a >= b for a, b in zip(widths, widths[1:])):
+        return f"its widths do not rise from 0 to the model's FFN width {width}"
+    if len(table["ffn_ms"]) != len(widths):
+        return f"its ffn_ms has {len(table['ffn_ms'])} entries for {len(widths)} widths"
+    return None
 
 
 def check_latency_budget(share: float, costs: LayerCosts, *, flag: str = "--latency") -> float:
@@ -152,11 +226,12 @@ def check_latency_budget(share: float, costs: LayerCosts, *, flag: str = "--late
 
 def plan_latency(scores: UnitScores, costs: LayerCosts, budget_ms: float, *, layer_prior: float = 0.0) -> UnitPlan:
     """Keep the units of largest total (prior-weighted) score whose estimated latency fits `budget_ms`."""
+    check_unit_scores(scores)
     weights = layer_weights(scores.heads.shape[0], layer_prior).numpy()
     groups = []  # (layer, kind, unit ids by score, cumulative value, cost of keeping k = 0..n units)
     for kind, table in (("heads", scores.heads), ("neurons", scores.neurons)):
         for layer, row in enumerate(table.numpy()):
-            present = np.flatnonzero(np.isfinite(row))
+            present = np.flatnonzero(np.isfinite(row))  # absent units are -inf
             order = present[np.argsort(-row[present], kind="stable")]
             value = np.concatenate([[0.0], np.cumsum(row[order] * weights[layer])])
             k = np.arange(len(order) + 1)

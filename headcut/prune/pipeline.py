@@ -121,12 +121,13 @@ def prune_to_budget(
     latency_runtime: Runtime | None = None,
     settings: PruneSettings = PruneSettings(),
     progress: Callable[[str, int, int | None], None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> PruneResult:
     """Prune heads and FFN neurons of `loaded` (left untouched) to a share `flops` of its FLOPs per pair
     at `seq_len` (default: the model's max_length), or to a share `latency` of its latency per batch of
     `latency_batch` x `seq_len` measured here on `latency_runtime` (default PyTorch fp32; ONNX Runtime INT8
     from `headcut.export.layer_timer.onnx_runtime`), from layer cost tables (`prune.latency`, cached in
-    `latency_cache`, default `default_cache()`),
+    `latency_cache`, default `default_cache()`; `notice` gets a line when a cached table is timed again),
     with no gradient training: Fisher scores of every
     unit on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune` recorded; see
     `evaluate.fisher`; or `unit_scores` computed on that sample before), the best
@@ -158,7 +159,7 @@ def prune_to_budget(
         if progress:
             progress("timing layers", 0, None)
         ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or default_cache(),
-                               runtime=latency_runtime)
+                               runtime=latency_runtime, notice=notice)
         ms_budget = check_latency_budget(latency, ms_costs)
     max_length = loaded.max_length
     scores = unit_scores
