@@ -133,29 +133,6 @@ def test_resume_refuses_a_changed_input(tiny_grader, tmp_path):
     assert result.exit_code == 2 and "has changed since the interrupted run read it" in result.output
 
 
-@pytest.mark.parametrize("damage,words", [
-    (lambda st: {**st, "settings": ["batch_size", 32]}, "'settings' is missing or not a dict"),
-    (lambda st: {k: v for k, v in st.items() if k != "grader_sha256"}, "'grader_sha256' is missing"),
-    (lambda st: {**st, "counts": {}}, "'counts' is not one count per grade"),
-    (lambda st: {**st, "rows": -5}, "'rows' is missing or not a whole number"),
-    (lambda st: {**st, "position": {"offset": "x"}}, "'position' is not"),
-    (lambda st: [st], "not a state this version"),
-])
-def test_a_damaged_resume_state_is_named_before_any_grading(tiny_grader, tmp_path, damage, words):
-    source = write_pairs(tmp_path / "pairs.tsv", 300, seed=4)
-    lines = source.read_text().splitlines(keepends=True)
-    source.write_text("".join(lines[:200] + ["x\t\t3\n"] + lines[200:]))  # line 201 stops the run after 100 rows
-    out = tmp_path / "o.tsv"
-    assert grade(tiny_grader, source, "--out", out, "--chunk-rows", "100").exit_code == 2
-    data, state_path = partial_paths(out)
-    state_path.write_text(json.dumps(damage(json.loads(state_path.read_text()))))
-    partial = data.read_bytes()
-    result = grade(tiny_grader, source, "--out", out, "--chunk-rows", "100", "--resume")
-    assert result.exit_code == 2, result.output
-    assert f"{state_path} is damaged" in result.output and words in result.output and "--overwrite" in result.output
-    assert len(result.output.strip().splitlines()) == 1 and data.read_bytes() == partial and not out.exists()
-
-
 def edit(**changes):
     """Damage that keeps the state valid JSON of the right shape: changed values, `position` keys merged in."""
     def damage(text):
@@ -163,6 +140,11 @@ def edit(**changes):
         position = {**state["position"], **changes.pop("position", {})}
         return json.dumps({**state, **changes, "position": position})
     return damage
+
+
+def reshape(change):
+    """Damage that keeps the state valid JSON but not of the right shape."""
+    return lambda text: json.dumps(change(json.loads(text)))
 
 
 STATE_DAMAGE = [  # (what happens to the state file's text, words of the reason)
@@ -176,6 +158,12 @@ STATE_DAMAGE = [  # (what happens to the state file's text, words of the reason)
     (edit(position={"sha256": "zz"}), "'position' is not an offset, a line and a sha256"),
     (edit(position={"offset": 7}), "its contents do not match its checksum"),
     (edit(bytes=10), "its contents do not match its checksum"),
+    (reshape(lambda st: {**st, "settings": ["batch_size", 32]}), "'settings' is missing or not a dict"),
+    (reshape(lambda st: {k: v for k, v in st.items() if k != "grader_sha256"}), "'grader_sha256' is missing"),
+    (reshape(lambda st: {**st, "counts": {}}), "'counts' is not one count per grade"),
+    (reshape(lambda st: {**st, "rows": -5}), "'rows' is missing or not a whole number"),
+    (reshape(lambda st: {**st, "position": {"offset": "x"}}), "'position' is not"),
+    (reshape(lambda st: [st]), "not a state this version"),
 ]
 
 
