@@ -1,0 +1,90 @@
+"""A grader folder is copied between machines: the runtime checks what grader.json says against the files and
+the graph, and every lie is one sentence naming the file and the fix, exit 2, before any pair is graded."""
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT
+from headcut.cli.main import app
+from test_export import make_tiny_grader
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return make_tiny_grader(tmp_path_factory.mktemp("grader"))[0]
+
+
+def _edit(key, value):
+    def harm(folder):
+        record = json.loads((folder / "grader.json").read_text())
+        record[key] = value
+        (folder / "grader.json").write_text(json.dumps(record))
+    return harm
+
+
+def _model_file(**changes):
+    def harm(folder):
+        record = json.loads((folder / "grader.json").read_text())
+        record["model_file"].update(changes)
+        (folder / "grader.json").write_text(json.dumps(record))
+    return harm
+
+
+def _flip_a_byte(folder):
+    data = bytearray((folder / "model.onnx").read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, other bytes
+    (folder / "model.onnx").write_bytes(bytes(data))
+
+
+def _another_graders_graph(folder):
+    other = folder.parent / "other"
+    shutil.copytree(folder, other)
+    _model_file(name="../other/model.onnx")(folder)
+
+
+LIES = [
+    (_edit("grades", [1, 2, 3]), "3 grades but the graph has 5 outputs"),
+    (_edit("grades", ["1", "2", "3", "4", "5"]), "'grades' is"),
+    (_edit("max_length", -4), "'max_length' is -4"),
+    (_edit("pad_id", "0"), "'pad_id' is 0"),
+    (_flip_a_byte, "is not the file grader.json records"),
+    (_another_graders_graph, "outside the grader folder"),
+    (_model_file(name="/etc/passwd"), "outside the grader folder"),
+    (_edit("input_names", ["input_ids", "attention_mask", "position_ids"]), "input_names"),
+]
+
+
+@pytest.mark.parametrize("harm,words", LIES)
+def test_a_grader_folder_that_lies_is_refused_by_grade_and_evaluate(exported, tmp_path, harm, words):
+    folder = tmp_path / "grader"
+    shutil.copytree(exported, folder)
+    harm(folder)
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t3\nhammer\tclaw hammer\t2\n")
+    runtime = subprocess.run([sys.executable, "-m", "headcut_grader", "grade", str(folder), str(pairs), "--out",
+                              str(tmp_path / "out.tsv")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert runtime.returncode == 2, runtime.stderr
+    assert words in runtime.stderr and "Traceback" not in runtime.stderr, runtime.stderr
+    assert len(runtime.stderr.strip().splitlines()) == 1 and not (tmp_path / "out.tsv").exists()
+    toolkit = CliRunner().invoke(app, ["evaluate", "--model", str(folder), "--data", str(pairs)])
+    assert toolkit.exit_code == 2 and words in toolkit.output, toolkit.output
+
+
+def test_serve_refuses_a_lying_folder_before_it_listens(exported, tmp_path):
+    """Was: `headcut-grader serve` started and then failed every request."""
+    folder = tmp_path / "grader"
+    shutil.copytree(exported, folder)
+    _edit("grades", [1, 2, 3])(folder)
+    with socket.socket() as s:  # a free port, so a server that wrongly starts would listen, not clash
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "headcut_grader", "serve", str(folder), "--port", str(port)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "3 grades but the graph has 5 outputs" in done.stderr, done.stderr
