@@ -15,6 +15,7 @@ import numpy as np
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import graphs, open_backend
 from headcut_grader.errors import UserError
+from headcut_grader.tokens import encode_pairs, load_tokenizer
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
 GRADER_FORMAT = 1
@@ -77,28 +78,6 @@ def record_problem(record: dict) -> str | None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             return f"'{key}' is {str(value)[:60]}, not a whole number of at least {low}"
     return None
-
-
-def load_tokenizer(folder: str | Path, *, max_length: int):
-    """The fast tokenizer of a grader folder, truncating pairs exactly as training did (longest_first)."""
-    from tokenizers import Tokenizer
-
-    path = Path(folder) / "tokenizer.json"
-    if not path.exists():
-        raise UserError(f"{folder}: no tokenizer.json; re-export the grader with `headcut export`.")
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as e:  # tokenizers raises a bare Exception for a malformed file
-        raise UserError(f"{path} is damaged or incomplete ({str(e)[:200]}); re-export the grader.") from None
-    tokenizer.enable_truncation(max_length, strategy="longest_first")
-    tokenizer.no_padding()
-    return tokenizer
-
-
-def encode_pairs(tokenizer, queries: Sequence[str], titles: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids and token type ids of each pair (unpadded)."""
-    encodings = tokenizer.encode_batch(list(zip(queries, titles)))
-    return [e.ids for e in encodings], [e.type_ids for e in encodings]
 
 
 def _as_columns(pairs) -> tuple[list[str], list[str]]:
