@@ -584,6 +584,33 @@ def test_13_invalid_grader_files_name_the_file(tmp_path, tiny_grader, name, text
         Grader(folder)
 
 
+def _set_max_length(folder, value):
+    record = json.loads((folder / "grader.json").read_text())
+    record["max_length"] = value
+    (folder / "grader.json").write_text(json.dumps(record))
+    return folder
+
+
+@pytest.mark.parametrize("max_length, words", [
+    (300, "'max_length' is 300, but the graph has position embeddings for at most 128 tokens"),
+    (4, "'max_length' is 4, but a pair needs at least 5 tokens"),
+])
+def test_13_a_max_length_the_graph_or_a_pair_cannot_take_is_refused(tmp_path, tiny_grader, max_length, words):
+    """The tiny grader's graph embeds 128 positions and its tokenizer adds 3 special tokens to a pair. Before: 300
+    graded short titles, then a long one stopped with an ONNX Runtime kernel error and a traceback; 2..4 tokens
+    graded pairs without a title (or, at 2, not truncated at all)."""
+    import subprocess
+    import sys
+
+    folder = _set_max_length(_copy(tiny_grader, tmp_path), max_length)
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV + "drill\t" + "cordless drill in black " * 100 + "\t3\n")
+    done = subprocess.run([sys.executable, "-m", "headcut_grader", "grade", str(folder), str(pairs), "--out",
+                           str(tmp_path / "g.tsv")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "g.tsv").exists()
+    refused(run("evaluate", "--model", folder, "--data", pairs), words)
+
+
 # --- the same classes elsewhere ------------------------------------------------------------------
 
 def test_class_serve_refuses_a_damaged_grader_and_a_taken_port(tmp_path, tiny_grader):

@@ -5,7 +5,7 @@ import pytest
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut.data import parse_label_map, read_pairs, synthetic_pairs
+from headcut.data import iter_pairs, parse_label_map, read_pairs, synthetic_pairs
 from headcut.errors import UserError
 from tests.conftest import HOMEDEPOT, QBQTC
 
@@ -31,6 +31,17 @@ def test_reads_every_format_to_the_same_pairs(tmp_path):
         assert pairs.titles == ["cordless drill", "red lamp"]
         assert pairs.labels == [4, 0]  # labels are 0-based class indices of grades 1..5
     assert len({p.fingerprint for p in got}) == 1
+
+
+def test_a_chunk_ends_at_its_rows_or_its_characters_and_the_next_resumes_there(tmp_path):
+    titles = ["t" * n for n in (5, 30, 5, 5, 40, 5)]
+    path = write(tmp_path, "a.tsv", "query\ttitle\n" + "".join(f"q\t{t}\n" for t in titles))
+    chunks = list(iter_pairs(path, chunk_rows=3, chunk_chars=30, require_labels=False))
+    assert [len(c.pairs.titles[-1]) for c in chunks] == [30, 40, 5]  # 6 + 31, 6 + 6 + 41 characters, the rest
+    assert [len(c.pairs) for c in chunks] == [2, 3, 1]
+    resumed = next(iter_pairs(path, chunk_rows=None, chunk_chars=None, require_labels=False, start=chunks[0].position))
+    assert resumed.pairs.titles == titles[2:]
+    assert read_pairs(path, require_labels=False, limit=None).titles == titles  # one chunk, whatever the characters
 
 
 def test_custom_columns_and_label_maps(tmp_path):

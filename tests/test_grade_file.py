@@ -219,6 +219,24 @@ print(next(line.split()[1] for line in open("/proc/self/status") if line.startsw
 """
 
 
+def write_long_titles(path, rows: int, chars: int):
+    """`rows` pairs whose titles are ordinary words repeated to `chars` characters."""
+    words = synthetic_pairs(50, seed=7).titles
+    title = " ".join(words[i % len(words)] for i in range(chars // 20))[:chars].strip()
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("query\ttitle\n")
+        for i in range(rows):
+            f.write(f"cordless drill {i}\t{title}\n")
+    return path
+
+
+def peak_rss_mib(*args) -> float:
+    done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, *map(str, args)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1]) / 1024  # VmHWM is in KiB
+
+
 @pytest.mark.slow
 def test_peak_memory_does_not_grow_with_rows(tiny_grader, tmp_path):
     """2k and 20k rows in chunks of 500. The reader that held the whole file (before chunks) peaked at 92 MiB and
@@ -226,10 +244,22 @@ def test_peak_memory_does_not_grow_with_rows(tiny_grader, tmp_path):
     peaks = {}
     for n in (2_000, 20_000):
         source = write_pairs(tmp_path / f"pairs{n}.tsv", n, seed=4)
-        done = subprocess.run([sys.executable, "-c", MEMORY_SCRIPT, "grade", str(tiny_grader), str(source), "--out",
-                               str(tmp_path / f"out{n}.jsonl"), "--chunk-rows", "500", "--threads", "1"],
-                              capture_output=True, text=True, timeout=600, env={**os.environ, "TQDM_DISABLE": "1"})
-        assert done.returncode == 0, done.stderr
-        peaks[n] = int(done.stdout.split()[-1]) / 1024  # KiB
+        peaks[n] = peak_rss_mib("grade", tiny_grader, source, "--out", tmp_path / f"out{n}.jsonl", "--chunk-rows",
+                                "500", "--threads", "1")
     print(f"\npeak RSS: {peaks[2_000]:.0f} MiB at 2k rows, {peaks[20_000]:.0f} MiB at 20k rows")
     assert peaks[20_000] - peaks[2_000] < 8, peaks
+
+
+def test_peak_memory_does_not_grow_with_text_length(tiny_grader, tmp_path):
+    """200 rows of 1M-character titles (a 200 MB file) at the default --chunk-rows, against 200 short rows. When
+    the tokenizer read whole texts (offsets and overflowing tokens of each) and a chunk of 10,000 rows held the
+    whole file, 20 such rows already peaked at 1,049 MiB against 84 MiB (~48 MiB a row); a text is now tokenised
+    as far as max_length needs and a chunk also ends at data.CHUNK_CHARS characters (measured: 137 vs 85 MiB)."""
+    peaks = {}
+    for chars in (100, 1_000_000):
+        source = write_long_titles(tmp_path / f"titles{chars}.tsv", 200, chars)
+        peaks[chars] = peak_rss_mib("grade", tiny_grader, source, "--out", tmp_path / f"out{chars}.tsv", "--threads", "1")
+        (tmp_path / f"out{chars}.tsv").unlink()
+    print(f"\npeak RSS: {peaks[100]:.0f} MiB with 100-character titles, {peaks[1_000_000]:.0f} MiB with 1M")
+    assert peaks[1_000_000] - peaks[100] < 100, peaks
+

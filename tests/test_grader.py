@@ -16,6 +16,7 @@ from headcut.cli.main import app
 from headcut.data import Pairs, read_pairs, synthetic_pairs
 from headcut.evaluate.predict import predict_logits
 from headcut.grader import Grader, encode_pairs, load_tokenizer
+from headcut_grader.tokens import choice_lengths
 from test_export import make_tiny_grader
 
 
@@ -129,3 +130,67 @@ def test_evaluate_runs_an_exported_grader_against_its_pytorch_model(tmp_path, ti
     paired = report["against"]["model_minus_against"]
     assert paired["agreement"]["value"] == 1.0
     assert abs(paired["loss"]["delta"]) < 1e-4 and paired["accuracy"]["delta"] == 0.0
+
+
+def bytelevel_bpe(max_length: int):
+    """A RoBERTa-style tokenizer (byte-level BPE, spaces inside tokens) trained here on the synthetic titles."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "<pad>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(synthetic_pairs(400).titles, trainer)
+    tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    tokenizer.enable_truncation(max_length, strategy="longest_first")
+    return tokenizer
+
+
+ORDINARY = " ".join(synthetic_pairs(150, seed=3).titles)  # ~6k characters, ~1,200 tokens
+# (query, title): each kind of text that a cut at a fixed max_length * 8 characters would get wrong. Kept to a
+# few thousand characters: tokenizers' own longest_first, the reference here, takes seconds for longer pairs.
+LONG_TEXTS = {
+    "ordinary": ("cordless drill black", ORDINARY),
+    "no spaces": ("drill", "x" * 20_000),
+    "no spaces, chinese": ("電鑽", "無線電鑽黑色價格" * 2_500),
+    "150-character words": ("drill", ("y" * 150 + " ") * 100 + ORDINARY),
+    "spaces first": ("drill", " " * 20_000 + ORDINARY),
+    "query of many short words": (" ".join("abcdefghij" * 20), ORDINARY),
+    "both long, query longer": (ORDINARY, ORDINARY[:4_000]),
+    "both long, title longer": (ORDINARY[:4_000], ORDINARY[1:]),
+    "both long, more query tokens": ("a b " * 1_000, ORDINARY),
+}
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bytelevel-bpe"])
+@pytest.mark.parametrize("max_length", [16, 65])  # an even and an odd budget: longest_first's split differs
+def test_long_texts_keep_the_token_ids_of_the_whole_texts(tiny_grader, kind, max_length):
+    """encode_pairs tokenises only a prefix of a long text; the ids are those of tokenising the whole text."""
+    tokenizer = (load_tokenizer(tiny_grader[0], max_length=max_length) if kind == "wordpiece"
+                 else bytelevel_bpe(max_length))
+    queries, titles = zip(*LONG_TEXTS.values())
+    ids, types = encode_pairs(tokenizer, queries, titles)
+    for name, got_ids, got_types, whole in zip(LONG_TEXTS, ids, types, tokenizer.encode_batch(list(LONG_TEXTS.values()))):
+        assert (got_ids, got_types) == (whole.ids, whole.type_ids), name
+        assert len(got_ids) == max_length or name.startswith("no spaces"), name  # every pair was cut
+
+
+def test_longest_first_makes_the_same_choice_from_the_shortened_lengths():
+    """choice_lengths: every pair of lengths up to 40, budgets of 10 and 11 tokens, against tokenizers itself."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "a": 3}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+
+    def kept(first: int, second: int) -> list[int]:
+        return tokenizer.encode(" ".join("a" * first), " ".join("a" * second)).type_ids
+
+    for keep in (10, 11):
+        tokenizer.enable_truncation(keep + 3, strategy="longest_first")
+        for first in range(1, 41):
+            for second in range(1, 41):
+                shortened = choice_lengths(first, second, keep=keep)
+                assert shortened[0] <= first and shortened[1] <= second
+                assert kept(*shortened) == kept(first, second), (keep, first, second)

@@ -78,7 +78,7 @@ def _onnxruntime(folder: Path, graph: dict, record: dict, threads: int) -> Backe
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
+    opts.log_severity_level = 4  # a failed run raises its error; logged too, it would print a second, raw line
     # The level the export's parity gate ran with; never a different one than was checked.
     if record.get("graph_optimization") == "disabled":
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL

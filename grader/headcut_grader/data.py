@@ -26,6 +26,10 @@ FORMATS = ("tsv", "csv", "jsonl", "json")
 # are read with a cap, so a file without newlines cannot fill the memory before that rule is reached.
 MAX_TEXT_CHARS = 1_000_000
 MAX_LINE_BYTES = 8_000_000
+# A chunk of rows also ends once its texts pass this many characters, so that memory stays bounded for titles of
+# any length (10,000 rows of 1M characters would be 10 GB of text): a chunk holds less than CHUNK_CHARS plus one
+# row of 2 * MAX_TEXT_CHARS. Ordinary rows (10,000 of ~100 characters) never reach it.
+CHUNK_CHARS = 8_000_000
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tab, newline and carriage return are text
 _SUFFIX_FORMATS = {"tsv": "tsv", "csv": "csv", "jsonl": "jsonl", "ndjson": "jsonl", "json": "json"}
 
@@ -164,8 +168,9 @@ def read_pairs(
     refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
     With `require_labels=False` a file without a label column gives unlabeled pairs.
     """
-    chunk = next(iter_pairs(path, chunk_rows=limit, preset=preset, query_col=query_col, title_col=title_col,
-                            label_col=label_col, label_map=label_map, grades=grades, grades_fix=grades_fix, fmt=fmt,
+    chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
+                            title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
+                            grades_fix=grades_fix, fmt=fmt,
                             require_labels=require_labels))
     return chunk.pairs
 
@@ -192,6 +197,7 @@ def iter_pairs(
     path: str | Path,
     *,
     chunk_rows: int | None,
+    chunk_chars: int | None = CHUNK_CHARS,
     preset: str | None = None,
     query_col: str | None = None,
     title_col: str | None = None,
@@ -203,8 +209,9 @@ def iter_pairs(
     require_labels: bool = True,
     start: Position | None = None,
 ):
-    """The rows of a file as Chunks of `chunk_rows` pairs (None: one chunk of every row), read as they are needed:
-    memory holds one chunk whatever the file's size (JSON arrays, which cannot be read in parts, excepted).
+    """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
+    (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays, which
+    cannot be read in parts, excepted).
 
     From `start` (a Chunk's position), reading continues after that row; the file's first row still names the
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
@@ -244,19 +251,20 @@ def iter_pairs(
             records = _records(path, lines.seek(start), fmt, header=columns)
         else:
             records = itertools.chain([first], records)
-        queries, titles, labels = [], [], []
+        queries, titles, labels, chars = [], [], [], 0
         for line, row in records:
             for col in (query_col, title_col):
                 (queries if col == query_col else titles).append(
                     _to_text(row.get(col), f"{path}, line {line}, column '{col}'"))
+            chars += len(queries[-1]) + len(titles[-1])
             if label_name is not None:
                 where = f"{path}, line {line}, column '{label_name}'"
                 grade = _to_grade(row.get(label_name), label_map, grades, where, grades_fix)
                 labels.append(grades.index(grade))
-            if len(queries) == chunk_rows:
+            if len(queries) == chunk_rows or (chunk_chars is not None and chars >= chunk_chars):
                 yield Chunk(Pairs(queries, titles, labels if label_name is not None else None, tuple(grades),
                                   str(path)), lines.position())
-                queries, titles, labels = [], [], []
+                queries, titles, labels, chars = [], [], [], 0
         if queries or (chunk_rows is None):
             yield Chunk(Pairs(queries, titles, labels if label_name is not None else None, tuple(grades), str(path)),
                         lines.position())

@@ -15,6 +15,7 @@ import numpy as np
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import graphs, open_backend
 from headcut_grader.errors import UserError
+from headcut_grader.tokens import encode_pairs, load_tokenizer
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
 GRADER_FORMAT = 1
@@ -79,28 +80,6 @@ def record_problem(record: dict) -> str | None:
     return None
 
 
-def load_tokenizer(folder: str | Path, *, max_length: int):
-    """The fast tokenizer of a grader folder, truncating pairs exactly as training did (longest_first)."""
-    from tokenizers import Tokenizer
-
-    path = Path(folder) / "tokenizer.json"
-    if not path.exists():
-        raise UserError(f"{folder}: no tokenizer.json; re-export the grader with `headcut export`.")
-    try:
-        tokenizer = Tokenizer.from_file(str(path))
-    except Exception as e:  # tokenizers raises a bare Exception for a malformed file
-        raise UserError(f"{path} is damaged or incomplete ({str(e)[:200]}); re-export the grader.") from None
-    tokenizer.enable_truncation(max_length, strategy="longest_first")
-    tokenizer.no_padding()
-    return tokenizer
-
-
-def encode_pairs(tokenizer, queries: Sequence[str], titles: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids and token type ids of each pair (unpadded)."""
-    encodings = tokenizer.encode_batch(list(zip(queries, titles)))
-    return [e.ids for e in encodings], [e.type_ids for e in encodings]
-
-
 def _as_columns(pairs) -> tuple[list[str], list[str]]:
     if hasattr(pairs, "queries") and hasattr(pairs, "titles"):
         return list(pairs.queries), list(pairs.titles)
@@ -142,6 +121,32 @@ class Grader:
         if width != len(self.grade_values):
             raise UserError(f"{self.folder / 'grader.json'} lists {len(self.grade_values)} grades but the graph has "
                             f"{width} outputs; the folder mixes files of two exports, so re-export it.")
+        self._check_max_length()
+
+    def _check_max_length(self) -> None:
+        """grader.json's max_length must leave each text a token and fit the graph's position embeddings. Those are
+        probed in ONNX Runtime, whose graph fails past them (OpenVINO's would grade on), at max_length tokens and,
+        only when that fails, at the lengths between that find the limit."""
+        path = self.folder / "grader.json"
+        least = self.tokenizer.num_special_tokens_to_add(True) + 2
+        if self.max_length < least:
+            raise UserError(f"{path}: 'max_length' is {self.max_length}, but a pair needs at least {least} tokens "
+                            f"({least - 2} special ones and one of each text); re-export the grader.")
+        probe = self.backend if self.backend.name == "onnxruntime" else open_backend(
+            "onnxruntime", self.folder, self.record, threads=1)
+        filler = 1 if self.pad_id != 1 else 2  # not padding, which RoBERTa's positions skip
+
+        def fits(n: int) -> bool:
+            try:
+                probe.run(self._feed([[filler] * n], [[0] * n]))
+            except Exception:  # ONNX Runtime's Fail, InvalidArgument, ... derive from Exception only
+                return False
+            return True
+
+        limit = most_tokens(fits, self.max_length)
+        if limit < self.max_length:
+            raise UserError(f"{path}: 'max_length' is {self.max_length}, but the graph has position embeddings for at "
+                            f"most {limit} tokens; set max_length to {limit} or less, or re-export the grader.")
 
     @property
     def graph_sha256(self) -> str:
@@ -169,6 +174,9 @@ class Grader:
         return out
 
     def _run(self, ids: list[list[int]], types: list[list[int]]) -> np.ndarray:
+        return self.backend.run(self._feed(ids, types))
+
+    def _feed(self, ids: list[list[int]], types: list[list[int]]) -> dict[str, np.ndarray]:
         width = max(len(x) for x in ids)
         feed = {"input_ids": np.full((len(ids), width), self.pad_id, dtype=np.int64),
                 "attention_mask": np.zeros((len(ids), width), dtype=np.int64),
@@ -177,7 +185,7 @@ class Grader:
             feed["input_ids"][j, :len(row)] = row
             feed["attention_mask"][j, :len(row)] = 1
             feed["token_type_ids"][j, :len(row)] = kinds
-        return self.backend.run(feed)
+        return feed
 
     def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades:
         """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs)."""
@@ -189,6 +197,17 @@ class Grader:
         if not titles:
             return []
         return ranking(titles, self.grade([(query, t) for t in titles]))
+
+
+def most_tokens(fits: Callable[[int], bool], up_to: int) -> int:
+    """The largest n <= up_to with fits(n), where fits holds from 2 tokens up to some length and not past it."""
+    if fits(up_to):
+        return up_to
+    low, high = 2, up_to  # fits(low), not fits(high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
 
 
 def ranking(titles: Sequence[str], result: Grades) -> list[dict]:
