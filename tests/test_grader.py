@@ -111,7 +111,9 @@ def test_grade_cli_round_trips_each_format(tiny_grader, tmp_path, suffix):
 
 def test_grade_cli_bad_folder_is_one_sentence(tmp_path):
     (tmp_path / "p.tsv").write_text("query\ttitle\na\tb\n")
-    result = CliRunner().invoke(app, ["grade", str(tmp_path), str(tmp_path / "p.tsv"), "--out", str(tmp_path / "o.tsv")])
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(app, ["grade", str(tmp_path / "empty"), str(tmp_path / "p.tsv"), "--out",
+                                      str(tmp_path / "o.tsv")])
     assert result.exit_code == 2 and "no grader.json" in result.output
 
 
