@@ -10,11 +10,13 @@ from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_L
 
 
 def trial_rows(title: str, trials: list[dict]) -> list[str]:
-    """One line per judged graph: its figures against fp32 and whether it passed the gate."""
-    lines = [f"{title:<34} {'agree':>7} {'dSpear':>8} {'dAcc pt':>8} {'vs fp32':>7}  gate"]
+    """One line per judged graph: its figures against fp32 and whether it passed the gate ('batch': the largest
+    move of a pair's expected grade between grading it alone and inside a mixed batch)."""
+    lines = [f"{title:<36} {'agree':>7} {'dSpear':>8} {'dAcc pt':>8} {'batch':>6} {'vs fp32':>7}  gate"]
     for t in trials:
-        lines.append(f"{t['choice']:<34} {t['agreement']:>7.2%} {t['spearman_drift']:>+8.4f} "
-                     f"{-t['accuracy_drop']:>+8.2f} {t['speed_vs_fp32']:>6.2f}x  {'pass' if t['passes'] else '-'}")
+        lines.append(f"{t['choice']:<36} {t['agreement']:>7.2%} {t['spearman_drift']:>+8.4f} "
+                     f"{-t['accuracy_drop']:>+8.2f} {t.get('batch_drift', 0.0):>6.3f} {t['speed_vs_fp32']:>6.2f}x  "
+                     f"{'pass' if t['passes'] else '-'}")
     return lines
 
 
