@@ -11,6 +11,8 @@ batches, and speed next to the fp32 graph's.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import re
 from dataclasses import asdict, dataclass, replace
@@ -148,13 +150,15 @@ def _quantize_fixed(src, dst, calibration: list[dict], choice: Int8Choice) -> No
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile}[choice.calibration]
-    quantize_static(
-        str(src), str(dst), _Calibration(src, calibration), quant_format=QuantFormat.QDQ,
-        per_channel=choice.per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-        op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=fp32_nodes(src, choice), calibrate_method=method,
-        # attention's activation x activation products stay fp32; 99.999: the percentile recipes' range
-        extra_options={"MatMulConstBOnly": True, "CalibPercentile": 99.999},
-    )
+    with contextlib.redirect_stdout(io.StringIO()):  # ORT's calibrators print their progress
+        quantize_static(
+            str(src), str(dst), _Calibration(src, calibration), quant_format=QuantFormat.QDQ,
+            per_channel=choice.per_channel, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul", "Gemm"], nodes_to_exclude=fp32_nodes(src, choice),
+            calibrate_method=method,
+            # attention's activation x activation products stay fp32; 99.999: the percentile recipes' range
+            extra_options={"MatMulConstBOnly": True, "CalibPercentile": 99.999},
+        )
 
 
 def _quantize_per_row(src, dst, choice: Int8Choice, *, block: int = 32) -> None:
