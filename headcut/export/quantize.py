@@ -4,8 +4,8 @@ A pair's grade must not depend on the pairs that share its batch, so every recip
 with ranges fixed at export from calibration pairs ("fixed": static quantisation, QDQ) or row by row at run
 time ("per-row": ORT's MatMulNBits with 8-bit weights and int8 compute, which quantises each row's
 activations in blocks of its own). Dynamic quantisation scales a whole activation tensor by the batch's range
-(padding included); on the quick MiniLM teacher it changed 14 of 600 dev grades between grading a pair alone
-and inside a shuffled batch of 32 (max 0.38 expected grade), so it is not offered. Each recipe is judged on
+(padding included), so a pair's grade moves with its neighbours (benchmarks/int8_batch.py measures it) and it
+is not offered. Each recipe is judged on
 what users feel: agreement with its own fp32 graph, Spearman drift, accuracy drop, grades alone vs in mixed
 batches, and speed next to the fp32 graph's.
 """
