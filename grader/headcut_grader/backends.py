@@ -19,7 +19,8 @@ from headcut_grader.files import file_hash
 from headcut_grader.machine import runtime_version
 
 BACKEND_NAMES = ("onnxruntime", "openvino")
-INSTALL = {"onnxruntime": "pip install onnxruntime", "openvino": "pip install 'headcut-grader[openvino]'"}
+INSTALL = {"onnxruntime": "pip install onnxruntime", "openvino": "pip install 'headcut-grader[openvino]'",
+           "serve": "pip install 'headcut-grader[serve]'"}
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""HTTP JSON API over an exported grader (FastAPI; install with `pip install headcut[serve]`).
+"""HTTP JSON API over an exported grader (FastAPI; install with `pip install 'headcut-grader[serve]'`).
 
 POST /grade {"pairs": [{"query": ..., "title": ...}]}, POST /rank {"query": ..., "titles": [...]},
 GET /healthz, GET /metrics (Prometheus text, all workers); HEAD too for both. POST bodies are JSON (Content-Type:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import os
 
+from headcut_grader.backends import INSTALL
 from headcut_grader.microbatch import BatchStats
 
 ENV_MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
-MISSING = "GET /metrics needs prometheus_client; run: pip install 'headcut[serve]'."
+MISSING = f"GET /metrics needs prometheus_client; run: {INSTALL['serve']}."
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 

@@ -48,7 +48,7 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     is judged exactly as it will serve.
     """
     if (Path(name) / "grader.json").is_file():
-        from headcut.grader import Grader
+        from headcut_grader import Grader
 
         grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
         about = {"path": name, "kind": "onnx grader", "precision": grader.record.get("precision"),

@@ -1,4 +1,4 @@
-"""`headcut serve`: an HTTP JSON API over an exported grader (needs `pip install headcut[serve]`)."""
+"""`headcut serve`: an HTTP JSON API over an exported grader (needs `pip install 'headcut-grader[serve]'`)."""
 from __future__ import annotations
 
 import os
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from headcut_grader.backends import INSTALL
 from headcut_grader.cli.common import BACKEND, Opt, number, user_errors
 
 # uvicorn closes a connection idle for 5 s, the very expiry of httpx's pool: a client reusing one just then got
@@ -64,7 +65,7 @@ def serve(
     try:
         import uvicorn
     except ImportError:
-        raise UserError("headcut serve needs FastAPI and uvicorn; run: pip install 'headcut[serve]'.") from None
+        raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.") from None
     if max_queue < max_pairs:
         raise UserError(f"--max-queue {max_queue} is below --max-pairs {max_pairs}, so a request of --max-pairs "
                         "pairs could never be queued; raise --max-queue or lower --max-pairs.")
