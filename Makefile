@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml grader/pyproject.toml constraints.txt
 setup: $(STAMP)
 
 test: setup
-	$(PY) -m pytest -q --durations=15
+	# two workers (tests/conftest.py: the real-teacher tests share one, each worker its share of the cores)
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
 demo: setup
 	@echo "== headcut run quickstart: fine-tune the packaged MiniLM on SYNTHETIC pairs (offline), scan its heads, prune =="
