@@ -169,7 +169,7 @@ def sublayer_errors(teacher, student, enc, rows):
     return out
 
 
-@pytest.mark.parametrize("kind", ["bert", "distilbert"])
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "deberta-v2", "modernbert"])
 def test_mask_tuning_lowers_each_refitted_layers_error_and_never_raises_it(kind):
     teacher = deep(kind)
     student = copy.deepcopy(teacher)
