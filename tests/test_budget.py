@@ -30,9 +30,10 @@ def deep(kind="bert", **kw):
 # --- scores --------------------------------------------------------------------------------------
 
 
-def test_fisher_with_grades_equals_squared_head_mask_gradients():
-    model = deep()
-    enc = toy_encoded("bert")
+@pytest.mark.parametrize("kind", ["bert", "deberta-v2", "modernbert"])
+def test_fisher_with_grades_equals_squared_head_mask_gradients(kind):
+    model = deep(kind)
+    enc = toy_encoded(kind)
     labels = np.arange(len(enc)) % 5
     scores = unit_fisher(model, enc, labels=labels, batch_size=4)
     reference = (mask_gradients(model, enc, labels, batch_size=4) ** 2).sum(0)

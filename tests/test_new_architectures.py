@@ -197,3 +197,22 @@ def test_a_config_field_headcut_cannot_cut_exits_2_with_one_sentence(kind, tmp_p
     assert named in result.output and "Traceback" not in result.output
     assert len([line for line in result.output.strip().splitlines() if line.strip()]) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", NEW)
+def test_attention_weights_of_every_kept_head_for_entropy_probes_and_distillation(kind):
+    """DeBERTa returns its attention weights only when asked (they were None, so entropy scores, probes and
+    the attention loss had nothing to read)."""
+    from headcut.evaluate.attention import attention_weights
+
+    model = deep(kind)
+    keep_heads(model, HEADS)
+    inputs = tiny_inputs(kind=kind)
+    weights, logits = attention_weights(model, inputs)
+    assert [None if w is None else tuple(w.shape) for w in weights] == [(3, 2, 9, 9), None, (3, 3, 9, 9)]
+    padded = inputs["attention_mask"][0] == 0
+    for w in (weights[0], weights[2]):
+        torch.testing.assert_close(w.sum(-1), torch.ones(w.shape[:-1]))
+        assert w[0][:, ~padded][:, :, padded].abs().max() < 1e-6  # real tokens put no weight on padding
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(**inputs).logits)
