@@ -216,3 +216,19 @@ def test_attention_weights_of_every_kept_head_for_entropy_probes_and_distillatio
         assert w[0][:, ~padded][:, :, padded].abs().max() < 1e-6  # real tokens put no weight on padding
     with torch.no_grad():
         torch.testing.assert_close(logits, model(**inputs).logits)
+
+
+@pytest.mark.parametrize("kind", NEW)
+def test_ort_optimised_graph_fuses_no_attention_and_keeps_parity(kind, tmp_path):
+    """ORT's BERT attention fusion has no place for relative or rotary positions: --optimize fuses only the
+    norms and GELUs of these models, even where every layer has the same head count."""
+    from headcut.arch import architecture
+    from headcut.export.export import FP32_TOLERANCE, export_onnx
+    from headcut.export.optimize import optimize_graph
+    from test_export import _parity
+
+    model = tiny_model(kind, attn="sdpa", initializer_range=0.3)
+    info = optimize_graph(export_onnx(model, tmp_path / "m.onnx"), tmp_path / "o.onnx", hidden_size=32,
+                          heads_per_layer=heads_per_layer(model), plain_attention=architecture(model).plain_attention)
+    assert info["attention_fused"] is False and info["fused_ops"]["SkipLayerNormalization"] > 0
+    assert _parity(model, tmp_path / "o.onnx").max_abs_diff <= FP32_TOLERANCE
