@@ -170,7 +170,7 @@ def sublayer_errors(teacher, student, enc, rows):
     return out
 
 
-@pytest.mark.parametrize("kind", ["bert", "distilbert", "deberta-v2", "modernbert"])
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "modernbert"])  # modernbert: pre-norm targets
 def test_mask_tuning_lowers_each_refitted_layers_error_and_never_raises_it(kind):
     teacher = deep(kind)
     student = copy.deepcopy(teacher)

@@ -64,7 +64,7 @@ def logit_error(teacher, student, enc, rows) -> float:
     return float(((s - t) ** 2).sum() / (t ** 2).sum())
 
 
-@pytest.mark.parametrize("kind", ["bert", "roberta", "distilbert", "deberta-v2"])
+@pytest.mark.parametrize("kind", ["bert", "roberta", "distilbert"])
 def test_head_refit_lowers_the_held_out_logit_error_of_a_tuned_model(kind):
     teacher, student = pruned(kind)
     enc = toy_encoded(kind, n=40)
