@@ -5,6 +5,7 @@ conftest.TINY and KINDS.)"""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -233,3 +234,25 @@ def test_ort_optimised_graph_fuses_no_attention_and_keeps_parity(tmp_path):
                           heads_per_layer=heads_per_layer(model), plain_attention=architecture(model).plain_attention)
     assert info["attention_fused"] is False and info["fused_ops"]["SkipLayerNormalization"] > 0
     assert _parity(model, tmp_path / "o.onnx").max_abs_diff <= FP32_TOLERANCE
+
+
+def encoder_weights_timer(models, inputs, seconds):
+    """Deterministic "milliseconds" (as test_budget's): a one-layer copy costs its encoder weights over a fixed part."""
+    return [1e-4 * sum(p.numel() for n, p in m.named_parameters() if re.search(r"\.layers?\.\d", n)) + 0.1
+            for m in models]
+
+
+def test_latency_half_prune_plans_within_its_budget(grader, tmp_path, monkeypatch, one_thread):
+    """--latency times one-layer copies cut to every head count and a grid of FFN widths (ModernBERT's copy
+    keeps its first layer's type); the plan's milliseconds stay within the budget it prints."""
+    from headcut.prune import latency
+
+    monkeypatch.setenv("HEADCUT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(latency, "torch_timer", encoder_weights_timer)
+    out = tmp_path / "lat50"
+    result = CliRunner().invoke(app, ["prune", "--model", str(grader), "--latency", "0.5", "--batch", "8", "--out",
+                                      str(out), "--calibrate", "40", "--bootstrap", "20", "--no-timing"])
+    assert result.exit_code == 0, result.output
+    summary = load_model(out).meta["prune"]
+    assert summary["budget"]["plan_ms"] <= summary["budget"]["budget_ms"] * (1 + 1e-9)
+    assert sum(heads_per_layer(load_model(out).model)) < 12
