@@ -18,6 +18,7 @@ from torch import nn
 
 from headcut.errors import UserError
 
+
 @dataclass
 class LayerParts:
     """The linears of one transformer layer. `attention` is None once the layer has lost every head."""
@@ -71,7 +72,7 @@ def attention_implementation(config, wanted: str) -> str:
     return wanted if wanted in ARCHITECTURES[_kind(config)].attention_implementations else "eager"
 
 
-def architecture(model) -> "Architecture":
+def architecture(model) -> Architecture:
     """The table entry of `model`'s architecture (a UserError names the supported ones)."""
     return ARCHITECTURES[model_type(model)]
 
@@ -155,7 +156,7 @@ def layer_parts(model) -> list[LayerParts]:
     return parts
 
 
-def _ffn_norm(model, arch: "Architecture", layers: nn.ModuleList, index: int) -> nn.Module:
+def _ffn_norm(model, arch: Architecture, layers: nn.ModuleList, index: int) -> nn.Module:
     """The norm whose input is layer `index`'s residual + FFN output: in a post-norm layer its own; pre-norm,
     the next layer's input norm, or the final norm after the last layer."""
     if arch.pre_norm is None:
