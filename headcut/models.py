@@ -12,7 +12,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from headcut.arch import ARCHITECTURES, SUPPORTED, apply_shape, model_type, shape_record
+from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
+                          shape_record)
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError, setting
@@ -92,6 +93,7 @@ def load_model(
     meta = _read_meta(path)
     num_labels = len(meta.get("grades", DEFAULT_GRADES)) if num_labels is None else num_labels
     config = _read_config(path, num_labels, attn_implementation)
+    attn_implementation = config._attn_implementation  # eager where the architecture has no other
     shape = getattr(config, SHAPE_KEY, None)
     with torch.random.fork_rng(devices=[]), broken_file(weights):
         torch.manual_seed(seed)  # a fresh classification head is the same on every load
@@ -150,8 +152,12 @@ def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag:
     if kind not in ARCHITECTURES:
         raise UserError(f"{setting(flag, path)}: model type '{kind}' is not supported; headcut supports "
                         f"{', '.join(SUPPORTED)}.")
+    problem = config_problem(config)
+    if problem:
+        raise UserError(f"{setting(flag, path)}: headcut cannot cut a {kind} model with {problem}; use a model "
+                        "without it.")
     config.num_labels = num_labels
-    config._attn_implementation = attn_implementation
+    config._attn_implementation = attention_implementation(config, attn_implementation)
     return config
 
 

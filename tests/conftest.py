@@ -16,6 +16,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "grader"), *filter(None, 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from headcut.arch import ARCHITECTURES  # noqa: E402
+
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # make test runs two pytest-xdist workers
 if WORKERS > 1:  # each worker its share of the cores: two threads per worker on 2 cores spin-wait on each other
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))
@@ -27,6 +29,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "quick_teacher" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("teacher"))
+
+
 SHARED_DATA = ROOT.parent / "shared" / "data"
 HOMEDEPOT = SHARED_DATA / "homedepot"
 QBQTC = SHARED_DATA / "qbqtc"
@@ -42,16 +46,28 @@ TINY = {
     "electra": dict(vocab_size=99, embedding_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                     intermediate_size=37),
     "distilbert": dict(vocab_size=99, dim=32, n_layers=2, n_heads=4, hidden_dim=37),
+    # DeBERTa-v3's settings: relative positions in log buckets, both disentangled terms, no absolute positions
+    "deberta-v2": dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                       max_position_embeddings=64, relative_attention=True, position_buckets=8,
+                       max_relative_positions=16, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm",
+                       share_att_key=True, position_biased_input=False, type_vocab_size=0),
+    # a local window (8 tokens) shorter than the test inputs, and every other layer global
+    "modernbert": dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                       max_position_embeddings=64, local_attention=8, global_attn_every_n_layers=2, pad_token_id=0,
+                       bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3),
 }
 
 
 def tiny_model(kind: str = "bert", *, attn: str = "eager", num_labels: int = 5, seed: int = 0, **overrides):
-    """A tiny random sequence-classification model of the given architecture, in eval mode."""
+    """A tiny random sequence-classification model of the given architecture, in eval mode; `attn` falls back
+    to eager where the architecture has no other (DeBERTa), as load_model does."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from headcut.arch import attention_implementation
 
     torch.manual_seed(seed)
     config = AutoConfig.for_model(kind, num_labels=num_labels, **{**TINY[kind], **overrides})
-    model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn)
+    model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention_implementation(config, attn))
     return model.eval()
 
 
@@ -61,7 +77,7 @@ def tiny_inputs(batch: int = 3, length: int = 9, *, seed: int = 1, kind: str = "
     attn = torch.ones(batch, length, dtype=torch.long)
     attn[0, -3:] = 0  # some padding, so masks are exercised
     out = {"input_ids": ids, "attention_mask": attn}
-    if kind != "distilbert":
+    if ARCHITECTURES[kind].token_types:
         out["token_type_ids"] = torch.zeros_like(ids)
     return out
 

@@ -24,9 +24,16 @@ def test_every_path_of_an_entry_names_a_module_of_its_model(kind):
     layer = encoder_layers(model)[0]
     for field in ("attention_block", "attention", "query", "key", "value", "out", "ffn_block", "ffn_in", "ffn_out",
                   "attention_norm", "ffn_norm"):
-        assert _get(layer, getattr(arch, field)) is not None, field
-    assert hasattr(_get(layer, arch.attention), arch.heads_attr)
-    assert getattr(model.config, arch.intermediate) == layer_parts(model)[0].ffn_in.out_features
+        if getattr(arch, field) is not None:  # None: fused q/k/v (in head_rows), a pre-norm FFN norm (pre_norm)
+            assert _get(layer, getattr(arch, field)) is not None, field
+    assert arch.heads_attr is None or hasattr(_get(layer, arch.attention), arch.heads_attr)
+    part = layer_parts(model)[0]
+    assert getattr(model.config, arch.intermediate) == part.num_neurons
+    assert part.ffn_in.out_features == part.num_neurons * arch.ffn_in_blocks
+    assert part.query is not None or arch.query is None and _get(layer, arch.head_rows[0]).out_features == 3 * 32
+    if arch.pre_norm:
+        assert layer_parts(model)[-1].ffn_norm is _get(model.base_model, arch.pre_norm[1])
+        assert part.ffn_norm is _get(encoder_layers(model)[1], arch.pre_norm[0])
 
 
 def test_only_arch_py_branches_on_the_model_type():

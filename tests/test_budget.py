@@ -30,9 +30,10 @@ def deep(kind="bert", **kw):
 # --- scores --------------------------------------------------------------------------------------
 
 
-def test_fisher_with_grades_equals_squared_head_mask_gradients():
-    model = deep()
-    enc = toy_encoded("bert")
+@pytest.mark.parametrize("kind", ["bert", "deberta-v2", "modernbert"])
+def test_fisher_with_grades_equals_squared_head_mask_gradients(kind):
+    model = deep(kind)
+    enc = toy_encoded(kind)
     labels = np.arange(len(enc)) % 5
     scores = unit_fisher(model, enc, labels=labels, batch_size=4)
     reference = (mask_gradients(model, enc, labels, batch_size=4) ** 2).sum(0)
@@ -169,7 +170,7 @@ def sublayer_errors(teacher, student, enc, rows):
     return out
 
 
-@pytest.mark.parametrize("kind", ["bert", "distilbert"])
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "modernbert"])  # modernbert: pre-norm targets
 def test_mask_tuning_lowers_each_refitted_layers_error_and_never_raises_it(kind):
     teacher = deep(kind)
     student = copy.deepcopy(teacher)

@@ -49,7 +49,7 @@ def _parity(model, path, tokenizer=None, pairs=None, max_length=64):
     return parity(reference_logits(model, batches), session(path), batches)
 
 
-@pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta", "electra"])
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta", "electra", "deberta-v2", "modernbert"])
 def test_fp32_parity_every_architecture(tmp_path, kind):
     model = tiny_model(kind, attn="sdpa")
     result = _parity(model, export_onnx(model, tmp_path / "m.onnx"))

@@ -15,7 +15,7 @@ def tiny_loaded(kind="bert"):
     return LoadedModel(tiny_model(kind, attn="sdpa"), AutoTokenizer.from_pretrained(resolve_source("minilm-l6")))
 
 
-@pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta"])
+@pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta", "deberta-v2", "modernbert"])
 def test_pruned_artifact_round_trips_exactly(tmp_path, kind):
     loaded = tiny_loaded(kind)
     keep_heads(loaded.model, [[1, 3], []])

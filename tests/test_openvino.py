@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import HOMEDEPOT, ROOT, tiny_model
-from headcut.arch import keep_heads, keep_neurons
+from headcut.arch import keep_heads, keep_neurons, takes_token_types
 from headcut.data import read_pairs, synthetic_pairs
 from headcut.errors import UserError
 from headcut.export import build_grader
@@ -41,13 +41,15 @@ def tiny_loaded(tmp_path, kind: str, *, prune: bool = False) -> LoadedModel:
 def pytorch_logits(loaded: LoadedModel, pairs) -> np.ndarray:
     enc = loaded.tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=64, padding=True,
                            return_tensors="pt")
-    if loaded.model.config.model_type == "distilbert":
+    if not takes_token_types(loaded.model):
         enc.pop("token_type_ids", None)
     return loaded.model.eval()(**enc).logits.numpy()
 
 
-@pytest.mark.parametrize("kind,prune", [("bert", False), ("distilbert", False), ("bert", True)],
-                         ids=["bert", "distilbert", "pruned-bert-0-head-0-neuron"])
+@pytest.mark.parametrize("kind,prune", [("bert", False), ("distilbert", False), ("bert", True), ("deberta-v2", True),
+                                       ("modernbert", True)],
+                         ids=["bert", "distilbert", "pruned-bert-0-head-0-neuron", "pruned-deberta-v2-0-head-0-neuron",
+                              "pruned-modernbert-0-head-0-neuron"])
 def test_openvino_grader_equals_pytorch(tmp_path, kind, prune, one_thread):
     loaded = tiny_loaded(tmp_path, kind, prune=prune)
     pairs = synthetic_pairs(60, seed=4)

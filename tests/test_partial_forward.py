@@ -17,7 +17,7 @@ from headcut.masking import head_mask
 from test_scan_importance import toy_encoded
 
 KINDS = [("bert", "eager"), ("bert", "sdpa"), ("roberta", "sdpa"), ("xlm-roberta", "eager"), ("electra", "sdpa"),
-         ("distilbert", "eager"), ("distilbert", "sdpa")]
+         ("distilbert", "eager"), ("distilbert", "sdpa"), ("deberta-v2", "eager"), ("modernbert", "sdpa")]
 # original ids kept per layer of a 3-layer model: uneven heads and FFN widths, a 0-neuron or 0-head last layer
 SHAPES = {
     "uneven, last layer without FFN": ([[0, 1, 3], [2], [1, 2]], [list(range(0, 37, 2)), list(range(37)), []]),
@@ -57,7 +57,8 @@ def test_last_layer_at_the_first_position_equals_the_model_layer(kind, attn, sha
 def layer_output(model, batch: dict, index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(output of encoder layer `index`, logits) of one forward of `model` as it is (masks included)."""
     seen = []
-    handle = encoder_layers(model)[index].register_forward_hook(lambda module, args, output: seen.append(output))
+    handle = encoder_layers(model)[index].register_forward_hook(  # DeBERTa's layers return (hidden, attention)
+        lambda module, args, output: seen.append(output[0] if isinstance(output, tuple) else output))
     try:
         logits = model(**batch).logits
     finally:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import tiny_model
-from headcut.arch import keep_heads
+from headcut.arch import ARCHITECTURES, keep_heads
 from headcut.batching import Encoded, collate
 from headcut.data import Pairs
 from headcut.errors import UserError
@@ -42,7 +42,7 @@ def toy_pairs(n: int = 16) -> Pairs:
 def toy_encoded(kind: str, n: int = 20, seed: int = 0) -> Encoded:
     g = np.random.default_rng(seed)
     ids = [[int(x) for x in g.integers(5, 99, g.integers(4, 12))] for _ in range(n)]
-    types = None if kind == "distilbert" else [[0] * len(x) for x in ids]
+    types = [[0] * len(x) for x in ids] if ARCHITECTURES[kind].token_types else None
     return Encoded(ids, types, 1 if kind == "roberta" else 0)
 
 

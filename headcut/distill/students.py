@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headcut.arch import ARCHITECTURES, encoder_layers, keep_layers
+from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
 from headcut.errors import UserError
@@ -86,6 +86,8 @@ def config_student(teacher, *, layers: int, hidden: int | None, heads: int | Non
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)  # a pruned teacher's per-layer shape does not describe the student
     config.num_hidden_layers = layers
+    for name in ARCHITECTURES[config.model_type].layer_lists:  # per-layer settings follow the layer map
+        setattr(config, name, [getattr(config, name)[t] for t in layer_map])
     if hidden is not None:
         config.hidden_size = hidden
         if getattr(config, "embedding_size", None) is not None:
@@ -97,12 +99,14 @@ def config_student(teacher, *, layers: int, hidden: int | None, heads: int | Non
     if config.hidden_size % config.num_attention_heads:
         raise UserError(f"student_hidden={config.hidden_size} is not divisible by student_heads="
                         f"{config.num_attention_heads}; pick sizes that divide.")
-    student = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
+    student = AutoModelForSequenceClassification.from_config(
+        config, attn_implementation=attention_implementation(config, attn_implementation))
     source = teacher.state_dict()
     with torch.no_grad():
         for name, param in student.state_dict().items():
-            match = re.search(r"\.layer\.(\d+)\.", name)
-            tname = name if match is None else name.replace(match.group(0), f".layer.{layer_map[int(match.group(1))]}.", 1)
+            match = re.search(r"\.(layers?)\.(\d+)\.", name)  # ModernBERT's list is `layers`
+            tname = name if match is None else name.replace(
+                match.group(0), f".{match.group(1)}.{layer_map[int(match.group(2))]}.", 1)
             if tname not in source:
                 continue  # buffers the teacher lacks keep their fresh values
             t = source[tname]

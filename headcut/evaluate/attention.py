@@ -35,7 +35,8 @@ def attention_weights(model, batch: dict) -> tuple[list[torch.Tensor | None], to
     ]
     try:
         with eager_attention(model):
-            logits = model(**batch).logits
+            # DeBERTa's attention returns its weights only when asked; the others return them anyway in eager
+            logits = model(**batch, output_attentions=True).logits
     finally:
         for h in handles:
             h.remove()

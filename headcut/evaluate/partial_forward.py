@@ -6,7 +6,7 @@ last layer, so a scan need not recompute either layer in full:
 - `capture_attention`, around one unmasked forward, keeps, per layer, the input of the attention output
   projection (the heads' outputs side by side) and the input of the attention LayerNorm (residual +
   attention output). Masking head h of layer l subtracts h's outputs times h's columns of the output
-  projection from the second (`without_heads`); the FFN sublayer (`arch.ffn_sublayer`) then gives layer
+  projection from the second (`without_heads`); the rest of the layer (`arch.after_attention`) then gives layer
   l's output, without q, k, v or attention.
 - `run_layers` runs a slice of the model's own layers on given hidden states (the model's mask handling).
 - `last_layer_first_token` computes the last layer for the first ([CLS]) position only: its query is
@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import torch
 
-from headcut.arch import LayerParts, encoder_layers, ffn_sublayer, layer_parts, set_encoder_layers
+from headcut.arch import LayerParts, architecture, after_attention, encoder_layers, layer_parts, set_encoder_layers
 
 
 @contextmanager
@@ -67,8 +67,8 @@ def without_heads(part: LayerParts, heads_out: torch.Tensor, pre_norm: torch.Ten
 
 
 def finish_layer(model, part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:
-    """A layer's output from its attention LayerNorm's input."""
-    return ffn_sublayer(model, part, part.attention_norm(pre_norm))
+    """A layer's output from its attention norm's input."""
+    return after_attention(model, part, pre_norm)
 
 
 @contextmanager
@@ -91,8 +91,16 @@ def run_layers(model, hidden: torch.Tensor, batch: dict, first: int, stop: int) 
     layers = list(encoder_layers(model))[first:stop]
     if not layers:
         return hidden
-    with _encoder_from(model, hidden, layers):
-        return model.base_model(**batch).last_hidden_state
+    seen = []
+    # the last layer's own output: the base model's may have passed a final norm (ModernBERT)
+    handle = layers[-1].register_forward_hook(lambda module, args, output: seen.append(
+        output[0] if isinstance(output, tuple) else output))
+    try:
+        with _encoder_from(model, hidden, layers):
+            model.base_model(**batch)
+    finally:
+        handle.remove()
+    return seen[0]
 
 
 def last_layer_first_token(model, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -101,7 +109,9 @@ def last_layer_first_token(model, hidden: torch.Tensor, attention_mask: torch.Te
     part = layer_parts(model)[-1]
     first = hidden[:, :1]
     if part.attention is None:  # no heads: every position is computed on its own
-        return part.layer(first)
+        return run_layers(model, first, _inputs(attention_mask[:, :1]), part.index, part.index + 1)
+    if not architecture(model).plain_attention:  # relative or rotary positions, windows: the whole layer runs
+        return run_layers(model, hidden, _inputs(attention_mask), part.index, part.index + 1)[:, :1]
     rows, seq, width = hidden.shape
     count, size = part.num_heads, part.head_size
     query = part.query(first[:, 0]).view(rows, count, size)
@@ -115,9 +125,22 @@ def last_layer_first_token(model, hidden: torch.Tensor, attention_mask: torch.Te
     return finish_layer(model, part, first + part.out(values)[:, None])
 
 
+def _inputs(attention_mask: torch.Tensor) -> dict:
+    """Model inputs for `run_layers` of these rows: the embeddings' output is replaced, so any ids do."""
+    return {"input_ids": torch.zeros_like(attention_mask), "attention_mask": attention_mask}
+
+
 def classify_first_token(model, first: torch.Tensor, batch: dict) -> torch.Tensor:
     """The model's logits from the last layer's output at the first position `(rows, 1, hidden)`;
     `batch`: the inputs of those rows."""
     one = {k: v[:, :1] for k, v in batch.items()}
-    with _encoder_from(model, first, []):
-        return model(**one).logits
+    last = encoder_layers(model)[-1]
+    # the last layer runs on one token and its output is replaced by `first` (an empty layer list is no
+    # choice: DeBERTa's encoder has no output without a layer); the final norm and head then run as usual
+    handle = last.register_forward_hook(lambda module, args, output: (first, *output[1:]) if isinstance(output, tuple)
+                                        else first)
+    try:
+        with _encoder_from(model, first, [last]):
+            return model(**one).logits
+    finally:
+        handle.remove()

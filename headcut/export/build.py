@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from headcut.arch import heads_per_layer
+from headcut.arch import architecture, heads_per_layer
 from headcut.batching import check_max_length, encode
 from headcut.data import Pairs
 from headcut.errors import UserError
@@ -97,7 +97,8 @@ def build_grader(
         if optimize:
             say("optimising graph")
             optimized = optimize_graph(fp32, tmp / "optimized.onnx", hidden_size=model.config.hidden_size,
-                                       heads_per_layer=heads_per_layer(model))
+                                       heads_per_layer=heads_per_layer(model),
+                                       plain_attention=architecture(model).plain_attention)
             record_parity["optimized"] = check_parity(
                 parity(reference, session(tmp / "optimized.onnx", threads=threads), batches),
                 what="the ORT-optimised graph (drop --optimize)").as_dict()

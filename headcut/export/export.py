@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headcut.arch import takes_token_types, usable_positions
+from headcut.arch import architecture, takes_token_types, usable_positions
 from headcut.batching import collate, encode, length_batches
 from headcut.data import Pairs
 from headcut.errors import UserError
@@ -80,7 +80,9 @@ def export_onnx(model, path: str | Path, *, opset: int = 17, fuse: bool = True) 
     """Write `model` as an ONNX graph with dynamic batch and sequence axes; returns the path.
 
     `fuse` exports each layer's attention as one ORT MultiHeadAttention op (fuse.py); False traces it op by
-    op, as transformers computes it (the graph ORT's own optimiser works on)."""
+    op, as transformers computes it (the graph ORT's own optimiser works on). Attention with relative or
+    rotary positions (DeBERTa, ModernBERT) has no such op and is always traced op by op."""
+    fuse = fuse and architecture(model).plain_attention
     was_training = model.training
     try:
         with (fused_attention(model) if fuse else nullcontext()) as set_mask:

@@ -20,16 +20,17 @@ def attention_heads(heads_per_layer: list[int]) -> int | None:
 
 
 def optimize_graph(src: str | Path, dst: str | Path, *, hidden_size: int, heads_per_layer: list[int],
-                   num_heads: int | None = None) -> dict:
+                   num_heads: int | None = None, plain_attention: bool = True) -> dict:
     """Fuse LayerNorm/GELU/bias ops (and attention when it is safe) from `src` into `dst`.
 
     `num_heads` forces attention fusion with that global head count: only for showing that the parity
-    gate catches the corruption on an uneven-heads model. Returns what was fused.
+    gate catches the corruption on an uneven-heads model. `plain_attention` False (relative or rotary
+    positions) never fuses attention: ORT's BERT pattern has no place for them. Returns what was fused.
     """
     from onnxruntime.transformers.fusion_options import FusionOptions
     from onnxruntime.transformers.optimizer import optimize_model
 
-    heads = num_heads if num_heads is not None else attention_heads(heads_per_layer)
+    heads = num_heads if num_heads is not None else attention_heads(heads_per_layer) if plain_attention else None
     options = FusionOptions("bert")
     options.enable_attention = heads is not None
     options.enable_embed_layer_norm = False  # it expects the unpruned embedding pattern and 3 inputs

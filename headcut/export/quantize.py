@@ -105,7 +105,7 @@ def resolve(choice: Int8Choice, model, batches: list[dict]) -> Int8Choice:
 
 
 def _layer_index(name: str) -> int | None:
-    found = re.search(r"layer\.(\d+)/", name)
+    found = re.search(r"layers?\.(\d+)/", name)  # ModernBERT's scope is layers.N
     return int(found.group(1)) if found else None
 
 
