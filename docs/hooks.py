@@ -169,8 +169,27 @@ def cli_markdown(prog: str) -> str:
 
 
 def _escape(text: str) -> str:
-    # typer help is plain text: keep its line breaks and stop `<` / `*` from becoming markup
-    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n")).replace("<", "&lt;")
+    # typer help is plain text: paragraphs joined, `<` kept literal; the examples stay commands, in a code block
+    parts = []
+    for paragraph in text.split("\n\n"):
+        if paragraph.startswith("Example"):
+            parts.append("```text\n" + "\n".join(help_examples(paragraph)) + "\n```")
+        else:
+            parts.append(" ".join(paragraph.split()).replace("<", "&lt;"))
+    return "\n\n".join(parts)
+
+
+def help_examples(paragraph: str) -> list[str]:
+    """The command lines of an `Example:` / `Examples:` paragraph of a command's help, one per example."""
+    body = paragraph.split(":", 1)[1]
+    lines: list[str] = []
+    for line in body.strip().split("\n"):
+        line = line.strip()
+        if line.startswith(("headcut ", "headcut-grader ", "curl ")) or not lines:
+            lines.append(line)
+        else:
+            lines[-1] += " " + line
+    return lines
 
 
 def _context(command, prog: str, name: str):

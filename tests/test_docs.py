@@ -221,6 +221,15 @@ def test_every_option_in_the_docs_exists():
                 used = {w.split("=")[0] for w in words[i + 1:] if re.match(r"-[-a-zA-Z]", w)}
                 assert used <= options, f"{block.where()}: `{word} {name}` has no option {sorted(used - options)}"
                 checked += 1
+    for prog in ("headcut", "headcut-grader"):  # the examples in each command's --help, too
+        for name, command in hooks.cli_commands(prog).items():
+            for paragraph in (command.help or "").split("\n\n"):
+                for line in hooks.help_examples(paragraph) if paragraph.startswith("Example") else []:
+                    words = shlex.split(line.split(", then")[0].split(" (")[0])
+                    if words[0] in ("headcut", "headcut-grader"):
+                        used = {w.split("=")[0] for w in words[2:] if re.match(r"-[-a-zA-Z]", w)}
+                        assert used <= _options(words[0], words[1]), (prog, name, line)
+                        checked += 1
     assert checked >= 40, checked
 
 
