@@ -36,14 +36,15 @@ def recipe_classes() -> list[tuple[str, str, type]]:
     from headcut.finetune import FinetuneRecipe
     from headcut.pipeline import recipe as pipeline
 
-    out = [("Finetune recipe (`recipes/finetune/*.yaml`, `headcut finetune`)", "--set KEY=VALUE", FinetuneRecipe),
-           ("Distill recipe (`recipes/distill/*.yaml`, `headcut distill`)", "--set KEY=VALUE", DistillRecipe)]
+    out = [("Finetune recipe", "`recipes/finetune/*.yaml`, read by `headcut finetune`; `--set KEY=VALUE`", FinetuneRecipe),
+           ("Distill recipe", "`recipes/distill/*.yaml`, read by `headcut distill`; `--set KEY=VALUE`", DistillRecipe)]
     sections = [("data", pipeline.DataSection), ("teacher", pipeline.TeacherSection),
                 ("scan", pipeline.ScanSection), ("prune", pipeline.PruneSection),
                 ("distill.NAME", pipeline.StudentSection), ("export", pipeline.ExportSection),
                 ("bench", pipeline.BenchSection), ("floor", pipeline.FloorSection)]
     for name, cls in sections:
-        out.append((f"Pipeline section `{name}` (`recipes/run/*.yaml`, `headcut run`)", f"--set {name}.KEY=VALUE", cls))
+        out.append((f"Pipeline section `{name}`", f"`recipes/run/*.yaml`, read by `headcut run`; `--set {name}.KEY=VALUE`",
+                    cls))
     return out
 
 
@@ -120,7 +121,7 @@ def recipes_markdown() -> str:
     parts = []
     for title, how, cls in recipe_classes():
         doc = inspect.getdoc(cls) if cls.__doc__ and not cls.__doc__.startswith(cls.__name__ + "(") else ""
-        parts.append(f"### {title}\n\nSet from the command line with `{how}`.\n\n" + (f"{doc}\n\n" if doc else "")
+        parts.append(f"### {title}\n\n{how}.\n\n" + (f"{doc}\n\n" if doc else "")
                      + recipe_table(cls))
     return "\n\n".join(parts)
 
