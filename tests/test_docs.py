@@ -8,6 +8,8 @@ Conventions (docs/contributing.md says the same to writers):
                         in this process (typer's runner), anything else in bash
   ```console            a recorded run (`$ ` lines and their output): not executed, but every option of every
                         `headcut` / `headcut-grader` command in it must exist
+  <!-- run -->           on the line before a console block: its `$ ` commands run, each line shown under one must
+                        appear in what it prints, and one shown printing `error:` must exit with code 2
   <!-- skip: REASON --> on the line before a block: not executed (its options are still checked); counted below
 """
 from __future__ import annotations
