@@ -5,7 +5,7 @@ HC      := $(VENV)/bin/headcut
 STAMP   := $(VENV)/.headcut-installed
 DEMO    := runs/demo
 
-.PHONY: setup test demo clean
+.PHONY: setup test demo clean docs docs-serve browser
 
 $(STAMP): pyproject.toml grader/pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -20,9 +20,24 @@ $(STAMP): pyproject.toml grader/pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-test: setup
-	# two workers (tests/conftest.py: the real-teacher tests share one, each worker its share of the cores)
+# The browser checks (report.html, two docs pages) need Chromium; install Debian's package when it is missing.
+browser:
+	@if command -v chromium >/dev/null || command -v chromium-browser >/dev/null || command -v google-chrome >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "== installing chromium (Debian's package) for the headless browser checks =="; \
+		apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	else echo "== no chromium: the headless browser checks will skip; install it (e.g. sudo apt-get install chromium) =="; fi
+
+# tests/test_docs.py runs every docs example and `mkdocs build --strict`; two pytest-xdist workers
+# (tests/conftest.py: the real-teacher tests share one worker, each worker its share of the cores)
+test: setup browser
 	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
+docs-serve: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve
 
 demo: setup
 	@echo "== headcut run quickstart: fine-tune the packaged MiniLM on SYNTHETIC pairs (offline), scan its heads, prune =="
@@ -31,4 +46,4 @@ demo: setup
 	@echo "== done: see $(DEMO)/report.html (or report.md) =="
 
 clean:
-	rm -rf runs/demo .cache/tests
+	rm -rf runs/demo .cache/tests site

@@ -218,6 +218,12 @@ def _reason(error: Exception, limit: int = 200) -> str:
     return line or type(error).__name__
 
 
+def _headcut_version() -> str:
+    from headcut import __version__
+
+    return __version__
+
+
 def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None, overwrite: bool = False) -> Path:
     """Write an artifact folder atomically: safetensors weights, config with the per-layer shape,
     tokenizer and headcut.json. `load_model(out)` reloads it exactly."""
@@ -225,6 +231,7 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
     merged = dict(loaded.meta)
     merged.update(meta or {})
     merged.setdefault("grades", list(loaded.grades))
+    merged["headcut_version"] = _headcut_version()  # the writer's version; readers ignore keys they do not use
     with atomic_dir(out, overwrite=overwrite) as tmp:
         config = model.config
         setattr(config, SHAPE_KEY, shape_record(model))

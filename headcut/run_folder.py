@@ -71,7 +71,9 @@ class RunFolder:
         state.wait_for_everyone()
         if state.is_main_process:
             meta_path = self.best / "headcut.json"
-            meta = {**json.loads(meta_path.read_text()), **extra_meta}
+            from headcut import __version__
+
+            meta = {**json.loads(meta_path.read_text()), **extra_meta, "headcut_version": __version__}
             write_text(meta_path, json.dumps(meta, indent=2))
             if self.out.exists():
                 shutil.rmtree(self.out)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import headcut
+
 import numpy as np
 import onnx
 import pytest
@@ -128,7 +130,7 @@ def test_build_grader_folder_and_refusals(tmp_path):
     assert sorted(p.name for p in folder.glob("*.onnx")) == ["model.onnx"]  # no leftovers
     assert {"grader.json", "README.md", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
     saved = json.loads((folder / "grader.json").read_text())
-    assert saved["precision"] == "int8" and saved["max_length"] == 64
+    assert saved["precision"] == "int8" and saved["max_length"] == 64 and saved["headcut_version"] == headcut.__version__
     assert saved["input_names"] == ["input_ids", "attention_mask", "token_type_ids"]
     assert saved["source"]["heads_per_layer"] == [2, 0]
     assert saved["parity"]["fp32"]["max_abs_diff"] <= FP32_TOLERANCE

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import typer
 
+from headcut import __version__
 from headcut.cli.distill import distill
 from headcut.cli.evaluate import evaluate
 from headcut.cli.export import export
@@ -21,6 +22,20 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"headcut {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    """Options before the command; see each command's --help."""
+
+
 app.command()(evaluate)
 app.command()(finetune)
 app.command()(distill)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import typer
 
+from headcut_grader import __version__
+
 from headcut_grader.cli.grade import grade
 from headcut_grader.cli.serve import serve
 
@@ -13,6 +15,20 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"headcut-grader {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    """Options before the command; see each command's --help."""
+
+
 app.command()(grade)
 app.command()(serve)
 
