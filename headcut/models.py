@@ -219,7 +219,7 @@ def _reason(error: Exception, limit: int = 200) -> str:
 
 
 def _headcut_version() -> str:
-    from headcut import __version__
+    from headcut.version import __version__
 
     return __version__
 

@@ -71,7 +71,7 @@ class RunFolder:
         state.wait_for_everyone()
         if state.is_main_process:
             meta_path = self.best / "headcut.json"
-            from headcut import __version__
+            from headcut.version import __version__
 
             meta = {**json.loads(meta_path.read_text()), **extra_meta, "headcut_version": __version__}
             write_text(meta_path, json.dumps(meta, indent=2))

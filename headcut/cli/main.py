@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import typer
 
-from headcut import __version__
+from headcut.version import __version__
 from headcut.cli.distill import distill
 from headcut.cli.evaluate import evaluate
 from headcut.cli.export import export

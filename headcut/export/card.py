@@ -12,7 +12,7 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
                   optimized: dict | None, model_file: dict, backend: str = "onnxruntime",
                   openvino: dict | None = None, speed: dict | None = None) -> dict:
     """grader.json: everything the runtime needs (grades, inputs, max length) and what the export proved."""
-    from headcut import __version__ as headcut_version
+    from headcut.version import __version__ as headcut_version
     from headcut.arch import heads_per_layer, count_parameters
 
     grades = list(loaded.grades)

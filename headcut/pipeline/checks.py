@@ -8,8 +8,7 @@ from pathlib import Path
 
 from headcut.errors import UserError
 from headcut.files import refuse_inputs
-from headcut.pipeline import stages
-from headcut.pipeline.recipe import PipelineRecipe
+from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 from headcut.run_folder import LOCK_FILE
 
 RUN_FILE = "run.json"  # marks a folder as a run's
@@ -36,7 +35,7 @@ def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None
 
 
 def _sub_recipes(recipe: PipelineRecipe) -> dict:
-    subs = stages.sub_recipes(recipe, teacher_dir=UPSTREAM[0], pruned_dir=UPSTREAM[1])
+    subs = sub_recipes(recipe, teacher_dir=UPSTREAM[0], pruned_dir=UPSTREAM[1])
     return {name: sub for name, sub in subs.items() if sub is not None}
 
 

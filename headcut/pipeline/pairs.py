@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from headcut.data import Pairs, is_synthetic, read_pairs, synthetic_spec
-from headcut.pipeline.recipe import PipelineRecipe
+from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 
 
 def read(spec: str, *, preset: str | None, rows: int | None, seed: int) -> Pairs:
@@ -26,7 +26,6 @@ def training_recipes(recipe: PipelineRecipe, teacher_meta: dict | None) -> list:
     """The recipes that picked a checkpoint in this run: the teacher's (trained here, or as recorded in an
     existing grader's meta.json) and every student's."""
     from headcut.finetune import FinetuneRecipe
-    from headcut.pipeline.stages import sub_recipes
 
     subs = sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")
     found = [r for r in subs.values() if r is not None]

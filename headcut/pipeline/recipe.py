@@ -189,8 +189,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     _check_scan(parts["scan"], prune, problems)
     recipe = PipelineRecipe(parts["data"] or DataSection(), teacher, parts["scan"], prune, tuple(students),
                             parts["export"], parts["bench"], parts["floor"], where)
-    from headcut.pipeline.stages import sub_recipes  # every sub-recipe built once here, with placeholder paths
-
+    # every sub-recipe built once here, with placeholder paths
     _checked(lambda: sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>"), problems)
     if problems:
         raise UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in problems) + ".")
@@ -272,4 +271,42 @@ def as_dict(recipe: PipelineRecipe) -> dict:
             out[name] = {"recipe": value.recipe, "path": value.path, **dict(value.overrides)}
         else:
             out[name] = None if value is None else to_dict(value)
+    return out
+
+
+def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | None) -> dict:
+    """The finetune recipe of the teacher (None for an existing grader) and the distill recipe of each
+    student ('distill.NAME'), with the run's data and upstream models put in."""
+    from headcut.distill.recipe import DistillRecipe
+    from headcut.finetune import FinetuneRecipe
+
+    data = recipe.data
+    common = {"train_data": data.train, "dev_data": data.dev, "preset": data.preset}
+    out = {"teacher": None}
+    problems = []
+    if recipe.teacher is not None and recipe.teacher.recipe is not None:
+        try:
+            out["teacher"] = read_sub_recipe(FinetuneRecipe, recipe.teacher.recipe, "finetune", injected=common,
+                                             overrides=dict(recipe.teacher.overrides), where="[teacher]")
+        except UserError as e:
+            problems.append(str(e))
+    for name, student in recipe.distill:
+        def adjust(merged, name=name):
+            if merged.get("student") != "pruned":
+                return {}
+            if recipe.prune is None:
+                raise UserError(f"[distill.{name}] a 'pruned' student trains the prune stage's model; add a prune "
+                                "section or set student_model")
+            return {"student_model": pruned_dir}
+
+        try:
+            # bench times every grader on the deployment runtime, so the PyTorch timing after training is skipped
+            out[f"distill.{name}"] = read_sub_recipe(
+                DistillRecipe, student.recipe, "distill", where=f"[distill.{name}]",
+                injected={**common, "teacher": teacher_dir, "measure_speed": False},
+                overrides=dict(student.overrides), adjust=adjust)
+        except UserError as e:
+            problems.append(str(e))
+    if problems:
+        raise UserError("; ".join(p.rstrip(".") for p in problems) + ".")
     return out

@@ -27,7 +27,7 @@ from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
-from headcut.pipeline.recipe import PipelineRecipe, as_dict
+from headcut.pipeline.recipe import PipelineRecipe, as_dict, sub_recipes
 from headcut.recipes import to_dict
 from headcut.run_folder import locked
 
@@ -63,7 +63,7 @@ class RunResult:
 
 def plan(recipe: PipelineRecipe) -> list[Stage]:
     """The run's stages in order, with what each depends on and the settings its fingerprint covers."""
-    subs = stages.sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")  # paths: upstream fingerprints
+    subs = sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")  # paths: upstream fingerprints
     data = to_dict(recipe.data)
     teacher = {"path": recipe.teacher.path} if recipe.teacher.path else {"recipe": to_dict(subs["teacher"])}
     out = [Stage("teacher", (), teacher, stages.teacher)]

@@ -11,7 +11,7 @@ from typing import Callable
 
 from headcut.errors import UserError
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
-from headcut.pipeline.recipe import PipelineRecipe, read_sub_recipe
+from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 
 
 @dataclass
@@ -31,44 +31,6 @@ class Context:
 
     def rel(self, path: Path) -> str:
         return str(path.relative_to(self.run_dir))
-
-
-def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | None) -> dict:
-    """The finetune recipe of the teacher (None for an existing grader) and the distill recipe of each
-    student ('distill.NAME'), with the run's data and upstream models put in."""
-    from headcut.distill.recipe import DistillRecipe
-    from headcut.finetune import FinetuneRecipe
-
-    data = recipe.data
-    common = {"train_data": data.train, "dev_data": data.dev, "preset": data.preset}
-    out = {"teacher": None}
-    problems = []
-    if recipe.teacher is not None and recipe.teacher.recipe is not None:
-        try:
-            out["teacher"] = read_sub_recipe(FinetuneRecipe, recipe.teacher.recipe, "finetune", injected=common,
-                                             overrides=dict(recipe.teacher.overrides), where="[teacher]")
-        except UserError as e:
-            problems.append(str(e))
-    for name, student in recipe.distill:
-        def adjust(merged, name=name):
-            if merged.get("student") != "pruned":
-                return {}
-            if recipe.prune is None:
-                raise UserError(f"[distill.{name}] a 'pruned' student trains the prune stage's model; add a prune "
-                                "section or set student_model")
-            return {"student_model": pruned_dir}
-
-        try:
-            # bench times every grader on the deployment runtime, so the PyTorch timing after training is skipped
-            out[f"distill.{name}"] = read_sub_recipe(
-                DistillRecipe, student.recipe, "distill", where=f"[distill.{name}]",
-                injected={**common, "teacher": teacher_dir, "measure_speed": False},
-                overrides=dict(student.overrides), adjust=adjust)
-        except UserError as e:
-            problems.append(str(e))
-    if problems:
-        raise UserError("; ".join(p.rstrip(".") for p in problems) + ".")
-    return out
 
 
 def teacher_meta(ctx: Context) -> dict:
