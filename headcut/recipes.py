@@ -44,21 +44,34 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
 def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None):
     """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides."""
     path = find_recipe(name_or_path, kind=kind)
+    data = read_recipe_file(path)
+    origins = {}
+    for item in overrides:
+        key, value = parse_override(item)
+        data[key] = value
+        origins[key] = f"--set {item}"
+    return from_dict(cls, data, where=str(path), origins=origins)
+
+
+def read_recipe_file(path: Path, *, what: str = "a recipe is a mapping of keys to values") -> dict:
+    """The YAML mapping in the recipe file `path`: one sentence naming the file when it is not UTF-8, not
+    YAML, or not a mapping (`what` says what it should be)."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start}); re-save it as UTF-8.") from None
-    data = _yaml(text, str(path), "fix the file") or {}
+    data = parse_yaml(text, str(path), "fix the file") or {}
     if not isinstance(data, dict):
-        raise UserError(f"{path}: a recipe is a mapping of keys to values; fix the file.")
-    origins = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise UserError(f"--set '{item}' is not key=value; write e.g. --set epochs=2.")
-        data[key.strip()] = _yaml(value, f"--set '{item}'", "quote text values, e.g. --set key='[x'")
-        origins[key.strip()] = f"--set {item}"
-    return from_dict(cls, data, where=str(path), origins=origins)
+        raise UserError(f"{path}: {what}; fix the file.")
+    return data
+
+
+def parse_override(item: str, *, form: str = "key=value", example: str = "epochs=2") -> tuple[str, object]:
+    """One `--set key=value`: the key, and the value read as YAML; `form` and `example` word the error."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise UserError(f"--set '{item}' is not {form}; write e.g. --set {example}.")
+    return key.strip(), parse_yaml(value, f"--set '{item}'", f"quote text values, e.g. --set {key.strip()}='[x'")
 
 
 # Values of a recipe once its aliases (*name) are expanded: a recipe holds hundreds, an alias bomb billions.
@@ -131,7 +144,8 @@ _Loader.add_implicit_resolver(
     list("-+0123456789."))
 
 
-def _yaml(text: str, where: str, fix: str):
+def parse_yaml(text: str, where: str, fix: str):
+    """`text` read as YAML (recipe rules: see _Loader); one sentence naming `where` and the line when it is not."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:

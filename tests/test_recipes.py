@@ -133,9 +133,9 @@ def test_a_duplicate_key_in_a_training_recipe_and_in_a_set_value(tmp_path):
 
 def test_merge_keys_still_override():
     """`<<: *base` then a key of its own is YAML's way to override, not a duplicate."""
-    from headcut.recipes import _yaml
+    from headcut.recipes import parse_yaml
 
-    data = _yaml("a: &a {epochs: 1, seed: 3}\nb: {<<: *a, epochs: 2}\n", "r.yaml", "fix the file")
+    data = parse_yaml("a: &a {epochs: 1, seed: 3}\nb: {<<: *a, epochs: 2}\n", "r.yaml", "fix the file")
     assert data["b"] == {"epochs": 2, "seed": 3}
 
 
@@ -166,3 +166,19 @@ def test_a_long_wrong_value_is_shown_short(tmp_path):
     with pytest.raises(UserError, match="key 'train_data' must be text, not") as err:
         load_recipe(DistillRecipe, path)
     assert len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"- epochs\n- 2\n", "a recipe is a mapping of keys to values; fix the file."),
+    (b"epochs: 2\nnote: caf\xe9\n", "not UTF-8 (byte 0xe9 at byte 19); re-save it as UTF-8."),
+])
+def test_a_run_names_a_teacher_recipe_file_that_is_no_recipe(tmp_path, content, words):
+    """Was: the pipeline read its sub-recipes with its own reader: a list was a TypeError traceback, and
+    bytes that are not UTF-8 a UnicodeDecodeError."""
+    from headcut.pipeline.recipe import load_pipeline
+
+    bad = tmp_path / "teacher.yaml"
+    bad.write_bytes(content)
+    with pytest.raises(UserError) as e:
+        load_pipeline("quickstart", overrides=[f"teacher.recipe={bad}"])
+    assert f"{bad}: {words}" in str(e.value)

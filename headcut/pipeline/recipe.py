@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from headcut.errors import UserError
 from headcut.ranges import ranged
-from headcut.recipes import _yaml, find_recipe, from_dict, to_dict
+from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, to_dict
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
 
@@ -109,23 +109,19 @@ CLASSES = {"data": DataSection, "scan": ScanSection, "prune": PruneSection, "exp
            "bench": BenchSection, "floor": FloorSection}
 
 
+SET_EXAMPLE = "teacher.epochs=1 or --set distill.bottom3.epochs=2"
+
+
 def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> PipelineRecipe:
     """Read a pipeline recipe and its `section.key=value` overrides; every problem is reported at once."""
     path = find_recipe(name_or_path, kind="run")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not UTF-8; re-save it as UTF-8.") from None
-    data = _yaml(text, str(path), "fix the file") or {}
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a pipeline recipe is a mapping of sections ({', '.join(SECTIONS)}); fix the file.")
+    data = read_recipe_file(path, what=f"a pipeline recipe is a mapping of sections ({', '.join(SECTIONS)})")
     origins: dict[tuple, str] = {}
     for item in overrides:
-        key, sep, value = item.partition("=")
-        parts = key.strip().split(".")
-        if not sep or len(parts) < 2 or not all(parts):
-            raise UserError(f"--set '{item}' is not section.key=value; write e.g. --set teacher.epochs=1 "
-                            "or --set distill.bottom3.epochs=2.")
+        key, value = parse_override(item, form="section.key=value", example=SET_EXAMPLE)
+        parts = key.split(".")
+        if len(parts) < 2 or not all(parts):
+            raise UserError(f"--set '{item}' is not section.key=value; write e.g. --set {SET_EXAMPLE}.")
         students = data.get("distill") if isinstance(data.get("distill"), dict) else {}
         if parts[0] == "distill" and len(parts) > 2 and parts[1] not in students and parts[2] != "recipe":
             raise UserError(f"--set '{item}': the recipe has no student '{parts[1]}' (students: "
@@ -137,7 +133,7 @@ def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> Pip
             if not isinstance(node[part], dict):
                 raise UserError(f"--set '{item}': '{part}' is not a section; write e.g. --set teacher.epochs=1.")
             node = node[part]
-        node[parts[-1]] = _yaml(value, f"--set '{item}'", "quote text values, e.g. --set data.train='[x'")
+        node[parts[-1]] = value
         origins[tuple(parts)] = f"--set {item}"
     return from_mapping(data, where=str(path), origins=origins)
 
@@ -251,7 +247,7 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
     section's own keys, checked as that recipe. `adjust(merged)` may add injected values that depend on
     the merged keys (a pruned student's model)."""
     path = find_recipe(name, kind=kind)
-    base = _yaml(path.read_text(encoding="utf-8"), str(path), "fix the file") or {}
+    base = read_recipe_file(path)
     merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
     if adjust:
         merged = {**merged, **{k: v for k, v in adjust(merged).items() if k not in overrides}}
