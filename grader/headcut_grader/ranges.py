@@ -46,6 +46,13 @@ def ranged(default, low=None, high=None, *, low_open=False, high_open=False, met
     return dataclasses.field(default=default, metadata={**(metadata or {}), "range": valid})
 
 
+def same_as(cls, name: str):
+    """A dataclass field with the default and range of dataclass `cls`'s field `name`: a setting two
+    dataclasses hold is declared once."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return dataclasses.field(default=field.default, metadata=field.metadata)
+
+
 def field_problem(f: dataclasses.Field, value) -> str | None:
     """The sentence saying why `value` (or an element, for a tuple) is outside field `f`'s `ranged` range;
     None when it is inside, unset (None) or the field has no range."""

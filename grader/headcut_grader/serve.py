@@ -17,6 +17,7 @@ import os
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 
+from headcut_grader.ranges import ranged
 from headcut_grader.serve_middleware import RETRY_AFTER_SECONDS, SHUTTING_DOWN, DrainDeadline, JsonBody, Measured
 
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
@@ -24,19 +25,19 @@ ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker proces
 
 @dataclass(frozen=True)
 class Limits:
-    max_body_bytes: int = 1_000_000
-    max_pairs: int = 256  # per request (titles for /rank): one request cannot hold a worker for long
-    max_text_chars: int = 2_000  # longer texts are truncated to max_length tokens anyway
+    max_body_bytes: int = ranged(1_000_000, 100)
+    max_pairs: int = ranged(256, 1)  # per request (titles for /rank): one request cannot hold a worker for long
+    max_text_chars: int = ranged(2_000, 1)  # longer texts are truncated to max_length tokens anyway
 
 
 @dataclass(frozen=True)
 class Batching:
     # benchmarks/serve_load.py: large runs sorted by length into small ORT batches pad least; a 2 ms
     # window gathers the burst of requests that a finished run's answers set off
-    max_batch: int = 256  # pairs per grader run; whole requests only, so 1 turns merging off
-    max_wait_ms: float = 2.0  # how long a quiet server waits for company; under load batches fill anyway
-    max_queue: int = 512  # pairs waiting per worker before new requests get 503
-    batch_size: int = 16  # pairs per ONNX Runtime call within a run, after sorting the run by length
+    max_batch: int = ranged(256, 1, 65536)  # pairs per grader run; whole requests only, so 1 turns merging off
+    max_wait_ms: float = ranged(2.0, 0.0, 10_000.0)  # a quiet server waits for company; under load batches fill anyway
+    max_queue: int = ranged(512, 1, 10_000_000)  # pairs waiting per worker before new requests get 503
+    batch_size: int = ranged(16, 1, 65536)  # pairs per ONNX Runtime call within a run, the run sorted by length
 
 
 @dataclass(frozen=True)

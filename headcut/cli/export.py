@@ -6,7 +6,9 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
-                                THREADS, TITLE_COL, Opt, number, quiet_transformers, read_data, user_errors)
+                                THREADS, TITLE_COL, Opt, field_option, number, quiet_transformers, read_data,
+                                user_errors)
+from headcut.export.gate import Int8Gate
 
 
 def trial_rows(title: str, trials: list[dict]) -> list[str]:
@@ -83,12 +85,12 @@ def export(
     optimize: bool = typer.Option(False, "--optimize", help="ONNX Runtime operator fusion, kept only if it passes parity."),
     opset: int = number(17, "--opset", help="ONNX opset", low=14, high=20),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Labelled pairs for the gate and accuracy (needed by --int8)."),
-    max_drop: float = number(1.0, "--max-drop", help="INT8: most accuracy points it may lose against fp32",
-                             low=0.0, high=100.0),
-    min_agreement: float = number(0.97, "--min-agreement", help="INT8: least share of grades equal to fp32's",
-                                  low=0.0, high=1.0),
-    max_spearman_drift: float = number(0.005, "--max-spearman-drift", help="INT8: most Spearman change vs fp32",
-                                       low=0.0, high=2.0),
+    max_drop: float = field_option(Int8Gate, "max_drop", "--max-drop",
+                                   help="INT8: most accuracy points it may lose against fp32"),
+    min_agreement: float = field_option(Int8Gate, "min_agreement", "--min-agreement",
+                                        help="INT8: least share of grades equal to fp32's"),
+    max_spearman_drift: float = field_option(Int8Gate, "max_spearman_drift", "--max-spearman-drift",
+                                             help="INT8: most Spearman change vs fp32"),
     threads: int = THREADS,
     max_length: Opt[int] = MAX_LENGTH,
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
@@ -103,7 +105,7 @@ def export(
     --data ../shared/data/homedepot/dev.tsv --limit 2000 (run it on that CPU: bf16 needs AMX or AVX512_BF16).
     """
     quiet_transformers()
-    from headcut.export import Int8Gate, build_grader
+    from headcut.export import build_grader
     from headcut.files import check_out_dir
     from headcut.models import load_model
 

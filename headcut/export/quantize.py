@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from headcut.arch import ARCHITECTURES, layer_parts
+from headcut.export.gate import Int8Gate
 
 
 @dataclass(frozen=True)
@@ -224,24 +225,6 @@ class Int8Trial:
     def describe(self) -> str:
         return (f"{self.choice}: agreement {self.agreement:.2%}, Spearman {self.spearman_drift:+.4f}, drop "
                 f"{self.accuracy_drop:+.2f} pt, batch drift {self.batch_drift:.3f}, x{self.speed_vs_fp32:.2f} of fp32")
-
-
-@dataclass(frozen=True)
-class Int8Gate:
-    min_agreement: float = 0.97
-    max_spearman_drift: float = 0.005
-    max_drop: float = 1.0  # accuracy points
-    # The alternative to an INT8 graph is the fp32 one, so that is the yardstick: a recipe slower than the
-    # default INT8 (timing noise, or fp32 nodes kept) still beats shipping fp32 when it is clearly faster.
-    min_speed_vs_fp32: float = 1.15
-    # A pair's grade must not depend on its neighbours: 0.01 expected grade allows float rounding between
-    # kernels of different batch shapes (fp32 and fixed-scale INT8 show 0 here), not per-batch scales (0.2-0.4).
-    max_batch_drift: float = 0.01
-
-    def passes(self, trial: Int8Trial) -> bool:
-        return (trial.agreement >= self.min_agreement and abs(trial.spearman_drift) <= self.max_spearman_drift
-                and trial.accuracy_drop <= self.max_drop and trial.speed_vs_fp32 >= self.min_speed_vs_fp32
-                and trial.batch_drift <= self.max_batch_drift)
 
 
 def fastest_passing(trials: list[Int8Trial]) -> Int8Trial | None:

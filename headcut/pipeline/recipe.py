@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from headcut.errors import UserError
-from headcut.ranges import ranged
+from headcut.export.gate import Int8Gate
+from headcut.ranges import ranged, same_as
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, to_dict
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
@@ -68,9 +69,9 @@ class ExportSection:
     # onnxruntime; openvino (an OpenVINO graph beside an fp32 ONNX one); auto (both, the bench times each)
     backend: Literal["onnxruntime", "openvino", "auto"] = "onnxruntime"
     rows: int = ranged(1000, 20)  # test pairs for the parity and INT8 gates
-    min_agreement: float = ranged(0.97, 0.0, 1.0)
-    max_spearman_drift: float = ranged(0.005, 0.0, 2.0)
-    max_drop: float = ranged(1.0, 0.0, 100.0)
+    min_agreement: float = same_as(Int8Gate, "min_agreement")
+    max_spearman_drift: float = same_as(Int8Gate, "max_spearman_drift")
+    max_drop: float = same_as(Int8Gate, "max_drop")
     threads: int = ranged(2, 1, 256)
 
 

@@ -72,6 +72,17 @@ def number(default, *flags: str, help: str, low=None, high=None, low_open=False,
     return typer.Option(default, *flags, help=f"{help} ({valid.describe()}).", parser=bounded(kind, valid, flags[0]))
 
 
+def field_option(cls, name: str, *flags: str, help: str, kind=None):
+    """`number` with the default and range of dataclass field `name` of `cls` (declared there once, with
+    headcut_grader.ranges.ranged), so a flag and the library's setting cannot drift apart."""
+    import dataclasses
+
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    valid = field.metadata.get("range") or Range()
+    return number(field.default, *flags, help=help, low=valid.low, high=valid.high, low_open=valid.low_open,
+                  high_open=valid.high_open, kind=kind)
+
+
 # Reusable option declarations (typer reads the defaults).
 PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or qbqtc.")
 QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")

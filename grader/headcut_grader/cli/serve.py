@@ -10,13 +10,12 @@ from pathlib import Path
 import typer
 
 from headcut_grader.backends import INSTALL
-from headcut_grader.cli.common import BACKEND, Opt, number, user_errors
+from headcut_grader.cli.common import BACKEND, Opt, field_option, number, user_errors
 from headcut_grader.serve import Batching, Limits
 
 # uvicorn closes a connection idle for 5 s, the very expiry of httpx's pool: a client reusing one just then got
 # "Server disconnected" or a reset (2 in 5,000 keep-alive requests). Above the 60 s of ALBs and nginx upstreams.
 KEEP_ALIVE_SECONDS = 75.0
-LIMITS, BATCHING = Limits(), Batching()  # each limit's default is declared once, in headcut_grader.serve
 
 
 @user_errors
@@ -30,17 +29,18 @@ def serve(
     threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
                                low=1, kind=int),
     backend: str = BACKEND,
-    max_pairs: int = number(LIMITS.max_pairs, "--max-pairs", help="Most pairs (or titles) in one request", low=1),
-    max_text_chars: int = number(LIMITS.max_text_chars, "--max-text-chars", help="Longest query or title, in characters", low=1),
-    max_body_bytes: int = number(LIMITS.max_body_bytes, "--max-body-bytes", help="Largest request body", low=100),
-    max_batch: int = number(BATCHING.max_batch, "--max-batch", help="Most pairs in one grader run made of concurrent requests "
-                            "(whole requests; 1 turns merging off)", low=1, high=65536),
-    max_wait_ms: float = number(BATCHING.max_wait_ms, "--max-wait-ms", help="How long a request may wait for others to share its "
-                                "run, in milliseconds", low=0.0, high=10_000.0),
-    max_queue: int = number(BATCHING.max_queue, "--max-queue", help="Pairs waiting per worker before new requests get 503 with "
-                            "Retry-After (at least --max-pairs)", low=1, high=10_000_000),
-    batch_size: int = number(BATCHING.batch_size, "--batch-size", help="Pairs per ONNX Runtime call within a run (the run is "
-                             "sorted by length first)", low=1, high=65536),
+    max_pairs: int = field_option(Limits, "max_pairs", "--max-pairs", help="Most pairs (or titles) in one request"),
+    max_text_chars: int = field_option(Limits, "max_text_chars", "--max-text-chars",
+                                       help="Longest query or title, in characters"),
+    max_body_bytes: int = field_option(Limits, "max_body_bytes", "--max-body-bytes", help="Largest request body"),
+    max_batch: int = field_option(Batching, "max_batch", "--max-batch", help="Most pairs in one grader run made of "
+                                  "concurrent requests (whole requests; 1 turns merging off)"),
+    max_wait_ms: float = field_option(Batching, "max_wait_ms", "--max-wait-ms", help="How long a request may wait "
+                                      "for others to share its run, in milliseconds"),
+    max_queue: int = field_option(Batching, "max_queue", "--max-queue", help="Pairs waiting per worker before new "
+                                  "requests get 503 with Retry-After (at least --max-pairs)"),
+    batch_size: int = field_option(Batching, "batch_size", "--batch-size", help="Pairs per ONNX Runtime call within "
+                                   "a run (the run is sorted by length first)"),
     drain_seconds: float = number(30.0, "--drain-seconds", help="On SIGTERM/Ctrl-C: how long requests already "
                                   "taken may take to finish; any still unanswered then get 503", low=0.0,
                                   high=3600.0),
