@@ -498,3 +498,16 @@ def test_nan_fisher_scores_stop_a_budget_prune_in_one_sentence(budget, tmp_path,
     assert result.exit_code == 2, (result.output, result.exception)
     assert "the score of neuron L1N2 is not a number (NaN)" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_the_one_prune_target_rule_words_flags_and_recipe_keys():
+    """One rule for the CLI, prune_to_budget and run recipes (headcut/prune/targets.py)."""
+    from headcut.prune.targets import one_target_problem
+
+    assert one_target_problem({"keep_ratio": None, "flops": 0.5, "latency": None}, flags=True) is None
+    assert one_target_problem({"keep_ratio": 0.8, "flops": 0.5, "latency": None}, flags=True) == (
+        "exactly one of --keep-ratio R (heads only), --flops F or --latency S (heads and FFN neurons)")
+    assert one_target_problem({"keep_ratio": None, "flops": None}, flags=False) == (
+        "exactly one of keep_ratio (heads only) or flops (heads and FFN neurons)")
+    assert one_target_problem({"flops": 0.5, "latency": 0.5}, flags=True) == (
+        "exactly one of --flops F or --latency S (heads and FFN neurons)")

@@ -101,9 +101,11 @@ def prune(
     from headcut.models import load_model
     from headcut.prune import PruneSettings, format_report, prune as run, prune_to_budget, write_artifact
     from headcut.prune.artifact import FIGURE
+    from headcut.prune.targets import one_target_problem
 
-    if [keep_ratio, flops, latency].count(None) != 2:
-        raise UserError("pass exactly one of --keep-ratio R (heads only), --flops F or --latency S (heads and FFN neurons).")
+    target = one_target_problem({"keep_ratio": keep_ratio, "flops": flops, "latency": latency}, flags=True)
+    if target:
+        raise UserError(f"pass {target}.")
     budgeted = keep_ratio is None
     if budgeted and (scores is not None or iterative or min_heads):
         raise UserError("--scores, --iterative and --min-heads are for --keep-ratio; --flops and --latency score "

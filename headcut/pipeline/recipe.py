@@ -179,8 +179,11 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if yardstick is not None and not (Path(yardstick) / "config.json").is_file():
         problems.append(f"[bench] yardstick {yardstick} is not a grader folder (no config.json); pass "
                         "--set bench.yardstick=DIR (a folder written by headcut finetune) or null")
-    if prune is not None and (prune.keep_ratio is None) == (prune.flops is None):
-        problems.append("[prune] give exactly one of keep_ratio (heads only) or flops (heads and FFN neurons)")
+    from headcut.prune.targets import one_target_problem  # headcut.prune loads torch: only when a recipe is read
+
+    target = prune and one_target_problem({"keep_ratio": prune.keep_ratio, "flops": prune.flops}, flags=False)
+    if target:
+        problems.append(f"[prune] give {target}")
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
     _check_scan(parts["scan"], prune, problems)

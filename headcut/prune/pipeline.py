@@ -15,6 +15,7 @@ from headcut.evaluate.fisher import TARGETS, UnitScores, unit_fisher
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 from headcut.prune.budget import check_budget, plan_budget
+from headcut.prune.targets import one_target_problem
 from headcut.timing import Runtime
 from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency
 from headcut.prune.refit import refit_head
@@ -145,8 +146,9 @@ def prune_to_budget(
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
     if targets == "grades" and not score_pairs.has_labels:
         raise UserError(f"{score_pairs.source} has no grades, which --targets grades needs; use --targets teacher.")
-    if (flops is None) == (latency is None):
-        raise UserError("pass exactly one budget: --flops F or --latency S.")
+    target = one_target_problem({"flops": flops, "latency": latency}, flags=True)
+    if target:
+        raise UserError(f"pass {target}.")
     check_unpruned(loaded)
     seq_len = int(seq_len or loaded.max_length)
     costs = unit_flops(loaded.model, seq_len)
