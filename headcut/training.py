@@ -108,6 +108,18 @@ def _better(value, best, metric):
     return value < best if metric == "loss" else value > best
 
 
+@dataclass
+class _Run:
+    """What `train` sets up once: accelerate's objects and the parameters it steps."""
+    accelerator: object
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: object
+    params: list  # every trainable parameter (clipped together)
+    extra_params: list  # extra modules' parameters: their gradients are averaged here, not by DDP
+    total_steps: int
+
+
 def train(
     model,
     encoded: Encoded,
@@ -127,6 +139,42 @@ def train(
     `work_dir` resumes from there. `save_best` is called with the model whenever the selected metric improves.
     `stop_after_steps` stops early (used by tests to simulate an interruption).
     """
+    run = _setup(model, settings, extra_modules, total_steps(len(encoded), settings))
+    ckpt = work_dir / "checkpoint"
+    state = _resume(run.accelerator, ckpt)
+    per_epoch = math.ceil(len(encoded) / settings.batch_size)
+    micro_total = math.ceil(per_epoch * settings.epochs)
+    micro = state.step * settings.gradient_accumulation
+    clock = _Clock()
+    stop = False
+    while micro < micro_total and not stop:
+        epoch, offset = divmod(micro, per_epoch)
+        for rows in epoch_batches(encoded, settings.batch_size, seed=settings.seed, epoch=epoch)[offset:]:
+            if micro >= micro_total:
+                break
+            loss = _micro_step(run, encoded, rows, loss_fn, settings)
+            micro += 1
+            state.examples += len(rows)
+            if micro % settings.gradient_accumulation:
+                continue
+            state.step += 1
+            if progress:
+                progress({"step": state.step, "total": run.total_steps, "loss": loss.item()})
+            last = micro >= micro_total
+            if state.step % settings.eval_every == 0 or last:
+                stop = _evaluate(run, state, settings, evaluate_fn, save_best, progress)
+            if state.step % settings.checkpoint_every == 0 or last or stop:
+                clock.add_to(state)
+                _checkpoint(run.accelerator, ckpt, state)
+            if stop or (stop_after_steps is not None and state.step >= stop_after_steps):
+                stop = True
+                break
+    run.accelerator.wait_for_everyone()
+    return state
+
+
+def _setup(model, settings: LoopSettings, extra_modules, steps: int) -> _Run:
+    """Seed, accelerate, AdamW (no decay on biases and norms) and a linear warm-up / decay schedule."""
     from accelerate import Accelerator
     from accelerate.utils import DataLoaderConfiguration, set_seed
 
@@ -137,91 +185,88 @@ def train(
         mixed_precision=settings.mixed_precision, gradient_accumulation_steps=settings.gradient_accumulation,
         cpu=not torch.cuda.is_available(), dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
-    world, rank = accelerator.num_processes, accelerator.process_index
     params = [p for m in [model, *extra_modules] for p in m.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() > 1]
-    no_decay = [p for p in params if p.dim() <= 1]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        [{"params": [p for p in params if p.dim() > 1], "weight_decay": settings.weight_decay},
+         {"params": [p for p in params if p.dim() <= 1], "weight_decay": 0.0}],
         lr=settings.learning_rate,
     )
-    per_epoch = math.ceil(len(encoded) / settings.batch_size)
-    total_steps = max(1, math.ceil(per_epoch * settings.epochs / settings.gradient_accumulation))
-    warmup = int(settings.warmup_ratio * total_steps)
-
-    def schedule(step):  # linear warm-up then linear decay
-        if step < warmup:
-            return (step + 1) / max(1, warmup)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _schedule(steps, int(settings.warmup_ratio * steps)))
     # Extra modules (distill's hidden-state projections) are called by loss_fn directly, not through a DDP
     # wrapper, so their gradients are averaged across processes here instead.
     extra_params = [p for m in extra_modules for p in m.parameters() if p.requires_grad]
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     for m in extra_modules:
         accelerator.register_for_checkpointing(m)
-    state = LoopState()
-    ckpt = work_dir / "checkpoint"
-    if (ckpt / "loop.json").exists():
-        accelerator.load_state(str(ckpt))
-        state = LoopState(**json.loads((ckpt / "loop.json").read_text()))
+    return _Run(accelerator, model, optimizer, scheduler, params, extra_params, steps)
 
-    micro_total = math.ceil(per_epoch * settings.epochs)
-    micro = state.step * settings.gradient_accumulation
-    started, cpu_started = time.perf_counter(), time.process_time()
+
+def _schedule(total: int, warmup: int) -> Callable[[int], float]:
+    """Linear warm-up over `warmup` steps, then linear decay to 0 at `total`."""
+    def factor(step):
+        if step < warmup:
+            return (step + 1) / max(1, warmup)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return factor
+
+
+def _resume(accelerator, ckpt: Path) -> LoopState:
+    """The loop state of the checkpoint in `ckpt` (model, optimizer, scheduler, RNG loaded), else a fresh one."""
+    if not (ckpt / "loop.json").exists():
+        return LoopState()
+    accelerator.load_state(str(ckpt))
+    return LoopState(**json.loads((ckpt / "loop.json").read_text()))
+
+
+def _micro_step(run: _Run, encoded: Encoded, rows: np.ndarray, loss_fn, settings: LoopSettings) -> torch.Tensor:
+    """Forward and backward of this process's share of one batch; the optimizer steps when accumulation ends."""
+    accelerator, world = run.accelerator, run.accelerator.num_processes
+    run.model.train()
+    shard, share = _shard(rows, accelerator.process_index, world)
+    batch = {k: v.to(accelerator.device) for k, v in collate(encoded, shard).items()}
+    with accelerator.accumulate(run.model):
+        loss = loss_fn(run.model, batch, shard)
+        accelerator.backward(loss * share)
+        if accelerator.sync_gradients and world > 1:
+            _average_gradients(run.extra_params, world)
+        if accelerator.sync_gradients and settings.max_grad_norm:
+            accelerator.clip_grad_norm_(run.params, settings.max_grad_norm)
+        run.optimizer.step()
+        run.scheduler.step()
+        run.optimizer.zero_grad()
+    return loss
+
+
+def _evaluate(run: _Run, state: LoopState, settings: LoopSettings, evaluate_fn, save_best, progress) -> bool:
+    """Evaluate, keep the best model (main process), count evaluations without improvement; True: stop early."""
+    model = run.accelerator.unwrap_model(run.model)
+    metrics = evaluate_fn(model)
+    value = metrics[settings.select_metric]
+    state.history.append({"step": state.step, **metrics})
     stop = False
-    while micro < micro_total and not stop:
-        epoch, offset = divmod(micro, per_epoch)
-        batches = epoch_batches(encoded, settings.batch_size, seed=settings.seed, epoch=epoch)
-        for rows in batches[offset:]:
-            if micro >= micro_total:
-                break
-            model.train()
-            shard, share = _shard(rows, rank, world)
-            batch = {k: v.to(accelerator.device) for k, v in collate(encoded, shard).items()}
-            with accelerator.accumulate(model):
-                loss = loss_fn(model, batch, shard)
-                accelerator.backward(loss * share)
-                if accelerator.sync_gradients and world > 1:
-                    _average_gradients(extra_params, world)
-                if accelerator.sync_gradients and settings.max_grad_norm:
-                    accelerator.clip_grad_norm_(params, settings.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-            micro += 1
-            state.examples += len(rows)
-            if micro % settings.gradient_accumulation:
-                continue
-            state.step += 1
-            if progress:
-                progress({"step": state.step, "total": total_steps, "loss": loss.item()})
-            last = micro >= micro_total
-            if state.step % settings.eval_every == 0 or last:
-                metrics = evaluate_fn(accelerator.unwrap_model(model))
-                value = metrics[settings.select_metric]
-                state.history.append({"step": state.step, **metrics})
-                if _better(value, state.best_value, settings.select_metric):
-                    state.best_value, state.best_step, state.bad_evals = value, state.step, 0
-                    if accelerator.is_main_process:
-                        save_best(accelerator.unwrap_model(model), metrics)
-                else:
-                    state.bad_evals += 1
-                    if settings.early_stopping_patience and state.bad_evals >= settings.early_stopping_patience:
-                        stop = True
-                if progress:
-                    progress({"step": state.step, "total": total_steps, "eval": metrics})
-            if state.step % settings.checkpoint_every == 0 or last or stop:
-                state.train_seconds += time.perf_counter() - started
-                state.cpu_seconds += time.process_time() - cpu_started
-                started, cpu_started = time.perf_counter(), time.process_time()
-                _checkpoint(accelerator, ckpt, state)
-            if stop or (stop_after_steps is not None and state.step >= stop_after_steps):
-                stop = True
-                break
-    accelerator.wait_for_everyone()
-    return state
+    if _better(value, state.best_value, settings.select_metric):
+        state.best_value, state.best_step, state.bad_evals = value, state.step, 0
+        if run.accelerator.is_main_process:
+            save_best(model, metrics)
+    else:
+        state.bad_evals += 1
+        stop = bool(settings.early_stopping_patience and state.bad_evals >= settings.early_stopping_patience)
+    if progress:
+        progress({"step": state.step, "total": run.total_steps, "eval": metrics})
+    return stop
+
+
+class _Clock:
+    """Wall and CPU seconds of training since the last checkpoint, added to the loop state at each one."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def add_to(self, state: LoopState) -> None:
+        state.train_seconds += time.perf_counter() - self.wall
+        state.cpu_seconds += time.process_time() - self.cpu
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
 
 
 def _shard(rows: np.ndarray, rank: int, world: int) -> tuple[np.ndarray, float]:
