@@ -48,7 +48,7 @@ def bench(
     from headcut.export.bench import (BenchSettings, benchmark, grader_backends, grader_variant, load_measured,
                                       pytorch_variant, write_bench)
     from headcut.files import atomic_dir, check_out_dir
-    from headcut.models import load_model
+    from headcut.models import check_stage, load_model
 
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
@@ -61,6 +61,7 @@ def bench(
                       label_map=label_map, limit=limit)
     def loaded(name):
         result = load_model(name)
+        check_stage(result, "bench")
         check_max_length(result.model, max(settings.seq_lens), flag="--seq-lens")
         return result
 

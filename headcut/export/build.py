@@ -72,6 +72,9 @@ def build_grader(
     accuracy figures and every precision choice.
     Raises ParityError when a graph fails its gate, UserError when the request cannot be met here.
     """
+    from headcut.models import check_stage
+
+    check_stage(loaded, "export")
     say = progress or (lambda message: None)
     model, tokenizer = loaded.model, loaded.tokenizer
     max_length = max_length or loaded.max_length

@@ -85,10 +85,12 @@ def check_readable(path: str, *, preset: str | None) -> None:
 
 def check_models(recipe: PipelineRecipe) -> None:
     """Every model the recipe names is a model folder (or a built-in name whose package is installed)."""
-    from headcut.models import resolve_source
+    from headcut.models import check_stage, outline, resolve_source
 
     for key, value in model_folders(recipe).items():
         resolve_source(value, flag=key)
+        if key == "teacher.path":
+            check_stage(outline(value, flag=key), "run")
 
 
 def check_prune_budget(recipe: PipelineRecipe) -> None:
