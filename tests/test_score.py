@@ -206,3 +206,59 @@ def test_flops_prune_of_a_score_model_tunes_never_worse_and_reports_ranking(rera
     q = record["quality"]
     assert q["task"] == "score" and "ndcg@10" in q["before"] and 0 < q["paired"]["pair_order"]["value"] <= 1
     assert "Ordered as the unpruned model orders them" in format_report(record)
+
+
+# --- sentence-transformers CrossEncoder folders in and out ------------------------------------------
+
+
+def headcut_scores(folder, pairs):
+    from headcut.evaluate.predict import predict_logits
+    from headcut_grader.tasks import score_values
+
+    loaded = load_model(folder)
+    return score_values(predict_logits(loaded.model, loaded.tokenizer, pairs, max_length=loaded.max_length),
+                        loaded.activation)
+
+
+def test_cross_encoder_round_trip_through_a_prune(tmp_path):
+    """The real MiniLM as a CrossEncoder reranker (no hub): its folder loads in headcut, prunes, and the pruned
+    model written back loads in sentence-transformers and scores as headcut does."""
+    need_minilm()
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+
+    torch.manual_seed(0)
+    ce = CrossEncoder(str(resolve_source("minilm-l6")), num_labels=1, max_length=32, local_files_only=True)
+    torch.nn.init.normal_(ce.model.classifier.weight, std=0.5)  # a head whose scores differ between titles
+    ce.save_pretrained(str(tmp_path / "ce"))
+    loaded = load_model(tmp_path / "ce")
+    assert (loaded.task, loaded.activation) == ("score", "sigmoid")
+    pairs = scored_pairs(40)
+    data = tmp_path / "d.tsv"
+    data.write_text("query\ttitle\tscore\n" + "".join(f"{q}\t{t}\t{s}\n" for q, t, s in
+                                                       zip(pairs.queries, pairs.titles, pairs.scores)))
+    before = ce.predict(list(zip(pairs.queries, pairs.titles)))
+    assert np.abs(headcut_scores(tmp_path / "ce", pairs) - before).max() <= 1e-5
+    result = CliRunner().invoke(app, ["prune", "--model", str(tmp_path / "ce"), "--keep-ratio", "0.5", "--data",
+                                      str(data), "--out", str(tmp_path / "pruned"), "--no-timing", "--bootstrap", "20",
+                                      "--score-rows", "16"])
+    assert result.exit_code == 0, result.output
+    assert "within each query" in result.output
+    result = CliRunner().invoke(app, ["cross-encoder", "--model", str(tmp_path / "pruned"), "--out", str(tmp_path / "st")])
+    assert result.exit_code == 0, result.output
+    ours = headcut_scores(tmp_path / "pruned", pairs)
+    theirs = CrossEncoder(str(tmp_path / "st"), local_files_only=True).predict(list(zip(pairs.queries, pairs.titles)))
+    assert np.abs(ours - before).max() > 1e-3  # pruning changed the scores, so the check below can fail
+    assert np.abs(ours - theirs).max() <= 1e-5
+
+
+def test_stages_without_score_support_refuse_a_score_model(reranker, tmp_path):
+    grader, dev = reranker
+    export = CliRunner().invoke(app, ["export", str(grader), "--out", str(tmp_path / "g")])
+    bench = CliRunner().invoke(app, ["bench", "--model", str(grader), "--data", str(dev), "--out", str(tmp_path / "b")])
+    for result, stage in ((export, "export"), (bench, "bench")):
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith(f"error: headcut {stage} does not support one-score models (task score) yet")
+    grades = LoadedModel(tiny_model("bert"), None, {"grades": [1, 2, 3, 4, 5]}, "g")
+    with pytest.raises(UserError, match="only a one-score model"):
+        save_cross_encoder(grades, tmp_path / "x")
