@@ -254,11 +254,82 @@ def test_cross_encoder_round_trip_through_a_prune(tmp_path):
 
 def test_stages_without_score_support_refuse_a_score_model(reranker, tmp_path):
     grader, dev = reranker
-    export = CliRunner().invoke(app, ["export", str(grader), "--out", str(tmp_path / "g")])
     bench = CliRunner().invoke(app, ["bench", "--model", str(grader), "--data", str(dev), "--out", str(tmp_path / "b")])
-    for result, stage in ((export, "export"), (bench, "bench")):
+    for result, stage in ((bench, "bench"),):
         assert result.exit_code == 2, result.output
         assert result.output.startswith(f"error: headcut {stage} does not support one-score models (task score) yet")
     grades = LoadedModel(tiny_model("bert"), None, {"grades": [1, 2, 3, 4, 5]}, "g")
     with pytest.raises(UserError, match="only a one-score model"):
         save_cross_encoder(grades, tmp_path / "x")
+
+
+# --- export, the runtime's grade file and serve -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def score_grader(tmp_path_factory):
+    """A tiny pruned one-score model (a 0-head layer, sigmoid like a CrossEncoder) exported fp32 and INT8."""
+    from test_export import tiny_tokenizer
+
+    from headcut.arch import keep_heads
+    from headcut.export.build import build_grader
+    from headcut.export.quantize import Int8Gate
+    from headcut.finetune import as_scores
+
+    root = tmp_path_factory.mktemp("score-grader")
+    tokenizer = tiny_tokenizer(root / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), max_position_embeddings=128,
+                       initializer_range=0.2)
+    keep_heads(model, [[0, 2], []])
+    meta = {"task": "score", "activation": "sigmoid", "max_length": 64}
+    loaded = LoadedModel(model, tokenizer, meta, "tiny", "0" * 16)
+    pairs = as_scores(synthetic_pairs(120))
+    lenient = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_fp32=0.0)
+    fp32 = build_grader(loaded, root / "fp32", pairs=pairs)
+    int8 = build_grader(loaded, root / "int8", pairs=pairs, int8=True, gate=lenient)
+    return root, loaded, pairs, fp32, int8
+
+
+def test_exported_score_grader_scores_as_pytorch_and_gates_int8_on_ranking(score_grader):
+    from headcut.evaluate.predict import predict_logits
+    from headcut.evaluate.ranking import ranking_agreement
+    from headcut.grader import Grader, Scores
+    from headcut_grader.tasks import score_values
+
+    root, loaded, pairs, fp32, int8 = score_grader
+    assert fp32["task"] == "score" and "grades" not in fp32 and fp32["parity"]["fp32"]["max_abs_diff"] <= 1e-4
+    result = Grader(root / "fp32").grade(pairs)
+    torch_scores = score_values(predict_logits(loaded.model, loaded.tokenizer, pairs, max_length=64), "sigmoid")
+    assert isinstance(result, Scores) and np.abs(result.scores - torch_scores).max() <= 1e-5
+    assert np.ptp(torch_scores) > 1e-3  # scores differ between pairs, so the check can fail
+    assert "ndcg@10" in fp32["accuracy"]["metrics"]
+    trial = int8["int8"]["chosen"]
+    int8_scores = Grader(root / "int8").grade(pairs).scores
+    terms = ranking_agreement(int8_scores, result.scores, pairs.query_groups())
+    assert trial["agreement"] == pytest.approx(np.nansum(terms["same"]) / np.nansum(terms["pairs"]), abs=1e-6)
+
+
+def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):
+    import httpx
+
+    from headcut.export.bench import running_server
+    from headcut.grader import Grader
+    from headcut_grader.grade_file import grade_file
+    from tests.conftest import ROOT
+
+    root, _, pairs, _, _ = score_grader
+    local = Grader(root / "fp32").grade(pairs)
+    source = write_scored(tmp_path / "in.tsv", synthetic_pairs(120), columns=("score",))
+    grade_file(root / "fp32", source, tmp_path / "out.tsv")
+    lines = [line.split("\t") for line in (tmp_path / "out.tsv").read_text().splitlines()]
+    assert lines[0] == ["query", "title", "score"]
+    assert np.allclose([float(r[2]) for r in lines[1:]], local.scores, atol=1e-6)
+    with running_server(root / "fp32", workers=1, threads=1, wait_seconds=90, cwd=ROOT) as url:
+        body = {"pairs": [{"query": q, "title": t} for q, t in zip(pairs.queries[:12], pairs.titles[:12])]}
+        reply = httpx.post(url + "/grade", json=body, timeout=30).json()
+        ranked = httpx.post(url + "/rank", json={"query": pairs.queries[0], "titles": pairs.titles[:12]},
+                            timeout=30).json()["ranking"]
+    assert reply["task"] == "score"
+    assert np.allclose([r["score"] for r in reply["results"]], local.scores[:12], atol=1e-5)
+    assert [r["index"] for r in ranked] == list(np.argsort(-Grader(root / "fp32").grade(
+        [(pairs.queries[0], t) for t in pairs.titles[:12]]).scores, kind="stable"))
