@@ -258,9 +258,23 @@ def test_stages_without_score_support_refuse_a_score_model(reranker, tmp_path):
     for result, stage in ((bench, "bench"),):
         assert result.exit_code == 2, result.output
         assert result.output.startswith(f"error: headcut {stage} does not support one-score models (task score) yet")
+    from headcut.models import check_stage
+
+    with pytest.raises(UserError, match=r"^headcut distill does not support one-score models \(task score\) yet"):
+        check_stage(load_model(grader), "distill")
     grades = LoadedModel(tiny_model("bert"), None, {"grades": [1, 2, 3, 4, 5]}, "g")
     with pytest.raises(UserError, match="only a one-score model"):
         save_cross_encoder(grades, tmp_path / "x")
+
+
+def test_grades_model_given_score_data_exits_2(tokenizer, tmp_path):
+    model = tiny_model("bert", attn="sdpa", vocab_size=tokenizer.vocab_size)
+    grader = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 24}), tmp_path / "m")
+    scores_only = write_scored(tmp_path / "s.tsv", synthetic_pairs(6), columns=("score",))
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(grader), "--data", str(scores_only),
+                                      "--preset", "homedepot"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "has scores ('score') but no grade column 'grade', and this model grades" in result.output.replace("\n", " ")
 
 
 # --- export, the runtime's grade file and serve -----------------------------------------------------
