@@ -57,7 +57,7 @@ class LoadedModel:
 
 
 # Stages that handle one-score models; every other stage refuses them with `check_stage`.
-SCORE_STAGES = ("finetune", "evaluate", "scan", "prune", "cross-encoder", "export", "grade", "serve")
+SCORE_STAGES = ("finetune", "evaluate", "scan", "prune", "cross-encoder", "export", "grade", "serve", "bench")
 
 
 def check_stage(loaded: "LoadedModel", stage: str) -> None:

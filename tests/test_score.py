@@ -254,14 +254,11 @@ def test_cross_encoder_round_trip_through_a_prune(tmp_path):
 
 def test_stages_without_score_support_refuse_a_score_model(reranker, tmp_path):
     grader, dev = reranker
-    bench = CliRunner().invoke(app, ["bench", "--model", str(grader), "--data", str(dev), "--out", str(tmp_path / "b")])
-    for result, stage in ((bench, "bench"),):
-        assert result.exit_code == 2, result.output
-        assert result.output.startswith(f"error: headcut {stage} does not support one-score models (task score) yet")
     from headcut.models import check_stage
 
-    with pytest.raises(UserError, match=r"^headcut distill does not support one-score models \(task score\) yet"):
-        check_stage(load_model(grader), "distill")
+    for stage in ("distill", "run"):
+        with pytest.raises(UserError, match=rf"^headcut {stage} does not support one-score models \(task score\) yet"):
+            check_stage(load_model(grader), stage)
     grades = LoadedModel(tiny_model("bert"), None, {"grades": [1, 2, 3, 4, 5]}, "g")
     with pytest.raises(UserError, match="only a one-score model"):
         save_cross_encoder(grades, tmp_path / "x")
@@ -347,3 +344,14 @@ def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):
     assert np.allclose([r["score"] for r in reply["results"]], local.scores[:12], atol=1e-5)
     assert [r["index"] for r in ranked] == list(np.argsort(-Grader(root / "fp32").grade(
         [(pairs.queries[0], t) for t in pairs.titles[:12]]).scores, kind="stable"))
+
+
+def test_bench_judges_a_score_model_by_ranking(reranker, tmp_path):
+    grader, dev = reranker
+    result = CliRunner().invoke(app, ["bench", "--model", str(grader), "--model", str(grader), "--data", str(dev),
+                                      "--preset", "homedepot", "--limit", "40", "--batch-sizes", "1",
+                                      "--seq-lens", "16", "--repeats", "1", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "b" / "bench.json").read_text())["variants"]
+    assert [r["agreement"] for r in rows] == [1.0, 1.0]  # the same model orders every title pair alike
+    assert -1 <= rows[0]["spearman"] <= 1 and 0 <= rows[0]["accuracy"] <= 1

@@ -57,3 +57,12 @@ def paired(logits_new: np.ndarray, logits_ref: np.ndarray, pairs: Pairs, *, task
     if not pairs.has_labels:
         return {"agreement": {"value": metrics.agreement(logits_new, logits_ref)}}
     return metrics.paired_bootstrap(logits_new, logits_ref, pairs.label_array(), pairs.grades, iters=iters, seed=seed)
+
+
+def agreement(logits: np.ndarray, reference: np.ndarray, pairs: Pairs) -> float:
+    """Agreement with a reference model on `pairs`: the same grade, or for one-score models (one output) the share
+    of within-query title pairs ordered the same way."""
+    if logits.shape[1] != 1:
+        return metrics.agreement(logits, reference)
+    terms = ranking.ranking_agreement(logits[:, 0], reference[:, 0], pairs.query_groups())
+    return float(np.nansum(terms["same"]) / max(np.nansum(terms["pairs"]), 1))
