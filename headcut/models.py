@@ -63,8 +63,12 @@ SCORE_STAGES = ("finetune", "evaluate", "scan", "prune", "cross-encoder", "expor
 def check_stage(loaded: "LoadedModel", stage: str) -> None:
     """A one-score model given to a stage that does not handle scores yet: one sentence naming the stage."""
     if loaded.task == "score" and stage not in SCORE_STAGES:
-        raise UserError(f"headcut {stage} does not support one-score models (task score) yet, and {loaded.path} is "
-                        f"one; {', '.join(SCORE_STAGES)} do, or use a grades model.")
+        raise unsupported(stage, loaded.path)
+
+
+def unsupported(stage: str, what) -> UserError:
+    return UserError(f"headcut {stage} does not support one-score models (task score) yet, and {what} is one; "
+                     f"{', '.join(SCORE_STAGES)} do, or use a grades model.")
 
 
 def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:

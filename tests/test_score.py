@@ -355,3 +355,11 @@ def test_bench_judges_a_score_model_by_ranking(reranker, tmp_path):
     rows = json.loads((tmp_path / "b" / "bench.json").read_text())["variants"]
     assert [r["agreement"] for r in rows] == [1.0, 1.0]  # the same model orders every title pair alike
     assert -1 <= rows[0]["spearman"] <= 1 and 0 <= rows[0]["accuracy"] <= 1
+
+
+def test_a_run_whose_teacher_recipe_trains_a_score_model_exits_2(tmp_path):
+    result = CliRunner().invoke(app, ["run", "quickstart", "--set", "teacher.recipe=finetune/minilm_homedepot_score_cpu",
+                                      "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: headcut run does not support one-score models (task score) yet, and the "
+                                    "teacher its recipe trains is one")
