@@ -363,3 +363,17 @@ def test_a_run_whose_teacher_recipe_trains_a_score_model_exits_2(tmp_path):
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: headcut run does not support one-score models (task score) yet, and the "
                                     "teacher its recipe trains is one")
+
+
+def test_scan_command_on_a_score_model(reranker, tmp_path):
+    grader, dev = reranker
+    base = ["scan", "--model", str(grader), "--data", str(dev), "--preset", "homedepot", "--limit", "40",
+            "--no-probes", "--bootstrap", "10"]
+    refused = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "pass --experiments none" in refused.output
+    result = CliRunner().invoke(app, [*base, "--experiments", "none", "--method", "ablation,kl,fisher",
+                                      "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert "baseline: Spearman" in result.output and "NDCG@10" in result.output
+    methods = json.loads((tmp_path / "b" / "importance.json").read_text())["methods"]
+    assert set(methods) == {"ablation", "kl", "fisher"}
