@@ -625,3 +625,42 @@ ARCHITECTURES: dict[str, Architecture] = {
     ),
 }
 SUPPORTED = tuple(ARCHITECTURES)
+
+
+def widen(model, full) -> None:
+    """Copy `model` (pruned, or not) into `full`, its unpruned twin built from the same config, in place: each
+    kept head / neuron at its original id, every pruned one zero. Exact: a zero head or neuron adds nothing, as a
+    masked one (GELU(0) = 0), and a 0-unit stub's bias is the zero sublayer's output bias. For readers that cannot
+    rebuild per-layer shapes (sentence-transformers, plain `from_pretrained`)."""
+    own, target = model.state_dict(), full.state_dict()
+    full.load_state_dict({k: own[k] if k in own and own[k].shape == v.shape else v for k, v in target.items()})
+    arch = architecture(full)
+    with torch.no_grad():
+        for p, f in zip(layer_parts(model), layer_parts(full)):
+            rows = [torch.arange(h * p.head_size, (h + 1) * p.head_size) for h in p.head_ids]
+            rows = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
+            stub = None if p.attention is not None else _get(p.layer, arch.attention_block)
+            _widen_pair(f.query, f.key, f.value, f.out, p.query, p.key, p.value, p.out, rows, stub)
+            stub = None if p.ffn_in is not None else _get(p.layer, arch.ffn_block)
+            _widen_pair(f.ffn_in, None, None, f.ffn_out, p.ffn_in, None, None, p.ffn_out,
+                        torch.tensor(p.neuron_ids, dtype=torch.long), stub)
+            f.attention_norm.load_state_dict(p.attention_norm.state_dict())
+            f.ffn_norm.load_state_dict(p.ffn_norm.state_dict())
+
+
+def _widen_pair(full_ins, full_k, full_v, full_out, ins, k, v, out, rows, stub) -> None:
+    """Inputs' kept rows and the output's kept columns into zeroed full linears; a stub gives the output bias."""
+    for full_in, part in ((full_ins, ins), (full_k, k), (full_v, v)):
+        if full_in is None:
+            continue
+        full_in.weight.zero_()
+        full_in.bias.zero_()
+        if part is not None:
+            full_in.weight[rows] = part.weight
+            full_in.bias[rows] = part.bias
+    full_out.weight.zero_()
+    if out is not None:
+        full_out.weight[:, rows] = out.weight
+        full_out.bias.copy_(_bias(out))
+    else:
+        full_out.bias.copy_(stub.bias.detach())

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from headcut.batching import encode
 from headcut.data import Pairs, is_synthetic, read_pairs, synthetic_spec
 from headcut.errors import UserError
-from headcut.evaluate.metrics import summarize
 from headcut.evaluate.predict import predict_logits
+from headcut.evaluate.tasks import summary
 from headcut.files import check_out_dir
 from headcut.models import load_model, save_model
 from headcut.ranges import check_ranges, ranged
@@ -27,6 +27,7 @@ from headcut.training import GRADES_FIX, TrainingRecipe, is_finished, settings_f
 @dataclass(frozen=True)
 class FinetuneRecipe(TrainingRecipe):
     model: str = "minilm-l6"
+    task: Literal["grades", "score"] = "grades"  # score: one output trained with MSE on the data's score column
     class_weighting: Literal["none", "sqrt", "balanced"] = "none"
     ordinal_weight: float = ranged(0.0, 0.0, 100.0)
     label_smoothing: float = ranged(0.0, 0.0, 1.0, high_open=True)
@@ -38,13 +39,32 @@ class FinetuneRecipe(TrainingRecipe):
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --train FILE (or --set train_data=FILE).")
         super().check(where)
+        if self.task == "score":
+            self._check_score(where)
+
+    def _check_score(self, where: str) -> None:
+        """Keys that only mean something for a softmax over grades are refused for a one-score model."""
+        if self.select_metric in ("accuracy", "macro_f1"):
+            raise UserError(f"{where}: select_metric={self.select_metric} needs grades, and task=score has one "
+                            "output; use spearman or loss.")
+        for key, default in (("class_weighting", "none"), ("ordinal_weight", 0.0), ("label_smoothing", 0.0)):
+            if getattr(self, key) != default:
+                raise UserError(f"{where}: key '{key}' applies to task=grades only; remove it from the score recipe.")
 
 
 def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pairs:
+    task = getattr(recipe, "task", "grades")
     synthetic = synthetic_spec(spec, rows)
     if synthetic is not None:
-        return synthetic
-    return read_pairs(spec, preset=recipe.preset, grades=recipe.grades, grades_fix=GRADES_FIX).sample(rows, seed=seed)
+        return as_scores(synthetic) if task == "score" else synthetic
+    return read_pairs(spec, preset=recipe.preset, grades=recipe.grades, grades_fix=GRADES_FIX,
+                      task=task).sample(rows, seed=seed)
+
+
+def as_scores(pairs: Pairs) -> Pairs:
+    """Graded pairs as score pairs, the grade as the score (synthetic data for one-score models)."""
+    scores = [float(pairs.grades[label]) for label in pairs.label_array()]
+    return Pairs(pairs.queries, pairs.titles, None, pairs.grades, pairs.source, scores=scores)
 
 
 def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:
@@ -91,8 +111,29 @@ def grade_loss(logits, labels, *, weights=None, ordinal_weight=0.0, label_smooth
     return loss
 
 
+def score_loss(logits, scores):
+    """Mean squared error of a one-score model's output `(batch, 1)` against gold scores `(batch,)`."""
+    return F.mse_loss(logits[:, 0], scores.to(logits.dtype))
+
+
 def recipe_hash(recipe) -> str:
     return hashlib.sha256(json.dumps(to_dict(recipe), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _loss_fn(recipe: FinetuneRecipe, train_pairs: Pairs):
+    """loss(model, batch, rows) of the recipe's task: grade_loss, or score_loss on the gold scores."""
+    if recipe.task == "score":
+        scores = torch.tensor(train_pairs.score_array(), dtype=torch.float32)
+        return lambda m, batch, rows: score_loss(m(**batch).logits, scores[rows].to(m.device))
+    labels = torch.tensor(train_pairs.label_array())
+    weights = class_weights(train_pairs.label_array(), len(recipe.grades), recipe.class_weighting)
+
+    def loss_fn(m, batch, rows):
+        logits = m(**batch).logits
+        return grade_loss(logits, labels[rows].to(logits.device), weights=weights,
+                          ordinal_weight=recipe.ordinal_weight, label_smoothing=recipe.label_smoothing)
+
+    return loss_fn
 
 
 def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False, progress=None,
@@ -103,27 +144,23 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
     check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
     train_pairs, dev = load_data(recipe)
-    loaded = load_model(recipe.model, num_labels=len(recipe.grades), seed=recipe.seed)
+    score = recipe.task == "score"
+    loaded = load_model(recipe.model, num_labels=1 if score else len(recipe.grades), seed=recipe.seed)
     model, tokenizer = loaded.model, loaded.tokenizer
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
     folder = RunFolder.open(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
-    labels = torch.tensor(train_pairs.label_array())
-    weights = class_weights(train_pairs.label_array(), len(recipe.grades), recipe.class_weighting)
-    dev_labels, dev_groups = dev.label_array(), dev.query_groups()
-
-    def loss_fn(m, batch, rows):
-        logits = m(**batch).logits
-        return grade_loss(logits, labels[rows].to(logits.device), weights=weights,
-                          ordinal_weight=recipe.ordinal_weight, label_smoothing=recipe.label_smoothing)
+    loss_fn = _loss_fn(recipe, train_pairs)
 
     def evaluate_fn(m):
         logits = predict_logits(m, tokenizer, dev, encoded=dev_encoded, batch_size=128)
-        return summarize(logits, dev_labels, recipe.grades, dev_groups)
+        return summary(logits, dev, task=recipe.task)
 
     meta = {
         "kind": "finetune",
+        "task": recipe.task,
+        **({"activation": "identity"} if score else {}),
         "grades": list(recipe.grades),
         "max_length": recipe.max_length,
         "base_model": str(recipe.model),

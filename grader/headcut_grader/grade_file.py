@@ -20,7 +20,7 @@ import numpy as np
 from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import UserError
 from headcut_grader.files import check_out_file, write_json
-from headcut_grader.grader import Grader, grades_from_logits
+from headcut_grader.grader import Grader, Grades, results_from_logits
 from headcut_grader.orphans import exit_with_parent
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -72,7 +72,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size, backend=settings.backend)
     data, state_path = partial_paths(out)
     state = _resumable_state(state_path, data, out, grader, settings, resume=resume, overwrite=overwrite)
-    counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record["grades"]}
+    counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record.get("grades", [])}
     rows = done = state["rows"] if state else 0
     chunks = _chunks(source, settings, start=Position(**state["position"])) if state else chain([first], chunks)
     try:
@@ -80,12 +80,12 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
             f.truncate(state["bytes"] if state else 0)
             f.seek(0, os.SEEK_END)
             for chunk, logits in _graded(chunks, grader, settings, progress):
-                result = grade_rows(chunk.pairs, logits, grader.grade_values)
+                result = grade_rows(chunk.pairs, results_from_logits(logits, grader.record))
                 f.write(format_rows(result, settings.out_format, header=rows == 0).encode("utf-8"))
                 f.flush()
                 os.fsync(f.fileno())  # the state below must never count rows that are not on disk
                 rows += len(chunk.pairs)
-                for g in result["grade"]:
+                for g in result.get("grade", ()):  # a score grader has no grades to count
                     counts[str(g)] += 1
                 write_json(state_path, _checked({"format": STATE_FORMAT, "source": str(source), "rows": rows,
                                                  "bytes": f.tell(), "position": asdict(chunk.position),
@@ -243,17 +243,15 @@ def _worker_logits(queries: list[str], titles: list[str]) -> np.ndarray:
     return _WORKER["grader"].logits(list(zip(queries, titles)))
 
 
-def grade_rows(pairs, logits: np.ndarray, grade_values: np.ndarray) -> dict[str, list]:
-    """Output columns: query, title, true_grade (labelled input only), grade, expected_grade, p<grade>..."""
-    result = grades_from_logits(logits, grade_values)
+def grade_rows(pairs, result) -> dict[str, list]:
+    """Output columns: query, title, true_grade (labelled input only), grade, expected_grade, p<grade>...; a score
+    grader's (Scores): query, title, true_score (scored input only), score."""
     columns = {"query": pairs.queries, "title": pairs.titles}
-    if pairs.labels is not None:
+    if pairs.scores is not None:
+        columns["true_score"] = pairs.scores
+    elif pairs.labels is not None and isinstance(result, Grades):
         columns["true_grade"] = [pairs.grades[y] for y in pairs.labels]
-    columns["grade"] = result.grades.tolist()
-    columns["expected_grade"] = [round(float(e), 4) for e in result.expected]
-    for j, g in enumerate(grade_values.tolist()):
-        columns[f"p{g}"] = [round(float(p), 4) for p in result.probabilities[:, j]]
-    return columns
+    return columns | result.columns()
 
 
 def format_rows(columns: dict[str, list], fmt: str, *, header: bool) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import graphs, open_backend
 from headcut_grader.errors import UserError
+from headcut_grader.tasks import score_values
 from headcut_grader.tokens import encode_pairs, load_tokenizer
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
@@ -29,20 +30,74 @@ class Grades:
     probabilities: np.ndarray  # (n, num_grades) float32
     expected: np.ndarray  # (n,) float: sum_i p_i * grade_i
     logits: np.ndarray  # (n, num_grades) float32
+    grade_values: np.ndarray | None = None  # the grade of each column (names the p<grade> columns)
 
     def __len__(self) -> int:
         return len(self.grades)
 
+    @property
+    def ordering(self) -> np.ndarray:
+        """What ranks titles: the expected grade."""
+        return self.expected
+
     def rows(self) -> list[dict]:
         return [{"grade": int(g), "expected_grade": float(e), "probabilities": [float(x) for x in p]}
                 for g, e, p in zip(self.grades, self.expected, self.probabilities)]
+
+    def ranked(self, i: int) -> dict:
+        return {"grade": int(self.grades[i]), "expected_grade": float(self.expected[i])}
+
+    def take(self, rows) -> "Grades":
+        return Grades(self.grades[rows], self.probabilities[rows], self.expected[rows], self.logits[rows],
+                      self.grade_values)
+
+    def columns(self) -> dict[str, list]:
+        """Output columns of a grade file: grade, expected_grade, p<grade>..."""
+        out = {"grade": self.grades.tolist(), "expected_grade": [round(float(e), 4) for e in self.expected]}
+        for j, g in enumerate(self.grade_values.tolist()):
+            out[f"p{g}"] = [round(float(p), 4) for p in self.probabilities[:, j]]
+        return out
+
+
+@dataclass
+class Scores:
+    """Per pair: one relevance score, a reranker's (task score), its recorded activation applied."""
+
+    scores: np.ndarray  # (n,) float64
+    logits: np.ndarray  # (n, 1) float32
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    @property
+    def ordering(self) -> np.ndarray:
+        return self.scores
+
+    def rows(self) -> list[dict]:
+        return [{"score": float(s)} for s in self.scores]
+
+    def ranked(self, i: int) -> dict:
+        return {"score": float(self.scores[i])}
+
+    def take(self, rows) -> "Scores":
+        return Scores(self.scores[rows], self.logits[rows])
+
+    def columns(self) -> dict[str, list]:
+        return {"score": [round(float(s), 6) for s in self.scores]}
 
 
 def grades_from_logits(logits: np.ndarray, grade_values: np.ndarray) -> Grades:
     """Grades of logits `(n, num_grades)`, whichever process computed them."""
     z = np.exp(logits - logits.max(axis=1, keepdims=True))
     probs = z / z.sum(axis=1, keepdims=True)
-    return Grades(grade_values[logits.argmax(1)], probs, probs @ grade_values.astype(np.float64), logits)
+    return Grades(grade_values[logits.argmax(1)], probs, probs @ grade_values.astype(np.float64), logits, grade_values)
+
+
+def results_from_logits(logits: np.ndarray, record: dict) -> Grades | Scores:
+    """What a grader's logits mean, by its grader.json: Grades, or a score model's Scores."""
+    if record.get("task") == "score":
+        return Scores(score_values(logits, record.get("activation", "identity")), logits)
+    return grades_from_logits(logits, np.asarray(record["grades"]))
 
 
 def read_record(folder: str | Path) -> dict:
@@ -57,7 +112,8 @@ def read_record(folder: str | Path) -> dict:
     if not isinstance(record, dict) or record.get("format") != GRADER_FORMAT:
         found = record.get("format") if isinstance(record, dict) else type(record).__name__
         raise UserError(f"{path}: grader format {found} is not {GRADER_FORMAT}; re-export it.")
-    missing = [k for k in ("grades", "max_length", "model_file", "precision") if k not in record]
+    needed = ("max_length", "model_file", "precision") + (() if record.get("task") == "score" else ("grades",))
+    missing = [k for k in needed if k not in record]
     if missing or not isinstance(record["model_file"], dict) or "name" not in record["model_file"]:
         raise UserError(f"{path} is damaged or incomplete (no '{(missing or ['model_file.name'])[0]}'); "
                         "re-export the grader.")
@@ -69,7 +125,14 @@ def read_record(folder: str | Path) -> dict:
 
 def record_problem(record: dict) -> str | None:
     """What is wrong with the values grader.json holds (types and ranges), or None."""
-    grades = record["grades"]
+    if record.get("task", "grades") not in ("grades", "score"):
+        return f"'task' is {str(record.get('task'))[:60]}, not grades or score"
+    if record.get("task") == "score":
+        if record.get("activation", "identity") not in ("identity", "sigmoid"):
+            return f"'activation' is {str(record.get('activation'))[:60]}, not identity or sigmoid"
+        grades = [1, 2]  # a score grader has no grades
+    else:
+        grades = record["grades"]
     if not isinstance(grades, list) or len(grades) < 2 or not all(
             isinstance(g, int) and not isinstance(g, bool) for g in grades):
         return f"'grades' is {str(grades)[:60]}, not a list of at least two whole numbers"
@@ -104,7 +167,9 @@ class Grader:
                 raise UserError(f"Grader {name} is {value!r}; it must be a whole number of at least 1.")
         self.folder = Path(folder)
         self.record = read_record(self.folder)
-        self.grade_values = np.asarray(self.record["grades"])
+        self.task = self.record.get("task", "grades")
+        self.grade_values = np.asarray(self.record.get("grades") or [])
+        self.outputs = 1 if self.task == "score" else len(self.grade_values)
         self.max_length = int(self.record["max_length"])
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(self.folder, max_length=self.max_length)
@@ -118,9 +183,9 @@ class Grader:
         self.backend_reason = choice.reason
         self.input_names = self.backend.input_names
         width = self._run([[self.pad_id] * 2], [[0, 0]]).shape[-1]  # one tiny pass: does the graph fit the record?
-        if width != len(self.grade_values):
-            raise UserError(f"{self.folder / 'grader.json'} lists {len(self.grade_values)} grades but the graph has "
-                            f"{width} outputs; the folder mixes files of two exports, so re-export it.")
+        if width != self.outputs:
+            raise UserError(f"{self.folder / 'grader.json'} names {self.outputs} outputs (task {self.task}) but the "
+                            f"graph has {width}; the folder mixes files of two exports, so re-export it.")
         self._check_max_length()
 
     def _check_max_length(self) -> None:
@@ -164,7 +229,7 @@ class Grader:
         """Logits `(n, num_grades)` in input order; pairs of similar length share a batch (less padding)."""
         queries, titles = _as_columns(pairs)
         ids, types = encode_pairs(self.tokenizer, queries, titles)
-        out = np.zeros((len(ids), len(self.grade_values)), dtype=np.float32)
+        out = np.zeros((len(ids), self.outputs), dtype=np.float32)
         order = np.argsort([len(x) for x in ids], kind="stable")
         for start in range(0, len(order), self.batch_size):
             rows = order[start:start + self.batch_size]
@@ -187,12 +252,13 @@ class Grader:
             feed["token_type_ids"][j, :len(row)] = kinds
         return feed
 
-    def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades:
-        """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs)."""
-        return grades_from_logits(self.logits(pairs, progress=progress), self.grade_values)
+    def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades | Scores:
+        """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs): Grades, or Scores for
+        a one-score grader (task score)."""
+        return results_from_logits(self.logits(pairs, progress=progress), self.record)
 
     def rank(self, query: str, titles: Iterable[str]) -> list[dict]:
-        """Titles ordered by expected grade, best first (ties keep input order)."""
+        """Titles ordered by expected grade (a score grader: score), best first (ties keep input order)."""
         titles = list(titles)
         if not titles:
             return []
@@ -210,8 +276,7 @@ def most_tokens(fits: Callable[[int], bool], up_to: int) -> int:
     return low
 
 
-def ranking(titles: Sequence[str], result: Grades) -> list[dict]:
-    """`titles` ordered by their expected grade in `result`, best first (ties keep input order)."""
-    order = np.argsort(-result.expected, kind="stable")
-    return [{"title": titles[i], "index": int(i), "grade": int(result.grades[i]),
-             "expected_grade": float(result.expected[i])} for i in order]
+def ranking(titles: Sequence[str], result: Grades | Scores) -> list[dict]:
+    """`titles` ordered by their expected grade (or score) in `result`, best first (ties keep input order)."""
+    order = np.argsort(-result.ordering, kind="stable")
+    return [{"title": titles[i], "index": int(i), **result.ranked(i)} for i in order]

@@ -53,8 +53,7 @@ def split(result: Grades, sizes: Sequence[int]) -> list[Grades]:
     out, start = [], 0
     for n in sizes:
         rows = slice(start, start + n)
-        out.append(Grades(result.grades[rows], result.probabilities[rows], result.expected[rows],
-                          result.logits[rows]))
+        out.append(result.take(rows))
         start += n
     return out
 

@@ -28,12 +28,7 @@ class GradeBatch:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         pairs = list(zip(batch[self.query_col].tolist(), batch[self.title_col].tolist()))
         result = self.grader.grade(pairs)
-        out = dict(batch)
-        out["grade"] = result.grades
-        out["expected_grade"] = result.expected
-        for j, g in enumerate(self.grader.grade_values.tolist()):
-            out[f"p{g}"] = result.probabilities[:, j]
-        return out
+        return dict(batch) | {name: np.asarray(values) for name, values in result.columns().items()}
 
 
 def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1, batch_size: int = 32,

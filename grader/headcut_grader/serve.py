@@ -153,14 +153,15 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     @readable("/healthz")
     def healthz():
         return {"status": "ok", "backend": grader.backend.name, "runtime_version": grader.backend.version,
-                "precision": grader.precision, "grades": grader.record["grades"],
+                "precision": grader.precision, "task": grader.task, "grades": grader.record.get("grades"),
                 "model_sha256": grader.graph_sha256, "max_length": grader.max_length,
                 "limits": asdict(limits), "batching": asdict(batching), "waiting_pairs": batcher.waiting}
 
     @app.post("/grade")
     async def grade(request: GradeRequest):
         result = await graded([(p.query, p.title) for p in request.pairs])
-        return JSONResponse({"grades": grader.record["grades"], "results": result.rows()})
+        head = {"task": "score"} if grader.task == "score" else {"grades": grader.record["grades"]}
+        return JSONResponse({**head, "results": result.rows()})
 
     @app.post("/rank")
     async def rank(request: RankRequest):

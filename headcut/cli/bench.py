@@ -48,7 +48,7 @@ def bench(
     from headcut.export.bench import (BenchSettings, benchmark, grader_backends, grader_variant, load_measured,
                                       pytorch_variant, write_bench)
     from headcut.files import atomic_dir, check_out_dir
-    from headcut.models import load_model
+    from headcut.models import load_model, outline
 
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
@@ -57,8 +57,9 @@ def bench(
 
     settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, 4096)),
                              _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
+    task = outline(model[0]).task  # the reference's task decides which gold the data gives
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                      label_map=label_map, limit=limit)
+                      label_map=label_map, limit=limit, task=task)
     def loaded(name):
         result = load_model(name)
         check_max_length(result.model, max(settings.seq_lens), flag="--seq-lens")

@@ -21,14 +21,18 @@ def quiet_transformers() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit=None, require_labels=True, seed=0):
+def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit=None, require_labels=True, seed=0,
+              task="grades"):
+    """Pairs of a file (or 'synthetic'), with the gold of the model's `task`: grades, or a score column."""
     from headcut.data import parse_label_map, read_pairs, synthetic_spec
+    from headcut.finetune import as_scores
 
     synthetic = synthetic_spec(path, limit)
     if synthetic is not None:
-        return synthetic
+        return as_scores(synthetic) if task == "score" else synthetic
     pairs = read_pairs(path, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                       label_map=parse_label_map(label_map), require_labels=require_labels, grades_fix=LABEL_MAP_FIX)
+                       label_map=parse_label_map(label_map), require_labels=require_labels, grades_fix=LABEL_MAP_FIX,
+                       task=task)
     return pairs.sample(limit, seed=seed)
 
 
@@ -77,11 +81,18 @@ def training_progress(desc: str):
             bar.refresh()
         elif "eval" in event:
             m = event["eval"]
-            bar.write(f"step {event['step']}: dev accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
-                      f"Spearman {m['spearman']:.4f}  loss {m['loss']:.4f}")
+            bar.write(f"step {event['step']}: dev {metrics_line(m)}")
         else:
             bar.n = event["step"]
             bar.set_postfix(loss=f"{event['loss']:.3f}")
             bar.refresh()
 
     return bar, progress
+
+
+def metrics_line(m: dict) -> str:
+    """One line of dev metrics, a grades model's or a score model's (which has no accuracy)."""
+    if "accuracy" in m:
+        return (f"accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  Spearman {m['spearman']:.4f}  "
+                f"loss {m['loss']:.4f}")
+    return f"Spearman {m['spearman']:.4f}  Pearson {m['pearson']:.4f}  NDCG@10 {m['ndcg@10']:.4f}  MSE {m['loss']:.4f}"

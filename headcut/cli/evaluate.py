@@ -12,23 +12,29 @@ from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, BOOTSTRAP, LABEL_COL, 
 
 def format_metrics(metrics: dict) -> str:
     ci = metrics.get("ci95", {})
-    lines = [f"{'metric':<10} {'value':>8}   95% CI"]
-    for name in ("accuracy", "macro_f1", "spearman", "loss", "ndcg@10"):
+    lines = [f"{'metric':<13} {'value':>8}   95% CI"]
+    for name in ("accuracy", "macro_f1", "spearman", "pearson", "loss", "ndcg@10", "mrr", "pair_accuracy"):
         if name in metrics:
             lo_hi = ci.get(name)
             band = f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else ""
-            lines.append(f"{name:<10} {metrics[name]:>8.4f}   {band}")
+            lines.append(f"{name:<13} {metrics[name]:>8.4f}   {band}")
     lines.append(f"pairs: {metrics['n']}")
     return "\n".join(lines)
 
 
 def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> str:
-    lines = [f"{'metric':<10} {'model':>8} {'against':>8}   model - against [95% paired CI]"]
-    for m in ("accuracy", "macro_f1", "spearman", "loss"):
+    score = "pair_order" in paired
+    names = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss") if score else (
+        "accuracy", "macro_f1", "spearman", "loss")
+    lines = [f"{'metric':<13} {'model':>8} {'against':>8}   model - against [95% paired CI]"]
+    for m in names:
         d = paired[m]
-        lines.append(f"{m:<10} {metrics[m]:>8.4f} {reference[m]:>8.4f}   {d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
-    a = paired["agreement"]
-    lines.append(f"{'agreement':<10} {a['value']:>8.4f}            [{a['ci'][0]:.4f}, {a['ci'][1]:.4f}] (same grade as {name})")
+        lines.append(f"{m:<13} {metrics[m]:>8.4f} {reference[m]:>8.4f}   {d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
+    agreements = ((("pair_order", f"within-query pairs ordered as {name}"), ("top1", f"queries whose first title {name} "
+                   "also ranks first")) if score else (("agreement", f"same grade as {name}"),))
+    for key, what in agreements:
+        a = paired[key]
+        lines.append(f"{key:<13} {a['value']:>8.4f}            [{a['ci'][0]:.4f}, {a['ci'][1]:.4f}] ({what})")
     return "\n".join(lines)
 
 
@@ -59,21 +65,21 @@ def evaluate(
 
     if out:
         check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json")
-    pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                      label_map=label_map, limit=limit)
     scorer = open_scorer(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle)
+    pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
+                      label_map=label_map, limit=limit, task=scorer.task)
     reference = open_scorer(against, batch_size=batch_size, max_length=max_length,
                             allow_pickle=allow_pickle) if against else None  # fail before the long pass
     with progress_bar(len(pairs), "grading") as bar:
         logits = scorer.logits(pairs, bar.update)
-    metrics = metrics_with_ci(logits, pairs, iters=bootstrap)
+    metrics = metrics_with_ci(logits, pairs, iters=bootstrap, task=scorer.task, activation=scorer.activation)
     metrics["model"] = scorer.about
     typer.echo(format_metrics(metrics))
     if reference is not None:
         with progress_bar(len(pairs), "grading --against") as bar:
             reference_logits = reference.logits(pairs, bar.update)
         metrics["against"] = against_reference(logits, reference_logits, pairs, reference=reference.about,
-                                               iters=bootstrap)
+                                               iters=bootstrap, task=scorer.task, activation=scorer.activation)
         typer.echo("")
         typer.echo(format_against(metrics, metrics["against"]["metrics"], metrics["against"]["model_minus_against"],
                                   against))

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import typer
 
+from headcut.export.card import quality_words
 from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
                                 THREADS, TITLE_COL, Opt, field_option, number, quiet_transformers, read_data,
                                 user_errors)
@@ -35,12 +36,10 @@ def format_record(record: dict) -> str:
         lines.append(f"chosen: {record['int8']['chosen']['choice']}")
     if (record.get("accuracy") or {}).get("fp32_metrics"):
         m = record["accuracy"]["fp32_metrics"]
-        lines.append(f"fp32 on {record['accuracy']['data']['rows']} pairs: accuracy {m['accuracy']:.4f}, "
-                     f"Spearman {m['spearman']:.4f}")
+        lines.append(f"fp32 on {record['accuracy']['data']['rows']} pairs: {quality_words(m)}")
     if record.get("accuracy"):
         m = record["accuracy"]["metrics"]
-        lines.append(f"{record['precision']} on {record['accuracy']['data']['rows']} pairs: accuracy "
-                     f"{m['accuracy']:.4f}, Spearman {m['spearman']:.4f}")
+        lines.append(f"{record['precision']} on {record['accuracy']['data']['rows']} pairs: {quality_words(m)}")
     lines.append(f"model.onnx: {record['model_file']['bytes'] / 2**20:.1f} MiB")
     lines += format_openvino(record)
     return "\n".join(lines)
@@ -114,10 +113,10 @@ def export(
     check_out_dir(out, overwrite=overwrite, inputs=[model, data])
     resolve_precision(backend, precision, int8=int8)  # a bad --backend/--precision stops here, before loading
     pairs = None
+    loaded = load_model(model, allow_pickle=allow_pickle)
     if data:
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                          label_map=label_map, limit=limit)
-    loaded = load_model(model, allow_pickle=allow_pickle)
+                          label_map=label_map, limit=limit, task=loaded.task)
     gate = Int8Gate(min_agreement=min_agreement, max_spearman_drift=max_spearman_drift, max_drop=max_drop)
     record = build_grader(loaded, out, pairs=pairs, int8=int8, backend=backend, precision=precision, optimize=optimize, opset=opset, max_length=max_length,
                           gate=gate, threads=threads, overwrite=overwrite,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, main_process, quiet_transformers, training_progress, user_errors
+from headcut.cli.common import OVERWRITE, Opt, main_process, metrics_line, quiet_transformers, training_progress, user_errors
 
 
 @user_errors
@@ -44,7 +44,6 @@ def finetune(
         typer.echo(f"stopped early; rerun the same command to resume from {result['work_dir']}")
         return
     m = result["dev_metrics"]
-    typer.echo(f"best dev (n={m['n']}): accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  "
-               f"Spearman {m['spearman']:.4f}  loss {m['loss']:.4f}")
+    typer.echo(f"best dev (n={m['n']}): {metrics_line(m)}")
     typer.echo(f"throughput {result['examples_per_second']:.1f} examples/s (CPU time / wall {result['cpu_per_wall']:.2f})")
     typer.echo(f"wrote {result['out']}")

@@ -9,6 +9,7 @@ from headcut.cli.evaluate import evaluate
 from headcut.cli.export import export
 from headcut.cli.finetune import finetune
 from headcut.cli.bench import bench
+from headcut.cli.cross_encoder import cross_encoder
 from headcut.cli.prune import prune
 from headcut.cli.run import run
 from headcut.cli.scan import probe, scan
@@ -47,6 +48,7 @@ app.command()(prune)
 app.command()(scan)
 app.command()(probe)
 app.command()(run)
+app.command("cross-encoder")(cross_encoder)
 
 if __name__ == "__main__":
     app()

@@ -116,7 +116,7 @@ def prune(
         raise UserError(f"--runtime {runtime} times the layer cost tables of --latency; pass --latency S or drop --runtime.")
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
-    columns = dict(query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map)
+    columns = dict(query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map, task=loaded.task)
     pool = read_data(data, preset=preset, **columns) if data and scores is None else None
     held_out = read_data(eval_data, preset=preset, **columns) if eval_data else None
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
-                                QUERY_COL, SEED, TITLE_COL, Opt, number, quiet_transformers, read_data, user_errors)
+                                QUERY_COL, SEED, TITLE_COL, Opt, metrics_line, number, quiet_transformers, read_data, user_errors)
 
 
 def stage_bars(total: int):
@@ -36,8 +36,7 @@ def summary_lines(result: dict) -> list[str]:
     lines = []
     if "baseline" in result:
         b = result["baseline"]
-        lines.append(f"baseline: accuracy {b['accuracy']:.4f}  Spearman {b['spearman']:.4f}  loss {b['loss']:.4f}  "
-                     f"(n={b['n']})")
+        lines.append(f"baseline: {metrics_line(b)}  (n={b['n']})")
     for method, r in result["ranking"].items():
         lines.append(f"{method:<9} top {' '.join(r['top'])}   bottom {' '.join(r['bottom'])}")
     exps = result.get("experiments", {})
@@ -88,9 +87,9 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     check_out_dir(out, overwrite=overwrite, inputs=[model, data])
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=False, seed=seed)
-    pairs = read_data(data, title_col=title_col, **read)
-    title_words = _title_words(data, pairs, seg_col, **read)
     loaded = load_model(model, allow_pickle=allow_pickle)
+    pairs = read_data(data, title_col=title_col, task=loaded.task, **read)
+    title_words = _title_words(data, pairs, seg_col, task=loaded.task, **read)
     if state.num_processes > 1:
         loaded.model.to(state.device)
     progress, close = stage_bars(len(pairs)) if state.is_main_process else (None, lambda: None)

@@ -26,7 +26,7 @@ from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut.files import check_out_dir
 from headcut.finetune import dev_record, grade_loss, load_data, recipe_hash
-from headcut.models import LoadedModel, load_model, save_model
+from headcut.models import LoadedModel, check_stage, load_model, save_model
 from headcut.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
@@ -87,6 +87,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
     attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
     teacher = load_model(teacher_source(recipe), attn_implementation=attn)
+    check_stage(teacher, "distill")
     teacher.model.to(process_state().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
     if tuple(teacher.grades) != tuple(recipe.grades):
         raise UserError(f"the teacher grades {list(teacher.grades)}, the recipe says grades={list(recipe.grades)}; "

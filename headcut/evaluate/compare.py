@@ -5,8 +5,8 @@ import numpy as np
 
 from headcut.batching import encode
 from headcut.data import Pairs
-from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
+from headcut.evaluate.tasks import check_task, paired, summary
 
 
 def compare_models(
@@ -20,6 +20,7 @@ def compare_models(
     iters: int = 1000,
     seed: int = 0,
     progress=None,
+    activation: str = "identity",
 ) -> dict:
     """Metrics of both models, and after - before with paired 95% CIs plus grade agreement.
 
@@ -28,22 +29,21 @@ def compare_models(
     encoded = encode(tokenizer, pairs, max_length=max_length, model=before)
     logits_before = predict_logits(before, tokenizer, pairs, batch_size=batch_size, encoded=encoded, progress=progress)
     logits_after = predict_logits(after, tokenizer, pairs, batch_size=batch_size, encoded=encoded, progress=progress)
-    out = compare_logits(logits_before, logits_after, pairs, iters=iters, seed=seed)
+    out = compare_logits(logits_before, logits_after, pairs, iters=iters, seed=seed, activation=activation)
     out["seq_len"] = max(1, int(round(float(encoded.lengths().mean()))))
     return out
 
 
 def compare_logits(logits_before: np.ndarray, logits_after: np.ndarray, pairs: Pairs, *, iters: int = 1000,
-                   seed: int = 0) -> dict:
-    """`compare_models` from logits already computed on `pairs` (one reference, several variants)."""
-    out = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}}
-    if pairs.has_labels:
-        labels = pairs.label_array()
-        groups = pairs.query_groups()
-        out["before"] = summarize(logits_before, labels, pairs.grades, groups)
-        out["after"] = summarize(logits_after, labels, pairs.grades, groups)
-        out["paired"] = paired_bootstrap(logits_after, logits_before, labels, pairs.grades, iters=iters, seed=seed)
-    else:
-        out["paired"] = {"agreement": {"value": float(np.mean(logits_after.argmax(1) == logits_before.argmax(1)))}}
+                   seed: int = 0, activation: str = "identity") -> dict:
+    """`compare_models` from logits already computed on `pairs` (one reference, several variants). One-output
+    logits are a score model's (`activation`: its recorded one): ranking metrics, agreement = pair order."""
+    task = "score" if logits_before.shape[1] == 1 else "grades"
+    out = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}, "task": task}
+    if pairs.task is not None:
+        check_task(task, pairs, "the model")
+        out["before"] = summary(logits_before, pairs, task=task, activation=activation)
+        out["after"] = summary(logits_after, pairs, task=task, activation=activation)
+    out["paired"] = paired(logits_after, logits_before, pairs, task=task, activation=activation, iters=iters, seed=seed)
     out["logits"] = {"before": logits_before, "after": logits_after}
     return out

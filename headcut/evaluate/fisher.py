@@ -10,6 +10,8 @@ takes the expectation over the model's own grade distribution (the true Fisher),
 F = sum_b sum_y p(y|x_b) (d log p(y|x_b) / dm)^2, computed exactly from the C class-logit gradients.
 The true Fisher measures how much a unit moves the model's own judgement, which is what a pruned grader
 must keep; it also never rewards a unit for fitting noisy labels.
+A one-score model's output is a unit-variance Gaussian around its score: its true Fisher is sum_b J_b^2
+(J = d score / d mask), its empirical Fisher uses the squared error against gold scores (`importance.pair_loss`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import torch
 
 from headcut.arch import intermediate_size, layer_parts, mask_shape, present_heads
 from headcut.batching import Encoded, collate, length_batches
+from headcut.evaluate.importance import pair_loss
 from headcut.masking import head_mask, neuron_mask
 
 TARGETS = ("teacher", "grades")
@@ -76,10 +79,9 @@ def unit_fisher(model, encoded: Encoded, *, labels: np.ndarray | None = None, ba
         nm = torch.ones(layers, n, inter, device=device, requires_grad=True)
         with torch.enable_grad(), head_mask(model, hm), neuron_mask(model, nm):
             logits = model(**batch).logits.float()
-            if labels is not None:
-                target = torch.as_tensor(labels[rows], device=device)
-                loss = torch.nn.functional.cross_entropy(logits, target, reduction="sum")
-                gh, gn = torch.autograd.grad(loss, (hm, nm))
+            if labels is not None or logits.shape[1] == 1:
+                target = None if labels is None else torch.as_tensor(labels[rows], device=device)
+                gh, gn = torch.autograd.grad(pair_loss(logits, target), (hm, nm))
                 heads += (gh.double() ** 2).sum(1).cpu()
                 neurons += (gn.double() ** 2).sum(1).cpu()
             else:
@@ -90,6 +92,7 @@ def unit_fisher(model, encoded: Encoded, *, labels: np.ndarray | None = None, ba
     return UnitScores(heads.masked_fill(absent, float("-inf")),
                       neurons.masked_fill(~present_neurons(model), float("-inf")),
                       "grades" if labels is not None else "teacher", len(encoded))
+
 
 
 def _expected_fisher(logits, hm, nm, heads, neurons) -> None:

@@ -12,6 +12,10 @@ one gradient pass): its own scan's method, and a score file's unless `--method` 
 without fisher scores gives its first method.
 Scores use the original head numbering also for a pruned model; heads it no longer has score -inf,
 so a top-k never keeps them and correlations skip them.
+A one-score model (num_labels=1, task score) has a Gaussian output in place of the grade distribution: its
+loss is the squared error against the gold score, `kl` is the mean squared change of the score (the KL of two
+unit-variance Gaussians, doubled), and without gold the gradients are those of the score itself (the Gaussian's
+Fisher information). `pair_loss` and `example_loss` / `example_change` are where the task decides.
 """
 from __future__ import annotations
 
@@ -52,6 +56,36 @@ def example_kl(base: np.ndarray, masked: np.ndarray) -> np.ndarray:
     return (np.exp(p) * (p - q)).sum(axis=-1)
 
 
+def is_score_model(model) -> bool:
+    """One output: a reranker (task score); a grades model has one output per grade (two or more)."""
+    return model.config.num_labels == 1
+
+
+def example_loss(logits: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Per-pair loss of `(..., pairs, outputs)` logits: cross-entropy of grades, squared error of one score."""
+    if logits.shape[-1] == 1:
+        return (logits[..., 0].astype(np.float64) - gold) ** 2
+    return example_nll(logits, gold)
+
+
+def example_change(base: np.ndarray, masked: np.ndarray) -> np.ndarray:
+    """Per-pair change of the output: KL of the grade distributions, squared change of one score."""
+    if base.shape[-1] == 1:
+        return (masked[..., 0].astype(np.float64) - base[..., 0]) ** 2
+    return example_kl(base, masked)
+
+
+def pair_loss(logits: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """The summed loss whose mask gradients score units: cross-entropy of grades; for one score half the squared
+    error against gold, or without gold (`target` None) the score itself (its squared gradient is the Fisher
+    information of a unit-variance Gaussian output)."""
+    if logits.shape[-1] > 1:
+        return torch.nn.functional.cross_entropy(logits, target, reduction="sum")
+    if target is None:
+        return logits[:, 0].sum()
+    return 0.5 * ((logits[:, 0] - target.to(logits.dtype)) ** 2).sum()
+
+
 def absent_heads(model) -> torch.Tensor:
     """True where the (possibly pruned) model no longer has the head (original ids)."""
     return ~present_heads(model)
@@ -81,13 +115,13 @@ def ablation_scores(model, labels, base: np.ndarray, masked: np.ndarray, *, meth
 
     Heads a pruned layer no longer has are NaN in `masked` (never run) and score -inf."""
     if method == "ablation":
-        score = example_nll(masked, labels).mean(-1) - example_nll(base, labels).mean()
+        score = example_loss(masked, labels).mean(-1) - example_loss(base, labels).mean()
     else:
-        score = example_kl(base[None, None], masked).mean(-1)
+        score = example_change(base[None, None], masked).mean(-1)
     return _finish(model, score, f"{method} scan")
 
 
-def mask_gradients(model, encoded: Encoded, labels: np.ndarray, *, batch_size: int = 64,
+def mask_gradients(model, encoded: Encoded, labels: np.ndarray | None, *, batch_size: int = 64,
                    progress: Callable[[int], None] | None = None) -> np.ndarray:
     """Per-pair gradients of the pair's loss w.r.t. the head mask at 1: `(pairs, layers, heads)`.
 
@@ -101,10 +135,9 @@ def mask_gradients(model, encoded: Encoded, labels: np.ndarray, *, batch_size: i
     for rows in length_batches(encoded, batch_size):
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
         mask = torch.ones(layers, len(rows), width, device=device, requires_grad=True)
-        target = torch.as_tensor(labels[rows], device=device)
+        target = None if labels is None else torch.as_tensor(labels[rows], device=device)
         with torch.enable_grad(), head_mask(model, mask):
-            logits = model(**batch).logits
-            loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="sum")
+            loss = pair_loss(model(**batch).logits.float(), target)
             (grad,) = torch.autograd.grad(loss, mask)
         out[rows] = grad.permute(1, 0, 2).double().cpu().numpy()
         if progress:
@@ -142,10 +175,18 @@ def entropy_scores(model, encoded: Encoded, *, batch_size: int = 64, progress=No
     return _finish(model, -(total / max(tokens, 1)).numpy())
 
 
-def loss_labels(model, encoded: Encoded, pairs: Pairs, *, batch_size: int) -> np.ndarray:
-    """The grades when the data has them, else the model's own predictions (label-free gradients)."""
-    if pairs.has_labels:
-        return pairs.label_array()
+def gold(pairs: Pairs) -> np.ndarray | None:
+    """The pairs' gold: 0-based grades, or scores; None when unlabelled."""
+    return {"grades": pairs.label_array, "score": pairs.score_array}.get(pairs.task, lambda: None)()
+
+
+def loss_labels(model, encoded: Encoded, pairs: Pairs, *, batch_size: int) -> np.ndarray | None:
+    """The gold when the data has it, else the model's own predicted grades (label-free gradients); None for a
+    score model without gold (see `pair_loss`)."""
+    if pairs.task is not None:
+        return gold(pairs)
+    if is_score_model(model):
+        return None
     from headcut.evaluate.predict import predict_logits
 
     return predict_logits(model, None, None, batch_size=batch_size, encoded=encoded).argmax(1)
@@ -162,14 +203,13 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
     """
     if method not in METHODS:
         raise UserError(f"--method {method}: unknown; choose from {', '.join(METHODS)}.")
-    if method == "ablation" and not pairs.has_labels:
+    if method == "ablation" and pairs.task is None:
         raise UserError(f"{pairs.source} has no grades, which --method ablation needs; use --method kl.")
     model.eval()
     encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
     if method in ("ablation", "kl"):
         base, masked = ablation_logits(model, encoded, batch_size=batch_size, progress=progress)
-        labels = pairs.label_array() if pairs.has_labels else None
-        return ablation_scores(model, labels, base, masked, method=method)
+        return ablation_scores(model, gold(pairs), base, masked, method=method)
     if method in ("gradient", "fisher"):
         labels = loss_labels(model, encoded, pairs, batch_size=batch_size)
         grads = mask_gradients(model, encoded, labels, batch_size=batch_size, progress=progress)

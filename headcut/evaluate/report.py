@@ -9,8 +9,9 @@ from typing import Callable
 import numpy as np
 
 from headcut.data import Pairs
-from headcut.evaluate.metrics import bootstrap_ci, paired_bootstrap, summarize
+from headcut.errors import UserError
 from headcut.evaluate.predict import predict_logits
+from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
 
 
 def evaluate_model(loaded, pairs: Pairs, *, batch_size: int = 64, max_length: int | None = None,
@@ -19,15 +20,18 @@ def evaluate_model(loaded, pairs: Pairs, *, batch_size: int = 64, max_length: in
     max_length = max_length or loaded.max_length
     logits = predict_logits(loaded.model, loaded.tokenizer, pairs, batch_size=batch_size,
                             max_length=max_length, progress=progress)
-    return {"metrics": metrics_with_ci(logits, pairs, iters=iters, seed=seed), "logits": logits}
+    return {"metrics": metrics_with_ci(logits, pairs, iters=iters, seed=seed, task=loaded.task,
+                                      activation=loaded.activation), "logits": logits}
 
 
-def metrics_with_ci(logits, pairs: Pairs, *, iters: int = 1000, seed: int = 0) -> dict:
+def metrics_with_ci(logits, pairs: Pairs, *, iters: int = 1000, seed: int = 0, task: str = "grades",
+                    activation: str = "identity") -> dict:
     """The metrics of `logits` on labelled `pairs`, their 95% bootstrap CIs, and which data they describe."""
-    labels = pairs.label_array()
-    groups = pairs.query_groups()
-    metrics = summarize(logits, labels, pairs.grades, groups)
-    metrics["ci95"] = bootstrap_ci(logits, labels, pairs.grades, groups=groups, iters=iters, seed=seed)
+    if pairs.task is None:
+        pairs.label_array()  # no gold: the sentence that says so
+    check_task(task, pairs, "the model")
+    metrics = summary(logits, pairs, task=task, activation=activation)
+    metrics["ci95"] = summary_ci(logits, pairs, task=task, activation=activation, iters=iters, seed=seed)
     metrics["data"] = {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}
     return metrics
 
@@ -38,6 +42,8 @@ class Scorer:
 
     about: dict  # recorded with the metrics: which model or grader this was
     logits: Callable[..., np.ndarray]  # logits(pairs, progress=None) -> (len(pairs), num_labels)
+    task: str = "grades"
+    activation: str = "identity"
 
 
 def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = None,
@@ -57,14 +63,18 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     from headcut.models import load_model
 
     loaded = load_model(name, allow_pickle=allow_pickle)
-    about = {"path": loaded.path, "weights_hash": loaded.weights_hash}
+    about = {"path": loaded.path, "weights_hash": loaded.weights_hash, "task": loaded.task}
     return Scorer(about, lambda pairs, progress=None: predict_logits(
         loaded.model, loaded.tokenizer, pairs, batch_size=batch_size, max_length=max_length or loaded.max_length,
-        progress=progress))
+        progress=progress), loaded.task, loaded.activation)
 
 
-def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict, iters: int = 1000) -> dict:
+def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict, iters: int = 1000,
+                      task: str = "grades", activation: str = "identity") -> dict:
     """The reference's metrics on the same pairs, and model - reference with paired bootstrap CIs."""
-    labels = pairs.label_array()
-    return {"model": reference, "metrics": summarize(reference_logits, labels, pairs.grades, pairs.query_groups()),
-            "model_minus_against": paired_bootstrap(logits, reference_logits, labels, pairs.grades, iters=iters)}
+    if reference_logits.shape[1] != logits.shape[1]:
+        raise UserError(f"--against {reference.get('path')} has {reference_logits.shape[1]} outputs and the model "
+                        f"{logits.shape[1]}; compare a grades model with a grades model, a score model with a score one.")
+    return {"model": reference, "metrics": summary(reference_logits, pairs, task=task, activation=activation),
+            "model_minus_against": paired(logits, reference_logits, pairs, task=task, activation=activation,
+                                          iters=iters)}

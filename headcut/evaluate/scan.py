@@ -15,9 +15,9 @@ from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.ablation import distributed_ablation_logits
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
-from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gradient_scores, loss_labels,
+from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gold, gradient_scores, loss_labels,
                                          mask_gradients)
-from headcut.evaluate.metrics import summarize
+from headcut.evaluate.tasks import check_task, summary
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs, segmented_inputs
 
@@ -146,7 +146,13 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     "probes", "correlations", "ranking", "settings"}.
     """
     model, tokenizer = loaded.model, loaded.tokenizer
-    labelled = pairs.has_labels
+    labelled = pairs.task is not None
+    if labelled:
+        check_task(loaded.task, pairs, "the model")
+    score = loaded.task == "score"
+    if score and settings.experiments:
+        raise UserError(f"the scan experiments ({', '.join(settings.experiments)}) do not support one-score models "
+                        "(task score) yet; pass --experiments none (the head scores and probes do).")
     if not labelled and (settings.experiments or "ablation" in settings.methods):
         raise UserError(f"{pairs.source} has no grades, which --method ablation and the experiments need; "
                         "pass --method kl,gradient,fisher,entropy --experiments none.")
@@ -154,7 +160,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     model.eval()  # no dropout: scores depend on the model and the data, not on the random state
     settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
     encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
-    labels = pairs.label_array() if labelled else None
+    labels = gold(pairs)
     scores: dict[str, torch.Tensor] = {}
     result: dict = {"settings": settings.__dict__, "pairs": len(pairs)}
     base = single = None
@@ -164,7 +170,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
         base = predict_logits(model, None, None, batch_size=settings.batch_size, encoded=encoded,
                               progress=stage("baseline"))
     if labelled:
-        result["baseline"] = summarize(base, labels, pairs.grades)
+        result["baseline"] = summary(base, pairs, task=loaded.task, activation=loaded.activation)
     if {"gradient", "fisher"} & set(settings.methods):
         grad_labels = loss_labels(model, encoded, pairs, batch_size=settings.batch_size)
         grads = mask_gradients(model, encoded, grad_labels, batch_size=settings.batch_size,
@@ -177,7 +183,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
         else:
             scores[method] = entropy_scores(model, encoded, batch_size=settings.batch_size,
                                             progress=stage("attention entropy"))
-    if labelled and single is not None:
+    if labelled and single is not None and not score:  # the per-head effects table is of grade metrics
         present = present_heads(model)
         result["ablation_table"] = [
             {"layer": i, "head": h, **effects(single[i, h][None], base, labels, pairs.grades, iters=settings.iters,

@@ -60,8 +60,9 @@ def report_blocks(result: dict, *, model_info: dict, data_info: dict, images: di
                    f"{data_info.get('fingerprint')}, seed {data_info.get('seed')})."))
     if "baseline" in result:
         base = result["baseline"]
-        b.append(("p", "Unmasked baseline: " + ", ".join(f"{k} {_fmt(base[k], 4)}" for k in
-                                                          ("accuracy", "macro_f1", "spearman", "loss"))))
+        names = ("accuracy", "macro_f1", "spearman", "loss") if "accuracy" in base else (
+            "spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")
+        b.append(("p", "Unmasked baseline: " + ", ".join(f"{k} {_fmt(base[k], 4)}" for k in names)))
     b.append(("h2", "Most and least important heads"))
     b.append(("table", ["method", "top 5", "bottom 5"],
               [[m, " ".join(r["top"]), " ".join(r["bottom"])] for m, r in result["ranking"].items()]))

@@ -24,7 +24,8 @@ import torch
 from headcut.arch import flops_per_pair, heads_per_layer, takes_token_types
 from headcut.batching import encode
 from headcut.data import Pairs
-from headcut.evaluate.metrics import agreement, summarize
+from headcut.errors import UserError
+from headcut.evaluate.tasks import agreement, summary
 from headcut.evaluate.predict import predict_logits
 from headcut.files import write_json, write_text
 from headcut.timing import round_robin
@@ -202,10 +203,16 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
         say(f"accuracy of {v.name}")
         logits = v.logits(pairs)
         reference_logits = logits if reference_logits is None else reference_logits
+        if logits.shape[1] != reference_logits.shape[1]:
+            raise UserError(f"{v.name} has {logits.shape[1]} outputs and the reference {reference_logits.shape[1]}; "
+                            "bench grades models against grades models, score models against score models.")
         row = rows[id(v)]
-        if pairs.has_labels:
-            row.update({k: summarize(logits, pairs.label_array(), pairs.grades)[k] for k in ("accuracy", "spearman")})
-        row["agreement"] = agreement(logits, reference_logits)
+        task = "score" if logits.shape[1] == 1 else "grades"
+        if pairs.task is not None:
+            figures = summary(logits, pairs, task=task)  # a score model's accuracy is its within-query pair accuracy
+            row.update({"accuracy": figures["accuracy" if task == "grades" else "pair_accuracy"],
+                        "spearman": figures["spearman"]})
+        row["agreement"] = agreement(logits, reference_logits, pairs)
         row["max_abs_diff"] = float(np.max(np.abs(logits - reference_logits)))
     for seq in settings.seq_lens:
         for size in settings.batch_sizes:

@@ -13,7 +13,8 @@ from headcut.arch import architecture, heads_per_layer
 from headcut.batching import check_max_length, encode
 from headcut.data import Pairs
 from headcut.errors import UserError
-from headcut.evaluate.metrics import summarize
+from headcut.evaluate.importance import gold
+from headcut.evaluate.tasks import check_task, summary
 from headcut.export.build_openvino import backend_speed, build_openvino, check_request
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, GateError, check_parity, export_onnx, gate_batches, input_names,
@@ -72,12 +73,21 @@ def build_grader(
     accuracy figures and every precision choice.
     Raises ParityError when a graph fails its gate, UserError when the request cannot be met here.
     """
+    from headcut.models import check_stage
+
+    check_stage(loaded, "export")
     say = progress or (lambda message: None)
     model, tokenizer = loaded.model, loaded.tokenizer
     max_length = max_length or loaded.max_length
     check_max_length(model, max_length)  # a grader must not accept texts its graph cannot embed
     ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8)
-    labelled = pairs is not None and pairs.has_labels
+    labelled = pairs is not None and pairs.task is not None
+    score = loaded.task == "score"
+    if score and ov_precision:
+        raise UserError("--backend openvino does not support one-score models (task score) yet; export them for "
+                        "onnxruntime.")
+    if labelled:
+        check_task(loaded.task, pairs, f"--model {loaded.path}")
     if ort_precision == "int8" and not labelled:
         raise UserError("--int8 needs labelled pairs to check agreement, Spearman and accuracy; pass --data FILE.")
     if ov_precision:
@@ -109,22 +119,23 @@ def build_grader(
             say(f"grading {len(pairs)} pairs")
             encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
             logits = onnx_logits(shipped, encoded)
-            labels = pairs.label_array()
+            labels = gold(pairs)
             accuracy = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
-                        "metrics": summarize(logits, labels, pairs.grades)}
+                        "metrics": summary(logits, pairs, task=loaded.task, activation=loaded.activation)}
             if ort_precision in ("int8", "auto"):
                 ort_choices = tuple(resolve(c, model, calibration) for c in choices)
                 try:
                     final, int8_record, int8_logits = _choose_int8(
                         fp32, shipped, tmp, encoded, logits, labels, pairs.grades, vocab=model.config.vocab_size,
-                        gate=gate, choices=ort_choices, calibration=calibration, threads=threads, say=say)
+                        gate=gate, choices=ort_choices, calibration=calibration, threads=threads, say=say,
+                        groups=pairs.query_groups())
                 except GateError:
                     if ort_precision == "int8":
                         raise
                     int8_record = None  # auto: no INT8 recipe passes, so the fp32 graph ships
                 if int8_record:
                     accuracy["fp32_metrics"] = accuracy["metrics"]
-                    accuracy["metrics"] = summarize(int8_logits, labels, pairs.grades)
+                    accuracy["metrics"] = summary(int8_logits, pairs, task=loaded.task, activation=loaded.activation)
                     shipped = session(final, threads=threads)
         openvino, speed = None, None
         if ov_precision:
@@ -157,7 +168,7 @@ FP32 = "fp32 graph"  # the session timed beside the INT8 graphs
 
 
 def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab: int, gate: Int8Gate, choices,
-                 calibration, threads, say):
+                 calibration, threads, say, groups=None):
     """Quantise every choice, judge each against the fp32 graph, keep the fastest that passes the gate."""
     timing = timing_batch(vocab)
     names = [c.name for c in choices]
@@ -174,7 +185,7 @@ def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, gr
     sessions[FP32] = fp32_session  # the graph shipped without --int8, timed last in the same turns
     times = round_robin([lambda b, s=s: run_session(s, b) for s in sessions.values()], timing, repeats=10)
     seconds = dict(zip(sessions, (statistics.median(t) for t in times)))
-    trials = [judge(logits_of[name], fp32_logits, labels, grades, seconds=seconds[name], batch=batch_of[name],
+    trials = [judge(logits_of[name], fp32_logits, labels, grades, seconds=seconds[name], batch=batch_of[name], groups=groups,
                     default_seconds=seconds[CHOICES[0].name], fp32_seconds=seconds[FP32], choice=name, gate=gate)
               for name in names]
     best = fastest_passing(trials)

@@ -16,11 +16,12 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
     from headcut.arch import heads_per_layer, count_parameters
 
     grades = list(loaded.grades)
+    task = {"task": "score", "activation": loaded.activation} if loaded.task == "score" else {
+        "grades": grades, "label_map": {str(i): g for i, g in enumerate(grades)}}  # output column -> grade
     return {
         "format": GRADER_FORMAT,
         "headcut_version": headcut_version,  # which headcut exported it; the runtime reads only `format`
-        "grades": grades,
-        "label_map": {str(i): g for i, g in enumerate(grades)},  # output column -> grade
+        **task,
         "max_length": max_length,
         "truncation": "longest_first",
         "input_names": input_names,
@@ -58,7 +59,9 @@ def model_card(record: dict) -> str:
     lines = [
         "# headcut grader",
         "",
-        f"Query-title relevance grader (grades {record['grades'][0]}..{record['grades'][-1]}), exported to ONNX "
+        (f"Query-title relevance grader (grades {record['grades'][0]}..{record['grades'][-1]}), exported to ONNX "
+         if record.get("task") != "score" else f"Query-title reranker (one score, {record['activation']}), "
+         "exported to ONNX ") +
         f"({record['precision']}, opset {record['opset']}) from `{src['path']}` (weights {src['weights_hash']})"
         + (f" and to OpenVINO ({record['openvino']['precision']})" if record.get("openvino") else "") + ".",
         "",
@@ -76,8 +79,7 @@ def model_card(record: dict) -> str:
                      f"{chosen['spearman_drift']:+.4f}, accuracy drop {chosen['accuracy_drop']:+.2f} points.")
     if record.get("accuracy"):
         acc = record["accuracy"]
-        lines.append(f"- On {acc['data']['source']} ({acc['data']['rows']} pairs): accuracy "
-                     f"{acc['metrics']['accuracy']:.4f}, Spearman {acc['metrics']['spearman']:.4f}.")
+        lines.append(f"- On {acc['data']['source']} ({acc['data']['rows']} pairs): {quality_words(acc['metrics'])}.")
     lines += [
         "",
         "## Use",
@@ -92,3 +94,11 @@ def model_card(record: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def quality_words(metrics: dict) -> str:
+    """A grader's headline figures: accuracy and Spearman, or a score model's Spearman, NDCG@10, pair accuracy."""
+    if "accuracy" in metrics:
+        return f"accuracy {metrics['accuracy']:.4f}, Spearman {metrics['spearman']:.4f}"
+    return (f"Spearman {metrics['spearman']:.4f}, NDCG@10 {metrics['ndcg@10']:.4f}, within-query pair accuracy "
+            f"{metrics['pair_accuracy']:.4f}")

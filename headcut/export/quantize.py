@@ -251,23 +251,37 @@ def batch_dependence(run, encoded, grades, *, rows: int = 64, batch_size: int = 
     alone = np.concatenate([run_session(run, collate(encoded, [i])) for i in picked])
     mixed = np.concatenate([run_session(run, collate(encoded, picked[k:k + batch_size]))
                             for k in range(0, len(picked), batch_size)])
-    changes = int(np.sum(alone.argmax(axis=1) != mixed.argmax(axis=1)))
-    return changes, float(np.max(np.abs(expected_grade(alone, grades) - expected_grade(mixed, grades)), initial=0.0))
+    changes = int(np.sum(alone.argmax(axis=1) != mixed.argmax(axis=1)))  # a one-score graph has none
+
+    def value(logits):  # what ranks a pair: the expected grade, or a score model's raw score
+        return logits[:, 0] if logits.shape[1] == 1 else expected_grade(logits, grades)
+
+    return changes, float(np.max(np.abs(value(alone) - value(mixed)), initial=0.0))
 
 
 def judge(logits: np.ndarray, fp32_logits: np.ndarray, labels, grades, *, seconds: float,
           default_seconds: float, fp32_seconds: float, choice: str, gate: Int8Gate,
-          batch: tuple[int, float] = (0, 0.0)) -> Int8Trial:
+          batch: tuple[int, float] = (0, 0.0), groups=None) -> Int8Trial:
     """One INT8 graph's figures against its fp32 graph on the same labelled pairs; `batch`: its
-    batch_dependence."""
+    batch_dependence. A one-score graph (`labels`: gold scores, `groups`: the pairs' query groups) is judged on
+    ranking: agreement = within-query pairs ordered as fp32 orders them, and `accuracy_drop` = the drop of
+    within-query pair accuracy against the gold, in points."""
     from headcut.evaluate.metrics import agreement, summarize
+    from headcut.evaluate.ranking import paired_score_bootstrap
 
-    mine, ref = summarize(logits, labels, grades), summarize(fp32_logits, labels, grades)
+    if logits.shape[1] == 1:
+        p = paired_score_bootstrap(logits[:, 0], fp32_logits[:, 0], labels, groups, iters=1)
+        agree, spearman_drift = p["pair_order"]["value"], p["spearman"]["delta"]
+        drop = -100 * p["pair_accuracy"]["delta"]
+    else:
+        mine, ref = summarize(logits, labels, grades), summarize(fp32_logits, labels, grades)
+        agree, spearman_drift = agreement(logits, fp32_logits), mine["spearman"] - ref["spearman"]
+        drop = 100 * (ref["accuracy"] - mine["accuracy"])
     trial = Int8Trial(
         choice=choice,
-        agreement=agreement(logits, fp32_logits),
-        spearman_drift=mine["spearman"] - ref["spearman"],
-        accuracy_drop=100 * (ref["accuracy"] - mine["accuracy"]),
+        agreement=agree,
+        spearman_drift=spearman_drift,
+        accuracy_drop=drop,
         max_abs_diff=float(np.max(np.abs(logits - fp32_logits))),
         seconds=seconds,
         speed_vs_default=default_seconds / seconds,

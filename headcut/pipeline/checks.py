@@ -84,10 +84,15 @@ def check_readable(path: str, *, preset: str | None) -> None:
 
 def check_models(recipe: PipelineRecipe) -> None:
     """Every model the recipe names is a model folder (or a built-in name whose package is installed)."""
-    from headcut.models import resolve_source
+    from headcut.models import check_stage, outline, resolve_source, unsupported
 
     for key, value in model_folders(recipe).items():
         resolve_source(value, flag=key)
+        if key == "teacher.path":
+            check_stage(outline(value, flag=key), "run")
+    teacher = _sub_recipes(recipe).get("teacher")
+    if getattr(teacher, "task", "grades") == "score":
+        raise unsupported("run", "the teacher its recipe trains")
 
 
 def check_prune_budget(recipe: PipelineRecipe) -> None:

@@ -18,14 +18,14 @@ def data_pool(loaded, data: Pairs | None) -> Pairs:
     if data is not None:
         return data
     path, preset = default_data(loaded)
-    return read_pairs(path, preset=preset)
+    return read_pairs(path, preset=preset, task=loaded.task)
 
 
 def eval_sample(eval_data: Pairs | None, scored: Pairs | None, settings: PruneSettings) -> Pairs | None:
     """Quality pairs: a seeded sample of `eval_data`, else the scoring pairs when they have grades."""
     if eval_data is not None:
         return eval_data.sample(settings.eval_rows, seed=settings.seed)
-    return scored if scored is not None and scored.has_labels else None
+    return scored if scored is not None and scored.task is not None else None
 
 
 def notes_for(eval_pairs: Pairs | None, *chose: Pairs | None) -> list[str]:

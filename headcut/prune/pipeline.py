@@ -12,6 +12,7 @@ from headcut.data import Pairs
 from headcut.errors import UserError
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.fisher import TARGETS, UnitScores, unit_fisher
+from headcut.evaluate.importance import gold
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 from headcut.prune.budget import check_budget, plan_budget
@@ -89,7 +90,7 @@ def prune(
     if eval_pairs is not None:
         quality = compare_models(loaded.model, pruned.model, loaded.tokenizer, eval_pairs, batch_size=batch_size,
                                  max_length=max_length, iters=settings.bootstrap, seed=seed,
-                                 progress=stage(progress, "grading", 2 * len(eval_pairs)))
+                                 progress=stage(progress, "grading", 2 * len(eval_pairs)), activation=loaded.activation)
         quality.pop("logits")
         seq_len = quality["seq_len"]
     return PruneResult(
@@ -144,7 +145,7 @@ def prune_to_budget(
     check_calibration_size(pool, settings, tune=tune)
     score_pairs = pool.sample(settings.score_rows, seed=seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
-    if targets == "grades" and not score_pairs.has_labels:
+    if targets == "grades" and score_pairs.task is None:
         raise UserError(f"{score_pairs.source} has no grades, which --targets grades needs; use --targets teacher.")
     target = one_target_problem({"flops": flops, "latency": latency}, flags=True)
     if target:
@@ -167,7 +168,7 @@ def prune_to_budget(
     scores = unit_scores
     if scores is None:
         encoded = encode(loaded.tokenizer, score_pairs, max_length=max_length, model=loaded.model)
-        labels = score_pairs.label_array() if targets == "grades" else None
+        labels = gold(score_pairs) if targets == "grades" else None
         scores = unit_fisher(loaded.model, encoded, labels=labels, batch_size=max(1, batch_size // 2),
                              progress=stage(progress, "scoring", len(score_pairs)))
     if flops is not None:
@@ -205,10 +206,12 @@ def prune_to_budget(
             return predict_logits(m, None, None, batch_size=batch_size, encoded=eval_encoded, progress=grading)
 
         reference = logits(loaded.model)
-        quality = compare_logits(reference, logits(model), eval_pairs, iters=bootstrap, seed=seed)
+        quality = compare_logits(reference, logits(model), eval_pairs, iters=bootstrap, seed=seed,
+                                 activation=loaded.activation)
         quality.pop("logits")
         if untuned is not None:
-            quality_untuned = compare_logits(reference, logits(untuned), eval_pairs, iters=bootstrap, seed=seed)
+            quality_untuned = compare_logits(reference, logits(untuned), eval_pairs, iters=bootstrap, seed=seed,
+                                             activation=loaded.activation)
             quality_untuned.pop("logits")
     return PruneResult(
         pruned, loaded, request={"layer_prior": layer_prior},

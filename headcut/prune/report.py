@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 METRIC_NAMES = ("accuracy", "macro_f1", "spearman", "loss")
+SCORE_METRIC_NAMES = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")  # loss: MSE
 
 
 def shape_figure(plan: dict, path: str | Path) -> Path:
@@ -108,7 +109,7 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
                 head += " without mask tuning | change without tuning |"
                 rule += "---|---|"
             lines += [head, rule]
-            for name in METRIC_NAMES:
+            for name in SCORE_METRIC_NAMES if quality.get("task") == "score" else METRIC_NAMES:
                 d = quality["paired"][name]
                 row = (f"| {name} | {quality['before'][name]:.4f} | {quality['after'][name]:.4f} | "
                        f"{d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] |")
@@ -116,7 +117,7 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
                     u = untuned["paired"][name]
                     row += f" {untuned['after'][name]:.4f} | {u['delta']:+.4f} [{u['ci'][0]:+.4f}, {u['ci'][1]:+.4f}] |"
                 lines.append(row)
-        lines += ["", "Same grade as the unpruned model on " + _agreement(quality) + "."]
+        lines += ["", _agreement_sentence(quality)]
         if untuned:
             lines.append(f"Without mask tuning: {_agreement(untuned)}.")
     tuning = summary.get("tuning")
@@ -135,6 +136,15 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
             lines.append(f"| head | {f['name']} | | {f['error_before']:.4f} | {f['error_after']:.4f} | "
                          f"{f['damping'] if f['accepted'] else 'not kept'} |")
     return "\n".join(lines) + "\n"
+
+
+def _agreement_sentence(quality: dict) -> str:
+    if quality.get("task") != "score":
+        return "Same grade as the unpruned model on " + _agreement(quality) + "."
+    top1 = quality["paired"]["top1"]
+    return (f"Ordered as the unpruned model orders them: {_agreement(quality)} within each query; "
+            f"the same first title for {top1['value']:.2%} of queries "
+            f"(95% CI {top1['ci'][0]:.2%} to {top1['ci'][1]:.2%}).")
 
 
 def _agreement(quality: dict) -> str:

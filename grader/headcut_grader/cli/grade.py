@@ -41,5 +41,5 @@ def grade(
         summary = grade_file(grader_dir, pairs_file, out, settings=settings, resume=resume, overwrite=overwrite,
                              progress=bar.update)
     resumed = f", {summary.resumed_rows} of them by the interrupted run" if summary.resumed_rows else ""
-    typer.echo(f"graded {summary.rows} pairs{resumed} -> {out} "
-               f"(grades: {', '.join(f'{g}: {n}' for g, n in summary.counts.items())}; {summary.backend})")
+    counts = f"grades: {', '.join(f'{g}: {n}' for g, n in summary.counts.items())}; " if summary.counts else ""
+    typer.echo(f"graded {summary.rows} pairs{resumed} -> {out} ({counts}{summary.backend})")

@@ -1,0 +1,33 @@
+"""`headcut cross-encoder`: a one-score model (pruned or not) -> a folder sentence-transformers loads."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from headcut.cli.common import ALLOW_PICKLE, OVERWRITE, quiet_transformers, user_errors
+
+
+@user_errors
+def cross_encoder(
+    model: str = typer.Option(..., "--model", "-m", help="A one-score model folder (task score): a CrossEncoder, "
+                              "or what headcut finetune / prune wrote from one."),
+    out: Path = typer.Option(..., "--out", "-o", help="Folder to write."),
+    allow_pickle: bool = ALLOW_PICKLE,
+    overwrite: bool = OVERWRITE,
+):
+    """Write MODEL as a sentence-transformers CrossEncoder folder: CrossEncoder(OUT).predict gives the scores
+    headcut gives. A pruned model is written at full width with its pruned heads and neurons zero (transformers
+    cannot rebuild per-layer shapes), so it is as fast as the unpruned one there; `headcut export` makes the small,
+    fast grader.
+
+    Example: headcut cross-encoder --model runs/ce-flops50 --out runs/ce-flops50-st
+    """
+    quiet_transformers()
+    from headcut.files import check_out_dir
+    from headcut.models import load_model, save_cross_encoder
+
+    check_out_dir(out, overwrite=overwrite, inputs=[model])
+    loaded = load_model(model, allow_pickle=allow_pickle)
+    save_cross_encoder(loaded, out, overwrite=overwrite)
+    typer.echo(f"wrote {out} (load it with sentence_transformers.CrossEncoder('{out}'))")

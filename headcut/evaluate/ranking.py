@@ -1,0 +1,143 @@
+"""Metrics for one-score models (rerankers), with bootstrap CIs over queries.
+
+A reranker is used to order one query's titles, so its metrics are per query (NDCG@10, MRR, the share of
+title pairs ordered as the gold orders them) beside Spearman and Pearson against the gold score over all
+pairs. CIs resample queries, not pairs: titles of one query share the query's difficulty, so resampling
+pairs would make the intervals too narrow.
+
+Agreement with a teacher is what a reranker's user sees change: `pair_order`, the share of within-query
+title pairs the two order the same way (a swapped pair is a swapped result on the page), and `top1`, the
+share of queries whose first title stays first (what a single-answer surface shows).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import pearsonr
+
+from headcut.evaluate.metrics import ndcg_at_k, spearman
+
+METRICS = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")
+AGREEMENT = ("pair_order", "top1")
+
+
+def pearson(a, b) -> float:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.std() == 0 or b.std() == 0:
+        return 0.0
+    return float(pearsonr(a, b).statistic)
+
+
+def _order_agreement(scores: np.ndarray, reference: np.ndarray) -> tuple[float, int]:
+    """(pairs ordered as `reference` orders them, pairs `reference` orders) within one query; a tie in `scores`
+    counts half (a coin flip on the page)."""
+    i, j = np.triu_indices(len(scores), k=1)
+    ref = np.sign(reference[i] - reference[j])
+    got = np.sign(scores[i] - scores[j])
+    ordered = ref != 0
+    same = np.where(got[ordered] == 0, 0.5, (got[ordered] == ref[ordered]).astype(np.float64))
+    return float(same.sum()), int(ordered.sum())
+
+
+def _reciprocal_rank(scores: np.ndarray, gold: np.ndarray) -> float:
+    """1 / rank of the first title with the query's best gold score."""
+    order = np.argsort(-scores, kind="stable")
+    return 1.0 / (1 + int(np.flatnonzero(gold[order] == gold.max())[0]))
+
+
+def per_query(scores, gold, groups) -> dict:
+    """Per-query terms `(queries,)` of the ranking metrics; NaN where a query has nothing to rank (one title,
+    or all its titles scored alike by the gold)."""
+    scores, gold = np.asarray(scores, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    lowest = gold.min() if len(gold) else 0.0
+    out = {k: np.full(len(groups), np.nan) for k in ("ndcg@10", "mrr", "same", "pairs")}
+    for q, g in enumerate(groups):
+        if len(g) < 2 or np.ptp(gold[g]) == 0:
+            continue
+        out["ndcg@10"][q] = ndcg_at_k(scores[g], gold[g] - lowest, [np.arange(len(g))])  # gain 2^(s - lowest) - 1
+        out["mrr"][q] = _reciprocal_rank(scores[g], gold[g])
+        out["same"][q], out["pairs"][q] = _order_agreement(scores[g], gold[g])
+    return out
+
+
+def _from_terms(terms: dict, pick: np.ndarray) -> dict:
+    same, pairs = terms["same"][pick], terms["pairs"][pick]
+    return {"ndcg@10": float(np.nanmean(terms["ndcg@10"][pick])) if np.isfinite(terms["ndcg@10"][pick]).any() else 0.0,
+            "mrr": float(np.nanmean(terms["mrr"][pick])) if np.isfinite(terms["mrr"][pick]).any() else 0.0,
+            "pair_accuracy": float(np.nansum(same) / max(np.nansum(pairs), 1))}
+
+
+def _rows(groups, pick) -> np.ndarray:
+    return np.concatenate([groups[q] for q in pick]) if len(pick) else np.zeros(0, dtype=np.int64)
+
+
+def score_summary(scores, gold, groups) -> dict:
+    """Point estimates: Spearman, Pearson and mean squared error against the gold, and the per-query metrics."""
+    scores, gold = np.asarray(scores, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    out = {"spearman": spearman(scores, gold), "pearson": pearson(scores, gold),
+           "loss": float(np.mean((scores - gold) ** 2)), "n": int(len(gold)), "queries": len(groups)}
+    return out | _from_terms(per_query(scores, gold, groups), np.arange(len(groups)))
+
+
+def _percentiles(values, level: float) -> list[float]:
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    return [float(np.percentile(values, lo)), float(np.percentile(values, hi))]
+
+
+def _resampled(scores, gold, groups, terms, pick) -> dict:
+    rows = _rows(groups, pick)
+    return {"spearman": spearman(scores[rows], gold[rows]), "pearson": pearson(scores[rows], gold[rows]),
+            "loss": float(np.mean((scores[rows] - gold[rows]) ** 2))} | _from_terms(terms, pick)
+
+
+def score_bootstrap(scores, gold, groups, *, iters: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
+    """Percentile CIs of every score metric, resampling queries: {metric: [low, high]}."""
+    scores, gold = np.asarray(scores, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    terms = per_query(scores, gold, groups)
+    samples = [_resampled(scores, gold, groups, terms, rng.integers(0, len(groups), len(groups))) for _ in range(iters)]
+    return {m: _percentiles([s[m] for s in samples], level) for m in METRICS}
+
+
+def ranking_agreement(scores, reference, groups) -> dict:
+    """Per-query agreement terms of `scores` with a `reference` model: pair order and the top-1 title."""
+    scores, reference = np.asarray(scores, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    out = {k: np.full(len(groups), np.nan) for k in ("same", "pairs", "top1")}
+    for q, g in enumerate(groups):
+        if len(g) < 2:
+            continue
+        out["same"][q], out["pairs"][q] = _order_agreement(scores[g], reference[g])
+        out["top1"][q] = float(np.argmax(scores[g]) == np.argmax(reference[g]))
+    return out
+
+
+def _agreement_values(terms: dict, pick: np.ndarray) -> dict:
+    top1 = terms["top1"][pick]
+    return {"pair_order": float(np.nansum(terms["same"][pick]) / max(np.nansum(terms["pairs"][pick]), 1)),
+            "top1": float(np.nanmean(top1)) if np.isfinite(top1).any() else 1.0}
+
+
+def paired_score_bootstrap(scores_new, scores_ref, gold, groups, *, iters: int = 1000, seed: int = 0,
+                           level: float = 0.95) -> dict:
+    """new - ref of each score metric on the same resampled queries, with a CI, plus agreement with ref
+    (`pair_order`, `top1`, see the module docstring). Without gold (`gold` None) agreement only."""
+    new, ref = np.asarray(scores_new, dtype=np.float64), np.asarray(scores_ref, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    agree = ranking_agreement(new, ref, groups)
+    out, every = {}, np.arange(len(groups))
+    picks = [rng.integers(0, len(groups), len(groups)) for _ in range(iters)]
+    if gold is not None:
+        gold = np.asarray(gold, dtype=np.float64)
+        terms_new, terms_ref = per_query(new, gold, groups), per_query(ref, gold, groups)
+
+        def delta(pick):
+            a, b = _resampled(new, gold, groups, terms_new, pick), _resampled(ref, gold, groups, terms_ref, pick)
+            return {m: a[m] - b[m] for m in METRICS}
+
+        point, samples = delta(every), [delta(p) for p in picks]
+        out = {m: {"delta": point[m], "ci": _percentiles([s[m] for s in samples], level)} for m in METRICS}
+    point = _agreement_values(agree, every)
+    samples = [_agreement_values(agree, p) for p in picks]
+    for m in AGREEMENT:
+        out[m] = {"value": point[m], "ci": _percentiles([s[m] for s in samples], level)}
+    out["agreement"] = out["pair_order"]  # the headline agreement of a score model (what gates use)
+    return out

@@ -1,0 +1,68 @@
+"""The one place where metrics depend on the model's task (headcut_grader.tasks): grades go to
+`evaluate.metrics`, scores to `evaluate.ranking`. Callers pass logits, the pairs and the model's task."""
+from __future__ import annotations
+
+import numpy as np
+
+from headcut.data import Pairs
+from headcut.errors import UserError
+from headcut.evaluate import metrics, ranking
+from headcut_grader.tasks import score_values
+
+
+def check_task(task: str, pairs: Pairs, where: str) -> None:
+    """Refuse pairs whose gold does not fit the model's task, in one sentence."""
+    if pairs.task is None or pairs.task == task:
+        return
+    if task == "score":
+        raise UserError(f"{where} is a one-score reranker (task score), but {pairs.source} holds grades; pass pairs "
+                        "with a numeric score column (--label-col), or use a grades model.")
+    raise UserError(f"{where} grades (task grades), but {pairs.source} holds scores; pass graded pairs "
+                    "(--label-col), or use a one-score model.")
+
+
+def ranking_values(logits: np.ndarray, *, task: str, grades=None, activation: str = "identity") -> np.ndarray:
+    """What orders titles: the expected grade of a grades model, the score of a score model."""
+    if task == "score":
+        return score_values(logits, activation)
+    return metrics.expected_grade(logits, grades)
+
+
+def summary(logits: np.ndarray, pairs: Pairs, *, task: str = "grades", activation: str = "identity") -> dict:
+    """Point estimates of the task's metrics on labelled `pairs`."""
+    groups = pairs.query_groups()
+    if task == "score":
+        return ranking.score_summary(score_values(logits, activation), pairs.score_array(), groups)
+    return metrics.summarize(logits, pairs.label_array(), pairs.grades, groups)
+
+
+def summary_ci(logits: np.ndarray, pairs: Pairs, *, task: str = "grades", activation: str = "identity",
+               iters: int = 1000, seed: int = 0) -> dict:
+    """Bootstrap CIs of `summary` (grades: over pairs, NDCG over queries; scores: over queries)."""
+    groups = pairs.query_groups()
+    if task == "score":
+        return ranking.score_bootstrap(score_values(logits, activation), pairs.score_array(), groups, iters=iters,
+                                       seed=seed)
+    return metrics.bootstrap_ci(logits, pairs.label_array(), pairs.grades, groups=groups, iters=iters, seed=seed)
+
+
+def paired(logits_new: np.ndarray, logits_ref: np.ndarray, pairs: Pairs, *, task: str = "grades",
+           activation: str = "identity", iters: int = 1000, seed: int = 0) -> dict:
+    """new - ref of each metric with paired CIs, and agreement (grades: same grade; scores: within-query order
+    and top-1); unlabelled pairs give agreement only."""
+    if task == "score":
+        gold = pairs.score_array() if pairs.task == "score" else None
+        return ranking.paired_score_bootstrap(score_values(logits_new, activation), score_values(logits_ref, activation),
+                                              gold, pairs.query_groups(), iters=iters, seed=seed)
+    if not pairs.has_labels:
+        return {"agreement": {"value": metrics.agreement(logits_new, logits_ref)}}
+    return metrics.paired_bootstrap(logits_new, logits_ref, pairs.label_array(), pairs.grades, iters=iters, seed=seed)
+
+
+def agreement(logits: np.ndarray, reference: np.ndarray, pairs: Pairs) -> float:
+    """Agreement with a reference model on `pairs`: the same grade, or for one-score models (one output) the share
+    of within-query title pairs ordered the same way."""
+    if logits.shape[1] != 1:
+        return metrics.agreement(logits, reference)
+    terms = ranking.ranking_agreement(logits[:, 0], reference[:, 0], pairs.query_groups())
+    return float(np.nansum(terms["same"]) / max(np.nansum(terms["pairs"]), 1))

@@ -1,0 +1,379 @@
+"""One-score models (rerankers, task score): data, the recorded task, CrossEncoder folders, ranking metrics,
+scans, pruning and the stages that refuse them for now; tiny random models, one real MiniLM CrossEncoder."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from headcut.cli.main import app
+from headcut.data import Pairs, read_pairs, synthetic_pairs
+from headcut.errors import UserError
+from headcut.models import LoadedModel, load_model, resolve_source, save_cross_encoder, save_model
+from tests.conftest import need_minilm, tiny_model
+
+
+def write_scored(path, pairs: Pairs, *, columns=("grade", "score")):
+    """A Home Depot-like file: grade 1..5 and a score of (grade + 1) / 2 (1.0-3.0, like the raters' mean)."""
+    rows = ["\t".join(("query", "title") + columns)]
+    for q, t, label in zip(pairs.queries, pairs.titles, pairs.labels):
+        grade = pairs.grades[label]
+        values = {"grade": str(grade), "score": f"{(grade + 1) / 2:.2f}"}
+        rows.append("\t".join([q, t] + [values[c] for c in columns]))
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    need_minilm()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(resolve_source("minilm-l6"))
+
+
+@pytest.fixture(scope="module")
+def reranker(tmp_path_factory, tokenizer):
+    """A saved tiny one-score model (3 layers x 4 heads) whose headcut.json names its scored dev data."""
+    root = tmp_path_factory.mktemp("score")
+    dev = write_scored(root / "dev.tsv", synthetic_pairs(120, seed=2))
+    model = tiny_model("bert", attn="sdpa", num_labels=1, vocab_size=tokenizer.vocab_size, num_hidden_layers=3,
+                       initializer_range=0.4)
+    meta = {"kind": "finetune", "task": "score", "activation": "identity", "max_length": 24,
+            "dev_data": {"path": str(dev), "preset": "homedepot"}}
+    return save_model(LoadedModel(model, tokenizer, meta), root / "reranker"), dev
+
+
+def test_score_file_reads_the_score_column(tmp_path):
+    path = write_scored(tmp_path / "d.tsv", synthetic_pairs(10, seed=1))
+    pairs = read_pairs(path, preset="homedepot", task="score")
+    graded = read_pairs(path, preset="homedepot")
+    assert pairs.task == "score" and graded.task == "grades"
+    assert pairs.scores == [(graded.grades[label] + 1) / 2 for label in graded.labels]
+    assert pairs.subset([3, 1]).scores == [pairs.scores[3], pairs.scores[1]]
+
+
+def test_grades_and_scores_mismatched_are_one_sentence(tmp_path):
+    scores_only = write_scored(tmp_path / "s.tsv", synthetic_pairs(6), columns=("score",))
+    grades_only = write_scored(tmp_path / "g.tsv", synthetic_pairs(6), columns=("grade",))
+    with pytest.raises(UserError, match=r"has scores \('score'\) but no grade column 'grade', and this model grades"):
+        read_pairs(scores_only, preset="homedepot")
+    with pytest.raises(UserError, match=r"has grades \('grade'\) but no score column 'score', and this model is a "
+                                        r"one-score reranker"):
+        read_pairs(grades_only, preset="homedepot", task="score")
+
+
+def test_score_model_given_graded_pairs_exits_2(reranker, tmp_path):
+    grader, _ = reranker
+    grades_only = write_scored(tmp_path / "g.tsv", synthetic_pairs(20), columns=("grade",))
+    result = CliRunner().invoke(app, ["prune", "--model", str(grader), "--keep-ratio", "0.5", "--data", str(grades_only),
+                                      "--out", str(tmp_path / "p"), "--no-timing"])
+    assert result.exit_code == 2, result.output
+    assert "no score column 'score', and this model is a one-score reranker" in result.output.replace("\n", " ")
+    assert "Traceback" not in result.output
+
+
+def test_the_task_is_recorded_and_read_back(reranker):
+    loaded = load_model(reranker[0])
+    assert (loaded.task, loaded.activation, loaded.model.config.num_labels) == ("score", "identity", 1)
+    assert loaded.model.config.id2label == {0: "score"}
+    ce = json.loads((reranker[0] / "config_sentence_transformers.json").read_text())
+    assert ce["activation_fn"] == "torch.nn.modules.linear.Identity"
+
+
+# --- ranking metrics ---------------------------------------------------------------------------------
+
+
+def naive_order(scores, reference, groups):
+    """Within-query pairs ordered as `reference` orders them (ties in `scores` half), by a plain double loop."""
+    same = total = 0.0
+    for g in groups:
+        for a in g:
+            for b in g:
+                if a < b and reference[a] != reference[b]:
+                    total += 1
+                    if scores[a] == scores[b]:
+                        same += 0.5
+                    elif (scores[a] > scores[b]) == (reference[a] > reference[b]):
+                        same += 1
+    return same / total
+
+
+def test_ranking_metrics_equal_plain_loops_and_cis_bracket_them():
+    from headcut.evaluate.ranking import paired_score_bootstrap, score_bootstrap, score_summary
+
+    rng = np.random.default_rng(0)
+    gold = np.round(rng.uniform(1, 3, 60) * 3) / 3
+    groups = [np.arange(i, i + 6) for i in range(0, 60, 6)]
+    scores = gold + rng.normal(0, 0.6, 60)
+    s = score_summary(scores, gold, groups)
+    assert s["pair_accuracy"] == pytest.approx(naive_order(scores, gold, groups))
+    best_first = [1 / (1 + list(g[np.argsort(-scores[g], kind="stable")]).index(
+        next(i for i in g[np.argsort(-scores[g], kind="stable")] if gold[i] == gold[g].max()))) for g in groups]
+    assert s["mrr"] == pytest.approx(np.mean(best_first))
+    ci = score_bootstrap(scores, gold, groups, iters=200)
+    assert all(ci[m][0] <= s[m] <= ci[m][1] for m in ("spearman", "ndcg@10", "pair_accuracy"))
+    student = scores + rng.normal(0, 0.3, 60)
+    p = paired_score_bootstrap(student, scores, gold, groups, iters=200)
+    assert p["pair_order"]["value"] == pytest.approx(naive_order(student, scores, groups))
+    assert p["top1"]["value"] == np.mean([np.argmax(student[g]) == np.argmax(scores[g]) for g in groups])
+    same = paired_score_bootstrap(scores, scores, gold, groups, iters=50)
+    assert same["pair_order"]["value"] == 1.0 and same["top1"]["value"] == 1.0 and same["spearman"]["delta"] == 0.0
+
+
+# --- scans, surgery, tuning on a tiny one-score model -----------------------------------------------
+
+
+def scored_pairs(n=24):
+    pairs = synthetic_pairs(n, seed=4)
+    return Pairs(pairs.queries, pairs.titles, None, pairs.grades, "toy", scores=[1.0 + label / 2 for label in pairs.labels])
+
+
+def masked_scores(model, encoded, mask):
+    from headcut.evaluate.predict import predict_logits
+    from headcut.masking import head_mask
+
+    with head_mask(model, mask):
+        return predict_logits(model, None, None, encoded=encoded, batch_size=8)[:, 0].astype(np.float64)
+
+
+def test_scan_scores_of_a_score_model_equal_a_naive_loop(tokenizer):
+    from headcut.batching import encode
+    from headcut.evaluate.importance import head_importance
+
+    model = tiny_model("bert", num_labels=1, vocab_size=tokenizer.vocab_size, initializer_range=0.4)
+    pairs = scored_pairs()
+    encoded = encode(tokenizer, pairs, max_length=24, model=model)
+    gold = np.asarray(pairs.scores)
+    base = masked_scores(model, encoded, torch.ones(2, 4))
+    change, loss = np.zeros((2, 4)), np.zeros((2, 4))
+    for layer in range(2):
+        for head in range(4):
+            mask = torch.ones(2, 4)
+            mask[layer, head] = 0
+            got = masked_scores(model, encoded, mask)
+            change[layer, head] = np.mean((got - base) ** 2)
+            loss[layer, head] = np.mean((got - gold) ** 2) - np.mean((base - gold) ** 2)
+    kl = head_importance(model, tokenizer, pairs, method="kl", batch_size=8, max_length=24).numpy()
+    ablation = head_importance(model, tokenizer, pairs, method="ablation", batch_size=8, max_length=24).numpy()
+    assert change.max() > 1e-4  # the heads matter, so the check can fail
+    assert np.allclose(kl, change, rtol=1e-3, atol=1e-7) and np.allclose(ablation, loss, rtol=1e-3, atol=1e-7)
+    eps, fisher = 1e-3, np.zeros((2, 4))
+    unlabelled = Pairs(pairs.queries, pairs.titles, None)
+    for layer in range(2):
+        for head in range(4):
+            up, down = torch.ones(2, 4), torch.ones(2, 4)
+            up[layer, head] += eps
+            down[layer, head] -= eps
+            fisher[layer, head] = (((masked_scores(model, encoded, up) - masked_scores(model, encoded, down))
+                                    / (2 * eps)) ** 2).sum()
+    got = head_importance(model, tokenizer, unlabelled, method="fisher", batch_size=8, max_length=24).numpy()
+    assert np.allclose(got, fisher, rtol=2e-2)  # Gaussian Fisher: sum of squared score gradients
+
+
+def test_pruned_score_model_equals_masking(reranker):
+    from headcut.arch import keep_heads, keep_neurons
+    from headcut.batching import encode
+    from headcut.evaluate.predict import predict_logits
+    from headcut.masking import neuron_mask
+
+    loaded = load_model(reranker[0], attn_implementation="eager")
+    heads, neurons = [[0, 2], [], [1, 2, 3]], [list(range(0, 37, 2)), list(range(5)), []]
+    encoded = encode(loaded.tokenizer, scored_pairs(30), max_length=24, model=loaded.model)
+    hm, nm = torch.zeros(3, 4), torch.zeros(3, 37)
+    for layer in range(3):
+        hm[layer, heads[layer]], nm[layer, neurons[layer]] = 1, 1
+    with neuron_mask(loaded.model, nm):
+        masked = masked_scores(loaded.model, encoded, hm)
+    full = masked_scores(loaded.model, encoded, torch.ones(3, 4))
+    keep_heads(loaded.model, heads)
+    keep_neurons(loaded.model, neurons)
+    cut = predict_logits(loaded.model, None, None, encoded=encoded, batch_size=8)[:, 0]
+    assert np.abs(full - masked).max() > 1e-3  # what was cut matters, so the check can fail
+    assert np.abs(cut - masked).max() <= 1e-5
+
+
+def test_flops_prune_of_a_score_model_tunes_never_worse_and_reports_ranking(reranker):
+    from headcut.prune import PruneSettings, format_report, prune_to_budget
+
+    loaded = load_model(reranker[0])
+    settings = PruneSettings(score_rows=60, calibrate_rows=60, bootstrap=50, timing=False, batch_size=16)
+    record = prune_to_budget(loaded, flops=0.6, settings=settings, tune=True).record()
+    fits = record["tuning"]["fits"] + record["tuning"]["head"]
+    assert fits and all(f["error_after"] <= f["error_before"] for f in fits)
+    assert any(f["accepted"] for f in fits)
+    q = record["quality"]
+    assert q["task"] == "score" and "ndcg@10" in q["before"] and 0 < q["paired"]["pair_order"]["value"] <= 1
+    assert "Ordered as the unpruned model orders them" in format_report(record)
+
+
+# --- sentence-transformers CrossEncoder folders in and out ------------------------------------------
+
+
+def headcut_scores(folder, pairs):
+    from headcut.evaluate.predict import predict_logits
+    from headcut_grader.tasks import score_values
+
+    loaded = load_model(folder)
+    return score_values(predict_logits(loaded.model, loaded.tokenizer, pairs, max_length=loaded.max_length),
+                        loaded.activation)
+
+
+def test_cross_encoder_round_trip_through_a_prune(tmp_path):
+    """The real MiniLM as a CrossEncoder reranker (no hub): its folder loads in headcut, prunes, and the pruned
+    model written back loads in sentence-transformers and scores as headcut does."""
+    need_minilm()
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+
+    torch.manual_seed(0)
+    ce = CrossEncoder(str(resolve_source("minilm-l6")), num_labels=1, max_length=32, local_files_only=True)
+    torch.nn.init.normal_(ce.model.classifier.weight, std=0.5)  # a head whose scores differ between titles
+    ce.save_pretrained(str(tmp_path / "ce"))
+    loaded = load_model(tmp_path / "ce")
+    assert (loaded.task, loaded.activation) == ("score", "sigmoid")
+    pairs = scored_pairs(40)
+    data = tmp_path / "d.tsv"
+    data.write_text("query\ttitle\tscore\n" + "".join(f"{q}\t{t}\t{s}\n" for q, t, s in
+                                                       zip(pairs.queries, pairs.titles, pairs.scores)))
+    before = ce.predict(list(zip(pairs.queries, pairs.titles)))
+    assert np.abs(headcut_scores(tmp_path / "ce", pairs) - before).max() <= 1e-5
+    result = CliRunner().invoke(app, ["prune", "--model", str(tmp_path / "ce"), "--keep-ratio", "0.5", "--data",
+                                      str(data), "--out", str(tmp_path / "pruned"), "--no-timing", "--bootstrap", "20",
+                                      "--score-rows", "16"])
+    assert result.exit_code == 0, result.output
+    assert "within each query" in result.output
+    result = CliRunner().invoke(app, ["cross-encoder", "--model", str(tmp_path / "pruned"), "--out", str(tmp_path / "st")])
+    assert result.exit_code == 0, result.output
+    ours = headcut_scores(tmp_path / "pruned", pairs)
+    theirs = CrossEncoder(str(tmp_path / "st"), local_files_only=True).predict(list(zip(pairs.queries, pairs.titles)))
+    assert np.abs(ours - before).max() > 1e-3  # pruning changed the scores, so the check below can fail
+    assert np.abs(ours - theirs).max() <= 1e-5
+
+
+def test_stages_without_score_support_refuse_a_score_model(reranker, tmp_path):
+    grader, dev = reranker
+    from headcut.models import check_stage
+
+    for stage in ("distill", "run"):
+        with pytest.raises(UserError, match=rf"^headcut {stage} does not support one-score models \(task score\) yet"):
+            check_stage(load_model(grader), stage)
+    grades = LoadedModel(tiny_model("bert"), None, {"grades": [1, 2, 3, 4, 5]}, "g")
+    with pytest.raises(UserError, match="only a one-score model"):
+        save_cross_encoder(grades, tmp_path / "x")
+
+
+def test_grades_model_given_score_data_exits_2(tokenizer, tmp_path):
+    model = tiny_model("bert", attn="sdpa", vocab_size=tokenizer.vocab_size)
+    grader = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 24}), tmp_path / "m")
+    scores_only = write_scored(tmp_path / "s.tsv", synthetic_pairs(6), columns=("score",))
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(grader), "--data", str(scores_only),
+                                      "--preset", "homedepot"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "has scores ('score') but no grade column 'grade', and this model grades" in result.output.replace("\n", " ")
+
+
+# --- export, the runtime's grade file and serve -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def score_grader(tmp_path_factory):
+    """A tiny pruned one-score model (a 0-head layer, sigmoid like a CrossEncoder) exported fp32 and INT8."""
+    from test_export import tiny_tokenizer
+
+    from headcut.arch import keep_heads
+    from headcut.export.build import build_grader
+    from headcut.export.quantize import Int8Gate
+    from headcut.finetune import as_scores
+
+    root = tmp_path_factory.mktemp("score-grader")
+    tokenizer = tiny_tokenizer(root / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), max_position_embeddings=128,
+                       initializer_range=0.2)
+    keep_heads(model, [[0, 2], []])
+    meta = {"task": "score", "activation": "sigmoid", "max_length": 64}
+    loaded = LoadedModel(model, tokenizer, meta, "tiny", "0" * 16)
+    pairs = as_scores(synthetic_pairs(120))
+    lenient = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_fp32=0.0)
+    fp32 = build_grader(loaded, root / "fp32", pairs=pairs)
+    int8 = build_grader(loaded, root / "int8", pairs=pairs, int8=True, gate=lenient)
+    return root, loaded, pairs, fp32, int8
+
+
+def test_exported_score_grader_scores_as_pytorch_and_gates_int8_on_ranking(score_grader):
+    from headcut.evaluate.predict import predict_logits
+    from headcut.evaluate.ranking import ranking_agreement
+    from headcut.grader import Grader, Scores
+    from headcut_grader.tasks import score_values
+
+    root, loaded, pairs, fp32, int8 = score_grader
+    assert fp32["task"] == "score" and "grades" not in fp32 and fp32["parity"]["fp32"]["max_abs_diff"] <= 1e-4
+    result = Grader(root / "fp32").grade(pairs)
+    torch_scores = score_values(predict_logits(loaded.model, loaded.tokenizer, pairs, max_length=64), "sigmoid")
+    assert isinstance(result, Scores) and np.abs(result.scores - torch_scores).max() <= 1e-5
+    assert np.ptp(torch_scores) > 1e-3  # scores differ between pairs, so the check can fail
+    assert "ndcg@10" in fp32["accuracy"]["metrics"]
+    trial = int8["int8"]["chosen"]
+    int8_scores = Grader(root / "int8").grade(pairs).scores
+    terms = ranking_agreement(int8_scores, result.scores, pairs.query_groups())
+    assert trial["agreement"] == pytest.approx(np.nansum(terms["same"]) / np.nansum(terms["pairs"]), abs=1e-6)
+
+
+def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):
+    import httpx
+
+    from headcut.export.bench import running_server
+    from headcut.grader import Grader
+    from headcut_grader.grade_file import grade_file
+    from tests.conftest import ROOT
+
+    root, _, pairs, _, _ = score_grader
+    local = Grader(root / "fp32").grade(pairs)
+    source = write_scored(tmp_path / "in.tsv", synthetic_pairs(120), columns=("score",))
+    grade_file(root / "fp32", source, tmp_path / "out.tsv")
+    lines = [line.split("\t") for line in (tmp_path / "out.tsv").read_text().splitlines()]
+    assert lines[0] == ["query", "title", "score"]
+    assert np.allclose([float(r[2]) for r in lines[1:]], local.scores, atol=1e-6)
+    with running_server(root / "fp32", workers=1, threads=1, wait_seconds=90, cwd=ROOT) as url:
+        body = {"pairs": [{"query": q, "title": t} for q, t in zip(pairs.queries[:12], pairs.titles[:12])]}
+        reply = httpx.post(url + "/grade", json=body, timeout=30).json()
+        ranked = httpx.post(url + "/rank", json={"query": pairs.queries[0], "titles": pairs.titles[:12]},
+                            timeout=30).json()["ranking"]
+    assert reply["task"] == "score"
+    assert np.allclose([r["score"] for r in reply["results"]], local.scores[:12], atol=1e-5)
+    assert [r["index"] for r in ranked] == list(np.argsort(-Grader(root / "fp32").grade(
+        [(pairs.queries[0], t) for t in pairs.titles[:12]]).scores, kind="stable"))
+
+
+def test_bench_judges_a_score_model_by_ranking(reranker, tmp_path):
+    grader, dev = reranker
+    result = CliRunner().invoke(app, ["bench", "--model", str(grader), "--model", str(grader), "--data", str(dev),
+                                      "--preset", "homedepot", "--limit", "40", "--batch-sizes", "1",
+                                      "--seq-lens", "16", "--repeats", "1", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "b" / "bench.json").read_text())["variants"]
+    assert [r["agreement"] for r in rows] == [1.0, 1.0]  # the same model orders every title pair alike
+    assert -1 <= rows[0]["spearman"] <= 1 and 0 <= rows[0]["accuracy"] <= 1
+
+
+def test_a_run_whose_teacher_recipe_trains_a_score_model_exits_2(tmp_path):
+    result = CliRunner().invoke(app, ["run", "quickstart", "--set", "teacher.recipe=finetune/minilm_homedepot_score_cpu",
+                                      "--out", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: headcut run does not support one-score models (task score) yet, and the "
+                                    "teacher its recipe trains is one")
+
+
+def test_scan_command_on_a_score_model(reranker, tmp_path):
+    grader, dev = reranker
+    base = ["scan", "--model", str(grader), "--data", str(dev), "--preset", "homedepot", "--limit", "40",
+            "--no-probes", "--bootstrap", "10"]
+    refused = CliRunner().invoke(app, [*base, "--out", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "pass --experiments none" in refused.output
+    result = CliRunner().invoke(app, [*base, "--experiments", "none", "--method", "ablation,kl,fisher",
+                                      "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert "baseline: Spearman" in result.output and "NDCG@10" in result.output
+    methods = json.loads((tmp_path / "b" / "importance.json").read_text())["methods"]
+    assert set(methods) == {"ablation", "kl", "fisher"}
