@@ -32,12 +32,12 @@ from machine import describe, machine  # noqa: E402
 
 from headcut.arch import flops_per_pair, keep_heads, keep_layers, keep_neurons, unit_flops  # noqa: E402
 from headcut.batching import encode  # noqa: E402
-from headcut.data import read_pairs  # noqa: E402
+from headcut_grader.data import read_pairs  # noqa: E402
 from headcut.evaluate.fisher import unit_fisher  # noqa: E402
 from headcut.evaluate.importance import head_importance  # noqa: E402
 from headcut.evaluate.metrics import paired_bootstrap, summarize  # noqa: E402
 from headcut.evaluate.predict import predict_logits  # noqa: E402
-from headcut.files import write_json, write_text  # noqa: E402
+from headcut_grader.files import write_json, write_text  # noqa: E402
 from headcut.models import load_model  # noqa: E402
 from headcut.prune import plan_heads  # noqa: E402
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget  # noqa: E402

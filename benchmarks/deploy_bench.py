@@ -101,9 +101,9 @@ def main():
 
     from headcut.arch import keep_heads
     from headcut.cli.common import quiet_transformers
-    from headcut.data import read_pairs
+    from headcut_grader.data import read_pairs
     from headcut.arch import flops_per_pair
-    from headcut.errors import UserError
+    from headcut_grader.errors import UserError
     from headcut.export.bench import BenchSettings, benchmark, grader_variant, load_measured, pytorch_variant, write_bench
     from headcut.models import load_model, save_model
 

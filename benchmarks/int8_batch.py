@@ -44,7 +44,7 @@ def main():
     from machine import describe, machine
 
     from headcut.batching import encode
-    from headcut.data import read_pairs
+    from headcut_grader.data import read_pairs
     from headcut.evaluate.metrics import agreement
     from headcut.export.export import export_onnx, gate_batches, onnx_logits, run_session, session
     from headcut.export.quantize import batch_dependence

@@ -25,12 +25,12 @@ import numpy as np
 import torch
 
 from headcut.batching import encode
-from headcut.data import read_pairs
+from headcut_grader.data import read_pairs
 from headcut.evaluate.ablation import ablation_logits
 from headcut.evaluate.importance import ablation_scores, gradient_scores, head_importance, mask_gradients
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
-from headcut.files import write_json, write_text
+from headcut_grader.files import write_json, write_text
 from headcut.models import LoadedModel, load_model
 from headcut.prune import HeadPlan, iterative_plan, plan_heads, pruned_copy, speed_summary
 

@@ -30,7 +30,7 @@ from machine import describe
 
 from headcut.batching import encode
 from headcut.cli.common import quiet_transformers
-from headcut.data import read_pairs
+from headcut_grader.data import read_pairs
 from headcut.evaluate.ablation import ablation_logits, naive_ablation_logits
 from headcut.evaluate.importance import ablation_scores
 from headcut.models import load_model

@@ -260,10 +260,10 @@ def main():
     per_worker = args.server_threads or max(1, args.threads // args.workers)
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from headcut.data import read_pairs
+    from headcut_grader.data import read_pairs
     from headcut.export.bench import running_server
-    from headcut.files import write_json, write_text
-    from headcut.grader import Grader
+    from headcut_grader.files import write_json, write_text
+    from headcut_grader.grader import Grader
     from machine import describe, machine
 
     out = Path(args.out)

@@ -43,7 +43,7 @@ def main() -> None:
 
     from headcut.arch import flops_per_pair, keep_heads, keep_neurons, unit_flops
     from headcut.batching import encode
-    from headcut.data import read_pairs
+    from headcut_grader.data import read_pairs
     from headcut.evaluate.fisher import unit_fisher
     from headcut.evaluate.metrics import paired_bootstrap
     from headcut.evaluate.predict import predict_logits

@@ -1,21 +1,48 @@
-"""headcut: make fine-tuned BERT relevance graders small and fast without losing their judgement."""
+"""headcut: make fine-tuned BERT relevance graders small and fast without losing their judgement.
+
+The toolkit stands on the torch-free runtime `headcut_grader` (the headcut-grader distribution) and imports
+its modules by that name. The old names `headcut.data`, `headcut.grader`, ... still import until the next
+release, with a DeprecationWarning: each is a thin module that reads the runtime's."""
 import importlib as _importlib
+import importlib.abc as _abc
+import importlib.util as _util
 import sys as _sys
+import warnings as _warnings
 
-# These modules live in the torch-free runtime distribution (headcut-grader, package headcut_grader). Their old
-# names stay importable and ARE the same module objects, so patching `headcut.data.X` in a test patches the runtime.
-for _name in ("errors", "ranges", "files", "data", "grader", "serve", "microbatch", "serve_metrics"):
-    globals()[_name] = _sys.modules[f"{__name__}.{_name}"] = _importlib.import_module(f"headcut_grader.{_name}")
+from headcut_grader.data import Pairs, read_pairs, synthetic_pairs
+from headcut_grader.errors import UserError
 
-from headcut.errors import UserError  # noqa: E402
-from headcut.data import Pairs, read_pairs, synthetic_pairs  # noqa: E402
+from headcut.version import __version__
 
-__all__ = ["UserError", "Pairs", "read_pairs", "synthetic_pairs", "load_model", "save_model", "LoadedModel"]
-__version__ = "0.1.0"
+__all__ = ["UserError", "Pairs", "read_pairs", "synthetic_pairs", "load_model", "save_model", "LoadedModel",
+           "__version__"]
+
+MOVED = ("errors", "ranges", "files", "data", "grader", "serve", "microbatch", "serve_metrics")
+
+
+class _MovedLoader(_abc.Loader):
+    """Runs `import headcut.<name>` for a module that moved to headcut_grader: warns, then forwards."""
+
+    def exec_module(self, module):
+        new = f"headcut_grader.{module.__name__.rsplit('.', 1)[1]}"
+        _warnings.warn(f"{module.__name__} is deprecated and goes in the next release; import {new} instead.",
+                       DeprecationWarning, stacklevel=2)
+        real = _importlib.import_module(new)
+        module.__getattr__ = lambda name: getattr(real, name)
+        module.__dir__ = lambda: dir(real)
+
+
+class _MovedFinder(_abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        package, _, name = fullname.rpartition(".")
+        return _util.spec_from_loader(fullname, _MovedLoader()) if package == __name__ and name in MOVED else None
+
+
+_sys.meta_path.insert(0, _MovedFinder())
 
 
 def __getattr__(name):
-    # Loaded on first use so that `import headcut.grader` (the deployable ONNX runtime) never pulls in torch.
+    # models (and torch) are loaded on first use
     if name in ("load_model", "save_model", "LoadedModel"):
         from headcut import models
 

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
 
 @dataclass

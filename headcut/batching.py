@@ -7,8 +7,8 @@ import numpy as np
 import torch
 
 from headcut.arch import takes_token_types, usable_positions
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 
 DEFAULT_MAX_LENGTH = 128  # for models that record no token limit (plain Hugging Face folders)
 RECORDED = "headcut_max_length"  # attribute load_model sets on a model: the token limit it was trained at

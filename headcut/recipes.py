@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from headcut.errors import UserError
-from headcut.ranges import field_problem
+from headcut_grader.errors import UserError
+from headcut_grader.ranges import field_problem
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
-from headcut.files import write_text
+from headcut_grader.files import write_text
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from headcut.batching import Encoded, collate
-from headcut.data import DEFAULT_GRADES
-from headcut.errors import UserError
-from headcut.ranges import check_ranges, ranged
+from headcut_grader.data import DEFAULT_GRADES
+from headcut_grader.errors import UserError
+from headcut_grader.ranges import check_ranges, ranged
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut.data import read_pairs
-from headcut.errors import UserError
+from headcut_grader.data import read_pairs
+from headcut_grader.errors import UserError
 
 
 def run(*args):
@@ -72,7 +72,7 @@ def test_2_long_title_under_the_limit_reads_in_every_format(tmp_path, fmt):
 
 @pytest.mark.parametrize("fmt", ["tsv", "csv", "jsonl", "json"])
 def test_2_text_over_the_limit_is_refused_in_every_format(tmp_path, fmt):
-    from headcut.data import MAX_TEXT_CHARS
+    from headcut_grader.data import MAX_TEXT_CHARS
 
     path = write(tmp_path, f"a.{fmt}", _long_rows(fmt, "x" * (MAX_TEXT_CHARS + 1)))
     with pytest.raises(UserError, match=r"line \d+.*longer than .* characters"):
@@ -80,7 +80,7 @@ def test_2_text_over_the_limit_is_refused_in_every_format(tmp_path, fmt):
 
 
 def test_2_quoted_csv_field_over_many_lines_is_bounded_too(tmp_path):
-    from headcut.data import MAX_TEXT_CHARS
+    from headcut_grader.data import MAX_TEXT_CHARS
 
     text = "query,title,grade\ndrill,\"" + ("y" * 1000 + "\n") * (MAX_TEXT_CHARS // 1000 + 2) + "\",3\n"
     with pytest.raises(UserError, match=r"longer than .* characters"):
@@ -118,7 +118,7 @@ def test_3_dev_zero_is_refused(tmp_path):
 
 
 def test_3_an_endless_line_stops_at_the_cap(tmp_path, monkeypatch):
-    import headcut.data as data
+    import headcut_grader.data as data
 
     monkeypatch.setattr(data, "MAX_LINE_BYTES", 10_000)
     path = write(tmp_path, "a.tsv", "query\ttitle\tgrade\n" + "z" * 50_000)  # no newline at all
@@ -231,10 +231,10 @@ def test_weak_a_killed_writer_leaves_no_hidden_folder_after_the_next_run(tmp_pat
     import subprocess
     import sys
 
-    from headcut.files import atomic_dir
+    from headcut_grader.files import atomic_dir
 
     out = tmp_path / "grader"
-    script = ("import os, sys, time\nfrom headcut.files import atomic_dir\n"
+    script = ("import os, sys, time\nfrom headcut_grader.files import atomic_dir\n"
               "with atomic_dir(sys.argv[1]) as tmp:\n"
               "    (tmp / 'model.onnx').write_bytes(b'0' * 1000)\n"
               "    print('ready', flush=True)\n    time.sleep(60)\n")
@@ -323,7 +323,7 @@ def test_8_evaluate_flags_out_of_range(tmp_path, tiny_grader, args, flag):
 
 
 def test_7_the_grader_refuses_a_bad_batch_size(tiny_grader):
-    from headcut.grader import Grader
+    from headcut_grader.grader import Grader
 
     for value in (0, -1):
         with pytest.raises(UserError, match="batch_size"):
@@ -334,7 +334,7 @@ def test_7_the_grader_refuses_a_bad_batch_size(tiny_grader):
 
 def test_8_max_length_over_the_models_positions_is_refused(tmp_path):
     from headcut.batching import encode
-    from headcut.data import synthetic_pairs
+    from headcut_grader.data import synthetic_pairs
     from test_export import tiny_tokenizer
     from conftest import tiny_model
 
@@ -560,7 +560,7 @@ def test_12_a_bin_that_is_not_a_state_dict_is_one_sentence_of_ours(tmp_path, sav
 
 @pytest.mark.parametrize("damage", ["truncated", "random"])
 def test_13_corrupt_onnx_names_the_file(tmp_path, tiny_grader, damage):
-    from headcut.grader import Grader
+    from headcut_grader.grader import Grader
 
     folder = _copy(tiny_grader, tmp_path)
     model = folder / "model.onnx"
@@ -576,7 +576,7 @@ def test_13_corrupt_onnx_names_the_file(tmp_path, tiny_grader, damage):
 @pytest.mark.parametrize("name, text", [("grader.json", "{not json"), ("grader.json", "[]"),
                                         ("tokenizer.json", "{not json")])
 def test_13_invalid_grader_files_name_the_file(tmp_path, tiny_grader, name, text):
-    from headcut.grader import Grader
+    from headcut_grader.grader import Grader
 
     folder = _copy(tiny_grader, tmp_path)
     (folder / name).write_text(text)
@@ -674,7 +674,7 @@ def test_class_bench_lists_have_ranges(tmp_path, flag, value):
 def test_class_a_full_disk_inside_an_output_folder_is_a_sentence(tmp_path):
     import errno
 
-    from headcut.files import atomic_dir
+    from headcut_grader.files import atomic_dir
 
     with pytest.raises(UserError, match="No space left"):
         with atomic_dir(tmp_path / "out"):
@@ -778,7 +778,7 @@ def test_run_outputs_follow_the_umask(tmp_path, saved_models, umask, folder_mode
 
 
 def _write_outputs(root, model):
-    from headcut.files import atomic_dir, write_json
+    from headcut_grader.files import atomic_dir, write_json
     from headcut.models import load_model, save_model
 
     with atomic_dir(root / "folder") as tmp:

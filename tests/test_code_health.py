@@ -1,11 +1,14 @@
-"""Properties of the code itself: no import cycles."""
+"""Properties of the code itself: no import cycles, and the runtime imported by its own name."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 from conftest import ROOT
 
+MOVED = ("errors", "ranges", "files", "data", "grader", "serve", "microbatch", "serve_metrics")
 PACKAGES = {"headcut": ROOT / "headcut", "headcut_grader": ROOT / "grader" / "headcut_grader"}
 
 
@@ -67,3 +70,31 @@ def test_no_module_imports_itself_back_through_others():
     known = modules()
     edges = {name: imported(path, known) - {name} for name, path in known.items()}
     assert cycles(edges) == []
+def test_the_toolkit_imports_the_runtime_by_its_own_name():
+    """`headcut.data` and the other moved names are deprecated aliases: nothing here may lean on them."""
+    old = {f"headcut.{name}" for name in MOVED}
+    files = [*(ROOT / "headcut").rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "benchmarks").glob("*.py"),
+             *(ROOT / "docs").rglob("*.py")]
+    leaning = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            leaning += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n in old]
+    assert leaning == []
+
+
+def test_the_old_runtime_names_still_import_with_a_deprecation_warning():
+    code = """
+import warnings
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as seen:
+    import headcut.data
+    from headcut.grader import Grader
+import headcut_grader.data, headcut_grader.grader
+assert headcut.data.read_pairs is headcut_grader.data.read_pairs and Grader is headcut_grader.grader.Grader
+print(sorted(str(w.message) for w in seen if w.category is DeprecationWarning))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert "headcut.data is deprecated and goes in the next release; import headcut_grader.data instead." in out
+    assert "import headcut_grader.grader instead" in out

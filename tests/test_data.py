@@ -5,8 +5,8 @@ import pytest
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut.data import iter_pairs, parse_label_map, read_pairs, synthetic_pairs
-from headcut.errors import UserError
+from headcut_grader.data import iter_pairs, parse_label_map, read_pairs, synthetic_pairs
+from headcut_grader.errors import UserError
 from tests.conftest import HOMEDEPOT, QBQTC
 
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from headcut.data import synthetic_pairs
+from headcut_grader.data import synthetic_pairs
 from headcut.distill import DistillRecipe, build_student, distill
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, save_model
 from headcut.recipes import from_dict
 from conftest import tiny_model

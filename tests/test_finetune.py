@@ -40,7 +40,7 @@ def test_resume_after_interruption_matches_uninterrupted(tmp_path, tiny_base):
 
 
 def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
-    from headcut.errors import UserError
+    from headcut_grader.errors import UserError
 
     finetune(tiny_recipe(tiny_base), tmp_path / "run", stop_after_steps=3)
     with pytest.raises(UserError, match="unfinished run of another recipe"):
@@ -51,7 +51,7 @@ def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
 @pytest.mark.slow
 def test_minilm_really_learns_home_depot(quick_teacher, homedepot):
     """Issue 2: ~3 CPU minutes of fine-tuning reach Spearman >= 0.2 and beat the majority predictor's macro-F1."""
-    from headcut.data import read_pairs
+    from headcut_grader.data import read_pairs
     from headcut.evaluate import evaluate_model
     from headcut.evaluate.metrics import macro_f1
 
@@ -70,7 +70,7 @@ def test_minilm_really_learns_home_depot(quick_teacher, homedepot):
 
 def test_the_dev_sample_of_a_dev_file_is_drawn_with_its_own_seed(tmp_path):
     """load_data draws dev rows with seed + 1, so a dev file that is also the train file gives other rows."""
-    from headcut.data import read_pairs, synthetic_pairs
+    from headcut_grader.data import read_pairs, synthetic_pairs
     from headcut.finetune import load_data
 
     p = synthetic_pairs(200, seed=3)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from headcut.arch import SUPPORTED, heads_per_layer, keep_heads, layer_parts, mask_shape
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.masking import head_mask, neuron_mask, ones_mask
 from tests.conftest import tiny_inputs, tiny_model
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from headcut.arch import heads_per_layer, keep_heads
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, resolve_source, save_model
 from tests.conftest import need_minilm, tiny_inputs, tiny_model
 
@@ -67,7 +67,7 @@ def test_builtin_minilm_loads_with_a_reproducible_fresh_head():
 
 
 def test_an_interrupted_write_leaves_no_half_folder(tmp_path):
-    from headcut.files import atomic_dir
+    from headcut_grader.files import atomic_dir
 
     out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
@@ -78,7 +78,7 @@ def test_an_interrupted_write_leaves_no_half_folder(tmp_path):
 
 
 def test_write_text_leaves_neither_a_temp_file_nor_a_half_file_on_error(tmp_path):
-    from headcut.files import write_text
+    from headcut_grader.files import write_text
 
     target = tmp_path / "out" / "report.md"
     write_text(target, "old\n")

@@ -10,8 +10,8 @@ import torch
 
 from conftest import tiny_model
 from headcut.batching import Encoded
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate.probes import ProbeInputs, example_attention, probe_heads, segmented_inputs
 
 HIDDEN, HEAD = 64, 16

@@ -8,9 +8,9 @@ from typer.testing import CliRunner
 
 from headcut.arch import heads_per_layer
 from headcut.cli.main import app
-from headcut.data import read_pairs, synthetic_pairs
+from headcut_grader.data import read_pairs, synthetic_pairs
 from headcut.evaluate.importance import write_scores
-from headcut.files import write_text
+from headcut_grader.files import write_text
 from headcut.masking import head_mask
 from headcut.models import LoadedModel, load_model, resolve_source, save_model
 from headcut.prune import HeadPlan, plan_heads

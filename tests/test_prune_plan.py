@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.prune import HeadPlan, effective_scores, layer_weights, plan_heads
 
 

@@ -7,7 +7,7 @@ import torch
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut.data import read_pairs
+from headcut_grader.data import read_pairs
 from headcut.evaluate.importance import write_scores
 from headcut.models import load_model
 from headcut.prune import PruneSettings, prune, prune_to_budget, write_artifact
@@ -81,7 +81,7 @@ def test_python_and_the_command_record_the_same(tmp_path, tiny_grader, case):  #
 
 
 def test_settings_refuse_out_of_range_values_with_one_sentence():
-    from headcut.errors import UserError
+    from headcut_grader.errors import UserError
 
     sentence = r"^PruneSettings: key 'calibrate_rows' is 4, which is out of range; it must be at least 5\.$"
     with pytest.raises(UserError, match=sentence):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headcut.data import synthetic_pairs
-from headcut.grader import Grader
+from headcut_grader.data import synthetic_pairs
+from headcut_grader.grader import Grader
 from test_export import make_tiny_grader
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'headcut-grader[ray]')")

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from headcut.distill import DistillRecipe
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.finetune import FinetuneRecipe
 from headcut.recipes import RECIPE_ROOT, builtin_recipes, load_recipe
 

@@ -18,8 +18,8 @@ import tomllib
 import pytest
 
 from conftest import ROOT
-from headcut.data import synthetic_pairs
-from headcut.grader import Grader
+from headcut_grader.data import synthetic_pairs
+from headcut_grader.grader import Grader
 from test_export import make_tiny_grader
 
 FORBIDDEN = ("torch", "transformers", "accelerate")

@@ -13,7 +13,7 @@ from conftest import HOMEDEPOT, need_minilm, tiny_model
 from headcut.cli.main import app
 from headcut.evaluate.importance import read_scores
 from headcut.evaluate.scan import parse_experiments, parse_methods
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
 runner = CliRunner()
 PNG = b"\x89PNG\r\n\x1a\n"

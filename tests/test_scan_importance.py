@@ -11,8 +11,8 @@ import torch
 from conftest import tiny_model
 from headcut.arch import ARCHITECTURES, keep_heads
 from headcut.batching import Encoded, collate
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import ablation_logits, masked_logits, naive_ablation_logits
 from headcut.evaluate.importance import (METHODS, example_nll, gradient_scores, head_importance, mask_gradients,
                                          read_scores, write_scores)

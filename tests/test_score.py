@@ -8,8 +8,8 @@ import torch
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut.data import Pairs, read_pairs, synthetic_pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs, read_pairs, synthetic_pairs
+from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, resolve_source, save_cross_encoder, save_model
 from tests.conftest import need_minilm, tiny_model
 
@@ -304,7 +304,7 @@ def score_grader(tmp_path_factory):
 def test_exported_score_grader_scores_as_pytorch_and_gates_int8_on_ranking(score_grader):
     from headcut.evaluate.predict import predict_logits
     from headcut.evaluate.ranking import ranking_agreement
-    from headcut.grader import Grader, Scores
+    from headcut_grader.grader import Grader, Scores
     from headcut_grader.tasks import score_values
 
     root, loaded, pairs, fp32, int8 = score_grader
@@ -324,7 +324,7 @@ def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):
     import httpx
 
     from headcut.export.bench import running_server
-    from headcut.grader import Grader
+    from headcut_grader.grader import Grader
     from headcut_grader.grade_file import grade_file
     from tests.conftest import ROOT
 

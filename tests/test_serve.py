@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, process_alive, spawned_children, wait_until
-from headcut.data import synthetic_pairs
+from headcut_grader.data import synthetic_pairs
 from headcut.export.bench import running_server
-from headcut.grader import Grader
-from headcut.serve_metrics import available as metrics_installed
+from headcut_grader.grader import Grader
+from headcut_grader.serve_metrics import available as metrics_installed
 from test_export import make_tiny_grader
 
 httpx = pytest.importorskip("httpx")

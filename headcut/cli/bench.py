@@ -10,7 +10,7 @@ from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, 
 
 
 def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
-    from headcut.errors import UserError
+    from headcut_grader.errors import UserError
 
     try:
         values = tuple(int(x) for x in text.split(","))
@@ -47,13 +47,13 @@ def bench(
     quiet_transformers()
     from headcut.export.bench import (BenchSettings, benchmark, grader_backends, grader_variant, load_measured,
                                       pytorch_variant, write_bench)
-    from headcut.files import atomic_dir, check_out_dir
+    from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model, outline
 
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
     from headcut.batching import check_max_length
-    from headcut.ranges import Range
+    from headcut_grader.ranges import Range
 
     settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, 4096)),
                              _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)

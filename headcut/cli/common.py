@@ -24,7 +24,7 @@ def quiet_transformers() -> None:
 def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit=None, require_labels=True, seed=0,
               task="grades"):
     """Pairs of a file (or 'synthetic'), with the gold of the model's `task`: grades, or a score column."""
-    from headcut.data import parse_label_map, read_pairs, synthetic_spec
+    from headcut_grader.data import parse_label_map, read_pairs, synthetic_spec
     from headcut.finetune import as_scores
 
     synthetic = synthetic_spec(path, limit)

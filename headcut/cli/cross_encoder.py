@@ -24,7 +24,7 @@ def cross_encoder(
     Example: headcut cross-encoder --model runs/ce-flops50 --out runs/ce-flops50-st
     """
     quiet_transformers()
-    from headcut.files import check_out_dir
+    from headcut_grader.files import check_out_dir
     from headcut.models import load_model, save_cross_encoder
 
     check_out_dir(out, overwrite=overwrite, inputs=[model])

@@ -61,7 +61,7 @@ def evaluate(
     """
     quiet_transformers()
     from headcut.evaluate.report import against_reference, metrics_with_ci, open_scorer
-    from headcut.files import check_out_file, write_json
+    from headcut_grader.files import check_out_file, write_json
 
     if out:
         check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json")

@@ -105,7 +105,7 @@ def export(
     """
     quiet_transformers()
     from headcut.export import build_grader
-    from headcut.files import check_out_dir
+    from headcut_grader.files import check_out_dir
     from headcut.models import load_model
 
     from headcut.export.build import resolve_precision

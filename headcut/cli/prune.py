@@ -9,7 +9,7 @@ import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
                                 TITLE_COL, Opt, number, progress_bar, quiet_transformers, read_data, user_errors)
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
 
 RUNTIMES = ("torch-fp32", "onnx-int8", "onnx-fp32")
@@ -97,7 +97,7 @@ def prune(
               headcut prune --model runs/teacher --flops 0.5 --data train.tsv --eval-data dev.tsv --out runs/flops50
     """
     quiet_transformers()
-    from headcut.files import check_out_dir
+    from headcut_grader.files import check_out_dir
     from headcut.models import load_model
     from headcut.prune import PruneSettings, format_report, prune as run, prune_to_budget, write_artifact
     from headcut.prune.artifact import FIGURE

@@ -60,7 +60,7 @@ SEG_COL = typer.Option(None, "--seg-col", help="Column with each title's words s
 
 def _title_words(data, pairs, seg_col, **read) -> list[str] | None:
     """The --seg-col column of the same rows: the file read again with that column as the title."""
-    from headcut.errors import UserError
+    from headcut_grader.errors import UserError
 
     if not seg_col:
         return None
@@ -80,7 +80,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     from headcut.evaluate.ablation import process_state
     from headcut.evaluate.scan import scan_model
     from headcut.evaluate.scan_report import write_scan
-    from headcut.files import atomic_dir, check_out_dir
+    from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model
 
     state = process_state()

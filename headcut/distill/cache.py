@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from headcut.batching import Encoded
-from headcut.data import Pairs
+from headcut_grader.data import Pairs
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 

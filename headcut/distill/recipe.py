@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from headcut.errors import UserError
-from headcut.ranges import ranged
+from headcut_grader.errors import UserError
+from headcut_grader.ranges import ranged
 from headcut.training import TrainingRecipe
 
 

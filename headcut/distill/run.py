@@ -15,19 +15,19 @@ import torch
 
 from headcut.arch import count_parameters, heads_per_layer
 from headcut.batching import encode
-from headcut.data import Pairs, read_pairs
+from headcut_grader.data import Pairs, read_pairs
 from headcut.distill.cache import teacher_logits
 from headcut.distill.losses import attention_kl, hidden_mse, kd_loss, per_layer
 from headcut.distill.recipe import DistillRecipe
 from headcut.distill.students import build_student, teacher_source
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
-from headcut.files import check_out_dir
+from headcut_grader.files import check_out_dir
 from headcut.finetune import dev_record, grade_loss, load_data, recipe_hash
 from headcut.models import LoadedModel, check_stage, load_model, save_model
-from headcut.ranges import check_ranges
+from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder

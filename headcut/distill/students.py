@@ -15,7 +15,7 @@ import torch
 from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.models import SHAPE_KEY, LoadedModel, load_model
 
 # Keys under which a pruned artifact's headcut.json may name the model it was cut from.

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import distill
-from headcut.errors import UserError
-from headcut.files import refuse_inputs, write_json
+from headcut_grader.errors import UserError
+from headcut_grader.files import refuse_inputs, write_json
 from headcut.finetune import recipe_hash
 from headcut.recipes import to_dict
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from headcut.batching import encode
-from headcut.data import Pairs
+from headcut_grader.data import Pairs
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary
 

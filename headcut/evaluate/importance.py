@@ -28,11 +28,11 @@ import torch
 
 from headcut.arch import layer_parts, mask_shape, present_heads
 from headcut.batching import Encoded, collate, encode, length_batches
-from headcut.data import Pairs, check_regular
-from headcut.errors import UserError
+from headcut_grader.data import Pairs, check_regular
+from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import ablation_logits
 from headcut.evaluate.attention import attention_weights
-from headcut.files import write_json
+from headcut_grader.files import write_json
 from headcut.masking import head_mask
 
 METHODS = ("ablation", "kl", "gradient", "fisher", "entropy")

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from headcut.batching import Encoded, collate, encode, length_batches
-from headcut.data import Pairs
+from headcut_grader.data import Pairs
 
 
 @torch.inference_mode()

@@ -20,8 +20,8 @@ import torch
 
 from headcut.arch import layer_parts, mask_shape
 from headcut.batching import Encoded, collate, encode, length_batches
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate.attention import attention_weights
 
 PROBES = ("previous", "next", "noop", "term_match", "boundary_f1")

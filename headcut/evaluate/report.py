@@ -8,8 +8,8 @@ from typing import Callable
 
 import numpy as np
 
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
 

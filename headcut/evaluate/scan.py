@@ -11,8 +11,8 @@ from scipy.stats import spearmanr
 
 from headcut.arch import present_heads
 from headcut.batching import encode, max_length_of
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import distributed_ablation_logits
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gold, gradient_scores, loss_labels,

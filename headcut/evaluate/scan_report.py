@@ -14,7 +14,7 @@ import torch
 from headcut.evaluate import figures
 from headcut.evaluate.importance import write_scores
 from headcut.evaluate.probes import PROBES
-from headcut.files import write_text
+from headcut_grader.files import write_text
 
 
 def jsonable(obj):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate import metrics, ranking
 from headcut_grader.tasks import score_values
 

@@ -23,11 +23,11 @@ import torch
 
 from headcut.arch import flops_per_pair, heads_per_layer, takes_token_types
 from headcut.batching import encode
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate.tasks import agreement, summary
 from headcut.evaluate.predict import predict_logits
-from headcut.files import write_json, write_text
+from headcut_grader.files import write_json, write_text
 from headcut.timing import round_robin
 from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops, runtime_version
 

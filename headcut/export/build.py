@@ -11,8 +11,8 @@ from typing import Callable
 
 from headcut.arch import architecture, heads_per_layer
 from headcut.batching import check_max_length, encode
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate.importance import gold
 from headcut.evaluate.tasks import check_task, summary
 from headcut.export.build_openvino import backend_speed, build_openvino, check_request
@@ -23,7 +23,7 @@ from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
                                      quantize_int8, resolve)
-from headcut.files import atomic_dir, file_hash, write_json, write_text
+from headcut_grader.files import atomic_dir, file_hash, write_json, write_text
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 

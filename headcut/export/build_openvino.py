@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.export.export import GateError, check_parity, export_onnx, onnx_logits, parity
 from headcut.export.openvino import (OV_INT8_CHOICES, bf16_problem, compiled_runner, convert, quantize_int8,
                                      require_openvino, save_ir)

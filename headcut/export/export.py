@@ -17,8 +17,8 @@ import torch
 
 from headcut.arch import architecture, takes_token_types, usable_positions
 from headcut.batching import collate, encode, length_batches
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.export.fuse import fused_attention
 
 FP32_TOLERANCE = 1e-4  # max |logit difference| an fp32 graph may show against PyTorch

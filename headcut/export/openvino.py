@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.export.quantize import FFN_OUT
 from headcut_grader.backends import INSTALL, openvino_config
 from headcut_grader.files import file_hash

@@ -17,7 +17,7 @@ def bench(ctx: Context) -> dict:
     from headcut.evaluate.metrics import paired_bootstrap, summarize
     from headcut.evaluate.predict import predict_logits
     from headcut.export.bench import BenchSettings, benchmark, grader_backends, grader_variant
-    from headcut.files import write_json
+    from headcut_grader.files import write_json
     from headcut.models import load_model
 
     b, data = ctx.recipe.bench, ctx.recipe.data

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headcut.errors import UserError
-from headcut.files import refuse_inputs
+from headcut_grader.errors import UserError
+from headcut_grader.files import refuse_inputs
 from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 from headcut.run_folder import LOCK_FILE
 
@@ -41,7 +41,7 @@ def _sub_recipes(recipe: PipelineRecipe) -> dict:
 
 def pairs_files(recipe: PipelineRecipe) -> dict[str, str]:
     """The pairs files the run reads, by recipe key (a student's own data too, where its section sets some)."""
-    from headcut.data import is_synthetic
+    from headcut_grader.data import is_synthetic
 
     named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
              "scan.data": recipe.scan.data if recipe.scan is not None else None}
@@ -76,7 +76,7 @@ def check_inputs(recipe: PipelineRecipe) -> None:
 def check_readable(path: str, *, preset: str | None) -> None:
     """Read every row of a named file as the stages will (a NUL byte, a bad encoding or an empty text is the
     reader's one sentence with its line), in chunks, so memory stays bounded on any file."""
-    from headcut.data import iter_pairs
+    from headcut_grader.data import iter_pairs
 
     for _ in iter_pairs(path, chunk_rows=10_000, preset=preset, require_labels=False):
         pass

@@ -11,7 +11,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from headcut.files import file_hash
+from headcut_grader.files import file_hash
 
 HASHED_ALWAYS = 16 << 20  # bytes
 

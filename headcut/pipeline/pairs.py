@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from headcut.data import Pairs, is_synthetic, read_pairs, synthetic_spec
+from headcut_grader.data import Pairs, is_synthetic, read_pairs, synthetic_spec
 from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 
 

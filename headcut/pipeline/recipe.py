@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.export.gate import Int8Gate
-from headcut.ranges import ranged, same_as
+from headcut_grader.ranges import ranged, same_as
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, to_dict
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")

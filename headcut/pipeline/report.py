@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headcut.files import write_json, write_text
+from headcut_grader.files import write_json, write_text
 from headcut.pipeline.recipe import FloorSection, PipelineRecipe
 
 FIGURE = "pareto.png"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
 from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 
@@ -69,7 +69,7 @@ def teacher(ctx: Context) -> dict:
 def scan(ctx: Context) -> dict:
     from headcut.evaluate.scan import ScanSettings, parse_experiments, parse_methods, scan_model
     from headcut.evaluate.scan_report import write_scan
-    from headcut.files import atomic_dir
+    from headcut_grader.files import atomic_dir
     from headcut.models import load_model
 
     s, data = ctx.recipe.scan, ctx.recipe.data

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headcut.files import atomic_dir, write_text
+from headcut_grader.files import atomic_dir, write_text
 from headcut.models import LoadedModel, save_model
 from headcut.prune.report import format_report, shape_figure
 from headcut.prune.result import PruneResult
@@ -27,7 +27,7 @@ def write_artifact(result: PruneResult, out: str | Path, *, overwrite: bool = Fa
     """Write `out` atomically; an interrupted write leaves no folder and the source is never touched."""
     out, pruned, source, summary = Path(out), result.pruned, result.source, result.record()
     if out.resolve() == Path(source.path).resolve():
-        from headcut.errors import UserError
+        from headcut_grader.errors import UserError
 
         raise UserError(f"--out {out} is the source model folder; choose a new folder (the input is never modified).")
     saveable = LoadedModel(pruned.model, pruned.tokenizer, {}, pruned.path, pruned.weights_hash)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from headcut.arch import UnitFlops
-from headcut.errors import UserError, setting
+from headcut_grader.errors import UserError, setting
 from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.plan import layer_weights
 

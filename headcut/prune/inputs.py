@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from headcut.data import Pairs, read_pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs, read_pairs
+from headcut_grader.errors import UserError
 from headcut.prune.result import PruneSettings
 from headcut.prune.scores import default_data
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from headcut.arch import intermediate_size, keep_heads, keep_layers, keep_neurons, mask_shape
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.budget import UnitPlan
 from headcut.prune.measure import dummy_batch, measure_latency
@@ -134,7 +134,7 @@ def layer_costs(model, *, batch: int, seq_len: int, cache: str | Path | None = N
     if problem:
         raise ValueError(f"the {runtime.name} timer gave a layer cost table that cannot be used: {problem}")
     if path is not None:
-        from headcut.files import write_json
+        from headcut_grader.files import write_json
 
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, costs.to_dict())

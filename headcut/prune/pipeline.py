@@ -8,8 +8,8 @@ from typing import Callable
 
 from headcut.arch import flops_per_pair, intermediate_size, keep_heads, keep_neurons, mask_shape, unit_flops
 from headcut.batching import encode
-from headcut.data import Pairs
-from headcut.errors import UserError
+from headcut_grader.data import Pairs
+from headcut_grader.errors import UserError
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.fisher import TARGETS, UnitScores, unit_fisher
 from headcut.evaluate.importance import gold

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headcut.errors import UserError
+from headcut_grader.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from headcut.models import LoadedModel
-from headcut.ranges import check_ranges, ranged
+from headcut_grader.ranges import check_ranges, ranged
 
 
 @dataclass(frozen=True)

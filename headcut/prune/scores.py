@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from headcut.arch import heads_per_layer, mask_shape
-from headcut.errors import UserError, setting
+from headcut_grader.errors import UserError, setting
 
 SCAN_METHODS = ("ablation", "fisher", "gradient", "kl")
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
