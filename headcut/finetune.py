@@ -88,7 +88,7 @@ def dev_record(recipe: TrainingRecipe, dev: Pairs) -> dict:
     """What an artifact records of its dev pairs: a resolved path only for a file, none for a synthetic
     draw ('synthetic:SEED') or a split held out of the training pairs."""
     path = None if recipe.dev_data is None or is_synthetic(recipe.dev_data) else str(Path(recipe.dev_data).resolve())
-    return {"source": dev.source, "fingerprint": dev.fingerprint, "rows": len(dev), "path": path,
+    return {**dev.provenance(), "path": path,
             "preset": recipe.preset}
 
 
@@ -165,7 +165,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
         "max_length": recipe.max_length,
         "base_model": str(recipe.model),
         "recipe": to_dict(recipe),
-        "train_data": {"source": train_pairs.source, "fingerprint": train_pairs.fingerprint, "rows": len(train_pairs)},
+        "train_data": train_pairs.provenance(),
         "dev_data": dev_record(recipe, dev),
     }
 

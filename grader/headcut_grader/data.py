@@ -82,6 +82,10 @@ class Pairs:
             raise UserError(f"{self.source} has no scores; pass a file with a numeric score column (--label-col).")
         return np.asarray(self.scores, dtype=np.float64)
 
+    def provenance(self) -> dict:
+        """What a record says about the pairs it was computed on: their source, fingerprint and count."""
+        return {"source": self.source, "fingerprint": self.fingerprint, "rows": len(self)}
+
     def __len__(self) -> int:
         return len(self.queries)
 

@@ -160,7 +160,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
         "recipe": to_dict(recipe),
         "teacher": {"path": teacher.path, "weights_hash": teacher.weights_hash},
         "student": {"kind": student.kind, "layer_map": student.layer_map, "parameters": count_parameters(model)},
-        "train_data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
+        "train_data": pairs.provenance(),
         "dev_data": dev_record(recipe, dev),
     }
 

@@ -39,7 +39,7 @@ def compare_logits(logits_before: np.ndarray, logits_after: np.ndarray, pairs: P
     """`compare_models` from logits already computed on `pairs` (one reference, several variants). One-output
     logits are a score model's (`activation`: its recorded one): ranking metrics, agreement = pair order."""
     task = "score" if logits_before.shape[1] == 1 else "grades"
-    out = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}, "task": task}
+    out = {"data": pairs.provenance(), "task": task}
     if pairs.task is not None:
         check_task(task, pairs, "the model")
         out["before"] = summary(logits_before, pairs, task=task, activation=activation)

@@ -32,7 +32,7 @@ def metrics_with_ci(logits, pairs: Pairs, *, iters: int = 1000, seed: int = 0, t
     check_task(task, pairs, "the model")
     metrics = summary(logits, pairs, task=task, activation=activation)
     metrics["ci95"] = summary_ci(logits, pairs, task=task, activation=activation, iters=iters, seed=seed)
-    metrics["data"] = {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}
+    metrics["data"] = pairs.provenance()
     return metrics
 
 

@@ -120,7 +120,7 @@ def build_grader(
             encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
             logits = onnx_logits(shipped, encoded)
             labels = gold(pairs)
-            accuracy = {"data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)},
+            accuracy = {"data": pairs.provenance(),
                         "metrics": summary(logits, pairs, task=loaded.task, activation=loaded.activation)}
             if ort_precision in ("int8", "auto"):
                 ort_choices = tuple(resolve(c, model, calibration) for c in choices)

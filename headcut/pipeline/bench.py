@@ -66,7 +66,7 @@ def bench(ctx: Context) -> dict:
         row.update(p50_ms=cell["p50_ms"], p95_ms=cell["p95_ms"], pairs_per_s=cell["pairs_per_s"],
                    speedup=cell["speedup"])
     result = {"rows": rows, "teacher": summarize(reference, labels, grades), "seq_len_mean": seq,
-              "data": {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs),
+              "data": {**pairs.provenance(),
                        "left_out_queries": len(chosen)},
               "settings": timed.to_dict()["settings"],
               "yardstick": None if yardstick is None else {

@@ -47,10 +47,6 @@ def check_calibration_size(pool: Pairs, settings: PruneSettings, *, tune: bool) 
                         f"fifth is held out to check the fit) but {have}; pass more pairs with --data, or --no-tune.")
 
 
-def data_record(pairs: Pairs) -> dict:
-    return {"source": pairs.source, "fingerprint": pairs.fingerprint, "rows": len(pairs)}
-
-
 def file_score_record(scores, meta: dict) -> dict:
     """Head scores read from a scan's file: the method actually read from it, and the file's own provenance."""
     used = meta["method"]
@@ -61,7 +57,7 @@ def file_score_record(scores, meta: dict) -> dict:
 def scan_score_record(scores, method: str, pairs: Pairs) -> dict:
     """Head scores of a scan run here (the last step's, when iterative)."""
     return {"method": method, "values": None if scores is None else scores.tolist(),
-            "how": f"{method} scan of {len(pairs)} pairs from {pairs.source}", "data": data_record(pairs)}
+            "how": f"{method} scan of {len(pairs)} pairs from {pairs.source}", "data": pairs.provenance()}
 
 
 def stage(progress: Callable[[str, int, int | None], None] | None, name: str, total: int | None):

@@ -21,7 +21,7 @@ from headcut.timing import Runtime
 from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency
 from headcut.prune.refit import refit_head
 from headcut.prune.tune import tune_scales
-from headcut.prune.inputs import (check_calibration_size, data_pool, data_record, eval_sample, file_score_record,
+from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample, file_score_record,
                                   notes_for, scan_score_record, stage)
 from headcut.prune.iterative import iterative_plan
 from headcut.prune.measure import speed_summary
@@ -218,10 +218,10 @@ def prune_to_budget(
         plan={"num_heads": heads, "total": layers * heads, "kept": sum(plan.heads_per_layer),
               "num_neurons": intermediate_size(loaded.model.config), **plan.to_dict()},
         scores={"how": f"fisher ({scores.targets} targets) of {len(score_pairs)} pairs from {score_pairs.source}",
-                "data": data_record(score_pairs), **scores.to_dict()},
+                "data": score_pairs.provenance(), **scores.to_dict()},
         speed=speed_summary(loaded.model, model, seq_len=seq_len, latency=settings.timing,
                             min_seconds=settings.latency_seconds),
-        budget=budget_record, tuning={"enabled": tune, "data": {**data_record(calibrate_pairs), "asked": settings.calibrate_rows} if tune else None,
+        budget=budget_record, tuning={"enabled": tune, "data": {**calibrate_pairs.provenance(), "asked": settings.calibrate_rows} if tune else None,
                               "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
                               "fits": [f.to_dict() for f in fits], "head": [f.to_dict() for f in head_fits]},
         quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, calibrate_pairs))
