@@ -50,7 +50,7 @@ def _another_graders_graph(folder):
 
 
 LIES = [
-    (_edit("grades", [1, 2, 3]), "3 grades but the graph has 5 outputs"),
+    (_edit("grades", [1, 2, 3]), "names 3 outputs (task grades) but the graph has 5"),
     (_edit("grades", ["1", "2", "3", "4", "5"]), "'grades' is"),
     (_edit("max_length", -4), "'max_length' is -4"),
     (_edit("pad_id", "0"), "'pad_id' is 0"),
@@ -87,4 +87,4 @@ def test_serve_refuses_a_lying_folder_before_it_listens(exported, tmp_path):
         port = s.getsockname()[1]
     done = subprocess.run([sys.executable, "-m", "headcut_grader", "serve", str(folder), "--port", str(port)],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
-    assert done.returncode == 2 and "3 grades but the graph has 5 outputs" in done.stderr, done.stderr
+    assert done.returncode == 2 and "names 3 outputs (task grades) but the graph has 5" in done.stderr, done.stderr

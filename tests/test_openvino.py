@@ -188,7 +188,7 @@ def _max_length_lies(folder):  # OpenVINO grades past the 128 positions (zeros);
     (_swap_xml, "is not the file grader.json records"),
     (_outside, "outside the grader folder"),
     (_inputs_lie, "are not grader.json's input_names"),
-    (_grades_lie, "lists 3 grades but the graph has 5 outputs"),
+    (_grades_lie, "names 3 outputs (task grades) but the graph has 5"),
     (_max_length_lies, "'max_length' is 300, but the graph has position embeddings for at most 128 tokens"),
 ])
 def test_grader_folders_that_lie_are_refused_with_one_sentence(both, tmp_path, harm, words):

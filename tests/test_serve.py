@@ -172,7 +172,11 @@ def test_metrics_count_every_worker_and_do_not_grow_with_unknown_paths(server):
     url, _ = server
     body = {"pairs": [{"query": "drill", "title": "cordless drill"}]}
     with httpx.Client(timeout=30) as client:
+        # every series the test touches exists before it counts (the module's server may be fresh: xdist
+        # runs these tests in any order)
         client.get(f"{url}/{uuid.uuid4().hex}")
+        assert httpx.post(url + "/grade", json=body, timeout=30).status_code == 200
+        client.get(url + "/metrics")
         before = client.get(url + "/metrics").text
         for _ in range(20):  # new connections: the kernel spreads them over both workers
             assert httpx.post(url + "/grade", json=body, timeout=30).status_code == 200

@@ -51,11 +51,12 @@ class Grades:
         return Grades(self.grades[rows], self.probabilities[rows], self.expected[rows], self.logits[rows],
                       self.grade_values)
 
-    def columns(self) -> dict[str, list]:
-        """Output columns of a grade file: grade, expected_grade, p<grade>..."""
-        out = {"grade": self.grades.tolist(), "expected_grade": [round(float(e), 4) for e in self.expected]}
+    def columns(self, digits: int | None = 4) -> dict[str, list]:
+        """Output columns of a grade file: grade, expected_grade, p<grade>...; numbers rounded to `digits`
+        (None: as computed)."""
+        out = {"grade": self.grades.tolist(), "expected_grade": _rounded(self.expected, digits)}
         for j, g in enumerate(self.grade_values.tolist()):
-            out[f"p{g}"] = [round(float(p), 4) for p in self.probabilities[:, j]]
+            out[f"p{g}"] = _rounded(self.probabilities[:, j], digits)
         return out
 
 
@@ -82,8 +83,13 @@ class Scores:
     def take(self, rows) -> "Scores":
         return Scores(self.scores[rows], self.logits[rows])
 
-    def columns(self) -> dict[str, list]:
-        return {"score": [round(float(s), 6) for s in self.scores]}
+    def columns(self, digits: int | None = 6) -> dict[str, list]:
+        """The output column of a grade file: score, rounded to `digits` (None: as computed)."""
+        return {"score": _rounded(self.scores, digits)}
+
+
+def _rounded(values: np.ndarray, digits: int | None) -> list[float]:
+    return [float(v) if digits is None else round(float(v), digits) for v in values]
 
 
 def grades_from_logits(logits: np.ndarray, grade_values: np.ndarray) -> Grades:

@@ -28,7 +28,8 @@ class GradeBatch:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         pairs = list(zip(batch[self.query_col].tolist(), batch[self.title_col].tolist()))
         result = self.grader.grade(pairs)
-        return dict(batch) | {name: np.asarray(values) for name, values in result.columns().items()}
+        columns = result.columns(digits=None)  # full precision: the caller rounds, if anyone does
+        return dict(batch) | {name: np.asarray(values) for name, values in columns.items()}
 
 
 def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1, batch_size: int = 32,
