@@ -9,6 +9,7 @@ from headcut.cli.evaluate import evaluate
 from headcut.cli.export import export
 from headcut.cli.finetune import finetune
 from headcut.cli.bench import bench
+from headcut.cli.common import version_option
 from headcut.cli.cross_encoder import cross_encoder
 from headcut.cli.prune import prune
 from headcut.cli.run import run
@@ -25,15 +26,8 @@ app = typer.Typer(
 )
 
 
-def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"headcut {__version__}")
-        raise typer.Exit()
-
-
 @app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def main(version: bool = version_option("headcut", __version__)) -> None:
     """Options before the command; see each command's --help."""
 
 

@@ -83,6 +83,16 @@ def field_option(cls, name: str, *flags: str, help: str, kind=None):
                   high_open=valid.high_open, kind=kind)
 
 
+def version_option(program: str, version: str):
+    """The eager `--version` option of a program's callback: prints "PROGRAM VERSION" and exits."""
+    def show(value: bool) -> None:
+        if value:
+            typer.echo(f"{program} {version}")
+            raise typer.Exit()
+
+    return typer.Option(False, "--version", callback=show, is_eager=True, help="Print the version and exit.")
+
+
 # Reusable option declarations (typer reads the defaults).
 PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or qbqtc.")
 QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")

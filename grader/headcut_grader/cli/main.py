@@ -5,6 +5,7 @@ import typer
 
 from headcut_grader import __version__
 
+from headcut_grader.cli.common import version_option
 from headcut_grader.cli.grade import grade
 from headcut_grader.cli.serve import serve
 
@@ -17,15 +18,8 @@ app = typer.Typer(
 )
 
 
-def _print_version(value: bool) -> None:
-    if value:
-        typer.echo(f"headcut-grader {__version__}")
-        raise typer.Exit()
-
-
 @app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
-                                      help="Print the version and exit.")) -> None:
+def main(version: bool = version_option("headcut-grader", __version__)) -> None:
     """Options before the command; see each command's --help."""
 
 
