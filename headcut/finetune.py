@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from headcut.batching import encode
-from headcut_grader.data import Pairs, is_synthetic, read_pairs, synthetic_spec
+from headcut.data_spec import read_spec
+from headcut_grader.data import Pairs, is_synthetic
 from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
@@ -53,18 +54,8 @@ class FinetuneRecipe(TrainingRecipe):
 
 
 def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pairs:
-    task = getattr(recipe, "task", "grades")
-    synthetic = synthetic_spec(spec, rows)
-    if synthetic is not None:
-        return as_scores(synthetic) if task == "score" else synthetic
-    return read_pairs(spec, preset=recipe.preset, grades=recipe.grades, grades_fix=GRADES_FIX,
-                      task=task).sample(rows, seed=seed)
-
-
-def as_scores(pairs: Pairs) -> Pairs:
-    """Graded pairs as score pairs, the grade as the score (synthetic data for one-score models)."""
-    scores = [float(pairs.grades[label]) for label in pairs.label_array()]
-    return Pairs(pairs.queries, pairs.titles, None, pairs.grades, pairs.source, scores=scores)
+    return read_spec(spec, rows=rows, seed=seed, task=getattr(recipe, "task", "grades"), preset=recipe.preset,
+                     grades=recipe.grades, grades_fix=GRADES_FIX)
 
 
 def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:

@@ -285,7 +285,7 @@ def score_grader(tmp_path_factory):
     from headcut.arch import keep_heads
     from headcut.export.build import build_grader
     from headcut.export.quantize import Int8Gate
-    from headcut.finetune import as_scores
+    from headcut.data_spec import as_scores
 
     root = tmp_path_factory.mktemp("score-grader")
     tokenizer = tiny_tokenizer(root / "tok")

@@ -24,16 +24,12 @@ def quiet_transformers() -> None:
 def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit=None, require_labels=True, seed=0,
               task="grades"):
     """Pairs of a file (or 'synthetic'), with the gold of the model's `task`: grades, or a score column."""
-    from headcut_grader.data import parse_label_map, read_pairs, synthetic_spec
-    from headcut.finetune import as_scores
+    from headcut.data_spec import read_spec
+    from headcut_grader.data import parse_label_map
 
-    synthetic = synthetic_spec(path, limit)
-    if synthetic is not None:
-        return as_scores(synthetic) if task == "score" else synthetic
-    pairs = read_pairs(path, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                       label_map=parse_label_map(label_map), require_labels=require_labels, grades_fix=LABEL_MAP_FIX,
-                       task=task)
-    return pairs.sample(limit, seed=seed)
+    return read_spec(path, rows=limit, seed=seed, task=task, preset=preset, query_col=query_col, title_col=title_col,
+                     label_col=label_col, label_map=parse_label_map(label_map), require_labels=require_labels,
+                     grades_fix=LABEL_MAP_FIX)
 
 
 LABEL_MAP_FIX = ("fix the row, or map the file's labels onto these grades with --label-map, e.g. --label-map "

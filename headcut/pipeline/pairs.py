@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from headcut_grader.data import Pairs, is_synthetic, read_pairs, synthetic_spec
+from headcut.data_spec import read_spec
+from headcut_grader.data import Pairs, is_synthetic, read_pairs
 from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 
 
 def read(spec: str, *, preset: str | None, rows: int | None, seed: int) -> Pairs:
     """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many."""
-    synthetic = synthetic_spec(spec, rows)
-    return synthetic if synthetic is not None else read_pairs(spec, preset=preset).sample(rows, seed=seed)
+    return read_spec(spec, rows=rows, seed=seed, preset=preset)
 
 
 def training_recipes(recipe: PipelineRecipe, teacher_meta: dict | None) -> list:
