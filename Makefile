@@ -28,10 +28,10 @@ browser:
 		apt-get install -y -q chromium >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
 	else echo "== no chromium: the headless browser checks will skip; install it (e.g. sudo apt-get install chromium) =="; fi
 
-# tests/test_docs.py runs every docs example and `mkdocs build --strict`; two pytest-xdist workers
-# (tests/conftest.py: the real-teacher tests share one worker, each worker its share of the cores)
+# tests/test_docs.py runs every docs example and `mkdocs build --strict`; two pytest-xdist workers, each with
+# its share of the cores (tests/conftest.py)
 test: setup browser
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
+	$(PY) -m pytest -q -n 2 --durations=15
 
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

@@ -21,14 +21,9 @@ from headcut.arch import ARCHITECTURES  # noqa: E402
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # make test runs two pytest-xdist workers
 if WORKERS > 1:  # each worker its share of the cores: two threads per worker on 2 cores spin-wait on each other
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORKERS))
-
-
-def pytest_collection_modifyitems(config, items):
-    """Every test of the fine-tuned MiniLM teacher runs on one xdist worker (--dist loadgroup): a fresh
-    clone trains it once there while the other worker runs the rest, instead of one waiting for the other."""
-    for item in items:
-        if "quick_teacher" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("teacher"))
+# The quick teacher (below) is trained by the first worker that needs it; a worker that needs it meanwhile
+# waits on its lock. (xdist's --dist loadgroup could keep its tests on one worker, but xdist 3.8 does not
+# group under pytest 9.2: it renames `item._nodeid`, which pytest 9.2 no longer reads.)
 
 
 SHARED_DATA = ROOT.parent / "shared" / "data"
