@@ -34,7 +34,7 @@ from headcut.arch import flops_per_pair, keep_heads, keep_layers, keep_neurons, 
 from headcut.batching import encode  # noqa: E402
 from headcut_grader.data import read_pairs  # noqa: E402
 from headcut.evaluate.fisher import unit_fisher  # noqa: E402
-from headcut.evaluate.importance import head_importance  # noqa: E402
+from headcut.evaluate.criteria import head_importance  # noqa: E402
 from headcut.evaluate.metrics import paired_bootstrap, summarize  # noqa: E402
 from headcut.evaluate.predict import predict_logits  # noqa: E402
 from headcut_grader.files import write_json, write_text  # noqa: E402

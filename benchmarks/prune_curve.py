@@ -27,7 +27,8 @@ import torch
 from headcut.batching import encode
 from headcut_grader.data import read_pairs
 from headcut.evaluate.ablation import ablation_logits
-from headcut.evaluate.importance import ablation_scores, gradient_scores, head_importance, mask_gradients
+from headcut.evaluate.criteria import ablation_scores, gradient_scores, head_importance
+from headcut.evaluate.fisher import mask_gradients
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut_grader.files import write_json, write_text

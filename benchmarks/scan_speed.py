@@ -32,7 +32,7 @@ from headcut.batching import encode
 from headcut.cli.common import quiet_transformers
 from headcut_grader.data import read_pairs
 from headcut.evaluate.ablation import ablation_logits, naive_ablation_logits
-from headcut.evaluate.importance import ablation_scores
+from headcut.evaluate.criteria import ablation_scores
 from headcut.models import load_model
 from headcut.timing import round_robin_clocks
 

@@ -414,7 +414,7 @@ def test_9_ablation_nan_for_a_present_head_is_an_error():
     import numpy as np
 
     from conftest import tiny_model
-    from headcut.evaluate.importance import ablation_scores
+    from headcut.evaluate.criteria import ablation_scores
 
     model = tiny_model("bert")  # 2 layers x 4 heads, all present
     labels = np.array([0, 1, 2])
@@ -427,17 +427,21 @@ def test_9_ablation_nan_for_a_present_head_is_an_error():
 
 
 def test_9_scan_scores_nan_is_an_error_not_minus_inf(monkeypatch):
-    import torch
+    import numpy as np
 
-    import headcut.evaluate.importance as importance
     from conftest import tiny_model
+    from headcut.evaluate import criteria
     from headcut.prune.scores import scan_scores
+    from test_scan_importance import CharTokenizer, toy_pairs
 
-    scores = torch.ones(2, 4)
-    scores[0, 1] = float("nan")
-    monkeypatch.setattr(importance, "head_importance", lambda *a, **k: scores)
+    def nan_at_l0h1(data):
+        scores = np.ones((2, 4))
+        scores[0, 1] = np.nan
+        return scores, None
+
+    monkeypatch.setitem(criteria.CRITERIA, "nan", criteria.Criterion("nan", "a NaN for L0H1", nan_at_l0h1))
     with pytest.raises(UserError, match=r"L0H1.*not a number"):
-        scan_scores(tiny_model("bert"), None, None, method="fisher")
+        scan_scores(tiny_model("bert"), CharTokenizer(), toy_pairs(), method="nan")
 
 
 @pytest.mark.parametrize("bad", ["NaN", "Infinity", "-Infinity", '"high"', "true"])

@@ -5,7 +5,7 @@ import numpy as np
 
 from headcut.batching import encode
 from headcut_grader.data import synthetic_pairs
-from headcut.evaluate.importance import head_importance
+from headcut.evaluate.criteria import head_importance
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel, load_model, save_model
 from test_distill import tiny_tokenizer

@@ -12,7 +12,7 @@ from headcut.batching import collate
 from headcut.cli.main import app
 from headcut_grader.errors import UserError
 from headcut.evaluate.fisher import unit_fisher
-from headcut.evaluate.importance import mask_gradients
+from headcut.evaluate.fisher import mask_gradients
 from headcut.masking import head_mask, neuron_mask
 from headcut.models import LoadedModel, load_model
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget
@@ -492,7 +492,7 @@ def test_nan_fisher_scores_stop_a_budget_prune_in_one_sentence(budget, tmp_path,
     from headcut.prune import pipeline
 
     monkeypatch.setattr(pipeline, "layer_costs", lambda model, **k: linear_costs(model, seq=24))
-    monkeypatch.setattr(pipeline, "unit_fisher", lambda model, *a, **k: nan_scores("neurons"))
+    monkeypatch.setattr(pipeline, "score_units", lambda model, *a, **k: nan_scores("neurons"))
     grader, _ = tiny_grader
     result = run("--model", grader, *budget, "--out", tmp_path / "out", "--no-timing")
     assert result.exit_code == 2, (result.output, result.exception)

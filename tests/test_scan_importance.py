@@ -14,8 +14,9 @@ from headcut.batching import Encoded, collate
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import ablation_logits, masked_logits, naive_ablation_logits
-from headcut.evaluate.importance import (METHODS, example_nll, gradient_scores, head_importance, mask_gradients,
-                                         read_scores, write_scores)
+from headcut.evaluate.criteria import CRITERIA, gradient_scores, head_importance
+from headcut.evaluate.fisher import mask_gradients
+from headcut.evaluate.importance import example_nll, read_scores, write_scores
 from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask
 
@@ -127,7 +128,7 @@ def test_mask_gradients_match_finite_differences():
     assert np.allclose(michel, expected / np.linalg.norm(expected, axis=1, keepdims=True), rtol=1e-3)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", list(CRITERIA))
 def test_every_method_scores_a_pruned_model(method):
     model = tiny_model("bert")
     keep_heads(model, [[1, 3], [0, 1, 2]])
@@ -172,7 +173,7 @@ def test_score_file_round_trip_and_errors(tmp_path):
         read_scores(tmp_path / "missing.json")
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", list(CRITERIA))
 def test_scoring_leaves_the_global_random_state_alone(method):
     """head_importance samples nothing: it must neither reseed the caller's RNG nor depend on it."""
     model = tiny_model("bert").train()  # dropout on: scoring must switch it off, not rely on a seed

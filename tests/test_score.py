@@ -140,7 +140,7 @@ def masked_scores(model, encoded, mask):
 
 def test_scan_scores_of_a_score_model_equal_a_naive_loop(tokenizer):
     from headcut.batching import encode
-    from headcut.evaluate.importance import head_importance
+    from headcut.evaluate.criteria import head_importance
 
     model = tiny_model("bert", num_labels=1, vocab_size=tokenizer.vocab_size, initializer_range=0.4)
     pairs = scored_pairs()

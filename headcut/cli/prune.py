@@ -47,9 +47,10 @@ def prune(
     scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
                                   "mask tuning on (default: the model's recorded dev data). Grades are optional."),
-    method: Opt[str] = typer.Option(None, "--method", help="--keep-ratio: scan method, ablation, fisher, gradient or kl "
-                                     "(default fisher); with --scores, which method of the file to use (default: fisher "
-                                     "when the file has it, else its first)."),
+    method: Opt[str] = typer.Option(None, "--method", help="Criterion that ranks units (evaluate/criteria.py): "
+                                     "ablation, kl, gradient, fisher or entropy; default fisher, the only built-in one "
+                                     "that also scores FFN neurons, which --flops/--latency need. With --scores, which "
+                                     "method of the file to use (default: fisher when the file has it, else its first)."),
     targets: str = typer.Option("teacher", "--targets", help="--flops/--latency: Fisher targets. teacher = the model's "
                                 "own grade distribution (no labels needed, keeps its judgement); grades = the data's grades."),
     tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops/--latency: re-fit one scale per kept head and "
@@ -101,6 +102,7 @@ def prune(
     from headcut.models import load_model
     from headcut.prune import PruneSettings, format_report, prune as run, prune_to_budget, write_artifact
     from headcut.prune.artifact import FIGURE
+    from headcut.prune.scores import DEFAULT_METHOD
     from headcut.prune.targets import one_target_problem
 
     target = one_target_problem({"keep_ratio": keep_ratio, "flops": flops, "latency": latency}, flags=True)
@@ -138,7 +140,8 @@ def prune(
 
     common = dict(layer_prior=layer_prior, data=pool, eval_data=held_out, settings=settings, progress=progress)
     if budgeted:
-        result = prune_to_budget(loaded, flops=flops, latency=latency, targets=targets, tune=tune, seq_len=seq_len,
+        result = prune_to_budget(loaded, flops=flops, latency=latency, method=method or DEFAULT_METHOD,
+                                 targets=targets, tune=tune, seq_len=seq_len,
                                  latency_batch=batch, latency_runtime=latency_runtime(runtime), notice=say, **common)
     else:
         result = run(loaded, keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,

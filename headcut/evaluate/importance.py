@@ -1,41 +1,28 @@
-"""Head importance scores, and the score file that carries them to `headcut prune`.
+"""What head scores are made of, and the score file that carries them to `headcut prune`.
 
-Scores are `(num_layers, num_heads)` float32 tensors, higher = more important. Methods:
-- `ablation`: increase of the mean loss (NLL) when the head alone is masked (exact, and loss rather than
-  accuracy, since accuracy deltas of single heads drown in the noise of a few hundred pairs);
-- `kl`: mean KL(unmasked || head masked) of the grade distribution; needs no labels;
-- `gradient` (Michel et al. 2019): mean |dL/d mask| over pairs, each layer divided by its L2 norm;
-- `fisher` (Kwon et al. 2022): sum over pairs of (dL/d mask)^2;
-- `entropy`: minus the mean attention entropy (nats) of the head: sharp heads rank above diffuse ones.
-`headcut scan` writes them in that order. `headcut prune` ranks by `fisher` (prune.scores.DEFAULT_METHOD:
-one gradient pass): its own scan's method, and a score file's unless `--method` names another; a file
-without fisher scores gives its first method.
-Scores use the original head numbering also for a pruned model; heads it no longer has score -inf,
-so a top-k never keeps them and correlations skip them.
+The per-pair losses and output changes the criteria (`evaluate.criteria`) rank heads by, the loss whose mask
+gradients the Fisher pass takes (`pair_loss`), the finite check, and importance.json (`write_scores`,
+`read_scores`): per criterion a `(layers, heads)` table, null for a head the model lacks (read back as -inf,
+so a top-k never keeps it and correlations skip it). Scores use the original head numbering also for a
+pruned model.
 A one-score model (num_labels=1, task score) has a Gaussian output in place of the grade distribution: its
-loss is the squared error against the gold score, `kl` is the mean squared change of the score (the KL of two
-unit-variance Gaussians, doubled), and without gold the gradients are those of the score itself (the Gaussian's
-Fisher information). `pair_loss` and `example_loss` / `example_change` are where the task decides.
+loss is the squared error against the gold score, its output change the squared change of the score (the KL
+of two unit-variance Gaussians, doubled), and without gold the gradients are those of the score itself (the
+Gaussian's Fisher information). `pair_loss` and `example_loss` / `example_change` are where the task decides.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
-from headcut.arch import layer_parts, mask_shape, present_heads
-from headcut.batching import Encoded, collate, encode, length_batches
+from headcut.arch import present_heads
 from headcut_grader.data import Pairs, check_regular
 from headcut_grader.errors import UserError
-from headcut.evaluate.ablation import ablation_logits
-from headcut.evaluate.attention import attention_weights
 from headcut_grader.files import write_json
-from headcut.masking import head_mask
 
-METHODS = ("ablation", "kl", "gradient", "fisher", "entropy")
 FORMAT = "headcut-importance/1"
 
 
@@ -103,118 +90,9 @@ def check_scores(scores: torch.Tensor, absent: torch.Tensor, what: str, *, unit:
                         "are not finite there: check its weights, or rescan.")
 
 
-def _finish(model, scores, what: str = "head scores") -> torch.Tensor:
-    scores = torch.as_tensor(np.asarray(scores, dtype=np.float32))
-    absent = absent_heads(model)
-    check_scores(scores, absent, what)
-    return scores.masked_fill(absent, float("-inf"))
-
-
-def ablation_scores(model, labels, base: np.ndarray, masked: np.ndarray, *, method: str) -> torch.Tensor:
-    """`ablation` or `kl` scores from the logits of `ablation_logits` (so one scan serves both).
-
-    Heads a pruned layer no longer has are NaN in `masked` (never run) and score -inf."""
-    if method == "ablation":
-        score = example_loss(masked, labels).mean(-1) - example_loss(base, labels).mean()
-    else:
-        score = example_change(base[None, None], masked).mean(-1)
-    return _finish(model, score, f"{method} scan")
-
-
-def mask_gradients(model, encoded: Encoded, labels: np.ndarray | None, *, batch_size: int = 64,
-                   progress: Callable[[int], None] | None = None) -> np.ndarray:
-    """Per-pair gradients of the pair's loss w.r.t. the head mask at 1: `(pairs, layers, heads)`.
-
-    One backward per batch: with a per-example mask the gradient of the summed loss w.r.t. mask[:, b]
-    is pair b's own gradient. Parameters get no gradients (autograd.grad on the mask only).
-    """
-    model.eval()
-    device = next(model.parameters()).device
-    layers, width = mask_shape(model)
-    out = np.zeros((len(encoded), layers, width), dtype=np.float64)
-    for rows in length_batches(encoded, batch_size):
-        batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
-        mask = torch.ones(layers, len(rows), width, device=device, requires_grad=True)
-        target = None if labels is None else torch.as_tensor(labels[rows], device=device)
-        with torch.enable_grad(), head_mask(model, mask):
-            loss = pair_loss(model(**batch).logits.float(), target)
-            (grad,) = torch.autograd.grad(loss, mask)
-        out[rows] = grad.permute(1, 0, 2).double().cpu().numpy()
-        if progress:
-            progress(len(rows))
-    return out
-
-
-def gradient_scores(model, grads: np.ndarray, *, method: str) -> torch.Tensor:
-    if method == "fisher":
-        return _finish(model, (grads ** 2).sum(0))
-    score = np.abs(grads).mean(0)
-    norm = np.linalg.norm(score, axis=1, keepdims=True)  # absent heads have zero gradient: no effect
-    return _finish(model, score / np.where(norm > 0, norm, 1.0))
-
-
-@torch.inference_mode()
-def entropy_scores(model, encoded: Encoded, *, batch_size: int = 64, progress=None) -> torch.Tensor:
-    """Minus the mean entropy of each head's attention rows over real (non-padding) query tokens."""
-    device = next(model.parameters()).device
-    total = torch.zeros(mask_shape(model), dtype=torch.float64)
-    ids = [p.head_ids for p in layer_parts(model)]
-    tokens = 0
-    for rows in length_batches(encoded, batch_size):
-        batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
-        maps, _ = attention_weights(model, batch)
-        real = batch["attention_mask"].bool()
-        for layer, a in enumerate(maps):
-            if a is None:
-                continue
-            ent = -(a * torch.log(a.clamp_min(1e-12))).sum(-1)  # (batch, heads, queries)
-            total[layer, ids[layer]] += ent.permute(1, 0, 2)[:, real].double().sum(-1).cpu()
-        tokens += int(real.sum())
-        if progress:
-            progress(len(rows))
-    return _finish(model, -(total / max(tokens, 1)).numpy())
-
-
 def gold(pairs: Pairs) -> np.ndarray | None:
     """The pairs' gold: 0-based grades, or scores; None when unlabelled."""
     return {"grades": pairs.label_array, "score": pairs.score_array}.get(pairs.task, lambda: None)()
-
-
-def loss_labels(model, encoded: Encoded, pairs: Pairs, *, batch_size: int) -> np.ndarray | None:
-    """The gold when the data has it, else the model's own predicted grades (label-free gradients); None for a
-    score model without gold (see `pair_loss`)."""
-    if pairs.task is not None:
-        return gold(pairs)
-    if is_score_model(model):
-        return None
-    from headcut.evaluate.predict import predict_logits
-
-    return predict_logits(model, None, None, batch_size=batch_size, encoded=encoded).argmax(1)
-
-
-def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: int = 64,
-                    max_length: int | None = None, progress: Callable[[int], None] | None = None,
-                    seed: int = 0) -> torch.Tensor:
-    """Score every head of `model` on `pairs`: `(num_layers, num_heads)` float32, higher = more important.
-
-    `progress(n)` is called as pairs finish (one pass over the data in all). Deterministic: no method
-    samples and the model runs in eval mode, so `seed` changes nothing (it is kept for callers that record
-    it) and the caller's random state is left alone. See the module docstring for the methods.
-    """
-    if method not in METHODS:
-        raise UserError(f"--method {method}: unknown; choose from {', '.join(METHODS)}.")
-    if method == "ablation" and pairs.task is None:
-        raise UserError(f"{pairs.source} has no grades, which --method ablation needs; use --method kl.")
-    model.eval()
-    encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
-    if method in ("ablation", "kl"):
-        base, masked = ablation_logits(model, encoded, batch_size=batch_size, progress=progress)
-        return ablation_scores(model, gold(pairs), base, masked, method=method)
-    if method in ("gradient", "fisher"):
-        labels = loss_labels(model, encoded, pairs, batch_size=batch_size)
-        grads = mask_gradients(model, encoded, labels, batch_size=batch_size, progress=progress)
-        return gradient_scores(model, grads, method=method)
-    return entropy_scores(model, encoded, batch_size=batch_size, progress=progress)
 
 
 # --- score files -------------------------------------------------------------------------------

@@ -13,10 +13,9 @@ from headcut.arch import present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
-from headcut.evaluate.ablation import distributed_ablation_logits
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
-from headcut.evaluate.importance import (METHODS, ablation_scores, entropy_scores, gold, gradient_scores, loss_labels,
-                                         mask_gradients)
+from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
+from headcut.evaluate.importance import gold
 from headcut.evaluate.tasks import check_task, summary
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs, segmented_inputs
@@ -55,9 +54,9 @@ def parse_experiments(text: str) -> tuple[str, ...]:
 
 def parse_methods(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(m.strip().lower() for m in text.split(",") if m.strip()))
-    bad = [m for m in names if m not in METHODS]
+    bad = [m for m in names if m not in CRITERIA]
     if bad or not names:
-        raise UserError(f"--method {text}: unknown {', '.join(bad) or 'empty'}; choose from {', '.join(METHODS)}.")
+        raise UserError(f"--method {text}: unknown {', '.join(bad) or 'empty'}; choose from {', '.join(CRITERIA)}.")
     return names
 
 
@@ -161,28 +160,20 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
     encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
     labels = gold(pairs)
-    scores: dict[str, torch.Tensor] = {}
+    data = ScoringData(model, encoded, labels, source=str(pairs.source), batch_size=settings.batch_size,
+                       progress=progress)
     result: dict = {"settings": settings.__dict__, "pairs": len(pairs)}
     base = single = None
     if {"ablation", "kl"} & set(settings.methods) or "heads" in settings.experiments:
-        base, single = distributed_ablation_logits(model, encoded, batch_size=settings.batch_size, progress=stage("ablation scan"))
+        base, single = data.ablation()
     elif labelled:
         base = predict_logits(model, None, None, batch_size=settings.batch_size, encoded=encoded,
                               progress=stage("baseline"))
     if labelled:
         result["baseline"] = summary(base, pairs, task=loaded.task, activation=loaded.activation)
-    if {"gradient", "fisher"} & set(settings.methods):
-        grad_labels = loss_labels(model, encoded, pairs, batch_size=settings.batch_size)
-        grads = mask_gradients(model, encoded, grad_labels, batch_size=settings.batch_size,
-                               progress=stage("mask gradients"))
-    for method in settings.methods:
-        if method in ("ablation", "kl"):
-            scores[method] = ablation_scores(model, labels, base, single, method=method)
-        elif method in ("gradient", "fisher"):
-            scores[method] = gradient_scores(model, grads, method=method)
-        else:
-            scores[method] = entropy_scores(model, encoded, batch_size=settings.batch_size,
-                                            progress=stage("attention entropy"))
+    scores = {method: criterion(method).score(data).heads.float() for method in settings.methods}
+    if "fisher" in settings.methods:
+        result["fisher_targets"] = data.fisher_targets
     if labelled and single is not None and not score:  # the per-head effects table is of grade metrics
         present = present_heads(model)
         result["ablation_table"] = [

@@ -232,7 +232,7 @@ def write_scan(folder, result: dict, *, model_info: dict, data_info: dict) -> di
     """Write every output of a scan into `folder`; returns {figure name: file name}."""
     folder = Path(folder)
     extra = {k: result[k] for k in ("baseline", "ablation_table", "experiments", "correlations", "top10_overlap",
-                                    "ranking", "settings")
+                                    "ranking", "settings", "fisher_targets")
              if k in result}
     if "probes" in result:
         extra["probes"] = result["probes"]

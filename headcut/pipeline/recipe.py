@@ -50,7 +50,7 @@ class ScanSection:
 class PruneSection:
     keep_ratio: float | None = ranged(None, 0.0, 1.0, low_open=True)  # heads only, ranked by the scan's `method`
     flops: float | None = ranged(None, 0.0, 1.0, low_open=True)  # heads and FFN neurons to this share of the FLOPs
-    method: str = "fisher"  # keep_ratio: which of the scan's scores rank the heads
+    method: str = "fisher"  # the criterion (evaluate/criteria.py); keep_ratio: one the scan computes; flops: one that scores neurons
     layer_prior: float = ranged(0.0, 0.0, 100.0)
     score_rows: int = ranged(512, 1)  # flops: train pairs scored
     calibrate: int = ranged(512, 5, 100_000)  # flops: train pairs for mask tuning (0.2 held out)
@@ -187,6 +187,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
     _check_scan(parts["scan"], prune, problems)
+    _check_prune_method(prune, problems)
     recipe = PipelineRecipe(parts["data"] or DataSection(), teacher, parts["scan"], prune, tuple(students),
                             parts["export"], parts["bench"], parts["floor"], where)
     # every sub-recipe built once here, with placeholder paths
@@ -198,7 +199,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str]) -> None:
     """The scan's methods and experiments, and the prune's method among them, before any stage runs."""
-    from headcut.evaluate.importance import METHODS
+    from headcut.evaluate.criteria import CRITERIA as METHODS
     from headcut.evaluate.scan import parse_experiments
 
     if scan is None:
@@ -215,6 +216,14 @@ def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: 
     if prune is not None and prune.keep_ratio is not None and prune.method not in scan.methods:
         problems.append(f"[prune] method '{prune.method}' ranks heads by scores the scan does not compute "
                         f"(scan.methods: {', '.join(scan.methods)}); add it there or pick one of those")
+
+
+def _check_prune_method(prune: PruneSection | None, problems: list[str]) -> None:
+    """A FLOPs prune's criterion must score FFN neurons as well as heads."""
+    from headcut.evaluate.criteria import criterion
+
+    if prune is not None and prune.flops is not None:
+        _checked(lambda: criterion(prune.method, flag="[prune] method", neurons=True), problems)
 
 
 def _checked(make, problems: list[str]):

@@ -112,8 +112,8 @@ def prune(ctx: Context) -> dict:
                              method=p.method, settings=settings, progress=progress)
     else:
         pool = read(data.train, preset=data.preset, rows=None, seed=data.seed)
-        result = prune_to_budget(loaded, flops=p.flops, data=pool, layer_prior=p.layer_prior, tune=p.tune,
-                                 settings=settings, progress=progress)
+        result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
+                                 tune=p.tune, settings=settings, progress=progress)
     write_artifact(result, ctx.folder / "model", overwrite=True)
     return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],
             "total_heads": result.plan["total"]}

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut.arch import flops_per_pair, intermediate_size, keep_heads, keep_neurons, mask_shape, unit_flops
+from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, keep_heads, keep_neurons, mask_shape, unit_flops
 from headcut.batching import encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
 from headcut.evaluate.compare import compare_logits, compare_models
-from headcut.evaluate.fisher import TARGETS, UnitScores, unit_fisher
+from headcut.evaluate.criteria import ScoringData, check_targets, criterion
+from headcut.evaluate.fisher import UnitScores
 from headcut.evaluate.importance import gold
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
-from headcut.prune.budget import check_budget, plan_budget
+from headcut.prune.budget import UnitPlan, check_budget, plan_budget
 from headcut.prune.targets import one_target_problem
 from headcut.timing import Runtime
-from headcut.prune.latency import check_latency_budget, default_cache, layer_costs, plan_latency
+from headcut.prune.latency import LayerCosts, check_latency_budget, default_cache, layer_costs, plan_latency
 from headcut.prune.refit import refit_head
 from headcut.prune.tune import tune_scales
 from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample, file_score_record,
@@ -106,6 +108,106 @@ def prune(
         quality=quality, notes=notes_for(eval_pairs, score_pairs))
 
 
+@dataclass(frozen=True)
+class Budget:
+    """What a budget prune must fit: a FLOPs share (`budget` FLOPs per pair at `seq_len`), or a latency share
+    (`budget` ms per batch from the layer cost table `ms_costs`)."""
+
+    flops: float | None
+    latency: float | None
+    seq_len: int
+    costs: UnitFlops
+    full: int
+    budget: float
+    ms_costs: LayerCosts | None = None
+
+    def plan(self, scores: UnitScores, layer_prior: float) -> UnitPlan:
+        if self.flops is not None:
+            return plan_budget(scores, self.costs, int(self.budget), layer_prior=layer_prior)
+        return plan_latency(scores, self.ms_costs, self.budget, layer_prior=layer_prior)
+
+    def record(self, plan: UnitPlan) -> dict:
+        out = {"flops": self.flops, "seq_len": self.seq_len, "full_flops": self.full, "fixed_flops": self.costs.fixed,
+               "plan_flops": plan.flops(self.costs)}
+        if self.flops is not None:
+            return {**out, "budget_flops": int(self.budget)}
+        return {**out, "latency": self.latency, "costs": self.ms_costs.to_dict(), "budget_ms": self.budget,
+                "full_ms": self.budget / self.latency,
+                "plan_ms": self.ms_costs.total(plan.heads_per_layer, plan.neurons_per_layer)}
+
+
+def budget_of(loaded: LoadedModel, *, flops: float | None, latency: float | None, seq_len: int | None,
+              latency_batch: int = 32, latency_cache: str | Path | None = None, latency_runtime: Runtime | None = None,
+              progress=None, notice=None) -> Budget:
+    """Check the one target and its range, and (for `latency`) time or read the layer cost table."""
+    target = one_target_problem({"flops": flops, "latency": latency}, flags=True)
+    if target:
+        raise UserError(f"pass {target}.")
+    check_unpruned(loaded)
+    seq_len = int(seq_len or loaded.max_length)
+    costs = unit_flops(loaded.model, seq_len)
+    full = flops_per_pair(loaded.model, seq_len)
+    if flops is not None:
+        return Budget(flops, None, seq_len, costs, full, check_budget(flops, costs, full))
+    if not 0 < latency <= 1:
+        raise UserError(f"--latency {latency} is outside (0, 1]; pass the share of the measured latency to keep.")
+    if progress:
+        progress("timing layers", 0, None)
+    ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or default_cache(),
+                           runtime=latency_runtime, notice=notice)
+    return Budget(None, latency, seq_len, costs, full, check_latency_budget(latency, ms_costs), ms_costs)
+
+
+def score_units(loaded: LoadedModel, pairs: Pairs, *, method: str = DEFAULT_METHOD, targets: str = "teacher",
+                batch_size: int = 32, progress=None) -> UnitScores:
+    """Heads and FFN neurons of `loaded` scored by criterion `method` (`evaluate.criteria`) on `pairs`."""
+    encoded = encode(loaded.tokenizer, pairs, max_length=loaded.max_length, model=loaded.model)
+    data = ScoringData(loaded.model, encoded, gold(pairs), source=str(pairs.source), targets=targets, neurons=True,
+                       batch_size=batch_size, progress=(lambda _, n: progress(n)) if progress else None)
+    return criterion(method, neurons=True).score(data)
+
+
+@dataclass
+class Tuning:
+    """Mask tuning's outcome: the fits of each sublayer and of the classification head, on `pairs`."""
+
+    pairs: Pairs | None
+    fits: list
+    head_fits: list
+
+    def record(self, enabled: bool, asked: int | None) -> dict:
+        return {"enabled": enabled, "data": {**self.pairs.provenance(), "asked": asked} if enabled else None,
+                "accepted": sum(f.accepted for f in self.fits), "sublayers": len(self.fits),
+                "fits": [f.to_dict() for f in self.fits], "head": [f.to_dict() for f in self.head_fits]}
+
+
+def tune_pruned(loaded: LoadedModel, model, pairs: Pairs, *, batch_size: int, progress=None) -> Tuning:
+    """Re-fit per-unit scales and bias shifts (`prune.tune`), then the classification head (`prune.refit`), of
+    the pruned `model` to the unpruned one's outputs on `pairs` (labels unused)."""
+    calibration = encode(loaded.tokenizer, pairs, max_length=loaded.max_length, model=loaded.model)
+    fits = tune_scales(loaded.model, model, calibration, batch_size=batch_size,
+                       progress=(lambda _: progress("tuning", 1, None)) if progress else None)
+    return Tuning(pairs, fits, refit_head(loaded.model, model, calibration, batch_size=batch_size))
+
+
+def budget_quality(loaded: LoadedModel, models: list, pairs: Pairs, settings: PruneSettings, progress=None) -> list:
+    """Quality with paired CIs of each of `models` against `loaded` on `pairs` (one reference pass)."""
+    encoded = encode(loaded.tokenizer, pairs, max_length=loaded.max_length, model=loaded.model)
+    grading = stage(progress, "grading", len(pairs) * (1 + len(models)))
+
+    def logits(m):
+        return predict_logits(m, None, None, batch_size=settings.batch_size, encoded=encoded, progress=grading)
+
+    reference = logits(loaded.model)
+    out = []
+    for m in models:
+        quality = compare_logits(reference, logits(m), pairs, iters=settings.bootstrap, seed=settings.seed,
+                                 activation=loaded.activation)
+        quality.pop("logits")
+        out.append(quality)
+    return out
+
+
 def prune_to_budget(
     loaded: LoadedModel,
     *,
@@ -113,6 +215,7 @@ def prune_to_budget(
     latency: float | None = None,
     data: Pairs | None = None,
     unit_scores: UnitScores | None = None,
+    method: str = DEFAULT_METHOD,
     targets: str = "teacher",
     layer_prior: float = 0.0,
     tune: bool = True,
@@ -130,98 +233,54 @@ def prune_to_budget(
     `latency_batch` x `seq_len` measured here on `latency_runtime` (default PyTorch fp32; ONNX Runtime INT8
     from `headcut.export.layer_timer.onnx_runtime`), from layer cost tables (`prune.latency`, cached in
     `latency_cache`, default `default_cache()`; `notice` gets a line when a cached table is timed again),
-    with no gradient training: Fisher scores of every
-    unit on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune` recorded; see
-    `evaluate.fisher`; or `unit_scores` computed on that sample before), the best
-    plan under the budget (`prune.budget`), then, with `tune`, per-unit scales and bias shifts re-fitted by
-    least squares on another seeded sample of `settings.calibrate_rows` pairs of the same data (labels
-    unused) and folded into the weights (`prune.tune`), then the classification head re-fitted to the
-    unpruned model's outputs (`prune.refit`).
-    Quality with paired CIs (also of the untuned model when tuning ran) is measured as `prune` does."""
-    if targets not in TARGETS:
-        raise UserError(f"--targets {targets} is unknown; choose one of: {', '.join(TARGETS)}.")
-    batch_size, bootstrap, seed = settings.batch_size, settings.bootstrap, settings.seed
+    with no gradient training: scores of every unit by criterion `method` (default fisher, with `targets`;
+    `evaluate.criteria`) on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune`
+    recorded; or `unit_scores` computed on that sample before), the best plan under the budget
+    (`prune.budget`), then, with `tune`, per-unit scales and bias shifts re-fitted by least squares on another
+    seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded into the
+    weights (`prune.tune`), then the classification head re-fitted to the unpruned model's outputs
+    (`prune.refit`). Quality with paired CIs (also of the untuned model when tuning ran) is measured as
+    `prune` does."""
+    chosen = criterion(method, neurons=True)
+    check_targets(targets)
     pool = data_pool(loaded, data)
     check_calibration_size(pool, settings, tune=tune)
-    score_pairs = pool.sample(settings.score_rows, seed=seed)
+    score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
-    if targets == "grades" and score_pairs.task is None:
-        raise UserError(f"{score_pairs.source} has no grades, which --targets grades needs; use --targets teacher.")
-    target = one_target_problem({"flops": flops, "latency": latency}, flags=True)
-    if target:
-        raise UserError(f"pass {target}.")
-    check_unpruned(loaded)
-    seq_len = int(seq_len or loaded.max_length)
-    costs = unit_flops(loaded.model, seq_len)
-    full = flops_per_pair(loaded.model, seq_len)
-    if flops is not None:
-        budget = check_budget(flops, costs, full)
-    else:
-        if not 0 < latency <= 1:
-            raise UserError(f"--latency {latency} is outside (0, 1]; pass the share of the measured latency to keep.")
-        if progress:
-            progress("timing layers", 0, None)
-        ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or default_cache(),
-                               runtime=latency_runtime, notice=notice)
-        ms_budget = check_latency_budget(latency, ms_costs)
-    max_length = loaded.max_length
-    scores = unit_scores
-    if scores is None:
-        encoded = encode(loaded.tokenizer, score_pairs, max_length=max_length, model=loaded.model)
-        labels = gold(score_pairs) if targets == "grades" else None
-        scores = unit_fisher(loaded.model, encoded, labels=labels, batch_size=max(1, batch_size // 2),
-                             progress=stage(progress, "scoring", len(score_pairs)))
-    if flops is not None:
-        plan = plan_budget(scores, costs, budget, layer_prior=layer_prior)
-    else:
-        plan = plan_latency(scores, ms_costs, ms_budget, layer_prior=layer_prior)
+    check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source))
+    budget = budget_of(loaded, flops=flops, latency=latency, seq_len=seq_len, latency_batch=latency_batch,
+                       latency_cache=latency_cache, latency_runtime=latency_runtime, progress=progress, notice=notice)
+    scores = unit_scores or score_units(loaded, score_pairs, method=chosen.name, targets=targets,
+                                        batch_size=max(1, settings.batch_size // 2),
+                                        progress=stage(progress, "scoring", len(score_pairs)))
+    plan = budget.plan(scores, layer_prior)
     model = copy.deepcopy(loaded.model)
     keep_heads(model, [list(h) for h in plan.heads])
     keep_neurons(model, [list(n) for n in plan.neurons])
     model.eval()
-    untuned, fits, head_fits = None, [], []
-    calibrate_pairs = pool.sample(settings.calibrate_rows, seed=seed + 1) if tune else None
+    untuned = copy.deepcopy(model) if tune and eval_pairs is not None else None
+    tuning = Tuning(None, [], [])
     if tune:
-        untuned = copy.deepcopy(model) if eval_pairs is not None else None
-        calibration = encode(loaded.tokenizer, calibrate_pairs, max_length=max_length, model=loaded.model)
-        fits = tune_scales(loaded.model, model, calibration, batch_size=batch_size,
-                           progress=(lambda _: progress("tuning", 1, None)) if progress else None)
-        head_fits = refit_head(loaded.model, model, calibration, batch_size=batch_size)
+        tuning = tune_pruned(loaded, model, pool.sample(settings.calibrate_rows, seed=settings.seed + 1),
+                             batch_size=settings.batch_size, progress=progress)
     pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
-    layers, heads = mask_shape(loaded.model)
-    budget_record = {"flops": flops, "seq_len": seq_len, "full_flops": full, "fixed_flops": costs.fixed,
-                     "plan_flops": plan.flops(costs)}
-    if flops is not None:
-        budget_record["budget_flops"] = budget
-    else:
-        budget_record.update(latency=latency, costs=ms_costs.to_dict(), budget_ms=ms_budget,
-                             full_ms=ms_budget / latency,
-                             plan_ms=ms_costs.total(plan.heads_per_layer, plan.neurons_per_layer))
     quality = quality_untuned = None
     if eval_pairs is not None:
-        eval_encoded = encode(loaded.tokenizer, eval_pairs, max_length=max_length, model=loaded.model)
-        grading = stage(progress, "grading", len(eval_pairs) * (3 if untuned is not None else 2))
-
-        def logits(m):
-            return predict_logits(m, None, None, batch_size=batch_size, encoded=eval_encoded, progress=grading)
-
-        reference = logits(loaded.model)
-        quality = compare_logits(reference, logits(model), eval_pairs, iters=bootstrap, seed=seed,
-                                 activation=loaded.activation)
-        quality.pop("logits")
-        if untuned is not None:
-            quality_untuned = compare_logits(reference, logits(untuned), eval_pairs, iters=bootstrap, seed=seed,
-                                             activation=loaded.activation)
-            quality_untuned.pop("logits")
+        quality, *rest = budget_quality(loaded, [model] + ([untuned] if untuned is not None else []), eval_pairs,
+                                        settings, progress)
+        quality_untuned = rest[0] if rest else None
+    layers, heads = mask_shape(loaded.model)
     return PruneResult(
         pruned, loaded, request={"layer_prior": layer_prior},
         plan={"num_heads": heads, "total": layers * heads, "kept": sum(plan.heads_per_layer),
               "num_neurons": intermediate_size(loaded.model.config), **plan.to_dict()},
-        scores={"how": f"fisher ({scores.targets} targets) of {len(score_pairs)} pairs from {score_pairs.source}",
-                "data": score_pairs.provenance(), **scores.to_dict()},
-        speed=speed_summary(loaded.model, model, seq_len=seq_len, latency=settings.timing,
+        scores={"how": _scores_how(scores, score_pairs), "data": score_pairs.provenance(), **scores.to_dict()},
+        speed=speed_summary(loaded.model, model, seq_len=budget.seq_len, latency=settings.timing,
                             min_seconds=settings.latency_seconds),
-        budget=budget_record, tuning={"enabled": tune, "data": {**calibrate_pairs.provenance(), "asked": settings.calibrate_rows} if tune else None,
-                              "accepted": sum(f.accepted for f in fits), "sublayers": len(fits),
-                              "fits": [f.to_dict() for f in fits], "head": [f.to_dict() for f in head_fits]},
-        quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, calibrate_pairs))
+        budget=budget.record(plan), tuning=tuning.record(tune, settings.calibrate_rows),
+        quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, tuning.pairs))
+
+
+def _scores_how(scores: UnitScores, pairs: Pairs) -> str:
+    targets = f" ({scores.targets} targets)" if scores.targets else ""
+    return f"{scores.method}{targets} of {len(pairs)} pairs from {pairs.source}"

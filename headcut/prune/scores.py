@@ -9,7 +9,6 @@ import torch
 from headcut.arch import heads_per_layer, mask_shape
 from headcut_grader.errors import UserError, setting
 
-SCAN_METHODS = ("ablation", "fisher", "gradient", "kl")
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
 
 
@@ -59,12 +58,9 @@ def default_data(loaded) -> tuple[str, str | None]:
 
 def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, max_length: int | None = None,
                 progress=None, seed: int = 0) -> torch.Tensor:
-    """(num_layers, num_heads) scores from a scan (higher = more important); unscored heads get -inf."""
-    from headcut.evaluate.importance import absent_heads, check_scores, head_importance
+    """(num_layers, num_heads) float64 scores of criterion `method` (`evaluate.criteria`, higher = more
+    important); heads the model lacks get -inf, and a NaN score of a head it has is one sentence."""
+    from headcut.evaluate.criteria import head_importance
 
-    if method not in SCAN_METHODS:
-        raise UserError(f"--method {method} is unknown; choose one of: {', '.join(SCAN_METHODS)}.")
-    scores = torch.as_tensor(head_importance(model, tokenizer, pairs, method=method, batch_size=batch_size,
-                                             max_length=max_length, progress=progress, seed=seed), dtype=torch.float64)
-    check_scores(scores, absent_heads(model), f"--method {method} scan")  # never prune a NaN head first
-    return scores
+    return torch.as_tensor(head_importance(model, tokenizer, pairs, method=method, batch_size=batch_size,
+                                           max_length=max_length, progress=progress, seed=seed), dtype=torch.float64)
