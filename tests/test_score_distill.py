@@ -151,3 +151,17 @@ def test_a_score_recipe_refuses_the_grades_keys():
         score_recipe("t", task="grades", margin_weight=0.5, tune_fields=["learning_rate"])
     with pytest.raises(UserError, match="every loss weight of task=score is 0; set mse_weight or margin_weight"):
         score_recipe("t", mse_weight=0.0, margin_weight=0.0)
+
+
+def test_the_distill_command_prints_ranking_metrics_for_a_score_student(score_teacher, tmp_path):
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(f"teacher: {score_teacher}\ntask: score\nstudent: bottom-k\nkeep_layers: 1\ntrain_data: synthetic\n"
+                      "train_rows: 120\ndev_rows: 60\nmax_length: 32\nepochs: 1\nbatch_size: 16\neval_every: 4\n"
+                      "checkpoint_every: 4\nmargin_weight: 1.0\nmeasure_speed: false\n"
+                      "tune_fields: [mse_weight, margin_weight, learning_rate]\n")
+    result = CliRunner().invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s")])
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line for line in result.output.splitlines() if line.strip()}
+    assert {"spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "pair_order", "top1"} <= set(lines)
+    assert "accuracy" not in lines and "macro_f1" not in lines
+    assert load_model(tmp_path / "s").task == "score"

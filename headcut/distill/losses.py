@@ -1,5 +1,6 @@
-"""Distillation losses as short pure functions. Shapes: B = batch, T = tokens, C = classes (grades),
-H = heads, D = hidden width. Cross-entropy on gold grades is `headcut.finetune.grade_loss`."""
+"""Distillation losses as short pure functions. Shapes: B = batch, T = tokens, C = classes (grades, or 1 for a
+one-score model), H = heads, D = hidden width. Cross-entropy on gold grades is `headcut.finetune.grade_loss`;
+which losses a run sums, by the teacher's task, is `headcut.distill.objective.LOSSES`."""
 from __future__ import annotations
 
 import torch

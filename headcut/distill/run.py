@@ -2,7 +2,8 @@
 
 Rerunning the same call after an interruption resumes from `out`.partial (checkpoints, the cached
 teacher logits, the best student so far); the finished artifact carries the recipe, the teacher's
-weights hash and teacher / before / after dev metrics with paired-bootstrap CIs against the teacher.
+weights hash and teacher / before / after dev metrics with paired-bootstrap CIs against the teacher (grades
+metrics, or ranking metrics with CIs by query for a one-score teacher's student).
 """
 from __future__ import annotations
 
