@@ -11,7 +11,7 @@ from headcut.cli.common import OVERWRITE, Opt, main_process, number, quiet_trans
 def format_result(metrics: dict) -> str:
     """The dev table: grades metrics, or ranking metrics for a one-score student (its paired CIs are by query)."""
     diff = metrics["after_minus_teacher"]
-    score = "ndcg@10" in metrics["after"]
+    score = "pair_order" in diff  # a one-score student: agreement by within-query order
     lines = [f"{'dev (n=' + str(metrics['after']['n']) + ')':<16} {'teacher':>8} {'before':>8} {'after':>8}   "
              "after - teacher [95% paired CI]"]
     names = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss") if score else \
