@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -73,6 +73,18 @@ def selection_pairs(recipe: TrainingRecipe) -> Pairs | None:
     if recipe.dev_data is None or is_synthetic(recipe.dev_data):
         return None
     return _read(recipe, recipe.dev_data, recipe.dev_rows, recipe.seed + 1).sample(recipe.dev_rows, seed=recipe.seed)
+
+
+def recorded_selection_pairs(meta: dict) -> tuple[str | None, Pairs | None]:
+    """(dev spec, selection pairs) of an artifact finetune wrote, from the recipe its headcut.json records: the
+    pairs its best checkpoint was chosen on (selection_pairs), so a caller need not rebuild a recipe for it."""
+    recorded = meta.get("recipe") if isinstance(meta, dict) else None
+    if not isinstance(recorded, dict) or not recorded.get("dev_data"):
+        return None, None
+    keys = ("dev_data", "dev_rows", "seed", "preset", "task")
+    recipe = replace(FinetuneRecipe(), **{k: recorded[k] for k in keys if k in recorded},
+                     **({"grades": tuple(recorded["grades"])} if recorded.get("grades") else {}))
+    return recipe.dev_data, selection_pairs(recipe)
 
 
 def dev_record(recipe: TrainingRecipe, dev: Pairs) -> dict:

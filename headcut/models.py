@@ -58,7 +58,8 @@ class LoadedModel:
 
 
 # Stages that handle one-score models; every other stage refuses them with `check_stage`.
-SCORE_STAGES = ("finetune", "evaluate", "scan", "prune", "cross-encoder", "export", "grade", "serve", "bench")
+SCORE_STAGES = ("finetune", "evaluate", "scan", "prune", "distill", "run", "cross-encoder", "export", "grade", "serve",
+                "bench")
 
 
 def check_stage(loaded: "LoadedModel", stage: str) -> None:
@@ -91,11 +92,19 @@ def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
     return path
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")  # the order load_model reads
+
+
+def weights_file(path: str | Path) -> Path | None:
+    """The file holding a model folder's weights (what load_model would read), or None when it has none."""
+    return next((Path(path) / n for n in WEIGHT_FILES if (Path(path) / n).exists()), None)
+
+
 def _weights_file(path: Path, *, allow_pickle: bool) -> Path:
-    for name in ("model.safetensors", "model.safetensors.index.json"):
+    for name in WEIGHT_FILES[:2]:
         if (path / name).exists():
             return path / name
-    if (path / "pytorch_model.bin").exists():
+    if (path / WEIGHT_FILES[2]).exists():
         if not allow_pickle:
             raise UserError(
                 f"--model {path} holds only pickle weights (pytorch_model.bin), which can run code when loaded; "

@@ -102,6 +102,18 @@ def epoch_batches(encoded: Encoded, batch_size: int, *, seed: int, epoch: int) -
     return batches
 
 
+def query_batches(query_ids: np.ndarray, batch_size: int, *, seed: int, epoch: int) -> list[np.ndarray]:
+    """Batches that keep each query's rows together (queries in a seeded random order, a query split only at a
+    batch's end): what a loss over titles of one query (margin-MSE) needs. As many batches as epoch_batches."""
+    rng = random.Random(seed * 1000 + epoch)
+    queries = sorted(set(int(q) for q in query_ids))
+    rng.shuffle(queries)
+    rank = np.empty(max(queries) + 1 if queries else 0, dtype=np.int64)
+    rank[queries] = np.arange(len(queries))
+    order = np.argsort(rank[np.asarray(query_ids, dtype=np.int64)], kind="stable")
+    return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+
+
 def _better(value, best, metric):
     if best is None:
         return True
@@ -132,12 +144,14 @@ def train(
     extra_modules: list[torch.nn.Module] = (),
     progress: Callable[[dict], None] | None = None,
     stop_after_steps: int | None = None,
+    query_ids: np.ndarray | None = None,
 ) -> LoopState:
     """Train `model`; `loss_fn(model, batch, rows)` returns the loss, `evaluate_fn(model)` a metrics dict.
 
     Checkpoints land in `work_dir/checkpoint` every `checkpoint_every` steps; calling again with the same
     `work_dir` resumes from there. `save_best` is called with the model whenever the selected metric improves.
-    `stop_after_steps` stops early (used by tests to simulate an interruption).
+    `stop_after_steps` stops early (used by tests to simulate an interruption). `query_ids` (one per row):
+    batches keep each query's rows together (query_batches) instead of bucketing by length.
     """
     run = _setup(model, settings, extra_modules, total_steps(len(encoded), settings))
     ckpt = work_dir / "checkpoint"
@@ -149,7 +163,9 @@ def train(
     stop = False
     while micro < micro_total and not stop:
         epoch, offset = divmod(micro, per_epoch)
-        for rows in epoch_batches(encoded, settings.batch_size, seed=settings.seed, epoch=epoch)[offset:]:
+        batches = (epoch_batches(encoded, settings.batch_size, seed=settings.seed, epoch=epoch) if query_ids is None
+                   else query_batches(query_ids, settings.batch_size, seed=settings.seed, epoch=epoch))
+        for rows in batches[offset:]:
             if micro >= micro_total:
                 break
             loss = _micro_step(run, encoded, rows, loss_fn, settings)

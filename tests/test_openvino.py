@@ -274,3 +274,57 @@ def test_serve_answers_the_same_grades_on_both_backends(both):
     assert np.allclose([r["expected_grade"] for r in answers["openvino"]],
                        [r["expected_grade"] for r in answers["onnxruntime"]], atol=1e-4)
     assert [r["grade"] for r in answers["openvino"]] == Grader(both, backend="openvino").grade(pairs).grades.tolist()
+
+
+def test_a_score_grader_on_openvino_equals_pytorch_and_its_int8_gate_judges_ranking(tmp_path, one_thread):
+    """A one-score reranker (sigmoid, like a CrossEncoder; a 0-head layer): the OpenVINO fp32 graph scores as PyTorch,
+    and NNCF INT8 graphs are judged on within-query pair order against the fp32 graph, as the ONNX INT8 gate is."""
+    from headcut.data_spec import as_scores
+    from headcut.evaluate.ranking import ranking_agreement
+    from headcut.export.quantize import Int8Gate
+    from headcut_grader.grader import Scores
+    from headcut_grader.tasks import score_values
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), max_position_embeddings=128,
+                       initializer_range=0.2)
+    keep_heads(model, [[0, 2], []])
+    loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "sigmoid", "max_length": 64}, "tiny", "0" * 16)
+    pairs = as_scores(synthetic_pairs(120))
+    lenient = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_fp32=0.0)
+    record = build_grader(loaded, tmp_path / "grader", pairs=pairs, backend="openvino", precision="int8", gate=lenient,
+                          threads=1)
+    ov = record["openvino"]
+    assert record["task"] == "score" and ov["parity"]["fp32"]["max_abs_diff"] <= FP32_TOLERANCE
+    fp32 = Grader(tmp_path / "grader", backend="onnxruntime").grade(pairs)  # the fp32 ONNX graph shipped beside it
+    want = score_values(pytorch_logits(loaded, pairs), "sigmoid")
+    assert isinstance(fp32, Scores) and np.abs(fp32.scores - want).max() <= FP32_TOLERANCE
+    assert np.ptp(want) > 1e-3  # scores differ between pairs, so the checks can fail
+    assert ov["precision"] in ("int8", "int8-bf16") and ov["choice"]["chosen"].startswith("int8")
+    chosen = next(t for t in ov["choice"]["trials"] if t["choice"] == ov["choice"]["chosen"])
+    got = Grader(tmp_path / "grader", backend="openvino").grade(pairs)
+    assert isinstance(got, Scores)
+    terms = ranking_agreement(got.scores, want, pairs.query_groups())
+    assert chosen["agreement"] == pytest.approx(np.nansum(terms["same"]) / np.nansum(terms["pairs"]), abs=0.01)
+    assert chosen["accuracy_drop"] != chosen["agreement"]  # judged on pair accuracy vs the gold, not grades
+    strict = Int8Gate(min_agreement=1.0, max_spearman_drift=0.0, max_drop=0.0, min_speed_vs_fp32=100.0)
+    folder = tmp_path / "strict"
+    from headcut.export.export import GateError
+
+    with pytest.raises(GateError, match="no OpenVINO int8 graph passes the gate"):
+        build_grader(loaded, folder, pairs=pairs, backend="openvino", precision="int8", gate=strict, threads=1)
+
+
+def test_an_openvino_score_grader_in_fp32_equals_pytorch_within_1e4(tmp_path, one_thread):
+    from headcut.data_spec import as_scores
+    from headcut_grader.tasks import score_values
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), max_position_embeddings=128,
+                       initializer_range=0.2)
+    loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "identity", "max_length": 64}, "t", "0" * 16)
+    pairs = as_scores(synthetic_pairs(60, seed=4))
+    build_grader(loaded, tmp_path / "grader", pairs=pairs, backend="openvino", threads=1)
+    got = Grader(tmp_path / "grader", backend="openvino").grade(pairs).scores
+    want = score_values(pytorch_logits(loaded, pairs), "identity")
+    assert np.ptp(want) > 1e-3 and np.abs(got - want).max() <= 1e-4

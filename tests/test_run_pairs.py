@@ -42,15 +42,14 @@ export: {{precision: int8, rows: 100}}
 
 
 def test_the_report_shares_no_query_with_the_pairs_that_chose(files, tmp_path):
-    from headcut.finetune import selection_pairs
-    from headcut.pipeline.pairs import training_recipes
+    from headcut.pipeline.pairs import selections
 
     dev, _, teacher = files
     r = recipe(tmp_path, dev, dev, teacher)
     meta = json.loads((teacher / META_FILE).read_text())
     chosen = selection_queries(r, meta)
     # both the existing teacher's recorded selection (40 pairs, seed 0) and the student's (60, seed 3) count
-    each = [set(selection_pairs(t).queries) for t in training_recipes(r, meta)]
+    each = [set(pairs().queries) for _, pairs in selections(r, meta)]
     assert len(each) == 2 and all(each) and chosen == each[0] | each[1] and each[0] != each[1]
     report = report_pairs(r, chosen, 200)
     assert len(report) == 200 and not set(report.queries) & chosen

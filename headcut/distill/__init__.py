@@ -1,11 +1,11 @@
 """Distillation: students (bottom-k, pruned, smaller config) trained against their teacher from recipes."""
 from headcut.distill.cache import teacher_logits
-from headcut.distill.losses import attention_kl, even_layer_map, hidden_mse, kd_loss
+from headcut.distill.losses import attention_kl, even_layer_map, hidden_mse, kd_loss, margin_mse, score_mse
 from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import DistillResult, distill
 from headcut.distill.students import Student, build_student, config_student, teacher_source
 
 __all__ = [
-    "teacher_logits", "attention_kl", "even_layer_map", "hidden_mse", "kd_loss", "DistillRecipe", "tune_ranges",
+    "teacher_logits", "attention_kl", "even_layer_map", "hidden_mse", "kd_loss", "margin_mse", "score_mse", "DistillRecipe", "tune_ranges",
     "distill", "DistillResult", "Student", "build_student", "config_student", "teacher_source",
 ]

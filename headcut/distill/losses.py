@@ -1,5 +1,6 @@
-"""Distillation losses as short pure functions. Shapes: B = batch, T = tokens, C = classes (grades),
-H = heads, D = hidden width. Cross-entropy on gold grades is `headcut.finetune.grade_loss`."""
+"""Distillation losses as short pure functions. Shapes: B = batch, T = tokens, C = classes (grades, or 1 for a
+one-score model), H = heads, D = hidden width. Cross-entropy on gold grades is `headcut.finetune.grade_loss`;
+which losses a run sums, by the teacher's task, is `headcut.distill.objective.LOSSES`."""
 from __future__ import annotations
 
 import torch
@@ -65,3 +66,25 @@ def per_layer(attentions, heads_per_layer: list[int]) -> list:
     """`output_attentions` leaves out layers without heads; put None in their place so index = layer."""
     found = iter(attentions)
     return [next(found) if heads else None for heads in heads_per_layer]
+
+
+def score_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of a one-score student's output against its teacher's, both (B, 1)."""
+    return F.mse_loss(student_logits.float()[:, 0], teacher_logits.float()[:, 0])
+
+
+def margin_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor, query_ids: torch.Tensor) -> torch.Tensor:
+    """Margin-MSE (Hofstätter et al., 2020): over every pair (i, j) of titles of one query in the batch, the
+    squared error of the student's margin s_i - s_j against the teacher's t_i - t_j. Logits (B, 1), query_ids (B,).
+
+    Only differences within a query are matched, so a student that scores every title of a query a constant
+    above its teacher loses nothing: what a reranker's user sees is the order, not the level. 0 when no two
+    rows of the batch share a query (train batches them by query when this loss is on).
+    """
+    s, t = student_logits.float()[:, 0], teacher_logits.float()[:, 0]
+    i, j = torch.triu_indices(len(s), len(s), offset=1, device=s.device)
+    same = query_ids[i] == query_ids[j]
+    if not bool(same.any()):
+        return s.new_zeros(()) * s.sum()  # keeps the graph: a zero gradient, not a missing one
+    i, j = i[same], j[same]
+    return (((s[i] - s[j]) - (t[i] - t[j])) ** 2).mean()

@@ -21,6 +21,7 @@ def tunable(default: float, low: float, high: float, *, log: bool = False, valid
 
 @dataclass(frozen=True)
 class DistillRecipe(TrainingRecipe):
+    task: Literal["grades", "score"] = "grades"  # the teacher's task; score: a one-score reranker teacher
     teacher: str | None = None  # the unpruned teacher artifact; `pruned` students may name it in their headcut.json
     student: Literal["bottom-k", "pruned", "config"] = "bottom-k"
     student_model: str | None = None  # `pruned`: the pruned artifact to train
@@ -40,6 +41,9 @@ class DistillRecipe(TrainingRecipe):
     hidden_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))
     attention_weight: float = ranged(0.0, 0.0, 100.0)
     ordinal_weight: float = ranged(0.0, 0.0, 100.0)
+    # task=score teaches with these in place of kd_weight / ce_weight / temperature / ordinal_weight:
+    mse_weight: float = tunable(1.0, 0.0, 1.0, valid=(0.0, 100.0))  # MSE on the teacher's score
+    margin_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))  # margin-MSE on score differences within a query
     cache_teacher: bool = True
 
     learning_rate: float = tunable(1e-4, 1e-5, 5e-4, log=True, valid=(0.0, 1.0, True))
@@ -55,8 +59,12 @@ class DistillRecipe(TrainingRecipe):
             raise UserError(f"{where}: student 'pruned' needs student_model (a pruned artifact); pass --set student_model=DIR.")
         if self.student != "pruned" and self.teacher is None:
             raise UserError(f"{where}: no teacher; pass --set teacher=DIR (a fine-tuned grader).")
-        if not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
+        self._check_task_keys(where)
+        if self.task == "grades" and not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
             raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.")
+        if self.task == "score" and not (self.mse_weight or self.margin_weight or self.hidden_weight
+                                         or self.attention_weight):
+            raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight or margin_weight above 0.")
         if self.layer_map is not None and self.student == "config" and len(self.layer_map) != self.student_layers:
             raise UserError(f"{where}: layer_map has {len(self.layer_map)} entries for {self.student_layers} "
                             "student layers; give one teacher layer per student layer.")
@@ -64,6 +72,32 @@ class DistillRecipe(TrainingRecipe):
         bad = [f for f in self.tune_fields if f not in ranges]
         if bad:
             raise UserError(f"{where}: tune_fields names '{bad[0]}', which is not tunable; choose from {', '.join(ranges)}.")
+
+
+    def _check_task_keys(self, where: str) -> None:
+        """A key that only the other task's losses read is refused when set, so no setting is silently ignored."""
+        other = "score" if self.task == "grades" else "grades"
+        for key in TASK_KEYS[other]:
+            if getattr(self, key) != _default(key):
+                raise UserError(f"{where}: key '{key}' applies to task={other} only, and this recipe distils "
+                                f"task={self.task}; remove it (or set task={other}).")
+        if self.task == "score" and self.select_metric in ("accuracy", "macro_f1"):
+            raise UserError(f"{where}: select_metric={self.select_metric} needs grades, and task=score has one "
+                            "output; use spearman or loss.")
+        bad = [f for f in self.tune_fields if f in TASK_KEYS[other]]
+        if bad:
+            raise UserError(f"{where}: tune_fields names '{bad[0]}', which task={self.task} does not use; list fields "
+                            f"of its losses, e.g. --set tune_fields=[{', '.join(TUNED[self.task])}].")
+
+
+# The recipe keys only one task's losses read (headcut.distill.objective.LOSSES), and what --tune searches there.
+TASK_KEYS = {"grades": ("temperature", "kd_weight", "ce_weight", "ordinal_weight"),
+             "score": ("mse_weight", "margin_weight")}
+TUNED = {"grades": ("temperature", "kd_weight", "learning_rate"), "score": ("mse_weight", "margin_weight", "learning_rate")}
+
+
+def _default(name: str):
+    return next(f.default for f in fields(DistillRecipe) if f.name == name)
 
 
 def tune_ranges() -> dict[str, tuple[float, float, bool]]:

@@ -2,7 +2,8 @@
 
 Rerunning the same call after an interruption resumes from `out`.partial (checkpoints, the cached
 teacher logits, the best student so far); the finished artifact carries the recipe, the teacher's
-weights hash and teacher / before / after dev metrics with paired-bootstrap CIs against the teacher.
+weights hash and teacher / before / after dev metrics with paired-bootstrap CIs against the teacher (grades
+metrics, or ranking metrics with CIs by query for a one-score teacher's student).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from headcut.arch import count_parameters, heads_per_layer
 from headcut.batching import encode
 from headcut_grader.data import Pairs, read_pairs
 from headcut.distill.cache import teacher_logits
-from headcut.distill.losses import attention_kl, hidden_mse, kd_loss, per_layer
+from headcut.distill.objective import LOSSES, Fixed, StepInputs, active_losses, total_loss
 from headcut.distill.recipe import DistillRecipe
 from headcut.distill.students import build_student, teacher_source
 from headcut_grader.errors import UserError
@@ -25,8 +26,9 @@ from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut_grader.files import check_out_dir
-from headcut.finetune import dev_record, grade_loss, load_data, recipe_hash
-from headcut.models import LoadedModel, check_stage, load_model, save_model
+from headcut.evaluate.tasks import paired, summary
+from headcut.finetune import dev_record, load_data, recipe_hash
+from headcut.models import LoadedModel, load_model, save_model
 from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
@@ -50,7 +52,8 @@ class DistillResult:
 
 def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np.ndarray]:
     """Training pairs plus the recipe's unlabeled pairs, and their labels (UNLABELED for the extra ones)."""
-    labels = train_pairs.label_array()
+    # a score recipe reads no gold in its losses (objective.LOSSES): its pairs carry placeholder labels
+    labels = train_pairs.label_array() if recipe.task == "grades" else np.zeros(len(train_pairs), dtype=np.int64)
     if recipe.unlabeled_data is None:
         return train_pairs, labels
     extra = read_pairs(recipe.unlabeled_data, preset=recipe.preset, grades=recipe.grades, grades_fix=GRADES_FIX,
@@ -82,119 +85,198 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     `cache_dir` holds teacher logits (default: inside `out`.partial); tuning trials share one.
     `stop_after_steps` stops early, as a kill would (tests use it to check resuming).
     """
-    out = Path(out)
-    check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
-    check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
-    attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
-    teacher = load_model(teacher_source(recipe), attn_implementation=attn)
-    check_stage(teacher, "distill")
-    teacher.model.to(process_state().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
-    if tuple(teacher.grades) != tuple(recipe.grades):
-        raise UserError(f"the teacher grades {list(teacher.grades)}, the recipe says grades={list(recipe.grades)}; "
-                        "make them agree (--set grades=[...]).")
-    student = build_student(recipe, teacher, attn_implementation=attn)
-    model, tokenizer = student.loaded.model, student.loaded.tokenizer
-    train_pairs, dev = load_data(recipe)
-    pairs, labels = with_unlabeled(recipe, train_pairs)
-    encoded = encode(tokenizer, pairs, max_length=recipe.max_length, model=model)
-    dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
-    # opened only once models and data load, so a mistyped teacher or a bad file leaves no half-made run folder
-    folder = RunFolder.open(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
-    dev_labels, dev_groups = dev.label_array(), dev.query_groups()
-    cache = Path(cache_dir) if cache_dir else folder.path / "teacher"
+    run = Distillation(recipe, Path(out), overwrite=overwrite, progress=progress, cache_dir=cache_dir)
+    run.setup()
+    return run.train(stop_after_steps=stop_after_steps)
 
-    started = time.perf_counter()
-    teacher_dev, _ = teacher_logits(teacher, dev, encoded=dev_encoded, max_length=recipe.max_length, cache_dir=cache,
-                                    progress=_stage(progress, "teacher logits (dev)", len(dev)))
-    needs_targets = recipe.kd_weight > 0 or recipe.unlabeled_data is not None
-    cached, hit = None, False
-    if needs_targets and recipe.cache_teacher:
-        cached, hit = teacher_logits(teacher, pairs, encoded=encoded, max_length=recipe.max_length, cache_dir=cache,
-                                     progress=_stage(progress, "teacher logits (train, cached)", len(pairs)))
-    teacher_seconds = time.perf_counter() - started
-    online = recipe.hidden_weight > 0 or recipe.attention_weight > 0 or (needs_targets and cached is None)
 
-    def evaluate_fn(m):
-        logits = predict_logits(m, tokenizer, dev, encoded=dev_encoded, batch_size=128)
-        return summarize(logits, dev_labels, recipe.grades, dev_groups)
+class Distillation:
+    """One distillation run in torchtune's recipe shape: `setup` (teacher, student, data, run folder, teacher
+    targets, losses), `_loss_step` (one batch's weighted losses, objective.LOSSES of the teacher's task) and
+    `train` (the shared loop, then the dev metrics and the published artifact)."""
 
-    before = folder.remember("before.json", lambda: evaluate_fn(model))  # the untrained student, once per run
+    def __init__(self, recipe: DistillRecipe, out: Path, *, overwrite: bool, progress, cache_dir):
+        self.recipe, self.out, self.overwrite, self.progress, self.cache_dir = recipe, out, overwrite, progress, cache_dir
 
-    projections = _projections(model, teacher.model, len(student.layer_map), seed=recipe.seed) \
-        if recipe.hidden_weight > 0 else None
-    gold = torch.as_tensor(labels)
-    student_heads, teacher_heads = heads_per_layer(model), heads_per_layer(teacher.model)
+    # --- setup ------------------------------------------------------------------------------------------
 
-    def loss_fn(m, batch, rows):
-        device = batch["input_ids"].device
+    def setup(self) -> None:
+        recipe = self.recipe
+        check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
+        check_out_dir(self.out, overwrite=self.overwrite, inputs=recipe.input_paths())
+        self._setup_teacher()
+        self._setup_student()
+        self._setup_data()
+        # opened only once models and data load, so a mistyped teacher or a bad file leaves no half-made run folder
+        self.folder = RunFolder.open(self.out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=self.overwrite)
+        self._setup_targets()
+        self.before = self.folder.remember("before.json", lambda: self._dev_metrics(self.model))  # untrained, once
+        self._setup_losses()
+
+    def _setup_teacher(self) -> None:
+        recipe = self.recipe
+        self.attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
+        teacher = self.teacher = load_model(teacher_source(recipe), attn_implementation=self.attn)
+        teacher.model.to(process_state().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
+        check_teacher_task(teacher, recipe)
+        if recipe.task == "grades" and tuple(teacher.grades) != tuple(recipe.grades):
+            raise UserError(f"the teacher grades {list(teacher.grades)}, the recipe says grades={list(recipe.grades)}; "
+                            "make them agree (--set grades=[...]).")
+
+    def _setup_student(self) -> None:
+        self.student = build_student(self.recipe, self.teacher, attn_implementation=self.attn)
+        self.model, self.tokenizer = self.student.loaded.model, self.student.loaded.tokenizer
+
+    def _setup_data(self) -> None:
+        recipe = self.recipe
+        train_pairs, self.dev = load_data(recipe)
+        self.pairs, self.labels = with_unlabeled(recipe, train_pairs)
+        self.encoded = encode(self.tokenizer, self.pairs, max_length=recipe.max_length, model=self.model)
+        self.dev_encoded = encode(self.tokenizer, self.dev, max_length=recipe.max_length, model=self.model)
+        # margin-MSE compares titles of one query: its batches keep each query's pairs together
+        self.query_ids = query_ids(self.pairs) if recipe.task == "score" and recipe.margin_weight else None
+
+    def _setup_targets(self) -> None:
+        """The teacher's dev logits, and its train logits cached once when a loss reads them (cache.py)."""
+        recipe, teacher, progress = self.recipe, self.teacher, self.progress
+        cache = Path(self.cache_dir) if self.cache_dir else self.folder.path / "teacher"
+        started = time.perf_counter()
+        self.teacher_dev, _ = teacher_logits(teacher, self.dev, encoded=self.dev_encoded, max_length=recipe.max_length,
+                                             cache_dir=cache, progress=_stage(progress, "teacher logits (dev)", len(self.dev)))
+        losses = LOSSES[recipe.task]
+        active = active_losses(recipe, recipe.task)
+        needs_targets = any(losses[name].targets for name in active) or recipe.unlabeled_data is not None
+        self.cached, self.hit = None, False
+        if needs_targets and recipe.cache_teacher:
+            self.cached, self.hit = teacher_logits(
+                teacher, self.pairs, encoded=self.encoded, max_length=recipe.max_length, cache_dir=cache,
+                progress=_stage(progress, "teacher logits (train, cached)", len(self.pairs)))
+        self.teacher_seconds = time.perf_counter() - started
+        self.online = any(losses[name].online for name in active) or (needs_targets and self.cached is None)
+
+    def _setup_losses(self) -> None:
+        recipe, model = self.recipe, self.model
+        projections = _projections(model, self.teacher.model, len(self.student.layer_map), seed=recipe.seed) \
+            if recipe.hidden_weight > 0 else None
+        self.fixed = Fixed(recipe, self.student.layer_map, projections, heads_per_layer(model),
+                           heads_per_layer(self.teacher.model))
+        self.gold = torch.as_tensor(self.labels)
+        self.query_tensor = None if self.query_ids is None else torch.as_tensor(self.query_ids)
+
+    # --- one step ---------------------------------------------------------------------------------------
+
+    def _loss_step(self, m, batch, rows) -> torch.Tensor:
+        recipe, device = self.recipe, batch["input_ids"].device
         result = m(**batch, output_hidden_states=recipe.hidden_weight > 0, output_attentions=recipe.attention_weight > 0)
         target = None
-        if online:
+        if self.online:
             with torch.no_grad():
-                target = teacher.model.to(device)(**batch, output_hidden_states=recipe.hidden_weight > 0,
-                                                  output_attentions=recipe.attention_weight > 0)
-        t_logits = torch.as_tensor(cached[rows], device=device) if cached is not None else (
+                target = self.teacher.model.to(device)(**batch, output_hidden_states=recipe.hidden_weight > 0,
+                                                       output_attentions=recipe.attention_weight > 0)
+        t_logits = torch.as_tensor(self.cached[rows], device=device) if self.cached is not None else (
             target.logits if target is not None else None)
-        y = gold[rows].to(device)
-        if t_logits is not None:
-            y = torch.where(y == UNLABELED, t_logits.argmax(-1), y)  # the teacher grades unlabeled pairs
-        loss = result.logits.new_zeros((), dtype=torch.float32)
-        if recipe.ce_weight:
-            loss = loss + recipe.ce_weight * grade_loss(result.logits.float(), y, ordinal_weight=recipe.ordinal_weight)
-        if recipe.kd_weight:
-            loss = loss + recipe.kd_weight * kd_loss(result.logits, t_logits, temperature=recipe.temperature)
-        if recipe.hidden_weight:
-            loss = loss + recipe.hidden_weight * hidden_mse(result.hidden_states, target.hidden_states,
-                                                            batch["attention_mask"], layer_map=student.layer_map,
-                                                            projections=projections)
-        if recipe.attention_weight:
-            loss = loss + recipe.attention_weight * attention_kl(
-                per_layer(result.attentions, student_heads), per_layer(target.attentions, teacher_heads),
-                batch["attention_mask"], layer_map=student.layer_map)
-        return loss
+        gold = None
+        if recipe.task == "grades":
+            gold = self.gold[rows].to(device)
+            if t_logits is not None:
+                gold = torch.where(gold == UNLABELED, t_logits.argmax(-1), gold)  # the teacher grades unlabeled pairs
+        queries = None if self.query_tensor is None else self.query_tensor[rows].to(device)
+        inputs = StepInputs(result, target, t_logits, gold, queries, batch["attention_mask"])
+        return total_loss(inputs, self.fixed, recipe.task)
 
-    meta = {
-        "kind": "distill",
-        "grades": list(recipe.grades),
-        "max_length": recipe.max_length,
-        "recipe": to_dict(recipe),
-        "teacher": {"path": teacher.path, "weights_hash": teacher.weights_hash},
-        "student": {"kind": student.kind, "layer_map": student.layer_map, "parameters": count_parameters(model)},
-        "train_data": pairs.provenance(),
-        "dev_data": dev_record(recipe, dev),
-    }
+    # --- the loop and what it publishes -----------------------------------------------------------------
 
-    def save_best(m, metrics):
-        save_model(LoadedModel(m, tokenizer, student.loaded.meta), folder.best,
-                   meta={**meta, "dev_metrics": metrics}, overwrite=True)
+    def _dev_metrics(self, m) -> dict:
+        logits = predict_logits(m, self.tokenizer, self.dev, encoded=self.dev_encoded, batch_size=128)
+        return self._summary(logits)
 
-    settings = settings_from(recipe)
-    state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=folder.path,
-                  save_best=save_best, extra_modules=[projections] if projections is not None else [],
-                  progress=progress, stop_after_steps=stop_after_steps)
-    training = {"steps": state.step, "best_step": state.best_step, "history": state.history,
-                "train_seconds": state.train_seconds, "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
-                # per CPU-second as well: wall-clock rates swing with other jobs on a shared machine
-                "examples_per_cpu_second": state.examples / max(state.cpu_seconds, 1e-9),
-                "teacher_seconds": teacher_seconds, "teacher_cache": "hit" if hit else ("written" if cached is not None else "off")}
-    result = DistillResult(is_finished(state, len(encoded), settings), str(folder.path), training)
-    if not result.finished:
+    def _summary(self, logits) -> dict:
+        if self.recipe.task == "score":
+            return summary(logits, self.dev, task="score", activation=self.teacher.activation)
+        return summarize(logits, self.dev.label_array(), self.recipe.grades, self.dev.query_groups())
+
+    def _meta(self) -> dict:
+        recipe, teacher, student = self.recipe, self.teacher, self.student
+        return {
+            "kind": "distill",
+            "grades": list(recipe.grades),
+            **task_record(teacher),
+            "max_length": recipe.max_length,
+            "recipe": to_dict(recipe),
+            "teacher": {"path": teacher.path, "weights_hash": teacher.weights_hash},
+            "student": {"kind": student.kind, "layer_map": student.layer_map, "parameters": count_parameters(self.model)},
+            "train_data": self.pairs.provenance(),
+            "dev_data": dev_record(recipe, self.dev),
+        }
+
+    def train(self, *, stop_after_steps: int | None = None) -> DistillResult:
+        recipe, folder, meta = self.recipe, self.folder, self._meta()
+
+        def save_best(m, metrics):
+            save_model(LoadedModel(m, self.tokenizer, self.student.loaded.meta), folder.best,
+                       meta={**meta, "dev_metrics": metrics}, overwrite=True)
+
+        settings = settings_from(recipe)
+        projections = self.fixed.projections
+        state = train(self.model, self.encoded, settings=settings, loss_fn=self._loss_step, evaluate_fn=self._dev_metrics,
+                      work_dir=folder.path, save_best=save_best,
+                      extra_modules=[projections] if projections is not None else [],
+                      progress=self.progress, stop_after_steps=stop_after_steps, query_ids=self.query_ids)
+        training = {"steps": state.step, "best_step": state.best_step, "history": state.history,
+                    "train_seconds": state.train_seconds,
+                    "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
+                    # per CPU-second as well: wall-clock rates swing with other jobs on a shared machine
+                    "examples_per_cpu_second": state.examples / max(state.cpu_seconds, 1e-9),
+                    "teacher_seconds": self.teacher_seconds,
+                    "teacher_cache": "hit" if self.hit else ("written" if self.cached is not None else "off")}
+        result = DistillResult(is_finished(state, len(self.encoded), settings), str(folder.path), training)
+        if not result.finished:
+            return result
+        best = load_model(folder.best)
+        metrics = self._final_metrics(best)
+        speed = None
+        if recipe.measure_speed and folder.is_main:  # at the median dev length: what a deployed grader mostly sees
+            seq_len = int(np.median(self.dev_encoded.lengths()))
+            speed = speed_summary(self.teacher.model.to("cpu"), best.model, seq_len=seq_len, batch_sizes=(1, 32))
+        folder.publish({"training": training, "metrics": metrics, "speed": speed})
+        result.out, result.metrics, result.speed = str(self.out), metrics, speed
         return result
-    best = load_model(folder.best)
-    after_logits = predict_logits(best.model, best.tokenizer, dev, encoded=dev_encoded, batch_size=128)
-    metrics = {
-        "teacher": summarize(teacher_dev, dev_labels, recipe.grades, dev_groups),
-        "before": before,
-        "after": summarize(after_logits, dev_labels, recipe.grades, dev_groups),
-        "after_minus_teacher": paired_bootstrap(after_logits, teacher_dev, dev_labels, recipe.grades, seed=recipe.seed),
-    }
-    speed = None
-    if recipe.measure_speed and folder.is_main:  # at the median dev length: what a deployed grader mostly sees
-        seq_len = int(np.median(dev_encoded.lengths()))
-        speed = speed_summary(teacher.model.to("cpu"), best.model, seq_len=seq_len, batch_sizes=(1, 32))
-    folder.publish({"training": training, "metrics": metrics, "speed": speed})
-    result.out, result.metrics, result.speed = str(out), metrics, speed
-    return result
+
+    def _final_metrics(self, best: LoadedModel) -> dict:
+        """Teacher / before / after on dev, and after - teacher with paired CIs (by query for a score model)."""
+        after = predict_logits(best.model, best.tokenizer, self.dev, encoded=self.dev_encoded, batch_size=128)
+        if self.recipe.task == "score":
+            compared = paired(after, self.teacher_dev, self.dev, task="score", activation=self.teacher.activation,
+                              seed=self.recipe.seed)
+        else:
+            compared = paired_bootstrap(after, self.teacher_dev, self.dev.label_array(), self.recipe.grades,
+                                        seed=self.recipe.seed)
+        return {"teacher": self._summary(self.teacher_dev), "before": self.before, "after": self._summary(after),
+                "after_minus_teacher": compared}
+
+
+def check_teacher_task(teacher: LoadedModel, recipe: DistillRecipe) -> None:
+    """The recipe distils the teacher's task: one sentence when a grades teacher meets a score recipe or back."""
+    if teacher.task == recipe.task:
+        return
+    if teacher.task == "score":
+        raise UserError(f"the teacher {teacher.path} is a one-score reranker (task score), but the recipe distils "
+                        "task=grades; pass --set task=score (recipe distill/minilm_score_bottom3_cpu), or a grades teacher.")
+    raise UserError(f"the teacher {teacher.path} grades (task grades), but the recipe distils task=score; pass "
+                    "--set task=grades, or a one-score teacher.")
+
+
+def task_record(teacher: LoadedModel) -> dict:
+    """What a student records of its task: a score student reads its scores as its teacher does."""
+    return {"task": "score", "activation": teacher.activation} if teacher.task == "score" else {}
+
+
+def query_ids(pairs: Pairs) -> np.ndarray:
+    """The query index of each pair (the order of first appearance)."""
+    ids = np.empty(len(pairs), dtype=np.int64)
+    for q, rows in enumerate(pairs.query_groups()):
+        ids[rows] = q
+    return ids
 
 
 def _projections(student, teacher, n: int, *, seed: int):

@@ -52,9 +52,15 @@ def load_model_meta(source: str) -> dict:
 def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implementation: str = "sdpa") -> Student:
     teacher_layers = len(encoder_layers(teacher.model))
     meta = {"grades": list(teacher.grades), "max_length": recipe.max_length}
+    if teacher.task == "score":  # the student reads its one output as its teacher does
+        meta.update(task="score", activation=teacher.activation)
     if recipe.student == "pruned":
         loaded = load_model(recipe.student_model, attn_implementation=attn_implementation)
         _check_vocab(loaded.model, teacher.model, recipe.student_model)
+        if loaded.task != teacher.task:
+            raise UserError(f"student_model {recipe.student_model} is a {_task_words(loaded.task)} but the teacher "
+                            f"{teacher.path} is a {_task_words(teacher.task)}; distil a pruned model from the teacher "
+                            "it was cut from.")
         layers = len(encoder_layers(loaded.model))
         layer_map = list(recipe.layer_map or (range(layers) if layers == teacher_layers else even_layer_map(layers, teacher_layers)))
         loaded.meta = {**loaded.meta, **meta}
@@ -114,6 +120,10 @@ def config_student(teacher, *, layers: int, hidden: int | None, heads: int | Non
                 continue
             param.copy_(t[tuple(slice(0, n) for n in param.shape)])
     return student.eval()
+
+
+def _task_words(task: str) -> str:
+    return "one-score model (task score)" if task == "score" else "grades model (task grades)"
 
 
 def _check_vocab(student, teacher, where: str) -> None:

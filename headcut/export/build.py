@@ -82,10 +82,6 @@ def build_grader(
     check_max_length(model, max_length)  # a grader must not accept texts its graph cannot embed
     ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8)
     labelled = pairs is not None and pairs.task is not None
-    score = loaded.task == "score"
-    if score and ov_precision:
-        raise UserError("--backend openvino does not support one-score models (task score) yet; export them for "
-                        "onnxruntime.")
     if labelled:
         check_task(loaded.task, pairs, f"--model {loaded.path}")
     if ort_precision == "int8" and not labelled:
@@ -141,6 +137,7 @@ def build_grader(
         if ov_precision:
             judged = build_openvino(model, tmp, reference=reference, batches=batches, calibration=calibration,
                                     encoded=encoded, labels=labels, grades=pairs.grades if labelled else None,
+                                    groups=pairs.query_groups() if labelled else None,
                                     precision=ov_precision, gate=gate, threads=threads, say=say)
             openvino = judged.record
             say("timing ONNX Runtime against OpenVINO")

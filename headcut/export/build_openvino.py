@@ -53,8 +53,10 @@ def check_request(precision: str, *, labelled: bool) -> None:
 
 
 def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded, labels, grades, precision: str,
-                   gate: Int8Gate, threads: int, say) -> Judged:
-    """Write `tmp/openvino/model.{xml,bin}` for the graph `precision` asks for (see the module docstring)."""
+                   gate: Int8Gate, threads: int, say, groups=None) -> Judged:
+    """Write `tmp/openvino/model.{xml,bin}` for the graph `precision` asks for (see the module docstring).
+    A one-score model (`labels`: gold scores, `groups`: the pairs' query groups) is judged on ranking, as
+    quantize.judge does for ONNX Runtime INT8."""
     plain = export_onnx(model, tmp / "plain.onnx", fuse=False)
     fp32_model = convert(plain)
     plain.unlink()
@@ -68,7 +70,7 @@ def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded
     if precision != "fp32" and labels is not None:
         chosen, run, record["choice"] = _choose(fp32_model, fp32_run, calibration, encoded, labels, grades,
                                                 precision=precision, gate=gate, threads=threads, say=say,
-                                                vocab=model.config.vocab_size)
+                                                vocab=model.config.vocab_size, groups=groups)
     elif precision != "fp32":
         record["choice"] = {"note": "no labelled pairs (--data): fp32, the only precision checked without them"}
     record.update(precision=chosen.precision, inference_precision=chosen.hint, files=save_ir(chosen.model, tmp))
@@ -98,7 +100,8 @@ def candidates(fp32_model, calibration, *, precision: str, say) -> tuple[list[Ca
     return found, skipped
 
 
-def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, precision, gate, threads, say, vocab):
+def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, precision, gate, threads, say, vocab,
+            groups=None):
     found, skipped = candidates(fp32_model, calibration, precision=precision, say=say)
     runs = {c.name: compiled_runner(c.model, inference_precision=c.hint, threads=threads) for c in found}
     say(f"grading {len(labels)} pairs with {len(found) + 1} OpenVINO graphs")
@@ -108,7 +111,7 @@ def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, preci
     seconds = time_runs({"fp32": fp32_run, **runs}, vocab=vocab)
     trials = [judge(logits[c.name], fp32_logits, labels, grades, seconds=seconds[c.name],
                     batch=batch_dependence(runs[c.name], encoded, grades), default_seconds=seconds["fp32"],
-                    fp32_seconds=seconds["fp32"], choice=c.name, gate=gate)
+                    fp32_seconds=seconds["fp32"], choice=c.name, gate=gate, groups=groups)
               for c in found]
     best = fastest_passing(trials)
     if best is None and precision != "auto":

@@ -12,20 +12,42 @@ from headcut.pipeline.pairs import report_pairs
 from headcut.pipeline.stages import Context, chosen_queries
 
 
-def bench(ctx: Context) -> dict:
-    from headcut.arch import count_parameters, flops_per_pair
+def judges(teacher, pairs, *, iters: int, seed: int):
+    """(summarize(logits), compared(logits, against)) of the teacher's task: grades metrics (accuracy, macro-F1,
+    Spearman of the expected grade), or ranking metrics for a one-score model (Spearman / Pearson against the
+    gold score, NDCG@10, MRR, within-query pair accuracy; agreement = within-query pairs ordered alike)."""
+    if teacher.task == "score":
+        from headcut.evaluate.tasks import paired, summary
+
+        def summarize_scores(logits):
+            return summary(logits, pairs, task="score", activation=teacher.activation)
+
+        def compared_scores(logits, against):
+            return paired(logits, against, pairs, task="score", activation=teacher.activation, iters=iters, seed=seed)
+
+        return summarize_scores, compared_scores
     from headcut.evaluate.metrics import paired_bootstrap, summarize
+
+    labels, grades = pairs.label_array(), pairs.grades
+    return (lambda logits: summarize(logits, labels, grades),
+            lambda logits, against: paired_bootstrap(logits, against, labels, grades, iters=iters, seed=seed))
+
+
+def bench(ctx: Context) -> dict:
+    from dataclasses import replace
+
+    from headcut.arch import count_parameters, flops_per_pair
     from headcut.evaluate.predict import predict_logits
     from headcut.export.bench import BenchSettings, benchmark, grader_backends, grader_variant
     from headcut_grader.files import write_json
     from headcut.models import load_model
 
     b, data = ctx.recipe.bench, ctx.recipe.data
-    chosen = chosen_queries(ctx)  # read once: the report leaves their pairs out, and says how many
-    pairs = report_pairs(ctx.recipe, chosen, data.test_rows)
-    labels, grades = pairs.label_array(), pairs.grades
-    exports = {name.partition(".")[2]: record for name, record in ctx.upstream.items() if name.startswith("export.")}
     teacher = load_model(ctx.model_of("teacher"))
+    chosen = chosen_queries(ctx)  # read once: the report leaves their pairs out, and says how many
+    pairs = report_pairs(ctx.recipe, chosen, data.test_rows, task=teacher.task)
+    summarize, compared = judges(teacher, pairs, iters=b.bootstrap, seed=data.seed)
+    exports = {name.partition(".")[2]: record for name, record in ctx.upstream.items() if name.startswith("export.")}
     ctx.progress(0, len(exports) + 1, "teacher logits")
     reference = predict_logits(teacher.model, teacher.tokenizer, pairs, batch_size=64, max_length=teacher.max_length)
     yardstick = None
@@ -33,9 +55,6 @@ def bench(ctx: Context) -> dict:
         other = load_model(b.yardstick)
         ctx.progress(0, len(exports) + 1, "yardstick logits")
         yardstick = predict_logits(other.model, other.tokenizer, pairs, batch_size=64, max_length=other.max_length)
-
-    def compared(logits, against):
-        return paired_bootstrap(logits, against, labels, grades, iters=b.bootstrap, seed=data.seed)
 
     lengths = [len(ids) for ids in teacher.tokenizer(pairs.queries, pairs.titles, truncation=True,
                                                      max_length=teacher.max_length)["input_ids"]]
@@ -47,14 +66,13 @@ def bench(ctx: Context) -> dict:
         ctx.progress(i + 1, len(graphs) + 1, f"grading {name} on {backend}")
         variant = grader_variant(name, ctx.path(record["grader"]), threads=b.threads, backend=backend)
         logits = variant.logits(pairs)
-        variant.logits = lambda _pairs, cached=logits: cached  # graded once, here
-        variants.append(variant)
+        variants.append(replace(variant, logits=lambda _pairs, cached=logits: cached))  # graded once, here
         model = load_model(ctx.path(record["model"])).model
         rows.append({
             "name": name if backend == "onnxruntime" else f"{name} [openvino]", "backend": backend,
             "grader": record["grader"], "model": record["model"], "precision": variant.info["precision"],
             "note": record.get("note"), "size_mb": variant.size_bytes / 2**20, "parameters": count_parameters(model),
-            "flops_per_pair": flops_per_pair(model, seq), "metrics": summarize(logits, labels, grades),
+            "flops_per_pair": flops_per_pair(model, seq), "metrics": summarize(logits),
             "vs_teacher": compared(logits, reference),
             "vs_yardstick": None if yardstick is None else compared(logits, yardstick),
         })
@@ -65,12 +83,14 @@ def bench(ctx: Context) -> dict:
         cell = measured["cells"][0]
         row.update(p50_ms=cell["p50_ms"], p95_ms=cell["p95_ms"], pairs_per_s=cell["pairs_per_s"],
                    speedup=cell["speedup"])
-    result = {"rows": rows, "teacher": summarize(reference, labels, grades), "seq_len_mean": seq,
+    result = {"rows": rows, "teacher": summarize(reference), "seq_len_mean": seq,
               "data": {**pairs.provenance(),
                        "left_out_queries": len(chosen)},
               "settings": timed.to_dict()["settings"],
               "yardstick": None if yardstick is None else {
-                  "path": b.yardstick, "metrics": summarize(yardstick, labels, grades),
+                  "path": b.yardstick, "metrics": summarize(yardstick),
                   "teacher_vs": compared(reference, yardstick)}}
+    if teacher.task == "score":  # a grades run's bench.json stays as it was
+        result["task"] = "score"
     write_json(ctx.folder / "bench.json", result)
     return result

@@ -83,16 +83,31 @@ def check_readable(path: str, *, preset: str | None) -> None:
 
 
 def check_models(recipe: PipelineRecipe) -> None:
-    """Every model the recipe names is a model folder (or a built-in name whose package is installed)."""
-    from headcut.models import check_stage, outline, resolve_source, unsupported
+    """Every model the recipe names is a model folder (or a built-in name whose package is installed), and every
+    student distils the teacher's task (grades, or one score)."""
+    from headcut.models import outline, resolve_source
 
+    teacher_task = None
     for key, value in model_folders(recipe).items():
         resolve_source(value, flag=key)
         if key == "teacher.path":
-            check_stage(outline(value, flag=key), "run")
-    teacher = _sub_recipes(recipe).get("teacher")
-    if getattr(teacher, "task", "grades") == "score":
-        raise unsupported("run", "the teacher its recipe trains")
+            teacher_task = outline(value, flag=key).task
+    subs = _sub_recipes(recipe)
+    if "teacher" in subs:
+        teacher_task = subs["teacher"].task
+    for name, sub in subs.items():
+        if name.startswith("distill.") and teacher_task is not None and sub.task != teacher_task:
+            raise UserError(f"[{name}] distils task={sub.task}, but the run's teacher is "
+                            f"{'a one-score reranker (task score)' if teacher_task == 'score' else 'a grades model'}; "
+                            f"pass --set {name}.recipe={STUDENT_RECIPES[teacher_task]} (or a recipe of task "
+                            f"{teacher_task}).")
+
+    if teacher_task == "score" and recipe.scan is not None and recipe.scan.experiments != "none":
+        raise UserError(f"[scan] experiments '{recipe.scan.experiments}' do not support the run's one-score teacher "
+                        "(task score) yet; pass --set scan.experiments=none (the head scores and probes do).")
+
+
+STUDENT_RECIPES = {"grades": "distill/minilm_bottom3_cpu", "score": "distill/minilm_score_bottom3_cpu"}
 
 
 def check_prune_budget(recipe: PipelineRecipe) -> None:
@@ -110,7 +125,10 @@ def check_prune_budget(recipe: PipelineRecipe) -> None:
         check_unpruned(teacher, flag="teacher.path")
     else:
         sub = _sub_recipes(recipe)["teacher"]
-        teacher = outline(sub.model, flag="teacher.model", meta={"grades": list(sub.grades), "max_length": sub.max_length})
+        meta = {"grades": list(sub.grades), "max_length": sub.max_length}
+        if sub.task == "score":  # one output, as the teacher will have
+            meta["task"] = "score"
+        teacher = outline(sub.model, flag="teacher.model", meta=meta)
     if recipe.prune.flops is not None:
         seq_len = teacher.max_length  # what the prune stage counts at: the teacher's recorded max_length
         check_budget(recipe.prune.flops, unit_flops(teacher.model, seq_len), flops_per_pair(teacher.model, seq_len),

@@ -9,7 +9,6 @@ that chose nothing is reported on whole, and the gate then reads the dev file (o
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 from headcut.data_spec import read_spec
@@ -17,23 +16,22 @@ from headcut_grader.data import Pairs, is_synthetic, read_pairs
 from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 
 
-def read(spec: str, *, preset: str | None, rows: int | None, seed: int) -> Pairs:
-    """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many."""
-    return read_spec(spec, rows=rows, seed=seed, preset=preset)
+def read(spec: str, *, preset: str | None, rows: int | None, seed: int, task: str = "grades") -> Pairs:
+    """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many; `task` score reads the scores."""
+    return read_spec(spec, rows=rows, seed=seed, preset=preset, task=task)
 
 
-def training_recipes(recipe: PipelineRecipe, teacher_meta: dict | None) -> list:
-    """The recipes that picked a checkpoint in this run: the teacher's (trained here, or as recorded in an
-    existing grader's meta.json) and every student's."""
-    from headcut.finetune import FinetuneRecipe
+def selections(recipe: PipelineRecipe, teacher_meta: dict | None) -> list[tuple[str | None, object]]:
+    """(dev spec, how to read the pairs it chose a checkpoint on) of every model of this run that picked one: the
+    teacher (trained here, or as an existing grader's headcut.json records) and every student."""
+    from headcut.finetune import recorded_selection_pairs, selection_pairs
 
     subs = sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")
-    found = [r for r in subs.values() if r is not None]
-    recorded = (teacher_meta or {}).get("recipe")
-    if subs["teacher"] is None and isinstance(recorded, dict) and recorded.get("dev_data"):
-        keys = ("dev_data", "dev_rows", "seed", "preset")
-        found.append(replace(FinetuneRecipe(), **{k: recorded[k] for k in keys if k in recorded},
-                             **({"grades": tuple(recorded["grades"])} if recorded.get("grades") else {})))
+    found = [(r.dev_data, lambda r=r: selection_pairs(r)) for r in subs.values() if r is not None]
+    if subs["teacher"] is None and teacher_meta:
+        spec = ((teacher_meta.get("recipe") or {}) if isinstance(teacher_meta.get("recipe"), dict) else {}).get("dev_data")
+        if spec:
+            found.append((spec, lambda: recorded_selection_pairs(teacher_meta)[1]))
     return found
 
 
@@ -46,37 +44,35 @@ def _same_data(a: str | None, b: str | None) -> bool:
 
 def selection_queries(recipe: PipelineRecipe, teacher_meta: dict | None) -> set[str]:
     """Queries of the test file's pairs that chose a checkpoint in this run (empty when none did)."""
-    from headcut.finetune import selection_pairs
-
     queries: set[str] = set()
-    for r in training_recipes(recipe, teacher_meta):
-        picked = selection_pairs(r) if _same_data(r.dev_data, recipe.data.test) else None
+    for spec, pairs in selections(recipe, teacher_meta):
+        picked = pairs() if _same_data(spec, recipe.data.test) else None
         if picked is not None:
             queries.update(picked.queries)
     return queries
 
 
-def _split(recipe: PipelineRecipe, chosen: set[str]) -> tuple[Pairs, Pairs]:
+def _split(recipe: PipelineRecipe, chosen: set[str], task: str) -> tuple[Pairs, Pairs]:
     """The test file's pairs whose query chose nothing, and those whose query did."""
-    pool = read_pairs(recipe.data.test, preset=recipe.data.preset)
+    pool = read_pairs(recipe.data.test, preset=recipe.data.preset, task=task)
     inside = [i for i, q in enumerate(pool.queries) if q in chosen]
     outside = [i for i, q in enumerate(pool.queries) if q not in chosen]
     return pool.subset(outside), pool.subset(inside)
 
 
-def report_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None) -> Pairs:
+def report_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, task: str = "grades") -> Pairs:
     """`rows` seeded pairs of the test file that share no query with `chosen` (selection_queries)."""
     data = recipe.data
     if not chosen:
-        return read(data.test, preset=data.preset, rows=rows, seed=data.seed)
-    return _split(recipe, chosen)[0].sample(rows, seed=data.seed)
+        return read(data.test, preset=data.preset, rows=rows, seed=data.seed, task=task)
+    return _split(recipe, chosen, task)[0].sample(rows, seed=data.seed)
 
 
-def choice_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None) -> Pairs:
+def choice_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, task: str = "grades") -> Pairs:
     """`rows` seeded pairs to choose an INT8 recipe on, none of them a report pair's query: the pairs of
     the `chosen` queries, else the dev file (when it is not the test file), else the training pairs."""
     data = recipe.data
     if chosen:
-        return _split(recipe, chosen)[1].sample(rows, seed=data.seed)
+        return _split(recipe, chosen, task)[1].sample(rows, seed=data.seed)
     spec = data.dev if data.dev and not _same_data(data.dev, data.test) else data.train
-    return read(spec, preset=data.preset, rows=rows, seed=data.seed + 1)
+    return read(spec, preset=data.preset, rows=rows, seed=data.seed + 1, task=task)

@@ -46,14 +46,53 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
     return out
 
 
+# A one-score run (a reranker: bench.json "task": "score") reports ranking metrics where a grades run reports grades.
+SCORE_HEADER = ["grader", "precision", "size MiB", "GFLOP/pair", "p50 ms", "pairs/s", "speed-up", "Spearman",
+                "Δ Spearman [95% CI]", "Pearson", "NDCG@10", "Δ NDCG@10 [95% CI]", "MRR", "Δ MRR [95% CI]",
+                "pair order vs teacher [95% CI]", "top-1 kept [95% CI]"]
+SCORE_YARDSTICK_HEADER = ["grader", "Δ Spearman [95% CI]", "Δ NDCG@10 [95% CI]", "Δ MRR [95% CI]",
+                          "pair order [95% CI]", "top-1 kept [95% CI]"]
+
+
+def _share(d: dict) -> str:
+    return f"{d['value']:.2%} [{d['ci'][0]:.2%}, {d['ci'][1]:.2%}]"
+
+
+def _score_compared(d: dict) -> list[str]:
+    """Spearman, NDCG@10 and MRR differences, and the within-query order and top-1 agreement."""
+    return [_delta(d["spearman"]), _delta(d["ndcg@10"]), _delta(d["mrr"]), _share(d["pair_order"]), _share(d["top1"])]
+
+
+def score_table_rows(rows: list[dict]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        m, (sp, ndcg, mrr, order, top1) = r["metrics"], _score_compared(r["vs_teacher"])
+        out.append([r["name"], r["precision"], f"{r['size_mb']:.1f}", f"{r['flops_per_pair'] / 1e9:.3g}",
+                    f"{r['p50_ms']:.1f}", f"{r['pairs_per_s']:.0f}", f"{r['speedup']:.2f}x", f"{m['spearman']:.4f}", sp,
+                    f"{m['pearson']:.4f}", f"{m['ndcg@10']:.4f}", ndcg, f"{m['mrr']:.4f}", mrr, order, top1])
+    return out
+
+
+def _scores(bench: dict) -> bool:
+    return bench.get("task") == "score"
+
+
 def _yardstick_blocks(bench: dict, floor: FloorSection) -> list[tuple]:
     y = bench.get("yardstick")
     if not y:
         return []
     m = y["metrics"]
-    rows = [["teacher (PyTorch fp32)", *_compared(y["teacher_vs"])]]
-    rows += [[r["name"], *_compared(r["vs_yardstick"])] for r in bench["rows"]]
+    compared, header = (_score_compared, SCORE_YARDSTICK_HEADER) if _scores(bench) else (_compared, YARDSTICK_HEADER)
+    rows = [["teacher (PyTorch fp32)", *compared(y["teacher_vs"])]]
+    rows += [[r["name"], *compared(r["vs_yardstick"])] for r in bench["rows"]]
     passing = [r["name"] for r in bench["rows"] if within_floor(r, floor, against="vs_yardstick")]
+    if _scores(bench):
+        return [("h2", "Against the yardstick"),
+                ("p", f"The same test pairs, every reranker against {y['path']} (PyTorch fp32: Spearman "
+                      f"{m['spearman']:.4f}, NDCG@10 {m['ndcg@10']:.4f}, MRR {m['mrr']:.4f}), paired bootstrap 95% CIs "
+                      f"over queries. Within the floor of the yardstick (point estimates): "
+                      f"{', '.join(passing) if passing else 'none'}."),
+                ("table", header, rows)]
     return [("h2", "Against the yardstick"),
             ("p", f"The same test pairs, every grader against {y['path']} (PyTorch fp32: accuracy {m['accuracy']:.4f}, "
                   f"macro-F1 {m['macro_f1']:.4f}, Spearman {m['spearman']:.4f}), paired bootstrap 95% CIs. Within "
@@ -69,8 +108,16 @@ def _apart(bench: dict) -> str:
 
 
 def within_floor(row: dict, floor: FloorSection, *, against: str = "vs_teacher") -> bool:
+    """Within the floor's points of accuracy (a reranker: of within-query pair accuracy against the gold) and
+    its Spearman, point estimates."""
     d = row[against]
-    return 100 * d["accuracy"]["delta"] >= -floor.accuracy_points and d["spearman"]["delta"] >= -floor.spearman
+    accuracy = d["accuracy"] if "accuracy" in d else d["pair_accuracy"]
+    return 100 * accuracy["delta"] >= -floor.accuracy_points and d["spearman"]["delta"] >= -floor.spearman
+
+
+def _floor_text(floor: FloorSection, scores: bool) -> str:
+    accuracy = "points of within-query pair accuracy" if scores else "accuracy points"
+    return f"within {floor.accuracy_points:g} {accuracy} and {floor.spearman:g} Spearman of the teacher"
 
 
 def choose(rows: list[dict], floor: FloorSection) -> dict | None:
@@ -85,14 +132,16 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
             if not any(x2 >= x and y2 >= y and (x2, y2) != (x, y) for x2, y2 in points)]
 
 
-def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, path: Path) -> None:
+def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, path: Path, *,
+                  scores: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    panels = [("accuracy", 100, "accuracy - teacher (points)", -floor.accuracy_points),
+    panels = [("pair_accuracy", 100, "within-query pair accuracy - teacher (points)", -floor.accuracy_points)
+              if scores else ("accuracy", 100, "accuracy - teacher (points)", -floor.accuracy_points),
               ("spearman", 1, "Spearman - teacher", -floor.spearman)]
     for ax, (metric, scale, label, line) in zip(axes, panels):
         xs = [r["speedup"] for r in rows]
@@ -127,14 +176,21 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     bench = records["bench"]
     rows, floor = bench["rows"], recipe.floor
     chosen = choose(rows, floor)
-    pareto_figure(rows, floor, chosen, out / FIGURE)
+    scores = _scores(bench)
+    pareto_figure(rows, floor, chosen, out / FIGURE, scores=scores)
     s = bench["settings"]
-    floor_text = f"within {floor.accuracy_points:g} accuracy points and {floor.spearman:g} Spearman of the teacher"
+    floor_text = _floor_text(floor, scores)
     b: list[tuple] = [("h", "headcut run")]
     b.append(("p", f"Recipe {recipe.source}. Test pairs: {bench['data']['rows']} from {bench['data']['source']} "
                    f"(mean length {bench['seq_len_mean']} tokens; FLOPs counted there)" + _apart(bench) + "."))
     b.append(("h2", "The grader to deploy"))
-    if chosen is not None:
+    if chosen is not None and scores:
+        d = chosen["vs_teacher"]
+        b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest reranker {floor_text} (point "
+                       f"estimates): {chosen['speedup']:.2f}x the teacher's grader, Spearman {d['spearman']['delta']:+.4f}, "
+                       f"NDCG@10 {d['ndcg@10']['delta']:+.4f}, {d['pair_order']['value']:.2%} of within-query title "
+                       "pairs ordered as the teacher orders them."))
+    elif chosen is not None:
         b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest grader {floor_text} (point estimates): "
                        f"{chosen['speedup']:.2f}x the teacher's grader, accuracy "
                        f"{100 * chosen['vs_teacher']['accuracy']['delta']:+.2f} pt, Spearman "
@@ -142,12 +198,22 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     else:
         b.append(("p", f"No grader of this run is {floor_text}; keep the teacher (PyTorch fp32) or relax the floor."))
     b.append(("h2", "Every grader"))
-    b.append(("p", f"Speed: ONNX Runtime, {s['threads']} threads, batch {s['batch_sizes'][0]} x sequence "
-                   f"{s['seq_lens'][0]}, {s['repeats']} timed runs after {s['warmup']} warm-up, variants taking turns; "
-                   "speed-up against the teacher's grader. Quality: against the teacher as trained (PyTorch fp32: "
-                   f"accuracy {bench['teacher']['accuracy']:.4f}, macro-F1 {bench['teacher']['macro_f1']:.4f}, "
-                   f"Spearman {bench['teacher']['spearman']:.4f}), differences with paired bootstrap 95% CIs."))
-    b.append(("table", HEADER, table_rows(rows)))
+    speed = (f"Speed: ONNX Runtime, {s['threads']} threads, batch {s['batch_sizes'][0]} x sequence "
+             f"{s['seq_lens'][0]}, {s['repeats']} timed runs after {s['warmup']} warm-up, variants taking turns; "
+             "speed-up against the teacher's grader.")
+    t = bench["teacher"]
+    if scores:
+        b.append(("p", f"{speed} Quality: one-score rerankers judged on ranking against the teacher as trained (PyTorch "
+                       f"fp32: Spearman {t['spearman']:.4f} and Pearson {t['pearson']:.4f} against the gold score, "
+                       f"NDCG@10 {t['ndcg@10']:.4f}, MRR {t['mrr']:.4f}), differences with paired bootstrap 95% CIs over "
+                       "queries; pair order: the share of within-query title pairs ordered as the teacher orders them; "
+                       "top-1 kept: the share of queries whose first title stays first."))
+        b.append(("table", SCORE_HEADER, score_table_rows(rows)))
+    else:
+        b.append(("p", f"{speed} Quality: against the teacher as trained (PyTorch fp32: accuracy {t['accuracy']:.4f}, "
+                       f"macro-F1 {t['macro_f1']:.4f}, Spearman {t['spearman']:.4f}), differences with paired "
+                       "bootstrap 95% CIs."))
+        b.append(("table", HEADER, table_rows(rows)))
     notes = [f"{r['name']}: {r['note']}" for r in rows if r.get("note")]
     if notes:
         b.append(("p", "Notes: " + " ".join(notes)))

@@ -118,7 +118,9 @@ def _content(path: str, hashes: dict[str, str]) -> str:
     """A file's content hash, or a model folder's weights hash (computed once per run)."""
     p = Path(path)
     if path not in hashes:
-        weights = next((p / n for n in ("model.safetensors", "pytorch_model.bin") if (p / n).exists()), None)
+        from headcut.models import weights_file
+
+        weights = weights_file(p) if p.is_dir() else None
         hashes[path] = file_hash(p) if p.is_file() else file_hash(weights) if weights else "folder"
     return hashes[path]
 

@@ -74,10 +74,10 @@ def scan(ctx: Context) -> dict:
 
     s, data = ctx.recipe.scan, ctx.recipe.data
     spec = s.data or data.dev or data.test
-    pairs = read(spec, preset=data.preset, rows=s.rows, seed=data.seed)
+    loaded = load_model(ctx.model_of("teacher"))
+    pairs = read(spec, preset=data.preset, rows=s.rows, seed=data.seed, task=loaded.task)
     settings = ScanSettings(methods=parse_methods(",".join(s.methods)), experiments=parse_experiments(s.experiments),
                             probes=s.probes, draws=s.draws, iters=s.bootstrap, seed=data.seed)
-    loaded = load_model(ctx.model_of("teacher"))
     done: dict[str, int] = {}
 
     def progress(stage, n):
@@ -111,7 +111,7 @@ def prune(ctx: Context) -> dict:
         result = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=importance,
                              method=p.method, settings=settings, progress=progress)
     else:
-        pool = read(data.train, preset=data.preset, rows=None, seed=data.seed)
+        pool = read(data.train, preset=data.preset, rows=None, seed=data.seed, task=loaded.task)
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
                                  tune=p.tune, settings=settings, progress=progress)
     write_artifact(result, ctx.folder / "model", overwrite=True)
@@ -142,7 +142,7 @@ def export(source: str) -> Callable[[Context], dict]:
 
         e = ctx.recipe.export
         loaded = load_model(ctx.model_of(source))
-        pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows)  # never the report's queries
+        pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows, task=loaded.task)  # never the report's queries
         gate = Int8Gate(min_agreement=e.min_agreement, max_spearman_drift=e.max_spearman_drift, max_drop=e.max_drop)
         steps = iter(range(1, 1000))
 
