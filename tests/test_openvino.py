@@ -12,7 +12,8 @@ import torch
 
 from conftest import HOMEDEPOT, ROOT, tiny_model
 from headcut.arch import keep_heads, keep_neurons, takes_token_types
-from headcut_grader.data import read_pairs, synthetic_pairs
+from headcut_grader.data import read_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from headcut.export import build_grader
 from headcut.export.build import resolve_precision

@@ -8,7 +8,8 @@ import torch
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut_grader.data import Pairs, read_pairs, synthetic_pairs
+from headcut_grader.data import Pairs, read_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, resolve_source, save_cross_encoder, save_model
 from tests.conftest import need_minilm, tiny_model

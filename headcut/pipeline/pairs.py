@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from headcut.data_spec import read_spec
-from headcut_grader.data import Pairs, is_synthetic, read_pairs
+from headcut_grader.data import Pairs, read_pairs
+from headcut.synthetic import is_synthetic
 from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 
 
