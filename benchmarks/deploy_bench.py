@@ -68,7 +68,7 @@ def headline(row: dict) -> dict:
 
 
 def serve_load_test(grader: Path, pairs, *, requests: int, concurrency: int, workers: int) -> dict:
-    from headcut.export.bench import load_test, running_server
+    from headcut.export.server_load import load_test, running_server
 
     bodies = [{"pairs": [{"query": pairs.queries[(8 * i + j) % len(pairs)], "title": pairs.titles[(8 * i + j) % len(pairs)]}
                          for j in range(8)]} for i in range(requests)]
@@ -104,7 +104,8 @@ def main():
     from headcut_grader.data import read_pairs
     from headcut.arch import flops_per_pair
     from headcut_grader.errors import UserError
-    from headcut.export.bench import BenchSettings, benchmark, grader_variant, load_measured, pytorch_variant, write_bench
+    from headcut.export.bench import BenchSettings, benchmark, grader_variant, load_measured, pytorch_variant
+    from headcut.export.bench_report import write_bench
     from headcut.models import load_model, save_model
 
     quiet_transformers()

@@ -26,6 +26,7 @@ import torch
 
 from headcut.batching import encode
 from headcut_grader.data import read_pairs
+from headcut.splits import split_by_query
 from headcut.evaluate.ablation import ablation_logits
 from headcut.evaluate.criteria import ablation_scores, gradient_scores, head_importance
 from headcut.evaluate.fisher import mask_gradients
@@ -292,9 +293,9 @@ def main() -> None:
         return
     loaded = load_model(args.model)
     dev = read_pairs(args.data, preset="homedepot")
-    scoring, report = dev.split_by_query(args.score_fraction, seed=args.seed)
+    scoring, report = split_by_query(dev, args.score_fraction, seed=args.seed)
     score_pairs = scoring.sample(args.score_rows, seed=args.seed)
-    curve_part, headline_part = report.split_by_query(min(0.99, args.curve_rows / len(report)), seed=args.seed + 1)
+    curve_part, headline_part = split_by_query(report, min(0.99, args.curve_rows / len(report)), seed=args.seed + 1)
     curve_pairs = curve_part.sample(args.curve_rows, seed=args.seed)
     headline_pairs = headline_part.sample(args.headline_rows, seed=args.seed)
     log(f"model {args.model} ({loaded.weights_hash}); dev split by query: scoring {len(scoring)} "

@@ -261,7 +261,7 @@ def main():
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from headcut_grader.data import read_pairs
-    from headcut.export.bench import running_server
+    from headcut.export.server_load import running_server
     from headcut_grader.files import write_json, write_text
     from headcut_grader.grader import Grader
     from machine import describe, machine

@@ -9,15 +9,19 @@ import importlib.util as _util
 import sys as _sys
 import warnings as _warnings
 
-from headcut_grader.data import Pairs, read_pairs, synthetic_pairs
+from headcut_grader.data import Pairs, read_pairs
 from headcut_grader.errors import UserError
 
+from headcut.synthetic import synthetic_pairs
 from headcut.version import __version__
 
 __all__ = ["UserError", "Pairs", "read_pairs", "synthetic_pairs", "load_model", "save_model", "LoadedModel",
            "__version__"]
 
 MOVED = ("errors", "ranges", "files", "data", "grader", "serve", "microbatch", "serve_metrics")
+# toolkit-only names that left headcut_grader.data for the toolkit: the old `headcut.data` still finds them
+LEFT_DATA = {"synthetic_pairs": "headcut.synthetic", "synthetic_spec": "headcut.synthetic",
+             "is_synthetic": "headcut.synthetic"}
 
 
 class _MovedLoader(_abc.Loader):
@@ -28,7 +32,8 @@ class _MovedLoader(_abc.Loader):
         _warnings.warn(f"{module.__name__} is deprecated and goes in the next release; import {new} instead.",
                        DeprecationWarning, stacklevel=2)
         real = _importlib.import_module(new)
-        module.__getattr__ = lambda name: getattr(real, name)
+        module.__getattr__ = lambda name: getattr(_importlib.import_module(LEFT_DATA[name]) if new.endswith(".data")
+                                                  and name in LEFT_DATA else real, name)
         module.__dir__ = lambda: dir(real)
 
 

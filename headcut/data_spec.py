@@ -2,7 +2,8 @@
 set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn grades into scores."""
 from __future__ import annotations
 
-from headcut_grader.data import Pairs, read_pairs, synthetic_spec
+from headcut_grader.data import Pairs, read_pairs
+from headcut.synthetic import synthetic_spec
 
 
 def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = "grades", **options) -> Pairs:

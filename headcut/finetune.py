@@ -13,7 +13,8 @@ import torch.nn.functional as F
 
 from headcut.batching import encode
 from headcut.data_spec import read_spec
-from headcut_grader.data import Pairs, is_synthetic
+from headcut_grader.data import Pairs
+from headcut.synthetic import is_synthetic
 from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
@@ -22,6 +23,7 @@ from headcut.models import load_model, save_model
 from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
+from headcut.splits import split_by_query
 from headcut.training import GRADES_FIX, TrainingRecipe, is_finished, settings_from, train
 
 
@@ -61,7 +63,7 @@ def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pai
 def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:
     train_pairs = _read(recipe, recipe.train_data, recipe.train_rows, recipe.seed)
     if recipe.dev_data is None:
-        train_pairs, dev = train_pairs.split_by_query(1 - recipe.dev_fraction, seed=recipe.seed)
+        train_pairs, dev = split_by_query(train_pairs, 1 - recipe.dev_fraction, seed=recipe.seed)
     else:
         dev = _read(recipe, recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
     return train_pairs, dev.sample(recipe.dev_rows, seed=recipe.seed)

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from headcut.arch import ARCHITECTURES, SUPPORTED, _get, encoder_layers, layer_parts
+from headcut.arch import ARCHITECTURES, SUPPORTED, encoder_layers, layer_parts, module_at
 from tests.conftest import TINY, tiny_model
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headcut"
+TABLE = PACKAGE / "arch" / "table.py"
 
 
 def test_every_architecture_has_its_tiny_test_model():
@@ -20,25 +21,25 @@ def test_every_architecture_has_its_tiny_test_model():
 @pytest.mark.parametrize("kind", SUPPORTED)
 def test_every_path_of_an_entry_names_a_module_of_its_model(kind):
     arch, model = ARCHITECTURES[kind], tiny_model(kind)
-    assert _get(model.base_model, arch.layers) is encoder_layers(model)
+    assert module_at(model.base_model, arch.layers) is encoder_layers(model)
     layer = encoder_layers(model)[0]
     for field in ("attention_block", "attention", "query", "key", "value", "out", "ffn_block", "ffn_in", "ffn_out",
                   "attention_norm", "ffn_norm"):
         if getattr(arch, field) is not None:  # None: fused q/k/v (in head_rows), a pre-norm FFN norm (pre_norm)
-            assert _get(layer, getattr(arch, field)) is not None, field
-    assert arch.heads_attr is None or hasattr(_get(layer, arch.attention), arch.heads_attr)
+            assert module_at(layer, getattr(arch, field)) is not None, field
+    assert arch.heads_attr is None or hasattr(module_at(layer, arch.attention), arch.heads_attr)
     part = layer_parts(model)[0]
     assert getattr(model.config, arch.intermediate) == part.num_neurons
     assert part.ffn_in.out_features == part.num_neurons * arch.ffn_in_blocks
-    assert part.query is not None or arch.query is None and _get(layer, arch.head_rows[0]).out_features == 3 * 32
+    assert part.query is not None or arch.query is None and module_at(layer, arch.head_rows[0]).out_features == 3 * 32
     if arch.pre_norm:
-        assert layer_parts(model)[-1].ffn_norm is _get(model.base_model, arch.pre_norm[1])
-        assert part.ffn_norm is _get(encoder_layers(model)[1], arch.pre_norm[0])
+        assert layer_parts(model)[-1].ffn_norm is module_at(model.base_model, arch.pre_norm[1])
+        assert part.ffn_norm is module_at(encoder_layers(model)[1], arch.pre_norm[0])
 
 
-def test_only_arch_py_branches_on_the_model_type():
+def test_only_the_table_branches_on_the_model_type():
     branching = re.compile(r"model_type(\(model\))?\s*(==|!=)|[\"'](" + "|".join(map(re.escape, SUPPORTED)) + r")[\"']")
-    offenders = [f"{path.relative_to(PACKAGE)}:{i}" for path in PACKAGE.rglob("*.py") if path.name != "arch.py"
+    offenders = [f"{path.relative_to(PACKAGE)}:{i}" for path in PACKAGE.rglob("*.py") if path != TABLE
                  for i, line in enumerate(path.read_text().splitlines(), 1) if branching.search(line)
                  and "optimize_model(" not in line and "FusionOptions(" not in line]  # onnxruntime's graph type
     assert offenders == []
@@ -62,6 +63,6 @@ def test_no_other_module_repeats_a_module_path_of_the_table():
     patterns = {p: re.compile(r"(?<!\w)" + sep.join(map(re.escape, p.split("."))) + r"(?!\w)")
                 for p in _module_paths()}
     offenders = [f"{path.relative_to(PACKAGE)}:{i} repeats {p}" for path in PACKAGE.rglob("*.py")
-                 if path.name != "arch.py" for i, line in enumerate(path.read_text().splitlines(), 1)
+                 if path != TABLE for i, line in enumerate(path.read_text().splitlines(), 1)
                  for p, rx in patterns.items() if rx.search(line)]
     assert offenders == []

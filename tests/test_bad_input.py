@@ -118,9 +118,9 @@ def test_3_dev_zero_is_refused(tmp_path):
 
 
 def test_3_an_endless_line_stops_at_the_cap(tmp_path, monkeypatch):
-    import headcut_grader.data as data
+    import headcut_grader.lines as lines
 
-    monkeypatch.setattr(data, "MAX_LINE_BYTES", 10_000)
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 10_000)
     path = write(tmp_path, "a.tsv", "query\ttitle\tgrade\n" + "z" * 50_000)  # no newline at all
     with pytest.raises(UserError, match=r"line 2 is longer than 10,000 bytes"):
         read_pairs(path)
@@ -334,7 +334,7 @@ def test_7_the_grader_refuses_a_bad_batch_size(tiny_grader):
 
 def test_8_max_length_over_the_models_positions_is_refused(tmp_path):
     from headcut.batching import encode
-    from headcut_grader.data import synthetic_pairs
+    from headcut.synthetic import synthetic_pairs
     from test_export import tiny_tokenizer
     from conftest import tiny_model
 

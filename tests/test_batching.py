@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from headcut.batching import encode
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut.evaluate.criteria import head_importance
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel, load_model, save_model

@@ -224,7 +224,7 @@ def test_flops_prune_writes_a_smaller_grader_that_reloads_and_exports(tmp_path, 
     seq = pruned.max_length
     assert flops_per_pair(pruned.model, seq) <= 0.5 * flops_per_pair(source.model, seq)  # counted from the artifact
     assert (out / "kept_per_layer.png").stat().st_size > 1000
-    from headcut_grader.data import synthetic_pairs
+    from headcut.synthetic import synthetic_pairs
     from headcut.export.export import FP32_TOLERANCE, export_onnx
     from tests.test_export import _parity
 
@@ -244,7 +244,7 @@ def test_impossible_flops_budget_exits_2_with_one_sentence(tmp_path, tiny_grader
 
 def test_int8_grader_of_a_model_with_empty_ffn_and_attention_layers(tmp_path):
     """Every INT8 recipe (incl. keeping the worst FFN layers in fp32) handles a layer with no FFN left."""
-    from headcut_grader.data import synthetic_pairs
+    from headcut.synthetic import synthetic_pairs
     from headcut.export import Int8Gate, build_grader
     from tests.test_export import tiny_tokenizer
 
@@ -374,7 +374,7 @@ def test_layer_costs_on_onnx_runtime_are_their_own_cached_table(int8, tmp_path, 
 
 def test_too_few_calibration_pairs_are_one_sentence_and_a_short_file_is_reported(tmp_path, tiny_grader):  # noqa: F811
     from tests.test_prune_cli import write_pairs
-    from headcut_grader.data import synthetic_pairs
+    from headcut.synthetic import synthetic_pairs
 
     grader, _ = tiny_grader
     one = write_pairs(tmp_path / "one.tsv", synthetic_pairs(1, seed=5))

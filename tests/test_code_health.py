@@ -93,6 +93,8 @@ with warnings.catch_warnings(record=True) as seen:
     from headcut.grader import Grader
 import headcut_grader.data, headcut_grader.grader
 assert headcut.data.read_pairs is headcut_grader.data.read_pairs and Grader is headcut_grader.grader.Grader
+import headcut.synthetic
+assert headcut.data.synthetic_pairs is headcut.synthetic.synthetic_pairs  # moved on to the toolkit
 print(sorted(str(w.message) for w in seen if w.category is DeprecationWarning))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout

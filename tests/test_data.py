@@ -5,7 +5,9 @@ import pytest
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut_grader.data import iter_pairs, parse_label_map, read_pairs, synthetic_pairs
+from headcut_grader.data import iter_pairs, parse_label_map, read_pairs
+from headcut.splits import split_by_query
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from tests.conftest import HOMEDEPOT, QBQTC
 
@@ -55,7 +57,7 @@ def test_custom_columns_and_label_maps(tmp_path):
 
 def test_query_groups_and_split_keep_queries_together():
     pairs = synthetic_pairs(300, seed=3)
-    a, b = pairs.split_by_query(0.3, seed=1)
+    a, b = split_by_query(pairs, 0.3, seed=1)
     assert len(a) + len(b) == 300
     assert not set(a.queries) & set(b.queries)
     assert sum(len(g) for g in pairs.query_groups()) == 300

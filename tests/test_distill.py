@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut.distill import DistillRecipe, build_student, distill
 from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, save_model

@@ -98,7 +98,7 @@ def workspace(tmp_path_factory):
     need_minilm()
     from transformers import AutoTokenizer
 
-    from headcut_grader.data import synthetic_pairs
+    from headcut.synthetic import synthetic_pairs
     from headcut.models import LoadedModel, resolve_source, save_model
 
     root = tmp_path_factory.mktemp("docs-workspace")

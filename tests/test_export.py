@@ -12,7 +12,8 @@ import torch
 
 from conftest import HOMEDEPOT, need_homedepot, need_minilm, tiny_model
 from headcut.arch import heads_per_layer, keep_heads, keep_layers, keep_neurons, layer_parts
-from headcut_grader.data import read_pairs, synthetic_pairs
+from headcut_grader.data import read_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from headcut.export import FP32_TOLERANCE, Int8Gate, ParityError, build_grader, check_parity, export_onnx, parity
 from headcut.export.export import gate_batches, input_names, reference_logits, session

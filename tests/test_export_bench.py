@@ -6,10 +6,10 @@ import json
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.data import read_pairs
-from headcut.export.bench import (BenchResult, BenchSettings, benchmark, cell_inputs, onnx_variant, pytorch_variant,
-                                  write_bench)
+from headcut.export.bench import BenchResult, BenchSettings, benchmark, cell_inputs, onnx_variant, pytorch_variant
+from headcut.export.bench_report import write_bench
 from headcut.models import load_model, save_model
 from test_export import make_tiny_grader
 

@@ -70,7 +70,8 @@ def test_minilm_really_learns_home_depot(quick_teacher, homedepot):
 
 def test_the_dev_sample_of_a_dev_file_is_drawn_with_its_own_seed(tmp_path):
     """load_data draws dev rows with seed + 1, so a dev file that is also the train file gives other rows."""
-    from headcut_grader.data import read_pairs, synthetic_pairs
+    from headcut_grader.data import read_pairs
+    from headcut.synthetic import synthetic_pairs
     from headcut.finetune import load_data
 
     p = synthetic_pairs(200, seed=3)

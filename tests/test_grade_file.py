@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from conftest import process_alive, spawned_children, wait_until
 from headcut.cli.main import app
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.grade_file import partial_paths
 from test_export import make_tiny_grader
 

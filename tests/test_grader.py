@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 from conftest import HOMEDEPOT, QBQTC, ROOT, need_homedepot, need_minilm
 from headcut.batching import encode
 from headcut.cli.main import app
-from headcut_grader.data import Pairs, read_pairs, synthetic_pairs
+from headcut_grader.data import Pairs, read_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut.evaluate.predict import predict_logits
 from headcut_grader.grader import Grader, encode_pairs, load_tokenizer
 from headcut_grader.tokens import choice_lengths

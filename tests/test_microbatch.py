@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.grader import Grader
 from headcut_grader.microbatch import Batcher, Closed, QueueFull
 from test_export import make_tiny_grader

@@ -15,7 +15,7 @@ from conftest import tiny_inputs, tiny_model
 from headcut.arch import (encoder_layers, flops_per_pair, heads_per_layer, keep_heads, keep_neurons, layer_parts,
                           neurons_per_layer, unit_flops)
 from headcut.cli.main import app
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut.masking import head_mask, neuron_mask
 from headcut.models import LoadedModel, load_model, save_model
 from test_distill import tiny_tokenizer  # 97 words (test_export's gives 5 tokens under transformers 5)

@@ -12,7 +12,8 @@ import torch
 
 from conftest import HOMEDEPOT, ROOT, tiny_model
 from headcut.arch import keep_heads, keep_neurons, takes_token_types
-from headcut_grader.data import read_pairs, synthetic_pairs
+from headcut_grader.data import read_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from headcut.export import build_grader
 from headcut.export.build import resolve_precision
@@ -260,7 +261,7 @@ def test_real_minilm_teacher_keeps_its_grades_in_every_openvino_int8_recipe(quic
 @pytest.mark.slow
 def test_serve_answers_the_same_grades_on_both_backends(both):
     httpx = pytest.importorskip("httpx")
-    from headcut.export.bench import running_server
+    from headcut.export.server_load import running_server
 
     pairs = synthetic_pairs(24, seed=12)
     body = {"pairs": [{"query": q, "title": t} for q, t in zip(pairs.queries, pairs.titles)]}

@@ -8,7 +8,9 @@ from typer.testing import CliRunner
 
 from headcut.arch import heads_per_layer
 from headcut.cli.main import app
-from headcut_grader.data import read_pairs, synthetic_pairs
+from headcut_grader.data import read_pairs
+from headcut.splits import split_by_query
+from headcut.synthetic import synthetic_pairs
 from headcut.evaluate.importance import write_scores
 from headcut_grader.files import write_text
 from headcut.masking import head_mask
@@ -184,7 +186,7 @@ def test_real_teacher_prune_keeps_its_judgement(tmp_path, quick_teacher):
     from headcut.prune import pruned_copy
 
     dev = read_pairs(HOMEDEPOT / "dev.tsv", preset="homedepot")
-    scoring, report = dev.split_by_query(0.3, seed=0)
+    scoring, report = split_by_query(dev, 0.3, seed=0)
     write_pairs(tmp_path / "score.tsv", scoring.sample(96))
     write_pairs(tmp_path / "report.tsv", report.sample(300))
     out = tmp_path / "pruned"

@@ -121,7 +121,7 @@ def test_latency_is_measured_for_each_model_and_batch():
 
 
 def test_prune_pipeline_on_synthetic_pairs(tokenizer):
-    from headcut_grader.data import synthetic_pairs
+    from headcut.synthetic import synthetic_pairs
 
     loaded = LoadedModel(deep("bert", attn="sdpa", vocab_size=30522), tokenizer, {"max_length": 32})
     pairs = synthetic_pairs(60, seed=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.grader import Grader
 from test_export import make_tiny_grader
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut.models import META_FILE
 from headcut.pipeline import load_pipeline
 from headcut.pipeline.pairs import choice_pairs, read, report_pairs, selection_queries

@@ -18,7 +18,7 @@ import tomllib
 import pytest
 
 from conftest import ROOT
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.grader import Grader
 from test_export import make_tiny_grader
 

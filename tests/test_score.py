@@ -9,7 +9,8 @@ import torch
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut_grader.data import Pairs, read_pairs, synthetic_pairs
+from headcut_grader.data import Pairs, read_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, resolve_source, save_cross_encoder, save_model
 from tests.conftest import need_minilm, tiny_model
@@ -324,7 +325,7 @@ def test_exported_score_grader_scores_as_pytorch_and_gates_int8_on_ranking(score
 def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):
     import httpx
 
-    from headcut.export.bench import running_server
+    from headcut.export.server_load import running_server
     from headcut_grader.grader import Grader
     from headcut_grader.grade_file import grade_file
     from tests.conftest import ROOT

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, process_alive, spawned_children, wait_until
-from headcut_grader.data import synthetic_pairs
-from headcut.export.bench import running_server
+from headcut.synthetic import synthetic_pairs
+from headcut.export.server_load import running_server
 from headcut_grader.grader import Grader
 from headcut_grader.serve_metrics import available as metrics_installed
 from test_export import make_tiny_grader

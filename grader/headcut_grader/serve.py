@@ -9,7 +9,6 @@ Retry-After at once. A stopping worker (SIGTERM) takes no new connections and an
 took: with its grades, or with 503 "shutting down" when the drain deadline (--drain-seconds) passes first.
 Like the grader, this module never imports torch.
 """
-# No `from __future__ import annotations`: FastAPI must see the request models defined inside create_app.
 
 import asyncio
 import json
@@ -18,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 
 from headcut_grader.ranges import ranged
-from headcut_grader.serve_middleware import RETRY_AFTER_SECONDS, SHUTTING_DOWN, DrainDeadline, JsonBody, Measured
+from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
 
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
 
@@ -60,122 +59,48 @@ class Settings:
 
 def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching(),
                backend: str = "auto"):
-    """The FastAPI app for one grader folder (one Grader and one micro-batcher per worker process)."""
-    from typing import Annotated
+    """The FastAPI app for one grader folder (one Grader and one micro-batcher per worker process, in
+    `app.state`, which the handlers of headcut_grader.serve_routes read)."""
+    from fastapi import FastAPI
 
-    from fastapi import FastAPI, Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, PlainTextResponse, Response
-    from pydantic import AfterValidator, BaseModel, ConfigDict, Field
-    from starlette.exceptions import HTTPException as StarletteHTTPException
+    from headcut_grader.grader import Grader
+    from headcut_grader.serve_metrics import make_metrics
+    from headcut_grader.serve_routes import add_error_handlers, add_routes
 
-    from headcut_grader.data import text_problem
-    from headcut_grader.grader import Grader, ranking
-    from headcut_grader.microbatch import Batcher, Closed, QueueFull
-    from headcut_grader.serve_metrics import MISSING, make_metrics
+    app = FastAPI(title="headcut grader", version="1", lifespan=_lifespan)
+    state = app.state
+    state.grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size, backend=backend)
+    state.metrics = make_metrics()
+    state.batcher = _batcher(state.grader.grade, state.metrics, batching)
+    state.limits, state.batching = limits, batching
+    app.add_middleware(DrainDeadline)  # inside Measured, which then counts its 503s
+    app.add_middleware(JsonBody, limit=limits.max_body_bytes)
+    app.add_middleware(Measured, metrics=state.metrics)  # added last: outermost, so it sees 413s, 415s and 400s too
+    add_error_handlers(app)
+    add_routes(app, limits)
+    return app
 
-    grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size, backend=backend)
-    metrics = make_metrics()
+
+def _batcher(grade, metrics, batching: Batching):
+    """The worker's micro-batcher; each finished run updates the batch and queue metrics."""
+    from headcut_grader.microbatch import Batcher
 
     def on_batch(stats):
         metrics.batch(stats)
         metrics.waiting(batcher.waiting)
 
-    batcher = Batcher(grader.grade, max_batch=batching.max_batch, max_wait=batching.max_wait_ms / 1000,
+    batcher = Batcher(grade, max_batch=batching.max_batch, max_wait=batching.max_wait_ms / 1000,
                       max_queue=batching.max_queue, on_batch=on_batch)
+    return batcher
 
-    def checked(value: str) -> str:  # the rule `headcut grade` applies to a file's texts
-        problem = text_problem(value, max_chars=limits.max_text_chars)
-        if problem:
-            raise ValueError(problem)
-        return value
 
-    Text = Annotated[str, Field(min_length=1, max_length=limits.max_text_chars), AfterValidator(checked)]
-
-    class Pair(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        query: Text
-        title: Text
-
-    class GradeRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        pairs: list[Pair] = Field(min_length=1, max_length=limits.max_pairs)
-
-    class RankRequest(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        query: Text
-        titles: list[Text] = Field(min_length=1, max_length=limits.max_pairs)
-
-    @asynccontextmanager
-    async def lifespan(app):
-        yield
-        # uvicorn gets here once every request it took was answered (by DrainDeadline when its graceful
-        # timeout passed): only a run already started may be left, and the event loop must not block on it
-        await asyncio.to_thread(batcher.close, timeout=60)
-        metrics.close()
-
-    app = FastAPI(title="headcut grader", version="1", lifespan=lifespan)
-    app.add_middleware(DrainDeadline)  # inside Measured, which then counts its 503s
-    app.add_middleware(JsonBody, limit=limits.max_body_bytes)
-    app.add_middleware(Measured, metrics=metrics)  # added last: outermost, so it sees 413s, 415s and 400s too
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException):
-        return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(request: Request, exc: RequestValidationError):
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
-        kind = first.get("type", "")
-        message = ("body is not valid JSON" if kind == "json_invalid" else f"{where}: {first.get('msg', 'invalid')}")
-        return JSONResponse({"error": f"{message}; see GET /docs for the request shape."}, status_code=422)
-
-    @app.exception_handler(QueueFull)
-    async def busy(request: Request, exc: QueueFull):
-        return JSONResponse({"error": f"server busy: {exc.waiting} pairs already wait in this worker's queue "
-                                      f"(--max-queue {batching.max_queue}); retry after {RETRY_AFTER_SECONDS} s."},
-                            status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
-
-    @app.exception_handler(Closed)
-    async def closing(request: Request, exc: Closed):
-        return JSONResponse({"error": SHUTTING_DOWN}, status_code=503,
-                            headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
-
-    async def graded(pairs):
-        future = batcher.submit(pairs)  # QueueFull and Closed become 503 above, before any waiting
-        metrics.waiting(batcher.waiting)
-        return await asyncio.wrap_future(future)
-
-    def readable(path: str, **options):  # load balancers probe with HEAD: it answers like GET, without the body
-        return app.api_route(path, methods=["GET", "HEAD"], **options)
-
-    @readable("/healthz")
-    def healthz():
-        return {"status": "ok", "backend": grader.backend.name, "runtime_version": grader.backend.version,
-                "precision": grader.precision, "task": grader.task, "grades": grader.record.get("grades"),
-                "model_sha256": grader.graph_sha256, "max_length": grader.max_length,
-                "limits": asdict(limits), "batching": asdict(batching), "waiting_pairs": batcher.waiting}
-
-    @app.post("/grade")
-    async def grade(request: GradeRequest):
-        result = await graded([(p.query, p.title) for p in request.pairs])
-        head = {"task": "score"} if grader.task == "score" else {"grades": grader.record["grades"]}
-        return JSONResponse({**head, "results": result.rows()})
-
-    @app.post("/rank")
-    async def rank(request: RankRequest):
-        result = await graded([(request.query, t) for t in request.titles])
-        return JSONResponse({"query": request.query, "ranking": ranking(request.titles, result)})
-
-    @readable("/metrics", response_class=PlainTextResponse)
-    def metrics_page():
-        page = metrics.page()
-        if page is None:
-            return JSONResponse({"error": MISSING}, status_code=501)
-        return Response(page[0], media_type=page[1])
-
-    return app
+@asynccontextmanager
+async def _lifespan(app):
+    yield
+    # uvicorn gets here once every request it took was answered (by DrainDeadline when its graceful
+    # timeout passed): only a run already started may be left, and the event loop must not block on it
+    await asyncio.to_thread(app.state.batcher.close, timeout=60)
+    app.state.metrics.close()
 
 
 def app_from_env():

@@ -46,7 +46,8 @@ def bench(
     """
     quiet_transformers()
     from headcut.export.bench import (BenchSettings, benchmark, grader_backends, grader_variant, load_measured,
-                                      pytorch_variant, write_bench)
+                                      pytorch_variant)
+    from headcut.export.bench_report import write_bench
     from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model, outline
 

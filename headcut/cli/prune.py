@@ -2,6 +2,7 @@
 to a FLOPs budget (--flops), and write a smaller grader."""
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -100,9 +101,31 @@ def prune(
     quiet_transformers()
     from headcut_grader.files import check_out_dir
     from headcut.models import load_model
-    from headcut.prune import PruneSettings, format_report, prune as run, prune_to_budget, write_artifact
-    from headcut.prune.artifact import FIGURE
-    from headcut.prune.scores import DEFAULT_METHOD
+    from headcut.prune import PruneSettings
+
+    budgeted = check_options(keep_ratio, flops, latency, scores=scores, iterative=iterative, min_heads=min_heads,
+                             runtime=runtime)
+    check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
+    loaded = load_model(model, allow_pickle=allow_pickle)
+    columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
+                   task=loaded.task)
+    pool = read_data(data, **columns) if data and scores is None else None
+    held_out = read_data(eval_data, **columns) if eval_data else None
+    settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
+                             batch_size=batch_size, bootstrap=bootstrap, timing=timing,
+                             latency_seconds=latency_seconds, seed=seed)
+    if budgeted:
+        call = budget_call(flops=flops, latency=latency, method=method, targets=targets, tune=tune, seq_len=seq_len,
+                           batch=batch, runtime=runtime)
+    else:
+        call = keep_ratio_call(keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
+                               iterative=iterative)
+    result = run_with_bars(call, loaded, layer_prior=layer_prior, data=pool, eval_data=held_out, settings=settings)
+    write_and_print(result, out, overwrite=overwrite)
+
+
+def check_options(keep_ratio, flops, latency, *, scores, iterative, min_heads, runtime: str) -> bool:
+    """Refuse flags that do not go together, before any work; True for a budget (--flops / --latency)."""
     from headcut.prune.targets import one_target_problem
 
     target = one_target_problem({"keep_ratio": keep_ratio, "flops": flops, "latency": latency}, flags=True)
@@ -116,38 +139,56 @@ def prune(
         raise UserError(f"--runtime {runtime} is unknown; choose one of {', '.join(RUNTIMES)}.")
     if runtime != RUNTIMES[0] and latency is None:
         raise UserError(f"--runtime {runtime} times the layer cost tables of --latency; pass --latency S or drop --runtime.")
-    check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
-    loaded = load_model(model, allow_pickle=allow_pickle)
-    columns = dict(query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map, task=loaded.task)
-    pool = read_data(data, preset=preset, **columns) if data and scores is None else None
-    held_out = read_data(eval_data, preset=preset, **columns) if eval_data else None
-    settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
-                             batch_size=batch_size, bootstrap=bootstrap, timing=timing,
-                             latency_seconds=latency_seconds, seed=seed)
+    return budgeted
+
+
+def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, batch: int, runtime: str):
+    """prune_to_budget with the budget's own arguments (heads and FFN neurons to a FLOPs or latency share)."""
+    from headcut.prune import prune_to_budget
+    from headcut.prune.scores import DEFAULT_METHOD
+
+    return functools.partial(prune_to_budget, flops=flops, latency=latency, method=method or DEFAULT_METHOD,
+                             targets=targets, tune=tune,
+                             seq_len=seq_len, latency_batch=batch, latency_runtime=latency_runtime(runtime),
+                             notice=_say)
+
+
+def keep_ratio_call(*, keep_ratio: float, min_heads: int, scores, method, iterative: int):
+    """The heads-only prune with its own arguments (a share of heads, ranked by a scan)."""
+    import headcut.prune as library
+
+    return functools.partial(library.prune, keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
+                             iterative=iterative)
+
+
+def run_with_bars(call, loaded, **common):
+    """Run the library call with one progress bar per stage, one at a time (the previous stage is done)."""
     bars = {}
 
     def progress(stage, n, total):
         if stage not in bars:
             for bar in bars.values():
-                bar.close()  # one bar at a time: the previous stage is done
+                bar.close()
             bars[stage] = progress_bar(total, stage)
         bars[stage].update(n)
 
-    def say(line):
-        from tqdm import tqdm
-
-        tqdm.write(line, file=sys.stderr)  # above the progress bar, not through it
-
-    common = dict(layer_prior=layer_prior, data=pool, eval_data=held_out, settings=settings, progress=progress)
-    if budgeted:
-        result = prune_to_budget(loaded, flops=flops, latency=latency, method=method or DEFAULT_METHOD,
-                                 targets=targets, tune=tune, seq_len=seq_len,
-                                 latency_batch=batch, latency_runtime=latency_runtime(runtime), notice=say, **common)
-    else:
-        result = run(loaded, keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
-                     iterative=iterative, **common)
+    result = call(loaded, progress=progress, **common)
     for bar in bars.values():
         bar.close()
+    return result
+
+
+def _say(line):
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)  # above the progress bar, not through it
+
+
+def write_and_print(result, out: Path, *, overwrite: bool) -> None:
+    """Write the pruned grader and its report to `out`, and print the report."""
+    from headcut.prune import format_report, write_artifact
+    from headcut.prune.artifact import FIGURE
+
     write_artifact(result, out, overwrite=overwrite)
     typer.echo(format_report(result.record()).replace("# headcut prune\n\n", "", 1))
     typer.echo(f"wrote {out} (report.md, {FIGURE})")

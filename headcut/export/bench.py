@@ -1,4 +1,5 @@
-"""Side-by-side deployment benchmark: PyTorch models and ONNX graders on the same data and shapes.
+"""Side-by-side deployment benchmark: PyTorch models and ONNX graders on the same data and shapes (the report
+and figure: bench_report; a server load test: server_load).
 
 All variants are loaded in one process with the same thread count and take turns in blocks in every
 (batch, sequence) cell (headcut.timing), so load from other processes on a shared machine hits all of them alike.
@@ -7,13 +8,7 @@ from __future__ import annotations
 
 import gc
 import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
-import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,7 +22,6 @@ from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
 from headcut.evaluate.tasks import agreement, summary
 from headcut.evaluate.predict import predict_logits
-from headcut_grader.files import write_json, write_text
 from headcut.timing import round_robin
 from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops, runtime_version
 
@@ -171,27 +165,6 @@ class BenchResult:
                 "variants": self.variants, **self.extra}
 
 
-def write_bench(result: BenchResult, folder: str | Path, *, notes: str = "") -> str:
-    """Write bench.json, bench.md (the table, then `notes`) and bench.png into `folder` (made if missing),
-    each file atomically; returns the markdown. `headcut bench` passes its atomic output folder."""
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    report = result.to_dict()
-    table = markdown(report) + notes
-    write_json(folder / "bench.json", report)
-    write_text(folder / "bench.md", table)
-    fig, partial = figure(report), folder / ".bench.png.partial"
-    try:
-        fig.savefig(partial, dpi=130, format="png")
-        partial.replace(folder / "bench.png")
-    finally:
-        plt.close(fig)
-        partial.unlink(missing_ok=True)
-    return table
-
-
 def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchSettings = BenchSettings(), *,
               progress: Callable[[str], None] | None = None) -> BenchResult:
     """Latency grid, throughput, size, memory, accuracy and agreement with `variants[0]` (the reference)."""
@@ -234,146 +207,8 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
                        {"machine": machine_record()})
 
 
-def cell(row: dict, batch: int, seq: int) -> dict | None:
-    return next((c for c in row["cells"] if c["batch"] == batch and c["seq"] == seq), None)
-
-
-def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
-    """One row per variant at the headline cell, then the full p50 grid."""
-    s = report["settings"]
-    lines = [f"Threads {s['threads']}, warm-up {s['warmup']}, {s['repeats']} timed runs per cell; accuracy and "
-             f"agreement with `{report['reference']}` on {report['data']['rows']} pairs of {report['data']['source']}.",
-             _machine_line(report),
-             "", f"| variant | size MiB | memory MiB | accuracy | Spearman | agreement | p50 ms | p95 ms | pairs/s "
-                 f"| speedup (b{batch} x s{seq}) | GFLOP/s | of peak |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in report["variants"]:
-        c = cell(row, batch, seq) or cell(row, *_first_cell(row))
-        achieved, peak = c.get("gflop_per_s"), row.get("peak_gflop_per_s")
-        share = f"{achieved / peak:.1%} of {peak:.0f}" if achieved and peak else "-"
-        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {row.get('accuracy', float('nan')):.4f} "
-                     f"| {row.get('spearman', float('nan')):.4f} | {row['agreement']:.2%} | {c['p50_ms']:.1f} "
-                     f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x "
-                     f"| {f'{achieved:.1f}' if achieved else '-'} | {share} |")
-    lines += ["", "p50 ms per batch (batch x sequence):", ""]
-    shapes = [(c["batch"], c["seq"]) for c in report["variants"][0]["cells"]]
-    lines.append("| variant | " + " | ".join(f"{b}x{q}" for b, q in shapes) + " |")
-    lines.append("|---|" + "---:|" * len(shapes))
-    for row in report["variants"]:
-        lines.append(f"| {row['name']} | " + " | ".join(f"{cell(row, b, q)['p50_ms']:.1f}" for b, q in shapes) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _machine_line(report: dict) -> str:
-    m = report.get("machine")
-    if not m:
-        return ""
-    return (f"\nMachine: {m['cpu']['model']}, {m['cpu']['cores']} cores at {m['ghz']:.2f} GHz, flags "
-            f"{' '.join(m['cpu']['flags']) or 'none'}; {', '.join(f'{k} {v}' for k, v in m['runtimes'].items())}. "
-            "Peak = threads x clock x FLOPs per cycle per core at the variant's precision (theoretical).")
-
-
 def machine_record() -> dict:
     """The CPU and runtime versions every speed table carries (ratios move between CPUs and releases)."""
     runtimes = {"torch": torch.__version__}
     runtimes.update({n: v for n in ("onnxruntime", "openvino") if (v := runtime_version(n))})
     return {"cpu": cpu_record(), "ghz": clock_ghz(), "runtimes": runtimes}
-
-
-def _first_cell(row: dict) -> tuple[int, int]:
-    return row["cells"][0]["batch"], row["cells"][0]["seq"]
-
-
-MARKERS = {"pytorch": "s", "onnxruntime": "o", "openvino": "^"}
-
-
-def figure(report: dict, *, batch: int = 32, seq: int = 64):
-    """Throughput vs agreement with the reference at one cell, one point per variant, named in the legend (accuracy
-    barely moves on graded data, so agreement is what separates graders); returns a matplotlib Figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8.5, 4.4))
-    for row in report["variants"]:
-        c = cell(row, batch, seq) or cell(row, *_first_cell(row))
-        ax.scatter(c["pairs_per_s"], 100 * row["agreement"], marker=MARKERS.get(row["kind"], "o"), s=50,
-                   label=row["name"])
-    ax.set_xlabel(f"pairs per second (batch {batch} x sequence {seq}, {report['settings']['threads']} threads)")
-    ax.set_ylabel(f"% same grade as {report['reference']}")
-    ax.set_title("Throughput vs agreement (square: PyTorch, circle: ONNX Runtime, triangle: OpenVINO)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    fig.tight_layout()
-    return fig
-
-
-@contextmanager
-def running_server(grader: str | Path, *, workers: int = 1, threads: int = 1, args: tuple[str, ...] = (),
-                   wait_seconds: float = 120.0, cwd: str | Path | None = None):
-    """Start `headcut serve GRADER` on a free loopback port and yield its URL once /healthz answers.
-
-    Raises RuntimeError with the server's own output when it exits or does not answer in time; the
-    server is stopped on leaving the block.
-    """
-    import httpx
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "headcut", "serve", str(Path(grader).resolve()), "--port", str(port),
-           "--workers", str(workers), "--threads", str(threads), *args]
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + wait_seconds
-            while True:
-                if proc.poll() is not None:
-                    log.seek(0)
-                    raise RuntimeError(f"headcut serve exited ({proc.returncode}): "
-                                       f"{log.read().decode(errors='replace')[-2000:]}")
-                try:
-                    if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"headcut serve did not answer /healthz on {url} within {wait_seconds:.0f} s")
-                time.sleep(0.5)
-            yield url
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def load_test(url: str, bodies: list[dict], *, concurrency: int = 8, path: str = "/grade", timeout: float = 60.0) -> dict:
-    """POST every body once with `concurrency` clients in flight; requests/s, pairs/s, latency and errors."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import httpx
-
-    def send(client, body):
-        start = time.perf_counter()
-        try:
-            ok = client.post(url + path, json=body).status_code == 200
-        except httpx.HTTPError:
-            ok = False
-        return ok, time.perf_counter() - start
-
-    with httpx.Client(timeout=timeout, limits=httpx.Limits(max_connections=concurrency)) as client:
-        start = time.perf_counter()
-        with ThreadPoolExecutor(concurrency) as pool:
-            results = list(pool.map(lambda b: send(client, b), bodies))
-        wall = time.perf_counter() - start
-    latencies = [t for _, t in results]
-    pairs = sum(len(b.get("pairs", b.get("titles", []))) for b in bodies)
-    return {"requests": len(bodies), "errors": sum(not ok for ok, _ in results), "concurrency": concurrency,
-            "seconds": wall, "requests_per_s": len(bodies) / wall, "pairs_per_s": pairs / wall,
-            "p50_ms": 1000 * statistics.median(latencies), "p95_ms": 1000 * percentile(latencies, 95)}

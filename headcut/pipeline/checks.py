@@ -41,7 +41,7 @@ def _sub_recipes(recipe: PipelineRecipe) -> dict:
 
 def pairs_files(recipe: PipelineRecipe) -> dict[str, str]:
     """The pairs files the run reads, by recipe key (a student's own data too, where its section sets some)."""
-    from headcut_grader.data import is_synthetic
+    from headcut.synthetic import is_synthetic
 
     named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
              "scan.data": recipe.scan.data if recipe.scan is not None else None}

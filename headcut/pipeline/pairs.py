@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from headcut.data_spec import read_spec
-from headcut_grader.data import Pairs, is_synthetic, read_pairs
+from headcut_grader.data import Pairs, read_pairs
+from headcut.synthetic import is_synthetic
 from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
 
 

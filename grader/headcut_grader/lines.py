@@ -1,0 +1,110 @@
+"""A pairs file read line by line with a cap on a line's bytes, and the `Position` after a row that lets a
+later run resume there (refusing when the bytes before it have changed)."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from headcut_grader.errors import UserError
+
+# Lines of TSV/CSV/JSON lines are read with a cap, so a file without newlines cannot fill the memory before the
+# text rule (validation.MAX_TEXT_CHARS) is reached.
+MAX_LINE_BYTES = 8_000_000
+
+
+@dataclass(frozen=True)
+class Position:
+    """After a row: `offset` bytes of the file read (JSON arrays: items), on line `line`; `sha256` of those bytes
+    (JSON arrays: of the whole file), so a resumed run can tell that the rows before it are unchanged."""
+
+    offset: int = 0
+    line: int = 0
+    sha256: str = ""
+
+
+class Lines:
+    """A file's lines as text, read one at a time with a cap on a line's bytes; it knows how far it has read
+    (bytes, lines, and a hash of those bytes) so a reader can resume after any row. JSON arrays are read whole."""
+
+    def __init__(self, path: Path, *, capped: bool):
+        self.path, self.capped = path, capped
+        self.number, self.offset, self.first_text = 0, 0, ""
+        self.hash, self.expected = hashlib.sha256(), None
+        self.file = open(path, "rb")
+        blank = True
+        for raw in iter(lambda: self.file.readline(MAX_LINE_BYTES + 1) if capped else self.file.read(), b""):
+            if raw.strip():
+                blank = False
+                break
+        if blank:
+            self.file.close()
+            raise UserError(f"{path} is empty; pass a file with a header and data rows.")
+        self.file.seek(0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.file.close()
+
+    def __iter__(self):
+        while True:
+            at_start = self.file.tell() == 0
+            raw = self.file.readline(MAX_LINE_BYTES + 1) if self.capped else self.file.read()
+            if not raw:
+                return
+            self.number += 1
+            if self.capped and len(raw) > MAX_LINE_BYTES:
+                raise UserError(f"{self.path}, line {self.number} is longer than {MAX_LINE_BYTES:,} bytes; a row holds "
+                                "one query, title and grade: is this the right file?")
+            self.offset += len(raw)
+            self.hash.update(raw)
+            try:
+                text = raw.decode("utf-8-sig" if at_start else "utf-8")
+            except UnicodeDecodeError as e:
+                line = self.number + raw[: e.start].count(b"\n")  # a JSON array is one "line" of many
+                col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
+                raise UserError(f"{self.path}, line {line}, byte column {col}: not UTF-8 (byte 0x{raw[e.start]:02x}); "
+                                "re-save the file as UTF-8.") from None
+            if not self.first_text and text.strip():
+                self.first_text = text
+            yield text
+
+    def position(self) -> Position:
+        return Position(self.offset, self.number, self.hash.hexdigest())
+
+    def seek(self, start: Position) -> "Lines":
+        """Continue after `start`, which a run over these same bytes reported; refuse if they have changed."""
+        if not self.capped:  # a JSON array: read again, skip start.offset items, compare the whole file's hash
+            self.file.seek(0)
+            self.number, self.offset, self.hash, self.expected = 0, start.offset, hashlib.sha256(), start.sha256
+            return self
+        self.hash = _prefix_hash(self.path, start.offset)
+        self.expected = start.sha256
+        self.check_unchanged()
+        self.file.seek(start.offset)
+        self.number, self.offset = start.line, start.offset
+        return self
+
+    def check_unchanged(self) -> None:
+        if self.hash.hexdigest() != self.expected:
+            raise UserError(f"{self.path} has changed since the interrupted run read it; grade it from the start "
+                            "(run without --resume, with --overwrite).")
+
+
+def _prefix_hash(path: Path, nbytes: int):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while nbytes > 0:
+            block = f.read(min(nbytes, 1 << 20))
+            if not block:
+                break
+            h.update(block)
+            nbytes -= len(block)
+    return h
+
+
+def prefix_sha256(path: str | Path, nbytes: int) -> str:
+    """The hash a Position records: of the first `nbytes` bytes of the file."""
+    return _prefix_hash(Path(path), nbytes).hexdigest()

@@ -1,0 +1,273 @@
+"""Reading pairs from TSV, CSV, JSON lines or a JSON array: presets, column choice, formats, and chunks read
+as they are needed (with the position to resume after each)."""
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from headcut_grader.errors import UserError
+from headcut_grader.lines import Lines, Position
+from headcut_grader.pairs import DEFAULT_GRADES, Pairs
+from headcut_grader.validation import FIX_ROW, MAX_TEXT_CHARS, check_regular, to_grade, to_score, to_text
+
+FORMATS = ("tsv", "csv", "jsonl", "json")
+# A chunk of rows also ends once its texts pass this many characters, so that memory stays bounded for titles of
+# any length (10,000 rows of 1M characters would be 10 GB of text): a chunk holds less than CHUNK_CHARS plus one
+# row of 2 * MAX_TEXT_CHARS. Ordinary rows (10,000 of ~100 characters) never reach it.
+CHUNK_CHARS = 8_000_000
+_SUFFIX_FORMATS = {"tsv": "tsv", "csv": "csv", "jsonl": "jsonl", "ndjson": "jsonl", "json": "json"}
+
+
+@dataclass(frozen=True)
+class Preset:
+    query_col: str = "query"
+    title_col: str = "title"
+    label_cols: tuple[str, ...] = ("grade",)  # first one present wins
+    label_map: dict | None = None  # raw label text -> grade; None: the label is the grade
+    fmt: str | None = None
+    score_cols: tuple[str, ...] = ("score",)  # what a one-score model learns and is judged on
+
+
+PRESETS = {
+    # Home Depot: grade 1..5 already derived from the raters' mean score (see ../shared/data/README).
+    "homedepot": Preset(fmt="tsv"),
+    # QBQTC: the 2021 release calls the field `relevant`, the current one `label`; 0/1/2 -> 1/3/5.
+    "qbqtc": Preset(label_cols=("relevant", "label"), label_map={"0": 1, "1": 3, "2": 5}, fmt="jsonl"),
+}
+
+
+def read_pairs(
+    path: str | Path,
+    *,
+    preset: str | None = None,
+    query_col: str | None = None,
+    title_col: str | None = None,
+    label_col: str | None = None,
+    label_map: dict | str | None = None,
+    grades: tuple[int, ...] = DEFAULT_GRADES,
+    grades_fix: str = FIX_ROW,
+    fmt: str | None = None,
+    require_labels: bool = True,
+    limit: int | None = None,
+    task: str = "grades",
+) -> Pairs:
+    """Read pairs from TSV, CSV, JSON lines or a JSON array.
+
+    Every problem a user can cause raises `UserError` naming the file, line and column.
+    `label_map` maps raw label text to a grade, or is 'round' for float scores. A grade outside `grades` is
+    refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
+    With `require_labels=False` a file without a label column gives unlabeled pairs.
+    `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
+    """
+    chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
+                            title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
+                            grades_fix=grades_fix, fmt=fmt,
+                            require_labels=require_labels, task=task))
+    return chunk.pairs
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Consecutive rows of a file, and where the rows after them start (to resume a run there)."""
+
+    pairs: Pairs
+    position: "Position"
+
+
+def iter_pairs(
+    path: str | Path,
+    *,
+    chunk_rows: int | None,
+    chunk_chars: int | None = CHUNK_CHARS,
+    preset: str | None = None,
+    query_col: str | None = None,
+    title_col: str | None = None,
+    label_col: str | None = None,
+    label_map: dict | str | None = None,
+    grades: tuple[int, ...] = DEFAULT_GRADES,
+    grades_fix: str = FIX_ROW,
+    fmt: str | None = None,
+    require_labels: bool = True,
+    start: Position | None = None,
+    task: str = "grades",
+):
+    """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
+    (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays, which
+    cannot be read in parts, excepted).
+
+    From `start` (a Chunk's position), reading continues after that row; the file's first row still names the
+    columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
+    """
+    path = Path(path)
+    if preset is not None and preset not in PRESETS:
+        raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
+    p = PRESETS.get(preset, Preset())
+    check_regular(path)
+    # The file's own suffix says more than a preset's usual format (a Home Depot export saved as .jsonl).
+    fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
+    if fmt not in FORMATS:
+        raise UserError(f"format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
+    query_col = query_col or p.query_col
+    title_col = title_col or p.title_col
+    score = task == "score"
+    label_cols = (label_col,) if label_col else (p.score_cols if score else p.label_cols)
+    label_map = label_map if label_map is not None else p.label_map
+
+    with Lines(path, capped=fmt != "json") as lines:
+        records = _records(path, lines, fmt)  # (line_number, dict), lazily
+        first = next(records, None)
+        hint = ""
+        if fmt in ("tsv", "csv") and lines.first_text.lstrip().startswith(("{", "[")):
+            hint = f"; it was read as {fmt.upper()}, but it looks like JSON lines: name it .jsonl"
+        if first is None:
+            raise UserError(f"{path}: no data rows; the file holds a header at most{hint}.")
+        columns = list(first[1].keys())
+        shown = ", ".join(columns)
+        shown = (shown if len(shown) <= 200 else shown[:200] + "...") + hint
+        for col, flag in ((query_col, "--query-col"), (title_col, "--title-col")):
+            if col not in columns:
+                raise UserError(f"{path}: no column '{col}' (columns: {shown}); name it with {flag}.")
+        label_name = next((c for c in label_cols if c in columns), None)
+        if label_name is None and require_labels:
+            raise UserError(_missing_gold(path, label_cols[0], shown, columns, p, task=task))
+        if start is not None and start.offset:
+            records = _records(path, lines.seek(start), fmt, header=columns)
+        else:
+            records = itertools.chain([first], records)
+        queries, titles, labels, chars = [], [], [], 0
+        for line, row in records:
+            for col in (query_col, title_col):
+                (queries if col == query_col else titles).append(
+                    to_text(row.get(col), f"{path}, line {line}, column '{col}'"))
+            chars += len(queries[-1]) + len(titles[-1])
+            if label_name is not None:
+                where = f"{path}, line {line}, column '{label_name}'"
+                if score:
+                    labels.append(to_score(row.get(label_name), where))
+                else:
+                    grade = to_grade(row.get(label_name), label_map, grades, where, grades_fix)
+                    labels.append(grades.index(grade))
+            if len(queries) == chunk_rows or (chunk_chars is not None and chars >= chunk_chars):
+                yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score),
+                            lines.position())
+                queries, titles, labels, chars = [], [], [], 0
+        if queries or (chunk_rows is None):
+            yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score),
+                        lines.position())
+
+
+def _pairs(queries, titles, gold, grades, path, score: bool) -> Pairs:
+    if score:
+        return Pairs(queries, titles, None, tuple(grades), str(path), scores=gold)
+    return Pairs(queries, titles, gold, tuple(grades), str(path))
+
+
+def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, *, task: str) -> str:
+    """No gold column for the model's task: say so, and say when the file has the other task's column."""
+    other = preset.label_cols if task == "score" else preset.score_cols
+    found = next((c for c in other if c in columns), None)
+    if task == "score":
+        if found:
+            return (f"{path} has grades ('{found}') but no score column '{wanted}', and this model is a one-score "
+                    "reranker (task score); pass a file with a numeric score column (or name it with --label-col), "
+                    "or use a grades model.")
+        return f"{path}: no score column '{wanted}' (columns: {shown}); name it with --label-col."
+    if found:
+        return (f"{path} has scores ('{found}') but no grade column '{wanted}', and this model grades (task grades); "
+                "pass graded pairs (or name the grade column with --label-col), or use a one-score model.")
+    return f"{path}: no label column '{wanted}' (columns: {shown}); name it with --label-col."
+
+
+def _suffix_format(path: Path) -> str | None:
+    fmt = _SUFFIX_FORMATS.get(path.suffix.lower().lstrip("."))
+    if fmt == "json":
+        # QBQTC ships JSON lines under .json: look at the first non-blank character.
+        head = b""
+        if path.is_file():
+            with open(path, "rb") as f:
+                head = f.read(4096).lstrip()
+        return "json" if head.startswith(b"[") else "jsonl"
+    return fmt
+
+
+def guess_format(path: Path) -> str:
+    """The format a file's suffix names (.txt counts as TSV)."""
+    path = Path(path)
+    fmt = _suffix_format(path) or ("tsv" if path.suffix.lower() == ".txt" else None)
+    if fmt is None:
+        raise UserError(f"{path}: cannot tell the format from the suffix '{path.suffix}'; "
+                        "name the file .tsv, .csv, .jsonl or .json.")
+    return fmt
+
+
+def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = None):
+    """(line number, row dict) of each data row; `header` given: `lines` starts after the header (a resume)."""
+    if fmt in ("tsv", "csv"):
+        csv.field_size_limit(max(csv.field_size_limit(), MAX_TEXT_CHARS + 1))  # the text rule decides, not csv
+        records = _csv_records(path, csv.reader(iter(lines), delimiter="\t" if fmt == "tsv" else ","), lines)
+        if header is None:
+            header = next(records, None)
+            if not header:
+                raise UserError(f"{path}: no header row; the first line must name the columns.")
+            header = [h.strip() for h in header]
+        for record in records:
+            if not record or all(not c.strip() for c in record):
+                continue
+            if len(record) != len(header):
+                raise UserError(
+                    f"{path}, line {lines.number}: {len(record)} fields where the header has {len(header)}; "
+                    f"fix the row (a stray {'tab' if fmt == 'tsv' else 'comma or quote'}?)."
+                )
+            yield lines.number, dict(zip(header, record))
+    elif fmt == "jsonl":
+        number = lines.number
+        for text in lines:
+            for chunk in text.splitlines() or [""]:  # the same line breaks str.splitlines counts
+                number += 1
+                if not chunk.strip():
+                    continue
+                try:
+                    obj = json.loads(chunk)
+                except json.JSONDecodeError as e:
+                    raise UserError(f"{path}, line {number}, column {e.colno}: invalid JSON ({e.msg}); "
+                                    "fix that line.") from None
+                except RecursionError:
+                    raise UserError(f"{path}, line {number}: JSON nested too deeply; fix that line.") from None
+                if not isinstance(obj, dict):
+                    raise UserError(f"{path}, line {number}: expected a JSON object per line; fix that line.")
+                yield number, obj
+    else:
+        yield from _json_array(path, lines)
+
+
+def _json_array(path: Path, lines: Lines):
+    """A JSON array's objects; `lines.offset` counts the items read, as that is where a resume continues."""
+    skip = lines.offset
+    text = "".join(lines)
+    if lines.expected is not None:
+        lines.check_unchanged()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg}); fix it.") from None
+    except RecursionError:
+        raise UserError(f"{path}: JSON nested too deeply; fix the file's shape.") from None
+    if not isinstance(data, list) or not all(isinstance(o, dict) for o in data):
+        raise UserError(f"{path}: expected a JSON array of objects (or JSON lines); fix the file's shape.")
+    for i in range(skip, len(data)):
+        lines.offset = lines.number = i + 1
+        yield i + 1, data[i]  # "line" = position in the array, 1-based
+
+
+def _csv_records(path: Path, reader, lines: Lines):
+    while True:
+        try:
+            yield next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:  # a quoted field running on over many lines
+            text = f"the text is longer than {MAX_TEXT_CHARS:,} characters" if "field larger" in str(e) else str(e)
+            raise UserError(f"{path}, line {lines.number}: {text}; check the quotes on that row.") from None

@@ -1,0 +1,145 @@
+"""The HTTP side of `serve`: request bodies bounded by the limits, the route handlers and the error answers.
+
+Handlers read the worker's grader, micro-batcher, metrics and settings from `app.state` (set by
+serve.create_app). This module imports FastAPI (the `serve` extra), so serve.py imports it only to build an app.
+"""
+# No `from __future__ import annotations`: FastAPI reads the handlers' annotations as types.
+
+import asyncio
+import functools
+import inspect
+from dataclasses import asdict
+from typing import Annotated
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from headcut_grader.data import text_problem
+from headcut_grader.grader import ranking
+from headcut_grader.microbatch import Closed, QueueFull
+from headcut_grader.serve_metrics import MISSING
+from headcut_grader.serve_middleware import RETRY_AFTER_SECONDS, SHUTTING_DOWN
+
+
+def request_models(limits) -> tuple[type, type]:
+    """The /grade and /rank bodies, bounded by `limits` (a serve.Limits): built per app, since the bounds are
+    part of the types that FastAPI validates and shows at /docs."""
+
+    def checked(value: str) -> str:  # the rule `headcut grade` applies to a file's texts
+        problem = text_problem(value, max_chars=limits.max_text_chars)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    Text = Annotated[str, Field(min_length=1, max_length=limits.max_text_chars), AfterValidator(checked)]
+
+    class Pair(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        query: Text
+        title: Text
+
+    class GradeRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        pairs: list[Pair] = Field(min_length=1, max_length=limits.max_pairs)
+
+    class RankRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        query: Text
+        titles: list[Text] = Field(min_length=1, max_length=limits.max_pairs)
+
+    return GradeRequest, RankRequest
+
+
+# --- routes ---------------------------------------------------------------------------------------
+
+def healthz(request: Request):
+    state = request.app.state
+    grader = state.grader
+    return {"status": "ok", "backend": grader.backend.name, "runtime_version": grader.backend.version,
+            "precision": grader.precision, "task": grader.task, "grades": grader.record.get("grades"),
+            "model_sha256": grader.graph_sha256, "max_length": grader.max_length,
+            "limits": asdict(state.limits), "batching": asdict(state.batching), "waiting_pairs": state.batcher.waiting}
+
+
+async def grade(request: Request, body):  # body: this app's GradeRequest (see add_routes)
+    result = await _graded(request, [(p.query, p.title) for p in body.pairs])
+    grader = request.app.state.grader
+    head = {"task": "score"} if grader.task == "score" else {"grades": grader.record["grades"]}
+    return JSONResponse({**head, "results": result.rows()})
+
+
+async def rank(request: Request, body):  # body: this app's RankRequest
+    result = await _graded(request, [(body.query, t) for t in body.titles])
+    return JSONResponse({"query": body.query, "ranking": ranking(body.titles, result)})
+
+
+def metrics_page(request: Request):
+    page = request.app.state.metrics.page()
+    if page is None:
+        return JSONResponse({"error": MISSING}, status_code=501)
+    return Response(page[0], media_type=page[1])
+
+
+async def _graded(request: Request, pairs):
+    state = request.app.state
+    future = state.batcher.submit(pairs)  # QueueFull and Closed become 503 (below), before any waiting
+    state.metrics.waiting(state.batcher.waiting)
+    return await asyncio.wrap_future(future)
+
+
+def add_routes(app: FastAPI, limits) -> None:
+    """GET|HEAD /healthz, POST /grade and /rank (bodies bounded by `limits`), GET|HEAD /metrics."""
+    grade_request, rank_request = request_models(limits)
+    readable = ["GET", "HEAD"]  # load balancers probe with HEAD: it answers like GET, without the body
+    app.add_api_route("/healthz", healthz, methods=readable)
+    app.add_api_route("/grade", _with_body(grade, grade_request), methods=["POST"])
+    app.add_api_route("/rank", _with_body(rank, rank_request), methods=["POST"])
+    app.add_api_route("/metrics", metrics_page, methods=readable, response_class=PlainTextResponse)
+
+
+def _with_body(handler, model):
+    """`handler` as FastAPI reads it: the same function, its `body` parameter typed as `model` (per app)."""
+
+    @functools.wraps(handler)
+    async def endpoint(**values):
+        return await handler(**values)
+
+    signature = inspect.signature(handler)
+    endpoint.__signature__ = signature.replace(parameters=[
+        p.replace(annotation=model) if p.name == "body" else p for p in signature.parameters.values()])
+    return endpoint
+
+
+# --- error answers: {"error": sentence}, never a 500 --------------------------------------------------
+
+async def http_error(request: Request, exc: StarletteHTTPException):
+    return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+
+
+async def invalid(request: Request, exc: RequestValidationError):
+    first = exc.errors()[0] if exc.errors() else {}
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    kind = first.get("type", "")
+    message = ("body is not valid JSON" if kind == "json_invalid" else f"{where}: {first.get('msg', 'invalid')}")
+    return JSONResponse({"error": f"{message}; see GET /docs for the request shape."}, status_code=422)
+
+
+async def busy(request: Request, exc: QueueFull):
+    max_queue = request.app.state.batching.max_queue
+    return JSONResponse({"error": f"server busy: {exc.waiting} pairs already wait in this worker's queue "
+                                  f"(--max-queue {max_queue}); retry after {RETRY_AFTER_SECONDS} s."},
+                        status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+async def closing(request: Request, exc: Closed):
+    return JSONResponse({"error": SHUTTING_DOWN}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(QueueFull, busy)
+    app.add_exception_handler(Closed, closing)

@@ -1,0 +1,114 @@
+"""What a cell of a pairs file must hold: a query or title (text rules shared with the server), a grade
+(through a label map) or a score, and what an input path must be; each problem is one UserError sentence."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+from headcut_grader.errors import UserError
+
+FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for where no flag or key sets them
+# One rule for every format: a query or title may hold up to MAX_TEXT_CHARS characters (a grader reads only
+# its first max_length tokens, so longer texts are almost surely a broken file).
+MAX_TEXT_CHARS = 1_000_000
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tab, newline and carriage return are text
+_JSON_KINDS = {bool: "true/false", int: "number", float: "number", dict: "object", list: "array"}
+
+
+def parse_label_map(text: str | None) -> dict | str | None:
+    """`--label-map` as '0:1,1:3,2:5' (raw -> grade), 'round' (float score -> nearest grade), or None."""
+    if text is None or text == "":
+        return None
+    if text == "round":
+        return "round"
+    out = {}
+    for item in text.split(","):
+        raw, sep, grade = item.partition(":")
+        if not sep or not grade.strip().lstrip("-").isdigit():
+            raise UserError(
+                f"--label-map item '{item}' is not RAW:GRADE; write e.g. --label-map 0:1,1:3,2:5 or --label-map round."
+            )
+        out[raw.strip()] = int(grade)
+    return out
+
+
+def check_regular(path: Path) -> None:
+    """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends."""
+    if not path.exists():
+        raise UserError(f"{path}: no such file; check the path.")
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; pass a data file (TSV, CSV, JSON lines or JSON).")
+    if not path.is_file():
+        raise UserError(f"{path} is not a regular file (a pipe, device or socket); save the pairs to a file "
+                        "and pass that.")
+
+
+def text_problem(text: str, *, max_chars: int = MAX_TEXT_CHARS) -> str | None:
+    """Why a query or title is not one ("empty text", ...), or None; the server applies the same rule."""
+    if not text.strip():
+        return "empty text"
+    if len(text) > max_chars:
+        return f"the text is longer than {max_chars:,} characters ({len(text):,})"
+    bad = _CONTROL.search(text)
+    if bad:
+        return f"control character U+{ord(bad.group()):04X} at character {bad.start() + 1}"
+    return None
+
+
+def to_text(value, where: str) -> str:
+    if value is None:
+        raise UserError(f"{where}: empty text; remove the row or fill it in.")
+    if not isinstance(value, str):  # JSON: 123, true or {"a": 1} is not a query someone typed
+        raise UserError(f"{where}: got a JSON {_JSON_KINDS.get(type(value), type(value).__name__)} "
+                        f"({json.dumps(value)[:40]}), but it must be text; put it in quotes or fix the row.")
+    problem = text_problem(value)
+    if problem:
+        fix = ("remove the row or fill it in" if problem == "empty text" else
+               "shorten it (a grader reads only its first max_length tokens)" if problem.startswith("the text is")
+               else "remove it (a binary or corrupt file?)")
+        raise UserError(f"{where}: {problem}; {fix}.")
+    return value.strip()
+
+
+def to_grade(value, label_map, grades, where: str, grades_fix: str) -> int:
+    if value is None or str(value).strip() == "":
+        raise UserError(f"{where}: empty label; fill it in or drop the row.")
+    if isinstance(value, (bool, dict, list)):
+        raise UserError(f"{where}: got a JSON {_JSON_KINDS[type(value)]} ({json.dumps(value)[:40]}), but it must be "
+                        "a number or text; fix the row.")
+    text = str(value).strip()
+    if isinstance(label_map, dict):
+        if text not in label_map:
+            raise UserError(f"{where}: label '{text}' is not in the label map {sorted(label_map)}; extend --label-map.")
+        grade = label_map[text]
+    else:
+        try:
+            number = float(text)
+        except ValueError:
+            raise UserError(f"{where}: label '{text}' is not a number; pass --label-map to map it to a grade.") from None
+        if not math.isfinite(number):
+            raise UserError(f"{where}: label '{text}' is not a finite number; write a grade such as 3 or drop the row.")
+        if label_map == "round":
+            grade = int(math.floor(number + 0.5))  # round half up, like the Home Depot grades
+        elif number != int(number):
+            raise UserError(f"{where}: label {text} is not a whole grade; pass --label-map round to round scores.")
+        else:
+            grade = int(number)
+    if grade not in grades:
+        raise UserError(f"{where}: grade {grade} is not one of the grades {list(grades)}; {grades_fix}.")
+    return grade
+
+
+def to_score(value, where: str) -> float:
+    """A gold score: any finite number."""
+    if value is None or str(value).strip() == "":
+        raise UserError(f"{where}: empty score; fill it in or drop the row.")
+    try:
+        number = float(value) if not isinstance(value, (bool, dict, list)) else float("nan")
+    except ValueError:
+        number = float("nan")
+    if not math.isfinite(number):
+        raise UserError(f"{where}: score {str(value)[:40]!r} is not a finite number; fix the row or drop it.")
+    return number

@@ -1,0 +1,96 @@
+"""A benchmark's report: the markdown table, the throughput-vs-agreement figure, and the files bench writes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from headcut_grader.files import write_json, write_text
+
+from headcut.export.bench import BenchResult
+
+
+def write_bench(result: BenchResult, folder: str | Path, *, notes: str = "") -> str:
+    """Write bench.json, bench.md (the table, then `notes`) and bench.png into `folder` (made if missing),
+    each file atomically; returns the markdown. `headcut bench` passes its atomic output folder."""
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    report = result.to_dict()
+    table = markdown(report) + notes
+    write_json(folder / "bench.json", report)
+    write_text(folder / "bench.md", table)
+    fig, partial = figure(report), folder / ".bench.png.partial"
+    try:
+        fig.savefig(partial, dpi=130, format="png")
+        partial.replace(folder / "bench.png")
+    finally:
+        plt.close(fig)
+        partial.unlink(missing_ok=True)
+    return table
+
+def cell(row: dict, batch: int, seq: int) -> dict | None:
+    return next((c for c in row["cells"] if c["batch"] == batch and c["seq"] == seq), None)
+
+
+def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
+    """One row per variant at the headline cell, then the full p50 grid."""
+    s = report["settings"]
+    lines = [f"Threads {s['threads']}, warm-up {s['warmup']}, {s['repeats']} timed runs per cell; accuracy and "
+             f"agreement with `{report['reference']}` on {report['data']['rows']} pairs of {report['data']['source']}.",
+             _machine_line(report),
+             "", f"| variant | size MiB | memory MiB | accuracy | Spearman | agreement | p50 ms | p95 ms | pairs/s "
+                 f"| speedup (b{batch} x s{seq}) | GFLOP/s | of peak |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in report["variants"]:
+        c = cell(row, batch, seq) or cell(row, *_first_cell(row))
+        achieved, peak = c.get("gflop_per_s"), row.get("peak_gflop_per_s")
+        share = f"{achieved / peak:.1%} of {peak:.0f}" if achieved and peak else "-"
+        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {row.get('accuracy', float('nan')):.4f} "
+                     f"| {row.get('spearman', float('nan')):.4f} | {row['agreement']:.2%} | {c['p50_ms']:.1f} "
+                     f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x "
+                     f"| {f'{achieved:.1f}' if achieved else '-'} | {share} |")
+    lines += ["", "p50 ms per batch (batch x sequence):", ""]
+    shapes = [(c["batch"], c["seq"]) for c in report["variants"][0]["cells"]]
+    lines.append("| variant | " + " | ".join(f"{b}x{q}" for b, q in shapes) + " |")
+    lines.append("|---|" + "---:|" * len(shapes))
+    for row in report["variants"]:
+        lines.append(f"| {row['name']} | " + " | ".join(f"{cell(row, b, q)['p50_ms']:.1f}" for b, q in shapes) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _machine_line(report: dict) -> str:
+    m = report.get("machine")
+    if not m:
+        return ""
+    return (f"\nMachine: {m['cpu']['model']}, {m['cpu']['cores']} cores at {m['ghz']:.2f} GHz, flags "
+            f"{' '.join(m['cpu']['flags']) or 'none'}; {', '.join(f'{k} {v}' for k, v in m['runtimes'].items())}. "
+            "Peak = threads x clock x FLOPs per cycle per core at the variant's precision (theoretical).")
+
+
+def _first_cell(row: dict) -> tuple[int, int]:
+    return row["cells"][0]["batch"], row["cells"][0]["seq"]
+
+
+MARKERS = {"pytorch": "s", "onnxruntime": "o", "openvino": "^"}
+
+
+def figure(report: dict, *, batch: int = 32, seq: int = 64):
+    """Throughput vs agreement with the reference at one cell, one point per variant, named in the legend (accuracy
+    barely moves on graded data, so agreement is what separates graders); returns a matplotlib Figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8.5, 4.4))
+    for row in report["variants"]:
+        c = cell(row, batch, seq) or cell(row, *_first_cell(row))
+        ax.scatter(c["pairs_per_s"], 100 * row["agreement"], marker=MARKERS.get(row["kind"], "o"), s=50,
+                   label=row["name"])
+    ax.set_xlabel(f"pairs per second (batch {batch} x sequence {seq}, {report['settings']['threads']} threads)")
+    ax.set_ylabel(f"% same grade as {report['reference']}")
+    ax.set_title("Throughput vs agreement (square: PyTorch, circle: ONNX Runtime, triangle: OpenVINO)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    fig.tight_layout()
+    return fig

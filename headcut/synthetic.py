@@ -1,0 +1,73 @@
+"""The built-in synthetic product-search pairs (`synthetic`, `synthetic:SEED` where a data path goes): a
+toolkit default for demos and tests, not real data."""
+from __future__ import annotations
+
+import random
+
+from headcut_grader.errors import UserError
+from headcut_grader.pairs import DEFAULT_GRADES, Pairs
+
+_PRODUCTS = {
+    "drill": ["cordless", "hammer", "brushless", "compact"],
+    "faucet": ["kitchen", "bathroom", "pull-down", "single-handle"],
+    "paint": ["interior", "exterior", "satin", "semi-gloss"],
+    "lamp": ["desk", "floor", "led", "dimmable"],
+    "saw": ["circular", "miter", "jig", "table"],
+    "shelf": ["wall", "floating", "corner", "wire"],
+    "door": ["storm", "interior", "sliding", "barn"],
+    "mower": ["push", "riding", "electric", "self-propelled"],
+    "tile": ["ceramic", "porcelain", "mosaic", "vinyl"],
+    "fan": ["ceiling", "box", "tower", "exhaust"],
+    "hose": ["garden", "expandable", "soaker", "rubber"],
+    "grill": ["gas", "charcoal", "pellet", "portable"],
+}
+_COLORS = ["black", "white", "chrome", "brushed nickel", "bronze", "red", "gray", "blue"]
+_BRANDS = ["Ridgeline", "HomeMax", "Acme Pro", "Northwind", "Bluebird", "Everbuild"]
+_SIZES = ["12 in.", "24 in.", "36 in.", "1 gal.", "5 gal.", "20-volt", "60 ft."]
+
+
+def is_synthetic(spec) -> bool:
+    return str(spec).partition(":")[0] == "synthetic"
+
+
+def synthetic_spec(spec: str, n: int | None = None) -> Pairs | None:
+    """'synthetic' or 'synthetic:SEED' (another seed = an independent held-out draw); None for a file path."""
+    if not is_synthetic(spec):
+        return None
+    seed = str(spec).partition(":")[2]
+    if seed and not seed.isdigit():
+        raise UserError(f"data '{spec}': write synthetic or synthetic:SEED with a whole-number seed.")
+    return synthetic_pairs(n or 2000, seed=int(seed or 0))
+
+
+def synthetic_pairs(n: int = 2000, *, seed: int = 0) -> Pairs:
+    """Deterministic product-search pairs whose grade follows term overlap and attribute agreement.
+
+    Synthetic, not real data: grade 5 = same product type, attribute and colour; 4 = one attribute off;
+    3 = same type, two off; 2 = a related word only; 1 = another product.
+    """
+    rng = random.Random(seed)
+    kinds = list(_PRODUCTS)
+    queries, titles, labels = [], [], []
+    while len(queries) < n:
+        kind = rng.choice(kinds)
+        attr = rng.choice(_PRODUCTS[kind])
+        color = rng.choice(_COLORS)
+        query = f"{attr} {kind} {color}" if rng.random() < 0.5 else f"{color} {attr} {kind}"
+        for _ in range(rng.randint(3, 6)):
+            grade = rng.choice(DEFAULT_GRADES)
+            t_kind, t_attr, t_color = kind, attr, color
+            if grade <= 4:
+                t_color = rng.choice([c for c in _COLORS if c != color])
+            if grade <= 3:
+                t_attr = rng.choice([a for a in _PRODUCTS[kind] if a != attr])
+            if grade <= 2:
+                t_kind = rng.choice([k for k in kinds if k != kind])
+                t_attr = attr if grade == 2 else rng.choice(_PRODUCTS[t_kind])
+            title = f"{rng.choice(_BRANDS)} {rng.choice(_SIZES)} {t_attr} {t_kind} in {t_color}"
+            queries.append(query)
+            titles.append(title)
+            labels.append(DEFAULT_GRADES.index(grade))
+            if len(queries) == n:
+                break
+    return Pairs(queries, titles, labels, DEFAULT_GRADES, f"synthetic(n={n}, seed={seed})")
