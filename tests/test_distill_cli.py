@@ -20,7 +20,7 @@ def write_recipe(path, teacher, **changes):
     return path
 
 
-def test_cli_distills_and_reports_against_the_teacher(tiny_teacher, tmp_path):
+def test_cli_distills_and_reports_against_the_teacher(tiny_teacher, tmp_path):  # noqa: F811
     recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
     result = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s"), "--set", "keep_layers=1"])
     assert result.exit_code == 0, result.output
@@ -30,7 +30,7 @@ def test_cli_distills_and_reports_against_the_teacher(tiny_teacher, tmp_path):
     assert again.exit_code == 2 and "not empty; choose a new folder or pass --overwrite" in again.output
 
 
-def test_cli_errors_exit_2_with_one_sentence(tiny_teacher, tmp_path):
+def test_cli_errors_exit_2_with_one_sentence(tiny_teacher, tmp_path):  # noqa: F811
     recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
     bad = runner.invoke(app, ["distill", str(recipe), "--set", "temprature=3"])
     assert bad.exit_code == 2 and "unknown key 'temprature' (did you mean 'temperature'?); valid keys are:" in bad.output
@@ -39,7 +39,7 @@ def test_cli_errors_exit_2_with_one_sentence(tiny_teacher, tmp_path):
     assert "Traceback" not in bad.output + missing.output
 
 
-def test_tune_resumes_its_study_and_reruns_a_killed_trial(tiny_teacher, tmp_path):
+def test_tune_resumes_its_study_and_reruns_a_killed_trial(tiny_teacher, tmp_path):  # noqa: F811
     import optuna
 
     from headcut.distill import tune_ranges

@@ -109,7 +109,7 @@ def test_a_score_student_learns_its_teacher(score_teacher, tmp_path):
 def test_a_grades_and_score_mix_up_is_one_sentence_exit_2(score_teacher, tmp_path):
     from test_score import write_scored
 
-    from headcut_grader.data import synthetic_pairs
+    from headcut.synthetic import synthetic_pairs
 
     runner = CliRunner()
     grades_teacher = save_model(LoadedModel(tiny_model("bert", attn="sdpa", vocab_size=len(tiny_tokenizer())),

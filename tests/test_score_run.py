@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut_grader.data import synthetic_pairs
+from headcut.synthetic import synthetic_pairs
 from headcut.models import LoadedModel, save_model
 from headcut.pipeline import load_pipeline, run_pipeline
 from conftest import tiny_model

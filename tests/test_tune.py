@@ -7,7 +7,7 @@ import torch
 
 import headcut.prune.refit as refit
 import headcut.prune.tune as tune
-from headcut.arch import keep_heads, keep_neurons, layer_parts
+from headcut.arch import keep_heads, keep_neurons
 from headcut.batching import collate
 from headcut.prune.refit import head_linears, refit_head
 from headcut.prune.tune import DAMPING, _Normal, choose_damping, tune_scales

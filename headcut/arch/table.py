@@ -90,12 +90,12 @@ def _bert_neuronless(layer: nn.Module, bias: torch.Tensor) -> None:
     layer.output = NeuronlessOutput(bias, layer.output.LayerNorm)
 
 
-def _bert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:
+def _bert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:  # noqa: F821 (see above)
     hidden = part.attention_norm(pre_norm)
     return part.layer.output(part.layer.intermediate(hidden), hidden)  # BERT's feed_forward_chunk; DeBERTa's too
 
 
-def _distilbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:
+def _distilbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:  # noqa: F821 (see above)
     hidden = part.attention_norm(pre_norm)
     return part.layer.output_layer_norm(part.layer.ffn(hidden) + hidden)
 
@@ -119,7 +119,7 @@ def _modernbert_neuronless(layer: nn.Module, bias: torch.Tensor) -> None:
     layer.mlp = NeuronlessFFN(bias)
 
 
-def _modernbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:
+def _modernbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:  # noqa: F821 (see above)
     return pre_norm + part.layer.mlp(part.attention_norm(pre_norm))
 
 
@@ -204,7 +204,7 @@ class Architecture:
     ffn_norm: str | None  # LayerNorm after residual + FFN output (None: pre-norm, see `pre_norm`)
     headless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-head stub (output bias)
     neuronless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-neuron FFN stub
-    finish: Callable[[LayerParts, torch.Tensor], torch.Tensor]  # layer output from the attention norm's input
+    finish: Callable[["LayerParts", torch.Tensor], torch.Tensor]  # layer output from the attention norm's input  # noqa: F821
     positions_after_padding: bool = False  # position ids start after the padding index (fewer usable positions)
     out_inside_attention: bool = False  # the `attention` module applies `out` itself (DistilBERT)
     # more linears whose output rows are per-head blocks, sliced with q/k/v where present; a fused q/k/v
