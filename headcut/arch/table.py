@@ -204,7 +204,8 @@ class Architecture:
     ffn_norm: str | None  # LayerNorm after residual + FFN output (None: pre-norm, see `pre_norm`)
     headless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-head stub (output bias)
     neuronless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-neuron FFN stub
-    finish: Callable[["LayerParts", torch.Tensor], torch.Tensor]  # layer output from the attention norm's input  # noqa: F821
+    # the layer output from the attention norm's input
+    finish: Callable[["LayerParts", torch.Tensor], torch.Tensor]  # noqa: F821
     positions_after_padding: bool = False  # position ids start after the padding index (fewer usable positions)
     out_inside_attention: bool = False  # the `attention` module applies `out` itself (DistilBERT)
     # more linears whose output rows are per-head blocks, sliced with q/k/v where present; a fused q/k/v
