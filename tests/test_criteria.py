@@ -115,3 +115,12 @@ def test_scan_and_the_budget_prune_share_one_fisher(tiny_grader):  # noqa: F811
     budget_fisher = criterion("fisher", neurons=True).score(data)
     assert torch.allclose(budget_fisher.heads.float(), scan_fisher, rtol=1e-6)
     assert budget_fisher.targets == "grades" and budget_fisher.neurons.shape == (3, 37)
+    # without grades, the scan's fisher is the budget prune's default: the model's own expected Fisher
+    from headcut.evaluate.fisher import unit_fisher
+    from headcut_grader.data import Pairs
+
+    unlabelled = Pairs(pairs.queries, pairs.titles, None)
+    scan_teacher = head_importance(loaded.model, loaded.tokenizer, unlabelled, method="fisher", batch_size=16)
+    expected = unit_fisher(loaded.model, encode(loaded.tokenizer, pairs, model=loaded.model), batch_size=16).heads
+    assert torch.allclose(expected.float(), scan_teacher, rtol=1e-6)
+    assert not torch.allclose(scan_teacher, scan_fisher, rtol=1e-2)  # gold and the model's own targets differ
