@@ -5,7 +5,7 @@ Nothing is written unless every gate passes: the folder appears whole or not at 
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -73,13 +73,33 @@ def build_grader(
     accuracy figures and every precision choice.
     Raises ParityError when a graph fails its gate, UserError when the request cannot be met here.
     """
+    ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
+                                                        int8=int8, max_length=max_length or loaded.max_length)
+    say = progress or (lambda message: None)
+    model, max_length = loaded.model, max_length or loaded.max_length
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        graphs = export_checked(model, loaded.tokenizer, pairs, tmp, opset=opset, max_length=max_length,
+                                optimize=optimize, threads=threads, say=say)
+        graded = Graded(None, None, None, None, graphs.final)
+        if labelled:
+            graded = grade_and_quantize(loaded, pairs, graphs, tmp, ort_precision=ort_precision, gate=gate,
+                                        choices=choices, threads=threads, max_length=max_length, say=say)
+        openvino = speed = None
+        if ov_precision:
+            openvino, speed = openvino_beside(model, pairs if labelled else None, graphs, graded, tmp,
+                                              precision=ov_precision, gate=gate, threads=threads, say=say)
+        record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset, backend=backend,
+                              openvino=openvino, speed=speed)
+    return record
+
+
+def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | None, int8: bool,
+                max_length: int) -> tuple[str, str | None, bool]:
+    """Refuse what cannot be built, before any work: (ORT precision, OpenVINO precision or None, labelled)."""
     from headcut.models import check_stage
 
     check_stage(loaded, "export")
-    say = progress or (lambda message: None)
-    model, tokenizer = loaded.model, loaded.tokenizer
-    max_length = max_length or loaded.max_length
-    check_max_length(model, max_length)  # a grader must not accept texts its graph cannot embed
+    check_max_length(loaded.model, max_length)  # a grader must not accept texts its graph cannot embed
     ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8)
     labelled = pairs is not None and pairs.task is not None
     if labelled:
@@ -88,76 +108,123 @@ def build_grader(
         raise UserError("--int8 needs labelled pairs to check agreement, Spearman and accuracy; pass --data FILE.")
     if ov_precision:
         check_request(ov_precision, labelled=labelled)
-    if not getattr(tokenizer, "is_fast", False):
+    if not getattr(loaded.tokenizer, "is_fast", False):
         raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, which the ONNX grader needs.")
-    with atomic_dir(out, overwrite=overwrite) as tmp:
-        say("exporting fp32 graph")
-        fp32 = export_onnx(model, tmp / "fp32.onnx", opset=opset)
-        batches = gate_batches(model, tokenizer, pairs, max_length=max_length)
-        calibration = batches[: len(batches) - len(RANDOM_SHAPES)]  # the real pairs only
-        reference = reference_logits(model, batches)
-        say("checking fp32 parity")
-        record_parity = {"fp32": check_parity(parity(reference, session(fp32, threads=threads), batches),
-                                              what="the fp32 ONNX export").as_dict()}
-        final, optimized = fp32, None
-        if optimize:
-            say("optimising graph")
-            optimized = optimize_graph(fp32, tmp / "optimized.onnx", hidden_size=model.config.hidden_size,
-                                       heads_per_layer=heads_per_layer(model),
-                                       plain_attention=architecture(model).plain_attention)
-            record_parity["optimized"] = check_parity(
-                parity(reference, session(tmp / "optimized.onnx", threads=threads), batches),
-                what="the ORT-optimised graph (drop --optimize)").as_dict()
-            final = tmp / "optimized.onnx"
-        accuracy, int8_record, encoded, labels = None, None, None, None
-        shipped = session(final, threads=threads)  # graded here, and the INT8 gate's speed yardstick
-        if labelled:
-            say(f"grading {len(pairs)} pairs")
-            encoded = encode(tokenizer, pairs, max_length=max_length, model=model)
-            logits = onnx_logits(shipped, encoded)
-            labels = gold(pairs)
-            accuracy = {"data": pairs.provenance(),
-                        "metrics": summary(logits, pairs, task=loaded.task, activation=loaded.activation)}
-            if ort_precision in ("int8", "auto"):
-                ort_choices = tuple(resolve(c, model, calibration) for c in choices)
-                try:
-                    final, int8_record, int8_logits = _choose_int8(
-                        fp32, shipped, tmp, encoded, logits, labels, pairs.grades, vocab=model.config.vocab_size,
-                        gate=gate, choices=ort_choices, calibration=calibration, threads=threads, say=say,
-                        groups=pairs.query_groups())
-                except GateError:
-                    if ort_precision == "int8":
-                        raise
-                    int8_record = None  # auto: no INT8 recipe passes, so the fp32 graph ships
-                if int8_record:
-                    accuracy["fp32_metrics"] = accuracy["metrics"]
-                    accuracy["metrics"] = summary(int8_logits, pairs, task=loaded.task, activation=loaded.activation)
-                    shipped = session(final, threads=threads)
-        openvino, speed = None, None
-        if ov_precision:
-            judged = build_openvino(model, tmp, reference=reference, batches=batches, calibration=calibration,
-                                    encoded=encoded, labels=labels, grades=pairs.grades if labelled else None,
-                                    groups=pairs.query_groups() if labelled else None,
-                                    precision=ov_precision, gate=gate, threads=threads, say=say)
-            openvino = judged.record
-            say("timing ONNX Runtime against OpenVINO")
-            speed = backend_speed({"onnxruntime": lambda b: run_session(shipped, b), "openvino": judged.run},
-                                  vocab=model.config.vocab_size, threads=threads)
-        target = tmp / "model.onnx"
-        Path(final).rename(target)
-        for leftover in tmp.glob("*.onnx"):
-            if leftover != target:
-                leftover.unlink()
-        tokenizer.save_pretrained(tmp)
-        record = grader_record(
-            loaded, input_names=input_names(model), max_length=max_length, opset=opset,
-            precision="int8" if int8_record else "fp32", graph_optimization="all", parity=record_parity,
-            accuracy=accuracy, int8=int8_record, optimized=optimized,
-            model_file={"name": "model.onnx", "sha256": file_hash(target), "bytes": target.stat().st_size},
-            backend=backend, openvino=openvino, speed=speed,
-        )
-        write_json(tmp / "grader.json", record)
-        write_text(tmp / "README.md", model_card(record))
+    return ort_precision, ov_precision, labelled
+
+
+@dataclass
+class Graphs:
+    """The fp32 export and what checked it: gate batches, PyTorch's logits on them, the parity records, and
+    the graph that ships unless INT8 replaces it (`final`: the fp32 or ORT-optimised graph)."""
+
+    fp32: Path
+    final: Path
+    optimized: dict | None
+    batches: list
+    calibration: list
+    reference: list
+    parity: dict
+
+
+def export_checked(model, tokenizer, pairs, tmp: Path, *, opset: int, max_length: int, optimize: bool, threads: int,
+                   say) -> Graphs:
+    """Export the fp32 graph and check its parity with PyTorch (and, with `optimize`, the optimised graph's)."""
+    say("exporting fp32 graph")
+    fp32 = export_onnx(model, tmp / "fp32.onnx", opset=opset)
+    batches = gate_batches(model, tokenizer, pairs, max_length=max_length)
+    reference = reference_logits(model, batches)
+    say("checking fp32 parity")
+    record = {"fp32": check_parity(parity(reference, session(fp32, threads=threads), batches),
+                                   what="the fp32 ONNX export").as_dict()}
+    final, optimized = fp32, None
+    if optimize:
+        say("optimising graph")
+        optimized = optimize_graph(fp32, tmp / "optimized.onnx", hidden_size=model.config.hidden_size,
+                                   heads_per_layer=heads_per_layer(model),
+                                   plain_attention=architecture(model).plain_attention)
+        record["optimized"] = check_parity(parity(reference, session(tmp / "optimized.onnx", threads=threads), batches),
+                                           what="the ORT-optimised graph (drop --optimize)").as_dict()
+        final = tmp / "optimized.onnx"
+    calibration = batches[: len(batches) - len(RANDOM_SHAPES)]  # the real pairs only
+    return Graphs(fp32, final, optimized, batches, calibration, reference, record)
+
+
+@dataclass
+class Graded:
+    """The shipped graph's grades of the labelled pairs (`accuracy`), the INT8 choice when one ships, and the
+    encoded pairs and gold the OpenVINO gate reuses."""
+
+    accuracy: dict | None
+    int8: dict | None
+    encoded: object
+    labels: object
+    final: Path
+
+
+def grade_and_quantize(loaded, pairs: Pairs, graphs: Graphs, tmp: Path, *, ort_precision: str, gate: Int8Gate,
+                       choices, threads: int, max_length: int, say) -> Graded:
+    """Grade the labelled pairs with the shipped graph; for int8 / auto, quantise and keep the fastest INT8
+    recipe that passes `gate` (auto ships fp32 when none does)."""
+    model = loaded.model
+    say(f"grading {len(pairs)} pairs")
+    encoded = encode(loaded.tokenizer, pairs, max_length=max_length, model=model)
+    shipped = session(graphs.final, threads=threads)
+    logits = onnx_logits(shipped, encoded)
+    labels = gold(pairs)
+    accuracy = {"data": pairs.provenance(),
+                "metrics": summary(logits, pairs, task=loaded.task, activation=loaded.activation)}
+    final, int8_record = graphs.final, None
+    if ort_precision in ("int8", "auto"):
+        ort_choices = tuple(resolve(c, model, graphs.calibration) for c in choices)
+        try:
+            final, int8_record, int8_logits = _choose_int8(
+                graphs.fp32, shipped, tmp, encoded, logits, labels, pairs.grades, vocab=model.config.vocab_size,
+                gate=gate, choices=ort_choices, calibration=graphs.calibration, threads=threads, say=say,
+                groups=pairs.query_groups())
+        except GateError:
+            if ort_precision == "int8":
+                raise
+            final, int8_record = graphs.final, None  # auto: no INT8 recipe passes, so the fp32 graph ships
+        if int8_record:
+            accuracy["fp32_metrics"] = accuracy["metrics"]
+            accuracy["metrics"] = summary(int8_logits, pairs, task=loaded.task, activation=loaded.activation)
+    return Graded(accuracy, int8_record, encoded, labels, final)
+
+
+def openvino_beside(model, pairs: Pairs | None, graphs: Graphs, graded: Graded, tmp: Path, *, precision: str,
+                    gate: Int8Gate, threads: int, say) -> tuple[dict, dict]:
+    """The OpenVINO graph at `precision`, gated as the ONNX one; and both runtimes timed on this CPU."""
+    judged = build_openvino(model, tmp, reference=graphs.reference, batches=graphs.batches,
+                            calibration=graphs.calibration, encoded=graded.encoded, labels=graded.labels,
+                            grades=pairs.grades if pairs is not None else None,
+                            groups=pairs.query_groups() if pairs is not None else None,
+                            precision=precision, gate=gate, threads=threads, say=say)
+    say("timing ONNX Runtime against OpenVINO")
+    shipped = session(graded.final, threads=threads)
+    speed = backend_speed({"onnxruntime": lambda b: run_session(shipped, b), "openvino": judged.run},
+                          vocab=model.config.vocab_size, threads=threads)
+    return judged.record, speed
+
+
+def write_grader(loaded, tmp: Path, graphs: Graphs, graded: Graded, *, max_length: int, opset: int, backend: str,
+                 openvino: dict | None, speed: dict | None) -> dict:
+    """Keep the shipped graph as model.onnx, save the tokenizer, write grader.json and the model card."""
+    target = tmp / "model.onnx"
+    Path(graded.final).rename(target)
+    for leftover in tmp.glob("*.onnx"):
+        if leftover != target:
+            leftover.unlink()
+    loaded.tokenizer.save_pretrained(tmp)
+    record = grader_record(
+        loaded, input_names=input_names(loaded.model), max_length=max_length, opset=opset,
+        precision="int8" if graded.int8 else "fp32", graph_optimization="all", parity=graphs.parity,
+        accuracy=graded.accuracy, int8=graded.int8, optimized=graphs.optimized,
+        model_file={"name": "model.onnx", "sha256": file_hash(target), "bytes": target.stat().st_size},
+        backend=backend, openvino=openvino, speed=speed,
+    )
+    write_json(tmp / "grader.json", record)
+    write_text(tmp / "README.md", model_card(record))
     return record
 
 
