@@ -24,7 +24,7 @@ prune: {{flops: 0.6, score_rows: 32, calibrate: 32}}
 distill:
   small: {{recipe: distill/minilm_score_bottom3_cpu, keep_layers: 1, train_rows: 200, dev_rows: 40, max_length: 24,
           epochs: 2, batch_size: 16, eval_every: 4, checkpoint_every: 4}}
-export: {{precision: int8, rows: 40, threads: 1, min_agreement: 0.0, max_spearman_drift: 1.0, max_drop: 100.0}}
+export: {{precision: auto, rows: 40, threads: 1, min_agreement: 0.99, max_spearman_drift: 1.0, max_drop: 100.0}}
 bench: {{batch: 4, seq_len: 16, repeats: 2, threads: 1, bootstrap: 50}}
 """
 
@@ -58,7 +58,9 @@ def test_a_score_run_makes_every_stage_and_a_ranking_report(score_recipe):
     report = json.loads((result.out / "report.json").read_text())
     rows = {r["name"]: r for r in report["rows"]}
     assert list(rows) == ["teacher", "pruned", "small"]
-    assert rows["teacher"]["vs_teacher"]["pair_order"]["value"] > 0.99  # its own grader, up to INT8 rounding
+    # its own grader: fp32, or INT8 only where the gate saw 99% of the pairs keep their order (a barely trained
+    # tiny teacher's scores are close together, and INT8 rounding alone can reorder half of them)
+    assert rows["teacher"]["vs_teacher"]["pair_order"]["value"] > 0.99
     for row in rows.values():
         assert {"ndcg@10", "mrr", "pair_order", "top1", "spearman"} <= set(row["vs_teacher"])
         assert "accuracy" not in row["metrics"] and -1 <= row["metrics"]["spearman"] <= 1
