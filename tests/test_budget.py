@@ -232,6 +232,25 @@ def test_flops_prune_writes_a_smaller_grader_that_reloads_and_exports(tmp_path, 
     assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
 
 
+def test_an_iterative_flops_prune_meets_its_budget_counted_from_the_artifact(tmp_path, tiny_grader):  # noqa: F811
+    grader, _ = tiny_grader
+    out = tmp_path / "steps"
+    result = run("--model", grader, "--flops", 0.3, "--iterative", 3, "--out", out, "--calibrate", 40,
+                 "--bootstrap", 20, "--no-timing")
+    assert result.exit_code == 0, result.output
+    assert "Reached in 3 steps (shares 0.67, 0.45, 0.30)" in result.output
+    source, pruned = load_model(grader), load_model(out)
+    full, seq = flops_per_pair(source.model, pruned.max_length), pruned.max_length
+    assert flops_per_pair(pruned.model, seq) <= 0.3 * full  # counted from the reloaded artifact
+    steps = pruned.meta["prune"]["budget"]["steps"]
+    assert [round(s["share"], 2) for s in steps] == [0.67, 0.45, 0.3]
+    for before, after in zip(steps, steps[1:]):  # each step only removes: nothing comes back
+        assert all(a <= b for a, b in zip(after["heads_per_layer"], before["heads_per_layer"]))
+        assert all(a <= b for a, b in zip(after["neurons_per_layer"], before["neurons_per_layer"]))
+    assert all(s["plan_flops"] <= s["share"] * full for s in steps)
+    assert steps[-1]["plan_flops"] == flops_per_pair(pruned.model, seq)
+
+
 def test_impossible_flops_budget_exits_2_with_one_sentence(tmp_path, tiny_grader):  # noqa: F811
     grader, _ = tiny_grader
     result = run("--model", grader, "--flops", 0.0001, "--out", tmp_path / "x", "--no-timing")

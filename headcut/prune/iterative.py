@@ -16,6 +16,12 @@ def step_ratios(keep_ratio: float, steps: int) -> list[float]:
     return [1 - (1 - keep_ratio) * (s + 1) / steps for s in range(steps)]
 
 
+def budget_shares(share: float, steps: int) -> list[float]:
+    """Shares of the full model after each step, shrinking geometrically from 1 to `share` (each step removes the
+    same fraction of what is left): 0.25 in 5 steps is 0.76, 0.57, 0.44, 0.33, 0.25."""
+    return [share ** ((s + 1) / steps) for s in range(steps - 1)] + [share]
+
+
 def iterative_plan(
     model,
     score_fn: Callable[[torch.nn.Module], torch.Tensor],

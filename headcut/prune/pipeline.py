@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, keep_heads, keep_neurons, mask_shape, unit_flops
+from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shape, unit_flops
 from headcut.batching import encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
@@ -25,12 +25,12 @@ from headcut.prune.refit import refit_head
 from headcut.prune.tune import tune_scales
 from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample, file_score_record,
                                   notes_for, scan_score_record, stage)
-from headcut.prune.iterative import iterative_plan
+from headcut.prune.iterative import budget_shares, iterative_plan
 from headcut.prune.measure import speed_summary
 from headcut.prune.plan import check_keep_ratio, plan_heads
 from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
-from headcut.prune.surgery import pruned_copy
+from headcut.prune.surgery import apply_unit_plan, pruned_copy
 
 
 def prune(
@@ -120,6 +120,12 @@ class Budget:
     full: int
     budget: float
     ms_costs: LayerCosts | None = None
+
+    def at(self, share: float) -> "Budget":
+        """The same budget shrunk to `share` of the full model (a step of an iterative prune)."""
+        if self.flops is not None:
+            return replace(self, budget=int(share * self.full))
+        return replace(self, budget=self.budget * share / self.latency)
 
     def plan(self, scores: UnitScores, layer_prior: float) -> UnitPlan:
         if self.flops is not None:
@@ -219,6 +225,7 @@ def prune_to_budget(
     targets: str = "teacher",
     layer_prior: float = 0.0,
     tune: bool = True,
+    steps: int = 1,
     eval_data: Pairs | None = None,
     seq_len: int | None = None,
     latency_batch: int = 32,
@@ -239,8 +246,11 @@ def prune_to_budget(
     (`prune.budget`), then, with `tune`, per-unit scales and bias shifts re-fitted by least squares on another
     seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded into the
     weights (`prune.tune`), then the classification head re-fitted to the unpruned model's outputs
-    (`prune.refit`). Quality with paired CIs (also of the untuned model when tuning ran) is measured as
-    `prune` does."""
+    (`prune.refit`). With `steps` > 1 the budget is reached in that many steps of geometrically shrinking
+    shares (`budget_shares`), the smaller model re-scored and re-tuned after each. Quality with paired CIs
+    (also of the final plan untuned when tuning ran) is measured as `prune` does."""
+    if not isinstance(steps, int) or not 1 <= steps <= 100:
+        raise UserError(f"--iterative {steps} is outside 1..100; pass the number of pruning steps (1 = one shot).")
     chosen = criterion(method, neurons=True)
     check_targets(targets)
     pool = data_pool(loaded, data)
@@ -250,20 +260,26 @@ def prune_to_budget(
     check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source))
     budget = budget_of(loaded, flops=flops, latency=latency, seq_len=seq_len, latency_batch=latency_batch,
                        latency_cache=latency_cache, latency_runtime=latency_runtime, progress=progress, notice=notice)
-    scores = unit_scores or score_units(loaded, score_pairs, method=chosen.name, targets=targets,
-                                        batch_size=max(1, settings.batch_size // 2),
-                                        progress=stage(progress, "scoring", len(score_pairs)))
-    plan = budget.plan(scores, layer_prior)
-    model = copy.deepcopy(loaded.model)
-    keep_heads(model, [list(h) for h in plan.heads])
-    keep_neurons(model, [list(n) for n in plan.neurons])
-    model.eval()
-    untuned = copy.deepcopy(model) if tune and eval_pairs is not None else None
-    tuning = Tuning(None, [], [])
-    if tune:
-        tuning = tune_pruned(loaded, model, pool.sample(settings.calibrate_rows, seed=settings.seed + 1),
-                             batch_size=settings.batch_size, progress=progress)
-    pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
+    calibration = pool.sample(settings.calibrate_rows, seed=settings.seed + 1) if tune else None
+
+    def rescore(model, step: int) -> UnitScores:
+        return score_units(_as_loaded(loaded, model), score_pairs, method=chosen.name, targets=targets,
+                           batch_size=max(1, settings.batch_size // 2),
+                           progress=stage(progress, "scoring" + (f" (step {step} of {steps})" if steps > 1 else ""),
+                                          len(score_pairs)))
+
+    def retune(model) -> Tuning:
+        return tune_pruned(loaded, model, calibration, batch_size=settings.batch_size, progress=progress)
+
+    shares = budget_shares(flops if flops is not None else latency, steps)
+    scores = unit_scores or rescore(loaded.model, 1)
+    model, plan, tuning, stepped = prune_in_steps(loaded.model, budget, shares, scores, rescore,
+                                                  retune if tune else None, layer_prior)
+    untuned = None
+    if tune and eval_pairs is not None:  # the final plan with masks only, for the report's before/after tuning
+        untuned = copy.deepcopy(loaded.model).eval()
+        apply_unit_plan(untuned, plan)
+    pruned = _as_loaded(loaded, model)
     quality = quality_untuned = None
     if eval_pairs is not None:
         quality, *rest = budget_quality(loaded, [model] + ([untuned] if untuned is not None else []), eval_pairs,
@@ -277,8 +293,32 @@ def prune_to_budget(
         scores={"how": _scores_how(scores, score_pairs), "data": score_pairs.provenance(), **scores.to_dict()},
         speed=speed_summary(loaded.model, model, seq_len=budget.seq_len, latency=settings.timing,
                             min_seconds=settings.latency_seconds),
-        budget=budget.record(plan), tuning=tuning.record(tune, settings.calibrate_rows),
+        budget={**budget.record(plan), **({"steps": stepped} if steps > 1 else {})}, tuning=tuning.record(tune, settings.calibrate_rows),
         quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, tuning.pairs))
+
+
+def prune_in_steps(teacher, budget: Budget, shares: list[float], scores: UnitScores,
+                   rescore: Callable[[object, int], UnitScores], retune: Callable[[object], Tuning] | None,
+                   layer_prior: float) -> tuple:
+    """A pruned copy of `teacher` planned at each of `shares` of `budget` in turn: `scores` plan the first step,
+    `rescore(model, step)` the later ones, and `retune(model)` (None: no tuning) runs after every step.
+    Returns the model, the final plan, the final tuning and one record per step."""
+    model, plan, tuning, stepped = copy.deepcopy(teacher).eval(), None, Tuning(None, [], []), []
+    for step, share in enumerate(shares, start=1):
+        if step > 1:  # the smaller, tuned model is judged again: a unit that backed up a removed one may matter now
+            scores = rescore(model, step)
+        plan = budget.at(share).plan(scores, layer_prior)
+        apply_unit_plan(model, plan)
+        if retune is not None:
+            tuning = retune(model)
+        stepped.append({"share": share, "plan_flops": plan.flops(budget.costs),
+                        "heads_per_layer": plan.heads_per_layer, "neurons_per_layer": plan.neurons_per_layer})
+    return model, plan, tuning, stepped
+
+
+def _as_loaded(loaded: LoadedModel, model) -> LoadedModel:
+    """`model` (a pruned copy) with `loaded`'s tokenizer and record, for the passes that take a LoadedModel."""
+    return LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
 
 
 def _scores_how(scores: UnitScores, pairs: Pairs) -> str:

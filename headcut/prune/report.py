@@ -65,6 +65,9 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
         else:
             lines.append(f"Budget: {budget['flops']} of the FLOPs at {budget['seq_len']} tokens "
                          f"({_flops(budget['budget_flops'])}); the plan uses {_flops(budget['plan_flops'])}.  ")
+        if budget.get("steps"):
+            shares = ", ".join(f"{s['share']:.2f}" for s in budget["steps"])
+            lines.append(f"Reached in {len(budget['steps'])} steps (shares {shares}), re-scored and re-tuned after each.  ")
         lines.append(f"Kept {plan['kept']} of {plan['total']} heads and {sum(plan['neurons_per_layer']):,} of "
                      f"{plan['num_neurons'] * len(plan['neurons_per_layer']):,} FFN neurons "
                      f"(layer prior {summary['layer_prior']}).")

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import copy
 
-from headcut.arch import heads_per_layer, keep_heads, mask_shape
+from headcut.arch import heads_per_layer, keep_heads, keep_neurons, mask_shape
 from headcut.models import LoadedModel
+from headcut.prune.budget import UnitPlan
 from headcut.prune.plan import HeadPlan
 
 
@@ -17,6 +18,12 @@ def apply_plan(model, plan: HeadPlan) -> None:
     if heads_per_layer(model) != [shape[1]] * shape[0]:
         raise ValueError("apply_plan needs an unpruned model; prune the original, or compose the plans")
     keep_heads(model, [list(k) for k in plan.keep])
+
+
+def apply_unit_plan(model, plan: UnitPlan) -> None:
+    """Keep the plan's heads and FFN neurons (original ids), in place; a model pruned before keeps the intersection."""
+    keep_heads(model, [list(h) for h in plan.heads])
+    keep_neurons(model, [list(n) for n in plan.neurons])
 
 
 def pruned_copy(loaded: LoadedModel, plan: HeadPlan) -> LoadedModel:
