@@ -265,6 +265,9 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
                                                       "[scan] experiments '9' is not all, none or numbers 1-5"]),
     (["prune.flops=null", "prune.keep_ratio=0.5", "prune.method=ablation", "scan.methods=[kl]"],
      ["[prune] method 'ablation' ranks heads by scores the scan does not compute (scan.methods: kl)"]),
+    (["prune.flops=null", "prune.keep_ratio=0.5", "prune.iterative=3"],
+     ["[prune] iterative re-scores units between steps, which flops does"]),
+    (["prune.iterative=101"], ["key 'iterative' is 101, which is out of range"]),
     (["data.test=nowhere/test.tsv", "scan.data=nowhere/scan.tsv"],
      ["data.test=nowhere/test.tsv, scan.data=nowhere/scan.tsv: no such file"]),
 ])

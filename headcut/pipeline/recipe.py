@@ -55,6 +55,7 @@ class PruneSection:
     score_rows: int = ranged(512, 1)  # flops: train pairs scored
     calibrate: int = ranged(512, 5, 100_000)  # flops: train pairs for mask tuning (0.2 held out)
     tune: bool = True
+    iterative: int = ranged(0, 0, 100)  # flops: reach the budget in this many steps, re-scored and re-tuned (0, 1: one shot)
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,9 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     target = prune and one_target_problem({"keep_ratio": prune.keep_ratio, "flops": prune.flops}, flags=False)
     if target:
         problems.append(f"[prune] give {target}")
+    if prune is not None and prune.keep_ratio is not None and prune.iterative > 1:
+        problems.append("[prune] iterative re-scores units between steps, which flops does; keep_ratio ranks heads by "
+                        "the scan's scores once (drop iterative, or use flops)")
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
     _check_scan(parts["scan"], prune, problems)
