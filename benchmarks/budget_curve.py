@@ -10,6 +10,10 @@ For each FLOPs budget (share of the teacher's FLOPs per pair at its max_length) 
                   allows; n/a below the FFN's share of the FLOPs
   heads+FFN       the joint plan, masks only (`headcut prune --flops F --no-tune`)
   heads+FFN+tune  the joint plan with mask tuning and the head refit (`headcut prune --flops F`)
+  iterative       the same, reached in --steps steps, re-scored and re-tuned after each
+                  (`headcut prune --flops F --iterative STEPS`)
+  one-shot xN     one shot given the iterative variant's time instead: STEPS times the scoring and
+                  calibration pairs (the comparison at equal total time)
   random          random heads and neurons in the same per-layer numbers as the joint plan, untuned
   bottom-k        the teacher's lowest k layers, k the nearest layer count (no training)
 Quality: accuracy, Spearman and loss minus the teacher's with paired bootstrap 95% CIs, and agreement
@@ -48,7 +52,7 @@ from headcut.timing import round_robin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "homedepot"
-VARIANTS = ("heads only", "heads+FFN", "heads+FFN+tune", "random", "bottom-k")
+VARIANTS = ("heads only", "heads+FFN", "heads+FFN+tune", "iterative", "one-shot xN", "random", "bottom-k")
 
 
 def log(msg: str) -> None:
@@ -61,7 +65,9 @@ def parse_args():
     p.add_argument("--train", default=str(DATA / "train.tsv"))
     p.add_argument("--dev", default=str(DATA / "dev.tsv"))
     p.add_argument("--out", default=str(ROOT / "runs" / "budget_curve"))
-    p.add_argument("--budgets", default="0.8,0.65,0.5,0.35")
+    p.add_argument("--budgets", default="0.65,0.5,0.35,0.25,0.15")
+    p.add_argument("--steps", type=int, default=5, help="steps of the iterative variant")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
     p.add_argument("--score-rows", type=int, default=1000)
     p.add_argument("--calibrate", type=int, default=512)
     p.add_argument("--report-rows", type=int, default=2000)
@@ -106,6 +112,42 @@ def bottom_k(teacher, share: float, seq: int):
     return k, shares[k][1]
 
 
+def prune_tuned(teacher, tok, seq, score_pairs, calib_pairs, share: float, steps: int):
+    """`headcut prune --flops share --iterative steps` on these pairs: Fisher scores (the model's own expected
+    Fisher), the plan at each step's share, mask tuning and the head refit after each step."""
+    from headcut.prune.iterative import budget_shares
+    from headcut.prune.pipeline import Budget, Tuning, prune_in_steps
+
+    score_enc = encode(tok, score_pairs, max_length=seq, model=teacher)
+    calib_enc = encode(tok, calib_pairs, max_length=seq, model=teacher)
+    units, full = unit_flops(teacher, seq), flops_per_pair(teacher, seq)
+    budget = Budget(share, None, seq, units, full, check_budget(share, units, full))
+
+    def retune(model):
+        return Tuning(None, tune_scales(teacher, model, calib_enc), refit_head(teacher, model, calib_enc))
+
+    model, *_ = prune_in_steps(teacher, budget, budget_shares(share, steps), unit_fisher(teacher, score_enc),
+                               lambda m, step: unit_fisher(m, score_enc), retune, 0.0)
+    return model
+
+
+def iterative(teacher, tok, seq, score_pairs, calib_pairs, share, args):
+    return prune_tuned(teacher, tok, seq, score_pairs, calib_pairs, share, args.steps)
+
+
+def one_shot(teacher, tok, seq, score_pairs, calib_pairs, share, args):
+    return prune_tuned(teacher, tok, seq, score_pairs, calib_pairs, share, 1)
+
+
+def timed_variant(seconds: dict, name: str, make, *args):
+    """`make(*args)`, its wall time recorded in `seconds[name]`."""
+    start = time.perf_counter()
+    model = make(*args)
+    seconds[name] = time.perf_counter() - start
+    log(f"  {name}: {seconds[name]:.0f} s")
+    return model
+
+
 def main():
     args = parse_args()
     out = Path(args.out)
@@ -115,9 +157,16 @@ def main():
     log(f"machine: {describe(info)}")
     teacher_loaded = load_model(args.model)
     teacher, tok, seq = teacher_loaded.model, teacher_loaded.tokenizer, teacher_loaded.max_length
-    train = read_pairs(args.train, preset="homedepot").sample(args.score_rows + args.calibrate, seed=args.seed)
+    wanted = set(args.variants.split(","))
+    if not wanted <= set(VARIANTS):
+        raise SystemExit(f"--variants: unknown {sorted(wanted - set(VARIANTS))}; choose from {', '.join(VARIANTS)}")
+    more = args.steps if "one-shot xN" in wanted else 1  # the equal-time one shot scores and tunes on more pairs
+    base = args.score_rows + args.calibrate
+    train = read_pairs(args.train, preset="homedepot").sample(base + (more * base if more > 1 else 0), seed=args.seed)
     score_pairs = train.subset(range(args.score_rows))
-    calib_pairs = train.subset(range(args.score_rows, len(train)))
+    calib_pairs = train.subset(range(args.score_rows, args.score_rows + args.calibrate))
+    big_score = train.subset(range(base, base + more * args.score_rows)) if more > 1 else score_pairs
+    big_calib = train.subset(range(base + more * args.score_rows, len(train))) if more > 1 else calib_pairs
     report = read_pairs(args.dev, preset="homedepot").sample(args.report_rows, seed=args.seed)
     labels = report.label_array()
     enc = encode(tok, report, max_length=seq, model=teacher)
@@ -155,12 +204,19 @@ def main():
         head_fits = refit_head(teacher, tuned, calib_enc)  # as `headcut prune --flops` does after tuning
         prune_seconds = time.perf_counter() - t0
         k, truncated = bottom_k(teacher, share, seq)
-        models = {"heads only": heads_only(teacher, head_scores, budget, costs), "heads+FFN": joint,
-                  "heads+FFN+tune": tuned,
-                  "random": random_same_shape(teacher, plan, scores.heads.shape[1], scores.neurons.shape[1], args.seed),
-                  "bottom-k": truncated}
+        models = {"heads only": lambda: heads_only(teacher, head_scores, budget, costs), "heads+FFN": lambda: joint,
+                  "heads+FFN+tune": lambda: tuned,
+                  "iterative": lambda: timed_variant(seconds, "iterative", iterative, teacher, tok, seq, score_pairs,
+                                                     calib_pairs, share, args),
+                  "one-shot xN": lambda: timed_variant(seconds, "one-shot xN", one_shot, teacher, tok, seq, big_score,
+                                                       big_calib, share, args),
+                  "random": lambda: random_same_shape(teacher, plan, scores.heads.shape[1], scores.neurons.shape[1],
+                                                      args.seed),
+                  "bottom-k": lambda: truncated}
+        seconds = {"heads+FFN+tune": score_seconds + prune_seconds}
         log(f"budget {share}: heads {plan.heads_per_layer} neurons {plan.neurons_per_layer}; plan+surgery+tuning "
             f"{prune_seconds:.0f} s; tuning kept {sum(f.accepted for f in fits)}/{len(fits)} sublayers")
+        models = {name: make() for name, make in models.items() if name in wanted}
         for name, model in models.items():
             if model is None:
                 rows.append({"budget": share, "variant": name})
@@ -171,6 +227,8 @@ def main():
                    "metrics": summarize(got, labels, report.grades), "paired": paired}
             if name == "bottom-k":
                 row["layers"] = k
+            if name in seconds:
+                row["wall_s"] = seconds[name]
             if name == "heads+FFN+tune":
                 row.update(plan=plan.to_dict(), fits=[f.to_dict() for f in fits],
                            head_fits=[f.to_dict() for f in head_fits],
@@ -178,7 +236,7 @@ def main():
             rows.append(row)
             log(f"  {name:15s} FLOPs {row['flops']:.3f}  agreement {paired['agreement']['value']:.4f}  "
                 f"accuracy {paired['accuracy']['delta']:+.4f}  Spearman {paired['spearman']['delta']:+.4f}")
-            if name in ("heads only", "heads+FFN+tune", "bottom-k"):
+            if name in ("heads only", "heads+FFN+tune", "iterative", "bottom-k"):
                 timed.append((f"{name} @{share}", model))
 
     log(f"timing {len(timed)} PyTorch fp32 variants at batch 32 x 64 in blocks ({args.repeats} calls each)")
@@ -209,18 +267,19 @@ def table(result: dict) -> str:
     lines = [f"Teacher: accuracy {r['metrics']['accuracy']:.4f}, Spearman {r['metrics']['spearman']:.4f}, "
              f"{r['ms']:.1f} ms per batch of 32 x 64 (PyTorch fp32). Machine: {describe(result['machine'])}.", "",
              "| budget | variant | FLOPs | agreement [95% CI] | accuracy - teacher (pt) | Spearman - teacher | "
-             "loss - teacher | speed-up |", "|---|---|---|---|---|---|---|---|"]
+             "loss - teacher | speed-up | prune time |", "|---|---|---|---|---|---|---|---|---|"]
     for row in result["rows"]:
         name = row["variant"] + (f" (k={row['layers']})" if "layers" in row else "")
         if "paired" not in row:
-            lines.append(f"| {row['budget']} | {name} | n/a | | | | | |")
+            lines.append(f"| {row['budget']} | {name} | n/a | | | | | | |")
             continue
         p = row["paired"]
         agree = p["agreement"]
         speed = f"{row['speedup']:.2f}x" if "speedup" in row else ""
+        wall = f"{row['wall_s']:.0f} s" if "wall_s" in row else ""
         lines.append(f"| {row['budget']} | {name} | {row['flops']:.3f} | {agree['value']:.2%} "
                      f"[{agree['ci'][0]:.2%}, {agree['ci'][1]:.2%}] | {_ci(p['accuracy'], 100, 2)} | "
-                     f"{_ci(p['spearman'])} | {_ci(p['loss'])} | {speed} |")
+                     f"{_ci(p['spearman'])} | {_ci(p['loss'])} | {speed} | {wall} |")
     return "\n".join(lines) + "\n"
 
 
@@ -232,6 +291,7 @@ def figure(result: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), dpi=110)
     styles = {"heads only": ("#999999", "s"), "heads+FFN": ("#8fb8de", "o"), "heads+FFN+tune": ("#1f5f99", "o"),
+              "iterative": ("#e07b00", "D"), "one-shot xN": ("#b59b00", "v"),
               "random": ("#d98c8c", "x"), "bottom-k": ("#6aa06a", "^")}
     for name, (color, marker) in styles.items():
         rows = [r for r in result["rows"] if r["variant"] == name and "paired" in r]
@@ -247,7 +307,7 @@ def figure(result: dict, path: Path) -> None:
         if timed:
             axes[2].plot([r["flops"] for r in timed], [r["speedup"] for r in timed], marker=marker, color=color,
                          label=name)
-    grid = np.linspace(0.3, 1.0, 50)
+    grid = np.linspace(0.12, 1.0, 50)
     axes[2].plot(grid, 1 / grid, ls=":", color="0.5", label="ideal (1 / FLOPs)")
     axes[0].set_ylabel("agreement with teacher (%)")
     axes[1].set_ylabel("Spearman - teacher (95% CI)")

@@ -124,7 +124,8 @@ def _neuron_mask(model, mask):
 
 def _expected_fisher(logits, masks, target, heads, neurons) -> tuple[torch.Tensor, ...]:
     """Add sum_b sum_y p_by (J_y - sum_c p_bc J_c)^2 to the totals, J_c = d logit_c / d mask (per example);
-    return the loss gradients of the labels `target` (None: the predicted grades), -(J_y - sum_c p_c J_c)."""
+    return the head mask's loss gradients of the labels `target` (None: the predicted grades),
+    -(J_y - sum_c p_c J_c), as a 1-tuple (the per-pair gradients are of heads only)."""
     p = torch.softmax(logits.detach().double(), dim=-1)  # (batch, classes)
     classes = logits.shape[1]
     per_class = [[] for _ in masks]
@@ -133,13 +134,14 @@ def _expected_fisher(logits, masks, target, heads, neurons) -> tuple[torch.Tenso
             out.append(grad.double())
     weights = p.t()[:, None, :, None]  # (classes, 1, batch, 1)
     labels = p.argmax(1) if target is None else target
-    loss_grads = []
+    loss_grads = None
     for jac, total in zip((torch.stack(j) for j in per_class), (heads, neurons)):  # (classes, layers, batch, units)
         mean = (weights * jac).sum(0, keepdim=True)
         total += (weights * (jac - mean) ** 2).sum((0, 2)).cpu()
-        picked = jac[labels, :, torch.arange(len(labels))].permute(1, 0, 2)  # (layers, batch, units)
-        loss_grads.append(mean[0] - picked)
-    return tuple(loss_grads)
+        if loss_grads is None:  # the heads
+            picked = jac[labels, :, torch.arange(len(labels))].permute(1, 0, 2)  # (layers, batch, units)
+            loss_grads = mean[0] - picked
+    return (loss_grads,)
 
 
 def mask_gradients(model, encoded: Encoded, labels: np.ndarray | None, *, batch_size: int = 64,
