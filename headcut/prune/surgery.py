@@ -1,10 +1,12 @@
-"""Applying a plan: slice the heads out of a model's weights (exactly what masking them computes)."""
+"""Applying a plan: slice the heads (and FFN neurons, and layers) out of a model's weights (exactly what
+masking them computes)."""
 from __future__ import annotations
 
 import copy
 
-from headcut.arch import heads_per_layer, keep_heads, mask_shape
+from headcut.arch import heads_per_layer, keep_heads, keep_layers, keep_neurons, layer_ids, mask_shape
 from headcut.models import LoadedModel
+from headcut.prune.budget import UnitPlan
 from headcut.prune.plan import HeadPlan
 
 
@@ -25,3 +27,14 @@ def pruned_copy(loaded: LoadedModel, plan: HeadPlan) -> LoadedModel:
     apply_plan(model, plan)
     model.eval()
     return LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
+
+
+def apply_unit_plan(model, plan: UnitPlan) -> None:
+    """Physically keep the plan's heads and FFN neurons, then remove the layers it drops, in place. Exact: the
+    result equals the unpruned model under the plan's head, neuron and layer masks (`UnitPlan.masks`)."""
+    if len(plan.heads) != len(layer_ids(model)):
+        raise ValueError(f"the plan is for {len(plan.heads)} layers, the model has {len(layer_ids(model))}")
+    keep_heads(model, [list(h) for h in plan.heads])
+    keep_neurons(model, [list(n) for n in plan.neurons])
+    if plan.dropped_layers:
+        keep_layers(model, list(plan.kept_layers))
