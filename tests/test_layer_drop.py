@@ -1,21 +1,27 @@
-"""Whole encoder layers as units of a FLOPs prune: the layer mask, exact layer removal in plans and artifacts."""
+"""Whole encoder layers as units of a FLOPs prune: the layer mask, exact layer removal in plans and artifacts,
+and the measured search that chooses which layers to drop (headcut/prune/layers.py)."""
 import copy
 import json
 
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from headcut.arch import flops_per_pair, intermediate_size, keep_layers, layer_ids, layer_parts, mask_shape, unit_flops
 from headcut.batching import collate
-from headcut.evaluate.fisher import UnitScores
+from headcut.cli.main import app
+from headcut.evaluate.fisher import UnitScores, unit_fisher
+from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask, layer_mask, neuron_mask
 from headcut.models import LoadedModel, load_model, save_cross_encoder, save_model
 from headcut.prune.budget import UnitPlan, plan_budget
+from headcut.prune.layers import choose_layer_drops, plan_divergence
 from headcut.prune.surgery import apply_unit_plan
 from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from tests.conftest import TINY, tiny_inputs, tiny_model
 from tests.test_export import _parity, tiny_tokenizer
+from tests.test_prune_cli import tiny_grader  # noqa: F401  (fixture)
 from tests.test_scan_importance import toy_encoded
 
 KINDS = list(TINY)
@@ -161,7 +167,76 @@ def test_a_cross_encoder_of_modernbert_without_its_first_layer_is_refused(tmp_pa
         save_cross_encoder(loaded, tmp_path / "ce")
 
 
-# --- mask tuning without some layers ----------------------------------------------------------
+# --- the search -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind,seed,share", [("bert", 0, 0.3), ("bert", 2, 0.5), ("deberta-v2", 0, 0.3),
+                                             ("bert", 1, 0.5)])
+def test_the_search_never_returns_a_plan_further_from_the_model_than_all_layers(kind, seed, share, one_thread):
+    model = deep(kind, layers=4, initializer_range=0.3, seed=seed)
+    enc = toy_encoded(kind, n=40)
+    scores = unit_fisher(model, enc, batch_size=8)
+    costs, budget = unit_flops(model, 12), int(share * flops_per_pair(model, 12))
+    search = choose_layer_drops(model, scores, costs, budget, enc, batch_size=16)
+    everything = plan_budget(scores, costs, budget)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())  # masks only, all removed
+    logits = predict_logits(model, None, None, encoded=enc)
+    assert search.baseline == pytest.approx(plan_divergence(model, everything, enc, logits), rel=1e-6)
+    assert search.divergence == pytest.approx(plan_divergence(model, search.plan, enc, logits), rel=1e-6)
+    assert search.divergence <= search.baseline
+    assert search.plan.flops(costs) <= budget and not any(search.plan.heads[i] for i in search.dropped)
+    first_round = [t for t in search.trials if t.round == 1]
+    assert sorted(t.layer for t in first_round) == [0, 1, 2, 3]
+    if search.dropped:  # every kept drop beat the best candidate of its round and the plan before it
+        assert search.divergence == min(t.divergence for t in search.trials if t.round == len(search.dropped))
+    else:
+        assert search.plan == everything and min(t.divergence for t in first_round) >= search.baseline
+
+
+def test_the_search_drops_a_layer_on_a_model_where_that_pays(one_thread):
+    """Seeded: on this tiny BERT at 0.3 of its FLOPs, dropping the first layer brings the plan closer."""
+    model = deep("bert", layers=4, initializer_range=0.3, seed=0)
+    enc = toy_encoded("bert", n=40)
+    costs = unit_flops(model, 12)
+    search = choose_layer_drops(model, unit_fisher(model, enc, batch_size=8), costs,
+                                int(0.3 * flops_per_pair(model, 12)), enc, batch_size=16)
+    assert search.dropped == [0] and search.divergence < 0.5 * search.baseline
+    assert search.to_dict()["kept"] == [1, 2, 3] and len(search.to_dict()["trials"]) == 4 + 3
+
+
+# --- the prune and its command --------------------------------------------------------------------
+
+
+def run(*args):
+    return CliRunner().invoke(app, ["prune", *map(str, args)])
+
+
+def test_flops_prune_with_drop_layers_records_the_search_and_reloads(tmp_path, tiny_grader):  # noqa: F811
+    grader, _ = tiny_grader
+    out = tmp_path / "drop"
+    result = run("--model", grader, "--flops", 0.3, "--drop-layers", "--out", out, "--calibrate", 40,
+                 "--bootstrap", 50, "--no-timing")
+    assert result.exit_code == 0, result.output
+    assert "Layer search on 40 calibration pairs" in result.output
+    pruned = load_model(out)
+    record = pruned.meta["prune"]
+    search, budget = record["budget"]["layer_search"], record["budget"]
+    assert search["dropped"]  # seeded: this tiny grader at 0.3 of its FLOPs loses a layer
+    assert record["drop_layers"] is True and record["plan"]["layers"] == search["kept"]
+    assert layer_ids(pruned.model) == search["kept"]
+    assert search["divergence"] <= search["divergence_all_layers"]
+    assert flops_per_pair(pruned.model, budget["seq_len"]) == budget["plan_flops"] <= budget["budget_flops"]
+    for dropped in search["dropped"]:
+        assert f"{dropped} (dropped)" in result.output
+    refused = run("--model", out, "--flops", 0.5, "--out", tmp_path / "again", "--no-timing")
+    assert refused.exit_code == 2 and "is already pruned (it kept layers" in refused.output
+
+
+def test_drop_layers_needs_flops(tmp_path, tiny_grader):  # noqa: F811
+    grader, _ = tiny_grader
+    result = run("--model", grader, "--latency", 0.5, "--drop-layers", "--out", tmp_path / "x")
+    assert result.exit_code == 2 and "--drop-layers plans against --flops" in result.output
+    assert "Traceback" not in result.output
 
 
 def test_tuning_fits_each_kept_layer_to_its_own_original(one_thread):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, keep_heads, keep_neurons, mask_shape, unit_flops
+from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shape, unit_flops
 from headcut.batching import encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
@@ -30,7 +30,8 @@ from headcut.prune.measure import speed_summary
 from headcut.prune.plan import check_keep_ratio, plan_heads
 from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
-from headcut.prune.surgery import pruned_copy
+from headcut.prune.layers import LayerSearch, choose_layer_drops
+from headcut.prune.surgery import apply_unit_plan, pruned_copy
 
 
 def prune(
@@ -126,9 +127,9 @@ class Budget:
             return plan_budget(scores, self.costs, int(self.budget), layer_prior=layer_prior)
         return plan_latency(scores, self.ms_costs, self.budget, layer_prior=layer_prior)
 
-    def record(self, plan: UnitPlan) -> dict:
+    def record(self, plan: UnitPlan, search: LayerSearch | None = None) -> dict:
         out = {"flops": self.flops, "seq_len": self.seq_len, "full_flops": self.full, "fixed_flops": self.costs.fixed,
-               "plan_flops": plan.flops(self.costs)}
+               "plan_flops": plan.flops(self.costs), **({"layer_search": search.to_dict()} if search else {})}
         if self.flops is not None:
             return {**out, "budget_flops": int(self.budget)}
         return {**out, "latency": self.latency, "costs": self.ms_costs.to_dict(), "budget_ms": self.budget,
@@ -218,6 +219,7 @@ def prune_to_budget(
     method: str = DEFAULT_METHOD,
     targets: str = "teacher",
     layer_prior: float = 0.0,
+    drop_layers: bool = False,
     tune: bool = True,
     eval_data: Pairs | None = None,
     seq_len: int | None = None,
@@ -236,13 +238,18 @@ def prune_to_budget(
     with no gradient training: scores of every unit by criterion `method` (default fisher, with `targets`;
     `evaluate.criteria`) on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune`
     recorded; or `unit_scores` computed on that sample before), the best plan under the budget
-    (`prune.budget`), then, with `tune`, per-unit scales and bias shifts re-fitted by least squares on another
+    (`prune.budget`) — with `drop_layers` (`flops` only), whole layers dropped where that brings the masked plan's
+    outputs closer to the unpruned model's on the calibration sample (`prune.layers`) — then, with `tune`,
+    per-unit scales and bias shifts re-fitted by least squares on another
     seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded into the
     weights (`prune.tune`), then the classification head re-fitted to the unpruned model's outputs
     (`prune.refit`). Quality with paired CIs (also of the untuned model when tuning ran) is measured as
     `prune` does."""
     chosen = criterion(method, neurons=True)
     check_targets(targets)
+    if drop_layers and flops is None:
+        raise UserError("--drop-layers plans against --flops; the latency tables do not time a removed layer, so "
+                        "drop --drop-layers or pass --flops.")
     pool = data_pool(loaded, data)
     check_calibration_size(pool, settings, tune=tune)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
@@ -253,16 +260,24 @@ def prune_to_budget(
     scores = unit_scores or score_units(loaded, score_pairs, method=chosen.name, targets=targets,
                                         batch_size=max(1, settings.batch_size // 2),
                                         progress=stage(progress, "scoring", len(score_pairs)))
-    plan = budget.plan(scores, layer_prior)
+    calibration = pool.sample(settings.calibrate_rows, seed=settings.seed + 1)
+    search = None
+    if drop_layers:
+        encoded = encode(loaded.tokenizer, calibration, max_length=loaded.max_length, model=loaded.model)
+        depth = mask_shape(loaded.model)[0]
+        search = choose_layer_drops(loaded.model, scores, budget.costs, int(budget.budget), encoded,
+                                    layer_prior=layer_prior, batch_size=settings.batch_size,
+                                    progress=stage(progress, "choosing layers", depth * (depth + 1) // 2))
+        plan = search.plan
+    else:
+        plan = budget.plan(scores, layer_prior)
     model = copy.deepcopy(loaded.model)
-    keep_heads(model, [list(h) for h in plan.heads])
-    keep_neurons(model, [list(n) for n in plan.neurons])
+    apply_unit_plan(model, plan)
     model.eval()
     untuned = copy.deepcopy(model) if tune and eval_pairs is not None else None
     tuning = Tuning(None, [], [])
     if tune:
-        tuning = tune_pruned(loaded, model, pool.sample(settings.calibrate_rows, seed=settings.seed + 1),
-                             batch_size=settings.batch_size, progress=progress)
+        tuning = tune_pruned(loaded, model, calibration, batch_size=settings.batch_size, progress=progress)
     pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
     quality = quality_untuned = None
     if eval_pairs is not None:
@@ -271,13 +286,13 @@ def prune_to_budget(
         quality_untuned = rest[0] if rest else None
     layers, heads = mask_shape(loaded.model)
     return PruneResult(
-        pruned, loaded, request={"layer_prior": layer_prior},
+        pruned, loaded, request={"layer_prior": layer_prior, "drop_layers": drop_layers},
         plan={"num_heads": heads, "total": layers * heads, "kept": sum(plan.heads_per_layer),
               "num_neurons": intermediate_size(loaded.model.config), **plan.to_dict()},
         scores={"how": _scores_how(scores, score_pairs), "data": score_pairs.provenance(), **scores.to_dict()},
         speed=speed_summary(loaded.model, model, seq_len=budget.seq_len, latency=settings.timing,
                             min_seconds=settings.latency_seconds),
-        budget=budget.record(plan), tuning=tuning.record(tune, settings.calibrate_rows),
+        budget=budget.record(plan, search), tuning=tuning.record(tune, settings.calibrate_rows),
         quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, tuning.pairs))
 
 
