@@ -127,7 +127,7 @@ def prune_tuned(teacher, tok, seq, score_pairs, calib_pairs, share: float, steps
         return Tuning(None, tune_scales(teacher, model, calib_enc), refit_head(teacher, model, calib_enc))
 
     model, *_ = prune_in_steps(teacher, budget, budget_shares(share, steps), unit_fisher(teacher, score_enc),
-                               lambda m, step: unit_fisher(m, score_enc), retune, 0.0)
+                               lambda m, step: unit_fisher(m, score_enc), retune, lambda b, s: b.plan(s, 0.0))
     return model
 
 

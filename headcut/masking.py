@@ -8,6 +8,8 @@ ablations in one forward, or per-example mask gradients). Neuron masks are the s
 `(num_layers, intermediate_size)` or `(num_layers, batch, intermediate_size)`, original neuron ids.
 Masking a unit equals slicing it out of the weights (`arch.keep_heads`, `arch.keep_neurons`) up to float
 rounding: the tests bound the difference by 1e-5 (the sliced matmul sums fewer terms).
+A layer mask is a `(num_layers,)` tensor over the layers the model has: a skipped layer (0) passes its input
+hidden state on unchanged, as `arch.keep_layers` without it computes.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from contextlib import contextmanager
 
 import torch
 
-from headcut.arch import intermediate_size, layer_parts, mask_shape
+from headcut.arch import architecture, encoder_layers, intermediate_size, layer_parts, mask_shape
 
 
 def _scale_hook(mask_row: torch.Tensor, ids: list[int], group: int):
@@ -69,6 +71,41 @@ def neuron_mask(model, mask: torch.Tensor):
         for p in layer_parts(model):
             if p.ffn_out is not None:
                 handles.append(p.ffn_out.register_forward_pre_hook(_scale_hook(mask[p.index], p.neuron_ids, 1)))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _skip_hook(keep: torch.Tensor, returns_tuple: bool):
+    """Replace the layer's output h' by keep * h' + (1 - keep) * h, h its input hidden state: exactly h' at 1,
+    exactly h at 0 (for finite values)."""
+
+    def hook(module, args, kwargs, output):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        out = output[0] if returns_tuple else output
+        m = keep.to(out.dtype)
+        mixed = m * out + (1 - m) * hidden
+        return (mixed, *output[1:]) if returns_tuple else mixed
+
+    return hook
+
+
+@contextmanager
+def layer_mask(model, keep):
+    """Skip whole encoder layers for the block: `keep` is a (num_layers,) bool or float sequence over the layers
+    the model has, 1 = keep, 0 = skip (the layer passes its input hidden state on, in the format the
+    architecture's layer returns); a fractional value mixes the layer's output with its input, and gradients
+    flow to a float mask. Skipped layers still run (the hook replaces their output)."""
+    keep = torch.as_tensor(keep, dtype=torch.float32) if not torch.is_tensor(keep) else keep.float()
+    layers = encoder_layers(model)
+    if keep.shape != (len(layers),):
+        raise ValueError(f"layer mask has shape {tuple(keep.shape)}, model needs ({len(layers)},)")
+    returns_tuple = architecture(model).layer_returns_tuple
+    handles = []
+    try:
+        for i, layer in enumerate(layers):
+            handles.append(layer.register_forward_hook(_skip_hook(keep[i], returns_tuple), with_kwargs=True))
         yield
     finally:
         for h in handles:

@@ -12,9 +12,9 @@ from headcut.arch.table import (ARCHITECTURES, SUPPORTED, Architecture, architec
                                 takes_token_types, usable_positions)
 from headcut.arch.stubs import (HeadlessAttention, HeadlessSelfAttention, NeuronlessFFN, NeuronlessIntermediate,
                                 NeuronlessOutput)
-from headcut.arch.layers import (HEAD_IDS, NEURON_IDS, LayerParts, after_attention, encoder_layers, heads_per_layer,
-                                 layer_parts, mask_shape, module_at, neurons_per_layer, present_heads,
-                                 set_encoder_layers, set_module_at)
+from headcut.arch.layers import (HEAD_IDS, LAYER_ID, NEURON_IDS, LayerParts, after_attention, encoder_layers,
+                                 heads_per_layer, layer_ids, layer_parts, mask_shape, module_at, neurons_per_layer,
+                                 present_heads, set_encoder_layers, set_module_at)
 from headcut.arch.surgery import apply_shape, keep_heads, keep_layers, keep_neurons, shape_record, widen
 from headcut.arch.flops import UnitFlops, count_parameters, flops_per_pair, unit_flops
 
@@ -22,8 +22,9 @@ __all__ = [
     "ARCHITECTURES", "SUPPORTED", "Architecture", "architecture", "attention_implementation", "config_problem",
     "head_size", "intermediate_size", "model_type", "num_heads_config", "takes_token_types", "usable_positions",
     "HeadlessAttention", "HeadlessSelfAttention", "NeuronlessFFN", "NeuronlessIntermediate", "NeuronlessOutput",
-    "HEAD_IDS", "NEURON_IDS", "LayerParts", "after_attention", "encoder_layers", "heads_per_layer", "layer_parts",
-    "mask_shape", "module_at", "neurons_per_layer", "present_heads", "set_encoder_layers", "set_module_at",
+    "HEAD_IDS", "LAYER_ID", "NEURON_IDS", "LayerParts", "after_attention", "encoder_layers", "heads_per_layer",
+    "layer_ids", "layer_parts", "mask_shape", "module_at", "neurons_per_layer", "present_heads",
+    "set_encoder_layers", "set_module_at",
     "apply_shape", "keep_heads", "keep_layers", "keep_neurons", "shape_record", "widen",
     "UnitFlops", "count_parameters", "flops_per_pair", "unit_flops",
 ]

@@ -35,6 +35,7 @@ class LayerParts:
     ffn_norm: nn.Module  # the norm whose input is residual + FFN output (pre-norm: the next layer's, or the final)
     head_ids: list[int]  # original (unpruned) id of each present head, in weight order
     neuron_ids: list[int]  # original id of each present FFN neuron, in weight order
+    layer_id: int  # original id of the layer (differs from `index` once surgery removed layers below it)
 
     @property
     def num_heads(self) -> int:
@@ -65,8 +66,9 @@ def set_module_at(module, path: str, value) -> None:
     setattr(module_at(module, ".".join(parents)) if parents else module, name, value)
 
 
-# Original ids of the units a layer still has, kept on the layer module by surgery (absent: all of them).
-HEAD_IDS, NEURON_IDS = "headcut_head_ids", "headcut_neuron_ids"
+# Original ids of the units a layer still has, kept on the layer module by surgery (absent: all of them), and
+# the layer's own original id once surgery removed layers (absent: its position).
+HEAD_IDS, NEURON_IDS, LAYER_ID = "headcut_head_ids", "headcut_neuron_ids", "headcut_layer_id"
 
 
 def _ids(layer: nn.Module, attr: str, count: int) -> list[int]:
@@ -98,7 +100,7 @@ def layer_parts(model) -> list[LayerParts]:
         n_heads = 0 if heads[4] is None else heads[4].in_features // size
         n_neurons = 0 if ffn[1] is None else ffn[1].in_features
         parts.append(LayerParts(i, layer, *heads, *ffn, size, *norms, _ids(layer, HEAD_IDS, n_heads),
-                                _ids(layer, NEURON_IDS, n_neurons)))
+                                _ids(layer, NEURON_IDS, n_neurons), int(getattr(layer, LAYER_ID, i))))
     return parts
 
 
@@ -119,6 +121,11 @@ def after_attention(model, part: LayerParts, pre_norm: torch.Tensor) -> torch.Te
     return architecture(model).finish(part, pre_norm)
 
 
+def layer_ids(model) -> list[int]:
+    """The original id of each present encoder layer, in order (0..L-1 until surgery removes layers)."""
+    return [int(getattr(layer, LAYER_ID, i)) for i, layer in enumerate(encoder_layers(model))]
+
+
 def heads_per_layer(model) -> list[int]:
     return [p.num_heads for p in layer_parts(model)]
 
@@ -129,7 +136,8 @@ def neurons_per_layer(model) -> list[int]:
 
 def mask_shape(model) -> tuple[int, int]:
     """Masks and scores are (num_layers, num_heads of the unpruned config), indexed by original head ids:
-    column h of layer l is head h of the unpruned model, whether or not a pruned layer still has it."""
+    column h of layer l is head h of the unpruned model, whether or not a pruned layer still has it. Rows are
+    the layers the model has, in order (`layer_ids` names their original ids once layers were removed)."""
     return (len(encoder_layers(model)), num_heads_config(model.config))
 
 

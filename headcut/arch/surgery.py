@@ -3,11 +3,15 @@ the model with the rest masked to zero), the shape record that rebuilds a pruned
 the unpruned shape."""
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
-from headcut.arch.layers import (HEAD_IDS, NEURON_IDS, encoder_layers, layer_parts, module_at, set_encoder_layers,
-                                 set_module_at)
+from headcut_grader.errors import UserError
+
+from headcut.arch.layers import (HEAD_IDS, LAYER_ID, NEURON_IDS, encoder_layers, layer_ids, layer_parts, module_at,
+                                 set_encoder_layers, set_module_at)
 from headcut.arch.table import architecture
 
 
@@ -106,9 +110,15 @@ def keep_neurons(model, keep: list[list[int]]) -> None:
 
 
 def keep_layers(model, keep: list[int]) -> None:
-    """Keep only the listed encoder layers (in order), in place; updates the config's layer count."""
+    """Keep only the listed encoder layers (positions in the model as it is, in order), in place; updates the
+    config's layer count and per-layer lists. Exact: the result equals the model with the other layers skipped
+    (`masking.layer_mask`). Each kept layer remembers its original id (`arch.layer_ids`)."""
     layers = encoder_layers(model)
     keep = sorted(set(int(i) for i in keep))
+    if not keep or keep[0] < 0 or keep[-1] >= len(layers):
+        raise ValueError(f"keep_layers needs 1 or more of the layers 0..{len(layers) - 1}, got {keep}")
+    for i, original in enumerate(layer_ids(model)):
+        setattr(layers[i], LAYER_ID, original)
     kept = nn.ModuleList([layers[i] for i in keep])
     set_encoder_layers(model, kept)
     model.config.num_hidden_layers = len(kept)
@@ -124,10 +134,12 @@ def keep_layers(model, keep: list[int]) -> None:
 
 
 def shape_record(model) -> dict:
-    """What `apply_shape` needs to rebuild this model's (pruned) structure from its config, with the
-    original ids of the heads and FFN neurons each layer kept (one numbering for masks and scores)."""
+    """What `apply_shape` needs to rebuild this model's (pruned) structure from its config (which counts the
+    layers it has), with the original ids of the layers, and of the heads and FFN neurons each layer kept (one
+    numbering for masks and scores)."""
     parts = layer_parts(model)
     return {
+        "layer_ids": [p.layer_id for p in parts],
         "heads_per_layer": [p.num_heads for p in parts],
         "intermediate_per_layer": [p.num_neurons for p in parts],
         "head_ids": [p.head_ids for p in parts],
@@ -136,8 +148,19 @@ def shape_record(model) -> dict:
 
 
 def apply_shape(model, record: dict) -> None:
-    """Give a freshly built model the structure in `record` (weights are loaded afterwards). Records
-    written before ids were kept mean each layer's first heads/neurons."""
+    """Give a freshly built model the structure in `record` (weights are loaded afterwards). The config built
+    the right number of layers (`keep_layers` counted them); records without layer ids mean every layer, and
+    records written before unit ids were kept mean each layer's first heads/neurons."""
+    ids = record.get("layer_ids")
+    if ids is not None:
+        layers = encoder_layers(model)
+        if len(ids) != len(layers):
+            raise ValueError(f"the shape record names {len(ids)} layers, the config builds {len(layers)}")
+        arch = architecture(model)
+        for layer, original in zip(layers, ids):
+            setattr(layer, LAYER_ID, int(original))
+            if arch.moved_layer is not None:
+                arch.moved_layer(layer, model.config, int(original))
     heads = record.get("head_ids") or [list(range(n)) for n in record.get("heads_per_layer") or []]
     if heads:
         keep_heads(model, heads)
@@ -150,7 +173,17 @@ def widen(model, full) -> None:
     """Copy `model` (pruned, or not) into `full`, its unpruned twin built from the same config, in place: each
     kept head / neuron at its original id, every pruned one zero. Exact: a zero head or neuron adds nothing, as a
     masked one (GELU(0) = 0), and a 0-unit stub's bias is the zero sublayer's output bias. For readers that cannot
-    rebuild per-layer shapes (sentence-transformers, plain `from_pretrained`)."""
+    rebuild per-layer shapes (sentence-transformers, plain `from_pretrained`). Removed layers stay removed: `full`
+    has the layers `model` kept (its config counts them), each at full width; refused where a plain reader would
+    build a moved layer differently (ModernBERT without its first layer)."""
+    if len(encoder_layers(full)) != len(encoder_layers(model)):
+        raise ValueError(f"widen needs a twin with the model's {len(encoder_layers(model))} layers, "
+                         f"got {len(encoder_layers(full))}")
+    changed = _moved_layers_differ(model, full)
+    if changed is not None:
+        raise UserError(f"this {full.config.model_type} model lost the encoder layers below its layer {changed}, "
+                        "which a plain transformers reader rebuilds without parts that layer has; prune it without "
+                        "dropping layers (--no-drop-layers) to write a CrossEncoder folder.")
     own, target = model.state_dict(), full.state_dict()
     full.load_state_dict({k: own[k] if k in own and own[k].shape == v.shape else v for k, v in target.items()})
     arch = architecture(full)
@@ -165,6 +198,21 @@ def widen(model, full) -> None:
                         torch.tensor(p.neuron_ids, dtype=torch.long), stub)
             f.attention_norm.load_state_dict(p.attention_norm.state_dict())
             f.ffn_norm.load_state_dict(p.ffn_norm.state_dict())
+
+
+def _moved_layers_differ(model, full) -> int | None:
+    """The original id of the first layer of `model` whose fresh build at its new position (in `full`, as a
+    plain reader builds it) lacks or adds parameters that the architecture's `moved_layer` would fix; None when
+    every layer rebuilds as it is."""
+    arch = architecture(full)
+    if arch.moved_layer is None:
+        return None
+    for layer, original in zip(encoder_layers(full), layer_ids(model)):
+        fixed = copy.deepcopy(layer)
+        arch.moved_layer(fixed, full.config, original)
+        if set(fixed.state_dict()) != set(layer.state_dict()):
+            return original
+    return None
 
 
 def _widen_pair(full_ins, full_k, full_v, full_out, ins, k, v, out, rows, stub) -> None:

@@ -123,6 +123,13 @@ def _modernbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor
     return pre_norm + part.layer.mlp(part.attention_norm(pre_norm))
 
 
+def _modernbert_moved(layer: nn.Module, config, original: int) -> None:
+    """transformers builds layer 0 without an input norm (the embeddings end in one); a later layer rebuilt at
+    position 0, because surgery removed the layers below it, needs its own back."""
+    if original != 0 and isinstance(layer.attn_norm, nn.Identity):
+        layer.attn_norm = nn.LayerNorm(config.hidden_size, eps=config.norm_eps, bias=config.norm_bias)
+
+
 def _dense_head_flops(config, layer: int, n: int, *, keys: int | None = None) -> int:
     """One head over n tokens: q, k, v projections; scores q.k and the weighted sum of values over `keys`
     query/key pairs (all n x n by default); the output projection."""
@@ -218,6 +225,12 @@ class Architecture:
     # MultiHeadAttention op, folded at the scan's first token. False: relative or rotary positions, windows
     plain_attention: bool = True
     layer_lists: tuple[str, ...] = ()  # config fields with one entry per layer, cut by keep_layers
+    # an encoder layer's forward takes the hidden state first and returns it: alone (False), or first of a
+    # tuple with its attention weights (True: DeBERTa); a skipped layer (`masking.layer_mask`) returns the same
+    layer_returns_tuple: bool = False
+    # (layer, config, original id): give a layer freshly built at a new position (a reload of a model whose
+    # lower layers surgery removed) what its original position built; None: layers do not differ by position
+    moved_layer: Callable[[nn.Module, object, int], None] | None = None
     attention_implementations: tuple[str, ...] = ("eager", "sdpa")
     head_flops: Callable[[object, int, int], int] = _dense_head_flops  # (config, layer, tokens) -> one head's FLOPs
     config_problems: Callable[[object], list[str]] = _no_problems  # config fields the entry cannot cut
@@ -253,7 +266,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "deberta-v2": replace(
         _BERT, query="attention.self.query_proj", key="attention.self.key_proj", value="attention.self.value_proj",
         head_rows=("attention.self.pos_key_proj", "attention.self.pos_query_proj"), plain_attention=False,
-        attention_implementations=("eager",), head_flops=_deberta_head_flops, config_problems=_deberta_problems,
+        attention_implementations=("eager",), layer_returns_tuple=True, head_flops=_deberta_head_flops, config_problems=_deberta_problems,
     ),
     # ModernBERT: one fused Wqkv, rotary positions, local and global layers, a GLU FFN, pre-norm with a final norm.
     "modernbert": Architecture(
@@ -263,7 +276,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         headless_norm="mlp_norm", ffn_norm=None, headless=_modernbert_headless, neuronless=_modernbert_neuronless,
         finish=_modernbert_finish, out_inside_attention=True, head_rows=("attn.Wqkv",), ffn_in_blocks=2,
         pre_norm=("attn_norm", "final_norm"), plain_attention=False, layer_lists=("layer_types",),
-        head_flops=_modernbert_head_flops, config_problems=_modernbert_problems,
+        head_flops=_modernbert_head_flops, config_problems=_modernbert_problems, moved_layer=_modernbert_moved,
     ),
 }
 SUPPORTED = tuple(ARCHITECTURES)

@@ -57,6 +57,10 @@ def prune(
     tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops/--latency: re-fit one scale per kept head and "
                               "neuron and a bias shift per layer by least squares so each layer matches the unpruned "
                               "one, then the classification head (each fit kept only if better on held-out pairs)."),
+    drop_layers: bool = typer.Option(False, "--drop-layers/--no-drop-layers", help="--flops: also try removing whole "
+                                     "encoder layers, greedily, keeping a drop only when the re-planned model (masked, "
+                                     "untuned) is closer to the unpruned one on the --calibrate pairs; the freed FLOPs "
+                                     "go to the other layers' best units"),
     calibrate: int = number(512, "--calibrate", help="--flops/--latency: pairs of --data (labels unused) for mask "
                             "tuning; every fifth is held out to check the fit", low=5, high=100_000),
     seq_len: Opt[int] = number(None, "--seq-len", help="--flops/--latency: sequence length the cost is counted at "
@@ -99,6 +103,7 @@ def prune(
 
     Examples: headcut prune --model runs/teacher --keep-ratio 0.8 --out runs/pruned80
               headcut prune --model runs/teacher --flops 0.5 --data train.tsv --eval-data dev.tsv --out runs/flops50
+              headcut prune --model runs/teacher --flops 0.25 --drop-layers --data train.tsv --out runs/flops25
     """
     quiet_transformers()
     from headcut_grader.files import check_out_dir
@@ -106,7 +111,7 @@ def prune(
     from headcut.prune import PruneSettings
 
     budgeted = check_options(keep_ratio, flops, latency, scores=scores, iterative=iterative, min_heads=min_heads,
-                             runtime=runtime)
+                             runtime=runtime, drop_layers=drop_layers)
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
@@ -118,7 +123,7 @@ def prune(
                              latency_seconds=latency_seconds, seed=seed)
     if budgeted:
         call = budget_call(flops=flops, latency=latency, method=method, targets=targets, tune=tune, seq_len=seq_len,
-                           batch=batch, runtime=runtime, steps=max(1, iterative))
+                           batch=batch, runtime=runtime, steps=max(1, iterative), drop_layers=drop_layers)
     else:
         call = keep_ratio_call(keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
                                iterative=iterative)
@@ -126,7 +131,8 @@ def prune(
     write_and_print(result, out, overwrite=overwrite)
 
 
-def check_options(keep_ratio, flops, latency, *, scores, iterative, min_heads, runtime: str) -> bool:
+def check_options(keep_ratio, flops, latency, *, scores, iterative, min_heads, runtime: str,
+                  drop_layers: bool = False) -> bool:
     """Refuse flags that do not go together, before any work; True for a budget (--flops / --latency)."""
     from headcut.prune.targets import one_target_problem
 
@@ -137,6 +143,8 @@ def check_options(keep_ratio, flops, latency, *, scores, iterative, min_heads, r
     if budgeted and (scores is not None or min_heads):
         raise UserError("--scores and --min-heads are for --keep-ratio; --flops and --latency score "
                         "heads and neurons themselves.")
+    if drop_layers and flops is None:
+        raise UserError("--drop-layers plans against --flops; pass --flops F, or drop --drop-layers.")
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime {runtime} is unknown; choose one of {', '.join(RUNTIMES)}.")
     if runtime != RUNTIMES[0] and latency is None:
@@ -144,13 +152,14 @@ def check_options(keep_ratio, flops, latency, *, scores, iterative, min_heads, r
     return budgeted
 
 
-def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, batch: int, runtime: str, steps: int):
+def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, batch: int, runtime: str,
+                steps: int = 1, drop_layers: bool = False):
     """prune_to_budget with the budget's own arguments (heads and FFN neurons to a FLOPs or latency share)."""
     from headcut.prune import prune_to_budget
     from headcut.prune.scores import DEFAULT_METHOD
 
     return functools.partial(prune_to_budget, flops=flops, latency=latency, method=method or DEFAULT_METHOD,
-                             targets=targets, tune=tune, steps=steps,
+                             targets=targets, tune=tune, steps=steps, drop_layers=drop_layers,
                              seq_len=seq_len, latency_batch=batch, latency_runtime=latency_runtime(runtime),
                              notice=_say)
 

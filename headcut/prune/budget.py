@@ -5,11 +5,13 @@ given number of kept heads the best choice is the top heads by score, and the re
 spent on the top neurons; sweeping the number of heads (Kwon et al. 2022) finds the exact optimum of the
 sum of kept scores. Scores are Fisher importances (loss units, comparable between heads and neurons),
 multiplied by the layer prior `1 + layer_prior * (L - 1 - l) / (L - 1)` as for heads alone.
-A layer may lose all its heads or all its neurons: surgery then leaves an exact stub.
+A layer may lose all its heads or all its neurons: surgery then leaves an exact stub. A plan may also drop
+whole layers (`layers`, chosen by measurement in `prune.layers`): they cost nothing, as a layer of two stubs,
+but surgery removes them, so their biases and LayerNorms no longer act either.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -21,10 +23,25 @@ from headcut.prune.plan import layer_weights
 
 @dataclass(frozen=True)
 class UnitPlan:
-    """Kept heads and FFN neurons per layer, by original id."""
+    """Kept heads and FFN neurons per layer, by original id, and the kept layers (original ids; None: all). A
+    dropped layer keeps no units: it costs nothing and surgery removes it whole."""
 
     heads: tuple[tuple[int, ...], ...]
     neurons: tuple[tuple[int, ...], ...]
+    layers: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        busy = [i for i in range(len(self.heads)) if i not in self.kept_layers and (self.heads[i] or self.neurons[i])]
+        if busy:
+            raise ValueError(f"the plan drops layers {busy} but keeps units in them")
+
+    @property
+    def kept_layers(self) -> tuple[int, ...]:
+        return tuple(range(len(self.heads))) if self.layers is None else tuple(self.layers)
+
+    @property
+    def dropped_layers(self) -> list[int]:
+        return [i for i in range(len(self.heads)) if i not in self.kept_layers]
 
     @property
     def heads_per_layer(self) -> list[int]:
@@ -35,11 +52,24 @@ class UnitPlan:
         return [len(n) for n in self.neurons]
 
     def flops(self, costs: UnitFlops) -> int:
-        return costs.total(self.heads_per_layer, self.neurons_per_layer)
+        return costs.total(self.heads_per_layer, self.neurons_per_layer)  # a dropped layer has no units: 0
+
+    def masks(self, num_heads: int, num_neurons: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The plan as masks of the unpruned model, 1 = keep: heads (layers, num_heads), FFN neurons
+        (layers, num_neurons) and layers (layers,) (`masking.head_mask`, `neuron_mask`, `layer_mask`)."""
+        layers = len(self.heads)
+        heads, neurons = torch.zeros(layers, num_heads), torch.zeros(layers, num_neurons)
+        for i, (h, n) in enumerate(zip(self.heads, self.neurons)):
+            heads[i, list(h)] = 1.0
+            neurons[i, list(n)] = 1.0
+        kept = torch.zeros(layers)
+        kept[list(self.kept_layers)] = 1.0
+        return heads, neurons, kept
 
     def to_dict(self) -> dict:
         return {"heads_per_layer": self.heads_per_layer, "neurons_per_layer": self.neurons_per_layer,
-                "heads": [list(h) for h in self.heads], "neurons": [list(n) for n in self.neurons]}
+                "heads": [list(h) for h in self.heads], "neurons": [list(n) for n in self.neurons],
+                "layers": list(self.kept_layers)}
 
 
 def check_budget(flops: float, costs: UnitFlops, full: int, *, flag: str = "--flops") -> int:
@@ -68,11 +98,25 @@ def _order(scores: torch.Tensor, cost: list[int], layer_prior: float):
     return units, value, spent
 
 
-def plan_budget(scores: UnitScores, costs: UnitFlops, budget: int, *, layer_prior: float = 0.0) -> UnitPlan:
-    """Keep the heads and neurons of largest total (prior-weighted) score whose FLOPs fit `budget`."""
+def only_layers(scores: UnitScores, layers) -> UnitScores:
+    """`scores` with every unit outside `layers` (layer ids) absent (-inf), so plans keep none of them."""
+    drop = torch.ones(scores.heads.shape[0], dtype=torch.bool)
+    drop[list(layers)] = False
+    heads, neurons = scores.heads.clone(), scores.neurons.clone()
+    heads[drop], neurons[drop] = float("-inf"), float("-inf")
+    return replace(scores, heads=heads, neurons=neurons)
+
+
+def plan_budget(scores: UnitScores, costs: UnitFlops, budget: int, *, layer_prior: float = 0.0,
+                layers=None) -> UnitPlan:
+    """Keep the heads and neurons of largest total (prior-weighted) score whose FLOPs fit `budget`; with
+    `layers` (ids), only units of those layers, and the plan drops the others whole."""
     if layer_prior < 0 or layer_prior != layer_prior:
         raise UserError(f"--layer-prior {layer_prior} is not a number >= 0; pass 0 (global ranking) or more.")
     check_unit_scores(scores)
+    if layers is not None:
+        layers = tuple(sorted(set(int(i) for i in layers)))
+        scores = only_layers(scores, layers)
     head_units, head_value, head_spent = _order(scores.heads, costs.per_head, layer_prior)
     neuron_units, neuron_value, neuron_spent = _order(scores.neurons, costs.per_neuron, layer_prior)
     room = budget - costs.fixed - head_spent  # left for neurons after the k best heads, k = 0..H
@@ -84,11 +128,11 @@ def plan_budget(scores: UnitScores, costs: UnitFlops, budget: int, *, layer_prio
     total = torch.where(fits, head_value + neuron_value[count.clamp_min(0)], torch.tensor(float("-inf"), dtype=torch.float64))
     k = int(torch.argmax(total))
     m = int(count[k])
-    layers = scores.heads.shape[0]
-    heads = [[] for _ in range(layers)]
+    depth = scores.heads.shape[0]
+    heads = [[] for _ in range(depth)]
     for layer, unit in head_units[:k].tolist():
         heads[layer].append(unit)
-    neurons = [[] for _ in range(layers)]
+    neurons = [[] for _ in range(depth)]
     for layer, unit in neuron_units[:m].tolist():
         neurons[layer].append(unit)
-    return UnitPlan(tuple(tuple(sorted(h)) for h in heads), tuple(tuple(sorted(n)) for n in neurons))
+    return UnitPlan(tuple(tuple(sorted(h)) for h in heads), tuple(tuple(sorted(n)) for n in neurons), layers)

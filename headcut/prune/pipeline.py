@@ -30,6 +30,7 @@ from headcut.prune.measure import speed_summary
 from headcut.prune.plan import check_keep_ratio, plan_heads
 from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
+from headcut.prune.layers import LayerSearch, choose_layer_drops
 from headcut.prune.surgery import apply_unit_plan, pruned_copy
 
 
@@ -132,9 +133,9 @@ class Budget:
             return plan_budget(scores, self.costs, int(self.budget), layer_prior=layer_prior)
         return plan_latency(scores, self.ms_costs, self.budget, layer_prior=layer_prior)
 
-    def record(self, plan: UnitPlan) -> dict:
+    def record(self, plan: UnitPlan, search: LayerSearch | None = None) -> dict:
         out = {"flops": self.flops, "seq_len": self.seq_len, "full_flops": self.full, "fixed_flops": self.costs.fixed,
-               "plan_flops": plan.flops(self.costs)}
+               "plan_flops": plan.flops(self.costs), **({"layer_search": search.to_dict()} if search else {})}
         if self.flops is not None:
             return {**out, "budget_flops": int(self.budget)}
         return {**out, "latency": self.latency, "costs": self.ms_costs.to_dict(), "budget_ms": self.budget,
@@ -224,6 +225,7 @@ def prune_to_budget(
     method: str = DEFAULT_METHOD,
     targets: str = "teacher",
     layer_prior: float = 0.0,
+    drop_layers: bool = False,
     tune: bool = True,
     steps: int = 1,
     eval_data: Pairs | None = None,
@@ -243,7 +245,9 @@ def prune_to_budget(
     with no gradient training: scores of every unit by criterion `method` (default fisher, with `targets`;
     `evaluate.criteria`) on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune`
     recorded; or `unit_scores` computed on that sample before), the best plan under the budget
-    (`prune.budget`), then, with `tune`, per-unit scales and bias shifts re-fitted by least squares on another
+    (`prune.budget`) — with `drop_layers` (`flops` only), whole layers dropped where that brings the masked plan's
+    outputs closer to the unpruned model's on the calibration sample (`prune.layers`) — then, with `tune`,
+    per-unit scales and bias shifts re-fitted by least squares on another
     seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded into the
     weights (`prune.tune`), then the classification head re-fitted to the unpruned model's outputs
     (`prune.refit`). With `steps` > 1 the budget is reached in that many steps of geometrically shrinking
@@ -253,6 +257,12 @@ def prune_to_budget(
         raise UserError(f"--iterative {steps} is outside 1..100; pass the number of pruning steps (1 = one shot).")
     chosen = criterion(method, neurons=True)
     check_targets(targets)
+    if drop_layers and flops is None:
+        raise UserError("--drop-layers plans against --flops; the latency tables do not time a removed layer, so "
+                        "drop --drop-layers or pass --flops.")
+    if drop_layers and steps > 1:
+        raise UserError(f"--drop-layers searches one plan of the unpruned model; --iterative {steps} re-plans a pruned "
+                        "one, so pass one of them.")
     pool = data_pool(loaded, data)
     check_calibration_size(pool, settings, tune=tune)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
@@ -260,7 +270,7 @@ def prune_to_budget(
     check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source))
     budget = budget_of(loaded, flops=flops, latency=latency, seq_len=seq_len, latency_batch=latency_batch,
                        latency_cache=latency_cache, latency_runtime=latency_runtime, progress=progress, notice=notice)
-    calibration = pool.sample(settings.calibrate_rows, seed=settings.seed + 1) if tune else None
+    calibration = pool.sample(settings.calibrate_rows, seed=settings.seed + 1)
 
     def rescore(model, step: int) -> UnitScores:
         return score_units(_as_loaded(loaded, model), score_pairs, method=chosen.name, targets=targets,
@@ -271,10 +281,11 @@ def prune_to_budget(
     def retune(model) -> Tuning:
         return tune_pruned(loaded, model, calibration, batch_size=settings.batch_size, progress=progress)
 
-    shares = budget_shares(flops if flops is not None else latency, steps)
     scores = unit_scores or rescore(loaded.model, 1)
-    model, plan, tuning, stepped = prune_in_steps(loaded.model, budget, shares, scores, rescore,
-                                                  retune if tune else None, layer_prior)
+    search = _layer_search(loaded, scores, budget, calibration, layer_prior, settings, progress) if drop_layers else None
+    model, plan, tuning, stepped = prune_in_steps(
+        loaded.model, budget, budget_shares(flops if flops is not None else latency, steps), scores, rescore,
+        retune if tune else None, (lambda b, s: search.plan) if search else (lambda b, s: b.plan(s, layer_prior)))
     untuned = None
     if tune and eval_pairs is not None:  # the final plan with masks only, for the report's before/after tuning
         untuned = copy.deepcopy(loaded.model).eval()
@@ -287,33 +298,44 @@ def prune_to_budget(
         quality_untuned = rest[0] if rest else None
     layers, heads = mask_shape(loaded.model)
     return PruneResult(
-        pruned, loaded, request={"layer_prior": layer_prior},
+        pruned, loaded, request={"layer_prior": layer_prior, "drop_layers": drop_layers},
         plan={"num_heads": heads, "total": layers * heads, "kept": sum(plan.heads_per_layer),
               "num_neurons": intermediate_size(loaded.model.config), **plan.to_dict()},
         scores={"how": _scores_how(scores, score_pairs), "data": score_pairs.provenance(), **scores.to_dict()},
         speed=speed_summary(loaded.model, model, seq_len=budget.seq_len, latency=settings.timing,
                             min_seconds=settings.latency_seconds),
-        budget={**budget.record(plan), **({"steps": stepped} if steps > 1 else {})}, tuning=tuning.record(tune, settings.calibrate_rows),
+        budget={**budget.record(plan, search), **({"steps": stepped} if steps > 1 else {})},
+        tuning=tuning.record(tune, settings.calibrate_rows),
         quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, tuning.pairs))
 
 
 def prune_in_steps(teacher, budget: Budget, shares: list[float], scores: UnitScores,
                    rescore: Callable[[object, int], UnitScores], retune: Callable[[object], Tuning] | None,
-                   layer_prior: float) -> tuple:
-    """A pruned copy of `teacher` planned at each of `shares` of `budget` in turn: `scores` plan the first step,
-    `rescore(model, step)` the later ones, and `retune(model)` (None: no tuning) runs after every step.
-    Returns the model, the final plan, the final tuning and one record per step."""
-    model, plan, tuning, stepped = copy.deepcopy(teacher).eval(), None, Tuning(None, [], []), []
+                   plan: Callable[[Budget, UnitScores], UnitPlan]) -> tuple:
+    """A pruned copy of `teacher` planned by `plan(budget at the step's share, scores)` at each of `shares` in
+    turn: `scores` plan the first step, `rescore(model, step)` the later ones, and `retune(model)` (None: no
+    tuning) runs after every step. Returns the model, the final plan, the final tuning and one record per step."""
+    model, chosen, tuning, stepped = copy.deepcopy(teacher).eval(), None, Tuning(None, [], []), []
     for step, share in enumerate(shares, start=1):
         if step > 1:  # the smaller, tuned model is judged again: a unit that backed up a removed one may matter now
             scores = rescore(model, step)
-        plan = budget.at(share).plan(scores, layer_prior)
-        apply_unit_plan(model, plan)
+        chosen = plan(budget.at(share), scores)
+        apply_unit_plan(model, chosen)
         if retune is not None:
             tuning = retune(model)
-        stepped.append({"share": share, "plan_flops": plan.flops(budget.costs),
-                        "heads_per_layer": plan.heads_per_layer, "neurons_per_layer": plan.neurons_per_layer})
-    return model, plan, tuning, stepped
+        stepped.append({"share": share, "plan_flops": chosen.flops(budget.costs),
+                        "heads_per_layer": chosen.heads_per_layer, "neurons_per_layer": chosen.neurons_per_layer})
+    return model, chosen, tuning, stepped
+
+
+def _layer_search(loaded: LoadedModel, scores: UnitScores, budget: Budget, calibration: Pairs, layer_prior: float,
+                  settings: PruneSettings, progress) -> LayerSearch:
+    """Whole layers dropped where that brings the masked plan closer to the unpruned model (`prune.layers`)."""
+    encoded = encode(loaded.tokenizer, calibration, max_length=loaded.max_length, model=loaded.model)
+    depth = mask_shape(loaded.model)[0]
+    return choose_layer_drops(loaded.model, scores, budget.costs, int(budget.budget), encoded,
+                              layer_prior=layer_prior, batch_size=settings.batch_size,
+                              progress=stage(progress, "choosing layers", depth * (depth + 1) // 2))
 
 
 def _as_loaded(loaded: LoadedModel, model) -> LoadedModel:

@@ -52,7 +52,8 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
     lines.append(f"Source: `{summary['source']['path']}` (weights {summary['source']['weights_hash']})  ")
     lines.append(f"Scores: {summary['scores'].get('how') or summary['scores']['method']}  ")
     budget = summary.get("budget")
-    layers = " | ".join(str(i) for i in range(len(plan["heads_per_layer"])))
+    kept = set(plan.get("layers") or range(len(plan["heads_per_layer"])))
+    layers = " | ".join(str(i) if i in kept else f"{i} (dropped)" for i in range(len(plan["heads_per_layer"])))
     rows = ["| layer | " + layers + " |", "|---|" + "---|" * len(plan["heads_per_layer"]),
             "| heads | " + " | ".join(str(n) for n in plan["heads_per_layer"]) + " |"]
     if budget:
@@ -72,6 +73,9 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
                      f"{plan['num_neurons'] * len(plan['neurons_per_layer']):,} FFN neurons "
                      f"(layer prior {summary['layer_prior']}).")
         rows.append("| FFN neurons | " + " | ".join(str(n) for n in plan["neurons_per_layer"]) + " |")
+        search = budget.get("layer_search")
+        if search:
+            lines.append(_layer_sentence(search))
     else:
         lines.append(f"Kept {plan['kept']} of {plan['total']} heads (keep ratio {summary['keep_ratio']}, "
                      f"layer prior {summary['layer_prior']}, min heads {summary['min_heads']}"
@@ -139,6 +143,17 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
             lines.append(f"| head | {f['name']} | | {f['error_before']:.4f} | {f['error_after']:.4f} | "
                          f"{f['damping'] if f['accepted'] else 'not kept'} |")
     return "\n".join(lines) + "\n"
+
+
+def _layer_sentence(search: dict) -> str:
+    """What the layer search (`prune.layers`) chose, with the divergences it compared."""
+    if search["dropped"]:
+        chosen = f"dropped layer{'s' if len(search['dropped']) > 1 else ''} {', '.join(map(str, search['dropped']))} whole"
+    else:
+        chosen = "dropped no layer (no drop brought the plan closer to the unpruned model)"
+    return (f"Layer search on {search['pairs']} calibration pairs ({len(search['trials'])} candidates, masked, "
+            f"untuned): {chosen}; mean divergence from the unpruned model {search['divergence_all_layers']:.4f} with "
+            f"all layers, {search['divergence']:.4f} as planned.")
 
 
 def _agreement_sentence(quality: dict) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from headcut.arch import heads_per_layer, mask_shape
+from headcut.arch import heads_per_layer, layer_ids, mask_shape
 from headcut_grader.errors import UserError, setting
 
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
@@ -14,6 +14,9 @@ DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward p
 
 def check_unpruned(loaded, flag: str = "--model") -> None:
     layers, heads = mask_shape(loaded.model)
+    if layer_ids(loaded.model) != list(range(layers)):
+        raise UserError(f"{setting(flag, loaded.path)} is already pruned (it kept layers {layer_ids(loaded.model)}); "
+                        "prune the original model instead.")
     if heads_per_layer(loaded.model) != [heads] * layers:
         raise UserError(f"{setting(flag, loaded.path)} is already pruned ({heads_per_layer(loaded.model)} heads per layer); "
                         "prune the original model instead.")

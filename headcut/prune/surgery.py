@@ -1,9 +1,10 @@
-"""Applying a plan: slice the heads out of a model's weights (exactly what masking them computes)."""
+"""Applying a plan: slice the heads (and FFN neurons, and layers) out of a model's weights (exactly what
+masking them computes)."""
 from __future__ import annotations
 
 import copy
 
-from headcut.arch import heads_per_layer, keep_heads, keep_neurons, mask_shape
+from headcut.arch import heads_per_layer, keep_heads, keep_layers, keep_neurons, layer_ids, mask_shape
 from headcut.models import LoadedModel
 from headcut.prune.budget import UnitPlan
 from headcut.prune.plan import HeadPlan
@@ -20,15 +21,21 @@ def apply_plan(model, plan: HeadPlan) -> None:
     keep_heads(model, [list(k) for k in plan.keep])
 
 
-def apply_unit_plan(model, plan: UnitPlan) -> None:
-    """Keep the plan's heads and FFN neurons (original ids), in place; a model pruned before keeps the intersection."""
-    keep_heads(model, [list(h) for h in plan.heads])
-    keep_neurons(model, [list(n) for n in plan.neurons])
-
-
 def pruned_copy(loaded: LoadedModel, plan: HeadPlan) -> LoadedModel:
     """A pruned deep copy of `loaded`; the original stays untouched (it is the reference in reports)."""
     model = copy.deepcopy(loaded.model)
     apply_plan(model, plan)
     model.eval()
     return LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
+
+
+def apply_unit_plan(model, plan: UnitPlan) -> None:
+    """Physically keep the plan's heads and FFN neurons, then remove the layers it drops, in place. Exact: the
+    result equals the unpruned model under the plan's head, neuron and layer masks (`UnitPlan.masks`). A model
+    pruned before (a step of an iterative prune) keeps the intersection."""
+    if len(plan.heads) != len(layer_ids(model)):
+        raise ValueError(f"the plan is for {len(plan.heads)} layers, the model has {len(layer_ids(model))}")
+    keep_heads(model, [list(h) for h in plan.heads])
+    keep_neurons(model, [list(n) for n in plan.neurons])
+    if plan.dropped_layers:
+        keep_layers(model, list(plan.kept_layers))

@@ -94,7 +94,7 @@ def _teacher_targets(teacher, batches: list) -> list[dict] | None:
     for batch, _ in batches:
         got = {}
         handles = [getattr(p, f"{sub}_norm").register_forward_pre_hook(
-            lambda module, args, key=(p.index, sub): got.__setitem__(key, args[0].detach()))
+            lambda module, args, key=(p.layer_id, sub): got.__setitem__(key, args[0].detach()))
             for p in parts for sub in ("attention", "ffn")]
         try:
             teacher(**batch)
@@ -173,8 +173,10 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
         held = torch.as_tensor(rows % 5 == 4, device=device)  # by pair index: the same pairs for every sublayer
         batches.append((batch, held))
     targets = _teacher_targets(teacher, batches)
+    teacher_parts = {p.layer_id: p for p in layer_parts(teacher)}
     fits = []
-    for t_parts, s_parts in zip(layer_parts(teacher), layer_parts(student)):
+    for s_parts in layer_parts(student):  # a student without some layers fits each kept one to its own original
+        t_parts = teacher_parts[s_parts.layer_id]
         for sublayer in ("attention", "ffn"):
             count = s_parts.num_heads if sublayer == "attention" else s_parts.num_neurons
             if count == 0:
@@ -191,7 +193,7 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
                 real = batch["attention_mask"].bool()
                 if last:  # only the first token reaches the classifier
                     real[:, 1:] = False
-                target = (targets[b][s_parts.index, sublayer] if targets is not None
+                target = (targets[b][s_parts.layer_id, sublayer] if targets is not None
                           else _capture(teacher, t_parts, sublayer, batch, units=False)["norm"])
                 got = _capture(student, s_parts, sublayer, batch, units=True)
                 for normal, pick in ((fit, real & ~held[:, None]), (check, real & held[:, None])):
