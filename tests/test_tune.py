@@ -84,7 +84,7 @@ def test_a_head_refit_worse_on_held_out_pairs_is_not_kept(monkeypatch):
     teacher, student = pruned()
     enc = toy_encoded("bert", n=40)
     before = weights(student)
-    monkeypatch.setattr(refit, "_solve", lambda sums, current, damping: 3 * current)
+    monkeypatch.setattr(refit.Ridge, "solve", lambda self, current, damping: 3 * current)
     fits = refit_head(teacher, student, enc, batch_size=8)
     assert not any(f.accepted for f in fits)
     assert all(torch.equal(before[k], v) for k, v in student.state_dict().items())

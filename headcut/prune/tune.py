@@ -153,6 +153,44 @@ class _Normal:
         return torch.linalg.solve(self.gram + torch.diag(ridge), self.rhs + ridge * self.no_change())
 
 
+@dataclass
+class Ridge:
+    """The sums x'x, x'y and y'y of a linear fit y ~ x w over some rows (x with a column of ones when a bias is
+    fitted), from which a ridge solve and its squared error need no rows; errors are relative to `reference`
+    (by default y'y). Shared by the projection refit here and the head refit (`prune.refit`)."""
+
+    gram: torch.Tensor
+    cross: torch.Tensor
+    yy: float = 0.0
+    reference: float = 0.0
+
+    @classmethod
+    def zeros(cls, inputs: int, outputs: int) -> "Ridge":
+        return cls(torch.zeros(inputs, inputs, dtype=torch.float64), torch.zeros(inputs, outputs, dtype=torch.float64))
+
+    def add(self, x: torch.Tensor, y: torch.Tensor, *, reference: float | None = None) -> None:
+        """Add rows x (n, inputs) with targets y (n, outputs); `reference`: their part of the error's denominator."""
+        self.gram += (x.t() @ x).to(self.gram.device)
+        self.cross += (x.t() @ y).to(self.cross.device)
+        yy = float((y ** 2).sum())
+        self.yy += yy
+        self.reference += yy if reference is None else reference
+
+    def __add__(self, other: "Ridge") -> "Ridge":
+        return Ridge(self.gram + other.gram, self.cross + other.cross, self.yy + other.yy,
+                     self.reference + other.reference)
+
+    def error(self, w: torch.Tensor) -> float:
+        """||x w - y||^2 / reference."""
+        return float((w * (self.gram @ w)).sum() - 2 * (w * self.cross).sum() + self.yy) / max(self.reference, 1e-30)
+
+    def solve(self, current: torch.Tensor, damping: float) -> torch.Tensor:
+        """Ridge towards the current weights: an output the data does not pin down stays as it was."""
+        ridge = damping * float(torch.diagonal(self.gram).mean().clamp_min(1e-30))
+        eye = torch.eye(len(self.gram), dtype=torch.float64)
+        return torch.linalg.solve(self.gram + ridge * eye, self.cross + ridge * current)
+
+
 @torch.no_grad()
 def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max_scale: float = 10.0,
                 bias: bool = True, last_layer_cls: bool = True,
