@@ -2,15 +2,19 @@
 from budget_curve.py's report rows (so choosing a default here does not tune it to the rows reported).
 
     .venv/bin/python benchmarks/tune_variants.py --model runs/teacher [--budgets 0.65,0.5]
-        [--variants none,scale,bias,bias+cls,refit,bias+refit,scale+cls+refit,bias+cls+refit]
+        [--variants none,scale,bias,bias+cls,refit,bias+refit,scale+cls+refit,bias+cls+refit,weights+cls+refit]
         [--score-rows 1000] [--calibrate 512] [--selection 1500]
 
-A variant names its parts with '+': scale (scales only) or bias (scales and bias shifts) for the layer fits,
-cls (the last layer fitted on [CLS] only), refit (the closed-form head refit, prune/refit.py); none is the
-plan with masks only. Scores on --score-rows train pairs, calibration on --calibrate others; the selection
-slice is --selection dev rows drawn (seed 1) from those budget_curve.py does not report on (its 2,000 report
-rows are random.Random(0).sample of dev). Prints agreement with the teacher and accuracy, Spearman and loss
-differences (paired bootstrap) per variant, and the tuning seconds.
+A variant names its parts with '+': at most one layer fit, scale (scales only), bias (scales and bias shifts),
+weights (a ridge refit of each sublayer's whole output projection and bias) or best (per sublayer, whichever of
+bias and weights has the lower held-out error); cls (the last layer fitted on [CLS] only), refit (the closed-form
+head refit, prune/refit.py); none is the plan with masks only. Scores on --score-rows train pairs, calibration
+on --calibrate others; the selection slice is --selection dev rows drawn (seed 1) from those budget_curve.py
+does not report on (its 2,000 report rows are random.Random(0).sample of dev). Prints agreement with the
+teacher and accuracy, Spearman and loss differences (paired bootstrap) per variant, the tuning seconds, and how
+many sublayer fits were kept (of them, projection refits). The scoring and calibration rows are one sample of
+--score-rows + --calibrate train pairs, so changing --calibrate also changes the scores, hence the plan: compare
+variants within one run.
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "homedepot"
-PARTS = {"none", "scale", "bias", "cls", "refit"}
+FITS = {"scale": "scales", "bias": "scales", "weights": "weights", "best": "best"}  # part -> tune_scales mode
+PARTS = {"none", "cls", "refit", *FITS}
 
 
 def main() -> None:
@@ -38,8 +43,9 @@ def main() -> None:
     args = parser.parse_args()
     variants = [v.split("+") for v in args.variants.split(",")]
     for parts in variants:
-        if not set(parts) <= PARTS or ("scale" in parts and "bias" in parts):
-            parser.error(f"--variants: '{'+'.join(parts)}' is not made of {sorted(PARTS)} (scale or bias, not both)")
+        if not set(parts) <= PARTS or len(set(parts) & set(FITS)) > 1:
+            parser.error(f"--variants: '{'+'.join(parts)}' is not made of {sorted(PARTS)} "
+                         f"(at most one of {', '.join(FITS)})")
 
     from headcut.arch import flops_per_pair, keep_heads, keep_neurons, unit_flops
     from headcut.batching import encode
@@ -74,17 +80,21 @@ def main() -> None:
         keep_neurons(base, [list(n) for n in plan.neurons])
         print(f"FLOPs {share}: heads {plan.heads_per_layer}, neurons {plan.neurons_per_layer}", flush=True)
         for parts in variants:
-            model, started = copy.deepcopy(base), time.perf_counter()
-            if "scale" in parts or "bias" in parts:
-                tune_scales(teacher, model, calibration, bias="bias" in parts, last_layer_cls="cls" in parts)
+            model, started, kept = copy.deepcopy(base), time.perf_counter(), ""
+            fit = next((p for p in parts if p in FITS), None)
+            if fit:
+                fits = tune_scales(teacher, model, calibration, bias=fit != "scale", last_layer_cls="cls" in parts,
+                                   mode=FITS[fit])
+                kept = (f", kept {sum(f.accepted for f in fits)}/{len(fits)}"
+                        f" ({sum(f.accepted and f.mode == 'weights' for f in fits)} projections)")
             if "refit" in parts:
                 refit_head(teacher, model, calibration)
             seconds = time.perf_counter() - started
             got = paired_bootstrap(predict_logits(model, None, None, encoded=encoded), reference,
                                    selection.label_array(), selection.grades, iters=args.bootstrap, seed=0)
-            print(f"  {'+'.join(parts):16s} agreement {got['agreement']['value']:.2%}  "
+            print(f"  {'+'.join(parts):17s} agreement {got['agreement']['value']:.2%}  "
                   f"accuracy {100 * got['accuracy']['delta']:+.2f} pt  Spearman {got['spearman']['delta']:+.4f}  "
-                  f"loss {got['loss']['delta']:+.4f}  ({seconds:.0f} s)", flush=True)
+                  f"loss {got['loss']['delta']:+.4f}  ({seconds:.0f} s{kept})", flush=True)
 
 
 if __name__ == "__main__":

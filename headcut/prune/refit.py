@@ -18,7 +18,7 @@ from torch import nn
 
 from headcut.arch import encoder_layers
 from headcut.batching import Encoded, collate, length_batches
-from headcut.prune.tune import choose_damping
+from headcut.prune.tune import Ridge, choose_damping
 
 
 @dataclass(frozen=True)
@@ -82,43 +82,28 @@ def refit_head(teacher, student, encoded: Encoded, *, batch_size: int = 64) -> l
     fits = []
     for i, (name, s_linear) in enumerate(head_linears(student)):
         size, width = s_linear.in_features + 1, s_linear.out_features
-        fit, check = ([torch.zeros(size, size, dtype=torch.float64), torch.zeros(size, width, dtype=torch.float64), 0.0]
-                      for _ in range(2))
+        fit, check = Ridge.zeros(size, width), Ridge.zeros(size, width)
         for (batch, held), outputs in zip(batches, targets):
             x = _forward(student, [s_linear], batch, output=False)[0]  # after the refit of the linears below
             y = outputs[i]
             if len(x) != len(held):
                 raise ValueError(f"{name} reads {len(x)} rows for {len(held)} pairs; the head refit needs one per pair")
             for sums, pick in ((fit, ~held), (check, held)):  # the head reads one row per pair
-                sums[0] += x[pick].t() @ x[pick]
-                sums[1] += x[pick].t() @ y[pick]
-                sums[2] += float((y[pick] ** 2).sum())
+                sums.add(x[pick], y[pick])
         current = torch.cat([s_linear.weight.detach().double().t(), s_linear.bias.detach().double()[None]]).cpu()
         fits.append(_choose(name, s_linear, fit, check, current))
     return fits
 
 
-def _error(sums, w) -> float:
-    """||x w - y||^2 / ||y||^2 from the sums (x'x, x'y, y'y)."""
-    gram, cross, yy = sums
-    return float((w * (gram @ w)).sum() - 2 * (w * cross).sum() + yy) / max(yy, 1e-30)
-
-
-def _solve(sums, current, damping: float) -> torch.Tensor:
-    """Ridge towards the current weights: an output the data does not pin down stays as it was."""
-    ridge = damping * float(torch.diagonal(sums[0]).mean().clamp_min(1e-30))
-    return torch.linalg.solve(sums[0] + ridge * torch.eye(len(sums[0]), dtype=torch.float64), sums[1] + ridge * current)
-
-
-def _choose(name: str, linear: nn.Linear, fit, check, current) -> HeadFit:
+def _choose(name: str, linear: nn.Linear, fit: Ridge, check: Ridge, current) -> HeadFit:
     def valid(w):
         return bool(torch.isfinite(w).all())
 
-    before = _error(check, current)
-    chosen = choose_damping(lambda damping: _solve(fit, current, damping), lambda w: _error(check, w), before, valid)
+    before = check.error(current)
+    chosen = choose_damping(lambda damping: fit.solve(current, damping), check.error, before, valid)
     if chosen is not None:
         error, damping = chosen
-        w = _solve([a + b for a, b in zip(fit, check)], current, damping)  # refit on every calibration pair
+        w = (fit + check).solve(current, damping)  # refit on every calibration pair
         if valid(w):
             linear.weight.copy_(w[:-1].t().to(linear.weight))
             linear.bias.copy_(w[-1].to(linear.bias))

@@ -32,8 +32,8 @@ from headcut.batching import Encoded, collate, length_batches
 @dataclass(frozen=True)
 class LayerFit:
     """One sublayer's fit on the held-out calibration pairs: the squared error of its LayerNorm input
-    relative to the unpruned model's, ||pruned - unpruned||^2 / ||unpruned||^2, with no tuning (m = 1) and
-    with the scales fitted on the other pairs (the folded ones, refitted on all pairs, do at least as well)."""
+    relative to the unpruned model's, ||pruned - unpruned||^2 / ||unpruned||^2, with no tuning and with the
+    fit (`mode`) made on the other pairs (the one folded, refitted on all pairs, does about as well)."""
 
     layer: int
     sublayer: str  # "attention" or "ffn"
@@ -41,8 +41,9 @@ class LayerFit:
     error_before: float
     error_after: float
     accepted: bool
-    scale_range: tuple[float, float]
+    scale_range: tuple[float, float]  # weights: each unit's new over old column norm in the projection
     damping: float | None
+    mode: str = "scales"  # what was fitted: "scales" (per-unit scales, bias shifts) or "weights" (the projection)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__, scale_range=list(self.scale_range))
@@ -153,15 +154,61 @@ class _Normal:
         return torch.linalg.solve(self.gram + torch.diag(ridge), self.rhs + ridge * self.no_change())
 
 
+@dataclass
+class Ridge:
+    """The sums x'x, x'y and y'y of a linear fit y ~ x w over some rows (x with a column of ones when a bias is
+    fitted), from which a ridge solve and its squared error need no rows; errors are relative to `reference`
+    (by default y'y). Shared by the projection refit here and the head refit (`prune.refit`)."""
+
+    gram: torch.Tensor
+    cross: torch.Tensor
+    yy: float = 0.0
+    reference: float = 0.0
+
+    @classmethod
+    def zeros(cls, inputs: int, outputs: int) -> "Ridge":
+        return cls(torch.zeros(inputs, inputs, dtype=torch.float64), torch.zeros(inputs, outputs, dtype=torch.float64))
+
+    def add(self, x: torch.Tensor, y: torch.Tensor, *, reference: float | None = None) -> None:
+        """Add rows x (n, inputs) with targets y (n, outputs); `reference`: their part of the error's denominator."""
+        self.gram += (x.t() @ x).to(self.gram.device)
+        self.cross += (x.t() @ y).to(self.cross.device)
+        yy = float((y ** 2).sum())
+        self.yy += yy
+        self.reference += yy if reference is None else reference
+
+    def __add__(self, other: "Ridge") -> "Ridge":
+        return Ridge(self.gram + other.gram, self.cross + other.cross, self.yy + other.yy,
+                     self.reference + other.reference)
+
+    def error(self, w: torch.Tensor) -> float:
+        """||x w - y||^2 / reference."""
+        return float((w * (self.gram @ w)).sum() - 2 * (w * self.cross).sum() + self.yy) / max(self.reference, 1e-30)
+
+    def solve(self, current: torch.Tensor, damping: float) -> torch.Tensor:
+        """Ridge towards the current weights: an output the data does not pin down stays as it was."""
+        ridge = damping * float(torch.diagonal(self.gram).mean().clamp_min(1e-30))
+        eye = torch.eye(len(self.gram), dtype=torch.float64)
+        return torch.linalg.solve(self.gram + ridge * eye, self.cross + ridge * current)
+
+
+MODES = ("scales", "weights", "best")  # what a sublayer's fit changes; best: whichever does better on held-out pairs
+
+
 @torch.no_grad()
 def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max_scale: float = 10.0,
-                bias: bool = True, last_layer_cls: bool = True,
+                bias: bool = True, last_layer_cls: bool = True, mode: str = "scales",
                 progress: Callable[[str], None] | None = None) -> list[LayerFit]:
     """Fit and fold per-unit scales into `student` (a pruned copy of `teacher`), in place, sublayer by
     sublayer from the bottom; with `bias`, also one shift per output of each sublayer's projection, fitted
-    jointly. With `last_layer_cls` the last layer is fitted on the first token only, the one the
-    classifier reads. Returns one `LayerFit` per sublayer that still has units; its errors are measured
-    on the held-out calibration pairs."""
+    jointly. With `mode="weights"` the whole projection (and with `bias` its bias) is refitted instead, by
+    ridge regression towards its current weights; with "best" both are fitted on the same tokens and the one
+    with the lower held-out error is kept. With `last_layer_cls` the last layer is fitted on the first token
+    only, the one the classifier reads. `max_scale` bounds the scales (a weights fit is kept if finite).
+    Returns one `LayerFit` per sublayer that still has units; its errors are measured on the held-out
+    calibration pairs."""
+    if mode not in MODES:
+        raise ValueError(f"mask tuning mode {mode!r} is not one of {', '.join(MODES)}")
     if len(encoded) < 5:
         raise ValueError("mask tuning needs at least 5 calibration pairs (every fifth is held out)")
     teacher.eval()
@@ -178,29 +225,45 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
     for s_parts in layer_parts(student):  # a student without some layers fits each kept one to its own original
         t_parts = teacher_parts[s_parts.layer_id]
         for sublayer in ("attention", "ffn"):
-            count = s_parts.num_heads if sublayer == "attention" else s_parts.num_neurons
-            if count == 0:
+            if (s_parts.num_heads if sublayer == "attention" else s_parts.num_neurons) == 0:
                 continue
             if progress:
                 progress(f"layer {s_parts.index} {sublayer}")
-            proj = s_parts.out if sublayer == "attention" else s_parts.ffn_out
-            width = proj.weight.shape[0] if bias and proj.bias is not None else 0
-            fit, check = _Normal(count, width), _Normal(count, width)
-            w = proj.weight.detach().double()
-            wtw = w.t() @ w if sublayer == "ffn" else None  # (neurons, neurons), the same for every batch
             last = last_layer_cls and s_parts.index == len(layer_parts(student)) - 1
-            for b, (batch, held) in enumerate(batches):
-                real = batch["attention_mask"].bool()
-                if last:  # only the first token reaches the classifier
-                    real[:, 1:] = False
-                target = (targets[b][s_parts.layer_id, sublayer] if targets is not None
-                          else _capture(teacher, t_parts, sublayer, batch, units=False)["norm"])
-                got = _capture(student, s_parts, sublayer, batch, units=True)
-                for normal, pick in ((fit, real & ~held[:, None]), (check, real & held[:, None])):
-                    _accumulate(normal, s_parts, sublayer, w, wtw, got["units"][pick].double(),
-                                got["norm"][pick].double(), target[pick].double())
-            fits.append(_choose_and_fold(s_parts, sublayer, fit, check, max_scale))
+            fits.append(_fit_sublayer(teacher, student, (t_parts, s_parts), sublayer, batches, targets, mode=mode,
+                                      bias=bias, last=last, max_scale=max_scale))
     return fits
+
+
+def _fit_sublayer(teacher, student, parts: tuple[LayerParts, LayerParts], sublayer: str, batches: list, targets, *,
+                  mode: str, bias: bool, last: bool, max_scale: float) -> LayerFit:
+    """Accumulate one sublayer's sums on the fitting and the held-out tokens, then fit, choose and fold."""
+    t_parts, s_parts = parts
+    proj = s_parts.out if sublayer == "attention" else s_parts.ffn_out
+    count = s_parts.num_heads if sublayer == "attention" else s_parts.num_neurons
+    width = proj.weight.shape[0] if bias and proj.bias is not None else 0
+    scales = (_Normal(count, width), _Normal(count, width)) if mode != "weights" else None
+    weights = tuple(Ridge.zeros(proj.in_features + (width > 0), proj.out_features) for _ in range(2)) \
+        if mode != "scales" else None
+    w = proj.weight.detach().double()
+    wtw = w.t() @ w if sublayer == "ffn" else None  # (neurons, neurons), the same for every batch
+    shift = proj.bias.detach().double() if width else None
+    for b, (batch, held) in enumerate(batches):
+        real = batch["attention_mask"].bool()
+        if last:  # only the first token reaches the classifier
+            real[:, 1:] = False
+        target = (targets[b][s_parts.layer_id, sublayer] if targets is not None
+                  else _capture(teacher, t_parts, sublayer, batch, units=False)["norm"])
+        got = _capture(student, s_parts, sublayer, batch, units=True)
+        for i, pick in enumerate((real & ~held[:, None], real & held[:, None])):
+            acts, now, goal = got["units"][pick].double(), got["norm"][pick].double(), target[pick].double()
+            if scales:
+                _accumulate(scales[i], s_parts, sublayer, w, wtw, acts, now, goal)
+            if weights:
+                _accumulate_weights(weights[i], w, shift, acts, now, goal)
+    choices = ([_choose_scales(s_parts, sublayer, *scales, max_scale)] if scales else []) + \
+        ([_choose_weights(s_parts, sublayer, *weights)] if weights else [])
+    return _keep_best(choices)
 
 
 def _accumulate(normal: _Normal, parts: LayerParts, sublayer: str, w, wtw, acts, now, target) -> None:
@@ -242,7 +305,8 @@ def choose_damping(solve: Callable[[float], torch.Tensor], error: Callable[[torc
     return None
 
 
-def _choose_and_fold(parts: LayerParts, sublayer: str, fit: _Normal, check: _Normal, max_scale: float) -> LayerFit:
+def _choose_scales(parts: LayerParts, sublayer: str, fit: _Normal, check: _Normal, max_scale: float):
+    """The scales' `LayerFit` and a function that folds them in, or None when the fit is refused."""
     k = fit.units
 
     def valid(x):
@@ -254,10 +318,67 @@ def _choose_and_fold(parts: LayerParts, sublayer: str, fit: _Normal, check: _Nor
         error, damping = chosen
         x = (fit + check).solve(damping)  # refit on every calibration pair with the chosen damping
         if valid(x):
-            _fold(parts, sublayer, x[:k], x[k:])
-            return LayerFit(parts.index, sublayer, k, before, error, True,
-                            (float(x[:k].min()), float(x[:k].max())), damping)
-    return LayerFit(parts.index, sublayer, k, before, before, False, (1.0, 1.0), None)
+            return (LayerFit(parts.index, sublayer, k, before, error, True,
+                             (float(x[:k].min()), float(x[:k].max())), damping),
+                    lambda: _fold(parts, sublayer, x[:k], x[k:]))
+    return LayerFit(parts.index, sublayer, k, before, before, False, (1.0, 1.0), None), None
+
+
+def _accumulate_weights(ridge: Ridge, w, bias, acts, now, target) -> None:
+    """Add these tokens to the projection's ridge sums: inputs `acts` (with ones when its `bias` is fitted),
+    outputs what it should add to the rest of the LayerNorm input, now - (its current output), to hit `target`.
+    `w` is the projection's weight (d, inputs)."""
+    y = target - now + acts @ w.t()
+    if bias is not None:
+        y = y + bias
+        acts = torch.cat([acts, torch.ones(len(acts), 1, dtype=acts.dtype, device=acts.device)], 1)
+    ridge.add(acts, y, reference=float((target * target).sum()))
+
+
+def _choose_weights(parts: LayerParts, sublayer: str, fit: Ridge, check: Ridge):
+    """The projection refit's `LayerFit` and a function that writes it in, or None when it is refused."""
+    proj = parts.out if sublayer == "attention" else parts.ffn_out
+    with_bias = len(fit.gram) > proj.in_features
+    current = proj.weight.detach().double().t().cpu()  # (inputs, outputs), the layout of the solution
+    if with_bias:
+        current = torch.cat([current, proj.bias.detach().double().cpu()[None]])
+
+    def valid(x):
+        return bool(torch.isfinite(x).all())
+
+    units = parts.num_heads if sublayer == "attention" else parts.num_neurons
+    before = check.error(current)
+    chosen = choose_damping(lambda damping: fit.solve(current, damping), check.error, before, valid)
+    if chosen is not None:
+        error, damping = chosen
+        x = (fit + check).solve(current, damping)  # refit on every calibration pair with the chosen damping
+        if valid(x):
+            return (LayerFit(parts.index, sublayer, units, before, error, True,
+                             _norm_ratio(units, current[:proj.in_features], x[:proj.in_features]), damping, "weights"),
+                    lambda: _write(proj, x))
+    return LayerFit(parts.index, sublayer, units, before, before, False, (1.0, 1.0), None, "weights"), None
+
+
+def _norm_ratio(units: int, old: torch.Tensor, new: torch.Tensor) -> tuple[float, float]:
+    """Range over units of the new over the old norm of a unit's input columns: a weights fit's scales."""
+    ratio = new.reshape(units, -1).norm(dim=1) / old.reshape(units, -1).norm(dim=1).clamp_min(1e-30)
+    return float(ratio.min()), float(ratio.max())
+
+
+def _write(proj, x: torch.Tensor) -> None:
+    proj.weight.copy_(x[:proj.in_features].t().to(proj.weight))
+    if len(x) > proj.in_features:
+        proj.bias.copy_(x[proj.in_features].to(proj.bias))
+
+
+def _keep_best(choices: list) -> LayerFit:
+    """Fold the kept fit with the lowest held-out error (on a tie the first, scales); if none is kept, the
+    sublayer stays as it was and the first choice's record says so."""
+    kept = [c for c in choices if c[1] is not None]
+    fit, fold = min(kept, key=lambda c: c[0].error_after) if kept else choices[0]
+    if fold is not None:
+        fold()
+    return fit
 
 
 def _fold(parts: LayerParts, sublayer: str, scales: torch.Tensor, shift: torch.Tensor) -> None:
