@@ -1,5 +1,6 @@
 """Budgeted pruning of heads and FFN neurons: joint Fisher scores, the FLOPs plan, mask tuning, artifacts."""
 import copy
+import typing
 
 import numpy as np
 import pytest
@@ -249,6 +250,27 @@ def test_an_iterative_flops_prune_meets_its_budget_counted_from_the_artifact(tmp
         assert all(a <= b for a, b in zip(after["neurons_per_layer"], before["neurons_per_layer"]))
     assert all(s["plan_flops"] <= s["share"] * full for s in steps)
     assert steps[-1]["plan_flops"] == flops_per_pair(pruned.model, seq)
+
+
+def test_tune_fit_is_recorded_and_a_bad_one_or_a_bad_pairing_is_one_sentence(tmp_path, tiny_grader):  # noqa: F811
+    from headcut.pipeline.recipe import PruneSection
+    from headcut.prune.tune import DEFAULT_MODE, MODES
+
+    assert PruneSection().tune_fit == DEFAULT_MODE  # the recipe key's default is the library's
+    assert typing.get_args(typing.get_type_hints(PruneSection)["tune_fit"]) == MODES  # and its choices
+    grader, _ = tiny_grader
+    out = tmp_path / "w"
+    result = run("--model", grader, "--flops", 0.5, "--tune-fit", "weights", "--out", out, "--calibrate", 40,
+                 "--bootstrap", 20, "--no-timing")
+    assert result.exit_code == 0, result.output
+    tuning = load_model(out).meta["prune"]["tuning"]
+    assert tuning["fit"] == "weights" and {f["mode"] for f in tuning["fits"]} == {"weights"}
+    assert "refits of each sublayer's output projection" in result.output
+    for args, words in ((["--tune-fit", "ridge"], "--tune-fit ridge is unknown; choose one of scales, weights, best"),
+                        (["--drop-layers", "--iterative", 3], "pass one of them")):
+        bad = run("--model", grader, "--flops", 0.5, *args, "--out", tmp_path / "x", "--no-timing")
+        assert bad.exit_code == 2 and words in bad.output and "Traceback" not in bad.output, bad.output
+        assert not (tmp_path / "x").exists()
 
 
 def test_impossible_flops_budget_exits_2_with_one_sentence(tmp_path, tiny_grader):  # noqa: F811

@@ -61,6 +61,10 @@ def prune(
                                      "encoder layers, greedily, keeping a drop only when the re-planned model (masked, "
                                      "untuned) is closer to the unpruned one on the --calibrate pairs; the freed FLOPs "
                                      "go to the other layers' best units"),
+    tune_fit: Opt[str] = typer.Option(None, "--tune-fit", help="--flops/--latency: what mask tuning re-fits in "
+                                 "each sublayer: scales (one per kept head and neuron, and bias shifts), weights (the "
+                                 "whole output projection, by ridge), or best (both, keeping per sublayer the one with "
+                                 "the lower held-out error; the default, measured best below half the FLOPs)"),
     calibrate: int = number(512, "--calibrate", help="--flops/--latency: pairs of --data (labels unused) for mask "
                             "tuning; every fifth is held out to check the fit", low=5, high=100_000),
     seq_len: Opt[int] = number(None, "--seq-len", help="--flops/--latency: sequence length the cost is counted at "
@@ -123,7 +127,8 @@ def prune(
                              latency_seconds=latency_seconds, seed=seed)
     if budgeted:
         call = budget_call(flops=flops, latency=latency, method=method, targets=targets, tune=tune, seq_len=seq_len,
-                           batch=batch, runtime=runtime, steps=max(1, iterative), drop_layers=drop_layers)
+                           batch=batch, runtime=runtime, steps=max(1, iterative), drop_layers=drop_layers,
+                           tune_fit=tune_fit)
     else:
         call = keep_ratio_call(keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
                                iterative=iterative)
@@ -153,13 +158,14 @@ def check_options(keep_ratio, flops, latency, *, scores, iterative, min_heads, r
 
 
 def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, batch: int, runtime: str,
-                steps: int = 1, drop_layers: bool = False):
+                steps: int = 1, drop_layers: bool = False, tune_fit: str | None = None):
     """prune_to_budget with the budget's own arguments (heads and FFN neurons to a FLOPs or latency share)."""
     from headcut.prune import prune_to_budget
     from headcut.prune.scores import DEFAULT_METHOD
 
     return functools.partial(prune_to_budget, flops=flops, latency=latency, method=method or DEFAULT_METHOD,
                              targets=targets, tune=tune, steps=steps, drop_layers=drop_layers,
+                             **({"tune_fit": tune_fit} if tune_fit else {}),
                              seq_len=seq_len, latency_batch=batch, latency_runtime=latency_runtime(runtime),
                              notice=_say)
 

@@ -55,6 +55,7 @@ class PruneSection:
     score_rows: int = ranged(512, 1)  # flops: train pairs scored
     calibrate: int = ranged(512, 5, 100_000)  # flops: train pairs for mask tuning (0.2 held out)
     tune: bool = True
+    tune_fit: Literal["scales", "weights", "best"] = "best"  # flops: what tuning re-fits (prune.tune.MODES; --tune-fit)
     iterative: int = ranged(0, 0, 100)  # flops: reach the budget in this many steps, re-scored and re-tuned (0, 1: one shot)
 
 

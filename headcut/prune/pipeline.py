@@ -22,7 +22,7 @@ from headcut.prune.targets import one_target_problem
 from headcut.timing import Runtime
 from headcut.prune.latency import LayerCosts, check_latency_budget, default_cache, layer_costs, plan_latency
 from headcut.prune.refit import refit_head
-from headcut.prune.tune import tune_scales
+from headcut.prune.tune import DEFAULT_MODE, MODES, tune_scales
 from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample, file_score_record,
                                   notes_for, scan_score_record, stage)
 from headcut.prune.iterative import budget_shares, iterative_plan
@@ -181,20 +181,24 @@ class Tuning:
     pairs: Pairs | None
     fits: list
     head_fits: list
+    fit: str | None = None  # `prune.tune` mode: scales, weights or best
 
     def record(self, enabled: bool, asked: int | None) -> dict:
-        return {"enabled": enabled, "data": {**self.pairs.provenance(), "asked": asked} if enabled else None,
+        return {"enabled": enabled, "fit": self.fit if enabled else None,
+                "data": {**self.pairs.provenance(), "asked": asked} if enabled else None,
                 "accepted": sum(f.accepted for f in self.fits), "sublayers": len(self.fits),
                 "fits": [f.to_dict() for f in self.fits], "head": [f.to_dict() for f in self.head_fits]}
 
 
-def tune_pruned(loaded: LoadedModel, model, pairs: Pairs, *, batch_size: int, progress=None) -> Tuning:
-    """Re-fit per-unit scales and bias shifts (`prune.tune`), then the classification head (`prune.refit`), of
-    the pruned `model` to the unpruned one's outputs on `pairs` (labels unused)."""
+def tune_pruned(loaded: LoadedModel, model, pairs: Pairs, *, batch_size: int, fit: str = DEFAULT_MODE,
+                progress=None) -> Tuning:
+    """Re-fit each sublayer (`prune.tune`: per-unit scales and bias shifts, or the projection, as `fit` says), then
+    the classification head (`prune.refit`), of the pruned `model` to the unpruned one's outputs on `pairs`
+    (labels unused)."""
     calibration = encode(loaded.tokenizer, pairs, max_length=loaded.max_length, model=loaded.model)
-    fits = tune_scales(loaded.model, model, calibration, batch_size=batch_size,
+    fits = tune_scales(loaded.model, model, calibration, batch_size=batch_size, mode=fit,
                        progress=(lambda _: progress("tuning", 1, None)) if progress else None)
-    return Tuning(pairs, fits, refit_head(loaded.model, model, calibration, batch_size=batch_size))
+    return Tuning(pairs, fits, refit_head(loaded.model, model, calibration, batch_size=batch_size), fit)
 
 
 def budget_quality(loaded: LoadedModel, models: list, pairs: Pairs, settings: PruneSettings, progress=None) -> list:
@@ -227,6 +231,7 @@ def prune_to_budget(
     layer_prior: float = 0.0,
     drop_layers: bool = False,
     tune: bool = True,
+    tune_fit: str = DEFAULT_MODE,
     steps: int = 1,
     eval_data: Pairs | None = None,
     seq_len: int | None = None,
@@ -247,12 +252,15 @@ def prune_to_budget(
     recorded; or `unit_scores` computed on that sample before), the best plan under the budget
     (`prune.budget`) — with `drop_layers` (`flops` only), whole layers dropped where that brings the masked plan's
     outputs closer to the unpruned model's on the calibration sample (`prune.layers`) — then, with `tune`,
-    per-unit scales and bias shifts re-fitted by least squares on another
+    each sublayer re-fitted by least squares (`tune_fit`: per-unit scales and bias shifts, the whole output
+    projection, or per sublayer the better of the two on held-out pairs) on another
     seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded into the
     weights (`prune.tune`), then the classification head re-fitted to the unpruned model's outputs
     (`prune.refit`). With `steps` > 1 the budget is reached in that many steps of geometrically shrinking
     shares (`budget_shares`), the smaller model re-scored and re-tuned after each. Quality with paired CIs
     (also of the final plan untuned when tuning ran) is measured as `prune` does."""
+    if tune_fit not in MODES:
+        raise UserError(f"--tune-fit {tune_fit} is unknown; choose one of {', '.join(MODES)}.")
     if not isinstance(steps, int) or not 1 <= steps <= 100:
         raise UserError(f"--iterative {steps} is outside 1..100; pass the number of pruning steps (1 = one shot).")
     chosen = criterion(method, neurons=True)
@@ -279,7 +287,7 @@ def prune_to_budget(
                                           len(score_pairs)))
 
     def retune(model) -> Tuning:
-        return tune_pruned(loaded, model, calibration, batch_size=settings.batch_size, progress=progress)
+        return tune_pruned(loaded, model, calibration, batch_size=settings.batch_size, fit=tune_fit, progress=progress)
 
     scores = unit_scores or rescore(loaded.model, 1)
     search = _layer_search(loaded, scores, budget, calibration, layer_prior, settings, progress) if drop_layers else None

@@ -130,17 +130,20 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
     tuning = summary.get("tuning")
     if tuning and tuning.get("enabled"):
         lines += ["", "## Mask tuning", "",
-                  f"Least-squares scales on {tuning['data']['rows']} calibration pairs from {tuning['data']['source']}"
+                  f"Least-squares {_FITS.get(tuning.get('fit'), 'scales')} on {tuning['data']['rows']} calibration "
+                  f"pairs from {tuning['data']['source']}"
                   + (f" (--calibrate asked for {tuning['data']['asked']}; the data holds no more)"
                      if tuning["data"].get("asked", 0) > tuning["data"]["rows"] else "") + "; "
                   f"kept in {tuning['accepted']} of {tuning['sublayers']} sublayers. Reconstruction error "
                   "(squared error of each sublayer's LayerNorm input relative to the unpruned model's, on held-out calibration pairs):", "",
-                  "| layer | sublayer | units | error untuned | error tuned | damping |", "|---|---|---|---|---|---|"]
+                  "| layer | sublayer | units | fitted | error untuned | error tuned | damping |",
+                  "|---|---|---|---|---|---|---|"]
         for f in tuning["fits"]:
-            lines.append(f"| {f['layer']} | {f['sublayer']} | {f['units']} | {f['error_before']:.4f} | "
-                         f"{f['error_after']:.4f} | {f['damping'] if f['accepted'] else 'not kept'} |")
+            lines.append(f"| {f['layer']} | {f['sublayer']} | {f['units']} | {f.get('mode', 'scales')} | "
+                         f"{f['error_before']:.4f} | {f['error_after']:.4f} | "
+                         f"{f['damping'] if f['accepted'] else 'not kept'} |")
         for f in tuning.get("head", []):  # output error of the head's linears, re-fitted after the layers
-            lines.append(f"| head | {f['name']} | | {f['error_before']:.4f} | {f['error_after']:.4f} | "
+            lines.append(f"| head | {f['name']} | | weights | {f['error_before']:.4f} | {f['error_after']:.4f} | "
                          f"{f['damping'] if f['accepted'] else 'not kept'} |")
     return "\n".join(lines) + "\n"
 
@@ -169,3 +172,7 @@ def _agreement(quality: dict) -> str:
     agree = quality["paired"]["agreement"]
     ci = f" (95% CI {agree['ci'][0]:.2%} to {agree['ci'][1]:.2%})" if "ci" in agree else ""
     return f"{agree['value']:.2%} of pairs{ci}"
+
+
+_FITS = {"scales": "scales", "weights": "refits of each sublayer's output projection",
+         "best": "fits (per sublayer, scales or the whole output projection, whichever did better on held-out pairs)"}
