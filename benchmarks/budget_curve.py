@@ -9,7 +9,8 @@ For each FLOPs budget (share of the teacher's FLOPs per pair at its max_length) 
   heads only      today's `--keep-ratio` pruner (fisher head scan with grades), as many heads as the budget
                   allows; n/a below the FFN's share of the FLOPs
   heads+FFN       the joint plan, masks only (`headcut prune --flops F --no-tune`)
-  heads+FFN+tune  the joint plan with mask tuning and the head refit (`headcut prune --flops F`)
+  tune: scales    the joint plan tuned with per-unit scales and bias shifts only (`--tune-fit scales`)
+  heads+FFN+tune  the joint plan with mask tuning and the head refit (`headcut prune --flops F`, --tune-fit best)
   iterative       the same, reached in --steps steps, re-scored and re-tuned after each
                   (`headcut prune --flops F --iterative STEPS`)
   one-shot xN     one shot given the iterative variant's time instead: STEPS times the scoring and
@@ -47,12 +48,13 @@ from headcut.prune import plan_heads  # noqa: E402
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget  # noqa: E402
 from headcut.prune.measure import dummy_batch  # noqa: E402
 from headcut.prune.refit import refit_head  # noqa: E402
-from headcut.prune.tune import tune_scales  # noqa: E402
+from headcut.prune.tune import DEFAULT_MODE, tune_scales  # noqa: E402
 from headcut.timing import round_robin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "homedepot"
-VARIANTS = ("heads only", "heads+FFN", "heads+FFN+tune", "iterative", "one-shot xN", "random", "bottom-k")
+VARIANTS = ("heads only", "heads+FFN", "tune: scales", "heads+FFN+tune", "iterative", "one-shot xN", "random",
+            "bottom-k")
 
 
 def log(msg: str) -> None:
@@ -124,7 +126,8 @@ def prune_tuned(teacher, tok, seq, score_pairs, calib_pairs, share: float, steps
     budget = Budget(share, None, seq, units, full, check_budget(share, units, full))
 
     def retune(model):
-        return Tuning(None, tune_scales(teacher, model, calib_enc), refit_head(teacher, model, calib_enc))
+        return Tuning(None, tune_scales(teacher, model, calib_enc, mode=DEFAULT_MODE),
+                      refit_head(teacher, model, calib_enc))
 
     model, *_ = prune_in_steps(teacher, budget, budget_shares(share, steps), unit_fisher(teacher, score_enc),
                                lambda m, step: unit_fisher(m, score_enc), retune, lambda b, s: b.plan(s, 0.0))
@@ -199,13 +202,19 @@ def main():
         joint = copy.deepcopy(teacher)
         keep_heads(joint, [list(h) for h in plan.heads])
         keep_neurons(joint, [list(n) for n in plan.neurons])
+        scales_only = None
+        if "tune: scales" in wanted:  # the default before --tune-fit: per-unit scales and bias shifts
+            scales_only = copy.deepcopy(joint)
+            tune_scales(teacher, scales_only, calib_enc, mode="scales")
+            refit_head(teacher, scales_only, calib_enc)
+        t0 = time.perf_counter()
         tuned = copy.deepcopy(joint)
-        fits = tune_scales(teacher, tuned, calib_enc)
+        fits = tune_scales(teacher, tuned, calib_enc, mode=DEFAULT_MODE)
         head_fits = refit_head(teacher, tuned, calib_enc)  # as `headcut prune --flops` does after tuning
         prune_seconds = time.perf_counter() - t0
         k, truncated = bottom_k(teacher, share, seq)
         models = {"heads only": lambda: heads_only(teacher, head_scores, budget, costs), "heads+FFN": lambda: joint,
-                  "heads+FFN+tune": lambda: tuned,
+                  "tune: scales": lambda: scales_only, "heads+FFN+tune": lambda: tuned,
                   "iterative": lambda: timed_variant(seconds, "iterative", iterative, teacher, tok, seq, score_pairs,
                                                      calib_pairs, share, args),
                   "one-shot xN": lambda: timed_variant(seconds, "one-shot xN", one_shot, teacher, tok, seq, big_score,
@@ -290,7 +299,8 @@ def figure(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), dpi=110)
-    styles = {"heads only": ("#999999", "s"), "heads+FFN": ("#8fb8de", "o"), "heads+FFN+tune": ("#1f5f99", "o"),
+    styles = {"heads only": ("#999999", "s"), "heads+FFN": ("#8fb8de", "o"), "tune: scales": ("#6a8fb0", "o"),
+              "heads+FFN+tune": ("#1f5f99", "o"),
               "iterative": ("#e07b00", "D"), "one-shot xN": ("#b59b00", "v"),
               "random": ("#d98c8c", "x"), "bottom-k": ("#6aa06a", "^")}
     for name, (color, marker) in styles.items():
