@@ -140,10 +140,10 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
                   "|---|---|---|---|---|---|---|"]
         for f in tuning["fits"]:
             lines.append(f"| {f['layer']} | {f['sublayer']} | {f['units']} | {f.get('mode', 'scales')} | "
-                         f"{f['error_before']:.4f} | {f['error_after']:.4f} | "
+                         f"{_error(f['error_before'])} | {_error(f['error_after'])} | "
                          f"{f['damping'] if f['accepted'] else 'not kept'} |")
         for f in tuning.get("head", []):  # output error of the head's linears, re-fitted after the layers
-            lines.append(f"| head | {f['name']} | | weights | {f['error_before']:.4f} | {f['error_after']:.4f} | "
+            lines.append(f"| head | {f['name']} | | weights | {_error(f['error_before'])} | {_error(f['error_after'])} | "
                          f"{f['damping'] if f['accepted'] else 'not kept'} |")
     return "\n".join(lines) + "\n"
 
@@ -176,3 +176,8 @@ def _agreement(quality: dict) -> str:
 
 _FITS = {"scales": "scales", "weights": "refits of each sublayer's output projection",
          "best": "fits (per sublayer, scales or the whole output projection, whichever did better on held-out pairs)"}
+
+
+def _error(value: float) -> str:
+    """A relative squared error; a fit of an unchanged sublayer can round a hair below 0, shown as 0."""
+    return f"{max(value, 0.0):.4f}"
