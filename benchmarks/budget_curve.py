@@ -202,16 +202,15 @@ def main():
         joint = copy.deepcopy(teacher)
         keep_heads(joint, [list(h) for h in plan.heads])
         keep_neurons(joint, [list(n) for n in plan.neurons])
+        tuned = copy.deepcopy(joint)
+        fits = tune_scales(teacher, tuned, calib_enc, mode=DEFAULT_MODE)
+        head_fits = refit_head(teacher, tuned, calib_enc)  # as `headcut prune --flops` does after tuning
+        prune_seconds = time.perf_counter() - t0
         scales_only = None
         if "tune: scales" in wanted:  # the default before --tune-fit: per-unit scales and bias shifts
             scales_only = copy.deepcopy(joint)
             tune_scales(teacher, scales_only, calib_enc, mode="scales")
             refit_head(teacher, scales_only, calib_enc)
-        t0 = time.perf_counter()
-        tuned = copy.deepcopy(joint)
-        fits = tune_scales(teacher, tuned, calib_enc, mode=DEFAULT_MODE)
-        head_fits = refit_head(teacher, tuned, calib_enc)  # as `headcut prune --flops` does after tuning
-        prune_seconds = time.perf_counter() - t0
         k, truncated = bottom_k(teacher, share, seq)
         models = {"heads only": lambda: heads_only(teacher, head_scores, budget, costs), "heads+FFN": lambda: joint,
                   "tune: scales": lambda: scales_only, "heads+FFN+tune": lambda: tuned,
