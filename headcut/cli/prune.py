@@ -127,7 +127,7 @@ def prune(
                              latency_seconds=latency_seconds, seed=seed)
     if budgeted:
         call = budget_call(flops=flops, latency=latency, method=method, targets=targets, tune=tune, seq_len=seq_len,
-                           batch=batch, runtime=runtime, steps=max(1, iterative), drop_layers=drop_layers,
+                           batch=batch, runtime=runtime, iterative=iterative, drop_layers=drop_layers,
                            tune_fit=tune_fit)
     else:
         call = keep_ratio_call(keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
@@ -158,13 +158,13 @@ def check_options(keep_ratio, flops, latency, *, scores, iterative, min_heads, r
 
 
 def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, batch: int, runtime: str,
-                steps: int = 1, drop_layers: bool = False, tune_fit: str | None = None):
+                iterative: int = 0, drop_layers: bool = False, tune_fit: str | None = None):
     """prune_to_budget with the budget's own arguments (heads and FFN neurons to a FLOPs or latency share)."""
     from headcut.prune import prune_to_budget
     from headcut.prune.scores import DEFAULT_METHOD
 
     return functools.partial(prune_to_budget, flops=flops, latency=latency, method=method or DEFAULT_METHOD,
-                             targets=targets, tune=tune, steps=steps, drop_layers=drop_layers,
+                             targets=targets, tune=tune, iterative=iterative, drop_layers=drop_layers,
                              **({"tune_fit": tune_fit} if tune_fit else {}),
                              seq_len=seq_len, latency_batch=batch, latency_runtime=latency_runtime(runtime),
                              notice=_say)

@@ -113,7 +113,7 @@ def prune(ctx: Context) -> dict:
     else:
         pool = read(data.train, preset=data.preset, rows=None, seed=data.seed, task=loaded.task)
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
-                                 tune=p.tune, tune_fit=p.tune_fit, steps=max(1, p.iterative), settings=settings,
+                                 tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, settings=settings,
                                  progress=progress)
     write_artifact(result, ctx.folder / "model", overwrite=True)
     return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],

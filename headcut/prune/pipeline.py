@@ -232,7 +232,7 @@ def prune_to_budget(
     drop_layers: bool = False,
     tune: bool = True,
     tune_fit: str = DEFAULT_MODE,
-    steps: int = 1,
+    iterative: int = 0,
     eval_data: Pairs | None = None,
     seq_len: int | None = None,
     latency_batch: int = 32,
@@ -256,13 +256,15 @@ def prune_to_budget(
     projection, or per sublayer the better of the two on held-out pairs) on another
     seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded into the
     weights (`prune.tune`), then the classification head re-fitted to the unpruned model's outputs
-    (`prune.refit`). With `steps` > 1 the budget is reached in that many steps of geometrically shrinking
+    (`prune.refit`). With `iterative` > 1 (as for `prune`; 0 and 1 are one shot) the budget is reached in that many steps of geometrically shrinking
     shares (`budget_shares`), the smaller model re-scored and re-tuned after each. Quality with paired CIs
     (also of the final plan untuned when tuning ran) is measured as `prune` does."""
     if tune_fit not in MODES:
         raise UserError(f"--tune-fit {tune_fit} is unknown; choose one of {', '.join(MODES)}.")
-    if not isinstance(steps, int) or not 1 <= steps <= 100:
-        raise UserError(f"--iterative {steps} is outside 1..100; pass the number of pruning steps (1 = one shot).")
+    if not isinstance(iterative, int) or not 0 <= iterative <= 100:
+        raise UserError(f"--iterative {iterative} is outside 0..100; pass the number of pruning steps (0 or 1 = one "
+                        "shot).")
+    steps = max(1, iterative)
     chosen = criterion(method, neurons=True)
     check_targets(targets)
     if drop_layers and flops is None:
