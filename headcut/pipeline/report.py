@@ -87,18 +87,17 @@ def _yardstick_blocks(bench: dict, floor: FloorSection) -> list[tuple]:
     rows += [[r["name"], *compared(r["vs_yardstick"])] for r in bench["rows"]]
     passing = [r["name"] for r in bench["rows"] if within_floor(r, floor, against="vs_yardstick")]
     if _scores(bench):
-        return [("h2", "Against the yardstick"),
-                ("p", f"The same test pairs, every reranker against {y['path']} (PyTorch fp32: Spearman "
-                      f"{m['spearman']:.4f}, NDCG@10 {m['ndcg@10']:.4f}, MRR {m['mrr']:.4f}), paired bootstrap 95% CIs "
-                      f"over queries. Within the floor of the yardstick (point estimates): "
-                      f"{', '.join(passing) if passing else 'none'}."),
-                ("table", header, rows)]
+        who, measured = "reranker", f"Spearman {m['spearman']:.4f}, NDCG@10 {m['ndcg@10']:.4f}, MRR {m['mrr']:.4f}"
+        cis, within = "95% CIs over queries", "Within the floor of the yardstick"
+    else:
+        who, measured = "grader", (f"accuracy {m['accuracy']:.4f}, macro-F1 {m['macro_f1']:.4f}, "
+                                   f"Spearman {m['spearman']:.4f}")
+        cis, within = "95% CIs", (f"Within {floor.accuracy_points:g} accuracy points and {floor.spearman:g} "
+                                   "Spearman of the yardstick")
     return [("h2", "Against the yardstick"),
-            ("p", f"The same test pairs, every grader against {y['path']} (PyTorch fp32: accuracy {m['accuracy']:.4f}, "
-                  f"macro-F1 {m['macro_f1']:.4f}, Spearman {m['spearman']:.4f}), paired bootstrap 95% CIs. Within "
-                  f"{floor.accuracy_points:g} accuracy points and {floor.spearman:g} Spearman of the yardstick (point "
-                  f"estimates): {', '.join(passing) if passing else 'none'}."),
-            ("table", YARDSTICK_HEADER, rows)]
+            ("p", f"The same test pairs, every {who} against {y['path']} (PyTorch fp32: {measured}), paired bootstrap "
+                  f"{cis}. {within} (point estimates): {', '.join(passing) if passing else 'none'}."),
+            ("table", header, rows)]
 
 
 def _apart(bench: dict) -> str:
