@@ -107,7 +107,8 @@ def prune(
 
     Examples: headcut prune --model runs/teacher --keep-ratio 0.8 --out runs/pruned80
               headcut prune --model runs/teacher --flops 0.5 --data train.tsv --eval-data dev.tsv --out runs/flops50
-              headcut prune --model runs/teacher --flops 0.25 --drop-layers --data train.tsv --out runs/flops25
+              headcut prune --model runs/teacher --latency 0.4 --runtime onnx-int8 --out runs/fast
+    Below 0.35 of the FLOPs, distil the pruned model for an epoch (recipes/run/homedepot_quarter.yaml).
     """
     quiet_transformers()
     from headcut_grader.files import check_out_dir
