@@ -124,3 +124,11 @@ def test_scan_and_the_budget_prune_share_one_fisher(tiny_grader):  # noqa: F811
     expected = unit_fisher(loaded.model, encode(loaded.tokenizer, pairs, model=loaded.model), batch_size=16).heads
     assert torch.allclose(expected.float(), scan_teacher, rtol=1e-6)
     assert not torch.allclose(scan_teacher, scan_fisher, rtol=1e-2)  # gold and the model's own targets differ
+
+
+@pytest.mark.parametrize("command", ["scan", "prune"])
+def test_help_names_every_built_in_criterion(command):
+    """The help text lists the criteria by hand (the registry needs torch, --help does not): it must name each one."""
+    text = " ".join(CliRunner().invoke(app, [command, "--help"], terminal_width=400).output.split())
+    missing = [name for name in criteria.CRITERIA if name not in text]
+    assert not missing, f"headcut {command} --help does not name {missing}"
