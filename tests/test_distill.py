@@ -197,3 +197,16 @@ def test_a_synthetic_dev_set_is_recorded_without_a_file_path(tiny_teacher, tmp_p
     distill(recipe, tmp_path / "student")
     meta = json.loads((tmp_path / "student" / "headcut.json").read_text())
     assert meta["dev_data"]["path"] is None and meta["dev_data"]["source"].startswith("synthetic")
+
+
+def test_a_pruned_student_without_some_layers_matches_each_kept_layer_to_its_original(tiny_teacher, tmp_path):
+    """A layer-removed artifact (`prune --drop-layers`): kept layer i still computes original layer ids[i], so the
+    hidden-state loss must compare it with that teacher layer, not with an evenly spread one."""
+    from headcut.arch import keep_layers
+
+    cut = load_model(tiny_teacher)
+    keep_layers(cut.model, [0, 2, 3])  # even spreading would map 3 layers of 4 to [0, 1, 3]
+    save_model(cut, tmp_path / "pruned", meta={"kind": "prune", "source": {"path": str(tiny_teacher)}})
+    recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.25, hidden_weight=0.5)
+    result = distill(recipe, tmp_path / "student")
+    assert result.finished and load_model(tmp_path / "student").meta["student"]["layer_map"] == [0, 2, 3]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers
+from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers, layer_ids
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
 from headcut_grader.errors import UserError
@@ -61,8 +61,7 @@ def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implement
             raise UserError(f"student_model {recipe.student_model} is a {_task_words(loaded.task)} but the teacher "
                             f"{teacher.path} is a {_task_words(teacher.task)}; distil a pruned model from the teacher "
                             "it was cut from.")
-        layers = len(encoder_layers(loaded.model))
-        layer_map = list(recipe.layer_map or (range(layers) if layers == teacher_layers else even_layer_map(layers, teacher_layers)))
+        layer_map = list(recipe.layer_map or layer_ids(loaded.model))  # each kept layer is still its original
         loaded.meta = {**loaded.meta, **meta}
         return Student(loaded, layer_map, "pruned")
     if recipe.student == "bottom-k":
