@@ -47,105 +47,137 @@ def _flops(n: int) -> str:
 
 def format_report(summary: dict, *, figure: str | None = None) -> str:
     """Markdown for a `PruneResult.record()` (plan, speed, optional quality, notes)."""
-    plan = summary["plan"]
-    lines = ["# headcut prune", ""]
-    lines.append(f"Source: `{summary['source']['path']}` (weights {summary['source']['weights_hash']})  ")
-    lines.append(f"Scores: {summary['scores'].get('how') or summary['scores']['method']}  ")
-    budget = summary.get("budget")
-    kept = set(plan.get("layers") or range(len(plan["heads_per_layer"])))
-    layers = " | ".join(str(i) if i in kept else f"{i} (dropped)" for i in range(len(plan["heads_per_layer"])))
-    rows = ["| layer | " + layers + " |", "|---|" + "---|" * len(plan["heads_per_layer"]),
-            "| heads | " + " | ".join(str(n) for n in plan["heads_per_layer"]) + " |"]
-    if budget:
-        if budget.get("latency") is not None:
-            c = budget["costs"]
-            lines.append(f"Budget: {budget['latency']} of the latency measured on {c['runtime']} per batch of {c['batch']} x "
-                         f"{c['seq_len']} ({budget['budget_ms']:.1f} of {budget['full_ms']:.1f} ms estimated from the "
-                         f"layer cost tables timed on {c['machine']}); the plan's estimate is {budget['plan_ms']:.1f} ms "
-                         f"and its FLOPs {budget['plan_flops'] / budget['full_flops']:.3f} of the model's.  ")
-        else:
-            lines.append(f"Budget: {budget['flops']} of the FLOPs at {budget['seq_len']} tokens "
-                         f"({_flops(budget['budget_flops'])}); the plan uses {_flops(budget['plan_flops'])}.  ")
-        if budget.get("steps"):
-            shares = ", ".join(f"{s['share']:.2f}" for s in budget["steps"])
-            lines.append(f"Reached in {len(budget['steps'])} steps (shares {shares}), re-scored and re-tuned after each.  ")
-        lines.append(f"Kept {plan['kept']} of {plan['total']} heads and {sum(plan['neurons_per_layer']):,} of "
-                     f"{plan['num_neurons'] * len(plan['neurons_per_layer']):,} FFN neurons "
-                     f"(layer prior {summary['layer_prior']}).")
-        rows.append("| FFN neurons | " + " | ".join(str(n) for n in plan["neurons_per_layer"]) + " |")
-        search = budget.get("layer_search")
-        if search:
-            lines.append(_layer_sentence(search))
-    else:
-        lines.append(f"Kept {plan['kept']} of {plan['total']} heads (keep ratio {summary['keep_ratio']}, "
-                     f"layer prior {summary['layer_prior']}, min heads {summary['min_heads']}"
-                     + (f", {summary['iterative']} iterative steps" if summary.get("iterative") else "") + ").")
-    lines += ["", "## Kept per layer", ""] + rows
+    lines = ["# headcut prune", "",
+             f"Source: `{summary['source']['path']}` (weights {summary['source']['weights_hash']})  ",
+             f"Scores: {summary['scores'].get('how') or summary['scores']['method']}  "]
+    lines += _plan_lines(summary)
+    lines += ["", "## Kept per layer", ""] + _kept_table(summary)
     if figure:
         lines += ["", f"![kept per layer]({figure})"]
-    speed = summary["speed"]
-    lines += ["", f"## Size and compute (sequence length {speed['seq_len']})", "",
-              "| | before | after | ratio |", "|---|---|---|---|",
-              f"| parameters | {_count(speed['params']['before'])} | {_count(speed['params']['after'])} | "
-              f"{speed['params']['after'] / speed['params']['before']:.3f} |",
-              f"| FLOPs per pair | {_flops(speed['flops']['before'])} | {_flops(speed['flops']['after'])} | "
-              f"{speed['flops']['after'] / speed['flops']['before']:.3f} |",
-              "", f"Ideal speedup from FLOPs: {speed['ideal_speedup']:.2f}x."]
-    if speed.get("latency"):
-        lines += ["", "## Measured CPU latency", "",
-                  "| batch | ms before | ms after | pairs/s before | pairs/s after | speedup | of ideal |",
-                  "|---|---|---|---|---|---|---|"]
-        for row in speed["latency"]:
-            lines.append(f"| {row['batch_size']} | {row['ms_before']:.1f} | {row['ms_after']:.1f} | "
-                         f"{row['pairs_per_second_before']:.0f} | {row['pairs_per_second_after']:.0f} | "
-                         f"{row['speedup']:.2f}x | {row['ratio_to_ideal']:.0%} |")
-        lines += ["", "Pruned heads save matrix multiplies; embeddings, LayerNorm and per-call overhead do not "
-                      "shrink, so small batches gain less than the FLOPs promise."]
-    quality, notes = summary.get("quality"), summary.get("notes") or []
-    if notes and not quality:
-        lines += ["", " ".join(notes)]
-    if quality:
-        lines += ["", f"## Quality on {quality['data']['source']} ({quality['data']['rows']} pairs)", ""]
-        if notes:
-            lines += [" ".join(notes), ""]
-        untuned = summary.get("quality_untuned")
-        if "before" in quality:
-            head = "| metric | before | after | change (paired 95% CI) |"
-            rule = "|---|---|---|---|"
-            if untuned:
-                head += " without mask tuning | change without tuning |"
-                rule += "---|---|"
-            lines += [head, rule]
-            for name in SCORE_METRIC_NAMES if quality.get("task") == "score" else METRIC_NAMES:
-                d = quality["paired"][name]
-                row = (f"| {name} | {quality['before'][name]:.4f} | {quality['after'][name]:.4f} | "
-                       f"{d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] |")
-                if untuned:
-                    u = untuned["paired"][name]
-                    row += f" {untuned['after'][name]:.4f} | {u['delta']:+.4f} [{u['ci'][0]:+.4f}, {u['ci'][1]:+.4f}] |"
-                lines.append(row)
-        lines += ["", _agreement_sentence(quality)]
-        if untuned:
-            lines.append(f"Without mask tuning: {_agreement(untuned)}.")
-    tuning = summary.get("tuning")
-    if tuning and tuning.get("enabled"):
-        lines += ["", "## Mask tuning", "",
-                  f"Least-squares {_FITS.get(tuning.get('fit'), 'scales')} on {tuning['data']['rows']} calibration "
-                  f"pairs from {tuning['data']['source']}"
-                  + (f" (--calibrate asked for {tuning['data']['asked']}; the data holds no more)"
-                     if tuning["data"].get("asked", 0) > tuning["data"]["rows"] else "") + "; "
-                  f"kept in {tuning['accepted']} of {tuning['sublayers']} sublayers. Reconstruction error "
-                  "(squared error of each sublayer's LayerNorm input relative to the unpruned model's, on held-out calibration pairs):", "",
-                  "| layer | sublayer | units | fitted | error untuned | error tuned | damping |",
-                  "|---|---|---|---|---|---|---|"]
-        for f in tuning["fits"]:
-            lines.append(f"| {f['layer']} | {f['sublayer']} | {f['units']} | {f.get('mode', 'scales')} | "
-                         f"{_error(f['error_before'])} | {_error(f['error_after'])} | "
-                         f"{f['damping'] if f['accepted'] else 'not kept'} |")
-        for f in tuning.get("head", []):  # output error of the head's linears, re-fitted after the layers
-            lines.append(f"| head | {f['name']} | | weights | {_error(f['error_before'])} | {_error(f['error_after'])} | "
-                         f"{f['damping'] if f['accepted'] else 'not kept'} |")
+    lines += _speed_lines(summary["speed"]) + _quality_lines(summary) + _tuning_lines(summary.get("tuning"))
     return "\n".join(lines) + "\n"
+
+
+def _plan_lines(summary: dict) -> list[str]:
+    """What was asked (a budget, or a keep ratio) and what the plan kept."""
+    plan, budget = summary["plan"], summary.get("budget")
+    if not budget:
+        return [f"Kept {plan['kept']} of {plan['total']} heads (keep ratio {summary['keep_ratio']}, "
+                f"layer prior {summary['layer_prior']}, min heads {summary['min_heads']}"
+                + (f", {summary['iterative']} iterative steps" if summary.get("iterative") else "") + ")."]
+    lines = [_budget_sentence(budget)]
+    if budget.get("steps"):
+        shares = ", ".join(f"{s['share']:.2f}" for s in budget["steps"])
+        lines.append(f"Reached in {len(budget['steps'])} steps (shares {shares}), re-scored and re-tuned after each.  ")
+    lines.append(f"Kept {plan['kept']} of {plan['total']} heads and {sum(plan['neurons_per_layer']):,} of "
+                 f"{plan['num_neurons'] * len(plan['neurons_per_layer']):,} FFN neurons "
+                 f"(layer prior {summary['layer_prior']}).")
+    if budget.get("layer_search"):
+        lines.append(_layer_sentence(budget["layer_search"]))
+    return lines
+
+
+def _budget_sentence(budget: dict) -> str:
+    if budget.get("latency") is None:
+        return (f"Budget: {budget['flops']} of the FLOPs at {budget['seq_len']} tokens "
+                f"({_flops(budget['budget_flops'])}); the plan uses {_flops(budget['plan_flops'])}.  ")
+    c = budget["costs"]
+    return (f"Budget: {budget['latency']} of the latency measured on {c['runtime']} per batch of {c['batch']} x "
+            f"{c['seq_len']} ({budget['budget_ms']:.1f} of {budget['full_ms']:.1f} ms estimated from the "
+            f"layer cost tables timed on {c['machine']}); the plan's estimate is {budget['plan_ms']:.1f} ms "
+            f"and its FLOPs {budget['plan_flops'] / budget['full_flops']:.3f} of the model's.  ")
+
+
+def _kept_table(summary: dict) -> list[str]:
+    """Heads (and with a budget, FFN neurons) per layer; removed layers are marked."""
+    plan = summary["plan"]
+    count = len(plan["heads_per_layer"])
+    kept = set(plan.get("layers") or range(count))
+    layers = " | ".join(str(i) if i in kept else f"{i} (dropped)" for i in range(count))
+    rows = ["| layer | " + layers + " |", "|---|" + "---|" * count,
+            "| heads | " + " | ".join(str(n) for n in plan["heads_per_layer"]) + " |"]
+    if summary.get("budget"):
+        rows.append("| FFN neurons | " + " | ".join(str(n) for n in plan["neurons_per_layer"]) + " |")
+    return rows
+
+
+def _speed_lines(speed: dict) -> list[str]:
+    lines = ["", f"## Size and compute (sequence length {speed['seq_len']})", "",
+             "| | before | after | ratio |", "|---|---|---|---|",
+             f"| parameters | {_count(speed['params']['before'])} | {_count(speed['params']['after'])} | "
+             f"{speed['params']['after'] / speed['params']['before']:.3f} |",
+             f"| FLOPs per pair | {_flops(speed['flops']['before'])} | {_flops(speed['flops']['after'])} | "
+             f"{speed['flops']['after'] / speed['flops']['before']:.3f} |",
+             "", f"Ideal speedup from FLOPs: {speed['ideal_speedup']:.2f}x."]
+    if not speed.get("latency"):
+        return lines
+    lines += ["", "## Measured CPU latency", "",
+              "| batch | ms before | ms after | pairs/s before | pairs/s after | speedup | of ideal |",
+              "|---|---|---|---|---|---|---|"]
+    for row in speed["latency"]:
+        lines.append(f"| {row['batch_size']} | {row['ms_before']:.1f} | {row['ms_after']:.1f} | "
+                     f"{row['pairs_per_second_before']:.0f} | {row['pairs_per_second_after']:.0f} | "
+                     f"{row['speedup']:.2f}x | {row['ratio_to_ideal']:.0%} |")
+    return lines + ["", "Pruned heads save matrix multiplies; embeddings, LayerNorm and per-call overhead do not "
+                        "shrink, so small batches gain less than the FLOPs promise."]
+
+
+def _quality_lines(summary: dict) -> list[str]:
+    """Quality before/after (and without tuning) with paired CIs, and agreement; else the notes alone."""
+    quality, notes = summary.get("quality"), summary.get("notes") or []
+    if not quality:
+        return ["", " ".join(notes)] if notes else []
+    lines = ["", f"## Quality on {quality['data']['source']} ({quality['data']['rows']} pairs)", ""]
+    if notes:
+        lines += [" ".join(notes), ""]
+    untuned = summary.get("quality_untuned")
+    if "before" in quality:
+        lines += _metric_table(quality, untuned)
+    lines += ["", _agreement_sentence(quality)]
+    if untuned:
+        lines.append(f"Without mask tuning: {_agreement(untuned)}.")
+    return lines
+
+
+def _metric_table(quality: dict, untuned: dict | None) -> list[str]:
+    head, rule = "| metric | before | after | change (paired 95% CI) |", "|---|---|---|---|"
+    if untuned:
+        head += " without mask tuning | change without tuning |"
+        rule += "---|---|"
+    lines = [head, rule]
+    for name in SCORE_METRIC_NAMES if quality.get("task") == "score" else METRIC_NAMES:
+        d = quality["paired"][name]
+        row = (f"| {name} | {quality['before'][name]:.4f} | {quality['after'][name]:.4f} | "
+               f"{d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] |")
+        if untuned:
+            u = untuned["paired"][name]
+            row += f" {untuned['after'][name]:.4f} | {u['delta']:+.4f} [{u['ci'][0]:+.4f}, {u['ci'][1]:+.4f}] |"
+        lines.append(row)
+    return lines
+
+
+def _tuning_lines(tuning: dict | None) -> list[str]:
+    """The least-squares fits of each sublayer and of the classification head, with their errors."""
+    if not (tuning and tuning.get("enabled")):
+        return []
+    data = tuning["data"]
+    asked = (f" (--calibrate asked for {data['asked']}; the data holds no more)"
+             if data.get("asked", 0) > data["rows"] else "")
+    lines = ["", "## Mask tuning", "",
+             f"Least-squares {_FITS.get(tuning.get('fit'), 'scales')} on {data['rows']} calibration pairs from "
+             f"{data['source']}{asked}; kept in {tuning['accepted']} of {tuning['sublayers']} sublayers. "
+             "Reconstruction error (squared error of each sublayer's LayerNorm input relative to the unpruned "
+             "model's, on held-out calibration pairs):", "",
+             "| layer | sublayer | units | fitted | error untuned | error tuned | damping |",
+             "|---|---|---|---|---|---|---|"]
+    for f in tuning["fits"]:
+        lines.append(f"| {f['layer']} | {f['sublayer']} | {f['units']} | {f.get('mode', 'scales')} | "
+                     f"{_error(f['error_before'])} | {_error(f['error_after'])} | "
+                     f"{f['damping'] if f['accepted'] else 'not kept'} |")
+    for f in tuning.get("head", []):  # output error of the head's linears, re-fitted after the layers
+        lines.append(f"| head | {f['name']} | | weights | {_error(f['error_before'])} | {_error(f['error_after'])} | "
+                     f"{f['damping'] if f['accepted'] else 'not kept'} |")
+    return lines
 
 
 def _layer_sentence(search: dict) -> str:
