@@ -102,14 +102,7 @@ def iter_pairs(
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
     """
     path = Path(path)
-    if preset is not None and preset not in PRESETS:
-        raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
-    p = PRESETS.get(preset, Preset())
-    check_regular(path)
-    # The file's own suffix says more than a preset's usual format (a Home Depot export saved as .jsonl).
-    fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
-    if fmt not in FORMATS:
-        raise UserError(f"format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
+    p, fmt = _format_of(path, preset, fmt)
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
     score = task == "score"
@@ -119,37 +112,28 @@ def iter_pairs(
     with Lines(path, capped=fmt != "json") as lines:
         records = _records(path, lines, fmt)  # (line_number, dict), lazily
         first = next(records, None)
-        hint = ""
-        if fmt in ("tsv", "csv") and lines.first_text.lstrip().startswith(("{", "[")):
-            hint = f"; it was read as {fmt.upper()}, but it looks like JSON lines: name it .jsonl"
-        if first is None:
-            raise UserError(f"{path}: no data rows; the file holds a header at most{hint}.")
-        columns = list(first[1].keys())
-        shown = ", ".join(columns)
-        shown = (shown if len(shown) <= 200 else shown[:200] + "...") + hint
-        for col, flag in ((query_col, "--query-col"), (title_col, "--title-col")):
-            if col not in columns:
-                raise UserError(f"{path}: no column '{col}' (columns: {shown}); name it with {flag}.")
+        columns = _columns(path, first, lines, fmt, (query_col, title_col))
         label_name = next((c for c in label_cols if c in columns), None)
         if label_name is None and require_labels:
-            raise UserError(_missing_gold(path, label_cols[0], shown, columns, p, task=task))
+            raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task))
         if start is not None and start.offset:
             records = _records(path, lines.seek(start), fmt, header=columns)
         else:
             records = itertools.chain([first], records)
+
+        def gold(row, line):
+            where = f"{path}, line {line}, column '{label_name}'"
+            if score:
+                return to_score(row.get(label_name), where)
+            return grades.index(to_grade(row.get(label_name), label_map, grades, where, grades_fix))
+
         queries, titles, labels, chars = [], [], [], 0
         for line, row in records:
-            for col in (query_col, title_col):
-                (queries if col == query_col else titles).append(
-                    to_text(row.get(col), f"{path}, line {line}, column '{col}'"))
+            queries.append(to_text(row.get(query_col), f"{path}, line {line}, column '{query_col}'"))
+            titles.append(to_text(row.get(title_col), f"{path}, line {line}, column '{title_col}'"))
             chars += len(queries[-1]) + len(titles[-1])
             if label_name is not None:
-                where = f"{path}, line {line}, column '{label_name}'"
-                if score:
-                    labels.append(to_score(row.get(label_name), where))
-                else:
-                    grade = to_grade(row.get(label_name), label_map, grades, where, grades_fix)
-                    labels.append(grades.index(grade))
+                labels.append(gold(row, line))
             if len(queries) == chunk_rows or (chunk_chars is not None and chars >= chunk_chars):
                 yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score),
                             lines.position())
@@ -157,6 +141,42 @@ def iter_pairs(
         if queries or (chunk_rows is None):
             yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score),
                         lines.position())
+
+
+def _format_of(path: Path, preset: str | None, fmt: str | None) -> tuple[Preset, str]:
+    """The preset's settings and the file's format: the file's own suffix says more than a preset's usual format
+    (a Home Depot export saved as .jsonl)."""
+    if preset is not None and preset not in PRESETS:
+        raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
+    p = PRESETS.get(preset, Preset())
+    check_regular(path)
+    fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
+    if fmt not in FORMATS:
+        raise UserError(f"format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
+    return p, fmt
+
+
+def _json_hint(lines, fmt: str) -> str:
+    if fmt in ("tsv", "csv") and lines.first_text.lstrip().startswith(("{", "[")):
+        return f"; it was read as {fmt.upper()}, but it looks like JSON lines: name it .jsonl"
+    return ""
+
+
+def _shown(columns: list, lines, fmt: str) -> str:
+    """The file's columns for a message (the first 200 characters), with a hint when it looks like JSON lines."""
+    shown = ", ".join(columns)
+    return (shown if len(shown) <= 200 else shown[:200] + "...") + _json_hint(lines, fmt)
+
+
+def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str]) -> list:
+    """The columns the first row names, refusing a file without rows or without the query or title column."""
+    if first is None:
+        raise UserError(f"{path}: no data rows; the file holds a header at most{_json_hint(lines, fmt)}.")
+    columns = list(first[1].keys())
+    for col, flag in zip(needed, ("--query-col", "--title-col")):
+        if col not in columns:
+            raise UserError(f"{path}: no column '{col}' (columns: {_shown(columns, lines, fmt)}); name it with {flag}.")
+    return columns
 
 
 def _pairs(queries, titles, gold, grades, path, score: bool) -> Pairs:
