@@ -805,3 +805,14 @@ def test_class_a_grade_outside_the_grades_names_a_fix_this_command_has(tmp_path)
     refused(finetune, where, "recipe key 'grades'", "--set grades=")
     for result in (evaluate, grade, finetune):
         assert "--grades" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
+
+
+@pytest.mark.parametrize("flag, value", [("--min-agreement", "0.9"), ("--max-spearman-drift", "0.01"),
+                                         ("--max-drop", "2")])
+@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
+def test_an_int8_gate_flag_on_an_fp32_export_is_refused(tmp_path, saved_models, flag, value, backend):
+    """The gate's thresholds do nothing to an fp32 graph: refused, not silently ignored, and nothing written."""
+    out = tmp_path / "grader"
+    refused(run("export", saved_models["artifact"], "--out", out, "--backend", backend, flag, value),
+            f"{flag} sets the gate", "would be ignored", f"drop {flag}")
+    assert not out.exists()

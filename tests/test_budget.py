@@ -386,7 +386,7 @@ def test_latency_prune_on_onnx_int8(tmp_path, tiny_grader, monkeypatch):  # noqa
 
 @pytest.mark.parametrize("args, words", [
     (["--latency", 0.5, "--runtime", "tensorrt"], "--runtime tensorrt is unknown; choose one of torch-fp32, onnx-int8"),
-    (["--flops", 0.5, "--runtime", "onnx-int8"], "--runtime onnx-int8 times the layer cost tables of --latency"),
+    (["--flops", 0.5, "--runtime", "onnx-int8"], "--runtime works with --latency S, not with --flops F"),
 ])
 def test_a_bad_runtime_is_one_sentence(args, words, tmp_path, tiny_grader):  # noqa: F811
     grader, _ = tiny_grader
@@ -552,3 +552,24 @@ def test_the_one_prune_target_rule_words_flags_and_recipe_keys():
         "exactly one of keep_ratio (heads only) or flops (heads and FFN neurons)")
     assert one_target_problem({"flops": 0.5, "latency": 0.5}, flags=True) == (
         "exactly one of --flops F or --latency S (heads and FFN neurons)")
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--keep-ratio", 0.5, "--tune-fit", "weights"], "--tune-fit"), (["--keep-ratio", 0.5, "--no-tune"], "--no-tune"),
+    (["--keep-ratio", 0.5, "--calibrate", 100], "--calibrate"), (["--keep-ratio", 0.5, "--seq-len", 24], "--seq-len"),
+    (["--keep-ratio", 0.5, "--targets", "grades"], "--targets"), (["--flops", 0.5, "--batch", 8], "--batch"),
+    (["--flops", 0.5, "--min-heads", 1], "--min-heads"), (["--latency", 0.5, "--drop-layers"], "--drop-layers"),
+])
+def test_a_flag_the_chosen_prune_would_ignore_is_refused(args, flag, tmp_path, tiny_grader):  # noqa: F811
+    """Each prune-specific flag given to a prune that does not read it: one sentence naming it, exit 2, nothing
+    written (it used to be ignored silently)."""
+    grader, _ = tiny_grader
+    result = run("--model", grader, *args, "--out", tmp_path / "x", "--no-timing")
+    assert result.exit_code == 2 and f"{flag} works with" in result.output and f"drop {flag}." in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "x").exists()
+
+
+def test_tune_fit_with_no_tune_is_refused(tmp_path, tiny_grader):  # noqa: F811
+    grader, _ = tiny_grader
+    result = run("--model", grader, "--flops", 0.5, "--no-tune", "--tune-fit", "best", "--out", tmp_path / "x")
+    assert result.exit_code == 2 and "--no-tune turns tuning off; drop one of them" in result.output

@@ -235,7 +235,7 @@ def test_flops_prune_with_drop_layers_records_the_search_and_reloads(tmp_path, t
 def test_drop_layers_needs_flops(tmp_path, tiny_grader):  # noqa: F811
     grader, _ = tiny_grader
     result = run("--model", grader, "--latency", 0.5, "--drop-layers", "--out", tmp_path / "x")
-    assert result.exit_code == 2 and "--drop-layers plans against --flops" in result.output
+    assert result.exit_code == 2 and "--drop-layers works with --flops F, not with --latency S" in result.output
     assert "Traceback" not in result.output
 
 

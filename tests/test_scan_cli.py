@@ -119,3 +119,14 @@ def test_probe_reads_the_segmentation_column(tiny_grader, tmp_path):
     bad = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", "synthetic", "--seg-col", "seg",
                               "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "--seg-col" in bad.output
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--experiments", "none", "--draws", "3"], "--draws sets up experiments 1, 2, 5"),
+    (["--experiments", "1,3", "--k", "3"], "--k sets up experiment 5 (term), and --experiments runs random, layers"),
+])
+def test_an_experiment_flag_no_chosen_experiment_reads_is_refused(tiny_grader, tmp_path, args, words):
+    r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", "synthetic", *args, "--out",
+                            str(tmp_path / "x")])
+    assert r.exit_code == 2 and words in r.output and "would be ignored" in r.output, r.output
+    assert "Traceback" not in r.output and not (tmp_path / "x").exists()

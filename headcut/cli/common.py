@@ -10,7 +10,8 @@ from headcut_grader.data import DEFAULT_GRADES
 
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
 from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, BadValue, Opt,  # noqa: F401
-                                       bounded, field_option, number, progress_bar, user_errors, version_option)
+                                       bounded, field_option, flags_set, number, progress_bar, user_errors,
+                                       version_option)
 
 
 def quiet_transformers() -> None:

@@ -7,9 +7,10 @@ import typer
 
 from headcut.export.card import quality_words
 from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
-                                THREADS, TITLE_COL, Opt, field_option, number, quiet_transformers, read_data,
+                                THREADS, TITLE_COL, Opt, field_option, flags_set, number, quiet_transformers, read_data,
                                 user_errors)
 from headcut.export.gate import Int8Gate
+from headcut_grader.errors import UserError
 
 
 def trial_rows(title: str, trials: list[dict]) -> list[str]:
@@ -71,6 +72,7 @@ def format_openvino(record: dict) -> list[str]:
 
 @user_errors
 def export(
+    ctx: typer.Context,
     model: str = typer.Argument(..., help="Model folder (teacher, pruned or distilled artifact) or built-in name."),
     out: Path = typer.Option(..., "--out", "-o", help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
     int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate "
@@ -111,7 +113,11 @@ def export(
     from headcut.export.build import resolve_precision
 
     check_out_dir(out, overwrite=overwrite, inputs=[model, data])
-    resolve_precision(backend, precision, int8=int8)  # a bad --backend/--precision stops here, before loading
+    precisions = resolve_precision(backend, precision, int8=int8)  # a bad --backend/--precision stops here
+    gate_flags = flags_set(ctx, ["min_agreement", "max_spearman_drift", "max_drop"])
+    if gate_flags and set(precisions) <= {"fp32", None}:
+        raise UserError(f"{gate_flags[0]} sets the gate an int8, bf16 or auto export must pass, and this export is "
+                        f"fp32, so it would be ignored; drop {gate_flags[0]} or pass --precision int8, bf16 or auto.")
     pairs = None
     loaded = load_model(model, allow_pickle=allow_pickle)
     if data:

@@ -9,11 +9,19 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
-                                TITLE_COL, Opt, number, progress_bar, quiet_transformers, read_data, user_errors)
+                                TITLE_COL, Opt, flags_set, number, progress_bar, quiet_transformers, read_data,
+                                user_errors)
 from headcut_grader.errors import UserError
 
 
 RUNTIMES = ("torch-fp32", "onnx-int8", "onnx-fp32")
+
+# The prunes each flag acts in: given to another prune it would be ignored, so it is refused.
+FLAG_WORKS_WITH = {"scores": ("keep_ratio",), "min_heads": ("keep_ratio",), "targets": ("flops", "latency"),
+                   "tune": ("flops", "latency"), "tune_fit": ("flops", "latency"), "calibrate": ("flops", "latency"),
+                   "seq_len": ("flops", "latency"), "drop_layers": ("flops",), "batch": ("latency",),
+                   "runtime": ("latency",)}
+TARGET_FLAGS = {"keep_ratio": "--keep-ratio R", "flops": "--flops F", "latency": "--latency S"}
 
 
 def latency_runtime(name: str):
@@ -29,6 +37,7 @@ def latency_runtime(name: str):
 
 @user_errors
 def prune(
+    ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Model folder (a fine-tuned grader) or built-in name."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the pruned grader, report.md and the figure."),
     keep_ratio: Opt[float] = number(None, "--keep-ratio", help="Heads only: share of heads to keep; keeps "
@@ -115,8 +124,8 @@ def prune(
     from headcut.models import load_model
     from headcut.prune import PruneSettings
 
-    budgeted = check_options(keep_ratio, flops, latency, scores=scores, iterative=iterative, min_heads=min_heads,
-                             runtime=runtime, drop_layers=drop_layers)
+    budgeted = check_options(keep_ratio, flops, latency, runtime=runtime)
+    check_flags_fit(ctx, "keep_ratio" if keep_ratio is not None else "flops" if flops is not None else "latency")
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
@@ -137,25 +146,29 @@ def prune(
     write_and_print(result, out, overwrite=overwrite)
 
 
-def check_options(keep_ratio, flops, latency, *, scores, iterative, min_heads, runtime: str,
-                  drop_layers: bool = False) -> bool:
-    """Refuse flags that do not go together, before any work; True for a budget (--flops / --latency)."""
+def check_options(keep_ratio, flops, latency, *, runtime: str) -> bool:
+    """Refuse a missing or second target and an unknown runtime, before any work; True for a budget (--flops /
+    --latency)."""
     from headcut.prune.targets import one_target_problem
 
     target = one_target_problem({"keep_ratio": keep_ratio, "flops": flops, "latency": latency}, flags=True)
     if target:
         raise UserError(f"pass {target}.")
-    budgeted = keep_ratio is None
-    if budgeted and (scores is not None or min_heads):
-        raise UserError("--scores and --min-heads are for --keep-ratio; --flops and --latency score "
-                        "heads and neurons themselves.")
-    if drop_layers and flops is None:
-        raise UserError("--drop-layers plans against --flops; pass --flops F, or drop --drop-layers.")
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime {runtime} is unknown; choose one of {', '.join(RUNTIMES)}.")
-    if runtime != RUNTIMES[0] and latency is None:
-        raise UserError(f"--runtime {runtime} times the layer cost tables of --latency; pass --latency S or drop --runtime.")
-    return budgeted
+    return keep_ratio is None
+
+
+def check_flags_fit(ctx: typer.Context, target: str) -> None:
+    """Refuse a flag the chosen prune would ignore (`FLAG_WORKS_WITH`), and --tune-fit with --no-tune."""
+    for name, works in FLAG_WORKS_WITH.items():
+        given = flags_set(ctx, [name]) if target not in works else []
+        if given:
+            needs = " or ".join(TARGET_FLAGS[t] for t in works)
+            raise UserError(f"{given[0]} works with {needs}, not with {TARGET_FLAGS[target]}, and would be "
+                            f"ignored; drop {given[0]}.")
+    if flags_set(ctx, ["tune_fit"]) and ctx.params.get("tune") is False:
+        raise UserError("--tune-fit chooses what mask tuning fits, and --no-tune turns tuning off; drop one of them.")
 
 
 def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, batch: int, runtime: str,

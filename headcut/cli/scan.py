@@ -7,8 +7,10 @@ from pathlib import Path
 
 import typer
 
+from headcut_grader.errors import UserError
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
-                                QUERY_COL, SEED, TITLE_COL, Opt, metrics_line, number, quiet_transformers, read_data, user_errors)
+                                QUERY_COL, SEED, TITLE_COL, Opt, flags_set, metrics_line, number, quiet_transformers,
+                                read_data, user_errors)
 
 
 def stage_bars(total: int):
@@ -60,8 +62,6 @@ SEG_COL = typer.Option(None, "--seg-col", help="Column with each title's words s
 
 def _title_words(data, pairs, seg_col, **read) -> list[str] | None:
     """The --seg-col column of the same rows: the file read again with that column as the title."""
-    from headcut_grader.errors import UserError
-
     if not seg_col:
         return None
     if str(data).startswith("synthetic"):
@@ -105,8 +105,26 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     return result.findings
 
 
+# The experiments each flag sets up: given without any of them it would be ignored, so it is refused.
+EXPERIMENT_FLAGS = {"draws": ("random", "halves", "term"), "k": ("term",)}
+
+
+def check_experiment_flags(ctx: typer.Context, chosen: tuple[str, ...]) -> None:
+    from headcut.evaluate.experiments import EXPERIMENTS
+
+    for name, used_by in EXPERIMENT_FLAGS.items():
+        given = flags_set(ctx, [name]) if not set(used_by) & set(chosen) else []
+        if given:
+            numbers = [str(EXPERIMENTS.index(e) + 1) for e in used_by]
+            listed = " or ".join([", ".join(numbers[:-1]), numbers[-1]] if len(numbers) > 1 else numbers)
+            raise UserError(f"{given[0]} sets up experiment{'s' if len(used_by) > 1 else ''} {', '.join(numbers)} "
+                            f"({', '.join(used_by)}), and --experiments runs {', '.join(chosen) or 'none'}, so it "
+                            f"would be ignored; drop {given[0]} or add {listed} to --experiments.")
+
+
 @user_errors
 def scan(
+    ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
     data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for importance.json/csv, figures, report.md/html."),
@@ -137,7 +155,9 @@ def scan(
     quiet_transformers()
     from headcut.evaluate.scan import ScanSettings, parse_experiments, parse_methods
 
-    settings = ScanSettings(methods=parse_methods(method), experiments=parse_experiments(experiments), probes=probes,
+    chosen = parse_experiments(experiments)
+    check_experiment_flags(ctx, chosen)
+    settings = ScanSettings(methods=parse_methods(method), experiments=chosen, probes=probes,
                             batch_size=batch_size, max_length=max_length, draws=draws, k=k, iters=bootstrap, seed=seed)
     result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
                   label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,

@@ -6,6 +6,8 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -186,9 +188,9 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     target = prune and one_target_problem({"keep_ratio": prune.keep_ratio, "flops": prune.flops}, flags=False)
     if target:
         problems.append(f"[prune] give {target}")
-    if prune is not None and prune.keep_ratio is not None and prune.iterative > 1:
-        problems.append("[prune] iterative re-scores units between steps, which flops does; keep_ratio ranks heads by "
-                        "the scan's scores once (drop iterative, or use flops)")
+    if prune is not None and prune.keep_ratio is not None:
+        problems += [f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes "
+                     f"nothing, so it would be ignored (drop {key}, or use flops)" for key in _flops_keys_set(prune)]
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
     _check_scan(parts["scan"], prune, problems)
@@ -200,6 +202,13 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if problems:
         raise UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in problems) + ".")
     return recipe
+
+
+def _flops_keys_set(prune: PruneSection) -> list[str]:
+    """The [prune] keys that change what only a flops prune does, set away from their defaults. (score_rows and
+    calibrate are sample sizes the shipped recipes set; switching one to keep_ratio need not unset them.)"""
+    defaults = {f.name: f.default for f in dataclasses.fields(PruneSection)}
+    return [k for k in ("tune", "tune_fit", "iterative") if getattr(prune, k) != defaults[k]]
 
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str]) -> None:

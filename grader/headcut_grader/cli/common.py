@@ -30,6 +30,18 @@ def user_errors(fn):
     return wrapper
 
 
+def flags_set(ctx: typer.Context, names) -> list[str]:
+    """The flags (as typed: --no-tune, not --tune) of the parameters `names` that the command line set. (Typer may
+    carry its own copy of click, so the source is compared by name.)"""
+    params = {p.name: p for p in ctx.command.params}
+    out = []
+    for name in names:
+        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE":
+            p = params[name]
+            out.append(p.secondary_opts[0] if p.secondary_opts and ctx.params.get(name) is False else p.opts[0])
+    return out
+
+
 def progress_bar(total: int | None, desc: str, *, initial: int = 0):
     from tqdm import tqdm
 
