@@ -124,8 +124,8 @@ def prune(
     from headcut.models import load_model
     from headcut.prune import PruneSettings
 
-    budgeted = check_options(keep_ratio, flops, latency, runtime=runtime)
-    check_flags_fit(ctx, "keep_ratio" if keep_ratio is not None else "flops" if flops is not None else "latency")
+    target = check_options(keep_ratio, flops, latency, runtime=runtime)
+    check_flags_fit(ctx, target)
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
@@ -135,7 +135,7 @@ def prune(
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
                              batch_size=batch_size, bootstrap=bootstrap, timing=timing,
                              latency_seconds=latency_seconds, seed=seed)
-    if budgeted:
+    if target != "keep_ratio":
         call = budget_call(flops=flops, latency=latency, method=method, targets=targets, tune=tune, seq_len=seq_len,
                            batch=batch, runtime=runtime, iterative=iterative, drop_layers=drop_layers,
                            tune_fit=tune_fit)
@@ -146,9 +146,9 @@ def prune(
     write_and_print(result, out, overwrite=overwrite)
 
 
-def check_options(keep_ratio, flops, latency, *, runtime: str) -> bool:
-    """Refuse a missing or second target and an unknown runtime, before any work; True for a budget (--flops /
-    --latency)."""
+def check_options(keep_ratio, flops, latency, *, runtime: str) -> str:
+    """Refuse a missing or second target and an unknown runtime, before any work; the target given: keep_ratio,
+    flops or latency."""
     from headcut.prune.targets import one_target_problem
 
     target = one_target_problem({"keep_ratio": keep_ratio, "flops": flops, "latency": latency}, flags=True)
@@ -156,7 +156,7 @@ def check_options(keep_ratio, flops, latency, *, runtime: str) -> bool:
         raise UserError(f"pass {target}.")
     if runtime not in RUNTIMES:
         raise UserError(f"--runtime {runtime} is unknown; choose one of {', '.join(RUNTIMES)}.")
-    return keep_ratio is None
+    return "keep_ratio" if keep_ratio is not None else "flops" if flops is not None else "latency"
 
 
 def check_flags_fit(ctx: typer.Context, target: str) -> None:

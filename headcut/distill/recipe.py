@@ -30,7 +30,8 @@ class DistillRecipe(TrainingRecipe):
     student_hidden: int | None = ranged(None, 1, 65536)  # ... None: the teacher's width
     student_heads: int | None = ranged(None, 1, 1024)
     student_intermediate: int | None = ranged(None, 1, 262144)
-    layer_map: tuple[int, ...] | None = ranged(None, 0, 255)  # teacher layer (0-based) per student layer; None: spread evenly (pruned: its own)
+    # teacher layer (0-based) per student layer; None: spread evenly (a pruned student: each layer's original)
+    layer_map: tuple[int, ...] | None = ranged(None, 0, 255)
 
     unlabeled_data: str | None = None  # extra pairs without grades; the teacher labels them
     unlabeled_rows: int | None = ranged(None, 1)

@@ -6,9 +6,7 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 """
 from __future__ import annotations
 
-import dataclasses
-
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -207,7 +205,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
 def _flops_keys_set(prune: PruneSection) -> list[str]:
     """The [prune] keys that change what only a flops prune does, set away from their defaults. (score_rows and
     calibrate are sample sizes the shipped recipes set; switching one to keep_ratio need not unset them.)"""
-    defaults = {f.name: f.default for f in dataclasses.fields(PruneSection)}
+    defaults = {f.name: f.default for f in fields(PruneSection)}
     return [k for k in ("tune", "tune_fit", "iterative") if getattr(prune, k) != defaults[k]]
 
 

@@ -256,8 +256,9 @@ def prune_to_budget(
     projection, or per sublayer the better of the two on held-out pairs) on another
     seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded into the
     weights (`prune.tune`), then the classification head re-fitted to the unpruned model's outputs
-    (`prune.refit`). With `iterative` > 1 (as for `prune`; 0 and 1 are one shot) the budget is reached in that many steps of geometrically shrinking
-    shares (`budget_shares`), the smaller model re-scored and re-tuned after each. Quality with paired CIs
+    (`prune.refit`). With `iterative` > 1 (as for `prune`; 0 and 1 are one shot) the budget is reached in that
+    many steps of geometrically shrinking shares (`budget_shares`), the smaller model re-scored and re-tuned after
+    each. Quality with paired CIs
     (also of the final plan untuned when tuning ran) is measured as `prune` does."""
     if tune_fit not in MODES:
         raise UserError(f"--tune-fit {tune_fit} is unknown; choose one of {', '.join(MODES)}.")
