@@ -1,5 +1,7 @@
 """Budgeted pruning of heads and FFN neurons: joint Fisher scores, the FLOPs plan, mask tuning, artifacts."""
 import copy
+import dataclasses
+import inspect
 import typing
 
 import numpy as np
@@ -567,6 +569,38 @@ def test_a_flag_the_chosen_prune_would_ignore_is_refused(args, flag, tmp_path, t
     result = run("--model", grader, *args, "--out", tmp_path / "x", "--no-timing")
     assert result.exit_code == 2 and f"{flag} works with" in result.output and f"drop {flag}." in result.output
     assert "Traceback" not in result.output and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--data", None), ("--score-rows", 64), ("--iterative", 2)])
+def test_a_scoring_flag_beside_a_score_file_is_refused(flag, value, tmp_path, tiny_grader):  # noqa: F811
+    """--keep-ratio with --scores ranks heads by the file: --data and --score-rows (which it used to ignore
+    silently) and --iterative are one sentence, exit 2, nothing written."""
+    from headcut.evaluate.importance import write_scores
+
+    grader, dev = tiny_grader
+    path = tmp_path / "importance.json"
+    write_scores(path, {"fisher": torch.arange(12.0).view(3, 4)}, model_info={}, data_info={})
+    result = run("--model", grader, "--keep-ratio", 0.5, "--scores", path, flag, *([dev] if value is None else [value]),
+                 "--out", tmp_path / "x", "--no-timing")
+    assert result.exit_code == 2 and f"{flag} is read only when the prune scores heads itself" in result.output
+    assert f"drop {flag} or --scores." in result.output and not (tmp_path / "x").exists()
+
+
+def test_the_cli_and_run_recipes_read_one_declaration_of_what_each_prune_reads():
+    """Every prune setting the declaration names is a `headcut prune` flag, and every [prune] key a keep_ratio
+    run refuses comes from it (prune/targets.py)."""
+    from headcut.cli.prune import prune as command
+    from headcut.pipeline.recipe import SAMPLE_SIZES, PruneSection, _ignored_prune_keys
+    from headcut.prune.targets import READ_BY, SCORING
+
+    params = set(inspect.signature(command).parameters)
+    assert set(READ_BY) | set(SCORING) <= params
+    keys = {f.name for f in dataclasses.fields(PruneSection)}
+    changed = PruneSection(keep_ratio=0.5, tune=False, tune_fit="weights", iterative=3, score_rows=9, calibrate=9)
+    refused = {p.split()[1] for p in _ignored_prune_keys(changed)}
+    assert refused == {k for k in keys - set(SAMPLE_SIZES)
+                       if k in SCORING or (k in READ_BY and "keep_ratio" not in READ_BY[k])}
+    assert refused == {"tune", "tune_fit", "iterative"}
 
 
 def test_tune_fit_with_no_tune_is_refused(tmp_path, tiny_grader):  # noqa: F811

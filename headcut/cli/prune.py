@@ -16,14 +16,6 @@ from headcut_grader.errors import UserError
 
 RUNTIMES = ("torch-fp32", "onnx-int8", "onnx-fp32")
 
-# The prunes each flag acts in: given to another prune it would be ignored, so it is refused.
-FLAG_WORKS_WITH = {"scores": ("keep_ratio",), "min_heads": ("keep_ratio",), "targets": ("flops", "latency"),
-                   "tune": ("flops", "latency"), "tune_fit": ("flops", "latency"), "calibrate": ("flops", "latency"),
-                   "seq_len": ("flops", "latency"), "drop_layers": ("flops",), "batch": ("latency",),
-                   "runtime": ("latency",)}
-TARGET_FLAGS = {"keep_ratio": "--keep-ratio R", "flops": "--flops F", "latency": "--latency S"}
-
-
 def latency_runtime(name: str):
     """The runtime --latency times its layer cost tables on (None: the library's PyTorch default)."""
     if name == "torch-fp32":
@@ -160,13 +152,18 @@ def check_options(keep_ratio, flops, latency, *, runtime: str) -> str:
 
 
 def check_flags_fit(ctx: typer.Context, target: str) -> None:
-    """Refuse a flag the chosen prune would ignore (`FLAG_WORKS_WITH`), and --tune-fit with --no-tune."""
-    for name, works in FLAG_WORKS_WITH.items():
-        given = flags_set(ctx, [name]) if target not in works else []
-        if given:
-            needs = " or ".join(TARGET_FLAGS[t] for t in works)
-            raise UserError(f"{given[0]} works with {needs}, not with {TARGET_FLAGS[target]}, and would be "
-                            f"ignored; drop {given[0]}.")
+    """Refuse a flag the chosen prune would ignore (`prune.targets.READ_BY`, `SCORING` with --scores), and
+    --tune-fit with --no-tune."""
+    from headcut.prune.targets import READ_BY, SCORING, ignored_settings, target_flags
+
+    typed = {name for name in (*READ_BY, *SCORING) if flags_set(ctx, [name])}
+    for name, readers in ignored_settings(target, sorted(typed), from_scores="scores" in typed and target == "keep_ratio"):
+        flag = flags_set(ctx, [name])[0]
+        if readers is None:
+            raise UserError(f"{flag} is read only when the prune scores heads itself, and --scores gives the "
+                            f"scores; drop {flag} or --scores.")
+        raise UserError(f"{flag} works with {target_flags(readers)}, not with "
+                        f"{target_flags((target,))}, and would be ignored; drop {flag}.")
     if flags_set(ctx, ["tune_fit"]) and ctx.params.get("tune") is False:
         raise UserError("--tune-fit chooses what mask tuning fits, and --no-tune turns tuning off; drop one of them.")
 

@@ -187,8 +187,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if target:
         problems.append(f"[prune] give {target}")
     if prune is not None and prune.keep_ratio is not None:
-        problems += [f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes "
-                     f"nothing, so it would be ignored (drop {key}, or use flops)" for key in _flops_keys_set(prune)]
+        problems += _ignored_prune_keys(prune)
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
     _check_scan(parts["scan"], prune, problems)
@@ -202,11 +201,21 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     return recipe
 
 
-def _flops_keys_set(prune: PruneSection) -> list[str]:
-    """The [prune] keys that change what only a flops prune does, set away from their defaults. (score_rows and
-    calibrate are sample sizes the shipped recipes set; switching one to keep_ratio need not unset them.)"""
+# sample sizes the shipped recipes set: switching one to keep_ratio need not unset them
+SAMPLE_SIZES = ("score_rows", "calibrate")
+
+
+def _ignored_prune_keys(prune: PruneSection) -> list[str]:
+    """The [prune] keys set away from their defaults that a keep_ratio prune ranked by the scan's scores would
+    ignore (`prune.targets.ignored_settings`), each as a problem."""
+    from headcut.prune.targets import ignored_settings
+
     defaults = {f.name: f.default for f in fields(PruneSection)}
-    return [k for k in ("tune", "tune_fit", "iterative") if getattr(prune, k) != defaults[k]]
+    changed = [f.name for f in fields(PruneSection) if f.name not in SAMPLE_SIZES
+               and getattr(prune, f.name) != defaults[f.name]]
+    return [f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes nothing, "
+            f"so it would be ignored (drop {key}, or use flops)"
+            for key, _ in ignored_settings("keep_ratio", changed, from_scores=True)]
 
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str]) -> None:

@@ -1,5 +1,6 @@
 """What a prune aims at: exactly one of a head keep ratio, a FLOPs share or a latency share. The rule and
-its sentence live here once; the CLI, the library and run recipes word it with flags or keys."""
+its sentence live here once, and which settings each target reads; the CLI, the library and run recipes word
+them with flags or keys."""
 from __future__ import annotations
 
 # target -> (the flag's metavar, what it prunes)
@@ -15,8 +16,38 @@ def one_target_problem(given: dict[str, object], *, flags: bool) -> str | None:
     names = list(given)
     items = []
     for i, name in enumerate(names):
-        metavar, what = TARGETS[name]
-        item = f"--{name.replace('_', '-')} {metavar}" if flags else name
+        what = TARGETS[name][1]
+        item = _flag(name) if flags else name
         last_of_kind = i + 1 == len(names) or TARGETS[names[i + 1]][1] != what
         items.append(f"{item} ({what})" if last_of_kind else item)
     return "exactly one of " + (", ".join(items[:-1]) + " or " + items[-1] if len(items) > 1 else items[0])
+
+
+# The prunes that read each setting (the CLI's flags and run recipes' [prune] keys share the names); given to
+# another prune a setting would be ignored, so it is refused.
+READ_BY = {"scores": ("keep_ratio",), "min_heads": ("keep_ratio",), "targets": ("flops", "latency"),
+           "tune": ("flops", "latency"), "tune_fit": ("flops", "latency"), "calibrate": ("flops", "latency"),
+           "seq_len": ("flops", "latency"), "drop_layers": ("flops",), "batch": ("latency",),
+           "runtime": ("latency",)}
+# Read only by a prune that scores units itself: a keep_ratio prune ranked by given head scores (--scores, a
+# run's scan) ignores them.
+SCORING = ("data", "score_rows", "iterative")
+
+
+def ignored_settings(target: str, given, *, from_scores: bool = False) -> list[tuple[str, tuple[str, ...] | None]]:
+    """(setting, the targets that read it) for each setting of `given` a prune aiming at `target` would ignore;
+    None in place of the targets: it is read only when the prune scores units itself (`from_scores`: it does
+    not)."""
+    ignored = [(name, READ_BY[name]) for name in given if name in READ_BY and target not in READ_BY[name]]
+    if from_scores:
+        ignored += [(name, None) for name in given if name in SCORING]
+    return ignored
+
+
+def target_flags(targets: tuple[str, ...]) -> str:
+    """'--flops F or --latency S'."""
+    return " or ".join(_flag(t) for t in targets)
+
+
+def _flag(target: str) -> str:
+    return f"--{target.replace('_', '-')} {TARGETS[target][0]}"
