@@ -60,8 +60,9 @@ def prune(
                               "one, then the classification head (each fit kept only if better on held-out pairs)."),
     drop_layers: bool = typer.Option(False, "--drop-layers/--no-drop-layers", help="--flops: also try removing whole "
                                      "encoder layers, greedily, keeping a drop only when the re-planned model (masked, "
-                                     "untuned) is closer to the unpruned one on the --calibrate pairs; the freed FLOPs "
-                                     "go to the other layers' best units"),
+                                     "untuned) is closer to the unpruned one on the --calibrate pairs, and, tuned, closer "
+                                     "than the tuned plan over all layers; the freed FLOPs go to the other layers' "
+                                     "best units"),
     tune_fit: Opt[str] = typer.Option(None, "--tune-fit", help="--flops/--latency: what mask tuning re-fits in "
                                  "each sublayer: scales (one per kept head and neuron, and bias shifts), weights (the "
                                  "whole output projection, by ridge), or best (both, keeping per sublayer the one with "

@@ -11,7 +11,7 @@ stops when no drop helps or one layer remains. At most L(L+1)/2 masked passes ov
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -42,13 +42,17 @@ class LayerTrial:
 class LayerSearch:
     """The plan the search chose, the divergence of the plan over all layers (`baseline`) and of the chosen one,
     and every candidate tried. Divergence: mean KL(unpruned || plan) of the grade distributions, or the mean
-    squared change of a one-score model's score."""
+    squared change of a one-score model's score. `tuned` (when tuning checked the drops, `settle_drops`): the
+    tuned models' divergences with the drops the search `proposed` and over all layers; `plan` is then the
+    closer one's."""
 
     plan: UnitPlan
     baseline: float
     divergence: float
     trials: list[LayerTrial]
     pairs: int
+    proposed: tuple[int, ...] = ()
+    tuned: dict | None = None
 
     @property
     def dropped(self) -> list[int]:
@@ -57,7 +61,25 @@ class LayerSearch:
     def to_dict(self) -> dict:
         return {"dropped": self.dropped, "kept": list(self.plan.kept_layers), "pairs": self.pairs,
                 "divergence_all_layers": self.baseline, "divergence": self.divergence,
-                "trials": [t.to_dict() for t in self.trials]}
+                "trials": [t.to_dict() for t in self.trials],
+                **({"proposed": list(self.proposed), "tuned": self.tuned} if self.tuned else {})}
+
+
+def held_out_divergence(model, encoded: Encoded, reference: np.ndarray, *, batch_size: int = 64) -> float:
+    """Mean divergence of `model` (a pruned, tuned copy) from the unpruned model's `reference` logits on the
+    calibration pairs mask tuning holds out (every fifth, `prune.tune`)."""
+    logits = predict_logits(model, None, None, batch_size=batch_size, encoded=encoded)
+    held = np.arange(len(reference)) % 5 == 4
+    return float(example_change(reference[held], logits[held]).mean())
+
+
+def settle_drops(search: LayerSearch, with_drops: float, all_layers: float, all_layers_plan: UnitPlan) -> LayerSearch:
+    """The search judged masked, untuned plans, and tuning repairs a thinned layer better than a missing one; so
+    its drops stand only if, tuned, they are closer to the unpruned model (`with_drops`) than the tuned plan over
+    all layers (`all_layers`, `all_layers_plan`)."""
+    plan = search.plan if with_drops < all_layers else all_layers_plan
+    return replace(search, plan=plan, proposed=tuple(search.dropped),
+                   tuned={"with_drops": with_drops, "all_layers": all_layers})
 
 
 def plan_divergence(teacher, plan: UnitPlan, encoded: Encoded, reference: np.ndarray, *,

@@ -30,7 +30,7 @@ from headcut.prune.measure import speed_summary
 from headcut.prune.plan import check_keep_ratio, plan_heads
 from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
-from headcut.prune.layers import LayerSearch, choose_layer_drops
+from headcut.prune.layers import LayerSearch, choose_layer_drops, held_out_divergence, settle_drops
 from headcut.prune.surgery import apply_unit_plan, pruned_copy
 
 
@@ -251,7 +251,8 @@ def prune_to_budget(
     `evaluate.criteria`) on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune`
     recorded; or `unit_scores` computed on that sample before), the best plan under the budget
     (`prune.budget`) — with `drop_layers` (`flops` only), whole layers dropped where that brings the masked plan's
-    outputs closer to the unpruned model's on the calibration sample (`prune.layers`) — then, with `tune`,
+    outputs closer to the unpruned model's on the calibration sample (`prune.layers`; with `tune`, only where the
+    tuned result is also closer than the tuned plan over all layers) — then, with `tune`,
     each sublayer re-fitted by least squares (`tune_fit`: per-unit scales and bias shifts, the whole output
     projection, or per sublayer the better of the two on held-out pairs) on another
     seeded sample of `settings.calibrate_rows` pairs of the same data (labels unused) and folded into the
@@ -294,9 +295,16 @@ def prune_to_budget(
 
     scores = unit_scores or rescore(loaded.model, 1)
     search = _layer_search(loaded, scores, budget, calibration, layer_prior, settings, progress) if drop_layers else None
-    model, plan, tuning, stepped = prune_in_steps(
-        loaded.model, budget, budget_shares(flops if flops is not None else latency, steps), scores, rescore,
-        retune if tune else None, (lambda b, s: search.plan) if search else (lambda b, s: b.plan(s, layer_prior)))
+
+    def run(planner):
+        return prune_in_steps(loaded.model, budget, budget_shares(flops if flops is not None else latency, steps),
+                              scores, rescore, retune if tune else None, planner)
+
+    all_layers = (lambda b, s: b.plan(s, layer_prior))
+    pruned_run = run((lambda b, s: search.plan) if search else all_layers)
+    if search is not None and search.dropped and tune:
+        pruned_run, search = _settle_drops(loaded, search, pruned_run, lambda: run(all_layers), calibration, settings)
+    model, plan, tuning, stepped = pruned_run
     untuned = None
     if tune and eval_pairs is not None:  # the final plan with masks only, for the report's before/after tuning
         untuned = copy.deepcopy(loaded.model).eval()
@@ -347,6 +355,19 @@ def _layer_search(loaded: LoadedModel, scores: UnitScores, budget: Budget, calib
     return choose_layer_drops(loaded.model, scores, budget.costs, int(budget.budget), encoded,
                               layer_prior=layer_prior, batch_size=settings.batch_size,
                               progress=stage(progress, "choosing layers", depth * (depth + 1) // 2))
+
+
+def _settle_drops(loaded: LoadedModel, search: LayerSearch, with_drops: tuple, all_layers: Callable[[], tuple],
+                  calibration: Pairs, settings: PruneSettings) -> tuple:
+    """Tune the plan over all layers too and keep whichever tuned run (`prune_in_steps`'s tuple) is closer to the
+    unpruned model on the calibration pairs tuning held out (`prune.layers.settle_drops`)."""
+    encoded = encode(loaded.tokenizer, calibration, max_length=loaded.max_length, model=loaded.model)
+    reference = predict_logits(loaded.model, None, None, batch_size=settings.batch_size, encoded=encoded)
+    other = all_layers()
+    divergences = [held_out_divergence(run[0], encoded, reference, batch_size=settings.batch_size)
+                   for run in (with_drops, other)]
+    search = settle_drops(search, *divergences, other[1])
+    return (with_drops if search.dropped else other), search  # called only when the search dropped layers
 
 
 def _as_loaded(loaded: LoadedModel, model) -> LoadedModel:
