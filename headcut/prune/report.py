@@ -182,24 +182,28 @@ def _tuning_lines(tuning: dict | None) -> list[str]:
 
 def _layer_sentence(search: dict) -> str:
     """What the layer search (`prune.layers`) chose, with the divergences it compared."""
+    head = f"Layer search on {search['pairs']} calibration pairs ({len(search['trials'])} candidates, masked, untuned): "
+    divergences = (f"mean divergence from the unpruned model {search['divergence_all_layers']:.4f} with all layers, "
+                   f"{search['divergence']:.4f} as planned")
+    if search.get("tuned"):
+        return f"{head}{divergences} (dropping {_layers(search['proposed'])} whole); {_drops_after_tuning(search)}."
     if search["dropped"]:
-        chosen = f"dropped layer{'s' if len(search['dropped']) > 1 else ''} {', '.join(map(str, search['dropped']))} whole"
+        chosen = f"dropped {_layers(search['dropped'])} whole"
     else:
         chosen = "dropped no layer (no drop brought the plan closer to the unpruned model)"
-    if search.get("tuned"):
-        chosen = _drops_after_tuning(search)
-    return (f"Layer search on {search['pairs']} calibration pairs ({len(search['trials'])} candidates, masked, "
-            f"untuned): {chosen}; mean divergence from the unpruned model {search['divergence_all_layers']:.4f} with "
-            f"all layers, {search['divergence']:.4f} as planned.")
+    return f"{head}{chosen}; {divergences}."
+
+
+def _layers(ids: list[int]) -> str:
+    return f"layer{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
 
 
 def _drops_after_tuning(search: dict) -> str:
     """The tuned check of the search's drops (`prune.layers.settle_drops`)."""
-    proposed, tuned = search["proposed"], search["tuned"]
-    which = f"layer{'s' if len(proposed) > 1 else ''} {', '.join(map(str, proposed))}"
+    tuned = search["tuned"]
     verdict = "so they were dropped" if search["dropped"] else "so every layer was kept"
-    return (f"it chose to drop {which} whole; tuned, that plan diverged {tuned['with_drops']:.4f} on the held-out "
-            f"calibration pairs against {tuned['all_layers']:.4f} over all layers, {verdict}")
+    return (f"tuned, that plan diverged {tuned['with_drops']:.4f} on the held-out calibration pairs against "
+            f"{tuned['all_layers']:.4f} over all layers, {verdict}")
 
 
 def _agreement_sentence(quality: dict) -> str:
