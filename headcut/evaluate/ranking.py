@@ -27,13 +27,18 @@ def pearson(a, b) -> float:
     return float(pearsonr(a, b).statistic)
 
 
+# Reference scores closer than this are a tie: float32 rounding (another batch's padding, another runtime's
+# kernels) splits a tie by about 1e-7, and judging such a pair would judge noise.
+TIE = 1e-6
+
+
 def _order_agreement(scores: np.ndarray, reference: np.ndarray) -> tuple[float, int]:
-    """(pairs ordered as `reference` orders them, pairs `reference` orders) within one query; a tie in `scores`
-    counts half (a coin flip on the page)."""
+    """(pairs ordered as `reference` orders them, pairs `reference` orders: apart by more than TIE) within one
+    query; a tie in `scores` counts half (a coin flip on the page)."""
     i, j = np.triu_indices(len(scores), k=1)
     ref = np.sign(reference[i] - reference[j])
     got = np.sign(scores[i] - scores[j])
-    ordered = ref != 0
+    ordered = np.abs(reference[i] - reference[j]) > TIE
     same = np.where(got[ordered] == 0, 0.5, (got[ordered] == ref[ordered]).astype(np.float64))
     return float(same.sum()), int(ordered.sum())
 
