@@ -60,9 +60,9 @@ def prune(
                               "one, then the classification head (each fit kept only if better on held-out pairs)."),
     drop_layers: bool = typer.Option(False, "--drop-layers/--no-drop-layers", help="--flops: also try removing whole "
                                      "encoder layers, greedily, keeping a drop only when the re-planned model (masked, "
-                                     "untuned) is closer to the unpruned one on the --calibrate pairs, and, tuned, closer "
-                                     "than the tuned plan over all layers; the freed FLOPs go to the other layers' "
-                                     "best units"),
+                                     "untuned) is closer to the unpruned one on the --calibrate pairs, and, tuned, "
+                                     "closer than the tuned plan over all layers; the freed FLOPs go to the other "
+                                     "layers' best units"),
     tune_fit: Opt[str] = typer.Option(None, "--tune-fit", help="--flops/--latency: what mask tuning re-fits in "
                                  "each sublayer: scales (one per kept head and neuron, and bias shifts), weights (the "
                                  "whole output projection, by ridge), or best (both, keeping per sublayer the one with "
@@ -158,7 +158,8 @@ def check_flags_fit(ctx: typer.Context, target: str) -> None:
     from headcut.prune.targets import READ_BY, SCORING, ignored_settings, target_flags
 
     typed = {name for name in (*READ_BY, *SCORING) if flags_set(ctx, [name])}
-    for name, readers in ignored_settings(target, sorted(typed), from_scores="scores" in typed and target == "keep_ratio"):
+    from_scores = "scores" in typed and target == "keep_ratio"
+    for name, readers in ignored_settings(target, sorted(typed), from_scores=from_scores):
         flag = flags_set(ctx, [name])[0]
         if readers is None:
             raise UserError(f"{flag} is read only when the prune scores heads itself, and --scores gives the "
