@@ -92,13 +92,15 @@ def plan_divergence(teacher, plan: UnitPlan, encoded: Encoded, reference: np.nda
     return float(example_change(reference, logits).mean())
 
 
-def choose_layer_drops(teacher, scores: UnitScores, costs: UnitFlops, budget: int, encoded: Encoded, *,
-                       layer_prior: float = 0.0, batch_size: int = 64,
+def choose_layer_drops(teacher, scores: UnitScores, costs: UnitFlops, budget: int, encoded: Encoded,
+                       reference: np.ndarray | None = None, *, layer_prior: float = 0.0, batch_size: int = 64,
                        progress: Callable[[int], None] | None = None) -> LayerSearch:
     """Greedy layer drops for `teacher` (unpruned) under `budget` FLOPs per pair (`costs` at its sequence
     length), each candidate re-planned with `plan_budget` over the layers it keeps and measured on the
-    calibration pairs `encoded` (labels unused). `progress(1)` after each masked pass."""
-    reference = predict_logits(teacher, None, None, batch_size=batch_size, encoded=encoded)
+    calibration pairs `encoded` (labels unused) against the teacher's `reference` logits on them (None: computed
+    here). `progress(1)` after each masked pass."""
+    if reference is None:
+        reference = predict_logits(teacher, None, None, batch_size=batch_size, encoded=encoded)
 
     def measure(plan: UnitPlan) -> float:
         divergence = plan_divergence(teacher, plan, encoded, reference, batch_size=batch_size)

@@ -7,8 +7,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shape, unit_flops
-from headcut.batching import encode
+from headcut.batching import Encoded, encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
 from headcut.evaluate.compare import compare_logits, compare_models
@@ -294,7 +296,8 @@ def prune_to_budget(
         return tune_pruned(loaded, model, calibration, batch_size=settings.batch_size, fit=tune_fit, progress=progress)
 
     scores = unit_scores or rescore(loaded.model, 1)
-    search = _layer_search(loaded, scores, budget, calibration, layer_prior, settings, progress) if drop_layers else None
+    calibrated = _calibrated(loaded, calibration, settings) if drop_layers else None
+    search = _layer_search(loaded, scores, budget, calibrated, layer_prior, settings, progress) if drop_layers else None
 
     def run(planner):
         return prune_in_steps(loaded.model, budget, budget_shares(flops if flops is not None else latency, steps),
@@ -303,7 +306,7 @@ def prune_to_budget(
     all_layers = (lambda b, s: b.plan(s, layer_prior))
     pruned_run = run((lambda b, s: search.plan) if search else all_layers)
     if search is not None and search.dropped and tune:
-        pruned_run, search = _settle_drops(loaded, search, pruned_run, lambda: run(all_layers), calibration, settings)
+        pruned_run, search = _settle_drops(search, pruned_run, lambda: run(all_layers), calibrated, settings)
     model, plan, tuning, stepped = pruned_run
     untuned = None
     if tune and eval_pairs is not None:  # the final plan with masks only, for the report's before/after tuning
@@ -347,22 +350,28 @@ def prune_in_steps(teacher, budget: Budget, shares: list[float], scores: UnitSco
     return model, chosen, tuning, stepped
 
 
-def _layer_search(loaded: LoadedModel, scores: UnitScores, budget: Budget, calibration: Pairs, layer_prior: float,
-                  settings: PruneSettings, progress) -> LayerSearch:
-    """Whole layers dropped where that brings the masked plan closer to the unpruned model (`prune.layers`)."""
+def _calibrated(loaded: LoadedModel, calibration: Pairs, settings: PruneSettings) -> tuple[Encoded, np.ndarray]:
+    """The calibration pairs encoded and the unpruned model's logits on them, shared by the layer search and the
+    check of its drops after tuning."""
     encoded = encode(loaded.tokenizer, calibration, max_length=loaded.max_length, model=loaded.model)
+    return encoded, predict_logits(loaded.model, None, None, batch_size=settings.batch_size, encoded=encoded)
+
+
+def _layer_search(loaded: LoadedModel, scores: UnitScores, budget: Budget, calibrated: tuple[Encoded, np.ndarray],
+                  layer_prior: float, settings: PruneSettings, progress) -> LayerSearch:
+    """Whole layers dropped where that brings the masked plan closer to the unpruned model (`prune.layers`)."""
+    encoded, reference = calibrated
     depth = mask_shape(loaded.model)[0]
     return choose_layer_drops(loaded.model, scores, budget.costs, int(budget.budget), encoded,
-                              layer_prior=layer_prior, batch_size=settings.batch_size,
+                              reference=reference, layer_prior=layer_prior, batch_size=settings.batch_size,
                               progress=stage(progress, "choosing layers", depth * (depth + 1) // 2))
 
 
-def _settle_drops(loaded: LoadedModel, search: LayerSearch, with_drops: tuple, all_layers: Callable[[], tuple],
-                  calibration: Pairs, settings: PruneSettings) -> tuple:
+def _settle_drops(search: LayerSearch, with_drops: tuple, all_layers: Callable[[], tuple],
+                  calibrated: tuple[Encoded, np.ndarray], settings: PruneSettings) -> tuple:
     """Tune the plan over all layers too and keep whichever tuned run (`prune_in_steps`'s tuple) is closer to the
     unpruned model on the calibration pairs tuning held out (`prune.layers.settle_drops`)."""
-    encoded = encode(loaded.tokenizer, calibration, max_length=loaded.max_length, model=loaded.model)
-    reference = predict_logits(loaded.model, None, None, batch_size=settings.batch_size, encoded=encoded)
+    encoded, reference = calibrated
     other = all_layers()
     divergences = [held_out_divergence(run[0], encoded, reference, batch_size=settings.batch_size)
                    for run in (with_drops, other)]
