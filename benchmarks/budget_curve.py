@@ -16,7 +16,12 @@ For each FLOPs budget (share of the teacher's FLOPs per pair at its max_length) 
   one-shot xN     one shot given the iterative variant's time instead: STEPS times the scoring and
                   calibration pairs (the comparison at equal total time)
   random          random heads and neurons in the same per-layer numbers as the joint plan, untuned
+  drop layers     `headcut prune --flops F --drop-layers` on the same scores and calibration pairs: whole layers
+                  dropped where that brings the plan closer to the teacher (kept only if, tuned, still closer)
   bottom-k        the teacher's lowest k layers, k the nearest layer count (no training)
+  prune+distill   a model pruned to the budget and then trained, given with --trained BUDGET=PATH (e.g. the
+                  distilled stage of `headcut run homedepot_quarter`); the report pairs then leave out every
+                  query whose pairs chose its checkpoint (and the teacher's), as `headcut run` does
 Quality: accuracy, Spearman and loss minus the teacher's with paired bootstrap 95% CIs, and agreement
 with the teacher's grade. Speed: PyTorch fp32 at batch 32 x 64 tokens, every variant and the teacher
 taking turns in blocks in one run (headcut.timing.round_robin). Writes table.md, curve.png, results.json.
@@ -42,19 +47,22 @@ from headcut.evaluate.fisher import unit_fisher  # noqa: E402
 from headcut.evaluate.criteria import head_importance  # noqa: E402
 from headcut.evaluate.metrics import paired_bootstrap, summarize  # noqa: E402
 from headcut.evaluate.predict import predict_logits  # noqa: E402
+from headcut.finetune import recorded_selection_pairs  # noqa: E402
 from headcut_grader.files import write_json, write_text  # noqa: E402
 from headcut.models import load_model  # noqa: E402
 from headcut.prune import plan_heads  # noqa: E402
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget  # noqa: E402
 from headcut.prune.measure import dummy_batch  # noqa: E402
+from headcut.prune.pipeline import prune_to_budget  # noqa: E402
+from headcut.prune.result import PruneSettings  # noqa: E402
 from headcut.prune.refit import refit_head  # noqa: E402
 from headcut.prune.tune import DEFAULT_MODE, tune_scales  # noqa: E402
 from headcut.timing import round_robin  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "homedepot"
-VARIANTS = ("heads only", "heads+FFN", "tune: scales", "heads+FFN+tune", "iterative", "one-shot xN", "random",
-            "bottom-k")
+VARIANTS = ("heads only", "heads+FFN", "tune: scales", "heads+FFN+tune", "iterative", "one-shot xN", "drop layers",
+            "random", "bottom-k", "prune+distill")
 
 
 def log(msg: str) -> None:
@@ -78,7 +86,42 @@ def parse_args():
     p.add_argument("--bootstrap", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=10, help="timed calls per variant (batch 32 x 64)")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args()
+    p.add_argument("--trained", action="append", default=[], metavar="BUDGET=PATH",
+                   help="a model pruned to BUDGET and trained since (repeatable): the prune+distill row at that budget")
+    args = p.parse_args()
+    args.trained_at = dict(trained_path(item) for item in args.trained)
+    return args
+
+
+def trained_path(item: str) -> tuple[float, str]:
+    budget, sep, path = item.partition("=")
+    try:
+        if not sep or not Path(path, "headcut.json").is_file():
+            raise ValueError
+        return float(budget), path
+    except ValueError:
+        raise SystemExit(f"--trained {item}: pass BUDGET=PATH, PATH a folder headcut wrote (with headcut.json)")
+
+
+def selection_queries(dev: str, metas: list[dict]) -> set[str]:
+    """Queries of the --dev file whose pairs chose a checkpoint of any of these artifacts (`headcut.json` records)."""
+    queries: set[str] = set()
+    for meta in metas:
+        spec, picked = recorded_selection_pairs(meta)
+        if picked is not None and Path(spec).resolve() == Path(dev).resolve():
+            queries.update(picked.queries)
+    return queries
+
+
+def report_pairs(args, metas: list[dict]):
+    """--report-rows seeded dev pairs, none of whose queries chose a checkpoint of the teacher or a trained row."""
+    dev = read_pairs(args.dev, preset="homedepot")
+    chosen = selection_queries(args.dev, metas)
+    if chosen:
+        dev = dev.subset([i for i, q in enumerate(dev.queries) if q not in chosen])
+        log(f"report pairs: {len(dev)} dev pairs whose {len(set(dev.queries))} queries chose no checkpoint "
+            f"({len(chosen)} queries left out)")
+    return dev.sample(args.report_rows, seed=args.seed)
 
 
 def heads_only(teacher, head_scores, budget, costs):
@@ -142,6 +185,17 @@ def one_shot(teacher, tok, seq, score_pairs, calib_pairs, share, args):
     return prune_tuned(teacher, tok, seq, score_pairs, calib_pairs, share, 1)
 
 
+def with_layer_drops(teacher_loaded, scores, calib_pairs, share, args):
+    """`headcut prune --flops share --drop-layers` with these unit scores and calibration pairs."""
+    settings = PruneSettings(score_rows=args.score_rows, calibrate_rows=args.calibrate, timing=False, seed=args.seed)
+    result = prune_to_budget(teacher_loaded, flops=share, data=calib_pairs, unit_scores=scores, drop_layers=True,
+                             settings=settings)
+    search = result.budget.get("layer_search", {})
+    log(f"  drop layers: proposed {search.get('proposed') or search.get('dropped') or 'none'}, "
+        f"kept dropped {search.get('dropped') or 'none'}")
+    return result.pruned.model
+
+
 def timed_variant(seconds: dict, name: str, make, *args):
     """`make(*args)`, its wall time recorded in `seconds[name]`."""
     start = time.perf_counter()
@@ -170,7 +224,8 @@ def main():
     calib_pairs = train.subset(range(args.score_rows, args.score_rows + args.calibrate))
     big_score = train.subset(range(base, base + more * args.score_rows)) if more > 1 else score_pairs
     big_calib = train.subset(range(base + more * args.score_rows, len(train))) if more > 1 else calib_pairs
-    report = read_pairs(args.dev, preset="homedepot").sample(args.report_rows, seed=args.seed)
+    trained = {share: load_model(path) for share, path in args.trained_at.items()}
+    report = report_pairs(args, [teacher_loaded.meta] + [t.meta for t in trained.values()])
     labels = report.label_array()
     enc = encode(tok, report, max_length=seq, model=teacher)
 
@@ -220,14 +275,18 @@ def main():
                                                        big_calib, share, args),
                   "random": lambda: random_same_shape(teacher, plan, scores.heads.shape[1], scores.neurons.shape[1],
                                                       args.seed),
-                  "bottom-k": lambda: truncated}
+                  "drop layers": lambda: timed_variant(seconds, "drop layers", with_layer_drops, teacher_loaded,
+                                                       scores, calib_pairs, share, args),
+                  "bottom-k": lambda: truncated,
+                  "prune+distill": lambda: trained[share].model if share in trained else None}
         seconds = {"heads+FFN+tune": score_seconds + prune_seconds}
         log(f"budget {share}: heads {plan.heads_per_layer} neurons {plan.neurons_per_layer}; plan+surgery+tuning "
             f"{prune_seconds:.0f} s; tuning kept {sum(f.accepted for f in fits)}/{len(fits)} sublayers")
         models = {name: make() for name, make in models.items() if name in wanted}
         for name, model in models.items():
             if model is None:
-                rows.append({"budget": share, "variant": name})
+                if name != "prune+distill":
+                    rows.append({"budget": share, "variant": name})
                 continue
             got = logits(model)
             paired = paired_bootstrap(got, reference, labels, report.grades, iters=args.bootstrap, seed=args.seed)
@@ -244,7 +303,7 @@ def main():
             rows.append(row)
             log(f"  {name:15s} FLOPs {row['flops']:.3f}  agreement {paired['agreement']['value']:.4f}  "
                 f"accuracy {paired['accuracy']['delta']:+.4f}  Spearman {paired['spearman']['delta']:+.4f}")
-            if name in ("heads only", "heads+FFN+tune", "iterative", "bottom-k"):
+            if name in ("heads only", "heads+FFN+tune", "iterative", "drop layers", "bottom-k", "prune+distill"):
                 timed.append((f"{name} @{share}", model))
 
     log(f"timing {len(timed)} PyTorch fp32 variants at batch 32 x 64 in blocks ({args.repeats} calls each)")
@@ -301,7 +360,8 @@ def figure(result: dict, path: Path) -> None:
     styles = {"heads only": ("#999999", "s"), "heads+FFN": ("#8fb8de", "o"), "tune: scales": ("#6a8fb0", "o"),
               "heads+FFN+tune": ("#1f5f99", "o"),
               "iterative": ("#e07b00", "D"), "one-shot xN": ("#b59b00", "v"),
-              "random": ("#d98c8c", "x"), "bottom-k": ("#6aa06a", "^")}
+              "drop layers": ("#7a4fa0", "P"), "random": ("#d98c8c", "x"), "bottom-k": ("#6aa06a", "^"),
+              "prune+distill": ("#c2185b", "*")}
     for name, (color, marker) in styles.items():
         rows = [r for r in result["rows"] if r["variant"] == name and "paired" in r]
         if not rows:
