@@ -50,6 +50,7 @@ from headcut.evaluate.predict import predict_logits  # noqa: E402
 from headcut.finetune import recorded_selection_pairs  # noqa: E402
 from headcut_grader.files import write_json, write_text  # noqa: E402
 from headcut.models import load_model  # noqa: E402
+from headcut.pipeline.pairs import queries_that_chose  # noqa: E402
 from headcut.prune import plan_heads  # noqa: E402
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget  # noqa: E402
 from headcut.prune.measure import dummy_batch  # noqa: E402
@@ -103,20 +104,11 @@ def trained_path(item: str) -> tuple[float, str]:
         raise SystemExit(f"--trained {item}: pass BUDGET=PATH, PATH a folder headcut wrote (with headcut.json)")
 
 
-def selection_queries(dev: str, metas: list[dict]) -> set[str]:
-    """Queries of the --dev file whose pairs chose a checkpoint of any of these artifacts (`headcut.json` records)."""
-    queries: set[str] = set()
-    for meta in metas:
-        spec, picked = recorded_selection_pairs(meta)
-        if picked is not None and Path(spec).resolve() == Path(dev).resolve():
-            queries.update(picked.queries)
-    return queries
-
-
 def report_pairs(args, metas: list[dict]):
     """--report-rows seeded dev pairs, none of whose queries chose a checkpoint of the teacher or a trained row."""
     dev = read_pairs(args.dev, preset="homedepot")
-    chosen = selection_queries(args.dev, metas)
+    chosen = queries_that_chose(args.dev, [(spec, lambda p=picked: p)
+                                           for spec, picked in map(recorded_selection_pairs, metas)])
     if chosen:
         dev = dev.subset([i for i, q in enumerate(dev.queries) if q not in chosen])
         log(f"report pairs: {len(dev)} dev pairs whose {len(set(dev.queries))} queries chose no checkpoint "

@@ -45,9 +45,14 @@ def _same_data(a: str | None, b: str | None) -> bool:
 
 def selection_queries(recipe: PipelineRecipe, teacher_meta: dict | None) -> set[str]:
     """Queries of the test file's pairs that chose a checkpoint in this run (empty when none did)."""
+    return queries_that_chose(recipe.data.test, selections(recipe, teacher_meta))
+
+
+def queries_that_chose(test: str | None, found: list[tuple[str | None, object]]) -> set[str]:
+    """Queries of the pairs of the file `test` among `found` ((dev spec, how to read the pairs it chose on))."""
     queries: set[str] = set()
-    for spec, pairs in selections(recipe, teacher_meta):
-        picked = pairs() if _same_data(spec, recipe.data.test) else None
+    for spec, pairs in found:
+        picked = pairs() if _same_data(spec, test) else None
         if picked is not None:
             queries.update(picked.queries)
     return queries

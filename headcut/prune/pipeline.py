@@ -296,8 +296,10 @@ def prune_to_budget(
         return tune_pruned(loaded, model, calibration, batch_size=settings.batch_size, fit=tune_fit, progress=progress)
 
     scores = unit_scores or rescore(loaded.model, 1)
-    calibrated = _calibrated(loaded, calibration, settings) if drop_layers else None
-    search = _layer_search(loaded, scores, budget, calibrated, layer_prior, settings, progress) if drop_layers else None
+    search = calibrated = None
+    if drop_layers:
+        calibrated = _calibrated(loaded, calibration, settings)
+        search = _layer_search(loaded, scores, budget, calibrated, layer_prior, settings, progress)
 
     def run(planner):
         return prune_in_steps(loaded.model, budget, budget_shares(flops if flops is not None else latency, steps),
