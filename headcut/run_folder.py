@@ -16,7 +16,13 @@ from typing import Callable
 
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
-from headcut_grader.files import write_text
+from headcut_grader.files import cache_home, write_text
+
+
+def headcut_cache() -> Path:
+    """Where headcut keeps what it can recompute (layer cost tables, teacher logits): $HEADCUT_CACHE, else
+    $XDG_CACHE_HOME/headcut, else ~/.cache/headcut. Deleting it costs only time."""
+    return cache_home("HEADCUT_CACHE", "headcut")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,15 @@ HOMEDEPOT = SHARED_DATA / "homedepot"
 QBQTC = SHARED_DATA / "qbqtc"
 CACHE = ROOT / ".cache" / "tests"
 
+
+
+@pytest.fixture(autouse=True)
+def own_headcut_cache(tmp_path_factory, monkeypatch):
+    """Each test its own $HEADCUT_CACHE (teacher logits, layer cost tables), so no test reads another's
+    cached work and none writes to the user's ~/.cache; the commands a test starts inherit it."""
+    monkeypatch.setenv("HEADCUT_CACHE", str(tmp_path_factory.mktemp("headcut-cache")))
+
+
 # Architectures the adapter supports, each as a tiny random config (STYLE.md rule 9).
 TINY = {
     "bert": dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37),

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,6 +89,19 @@ def test_bottom_k_distills_into_a_loadable_artifact(tiny_teacher, tmp_path):
     target = dev_logits(tiny_teacher)
     print(kl(target, before), kl(target, after))
     assert kl(target, after) < 0.5 * kl(target, before)  # the student moved towards its teacher
+
+
+def test_a_second_run_of_the_same_teacher_on_the_same_pairs_reads_the_first_runs_teacher_logits(tiny_teacher,
+                                                                                               tmp_path):
+    """Teacher logits are kept in headcut's cache folder, not in the run: another recipe on the same teacher,
+    pairs and truncation reads them; another truncation is another key."""
+    first = distill(recipe_for(tiny_teacher, epochs=1), tmp_path / "first")
+    second = distill(recipe_for(tiny_teacher, epochs=1, learning_rate=1e-3), tmp_path / "second")
+    assert first.training["teacher_cache"] == "written" and second.training["teacher_cache"] == "hit"
+    cached = sorted((Path(os.environ["HEADCUT_CACHE"]) / "teacher-logits").glob("teacher-logits-*.npy"))
+    assert len(cached) == 2  # the train pairs' and the dev pairs'
+    shorter = distill(recipe_for(tiny_teacher, epochs=1, max_length=24), tmp_path / "shorter")
+    assert shorter.training["teacher_cache"] == "written"
 
 
 def test_rerun_after_a_kill_resumes_and_matches_an_uninterrupted_run(tiny_teacher, tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from headcut_grader.backends import graphs, open_backend
+from headcut_grader.files import cache_home
 from headcut_grader.machine import cpu_key
 from headcut_grader.timing import round_robin
 
@@ -29,9 +30,7 @@ class Choice:
 
 
 def cache_file() -> Path:
-    root = os.environ.get(ENV_CACHE) or os.path.join(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache",
-                                                     "headcut-grader")
-    return Path(root) / "backend-choice.json"
+    return cache_home(ENV_CACHE, "headcut-grader") / "backend-choice.json"
 
 
 def _grader_key(record: dict) -> str:

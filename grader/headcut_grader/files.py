@@ -16,6 +16,12 @@ from pathlib import Path
 from headcut_grader.errors import UserError
 
 
+def cache_home(env: str, name: str) -> Path:
+    """Where a tool keeps what it can recompute: $`env`, else $XDG_CACHE_HOME/`name`, else ~/.cache/`name`."""
+    root = os.environ.get(env) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / name
+    return Path(root)
+
+
 def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
     """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it;
     one inside an input folder would change that folder (a model folder gains a subfolder, its checksum changes)."""

@@ -32,7 +32,7 @@ from headcut.models import LoadedModel, load_model, save_model
 from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
-from headcut.run_folder import RunFolder
+from headcut.run_folder import RunFolder, headcut_cache
 from headcut.training import GRADES_FIX, is_finished, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
@@ -82,7 +82,8 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
             stop_after_steps: int | None = None, cache_dir: str | Path | None = None) -> DistillResult:
     """Train the recipe's student, keep the best dev checkpoint, write it to `out` as an artifact.
 
-    `cache_dir` holds teacher logits (default: inside `out`.partial); tuning trials share one.
+    `cache_dir` holds teacher logits (default: teacher-logits/ in headcut's cache folder, so every run and
+    tuning trial of the same teacher on the same pairs reads one copy; the key is in cache.py).
     `stop_after_steps` stops early, as a kill would (tests use it to check resuming).
     """
     run = Distillation(recipe, Path(out), overwrite=overwrite, progress=progress, cache_dir=cache_dir)
@@ -139,7 +140,7 @@ class Distillation:
     def _setup_targets(self) -> None:
         """The teacher's dev logits, and its train logits cached once when a loss reads them (cache.py)."""
         recipe, teacher, progress = self.recipe, self.teacher, self.progress
-        cache = Path(self.cache_dir) if self.cache_dir else self.folder.path / "teacher"
+        cache = Path(self.cache_dir) if self.cache_dir else headcut_cache() / "teacher-logits"
         started = time.perf_counter()
         self.teacher_dev, _ = teacher_logits(teacher, self.dev, encoded=self.dev_encoded, max_length=recipe.max_length,
                                              cache_dir=cache, progress=_stage(progress, "teacher logits (dev)", len(self.dev)))

@@ -72,7 +72,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
         folder = out / "trials" / recipe_hash(candidate)
         metrics = _finished_metrics(folder)
         if metrics is None:
-            result = distill(candidate, folder, overwrite=True, progress=progress, cache_dir=out / "teacher")
+            result = distill(candidate, folder, overwrite=True, progress=progress)
             metrics = result.metrics
         value = metrics["after"][recipe.select_metric]
         trial.set_user_attr("artifact", str(folder))
