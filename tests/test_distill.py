@@ -179,7 +179,9 @@ def test_pruned_student_trains_against_the_teacher_its_artifact_names(tiny_teach
     recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.5,
                         hidden_weight=0.5, attention_weight=0.5)  # online teacher, eager attention
     result = distill(recipe, tmp_path / "student")
-    assert result.finished and result.training["teacher_cache"] == "written"
+    # the teacher runs every step for its hidden states and attention maps: no train logits cached beforehand
+    assert result.finished and result.training["teacher_cache"] == "online"
+    assert len(list((Path(os.environ["HEADCUT_CACHE"]) / "teacher-logits").glob("*.npy"))) == 1  # the dev pairs'
     student = load_model(tmp_path / "student")
     assert heads_per_layer(student.model) == [2, 1, 0, 2] and neurons_per_layer(student.model) == [19, 0, 5, 37]
     assert [p.head_ids for p in layer_parts(student.model)] == [[0, 1], [2], [], [1, 3]]  # original ids survive

@@ -147,13 +147,14 @@ class Distillation:
         losses = LOSSES[recipe.task]
         active = active_losses(recipe, recipe.task)
         needs_targets = any(losses[name].targets for name in active) or recipe.unlabeled_data is not None
+        runs_teacher = any(losses[name].online for name in active)  # each step's teacher pass gives its logits too
         self.cached, self.hit = None, False
-        if needs_targets and recipe.cache_teacher:
+        if needs_targets and recipe.cache_teacher and not runs_teacher:
             self.cached, self.hit = teacher_logits(
                 teacher, self.pairs, encoded=self.encoded, max_length=recipe.max_length, cache_dir=cache,
                 progress=_stage(progress, "teacher logits (train, cached)", len(self.pairs)))
         self.teacher_seconds = time.perf_counter() - started
-        self.online = any(losses[name].online for name in active) or (needs_targets and self.cached is None)
+        self.online = runs_teacher or (needs_targets and self.cached is None)
 
     def _setup_losses(self) -> None:
         recipe, model = self.recipe, self.model
@@ -229,7 +230,8 @@ class Distillation:
                     # per CPU-second as well: wall-clock rates swing with other jobs on a shared machine
                     "examples_per_cpu_second": state.examples / max(state.cpu_seconds, 1e-9),
                     "teacher_seconds": self.teacher_seconds,
-                    "teacher_cache": "hit" if self.hit else ("written" if self.cached is not None else "off")}
+                    "teacher_cache": "hit" if self.hit else "written" if self.cached is not None
+                    else "online" if self.online else "off"}
         result = DistillResult(is_finished(state, len(self.encoded), settings), str(folder.path), training)
         if not result.finished:
             return result
