@@ -24,7 +24,7 @@ def test_cli_distills_and_reports_against_the_teacher(tiny_teacher, tmp_path):  
     recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
     result = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s"), "--set", "keep_layers=1"])
     assert result.exit_code == 0, result.output
-    assert "after - teacher [95% paired CI]" in result.output and "teacher logits: written" in result.output
+    assert "after - teacher [95% paired CI]" in result.output and "teacher logits: computed and cached" in result.output
     assert load_model(tmp_path / "s").model.config.num_hidden_layers == 1
     again = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s")])
     assert again.exit_code == 2 and "not empty; choose a new folder or pass --overwrite" in again.output

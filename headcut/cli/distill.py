@@ -89,7 +89,16 @@ def distill(
     typer.echo(format_result(result.metrics))
     typer.echo(f"throughput {t['examples_per_second']:.1f} examples/s ({t['examples_per_cpu_second']:.1f} per CPU-second) "
                f"over {t['steps']} steps "
-               f"(best at step {t['best_step']}); teacher logits: {t['teacher_cache']} in {t['teacher_seconds']:.1f}s")
+               f"(best at step {t['best_step']}); {_teacher_line(t)}")
     if result.speed:
         typer.echo(format_speed(result.speed))
     typer.echo(f"wrote {result.out}")
+
+
+CACHE_WORDS = {"hit": "read from headcut's cache", "written": "computed and cached", "off": "not needed",
+               "online": "from the teacher's pass in every step"}
+
+
+def _teacher_line(training: dict) -> str:
+    """How the teacher's logits were had: computed and cached, read back, or from a teacher pass in every step."""
+    return f"teacher logits: {CACHE_WORDS[training['teacher_cache']]} ({training['teacher_seconds']:.1f}s before training)"
