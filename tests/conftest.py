@@ -31,7 +31,6 @@ QBQTC = SHARED_DATA / "qbqtc"
 CACHE = ROOT / ".cache" / "tests"
 
 
-
 @pytest.fixture(autouse=True)
 def own_headcut_cache(tmp_path_factory, monkeypatch):
     """Each test its own $HEADCUT_CACHE (teacher logits, layer cost tables), so no test reads another's

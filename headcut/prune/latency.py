@@ -33,15 +33,9 @@ from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.budget import UnitPlan
 from headcut.prune.measure import dummy_batch, measure_latency
 from headcut.prune.plan import layer_weights
-from headcut.run_folder import headcut_cache
 from headcut.timing import Runtime, cpu_info
 
 WIDTHS = 12  # FFN widths timed: 0 and 12 even steps up to the full width
-
-
-def default_cache() -> Path:
-    """Where layer cost tables are kept: headcut's cache folder (run_folder.headcut_cache)."""
-    return headcut_cache()
 
 
 @dataclass(frozen=True)

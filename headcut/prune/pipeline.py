@@ -22,7 +22,8 @@ from headcut.models import LoadedModel
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget
 from headcut.prune.targets import one_target_problem
 from headcut.timing import Runtime
-from headcut.prune.latency import LayerCosts, check_latency_budget, default_cache, layer_costs, plan_latency
+from headcut.prune.latency import LayerCosts, check_latency_budget, layer_costs, plan_latency
+from headcut.run_folder import headcut_cache
 from headcut.prune.refit import refit_head
 from headcut.prune.tune import DEFAULT_MODE, MODES, tune_scales
 from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample, file_score_record,
@@ -162,7 +163,7 @@ def budget_of(loaded: LoadedModel, *, flops: float | None, latency: float | None
         raise UserError(f"--latency {latency} is outside (0, 1]; pass the share of the measured latency to keep.")
     if progress:
         progress("timing layers", 0, None)
-    ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or default_cache(),
+    ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or headcut_cache(),
                            runtime=latency_runtime, notice=notice)
     return Budget(None, latency, seq_len, costs, full, check_latency_budget(latency, ms_costs), ms_costs)
 
@@ -248,7 +249,7 @@ def prune_to_budget(
     at `seq_len` (default: the model's max_length), or to a share `latency` of its latency per batch of
     `latency_batch` x `seq_len` measured here on `latency_runtime` (default PyTorch fp32; ONNX Runtime INT8
     from `headcut.export.layer_timer.onnx_runtime`), from layer cost tables (`prune.latency`, cached in
-    `latency_cache`, default `default_cache()`; `notice` gets a line when a cached table is timed again),
+    `latency_cache`, default headcut's cache folder; `notice` gets a line when a cached table is timed again),
     with no gradient training: scores of every unit by criterion `method` (default fisher, with `targets`;
     `evaluate.criteria`) on `settings.score_rows` pairs of `data` (default: the dev data `headcut finetune`
     recorded; or `unit_scores` computed on that sample before), the best plan under the budget
