@@ -23,6 +23,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from held_apart import write  # the atomic TSV writer (this folder is on sys.path when a script runs)
+
 WORD = re.compile(r"[a-z0-9]{3,}")
 
 
@@ -84,12 +86,7 @@ def main() -> None:
         sys.exit(print(f"{args.out} exists; pass --overwrite to replace it.", file=sys.stderr) or 2)
     rows = augment(read(args.train), args.ratio, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f, delimiter="\t", lineterminator="\n")
-        writer.writerow(["query", "title"])
-        writer.writerows(rows)
-    tmp.replace(args.out)
+    write(args.out, ["query", "title"], rows)
     print(f"wrote {len(rows):,} pairs for {len(set(q for q, _ in rows)):,} queries to {args.out}")
 
 
