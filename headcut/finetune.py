@@ -24,7 +24,7 @@ from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
 from headcut.splits import split_by_query
-from headcut.training import GRADES_FIX, TrainingRecipe, is_finished, settings_from, train
+from headcut.training import GRADES_FIX, TrainingRecipe, file_options, is_finished, settings_from, train
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ class FinetuneRecipe(TrainingRecipe):
 
 
 def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pairs:
-    return read_spec(spec, rows=rows, seed=seed, task=getattr(recipe, "task", "grades"), preset=recipe.preset,
-                     grades=recipe.grades, grades_fix=GRADES_FIX)
+    return read_spec(spec, rows=rows, seed=seed, task=getattr(recipe, "task", "grades"), **file_options(recipe),
+                     grades_fix=GRADES_FIX)
 
 
 def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:

@@ -55,7 +55,10 @@ class TrainingRecipe(LoopSettings):
     """
     train_data: str | None = None  # a file, or "synthetic"
     dev_data: str | None = None  # a file, or "synthetic"; None: hold out dev_fraction of train by query
-    preset: str | None = None
+    preset: str | None = None  # a data preset (column names, format), e.g. homedepot
+    query_col: str | None = None  # the data files' columns, where they differ from the preset's
+    title_col: str | None = None
+    label_col: str | None = None  # the grade column (task grades) or the score column (task score)
     train_rows: int | None = ranged(None, 1)
     dev_rows: int | None = ranged(1000, 1)
     dev_fraction: float = ranged(0.1, 0.0, 1.0, low_open=True, high_open=True)
@@ -73,6 +76,13 @@ class TrainingRecipe(LoopSettings):
         if len(self.grades) < 2 or len(set(self.grades)) != len(self.grades):
             raise UserError(f"{where}: key 'grades' is {list(self.grades)}; name two or more different grades, "
                             "e.g. [1, 2, 3, 4, 5].")
+
+
+def file_options(recipe: TrainingRecipe) -> dict:
+    """How a recipe's data files are read (headcut_grader.readers.read_pairs): its preset, columns and grades, and
+    messages that name recipe keys, not flags."""
+    return dict(preset=recipe.preset, query_col=recipe.query_col, title_col=recipe.title_col,
+                label_col=recipe.label_col, grades=recipe.grades, named_by="key")
 
 
 @dataclass

@@ -62,6 +62,8 @@ def recipe_for(teacher, **changes):
                   dev_rows=150, dev_fraction=0.25, max_length=32, epochs=2, batch_size=16, learning_rate=2e-3,
                   eval_every=10, checkpoint_every=10, seed=0, measure_speed=False)
     values.update(changes)
+    if values["student"] != "bottom-k":
+        del values["keep_layers"]  # only a bottom-k student reads it
     return from_dict(DistillRecipe, values)
 
 
@@ -135,6 +137,45 @@ def test_unlabeled_pairs_are_graded_by_the_teacher(tiny_teacher, tmp_path):
     result = distill(recipe, tmp_path / "student")
     assert result.finished
     assert load_model(tmp_path / "student").meta["train_data"]["rows"] == len(train_pairs) + 60
+
+
+def test_recipe_keys_name_the_columns_and_its_messages_name_the_keys(tiny_teacher, tmp_path):
+    """A recipe reads files whose columns differ from the preset's (query_col, title_col, label_col), and a
+    file it cannot read is refused with the recipe key that fixes it: distill and finetune have no column flags."""
+    from headcut.distill.run import with_unlabeled
+    from headcut.finetune import load_data
+
+    pairs = synthetic_pairs(40, seed=3)
+    path = tmp_path / "renamed.tsv"
+    path.write_text("q\tdoc\trel\n" + "".join(f"{q}\t{t}\t{pairs.grades[g]}\n" for q, t, g in
+                                           zip(pairs.queries, pairs.titles, pairs.label_array())))
+    files = dict(train_data=str(path), dev_data=str(path), train_rows=None, dev_rows=None)
+    recipe = recipe_for(tiny_teacher, **files, query_col="q", title_col="doc", label_col="rel", unlabeled_data=str(path))
+    train, dev = load_data(recipe)
+    assert sorted(zip(dev.queries, dev.titles, dev.label_array())) == sorted(zip(pairs.queries, pairs.titles,
+                                                                                pairs.label_array()))
+    assert len(with_unlabeled(recipe, train)[0]) == 80
+    with pytest.raises(UserError, match=r"no column 'query' .*name it with --set query_col=NAME\."):
+        load_data(recipe_for(tiny_teacher, **files))
+    with pytest.raises(UserError, match=r"no label column 'grade' .*name it with --set label_col=NAME\."):
+        load_data(recipe_for(tiny_teacher, **files, query_col="q", title_col="doc"))
+    with pytest.raises(UserError, match=r"^key 'preset' is 'nope', which is unknown; choose one of: homedepot"):
+        load_data(recipe_for(tiny_teacher, **files, preset="nope"))
+
+
+def test_a_key_no_part_of_the_recipe_reads_is_refused():
+    """Set for another kind of student, or unlabeled_rows without unlabeled_data, a key would do nothing."""
+    with pytest.raises(UserError, match=r"key 'keep_layers' applies to student=bottom-k only, and this recipe's "
+                                        r"student is pruned; remove it \(or set student=bottom-k\)\."):
+        from_dict(DistillRecipe, dict(teacher="t", train_data="synthetic", student="pruned", student_model="s",
+                                      keep_layers=2))
+    with pytest.raises(UserError, match="key 'student_hidden' applies to student=config only"):
+        recipe_for("t", student_hidden=64)
+    with pytest.raises(UserError, match="key 'student_model' applies to student=pruned only"):
+        recipe_for("t", student_model="s")
+    with pytest.raises(UserError, match="key 'unlabeled_rows' is set but unlabeled_data is not"):
+        recipe_for("t", unlabeled_rows=10)
+    recipe_for("t", student="config", student_hidden=64, keep_layers=3)  # keep_layers at its default: nothing set
 
 
 def test_bottom_k_student_is_exactly_the_teachers_lower_layers(tiny_teacher):

@@ -53,6 +53,7 @@ def read_pairs(
     require_labels: bool = True,
     limit: int | None = None,
     task: str = "grades",
+    named_by: str = "flag",
 ) -> Pairs:
     """Read pairs from TSV, CSV, JSON lines or a JSON array.
 
@@ -61,11 +62,13 @@ def read_pairs(
     refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
     With `require_labels=False` a file without a label column gives unlabeled pairs.
     `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
+    `named_by` is how the caller's user sets the preset and columns: "flag" (--title-col) or "key" (a recipe's
+    --set title_col=NAME), what the messages tell them to change.
     """
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
                             grades_fix=grades_fix, fmt=fmt,
-                            require_labels=require_labels, task=task))
+                            require_labels=require_labels, task=task, named_by=named_by))
     return chunk.pairs
 
 
@@ -93,6 +96,7 @@ def iter_pairs(
     require_labels: bool = True,
     start: Position | None = None,
     task: str = "grades",
+    named_by: str = "flag",
 ):
     """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
     (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays, which
@@ -102,7 +106,7 @@ def iter_pairs(
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
     """
     path = Path(path)
-    p, fmt = _format_of(path, preset, fmt)
+    p, fmt = _format_of(path, preset, fmt, named_by)
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
     score = task == "score"
@@ -112,10 +116,11 @@ def iter_pairs(
     with Lines(path, capped=fmt != "json") as lines:
         records = _records(path, lines, fmt)  # (line_number, dict), lazily
         first = next(records, None)
-        columns = _columns(path, first, lines, fmt, (query_col, title_col))
+        columns = _columns(path, first, lines, fmt, (query_col, title_col), named_by)
         label_name = next((c for c in label_cols if c in columns), None)
         if label_name is None and require_labels:
-            raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task))
+            raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task,
+                                          fix=_fix("label_col", named_by)))
         if start is not None and start.offset:
             records = _records(path, lines.seek(start), fmt, header=columns)
         else:
@@ -143,11 +148,17 @@ def iter_pairs(
                         lines.position())
 
 
-def _format_of(path: Path, preset: str | None, fmt: str | None) -> tuple[Preset, str]:
+def _fix(option: str, named_by: str) -> str:
+    """What sets `option` (query_col, title_col, label_col, preset) for the caller's user: a flag or a recipe key."""
+    return f"--set {option}=NAME" if named_by == "key" else "--" + option.replace("_", "-")
+
+
+def _format_of(path: Path, preset: str | None, fmt: str | None, named_by: str = "flag") -> tuple[Preset, str]:
     """The preset's settings and the file's format: the file's own suffix says more than a preset's usual format
     (a Home Depot export saved as .jsonl)."""
     if preset is not None and preset not in PRESETS:
-        raise UserError(f"--preset '{preset}' is unknown; choose one of: {', '.join(PRESETS)}.")
+        said = f"key 'preset' is '{preset}', which" if named_by == "key" else f"--preset '{preset}'"
+        raise UserError(f"{said} is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
     check_regular(path)
     fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
@@ -168,14 +179,15 @@ def _shown(columns: list, lines, fmt: str) -> str:
     return (shown if len(shown) <= 200 else shown[:200] + "...") + _json_hint(lines, fmt)
 
 
-def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str]) -> list:
+def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], named_by: str = "flag") -> list:
     """The columns the first row names, refusing a file without rows or without the query or title column."""
     if first is None:
         raise UserError(f"{path}: no data rows; the file holds a header at most{_json_hint(lines, fmt)}.")
     columns = list(first[1].keys())
-    for col, flag in zip(needed, ("--query-col", "--title-col")):
+    for col, option in zip(needed, ("query_col", "title_col")):
         if col not in columns:
-            raise UserError(f"{path}: no column '{col}' (columns: {_shown(columns, lines, fmt)}); name it with {flag}.")
+            raise UserError(f"{path}: no column '{col}' (columns: {_shown(columns, lines, fmt)}); "
+                            f"name it with {_fix(option, named_by)}.")
     return columns
 
 
@@ -185,20 +197,21 @@ def _pairs(queries, titles, gold, grades, path, score: bool) -> Pairs:
     return Pairs(queries, titles, gold, tuple(grades), str(path))
 
 
-def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, *, task: str) -> str:
+def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, *, task: str,
+                  fix: str = "--label-col") -> str:
     """No gold column for the model's task: say so, and say when the file has the other task's column."""
     other = preset.label_cols if task == "score" else preset.score_cols
     found = next((c for c in other if c in columns), None)
     if task == "score":
         if found:
             return (f"{path} has grades ('{found}') but no score column '{wanted}', and this model is a one-score "
-                    "reranker (task score); pass a file with a numeric score column (or name it with --label-col), "
+                    f"reranker (task score); pass a file with a numeric score column (or name it with {fix}), "
                     "or use a grades model.")
-        return f"{path}: no score column '{wanted}' (columns: {shown}); name it with --label-col."
+        return f"{path}: no score column '{wanted}' (columns: {shown}); name it with {fix}."
     if found:
         return (f"{path} has scores ('{found}') but no grade column '{wanted}', and this model grades (task grades); "
-                "pass graded pairs (or name the grade column with --label-col), or use a one-score model.")
-    return f"{path}: no label column '{wanted}' (columns: {shown}); name it with --label-col."
+                f"pass graded pairs (or name the grade column with {fix}), or use a one-score model.")
+    return f"{path}: no label column '{wanted}' (columns: {shown}); name it with {fix}."
 
 
 def _suffix_format(path: Path) -> str | None:

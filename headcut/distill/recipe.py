@@ -61,6 +61,7 @@ class DistillRecipe(TrainingRecipe):
         if self.student != "pruned" and self.teacher is None:
             raise UserError(f"{where}: no teacher; pass --set teacher=DIR (a fine-tuned grader).")
         self._check_task_keys(where)
+        self._check_student_keys(where)
         if self.task == "grades" and not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
             raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.")
         if self.task == "score" and not (self.mse_weight or self.margin_weight or self.hidden_weight
@@ -74,6 +75,16 @@ class DistillRecipe(TrainingRecipe):
         if bad:
             raise UserError(f"{where}: tune_fields names '{bad[0]}', which is not tunable; choose from {', '.join(ranges)}.")
 
+    def _check_student_keys(self, where: str) -> None:
+        """A key that only another kind of student reads, or unlabeled_rows without unlabeled_data, is refused."""
+        for student, keys in STUDENT_KEYS.items():
+            for key in keys:
+                if student != self.student and getattr(self, key) != _default(key):
+                    raise UserError(f"{where}: key '{key}' applies to student={student} only, and this recipe's "
+                                    f"student is {self.student}; remove it (or set student={student}).")
+        if self.unlabeled_rows is not None and self.unlabeled_data is None:
+            raise UserError(f"{where}: key 'unlabeled_rows' is set but unlabeled_data is not; pass "
+                            "--set unlabeled_data=FILE, or remove unlabeled_rows.")
 
     def _check_task_keys(self, where: str) -> None:
         """A key that only the other task's losses read is refused when set, so no setting is silently ignored."""
@@ -91,6 +102,9 @@ class DistillRecipe(TrainingRecipe):
                             f"of its losses, e.g. --set tune_fields=[{', '.join(TUNED[self.task])}].")
 
 
+# The recipe keys only one kind of student reads (headcut.distill.students).
+STUDENT_KEYS = {"bottom-k": ("keep_layers",), "pruned": ("student_model",),
+                "config": ("student_layers", "student_hidden", "student_heads", "student_intermediate")}
 # The recipe keys only one task's losses read (headcut.distill.objective.LOSSES), and what --tune searches there.
 TASK_KEYS = {"grades": ("temperature", "kd_weight", "ce_weight", "ordinal_weight"),
              "score": ("mse_weight", "margin_weight")}

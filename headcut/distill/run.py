@@ -33,7 +33,7 @@ from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder, headcut_cache
-from headcut.training import GRADES_FIX, is_finished, settings_from, train
+from headcut.training import GRADES_FIX, file_options, is_finished, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
 
@@ -56,8 +56,8 @@ def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np
     labels = train_pairs.label_array() if recipe.task == "grades" else np.zeros(len(train_pairs), dtype=np.int64)
     if recipe.unlabeled_data is None:
         return train_pairs, labels
-    extra = read_pairs(recipe.unlabeled_data, preset=recipe.preset, grades=recipe.grades, grades_fix=GRADES_FIX,
-                       require_labels=False)
+    options = dict(file_options(recipe), label_col=None)  # the extra pairs have no gold: no column to name
+    extra = read_pairs(recipe.unlabeled_data, **options, grades_fix=GRADES_FIX, require_labels=False)
     extra = extra.sample(recipe.unlabeled_rows, seed=recipe.seed)
     merged = Pairs(train_pairs.queries + extra.queries, train_pairs.titles + extra.titles, None, recipe.grades,
                    f"{train_pairs.source} + {extra.source} (unlabeled)")
