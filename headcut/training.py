@@ -82,7 +82,7 @@ def file_options(recipe: TrainingRecipe) -> dict:
     """How a recipe's data files are read (headcut_grader.readers.read_pairs): its preset, columns and grades, and
     messages that name recipe keys, not flags."""
     return dict(preset=recipe.preset, query_col=recipe.query_col, title_col=recipe.title_col,
-                label_col=recipe.label_col, grades=recipe.grades, named_by="key")
+                label_col=recipe.label_col, grades=recipe.grades, keys="")
 
 
 @dataclass

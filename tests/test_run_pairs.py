@@ -10,6 +10,7 @@ from headcut.synthetic import synthetic_pairs
 from headcut.models import META_FILE
 from headcut.pipeline import load_pipeline
 from headcut.pipeline.pairs import choice_pairs, read, report_pairs, selection_queries
+from headcut.pipeline.recipe import DataSection
 
 
 def write_tsv(path, pairs):
@@ -56,7 +57,7 @@ def test_the_report_shares_no_query_with_the_pairs_that_chose(files, tmp_path):
     gate = choice_pairs(r, chosen, 100)
     assert len(gate) == 100 and set(gate.queries) <= chosen
     # without the exclusion the same sample would have reported on chosen queries: the check can fail
-    assert set(read(str(dev), preset="homedepot", rows=200, seed=0).queries) & chosen
+    assert set(read(str(dev), data=DataSection(preset="homedepot"), rows=200, seed=0).queries) & chosen
 
 
 def test_a_test_file_that_chose_nothing_is_reported_whole(files, tmp_path):
@@ -65,6 +66,25 @@ def test_a_test_file_that_chose_nothing_is_reported_whole(files, tmp_path):
     meta = json.loads((teacher / META_FILE).read_text())
     chosen = selection_queries(r, meta)
     assert chosen == set()
-    assert report_pairs(r, chosen, 200).fingerprint == read(str(other), preset="homedepot", rows=200, seed=0).fingerprint
+    assert report_pairs(r, chosen, 200).fingerprint == read(str(other), data=DataSection(preset="homedepot"), rows=200, seed=0).fingerprint
     gate = choice_pairs(r, chosen, 100)  # the dev file, not the test file
-    assert gate.fingerprint == read(str(dev), preset="homedepot", rows=100, seed=1).fingerprint
+    assert gate.fingerprint == read(str(dev), data=DataSection(preset="homedepot"), rows=100, seed=1).fingerprint
+
+
+def test_the_data_section_names_the_columns_and_its_messages_name_its_keys(tmp_path):
+    from headcut.pipeline.checks import check_readable
+    from headcut_grader.errors import UserError
+
+    pairs = synthetic_pairs(50, seed=2)
+    path = tmp_path / "renamed.tsv"
+    path.write_text("q\tdoc\trel\n" + "".join(f"{q}\t{t}\t{y + 1}\n" for q, t, y in
+                                               zip(pairs.queries, pairs.titles, pairs.labels)))
+    data = DataSection(query_col="q", title_col="doc", label_col="rel")
+    check_readable(str(path), data)
+    read_back = read(str(path), data=data, rows=None, seed=0)
+    assert sorted(zip(read_back.queries, read_back.titles, read_back.labels)) == sorted(
+        zip(pairs.queries, pairs.titles, pairs.labels))
+    with pytest.raises(UserError, match=r"no column 'title' .*name it with --set data\.title_col=NAME\."):
+        check_readable(str(path), DataSection(query_col="q"))
+    with pytest.raises(UserError, match=r"no label column 'grade' .*name it with --set data\.label_col=NAME\."):
+        read(str(path), data=DataSection(query_col="q", title_col="doc"), rows=None, seed=0)

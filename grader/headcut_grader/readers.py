@@ -53,7 +53,7 @@ def read_pairs(
     require_labels: bool = True,
     limit: int | None = None,
     task: str = "grades",
-    named_by: str = "flag",
+    keys: str | None = None,
 ) -> Pairs:
     """Read pairs from TSV, CSV, JSON lines or a JSON array.
 
@@ -62,13 +62,13 @@ def read_pairs(
     refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
     With `require_labels=False` a file without a label column gives unlabeled pairs.
     `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
-    `named_by` is how the caller's user sets the preset and columns: "flag" (--title-col) or "key" (a recipe's
-    --set title_col=NAME), what the messages tell them to change.
+    `keys` is how the caller's user sets the preset and columns, what the messages tell them to change: None,
+    flags (--title-col); else recipe keys under that prefix ("" for --set title_col=NAME, "data." for a pipeline).
     """
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
                             grades_fix=grades_fix, fmt=fmt,
-                            require_labels=require_labels, task=task, named_by=named_by))
+                            require_labels=require_labels, task=task, keys=keys))
     return chunk.pairs
 
 
@@ -96,7 +96,7 @@ def iter_pairs(
     require_labels: bool = True,
     start: Position | None = None,
     task: str = "grades",
-    named_by: str = "flag",
+    keys: str | None = None,
 ):
     """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
     (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays, which
@@ -106,7 +106,7 @@ def iter_pairs(
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
     """
     path = Path(path)
-    p, fmt = _format_of(path, preset, fmt, named_by)
+    p, fmt = _format_of(path, preset, fmt, keys)
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
     score = task == "score"
@@ -116,11 +116,11 @@ def iter_pairs(
     with Lines(path, capped=fmt != "json") as lines:
         records = _records(path, lines, fmt)  # (line_number, dict), lazily
         first = next(records, None)
-        columns = _columns(path, first, lines, fmt, (query_col, title_col), named_by)
+        columns = _columns(path, first, lines, fmt, (query_col, title_col), keys)
         label_name = next((c for c in label_cols if c in columns), None)
         if label_name is None and require_labels:
             raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task,
-                                          fix=_fix("label_col", named_by)))
+                                          fix=_fix("label_col", keys)))
         if start is not None and start.offset:
             records = _records(path, lines.seek(start), fmt, header=columns)
         else:
@@ -148,16 +148,16 @@ def iter_pairs(
                         lines.position())
 
 
-def _fix(option: str, named_by: str) -> str:
-    """What sets `option` (query_col, title_col, label_col, preset) for the caller's user: a flag or a recipe key."""
-    return f"--set {option}=NAME" if named_by == "key" else "--" + option.replace("_", "-")
+def _fix(option: str, keys: str | None) -> str:
+    """What sets `option` (query_col, title_col, label_col) for the caller's user: a flag, or a recipe key."""
+    return "--" + option.replace("_", "-") if keys is None else f"--set {keys}{option}=NAME"
 
 
-def _format_of(path: Path, preset: str | None, fmt: str | None, named_by: str = "flag") -> tuple[Preset, str]:
+def _format_of(path: Path, preset: str | None, fmt: str | None, keys: str | None = None) -> tuple[Preset, str]:
     """The preset's settings and the file's format: the file's own suffix says more than a preset's usual format
     (a Home Depot export saved as .jsonl)."""
     if preset is not None and preset not in PRESETS:
-        said = f"key 'preset' is '{preset}', which" if named_by == "key" else f"--preset '{preset}'"
+        said = f"--preset '{preset}'" if keys is None else f"key '{keys}preset' is '{preset}', which"
         raise UserError(f"{said} is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
     check_regular(path)
@@ -179,7 +179,7 @@ def _shown(columns: list, lines, fmt: str) -> str:
     return (shown if len(shown) <= 200 else shown[:200] + "...") + _json_hint(lines, fmt)
 
 
-def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], named_by: str = "flag") -> list:
+def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: str | None = None) -> list:
     """The columns the first row names, refusing a file without rows or without the query or title column."""
     if first is None:
         raise UserError(f"{path}: no data rows; the file holds a header at most{_json_hint(lines, fmt)}.")
@@ -187,7 +187,7 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], named_
     for col, option in zip(needed, ("query_col", "title_col")):
         if col not in columns:
             raise UserError(f"{path}: no column '{col}' (columns: {_shown(columns, lines, fmt)}); "
-                            f"name it with {_fix(option, named_by)}.")
+                            f"name it with {_fix(option, keys)}.")
     return columns
 
 

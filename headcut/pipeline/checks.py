@@ -8,7 +8,7 @@ from pathlib import Path
 
 from headcut_grader.errors import UserError
 from headcut_grader.files import refuse_inputs
-from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
+from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
 from headcut.run_folder import LOCK_FILE
 
 RUN_FILE = "run.json"  # marks a folder as a run's
@@ -70,15 +70,16 @@ def check_inputs(recipe: PipelineRecipe) -> None:
     if missing:
         raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
     for value in set(named.values()):
-        check_readable(value, preset=recipe.data.preset)
+        check_readable(value, recipe.data)
 
 
-def check_readable(path: str, *, preset: str | None) -> None:
+def check_readable(path: str, data: DataSection) -> None:
     """Read every row of a named file as the stages will (a NUL byte, a bad encoding or an empty text is the
     reader's one sentence with its line), in chunks, so memory stays bounded on any file."""
     from headcut_grader.data import iter_pairs
 
-    for _ in iter_pairs(path, chunk_rows=10_000, preset=preset, require_labels=False):
+    options = dict(data.file_options(), label_col=None)  # gold is the stages' to check: some files need none
+    for _ in iter_pairs(path, chunk_rows=10_000, require_labels=False, **options):
         pass
 
 

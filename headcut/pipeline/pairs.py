@@ -14,12 +14,12 @@ from pathlib import Path
 from headcut.data_spec import read_spec
 from headcut_grader.data import Pairs, read_pairs
 from headcut.synthetic import is_synthetic
-from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
+from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
 
 
-def read(spec: str, *, preset: str | None, rows: int | None, seed: int, task: str = "grades") -> Pairs:
+def read(spec: str, *, data: DataSection, rows: int | None, seed: int, task: str = "grades") -> Pairs:
     """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many; `task` score reads the scores."""
-    return read_spec(spec, rows=rows, seed=seed, preset=preset, task=task)
+    return read_spec(spec, rows=rows, seed=seed, task=task, **data.file_options())
 
 
 def selections(recipe: PipelineRecipe, teacher_meta: dict | None) -> list[tuple[str | None, object]]:
@@ -60,7 +60,7 @@ def queries_that_chose(test: str | None, found: list[tuple[str | None, object]])
 
 def _split(recipe: PipelineRecipe, chosen: set[str], task: str) -> tuple[Pairs, Pairs]:
     """The test file's pairs whose query chose nothing, and those whose query did."""
-    pool = read_pairs(recipe.data.test, preset=recipe.data.preset, task=task)
+    pool = read_pairs(recipe.data.test, task=task, **recipe.data.file_options())
     inside = [i for i, q in enumerate(pool.queries) if q in chosen]
     outside = [i for i, q in enumerate(pool.queries) if q not in chosen]
     return pool.subset(outside), pool.subset(inside)
@@ -70,7 +70,7 @@ def report_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, 
     """`rows` seeded pairs of the test file that share no query with `chosen` (selection_queries)."""
     data = recipe.data
     if not chosen:
-        return read(data.test, preset=data.preset, rows=rows, seed=data.seed, task=task)
+        return read(data.test, data=data, rows=rows, seed=data.seed, task=task)
     return _split(recipe, chosen, task)[0].sample(rows, seed=data.seed)
 
 
@@ -81,4 +81,4 @@ def choice_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, 
     if chosen:
         return _split(recipe, chosen, task)[1].sample(rows, seed=data.seed)
     spec = data.dev if data.dev and not _same_data(data.dev, data.test) else data.train
-    return read(spec, preset=data.preset, rows=rows, seed=data.seed + 1, task=task)
+    return read(spec, data=data, rows=rows, seed=data.seed + 1, task=task)

@@ -23,9 +23,17 @@ class DataSection:
     train: str | None = None  # a file or "synthetic": what the teacher and the students train on, prune scores on
     dev: str | None = None  # checkpoint selection; None: finetune/distill hold out a query split of train
     test: str | None = None  # the report's pairs; = dev: less every query that chose a checkpoint (pairs.py)
-    preset: str | None = None
+    preset: str | None = None  # a data preset (column names, format), e.g. homedepot
+    query_col: str | None = None  # the files' columns, where they differ from the preset's
+    title_col: str | None = None
+    label_col: str | None = None  # the grade column (grades teacher) or the score column (one-score teacher)
     test_rows: int | None = ranged(1000, 1)
     seed: int = ranged(0, 0, 2**32 - 1)
+
+    def file_options(self) -> dict:
+        """How the files are read (headcut_grader.readers.read_pairs); messages name this section's keys."""
+        return dict(preset=self.preset, query_col=self.query_col, title_col=self.title_col,
+                    label_col=self.label_col, keys="data.")
 
 
 @dataclass(frozen=True)
@@ -311,7 +319,8 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
     from headcut.finetune import FinetuneRecipe
 
     data = recipe.data
-    common = {"train_data": data.train, "dev_data": data.dev, "preset": data.preset}
+    common = {"train_data": data.train, "dev_data": data.dev, "preset": data.preset, "query_col": data.query_col,
+              "title_col": data.title_col, "label_col": data.label_col}
     out = {"teacher": None}
     problems = []
     if recipe.teacher is not None and recipe.teacher.recipe is not None:
