@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from headcut.batching import encode
 from headcut.data_spec import read_spec
-from headcut_grader.data import Pairs
+from headcut_grader.data import FILE_KEYS, Pairs
 from headcut.synthetic import is_synthetic
 from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
@@ -83,7 +83,7 @@ def recorded_selection_pairs(meta: dict) -> tuple[str | None, Pairs | None]:
     recorded = meta.get("recipe") if isinstance(meta, dict) else None
     if not isinstance(recorded, dict) or not recorded.get("dev_data"):
         return None, None
-    keys = ("dev_data", "dev_rows", "seed", "preset", "task")
+    keys = ("dev_data", "dev_rows", "seed", "task", *FILE_KEYS)
     recipe = replace(FinetuneRecipe(), **{k: recorded[k] for k in keys if k in recorded},
                      **({"grades": tuple(recorded["grades"])} if recorded.get("grades") else {}))
     return recipe.dev_data, selection_pairs(recipe)
@@ -93,8 +93,7 @@ def dev_record(recipe: TrainingRecipe, dev: Pairs) -> dict:
     """What an artifact records of its dev pairs: a resolved path only for a file, none for a synthetic
     draw ('synthetic:SEED') or a split held out of the training pairs."""
     path = None if recipe.dev_data is None or is_synthetic(recipe.dev_data) else str(Path(recipe.dev_data).resolve())
-    return {**dev.provenance(), "path": path,
-            "preset": recipe.preset}
+    return {**dev.provenance(), "path": path, **{key: getattr(recipe, key) for key in FILE_KEYS}}
 
 
 def class_weights(labels: np.ndarray, num_labels: int, how: str) -> torch.Tensor | None:

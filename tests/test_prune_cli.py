@@ -210,3 +210,17 @@ def test_real_teacher_prune_keeps_its_judgement(tmp_path, quick_teacher):
     randoms = [grade_gap(pruned_copy(teacher, plan_heads(torch.rand(6, 12, generator=torch.Generator().manual_seed(s)),
                                                          0.8, layer_prior=0)).model) for s in range(2)]
     assert chosen < 0.5 * min(randoms), (chosen, randoms)  # measured: 0.010 vs 0.06-0.11
+
+
+def test_the_default_data_is_read_with_the_columns_finetune_recorded(tmp_path, tiny_grader):
+    from headcut.prune.inputs import data_pool
+
+    grader, _ = tiny_grader
+    loaded = load_model(grader)
+    pairs = synthetic_pairs(30, seed=4)
+    path = tmp_path / "renamed.tsv"
+    path.write_text("q\tdoc\trel\n" + "".join(f"{q}\t{t}\t{y + 1}\n" for q, t, y in
+                                               zip(pairs.queries, pairs.titles, pairs.labels)))
+    recorded = {"path": str(path), "preset": None, "query_col": "q", "title_col": "doc", "label_col": "rel"}
+    pool = data_pool(LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": recorded}), None)
+    assert pool.queries == pairs.queries and list(pool.labels) == list(pairs.labels)

@@ -31,6 +31,9 @@ class Preset:
     score_cols: tuple[str, ...] = ("score",)  # what a one-score model learns and is judged on
 
 
+# The read_pairs options that say where a file's fields are: what a recipe sets and an artifact records.
+FILE_KEYS = ("preset", "query_col", "title_col", "label_col")
+
 PRESETS = {
     # Home Depot: grade 1..5 already derived from the raters' mean score (see ../shared/data/README).
     "homedepot": Preset(fmt="tsv"),

@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError
 from headcut.export.gate import Int8Gate
 from headcut_grader.ranges import ranged, same_as
@@ -32,8 +33,7 @@ class DataSection:
 
     def file_options(self) -> dict:
         """How the files are read (headcut_grader.readers.read_pairs); messages name this section's keys."""
-        return dict(preset=self.preset, query_col=self.query_col, title_col=self.title_col,
-                    label_col=self.label_col, keys="data.")
+        return dict({key: getattr(self, key) for key in FILE_KEYS}, keys="data.")
 
 
 @dataclass(frozen=True)
@@ -319,8 +319,7 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
     from headcut.finetune import FinetuneRecipe
 
     data = recipe.data
-    common = {"train_data": data.train, "dev_data": data.dev, "preset": data.preset, "query_col": data.query_col,
-              "title_col": data.title_col, "label_col": data.label_col}
+    common = {"train_data": data.train, "dev_data": data.dev, **{key: getattr(data, key) for key in FILE_KEYS}}
     out = {"teacher": None}
     problems = []
     if recipe.teacher is not None and recipe.teacher.recipe is not None:

@@ -17,8 +17,8 @@ def data_pool(loaded, data: Pairs | None) -> Pairs:
     """`data`, or by default the dev data `headcut finetune` recorded in the model's headcut.json."""
     if data is not None:
         return data
-    path, preset = default_data(loaded)
-    return read_pairs(path, preset=preset, task=loaded.task)
+    path, options = default_data(loaded)
+    return read_pairs(path, task=loaded.task, **options)
 
 
 def eval_sample(eval_data: Pairs | None, scored: Pairs | None, settings: PruneSettings) -> Pairs | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from headcut.arch import heads_per_layer, layer_ids, mask_shape
+from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError, setting
 
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
@@ -48,15 +49,15 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None) -> 
     return scores, meta
 
 
-def default_data(loaded) -> tuple[str, str | None]:
-    """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, preset)."""
+def default_data(loaded) -> tuple[str, dict]:
+    """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, how to read it)."""
     dev = loaded.meta.get("dev_data") or {}
     path = dev.get("path")
     if not path or not Path(path).exists():
         where = f" (it names {path}, which is missing)" if path else ""
         raise UserError(f"--model {loaded.path} records no dev data file{where}; pass --data FILE to score heads "
                         "or --scores FILE from `headcut scan`.")
-    return path, dev.get("preset")
+    return path, {key: dev.get(key) for key in FILE_KEYS}
 
 
 def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, max_length: int | None = None,
