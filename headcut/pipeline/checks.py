@@ -78,7 +78,7 @@ def check_readable(path: str, data: DataSection) -> None:
     reader's one sentence with its line), in chunks, so memory stays bounded on any file."""
     from headcut_grader.data import iter_pairs
 
-    options = dict(data.file_options(), label_col=None)  # gold is the stages' to check: some files need none
+    options = dict(data.file_options(), label_col=None)  # the stages read gold as the teacher's task says
     for _ in iter_pairs(path, chunk_rows=10_000, require_labels=False, **options):
         pass
 
