@@ -73,6 +73,13 @@ def tiny_model(kind: str = "bert", *, attn: str = "eager", num_labels: int = 5, 
     return model.eval()
 
 
+def renamed_columns_file(path: Path, pairs) -> Path:
+    """`pairs` as a TSV whose columns are q, doc and rel (the grade), not the preset's query, title and grade."""
+    path.write_text("q\tdoc\trel\n" + "".join(f"{q}\t{t}\t{pairs.grades[y]}\n" for q, t, y in
+                                               zip(pairs.queries, pairs.titles, pairs.label_array())))
+    return path
+
+
 def tiny_inputs(batch: int = 3, length: int = 9, *, seed: int = 1, kind: str = "bert"):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, 99, (batch, length), generator=g)

@@ -15,7 +15,7 @@ from headcut.distill import DistillRecipe, build_student, distill
 from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, save_model
 from headcut.recipes import from_dict
-from conftest import tiny_model
+from conftest import renamed_columns_file, tiny_model
 
 GRADES = [1, 2, 3, 4, 5]
 
@@ -146,9 +146,7 @@ def test_recipe_keys_name_the_columns_and_its_messages_name_the_keys(tiny_teache
     from headcut.finetune import load_data
 
     pairs = synthetic_pairs(40, seed=3)
-    path = tmp_path / "renamed.tsv"
-    path.write_text("q\tdoc\trel\n" + "".join(f"{q}\t{t}\t{pairs.grades[g]}\n" for q, t, g in
-                                           zip(pairs.queries, pairs.titles, pairs.label_array())))
+    path = renamed_columns_file(tmp_path / "renamed.tsv", pairs)
     files = dict(train_data=str(path), dev_data=str(path), train_rows=None, dev_rows=None)
     recipe = recipe_for(tiny_teacher, **files, query_col="q", title_col="doc", label_col="rel", unlabeled_data=str(path))
     train, dev = load_data(recipe)

@@ -16,7 +16,7 @@ from headcut_grader.files import write_text
 from headcut.masking import head_mask
 from headcut.models import LoadedModel, load_model, resolve_source, save_model
 from headcut.prune import HeadPlan, plan_heads
-from tests.conftest import need_homedepot, need_minilm, tiny_inputs, tiny_model
+from tests.conftest import need_homedepot, need_minilm, renamed_columns_file, tiny_inputs, tiny_model
 
 
 def write_pairs(path, pairs):
@@ -218,9 +218,7 @@ def test_the_default_data_is_read_with_the_columns_finetune_recorded(tmp_path, t
     grader, _ = tiny_grader
     loaded = load_model(grader)
     pairs = synthetic_pairs(30, seed=4)
-    path = tmp_path / "renamed.tsv"
-    path.write_text("q\tdoc\trel\n" + "".join(f"{q}\t{t}\t{y + 1}\n" for q, t, y in
-                                               zip(pairs.queries, pairs.titles, pairs.labels)))
+    path = renamed_columns_file(tmp_path / "renamed.tsv", pairs)
     recorded = {"path": str(path), "preset": None, "query_col": "q", "title_col": "doc", "label_col": "rel"}
     pool = data_pool(LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": recorded}), None)
     assert pool.queries == pairs.queries and list(pool.labels) == list(pairs.labels)

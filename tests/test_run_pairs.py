@@ -11,6 +11,7 @@ from headcut.models import META_FILE
 from headcut.pipeline import load_pipeline
 from headcut.pipeline.pairs import choice_pairs, read, report_pairs, selection_queries
 from headcut.pipeline.recipe import DataSection
+from tests.conftest import renamed_columns_file
 
 
 def write_tsv(path, pairs):
@@ -76,9 +77,7 @@ def test_the_data_section_names_the_columns_and_its_messages_name_its_keys(tmp_p
     from headcut_grader.errors import UserError
 
     pairs = synthetic_pairs(50, seed=2)
-    path = tmp_path / "renamed.tsv"
-    path.write_text("q\tdoc\trel\n" + "".join(f"{q}\t{t}\t{y + 1}\n" for q, t, y in
-                                               zip(pairs.queries, pairs.titles, pairs.labels)))
+    path = renamed_columns_file(tmp_path / "renamed.tsv", pairs)
     data = DataSection(query_col="q", title_col="doc", label_col="rel")
     check_readable(str(path), data)
     read_back = read(str(path), data=data, rows=None, seed=0)
