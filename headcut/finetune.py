@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from headcut.batching import encode
 from headcut.data_spec import read_spec
-from headcut_grader.data import FILE_KEYS, Pairs
+from headcut_grader.data import FILE_KEYS, Pairs, file_keys
 from headcut.synthetic import is_synthetic
 from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
@@ -93,7 +93,7 @@ def dev_record(recipe: TrainingRecipe, dev: Pairs) -> dict:
     """What an artifact records of its dev pairs: a resolved path only for a file, none for a synthetic
     draw ('synthetic:SEED') or a split held out of the training pairs."""
     path = None if recipe.dev_data is None or is_synthetic(recipe.dev_data) else str(Path(recipe.dev_data).resolve())
-    return {**dev.provenance(), "path": path, **{key: getattr(recipe, key) for key in FILE_KEYS}}
+    return {**dev.provenance(), "path": path, **file_keys(recipe)}
 
 
 def class_weights(labels: np.ndarray, num_labels: int, how: str) -> torch.Tensor | None:

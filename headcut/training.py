@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from headcut.batching import Encoded, collate
-from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS
+from headcut_grader.data import DEFAULT_GRADES, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import check_ranges, ranged
 
@@ -81,7 +81,7 @@ class TrainingRecipe(LoopSettings):
 def file_options(recipe: TrainingRecipe) -> dict:
     """How a recipe's data files are read (headcut_grader.readers.read_pairs): its preset, columns and grades, and
     messages that name recipe keys, not flags."""
-    return dict({key: getattr(recipe, key) for key in FILE_KEYS}, grades=recipe.grades, keys="")
+    return dict(file_keys(recipe), grades=recipe.grades, keys="")
 
 
 @dataclass

@@ -143,7 +143,7 @@ def test_recipe_keys_name_the_columns_and_its_messages_name_the_keys(tiny_teache
     """A recipe reads files whose columns differ from the preset's (query_col, title_col, label_col), and a
     file it cannot read is refused with the recipe key that fixes it: distill and finetune have no column flags."""
     from headcut.distill.run import with_unlabeled
-    from headcut.finetune import load_data
+    from headcut.finetune import dev_record, load_data
 
     pairs = synthetic_pairs(40, seed=3)
     path = renamed_columns_file(tmp_path / "renamed.tsv", pairs)
@@ -153,6 +153,9 @@ def test_recipe_keys_name_the_columns_and_its_messages_name_the_keys(tiny_teache
     assert sorted(zip(dev.queries, dev.titles, dev.label_array())) == sorted(zip(pairs.queries, pairs.titles,
                                                                                 pairs.label_array()))
     assert len(with_unlabeled(recipe, train)[0]) == 80
+    recorded = dev_record(recipe, dev)  # what the artifact's headcut.json keeps, so prune reads the file alike
+    assert (recorded["path"], recorded["query_col"], recorded["title_col"], recorded["label_col"]) == (
+        str(path.resolve()), "q", "doc", "rel")
     with pytest.raises(UserError, match=r"no column 'query' .*name it with --set query_col=NAME\."):
         load_data(recipe_for(tiny_teacher, **files))
     with pytest.raises(UserError, match=r"no label column 'grade' .*name it with --set label_col=NAME\."):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from headcut_grader.data import FILE_KEYS
+from headcut_grader.data import file_keys
 from headcut_grader.errors import UserError
 from headcut.export.gate import Int8Gate
 from headcut_grader.ranges import ranged, same_as
@@ -33,7 +33,7 @@ class DataSection:
 
     def file_options(self) -> dict:
         """How the files are read (headcut_grader.readers.read_pairs); messages name this section's keys."""
-        return dict({key: getattr(self, key) for key in FILE_KEYS}, keys="data.")
+        return dict(file_keys(self), keys="data.")
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
     from headcut.finetune import FinetuneRecipe
 
     data = recipe.data
-    common = {"train_data": data.train, "dev_data": data.dev, **{key: getattr(data, key) for key in FILE_KEYS}}
+    common = {"train_data": data.train, "dev_data": data.dev, **file_keys(data)}
     out = {"teacher": None}
     problems = []
     if recipe.teacher is not None and recipe.teacher.recipe is not None:
