@@ -39,6 +39,7 @@ def file_keys(settings) -> dict:
     """The FILE_KEYS values of `settings` (a recipe or its data section), as read_pairs keyword arguments."""
     return {key: getattr(settings, key) for key in FILE_KEYS}
 
+
 PRESETS = {
     # Home Depot: grade 1..5 already derived from the raters' mean score (see ../shared/data/README).
     "homedepot": Preset(fmt="tsv"),
