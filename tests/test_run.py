@@ -417,15 +417,19 @@ def test_a_second_run_on_the_same_folder_is_refused_and_a_dead_ones_lock_is_not(
     assert set(again.states.values()) == {"skipped"}
 
 
-def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp_path):
+@pytest.mark.parametrize("content, words", [
+    (b"query\ttitle\tgrade\ndrill\tcordless\x00 drill\t4\n", "line 2"),
+    (b"query\ttitle\tscore\ndrill\tcordless drill\t2.5\n", "--set data.label_col=NAME"),  # no grades: no report
+])
+def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp_path, content, words):
     bad = tmp_path / "test.tsv"
-    bad.write_bytes(b"query\ttitle\tgrade\ndrill\tcordless\x00 drill\t4\n")
+    bad.write_bytes(content)
     args = ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", f"data.test={bad}"]
     started = time.perf_counter()
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     message = result.stderr.strip()
-    assert str(bad) in message and "\n" not in message and "Traceback" not in message
+    assert str(bad) in message and words in message and "\n" not in message and "Traceback" not in message
     assert not (tmp_path / "out").exists() and time.perf_counter() - started < 30  # before the teacher trains
 
 
@@ -437,3 +441,18 @@ def test_a_run_folder_follows_the_umask(straight):
     wrong = {str(p.relative_to(result.out)): oct(p.stat().st_mode & 0o777) for p in result.out.rglob("*")
              if p.stat().st_mode & 0o777 != (0o777 if p.is_dir() else 0o666) & ~umask}
     assert wrong == {}
+
+
+def test_the_teacher_stage_trains_before_a_pruned_student_exists(tiny_recipe, tmp_path):
+    """A recipe that trains its teacher and distils the prune stage's model: the teacher stage must not need
+    the pruned model, which only the prune stage after it makes."""
+    from headcut.pipeline import stages
+
+    text = tiny_recipe.read_text().replace("distill:\n", "distill:\n  cut: {recipe: distill/minilm_pruned_cpu, "
+                                           "train_rows: 200, dev_rows: 40, max_length: 24, epochs: 1}\n")
+    (tmp_path / "cut.yaml").write_text(text)
+    recipe = load_pipeline(tmp_path / "cut.yaml")
+    folder = tmp_path / "run" / "teacher"
+    folder.mkdir(parents=True)
+    record = stages.teacher(stages.Context(recipe, folder, {}, lambda *event: None, tmp_path / "run"))
+    assert record["trained"] and (tmp_path / "run" / record["model"] / "config.json").is_file()

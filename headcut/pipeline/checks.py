@@ -20,6 +20,7 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
     check_run_dir(out, recipe, overwrite=overwrite)
     check_inputs(recipe)
     check_models(recipe)
+    check_gold(recipe, run_task(recipe))
     check_prune_budget(recipe)
 
 
@@ -63,39 +64,51 @@ def model_folders(recipe: PipelineRecipe) -> dict[str, str]:
 
 
 def check_inputs(recipe: PipelineRecipe) -> None:
-    """Every pairs file the recipe names exists and reads (a missing or damaged test file would otherwise
-    surface at a later stage, after the teacher and the students have trained)."""
+    """Every pairs file the recipe names exists (a missing test file would otherwise surface at a later stage,
+    after the teacher and the students have trained)."""
     named = pairs_files(recipe)
     missing = [f"{key}={value}" for key, value in named.items() if not Path(value).is_file()]
     if missing:
         raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
+
+
+def check_gold(recipe: PipelineRecipe, task: str) -> None:
+    """Every named file reads as the stages will read it, with the gold of the teacher's task (grades, or the
+    score column) wherever a stage needs gold, before any stage runs."""
+    named = pairs_files(recipe)
+    labelled = {value for key, value in named.items() if not key.endswith("unlabeled_data")}
     for value in set(named.values()):
-        check_readable(value, recipe.data)
+        check_readable(value, recipe.data, task=task, require_labels=value in labelled)
 
 
-def check_readable(path: str, data: DataSection) -> None:
-    """Read every row of a named file as the stages will (a NUL byte, a bad encoding or an empty text is the
-    reader's one sentence with its line), in chunks, so memory stays bounded on any file."""
+def check_readable(path: str, data: DataSection, *, task: str = "grades", require_labels: bool = True) -> None:
+    """Read every row of a file as the stages will: a NUL byte, a bad encoding, an empty text or a missing gold
+    column is the reader's one sentence naming its line or the `data.` key to set. In chunks, so memory stays
+    bounded on any file."""
     from headcut_grader.data import iter_pairs
 
-    options = dict(data.file_options(), label_col=None)  # the stages read gold as the teacher's task says
-    for _ in iter_pairs(path, chunk_rows=10_000, require_labels=False, **options):
+    for _ in iter_pairs(path, chunk_rows=10_000, require_labels=require_labels, task=task, **data.file_options()):
         pass
+
+
+def run_task(recipe: PipelineRecipe) -> str:
+    """The teacher's task (grades or score): the gold every stage of the run reads."""
+    from headcut.models import outline
+
+    if recipe.teacher.path is not None:
+        return outline(recipe.teacher.path, flag="teacher.path").task
+    return _sub_recipes(recipe)["teacher"].task
 
 
 def check_models(recipe: PipelineRecipe) -> None:
     """Every model the recipe names is a model folder (or a built-in name whose package is installed), and every
     student distils the teacher's task (grades, or one score)."""
-    from headcut.models import outline, resolve_source
+    from headcut.models import resolve_source
 
-    teacher_task = None
     for key, value in model_folders(recipe).items():
         resolve_source(value, flag=key)
-        if key == "teacher.path":
-            teacher_task = outline(value, flag=key).task
+    teacher_task = run_task(recipe)
     subs = _sub_recipes(recipe)
-    if "teacher" in subs:
-        teacher_task = subs["teacher"].task
     for name, sub in subs.items():
         if name.startswith("distill.") and teacher_task is not None and sub.task != teacher_task:
             raise UserError(f"[{name}] distils task={sub.task}, but the run's teacher is "

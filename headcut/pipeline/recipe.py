@@ -312,22 +312,33 @@ def as_dict(recipe: PipelineRecipe) -> dict:
     return out
 
 
-def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | None) -> dict:
-    """The finetune recipe of the teacher (None for an existing grader) and the distill recipe of each
-    student ('distill.NAME'), with the run's data and upstream models put in."""
-    from headcut.distill.recipe import DistillRecipe
+def teacher_recipe(recipe: PipelineRecipe):
+    """The finetune recipe of the teacher, with the run's data put in; None for an existing grader. It needs
+    nothing the run makes, so the teacher stage reads it before any student can be."""
     from headcut.finetune import FinetuneRecipe
 
-    data = recipe.data
-    common = {"train_data": data.train, "dev_data": data.dev, **file_keys(data)}
+    if recipe.teacher is None or recipe.teacher.recipe is None:
+        return None
+    return read_sub_recipe(FinetuneRecipe, recipe.teacher.recipe, "finetune", injected=_common(recipe.data),
+                           overrides=dict(recipe.teacher.overrides), where="[teacher]")
+
+
+def _common(data: DataSection) -> dict:
+    return {"train_data": data.train, "dev_data": data.dev, **file_keys(data)}
+
+
+def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | None) -> dict:
+    """The finetune recipe of the teacher (None for an existing grader) and the distill recipe of each
+    student ('distill.NAME'), with the run's data and upstream models put in; every problem in one sentence."""
+    from headcut.distill.recipe import DistillRecipe
+
+    common = _common(recipe.data)
     out = {"teacher": None}
     problems = []
-    if recipe.teacher is not None and recipe.teacher.recipe is not None:
-        try:
-            out["teacher"] = read_sub_recipe(FinetuneRecipe, recipe.teacher.recipe, "finetune", injected=common,
-                                             overrides=dict(recipe.teacher.overrides), where="[teacher]")
-        except UserError as e:
-            problems.append(str(e))
+    try:
+        out["teacher"] = teacher_recipe(recipe)
+    except UserError as e:
+        problems.append(str(e))
     for name, student in recipe.distill:
         def adjust(merged, name=name):
             if merged.get("student") != "pruned":

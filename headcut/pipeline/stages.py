@@ -11,7 +11,7 @@ from typing import Callable
 
 from headcut_grader.errors import UserError
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
-from headcut.pipeline.recipe import PipelineRecipe, sub_recipes
+from headcut.pipeline.recipe import PipelineRecipe, sub_recipes, teacher_recipe
 
 
 @dataclass
@@ -61,8 +61,7 @@ def teacher(ctx: Context) -> dict:
 
     if ctx.recipe.teacher.path is not None:
         return {"model": str(resolve_source(ctx.recipe.teacher.path, flag="teacher.path").resolve()), "trained": False}
-    recipe = sub_recipes(ctx.recipe, teacher_dir="", pruned_dir=None)["teacher"]
-    result = finetune(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
+    result = finetune(teacher_recipe(ctx.recipe), ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
     return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
 
 
