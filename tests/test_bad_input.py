@@ -816,3 +816,17 @@ def test_an_int8_gate_flag_on_an_fp32_export_is_refused(tmp_path, saved_models, 
     refused(run("export", saved_models["artifact"], "--out", out, "--backend", backend, flag, value),
             f"{flag} sets the gate", "would be ignored", f"drop {flag}")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("name, text", [
+    ("dup.tsv", "query\ttitle\ttitle\tgrade\ndrill\tcordless drill\thammer\t3\n"),
+    ("dup.csv", "query,title,grade,title\ndrill,cordless drill,3,hammer\n"),
+    ("dup.jsonl", '{"query": "drill", "title": "cordless drill", "title": "hammer", "grade": 3}\n'),
+    ("dup.json", '[{"query": "drill", "title": "cordless drill", "title": "hammer", "grade": 3}]'),
+])
+def test_a_column_named_twice_is_refused_not_read_from_its_last_copy(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(UserError, match=r"names (column|key) 'title' twice; rename or remove one of them\.") as e:
+        read_pairs(path)
+    assert str(path) in str(e.value)

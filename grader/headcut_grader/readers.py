@@ -255,6 +255,7 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
             if not header:
                 raise UserError(f"{path}: no header row; the first line must name the columns.")
             header = [h.strip() for h in header]
+            _refuse_repeats(header, f"{path}, line {lines.number}: the header")
         for record in records:
             if not record or all(not c.strip() for c in record):
                 continue
@@ -272,7 +273,7 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
                 if not chunk.strip():
                     continue
                 try:
-                    obj = json.loads(chunk)
+                    obj = json.loads(chunk, object_pairs_hook=_object(f"{path}, line {number}: the object"))
                 except json.JSONDecodeError as e:
                     raise UserError(f"{path}, line {number}, column {e.colno}: invalid JSON ({e.msg}); "
                                     "fix that line.") from None
@@ -292,7 +293,7 @@ def _json_array(path: Path, lines: Lines):
     if lines.expected is not None:
         lines.check_unchanged()
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_object(f"{path}: an object"))
     except json.JSONDecodeError as e:
         raise UserError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg}); fix it.") from None
     except RecursionError:
@@ -302,6 +303,24 @@ def _json_array(path: Path, lines: Lines):
     for i in range(skip, len(data)):
         lines.offset = lines.number = i + 1
         yield i + 1, data[i]  # "line" = position in the array, 1-based
+
+
+def _refuse_repeats(names: list, where: str, noun: str = "column") -> None:
+    """A column named twice is ambiguous (which one holds the text?): refused, naming it."""
+    seen = set()
+    for name in names:
+        if name and name in seen:
+            raise UserError(f"{where} names {noun} '{name}' twice; rename or remove one of them.")
+        seen.add(name)
+
+
+def _object(where: str):
+    """json.loads' object_pairs_hook: a dict, refusing a key given twice."""
+    def build(pairs):
+        _refuse_repeats([key for key, _ in pairs], where, noun="key")
+        return dict(pairs)
+
+    return build
 
 
 def _csv_records(path: Path, reader, lines: Lines):
