@@ -134,6 +134,7 @@ def load_model(
     if num_labels is None:
         meta = {**meta, **read_task(path, meta)}
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
+        _check_outputs(path, meta, num_labels)
     config = _read_config(path, num_labels, attn_implementation)
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
     shape = getattr(config, SHAPE_KEY, None)
@@ -183,7 +184,30 @@ def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = No
 
 
 def _read_meta(path: Path) -> dict:
-    return read_json_file(path / META_FILE) if (path / META_FILE).exists() else {}
+    """headcut.json's record, its values checked (a wrong type here would otherwise surface as a traceback, or
+    as damaged weights when the grades do not match the classifier)."""
+    from headcut_grader.grader import record_problem
+
+    if not (path / META_FILE).exists():
+        return {}
+    meta = read_json_file(path / META_FILE)
+    checked = {"grades": list(DEFAULT_GRADES), **{k: meta[k] for k in ("task", "activation", "grades",
+                                                                      "max_length") if k in meta}}
+    problem = record_problem(checked)
+    if problem:
+        raise UserError(f"{path / META_FILE}: {problem}; fix that value (headcut writes it when it saves a model).")
+    return meta
+
+
+def _check_outputs(path: Path, meta: dict, num_labels: int) -> None:
+    """The outputs headcut.json implies (one score, or one per grade) are the classifier's in config.json."""
+    if not {"task", "grades"} & meta.keys():
+        return
+    labels = read_json_file(path / "config.json").get("id2label")
+    if isinstance(labels, dict) and len(labels) != num_labels:
+        said = "task score (one output)" if num_labels == 1 else f"{num_labels} grades"
+        raise UserError(f"{path / META_FILE} records {said}, but the classifier in {path / 'config.json'} has "
+                        f"{len(labels)} outputs; fix 'task' or 'grades' in {META_FILE}.")
 
 
 def read_task(path: Path, meta: dict) -> dict:

@@ -830,3 +830,23 @@ def test_a_column_named_twice_is_refused_not_read_from_its_last_copy(tmp_path, n
     with pytest.raises(UserError, match=r"names (column|key) 'title' twice; rename or remove one of them\.") as e:
         read_pairs(path)
     assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("max_length", "64 tokens", "'max_length' is 64 tokens, not a whole number"),
+    ("grades", "x", "'grades' is x, not a list of at least two whole numbers"),
+    ("task", "rank", "'task' is rank, not grades or score"),
+    ("grades", [0, 1, 2], "records 3 grades, but the classifier in"),
+    ("task", "score", "records task score (one output), but the classifier in"),
+])
+def test_11_a_wrong_value_in_headcut_json_names_that_file_not_the_weights(tmp_path, saved_models, key, value, words):
+    """A headcut.json value of the wrong type, or grades the classifier does not have, was a traceback or
+    'model.safetensors is damaged'."""
+    from headcut.models import load_model
+
+    folder = _copy(saved_models["artifact"], tmp_path)
+    meta = json.loads((folder / "headcut.json").read_text())
+    (folder / "headcut.json").write_text(json.dumps({**meta, key: value}))
+    with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")) as e:
+        load_model(folder)
+    assert str(folder / "headcut.json") in str(e.value)
