@@ -456,3 +456,14 @@ def test_the_teacher_stage_trains_before_a_pruned_student_exists(tiny_recipe, tm
     folder.mkdir(parents=True)
     record = stages.teacher(stages.Context(recipe, folder, {}, lambda *event: None, tmp_path / "run"))
     assert record["trained"] and (tmp_path / "run" / record["model"] / "config.json").is_file()
+
+
+def test_a_bad_data_key_is_the_only_problem_reported(tmp_path):
+    """A [data] section that does not read left every sub-recipe without data.train: 'no training pairs' was
+    said of each student although --set data.train was given."""
+    args = ["run", "homedepot", "--out", str(tmp_path / "out"), "--set", "data.train=train.tsv",
+            "--set", "data.test_rows=none"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "key 'test_rows' must be a whole number, not 'none'" in result.stderr
+    assert "no training pairs" not in result.stderr

@@ -202,8 +202,9 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     _check_prune_method(prune, problems)
     recipe = PipelineRecipe(parts["data"] or DataSection(), teacher, parts["scan"], prune, tuple(students),
                             parts["export"], parts["bench"], parts["floor"], where)
-    # every sub-recipe built once here, with placeholder paths
-    _checked(lambda: sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>"), problems)
+    if data_part is not None:  # every sub-recipe built once here, with placeholder paths; a [data] section that
+        # did not read would have them all report its keys as missing
+        _checked(lambda: sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>"), problems)
     if problems:
         raise UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in problems) + ".")
     return recipe
