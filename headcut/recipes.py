@@ -148,6 +148,11 @@ def parse_yaml(text: str, where: str, fix: str):
     """`text` read as YAML (recipe rules: see _Loader); one sentence naming `where` and the line when it is not."""
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (a NUL byte, say): no mark, a position
+        line = text.count("\n", 0, e.position) + 1
+        column = e.position - text.rfind("\n", 0, e.position)
+        raise UserError(f"{where}, line {line}, column {column}: invalid YAML (character {e.character:#06x} is not "
+                        f"allowed); {fix}.") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""

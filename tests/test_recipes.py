@@ -185,3 +185,14 @@ def test_a_run_names_a_teacher_recipe_file_that_is_no_recipe(tmp_path, content, 
     with pytest.raises(UserError) as e:
         load_pipeline("quickstart", overrides=[f"teacher.recipe={bad}"])
     assert f"{bad}: {words}" in str(e.value)
+
+
+@pytest.mark.parametrize("text, at", [("teacher: runs/t\ntrain_data: x\x00\n", "line 2, column 14"),
+                                      ("\x07teacher: runs/t\n", "line 1, column 1")])
+def test_a_character_yaml_refuses_is_one_sentence_with_its_line(tmp_path, text, at):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as err:
+        load_recipe(DistillRecipe, path)
+    message = str(err.value)
+    assert message.startswith(f"{path}, {at}: invalid YAML (character ") and "\n" not in message
