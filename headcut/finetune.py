@@ -149,7 +149,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
     train_pairs, dev = load_data(recipe)
     score = recipe.task == "score"
-    loaded = load_model(recipe.model, num_labels=1 if score else len(recipe.grades), seed=recipe.seed)
+    loaded = load_model(recipe.model, num_labels=1 if score else len(recipe.grades), seed=recipe.seed, flag="model")
     model, tokenizer = loaded.model, loaded.tokenizer
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)

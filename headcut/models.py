@@ -100,18 +100,18 @@ def weights_file(path: str | Path) -> Path | None:
     return next((Path(path) / n for n in WEIGHT_FILES if (Path(path) / n).exists()), None)
 
 
-def _weights_file(path: Path, *, allow_pickle: bool) -> Path:
+def _weights_file(path: Path, *, allow_pickle: bool, flag: str = "--model") -> Path:
     for name in WEIGHT_FILES[:2]:
         if (path / name).exists():
             return path / name
     if (path / WEIGHT_FILES[2]).exists():
         if not allow_pickle:
             raise UserError(
-                f"--model {path} holds only pickle weights (pytorch_model.bin), which can run code when loaded; "
+                f"{setting(flag, path)} holds only pickle weights (pytorch_model.bin), which can run code when loaded; "
                 "convert them to safetensors or pass --allow-pickle if you trust the source."
             )
         return path / "pytorch_model.bin"
-    raise UserError(f"--model {path}: no weights (model.safetensors) in the folder.")
+    raise UserError(f"{setting(flag, path)}: no weights (model.safetensors) in the folder.")
 
 
 def load_model(
@@ -121,15 +121,17 @@ def load_model(
     allow_pickle: bool = False,
     attn_implementation: str = "sdpa",
     seed: int = 0,
+    flag: str = "--model",
 ) -> LoadedModel:
-    """Load a grader (or a base model with a fresh `num_labels` head, seeded for reproducibility).
+    """Load a grader (or a base model with a fresh `num_labels` head, seeded for reproducibility). `flag`: the
+    flag or recipe key that named `source`, for messages ("" for a positional argument).
 
     Never runs remote code. Pruned headcut artifacts are rebuilt from their recorded shape and loaded strictly.
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    path = resolve_source(source)
-    weights = _weights_file(path, allow_pickle=allow_pickle)
+    path = resolve_source(source, flag=flag)
+    weights = _weights_file(path, allow_pickle=allow_pickle, flag=flag)
     meta = _read_meta(path)
     if num_labels is None:
         meta = {**meta, **read_task(path, meta)}

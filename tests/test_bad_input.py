@@ -850,3 +850,22 @@ def test_11_a_wrong_value_in_headcut_json_names_that_file_not_the_weights(tmp_pa
     with pytest.raises(UserError, match=words.replace("(", r"\(").replace(")", r"\)")) as e:
         load_model(folder)
     assert str(folder / "headcut.json") in str(e.value)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["distill", "minilm_pruned_cpu", "--set", "student_model={missing}", "--set", "train_data={data}"],
+     "student_model={missing}: no such folder"),
+    (["distill", "minilm_bottom3_cpu", "--set", "teacher={missing}", "--set", "train_data={data}"],
+     "teacher={missing}: no such folder"),
+    (["finetune", "minilm_homedepot_cpu", "--train", "{data}", "--set", "model={missing}"],
+     "model={missing}: no such folder"),
+    (["export", "{missing}"], "error: {missing}: no such folder"),
+])
+def test_a_missing_model_is_named_by_the_key_or_argument_that_named_it(tmp_path, args, said):
+    """distill, finetune and export take no --model flag: their messages name the recipe key or the argument."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
+    fill = {"missing": str(tmp_path / "nothere"), "data": str(data)}
+    result = CliRunner().invoke(app, [a.format(**fill) for a in args] + ["--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert said.format(**fill) in result.stderr and "--model" not in result.stderr

@@ -119,7 +119,7 @@ def export(
         raise UserError(f"{gate_flags[0]} sets the gate an int8, bf16 or auto export must pass, and this export is "
                         f"fp32, so it would be ignored; drop {gate_flags[0]} or pass --precision int8, bf16 or auto.")
     pairs = None
-    loaded = load_model(model, allow_pickle=allow_pickle)
+    loaded = load_model(model, allow_pickle=allow_pickle, flag="")
     if data:
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                           label_map=label_map, limit=limit, task=loaded.task)

@@ -117,7 +117,7 @@ class Distillation:
     def _setup_teacher(self) -> None:
         recipe = self.recipe
         self.attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
-        teacher = self.teacher = load_model(teacher_source(recipe), attn_implementation=self.attn)
+        teacher = self.teacher = load_model(teacher_source(recipe), attn_implementation=self.attn, flag="teacher")
         teacher.model.to(process_state().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
         check_teacher_task(teacher, recipe)
         if recipe.task == "grades" and tuple(teacher.grades) != tuple(recipe.grades):

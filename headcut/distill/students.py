@@ -33,7 +33,7 @@ def teacher_source(recipe: DistillRecipe) -> str:
     """The teacher named in the recipe, else (for `pruned`) the one the pruned artifact's headcut.json names."""
     if recipe.teacher is not None:
         return recipe.teacher
-    meta = load_model_meta(recipe.student_model)
+    meta = load_model_meta(recipe.student_model, flag="student_model")
     for key in TEACHER_KEYS:
         value = meta.get(key)
         path = value.get("path") if isinstance(value, dict) else value
@@ -42,10 +42,10 @@ def teacher_source(recipe: DistillRecipe) -> str:
     raise UserError(f"{recipe.student_model}/headcut.json names no teacher; pass --set teacher=DIR (the unpruned grader).")
 
 
-def load_model_meta(source: str) -> dict:
+def load_model_meta(source: str, *, flag: str = "--model") -> dict:
     from headcut.models import META_FILE, read_json_file, resolve_source
 
-    path = resolve_source(source) / META_FILE
+    path = resolve_source(source, flag=flag) / META_FILE
     return read_json_file(path) if path.exists() else {}
 
 
@@ -55,7 +55,7 @@ def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implement
     if teacher.task == "score":  # the student reads its one output as its teacher does
         meta.update(task="score", activation=teacher.activation)
     if recipe.student == "pruned":
-        loaded = load_model(recipe.student_model, attn_implementation=attn_implementation)
+        loaded = load_model(recipe.student_model, attn_implementation=attn_implementation, flag="student_model")
         _check_vocab(loaded.model, teacher.model, recipe.student_model)
         if loaded.task != teacher.task:
             raise UserError(f"student_model {recipe.student_model} is a {_task_words(loaded.task)} but the teacher "
