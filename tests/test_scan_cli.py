@@ -119,6 +119,9 @@ def test_probe_reads_the_segmentation_column(tiny_grader, tmp_path):
     bad = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", "synthetic", "--seg-col", "seg",
                               "--out", str(tmp_path / "bad")])
     assert bad.exit_code == 2 and "--seg-col" in bad.output
+    missing = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", str(data), "--seg-col", "words",
+                                  "--out", str(tmp_path / "bad")])
+    assert missing.exit_code == 2 and "--seg-col words" in missing.stderr and "--title-col" not in missing.stderr
 
 
 @pytest.mark.parametrize("args, words", [
