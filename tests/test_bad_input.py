@@ -218,6 +218,34 @@ def test_6_evaluate_out_follows_the_same_rule(tmp_path, tiny_grader):
     assert out.read_text() == "{}"
 
 
+@pytest.mark.parametrize("command", ["grade", "evaluate", "bench", "export"])
+def test_6_an_out_under_a_file_is_refused_before_any_work(tmp_path, tiny_grader, command):
+    """Under a file nothing can be written: said before the work (bench and evaluate found it after), naming the
+    file, not as 'rerun with --resume' or 'File exists'."""
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    blocker = write(tmp_path, "afile", "keep me\n")
+    out = blocker / "sub" / "out.tsv"
+    args = {"grade": ["grade", tiny_grader, pairs], "evaluate": ["evaluate", "--model", tiny_grader, "--data", pairs],
+            "bench": ["bench", "--model", tiny_grader, "--data", pairs, "--repeats", "1"],
+            "export": ["export", tiny_grader]}[command]
+    refused(run(*args, "--out", out), f"--out {out}: {blocker} is a file, not a folder")
+    assert blocker.read_text() == "keep me\n"
+
+
+def test_6_grade_makes_the_folders_its_out_needs(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = tmp_path / "new" / "sub" / "grades.tsv"
+    result = run("grade", tiny_grader, pairs, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert out.read_text().startswith("query\ttitle\ttrue_grade\tgrade")
+
+
+def test_6_grade_refuses_a_named_label_column_the_file_lacks(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("grade", tiny_grader, pairs, "--out", tmp_path / "g.tsv", "--label-col", "relevance"), "'relevance'")
+    assert not (tmp_path / "g.tsv").exists()
+
+
 def test_6_a_folder_out_holding_an_input_is_refused(tmp_path):
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     refused(run("scan", "--model", "minilm-l6", "--data", pairs, "--out", tmp_path, "--overwrite"), "input")

@@ -38,9 +38,22 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
                             "somewhere else.")
 
 
+def check_place(out: Path, flag: str = "--out") -> None:
+    """What will hold `out` (its nearest existing folder above; missing folders below it are made) is a folder
+    this process can write in: checked before any work, so a long run does not fail at its last step."""
+    place = out.absolute().parent
+    while not place.exists() and place != place.parent:
+        place = place.parent
+    if not place.is_dir():
+        raise UserError(f"{flag} {out}: {place} is a file, not a folder; name a path inside a folder.")
+    if not os.access(place, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {out}: the folder {place} is not writable; choose a folder you can write in.")
+
+
 def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=()) -> Path:
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
+    check_place(out, flag)
     if out.exists() and not out.is_dir():
         raise UserError(f"{flag} {out} is a file; name a folder.")
     if out.exists() and any(out.iterdir()) and not overwrite:
@@ -52,6 +65,7 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "--out", inp
     """The folder rule for files: an existing file is replaced only with --overwrite, an input never."""
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
+    check_place(out, flag)
     if out.is_dir():
         raise UserError(f"{flag} {out} is a folder; name a file such as {example}.")
     if out.exists() and not out.is_file():

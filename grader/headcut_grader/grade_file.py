@@ -76,6 +76,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     rows = done = state["rows"] if state else 0
     chunks = _chunks(source, settings, start=Position(**state["position"])) if state else chain([first], chunks)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)  # as every command's --out: missing folders are made
         with open(data, "r+b" if state else "wb") as f:
             f.truncate(state["bytes"] if state else 0)
             f.seek(0, os.SEEK_END)
@@ -102,7 +103,8 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
 
 def _chunks(source: Path, settings: GradeSettings, *, start: Position | None = None):
     return iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
-                      title_col=settings.title_col, label_col=settings.label_col, require_labels=False, start=start)
+                      title_col=settings.title_col, label_col=settings.label_col, start=start,
+                      require_labels=settings.label_col is not None)  # a named gold column must be there
 
 
 def _grader_id(grader: Grader) -> str:
