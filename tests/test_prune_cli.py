@@ -131,6 +131,19 @@ def test_iterative_prune_from_the_cli(tmp_path, tiny_grader):
     assert "2 iterative steps" in result.output
 
 
+def test_prune_data_needs_no_grades(tmp_path, tiny_grader):
+    """--flops scores units on the model's own outputs (Fisher targets teacher): pairs without a grade column do,
+    with quality reported on --eval-data."""
+    grader, dev = tiny_grader
+    unlabelled = tmp_path / "unlabelled.tsv"
+    unlabelled.write_text("".join("\t".join(line.split("\t")[:2]) + "\n" for line in dev.read_text().splitlines()))
+    result = run("--model", grader, "--flops", 0.6, "--out", tmp_path / "p", "--data", unlabelled, "--eval-data", dev,
+                 "--score-rows", 40, "--calibrate", 40, "--no-timing", "--bootstrap", 20)
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "p" / "headcut.json").read_text())
+    assert meta["prune"]["quality"]["data"]["rows"] == 80
+
+
 def test_user_errors_exit_2_with_one_sentence(tmp_path, tiny_grader):
     grader, dev = tiny_grader
     loaded = load_model(grader)

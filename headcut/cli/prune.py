@@ -123,7 +123,7 @@ def prune(
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
                    task=loaded.task)
-    pool = read_data(data, **columns) if data and scores is None else None
+    pool = read_data(data, require_labels=False, **columns) if data and scores is None else None  # gold optional
     held_out = read_data(eval_data, **columns) if eval_data else None
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
                              batch_size=batch_size, bootstrap=bootstrap, timing=timing,
