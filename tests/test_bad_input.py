@@ -897,3 +897,15 @@ def test_a_missing_model_is_named_by_the_key_or_argument_that_named_it(tmp_path,
     result = CliRunner().invoke(app, [a.format(**fill) for a in args] + ["--out", str(tmp_path / "out")])
     assert result.exit_code == 2, result.output
     assert said.format(**fill) in result.stderr and "--model" not in result.stderr
+
+
+def test_9_a_scan_folder_as_score_file_points_at_its_importance_json(tmp_path):
+    from headcut.evaluate.importance import read_scores
+
+    scan = tmp_path / "scan"
+    scan.mkdir()
+    with pytest.raises(UserError, match=r"importance\.json \(`headcut scan --out DIR` writes it\)\.$"):
+        read_scores(scan)
+    (scan / "importance.json").write_text("{}")
+    with pytest.raises(UserError, match=f"is a folder; pass the score file in it, {scan / 'importance.json'}\\.$"):
+        read_scores(scan)

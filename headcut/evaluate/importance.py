@@ -136,6 +136,9 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: no such score file; run `headcut scan --out DIR` and pass DIR/importance.json.")
+    if path.is_dir():
+        raise UserError(f"{path} is a folder; pass the score file in it, {path / 'importance.json'}"
+                        + ("." if (path / "importance.json").is_file() else " (`headcut scan --out DIR` writes it)."))
     check_regular(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
