@@ -21,3 +21,23 @@ def test_help_has_an_example(command):
 def test_unknown_flag_exits_2():
     result = CliRunner().invoke(app, ["evaluate", "--no-such-flag"])
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("args, said", [
+    (["evaluate", "--model", "m"], "error: Missing option '--data' / '-d'; see `headcut evaluate --help`."),
+    (["grade", "g", "p.tsv", "--label-map", "round"], "error: No such option: --label-map"),
+    (["nosuch"], "error: No such command 'nosuch'; see `headcut --help`."),
+])
+def test_a_command_line_typed_wrong_is_one_sentence_exit_2(args, said):
+    """Missing and unknown options were a usage block and a box; every other user error is one sentence."""
+    result = CliRunner().invoke(app, args, prog_name="headcut")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().startswith(said) and result.stderr.strip().count("\n") == 0, result.stderr
+
+
+def test_the_runtime_command_line_typed_wrong_is_one_sentence_too():
+    from headcut_grader.cli.main import app as runtime
+
+    result = CliRunner().invoke(runtime, ["grade"], prog_name="headcut-grader")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: Missing argument 'grader_dir'; see `headcut-grader grade --help`."

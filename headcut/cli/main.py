@@ -10,6 +10,7 @@ from headcut.cli.export import export
 from headcut.cli.finetune import finetune
 from headcut.cli.bench import bench
 from headcut.cli.common import version_option
+from headcut_grader.cli.common import OneLineErrors
 from headcut.cli.cross_encoder import cross_encoder
 from headcut.cli.prune import prune
 from headcut.cli.run import run
@@ -23,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 
 

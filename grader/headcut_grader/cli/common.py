@@ -8,8 +8,39 @@ from typing import Optional
 
 import typer
 
+try:
+    from typer import _click as click  # typer 0.2x parses with its own copy of click, and raises its exceptions
+except ImportError:  # older typer: click itself
+    import click
+
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import Range
+
+
+class OneLineErrors(typer.core.TyperGroup):
+    """A command line typed wrong (a missing or unknown option, a missing argument) is one sentence on stderr
+    with exit code 2, as every other user error is, instead of a usage block and a box."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            done = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as e:  # no command: the help, as asked for
+            e.show()
+            sys.exit(e.exit_code)
+        except click.exceptions.UsageError as e:
+            where = e.ctx.command_path if e.ctx is not None else self.name
+            typer.secho(f"error: {e.format_message().rstrip('.')}; see `{where} --help`.", fg=typer.colors.RED,
+                        err=True)
+            sys.exit(2)
+        except click.exceptions.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(done if isinstance(done, int) else 0)  # a command's typer.Exit(code) comes back as its code
 
 
 def user_errors(fn):

@@ -5,7 +5,7 @@ import typer
 
 from headcut_grader import __version__
 
-from headcut_grader.cli.common import version_option
+from headcut_grader.cli.common import OneLineErrors, version_option
 from headcut_grader.cli.grade import grade
 from headcut_grader.cli.serve import serve
 
@@ -15,6 +15,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 
 
