@@ -909,3 +909,16 @@ def test_9_a_scan_folder_as_score_file_points_at_its_importance_json(tmp_path):
     (scan / "importance.json").write_text("{}")
     with pytest.raises(UserError, match=f"is a folder; pass the score file in it, {scan / 'importance.json'}\\.$"):
         read_scores(scan)
+
+
+def test_the_same_column_for_queries_and_titles_is_refused(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("grade", tiny_grader, pairs, "--out", tmp_path / "g.tsv", "--query-col", "title"),
+            "--query-col and --title-col both name column 'title'")
+    assert not (tmp_path / "g.tsv").exists()
+
+
+def test_finetune_train_given_twice_is_refused(tmp_path):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("finetune", "minilm_homedepot_cpu", "--train", pairs, "--set", f"train_data={pairs}x",
+                "--out", tmp_path / "t"), f"--train {pairs} and --set train_data={pairs}x both name train_data")

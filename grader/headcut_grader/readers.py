@@ -118,6 +118,9 @@ def iter_pairs(
     p, fmt = _format_of(path, preset, fmt, keys)
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
+    if query_col == title_col:
+        raise UserError(f"{_fix('query_col', keys).partition('=')[0]} and {_fix('title_col', keys).partition('=')[0]} "
+                        f"both name column '{query_col}'; name the queries' and the titles' own columns.")
     score = task == "score"
     label_cols = (label_col,) if label_col else (p.score_cols if score else p.label_cols)
     label_map = label_map if label_map is not None else p.label_map

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import typer
 
+from headcut_grader.errors import UserError
 from headcut.cli.common import OVERWRITE, Opt, main_process, metrics_line, quiet_transformers, training_progress, user_errors
 
 
@@ -30,6 +31,10 @@ def finetune(
     from headcut.recipes import load_recipe
 
     overrides = list(set_)
+    for flag, key, value in (("--train", "train_data", train), ("--dev", "dev_data", dev)):
+        named = [o for o in overrides if o.partition("=")[0].strip() == key]
+        if value and named:
+            raise UserError(f"{flag} {value} and --set {named[0]} both name {key}; pass one of them.")
     if train:
         overrides.append(f"train_data={train}")
     if dev:
