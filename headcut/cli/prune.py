@@ -48,7 +48,8 @@ def prune(
                                 "serve; `headcut export --int8` for onnx-int8)"),
     scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
-                                  "mask tuning on (default: the model's recorded dev data). Grades are optional."),
+                                  "mask tuning on (default: the model's recorded dev data). Grades are optional "
+                                  "with --eval-data (else quality is reported on these pairs)."),
     method: Opt[str] = typer.Option(None, "--method", help="Criterion that ranks units (evaluate/criteria.py): "
                                      "ablation, kl, gradient, fisher or entropy; default fisher, the only built-in one "
                                      "that also scores FFN neurons, which --flops/--latency need. With --scores, which "
@@ -123,7 +124,8 @@ def prune(
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
                    task=loaded.task)
-    pool = read_data(data, require_labels=False, **columns) if data and scores is None else None  # gold optional
+    # gold: only where the report's quality is measured on these pairs (no --eval-data)
+    pool = read_data(data, require_labels=eval_data is None, **columns) if data and scores is None else None
     held_out = read_data(eval_data, **columns) if eval_data else None
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
                              batch_size=batch_size, bootstrap=bootstrap, timing=timing,
