@@ -78,6 +78,18 @@ def test_bad_requests_get_4xx_with_a_message(server, body, status, words):
     assert reply.status_code == status and words in reply.json()["error"]
 
 
+@pytest.mark.parametrize("method, path, status, words", [
+    ("GET", "/grade", 405, "/grade takes POST, not GET; see GET /docs."),
+    ("DELETE", "/rank", 405, "/rank takes POST, not DELETE"),
+    ("GET", "/foo", 404, "no route /foo; the routes are POST /grade, POST /rank"),
+])
+def test_a_wrong_route_or_method_is_one_sentence(server, method, path, status, words):
+    reply = httpx.request(method, server[0] + path, timeout=30)
+    assert reply.status_code == status and words in reply.json()["error"], reply.text
+    if status == 405:
+        assert reply.headers["allow"] == "POST"  # HTTP requires it with a 405
+
+
 # Sweep defect 4: a body that is not JSON text gets the server's own sentence, never the framework's words or a 500.
 GOOD_BODY = b'{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
 
@@ -89,6 +101,8 @@ GOOD_BODY = b'{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
     ("application/json", b'{"pairs": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, "nested"),
     ("application/json", b'{"pairs": [{"query": "dr\xffill", "title": "x"}]}', 400, "UTF-8"),
     ("application/json", GOOD_BODY.decode().encode("utf-16"), 400, "UTF-8"),
+    ("application/json", b"", 422, "the request body is empty"),
+    ("application/json", b'{"pairs": [{"query": ' + b"1" * 5000 + b', "title": "b"}]}', 400, "could not be read as JSON"),
 ])
 def test_bodies_that_are_not_json_text_get_one_sentence(server, content_type, body, status, words):
     headers = {"content-type": content_type} if content_type else {}

@@ -115,15 +115,29 @@ def _with_body(handler, model):
 
 # --- error answers: {"error": sentence}, never a 500 --------------------------------------------------
 
+ROUTES = "POST /grade, POST /rank, GET /healthz, GET /metrics and GET /docs"
+
+
 async def http_error(request: Request, exc: StarletteHTTPException):
-    return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
+    """The framework's own refusals as sentences: an unknown route, a wrong method (with its Allow header), a
+    body the JSON parser gave up on."""
+    path, headers = request.url.path, getattr(exc, "headers", None)
+    message = {404: f"no route {path}; the routes are {ROUTES}",
+               405: f"{path} takes {(headers or {}).get('Allow', 'another method')}, not {request.method}; "
+                    "see GET /docs",
+               400: "body could not be read as JSON (a number too long to read?); see GET /docs for the request "
+                    "shape" if exc.detail == "There was an error parsing the body" else None}.get(exc.status_code)
+    return JSONResponse({"error": f"{message}." if message else str(exc.detail)}, status_code=exc.status_code,
+                        headers=headers)
 
 
 async def invalid(request: Request, exc: RequestValidationError):
     first = exc.errors()[0] if exc.errors() else {}
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
     kind = first.get("type", "")
-    message = ("body is not valid JSON" if kind == "json_invalid" else f"{where}: {first.get('msg', 'invalid')}")
+    message = ("body is not valid JSON" if kind == "json_invalid" else
+               "the request body is empty; send a JSON object" if (where, kind) == ("body", "missing") else
+               f"{where}: {first.get('msg', 'invalid')}")
     return JSONResponse({"error": f"{message}; see GET /docs for the request shape."}, status_code=422)
 
 
