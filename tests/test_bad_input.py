@@ -922,3 +922,11 @@ def test_finetune_train_given_twice_is_refused(tmp_path):
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     refused(run("finetune", "minilm_homedepot_cpu", "--train", pairs, "--set", f"train_data={pairs}x",
                 "--out", tmp_path / "t"), f"--train {pairs} and --set train_data={pairs}x both name train_data")
+
+
+def test_bench_names_the_grader_flag_of_a_folder_that_is_no_grader(tmp_path):
+    folder = tmp_path / "not-a-grader"
+    folder.mkdir()
+    refused(run("bench", "--model", "minilm-l6", "--grader", folder, "--data", "synthetic", "--out", tmp_path / "b"),
+            f"--grader {folder}: no grader.json")
+    assert not (tmp_path / "b").exists()

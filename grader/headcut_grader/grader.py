@@ -14,7 +14,7 @@ import numpy as np
 
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import graphs, open_backend
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 from headcut_grader.tasks import score_values
 from headcut_grader.tokens import encode_pairs, load_tokenizer
 
@@ -106,11 +106,12 @@ def results_from_logits(logits: np.ndarray, record: dict) -> Grades | Scores:
     return grades_from_logits(logits, np.asarray(record["grades"]))
 
 
-def read_record(folder: str | Path) -> dict:
+def read_record(folder: str | Path, *, flag: str = "") -> dict:
+    """grader.json of `folder`, checked; `flag`: the flag that named the folder, for messages."""
     folder = Path(folder)
     path = folder / "grader.json"
     if not path.exists():
-        raise UserError(f"{folder}: no grader.json; pass a folder written by `headcut export`.")
+        raise UserError(f"{setting(flag, folder)}: no grader.json; pass a folder written by `headcut export`.")
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:

@@ -50,6 +50,7 @@ def bench(
     from headcut.export.bench_report import write_bench
     from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model, outline
+    from headcut_grader.grader import read_record
 
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
@@ -58,6 +59,8 @@ def bench(
 
     settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, 4096)),
                              _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
+    for folder in grader:
+        read_record(folder, flag="--grader")  # a folder that is not a grader, before any model loads
     task = outline(model[0]).task  # the reference's task decides which gold the data gives
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit, task=task)
