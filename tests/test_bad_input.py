@@ -930,3 +930,25 @@ def test_bench_names_the_grader_flag_of_a_folder_that_is_no_grader(tmp_path):
     refused(run("bench", "--model", "minilm-l6", "--grader", folder, "--data", "synthetic", "--out", tmp_path / "b"),
             f"--grader {folder}: no grader.json")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_file_is_read_against_the_models_own_grades(tmp_path):
+    """A grader of grades [2, 3, 4] (3 outputs): a file's grade 2 is its output 0. Read against 1..5 it was output 1,
+    and every metric was silently wrong."""
+    from conftest import tiny_model
+    from headcut.evaluate.predict import predict_logits
+    from headcut.models import LoadedModel, load_model, save_model
+    from test_export import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_labels=3, vocab_size=len(tokenizer), max_position_embeddings=64)
+    folder = save_model(LoadedModel(model, tokenizer, {"grades": [2, 3, 4], "max_length": 32}, "tiny", ""),
+                        tmp_path / "g234")
+    rows = [("drill", "cordless drill"), ("hammer", "claw hammer"), ("saw", "hand saw"), ("nail", "box of nails")] * 5
+    pairs = write(tmp_path, "pairs.tsv", "query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t2\n" for q, t in rows))
+    result = run("evaluate", "--model", folder, "--data", pairs, "--bootstrap", 10, "--out", tmp_path / "m.json")
+    assert result.exit_code == 0, result.output
+    loaded = load_model(folder)
+    logits = predict_logits(loaded.model, loaded.tokenizer, read_pairs(pairs, grades=(2, 3, 4)), batch_size=8)
+    expected = float((logits.argmax(1) == 0).mean())  # gold grade 2 is output 0
+    assert json.loads((tmp_path / "m.json").read_text())["accuracy"] == pytest.approx(expected)

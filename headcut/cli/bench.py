@@ -61,9 +61,9 @@ def bench(
                              _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
     for folder in grader:
         read_record(folder, flag="--grader")  # a folder that is not a grader, before any model loads
-    task = outline(model[0]).task  # the reference's task decides which gold the data gives
+    reference = outline(model[0])  # the reference's task and grades decide which gold the data gives
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                      label_map=label_map, limit=limit, task=task)
+                      label_map=label_map, limit=limit, task=reference.task, grades=reference.grades)
     def loaded(name):
         result = load_model(name)
         check_max_length(result.model, max(settings.seq_lens), flag="--seq-lens")

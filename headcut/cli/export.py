@@ -122,7 +122,7 @@ def export(
     loaded = load_model(model, allow_pickle=allow_pickle, flag="")
     if data:
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
-                          label_map=label_map, limit=limit, task=loaded.task)
+                          label_map=label_map, limit=limit, task=loaded.task, grades=loaded.grades)
     gate = Int8Gate(min_agreement=min_agreement, max_spearman_drift=max_spearman_drift, max_drop=max_drop)
     record = build_grader(loaded, out, pairs=pairs, int8=int8, backend=backend, precision=precision, optimize=optimize, opset=opset, max_length=max_length,
                           gate=gate, threads=threads, overwrite=overwrite,

@@ -123,7 +123,7 @@ def prune(
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
-                   task=loaded.task)
+                   task=loaded.task, grades=loaded.grades)
     # gold: only where the report's quality is measured on these pairs (no --eval-data)
     pool = read_data(data, require_labels=eval_data is None, **columns) if data and scores is None else None
     held_out = read_data(eval_data, **columns) if eval_data else None

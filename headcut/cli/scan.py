@@ -94,8 +94,9 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=False, seed=seed)
     loaded = load_model(model, allow_pickle=allow_pickle)
-    pairs = read_data(data, title_col=title_col, task=loaded.task, **read)
-    title_words = _title_words(data, pairs, seg_col, task=loaded.task, **read)
+    read.update(task=loaded.task, grades=loaded.grades)
+    pairs = read_data(data, title_col=title_col, **read)
+    title_words = _title_words(data, pairs, seg_col, **read)
     if state.num_processes > 1:
         loaded.model.to(state.device)
     progress, close = stage_bars(len(pairs)) if state.is_main_process else (None, lambda: None)

@@ -44,6 +44,7 @@ class Scorer:
     logits: Callable[..., np.ndarray]  # logits(pairs, progress=None) -> (len(pairs), num_labels)
     task: str = "grades"
     activation: str = "identity"
+    grades: tuple | None = None  # what its outputs index (None: 1..5)
 
 
 def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = None,
@@ -59,14 +60,15 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
         grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
         about = {"path": name, "kind": "onnx grader", "precision": grader.record.get("precision"),
                  "model_sha256": grader.record.get("model_file", {}).get("sha256")}
-        return Scorer(about, lambda pairs, progress=None: grader.logits(pairs, progress=progress))
+        return Scorer(about, lambda pairs, progress=None: grader.logits(pairs, progress=progress),
+                      grades=tuple(grader.record["grades"]) if "grades" in grader.record else None)
     from headcut.models import load_model
 
     loaded = load_model(name, allow_pickle=allow_pickle)
     about = {"path": loaded.path, "weights_hash": loaded.weights_hash, "task": loaded.task}
     return Scorer(about, lambda pairs, progress=None: predict_logits(
         loaded.model, loaded.tokenizer, pairs, batch_size=batch_size, max_length=max_length or loaded.max_length,
-        progress=progress), loaded.task, loaded.activation)
+        progress=progress), loaded.task, loaded.activation, loaded.grades)
 
 
 def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict, iters: int = 1000,
