@@ -952,3 +952,14 @@ def test_a_file_is_read_against_the_models_own_grades(tmp_path):
     logits = predict_logits(loaded.model, loaded.tokenizer, read_pairs(pairs, grades=(2, 3, 4)), batch_size=8)
     expected = float((logits.argmax(1) == 0).mean())  # gold grade 2 is output 0
     assert json.loads((tmp_path / "m.json").read_text())["accuracy"] == pytest.approx(expected)
+
+
+def test_prune_reads_the_recorded_dev_data_against_the_models_own_grades(tmp_path):
+    """prune's default pairs (the dev data finetune recorded) index the model's grades too: grade 2 of a
+    [2, 3, 4] grader is label 0."""
+    from headcut.models import LoadedModel
+    from headcut.prune.inputs import data_pool
+
+    pairs = write(tmp_path, "dev.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t2\nsaw\thand saw\t4\n")
+    loaded = LoadedModel(None, None, {"grades": [2, 3, 4], "dev_data": {"path": str(pairs)}}, "tiny", "")
+    assert list(data_pool(loaded, None).labels) == [0, 2]

@@ -87,3 +87,17 @@ def test_the_data_section_names_the_columns_and_its_messages_name_its_keys(tmp_p
         check_readable(str(path), DataSection(query_col="q"))
     with pytest.raises(UserError, match=r"no label column 'grade' .*name it with --set data\.label_col=NAME\."):
         read(str(path), data=DataSection(query_col="q", title_col="doc"), rows=None, seed=0)
+
+
+def test_a_runs_files_are_read_against_the_teachers_grades(tmp_path):
+    """A teacher of grades [2, 3, 4]: the report's, the gate's and the scan's pairs index its grades (grade 2 is
+    label 0), and the check before any stage refuses a grade it lacks, naming the line."""
+    from headcut.pipeline.checks import check_readable
+    from headcut_grader.errors import UserError
+
+    path = tmp_path / "test.tsv"
+    path.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t2\nsaw\thand saw\t4\n")
+    assert list(read(str(path), data=DataSection(), rows=None, seed=0, grades=(2, 3, 4)).labels) == [0, 2]
+    check_readable(str(path), DataSection(), grades=(2, 3, 4))
+    with pytest.raises(UserError, match=r"line 3, column 'grade': grade 4 is not one of the grades \[1, 2, 3\]"):
+        check_readable(str(path), DataSection(), grades=(1, 2, 3))

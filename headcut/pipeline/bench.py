@@ -45,7 +45,7 @@ def bench(ctx: Context) -> dict:
     b, data = ctx.recipe.bench, ctx.recipe.data
     teacher = load_model(ctx.model_of("teacher"))
     chosen = chosen_queries(ctx)  # read once: the report leaves their pairs out, and says how many
-    pairs = report_pairs(ctx.recipe, chosen, data.test_rows, task=teacher.task)
+    pairs = report_pairs(ctx.recipe, chosen, data.test_rows, task=teacher.task, grades=teacher.grades)
     summarize, compared = judges(teacher, pairs, iters=b.bootstrap, seed=data.seed)
     exports = {name.partition(".")[2]: record for name, record in ctx.upstream.items() if name.startswith("export.")}
     ctx.progress(0, len(exports) + 1, "teacher logits")

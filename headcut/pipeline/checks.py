@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError
 from headcut_grader.files import refuse_inputs
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
@@ -20,7 +21,7 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
     check_run_dir(out, recipe, overwrite=overwrite)
     check_inputs(recipe)
     check_models(recipe)
-    check_gold(recipe, run_task(recipe))
+    check_gold(recipe, **run_gold(recipe))
     check_prune_budget(recipe)
 
 
@@ -72,32 +73,36 @@ def check_inputs(recipe: PipelineRecipe) -> None:
         raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
 
 
-def check_gold(recipe: PipelineRecipe, task: str) -> None:
-    """Every named file reads as the stages will read it, with the gold of the teacher's task (grades, or the
+def check_gold(recipe: PipelineRecipe, task: str, grades: tuple) -> None:
+    """Every named file reads as the stages will read it, with the gold of the teacher's task (its grades, or the
     score column) wherever a stage needs gold, before any stage runs."""
     named = pairs_files(recipe)
     labelled = {value for key, value in named.items() if not key.endswith("unlabeled_data")}
     for value in set(named.values()):
-        check_readable(value, recipe.data, task=task, require_labels=value in labelled)
+        check_readable(value, recipe.data, task=task, grades=grades, require_labels=value in labelled)
 
 
-def check_readable(path: str, data: DataSection, *, task: str = "grades", require_labels: bool = True) -> None:
+def check_readable(path: str, data: DataSection, *, task: str = "grades", grades: tuple = DEFAULT_GRADES,
+                   require_labels: bool = True) -> None:
     """Read every row of a file as the stages will: a NUL byte, a bad encoding, an empty text or a missing gold
     column is the reader's one sentence naming its line or the `data.` key to set. In chunks, so memory stays
     bounded on any file."""
     from headcut_grader.data import iter_pairs
 
-    for _ in iter_pairs(path, chunk_rows=10_000, require_labels=require_labels, task=task, **data.file_options()):
+    for _ in iter_pairs(path, chunk_rows=10_000, require_labels=require_labels, task=task, grades=grades,
+                        **data.file_options()):
         pass
 
 
-def run_task(recipe: PipelineRecipe) -> str:
-    """The teacher's task (grades or score): the gold every stage of the run reads."""
+def run_gold(recipe: PipelineRecipe) -> dict:
+    """The teacher's task (grades or score) and grades: the gold every stage of the run reads."""
     from headcut.models import outline
 
     if recipe.teacher.path is not None:
-        return outline(recipe.teacher.path, flag="teacher.path").task
-    return _sub_recipes(recipe)["teacher"].task
+        teacher = outline(recipe.teacher.path, flag="teacher.path")
+        return {"task": teacher.task, "grades": teacher.grades}
+    sub = _sub_recipes(recipe)["teacher"]
+    return {"task": sub.task, "grades": tuple(sub.grades)}
 
 
 def check_models(recipe: PipelineRecipe) -> None:
@@ -107,7 +112,7 @@ def check_models(recipe: PipelineRecipe) -> None:
 
     for key, value in model_folders(recipe).items():
         resolve_source(value, flag=key)
-    teacher_task = run_task(recipe)
+    teacher_task = run_gold(recipe)["task"]
     subs = _sub_recipes(recipe)
     for name, sub in subs.items():
         if name.startswith("distill.") and teacher_task is not None and sub.task != teacher_task:

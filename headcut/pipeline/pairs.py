@@ -12,14 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from headcut.data_spec import read_spec
-from headcut_grader.data import Pairs, read_pairs
+from headcut_grader.data import DEFAULT_GRADES, Pairs, read_pairs
 from headcut.synthetic import is_synthetic
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
 
 
-def read(spec: str, *, data: DataSection, rows: int | None, seed: int, task: str = "grades") -> Pairs:
-    """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many; `task` score reads the scores."""
-    return read_spec(spec, rows=rows, seed=seed, task=task, **data.file_options())
+def read(spec: str, *, data: DataSection, rows: int | None, seed: int, task: str = "grades",
+         grades: tuple = DEFAULT_GRADES) -> Pairs:
+    """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many; `task` score reads the scores,
+    grades read against the teacher's `grades` (its labels index them)."""
+    return read_spec(spec, rows=rows, seed=seed, task=task, grades=grades, **data.file_options())
 
 
 def selections(recipe: PipelineRecipe, teacher_meta: dict | None) -> list[tuple[str | None, object]]:
@@ -58,27 +60,29 @@ def queries_that_chose(test: str | None, found: list[tuple[str | None, object]])
     return queries
 
 
-def _split(recipe: PipelineRecipe, chosen: set[str], task: str) -> tuple[Pairs, Pairs]:
+def _split(recipe: PipelineRecipe, chosen: set[str], task: str, grades: tuple) -> tuple[Pairs, Pairs]:
     """The test file's pairs whose query chose nothing, and those whose query did."""
-    pool = read_pairs(recipe.data.test, task=task, **recipe.data.file_options())
+    pool = read_pairs(recipe.data.test, task=task, grades=grades, **recipe.data.file_options())
     inside = [i for i, q in enumerate(pool.queries) if q in chosen]
     outside = [i for i, q in enumerate(pool.queries) if q not in chosen]
     return pool.subset(outside), pool.subset(inside)
 
 
-def report_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, task: str = "grades") -> Pairs:
+def report_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, task: str = "grades",
+                 grades: tuple = DEFAULT_GRADES) -> Pairs:
     """`rows` seeded pairs of the test file that share no query with `chosen` (selection_queries)."""
     data = recipe.data
     if not chosen:
-        return read(data.test, data=data, rows=rows, seed=data.seed, task=task)
-    return _split(recipe, chosen, task)[0].sample(rows, seed=data.seed)
+        return read(data.test, data=data, rows=rows, seed=data.seed, task=task, grades=grades)
+    return _split(recipe, chosen, task, grades)[0].sample(rows, seed=data.seed)
 
 
-def choice_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, task: str = "grades") -> Pairs:
+def choice_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, task: str = "grades",
+                 grades: tuple = DEFAULT_GRADES) -> Pairs:
     """`rows` seeded pairs to choose an INT8 recipe on, none of them a report pair's query: the pairs of
     the `chosen` queries, else the dev file (when it is not the test file), else the training pairs."""
     data = recipe.data
     if chosen:
-        return _split(recipe, chosen, task)[1].sample(rows, seed=data.seed)
+        return _split(recipe, chosen, task, grades)[1].sample(rows, seed=data.seed)
     spec = data.dev if data.dev and not _same_data(data.dev, data.test) else data.train
-    return read(spec, data=data, rows=rows, seed=data.seed + 1, task=task)
+    return read(spec, data=data, rows=rows, seed=data.seed + 1, task=task, grades=grades)

@@ -74,7 +74,7 @@ def scan(ctx: Context) -> dict:
     s, data = ctx.recipe.scan, ctx.recipe.data
     spec = s.data or data.dev or data.test
     loaded = load_model(ctx.model_of("teacher"))
-    pairs = read(spec, data=data, rows=s.rows, seed=data.seed, task=loaded.task)
+    pairs = read(spec, data=data, rows=s.rows, seed=data.seed, task=loaded.task, grades=loaded.grades)
     settings = ScanSettings(methods=parse_methods(",".join(s.methods)), experiments=parse_experiments(s.experiments),
                             probes=s.probes, draws=s.draws, iters=s.bootstrap, seed=data.seed)
     done: dict[str, int] = {}
@@ -110,7 +110,7 @@ def prune(ctx: Context) -> dict:
         result = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=importance,
                              method=p.method, settings=settings, progress=progress)
     else:
-        pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task)
+        pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task, grades=loaded.grades)
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
                                  tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, settings=settings,
                                  progress=progress)
@@ -142,7 +142,8 @@ def export(source: str) -> Callable[[Context], dict]:
 
         e = ctx.recipe.export
         loaded = load_model(ctx.model_of(source))
-        pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows, task=loaded.task)  # never the report's queries
+        pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows, task=loaded.task,
+                             grades=loaded.grades)  # never the report's queries
         gate = Int8Gate(min_agreement=e.min_agreement, max_spearman_drift=e.max_spearman_drift, max_drop=e.max_drop)
         steps = iter(range(1, 1000))
 

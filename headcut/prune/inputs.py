@@ -18,7 +18,7 @@ def data_pool(loaded, data: Pairs | None) -> Pairs:
     if data is not None:
         return data
     path, options = default_data(loaded)
-    return read_pairs(path, task=loaded.task, **options)
+    return read_pairs(path, task=loaded.task, grades=loaded.grades, **options)  # gold indexes the model's grades
 
 
 def eval_sample(eval_data: Pairs | None, scored: Pairs | None, settings: PruneSettings) -> Pairs | None:
