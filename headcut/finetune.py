@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Literal
 
@@ -24,16 +24,21 @@ from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
 from headcut.splits import split_by_query
-from headcut.training import GRADES_FIX, TrainingRecipe, file_options, is_finished, settings_from, train
+from headcut.training import (GRADES_FIX, TrainingRecipe, file_options, is_finished, query_index, settings_from,
+                              train)
 
 
 @dataclass(frozen=True)
 class FinetuneRecipe(TrainingRecipe):
     model: str = "minilm-l6"
-    task: Literal["grades", "score"] = "grades"  # score: one output trained with MSE on the data's score column
+    task: Literal["grades", "score"] = "grades"  # score: one output trained on the data's score column
     class_weighting: Literal["none", "sqrt", "balanced"] = "none"
     ordinal_weight: float = ranged(0.0, 0.0, 100.0)
     label_smoothing: float = ranged(0.0, 0.0, 1.0, high_open=True)
+    # task=score sums these losses on the gold score (score_objective):
+    mse_weight: float = ranged(1.0, 0.0, 100.0)  # squared error: the score's level and scale
+    pairwise_weight: float = ranged(0.0, 0.0, 100.0)  # RankNet over title pairs of one query whose gold differs
+    listwise_weight: float = ranged(0.0, 0.0, 100.0)  # ListNet over each query's titles
 
     def input_paths(self) -> list:
         return [self.model, *super().input_paths()]
@@ -42,17 +47,30 @@ class FinetuneRecipe(TrainingRecipe):
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --train FILE (or --set train_data=FILE).")
         super().check(where)
+        other = "grades" if self.task == "score" else "score"
+        for key in TASK_KEYS[other]:
+            if getattr(self, key) != _default(key):
+                raise UserError(f"{where}: key '{key}' applies to task={other} only; remove it from the "
+                                f"task={self.task} recipe.")
         if self.task == "score":
             self._check_score(where)
 
     def _check_score(self, where: str) -> None:
-        """Keys that only mean something for a softmax over grades are refused for a one-score model."""
         if self.select_metric in ("accuracy", "macro_f1"):
             raise UserError(f"{where}: select_metric={self.select_metric} needs grades, and task=score has one "
                             "output; use spearman or loss.")
-        for key, default in (("class_weighting", "none"), ("ordinal_weight", 0.0), ("label_smoothing", 0.0)):
-            if getattr(self, key) != default:
-                raise UserError(f"{where}: key '{key}' applies to task=grades only; remove it from the score recipe.")
+        if not (self.mse_weight or self.pairwise_weight or self.listwise_weight):
+            raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight, pairwise_weight or "
+                            "listwise_weight above 0.")
+
+
+# The recipe keys only one task's loss reads: a recipe of the other task that sets them is refused.
+TASK_KEYS = {"grades": ("class_weighting", "ordinal_weight", "label_smoothing"),
+             "score": ("mse_weight", "pairwise_weight", "listwise_weight")}
+
+
+def _default(name: str):
+    return next(f.default for f in fields(FinetuneRecipe) if f.name == name)
 
 
 def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pairs:
@@ -120,6 +138,49 @@ def score_loss(logits, scores):
     return F.mse_loss(logits[:, 0], scores.to(logits.dtype))
 
 
+def pairwise_loss(logits, scores, query_ids):
+    """RankNet (Burges et al., 2005): over every pair of titles of one query in the batch whose gold scores
+    differ, the logistic loss of the model's score difference taken in the gold order. Logits (B, 1), scores and
+    query_ids (B,). 0 (with a gradient) when the batch holds no such pair."""
+    s = logits.float()[:, 0]
+    i, j = torch.triu_indices(len(s), len(s), offset=1, device=s.device)
+    keep = (query_ids[i] == query_ids[j]) & (scores[i] != scores[j])
+    if not bool(keep.any()):
+        return s.sum() * 0.0
+    i, j = i[keep], j[keep]
+    order = torch.sign(scores[i] - scores[j]).to(s.dtype)
+    return F.softplus(-order * (s[i] - s[j])).mean()
+
+
+def listwise_loss(logits, scores, query_ids):
+    """ListNet top-one (Cao et al., 2007): for each query of the batch with two or more titles, the cross-entropy
+    between the softmax of its gold scores and the softmax of the model's scores over those titles; the mean over
+    such queries. 0 (with a gradient) when no query has two titles in the batch."""
+    s = logits.float()[:, 0]
+    losses = []
+    for q in torch.unique(query_ids):
+        rows = query_ids == q
+        if int(rows.sum()) > 1:
+            target = scores[rows].float().softmax(-1)
+            losses.append(-(target * s[rows].log_softmax(-1)).sum())
+    return torch.stack(losses).mean() if losses else s.sum() * 0.0
+
+
+def score_objective(recipe, logits, scores, query_ids):
+    """The recipe's weighted sum of score_loss, pairwise_loss and listwise_loss on the gold scores."""
+    total = recipe.mse_weight * score_loss(logits, scores) if recipe.mse_weight else 0.0
+    if recipe.pairwise_weight:
+        total = total + recipe.pairwise_weight * pairwise_loss(logits, scores, query_ids)
+    if recipe.listwise_weight:
+        total = total + recipe.listwise_weight * listwise_loss(logits, scores, query_ids)
+    return total
+
+
+def ranks_queries(recipe) -> bool:
+    """Whether a loss compares titles of one query, so batches must keep each query's pairs together."""
+    return recipe.task == "score" and bool(recipe.pairwise_weight or recipe.listwise_weight)
+
+
 def recipe_hash(recipe) -> str:
     return hashlib.sha256(json.dumps(to_dict(recipe), sort_keys=True).encode()).hexdigest()[:12]
 
@@ -128,7 +189,9 @@ def _loss_fn(recipe: FinetuneRecipe, train_pairs: Pairs):
     """loss(model, batch, rows) of the recipe's task: grade_loss, or score_loss on the gold scores."""
     if recipe.task == "score":
         scores = torch.tensor(train_pairs.score_array(), dtype=torch.float32)
-        return lambda m, batch, rows: score_loss(m(**batch).logits, scores[rows].to(m.device))
+        queries = torch.as_tensor(query_index(train_pairs))
+        return lambda m, batch, rows: score_objective(recipe, m(**batch).logits, scores[rows].to(m.device),
+                                                      queries[rows].to(m.device))
     labels = torch.tensor(train_pairs.label_array())
     weights = class_weights(train_pairs.label_array(), len(recipe.grades), recipe.class_weighting)
 
@@ -179,7 +242,8 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
 
     settings = settings_from(recipe)
     state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=folder.path,
-                  save_best=save_best, progress=progress, stop_after_steps=stop_after_steps)
+                  save_best=save_best, progress=progress, stop_after_steps=stop_after_steps,
+                  query_ids=query_index(train_pairs) if ranks_queries(recipe) else None)
     result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings), "work_dir": str(folder.path),
               "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
               "cpu_per_wall": state.cpu_seconds / max(state.train_seconds, 1e-9)}

@@ -111,9 +111,17 @@ def epoch_batches(encoded: Encoded, batch_size: int, *, seed: int, epoch: int) -
     return batches
 
 
+def query_index(pairs) -> np.ndarray:
+    """The query index of each pair of a Pairs (the order of first appearance): query_batches' input."""
+    ids = np.empty(len(pairs), dtype=np.int64)
+    for q, rows in enumerate(pairs.query_groups()):
+        ids[rows] = q
+    return ids
+
+
 def query_batches(query_ids: np.ndarray, batch_size: int, *, seed: int, epoch: int) -> list[np.ndarray]:
     """Batches that keep each query's rows together (queries in a seeded random order, a query split only at a
-    batch's end): what a loss over titles of one query (margin-MSE) needs. As many batches as epoch_batches."""
+    batch's end): what a loss over titles of one query (margin-MSE, RankNet, ListNet) needs. As many batches as epoch_batches."""
     rng = random.Random(seed * 1000 + epoch)
     queries = sorted(set(int(q) for q in query_ids))
     rng.shuffle(queries)

@@ -82,3 +82,68 @@ def test_the_dev_sample_of_a_dev_file_is_drawn_with_its_own_seed(tmp_path):
     train_pairs, dev = load_data(recipe)
     assert train_pairs.queries == read_pairs(path).sample(50, seed=7).queries
     assert dev.queries == read_pairs(path).sample(50, seed=8).queries
+
+
+def test_ranking_losses_equal_plain_loops():
+    torch = pytest.importorskip("torch")
+    from headcut.finetune import listwise_loss, pairwise_loss
+
+    rng = np.random.default_rng(0)
+    logits = torch.tensor(rng.normal(size=(13, 1)), dtype=torch.float32)
+    gold = torch.tensor(rng.choice([1.0, 1.5, 2.0, 3.0], size=13), dtype=torch.float32)
+    queries = torch.tensor([0, 0, 0, 1, 1, 2, 3, 3, 3, 3, 4, 4, 5])
+    s, g, q = logits[:, 0].tolist(), gold.tolist(), queries.tolist()
+    ranknet = [np.log1p(np.exp(-np.sign(g[i] - g[j]) * (s[i] - s[j])))
+               for i in range(13) for j in range(i + 1, 13) if q[i] == q[j] and g[i] != g[j]]
+    listnet = []
+    for query in sorted(set(q)):
+        rows = [i for i in range(13) if q[i] == query]
+        if len(rows) > 1:
+            target = np.exp([g[i] for i in rows]) / np.exp([g[i] for i in rows]).sum()
+            log_model = np.array([s[i] for i in rows]) - np.log(np.exp([s[i] for i in rows]).sum())
+            listnet.append(-(target * log_model).sum())
+    assert pairwise_loss(logits, gold, queries).item() == pytest.approx(np.mean(ranknet), rel=1e-5)
+    assert listwise_loss(logits, gold, queries).item() == pytest.approx(np.mean(listnet), rel=1e-5)
+    # a batch without two titles of one query gives 0 with a gradient, not a missing one
+    alone = logits[:3].clone().requires_grad_(True)
+    for loss in (pairwise_loss, listwise_loss):
+        value = loss(alone, gold[:3], torch.arange(3))
+        value.backward()
+        assert value.item() == 0.0 and alone.grad is not None
+
+
+def test_a_ranking_loss_trains_on_batches_that_keep_each_querys_titles_together(tmp_path, monkeypatch):
+    import headcut.finetune as ft
+    from transformers import AutoTokenizer
+
+    need_minilm()
+    tok = AutoTokenizer.from_pretrained(resolve_source("minilm-l6"))
+    base = save_model(LoadedModel(tiny_model("bert", attn="sdpa", num_labels=1, vocab_size=tok.vocab_size), tok),
+                      tmp_path / "base")
+
+    seen, real = [], ft.pairwise_loss
+
+    def recording(logits, scores, query_ids):
+        seen.append((len(query_ids), len(set(query_ids.tolist()))))  # rows, queries
+        return real(logits, scores, query_ids)
+
+    monkeypatch.setattr(ft, "pairwise_loss", recording)
+    recipe = tiny_recipe(base, task="score", mse_weight=0.0, pairwise_weight=1.0)
+    result = finetune(recipe, tmp_path / "ranked")
+    assert result["finished"] and len(seen) == result["state"]["step"]
+    # queries of 3-6 titles, split only at a batch's ends: a full batch of 16 holds at most 2 + 14 // 3 queries
+    # (length-bucketed batches mix about 12 of the ~55 queries)
+    full = [queries for rows, queries in seen if rows == 16]
+    assert len(full) >= len(seen) - 2 and max(full) <= 6
+    assert np.isfinite(result["dev_metrics"]["spearman"])
+
+
+def test_ranking_loss_keys_belong_to_score_recipes(tiny_base):
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError, match="key 'listwise_weight' applies to task=score only"):
+        tiny_recipe(tiny_base, listwise_weight=1.0).check("recipe")
+    with pytest.raises(UserError, match="key 'ordinal_weight' applies to task=grades only"):
+        tiny_recipe(tiny_base, task="score", ordinal_weight=0.5).check("recipe")
+    with pytest.raises(UserError, match="every loss weight of task=score is 0"):
+        tiny_recipe(tiny_base, task="score", mse_weight=0.0).check("recipe")

@@ -33,7 +33,7 @@ from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder, headcut_cache
-from headcut.training import GRADES_FIX, file_options, is_finished, settings_from, train
+from headcut.training import GRADES_FIX, file_options, is_finished, query_index, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
 
@@ -135,7 +135,7 @@ class Distillation:
         self.encoded = encode(self.tokenizer, self.pairs, max_length=recipe.max_length, model=self.model)
         self.dev_encoded = encode(self.tokenizer, self.dev, max_length=recipe.max_length, model=self.model)
         # margin-MSE compares titles of one query: its batches keep each query's pairs together
-        self.query_ids = query_ids(self.pairs) if recipe.task == "score" and recipe.margin_weight else None
+        self.query_ids = query_index(self.pairs) if recipe.task == "score" and recipe.margin_weight else None
 
     def _setup_targets(self) -> None:
         """The teacher's dev logits, and its train logits cached once when a loss reads them (cache.py)."""
@@ -272,14 +272,6 @@ def check_teacher_task(teacher: LoadedModel, recipe: DistillRecipe) -> None:
 def task_record(teacher: LoadedModel) -> dict:
     """What a student records of its task: a score student reads its scores as its teacher does."""
     return {"task": "score", "activation": teacher.activation} if teacher.task == "score" else {}
-
-
-def query_ids(pairs: Pairs) -> np.ndarray:
-    """The query index of each pair (the order of first appearance)."""
-    ids = np.empty(len(pairs), dtype=np.int64)
-    for q, rows in enumerate(pairs.query_groups()):
-        ids[rows] = q
-    return ids
 
 
 def _projections(student, teacher, n: int, *, seed: int):
