@@ -62,7 +62,7 @@ def read_pairs(
     require_labels: bool = True,
     limit: int | None = None,
     task: str = "grades",
-    keys: str | None = None,
+    keys: str | dict | None = None,
 ) -> Pairs:
     """Read pairs from TSV, CSV, JSON lines or a JSON array.
 
@@ -72,7 +72,9 @@ def read_pairs(
     With `require_labels=False` a file without a label column gives unlabeled pairs.
     `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
     `keys` is how the caller's user sets the preset and columns, what the messages tell them to change: None,
-    flags (--title-col); else recipe keys under that prefix ("" for --set title_col=NAME, "data." for a pipeline).
+    flags (--title-col); a dict, flags with some named otherwise ({"title_col": "--seg-col"}: the caller read
+    another column as the titles); else recipe keys under that prefix ("" for --set title_col=NAME, "data." for a
+    pipeline).
     """
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
@@ -105,7 +107,7 @@ def iter_pairs(
     require_labels: bool = True,
     start: Position | None = None,
     task: str = "grades",
-    keys: str | None = None,
+    keys: str | dict | None = None,
 ):
     """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
     (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays, which
@@ -160,16 +162,18 @@ def iter_pairs(
                         lines.position())
 
 
-def _fix(option: str, keys: str | None) -> str:
+def _fix(option: str, keys: str | dict | None) -> str:
     """What sets `option` (query_col, title_col, label_col) for the caller's user: a flag, or a recipe key."""
-    return "--" + option.replace("_", "-") if keys is None else f"--set {keys}{option}=NAME"
+    if isinstance(keys, str):
+        return f"--set {keys}{option}=NAME"
+    return (keys or {}).get(option, "--" + option.replace("_", "-"))
 
 
-def _format_of(path: Path, preset: str | None, fmt: str | None, keys: str | None = None) -> tuple[Preset, str]:
+def _format_of(path: Path, preset: str | None, fmt: str | None, keys: str | dict | None = None) -> tuple[Preset, str]:
     """The preset's settings and the file's format: the file's own suffix says more than a preset's usual format
     (a Home Depot export saved as .jsonl)."""
     if preset is not None and preset not in PRESETS:
-        said = f"--preset '{preset}'" if keys is None else f"key '{keys}preset' is '{preset}', which"
+        said = f"key '{keys}preset' is '{preset}', which" if isinstance(keys, str) else f"--preset '{preset}'"
         raise UserError(f"{said} is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
     check_regular(path)
@@ -191,7 +195,7 @@ def _shown(columns: list, lines, fmt: str) -> str:
     return (shown if len(shown) <= 200 else shown[:200] + "...") + _json_hint(lines, fmt)
 
 
-def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: str | None = None) -> list:
+def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: str | dict | None = None) -> list:
     """The columns the first row names, refusing a file without rows or without the query or title column."""
     if first is None:
         raise UserError(f"{path}: no data rows; the file holds a header at most{_json_hint(lines, fmt)}.")

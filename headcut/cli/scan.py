@@ -66,13 +66,7 @@ def _title_words(data, pairs, seg_col, **read) -> list[str] | None:
         return None
     if str(data).startswith("synthetic"):
         raise UserError(f"--seg-col {seg_col}: synthetic data has no segmentation; pass a file or drop --seg-col.")
-    try:
-        seg = read_data(data, title_col=seg_col, **read)
-    except UserError as e:
-        if f"no column '{seg_col}'" not in str(e):
-            raise
-        raise UserError(f"--seg-col {seg_col}: {data} has no such column ({str(e).partition('(')[2].partition(')')[0]});"
-                        " name the column that holds each title's words.") from None
+    seg = read_data(data, title_col=seg_col, flags={"title_col": "--seg-col"}, **read)
     if seg.queries != pairs.queries:
         raise UserError(f"--seg-col {seg_col}: {data} lacks it on some rows; give every row its title's words "
                         "separated by spaces, or drop --seg-col.")
