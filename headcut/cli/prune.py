@@ -117,6 +117,7 @@ def prune(
     from headcut_grader.files import check_out_dir
     from headcut.models import load_model
     from headcut.prune import PruneSettings
+    from headcut.prune.inputs import pool_needs_gold
 
     target = check_options(keep_ratio, flops, latency, runtime=runtime)
     check_flags_fit(ctx, target)
@@ -124,8 +125,7 @@ def prune(
     loaded = load_model(model, allow_pickle=allow_pickle)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
                    task=loaded.task, grades=loaded.grades)
-    # gold: only where the report's quality is measured on these pairs (no --eval-data)
-    pool = read_data(data, require_labels=eval_data is None, **columns) if data and scores is None else None
+    pool = read_data(data, require_labels=pool_needs_gold(eval_data), **columns) if data and scores is None else None
     held_out = read_data(eval_data, **columns) if eval_data else None
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
                              batch_size=batch_size, bootstrap=bootstrap, timing=timing,

@@ -21,9 +21,15 @@ def data_pool(loaded, data: Pairs | None) -> Pairs:
     return read_pairs(path, task=loaded.task, grades=loaded.grades, **options)  # gold indexes the model's grades
 
 
+def pool_needs_gold(eval_data) -> bool:
+    """Whether the scoring pairs must carry gold: only when quality is reported on them, that is without
+    separate quality pairs (`eval_data`: Pairs, a file name or None)."""
+    return eval_data is None
+
+
 def eval_sample(eval_data: Pairs | None, scored: Pairs | None, settings: PruneSettings) -> Pairs | None:
     """Quality pairs: a seeded sample of `eval_data`, else the scoring pairs when they have grades."""
-    if eval_data is not None:
+    if not pool_needs_gold(eval_data):
         return eval_data.sample(settings.eval_rows, seed=settings.seed)
     return scored if scored is not None and scored.task is not None else None
 
