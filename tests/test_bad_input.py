@@ -952,6 +952,10 @@ def test_a_file_is_read_against_the_models_own_grades(tmp_path):
     logits = predict_logits(loaded.model, loaded.tokenizer, read_pairs(pairs, grades=(2, 3, 4)), batch_size=8)
     expected = float((logits.argmax(1) == 0).mean())  # gold grade 2 is output 0
     assert json.loads((tmp_path / "m.json").read_text())["accuracy"] == pytest.approx(expected)
+    # a grade the model lacks is one sentence whose --label-map example maps onto the model's grades
+    five = write(tmp_path, "five.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t5\n")
+    refused = run("evaluate", "--model", folder, "--data", five, "--out", tmp_path / "m5.json")
+    assert refused.exit_code == 2 and "--label-map 0:2,1:3,2:4 " in " ".join(refused.output.split())
 
 
 def test_prune_reads_the_recorded_dev_data_against_the_models_own_grades(tmp_path):

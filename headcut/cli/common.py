@@ -27,17 +27,20 @@ def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit
     """Pairs of a file (or 'synthetic'), with the gold of the model's `task`: grades, or a score column. `grades`:
     the model's (its labels index these, so a file's grades must be read against them; default 1..5). `flags`:
     the flags that set a column where they are not --query-col / --title-col / --label-col (read_pairs' keys)."""
-    options = {} if grades is None else {"grades": tuple(grades)}
+    grades = tuple(grades or DEFAULT_GRADES)
     from headcut.data_spec import read_spec
     from headcut_grader.data import parse_label_map
 
     return read_spec(path, rows=limit, seed=seed, task=task, preset=preset, query_col=query_col, title_col=title_col,
                      label_col=label_col, label_map=parse_label_map(label_map), require_labels=require_labels,
-                     grades_fix=LABEL_MAP_FIX, keys=flags, **options)
+                     grades_fix=label_map_fix(grades), keys=flags, grades=grades)
 
 
-LABEL_MAP_FIX = ("fix the row, or map the file's labels onto these grades with --label-map, e.g. --label-map "
-                 + ",".join(f"{i}:{g}" for i, g in enumerate(DEFAULT_GRADES)) + " for labels counted from 0")
+def label_map_fix(grades: tuple[int, ...]) -> str:
+    """What a user whose file grades otherwise than the model can do: the --label-map onto the model's grades."""
+    return ("fix the row, or map the file's labels onto these grades with --label-map, e.g. --label-map "
+            + ",".join(f"{i}:{g}" for i, g in enumerate(grades)) + " for labels counted from 0")
+
 
 # Reusable option declarations (typer reads the defaults).
 LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
