@@ -232,6 +232,31 @@ def test_6_an_out_under_a_file_is_refused_before_any_work(tmp_path, tiny_grader,
     assert blocker.read_text() == "keep me\n"
 
 
+@pytest.mark.parametrize("command", ["grade", "evaluate", "export"])
+def test_6_an_out_in_a_folder_that_cannot_be_written_is_refused_before_any_work(tmp_path, tiny_grader, command,
+                                                                               monkeypatch):
+    """A read-only folder: said before the work. The tests run as root, who may write anywhere, so the folder's
+    permission bits are what os.access reports here."""
+    import os
+
+    from pathlib import Path
+
+    import headcut_grader.files as files
+
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    real = os.access
+    monkeypatch.setattr(files.os, "access", lambda path, mode: real(path, mode) and (
+        Path(path) != locked or bool(locked.stat().st_mode & 0o200)))
+    out = locked / "sub" / "out.tsv"
+    args = {"grade": ["grade", tiny_grader, pairs], "evaluate": ["evaluate", "--model", tiny_grader, "--data", pairs],
+            "export": ["export", tiny_grader]}[command]
+    refused(run(*args, "--out", out), f"--out {out}: the folder {locked} is not writable")
+    assert list(locked.iterdir()) == []
+
+
 def test_6_grade_makes_the_folders_its_out_needs(tmp_path, tiny_grader):
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     out = tmp_path / "new" / "sub" / "grades.tsv"
