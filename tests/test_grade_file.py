@@ -264,3 +264,61 @@ def test_peak_memory_does_not_grow_with_text_length(tiny_grader, tmp_path):
     print(f"\npeak RSS: {peaks[100]:.0f} MiB with 100-character titles, {peaks[1_000_000]:.0f} MiB with 1M")
     assert peaks[1_000_000] - peaks[100] < 100, peaks
 
+
+
+@pytest.fixture(scope="module")
+def tiny_reranker(tmp_path_factory):
+    """A tiny one-score grader (task score: its grader.json names no grades)."""
+    from conftest import tiny_model
+    from test_export import tiny_tokenizer
+
+    from headcut.data_spec import as_scores
+    from headcut.export.build import build_grader
+    from headcut.models import LoadedModel
+
+    root = tmp_path_factory.mktemp("reranker")
+    tokenizer = tiny_tokenizer(root / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), max_position_embeddings=128)
+    loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "identity", "max_length": 64}, "tiny", "0" * 16)
+    build_grader(loaded, root / "grader", pairs=as_scores(synthetic_pairs(60)))
+    return root / "grader"
+
+
+def stopped_at_row_100(grader, tmp_path):
+    """A run stopped by a bad line 101 after grading 100 rows, its partial kept; the fixed source."""
+    source = write_pairs(tmp_path / "pairs.tsv", 300, seed=6)
+    lines = source.read_text().splitlines(keepends=True)
+    source.write_text("".join(lines[:101] + ["x\t\t3\n"] + lines[101:]))
+    assert grade(grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100").exit_code == 2
+    source.write_text("".join(lines))
+    return source
+
+
+def test_a_reranker_run_resumes_to_the_same_bytes(tiny_reranker, tmp_path):
+    """Was: a score grader's resume crashed with KeyError 'grades' (its grader.json names none)."""
+    source = stopped_at_row_100(tiny_reranker, tmp_path)
+    resumed = grade(tiny_reranker, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    whole = grade(tiny_reranker, source, "--out", tmp_path / "whole.tsv", "--chunk-rows", "100")
+    assert whole.exit_code == 0 and (tmp_path / "o.tsv").read_bytes() == (tmp_path / "whole.tsv").read_bytes()
+
+
+@pytest.mark.parametrize("first", ["grader", "reranker"])
+def test_a_resume_with_another_grader_says_so(tiny_grader, tiny_reranker, tmp_path, first):
+    """Was: a reranker resuming a grader's run crashed; a grader resuming a reranker's said the state was damaged."""
+    graders = {"grader": tiny_grader, "reranker": tiny_reranker}
+    other = graders["reranker" if first == "grader" else "grader"]
+    source = stopped_at_row_100(graders[first], tmp_path)
+    result = grade(other, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume")
+    assert result.exit_code == 2 and "the interrupted run used another grader" in result.output, result.output
+
+
+def test_resume_without_a_state_does_not_start_over_silently(tiny_grader, tmp_path):
+    """Was: a partial whose state file was gone was overwritten from row 1 under --resume, without a word."""
+    source = stopped_at_row_100(tiny_grader, tmp_path)
+    data, state = partial_paths(tmp_path / "o.tsv")
+    state.unlink()
+    kept = data.read_bytes()
+    result = grade(tiny_grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume")
+    assert result.exit_code == 2 and "--resume has nothing to continue" in result.output, result.output
+    assert data.read_bytes() == kept

@@ -145,8 +145,8 @@ def _read_state(path: Path) -> tuple[object, str | None]:
 
 def state_problem(state, grades) -> str | None:
     """What makes a partial run's state unusable (a field missing or of the wrong kind, counts that are not one
-    per grade adding up to rows, settings other than `GradeSettings.output_keys`, a checksum that does not
-    match), or None; checked whole before any row is graded."""
+    per grade adding up to rows (none for a score grader: `grades` empty), settings other than
+    `GradeSettings.output_keys`, a checksum that does not match), or None; checked whole before any row is graded."""
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
         return "not a state this version of headcut writes"
     for key, kind in STATE_FIELDS.items():
@@ -156,8 +156,8 @@ def state_problem(state, grades) -> str | None:
     counts, position = state["counts"], state["position"]
     if (set(counts) != {str(g) for g in grades} or any(isinstance(n, bool) or not isinstance(n, int) or n < 0
                                                         for n in counts.values())
-            or sum(counts.values()) != state["rows"]):
-        return "'counts' is not one count per grade adding up to 'rows'"
+            or sum(counts.values()) != (state["rows"] if grades else 0)):
+        return "'counts' is not one count per grade adding up to 'rows'" if grades else "'counts' is not empty"
     if set(position) != {"offset", "line", "sha256"} or not _is_sha256(position["sha256"]) or any(
             isinstance(position[k], bool) or not isinstance(position[k], int) or position[k] < 0
             for k in ("offset", "line")):
@@ -176,6 +176,9 @@ def _is_sha256(text) -> bool:
 def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, settings: GradeSettings, *,
                      resume: bool, overwrite: bool) -> dict | None:
     """The interrupted run's state when --resume continues it; None to start from the first row."""
+    if resume and data.exists() and not state_path.exists():
+        raise UserError(f"{out}: --resume has nothing to continue: {data.name} holds graded rows but its state file "
+                        f"{state_path.name} is missing; run without --resume and with --overwrite to start again.")
     if not state_path.exists() or not data.exists():
         return None
     state, problem = _read_state(state_path)
@@ -185,13 +188,14 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
         rows = state.get("rows", "some") if isinstance(state, dict) else "some"
         raise UserError(f"{out}: an interrupted run left {rows} graded rows in {data.name}; pass --resume to "
                         "continue it, or --overwrite to start again.")
-    problem = problem or state_problem(state, grader.record["grades"])
+    recorded = state.get("grader_sha256") if isinstance(state, dict) else None
+    if isinstance(recorded, str) and recorded != _grader_id(grader):  # before the counts: another grader counts otherwise
+        raise UserError(f"{out}: the interrupted run used another grader; resume with the same GRADER_DIR, or run "
+                        "without --resume and with --overwrite.")
+    problem = problem or state_problem(state, grader.record.get("grades") or ())
     if problem:
         raise UserError(f"the state file {state_path} is damaged ({problem}); start afresh: run again without "
                         f"--resume and with --overwrite, or delete {state_path.name} and {data.name}.")
-    if state["grader_sha256"] != _grader_id(grader):
-        raise UserError(f"{out}: the interrupted run used another grader; resume with the same GRADER_DIR, or run "
-                        "without --resume and with --overwrite.")
     wanted = settings.output_keys()
     for key, value in state["settings"].items():
         if wanted.get(key) != value:
