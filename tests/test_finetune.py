@@ -147,3 +147,28 @@ def test_ranking_loss_keys_belong_to_score_recipes(tiny_base):
         tiny_recipe(tiny_base, task="score", ordinal_weight=0.5).check("recipe")
     with pytest.raises(UserError, match="every loss weight of task=score is 0"):
         tiny_recipe(tiny_base, task="score", mse_weight=0.0).check("recipe")
+
+
+def test_a_loss_that_turns_nan_stops_training_and_publishes_nothing(tmp_path, tiny_base, monkeypatch):
+    """Was: a loss of NaN trained on, and a model of NaN weights was written with exit code 0."""
+    import torch
+
+    import headcut.finetune as ft
+    from headcut_grader.errors import UserError
+
+    calls, real = [], ft.grade_loss
+
+    def turns_nan(logits, labels, **options):
+        calls.append(1)
+        loss = real(logits, labels, **options)
+        return loss * float("nan") if len(calls) == 3 else loss
+
+    monkeypatch.setattr(ft, "grade_loss", turns_nan)
+    with pytest.raises(UserError, match="training diverged: a batch's loss is nan"):
+        finetune(tiny_recipe(tiny_base), tmp_path / "out")
+    assert len(calls) == 3 and not (tmp_path / "out").exists()
+    saved = tmp_path / "out.partial" / "best" / "model.safetensors"
+    if saved.exists():  # a checkpoint from before the NaN step is whole
+        from safetensors.torch import load_file
+
+        assert all(torch.isfinite(v).all() for v in load_file(saved).values())

@@ -56,6 +56,18 @@ def test_score_file_reads_the_score_column(tmp_path):
     assert pairs.subset([3, 1]).scores == [pairs.scores[3], pairs.scores[1]]
 
 
+@pytest.mark.parametrize("value", ["1e308", "-2e15"])
+def test_a_score_whose_square_overflows_is_refused_with_its_line(tmp_path, value):
+    """Was: 1e308 was read, turned every weight of the trained model to NaN, and finetune exited 0."""
+    path = write_scored(tmp_path / "d.tsv", synthetic_pairs(6, seed=1))
+    lines = path.read_text().splitlines()
+    lines[3] = "\t".join(lines[3].split("\t")[:3] + [value])
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(UserError, match=rf"line 4, column 'score': score '{value}' is beyond \+-1e\+15"):
+        read_pairs(path, preset="homedepot", task="score")
+    assert read_pairs(path, preset="homedepot", task="score", limit=2).scores  # rows above it still read
+
+
 def test_grades_and_scores_mismatched_are_one_sentence(tmp_path):
     scores_only = write_scored(tmp_path / "s.tsv", synthetic_pairs(6), columns=("score",))
     grades_only = write_scored(tmp_path / "g.tsv", synthetic_pairs(6), columns=("grade",))

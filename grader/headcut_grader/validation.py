@@ -101,8 +101,13 @@ def to_grade(value, label_map, grades, where: str, grades_fix: str) -> int:
     return grade
 
 
+# A gold score's bound: models train and score in 32-bit floats, where a larger score's square (its squared
+# error) overflows to inf and training turns every weight to NaN.
+MAX_SCORE = 1e15
+
+
 def to_score(value, where: str) -> float:
-    """A gold score: any finite number."""
+    """A gold score: any finite number within +-MAX_SCORE."""
     if value is None or str(value).strip() == "":
         raise UserError(f"{where}: empty score; fill it in or drop the row.")
     try:
@@ -111,4 +116,7 @@ def to_score(value, where: str) -> float:
         number = float("nan")
     if not math.isfinite(number):
         raise UserError(f"{where}: score {str(value)[:40]!r} is not a finite number; fix the row or drop it.")
+    if abs(number) > MAX_SCORE:
+        raise UserError(f"{where}: score {str(value)[:40]!r} is beyond +-{MAX_SCORE:.0e}, where its square overflows "
+                        "the 32-bit floats models compute in; fix the row or rescale the column.")
     return number
