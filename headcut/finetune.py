@@ -50,8 +50,8 @@ class FinetuneRecipe(TrainingRecipe):
         other = "grades" if self.task == "score" else "score"
         for key in TASK_KEYS[other]:
             if getattr(self, key) != _default(key):
-                raise UserError(f"{where}: key '{key}' applies to task={other} only; remove it from the "
-                                f"task={self.task} recipe.")
+                raise UserError(f"{where}: key '{key}' applies to task={other} only, and this recipe trains "
+                                f"task={self.task}; remove it (or set task={other}).")
         if self.task == "score":
             self._check_score(where)
 
@@ -65,7 +65,7 @@ class FinetuneRecipe(TrainingRecipe):
 
 
 # The recipe keys only one task's loss reads: a recipe of the other task that sets them is refused.
-TASK_KEYS = {"grades": ("class_weighting", "ordinal_weight", "label_smoothing"),
+TASK_KEYS = {"grades": ("grades", "class_weighting", "ordinal_weight", "label_smoothing"),
              "score": ("mse_weight", "pairwise_weight", "listwise_weight")}
 
 

@@ -195,8 +195,8 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
         raise UserError(f"{where}: " + "; ".join(text + (f" (from {origins[key]})" if key in origins else "")
                                                  for key, text in problems) + f"{valid}.")
     check = getattr(recipe, "check", None)
-    if check:
-        check(where)
+    if check:  # a check reads the keys together: name the --set values, which may be what it refuses
+        check(where + (f" with {', '.join(origins.values())}" if origins else ""))
     return recipe
 
 

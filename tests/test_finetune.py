@@ -147,6 +147,19 @@ def test_ranking_loss_keys_belong_to_score_recipes(tiny_base):
         tiny_recipe(tiny_base, task="score", ordinal_weight=0.5).check("recipe")
     with pytest.raises(UserError, match="every loss weight of task=score is 0"):
         tiny_recipe(tiny_base, task="score", mse_weight=0.0).check("recipe")
+    with pytest.raises(UserError, match="key 'grades' applies to task=grades only"):
+        tiny_recipe(tiny_base, task="score", grades=[1, 2]).check("recipe")
+
+
+def test_a_check_names_the_set_values_it_read():
+    """Was: a value given with --set and refused by a recipe's check was blamed on the recipe file."""
+    from headcut.recipes import load_recipe
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError, match=r"minilm_homedepot_cpu.yaml with --set mse_weight=2, --set train_data=synthetic: "
+                                        r"key .mse_weight. applies to task=score only"):
+        load_recipe(FinetuneRecipe, "minilm_homedepot_cpu", overrides=["mse_weight=2", "train_data=synthetic"],
+                    kind="finetune")
 
 
 def test_a_loss_that_turns_nan_stops_training_and_publishes_nothing(tmp_path, tiny_base, monkeypatch):

@@ -151,6 +151,10 @@ def test_a_score_recipe_refuses_the_grades_keys():
         score_recipe("t", task="grades", margin_weight=0.5, tune_fields=["learning_rate"])
     with pytest.raises(UserError, match="every loss weight of task=score is 0; set mse_weight or margin_weight"):
         score_recipe("t", mse_weight=0.0, margin_weight=0.0)
+    with pytest.raises(UserError, match="key 'grades' applies to task=grades only"):  # a score has no grades
+        score_recipe("t", grades=[1, 2])
+    with pytest.raises(UserError, match="tune_fields names 'mse_weight' twice"):
+        score_recipe("t", tune_fields=["mse_weight", "mse_weight"])
 
 
 def test_the_distill_command_prints_ranking_metrics_for_a_score_student(score_teacher, tmp_path):

@@ -71,6 +71,9 @@ class DistillRecipe(TrainingRecipe):
             raise UserError(f"{where}: layer_map has {len(self.layer_map)} entries for {self.student_layers} "
                             "student layers; give one teacher layer per student layer.")
         ranges = tune_ranges()
+        repeated = sorted({f for f in self.tune_fields if self.tune_fields.count(f) > 1})
+        if repeated:
+            raise UserError(f"{where}: tune_fields names '{repeated[0]}' twice; name each field once.")
         bad = [f for f in self.tune_fields if f not in ranges]
         if bad:
             raise UserError(f"{where}: tune_fields names '{bad[0]}', which is not tunable; choose from {', '.join(ranges)}.")
@@ -106,7 +109,7 @@ class DistillRecipe(TrainingRecipe):
 STUDENT_KEYS = {"bottom-k": ("keep_layers",), "pruned": ("student_model",),
                 "config": ("student_layers", "student_hidden", "student_heads", "student_intermediate")}
 # The recipe keys only one task's losses read (headcut.distill.objective.LOSSES), and what --tune searches there.
-TASK_KEYS = {"grades": ("temperature", "kd_weight", "ce_weight", "ordinal_weight"),
+TASK_KEYS = {"grades": ("grades", "temperature", "kd_weight", "ce_weight", "ordinal_weight"),
              "score": ("mse_weight", "margin_weight")}
 TUNED = {"grades": ("temperature", "kd_weight", "learning_rate"), "score": ("mse_weight", "margin_weight", "learning_rate")}
 
