@@ -218,7 +218,7 @@ def test_6_evaluate_out_follows_the_same_rule(tmp_path, tiny_grader):
     assert out.read_text() == "{}"
 
 
-@pytest.mark.parametrize("command", ["grade", "evaluate", "bench", "export"])
+@pytest.mark.parametrize("command", ["grade", "evaluate", "bench", "export", "run"])
 def test_6_an_out_under_a_file_is_refused_before_any_work(tmp_path, tiny_grader, command):
     """Under a file nothing can be written: said before the work (bench and evaluate found it after), naming the
     file, not as 'rerun with --resume' or 'File exists'."""
@@ -227,7 +227,7 @@ def test_6_an_out_under_a_file_is_refused_before_any_work(tmp_path, tiny_grader,
     out = blocker / "sub" / "out.tsv"
     args = {"grade": ["grade", tiny_grader, pairs], "evaluate": ["evaluate", "--model", tiny_grader, "--data", pairs],
             "bench": ["bench", "--model", tiny_grader, "--data", pairs, "--repeats", "1"],
-            "export": ["export", tiny_grader]}[command]
+            "export": ["export", tiny_grader], "run": ["run", "quickstart"]}[command]
     refused(run(*args, "--out", out), f"--out {out}: {blocker} is a file, not a folder")
     assert blocker.read_text() == "keep me\n"
 

@@ -467,3 +467,23 @@ def test_a_bad_data_key_is_the_only_problem_reported(tmp_path):
     assert result.exit_code == 2, result.output
     assert "key 'test_rows' must be a whole number, not 'none'" in result.stderr
     assert "no training pairs" not in result.stderr
+
+
+@pytest.mark.parametrize("edited", ["headcut.json", "tokenizer.json", "model.safetensors"])
+def test_an_edited_model_folder_reruns_the_stages_that_read_it(tmp_path, edited):
+    """Was: only a model folder's weights were hashed, so a teacher whose headcut.json (max_length) or tokenizer
+    was edited left every stage 'unchanged', and the run kept graders made from the old settings."""
+    from headcut.pipeline.run import Stage, fingerprint
+
+    model = tmp_path / "teacher"
+    model.mkdir()
+    for name in ("config.json", "headcut.json", "tokenizer.json", "model.safetensors"):
+        (model / name).write_text(f"{name} as written")
+    other = tmp_path / "not-a-model"
+    other.mkdir()
+    stage = Stage("teacher", (), {"path": str(model), "cache": str(other)}, None)
+    before = fingerprint(stage, {}, {})
+    (other / "anything").write_text("a folder that is no model is not read")
+    assert fingerprint(stage, {}, {}) == before
+    (model / edited).write_text("edited")
+    assert fingerprint(stage, {}, {}) != before

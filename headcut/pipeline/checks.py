@@ -8,7 +8,7 @@ from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError
-from headcut_grader.files import refuse_inputs
+from headcut_grader.files import check_place, refuse_inputs
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
 from headcut.run_folder import LOCK_FILE
 
@@ -31,6 +31,7 @@ def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None
     refuse_inputs(out, [*pairs_files(recipe).values(), *model_folders(recipe).values(), recipe.bench.yardstick])
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a folder.")
+    check_place(out)
     content = [p for p in out.iterdir() if p.name != LOCK_FILE] if out.is_dir() else []
     if content and not (out / RUN_FILE).exists() and not overwrite:
         raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")

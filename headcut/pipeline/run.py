@@ -115,14 +115,21 @@ def _strings(value):
 
 
 def _content(path: str, hashes: dict[str, str]) -> str:
-    """A file's content hash, or a model folder's weights hash (computed once per run)."""
+    """A file's content hash, or a model folder's: each of its files (weights, config, tokenizer, headcut.json:
+    an edited max_length or tokenizer changes what a stage makes); computed once per run."""
     p = Path(path)
     if path not in hashes:
-        from headcut.models import weights_file
-
-        weights = weights_file(p) if p.is_dir() else None
-        hashes[path] = file_hash(p) if p.is_file() else file_hash(weights) if weights else "folder"
+        model = p.is_dir() and (p / "config.json").is_file()
+        hashes[path] = file_hash(p) if p.is_file() else _model_hash(p) if model else "folder"
     return hashes[path]
+
+
+def _model_hash(folder: Path) -> str:
+    """One hash of the names and contents of a model folder's files."""
+    digest = hashlib.sha256()
+    for f in sorted(x for x in folder.iterdir() if x.is_file()):
+        digest.update(f"{f.relative_to(folder).as_posix()}\0{file_hash(f)}\0".encode())
+    return digest.hexdigest()
 
 
 def _read_stage(folder: Path) -> dict:
