@@ -992,3 +992,18 @@ def test_prune_reads_the_recorded_dev_data_against_the_models_own_grades(tmp_pat
     pairs = write(tmp_path, "dev.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t2\nsaw\thand saw\t4\n")
     loaded = LoadedModel(None, None, {"grades": [2, 3, 4], "dev_data": {"path": str(pairs)}}, "tiny", "")
     assert list(data_pool(loaded, None).labels) == [0, 2]
+
+
+@pytest.mark.parametrize("command,flag,value", [
+    ("bench", "--threads", "100000"), ("evaluate", "--bootstrap", "1000000000"), ("grade", "--threads", "1000"),
+    ("prune", "--bootstrap", "200000"), ("scan", "--bootstrap", "200000")])
+def test_thread_and_resample_counts_have_a_top_checked_before_any_work(tmp_path, tiny_grader, command, flag, value):
+    """Was: bench --threads 100000 exhausted the process limit (a tokenizers panic, then a hang) and evaluate
+    --bootstrap 1e9 ran for hours without a word."""
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    args = {"bench": ["bench", "--model", tiny_grader, "--data", pairs], "grade": ["grade", tiny_grader, pairs],
+            "evaluate": ["evaluate", "--model", tiny_grader, "--data", pairs],
+            "prune": ["prune", "--model", tiny_grader, "--keep-ratio", "0.5", "--data", pairs],
+            "scan": ["scan", "--model", tiny_grader, "--data", pairs]}[command]
+    refused(run(*args, flag, value, "--out", tmp_path / "out"), f"{flag} {value} is out of range; it must be in [")
+    assert not (tmp_path / "out").exists()

@@ -77,3 +77,8 @@ def check_ranges(obj, where: str) -> None:
     problems = range_problems(obj)
     if problems:
         raise UserError(f"{where}: {problems[0][1]}")
+
+
+# Bounds of settings that several commands and recipes share (one declaration each).
+MAX_THREADS = 256  # a runtime's threads: more only exhausts the process limit (tokenizers panicked at 100,000)
+MAX_BOOTSTRAP = 100_000  # resamples of a CI: beyond this the CI does not move, and the run takes hours

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from headcut_grader.data import DEFAULT_GRADES
+from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS
 
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
 from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, BadValue, Opt,  # noqa: F401
@@ -47,8 +48,9 @@ LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0
 MAX_LENGTH = number(None, "--max-length", help="Token limit per pair (default: the model's, else 128)", low=8, kind=int)
 LIMIT = number(None, "--limit", help="Use a seeded random sample of this many rows", low=1, kind=int)
 BATCH_SIZE = number(64, "--batch-size", help="Pairs per forward pass", low=1)
-BOOTSTRAP = number(1000, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10)
-THREADS = number(2, "--threads", help="Threads (PyTorch and ONNX Runtime)", low=1)
+BOOTSTRAP = number(1000, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10,
+                   high=MAX_BOOTSTRAP)
+THREADS = number(2, "--threads", help="Threads (PyTorch and ONNX Runtime)", low=1, high=MAX_THREADS)
 SEED = number(0, "--seed", help="Seed of the data sample and anything random", low=0, high=2**32 - 1)
 ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")
 

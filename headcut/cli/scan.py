@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from headcut_grader.errors import UserError
+from headcut_grader.ranges import MAX_BOOTSTRAP
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
                                 QUERY_COL, SEED, TITLE_COL, Opt, flags_set, metrics_line, number, quiet_transformers,
                                 read_data, user_errors)
@@ -138,7 +139,8 @@ def scan(
     limit: Opt[int] = number(1000, "--limit", help="Seeded random sample of this many pairs (0: all)", low=0),
     draws: int = number(5, "--draws", help="Random masks per ratio in experiments 1, 2 and 5", low=1, high=1000),
     k: int = number(5, "--k", help="Term-matching heads masked in experiment 5", low=1),
-    bootstrap: int = number(200, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10),
+    bootstrap: int = number(200, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10,
+                            high=MAX_BOOTSTRAP),
     batch_size: int = BATCH_SIZE,
     max_length: Opt[int] = MAX_LENGTH,
     seed: int = SEED,

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from headcut_grader.data import file_keys
 from headcut_grader.errors import UserError
 from headcut.export.gate import Int8Gate
-from headcut_grader.ranges import ranged, same_as
+from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, ranged, same_as
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, to_dict
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
@@ -51,7 +51,7 @@ class ScanSection:
     experiments: str = "all"  # all, none, or numbers 1-5 (random, halves, layers, heads, term)
     probes: bool = True
     draws: int = ranged(3, 1, 1000)
-    bootstrap: int = ranged(200, 10)
+    bootstrap: int = ranged(200, 10, MAX_BOOTSTRAP)
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class ExportSection:
     min_agreement: float = same_as(Int8Gate, "min_agreement")
     max_spearman_drift: float = same_as(Int8Gate, "max_spearman_drift")
     max_drop: float = same_as(Int8Gate, "max_drop")
-    threads: int = ranged(2, 1, 256)
+    threads: int = ranged(2, 1, MAX_THREADS)
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,8 @@ class BenchSection:
     batch: int = ranged(32, 1, 4096)
     seq_len: int = ranged(64, 8, 8192)
     repeats: int = ranged(10, 1, 10_000)
-    threads: int = ranged(2, 1, 256)
-    bootstrap: int = ranged(1000, 10)
+    threads: int = ranged(2, 1, MAX_THREADS)
+    bootstrap: int = ranged(1000, 10, MAX_BOOTSTRAP)
     # another grader folder (e.g. a teacher trained on every train pair): each grader is also compared with it
     yardstick: str | None = None
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from headcut_grader.ranges import MAX_THREADS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
                                        user_errors)
 
@@ -18,7 +19,7 @@ def grade(
     workers: int = number(1, "--workers", help="Grading processes, one grader each; about one per 1-2 cores",
                           low=1, high=256),
     threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
-                               low=1, kind=int),
+                               low=1, high=MAX_THREADS, kind=int),
     backend: str = BACKEND,
     batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1),
     chunk_rows: int = number(10_000, "--chunk-rows", help="Pairs read, graded and written at a time; memory grows "

@@ -11,6 +11,7 @@ import typer
 
 from headcut_grader.backends import INSTALL
 from headcut_grader.cli.common import BACKEND, Opt, field_option, number, user_errors
+from headcut_grader.ranges import MAX_THREADS
 from headcut_grader.serve import Batching, Limits
 
 # uvicorn closes a connection idle for 5 s, the very expiry of httpx's pool: a client reusing one just then got
@@ -27,7 +28,7 @@ def serve(
                           "the port, so connections spread over them); on 2 cores: --workers 2 --threads 1",
                           low=1, high=256),
     threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
-                               low=1, kind=int),
+                               low=1, high=MAX_THREADS, kind=int),
     backend: str = BACKEND,
     max_pairs: int = field_option(Limits, "max_pairs", "--max-pairs", help="Most pairs (or titles) in one request"),
     max_text_chars: int = field_option(Limits, "max_text_chars", "--max-text-chars",
