@@ -1007,3 +1007,31 @@ def test_thread_and_resample_counts_have_a_top_checked_before_any_work(tmp_path,
             "scan": ["scan", "--model", tiny_grader, "--data", pairs]}[command]
     refused(run(*args, flag, value, "--out", tmp_path / "out"), f"{flag} {value} is out of range; it must be in [")
     assert not (tmp_path / "out").exists()
+
+
+def test_evaluate_against_a_model_of_other_grades_or_task_is_refused_before_any_grading(tmp_path, monkeypatch):
+    """Was: a [0..4] reference was compared with a [1..5] model as if the grades meant the same (agreement 100%),
+    and a score reference was refused only after the model had graded every pair."""
+    from conftest import tiny_model
+    from headcut.evaluate import report
+    from headcut.models import LoadedModel, save_model
+    from test_export import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=64)
+    ones = save_model(LoadedModel(model, tokenizer, {"max_length": 32}, "tiny", ""), tmp_path / "one-to-five")
+    zeros = save_model(LoadedModel(model, tokenizer, {"grades": [0, 1, 2, 3, 4], "max_length": 32}, "tiny", ""),
+                       tmp_path / "zero-to-four")
+    scorer = save_model(LoadedModel(tiny_model("bert", num_labels=1, vocab_size=len(tokenizer),
+                                               max_position_embeddings=64), tokenizer,
+                                    {"task": "score", "activation": "identity", "max_length": 32}, "tiny", ""),
+                        tmp_path / "reranker")
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    graded = []
+    real = report.predict_logits
+    monkeypatch.setattr(report, "predict_logits", lambda *a, **k: graded.append(1) or real(*a, **k))
+    refused(run("evaluate", "--model", ones, "--data", pairs, "--against", zeros),
+            f"--against {zeros} grades [0, 1, 2, 3, 4] and the model [1, 2, 3, 4, 5]")
+    refused(run("evaluate", "--model", ones, "--data", pairs, "--against", scorer),
+            f"--against {scorer} is a score model and the model a grades one")
+    assert graded == []

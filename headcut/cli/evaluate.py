@@ -60,7 +60,7 @@ def evaluate(
     Example: headcut evaluate --model runs/bottom3 --against runs/teacher --data ../shared/data/homedepot/dev.tsv
     """
     quiet_transformers()
-    from headcut.evaluate.report import against_reference, metrics_with_ci, open_scorer
+    from headcut.evaluate.report import against_reference, check_comparable, metrics_with_ci, open_scorer
     from headcut_grader.files import check_out_file, write_json
 
     if out:
@@ -70,6 +70,8 @@ def evaluate(
                       label_map=label_map, limit=limit, task=scorer.task, grades=scorer.grades)
     reference = open_scorer(against, batch_size=batch_size, max_length=max_length,
                             allow_pickle=allow_pickle) if against else None  # fail before the long pass
+    if reference is not None:
+        check_comparable(scorer, reference)
     with progress_bar(len(pairs), "grading") as bar:
         logits = scorer.logits(pairs, bar.update)
     metrics = metrics_with_ci(logits, pairs, iters=bootstrap, task=scorer.task, activation=scorer.activation)

@@ -8,7 +8,7 @@ from typing import Callable
 
 import numpy as np
 
-from headcut_grader.data import Pairs
+from headcut_grader.data import DEFAULT_GRADES, Pairs
 from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
@@ -69,6 +69,19 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     return Scorer(about, lambda pairs, progress=None: predict_logits(
         loaded.model, loaded.tokenizer, pairs, batch_size=batch_size, max_length=max_length or loaded.max_length,
         progress=progress), loaded.task, loaded.activation, loaded.grades)
+
+
+def check_comparable(scorer: Scorer, reference: Scorer, *, flag: str = "--against") -> None:
+    """A model is compared only with one of its task and grades, said before either grades a pair: a [0..4]
+    grader's grade 0 is not a [1..5] grader's grade 1, so their agreement would mean nothing."""
+    where = f"{flag} {reference.about.get('path')}"
+    if reference.task != scorer.task:
+        raise UserError(f"{where} is a {reference.task} model and the model a {scorer.task} one; compare a grades model "
+                        "with a grades model, a score model with a score one.")
+    grades = [tuple(s.grades or DEFAULT_GRADES) for s in (reference, scorer)]
+    if scorer.task == "grades" and grades[0] != grades[1]:
+        raise UserError(f"{where} grades {list(grades[0])} and the model {list(grades[1])}; compare models "
+                        "of the same grades.")
 
 
 def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict, iters: int = 1000,
