@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -24,8 +24,8 @@ from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
 from headcut.splits import split_by_query
-from headcut.training import (GRADES_FIX, TrainingRecipe, file_options, is_finished, query_index, settings_from,
-                              train)
+from headcut.training import (GRADES_FIX, TrainingRecipe, check_task_keys, file_options, is_finished, query_index,
+                              settings_from, train)
 
 
 @dataclass(frozen=True)
@@ -47,19 +47,8 @@ class FinetuneRecipe(TrainingRecipe):
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --train FILE (or --set train_data=FILE).")
         super().check(where)
-        other = "grades" if self.task == "score" else "score"
-        for key in TASK_KEYS[other]:
-            if getattr(self, key) != _default(key):
-                raise UserError(f"{where}: key '{key}' applies to task={other} only, and this recipe trains "
-                                f"task={self.task}; remove it (or set task={other}).")
-        if self.task == "score":
-            self._check_score(where)
-
-    def _check_score(self, where: str) -> None:
-        if self.select_metric in ("accuracy", "macro_f1"):
-            raise UserError(f"{where}: select_metric={self.select_metric} needs grades, and task=score has one "
-                            "output; use spearman or loss.")
-        if not (self.mse_weight or self.pairwise_weight or self.listwise_weight):
+        check_task_keys(self, TASK_KEYS, where, verb="trains")
+        if self.task == "score" and not (self.mse_weight or self.pairwise_weight or self.listwise_weight):
             raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight, pairwise_weight or "
                             "listwise_weight above 0.")
 
@@ -67,10 +56,6 @@ class FinetuneRecipe(TrainingRecipe):
 # The recipe keys only one task's loss reads: a recipe of the other task that sets them is refused.
 TASK_KEYS = {"grades": ("grades", "class_weighting", "ordinal_weight", "label_smoothing"),
              "score": ("mse_weight", "pairwise_weight", "listwise_weight")}
-
-
-def _default(name: str):
-    return next(f.default for f in fields(FinetuneRecipe) if f.name == name)
 
 
 def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pairs:
@@ -185,13 +170,14 @@ def recipe_hash(recipe) -> str:
     return hashlib.sha256(json.dumps(to_dict(recipe), sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _loss_fn(recipe: FinetuneRecipe, train_pairs: Pairs):
-    """loss(model, batch, rows) of the recipe's task: grade_loss, or score_loss on the gold scores."""
+def _loss_fn(recipe: FinetuneRecipe, train_pairs: Pairs, queries: np.ndarray | None):
+    """loss(model, batch, rows) of the recipe's task: grade_loss, or score_objective on the gold scores (`queries`:
+    each pair's query index, when a ranking loss reads it)."""
     if recipe.task == "score":
         scores = torch.tensor(train_pairs.score_array(), dtype=torch.float32)
-        queries = torch.as_tensor(query_index(train_pairs))
+        ids = None if queries is None else torch.as_tensor(queries)
         return lambda m, batch, rows: score_objective(recipe, m(**batch).logits, scores[rows].to(m.device),
-                                                      queries[rows].to(m.device))
+                                                      None if ids is None else ids[rows].to(m.device))
     labels = torch.tensor(train_pairs.label_array())
     weights = class_weights(train_pairs.label_array(), len(recipe.grades), recipe.class_weighting)
 
@@ -218,7 +204,8 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
     folder = RunFolder.open(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
-    loss_fn = _loss_fn(recipe, train_pairs)
+    queries = query_index(train_pairs) if ranks_queries(recipe) else None  # ranking losses batch by query
+    loss_fn = _loss_fn(recipe, train_pairs, queries)
 
     def evaluate_fn(m):
         logits = predict_logits(m, tokenizer, dev, encoded=dev_encoded, batch_size=128)
@@ -243,7 +230,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     settings = settings_from(recipe)
     state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=folder.path,
                   save_best=save_best, progress=progress, stop_after_steps=stop_after_steps,
-                  query_ids=query_index(train_pairs) if ranks_queries(recipe) else None)
+                  query_ids=queries)
     result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings), "work_dir": str(folder.path),
               "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
               "cpu_per_wall": state.cpu_seconds / max(state.train_seconds, 1e-9)}

@@ -11,7 +11,7 @@ import math
 import random
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -76,6 +76,20 @@ class TrainingRecipe(LoopSettings):
         if len(self.grades) < 2 or len(set(self.grades)) != len(self.grades):
             raise UserError(f"{where}: key 'grades' is {list(self.grades)}; name two or more different grades, "
                             "e.g. [1, 2, 3, 4, 5].")
+
+
+def check_task_keys(recipe, task_keys: dict, where: str, *, verb: str) -> None:
+    """A key only the other task's losses read is refused when set, so no setting is silently ignored; so is a
+    grades metric for a one-score model. `task_keys`: {task: its keys}; `verb`: what the recipe does (trains)."""
+    other = "score" if recipe.task == "grades" else "grades"
+    defaults = {f.name: f.default for f in fields(recipe)}
+    for key in task_keys[other]:
+        if getattr(recipe, key) != defaults[key]:
+            raise UserError(f"{where}: key '{key}' applies to task={other} only, and this recipe {verb} "
+                            f"task={recipe.task}; remove it (or set task={other}).")
+    if recipe.task == "score" and recipe.select_metric in ("accuracy", "macro_f1"):
+        raise UserError(f"{where}: select_metric={recipe.select_metric} needs grades, and task=score has one "
+                        "output; use spearman or loss.")
 
 
 def file_options(recipe: TrainingRecipe) -> dict:

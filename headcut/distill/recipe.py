@@ -9,7 +9,7 @@ from typing import Literal
 
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import ranged
-from headcut.training import TrainingRecipe
+from headcut.training import TrainingRecipe, check_task_keys
 
 
 def tunable(default: float, low: float, high: float, *, log: bool = False, valid: tuple = (0.0, None)):
@@ -90,15 +90,9 @@ class DistillRecipe(TrainingRecipe):
                             "--set unlabeled_data=FILE, or remove unlabeled_rows.")
 
     def _check_task_keys(self, where: str) -> None:
-        """A key that only the other task's losses read is refused when set, so no setting is silently ignored."""
+        """The other task's keys (training.check_task_keys), and tune_fields that name them."""
+        check_task_keys(self, TASK_KEYS, where, verb="distils")
         other = "score" if self.task == "grades" else "grades"
-        for key in TASK_KEYS[other]:
-            if getattr(self, key) != _default(key):
-                raise UserError(f"{where}: key '{key}' applies to task={other} only, and this recipe distils "
-                                f"task={self.task}; remove it (or set task={other}).")
-        if self.task == "score" and self.select_metric in ("accuracy", "macro_f1"):
-            raise UserError(f"{where}: select_metric={self.select_metric} needs grades, and task=score has one "
-                            "output; use spearman or loss.")
         bad = [f for f in self.tune_fields if f in TASK_KEYS[other]]
         if bad:
             raise UserError(f"{where}: tune_fields names '{bad[0]}', which task={self.task} does not use; list fields "

@@ -128,7 +128,7 @@ def _model_hash(folder: Path) -> str:
     """One hash of the names and contents of a model folder's files."""
     digest = hashlib.sha256()
     for f in sorted(x for x in folder.iterdir() if x.is_file()):
-        digest.update(f"{f.relative_to(folder).as_posix()}\0{file_hash(f)}\0".encode())
+        digest.update(f"{f.name}\0{file_hash(f)}\0".encode())
     return digest.hexdigest()
 
 
