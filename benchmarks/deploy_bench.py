@@ -57,7 +57,7 @@ def build(loaded, out: Path, pairs, *, backend: str = "onnxruntime", precision: 
 def within_floor(rows: list[dict], *, points: float = 1.0, spearman: float = 0.01) -> dict | None:
     """The fastest row within `points` of accuracy and `spearman` of the reference (the first row)."""
     ref = rows[0]
-    fits = [r for r in rows[1:] if "accuracy" in r and ref["accuracy"] - r["accuracy"] <= points / 100
+    fits = [r for r in rows[1:] if r.get("accuracy") is not None and ref["accuracy"] - r["accuracy"] <= points / 100
             and ref["spearman"] - r["spearman"] <= spearman]
     return max(fits, key=lambda r: headline(r)["speedup"], default=None)
 

@@ -949,6 +949,16 @@ def test_finetune_train_given_twice_is_refused(tmp_path):
                 "--out", tmp_path / "t"), f"--train {pairs} and --set train_data={pairs}x both name train_data")
 
 
+@pytest.mark.parametrize("args, words", [
+    (("--batch-sizes", "8,8"), "--batch-sizes '8,8' names 8 twice"),
+    (("--seq-lens", "32,64,32"), "--seq-lens '32,64,32' names 32 twice"),
+    (("-m", "minilm-l6"), "--model minilm-l6 names the same model as --model minilm-l6"),
+])
+def test_bench_refuses_a_value_or_model_named_twice(tmp_path, args, words):
+    refused(run("bench", "-m", "minilm-l6", "--data", "synthetic", "--out", tmp_path / "b", *args), words)
+    assert not (tmp_path / "b").exists()
+
+
 def test_bench_names_the_grader_flag_of_a_folder_that_is_no_grader(tmp_path):
     folder = tmp_path / "not-a-grader"
     folder.mkdir()

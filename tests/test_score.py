@@ -360,15 +360,44 @@ def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):
         [(pairs.queries[0], t) for t in pairs.titles[:12]]).scores, kind="stable"))
 
 
+def bench_args(model, copy, data, out, *extra):
+    return ["bench", "--model", str(model), "--model", str(copy), "--data", str(data), "--preset", "homedepot",
+            "--batch-sizes", "1", "--seq-lens", "16", "--repeats", "1", "--out", str(out), *extra]
+
+
 def test_bench_judges_a_score_model_by_ranking(reranker, tmp_path):
+    import shutil
+
     grader, dev = reranker
-    result = CliRunner().invoke(app, ["bench", "--model", str(grader), "--model", str(grader), "--data", str(dev),
-                                      "--preset", "homedepot", "--limit", "40", "--batch-sizes", "1",
-                                      "--seq-lens", "16", "--repeats", "1", "--out", str(tmp_path / "b")])
+    copy = shutil.copytree(grader, tmp_path / "copy")  # the same model under another name
+    result = CliRunner().invoke(app, bench_args(grader, copy, dev, tmp_path / "b", "--limit", "40"))
     assert result.exit_code == 0, result.output
     rows = json.loads((tmp_path / "b" / "bench.json").read_text())["variants"]
     assert [r["agreement"] for r in rows] == [1.0, 1.0]  # the same model orders every title pair alike
     assert -1 <= rows[0]["spearman"] <= 1 and 0 <= rows[0]["accuracy"] <= 1
+    # pairs of which no two share a query: nothing to order, so n/a rather than 0%
+    lonely = tmp_path / "lonely.tsv"
+    lines = dev.read_text().splitlines()
+    lonely.write_text("\n".join([lines[0]] + [f"q{i} {line}" for i, line in enumerate(lines[1:20])]) + "\n")
+    result = CliRunner().invoke(app, bench_args(grader, copy, lonely, tmp_path / "c"))
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "c" / "bench.json").read_text())["variants"]
+    assert [(r["agreement"], r["accuracy"]) for r in rows] == [(None, None), (None, None)]
+    assert "| n/a | " in (tmp_path / "c" / "bench.md").read_text()
+
+
+def test_bench_refuses_models_of_another_task_before_any_loads(reranker, tokenizer, tmp_path, monkeypatch):
+    import headcut.models
+
+    grader, dev = reranker
+    model = tiny_model("bert", attn="sdpa", vocab_size=tokenizer.vocab_size)
+    grades = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 24}), tmp_path / "g")
+    monkeypatch.setattr(headcut.models, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    result = CliRunner().invoke(app, bench_args(grader, grades, dev, tmp_path / "b"))
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert (f"the first --model {grader} is a score model and --model {grades} a grades one"
+            in result.output.replace("\n", " "))
+    assert not (tmp_path / "b").exists()
 
 
 def test_scan_command_on_a_score_model(reranker, tmp_path):

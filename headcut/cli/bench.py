@@ -1,6 +1,7 @@
 """`headcut bench`: PyTorch models and ONNX graders side by side on the same data, shapes and threads."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -20,7 +21,41 @@ def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
         problem = valid.problem(value)
         if problem:
             raise UserError(f"{flag} '{text}': {value} {problem}.")
+    twice = next((v for v in values if values.count(v) > 1), None)
+    if twice is not None:
+        raise UserError(f"{flag} '{text}' names {twice} twice; list each value once.")
     return values
+
+
+def _check_variants(models: list[str], graders: list[Path]):
+    """Every --model and --grader named once, and each of the first --model's task and grades, before any loads:
+    bench compares each with the first. Returns the first's outline."""
+    from headcut.evaluate.report import comparison_problem
+    from headcut.models import outline
+    from headcut_grader.errors import UserError
+    from headcut_grader.grader import read_record
+
+    for flag, names in (("--model", [str(m) for m in models]), ("--grader", [str(g) for g in graders])):
+        seen = {}
+        for name in names:
+            key = os.path.realpath(name) if os.path.exists(name) else name
+            if key in seen:
+                raise UserError(f"{flag} {name} names the same model as {flag} {seen[key]}; name each once "
+                                "(to time a model against itself, copy its folder).")
+            seen[key] = name
+    first = outline(models[0])
+    kinds = []
+    for m in models[1:]:
+        other = outline(m)
+        kinds.append((f"--model {m}", (other.task, other.grades)))
+    for g in graders:
+        record = read_record(g, flag="--grader")  # a folder that is not a grader is one sentence
+        kinds.append((f"--grader {g}", (record.get("task", "grades"), record.get("grades"))))
+    for name, kind in kinds:
+        problem = comparison_problem((first.task, first.grades), kind, names=(f"the first --model {models[0]}", name))
+        if problem:
+            raise UserError(problem)
+    return first
 
 
 @user_errors
@@ -49,8 +84,7 @@ def bench(
                                       pytorch_variant)
     from headcut.export.bench_report import write_bench
     from headcut_grader.files import atomic_dir, check_out_dir
-    from headcut.models import load_model, outline
-    from headcut_grader.grader import read_record
+    from headcut.models import load_model
 
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
@@ -59,9 +93,8 @@ def bench(
 
     settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, 4096)),
                              _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
-    for folder in grader:
-        read_record(folder, flag="--grader")  # a folder that is not a grader, before any model loads
-    reference = outline(model[0])  # the reference's task and grades decide which gold the data gives
+    reference = _check_variants(model, grader)  # before any model loads
+    # the reference's task and grades decide which gold the data gives
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit, task=reference.task, grades=reference.grades)
     def loaded(name):

@@ -76,11 +76,15 @@ def _rows(groups, pick) -> np.ndarray:
 
 
 def score_summary(scores, gold, groups) -> dict:
-    """Point estimates: Spearman, Pearson and mean squared error against the gold, and the per-query metrics."""
+    """Point estimates: Spearman, Pearson and mean squared error against the gold, and the per-query metrics;
+    `judged_pairs`: how many within-query title pairs of different gold the pair accuracy counts (0: it means
+    nothing)."""
     scores, gold = np.asarray(scores, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    terms = per_query(scores, gold, groups)
     out = {"spearman": spearman(scores, gold), "pearson": pearson(scores, gold),
-           "loss": float(np.mean((scores - gold) ** 2)), "n": int(len(gold)), "queries": len(groups)}
-    return out | _from_terms(per_query(scores, gold, groups), np.arange(len(groups)))
+           "loss": float(np.mean((scores - gold) ** 2)), "n": int(len(gold)), "queries": len(groups),
+           "judged_pairs": int(np.nansum(terms["pairs"]))}
+    return out | _from_terms(terms, np.arange(len(groups)))
 
 
 def _percentiles(values, level: float) -> list[float]:

@@ -71,17 +71,27 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
         progress=progress), loaded.task, loaded.activation, loaded.grades)
 
 
+def comparison_problem(reference: tuple[str, tuple | None], model: tuple[str, tuple | None], *,
+                       names: tuple[str, str]) -> str | None:
+    """Why a model of (task, grades) `model` cannot be compared with `reference`, one sentence naming them by
+    `names` (reference first), or None: a [0..4] grader's grade 0 is not a [1..5] grader's grade 1, so their
+    agreement would mean nothing."""
+    (ref_task, ref_grades), (task, grades) = reference, model
+    if ref_task != task:
+        return (f"{names[0]} is a {ref_task} model and {names[1]} a {task} one; compare a grades model with a "
+                "grades model, a score model with a score one.")
+    ref_grades, grades = tuple(ref_grades or DEFAULT_GRADES), tuple(grades or DEFAULT_GRADES)
+    if task == "grades" and ref_grades != grades:
+        return f"{names[0]} grades {list(ref_grades)} and {names[1]} {list(grades)}; compare models of the same grades."
+    return None
+
+
 def check_comparable(scorer: Scorer, reference: Scorer, *, flag: str = "--against") -> None:
-    """A model is compared only with one of its task and grades, said before either grades a pair: a [0..4]
-    grader's grade 0 is not a [1..5] grader's grade 1, so their agreement would mean nothing."""
-    where = f"{flag} {reference.about.get('path')}"
-    if reference.task != scorer.task:
-        raise UserError(f"{where} is a {reference.task} model and the model a {scorer.task} one; compare a grades model "
-                        "with a grades model, a score model with a score one.")
-    grades = [tuple(s.grades or DEFAULT_GRADES) for s in (reference, scorer)]
-    if scorer.task == "grades" and grades[0] != grades[1]:
-        raise UserError(f"{where} grades {list(grades[0])} and the model {list(grades[1])}; compare models "
-                        "of the same grades.")
+    """A model is compared only with one of its task and grades, said before either grades a pair."""
+    problem = comparison_problem((reference.task, reference.grades), (scorer.task, scorer.grades),
+                                 names=(f"{flag} {reference.about.get('path')}", "the model"))
+    if problem:
+        raise UserError(problem)
 
 
 def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict, iters: int = 1000,

@@ -59,10 +59,12 @@ def paired(logits_new: np.ndarray, logits_ref: np.ndarray, pairs: Pairs, *, task
     return metrics.paired_bootstrap(logits_new, logits_ref, pairs.label_array(), pairs.grades, iters=iters, seed=seed)
 
 
-def agreement(logits: np.ndarray, reference: np.ndarray, pairs: Pairs) -> float:
+def agreement(logits: np.ndarray, reference: np.ndarray, pairs: Pairs) -> float | None:
     """Agreement with a reference model on `pairs`: the same grade, or for one-score models (one output) the share
-    of within-query title pairs ordered the same way."""
+    of within-query title pairs ordered the same way (None when no two titles of one query are told apart by the
+    reference: there is no order to keep)."""
     if logits.shape[1] != 1:
         return metrics.agreement(logits, reference)
     terms = ranking.ranking_agreement(logits[:, 0], reference[:, 0], pairs.query_groups())
-    return float(np.nansum(terms["same"]) / max(np.nansum(terms["pairs"]), 1))
+    judged = np.nansum(terms["pairs"])
+    return float(np.nansum(terms["same"]) / judged) if judged else None

@@ -183,8 +183,9 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
         task = "score" if logits.shape[1] == 1 else "grades"
         if pairs.task is not None:
             figures = summary(logits, pairs, task=task)  # a score model's accuracy is its within-query pair accuracy
-            row.update({"accuracy": figures["accuracy" if task == "grades" else "pair_accuracy"],
-                        "spearman": figures["spearman"]})
+            accuracy = figures["accuracy"] if task == "grades" else (
+                figures["pair_accuracy"] if figures["judged_pairs"] else None)  # None: no two titles of one query
+            row.update({"accuracy": accuracy, "spearman": figures["spearman"]})
         row["agreement"] = agreement(logits, reference_logits, pairs)
         row["max_abs_diff"] = float(np.max(np.abs(logits - reference_logits)))
     for seq in settings.seq_lens:

@@ -45,8 +45,8 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
         c = cell(row, batch, seq) or cell(row, *_first_cell(row))
         achieved, peak = c.get("gflop_per_s"), row.get("peak_gflop_per_s")
         share = f"{achieved / peak:.1%} of {peak:.0f}" if achieved and peak else "-"
-        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {row.get('accuracy', float('nan')):.4f} "
-                     f"| {row.get('spearman', float('nan')):.4f} | {row['agreement']:.2%} | {c['p50_ms']:.1f} "
+        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {_shown(row.get('accuracy'), '.4f')} "
+                     f"| {_shown(row.get('spearman'), '.4f')} | {_shown(row['agreement'], '.2%')} | {c['p50_ms']:.1f} "
                      f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x "
                      f"| {f'{achieved:.1f}' if achieved else '-'} | {share} |")
     lines += ["", "p50 ms per batch (batch x sequence):", ""]
@@ -56,6 +56,11 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
     for row in report["variants"]:
         lines.append(f"| {row['name']} | " + " | ".join(f"{cell(row, b, q)['p50_ms']:.1f}" for b, q in shapes) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _shown(value: float | None, spec: str) -> str:
+    """A figure, or n/a where it means nothing (no labels, or no two titles of one query to order)."""
+    return "n/a" if value is None or value != value else format(value, spec)
 
 
 def _machine_line(report: dict) -> str:
@@ -85,12 +90,18 @@ def figure(report: dict, *, batch: int = 32, seq: int = 64):
     fig, ax = plt.subplots(figsize=(8.5, 4.4))
     for row in report["variants"]:
         c = cell(row, batch, seq) or cell(row, *_first_cell(row))
+        if row["agreement"] is None:  # nothing to agree on: no point to place
+            continue
         ax.scatter(c["pairs_per_s"], 100 * row["agreement"], marker=MARKERS.get(row["kind"], "o"), s=50,
                    label=row["name"])
     ax.set_xlabel(f"pairs per second (batch {batch} x sequence {seq}, {report['settings']['threads']} threads)")
     ax.set_ylabel(f"% same grade as {report['reference']}")
     ax.set_title("Throughput vs agreement (square: PyTorch, circle: ONNX Runtime, triangle: OpenVINO)", fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    if ax.collections:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no agreement to show: no two titles of one query in the data", ha="center",
+                transform=ax.transAxes)
     fig.tight_layout()
     return fig
