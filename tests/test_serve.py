@@ -103,6 +103,8 @@ GOOD_BODY = b'{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
     ("application/json", GOOD_BODY.decode().encode("utf-16"), 400, "UTF-8"),
     ("application/json", b"", 422, "the request body is empty"),
     ("application/json", b'{"pairs": [{"query": ' + b"1" * 5000 + b', "title": "b"}]}', 400, "could not be read as JSON"),
+    ("application/json", b'{"pairs": [{"query": "a", "title": "b", "title": "c"}]}', 400, "names the key 'title' twice"),
+    ("application/json", b'{"pairs": [{"query": "a", "title": "b"}], "pairs": []}', 400, "names the key 'pairs' twice"),
 ])
 def test_bodies_that_are_not_json_text_get_one_sentence(server, content_type, body, status, words):
     headers = {"content-type": content_type} if content_type else {}
@@ -135,6 +137,9 @@ def test_oversize_requests_are_refused_and_the_server_lives_on(server):
     huge = b'{"pairs": [' + b'{"query": "a", "title": "b"},' * 2000 + b"]}"  # > --max-body-bytes 20000
     reply = httpx.post(url + "/grade", content=huge, headers={"content-type": "application/json"}, timeout=30)
     assert reply.status_code == 413 and "bytes" in reply.json()["error"]
+    one_long_title = {"pairs": [{"query": "q", "title": "t" * 30_000}]}  # one pair: the text, not the pairs, is long
+    reply = httpx.post(url + "/grade", json=one_long_title, timeout=30)
+    assert reply.status_code == 413 and "each text at most 200 characters" in reply.json()["error"]
 
     def chunks():  # no Content-Length: the body limit must still hold
         for _ in range(100):

@@ -17,8 +17,8 @@ class JsonBody:
     else is answered here with one sentence (413, 415 or 400), before FastAPI's parser could answer in its own
     words or fail; JSON that does not fit the request shape is left to the route's 422."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, max_text_chars: int):
+        self.app, self.limit, self.max_text_chars = app, limit, max_text_chars
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -46,7 +46,20 @@ class JsonBody:
         return None
 
     def too_large(self) -> tuple[int, str]:
-        return 413, f"request body over {self.limit} bytes; send fewer pairs per request."
+        return 413, (f"request body over {self.limit} bytes (the server's --max-body-bytes); send fewer pairs per "
+                     f"request, each text at most {self.max_text_chars} characters (--max-text-chars).")
+
+
+class _Repeated(ValueError):
+    """A JSON object names one key twice: the parser would keep the last value without a word."""
+
+
+def _unique_keys(pairs: list) -> dict:
+    keys = [key for key, _ in pairs]
+    twice = next((key for key in keys if keys.count(key) > 1), None)
+    if twice is not None:
+        raise _Repeated(twice)
+    return dict(pairs)
 
 
 def body_problem(body: bytes) -> tuple[int, str] | None:
@@ -54,7 +67,9 @@ def body_problem(body: bytes) -> tuple[int, str] | None:
     the route answers 422 like any other shape it cannot use). FastAPI parses the body again: at most
     --max-body-bytes, a few milliseconds per megabyte."""
     try:
-        json.loads(body.decode("utf-8"))
+        json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _Repeated as e:
+        return 400, f"request body names the key '{e}' twice in one object; send each key once."
     except UnicodeDecodeError as e:
         return 400, f"request body is not UTF-8 (byte {e.start}); send the JSON encoded as UTF-8."
     except RecursionError:
