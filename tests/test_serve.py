@@ -103,8 +103,8 @@ GOOD_BODY = b'{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
     ("application/json", GOOD_BODY.decode().encode("utf-16"), 400, "UTF-8"),
     ("application/json", b"", 422, "the request body is empty"),
     ("application/json", b'{"pairs": [{"query": ' + b"1" * 5000 + b', "title": "b"}]}', 400, "could not be read as JSON"),
-    ("application/json", b'{"pairs": [{"query": "a", "title": "b", "title": "c"}]}', 400, "names the key 'title' twice"),
-    ("application/json", b'{"pairs": [{"query": "a", "title": "b"}], "pairs": []}', 400, "names the key 'pairs' twice"),
+    ("application/json", b'{"pairs": [{"query": "a", "title": "b", "title": "c"}]}', 400, "an object names key 'title' twice"),
+    ("application/json", b'{"pairs": [{"query": "a", "title": "b"}], "pairs": []}', 400, "an object names key 'pairs' twice"),
 ])
 def test_bodies_that_are_not_json_text_get_one_sentence(server, content_type, body, status, words):
     headers = {"content-type": content_type} if content_type else {}

@@ -15,6 +15,7 @@ import numpy as np
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import graphs, open_backend
 from headcut_grader.errors import UserError, setting
+from headcut_grader.readers import unique_keys
 from headcut_grader.tasks import score_values
 from headcut_grader.tokens import encode_pairs, load_tokenizer
 
@@ -113,7 +114,7 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     if not path.exists():
         raise UserError(f"{setting(flag, folder)}: no grader.json; pass a folder written by `headcut export`.")
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_keys(f"{path}: an object"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None
     if not isinstance(record, dict) or record.get("format") != GRADER_FORMAT:

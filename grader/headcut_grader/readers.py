@@ -280,7 +280,7 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
                 if not chunk.strip():
                     continue
                 try:
-                    obj = json.loads(chunk, object_pairs_hook=_object(f"{path}, line {number}: the object"))
+                    obj = json.loads(chunk, object_pairs_hook=unique_keys(f"{path}, line {number}: the object"))
                 except json.JSONDecodeError as e:
                     raise UserError(f"{path}, line {number}, column {e.colno}: invalid JSON ({e.msg}); "
                                     "fix that line.") from None
@@ -300,7 +300,7 @@ def _json_array(path: Path, lines: Lines):
     if lines.expected is not None:
         lines.check_unchanged()
     try:
-        data = json.loads(text, object_pairs_hook=_object(f"{path}: an object"))
+        data = json.loads(text, object_pairs_hook=unique_keys(f"{path}: an object"))
     except json.JSONDecodeError as e:
         raise UserError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg}); fix it.") from None
     except RecursionError:
@@ -321,7 +321,7 @@ def _refuse_repeats(names: list, where: str, noun: str = "column") -> None:
         seen.add(name)
 
 
-def _object(where: str):
+def unique_keys(where: str):
     """json.loads' object_pairs_hook: a dict, refusing a key given twice."""
     def build(pairs):
         _refuse_repeats([key for key, _ in pairs], where, noun="key")

@@ -50,26 +50,17 @@ class JsonBody:
                      f"request, each text at most {self.max_text_chars} characters (--max-text-chars).")
 
 
-class _Repeated(ValueError):
-    """A JSON object names one key twice: the parser would keep the last value without a word."""
-
-
-def _unique_keys(pairs: list) -> dict:
-    keys = [key for key, _ in pairs]
-    twice = next((key for key in keys if keys.count(key) > 1), None)
-    if twice is not None:
-        raise _Repeated(twice)
-    return dict(pairs)
-
-
 def body_problem(body: bytes) -> tuple[int, str] | None:
     """Why `body` is not JSON text the request models can read, or None (including for malformed JSON, which
     the route answers 422 like any other shape it cannot use). FastAPI parses the body again: at most
     --max-body-bytes, a few milliseconds per megabyte."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.readers import unique_keys
+
     try:
-        json.loads(body.decode("utf-8"), object_pairs_hook=_unique_keys)
-    except _Repeated as e:
-        return 400, f"request body names the key '{e}' twice in one object; send each key once."
+        json.loads(body.decode("utf-8"), object_pairs_hook=unique_keys("request body: an object"))
+    except UserError as e:  # a key named twice, which the parser would settle by keeping the last value
+        return 400, str(e)
     except UnicodeDecodeError as e:
         return 400, f"request body is not UTF-8 (byte {e.start}); send the JSON encoded as UTF-8."
     except RecursionError:
