@@ -123,8 +123,12 @@ def test_a_new_algorithm_version_reruns_that_stage_and_downstream(straight, tmp_
     result, _ = straight
     out = copy_run(result, tmp_path / "run")
     monkeypatch.setitem(run_module.ALGORITHM_VERSIONS, "prune", 1)
-    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), out)
+    reasons = {}
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml"), out,
+                         progress=lambda e: reasons.update({e["stage"]: e["reason"]}) if "reason" in e else None)
     assert {s for s, state in again.states.items() if state == "done"} == {"prune", "export.pruned", "bench"}
+    assert reasons["prune"] == "since its last run: headcut's algorithm for it changed"
+    assert reasons["export.pruned"] == "since its last run: the prune stage it reads was rerun"
     assert again.states["distill.small"] == "skipped"  # a bottom-k student does not read the pruned model
 
 
@@ -135,9 +139,11 @@ def test_a_yardstick_reruns_only_the_bench_and_compares_every_grader_with_it(str
     out = copy_run(result, tmp_path / "run")
     teacher = shutil.copytree(out / json.loads((out / "teacher" / "stage.json").read_text())["result"]["model"],
                               tmp_path / "yardstick")
-    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml",
-                                       overrides=[f"bench.yardstick={teacher}"]), out)
+    reasons = []
+    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml", overrides=[f"bench.yardstick={teacher}"]),
+                         out, progress=lambda e: reasons.append(e["reason"]) if "reason" in e else None)
     assert {s for s, state in again.states.items() if state == "done"} == {"bench"}
+    assert reasons == [f'since its last run: bench.yardstick (unset) -> "{teacher}"']
     bench = json.loads((out / "bench" / "bench.json").read_text())
     assert bench["yardstick"]["teacher_vs"]["agreement"]["value"] == 1.0
     for row in bench["rows"]:

@@ -91,16 +91,67 @@ def plan(recipe: PipelineRecipe) -> list[Stage]:
     return out
 
 
-def fingerprint(stage: Stage, upstream: dict[str, str], hashes: dict[str, str]) -> str:
-    """`upstream`: each finished stage's output token (its fingerprint and `made`)."""
+def stage_inputs(stage: Stage, upstream: dict[str, str], hashes: dict[str, str]) -> dict:
+    """What a stage's fingerprint covers, as JSON reads it back. `upstream`: each finished stage's output token
+    (its fingerprint and `made`)."""
     files = {v: _content(v, hashes) for v in _strings(stage.settings) if Path(v).exists()}
     covered = {"stage": stage.name, "settings": stage.settings, "files": files,
                "deps": {d: upstream[d] for d in stage.deps}}
     version = ALGORITHM_VERSIONS[stage.name.partition(".")[0]]
     if version:
         covered["version"] = version
-    text = json.dumps(covered, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return json.loads(json.dumps(covered, sort_keys=True, default=str))
+
+
+def fingerprint(stage: Stage, upstream: dict[str, str], hashes: dict[str, str]) -> str:
+    return _digest(stage_inputs(stage, upstream, hashes))
+
+
+def _digest(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def what_changed(before: dict | None, now: dict) -> str:
+    """Why a stage runs again, from the inputs its last run recorded: the first few settings, files and stages
+    upstream that differ (a run folder older than the record: that its settings or inputs changed)."""
+    if not isinstance(before, dict):
+        return "its settings or inputs changed"
+    old, new = _flat(before), _flat(now)
+    changes = []
+    for key in [*new, *(k for k in old if k not in new)]:  # settings, files, stages, version
+        if old.get(key) == new.get(key) or (key.startswith("files.") and not (key in old and key in new)):
+            continue  # a file read or no longer read follows from a setting, which is named
+        kind, _, name = key.partition(".")
+        if kind == "settings":
+            changes.append(f"{name} {_shown(old.get(key))} -> {_shown(new.get(key))}")
+        elif kind == "files":
+            changes.append(f"{name} changed")
+        elif kind == "deps":
+            changes.append(f"the {name} stage it reads was rerun")
+        else:
+            changes.append("headcut's algorithm for it changed")
+    shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
+    return f"since its last run: {shown}" if changes else "its settings or inputs changed"
+
+
+def _flat(inputs: dict) -> dict:
+    """A stage's recorded inputs as {kind.name: value}: settings by dotted key, files by path, stages by name."""
+    out = {f"settings.{k}": v for k, v in _leaves(inputs.get("settings"))}
+    out |= {f"files.{path}": digest for path, digest in (inputs.get("files") or {}).items()}
+    out |= {f"deps.{name}": token for name, token in (inputs.get("deps") or {}).items()}
+    return out | {"version": inputs.get("version")}
+
+
+def _leaves(value, prefix: str = ""):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, f"{prefix}{k}.")
+    else:
+        yield prefix.rstrip("."), value
+
+
+def _shown(value) -> str:
+    return "(unset)" if value is None else json.dumps(value)
 
 
 def _strings(value):
@@ -162,10 +213,13 @@ def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[d
     result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
     for stage in plan(recipe):
         folder = out / stage.folder
-        fp = fingerprints[stage.name] = fingerprint(stage, outputs, hashes)
+        inputs = stage_inputs(stage, outputs, hashes)
+        fp = fingerprints[stage.name] = _digest(inputs)
         recorded = _read_stage(folder)
         finished = recorded.get("fingerprint") == fp and recorded.get("state") == "done" and not overwrite
         why = outputs_problem(folder, recorded, record_file=STAGE_FILE) if finished else None
+        if recorded.get("fingerprint") not in (None, fp) and not overwrite:
+            why = what_changed(recorded.get("inputs"), inputs)
         if finished and why is None:
             result.states[stage.name], result.records[stage.name] = "skipped", recorded["result"]
             outputs[stage.name] = f"{fp}:{recorded.get('made')}"
@@ -174,17 +228,19 @@ def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[d
         if folder.exists() and (recorded.get("fingerprint") != fp or overwrite or why):
             shutil.rmtree(folder)  # another recipe's, a stale or a damaged output: nothing in it may be resumed
         say({"stage": stage.name, "state": "running", **({"reason": why} if why else {})})
-        outputs[stage.name] = f"{fp}:{_run_stage(stage, recipe, folder, fp, result, say)}"
+        outputs[stage.name] = f"{fp}:{_run_stage(stage, recipe, folder, inputs, result, say)}"
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "fingerprints": fingerprints, "states": result.states})
     result.report = write_report(out, recipe, result.records)
     return result
 
 
-def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, fp: str, result: RunResult,
+def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, inputs: dict, result: RunResult,
                say: Callable[[dict], None]) -> str:
-    """Run one stage into `folder` and record it done, with its files' checksums; returns its `made` token."""
+    """Run one stage into `folder` and record it done, with what it read and its files' checksums; returns its
+    `made` token."""
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "running"})
+    fp = _digest(inputs)
+    write_json(folder / STAGE_FILE, {"fingerprint": fp, "state": "running", "inputs": inputs})
     started = time.perf_counter()
 
     def report(done, total, what, name=stage.name):
@@ -199,7 +255,7 @@ def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, fp: str, resu
         raise
     seconds = result.seconds[stage.name] = time.perf_counter() - started
     made = uuid.uuid4().hex[:12]
-    entry = {"fingerprint": fp, "state": "done", "made": made, "seconds": seconds, "result": record,
+    entry = {"fingerprint": fp, "inputs": inputs, "state": "done", "made": made, "seconds": seconds, "result": record,
              "outputs": files_of(folder, record_file=STAGE_FILE)}
     write_json(folder / STAGE_FILE, entry)
     sealed = _read_stage(folder)  # sealed as a later run reads it back (JSON turns tuples into lists)
