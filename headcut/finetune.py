@@ -43,11 +43,11 @@ class FinetuneRecipe(TrainingRecipe):
     def input_paths(self) -> list:
         return [self.model, *super().input_paths()]
 
-    def check(self, where: str) -> None:
+    def check(self, where: str, *, named: frozenset = frozenset()) -> None:
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --train FILE (or --set train_data=FILE).")
-        super().check(where)
-        check_task_keys(self, TASK_KEYS, where, verb="trains")
+        super().check(where, named=named)
+        check_task_keys(self, TASK_KEYS, where, verb="trains", named=named)
         if self.task == "score" and not (self.mse_weight or self.pairwise_weight or self.listwise_weight):
             raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight, pairwise_weight or "
                             "listwise_weight above 0.")

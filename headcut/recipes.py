@@ -161,9 +161,11 @@ def parse_yaml(text: str, where: str, fix: str):
         raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
 
 
-def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None):
+def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None, named: frozenset = frozenset()):
     """The recipe `cls` of `data`; every unknown, mistyped, missing or out-of-range key is reported in one
-    error. `origins` names where a key's value came from (e.g. '--set epochs=0'), for the messages."""
+    error. `origins` names where a key's value came from (e.g. '--set epochs=0'), for the messages; its keys and
+    `named` are the keys a user set over the recipe file (a run's section), which the recipe's check refuses
+    where they do not apply even at their default value."""
     origins = origins or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}
     problems: list[tuple[str, str]] = []  # (key, what is wrong with it)
@@ -196,7 +198,7 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
                                                  for key, text in problems) + f"{valid}.")
     check = getattr(recipe, "check", None)
     if check:  # a check reads the keys together: name the --set values, which may be what it refuses
-        check(where + (f" with {', '.join(origins.values())}" if origins else ""))
+        check(where + (f" with {', '.join(origins.values())}" if origins else ""), named=frozenset(origins) | named)
     return recipe
 
 

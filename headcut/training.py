@@ -69,7 +69,8 @@ class TrainingRecipe(LoopSettings):
         """Files and folders the run reads (None or a built-in name where unset): none may be its output."""
         return [self.train_data, self.dev_data]
 
-    def check(self, where: str) -> None:
+    def check(self, where: str, *, named: frozenset = frozenset()) -> None:
+        """Every rule that reads keys together; `named`: the keys a --set or a run's section gives (is_set)."""
         if self.train_data is None:
             raise UserError(f"{where}: no train_data; pass --set train_data=FILE.")
         check_ranges(self, where)
@@ -78,13 +79,19 @@ class TrainingRecipe(LoopSettings):
                             "e.g. [1, 2, 3, 4, 5].")
 
 
-def check_task_keys(recipe, task_keys: dict, where: str, *, verb: str) -> None:
-    """A key only the other task's losses read is refused when set, so no setting is silently ignored; so is a
-    grades metric for a one-score model. `task_keys`: {task: its keys}; `verb`: what the recipe does (trains)."""
+def is_set(recipe, key: str, named: frozenset) -> bool:
+    """Whether a recipe sets `key`: to a value other than its default, or at all by a --set or a run's section
+    (`named`), whose value the recipe would ignore where the key does not apply. A recipe file's key at the
+    default value is not set: a shared recipe may list it for another use of the file."""
+    return key in named or getattr(recipe, key) != next(f.default for f in fields(recipe) if f.name == key)
+
+
+def check_task_keys(recipe, task_keys: dict, where: str, *, verb: str, named: frozenset = frozenset()) -> None:
+    """A key only the other task's losses read is refused when set (is_set), so no setting is silently ignored;
+    so is a grades metric for a one-score model. `task_keys`: {task: its keys}; `verb`: what the recipe does."""
     other = "score" if recipe.task == "grades" else "grades"
-    defaults = {f.name: f.default for f in fields(recipe)}
     for key in task_keys[other]:
-        if getattr(recipe, key) != defaults[key]:
+        if is_set(recipe, key, named):
             raise UserError(f"{where}: key '{key}' applies to task={other} only, and this recipe {verb} "
                             f"task={recipe.task}; remove it (or set task={other}).")
     if recipe.task == "score" and recipe.select_metric in ("accuracy", "macro_f1"):

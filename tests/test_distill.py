@@ -176,7 +176,10 @@ def test_a_key_no_part_of_the_recipe_reads_is_refused():
         recipe_for("t", student_model="s")
     with pytest.raises(UserError, match="key 'unlabeled_rows' is set but unlabeled_data is not"):
         recipe_for("t", unlabeled_rows=10)
-    recipe_for("t", student="config", student_hidden=64, keep_layers=3)  # keep_layers at its default: nothing set
+    config = dict(teacher="t", train_data="synthetic", student="config", student_hidden=64, keep_layers=3)
+    assert from_dict(DistillRecipe, config).keep_layers == 3  # a recipe file's key at its default: not set
+    with pytest.raises(UserError, match="key 'keep_layers' applies to student=bottom-k only"):  # a --set names it
+        from_dict(DistillRecipe, config, origins={"keep_layers": "--set keep_layers=3"})
 
 
 def test_bottom_k_student_is_exactly_the_teachers_lower_layers(tiny_teacher):

@@ -162,6 +162,21 @@ def test_a_check_names_the_set_values_it_read():
                     kind="finetune")
 
 
+def test_a_key_of_the_other_task_is_refused_even_at_its_default():
+    """Was: the check compared values, so --set mse_weight=1 (the default) on a grades recipe was accepted and
+    ignored, and the user believed an MSE loss was on. The same from a run's section (pipeline.read_sub_recipe)."""
+    from headcut.recipes import load_recipe
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError, match=r"key .mse_weight. applies to task=score only"):
+        load_recipe(FinetuneRecipe, "minilm_homedepot_cpu", overrides=["mse_weight=1", "train_data=synthetic"],
+                    kind="finetune")
+    from headcut.pipeline.recipe import load_pipeline
+
+    with pytest.raises(UserError, match=r"\[teacher\] .*key .mse_weight. applies to task=score only"):
+        load_pipeline("quickstart", overrides=["teacher.mse_weight=1"])  # a score key, at its default
+
+
 def test_a_loss_that_turns_nan_stops_training_and_publishes_nothing(tmp_path, tiny_base, monkeypatch):
     """Was: a loss of NaN trained on, and a model of NaN weights was written with exit code 0."""
     import torch

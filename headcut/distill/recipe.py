@@ -9,7 +9,7 @@ from typing import Literal
 
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import ranged
-from headcut.training import TrainingRecipe, check_task_keys
+from headcut.training import TrainingRecipe, check_task_keys, is_set
 
 
 def tunable(default: float, low: float, high: float, *, log: bool = False, valid: tuple = (0.0, None)):
@@ -54,14 +54,14 @@ class DistillRecipe(TrainingRecipe):
     def input_paths(self) -> list:
         return [self.teacher, self.student_model, self.unlabeled_data, *super().input_paths()]
 
-    def check(self, where: str) -> None:
-        super().check(where)
+    def check(self, where: str, *, named: frozenset = frozenset()) -> None:
+        super().check(where, named=named)
         if self.student == "pruned" and self.student_model is None:
             raise UserError(f"{where}: student 'pruned' needs student_model (a pruned artifact); pass --set student_model=DIR.")
         if self.student != "pruned" and self.teacher is None:
             raise UserError(f"{where}: no teacher; pass --set teacher=DIR (a fine-tuned grader).")
-        self._check_task_keys(where)
-        self._check_student_keys(where)
+        self._check_task_keys(where, named)
+        self._check_student_keys(where, named)
         if self.task == "grades" and not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
             raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.")
         if self.task == "score" and not (self.mse_weight or self.margin_weight or self.hidden_weight
@@ -78,20 +78,20 @@ class DistillRecipe(TrainingRecipe):
         if bad:
             raise UserError(f"{where}: tune_fields names '{bad[0]}', which is not tunable; choose from {', '.join(ranges)}.")
 
-    def _check_student_keys(self, where: str) -> None:
+    def _check_student_keys(self, where: str, named: frozenset) -> None:
         """A key that only another kind of student reads, or unlabeled_rows without unlabeled_data, is refused."""
         for student, keys in STUDENT_KEYS.items():
             for key in keys:
-                if student != self.student and getattr(self, key) != _default(key):
+                if student != self.student and is_set(self, key, named):
                     raise UserError(f"{where}: key '{key}' applies to student={student} only, and this recipe's "
                                     f"student is {self.student}; remove it (or set student={student}).")
         if self.unlabeled_rows is not None and self.unlabeled_data is None:
             raise UserError(f"{where}: key 'unlabeled_rows' is set but unlabeled_data is not; pass "
                             "--set unlabeled_data=FILE, or remove unlabeled_rows.")
 
-    def _check_task_keys(self, where: str) -> None:
+    def _check_task_keys(self, where: str, named: frozenset) -> None:
         """The other task's keys (training.check_task_keys), and tune_fields that name them."""
-        check_task_keys(self, TASK_KEYS, where, verb="distils")
+        check_task_keys(self, TASK_KEYS, where, verb="distils", named=named)
         other = "score" if self.task == "grades" else "grades"
         bad = [f for f in self.tune_fields if f in TASK_KEYS[other]]
         if bad:
@@ -106,10 +106,6 @@ STUDENT_KEYS = {"bottom-k": ("keep_layers",), "pruned": ("student_model",),
 TASK_KEYS = {"grades": ("grades", "temperature", "kd_weight", "ce_weight", "ordinal_weight"),
              "score": ("mse_weight", "margin_weight")}
 TUNED = {"grades": ("temperature", "kd_weight", "learning_rate"), "score": ("mse_weight", "margin_weight", "learning_rate")}
-
-
-def _default(name: str):
-    return next(f.default for f in fields(DistillRecipe) if f.name == name)
 
 
 def tune_ranges() -> dict[str, tuple[float, float, bool]]:

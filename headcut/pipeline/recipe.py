@@ -296,7 +296,7 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
         merged = {**merged, **{k: v for k, v in adjust(merged).items() if k not in overrides}}
     if merged.get("train_data") is None:
         raise UserError(f"{where}: no training pairs; pass --set data.train=FILE.")
-    return from_dict(cls, merged, where=f"{where} ({path.name})")
+    return from_dict(cls, merged, where=f"{where} ({path.name})", named=frozenset(overrides))
 
 
 def as_dict(recipe: PipelineRecipe) -> dict:
