@@ -281,7 +281,7 @@ def _micro_step(run: _Run, encoded: Encoded, rows: np.ndarray, loss_fn, settings
     batch = {k: v.to(accelerator.device) for k, v in collate(encoded, shard).items()}
     with accelerator.accumulate(run.model):
         loss = loss_fn(run.model, batch, shard)
-        _check_finite(loss)
+        _check_finite(loss, accelerator)
         accelerator.backward(loss * share)
         if accelerator.sync_gradients and world > 1:
             _average_gradients(run.extra_params, world)
@@ -293,11 +293,17 @@ def _micro_step(run: _Run, encoded: Encoded, rows: np.ndarray, loss_fn, settings
     return loss
 
 
-def _check_finite(loss: torch.Tensor) -> None:
-    """A loss of inf or NaN would turn every weight to NaN, and the run would publish a broken model: stop first."""
-    if not bool(torch.isfinite(loss.detach()).all()):
-        raise UserError(f"training diverged: a batch's loss is {float(loss.detach().float().sum())}; look for extreme "
-                        "gold values in the training data, or lower learning_rate (nothing was published).")
+def _check_finite(loss: torch.Tensor, accelerator) -> None:
+    """A loss of inf or NaN would turn every weight to NaN, and the run would publish a broken model: stop first.
+    Every process reads every process's loss, so all stop together (one stopping alone would leave the others
+    waiting in the gradient all-reduce)."""
+    losses = loss.detach().float().sum().reshape(1)
+    if accelerator.num_processes > 1:
+        losses = accelerator.gather(losses)
+    bad = losses[~torch.isfinite(losses)]
+    if len(bad):
+        raise UserError(f"training diverged: a batch's loss is {float(bad[0])}; look for extreme gold values in the "
+                        "training data, or lower learning_rate (nothing was published).")
 
 
 def _evaluate(run: _Run, state: LoopState, settings: LoopSettings, evaluate_fn, save_best, progress) -> bool:

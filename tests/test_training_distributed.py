@@ -52,6 +52,17 @@ def test_two_processes_split_each_batch_and_end_where_one_does(tmp_path):
 
 @needs_launcher
 @cpu_only
+def test_a_nan_loss_on_one_process_stops_every_process(tmp_path):
+    """Was: the loss check ran per process, so a NaN on the second process alone stopped it while the first
+    waited in the gradient all-reduce (for gloo's 30-minute timeout)."""
+    launch(SCRIPT, str(tmp_path), "nan", timeout=120)
+    stopped = [(tmp_path / f"stopped-{rank}.txt").read_text() for rank in (0, 1)]
+    assert [text.split()[0] for text in stopped] == ["3", "3"], stopped  # both at the third batch
+    assert all("training diverged: a batch's loss is nan" in text for text in stopped), stopped
+
+
+@needs_launcher
+@cpu_only
 def test_two_process_commands_publish_once_print_once_and_resume_exactly(tmp_path):
     """finetune and distill, straight and interrupted-then-resumed, on a tiny model with dropout on: every
     process must resume with its own random numbers for the resumed run to end where the straight one does."""

@@ -2,6 +2,7 @@
 
     python tests/two_process_train.py OUT                     # one process
     accelerate launch --multi_gpu --num_processes 2 tests/two_process_train.py OUT
+    accelerate launch ... tests/two_process_train.py OUT nan  # the second process's loss turns NaN at its 3rd batch
 
 Dropout is off, so a run's trajectory depends only on the batches: two processes that split each batch
 must end where one process does. An extra module (like distill's hidden-state projections) is trained
@@ -21,8 +22,10 @@ from headcut.batching import Encoded  # noqa: E402
 from headcut.training import LoopSettings, train  # noqa: E402
 
 
-def main(out: Path) -> None:
+def main(out: Path, nan: bool = False) -> None:
     from accelerate import PartialState
+
+    from headcut_grader.errors import UserError
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -35,20 +38,27 @@ def main(out: Path) -> None:
     encoded = Encoded(ids, [[0] * len(x) for x in ids], 0)
     labels = torch.as_tensor(rng.integers(0, 5, n))
 
+    calls = []
+
     def loss_fn(m, batch, rows):
         result = m(**batch, output_hidden_states=True)
         cls = result.hidden_states[-1][:, 0]
-        return F.cross_entropy(result.logits, labels[rows]) + (projection(cls) - 1).pow(2).mean()
+        loss = F.cross_entropy(result.logits, labels[rows]) + (projection(cls) - 1).pow(2).mean()
+        calls.append(1)
+        return loss * float("nan") if nan and PartialState().process_index == 1 and len(calls) == 3 else loss
 
     settings = LoopSettings(epochs=2, batch_size=7, learning_rate=3e-3, warmup_ratio=0.2, eval_every=5,
                             checkpoint_every=1000, seed=0)
-    state = train(model, encoded, settings=settings, loss_fn=loss_fn,
-                  evaluate_fn=lambda m: {"spearman": 0.0}, work_dir=out / "work", save_best=lambda m, metrics: None,
-                  extra_modules=[projection])
+    try:
+        state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=lambda m: {"spearman": 0.0},
+                      work_dir=out / "work", save_best=lambda m, metrics: None, extra_modules=[projection])
+    except UserError as e:  # every process says it stopped, and at which step
+        (out / f"stopped-{PartialState().process_index}.txt").write_text(f"{len(calls)} {e}")
+        return
     if PartialState().is_main_process:
         torch.save({"model": model.state_dict(), "projection": projection.state_dict(), "projection_start": start, "steps": state.step,
                     "examples": state.examples}, out / "final.pt")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), nan=sys.argv[2:] == ["nan"])
