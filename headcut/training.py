@@ -11,6 +11,7 @@ import math
 import random
 import shutil
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable, Literal
@@ -40,6 +41,7 @@ class LoopSettings:
     select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"  # "loss" is minimised
     seed: int = ranged(0, 0, 2**32 - 1)
     max_grad_norm: float = ranged(1.0, 0.0, low_open=True)
+    ema_decay: float = ranged(0.0, 0.0, 1.0, high_open=True)  # >0: evaluate and save a moving average of the weights
 
 
 # what a data file's grade outside the recipe's grades calls for
@@ -168,6 +170,52 @@ class _Run:
     params: list  # every trainable parameter (clipped together)
     extra_params: list  # extra modules' parameters: their gradients are averaged here, not by DDP
     total_steps: int
+    average: "WeightAverage | None" = None  # ema_decay > 0: what evaluation and save_best read
+
+
+class WeightAverage:
+    """An exponential moving average of a model's trainable weights (Polyak averaging), updated after each
+    optimizer step with decay min(ema_decay, (1 + n) / (10 + n)) at update n, so early updates are not
+    dominated by the initial weights. Checkpointed with the run (state_dict), so a resumed run averages on."""
+
+    def __init__(self, model: torch.nn.Module, decay: float):
+        self.decay, self.updates = decay, 0
+        self.shadow = {name: p.detach().clone() for name, p in _trained(model)}
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module) -> None:
+        self.updates += 1
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        for name, p in _trained(model):
+            self.shadow[name].lerp_(p.detach(), 1 - decay)
+
+    @contextmanager
+    def swapped_in(self, model: torch.nn.Module):
+        """`model` holds the averaged weights inside the block, its own again after it."""
+        own = {name: p.detach().clone() for name, p in _trained(model)}
+        _load(model, self.shadow)
+        try:
+            yield model
+        finally:
+            _load(model, own)
+
+    def state_dict(self) -> dict:
+        return {"updates": self.updates, "shadow": self.shadow}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.updates = int(state["updates"])
+        for name, value in state["shadow"].items():
+            self.shadow[name].copy_(value)
+
+
+def _trained(model: torch.nn.Module):
+    return [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+
+
+@torch.no_grad()
+def _load(model: torch.nn.Module, weights: dict) -> None:
+    for name, p in _trained(model):
+        p.copy_(weights[name])
 
 
 def train(
@@ -212,6 +260,8 @@ def train(
             if micro % settings.gradient_accumulation:
                 continue
             state.step += 1
+            if run.average is not None:
+                run.average.update(run.accelerator.unwrap_model(run.model))
             if progress:
                 progress({"step": state.step, "total": run.total_steps, "loss": loss.item()})
             last = micro >= micro_total
@@ -252,7 +302,11 @@ def _setup(model, settings: LoopSettings, extra_modules, steps: int) -> _Run:
     model, optimizer, scheduler = accelerator.prepare(model, optimizer, scheduler)
     for m in extra_modules:
         accelerator.register_for_checkpointing(m)
-    return _Run(accelerator, model, optimizer, scheduler, params, extra_params, steps)
+    average = None
+    if settings.ema_decay:
+        average = WeightAverage(accelerator.unwrap_model(model), settings.ema_decay)
+        accelerator.register_for_checkpointing(average)
+    return _Run(accelerator, model, optimizer, scheduler, params, extra_params, steps, average)
 
 
 def _schedule(total: int, warmup: int) -> Callable[[int], float]:
@@ -307,16 +361,18 @@ def _check_finite(loss: torch.Tensor, accelerator) -> None:
 
 
 def _evaluate(run: _Run, state: LoopState, settings: LoopSettings, evaluate_fn, save_best, progress) -> bool:
-    """Evaluate, keep the best model (main process), count evaluations without improvement; True: stop early."""
+    """Evaluate (the weight average, with ema_decay), keep the best model (main process), count evaluations without
+    improvement; True: stop early."""
     model = run.accelerator.unwrap_model(run.model)
-    metrics = evaluate_fn(model)
-    value = metrics[settings.select_metric]
+    with run.average.swapped_in(model) if run.average is not None else nullcontext(model):
+        metrics = evaluate_fn(model)
+        better = _better(metrics[settings.select_metric], state.best_value, settings.select_metric)
+        if better and run.accelerator.is_main_process:
+            save_best(model, metrics)
     state.history.append({"step": state.step, **metrics})
     stop = False
-    if _better(value, state.best_value, settings.select_metric):
-        state.best_value, state.best_step, state.bad_evals = value, state.step, 0
-        if run.accelerator.is_main_process:
-            save_best(model, metrics)
+    if better:
+        state.best_value, state.best_step, state.bad_evals = metrics[settings.select_metric], state.step, 0
     else:
         state.bad_evals += 1
         stop = bool(settings.early_stopping_patience and state.bad_evals >= settings.early_stopping_patience)
