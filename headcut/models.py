@@ -115,6 +115,20 @@ def _weights_file(path: Path, *, allow_pickle: bool, flag: str = "--model") -> P
     raise UserError(f"{setting(flag, path)}: no weights (model.safetensors) in the folder.")
 
 
+# The files a tokenizer is read from, one set per kind: a fast tokenizer, BERT's WordPiece vocabulary, a BPE
+# vocabulary (RoBERTa), a SentencePiece model (XLM-R, DeBERTa-v2/v3, and others).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")
+
+
+def _check_tokenizer(path: Path, flag: str) -> None:
+    """A folder without tokenizer files loads a placeholder tokenizer of five special tokens, and every grade made
+    with it is wrong without a word: refused instead."""
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(f"{setting(flag, path)}: no tokenizer in the folder (none of {', '.join(TOKENIZER_FILES)}); "
+                        "copy the model folder again with its tokenizer files.")
+
+
 def load_model(
     source: str | Path,
     *,
@@ -133,6 +147,7 @@ def load_model(
 
     path = resolve_source(source, flag=flag)
     weights = _weights_file(path, allow_pickle=allow_pickle, flag=flag)
+    _check_tokenizer(path, flag)
     meta = _read_meta(path)
     if num_labels is None:
         meta = {**meta, **read_task(path, meta)}

@@ -37,7 +37,13 @@ def synthetic_spec(spec: str, n: int | None = None) -> Pairs | None:
     seed = str(spec).partition(":")[2]
     if seed and not seed.isdigit():
         raise UserError(f"data '{spec}': write synthetic or synthetic:SEED with a whole-number seed.")
+    if n is not None and n > MAX_SYNTHETIC:
+        raise UserError(f"data '{spec}': {n:,} pairs asked for (--limit, or a recipe's rows); the synthetic set is made "
+                        f"in memory, so ask for at most {MAX_SYNTHETIC:,}.")
     return synthetic_pairs(n or 2000, seed=int(seed or 0))
+
+
+MAX_SYNTHETIC = 1_000_000  # pairs: about 0.13 GB and 20 s to make
 
 
 def synthetic_pairs(n: int = 2000, *, seed: int = 0) -> Pairs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 
 import pytest
@@ -1063,3 +1064,83 @@ def test_a_record_naming_a_key_twice_is_refused(tmp_path, tiny_grader):
     (tmp_path / "headcut.json").write_text('{"task": "score", "task": "grades"}')
     with pytest.raises(UserError, match="headcut.json: an object names key 'task' twice"):
         read_json_file(tmp_path / "headcut.json")
+
+
+# --- the hunt of stop 44 ---------------------------------------------------------------------------------
+
+
+def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path):
+    """Was: transformers made a placeholder tokenizer of five special tokens, and every grade was wrong, exit 0."""
+    from conftest import tiny_model
+    from headcut.models import LoadedModel, load_model, save_model
+    from test_export import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    folder = save_model(LoadedModel(tiny_model("bert", vocab_size=len(tokenizer)), tokenizer, {}), tmp_path / "m")
+    assert load_model(folder).tokenizer.vocab_size == len(tokenizer)
+    for name in ("tokenizer.json", "vocab.txt"):
+        (folder / name).unlink(missing_ok=True)
+    with pytest.raises(UserError, match=r"m: no tokenizer in the folder \(none of tokenizer.json, vocab.txt"):
+        load_model(folder)
+    refused(run("evaluate", "-m", folder, "-d", "synthetic", "--limit", 5), "no tokenizer in the folder")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("query,title,grade\nq1,t1,3\n" + 'q2,"Behr paint,4\n' + "".join(f"q{i},t{i},3\n" for i in range(3, 60)),
+     "x.csv, line 3: a quote opened on this row is never closed"),  # was: 57 rows folded into one title
+    ('query,title,grade\nq1,t1,3\nq2,"6" pipe,4\n', "x.csv, line 3: text follows the closing quote"),  # was: '6 pipe'
+])
+def test_a_csv_quote_left_open_or_closed_early_names_its_line(tmp_path, text, words):
+    with pytest.raises(UserError, match=re.escape(words)):
+        read_pairs(write(tmp_path, "x.csv", text))
+
+
+@pytest.mark.parametrize("out, words", [(".", "is the folder you are in"), ("..", "holds the one you are in"),
+                                        ("", "is the folder you are in")])
+def test_an_output_that_is_the_current_folder_or_above_it_is_refused(tmp_path, monkeypatch, out, words):
+    """Was: --out . renamed the folder in use: a traceback, exit 1, and a complete output left in a hidden folder."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    refused(run("evaluate", "-m", "minilm-l6", "-d", "synthetic", "--limit", 5, "--out", out), words)
+    refused(run("cross-encoder", "-m", "minilm-l6", "--out", out), words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"] and not any(work.iterdir())
+
+
+def test_synthetic_data_is_bounded_and_scan_checks_k_before_work(tmp_path):
+    refused(run("scan", "-m", "minilm-l6", "-d", "synthetic", "--limit", 10**11, "--method", "kl",
+                "--experiments", "none", "--no-probes", "--out", tmp_path / "a"), "ask for at most 1,000,000")
+    refused(run("scan", "-m", "minilm-l6", "-d", "synthetic", "--limit", 8, "--method", "kl", "--experiments", "5",
+                "--k", 1000, "--draws", 1, "--no-probes", "--out", tmp_path / "b"), "--k 1000 is more than the 72 heads")
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("text, words", [("kl,kl", "names kl twice"), ("kl,,entropy", "an empty entry"),
+                                         (",", "an empty entry")])
+def test_scan_methods_named_twice_or_empty_are_refused(text, words):
+    from headcut.evaluate.scan import parse_methods
+
+    with pytest.raises(UserError, match=words):
+        parse_methods(text)
+
+
+@pytest.mark.parametrize("text, words", [("", "an empty entry"), ("all,none", "'all' stands alone"),
+                                         ("1,random", "names random twice")])
+def test_scan_experiments_empty_mixed_or_twice_are_refused(text, words):
+    from headcut.evaluate.scan import parse_experiments
+
+    with pytest.raises(UserError, match=words):
+        parse_experiments(text)
+
+
+@pytest.mark.parametrize("command", [["probe", "-m", "minilm-l6", "-d", "synthetic"],
+                                     ["evaluate", "-m", "minilm-l6", "-d", "synthetic"],
+                                     ["scan", "-m", "minilm-l6", "-d", "synthetic", "--experiments", "none"]])
+def test_batch_sizes_are_bounded(tmp_path, command):
+    """Was: unbounded; probe's memory grows about 3 MB a pair of the batch."""
+    refused(run(*command, "--batch-size", 100_000, "--out", tmp_path / "o"), "--batch-size 100000", "[1, 1024]")
+
+
+def test_export_refuses_data_flags_without_data(tmp_path):
+    refused(run("export", "minilm-l6", "--out", tmp_path / "g", "--limit", 16),
+            "--limit reads --data, which is not given")

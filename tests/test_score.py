@@ -424,3 +424,32 @@ def test_pairs_the_reference_cannot_tell_apart_are_not_judged():
     terms = ranking_agreement(np.array([0.6, 0.4, 0.9]), reference, [np.arange(3)])
     assert terms["pairs"][0] == 2 and terms["same"][0] == 2  # only the pairs with the 0.9 title are judged
     assert 1e-7 < TIE < 1e-4  # above float32 rounding, below any difference a reranker means
+
+
+def lonely_pairs(path, n=12):
+    """Scored pairs of which no two share a query: nothing to order."""
+    path.write_text("query\ttitle\tscore\n" + "".join(f"drill {i}\tcordless drill {i}\t{1 + i % 3}.0\n"
+                                                      for i in range(n)))
+    return path
+
+
+def test_ranking_metrics_are_na_where_no_query_has_two_titles(reranker, tmp_path):
+    """Was: NDCG@10, MRR and pair accuracy printed and written as 0.0000."""
+    grader, _ = reranker
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(grader), "--data", str(lonely_pairs(tmp_path / "l.tsv")),
+                                      "--label-col", "score", "--bootstrap", "20", "--out", str(tmp_path / "m.json")])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert [metrics[m] for m in ("ndcg@10", "mrr", "pair_accuracy")] == [None, None, None]
+    assert metrics["judged_pairs"] == 0 and -1 <= metrics["spearman"] <= 1
+    assert "pair_accuracy      n/a" in result.output and "no order to judge" in result.output
+
+
+def test_the_int8_gate_of_a_score_model_needs_two_titles_of_one_query(reranker, tmp_path):
+    """Was: every INT8 recipe 'kept 0.00%' of an order there was none of, and the advice was to relax the gate."""
+    grader, _ = reranker
+    result = CliRunner().invoke(app, ["export", str(grader), "--out", str(tmp_path / "g"), "--int8", "--data",
+                                      str(lonely_pairs(tmp_path / "l.tsv")), "--label-col", "score"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "no two of its 12 pairs share a query" in result.output.replace("\n", " ")
+    assert not (tmp_path / "g").exists()

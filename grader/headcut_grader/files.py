@@ -40,7 +40,12 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
 
 def check_place(out: Path, flag: str = "--out") -> None:
     """What will hold `out` (its nearest existing folder above; missing folders below it are made) is a folder
-    this process can write in: checked before any work, so a long run does not fail at its last step."""
+    this process can write in, and not the folder the process runs in or one above it (an output replaces its
+    path whole): checked before any work, so a long run does not fail at its last step."""
+    here, target = Path.cwd().resolve(), out.resolve()
+    if target == here or target in here.parents:
+        where = "the folder you are in" if target == here else "a folder that holds the one you are in"
+        raise UserError(f"{flag} {out} is {where}; name a new folder or file inside it, e.g. {flag} results.")
     place = out.absolute().parent
     while not place.exists() and place != place.parent:
         place = place.parent

@@ -82,3 +82,4 @@ def check_ranges(obj, where: str) -> None:
 # Bounds of settings that several commands and recipes share (one declaration each).
 MAX_THREADS = 256  # a runtime's threads: more only exhausts the process limit (tokenizers panicked at 100,000)
 MAX_BOOTSTRAP = 100_000  # resamples of a CI: beyond this the CI does not move, and the run takes hours
+MAX_BATCH = 1024  # pairs per forward pass: memory grows with it (probe: ~3 MB a pair), speed stops growing long before

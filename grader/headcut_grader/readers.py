@@ -256,7 +256,9 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
     """(line number, row dict) of each data row; `header` given: `lines` starts after the header (a resume)."""
     if fmt in ("tsv", "csv"):
         csv.field_size_limit(max(csv.field_size_limit(), MAX_TEXT_CHARS + 1))  # the text rule decides, not csv
-        records = _csv_records(path, csv.reader(iter(lines), delimiter="\t" if fmt == "tsv" else ","), lines)
+        # strict: a quote never closed, or text after a closing quote, is an error (not folded into one field)
+        reader = csv.reader(iter(lines), delimiter="\t" if fmt == "tsv" else ",", strict=True)
+        records = _csv_records(path, reader, lines)
         if header is None:
             header = next(records, None)
             if not header:
@@ -332,10 +334,19 @@ def unique_keys(where: str):
 
 def _csv_records(path: Path, reader, lines: Lines):
     while True:
+        start = lines.number + 1  # the line the next record begins on
         try:
             yield next(reader)
         except StopIteration:
             return
-        except csv.Error as e:  # a quoted field running on over many lines
-            text = f"the text is longer than {MAX_TEXT_CHARS:,} characters" if "field larger" in str(e) else str(e)
-            raise UserError(f"{path}, line {lines.number}: {text}; check the quotes on that row.") from None
+        except csv.Error as e:  # a quoted field running on over many lines, or to the end of the file
+            if "field larger" in str(e):
+                text = f"line {lines.number}: the text is longer than {MAX_TEXT_CHARS:,} characters"
+            elif "unexpected end of data" in str(e):
+                text = f"line {start}: a quote opened on this row is never closed"
+            elif "expected after" in str(e):
+                text = (f"line {lines.number}: text follows the closing quote of a field (a quoted field holds its "
+                        "quotes doubled)")
+            else:
+                text = f"line {lines.number}: {e}"
+            raise UserError(f"{path}, {text}; check the quotes on that row.") from None

@@ -7,7 +7,7 @@ import sys
 import typer
 
 from headcut_grader.data import DEFAULT_GRADES
-from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS
+from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, MAX_THREADS
 
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
 from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, BadValue, Opt,  # noqa: F401
@@ -47,7 +47,7 @@ def label_map_fix(grades: tuple[int, ...]) -> str:
 LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
 MAX_LENGTH = number(None, "--max-length", help="Token limit per pair (default: the model's, else 128)", low=8, kind=int)
 LIMIT = number(None, "--limit", help="Use a seeded random sample of this many rows", low=1, kind=int)
-BATCH_SIZE = number(64, "--batch-size", help="Pairs per forward pass", low=1)
+BATCH_SIZE = number(64, "--batch-size", help="Pairs per forward pass", low=1, high=MAX_BATCH)
 BOOTSTRAP = number(1000, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10,
                    high=MAX_BOOTSTRAP)
 THREADS = number(2, "--threads", help="Threads (PyTorch and ONNX Runtime)", low=1, high=MAX_THREADS)

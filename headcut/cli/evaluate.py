@@ -17,9 +17,15 @@ def format_metrics(metrics: dict) -> str:
         if name in metrics:
             lo_hi = ci.get(name)
             band = f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else ""
-            lines.append(f"{name:<13} {metrics[name]:>8.4f}   {band}")
+            lines.append(f"{name:<13} {_shown(metrics[name]):>8}   {band}")
     lines.append(f"pairs: {metrics['n']}")
+    if metrics.get("judged_pairs") == 0:
+        lines.append("n/a: no query has two titles of different gold score, so there is no order to judge")
     return "\n".join(lines)
+
+
+def _shown(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
 
 
 def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> str:
@@ -29,6 +35,9 @@ def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> s
     lines = [f"{'metric':<13} {'model':>8} {'against':>8}   model - against [95% paired CI]"]
     for m in names:
         d = paired[m]
+        if metrics[m] is None:
+            lines.append(f"{m:<13} {'n/a':>8} {'n/a':>8}")
+            continue
         lines.append(f"{m:<13} {metrics[m]:>8.4f} {reference[m]:>8.4f}   {d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
     agreements = ((("pair_order", f"within-query pairs ordered as {name}"), ("top1", f"queries whose first title {name} "
                    "also ranks first")) if score else (("agreement", f"same grade as {name}"),))

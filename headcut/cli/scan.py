@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from headcut_grader.errors import UserError
-from headcut_grader.ranges import MAX_BOOTSTRAP
+from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
                                 QUERY_COL, SEED, TITLE_COL, Opt, flags_set, metrics_line, number, quiet_transformers,
                                 read_data, user_errors)
@@ -178,7 +178,7 @@ def probe(
     data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'; grades not needed."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the probe report (importance.json holds entropy)."),
     limit: Opt[int] = number(500, "--limit", help="Seeded random sample of this many pairs (0: all)", low=0),
-    batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1),
+    batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1, high=MAX_BATCH),
     max_length: Opt[int] = MAX_LENGTH,
     seed: int = SEED,
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,

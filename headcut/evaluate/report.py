@@ -32,8 +32,14 @@ def metrics_with_ci(logits, pairs: Pairs, *, iters: int = 1000, seed: int = 0, t
     check_task(task, pairs, "the model")
     metrics = summary(logits, pairs, task=task, activation=activation)
     metrics["ci95"] = summary_ci(logits, pairs, task=task, activation=activation, iters=iters, seed=seed)
+    if task == "score" and not metrics["judged_pairs"]:  # no query with two titles of different gold: n/a, not 0
+        for name in RANKED:
+            metrics[name] = metrics["ci95"][name] = None
     metrics["data"] = pairs.provenance()
     return metrics
+
+
+RANKED = ("ndcg@10", "mrr", "pair_accuracy")  # a score model's metrics that order the titles of one query
 
 
 @dataclass

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from headcut.arch import present_heads
+from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
@@ -35,29 +35,38 @@ class ScanSettings:
 
 
 def parse_experiments(text: str) -> tuple[str, ...]:
-    """'all', 'none', or a comma list of numbers 1..5 or names (random, halves, layers, heads, term)."""
+    """'all', 'none', or a comma list of numbers 1..5 or names (random, halves, layers, heads, term), each once."""
     text = text.strip().lower()
     if text == "all":
         return EXPERIMENTS
-    if text in ("none", ""):
+    if text == "none":
         return ()
+    items = [item.strip() for item in text.split(",")]
+    use = f"use all, none or numbers 1-5 ({', '.join(EXPERIMENTS)})"
     chosen = []
-    for item in text.split(","):
-        item = item.strip()
+    for item in items:
         name = EXPERIMENTS[int(item) - 1] if item.isdigit() and 1 <= int(item) <= len(EXPERIMENTS) else item
+        if item in ("all", "none"):
+            raise UserError(f"--experiments {text}: '{item}' stands alone; {use}.")
         if name not in EXPERIMENTS:
-            raise UserError(f"--experiments {text}: unknown '{item}'; use all, none or numbers 1-5 "
-                            f"({', '.join(EXPERIMENTS)}).")
+            raise UserError(f"--experiments '{text}': " + (f"unknown '{item}'" if item else "an empty entry") + f"; {use}.")
+        if name in chosen:
+            raise UserError(f"--experiments {text} names {name} twice; name each once.")
         chosen.append(name)
-    return tuple(dict.fromkeys(chosen))
+    return tuple(chosen)
 
 
 def parse_methods(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(m.strip().lower() for m in text.split(",") if m.strip()))
+    """A comma list of criteria (evaluate.criteria), each named once."""
+    names = [m.strip().lower() for m in text.split(",")]
     bad = [m for m in names if m not in CRITERIA]
-    if bad or not names:
-        raise UserError(f"--method {text}: unknown {', '.join(bad) or 'empty'}; choose from {', '.join(CRITERIA)}.")
-    return names
+    if bad:
+        what = f"unknown {', '.join(m for m in bad if m)}" if any(bad) else "an empty entry"
+        raise UserError(f"--method '{text}': {what}; choose from {', '.join(CRITERIA)}.")
+    twice = next((m for m in names if names.count(m) > 1), None)
+    if twice:
+        raise UserError(f"--method {text} names {twice} twice; name each once.")
+    return tuple(names)
 
 
 def head_label(index: int, width: int) -> str:
@@ -153,8 +162,12 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
         raise UserError(f"the scan experiments ({', '.join(settings.experiments)}) do not support one-score models "
                         "(task score) yet; pass --experiments none (the head scores and probes do).")
     if not labelled and (settings.experiments or "ablation" in settings.methods):
-        raise UserError(f"{pairs.source} has no grades, which --method ablation and the experiments need; "
+        gold_name = "scores" if score else "grades"
+        raise UserError(f"{pairs.source} has no {gold_name}, which --method ablation and the experiments need; "
                         "pass --method kl,gradient,fisher,entropy --experiments none.")
+    heads = sum(heads_per_layer(model))
+    if "term" in settings.experiments and settings.k > heads:
+        raise UserError(f"--k {settings.k} is more than the {heads} heads of the model; pass --k {heads} or fewer.")
     stage = (lambda name: (lambda n: progress(name, n))) if progress else (lambda name: None)
     model.eval()  # no dropout: scores depend on the model and the data, not on the random state
     settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.ranges import MAX_THREADS
+from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
                                        user_errors)
 
@@ -21,7 +21,7 @@ def grade(
     threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
                                low=1, high=MAX_THREADS, kind=int),
     backend: str = BACKEND,
-    batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1),
+    batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1, high=MAX_BATCH),
     chunk_rows: int = number(10_000, "--chunk-rows", help="Pairs read, graded and written at a time; memory grows "
                              "with this, never with the file", low=1, high=10_000_000),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of this command after its last "
