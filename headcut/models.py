@@ -147,13 +147,13 @@ def load_model(
 
     path = resolve_source(source, flag=flag)
     weights = _weights_file(path, allow_pickle=allow_pickle, flag=flag)
-    _check_tokenizer(path, flag)
     meta = _read_meta(path)
     if num_labels is None:
         meta = {**meta, **read_task(path, meta)}
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
         _check_outputs(path, meta, num_labels)
     config = _read_config(path, num_labels, attn_implementation)
+    _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
     shape = getattr(config, SHAPE_KEY, None)
     with torch.random.fork_rng(devices=[]), broken_file(weights):
