@@ -122,17 +122,17 @@ def what_changed(before: dict | None, now: dict) -> str:
     for key in [*new, *(k for k in old if k not in new)]:  # settings, files, stages, version
         if old.get(key) == new.get(key) or (key.startswith("files.") and not (key in old and key in new)):
             continue  # a file read or no longer read follows from a setting, which is named
-        kind, _, name = key.partition(".")
-        if kind == "settings":
-            changes.append(f"{name} {_shown(old.get(key))} -> {_shown(new.get(key))}")
-        elif kind == "files":
-            changes.append(f"{name} changed")
-        elif kind == "deps":
-            changes.append(f"the {name} stage it reads was rerun")
-        else:
-            changes.append("headcut's algorithm for it changed")
+        changes.append(_change(key, old.get(key), new.get(key)))
     shown = "; ".join(changes[:3]) + (f"; and {len(changes) - 3} more" if len(changes) > 3 else "")
     return f"since its last run: {shown}" if changes else "its settings or inputs changed"
+
+
+def _change(key: str, before, now) -> str:
+    kind, _, name = key.partition(".")
+    if kind == "settings":
+        return f"{name} {_shown(before)} -> {_shown(now)}"
+    return {"files": f"{name} changed", "deps": f"the {name} stage it reads was rerun"}.get(
+        kind, "headcut's algorithm for it changed")
 
 
 def _flat(inputs: dict) -> dict:
