@@ -127,11 +127,6 @@ def export(
     if data:
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                           label_map=label_map, limit=limit, task=loaded.task, grades=loaded.grades)
-        gated = set(precisions) - {"fp32", None}
-        if gated and loaded.task == "score" and not any(len(g) > 1 for g in pairs.query_groups()):
-            raise UserError(f"--data {data}: no two of its {len(pairs)} pairs share a query, so the gate of a one-score "
-                            "model has no title order to check; pass more pairs (a larger --limit) or a file with "
-                            "several titles per query.")
     gate = Int8Gate(min_agreement=min_agreement, max_spearman_drift=max_spearman_drift, max_drop=max_drop)
     record = build_grader(loaded, out, pairs=pairs, int8=int8, backend=backend, precision=precision, optimize=optimize, opset=opset, max_length=max_length,
                           gate=gate, threads=threads, overwrite=overwrite,

@@ -36,6 +36,17 @@ def summary(logits: np.ndarray, pairs: Pairs, *, task: str = "grades", activatio
     return metrics.summarize(logits, pairs.label_array(), pairs.grades, groups)
 
 
+RANKED = ("ndcg@10", "mrr", "pair_accuracy")  # a score model's metrics that order the titles of one query
+
+
+def unranked_as_none(metrics: dict) -> dict:
+    """A score model's `metrics` with RANKED set to None (n/a, not 0) where no query has two titles of different
+    gold: there is no order to judge. Grades metrics are returned as they are."""
+    if metrics.get("judged_pairs") == 0:
+        metrics = {**metrics, **dict.fromkeys(RANKED)}
+    return metrics
+
+
 def summary_ci(logits: np.ndarray, pairs: Pairs, *, task: str = "grades", activation: str = "identity",
                iters: int = 1000, seed: int = 0) -> dict:
     """Bootstrap CIs of `summary` (grades: over pairs, NDCG over queries; scores: over queries)."""

@@ -20,7 +20,7 @@ from headcut.arch import flops_per_pair, heads_per_layer, takes_token_types
 from headcut.batching import encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
-from headcut.evaluate.tasks import agreement, summary
+from headcut.evaluate.tasks import agreement, summary, unranked_as_none
 from headcut.evaluate.predict import predict_logits
 from headcut.timing import round_robin
 from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops, runtime_version
@@ -182,10 +182,10 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
         row = rows[id(v)]
         task = "score" if logits.shape[1] == 1 else "grades"
         if pairs.task is not None:
-            figures = summary(logits, pairs, task=task)  # a score model's accuracy is its within-query pair accuracy
-            accuracy = figures["accuracy"] if task == "grades" else (
-                figures["pair_accuracy"] if figures["judged_pairs"] else None)  # None: no two titles of one query
-            row.update({"accuracy": accuracy, "spearman": figures["spearman"]})
+            figures = unranked_as_none(summary(logits, pairs, task=task))
+            # a score model's accuracy is its within-query pair accuracy (None: no two titles of one query)
+            row.update({"accuracy": figures["accuracy" if task == "grades" else "pair_accuracy"],
+                        "spearman": figures["spearman"]})
         row["agreement"] = agreement(logits, reference_logits, pairs)
         row["max_abs_diff"] = float(np.max(np.abs(logits - reference_logits)))
     for seq in settings.seq_lens:

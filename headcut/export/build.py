@@ -108,6 +108,11 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
         raise UserError("--int8 needs labelled pairs to check agreement, Spearman and accuracy; pass --data FILE.")
     if ov_precision:
         check_request(ov_precision, labelled=labelled)
+    gated = {ort_precision, ov_precision} - {"fp32", None}
+    if gated and labelled and loaded.task == "score" and not any(len(g) > 1 for g in pairs.query_groups()):
+        raise UserError(f"--data {pairs.source}: no two of its {len(pairs)} pairs share a query, so the gate of a "
+                        "one-score model has no title order to check; pass more pairs (a larger --limit) or a file "
+                        "with several titles per query.")
     if not getattr(loaded.tokenizer, "is_fast", False):
         raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, which the ONNX grader needs.")
     return ort_precision, ov_precision, labelled
