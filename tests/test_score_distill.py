@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from headcut.cli.main import app
 from headcut.distill import DistillRecipe, distill
-from headcut.distill.losses import margin_mse, score_mse
+from headcut.distill.losses import gold_mse, margin_mse, score_mse
 from headcut.models import LoadedModel, load_model, save_model
 from headcut.recipes import from_dict
 from conftest import tiny_model
@@ -61,11 +61,20 @@ def test_margin_mse_equals_a_plain_loop_and_ignores_a_constant_shift():
     assert float(lone.detach()) == 0.0 and student.grad is not None and float(student.grad.abs().sum()) == 0.0
 
 
+def test_gold_mse_reads_only_pairs_with_a_gold_score():
+    student = torch.tensor([[1.0], [2.0], [5.0], [0.5]], requires_grad=True)
+    gold = torch.tensor([1.5, float("nan"), 3.0, 0.5])
+    assert float(gold_mse(student, gold).detach()) == pytest.approx((0.5 ** 2 + 2.0 ** 2 + 0.0) / 3)  # the NaN row adds nothing
+    none = gold_mse(student, torch.full((4,), float("nan")))
+    none.backward()
+    assert float(none.detach()) == 0.0 and float(student.grad.abs().sum()) == 0.0
+
+
 def test_the_score_loss_step_equals_a_plain_computation(score_teacher):
     from headcut.batching import collate
     from headcut.distill.run import Distillation
 
-    recipe = score_recipe(score_teacher, mse_weight=0.7, margin_weight=1.3)
+    recipe = score_recipe(score_teacher, mse_weight=0.7, margin_weight=1.3, gold_weight=0.9)
     run = Distillation(recipe, score_teacher.parent / "never", overwrite=False, progress=None, cache_dir=None)
     run._setup_teacher()
     run._setup_student()
@@ -85,10 +94,30 @@ def test_the_score_loss_step_equals_a_plain_computation(score_teacher):
         got = float(run._loss_step(run.model, batch, rows))
         student = run.model(**batch).logits[:, 0].double().numpy()
         teacher = run.teacher.model(**batch).logits[:, 0].double().numpy()
-    queries = run.query_ids[rows]
-    expected = 0.7 * np.mean((student - teacher) ** 2) + 1.3 * plain_margin(student, teacher, queries)
+    queries, gold = run.query_ids[rows], run.pairs.score_array()[rows]
+    expected = (0.7 * np.mean((student - teacher) ** 2) + 1.3 * plain_margin(student, teacher, queries)
+                + 0.9 * np.mean((student - gold) ** 2))
     assert plain_margin(student, teacher, queries) > 1e-3  # margins differ, so the check can fail
     assert got == pytest.approx(expected, rel=1e-4)
+
+
+def test_gold_scores_come_from_the_train_pairs_and_unlabeled_pairs_have_none(score_teacher, tmp_path):
+    from headcut.distill.run import with_unlabeled
+    from headcut.finetune import load_data
+    from headcut.synthetic import synthetic_pairs
+
+    extra = synthetic_pairs(30, seed=9)
+    path = tmp_path / "logs.tsv"
+    path.write_text("query\ttitle\n" + "".join(f"{q}\t{t}\n" for q, t in zip(extra.queries, extra.titles)))
+    recipe = score_recipe(score_teacher, gold_weight=1.0, unlabeled_data=str(path))
+    train_pairs, _ = load_data(recipe)
+    merged, gold = with_unlabeled(recipe, train_pairs)
+    n = len(train_pairs)
+    assert len(merged) == n + 30 and np.isnan(gold[n:]).all()
+    assert np.array_equal(gold[:n], train_pairs.score_array().astype(np.float32))
+    assert len(set(gold[:n].tolist())) > 1  # real scores, not a placeholder
+    _, none = with_unlabeled(score_recipe(score_teacher), train_pairs)  # no gold loss: no gold read
+    assert np.isnan(none).all()
 
 
 def test_a_score_student_learns_its_teacher(score_teacher, tmp_path):
@@ -149,7 +178,7 @@ def test_a_score_recipe_refuses_the_grades_keys():
         score_recipe("t", kd_weight=0.3)
     with pytest.raises(UserError, match="key 'margin_weight' applies to task=score only"):
         score_recipe("t", task="grades", margin_weight=0.5, tune_fields=["learning_rate"])
-    with pytest.raises(UserError, match="every loss weight of task=score is 0; set mse_weight or margin_weight"):
+    with pytest.raises(UserError, match="every loss weight of task=score is 0; set mse_weight, margin_weight or gold"):
         score_recipe("t", mse_weight=0.0, margin_weight=0.0)
     with pytest.raises(UserError, match="key 'grades' applies to task=grades only"):  # a score has no grades
         score_recipe("t", grades=[1, 2])

@@ -73,6 +73,15 @@ def score_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> tor
     return F.mse_loss(student_logits.float()[:, 0], teacher_logits.float()[:, 0])
 
 
+def gold_mse(student_logits: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of a one-score student's output (B, 1) against the gold scores (B,) of the pairs that
+    have one; NaN marks a pair without (an unlabeled pair), which adds nothing. 0 when no pair of the batch has one."""
+    s, known = student_logits.float()[:, 0], ~torch.isnan(gold)
+    if not bool(known.any()):
+        return s.new_zeros(()) * s.sum()  # keeps the graph: a zero gradient, not a missing one
+    return F.mse_loss(s[known], gold[known].float())
+
+
 def margin_mse(student_logits: torch.Tensor, teacher_logits: torch.Tensor, query_ids: torch.Tensor) -> torch.Tensor:
     """Margin-MSE (Hofstätter et al., 2020): over every pair (i, j) of titles of one query in the batch, the
     squared error of the student's margin s_i - s_j against the teacher's t_i - t_j. Logits (B, 1), query_ids (B,).

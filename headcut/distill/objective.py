@@ -1,7 +1,8 @@
 """The distillation objective as a map of named losses (TextBrewer's shape), one map per teacher task.
 
 A grades teacher teaches with cross-entropy on gold grades and KL on its softened grades; a one-score teacher
-(a reranker) with MSE on its score and margin-MSE on its score differences between titles of one query. Hidden
+(a reranker) with MSE on its score, margin-MSE on its score differences between titles of one query, and MSE on
+the gold score where a pair has one. Hidden
 -state and attention losses describe the encoder, not the head, so both maps carry them. Each entry names the
 recipe field that weighs it; an entry weighed 0 is never computed.
 """
@@ -12,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from headcut.distill.losses import attention_kl, hidden_mse, kd_loss, margin_mse, per_layer, score_mse
+from headcut.distill.losses import attention_kl, gold_mse, hidden_mse, kd_loss, margin_mse, per_layer, score_mse
 from headcut.finetune import grade_loss
 
 
@@ -23,7 +24,8 @@ class StepInputs:
     student: object  # the student's model output: logits (B, C), hidden_states, attentions
     teacher: object | None  # the teacher's output when run online (hidden-state / attention losses), else None
     teacher_logits: torch.Tensor | None  # (B, C), cached or online; None when no loss needs them
-    gold: torch.Tensor | None  # grades: label ids (B,), the teacher's grade where a pair has none
+    gold: torch.Tensor | None  # grades: label ids (B,), the teacher's grade where a pair has none; score: gold
+    # scores (B,), NaN where a pair has none
     query_ids: torch.Tensor | None  # (B,) which query each pair belongs to (margin-MSE)
     attention_mask: torch.Tensor  # (B, T)
 
@@ -71,6 +73,7 @@ LOSSES: dict[str, dict[str, Loss]] = {
         "mse": Loss("mse_weight", lambda x, f: score_mse(x.student.logits, x.teacher_logits), targets=True),
         "margin_mse": Loss("margin_weight", lambda x, f: margin_mse(x.student.logits, x.teacher_logits, x.query_ids),
                            targets=True),
+        "gold_mse": Loss("gold_weight", lambda x, f: gold_mse(x.student.logits, x.gold)),
         "hidden": Loss("hidden_weight", _hidden, online=True),
         "attention": Loss("attention_weight", _attention, online=True),
     },

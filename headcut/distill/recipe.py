@@ -45,6 +45,7 @@ class DistillRecipe(TrainingRecipe):
     # task=score teaches with these in place of kd_weight / ce_weight / temperature / ordinal_weight:
     mse_weight: float = tunable(1.0, 0.0, 1.0, valid=(0.0, 100.0))  # MSE on the teacher's score
     margin_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))  # margin-MSE on score differences within a query
+    gold_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))  # MSE on the gold score (the data's score column)
     cache_teacher: bool = True
 
     learning_rate: float = tunable(1e-4, 1e-5, 5e-4, log=True, valid=(0.0, 1.0, True))
@@ -64,9 +65,10 @@ class DistillRecipe(TrainingRecipe):
         self._check_student_keys(where, named)
         if self.task == "grades" and not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
             raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.")
-        if self.task == "score" and not (self.mse_weight or self.margin_weight or self.hidden_weight
+        if self.task == "score" and not (self.mse_weight or self.margin_weight or self.gold_weight or self.hidden_weight
                                          or self.attention_weight):
-            raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight or margin_weight above 0.")
+            raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight, margin_weight or "
+                            "gold_weight above 0.")
         if self.layer_map is not None and self.student == "config" and len(self.layer_map) != self.student_layers:
             raise UserError(f"{where}: layer_map has {len(self.layer_map)} entries for {self.student_layers} "
                             "student layers; give one teacher layer per student layer.")
@@ -104,7 +106,7 @@ STUDENT_KEYS = {"bottom-k": ("keep_layers",), "pruned": ("student_model",),
                 "config": ("student_layers", "student_hidden", "student_heads", "student_intermediate")}
 # The recipe keys only one task's losses read (headcut.distill.objective.LOSSES), and what --tune searches there.
 TASK_KEYS = {"grades": ("grades", "temperature", "kd_weight", "ce_weight", "ordinal_weight"),
-             "score": ("mse_weight", "margin_weight")}
+             "score": ("mse_weight", "margin_weight", "gold_weight")}
 TUNED = {"grades": ("temperature", "kd_weight", "learning_rate"), "score": ("mse_weight", "margin_weight", "learning_rate")}
 
 

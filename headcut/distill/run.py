@@ -51,9 +51,9 @@ class DistillResult:
 
 
 def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np.ndarray]:
-    """Training pairs plus the recipe's unlabeled pairs, and their labels (UNLABELED for the extra ones)."""
-    # a score recipe reads no gold in its losses (objective.LOSSES): its pairs carry placeholder labels
-    labels = train_pairs.label_array() if recipe.task == "grades" else np.zeros(len(train_pairs), dtype=np.int64)
+    """Training pairs plus the recipe's unlabeled pairs, and their gold: grade ids (UNLABELED for the extra ones),
+    or for a score recipe gold scores (NaN for the extra ones)."""
+    labels, none = _gold(recipe, train_pairs)
     if recipe.unlabeled_data is None:
         return train_pairs, labels
     options = dict(file_options(recipe), label_col=None)  # the extra pairs have no gold: no column to name
@@ -61,7 +61,16 @@ def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np
     extra = extra.sample(recipe.unlabeled_rows, seed=recipe.seed)
     merged = Pairs(train_pairs.queries + extra.queries, train_pairs.titles + extra.titles, None, recipe.grades,
                    f"{train_pairs.source} + {extra.source} (unlabeled)")
-    return merged, np.concatenate([labels, np.full(len(extra), UNLABELED)])
+    return merged, np.concatenate([labels, np.full(len(extra), none, dtype=labels.dtype)])
+
+
+def _gold(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[np.ndarray, float]:
+    """The train pairs' gold as the task's losses read it, and the value that marks a pair without."""
+    if recipe.task == "grades":
+        return train_pairs.label_array(), UNLABELED
+    if not recipe.gold_weight:  # no score loss reads gold: the pairs need no score column
+        return np.full(len(train_pairs), np.nan, dtype=np.float32), np.nan
+    return train_pairs.score_array().astype(np.float32), np.nan
 
 
 def _stage(progress, name: str, total: int):
@@ -177,9 +186,8 @@ class Distillation:
                                                        output_attentions=recipe.attention_weight > 0)
         t_logits = torch.as_tensor(self.cached[rows], device=device) if self.cached is not None else (
             target.logits if target is not None else None)
-        gold = None
+        gold = self.gold[rows].to(device)
         if recipe.task == "grades":
-            gold = self.gold[rows].to(device)
             if t_logits is not None:
                 gold = torch.where(gold == UNLABELED, t_logits.argmax(-1), gold)  # the teacher grades unlabeled pairs
         queries = None if self.query_tensor is None else self.query_tensor[rows].to(device)
