@@ -339,16 +339,20 @@ def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):
 
     from headcut.export.server_load import running_server
     from headcut_grader.grader import Grader
-    from headcut_grader.grade_file import grade_file
+    from headcut_grader.grade_file import GradeSettings, grade_file
     from tests.conftest import ROOT
 
     root, _, pairs, _, _ = score_grader
     local = Grader(root / "fp32").grade(pairs)
-    source = write_scored(tmp_path / "in.tsv", synthetic_pairs(120), columns=("score",))
-    grade_file(root / "fp32", source, tmp_path / "out.tsv")
-    lines = [line.split("\t") for line in (tmp_path / "out.tsv").read_text().splitlines()]
-    assert lines[0] == ["query", "title", "score"]
-    assert np.allclose([float(r[2]) for r in lines[1:]], local.scores, atol=1e-6)
+    source = write_scored(tmp_path / "in.tsv", synthetic_pairs(120))  # a grade and a score column, as Home Depot's
+    gold = [float(line.split("\t")[3]) for line in source.read_text().splitlines()[1:]]
+    for name, settings in (("out.tsv", GradeSettings()), ("named.tsv", GradeSettings(label_col="score")),
+                           ("preset.tsv", GradeSettings(preset="homedepot"))):
+        grade_file(root / "fp32", source, tmp_path / name, settings=settings)
+        lines = [line.split("\t") for line in (tmp_path / name).read_text().splitlines()]
+        assert lines[0] == ["query", "title", "true_score", "score"], name  # the input's gold score kept, as a score
+        assert [float(r[2]) for r in lines[1:]] == gold and len(set(gold)) > 1
+        assert np.allclose([float(r[3]) for r in lines[1:]], local.scores, atol=1e-6)
     with running_server(root / "fp32", workers=1, threads=1, wait_seconds=90, cwd=ROOT) as url:
         body = {"pairs": [{"query": q, "title": t} for q, t in zip(pairs.queries[:12], pairs.titles[:12])]}
         reply = httpx.post(url + "/grade", json=body, timeout=30).json()

@@ -20,7 +20,7 @@ import numpy as np
 from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import UserError
 from headcut_grader.files import check_out_file, write_json
-from headcut_grader.grader import Grader, Grades, results_from_logits
+from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.orphans import exit_with_parent
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -67,14 +67,15 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv")
     fmt = settings.out_format or (guess_format(out) if out.suffix else guess_format(source))
     settings = GradeSettings(**{**asdict(settings), "out_format": "jsonl" if fmt == "json" else fmt})
-    chunks = _chunks(source, settings)
+    task = _task(grader_dir)
+    chunks = _chunks(source, settings, task)
     first = next(chunks)  # a bad file (columns, first rows) is reported before a bad grader folder, as before chunks
     grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size, backend=settings.backend)
     data, state_path = partial_paths(out)
     state = _resumable_state(state_path, data, out, grader, settings, resume=resume, overwrite=overwrite)
     counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record.get("grades", [])}
     rows = done = state["rows"] if state else 0
-    chunks = _chunks(source, settings, start=Position(**state["position"])) if state else chain([first], chunks)
+    chunks = _chunks(source, settings, task, start=Position(**state["position"])) if state else chain([first], chunks)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)  # as every command's --out: missing folders are made
         with open(data, "r+b" if state else "wb") as f:
@@ -101,9 +102,18 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                         f"{grader.backend.name} {grader.backend.version} {grader.precision}")
 
 
-def _chunks(source: Path, settings: GradeSettings, *, start: Position | None = None):
+def _task(grader_dir) -> str:
+    """The grader's task, read before the file so that its gold column is read as that task's (a one-score
+    grader's as numbers, kept as true_score). A folder that cannot say is reported by Grader, after the file."""
+    try:
+        return read_record(grader_dir).get("task", "grades")
+    except UserError:
+        return "grades"
+
+
+def _chunks(source: Path, settings: GradeSettings, task: str, *, start: Position | None = None):
     return iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
-                      title_col=settings.title_col, label_col=settings.label_col, start=start,
+                      title_col=settings.title_col, label_col=settings.label_col, start=start, task=task,
                       require_labels=settings.label_col is not None)  # a named gold column must be there
 
 

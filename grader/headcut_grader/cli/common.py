@@ -140,7 +140,7 @@ def version_option(program: str, version: str):
 PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or qbqtc.")
 QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")
 TITLE_COL = typer.Option(None, "--title-col", help="Title column name (default: title).")
-LABEL_COL = typer.Option(None, "--label-col", help="Label column name (default: grade).")
+LABEL_COL = typer.Option(None, "--label-col", help="Gold column name (default: grade; score for a one-score model).")
 BACKEND = typer.Option("auto", "--backend", help="Runtime: onnxruntime, openvino (needs the openvino extra of "
                        "headcut-grader and a grader exported with --backend openvino or auto), or auto: the folder's graph that "
                        "was timed fastest on this CPU model (timed here once and cached on another CPU).")

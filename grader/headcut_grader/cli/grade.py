@@ -29,7 +29,8 @@ def grade(
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, overwrite: bool = OVERWRITE,
 ):
-    """Grade every pair in PAIRS_FILE: grade, expected grade and each grade's probability per row.
+    """Grade every pair in PAIRS_FILE: grade, expected grade and each grade's probability per row (a one-score
+    grader: its score), after the input's gold grade or score (true_grade / true_score) where it has one.
 
     Example: headcut grade runs/grader ../shared/data/homedepot/dev.tsv --out dev-grades.tsv --workers 2
     """
