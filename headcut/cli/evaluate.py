@@ -11,21 +11,19 @@ from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, BOOTSTRAP, LABEL_COL, 
 
 
 def format_metrics(metrics: dict) -> str:
+    from headcut.evaluate.tasks import shown
+
     ci = metrics.get("ci95", {})
     lines = [f"{'metric':<13} {'value':>8}   95% CI"]
     for name in ("accuracy", "macro_f1", "spearman", "pearson", "loss", "ndcg@10", "mrr", "pair_accuracy"):
         if name in metrics:
             lo_hi = ci.get(name)
             band = f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else ""
-            lines.append(f"{name:<13} {_shown(metrics[name]):>8}   {band}")
+            lines.append(f"{name:<13} {shown(metrics[name]):>8}   {band}")
     lines.append(f"pairs: {metrics['n']}")
     if metrics.get("judged_pairs") == 0:
         lines.append("n/a: no query has two titles of different gold score, so there is no order to judge")
     return "\n".join(lines)
-
-
-def _shown(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
 
 
 def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> str:

@@ -39,6 +39,12 @@ def summary(logits: np.ndarray, pairs: Pairs, *, task: str = "grades", activatio
 RANKED = ("ndcg@10", "mrr", "pair_accuracy")  # a score model's metrics that order the titles of one query
 
 
+def shown(value: float | None, spec: str = ".4f") -> str:
+    """A figure as reports print it, or n/a where it means nothing (None or NaN: no labels, or no two titles of one
+    query to order)."""
+    return "n/a" if value is None or value != value else format(value, spec)
+
+
 def unranked_as_none(metrics: dict) -> dict:
     """A score model's `metrics` with RANKED set to None (n/a, not 0) where no query has two titles of different
     gold: there is no order to judge. Grades metrics are returned as they are."""

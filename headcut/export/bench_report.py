@@ -5,6 +5,7 @@ from pathlib import Path
 
 from headcut_grader.files import write_json, write_text
 
+from headcut.evaluate.tasks import shown
 from headcut.export.bench import BenchResult
 
 
@@ -45,8 +46,8 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
         c = cell(row, batch, seq) or cell(row, *_first_cell(row))
         achieved, peak = c.get("gflop_per_s"), row.get("peak_gflop_per_s")
         share = f"{achieved / peak:.1%} of {peak:.0f}" if achieved and peak else "-"
-        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {_shown(row.get('accuracy'), '.4f')} "
-                     f"| {_shown(row.get('spearman'), '.4f')} | {_shown(row['agreement'], '.2%')} | {c['p50_ms']:.1f} "
+        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {shown(row.get('accuracy'), '.4f')} "
+                     f"| {shown(row.get('spearman'), '.4f')} | {shown(row['agreement'], '.2%')} | {c['p50_ms']:.1f} "
                      f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x "
                      f"| {f'{achieved:.1f}' if achieved else '-'} | {share} |")
     lines += ["", "p50 ms per batch (batch x sequence):", ""]
@@ -56,11 +57,6 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
     for row in report["variants"]:
         lines.append(f"| {row['name']} | " + " | ".join(f"{cell(row, b, q)['p50_ms']:.1f}" for b, q in shapes) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _shown(value: float | None, spec: str) -> str:
-    """A figure, or n/a where it means nothing (no labels, or no two titles of one query to order)."""
-    return "n/a" if value is None or value != value else format(value, spec)
 
 
 def _machine_line(report: dict) -> str:
