@@ -125,6 +125,17 @@ def test_probe_reads_the_segmentation_column(tiny_grader, tmp_path):
     assert missing.exit_code == 2 and "no column 'words'" in said and said.endswith("name it with --seg-col.")
 
 
+@pytest.mark.parametrize("command", ["probe", "scan"])
+def test_a_gold_column_named_by_its_flag_must_be_there(tiny_grader, tmp_path, command):
+    data = tmp_path / "pairs.tsv"
+    data.write_text("query\ttitle\tgrade\nangle bracket\tsteel angle bracket 2 in.\t5\n", encoding="utf-8")
+    r = runner.invoke(app, [command, "--model", str(tiny_grader), "--data", str(data), "--label-col", "nosuch",
+                            "--out", str(tmp_path / "x")])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "no label column 'nosuch'" in said and "--label-col" in said, r.output
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("args, words", [
     (["--experiments", "none", "--draws", "3"], "--draws sets up experiments 1, 2, 5"),
     (["--experiments", "1,3", "--k", "3"], "--k sets up experiment 5 (term), and --experiments runs random, layers"),

@@ -87,7 +87,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     state = process_state()
     check_out_dir(out, overwrite=overwrite, inputs=[model, data])
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
-                require_labels=False, seed=seed)
+                require_labels=label_col is not None, seed=seed)  # a gold column named by its flag must be there
     loaded = load_model(model, allow_pickle=allow_pickle)
     read.update(task=loaded.task, grades=loaded.grades)
     pairs = read_data(data, title_col=title_col, **read)
