@@ -48,9 +48,16 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     origins = {}
     for item in overrides:
         key, value = parse_override(item)
+        refuse_repeat(origins.get(key), item)
         data[key] = value
         origins[key] = f"--set {item}"
     return from_dict(cls, data, where=str(path), origins=origins)
+
+
+def refuse_repeat(earlier: str | None, item: str) -> None:
+    """A key given twice by --set is refused, as in a YAML file: which value was meant is not for headcut to guess."""
+    if earlier is not None:
+        raise UserError(f"{earlier} and --set {item} set the same key; keep one of them.")
 
 
 def read_recipe_file(path: Path, *, what: str = "a recipe is a mapping of keys to values") -> dict:
@@ -171,7 +178,7 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     problems: list[tuple[str, str]] = []  # (key, what is wrong with it)
     unknown = [k for k in data if k not in fields]
     for key in unknown:
-        close = difflib.get_close_matches(key, fields, n=1)
+        close = difflib.get_close_matches(str(key), fields, n=1)
         problems.append((key, f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else "")))
     hints = typing.get_type_hints(cls)
     values = {}

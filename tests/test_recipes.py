@@ -133,6 +133,19 @@ def test_a_duplicate_key_in_a_training_recipe_and_in_a_set_value(tmp_path):
         load_pipeline("quickstart", overrides=["prune.flops={a: 1, a: 2}"])
 
 
+def test_a_key_set_twice_by_set_is_refused():
+    with pytest.raises(UserError, match=r"^--set epochs=1 and --set epochs=2 set the same key; keep one of them\.$"):
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["epochs=1", "epochs=2"])
+
+
+@pytest.mark.parametrize("text, key", [("1: 2\n", "1"), ("null: 2\n", "None"), ("2.5: x\n", "2.5")])
+def test_a_key_that_is_no_text_is_an_unknown_key(tmp_path, text, key):
+    path = tmp_path / "r.yaml"
+    path.write_text("model: minilm-l6\ntrain_data: synthetic\n" + text)
+    with pytest.raises(UserError, match=f"unknown key '{key}'; valid keys are"):
+        load_recipe(FinetuneRecipe, path)
+
+
 def test_merge_keys_still_override():
     """`<<: *base` then a key of its own is YAML's way to override, not a duplicate."""
     from headcut.recipes import parse_yaml

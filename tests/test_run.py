@@ -276,6 +276,14 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["prune.iterative=101"], ["key 'iterative' is 101, which is out of range"]),
     (["data.test=nowhere/test.tsv", "scan.data=nowhere/scan.tsv"],
      ["data.test=nowhere/test.tsv, scan.data=nowhere/scan.tsv: no such file"]),
+    # a student named as another grader would take its export and its report row; two that differ in case or
+    # by a dot would share one folder
+    (["distill.teacher.recipe=distill/minilm_synthetic_cpu"], ["student name 'teacher' is the run's teacher grader"]),
+    (["distill.Pruned.recipe=distill/minilm_synthetic_cpu"], ["student name 'Pruned' is the run's pruned grader"]),
+    (["distill.Bottom3.recipe=distill/minilm_synthetic_cpu"], ["students 'bottom3' and 'Bottom3' would share one folder"]),
+    (["distill.a-b.recipe=distill/minilm_synthetic_cpu", "distill.a.b.recipe=distill/minilm_synthetic_cpu"],
+     ["--set 'distill.a.b.recipe=distill/minilm_synthetic_cpu': the recipe has no student 'a'"]),
+    (["bench.repeats=2", "bench.repeats=3"], ["--set bench.repeats=2 and --set bench.repeats=3 set the same key"]),
 ])
 def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp_path):
     args = ["run", "quickstart", "--out", str(tmp_path / "out")] + [x for o in override for x in ("--set", o)]
@@ -312,6 +320,19 @@ def test_a_teacher_path_a_stage_would_refuse_stops_the_run_before_any_stage(stra
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith(f"error: teacher.path={teacher}{words}") and "--model" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("students, words", [
+    ('{"a.b": {recipe: distill/minilm_synthetic_cpu}}', "student name 'a.b' must be 1-64 letters, digits"),
+    ('{1: {recipe: distill/minilm_synthetic_cpu}, "1": {recipe: distill/minilm_synthetic_cpu}}',
+     "students '1' and '1' would share one folder"),
+])
+def test_student_names_that_would_share_a_folder_are_refused(tmp_path, students, words):
+    path = tmp_path / "r.yaml"
+    path.write_text(f"data: {{train: synthetic, test: 'synthetic:2'}}\ndistill: {students}\n")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and words in result.stderr, result.output
     assert not (tmp_path / "out").exists()
 
 

@@ -6,6 +6,7 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +15,7 @@ from headcut_grader.data import file_keys
 from headcut_grader.errors import UserError
 from headcut.export.gate import Int8Gate
 from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, ranged, same_as
-from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, to_dict
+from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
 
@@ -144,6 +145,7 @@ def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> Pip
             if not isinstance(node[part], dict):
                 raise UserError(f"--set '{item}': '{part}' is not a section; write e.g. --set teacher.epochs=1.")
             node = node[part]
+        refuse_repeat(origins.get(tuple(parts)), item)
         node[parts[-1]] = value
         origins[tuple(parts)] = f"--set {item}"
     return from_mapping(data, where=str(path), origins=origins)
@@ -174,6 +176,10 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         problems.append("section 'distill' maps student names to their settings, e.g. bottom3: {recipe: ...}")
         distill = {}
     for name, value in distill.items():
+        problem = _student_name_problem(str(name), [n for n, _ in students])
+        if problem:
+            problems.append(problem)
+            continue
         if not isinstance(value, dict):
             problems.append(f"student '{name}' must be a mapping (recipe: and the distill recipe's keys to change)")
             continue
@@ -208,6 +214,24 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if problems:
         raise UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in problems) + ".")
     return recipe
+
+
+# Names the run's other graders take in its stages and report (export.teacher, export.pruned).
+RESERVED_STUDENT_NAMES = ("teacher", "pruned")
+
+
+def _student_name_problem(name: str, earlier: list[str]) -> str | None:
+    """A student's name becomes its stages' names, its folders and its report row: letters, digits, _ and -,
+    none of the other graders' names, and no two that differ only in case (one folder on some file systems)."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        return (f"student name {name!r} must be 1-64 letters, digits, '_' or '-' (it names the student's folders "
+                "and report row); rename it")
+    if name.lower() in RESERVED_STUDENT_NAMES:
+        return f"student name '{name}' is the run's {name.lower()} grader's name; rename the student"
+    twin = next((n for n in earlier if n.lower() == name.lower()), None)
+    if twin is not None:
+        return f"students '{twin}' and '{name}' would share one folder; give them names that differ in more than case"
+    return None
 
 
 # sample sizes the shipped recipes set: switching one to keep_ratio need not unset them
