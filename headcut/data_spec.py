@@ -3,6 +3,7 @@ set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn gra
 from __future__ import annotations
 
 from headcut_grader.data import Pairs, read_pairs
+from headcut_grader.errors import UserError
 from headcut.synthetic import synthetic_spec
 
 
@@ -10,8 +11,21 @@ def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = 
     """The pairs `spec` names; `options` go to `read_pairs` for a file (preset, columns, grades, ...)."""
     synthetic = synthetic_spec(spec, rows)
     if synthetic is not None:
+        _check_synthetic_grades(synthetic, options.get("grades") if task == "grades" else None, options.get("keys"))
         return as_scores(synthetic) if task == "score" else synthetic
     return read_pairs(spec, task=task, **options).sample(rows, seed=seed)
+
+
+def _check_synthetic_grades(pairs: Pairs, grades, keys) -> None:
+    """Synthetic pairs grade 1..5: read against other grades, their labels would index the wrong grades."""
+    if grades is None or tuple(grades) == tuple(pairs.grades):
+        return
+    drawn = ", ".join(map(str, pairs.grades))
+    if keys == "":  # a recipe reads it: name its key
+        raise UserError(f"synthetic data grades {drawn}, but the recipe says grades={list(grades)}; set "
+                        f"grades=[{drawn}], or train on a file graded in yours.")
+    raise UserError(f"synthetic data grades {drawn}, but the model grades {', '.join(map(str, grades))}; pass a "
+                    "file graded in the model's grades.")
 
 
 def as_scores(pairs: Pairs) -> Pairs:

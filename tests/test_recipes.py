@@ -146,6 +146,18 @@ def test_a_key_that_is_no_text_is_an_unknown_key(tmp_path, text, key):
         load_recipe(FinetuneRecipe, path)
 
 
+@pytest.mark.parametrize("grades", ["[1,2]", "[0,1,2,3,4]"])
+def test_synthetic_data_read_against_other_grades_is_refused(grades):
+    """Synthetic pairs grade 1..5; under [1, 2] their labels overran (a traceback in the loss), under [0..4]
+    every grade was shifted by one (exit 0)."""
+    from headcut.finetune import load_data
+
+    recipe = load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"grades={grades}"])
+    with pytest.raises(UserError, match=r"^synthetic data grades 1, 2, 3, 4, 5, but the recipe says grades=\[.*; set "
+                                        r"grades=\[1, 2, 3, 4, 5\]"):
+        load_data(recipe)
+
+
 def test_merge_keys_still_override():
     """`<<: *base` then a key of its own is YAML's way to override, not a duplicate."""
     from headcut.recipes import parse_yaml
