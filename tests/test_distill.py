@@ -272,3 +272,25 @@ def test_a_pruned_student_without_some_layers_matches_each_kept_layer_to_its_ori
     recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.25, hidden_weight=0.5)
     result = distill(recipe, tmp_path / "student")
     assert result.finished and load_model(tmp_path / "student").meta["student"]["layer_map"] == [0, 2, 3]
+
+
+@pytest.mark.parametrize("changes, words", [
+    # bottom-k keeps 2 of the 4 teacher layers: a map names one teacher layer, 0..3, for each
+    ({"layer_map": [5, 5], "hidden_weight": 0.5}, "layer_map [5, 5] names a layer the 4-layer teacher lacks; use 0..3."),
+    ({"layer_map": [0, 1, 2], "attention_weight": 0.5}, "layer_map [0, 1, 2] has 3 entries for 2 student layers"),
+    ({"layer_map": [1], "hidden_weight": 0.5}, "layer_map [1] has 1 entries for 2 student layers"),
+])
+def test_a_layer_map_that_does_not_fit_the_student_is_one_sentence(tiny_teacher, changes, words):
+    """Before: an IndexError inside the loss (too many or out of range), or one layer matched silently."""
+    from headcut.distill.students import build_student
+    from headcut.models import load_model
+
+    with pytest.raises(UserError, match=re.escape(words)):
+        build_student(recipe_for(tiny_teacher, **changes), load_model(tiny_teacher))
+
+
+def test_a_layer_map_no_loss_reads_is_refused(tiny_teacher):
+    with pytest.raises(UserError, match="key 'layer_map' matches layers for the hidden-state and attention losses, "
+                                        "which are off"):
+        recipe_for(tiny_teacher, layer_map=[0, 2])
+    assert recipe_for(tiny_teacher, layer_map=[0, 2], hidden_weight=0.5).layer_map == (0, 2)

@@ -69,6 +69,10 @@ class DistillRecipe(TrainingRecipe):
                                          or self.attention_weight):
             raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight, margin_weight or "
                             "gold_weight above 0.")
+        if is_set(self, "layer_map", named) and self.student != "config" and not (self.hidden_weight
+                                                                                  or self.attention_weight):
+            raise UserError(f"{where}: key 'layer_map' matches layers for the hidden-state and attention losses, which "
+                            "are off; set hidden_weight or attention_weight above 0, or remove layer_map.")
         if self.layer_map is not None and self.student == "config" and len(self.layer_map) != self.student_layers:
             raise UserError(f"{where}: layer_map has {len(self.layer_map)} entries for {self.student_layers} "
                             "student layers; give one teacher layer per student layer.")
