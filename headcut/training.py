@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from headcut.batching import Encoded, collate
+from headcut.synthetic import is_synthetic
 from headcut_grader.data import DEFAULT_GRADES, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import check_ranges, ranged
@@ -79,6 +80,22 @@ class TrainingRecipe(LoopSettings):
         if len(self.grades) < 2 or len(set(self.grades)) != len(self.grades):
             raise UserError(f"{where}: key 'grades' is {list(self.grades)}; name two or more different grades, "
                             "e.g. [1, 2, 3, 4, 5].")
+        if self.dev_data is not None and same_data(self.train_data, self.dev_data):
+            raise UserError(f"{where}: dev_data {self.dev_data} is the train_data, so checkpoints would be chosen and "
+                            "dev metrics reported on pairs it trains on; pass other pairs (synthetic:1 for another "
+                            "synthetic draw), or remove dev_data to hold out dev_fraction of train_data by query.")
+
+
+def same_data(a: str, b: str) -> bool:
+    """Whether two data specs name the same pairs: one synthetic seed ('synthetic' is seed 0), or one file."""
+    if is_synthetic(a) or is_synthetic(b):
+        return is_synthetic(a) and is_synthetic(b) and _seed(a) == _seed(b)
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def _seed(spec: str) -> int:
+    seed = str(spec).partition(":")[2] or "0"  # 'synthetic' is seed 0
+    return int(seed) if seed.isdigit() else -1  # a malformed seed is refused where the pairs are read
 
 
 def is_set(recipe, key: str, named: frozenset) -> bool:

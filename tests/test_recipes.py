@@ -1,6 +1,8 @@
 """Every shipped recipe loads into its dataclass without running anything; bad keys and types are errors."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 
@@ -23,7 +25,7 @@ def test_every_shipped_recipe_is_valid(name):
         path = RECIPE_ROOT / f"{name}.yaml"
         assert path.read_text().startswith("#"), f"{path} should open with a comment saying what it is for"
         data = yaml.safe_load(path.read_text())
-        supplied = [f"{section}.{key}=x" for section, keys in data.items() if isinstance(keys, dict)
+        supplied = [f"{section}.{key}={key}.tsv" for section, keys in data.items() if isinstance(keys, dict)
                     for key, value in keys.items() if value is None and key in ("path", "train", "dev", "test")]
         load_pipeline(name, overrides=supplied)  # files are not opened until a stage runs
         return
@@ -156,6 +158,17 @@ def test_synthetic_data_read_against_other_grades_is_refused(grades):
     with pytest.raises(UserError, match=r"^synthetic data grades 1, 2, 3, 4, 5, but the recipe says grades=\[.*; set "
                                         r"grades=\[1, 2, 3, 4, 5\]"):
         load_data(recipe)
+
+
+@pytest.mark.parametrize("train, dev", [("synthetic", "synthetic"), ("synthetic", "synthetic:0"),
+                                        ("pairs.tsv", "./pairs.tsv")])
+def test_dev_pairs_that_are_the_train_pairs_are_refused(train, dev, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=f"dev_data {re.escape(dev)} is the train_data, so checkpoints would be chosen"):
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"train_data={train}",
+                                                                                f"dev_data={dev}"])
+    other = load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1"])
+    assert other.dev_data == "synthetic:1"
 
 
 def test_merge_keys_still_override():
