@@ -676,8 +676,8 @@ def test_class_serve_refuses_a_damaged_grader_and_a_taken_port(tmp_path, tiny_gr
     import subprocess
     import sys
 
-    def serve(folder, port):
-        return subprocess.run([sys.executable, "-m", "headcut", "serve", str(folder), "--host", "127.0.0.1",
+    def serve(folder, port, host="127.0.0.1"):
+        return subprocess.run([sys.executable, "-m", "headcut", "serve", str(folder), "--host", host,
                                "--port", str(port)], capture_output=True, text=True, timeout=120,
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
@@ -688,6 +688,8 @@ def test_class_serve_refuses_a_damaged_grader_and_a_taken_port(tmp_path, tiny_gr
     with socket.create_server(("127.0.0.1", 0)) as taken:
         done = serve(tiny_grader, taken.getsockname()[1])
     assert done.returncode == 2 and "cannot listen" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    done = serve(tiny_grader, 8000, host="")  # the socket layer would read it as every interface
+    assert done.returncode == 2 and "--host is empty, which would listen on every interface" in done.stderr, done.stderr
 
 
 def test_class_fifo_score_file_and_recipe_are_refused(tmp_path):

@@ -65,7 +65,7 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
 
     from headcut_grader.grader import Grader
     from headcut_grader.serve_metrics import make_metrics
-    from headcut_grader.serve_routes import add_error_handlers, add_routes
+    from headcut_grader.serve_routes import BODY_ROUTES, add_error_handlers, add_routes
 
     app = FastAPI(title="headcut grader", version="1", lifespan=_lifespan)
     state = app.state
@@ -74,7 +74,7 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     state.batcher = _batcher(state.grader.grade, state.metrics, batching)
     state.limits, state.batching = limits, batching
     app.add_middleware(DrainDeadline)  # inside Measured, which then counts its 503s
-    app.add_middleware(JsonBody, limit=limits.max_body_bytes, max_text_chars=limits.max_text_chars)
+    app.add_middleware(JsonBody, limit=limits.max_body_bytes, max_text_chars=limits.max_text_chars, paths=BODY_ROUTES)
     app.add_middleware(Measured, metrics=state.metrics)  # added last: outermost, so it sees 413s, 415s and 400s too
     add_error_handlers(app)
     add_routes(app, limits)

@@ -12,16 +12,17 @@ SHUTTING_DOWN = f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."
 
 
 class JsonBody:
-    """ASGI middleware: a POST body must be JSON text (Content-Type application/json, UTF-8, nested less deeply
+    """ASGI middleware: a POST body to one of `paths` must be JSON text (Content-Type application/json, UTF-8, nested less deeply
     than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent. Anything
     else is answered here with one sentence (413, 415 or 400), before FastAPI's parser could answer in its own
     words or fail; JSON that does not fit the request shape is left to the route's 422."""
 
-    def __init__(self, app, limit: int, max_text_chars: int):
-        self.app, self.limit, self.max_text_chars = app, limit, max_text_chars
+    def __init__(self, app, limit: int, max_text_chars: int, paths: tuple[str, ...]):
+        self.app, self.limit, self.max_text_chars, self.paths = app, limit, max_text_chars, paths
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["method"] != "POST":
+        # only a route that reads a body: any other POST gets the router's 404 or 405, whatever its body
+        if scope["type"] != "http" or scope["method"] != "POST" or scope.get("path") not in self.paths:
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
         problem = self.header_problem(headers)

@@ -90,13 +90,16 @@ async def _graded(request: Request, pairs):
     return await asyncio.wrap_future(future)
 
 
+BODY_ROUTES = ("/grade", "/rank")  # the routes that read a JSON body (serve_middleware.JsonBody checks it first)
+
+
 def add_routes(app: FastAPI, limits) -> None:
     """GET|HEAD /healthz, POST /grade and /rank (bodies bounded by `limits`), GET|HEAD /metrics."""
     grade_request, rank_request = request_models(limits)
     readable = ["GET", "HEAD"]  # load balancers probe with HEAD: it answers like GET, without the body
     app.add_api_route("/healthz", healthz, methods=readable)
-    app.add_api_route("/grade", _with_body(grade, grade_request), methods=["POST"])
-    app.add_api_route("/rank", _with_body(rank, rank_request), methods=["POST"])
+    for path, handler, model in zip(BODY_ROUTES, (grade, rank), (grade_request, rank_request)):
+        app.add_api_route(path, _with_body(handler, model), methods=["POST"])
     app.add_api_route("/metrics", metrics_page, methods=readable, response_class=PlainTextResponse)
 
 
