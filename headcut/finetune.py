@@ -24,8 +24,8 @@ from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
 from headcut.splits import split_by_query
-from headcut.training import (GRADES_FIX, TrainingRecipe, check_task_keys, file_options, is_finished, query_index,
-                              settings_from, train)
+from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_task_keys, file_options, is_finished,
+                              query_index, settings_from, train)
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pai
 
 
 def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:
+    check_data_files(recipe)
     train_pairs = _read(recipe, recipe.train_data, recipe.train_rows, recipe.seed)
     if recipe.dev_data is None:
         train_pairs, dev = split_by_query(train_pairs, 1 - recipe.dev_fraction, seed=recipe.seed)

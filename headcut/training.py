@@ -86,6 +86,18 @@ class TrainingRecipe(LoopSettings):
                             "synthetic draw), or remove dev_data to hold out dev_fraction of train_data by query.")
 
 
+DATA_KEYS = ("train_data", "dev_data", "unlabeled_data")  # the recipe keys that name pairs to read
+
+
+def check_data_files(recipe) -> None:
+    """Every data file a recipe names exists, or one sentence names its key (not only the path)."""
+    for key in DATA_KEYS:
+        spec = getattr(recipe, key, None)
+        if spec is not None and not is_synthetic(spec) and not Path(spec).exists():
+            offline = f" (or pass --set {key}=synthetic)" if key != "unlabeled_data" else ""
+            raise UserError(f"{key}={spec}: no such file; check the path{offline}.")
+
+
 def same_data(a: str, b: str) -> bool:
     """Whether two data specs name the same pairs: one synthetic seed ('synthetic' is seed 0), or one file."""
     if is_synthetic(a) or is_synthetic(b):

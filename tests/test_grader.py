@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -14,6 +15,7 @@ from conftest import HOMEDEPOT, QBQTC, ROOT, need_homedepot, need_minilm
 from headcut.batching import encode
 from headcut.cli.main import app
 from headcut_grader.data import Pairs, read_pairs
+from headcut_grader.errors import UserError
 from headcut.synthetic import synthetic_pairs
 from headcut.evaluate.predict import predict_logits
 from headcut_grader.grader import Grader, encode_pairs, load_tokenizer
@@ -197,3 +199,12 @@ def test_longest_first_makes_the_same_choice_from_the_shortened_lengths():
                 shortened = choice_lengths(first, second, keep=keep)
                 assert shortened[0] <= first and shortened[1] <= second
                 assert kept(*shortened) == kept(first, second), (keep, first, second)
+
+
+def test_a_grader_json_named_instead_of_its_folder_says_so(tiny_grader):
+    from headcut_grader.grader import read_record
+
+    record = tiny_grader[0] / "grader.json"
+    with pytest.raises(UserError, match=f"^{re.escape(str(record))} is a file; pass the grader's folder .* e.g. "
+                                        f"{re.escape(str(tiny_grader[0]))}\\.$"):
+        read_record(record)

@@ -171,6 +171,22 @@ def test_dev_pairs_that_are_the_train_pairs_are_refused(train, dev, tmp_path, mo
     assert other.dev_data == "synthetic:1"
 
 
+@pytest.mark.parametrize("key", ["train_data", "dev_data", "unlabeled_data"])
+def test_a_missing_data_file_names_its_recipe_key(key, tmp_path):
+    from headcut.finetune import load_data
+
+    overrides = ["teacher=runs/teacher", f"{key}={tmp_path}/nowhere.tsv"] + (["train_data=synthetic"] if key != "train_data"
+                                                                          else [])
+    recipe = load_recipe(DistillRecipe, "distill/minilm_synthetic_cpu", overrides=overrides)
+    with pytest.raises(UserError, match=f"^{key}={re.escape(str(tmp_path))}/nowhere.tsv: no such file; check the path"):
+        load_data(recipe)
+
+
+def test_synthetic_unlabeled_pairs_are_refused():
+    with pytest.raises(UserError, match="key 'unlabeled_data' takes a file of pairs without grades"):
+        load_recipe(DistillRecipe, "distill/minilm_synthetic_cpu", overrides=["teacher=t", "unlabeled_data=synthetic"])
+
+
 def test_merge_keys_still_override():
     """`<<: *base` then a key of its own is YAML's way to override, not a duplicate."""
     from headcut.recipes import parse_yaml

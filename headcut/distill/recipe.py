@@ -9,6 +9,7 @@ from typing import Literal
 
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import ranged
+from headcut.synthetic import is_synthetic
 from headcut.training import TrainingRecipe, check_task_keys, is_set
 
 
@@ -91,6 +92,9 @@ class DistillRecipe(TrainingRecipe):
                 if student != self.student and is_set(self, key, named):
                     raise UserError(f"{where}: key '{key}' applies to student={student} only, and this recipe's "
                                     f"student is {self.student}; remove it (or set student={student}).")
+        if self.unlabeled_data is not None and is_synthetic(self.unlabeled_data):
+            raise UserError(f"{where}: key 'unlabeled_data' takes a file of pairs without grades (query logs), and "
+                            "synthetic pairs are graded; train on them with train_data, or pass a file.")
         if self.unlabeled_rows is not None and self.unlabeled_data is None:
             raise UserError(f"{where}: key 'unlabeled_rows' is set but unlabeled_data is not; pass "
                             "--set unlabeled_data=FILE, or remove unlabeled_rows.")
