@@ -64,7 +64,8 @@ def test_a_misspelt_key_names_itself_and_the_valid_keys(tmp_path):
     ("cache_teacher=sometimes", "key 'cache_teacher' must be true or false"),
     ("layer_map=3", "key 'layer_map' must be a list"),
     ("tune_fields=[seed]", "tune_fields names 'seed', which is not tunable"),
-    ("temperature=0", r"key 'temperature' is 0, which is out of range; it must be in \(0, 100\]"),
+    ("temperature=0", r"key 'temperature' is 0, which is out of range; it must be in \[0.05, 100\]"),
+    ("temperature=1e-300", r"key 'temperature' is 1e-300, which is out of range"),  # was a NaN loss after the cache
 ])
 def test_bad_values_are_errors_that_name_the_key(override, message):
     with pytest.raises(UserError, match=message):
@@ -91,7 +92,7 @@ def test_range_problems_are_reported_with_the_unknown_and_mistyped_keys(tmp_path
     message = str(err.value)
     for problem in ("unknown key 'bogus'", "key 'keep_layers' must be a whole number",
                     "key 'epochs' is -1, which is out of range; it must be in (0, 1000]",
-                    "key 'temperature' is 0, which is out of range; it must be in (0, 100] (from --set temperature=0)"):
+                    "key 'temperature' is 0, which is out of range; it must be in [0.05, 100] (from --set temperature=0)"):
         assert problem in message
     assert message.startswith(f"{path}: ") and message.count("valid keys are") == 1
 

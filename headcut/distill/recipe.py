@@ -37,7 +37,9 @@ class DistillRecipe(TrainingRecipe):
     unlabeled_data: str | None = None  # extra pairs without grades; the teacher labels them
     unlabeled_rows: int | None = ranged(None, 1)
 
-    temperature: float = tunable(2.0, 1.0, 8.0, log=True, valid=(0.0, 100.0, True))
+    # below 0.05 the softened grades are one-hot wherever two logits differ by ~1 (KD is hard-label CE: use
+    # ce_weight), and far below it logits / T overflow to a NaN loss
+    temperature: float = tunable(2.0, 1.0, 8.0, log=True, valid=(0.05, 100.0))
     kd_weight: float = tunable(1.0, 0.0, 1.0, valid=(0.0, 100.0))
     ce_weight: float = tunable(0.5, 0.0, 1.0, valid=(0.0, 100.0))
     hidden_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))
