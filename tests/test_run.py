@@ -300,6 +300,7 @@ def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp
     (["prune.flops=1e-9"], ["prune.flops=1e-09 allows", "less than the pooler and classifier alone need"]),
     (["distill.small.unlabeled_data=nowhere.tsv"], ["distill.small.unlabeled_data=nowhere.tsv: no such file"]),
     (["teacher.model=/nonexistent"], ["teacher.model=/nonexistent: no such folder, and not a built-in name"]),
+    (["distill.small.keep_layers=9"], ["distill.small.keep_layers=9 keeps the whole", "--set distill.small.keep_layers=K"]),
 ])
 def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_recipe, tmp_path, override, words):
     """Refused when the recipe is read, naming the recipe key (not the flag of the command the stage calls)."""

@@ -23,6 +23,7 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
     check_models(recipe)
     check_gold(recipe, **run_gold(recipe))
     check_prune_budget(recipe)
+    check_students(recipe)
 
 
 def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None:
@@ -134,22 +135,44 @@ def check_prune_budget(recipe: PipelineRecipe) -> None:
     """prune.flops leaves room for the pooler and classifier of this teacher, which is unpruned, as the prune
     stage will check: counted on the teacher's shape (the base model's, for one the run trains)."""
     from headcut.arch import flops_per_pair, unit_flops
-    from headcut.models import outline
     from headcut.prune.budget import check_budget
     from headcut.prune.scores import check_unpruned
 
     if recipe.prune is None:
         return
+    teacher = teacher_outline(recipe)
     if recipe.teacher.path is not None:
-        teacher = outline(recipe.teacher.path, flag="teacher.path")
         check_unpruned(teacher, flag="teacher.path")
-    else:
-        sub = _sub_recipes(recipe)["teacher"]
-        meta = {"grades": list(sub.grades), "max_length": sub.max_length}
-        if sub.task == "score":  # one output, as the teacher will have
-            meta["task"] = "score"
-        teacher = outline(sub.model, flag="teacher.model", meta=meta)
     if recipe.prune.flops is not None:
         seq_len = teacher.max_length  # what the prune stage counts at: the teacher's recorded max_length
         check_budget(recipe.prune.flops, unit_flops(teacher.model, seq_len), flops_per_pair(teacher.model, seq_len),
                      flag="prune.flops")
+
+
+def teacher_outline(recipe: PipelineRecipe):
+    """The run's teacher without its weights: the given one, or the base model the run trains it from."""
+    from headcut.models import outline
+
+    if recipe.teacher.path is not None:
+        return outline(recipe.teacher.path, flag="teacher.path")
+    sub = _sub_recipes(recipe)["teacher"]
+    meta = {"grades": list(sub.grades), "max_length": sub.max_length}
+    if sub.task == "score":  # one output, as the teacher will have
+        meta["task"] = "score"
+    return outline(sub.model, flag="teacher.model", meta=meta)
+
+
+def check_students(recipe: PipelineRecipe) -> None:
+    """A bottom-k student keeps fewer layers than the teacher has, as the distill stage will check (after the
+    teacher stage, which may train for an hour)."""
+    from headcut.arch import encoder_layers
+
+    bottom = {name: sub for name, sub in _sub_recipes(recipe).items()
+              if name.startswith("distill.") and sub.student == "bottom-k"}
+    if not bottom:
+        return
+    layers = len(encoder_layers(teacher_outline(recipe).model))
+    for name, sub in bottom.items():
+        if sub.keep_layers >= layers:
+            raise UserError(f"{name}.keep_layers={sub.keep_layers} keeps the whole {layers}-layer teacher; pass "
+                            f"--set {name}.keep_layers=K with K < {layers}.")
