@@ -69,7 +69,7 @@ def test_minilm_really_learns_home_depot(quick_teacher, homedepot):
 
 
 def test_the_dev_sample_of_a_dev_file_is_drawn_with_its_own_seed(tmp_path):
-    """load_data draws dev rows with seed + 1, so a dev file that is also the train file gives other rows."""
+    """load_data draws dev rows with seed + 1, so a dev file with the train file's rows gives other rows."""
     from headcut_grader.data import read_pairs
     from headcut.synthetic import synthetic_pairs
     from headcut.finetune import load_data
@@ -78,7 +78,9 @@ def test_the_dev_sample_of_a_dev_file_is_drawn_with_its_own_seed(tmp_path):
     path = tmp_path / "pairs.tsv"
     rows = zip(p.queries, p.titles, (p.grades[i] for i in p.labels))
     path.write_text("query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{g}\n" for q, t, g in rows))
-    recipe = from_dict(FinetuneRecipe, dict(train_data=str(path), dev_data=str(path), train_rows=50, dev_rows=50, seed=7))
+    copy = tmp_path / "dev.tsv"  # the same rows under another name (the very same file is refused as dev_data)
+    copy.write_bytes(path.read_bytes())
+    recipe = from_dict(FinetuneRecipe, dict(train_data=str(path), dev_data=str(copy), train_rows=50, dev_rows=50, seed=7))
     train_pairs, dev = load_data(recipe)
     assert train_pairs.queries == read_pairs(path).sample(50, seed=7).queries
     assert dev.queries == read_pairs(path).sample(50, seed=8).queries

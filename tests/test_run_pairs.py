@@ -34,7 +34,7 @@ def files(tmp_path):
 
 def recipe(tmp_path, dev, test, teacher):
     (tmp_path / "run.yaml").write_text(f"""
-data: {{train: {dev}, dev: {dev}, test: {test}, preset: homedepot, test_rows: 200}}
+data: {{train: synthetic, dev: {dev}, test: {test}, preset: homedepot, test_rows: 200}}
 teacher: {{path: {teacher}}}
 distill:
   small: {{recipe: distill/minilm_synthetic_cpu, dev_rows: 60, seed: 3}}
