@@ -34,13 +34,19 @@ def synthetic_spec(spec: str, n: int | None = None) -> Pairs | None:
     """'synthetic' or 'synthetic:SEED' (another seed = an independent held-out draw); None for a file path."""
     if not is_synthetic(spec):
         return None
-    seed = str(spec).partition(":")[2]
-    if seed and not seed.isdigit():
-        raise UserError(f"data '{spec}': write synthetic or synthetic:SEED with a whole-number seed.")
+    seed = synthetic_seed(spec)
     if n is not None and n > MAX_SYNTHETIC:
         raise UserError(f"data '{spec}': {n:,} pairs asked for (--limit, or a recipe's rows); the synthetic set is made "
                         f"in memory, so ask for at most {MAX_SYNTHETIC:,}.")
-    return synthetic_pairs(n or 2000, seed=int(seed or 0))
+    return synthetic_pairs(n or 2000, seed=seed)
+
+
+def synthetic_seed(spec: str) -> int:
+    """The seed of 'synthetic' (0) or 'synthetic:SEED'."""
+    seed = str(spec).partition(":")[2] or "0"
+    if not seed.isdigit():
+        raise UserError(f"data '{spec}': write synthetic or synthetic:SEED with a whole-number seed.")
+    return int(seed)
 
 
 MAX_SYNTHETIC = 1_000_000  # pairs: about 0.13 GB and 20 s to make

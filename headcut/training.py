@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from headcut.batching import Encoded, collate
-from headcut.synthetic import is_synthetic
+from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut_grader.data import DEFAULT_GRADES, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import check_ranges, ranged
@@ -101,13 +101,8 @@ def check_data_files(recipe) -> None:
 def same_data(a: str, b: str) -> bool:
     """Whether two data specs name the same pairs: one synthetic seed ('synthetic' is seed 0), or one file."""
     if is_synthetic(a) or is_synthetic(b):
-        return is_synthetic(a) and is_synthetic(b) and _seed(a) == _seed(b)
+        return is_synthetic(a) and is_synthetic(b) and synthetic_seed(a) == synthetic_seed(b)
     return Path(a).resolve() == Path(b).resolve()
-
-
-def _seed(spec: str) -> int:
-    seed = str(spec).partition(":")[2] or "0"  # 'synthetic' is seed 0
-    return int(seed) if seed.isdigit() else -1  # a malformed seed is refused where the pairs are read
 
 
 def is_set(recipe, key: str, named: frozenset) -> bool:

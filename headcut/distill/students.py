@@ -49,6 +49,14 @@ def load_model_meta(source: str, *, flag: str = "--model") -> dict:
     return read_json_file(path) if path.exists() else {}
 
 
+def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep_layers") -> None:
+    """A bottom-k student keeps fewer layers than its teacher has; `key`: how the user set it (a run names its
+    student's section)."""
+    if keep_layers >= teacher_layers:
+        raise UserError(f"{key}={keep_layers} keeps the whole {teacher_layers}-layer teacher; pass --set {key}=K "
+                        f"with K < {teacher_layers}.")
+
+
 def _check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: int) -> None:
     """One teacher layer, which the teacher has, per student layer."""
     if len(layer_map) != student_layers:
@@ -76,9 +84,7 @@ def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implement
         loaded.meta = {**loaded.meta, **meta}
         return Student(loaded, layer_map, "pruned")
     if recipe.student == "bottom-k":
-        if recipe.keep_layers >= teacher_layers:
-            raise UserError(f"keep_layers={recipe.keep_layers} keeps the whole {teacher_layers}-layer teacher; "
-                            f"pass --set keep_layers=K with K < {teacher_layers}.")
+        check_keep_layers(recipe.keep_layers, teacher_layers)
         layer_map = list(recipe.layer_map or even_layer_map(recipe.keep_layers, teacher_layers))
         _check_layer_map(layer_map, recipe.keep_layers, teacher_layers)
         model = copy.deepcopy(teacher.model)

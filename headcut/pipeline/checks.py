@@ -11,6 +11,7 @@ from headcut_grader.errors import UserError
 from headcut_grader.files import check_place, refuse_inputs
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
 from headcut.run_folder import LOCK_FILE
+from headcut.training import DATA_KEYS
 
 RUN_FILE = "run.json"  # marks a folder as a run's
 UPSTREAM = ("<teacher>", "<pruned>")  # what sub-recipes name in place of models the run makes
@@ -50,7 +51,7 @@ def pairs_files(recipe: PipelineRecipe) -> dict[str, str]:
     named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
              "scan.data": recipe.scan.data if recipe.scan is not None else None}
     for name, sub in _sub_recipes(recipe).items():
-        for key in ("train_data", "dev_data", "unlabeled_data"):
+        for key in DATA_KEYS:
             value = getattr(sub, key, None)
             if value not in named.values():
                 named[f"{name}.{key}"] = value
@@ -166,6 +167,7 @@ def check_students(recipe: PipelineRecipe) -> None:
     """A bottom-k student keeps fewer layers than the teacher has, as the distill stage will check (after the
     teacher stage, which may train for an hour)."""
     from headcut.arch import encoder_layers
+    from headcut.distill.students import check_keep_layers
 
     bottom = {name: sub for name, sub in _sub_recipes(recipe).items()
               if name.startswith("distill.") and sub.student == "bottom-k"}
@@ -173,6 +175,4 @@ def check_students(recipe: PipelineRecipe) -> None:
         return
     layers = len(encoder_layers(teacher_outline(recipe).model))
     for name, sub in bottom.items():
-        if sub.keep_layers >= layers:
-            raise UserError(f"{name}.keep_layers={sub.keep_layers} keeps the whole {layers}-layer teacher; pass "
-                            f"--set {name}.keep_layers=K with K < {layers}.")
+        check_keep_layers(sub.keep_layers, layers, key=f"{name}.keep_layers")
