@@ -23,6 +23,7 @@ from headcut.batching import Encoded, collate
 from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut_grader.data import DEFAULT_GRADES, file_keys
 from headcut_grader.errors import UserError
+from headcut_grader.files import file_hash
 from headcut_grader.ranges import check_ranges, ranged
 
 
@@ -81,7 +82,7 @@ class TrainingRecipe(LoopSettings):
             raise UserError(f"{where}: key 'grades' is {list(self.grades)}; name two or more different grades, "
                             "e.g. [1, 2, 3, 4, 5].")
         if self.dev_data is not None and same_data(self.train_data, self.dev_data):
-            raise UserError(f"{where}: dev_data {self.dev_data} is the train_data, so checkpoints would be chosen and "
+            raise UserError(f"{where}: dev_data {self.dev_data} holds the train_data's pairs, so checkpoints would be chosen and "
                             "dev metrics reported on pairs it trains on; pass other pairs (synthetic:1 for another "
                             "synthetic draw), or remove dev_data to hold out dev_fraction of train_data by query.")
 
@@ -99,10 +100,17 @@ def check_data_files(recipe) -> None:
 
 
 def same_data(a: str, b: str) -> bool:
-    """Whether two data specs name the same pairs: one synthetic seed ('synthetic' is seed 0), or one file."""
+    """Whether two data specs name the same pairs: one synthetic seed ('synthetic' is seed 0), one file, or two
+    files of the same bytes (a copy)."""
     if is_synthetic(a) or is_synthetic(b):
         return is_synthetic(a) and is_synthetic(b) and synthetic_seed(a) == synthetic_seed(b)
-    return Path(a).resolve() == Path(b).resolve()
+    first, second = Path(a), Path(b)
+    if first.resolve() == second.resolve():
+        return True
+    try:
+        return first.stat().st_size == second.stat().st_size and file_hash(first) == file_hash(second)
+    except OSError:  # a missing file is named by check_data_files
+        return False
 
 
 def is_set(recipe, key: str, named: frozenset) -> bool:

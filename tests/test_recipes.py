@@ -162,10 +162,13 @@ def test_synthetic_data_read_against_other_grades_is_refused(grades):
 
 
 @pytest.mark.parametrize("train, dev", [("synthetic", "synthetic"), ("synthetic", "synthetic:0"),
-                                        ("pairs.tsv", "./pairs.tsv")])
+                                        ("pairs.tsv", "./pairs.tsv"), ("pairs.tsv", "copy.tsv")])
 def test_dev_pairs_that_are_the_train_pairs_are_refused(train, dev, tmp_path, monkeypatch):
+    """A copy of the train file under another name too (was: accepted, checkpoints chosen on training pairs)."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(UserError, match=f"dev_data {re.escape(dev)} is the train_data, so checkpoints would be chosen"):
+    for name in ("pairs.tsv", "copy.tsv"):
+        (tmp_path / name).write_text("query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
+    with pytest.raises(UserError, match=f"dev_data {re.escape(dev)} holds the train_data's pairs, so checkpoints"):
         load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"train_data={train}",
                                                                                 f"dev_data={dev}"])
     other = load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1"])
