@@ -449,6 +449,42 @@ def test_ranking_metrics_are_na_where_no_query_has_two_titles(reranker, tmp_path
     assert "pair_accuracy      n/a" in result.output and "no order to judge" in result.output
 
 
+def test_ranking_figures_are_nan_at_the_source_and_n_a_in_every_report():
+    """Was: prune, distill and run reports printed NDCG@10, MRR, pair accuracy and pair order as 0 (and top-1 as
+    100%) where no query had two titles: the library returned 0 for 'nothing to judge'."""
+    from headcut.cli.distill import format_result
+    from headcut.evaluate.ranking import paired_score_bootstrap, score_summary
+    from headcut.pipeline.report import score_table_rows
+    from headcut.prune.report import _agreement_sentence, _metric_table
+
+    groups = [np.array([i]) for i in range(6)]  # one title per query
+    scores, gold = np.linspace(0, 1, 6), np.array([1.0, 2, 3, 1, 2, 3])
+    summary = score_summary(scores, gold, groups)
+    assert all(np.isnan(summary[m]) for m in ("ndcg@10", "mrr", "pair_accuracy")) and summary["judged_pairs"] == 0
+    paired = paired_score_bootstrap(scores, scores[::-1], gold, groups, iters=20)
+    assert all(np.isnan(paired[m]["value"]) for m in ("pair_order", "top1")) and np.isnan(paired["ndcg@10"]["delta"])
+    assert np.isnan(paired["ndcg@10"]["ci"]).all() and not np.isnan(paired["spearman"]["ci"]).any()
+
+    quality = {"task": "score", "before": summary, "after": summary, "paired": paired}
+    table = "\n".join(_metric_table(quality, None))
+    assert "| ndcg@10 | n/a | n/a | n/a |" in table and "| pair_accuracy | n/a | n/a | n/a |" in table
+    assert "n/a (no query here has two titles" in _agreement_sentence(quality)
+    distilled = format_result({"teacher": summary, "before": summary, "after": summary, "after_minus_teacher": paired})
+    assert "0.0000" not in distilled.split("spearman")[1].split("loss")[0] and "n/a" in distilled
+    row = {"name": "s", "precision": "fp32", "size_mb": 1.0, "flops_per_pair": 1e9, "p50_ms": 1.0, "pairs_per_s": 1.0,
+           "speedup": 1.0, "metrics": summary, "vs_teacher": paired}
+    assert score_table_rows([row])[0][-6:] == ["n/a"] * 6
+
+
+def test_json_has_no_nan(tmp_path):
+    """NaN figures are written as null: JSON has no NaN, and strict readers refuse Python's."""
+    from headcut_grader.files import write_json
+
+    write_json(tmp_path / "f.json", {"a": float("nan"), "b": [1.5, np.float32("nan")], "c": np.array([np.nan, 2.0])})
+    text = (tmp_path / "f.json").read_text()
+    assert "NaN" not in text and json.loads(text) == {"a": None, "b": [1.5, None], "c": [None, 2.0]}
+
+
 def test_the_int8_gate_of_a_score_model_needs_two_titles_of_one_query(reranker, tmp_path):
     """Was: every INT8 recipe 'kept 0.00%' of an order there was none of, and the advice was to relax the gate."""
     grader, _ = reranker

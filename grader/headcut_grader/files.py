@@ -161,8 +161,9 @@ def _plain_modes(folder: Path) -> None:
 
 
 def write_json(path: str | Path, data) -> None:
-    """Write JSON atomically (temp file + rename)."""
-    write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
+    """Write JSON atomically (temp file + rename); NaN (a figure that means nothing there) as null, since JSON
+    has no NaN and strict readers refuse Python's."""
+    write_text(path, json.dumps(_strict(data), indent=2, sort_keys=False, default=_jsonable) + "\n")
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -183,6 +184,18 @@ def write_text(path: str | Path, text: str) -> None:
         if isinstance(e, OSError):
             raise UserError(f"{path}: writing failed ({e.strerror}); check free space and permissions.") from None
         raise
+
+
+def _strict(obj):
+    if isinstance(obj, float):
+        return None if obj != obj else obj
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars
+        return _strict(obj.tolist())
+    return obj
 
 
 def _jsonable(obj):

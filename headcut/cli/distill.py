@@ -10,6 +10,8 @@ from headcut.cli.common import OVERWRITE, Opt, main_process, number, quiet_trans
 
 def format_result(metrics: dict) -> str:
     """The dev table: grades metrics, or ranking metrics for a one-score student (its paired CIs are by query)."""
+    from headcut.evaluate.tasks import shown, shown_ci
+
     diff = metrics["after_minus_teacher"]
     score = "pair_order" in diff  # a one-score student: agreement by within-query order
     lines = [f"{'dev (n=' + str(metrics['after']['n']) + ')':<16} {'teacher':>8} {'before':>8} {'after':>8}   "
@@ -17,13 +19,12 @@ def format_result(metrics: dict) -> str:
     names = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss") if score else \
         ("accuracy", "macro_f1", "spearman", "loss")
     for name in names:
-        d = diff[name]
-        lines.append(f"{name:<16} {metrics['teacher'][name]:>8.4f} {metrics['before'][name]:>8.4f} "
-                     f"{metrics['after'][name]:>8.4f}   {d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
+        lines.append(f"{name:<16} {shown(metrics['teacher'][name]):>8} {shown(metrics['before'][name]):>8} "
+                     f"{shown(metrics['after'][name]):>8}   {shown_ci(diff[name])}")
     if score:
         for name, what in (("pair_order", "within-query title pairs ordered as the teacher orders them"),
                            ("top1", "queries whose top title stays the teacher's")):
-            lines.append(f"{name:<16} {'':>8} {'':>8} {diff[name]['value']:>8.4f}   ({what})")
+            lines.append(f"{name:<16} {'':>8} {'':>8} {shown(diff[name]['value']):>8}   ({what})")
         return "\n".join(lines)
     a = diff["agreement"]
     lines.append(f"{'agreement':<16} {'':>8} {'':>8} {a['value']:>8.4f}   (same grade as the teacher)")

@@ -11,14 +11,14 @@ from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, BOOTSTRAP, LABEL_COL, 
 
 
 def format_metrics(metrics: dict) -> str:
-    from headcut.evaluate.tasks import shown
+    from headcut.evaluate.tasks import missing, shown
 
     ci = metrics.get("ci95", {})
     lines = [f"{'metric':<13} {'value':>8}   95% CI"]
     for name in ("accuracy", "macro_f1", "spearman", "pearson", "loss", "ndcg@10", "mrr", "pair_accuracy"):
         if name in metrics:
             lo_hi = ci.get(name)
-            band = f"[{lo_hi[0]:.4f}, {lo_hi[1]:.4f}]" if lo_hi else ""
+            band = f"[{shown(lo_hi[0])}, {shown(lo_hi[1])}]" if lo_hi and not missing(metrics[name]) else ""
             lines.append(f"{name:<13} {shown(metrics[name]):>8}   {band}")
     lines.append(f"pairs: {metrics['n']}")
     if metrics.get("judged_pairs") == 0:
@@ -27,21 +27,19 @@ def format_metrics(metrics: dict) -> str:
 
 
 def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> str:
+    from headcut.evaluate.tasks import shown, shown_ci
+
     score = "pair_order" in paired
     names = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss") if score else (
         "accuracy", "macro_f1", "spearman", "loss")
     lines = [f"{'metric':<13} {'model':>8} {'against':>8}   model - against [95% paired CI]"]
     for m in names:
-        d = paired[m]
-        if metrics[m] is None:
-            lines.append(f"{m:<13} {'n/a':>8} {'n/a':>8}")
-            continue
-        lines.append(f"{m:<13} {metrics[m]:>8.4f} {reference[m]:>8.4f}   {d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]")
+        lines.append(f"{m:<13} {shown(metrics[m]):>8} {shown(reference[m]):>8}   {shown_ci(paired[m])}")
     agreements = ((("pair_order", f"within-query pairs ordered as {name}"), ("top1", f"queries whose first title {name} "
                    "also ranks first")) if score else (("agreement", f"same grade as {name}"),))
     for key, what in agreements:
         a = paired[key]
-        lines.append(f"{key:<13} {a['value']:>8.4f}            [{a['ci'][0]:.4f}, {a['ci'][1]:.4f}] ({what})")
+        lines.append(f"{key:<13} {shown(a['value']):>8}            [{shown(a['ci'][0])}, {shown(a['ci'][1])}] ({what})")
     return "\n".join(lines)
 
 

@@ -64,11 +64,21 @@ def per_query(scores, gold, groups) -> dict:
     return out
 
 
+def _mean(values: np.ndarray) -> float:
+    """The mean of the finite per-query terms; NaN (n/a) where no query has one."""
+    finite = values[np.isfinite(values)]
+    return float(finite.mean()) if len(finite) else float("nan")
+
+
+def _share(same: np.ndarray, pairs: np.ndarray) -> float:
+    """Pairs ordered alike over pairs judged; NaN (n/a) where no pair was judged."""
+    total = np.nansum(pairs)
+    return float(np.nansum(same) / total) if total else float("nan")
+
+
 def _from_terms(terms: dict, pick: np.ndarray) -> dict:
-    same, pairs = terms["same"][pick], terms["pairs"][pick]
-    return {"ndcg@10": float(np.nanmean(terms["ndcg@10"][pick])) if np.isfinite(terms["ndcg@10"][pick]).any() else 0.0,
-            "mrr": float(np.nanmean(terms["mrr"][pick])) if np.isfinite(terms["mrr"][pick]).any() else 0.0,
-            "pair_accuracy": float(np.nansum(same) / max(np.nansum(pairs), 1))}
+    return {"ndcg@10": _mean(terms["ndcg@10"][pick]), "mrr": _mean(terms["mrr"][pick]),
+            "pair_accuracy": _share(terms["same"][pick], terms["pairs"][pick])}
 
 
 def _rows(groups, pick) -> np.ndarray:
@@ -76,9 +86,9 @@ def _rows(groups, pick) -> np.ndarray:
 
 
 def score_summary(scores, gold, groups) -> dict:
-    """Point estimates: Spearman, Pearson and mean squared error against the gold, and the per-query metrics;
-    `judged_pairs`: how many within-query title pairs of different gold the pair accuracy counts (0: it means
-    nothing)."""
+    """Point estimates: Spearman, Pearson and mean squared error against the gold, and the per-query metrics
+    (NaN, n/a, where no query has two titles of different gold); `judged_pairs`: how many within-query title
+    pairs of different gold the pair accuracy counts."""
     scores, gold = np.asarray(scores, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     terms = per_query(scores, gold, groups)
     out = {"spearman": spearman(scores, gold), "pearson": pearson(scores, gold),
@@ -88,6 +98,12 @@ def score_summary(scores, gold, groups) -> dict:
 
 
 def _percentiles(values, level: float) -> list[float]:
+    """The CI of bootstrap `values`, over the resamples where the metric exists (a resample of only one-title
+    queries has no order to judge); [NaN, NaN] where none has it."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return [float("nan"), float("nan")]
     lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
     return [float(np.percentile(values, lo)), float(np.percentile(values, hi))]
 
@@ -119,10 +135,14 @@ def ranking_agreement(scores, reference, groups) -> dict:
     return out
 
 
+def order_kept(scores, reference, groups) -> float:
+    """The share of within-query title pairs `scores` order as `reference` does; NaN where there is none."""
+    terms = ranking_agreement(scores, reference, groups)
+    return _share(terms["same"], terms["pairs"])
+
+
 def _agreement_values(terms: dict, pick: np.ndarray) -> dict:
-    top1 = terms["top1"][pick]
-    return {"pair_order": float(np.nansum(terms["same"][pick]) / max(np.nansum(terms["pairs"][pick]), 1)),
-            "top1": float(np.nanmean(top1)) if np.isfinite(top1).any() else 1.0}
+    return {"pair_order": _share(terms["same"][pick], terms["pairs"][pick]), "top1": _mean(terms["top1"][pick])}
 
 
 def paired_score_bootstrap(scores_new, scores_ref, gold, groups, *, iters: int = 1000, seed: int = 0,

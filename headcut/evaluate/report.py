@@ -11,7 +11,7 @@ import numpy as np
 from headcut_grader.data import DEFAULT_GRADES, Pairs
 from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
-from headcut.evaluate.tasks import RANKED, check_task, paired, summary, summary_ci, unranked_as_none
+from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
 
 
 def evaluate_model(loaded, pairs: Pairs, *, batch_size: int = 64, max_length: int | None = None,
@@ -30,11 +30,8 @@ def metrics_with_ci(logits, pairs: Pairs, *, iters: int = 1000, seed: int = 0, t
     if pairs.task is None:
         pairs.label_array()  # no gold: the sentence that says so
     check_task(task, pairs, "the model")
-    metrics = unranked_as_none(summary(logits, pairs, task=task, activation=activation))
+    metrics = summary(logits, pairs, task=task, activation=activation)
     metrics["ci95"] = summary_ci(logits, pairs, task=task, activation=activation, iters=iters, seed=seed)
-    for name in RANKED:
-        if name in metrics and metrics[name] is None:  # n/a: so is its CI
-            metrics["ci95"][name] = None
     metrics["data"] = pairs.provenance()
     return metrics
 

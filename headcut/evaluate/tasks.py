@@ -36,21 +36,25 @@ def summary(logits: np.ndarray, pairs: Pairs, *, task: str = "grades", activatio
     return metrics.summarize(logits, pairs.label_array(), pairs.grades, groups)
 
 
-RANKED = ("ndcg@10", "mrr", "pair_accuracy")  # a score model's metrics that order the titles of one query
+def missing(value: float | None) -> bool:
+    """Whether a figure means nothing here: NaN in memory (no labels, or no two titles of one query to order),
+    null once written to JSON."""
+    return value is None or value != value
 
 
 def shown(value: float | None, spec: str = ".4f") -> str:
-    """A figure as reports print it, or n/a where it means nothing (None or NaN: no labels, or no two titles of one
-    query to order)."""
-    return "n/a" if value is None or value != value else format(value, spec)
+    """A figure as reports print it, or n/a where it is `missing`."""
+    return "n/a" if missing(value) else format(value, spec)
 
 
-def unranked_as_none(metrics: dict) -> dict:
-    """A score model's `metrics` with RANKED set to None (n/a, not 0) where no query has two titles of different
-    gold: there is no order to judge. Grades metrics are returned as they are."""
-    if metrics.get("judged_pairs") == 0:
-        metrics = {**metrics, **dict.fromkeys(RANKED)}
-    return metrics
+def shown_ci(d: dict, spec: str = "+.4f", *, scale: float = 1.0) -> str:
+    """A change (`delta`) or a share (`value`) with its CI as reports print it, `value [low, high]`; n/a where it
+    means nothing."""
+    value = d["delta"] if "delta" in d else d["value"]
+    if missing(value):
+        return "n/a"
+    low, high = (None if v is None else scale * v for v in d["ci"])
+    return f"{scale * value:{spec}} [{shown(low, spec)}, {shown(high, spec)}]"
 
 
 def summary_ci(logits: np.ndarray, pairs: Pairs, *, task: str = "grades", activation: str = "identity",
@@ -76,12 +80,10 @@ def paired(logits_new: np.ndarray, logits_ref: np.ndarray, pairs: Pairs, *, task
     return metrics.paired_bootstrap(logits_new, logits_ref, pairs.label_array(), pairs.grades, iters=iters, seed=seed)
 
 
-def agreement(logits: np.ndarray, reference: np.ndarray, pairs: Pairs) -> float | None:
+def agreement(logits: np.ndarray, reference: np.ndarray, pairs: Pairs) -> float:
     """Agreement with a reference model on `pairs`: the same grade, or for one-score models (one output) the share
-    of within-query title pairs ordered the same way (None when no two titles of one query are told apart by the
-    reference: there is no order to keep)."""
+    of within-query title pairs ordered the same way (NaN, n/a, when no two titles of one query are told apart by
+    the reference: there is no order to keep)."""
     if logits.shape[1] != 1:
         return metrics.agreement(logits, reference)
-    terms = ranking.ranking_agreement(logits[:, 0], reference[:, 0], pairs.query_groups())
-    judged = np.nansum(terms["pairs"])
-    return float(np.nansum(terms["same"]) / judged) if judged else None
+    return ranking.order_kept(logits[:, 0], reference[:, 0], pairs.query_groups())

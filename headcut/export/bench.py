@@ -20,7 +20,7 @@ from headcut.arch import flops_per_pair, heads_per_layer, takes_token_types
 from headcut.batching import encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
-from headcut.evaluate.tasks import agreement, summary, unranked_as_none
+from headcut.evaluate.tasks import agreement, summary
 from headcut.evaluate.predict import predict_logits
 from headcut.timing import round_robin
 from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops, runtime_version
@@ -182,8 +182,8 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
         row = rows[id(v)]
         task = "score" if logits.shape[1] == 1 else "grades"
         if pairs.task is not None:
-            figures = unranked_as_none(summary(logits, pairs, task=task))
-            # a score model's accuracy is its within-query pair accuracy (None: no two titles of one query)
+            figures = summary(logits, pairs, task=task)
+            # a score model's accuracy is its within-query pair accuracy (NaN, n/a: no two titles of one query)
             row.update({"accuracy": figures["accuracy" if task == "grades" else "pair_accuracy"],
                         "spearman": figures["spearman"]})
         row["agreement"] = agreement(logits, reference_logits, pairs)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from headcut_grader.files import write_json, write_text
 
-from headcut.evaluate.tasks import shown
+from headcut.evaluate.tasks import missing, shown
 from headcut.export.bench import BenchResult
 
 
@@ -86,7 +86,7 @@ def figure(report: dict, *, batch: int = 32, seq: int = 64):
     fig, ax = plt.subplots(figsize=(8.5, 4.4))
     for row in report["variants"]:
         c = cell(row, batch, seq) or cell(row, *_first_cell(row))
-        if row["agreement"] is None:  # nothing to agree on: no point to place
+        if missing(row["agreement"]):  # nothing to agree on (NaN in memory, null read back): no point
             continue
         ax.scatter(c["pairs_per_s"], 100 * row["agreement"], marker=MARKERS.get(row["kind"], "o"), s=50,
                    label=row["name"])

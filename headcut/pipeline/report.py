@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from headcut_grader.files import write_json, write_text
+from headcut.evaluate.tasks import shown, shown_ci
 from headcut.pipeline.recipe import FloorSection, PipelineRecipe
 
 FIGURE = "pareto.png"
@@ -21,8 +22,7 @@ HEADER = ["grader", "precision", "size MiB", "GFLOP/pair", "p50 ms", "pairs/s", 
 
 
 def _delta(d: dict, scale: float = 1.0, digits: int = 4) -> str:
-    lo, hi = d["ci"]
-    return f"{scale * d['delta']:+.{digits}f} [{scale * lo:+.{digits}f}, {scale * hi:+.{digits}f}]"
+    return shown_ci(d, f"+.{digits}f", scale=scale)
 
 
 YARDSTICK_HEADER = ["grader", "Δ accuracy pt [95% CI]", "Δ macro-F1 [95% CI]", "Δ Spearman [95% CI]",
@@ -33,7 +33,7 @@ def _compared(d: dict) -> list[str]:
     """Accuracy, macro-F1 and Spearman differences and the agreement of one paired comparison."""
     a = d["agreement"]
     return [_delta(d["accuracy"], 100, 2), _delta(d["macro_f1"]), _delta(d["spearman"]),
-            f"{a['value']:.2%} [{a['ci'][0]:.2%}, {a['ci'][1]:.2%}]"]
+            _share(a)]
 
 
 def table_rows(rows: list[dict]) -> list[list[str]]:
@@ -55,7 +55,7 @@ SCORE_YARDSTICK_HEADER = ["grader", "Δ Spearman [95% CI]", "Δ NDCG@10 [95% CI]
 
 
 def _share(d: dict) -> str:
-    return f"{d['value']:.2%} [{d['ci'][0]:.2%}, {d['ci'][1]:.2%}]"
+    return shown_ci(d, ".2%")
 
 
 def _score_compared(d: dict) -> list[str]:
@@ -69,7 +69,7 @@ def score_table_rows(rows: list[dict]) -> list[list[str]]:
         m, (sp, ndcg, mrr, order, top1) = r["metrics"], _score_compared(r["vs_teacher"])
         out.append([r["name"], r["precision"], f"{r['size_mb']:.1f}", f"{r['flops_per_pair'] / 1e9:.3g}",
                     f"{r['p50_ms']:.1f}", f"{r['pairs_per_s']:.0f}", f"{r['speedup']:.2f}x", f"{m['spearman']:.4f}", sp,
-                    f"{m['pearson']:.4f}", f"{m['ndcg@10']:.4f}", ndcg, f"{m['mrr']:.4f}", mrr, order, top1])
+                    f"{m['pearson']:.4f}", shown(m['ndcg@10']), ndcg, shown(m['mrr']), mrr, order, top1])
     return out
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headcut.evaluate.tasks import missing, shown, shown_ci
+
 METRIC_NAMES = ("accuracy", "macro_f1", "spearman", "loss")
 SCORE_METRIC_NAMES = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")  # loss: MSE
 
@@ -146,12 +148,10 @@ def _metric_table(quality: dict, untuned: dict | None) -> list[str]:
         rule += "---|---|"
     lines = [head, rule]
     for name in SCORE_METRIC_NAMES if quality.get("task") == "score" else METRIC_NAMES:
-        d = quality["paired"][name]
-        row = (f"| {name} | {quality['before'][name]:.4f} | {quality['after'][name]:.4f} | "
-               f"{d['delta']:+.4f} [{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}] |")
+        row = (f"| {name} | {shown(quality['before'][name])} | {shown(quality['after'][name])} | "
+               f"{shown_ci(quality['paired'][name])} |")
         if untuned:
-            u = untuned["paired"][name]
-            row += f" {untuned['after'][name]:.4f} | {u['delta']:+.4f} [{u['ci'][0]:+.4f}, {u['ci'][1]:+.4f}] |"
+            row += f" {shown(untuned['after'][name])} | {shown_ci(untuned['paired'][name])} |"
         lines.append(row)
     return lines
 
@@ -209,16 +209,23 @@ def _drops_after_tuning(search: dict) -> str:
 def _agreement_sentence(quality: dict) -> str:
     if quality.get("task") != "score":
         return "Same grade as the unpruned model on " + _agreement(quality) + "."
-    top1 = quality["paired"]["top1"]
+    if missing(quality["paired"]["agreement"]["value"]):
+        return "Ordered as the unpruned model orders them: n/a (no query here has two titles to order)."
     return (f"Ordered as the unpruned model orders them: {_agreement(quality)} within each query; "
-            f"the same first title for {top1['value']:.2%} of queries "
-            f"(95% CI {top1['ci'][0]:.2%} to {top1['ci'][1]:.2%}).")
+            f"the same first title for {_share(quality['paired']['top1'])} of queries.")
 
 
 def _agreement(quality: dict) -> str:
     agree = quality["paired"]["agreement"]
-    ci = f" (95% CI {agree['ci'][0]:.2%} to {agree['ci'][1]:.2%})" if "ci" in agree else ""
-    return f"{agree['value']:.2%} of pairs{ci}"
+    return "n/a" if missing(agree["value"]) else f"{_share(agree)} of pairs"
+
+
+def _share(d: dict) -> str:
+    """A share with its CI, or n/a (no query with two titles to order)."""
+    if missing(d["value"]):
+        return "n/a"
+    ci = f" (95% CI {shown(d['ci'][0], '.2%')} to {shown(d['ci'][1], '.2%')})" if "ci" in d else ""
+    return f"{d['value']:.2%}{ci}"
 
 
 _FITS = {"scales": "scales", "weights": "refits of each sublayer's output projection",
