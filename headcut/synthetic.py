@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from headcut_grader.errors import UserError
+from headcut_grader.validation import whole_number
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
 
 _PRODUCTS = {
@@ -43,10 +44,10 @@ def synthetic_spec(spec: str, n: int | None = None) -> Pairs | None:
 
 def synthetic_seed(spec: str) -> int:
     """The seed of 'synthetic' (0) or 'synthetic:SEED'."""
-    seed = str(spec).partition(":")[2] or "0"
-    if not seed.isdigit():
+    seed = whole_number(str(spec).partition(":")[2] or "0")
+    if seed is None or seed < 0:
         raise UserError(f"data '{spec}': write synthetic or synthetic:SEED with a whole-number seed.")
-    return int(seed)
+    return seed
 
 
 MAX_SYNTHETIC = 1_000_000  # pairs: about 0.13 GB and 20 s to make

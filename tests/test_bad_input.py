@@ -1146,3 +1146,149 @@ def test_batch_sizes_are_bounded(tmp_path, command):
 def test_export_refuses_data_flags_without_data(tmp_path):
     refused(run("export", "minilm-l6", "--out", tmp_path / "g", "--limit", 16),
             "--limit reads --data, which is not given")
+
+
+# --- stop 46's hunt (scan, probe, evaluate, prune, grade) ---------------------------------------------------------
+
+def _with_meta(tmp_path, saved_models, **meta):
+    folder = _copy(saved_models["artifact"], tmp_path)
+    record = json.loads((folder / "headcut.json").read_text())
+    (folder / "headcut.json").write_text(json.dumps({**record, **meta}))
+    return folder
+
+
+def test_prune_overwrite_never_replaces_the_folder_of_the_recorded_dev_data(tmp_path, saved_models):
+    """Was: with no --data, prune read the dev data headcut.json names, then --overwrite replaced its folder."""
+    keep = tmp_path / "dd"
+    keep.mkdir()
+    dev = write(keep, "dev.tsv", PAIRS_TSV)
+    model = _with_meta(tmp_path, saved_models, dev_data={"path": str(dev)})
+    refused(run("prune", "--model", model, "--keep-ratio", "0.5", "--out", keep, "--overwrite", "--no-timing"),
+            "would replace the input", str(dev))
+    assert dev.read_text() == PAIRS_TSV
+
+
+def test_grade_never_writes_through_a_link_at_its_partial_file(tmp_path, tiny_grader):
+    """Was: a link left at OUT's partial path was followed, and the input it pointed at was overwritten."""
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = tmp_path / "graded.tsv"
+    (tmp_path / f".{out.name}.partial").symlink_to(pairs)
+    result = run("grade", tiny_grader, pairs, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert pairs.read_text() == PAIRS_TSV and out.is_file() and not out.is_symlink()
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda doc: doc | {"model": "m6"}, "'model' must be a JSON object, not str"),
+    (lambda doc: doc | {"data": [1, 2]}, "'data' must be a JSON object, not list"),
+    (lambda doc: doc | {"extra": 7}, "'extra' must be a JSON object, not int")])
+def test_a_score_file_whose_sections_are_not_objects_is_a_sentence(tmp_path, saved_models, edit, words):
+    import torch
+
+    from headcut.evaluate.importance import write_scores
+
+    path = tmp_path / "importance.json"
+    write_scores(path, {"fisher": torch.arange(8.0).view(2, 4)}, model_info={}, data_info={})
+    path.write_text(json.dumps(edit(json.loads(path.read_text()))))
+    refused(run("prune", "--model", saved_models["artifact"], "--keep-ratio", "0.5", "--scores", path,
+                "--out", tmp_path / "pruned", "--no-timing"), words)
+
+
+HUGE = "7" * 5001  # past Python's 4,300-digit limit for reading an int
+
+
+def test_class_a_number_of_thousands_of_digits_in_any_json_input_is_a_sentence(tmp_path, saved_models):
+    """Was: Python's int-length ValueError, a traceback, from data files, headcut.json and score files."""
+    lines = write(tmp_path, "pairs.jsonl", '{"query": "drill", "title": "cordless drill", "grade": 3}\n'
+                                           f'{{"query": "saw", "title": "hand saw", "grade": {HUGE}}}\n')
+    refused(run("evaluate", "--model", saved_models["artifact"], "--data", lines), "pairs.jsonl", "line 2")
+    array = write(tmp_path, "pairs.json", f'[{{"query": "saw", "title": "hand saw", "grade": {HUGE}}}]')
+    refused(run("evaluate", "--model", saved_models["artifact"], "--data", array), "pairs.json")
+    model = _copy(saved_models["artifact"], tmp_path)
+    meta = model / "headcut.json"
+    meta.write_text(meta.read_text().rstrip().rstrip("}") + f', "max_length": {HUGE}}}')
+    refused(run("evaluate", "--model", model, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), "headcut.json",
+            "max_length")
+    scores = write(tmp_path, "importance.json", json.dumps({"format": 1, "methods": {"fisher": {"scores": [[1]]}}})
+                   .replace('"format": 1', f'"format": {HUGE}'))
+    refused(run("prune", "--model", saved_models["artifact"], "--keep-ratio", "0.5", "--scores", scores,
+                "--out", tmp_path / "pruned", "--no-timing"), "importance.json")
+
+
+@pytest.mark.parametrize("text, words", [("1:²", "is not RAW:GRADE"), ("1:--3", "is not RAW:GRADE"),
+                                         (f"1:{HUGE}", "is not RAW:GRADE"), ("1:1,2:2,1:3", "maps '1' twice")])
+def test_a_label_map_of_other_digits_or_a_label_twice_is_refused(text, words):
+    """Was: '²' passed str.isdigit() and int() raised; a raw label mapped twice kept its last grade silently."""
+    from headcut_grader.validation import parse_label_map
+
+    with pytest.raises(UserError, match=re.escape(words)):
+        parse_label_map(text)
+
+
+def test_scan_experiments_of_other_digits_are_refused():
+    from headcut.evaluate.scan import parse_experiments
+
+    with pytest.raises(UserError, match="unknown '²'"):
+        parse_experiments("²")
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda shape: [1, 2], "headcut_shape must be an object, not list"),
+    (lambda shape: shape | {"head_ids": [None, [0]]}, "head_ids must hold"),
+    (lambda shape: shape | {"head_ids": 5}, "head_ids must hold"),
+    (lambda shape: shape | {"head_ids": [[0.5], [0]]}, "head_ids must hold"),
+    (lambda shape: shape | {"head_ids": [[1, 1], [0]]}, "head_ids must hold"),
+    (lambda shape: shape | {"layer_ids": [0, 0]}, "layer_ids must list different layer numbers"),
+    (lambda shape: shape | {"heads_per_layer": [-1, 4]}, "heads_per_layer must be a list")])
+def test_an_edited_shape_record_names_config_json(tmp_path, saved_models, edit, words):
+    """Was: AttributeError / TypeError tracebacks, or ids read wrongly (0.5 as 0, a layer twice) with exit 0."""
+    from headcut.models import load_model
+
+    folder = _copy(saved_models["artifact"], tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["headcut_shape"] = edit(config.get("headcut_shape") or {"head_ids": [[0, 1, 2, 3], [0, 1, 2, 3]]})
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match=re.escape(words)) as caught:
+        load_model(folder)
+    assert "config.json" in str(caught.value)
+
+
+def test_a_keep_ratio_that_keeps_no_head_is_refused(tmp_path, saved_models):
+    """Was: 'Kept 0 of 8 heads', a grader giving every pair the same output, exit 0."""
+    import torch
+
+    from headcut.evaluate.importance import write_scores
+
+    path = tmp_path / "importance.json"
+    write_scores(path, {"fisher": torch.arange(8.0).view(2, 4)}, model_info={}, data_info={})
+    refused(run("prune", "--model", saved_models["artifact"], "--keep-ratio", "0.01", "--scores", path,
+                "--out", tmp_path / "pruned", "--no-timing"), "= 0 heads", "at least 0.125")
+    refused(run("prune", "--model", saved_models["artifact"], "--keep-ratio", "1", "--min-heads", "5", "--scores",
+                path, "--out", tmp_path / "pruned", "--no-timing"), "--min-heads 5 is more than the 4 heads")
+    assert not (tmp_path / "pruned").exists()
+
+
+def test_grades_named_twice_in_headcut_json_are_refused(tmp_path, saved_models):
+    model = _with_meta(tmp_path, saved_models, grades=[1, 1, 2, 3, 4])
+    refused(run("evaluate", "--model", model, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), "headcut.json",
+            "names a grade twice")
+
+
+def test_prune_sequence_length_and_timed_batch_are_checked_before_work(tmp_path, saved_models):
+    """Was: --seq-len past the model's positions was counted; --latency --batch 4096 --seq-len 512 ran out of
+    memory in the timing."""
+    from conftest import tiny_model
+    from headcut.cli.prune import check_sequence
+    from headcut.models import LoadedModel
+
+    refused(run("prune", "--model", saved_models["artifact"], "--flops", "0.6", "--seq-len", "65", "--no-tune",
+                "--out", tmp_path / "pruned", "--no-timing"), "--seq-len 64 or less")
+    loaded = LoadedModel(tiny_model("bert", max_position_embeddings=512), None, {}, "tiny", "")
+    check_sequence(loaded, seq_len=512, batch=128)
+    with pytest.raises(UserError, match=r"--batch 256 at 512 tokens .* pass --batch 128 or less"):
+        check_sequence(loaded, seq_len=512, batch=256)
+
+
+def test_evaluate_names_the_against_flag_of_a_missing_reference(tmp_path, saved_models):
+    refused(run("evaluate", "--model", saved_models["artifact"], "--data", write(tmp_path, "p.tsv", PAIRS_TSV),
+                "--against", tmp_path / "nowhere"), "--against")

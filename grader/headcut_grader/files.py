@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headcut_grader.errors import UserError
+from headcut_grader.validation import whole_number
 
 
 def cache_home(env: str, name: str) -> Path:
@@ -101,7 +102,7 @@ def clean_stale(out: Path) -> list[Path]:
     host = socket.gethostname()
     for leftover in out.parent.glob(glob.escape(f".{out.name}.tmp-") + "*") if out.parent.is_dir() else ():
         pid, _, rest = leftover.name[len(f".{out.name}.tmp-"):].partition("@")
-        if not pid.isdigit() or not rest.startswith(host + "-") or _alive(int(pid)):
+        if whole_number(pid) is None or not rest.startswith(host + "-") or _alive(whole_number(pid)):
             continue
         if leftover.is_dir():
             shutil.rmtree(leftover, ignore_errors=True)

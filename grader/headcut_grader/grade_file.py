@@ -78,6 +78,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     chunks = _chunks(source, settings, task, start=Position(**state["position"])) if state else chain([first], chunks)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)  # as every command's --out: missing folders are made
+        _no_link(data, resuming=bool(state))
         with open(data, "r+b" if state else "wb") as f:
             f.truncate(state["bytes"] if state else 0)
             f.seek(0, os.SEEK_END)
@@ -100,6 +101,17 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     state_path.unlink(missing_ok=True)
     return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out,
                         f"{grader.backend.name} {grader.backend.version} {grader.precision}")
+
+
+def _no_link(data: Path, *, resuming: bool) -> None:
+    """Never write through a link at the partial file's place: it may point at an input. A new run removes it; a
+    resume cannot trust it."""
+    if not data.is_symlink():
+        return
+    if resuming:
+        raise UserError(f"{data} is a link, not a partial file this command wrote; rerun with --overwrite to grade "
+                        "from the start.")
+    data.unlink()
 
 
 def _task(grader_dir) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import graphs, open_backend
 from headcut_grader.errors import UserError, setting
-from headcut_grader.readers import unique_keys
+from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import score_values
 from headcut_grader.tokens import encode_pairs, load_tokenizer
 
@@ -117,7 +117,8 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     if not path.exists():
         raise UserError(f"{setting(flag, folder)}: no grader.json; pass a folder written by `headcut export`.")
     try:
-        record = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_keys(f"{path}: an object"))
+        record = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_keys(f"{path}: an object"),
+                            parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None
     if not isinstance(record, dict) or record.get("format") != GRADER_FORMAT:
@@ -147,6 +148,8 @@ def record_problem(record: dict) -> str | None:
     if not isinstance(grades, list) or len(grades) < 2 or not all(
             isinstance(g, int) and not isinstance(g, bool) for g in grades):
         return f"'grades' is {str(grades)[:60]}, not a list of at least two whole numbers"
+    if len(set(grades)) != len(grades):
+        return f"'grades' is {str(grades)[:60]}, which names a grade twice"
     for key, low in (("max_length", 2), ("pad_id", 0)):
         value = record.get(key, low)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:

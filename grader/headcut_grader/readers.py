@@ -282,7 +282,8 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
                 if not chunk.strip():
                     continue
                 try:
-                    obj = json.loads(chunk, object_pairs_hook=unique_keys(f"{path}, line {number}: the object"))
+                    obj = json.loads(chunk, object_pairs_hook=unique_keys(f"{path}, line {number}: the object"),
+                                     parse_int=bounded_int)
                 except json.JSONDecodeError as e:
                     raise UserError(f"{path}, line {number}, column {e.colno}: invalid JSON ({e.msg}); "
                                     "fix that line.") from None
@@ -302,7 +303,7 @@ def _json_array(path: Path, lines: Lines):
     if lines.expected is not None:
         lines.check_unchanged()
     try:
-        data = json.loads(text, object_pairs_hook=unique_keys(f"{path}: an object"))
+        data = json.loads(text, object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg}); fix it.") from None
     except RecursionError:
@@ -321,6 +322,12 @@ def _refuse_repeats(names: list, where: str, noun: str = "column") -> None:
         if name and name in seen:
             raise UserError(f"{where} names {noun} '{name}' twice; rename or remove one of them.")
         seen.add(name)
+
+
+def bounded_int(text: str) -> int | float:
+    """json.loads' parse_int: a whole number of over 300 digits is read as a float (inf past 1e308), which every
+    range check then refuses in its sentence; Python refuses ints of over 4,300 digits with a bare ValueError."""
+    return int(text) if len(text.lstrip("-")) <= 300 else float(text)
 
 
 def unique_keys(where: str):

@@ -17,6 +17,12 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tab, newline and ca
 _JSON_KINDS = {bool: "true/false", int: "number", float: "number", dict: "object", list: "array"}
 
 
+def whole_number(text: str, *, digits: int = 18) -> int | None:
+    """`text` as an int where it is written in ASCII digits (a leading minus allowed, at most `digits` of them),
+    else None: str.isdigit() also passes '²' and other digits that int() refuses."""
+    return int(text) if re.fullmatch(rf"-?[0-9]{{1,{digits}}}", text) else None
+
+
 def parse_label_map(text: str | None) -> dict | str | None:
     """`--label-map` as '0:1,1:3,2:5' (raw -> grade), 'round' (float score -> nearest grade), or None."""
     if text is None or text == "":
@@ -26,11 +32,13 @@ def parse_label_map(text: str | None) -> dict | str | None:
     out = {}
     for item in text.split(","):
         raw, sep, grade = item.partition(":")
-        if not sep or not grade.strip().lstrip("-").isdigit():
+        if not sep or whole_number(grade.strip()) is None:
             raise UserError(
                 f"--label-map item '{item}' is not RAW:GRADE; write e.g. --label-map 0:1,1:3,2:5 or --label-map round."
             )
-        out[raw.strip()] = int(grade)
+        if raw.strip() in out:
+            raise UserError(f"--label-map maps '{raw.strip()}' twice; map each raw label once.")
+        out[raw.strip()] = whole_number(grade.strip())
     return out
 
 

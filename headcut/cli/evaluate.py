@@ -73,8 +73,8 @@ def evaluate(
     scorer = open_scorer(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle)
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit, task=scorer.task, grades=scorer.grades)
-    reference = open_scorer(against, batch_size=batch_size, max_length=max_length,
-                            allow_pickle=allow_pickle) if against else None  # fail before the long pass
+    reference = open_scorer(against, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle,
+                            flag="--against") if against else None  # fail before the long pass
     if reference is not None:
         check_comparable(scorer, reference)
     with progress_bar(len(pairs), "grading") as bar:

@@ -116,7 +116,7 @@ def prune(
     Below 0.35 of the FLOPs, distil the pruned model for an epoch (recipes/run/homedepot_quarter.yaml).
     """
     quiet_transformers()
-    from headcut_grader.files import check_out_dir
+    from headcut_grader.files import check_out_dir, refuse_inputs
     from headcut.models import load_model
     from headcut.prune import PruneSettings
     from headcut.prune.inputs import pool_needs_gold
@@ -125,6 +125,9 @@ def prune(
     check_flags_fit(ctx, target)
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
     loaded = load_model(model, allow_pickle=allow_pickle)
+    if data is None and scores is None:  # the dev data recorded with the model is read: an input too
+        refuse_inputs(out, [(loaded.meta.get("dev_data") or {}).get("path")])
+    check_sequence(loaded, seq_len=seq_len, batch=batch if latency is not None else None)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
                    task=loaded.task, grades=loaded.grades)
     pool = read_data(data, require_labels=pool_needs_gold(eval_data), **columns) if data and scores is None else None
@@ -141,6 +144,23 @@ def prune(
                                iterative=iterative)
     result = run_with_bars(call, loaded, layer_prior=layer_prior, data=pool, eval_data=held_out, settings=settings)
     write_and_print(result, out, overwrite=overwrite)
+
+
+MAX_TIMED_SCORES = 2 ** 25  # batch x seq-len^2: a timed layer's attention scores per head (1.6 GB for 12 heads)
+
+
+def check_sequence(loaded, *, seq_len: int | None, batch: int | None) -> None:
+    """--seq-len within the model's positions; with --latency, batch x seq-len^2 within MAX_TIMED_SCORES, so the
+    timing batch's attention fits in memory."""
+    from headcut.batching import check_max_length, max_length_of
+
+    if seq_len is not None:
+        check_max_length(loaded.model, seq_len, flag="--seq-len")
+    length = max_length_of(loaded.model, seq_len)
+    if batch is not None and batch * length ** 2 > MAX_TIMED_SCORES:
+        most = max(1, MAX_TIMED_SCORES // length ** 2)
+        raise UserError(f"--batch {batch} at {length} tokens would time attention of {batch * length ** 2:,} scores "
+                        f"per head, more than memory allows; pass --batch {most} or less (or a shorter --seq-len).")
 
 
 def check_options(keep_ratio, flops, latency, *, runtime: str) -> str:

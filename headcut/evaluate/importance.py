@@ -22,6 +22,7 @@ from headcut.arch import present_heads
 from headcut_grader.data import Pairs, check_regular
 from headcut_grader.errors import UserError
 from headcut_grader.files import write_json
+from headcut_grader.readers import bounded_int
 
 FORMAT = "headcut-importance/1"
 
@@ -141,7 +142,7 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
                         + ("." if (path / "importance.json").is_file() else " (`headcut scan --out DIR` writes it)."))
     check_regular(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path}: not a readable JSON score file ({e}); rerun `headcut scan`.") from None
     methods = doc.get("methods") if isinstance(doc, dict) else None
@@ -162,6 +163,9 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
     nulls = torch.tensor([[v is None for v in row] for row in rows])  # only null marks an absent head
     check_scores(scores, nulls, f"{path} ('{name}')")
     model_info, data_info = doc.get("model") or {}, doc.get("data") or {}
+    for key, value in (("model", model_info), ("data", data_info), ("extra", doc.get("extra") or {})):
+        if not isinstance(value, dict):
+            raise UserError(f"{path}: '{key}' must be a JSON object, not {type(value).__name__}; rerun `headcut scan`.")
     meta = {
         "method": name, "methods": list(methods), "file": str(path),
         "weights_hash": model_info.get("weights_hash"), "fingerprint": data_info.get("fingerprint"),

@@ -48,7 +48,7 @@ class Scorer:
 
 
 def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = None,
-                allow_pickle: bool = False) -> Scorer:
+                allow_pickle: bool = False, flag: str = "--model") -> Scorer:
     """A model folder or built-in name, or an exported ONNX grader folder (one with grader.json).
 
     Graders run in ONNX Runtime with the max length they were exported with, so a deployed INT8 grader
@@ -64,7 +64,7 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
                       grades=tuple(grader.record["grades"]) if "grades" in grader.record else None)
     from headcut.models import load_model
 
-    loaded = load_model(name, allow_pickle=allow_pickle)
+    loaded = load_model(name, allow_pickle=allow_pickle, flag=flag)
     about = {"path": loaded.path, "weights_hash": loaded.weights_hash, "task": loaded.task}
     return Scorer(about, lambda pairs, progress=None: predict_logits(
         loaded.model, loaded.tokenizer, pairs, batch_size=batch_size, max_length=max_length or loaded.max_length,

@@ -13,6 +13,7 @@ from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
+from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
 from headcut.evaluate.importance import gold
@@ -45,7 +46,8 @@ def parse_experiments(text: str) -> tuple[str, ...]:
     use = f"use all, none or numbers 1-5 ({', '.join(EXPERIMENTS)})"
     chosen = []
     for item in items:
-        name = EXPERIMENTS[int(item) - 1] if item.isdigit() and 1 <= int(item) <= len(EXPERIMENTS) else item
+        number = whole_number(item)
+        name = EXPERIMENTS[number - 1] if number is not None and 1 <= number <= len(EXPERIMENTS) else item
         if item in ("all", "none"):
             raise UserError(f"--experiments {text}: '{item}' stands alone; {use}.")
         if name not in EXPERIMENTS:

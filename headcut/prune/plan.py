@@ -105,6 +105,13 @@ def plan_heads(
     present = torch.isfinite(effective)
     if target > int(present.sum()):
         raise ValueError(f"cannot keep {target} heads, only {int(present.sum())} are available")
+    if target == 0:
+        raise UserError(f"--keep-ratio {keep_ratio} keeps round({keep_ratio} x {num_layers * num_heads}) = 0 heads, "
+                        "a grader that gives every pair the same output; pass at least "
+                        f"{1 / (num_layers * num_heads):.3g} (one head).")
+    if min_heads > num_heads:
+        raise UserError(f"--min-heads {min_heads} is more than the {num_heads} heads of a layer; pass at most "
+                        f"{num_heads}.")
     if min_heads * num_layers > target:
         raise UserError(
             f"--min-heads {min_heads} needs {min_heads * num_layers} heads but --keep-ratio {keep_ratio} keeps "
