@@ -1285,10 +1285,49 @@ def test_prune_sequence_length_and_timed_batch_are_checked_before_work(tmp_path,
                 "--out", tmp_path / "pruned", "--no-timing"), "--seq-len 64 or less")
     loaded = LoadedModel(tiny_model("bert", max_position_embeddings=512), None, {}, "tiny", "")
     check_sequence(loaded, seq_len=512, batch=128)
-    with pytest.raises(UserError, match=r"--batch 256 at 512 tokens .* pass --batch 128 or less"):
+    with pytest.raises(UserError, match=r"--batch, --seq-len: a batch of 256 at 512 tokens .* batches of 128 or less"):
         check_sequence(loaded, seq_len=512, batch=256)
 
 
 def test_evaluate_names_the_against_flag_of_a_missing_reference(tmp_path, saved_models):
     refused(run("evaluate", "--model", saved_models["artifact"], "--data", write(tmp_path, "p.tsv", PAIRS_TSV),
                 "--against", tmp_path / "nowhere"), "--against")
+
+
+@pytest.mark.parametrize("edit, words", [({"grades": [1, 1, 2, 3, 4]}, "names a grade twice"),
+                                         ({"max_length": 10 ** 9}, "'max_length' is 1000000000, not a whole number"),
+                                         ({"pad_id": 10 ** 30}, "'pad_id' is 1000000000000000000000000000000")])
+def test_a_grader_json_with_grades_twice_or_huge_numbers_is_refused_before_work(tmp_path, tiny_grader, edit, words):
+    """Was: grades named twice lost a probability column (exit 0); a max_length of 1e9 probed gigabytes for minutes;
+    a pad_id past a C long was an OverflowError."""
+    import shutil
+
+    grader = shutil.copytree(tiny_grader, tmp_path / "g")
+    record = json.loads((grader / "grader.json").read_text())
+    (grader / "grader.json").write_text(json.dumps({**record, **edit}))
+    refused(run("grade", grader, write(tmp_path, "p.tsv", PAIRS_TSV), "--out", tmp_path / "o.tsv"), "grader.json",
+            words)
+    assert not (tmp_path / "o.tsv").exists()
+
+
+def test_export_precision_auto_without_data_is_refused(tmp_path, saved_models):
+    """Was: fp32 shipped silently, and gate flags given with it were ignored."""
+    refused(run("export", saved_models["artifact"], "--out", tmp_path / "g", "--precision", "auto", "--max-drop", "5",
+                "--max-length", "64"),
+            "--precision auto", "--data FILE")
+    assert not (tmp_path / "g").exists()
+
+
+def test_bench_batches_that_cannot_fit_in_memory_are_refused_before_work(tmp_path):
+    """Was: --batch-sizes up to 4096 (other commands stop at 1024), and 4096 x 512 ran out of memory."""
+    refused(run("bench", "-m", "minilm-l6", "--data", "synthetic", "--out", tmp_path / "b", "--batch-sizes", "1024",
+                "--seq-lens", "512"), "--batch-sizes, --seq-lens", "batches of 128 or less")
+    refused(run("bench", "-m", "minilm-l6", "--data", "synthetic", "--out", tmp_path / "b", "--batch-sizes", "4096"),
+            "--batch-sizes")
+
+
+def test_a_label_map_for_a_one_score_model_is_refused(tmp_path):
+    """Was: ignored (the score column is read as numbers), exit 0."""
+    path = write(tmp_path, "s.tsv", "query\ttitle\tscore\ndrill\tcordless drill\t2.5\n")
+    with pytest.raises(UserError, match="--label-map maps labels to grades, and this model is a one-score reranker"):
+        read_pairs(path, task="score", label_map={"zzz": 1})

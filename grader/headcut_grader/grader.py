@@ -135,6 +135,9 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     return record
 
 
+MAX_POSITIONS = 8192  # the longest position table of the architectures headcut exports (ModernBERT's)
+
+
 def record_problem(record: dict) -> str | None:
     """What is wrong with the values grader.json holds (types and ranges), or None."""
     if record.get("task", "grades") not in ("grades", "score"):
@@ -150,10 +153,10 @@ def record_problem(record: dict) -> str | None:
         return f"'grades' is {str(grades)[:60]}, not a list of at least two whole numbers"
     if len(set(grades)) != len(grades):
         return f"'grades' is {str(grades)[:60]}, which names a grade twice"
-    for key, low in (("max_length", 2), ("pad_id", 0)):
+    for key, low, high in (("max_length", 2, MAX_POSITIONS), ("pad_id", 0, 2 ** 31 - 1)):
         value = record.get(key, low)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            return f"'{key}' is {str(value)[:60]}, not a whole number of at least {low}"
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            return f"'{key}' is {str(value)[:60]}, not a whole number from {low} to {high:,}"
     return None
 
 

@@ -83,3 +83,15 @@ def check_ranges(obj, where: str) -> None:
 MAX_THREADS = 256  # a runtime's threads: more only exhausts the process limit (tokenizers panicked at 100,000)
 MAX_BOOTSTRAP = 100_000  # resamples of a CI: beyond this the CI does not move, and the run takes hours
 MAX_BATCH = 1024  # pairs per forward pass: memory grows with it (probe: ~3 MB a pair), speed stops growing long before
+
+
+MAX_TIMED_SCORES = 2 ** 25  # batch x length^2: a timed batch's attention scores per head (1.6 GB for 12 heads)
+
+
+def check_timed_batch(batch: int, length: int, *, flags: str) -> None:
+    """A batch that timing runs whole must fit in memory: attention grows with batch x length squared."""
+    if batch * length ** 2 > MAX_TIMED_SCORES:
+        most = max(1, MAX_TIMED_SCORES // length ** 2)
+        raise UserError(f"{flags}: a batch of {batch} at {length} tokens would hold {batch * length ** 2:,} attention "
+                        f"scores per head, more than memory allows; time batches of {most} or less at that length "
+                        "(or a shorter length).")

@@ -124,6 +124,9 @@ def iter_pairs(
         raise UserError(f"{_fix('query_col', keys).partition('=')[0]} and {_fix('title_col', keys).partition('=')[0]} "
                         f"both name column '{query_col}'; name the queries' and the titles' own columns.")
     score = task == "score"
+    if score and label_map is not None:
+        raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps labels to grades, and this model is a "
+                        "one-score reranker that reads the score column as numbers; drop it.")
     label_cols = (label_col,) if label_col else (p.score_cols if score else p.label_cols)
     label_map = label_map if label_map is not None else p.label_map
 

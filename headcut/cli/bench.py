@@ -89,10 +89,11 @@ def bench(
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
     from headcut.batching import check_max_length
-    from headcut_grader.ranges import Range
+    from headcut_grader.ranges import MAX_BATCH, Range, check_timed_batch
 
-    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, 4096)),
+    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, MAX_BATCH)),
                              _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
+    check_timed_batch(max(settings.batch_sizes), max(settings.seq_lens), flags="--batch-sizes, --seq-lens")
     reference = _check_variants(model, grader)  # before any model loads
     # the reference's task and grades decide which gold the data gives
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,

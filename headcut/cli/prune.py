@@ -146,21 +146,15 @@ def prune(
     write_and_print(result, out, overwrite=overwrite)
 
 
-MAX_TIMED_SCORES = 2 ** 25  # batch x seq-len^2: a timed layer's attention scores per head (1.6 GB for 12 heads)
-
-
 def check_sequence(loaded, *, seq_len: int | None, batch: int | None) -> None:
-    """--seq-len within the model's positions; with --latency, batch x seq-len^2 within MAX_TIMED_SCORES, so the
-    timing batch's attention fits in memory."""
+    """--seq-len within the model's positions; with --latency, a timed batch that fits in memory."""
     from headcut.batching import check_max_length, max_length_of
+    from headcut_grader.ranges import check_timed_batch
 
     if seq_len is not None:
         check_max_length(loaded.model, seq_len, flag="--seq-len")
-    length = max_length_of(loaded.model, seq_len)
-    if batch is not None and batch * length ** 2 > MAX_TIMED_SCORES:
-        most = max(1, MAX_TIMED_SCORES // length ** 2)
-        raise UserError(f"--batch {batch} at {length} tokens would time attention of {batch * length ** 2:,} scores "
-                        f"per head, more than memory allows; pass --batch {most} or less (or a shorter --seq-len).")
+    if batch is not None:
+        check_timed_batch(batch, max_length_of(loaded.model, seq_len), flags="--batch, --seq-len")
 
 
 def check_options(keep_ratio, flops, latency, *, runtime: str) -> str:

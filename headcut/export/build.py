@@ -104,6 +104,9 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
     labelled = pairs is not None and pairs.task is not None
     if labelled:
         check_task(loaded.task, pairs, f"--model {loaded.path}")
+    if precision == "auto" and not labelled:
+        raise UserError("--precision auto ships the fastest precision that passes the gate on labelled pairs; pass "
+                        "--data FILE, or --precision fp32.")
     if ort_precision == "int8" and not labelled:
         raise UserError("--int8 needs labelled pairs to check agreement, Spearman and accuracy; pass --data FILE.")
     if ov_precision:

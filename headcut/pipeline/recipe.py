@@ -14,7 +14,7 @@ from typing import Any, Literal
 from headcut_grader.data import file_keys
 from headcut_grader.errors import UserError
 from headcut.export.gate import Int8Gate
-from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, ranged, same_as
+from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, ranged, same_as
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
@@ -95,6 +95,10 @@ class BenchSection:
     bootstrap: int = ranged(1000, 10, MAX_BOOTSTRAP)
     # another grader folder (e.g. a teacher trained on every train pair): each grader is also compared with it
     yardstick: str | None = None
+
+    def __post_init__(self):
+        if isinstance(self.batch, int) and isinstance(self.seq_len, int) and self.batch > 0 and self.seq_len > 0:
+            check_timed_batch(self.batch, self.seq_len, flags="bench.batch, bench.seq_len")
 
 
 @dataclass(frozen=True)
