@@ -208,3 +208,18 @@ def test_a_grader_json_named_instead_of_its_folder_says_so(tiny_grader):
     with pytest.raises(UserError, match=f"^{re.escape(str(record))} is a file; pass the grader's folder .* e.g. "
                                         f"{re.escape(str(tiny_grader[0]))}\\.$"):
         read_record(record)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda g: g.grade(["qt"]), "each pair must be (query, title), not 'qt'"),
+    (lambda g: g.grade("qt"), "not one str"),
+    (lambda g: g.grade([("q",)]), "each pair must be (query, title)"),
+    (lambda g: g.grade([{"query": "q"}]), "needs 'query' and 'title'"),
+    (lambda g: g.rank("q", "abc"), "a list of title strings")])
+def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grader, call, words):
+    """Was: g.grade(["qt"]) graded query 'q' against title 't', g.rank("q", "abc") ranked the characters a, b, c,
+    and ("q",) or a dict without 'title' raised ValueError / KeyError."""
+    from headcut_grader import Grader
+
+    with pytest.raises(TypeError, match=re.escape(words)):
+        call(Grader(tiny_grader[0], threads=1))

@@ -163,8 +163,14 @@ def record_problem(record: dict) -> str | None:
 def _as_columns(pairs) -> tuple[list[str], list[str]]:
     if hasattr(pairs, "queries") and hasattr(pairs, "titles"):
         return list(pairs.queries), list(pairs.titles)
+    if isinstance(pairs, (str, dict)):
+        raise TypeError(f"pairs must be a list of (query, title) pairs, not one {type(pairs).__name__}")
     queries, titles = [], []
     for item in pairs:
+        if isinstance(item, str) or not isinstance(item, dict) and len(item) != 2:
+            raise TypeError(f"each pair must be (query, title), not {item!r:.60}")
+        if isinstance(item, dict) and not {"query", "title"} <= item.keys():
+            raise TypeError(f"each pair given as a dict needs 'query' and 'title', not {sorted(item)!r:.60}")
         q, t = (item["query"], item["title"]) if isinstance(item, dict) else item
         if not isinstance(q, str) or not isinstance(t, str):
             raise TypeError("each pair must be two strings (query, title)")
@@ -276,6 +282,8 @@ class Grader:
 
     def rank(self, query: str, titles: Iterable[str]) -> list[dict]:
         """Titles ordered by expected grade (a score grader: score), best first (ties keep input order)."""
+        if isinstance(titles, str) or not isinstance(query, str):
+            raise TypeError("rank takes one query string and a list of title strings")
         titles = list(titles)
         if not titles:
             return []
