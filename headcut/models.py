@@ -162,7 +162,8 @@ def load_model(
             _read_state(weights)  # read twice: transformers' errors for a pickle of something else are tracebacks
         if shape is not None:
             model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
-            apply_shape(model, shape)
+            with broken_file(path / "config.json"):  # the shape record is config.json's, not the weights'
+                apply_shape(model, shape)
             model.load_state_dict(_read_state(weights), strict=True)
         else:
             model = AutoModelForSequenceClassification.from_pretrained(
@@ -197,7 +198,8 @@ def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = No
     with torch.device("meta"):
         model = AutoModelForSequenceClassification.from_config(config)
         if getattr(config, SHAPE_KEY, None) is not None:
-            apply_shape(model, getattr(config, SHAPE_KEY))
+            with broken_file(path / "config.json"):
+                apply_shape(model, getattr(config, SHAPE_KEY))
     return LoadedModel(model, None, meta, str(path))
 
 

@@ -1239,7 +1239,8 @@ def test_scan_experiments_of_other_digits_are_refused():
     (lambda shape: shape | {"head_ids": [[0.5], [0]]}, "head_ids must hold"),
     (lambda shape: shape | {"head_ids": [[1, 1], [0]]}, "head_ids must hold"),
     (lambda shape: shape | {"layer_ids": [0, 0]}, "layer_ids must list different layer numbers"),
-    (lambda shape: shape | {"heads_per_layer": [-1, 4]}, "heads_per_layer must be a list")])
+    (lambda shape: shape | {"heads_per_layer": [-1, 4]}, "heads_per_layer must be a list"),
+    (lambda shape: shape | {"head_ids": [[0, 99], [0]]}, "config.json is damaged or incomplete")])
 def test_an_edited_shape_record_names_config_json(tmp_path, saved_models, edit, words):
     """Was: AttributeError / TypeError tracebacks, or ids read wrongly (0.5 as 0, a layer twice) with exit 0."""
     from headcut.models import load_model
