@@ -1332,3 +1332,9 @@ def test_a_label_map_for_a_one_score_model_is_refused(tmp_path):
     path = write(tmp_path, "s.tsv", "query\ttitle\tscore\ndrill\tcordless drill\t2.5\n")
     with pytest.raises(UserError, match="--label-map maps labels to grades, and this model is a one-score reranker"):
         read_pairs(path, task="score", label_map={"zzz": 1})
+
+
+def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_grader):
+    """Was: ignored (a grader reads the max_length it was exported with), exit 0."""
+    refused(run("evaluate", "--model", tiny_grader, "--data", write(tmp_path, "p.tsv", PAIRS_TSV), "--max-length", "200"),
+            "--max-length applies to PyTorch models", "exported grader")

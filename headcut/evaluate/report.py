@@ -57,6 +57,10 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     if (Path(name) / "grader.json").is_file():
         from headcut_grader import Grader
 
+        if max_length is not None:
+            raise UserError(f"--max-length applies to PyTorch models, and {flag} {name} is an exported grader, which "
+                            "reads as many tokens as it was exported with; drop --max-length (or re-export it).")
+
         grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
         about = {"path": name, "kind": "onnx grader", "precision": grader.record.get("precision"),
                  "model_sha256": grader.record.get("model_file", {}).get("sha256")}
