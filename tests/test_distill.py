@@ -147,7 +147,7 @@ def test_recipe_keys_name_the_columns_and_its_messages_name_the_keys(tiny_teache
 
     pairs = synthetic_pairs(40, seed=3)
     path = renamed_columns_file(tmp_path / "renamed.tsv", pairs)
-    train_path = renamed_columns_file(tmp_path / "train.tsv", pairs)  # its own file: dev_data may not be train_data
+    train_path = renamed_columns_file(tmp_path / "train.tsv", synthetic_pairs(40, seed=4))  # dev may not be train
     files = dict(train_data=str(train_path), dev_data=str(path), train_rows=None, dev_rows=None)
     recipe = recipe_for(tiny_teacher, **files, query_col="q", title_col="doc", label_col="rel", unlabeled_data=str(path))
     train, dev = load_data(recipe)
