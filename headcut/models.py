@@ -15,7 +15,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
-                          shape_record, widen)
+                          shape_record, usable_positions, widen)
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, setting
@@ -181,7 +181,21 @@ def load_model(
         read_json_file(path / "tokenizer.json")
     with broken_file(path, label=f"the tokenizer in {path}"):
         tokenizer = AutoTokenizer.from_pretrained(path)
+    _check_recorded_length(path, meta, model, tokenizer)
     return LoadedModel(model, tokenizer, meta, str(path), file_hash(weights))
+
+
+def _check_recorded_length(path: Path, meta: dict, model, tokenizer) -> None:
+    """headcut.json's max_length leaves each text a token and fits the model's positions (else its grader would be
+    refused by the runtime, or its inputs fail deep in torch)."""
+    if "max_length" not in meta:
+        return
+    length, least = int(meta["max_length"]), tokenizer.num_special_tokens_to_add(True) + 2
+    most = usable_positions(model.config) or length
+    if not least <= length <= most:
+        raise UserError(f"{path / META_FILE}: 'max_length' is {length}, but a pair needs at least {least} tokens "
+                        f"({least - 2} special ones and one of each text) and the model has {most} positions; set it "
+                        f"from {least} to {most}.")
 
 
 def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = None) -> LoadedModel:
