@@ -1338,3 +1338,42 @@ def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_g
     """Was: ignored (a grader reads the max_length it was exported with), exit 0."""
     refused(run("evaluate", "--model", tiny_grader, "--data", write(tmp_path, "p.tsv", PAIRS_TSV), "--max-length", "200"),
             "--max-length applies to PyTorch models", "exported grader")
+
+
+# --- stop 47 (the left-alone list of stop 46, and a new hunt) ---------------------------------------------------
+
+@pytest.mark.parametrize("edit, words", [
+    ({"openvino": [1]}, "'openvino' is [1], not an object"),
+    ({"openvino": {"precision": "int4", "files": {}}}, "'openvino.precision' is int4"),
+    ({"openvino": {"precision": "fp32", "files": "x"}}, "'openvino.files' is x, not an object"),
+    ({"speed": {"seconds": [1]}}, "'speed.seconds' is [1]"),
+    ({"speed": {"seconds": {"onnxruntime": -1.0}}}, "'speed.seconds'"),
+    ({"speed": {"cpu": "x"}}, "'speed.cpu' is x, not an object"),
+    ({"precision": "int4"}, "'precision' is int4, not one of fp32, int8"),
+    ({"backend": "gpu"}, "'backend' is gpu"),
+    ({"pad_id": 100000}, "'pad_id' is 100000, but the tokenizer has"),
+])
+def test_a_grader_json_with_sections_of_the_wrong_type_is_refused(tmp_path, tiny_grader, edit, words):
+    """Was: a speed section of the wrong type was an AttributeError traceback, a pad_id past the vocabulary an
+    ONNX Runtime traceback, and an unknown precision or backend graded on and was reported as it stood."""
+    import shutil
+
+    grader = shutil.copytree(tiny_grader, tmp_path / "g")
+    record = json.loads((grader / "grader.json").read_text())
+    (grader / "grader.json").write_text(json.dumps({**record, **edit}))
+    refused(run("grade", grader, write(tmp_path, "p.tsv", PAIRS_TSV), "--out", tmp_path / "o.tsv"), "grader.json",
+            words)
+    assert not (tmp_path / "o.tsv").exists()
+
+
+@pytest.mark.parametrize("length", [3, 65])
+def test_a_recorded_max_length_too_short_for_a_pair_or_past_the_positions_is_refused(tmp_path, saved_models, length):
+    """Was: 3 exported a grader the runtime then refused; 65 (of 64 positions) failed deep in torch."""
+    model = _with_meta(tmp_path, saved_models, max_length=length)
+    refused(run("export", model, "--out", tmp_path / "g"), "headcut.json", f"'max_length' is {length}", "from 5 to 64")
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_backend_that_is_not_one_is_refused_by_its_flag(tmp_path, tiny_grader):
+    refused(run("grade", tiny_grader, write(tmp_path, "p.tsv", PAIRS_TSV), "--out", tmp_path / "o.tsv", "--backend",
+                "gpu"), "--backend gpu is not one of auto, onnxruntime, openvino")

@@ -223,3 +223,28 @@ def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grade
 
     with pytest.raises(TypeError, match=re.escape(words)):
         call(Grader(tiny_grader[0], threads=1))
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda g: g.grade([("drill", "cordless drill"), ("", "saw")]), "pair 1's query: empty text"),
+    (lambda g: g.grade([("drill", "  ")]), "pair 0's title: empty text"),
+    (lambda g: g.grade([("dr\x00ill", "drill")]), "pair 0's query: control character U+0000"),
+    (lambda g: g.rank(" ", ["drill"]), "pair 0's query: empty text")])
+def test_the_grader_api_refuses_the_texts_files_and_the_server_refuse(tiny_grader, call, words):
+    """Was: empty texts and control characters were graded (files and the server refuse them)."""
+    from headcut_grader import Grader
+
+    with pytest.raises(ValueError, match=re.escape(words)):
+        call(Grader(tiny_grader[0], threads=1))
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"backend": "gpu"}, "Grader backend is 'gpu'; use one of: auto, onnxruntime, openvino."),
+    ({"threads": 10 ** 9}, "Grader threads is 1000000000; it must be a whole number from 1 to 256."),
+    ({"batch_size": 10 ** 9}, "Grader batch_size is 1000000000; it must be a whole number from 1 to 1,024.")])
+def test_the_grader_api_names_its_own_arguments_and_bounds_them(tiny_grader, settings, words):
+    """Was: a bad backend was named as the CLI's --backend; a billion threads blamed model.onnx as damaged."""
+    from headcut_grader import Grader
+
+    with pytest.raises(UserError, match=f"^{re.escape(words)}$"):
+        Grader(tiny_grader[0], **settings)

@@ -13,11 +13,13 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from headcut_grader.backend_choice import Choice, choose_backend
-from headcut_grader.backends import graphs, open_backend
+from headcut_grader.backends import BACKEND_NAMES, graphs, open_backend
 from headcut_grader.errors import UserError, setting
+from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import score_values
 from headcut_grader.tokens import encode_pairs, load_tokenizer
+from headcut_grader.validation import text_problem
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
 GRADER_FORMAT = 1
@@ -157,6 +159,46 @@ def record_problem(record: dict) -> str | None:
         value = record.get(key, low)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             return f"'{key}' is {str(value)[:60]}, not a whole number from {low} to {high:,}"
+    return _sections_problem(record)
+
+
+ORT_PRECISIONS = ("fp32", "int8")
+OPENVINO_PRECISIONS = ("fp32", "bf16", "int8", "int8-bf16")
+
+
+def _sections_problem(record: dict) -> str | None:
+    """What is wrong with the types of the graph and speed sections an export writes, or None."""
+    choices = (("precision", ORT_PRECISIONS), ("backend", ("onnxruntime", "openvino", "auto")))
+    for key, allowed in choices:
+        if key in record and record[key] not in allowed:
+            return f"'{key}' is {str(record[key])[:60]}, not one of {', '.join(allowed)}"
+    for key in ("openvino", "speed"):  # null: not exported for OpenVINO
+        if record.get(key) is not None and not isinstance(record[key], dict):
+            return f"'{key}' is {str(record[key])[:60]}, not an object"
+    return _openvino_problem(record.get("openvino")) or _speed_problem(record.get("speed"))
+
+
+def _openvino_problem(section: dict | None) -> str | None:
+    if section is None:
+        return None
+    for key, allowed in (("precision", OPENVINO_PRECISIONS), ("inference_precision", ("fp32", "bf16"))):
+        if section.get(key, "fp32") not in allowed:
+            return f"'openvino.{key}' is {str(section[key])[:60]}, not one of {', '.join(allowed)}"
+    files = section.get("files")
+    if not isinstance(files, dict) or not all(isinstance(files.get(k), dict) for k in ("xml", "bin")):
+        return f"'openvino.files' is {str(files)[:60]}, not an object naming the xml and bin files"
+    return None
+
+
+def _speed_problem(section: dict | None) -> str | None:
+    if section is None:
+        return None
+    seconds, cpu = section.get("seconds", {}), section.get("cpu", {})
+    if not isinstance(seconds, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in seconds.values()):
+        return f"'speed.seconds' is {str(seconds)[:60]}, not an object of times in seconds by backend"
+    if not isinstance(cpu, dict):
+        return f"'speed.cpu' is {str(cpu)[:60]}, not an object"
     return None
 
 
@@ -174,6 +216,10 @@ def _as_columns(pairs) -> tuple[list[str], list[str]]:
         q, t = (item["query"], item["title"]) if isinstance(item, dict) else item
         if not isinstance(q, str) or not isinstance(t, str):
             raise TypeError("each pair must be two strings (query, title)")
+        for side, text in (("query", q), ("title", t)):  # the rule files and the server apply
+            problem = text_problem(text)
+            if problem:
+                raise ValueError(f"pair {len(queries)}'s {side}: {problem}; fix that pair or drop it")
         queries.append(q)
         titles.append(t)
     return queries, titles
@@ -185,9 +231,11 @@ class Grader:
     def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32, backend: str = "auto"):
         """`backend`: onnxruntime, openvino, or auto (the folder's graph that grades fastest on this CPU, as
         measured at export or, on another CPU, timed here once and cached; backend_choice.py)."""
-        for name, value in (("batch_size", batch_size), ("threads", threads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UserError(f"Grader {name} is {value!r}; it must be a whole number of at least 1.")
+        for name, value, most in (("batch_size", batch_size, MAX_BATCH), ("threads", threads, MAX_THREADS)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+                raise UserError(f"Grader {name} is {value!r}; it must be a whole number from 1 to {most:,}.")
+        if backend not in ("auto", *BACKEND_NAMES):
+            raise UserError(f"Grader backend is {backend!r}; use one of: auto, {', '.join(BACKEND_NAMES)}.")
         self.folder = Path(folder)
         self.record = read_record(self.folder)
         self.task = self.record.get("task", "grades")
@@ -197,6 +245,9 @@ class Grader:
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(self.folder, max_length=self.max_length)
         self.pad_id = int(self.record.get("pad_id", 0))
+        if self.pad_id >= self.tokenizer.get_vocab_size():
+            raise UserError(f"{self.folder / 'grader.json'}: 'pad_id' is {self.pad_id}, but the tokenizer has "
+                            f"{self.tokenizer.get_vocab_size()} tokens; re-export the grader.")
         if backend == "auto":
             choice = choose_backend(self.folder, self.record, threads=threads,
                                     vocab_size=self.tokenizer.get_vocab_size())
@@ -205,11 +256,19 @@ class Grader:
         self.backend = open_backend(choice.backend, self.folder, self.record, threads=threads)
         self.backend_reason = choice.reason
         self.input_names = self.backend.input_names
-        width = self._run([[self.pad_id] * 2], [[0, 0]]).shape[-1]  # one tiny pass: does the graph fit the record?
+        width = self._first_pass()
         if width != self.outputs:
             raise UserError(f"{self.folder / 'grader.json'} names {self.outputs} outputs (task {self.task}) but the "
                             f"graph has {width}; the folder mixes files of two exports, so re-export it.")
         self._check_max_length()
+
+    def _first_pass(self) -> int:
+        """The outputs of one tiny pass (does the graph fit the record?); a graph that fails on it, one sentence."""
+        try:
+            return self._run([[self.pad_id] * 2], [[0, 0]]).shape[-1]
+        except Exception as e:  # ONNX Runtime's and OpenVINO's errors derive from Exception only
+            raise UserError(f"{self.folder}: the {self.backend.name} graph fails on a two-token input "
+                            f"({str(e).strip()[:160]}); the folder mixes files of two exports, so re-export it.") from None
 
     def _check_max_length(self) -> None:
         """grader.json's max_length must leave each text a token and fit the graph's position embeddings. Those are

@@ -18,15 +18,16 @@ from dataclasses import asdict, dataclass
 
 from headcut_grader.ranges import MAX_BATCH, ranged
 from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
+from headcut_grader.validation import MAX_TEXT_CHARS
 
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
 
 
 @dataclass(frozen=True)
 class Limits:
-    max_body_bytes: int = ranged(1_000_000, 100)
-    max_pairs: int = ranged(256, 1)  # per request (titles for /rank): one request cannot hold a worker for long
-    max_text_chars: int = ranged(2_000, 1)  # longer texts are truncated to max_length tokens anyway
+    max_body_bytes: int = ranged(1_000_000, 100, 2 ** 30)  # a body is read whole: its memory, times the workers
+    max_pairs: int = ranged(256, 1, 65536)  # per request (titles for /rank): one request cannot hold a worker for long
+    max_text_chars: int = ranged(2_000, 1, MAX_TEXT_CHARS)  # longer texts are truncated to max_length tokens anyway
 
 
 @dataclass(frozen=True)

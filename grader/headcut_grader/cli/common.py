@@ -13,6 +13,7 @@ try:
 except ImportError:  # older typer: click itself
     import click
 
+from headcut_grader.backends import BACKEND_NAMES
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import Range
 
@@ -108,6 +109,17 @@ def bounded(kind: type, valid: Range, flag: str):
     return parse
 
 
+def one_of(choices: tuple[str, ...], flag: str):
+    """A parser for a flag that takes one of `choices`."""
+
+    def parse(value):
+        return value if value in choices else BadValue(f"{flag} {value} is not one of {', '.join(choices)}; "
+                                                       f"pass one of them.")
+
+    parse.__name__ = "str"  # the metavar typer shows in --help
+    return parse
+
+
 def number(default, *flags: str, help: str, low=None, high=None, low_open=False, high_open=False, kind=None):
     """A typer option for a number with a checked range: number(64, "--batch-size", help=..., low=1)."""
     valid = Range(low, high, low_open, high_open)
@@ -141,7 +153,7 @@ PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or 
 QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")
 TITLE_COL = typer.Option(None, "--title-col", help="Title column name (default: title).")
 LABEL_COL = typer.Option(None, "--label-col", help="Gold column name (default: grade; score for a one-score model).")
-BACKEND = typer.Option("auto", "--backend", help="Runtime: onnxruntime, openvino (needs the openvino extra of "
+BACKEND = typer.Option("auto", "--backend", parser=one_of(("auto", *BACKEND_NAMES), "--backend"), help="Runtime: onnxruntime, openvino (needs the openvino extra of "
                        "headcut-grader and a grader exported with --backend openvino or auto), or auto: the folder's graph that "
                        "was timed fastest on this CPU model (timed here once and cached on another CPU).")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing output file or non-empty output folder.")
