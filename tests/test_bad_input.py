@@ -1377,3 +1377,12 @@ def test_a_recorded_max_length_too_short_for_a_pair_or_past_the_positions_is_ref
 def test_a_backend_that_is_not_one_is_refused_by_its_flag(tmp_path, tiny_grader):
     refused(run("grade", tiny_grader, write(tmp_path, "p.tsv", PAIRS_TSV), "--out", tmp_path / "o.tsv", "--backend",
                 "gpu"), "--backend gpu is not one of auto, onnxruntime, openvino")
+
+
+def test_a_label_map_to_a_grade_the_model_lacks_blames_the_map(tmp_path, tiny_grader):
+    """Was: the first row with that label was blamed ('fix the row'), though the row was right."""
+    pairs = write(tmp_path, "p.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t0\nsaw\tmiter saw\t1\n")
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--label-map", "0:1,1:9"),
+            "--label-map maps '1' to 9, which is not one of the grades [1, 2, 3, 4, 5]")
+    with pytest.raises(UserError, match=r"^--set label_map maps '0' to 7"):
+        read_pairs(pairs, label_map={"0": 7}, keys="")

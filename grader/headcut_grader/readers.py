@@ -83,6 +83,17 @@ def read_pairs(
     return chunk.pairs
 
 
+def _check_label_map(label_map, grades: tuple[int, ...], keys) -> None:
+    """A label map's grades are the model's, said of the map before any row is read (each row naming it would
+    blame the row)."""
+    if not isinstance(label_map, dict):
+        return
+    for raw, grade in label_map.items():
+        if grade not in grades:
+            raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps '{raw}' to {grade}, which is not one of "
+                            f"the grades {list(grades)}; map each label to one of them.")
+
+
 @dataclass(frozen=True)
 class Chunk:
     """Consecutive rows of a file, and where the rows after them start (to resume a run there)."""
@@ -128,6 +139,7 @@ def iter_pairs(
         raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps labels to grades, and this model is a "
                         "one-score reranker that reads the score column as numbers; drop it.")
     label_cols = (label_col,) if label_col else (p.score_cols if score else p.label_cols)
+    _check_label_map(label_map, grades, keys)
     label_map = label_map if label_map is not None else p.label_map
 
     with Lines(path, capped=fmt != "json") as lines:
