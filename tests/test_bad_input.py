@@ -1295,12 +1295,7 @@ def test_evaluate_names_the_against_flag_of_a_missing_reference(tmp_path, saved_
                 "--against", tmp_path / "nowhere"), "--against")
 
 
-@pytest.mark.parametrize("edit, words", [({"grades": [1, 1, 2, 3, 4]}, "names a grade twice"),
-                                         ({"max_length": 10 ** 9}, "'max_length' is 1000000000, not a whole number"),
-                                         ({"pad_id": 10 ** 30}, "'pad_id' is 1000000000000000000000000000000")])
-def test_a_grader_json_with_grades_twice_or_huge_numbers_is_refused_before_work(tmp_path, tiny_grader, edit, words):
-    """Was: grades named twice lost a probability column (exit 0); a max_length of 1e9 probed gigabytes for minutes;
-    a pad_id past a C long was an OverflowError."""
+def _grade_with_an_edited_grader_json_is_refused(tmp_path, tiny_grader, edit, words):
     import shutil
 
     grader = shutil.copytree(tiny_grader, tmp_path / "g")
@@ -1309,6 +1304,15 @@ def test_a_grader_json_with_grades_twice_or_huge_numbers_is_refused_before_work(
     refused(run("grade", grader, write(tmp_path, "p.tsv", PAIRS_TSV), "--out", tmp_path / "o.tsv"), "grader.json",
             words)
     assert not (tmp_path / "o.tsv").exists()
+
+
+@pytest.mark.parametrize("edit, words", [({"grades": [1, 1, 2, 3, 4]}, "names a grade twice"),
+                                         ({"max_length": 10 ** 9}, "'max_length' is 1000000000, not a whole number"),
+                                         ({"pad_id": 10 ** 30}, "'pad_id' is 1000000000000000000000000000000")])
+def test_a_grader_json_with_grades_twice_or_huge_numbers_is_refused_before_work(tmp_path, tiny_grader, edit, words):
+    """Was: grades named twice lost a probability column (exit 0); a max_length of 1e9 probed gigabytes for minutes;
+    a pad_id past a C long was an OverflowError."""
+    _grade_with_an_edited_grader_json_is_refused(tmp_path, tiny_grader, edit, words)
 
 
 def test_export_precision_auto_without_data_is_refused(tmp_path, saved_models):
@@ -1356,14 +1360,7 @@ def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_g
 def test_a_grader_json_with_sections_of_the_wrong_type_is_refused(tmp_path, tiny_grader, edit, words):
     """Was: a speed section of the wrong type was an AttributeError traceback, a pad_id past the vocabulary an
     ONNX Runtime traceback, and an unknown precision or backend graded on and was reported as it stood."""
-    import shutil
-
-    grader = shutil.copytree(tiny_grader, tmp_path / "g")
-    record = json.loads((grader / "grader.json").read_text())
-    (grader / "grader.json").write_text(json.dumps({**record, **edit}))
-    refused(run("grade", grader, write(tmp_path, "p.tsv", PAIRS_TSV), "--out", tmp_path / "o.tsv"), "grader.json",
-            words)
-    assert not (tmp_path / "o.tsv").exists()
+    _grade_with_an_edited_grader_json_is_refused(tmp_path, tiny_grader, edit, words)
 
 
 @pytest.mark.parametrize("length", [3, 65])
