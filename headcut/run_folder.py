@@ -44,16 +44,19 @@ class RunFolder:
         with `overwrite`, cleared) when it holds another run."""
         out = Path(out)
         folder = cls(out, out.with_name(out.name + ".partial"))
+        stranger = _not_a_folder(folder.path, overwrite=overwrite)
         stamp_file = folder.path / "recipe.json"
         # every process reads the stamp before the main process rewrites it, so all decide alike
-        other = folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
+        other = not stranger and folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
         if other and not overwrite:
             raise UserError(f"{folder.path} holds an unfinished run of another recipe (or a damaged "
                             f"{stamp_file.name}); pass --overwrite to start afresh.")
         state = process_state()
         state.wait_for_everyone()
         if state.is_main_process:
-            if other:
+            if stranger:
+                folder.path.unlink()  # the link or file itself, never what a link points at
+            elif other:
                 shutil.rmtree(folder.path)
             folder.path.mkdir(parents=True, exist_ok=True)
             write_text(stamp_file, json.dumps({"hash": run_hash, **stamp}))  # atomic: a kill leaves the old stamp or none
@@ -81,12 +84,26 @@ class RunFolder:
 
             meta = {**json.loads(meta_path.read_text()), **extra_meta, "headcut_version": __version__}
             write_text(meta_path, json.dumps(meta, indent=2))
-            if self.out.exists():
+            if self.out.is_symlink() or self.out.is_file():
+                self.out.unlink()  # --overwrite replaces a link at `out`, not the folder it points at
+            elif self.out.exists():
                 shutil.rmtree(self.out)
             self.best.rename(self.out)
             shutil.rmtree(self.path)
         state.wait_for_everyone()
         return json.loads((self.out / "headcut.json").read_text())
+
+
+def _not_a_folder(path: Path, *, overwrite: bool) -> bool:
+    """Whether `path` (out.partial) is a link or a file rather than a run folder: a run writes into and deletes
+    from its folder, so it must never follow a link elsewhere. Refused, or with `overwrite` replaced."""
+    if not path.is_symlink() and (not path.exists() or path.is_dir()):
+        return False
+    if not overwrite:
+        kind = "a link" if path.is_symlink() else "a file"
+        raise UserError(f"{path} is {kind}, not a run folder headcut made; move it away, or pass --overwrite to "
+                        "replace it (what a link points at is left alone).")
+    return True
 
 
 LOCK_FILE = ".lock"

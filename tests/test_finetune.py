@@ -47,6 +47,28 @@ def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
         finetune(tiny_recipe(tiny_base, seed=1), tmp_path / "run")
 
 
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_a_link_or_file_at_the_run_folder_is_never_written_through(tmp_path, tiny_base, kind):
+    """Was: a link at out.partial was followed, so the linked folder lost its best/ and checkpoint/ and gained
+    a recipe.json; a file there was a traceback. Now refused; --overwrite replaces the link, not its target."""
+    from headcut_grader.errors import UserError
+
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "best").mkdir(parents=True)
+    (elsewhere / "best" / "keep.txt").write_text("mine")
+    partial = tmp_path / "run.partial"
+    if kind == "link":
+        partial.symlink_to(elsewhere, target_is_directory=True)
+    else:
+        partial.write_text("mine")
+    with pytest.raises(UserError, match=f"run.partial is a {kind}, not a run folder"):
+        finetune(tiny_recipe(tiny_base), tmp_path / "run")
+    assert sorted(p.name for p in elsewhere.rglob("*")) == ["best", "keep.txt"]
+    finetune(tiny_recipe(tiny_base), tmp_path / "run", overwrite=True, stop_after_steps=2)
+    assert not partial.is_symlink() and (partial / "recipe.json").exists()
+    assert sorted(p.name for p in elsewhere.rglob("*")) == ["best", "keep.txt"]
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_minilm_really_learns_home_depot(quick_teacher, homedepot):
