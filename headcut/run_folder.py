@@ -44,7 +44,7 @@ class RunFolder:
         with `overwrite`, cleared) when it holds another run."""
         out = Path(out)
         folder = cls(out, out.with_name(out.name + ".partial"))
-        stranger = _not_a_folder(folder.path, overwrite=overwrite)
+        stranger = not_a_folder(folder.path, overwrite=overwrite)
         stamp_file = folder.path / "recipe.json"
         # every process reads the stamp before the main process rewrites it, so all decide alike
         other = not stranger and folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
@@ -94,9 +94,10 @@ class RunFolder:
         return json.loads((self.out / "headcut.json").read_text())
 
 
-def _not_a_folder(path: Path, *, overwrite: bool) -> bool:
-    """Whether `path` (out.partial) is a link or a file rather than a run folder: a run writes into and deletes
-    from its folder, so it must never follow a link elsewhere. Refused, or with `overwrite` replaced."""
+def not_a_folder(path: Path, *, overwrite: bool) -> bool:
+    """Whether `path` (out.partial, or a stage folder of `headcut run`) is a link or a file rather than a folder:
+    a run writes into and deletes from its folder, so it must never follow a link elsewhere. Refused, or with
+    `overwrite` to be replaced (the caller unlinks it)."""
     if not path.is_symlink() and (not path.exists() or path.is_dir()):
         return False
     if not overwrite:

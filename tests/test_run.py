@@ -215,6 +215,25 @@ def test_a_damaged_stage_folder_reruns_that_stage_saying_why(straight, tmp_path,
         assert (out / row["grader"] / "model.onnx").is_file()
 
 
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_a_link_or_file_at_a_stage_folder_is_refused_before_any_stage(straight, tmp_path, kind):
+    """Was: a link was followed (its target's files taken as the stage's, or a traceback once the stage reran),
+    a file a traceback after the stages before it."""
+    result, _ = straight
+    out = copy_run(result, tmp_path / "run")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(out / "bench", elsewhere)
+    before = sorted(p.name for p in elsewhere.rglob("*"))
+    if kind == "link":
+        (out / "bench").symlink_to(elsewhere, target_is_directory=True)
+    else:
+        (out / "bench").write_text("mine")
+    run = CliRunner().invoke(app, ["run", str(result.out.parent / "tiny.yaml"), "--out", str(out)])
+    assert run.exit_code == 2, run.output
+    assert f"bench is a {kind}, not a run folder headcut made" in run.stderr, run.stderr
+    assert sorted(p.name for p in elsewhere.rglob("*")) == before
+
+
 def test_a_stage_record_without_checksums_reruns_that_stage(straight, tmp_path):
     """Stage records written before checksums were: nothing vouches for their files, so they run again."""
     result, _ = straight

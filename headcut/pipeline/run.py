@@ -30,7 +30,7 @@ from headcut.pipeline.checks import RUN_FILE, check_run
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
 from headcut.pipeline.recipe import PipelineRecipe, as_dict, sub_recipes
 from headcut.recipes import to_dict
-from headcut.run_folder import locked
+from headcut.run_folder import locked, not_a_folder
 
 STAGE_FILE = "stage.json"
 # What a kind of stage makes from the same settings and inputs. Bump a kind's number with any change to
@@ -210,6 +210,7 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
 def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None]) -> RunResult:
     from headcut.pipeline.report import write_report
 
+    strangers = {s.name for s in plan(recipe) if not_a_folder(out / s.folder, overwrite=overwrite)}
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
     result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
     for stage in plan(recipe):
@@ -226,7 +227,9 @@ def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[d
             outputs[stage.name] = f"{fp}:{recorded.get('made')}"
             say({"stage": stage.name, "state": "skipped"})
             continue
-        if folder.exists() and (recorded.get("fingerprint") != fp or overwrite or why):
+        if stage.name in strangers:
+            folder.unlink()  # a link or file put there: replaced, and what a link points at left alone
+        elif folder.exists() and (recorded.get("fingerprint") != fp or overwrite or why):
             shutil.rmtree(folder)  # another recipe's, a stale or a damaged output: nothing in it may be resumed
         say({"stage": stage.name, "state": "running", **({"reason": why} if why else {})})
         outputs[stage.name] = f"{fp}:{_run_stage(stage, recipe, folder, inputs, result, say)}"
