@@ -171,6 +171,12 @@ def recipe_hash(recipe) -> str:
     return hashlib.sha256(json.dumps(to_dict(recipe), sort_keys=True).encode()).hexdigest()[:12]
 
 
+def run_hash(recipe, *read) -> str:
+    """What a run folder's run is: its recipe and the content of what it read (pairs fingerprints, weights hashes),
+    so a run whose files changed is not resumed onto other data."""
+    return hashlib.sha256(json.dumps([to_dict(recipe), *read], sort_keys=True).encode()).hexdigest()[:12]
+
+
 def _loss_fn(recipe: FinetuneRecipe, train_pairs: Pairs, queries: np.ndarray | None):
     """loss(model, batch, rows) of the recipe's task: grade_loss, or score_objective on the gold scores (`queries`:
     each pair's query index, when a ranking loss reads it)."""
@@ -204,7 +210,8 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
-    folder = RunFolder.open(out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=overwrite)
+    read = (loaded.weights_hash, train_pairs.fingerprint, dev.fingerprint)
+    folder = RunFolder.open(out, run_hash(recipe, *read), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     queries = query_index(train_pairs) if ranks_queries(recipe) else None  # ranking losses batch by query
     loss_fn = _loss_fn(recipe, train_pairs, queries)
 

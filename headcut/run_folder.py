@@ -49,8 +49,8 @@ class RunFolder:
         # every process reads the stamp before the main process rewrites it, so all decide alike
         other = not stranger and folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
         if other and not overwrite:
-            raise UserError(f"{folder.path} holds an unfinished run of another recipe (or a damaged "
-                            f"{stamp_file.name}); pass --overwrite to start afresh.")
+            raise UserError(f"{folder.path} holds an unfinished run of another recipe, or of data or weights that have "
+                            f"changed since (or a damaged {stamp_file.name}); pass --overwrite to start afresh.")
         state = process_state()
         state.wait_for_everyone()
         if state.is_main_process:

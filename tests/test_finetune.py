@@ -21,9 +21,9 @@ def tiny_base(tmp_path):
 
 
 def tiny_recipe(base, **extra):
-    return from_dict(FinetuneRecipe, dict(model=str(base), train_data="synthetic", train_rows=240, dev_rows=60,
-                                          dev_fraction=0.25, max_length=24, epochs=2, batch_size=16,
-                                          learning_rate=1e-3, eval_every=4, checkpoint_every=3, **extra))
+    return from_dict(FinetuneRecipe, dict(dict(model=str(base), train_data="synthetic", train_rows=240, dev_rows=60,
+                                               dev_fraction=0.25, max_length=24, epochs=2, batch_size=16,
+                                               learning_rate=1e-3, eval_every=4, checkpoint_every=3), **extra))
 
 
 def test_resume_after_interruption_matches_uninterrupted(tmp_path, tiny_base):
@@ -45,6 +45,25 @@ def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
     finetune(tiny_recipe(tiny_base), tmp_path / "run", stop_after_steps=3)
     with pytest.raises(UserError, match="unfinished run of another recipe"):
         finetune(tiny_recipe(tiny_base, seed=1), tmp_path / "run")
+
+
+def test_a_run_whose_train_file_changed_is_not_resumed(tmp_path, tiny_base):
+    """Was: the resumed run trained on the new file from the old one's checkpoint, exit 0."""
+    from headcut_grader.errors import UserError
+    from headcut.synthetic import synthetic_pairs
+
+    def write(seed):
+        p = synthetic_pairs(240, seed=seed)
+        rows = zip(p.queries, p.titles, (p.grades[i] for i in p.labels))
+        path.write_text("query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{g}\n" for q, t, g in rows))
+
+    path = tmp_path / "train.tsv"
+    write(seed=1)
+    recipe = tiny_recipe(tiny_base, train_data=str(path))
+    finetune(recipe, tmp_path / "run", stop_after_steps=3)
+    write(seed=2)
+    with pytest.raises(UserError, match="of data or weights that have changed since"):
+        finetune(recipe, tmp_path / "run")
 
 
 @pytest.mark.parametrize("kind", ["link", "file"])

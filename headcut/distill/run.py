@@ -27,7 +27,7 @@ from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut_grader.files import check_out_dir
 from headcut.evaluate.tasks import paired, summary
-from headcut.finetune import dev_record, load_data, recipe_hash
+from headcut.finetune import dev_record, load_data, run_hash
 from headcut.models import LoadedModel, load_model, save_model
 from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
@@ -118,7 +118,9 @@ class Distillation:
         self._setup_student()
         self._setup_data()
         # opened only once models and data load, so a mistyped teacher or a bad file leaves no half-made run folder
-        self.folder = RunFolder.open(self.out, recipe_hash(recipe), {"recipe": to_dict(recipe)}, overwrite=self.overwrite)
+        read = (self.teacher.weights_hash, self.student.loaded.weights_hash, self.pairs.fingerprint, self.dev.fingerprint)
+        self.folder = RunFolder.open(self.out, run_hash(recipe, *read), {"recipe": to_dict(recipe)},
+                                     overwrite=self.overwrite)
         self._setup_targets()
         self.before = self.folder.remember("before.json", lambda: self._dev_metrics(self.model))  # untrained, once
         self._setup_losses()
