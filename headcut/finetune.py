@@ -24,8 +24,8 @@ from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
 from headcut.splits import split_by_query
-from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_task_keys, file_options, is_finished,
-                              query_index, settings_from, train)
+from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_steps, check_task_keys, file_options,
+                              is_finished, query_index, settings_from, train)
 
 
 @dataclass(frozen=True)
@@ -210,6 +210,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
+    check_steps(len(encoded), settings_from(recipe))
     read = (loaded.weights_hash, train_pairs.fingerprint, dev.fingerprint)
     folder = RunFolder.open(out, run_hash(recipe, *read), {"recipe": to_dict(recipe)}, overwrite=overwrite)
     queries = query_index(train_pairs) if ranks_queries(recipe) else None  # ranking losses batch by query

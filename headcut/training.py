@@ -275,7 +275,7 @@ def train(
     ckpt = work_dir / "checkpoint"
     state = _resume(run.accelerator, ckpt)
     per_epoch = math.ceil(len(encoded) / settings.batch_size)
-    micro_total = math.ceil(per_epoch * settings.epochs)
+    micro_total = micro_batches(len(encoded), settings)
     micro = state.step * settings.gradient_accumulation
     clock = _Clock()
     stop = False
@@ -477,9 +477,29 @@ def settings_from(recipe) -> LoopSettings:
                            if hasattr(recipe, f.name)})
 
 
+def batch_count(n: int, settings: LoopSettings) -> int:
+    """The batches of `settings.epochs` epochs over `n` examples."""
+    return math.ceil(math.ceil(n / settings.batch_size) * settings.epochs)
+
+
+def micro_batches(n: int, settings: LoopSettings) -> int:
+    """The batches `train` runs: all of them, less a last accumulation too short to make an optimizer step."""
+    batches = batch_count(n, settings)
+    return batches - batches % settings.gradient_accumulation
+
+
 def total_steps(n: int, settings: LoopSettings) -> int:
-    """Optimizer steps `train` takes over `n` examples (the same formula it uses)."""
-    return max(1, math.ceil(math.ceil(n / settings.batch_size) * settings.epochs / settings.gradient_accumulation))
+    """Optimizer steps `train` takes over `n` examples."""
+    return micro_batches(n, settings) // settings.gradient_accumulation
+
+
+def check_steps(n: int, settings: LoopSettings, where: str = "recipe") -> None:
+    """A run must make at least one optimizer step, or it would end with nothing to publish."""
+    if total_steps(n, settings) == 0:
+        raise UserError(f"{where}: gradient_accumulation={settings.gradient_accumulation} batches make one optimizer "
+                        f"step, but {n} pairs in batches of {settings.batch_size} over epochs={settings.epochs} are "
+                        f"{batch_count(n, settings)} batches; lower gradient_accumulation or batch_size "
+                        "(--set gradient_accumulation=N).")
 
 
 def is_finished(state: LoopState, n: int, settings: LoopSettings) -> bool:

@@ -47,6 +47,25 @@ def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
         finetune(tiny_recipe(tiny_base, seed=1), tmp_path / "run")
 
 
+def test_an_accumulation_that_does_not_divide_the_batches_still_finishes(tmp_path, tiny_base):
+    """Was: the last, short accumulation never stepped, so the run never reached its step count and said
+    "stopped early; rerun to resume" on every rerun. Now it is left out, as a short last batch is."""
+    recipe = tiny_recipe(tiny_base, gradient_accumulation=5, eval_every=2)
+    result = finetune(recipe, tmp_path / "run")
+    assert result["finished"] and (tmp_path / "run" / "headcut.json").exists(), result
+    meta = json.loads((tmp_path / "run" / "headcut.json").read_text())
+    assert meta["training"]["steps"] == result["state"]["step"] > 0
+
+
+def test_an_accumulation_longer_than_the_run_is_refused_before_work(tmp_path, tiny_base):
+    """Was: no optimizer step, no artifact, and "rerun to resume" forever."""
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError, match=r"gradient_accumulation=100 batches make one optimizer step, but \d+ pairs"):
+        finetune(tiny_recipe(tiny_base, gradient_accumulation=100), tmp_path / "run")
+    assert not (tmp_path / "run.partial").exists()
+
+
 def test_a_run_whose_train_file_changed_is_not_resumed(tmp_path, tiny_base):
     """Was: the resumed run trained on the new file from the old one's checkpoint, exit 0."""
     from headcut_grader.errors import UserError

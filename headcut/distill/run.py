@@ -33,7 +33,7 @@ from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder, headcut_cache
-from headcut.training import GRADES_FIX, file_options, is_finished, query_index, settings_from, train
+from headcut.training import GRADES_FIX, check_steps, file_options, is_finished, query_index, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
 
@@ -118,6 +118,7 @@ class Distillation:
         self._setup_student()
         self._setup_data()
         # opened only once models and data load, so a mistyped teacher or a bad file leaves no half-made run folder
+        check_steps(len(self.encoded), settings_from(recipe))
         read = (self.teacher.weights_hash, self.student.loaded.weights_hash, self.pairs.fingerprint, self.dev.fingerprint)
         self.folder = RunFolder.open(self.out, run_hash(recipe, *read), {"recipe": to_dict(recipe)},
                                      overwrite=self.overwrite)
