@@ -303,6 +303,10 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["distill.a-b.recipe=distill/minilm_synthetic_cpu", "distill.a.b.recipe=distill/minilm_synthetic_cpu"],
      ["--set 'distill.a.b.recipe=distill/minilm_synthetic_cpu': the recipe has no student 'a'"]),
     (["bench.repeats=2", "bench.repeats=3"], ["--set bench.repeats=2 and --set bench.repeats=3 set the same key"]),
+    # was: reported on the teacher's own training pairs, exit 0
+    (["data.test=synthetic:0"], ["data.test=synthetic:0 holds the pairs of data.train=synthetic", "training pairs"]),
+    (["distill.small.recipe=distill/minilm_synthetic_cpu", "distill.small.train_data=synthetic:2"],
+     ["data.test=synthetic:2 holds the pairs of distill.small.train_data=synthetic:2"]),
 ])
 def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp_path):
     args = ["run", "quickstart", "--out", str(tmp_path / "out")] + [x for o in override for x in ("--set", o)]
@@ -313,6 +317,19 @@ def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp
     for w in words:
         assert w in message
     assert not (tmp_path / "out").exists()  # checked before any work
+
+
+def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
+    pairs = synthetic_pairs(60)
+    text = "query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{pairs.grades[g]}\n"
+                                              for q, t, g in zip(pairs.queries, pairs.titles, pairs.labels))
+    (tmp_path / "train.tsv").write_text(text)
+    (tmp_path / "copy.tsv").write_text(text)
+    args = ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", f"data.train={tmp_path / 'train.tsv'}",
+            "--set", f"data.test={tmp_path / 'copy.tsv'}"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "copy.tsv holds the pairs of data.train=" in result.stderr and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("override, words", [

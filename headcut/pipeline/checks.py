@@ -11,7 +11,7 @@ from headcut_grader.errors import UserError
 from headcut_grader.files import check_place, refuse_inputs
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
 from headcut.run_folder import LOCK_FILE
-from headcut.training import DATA_KEYS
+from headcut.training import DATA_KEYS, same_data
 
 RUN_FILE = "run.json"  # marks a folder as a run's
 UPSTREAM = ("<teacher>", "<pruned>")  # what sub-recipes name in place of models the run makes
@@ -74,6 +74,21 @@ def check_inputs(recipe: PipelineRecipe) -> None:
     missing = [f"{key}={value}" for key, value in named.items() if not Path(value).is_file()]
     if missing:
         raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
+    check_test_apart(recipe)
+
+
+def check_test_apart(recipe: PipelineRecipe) -> None:
+    """The report's pairs are not pairs a model of the run trains on: a test file that is a train file (the same
+    path, a copy, or the same synthetic draw) would report how well the run learned its own training pairs."""
+    test = recipe.data.test
+    trains = {"data.train": recipe.data.train}
+    for name, sub in _sub_recipes(recipe).items():
+        trains[f"{name}.train_data"] = getattr(sub, "train_data", None)
+    for key, train in trains.items():
+        if test and train and same_data(test, train):
+            raise UserError(f"data.test={test} holds the pairs of {key}={train}, so the report would grade training "
+                            "pairs; pass held-out pairs with --set data.test=FILE (the dev file will do: the run "
+                            "leaves out its queries that chose checkpoints).")
 
 
 def check_gold(recipe: PipelineRecipe, task: str, grades: tuple) -> None:
