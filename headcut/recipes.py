@@ -145,10 +145,27 @@ _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 60
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."))
+def _yaml_12_scalars(loader) -> None:
+    """Read plain scalars as YAML 1.2 does, not as PyYAML's YAML 1.1: `no`, `on` and `y` stay text (1.1 makes
+    them booleans, so `mixed_precision: no` was False), `1:00` stays text (1.1: the base-60 number 60), `1_6`
+    and `0x10` stay text (1.1: 16), `017` is 17 (1.1: octal 15), a date stays text, and `5e-4` is a number (1.1:
+    text). A typed key then refuses a text value by name instead of running on a number nobody wrote."""
+    dropped = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
+               "tag:yaml.org,2002:timestamp"}
+    loader.yaml_implicit_resolvers = {first: [(tag, rx) for tag, rx in resolvers if tag not in dropped]
+                                      for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                 list("tTfF"))
+    loader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
+                   r"|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
+    loader.add_constructor("tag:yaml.org,2002:int", lambda self, node: int(self.construct_scalar(node)))  # no octal
+
+
+_yaml_12_scalars(_Loader)
 
 
 def parse_yaml(text: str, where: str, fix: str):

@@ -106,6 +106,31 @@ def test_exponent_numbers_without_a_dot_are_numbers(written, tmp_path):
     assert load_recipe(DistillRecipe, path, overrides=[f"learning_rate={written}"]).learning_rate == pytest.approx(5e-4)
 
 
+@pytest.mark.parametrize("key, written, words", [
+    ("epochs", "1:00", "key 'epochs' must be a number, not '1:00'"),  # YAML 1.1: the base-60 number 60
+    ("batch_size", "0x10", "key 'batch_size' must be a whole number, not '0x10'"),  # YAML 1.1: 16
+    ("batch_size", "1_6", "key 'batch_size' must be a whole number, not '1_6'"),  # YAML 1.1: 16
+    ("seed", "2026-12-01", "key 'seed' must be a whole number, not '2026-12-01'"),  # YAML 1.1: a date
+])
+def test_numbers_nobody_wrote_are_refused_not_read(tmp_path, key, written, words):
+    """Was: YAML 1.1's forms ran on numbers the user never wrote, exit 0. Recipes read scalars as YAML 1.2."""
+    written_file, plain = tmp_path / "r.yaml", tmp_path / "plain.yaml"
+    plain.write_text("teacher: runs/teacher\ntrain_data: x\n")
+    written_file.write_text(plain.read_text() + f"{key}: {written}\n")
+    with pytest.raises(UserError, match=re.escape(words)):
+        load_recipe(DistillRecipe, written_file)
+    with pytest.raises(UserError, match=re.escape(words)):
+        load_recipe(DistillRecipe, plain, overrides=[f"{key}={written}"])
+
+
+@pytest.mark.parametrize("written, value", [("no", "no"), ("017", 17), ("true", True), (".5", 0.5)])
+def test_plain_scalars_read_as_yaml_1_2(written, value):
+    """Was: `mixed_precision: no` was the boolean False (refused as "is False"), 017 the octal 15."""
+    from headcut.recipes import parse_yaml
+
+    assert parse_yaml(written, "x", "fix it") == value and type(parse_yaml(written, "x", "fix it")) is type(value)
+
+
 PIPELINE = "data: {train: synthetic, test: synthetic}\nteacher: {path: runs/teacher}\n"
 
 
