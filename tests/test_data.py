@@ -82,6 +82,8 @@ BAD = {
     "ragged.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\n", "line 3: 2 fields where the header has 3"),
     "emptyq.tsv": ("query\ttitle\tgrade\na\tb\t3\n \td\t2\n", "line 3, column 'query': empty text"),
     "emptyt.jsonl": ('{"query": "a", "title": "", "grade": 3}\n', "line 1, column 'title': empty text"),
+    "invisible.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\t\u00ad \u200b\t2\n",
+                      "line 3, column 'title': empty text (only invisible characters, such as U+00AD)"),
     "range.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\t7\n", "line 3, column 'grade': grade 7 is not one of the grades"),
     "word.tsv": ("query\ttitle\tgrade\na\tb\thigh\n", "line 2, column 'grade': label 'high' is not a number"),
     "badjson.jsonl": ('{"query": "a", "title": "b", "grade": 3}\n{"query": \n', "line 2, column"),

@@ -228,6 +228,7 @@ def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grade
 @pytest.mark.parametrize("call, words", [
     (lambda g: g.grade([("drill", "cordless drill"), ("", "saw")]), "pair 1's query: empty text"),
     (lambda g: g.grade([("drill", "  ")]), "pair 0's title: empty text"),
+    (lambda g: g.grade([("drill", "\u200b")]), "pair 0's title: empty text (only invisible characters"),
     (lambda g: g.grade([("dr\x00ill", "drill")]), "pair 0's query: control character U+0000"),
     (lambda g: g.rank(" ", ["drill"]), "pair 0's query: empty text")])
 def test_the_grader_api_refuses_the_texts_files_and_the_server_refuse(tiny_grader, call, words):

@@ -109,6 +109,9 @@ GOOD_BODY = b'{"pairs": [{"query": "drill", "title": "cordless drill"}]}'
     ("application/json", b'{"pairs": [{"query": ' + b"1" * 5000 + b', "title": "b"}]}', 400, "could not be read as JSON"),
     ("application/json", b'{"pairs": [{"query": "a", "title": "b", "title": "c"}]}', 400, "an object names key 'title' twice"),
     ("application/json", b'{"pairs": [{"query": "a", "title": "b"}], "pairs": []}', 400, "an object names key 'pairs' twice"),
+    # was: a text of invisible characters only was graded as if empty
+    ("application/json", '{"pairs": [{"query": "\u200b", "title": "x"}]}'.encode(), 422,
+     "empty text (only invisible characters, such as U+200B)"),
 ])
 def test_bodies_that_are_not_json_text_get_one_sentence(server, content_type, body, status, words):
     headers = {"content-type": content_type} if content_type else {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from pathlib import Path
 
 from headcut_grader.errors import UserError
@@ -53,12 +54,22 @@ def check_regular(path: Path) -> None:
                         "and pass that.")
 
 
+def _invisible(text: str) -> bool:
+    """Whether `text` is only spaces and format characters (category Cf: zero-width space U+200B, soft hyphen
+    U+00AD, joiners, a byte-order mark), which a tokenizer drops: the grader would see an empty text. Stops at
+    the first visible character, so a real text costs one or two looks."""
+    return all(ch.isspace() or unicodedata.category(ch) == "Cf" for ch in text)
+
+
 def text_problem(text: str, *, max_chars: int = MAX_TEXT_CHARS) -> str | None:
     """Why a query or title is not one ("empty text", ...), or None; the server applies the same rule."""
     if not text.strip():
         return "empty text"
     if len(text) > max_chars:
         return f"the text is longer than {max_chars:,} characters ({len(text):,})"
+    if _invisible(text):
+        shown = next(ch for ch in text if not ch.isspace())
+        return f"empty text (only invisible characters, such as U+{ord(shown):04X})"
     bad = _CONTROL.search(text)
     if bad:
         return f"control character U+{ord(bad.group()):04X} at character {bad.start() + 1}"
@@ -73,7 +84,7 @@ def to_text(value, where: str) -> str:
                         f"({json.dumps(value)[:40]}), but it must be text; put it in quotes or fix the row.")
     problem = text_problem(value)
     if problem:
-        fix = ("remove the row or fill it in" if problem == "empty text" else
+        fix = ("remove the row or fill it in" if problem.startswith("empty text") else
                "shorten it (a grader reads only its first max_length tokens)" if problem.startswith("the text is")
                else "remove it (a binary or corrupt file?)")
         raise UserError(f"{where}: {problem}; {fix}.")
