@@ -360,6 +360,17 @@ def test_a_teacher_path_a_stage_would_refuse_stops_the_run_before_any_stage(stra
     assert not (tmp_path / "out").exists()
 
 
+def test_an_existing_teacher_without_pairs_to_check_exports_on_is_refused_before_any_stage(straight, tmp_path):
+    """Was: a TypeError traceback in the export stage, after the teacher stage."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"data: {{test: 'synthetic:2', test_rows: 60}}\n"
+                      f"teacher: {{path: {straight[0].out / 'teacher' / 'model'}}}\n")
+    result = CliRunner().invoke(app, ["run", str(recipe), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "[export] checks each grader on pairs apart from the report's data.test" in result.stderr
+    assert "--set data.train=FILE" in result.stderr and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("students, words", [
     ('{"a.b": {recipe: distill/minilm_synthetic_cpu}}', "student name 'a.b' must be 1-64 letters, digits"),
     ('{1: {recipe: distill/minilm_synthetic_cpu}, "1": {recipe: distill/minilm_synthetic_cpu}}',

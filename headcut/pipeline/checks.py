@@ -25,6 +25,7 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
     check_gold(recipe, **run_gold(recipe))
     check_prune_budget(recipe)
     check_students(recipe)
+    check_choice_data(recipe)
 
 
 def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None:
@@ -176,6 +177,22 @@ def teacher_outline(recipe: PipelineRecipe):
     if sub.task == "score":  # one output, as the teacher will have
         meta["task"] = "score"
     return outline(sub.model, flag="teacher.model", meta=meta)
+
+
+def check_choice_data(recipe: PipelineRecipe) -> None:
+    """The export stage checks each grader on pairs apart from the report's (pairs.choice_pairs): the test file's
+    pairs whose queries chose a checkpoint, else data.dev (when it is not data.test), else data.train. A recipe
+    that names none of them (an existing teacher, no train file) would fail there, after the teacher stage."""
+    from headcut.pipeline.pairs import same_spec, selections
+
+    data = recipe.data
+    if data.train or (data.dev and not same_spec(data.dev, data.test)):
+        return
+    meta = teacher_outline(recipe).meta if recipe.teacher.path is not None else None
+    if any(same_spec(spec, data.test) for spec, _ in selections(recipe, meta)):
+        return
+    raise UserError("[export] checks each grader on pairs apart from the report's data.test, and the recipe names "
+                    "none: pass --set data.train=FILE or --set data.dev=FILE (pairs other than data.test's).")
 
 
 def check_students(recipe: PipelineRecipe) -> None:

@@ -38,7 +38,7 @@ def selections(recipe: PipelineRecipe, teacher_meta: dict | None) -> list[tuple[
     return found
 
 
-def _same_data(a: str | None, b: str | None) -> bool:
+def same_spec(a: str | None, b: str | None) -> bool:
     """The same pairs: the same spec, or two paths of one file."""
     if not a or not b:
         return False
@@ -54,7 +54,7 @@ def queries_that_chose(test: str | None, found: list[tuple[str | None, object]])
     """Queries of the pairs of the file `test` among `found` ((dev spec, how to read the pairs it chose on))."""
     queries: set[str] = set()
     for spec, pairs in found:
-        picked = pairs() if _same_data(spec, test) else None
+        picked = pairs() if same_spec(spec, test) else None
         if picked is not None:
             queries.update(picked.queries)
     return queries
@@ -84,5 +84,5 @@ def choice_pairs(recipe: PipelineRecipe, chosen: set[str], rows: int | None, *, 
     data = recipe.data
     if chosen:
         return _split(recipe, chosen, task, grades)[1].sample(rows, seed=data.seed)
-    spec = data.dev if data.dev and not _same_data(data.dev, data.test) else data.train
+    spec = data.dev if data.dev and not same_spec(data.dev, data.test) else data.train
     return read(spec, data=data, rows=rows, seed=data.seed + 1, task=task, grades=grades)
