@@ -303,6 +303,9 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["distill.a-b.recipe=distill/minilm_synthetic_cpu", "distill.a.b.recipe=distill/minilm_synthetic_cpu"],
      ["--set 'distill.a.b.recipe=distill/minilm_synthetic_cpu': the recipe has no student 'a'"]),
     (["bench.repeats=2", "bench.repeats=3"], ["--set bench.repeats=2 and --set bench.repeats=3 set the same key"]),
+    # was: refused only in the export stage, after the teacher trained, naming --precision and --backend
+    (["export.precision=bf16"], ["export.precision=bf16: ONNX Runtime graders are fp32 or int8; use "
+                                 "export.backend=openvino or auto"]),
     # was: reported on the teacher's own training pairs, exit 0
     (["data.test=synthetic:0"], ["data.test=synthetic:0 holds the pairs of data.train=synthetic", "training pairs"]),
     (["distill.small.recipe=distill/minilm_synthetic_cpu", "distill.small.train_data=synthetic:2"],

@@ -12,7 +12,7 @@ from typing import Callable
 from headcut.arch import architecture, heads_per_layer
 from headcut.batching import check_max_length, encode
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 from headcut.evaluate.importance import gold
 from headcut.evaluate.tasks import check_task, summary
 from headcut.export.build_openvino import backend_speed, build_openvino, check_request
@@ -30,18 +30,22 @@ from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 BACKENDS = ("onnxruntime", "openvino", "auto")
 
 
-def resolve_precision(backend: str, precision: str | None, *, int8: bool) -> tuple[str, str | None]:
-    """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend` and `--precision`/`--int8`."""
+def resolve_precision(backend: str, precision: str | None, *, int8: bool,
+                      flags: tuple[str, str] = ("--backend", "--precision")) -> tuple[str, str | None]:
+    """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend` and `--precision`/`--int8`;
+    `flags` name the backend and precision settings in messages (`headcut run`: its export.* keys)."""
+    backend_flag, precision_flag = flags
     if backend not in BACKENDS:
-        raise UserError(f"--backend {backend} is not one of {', '.join(BACKENDS)}.")
+        raise UserError(f"{setting(backend_flag, backend)} is not one of {', '.join(BACKENDS)}.")
     if precision is not None and precision not in PRECISIONS:
-        raise UserError(f"--precision {precision} is not one of {', '.join(PRECISIONS)}.")
+        raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.")
     if int8 and precision not in (None, "int8"):
-        raise UserError(f"--int8 and --precision {precision} disagree; pass one of them.")
+        raise UserError(f"--int8 and {setting(precision_flag, precision)} disagree; pass one of them.")
     precision = precision or ("int8" if int8 else "fp32")
     if backend == "onnxruntime":
         if precision == "bf16":
-            raise UserError("--precision bf16: ONNX Runtime graders are fp32 or int8; use --backend openvino or auto.")
+            raise UserError(f"{setting(precision_flag, 'bf16')}: ONNX Runtime graders are fp32 or int8; use "
+                            f"{setting(backend_flag, 'openvino')} or auto.")
         return precision, None
     # the ONNX Runtime graph always ships too: the portable fallback where openvino is not installed
     return ("fp32" if backend == "openvino" or precision == "bf16" else precision), precision

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 from headcut.export.export import GateError, check_parity, export_onnx, onnx_logits, parity
 from headcut.export.openvino import (OV_INT8_CHOICES, bf16_problem, compiled_runner, convert, quantize_int8,
                                      require_openvino, save_ir)
@@ -37,14 +37,14 @@ class Judged:
     run: object  # the chosen graph's run(batch), for the backend timing
 
 
-def check_request(precision: str, *, labelled: bool) -> None:
-    """Refuse, before any work, what the OpenVINO graph cannot do here."""
+def check_request(precision: str, *, labelled: bool, flag: str = "--precision") -> None:
+    """Refuse, before any work, what the OpenVINO graph cannot do here; `flag` names the precision setting."""
     require_openvino()
     if precision in ("bf16", "int8") and not labelled:
         raise UserError(f"--precision {precision} needs labelled pairs to check agreement, Spearman and accuracy "
                         "against fp32; pass --data FILE.")
     if precision == "bf16" and bf16_problem():
-        raise UserError(f"--precision bf16: {bf16_problem()}; or use --precision fp32, int8 or auto.")
+        raise UserError(f"{setting(flag, 'bf16')}: {bf16_problem()}; or use {setting(flag, 'fp32')}, int8 or auto.")
     if precision in ("int8", "auto") and labelled:
         try:
             import nncf  # noqa: F401

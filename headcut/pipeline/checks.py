@@ -26,6 +26,7 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
     check_prune_budget(recipe)
     check_students(recipe)
     check_choice_data(recipe)
+    check_export(recipe)
 
 
 def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None:
@@ -177,6 +178,19 @@ def teacher_outline(recipe: PipelineRecipe):
     if sub.task == "score":  # one output, as the teacher will have
         meta["task"] = "score"
     return outline(sub.model, flag="teacher.model", meta=meta)
+
+
+def check_export(recipe: PipelineRecipe) -> None:
+    """export.backend and export.precision as the export stage will check them (bf16: OpenVINO, on a CPU that
+    computes it), named by their keys."""
+    from headcut.export.build import resolve_precision
+    from headcut.export.build_openvino import check_request
+
+    e = recipe.export
+    _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False,
+                                              flags=("export.backend", "export.precision"))
+    if openvino_precision is not None:
+        check_request(openvino_precision, labelled=True, flag="export.precision")
 
 
 def check_choice_data(recipe: PipelineRecipe) -> None:
