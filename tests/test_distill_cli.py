@@ -64,3 +64,24 @@ def test_tune_resumes_its_study_and_reruns_a_killed_trial(tiny_teacher, tmp_path
     assert len(seen) == 1 and seen[0]["params"] == params  # only the missing trial ran, with the killed values
     assert len(second["trials"]) == 3
     assert json.loads((tmp_path / "study" / "tune.json").read_text())["best"] == second["best"]
+
+
+def test_tune_refuses_to_replace_another_recipes_study_or_write_into_a_file(tiny_teacher, tmp_path):  # noqa: F811
+    """Was: a changed recipe started a second study in study.db and replaced tune.json without --overwrite;
+    --out FILE was a NotADirectoryError traceback."""
+    import pytest
+
+    from headcut.distill.tune import tune
+    from headcut_grader.errors import UserError
+
+    recipe = recipe_for(tiny_teacher, epochs=0.5, eval_every=100, tune_fields=("temperature",))
+    tune(recipe, tmp_path / "study", trials=1)
+    before = (tmp_path / "study" / "tune.json").read_text()
+    changed = recipe_for(tiny_teacher, epochs=0.25, eval_every=100, tune_fields=("temperature",))
+    with pytest.raises(UserError, match="holds the study of another recipe .* pass --overwrite"):
+        tune(changed, tmp_path / "study", trials=1)
+    assert (tmp_path / "study" / "tune.json").read_text() == before
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(UserError, match="--out .*file is a file; name a folder"):
+        tune(recipe, tmp_path / "file", trials=1)
+    assert (tmp_path / "file").read_text() == "mine"

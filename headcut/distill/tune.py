@@ -14,7 +14,7 @@ from pathlib import Path
 from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import distill
 from headcut_grader.errors import UserError
-from headcut_grader.files import refuse_inputs, write_json
+from headcut_grader.files import check_place, refuse_inputs, write_json
 from headcut.finetune import recipe_hash
 from headcut.recipes import to_dict
 
@@ -36,13 +36,11 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     import optuna
 
     out = Path(out)
-    refuse_inputs(out, recipe.input_paths())
     if trials <= 0:
         raise UserError(f"--tune {trials}: give the number of trials to run, e.g. --tune 8.")
     if not recipe.tune_fields:
         raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
-    if out.exists() and any(out.iterdir()) and not (out / STUDY_FILE).exists() and not overwrite:
-        raise UserError(f"--out {out} is not empty and holds no study; choose a new folder or pass --overwrite.")
+    _check_out(out, recipe, overwrite=overwrite)
     if overwrite and (out / STUDY_FILE).exists():
         (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values repeat
     out.mkdir(parents=True, exist_ok=True)
@@ -82,6 +80,34 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     summary = _summary(study, recipe)
     write_json(out / "tune.json", summary)
     return summary
+
+
+def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool) -> None:
+    """`out` is a folder that is new, empty, or holds this recipe's study (any other needs --overwrite), and
+    holds no input."""
+    refuse_inputs(out, recipe.input_paths())
+    check_place(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; name a folder for the study and its trials.")
+    if overwrite or not out.exists() or not any(out.iterdir()):
+        return
+    if not (out / STUDY_FILE).exists():
+        raise UserError(f"--out {out} is not empty and holds no study; choose a new folder or pass --overwrite.")
+    names = _study_names(out / STUDY_FILE)
+    if names and study_name(recipe) not in names:
+        raise UserError(f"--out {out} holds the study of another recipe (a field other than tune_fields changed), "
+                        "whose tune.json this search would replace; choose a new folder or pass --overwrite.")
+
+
+def _study_names(path: Path) -> list[str]:
+    """The studies in `path`; none when it cannot be read (create_study then names it damaged)."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return optuna.get_all_study_names(storage=f"sqlite:///{path}")
+    except SQLAlchemyError:
+        return []
 
 
 def _complete(study) -> int:
