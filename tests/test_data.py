@@ -80,6 +80,9 @@ BAD = {
     "empty.tsv": ("", "is empty"),
     "nocol.tsv": ("query\ttitle\tlabel\na\tb\t3\n", "no label column 'grade'"),
     "ragged.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\n", "line 3: 2 fields where the header has 3"),
+    # was: the csv module's "do you need to open the file in universal-newline mode?"
+    "cr.tsv": ("query\ttitle\tgrade\ra\tb\t3\rc\td\t2\r", "line 1: a carriage return (CR) without a line feed (LF)"),
+    "cr.csv": ("query,title,grade\na,b,3\nc,d\r,2\n", "line 3: a carriage return (CR) without a line feed (LF)"),
     "emptyq.tsv": ("query\ttitle\tgrade\na\tb\t3\n \td\t2\n", "line 3, column 'query': empty text"),
     "emptyt.jsonl": ('{"query": "a", "title": "", "grade": 3}\n', "line 1, column 'title': empty text"),
     "invisible.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\t\u00ad \u200b\t2\n",

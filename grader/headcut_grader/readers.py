@@ -369,6 +369,10 @@ def _csv_records(path: Path, reader, lines: Lines):
             elif "expected after" in str(e):
                 text = (f"line {lines.number}: text follows the closing quote of a field (a quoted field holds its "
                         "quotes doubled)")
+            elif "new-line character seen in unquoted field" in str(e):  # lines ended by CR alone (classic Mac)
+                raise UserError(f"{path}, line {start}: a carriage return (CR) without a line feed (LF) outside "
+                                "quotes; save the file with LF or CRLF line endings (or quote a field that holds a "
+                                "CR).") from None
             else:
                 text = f"line {lines.number}: {e}"
             raise UserError(f"{path}, {text}; check the quotes on that row.") from None
