@@ -186,6 +186,15 @@ def test_a_score_recipe_refuses_the_grades_keys():
         score_recipe("t", tune_fields=["mse_weight", "mse_weight"])
 
 
+def test_a_recipe_without_tune_fields_searches_its_own_tasks_fields():
+    """Was: a score recipe that never named tune_fields was refused over the grades default ('temperature')."""
+    from headcut.distill.recipe import TUNED
+
+    score = from_dict(DistillRecipe, dict(teacher="t", task="score", train_data="synthetic"))  # no tune_fields key
+    assert score.searched_fields == TUNED["score"] == ("mse_weight", "margin_weight", "learning_rate")
+    assert from_dict(DistillRecipe, dict(teacher="t", train_data="synthetic")).searched_fields == TUNED["grades"]
+
+
 def test_the_distill_command_prints_ranking_metrics_for_a_score_student(score_teacher, tmp_path):
     recipe = tmp_path / "tiny.yaml"
     recipe.write_text(f"teacher: {score_teacher}\ntask: score\nstudent: bottom-k\nkeep_layers: 1\ntrain_data: synthetic\n"

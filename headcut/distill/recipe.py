@@ -52,8 +52,13 @@ class DistillRecipe(TrainingRecipe):
     cache_teacher: bool = True
 
     learning_rate: float = tunable(1e-4, 1e-5, 5e-4, log=True, valid=(0.0, 1.0, True))
-    tune_fields: tuple[str, ...] = ("temperature", "kd_weight", "learning_rate")
+    tune_fields: tuple[str, ...] | None = None  # what --tune searches; None: the task's (TUNED)
     measure_speed: bool = True  # teacher vs student CPU latency at batch 1 and 32 when done (a few seconds)
+
+    @property
+    def searched_fields(self) -> tuple[str, ...]:
+        """The fields `--tune` searches: tune_fields, else the task's own (TUNED)."""
+        return TUNED[self.task] if self.tune_fields is None else tuple(self.tune_fields)
 
     def input_paths(self) -> list:
         return [self.teacher, self.student_model, self.unlabeled_data, *super().input_paths()]
@@ -79,11 +84,11 @@ class DistillRecipe(TrainingRecipe):
         if self.layer_map is not None and self.student == "config" and len(self.layer_map) != self.student_layers:
             raise UserError(f"{where}: layer_map has {len(self.layer_map)} entries for {self.student_layers} "
                             "student layers; give one teacher layer per student layer.")
-        ranges = tune_ranges()
-        repeated = sorted({f for f in self.tune_fields if self.tune_fields.count(f) > 1})
+        ranges, fields = tune_ranges(), self.searched_fields
+        repeated = sorted({f for f in fields if fields.count(f) > 1})
         if repeated:
             raise UserError(f"{where}: tune_fields names '{repeated[0]}' twice; name each field once.")
-        bad = [f for f in self.tune_fields if f not in ranges]
+        bad = [f for f in fields if f not in ranges]
         if bad:
             raise UserError(f"{where}: tune_fields names '{bad[0]}', which is not tunable; choose from {', '.join(ranges)}.")
 
@@ -105,7 +110,7 @@ class DistillRecipe(TrainingRecipe):
         """The other task's keys (training.check_task_keys), and tune_fields that name them."""
         check_task_keys(self, TASK_KEYS, where, verb="distils", named=named)
         other = "score" if self.task == "grades" else "grades"
-        bad = [f for f in self.tune_fields if f in TASK_KEYS[other]]
+        bad = [f for f in self.searched_fields if f in TASK_KEYS[other]]
         if bad:
             raise UserError(f"{where}: tune_fields names '{bad[0]}', which task={self.task} does not use; list fields "
                             f"of its losses, e.g. --set tune_fields=[{', '.join(TUNED[self.task])}].")

@@ -23,7 +23,7 @@ STUDY_FILE = "study.db"
 
 def study_name(recipe: DistillRecipe) -> str:
     """Same recipe apart from the searched fields = same study."""
-    fixed = {k: v for k, v in to_dict(recipe).items() if k not in recipe.tune_fields}
+    fixed = {k: v for k, v in to_dict(recipe).items() if k not in recipe.searched_fields}
     return "distill-" + hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -38,7 +38,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     out = Path(out)
     if trials <= 0:
         raise UserError(f"--tune {trials}: give the number of trials to run, e.g. --tune 8.")
-    if not recipe.tune_fields:
+    if not recipe.searched_fields:
         raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
     _check_out(out, recipe, overwrite=overwrite)
     if overwrite and (out / STUDY_FILE).exists():
@@ -65,7 +65,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     while _complete(study) < trials:
         trial = study.ask()
         values = {name: trial.suggest_float(name, ranges[name][0], ranges[name][1], log=ranges[name][2])
-                  for name in recipe.tune_fields}
+                  for name in recipe.searched_fields}
         candidate = dataclasses.replace(recipe, **values)
         folder = out / "trials" / recipe_hash(candidate)
         metrics = _finished_metrics(folder)
