@@ -57,6 +57,15 @@ def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep
                         f"with K < {teacher_layers}.")
 
 
+def check_student_layers(student_layers: int, teacher_layers: int, *, has_map: bool,
+                         key: str = "student_layers") -> None:
+    """A config student without a layer_map takes its layers spread over the teacher's, so it cannot be deeper."""
+    if not has_map and student_layers > teacher_layers:
+        raise UserError(f"{key}={student_layers} is deeper than the {teacher_layers}-layer teacher; pass --set "
+                        f"{key}=K with K <= {teacher_layers}, or a layer_map naming a teacher layer for each student "
+                        "layer.")
+
+
 def _check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: int) -> None:
     """One teacher layer, which the teacher has, per student layer."""
     if len(layer_map) != student_layers:
@@ -90,6 +99,7 @@ def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implement
         model = copy.deepcopy(teacher.model)
         keep_layers(model, list(range(recipe.keep_layers)))
         return Student(LoadedModel(model, teacher.tokenizer, meta), layer_map, "bottom-k")
+    check_student_layers(recipe.student_layers, teacher_layers, has_map=recipe.layer_map is not None)
     layer_map = list(recipe.layer_map or even_layer_map(recipe.student_layers, teacher_layers))
     _check_layer_map(layer_map, recipe.student_layers, teacher_layers)
     model = config_student(teacher.model, layers=recipe.student_layers, hidden=recipe.student_hidden,

@@ -210,15 +210,19 @@ def check_choice_data(recipe: PipelineRecipe) -> None:
 
 
 def check_students(recipe: PipelineRecipe) -> None:
-    """A bottom-k student keeps fewer layers than the teacher has, as the distill stage will check (after the
-    teacher stage, which may train for an hour)."""
+    """A bottom-k student keeps fewer layers than the teacher has, and a config student without a layer_map is no
+    deeper, as the distill stage will check (after the teacher stage, which may train for an hour)."""
     from headcut.arch import encoder_layers
-    from headcut.distill.students import check_keep_layers
+    from headcut.distill.students import check_keep_layers, check_student_layers
 
-    bottom = {name: sub for name, sub in _sub_recipes(recipe).items()
-              if name.startswith("distill.") and sub.student == "bottom-k"}
-    if not bottom:
+    students = {name: sub for name, sub in _sub_recipes(recipe).items()
+                if name.startswith("distill.") and sub.student in ("bottom-k", "config")}
+    if not students:
         return
     layers = len(encoder_layers(teacher_outline(recipe).model))
-    for name, sub in bottom.items():
-        check_keep_layers(sub.keep_layers, layers, key=f"{name}.keep_layers")
+    for name, sub in students.items():
+        if sub.student == "bottom-k":
+            check_keep_layers(sub.keep_layers, layers, key=f"{name}.keep_layers")
+        else:
+            check_student_layers(sub.student_layers, layers, has_map=sub.layer_map is not None,
+                                 key=f"{name}.student_layers")
