@@ -167,13 +167,17 @@ def load_model(
                 apply_shape(model, shape)
             model.load_state_dict(_read_state(weights), strict=True)
         else:
-            model = AutoModelForSequenceClassification.from_pretrained(
+            fresh_head = _folder_outputs(path) not in (None, num_labels)  # a base model given another head
+            model, info = AutoModelForSequenceClassification.from_pretrained(
                 path,
                 config=config,
                 trust_remote_code=False,
                 use_safetensors=weights.suffix != ".bin",
                 attn_implementation=attn_implementation,
+                ignore_mismatched_sizes=fresh_head,
+                output_loading_info=True,
             )
+            _check_only_the_head_differs(info, weights, num_labels)
     model.eval()
     model_type(model)
     if "max_length" in meta:
@@ -235,14 +239,34 @@ def _read_meta(path: Path) -> dict:
 
 
 def _check_outputs(path: Path, meta: dict, num_labels: int) -> None:
-    """The outputs headcut.json implies (one score, or one per grade) are the classifier's in config.json."""
-    if not {"task", "grades"} & meta.keys():
+    """The outputs headcut.json implies (one score, or one per grade; without it, the grades 1-5) are the
+    classifier's in config.json."""
+    outputs = _folder_outputs(path)
+    if outputs is None or outputs == num_labels:
         return
+    if not (path / META_FILE).exists():
+        raise UserError(f"{path / 'config.json'}: the classifier has {outputs} outputs, and a folder without "
+                        f"{META_FILE} is read as the grades 1-5; add {META_FILE} with its grades, e.g. "
+                        f'{{"grades": {list(range(1, outputs + 1))}}}, or fine-tune it into a grader (headcut '
+                        "finetune --set model=...).")
+    said = "task score (one output)" if num_labels == 1 else f"{num_labels} grades"
+    raise UserError(f"{path / META_FILE} records {said}, but the classifier in {path / 'config.json'} has "
+                    f"{outputs} outputs; fix 'task' or 'grades' in {META_FILE}.")
+
+
+def _folder_outputs(path: Path) -> int | None:
+    """How many outputs the classifier saved in `path` has (config.json's id2label), None when it does not say."""
     labels = read_json_file(path / "config.json").get("id2label")
-    if isinstance(labels, dict) and len(labels) != num_labels:
-        said = "task score (one output)" if num_labels == 1 else f"{num_labels} grades"
-        raise UserError(f"{path / META_FILE} records {said}, but the classifier in {path / 'config.json'} has "
-                        f"{len(labels)} outputs; fix 'task' or 'grades' in {META_FILE}.")
+    return len(labels) if isinstance(labels, dict) else None
+
+
+def _check_only_the_head_differs(info: dict, weights: Path, num_labels: int) -> None:
+    """Weights whose shape differs from the model's are only the output layer being replaced (its first dimension
+    becomes `num_labels`); any other mismatch is a damaged or foreign weights file."""
+    for name, saved, wanted in info.get("mismatched_keys") or ():
+        if wanted[0] != num_labels or tuple(saved[1:]) != tuple(wanted[1:]):
+            raise UserError(f"{weights} is damaged or incomplete ({name} has shape {list(saved)}, the model "
+                            f"{list(wanted)}); copy or download the model folder again.")
 
 
 def read_task(path: Path, meta: dict) -> dict:

@@ -85,3 +85,36 @@ def test_write_text_leaves_neither_a_temp_file_nor_a_half_file_on_error(tmp_path
     with pytest.raises(UnicodeEncodeError):
         write_text(target, "half written \ud800")  # a lone surrogate cannot be encoded as UTF-8
     assert sorted(p.name for p in target.parent.iterdir()) == ["report.md"] and target.read_text() == "old\n"
+
+
+def _three_output_folder(tmp_path, **config):
+    from transformers import BertTokenizerFast
+
+    folder = tmp_path / "three"
+    tiny_model("bert", num_labels=3).save_pretrained(folder)
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "drill", "saw"]) + "\n")
+    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
+    if config:
+        import json
+
+        path = folder / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **config}))
+    return folder
+
+
+def test_a_base_model_of_another_output_count_gets_a_fresh_head_and_a_grader_is_named_by_its_file(tmp_path):
+    """Was: a 3-output classifier given a 5-grade head was reported as damaged weights; read as a grader, it blamed
+    a headcut.json the folder does not have."""
+    folder = _three_output_folder(tmp_path)
+    loaded = load_model(folder, num_labels=5)
+    assert loaded.model.classifier.weight.shape == (5, loaded.model.config.hidden_size)
+    torch.testing.assert_close(loaded.model.classifier.weight, load_model(folder, num_labels=5).model.classifier.weight)
+    with pytest.raises(UserError, match=r"config.json: the classifier has 3 outputs, and a folder without headcut.json "
+                                        r"is read as the grades 1-5; add headcut.json with its grades"):
+        load_model(folder)
+
+
+def test_weights_of_another_shape_than_the_head_are_still_damaged(tmp_path):
+    folder = _three_output_folder(tmp_path, intermediate_size=48)
+    with pytest.raises(UserError, match=r"model.safetensors is damaged or incomplete"):
+        load_model(folder, num_labels=5)
