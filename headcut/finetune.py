@@ -68,9 +68,25 @@ def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:
     train_pairs = _read(recipe, recipe.train_data, recipe.train_rows, recipe.seed)
     if recipe.dev_data is None:
         train_pairs, dev = split_by_query(train_pairs, 1 - recipe.dev_fraction, seed=recipe.seed)
+        check_split(recipe, train_pairs, dev)
     else:
         dev = _read(recipe, recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
     return train_pairs, dev.sample(recipe.dev_rows, seed=recipe.seed)
+
+
+def check_split(recipe: TrainingRecipe, train_pairs: Pairs, dev: Pairs) -> None:
+    """A query split of train_data leaves pairs on both sides, or one sentence names the keys that made it."""
+    if len(train_pairs) and len(dev):
+        return
+    queries = len(train_pairs.query_groups()) + len(dev.query_groups())  # the split keeps each query whole
+    side = "train" if len(dev) else "dev"
+    if queries < 2:
+        fix = "pass dev pairs with --set dev_data=FILE, or train on pairs of two or more queries"
+    else:
+        fix = f"{'lower' if side == 'train' else 'raise'} dev_fraction, or pass dev pairs with --set dev_data=FILE"
+    raise UserError(f"train_data {recipe.train_data}: holding out dev_fraction={recipe.dev_fraction} of its {queries} "
+                    f"{'query' if queries == 1 else 'queries'} (whole queries, as dev_data is unset) leaves no {side} "
+                    f"pairs; {fix}.")
 
 
 def selection_pairs(recipe: TrainingRecipe) -> Pairs | None:

@@ -107,6 +107,22 @@ def test_a_link_or_file_at_the_run_folder_is_never_written_through(tmp_path, tin
     assert sorted(p.name for p in elsewhere.rglob("*")) == ["best", "keep.txt"]
 
 
+@pytest.mark.parametrize("rows, fraction, side", [(None, 0.1, "dev"), (20, 0.01, "dev"), (20, 0.99, "train")])
+def test_a_query_split_that_leaves_a_side_empty_is_refused_before_work(tmp_path, tiny_base, rows, fraction, side):
+    """Was: an IndexError traceback from the tokenizer (no pairs to encode). `rows` None: a file of one query,
+    whose one query lands on one side whatever dev_fraction says; 20 synthetic rows are 4 queries."""
+    from headcut_grader.errors import UserError
+
+    one = tmp_path / "one.tsv"
+    one.write_text("query\ttitle\tgrade\n" + "".join(f"drill\ttitle {i}\t{1 + i % 5}\n" for i in range(8)))
+    data = dict(train_data=str(one), train_rows=None) if rows is None else dict(train_rows=rows)
+    recipe = tiny_recipe(tiny_base, dev_fraction=fraction, **data)
+    with pytest.raises(UserError, match=rf"train_data .*: holding out dev_fraction={fraction} of its \d+ quer.* "
+                                        rf"leaves no {side} pairs; .*dev_data=FILE"):
+        finetune(recipe, tmp_path / "run")
+    assert not (tmp_path / "run.partial").exists()
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_minilm_really_learns_home_depot(quick_teacher, homedepot):
