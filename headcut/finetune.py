@@ -71,7 +71,9 @@ def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:
         check_split(recipe, train_pairs, dev)
     else:
         dev = _read(recipe, recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
-    return train_pairs, dev.sample(recipe.dev_rows, seed=recipe.seed)
+    dev = dev.sample(recipe.dev_rows, seed=recipe.seed)
+    check_dev_gold(recipe, dev)
+    return train_pairs, dev
 
 
 def check_split(recipe: TrainingRecipe, train_pairs: Pairs, dev: Pairs) -> None:
@@ -87,6 +89,24 @@ def check_split(recipe: TrainingRecipe, train_pairs: Pairs, dev: Pairs) -> None:
     raise UserError(f"train_data {recipe.train_data}: holding out dev_fraction={recipe.dev_fraction} of its {queries} "
                     f"{'query' if queries == 1 else 'queries'} (whole queries, as dev_data is unset) leaves no {side} "
                     f"pairs; {fix}.")
+
+
+def check_dev_gold(recipe: TrainingRecipe, dev: Pairs) -> None:
+    """Spearman, the select_metric that picks the best checkpoint, is undefined against one gold value (every
+    checkpoint would read 0): dev pairs of a single grade or score are refused before training."""
+    if recipe.select_metric != "spearman":
+        return
+    score = getattr(recipe, "task", "grades") == "score"
+    gold = dev.score_array() if score else [dev.grades[label] for label in dev.label_array()]
+    if len(set(gold)) > 1:
+        return
+    what = "score" if score else "grade"
+    where = (f"dev_data {recipe.dev_data}" if recipe.dev_data is not None else
+             f"the dev pairs held out of train_data {recipe.train_data} (dev_fraction={recipe.dev_fraction})")
+    pairs = f"all {len(dev)} dev pairs have" if len(dev) > 1 else "the one dev pair has"
+    raise UserError(f"{where}: {pairs} {what} {gold[0]:g}; Spearman (select_metric) against "
+                    f"one {what} is undefined, so no checkpoint could be chosen on it; pass dev pairs of two or more "
+                    f"{what}s (--set dev_data=FILE), or set select_metric=loss.")
 
 
 def selection_pairs(recipe: TrainingRecipe) -> Pairs | None:

@@ -265,6 +265,15 @@ def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
         distill(recipe_for(tiny_teacher), tmp_path / "full")
 
 
+def test_a_dev_set_of_one_grade_is_refused_before_training(tiny_teacher, tmp_path):
+    """Was: the student's checkpoints chosen on Spearman against one grade, 0.0000 at every evaluation."""
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("query\ttitle\tgrade\n" + "".join(f"q{i % 2}\ttitle {i}\t4\n" for i in range(10)))
+    with pytest.raises(UserError, match=r"dev_data .*dev.tsv: all 10 dev pairs have grade 4; Spearman"):
+        distill(recipe_for(tiny_teacher, dev_data=str(dev)), tmp_path / "student")
+    assert not (tmp_path / "student.partial").exists()
+
+
 def test_a_synthetic_dev_set_is_recorded_without_a_file_path(tiny_teacher, tmp_path):
     """dev_data 'synthetic:1' is a generated draw, not a file: the artifact records no path for it."""
     recipe = recipe_for(tiny_teacher, dev_data="synthetic:1", train_rows=64, dev_rows=32, epochs=0.5, eval_every=100)

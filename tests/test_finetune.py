@@ -123,6 +123,27 @@ def test_a_query_split_that_leaves_a_side_empty_is_refused_before_work(tmp_path,
     assert not (tmp_path / "run.partial").exists()
 
 
+def one_gold_file(path, column: str):
+    """Dev pairs of 2 queries whose gold `column` (grade or score) is 3 on every row."""
+    path.write_text(f"query\ttitle\t{column}\n" + "".join(f"q{i % 2}\ttitle {i}\t3\n" for i in range(12)))
+    return path
+
+
+@pytest.mark.parametrize("task, column", [("grades", "grade"), ("score", "score")])
+def test_a_dev_set_of_one_gold_value_is_refused_before_training(tmp_path, tiny_base, task, column):
+    """Was: checkpoints chosen on Spearman against a constant, which reads 0.0000 for every checkpoint."""
+    from headcut_grader.errors import UserError
+    from headcut.finetune import load_data
+
+    dev = one_gold_file(tmp_path / "dev.tsv", column)
+    recipe = tiny_recipe(tiny_base, task=task, dev_data=str(dev))
+    with pytest.raises(UserError, match=rf"dev_data .*dev.tsv: all 12 dev pairs have {column} 3; Spearman "
+                                        rf"\(select_metric\) against one {column} is undefined.*select_metric=loss"):
+        finetune(recipe, tmp_path / "run")
+    assert not (tmp_path / "run.partial").exists()
+    assert len(load_data(tiny_recipe(tiny_base, task=task, dev_data=str(dev), select_metric="loss"))[1]) == 12
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_minilm_really_learns_home_depot(quick_teacher, homedepot):
