@@ -85,6 +85,7 @@ class TrainingRecipe(LoopSettings):
             raise UserError(f"{where}: dev_data {self.dev_data} holds the train_data's pairs, so checkpoints would be chosen and "
                             "dev metrics reported on pairs it trains on; pass other pairs (synthetic:1 for another "
                             "synthetic draw), or remove dev_data to hold out dev_fraction of train_data by query.")
+        check_dev_fraction(self, where, named)
 
 
 DATA_KEYS = ("train_data", "dev_data", "unlabeled_data")  # the recipe keys that name pairs to read
@@ -131,6 +132,19 @@ def check_task_keys(recipe, task_keys: dict, where: str, *, verb: str, named: fr
     if recipe.task == "score" and recipe.select_metric in ("accuracy", "macro_f1"):
         raise UserError(f"{where}: select_metric={recipe.select_metric} needs grades, and task=score has one "
                         "output; use spearman or loss.")
+
+
+def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> None:
+    """dev_fraction splits train_data only where dev_data is unset: set (is_set) beside dev_data, it would be ignored.
+    A dev_data given over a recipe file (--dev, a run's data.dev) replaces that file's split, so the file's own
+    dev_fraction is let be."""
+    if recipe.dev_data is None or not is_set(recipe, "dev_fraction", named):
+        return
+    if "dev_data" in named and "dev_fraction" not in named:
+        return
+    raise UserError(f"{where}: key 'dev_fraction' ({recipe.dev_fraction}) holds out a share of train_data's queries as "
+                    f"dev pairs only when dev_data is unset, and dev_data is {recipe.dev_data}; remove dev_fraction, or "
+                    "remove dev_data to hold out that split.")
 
 
 def file_options(recipe: TrainingRecipe) -> dict:

@@ -64,6 +64,8 @@ def recipe_for(teacher, **changes):
     values.update(changes)
     if values["student"] != "bottom-k":
         del values["keep_layers"]  # only a bottom-k student reads it
+    if values.get("dev_data") and "dev_fraction" not in changes:
+        del values["dev_fraction"]  # only a split of train_data reads it
     return from_dict(DistillRecipe, values)
 
 

@@ -21,9 +21,10 @@ def tiny_base(tmp_path):
 
 
 def tiny_recipe(base, **extra):
+    split = {} if extra.get("dev_data") else dict(dev_fraction=0.25)  # a split of train only where no dev_data
     return from_dict(FinetuneRecipe, dict(dict(model=str(base), train_data="synthetic", train_rows=240, dev_rows=60,
-                                               dev_fraction=0.25, max_length=24, epochs=2, batch_size=16,
-                                               learning_rate=1e-3, eval_every=4, checkpoint_every=3), **extra))
+                                               max_length=24, epochs=2, batch_size=16, learning_rate=1e-3,
+                                               eval_every=4, checkpoint_every=3, **split), **extra))
 
 
 def test_resume_after_interruption_matches_uninterrupted(tmp_path, tiny_base):

@@ -279,3 +279,23 @@ def test_a_character_yaml_refuses_is_one_sentence_with_its_line(tmp_path, text, 
         load_recipe(DistillRecipe, path)
     message = str(err.value)
     assert message.startswith(f"{path}, {at}: invalid YAML (character ") and "\n" not in message
+
+
+def test_dev_fraction_beside_dev_data_is_refused(tmp_path):
+    """Was: dev_fraction silently ignored once dev_data was given. A dev_data given over a recipe file (--dev, a run's
+    data.dev) replaces that file's own split, so the file's dev_fraction is let be."""
+    from headcut.pipeline import load_pipeline
+    from headcut.pipeline.recipe import sub_recipes
+
+    said = r"key 'dev_fraction' \(0.3\) holds out a share of train_data's queries as dev pairs only when dev_data is unset"
+    with pytest.raises(UserError, match=said):
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1", "dev_fraction=0.3"])
+    own = tmp_path / "mine.yaml"
+    own.write_text("train_data: synthetic\ndev_data: synthetic:1\ndev_fraction: 0.3\n")
+    with pytest.raises(UserError, match=said):
+        load_recipe(FinetuneRecipe, own)
+    assert load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1"]).dev_fraction == 0.2
+    run = load_pipeline("quickstart", overrides=["data.dev=synthetic:1"])
+    assert sub_recipes(run, teacher_dir="t", pruned_dir="p")["teacher"].dev_data == "synthetic:1"
+    with pytest.raises(UserError, match=r"\[teacher\].*" + said):
+        load_pipeline("quickstart", overrides=["data.dev=synthetic:1", "teacher.dev_fraction=0.3"])

@@ -316,7 +316,10 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
                     adjust=None):
     """A finetune/distill recipe file, then what the pipeline injects (data, upstream models), then the
     section's own keys, checked as that recipe. `adjust(merged)` may add injected values that depend on
-    the merged keys (a pruned student's model)."""
+    the merged keys (a pruned student's model). The run's data files are named keys (is_set): given over the
+    recipe file, as --train and --dev are."""
+    from headcut.training import DATA_KEYS
+
     path = find_recipe(name, kind=kind)
     base = read_recipe_file(path)
     merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
@@ -324,7 +327,8 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
         merged = {**merged, **{k: v for k, v in adjust(merged).items() if k not in overrides}}
     if merged.get("train_data") is None:
         raise UserError(f"{where}: no training pairs; pass --set data.train=FILE.")
-    return from_dict(cls, merged, where=f"{where} ({path.name})", named=frozenset(overrides))
+    given = {key for key in DATA_KEYS if injected.get(key) is not None}
+    return from_dict(cls, merged, where=f"{where} ({path.name})", named=frozenset(overrides) | given)
 
 
 def as_dict(recipe: PipelineRecipe) -> dict:
