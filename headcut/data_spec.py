@@ -2,9 +2,9 @@
 set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn grades into scores."""
 from __future__ import annotations
 
-from headcut_grader.data import Pairs, read_pairs
+from headcut_grader.data import FILE_KEYS, PRESETS, Pairs, read_pairs
 from headcut_grader.errors import UserError
-from headcut.synthetic import synthetic_spec
+from headcut.synthetic import is_synthetic, synthetic_spec
 
 
 def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = "grades", **options) -> Pairs:
@@ -32,3 +32,18 @@ def as_scores(pairs: Pairs) -> Pairs:
     """Graded pairs as score pairs, the grade as the score (synthetic data for one-score models)."""
     scores = [float(pairs.grades[label]) for label in pairs.label_array()]
     return Pairs(pairs.queries, pairs.titles, None, pairs.grades, pairs.source, scores=scores)
+
+
+def check_file_keys(settings, where: str, specs: dict, given: set) -> None:
+    """The preset of `settings` (a recipe or a run's data section) is one headcut knows, whether or not a file reads
+    it; and a FILE_KEYS key in `given` is refused where `specs` ({key: data spec}) name no file, as only a file
+    reads it (synthetic pairs have no columns)."""
+    if settings.preset is not None and settings.preset not in PRESETS:
+        raise UserError(f"{where}: key 'preset' is '{settings.preset}', which is unknown; choose one of: "
+                        f"{', '.join(PRESETS)}.")
+    if any(spec is not None and not is_synthetic(spec) for spec in specs.values()):
+        return
+    for key in (k for k in FILE_KEYS if k in given):
+        drawn = ", ".join(f"{name}={spec}" for name, spec in specs.items() if spec is not None)
+        raise UserError(f"{where}: key '{key}' says how data files are read, but {drawn} read no file (synthetic "
+                        f"pairs have no columns); remove {key}, or pass a data file.")

@@ -21,7 +21,8 @@ import torch
 
 from headcut.batching import Encoded, collate
 from headcut.synthetic import is_synthetic, synthetic_seed
-from headcut_grader.data import DEFAULT_GRADES, file_keys
+from headcut.data_spec import check_file_keys
+from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash
 from headcut_grader.ranges import check_ranges, ranged
@@ -86,6 +87,7 @@ class TrainingRecipe(LoopSettings):
                             "dev metrics reported on pairs it trains on; pass other pairs (synthetic:1 for another "
                             "synthetic draw), or remove dev_data to hold out dev_fraction of train_data by query.")
         check_dev_fraction(self, where, named)
+        check_file_keys(self, where, {key: getattr(self, key, None) for key in DATA_KEYS}, file_keys_given(self, named))
 
 
 DATA_KEYS = ("train_data", "dev_data", "unlabeled_data")  # the recipe keys that name pairs to read
@@ -145,6 +147,13 @@ def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> 
     raise UserError(f"{where}: key 'dev_fraction' ({recipe.dev_fraction}) holds out a share of train_data's queries as "
                     f"dev pairs only when dev_data is unset, and dev_data is {recipe.dev_data}; remove dev_fraction, or "
                     "remove dev_data to hold out that split.")
+
+
+def file_keys_given(recipe: TrainingRecipe, named: frozenset) -> set:
+    """The file keys (preset, columns) a recipe gives for its data (is_set): a recipe file's own are not, where its data
+    keys are given over it (--train, a run's data), as a shared recipe names its preset for its own files."""
+    data_given = any(key in named for key in DATA_KEYS)
+    return {key for key in FILE_KEYS if key in named or (is_set(recipe, key, named) and not data_given)}
 
 
 def file_options(recipe: TrainingRecipe) -> dict:

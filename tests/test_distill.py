@@ -163,8 +163,8 @@ def test_recipe_keys_name_the_columns_and_its_messages_name_the_keys(tiny_teache
         load_data(recipe_for(tiny_teacher, **files))
     with pytest.raises(UserError, match=r"no label column 'grade' .*name it with --set label_col=NAME\."):
         load_data(recipe_for(tiny_teacher, **files, query_col="q", title_col="doc"))
-    with pytest.raises(UserError, match=r"^key 'preset' is 'nope', which is unknown; choose one of: homedepot"):
-        load_data(recipe_for(tiny_teacher, **files, preset="nope"))
+    with pytest.raises(UserError, match=r"^recipe: key 'preset' is 'nope', which is unknown; choose one of: homedepot"):
+        recipe_for(tiny_teacher, **files, preset="nope")  # refused as the recipe is read, before any work
 
 
 def test_a_key_no_part_of_the_recipe_reads_is_refused():

@@ -299,3 +299,35 @@ def test_dev_fraction_beside_dev_data_is_refused(tmp_path):
     assert sub_recipes(run, teacher_dir="t", pruned_dir="p")["teacher"].dev_data == "synthetic:1"
     with pytest.raises(UserError, match=r"\[teacher\].*" + said):
         load_pipeline("quickstart", overrides=["data.dev=synthetic:1", "teacher.dev_fraction=0.3"])
+
+
+@pytest.mark.parametrize("key, value", [("preset", "homedepot"), ("query_col", "q"), ("title_col", "doc"),
+                                        ("label_col", "rel")])
+def test_a_file_key_beside_synthetic_data_only_is_refused(key, value, tmp_path):
+    """Was: preset and columns silently ignored with synthetic data (and preset=foo recorded in the artifact). A
+    shared recipe's own preset is let be where its data are given over it (--train synthetic, a run's data)."""
+    from headcut.pipeline import load_pipeline
+
+    said = rf"key '{key}' says how data files are read, but train_data=synthetic read no file"
+    with pytest.raises(UserError, match=said):
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"{key}={value}"])
+    own = tmp_path / "mine.yaml"
+    own.write_text(f"train_data: synthetic\n{key}: {value}\n")
+    with pytest.raises(UserError, match=said):
+        load_recipe(FinetuneRecipe, own)
+    with pytest.raises(UserError, match=rf"\[data\].*key '{key}' says how data files are read, but train=synthetic"):
+        load_pipeline("quickstart", overrides=[f"data.{key}={value}"])
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("q\tdoc\trel\ndrill\tcordless drill\t3\n")
+    read = load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"dev_data={pairs}", f"{key}={value}"])
+    assert getattr(read, key) == value  # a file reads it
+    assert load_recipe(FinetuneRecipe, "finetune/minilm_homedepot_cpu", overrides=["train_data=synthetic"]).preset == "homedepot"
+
+
+def test_an_unknown_preset_is_refused_even_where_no_file_reads_it():
+    from headcut.pipeline import load_pipeline
+
+    with pytest.raises(UserError, match="key 'preset' is 'foo', which is unknown; choose one of: homedepot, qbqtc"):
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1", "preset=foo"])
+    with pytest.raises(UserError, match=r"\[data\].*key 'preset' is 'foo', which is unknown"):
+        load_pipeline("quickstart", overrides=["data.preset=foo"])

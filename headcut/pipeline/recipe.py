@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
 from headcut_grader.errors import UserError
 from headcut.export.gate import Int8Gate
@@ -35,6 +36,10 @@ class DataSection:
     def file_options(self) -> dict:
         """How the files are read (headcut_grader.readers.read_pairs); messages name this section's keys."""
         return dict(file_keys(self), keys="data.")
+
+    def check(self, where: str, *, named: frozenset = frozenset()) -> None:
+        given = {key for key, value in file_keys(self).items() if value is not None or key in named}
+        check_file_keys(self, where, {"train": self.train, "dev": self.dev, "test": self.test}, given)
 
 
 @dataclass(frozen=True)
