@@ -19,7 +19,7 @@ from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
 from headcut_grader.files import check_out_dir
-from headcut.models import load_model, save_model
+from headcut.models import load_model, resolve_source, save_model
 from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder
@@ -239,6 +239,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     out = Path(out)
     check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
     check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
+    resolve_source(recipe.model, flag="model")  # a missing model is said before the data is read
     train_pairs, dev = load_data(recipe)
     score = recipe.task == "score"
     loaded = load_model(recipe.model, num_labels=1 if score else len(recipe.grades), seed=recipe.seed, flag="model")
