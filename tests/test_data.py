@@ -1,5 +1,8 @@
 """Reading pairs: formats, presets, label maps, and one clear error per kind of bad input."""
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -44,6 +47,61 @@ def test_a_chunk_ends_at_its_rows_or_its_characters_and_the_next_resumes_there(t
     resumed = next(iter_pairs(path, chunk_rows=None, chunk_chars=None, require_labels=False, start=chunks[0].position))
     assert resumed.pairs.titles == titles[2:]
     assert read_pairs(path, require_labels=False, limit=None).titles == titles  # one chunk, whatever the characters
+
+
+# VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of pytest would report pytest's peak
+READ_PEAK_SCRIPT = """
+import sys
+from headcut_grader.data import iter_pairs
+rows = sum(len(chunk.pairs) for chunk in iter_pairs(sys.argv[1], chunk_rows=1000))
+print(rows, next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
+"""
+
+
+def read_peak_mib(path) -> tuple[int, float]:
+    done = subprocess.run([sys.executable, "-c", READ_PEAK_SCRIPT, str(path)], capture_output=True, text=True,
+                          timeout=600, env=os.environ)
+    assert done.returncode == 0, done.stderr
+    rows, peak = done.stdout.split()
+    return int(rows), int(peak) / 1024
+
+
+def test_a_json_array_is_read_item_by_item_in_bounded_memory(tmp_path):
+    """An 8 MB and a 40 MB array on one line each. json.loads of the whole file peaked at 62 and 139 MiB (+76 MiB
+    for the 32 MB more); read item by item, like JSON lines, both peak at ~50 MiB."""
+    row = json.dumps({"query": "cordless drill", "title": "drill " * 60, "grade": 3})
+    peaks = {}
+    for rows in (20_000, 100_000):
+        path = tmp_path / f"pairs{rows}.json"
+        path.write_text("[" + ", ".join([row] * rows) + "]", encoding="utf-8")
+        read, peaks[rows] = read_peak_mib(path)
+        assert read == rows
+    print(f"\npeak RSS: {peaks[20_000]:.0f} MiB at 8 MB, {peaks[100_000]:.0f} MiB at 40 MB")
+    assert peaks[100_000] - peaks[20_000] < 8, peaks
+
+
+def test_a_json_array_resumes_after_any_chunk_and_names_its_errors_as_json_does(tmp_path, monkeypatch):
+    """Blocks of 7 bytes cut items, numbers, escapes and characters everywhere: the rows, the resumed rows and
+    the line and column of a syntax error are what json.loads of the whole file gives."""
+    import headcut_grader.json_array as json_array
+
+    monkeypatch.setattr(json_array, "BLOCK_BYTES", 7)
+    rows = [{"query": f"q\u00e9\U0001F600 {i}", "title": "t \\ \"x\" \U0001F600", "grade": [1, 3, 5, 2.0][i % 4],
+             "x": [True, None, -1.5e-3]} for i in range(20)]
+    path = write(tmp_path, "a.json", "\ufeff [" + ",\n ".join(json.dumps(r) for r in rows) + "]\n")
+    assert read_pairs(path).queries == [r["query"] for r in rows]
+    chunks = list(iter_pairs(path, chunk_rows=3))
+    for chunk in chunks:
+        resumed = [q for c in iter_pairs(path, chunk_rows=3, start=chunk.position) for q in c.pairs.queries]
+        assert resumed == [r["query"] for r in rows][chunk.position.line:]
+    for text in ('[{"query": "a", "title": "b", "grade": 3},\n {"query": "c" "title": "d"}]',
+                 '[{"query": "a", "title": "b", "grade": 3}, {"query": tru}]', '[{"query": "a", "title": "b", "grade": 3}] x',
+                 '[{"query": "a", "title": "b\n"}]', '[{"query": "a", "title": "b'):
+        with pytest.raises(json.JSONDecodeError) as expected:
+            json.loads(text)
+        with pytest.raises(UserError, match=f"line {expected.value.lineno}, column {expected.value.colno}: "
+                                            f"invalid JSON \\({expected.value.msg}"):
+            read_pairs(write(tmp_path, "bad.json", text))
 
 
 def test_custom_columns_and_label_maps(tmp_path):

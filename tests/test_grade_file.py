@@ -294,6 +294,24 @@ def stopped_at_row_100(grader, tmp_path):
     return source
 
 
+def test_a_json_array_stopped_by_a_bad_item_resumes_once_it_is_fixed(tiny_grader, tmp_path):
+    """A JSON array is read item by item and a resume continues after the last graded item, checking the bytes
+    before it, as for lines (was: read whole, so fixing a later item counted as a changed file)."""
+    pairs = synthetic_pairs(300, seed=8)
+    items = [json.dumps({"query": q, "title": t, "grade": pairs.grades[y]})
+             for q, t, y in zip(pairs.queries, pairs.titles, pairs.labels)]
+    source = tmp_path / "pairs.json"
+    flags = ["--chunk-rows", "100", "--threads", "1", "--out"]
+    source.write_text("[" + ",\n".join(items[:150] + ['{"query": "x", "title": "", "grade": 3}'] + items[150:]) + "]")
+    bad = grade(tiny_grader, source, *flags, tmp_path / "o.jsonl")
+    assert bad.exit_code == 2 and "line 151, column 'title': empty text" in bad.output, bad.output
+    source.write_text("[" + ",\n".join(items) + "]")
+    resumed = grade(tiny_grader, source, *flags, tmp_path / "o.jsonl", "--resume")
+    assert resumed.exit_code == 0 and "100 of them by the interrupted run" in resumed.output, resumed.output
+    assert grade(tiny_grader, source, *flags, tmp_path / "whole.jsonl").exit_code == 0
+    assert (tmp_path / "o.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
+
+
 def test_a_reranker_run_resumes_to_the_same_bytes(tiny_reranker, tmp_path):
     """Was: a score grader's resume crashed with KeyError 'grades' (its grader.json names none)."""
     source = stopped_at_row_100(tiny_reranker, tmp_path)

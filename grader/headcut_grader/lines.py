@@ -15,8 +15,8 @@ MAX_LINE_BYTES = 8_000_000
 
 @dataclass(frozen=True)
 class Position:
-    """After a row: `offset` bytes of the file read (JSON arrays: items), on line `line`; `sha256` of those bytes
-    (JSON arrays: of the whole file), so a resumed run can tell that the rows before it are unchanged."""
+    """After a row: `offset` bytes of the file read, on line `line` (JSON arrays: after item `line`); `sha256` of
+    those bytes, so a resumed run can tell that the rows before it are unchanged."""
 
     offset: int = 0
     line: int = 0
@@ -25,15 +25,16 @@ class Position:
 
 class Lines:
     """A file's lines as text, read one at a time with a cap on a line's bytes; it knows how far it has read
-    (bytes, lines, and a hash of those bytes) so a reader can resume after any row. JSON arrays are read whole."""
+    (bytes, lines, and a hash of those bytes) so a reader can resume after any row. A JSON array's reader
+    (json_array) reads `file` itself, in blocks, and keeps these counts by items."""
 
-    def __init__(self, path: Path, *, capped: bool):
-        self.path, self.capped = path, capped
+    def __init__(self, path: Path):
+        self.path = path
         self.number, self.offset, self.first_text = 0, 0, ""
-        self.hash, self.expected = hashlib.sha256(), None
+        self.hash = hashlib.sha256()
         self.file = open(path, "rb")
         blank = True
-        for raw in iter(lambda: self.file.readline(MAX_LINE_BYTES + 1) if capped else self.file.read(), b""):
+        for raw in iter(lambda: self.file.readline(MAX_LINE_BYTES + 1), b""):
             if raw.strip():
                 blank = False
                 break
@@ -51,11 +52,11 @@ class Lines:
     def __iter__(self):
         while True:
             at_start = self.file.tell() == 0
-            raw = self.file.readline(MAX_LINE_BYTES + 1) if self.capped else self.file.read()
+            raw = self.file.readline(MAX_LINE_BYTES + 1)
             if not raw:
                 return
             self.number += 1
-            if self.capped and len(raw) > MAX_LINE_BYTES:
+            if len(raw) > MAX_LINE_BYTES:
                 raise UserError(f"{self.path}, line {self.number} is longer than {MAX_LINE_BYTES:,} bytes; a row holds "
                                 "one query, title and grade: is this the right file?")
             self.offset += len(raw)
@@ -63,10 +64,8 @@ class Lines:
             try:
                 text = raw.decode("utf-8-sig" if at_start else "utf-8")
             except UnicodeDecodeError as e:
-                line = self.number + raw[: e.start].count(b"\n")  # a JSON array is one "line" of many
-                col = e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1
-                raise UserError(f"{self.path}, line {line}, byte column {col}: not UTF-8 (byte 0x{raw[e.start]:02x}); "
-                                "re-save the file as UTF-8.") from None
+                raise UserError(f"{self.path}, line {self.number}, byte column {e.start + 1}: not UTF-8 (byte "
+                                f"0x{raw[e.start]:02x}); re-save the file as UTF-8.") from None
             if not self.first_text and text.strip():
                 self.first_text = text
             yield text
@@ -76,21 +75,13 @@ class Lines:
 
     def seek(self, start: Position) -> "Lines":
         """Continue after `start`, which a run over these same bytes reported; refuse if they have changed."""
-        if not self.capped:  # a JSON array: read again, skip start.offset items, compare the whole file's hash
-            self.file.seek(0)
-            self.number, self.offset, self.hash, self.expected = 0, start.offset, hashlib.sha256(), start.sha256
-            return self
         self.hash = _prefix_hash(self.path, start.offset)
-        self.expected = start.sha256
-        self.check_unchanged()
+        if self.hash.hexdigest() != start.sha256:
+            raise UserError(f"{self.path} has changed since the interrupted run read it; grade it from the start "
+                            "(run without --resume, with --overwrite).")
         self.file.seek(start.offset)
         self.number, self.offset = start.line, start.offset
         return self
-
-    def check_unchanged(self) -> None:
-        if self.hash.hexdigest() != self.expected:
-            raise UserError(f"{self.path} has changed since the interrupted run read it; grade it from the start "
-                            "(run without --resume, with --overwrite).")
 
 
 def _prefix_hash(path: Path, nbytes: int):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headcut_grader.errors import UserError
+from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
 from headcut_grader.validation import FIX_ROW, MAX_TEXT_CHARS, check_regular, to_grade, to_score, to_text
@@ -121,8 +122,8 @@ def iter_pairs(
     keys: str | dict | None = None,
 ):
     """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
-    (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays, which
-    cannot be read in parts, excepted).
+    (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays too,
+    read item by item).
 
     From `start` (a Chunk's position), reading continues after that row; the file's first row still names the
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
@@ -142,7 +143,7 @@ def iter_pairs(
     _check_label_map(label_map, grades, keys)
     label_map = label_map if label_map is not None else p.label_map
 
-    with Lines(path, capped=fmt != "json") as lines:
+    with Lines(path) as lines:
         records = _records(path, lines, fmt)  # (line_number, dict), lazily
         first = next(records, None)
         columns = _columns(path, first, lines, fmt, (query_col, title_col), keys)
@@ -252,7 +253,7 @@ def _suffix_format(path: Path) -> str | None:
         head = b""
         if path.is_file():
             with open(path, "rb") as f:
-                head = f.read(4096).lstrip()
+                head = f.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()  # after a BOM
         return "json" if head.startswith(b"[") else "jsonl"
     return fmt
 
@@ -307,27 +308,9 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
                 if not isinstance(obj, dict):
                     raise UserError(f"{path}, line {number}: expected a JSON object per line; fix that line.")
                 yield number, obj
-    else:
-        yield from _json_array(path, lines)
-
-
-def _json_array(path: Path, lines: Lines):
-    """A JSON array's objects; `lines.offset` counts the items read, as that is where a resume continues."""
-    skip = lines.offset
-    text = "".join(lines)
-    if lines.expected is not None:
-        lines.check_unchanged()
-    try:
-        data = json.loads(text, object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}, line {e.lineno}, column {e.colno}: invalid JSON ({e.msg}); fix it.") from None
-    except RecursionError:
-        raise UserError(f"{path}: JSON nested too deeply; fix the file's shape.") from None
-    if not isinstance(data, list) or not all(isinstance(o, dict) for o in data):
-        raise UserError(f"{path}: expected a JSON array of objects (or JSON lines); fix the file's shape.")
-    for i in range(skip, len(data)):
-        lines.offset = lines.number = i + 1
-        yield i + 1, data[i]  # "line" = position in the array, 1-based
+    else:  # a row's "line" is its item number in the array, 1-based
+        decoder = json.JSONDecoder(object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
+        yield from json_array_items(lines, decoder)
 
 
 def _refuse_repeats(names: list, where: str, noun: str = "column") -> None:
