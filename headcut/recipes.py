@@ -18,6 +18,7 @@ import yaml
 
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import field_problem
+from headcut_grader.validation import MAX_RECIPE_BYTES, read_small_text
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
 
@@ -64,7 +65,7 @@ def read_recipe_file(path: Path, *, what: str = "a recipe is a mapping of keys t
     """The YAML mapping in the recipe file `path`: one sentence naming the file when it is not UTF-8, not
     YAML, or not a mapping (`what` says what it should be)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_text(path, limit=MAX_RECIPE_BYTES, what="recipe")
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start}); re-save it as UTF-8.") from None
     data = parse_yaml(text, str(path), "fix the file") or {}

@@ -17,6 +17,7 @@ from typing import Callable
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
 from headcut_grader.files import cache_home, write_text
+from headcut_grader.validation import read_small_text
 
 
 def headcut_cache() -> Path:
@@ -71,7 +72,7 @@ class RunFolder:
             if self.is_main:
                 write_text(path, json.dumps(value))
         process_state().wait_for_everyone()
-        return json.loads(path.read_text())
+        return json.loads(read_small_text(path))
 
     def publish(self, extra_meta: dict) -> dict:
         """Move the best artifact to `out` (adding `extra_meta` to its headcut.json), then remove the run
@@ -82,7 +83,7 @@ class RunFolder:
             meta_path = self.best / "headcut.json"
             from headcut.version import __version__
 
-            meta = {**json.loads(meta_path.read_text()), **extra_meta, "headcut_version": __version__}
+            meta = {**json.loads(read_small_text(meta_path)), **extra_meta, "headcut_version": __version__}
             write_text(meta_path, json.dumps(meta, indent=2))
             if self.out.is_symlink() or self.out.is_file():
                 self.out.unlink()  # --overwrite replaces a link at `out`, not the folder it points at
@@ -91,7 +92,7 @@ class RunFolder:
             self.best.rename(self.out)
             shutil.rmtree(self.path)
         state.wait_for_everyone()
-        return json.loads((self.out / "headcut.json").read_text())
+        return json.loads(read_small_text(self.out / "headcut.json"))
 
 
 def not_a_folder(path: Path, *, overwrite: bool) -> bool:
@@ -127,7 +128,7 @@ def locked(folder: Path):
 def _stamp_hash(stamp_file: Path) -> str | None:
     """The run hash a run folder was stamped with; None when a kill mid-write left the stamp unreadable."""
     try:
-        stamp = json.loads(stamp_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        stamp = json.loads(read_small_text(stamp_file))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, UserError):
         return None
     return stamp.get("hash") if isinstance(stamp, dict) else None

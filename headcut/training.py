@@ -26,6 +26,7 @@ from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash
 from headcut_grader.ranges import check_ranges, ranged
+from headcut_grader.validation import read_small_text
 
 
 @dataclass(frozen=True)
@@ -379,7 +380,7 @@ def _resume(accelerator, ckpt: Path) -> LoopState:
     if not (ckpt / "loop.json").exists():
         return LoopState()
     accelerator.load_state(str(ckpt))
-    return LoopState(**json.loads((ckpt / "loop.json").read_text()))
+    return LoopState(**json.loads(read_small_text(ckpt / "loop.json")))
 
 
 def _micro_step(run: _Run, encoded: Encoded, rows: np.ndarray, loss_fn, settings: LoopSettings) -> torch.Tensor:

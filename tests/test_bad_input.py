@@ -765,6 +765,31 @@ def test_class_unreadable_recipes_are_a_sentence(tmp_path, content, override, wo
         load_recipe(FinetuneRecipe, path, overrides=[override] if override else [])
 
 
+@pytest.mark.parametrize("name", ["r.yaml", "importance.json", "grader.json", "headcut.json", "state.json"])
+def test_class_a_huge_recipe_or_record_is_refused_by_its_size_before_it_is_read(tmp_path, name):
+    """A 100 MB recipe, score file, grader.json, model record or grading state (sparse: no disk) was read whole
+    and then parsed (a 6 MB YAML list took 1.4 GB and 53 s); now one sentence naming the file and its size."""
+    from headcut.evaluate.importance import read_scores
+    from headcut.models import read_json_file
+    from headcut.recipes import read_recipe_file
+    from headcut_grader.grade_file import _read_state
+    from headcut_grader.grader import read_record
+
+    path = tmp_path / name
+    with open(path, "wb") as f:
+        f.truncate(100_000_000)
+    if name == "state.json":  # a grading run's own file: said to be damaged, as other damage is
+        assert _read_state(path) == (None, "it is over 64,000,000 bytes")
+        return
+    read = {"r.yaml": read_recipe_file, "importance.json": read_scores, "grader.json": lambda p: read_record(p.parent),
+            "headcut.json": read_json_file}[name]
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))} is 100,000,000 bytes, and a [a-z' ]+ is at most "
+                                        r"[\d,]+ bytes; check that it is the right file\.$"):
+        read(path)
+    if name == "r.yaml":
+        refused(run("finetune", path, "--out", tmp_path / "out"), f"{path} is 100,000,000 bytes, and a recipe is at most 1,000,000 bytes")
+
+
 def test_9_prune_scores_with_nan_exits_2_naming_the_head(tmp_path, saved_models):
     import torch
 

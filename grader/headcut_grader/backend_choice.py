@@ -15,9 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from headcut_grader.backends import graphs, open_backend
+from headcut_grader.errors import UserError
 from headcut_grader.files import cache_home
 from headcut_grader.machine import cpu_key
 from headcut_grader.timing import round_robin
+from headcut_grader.validation import read_small_text
 
 TIMING_SHAPE = (32, 64)  # batch x sequence every speed choice is made at, here and in the export
 ENV_CACHE = "HEADCUT_GRADER_CACHE"
@@ -89,8 +91,8 @@ def time_backends(folder: Path, record: dict, names: list[str], *, threads: int,
 
 def _read_cache() -> dict:
     try:
-        found = json.loads(cache_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        found = json.loads(read_small_text(cache_file(), what="cache file"))
+    except (OSError, ValueError, UserError):  # a damaged cache is measured again
         return {}
     return found if isinstance(found, dict) else {}
 

@@ -22,6 +22,7 @@ from headcut_grader.errors import UserError
 from headcut_grader.files import check_out_file, write_json
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.orphans import exit_with_parent
+from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
 
@@ -152,9 +153,11 @@ def _checked(state: dict) -> dict:
 def _read_state(path: Path) -> tuple[object, str | None]:
     """A state file's JSON, or None and why it cannot be read."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_text(path)
     except UnicodeDecodeError:
         return None, "it is not UTF-8 text"
+    except UserError:
+        return None, f"it is over {MAX_RECORD_BYTES:,} bytes"
     except OSError as e:
         return None, f"it cannot be read ({e.strerror})"
     if not text.strip():

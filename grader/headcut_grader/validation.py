@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import unicodedata
 from pathlib import Path
@@ -52,6 +53,25 @@ def check_regular(path: Path) -> None:
     if not path.is_file():
         raise UserError(f"{path} is not a regular file (a pipe, device or socket); save the pairs to a file "
                         "and pass that.")
+
+
+# A recipe is a page of YAML and a record (headcut.json, grader.json, config.json, a tokenizer, a score table, a
+# run's state) a few MB even for a large model (a multilingual tokenizer.json: ~20 MB). A file past these is the
+# wrong file, refused before it is read: a 6 MB YAML list took 1.4 GB and 53 s to parse.
+MAX_RECIPE_BYTES = 1_000_000
+MAX_RECORD_BYTES = 64_000_000
+
+
+def read_small_text(path: str | Path, *, limit: int = MAX_RECORD_BYTES, what: str = "settings or record file") -> str:
+    """The UTF-8 text of a small file (a recipe, a record), refused in one sentence when it passes `limit`
+    bytes, before it is read; OSError and UnicodeDecodeError as Path.read_text raises them."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:  # a pipe or /proc file says size 0
+        said = f"{size:,} bytes" if size > limit else f"over {limit:,} bytes"
+        raise UserError(f"{path} is {said}, and a {what} is at most {limit:,} bytes; check that it is the right file.")
+    return data.decode("utf-8")
 
 
 def _invisible(text: str) -> bool:

@@ -15,6 +15,7 @@ from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import distill
 from headcut_grader.errors import UserError
 from headcut_grader.files import check_place, refuse_inputs, write_json
+from headcut_grader.validation import read_small_text
 from headcut.finetune import recipe_hash
 from headcut.recipes import to_dict
 
@@ -119,8 +120,8 @@ def _complete(study) -> int:
 def _finished_metrics(folder: Path) -> dict | None:
     """The metrics of a trial that finished before; None (run it again) when absent or damaged."""
     try:
-        return json.loads((folder / "headcut.json").read_text()).get("metrics")
-    except (OSError, ValueError, AttributeError):  # missing, cut short by a kill, or not an object
+        return json.loads(read_small_text(folder / "headcut.json")).get("metrics")
+    except (OSError, ValueError, AttributeError, UserError):  # missing, cut short by a kill, or not an object
         return None
 
 

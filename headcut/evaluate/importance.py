@@ -23,6 +23,7 @@ from headcut_grader.data import Pairs, check_regular
 from headcut_grader.errors import UserError
 from headcut_grader.files import write_json
 from headcut_grader.readers import bounded_int
+from headcut_grader.validation import read_small_text
 
 FORMAT = "headcut-importance/1"
 
@@ -142,7 +143,7 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
                         + ("." if (path / "importance.json").is_file() else " (`headcut scan --out DIR` writes it)."))
     check_regular(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"), parse_int=bounded_int)
+        doc = json.loads(read_small_text(path, what="score file"), parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path}: not a readable JSON score file ({e}); rerun `headcut scan`.") from None
     methods = doc.get("methods") if isinstance(doc, dict) else None

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from headcut_grader.files import write_json, write_text
+from headcut_grader.validation import read_small_text
 from headcut.evaluate.tasks import shown, shown_ci
 from headcut.pipeline.recipe import FloorSection, PipelineRecipe
 
@@ -230,7 +231,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
 def _scan_blocks(out: Path, folder: Path) -> list[tuple]:
     from headcut.evaluate.scan_report import report_blocks as scan_report_blocks
 
-    data = json.loads((folder / "importance.json").read_text())
+    data = json.loads(read_small_text(folder / "importance.json", what="score file"))
     relative = folder.relative_to(out)
     images = {k: str(relative / p.name) for k, p in ((k, folder / f"{k}.png") for k in
                                                       ("importance", "heads", "random", "halves", "layers", "term",

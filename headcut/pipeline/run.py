@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash, write_json
+from headcut_grader.validation import read_small_text
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run
@@ -186,9 +188,9 @@ def _model_hash(folder: Path) -> str:
 
 def _read_stage(folder: Path) -> dict:
     try:
-        record = json.loads((folder / STAGE_FILE).read_text())
+        record = json.loads(read_small_text(folder / STAGE_FILE))
         return record if isinstance(record, dict) else {}
-    except (OSError, ValueError):
+    except (OSError, ValueError, UserError):
         return {}
 
 

@@ -29,6 +29,7 @@ import torch
 
 from headcut.arch import intermediate_size, keep_heads, keep_layers, keep_neurons, mask_shape
 from headcut_grader.errors import UserError
+from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.budget import UnitPlan
 from headcut.prune.measure import dummy_batch, measure_latency
@@ -146,9 +147,11 @@ def _cache_path(model, cache: str | Path, expected: dict) -> Path:
 
 def _read_table(path: Path) -> tuple[object, str | None]:
     try:
-        return json.loads(path.read_text(encoding="utf-8")), None
+        return json.loads(read_small_text(path)), None
     except (OSError, UnicodeDecodeError) as e:
         return None, f"it cannot be read ({e})"
+    except UserError:
+        return None, f"it is over {MAX_RECORD_BYTES:,} bytes"
     except (ValueError, RecursionError):
         return None, "it is not complete JSON"
 
