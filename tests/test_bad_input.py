@@ -692,6 +692,45 @@ def test_class_serve_refuses_a_damaged_grader_and_a_taken_port(tmp_path, tiny_gr
     assert done.returncode == 2 and "--host is empty, which would listen on every interface" in done.stderr, done.stderr
 
 
+LONG = "x" * 300  # one name of 300 bytes: past the 255 a file or folder name may have
+
+
+@pytest.mark.parametrize("args, named", [
+    (["grade", "g", "p.tsv", "--out", f"{LONG}/o.tsv"], f"--out {LONG}/o.tsv"),
+    (["grade", "g", f"{LONG}.tsv", "--out", "o.tsv"], f"{LONG}.tsv"),
+    (["grade", LONG, "p.tsv", "--out", "o.tsv"], LONG),
+    (["serve", LONG], LONG),
+    (["finetune", "--out", LONG], f"--out {LONG}"),
+    (["finetune", f"{LONG}.yaml", "--out", "o"], f"{LONG}.yaml"),
+    (["evaluate", "--model", "minilm-l6", "--data", f"{LONG}.tsv"], f"{LONG}.tsv"),
+    (["scan", "--model", LONG, "--data", "p.tsv", "--out", "s"], LONG),
+    (["export", f"{LONG}/m", "--out", "g"], f"{LONG}/m"),
+    (["export", "minilm-l6", "--out", f"{LONG}/g"], f"--out {LONG}/g"),
+    (["run", f"{LONG}.yaml", "--out", "o"], f"{LONG}.yaml"),
+])
+def test_class_a_name_longer_than_the_file_system_takes_is_a_sentence(tmp_path, monkeypatch, args, named):
+    """Was: OSError 36 (File name too long) and a traceback from whichever call met the path first."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "p.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
+    result = run(*args)
+    refused(result, f"error: {named}: the name 'xxxxxxxxxxxxxxxxxxxxxxxx...' is 30")
+    assert result.output.rstrip().endswith("; use a shorter name.") and len(result.output.splitlines()) == 1
+
+
+def test_class_an_output_name_leaves_room_for_the_files_written_beside_it(tmp_path):
+    """A 240-byte `grade --out` name was taken, and writing its partial state (`.NAME.partial.json`, through a
+    longer temporary) failed after the first chunk was graded, blaming the folder's permissions and leaving
+    `.NAME.partial` behind; now refused before any work."""
+    from headcut_grader.files import check_out_dir, check_out_file
+
+    check_out_file(tmp_path / ("x" * 200), overwrite=False)
+    with pytest.raises(UserError, match=r"the name 'x+\.\.\.' is 240 bytes, and an output's name may have at most "
+                                        r"\d+ \(255 less room for the files written beside it\); use a shorter name\.$"):
+        check_out_file(tmp_path / ("x" * 240), overwrite=False)
+    with pytest.raises(UserError, match=f"^--into {re.escape(str(tmp_path / LONG / 'out'))}: the name"):
+        check_out_dir(tmp_path / LONG / "out", overwrite=False, flag="--into")
+
+
 def test_class_fifo_score_file_and_recipe_are_refused(tmp_path):
     from headcut.distill import DistillRecipe
     from headcut.evaluate.importance import read_scores

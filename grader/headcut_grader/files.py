@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headcut_grader.errors import UserError
-from headcut_grader.validation import whole_number
+from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths, whole_number
 
 
 def cache_home(env: str, name: str) -> Path:
@@ -27,8 +27,11 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
     """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it;
     one inside an input folder would change that folder (a model folder gains a subfolder, its checksum changes)."""
     out = Path(out)
+    check_out_name(out, flag)
     target = out.resolve()
     for item in inputs:
+        if item is not None:
+            check_name_lengths(item)
         if item is None or not Path(item).exists():
             continue
         source = Path(item).resolve()
@@ -43,6 +46,7 @@ def check_place(out: Path, flag: str = "--out") -> None:
     """What will hold `out` (its nearest existing folder above; missing folders below it are made) is a folder
     this process can write in, and not the folder the process runs in or one above it (an output replaces its
     path whole): checked before any work, so a long run does not fail at its last step."""
+    check_out_name(out, flag)
     here, target = Path.cwd().resolve(), out.resolve()
     if target == here or target in here.parents:
         where = "the folder you are in" if target == here else "a folder that holds the one you are in"
@@ -54,6 +58,18 @@ def check_place(out: Path, flag: str = "--out") -> None:
         raise UserError(f"{flag} {out}: {place} is a file, not a folder; name a path inside a folder.")
     if not os.access(place, os.W_OK | os.X_OK):
         raise UserError(f"{flag} {out}: the folder {place} is not writable; choose a folder you can write in.")
+
+
+# What the names written beside an output add to its own: the temporary sibling of its partial state,
+# `.NAME.partial.json.tmp-PID@HOST-0123456789`: 14 bytes for `..partial.json`, 10 for the random tail, 2 spare.
+_SIBLING_EXTRA = 14 + 10 + 2
+
+
+def check_out_name(out: Path, flag: str = "--out") -> None:
+    """An output's path is one the file system takes, with room left in its name for the names made beside it
+    (a partial, its state, temporaries), so that no write fails after the work."""
+    room = NAME_MAX_BYTES - len(os.fsencode(_temp_prefix(""))) - _SIBLING_EXTRA
+    check_name_lengths(out, flag, last_name_max=room)
 
 
 def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=()) -> Path:

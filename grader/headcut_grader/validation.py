@@ -9,7 +9,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 
 FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for where no flag or key sets them
 # One rule for every format: a query or title may hold up to MAX_TEXT_CHARS characters (a grader reads only
@@ -44,8 +44,39 @@ def parse_label_map(text: str | None) -> dict | str | None:
     return out
 
 
+# Linux's limits in bytes, which its file systems share: past them every call on the path fails with only
+# "File name too long", from whichever call meets it first.
+NAME_MAX_BYTES, PATH_MAX_BYTES = 255, 4096
+
+
+def name_length_problem(path: str | Path, *, last_name_max: int = NAME_MAX_BYTES) -> str | None:
+    """Why the file system would refuse `path` as too long (a name in it, or the whole), or None;
+    `last_name_max`: the most its last name may have (an output leaves room for the names made beside it)."""
+    raw = os.fsencode(path)
+    names = raw.rstrip(b"/").split(b"/")
+    for i, name in enumerate(names):
+        most = last_name_max if i == len(names) - 1 else NAME_MAX_BYTES
+        if len(name) > most:
+            shown = name[:24].decode("utf-8", "replace") + "..."
+            if most < NAME_MAX_BYTES:
+                return (f"the name '{shown}' is {len(name)} bytes, and an output's name may have at most {most} "
+                        f"({NAME_MAX_BYTES} less room for the files written beside it)")
+            return f"the name '{shown}' is {len(name)} bytes, and a file or folder name may have at most {most}"
+    if len(raw) > PATH_MAX_BYTES:
+        return f"the path is {len(raw)} bytes, and a path may have at most {PATH_MAX_BYTES}"
+    return None
+
+
+def check_name_lengths(path: str | Path, flag: str = "", *, last_name_max: int = NAME_MAX_BYTES) -> None:
+    """Refuse a path the file system would refuse as too long, naming `flag` (if any) and the name."""
+    problem = name_length_problem(path, last_name_max=last_name_max)
+    if problem:
+        raise UserError(f"{setting(flag, path)}: {problem}; use a shorter name.")
+
+
 def check_regular(path: Path) -> None:
     """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends."""
+    check_name_lengths(path)
     if not path.exists():
         raise UserError(f"{path}: no such file; check the path.")
     if path.is_dir():

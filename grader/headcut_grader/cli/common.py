@@ -2,8 +2,10 @@
 numeric flags, data options, progress bars."""
 from __future__ import annotations
 
+import errno
 import functools
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -16,6 +18,7 @@ except ImportError:  # older typer: click itself
 from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import Range
+from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, name_length_problem
 
 
 class OneLineErrors(typer.core.TyperGroup):
@@ -58,8 +61,28 @@ def user_errors(fn):
         except UserError as e:
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2)
+        except OSError as e:
+            if e.errno != errno.ENAMETOOLONG:
+                raise
+            typer.secho(f"error: {name_too_long(e, kwargs)}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(2) from None
 
     return wrapper
+
+
+def name_too_long(error: OSError, kwargs: dict) -> str:
+    """The sentence for a path the file system refused as too long wherever the library met it first (a model
+    folder, a recipe, a path inside a recipe): naming the flag or argument whose path is too long, else the path."""
+    ctx = click.globals.get_current_context(silent=True)
+    for param in ctx.command.params if ctx is not None else ():
+        values = kwargs.get(param.name)
+        for value in values if isinstance(values, (list, tuple)) else [values]:
+            problem = name_length_problem(value) if isinstance(value, (str, Path)) else None
+            if problem:
+                named = f"{param.opts[0]} {value}" if param.param_type_name == "option" else str(value)
+                return f"{named}: {problem}; use a shorter name."
+    return (f"{error.filename}: a name in this path is too long for the file system (at most {NAME_MAX_BYTES} "
+            f"bytes a name, {PATH_MAX_BYTES} the path); use shorter names.")
 
 
 def flags_set(ctx: typer.Context, names) -> list[str]:
