@@ -198,15 +198,20 @@ def test_bottom_k_student_is_exactly_the_teachers_lower_layers(tiny_teacher):
         torch.testing.assert_close(s[i], t[i])
 
 
-def test_a_config_student_deeper_than_its_teacher_without_a_layer_map_names_student_layers(tiny_teacher):
-    """Was: blamed a layer_map the recipe never set ("layer_map [-1, 0, ...] names a layer the teacher lacks")."""
+@pytest.mark.parametrize("size, words", [
+    (dict(student_layers=6), "student_layers=6 is larger than the teacher's 4"),
+    (dict(student_layers=6, layer_map=[0, 0, 1, 2, 3, 3]), "student_layers=6 is larger than the teacher's 4"),
+    (dict(student_hidden=65536, student_heads=2), "student_hidden=65536 is larger than the teacher's 32"),
+    (dict(student_heads=8), "student_heads=8 is larger than the teacher's 4"),
+    (dict(student_intermediate=262144), "student_intermediate=262144 is larger than the teacher's 37"),
+])
+def test_a_config_student_larger_than_its_teacher_is_refused_by_the_size_that_is(tiny_teacher, size, words):
+    """Was: a deeper student blamed a layer_map never set; sizes within the keys' ranges but above the teacher's
+    (65,536 wide) were killed for memory at 24 GB before a step."""
     teacher = load_model(tiny_teacher)
-    recipe = recipe_for(tiny_teacher, student="config", student_layers=6, student_hidden=16, student_heads=2)
-    with pytest.raises(UserError, match=r"^student_layers=6 is deeper than the 4-layer teacher; pass --set "):
+    recipe = recipe_for(tiny_teacher, student="config", **{"student_layers": 2, **size})
+    with pytest.raises(UserError, match=rf"^{re.escape(words)}; a config student is a smaller model"):
         build_student(recipe, teacher)
-    mapped = recipe_for(tiny_teacher, student="config", student_layers=6, student_hidden=16, student_heads=2,
-                        layer_map=[0, 0, 1, 2, 3, 3])  # a map may reuse teacher layers
-    assert len(build_student(mapped, teacher).loaded.model.bert.encoder.layer) == 6
 
 
 def test_config_student_starts_from_mapped_teacher_slices(tiny_teacher, tmp_path):

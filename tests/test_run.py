@@ -303,6 +303,9 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["distill.a-b.recipe=distill/minilm_synthetic_cpu", "distill.a.b.recipe=distill/minilm_synthetic_cpu"],
      ["--set 'distill.a.b.recipe=distill/minilm_synthetic_cpu': the recipe has no student 'a'"]),
     (["bench.repeats=2", "bench.repeats=3"], ["--set bench.repeats=2 and --set bench.repeats=3 set the same key"]),
+    # was: killed for memory in the distill stage, after the teacher trained
+    (["distill.x.recipe=distill/minilm_config_cpu", "distill.x.student_hidden=65536"],
+     ["distill.x.student_hidden=65536 is larger than the teacher's 384", "--set distill.x.student_hidden=K"]),
     # was: refused only in the export stage, after the teacher trained, naming --precision and --backend
     (["export.precision=bf16"], ["export.precision=bf16: ONNX Runtime graders are fp32 or int8; use "
                                  "export.backend=openvino or auto"]),

@@ -57,13 +57,18 @@ def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep
                         f"with K < {teacher_layers}.")
 
 
-def check_student_layers(student_layers: int, teacher_layers: int, *, has_map: bool,
-                         key: str = "student_layers") -> None:
-    """A config student without a layer_map takes its layers spread over the teacher's, so it cannot be deeper."""
-    if not has_map and student_layers > teacher_layers:
-        raise UserError(f"{key}={student_layers} is deeper than the {teacher_layers}-layer teacher; pass --set "
-                        f"{key}=K with K <= {teacher_layers}, or a layer_map naming a teacher layer for each student "
-                        "layer.")
+def check_config_student(recipe, teacher_config, teacher_layers: int, *, prefix: str = "") -> None:
+    """A config student is a smaller model of its teacher: none of its sizes above the teacher's. Its weights start
+    as slices of the teacher's, and a larger student (the ranges allow 65,536 wide) would exhaust memory before
+    its first step. `prefix` names the run's section (distill.NAME.)."""
+    limits = {"student_layers": teacher_layers, "student_hidden": teacher_config.hidden_size,
+              "student_heads": teacher_config.num_attention_heads,
+              "student_intermediate": getattr(teacher_config, ARCHITECTURES[teacher_config.model_type].intermediate)}
+    for key, most in limits.items():
+        value = getattr(recipe, key)
+        if value is not None and value > most:
+            raise UserError(f"{prefix}{key}={value} is larger than the teacher's {most}; a config student is a "
+                            f"smaller model of its teacher: pass --set {prefix}{key}=K with K <= {most}.")
 
 
 def _check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: int) -> None:
@@ -99,7 +104,7 @@ def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implement
         model = copy.deepcopy(teacher.model)
         keep_layers(model, list(range(recipe.keep_layers)))
         return Student(LoadedModel(model, teacher.tokenizer, meta), layer_map, "bottom-k")
-    check_student_layers(recipe.student_layers, teacher_layers, has_map=recipe.layer_map is not None)
+    check_config_student(recipe, teacher.model.config, teacher_layers)
     layer_map = list(recipe.layer_map or even_layer_map(recipe.student_layers, teacher_layers))
     _check_layer_map(layer_map, recipe.student_layers, teacher_layers)
     model = config_student(teacher.model, layers=recipe.student_layers, hidden=recipe.student_hidden,

@@ -210,19 +210,19 @@ def check_choice_data(recipe: PipelineRecipe) -> None:
 
 
 def check_students(recipe: PipelineRecipe) -> None:
-    """A bottom-k student keeps fewer layers than the teacher has, and a config student without a layer_map is no
-    deeper, as the distill stage will check (after the teacher stage, which may train for an hour)."""
+    """A bottom-k student keeps fewer layers than the teacher has, and a config student is no larger than the
+    teacher in any size, as the distill stage will check (after the teacher stage, which may train for an hour)."""
     from headcut.arch import encoder_layers
-    from headcut.distill.students import check_keep_layers, check_student_layers
+    from headcut.distill.students import check_config_student, check_keep_layers
 
     students = {name: sub for name, sub in _sub_recipes(recipe).items()
                 if name.startswith("distill.") and sub.student in ("bottom-k", "config")}
     if not students:
         return
-    layers = len(encoder_layers(teacher_outline(recipe).model))
+    teacher = teacher_outline(recipe)
+    layers = len(encoder_layers(teacher.model))
     for name, sub in students.items():
         if sub.student == "bottom-k":
             check_keep_layers(sub.keep_layers, layers, key=f"{name}.keep_layers")
         else:
-            check_student_layers(sub.student_layers, layers, has_map=sub.layer_map is not None,
-                                 key=f"{name}.student_layers")
+            check_config_student(sub, teacher.model.config, layers, prefix=f"{name}.")
