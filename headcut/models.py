@@ -188,7 +188,17 @@ def load_model(
     with broken_file(path, label=f"the tokenizer in {path}"):
         tokenizer = AutoTokenizer.from_pretrained(path)
     _check_recorded_length(path, meta, model, tokenizer)
+    _check_vocabulary(path, model, tokenizer)
     return LoadedModel(model, tokenizer, meta, str(path), file_hash(weights))
+
+
+def _check_vocabulary(path: Path, model, tokenizer) -> None:
+    """Every token id the tokenizer can give has a row in the model's embedding table (a tokenizer of another
+    model would index past it: an error deep in torch, or in ONNX Runtime once exported)."""
+    tokens, rows = len(tokenizer), model.get_input_embeddings().num_embeddings
+    if tokens > rows:
+        raise UserError(f"{path}: the tokenizer has {tokens:,} tokens but the model's embedding table has {rows:,} "
+                        "rows, so some ids have no embedding; put back the tokenizer files saved with this model.")
 
 
 def _check_recorded_length(path: Path, meta: dict, model, tokenizer) -> None:

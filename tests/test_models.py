@@ -118,3 +118,16 @@ def test_weights_of_another_shape_than_the_head_are_still_damaged(tmp_path):
     folder = _three_output_folder(tmp_path, intermediate_size=48)
     with pytest.raises(UserError, match=r"model.safetensors is damaged or incomplete"):
         load_model(folder, num_labels=5)
+
+
+def test_a_tokenizer_larger_than_the_embedding_table_is_refused(tmp_path):
+    """Was: loaded and exported unchecked; ids past the table failed deep in torch or in ONNX Runtime."""
+    from transformers import BertTokenizerFast
+
+    folder = tmp_path / "model"
+    tiny_model("bert", vocab_size=8).save_pretrained(folder)
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(20)]
+    (tmp_path / "vocab.txt").write_text("\n".join(words) + "\n")
+    BertTokenizerFast(str(tmp_path / "vocab.txt")).save_pretrained(folder)
+    with pytest.raises(UserError, match=r"the tokenizer has 25 tokens but the model's embedding table has 8 rows"):
+        load_model(folder)
