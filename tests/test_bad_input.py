@@ -1034,6 +1034,18 @@ def test_bench_names_the_grader_flag_of_a_folder_that_is_no_grader(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+def test_bench_refuses_to_time_a_grader_past_its_max_length(tmp_path, tiny_grader):
+    """Was: timed at lengths the grader never reads (it truncates to max_length), and an ONNX Runtime traceback
+    once a length passed the graph's positions."""
+    import json
+
+    length = json.loads((tiny_grader / "grader.json").read_text())["max_length"]
+    refused(run("bench", "--model", "minilm-l6", "--grader", tiny_grader, "--data", "synthetic", "--out",
+                tmp_path / "b", "--seq-lens", f"8,{length + 8}"),
+            f"--seq-lens {length + 8} is longer than --grader {tiny_grader} reads (its max_length is {length})")
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_file_is_read_against_the_models_own_grades(tmp_path):
     """A grader of grades [2, 3, 4] (3 outputs): a file's grade 2 is its output 0. Read against 1..5 it was output 1,
     and every metric was silently wrong."""

@@ -27,9 +27,10 @@ def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
     return values
 
 
-def _check_variants(models: list[str], graders: list[Path]):
+def _check_variants(models: list[str], graders: list[Path], longest: int):
     """Every --model and --grader named once, and each of the first --model's task and grades, before any loads:
-    bench compares each with the first. Returns the first's outline."""
+    bench compares each with the first; and no --grader is timed past its max_length (`longest`: the longest
+    --seq-lens; a grader's graph may have no positions past it). Returns the first's outline."""
     from headcut.evaluate.report import comparison_problem
     from headcut.models import outline
     from headcut_grader.errors import UserError
@@ -51,6 +52,9 @@ def _check_variants(models: list[str], graders: list[Path]):
     for g in graders:
         record = read_record(g, flag="--grader")  # a folder that is not a grader is one sentence
         kinds.append((f"--grader {g}", (record.get("task", "grades"), record.get("grades"))))
+        if longest > record["max_length"]:
+            raise UserError(f"--seq-lens {longest} is longer than --grader {g} reads (its max_length is "
+                            f"{record['max_length']}); time lengths up to {record['max_length']}.")
     for name, kind in kinds:
         problem = comparison_problem((first.task, first.grades), kind, names=(f"the first --model {models[0]}", name))
         if problem:
@@ -94,7 +98,7 @@ def bench(
     settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, MAX_BATCH)),
                              _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
     check_timed_batch(max(settings.batch_sizes), max(settings.seq_lens), flags="--batch-sizes, --seq-lens")
-    reference = _check_variants(model, grader)  # before any model loads
+    reference = _check_variants(model, grader, max(settings.seq_lens))  # before any model loads
     # the reference's task and grades decide which gold the data gives
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit, task=reference.task, grades=reference.grades)
