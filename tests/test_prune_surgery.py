@@ -138,3 +138,19 @@ def test_prune_pipeline_on_synthetic_pairs(tokenizer):
     assert quality["paired"]["loss"]["delta"] == pytest.approx(delta, abs=1e-9)
     assert summary["speed"]["ideal_speedup"] > 1 and "latency" not in summary["speed"]
     assert heads_per_layer(loaded.model) == [4, 4, 4]  # the source is untouched
+
+
+def test_a_model_pruned_in_its_ffn_only_is_already_pruned():
+    """Was: only layers and heads were counted, so an FFN-only pruned model was pruned again as if whole."""
+    from headcut.arch import keep_neurons
+    from headcut.models import LoadedModel
+    from headcut.prune.scores import check_unpruned
+    from headcut_grader.errors import UserError
+
+    model = tiny_model("bert")
+    width, layers = model.config.intermediate_size, model.config.num_hidden_layers
+    check_unpruned(LoadedModel(model, None, {}, "whole"))
+    keep_neurons(model, [list(range(width // 2))] * layers)
+    with pytest.raises(UserError, match=rf"^--model cut is already pruned \(\[{width // 2}, .*\] FFN neurons per "
+                                        rf"layer of {width}\)"):
+        check_unpruned(LoadedModel(model, None, {}, "cut"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from headcut.arch import heads_per_layer, layer_ids, mask_shape
+from headcut.arch import heads_per_layer, intermediate_size, layer_ids, mask_shape, neurons_per_layer
 from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError, setting
 
@@ -21,6 +21,10 @@ def check_unpruned(loaded, flag: str = "--model") -> None:
     if heads_per_layer(loaded.model) != [heads] * layers:
         raise UserError(f"{setting(flag, loaded.path)} is already pruned ({heads_per_layer(loaded.model)} heads per layer); "
                         "prune the original model instead.")
+    full = intermediate_size(loaded.model.config)
+    if neurons_per_layer(loaded.model) != [full] * layers:
+        raise UserError(f"{setting(flag, loaded.path)} is already pruned ({neurons_per_layer(loaded.model)} FFN neurons "
+                        f"per layer of {full}); prune the original model instead.")
 
 
 def scores_from_file(path: str | Path, loaded, *, method: str | None = None) -> tuple[torch.Tensor, dict]:
