@@ -1224,6 +1224,15 @@ def test_export_refuses_data_flags_without_data(tmp_path):
             "--limit reads --data, which is not given")
 
 
+@pytest.mark.parametrize("precision", ["int8", "auto"])
+def test_export_refuses_to_gate_a_precision_on_too_few_pairs(tmp_path, precision):
+    """Was: `--limit 1` judged INT8 on one pair (agreement 0% or 100%) and shipped what it passed."""
+    refused(run("export", "minilm-l6", "--out", tmp_path / "g", "--precision", precision, "--data", "synthetic",
+                "--limit", 5), f"5 pairs are too few for the gate that judges --precision {precision} against fp32",
+            "at least 20")
+    assert not (tmp_path / "g").exists()
+
+
 # --- stop 46's hunt (scan, probe, evaluate, prune, grade) ---------------------------------------------------------
 
 def _with_meta(tmp_path, saved_models, **meta):

@@ -19,6 +19,7 @@ from headcut.export.build_openvino import backend_speed, build_openvino, check_r
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, GateError, check_parity, export_onnx, gate_batches, input_names,
                                    onnx_logits, parity, reference_logits, run_session, session)
+from headcut.export.gate import MIN_GATE_PAIRS
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
@@ -120,6 +121,10 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
         raise UserError(f"--data {pairs.source}: no two of its {len(pairs)} pairs share a query, so the gate of a "
                         "one-score model has no title order to check; pass more pairs (a larger --limit) or a file "
                         "with several titles per query.")
+    if gated and labelled and len(pairs) < MIN_GATE_PAIRS:
+        raise UserError(f"--data {pairs.source}: {len(pairs)} pairs are too few for the gate that judges --precision "
+                        f"{precision or 'int8'} against fp32 (it needs at least {MIN_GATE_PAIRS}); pass more pairs (a "
+                        "larger --limit), or --precision fp32.")
     if not getattr(loaded.tokenizer, "is_fast", False):
         raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, which the ONNX grader needs.")
     return ort_precision, ov_precision, labelled

@@ -7,6 +7,11 @@ from dataclasses import dataclass
 from headcut_grader.ranges import ranged
 
 
+# Fewest pairs the gate judges a precision on: below it one pair moves agreement by 5 points and a quantised
+# graph's drift cannot show (a run's export.rows has the same floor).
+MIN_GATE_PAIRS = 20
+
+
 @dataclass(frozen=True)
 class Int8Gate:
     min_agreement: float = ranged(0.97, 0.0, 1.0)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
 from headcut_grader.errors import UserError
-from headcut.export.gate import Int8Gate
+from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, ranged, same_as
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
 
@@ -84,7 +84,7 @@ class ExportSection:
     precision: Literal["fp32", "int8", "bf16", "auto"] = "int8"  # int8 falls back to fp32 when no INT8 graph passes
     # onnxruntime; openvino (an OpenVINO graph beside an fp32 ONNX one); auto (both, the bench times each)
     backend: Literal["onnxruntime", "openvino", "auto"] = "onnxruntime"
-    rows: int = ranged(1000, 20)  # test pairs for the parity and INT8 gates
+    rows: int = ranged(1000, MIN_GATE_PAIRS)  # test pairs for the parity and INT8 gates
     min_agreement: float = same_as(Int8Gate, "min_agreement")
     max_spearman_drift: float = same_as(Int8Gate, "max_spearman_drift")
     max_drop: float = same_as(Int8Gate, "max_drop")
