@@ -12,7 +12,8 @@ def tiny_loaded(kind="bert"):
     need_minilm()
     from transformers import AutoTokenizer
 
-    return LoadedModel(tiny_model(kind, attn="sdpa"), AutoTokenizer.from_pretrained(resolve_source("minilm-l6")))
+    tokenizer = AutoTokenizer.from_pretrained(resolve_source("minilm-l6"))
+    return LoadedModel(tiny_model(kind, attn="sdpa", vocab_size=len(tokenizer)), tokenizer)  # a row per token
 
 
 @pytest.mark.parametrize("kind", ["bert", "distilbert", "roberta", "deberta-v2", "modernbert"])

@@ -44,13 +44,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.
 
 @pytest.fixture(scope="module")
 def tiny_recipe(tmp_path_factory) -> Path:
-    from transformers import BertTokenizerFast
+    from test_export import tiny_tokenizer
 
     root = tmp_path_factory.mktemp("run")
-    pairs = synthetic_pairs(400)
-    words = sorted({w for t in pairs.queries + pairs.titles for w in t.lower().split()})
-    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"))
+    tok = tiny_tokenizer(root)
     torch.set_num_threads(1)
     model = tiny_model("bert", attn="sdpa", vocab_size=len(tok), num_hidden_layers=3, initializer_range=0.2)
     base = save_model(LoadedModel(model, tok, {"grades": [1, 2, 3, 4, 5], "max_length": 24}), root / "base")

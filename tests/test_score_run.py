@@ -10,7 +10,6 @@ import torch
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
-from headcut.synthetic import synthetic_pairs
 from headcut.models import LoadedModel, save_model
 from headcut.pipeline import load_pipeline, run_pipeline
 from conftest import tiny_model
@@ -33,13 +32,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: see conftest.
 
 @pytest.fixture(scope="module")
 def score_recipe(tmp_path_factory) -> Path:
-    from transformers import BertTokenizerFast
+    from test_export import tiny_tokenizer
 
     root = tmp_path_factory.mktemp("score-run")
-    pairs = synthetic_pairs(400)
-    words = sorted({w for t in pairs.queries + pairs.titles for w in t.lower().split()})
-    (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(root / "vocab.txt"))
+    tok = tiny_tokenizer(root)
     torch.set_num_threads(1)
     model = tiny_model("bert", attn="sdpa", num_labels=1, vocab_size=len(tok), num_hidden_layers=3,
                        initializer_range=0.2)
