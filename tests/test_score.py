@@ -266,6 +266,27 @@ def test_cross_encoder_round_trip_through_a_prune(tmp_path):
     assert np.abs(ours - theirs).max() <= 1e-5
 
 
+def test_a_cross_encoder_of_every_activation_scores_in_sentence_transformers_as_in_headcut(tmp_path):
+    """Was: sentence-transformers 6 reads the activation from config.json only, so a model of identity activation
+    was scored through a sigmoid (0.5179 where headcut gave 0.0715)."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+    from test_export import tiny_tokenizer
+
+    from headcut.models import CROSS_ENCODER_ACTIVATIONS, save_cross_encoder
+
+    pairs = scored_pairs(30)
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    for activation in CROSS_ENCODER_ACTIVATIONS.values():
+        model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), initializer_range=0.2)
+        folder = save_cross_encoder(LoadedModel(model, tokenizer, {"task": "score", "activation": activation,
+                                                                   "max_length": 32}), tmp_path / activation)
+        theirs = CrossEncoder(str(folder), local_files_only=True).predict(list(zip(pairs.queries, pairs.titles)))
+        ours = headcut_scores(folder, pairs)
+        assert np.abs(ours - theirs).max() <= 1e-5, activation
+        assert np.ptp(ours) > 1e-4  # scores differ between pairs, so the equality above can fail
+
+
 def test_every_stage_takes_a_score_model_and_only_score_models_become_cross_encoders(reranker, tmp_path):
     grader, dev = reranker
     from headcut.models import SCORE_STAGES, check_stage
