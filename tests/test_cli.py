@@ -41,3 +41,14 @@ def test_the_runtime_command_line_typed_wrong_is_one_sentence_too():
     result = CliRunner().invoke(runtime, ["grade"], prog_name="headcut-grader")
     assert result.exit_code == 2
     assert result.stderr.strip() == "error: Missing argument 'grader_dir'; see `headcut-grader grade --help`."
+
+
+def test_a_metrics_line_shows_figures_with_nothing_to_judge_as_n_a():
+    """Was: a score finetune whose dev pairs have one title per query stored NDCG@10 as null, and its final line
+    was a TypeError traceback after the model was written."""
+    from headcut.cli.common import metrics_line
+
+    line = metrics_line({"spearman": 0.5, "pearson": float("nan"), "ndcg@10": None, "loss": 0.25})
+    assert line == "Spearman 0.5000  Pearson n/a  NDCG@10 n/a  MSE 0.2500"
+    grades = metrics_line({"accuracy": 0.5, "macro_f1": None, "spearman": 0.1, "loss": 1.0})
+    assert grades == "accuracy 0.5000  macro-F1 n/a  Spearman 0.1000  loss 1.0000"

@@ -98,7 +98,9 @@ def training_progress(desc: str):
 
 def metrics_line(m: dict) -> str:
     """One line of dev metrics, a grades model's or a score model's (which has no accuracy)."""
-    if "accuracy" in m:
-        return (f"accuracy {m['accuracy']:.4f}  macro-F1 {m['macro_f1']:.4f}  Spearman {m['spearman']:.4f}  "
-                f"loss {m['loss']:.4f}")
-    return f"Spearman {m['spearman']:.4f}  Pearson {m['pearson']:.4f}  NDCG@10 {m['ndcg@10']:.4f}  MSE {m['loss']:.4f}"
+    from headcut.evaluate.tasks import shown
+
+    names = (("accuracy", "accuracy"), ("macro-F1", "macro_f1"), ("Spearman", "spearman"), ("loss", "loss")) \
+        if "accuracy" in m else (("Spearman", "spearman"), ("Pearson", "pearson"), ("NDCG@10", "ndcg@10"), ("MSE", "loss"))
+    # a figure with nothing to judge is NaN, and null once stored (NDCG@10 of dev pairs of one title per query)
+    return "  ".join(f"{name} {shown(m.get(key), '.4f')}" for name, key in names)
