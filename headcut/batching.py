@@ -8,7 +8,7 @@ import torch
 
 from headcut.arch import takes_token_types, usable_positions
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 
 DEFAULT_MAX_LENGTH = 128  # for models that record no token limit (plain Hugging Face folders)
 RECORDED = "headcut_max_length"  # attribute load_model sets on a model: the token limit it was trained at
@@ -43,9 +43,9 @@ def check_max_length(model, max_length: int, *, flag: str = "--max-length") -> N
     if positions is None:
         return
     if max_length > positions:
-        raise UserError(f"max length {max_length} is more than the model's {positions} positions; pass "
-                        f"{flag} {positions} or less" + (" (or set the recipe's max_length)." if flag == "--max-length"
-                                                          else "."))
+        verb = "pass" if flag.startswith("-") else "set"  # a flag, or a recipe key (finetune, distill)
+        raise UserError(f"max length {max_length} is more than the model's {positions} positions; {verb} "
+                        f"{setting(flag, positions)} or less.")
 
 
 def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None) -> Encoded:

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from headcut.batching import encode
+from headcut.batching import check_max_length, encode
 from headcut.data_spec import read_spec
 from headcut_grader.data import FILE_KEYS, Pairs, file_keys
 from headcut.synthetic import is_synthetic
@@ -244,6 +244,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     score = recipe.task == "score"
     loaded = load_model(recipe.model, num_labels=1 if score else len(recipe.grades), seed=recipe.seed, flag="model")
     model, tokenizer = loaded.model, loaded.tokenizer
+    check_max_length(model, recipe.max_length, flag="max_length")  # the recipe's key, not encode's --max-length
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind

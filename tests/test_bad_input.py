@@ -397,6 +397,15 @@ def test_8_max_length_over_the_models_positions_is_refused(tmp_path):
         encode(tiny_tokenizer(tmp_path / "tok"), synthetic_pairs(3), max_length=100, model=model)
 
 
+def test_max_length_over_the_positions_names_the_flag_or_key_the_command_has(tmp_path):
+    """Was: evaluate and export were told to "set the recipe's max_length", and finetune to pass --max-length."""
+    result = run("evaluate", "-m", "minilm-l6", "-d", "synthetic", "--limit", 5, "--max-length", 600)
+    refused(result, "max length 600 is more than the model's 512 positions; pass --max-length 512 or less.")
+    assert "recipe" not in result.stderr
+    refused(run("finetune", "minilm_synthetic_cpu", "--set", "max_length=600", "--out", tmp_path / "t"),
+            "max length 600 is more than the model's 512 positions; set max_length=512 or less.")
+
+
 # --- 10. recipe fields have ranges too; a refused recipe leaves no OUT.partial ----------------------
 
 def _recipe_classes():

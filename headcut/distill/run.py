@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from headcut.arch import count_parameters, heads_per_layer
-from headcut.batching import encode
+from headcut.batching import check_max_length, encode
 from headcut_grader.data import Pairs, read_pairs
 from headcut.distill.cache import teacher_logits
 from headcut.distill.objective import LOSSES, Fixed, StepInputs, active_losses, total_loss
@@ -144,6 +144,7 @@ class Distillation:
         recipe = self.recipe
         train_pairs, self.dev = load_data(recipe)
         self.pairs, self.labels = with_unlabeled(recipe, train_pairs)
+        check_max_length(self.model, recipe.max_length, flag="max_length")  # the recipe's key, not --max-length
         self.encoded = encode(self.tokenizer, self.pairs, max_length=recipe.max_length, model=self.model)
         self.dev_encoded = encode(self.tokenizer, self.dev, max_length=recipe.max_length, model=self.model)
         # margin-MSE compares titles of one query: its batches keep each query's pairs together
