@@ -39,6 +39,10 @@ def test_bench_cli_small_grid(tmp_path):
     assert all(c["speedup"] == 1.0 for c in reference["cells"])
     assert (out / "bench.png").stat().st_size > 5000
     assert "| pytorch fp32 pruned |" in (out / "bench.md").read_text()
+    # was: headed "b32 x s64", a cell not in this grid, over the first cell's figures
+    summary = (out / "bench.md").read_text().split("p50 ms per batch")[0]
+    assert "speedup (b8 x s16)" in summary and "b32 x s64" not in summary
+    assert f"| {reference['cells'][1]['p50_ms']:.1f} |" in summary.split("| pytorch fp32 pruned |")[1].splitlines()[0]
     bad = CliRunner().invoke(app, args[:-8] + ["--batch-sizes", "0", "--out", str(tmp_path / "x")])
     assert bad.exit_code == 2 and "--batch-sizes" in bad.output
 

@@ -111,7 +111,7 @@ def bench(
     variants = [load_measured(lambda m=m: pytorch_variant(f"pytorch fp32 {Path(m).name}", loaded(m), threads=threads))
                 for m in model]
     for folder in grader:  # every graph of the folder whose runtime is installed: ONNX Runtime, OpenVINO
-        variants += [load_measured(lambda f=folder, b=b: grader_variant(f"grader {f.parent.name}/{f.name}", f,
+        variants += [load_measured(lambda f=folder, b=b: grader_variant(f"grader {f.absolute().parent.name}/{f.name}", f,
                                                                         threads=threads, backend=b))
                      for b in grader_backends(folder)]
     result = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))

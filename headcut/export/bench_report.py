@@ -33,8 +33,16 @@ def cell(row: dict, batch: int, seq: int) -> dict | None:
     return next((c for c in row["cells"] if c["batch"] == batch and c["seq"] == seq), None)
 
 
+def headline(report: dict, batch: int = 32, seq: int = 64) -> tuple[int, int]:
+    """The cell the summary row and the figure show: batch x seq where the grid has it, else the grid's largest
+    batch at its longest sequence."""
+    cells = {(c["batch"], c["seq"]) for c in report["variants"][0]["cells"]}
+    return (batch, seq) if (batch, seq) in cells else max(cells)
+
+
 def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
     """One row per variant at the headline cell, then the full p50 grid."""
+    batch, seq = headline(report, batch, seq)
     s = report["settings"]
     lines = [f"Threads {s['threads']}, warm-up {s['warmup']}, {s['repeats']} timed runs per cell; accuracy and "
              f"agreement with `{report['reference']}` on {report['data']['rows']} pairs of {report['data']['source']}.",
@@ -43,7 +51,7 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
                  f"| speedup (b{batch} x s{seq}) | GFLOP/s | of peak |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in report["variants"]:
-        c = cell(row, batch, seq) or cell(row, *_first_cell(row))
+        c = cell(row, batch, seq)
         achieved, peak = c.get("gflop_per_s"), row.get("peak_gflop_per_s")
         share = f"{achieved / peak:.1%} of {peak:.0f}" if achieved and peak else "-"
         lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {shown(row.get('accuracy'), '.4f')} "
@@ -68,10 +76,6 @@ def _machine_line(report: dict) -> str:
             "Peak = threads x clock x FLOPs per cycle per core at the variant's precision (theoretical).")
 
 
-def _first_cell(row: dict) -> tuple[int, int]:
-    return row["cells"][0]["batch"], row["cells"][0]["seq"]
-
-
 MARKERS = {"pytorch": "s", "onnxruntime": "o", "openvino": "^"}
 
 
@@ -83,9 +87,10 @@ def figure(report: dict, *, batch: int = 32, seq: int = 64):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    batch, seq = headline(report, batch, seq)
     fig, ax = plt.subplots(figsize=(8.5, 4.4))
     for row in report["variants"]:
-        c = cell(row, batch, seq) or cell(row, *_first_cell(row))
+        c = cell(row, batch, seq)
         if missing(row["agreement"]):  # nothing to agree on (NaN in memory, null read back): no point
             continue
         ax.scatter(c["pairs_per_s"], 100 * row["agreement"], marker=MARKERS.get(row["kind"], "o"), s=50,
