@@ -290,6 +290,9 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["prune.flops=null", "prune.keep_ratio=0.5", "prune.iterative=3", "prune.tune_fit=scales"],
      ["[prune] iterative works with flops", "[prune] tune_fit works with flops", "would be ignored"]),
     (["prune.iterative=101"], ["key 'iterative' is 101, which is out of range"]),
+    # was: accepted, and the prune never read tune_fit (the CLI refuses --tune-fit with --no-tune)
+    (["prune.tune=false", "prune.tune_fit=weights"],
+     ["[prune] tune_fit chooses what mask tuning fits, and [prune] tune: false turns tuning off; drop one of them"]),
     (["data.test=nowhere/test.tsv", "scan.data=nowhere/scan.tsv"],
      ["data.test=nowhere/test.tsv, scan.data=nowhere/scan.tsv: no such file"]),
     # a student named as another grader would take its export and its report row; two that differ in case or

@@ -171,9 +171,9 @@ def check_options(keep_ratio, flops, latency, *, runtime: str) -> str:
 
 
 def check_flags_fit(ctx: typer.Context, target: str) -> None:
-    """Refuse a flag the chosen prune would ignore (`prune.targets.READ_BY`, `SCORING` with --scores), and
-    --tune-fit with --no-tune."""
-    from headcut.prune.targets import READ_BY, SCORING, ignored_settings, target_flags
+    """Refuse a flag the chosen prune would ignore (`prune.targets.READ_BY`, `SCORING` with --scores), and one
+    whose switch is off (`SWITCHED`: --tune-fit with --no-tune)."""
+    from headcut.prune.targets import READ_BY, SCORING, SWITCHED, ignored_settings, switched_off_problem, target_flags
 
     typed = {name for name in (*READ_BY, *SCORING) if flags_set(ctx, [name])}
     from_scores = "scores" in typed and target == "keep_ratio"
@@ -184,8 +184,9 @@ def check_flags_fit(ctx: typer.Context, target: str) -> None:
                             f"scores; drop {flag} or --scores.")
         raise UserError(f"{flag} works with {target_flags(readers)}, not with "
                         f"{target_flags((target,))}, and would be ignored; drop {flag}.")
-    if flags_set(ctx, ["tune_fit"]) and ctx.params.get("tune") is False:
-        raise UserError("--tune-fit chooses what mask tuning fits, and --no-tune turns tuning off; drop one of them.")
+    for name, (switch, _, _) in SWITCHED.items():
+        if flags_set(ctx, [name]) and ctx.params.get(switch) is False:
+            raise UserError(switched_off_problem(name, name=flags_set(ctx, [name])[0], off=f"--no-{switch}"))
 
 
 def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, batch: int, runtime: str,

@@ -211,6 +211,8 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         problems.append(f"[prune] give {target}")
     if prune is not None and prune.keep_ratio is not None:
         problems += _ignored_prune_keys(prune)
+    elif prune is not None:
+        problems += _switched_off_prune_keys(prune)
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
     _check_scan(parts["scan"], prune, problems)
@@ -258,6 +260,17 @@ def _ignored_prune_keys(prune: PruneSection) -> list[str]:
     return [f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes nothing, "
             f"so it would be ignored (drop {key}, or use flops)"
             for key, _ in ignored_settings("keep_ratio", changed, from_scores=True)]
+
+
+def _switched_off_prune_keys(prune: PruneSection) -> list[str]:
+    """The [prune] keys set away from their defaults whose switch is off (`prune.targets.SWITCHED`: tune_fit
+    with tune false), each as a problem worded as the CLI words their flags."""
+    from headcut.prune.targets import SWITCHED, switched_off_problem
+
+    defaults = {f.name: f.default for f in fields(PruneSection)}
+    return [switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switch}: false")
+            for key, (switch, _, _) in SWITCHED.items()
+            if getattr(prune, key) != defaults[key] and getattr(prune, switch) is False]
 
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str]) -> None:

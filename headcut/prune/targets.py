@@ -34,6 +34,18 @@ READ_BY = {"scores": ("keep_ratio",), "min_heads": ("keep_ratio",), "targets": (
 SCORING = ("data", "score_rows", "iterative")
 
 
+# Settings read only while a switch is on: setting -> (the switch, what the setting does, what the switch turns
+# off). Given with the switch off a setting would be ignored, so it is refused (the CLI's flags, a recipe's keys).
+SWITCHED = {"tune_fit": ("tune", "chooses what mask tuning fits", "tuning")}
+
+
+def switched_off_problem(setting: str, *, name: str, off: str) -> str:
+    """The sentence for `setting` given with its switch off; `name` names the setting as the user wrote it
+    (--tune-fit, [prune] tune_fit), `off` the switch turned off (--no-tune, [prune] tune: false)."""
+    _, does, what = SWITCHED[setting]
+    return f"{name} {does}, and {off} turns {what} off; drop one of them."
+
+
 def ignored_settings(target: str, given, *, from_scores: bool = False) -> list[tuple[str, tuple[str, ...] | None]]:
     """(setting, the targets that read it) for each setting of `given` a prune aiming at `target` would ignore;
     None in place of the targets: it is read only when the prune scores units itself (`from_scores`: it does
