@@ -283,8 +283,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["epochs=2"], ["--set 'epochs=2' is not section.key=value"]),
     (["distill.botom3.epochs=2"], ["no student 'botom3' (students: bottom3)"]),
     (["bench.repeats=many"], ["key 'repeats' must be a whole number, not 'many'"]),
-    (["scan.methods=[kl, foo]", "scan.experiments=9"], ["[scan] methods ['kl', 'foo']: unknown foo",
-                                                      "[scan] experiments '9' is not all, none or numbers 1-5"]),
+    (["scan.methods=[kl, foo]", "scan.experiments=9"], ["[scan] methods [kl, foo]: unknown foo",
+                                                      "[scan] experiments '9': unknown '9'; use all, none or numbers 1-5"]),
     (["prune.flops=null", "prune.keep_ratio=0.5", "prune.method=ablation", "scan.methods=[kl]"],
      ["[prune] method 'ablation' ranks heads by scores the scan does not compute (scan.methods: kl)"]),
     (["prune.flops=null", "prune.keep_ratio=0.5", "prune.iterative=3", "prune.tune_fit=scales"],
@@ -323,6 +323,29 @@ def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp
     for w in words:
         assert w in message
     assert not (tmp_path / "out").exists()  # checked before any work
+
+
+@pytest.mark.parametrize("scan, flags, words", [
+    # was: accepted, and the draws never made
+    ({"experiments": "none", "draws": 5}, ["--experiments", "none", "--draws", "5"],
+     "{draws} sets up experiments 1, 2, 5 (random, halves, term), and {experiments} runs none, so it would be "
+     "ignored; drop {draws} or add 1, 2 or 5 to {experiments}."),
+    ({"methods": ["kl", "kl"]}, ["--method", "kl,kl"], "names kl twice; name each once."),  # was: accepted
+    # was: "[scan] experiments '1,1' is not all, none or numbers 1-5", which it is
+    ({"experiments": "1,1"}, ["--experiments", "1,1"], "{experiments} 1,1 names random twice; name each once."),
+])
+def test_a_recipes_scan_section_is_refused_in_the_words_scan_refuses_its_flags(scan, flags, words, tmp_path):
+    from headcut.pipeline.recipe import from_mapping
+    from headcut_grader.errors import UserError
+
+    data = {"data": {"train": "synthetic", "test": "synthetic:2"}, "teacher": {"recipe": "finetune/minilm_synthetic_cpu"},
+            "scan": scan}
+    with pytest.raises(UserError) as e:
+        from_mapping(data, where="r.yaml")
+    assert words.format(draws="[scan] draws", experiments="[scan] experiments") in str(e.value)
+    result = CliRunner().invoke(app, ["scan", "-m", "minilm-l6", "-d", "synthetic", "--out", str(tmp_path / "s"),
+                                      *flags])
+    assert result.exit_code == 2 and words.format(draws="--draws", experiments="--experiments") in result.stderr
 
 
 def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):

@@ -11,8 +11,9 @@ class UserError(Exception):
 
 def setting(name: str, value) -> str:
     """A setting and its value as a message names them: `--flops 0.5` for a flag, `prune.flops=0.5` for a recipe
-    key, so a library check called by a command and by `headcut run` names what the user wrote; no name (a
-    command's positional argument): the value alone."""
+    key (`--set` form), `[scan] draws 5` for a key named by its section as a recipe check names it, so a library
+    check called by a command and by `headcut run` names what the user wrote; no name (a command's positional
+    argument): the value alone."""
     if not name:
         return str(value)
-    return f"{name} {value}" if name.startswith("-") else f"{name}={value}"
+    return f"{name} {value}" if name.startswith(("-", "[")) else f"{name}={value}"

@@ -107,21 +107,12 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     return result.findings
 
 
-# The experiments each flag sets up: given without any of them it would be ignored, so it is refused.
-EXPERIMENT_FLAGS = {"draws": ("random", "halves", "term"), "k": ("term",)}
-
-
 def check_experiment_flags(ctx: typer.Context, chosen: tuple[str, ...]) -> None:
-    from headcut.evaluate.experiments import EXPERIMENTS
+    """Refuse a flag that sets up only experiments --experiments does not run (scan.EXPERIMENT_SETTINGS)."""
+    from headcut.evaluate.scan import EXPERIMENT_SETTINGS, check_experiment_settings
 
-    for name, used_by in EXPERIMENT_FLAGS.items():
-        given = flags_set(ctx, [name]) if not set(used_by) & set(chosen) else []
-        if given:
-            numbers = [str(EXPERIMENTS.index(e) + 1) for e in used_by]
-            listed = " or ".join([", ".join(numbers[:-1]), numbers[-1]] if len(numbers) > 1 else numbers)
-            raise UserError(f"{given[0]} sets up experiment{'s' if len(used_by) > 1 else ''} {', '.join(numbers)} "
-                            f"({', '.join(used_by)}), and --experiments runs {', '.join(chosen) or 'none'}, so it "
-                            f"would be ignored; drop {given[0]} or add {listed} to --experiments.")
+    check_experiment_settings({key: flags_set(ctx, [key])[0] for key in EXPERIMENT_SETTINGS if flags_set(ctx, [key])},
+                              chosen)
 
 
 @user_errors

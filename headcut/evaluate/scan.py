@@ -12,7 +12,7 @@ from scipy.stats import spearmanr
 from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
@@ -35,8 +35,9 @@ class ScanSettings:
     seed: int = 0
 
 
-def parse_experiments(text: str) -> tuple[str, ...]:
-    """'all', 'none', or a comma list of numbers 1..5 or names (random, halves, layers, heads, term), each once."""
+def parse_experiments(text: str, *, name: str = "--experiments") -> tuple[str, ...]:
+    """'all', 'none', or a comma list of numbers 1..5 or names (random, halves, layers, heads, term), each once;
+    `name` names the setting as the user wrote it (--experiments, [scan] experiments)."""
     text = text.strip().lower()
     if text == "all":
         return EXPERIMENTS
@@ -47,28 +48,52 @@ def parse_experiments(text: str) -> tuple[str, ...]:
     chosen = []
     for item in items:
         number = whole_number(item)
-        name = EXPERIMENTS[number - 1] if number is not None and 1 <= number <= len(EXPERIMENTS) else item
+        experiment = EXPERIMENTS[number - 1] if number is not None and 1 <= number <= len(EXPERIMENTS) else item
         if item in ("all", "none"):
-            raise UserError(f"--experiments {text}: '{item}' stands alone; {use}.")
-        if name not in EXPERIMENTS:
-            raise UserError(f"--experiments '{text}': " + (f"unknown '{item}'" if item else "an empty entry") + f"; {use}.")
-        if name in chosen:
-            raise UserError(f"--experiments {text} names {name} twice; name each once.")
-        chosen.append(name)
+            raise UserError(f"{setting(name, text)}: '{item}' stands alone; {use}.")
+        if experiment not in EXPERIMENTS:
+            raise UserError(f"{setting(name, repr(text))}: " + (f"unknown '{item}'" if item else "an empty entry")
+                            + f"; {use}.")
+        if experiment in chosen:
+            raise UserError(f"{setting(name, text)} names {experiment} twice; name each once.")
+        chosen.append(experiment)
     return tuple(chosen)
 
 
-def parse_methods(text: str) -> tuple[str, ...]:
-    """A comma list of criteria (evaluate.criteria), each named once."""
-    names = [m.strip().lower() for m in text.split(",")]
+def parse_methods(text: str | list[str], *, name: str = "--method") -> tuple[str, ...]:
+    """A comma list of criteria (evaluate.criteria), or a recipe's list of them, each named once; `name` names
+    the setting as the user wrote it (--method, [scan] methods)."""
+    listed = not isinstance(text, str)
+    names = [str(m).strip().lower() for m in (text if listed else text.split(","))]
+    shown = f"[{', '.join(map(str, text))}]" if listed else text
     bad = [m for m in names if m not in CRITERIA]
-    if bad:
-        what = f"unknown {', '.join(m for m in bad if m)}" if any(bad) else "an empty entry"
-        raise UserError(f"--method '{text}': {what}; choose from {', '.join(CRITERIA)}.")
+    if bad or not names:
+        what = f"unknown {', '.join(m for m in bad if m)}" if any(bad) else "an empty entry" if bad else "no method"
+        raise UserError(f"{setting(name, repr(shown) if not listed else shown)}: {what}; choose from "
+                        f"{', '.join(CRITERIA)}.")
     twice = next((m for m in names if names.count(m) > 1), None)
     if twice:
-        raise UserError(f"--method {text} names {twice} twice; name each once.")
+        raise UserError(f"{setting(name, shown)} names {twice} twice; name each once.")
     return tuple(names)
+
+
+# The experiments each setting sets up (the CLI's flags and a run recipe's [scan] keys share the names): given
+# without any of them it would be ignored, so it is refused.
+EXPERIMENT_SETTINGS = {"draws": ("random", "halves", "term"), "k": ("term",)}
+
+
+def check_experiment_settings(given: dict[str, str], chosen: tuple[str, ...], *,
+                              experiments: str = "--experiments") -> None:
+    """Refuse a setting of `given` (setting -> its name as the user wrote it: --draws, [scan] draws) that no
+    experiment of `chosen` sets up; `experiments` names the setting that chose them."""
+    for key, used_by in EXPERIMENT_SETTINGS.items():
+        if key not in given or set(used_by) & set(chosen):
+            continue
+        numbers = [str(EXPERIMENTS.index(e) + 1) for e in used_by]
+        listed = " or ".join([", ".join(numbers[:-1]), numbers[-1]] if len(numbers) > 1 else numbers)
+        raise UserError(f"{given[key]} sets up experiment{'s' if len(used_by) > 1 else ''} {', '.join(numbers)} "
+                        f"({', '.join(used_by)}), and {experiments} runs {', '.join(chosen) or 'none'}, so it "
+                        f"would be ignored; drop {given[key]} or add {listed} to {experiments}.")
 
 
 def head_label(index: int, width: int) -> str:

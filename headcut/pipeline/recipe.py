@@ -274,21 +274,19 @@ def _switched_off_prune_keys(prune: PruneSection) -> list[str]:
 
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str]) -> None:
-    """The scan's methods and experiments, and the prune's method among them, before any stage runs."""
-    from headcut.evaluate.criteria import CRITERIA as METHODS
-    from headcut.evaluate.scan import parse_experiments
+    """The scan's methods and experiments, the settings only experiments it does not run read, and the prune's
+    method among its methods, before any stage runs: the CLI's checks, naming the [scan] keys."""
+    from headcut.evaluate.scan import EXPERIMENT_SETTINGS, check_experiment_settings, parse_experiments, parse_methods
 
     if scan is None:
         return
-    bad = [m for m in scan.methods if m not in METHODS]
-    if bad or not scan.methods:
-        problems.append(f"[scan] methods {list(scan.methods)}: unknown {', '.join(bad) or '(none given)'}; choose "
-                        f"from {', '.join(METHODS)}")
-    try:
-        parse_experiments(scan.experiments)
-    except UserError:
-        problems.append(f"[scan] experiments '{scan.experiments}' is not all, none or numbers 1-5 (random, halves, "
-                        "layers, heads, term)")
+    _checked(lambda: parse_methods(list(scan.methods), name="[scan] methods"), problems)
+    chosen = _checked(lambda: parse_experiments(scan.experiments, name="[scan] experiments"), problems)
+    defaults = {f.name: f.default for f in fields(ScanSection)}
+    changed = {key: f"[scan] {key}" for key in EXPERIMENT_SETTINGS
+               if key in defaults and getattr(scan, key) != defaults[key]}
+    if chosen is not None:
+        _checked(lambda: check_experiment_settings(changed, chosen, experiments="[scan] experiments"), problems)
     if prune is not None and prune.keep_ratio is not None and prune.method not in scan.methods:
         problems.append(f"[prune] method '{prune.method}' ranks heads by scores the scan does not compute "
                         f"(scan.methods: {', '.join(scan.methods)}); add it there or pick one of those")
