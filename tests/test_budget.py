@@ -378,7 +378,7 @@ def test_latency_prune_on_onnx_int8(tmp_path, tiny_grader, monkeypatch):  # noqa
     # a real ORT timing: 0.8 leaves room above the tiny model's fixed part (embeddings, classifier) however
     # noisy the machine; test_latency_prune_command covers the planning at 0.5
     result = run("--model", grader, "--latency", 0.8, "--runtime", "onnx-int8", "--batch", 8, "--out", out,
-                 "--calibrate", 40, "--bootstrap", 50, "--latency-seconds", 0.05, "--no-timing")
+                 "--calibrate", 40, "--bootstrap", 50, "--no-timing")
     assert result.exit_code == 0, result.output
     assert "of the latency measured on onnx-int8 per batch of 8 x 24" in result.output
     budget = load_model(out).meta["prune"]["budget"]
@@ -607,3 +607,14 @@ def test_tune_fit_with_no_tune_is_refused(tmp_path, tiny_grader):  # noqa: F811
     grader, _ = tiny_grader
     result = run("--model", grader, "--flops", 0.5, "--no-tune", "--tune-fit", "best", "--out", tmp_path / "x")
     assert result.exit_code == 2 and "--no-tune turns tuning off; drop one of them" in result.output
+
+
+def test_latency_seconds_with_no_timing_is_refused(tmp_path, tiny_grader):  # noqa: F811
+    """Was: exit 0, --latency-seconds read only by the timing --no-timing skips."""
+    grader, _ = tiny_grader
+    result = run("--model", grader, "--flops", 0.5, "--no-timing", "--latency-seconds", 30, "--bootstrap", 20,
+                 "--out", tmp_path / "x")
+    assert result.exit_code == 2, result.output
+    assert ("--latency-seconds sets how long each model is timed, and --no-timing turns timing off; drop one of "
+            "them.") in " ".join(result.output.split())
+    assert not (tmp_path / "x").exists()

@@ -172,7 +172,7 @@ def check_options(keep_ratio, flops, latency, *, runtime: str) -> str:
 
 def check_flags_fit(ctx: typer.Context, target: str) -> None:
     """Refuse a flag the chosen prune would ignore (`prune.targets.READ_BY`, `SCORING` with --scores), and one
-    whose switch is off (`SWITCHED`: --tune-fit with --no-tune)."""
+    whose switch is off (`SWITCHED`: --tune-fit with --no-tune, --latency-seconds with --no-timing)."""
     from headcut.prune.targets import READ_BY, SCORING, SWITCHED, ignored_settings, switched_off_problem, target_flags
 
     typed = {name for name in (*READ_BY, *SCORING) if flags_set(ctx, [name])}

@@ -270,7 +270,7 @@ def _switched_off_prune_keys(prune: PruneSection) -> list[str]:
     defaults = {f.name: f.default for f in fields(PruneSection)}
     return [switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switch}: false")
             for key, (switch, _, _) in SWITCHED.items()
-            if getattr(prune, key) != defaults[key] and getattr(prune, switch) is False]
+            if key in defaults and getattr(prune, key) != defaults[key] and getattr(prune, switch) is False]
 
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str]) -> None:

@@ -36,7 +36,8 @@ SCORING = ("data", "score_rows", "iterative")
 
 # Settings read only while a switch is on: setting -> (the switch, what the setting does, what the switch turns
 # off). Given with the switch off a setting would be ignored, so it is refused (the CLI's flags, a recipe's keys).
-SWITCHED = {"tune_fit": ("tune", "chooses what mask tuning fits", "tuning")}
+SWITCHED = {"tune_fit": ("tune", "chooses what mask tuning fits", "tuning"),
+            "latency_seconds": ("timing", "sets how long each model is timed", "timing")}
 
 
 def switched_off_problem(setting: str, *, name: str, off: str) -> str:
