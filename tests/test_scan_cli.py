@@ -145,3 +145,17 @@ def test_an_experiment_flag_no_chosen_experiment_reads_is_refused(tiny_grader, t
                             str(tmp_path / "x")])
     assert r.exit_code == 2 and words in r.output and "would be ignored" in r.output, r.output
     assert "Traceback" not in r.output and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("experiments", ["none", "1,3"])
+def test_seg_col_when_no_probe_runs_is_refused(tiny_grader, tmp_path, experiments):
+    """Was: exit 0, the file read again for the column and the words never used (no probes, no experiment 5)."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text("query\ttitle\tgrade\tseg\ndrill\tcordless drill\t3\tcordless drill\n"
+                    "hammer\tclaw hammer\t2\tclaw hammer\n", encoding="utf-8")
+    r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", str(data), "--method", "entropy",
+                            "--experiments", experiments, "--no-probes", "--seg-col", "seg", "--bootstrap", "10",
+                            "--out", str(tmp_path / "x")])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2 and "--seg-col is the word-boundary probe's reference, and --no-probes" in said, r.output
+    assert "would be ignored; drop --seg-col or --no-probes." in said and not (tmp_path / "x").exists()

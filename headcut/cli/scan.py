@@ -108,11 +108,16 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
 
 
 def check_experiment_flags(ctx: typer.Context, chosen: tuple[str, ...]) -> None:
-    """Refuse a flag that sets up only experiments --experiments does not run (scan.EXPERIMENT_SETTINGS)."""
+    """Refuse a flag that sets up only experiments --experiments does not run (scan.EXPERIMENT_SETTINGS), and
+    --seg-col when no probe runs (the probes, or experiment 5's term-matching heads, read it)."""
     from headcut.evaluate.scan import EXPERIMENT_SETTINGS, check_experiment_settings
 
     check_experiment_settings({key: flags_set(ctx, [key])[0] for key in EXPERIMENT_SETTINGS if flags_set(ctx, [key])},
                               chosen)
+    if flags_set(ctx, ["seg_col"]) and ctx.params.get("probes") is False and "term" not in chosen:
+        raise UserError(f"--seg-col is the word-boundary probe's reference, and --no-probes with --experiments "
+                        f"{','.join(chosen) or 'none'} runs no probe, so it would be ignored; drop --seg-col or "
+                        "--no-probes.")
 
 
 @user_errors
