@@ -1233,6 +1233,17 @@ def test_export_refuses_data_flags_without_data(tmp_path):
             "--limit reads --data, which is not given")
 
 
+def test_export_takes_the_model_as_its_first_argument_or_as_model_as_the_other_commands_do(tmp_path):
+    """Was: `headcut export --model X` gave "No such option: --model (Possible options: --help)"."""
+    nowhere = tmp_path / "nowhere"
+    refused(run("export", "--model", nowhere, "--out", tmp_path / "g"), f"--model {nowhere}: no such folder")
+    refused(run("export", "-m", nowhere, "--out", tmp_path / "g"), f"--model {nowhere}: no such folder")
+    refused(run("export", "minilm-l6", "--model", "minilm-l6", "--out", tmp_path / "g"),
+            "export's first argument (minilm-l6) and --model (minilm-l6) both name the model; pass one of them.")
+    refused(run("export", "--out", tmp_path / "g"), "no model given; pass it as export's first argument")
+    assert not (tmp_path / "g").exists()
+
+
 @pytest.mark.parametrize("precision", ["int8", "auto"])
 def test_export_refuses_to_gate_a_precision_on_too_few_pairs(tmp_path, precision):
     """Was: `--limit 1` judged INT8 on one pair (agreement 0% or 100%) and shipped what it passed."""

@@ -70,10 +70,24 @@ def format_openvino(record: dict) -> list[str]:
     return lines
 
 
+def one_model(argument: str | None, flag: str | None) -> tuple[str, str]:
+    """The model, as export's first argument or as --model (the other commands' flag), and how it was named."""
+    if argument is not None and flag is not None:
+        raise UserError(f"export's first argument ({argument}) and --model ({flag}) both name the model; pass "
+                        "one of them.")
+    if argument is None and flag is None:
+        raise UserError("no model given; pass it as export's first argument, e.g. headcut export runs/teacher "
+                        "--out runs/grader.")
+    return (argument, "") if argument is not None else (flag, "--model")
+
+
 @user_errors
 def export(
     ctx: typer.Context,
-    model: str = typer.Argument(..., help="Model folder (teacher, pruned or distilled artifact) or built-in name."),
+    model: Opt[str] = typer.Argument(None, metavar="MODEL", help="Model folder (teacher, pruned or distilled "
+                                     "artifact) or built-in name; or pass it as --model."),
+    model_flag: Opt[str] = typer.Option(None, "--model", "-m", help="The model, given as every other command "
+                                        "takes it: the same as MODEL."),
     out: Path = typer.Option(..., "--out", "-o", help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
     int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate "
                               "(the same as --precision int8)."),
@@ -112,6 +126,7 @@ def export(
 
     from headcut.export.build import resolve_precision
 
+    model, model_name = one_model(model, model_flag)
     check_out_dir(out, overwrite=overwrite, inputs=[model, data])
     precisions = resolve_precision(backend, precision, int8=int8)  # a bad --backend/--precision stops here
     gate_flags = flags_set(ctx, ["min_agreement", "max_spearman_drift", "max_drop"])
@@ -123,7 +138,7 @@ def export(
         raise UserError(f"{data_flags[0]} reads --data, which is not given, so it would be ignored; drop "
                         f"{data_flags[0]} or pass --data FILE.")
     pairs = None
-    loaded = load_model(model, allow_pickle=allow_pickle, flag="")
+    loaded = load_model(model, allow_pickle=allow_pickle, flag=model_name)
     if data:
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                           label_map=label_map, limit=limit, task=loaded.task, grades=loaded.grades)
