@@ -159,3 +159,16 @@ def test_seg_col_when_no_probe_runs_is_refused(tiny_grader, tmp_path, experiment
     said = " ".join(r.output.split())
     assert r.exit_code == 2 and "--seg-col is the word-boundary probe's reference, and --no-probes" in said, r.output
     assert "would be ignored; drop --seg-col or --no-probes." in said and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("methods, read", [(("entropy", "fisher"), "fisher"), (("entropy", "kl"), "entropy")])
+def test_scan_method_help_says_which_scores_prune_reads(tmp_path, methods, read):
+    """Was: the help said prune reads the first method; it reads fisher when the file has it, else the first."""
+    from headcut.evaluate.importance import write_scores
+    from headcut.prune.scores import DEFAULT_METHOD
+
+    path = tmp_path / "importance.json"
+    write_scores(path, {m: torch.rand(2, 4) for m in methods}, model_info={}, data_info={})
+    assert read_scores(path, default=DEFAULT_METHOD)[1]["method"] == read  # what prune --scores reads
+    help_text = " ".join(runner.invoke(app, ["scan", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "`headcut prune --scores` ranks heads by fisher when the file has it, else by the first" in help_text

@@ -127,8 +127,9 @@ def scan(
     data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for importance.json/csv, figures, report.md/html."),
     method: str = typer.Option("ablation,kl,gradient,fisher,entropy", "--method",
-                               help="Comma list of ablation, kl, gradient, fisher, entropy; the first is the "
-                                    "default that `headcut prune --scores` reads."),
+                               help="Comma list of ablation, kl, gradient, fisher, entropy. `headcut prune "
+                                    "--scores` ranks heads by fisher when the file has it, else by the first "
+                                    "(prune's --method picks another)."),
     experiments: str = typer.Option("all", "--experiments",
                                     help="all, none, or numbers 1-5: 1 random, 2 halves, 3 layers, 4 heads, 5 term."),
     probes: bool = typer.Option(True, "--probes/--no-probes", help="Probe what each head attends to."),

@@ -109,7 +109,9 @@ def write_scores(path, scores_by_method: dict[str, torch.Tensor], *, model_info:
     """Write importance.json: per method its `(layers, heads)` scores (null = head absent) and provenance.
 
     model_info: {"path", "weights_hash", ...}; data_info: {"source", "fingerprint", "samples", "seed", ...}.
-    The first method is what `read_scores(path)` returns when it names no method (or an absent default).
+    The first method is what `read_scores(path)` returns given no method and no default the file has;
+    `headcut prune --scores` passes default fisher (prune.scores.DEFAULT_METHOD), so it reads fisher when the
+    file has it, else the first.
     """
     if not scores_by_method:
         raise ValueError("no scores to write")
