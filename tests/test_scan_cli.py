@@ -125,14 +125,29 @@ def test_probe_reads_the_segmentation_column(tiny_grader, tmp_path):
     assert missing.exit_code == 2 and "no column 'words'" in said and said.endswith("name it with --seg-col.")
 
 
-@pytest.mark.parametrize("command", ["probe", "scan"])
-def test_a_gold_column_named_by_its_flag_must_be_there(tiny_grader, tmp_path, command):
+def test_a_gold_column_named_by_its_flag_must_be_there(tiny_grader, tmp_path):
     data = tmp_path / "pairs.tsv"
     data.write_text("query\ttitle\tgrade\nangle bracket\tsteel angle bracket 2 in.\t5\n", encoding="utf-8")
-    r = runner.invoke(app, [command, "--model", str(tiny_grader), "--data", str(data), "--label-col", "nosuch",
+    r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", str(data), "--label-col", "nosuch",
                             "--out", str(tmp_path / "x")])
     said = " ".join(r.output.split())
     assert r.exit_code == 2 and "no label column 'nosuch'" in said and "--label-col" in said, r.output
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--label-col", "grade"), ("--label-map", "round"),
+                                         ("--label-map", "0:1,1:2")])
+def test_probe_refuses_grade_flags_it_would_not_read(tiny_grader, tmp_path, flag, value):
+    """Was: --label-map round on unlabelled pairs exit 0, ignored; --label-map 0:1,1:2 refused the file over
+    grades probe never reads."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t3\nhammer\tclaw hammer\t2\n", encoding="utf-8")
+    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", str(data), flag, value,
+                            "--out", str(tmp_path / "x")])
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert f"{flag} says how to read grades, and probe reads no grades (it probes what heads attend to); drop {flag}." in said
+    assert flag not in " ".join(runner.invoke(app, ["probe", "--help"], env={"COLUMNS": "200"}).output.split())
     assert not (tmp_path / "x").exists()
 
 

@@ -61,6 +61,10 @@ SEG_COL = typer.Option(None, "--seg-col", help="Column with each title's words s
                        "'如何 在 网上 立案'): the word-boundary probe's reference instead of the tokenizer's pieces.")
 
 
+# probe reads no grades: its grade flags are refused with a sentence, and not offered in its help
+NO_GRADES = typer.Option(None, "--label-col", hidden=True)
+
+
 def _title_words(data, pairs, seg_col, **read) -> list[str] | None:
     """The --seg-col column of the same rows: the file read again with that column as the title."""
     if not seg_col:
@@ -179,8 +183,8 @@ def probe(
     max_length: Opt[int] = MAX_LENGTH,
     seed: int = SEED,
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
-    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, seg_col: Opt[str] = SEG_COL,
-    overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
+    label_col: Opt[str] = NO_GRADES, label_map: Opt[str] = typer.Option(None, "--label-map", hidden=True),
+    seg_col: Opt[str] = SEG_COL, overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
 ):
     """Probe what each head of MODEL does on DATA: previous/next-token, word-boundary F1, query<->title
     term matching, no-op mass on [CLS]/[SEP]; with a grid of attention maps. No grades needed.
@@ -193,10 +197,14 @@ def probe(
     from headcut.evaluate.probes import PROBES
     from headcut.evaluate.scan import ScanSettings
 
+    grade_flag = "--label-col" if label_col is not None else "--label-map" if label_map is not None else None
+    if grade_flag:
+        raise UserError(f"{grade_flag} says how to read grades, and probe reads no grades (it probes what heads "
+                        f"attend to); drop {grade_flag}.")
     settings = ScanSettings(methods=("entropy",), experiments=(), probes=True, batch_size=batch_size,
                             max_length=max_length, seed=seed)
     result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
-                  label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,
+                  label_col=None, label_map=None, limit=limit or None, seed=seed, overwrite=overwrite,
                   allow_pickle=allow_pickle, seg_col=seg_col)
     if result is None:  # not the main process of `accelerate launch`
         return
