@@ -187,3 +187,16 @@ def test_scan_method_help_says_which_scores_prune_reads(tmp_path, methods, read)
     assert read_scores(path, default=DEFAULT_METHOD)[1]["method"] == read  # what prune --scores reads
     help_text = " ".join(runner.invoke(app, ["scan", "--help"], env={"COLUMNS": "200"}).output.split())
     assert "`headcut prune --scores` ranks heads by fisher when the file has it, else by the first" in help_text
+
+
+@pytest.mark.parametrize("limit", ["0", "1"])
+def test_a_seg_col_row_that_does_not_spell_its_title_is_named_by_its_file_line(tiny_grader, tmp_path, limit):
+    """Was: "pairs.tsv row 2" for the pair on line 3 (and the sample's row number under --limit)."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text("query\ttitle\tseg\ndrill\tcordless drill\tcordless drill\n"
+                    "hammer\tclaw hammer\tcompletely different words\n", encoding="utf-8")
+    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", str(data), "--seg-col", "seg",
+                            "--limit", limit, "--seed", "0", "--out", str(tmp_path / "x")])  # seed 0 samples line 3
+    said = " ".join(r.output.split())
+    assert r.exit_code == 2, r.output
+    assert f"{data}, line 3: the --seg-col words 'completely different words' do not spell the title" in said

@@ -20,7 +20,8 @@ DEFAULT_GRADES = (1, 2, 3, 4, 5)
 @dataclass(frozen=True)
 class Pairs:
     """Parallel lists of queries, titles and labels (0-based class indices, or None when unlabeled); `scores`:
-    numeric gold scores for a one-score model (task `score`) instead of labels."""
+    numeric gold scores for a one-score model (task `score`) instead of labels; `lines`: the file line each pair
+    was read from, for messages about a pair (None: not read from a file)."""
 
     queries: list[str]
     titles: list[str]
@@ -29,6 +30,7 @@ class Pairs:
     source: str = "<memory>"
     fingerprint: str = field(default="", compare=False)
     scores: list[float] | None = None
+    lines: list[int] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if not self.fingerprint:
@@ -70,7 +72,12 @@ class Pairs:
             self.grades,
             self.source,
             scores=None if self.scores is None else [self.scores[i] for i in idx],
+            lines=None if self.lines is None else [self.lines[i] for i in idx],
         )
+
+    def where(self, i: int) -> str:
+        """Where pair `i` came from, as messages name it: 'FILE, line N', else 'SOURCE row N'."""
+        return f"{self.source}, line {self.lines[i]}" if self.lines is not None else f"{self.source} row {i + 1}"
 
     def query_groups(self) -> list[np.ndarray]:
         """Row indices of each query, in first-seen order (for NDCG and query-level splits)."""

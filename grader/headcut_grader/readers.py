@@ -162,20 +162,21 @@ def iter_pairs(
                 return to_score(row.get(label_name), where)
             return grades.index(to_grade(row.get(label_name), label_map, grades, where, grades_fix))
 
-        queries, titles, labels, chars = [], [], [], 0
+        queries, titles, labels, numbers, chars = [], [], [], [], 0
         for line, row in records:
+            numbers.append(line)
             queries.append(to_text(row.get(query_col), f"{path}, line {line}, column '{query_col}'"))
             titles.append(to_text(row.get(title_col), f"{path}, line {line}, column '{title_col}'"))
             chars += len(queries[-1]) + len(titles[-1])
             if label_name is not None:
                 labels.append(gold(row, line))
             if len(queries) == chunk_rows or (chunk_chars is not None and chars >= chunk_chars):
-                yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score),
-                            lines.position())
-                queries, titles, labels, chars = [], [], [], 0
+                yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score,
+                                   numbers), lines.position())
+                queries, titles, labels, numbers, chars = [], [], [], [], 0
         if queries or (chunk_rows is None):
-            yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score),
-                        lines.position())
+            yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score,
+                               numbers), lines.position())
 
 
 def _fix(option: str, keys: str | dict | None) -> str:
@@ -223,10 +224,10 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: 
     return columns
 
 
-def _pairs(queries, titles, gold, grades, path, score: bool) -> Pairs:
+def _pairs(queries, titles, gold, grades, path, score: bool, lines: list[int]) -> Pairs:
     if score:
-        return Pairs(queries, titles, None, tuple(grades), str(path), scores=gold)
-    return Pairs(queries, titles, gold, tuple(grades), str(path))
+        return Pairs(queries, titles, None, tuple(grades), str(path), scores=gold, lines=lines)
+    return Pairs(queries, titles, gold, tuple(grades), str(path), lines=lines)
 
 
 def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, *, task: str,

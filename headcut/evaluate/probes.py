@@ -79,7 +79,7 @@ def segmented_inputs(tokenizer, pairs: Pairs, title_words: list[str], *, max_len
     inputs = probe_inputs(tokenizer, pairs, max_length=max_length, model=model)
     continues, candidates = [], []
     for i, (ids, title, words) in enumerate(zip(inputs.encoded.input_ids, pairs.titles, title_words)):
-        word_of = _word_of_char(title, str(words).split(), f"{pairs.source} row {i + 1}")
+        word_of = _word_of_char(title, str(words).split(), pairs.where(i))
         alone = tokenizer(title, add_special_tokens=False, return_offsets_mapping=True)
         start = ids.index(inputs.sep_id) + 1 if inputs.sep_id in ids else len(ids)
         while start < len(ids) and ids[start] == inputs.sep_id:  # RoBERTa separates the texts with </s></s>
