@@ -340,3 +340,16 @@ def test_resume_without_a_state_does_not_start_over_silently(tiny_grader, tmp_pa
     result = grade(tiny_grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume")
     assert result.exit_code == 2 and "--resume has nothing to continue" in result.output, result.output
     assert data.read_bytes() == kept
+
+
+@pytest.mark.parametrize("name", ["grades.json", "grades.JSON"])
+def test_an_output_named_json_is_refused_as_grades_are_json_lines(tiny_grader, tmp_path, name):
+    """Was: JSON lines written under a .json name, which json.load and other tools read as one broken document."""
+    source = write_pairs(tmp_path / "pairs.tsv", 5)
+    result = grade(tiny_grader, source, "--out", tmp_path / name)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "grades are written as JSON lines, not one JSON document; name the output .jsonl" in said
+    assert f"({tmp_path / 'grades.jsonl'})" in said
+    assert list(tmp_path.iterdir()) == [source]  # nothing written, no partial files
+    assert grade(tiny_grader, source, "--out", tmp_path / "grades.jsonl").exit_code == 0

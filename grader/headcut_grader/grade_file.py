@@ -66,7 +66,11 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     """Grade every pair of SOURCE into OUT: query, title, [true_grade], grade, expected_grade, p<grade>..."""
     source, out = Path(source), Path(out)
     check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv")
+    if settings.out_format == "json" or (settings.out_format is None and out.suffix.lower() == ".json"):
+        raise UserError(f"{out}: grades are written as JSON lines, not one JSON document; name the output .jsonl "
+                        f"({out.with_suffix('.jsonl')}).")
     fmt = settings.out_format or (guess_format(out) if out.suffix else guess_format(source))
+    # a JSON array input graded into OUT without a suffix: JSON lines, as every JSON output is
     settings = GradeSettings(**{**asdict(settings), "out_format": "jsonl" if fmt == "json" else fmt})
     task = _task(grader_dir)
     chunks = _chunks(source, settings, task)

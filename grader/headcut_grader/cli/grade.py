@@ -15,7 +15,8 @@ from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QU
 def grade(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
     pairs_file: Path = typer.Argument(..., help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
-    out: Path = typer.Option(..., "--out", "-o", help="Where to write grades (same format as the input unless the suffix says)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Where to write grades (same format as the input unless the suffix says: .tsv, .csv or .jsonl; JSON "
+                     "input is written as JSON lines)."),
     workers: int = number(1, "--workers", help="Grading processes, one grader each; about one per 1-2 cores",
                           low=1, high=256),
     threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
