@@ -348,6 +348,16 @@ def test_a_recipes_scan_section_is_refused_in_the_words_scan_refuses_its_flags(s
     assert result.exit_code == 2 and words.format(draws="--draws", experiments="--experiments") in result.stderr
 
 
+def test_a_recipe_files_own_draws_do_not_stop_a_set_that_turns_its_experiments_off():
+    """quickstart sets draws: 2; a one-score teacher is told to pass --set scan.experiments=none, which must not
+    then be refused over the file's draws. A --set draws beside it still is."""
+    from headcut_grader.errors import UserError
+
+    assert load_pipeline("quickstart", overrides=["scan.experiments=none"]).scan.experiments == "none"
+    with pytest.raises(UserError, match=r"\[scan\] draws sets up experiments"):
+        load_pipeline("quickstart", overrides=["scan.experiments=none", "scan.draws=5"])
+
+
 def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
     pairs = synthetic_pairs(60)
     text = "query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{pairs.grades[g]}\n"

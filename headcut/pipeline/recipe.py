@@ -215,7 +215,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         problems += _switched_off_prune_keys(prune)
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
-    _check_scan(parts["scan"], prune, problems)
+    _check_scan(parts["scan"], prune, problems, set_keys={k[-1] for k in origins if k[0] == "scan"})
     _check_prune_method(prune, problems)
     recipe = PipelineRecipe(parts["data"] or DataSection(), teacher, parts["scan"], prune, tuple(students),
                             parts["export"], parts["bench"], parts["floor"], where)
@@ -273,7 +273,8 @@ def _switched_off_prune_keys(prune: PruneSection) -> list[str]:
             if key in defaults and getattr(prune, key) != defaults[key] and getattr(prune, switch) is False]
 
 
-def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str]) -> None:
+def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str], *,
+                set_keys: set = frozenset()) -> None:
     """The scan's methods and experiments, the settings only experiments it does not run read, and the prune's
     method among its methods, before any stage runs: the CLI's checks, naming the [scan] keys."""
     from headcut.evaluate.scan import EXPERIMENT_SETTINGS, check_experiment_settings, parse_experiments, parse_methods
@@ -283,8 +284,11 @@ def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: 
     _checked(lambda: parse_methods(list(scan.methods), name="[scan] methods"), problems)
     chosen = _checked(lambda: parse_experiments(scan.experiments, name="[scan] experiments"), problems)
     defaults = {f.name: f.default for f in fields(ScanSection)}
+    # A recipe file's own draws are let be where --set changes its experiments (`--set scan.experiments=none` on
+    # quickstart, as a one-score teacher is told to); a --set draws, or a file naming both, is checked.
+    overridden = "experiments" in set_keys
     changed = {key: f"[scan] {key}" for key in EXPERIMENT_SETTINGS
-               if key in defaults and getattr(scan, key) != defaults[key]}
+               if key in defaults and getattr(scan, key) != defaults[key] and (key in set_keys or not overridden)}
     if chosen is not None:
         _checked(lambda: check_experiment_settings(changed, chosen, experiments="[scan] experiments"), problems)
     if prune is not None and prune.keep_ratio is not None and prune.method not in scan.methods:
