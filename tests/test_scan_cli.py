@@ -162,15 +162,20 @@ def test_an_experiment_flag_no_chosen_experiment_reads_is_refused(tiny_grader, t
     assert "Traceback" not in r.output and not (tmp_path / "x").exists()
 
 
+def _on_a_file(tiny_grader, tmp_path, text: str, command: str, *args):
+    """(the pairs file, the result) of `command` on the tiny grader and a file of `text`, into tmp_path/x."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text(text, encoding="utf-8")
+    return data, runner.invoke(app, [command, "--model", str(tiny_grader), "--data", str(data), *args, "--out",
+                                     str(tmp_path / "x")])
+
+
 @pytest.mark.parametrize("experiments", ["none", "1,3"])
 def test_seg_col_when_no_probe_runs_is_refused(tiny_grader, tmp_path, experiments):
     """Was: exit 0, the file read again for the column and the words never used (no probes, no experiment 5)."""
-    data = tmp_path / "pairs.tsv"
-    data.write_text("query\ttitle\tgrade\tseg\ndrill\tcordless drill\t3\tcordless drill\n"
-                    "hammer\tclaw hammer\t2\tclaw hammer\n", encoding="utf-8")
-    r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", str(data), "--method", "entropy",
-                            "--experiments", experiments, "--no-probes", "--seg-col", "seg", "--bootstrap", "10",
-                            "--out", str(tmp_path / "x")])
+    _, r = _on_a_file(tiny_grader, tmp_path, "query\ttitle\tgrade\tseg\ndrill\tcordless drill\t3\tcordless drill\n"
+                      "hammer\tclaw hammer\t2\tclaw hammer\n", "scan", "--method", "entropy", "--experiments",
+                      experiments, "--no-probes", "--seg-col", "seg", "--bootstrap", "10")
     said = " ".join(r.output.split())
     assert r.exit_code == 2 and "--seg-col is the word-boundary probe's reference, and --no-probes" in said, r.output
     assert "would be ignored; drop --seg-col or --no-probes." in said and not (tmp_path / "x").exists()
@@ -192,11 +197,9 @@ def test_scan_method_help_says_which_scores_prune_reads(tmp_path, methods, read)
 @pytest.mark.parametrize("limit", ["0", "1"])
 def test_a_seg_col_row_that_does_not_spell_its_title_is_named_by_its_file_line(tiny_grader, tmp_path, limit):
     """Was: "pairs.tsv row 2" for the pair on line 3 (and the sample's row number under --limit)."""
-    data = tmp_path / "pairs.tsv"
-    data.write_text("query\ttitle\tseg\ndrill\tcordless drill\tcordless drill\n"
-                    "hammer\tclaw hammer\tcompletely different words\n", encoding="utf-8")
-    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", str(data), "--seg-col", "seg",
-                            "--limit", limit, "--seed", "0", "--out", str(tmp_path / "x")])  # seed 0 samples line 3
+    data, r = _on_a_file(tiny_grader, tmp_path, "query\ttitle\tseg\ndrill\tcordless drill\tcordless drill\n"
+                         "hammer\tclaw hammer\tcompletely different words\n", "probe", "--seg-col", "seg",
+                         "--limit", limit, "--seed", "0")  # seed 0 samples line 3
     said = " ".join(r.output.split())
     assert r.exit_code == 2, r.output
     assert f"{data}, line 3: the --seg-col words 'completely different words' do not spell the title" in said

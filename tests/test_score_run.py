@@ -18,7 +18,7 @@ RECIPE = """
 data: {{train: synthetic, test: "synthetic:2", test_rows: 60}}
 teacher: {{recipe: finetune/minilm_synthetic_cpu, task: score, model: {base}, train_rows: 200, dev_rows: 40,
           max_length: 24, epochs: 1, batch_size: 16, learning_rate: 1.0e-3, eval_every: 5, checkpoint_every: 5}}
-scan: {{data: "synthetic:1", rows: 40, methods: [kl, fisher], experiments: none, probes: false, draws: 1, bootstrap: 10}}
+scan: {{data: "synthetic:1", rows: 40, methods: [kl, fisher], experiments: none, probes: false, bootstrap: 10}}
 prune: {{flops: 0.6, score_rows: 32, calibrate: 32}}
 distill:
   small: {{recipe: distill/minilm_score_bottom3_cpu, keep_layers: 1, train_rows: 200, dev_rows: 40, max_length: 24,
