@@ -204,13 +204,17 @@ def ranks_queries(recipe) -> bool:
 
 
 def recipe_hash(recipe) -> str:
-    return hashlib.sha256(json.dumps(to_dict(recipe), sort_keys=True).encode()).hexdigest()[:12]
+    return _digest(to_dict(recipe))
 
 
 def run_hash(recipe, *read) -> str:
     """What a run folder's run is: its recipe and the content of what it read (pairs fingerprints, weights hashes),
     so a run whose files changed is not resumed onto other data."""
-    return hashlib.sha256(json.dumps([to_dict(recipe), *read], sort_keys=True).encode()).hexdigest()[:12]
+    return _digest([to_dict(recipe), *read])
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def _loss_fn(recipe: FinetuneRecipe, train_pairs: Pairs, queries: np.ndarray | None):

@@ -45,8 +45,8 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
 def check_place(out: Path, flag: str = "--out") -> None:
     """What will hold `out` (its nearest existing folder above; missing folders below it are made) is a folder
     this process can write in, and not the folder the process runs in or one above it (an output replaces its
-    path whole): checked before any work, so a long run does not fail at its last step."""
-    check_out_name(out, flag)
+    path whole): checked before any work, so a long run does not fail at its last step. (Its name's length is
+    refuse_inputs' check, which every caller runs first: resolving a too-long name fails.)"""
     here, target = Path.cwd().resolve(), out.resolve()
     if target == here or target in here.parents:
         where = "the folder you are in" if target == here else "a folder that holds the one you are in"

@@ -266,11 +266,11 @@ def _switched_off_prune_keys(prune: PruneSection) -> list[str]:
     """The [prune] keys set away from their defaults whose switch is off (`prune.targets.SWITCHED`: tune_fit
     with tune false), each as a problem worded as the CLI words their flags."""
     from headcut.prune.targets import SWITCHED, switched_off_problem
+    from headcut.training import is_set
 
-    defaults = {f.name: f.default for f in fields(PruneSection)}
     return [switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switch}: false")
             for key, (switch, _, _) in SWITCHED.items()
-            if key in defaults and getattr(prune, key) != defaults[key] and getattr(prune, switch) is False]
+            if hasattr(prune, key) and is_set(prune, key, frozenset()) and getattr(prune, switch) is False]
 
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str], *,
@@ -278,17 +278,17 @@ def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: 
     """The scan's methods and experiments, the settings only experiments it does not run read, and the prune's
     method among its methods, before any stage runs: the CLI's checks, naming the [scan] keys."""
     from headcut.evaluate.scan import EXPERIMENT_SETTINGS, check_experiment_settings, parse_experiments, parse_methods
+    from headcut.training import is_set
 
     if scan is None:
         return
     _checked(lambda: parse_methods(list(scan.methods), name="[scan] methods"), problems)
     chosen = _checked(lambda: parse_experiments(scan.experiments, name="[scan] experiments"), problems)
-    defaults = {f.name: f.default for f in fields(ScanSection)}
     # A recipe file's own draws are let be where --set changes its experiments (`--set scan.experiments=none` on
     # quickstart, as a one-score teacher is told to); a --set draws, or a file naming both, is checked.
     overridden = "experiments" in set_keys
     changed = {key: f"[scan] {key}" for key in EXPERIMENT_SETTINGS
-               if key in defaults and getattr(scan, key) != defaults[key] and (key in set_keys or not overridden)}
+               if hasattr(scan, key) and is_set(scan, key, frozenset()) and (key in set_keys or not overridden)}
     if chosen is not None:
         _checked(lambda: check_experiment_settings(changed, chosen, experiments="[scan] experiments"), problems)
     if prune is not None and prune.keep_ratio is not None and prune.method not in scan.methods:

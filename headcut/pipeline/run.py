@@ -212,10 +212,11 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
 def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None]) -> RunResult:
     from headcut.pipeline.report import write_report
 
-    strangers = {s.name for s in plan(recipe) if not_a_folder(out / s.folder, overwrite=overwrite)}
+    stages_of_run = plan(recipe)  # reads the sub-recipe files: once
+    strangers = {s.name for s in stages_of_run if not_a_folder(out / s.folder, overwrite=overwrite)}
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
     result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
-    for stage in plan(recipe):
+    for stage in stages_of_run:
         folder = out / stage.folder
         inputs = stage_inputs(stage, outputs, hashes)
         fp = fingerprints[stage.name] = _digest(inputs)
