@@ -124,6 +124,14 @@ def is_set(recipe, key: str, named: frozenset) -> bool:
     return key in named or getattr(recipe, key) != next(f.default for f in fields(recipe) if f.name == key)
 
 
+def is_given(recipe, key: str, named: frozenset, *, over: tuple = ()) -> bool:
+    """Whether the user gives `key` (is_set), where a recipe file's own value is let be once the user replaces a
+    key it belongs to (one of `over`): a shared recipe names its dev_fraction, preset or scan draws for its own
+    data or experiments, and a --dev, a run's data.* or --set scan.experiments replaces those. A key in `named`
+    is always given."""
+    return key in named or (is_set(recipe, key, frozenset()) and not any(k in named for k in over))
+
+
 def check_task_keys(recipe, task_keys: dict, where: str, *, verb: str, named: frozenset = frozenset()) -> None:
     """A key only the other task's losses read is refused when set (is_set), so no setting is silently ignored;
     so is a grades metric for a one-score model. `task_keys`: {task: its keys}; `verb`: what the recipe does."""
@@ -141,9 +149,7 @@ def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> 
     """dev_fraction splits train_data only where dev_data is unset: set (is_set) beside dev_data, it would be ignored.
     A dev_data given over a recipe file (--dev, a run's data.dev) replaces that file's split, so the file's own
     dev_fraction is let be."""
-    if recipe.dev_data is None or not is_set(recipe, "dev_fraction", named):
-        return
-    if "dev_data" in named and "dev_fraction" not in named:
+    if recipe.dev_data is None or not is_given(recipe, "dev_fraction", named, over=("dev_data",)):
         return
     raise UserError(f"{where}: key 'dev_fraction' ({recipe.dev_fraction}) holds out a share of train_data's queries as "
                     f"dev pairs only when dev_data is unset, and dev_data is {recipe.dev_data}; remove dev_fraction, or "
@@ -153,8 +159,7 @@ def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> 
 def file_keys_given(recipe: TrainingRecipe, named: frozenset) -> set:
     """The file keys (preset, columns) a recipe gives for its data (is_set): a recipe file's own are not, where its data
     keys are given over it (--train, a run's data), as a shared recipe names its preset for its own files."""
-    data_given = any(key in named for key in DATA_KEYS)
-    return {key for key in FILE_KEYS if key in named or (is_set(recipe, key, named) and not data_given)}
+    return {key for key in FILE_KEYS if is_given(recipe, key, named, over=DATA_KEYS)}
 
 
 def file_options(recipe: TrainingRecipe) -> dict:

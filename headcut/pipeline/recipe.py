@@ -253,10 +253,9 @@ def _ignored_prune_keys(prune: PruneSection) -> list[str]:
     """The [prune] keys set away from their defaults that a keep_ratio prune ranked by the scan's scores would
     ignore (`prune.targets.ignored_settings`), each as a problem."""
     from headcut.prune.targets import ignored_settings
+    from headcut.training import is_set
 
-    defaults = {f.name: f.default for f in fields(PruneSection)}
-    changed = [f.name for f in fields(PruneSection) if f.name not in SAMPLE_SIZES
-               and getattr(prune, f.name) != defaults[f.name]]
+    changed = [f.name for f in fields(PruneSection) if f.name not in SAMPLE_SIZES and is_set(prune, f.name, frozenset())]
     return [f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes nothing, "
             f"so it would be ignored (drop {key}, or use flops)"
             for key, _ in ignored_settings("keep_ratio", changed, from_scores=True)]
@@ -278,17 +277,16 @@ def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: 
     """The scan's methods and experiments, the settings only experiments it does not run read, and the prune's
     method among its methods, before any stage runs: the CLI's checks, naming the [scan] keys."""
     from headcut.evaluate.scan import EXPERIMENT_SETTINGS, check_experiment_settings, parse_experiments, parse_methods
-    from headcut.training import is_set
+    from headcut.training import is_given
 
     if scan is None:
         return
     _checked(lambda: parse_methods(list(scan.methods), name="[scan] methods"), problems)
     chosen = _checked(lambda: parse_experiments(scan.experiments, name="[scan] experiments"), problems)
-    # A recipe file's own draws are let be where --set changes its experiments (`--set scan.experiments=none` on
-    # quickstart, as a one-score teacher is told to); a --set draws, or a file naming both, is checked.
-    overridden = "experiments" in set_keys
+    # a recipe file's own draws are let be where --set changes its experiments (quickstart with
+    # `--set scan.experiments=none`, as a one-score teacher is told to)
     changed = {key: f"[scan] {key}" for key in EXPERIMENT_SETTINGS
-               if hasattr(scan, key) and is_set(scan, key, frozenset()) and (key in set_keys or not overridden)}
+               if hasattr(scan, key) and is_given(scan, key, set_keys, over=("experiments",))}
     if chosen is not None:
         _checked(lambda: check_experiment_settings(changed, chosen, experiments="[scan] experiments"), problems)
     if prune is not None and prune.keep_ratio is not None and prune.method not in scan.methods:
