@@ -150,10 +150,11 @@ def load_model(
     path = resolve_source(source, flag=flag)
     weights = _weights_file(path, allow_pickle=allow_pickle, flag=flag)
     meta = _read_meta(path)
+    saved = read_json_file(path / "config.json")  # read once; transformers' own error does not name the file
     if num_labels is None:
-        meta = {**meta, **read_task(path, meta)}
+        meta = {**meta, **read_task(path, meta, saved)}
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
-        _check_outputs(path, meta, num_labels)
+        _check_outputs(path, meta, num_labels, saved)
     config = _read_config(path, num_labels, attn_implementation)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
@@ -168,7 +169,7 @@ def load_model(
                 apply_shape(model, shape)
             model.load_state_dict(_read_state(weights), strict=True)
         else:
-            fresh_head = _folder_outputs(path) not in (None, num_labels)  # a base model given another head
+            fresh_head = _saved_outputs(saved) not in (None, num_labels)  # a base model given another head
             model, info = AutoModelForSequenceClassification.from_pretrained(
                 path,
                 config=config,
@@ -222,7 +223,7 @@ def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = No
 
     path = resolve_source(source, flag=flag)
     meta = _read_meta(path) if meta is None else meta
-    meta = {**meta, **read_task(path, meta)}
+    meta = {**meta, **read_task(path, meta, read_json_file(path / "config.json"))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
     config = _read_config(path, num_labels, "eager", flag=flag)
     with torch.device("meta"):
@@ -249,10 +250,10 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-def _check_outputs(path: Path, meta: dict, num_labels: int) -> None:
+def _check_outputs(path: Path, meta: dict, num_labels: int, saved: dict) -> None:
     """The outputs headcut.json implies (one score, or one per grade; without it, the grades 1-5) are the
-    classifier's in config.json."""
-    outputs = _folder_outputs(path)
+    classifier's in config.json (`saved`)."""
+    outputs = _saved_outputs(saved)
     if outputs is None or outputs == num_labels:
         return
     if not (path / META_FILE).exists():
@@ -265,9 +266,9 @@ def _check_outputs(path: Path, meta: dict, num_labels: int) -> None:
                     f"{outputs} outputs; fix 'task' or 'grades' in {META_FILE}.")
 
 
-def _folder_outputs(path: Path) -> int | None:
-    """How many outputs the classifier saved in `path` has (config.json's id2label), None when it does not say."""
-    labels = read_json_file(path / "config.json").get("id2label")
+def _saved_outputs(saved: dict) -> int | None:
+    """How many outputs a saved classifier has (its config.json's id2label), None when it does not say."""
+    labels = saved.get("id2label")
     return len(labels) if isinstance(labels, dict) else None
 
 
@@ -280,17 +281,17 @@ def _check_only_the_head_differs(info: dict, weights: Path, num_labels: int) -> 
                             f"{list(wanted)}); copy or download the model folder again.")
 
 
-def read_task(path: Path, meta: dict) -> dict:
-    """{"task", and for a score model "activation"}: headcut.json's record, else the folder's config: one output
-    (num_labels=1, as a CrossEncoder reranker saves) is a score model, with the activation CrossEncoder applies."""
+def read_task(path: Path, meta: dict, saved: dict) -> dict:
+    """{"task", and for a score model "activation"}: headcut.json's record, else the folder's config.json
+    (`saved`): one output (num_labels=1, as a CrossEncoder reranker saves) is a score model, with the activation
+    CrossEncoder applies."""
     if "task" in meta:
         return {k: meta[k] for k in ("task", "activation") if k in meta}
-    config = read_json_file(path / "config.json")
-    labels = config.get("id2label")
-    num_labels = len(labels) if isinstance(labels, dict) else config.get("num_labels")
+    num_labels = _saved_outputs(saved)
+    num_labels = saved.get("num_labels") if num_labels is None else num_labels
     if num_labels != 1:
         return {"task": "grades"}
-    return {"task": "score", "activation": _cross_encoder_activation(path, config)}
+    return {"task": "score", "activation": _cross_encoder_activation(path, saved)}
 
 
 def _cross_encoder_activation(path: Path, config: dict) -> str:
@@ -313,7 +314,6 @@ def _cross_encoder_activation(path: Path, config: dict) -> str:
 def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str = "--model"):
     from transformers import AutoConfig
 
-    read_json_file(path / "config.json")  # transformers' own error does not say which file is broken
     with broken_file(path / "config.json"):
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     kind = getattr(config, "model_type", None)
