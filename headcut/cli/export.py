@@ -112,7 +112,8 @@ def export(
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     overwrite: bool = OVERWRITE, allow_pickle: bool = ALLOW_PICKLE,
 ):
-    """Export MODEL to an ONNX grader folder; every graph must match PyTorch (max |logit diff| <= 1e-4, same grades).
+    """Export MODEL to a grader folder (ONNX Runtime, OpenVINO or both); every graph must match PyTorch (max |logit
+    diff| <= 1e-4, same grades).
 
     Example: headcut export runs/teacher --out runs/grader-int8 --int8 --data ../shared/data/homedepot/dev.tsv --limit 2000
 

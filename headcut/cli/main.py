@@ -20,7 +20,7 @@ from headcut_grader.cli.serve import serve
 
 app = typer.Typer(
     name="headcut",
-    help="Make fine-tuned BERT relevance graders small and fast: score heads, prune, distill, export to ONNX.",
+    help="Make fine-tuned BERT relevance graders small and fast: score heads, prune, distill, export to ONNX Runtime and OpenVINO.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
