@@ -145,7 +145,7 @@ def load_model(
 
     Never runs remote code. Pruned headcut artifacts are rebuilt from their recorded shape and loaded strictly.
     """
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
     path = resolve_source(source, flag=flag)
     weights = _weights_file(path, allow_pickle=allow_pickle, flag=flag)
@@ -184,13 +184,22 @@ def load_model(
     model_type(model)
     if "max_length" in meta:
         setattr(model, RECORDED, int(meta["max_length"]))  # what encode() defaults to for this model
-    if (path / "tokenizer.json").exists():
-        read_json_file(path / "tokenizer.json")
-    with broken_file(path, label=f"the tokenizer in {path}"):
-        tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = read_tokenizer(path, flag=flag)
     _check_recorded_length(path, meta, model, tokenizer)
     _check_vocabulary(path, model, tokenizer)
     return LoadedModel(model, tokenizer, meta, str(path), file_hash(weights))
+
+
+def read_tokenizer(source: str | Path, *, flag: str = "--model"):
+    """The transformers tokenizer of a model folder (or built-in name), without its weights."""
+    from transformers import AutoTokenizer
+
+    path = resolve_source(source, flag=flag)
+    _check_tokenizer(path, flag)
+    if (path / "tokenizer.json").exists():
+        read_json_file(path / "tokenizer.json")
+    with broken_file(path, label=f"the tokenizer in {path}"):
+        return AutoTokenizer.from_pretrained(path)
 
 
 def _check_vocabulary(path: Path, model, tokenizer) -> None:

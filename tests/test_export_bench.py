@@ -10,8 +10,9 @@ from headcut.synthetic import synthetic_pairs
 from headcut_grader.data import read_pairs
 from headcut.export.bench import BenchResult, BenchSettings, benchmark, cell_inputs, onnx_variant, pytorch_variant
 from headcut.export.bench_report import write_bench
-from headcut.models import load_model, save_model
-from test_export import make_tiny_grader
+from headcut.models import LoadedModel, load_model, save_model
+from conftest import tiny_model
+from test_export import SPECIAL, make_tiny_grader
 
 
 def test_bench_cli_small_grid(tmp_path):
@@ -70,3 +71,44 @@ def test_cell_inputs_have_the_exact_shape(tmp_path):
     batch = cell_inputs(loaded.tokenizer, synthetic_pairs(5), 8, 32)
     assert {k: v.shape for k, v in batch.items()} == {k: (8, 32) for k in ("input_ids", "attention_mask", "token_type_ids")}
     assert batch["attention_mask"].sum(1).min() > 4 and (batch["input_ids"][5] == batch["input_ids"][0]).all()
+
+
+def _model_with_vocab(folder, vocab):
+    """A tiny saved BERT whose tokenizer has the WordPiece vocabulary `vocab` (after the special tokens)."""
+    from transformers import BertTokenizerFast
+
+    folder.mkdir(parents=True)
+    (folder / "vocab.txt").write_text("\n".join(SPECIAL + vocab) + "\n")
+    tokenizer = BertTokenizerFast(str(folder / "vocab.txt"))
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=128)
+    save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}), folder / "model")
+    return folder / "model"
+
+
+def test_bench_refuses_a_variant_whose_tokenizer_differs_from_the_first(tmp_path):
+    """Every variant is timed on the first --model's token ids. Was: a grader of a smaller vocabulary crashed
+    inside ONNX Runtime (an index past its embedding table), and a model of the same words in another order was
+    timed on wrong ids without a word."""
+    grader, loaded, _ = make_tiny_grader(tmp_path / "a")
+    words = [loaded.tokenizer.convert_ids_to_tokens(i) for i in range(len(SPECIAL), len(loaded.tokenizer))]
+    larger = _model_with_vocab(tmp_path / "larger", [f"extra{i}" for i in range(300)] + words)
+    reordered = _model_with_vocab(tmp_path / "reordered", words[::-1])
+    data = tmp_path / "pairs.tsv"
+    pairs = synthetic_pairs(20, seed=7)
+    data.write_text("query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{pairs.grades[y]}\n"
+                                                      for q, t, y in zip(pairs.queries, pairs.titles, pairs.labels)))
+    grid = ["--data", str(data), "--batch-sizes", "2", "--seq-lens", "16", "--repeats", "1", "--threads", "1"]
+    for first, flag, other in ((larger, "--grader", grader), (reordered, "--grader", grader),
+                               (larger, "--model", reordered)):
+        result = CliRunner().invoke(app, ["bench", "-m", str(first), flag, str(other), *grid, "--out",
+                                          str(tmp_path / "bench")])
+        assert result.exit_code == 2, (result.output, result.exception)
+        assert (f"{flag} {other} has another tokenizer than the first --model {first}, and bench times every "
+                "variant on the first's token ids; bench models that share a tokenizer, or run bench separately "
+                "for each.") in " ".join(result.output.split())
+        assert not (tmp_path / "bench").exists()
+    save_model(loaded, tmp_path / "same")  # the grader's own model: the same tokenizer, timed side by side
+    result = CliRunner().invoke(app, ["bench", "-m", str(tmp_path / "same"), "-g", str(grader), *grid, "--out",
+                                      str(tmp_path / "bench")])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "bench" / "bench.json").read_text())["variants"][1]["agreement"] == 1.0

@@ -28,8 +28,8 @@ def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
 
 
 def _check_variants(models: list[str], graders: list[Path], longest: int):
-    """Every --model and --grader named once, and each of the first --model's task and grades, before any loads:
-    bench compares each with the first; and no --grader is timed past its max_length (`longest`: the longest
+    """Every --model and --grader named once, and each of the first --model's task, grades and tokenizer, before
+    any loads: bench compares each with the first; and no --grader is timed past its max_length (`longest`: the longest
     --seq-lens; a grader's graph may have no positions past it). Returns the first's outline."""
     from headcut.evaluate.report import comparison_problem
     from headcut.models import outline
@@ -59,7 +59,23 @@ def _check_variants(models: list[str], graders: list[Path], longest: int):
         problem = comparison_problem((first.task, first.grades), kind, names=(f"the first --model {models[0]}", name))
         if problem:
             raise UserError(problem)
+    _check_tokenizers(models, graders)
     return first
+
+
+def _check_tokenizers(models: list[str], graders: list[Path]) -> None:
+    """Every variant is timed on the first --model's token ids, so each must tokenise as it does: another
+    vocabulary gives wrong ids, or ids past its embedding table (an ONNX Runtime error midway)."""
+    from headcut.export.bench import tokenizer_digest
+    from headcut_grader.errors import UserError
+
+    first = tokenizer_digest(models[0])
+    others = [*(("--model", m, False) for m in models[1:]), *(("--grader", g, True) for g in graders)]
+    for flag, name, grader in others:
+        if tokenizer_digest(name, grader=grader) != first:
+            raise UserError(f"{flag} {name} has another tokenizer than the first --model {models[0]}, and bench times "
+                            "every variant on the first's token ids; bench models that share a tokenizer, or run "
+                            "bench separately for each.")
 
 
 @user_errors

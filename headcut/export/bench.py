@@ -7,6 +7,8 @@ All variants are loaded in one process with the same thread count and take turns
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 import os
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -102,6 +104,31 @@ def grader_backends(grader_dir: str | Path) -> list[str]:
     from headcut_grader.grader import read_record
 
     return [b for b in graphs(read_record(grader_dir)) if installed(b)]
+
+
+# The parts of a tokenizer that decide a text's ids: truncation and padding are left out (bench sets the lengths it
+# times), and the decoder (ids back to text) too.
+ID_PARTS = ("model", "added_tokens", "normalizer", "pre_tokenizer", "post_processor")
+
+
+def tokenizer_digest(folder: str | Path, *, grader: bool = False) -> str:
+    """A hash of how a model folder (or built-in name), or a grader folder, turns text into token ids: variants
+    with the same digest give every pair the same ids."""
+    from headcut.models import read_tokenizer
+    from headcut_grader.grader import read_record
+    from headcut_grader.tokens import load_tokenizer
+
+    if grader:
+        tokenizer = load_tokenizer(folder, max_length=read_record(folder, flag="--grader")["max_length"])
+    else:
+        tokenizer = read_tokenizer(folder)
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)  # a fast tokenizer wraps a `tokenizers` one
+    if hasattr(backend, "to_str"):
+        spec = json.loads(backend.to_str())
+        parts = [spec.get(k) for k in ID_PARTS]
+    else:  # a slow (Python) tokenizer: its class and vocabulary
+        parts = [type(tokenizer).__name__, sorted(tokenizer.get_vocab().items())]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
 def onnx_variant(name: str, grader_dir: str | Path, *, threads: int) -> Variant:
