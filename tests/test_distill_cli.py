@@ -14,7 +14,7 @@ runner = CliRunner()
 
 
 def write_recipe(path, teacher, **changes):
-    recipe = recipe_for(teacher, epochs=1, eval_every=10, **changes)
+    recipe = recipe_for(teacher, **{"epochs": 1, "eval_every": 10, **changes})
     data = {k: list(v) if isinstance(v, tuple) else v for k, v in recipe.__dict__.items()}
     path.write_text(yaml.safe_dump(data))
     return path
@@ -85,3 +85,36 @@ def test_tune_refuses_to_replace_another_recipes_study_or_write_into_a_file(tiny
     with pytest.raises(UserError, match="--out .*file is a file; name a folder"):
         tune(recipe, tmp_path / "file", trials=1)
     assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_tune_refuses_a_study_whose_data_changed_and_resumes_one_whose_did_not(tiny_teacher, tmp_path):  # noqa: F811
+    """Was: the study and its trial folders were named by the recipe alone, so after train_data's content changed a
+    rerun reused the old trials' metrics as if measured on the new pairs (exit 0, tune.json rewritten)."""
+    from headcut.synthetic import synthetic_pairs
+
+    train = tmp_path / "train.tsv"
+    pairs = synthetic_pairs(400, seed=3)
+    rows = [f"{q}\t{t}\t{pairs.grades[y]}\n" for q, t, y in zip(pairs.queries, pairs.titles, pairs.labels)]
+    original = "query\ttitle\tgrade\n" + "".join(rows)
+    train.write_text(original)
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, train_data=str(train), epochs=0.5, eval_every=100,
+                          tune_fields=["temperature"])
+    args = ["distill", str(recipe), "--tune", "1", "--out", str(tmp_path / "study")]
+    assert runner.invoke(app, args).exit_code == 0
+    before = (tmp_path / "study" / "tune.json").read_text()
+    train.write_text(original.replace("\t5\n", "\t1\n"))  # the same pairs, other grades
+    changed = runner.invoke(app, args)
+    assert changed.exit_code == 2, changed.output
+    assert (f"--out {tmp_path / 'study'} holds this recipe's study on other inputs (train_data changed since), whose "
+            "trials' metrics this search would reuse; pass --overwrite to start a fresh study, or choose a new "
+            "--out.") in " ".join(changed.output.split())
+    assert (tmp_path / "study" / "tune.json").read_text() == before
+    train.write_text(original)
+    again = runner.invoke(app, args)  # the study is complete: resumed, no trial runs again
+    assert again.exit_code == 0, again.output
+    assert json.loads((tmp_path / "study" / "tune.json").read_text()) == json.loads(before)
+    assert len(list((tmp_path / "study" / "trials").iterdir())) == 1
+    train.write_text(original.replace("\t5\n", "\t1\n"))
+    fresh = runner.invoke(app, [*args, "--overwrite"])  # the same values on other data: a trial of its own
+    assert fresh.exit_code == 0, fresh.output
+    assert len(list((tmp_path / "study" / "trials").iterdir())) == 2

@@ -3,6 +3,8 @@
 The study lives in `out/study.db` (sqlite), so rerunning the same command continues it: finished trials
 are kept, a trial killed mid-way runs again with the same values (its distillation resumes from its
 checkpoint), and the search stops once N trials are complete. Trials share one teacher-logit cache.
+The study records the content its trials read (teacher weights, pairs fingerprints), and each trial's folder is
+named by it too, so a study or trial is never continued onto data that changed since.
 """
 from __future__ import annotations
 
@@ -12,11 +14,13 @@ import json
 from pathlib import Path
 
 from headcut.distill.recipe import DistillRecipe, tune_ranges
-from headcut.distill.run import distill
+from headcut.distill.run import distill, with_unlabeled
+from headcut.distill.students import teacher_source
 from headcut_grader.errors import UserError
-from headcut_grader.files import check_place, refuse_inputs, write_json
+from headcut_grader.files import check_place, file_hash, refuse_inputs, write_json
 from headcut_grader.validation import read_small_text
-from headcut.finetune import recipe_hash
+from headcut.finetune import load_data, run_hash
+from headcut.models import resolve_source, weights_file
 from headcut.recipes import to_dict
 
 STUDY_FILE = "study.db"
@@ -32,7 +36,8 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
          on_trial=None) -> dict:
     """Run (or continue) the search until `trials` trials are complete; returns the trials and the best one.
 
-    Each trial's student lands in out/trials/<recipe hash>/; `on_trial(record)` is called after each trial.
+    Each trial's student lands in out/trials/<hash of its recipe and inputs_read>/; `on_trial(record)` is called
+    after each trial.
     """
     import optuna
 
@@ -42,22 +47,12 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     if not recipe.searched_fields:
         raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
     _check_out(out, recipe, overwrite=overwrite)
+    read = inputs_read(recipe)  # a bad data file is said before the study opens
     if overwrite and (out / STUDY_FILE).exists():
-        (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values repeat
+        (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values and data repeat
     out.mkdir(parents=True, exist_ok=True)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI reports trials itself
-    from sqlalchemy.exc import SQLAlchemyError
-
-    try:
-        study = optuna.create_study(
-            study_name=study_name(recipe), storage=f"sqlite:///{out / STUDY_FILE}", load_if_exists=True,
-            direction="minimize" if recipe.select_metric == "loss" else "maximize",
-            sampler=optuna.samplers.TPESampler(seed=recipe.seed),
-        )
-    except SQLAlchemyError as e:
-        reason = str(getattr(e, "orig", None) or e).splitlines()[0]
-        raise UserError(f"{out / STUDY_FILE} is damaged ({reason}); pass --overwrite to start a fresh study "
-                        "(finished trial folders are reused).") from None
+    study = _open_study(recipe, out)
+    _check_inputs(study, read, out)
     running = optuna.trial.TrialState.RUNNING
     for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
         study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
@@ -68,7 +63,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
         values = {name: trial.suggest_float(name, ranges[name][0], ranges[name][1], log=ranges[name][2])
                   for name in recipe.searched_fields}
         candidate = dataclasses.replace(recipe, **values)
-        folder = out / "trials" / recipe_hash(candidate)
+        folder = out / "trials" / run_hash(candidate, read)
         metrics = _finished_metrics(folder)
         if metrics is None:
             result = distill(candidate, folder, overwrite=True, progress=progress)
@@ -81,6 +76,61 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     summary = _summary(study, recipe)
     write_json(out / "tune.json", summary)
     return summary
+
+
+def inputs_read(recipe: DistillRecipe) -> dict:
+    """What the study's trials read besides the recipe, by content, under the recipe keys that name it: the teacher's
+    (and a pruned student's) weights hash and the pairs' fingerprints, as each trial's run folder records them."""
+    train, dev = load_data(recipe)
+    read = {"teacher": _weights_hash(teacher_source(recipe), "teacher"), "train_data": train.fingerprint,
+            "dev_data": dev.fingerprint}
+    if recipe.dev_data is None:  # dev pairs are a split of train_data
+        read["train_data"] = [train.fingerprint, read.pop("dev_data")]
+    if recipe.student == "pruned":
+        read["student_model"] = _weights_hash(recipe.student_model, "student_model")
+    if recipe.unlabeled_data is not None:
+        read["unlabeled_data"] = with_unlabeled(recipe, train)[0].fingerprint
+    return read
+
+
+def _weights_hash(source: str, key: str) -> str | None:
+    """The hash load_model records for a model's weights (None for a folder without: loading it says so)."""
+    weights = weights_file(resolve_source(source, flag=key))
+    return None if weights is None else file_hash(weights)
+
+
+def _open_study(recipe: DistillRecipe, out: Path):
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI reports trials itself
+    try:
+        return optuna.create_study(
+            study_name=study_name(recipe), storage=f"sqlite:///{out / STUDY_FILE}", load_if_exists=True,
+            direction="minimize" if recipe.select_metric == "loss" else "maximize",
+            sampler=optuna.samplers.TPESampler(seed=recipe.seed),
+        )
+    except SQLAlchemyError as e:
+        reason = str(getattr(e, "orig", None) or e).splitlines()[0]
+        raise UserError(f"{out / STUDY_FILE} is damaged ({reason}); pass --overwrite to start a fresh study "
+                        "(finished trial folders are reused).") from None
+
+
+def _check_inputs(study, read: dict, out: Path) -> None:
+    """A new study records what its trials read; one found in `out` must have read the same (its trials' metrics
+    were measured on those inputs), or it is refused before any trial runs."""
+    recorded = study.user_attrs.get("inputs_read")
+    if recorded is None and not study.trials:
+        study.set_user_attr("inputs_read", read)
+        return
+    if recorded == read:
+        return
+    if recorded is None:  # made by a headcut that did not record them
+        what = "made before headcut recorded the inputs its trials read"
+    else:
+        what = f"on other inputs ({', '.join(k for k in read if recorded.get(k) != read[k])} changed since)"
+    raise UserError(f"--out {out} holds this recipe's study {what}, whose trials' metrics this search would reuse; "
+                    "pass --overwrite to start a fresh study, or choose a new --out.")
 
 
 def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool) -> None:
