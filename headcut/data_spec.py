@@ -8,8 +8,10 @@ from headcut.synthetic import is_synthetic, synthetic_spec
 
 
 def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = "grades", **options) -> Pairs:
-    """The pairs `spec` names; `options` go to `read_pairs` for a file (preset, columns, grades, ...)."""
+    """The pairs `spec` names; `options` go to `read_pairs` for a file (preset, columns, grades, texts_only, ...)."""
     synthetic = synthetic_spec(spec, rows)
+    if synthetic is not None and options.get("texts_only"):
+        return Pairs(synthetic.queries, synthetic.titles, None, synthetic.grades, synthetic.source)
     if synthetic is not None:
         _check_synthetic_grades(synthetic, options.get("grades") if task == "grades" else None, options.get("keys"))
         return as_scores(synthetic) if task == "score" else synthetic

@@ -68,6 +68,38 @@ def test_probe_command(tiny_grader, tmp_path):
     assert (tmp_path / "p" / "attention.png").read_bytes().startswith(PNG)
 
 
+@pytest.fixture(scope="module")
+def grader_of_three_grades(tiny_grader, tmp_path_factory):
+    """The tiny grader's kind, grading 2, 3 and 4 (three outputs), so grades 1 and 5 are not its own."""
+    from headcut.models import LoadedModel, read_tokenizer, save_model
+
+    out = tmp_path_factory.mktemp("three") / "tiny"
+    tok = read_tokenizer(tiny_grader)
+    save_model(LoadedModel(tiny_model("bert", vocab_size=tok.vocab_size, num_labels=3), tok,
+                           {"grades": [2, 3, 4], "max_length": 32}), out)
+    return out
+
+
+@pytest.mark.parametrize("text", [
+    "query\ttitle\tgrade\ndrill\tcordless drill\t5\nhammer\tclaw hammer\t7\nsaw\thand saw\thigh\n",
+    "query\ttitle\ndrill\tcordless drill\nhammer\tclaw hammer\n",
+    "synthetic",
+])
+def test_probe_reads_only_the_texts(grader_of_three_grades, tmp_path, text):
+    """Probes read attention, never grades. Was: the preset's grade column was read against the model's grades, so
+    a grade the model lacks (5, 7, 'high') or synthetic pairs (graded 1-5) refused the file, and where the grades
+    fitted, a baseline pass over the pairs ran whose metrics probe never printed."""
+    data = "synthetic" if text == "synthetic" else tmp_path / "pairs.tsv"
+    if text != "synthetic":
+        data.write_text(text, encoding="utf-8")
+    r = runner.invoke(app, ["probe", "--model", str(grader_of_three_grades), "--data", str(data), "--limit", "20",
+                            "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    assert "term_match" in r.output
+    extra = json.loads((tmp_path / "p" / "importance.json").read_text())["extra"]
+    assert extra["probes"]["content_tokens"] > 0 and "baseline" not in extra
+
+
 def test_bad_flags_exit_2(tiny_grader, tmp_path):
     r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", "synthetic", "--out", str(tmp_path / "x"),
                             "--method", "ablation,magic"])

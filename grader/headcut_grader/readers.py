@@ -64,13 +64,15 @@ def read_pairs(
     limit: int | None = None,
     task: str = "grades",
     keys: str | dict | None = None,
+    texts_only: bool = False,
 ) -> Pairs:
     """Read pairs from TSV, CSV, JSON lines or a JSON array.
 
     Every problem a user can cause raises `UserError` naming the file, line and column.
     `label_map` maps raw label text to a grade, or is 'round' for float scores. A grade outside `grades` is
     refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
-    With `require_labels=False` a file without a label column gives unlabeled pairs.
+    With `require_labels=False` a file without a label column gives unlabeled pairs; with `texts_only` every file
+    does (its gold column, if any, is not read: for callers that never use gold).
     `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
     `keys` is how the caller's user sets the preset and columns, what the messages tell them to change: None,
     flags (--title-col); a dict, flags with some named otherwise ({"title_col": "--seg-col"}: the caller read
@@ -80,7 +82,7 @@ def read_pairs(
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
                             grades_fix=grades_fix, fmt=fmt,
-                            require_labels=require_labels, task=task, keys=keys))
+                            require_labels=require_labels, task=task, keys=keys, texts_only=texts_only))
     return chunk.pairs
 
 
@@ -120,6 +122,7 @@ def iter_pairs(
     start: Position | None = None,
     task: str = "grades",
     keys: str | dict | None = None,
+    texts_only: bool = False,
 ):
     """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
     (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays too,
@@ -139,7 +142,7 @@ def iter_pairs(
     if score and label_map is not None:
         raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps labels to grades, and this model is a "
                         "one-score reranker that reads the score column as numbers; drop it.")
-    label_cols = (label_col,) if label_col else (p.score_cols if score else p.label_cols)
+    label_cols = () if texts_only else (label_col,) if label_col else (p.score_cols if score else p.label_cols)
     _check_label_map(label_map, grades, keys)
     label_map = label_map if label_map is not None else p.label_map
 
@@ -148,7 +151,7 @@ def iter_pairs(
         first = next(records, None)
         columns = _columns(path, first, lines, fmt, (query_col, title_col), keys)
         label_name = next((c for c in label_cols if c in columns), None)
-        if label_name is None and require_labels:
+        if label_name is None and require_labels and not texts_only:
             raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task,
                                           fix=_fix("label_col", keys)))
         if start is not None and start.offset:

@@ -79,9 +79,10 @@ def _title_words(data, pairs, seg_col, **read) -> list[str] | None:
 
 
 def _run(model, data, out, settings, *, preset, query_col, title_col, label_col, label_map, limit, seed,
-         overwrite, allow_pickle, seg_col=None):
+         overwrite, allow_pickle, seg_col=None, texts_only=False):
     """Under `accelerate launch` every process scans (the ablation forwards are split between them) and
-    the main process alone draws bars and writes; result is None on the other processes."""
+    the main process alone draws bars and writes; result is None on the other processes. `texts_only`: read no
+    gold (probe), so a file's grades need not fit the model and no baseline is measured."""
     from headcut.evaluate.ablation import process_state
     from headcut.evaluate.scan import scan_model
     from headcut.evaluate.scan_report import write_scan
@@ -90,10 +91,12 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
 
     state = process_state()
     check_out_dir(out, overwrite=overwrite, inputs=[model, data])
+    # require_labels: a gold column named by its flag must be there
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
-                require_labels=label_col is not None, seed=seed)  # a gold column named by its flag must be there
+                require_labels=label_col is not None, seed=seed, texts_only=texts_only)
     loaded = load_model(model, allow_pickle=allow_pickle)
-    read.update(task=loaded.task, grades=loaded.grades)
+    if not texts_only:  # the model's task and grades say how its gold reads
+        read.update(task=loaded.task, grades=loaded.grades)
     pairs = read_data(data, title_col=title_col, **read)
     title_words = _title_words(data, pairs, seg_col, **read)
     if state.num_processes > 1:
@@ -205,7 +208,7 @@ def probe(
                             max_length=max_length, seed=seed)
     result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
                   label_col=None, label_map=None, limit=limit or None, seed=seed, overwrite=overwrite,
-                  allow_pickle=allow_pickle, seg_col=seg_col)
+                  allow_pickle=allow_pickle, seg_col=seg_col, texts_only=True)
     if result is None:  # not the main process of `accelerate launch`
         return
     probes = result["probes"]
