@@ -29,6 +29,13 @@ def _edit(key, value):
     return harm
 
 
+def _edits(**changes):
+    def harm(folder):
+        for key, value in changes.items():
+            _edit(key, value)(folder)
+    return harm
+
+
 def _model_file(**changes):
     def harm(folder):
         record = json.loads((folder / "grader.json").read_text())
@@ -50,7 +57,8 @@ def _another_graders_graph(folder):
 
 
 LIES = [
-    (_edit("grades", [1, 2, 3]), "names 3 outputs (task grades) but the graph has 5"),
+    (_edit("grades", [1, 2, 3]), "'label_map' is {'0': 1, '1': 2, '2': 3, '3': 4, '4': 5}, but the runtime grades"),
+    (_edits(grades=[1, 2, 3], label_map={"0": 1, "1": 2, "2": 3}), "names 3 outputs (task grades) but the graph has 5"),
     (_edit("grades", ["1", "2", "3", "4", "5"]), "'grades' is"),
     (_edit("max_length", -4), "'max_length' is -4"),
     (_edit("pad_id", "0"), "'pad_id' is 0"),
@@ -58,6 +66,10 @@ LIES = [
     (_another_graders_graph, "outside the grader folder"),
     (_model_file(name="/etc/passwd"), "outside the grader folder"),
     (_edit("input_names", ["input_ids", "attention_mask", "position_ids"]), "input_names"),
+    # the keys other-language clients read (docs/deployment.md) must say what the runtime does
+    (_edit("label_map", {"0": 1, "1": 2, "2": 3, "3": 4, "4": 7}), "'label_map' is"),
+    (_edit("truncation", "only_second"), "'truncation' is only_second"),
+    (_edit("output_name", "scores"), "'output_name' is scores"),
 ]
 
 
@@ -81,7 +93,7 @@ def test_serve_refuses_a_lying_folder_before_it_listens(exported, tmp_path):
     """Was: `headcut-grader serve` started and then failed every request."""
     folder = tmp_path / "grader"
     shutil.copytree(exported, folder)
-    _edit("grades", [1, 2, 3])(folder)
+    _edits(grades=[1, 2, 3], label_map={"0": 1, "1": 2, "2": 3})(folder)
     with socket.socket() as s:  # a free port, so a server that wrongly starts would listen, not clash
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

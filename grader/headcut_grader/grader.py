@@ -159,7 +159,19 @@ def record_problem(record: dict) -> str | None:
         value = record.get(key, low)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             return f"'{key}' is {str(value)[:60]}, not a whole number from {low} to {high:,}"
-    return _sections_problem(record)
+    return _client_keys_problem(record, grades) or _sections_problem(record)
+
+
+def _client_keys_problem(record: dict, grades: list) -> str | None:
+    """The keys only clients in other languages read (docs/deployment.md) say what this runtime does: an edited
+    one would make such a client grade otherwise than the runtime, with nothing refused."""
+    label_map = {str(column): grade for column, grade in enumerate(grades)}
+    if record.get("task", "grades") == "grades" and record.get("label_map", label_map) != label_map:
+        return f"'label_map' is {str(record['label_map'])[:80]}, but the runtime grades column i as grades[i]: {label_map}"
+    for key, value in (("truncation", "longest_first"), ("output_name", "logits")):
+        if record.get(key, value) != value:
+            return f"'{key}' is {str(record[key])[:60]}, but the graph and the runtime use {value}"
+    return None
 
 
 ORT_PRECISIONS = ("fp32", "int8")
