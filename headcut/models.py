@@ -306,15 +306,20 @@ def read_task(path: Path, meta: dict, saved: dict) -> dict:
 def _cross_encoder_activation(path: Path, config: dict) -> str:
     """The activation a CrossEncoder folder records (v4+: config_sentence_transformers.json; older: config.json);
     none recorded means CrossEncoder's default for one output, the sigmoid."""
-    recorded = None
-    if (path / CROSS_ENCODER_FILE).exists():
-        recorded = read_json_file(path / CROSS_ENCODER_FILE).get("activation_fn")
-    recorded = recorded or (config.get("sentence_transformers") or {}).get("activation_fn") \
-        or config.get("sbert_ce_default_activation_function")
+    st_file = read_json_file(path / CROSS_ENCODER_FILE) if (path / CROSS_ENCODER_FILE).exists() else {}
+    st_config = config.get("sentence_transformers") or {}
+    if not isinstance(st_config, dict):
+        raise UserError(f"{path / 'config.json'}: 'sentence_transformers' must be an object, not "
+                        f"{json.dumps(st_config)[:40]}; fix it or save the model again with sentence-transformers.")
+    sources = [(CROSS_ENCODER_FILE, "activation_fn", st_file.get("activation_fn")),
+               ("config.json", "sentence_transformers.activation_fn", st_config.get("activation_fn")),
+               ("config.json", "sbert_ce_default_activation_function",
+                config.get("sbert_ce_default_activation_function"))]
+    file, key, recorded = next((s for s in sources if s[2]), (None, None, None))
     if recorded is None:
         return "sigmoid"
-    if recorded not in CROSS_ENCODER_ACTIVATIONS:
-        raise UserError(f"{path / CROSS_ENCODER_FILE}: activation_fn '{recorded}' is not one headcut applies "
+    if not isinstance(recorded, str) or recorded not in CROSS_ENCODER_ACTIVATIONS:
+        raise UserError(f"{path / file}: {key} {json.dumps(recorded)[:60]} is not one headcut applies "
                         f"({', '.join(CROSS_ENCODER_ACTIVATIONS)}); set it to one of those, or save the model with "
                         "activation_fn=torch.nn.Identity().")
     return CROSS_ENCODER_ACTIVATIONS[recorded]

@@ -1,0 +1,38 @@
+"""Bad input in less-trodden corners (model folders' records, config.json, ...): one sentence naming the file
+and key, exit code 2, no traceback; nothing allocated past what the input's own size implies."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from test_bad_input import _copy, refused, run, saved_models, write  # noqa: F401  (saved_models: a fixture)
+
+PAIRS_TSV = "query\ttitle\tgrade\ndrill\tcordless drill\t4\npaint\tred lamp\t1\n"
+
+
+def _edit_json(path, **changes):
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("file,changes,words", [
+    ("config_sentence_transformers.json", {"activation_fn": {"a": 1}}, ["config_sentence_transformers.json",
+                                                                         "activation_fn"]),
+    ("config_sentence_transformers.json", {"activation_fn": ["x"]}, ["config_sentence_transformers.json"]),
+    ("config.json", {"sentence_transformers": "sigmoid"}, ["config.json", "'sentence_transformers' must be an object"]),
+    ("config.json", {"sentence_transformers": {"activation_fn": 3}}, ["config.json",
+                                                                       "sentence_transformers.activation_fn 3"]),
+    ("config.json", {"sbert_ce_default_activation_function": ["x"]}, ["config.json",
+                                                                       "sbert_ce_default_activation_function"]),
+])
+def test_a_cross_encoder_activation_record_of_the_wrong_type_names_its_file_and_key(tmp_path, saved_models, file,
+                                                                                    changes, words):
+    """Was: TypeError (unhashable type: 'dict') or AttributeError ('str' object has no attribute 'get'), exit 1."""
+    folder = _copy(saved_models["plain"], tmp_path)  # a CrossEncoder-style folder: one output, no headcut.json
+    _edit_json(folder / "config.json", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+    if file == "config_sentence_transformers.json":
+        (folder / file).write_text("{}")
+    _edit_json(folder / file, **changes)
+    refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), *words)
