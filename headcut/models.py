@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, usable_positions, widen)
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
+from headcut.weight_files import shard_files
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
@@ -376,8 +377,8 @@ def _read_state(weights: Path) -> dict:
     if weights.suffix == ".bin":
         return _read_pickle_state(weights)
     if weights.name.endswith(".index.json"):
-        shards = sorted(set(read_json_file(weights).get("weight_map", {}).values()))
-        return {k: v for shard in shards for k, v in load_file(str(weights.parent / shard)).items()}
+        shards = shard_files(weights, read_json_file(weights).get("weight_map"))
+        return {k: v for shard in shards for k, v in load_file(str(shard)).items()}
     return load_file(str(weights))
 
 

@@ -36,3 +36,25 @@ def test_a_cross_encoder_activation_record_of_the_wrong_type_names_its_file_and_
         (folder / file).write_text("{}")
     _edit_json(folder / file, **changes)
     refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), *words)
+
+
+@pytest.mark.parametrize("weight_map,words", [
+    ([1], "'weight_map' must be an object"),
+    ({}, "'weight_map' must be an object"),
+    ("SHARD_NUMBER", "names the shard 5"),
+    ("SHARD_OUTSIDE", "names the shard '../model.safetensors', which is not a file name in the folder"),
+])
+def test_a_sharded_index_of_the_wrong_shape_names_the_index(tmp_path, saved_models, weight_map, words):
+    """Was: AttributeError ('list' object has no attribute 'values') or TypeError, exit 1; a shard named
+    '../x.safetensors' was read from outside the model folder."""
+    from safetensors.torch import load_file
+
+    folder = _copy(saved_models["artifact"], tmp_path)
+    keys = list(load_file(folder / "model.safetensors"))
+    (folder / "model.safetensors").rename(folder / "model-00001.safetensors")
+    if isinstance(weight_map, str):  # every parameter in one shard named so
+        weight_map = dict.fromkeys(keys, {"SHARD_NUMBER": 5, "SHARD_OUTSIDE": "../model.safetensors"}[weight_map])
+    index = {"weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)),
+            "model.safetensors.index.json", words)
