@@ -157,6 +157,7 @@ def load_model(
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
         _check_outputs(path, meta, num_labels, saved)
     config = _read_config(path, num_labels, attn_implementation)
+    skeleton(path, config)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
     shape = getattr(config, SHAPE_KEY, None)
@@ -236,12 +237,20 @@ def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = No
     meta = {**meta, **read_task(path, meta, read_json_file(path / "config.json"))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
     config = _read_config(path, num_labels, "eager", flag=flag)
-    with torch.device("meta"):
+    return LoadedModel(skeleton(path, config), None, meta, str(path))
+
+
+def skeleton(path: Path, config):
+    """The model `config` (read from `path`) describes, built on the meta device: its shape, pruned or not, without
+    weights or memory. Whatever fails building it (0 heads, a head count that does not divide the width, a padding
+    id past the vocabulary) is config.json's fault, said before the weights are read."""
+    from transformers import AutoModelForSequenceClassification
+
+    with torch.device("meta"), broken_file(path / "config.json", errors=(Exception,)):
         model = AutoModelForSequenceClassification.from_config(config)
         if getattr(config, SHAPE_KEY, None) is not None:
-            with broken_file(path / "config.json"):
-                apply_shape(model, getattr(config, SHAPE_KEY))
-    return LoadedModel(model, None, meta, str(path))
+            apply_shape(model, getattr(config, SHAPE_KEY))
+    return model
 
 
 def _read_meta(path: Path) -> dict:
@@ -329,7 +338,7 @@ def _cross_encoder_activation(path: Path, config: dict) -> str:
 def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str = "--model"):
     from transformers import AutoConfig
 
-    with broken_file(path / "config.json"):
+    with broken_file(path / "config.json", errors=(Exception,)):  # a value of the wrong type: any error
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     kind = getattr(config, "model_type", None)
     if kind not in ARCHITECTURES:
@@ -411,19 +420,25 @@ def read_json_file(path: Path) -> dict:
     return data
 
 
+READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, KeyError, SafetensorError, pickle.UnpicklingError)
+
+
 @contextmanager
-def broken_file(path: Path, *, label: str | None = None):
+def broken_file(path: Path, *, label: str | None = None, errors: tuple = READ_ERRORS):
     """Turn a library's error while reading `path` into one sentence that names it."""
     try:
         yield
-    except (OSError, ValueError, RuntimeError, EOFError, KeyError, SafetensorError, pickle.UnpicklingError) as e:
+    except UserError:
+        raise
+    except errors as e:
         raise UserError(f"{label or path} is damaged or incomplete ({_reason(e)}); copy or download the model "
                         "folder again.") from None
 
 
 def _reason(error: Exception, limit: int = 200) -> str:
     """A library error's first line, or its first sentence when the line runs long; never cut mid-sentence."""
-    line = (str(error).strip().splitlines() or [""])[0]
+    lines = str(error).strip().splitlines() or [""]
+    line = " ".join(x.strip() for x in lines[:2]) if lines[0].endswith(":") else lines[0]  # "field 'x':\n why"
     first = line.split(". ")[0].rstrip(".") + "."
     if len(line) > limit:
         line = first if len(first) <= limit else ""

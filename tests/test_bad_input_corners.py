@@ -58,3 +58,24 @@ def test_a_sharded_index_of_the_wrong_shape_names_the_index(tmp_path, saved_mode
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)),
             "model.safetensors.index.json", words)
+
+
+@pytest.mark.parametrize("changes,words", [
+    ({"hidden_size": "32"}, "expected int, got str"),
+    ({"layer_norm_eps": "1e-12"}, "layer_norm_eps"),
+    ({"num_attention_heads": 0}, "modulo by zero"),
+    ({"num_attention_heads": 3}, "not a multiple of the number of attention heads"),
+    ({"pad_token_id": 10**6}, "Padding_idx"),
+    ({"id2label": ["a", "b", "c", "d", "e"]}, "has no attribute 'items'"),
+    ({"model_type": ["bert"]}, "unhashable"),
+])
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+def test_a_config_value_of_the_wrong_type_or_size_names_config_json(tmp_path, saved_models, kind, changes, words):
+    """Was: StrictDataclassFieldValidationError, ZeroDivisionError, AssertionError, AttributeError or TypeError
+    tracebacks (exit 1), or the weights blamed ('model.safetensors is damaged ... not a multiple of the number of
+    attention heads') for a config.json value."""
+    folder = _copy(saved_models[kind], tmp_path)
+    _edit_json(folder / "config.json", **changes)
+    result = run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV))
+    refused(result, f"{folder / 'config.json'} is damaged", words)
+    assert "model.safetensors" not in result.output
