@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, usable_positions, widen)
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
-from headcut.weight_files import shard_files
+from headcut.weight_files import check_sizes, check_weights_cover, shard_files, stored_counts
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
@@ -157,7 +157,7 @@ def load_model(
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
         _check_outputs(path, meta, num_labels, saved)
     config = _read_config(path, num_labels, attn_implementation)
-    skeleton(path, config)
+    skeleton(path, config, weights)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
     shape = getattr(config, SHAPE_KEY, None)
@@ -237,19 +237,30 @@ def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = No
     meta = {**meta, **read_task(path, meta, read_json_file(path / "config.json"))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
     config = _read_config(path, num_labels, "eager", flag=flag)
-    return LoadedModel(skeleton(path, config), None, meta, str(path))
+    weights = weights_file(path)  # a pickle is read only by load_model, where --allow-pickle says it may be
+    return LoadedModel(skeleton(path, config, weights if weights and weights.suffix != ".bin" else None), None, meta,
+                       str(path))
 
 
-def skeleton(path: Path, config):
+def skeleton(path: Path, config, weights: Path | None):
     """The model `config` (read from `path`) describes, built on the meta device: its shape, pruned or not, without
     weights or memory. Whatever fails building it (0 heads, a head count that does not divide the width, a padding
-    id past the vocabulary) is config.json's fault, said before the weights are read."""
+    id past the vocabulary) is config.json's fault, said before the weights are read; so is a model larger than
+    `weights` holds (its sizes checked before it is outlined, its weights before any is allocated)."""
     from transformers import AutoModelForSequenceClassification
 
+    if weights is not None:
+        with broken_file(weights):
+            tensors, numbers = _stored_counts(weights)
+        sizes = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
+                 ARCHITECTURES[config.model_type].intermediate)
+        check_sizes(path / "config.json", {key: getattr(config, key, None) for key in sizes}, tensors, numbers)
     with torch.device("meta"), broken_file(path / "config.json", errors=(Exception,)):
         model = AutoModelForSequenceClassification.from_config(config)
         if getattr(config, SHAPE_KEY, None) is not None:
             apply_shape(model, getattr(config, SHAPE_KEY))
+    if weights is not None:
+        check_weights_cover(path / "config.json", model, numbers)
     return model
 
 
@@ -385,10 +396,22 @@ def _read_state(weights: Path) -> dict:
     """A state dict from safetensors (one file or an index of shards) or, when allowed, a pickle."""
     if weights.suffix == ".bin":
         return _read_pickle_state(weights)
+    return {k: v for shard in _weight_files(weights) for k, v in load_file(str(shard)).items()}
+
+
+def _stored_counts(weights: Path) -> tuple[int, int]:
+    """(tensors, numbers) the weights hold: from safetensors headers, or a pickle's state (read here in full)."""
+    if weights.suffix == ".bin":
+        state = _read_pickle_state(weights)
+        return len(state), sum(v.numel() for v in state.values())
+    return stored_counts(_weight_files(weights))
+
+
+def _weight_files(weights: Path) -> list[Path]:
+    """The files holding the weights: a safetensors index's shards, else the file itself."""
     if weights.name.endswith(".index.json"):
-        shards = shard_files(weights, read_json_file(weights).get("weight_map"))
-        return {k: v for shard in shards for k, v in load_file(str(shard)).items()}
-    return load_file(str(weights))
+        return shard_files(weights, read_json_file(weights).get("weight_map"))
+    return [weights]
 
 
 def _read_pickle_state(weights: Path) -> dict:
@@ -438,7 +461,9 @@ def broken_file(path: Path, *, label: str | None = None, errors: tuple = READ_ER
 def _reason(error: Exception, limit: int = 200) -> str:
     """A library error's first line, or its first sentence when the line runs long; never cut mid-sentence."""
     lines = str(error).strip().splitlines() or [""]
-    line = " ".join(x.strip() for x in lines[:2]) if lines[0].endswith(":") else lines[0]  # "field 'x':\n why"
+    line = lines[0]
+    if line.endswith(":") and len(lines) > 1 and len(line) + len(lines[1]) < limit:  # "field 'x':\n  why"
+        line = f"{line} {lines[1].strip()}"
     first = line.split(". ")[0].rstrip(".") + "."
     if len(line) > limit:
         line = first if len(first) <= limit else ""

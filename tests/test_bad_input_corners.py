@@ -79,3 +79,35 @@ def test_a_config_value_of_the_wrong_type_or_size_names_config_json(tmp_path, sa
     result = run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV))
     refused(result, f"{folder / 'config.json'} is damaged", words)
     assert "model.safetensors" not in result.output
+
+
+@pytest.mark.parametrize("changes,words", [
+    ({"vocab_size": 20_000}, "describes an encoder of 6"),  # 20,000 x 32 embeddings: more than the file holds
+    ({"intermediate_size": 30_000}, "intermediate_size is 30,000, more than the"),
+    ({"num_hidden_layers": 1_000}, "num_hidden_layers is 1,000, more than the"),
+])
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+def test_a_config_larger_than_its_weights_is_refused_before_the_model_is_built(tmp_path, saved_models, kind,
+                                                                              changes, words):
+    """Was: the model config.json describes allocated in full, then 'model.safetensors is damaged or incomplete'
+    (a vocabulary of 10^9: 128 GB asked for before that)."""
+    folder = _copy(saved_models[kind], tmp_path)
+    _edit_json(folder / "config.json", **changes)
+    result = run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV))
+    refused(result, f"{folder / 'config.json'}", words, "put back the config.json")
+    assert "model.safetensors" not in result.output
+
+
+def test_a_config_of_a_huge_vocabulary_is_refused_within_bounded_memory(tmp_path, saved_models):
+    """Run under a 3 GB address-space limit: the 128 GB the config implies must never be asked for."""
+    import subprocess
+    import sys
+
+    folder = _copy(saved_models["plain"], tmp_path)
+    _edit_json(folder / "config.json", vocab_size=10**9)
+    command = [sys.executable, "-m", "headcut.cli.main", "evaluate", "--model", str(folder), "--data",
+               str(write(tmp_path, "p.tsv", PAIRS_TSV))]
+    done = subprocess.run(["bash", "-c", 'ulimit -v 3000000; exec "$@"', "bash", *command], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "config.json: vocab_size is 1,000,000,000, more than the" in done.stderr, done.stderr[-2000:]
