@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -117,16 +117,18 @@ def selection_pairs(recipe: TrainingRecipe) -> Pairs | None:
     return _read(recipe, recipe.dev_data, recipe.dev_rows, recipe.seed + 1).sample(recipe.dev_rows, seed=recipe.seed)
 
 
-def recorded_selection_pairs(meta: dict) -> tuple[str | None, Pairs | None]:
-    """(dev spec, selection pairs) of an artifact finetune wrote, from the recipe its headcut.json records: the
-    pairs its best checkpoint was chosen on (selection_pairs), so a caller need not rebuild a recipe for it."""
+def recorded_recipe(meta: dict, *, where: str = "headcut.json") -> FinetuneRecipe | None:
+    """The part of the recipe an artifact's headcut.json (`where`) records that says which pairs chose its best
+    checkpoint (for selection_pairs), or None when it records no dev data; its keys are checked as a recipe
+    file's are (an edited record is one sentence naming the key)."""
+    from headcut.recipes import from_dict
+
     recorded = meta.get("recipe") if isinstance(meta, dict) else None
     if not isinstance(recorded, dict) or not recorded.get("dev_data"):
-        return None, None
-    keys = ("dev_data", "dev_rows", "seed", "task", *FILE_KEYS)
-    recipe = replace(FinetuneRecipe(), **{k: recorded[k] for k in keys if k in recorded},
-                     **({"grades": tuple(recorded["grades"])} if recorded.get("grades") else {}))
-    return recipe.dev_data, selection_pairs(recipe)
+        return None
+    keys = ("dev_data", "dev_rows", "seed", "task", "grades", *FILE_KEYS)
+    return from_dict(FinetuneRecipe, {k: recorded[k] for k in keys if k in recorded}, where=f"{where}: recipe",
+                     checked=False)
 
 
 def dev_record(recipe: TrainingRecipe, dev: Pairs) -> dict:

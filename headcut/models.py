@@ -18,7 +18,7 @@ from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_imple
                           shape_record, usable_positions, widen)
 from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
 from headcut.weight_files import check_sizes, check_weights_cover, shard_files, stored_counts
-from headcut_grader.data import DEFAULT_GRADES
+from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
 from headcut_grader.readers import bounded_int, unique_keys
@@ -274,10 +274,25 @@ def _read_meta(path: Path) -> dict:
     meta = read_json_file(path / META_FILE)
     checked = {"grades": list(DEFAULT_GRADES), **{k: meta[k] for k in ("task", "activation", "grades",
                                                                       "max_length") if k in meta}}
-    problem = record_problem(checked)
+    problem = record_problem(checked) or _dev_data_problem(meta.get("dev_data"))
     if problem:
         raise UserError(f"{path / META_FILE}: {problem}; fix that value (headcut writes it when it saves a model).")
     return meta
+
+
+def _dev_data_problem(dev) -> str | None:
+    """What is wrong with headcut.json's dev_data (the file a model was tuned on, which prune reads by default:
+    its path and how to read it), or None."""
+    if dev is None:
+        return None
+    if not isinstance(dev, dict):
+        return f"'dev_data' is {json.dumps(dev)[:60]}, not an object"
+    for key in ("path", *FILE_KEYS):
+        if dev.get(key) is not None and not isinstance(dev[key], str):
+            return f"'dev_data.{key}' is {json.dumps(dev[key])[:60]}, not text"
+    if dev.get("preset") not in (None, *PRESETS):
+        return f"'dev_data.preset' is '{dev['preset']}', not one of {', '.join(PRESETS)}"
+    return None
 
 
 def _check_outputs(path: Path, meta: dict, num_labels: int, saved: dict) -> None:

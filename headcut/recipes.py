@@ -186,11 +186,13 @@ def parse_yaml(text: str, where: str, fix: str):
         raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
 
 
-def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None, named: frozenset = frozenset()):
+def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None, named: frozenset = frozenset(),
+              checked: bool = True):
     """The recipe `cls` of `data`; every unknown, mistyped, missing or out-of-range key is reported in one
     error. `origins` names where a key's value came from (e.g. '--set epochs=0'), for the messages; its keys and
     `named` are the keys a user set over the recipe file (a run's section), which the recipe's check refuses
-    where they do not apply even at their default value."""
+    where they do not apply even at their default value. `checked=False` skips that check of the keys together
+    (a part of a recipe, read back from a record)."""
     origins = origins or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}
     problems: list[tuple[str, str]] = []  # (key, what is wrong with it)
@@ -221,7 +223,7 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
             raise UserError(f"{origins.get(key, where)}: {text}{valid}.")
         raise UserError(f"{where}: " + "; ".join(text + (f" (from {origins[key]})" if key in origins else "")
                                                  for key, text in problems) + f"{valid}.")
-    check = getattr(recipe, "check", None)
+    check = getattr(recipe, "check", None) if checked else None
     if check:  # a check reads the keys together: name the --set values, which may be what it refuses
         check(where + (f" with {', '.join(origins.values())}" if origins else ""), named=frozenset(origins) | named)
     return recipe

@@ -3,6 +3,7 @@ and key, exit code 2, no traceback; nothing allocated past what the input's own 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -111,3 +112,49 @@ def test_a_config_of_a_huge_vocabulary_is_refused_within_bounded_memory(tmp_path
                           text=True, timeout=300)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "config.json: vocab_size is 1,000,000,000, more than the" in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dev_data,words", [
+    ("dev.tsv", "'dev_data' is \"dev.tsv\", not an object"),
+    ({"path": ["dev.tsv"]}, "'dev_data.path' is [\"dev.tsv\"], not text"),
+    ({"path": "DEV", "query_col": 3}, "'dev_data.query_col' is 3, not text"),
+    ({"path": "DEV", "preset": "home depot"}, "'dev_data.preset' is 'home depot', not one of homedepot"),
+])
+def test_a_recorded_dev_data_of_the_wrong_type_names_headcut_json(tmp_path, saved_models, dev_data, words):
+    """prune reads the dev data headcut.json records when given no --data: was AttributeError ('str' object has no
+    attribute 'get') or TypeError tracebacks, exit 1, or '--preset ... is unknown' for a flag never given."""
+    folder = _copy(saved_models["artifact"], tmp_path)
+    dev = str(write(tmp_path, "dev.tsv", PAIRS_TSV))
+    if isinstance(dev_data, dict):
+        dev_data = {k: dev if v == "DEV" else v for k, v in dev_data.items()}
+    _edit_json(folder / "headcut.json", dev_data=dev_data)
+    refused(run("prune", "--model", folder, "--keep-ratio", "0.5", "--out", tmp_path / "out", "--no-timing"),
+            f"{folder / 'headcut.json'}: {words}")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("edit,words", [
+    ({"dev_rows": "40"}, "key 'dev_rows' must be a whole number"),
+    ({"dev_rows": -3}, "key 'dev_rows' is -3, which is out of range"),
+    ({"seed": "zero"}, "key 'seed' must be a whole number"),
+    ({"grades": 5}, "key 'grades' must be a list"),
+    ({"dev_data": ["dev.tsv"]}, "key 'dev_data' must be text"),
+])
+def test_an_existing_teachers_recorded_recipe_of_the_wrong_type_names_its_key(tmp_path, edit, words):
+    """`headcut run` with teacher.path reads the teacher's recorded recipe to hold its dev queries apart from the
+    report: was TypeError / ValueError tracebacks ('>=' not supported between 'str' and 'int', 'Sample larger than
+    population or is negative')."""
+    from headcut.models import META_FILE
+    from headcut.pipeline.pairs import selection_queries
+    from headcut.synthetic import synthetic_pairs
+    from headcut_grader.errors import UserError
+    from test_run_pairs import recipe, write_tsv
+
+    dev = write_tsv(tmp_path / "dev.tsv", synthetic_pairs(200, seed=5))
+    teacher = tmp_path / "teacher"
+    teacher.mkdir()
+    meta = {"recipe": {"dev_data": str(dev), "dev_rows": 40, "seed": 0, "preset": "homedepot", **edit}}
+    (teacher / META_FILE).write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=re.escape(f"{teacher}/headcut.json: recipe")) as refusal:
+        selection_queries(recipe(tmp_path, dev, dev, teacher), meta)
+    assert words in str(refusal.value)

@@ -27,14 +27,14 @@ def read(spec: str, *, data: DataSection, rows: int | None, seed: int, task: str
 def selections(recipe: PipelineRecipe, teacher_meta: dict | None) -> list[tuple[str | None, object]]:
     """(dev spec, how to read the pairs it chose a checkpoint on) of every model of this run that picked one: the
     teacher (trained here, or as an existing grader's headcut.json records) and every student."""
-    from headcut.finetune import recorded_selection_pairs, selection_pairs
+    from headcut.finetune import recorded_recipe, selection_pairs
 
     subs = sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")
     found = [(r.dev_data, lambda r=r: selection_pairs(r)) for r in subs.values() if r is not None]
-    if subs["teacher"] is None and teacher_meta:
-        spec = ((teacher_meta.get("recipe") or {}) if isinstance(teacher_meta.get("recipe"), dict) else {}).get("dev_data")
-        if spec:
-            found.append((spec, lambda: recorded_selection_pairs(teacher_meta)[1]))
+    recorded = recorded_recipe(teacher_meta, where=f"{recipe.teacher.path}/headcut.json") \
+        if subs["teacher"] is None and teacher_meta else None
+    if recorded is not None:
+        found.append((recorded.dev_data, lambda: selection_pairs(recorded)))
     return found
 
 
