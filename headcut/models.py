@@ -200,7 +200,7 @@ def read_tokenizer(source: str | Path, *, flag: str = "--model"):
     _check_tokenizer(path, flag)
     if (path / "tokenizer.json").exists():
         read_json_file(path / "tokenizer.json")
-    with broken_file(path, label=f"the tokenizer in {path}"):
+    with broken_file(path, label=f"the tokenizer in {path}", errors=(Exception,)):  # a wrong type: any error
         return AutoTokenizer.from_pretrained(path)
 
 

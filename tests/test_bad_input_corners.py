@@ -158,3 +158,23 @@ def test_an_existing_teachers_recorded_recipe_of_the_wrong_type_names_its_key(tm
     with pytest.raises(UserError, match=re.escape(f"{teacher}/headcut.json: recipe")) as refusal:
         selection_queries(recipe(tmp_path, dev, dev, teacher), meta)
     assert words in str(refusal.value)
+
+
+@pytest.mark.parametrize("file,text", [
+    ("tokenizer_config.json", "[1]"),
+    ("tokenizer_config.json", '{"tokenizer_class": ["BertTokenizer"]}'),
+    ("tokenizer_config.json", '{"do_lower_case": "yes"}'),
+    ("tokenizer_config.json", '{"pad_token": ["[PAD]"]}'),
+    ("special_tokens_map.json", "[1]"),
+    ("tokenizer.json", "MODEL_AS_TEXT"),
+])
+def test_a_tokenizer_file_holding_a_wrong_type_names_the_tokenizer(tmp_path, saved_models, file, text):
+    """Was: AttributeError ('list' object has no attribute 'get' / 'removesuffix' / 'items'), TypeError, or a bare
+    Exception from tokenizers: tracebacks, exit 1."""
+    folder = _copy(saved_models["artifact"], tmp_path)
+    if text == "MODEL_AS_TEXT":
+        _edit_json(folder / file, model="WordPiece")
+    else:
+        (folder / file).write_text(text)
+    refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)),
+            f"the tokenizer in {folder} is damaged or incomplete")
