@@ -4,6 +4,7 @@ CrossEncoder folders. The task (`grades` or `score`, see headcut_grader.tasks) i
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import pickle
 from contextlib import contextmanager
@@ -189,7 +190,7 @@ def load_model(
     tokenizer = read_tokenizer(path, flag=flag)
     _check_recorded_length(path, meta, model, tokenizer)
     _check_vocabulary(path, model, tokenizer)
-    return LoadedModel(model, tokenizer, meta, str(path), file_hash(weights))
+    return LoadedModel(model, tokenizer, meta, str(path), _weights_hash(weights))
 
 
 def read_tokenizer(source: str | Path, *, flag: str = "--model"):
@@ -420,6 +421,15 @@ def _stored_counts(weights: Path) -> tuple[int, int]:
         state = _read_pickle_state(weights)
         return len(state), sum(v.numel() for v in state.values())
     return stored_counts(_weight_files(weights))
+
+
+def _weights_hash(weights: Path) -> str:
+    """What identifies the weights (the cache of a teacher's logits, a score file's model): the file's hash, or for
+    an index the hashes of it and every shard (fine-tunes of one base save the same index)."""
+    files = [weights, *_weight_files(weights)] if weights.name.endswith(".index.json") else [weights]
+    if len(files) == 1:
+        return file_hash(weights)
+    return hashlib.sha256("".join(file_hash(f, length=64) for f in files).encode()).hexdigest()[:16]
 
 
 def _weight_files(weights: Path) -> list[Path]:

@@ -178,3 +178,26 @@ def test_a_tokenizer_file_holding_a_wrong_type_names_the_tokenizer(tmp_path, sav
         (folder / file).write_text(text)
     refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)),
             f"the tokenizer in {folder} is damaged or incomplete")
+
+
+def test_sharded_weights_are_identified_by_their_shards_not_only_their_index(tmp_path, saved_models):
+    """Two fine-tunes of one base save the same index: their weights_hash was the index's alone, so a score file
+    (or cached teacher logits) of one was taken as the other's, exit 0."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from headcut.models import load_model
+
+    hashes = []
+    for name, shift in (("a", 0.0), ("b", 0.5)):
+        folder = _copy(saved_models["plain"], tmp_path / name)
+        state = {k: v + shift if v.is_floating_point() else v
+                 for k, v in load_file(folder / "model.safetensors").items()}
+        (folder / "model.safetensors").unlink()
+        save_file(state, folder / "model-00001.safetensors")
+        (folder / "model.safetensors.index.json").write_text(json.dumps(
+            {"metadata": {}, "weight_map": dict.fromkeys(state, "model-00001.safetensors")}))
+        loaded = load_model(folder)
+        assert torch.equal(loaded.model.classifier.weight, state["classifier.weight"])
+        hashes.append(loaded.weights_hash)
+    assert hashes[0] != hashes[1]
