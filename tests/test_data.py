@@ -189,3 +189,17 @@ def test_real_homedepot_and_qbqtc_presets():
     qb = read_pairs(QBQTC / "dev.json", preset="qbqtc")
     assert len(qb) == 1300
     assert set(qb.grades[i] for i in qb.labels) == {1, 3, 5}
+
+
+@pytest.mark.parametrize("option,keys,said", [("query_col", None, "--query-col"), ("title_col", None, "--title-col"),
+                                               ("label_col", None, "--label-col"), ("title_col", "data.", "data.title_col"),
+                                               ("query_col", {"query_col": "--seg-col"}, "--seg-col")])
+def test_an_empty_column_name_is_refused_naming_its_flag(tmp_path, option, keys, said):
+    """Was: '' read as no column given, so the preset's column was read in its place, exit 0."""
+    path = tmp_path / "pairs.tsv"
+    path.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError, match=f"{said} is empty") as caught:
+        read_pairs(path, keys=keys, **{option: " "})
+    assert "leave it out" in str(caught.value)

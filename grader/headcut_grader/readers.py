@@ -132,6 +132,7 @@ def iter_pairs(
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
     """
     path = Path(path)
+    _check_column_names(path, keys, query_col=query_col, title_col=title_col, label_col=label_col)
     p, fmt = _format_of(path, preset, fmt, keys)
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
@@ -180,6 +181,14 @@ def iter_pairs(
         if queries or (chunk_rows is None):
             yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score,
                                numbers), lines.position())
+
+
+def _check_column_names(path: Path, keys, **columns) -> None:
+    """A column option given as blank text would read as not given (the preset's column, unsaid)."""
+    for option, name in columns.items():
+        if name is not None and not str(name).strip():
+            said = _fix(option, keys).partition("=")[0].removeprefix("--set ")
+            raise UserError(f"{said} is empty; name a column of {path}, or leave it out for the preset's column.")
 
 
 def _fix(option: str, keys: str | dict | None) -> str:
