@@ -1183,9 +1183,10 @@ def test_a_csv_quote_left_open_or_closed_early_names_its_line(tmp_path, text, wo
 
 
 @pytest.mark.parametrize("out, words", [(".", "is the folder you are in"), ("..", "holds the one you are in"),
-                                        ("", "is the folder you are in")])
+                                        ("", "is the folder you are in"), ("-", "not to standard output")])
 def test_an_output_that_is_the_current_folder_or_above_it_is_refused(tmp_path, monkeypatch, out, words):
-    """Was: --out . renamed the folder in use: a traceback, exit 1, and a complete output left in a hidden folder."""
+    """Was: --out . renamed the folder in use: a traceback, exit 1, and a complete output left in a hidden folder;
+    --out - wrote a file named '-' where a pipe was meant."""
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

@@ -47,6 +47,9 @@ def check_place(out: Path, flag: str = "--out") -> None:
     this process can write in, and not the folder the process runs in or one above it (an output replaces its
     path whole): checked before any work, so a long run does not fail at its last step. (Its name's length is
     refuse_inputs' check, which every caller runs first: resolving a too-long name fails.)"""
+    if str(out) == "-":
+        raise UserError(f"{flag} - would be a file named '-': headcut writes its outputs to files (atomically), not to "
+                        f"standard output; name a file or folder, e.g. {flag} results.")
     here, target = Path.cwd().resolve(), out.resolve()
     if target == here or target in here.parents:
         where = "the folder you are in" if target == here else "a folder that holds the one you are in"
