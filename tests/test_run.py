@@ -414,6 +414,8 @@ def test_an_existing_teacher_without_pairs_to_check_exports_on_is_refused_before
     ('{"a.b": {recipe: distill/minilm_synthetic_cpu}}', "student name 'a.b' must be 1-64 letters, digits"),
     ('{1: {recipe: distill/minilm_synthetic_cpu}, "1": {recipe: distill/minilm_synthetic_cpu}}',
      "students '1' and '1' would share one folder"),
+    ('{s: {recipe: null}}', "[distill] s.recipe is empty"),  # was: "recipe 'None' is neither a YAML file ..."
+    ('{s: {recipe: [a]}}', "[distill] s.recipe is ['a']"),
 ])
 def test_student_names_that_would_share_a_folder_are_refused(tmp_path, students, words):
     path = tmp_path / "r.yaml"

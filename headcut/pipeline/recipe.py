@@ -192,8 +192,14 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         if not isinstance(value, dict):
             problems.append(f"student '{name}' must be a mapping (recipe: and the distill recipe's keys to change)")
             continue
+        recipe = value.get("recipe", StudentSection.recipe)
+        if not isinstance(recipe, str) or not recipe.strip():
+            said = "is empty" if recipe is None or not str(recipe).strip() else f"is {recipe!r:.60}, not text"
+            problems.append(f"[distill] {name}.recipe {said}; name a distill recipe (e.g. {StudentSection.recipe}), or "
+                            "leave the key out for that one")
+            continue
         rest = tuple((k, v) for k, v in value.items() if k != "recipe")
-        students.append((str(name), StudentSection(str(value.get("recipe", StudentSection.recipe)), rest)))
+        students.append((str(name), StudentSection(recipe, rest)))
     prune, data_part = parts["prune"], parts["data"]
     if data_part is not None and data_part.test is None:
         problems.append("[data] test is not set; pass --set data.test=FILE (labelled pairs kept apart from training, "
