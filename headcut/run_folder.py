@@ -54,15 +54,24 @@ class RunFolder:
                             f"changed since (or a damaged {stamp_file.name}); pass --overwrite to start afresh.")
         state = process_state()
         state.wait_for_everyone()
+        busy = folder._take(stranger=stranger, other=other) if state.is_main_process else None
+        if _from_main(busy):  # every process stops, not only the main one
+            raise UserError(busy)
         if state.is_main_process:
-            if stranger:
-                folder.path.unlink()  # the link or file itself, never what a link points at
-            elif other:
-                shutil.rmtree(folder.path)
-            folder.path.mkdir(parents=True, exist_ok=True)
             write_text(stamp_file, json.dumps({"hash": run_hash, **stamp}))  # atomic: a kill leaves the old stamp or none
         state.wait_for_everyone()
         return folder
+
+    def _take(self, *, stranger: bool, other: bool) -> str | None:
+        """Make and lock the folder (main process); the sentence refusing it while another live run holds it.
+        Cleared only once locked, so a second run never deletes from under a live one."""
+        if stranger:
+            self.path.unlink()  # the link or file itself, never what a link points at
+        self.path.mkdir(parents=True, exist_ok=True)
+        busy = _hold(self.path)
+        if busy is None and other:
+            _clear(self.path)
+        return busy
 
     def remember(self, name: str, compute: Callable[[], dict]) -> dict:
         """`compute()` once per run, kept in the folder across resumes (the main process writes it)."""
@@ -91,6 +100,7 @@ class RunFolder:
                 shutil.rmtree(self.out)
             self.best.rename(self.out)
             shutil.rmtree(self.path)
+            _release(self.path)
         state.wait_for_everyone()
         return json.loads(read_small_text(self.out / "headcut.json"))
 
@@ -111,18 +121,69 @@ def not_a_folder(path: Path, *, overwrite: bool) -> bool:
 LOCK_FILE = ".lock"
 
 
+_HELD: dict[str, object] = {}  # run folders this process holds the lock of, until it publishes them (or exits)
+
+
 @contextmanager
 def locked(folder: Path):
     """Hold `folder`/.lock while a run writes into `folder`; a second run on it is refused at once. The kernel
     drops a flock when its process ends, however it ends, so a crash leaves the file but no stale lock."""
+    handle = _lock(folder)
+    try:
+        yield
+    finally:
+        handle.close()
+
+
+def _lock(folder: Path):
     import fcntl
 
-    with open(folder / LOCK_FILE, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise UserError(f"another run is using {folder}; wait for it to finish or choose another --out.") from None
-        yield
+    handle = open(folder / LOCK_FILE, "a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise UserError(f"another run is using {folder}; wait for it to finish or choose another --out.") from None
+    return handle
+
+
+def _hold(folder: Path) -> str | None:
+    """Lock a run folder for this process until `_release`; the sentence refusing it when another run holds it."""
+    key = str(folder.resolve())
+    if key in _HELD:  # this process's own earlier call on the folder (interrupted in Python, then resumed)
+        _HELD.pop(key).close()
+    try:
+        _HELD[key] = _lock(folder)
+    except UserError as e:
+        return str(e)
+    return None
+
+
+def _release(folder: Path) -> None:
+    handle = _HELD.pop(str(folder.resolve()), None)
+    if handle is not None:
+        handle.close()
+
+
+def _clear(folder: Path) -> None:
+    """Remove what another run left in `folder`, but not the lock this run holds on it."""
+    for path in folder.iterdir():
+        if path.name == LOCK_FILE:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
+def _from_main(value):
+    """The main process's `value`, on every process of `accelerate launch`."""
+    state = process_state()
+    if state.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([value])[0]
 
 
 def _stamp_hash(stamp_file: Path) -> str | None:

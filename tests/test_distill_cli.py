@@ -87,6 +87,25 @@ def test_tune_refuses_to_replace_another_recipes_study_or_write_into_a_file(tiny
     assert (tmp_path / "file").read_text() == "mine"
 
 
+def test_tune_refuses_a_second_search_on_a_live_study(tiny_teacher, tmp_path):  # noqa: F811
+    """Was: two searches on one --out shared study.db, and a second one with --overwrite deleted it from under the
+    first."""
+    import pytest
+
+    from headcut.distill.tune import tune
+    from headcut.run_folder import LOCK_FILE
+    from headcut_grader.errors import UserError
+    from test_run_folder import held_lock
+
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "study.db").write_text("the live search's")
+    with held_lock(study / LOCK_FILE):
+        with pytest.raises(UserError, match="another run is using .*study; wait for it to finish"):
+            tune(recipe_for(tiny_teacher, tune_fields=("temperature",)), study, trials=1, overwrite=True)
+    assert (study / "study.db").read_text() == "the live search's"
+
+
 def test_tune_refuses_a_study_whose_data_changed_and_resumes_one_whose_did_not(tiny_teacher, tmp_path):  # noqa: F811
     """Was: the study and its trial folders were named by the recipe alone, so after train_data's content changed a
     rerun reused the old trials' metrics as if measured on the new pairs (exit 0, tune.json rewritten)."""

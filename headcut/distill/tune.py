@@ -22,6 +22,7 @@ from headcut_grader.validation import read_small_text
 from headcut.finetune import load_data, run_hash
 from headcut.models import resolve_source, weights_file
 from headcut.recipes import to_dict
+from headcut.run_folder import LOCK_FILE, locked
 
 STUDY_FILE = "study.db"
 
@@ -39,8 +40,6 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     Each trial's student lands in out/trials/<hash of its recipe and inputs_read>/; `on_trial(record)` is called
     after each trial.
     """
-    import optuna
-
     out = Path(out)
     if trials <= 0:
         raise UserError(f"--tune {trials}: give the number of trials to run, e.g. --tune 8.")
@@ -48,9 +47,16 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
         raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
     _check_out(out, recipe, overwrite=overwrite)
     read = inputs_read(recipe)  # a bad data file is said before the study opens
+    out.mkdir(parents=True, exist_ok=True)
+    with locked(out):  # a second search on `out` would delete or share the study under this one
+        return _search(recipe, out, read, trials=trials, overwrite=overwrite, progress=progress, on_trial=on_trial)
+
+
+def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwrite: bool, progress, on_trial) -> dict:
+    import optuna
+
     if overwrite and (out / STUDY_FILE).exists():
         (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values and data repeat
-    out.mkdir(parents=True, exist_ok=True)
     study = _open_study(recipe, out)
     _check_inputs(study, read, out)
     running = optuna.trial.TrialState.RUNNING
@@ -140,7 +146,7 @@ def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool) -> None:
     check_place(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a folder for the study and its trials.")
-    if overwrite or not out.exists() or not any(out.iterdir()):
+    if overwrite or not out.exists() or not any(p.name != LOCK_FILE for p in out.iterdir()):
         return
     if not (out / STUDY_FILE).exists():
         raise UserError(f"--out {out} is not empty and holds no study; choose a new folder or pass --overwrite.")

@@ -1,0 +1,44 @@
+"""The run folder of finetune and distill (OUT.partial): one live run at a time, and publishing that a kill
+cannot leave half done."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from contextlib import contextmanager
+
+import pytest
+
+from headcut.run_folder import LOCK_FILE, RunFolder
+from headcut_grader.errors import UserError
+
+HOLD = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('held', flush=True); time.sleep(60)")
+
+
+@contextmanager
+def held_lock(path):
+    """`path` flock-ed by another process (a live run) inside the block."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_second_run_on_a_live_run_folder_is_refused_and_leaves_it_alone(tmp_path):
+    """Was: two finetunes on one --out trained into the same OUT.partial, and a second one with --overwrite and
+    another seed deleted the live run's checkpoint and best model from under it; both said 'wrote OUT'."""
+    out, partial = tmp_path / "run", tmp_path / "run.partial"
+    (partial / "checkpoint").mkdir(parents=True)  # the first run's, in the process below
+    (partial / "recipe.json").write_text(json.dumps({"hash": "first"}))
+    with held_lock(partial / LOCK_FILE):
+        for run_hash in ("first", "second"):
+            with pytest.raises(UserError, match=f"another run is using {partial}; wait for it"):
+                RunFolder.open(out, run_hash, {}, overwrite=True)
+        assert (partial / "checkpoint").is_dir() and json.loads((partial / "recipe.json").read_text())["hash"] == "first"
+    assert RunFolder.open(out, "second", {}, overwrite=True).path == partial  # a dead run holds nothing
+    assert sorted(p.name for p in partial.iterdir()) == [LOCK_FILE, "recipe.json"]
+
