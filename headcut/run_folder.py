@@ -16,7 +16,7 @@ from typing import Callable
 
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
-from headcut_grader.files import cache_home, write_text
+from headcut_grader.files import cache_home, clean_stale, temp_sibling, write_text
 from headcut_grader.validation import read_small_text
 
 
@@ -71,6 +71,7 @@ class RunFolder:
         busy = _hold(self.path)
         if busy is None and other:
             _clear(self.path)
+        clean_stale(self.path)  # what a run killed while removing its published folder left
         return busy
 
     def remember(self, name: str, compute: Callable[[], dict]) -> dict:
@@ -99,8 +100,12 @@ class RunFolder:
             elif self.out.exists():
                 shutil.rmtree(self.out)
             self.best.rename(self.out)
-            shutil.rmtree(self.path)
+            # out of the way at once: removing a checkpoint takes a while, and a kill meanwhile must not leave a
+            # run folder whose rerun finds no best/ to publish (clean_stale removes the leftover)
+            leftover = temp_sibling(self.path)
+            self.path.rename(leftover)
             _release(self.path)
+            shutil.rmtree(leftover)
         state.wait_for_everyone()
         return json.loads(read_small_text(self.out / "headcut.json"))
 

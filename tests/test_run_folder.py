@@ -3,6 +3,7 @@ cannot leave half done."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -42,3 +43,31 @@ def test_a_second_run_on_a_live_run_folder_is_refused_and_leaves_it_alone(tmp_pa
     assert RunFolder.open(out, "second", {}, overwrite=True).path == partial  # a dead run holds nothing
     assert sorted(p.name for p in partial.iterdir()) == [LOCK_FILE, "recipe.json"]
 
+
+
+def test_a_kill_while_the_published_run_folder_is_removed_leaves_no_run_folder_behind(tmp_path, monkeypatch):
+    """Was: publishing moved best/ to OUT, then removed OUT.partial in place; a kill meanwhile (a checkpoint takes
+    a while to delete) left OUT.partial without best/, forever, and a rerun with --overwrite resumed it as finished
+    and crashed (FileNotFoundError: OUT.partial/best/headcut.json)."""
+    import headcut.run_folder as run_folder
+
+    out = tmp_path / "run"
+    folder = RunFolder.open(out, "abc", {}, overwrite=False)
+    folder.best.mkdir()
+    (folder.best / "headcut.json").write_text("{}")
+    (folder.path / "checkpoint").mkdir()
+
+    def killed(path, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run_folder.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        folder.publish({"training": {}})
+    monkeypatch.undo()
+    assert json.loads((out / "headcut.json").read_text())["training"] == {} and not folder.path.exists()
+    [leftover] = tmp_path.glob(".run.partial.tmp-*")
+    assert (leftover / "checkpoint").is_dir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover.rename(leftover.with_name(leftover.name.replace(f"-{os.getpid()}@", f"-{gone.stdout.strip()}@")))
+    assert not (RunFolder.open(out, "abc", {}, overwrite=True).path / "checkpoint").exists()
+    assert not list(tmp_path.glob(".run.partial.tmp-*"))  # a dead run's leftover goes with the next run on OUT

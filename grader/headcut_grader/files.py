@@ -109,7 +109,7 @@ def _temp_prefix(name: str) -> str:
     return f".{name}.tmp-{os.getpid()}@{socket.gethostname()}-"
 
 
-def _temp_sibling(out: Path) -> Path:
+def temp_sibling(out: Path) -> Path:
     """A fresh name beside `out`. Made with os.mkdir / os.open (modes 0o777 / 0o666, less the umask) rather than
     tempfile's, whose 0o700 / 0o600 would survive the rename: a grader another account serves must be readable."""
     return out.parent / f"{_temp_prefix(out.name)}{uuid.uuid4().hex[:10]}"
@@ -148,7 +148,7 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(out)
-        tmp = _temp_sibling(out)
+        tmp = temp_sibling(out)
         tmp.mkdir()
     except OSError as e:
         raise UserError(f"{flag} {out}: cannot write there ({e.strerror}); check the folder's permissions.") from None
@@ -191,7 +191,7 @@ def write_text(path: str | Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         clean_stale(path)
-        tmp = _temp_sibling(path)
+        tmp = temp_sibling(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as e:
         raise UserError(f"{path}: cannot write there ({e.strerror}); check the folder's permissions.") from None
