@@ -256,6 +256,30 @@ def test_pruned_student_trains_against_the_teacher_its_artifact_names(tiny_teach
                 tmp_path / "never")
 
 
+def test_a_pruned_student_is_never_trained_against_another_model_at_its_recorded_teacher_path(tiny_teacher, tmp_path,
+                                                                                              monkeypatch):
+    """Was: prune recorded its --model as typed (source.path 'teacher'), so distilling the pruned student from
+    another directory trained it against whatever folder 'teacher' named there, exit 0."""
+    import shutil
+
+    from headcut.prune.artifact import prune_meta
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(tiny_teacher, "teacher")
+    cut = load_model("teacher")
+    assert prune_meta(cut, {})["source"]["path"] == str(tmp_path / "teacher")  # found from any directory
+    save_model(cut, tmp_path / "pruned", meta={"kind": "prune", "source": {"path": "teacher",
+                                                                          "weights_hash": cut.weights_hash}})
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    other = tiny_model("bert", attn="sdpa", vocab_size=len(cut.tokenizer), num_hidden_layers=4, seed=1)
+    save_model(LoadedModel(other, cut.tokenizer, {"grades": GRADES, "max_length": 32}), "teacher")
+    with pytest.raises(UserError, match=f"was cut from a model of weights {cut.weights_hash}, but teacher, the "
+                                        "teacher its headcut.json names, holds weights .*pass --set teacher=DIR"):
+        distill(recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned")), tmp_path / "student")
+    assert not (tmp_path / "student.partial").exists()
+
+
 def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
     with pytest.raises(UserError, match="keep_layers=4 keeps the whole 4-layer teacher"):
         distill(recipe_for(tiny_teacher, keep_layers=4), tmp_path / "a")

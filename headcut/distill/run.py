@@ -20,7 +20,7 @@ from headcut_grader.data import Pairs, read_pairs
 from headcut.distill.cache import teacher_logits
 from headcut.distill.objective import LOSSES, Fixed, StepInputs, active_losses, total_loss
 from headcut.distill.recipe import DistillRecipe
-from headcut.distill.students import build_student, teacher_source
+from headcut.distill.students import build_student, check_recorded_teacher, teacher_source
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
@@ -131,6 +131,7 @@ class Distillation:
         self.attn = "eager" if recipe.attention_weight else "sdpa"  # attention maps need eager attention
         teacher = self.teacher = load_model(teacher_source(recipe), attn_implementation=self.attn, flag="teacher")
         teacher.model.to(process_state().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
+        check_recorded_teacher(recipe, teacher)
         check_teacher_task(teacher, recipe)
         if recipe.task == "grades" and tuple(teacher.grades) != tuple(recipe.grades):
             raise UserError(f"the teacher grades {list(teacher.grades)}, the recipe says grades={list(recipe.grades)}; "
@@ -217,7 +218,7 @@ class Distillation:
             **task_record(teacher),
             "max_length": recipe.max_length,
             "recipe": to_dict(recipe),
-            "teacher": {"path": teacher.path, "weights_hash": teacher.weights_hash},
+            "teacher": {"path": str(Path(teacher.path).resolve()), "weights_hash": teacher.weights_hash},
             "student": {"kind": student.kind, "layer_map": student.layer_map, "parameters": count_parameters(self.model)},
             "train_data": self.pairs.provenance(),
             "dev_data": dev_record(recipe, self.dev),

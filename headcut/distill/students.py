@@ -33,13 +33,32 @@ def teacher_source(recipe: DistillRecipe) -> str:
     """The teacher named in the recipe, else (for `pruned`) the one the pruned artifact's headcut.json names."""
     if recipe.teacher is not None:
         return recipe.teacher
-    meta = load_model_meta(recipe.student_model, flag="student_model")
+    record = recorded_teacher(load_model_meta(recipe.student_model, flag="student_model"))
+    if record is None:
+        raise UserError(f"{recipe.student_model}/headcut.json names no teacher; pass --set teacher=DIR (the unpruned grader).")
+    return record["path"]
+
+
+def recorded_teacher(meta: dict) -> dict | None:
+    """{"path", "weights_hash" (where recorded)} of the model a pruned artifact's headcut.json says it was cut from."""
     for key in TEACHER_KEYS:
         value = meta.get(key)
-        path = value.get("path") if isinstance(value, dict) else value
-        if isinstance(path, str) and path:
-            return path
-    raise UserError(f"{recipe.student_model}/headcut.json names no teacher; pass --set teacher=DIR (the unpruned grader).")
+        record = value if isinstance(value, dict) else {"path": value}
+        if isinstance(record.get("path"), str) and record["path"]:
+            return record
+    return None
+
+
+def check_recorded_teacher(recipe: DistillRecipe, teacher: LoadedModel) -> None:
+    """A teacher found through a pruned artifact's record is the model it was cut from: the folder at the recorded
+    path may have been replaced since (or, for a path recorded relative, be another folder seen from here)."""
+    if recipe.teacher is not None:
+        return
+    recorded = recorded_teacher(load_model_meta(recipe.student_model, flag="student_model")).get("weights_hash")
+    if recorded and recorded != teacher.weights_hash:
+        raise UserError(f"student_model {recipe.student_model} was cut from a model of weights {recorded}, but "
+                        f"{teacher.path}, the teacher its headcut.json names, holds weights {teacher.weights_hash}; "
+                        "pass --set teacher=DIR naming the model it was cut from.")
 
 
 def load_model_meta(source: str, *, flag: str = "--model") -> dict:

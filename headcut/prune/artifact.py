@@ -18,7 +18,9 @@ def prune_meta(source: LoadedModel, summary: dict) -> dict:
     """headcut.json for the pruned model: the source's grades/max_length/data records, plus `prune`."""
     meta = {k: v for k, v in source.meta.items() if k not in SOURCE_ONLY}
     meta["kind"] = "prune"
-    meta["source"] = {"path": source.path, "weights_hash": source.weights_hash, "kind": source.meta.get("kind")}
+    # resolved: a pruned student's distillation finds its teacher by this path from any working directory
+    meta["source"] = {"path": str(Path(source.path).resolve()), "weights_hash": source.weights_hash,
+                      "kind": source.meta.get("kind")}
     meta["prune"] = {k: v for k, v in summary.items() if k != "source"}
     return meta
 

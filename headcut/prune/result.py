@@ -6,6 +6,7 @@ what `headcut prune` writes: the command only parses its flags into these calls 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from headcut.models import LoadedModel
 from headcut_grader.ranges import MAX_BATCH, check_ranges, ranged
@@ -45,7 +46,8 @@ class PruneResult:
     notes: list[str] = field(default_factory=list)  # caveats a reader of the figures must see
 
     def record(self) -> dict:
-        record = {"source": {"path": self.source.path, "weights_hash": self.source.weights_hash}, **self.request}
+        source = {"path": str(Path(self.source.path).resolve()), "weights_hash": self.source.weights_hash}
+        record = {"source": source, **self.request}
         optional = {"budget": self.budget, "tuning": self.tuning, "quality": self.quality,
                     "quality_untuned": self.quality_untuned}
         record.update(plan=self.plan, scores=self.scores, **{k: v for k, v in optional.items() if v is not None})
