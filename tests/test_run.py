@@ -517,6 +517,21 @@ def test_a_run_folder_never_holds_what_the_recipe_reads(straight, tmp_path):
     assert (out / "teacher" / "stage.json").read_text() == before
 
 
+def test_overwrite_removes_the_folders_of_stages_the_recipe_no_longer_has(straight, tmp_path):
+    """Was: --overwrite with a recipe that dropped the scan, the prune and the student reran the rest and left
+    scan/, prune/, distill-small/ and export-small/ (a grader) from the old run beside the new one's."""
+    out = copy_run(straight[0], tmp_path / "run")
+    teacher = shutil.copytree(out / "teacher" / "model", tmp_path / "teacher")
+    (out / "notes").mkdir()  # the user's, not a stage's
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("data: {train: synthetic, test: 'synthetic:2', test_rows: 60}\n"
+                      f"teacher: {{path: {teacher}}}\nexport: {{precision: fp32, rows: 40, threads: 1}}\n"
+                      "bench: {batch: 4, seq_len: 16, repeats: 2, threads: 1, bootstrap: 50}\n")
+    result = run_pipeline(load_pipeline(recipe), out, overwrite=True)
+    assert list(result.states) == ["teacher", "export.teacher", "bench"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["bench", "export-teacher", "notes", "teacher"]
+
+
 def test_a_second_run_on_the_same_folder_is_refused_and_a_dead_ones_lock_is_not(straight, tmp_path):
     import fcntl
 

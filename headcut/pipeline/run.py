@@ -214,6 +214,8 @@ def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[d
 
     stages_of_run = plan(recipe)  # reads the sub-recipe files: once
     strangers = {s.name for s in stages_of_run if not_a_folder(out / s.folder, overwrite=overwrite)}
+    if overwrite:
+        _drop_unplanned(out, {s.folder for s in stages_of_run})
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
     result, fingerprints, outputs, hashes = RunResult(out), {}, {}, {}
     for stage in stages_of_run:
@@ -239,6 +241,14 @@ def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[d
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "fingerprints": fingerprints, "states": result.states})
     result.report = write_report(out, recipe, result.records)
     return result
+
+
+def _drop_unplanned(out: Path, planned: set[str]) -> None:
+    """--overwrite runs afresh: the folders of stages an earlier recipe had and this one has not (a student
+    dropped since, its model and grader) are removed rather than left beside the new run's."""
+    for folder in out.iterdir():
+        if folder.name not in planned and not folder.is_symlink() and (folder / STAGE_FILE).is_file():
+            shutil.rmtree(folder)
 
 
 def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, inputs: dict, result: RunResult,
