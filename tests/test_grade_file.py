@@ -342,6 +342,25 @@ def test_resume_without_a_state_does_not_start_over_silently(tiny_grader, tmp_pa
     assert data.read_bytes() == kept
 
 
+def test_a_second_grade_on_the_out_of_a_live_one_is_refused_and_leaves_its_rows_alone(tiny_grader, tmp_path):
+    """Was: a second grade with --overwrite (or --resume) on the OUT of a live one truncated its partial file
+    under it, and the first, exit 0, renamed a file with megabytes of NUL bytes to OUT."""
+    from test_run_folder import held_lock
+
+    source = stopped_at_row_100(tiny_grader, tmp_path)
+    data, state = partial_paths(tmp_path / "o.tsv")
+    kept = data.read_bytes()
+    with held_lock(data):  # the live grade's
+        for flag in ("--overwrite", "--resume"):
+            result = grade(tiny_grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", flag)
+            assert result.exit_code == 2 and result.output.strip() == (
+                f"error: {tmp_path / 'o.tsv'}: another grade is writing it; wait for it to finish, or choose another "
+                "--out."), result.output
+            assert data.read_bytes() == kept
+    resumed = grade(tiny_grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume")
+    assert resumed.exit_code == 0 and "graded 300 pairs" in resumed.output, resumed.output
+
+
 @pytest.mark.parametrize("name", ["grades.json", "grades.JSON"])
 def test_an_output_named_json_is_refused_as_grades_are_json_lines(tiny_grader, tmp_path, name):
     """Was: JSON lines written under a .json name, which json.load and other tools read as one broken document."""

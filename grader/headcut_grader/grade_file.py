@@ -84,7 +84,8 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     try:
         out.parent.mkdir(parents=True, exist_ok=True)  # as every command's --out: missing folders are made
         _no_link(data, resuming=bool(state))
-        with open(data, "r+b" if state else "wb") as f:
+        with os.fdopen(os.open(data, os.O_RDWR | os.O_CREAT, 0o666), "r+b") as f:  # truncated once locked
+            _lock(f, out)
             f.truncate(state["bytes"] if state else 0)
             f.seek(0, os.SEEK_END)
             for chunk, logits in _graded(chunks, grader, settings, progress):
@@ -106,6 +107,17 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     state_path.unlink(missing_ok=True)
     return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out,
                         f"{grader.backend.name} {grader.backend.version} {grader.precision}")
+
+
+def _lock(f, out: Path) -> None:
+    """One grade at a time writes OUT's partial file: a second one (--resume or --overwrite) would truncate it under
+    the first, which then renames a file with a hole of NUL bytes to OUT. The kernel drops the lock with its process."""
+    import fcntl
+
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UserError(f"{out}: another grade is writing it; wait for it to finish, or choose another --out.") from None
 
 
 def _no_link(data: Path, *, resuming: bool) -> None:
