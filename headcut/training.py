@@ -381,11 +381,18 @@ def _schedule(total: int, warmup: int) -> Callable[[int], float]:
 
 
 def _resume(accelerator, ckpt: Path) -> LoopState:
-    """The loop state of the checkpoint in `ckpt` (model, optimizer, scheduler, RNG loaded), else a fresh one."""
-    if not (ckpt / "loop.json").exists():
+    """The loop state of the newest whole checkpoint (model, optimizer, scheduler, RNG loaded), else a fresh one."""
+    found = next((c for c in _checkpoints(ckpt) if (c / "loop.json").exists()), None)  # loop.json is written last
+    if found is None:
         return LoopState()
-    accelerator.load_state(str(ckpt))
-    return LoopState(**json.loads(read_small_text(ckpt / "loop.json")))
+    accelerator.load_state(str(found))
+    return LoopState(**json.loads(read_small_text(found / "loop.json")))
+
+
+def _checkpoints(ckpt: Path) -> tuple[Path, Path, Path]:
+    """Where a checkpoint may be, newest first: a kill while _checkpoint swaps them leaves the new one in .tmp, the
+    previous one in .old, or both."""
+    return ckpt.with_name(ckpt.name + ".tmp"), ckpt, ckpt.with_name(ckpt.name + ".old")
 
 
 def _micro_step(run: _Run, encoded: Encoded, rows: np.ndarray, loss_fn, settings: LoopSettings) -> torch.Tensor:
@@ -476,12 +483,12 @@ def _average_gradients(params: list[torch.nn.Parameter], world: int) -> None:
 
 
 def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
-    """Save model/optimizer/scheduler/RNG state, then the loop state; a crash mid-save keeps the old one.
+    """Save model/optimizer/scheduler/RNG state, then the loop state; a crash at any point keeps a whole checkpoint.
 
     Every process calls save_state: the main process writes the weights, and each process its own RNG
     state (random_states_<rank>.pkl), so that every process resumes with the random numbers it had.
     """
-    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    tmp, _, old = _checkpoints(ckpt)
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
     accelerator.wait_for_everyone()
@@ -489,9 +496,11 @@ def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (tmp / "loop.json").write_text(json.dumps(state.__dict__))
-        if ckpt.exists():
-            shutil.rmtree(ckpt)
+        if ckpt.exists():  # renamed, not deleted, first: deleting takes a while, and a kill meanwhile keeps both
+            shutil.rmtree(old, ignore_errors=True)
+            ckpt.rename(old)
         tmp.rename(ckpt)
+        shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
 
 

@@ -1,5 +1,6 @@
 """Fine-tuning: resumes exactly after an interruption (tiny model), and really learns (real MiniLM, real data)."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +39,30 @@ def test_resume_after_interruption_matches_uninterrupted(tmp_path, tiny_base):
         assert resumed["dev_metrics"][key] == pytest.approx(straight["dev_metrics"][key], abs=1e-4)
     meta = json.loads((tmp_path / "resumed" / "headcut.json").read_text())
     assert meta["grades"] == [1, 2, 3, 4, 5] and meta["training"]["steps"] == straight["state"]["step"]
+
+
+def test_a_kill_while_the_old_checkpoint_is_removed_resumes_from_the_new_one(tmp_path, tiny_base, monkeypatch):
+    """Was: a checkpoint replaced its predecessor by deleting it, then renaming checkpoint.tmp; a kill (Ctrl-C)
+    while the old one was deleted left no checkpoint, and the rerun trained again from step 0."""
+    import shutil
+
+    recipe = tiny_recipe(tiny_base, epochs=1)  # checkpoints at steps 3, 6, ...: each replaces the one before
+    real = shutil.rmtree
+
+    def killed(path, *args, **kwargs):
+        existed = Path(path).exists()
+        real(path, *args, **kwargs)
+        if existed and Path(path).name in ("checkpoint", "checkpoint.old"):  # Ctrl-C as the step-3 one is deleted
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        finetune(recipe, tmp_path / "run")
+    monkeypatch.undo()
+    steps = []
+    resumed = finetune(recipe, tmp_path / "run", progress=lambda event: steps.append(event["step"]))
+    assert steps[0] == 7 and resumed["finished"]
+    assert not list((tmp_path).glob("run.partial*")) and not list(tmp_path.glob(".run.partial*"))
 
 
 def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
