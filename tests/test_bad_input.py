@@ -303,6 +303,29 @@ def test_weak_a_killed_writer_leaves_no_hidden_folder_after_the_next_run(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grader"]
 
 
+def test_an_output_another_run_wrote_meanwhile_is_not_replaced_without_overwrite(tmp_path):
+    """Was: two scans (prunes, exports, benches) started on one new --out both said 'wrote OUT', exit 0, and the
+    one that finished last silently replaced the other's folder; only the check before the work refused."""
+    from headcut_grader.files import atomic_dir
+
+    out = tmp_path / "scan"
+    with pytest.raises(UserError, match=f"--out {out} was written by another run while this one worked, and is left "
+                                        "as it is; choose a new folder, or pass --overwrite"):
+        with atomic_dir(out) as tmp:
+            (tmp / "importance.json").write_text("mine")
+            out.mkdir()
+            (out / "importance.json").write_text("the other run's")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scan"]
+    assert (out / "importance.json").read_text() == "the other run's"
+    (tmp_path / "empty").mkdir()  # an empty folder is still an output's place, as before the work
+    (tmp_path / "link").symlink_to(tmp_path / "empty", target_is_directory=True)
+    for place in ("link", "empty"):  # a link is replaced, not followed (was: left beside as .link.old-PID)
+        with atomic_dir(tmp_path / place) as tmp:
+            (tmp / "importance.json").write_text(place)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "link", "scan"]
+    assert [(tmp_path / place / "importance.json").read_text() for place in ("empty", "link")] == ["empty", "link"]
+
+
 # --- 7 / 8. every numeric flag has a range, checked before any work ------------------------------
 
 def _numeric_options():

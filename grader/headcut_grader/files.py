@@ -161,6 +161,9 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
                             "then rerun.") from None
         raise
     _plain_modes(tmp)
+    if not overwrite:
+        _publish_new(tmp, out, flag)
+        return
     old = None
     if out.exists():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
@@ -168,6 +171,21 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
     tmp.rename(out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _publish_new(tmp: Path, out: Path, flag: str) -> None:
+    """Rename `tmp` to `out`, still absent or an empty folder (check_out_dir): the rename itself refuses to replace
+    what another run wrote there while this one worked. A link there (to an empty folder) is replaced, not followed."""
+    try:
+        if out.is_symlink():
+            out.unlink()
+        tmp.rename(out)
+    except OSError as e:
+        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"{flag} {out} was written by another run while this one worked, and is left as it is; choose "
+                        "a new folder, or pass --overwrite.") from None
 
 
 def _plain_modes(folder: Path) -> None:
