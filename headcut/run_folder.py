@@ -26,6 +26,12 @@ def headcut_cache() -> Path:
     return cache_home("HEADCUT_CACHE", "headcut")
 
 
+def partial_folder(out: str | Path) -> Path:
+    """Where the run that publishes to `out` keeps its checkpoint and best artifact until it ends."""
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
 @dataclass(frozen=True)
 class RunFolder:
     out: Path  # where the finished artifact is published
@@ -44,7 +50,7 @@ class RunFolder:
         """`out`.partial for the run identified by `run_hash`: reused to resume the same run, refused (or,
         with `overwrite`, cleared) when it holds another run."""
         out = Path(out)
-        folder = cls(out, out.with_name(out.name + ".partial"))
+        folder = cls(out, partial_folder(out))
         stranger = not_a_folder(folder.path, overwrite=overwrite)
         stamp_file = folder.path / "recipe.json"
         # every process reads the stamp before the main process rewrites it, so all decide alike

@@ -279,6 +279,9 @@ def _load(model: torch.nn.Module, weights: dict) -> None:
         p.copy_(weights[name])
 
 
+CHECKPOINT = "checkpoint"  # the folder in `work_dir` that a rerun resumes from
+
+
 def train(
     model,
     encoded: Encoded,
@@ -301,7 +304,7 @@ def train(
     batches keep each query's rows together (query_batches) instead of bucketing by length.
     """
     run = _setup(model, settings, extra_modules, total_steps(len(encoded), settings))
-    ckpt = work_dir / "checkpoint"
+    ckpt = work_dir / CHECKPOINT
     state = _resume(run.accelerator, ckpt)
     per_epoch = math.ceil(len(encoded) / settings.batch_size)
     micro_total = micro_batches(len(encoded), settings)
@@ -382,11 +385,26 @@ def _schedule(total: int, warmup: int) -> Callable[[int], float]:
 
 def _resume(accelerator, ckpt: Path) -> LoopState:
     """The loop state of the newest whole checkpoint (model, optimizer, scheduler, RNG loaded), else a fresh one."""
-    found = next((c for c in _checkpoints(ckpt) if (c / "loop.json").exists()), None)  # loop.json is written last
+    found = _newest_checkpoint(ckpt)
     if found is None:
         return LoopState()
     accelerator.load_state(str(found))
-    return LoopState(**json.loads(read_small_text(found / "loop.json")))
+    return _loop_state(found)
+
+
+def checkpoint_step(work_dir: Path) -> int | None:
+    """The step of the checkpoint that calling `train` again with `work_dir` resumes after; None when there is
+    none (it would train from step 0)."""
+    found = _newest_checkpoint(Path(work_dir) / CHECKPOINT)
+    return None if found is None else _loop_state(found).step
+
+
+def _newest_checkpoint(ckpt: Path) -> Path | None:
+    return next((c for c in _checkpoints(ckpt) if (c / "loop.json").exists()), None)  # loop.json is written last
+
+
+def _loop_state(checkpoint: Path) -> LoopState:
+    return LoopState(**json.loads(read_small_text(checkpoint / "loop.json")))
 
 
 def _checkpoints(ckpt: Path) -> tuple[Path, Path, Path]:

@@ -188,3 +188,31 @@ def wait_until(check, seconds: float, what: str):
         assert time.monotonic() < deadline, f"after {seconds:g} s: {what}"
         time.sleep(0.05)
     return result
+
+
+def interrupt_after_checkpoints(monkeypatch, count: int):
+    """Ctrl-C once `count` checkpoints are written (0: in the first step, before any; -1: never); returns the
+    steps that the runs resume after (0: none)."""
+    import headcut.training as training
+
+    real_checkpoint, real_resume, written, resumed = training._checkpoint, training._resume, [], []
+
+    def checkpoint(accelerator, ckpt, state):
+        real_checkpoint(accelerator, ckpt, state)
+        written.append(state.step)
+        if len(written) == count:
+            raise KeyboardInterrupt
+
+    def micro_step(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    def resume(accelerator, ckpt):
+        state = real_resume(accelerator, ckpt)
+        resumed.append(state.step)
+        return state
+
+    monkeypatch.setattr(training, "_checkpoint", checkpoint)
+    monkeypatch.setattr(training, "_resume", resume)
+    if count == 0:
+        monkeypatch.setattr(training, "_micro_step", micro_step)
+    return resumed

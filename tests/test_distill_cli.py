@@ -137,3 +137,38 @@ def test_tune_refuses_a_study_whose_data_changed_and_resumes_one_whose_did_not(t
     fresh = runner.invoke(app, [*args, "--overwrite"])  # the same values on other data: a trial of its own
     assert fresh.exit_code == 0, fresh.output
     assert len(list((tmp_path / "study" / "trials").iterdir())) == 2
+
+
+def test_ctrl_c_says_where_a_distillation_resumes_and_exits_130(tiny_teacher, tmp_path, monkeypatch):  # noqa: F811
+    """Was: Ctrl-C in `headcut distill` exited 130 with nothing said; now one line names the checkpoint a rerun
+    resumes after, and the rerun does resume there."""
+    from conftest import interrupt_after_checkpoints
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, checkpoint_every=4)
+    args = ["distill", str(recipe), "--out", str(tmp_path / "s")]
+    interrupt_after_checkpoints(monkeypatch, 2)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 130, result.output
+    assert (f"interrupted: {tmp_path / 's.partial'} keeps the checkpoint of step 8; rerun the same command to resume "
+            "after it.") in result.output.splitlines() and "Traceback" not in result.output
+    monkeypatch.undo()
+    resumed = interrupt_after_checkpoints(monkeypatch, -1)
+    assert runner.invoke(app, args).exit_code == 0 and resumed == [8]
+
+
+def test_ctrl_c_in_a_search_says_the_study_continues_and_exits_130(tiny_teacher, tmp_path, monkeypatch):  # noqa: F811
+    from conftest import interrupt_after_checkpoints
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, epochs=0.5, eval_every=100, checkpoint_every=4,
+                          tune_fields=["temperature"])
+    args = ["distill", str(recipe), "--tune", "2", "--out", str(tmp_path / "study")]
+    interrupt_after_checkpoints(monkeypatch, 4)  # trial 1 checkpoints at steps 4, 8 and 10; trial 2 first at 4
+    result = runner.invoke(app, args)
+    assert result.exit_code == 130, result.output
+    assert (f"interrupted: {tmp_path / 'study' / 'study.db'} keeps the finished trials; rerun the same command to "
+            "continue the search (the interrupted trial runs again with the same values, resuming after its last "
+            "checkpoint).") in result.output.splitlines()
+    monkeypatch.undo()
+    resumed = interrupt_after_checkpoints(monkeypatch, -1)
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0 and "best of 2 trials" in again.output and resumed == [4], again.output

@@ -8,7 +8,7 @@ import pytest
 from headcut.finetune import FinetuneRecipe, finetune
 from headcut.models import load_model, resolve_source, save_model, LoadedModel
 from headcut.recipes import from_dict
-from tests.conftest import need_minilm, tiny_model
+from tests.conftest import interrupt_after_checkpoints, need_minilm, tiny_model
 
 
 @pytest.fixture
@@ -63,6 +63,35 @@ def test_a_kill_while_the_old_checkpoint_is_removed_resumes_from_the_new_one(tmp
     resumed = finetune(recipe, tmp_path / "run", progress=lambda event: steps.append(event["step"]))
     assert steps[0] == 7 and resumed["finished"]
     assert not list((tmp_path).glob("run.partial*")) and not list(tmp_path.glob(".run.partial*"))
+
+
+@pytest.mark.parametrize("checkpoints, said", [(2, "run.partial keeps the checkpoint of step 6; rerun the same "
+                                                   "command to resume after it."),
+                                               (0, "no checkpoint was saved yet; rerun the same command to train "
+                                                   "again from step 0.")])
+def test_ctrl_c_says_where_the_run_resumes_and_exits_130(tmp_path, tiny_base, monkeypatch, checkpoints, said):
+    """Was: Ctrl-C in `headcut finetune` exited 130 with nothing said; now one line says what a rerun resumes
+    from, and the rerun does resume there."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v
+                                      for k, v in tiny_recipe(tiny_base, epochs=1).__dict__.items()}))
+    args = ["finetune", str(recipe), "--out", str(tmp_path / "run")]
+    resumed = interrupt_after_checkpoints(monkeypatch, checkpoints)
+    result = CliRunner().invoke(app, args)
+    lines = [line for line in result.output.splitlines() if line.startswith("interrupted: ")]
+    assert result.exit_code == 130 and len(lines) == 1 and lines[0].endswith(said), result.output
+    assert f"{tmp_path / 'run.partial'} keeps" in lines[0] if checkpoints else True
+    assert "Traceback" not in result.output
+    monkeypatch.undo()
+    resumed = interrupt_after_checkpoints(monkeypatch, -1)  # no Ctrl-C this time: only the resumed step is kept
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0, again.output
+    assert resumed == [6 if checkpoints else 0] and (tmp_path / "run" / "headcut.json").exists()
 
 
 def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):

@@ -82,6 +82,36 @@ def test_killed_run_resumes_to_the_same_bytes(tiny_grader, tmp_path):
 
 
 
+@pytest.mark.parametrize("chunks_done", [2, 0])
+def test_ctrl_c_says_what_was_kept_and_exits_130(tiny_grader, tmp_path, monkeypatch, chunks_done):
+    """Was: Ctrl-C in `headcut grade` exited 130 with nothing said; now one line says OUT was not written and how
+    many graded rows a rerun with --resume continues after (or that none were kept), and that rerun works."""
+    from headcut_grader.grader import Grader
+
+    source = write_pairs(tmp_path / "pairs.tsv", 1000, seed=4)
+    flags = ["--chunk-rows", "200", "--threads", "1"]
+    assert grade(tiny_grader, source, "--out", tmp_path / "whole.tsv", *flags).exit_code == 0
+    real, calls = Grader.logits, []
+
+    def interrupted(self, pairs, **kwargs):
+        calls.append(len(pairs))
+        if len(calls) > chunks_done:
+            raise KeyboardInterrupt
+        return real(self, pairs, **kwargs)
+
+    monkeypatch.setattr(Grader, "logits", interrupted)
+    out = tmp_path / "out.tsv"
+    result = grade(tiny_grader, source, "--out", out, *flags)
+    kept = (f"interrupted: {out} was not written; .out.tsv.partial keeps 400 graded rows; rerun the same command with "
+            "--resume to continue after them.")
+    none = f"interrupted: {out} was not written and no graded rows were kept; rerun the same command to start again."
+    assert result.exit_code == 130 and (kept if chunks_done else none) in result.output.splitlines(), result.output
+    assert not out.exists() and "Traceback" not in result.output
+    monkeypatch.undo()
+    again = grade(tiny_grader, source, "--out", out, *flags, *(["--resume"] if chunks_done else []))
+    assert again.exit_code == 0 and out.read_bytes() == (tmp_path / "whole.tsv").read_bytes(), again.output
+
+
 # Sweep defect 5: the workers of a SIGKILLed `grade --workers 2` were still alive 60 s later.
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
 def test_workers_exit_when_their_parent_is_killed(tiny_grader, tmp_path):

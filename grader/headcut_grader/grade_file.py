@@ -61,6 +61,15 @@ def partial_paths(out: Path) -> tuple[Path, Path]:
     return out.parent / f".{out.name}.partial", out.parent / f".{out.name}.partial.json"
 
 
+def kept_rows(out) -> int | None:
+    """The graded rows an interrupted grade into `out` left for --resume to continue after (its partial file and
+    the state counting them), or None when it left none."""
+    data, state_path = partial_paths(Path(out))
+    state = _read_state(state_path)[0] if state_path.exists() and data.exists() else None
+    rows = state.get("rows") if isinstance(state, dict) else None
+    return rows if isinstance(rows, int) and not isinstance(rows, bool) else None
+
+
 def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettings(), resume: bool = False,
                overwrite: bool = False, progress: Callable[[int], None] | None = None) -> GradeSummary:
     """Grade every pair of SOURCE into OUT: query, title, [true_grade], grade, expected_grade, p<grade>..."""

@@ -11,8 +11,8 @@ from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, MAX_THREADS
 
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
 from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, BadValue, Opt,  # noqa: F401
-                                       bounded, field_option, flags_set, number, progress_bar, user_errors,
-                                       version_option)
+                                       bounded, field_option, flags_set, number, on_interrupt, progress_bar,
+                                       user_errors, version_option)
 
 
 def quiet_transformers() -> None:
@@ -95,6 +95,21 @@ def training_progress(desc: str):
             bar.refresh()
 
     return bar, progress
+
+
+def training_left(out) -> str | None:
+    """What an interrupted finetune or distill into `out` left, for on_interrupt: the checkpoint its rerun resumes
+    after, if one was saved (on the main process only: the others print nothing)."""
+    if not main_process():
+        return None
+    from headcut.run_folder import partial_folder
+    from headcut.training import checkpoint_step
+
+    folder = partial_folder(out)
+    step = checkpoint_step(folder) if folder.is_dir() else None
+    if step is None:
+        return "no checkpoint was saved yet; rerun the same command to train again from step 0."
+    return f"{folder} keeps the checkpoint of step {step}; rerun the same command to resume after it."
 
 
 def metrics_line(m: dict) -> str:

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import OVERWRITE, Opt, main_process, number, quiet_transformers, training_progress, user_errors
+from headcut.cli.common import (OVERWRITE, Opt, main_process, number, on_interrupt, quiet_transformers,
+                                training_left, training_progress, user_errors)
 
 
 def format_result(metrics: dict) -> str:
@@ -70,8 +71,8 @@ def distill(
             params = "  ".join(f"{k}={v:.4g}" for k, v in t["params"].items())
             bar.write(f"trial {t['number']}: {rec.select_metric} {t['value']:.4f}  {params}")
 
-        summary = search(rec, out, trials=tune, overwrite=overwrite, progress=progress, on_trial=on_trial)
-        bar.close()
+        with on_interrupt(lambda: _search_left(out)), bar:
+            summary = search(rec, out, trials=tune, overwrite=overwrite, progress=progress, on_trial=on_trial)
         best = summary["best"]
         params = "  ".join(f"{k}={v:.4g}" for k, v in best["params"].items())
         typer.echo(f"best of {len(summary['trials'])} trials: {summary['metric']} {best['value']:.4f}  {params}")
@@ -79,8 +80,8 @@ def distill(
         return
     from headcut.distill import distill as run
 
-    result = run(rec, out, overwrite=overwrite, progress=progress)
-    bar.close()
+    with on_interrupt(lambda: training_left(out)), bar:
+        result = run(rec, out, overwrite=overwrite, progress=progress)
     if not main_process():
         return
     t = result.training
@@ -94,6 +95,18 @@ def distill(
     if result.speed:
         typer.echo(format_speed(result.speed))
     typer.echo(f"wrote {result.out}")
+
+
+def _search_left(out: Path) -> str | None:
+    """What an interrupted --tune search left in `out`, for on_interrupt (tune.py: how a rerun continues it)."""
+    from headcut.distill.tune import STUDY_FILE
+
+    if not main_process():
+        return None
+    if not (out / STUDY_FILE).exists():
+        return "the search had not started; rerun the same command to start it."
+    return (f"{out / STUDY_FILE} keeps the finished trials; rerun the same command to continue the search (the "
+            "interrupted trial runs again with the same values, resuming after its last checkpoint).")
 
 
 CACHE_WORDS = {"hit": "read from headcut's cache", "written": "computed and cached", "off": "not needed",

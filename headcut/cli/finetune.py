@@ -6,7 +6,8 @@ from pathlib import Path
 import typer
 
 from headcut_grader.errors import UserError
-from headcut.cli.common import OVERWRITE, Opt, main_process, metrics_line, quiet_transformers, training_progress, user_errors
+from headcut.cli.common import (OVERWRITE, Opt, main_process, metrics_line, on_interrupt, quiet_transformers,
+                                training_left, training_progress, user_errors)
 
 
 @user_errors
@@ -41,8 +42,8 @@ def finetune(
         overrides.append(f"dev_data={dev}")
     rec = load_recipe(FinetuneRecipe, recipe, overrides=overrides, kind="finetune")
     bar, progress = training_progress("training")
-    result = run(rec, out, overwrite=overwrite, progress=progress)
-    bar.close()
+    with on_interrupt(lambda: training_left(out)), bar:
+        result = run(rec, out, overwrite=overwrite, progress=progress)
     if not main_process():
         return
     if not result["finished"]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import Opt, quiet_transformers, user_errors
+from headcut.cli.common import Opt, on_interrupt, quiet_transformers, user_errors
 
 STATE_WIDTH = 8
 
@@ -83,14 +83,11 @@ def run(
     rec = load_pipeline(recipe, overrides=list(set_))
     out = out or Path("runs") / find_recipe(recipe, kind="run").stem
     progress, close = stage_lines(max(len(s.name) for s in plan(rec)))
-    try:
-        result = run_pipeline(rec, out, overwrite=overwrite, progress=progress)
-    except KeyboardInterrupt:
-        close()
-        typer.echo(f"interrupted; rerun the same command to resume ({out})", err=True)
-        raise typer.Exit(130)
-    finally:
-        close()
+    with on_interrupt(lambda: f"rerun the same command to resume ({out})"):
+        try:
+            result = run_pipeline(rec, out, overwrite=overwrite, progress=progress)
+        finally:
+            close()
     text = (result.out / "report.md").read_text()
     table = text.split("## Every grader", 1)[1].split("![", 1)[0].strip()
     typer.echo(table)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import errno
 import functools
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 
@@ -68,6 +69,24 @@ def user_errors(fn):
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+# What a shell reports for a command that Ctrl-C (SIGINT) ended: 128 + the signal's number.
+INTERRUPTED_EXIT = 130
+
+
+@contextmanager
+def on_interrupt(left: Callable[[], str | None]):
+    """Ctrl-C inside: one line on stderr, "interrupted: " and `left()` (what the command left behind and how to go
+    on, read once it stopped; None prints nothing, as on the other processes of `accelerate launch`), then exit
+    code 130. Opened outside a progress bar's `with`, so the bar is closed before the line is printed."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sentence = left()
+        if sentence:
+            typer.echo(f"interrupted: {sentence}", err=True)
+        raise typer.Exit(INTERRUPTED_EXIT) from None
 
 
 def name_too_long(error: OSError, kwargs: dict) -> str:

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
-from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number, progress_bar,
-                                       user_errors)
+from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number,
+                                       on_interrupt, progress_bar, user_errors)
 
 
 @user_errors
@@ -40,9 +40,20 @@ def grade(
     settings = GradeSettings(chunk_rows=chunk_rows, batch_size=batch_size, preset=preset, query_col=query_col,
                              title_col=title_col, label_col=label_col, workers=workers, backend=backend,
                              threads=threads or max(1, (os.cpu_count() or 1) // workers))
-    with progress_bar(None, "grading") as bar:
+    with on_interrupt(lambda: _left(out)), progress_bar(None, "grading") as bar:
         summary = grade_file(grader_dir, pairs_file, out, settings=settings, resume=resume, overwrite=overwrite,
                              progress=bar.update)
     resumed = f", {summary.resumed_rows} of them by the interrupted run" if summary.resumed_rows else ""
     counts = f"grades: {', '.join(f'{g}: {n}' for g, n in summary.counts.items())}; " if summary.counts else ""
     typer.echo(f"graded {summary.rows} pairs{resumed} -> {out} ({counts}{summary.backend})")
+
+
+def _left(out: Path) -> str:
+    """What an interrupted grade left, for on_interrupt: OUT appears only whole, in the last step."""
+    from headcut_grader.grade_file import kept_rows, partial_paths
+
+    rows = kept_rows(out)
+    if rows is None:
+        return f"{out} was not written and no graded rows were kept; rerun the same command to start again."
+    return (f"{out} was not written; {partial_paths(out)[0].name} keeps {rows} graded rows; rerun the same command "
+            "with --resume to continue after them.")
