@@ -108,6 +108,55 @@ def test_a_second_run_of_the_same_teacher_on_the_same_pairs_reads_the_first_runs
     assert shorter.training["teacher_cache"] == "written"
 
 
+def cached_logits(teacher_dir, cache, **kwargs):
+    from headcut.batching import encode
+    from headcut.distill.cache import teacher_logits
+
+    teacher, pairs = load_model(teacher_dir), synthetic_pairs(40, seed=6)
+    encoded = encode(teacher.tokenizer, pairs, max_length=32)
+    return teacher_logits(teacher, pairs, encoded=encoded, max_length=32, cache_dir=cache, **kwargs)
+
+
+def test_a_teacher_logit_write_cut_short_leaves_no_temporary(tiny_teacher, tmp_path, monkeypatch):
+    """Was: a Ctrl-C or a full disk while np.save wrote an entry left .teacher-logits-KEY.npy.PID.tmp (as large as
+    the logits) in the cache, never removed."""
+    def cut_short(f, array):
+        f.write(b"\x93NUMPY half an entry")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "save", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        cached_logits(tiny_teacher, tmp_path / "cache")
+    assert list((tmp_path / "cache").iterdir()) == []
+    monkeypatch.undo()
+    assert cached_logits(tiny_teacher, tmp_path / "cache")[1] is False  # no half entry was taken for a hit
+
+
+def test_the_teacher_logit_cache_removes_a_dead_writers_temporaries_but_not_a_live_ones(tiny_teacher, tmp_path):
+    """Was: a run killed while it wrote an entry left its temporary in the cache for good; now the next write
+    removes what a process of this host that is gone left, of any key, and leaves a live writer's alone."""
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    cache, host = tmp_path / "cache", socket.gethostname()
+    cache.mkdir()
+    names = {pid: f".teacher-logits-{'0' * 16}.npy.tmp-{pid}@{host}-0123456789" for pid in (dead.pid, live.pid)}
+    for name in names.values():
+        (cache / name).write_bytes(b"\x93NUMPY a killed write")
+    try:
+        logits, hit = cached_logits(tiny_teacher, cache)
+    finally:
+        live.kill()
+        live.wait()
+    assert not hit and logits.shape == (40, 5)
+    assert sorted(p.name for p in cache.iterdir()) == sorted([names[live.pid], *(p.name for p in cache.glob("t*"))])
+    assert len(list(cache.glob("teacher-logits-*.npy"))) == 1
+
+
 def test_rerun_after_a_kill_resumes_and_matches_an_uninterrupted_run(tiny_teacher, tmp_path):
     recipe = recipe_for(tiny_teacher, eval_every=5, checkpoint_every=5)  # 19 steps per epoch, 38 in all
     whole = distill(recipe, tmp_path / "whole")

@@ -7,7 +7,6 @@ the answer is cached (per grader and CPU), so a fleet of servers pays for the me
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 
 from headcut_grader.backends import graphs, open_backend
 from headcut_grader.errors import UserError
-from headcut_grader.files import cache_home
+from headcut_grader.files import cache_home, write_text
 from headcut_grader.machine import cpu_key
 from headcut_grader.timing import round_robin
 from headcut_grader.validation import read_small_text
@@ -99,12 +98,7 @@ def _read_cache() -> dict:
 
 def _write_cache(key: str, backend: str) -> None:
     """Best effort: a read-only home only means measuring again next time."""
-    path = cache_file()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        entries = {**_read_cache(), key: backend}
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(entries, indent=1), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
+        write_text(cache_file(), json.dumps({**_read_cache(), key: backend}, indent=1))
+    except UserError:  # write_text's sentence for a folder it cannot write in
         pass

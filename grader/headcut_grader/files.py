@@ -7,6 +7,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import uuid
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headcut_grader.errors import UserError
-from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths, whole_number
+from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths
 
 
 def cache_home(env: str, name: str) -> Path:
@@ -117,13 +118,29 @@ def temp_sibling(out: Path) -> Path:
 
 def clean_stale(out: Path) -> list[Path]:
     """Remove temporaries of `out` whose writer (on this host) is gone: a run killed mid-write leaves them."""
+    return _sweep(out.parent, glob.escape(f".{out.name}.tmp-") + "*")
+
+
+def clean_stale_folder(folder: Path) -> list[Path]:
+    """Remove the temporaries in `folder` of every name whose writer (on this host) is gone: a cache's, whose
+    entries a killed run may never write again."""
+    return _sweep(Path(folder), ".*.tmp-*")
+
+
+# .NAME.tmp-PID@HOST-TAIL (temp_sibling): the writer's pid and host
+_TEMP_NAME = re.compile(r"\..+\.tmp-(\d+)@(.+)-[0-9a-f]+")
+
+
+def _sweep(folder: Path, pattern: str) -> list[Path]:
+    """Remove the temporaries in `folder` matching `pattern` whose writer was a process of this host that is gone;
+    a live writer's (or another host's, whose pids this one cannot check) are left alone."""
     removed = []
     host = socket.gethostname()
-    for leftover in out.parent.glob(glob.escape(f".{out.name}.tmp-") + "*") if out.parent.is_dir() else ():
-        pid, _, rest = leftover.name[len(f".{out.name}.tmp-"):].partition("@")
-        if whole_number(pid) is None or not rest.startswith(host + "-") or _alive(whole_number(pid)):
+    for leftover in folder.glob(pattern) if folder.is_dir() else ():
+        found = _TEMP_NAME.fullmatch(leftover.name)
+        if found is None or found[2] != host or _alive(int(found[1])):
             continue
-        if leftover.is_dir():
+        if leftover.is_dir() and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)
         else:
             leftover.unlink(missing_ok=True)
@@ -205,6 +222,15 @@ def write_json(path: str | Path, data) -> None:
 
 
 def write_text(path: str | Path, text: str) -> None:
+    with atomic_file(path, binary=False) as f:
+        f.write(text)
+
+
+@contextmanager
+def atomic_file(path: str | Path, *, binary: bool = True):
+    """Yield a file open on a fresh temporary beside `path` (its writer's own name: two writers never share one),
+    which replaces `path` in one rename once the block ends: `path` is the old file or a whole new one, the last
+    writer's. On any error or Ctrl-C the temporary is removed; a killed writer's is removed by a later write."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -214,8 +240,8 @@ def write_text(path: str | Path, text: str) -> None:
     except OSError as e:
         raise UserError(f"{path}: cannot write there ({e.strerror}); check the folder's permissions.") from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)

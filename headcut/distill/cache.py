@@ -7,13 +7,13 @@ large to cache, so recipes using those losses run the teacher online.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
 
 from headcut.batching import Encoded
 from headcut_grader.data import Pairs
+from headcut_grader.files import atomic_file, clean_stale_folder
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 
@@ -38,9 +38,8 @@ def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_
     logits = predict_logits(teacher.model, teacher.tokenizer, pairs, encoded=encoded, batch_size=batch_size,
                             progress=progress)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
+        # a run killed mid-write leaves its temporary (as large as the logits), under a key it may never write again
+        clean_stale_folder(path.parent)
+        with atomic_file(path) as f:  # never a half-written entry: the old one or a whole new one
             np.save(f, logits)
-        os.replace(tmp, path)  # a killed run never leaves a half-written cache behind
     return logits, False
