@@ -219,6 +219,33 @@ def test_6_evaluate_out_follows_the_same_rule(tmp_path, tiny_grader):
     assert out.read_text() == "{}"
 
 
+@pytest.mark.parametrize("command", ["grade", "evaluate"])
+def test_6_an_out_file_another_run_wrote_meanwhile_is_kept_without_overwrite(tmp_path, tiny_grader, command,
+                                                                             monkeypatch):
+    """Was: two `evaluate --out m.json` (or `grade --out`) started together both said 'wrote', exit 0, and the one
+    that finished last silently replaced the other's file; only the check before the work refused."""
+    import headcut_grader.files
+    import headcut_grader.grade_file
+
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = tmp_path / "out.txt"
+    real = headcut_grader.files.check_out_file
+
+    def other_run_writes_meanwhile(*args, **kwargs):
+        checked = real(*args, **kwargs)
+        out.write_text("the other run's\n")
+        return checked
+
+    for module in (headcut_grader.files, headcut_grader.grade_file):
+        monkeypatch.setattr(module, "check_out_file", other_run_writes_meanwhile)
+    args = {"grade": ["grade", tiny_grader, pairs], "evaluate": ["evaluate", "--model", tiny_grader, "--data", pairs]}
+    refused(run(*args[command], "--out", out), f"--out {out} was written by another run while this one worked, and is "
+                                               "left as it is; choose a new file name, or pass --overwrite.")
+    assert out.read_text() == "the other run's\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.txt")) == (
+        [".out.txt.partial", ".out.txt.partial.json"] if command == "grade" else [])  # grade's: for --resume
+
+
 @pytest.mark.parametrize("command", ["grade", "evaluate", "bench", "export", "run"])
 def test_6_an_out_under_a_file_is_refused_before_any_work(tmp_path, tiny_grader, command):
     """Under a file nothing can be written: said before the work (bench and evaluate found it after), naming the
@@ -324,6 +351,33 @@ def test_an_output_another_run_wrote_meanwhile_is_not_replaced_without_overwrite
             (tmp / "importance.json").write_text(place)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "link", "scan"]
     assert [(tmp_path / place / "importance.json").read_text() for place in ("empty", "link")] == ["empty", "link"]
+
+
+@pytest.mark.parametrize("overwrite", [True, False])
+def test_two_writers_of_one_file_never_mix_and_without_overwrite_the_first_to_publish_keeps_it(tmp_path, overwrite):
+    """Two runs writing one --out FILE (two `evaluate --out m.json`): each writes its own temporary, so the file is
+    one writer's whole bytes, never a mix. Was: without --overwrite both said 'wrote m.json', exit 0, and the one
+    that finished last silently replaced the other's file (as atomic_dir no longer does for a folder)."""
+    from headcut_grader.files import atomic_file
+
+    out = tmp_path / "m.json"
+
+    def first_run():
+        with atomic_file(out, overwrite=overwrite) as first:
+            first.write(b"first half, ")
+            with atomic_file(out, overwrite=overwrite) as second:  # started later, published first
+                second.write(b"the second run's whole file\n")
+            assert out.read_bytes() == b"the second run's whole file\n"
+            first.write(b"second half\n")
+
+    if overwrite:
+        first_run()
+    else:
+        with pytest.raises(UserError, match=f"^--out {re.escape(str(out))} was written by another run while this one "
+                                             "worked, and is left as it is; choose a new file name, or pass --overwrite.$"):
+            first_run()
+    wanted = b"first half, second half\n" if overwrite else b"the second run's whole file\n"
+    assert out.read_bytes() == wanted and sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]
 
 
 # --- 7 / 8. every numeric flag has a range, checked before any work ------------------------------

@@ -215,22 +215,24 @@ def _plain_modes(folder: Path) -> None:
             path.chmod(allowed if path.is_dir() else allowed & 0o666)
 
 
-def write_json(path: str | Path, data) -> None:
+def write_json(path: str | Path, data, *, overwrite: bool = True, flag: str = "--out") -> None:
     """Write JSON atomically (temp file + rename); NaN (a figure that means nothing there) as null, since JSON
-    has no NaN and strict readers refuse Python's."""
-    write_text(path, json.dumps(_strict(data), indent=2, sort_keys=False, default=_jsonable) + "\n")
+    has no NaN and strict readers refuse Python's. `overwrite`, `flag`: as atomic_file's."""
+    write_text(path, json.dumps(_strict(data), indent=2, sort_keys=False, default=_jsonable) + "\n",
+               overwrite=overwrite, flag=flag)
 
 
-def write_text(path: str | Path, text: str) -> None:
-    with atomic_file(path, binary=False) as f:
+def write_text(path: str | Path, text: str, *, overwrite: bool = True, flag: str = "--out") -> None:
+    with atomic_file(path, binary=False, overwrite=overwrite, flag=flag) as f:
         f.write(text)
 
 
 @contextmanager
-def atomic_file(path: str | Path, *, binary: bool = True):
+def atomic_file(path: str | Path, *, binary: bool = True, overwrite: bool = True, flag: str = "--out"):
     """Yield a file open on a fresh temporary beside `path` (its writer's own name: two writers never share one),
-    which replaces `path` in one rename once the block ends: `path` is the old file or a whole new one, the last
-    writer's. On any error or Ctrl-C the temporary is removed; a killed writer's is removed by a later write."""
+    which becomes `path` in one step once the block ends: `path` is the old file or a whole new one. On any error
+    or Ctrl-C the temporary is removed; a killed writer's is removed by a later write. `overwrite`: the last writer's
+    file wins; else a file another run wrote at `path` meanwhile is kept, and this write refused (publish_file)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -242,12 +244,35 @@ def atomic_file(path: str | Path, *, binary: bool = True):
     try:
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
-        os.replace(tmp, path)
+        publish_file(tmp, path, overwrite=overwrite, flag=flag)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         if isinstance(e, OSError):
             raise UserError(f"{path}: writing failed ({e.strerror}); check free space and permissions.") from None
         raise
+
+
+def publish_file(tmp: Path, out: Path, *, overwrite: bool, flag: str = "--out") -> None:
+    """Rename `tmp` to `out`. Without `overwrite`, `out` was absent when the command began (check_out_file), so a file
+    there now is another run's, written while this one worked: it is left as it is and this one refused (a hard
+    link, unlike a rename, refuses an existing name; `tmp` is the caller's to remove)."""
+    if overwrite:
+        os.replace(tmp, out)
+        return
+    if out.is_symlink() and not out.exists():
+        out.unlink()  # a link to nothing was no output when the command began either: replaced, as a rename would
+    taken = UserError(f"{flag} {out} was written by another run while this one worked, and is left as it is; "
+                      "choose a new file name, or pass --overwrite.")
+    try:
+        os.link(tmp, out)
+    except FileExistsError:
+        raise taken from None
+    except OSError:  # a file system without hard links: checked, then renamed (two steps there)
+        if out.exists():
+            raise taken from None
+        os.replace(tmp, out)
+        return
+    tmp.unlink()
 
 
 def _strict(obj):

@@ -19,7 +19,7 @@ import numpy as np
 
 from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import UserError
-from headcut_grader.files import check_out_file, write_json
+from headcut_grader.files import check_out_file, publish_file, write_json
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.orphans import exit_with_parent
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
@@ -109,7 +109,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                                                  "bytes": f.tell(), "position": asdict(chunk.position),
                                                  "counts": counts, "grader_sha256": _grader_id(grader),
                                                  "settings": settings.output_keys()}))
-        os.replace(data, out)
+        publish_file(data, out, overwrite=overwrite)
     except OSError as e:
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
                         "with --resume.") from None

@@ -91,5 +91,5 @@ def evaluate(
         typer.echo(format_against(metrics, metrics["against"]["metrics"], metrics["against"]["model_minus_against"],
                                   against))
     if out:
-        write_json(out, metrics)
+        write_json(out, metrics, overwrite=overwrite)
         typer.echo(f"wrote {out}")
