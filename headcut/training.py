@@ -24,7 +24,7 @@ from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
-from headcut_grader.files import file_hash
+from headcut_grader.files import file_hash, write_text
 from headcut_grader.ranges import check_ranges, ranged
 from headcut_grader.validation import read_small_text
 
@@ -388,23 +388,28 @@ def _resume(accelerator, ckpt: Path) -> LoopState:
     found = _newest_checkpoint(ckpt)
     if found is None:
         return LoopState()
-    accelerator.load_state(str(found))
-    return _loop_state(found)
+    accelerator.load_state(str(found[0]))
+    return found[1]
 
 
 def checkpoint_step(work_dir: Path) -> int | None:
     """The step of the checkpoint that calling `train` again with `work_dir` resumes after; None when there is
     none (it would train from step 0)."""
     found = _newest_checkpoint(Path(work_dir) / CHECKPOINT)
-    return None if found is None else _loop_state(found).step
+    return None if found is None else found[1].step
 
 
-def _newest_checkpoint(ckpt: Path) -> Path | None:
-    return next((c for c in _checkpoints(ckpt) if (c / "loop.json").exists()), None)  # loop.json is written last
+def _newest_checkpoint(ckpt: Path) -> tuple[Path, LoopState] | None:
+    """The newest whole checkpoint and its loop state: one whose loop.json (written last) reads whole."""
+    return next(((c, state) for c in _checkpoints(ckpt) if (state := _loop_state(c)) is not None), None)
 
 
-def _loop_state(checkpoint: Path) -> LoopState:
-    return LoopState(**json.loads(read_small_text(checkpoint / "loop.json")))
+def _loop_state(checkpoint: Path) -> LoopState | None:
+    """None where loop.json is missing, or cut short by a kill while an earlier version wrote it in place."""
+    try:
+        return LoopState(**json.loads(read_small_text(checkpoint / "loop.json")))
+    except (OSError, ValueError, TypeError, UserError):
+        return None
 
 
 def _checkpoints(ckpt: Path) -> tuple[Path, Path, Path]:
@@ -513,7 +518,7 @@ def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
     accelerator.save_state(str(tmp))
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
-        (tmp / "loop.json").write_text(json.dumps(state.__dict__))
+        write_text(tmp / "loop.json", json.dumps(state.__dict__))  # atomic: a kill leaves it whole or absent
         if ckpt.exists():  # renamed, not deleted, first: deleting takes a while, and a kill meanwhile keeps both
             shutil.rmtree(old, ignore_errors=True)
             ckpt.rename(old)

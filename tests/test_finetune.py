@@ -94,6 +94,25 @@ def test_ctrl_c_says_where_the_run_resumes_and_exits_130(tmp_path, tiny_base, mo
     assert resumed == [6 if checkpoints else 0] and (tmp_path / "run" / "headcut.json").exists()
 
 
+def test_a_checkpoint_whose_loop_state_a_kill_cut_short_is_passed_over(tmp_path, tiny_base, monkeypatch):
+    """Was: loop.json, which marks a checkpoint whole, was written in place; a kill while it was written left
+    checkpoint.tmp with half of it, which every rerun took for the newest checkpoint and failed on (a JSON
+    traceback). Now it is written atomically, and a resume passes over one that does not read whole."""
+    import shutil
+
+    from headcut.training import checkpoint_step
+
+    recipe = tiny_recipe(tiny_base, epochs=1)
+    finetune(recipe, tmp_path / "run", stop_after_steps=6)  # checkpoint of step 6
+    folder = tmp_path / "run.partial"
+    shutil.copytree(folder / "checkpoint", folder / "checkpoint.tmp")  # as if killed while writing the next one
+    loop = folder / "checkpoint.tmp" / "loop.json"
+    loop.write_text(loop.read_text()[:10])
+    assert checkpoint_step(folder) == 6
+    resumed = interrupt_after_checkpoints(monkeypatch, -1)
+    assert finetune(recipe, tmp_path / "run")["finished"] and resumed == [6]
+
+
 def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
     from headcut_grader.errors import UserError
 
