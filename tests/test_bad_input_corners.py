@@ -39,6 +39,27 @@ def test_a_cross_encoder_activation_record_of_the_wrong_type_names_its_file_and_
     refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), *words)
 
 
+@pytest.mark.parametrize("value", [None, "", False])
+@pytest.mark.parametrize("file,key", [("config_sentence_transformers.json", "activation_fn"),
+                                      ("config.json", "sentence_transformers.activation_fn"),
+                                      ("config.json", "sbert_ce_default_activation_function")])
+def test_a_cross_encoder_activation_record_naming_none_is_refused_with_its_file_and_key(tmp_path, saved_models, file,
+                                                                                        key, value):
+    """Was: read as the sigmoid (or the next record's activation) with exit 0, where sentence-transformers 6 applies
+    the next record or the sigmoid for null and "", and fails on false: scores differed, e.g. an identity model
+    scored through a sigmoid."""
+    folder = _copy(saved_models["plain"], tmp_path)
+    _edit_json(folder / "config.json", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+    (folder / "modules.json").write_text("[]")  # a CrossEncoder save: its config_sentence_transformers.json is read
+    (folder / "config_sentence_transformers.json").write_text('{"model_type": "CrossEncoder"}')
+    identity = "torch.nn.modules.linear.Identity"  # the records read after the one named none
+    _edit_json(folder / "config.json", sentence_transformers={"activation_fn": identity},
+               sbert_ce_default_activation_function=identity)
+    _edit_json(folder / file, **({"sentence_transformers": {"activation_fn": value}} if "." in key else {key: value}))
+    refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), str(folder / file),
+            f"{key} {json.dumps(value)}", "names no activation")
+
+
 @pytest.mark.parametrize("weight_map,words", [
     ([1], "'weight_map' must be an object"),
     ({}, "'weight_map' must be an object"),

@@ -287,6 +287,47 @@ def test_a_cross_encoder_of_every_activation_scores_in_sentence_transformers_as_
         assert np.ptp(ours) > 1e-4  # scores differ between pairs, so the equality above can fail
 
 
+SIGMOID, IDENTITY = "torch.nn.modules.activation.Sigmoid", "torch.nn.modules.linear.Identity"
+
+
+@pytest.mark.parametrize("modules,st_file,st_config,legacy", [
+    (False, IDENTITY, None, None),  # config_sentence_transformers.json without modules.json: not read, the sigmoid
+    (True, IDENTITY, SIGMOID, None),  # beside modules.json (a CrossEncoder save) it comes first
+    (False, IDENTITY, SIGMOID, IDENTITY),  # config.json's sentence_transformers comes before the pre-v4 key
+    (False, None, None, IDENTITY),
+])
+def test_cross_encoder_activation_records_are_read_in_sentence_transformers_order(tmp_path, modules, st_file,
+                                                                                   st_config, legacy):
+    """Was: config_sentence_transformers.json read first even without modules.json, where sentence-transformers 6
+    ignores it: an identity record there scored a folder headcut's way (raw scores), CrossEncoder's way sigmoid."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+    from test_export import tiny_tokenizer
+
+    pairs = scored_pairs(30)
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), initializer_range=0.2)
+    folder = save_cross_encoder(LoadedModel(model, tokenizer, {"task": "score", "activation": "identity",
+                                                               "max_length": 32}), tmp_path / "ce")
+    if modules:  # a folder CrossEncoder saved: modules.json, no headcut.json
+        CrossEncoder(str(folder), local_files_only=True).save_pretrained(str(tmp_path / "st"))
+        folder = tmp_path / "st"
+    (folder / "headcut.json").unlink(missing_ok=True)  # only sentence-transformers' own records
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("sentence_transformers", None)
+    config.update({"sentence_transformers": {"activation_fn": st_config}} if st_config else {})
+    config.update({"sbert_ce_default_activation_function": legacy} if legacy else {})
+    (folder / "config.json").write_text(json.dumps(config))
+    records = folder / "config_sentence_transformers.json"
+    records.write_text(json.dumps({**json.loads(records.read_text()), "activation_fn": st_file}))
+    if not st_file:
+        records.unlink()
+    theirs = CrossEncoder(str(folder), local_files_only=True).predict(list(zip(pairs.queries, pairs.titles)))
+    ours = headcut_scores(folder, pairs)
+    assert np.abs(ours - theirs).max() <= 1e-5
+    assert np.ptp(ours) > 1e-4  # scores differ between pairs, so the equality above can fail
+
+
 def test_every_stage_takes_a_score_model_and_only_score_models_become_cross_encoders(reranker, tmp_path):
     grader, dev = reranker
     from headcut.models import SCORE_STAGES, check_stage
