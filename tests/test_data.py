@@ -191,6 +191,33 @@ def test_real_homedepot_and_qbqtc_presets():
     assert set(qb.grades[i] for i in qb.labels) == {1, 3, 5}
 
 
+@pytest.mark.parametrize("preset,header,row,gold,fits", [
+    ("qbqtc", "query\ttitle\tgrade", "drill\tcordless drill\t4", "grade", "homedepot"),
+    ("homedepot", "query\ttitle\tlabel", "drill\tcordless drill\t2", "label", "qbqtc"),
+])
+@pytest.mark.parametrize("keys,said,fix", [(None, "--preset", "--label-col"),
+                                          ("data.", "key 'data.preset'", "--set data.label_col=NAME")])
+def test_a_preset_whose_gold_column_the_file_lacks_is_refused_when_it_holds_another(tmp_path, preset, header, row,
+                                                                                    gold, fits, keys, said, fix):
+    """Was: where gold is optional (grade, scan), --preset qbqtc on a file with a 'grade' column read no gold:
+    graded without true_grade, exit 0, the file's gold silently dropped."""
+    path = write(tmp_path, "pairs.tsv", f"{header}\n{row}\n")
+    with pytest.raises(UserError) as caught:
+        read_pairs(path, preset=preset, require_labels=False, keys=keys)
+    text = str(caught.value)
+    for word in (str(path), f"{said} '{preset}'", f"'{gold}'", f"{fits}", fix):
+        assert word in text, (word, text)
+    wanted = "'relevant' or 'label'" if preset == "qbqtc" else "'grade'"
+    assert f"no column {wanted}" in text
+    assert read_pairs(path, preset=fits).labels is not None  # the preset it names reads that gold
+    assert read_pairs(path, preset=preset, texts_only=True).labels is None  # a caller that reads no gold is not refused
+
+
+def test_a_preset_on_a_file_without_any_gold_reads_its_texts(tmp_path):
+    path = write(tmp_path, "pairs.tsv", "query\ttitle\tnote\ndrill\tcordless drill\tx\n")
+    assert read_pairs(path, preset="qbqtc", require_labels=False).labels is None
+
+
 @pytest.mark.parametrize("option,keys,said", [("query_col", None, "--query-col"), ("title_col", None, "--title-col"),
                                                ("label_col", None, "--label-col"), ("title_col", "data.", "data.title_col"),
                                                ("query_col", {"query_col": "--seg-col"}, "--seg-col")])

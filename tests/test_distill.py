@@ -190,6 +190,24 @@ def test_unlabeled_pairs_are_graded_by_the_teacher(tiny_teacher, tmp_path):
     assert load_model(tmp_path / "student").meta["train_data"]["rows"] == len(train_pairs) + 60
 
 
+def test_unlabeled_pairs_are_read_as_texts_whatever_gold_they_hold(tmp_path):
+    """Their gold is never used, so a preset that reads another data set's gold column neither reads nor refuses
+    theirs (a file with 'label' under preset homedepot); the run's check reads them the same way."""
+    from headcut.distill.run import UNLABELED, with_unlabeled
+    from headcut.pipeline.checks import check_readable
+    from headcut.pipeline.recipe import DataSection
+
+    path = tmp_path / "logs.tsv"
+    path.write_text("query\ttitle\tlabel\ndrill\tcordless drill\t2\npaint\tred lamp\t0\n")
+    recipe = recipe_for(tmp_path / "teacher", preset="homedepot", unlabeled_data=str(path))  # only named
+    train = synthetic_pairs(10, seed=1)
+    merged, labels = with_unlabeled(recipe, train)
+    assert len(merged) == 12 and (labels[10:] == UNLABELED).all()
+    check_readable(str(path), DataSection(preset="homedepot"), texts_only=True)
+    with pytest.raises(UserError, match="no label column 'grade'"):
+        check_readable(str(path), DataSection(preset="homedepot"))  # a file whose gold a stage reads
+
+
 def test_recipe_keys_name_the_columns_and_its_messages_name_the_keys(tiny_teacher, tmp_path):
     """A recipe reads files whose columns differ from the preset's (query_col, title_col, label_col), and a
     file it cannot read is refused with the recipe key that fixes it: distill and finetune have no column flags."""

@@ -155,6 +155,8 @@ def iter_pairs(
         if label_name is None and require_labels and not texts_only:
             raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task,
                                           fix=_fix("label_col", keys)))
+        if label_name is None and not texts_only and preset is not None and label_col is None:
+            _refuse_unread_gold(path, preset, label_cols, columns, task=task, keys=keys)
         if start is not None and start.offset:
             records = _records(path, lines.seek(start), fmt, header=columns)
         else:
@@ -257,6 +259,22 @@ def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, 
         return (f"{path} has scores ('{found}') but no grade column '{wanted}', and this model grades (task grades); "
                 f"pass graded pairs (or name the grade column with {fix}), or use a one-score model.")
     return f"{path}: no label column '{wanted}' (columns: {shown}); name it with {fix}."
+
+
+def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *, task: str, keys) -> None:
+    """A named preset whose gold column the file lacks, in a file holding another preset's gold column: where gold
+    is optional (grade, scan) that gold would go unread (no true_grade), so the preset is refused for the file."""
+    gold = {name: p.score_cols if task == "score" else p.label_cols for name, p in PRESETS.items()}
+    found = next((c for c in columns if any(c in cols for cols in gold.values())), None)
+    if found is None:
+        return
+    fits = next(name for name, cols in gold.items() if found in cols)
+    recipe = isinstance(keys, str)
+    said = f"key '{keys}preset' '{preset}'" if recipe else f"--preset '{preset}'"
+    use = f"set {keys}preset to '{fits}'" if recipe else f"pass --preset {fits}"
+    raise UserError(f"{path} has no column {' or '.join(repr(c) for c in wanted)}, where {said} reads the gold, and "
+                    f"its gold column '{found}' would go unread; {use} (it reads '{found}') for this file, or name "
+                    f"the gold column with {_fix('label_col', keys)}.")
 
 
 def _suffix_format(path: Path) -> str | None:

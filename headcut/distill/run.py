@@ -57,7 +57,7 @@ def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np
     if recipe.unlabeled_data is None:
         return train_pairs, labels
     options = dict(file_options(recipe), label_col=None)  # the extra pairs have no gold: no column to name
-    extra = read_pairs(recipe.unlabeled_data, **options, grades_fix=GRADES_FIX, require_labels=False)
+    extra = read_pairs(recipe.unlabeled_data, **options, grades_fix=GRADES_FIX, texts_only=True)  # any gold unread
     extra = extra.sample(recipe.unlabeled_rows, seed=recipe.seed)
     merged = Pairs(train_pairs.queries + extra.queries, train_pairs.titles + extra.titles, None, recipe.grades,
                    f"{train_pairs.source} + {extra.source} (unlabeled)")

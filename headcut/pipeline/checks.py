@@ -99,17 +99,17 @@ def check_gold(recipe: PipelineRecipe, task: str, grades: tuple) -> None:
     named = pairs_files(recipe)
     labelled = {value for key, value in named.items() if not key.endswith("unlabeled_data")}
     for value in set(named.values()):
-        check_readable(value, recipe.data, task=task, grades=grades, require_labels=value in labelled)
+        check_readable(value, recipe.data, task=task, grades=grades, texts_only=value not in labelled)
 
 
 def check_readable(path: str, data: DataSection, *, task: str = "grades", grades: tuple = DEFAULT_GRADES,
-                   require_labels: bool = True) -> None:
+                   texts_only: bool = False) -> None:
     """Read every row of a file as the stages will: a NUL byte, a bad encoding, an empty text or a missing gold
-    column is the reader's one sentence naming its line or the `data.` key to set. In chunks, so memory stays
-    bounded on any file."""
+    column is the reader's one sentence naming its line or the `data.` key to set; `texts_only`: a file whose gold
+    no stage reads (unlabeled_data). In chunks, so memory stays bounded on any file."""
     from headcut_grader.data import iter_pairs
 
-    for _ in iter_pairs(path, chunk_rows=10_000, require_labels=require_labels, task=task, grades=grades,
+    for _ in iter_pairs(path, chunk_rows=10_000, task=task, grades=grades, texts_only=texts_only,
                         **data.file_options()):
         pass
 
