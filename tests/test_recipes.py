@@ -331,3 +331,23 @@ def test_an_unknown_preset_is_refused_even_where_no_file_reads_it():
         load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1", "preset=foo"])
     with pytest.raises(UserError, match=r"\[data\].*key 'preset' is 'foo', which is unknown"):
         load_pipeline("quickstart", overrides=["data.preset=foo"])
+
+
+def test_a_student_s_own_teacher_in_a_run_is_refused_naming_the_recipe_file_and_student(tmp_path):
+    """Was: distill.NAME.teacher replaced the run's teacher for that student, exit 0: it learned from another
+    model while the report compared it with the run's teacher (and its fingerprint ignored the run's teacher)."""
+    from headcut.pipeline import load_pipeline
+    from headcut.recipes import find_recipe
+
+    other = str(tmp_path / "other")
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=[f"distill.bottom3.teacher={other}"])
+    message = str(caught.value)
+    for words in (str(find_recipe("quickstart", kind="run")), "[distill.bottom3]", f"--set distill.bottom3.teacher={other}",
+                  "the run's teacher", "headcut distill", "--set teacher=DIR"):
+        assert words in message, (words, message)
+    own = tmp_path / "run.yaml"
+    own.write_text(find_recipe("quickstart", kind="run").read_text().replace(
+        "    recipe: distill/minilm_synthetic_cpu\n", f"    recipe: distill/minilm_synthetic_cpu\n    teacher: {other}\n"))
+    with pytest.raises(UserError, match=rf"^{own}: .*\[distill.bottom3\] key 'teacher' \({other}\) would replace"):
+        load_pipeline(own)

@@ -198,6 +198,9 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
             problems.append(f"[distill] {name}.recipe {said}; name a distill recipe (e.g. {StudentSection.recipe}), or "
                             "leave the key out for that one")
             continue
+        if "teacher" in value:
+            problems.append(_own_teacher_problem(str(name), value["teacher"], origins))
+            continue
         rest = tuple((k, v) for k, v in value.items() if k != "recipe")
         students.append((str(name), StudentSection(recipe, rest)))
     prune, data_part = parts["prune"], parts["data"]
@@ -249,6 +252,15 @@ def _student_name_problem(name: str, earlier: list[str]) -> str | None:
     if twin is not None:
         return f"students '{twin}' and '{name}' would share one folder; give them names that differ in more than case"
     return None
+
+
+def _own_teacher_problem(name: str, teacher, origins: dict) -> str:
+    """A run's students learn from the run's teacher (the model its report compares them with), which the run puts
+    in each distill recipe: a student's own `teacher` key would silently replace it."""
+    said = origins.get(("distill", name, "teacher"), f"key 'teacher' ({str(teacher):.80})")
+    return (f"[distill.{name}] {said} would replace the run's teacher, which every student of a run learns from; "
+            "drop it to use the run's teacher, or distill from another teacher with headcut distill RECIPE "
+            "--set teacher=DIR")
 
 
 # sample sizes the shipped recipes set: switching one to keep_ratio need not unset them
