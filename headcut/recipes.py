@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import field_problem
 from headcut_grader.validation import MAX_RECIPE_BYTES, read_small_text
 
@@ -199,7 +199,7 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     unknown = [k for k in data if k not in fields]
     for key in unknown:
         close = difflib.get_close_matches(str(key), fields, n=1)
-        problems.append((key, f"unknown key '{key}'" + (f" (did you mean '{close[0]}'?)" if close else "")))
+        problems.append((key, f"unknown key {quoted(key)}" + (f" (did you mean '{close[0]}'?)" if close else "")))
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():

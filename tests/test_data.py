@@ -230,3 +230,42 @@ def test_an_empty_column_name_is_refused_naming_its_flag(tmp_path, option, keys,
     with pytest.raises(UserError, match=f"{said} is empty") as caught:
         read_pairs(path, keys=keys, **{option: " "})
     assert "leave it out" in str(caught.value)
+
+
+def _visible(message: str, escaped: str) -> None:
+    assert message.isprintable(), repr(message)  # no zero-width, tab or NUL character printed as itself
+    assert escaped in message, (escaped, message)
+
+
+@pytest.mark.parametrize("name,escaped", [("grade\u200b", r"'grade\u200b'"), ("grade\t", r"'grade\t'"),
+                                          ("grade\x00", r"'grade\x00'")])
+def test_a_column_name_that_does_not_print_is_quoted_with_escapes(tmp_path, name, escaped):
+    """Was: "no label column 'grade' (columns: query, title, grade)" for a header holding 'grade\u200b': the two
+    names looked the same. Each message that quotes a column name writes what does not print as Python escapes."""
+    row = {"query": "drill", "title": "cordless drill", name: "4"}
+    path = write(tmp_path, "pairs.jsonl", json.dumps(row) + "\n")  # JSON keys may hold any character
+    with pytest.raises(UserError) as caught:
+        read_pairs(path)
+    _visible(str(caught.value), f"(columns: 'query', 'title', {escaped})")
+    with pytest.raises(UserError) as caught:  # a flag that names it, where the file has the plain name
+        read_pairs(write(tmp_path, "plain.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t4\n"), label_col=name)
+    _visible(str(caught.value), f"no label column {escaped}")
+    with pytest.raises(UserError) as caught:  # a row's value, in the column the flag names
+        read_pairs(write(tmp_path, "bad.jsonl", json.dumps({**row, name: "x"}) + "\n"), label_col=name)
+    _visible(str(caught.value), f"line 1, column {escaped}")
+    with pytest.raises(UserError) as caught:
+        read_pairs(write(tmp_path, "twice.jsonl", f'{{"query": "a", "title": "b", {json.dumps(name)}: 1, '
+                                                  f'{json.dumps(name)}: 2}}\n'))
+    _visible(str(caught.value), f"key {escaped} twice")
+    with pytest.raises(UserError) as caught:
+        read_pairs(path, query_col=name, title_col=name)
+    _visible(str(caught.value), f"both name column {escaped}")
+
+
+def test_a_header_with_a_zero_width_space_is_told_apart_from_the_plain_name(tmp_path):
+    path = write(tmp_path, "pairs.tsv", "query\u200b\ttitle\tgrade\ndrill\tcordless drill\t4\n")
+    with pytest.raises(UserError) as caught:
+        read_pairs(path)
+    _visible(str(caught.value), r"no column 'query' (columns: 'query\u200b', 'title', 'grade')")
+    preset = write(tmp_path, "preset.tsv", "query\ttitle\tgrade\u200b\ndrill\tcordless drill\t4\n")
+    assert read_pairs(preset, preset="qbqtc", require_labels=False).labels is None  # not a gold column's name

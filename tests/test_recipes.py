@@ -351,3 +351,13 @@ def test_a_student_s_own_teacher_in_a_run_is_refused_naming_the_recipe_file_and_
         "    recipe: distill/minilm_synthetic_cpu\n", f"    recipe: distill/minilm_synthetic_cpu\n    teacher: {other}\n"))
     with pytest.raises(UserError, match=rf"^{own}: .*\[distill.bottom3\] key 'teacher' \({other}\) would replace"):
         load_pipeline(own)
+
+
+def test_a_recipe_key_that_does_not_print_is_quoted_with_escapes(tmp_path):
+    """Was: "unknown key 'epochs' (did you mean 'epochs'?)" for a key holding a zero-width space."""
+    own = tmp_path / "mine.yaml"
+    own.write_text("train_data: synthetic\nepochs\u200b: 2\n", encoding="utf-8")
+    with pytest.raises(UserError) as caught:
+        load_recipe(FinetuneRecipe, own)
+    assert r"unknown key 'epochs\u200b' (did you mean 'epochs'?)" in str(caught.value)
+    assert str(caught.value).isprintable()

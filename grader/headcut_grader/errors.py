@@ -17,3 +17,10 @@ def setting(name: str, value) -> str:
     if not name:
         return str(value)
     return f"{name} {value}" if name.startswith(("-", "[")) else f"{name}={value}"
+
+
+def quoted(name) -> str:
+    """A name from a user's file or flag (a column, a key) as a message quotes it: 'grade', with each character
+    that does not print (a zero-width space, a tab, NUL) written as Python escapes it ('grade\\u200b'), so a name
+    that only looks like another is told apart from it."""
+    return repr(str(name))

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
@@ -138,7 +138,7 @@ def iter_pairs(
     title_col = title_col or p.title_col
     if query_col == title_col:
         raise UserError(f"{_fix('query_col', keys).partition('=')[0]} and {_fix('title_col', keys).partition('=')[0]} "
-                        f"both name column '{query_col}'; name the queries' and the titles' own columns.")
+                        f"both name column {quoted(query_col)}; name the queries' and the titles' own columns.")
     score = task == "score"
     if score and label_map is not None:
         raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps labels to grades, and this model is a "
@@ -162,8 +162,10 @@ def iter_pairs(
         else:
             records = itertools.chain([first], records)
 
+        at = {col: f"column {quoted(col)}" for col in (query_col, title_col, label_name)}  # once, not per row
+
         def gold(row, line):
-            where = f"{path}, line {line}, column '{label_name}'"
+            where = f"{path}, line {line}, {at[label_name]}"
             if score:
                 return to_score(row.get(label_name), where)
             return grades.index(to_grade(row.get(label_name), label_map, grades, where, grades_fix))
@@ -171,8 +173,8 @@ def iter_pairs(
         queries, titles, labels, numbers, chars = [], [], [], [], 0
         for line, row in records:
             numbers.append(line)
-            queries.append(to_text(row.get(query_col), f"{path}, line {line}, column '{query_col}'"))
-            titles.append(to_text(row.get(title_col), f"{path}, line {line}, column '{title_col}'"))
+            queries.append(to_text(row.get(query_col), f"{path}, line {line}, {at[query_col]}"))
+            titles.append(to_text(row.get(title_col), f"{path}, line {line}, {at[title_col]}"))
             chars += len(queries[-1]) + len(titles[-1])
             if label_name is not None:
                 labels.append(gold(row, line))
@@ -222,7 +224,7 @@ def _json_hint(lines, fmt: str) -> str:
 
 def _shown(columns: list, lines, fmt: str) -> str:
     """The file's columns for a message (the first 200 characters), with a hint when it looks like JSON lines."""
-    shown = ", ".join(columns)
+    shown = ", ".join(map(quoted, columns))
     return (shown if len(shown) <= 200 else shown[:200] + "...") + _json_hint(lines, fmt)
 
 
@@ -233,7 +235,7 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: 
     columns = list(first[1].keys())
     for col, option in zip(needed, ("query_col", "title_col")):
         if col not in columns:
-            raise UserError(f"{path}: no column '{col}' (columns: {_shown(columns, lines, fmt)}); "
+            raise UserError(f"{path}: no column {quoted(col)} (columns: {_shown(columns, lines, fmt)}); "
                             f"name it with {_fix(option, keys)}.")
     return columns
 
@@ -251,14 +253,14 @@ def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, 
     found = next((c for c in other if c in columns), None)
     if task == "score":
         if found:
-            return (f"{path} has grades ('{found}') but no score column '{wanted}', and this model is a one-score "
-                    f"reranker (task score); pass a file with a numeric score column (or name it with {fix}), "
-                    "or use a grades model.")
-        return f"{path}: no score column '{wanted}' (columns: {shown}); name it with {fix}."
+            return (f"{path} has grades ({quoted(found)}) but no score column {quoted(wanted)}, and this model is "
+                    f"a one-score reranker (task score); pass a file with a numeric score column (or name it with "
+                    f"{fix}), or use a grades model.")
+        return f"{path}: no score column {quoted(wanted)} (columns: {shown}); name it with {fix}."
     if found:
-        return (f"{path} has scores ('{found}') but no grade column '{wanted}', and this model grades (task grades); "
-                f"pass graded pairs (or name the grade column with {fix}), or use a one-score model.")
-    return f"{path}: no label column '{wanted}' (columns: {shown}); name it with {fix}."
+        return (f"{path} has scores ({quoted(found)}) but no grade column {quoted(wanted)}, and this model grades "
+                f"(task grades); pass graded pairs (or name the grade column with {fix}), or use a one-score model.")
+    return f"{path}: no label column {quoted(wanted)} (columns: {shown}); name it with {fix}."
 
 
 def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *, task: str, keys) -> None:
@@ -272,9 +274,9 @@ def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *
     recipe = isinstance(keys, str)
     said = f"key '{keys}preset' '{preset}'" if recipe else f"--preset '{preset}'"
     use = f"set {keys}preset to '{fits}'" if recipe else f"pass --preset {fits}"
-    raise UserError(f"{path} has no column {' or '.join(repr(c) for c in wanted)}, where {said} reads the gold, and "
-                    f"its gold column '{found}' would go unread; {use} (it reads '{found}') for this file, or name "
-                    f"the gold column with {_fix('label_col', keys)}.")
+    raise UserError(f"{path} has no column {' or '.join(map(quoted, wanted))}, where {said} reads the gold, and "
+                    f"its gold column {quoted(found)} would go unread; {use} (it reads {quoted(found)}) for this "
+                    f"file, or name the gold column with {_fix('label_col', keys)}.")
 
 
 def _suffix_format(path: Path) -> str | None:
@@ -349,7 +351,7 @@ def _refuse_repeats(names: list, where: str, noun: str = "column") -> None:
     seen = set()
     for name in names:
         if name and name in seen:
-            raise UserError(f"{where} names {noun} '{name}' twice; rename or remove one of them.")
+            raise UserError(f"{where} names {noun} {quoted(name)} twice; rename or remove one of them.")
         seen.add(name)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
                                 QUERY_COL, SEED, TITLE_COL, Opt, flags_set, metrics_line, number, quiet_transformers,
@@ -70,10 +70,11 @@ def _title_words(data, pairs, seg_col, **read) -> list[str] | None:
     if not seg_col:
         return None
     if str(data).startswith("synthetic"):
-        raise UserError(f"--seg-col {seg_col}: synthetic data has no segmentation; pass a file or drop --seg-col.")
+        raise UserError(f"--seg-col {quoted(seg_col)}: synthetic data has no segmentation; pass a file or drop "
+                        "--seg-col.")
     seg = read_data(data, title_col=seg_col, flags={"title_col": "--seg-col"}, **read)
     if seg.queries != pairs.queries:
-        raise UserError(f"--seg-col {seg_col}: {data} lacks it on some rows; give every row its title's words "
+        raise UserError(f"--seg-col {quoted(seg_col)}: {data} lacks it on some rows; give every row its title's words "
                         "separated by spaces, or drop --seg-col.")
     return seg.titles
 
