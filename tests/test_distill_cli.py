@@ -42,7 +42,7 @@ def test_cli_errors_exit_2_with_one_sentence(tiny_teacher, tmp_path):  # noqa: F
 def test_tune_resumes_its_study_and_reruns_a_killed_trial(tiny_teacher, tmp_path):  # noqa: F811
     import optuna
 
-    from headcut.distill import tune_ranges
+    from headcut.distill import read_tune, tune_ranges
     from headcut.distill.tune import STUDY_FILE, study_name, tune
 
     recipe = recipe_for(tiny_teacher, epochs=0.5, eval_every=100, tune_fields=("temperature", "learning_rate"))
@@ -63,7 +63,8 @@ def test_tune_resumes_its_study_and_reruns_a_killed_trial(tiny_teacher, tmp_path
     second = tune(recipe, tmp_path / "study", trials=3, on_trial=seen.append)
     assert len(seen) == 1 and seen[0]["params"] == params  # only the missing trial ran, with the killed values
     assert len(second["trials"]) == 3
-    assert json.loads((tmp_path / "study" / "tune.json").read_text())["best"] == second["best"]
+    assert read_tune(tmp_path / "study") == second
+    assert json.loads((tmp_path / "study" / "tune.json").read_text())["best"]["artifact"].startswith("trials/")
 
 
 def test_tune_refuses_to_replace_another_recipes_study_or_write_into_a_file(tiny_teacher, tmp_path):  # noqa: F811
@@ -172,3 +173,36 @@ def test_ctrl_c_in_a_search_says_the_study_continues_and_exits_130(tiny_teacher,
     resumed = interrupt_after_checkpoints(monkeypatch, -1)
     again = runner.invoke(app, args)
     assert again.exit_code == 0 and "best of 2 trials" in again.output and resumed == [4], again.output
+
+
+def test_tune_json_names_students_relative_to_the_study_folder_so_it_can_be_moved(tiny_teacher, tmp_path,  # noqa: F811
+                                                                                   monkeypatch):
+    """Was: tune.json recorded each trial's student by the path as typed (study/trials/<hash>), relative to the
+    directory the search ran in, so after a cd or a move of the study folder it named nothing."""
+    import pytest
+
+    from headcut.distill import read_tune
+    from headcut_grader.errors import UserError
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, epochs=0.5, eval_every=100, tune_fields=["temperature"])
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    result = runner.invoke(app, ["distill", str(recipe), "--tune", "1", "--out", "study"])
+    assert result.exit_code == 0, result.output
+    printed = result.output.split("best student: ")[1].split("\n")[0]
+    assert load_model(printed).meta["metrics"] is not None  # usable from where the command ran
+    written = json.loads((tmp_path / "here" / "study" / "tune.json").read_text())
+    assert written["best"]["artifact"].startswith("trials/") and written["trials"][0]["artifact"].startswith("trials/")
+    (tmp_path / "here" / "study").rename(tmp_path / "moved")
+    monkeypatch.chdir(tmp_path)
+    best = read_tune(tmp_path / "moved")["best"]
+    assert best["artifact"] == str(tmp_path / "moved" / written["best"]["artifact"])
+    assert load_model(best["artifact"]).meta["metrics"]["after"]["spearman"] == best["value"]
+    old = {**written, "best": {**written["best"], "artifact": "study/" + written["best"]["artifact"]}}
+    (tmp_path / "moved" / "tune.json").write_text(json.dumps(old))  # as an older headcut wrote it
+    with pytest.raises(UserError, match=r"tune.json names the best student .*study/trials/.*, which is not there .* "
+                                        r"rerun the same headcut distill RECIPE --tune N --out .*moved to write it"):
+        read_tune(tmp_path / "moved")
+    (tmp_path / "moved" / "tune.json").write_text("[1, 2]")
+    with pytest.raises(UserError, match="tune.json cannot be read as a study summary"):
+        read_tune(tmp_path / "moved")

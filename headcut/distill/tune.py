@@ -5,6 +5,8 @@ are kept, a trial killed mid-way runs again with the same values (its distillati
 checkpoint), and the search stops once N trials are complete. Trials share one teacher-logit cache.
 The study records the content its trials read (teacher weights, pairs fingerprints), and each trial's folder is
 named by it too, so a study or trial is never continued onto data that changed since.
+`out/tune.json` names each trial's student relative to `out` (trials/<hash>), so the study folder can be moved;
+`read_tune(out)` reads it back with those paths resolved against `out`.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from headcut.recipes import to_dict
 from headcut.run_folder import LOCK_FILE, locked
 
 STUDY_FILE = "study.db"
+SUMMARY_FILE = "tune.json"
+TRIALS = "trials"
 
 
 def study_name(recipe: DistillRecipe) -> str:
@@ -69,19 +73,44 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
         values = {name: trial.suggest_float(name, ranges[name][0], ranges[name][1], log=ranges[name][2])
                   for name in recipe.searched_fields}
         candidate = dataclasses.replace(recipe, **values)
-        folder = out / "trials" / run_hash(candidate, read)
+        folder = out / TRIALS / run_hash(candidate, read)
         metrics = _finished_metrics(folder)
         if metrics is None:
             result = distill(candidate, folder, overwrite=True, progress=progress)
             metrics = result.metrics
         value = metrics["after"][recipe.select_metric]
-        trial.set_user_attr("artifact", str(folder))
+        trial.set_user_attr("artifact", _in_study(folder))
         study.tell(trial, value)
         if on_trial:
             on_trial({"number": trial.number, "params": values, "value": value, "artifact": str(folder)})
-    summary = _summary(study, recipe)
-    write_json(out / "tune.json", summary)
+    write_json(out / SUMMARY_FILE, _summary(study, recipe))
+    return read_tune(out)
+
+
+def read_tune(out: str | Path) -> dict:
+    """The study summary in `out/tune.json`, each trial's `artifact` resolved against `out` (as a path usable from
+    here), so a moved study folder still names its students; the best student must be there."""
+    out = Path(out)
+    path = out / SUMMARY_FILE
+    try:
+        summary = json.loads(read_small_text(path))
+        for record in [*summary["trials"], summary["best"]]:
+            record["artifact"] = str(out / record["artifact"])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError) as e:
+        raise UserError(f"{path} cannot be read as a study summary ({type(e).__name__}: {e}); rerun the search that "
+                        f"wrote it (headcut distill RECIPE --tune N --out {out}) to write it again.") from None
+    if not Path(summary["best"]["artifact"]).is_dir():
+        raise UserError(f"{path} names the best student {summary['best']['artifact']}, which is not there (a tune.json "
+                        f"written before headcut recorded trial paths relative to the study folder names them relative "
+                        f"to the directory the search ran in); rerun the same headcut distill RECIPE --tune N --out "
+                        f"{out} to write it again (finished trials do not run again).")
     return summary
+
+
+def _in_study(folder: Path) -> str:
+    """A trial folder's path relative to its study folder: trials/<hash>. A study made before headcut recorded
+    that holds the path as typed then (relative to that run's directory), whose last name is the same hash."""
+    return f"{TRIALS}/{Path(folder).name}"
 
 
 def inputs_read(recipe: DistillRecipe) -> dict:
@@ -153,7 +182,7 @@ def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool) -> None:
     names = _study_names(out / STUDY_FILE)
     if names and study_name(recipe) not in names:
         raise UserError(f"--out {out} holds the study of another recipe (a field other than tune_fields changed), "
-                        "whose tune.json this search would replace; choose a new folder or pass --overwrite.")
+                        f"whose {SUMMARY_FILE} this search would replace; choose a new folder or pass --overwrite.")
 
 
 def _study_names(path: Path) -> list[str]:
@@ -185,9 +214,9 @@ def _summary(study, recipe: DistillRecipe) -> dict:
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    records = [{"number": t.number, "params": t.params, "value": t.value, "artifact": t.user_attrs.get("artifact")}
+    records = [{"number": t.number, "params": t.params, "value": t.value, "artifact": _in_study(t.user_attrs["artifact"])}
                for t in done]
     best = study.best_trial
     return {"study": study.study_name, "metric": recipe.select_metric, "trials": records,
             "best": {"number": best.number, "params": best.params, "value": best.value,
-                     "artifact": best.user_attrs.get("artifact")}}
+                     "artifact": _in_study(best.user_attrs["artifact"])}}
