@@ -775,7 +775,7 @@ def test_class_serve_refuses_a_damaged_grader_and_a_taken_port(tmp_path, tiny_gr
         done = serve(tiny_grader, taken.getsockname()[1])
     assert done.returncode == 2 and "cannot listen" in done.stderr and "Traceback" not in done.stderr, done.stderr
     done = serve(tiny_grader, 8000, host="")  # the socket layer would read it as every interface
-    assert done.returncode == 2 and "--host is empty, which would listen on every interface" in done.stderr, done.stderr
+    assert done.returncode == 2 and "--host is empty; give it a value" in done.stderr, done.stderr
 
 
 LONG = "x" * 300  # one name of 300 bytes: past the 255 a file or folder name may have
@@ -1260,7 +1260,7 @@ def test_a_csv_quote_left_open_or_closed_early_names_its_line(tmp_path, text, wo
 
 
 @pytest.mark.parametrize("out, words", [(".", "is the folder you are in"), ("..", "holds the one you are in"),
-                                        ("", "is the folder you are in"), ("-", "not to standard output")])
+                                        ("", "--out is empty; give it a value"), ("-", "not to standard output")])
 def test_an_output_that_is_the_current_folder_or_above_it_is_refused(tmp_path, monkeypatch, out, words):
     """Was: --out . renamed the folder in use: a traceback, exit 1, and a complete output left in a hidden folder;
     --out - wrote a file named '-' where a pipe was meant."""
@@ -1573,3 +1573,28 @@ def test_a_label_map_to_a_grade_the_model_lacks_blames_the_map(tmp_path, tiny_gr
 def test_serve_limits_have_a_top(tiny_grader, flag, value):
     """Was: no top, so one request could hold a worker, or its memory, without bound."""
     refused(run("serve", tiny_grader, flag, value), flag, "out of range")
+
+
+@pytest.mark.parametrize("args, named", [
+    (["grade", "", "pairs.tsv", "--out", "o.tsv"], "GRADER_DIR"),
+    (["grade", "g", "", "--out", "o.tsv"], "PAIRS_FILE"),
+    (["grade", "g", "pairs.tsv", "--out", ""], "--out"),
+    (["grade", "g", "pairs.tsv", "--out= "], "--out"),
+    (["grade", "g", "pairs.tsv", "--out", "o.tsv", "--overwrite", "--", ""], "PAIRS_FILE"),
+    (["serve", "g", "--host", ""], "--host"),
+    (["export", "", "--out", "x"], "MODEL"),
+    (["export", "m", "--out", "x", "--query-col", ""], "--query-col"),
+    (["bench", "-m", "", "--data", "pairs.tsv", "--out", "x"], "--model"),
+    (["bench", "-m", "m", "-g", " ", "--data", "pairs.tsv", "--out", "x"], "--grader"),
+    (["prune", "-m", "m", "--keep-ratio", "0.5", "--scores", "", "--out", "x"], "--scores"),
+])
+def test_a_blank_path_or_value_is_refused_naming_it_not_read_as_the_current_folder(tmp_path, monkeypatch, args, named):
+    """Was: typer read '' as Path('.'), so `grade "" pairs.tsv` said '--out o.tsv is inside the input ., which must
+    stay as it is', `export "" --out x` '--out x is inside the input ,' and `--out ""` '--out . would replace the
+    input pairs.tsv' (or `serve --host ""` listened on every address), naming the wrong thing."""
+    from headcut_grader.cli.main import app as grader_app
+
+    monkeypatch.chdir(tmp_path)
+    for invoke in (run, lambda *a: CliRunner().invoke(grader_app, list(a))) if args[0] in ("grade", "serve") else (run,):
+        refused(invoke(*args), f"{named} is empty; give it a value")
+    assert not any(tmp_path.iterdir())

@@ -47,6 +47,33 @@ class OneLineErrors(typer.core.TyperGroup):
             sys.exit(1)
         sys.exit(done if isinstance(done, int) else 0)  # a command's typer.Exit(code) comes back as its code
 
+    def parse_args(self, ctx, args):
+        command = next((self.commands[a] for a in args if a in self.commands), None)
+        blank = blank_value(command, args[args.index(command.name) + 1:]) if command is not None else None
+        if blank:
+            raise click.exceptions.UsageError(f"{blank} is empty; give it a value", ctx)
+        return super().parse_args(ctx, args)
+
+
+def blank_value(command, args: list[str]) -> str | None:
+    """The option or argument of `command` that `args` give as blank text ('' or spaces), or None: typer turns a
+    blank path into Path('.'), the current folder, and a check downstream then names the wrong thing."""
+    takes_value = {name: p.opts[0] for p in command.params if p.param_type_name == "option" and not p.is_flag
+                   for name in p.opts}  # -m: named as --model
+    arguments = [p.name.upper() for p in command.params if p.param_type_name == "argument"]
+    tokens, position, options_done = iter(args), 0, False
+    for token in tokens:
+        name, eq, value = token.partition("=")
+        if not options_done and name in takes_value:
+            if not (value if eq else next(tokens, "given")).strip():
+                return takes_value[name]
+        elif options_done or not token.startswith("-"):
+            if not token.strip():
+                return arguments[min(position, len(arguments) - 1)] if arguments else "an argument"
+            position += 1
+        options_done = options_done or token == "--"
+    return None
+
 
 def user_errors(fn):
     """Turn a UserError into its sentence on stderr and exit code 2, without a traceback; a flag whose value
