@@ -1039,9 +1039,9 @@ def test_a_column_named_twice_is_refused_not_read_from_its_last_copy(tmp_path, n
 
 
 @pytest.mark.parametrize("key, value, words", [
-    ("max_length", "64 tokens", "'max_length' is 64 tokens, not a whole number"),
-    ("grades", "x", "'grades' is x, not a list of at least two whole numbers"),
-    ("task", "rank", "'task' is rank, not grades or score"),
+    ("max_length", "64 tokens", "'max_length' is \"64 tokens\", not a whole number"),
+    ("grades", "x", "'grades' is \"x\", not a list of at least two whole numbers"),
+    ("task", "rank", "'task' is \"rank\", not grades or score"),
     ("grades", [0, 1, 2], "records 3 grades, but the classifier in"),
     ("task", "score", "records task score (one output), but the classifier in"),
 ])
@@ -1531,14 +1531,19 @@ def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_g
 
 @pytest.mark.parametrize("edit, words", [
     ({"openvino": [1]}, "'openvino' is [1], not an object"),
-    ({"openvino": {"precision": "int4", "files": {}}}, "'openvino.precision' is int4"),
-    ({"openvino": {"precision": "fp32", "files": "x"}}, "'openvino.files' is x, not an object"),
+    ({"openvino": {"precision": "int4", "files": {}}}, '\'openvino.precision\' is "int4"'),
+    ({"openvino": {"precision": "fp32", "files": "x"}}, '\'openvino.files\' is "x", not an object'),
     ({"speed": {"seconds": [1]}}, "'speed.seconds' is [1]"),
     ({"speed": {"seconds": {"onnxruntime": -1.0}}}, "'speed.seconds'"),
-    ({"speed": {"cpu": "x"}}, "'speed.cpu' is x, not an object"),
-    ({"precision": "int4"}, "'precision' is int4, not one of fp32, int8"),
-    ({"backend": "gpu"}, "'backend' is gpu"),
+    ({"speed": {"cpu": "x"}}, '\'speed.cpu\' is "x", not an object'),
+    ({"precision": "int4"}, '\'precision\' is "int4", not one of fp32, int8'),
+    ({"backend": "gpu"}, '\'backend\' is "gpu"'),
     ({"pad_id": 100000}, "'pad_id' is 100000, but the tokenizer has"),
+    # a value of the wrong type is shown as the file spells it (was: 'max_length' is 64, not a whole number)
+    ({"max_length": "64"}, "'max_length' is \"64\", not a whole number from 2 to 8,192"),
+    ({"max_length": True}, "'max_length' is true, not a whole number"),
+    ({"format": "1"}, "grader format \"1\" is not 1"),  # was: grader format 1 is not 1
+    ({"task": None}, "'task' is null, not grades or score"),
 ])
 def test_a_grader_json_with_sections_of_the_wrong_type_is_refused(tmp_path, tiny_grader, edit, words):
     """Was: a speed section of the wrong type was an AttributeError traceback, a pad_id past the vocabulary an

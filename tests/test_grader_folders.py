@@ -57,19 +57,19 @@ def _another_graders_graph(folder):
 
 
 LIES = [
-    (_edit("grades", [1, 2, 3]), "'label_map' is {'0': 1, '1': 2, '2': 3, '3': 4, '4': 5}, but the runtime grades"),
+    (_edit("grades", [1, 2, 3]), '\'label_map\' is {"0": 1, "1": 2, "2": 3, "3": 4, "4": 5}, but the runtime grades'),
     (_edits(grades=[1, 2, 3], label_map={"0": 1, "1": 2, "2": 3}), "names 3 outputs (task grades) but the graph has 5"),
     (_edit("grades", ["1", "2", "3", "4", "5"]), "'grades' is"),
     (_edit("max_length", -4), "'max_length' is -4"),
-    (_edit("pad_id", "0"), "'pad_id' is 0"),
+    (_edit("pad_id", "0"), '\'pad_id\' is "0", not a whole number'),
     (_flip_a_byte, "is not the file grader.json records"),
     (_another_graders_graph, "outside the grader folder"),
     (_model_file(name="/etc/passwd"), "outside the grader folder"),
     (_edit("input_names", ["input_ids", "attention_mask", "position_ids"]), "input_names"),
     # the keys other-language clients read (docs/deployment.md) must say what the runtime does
     (_edit("label_map", {"0": 1, "1": 2, "2": 3, "3": 4, "4": 7}), "'label_map' is"),
-    (_edit("truncation", "only_second"), "'truncation' is only_second"),
-    (_edit("output_name", "scores"), "'output_name' is scores"),
+    (_edit("truncation", "only_second"), '\'truncation\' is "only_second"'),
+    (_edit("output_name", "scores"), '\'output_name\' is "scores"'),
 ]
 
 

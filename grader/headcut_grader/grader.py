@@ -123,9 +123,10 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
                             parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None
-    if not isinstance(record, dict) or record.get("format") != GRADER_FORMAT:
-        found = record.get("format") if isinstance(record, dict) else type(record).__name__
-        raise UserError(f"{path}: grader format {found} is not {GRADER_FORMAT}; re-export it.")
+    if not isinstance(record, dict):
+        raise UserError(f"{path} holds a JSON {type(record).__name__}, not a grader record; re-export the grader.")
+    if record.get("format") != GRADER_FORMAT:
+        raise UserError(f"{path}: grader format {shown(record.get('format'))} is not {GRADER_FORMAT}; re-export it.")
     needed = ("max_length", "model_file", "precision") + (() if record.get("task") == "score" else ("grades",))
     missing = [k for k in needed if k not in record]
     if missing or not isinstance(record["model_file"], dict) or "name" not in record["model_file"]:
@@ -137,28 +138,33 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     return record
 
 
+def shown(value, *, width: int = 60) -> str:
+    """A grader.json value as the file spells it ("64" for text, 64 for a number, true), cut to `width`."""
+    return json.dumps(value)[:width]
+
+
 MAX_POSITIONS = 8192  # the longest position table of the architectures headcut exports (ModernBERT's)
 
 
 def record_problem(record: dict) -> str | None:
     """What is wrong with the values grader.json holds (types and ranges), or None."""
     if record.get("task", "grades") not in ("grades", "score"):
-        return f"'task' is {str(record.get('task'))[:60]}, not grades or score"
+        return f"'task' is {shown(record.get('task'))}, not grades or score"
     if record.get("task") == "score":
         if record.get("activation", "identity") not in ("identity", "sigmoid"):
-            return f"'activation' is {str(record.get('activation'))[:60]}, not identity or sigmoid"
+            return f"'activation' is {shown(record.get('activation'))}, not identity or sigmoid"
         grades = [1, 2]  # a score grader has no grades
     else:
         grades = record["grades"]
     if not isinstance(grades, list) or len(grades) < 2 or not all(
             isinstance(g, int) and not isinstance(g, bool) for g in grades):
-        return f"'grades' is {str(grades)[:60]}, not a list of at least two whole numbers"
+        return f"'grades' is {shown(grades)}, not a list of at least two whole numbers"
     if len(set(grades)) != len(grades):
-        return f"'grades' is {str(grades)[:60]}, which names a grade twice"
+        return f"'grades' is {shown(grades)}, which names a grade twice"
     for key, low, high in (("max_length", 2, MAX_POSITIONS), ("pad_id", 0, 2 ** 31 - 1)):
         value = record.get(key, low)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            return f"'{key}' is {str(value)[:60]}, not a whole number from {low} to {high:,}"
+            return f"'{key}' is {shown(value)}, not a whole number from {low} to {high:,}"
     return _client_keys_problem(record, grades) or _sections_problem(record)
 
 
@@ -167,10 +173,10 @@ def _client_keys_problem(record: dict, grades: list) -> str | None:
     one would make such a client grade otherwise than the runtime, with nothing refused."""
     label_map = {str(column): grade for column, grade in enumerate(grades)}
     if record.get("task", "grades") == "grades" and record.get("label_map", label_map) != label_map:
-        return f"'label_map' is {str(record['label_map'])[:80]}, but the runtime grades column i as grades[i]: {label_map}"
+        return f"'label_map' is {shown(record['label_map'], width=80)}, but the runtime grades column i as grades[i]: {label_map}"
     for key, value in (("truncation", "longest_first"), ("output_name", "logits")):
         if record.get(key, value) != value:
-            return f"'{key}' is {str(record[key])[:60]}, but the graph and the runtime use {value}"
+            return f"'{key}' is {shown(record[key])}, but the graph and the runtime use {value}"
     return None
 
 
@@ -183,10 +189,10 @@ def _sections_problem(record: dict) -> str | None:
     choices = (("precision", ORT_PRECISIONS), ("backend", BACKEND_CHOICES))
     for key, allowed in choices:
         if key in record and record[key] not in allowed:
-            return f"'{key}' is {str(record[key])[:60]}, not one of {', '.join(allowed)}"
+            return f"'{key}' is {shown(record[key])}, not one of {', '.join(allowed)}"
     for key in ("openvino", "speed"):  # null: not exported for OpenVINO
         if record.get(key) is not None and not isinstance(record[key], dict):
-            return f"'{key}' is {str(record[key])[:60]}, not an object"
+            return f"'{key}' is {shown(record[key])}, not an object"
     return _openvino_problem(record.get("openvino")) or _speed_problem(record.get("speed"))
 
 
@@ -195,10 +201,10 @@ def _openvino_problem(section: dict | None) -> str | None:
         return None
     for key, allowed in (("precision", OPENVINO_PRECISIONS), ("inference_precision", ("fp32", "bf16"))):
         if section.get(key, "fp32") not in allowed:
-            return f"'openvino.{key}' is {str(section[key])[:60]}, not one of {', '.join(allowed)}"
+            return f"'openvino.{key}' is {shown(section[key])}, not one of {', '.join(allowed)}"
     files = section.get("files")
     if not isinstance(files, dict) or not all(isinstance(files.get(k), dict) for k in ("xml", "bin")):
-        return f"'openvino.files' is {str(files)[:60]}, not an object naming the xml and bin files"
+        return f"'openvino.files' is {shown(files)}, not an object naming the xml and bin files"
     return None
 
 
@@ -208,9 +214,9 @@ def _speed_problem(section: dict | None) -> str | None:
     seconds, cpu = section.get("seconds", {}), section.get("cpu", {})
     if not isinstance(seconds, dict) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in seconds.values()):
-        return f"'speed.seconds' is {str(seconds)[:60]}, not an object of times in seconds by backend"
+        return f"'speed.seconds' is {shown(seconds)}, not an object of times in seconds by backend"
     if not isinstance(cpu, dict):
-        return f"'speed.cpu' is {str(cpu)[:60]}, not an object"
+        return f"'speed.cpu' is {shown(cpu)}, not an object"
     return None
 
 
