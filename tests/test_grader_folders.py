@@ -65,6 +65,11 @@ LIES = [
     (_flip_a_byte, "is not the file grader.json records"),
     (_another_graders_graph, "outside the grader folder"),
     (_model_file(name="/etc/passwd"), "outside the grader folder"),
+    # was: a size or sha256 of the wrong type, or an empty sha256, turned the check of the file off, exit 0
+    (_model_file(sha256=""), 'and sha256 "", not its size and a sha256 prefix of 16 to 64 hex digits'),
+    (_model_file(sha256=None), "and sha256 null, not its size"),
+    (_model_file(sha256="1CCF"), 'and sha256 "1CCF", not its size'),
+    (_model_file(bytes="big"), 'model_file records bytes "big"'),
     (_edit("input_names", ["input_ids", "attention_mask", "position_ids"]), "input_names"),
     # the keys other-language clients read (docs/deployment.md) must say what the runtime does
     (_edit("label_map", {"0": 1, "1": 2, "2": 3, "3": 4, "4": 7}), "'label_map' is"),

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, shown
 from headcut_grader.files import file_hash
 from headcut_grader.machine import runtime_version
 
@@ -55,11 +55,21 @@ def graph_file(folder: Path, spec, *, what: str) -> Path:
         raise UserError(f"{folder}: no {spec['name']}, which grader.json names; re-export the grader or copy the "
                         "folder again.")
     size, digest = spec.get("bytes"), spec.get("sha256")
-    if (isinstance(size, int) and path.stat().st_size != size) or (
-            isinstance(digest, str) and file_hash(path, length=len(digest)) != digest):
+    if not _is_size(size) or not _is_digest(digest):  # else the file could not be checked, nor the grader named
+        raise UserError(f"{folder / 'grader.json'}: {what} records bytes {shown(size)} and sha256 {shown(digest)}, "
+                        "not its size and a sha256 prefix of 16 to 64 hex digits; re-export the grader.")
+    if path.stat().st_size != size or file_hash(path, length=len(digest)) != digest:
         raise UserError(f"{path} is not the file grader.json records (size or sha256 differs: altered or copied "
                         "incompletely); copy the grader folder again or re-export it.")
     return path
+
+
+def _is_size(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_digest(value) -> bool:
+    return isinstance(value, str) and 16 <= len(value) <= 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def open_backend(name: str, folder: Path, record: dict, *, threads: int) -> Backend:

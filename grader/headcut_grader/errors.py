@@ -3,6 +3,7 @@
 Library code raises `UserError` with one sentence that names the file, line, column or flag and says
 how to fix it; the CLI turns it into that sentence on stderr and exit code 2 (no traceback).
 """
+import json
 
 
 class UserError(Exception):
@@ -24,3 +25,8 @@ def quoted(name) -> str:
     that does not print (a zero-width space, a tab, NUL) written as Python escapes it ('grade\\u200b'), so a name
     that only looks like another is told apart from it."""
     return repr(str(name))
+
+
+def shown(value, *, width: int = 60) -> str:
+    """A record's value as its JSON file spells it ("64" for text, 64 for a number, true), cut to `width`."""
+    return json.dumps(value)[:width]

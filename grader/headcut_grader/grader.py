@@ -14,7 +14,7 @@ import numpy as np
 
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import BACKEND_CHOICES, graphs, open_backend
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, setting, shown
 from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import score_values
@@ -136,11 +136,6 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     if problem:
         raise UserError(f"{path}: {problem}; re-export the grader.")
     return record
-
-
-def shown(value, *, width: int = 60) -> str:
-    """A grader.json value as the file spells it ("64" for text, 64 for a number, true), cut to `width`."""
-    return json.dumps(value)[:width]
 
 
 MAX_POSITIONS = 8192  # the longest position table of the architectures headcut exports (ModernBERT's)
