@@ -71,6 +71,7 @@ LIES = [
     (_model_file(sha256="1CCF"), 'and sha256 "1CCF", not its size'),
     (_model_file(bytes="big"), 'model_file records bytes "big"'),
     (_edit("input_names", ["input_ids", "attention_mask", "position_ids"]), "input_names"),
+    (_edit("input_names", "input_ids"), "'input_names' is \"input_ids\", not a list"),  # was: graded, exit 0
     # the keys other-language clients read (docs/deployment.md) must say what the runtime does
     (_edit("label_map", {"0": 1, "1": 2, "2": 3, "3": 4, "4": 7}), "'label_map' is"),
     (_edit("truncation", "only_second"), '\'truncation\' is "only_second"'),

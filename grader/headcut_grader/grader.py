@@ -169,6 +169,9 @@ def _client_keys_problem(record: dict, grades: list) -> str | None:
     label_map = {str(column): grade for column, grade in enumerate(grades)}
     if record.get("task", "grades") == "grades" and record.get("label_map", label_map) != label_map:
         return f"'label_map' is {shown(record['label_map'], width=80)}, but the runtime grades column i as grades[i]: {label_map}"
+    names = record.get("input_names", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return f"'input_names' is {shown(names)}, not a list of the graph's input names"
     for key, value in (("truncation", "longest_first"), ("output_name", "logits")):
         if record.get(key, value) != value:
             return f"'{key}' is {shown(record[key])}, but the graph and the runtime use {value}"
