@@ -16,10 +16,12 @@ RECORDED = "headcut_max_length"  # attribute load_model sets on a model: the tok
 
 def max_length_of(model, max_length: int | None = None) -> int:
     """`max_length` when given, else the token limit `model` was trained at (its artifact's max_length),
-    else DEFAULT_MAX_LENGTH. A model trained at 64 tokens is judged at 64, not at a library default."""
+    else DEFAULT_MAX_LENGTH or the model's positions where it has fewer. A model trained at 64 tokens is judged
+    at 64, not at a library default, and a default is never one the model refuses."""
     if max_length is not None:
         return int(max_length)
-    return int(getattr(model, RECORDED, None) or DEFAULT_MAX_LENGTH)
+    positions = usable_positions(getattr(model, "config", None)) or DEFAULT_MAX_LENGTH
+    return int(getattr(model, RECORDED, None) or min(DEFAULT_MAX_LENGTH, positions))
 
 
 @dataclass

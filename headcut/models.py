@@ -17,7 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, usable_positions, widen)
-from headcut.batching import DEFAULT_MAX_LENGTH, RECORDED
+from headcut.batching import RECORDED, max_length_of
 from headcut.weight_files import check_sizes, check_weights_cover, shard_files, stored_counts
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, setting
@@ -49,7 +49,7 @@ class LoadedModel:
 
     @property
     def max_length(self) -> int:
-        return int(self.meta.get("max_length", DEFAULT_MAX_LENGTH))
+        return int(self.meta.get("max_length") or max_length_of(self.model))  # a default the model takes
 
     @property
     def task(self) -> str:

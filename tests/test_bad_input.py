@@ -1603,3 +1603,21 @@ def test_a_blank_path_or_value_is_refused_naming_it_not_read_as_the_current_fold
     for invoke in (run, lambda *a: CliRunner().invoke(grader_app, list(a))) if args[0] in ("grade", "serve") else (run,):
         refused(invoke(*args), f"{named} is empty; give it a value")
     assert not any(tmp_path.iterdir())
+
+
+def test_a_model_of_fewer_positions_than_the_default_max_length_runs_without_a_flag(tmp_path, saved_models):
+    """Was: a model with 64 positions and no recorded max_length was refused by every command at the default 128
+    ('max length 128 is more than the model's 64 positions; pass --max-length 64 or less'), by bench too, which has
+    no --max-length: it could not be benchmarked at all."""
+    from headcut.batching import max_length_of
+    from headcut.models import load_model
+
+    loaded = load_model(saved_models["artifact"])
+    assert "max_length" not in loaded.meta and loaded.max_length == max_length_of(loaded.model) == 64
+    pairs = write(tmp_path, "pairs.tsv", "query\ttitle\tgrade\n" + "drill\tcordless drill\t3\n" * 5)
+    result = run("bench", "-m", saved_models["artifact"], "--data", pairs, "--out", tmp_path / "bench",
+                 "--batch-sizes", 1, "--seq-lens", 8, "--repeats", 1)
+    assert result.exit_code == 0, result.output
+    result = run("export", saved_models["artifact"], "--out", tmp_path / "grader")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "grader" / "grader.json").read_text())["max_length"] == 64
