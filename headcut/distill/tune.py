@@ -22,7 +22,8 @@ from headcut_grader.errors import UserError
 from headcut_grader.files import check_place, file_hash, refuse_inputs, write_json
 from headcut_grader.validation import read_small_text
 from headcut.finetune import load_data, run_hash
-from headcut.models import resolve_source, weights_file
+from headcut.models import resolve_source
+from headcut.weight_files import weights_file
 from headcut.recipes import to_dict
 from headcut.run_folder import LOCK_FILE, locked
 
