@@ -3,7 +3,7 @@ set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn gra
 from __future__ import annotations
 
 from headcut_grader.data import FILE_KEYS, PRESETS, Pairs, read_pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut.synthetic import is_synthetic, synthetic_spec
 
 
@@ -41,7 +41,7 @@ def check_file_keys(settings, where: str, specs: dict, given: set) -> None:
     it; and a FILE_KEYS key in `given` is refused where `specs` ({key: data spec}) name no file, as only a file
     reads it (synthetic pairs have no columns)."""
     if settings.preset is not None and settings.preset not in PRESETS:
-        raise UserError(f"{where}: key 'preset' is '{settings.preset}', which is unknown; choose one of: "
+        raise UserError(f"{where}: key 'preset' is {quoted(settings.preset)}, which is unknown; choose one of: "
                         f"{', '.join(PRESETS)}.")
     if any(spec is not None and not is_synthetic(spec) for spec in specs.values()):
         return

@@ -17,7 +17,7 @@ from headcut.batching import RECORDED, max_length_of
 from headcut.weight_files import (broken_file, check_sizes, check_weights_cover, find_weights, read_json_file, read_state,
                                   weights_counts, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.files import atomic_dir, file_hash, write_json
 from headcut_grader.tokens import fewest_pair_tokens
 
@@ -275,7 +275,7 @@ def _dev_data_problem(dev) -> str | None:
         if dev.get(key) is not None and not isinstance(dev[key], str):
             return f"'dev_data.{key}' is {json.dumps(dev[key])[:60]}, not text"
     if dev.get("preset") not in (None, *PRESETS):
-        return f"'dev_data.preset' is '{dev['preset']}', not one of {', '.join(PRESETS)}"
+        return f"'dev_data.preset' is {quoted(dev['preset'])}, not one of {', '.join(PRESETS)}"
     return None
 
 
@@ -368,7 +368,7 @@ def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     kind = getattr(config, "model_type", None)
     if kind not in ARCHITECTURES:
-        raise UserError(f"{setting(flag, path)}: model type '{kind}' is not supported; headcut supports "
+        raise UserError(f"{setting(flag, path)}: model type {quoted(kind)} is not supported; headcut supports "
                         f"{', '.join(SUPPORTED)}.")
     problem = config_problem(config)
     if problem:

@@ -37,7 +37,7 @@ def synthetic_spec(spec: str, n: int | None = None) -> Pairs | None:
         return None
     seed = synthetic_seed(spec)
     if n is not None and n > MAX_SYNTHETIC:
-        raise UserError(f"data '{spec}': {n:,} pairs asked for (--limit, or a recipe's rows); the synthetic set is made "
+        raise UserError(f"data {quoted(spec)}: {n:,} pairs asked for (--limit, or a recipe's rows); the synthetic set is made "
                         f"in memory, so ask for at most {MAX_SYNTHETIC:,}.")
     return synthetic_pairs(n or 2000, seed=seed)
 
@@ -46,7 +46,7 @@ def synthetic_seed(spec: str) -> int:
     """The seed of 'synthetic' (0) or 'synthetic:SEED'."""
     seed = whole_number(str(spec).partition(":")[2] or "0")
     if seed is None or seed < 0:
-        raise UserError(f"data '{spec}': write synthetic or synthetic:SEED with a whole-number seed.")
+        raise UserError(f"data {quoted(spec)}: write synthetic or synthetic:SEED with a whole-number seed.")
     return seed
 
 

@@ -1575,6 +1575,18 @@ def test_a_label_map_to_a_grade_the_model_lacks_blames_the_map(tmp_path, tiny_gr
         read_pairs(pairs, label_map={"0": 7}, keys="")
 
 
+def test_a_label_or_label_map_key_with_hidden_characters_is_quoted_with_them(tmp_path):
+    """Was: quoted as it stands, so a zero-width space did not show: "maps '0' to 7" for the key '0\u200b', and
+    "label '4' is not a number" for a grade cell holding 4 and a zero-width space."""
+    pairs = write(tmp_path, "p.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t4\u200b\n")
+    with pytest.raises(UserError, match=re.escape(r"--set label_map maps '0\u200b' to 7, which is not one")):
+        read_pairs(pairs, label_map={"0\u200b": 7}, keys="")
+    with pytest.raises(UserError, match=re.escape(r"line 2, column 'grade': label '4\u200b' is not a number")):
+        read_pairs(pairs)
+    with pytest.raises(UserError, match=re.escape(r"column 'grade': label '4\u200b' is not in the label map ['4']")):
+        read_pairs(pairs, label_map={"4": 5})
+
+
 @pytest.mark.parametrize("flag, value", [("--max-text-chars", "1000001"), ("--max-pairs", "65537"),
                                          ("--max-body-bytes", str(2 ** 30 + 1))])
 def test_serve_limits_have_a_top(tiny_grader, flag, value):

@@ -136,3 +136,20 @@ def test_boundary_f1_is_scored_against_the_segmentation():
     assert probe_heads(planted_model(), by_pieces)["boundary_f1"][0, 0] == 0.0
     with pytest.raises(UserError, match="do not spell the title"):
         segmented_inputs(tok, Pairs(["q"], ["如何在网上"], None), ["如何 在线"])
+
+
+@pytest.mark.parametrize("title, words, said", [
+    ("cordless drill", "cordless\u200b drill",
+     r"the --seg-col words 'cordless\u200b drill' do not spell the title 'cordless drill'"),
+    ("cordless\u200bdrill", "cordless drill",
+     r"the --seg-col words 'cordless drill' do not spell the title 'cordless\u200bdrill'"),
+    ("drill", "drill\x00", r"the --seg-col words 'drill\x00' are longer than the title 'drill'"),
+])
+def test_seg_col_words_and_titles_are_quoted_with_their_hidden_characters(title, words, said):
+    """Was: quoted as they stand, so a zero-width space or NUL did not show and the words looked like the title
+    ('cordless drill' do not spell the title 'cordless drill')."""
+    from headcut.evaluate.probes import _word_of_char
+
+    with pytest.raises(UserError) as caught:
+        _word_of_char(title, words.split(), "p.tsv, line 2")
+    assert str(caught.value).startswith(f"p.tsv, line 2: {said}")

@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from headcut_grader.errors import UserError, shown
+from headcut_grader.errors import UserError, quoted, shown
 from headcut_grader.files import file_hash
 from headcut_grader.machine import runtime_version
 
@@ -49,8 +49,8 @@ def graph_file(folder: Path, spec, *, what: str) -> Path:
         raise UserError(f"{folder / 'grader.json'}: {what} has no file name; re-export the grader.")
     path = (folder / spec["name"]).resolve()
     if folder.resolve() not in path.parents:
-        raise UserError(f"{folder / 'grader.json'}: {what} '{spec['name']}' is outside the grader folder; a grader "
-                        "folder must hold its own graphs, so re-export it.")
+        raise UserError(f"{folder / 'grader.json'}: {what} {quoted(spec['name'])} is outside the grader folder; a "
+                        "grader folder must hold its own graphs, so re-export it.")
     if not path.is_file():
         raise UserError(f"{folder}: no {spec['name']}, which grader.json names; re-export the grader or copy the "
                         "folder again.")

@@ -93,8 +93,8 @@ def _check_label_map(label_map, grades: tuple[int, ...], keys) -> None:
         return
     for raw, grade in label_map.items():
         if grade not in grades:
-            raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps '{raw}' to {grade}, which is not one of "
-                            f"the grades {list(grades)}; map each label to one of them.")
+            raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps {quoted(raw)} to {grade}, which is "
+                            f"not one of the grades {list(grades)}; map each label to one of them.")
 
 
 @dataclass(frozen=True)
@@ -206,13 +206,14 @@ def _format_of(path: Path, preset: str | None, fmt: str | None, keys: str | dict
     """The preset's settings and the file's format: the file's own suffix says more than a preset's usual format
     (a Home Depot export saved as .jsonl)."""
     if preset is not None and preset not in PRESETS:
-        said = f"key '{keys}preset' is '{preset}', which" if isinstance(keys, str) else f"--preset '{preset}'"
+        said = (f"key '{keys}preset' is {quoted(preset)}, which" if isinstance(keys, str)
+                else f"--preset {quoted(preset)}")
         raise UserError(f"{said} is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
     check_regular(path)
     fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
     if fmt not in FORMATS:
-        raise UserError(f"format '{fmt}' is unknown; choose one of: {', '.join(FORMATS)}.")
+        raise UserError(f"format {quoted(fmt)} is unknown; choose one of: {', '.join(FORMATS)}.")
     return p, fmt
 
 
@@ -272,7 +273,7 @@ def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *
         return
     fits = next(name for name, cols in gold.items() if found in cols)
     recipe = isinstance(keys, str)
-    said = f"key '{keys}preset' '{preset}'" if recipe else f"--preset '{preset}'"
+    said = f"key '{keys}preset' {quoted(preset)}" if recipe else f"--preset {quoted(preset)}"
     use = f"set {keys}preset to '{fits}'" if recipe else f"pass --preset {fits}"
     raise UserError(f"{path} has no column {' or '.join(map(quoted, wanted))}, where {said} reads the gold, and "
                     f"its gold column {quoted(found)} would go unread; {use} (it reads {quoted(found)}) for this "
@@ -296,7 +297,7 @@ def guess_format(path: Path) -> str:
     path = Path(path)
     fmt = _suffix_format(path) or ("tsv" if path.suffix.lower() == ".txt" else None)
     if fmt is None:
-        raise UserError(f"{path}: cannot tell the format from the suffix '{path.suffix}'; "
+        raise UserError(f"{path}: cannot tell the format from the suffix {quoted(path.suffix)}; "
                         "name the file .tsv, .csv, .jsonl or .json.")
     return fmt
 

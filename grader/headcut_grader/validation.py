@@ -9,7 +9,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, quoted, setting
 
 FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for where no flag or key sets them
 # One rule for every format: a query or title may hold up to MAX_TEXT_CHARS characters (a grader reads only
@@ -36,10 +36,11 @@ def parse_label_map(text: str | None) -> dict | str | None:
         raw, sep, grade = item.partition(":")
         if not sep or whole_number(grade.strip()) is None:
             raise UserError(
-                f"--label-map item '{item}' is not RAW:GRADE; write e.g. --label-map 0:1,1:3,2:5 or --label-map round."
+                f"--label-map item {quoted(item)} is not RAW:GRADE; write e.g. --label-map 0:1,1:3,2:5 or "
+                "--label-map round."
             )
         if raw.strip() in out:
-            raise UserError(f"--label-map maps '{raw.strip()}' twice; map each raw label once.")
+            raise UserError(f"--label-map maps {quoted(raw.strip())} twice; map each raw label once.")
         out[raw.strip()] = whole_number(grade.strip())
     return out
 
@@ -151,15 +152,18 @@ def to_grade(value, label_map, grades, where: str, grades_fix: str) -> int:
     text = str(value).strip()
     if isinstance(label_map, dict):
         if text not in label_map:
-            raise UserError(f"{where}: label '{text}' is not in the label map {sorted(label_map)}; extend --label-map.")
+            raise UserError(f"{where}: label {quoted(text)} is not in the label map {sorted(label_map)}; extend "
+                            "--label-map.")
         grade = label_map[text]
     else:
         try:
             number = float(text)
         except ValueError:
-            raise UserError(f"{where}: label '{text}' is not a number; pass --label-map to map it to a grade.") from None
+            raise UserError(f"{where}: label {quoted(text)} is not a number; pass --label-map to map it to a "
+                            "grade.") from None
         if not math.isfinite(number):
-            raise UserError(f"{where}: label '{text}' is not a finite number; write a grade such as 3 or drop the row.")
+            raise UserError(f"{where}: label {quoted(text)} is not a finite number; write a grade such as 3 or drop "
+                            "the row.")
         if label_map == "round":
             grade = int(math.floor(number + 0.5))  # round half up, like the Home Depot grades
         elif number != int(number):

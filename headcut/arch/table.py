@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 
 from headcut.arch.stubs import (HeadlessAttention, HeadlessSelfAttention, NeuronlessFFN, NeuronlessIntermediate,
                                 NeuronlessOutput)
@@ -29,7 +29,7 @@ def _kind(config) -> str:
     kind = getattr(config, "model_type", None)
     if kind not in ARCHITECTURES:
         raise UserError(
-            f"model type '{kind}' is not supported; headcut supports {', '.join(SUPPORTED)} "
+            f"model type {quoted(kind)} is not supported; headcut supports {', '.join(SUPPORTED)} "
             "(sequence-classification models)."
         )
     return kind
@@ -180,7 +180,7 @@ def _deberta_problems(config) -> list[str]:
 
 def _modernbert_problems(config) -> list[str]:
     if config.classifier_pooling != "cls":  # scans, tuning and the head refit read the first token only
-        return [f"classifier_pooling '{config.classifier_pooling}' (headcut needs 'cls': the first token)"]
+        return [f"classifier_pooling {quoted(config.classifier_pooling)} (headcut needs 'cls': the first token)"]
     return []
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import ranged
 from headcut.synthetic import is_synthetic
 from headcut.training import TrainingRecipe, check_task_keys, is_set
@@ -87,10 +87,11 @@ class DistillRecipe(TrainingRecipe):
         ranges, fields = tune_ranges(), self.searched_fields
         repeated = sorted({f for f in fields if fields.count(f) > 1})
         if repeated:
-            raise UserError(f"{where}: tune_fields names '{repeated[0]}' twice; name each field once.")
+            raise UserError(f"{where}: tune_fields names {quoted(repeated[0])} twice; name each field once.")
         bad = [f for f in fields if f not in ranges]
         if bad:
-            raise UserError(f"{where}: tune_fields names '{bad[0]}', which is not tunable; choose from {', '.join(ranges)}.")
+            raise UserError(f"{where}: tune_fields names {quoted(bad[0])}, which is not tunable; choose from "
+                            f"{', '.join(ranges)}.")
 
     def _check_student_keys(self, where: str, named: frozenset) -> None:
         """A key that only another kind of student reads, or unlabeled_rows without unlabeled_data, is refused."""
@@ -112,8 +113,8 @@ class DistillRecipe(TrainingRecipe):
         other = "score" if self.task == "grades" else "grades"
         bad = [f for f in self.searched_fields if f in TASK_KEYS[other]]
         if bad:
-            raise UserError(f"{where}: tune_fields names '{bad[0]}', which task={self.task} does not use; list fields "
-                            f"of its losses, e.g. --set tune_fields=[{', '.join(TUNED[self.task])}].")
+            raise UserError(f"{where}: tune_fields names {quoted(bad[0])}, which task={self.task} does not use; list "
+                            f"fields of its losses, e.g. --set tune_fields=[{', '.join(TUNED[self.task])}].")
 
 
 # The recipe keys only one kind of student reads (headcut.distill.students).

@@ -20,7 +20,7 @@ import torch
 
 from headcut.arch import present_heads
 from headcut_grader.data import Pairs, check_regular
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import write_json
 from headcut_grader.readers import bounded_int
 from headcut_grader.validation import read_small_text
@@ -153,7 +153,7 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
         raise UserError(f"{path}: not a headcut importance file (format {FORMAT}); rerun `headcut scan`.")
     name = method or (default if default in methods else next(iter(methods)))
     if name not in methods:
-        raise UserError(f"{path} has no '{name}' scores (it has {', '.join(methods)}); "
+        raise UserError(f"{path} has no {quoted(name)} scores (it has {', '.join(methods)}); "
                         f"pass one of those or rerun `headcut scan --method {name}`.")
     try:
         rows = methods[name]["scores"]
@@ -162,9 +162,9 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
         if scores.dim() != 2 or scores.shape[0] == 0:
             raise ValueError("scores must be a non-empty layers x heads table")
     except (KeyError, TypeError, ValueError) as e:
-        raise UserError(f"{path}: the '{name}' scores are malformed ({e}); rerun `headcut scan`.") from None
+        raise UserError(f"{path}: the {quoted(name)} scores are malformed ({e}); rerun `headcut scan`.") from None
     nulls = torch.tensor([[v is None for v in row] for row in rows])  # only null marks an absent head
-    check_scores(scores, nulls, f"{path} ('{name}')")
+    check_scores(scores, nulls, f"{path} ({quoted(name)})")
     model_info, data_info = doc.get("model") or {}, doc.get("data") or {}
     for key, value in (("model", model_info), ("data", data_info), ("extra", doc.get("extra") or {})):
         if not isinstance(value, dict):

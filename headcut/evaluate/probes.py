@@ -21,7 +21,7 @@ import torch
 from headcut.arch import layer_parts, mask_shape
 from headcut.batching import Encoded, collate, encode, length_batches
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut.evaluate.attention import attention_weights
 
 PROBES = ("previous", "next", "noop", "term_match", "boundary_f1")
@@ -61,12 +61,13 @@ def _word_of_char(title: str, words: list[str], where: str) -> list[int]:
             out.append(-1)
             continue
         if j >= len(spelled) or spelled[j].casefold() != ch.casefold():
-            raise UserError(f"{where}: the --seg-col words '{' '.join(words)}' do not spell the title '{title}'; "
-                            "give the title's words separated by spaces.")
+            raise UserError(f"{where}: the --seg-col words {quoted(' '.join(words))} do not spell the title "
+                            f"{quoted(title)}; give the title's words separated by spaces.")
         out.append(word_ids[j])
         j += 1
     if j != len(spelled):
-        raise UserError(f"{where}: the --seg-col words '{' '.join(words)}' are longer than the title '{title}'.")
+        raise UserError(f"{where}: the --seg-col words {quoted(' '.join(words))} are longer than the title "
+                        f"{quoted(title)}.")
     return out
 
 

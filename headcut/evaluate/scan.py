@@ -12,7 +12,7 @@ from scipy.stats import spearmanr
 from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
@@ -50,9 +50,9 @@ def parse_experiments(text: str, *, name: str = "--experiments") -> tuple[str, .
         number = whole_number(item)
         experiment = EXPERIMENTS[number - 1] if number is not None and 1 <= number <= len(EXPERIMENTS) else item
         if item in ("all", "none"):
-            raise UserError(f"{setting(name, text)}: '{item}' stands alone; {use}.")
+            raise UserError(f"{setting(name, text)}: {quoted(item)} stands alone; {use}.")
         if experiment not in EXPERIMENTS:
-            raise UserError(f"{setting(name, repr(text))}: " + (f"unknown '{item}'" if item else "an empty entry")
+            raise UserError(f"{setting(name, repr(text))}: " + (f"unknown {quoted(item)}" if item else "an empty entry")
                             + f"; {use}.")
         if experiment in chosen:
             raise UserError(f"{setting(name, text)} names {experiment} twice; name each once.")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import check_place, refuse_inputs
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
 from headcut.run_folder import LOCK_FILE
@@ -142,8 +142,8 @@ def check_models(recipe: PipelineRecipe) -> None:
                             f"{teacher_task}).")
 
     if teacher_task == "score" and recipe.scan is not None and recipe.scan.experiments != "none":
-        raise UserError(f"[scan] experiments '{recipe.scan.experiments}' do not support the run's one-score teacher "
-                        "(task score) yet; pass --set scan.experiments=none (the head scores and probes do).")
+        raise UserError(f"[scan] experiments {quoted(recipe.scan.experiments)} do not support the run's one-score "
+                        "teacher (task score) yet; pass --set scan.experiments=none (the head scores and probes do).")
 
 
 STUDENT_RECIPES = {"grades": "distill/minilm_bottom3_cpu", "score": "distill/minilm_score_bottom3_cpu"}

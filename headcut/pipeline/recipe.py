@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, ranged, same_as
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
@@ -308,7 +308,7 @@ def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: 
     if chosen is not None:
         _checked(lambda: check_experiment_settings(changed, chosen, experiments="[scan] experiments"), problems)
     if prune is not None and prune.keep_ratio is not None and prune.method not in scan.methods:
-        problems.append(f"[prune] method '{prune.method}' ranks heads by scores the scan does not compute "
+        problems.append(f"[prune] method {quoted(prune.method)} ranks heads by scores the scan does not compute "
                         f"(scan.methods: {', '.join(scan.methods)}); add it there or pick one of those")
 
 
