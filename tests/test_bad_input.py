@@ -775,7 +775,8 @@ def test_class_serve_refuses_a_damaged_grader_and_a_taken_port(tmp_path, tiny_gr
         done = serve(tiny_grader, taken.getsockname()[1])
     assert done.returncode == 2 and "cannot listen" in done.stderr and "Traceback" not in done.stderr, done.stderr
     done = serve(tiny_grader, 8000, host="")  # the socket layer would read it as every interface
-    assert done.returncode == 2 and "--host is empty; give it a value" in done.stderr, done.stderr
+    assert done.returncode == 2 and "--host is empty, which would listen on every interface; pass 127.0.0.1 (this " \
+        "machine only) or 0.0.0.0 (the network) on purpose" in " ".join(done.stderr.split()), done.stderr
 
 
 LONG = "x" * 300  # one name of 300 bytes: past the 255 a file or folder name may have
@@ -1600,7 +1601,6 @@ def test_serve_limits_have_a_top(tiny_grader, flag, value):
     (["grade", "g", "pairs.tsv", "--out", ""], "--out"),
     (["grade", "g", "pairs.tsv", "--out= "], "--out"),
     (["grade", "g", "pairs.tsv", "--out", "o.tsv", "--overwrite", "--", ""], "PAIRS_FILE"),
-    (["serve", "g", "--host", ""], "--host"),
     (["export", "", "--out", "x"], "MODEL"),
     (["export", "m", "--out", "x", "--query-col", ""], "--query-col"),
     (["bench", "-m", "", "--data", "pairs.tsv", "--out", "x"], "--model"),
@@ -1617,6 +1617,19 @@ def test_a_blank_path_or_value_is_refused_naming_it_not_read_as_the_current_fold
     for invoke in (run, lambda *a: CliRunner().invoke(grader_app, list(a))) if args[0] in ("grade", "serve") else (run,):
         refused(invoke(*args), f"{named} is empty; give it a value")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("host", ["", "  "])
+def test_a_blank_host_is_refused_saying_it_would_listen_on_every_interface(tmp_path, monkeypatch, host):
+    """Was: the generic 'is empty; give it a value' ran first, so serve's own sentence (what a blank host does and
+    which host to pass) was never shown."""
+    from headcut_grader.cli.main import app as grader_app
+
+    monkeypatch.chdir(tmp_path)
+    for invoke in (run, lambda *a: CliRunner().invoke(grader_app, list(a))):
+        for args in (["serve", "g", "--host", host], ["serve", f"--host={host}", "g"]):
+            refused(invoke(*args), "--host is empty, which would listen on every interface; pass 127.0.0.1 (this "
+                    "machine only) or 0.0.0.0 (the network) on purpose")
 
 
 def test_a_model_of_fewer_positions_than_the_default_max_length_runs_without_a_flag(tmp_path, saved_models):

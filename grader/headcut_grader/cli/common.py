@@ -51,8 +51,14 @@ class OneLineErrors(typer.core.TyperGroup):
         command = next((self.commands[a] for a in args if a in self.commands), None)
         blank = blank_value(command, args[args.index(command.name) + 1:]) if command is not None else None
         if blank:
-            raise click.exceptions.UsageError(f"{blank} is empty; give it a value", ctx)
+            raise click.exceptions.UsageError(f"{blank} is empty{BLANK_MEANS.get(blank, '; give it a value')}", ctx)
         return super().parse_args(ctx, args)
+
+
+# What a blank value would do, where that says more than "give it a value": serve's socket layer reads an empty
+# host as every interface
+BLANK_MEANS = {"--host": ", which would listen on every interface; pass 127.0.0.1 (this machine only) or "
+                         "0.0.0.0 (the network) on purpose"}
 
 
 def blank_value(command, args: list[str]) -> str | None:

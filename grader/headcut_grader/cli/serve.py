@@ -69,9 +69,6 @@ def serve(
         import uvicorn
     except ImportError:
         raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.") from None
-    if not host.strip():  # the socket layer reads an empty host as every interface
-        raise UserError("--host is empty, which would listen on every interface; pass 127.0.0.1 (this machine "
-                        "only) or 0.0.0.0 (the network) on purpose.")
     if max_queue < max_pairs:
         raise UserError(f"--max-queue {max_queue} is below --max-pairs {max_pairs}, so a request of --max-pairs "
                         "pairs could never be queued; raise --max-queue or lower --max-pairs.")
