@@ -206,3 +206,17 @@ def test_tune_json_names_students_relative_to_the_study_folder_so_it_can_be_move
     (tmp_path / "moved" / "tune.json").write_text("[1, 2]")
     with pytest.raises(UserError, match="tune.json cannot be read as a study summary"):
         read_tune(tmp_path / "moved")
+
+
+def test_a_study_summary_reads_with_a_losing_trials_folder_deleted(tmp_path):
+    """read_tune checks only the best student's folder (what the search hands on): a losing trial's folder deleted
+    to free space leaves the summary readable, its path still resolved against the study folder."""
+    from headcut.distill import read_tune
+
+    (tmp_path / "trials" / "best").mkdir(parents=True)
+    best = {"number": 1, "params": {}, "value": 0.5, "artifact": "trials/best"}
+    lost = {"number": 0, "params": {}, "value": 0.1, "artifact": "trials/deleted"}
+    (tmp_path / "tune.json").write_text(json.dumps({"study": "s", "metric": "spearman", "trials": [lost, best],
+                                                    "best": best}))
+    summary = read_tune(tmp_path)
+    assert [t["artifact"] for t in summary["trials"]] == [str(tmp_path / "trials" / n) for n in ("deleted", "best")]

@@ -90,7 +90,9 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
 
 def read_tune(out: str | Path) -> dict:
     """The study summary in `out/tune.json`, each trial's `artifact` resolved against `out` (as a path usable from
-    here), so a moved study folder still names its students; the best student must be there."""
+    here), so a moved study folder still names its students. Only the best student must be there: it is what the
+    search hands on (`headcut distill --tune` prints it). The other trials' paths only record where each student
+    was written, and may name folders deleted since to free space (loading one then says it is missing)."""
     out = Path(out)
     path = out / SUMMARY_FILE
     try:
