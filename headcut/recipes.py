@@ -39,7 +39,7 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
         if candidate.exists():
             return candidate
     names = ", ".join(builtin_recipes(kind))
-    raise UserError(f"recipe '{name_or_path}' is neither a YAML file nor a built-in name ({names}).")
+    raise UserError(f"recipe {quoted(name_or_path)} is neither a YAML file nor a built-in name ({names}).")
 
 
 def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None):
@@ -78,8 +78,8 @@ def parse_override(item: str, *, form: str = "key=value", example: str = "epochs
     """One `--set key=value`: the key, and the value read as YAML; `form` and `example` word the error."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
-        raise UserError(f"--set '{item}' is not {form}; write e.g. --set {example}.")
-    return key.strip(), parse_yaml(value, f"--set '{item}'", f"quote text values, e.g. --set {key.strip()}='[x'")
+        raise UserError(f"--set {quoted(item)} is not {form}; write e.g. --set {example}.")
+    return key.strip(), parse_yaml(value, f"--set {quoted(item)}", f"quote text values, e.g. --set {key.strip()}='[x'")
 
 
 # Values of a recipe once its aliases (*name) are expanded: a recipe holds hundreds, an alias bomb billions.

@@ -1648,3 +1648,16 @@ def test_a_model_of_fewer_positions_than_the_default_max_length_runs_without_a_f
     result = run("export", saved_models["artifact"], "--out", tmp_path / "grader")
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "grader" / "grader.json").read_text())["max_length"] == 64
+
+
+@pytest.mark.parametrize("args, shown", [
+    (["bench", "-m", "M", "--data", "p.tsv", "--out", "b", "--batch-sizes", "1,\u200b8"], r"--batch-sizes '1,\u200b8' is not"),
+    (["prune", "--model", "M", "--flops", "0.5\u200b", "--out", "o"], r"--flops '0.5\u200b' is not a number"),
+    (["run", "quickstart", "--set", "teacher\u200b"], r"--set 'teacher\u200b' is not section.key=value"),
+    (["run", "quickstart", "--set", "distill.x\u200b.epochs=1"], r"the recipe has no student 'x\u200b'"),
+    (["distill", "minilm_bottom3_cpu\u200b"], r"recipe 'minilm_bottom3_cpu\u200b' is neither"),
+])
+def test_a_flag_value_with_hidden_characters_is_quoted_with_them(tmp_path, monkeypatch, args, shown):
+    """Was: quoted as typed, so a pasted zero-width space did not show: "--flops '0.5' is not a number"."""
+    monkeypatch.chdir(tmp_path)
+    refused(run(*args), shown)

@@ -60,9 +60,9 @@ def name_length_problem(path: str | Path, *, last_name_max: int = NAME_MAX_BYTES
         if len(name) > most:
             shown = name[:24].decode("utf-8", "replace") + "..."
             if most < NAME_MAX_BYTES:
-                return (f"the name '{shown}' is {len(name)} bytes, and an output's name may have at most {most} "
+                return (f"the name {quoted(shown)} is {len(name)} bytes, and an output's name may have at most {most} "
                         f"({NAME_MAX_BYTES} less room for the files written beside it)")
-            return f"the name '{shown}' is {len(name)} bytes, and a file or folder name may have at most {most}"
+            return f"the name {quoted(shown)} is {len(name)} bytes, and a file or folder name may have at most {most}"
     if len(raw) > PATH_MAX_BYTES:
         return f"the path is {len(raw)} bytes, and a path may have at most {PATH_MAX_BYTES}"
     return None

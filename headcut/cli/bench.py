@@ -11,19 +11,19 @@ from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, 
 
 
 def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
-    from headcut_grader.errors import UserError
+    from headcut_grader.errors import UserError, quoted
 
     try:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise UserError(f"{flag} '{text}' is not a comma-separated list of numbers; write e.g. {flag} 1,8,32.") from None
+        raise UserError(f"{flag} {quoted(text)} is not a comma-separated list of numbers; write e.g. {flag} 1,8,32.") from None
     for value in values:
         problem = valid.problem(value)
         if problem:
-            raise UserError(f"{flag} '{text}': {value} {problem}.")
+            raise UserError(f"{flag} {quoted(text)}: {value} {problem}.")
     twice = next((v for v in values if values.count(v) > 1), None)
     if twice is not None:
-        raise UserError(f"{flag} '{text}' names {twice} twice; list each value once.")
+        raise UserError(f"{flag} {quoted(text)} names {twice} twice; list each value once.")
     return values
 
 

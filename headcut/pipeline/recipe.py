@@ -142,17 +142,17 @@ def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> Pip
         key, value = parse_override(item, form="section.key=value", example=SET_EXAMPLE)
         parts = key.split(".")
         if len(parts) < 2 or not all(parts):
-            raise UserError(f"--set '{item}' is not section.key=value; write e.g. --set {SET_EXAMPLE}.")
+            raise UserError(f"--set {quoted(item)} is not section.key=value; write e.g. --set {SET_EXAMPLE}.")
         students = data.get("distill") if isinstance(data.get("distill"), dict) else {}
         if parts[0] == "distill" and len(parts) > 2 and parts[1] not in students and parts[2] != "recipe":
-            raise UserError(f"--set '{item}': the recipe has no student '{parts[1]}' (students: "
+            raise UserError(f"--set {quoted(item)}: the recipe has no student {quoted(parts[1])} (students: "
                             f"{', '.join(students) or 'none'}); add one with --set distill.{parts[1]}.recipe=NAME.")
         node = data
         for part in parts[:-1]:
             if node.get(part) is None:
                 node[part] = {}
             if not isinstance(node[part], dict):
-                raise UserError(f"--set '{item}': '{part}' is not a section; write e.g. --set teacher.epochs=1.")
+                raise UserError(f"--set {quoted(item)}: {quoted(part)} is not a section; write e.g. --set teacher.epochs=1.")
             node = node[part]
         refuse_repeat(origins.get(tuple(parts)), item)
         node[parts[-1]] = value

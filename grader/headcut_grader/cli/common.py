@@ -17,7 +17,7 @@ except ImportError:  # older typer: click itself
     import click
 
 from headcut_grader.backends import BACKEND_CHOICES
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import Range
 from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, name_length_problem
 
@@ -174,7 +174,7 @@ def bounded(kind: type, valid: Range, flag: str):
             try:
                 number = kind(value)
             except (TypeError, ValueError):
-                return BadValue(f"{flag} '{value}' is not a {'whole number' if kind is int else 'number'}; it must be "
+                return BadValue(f"{flag} {quoted(str(value))} is not a {'whole number' if kind is int else 'number'}; it must be "
                                 f"{valid.describe()}.")
         problem = valid.problem(number)
         return BadValue(f"{flag} {value} {problem}.") if problem else number
