@@ -141,6 +141,19 @@ def test_4_nul_and_control_characters_are_refused(tmp_path, name, text):
     refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), "control character")
 
 
+# A JSON \u escape of half a UTF-16 pair (\udc80) reads as a lone surrogate, which no text encodes: was a
+# UnicodeEncodeError traceback from grade (the data's fingerprint) and a nameless TypeError from the tokenizer.
+@pytest.mark.parametrize("name, text", [
+    ("a.jsonl", '{"query": "dr\\udc80ill", "title": "cordless", "grade": 3}\n'),
+    ("a.json", '[{"query": "drill", "title": "co\\ud83drdless", "grade": 3}]'),
+])
+def test_4_lone_surrogates_are_refused(tmp_path, name, text):
+    path = write(tmp_path, name, text)
+    with pytest.raises(UserError, match=r"line \d, column '(title|query)'.*lone surrogate U\+D(C80|83D) at character 3"):
+        read_pairs(path)
+    refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), "lone surrogate")
+
+
 # --- 5. JSON values of the wrong type ----------------------------------------------------------
 
 @pytest.mark.parametrize("row, column", [

@@ -230,9 +230,12 @@ def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grade
     (lambda g: g.grade([("drill", "  ")]), "pair 0's title: empty text"),
     (lambda g: g.grade([("drill", "\u200b")]), "pair 0's title: empty text (only invisible characters"),
     (lambda g: g.grade([("dr\x00ill", "drill")]), "pair 0's query: control character U+0000"),
-    (lambda g: g.rank(" ", ["drill"]), "pair 0's query: empty text")])
+    (lambda g: g.rank(" ", ["drill"]), "pair 0's query: empty text"),
+    # a str decoded with errors="surrogateescape" (os.fsdecode, sys.argv): was tokenizers' nameless TypeError
+    (lambda g: g.grade([("drill", "saw"), ("dr\udcffill", "drill")]), "pair 1's query: lone surrogate U+DCFF")])
 def test_the_grader_api_refuses_the_texts_files_and_the_server_refuse(tiny_grader, call, words):
-    """Was: empty texts and control characters were graded (files and the server refuse them)."""
+    """Was: empty texts and control characters were graded (files and the server refuse them); a lone surrogate
+    failed in the tokenizer with 'TextInputSequence must be str'."""
     from headcut_grader import Grader
 
     with pytest.raises(ValueError, match=re.escape(words)):

@@ -16,6 +16,9 @@ FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for 
 # its first max_length tokens, so longer texts are almost surely a broken file).
 MAX_TEXT_CHARS = 1_000_000
 _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # tab, newline and carriage return are text
+# Half of a UTF-16 pair on its own: what a JSON escape such as \udc80 or a str decoded with errors="surrogateescape"
+# holds. It is no character: nothing can encode it, so the tokenizer and every hash of the text would fail on it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _JSON_KINDS = {bool: "true/false", int: "number", float: "number", dict: "object", list: "array"}
 
 
@@ -125,6 +128,9 @@ def text_problem(text: str, *, max_chars: int = MAX_TEXT_CHARS) -> str | None:
     bad = _CONTROL.search(text)
     if bad:
         return f"control character U+{ord(bad.group()):04X} at character {bad.start() + 1}"
+    bad = _SURROGATE.search(text)
+    if bad:
+        return f"lone surrogate U+{ord(bad.group()):04X} at character {bad.start() + 1}, which is not a character"
     return None
 
 
