@@ -252,3 +252,24 @@ def test_the_grader_api_names_its_own_arguments_and_bounds_them(tiny_grader, set
 
     with pytest.raises(UserError, match=f"^{re.escape(words)}$"):
         Grader(tiny_grader[0], **settings)
+
+
+def test_the_grader_api_tokenises_the_texts_a_pairs_file_gives(tiny_grader, tmp_path, monkeypatch):
+    """A file's texts are read without their outer whitespace (what teachers train on); the API and the server
+    passed them to the tokenizer as sent, and a byte-level BPE tokenizer (RoBERTa, ModernBERT) makes other tokens
+    of ' drill' than of 'drill': was a different grade from `grade` on the same row."""
+    import headcut_grader.grader as grader_module
+
+    rows = [(" drill ", "cordless drill\n"), ("\tsaw", " saw blade ")]
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"query": q, "title": t}) + "\n" for q, t in rows))
+    seen = []
+    monkeypatch.setattr(grader_module, "encode_pairs", lambda tok, q, t: seen.append((list(q), list(t))) or
+                        encode_pairs(tok, q, t))
+    grader = Grader(tiny_grader[0], threads=1)
+    grader.grade(read_pairs(path, require_labels=False))
+    grader.grade(rows)
+    grader.rank(" drill ", [" saw blade "])
+    assert seen[1] == seen[0] == (["drill", "saw"], ["cordless drill", "saw blade"])
+    assert bytelevel_bpe(32).encode(" drill").ids != bytelevel_bpe(32).encode("drill").ids
+    assert seen[2] == (["drill"], ["saw blade"])

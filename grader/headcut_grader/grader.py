@@ -237,8 +237,9 @@ def _as_columns(pairs) -> tuple[list[str], list[str]]:
             problem = text_problem(text)
             if problem:
                 raise ValueError(f"pair {len(queries)}'s {side}: {problem}; fix that pair or drop it")
-        queries.append(q)
-        titles.append(t)
+        # as a file's texts are read (validation.to_text): a byte-level BPE tokenizer makes other tokens of ' drill'
+        queries.append(q.strip())
+        titles.append(t.strip())
     return queries, titles
 
 
@@ -353,7 +354,7 @@ class Grader:
 
     def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades | Scores:
         """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs): Grades, or Scores for
-        a one-score grader (task score)."""
+        a one-score grader (task score). Each text is read without its outer whitespace, as a pairs file's is."""
         return results_from_logits(self.logits(pairs, progress=progress), self.record)
 
     def rank(self, query: str, titles: Iterable[str]) -> list[dict]:
