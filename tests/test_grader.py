@@ -273,3 +273,40 @@ def test_the_grader_api_tokenises_the_texts_a_pairs_file_gives(tiny_grader, tmp_
     assert seen[1] == seen[0] == (["drill", "saw"], ["cordless drill", "saw blade"])
     assert bytelevel_bpe(32).encode(" drill").ids != bytelevel_bpe(32).encode("drill").ids
     assert seen[2] == (["drill"], ["saw blade"])
+
+
+@pytest.mark.parametrize("settings", [{"threads": np.int64(2)}, {"batch_size": np.int32(8)}])
+def test_the_grader_api_takes_any_whole_number_type(tiny_grader, settings):
+    """Was: a numpy integer (from a config array, a DataFrame, Ray) was refused as 'Grader threads is np.int64(2);
+    it must be a whole number from 1 to 256'."""
+    from headcut_grader import Grader
+
+    grader = Grader(tiny_grader[0], **settings)
+    assert type(grader.batch_size) is int and grader.batch_size == settings.get("batch_size", 32)
+    assert len(grader.grade([("drill", "cordless drill")])) == 1
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"threads": 2.0}, "Grader threads is 2.0"), ({"batch_size": True}, "Grader batch_size is True"),
+    ({"threads": np.float64(2)}, "Grader threads is 2.0")])
+def test_the_grader_api_refuses_numbers_that_are_not_whole(tiny_grader, settings, words):
+    from headcut_grader import Grader
+
+    with pytest.raises(UserError, match=f"^{re.escape(words)}; it must be a whole number from 1 to "):
+        Grader(tiny_grader[0], **settings)
+
+
+def test_grade_dataset_takes_any_whole_number_type_and_hands_ray_ints(tiny_grader):
+    """Was: grade_dataset(ds, folder, concurrency=np.int64(4)) was refused as not a whole number."""
+    from headcut_grader.ray_data import grade_dataset
+
+    class Dataset:  # what grade_dataset calls of a ray.data.Dataset
+        def map_batches(self, fn, **options):
+            return options
+
+    options = grade_dataset(Dataset(), tiny_grader[0], concurrency=np.int64(2), threads=np.int32(1),
+                            batch_size=np.int64(8), rows_per_call=np.uint16(100))
+    assert (options["concurrency"], options["batch_size"], options["num_cpus"]) == (2, 100, 1)
+    assert type(options["concurrency"]) is int and type(options["fn_constructor_kwargs"]["batch_size"]) is int
+    with pytest.raises(UserError, match=r"^grade_dataset rows_per_call is 0\.5; it must be a whole number of at least 1\.$"):
+        grade_dataset(Dataset(), tiny_grader[0], rows_per_call=0.5)

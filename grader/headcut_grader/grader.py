@@ -15,7 +15,7 @@ import numpy as np
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import BACKEND_CHOICES, graphs, open_backend
 from headcut_grader.errors import UserError, setting, shown
-from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
+from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import ACTIVATIONS, score_values
 from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
@@ -250,8 +250,9 @@ class Grader:
         """`backend`: onnxruntime, openvino, or auto (the folder's graph that grades fastest on this CPU, as
         measured at export or, on another CPU, timed here once and cached; backend_choice.py)."""
         for name, value, most in (("batch_size", batch_size, MAX_BATCH), ("threads", threads, MAX_THREADS)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
-                raise UserError(f"Grader {name} is {value!r}; it must be a whole number from 1 to {most:,}.")
+            if as_whole(value) is None or not 1 <= value <= most:
+                raise UserError(f"Grader {name} is {argument(value)}; it must be a whole number from 1 to {most:,}.")
+        threads, batch_size = as_whole(threads), as_whole(batch_size)
         if backend not in BACKEND_CHOICES:
             raise UserError(f"Grader backend is {backend!r}; use one of: {', '.join(BACKEND_CHOICES)}.")
         self.folder = Path(folder)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass
 
 from headcut_grader.errors import UserError
@@ -77,6 +78,21 @@ def check_ranges(obj, where: str) -> None:
     problems = range_problems(obj)
     if problems:
         raise UserError(f"{where}: {problems[0][1]}")
+
+
+def as_whole(value) -> int | None:
+    """`value` as an int where its type is a whole number's (int, a numpy integer; not bool), else None."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def argument(value) -> str:
+    """An argument's value as a message shows it: 2.0 for numpy's float64(2.0) too, 'two' for text."""
+    return repr(value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value)
 
 
 # Bounds of settings that several commands and recipes share (one declaration each).

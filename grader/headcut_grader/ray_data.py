@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from headcut_grader.errors import UserError
 from headcut_grader.grader import Grader
+from headcut_grader.ranges import argument, as_whole
 
 
 class GradeBatch:
@@ -39,10 +41,10 @@ def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1
     onnxruntime, openvino or auto (resolved here, on the driver's CPU, so every actor runs the same graph)."""
     for name, value in (("concurrency", concurrency), ("threads", threads), ("batch_size", batch_size),
                         ("rows_per_call", rows_per_call)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            from headcut_grader.errors import UserError
-
-            raise UserError(f"grade_dataset {name} is {value!r}; it must be a whole number of at least 1.")
+        if as_whole(value) is None or value < 1:
+            raise UserError(f"grade_dataset {name} is {argument(value)}; it must be a whole number of at least 1.")
+    # Ray pickles these to every actor and reads some itself: plain ints, whatever integer type was passed
+    concurrency, threads, batch_size, rows_per_call = map(as_whole, (concurrency, threads, batch_size, rows_per_call))
     backend = Grader(grader_dir, threads=threads, backend=backend).backend.name  # a bad folder fails here, once
     return dataset.map_batches(
         GradeBatch, fn_constructor_kwargs={"grader_dir": str(grader_dir), "threads": threads, "batch_size": batch_size,
