@@ -215,7 +215,16 @@ def test_a_grader_json_named_instead_of_its_folder_says_so(tiny_grader):
     (lambda g: g.grade("qt"), "not one str"),
     (lambda g: g.grade([("q",)]), "each pair must be (query, title)"),
     (lambda g: g.grade([{"query": "q"}]), "needs 'query' and 'title'"),
-    (lambda g: g.rank("q", "abc"), "a list of title strings")])
+    (lambda g: g.rank("q", "abc"), "a list of title strings"),
+    # was: "each pair must be (query, title), not 'drill'" for the one pair it was, "not 'query'" for a DataFrame
+    # (iterated as its column names), and Python's nameless "'NoneType' object is not iterable"
+    (lambda g: g.grade(("drill", "cordless drill")), "not one pair ('drill', 'cordless drill'); pass a list of them, "
+                                                      "e.g. [('drill', 'cordless drill')]"),
+    (lambda g: g.grade(__import__("pandas").DataFrame({"query": ["q"], "title": ["t"]})),
+     "not a DataFrame; pass list(zip(df['query'], df['title']))"),
+    (lambda g: g.grade(None), "pairs must be a list of (query, title) pairs, not None"),
+    (lambda g: g.grade(5), "pairs must be a list of (query, title) pairs, not 5"),
+    (lambda g: g.rank("q", None), "a list of title strings, not query 'q' and titles None")])
 def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grader, call, words):
     """Was: g.grade(["qt"]) graded query 'q' against title 't', g.rank("q", "abc") ranked the characters a, b, c,
     and ("q",) or a dict without 'title' raised ValueError / KeyError."""

@@ -222,8 +222,9 @@ def _speed_problem(section: dict | None) -> str | None:
 def _as_columns(pairs) -> tuple[list[str], list[str]]:
     if hasattr(pairs, "queries") and hasattr(pairs, "titles"):
         return list(pairs.queries), list(pairs.titles)
-    if isinstance(pairs, (str, dict)):
-        raise TypeError(f"pairs must be a list of (query, title) pairs, not one {type(pairs).__name__}")
+    problem = _pairs_problem(pairs)
+    if problem:
+        raise TypeError(f"pairs must be a list of (query, title) pairs, {problem}")
     queries, titles = [], []
     for item in pairs:
         if isinstance(item, str) or not isinstance(item, dict) and len(item) != 2:
@@ -241,6 +242,19 @@ def _as_columns(pairs) -> tuple[list[str], list[str]]:
         queries.append(q.strip())
         titles.append(t.strip())
     return queries, titles
+
+
+def _pairs_problem(pairs) -> str | None:
+    """Why `pairs` is not a collection of pairs ("not one str", ...), or None."""
+    if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(text, str) for text in pairs):
+        return f"not one pair {pairs!r:.80}; pass a list of them, e.g. [{pairs!r:.80}]"
+    if hasattr(pairs, "columns"):  # iterating a DataFrame gives its column names
+        return "not a DataFrame; pass list(zip(df['query'], df['title']))"
+    if isinstance(pairs, (str, dict)):
+        return f"not one {type(pairs).__name__}"
+    if not hasattr(pairs, "__iter__"):
+        return f"not {pairs!r:.60}"
+    return None
 
 
 class Grader:
@@ -360,8 +374,9 @@ class Grader:
 
     def rank(self, query: str, titles: Iterable[str]) -> list[dict]:
         """Titles ordered by expected grade (a score grader: score), best first (ties keep input order)."""
-        if isinstance(titles, str) or not isinstance(query, str):
-            raise TypeError("rank takes one query string and a list of title strings")
+        if isinstance(titles, str) or not isinstance(query, str) or not hasattr(titles, "__iter__"):
+            raise TypeError("rank takes one query string and a list of title strings, not query "
+                            f"{query!r:.40} and titles {titles!r:.40}")
         titles = list(titles)
         if not titles:
             return []
