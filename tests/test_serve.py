@@ -78,6 +78,40 @@ def test_bad_requests_get_4xx_with_a_message(server, body, status, words):
     assert reply.status_code == status and words in reply.json()["error"]
 
 
+# Was: pydantic's words, which name no fix and no limit: "pairs.0: Input should be a valid dictionary or object to
+# extract fields from", "pairs: List should have at most 16 items after validation, not 17", "titles.0: Value
+# error, control character ...", "top_k: Extra inputs are not permitted", "Input should be a valid string, unable
+# to parse raw data as a unicode string" for a lone surrogate.
+PAIR = '{"query": TEXT, "title": TEXT}'
+
+
+@pytest.mark.parametrize("path, body, sentence", [
+    ("/grade", b'{"pairs": [["drill", "cordless drill"]]}', f"pairs.0: must be an object {PAIR}, not an array"),
+    ("/grade", b'[1]', f'body: must be an object {{"pairs": [{PAIR}, ...]}}, not an array'),
+    ("/rank", b'"drill"', 'body: must be an object {"query": TEXT, "titles": [TEXT, ...]}, not text'),
+    ("/grade", b'{"pairs": {"query": "q", "title": "t"}}', "pairs: must be an array, not an object"),
+    ("/grade", b'{"pairs": [{"query": null, "title": "t"}]}', "pairs.0.query: must be text (a JSON string), not null"),
+    ("/rank", b'{"query": "drill", "titles": [1.5]}', "titles.0: must be text (a JSON string), not a number"),
+    ("/grade", b'{"pairs": [' + b'{"query": "q", "title": "t"},' * 16 + b'{"query": "q", "title": "t"}]}',
+     "pairs: 17 items, more than this server's --max-pairs 16; send at most 16 per request"),
+    ("/rank", b'{"query": "drill", "titles": []}', "titles: an empty array; send at least one"),
+    ("/rank", b'{"query": "' + b"q" * 201 + b'", "titles": ["t"]}',
+     "query: 201 characters, more than this server's --max-text-chars 200; shorten it"),
+    ("/rank", b'{"query": "", "titles": ["t"]}', "query: empty text"),
+    ("/rank", b'{"query": "drill", "titles": ["a\\u0000"]}', "titles.0: control character U+0000 at character 2"),
+    ("/grade", b'{"pairs": [{"query": "dr\\ud800ill", "title": "t"}]}',
+     "pairs.0.query: lone surrogate U+D800 at character 3, which is not a character"),
+    ("/rank", b'{"query": "drill", "titles": ["t"], "top_k": 1}',
+     'top_k: not a field of /rank, which takes {"query": TEXT, "titles": [TEXT, ...]}'),
+    ("/grade", b'{}', f'pairs: missing; /grade takes {{"pairs": [{PAIR}, ...]}}'),
+    ("/grade", b'{"pairs": [{"query": "drill"}]}', f"pairs.0.title: missing; each pair is {PAIR}"),
+])
+def test_a_body_of_the_wrong_shape_is_one_sentence_naming_the_field_and_the_fix(server, path, body, sentence):
+    reply = httpx.post(server[0] + path, content=body, headers={"content-type": "application/json"}, timeout=30)
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"] == sentence + "; see GET /docs for the request shape."
+
+
 @pytest.mark.parametrize("method, path, status, words", [
     ("GET", "/grade", 405, "/grade takes POST, not GET; see GET /docs."),
     ("DELETE", "/rank", 405, "/rank takes POST, not DELETE"),

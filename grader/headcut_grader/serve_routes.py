@@ -134,14 +134,53 @@ async def http_error(request: Request, exc: StarletteHTTPException):
                         headers=headers)
 
 
+PAIR_SHAPE = '{"query": TEXT, "title": TEXT}'
+SHAPES = {"/grade": f'{{"pairs": [{PAIR_SHAPE}, ...]}}', "/rank": '{"query": TEXT, "titles": [TEXT, ...]}'}
+_JSON_KINDS = {type(None): "null", bool: "true or false", int: "a number", float: "a number", str: "text",
+               list: "an array", dict: "an object"}
+
+
 async def invalid(request: Request, exc: RequestValidationError):
     first = exc.errors()[0] if exc.errors() else {}
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
     kind = first.get("type", "")
     message = ("body is not valid JSON" if kind == "json_invalid" else
                "the request body is empty; send a JSON object" if (where, kind) == ("body", "missing") else
-               f"{where}: {first.get('msg', 'invalid')}")
+               f"{where}: {_shape_problem(first, where, request)}")
     return JSONResponse({"error": f"{message}; see GET /docs for the request shape."}, status_code=422)
+
+
+def _shape_problem(error: dict, where: str, request: Request) -> str:
+    """What is wrong with the field at `where`, as pydantic's `error` found it, in the server's words: what the
+    field must be, or the limit (the server's flag) it passes."""
+    kind, value, ctx = error.get("type", ""), error.get("input"), error.get("ctx") or {}
+    path, limits = request.url.path, request.app.state.limits
+    got = _JSON_KINDS.get(type(value), type(value).__name__)
+    is_pair = where.startswith("pairs.")
+    if kind in ("model_attributes_type", "model_type", "dict_type"):
+        return f"must be an object {PAIR_SHAPE if is_pair else SHAPES.get(path, '')}, not {got}"
+    if kind == "list_type":
+        return f"must be an array, not {got}"
+    if kind in ("string_type", "string_unicode"):
+        problem = text_problem(value) if isinstance(value, str) else None
+        return problem or f"must be text (a JSON string), not {got}"
+    if kind == "too_long":  # a list's; a text's is string_too_long
+        return (f"{len(value)} items, more than this server's --max-pairs {limits.max_pairs}; send at most "
+                f"{limits.max_pairs} per request")
+    if kind == "too_short":
+        return "an empty array; send at least one"
+    if kind == "string_too_long":
+        return (f"{len(value)} characters, more than this server's --max-text-chars {limits.max_text_chars}; "
+                "shorten it")
+    if kind == "string_too_short":
+        return "empty text"
+    if kind == "value_error":  # the text rule of request_models.checked
+        return str(ctx.get("error", error.get("msg", "invalid")))
+    if kind == "extra_forbidden":
+        return f"not a field of {path}, which takes {PAIR_SHAPE if is_pair else SHAPES.get(path, 'no such field')}"
+    if kind == "missing":
+        return f"missing; each pair is {PAIR_SHAPE}" if is_pair else f"missing; {path} takes {SHAPES.get(path, '')}"
+    return error.get("msg", "invalid")
 
 
 async def busy(request: Request, exc: QueueFull):
