@@ -416,10 +416,28 @@ def test_an_existing_teacher_without_pairs_to_check_exports_on_is_refused_before
      "students '1' and '1' would share one folder"),
     ('{s: {recipe: null}}', "[distill] s.recipe is empty"),  # was: "recipe 'None' is neither a YAML file ..."
     ('{s: {recipe: [a]}}', "[distill] s.recipe is ['a']"),
+    # was: named 'None' and 'True' (their folders distill.None, export.True)
+    ('{null: {recipe: distill/minilm_synthetic_cpu}}', "student name null is not text; write the name, quoted"),
+    ('{true: {recipe: distill/minilm_synthetic_cpu}}', "student name true is not text; write the name, quoted"),
 ])
 def test_student_names_that_would_share_a_folder_are_refused(tmp_path, students, words):
     path = tmp_path / "r.yaml"
     path.write_text(f"data: {{train: synthetic, test: 'synthetic:2'}}\ndistill: {students}\n")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and words in result.stderr, result.output
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("teacher, words", [
+    ("{path: [a, b]}", '[teacher] path is ["a", "b"], not text; name a grader folder'),
+    ("{path: {dir: a}}", '[teacher] path is {"dir": "a"}, not text'),
+    ("{recipe: true}", "[teacher] recipe is true, not text; name a finetune recipe"),
+    ("{recipe: ''}", '[teacher] recipe is "", not text'),
+])
+def test_a_teacher_recipe_or_path_that_is_not_text_is_refused_naming_the_key(tmp_path, teacher, words):
+    """Was: turned into text by str(): path [a, b] was the folder "['a', 'b']", recipe true the recipe 'True'."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"data: {{train: synthetic, test: 'synthetic:2'}}\nteacher: {teacher}\n")
     result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and words in result.stderr, result.output
     assert not (tmp_path / "out").exists()

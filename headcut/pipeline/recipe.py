@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
-from headcut_grader.errors import UserError, quoted
+from headcut_grader.errors import UserError, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, ranged, same_as
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
@@ -185,7 +185,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         problems.append("section 'distill' maps student names to their settings, e.g. bottom3: {recipe: ...}")
         distill = {}
     for name, value in distill.items():
-        problem = _student_name_problem(str(name), [n for n, _ in students])
+        problem = _student_name_problem(name, [n for n, _ in students])
         if problem:
             problems.append(problem)
             continue
@@ -240,9 +240,14 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
 RESERVED_STUDENT_NAMES = ("teacher", "pruned")
 
 
-def _student_name_problem(name: str, earlier: list[str]) -> str | None:
+def _student_name_problem(name, earlier: list[str]) -> str | None:
     """A student's name becomes its stages' names, its folders and its report row: letters, digits, _ and -,
-    none of the other graders' names, and no two that differ only in case (one folder on some file systems)."""
+    none of the other graders' names, and no two that differ only in case (one folder on some file systems).
+    YAML reads a key such as null or true as no text at all: refused, not named 'None' or 'True'."""
+    if name is None or isinstance(name, bool):
+        return (f"student name {shown(name)} is not text; write the name, quoted if YAML reads it otherwise "
+                f"('{shown(name)}':)")
+    name = str(name)
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
         return (f"student name {name!r} must be 1-64 letters, digits, '_' or '-' (it names the student's folders "
                 "and report row); rename it")
@@ -333,6 +338,10 @@ def _teacher(value: dict, problems: list[str]) -> TeacherSection | None:
         problems.append("section 'teacher' must be a mapping (recipe: NAME or path: DIR)")
         return None
     recipe, path = value.get("recipe"), value.get("path")
+    for key, given, what in (("recipe", recipe, "a finetune recipe"), ("path", path, "a grader folder")):
+        if given is not None and (isinstance(given, (bool, list, dict)) or not str(given).strip()):
+            problems.append(f"[teacher] {key} is {shown(given)}, not text; name {what}")
+            return None
     if recipe is None and path is None:
         problems.append("[teacher] names no teacher; pass --set teacher.path=DIR (an existing grader) or "
                         "--set teacher.recipe=NAME (a finetune recipe to train)")
