@@ -157,6 +157,39 @@ def test_the_teacher_logit_cache_removes_a_dead_writers_temporaries_but_not_a_li
     assert len(list(cache.glob("teacher-logits-*.npy"))) == 1
 
 
+def test_the_teacher_logit_cache_removes_old_style_temporaries_of_dead_writers_a_day_old(tiny_teacher, tmp_path):
+    """Was: .teacher-logits-KEY.npy.PID.tmp, which headcut wrote before its temporaries named their host, stayed in
+    the cache for good (as large as the logits): the sweep knew only the new names. Now one whose pid is no live
+    process and that nothing wrote for a day goes; a live pid's, or a fresh one's (its host cannot be told: a
+    writer on another machine sharing the cache), stays; so does a name whose pid no process can have."""
+    import subprocess
+    import sys
+    import time
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    day_old = time.time() - 25 * 3600
+    entries = {"gone": (dead.pid, day_old), "live": (live.pid, day_old), "fresh": (dead.pid, None),
+               "no pid": (10**30, day_old)}
+    names = {}
+    for what, (pid, mtime) in entries.items():
+        path = cache / f".teacher-logits-{what[0] * 16}.npy.{pid}.tmp"
+        path.write_bytes(b"\x93NUMPY a killed write")
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+        names[what] = path.name
+    try:
+        assert cached_logits(tiny_teacher, cache)[1] is False
+    finally:
+        live.kill()
+        live.wait()
+    left = {p.name for p in cache.glob(".*")}
+    assert left == {names["live"], names["fresh"], names["no pid"]}, left
+
+
 def test_rerun_after_a_kill_resumes_and_matches_an_uninterrupted_run(tiny_teacher, tmp_path):
     recipe = recipe_for(tiny_teacher, eval_every=5, checkpoint_every=5)  # 19 steps per epoch, 38 in all
     whole = distill(recipe, tmp_path / "whole")

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import socket
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -118,27 +119,28 @@ def temp_sibling(out: Path) -> Path:
 
 def clean_stale(out: Path) -> list[Path]:
     """Remove temporaries of `out` whose writer (on this host) is gone: a run killed mid-write leaves them."""
-    return _sweep(out.parent, glob.escape(f".{out.name}.tmp-") + "*")
+    return _sweep(out.parent, glob.escape(f".{out.name}.tmp-") + "*", _dead_writer)
 
 
 def clean_stale_folder(folder: Path) -> list[Path]:
     """Remove the temporaries in `folder` of every name whose writer (on this host) is gone: a cache's, whose
-    entries a killed run may never write again."""
-    return _sweep(Path(folder), ".*.tmp-*")
+    entries a killed run may never write again. Also those of the older naming, without a host (_dead_old_writer)."""
+    folder = Path(folder)
+    return _sweep(folder, ".*.tmp-*", _dead_writer) + _sweep(folder, ".*.tmp", _dead_old_writer)
 
 
 # .NAME.tmp-PID@HOST-TAIL (temp_sibling): the writer's pid and host
 _TEMP_NAME = re.compile(r"\..+\.tmp-(\d+)@(.+)-[0-9a-f]+")
+# .NAME.PID.tmp: what headcut wrote before its temporaries named their host (teacher logits)
+_OLD_TEMP_NAME = re.compile(r"\..+\.(\d+)\.tmp")
+OLD_TEMP_AGE_S = 24 * 3600
 
 
-def _sweep(folder: Path, pattern: str) -> list[Path]:
-    """Remove the temporaries in `folder` matching `pattern` whose writer was a process of this host that is gone;
-    a live writer's (or another host's, whose pids this one cannot check) are left alone."""
+def _sweep(folder: Path, pattern: str, stale) -> list[Path]:
+    """Remove the entries of `folder` matching `pattern` that `stale(path)` says no live writer owns."""
     removed = []
-    host = socket.gethostname()
     for leftover in folder.glob(pattern) if folder.is_dir() else ():
-        found = _TEMP_NAME.fullmatch(leftover.name)
-        if found is None or found[2] != host or _alive(int(found[1])):
+        if not stale(leftover):
             continue
         if leftover.is_dir() and not leftover.is_symlink():
             shutil.rmtree(leftover, ignore_errors=True)
@@ -148,12 +150,35 @@ def _sweep(folder: Path, pattern: str) -> list[Path]:
     return removed
 
 
+def _dead_writer(path: Path) -> bool:
+    """A temporary whose writer was a process of this host that is gone; a live writer's, or another host's (whose
+    pids this one cannot check), is not."""
+    found = _TEMP_NAME.fullmatch(path.name)
+    return found is not None and found[2] == socket.gethostname() and not _alive(int(found[1]))
+
+
+def _dead_old_writer(path: Path) -> bool:
+    """An old-style temporary (no host in its name) whose pid is no live process here and that nothing has written
+    for a day. Its host cannot be told, so a free pid here may be a live writer's on another machine sharing the
+    folder (a cache in an NFS home); the age settles it: a writer streams into its temporary (np.save), which keeps
+    its mtime fresh, and no write of an entry takes a day."""
+    found = _OLD_TEMP_NAME.fullmatch(path.name)
+    if found is None or _alive(int(found[1])):
+        return False
+    try:
+        return time.time() - path.lstat().st_mtime > OLD_TEMP_AGE_S
+    except OSError:  # removed meanwhile by another run's sweep
+        return False
+
+
 def _alive(pid: int) -> bool:
+    """Whether `pid` is a live process here; a number no pid can be is taken as alive: a name that merely looks
+    like a temporary's is left alone."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's live process
+    except (PermissionError, OverflowError):  # another user's live process; no pid at all
         return True
     return True
 
