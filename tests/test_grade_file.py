@@ -134,6 +134,44 @@ def test_workers_exit_when_their_parent_is_killed(tiny_grader, tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
+@pytest.mark.parametrize("when", ["workers starting", "rows kept"])
+def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tmp_path, when):
+    """A terminal's Ctrl-C reaches the workers of `grade --workers 2` too. Was: each worker printed a
+    KeyboardInterrupt traceback (or, when they died first, the run ended in a BrokenProcessPool traceback, exit 1).
+    Now: exit 130, the one `interrupted:` line, no traceback, workers gone at once, and --resume continues."""
+    source = write_pairs(tmp_path / "pairs.tsv", 30_000, seed=6)
+    flags = ["--workers", "2", "--threads", "1", "--chunk-rows", "200"]
+    whole = grade(tiny_grader, source, "--out", tmp_path / "whole.tsv", "--chunk-rows", "200", "--threads", "1")
+    assert whole.exit_code == 0, whole.output
+    out = tmp_path / "o.tsv"
+    state = partial_paths(out)[1]
+    run = subprocess.Popen(command(tiny_grader, source, "--out", out, *flags), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True)  # its own group, as a shell's job
+    workers = set()
+
+    def ready():
+        workers.update(spawned_children(run.pid))
+        if when == "workers starting":
+            return len(workers) == 2
+        return state.exists() and json.loads(state.read_text())["rows"] >= 600
+
+    try:
+        wait_until(ready, 60, f"grade never reached: {when}")
+        os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+        output = run.communicate(timeout=30)[0]
+        wait_until(lambda: not any(map(process_alive, workers)), 5, f"workers {sorted(workers)} are still alive")
+    finally:
+        for pid in filter(process_alive, [run.pid, *workers]):
+            os.kill(pid, signal.SIGKILL)
+    said = [line for line in output.splitlines() if line.strip()]
+    assert run.returncode == 130 and len(said) == 1 and said[0].startswith(f"interrupted: {out} was not written"), output
+    assert not out.exists()
+    resumed = grade(tiny_grader, source, "--out", out, *flags, *(["--resume"] if state.exists() else []))
+    assert resumed.exit_code == 0, resumed.output
+    assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
+
+
 def test_a_bad_row_stops_with_its_line_and_the_fixed_file_resumes(tiny_grader, tmp_path):
     source = write_pairs(tmp_path / "pairs.tsv", 1000, seed=2)
     flags = ["--chunk-rows", "200", "--threads", "1", "--out"]

@@ -8,7 +8,9 @@ import hashlib
 import io
 import json
 import os
+import signal
 from collections import deque
+from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from itertools import chain
@@ -270,13 +272,45 @@ def _graded(chunks, grader: Grader, settings: GradeSettings, progress):
                              initializer=_start_worker,
                              initargs=(str(grader.folder), settings.threads, settings.batch_size,
                                        grader.backend.name)) as pool:
-        pending = deque()
-        for chunk in chunks:
-            pending.append((chunk, pool.submit(_worker_logits, chunk.pairs.queries, chunk.pairs.titles)))
-            if len(pending) >= 2 * settings.workers:
+        try:
+            pending = deque()
+            for chunk in chunks:
+                with _sigint_held():  # submit starts the workers: they inherit the held signal
+                    pending.append((chunk, pool.submit(_worker_logits, chunk.pairs.queries, chunk.pairs.titles)))
+                if len(pending) >= 2 * settings.workers:
+                    yield _finished(pending.popleft(), progress)
+            while pending:
                 yield _finished(pending.popleft(), progress)
-        while pending:
-            yield _finished(pending.popleft(), progress)
+        except BaseException:  # Ctrl-C, a bad row: stop now, not once the workers finish the chunks they hold
+            _stop_workers(pool)
+            raise
+
+
+@contextmanager
+def _sigint_held():
+    """Hold SIGINT back from this thread inside: a process starts with its parent's signal mask, so a worker started
+    here never takes the terminal's Ctrl-C (each would print a traceback, even while starting up); the parent takes
+    it once the block ends. (Where signal masks are missing, _start_worker's SIG_IGN still covers a started worker.)"""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End the workers at once: a plain shutdown waits for every chunk already handed to them (a few, each up to
+    --chunk-rows pairs), so a Ctrl-C would take as long. (Python 3.14 names this terminate_workers.)"""
+    if hasattr(pool, "terminate_workers"):
+        pool.terminate_workers()
+        return
+    processes = list((pool._processes or {}).values())  # shutdown forgets them
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
 
 
 def _finished(item, progress):
@@ -292,6 +326,7 @@ _WORKER: dict = {}
 
 def _start_worker(folder: str, threads: int, batch_size: int, backend: str) -> None:
     exit_with_parent()  # a killed `grade` must not leave its workers waiting on the task queue forever
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it stops the workers (_graded)
     _WORKER["grader"] = Grader(folder, threads=threads, batch_size=batch_size, backend=backend)
 
 
