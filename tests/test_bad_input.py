@@ -366,6 +366,71 @@ def test_an_output_another_run_wrote_meanwhile_is_not_replaced_without_overwrite
     assert [(tmp_path / place / "importance.json").read_text() for place in ("empty", "link")] == ["empty", "link"]
 
 
+WRITE_MANY = """\
+import sys
+from headcut_grader.files import atomic_dir
+out, me = sys.argv[1], sys.argv[2]
+for i in range(int(sys.argv[3])):
+    with atomic_dir(out, overwrite=True) as tmp:
+        for name in ("a", "b", "c"):
+            (tmp / name).write_text(f"{me} {i}")
+"""
+
+
+def test_writers_of_one_folder_with_overwrite_at_once_leave_one_whole_folder_and_no_copies(tmp_path):
+    """Was: two `scan --out S --overwrite` at once could fail with a FileNotFoundError traceback (one moved S aside
+    between the other's check that S exists and its own move), or a NotADirectoryError/OSError once the other
+    put its folder back first. Now each retries until its own folder lands: every run ends well, S is one
+    writer's whole folder, and no moved-aside copy is left beside it."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "scan"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    runs = [subprocess.Popen([sys.executable, "-c", WRITE_MANY, str(out), me, "300"], env=env, text=True,
+                             stderr=subprocess.PIPE) for me in ("first", "second", "third")]
+    errors = [run.communicate(timeout=300)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0], errors
+    assert len({(out / name).read_text() for name in ("a", "b", "c")}) == 1  # one writer's whole folder
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scan"]
+
+
+def test_an_old_copy_a_kill_left_while_a_folder_was_replaced_goes_with_the_next_write(tmp_path, monkeypatch):
+    """Was: a kill between moving the old --out aside and deleting it left .OUT.old-PID beside it for good (the
+    sweep knew only .OUT.tmp- names). Now the copy takes its writer's temporary name, which a later write removes
+    once that writer is gone; a .OUT.old-PID left by an earlier headcut whose pid is gone goes too."""
+    import subprocess
+    import sys
+
+    import headcut_grader.files as files
+
+    def killed(path):
+        raise KeyboardInterrupt
+
+    out = tmp_path / "scan"
+    out.mkdir()
+    (out / "importance.json").write_text("0")
+    monkeypatch.setattr(files, "_remove", killed)  # as the old copy is deleted
+    monkeypatch.setattr(files.shutil, "rmtree", killed)  # (before this fix, it deleted it with rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        with files.atomic_dir(out, overwrite=True) as tmp:
+            (tmp / "importance.json").write_text("1")
+    monkeypatch.undo()
+    assert (out / "importance.json").read_text() == "1"
+    [copy] = tmp_path.glob(".scan.tmp-*")
+    assert (copy / "importance.json").read_text() == "0"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    pid = gone.stdout.strip()
+    copy.rename(copy.with_name(copy.name.replace(f"-{os.getpid()}@", f"-{pid}@")))
+    (tmp_path / f".scan.old-{pid}").mkdir()  # what headcut before this left
+    (tmp_path / f".scan.old-{pid}" / "importance.json").write_text("older")
+    (tmp_path / f".scan.old-{os.getpid()}").mkdir()  # a live writer's own: it deletes it itself
+    with files.atomic_dir(out, overwrite=True) as tmp:
+        (tmp / "importance.json").write_text("2")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".scan.old-{os.getpid()}", "scan"]
+    assert (out / "importance.json").read_text() == "2"
+
+
 @pytest.mark.parametrize("overwrite", [True, False])
 def test_two_writers_of_one_file_never_mix_and_without_overwrite_the_first_to_publish_keeps_it(tmp_path, overwrite):
     """Two runs writing one --out FILE (two `evaluate --out m.json`): each writes its own temporary, so the file is

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
 import uuid
 from contextlib import contextmanager
@@ -37,11 +38,19 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
         if item is None or not Path(item).exists():
             continue
         source = Path(item).resolve()
-        if source == target or target in source.parents or (out.exists() and os.path.samefile(out, source)):
+        if source == target or target in source.parents or _same_file(out, source):
             raise UserError(f"{flag} {out} would replace the input {item}; write the output somewhere else.")
         if source in target.parents:
             raise UserError(f"{flag} {out} is inside the input {item}, which must stay as it is; write the output "
                             "somewhere else.")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` are one file (a hard link, a link); False where either is gone, even meanwhile."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def check_place(out: Path, flag: str = "--out") -> None:
@@ -81,11 +90,29 @@ def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out", inpu
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
-    if out.exists() and not out.is_dir():
+    # each look is one system call, and a vanished `out` counts as absent: another run with --overwrite may be
+    # moving it aside and back meanwhile
+    if _is_file(out):
         raise UserError(f"{flag} {out} is a file; name a folder.")
-    if out.exists() and any(out.iterdir()) and not overwrite:
+    if not overwrite and _holds_anything(out):
         raise UserError(f"{flag} {out} is not empty; choose a new folder or pass --overwrite.")
     return out
+
+
+def _is_file(path: Path) -> bool:
+    """Whether `path` is there and not a folder (a link is followed, as Path.exists and Path.is_dir do)."""
+    try:
+        return not stat.S_ISDIR(path.stat().st_mode)
+    except OSError:  # absent, or no path at all (a file above it, a loop of links): as Path.exists says
+        return False
+
+
+def _holds_anything(folder: Path) -> bool:
+    try:
+        with os.scandir(folder) as entries:
+            return next(entries, None) is not None
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=(), example: str = "out.json") -> Path:
@@ -118,8 +145,10 @@ def temp_sibling(out: Path) -> Path:
 
 
 def clean_stale(out: Path) -> list[Path]:
-    """Remove temporaries of `out` whose writer (on this host) is gone: a run killed mid-write leaves them."""
-    return _sweep(out.parent, glob.escape(f".{out.name}.tmp-") + "*", _dead_writer)
+    """Remove temporaries of `out` whose writer (on this host) is gone: a run killed mid-write leaves them. Also
+    `.OUT.old-PID`, the old copy that headcut before temporaries named their host moved aside to replace `out`."""
+    return (_sweep(out.parent, glob.escape(f".{out.name}.tmp-") + "*", _dead_writer)
+            + _sweep(out.parent, glob.escape(f".{out.name}.old-") + "*", _dead_old_copy_writer))
 
 
 def clean_stale_folder(folder: Path) -> list[Path]:
@@ -133,6 +162,8 @@ def clean_stale_folder(folder: Path) -> list[Path]:
 _TEMP_NAME = re.compile(r"\..+\.tmp-(\d+)@(.+)-[0-9a-f]+")
 # .NAME.PID.tmp: what headcut wrote before its temporaries named their host (teacher logits)
 _OLD_TEMP_NAME = re.compile(r"\..+\.(\d+)\.tmp")
+# .NAME.old-PID: an old copy moved aside to be deleted, which headcut wrote before it used temporary names for them
+_OLD_COPY_NAME = re.compile(r"\..+\.old-(\d+)")
 OLD_TEMP_AGE_S = 24 * 3600
 
 
@@ -140,14 +171,18 @@ def _sweep(folder: Path, pattern: str, stale) -> list[Path]:
     """Remove the entries of `folder` matching `pattern` that `stale(path)` says no live writer owns."""
     removed = []
     for leftover in folder.glob(pattern) if folder.is_dir() else ():
-        if not stale(leftover):
-            continue
-        if leftover.is_dir() and not leftover.is_symlink():
-            shutil.rmtree(leftover, ignore_errors=True)
-        else:
-            leftover.unlink(missing_ok=True)
-        removed.append(leftover)
+        if stale(leftover):
+            _remove(leftover)
+            removed.append(leftover)
     return removed
+
+
+def _remove(path: Path) -> None:
+    """Remove a file, a link (never what it points at) or a folder with what it holds."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _dead_writer(path: Path) -> bool:
@@ -169,6 +204,13 @@ def _dead_old_writer(path: Path) -> bool:
         return time.time() - path.lstat().st_mtime > OLD_TEMP_AGE_S
     except OSError:  # removed meanwhile by another run's sweep
         return False
+
+
+def _dead_old_copy_writer(path: Path) -> bool:
+    """An old copy moved aside (no host in its name) whose pid is no live process here. Nothing else is needed: its
+    writer only ever deleted it, so removing one a writer on another host is still deleting costs nothing."""
+    found = _OLD_COPY_NAME.fullmatch(path.name)
+    return found is not None and not _alive(int(found[1]))
 
 
 def _alive(pid: int) -> bool:
@@ -203,16 +245,37 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
                             "then rerun.") from None
         raise
     _plain_modes(tmp)
-    if not overwrite:
+    if overwrite:
+        _replace_dir(tmp, out)
+    else:
         _publish_new(tmp, out, flag)
-        return
-    old = None
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(old)
-    tmp.rename(out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+
+
+# what a rename of a folder onto a name that holds something (a folder with files, a link, a file) fails with
+_TAKEN = (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR)
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Rename `tmp` to `out`, moving what holds `out` aside first (a rename cannot replace a folder with files),
+    then removing it. Writers of `out` at once (two `scan --overwrite`) each retry until their own rename lands:
+    the last one's whole folder wins, and a name another moved meanwhile is no error. What is moved aside takes
+    this writer's temporary name, so a kill before it is removed leaves what a later write's clean_stale removes."""
+    aside = []
+    while True:
+        try:
+            tmp.rename(out)
+            break
+        except OSError as e:
+            if e.errno not in _TAKEN:
+                raise
+        old = temp_sibling(out)
+        try:
+            out.rename(old)  # a link at `out` is moved itself, never followed
+        except FileNotFoundError:
+            continue  # another writer moved it first
+        aside.append(old)
+    for old in aside:
+        _remove(old)
 
 
 def _publish_new(tmp: Path, out: Path, flag: str) -> None:
@@ -223,7 +286,7 @@ def _publish_new(tmp: Path, out: Path, flag: str) -> None:
             out.unlink()
         tmp.rename(out)
     except OSError as e:
-        if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+        if e.errno not in _TAKEN:
             raise
         shutil.rmtree(tmp, ignore_errors=True)
         raise UserError(f"{flag} {out} was written by another run while this one worked, and is left as it is; choose "
