@@ -18,11 +18,10 @@ from headcut.synthetic import is_synthetic
 from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
-from headcut_grader.files import check_out_dir
 from headcut.models import load_model, resolve_source, save_model
 from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
-from headcut.run_folder import RunFolder
+from headcut.run_folder import RunFolder, check_run_out
 from headcut.splits import split_by_query
 from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_steps, check_task_keys, file_options,
                               is_finished, query_index, settings_from, train)
@@ -244,7 +243,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     call after an interruption and it continues from `out`.partial/checkpoint."""
     out = Path(out)
     check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
-    check_out_dir(out, overwrite=overwrite, inputs=recipe.input_paths())
+    check_run_out(out, overwrite=overwrite, inputs=recipe.input_paths())
     resolve_source(recipe.model, flag="model")  # a missing model is said before the data is read
     train_pairs, dev = load_data(recipe)
     score = recipe.task == "score"

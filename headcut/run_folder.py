@@ -16,7 +16,7 @@ from typing import Callable
 
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
-from headcut_grader.files import cache_home, clean_stale, temp_sibling, write_text
+from headcut_grader.files import cache_home, check_out_dir, clean_stale, file_hash, temp_sibling, write_text
 from headcut_grader.validation import read_small_text
 
 
@@ -55,12 +55,15 @@ class RunFolder:
         stamp_file = folder.path / "recipe.json"
         # every process reads the stamp before the main process rewrites it, so all decide alike
         other = not stranger and folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
+        published = not stranger and half_published(out)
+        if published and other and not overwrite:  # `out` is another run's artifact: check_out_dir's refusal
+            check_out_dir(out, overwrite=False)
         if other and not overwrite:
             raise UserError(f"{folder.path} holds an unfinished run of another recipe, or of data or weights that have "
                             f"changed since (or a damaged {stamp_file.name}); pass --overwrite to start afresh.")
         state = process_state()
         state.wait_for_everyone()
-        busy = folder._take(stranger=stranger, other=other) if state.is_main_process else None
+        busy = folder._take(stranger=stranger, other=other, published=published) if state.is_main_process else None
         if _from_main(busy):  # every process stops, not only the main one
             raise UserError(busy)
         if state.is_main_process:
@@ -68,15 +71,18 @@ class RunFolder:
         state.wait_for_everyone()
         return folder
 
-    def _take(self, *, stranger: bool, other: bool) -> str | None:
+    def _take(self, *, stranger: bool, other: bool, published: bool) -> str | None:
         """Make and lock the folder (main process); the sentence refusing it while another live run holds it.
-        Cleared only once locked, so a second run never deletes from under a live one."""
+        Cleared only once locked, so a second run never deletes from under a live one. This run's artifact that a
+        kill left published beside its folder (half_published) goes back in as best/, for publish to finish."""
         if stranger:
             self.path.unlink()  # the link or file itself, never what a link points at
         self.path.mkdir(parents=True, exist_ok=True)
         busy = _hold(self.path)
         if busy is None and other:
             _clear(self.path)
+        elif busy is None and published:
+            self.out.rename(self.best)
         clean_stale(self.path)  # what a run killed while removing its published folder left
         return busy
 
@@ -101,6 +107,9 @@ class RunFolder:
 
             meta = {**json.loads(read_small_text(meta_path)), **extra_meta, "headcut_version": __version__}
             write_text(meta_path, json.dumps(meta, indent=2))
+            # what `out` is once published: a kill before the folder is moved away below leaves both, and a rerun
+            # tells by this that `out` is this run's artifact (half_published), not another's to refuse
+            write_text(self.path / PUBLISHED, json.dumps({"headcut.json": file_hash(meta_path, length=64)}))
             if self.out.is_symlink() or self.out.is_file():
                 self.out.unlink()  # --overwrite replaces a link at `out`, not the folder it points at
             elif self.out.exists():
@@ -114,6 +123,32 @@ class RunFolder:
             shutil.rmtree(leftover)
         state.wait_for_everyone()
         return json.loads(read_small_text(self.out / "headcut.json"))
+
+
+PUBLISHED = "published.json"
+
+
+def half_published(out: str | Path) -> bool:
+    """Whether `out` is the artifact that the run in `out`.partial published, left beside that folder by a kill
+    between publish's two renames: the folder has no best/, and its record of what it published matches `out`."""
+    out = Path(out)
+    folder = partial_folder(out)
+    record, meta = folder / PUBLISHED, out / "headcut.json"
+    if folder.is_symlink() or (folder / "best").exists() or out.is_symlink() or not record.is_file() \
+            or not meta.is_file():
+        return False
+    try:
+        published = json.loads(read_small_text(record))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, UserError):
+        return False
+    return isinstance(published, dict) and published.get("headcut.json") == file_hash(meta, length=64)
+
+
+def check_run_out(out: str | Path, *, overwrite: bool, inputs=()) -> Path:
+    """check_out_dir for the `out` of finetune or distill, before any work: an `out` that its own run folder
+    published (half_published) is not refused yet; RunFolder.open, once the run is known, finishes publishing it
+    for the same run, and refuses it to another."""
+    return check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs)
 
 
 def not_a_folder(path: Path, *, overwrite: bool) -> bool:

@@ -65,6 +65,34 @@ def test_a_kill_while_the_old_checkpoint_is_removed_resumes_from_the_new_one(tmp
     assert not list((tmp_path).glob("run.partial*")) and not list(tmp_path.glob(".run.partial*"))
 
 
+def test_a_kill_between_publishing_and_moving_the_run_folder_away_is_finished_by_the_rerun(tmp_path, tiny_base,
+                                                                                            monkeypatch):
+    """Was: publish renamed best/ to OUT, then OUT.partial aside; a kill between the two left both, and every rerun
+    of the same command refused: 'OUT is not empty; choose a new folder or pass --overwrite'. Now the rerun knows
+    OUT for its own run's artifact (the folder records what it published) and finishes publishing it, without
+    training again; another recipe is still refused OUT, and the leftover run folder stays for the same one."""
+    import headcut.run_folder as run_folder
+    from headcut_grader.errors import UserError
+
+    def killed(path):
+        raise KeyboardInterrupt
+
+    recipe, out = tiny_recipe(tiny_base, epochs=1), tmp_path / "run"
+    monkeypatch.setattr(run_folder, "temp_sibling", killed)  # the name OUT.partial is moved away under
+    with pytest.raises(KeyboardInterrupt):
+        finetune(recipe, out)
+    monkeypatch.undo()
+    published = json.loads((out / "headcut.json").read_text())
+    assert (tmp_path / "run.partial" / "checkpoint").is_dir() and not (tmp_path / "run.partial" / "best").exists()
+    with pytest.raises(UserError, match=f"^--out {out} is not empty; choose a new folder or pass --overwrite.$"):
+        finetune(tiny_recipe(tiny_base, epochs=1, seed=1), out)
+    steps = []
+    again = finetune(recipe, out, progress=steps.append)
+    assert again["finished"] and again["dev_metrics"] == published["dev_metrics"] and steps == []
+    assert json.loads((out / "headcut.json").read_text()) == published
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base", "run"]
+
+
 @pytest.mark.parametrize("checkpoints, said", [(2, "run.partial keeps the checkpoint of step 6; rerun the same "
                                                    "command to resume after it."),
                                                (0, "no checkpoint was saved yet; rerun the same command to train "

@@ -25,14 +25,13 @@ from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
-from headcut_grader.files import check_out_dir
 from headcut.evaluate.tasks import paired, summary
 from headcut.finetune import dev_record, load_data, run_hash
 from headcut.models import LoadedModel, load_model, save_model
 from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
-from headcut.run_folder import RunFolder, headcut_cache
+from headcut.run_folder import RunFolder, check_run_out, headcut_cache
 from headcut.training import GRADES_FIX, check_steps, file_options, is_finished, query_index, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
@@ -113,7 +112,7 @@ class Distillation:
     def setup(self) -> None:
         recipe = self.recipe
         check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
-        check_out_dir(self.out, overwrite=self.overwrite, inputs=recipe.input_paths())
+        check_run_out(self.out, overwrite=self.overwrite, inputs=recipe.input_paths())
         self._setup_teacher()
         self._setup_student()
         self._setup_data()
