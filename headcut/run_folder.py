@@ -52,7 +52,7 @@ class RunFolder:
         out = Path(out)
         folder = cls(out, partial_folder(out))
         stranger = not_a_folder(folder.path, overwrite=overwrite)
-        stamp_file = folder.path / "recipe.json"
+        stamp_file = folder.path / STAMP
         # every process reads the stamp before the main process rewrites it, so all decide alike
         other = not stranger and folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
         published = not stranger and half_published(out)
@@ -126,6 +126,17 @@ class RunFolder:
 
 
 PUBLISHED = "published.json"
+STAMP = "recipe.json"  # the run hash (and recipe) of the run a folder holds
+
+
+def stamp_mark(out: str | Path) -> tuple | None:
+    """Which stamp `out`.partial carries now (None: none). RunFolder.open writes a new stamp file each time, so a
+    caller that compares the marks before and after a call knows whether the call opened the folder for its run."""
+    try:
+        found = (partial_folder(out) / STAMP).stat()
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino, found.st_mtime_ns
 
 
 def half_published(out: str | Path) -> bool:

@@ -100,14 +100,11 @@ def test_a_kill_between_publishing_and_moving_the_run_folder_away_is_finished_by
 def test_ctrl_c_says_where_the_run_resumes_and_exits_130(tmp_path, tiny_base, monkeypatch, checkpoints, said):
     """Was: Ctrl-C in `headcut finetune` exited 130 with nothing said; now one line says what a rerun resumes
     from, and the rerun does resume there."""
-    import yaml
     from typer.testing import CliRunner
 
     from headcut.cli.main import app
 
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v
-                                      for k, v in tiny_recipe(tiny_base, epochs=1).__dict__.items()}))
+    recipe = recipe_file(tmp_path / "r.yaml", tiny_recipe(tiny_base, epochs=1))
     args = ["finetune", str(recipe), "--out", str(tmp_path / "run")]
     resumed = interrupt_after_checkpoints(monkeypatch, checkpoints)
     result = CliRunner().invoke(app, args)
@@ -120,6 +117,39 @@ def test_ctrl_c_says_where_the_run_resumes_and_exits_130(tmp_path, tiny_base, mo
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
     assert resumed == [6 if checkpoints else 0] and (tmp_path / "run" / "headcut.json").exists()
+
+
+def recipe_file(path, recipe):
+    import yaml
+
+    path.write_text(yaml.safe_dump({k: list(v) if isinstance(v, tuple) else v for k, v in recipe.__dict__.items()}))
+    return path
+
+
+def test_ctrl_c_before_the_run_folder_opens_names_no_other_recipes_checkpoint(tmp_path, tiny_base, monkeypatch):
+    """Was: Ctrl-C while finetune still read its data, with OUT.partial holding another recipe's unfinished run,
+    said 'OUT.partial keeps the checkpoint of step 3; rerun the same command to resume after it', but the rerun
+    refuses that run (another recipe). Now a checkpoint is named only once this command opened the run folder."""
+    from typer.testing import CliRunner
+
+    import headcut.finetune as finetune_module
+    from headcut.cli.main import app
+
+    finetune(tiny_recipe(tiny_base, epochs=1, seed=1), tmp_path / "run", stop_after_steps=3)  # another recipe's
+    args = ["finetune", str(recipe_file(tmp_path / "r.yaml", tiny_recipe(tiny_base, epochs=1))),
+            "--out", str(tmp_path / "run")]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(finetune_module, "load_data", interrupted)
+    result = CliRunner().invoke(app, args)
+    lines = [line for line in result.output.splitlines() if line.startswith("interrupted: ")]
+    assert result.exit_code == 130 and lines == ["interrupted: nothing was trained yet; rerun the same command to "
+                                                 "start."], result.output
+    monkeypatch.undo()
+    again = CliRunner().invoke(app, args)  # what the old line promised to resume is another recipe's run
+    assert again.exit_code == 2 and "holds an unfinished run of another recipe" in again.output, again.output
 
 
 def test_a_checkpoint_whose_loop_state_a_kill_cut_short_is_passed_over(tmp_path, tiny_base, monkeypatch):

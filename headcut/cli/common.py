@@ -97,19 +97,28 @@ def training_progress(desc: str):
     return bar, progress
 
 
-def training_left(out) -> str | None:
-    """What an interrupted finetune or distill into `out` left, for on_interrupt: the checkpoint its rerun resumes
-    after, if one was saved (on the main process only: the others print nothing)."""
-    if not main_process():
-        return None
-    from headcut.run_folder import partial_folder
+def training_left(out):
+    """For on_interrupt, made as an interruptible finetune or distill into `out` begins: what the command left, the
+    checkpoint its rerun resumes after if one was saved (on the main process only: the others print nothing). A
+    checkpoint is named only when this command opened the run folder (its stamp is not the one found here at the
+    start): before that, OUT.partial may hold another recipe's run, which the rerun would refuse."""
+    from headcut.run_folder import partial_folder, stamp_mark
     from headcut.training import checkpoint_step
 
-    folder = partial_folder(out)
-    step = checkpoint_step(folder) if folder.is_dir() else None
-    if step is None:
-        return "no checkpoint was saved yet; rerun the same command to train again from step 0."
-    return f"{folder} keeps the checkpoint of step {step}; rerun the same command to resume after it."
+    before = stamp_mark(out)
+
+    def left() -> str | None:
+        if not main_process():
+            return None
+        if stamp_mark(out) == before:
+            return "nothing was trained yet; rerun the same command to start."
+        folder = partial_folder(out)
+        step = checkpoint_step(folder) if folder.is_dir() else None
+        if step is None:
+            return "no checkpoint was saved yet; rerun the same command to train again from step 0."
+        return f"{folder} keeps the checkpoint of step {step}; rerun the same command to resume after it."
+
+    return left
 
 
 def metrics_line(m: dict) -> str:

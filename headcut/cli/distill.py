@@ -80,7 +80,7 @@ def distill(
         return
     from headcut.distill import distill as run
 
-    with on_interrupt(lambda: training_left(out)), bar:
+    with on_interrupt(training_left(out)), bar:
         result = run(rec, out, overwrite=overwrite, progress=progress)
     if not main_process():
         return

@@ -42,7 +42,7 @@ def finetune(
         overrides.append(f"dev_data={dev}")
     rec = load_recipe(FinetuneRecipe, recipe, overrides=overrides, kind="finetune")
     bar, progress = training_progress("training")
-    with on_interrupt(lambda: training_left(out)), bar:
+    with on_interrupt(training_left(out)), bar:
         result = run(rec, out, overwrite=overwrite, progress=progress)
     if not main_process():
         return
