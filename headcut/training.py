@@ -310,7 +310,7 @@ def train(
     micro_total = micro_batches(len(encoded), settings)
     micro = state.step * settings.gradient_accumulation
     clock = _Clock()
-    stop = False
+    stop = is_finished(state, len(encoded), settings)  # a run resumed after it stopped early stays stopped
     while micro < micro_total and not stop:
         epoch, offset = divmod(micro, per_epoch)
         batches = (epoch_batches(encoded, settings.batch_size, seed=settings.seed, epoch=epoch) if query_ids is None

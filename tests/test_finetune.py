@@ -65,8 +65,10 @@ def test_a_kill_while_the_old_checkpoint_is_removed_resumes_from_the_new_one(tmp
     assert not list((tmp_path).glob("run.partial*")) and not list(tmp_path.glob(".run.partial*"))
 
 
+@pytest.mark.parametrize("extra", [{}, {"learning_rate": 1e-9, "early_stopping_patience": 1}],
+                         ids=["to the end", "stopped early"])
 def test_a_kill_between_publishing_and_moving_the_run_folder_away_is_finished_by_the_rerun(tmp_path, tiny_base,
-                                                                                            monkeypatch):
+                                                                                            monkeypatch, extra):
     """Was: publish renamed best/ to OUT, then OUT.partial aside; a kill between the two left both, and every rerun
     of the same command refused: 'OUT is not empty; choose a new folder or pass --overwrite'. Now the rerun knows
     OUT for its own run's artifact (the folder records what it published) and finishes publishing it, without
@@ -77,7 +79,7 @@ def test_a_kill_between_publishing_and_moving_the_run_folder_away_is_finished_by
     def killed(path):
         raise KeyboardInterrupt
 
-    recipe, out = tiny_recipe(tiny_base, epochs=1), tmp_path / "run"
+    recipe, out = tiny_recipe(tiny_base, epochs=1, **extra), tmp_path / "run"
     monkeypatch.setattr(run_folder, "temp_sibling", killed)  # the name OUT.partial is moved away under
     with pytest.raises(KeyboardInterrupt):
         finetune(recipe, out)
