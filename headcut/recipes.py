@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from headcut_grader.errors import UserError, quoted
+from headcut_grader.files import as_path
 from headcut_grader.ranges import field_problem
 from headcut_grader.validation import MAX_RECIPE_BYTES, read_small_text
 
@@ -30,7 +31,7 @@ def builtin_recipes(kind: str | None = None) -> list[str]:
 
 
 def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
-    path = Path(name_or_path)
+    path = as_path(name_or_path, "recipe", what="a recipe file's path or a built-in name")
     if path.suffix in (".yaml", ".yml") and path.exists():
         if not path.is_file():  # a FIFO would block the read
             raise UserError(f"recipe {path} is not a regular file; pass a YAML file or a built-in name.")

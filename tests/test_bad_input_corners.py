@@ -235,3 +235,52 @@ def test_sharded_weights_are_identified_by_their_shards_not_only_their_index(tmp
         assert torch.equal(loaded.model.classifier.weight, state["classifier.weight"])
         hashes.append(loaded.weights_hash)
     assert hashes[0] != hashes[1]
+
+
+def _path_calls():
+    """(call taking the bad value, the argument's name) for every public function that takes a file or folder."""
+    from headcut.distill import distill
+    from headcut.distill.tune import read_tune, tune
+    from headcut.export.build import build_grader
+    from headcut.models import load_model, save_model
+    from headcut.pipeline import load_pipeline, run_pipeline
+    from headcut.prune import write_artifact
+    from headcut.prune.scores import scores_from_file
+    from headcut_grader import Grader
+    from headcut_grader.data import read_pairs
+    from headcut_grader.grade_file import grade_file
+    from headcut_grader.ray_data import grade_dataset
+    from headcut_grader.readers import iter_pairs
+    from headcut_grader.serve import create_app
+
+    anything = object()  # never reached: the path is refused first
+    return [
+        (lambda v: Grader(v), "Grader folder"), (lambda v: create_app(v), "create_app grader_dir"),
+        (lambda v: grade_dataset(anything, v), "grade_dataset grader_dir"),
+        (lambda v: grade_file(v, "p.tsv", "out.tsv"), "grade_file grader_dir"),
+        (lambda v: grade_file("g", v, "out.tsv"), "grade_file source"),
+        (lambda v: grade_file("g", "p.tsv", v), "grade_file out"),
+        (lambda v: read_pairs(v), "read_pairs path"), (lambda v: next(iter_pairs(v, chunk_rows=9)), "iter_pairs path"),
+        (lambda v: load_model(v), "load_model source"), (lambda v: save_model(anything, v), "save_model out"),
+        (lambda v: write_artifact(anything, v), "write_artifact out"),
+        (lambda v: build_grader(anything, v), "build_grader out"),
+        (lambda v: scores_from_file(v, anything), "scores"),
+        (lambda v: distill(anything, v), "distill out"),
+        (lambda v: distill(anything, "o", cache_dir=v), "distill cache_dir"),  # None: the default folder
+        (lambda v: tune(anything, v, trials=1), "tune out"), (lambda v: read_tune(v), "read_tune out"),
+        (lambda v: load_pipeline(v), "recipe"), (lambda v: run_pipeline(anything, v), "run_pipeline out"),
+    ]
+
+
+@pytest.mark.parametrize("value, shown", [(None, "None"), (3, "3"), (["a"], "['a']"), (b"g", "b'g'")])
+def test_every_public_function_taking_a_path_names_the_argument_given_no_path(value, shown):
+    """Was: Grader(None), load_model(3), grade_file(..., out=None), ... raised Python's 'expected str, bytes or
+    os.PathLike object, not NoneType', which names neither the argument nor what to pass."""
+    from headcut_grader.errors import UserError
+
+    for call, name in _path_calls():
+        if value is None and name == "distill cache_dir":
+            continue
+        with pytest.raises(UserError, match=rf"^{re.escape(name)} is {re.escape(shown)}; pass .*'s path"
+                                            r"(?: or a built-in name)? \(text or a pathlib\.Path\)\.$"):
+            call(value)

@@ -17,7 +17,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headcut_grader.errors import UserError
+from headcut_grader.ranges import argument
 from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths
+
+
+def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
+    """`value` (text, a pathlib.Path or another os.PathLike) as a Path; anything else (None, a number, a list) is
+    refused naming argument `name`, where Path() would raise Python's TypeError that names neither."""
+    if isinstance(value, (str, os.PathLike)):
+        return Path(value)
+    raise UserError(f"{name} is {argument(value)[:60]}; pass {what} (text or a pathlib.Path).")
 
 
 def cache_home(env: str, name: str) -> Path:

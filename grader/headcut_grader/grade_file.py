@@ -21,7 +21,7 @@ import numpy as np
 
 from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import UserError
-from headcut_grader.files import check_out_file, publish_file, write_json
+from headcut_grader.files import as_path, check_out_file, publish_file, write_json
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.orphans import exit_with_parent
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
@@ -75,7 +75,9 @@ def kept_rows(out) -> int | None:
 def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettings(), resume: bool = False,
                overwrite: bool = False, progress: Callable[[int], None] | None = None) -> GradeSummary:
     """Grade every pair of SOURCE into OUT: query, title, [true_grade], grade, expected_grade, p<grade>..."""
-    source, out = Path(source), Path(out)
+    as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")
+    source = as_path(source, "grade_file source", what="a pairs file's path")
+    out = as_path(out, "grade_file out", what="an output file's path")
     check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv")
     if settings.out_format == "json" or (settings.out_format is None and out.suffix.lower() == ".json"):
         raise UserError(f"{out}: grades are written as JSON lines, not one JSON document; name the output .jsonl "

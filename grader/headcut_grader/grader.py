@@ -15,6 +15,7 @@ import numpy as np
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import BACKEND_CHOICES, graphs, open_backend
 from headcut_grader.errors import UserError, setting, shown
+from headcut_grader.files import as_path
 from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import ACTIVATIONS, score_values
@@ -269,7 +270,7 @@ class Grader:
         threads, batch_size = as_whole(threads), as_whole(batch_size)
         if backend not in BACKEND_CHOICES:
             raise UserError(f"Grader backend is {backend!r}; use one of: {', '.join(BACKEND_CHOICES)}.")
-        self.folder = Path(folder)
+        self.folder = as_path(folder, "Grader folder", what="a grader folder's path")
         self.record = read_record(self.folder)
         self.task = self.record.get("task", "grades")
         self.grade_values = np.asarray(self.record.get("grades") or [])

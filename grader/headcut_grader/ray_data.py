@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from headcut_grader.errors import UserError
+from headcut_grader.files import as_path
 from headcut_grader.grader import Grader
 from headcut_grader.ranges import argument, as_whole
 
@@ -43,6 +44,7 @@ def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1
                         ("rows_per_call", rows_per_call)):
         if as_whole(value) is None or value < 1:
             raise UserError(f"grade_dataset {name} is {argument(value)}; it must be a whole number of at least 1.")
+    as_path(grader_dir, "grade_dataset grader_dir", what="a grader folder's path")
     # Ray pickles these to every actor and reads some itself: plain ints, whatever integer type was passed
     concurrency, threads, batch_size, rows_per_call = map(as_whole, (concurrency, threads, batch_size, rows_per_call))
     backend = Grader(grader_dir, threads=threads, backend=backend).backend.name  # a bad folder fails here, once

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headcut_grader.errors import UserError, quoted
+from headcut_grader.files import as_path
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
@@ -79,6 +80,7 @@ def read_pairs(
     another column as the titles); else recipe keys under that prefix ("" for --set title_col=NAME, "data." for a
     pipeline).
     """
+    path = as_path(path, "read_pairs path", what="a pairs file's path")
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
                             grades_fix=grades_fix, fmt=fmt,
@@ -131,7 +133,7 @@ def iter_pairs(
     From `start` (a Chunk's position), reading continues after that row; the file's first row still names the
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
     """
-    path = Path(path)
+    path = as_path(path, "iter_pairs path", what="a pairs file's path")
     _check_column_names(path, keys, query_col=query_col, title_col=title_col, label_col=label_col)
     p, fmt = _format_of(path, preset, fmt, keys)
     query_col = query_col or p.query_col

@@ -16,6 +16,7 @@ import os
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 
+from headcut_grader.files import as_path
 from headcut_grader.ranges import MAX_BATCH, ranged
 from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
 from headcut_grader.validation import MAX_TEXT_CHARS
@@ -68,6 +69,7 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     from headcut_grader.serve_metrics import make_metrics
     from headcut_grader.serve_routes import BODY_ROUTES, add_error_handlers, add_routes
 
+    as_path(grader_dir, "create_app grader_dir", what="a grader folder's path")
     app = FastAPI(title="headcut grader", version="1", lifespan=_lifespan)
     state = app.state
     state.grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size, backend=backend)

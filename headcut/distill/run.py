@@ -25,6 +25,7 @@ from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
+from headcut_grader.files import as_path
 from headcut.evaluate.tasks import paired, summary
 from headcut.finetune import dev_record, load_data, run_hash
 from headcut.models import LoadedModel, load_model, save_model
@@ -94,7 +95,9 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     tuning trial of the same teacher on the same pairs reads one copy; the key is in cache.py).
     `stop_after_steps` stops early, as a kill would (tests use it to check resuming).
     """
-    run = Distillation(recipe, Path(out), overwrite=overwrite, progress=progress, cache_dir=cache_dir)
+    if cache_dir is not None:
+        as_path(cache_dir, "distill cache_dir")
+    run = Distillation(recipe, as_path(out, "distill out"), overwrite=overwrite, progress=progress, cache_dir=cache_dir)
     run.setup()
     return run.train(stop_after_steps=stop_after_steps)
 

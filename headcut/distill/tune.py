@@ -19,7 +19,7 @@ from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import distill, with_unlabeled
 from headcut.distill.students import teacher_source
 from headcut_grader.errors import UserError
-from headcut_grader.files import check_place, file_hash, refuse_inputs, write_json
+from headcut_grader.files import as_path, check_place, file_hash, refuse_inputs, write_json
 from headcut_grader.validation import read_small_text
 from headcut.finetune import load_data, run_hash
 from headcut.models import resolve_source
@@ -45,7 +45,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     Each trial's student lands in out/trials/<hash of its recipe and inputs_read>/; `on_trial(record)` is called
     after each trial.
     """
-    out = Path(out)
+    out = as_path(out, "tune out")
     if trials <= 0:
         raise UserError(f"--tune {trials}: give the number of trials to run, e.g. --tune 8.")
     if not recipe.searched_fields:
@@ -93,7 +93,7 @@ def read_tune(out: str | Path) -> dict:
     here), so a moved study folder still names its students. Only the best student must be there: it is what the
     search hands on (`headcut distill --tune` prints it). The other trials' paths only record where each student
     was written, and may name folders deleted since to free space (loading one then says it is missing)."""
-    out = Path(out)
+    out = as_path(out, "read_tune out")
     path = out / SUMMARY_FILE
     try:
         summary = json.loads(read_small_text(path))

@@ -24,7 +24,7 @@ from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
                                      quantize_int8, resolve)
-from headcut_grader.files import atomic_dir, file_hash, write_json, write_text
+from headcut_grader.files import as_path, atomic_dir, file_hash, write_json, write_text
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 
@@ -78,6 +78,7 @@ def build_grader(
     accuracy figures and every precision choice.
     Raises ParityError when a graph fails its gate, UserError when the request cannot be met here.
     """
+    out = as_path(out, "build_grader out")
     ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
                                                         int8=int8, max_length=max_length or loaded.max_length)
     say = progress or (lambda message: None)

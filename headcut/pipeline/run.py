@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from headcut_grader.errors import UserError
-from headcut_grader.files import file_hash, write_json
+from headcut_grader.files import as_path, file_hash, write_json
 from headcut_grader.validation import read_small_text
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
@@ -202,7 +202,7 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     starts (running) or ends (skipped, done, failed), and {"stage", "state": "running", "done", "total",
     "what"} as it goes. Raises what the failing stage raised, after reporting it as failed.
     """
-    out = Path(out).resolve()
+    out = as_path(out, "run_pipeline out").resolve()
     check_run(recipe, out, overwrite=overwrite)
     out.mkdir(parents=True, exist_ok=True)
     with locked(out):  # a second run on `out` would redo stages, or rerun a live one beside it

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headcut_grader.files import atomic_dir, write_text
+from headcut_grader.files import as_path, atomic_dir, write_text
 from headcut.models import LoadedModel, save_model
 from headcut.prune.report import format_report, shape_figure
 from headcut.prune.result import PruneResult
@@ -27,7 +27,7 @@ def prune_meta(source: LoadedModel, summary: dict) -> dict:
 
 def write_artifact(result: PruneResult, out: str | Path, *, overwrite: bool = False) -> Path:
     """Write `out` atomically; an interrupted write leaves no folder and the source is never touched."""
-    out, pruned, source, summary = Path(out), result.pruned, result.source, result.record()
+    out, pruned, source, summary = as_path(out, "write_artifact out"), result.pruned, result.source, result.record()
     if out.resolve() == Path(source.path).resolve():
         from headcut_grader.errors import UserError
 

@@ -9,6 +9,7 @@ import torch
 from headcut.arch import heads_per_layer, intermediate_size, layer_ids, mask_shape, neurons_per_layer
 from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError, setting
+from headcut_grader.files import as_path
 
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
 
@@ -32,7 +33,7 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None) -> 
     `method`: which of the file's methods; default DEFAULT_METHOD when the file has it, else its first."""
     from headcut.evaluate.importance import absent_heads, read_scores
 
-    path = Path(path)
+    path = as_path(path, "scores", what="a scan's importance.json file's path")
     if not path.exists():
         raise UserError(f"--scores {path}: no such file; run `headcut scan` first or pass --data to score heads here.")
     scores, meta = read_scores(path, method=method, default=DEFAULT_METHOD)
