@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from conftest import ROOT, process_alive, spawned_children, wait_until
 from headcut.synthetic import synthetic_pairs
 from headcut.export.server_load import running_server
 from headcut_grader.grader import Grader
+from headcut_grader.serve import Batching, Limits
 from headcut_grader.serve_metrics import available as metrics_installed
 from test_export import make_tiny_grader
 
@@ -477,3 +479,49 @@ def test_keep_alive_seconds_closes_idle_connections_after_that_long(folder):
         with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
             healthz_on(connection)
         connection.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    return make_tiny_grader(tmp_path_factory.mktemp("unserved"))[0]
+
+
+@pytest.mark.parametrize("settings, sentence", [
+    ({"batching": Batching(max_queue=10)}, "batching.max_queue=10 is below limits.max_pairs=256, so a request of "
+     "limits.max_pairs pairs could never be queued; raise batching.max_queue or lower limits.max_pairs."),
+    ({"limits": Limits(max_pairs=0)}, "limits.max_pairs=0 is out of range; it must be in [1, 65536]."),
+    ({"batching": Batching(max_wait_ms=-1.0)}, "batching.max_wait_ms=-1.0 is out of range; it must be in [0, 10000]."),
+    ({"batching": Batching(batch_size=2.5)}, "batching.batch_size is 2.5; it must be a whole number in [1, 1024]."),
+    ({"limits": Limits(max_text_chars="200")}, "limits.max_text_chars is '200'; it must be a whole number in "
+     "[1, 1000000]."),
+    ({"limits": {"max_pairs": 16}}, "limits is {'max_pairs': 16}; pass a headcut_grader.serve.Limits(...)."),
+])
+def test_create_app_checks_its_settings_as_the_cli_does_naming_the_fields(tiny_folder, settings, sentence):
+    """Was: only `headcut serve` checked them; create_app(folder, batching=Batching(max_queue=10)) served, and every
+    request of more than 10 pairs got 503 'retry after 1 s' forever."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.serve import create_app
+
+    with pytest.raises(UserError, match=f"^{re.escape(sentence)}$"):
+        create_app(tiny_folder, **settings)
+
+
+def test_create_app_takes_numpy_numbers_and_keeps_plain_ones(tiny_folder):
+    from headcut_grader.serve import create_app
+
+    app = create_app(tiny_folder, limits=Limits(max_pairs=np.int64(16)), batching=Batching(max_queue=np.int32(16),
+                                                                                          max_wait_ms=np.float32(1)))
+    assert app.state.limits.max_pairs == 16 and type(app.state.limits.max_pairs) is int
+    assert type(app.state.batching.max_queue) is int and type(app.state.batching.max_wait_ms) is float
+    app.state.batcher.close(timeout=5)
+
+
+def test_the_serve_command_names_its_flags_for_the_same_check(tiny_folder):
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+
+    result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--max-queue", "10", "--max-pairs", "16"])
+    assert result.exit_code == 2, result.output
+    assert "--max-queue 10 is below --max-pairs 16, so a request of --max-pairs pairs could never be queued; " \
+           "raise --max-queue or lower --max-pairs." in " ".join(result.output.split())

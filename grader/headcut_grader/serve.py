@@ -12,12 +12,14 @@ Like the grader, this module never imports torch.
 
 import asyncio
 import json
+import numbers
 import os
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 
+from headcut_grader.errors import UserError, setting
 from headcut_grader.files import as_path
-from headcut_grader.ranges import MAX_BATCH, ranged
+from headcut_grader.ranges import MAX_BATCH, argument, as_whole, ranged
 from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
 from headcut_grader.validation import MAX_TEXT_CHARS
 
@@ -70,6 +72,7 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     from headcut_grader.serve_routes import BODY_ROUTES, add_error_handlers, add_routes
 
     as_path(grader_dir, "create_app grader_dir", what="a grader folder's path")
+    limits, batching = check_serving(limits, batching)  # the CLI checked them already, naming its flags
     app = FastAPI(title="headcut grader", version="1", lifespan=_lifespan)
     state = app.state
     state.grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size, backend=backend)
@@ -82,6 +85,46 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     add_error_handlers(app)
     add_routes(app, limits)
     return app
+
+
+def check_serving(limits: Limits, batching: Batching, *, flags: bool = False) -> tuple[Limits, Batching]:
+    """`limits` and `batching` with whole numbers as plain ints, after checking each field's type and range and
+    that a request of max_pairs pairs fits the queue (else it would get 503 "retry" forever). `flags`: name the
+    settings as `headcut serve`'s flags (--max-queue), not as the fields (batching.max_queue)."""
+    checked = []
+    for group, given, cls in (("limits", limits, Limits), ("batching", batching, Batching)):
+        if not isinstance(given, cls):
+            raise UserError(f"{group} is {argument(given)[:60]}; pass a headcut_grader.serve.{cls.__name__}(...).")
+        checked.append(replace(given, **{f.name: _checked_field(f, getattr(given, f.name), _name(group, f.name, flags))
+                                         for f in fields(given)}))
+    limits, batching = checked
+    if batching.max_queue < limits.max_pairs:
+        queue, pairs = _name("batching", "max_queue", flags), _name("limits", "max_pairs", flags)
+        raise UserError(f"{setting(queue, batching.max_queue)} is below {setting(pairs, limits.max_pairs)}, so a "
+                        f"request of {pairs} pairs could never be queued; raise {queue} or lower {pairs}.")
+    return limits, batching
+
+
+def _name(group: str, field: str, flags: bool) -> str:
+    return "--" + field.replace("_", "-") if flags else f"{group}.{field}"
+
+
+def _checked_field(f, value, name: str):
+    """`value` of field `f` (an int or a float one) as a plain int or float, when its type and range fit."""
+    whole = isinstance(f.default, int)
+    plain = as_whole(value) if whole else _real(value)
+    if plain is None:
+        kind = "a whole number" if whole else "a number"
+        raise UserError(f"{name} is {argument(value)[:60]}; it must be {kind} {f.metadata['range'].describe()}.")
+    problem = f.metadata["range"].problem(plain)
+    if problem:
+        raise UserError(f"{setting(name, argument(plain))} {problem}.")
+    return plain
+
+
+def _real(value) -> float | None:
+    """`value` as a float where its type is a real number's (float, int, numpy's; not bool), else None."""
+    return None if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
 
 
 def _batcher(grade, metrics, batching: Batching):

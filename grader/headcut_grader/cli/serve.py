@@ -61,7 +61,7 @@ def serve(
 
     from headcut_grader.errors import UserError
     from headcut_grader.grader import Grader
-    from headcut_grader.serve import ENV_SETTINGS, Batching, Limits, Settings
+    from headcut_grader.serve import ENV_SETTINGS, Settings, check_serving
     from headcut_grader.serve_metrics import ENV_MULTIPROC, MISSING, available
     from headcut_grader.workers import APP, reuse_port_supported, run_workers
 
@@ -69,9 +69,8 @@ def serve(
         import uvicorn
     except ImportError:
         raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.") from None
-    if max_queue < max_pairs:
-        raise UserError(f"--max-queue {max_queue} is below --max-pairs {max_pairs}, so a request of --max-pairs "
-                        "pairs could never be queued; raise --max-queue or lower --max-pairs.")
+    limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars),
+                                     Batching(max_batch, max_wait_ms, max_queue, batch_size), flags=True)
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
     # a bad folder or a damaged graph fails here with one sentence, not in every worker; auto is resolved once
     grader = Grader(grader_dir, threads=threads, backend=backend)
@@ -81,8 +80,7 @@ def serve(
     except (OSError, OverflowError) as e:
         raise UserError(f"--host {host} --port {port}: cannot listen there ({getattr(e, 'strerror', None) or e}); "
                         "choose another --port or --host.") from None
-    settings = Settings(str(grader_dir), threads, Limits(max_body_bytes, max_pairs, max_text_chars),
-                        Batching(max_batch, max_wait_ms, max_queue, batch_size), grader.backend.name)
+    settings = Settings(str(grader_dir), threads, limits, batching, grader.backend.name)
     os.environ[ENV_SETTINGS] = settings.encode()
     # a fresh folder per run: the workers' metric files are summed, and an old run's would be summed in
     metrics_dir = tempfile.mkdtemp(prefix="headcut-metrics-")
