@@ -1,7 +1,9 @@
 """Budgeted pruning of heads and FFN neurons: joint Fisher scores, the FLOPs plan, mask tuning, artifacts."""
 import copy
+import json
 import dataclasses
 import inspect
+import re
 import typing
 
 import numpy as np
@@ -252,6 +254,46 @@ def test_an_iterative_flops_prune_meets_its_budget_counted_from_the_artifact(tmp
         assert all(a <= b for a, b in zip(after["neurons_per_layer"], before["neurons_per_layer"]))
     assert all(s["plan_flops"] <= s["share"] * full for s in steps)
     assert steps[-1]["plan_flops"] == flops_per_pair(pruned.model, seq)
+
+
+def test_the_prune_functions_take_numpy_numbers_and_record_plain_ones(tiny_grader):  # noqa: F811
+    """Was: prune_to_budget(iterative=np.int64(2)) was refused as '--iterative 2 is outside 0..100'."""
+    from headcut.prune import PruneSettings, prune
+    from headcut.prune.pipeline import prune_to_budget
+
+    loaded, settings = load_model(tiny_grader[0]), PruneSettings(timing=False, bootstrap=10, calibrate_rows=40)
+    result = prune_to_budget(loaded, flops=np.float32(0.5), iterative=np.int64(2), seq_len=np.int32(16),
+                             settings=settings)
+    assert len(result.record()["budget"]["steps"]) == 2 and type(result.record()["budget"]["seq_len"]) is int
+    result = prune(loaded, keep_ratio=np.float64(0.5), iterative=np.int64(2), min_heads=np.int64(1), settings=settings)
+    record = result.record()
+    assert [type(record[key]) for key in ("keep_ratio", "iterative", "min_heads")] == [float, int, int]
+    json.dumps(record)  # what write_artifact records: a numpy number does not serialise
+
+
+@pytest.mark.parametrize("call, sentence", [
+    ({"iterative": 2.0}, "prune iterative is 2.0; it must be a whole number in [0, 100]."),
+    ({"iterative": 10 ** 6}, "prune iterative is 1000000; it must be a whole number in [0, 100]."),  # ran for hours
+    ({"keep_ratio": "0.5"}, "prune keep_ratio is '0.5'; it must be a number in (0, 1]."),
+    ({"layer_prior": float("nan")}, "prune layer_prior is nan; it must be a number in [0, 100]."),
+    ({"min_heads": 1.5}, "prune min_heads is 1.5; it must be a whole number at least 0."),
+    ({"budget": True, "flops": "0.5"}, "prune_to_budget flops is '0.5'; it must be a number in (0, 1]."),
+    ({"budget": True, "flops": 0.5, "iterative": np.float64(3)},
+     "prune_to_budget iterative is 3.0; it must be a whole number in [0, 100]."),
+    ({"budget": True, "flops": 0.5, "seq_len": -5}, "prune_to_budget seq_len is -5; it must be a whole number in "
+     "[1, 8192]."),
+])
+def test_the_prune_functions_name_a_numeric_argument_of_the_wrong_type_or_range(call, sentence):
+    """Was: Python's TypeErrors ('<' not supported between 'str' and 'int'; slice indices must be integers), a NaN
+    layer_prior's 'cannot keep 6 heads, only 0 are available', and prune(iterative=10**6) ran without end."""
+    from headcut.prune import prune
+    from headcut.prune.pipeline import prune_to_budget
+
+    call = dict(call)
+    function = prune_to_budget if call.pop("budget", False) else prune
+    call = call if function is prune_to_budget else {"keep_ratio": 0.5, **call}
+    with pytest.raises(UserError, match=f"^{re.escape(sentence)}$"):
+        function(object(), **call)  # refused before the model is looked at
 
 
 def test_tune_fit_is_recorded_and_a_bad_one_or_a_bad_pairing_is_one_sentence(tmp_path, tiny_grader):  # noqa: F811

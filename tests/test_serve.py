@@ -489,8 +489,8 @@ def tiny_folder(tmp_path_factory):
 @pytest.mark.parametrize("settings, sentence", [
     ({"batching": Batching(max_queue=10)}, "batching.max_queue=10 is below limits.max_pairs=256, so a request of "
      "limits.max_pairs pairs could never be queued; raise batching.max_queue or lower limits.max_pairs."),
-    ({"limits": Limits(max_pairs=0)}, "limits.max_pairs=0 is out of range; it must be in [1, 65536]."),
-    ({"batching": Batching(max_wait_ms=-1.0)}, "batching.max_wait_ms=-1.0 is out of range; it must be in [0, 10000]."),
+    ({"limits": Limits(max_pairs=0)}, "limits.max_pairs is 0; it must be a whole number in [1, 65536]."),
+    ({"batching": Batching(max_wait_ms=-1.0)}, "batching.max_wait_ms is -1.0; it must be a number in [0, 10000]."),
     ({"batching": Batching(batch_size=2.5)}, "batching.batch_size is 2.5; it must be a whole number in [1, 1024]."),
     ({"limits": Limits(max_text_chars="200")}, "limits.max_text_chars is '200'; it must be a whole number in "
      "[1, 1000000]."),

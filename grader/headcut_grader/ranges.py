@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import operator
 from dataclasses import dataclass
 
@@ -88,6 +89,21 @@ def as_whole(value) -> int | None:
         return operator.index(value)
     except TypeError:
         return None
+
+
+def as_real(value) -> float | None:
+    """`value` as a float where its type is a real number's (float, int, numpy's; not bool), else None."""
+    return None if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
+
+
+def checked_number(value, name: str, valid: Range, *, whole: bool = False) -> int | float:
+    """`value` as a plain int (`whole`) or float, where it is such a number (numpy's too; not bool) inside `valid`;
+    else UserError naming argument `name` (a library function's argument, e.g. 'prune iterative')."""
+    plain = as_whole(value) if whole else as_real(value)
+    if plain is None or valid.problem(plain):
+        kind = "a whole number" if whole else "a number"
+        raise UserError(f"{name} is {argument(value)[:60]}; it must be {kind} {valid.describe()}.")
+    return plain
 
 
 def argument(value) -> str:

@@ -12,14 +12,13 @@ Like the grader, this module never imports torch.
 
 import asyncio
 import json
-import numbers
 import os
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, fields, replace
 
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import as_path
-from headcut_grader.ranges import MAX_BATCH, argument, as_whole, ranged
+from headcut_grader.ranges import MAX_BATCH, argument, checked_number, ranged
 from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
 from headcut_grader.validation import MAX_TEXT_CHARS
 
@@ -95,7 +94,8 @@ def check_serving(limits: Limits, batching: Batching, *, flags: bool = False) ->
     for group, given, cls in (("limits", limits, Limits), ("batching", batching, Batching)):
         if not isinstance(given, cls):
             raise UserError(f"{group} is {argument(given)[:60]}; pass a headcut_grader.serve.{cls.__name__}(...).")
-        checked.append(replace(given, **{f.name: _checked_field(f, getattr(given, f.name), _name(group, f.name, flags))
+        checked.append(replace(given, **{f.name: checked_number(getattr(given, f.name), _name(group, f.name, flags),
+                                                                f.metadata["range"], whole=isinstance(f.default, int))
                                          for f in fields(given)}))
     limits, batching = checked
     if batching.max_queue < limits.max_pairs:
@@ -107,24 +107,6 @@ def check_serving(limits: Limits, batching: Batching, *, flags: bool = False) ->
 
 def _name(group: str, field: str, flags: bool) -> str:
     return "--" + field.replace("_", "-") if flags else f"{group}.{field}"
-
-
-def _checked_field(f, value, name: str):
-    """`value` of field `f` (an int or a float one) as a plain int or float, when its type and range fit."""
-    whole = isinstance(f.default, int)
-    plain = as_whole(value) if whole else _real(value)
-    if plain is None:
-        kind = "a whole number" if whole else "a number"
-        raise UserError(f"{name} is {argument(value)[:60]}; it must be {kind} {f.metadata['range'].describe()}.")
-    problem = f.metadata["range"].problem(plain)
-    if problem:
-        raise UserError(f"{setting(name, argument(plain))} {problem}.")
-    return plain
-
-
-def _real(value) -> float | None:
-    """`value` as a float where its type is a real number's (float, int, numpy's; not bool), else None."""
-    return None if isinstance(value, bool) or not isinstance(value, numbers.Real) else float(value)
 
 
 def _batcher(grade, metrics, batching: Batching):

@@ -13,6 +13,7 @@ from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shap
 from headcut.batching import Encoded, encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
+from headcut_grader.ranges import Range, checked_number
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.criteria import ScoringData, check_targets, criterion
 from headcut.evaluate.fisher import UnitScores
@@ -35,6 +36,27 @@ from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
 from headcut.prune.layers import LayerSearch, choose_layer_drops, held_out_divergence, settle_drops
 from headcut.prune.surgery import apply_unit_plan, pruned_copy
+
+
+# The numeric arguments of prune and prune_to_budget: (range, whole number, None allowed). `headcut prune` bounds its
+# flags, and a run recipe its [prune] keys, alike.
+SHARE = (Range(0.0, 1.0, low_open=True), False, True)  # of the heads, FLOPs or latency to keep
+ARGUMENTS = {
+    "keep_ratio": SHARE[:2] + (False,), "flops": SHARE, "latency": SHARE, "layer_prior": (Range(0.0, 100.0), False, False),
+    "min_heads": (Range(0), True, False), "iterative": (Range(0, 100), True, False),  # each step re-scores: time
+    "seq_len": (Range(1, 8192), True, True), "latency_batch": (Range(1, 4096), True, False),
+}
+
+
+def checked_arguments(function: str, **given) -> list:
+    """`given` numeric arguments of `function` as plain ints and floats (a numpy number is one), each checked against
+    its ARGUMENTS range; a UserError names the function and the argument."""
+    checked = []
+    for name, value in given.items():
+        valid, whole, optional = ARGUMENTS[name]
+        checked.append(value if value is None and optional else
+                       checked_number(value, f"{function} {name}", valid, whole=whole))
+    return checked
 
 
 def prune(
@@ -61,6 +83,8 @@ def prune(
     then optimistic.
     `progress(stage, pairs_done, stage_total)` reports scanning ("scoring...") and grading.
     """
+    keep_ratio, layer_prior, min_heads, iterative = checked_arguments(
+        "prune", keep_ratio=keep_ratio, layer_prior=layer_prior, min_heads=min_heads, iterative=iterative)
     check_keep_ratio(keep_ratio)
     check_unpruned(loaded)
     if scores is not None and iterative:
@@ -266,9 +290,9 @@ def prune_to_budget(
     (also of the final plan untuned when tuning ran) is measured as `prune` does."""
     if tune_fit not in MODES:
         raise UserError(f"--tune-fit {tune_fit} is unknown; choose one of {', '.join(MODES)}.")
-    if not isinstance(iterative, int) or not 0 <= iterative <= 100:
-        raise UserError(f"--iterative {iterative} is outside 0..100; pass the number of pruning steps (0 or 1 = one "
-                        "shot).")
+    flops, latency, layer_prior, iterative, seq_len, latency_batch = checked_arguments(
+        "prune_to_budget", flops=flops, latency=latency, layer_prior=layer_prior, iterative=iterative,
+        seq_len=seq_len, latency_batch=latency_batch)
     steps = max(1, iterative)
     chosen = criterion(method, neurons=True)
     check_targets(targets)
