@@ -205,6 +205,8 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     values = {}
     for key, value in data.items():
         if key in fields:
+            if fields[key].metadata.get("numbers_are_text") and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)
             try:
                 values[key] = _coerce(value, hints[key], f"key '{key}'")
             except UserError as e:
@@ -268,10 +270,13 @@ def _coerce(value, hint, where):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"{where} must be a number, not {shown(value)}.")
         return float(value)
-    if hint is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+    if hint is str:  # a number is not turned into text: YAML reads 010 as 8 and 1.50 as 1.5, so the text is lost
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise UserError(f"{where} is the number {shown(value)}; quote it as written to give text (e.g. \"5\", "
+                            "not 5).")
+        if not isinstance(value, str):
             raise UserError(f"{where} must be text, not {shown(value)}.")
-        return str(value)
+        return value
     return value
 
 

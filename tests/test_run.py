@@ -412,8 +412,11 @@ def test_an_existing_teacher_without_pairs_to_check_exports_on_is_refused_before
 
 @pytest.mark.parametrize("students, words", [
     ('{"a.b": {recipe: distill/minilm_synthetic_cpu}}', "student name 'a.b' must be 1-64 letters, digits"),
-    ('{1: {recipe: distill/minilm_synthetic_cpu}, "1": {recipe: distill/minilm_synthetic_cpu}}',
-     "students '1' and '1' would share one folder"),
+    ('{Ab: {recipe: distill/minilm_synthetic_cpu}, ab: {recipe: distill/minilm_synthetic_cpu}}',
+     "students 'Ab' and 'ab' would share one folder"),
+    # was: named '10' and '1.5', the names as written lost; a quoted '010' is the name 010
+    ('{010: {recipe: distill/minilm_synthetic_cpu}}', "student name 10 is a number to YAML; quote the name as written"),
+    ('{1.50: {recipe: distill/minilm_synthetic_cpu}}', "student name 1.5 is a number to YAML; quote the name"),
     ('{s: {recipe: null}}', "[distill] s.recipe is empty"),  # was: "recipe 'None' is neither a YAML file ..."
     ('{s: {recipe: [a]}}', "[distill] s.recipe is ['a']"),
     # was: named 'None' and 'True' (their folders distill.None, export.True)
@@ -426,6 +429,32 @@ def test_student_names_that_would_share_a_folder_are_refused(tmp_path, students,
     result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and words in result.stderr, result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("section, words", [
+    ("data: {train: 5, test: 'synthetic:2'}", "[data]: key 'train' is the number 5; quote it as written to give text "
+     '(e.g. "5", not 5)'),
+    ("data: {train: synthetic, test: 1.50}", "key 'test' is the number 1.5; quote it as written"),
+    ("data: {train: synthetic, test: 'synthetic:2', label_col: 3}", "key 'label_col' is the number 3; quote it"),
+    ("data: {train: synthetic, test: 'synthetic:2'}\nteacher: {recipe: finetune/minilm_synthetic_cpu, model: 7}",
+     "key 'model' is the number 7; quote it"),
+])
+def test_a_file_or_name_written_as_a_yaml_number_is_refused_saying_to_quote_it(tmp_path, section, words):
+    """Was: turned into text by str(): train: 5 read the file "5", and test: 1.50 the file "1.5", not "1.50"."""
+    path = tmp_path / "r.yaml"
+    path.write_text(section + "\n")
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and words in " ".join(result.stderr.split()), result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_scan_experiment_number_is_still_its_text():
+    """experiments: 3 names experiment 3 as "3" does (a number is harmless there: its digits are the text)."""
+    from headcut.pipeline.recipe import from_mapping
+
+    recipe = from_mapping({"data": {"train": "synthetic", "test": "synthetic:2"}, "scan": {"experiments": 3},
+                           "teacher": {"recipe": "finetune/minilm_synthetic_cpu"}})
+    assert recipe.scan.experiments == "3"
 
 
 @pytest.mark.parametrize("teacher, words", [

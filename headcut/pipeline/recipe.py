@@ -7,7 +7,7 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,7 +54,8 @@ class ScanSection:
     data: str | None = None  # None: data.dev, else data.test
     rows: int = ranged(500, 1)
     methods: tuple[str, ...] = ("ablation", "kl", "fisher")
-    experiments: str = "all"  # all, none, or numbers 1-5 (random, halves, layers, heads, term)
+    # all, none, or numbers 1-5 (random, halves, layers, heads, term); experiments: 3 is the text "3"
+    experiments: str = field(default="all", metadata={"numbers_are_text": True})
     probes: bool = True
     draws: int = ranged(3, 1, 1000)
     bootstrap: int = ranged(200, 10, MAX_BOOTSTRAP)
@@ -243,10 +244,13 @@ RESERVED_STUDENT_NAMES = ("teacher", "pruned")
 def _student_name_problem(name, earlier: list[str]) -> str | None:
     """A student's name becomes its stages' names, its folders and its report row: letters, digits, _ and -,
     none of the other graders' names, and no two that differ only in case (one folder on some file systems).
-    YAML reads a key such as null or true as no text at all: refused, not named 'None' or 'True'."""
+    YAML reads a key such as null or true as no text at all, and 010 as the number 8: refused, not named 'None',
+    'True' or '8'."""
     if name is None or isinstance(name, bool):
         return (f"student name {shown(name)} is not text; write the name, quoted if YAML reads it otherwise "
                 f"('{shown(name)}':)")
+    if isinstance(name, (int, float)):  # YAML reads a key 010 as 8 and 1.50 as 1.5: the name as written is lost
+        return (f"student name {shown(name)} is a number to YAML; quote the name as written, e.g. '010': (not 010:)")
     name = str(name)
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
         return (f"student name {name!r} must be 1-64 letters, digits, '_' or '-' (it names the student's folders "
