@@ -16,6 +16,7 @@ from headcut_grader.data import file_keys
 from headcut_grader.errors import UserError, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, ranged, same_as
+from headcut.synthetic import MAX_SYNTHETIC
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
@@ -30,7 +31,7 @@ class DataSection:
     query_col: str | None = None  # the files' columns, where they differ from the preset's
     title_col: str | None = None
     label_col: str | None = None  # the grade column (grades teacher) or the score column (one-score teacher)
-    test_rows: int | None = ranged(1000, 1)
+    test_rows: int | None = ranged(1000, 1, MAX_SYNTHETIC)  # None: all; at most what a synthetic draw can make
     seed: int = ranged(0, 0, 2**32 - 1)
 
     def file_options(self) -> dict:
@@ -52,7 +53,7 @@ class TeacherSection:
 @dataclass(frozen=True)
 class ScanSection:
     data: str | None = None  # None: data.dev, else data.test
-    rows: int = ranged(500, 1)
+    rows: int = ranged(500, 1, MAX_SYNTHETIC)
     methods: tuple[str, ...] = ("ablation", "kl", "fisher")
     # all, none, or numbers 1-5 (random, halves, layers, heads, term); experiments: 3 is the text "3"
     experiments: str = field(default="all", metadata={"numbers_are_text": True})
@@ -67,7 +68,7 @@ class PruneSection:
     flops: float | None = ranged(None, 0.0, 1.0, low_open=True)  # heads and FFN neurons to this share of the FLOPs
     method: str = "fisher"  # the criterion (evaluate/criteria.py); keep_ratio: one the scan computes; flops: one that scores neurons
     layer_prior: float = ranged(0.0, 0.0, 100.0)
-    score_rows: int = ranged(512, 1)  # flops: train pairs scored
+    score_rows: int = ranged(512, 1, MAX_SYNTHETIC)  # flops: train pairs scored
     calibrate: int = ranged(512, 5, 100_000)  # flops: train pairs for mask tuning (0.2 held out)
     tune: bool = True
     tune_fit: Literal["scales", "weights", "best"] = "best"  # flops: what tuning re-fits (prune.tune.MODES; --tune-fit)
@@ -85,7 +86,7 @@ class ExportSection:
     precision: Literal["fp32", "int8", "bf16", "auto"] = "int8"  # int8 falls back to fp32 when no INT8 graph passes
     # onnxruntime; openvino (an OpenVINO graph beside an fp32 ONNX one); auto (both, the bench times each)
     backend: Literal["onnxruntime", "openvino", "auto"] = "onnxruntime"
-    rows: int = ranged(1000, MIN_GATE_PAIRS)  # test pairs for the parity and INT8 gates
+    rows: int = ranged(1000, MIN_GATE_PAIRS, MAX_SYNTHETIC)  # test pairs for the parity and INT8 gates
     min_agreement: float = same_as(Int8Gate, "min_agreement")
     max_spearman_drift: float = same_as(Int8Gate, "max_spearman_drift")
     max_drop: float = same_as(Int8Gate, "max_drop")
