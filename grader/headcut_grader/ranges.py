@@ -48,6 +48,11 @@ def ranged(default, low=None, high=None, *, low_open=False, high_open=False, met
     return dataclasses.field(default=default, metadata={**(metadata or {}), "range": valid})
 
 
+def range_field(default, valid: Range):
+    """A dataclass field whose values must lie in `valid`, a range declared elsewhere (a library function's)."""
+    return dataclasses.field(default=default, metadata={"range": valid})
+
+
 def same_as(cls, name: str):
     """A dataclass field with the default and range of dataclass `cls`'s field `name`: a setting two
     dataclasses hold is declared once."""

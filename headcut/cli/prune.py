@@ -9,8 +9,9 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
-                                TITLE_COL, Opt, flags_set, number, progress_bar, quiet_transformers, read_data,
-                                user_errors)
+                                TITLE_COL, Opt, flags_set, number, number_in, progress_bar, quiet_transformers,
+                                read_data, user_errors)
+from headcut.prune_arguments import argument_range
 from headcut_grader.errors import UserError
 from headcut_grader.ranges import MAX_BOOTSTRAP
 
@@ -33,17 +34,18 @@ def prune(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Model folder (a fine-tuned grader) or built-in name."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the pruned grader, report.md and the figure."),
-    keep_ratio: Opt[float] = number(None, "--keep-ratio", help="Heads only: share of heads to keep; keeps "
-                                    "round(ratio x all heads). Saves little compute: the FFN stays",
-                                    low=0.0, high=1.0, low_open=True, kind=float),
-    flops: Opt[float] = number(None, "--flops", help="Heads AND FFN neurons: share of the model's FLOPs per pair to "
-                               "keep, e.g. 0.5 for ~2x less compute. No gradient training",
-                               low=0.0, high=1.0, low_open=True, kind=float),
-    latency: Opt[float] = number(None, "--latency", help="Heads AND FFN neurons: share of the model's measured "
-                                 "latency per batch (--batch x --seq-len, on --runtime) to keep, e.g. 0.5. Times this machine's layer "
-                                 "cost tables once (cached in $HEADCUT_CACHE, default ~/.cache/headcut)",
-                                 low=0.0, high=1.0, low_open=True, kind=float),
-    batch: int = number(32, "--batch", help="--latency: batch size the latency is measured at", low=1, high=4096),
+    keep_ratio: Opt[float] = number_in(argument_range("keep_ratio"), None, "--keep-ratio", help="Heads only: share "
+                                       "of heads to keep; keeps round(ratio x all heads). Saves little compute: the "
+                                       "FFN stays", kind=float),
+    flops: Opt[float] = number_in(argument_range("flops"), None, "--flops", help="Heads AND FFN neurons: share of "
+                                  "the model's FLOPs per pair to keep, e.g. 0.5 for ~2x less compute. No gradient "
+                                  "training", kind=float),
+    latency: Opt[float] = number_in(argument_range("latency"), None, "--latency", help="Heads AND FFN neurons: share "
+                                    "of the model's measured latency per batch (--batch x --seq-len, on --runtime) to "
+                                    "keep, e.g. 0.5. Times this machine's layer cost tables once (cached in "
+                                    "$HEADCUT_CACHE, default ~/.cache/headcut)", kind=float),
+    batch: int = number_in(argument_range("latency_batch"), 32, "--batch",
+                           help="--latency: batch size the latency is measured at"),
     runtime: str = typer.Option("torch-fp32", "--runtime", help="--latency: what the layer cost tables are timed on: "
                                 "torch-fp32, or onnx-int8 / onnx-fp32 (ONNX Runtime, as the exported grader will "
                                 "serve; `headcut export --int8` for onnx-int8)"),
@@ -71,19 +73,19 @@ def prune(
                                  "the lower held-out error; the default, measured best below half the FLOPs)"),
     calibrate: int = number(512, "--calibrate", help="--flops/--latency: pairs of --data (labels unused) for mask "
                             "tuning; every fifth is held out to check the fit", low=5, high=100_000),
-    seq_len: Opt[int] = number(None, "--seq-len", help="--flops/--latency: sequence length the cost is counted at "
-                               "(default: the model's max_length)", low=1, high=8192, kind=int),
-    layer_prior: float = number(
-        0.0, "--layer-prior", low=0.0, high=100.0,
+    seq_len: Opt[int] = number_in(argument_range("seq_len"), None, "--seq-len", help="--flops/--latency: sequence "
+                                  "length the cost is counted at (default: the model's max_length)", kind=int),
+    layer_prior: float = number_in(
+        argument_range("layer_prior"), 0.0, "--layer-prior",
         help="Keep more units in lower layers: a unit's score (its rank percentile with --keep-ratio) is multiplied "
              "by 1 + prior x (L-1-l)/(L-1) for layer l of L (0 = bottom). 0 = pure global ranking (default: on the "
              "Home Depot MiniLM teacher any prior > 0 hurt below keep 0.7, see benchmarks/prune_curve.py); "
              "1 = a bottom-layer unit counts double against a top-layer unit of the same score"),
-    min_heads: int = number(0, "--min-heads", help="--keep-ratio: keep at least this many heads in every layer", low=0),
-    iterative: int = number(0, "--iterative", help="Prune in this many steps, re-scoring between them (0 or 1 = one "
+    min_heads: int = number_in(argument_range("min_heads"), 0, "--min-heads",
+                               help="--keep-ratio: keep at least this many heads in every layer"),
+    iterative: int = number_in(argument_range("iterative"), 0, "--iterative", help="Prune in this many steps, re-scoring between them (0 or 1 = one "
                             "shot). --flops/--latency: the shares shrink geometrically (0.25 in 5 steps: 0.76, 0.57, "
-                            "0.44, 0.33, 0.25) and the model is re-tuned after each step; slower, by the steps",
-                            low=0, high=100),
+                            "0.44, 0.33, 0.25) and the model is re-tuned after each step; slower, by the steps"),
     eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring data)."),
     score_rows: Opt[int] = number(512, "--score-rows", help="Score units on a seeded sample of this many pairs", low=1),
     eval_rows: Opt[int] = number(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs",

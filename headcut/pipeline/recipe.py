@@ -15,8 +15,9 @@ from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
 from headcut_grader.errors import UserError, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
-from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, ranged, same_as
+from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
+from headcut.prune_arguments import argument_range
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
@@ -64,15 +65,15 @@ class ScanSection:
 
 @dataclass(frozen=True)
 class PruneSection:
-    keep_ratio: float | None = ranged(None, 0.0, 1.0, low_open=True)  # heads only, ranked by the scan's `method`
-    flops: float | None = ranged(None, 0.0, 1.0, low_open=True)  # heads and FFN neurons to this share of the FLOPs
+    keep_ratio: float | None = range_field(None, argument_range("keep_ratio"))  # heads only, ranked by the scan's `method`
+    flops: float | None = range_field(None, argument_range("flops"))  # heads and FFN neurons to this share of the FLOPs
     method: str = "fisher"  # the criterion (evaluate/criteria.py); keep_ratio: one the scan computes; flops: one that scores neurons
-    layer_prior: float = ranged(0.0, 0.0, 100.0)
+    layer_prior: float = range_field(0.0, argument_range("layer_prior"))
     score_rows: int = ranged(512, 1, MAX_SYNTHETIC)  # flops: train pairs scored
     calibrate: int = ranged(512, 5, 100_000)  # flops: train pairs for mask tuning (0.2 held out)
     tune: bool = True
     tune_fit: Literal["scales", "weights", "best"] = "best"  # flops: what tuning re-fits (prune.tune.MODES; --tune-fit)
-    iterative: int = ranged(0, 0, 100)  # flops: reach the budget in this many steps, re-scored and re-tuned (0, 1: one shot)
+    iterative: int = range_field(0, argument_range("iterative"))  # flops: reach the budget in this many steps, re-scored and re-tuned (0, 1: one shot)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shap
 from headcut.batching import Encoded, encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
-from headcut_grader.ranges import Range, checked_number
+from headcut_grader.ranges import checked_number
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.criteria import ScoringData, check_targets, criterion
 from headcut.evaluate.fisher import UnitScores
@@ -36,16 +36,7 @@ from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
 from headcut.prune.layers import LayerSearch, choose_layer_drops, held_out_divergence, settle_drops
 from headcut.prune.surgery import apply_unit_plan, pruned_copy
-
-
-# The numeric arguments of prune and prune_to_budget: (range, whole number, None allowed). `headcut prune` bounds its
-# flags, and a run recipe its [prune] keys, alike.
-SHARE = (Range(0.0, 1.0, low_open=True), False, True)  # of the heads, FLOPs or latency to keep
-ARGUMENTS = {
-    "keep_ratio": SHARE[:2] + (False,), "flops": SHARE, "latency": SHARE, "layer_prior": (Range(0.0, 100.0), False, False),
-    "min_heads": (Range(0), True, False), "iterative": (Range(0, 100), True, False),  # each step re-scores: time
-    "seq_len": (Range(1, 8192), True, True), "latency_batch": (Range(1, 4096), True, False),
-}
+from headcut.prune_arguments import ARGUMENTS
 
 
 def checked_arguments(function: str, **given) -> list:

@@ -197,7 +197,11 @@ def one_of(choices: tuple[str, ...], flag: str):
 
 def number(default, *flags: str, help: str, low=None, high=None, low_open=False, high_open=False, kind=None):
     """A typer option for a number with a checked range: number(64, "--batch-size", help=..., low=1)."""
-    valid = Range(low, high, low_open, high_open)
+    return number_in(Range(low, high, low_open, high_open), default, *flags, help=help, kind=kind)
+
+
+def number_in(valid: Range, default, *flags: str, help: str, kind=None):
+    """`number` with a range declared elsewhere (a library's), so the flag and the library cannot drift apart."""
     kind = kind or type(default)
     return typer.Option(default, *flags, help=f"{help} ({valid.describe()}).", parser=bounded(kind, valid, flags[0]))
 
@@ -208,9 +212,7 @@ def field_option(cls, name: str, *flags: str, help: str, kind=None):
     import dataclasses
 
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
-    valid = field.metadata.get("range") or Range()
-    return number(field.default, *flags, help=help, low=valid.low, high=valid.high, low_open=valid.low_open,
-                  high_open=valid.high_open, kind=kind)
+    return number_in(field.metadata.get("range") or Range(), field.default, *flags, help=help, kind=kind)
 
 
 def version_option(program: str, version: str):
