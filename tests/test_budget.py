@@ -679,3 +679,15 @@ def test_a_pruning_argument_s_range_is_declared_once_for_the_library_the_flag_an
     flags = {p.name: p for p in get_command(app).commands["prune"].params}
     for name, flag in [*((n, n) for n in ARGUMENTS if n != "latency_batch"), ("latency_batch", "batch")]:
         assert f"({argument_range(name).describe()})." in flags[flag].help, name
+
+
+@pytest.mark.parametrize("value, said", [("5", "is '5', which is not a number"), ([3], "is [3], which is not a number"),
+                                         (True, "is True, which is not a number"),
+                                         (2.5, "is 2.5, which is not a whole number")])
+def test_a_settings_field_of_the_wrong_type_is_one_sentence_naming_the_key(value, said):
+    """Was: PruneSettings(score_rows='5') raised Python's "'<' not supported between 'str' and 'int'", and a list or
+    a fraction where a count belongs was taken; every dataclass checked by check_ranges (recipes, settings) alike."""
+    from headcut.prune import PruneSettings
+
+    with pytest.raises(UserError, match=re.escape(f"PruneSettings: key 'score_rows' {said}; it must be at least 1.")):
+        PruneSettings(score_rows=value)

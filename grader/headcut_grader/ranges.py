@@ -18,6 +18,11 @@ def _number(x: float) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
+def _shown(x) -> str:
+    """A field's value as a message shows it: a number plainly, anything else as Python writes it ('5', [1])."""
+    return _number(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else f"{x!r:.60}"
+
+
 @dataclass(frozen=True)
 class Range:
     low: float | None = None
@@ -35,6 +40,8 @@ class Range:
 
     def problem(self, value) -> str | None:
         """Why `value` is not allowed, as the end of a sentence; None when it is."""
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):  # text, a list: no order with a number
+            return f"is not a number; it must be {self.describe()}"
         if isinstance(value, float) and not math.isfinite(value):
             return f"is not a finite number; it must be {self.describe()}"
         low_bad = self.low is not None and (value < self.low or (self.low_open and value == self.low))
@@ -66,10 +73,15 @@ def field_problem(f: dataclasses.Field, value) -> str | None:
     valid = f.metadata.get("range")
     if valid is None or value is None:
         return None
-    for item in value if isinstance(value, (tuple, list)) else (value,):
+    annotation = str(f.type)  # its text (postponed annotations): what the field holds
+    several = "tuple" in annotation or "list" in annotation
+    whole = "int" in annotation and "float" not in annotation
+    for item in value if several and isinstance(value, (tuple, list)) else (value,):
         problem = valid.problem(item)
+        if problem is None and whole and as_whole(item) is None:
+            problem = f"is not a whole number; it must be {valid.describe()}"
         if problem:
-            return f"key '{f.name}' is {_number(item)}, which {problem}."
+            return f"key '{f.name}' is {_shown(item)}, which {problem}."
     return None
 
 
