@@ -129,29 +129,20 @@ def test_3_an_endless_line_stops_at_the_cap(tmp_path, monkeypatch):
 
 # --- 4. NUL and other control characters in texts ----------------------------------------------
 
-@pytest.mark.parametrize("name, text", [
-    ("a.tsv", "query\ttitle\tgrade\ndrill\tcord\x00less\t3\n"),
-    ("a.jsonl", '{"query": "drill", "title": "cord\\u0000less", "grade": 3}\n'),
-    ("b.jsonl", '{"query": "dr\\u0007ill", "title": "cordless", "grade": 3}\n'),
-])
-def test_4_nul_and_control_characters_are_refused(tmp_path, name, text):
-    path = write(tmp_path, name, text)
-    with pytest.raises(UserError, match=r"line \d, column '(title|query)'.*control character"):
-        read_pairs(path)
-    refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), "control character")
-
-
 # A JSON \u escape of half a UTF-16 pair (\udc80) reads as a lone surrogate, which no text encodes: was a
 # UnicodeEncodeError traceback from grade (the data's fingerprint) and a nameless TypeError from the tokenizer.
-@pytest.mark.parametrize("name, text", [
-    ("a.jsonl", '{"query": "dr\\udc80ill", "title": "cordless", "grade": 3}\n'),
-    ("a.json", '[{"query": "drill", "title": "co\\ud83drdless", "grade": 3}]'),
+@pytest.mark.parametrize("name, text, said", [
+    ("a.tsv", "query\ttitle\tgrade\ndrill\tcord\x00less\t3\n", "control character"),
+    ("a.jsonl", '{"query": "drill", "title": "cord\\u0000less", "grade": 3}\n', "control character"),
+    ("b.jsonl", '{"query": "dr\\u0007ill", "title": "cordless", "grade": 3}\n', "control character"),
+    ("c.jsonl", '{"query": "dr\\udc80ill", "title": "cordless", "grade": 3}\n', "lone surrogate U+DC80 at character 3"),
+    ("d.json", '[{"query": "drill", "title": "co\\ud83drdless", "grade": 3}]', "lone surrogate U+D83D at character 3"),
 ])
-def test_4_lone_surrogates_are_refused(tmp_path, name, text):
+def test_4_nul_control_characters_and_lone_surrogates_are_refused(tmp_path, name, text, said):
     path = write(tmp_path, name, text)
-    with pytest.raises(UserError, match=r"line \d, column '(title|query)'.*lone surrogate U\+D(C80|83D) at character 3"):
+    with pytest.raises(UserError, match=r"line \d, column '(title|query)'.*" + re.escape(said)):
         read_pairs(path)
-    refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), "lone surrogate")
+    refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), said)
 
 
 # --- 5. JSON values of the wrong type ----------------------------------------------------------

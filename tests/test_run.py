@@ -415,6 +415,15 @@ def test_an_existing_teacher_without_pairs_to_check_exports_on_is_refused_before
     assert "[export] checks each grader on pairs apart from the report's data.test" in result.stderr
     assert "--set data.train=FILE" in result.stderr and not (tmp_path / "out").exists()
 
+def recipe_refused(tmp_path, text: str, words: str) -> None:
+    """`headcut run` on a recipe file holding `text`: exit 2, `words` in its one sentence, no run folder."""
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and words in " ".join(result.stderr.split()), result.output
+    assert not (tmp_path / "out").exists()
+
+
 
 @pytest.mark.parametrize("students, words", [
     ('{"a.b": {recipe: distill/minilm_synthetic_cpu}}', "student name 'a.b' must be 1-64 letters, digits"),
@@ -430,11 +439,7 @@ def test_an_existing_teacher_without_pairs_to_check_exports_on_is_refused_before
     ('{true: {recipe: distill/minilm_synthetic_cpu}}', "student name true is not text; write the name, quoted"),
 ])
 def test_student_names_that_would_share_a_folder_are_refused(tmp_path, students, words):
-    path = tmp_path / "r.yaml"
-    path.write_text(f"data: {{train: synthetic, test: 'synthetic:2'}}\ndistill: {students}\n")
-    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
-    assert result.exit_code == 2 and words in result.stderr, result.output
-    assert not (tmp_path / "out").exists()
+    recipe_refused(tmp_path, f"data: {{train: synthetic, test: 'synthetic:2'}}\ndistill: {students}\n", words)
 
 
 @pytest.mark.parametrize("section, words", [
@@ -447,11 +452,7 @@ def test_student_names_that_would_share_a_folder_are_refused(tmp_path, students,
 ])
 def test_a_file_or_name_written_as_a_yaml_number_is_refused_saying_to_quote_it(tmp_path, section, words):
     """Was: turned into text by str(): train: 5 read the file "5", and test: 1.50 the file "1.5", not "1.50"."""
-    path = tmp_path / "r.yaml"
-    path.write_text(section + "\n")
-    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
-    assert result.exit_code == 2 and words in " ".join(result.stderr.split()), result.output
-    assert not (tmp_path / "out").exists()
+    recipe_refused(tmp_path, section + "\n", words)
 
 
 def test_a_scan_experiment_number_is_still_its_text():
@@ -471,11 +472,7 @@ def test_a_scan_experiment_number_is_still_its_text():
 ])
 def test_a_teacher_recipe_or_path_that_is_not_text_is_refused_naming_the_key(tmp_path, teacher, words):
     """Was: turned into text by str(): path [a, b] was the folder "['a', 'b']", recipe true the recipe 'True'."""
-    path = tmp_path / "r.yaml"
-    path.write_text(f"data: {{train: synthetic, test: 'synthetic:2'}}\nteacher: {teacher}\n")
-    result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / "out")])
-    assert result.exit_code == 2 and words in result.stderr, result.output
-    assert not (tmp_path / "out").exists()
+    recipe_refused(tmp_path, f"data: {{train: synthetic, test: 'synthetic:2'}}\nteacher: {teacher}\n", words)
 
 
 def test_an_unknown_section_names_the_valid_ones(tmp_path):

@@ -287,6 +287,16 @@ def test_a_cross_encoder_of_every_activation_scores_in_sentence_transformers_as_
         assert np.ptp(ours) > 1e-4  # scores differ between pairs, so the equality above can fail
 
 
+def tiny_cross_encoder(tmp_path):
+    """A tiny one-score BERT saved as a CrossEncoder folder (identity activation) whose scores differ between pairs."""
+    from test_export import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), initializer_range=0.2)
+    return save_cross_encoder(LoadedModel(model, tokenizer, {"task": "score", "activation": "identity",
+                                                             "max_length": 32}), tmp_path / "ce")
+
+
 SIGMOID, IDENTITY = "torch.nn.modules.activation.Sigmoid", "torch.nn.modules.linear.Identity"
 
 
@@ -297,15 +307,9 @@ def test_every_torch_path_of_an_activation_scores_as_sentence_transformers_appli
     pytest.importorskip("sentence_transformers")
     from sentence_transformers import CrossEncoder
     from sentence_transformers.util import import_from_string
-    from test_export import tiny_tokenizer
-
     from headcut.models import CROSS_ENCODER_ACTIVATIONS, CROSS_ENCODER_CLASSES
 
-    pairs = scored_pairs(30)
-    tokenizer = tiny_tokenizer(tmp_path / "tok")
-    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), initializer_range=0.2)
-    folder = save_cross_encoder(LoadedModel(model, tokenizer, {"task": "score", "activation": "identity",
-                                                               "max_length": 32}), tmp_path / "ce")
+    pairs, folder = scored_pairs(30), tiny_cross_encoder(tmp_path)
     (folder / "headcut.json").unlink()  # only sentence-transformers' own records
     (folder / "config_sentence_transformers.json").unlink()
     config = json.loads((folder / "config.json").read_text())
@@ -332,13 +336,8 @@ def test_cross_encoder_activation_records_are_read_in_sentence_transformers_orde
     ignores it: an identity record there scored a folder headcut's way (raw scores), CrossEncoder's way sigmoid."""
     pytest.importorskip("sentence_transformers")
     from sentence_transformers import CrossEncoder
-    from test_export import tiny_tokenizer
 
-    pairs = scored_pairs(30)
-    tokenizer = tiny_tokenizer(tmp_path / "tok")
-    model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), initializer_range=0.2)
-    folder = save_cross_encoder(LoadedModel(model, tokenizer, {"task": "score", "activation": "identity",
-                                                               "max_length": 32}), tmp_path / "ce")
+    pairs, folder = scored_pairs(30), tiny_cross_encoder(tmp_path)
     if modules:  # a folder CrossEncoder saved: modules.json, no headcut.json
         CrossEncoder(str(folder), local_files_only=True).save_pretrained(str(tmp_path / "st"))
         folder = tmp_path / "st"
