@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.validation import whole_number
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
 

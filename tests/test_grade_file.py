@@ -134,6 +134,13 @@ def test_workers_exit_when_their_parent_is_killed(tiny_grader, tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def take_ctrl_c():
+    """In the child before it runs: SIGINT as a terminal's foreground job has it, whatever this test's parent set (a
+    job started in the background, e.g. by nohup or `cmd &`, ignores it, and the child would inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
 @pytest.mark.parametrize("when", ["workers starting", "rows kept"])
 def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tmp_path, when):
@@ -147,7 +154,8 @@ def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tm
     out = tmp_path / "o.tsv"
     state = partial_paths(out)[1]
     run = subprocess.Popen(command(tiny_grader, source, "--out", out, *flags), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, start_new_session=True)  # its own group, as a shell's job
+                           stderr=subprocess.STDOUT, text=True, start_new_session=True,  # its own group, as a shell's job
+                           preexec_fn=take_ctrl_c)
     workers = set()
 
     def ready():
