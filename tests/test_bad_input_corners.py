@@ -272,10 +272,12 @@ def _path_calls():
     ]
 
 
-@pytest.mark.parametrize("value, shown", [(None, "None"), (3, "3"), (["a"], "['a']"), (b"g", "b'g'")])
+@pytest.mark.parametrize("value, shown", [(None, "None"), (3, "3"), (["a"], "['a']"), (b"g", "b'g'"),
+                                           ("", "'', no path"), (" ", "' ', no path")])
 def test_every_public_function_taking_a_path_names_the_argument_given_no_path(value, shown):
     """Was: Grader(None), load_model(3), grade_file(..., out=None), ... raised Python's 'expected str, bytes or
-    os.PathLike object, not NoneType', which names neither the argument nor what to pass."""
+    os.PathLike object, not NoneType', which names neither the argument nor what to pass; Grader("") read the
+    current folder as the grader."""
     from headcut_grader.errors import UserError
 
     for call, name in _path_calls():

@@ -23,7 +23,10 @@ from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths
 
 def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
     """`value` (text, a pathlib.Path or another os.PathLike) as a Path; anything else (None, a number, a list) is
-    refused naming argument `name`, where Path() would raise Python's TypeError that names neither."""
+    refused naming argument `name`, where Path() would raise Python's TypeError that names neither; so is blank text,
+    which Path() would read as the current folder."""
+    if isinstance(value, str) and not value.strip():
+        raise UserError(f"{name} is {value!r}, no path; pass {what} (text or a pathlib.Path).")
     if isinstance(value, (str, os.PathLike)):
         return Path(value)
     raise UserError(f"{name} is {argument(value)[:60]}; pass {what} (text or a pathlib.Path).")
