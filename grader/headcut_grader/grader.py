@@ -258,16 +258,22 @@ def _pairs_problem(pairs) -> str | None:
     return None
 
 
+def _count(name: str, value, most: int) -> int:
+    """Grader setting `name` as a plain int (a numpy integer is one), refused unless a whole number from 1 to `most`."""
+    plain = as_whole(value)
+    if plain is None or not 1 <= plain <= most:
+        raise UserError(f"Grader {name} is {argument(value)}; it must be a whole number from 1 to {most:,}.")
+    return plain
+
+
 class Grader:
     """An exported grader: `Grader(folder, threads=2).grade([(query, title), ...])`."""
 
     def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32, backend: str = "auto"):
         """`backend`: onnxruntime, openvino, or auto (the folder's graph that grades fastest on this CPU, as
         measured at export or, on another CPU, timed here once and cached; backend_choice.py)."""
-        for name, value, most in (("batch_size", batch_size, MAX_BATCH), ("threads", threads, MAX_THREADS)):
-            if as_whole(value) is None or not 1 <= value <= most:
-                raise UserError(f"Grader {name} is {argument(value)}; it must be a whole number from 1 to {most:,}.")
-        threads, batch_size = as_whole(threads), as_whole(batch_size)
+        batch_size, threads = (_count(name, value, most) for name, value, most in
+                               (("batch_size", batch_size, MAX_BATCH), ("threads", threads, MAX_THREADS)))
         if backend not in BACKEND_CHOICES:
             raise UserError(f"Grader backend is {backend!r}; use one of: {', '.join(BACKEND_CHOICES)}.")
         self.folder = as_path(folder, "Grader folder", what="a grader folder's path")

@@ -19,8 +19,8 @@ def _number(x: float) -> str:
 
 
 def _shown(x) -> str:
-    """A field's value as a message shows it: a number plainly, anything else as Python writes it ('5', [1])."""
-    return _number(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else f"{x!r:.60}"
+    """A field's value as a message shows it: a number as a range shows one, anything else as argument() does."""
+    return _number(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else argument(x)[:60]
 
 
 @dataclass(frozen=True)
