@@ -21,6 +21,7 @@ from headcut.cli.main import app
 from headcut.synthetic import synthetic_pairs
 from headcut.models import LoadedModel, save_model
 from headcut.pipeline import load_pipeline, run_pipeline
+from headcut.training import checkpoint_step
 from conftest import ROOT, tiny_model
 
 RECIPE = """
@@ -254,13 +255,15 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ["PYTHONPATH"]]), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "headcut", "run", str(recipe), "--out", str(out)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    checkpoint = out / "distill-small" / "model.partial" / "checkpoint" / "loop.json"
+    # a whole checkpoint may sit in checkpoint/, or in .tmp or .old while the next one is swapped in (was: only
+    # checkpoint/loop.json was looked at, so a kill that landed during a swap failed the test in CI)
+    work = out / "distill-small" / "model.partial"
     deadline = time.monotonic() + 300
-    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+    while checkpoint_step(work) is None and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert checkpoint.exists(), proc.stderr.read().decode()[-2000:]
+    assert checkpoint_step(work) is not None, proc.stderr.read().decode()[-2000:]
     assert json.loads((out / "distill-small" / "stage.json").read_text())["state"] == "running"
     steps = []
 
