@@ -319,3 +319,14 @@ def test_grade_dataset_takes_any_whole_number_type_and_hands_ray_ints(tiny_grade
     assert type(options["concurrency"]) is int and type(options["fn_constructor_kwargs"]["batch_size"]) is int
     with pytest.raises(UserError, match=r"^grade_dataset rows_per_call is 0\.5; it must be a whole number of at least 1\.$"):
         grade_dataset(Dataset(), tiny_grader[0], rows_per_call=0.5)
+
+
+def test_auto_with_no_runtime_of_the_folders_graphs_installed_says_what_to_install(tiny_grader, monkeypatch):
+    """Was: a folder whose graphs' runtimes are all missing (an OpenVINO-only export on a machine without
+    OpenVINO) failed choosing a backend with `ValueError: min() arg is an empty sequence`."""
+    import headcut_grader.backend_choice as backend_choice
+
+    monkeypatch.setattr(backend_choice, "installed", lambda name: False)
+    with pytest.raises(UserError, match=f"^{re.escape(str(tiny_grader[0]))} holds only onnxruntime graphs, and its "
+                                        "runtime is not installed here; run: pip install onnxruntime\\.$"):
+        Grader(tiny_grader[0], backend="auto")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headcut_grader.backends import graphs, open_backend
+from headcut_grader.backends import INSTALL, graphs, open_backend
 from headcut_grader.errors import UserError
 from headcut_grader.files import cache_home, write_text
 from headcut_grader.machine import cpu_key
@@ -51,6 +51,11 @@ def installed(name: str) -> bool:
 def choose_backend(folder: Path, record: dict, *, threads: int, vocab_size: int) -> Choice:
     """Which of the folder's graphs to grade with on this CPU (see the module docstring)."""
     usable = [name for name in graphs(record) if installed(name)]
+    if not usable:  # was: min() of nothing, a ValueError traceback
+        names = list(graphs(record))
+        raise UserError(f"{folder} holds only {' and '.join(names)} graphs, and "
+                        f"{'neither runtime is' if len(names) > 1 else 'its runtime is not'} installed here; run: "
+                        f"{' or '.join(INSTALL[n] for n in names)}.")
     if len(usable) == 1:
         missing = [n for n in graphs(record) if n not in usable]
         return Choice(usable[0], f"the only graph{' whose runtime is installed' if missing else ''}")
