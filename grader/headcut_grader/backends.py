@@ -17,6 +17,7 @@ import numpy as np
 from headcut_grader.errors import UserError, quoted, shown
 from headcut_grader.files import file_hash
 from headcut_grader.machine import runtime_version
+from headcut_grader.optional import optional_module
 
 BACKEND_NAMES = ("onnxruntime", "openvino")
 BACKEND_CHOICES = ("auto", *BACKEND_NAMES)  # what a user may ask for: a runtime, or auto
@@ -106,11 +107,10 @@ def _onnxruntime(folder: Path, graph: dict, record: dict, threads: int) -> Backe
 
 def openvino_core():
     """OpenVINO's runtime, or one sentence saying how to install it."""
-    try:
-        import openvino
-    except ImportError:
+    openvino = optional_module("openvino")
+    if openvino is None:
         raise UserError(f"the OpenVINO backend needs the openvino package; run: {INSTALL['openvino']} (or pick "
-                        "--backend onnxruntime).") from None
+                        "--backend onnxruntime).")
     return openvino.Core()
 
 

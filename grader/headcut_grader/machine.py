@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 
+from headcut_grader.optional import optional_module
 from headcut_grader.timing import Cpu, cpu_info
 
 # The flags that change how matmuls run: vector width, int8 dot products (VNNI), bf16 (AVX512_BF16, AMX).
@@ -41,12 +42,8 @@ def cpu_key(cpu: Cpu | None = None) -> str:
 
 def runtime_version(module: str) -> str | None:
     """A runtime's release ("2026.4.1", not OpenVINO's build string), or None where it is not installed."""
-    import importlib
-
-    try:
-        return importlib.import_module(module).__version__.split("-")[0]
-    except ImportError:
-        return None
+    found = optional_module(module)
+    return found.__version__.split("-")[0] if found is not None else None
 
 
 def describe(record: dict) -> str:

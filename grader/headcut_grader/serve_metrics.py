@@ -10,6 +10,7 @@ import os
 
 from headcut_grader.backends import INSTALL
 from headcut_grader.microbatch import BatchStats
+from headcut_grader.optional import optional_module
 
 ENV_MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
 MISSING = f"GET /metrics needs prometheus_client; run: {INSTALL['serve']}."
@@ -18,11 +19,7 @@ SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def available() -> bool:
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return optional_module("prometheus_client") is not None
 
 
 class Metrics:

@@ -14,12 +14,13 @@ from pathlib import Path
 
 from headcut_grader.errors import UserError, setting
 from headcut.export.export import GateError, check_parity, export_onnx, onnx_logits, parity
-from headcut.export.openvino import (OV_INT8_CHOICES, bf16_problem, compiled_runner, convert, quantize_int8,
+from headcut.export.openvino import (NEEDS_NNCF, OV_INT8_CHOICES, bf16_problem, compiled_runner, convert, quantize_int8,
                                      require_openvino, save_ir)
 from headcut.export.quantize import Int8Gate, batch_dependence, fastest_passing, gate_table, judge
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 from headcut_grader.machine import cpu_record, runtime_version
+from headcut_grader.optional import optional_module
 
 @dataclass
 class Candidate:
@@ -46,10 +47,8 @@ def check_request(precision: str, *, labelled: bool, flag: str = "--precision") 
     if precision == "bf16" and bf16_problem():
         raise UserError(f"{setting(flag, 'bf16')}: {bf16_problem()}; or use {setting(flag, 'fp32')}, int8 or auto.")
     if precision in ("int8", "auto") and labelled:
-        try:
-            import nncf  # noqa: F401
-        except ImportError:
-            raise UserError("--precision int8 on OpenVINO needs NNCF; run: pip install 'headcut[openvino]'.") from None
+        if optional_module("nncf") is None:
+            raise UserError(NEEDS_NNCF)
 
 
 def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded, labels, grades, precision: str,

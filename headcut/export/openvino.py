@@ -22,6 +22,7 @@ from headcut.export.quantize import FFN_OUT
 from headcut_grader.backends import INSTALL, openvino_config
 from headcut_grader.files import file_hash
 from headcut_grader.machine import bf16_native, cpu_info
+from headcut_grader.optional import optional_module
 
 IR_NAME = "openvino/model"  # .xml and .bin inside the grader folder
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
@@ -47,13 +48,14 @@ OV_INT8_CHOICES = (
     OvInt8Choice("nncf-no-smoothquant-ffn-out-fp32", smooth_quant=False, ignore_ffn_out=True),
 )
 
+NEEDS_NNCF = "--precision int8 on OpenVINO needs NNCF; run: pip install 'headcut[openvino]'."
+
 
 def require_openvino():
     """The openvino module, or one sentence saying how to install it (export needs nncf for INT8 too)."""
-    try:
-        import openvino
-    except ImportError:
-        raise UserError(f"--backend openvino needs the openvino package; run: {INSTALL['openvino']}.") from None
+    openvino = optional_module("openvino")
+    if openvino is None:
+        raise UserError(f"--backend openvino needs the openvino package; run: {INSTALL['openvino']}.")
     return openvino
 
 
@@ -97,10 +99,9 @@ def compiled_runner(model, *, inference_precision: str, threads: int) -> Callabl
 
 def quantize_int8(model, calibration: list[dict], choice: OvInt8Choice):
     """NNCF post-training INT8 of an OpenVINO model, calibrated on `calibration` batches (real pairs)."""
-    try:
-        import nncf
-    except ImportError:
-        raise UserError("--precision int8 on OpenVINO needs NNCF; run: pip install 'headcut[openvino]'.") from None
+    nncf = optional_module("nncf")
+    if nncf is None:
+        raise UserError(NEEDS_NNCF)
     rows = calibration_rows(model, calibration)
     advanced = nncf.AdvancedQuantizationParameters(
         smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=0.95 if choice.smooth_quant else -1))

@@ -65,10 +65,11 @@ def serve(
     from headcut_grader.serve_metrics import ENV_MULTIPROC, MISSING, available
     from headcut_grader.workers import APP, reuse_port_supported, run_workers
 
-    try:
-        import uvicorn
-    except ImportError:
-        raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.") from None
+    from headcut_grader.optional import optional_module
+
+    uvicorn = optional_module("uvicorn")
+    if uvicorn is None:
+        raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.")
     limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars),
                                      Batching(max_batch, max_wait_ms, max_queue, batch_size), flags=True)
     threads = threads or max(1, (os.cpu_count() or 1) // workers)

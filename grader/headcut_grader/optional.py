@@ -1,0 +1,29 @@
+"""Optional packages (a runtime, a metrics client, a server): the module where it is installed, None where not."""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+def optional_module(name: str) -> ModuleType | None:
+    """The module `name`, or None where it is not installed. A Ctrl-C that lands while a compiled extension starts
+    (ONNX Runtime and OpenVINO are pybind11 modules) reaches Python as ImportError("initialization failed") caused
+    by the KeyboardInterrupt; it is raised as the Ctrl-C it was (was: the package counted as not installed, so a
+    `grade` interrupted while choosing its backend ended in a ValueError traceback)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if from_ctrl_c(e):
+            raise KeyboardInterrupt from None
+        return None
+
+
+def from_ctrl_c(error: BaseException | None) -> bool:
+    """Whether `error` is a KeyboardInterrupt or was raised while handling one (its cause or context chain)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
