@@ -113,6 +113,31 @@ def test_ctrl_c_says_what_was_kept_and_exits_130(tiny_grader, tmp_path, monkeypa
     assert again.exit_code == 0 and out.read_bytes() == (tmp_path / "whole.tsv").read_bytes(), again.output
 
 
+def test_ctrl_c_before_the_first_chunk_of_an_overwrite_leaves_nothing(tiny_grader, tmp_path, monkeypatch):
+    """Was: `grade --overwrite` over an interrupted run's partial files, stopped before its first chunk, kept the
+    old state beside its own empty partial file, so the line said 400 rows were kept and --resume refused them.
+    Now neither file is left and the line says no rows were kept."""
+    from headcut_grader.grader import Grader
+
+    source = write_pairs(tmp_path / "pairs.tsv", 1000, seed=4)
+    out = tmp_path / "out.tsv"
+    flags = ["--out", out, "--chunk-rows", "200", "--threads", "1"]
+    real, calls = Grader.logits, []
+
+    def interrupted(self, pairs, **kwargs):
+        calls.append(len(pairs))
+        if len(calls) in (3, 4):  # the first run after two chunks, the second before any
+            raise KeyboardInterrupt
+        return real(self, pairs, **kwargs)
+
+    monkeypatch.setattr(Grader, "logits", interrupted)
+    assert "keeps 400 graded rows" in grade(tiny_grader, source, *flags).output
+    result = grade(tiny_grader, source, *flags, "--overwrite")
+    assert result.exit_code == 130 and result.output.strip() == (
+        f"interrupted: {out} was not written and no graded rows were kept; rerun the same command to start again.")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv"]
+
+
 # Sweep defect 5: the workers of a SIGKILLed `grade --workers 2` were still alive 60 s later.
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
 def test_workers_exit_when_their_parent_is_killed(tiny_grader, tmp_path):
@@ -142,33 +167,51 @@ def take_ctrl_c():
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+# Put first on a run's PYTHONPATH: each worker that spawn starts says it is there, then waits before it loads
+# anything, so "the workers are starting" is a state the test waits for, not a moment it hopes a sleep hits.
+HOLD_WORKERS = """import os, time
+if b"--multiprocessing-fork" in open("/proc/self/cmdline", "rb").read():
+    open(os.path.join(os.environ["HEADCUT_TEST_HELD"], str(os.getpid())), "w").close()
+    while True:
+        time.sleep(1)
+"""
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
 @pytest.mark.parametrize("when", ["workers starting", "rows kept"])
 def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tmp_path, when):
     """A terminal's Ctrl-C reaches the workers of `grade --workers 2` too. Was: each worker printed a
-    KeyboardInterrupt traceback (or, when they died first, the run ended in a BrokenProcessPool traceback, exit 1).
-    Now: exit 130, the one `interrupted:` line, no traceback, workers gone at once, and --resume continues."""
+    KeyboardInterrupt traceback (or, when they died first, the run ended in a BrokenProcessPool traceback, exit 1),
+    and a Ctrl-C while the workers started left an empty partial file that --resume refused. Now: exit 130, the one
+    `interrupted:` line, no traceback, workers gone at once, and --resume continues (nothing is left when no rows
+    were kept)."""
     source = write_pairs(tmp_path / "pairs.tsv", 30_000, seed=6)
     flags = ["--workers", "2", "--threads", "1", "--chunk-rows", "200"]
     whole = grade(tiny_grader, source, "--out", tmp_path / "whole.tsv", "--chunk-rows", "200", "--threads", "1")
     assert whole.exit_code == 0, whole.output
     out = tmp_path / "o.tsv"
     state = partial_paths(out)[1]
+    env = dict(os.environ)
+    if when == "workers starting":
+        (tmp_path / "hold" / "held").mkdir(parents=True)
+        (tmp_path / "hold" / "sitecustomize.py").write_text(HOLD_WORKERS)
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hold"), env.get("PYTHONPATH", "")])
+        env["HEADCUT_TEST_HELD"] = str(tmp_path / "hold" / "held")
     run = subprocess.Popen(command(tiny_grader, source, "--out", out, *flags), stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, start_new_session=True,  # its own group, as a shell's job
-                           preexec_fn=take_ctrl_c)
+                           preexec_fn=take_ctrl_c, env=env)
     workers = set()
 
     def ready():
         workers.update(spawned_children(run.pid))
         if when == "workers starting":
-            return len(workers) == 2
+            return len(workers) == 2 and {int(p.name) for p in (tmp_path / "hold" / "held").iterdir()} == workers
         return state.exists() and json.loads(state.read_text())["rows"] >= 600
 
     try:
-        wait_until(ready, 60, f"grade never reached: {when}")
+        wait_until(ready, 120, f"grade never reached: {when}")
         os.killpg(run.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
-        output = run.communicate(timeout=30)[0]
+        output = run.communicate(timeout=60)[0]
         wait_until(lambda: not any(map(process_alive, workers)), 5, f"workers {sorted(workers)} are still alive")
     finally:
         for pid in filter(process_alive, [run.pid, *workers]):
@@ -176,7 +219,10 @@ def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tm
     said = [line for line in output.splitlines() if line.strip()]
     assert run.returncode == 130 and len(said) == 1 and said[0].startswith(f"interrupted: {out} was not written"), output
     assert not out.exists()
-    resumed = grade(tiny_grader, source, "--out", out, *flags, *(["--resume"] if state.exists() else []))
+    if when == "workers starting":
+        assert said[0].endswith("no graded rows were kept; rerun the same command to start again."), output
+        assert not any(p.exists() for p in partial_paths(out)), "a partial file --resume cannot use was left"
+    resumed = grade(tiny_grader, source, "--out", out, *flags, *(["--resume"] if when == "rows kept" else []))
     assert resumed.exit_code == 0, resumed.output
     assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
 

@@ -99,20 +99,23 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
         _no_link(data, resuming=bool(state))
         with os.fdopen(os.open(data, os.O_RDWR | os.O_CREAT, 0o666), "r+b") as f:  # truncated once locked
             _lock(f, out)
-            f.truncate(state["bytes"] if state else 0)
-            f.seek(0, os.SEEK_END)
-            for chunk, logits in _graded(chunks, grader, settings, progress):
-                result = grade_rows(chunk.pairs, results_from_logits(logits, grader.record))
-                f.write(format_rows(result, settings.out_format, header=rows == 0).encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())  # the state below must never count rows that are not on disk
-                rows += len(chunk.pairs)
-                for g in result.get("grade", ()):  # a score grader has no grades to count
-                    counts[str(g)] += 1
-                write_json(state_path, _checked({"format": STATE_FORMAT, "source": str(source), "rows": rows,
-                                                 "bytes": f.tell(), "position": asdict(chunk.position),
-                                                 "counts": counts, "grader_sha256": _grader_id(grader),
-                                                 "settings": settings.output_keys()}))
+            if not state:  # --overwrite: the last run's state must not count this run's rows
+                state_path.unlink(missing_ok=True)
+            with _removed_unless_counted(data, state_path):
+                f.truncate(state["bytes"] if state else 0)
+                f.seek(0, os.SEEK_END)
+                for chunk, logits in _graded(chunks, grader, settings, progress):
+                    result = grade_rows(chunk.pairs, results_from_logits(logits, grader.record))
+                    f.write(format_rows(result, settings.out_format, header=rows == 0).encode("utf-8"))
+                    f.flush()
+                    os.fsync(f.fileno())  # the state below must never count rows that are not on disk
+                    rows += len(chunk.pairs)
+                    for g in result.get("grade", ()):  # a score grader has no grades to count
+                        counts[str(g)] += 1
+                    write_json(state_path, _checked({"format": STATE_FORMAT, "source": str(source), "rows": rows,
+                                                     "bytes": f.tell(), "position": asdict(chunk.position),
+                                                     "counts": counts, "grader_sha256": _grader_id(grader),
+                                                     "settings": settings.output_keys()}))
         publish_file(data, out, overwrite=overwrite)
     except OSError as e:
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
@@ -120,6 +123,19 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     state_path.unlink(missing_ok=True)
     return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out,
                         f"{grader.backend.name} {grader.backend.version} {grader.precision}")
+
+
+@contextmanager
+def _removed_unless_counted(data: Path, state_path: Path):
+    """A run stopped (Ctrl-C, a bad row, a full disk) before any state counted its rows removes its partial file:
+    --resume could not use it (was: a Ctrl-C while the workers started left an empty partial file, which --resume
+    refused as rows without a state)."""
+    try:
+        yield
+    except BaseException:
+        if not state_path.exists():
+            data.unlink(missing_ok=True)
+        raise
 
 
 def _lock(f, out: Path) -> None:
