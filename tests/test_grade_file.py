@@ -227,6 +227,33 @@ def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tm
     assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
 
 
+# Put first on a run's PYTHONPATH: a Ctrl-C lands while Python imports the module HEADCUT_TEST_STOP names.
+STOP_IMPORT = """import os, sys
+class Stop:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["HEADCUT_TEST_STOP"]:
+            sys.meta_path.remove(self)  # once, as a Ctrl-C
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Stop())
+"""
+
+
+@pytest.mark.parametrize("module", ["numpy", "typer", "headcut_grader.grade_file"])
+def test_ctrl_c_while_the_command_loads_says_one_line(tiny_grader, tmp_path, module):
+    """Was: a Ctrl-C in the first 0.4 s of `python -m headcut_grader grade` (numpy, typer, the runtime loading)
+    printed a KeyboardInterrupt traceback. Now: exit 130 and one `interrupted:` line, nothing written."""
+    source = write_pairs(tmp_path / "pairs.tsv", 100, seed=8)
+    (tmp_path / "stop" / "sitecustomize.py").parent.mkdir()
+    (tmp_path / "stop" / "sitecustomize.py").write_text(STOP_IMPORT)
+    env = {**os.environ, "HEADCUT_TEST_STOP": module,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "stop"), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run(command(tiny_grader, source, "--out", tmp_path / "o.tsv", "--workers", "2"), env=env,
+                         capture_output=True, text=True, timeout=120)
+    said = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
+    assert run.returncode == 130 and len(said) == 1 and said[0].startswith("interrupted: "), run.stdout + run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv", "stop"]
+
+
 class CtrlCWhileStarting(importlib.abc.MetaPathFinder):
     """Imports `name` as a Ctrl-C landing while its compiled extension starts reaches Python: pybind11 turns the
     KeyboardInterrupt into ImportError("initialization failed") caused by it."""

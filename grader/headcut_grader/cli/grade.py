@@ -35,14 +35,15 @@ def grade(
 
     Example: headcut grade runs/grader ../shared/data/homedepot/dev.tsv --out dev-grades.tsv --workers 2
     """
-    from headcut_grader.grade_file import GradeSettings, grade_file
+    with on_interrupt(lambda: _left(out)):  # from the first import on: a Ctrl-C at any moment is one line
+        from headcut_grader.grade_file import GradeSettings, grade_file
 
-    settings = GradeSettings(chunk_rows=chunk_rows, batch_size=batch_size, preset=preset, query_col=query_col,
-                             title_col=title_col, label_col=label_col, workers=workers, backend=backend,
-                             threads=threads or max(1, (os.cpu_count() or 1) // workers))
-    with on_interrupt(lambda: _left(out)), progress_bar(None, "grading") as bar:
-        summary = grade_file(grader_dir, pairs_file, out, settings=settings, resume=resume, overwrite=overwrite,
-                             progress=bar.update)
+        settings = GradeSettings(chunk_rows=chunk_rows, batch_size=batch_size, preset=preset, query_col=query_col,
+                                 title_col=title_col, label_col=label_col, workers=workers, backend=backend,
+                                 threads=threads or max(1, (os.cpu_count() or 1) // workers))
+        with progress_bar(None, "grading") as bar:
+            summary = grade_file(grader_dir, pairs_file, out, settings=settings, resume=resume,
+                                 overwrite=overwrite, progress=bar.update)
     resumed = f", {summary.resumed_rows} of them by the interrupted run" if summary.resumed_rows else ""
     counts = f"grades: {', '.join(f'{g}: {n}' for g, n in summary.counts.items())}; " if summary.counts else ""
     typer.echo(f"graded {summary.rows} pairs{resumed} -> {out} ({counts}{summary.backend})")
