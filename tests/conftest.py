@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,6 +180,35 @@ def process_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+@contextmanager
+def old_style_temporaries(folder: Path, name):
+    """Temporaries as headcut wrote them before their names held a host, one per case, `name(case, pid)` naming
+    each: "gone" (its pid is no live process, written a day ago), "live" (a live pid's, a day old), "fresh" (a gone
+    pid's, just written), "no pid" (a number no process can have). Yields {case: file name}; a sweep may remove
+    only "gone". The live process ends with the block."""
+    import subprocess
+
+    dead = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(2)]  # two pids: a name may hold no more
+    for process in dead:
+        process.wait()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    day_old = time.time() - 25 * 3600
+    cases = {"gone": (dead[0].pid, day_old), "live": (live.pid, day_old), "fresh": (dead[1].pid, None),
+             "no pid": (10**30, day_old)}
+    names = {}
+    try:
+        for case, (pid, mtime) in cases.items():
+            path = folder / name(case, pid)
+            path.write_bytes(b"a killed write")
+            if mtime is not None:
+                os.utime(path, (mtime, mtime))
+            names[case] = path.name
+        yield names
+    finally:
+        live.kill()
+        live.wait()
 
 
 def wait_until(check, seconds: float, what: str):

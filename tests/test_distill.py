@@ -15,7 +15,7 @@ from headcut.distill import DistillRecipe, build_student, distill
 from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, save_model
 from headcut.recipes import from_dict
-from conftest import renamed_columns_file, tiny_model
+from conftest import old_style_temporaries, renamed_columns_file, tiny_model
 
 GRADES = [1, 2, 3, 4, 5]
 
@@ -162,30 +162,10 @@ def test_the_teacher_logit_cache_removes_old_style_temporaries_of_dead_writers_a
     the cache for good (as large as the logits): the sweep knew only the new names. Now one whose pid is no live
     process and that nothing wrote for a day goes; a live pid's, or a fresh one's (its host cannot be told: a
     writer on another machine sharing the cache), stays; so does a name whose pid no process can have."""
-    import subprocess
-    import sys
-    import time
-
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     cache = tmp_path / "cache"
     cache.mkdir()
-    day_old = time.time() - 25 * 3600
-    entries = {"gone": (dead.pid, day_old), "live": (live.pid, day_old), "fresh": (dead.pid, None),
-               "no pid": (10**30, day_old)}
-    names = {}
-    for what, (pid, mtime) in entries.items():
-        path = cache / f".teacher-logits-{what[0] * 16}.npy.{pid}.tmp"
-        path.write_bytes(b"\x93NUMPY a killed write")
-        if mtime is not None:
-            os.utime(path, (mtime, mtime))
-        names[what] = path.name
-    try:
+    with old_style_temporaries(cache, lambda case, pid: f".teacher-logits-{case[0] * 16}.npy.{pid}.tmp") as names:
         assert cached_logits(tiny_teacher, cache)[1] is False
-    finally:
-        live.kill()
-        live.wait()
     left = {p.name for p in cache.glob(".*")}
     assert left == {names["live"], names["fresh"], names["no pid"]}, left
 

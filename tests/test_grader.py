@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import HOMEDEPOT, QBQTC, ROOT, need_homedepot, need_minilm
+from conftest import HOMEDEPOT, QBQTC, ROOT, need_homedepot, need_minilm, old_style_temporaries
 from headcut.batching import encode
 from headcut.cli.main import app
 from headcut_grader.data import Pairs, read_pairs
@@ -330,3 +330,19 @@ def test_auto_with_no_runtime_of_the_folders_graphs_installed_says_what_to_insta
     with pytest.raises(UserError, match=f"^{re.escape(str(tiny_grader[0]))} holds only onnxruntime graphs, and its "
                                         "runtime is not installed here; run: pip install onnxruntime\\.$"):
         Grader(tiny_grader[0], backend="auto")
+
+
+def test_the_backend_choice_cache_removes_old_style_temporaries_of_dead_writers_a_day_old(tmp_path, monkeypatch):
+    """Was: .backend-choice.json.PID, which headcut's writes left before temporaries named their host, stayed in
+    the cache for good (the sweep knew only .NAME.tmp-PID@HOST-TAIL). Now the cache's next write removes it by the
+    teacher-logit cache's rule: pid no live process, written a day ago."""
+    from headcut_grader.backend_choice import ENV_CACHE, _read_cache, _write_cache
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv(ENV_CACHE, str(cache))
+    with old_style_temporaries(cache, lambda case, pid: f".backend-choice.json.{pid}") as names:
+        _write_cache("graph:cpu", "onnxruntime")
+    assert _read_cache() == {"graph:cpu": "onnxruntime"}
+    left = {p.name for p in cache.glob(".*")}
+    assert left == {names["live"], names["fresh"], names["no pid"]}, left

@@ -158,9 +158,11 @@ def temp_sibling(out: Path) -> Path:
 
 def clean_stale(out: Path) -> list[Path]:
     """Remove temporaries of `out` whose writer (on this host) is gone: a run killed mid-write leaves them. Also
-    `.OUT.old-PID`, the old copy that headcut before temporaries named their host moved aside to replace `out`."""
+    `.OUT.old-PID`, the old copy that headcut before temporaries named their host moved aside to replace `out`, and
+    `.OUT.PID`, the temporary it wrote (_dead_old_writer; e.g. the backend choice cache's, which was never swept)."""
     return (_sweep(out.parent, glob.escape(f".{out.name}.tmp-") + "*", _dead_writer)
-            + _sweep(out.parent, glob.escape(f".{out.name}.old-") + "*", _dead_old_copy_writer))
+            + _sweep(out.parent, glob.escape(f".{out.name}.old-") + "*", _dead_old_copy_writer)
+            + _sweep(out.parent, glob.escape(f".{out.name}.") + "[0-9]*", _dead_old_writer))
 
 
 def clean_stale_folder(folder: Path) -> list[Path]:
@@ -172,8 +174,9 @@ def clean_stale_folder(folder: Path) -> list[Path]:
 
 # .NAME.tmp-PID@HOST-TAIL (temp_sibling): the writer's pid and host
 _TEMP_NAME = re.compile(r"\..+\.tmp-(\d+)@(.+)-[0-9a-f]+")
-# .NAME.PID.tmp: what headcut wrote before its temporaries named their host (teacher logits)
-_OLD_TEMP_NAME = re.compile(r"\..+\.(\d+)\.tmp")
+# .NAME.PID.tmp, .NAME.PID: what headcut wrote before its temporaries named their host (teacher logits; every
+# other file, e.g. the backend choice cache)
+_OLD_TEMP_NAME = re.compile(r"\..+\.(\d+)(?:\.tmp)?")
 # .NAME.old-PID: an old copy moved aside to be deleted, which headcut wrote before it used temporary names for them
 _OLD_COPY_NAME = re.compile(r"\..+\.old-(\d+)")
 OLD_TEMP_AGE_S = 24 * 3600
