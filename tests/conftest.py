@@ -182,6 +182,11 @@ def process_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+# A process that lives until it is killed (a read of its stdin that never ends), however long the test takes on a
+# loaded machine: a sleep(60) ended first on one, and its "live" writer's temporary was then rightly swept
+LIVE_UNTIL_KILLED = "import sys; sys.stdin.read()"
+
+
 @contextmanager
 def old_style_temporaries(folder: Path, name):
     """Temporaries as headcut wrote them before their names held a host, one per case, `name(case, pid)` naming
@@ -193,7 +198,7 @@ def old_style_temporaries(folder: Path, name):
     dead = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(2)]  # two pids: a name may hold no more
     for process in dead:
         process.wait()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = subprocess.Popen([sys.executable, "-c", LIVE_UNTIL_KILLED], stdin=subprocess.PIPE)
     day_old = time.time() - 25 * 3600
     cases = {"gone": (dead[0].pid, day_old), "live": (live.pid, day_old), "fresh": (dead[1].pid, None),
              "no pid": (10**30, day_old)}

@@ -15,7 +15,7 @@ from headcut.distill import DistillRecipe, build_student, distill
 from headcut_grader.errors import UserError
 from headcut.models import LoadedModel, load_model, save_model
 from headcut.recipes import from_dict
-from conftest import old_style_temporaries, renamed_columns_file, tiny_model
+from conftest import LIVE_UNTIL_KILLED, old_style_temporaries, renamed_columns_file, tiny_model
 
 GRADES = [1, 2, 3, 4, 5]
 
@@ -141,7 +141,7 @@ def test_the_teacher_logit_cache_removes_a_dead_writers_temporaries_but_not_a_li
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    live = subprocess.Popen([sys.executable, "-c", LIVE_UNTIL_KILLED], stdin=subprocess.PIPE)
     cache, host = tmp_path / "cache", socket.gethostname()
     cache.mkdir()
     names = {pid: f".teacher-logits-{'0' * 16}.npy.tmp-{pid}@{host}-0123456789" for pid in (dead.pid, live.pid)}

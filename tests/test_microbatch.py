@@ -8,6 +8,8 @@ import time
 import numpy as np
 import pytest
 
+from conftest import wait_until
+
 from headcut.synthetic import synthetic_pairs
 from headcut_grader.grader import Grader
 from headcut_grader.microbatch import Batcher, Closed, QueueFull
@@ -90,14 +92,15 @@ def test_a_full_queue_refuses_at_once_and_loses_nothing(grader):
 
     batcher = Batcher(slow, max_batch=4, max_wait=0.0, max_queue=8)
     first = batcher.submit(requests_of([4])[0])  # taken at once: runs, blocked on `release`
-    deadline = time.monotonic() + 10
-    while batcher.waiting and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # failed when the batcher thread had not taken `first` within 10 s (was: the loop then went on silently)
+    wait_until(lambda: not batcher.waiting, 120, "the batcher never took the first request")
     queued = [batcher.submit(r) for r in requests_of([4, 4], seed=5)]  # fills the queue: 8 pairs waiting
     start = time.monotonic()
     with pytest.raises(QueueFull) as full:
         batcher.submit(requests_of([1], seed=6)[0])
-    assert time.monotonic() - start < 0.1 and full.value.waiting == 8
+    # at once: room comes only once `release` is set below (up to 30 s), so any wait for it shows; was < 0.1 s,
+    # which a loaded CI machine's scheduler alone could exceed
+    assert time.monotonic() - start < 10 and full.value.waiting == 8
     release.set()
     assert [len(f.result(timeout=30)) for f in [first, *queued]] == [4, 4, 4]
     batcher.submit(requests_of([1], seed=6)[0]).result(timeout=30)  # room again once the queue drained

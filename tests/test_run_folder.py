@@ -14,13 +14,14 @@ from headcut.run_folder import LOCK_FILE, RunFolder
 from headcut_grader.errors import UserError
 
 HOLD = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-        "print('held', flush=True); time.sleep(60)")
+        "print('held', flush=True); sys.stdin.read()")  # held until killed
 
 
 @contextmanager
 def held_lock(path):
     """`path` flock-ed by another process (a live run) inside the block."""
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         yield
