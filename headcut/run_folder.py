@@ -16,7 +16,8 @@ from typing import Callable
 
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
-from headcut_grader.files import cache_home, check_out_dir, clean_stale, file_hash, temp_sibling, write_text
+from headcut_grader.files import (cache_home, check_out_dir, clean_stale, file_hash, refuse_inputs, temp_sibling,
+                                  write_text)
 from headcut_grader.validation import read_small_text
 
 
@@ -55,6 +56,7 @@ class RunFolder:
         stamp_file = folder.path / STAMP
         # every process reads the stamp before the main process rewrites it, so all decide alike
         other = not stranger and folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
+        other = other or (not stranger and not_a_run_folder(folder.path, overwrite=overwrite))
         published = not stranger and half_published(out)
         if published and other and not overwrite:  # `out` is another run's artifact: check_out_dir's refusal
             check_out_dir(out, overwrite=False)
@@ -158,8 +160,11 @@ def half_published(out: str | Path) -> bool:
 def check_run_out(out: str | Path, *, overwrite: bool, inputs=()) -> Path:
     """check_out_dir for the `out` of finetune or distill, before any work: an `out` that its own run folder
     published (half_published) is not refused yet; RunFolder.open, once the run is known, finishes publishing it
-    for the same run, and refuses it to another."""
-    return check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs)
+    for the same run, and refuses it to another. Its run folder (`out`.partial) holds no input either: the run
+    writes into it and deletes it when done."""
+    out = check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs)
+    refuse_inputs(partial_folder(out), inputs, flag=f"--out {out}: its run folder")
+    return out
 
 
 def not_a_folder(path: Path, *, overwrite: bool) -> bool:
@@ -172,6 +177,22 @@ def not_a_folder(path: Path, *, overwrite: bool) -> bool:
         kind = "a link" if path.is_symlink() else "a file"
         raise UserError(f"{path} is {kind}, not a run folder headcut made; move it away, or pass --overwrite to "
                         "replace it (what a link points at is left alone).")
+    return True
+
+
+def not_a_run_folder(path: Path, *, overwrite: bool) -> bool:
+    """Whether the folder `path` (out.partial) holds what no run made: anything but the lock and the stamp's
+    temporary, which a run killed before it wrote its stamp leaves. A run would write into it and delete it once
+    published, so it is refused, or with `overwrite` to be cleared."""
+    try:
+        names = {p.name for p in path.iterdir()}
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    if STAMP in names or all(n == LOCK_FILE or n.startswith(f".{STAMP}.tmp-") for n in names):
+        return False
+    if not overwrite:
+        raise UserError(f"{path} is a folder that no headcut run made (it holds no {STAMP}), and a run keeps its "
+                        "checkpoints there and deletes it when done; move it away, or pass --overwrite to empty it.")
     return True
 
 

@@ -72,3 +72,43 @@ def test_a_kill_while_the_published_run_folder_is_removed_leaves_no_run_folder_b
     leftover.rename(leftover.with_name(leftover.name.replace(f"-{os.getpid()}@", f"-{gone.stdout.strip()}@")))
     assert not (RunFolder.open(out, "abc", {}, overwrite=True).path / "checkpoint").exists()
     assert not list(tmp_path.glob(".run.partial.tmp-*"))  # a dead run's leftover goes with the next run on OUT
+
+
+def test_a_folder_at_the_run_folder_that_no_run_made_is_refused_and_kept(tmp_path):
+    """Was: a folder at OUT.partial without a recipe.json (a user's own, a copied model) was taken as this run's: the
+    run wrote into it and deleted it, whole, once it published OUT. Now refused; --overwrite empties it."""
+    out, partial = tmp_path / "run", tmp_path / "run.partial"
+    (partial / "best").mkdir(parents=True)
+    (partial / "best" / "keep.txt").write_text("mine")
+    with pytest.raises(UserError, match=r"run.partial is a folder that no headcut run made \(it holds no recipe.json\)"
+                                        r".*; move it away, or pass --overwrite to empty it\."):
+        RunFolder.open(out, "abc", {}, overwrite=False)
+    assert sorted(p.name for p in partial.rglob("*")) == ["best", "keep.txt"]
+    assert sorted(p.name for p in RunFolder.open(out, "abc", {}, overwrite=True).path.iterdir()) == [LOCK_FILE,
+                                                                                                     "recipe.json"]
+
+
+def test_a_run_folder_a_kill_left_before_its_stamp_is_resumed(tmp_path):
+    """A run killed between making OUT.partial and stamping it leaves the lock (and the stamp's temporary): the
+    folder is still taken as a run folder, not refused as another's."""
+    partial = tmp_path / "run.partial"
+    partial.mkdir()
+    (partial / LOCK_FILE).write_text("")
+    (partial / ".recipe.json.tmp-1@host-abc").write_text('{"ha')
+    assert RunFolder.open(tmp_path / "run", "abc", {}, overwrite=False).path == partial
+
+
+@pytest.mark.parametrize("where", ["run.partial", "run.partial/best"])
+def test_an_input_at_the_run_folder_is_refused_even_with_overwrite(tmp_path, where):
+    """Was: a teacher (or base model, or data file) at OUT.partial, e.g. distill --set teacher=runs/t.partial --out
+    runs/t, was trained into and deleted once the student was published. Now refused before any work."""
+    from headcut.run_folder import check_run_out
+
+    teacher = tmp_path / where
+    teacher.mkdir(parents=True)
+    (teacher / "config.json").write_text("{}")
+    for overwrite in (False, True):
+        with pytest.raises(UserError, match=rf"^--out {tmp_path / 'run'}: its run folder {tmp_path / 'run.partial'} "
+                                            rf"would replace the input {teacher}; write the output somewhere else\.$"):
+            check_run_out(tmp_path / "run", overwrite=overwrite, inputs=[None, str(teacher)])
+    assert (teacher / "config.json").read_text() == "{}"
