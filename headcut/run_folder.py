@@ -161,9 +161,13 @@ def check_run_out(out: str | Path, *, overwrite: bool, inputs=()) -> Path:
     """check_out_dir for the `out` of finetune or distill, before any work: an `out` that its own run folder
     published (half_published) is not refused yet; RunFolder.open, once the run is known, finishes publishing it
     for the same run, and refuses it to another. Its run folder (`out`.partial) holds no input either: the run
-    writes into it and deletes it when done."""
+    writes into it and deletes it when done; a link, file or foreign folder there is refused here too (RunFolder.open
+    checks again), so before any work."""
     out = check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs)
-    refuse_inputs(partial_folder(out), inputs, flag=f"--out {out}: its run folder")
+    partial = partial_folder(out)
+    refuse_inputs(partial, inputs, flag=f"--out {out}: its run folder")
+    if not not_a_folder(partial, overwrite=overwrite):
+        not_a_run_folder(partial, overwrite=overwrite)
     return out
 
 

@@ -112,3 +112,13 @@ def test_an_input_at_the_run_folder_is_refused_even_with_overwrite(tmp_path, whe
                                             rf"would replace the input {teacher}; write the output somewhere else\.$"):
             check_run_out(tmp_path / "run", overwrite=overwrite, inputs=[None, str(teacher)])
     assert (teacher / "config.json").read_text() == "{}"
+
+
+def test_a_foreign_run_folder_is_refused_before_any_work(tmp_path):
+    from headcut.run_folder import check_run_out
+
+    (tmp_path / "run.partial" / "x").mkdir(parents=True)
+    with pytest.raises(UserError, match="is a folder that no headcut run made"):
+        check_run_out(tmp_path / "run", overwrite=False)
+    check_run_out(tmp_path / "run", overwrite=True)
+    assert (tmp_path / "run.partial" / "x").is_dir()  # emptied only once the run opens it
