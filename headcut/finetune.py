@@ -72,7 +72,25 @@ def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:
         dev = _read(recipe, recipe.dev_data, recipe.dev_rows, recipe.seed + 1)
     dev = dev.sample(recipe.dev_rows, seed=recipe.seed)
     check_dev_gold(recipe, dev)
+    check_dev_apart(recipe, dev, train_pairs, "train_data")
     return train_pairs, dev
+
+
+def check_dev_apart(recipe: TrainingRecipe, dev: Pairs, trained: Pairs, keys: str) -> None:
+    """Dev pairs that are all among the pairs a run trains on (`trained`, read from the recipe `keys`) are refused:
+    checkpoints would be chosen, and dev metrics reported, on training pairs. TrainingRecipe.check refuses a dev_data of
+    train_data's bytes before any file is read; this catches a copy saved another way (a BOM, other line ends, another
+    format, some of its rows) and distill's unlabeled pairs."""
+    if recipe.dev_data is None:  # a split of train_data by query: apart by construction
+        return
+    seen = set(zip(trained.queries, trained.titles))
+    if not all(pair in seen for pair in zip(dev.queries, dev.titles)):
+        return
+    named = " and ".join(f"{key} {getattr(recipe, key)}" for key in keys.split())
+    raise UserError(f"dev_data {recipe.dev_data}: each of its {len(dev)} dev pairs is also among the pairs the run "
+                    f"trains on ({named}), so checkpoints would be chosen and dev metrics reported on training pairs; "
+                    "pass dev pairs kept apart from those, or remove dev_data to hold out dev_fraction of train_data "
+                    "by query.")
 
 
 def check_split(recipe: TrainingRecipe, train_pairs: Pairs, dev: Pairs) -> None:

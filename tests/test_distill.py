@@ -194,13 +194,29 @@ def test_unlabeled_pairs_are_graded_by_the_teacher(tiny_teacher, tmp_path):
     path = tmp_path / "logs.tsv"
     path.write_text("query\ttitle\n" + "".join(f"{q}\t{t}\n" for q, t in zip(extra.queries, extra.titles)))
     recipe = recipe_for(tiny_teacher, unlabeled_data=str(path), epochs=1, ce_weight=1.0)
-    train_pairs, _ = load_data(recipe)
-    merged, labels = with_unlabeled(recipe, train_pairs)
+    train_pairs, dev = load_data(recipe)
+    merged, labels = with_unlabeled(recipe, train_pairs, dev)
     assert len(merged) == len(train_pairs) + 60
     assert (labels[: len(train_pairs)] == train_pairs.label_array()).all() and (labels[len(train_pairs):] == UNLABELED).all()
     result = distill(recipe, tmp_path / "student")
     assert result.finished
     assert load_model(tmp_path / "student").meta["train_data"]["rows"] == len(train_pairs) + 60
+
+
+def test_unlabeled_pairs_that_hold_every_dev_pair_are_refused(tmp_path):
+    """Was: unlabeled_data naming the dev file (or a file holding its pairs) was trained on with the teacher's grades,
+    and checkpoints were chosen on those same pairs."""
+    from headcut.distill.run import with_unlabeled
+    from headcut.finetune import load_data
+
+    train, dev = (renamed_columns_file(tmp_path / name, synthetic_pairs(30, seed=seed))
+                  for name, seed in (("train.tsv", 1), ("dev.tsv", 2)))
+    columns = dict(query_col="q", title_col="doc", label_col="rel")
+    recipe = recipe_for(tmp_path / "teacher", train_data=str(train), dev_data=str(dev), unlabeled_data=str(dev), **columns)
+    train_pairs, dev_pairs = load_data(recipe)
+    with pytest.raises(UserError, match=rf"^dev_data {dev}: each of its 30 dev pairs is also among the pairs the run "
+                                        rf"trains on \(train_data {train} and unlabeled_data {dev}\), so checkpoints"):
+        with_unlabeled(recipe, train_pairs, dev_pairs)
 
 
 def test_unlabeled_pairs_are_read_as_texts_whatever_gold_they_hold(tmp_path):
@@ -214,7 +230,7 @@ def test_unlabeled_pairs_are_read_as_texts_whatever_gold_they_hold(tmp_path):
     path.write_text("query\ttitle\tlabel\ndrill\tcordless drill\t2\npaint\tred lamp\t0\n")
     recipe = recipe_for(tmp_path / "teacher", preset="homedepot", unlabeled_data=str(path))  # only named
     train = synthetic_pairs(10, seed=1)
-    merged, labels = with_unlabeled(recipe, train)
+    merged, labels = with_unlabeled(recipe, train, synthetic_pairs(4, seed=2))
     assert len(merged) == 12 and (labels[10:] == UNLABELED).all()
     check_readable(str(path), DataSection(preset="homedepot"), texts_only=True)
     with pytest.raises(UserError, match="no label column 'grade'"):
@@ -231,11 +247,12 @@ def test_recipe_keys_name_the_columns_and_its_messages_name_the_keys(tiny_teache
     path = renamed_columns_file(tmp_path / "renamed.tsv", pairs)
     train_path = renamed_columns_file(tmp_path / "train.tsv", synthetic_pairs(40, seed=4))  # dev may not be train
     files = dict(train_data=str(train_path), dev_data=str(path), train_rows=None, dev_rows=None)
-    recipe = recipe_for(tiny_teacher, **files, query_col="q", title_col="doc", label_col="rel", unlabeled_data=str(path))
+    recipe = recipe_for(tiny_teacher, **files, query_col="q", title_col="doc", label_col="rel",
+                        unlabeled_data=str(train_path))  # read alike; dev pairs may not be trained on
     train, dev = load_data(recipe)
     assert sorted(zip(dev.queries, dev.titles, dev.label_array())) == sorted(zip(pairs.queries, pairs.titles,
                                                                                 pairs.label_array()))
-    assert len(with_unlabeled(recipe, train)[0]) == 80
+    assert len(with_unlabeled(recipe, train, dev)[0]) == 80
     recorded = dev_record(recipe, dev)  # what the artifact's headcut.json keeps, so prune reads the file alike
     assert (recorded["path"], recorded["query_col"], recorded["title_col"], recorded["label_col"]) == (
         str(path.resolve()), "q", "doc", "rel")

@@ -8,6 +8,7 @@ import pytest
 from headcut.finetune import FinetuneRecipe, finetune
 from headcut.models import load_model, resolve_source, save_model, LoadedModel
 from headcut.recipes import from_dict
+from headcut_grader.data import Pairs
 from tests.conftest import interrupt_after_checkpoints, need_minilm, tiny_model
 
 
@@ -239,6 +240,38 @@ def test_a_link_or_file_at_the_run_folder_is_never_written_through(tmp_path, tin
     finetune(tiny_recipe(tiny_base), tmp_path / "run", overwrite=True, stop_after_steps=2)
     assert not partial.is_symlink() and (partial / "recipe.json").exists()
     assert sorted(p.name for p in elsewhere.rglob("*")) == ["best", "keep.txt"]
+
+
+def pairs_file(path, pairs, *, head: bytes = b"", end: str = "\n") -> str:
+    """`pairs` as a graded TSV, with `head` before it (a BOM) and `end` ending each line."""
+    lines = ["query\ttitle\tgrade"] + [f"{q}\t{t}\t{pairs.grades[y]}" for q, t, y in
+                                       zip(pairs.queries, pairs.titles, pairs.label_array())]
+    path.write_bytes(head + "".join(line + end for line in lines).encode())
+    return str(path)
+
+
+@pytest.mark.parametrize("copy", [dict(head=b"\xef\xbb\xbf"), dict(end="\r\n"), dict(rows=slice(5, 25))])
+def test_dev_pairs_that_are_all_training_pairs_are_refused(tmp_path, copy):
+    """Was: only a dev_data of train_data's very bytes was refused, so its copy saved with a BOM or Windows line ends,
+    or some of its rows, trained and chose checkpoints on the pairs it trained on. A dev file that shares some pairs
+    with train_data is still read."""
+    from headcut.finetune import load_data
+    from headcut.synthetic import synthetic_pairs
+    from headcut_grader.errors import UserError
+
+    pairs = synthetic_pairs(40)
+    train = pairs_file(tmp_path / "train.tsv", pairs)
+    rows = copy.pop("rows", slice(None))
+    dev = pairs_file(tmp_path / "dev.tsv", pairs.subset(range(40)[rows]), **copy)
+    recipe = from_dict(FinetuneRecipe, dict(train_data=train, dev_data=dev))
+    with pytest.raises(UserError, match=rf"^dev_data {dev}: each of its \d+ dev pairs is also among the pairs the "
+                                        rf"run trains on \(train_data {train}\), so checkpoints would be chosen and "
+                                        "dev metrics reported on training pairs; pass dev pairs kept apart"):
+        load_data(recipe)
+    other = synthetic_pairs(10, seed=1)
+    mixed = pairs_file(tmp_path / "mixed.tsv", Pairs(other.queries + pairs.queries[:10], other.titles + pairs.titles[:10],
+                                                     other.labels + pairs.labels[:10]))
+    assert len(load_data(from_dict(FinetuneRecipe, dict(train_data=train, dev_data=mixed)))[1]) == 20
 
 
 @pytest.mark.parametrize("rows, fraction, side", [(None, 0.1, "dev"), (20, 0.01, "dev"), (20, 0.99, "train")])

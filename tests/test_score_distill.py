@@ -110,13 +110,13 @@ def test_gold_scores_come_from_the_train_pairs_and_unlabeled_pairs_have_none(sco
     path = tmp_path / "logs.tsv"
     path.write_text("query\ttitle\n" + "".join(f"{q}\t{t}\n" for q, t in zip(extra.queries, extra.titles)))
     recipe = score_recipe(score_teacher, gold_weight=1.0, unlabeled_data=str(path))
-    train_pairs, _ = load_data(recipe)
-    merged, gold = with_unlabeled(recipe, train_pairs)
+    train_pairs, dev = load_data(recipe)
+    merged, gold = with_unlabeled(recipe, train_pairs, dev)
     n = len(train_pairs)
     assert len(merged) == n + 30 and np.isnan(gold[n:]).all()
     assert np.array_equal(gold[:n], train_pairs.score_array().astype(np.float32))
     assert len(set(gold[:n].tolist())) > 1  # real scores, not a placeholder
-    _, none = with_unlabeled(score_recipe(score_teacher), train_pairs)  # no gold loss: no gold read
+    _, none = with_unlabeled(score_recipe(score_teacher), train_pairs, dev)  # no gold loss: no gold read
     assert np.isnan(none).all()
 
 

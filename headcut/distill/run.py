@@ -27,7 +27,7 @@ from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut_grader.files import as_path
 from headcut.evaluate.tasks import paired, summary
-from headcut.finetune import dev_record, load_data, run_hash
+from headcut.finetune import check_dev_apart, dev_record, load_data, run_hash
 from headcut.models import LoadedModel, load_model, save_model
 from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
@@ -50,9 +50,9 @@ class DistillResult:
     speed: dict | None = None  # teacher vs student parameters, FLOPs and latency (recipe.measure_speed)
 
 
-def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np.ndarray]:
+def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs, dev: Pairs) -> tuple[Pairs, np.ndarray]:
     """Training pairs plus the recipe's unlabeled pairs, and their gold: grade ids (UNLABELED for the extra ones),
-    or for a score recipe gold scores (NaN for the extra ones)."""
+    or for a score recipe gold scores (NaN for the extra ones). The `dev` pairs must not all be among them."""
     labels, none = _gold(recipe, train_pairs)
     if recipe.unlabeled_data is None:
         return train_pairs, labels
@@ -61,6 +61,7 @@ def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs) -> tuple[Pairs, np
     extra = extra.sample(recipe.unlabeled_rows, seed=recipe.seed)
     merged = Pairs(train_pairs.queries + extra.queries, train_pairs.titles + extra.titles, None, recipe.grades,
                    f"{train_pairs.source} + {extra.source} (unlabeled)")
+    check_dev_apart(recipe, dev, merged, "train_data unlabeled_data")
     return merged, np.concatenate([labels, np.full(len(extra), none, dtype=labels.dtype)])
 
 
@@ -146,7 +147,7 @@ class Distillation:
     def _setup_data(self) -> None:
         recipe = self.recipe
         train_pairs, self.dev = load_data(recipe)
-        self.pairs, self.labels = with_unlabeled(recipe, train_pairs)
+        self.pairs, self.labels = with_unlabeled(recipe, train_pairs, self.dev)
         check_max_length(self.model, recipe.max_length, flag="max_length")  # the recipe's key, not --max-length
         self.encoded = encode(self.tokenizer, self.pairs, max_length=recipe.max_length, model=self.model)
         self.dev_encoded = encode(self.tokenizer, self.dev, max_length=recipe.max_length, model=self.model)

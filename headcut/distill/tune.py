@@ -127,7 +127,7 @@ def inputs_read(recipe: DistillRecipe) -> dict:
     if recipe.student == "pruned":
         read["student_model"] = _weights_hash(recipe.student_model, "student_model")
     if recipe.unlabeled_data is not None:
-        read["unlabeled_data"] = with_unlabeled(recipe, train)[0].fingerprint
+        read["unlabeled_data"] = with_unlabeled(recipe, train, dev)[0].fingerprint
     return read
 
 
