@@ -154,7 +154,7 @@ def load_model(
             model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
             with broken_file(path / "config.json"):  # the shape record is config.json's, not the weights'
                 apply_shape(model, shape)
-            model.load_state_dict(read_state(weights), strict=True)
+            model.load_state_dict(_with_fresh_head(model, read_state(weights), weights, num_labels), strict=True)
         else:
             fresh_head = _saved_outputs(saved) not in (None, num_labels)  # a base model given another head
             model, info = AutoModelForSequenceClassification.from_pretrained(
@@ -300,6 +300,15 @@ def _saved_outputs(saved: dict) -> int | None:
     """How many outputs a saved classifier has (its config.json's id2label), None when it does not say."""
     labels = saved.get("id2label")
     return len(labels) if isinstance(labels, dict) else None
+
+
+def _with_fresh_head(model, state: dict, weights: Path, num_labels: int) -> dict:
+    """`state` with the output layer of another output count (a grader given another task or grades) replaced by the
+    model's own seeded fresh one, as from_pretrained does for a base model; any other mismatch is damage."""
+    own = model.state_dict()
+    mismatched = [(k, v.shape, own[k].shape) for k, v in state.items() if k in own and v.shape != own[k].shape]
+    _check_only_the_head_differs({"mismatched_keys": mismatched}, weights, num_labels)
+    return {**state, **{k: own[k] for k, _, _ in mismatched}}
 
 
 def _check_only_the_head_differs(info: dict, weights: Path, num_labels: int) -> None:

@@ -115,6 +115,27 @@ def test_a_base_model_of_another_output_count_gets_a_fresh_head_and_a_grader_is_
         load_model(folder)
 
 
+@pytest.mark.parametrize("pruned", [False, True])
+def test_a_headcut_grader_of_another_output_count_gets_a_fresh_head(tmp_path, pruned):
+    """Was: a grader headcut saved (its config records its shape), as finetune's model with another task or grades
+    (finetune --set model=runs/teacher --set task=score), was '...model.safetensors is damaged or incomplete (Error(s)
+    in loading state_dict ...); copy or download the model folder again'. Now its encoder is kept and the head is
+    fresh, as for any other base model; weights of another shape than the head are still refused."""
+    from transformers import BertTokenizerFast
+
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "drill"]) + "\n")
+    model = tiny_model("bert")
+    if pruned:
+        keep_heads(model, [[0, 2], [0, 1, 2, 3]])
+    grader = save_model(LoadedModel(model, BertTokenizerFast(str(tmp_path / "vocab.txt"))), tmp_path / "grader")
+    loaded = load_model(grader, num_labels=1)
+    assert loaded.model.classifier.weight.shape == (1, 32) and heads_per_layer(loaded.model) == heads_per_layer(model)
+    for name, value in model.bert.state_dict().items():
+        torch.testing.assert_close(loaded.model.bert.state_dict()[name], value)
+    torch.testing.assert_close(loaded.model.classifier.weight, load_model(grader, num_labels=1).model.classifier.weight)
+    assert load_model(grader, num_labels=5).model.classifier.weight.equal(model.classifier.weight)
+
+
 def test_weights_of_another_shape_than_the_head_are_still_damaged(tmp_path):
     folder = _three_output_folder(tmp_path, intermediate_size=48)  # wider than the weights: refused before loading
     with pytest.raises(UserError, match=r"config.json describes an encoder of 34,688 weights, but its weights hold "
