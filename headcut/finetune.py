@@ -113,17 +113,33 @@ def check_dev_gold(recipe: TrainingRecipe, dev: Pairs) -> None:
     checkpoint would read 0): dev pairs of a single grade or score are refused before training."""
     if recipe.select_metric != "spearman":
         return
-    score = getattr(recipe, "task", "grades") == "score"
-    gold = dev.score_array() if score else [dev.grades[label] for label in dev.label_array()]
+    what, gold = gold_values(recipe, dev)
     if len(set(gold)) > 1:
         return
-    what = "score" if score else "grade"
     where = (f"dev_data {recipe.dev_data}" if recipe.dev_data is not None else
              f"the dev pairs held out of train_data {recipe.train_data} (dev_fraction={recipe.dev_fraction})")
     pairs = f"all {len(dev)} dev pairs have" if len(dev) > 1 else "the one dev pair has"
     raise UserError(f"{where}: {pairs} {what} {gold[0]:g}; Spearman (select_metric) against "
                     f"one {what} is undefined, so no checkpoint could be chosen on it; pass dev pairs of two or more "
                     f"{what}s (--set dev_data=FILE), or set select_metric=loss.")
+
+
+def gold_values(recipe: TrainingRecipe, pairs: Pairs) -> tuple[str, list]:
+    """What the recipe's task calls the pairs' gold ('grade' or 'score'), and each pair's gold as the data spells it."""
+    if getattr(recipe, "task", "grades") == "score":
+        return "score", list(pairs.score_array())
+    return "grade", [pairs.grades[label] for label in pairs.label_array()]
+
+
+def check_train_gold(recipe: FinetuneRecipe, train_pairs: Pairs) -> None:
+    """Training pairs of a single grade or score teach a grader to give every pair that one value: refused before
+    training, as dev pairs of one gold value are (check_dev_gold)."""
+    what, gold = gold_values(recipe, train_pairs)
+    if len(set(gold)) > 1:
+        return
+    pairs = f"all {len(train_pairs)} training pairs have" if len(train_pairs) > 1 else "the one training pair has"
+    raise UserError(f"train_data {recipe.train_data}: {pairs} {what} {gold[0]:g}, so the grader would learn to give "
+                    f"every pair that {what}; train on pairs of two or more {what}s.")
 
 
 def selection_pairs(recipe: TrainingRecipe) -> Pairs | None:
@@ -264,6 +280,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     check_run_out(out, overwrite=overwrite, inputs=recipe.input_paths())
     resolve_source(recipe.model, flag="model")  # a missing model is said before the data is read
     train_pairs, dev = load_data(recipe)
+    check_train_gold(recipe, train_pairs)
     score = recipe.task == "score"
     loaded = load_model(recipe.model, num_labels=1 if score else len(recipe.grades), seed=recipe.seed, flag="model")
     model, tokenizer = loaded.model, loaded.tokenizer

@@ -311,6 +311,21 @@ def test_a_dev_set_of_one_gold_value_is_refused_before_training(tmp_path, tiny_b
     assert len(load_data(tiny_recipe(tiny_base, task=task, dev_data=str(dev), select_metric="loss"))[1]) == 12
 
 
+@pytest.mark.parametrize("task, column", [("grades", "grade"), ("score", "score")])
+def test_training_pairs_of_one_gold_value_are_refused_before_training(tmp_path, tiny_base, task, column):
+    """Was: trained (exit 0) a grader that gives every pair the one grade or score its training pairs had."""
+    from headcut_grader.errors import UserError
+
+    train = one_gold_file(tmp_path / "train.tsv", column)
+    recipe = tiny_recipe(tiny_base, task=task, train_data=str(train), dev_data="synthetic:1", select_metric="loss",
+                         **({"label_col": "grade"} if task == "grades" else {}))
+    with pytest.raises(UserError, match=rf"^train_data {train}: all 12 training pairs have {column} 3, so the grader "
+                                        rf"would learn to give every pair that {column}; train on pairs of two or "
+                                        rf"more {column}s\.$"):
+        finetune(recipe, tmp_path / "run")
+    assert not (tmp_path / "run.partial").exists()
+
+
 @pytest.mark.real
 @pytest.mark.slow
 def test_minilm_really_learns_home_depot(quick_teacher, homedepot):
