@@ -52,3 +52,35 @@ def test_a_metrics_line_shows_figures_with_nothing_to_judge_as_n_a():
     assert line == "Spearman 0.5000  Pearson n/a  NDCG@10 n/a  MSE 0.2500"
     grades = metrics_line({"accuracy": 0.5, "macro_f1": None, "spearman": 0.1, "loss": 1.0})
     assert grades == "accuracy 0.5000  macro-F1 n/a  Spearman 0.1000  loss 1.0000"
+
+
+def _interrupted_at_start(monkeypatch, command: str):
+    """`command` with its required values given, stopped by Ctrl-C in the first thing its body calls."""
+    import sys
+
+    import typer.main
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    click_command = typer.main.get_command(app).commands[command]
+    module = sys.modules[click_command.callback.__module__]
+    if hasattr(module, "quiet_transformers"):
+        monkeypatch.setattr(module, "quiet_transformers", ctrl_c)
+    else:  # the runtime's grade
+        monkeypatch.setattr("headcut_grader.grade_file.GradeSettings", ctrl_c)
+    args = [command]
+    for p in click_command.params:
+        if p.required:
+            args += ["x"] if p.param_type_name == "argument" else [p.opts[0], "x"]
+    return CliRunner().invoke(app, args)
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "serve"])  # serve: Ctrl-C is how it stops
+def test_ctrl_c_in_any_command_says_what_was_kept(monkeypatch, command):
+    """Was: scan, probe, evaluate, prune, export, bench and cross-encoder (and the others before their work
+    began) exited 130 without a word, so a user could not tell whether OUT was half written or what to do."""
+    result = _interrupted_at_start(monkeypatch, command)
+    assert result.exit_code == 130, result.output
+    assert result.output.splitlines() == ["interrupted: no output was written (outputs appear only whole, at the "
+                                          "end); rerun the same command to start again."]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -91,7 +92,8 @@ def user_errors(fn):
             bad = next((v for v in kwargs.values() if isinstance(v, BadValue)), None)
             if bad is not None:
                 raise UserError(bad.sentence)
-            return fn(*args, **kwargs)
+            with on_interrupt(_nothing_written):  # a command that keeps something says so inside
+                return fn(*args, **kwargs)
         except UserError as e:
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2)
@@ -106,6 +108,15 @@ def user_errors(fn):
 
 # What a shell reports for a command that Ctrl-C (SIGINT) ended: 128 + the signal's number.
 INTERRUPTED_EXIT = 130
+
+
+def _nothing_written() -> str | None:
+    """What Ctrl-C outside a command's own on_interrupt left: nothing, as every command publishes its outputs in
+    one last rename (files.atomic_dir, write_json). Said once, by the main process (`accelerate launch` numbers the
+    others' RANK from 1)."""
+    if os.environ.get("RANK", "0") != "0":
+        return None
+    return "no output was written (outputs appear only whole, at the end); rerun the same command to start again."
 
 
 @contextmanager
