@@ -286,3 +286,22 @@ def test_every_public_function_taking_a_path_names_the_argument_given_no_path(va
         with pytest.raises(UserError, match=rf"^{re.escape(name)} is {re.escape(shown)}; pass .*'s path"
                                             r"(?: or a built-in name)? \(text or a pathlib\.Path\)\.$"):
             call(value)
+
+
+ZW = "\u200b"  # a zero-width space: a name that ends in it looks like the known name when printed as is
+
+
+@pytest.mark.parametrize("args, said", [
+    (["scan", "--method", f"kl{ZW}"], "--method 'kl\\u200b': unknown 'kl\\u200b'; choose from"),
+    (["scan", "--method", f"kl,Magic{ZW}"], "--method 'kl,Magic\\u200b': unknown 'magic\\u200b'; choose from"),
+    (["prune", "--keep-ratio", 0.5, "--method", f"fisher{ZW}"], "--method 'fisher\\u200b' is unknown; choose one of"),
+    (["prune", "--flops", 0.5, "--targets", f"teacher{ZW}"], "--targets 'teacher\\u200b' is unknown; choose one of"),
+    (["prune", "--latency", 0.5, "--runtime", f"onnx-int8{ZW}"], "--runtime 'onnx-int8\\u200b' is unknown; choose"),
+    (["prune", "--flops", 0.5, "--tune-fit", f"best{ZW}"], "--tune-fit 'best\\u200b' is unknown; choose one of"),
+])
+def test_an_unknown_choice_is_quoted_so_an_invisible_character_shows(tmp_path, saved_models, args, said):
+    """Was: `--method 'kl\\u200b': unknown kl` and `--targets teacher is unknown` (the zero-width space printed
+    as nothing), so the sentence called a name that looks right unknown."""
+    out = ["--out", tmp_path / "out"] + (["--data", write(tmp_path, "p.tsv", PAIRS_TSV)] if args[0] == "prune" else
+                                         ["--data", "synthetic"])
+    refused(run(args[0], "--model", saved_models["artifact"], *out, *args[1:]), said)

@@ -310,7 +310,7 @@ def test_tune_fit_is_recorded_and_a_bad_one_or_a_bad_pairing_is_one_sentence(tmp
     tuning = load_model(out).meta["prune"]["tuning"]
     assert tuning["fit"] == "weights" and {f["mode"] for f in tuning["fits"]} == {"weights"}
     assert "refits of each sublayer's output projection" in result.output
-    for args, words in ((["--tune-fit", "ridge"], "--tune-fit ridge is unknown; choose one of scales, weights, best"),
+    for args, words in ((["--tune-fit", "ridge"], "--tune-fit 'ridge' is unknown; choose one of scales, weights, best"),
                         (["--drop-layers", "--iterative", 3], "pass one of them")):
         bad = run("--model", grader, "--flops", 0.5, *args, "--out", tmp_path / "x", "--no-timing")
         assert bad.exit_code == 2 and words in bad.output and "Traceback" not in bad.output, bad.output
@@ -429,7 +429,7 @@ def test_latency_prune_on_onnx_int8(tmp_path, tiny_grader, monkeypatch):  # noqa
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--latency", 0.5, "--runtime", "tensorrt"], "--runtime tensorrt is unknown; choose one of torch-fp32, onnx-int8"),
+    (["--latency", 0.5, "--runtime", "tensorrt"], "--runtime 'tensorrt' is unknown; choose one of torch-fp32, onnx-int8"),
     (["--flops", 0.5, "--runtime", "onnx-int8"], "--runtime works with --latency S, not with --flops F"),
 ])
 def test_a_bad_runtime_is_one_sentence(args, words, tmp_path, tiny_grader):  # noqa: F811

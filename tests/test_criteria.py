@@ -80,7 +80,7 @@ def test_a_heads_only_criterion_cannot_plan_a_flops_budget(tiny_grader, tmp_path
     assert "--method kl scores heads only, and --flops/--latency plan heads and FFN neurons; use fisher" in \
         result.output.replace("\n", " ")
     unknown = cli("prune", "--model", grader, "--flops", 0.5, "--method", "magic", "--out", tmp_path / "y")
-    assert unknown.exit_code == 2 and "--method magic is unknown; choose one of: ablation, kl" in unknown.output
+    assert unknown.exit_code == 2 and "--method 'magic' is unknown; choose one of: ablation, kl" in unknown.output
 
 
 def test_a_nan_from_any_criterion_is_one_sentence_before_planning(monkeypatch, tiny_grader, tmp_path):  # noqa: F811

@@ -286,7 +286,7 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["epochs=2"], ["--set 'epochs=2' is not section.key=value"]),
     (["distill.botom3.epochs=2"], ["no student 'botom3' (students: bottom3)"]),
     (["bench.repeats=many"], ["key 'repeats' must be a whole number, not 'many'"]),
-    (["scan.methods=[kl, foo]", "scan.experiments=9"], ["[scan] methods [kl, foo]: unknown foo",
+    (["scan.methods=[kl, foo]", "scan.experiments=9"], ["[scan] methods [kl, foo]: unknown 'foo'",
                                                       "[scan] experiments '9': unknown '9'; use all, none or numbers 1-5"]),
     (["prune.flops=null", "prune.keep_ratio=0.5", "prune.method=ablation", "scan.methods=[kl]"],
      ["[prune] method 'ablation' ranks heads by scores the scan does not compute (scan.methods: kl)"]),

@@ -12,7 +12,7 @@ from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, 
                                 TITLE_COL, Opt, flags_set, number, number_in, progress_bar, quiet_transformers,
                                 read_data, user_errors)
 from headcut.prune_arguments import argument_range
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import MAX_BOOTSTRAP
 
 
@@ -168,7 +168,7 @@ def check_options(keep_ratio, flops, latency, *, runtime: str) -> str:
     if target:
         raise UserError(f"pass {target}.")
     if runtime not in RUNTIMES:
-        raise UserError(f"--runtime {runtime} is unknown; choose one of {', '.join(RUNTIMES)}.")
+        raise UserError(f"--runtime {quoted(runtime)} is unknown; choose one of {', '.join(RUNTIMES)}.")
     return "keep_ratio" if keep_ratio is not None else "flops" if flops is not None else "latency"
 
 

@@ -33,7 +33,7 @@ from headcut.evaluate.attention import attention_weights
 from headcut.evaluate.fisher import TARGETS, MaskGradients, UnitScores, mask_gradient_pass, present_neurons
 from headcut.evaluate.importance import check_scores, example_change, example_loss, gold
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted, setting
 
 
 @dataclass
@@ -86,7 +86,7 @@ class ScoringData:
 def check_targets(targets: str, *, has_gold: bool = True, source: str = "the pairs") -> None:
     """Fisher's `targets` is one of TARGETS, and `grades` comes with gold."""
     if targets not in TARGETS:
-        raise UserError(f"--targets {targets} is unknown; choose one of: {', '.join(TARGETS)}.")
+        raise UserError(f"--targets {quoted(targets)} is unknown; choose one of: {', '.join(TARGETS)}.")
     if targets == "grades" and not has_gold:
         raise UserError(f"{source} has no grades, which --targets grades needs; use --targets teacher.")
 
@@ -138,7 +138,7 @@ def criterion(name: str, *, flag: str = "--method", neurons: bool = False) -> Cr
     """The registered criterion `name`; `neurons`: it must score FFN neurons too (the budget prunes)."""
     found = CRITERIA.get(name)
     if found is None:
-        raise UserError(f"{flag} {name} is unknown; choose one of: {', '.join(CRITERIA)}.")
+        raise UserError(f"{setting(flag, quoted(name))} is unknown; choose one of: {', '.join(CRITERIA)}.")
     if neurons and not found.neurons:
         able = ", ".join(n for n, c in CRITERIA.items() if c.neurons)
         raise UserError(f"{flag} {name} scores heads only, and --flops/--latency plan heads and FFN neurons; "

@@ -68,7 +68,7 @@ def parse_methods(text: str | list[str], *, name: str = "--method") -> tuple[str
     shown = f"[{', '.join(map(str, text))}]" if listed else text
     bad = [m for m in names if m not in CRITERIA]
     if bad or not names:
-        what = f"unknown {', '.join(m for m in bad if m)}" if any(bad) else "an empty entry" if bad else "no method"
+        what = f"unknown {', '.join(quoted(m) for m in bad if m)}" if any(bad) else "an empty entry" if bad else "no method"
         raise UserError(f"{setting(name, repr(shown) if not listed else shown)}: {what}; choose from "
                         f"{', '.join(CRITERIA)}.")
     twice = next((m for m in names if names.count(m) > 1), None)

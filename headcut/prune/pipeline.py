@@ -12,7 +12,7 @@ import numpy as np
 from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shape, unit_flops
 from headcut.batching import Encoded, encode
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import checked_number
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.criteria import ScoringData, check_targets, criterion
@@ -280,7 +280,7 @@ def prune_to_budget(
     each. Quality with paired CIs
     (also of the final plan untuned when tuning ran) is measured as `prune` does."""
     if tune_fit not in MODES:
-        raise UserError(f"--tune-fit {tune_fit} is unknown; choose one of {', '.join(MODES)}.")
+        raise UserError(f"--tune-fit {quoted(tune_fit)} is unknown; choose one of {', '.join(MODES)}.")
     flops, latency, layer_prior, iterative, seq_len, latency_batch = checked_arguments(
         "prune_to_budget", flops=flops, latency=latency, layer_prior=layer_prior, iterative=iterative,
         seq_len=seq_len, latency_batch=latency_batch)
