@@ -4,6 +4,7 @@ the way masking must move them."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -235,3 +236,45 @@ def test_a_seg_col_row_that_does_not_spell_its_title_is_named_by_its_file_line(t
     said = " ".join(r.output.split())
     assert r.exit_code == 2, r.output
     assert f"{data}, line 3: the --seg-col words 'completely different words' do not spell the title" in said
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("draws", 0, "key 'draws' is 0, which is out of range; it must be in [1, 1000]"),
+    ("draws", 2.5, "key 'draws' is 2.5, which is not a whole number"),
+    ("k", -1, "key 'k' is -1, which is out of range; it must be at least 1"),
+    ("iters", -5, "key 'iters' is -5, which is out of range; it must be in [10, 100000]"),
+    ("batch_size", 0, "key 'batch_size' is 0, which is out of range; it must be in [1, 1024]"),
+    ("batch_size", "8", "key 'batch_size' is '8', which is not a number"),
+    ("max_length", 3, "key 'max_length' is 3, which is out of range; it must be at least 8"),
+    ("seed", -1, "key 'seed' is -1, which is out of range"),
+    ("methods", (), "methods is (); it must be a tuple of distinct names from ablation, kl"),
+    ("methods", "kl", "methods is 'kl'; it must be a tuple of distinct names from ablation, kl"),
+    ("methods", ("kl", "kl"), "methods is ('kl', 'kl'); it must be a tuple of distinct names"),
+    ("experiments", ("bogus",), "experiments is ('bogus',); it must be a tuple of distinct names from random, halves"),
+    ("experiments", "random", "experiments is 'random'; it must be a tuple of distinct names from random"),
+])
+def test_scan_settings_out_of_range_are_refused_when_built(field, value, words):
+    """Was: `scan(loaded, pairs, ScanSettings(...))` from Python checked nothing: draws=0, k=-1, iters=0 or
+    experiments=('bogus',) scanned and wrote nonsense with no error, batch_size=0 and iters=-5 raised numpy's
+    ValueError, and methods='kl' was read letter by letter. The ranges are the flags' (one declaration)."""
+    from headcut.evaluate.scan import ScanSettings
+
+    with pytest.raises(UserError, match=r"^ScanSettings: .*" + re.escape(words)):
+        ScanSettings(**{field: value})
+
+
+def test_scan_flags_and_scan_settings_share_their_ranges():
+    """The flags are declared in the torch-free CLI module, ScanSettings beside the scan: the same defaults and
+    ranges, so `headcut scan` and `scan(loaded, pairs, ScanSettings(...))` refuse the same values."""
+    import dataclasses
+    import inspect
+
+    from headcut.cli.scan import scan as command
+    from headcut.evaluate.scan import ScanSettings
+
+    fields = {f.name: f for f in dataclasses.fields(ScanSettings)}
+    flags = inspect.signature(command).parameters
+    for flag, name in (("draws", "draws"), ("k", "k"), ("bootstrap", "iters"), ("batch_size", "batch_size"),
+                       ("max_length", "max_length"), ("seed", "seed")):
+        option = flags[flag].default
+        assert (option.parser.valid, option.default) == (fields[name].metadata["range"], fields[name].default), flag

@@ -13,6 +13,7 @@ from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted, setting
+from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, argument, check_ranges, ranged
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
@@ -24,15 +25,31 @@ from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs
 
 @dataclass(frozen=True)
 class ScanSettings:
+    """What one scan computes; `headcut scan`'s flags read their ranges here."""
+
     methods: tuple[str, ...] = ("ablation", "kl", "gradient", "fisher", "entropy")
     experiments: tuple[str, ...] = EXPERIMENTS
     probes: bool = True
-    batch_size: int = 64
-    max_length: int | None = None  # None: the model's recorded token limit (batching.max_length_of)
-    draws: int = 5  # random masks per ratio: more narrows the CIs, linearly slower
-    k: int = 5  # term-matching heads masked in experiment 5
-    iters: int = 200  # bootstrap resamples for the CIs
-    seed: int = 0
+    batch_size: int = ranged(64, 1, MAX_BATCH)
+    max_length: int | None = ranged(None, 8)  # None: the model's recorded token limit (batching.max_length_of)
+    draws: int = ranged(5, 1, 1000)  # random masks per ratio: more narrows the CIs, linearly slower
+    k: int = ranged(5, 1)  # term-matching heads masked in experiment 5
+    iters: int = ranged(200, 10, MAX_BOOTSTRAP)  # bootstrap resamples for the CIs
+    seed: int = ranged(0, 0, 2**32 - 1)
+
+    def __post_init__(self):
+        check_ranges(self, "ScanSettings")
+        for key, known in (("methods", tuple(CRITERIA)), ("experiments", EXPERIMENTS)):
+            names = getattr(self, key)
+            if not _distinct_names(names, known, empty=key == "experiments"):
+                raise UserError(f"ScanSettings: {key} is {argument(names)[:60]}; it must be a tuple of distinct names "
+                                f"from {', '.join(known)}.")
+
+
+def _distinct_names(names, known: tuple[str, ...], *, empty: bool) -> bool:
+    """`names` is a tuple or list of names of `known`, each once, and not empty unless `empty`."""
+    return (isinstance(names, (tuple, list)) and (empty or bool(names)) and len(set(names)) == len(names)
+            and all(isinstance(n, str) and n in known for n in names))
 
 
 def parse_experiments(text: str, *, name: str = "--experiments") -> tuple[str, ...]:
