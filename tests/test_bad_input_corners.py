@@ -305,3 +305,26 @@ def test_an_unknown_choice_is_quoted_so_an_invisible_character_shows(tmp_path, s
     out = ["--out", tmp_path / "out"] + (["--data", write(tmp_path, "p.tsv", PAIRS_TSV)] if args[0] == "prune" else
                                          ["--data", "synthetic"])
     refused(run(args[0], "--model", saved_models["artifact"], *out, *args[1:]), said)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=0), "metrics_with_ci iters is 0; it must be a whole number in [1, 100000]"),
+    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=2.5), "metrics_with_ci iters is 2.5; it must be a whole number"),
+    (lambda e, lg, p: e.metrics_with_ci(lg, p, seed=-1), "metrics_with_ci seed is -1; it must be a whole number in [0, "),
+    (lambda e, lg, p: e.against_reference(lg, lg, p, reference={}, iters=-1), "against_reference iters is -1; it must"),
+    (lambda e, lg, p: e.paired_bootstrap(lg, lg, p.label_array(), p.grades, iters=0), "paired_bootstrap iters is 0"),
+    (lambda e, lg, p: e.bootstrap_ci(lg, p.label_array(), p.grades, seed=2.0), "bootstrap_ci seed is 2.0; it must"),
+])
+def test_bootstrap_arguments_of_the_evaluate_api_are_checked(call, words):
+    """Was: iters=0 or -1 gave numpy's IndexError ('index -1 is out of bounds'), iters=2.5 a TypeError and seed=-1
+    numpy's "expected non-negative integer"; each is now one sentence naming the function and argument."""
+    import numpy as np
+
+    from headcut import evaluate
+    from headcut.synthetic import synthetic_pairs
+    from headcut_grader.errors import UserError
+
+    pairs = synthetic_pairs(20, seed=0)
+    logits = np.random.default_rng(0).normal(size=(len(pairs), 5)).astype(np.float32)
+    with pytest.raises(UserError, match="^" + re.escape(words)):
+        call(evaluate, logits, pairs)

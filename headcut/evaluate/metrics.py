@@ -8,6 +8,15 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import spearmanr
 
+from headcut_grader.ranges import MAX_BOOTSTRAP, Range, checked_number
+
+
+def check_resampling(iters, seed, where: str) -> tuple[int, int]:
+    """A bootstrap's `iters` (one resample at least, as the INT8 gate asks) and `seed` as plain ints, else UserError
+    naming the public function `where` (numpy's own errors name neither: 'index -1 is out of bounds' for iters=0)."""
+    return (checked_number(iters, f"{where} iters", Range(1, MAX_BOOTSTRAP), whole=True),
+            checked_number(seed, f"{where} seed", Range(0, 2**32 - 1), whole=True))
+
 
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=1, keepdims=True)
@@ -108,6 +117,7 @@ def bootstrap_ci(
     logits: np.ndarray, labels, grades, *, groups=None, iters: int = 1000, seed: int = 0, level: float = 0.95
 ) -> dict:
     """Percentile bootstrap CIs over pairs (NDCG: over queries). Returns {metric: [low, high]}."""
+    iters, seed = check_resampling(iters, seed, "bootstrap_ci")
     rng = np.random.default_rng(seed)
     labels = np.asarray(labels)
     n = len(labels)
@@ -135,6 +145,7 @@ def paired_bootstrap(
 
     Pairing removes the between-pair noise that dominates unpaired CIs on a few thousand noisy pairs.
     """
+    iters, seed = check_resampling(iters, seed, "paired_bootstrap")
     rng = np.random.default_rng(seed)
     labels = np.asarray(labels)
     n = len(labels)

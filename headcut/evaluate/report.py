@@ -10,6 +10,7 @@ import numpy as np
 
 from headcut_grader.data import DEFAULT_GRADES, Pairs
 from headcut_grader.errors import UserError
+from headcut.evaluate.metrics import check_resampling
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
 
@@ -27,6 +28,7 @@ def evaluate_model(loaded, pairs: Pairs, *, batch_size: int = 64, max_length: in
 def metrics_with_ci(logits, pairs: Pairs, *, iters: int = 1000, seed: int = 0, task: str = "grades",
                     activation: str = "identity") -> dict:
     """The metrics of `logits` on labelled `pairs`, their 95% bootstrap CIs, and which data they describe."""
+    iters, seed = check_resampling(iters, seed, "metrics_with_ci")
     if pairs.task is None:
         pairs.label_array()  # no gold: the sentence that says so
     check_task(task, pairs, "the model")
@@ -101,6 +103,7 @@ def check_comparable(scorer: Scorer, reference: Scorer, *, flag: str = "--agains
 def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict, iters: int = 1000,
                       task: str = "grades", activation: str = "identity") -> dict:
     """The reference's metrics on the same pairs, and model - reference with paired bootstrap CIs."""
+    iters, _ = check_resampling(iters, 0, "against_reference")
     if reference_logits.shape[1] != logits.shape[1]:
         raise UserError(f"--against {reference.get('path')} has {reference_logits.shape[1]} outputs and the model "
                         f"{logits.shape[1]}; compare a grades model with a grades model, a score model with a score one.")
