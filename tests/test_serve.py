@@ -525,3 +525,39 @@ def test_the_serve_command_names_its_flags_for_the_same_check(tiny_folder):
     assert result.exit_code == 2, result.output
     assert "--max-queue 10 is below --max-pairs 16, so a request of --max-pairs pairs could never be queued; " \
            "raise --max-queue or lower --max-pairs." in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("flags, names", [
+    (False, ("limits.max_pairs=16", "limits.max_text_chars=200", "limits.max_body_bytes", "limits.max_text_chars",
+             "batching.max_queue=16")),
+    (True, ("--max-pairs 16", "--max-text-chars 200", "--max-body-bytes", "--max-text-chars", "--max-queue 16"))])
+def test_an_app_made_by_create_app_names_its_fields_in_answers_and_serve_its_flags(tiny_folder, flags, names):
+    """Was: a create_app(dir, batching=Batching(max_queue=...)) app answered 503 '(--max-queue N)' (and 413/422
+    '--max-pairs', '--max-text-chars', '--max-body-bytes'), flags its caller never saw."""
+    from fastapi.testclient import TestClient
+
+    from headcut_grader.microbatch import QueueFull
+    from headcut_grader.serve import create_app
+
+    app = create_app(tiny_folder, limits=Limits(max_pairs=16, max_text_chars=200, max_body_bytes=20000),
+                     batching=Batching(max_queue=16), flags=flags)
+    pairs, text, body, body_text, queue = names
+    client = TestClient(app)
+    try:
+        many = client.post("/grade", json={"pairs": [{"query": "q", "title": "t"}] * 17}).json()["error"]
+        long = client.post("/rank", json={"query": "q" * 201, "titles": ["t"]}).json()["error"]
+        huge = client.post("/grade", content=b'{"pairs": [' + b'{"query": "a", "title": "b"},' * 2000 + b"]}",
+                           headers={"Content-Type": "application/json"}).json()["error"]
+
+        def full(_):
+            raise QueueFull(16)
+
+        app.state.batcher.submit = full
+        busy = client.post("/grade", json={"pairs": [{"query": "q", "title": "t"}]})
+    finally:
+        app.state.batcher.close(timeout=5)
+    assert f"more than this server's {pairs}; send at most 16" in many
+    assert f"more than this server's {text}; shorten it" in long
+    assert f"(the server's {body})" in huge and f"({body_text})" in huge
+    assert busy.status_code == 503 and f"({queue}); retry after" in busy.json()["error"]
+    assert "--" not in " ".join((many, long, huge, busy.json()["error"])) or flags

@@ -61,9 +61,10 @@ class Settings:
 
 
 def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching(),
-               backend: str = "auto"):
+               backend: str = "auto", flags: bool = False):
     """The FastAPI app for one grader folder (one Grader and one micro-batcher per worker process, in
-    `app.state`, which the handlers of headcut_grader.serve_routes read)."""
+    `app.state`, which the handlers of headcut_grader.serve_routes read). Its answers name a limit a request
+    passes as the field (limits.max_pairs=256), or with `flags` as `headcut serve`'s flag (--max-pairs 256)."""
     from fastapi import FastAPI
 
     from headcut_grader.grader import Grader
@@ -77,9 +78,10 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     state.grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size, backend=backend)
     state.metrics = make_metrics()
     state.batcher = _batcher(state.grader.grade, state.metrics, batching)
-    state.limits, state.batching = limits, batching
+    state.limits, state.batching, state.said = limits, batching, _said(limits, batching, flags)
     app.add_middleware(DrainDeadline)  # inside Measured, which then counts its 503s
-    app.add_middleware(JsonBody, limit=limits.max_body_bytes, max_text_chars=limits.max_text_chars, paths=BODY_ROUTES)
+    app.add_middleware(JsonBody, limit=limits.max_body_bytes, max_text_chars=limits.max_text_chars, paths=BODY_ROUTES,
+                       names=(_name("limits", "max_body_bytes", flags), _name("limits", "max_text_chars", flags)))
     app.add_middleware(Measured, metrics=state.metrics)  # added last: outermost, so it sees 413s, 415s and 400s too
     add_error_handlers(app)
     add_routes(app, limits)
@@ -109,6 +111,13 @@ def _name(group: str, field: str, flags: bool) -> str:
     return "--" + field.replace("_", "-") if flags else f"{group}.{field}"
 
 
+def _said(limits: Limits, batching: Batching, flags: bool) -> dict[str, str]:
+    """Each setting and its value as the app's answers name them: `limits.max_pairs=256`, or `--max-pairs 256` for
+    an app `headcut serve` made."""
+    return {f.name: setting(_name(group, f.name, flags), getattr(given, f.name))
+            for group, given in (("limits", limits), ("batching", batching)) for f in fields(given)}
+
+
 def _batcher(grade, metrics, batching: Batching):
     """The worker's micro-batcher; each finished run updates the batch and queue metrics."""
     from headcut_grader.microbatch import Batcher
@@ -132,10 +141,11 @@ async def _lifespan(app):
 
 
 def app_from_env():
-    """App factory for `uvicorn --factory` and several worker processes (settings travel by environment)."""
+    """App factory for `uvicorn --factory` and several worker processes (settings travel by environment, where
+    `headcut serve` put them: answers name its flags)."""
     from headcut_grader.orphans import exit_with_parent
 
     exit_with_parent()  # a worker (ours or uvicorn's) of a killed master drains and exits instead of serving on
     settings = Settings.decode(os.environ[ENV_SETTINGS])
-    return create_app(settings.grader_dir, threads=settings.threads, limits=settings.limits,
+    return create_app(settings.grader_dir, threads=settings.threads, limits=settings.limits, flags=True,
                       batching=settings.batching, backend=settings.backend)

@@ -15,10 +15,12 @@ class JsonBody:
     """ASGI middleware: a POST body to one of `paths` must be JSON text (Content-Type application/json, UTF-8, nested less deeply
     than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent. Anything
     else is answered here with one sentence (413, 415 or 400), before FastAPI's parser could answer in its own
-    words or fail; JSON that does not fit the request shape is left to the route's 422."""
+    words or fail; JSON that does not fit the request shape is left to the route's 422. `names`: the two limits
+    as the answer names them (the app's fields or `headcut serve`'s flags)."""
 
-    def __init__(self, app, limit: int, max_text_chars: int, paths: tuple[str, ...]):
-        self.app, self.limit, self.max_text_chars, self.paths = app, limit, max_text_chars, paths
+    def __init__(self, app, limit: int, max_text_chars: int, paths: tuple[str, ...],
+                 names: tuple[str, str] = ("limits.max_body_bytes", "limits.max_text_chars")):
+        self.app, self.limit, self.max_text_chars, self.paths, self.names = app, limit, max_text_chars, paths, names
 
     async def __call__(self, scope, receive, send):
         # only a route that reads a body: any other POST gets the router's 404 or 405, whatever its body
@@ -47,14 +49,15 @@ class JsonBody:
         return None
 
     def too_large(self) -> tuple[int, str]:
-        return 413, (f"request body over {self.limit} bytes (the server's --max-body-bytes); send fewer pairs per "
-                     f"request, each text at most {self.max_text_chars} characters (--max-text-chars).")
+        body, text = self.names
+        return 413, (f"request body over {self.limit} bytes (the server's {body}); send fewer pairs per "
+                     f"request, each text at most {self.max_text_chars} characters ({text}).")
 
 
 def body_problem(body: bytes) -> tuple[int, str] | None:
     """Why `body` is not JSON text the request models can read, or None (including for malformed JSON, which
     the route answers 422 like any other shape it cannot use). FastAPI parses the body again: at most
-    --max-body-bytes, a few milliseconds per megabyte."""
+    max_body_bytes, a few milliseconds per megabyte."""
     from headcut_grader.errors import UserError
     from headcut_grader.readers import unique_keys
 

@@ -154,7 +154,7 @@ def _shape_problem(error: dict, where: str, request: Request) -> str:
     """What is wrong with the field at `where`, as pydantic's `error` found it, in the server's words: what the
     field must be, or the limit (the server's flag) it passes."""
     kind, value, ctx = error.get("type", ""), error.get("input"), error.get("ctx") or {}
-    path, limits = request.url.path, request.app.state.limits
+    path, state = request.url.path, request.app.state
     got = _JSON_KINDS.get(type(value), type(value).__name__)
     is_pair = where.startswith("pairs.")
     if kind in ("model_attributes_type", "model_type", "dict_type"):
@@ -165,13 +165,12 @@ def _shape_problem(error: dict, where: str, request: Request) -> str:
         problem = text_problem(value) if isinstance(value, str) else None
         return problem or f"must be text (a JSON string), not {got}"
     if kind == "too_long":  # a list's; a text's is string_too_long
-        return (f"{len(value)} items, more than this server's --max-pairs {limits.max_pairs}; send at most "
-                f"{limits.max_pairs} per request")
+        return (f"{len(value)} items, more than this server's {state.said['max_pairs']}; send at most "
+                f"{state.limits.max_pairs} per request")
     if kind == "too_short":
         return "an empty array; send at least one"
     if kind == "string_too_long":
-        return (f"{len(value)} characters, more than this server's --max-text-chars {limits.max_text_chars}; "
-                "shorten it")
+        return f"{len(value)} characters, more than this server's {state.said['max_text_chars']}; shorten it"
     if kind == "string_too_short":
         return "empty text"
     if kind == "value_error":  # the text rule of request_models.checked
@@ -184,9 +183,8 @@ def _shape_problem(error: dict, where: str, request: Request) -> str:
 
 
 async def busy(request: Request, exc: QueueFull):
-    max_queue = request.app.state.batching.max_queue
     return JSONResponse({"error": f"server busy: {exc.waiting} pairs already wait in this worker's queue "
-                                  f"(--max-queue {max_queue}); retry after {RETRY_AFTER_SECONDS} s."},
+                                  f"({request.app.state.said['max_queue']}); retry after {RETRY_AFTER_SECONDS} s."},
                         status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
