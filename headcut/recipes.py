@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import re
 import reprlib
+import shlex
 import types
 import typing
 from pathlib import Path
@@ -80,7 +81,14 @@ def parse_override(item: str, *, form: str = "key=value", example: str = "epochs
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise UserError(f"--set {quoted(item)} is not {form}; write e.g. --set {example}.")
-    return key.strip(), parse_yaml(value, f"--set {quoted(item)}", f"quote text values, e.g. --set {key.strip()}='[x'")
+    return key.strip(), parse_yaml(value, f"--set {quoted(item)}", f"quote text values, e.g. {typed_text(item)}")
+
+
+def typed_text(item: str) -> str:
+    """What to type on a shell so `--set KEY=VALUE` gives VALUE as text: the value in YAML's double quotes and
+    the whole item in single quotes (--set 'data.train="5"'), since a shell drops quotes typed bare."""
+    key, _, value = item.partition("=")
+    return "--set " + shlex.quote(f'{key.strip()}="{value.strip()}"')
 
 
 # Values of a recipe once its aliases (*name) are expanded: a recipe holds hundreds, an alias bomb billions.
@@ -208,7 +216,7 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
             if fields[key].metadata.get("numbers_are_text") and isinstance(value, int) and not isinstance(value, bool):
                 value = str(value)
             try:
-                values[key] = _coerce(value, hints[key], f"key '{key}'")
+                values[key] = _coerce(value, hints[key], f"key '{key}'", origins.get(key))
             except UserError as e:
                 problems.append((key, str(e).rstrip(".")))
                 continue
@@ -232,7 +240,8 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     return recipe
 
 
-def _coerce(value, hint, where):
+def _coerce(value, hint, where, given: str | None = None):
+    """`value` as type `hint`; `given`: the `--set KEY=VALUE` it came from, if it did (the fix is typed there)."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -243,7 +252,7 @@ def _coerce(value, hint, where):
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, where)
+                return _coerce(value, arg, where, given)
             except UserError as e:
                 errors.append(e)
         raise errors[0]
@@ -272,8 +281,8 @@ def _coerce(value, hint, where):
         return float(value)
     if hint is str:  # a number is not turned into text: YAML reads 010 as 8 and 1.50 as 1.5, so the text is lost
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            raise UserError(f"{where} is the number {shown(value)}; quote it as written to give text (e.g. \"5\", "
-                            "not 5).")
+            fix = f"type {typed_text(given.removeprefix('--set '))}" if given else 'e.g. "5", not 5'
+            raise UserError(f"{where} is the number {shown(value)}; quote it as written to give text ({fix}).")
         if not isinstance(value, str):
             raise UserError(f"{where} must be text, not {shown(value)}.")
         return value

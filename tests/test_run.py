@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -280,7 +281,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
 
 @pytest.mark.parametrize("override, words", [
     (["prune.flops=2", "scan.rowz=3"], ["key 'flops' is 2, which is out of range", "unknown key 'rowz' (did you mean 'rows'?)"]),
-    (["distill.bottom3.epochs=0", "teacher.lr=1"], ["[distill.bottom3]", "key 'epochs' is 0", "unknown key 'lr'"]),
+    (["distill.bottom3.epochs=0", "teacher.lr=1"], ["--set distill.bottom3.epochs=0: key 'epochs' is 0",
+                                                    "--set teacher.lr=1: unknown key 'lr'"]),
     (["prune.keep_ratio=0.5"], ["give exactly one of keep_ratio (heads only) or flops"]),
     (["teacher.path=runs/teacher"], ["gives both recipe", "keep one"]),
     (["epochs=2"], ["--set 'epochs=2' is not section.key=value"]),
@@ -671,3 +673,27 @@ def test_an_edited_model_folder_reruns_the_stages_that_read_it(tmp_path, edited)
     assert fingerprint(stage, {}, {}) == before
     (model / edited).write_text("edited")
     assert fingerprint(stage, {}, {}) != before
+
+
+@pytest.mark.parametrize("load, item, typed", [
+    ("run", "data.train=5", """--set 'data.train="5"'"""),
+    ("run", "data.test=1.50", """--set 'data.test="1.50"'"""),
+    ("run", "teacher.model=7", """--set 'teacher.model="7"'"""),
+    ("finetune", "train_data=010", """--set 'train_data="010"'"""),
+    ("run", "data.train=[x", """--set 'data.train="[x"'"""),
+])
+def test_a_set_value_to_quote_is_refused_spelling_what_to_type_on_a_shell(load, item, typed):
+    """Was: 'quote it as written (e.g. "5", not 5)', but a shell drops the quotes of --set data.train="5", and
+    'e.g. --set key='[x'' the single ones: YAML got the same 5 and [x again."""
+    from headcut.finetune import FinetuneRecipe
+    from headcut.pipeline.recipe import load_pipeline
+    from headcut.recipes import load_recipe
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        if load == "run":
+            load_pipeline("quickstart", overrides=[item, "teacher.recipe=finetune/minilm_synthetic_cpu"])
+        else:
+            load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[item])
+    assert typed in str(caught.value), str(caught.value)
+    assert shlex.split(typed)[1] == item.partition("=")[0] + '="' + item.partition("=")[2] + '"'

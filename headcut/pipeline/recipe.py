@@ -127,6 +127,7 @@ class PipelineRecipe:
     bench: BenchSection
     floor: FloorSection
     source: str = "recipe"  # where it was read from, for messages
+    origins: tuple[tuple[tuple[str, ...], str], ...] = ()  # (key path, '--set ITEM') of each --set, for messages
 
 
 CLASSES = {"data": DataSection, "scan": ScanSection, "prune": PruneSection, "export": ExportSection,
@@ -230,7 +231,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     _check_scan(parts["scan"], prune, problems, set_keys={k[-1] for k in origins if k[0] == "scan"})
     _check_prune_method(prune, problems)
     recipe = PipelineRecipe(parts["data"] or DataSection(), teacher, parts["scan"], prune, tuple(students),
-                            parts["export"], parts["bench"], parts["floor"], where)
+                            parts["export"], parts["bench"], parts["floor"], where, tuple(origins.items()))
     if data_part is not None:  # every sub-recipe built once here, with placeholder paths; a [data] section that
         # did not read would have them all report its keys as missing
         _checked(lambda: sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>"), problems)
@@ -364,7 +365,7 @@ def _teacher(value: dict, problems: list[str]) -> TeacherSection | None:
 
 
 def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dict, where: str,
-                    adjust=None):
+                    adjust=None, origins: dict | None = None):
     """A finetune/distill recipe file, then what the pipeline injects (data, upstream models), then the
     section's own keys, checked as that recipe. `adjust(merged)` may add injected values that depend on
     the merged keys (a pruned student's model). The run's data files are named keys (is_set): given over the
@@ -379,7 +380,7 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
     if merged.get("train_data") is None:
         raise UserError(f"{where}: no training pairs; pass --set data.train=FILE.")
     given = {key for key in DATA_KEYS if injected.get(key) is not None}
-    return from_dict(cls, merged, where=f"{where} ({path.name})", named=frozenset(overrides) | given)
+    return from_dict(cls, merged, where=f"{where} ({path.name})", named=frozenset(overrides) | given, origins=origins)
 
 
 def as_dict(recipe: PipelineRecipe) -> dict:
@@ -404,7 +405,13 @@ def teacher_recipe(recipe: PipelineRecipe):
     if recipe.teacher is None or recipe.teacher.recipe is None:
         return None
     return read_sub_recipe(FinetuneRecipe, recipe.teacher.recipe, "finetune", injected=_common(recipe.data),
-                           overrides=dict(recipe.teacher.overrides), where="[teacher]")
+                           overrides=dict(recipe.teacher.overrides), where="[teacher]",
+                           origins=_set_in(recipe, ("teacher",)))
+
+
+def _set_in(recipe: PipelineRecipe, section: tuple[str, ...]) -> dict:
+    """The keys of `section` (a path: ('teacher',), ('distill', NAME)) that a --set gave -> that '--set ITEM'."""
+    return {path[-1]: item for path, item in recipe.origins if path[:-1] == section}
 
 
 def _common(data: DataSection) -> dict:
@@ -437,7 +444,7 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
             out[f"distill.{name}"] = read_sub_recipe(
                 DistillRecipe, student.recipe, "distill", where=f"[distill.{name}]",
                 injected={**common, "teacher": teacher_dir, "measure_speed": False},
-                overrides=dict(student.overrides), adjust=adjust)
+                overrides=dict(student.overrides), adjust=adjust, origins=_set_in(recipe, ("distill", name)))
         except UserError as e:
             problems.append(str(e))
     if problems:
