@@ -235,3 +235,38 @@ def test_the_default_data_is_read_with_the_columns_finetune_recorded(tmp_path, t
     recorded = {"path": str(path), "preset": None, "query_col": "q", "title_col": "doc", "label_col": "rel"}
     pool = data_pool(LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": recorded}), None)
     assert pool.queries == pairs.queries and list(pool.labels) == list(pairs.labels)
+
+
+@pytest.mark.parametrize("names, keep, heads", [("arguments", "keep_ratio=", "min_heads="),
+                                                ("keys", "prune.keep_ratio=", "prune.min_heads="),
+                                                ("flags", "--keep-ratio ", "--min-heads ")])
+def test_the_library_names_its_arguments_a_recipe_its_keys_and_the_command_its_flags(tmp_path, tiny_grader, names,
+                                                                                     keep, heads):
+    """Was: prune(loaded, keep_ratio=0.01) and a run recipe's [prune] keep_ratio said '--keep-ratio 0.01 keeps 0
+    heads', after scoring the heads first; the model's own head counts are now checked before any work."""
+    from headcut.prune import prune, prune_to_budget
+    from headcut_grader.errors import UserError
+
+    loaded = load_model(tiny_grader[0])
+    stages = []
+
+    def refused(call, **kwargs):
+        with pytest.raises(UserError) as caught:
+            call(loaded, progress=lambda stage, n, total: stages.append(stage), names=names, **kwargs)
+        message = str(caught.value)
+        assert names == "flags" or "--" not in message, message
+        return message
+
+    assert f"{keep}0.01 keeps round(0.01 x 12) = 0 heads" in refused(prune, keep_ratio=0.01)
+    assert f"{heads}5 is more than the 4 heads of a layer" in refused(prune, keep_ratio=1.0, min_heads=5)
+    assert (f"{heads}3 needs 9 heads but {keep}0.5 keeps 6; raise {keep.strip(' =')} or lower "
+            f"{heads.strip(' =')}") in refused(prune, keep_ratio=0.5, min_heads=3)
+    assert "re-scans between steps" in refused(prune, keep_ratio=0.5, iterative=2, scores=tmp_path / "x.json")
+    assert stages == []  # refused before any scoring
+    flops, drop, fit = {"arguments": ("flops", "drop_layers", "tune_fit"),
+                        "keys": ("prune.flops", "prune.drop_layers", "prune.tune_fit"),
+                        "flags": ("--flops", "--drop-layers", "--tune-fit")}[names]
+    assert f"{fit} 'magic' is unknown" in refused(prune_to_budget, flops=0.5, tune_fit="magic")
+    assert f"{drop} plans against {flops};" in refused(prune_to_budget, latency=0.5, drop_layers=True)
+    pairs = read_pairs(tiny_grader[1])
+    assert "less than the pooler and classifier" in refused(prune_to_budget, flops=0.0001, data=pairs)

@@ -59,13 +59,14 @@ def test_min_heads_and_its_limit():
     scores[2] = 10  # all the value in the top layer
     plan = plan_heads(scores, 0.5, layer_prior=0.0, min_heads=1)
     assert plan.heads_per_layer == [1, 1, 4]
-    with pytest.raises(UserError, match="--min-heads 3 needs 9 heads but --keep-ratio 0.5 keeps 6"):
+    with pytest.raises(UserError, match="min_heads=3 needs 9 heads but keep_ratio=0.5 keeps 6; raise keep_ratio or "
+                                        "lower min_heads"):
         plan_heads(scores, 0.5, min_heads=3)
 
 
 @pytest.mark.parametrize("ratio", [0.0, -0.1, 1.01])
 def test_keep_ratio_outside_range_is_a_user_error(ratio):
-    with pytest.raises(UserError, match=r"--keep-ratio .* is outside \(0, 1\]"):
+    with pytest.raises(UserError, match=r"^keep_ratio=.* is outside \(0, 1\]; pass e.g. keep_ratio=0.8"):
         plan_heads(random_scores(), ratio)
 
 

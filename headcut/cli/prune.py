@@ -201,7 +201,7 @@ def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, ba
                              targets=targets, tune=tune, iterative=iterative, drop_layers=drop_layers,
                              **({"tune_fit": tune_fit} if tune_fit else {}),
                              seq_len=seq_len, latency_batch=batch, latency_runtime=latency_runtime(runtime),
-                             notice=_say)
+                             notice=_say, names="flags")
 
 
 def keep_ratio_call(*, keep_ratio: float, min_heads: int, scores, method, iterative: int):
@@ -209,7 +209,7 @@ def keep_ratio_call(*, keep_ratio: float, min_heads: int, scores, method, iterat
     import headcut.prune as library
 
     return functools.partial(library.prune, keep_ratio=keep_ratio, min_heads=min_heads, scores=scores, method=method,
-                             iterative=iterative)
+                             iterative=iterative, names="flags")
 
 
 def run_with_bars(call, loaded, **common):

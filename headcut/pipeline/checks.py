@@ -150,11 +150,14 @@ STUDENT_RECIPES = {"grades": "distill/minilm_bottom3_cpu", "score": "distill/min
 
 
 def check_prune_budget(recipe: PipelineRecipe) -> None:
-    """prune.flops leaves room for the pooler and classifier of this teacher, which is unpruned, as the prune
-    stage will check: counted on the teacher's shape (the base model's, for one the run trains)."""
-    from headcut.arch import flops_per_pair, unit_flops
+    """prune.flops leaves room for the pooler and classifier of this teacher, which is unpruned, and prune.keep_ratio
+    keeps a head of it, as the prune stage will check: counted on the teacher's shape (the base model's, for one the
+    run trains)."""
+    from headcut.arch import flops_per_pair, mask_shape, unit_flops
     from headcut.prune.budget import check_budget
+    from headcut.prune.plan import check_head_counts
     from headcut.prune.scores import check_unpruned
+    from headcut.prune_arguments import named
 
     if recipe.prune is None:
         return
@@ -164,7 +167,9 @@ def check_prune_budget(recipe: PipelineRecipe) -> None:
     if recipe.prune.flops is not None:
         seq_len = teacher.max_length  # what the prune stage counts at: the teacher's recorded max_length
         check_budget(recipe.prune.flops, unit_flops(teacher.model, seq_len), flops_per_pair(teacher.model, seq_len),
-                     flag="prune.flops")
+                     flag=named("flops", "keys"))
+    if recipe.prune.keep_ratio is not None:
+        check_head_counts(recipe.prune.keep_ratio, 0, *mask_shape(teacher.model), names="keys")
 
 
 def teacher_outline(recipe: PipelineRecipe):

@@ -108,12 +108,12 @@ def prune(ctx: Context) -> dict:
     if p.keep_ratio is not None:
         importance = ctx.path(ctx.upstream["scan"]["folder"]) / "importance.json"
         result = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=importance,
-                             method=p.method, settings=settings, progress=progress)
+                             method=p.method, settings=settings, progress=progress, names="keys")
     else:
         pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task, grades=loaded.grades)
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
                                  tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, settings=settings,
-                                 progress=progress)
+                                 progress=progress, names="keys")
     write_artifact(result, ctx.folder / "model", overwrite=True)
     return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],
             "total_heads": result.plan["total"]}

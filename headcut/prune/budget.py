@@ -72,7 +72,7 @@ class UnitPlan:
                 "layers": list(self.kept_layers)}
 
 
-def check_budget(flops: float, costs: UnitFlops, full: int, *, flag: str = "--flops") -> int:
+def check_budget(flops: float, costs: UnitFlops, full: int, *, flag: str = "flops") -> int:
     """The budget in FLOPs for a share `flops` of the full model's; refused when nothing fits."""
     if not (0 < flops <= 1):
         raise UserError(f"{setting(flag, flops)} is outside (0, 1]; pass the share of the model's FLOPs to keep, "
@@ -112,7 +112,7 @@ def plan_budget(scores: UnitScores, costs: UnitFlops, budget: int, *, layer_prio
     """Keep the heads and neurons of largest total (prior-weighted) score whose FLOPs fit `budget`; with
     `layers` (ids), only units of those layers, and the plan drops the others whole."""
     if layer_prior < 0 or layer_prior != layer_prior:
-        raise UserError(f"--layer-prior {layer_prior} is not a number >= 0; pass 0 (global ranking) or more.")
+        raise UserError(f"layer_prior={layer_prior} is not a number >= 0; pass 0 (global ranking) or more.")
     check_unit_scores(scores)
     if layers is not None:
         layers = tuple(sorted(set(int(i) for i in layers)))

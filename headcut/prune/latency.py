@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from headcut.arch import intermediate_size, keep_heads, keep_layers, keep_neurons, mask_shape
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.budget import UnitPlan
@@ -208,15 +208,15 @@ def _shape_problem(table: dict, expected: dict) -> str | None:
     return None
 
 
-def check_latency_budget(share: float, costs: LayerCosts, *, flag: str = "--latency") -> float:
+def check_latency_budget(share: float, costs: LayerCosts, *, flag: str = "latency") -> float:
     full = costs.total([len(costs.heads_ms) - 1] * costs.layers, [costs.widths[-1]] * costs.layers)
     if not (0 < share <= 1):
-        raise UserError(f"{flag} {share} is outside (0, 1]; pass the share of the model's measured latency to keep, "
-                        "e.g. --latency 0.5.")
+        raise UserError(f"{setting(flag, share)} is outside (0, 1]; pass the share of the model's measured latency to "
+                        f"keep, e.g. {setting(flag, 0.5)}.")
     budget = share * full
     if budget < costs.fixed_ms:
-        raise UserError(f"{flag} {share} allows {budget:.1f} ms per batch of {costs.batch} x {costs.seq_len}, less than "
-                        f"the embeddings and classifier alone take ({costs.fixed_ms:.1f} ms, "
+        raise UserError(f"{setting(flag, share)} allows {budget:.1f} ms per batch of {costs.batch} x {costs.seq_len}, "
+                        f"less than the embeddings and classifier alone take ({costs.fixed_ms:.1f} ms, "
                         f"{costs.fixed_ms / full:.2f} of the model); pass a larger share.")
     return budget
 

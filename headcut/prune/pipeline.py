@@ -12,7 +12,7 @@ import numpy as np
 from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shape, unit_flops
 from headcut.batching import Encoded, encode
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, quoted
+from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.ranges import checked_number
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.criteria import ScoringData, check_targets, criterion
@@ -31,12 +31,12 @@ from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample
                                   notes_for, scan_score_record, stage)
 from headcut.prune.iterative import budget_shares, iterative_plan
 from headcut.prune.measure import speed_summary
-from headcut.prune.plan import check_keep_ratio, plan_heads
+from headcut.prune.plan import check_head_counts, check_keep_ratio, plan_heads
 from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
 from headcut.prune.layers import LayerSearch, choose_layer_drops, held_out_divergence, settle_drops
 from headcut.prune.surgery import apply_unit_plan, pruned_copy
-from headcut.prune_arguments import ARGUMENTS
+from headcut.prune_arguments import ARGUMENTS, named
 
 
 def checked_arguments(function: str, **given) -> list:
@@ -63,6 +63,7 @@ def prune(
     eval_data: Pairs | None = None,
     settings: PruneSettings = PruneSettings(),
     progress: Callable[[str, int, int | None], None] | None = None,
+    names: str = "arguments",
 ) -> PruneResult:
     """Prune the heads of `loaded` (left untouched) to `keep_ratio` of them.
 
@@ -72,14 +73,19 @@ def prune(
     `iterative` > 0 re-scans between that many steps. Quality with paired CIs is measured on `eval_data`
     (`settings.eval_rows` of it), else on the scoring pairs when they have grades, with a note that it is
     then optimistic.
-    `progress(stage, pairs_done, stage_total)` reports scanning ("scoring...") and grading.
+    `progress(stage, pairs_done, stage_total)` reports scanning ("scoring...") and grading. `names`: how a
+    refusal names the arguments, "arguments" (keep_ratio), a run recipe's "keys" or `headcut prune`'s "flags"
+    (`prune_arguments.named`).
     """
     keep_ratio, layer_prior, min_heads, iterative = checked_arguments(
         "prune", keep_ratio=keep_ratio, layer_prior=layer_prior, min_heads=min_heads, iterative=iterative)
-    check_keep_ratio(keep_ratio)
+    check_keep_ratio(keep_ratio, names=names)
     check_unpruned(loaded)
+    check_head_counts(keep_ratio, min_heads, *mask_shape(loaded.model), names=names)  # before any scoring
     if scores is not None and iterative:
-        raise UserError("--iterative re-scans between steps; pass --data (or nothing) instead of --scores.")
+        said = {name: named(name, names) for name in ("iterative", "data", "scores")}
+        raise UserError(f"{setting(said['iterative'], iterative)} re-scans between steps; pass {said['data']} (or "
+                        f"nothing) instead of {said['scores']}.")
     max_length, batch_size, seed = loaded.max_length, settings.batch_size, settings.seed
     score_pairs = None
     if scores is None:
@@ -163,9 +169,10 @@ class Budget:
 
 def budget_of(loaded: LoadedModel, *, flops: float | None, latency: float | None, seq_len: int | None,
               latency_batch: int = 32, latency_cache: str | Path | None = None, latency_runtime: Runtime | None = None,
-              progress=None, notice=None) -> Budget:
-    """Check the one target and its range, and (for `latency`) time or read the layer cost table."""
-    target = one_target_problem({"flops": flops, "latency": latency}, flags=True)
+              progress=None, notice=None, names: str = "arguments") -> Budget:
+    """Check the one target and its range, and (for `latency`) time or read the layer cost table; `names` as
+    `prune_to_budget`'s."""
+    target = one_target_problem({"flops": flops, "latency": latency}, flags=names == "flags")
     if target:
         raise UserError(f"pass {target}.")
     check_unpruned(loaded)
@@ -173,14 +180,16 @@ def budget_of(loaded: LoadedModel, *, flops: float | None, latency: float | None
     costs = unit_flops(loaded.model, seq_len)
     full = flops_per_pair(loaded.model, seq_len)
     if flops is not None:
-        return Budget(flops, None, seq_len, costs, full, check_budget(flops, costs, full))
+        return Budget(flops, None, seq_len, costs, full, check_budget(flops, costs, full, flag=named("flops", names)))
     if not 0 < latency <= 1:
-        raise UserError(f"--latency {latency} is outside (0, 1]; pass the share of the measured latency to keep.")
+        raise UserError(f"{setting(named('latency', names), latency)} is outside (0, 1]; pass the share of the "
+                        "measured latency to keep.")
     if progress:
         progress("timing layers", 0, None)
     ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or headcut_cache(),
                            runtime=latency_runtime, notice=notice)
-    return Budget(None, latency, seq_len, costs, full, check_latency_budget(latency, ms_costs), ms_costs)
+    return Budget(None, latency, seq_len, costs, full,
+                  check_latency_budget(latency, ms_costs, flag=named("latency", names)), ms_costs)
 
 
 def score_units(loaded: LoadedModel, pairs: Pairs, *, method: str = DEFAULT_METHOD, targets: str = "teacher",
@@ -259,6 +268,7 @@ def prune_to_budget(
     settings: PruneSettings = PruneSettings(),
     progress: Callable[[str, int, int | None], None] | None = None,
     notice: Callable[[str], None] | None = None,
+    names: str = "arguments",
 ) -> PruneResult:
     """Prune heads and FFN neurons of `loaded` (left untouched) to a share `flops` of its FLOPs per pair
     at `seq_len` (default: the model's max_length), or to a share `latency` of its latency per batch of
@@ -278,9 +288,11 @@ def prune_to_budget(
     (`prune.refit`). With `iterative` > 1 (as for `prune`; 0 and 1 are one shot) the budget is reached in that
     many steps of geometrically shrinking shares (`budget_shares`), the smaller model re-scored and re-tuned after
     each. Quality with paired CIs
-    (also of the final plan untuned when tuning ran) is measured as `prune` does."""
+    (also of the final plan untuned when tuning ran) is measured as `prune` does; refusals name the arguments
+    as `names` says (as `prune`'s)."""
+    said = {name: named(name, names) for name in ("tune_fit", "drop_layers", "flops", "iterative")}
     if tune_fit not in MODES:
-        raise UserError(f"--tune-fit {quoted(tune_fit)} is unknown; choose one of {', '.join(MODES)}.")
+        raise UserError(f"{said['tune_fit']} {quoted(tune_fit)} is unknown; choose one of {', '.join(MODES)}.")
     flops, latency, layer_prior, iterative, seq_len, latency_batch = checked_arguments(
         "prune_to_budget", flops=flops, latency=latency, layer_prior=layer_prior, iterative=iterative,
         seq_len=seq_len, latency_batch=latency_batch)
@@ -288,18 +300,19 @@ def prune_to_budget(
     chosen = criterion(method, neurons=True)
     check_targets(targets)
     if drop_layers and flops is None:
-        raise UserError("--drop-layers plans against --flops; the latency tables do not time a removed layer, so "
-                        "drop --drop-layers or pass --flops.")
+        raise UserError(f"{said['drop_layers']} plans against {said['flops']}; the latency tables do not time a "
+                        f"removed layer, so drop {said['drop_layers']} or pass {said['flops']}.")
     if drop_layers and steps > 1:
-        raise UserError(f"--drop-layers searches one plan of the unpruned model; --iterative {steps} re-plans a pruned "
-                        "one, so pass one of them.")
+        raise UserError(f"{said['drop_layers']} searches one plan of the unpruned model; "
+                        f"{setting(said['iterative'], steps)} re-plans a pruned one, so pass one of them.")
     pool = data_pool(loaded, data)
     check_calibration_size(pool, settings, tune=tune)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
     check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source))
     budget = budget_of(loaded, flops=flops, latency=latency, seq_len=seq_len, latency_batch=latency_batch,
-                       latency_cache=latency_cache, latency_runtime=latency_runtime, progress=progress, notice=notice)
+                       latency_cache=latency_cache, latency_runtime=latency_runtime, progress=progress, notice=notice,
+                       names=names)
     calibration = pool.sample(settings.calibrate_rows, seed=settings.seed + 1)
 
     def rescore(model, step: int) -> UnitScores:

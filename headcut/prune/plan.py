@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from headcut_grader.errors import UserError
+from headcut.prune_arguments import named
+from headcut_grader.errors import UserError, setting
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,32 @@ class HeadPlan:
         return cls(tuple(tuple(int(h) for h in torch.nonzero(row > 0).flatten()) for row in mask), mask.shape[1])
 
 
-def check_keep_ratio(keep_ratio: float) -> None:
+def check_keep_ratio(keep_ratio: float, *, names: str = "arguments") -> None:
+    """`names`: how the message names the argument (prune_arguments.named)."""
     if not 0 < keep_ratio <= 1:
-        raise UserError(f"--keep-ratio {keep_ratio} is outside (0, 1]; pass e.g. --keep-ratio 0.8 to keep 80% of heads.")
+        name = named("keep_ratio", names)
+        raise UserError(f"{setting(name, keep_ratio)} is outside (0, 1]; pass e.g. {setting(name, 0.8)} to keep 80% "
+                        "of heads.")
+
+
+def check_head_counts(keep_ratio: float, min_heads: int, num_layers: int, num_heads: int, *,
+                      names: str = "arguments") -> int:
+    """The heads a plan keeps, `round(keep_ratio * L * H)`: refused when none, or fewer than `min_heads` per layer
+    needs, or `min_heads` is more than a layer has. `names`: how the messages name the arguments
+    (prune_arguments.named)."""
+    ratio, least = named("keep_ratio", names), named("min_heads", names)
+    target = int(round(keep_ratio * num_layers * num_heads))
+    if target == 0:
+        raise UserError(f"{setting(ratio, keep_ratio)} keeps round({keep_ratio} x {num_layers * num_heads}) = 0 heads, "
+                        "a grader that gives every pair the same output; pass at least "
+                        f"{1 / (num_layers * num_heads):.3g} (one head).")
+    if min_heads > num_heads:
+        raise UserError(f"{setting(least, min_heads)} is more than the {num_heads} heads of a layer; pass at most "
+                        f"{num_heads}.")
+    if min_heads * num_layers > target:
+        raise UserError(f"{setting(least, min_heads)} needs {min_heads * num_layers} heads but "
+                        f"{setting(ratio, keep_ratio)} keeps {target}; raise {ratio} or lower {least}.")
+    return target
 
 
 def layer_weights(num_layers: int, layer_prior: float) -> torch.Tensor:
@@ -98,25 +122,13 @@ def plan_heads(
     heads that still exist (iterative pruning)."""
     check_keep_ratio(keep_ratio)
     if layer_prior < 0:
-        raise UserError(f"--layer-prior {layer_prior} is negative; pass 0 (global ranking) or more.")
+        raise UserError(f"layer_prior={layer_prior} is negative; pass 0 (global ranking) or more.")
     num_layers, num_heads = scores.shape
-    target = int(round(keep_ratio * num_layers * num_heads))
+    target = check_head_counts(keep_ratio, min_heads, num_layers, num_heads)
     effective = effective_scores(scores, layer_prior=layer_prior, available=available)
     present = torch.isfinite(effective)
     if target > int(present.sum()):
         raise ValueError(f"cannot keep {target} heads, only {int(present.sum())} are available")
-    if target == 0:
-        raise UserError(f"--keep-ratio {keep_ratio} keeps round({keep_ratio} x {num_layers * num_heads}) = 0 heads, "
-                        "a grader that gives every pair the same output; pass at least "
-                        f"{1 / (num_layers * num_heads):.3g} (one head).")
-    if min_heads > num_heads:
-        raise UserError(f"--min-heads {min_heads} is more than the {num_heads} heads of a layer; pass at most "
-                        f"{num_heads}.")
-    if min_heads * num_layers > target:
-        raise UserError(
-            f"--min-heads {min_heads} needs {min_heads * num_layers} heads but --keep-ratio {keep_ratio} keeps "
-            f"{target}; raise --keep-ratio or lower --min-heads."
-        )
     chosen = torch.zeros_like(present)
     for layer in range(num_layers):
         best = torch.argsort(effective[layer], descending=True, stable=True)[: min(min_heads, int(present[layer].sum()))]
