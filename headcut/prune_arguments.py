@@ -3,6 +3,7 @@ prune` bounds its flags and a run recipe its [prune] keys with the same ranges; 
 argument for each of those callers. Torch-free, so the command line reads them without importing the pruner."""
 from __future__ import annotations
 
+from headcut_grader import errors
 from headcut_grader.ranges import Range
 
 SHARE = Range(0.0, 1.0, low_open=True)  # of the heads, FLOPs or latency to keep
@@ -21,16 +22,17 @@ def argument_range(name: str) -> Range:
     return ARGUMENTS[name][0]
 
 
-NAMES = ("arguments", "keys", "flags")
-FLAGS = {"latency_batch": "--batch"}  # `headcut prune`'s flags that are not --NAME
+# where a caller spells an argument otherwise than NAME, prune.NAME or --NAME (headcut_grader.errors.named)
+SPELLED = {
+    "arguments": {"model": "loaded", "no_tune": "tune=False"},
+    # a run prunes its teacher, by its scan's score file (named by its path alone) or on data.train
+    "keys": {"data": "data.train", "model": "teacher.path", "no_tune": "prune.tune=false", "scores": ""},
+    "flags": {"latency_batch": "--batch"},
+}
 
 
 def named(name: str, names: str = "arguments") -> str:
     """Pruning argument `name` as a message names it for whoever called the prune: "arguments" the library's own
-    (keep_ratio), "keys" a run recipe's (prune.keep_ratio, as --set writes it), "flags" `headcut prune`'s
+    (keep_ratio), "keys" a run recipe's (prune.keep_ratio, as --set writes it) or "flags" `headcut prune`'s
     (--keep-ratio); headcut_grader.errors.setting(named(...), value) words it with its value."""
-    if names not in NAMES:
-        raise ValueError(f"names={names!r}; pass one of {', '.join(NAMES)}")
-    if names == "flags":
-        return FLAGS.get(name, "--" + name.replace("_", "-"))
-    return f"prune.{name}" if names == "keys" else name
+    return errors.named(name, names, section="prune", spelled=SPELLED)

@@ -270,3 +270,36 @@ def test_the_library_names_its_arguments_a_recipe_its_keys_and_the_command_its_f
     assert f"{drop} plans against {flops};" in refused(prune_to_budget, latency=0.5, drop_layers=True)
     pairs = read_pairs(tiny_grader[1])
     assert "less than the pooler and classifier" in refused(prune_to_budget, flops=0.0001, data=pairs)
+
+
+@pytest.mark.parametrize("names", ["arguments", "keys", "flags"])
+def test_the_inputs_of_a_prune_are_named_as_its_caller_wrote_them(tmp_path, tiny_grader, names):
+    """Was: prune(loaded, scores=...) and prune_to_budget(loaded, data=...) refused a missing score file, a model
+    without recorded dev data, an already pruned model and too few calibration pairs with --scores, --model,
+    --data, --calibrate and --no-tune, flags a Python caller or a run recipe never passed."""
+    from headcut.arch import keep_neurons
+    from headcut.prune import prune, prune_to_budget
+    from headcut_grader.errors import UserError
+
+    loaded = load_model(tiny_grader[0])
+
+    def refused(call, model=loaded, **kwargs):
+        with pytest.raises(UserError) as caught:
+            call(model, names=names, **kwargs)
+        message = str(caught.value)
+        assert names == "flags" or "--" not in message, message
+        return message
+
+    said = {"arguments": ("scores=", "loaded=", "data=FILE", "data", "tune=False"),
+            "keys": ("", "teacher.path=", "data.train=FILE", "data.train", "prune.tune=false"),
+            "flags": ("--scores ", "--model ", "--data FILE", "--data", "--no-tune")}[names]
+    missing = tmp_path / "none.json"
+    assert refused(prune, keep_ratio=0.5, scores=missing).startswith(f"{said[0]}{missing}: no such file")
+    no_dev = LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": None}, "m")
+    assert f"{said[1]}m records no dev data file; pass {said[2]} " in refused(prune, no_dev, keep_ratio=0.5)
+    assert refused(prune_to_budget, flops=0.5, data=read_pairs(tiny_grader[1]).sample(3, seed=0)).endswith(
+        f"holds only 3; pass more pairs with {said[3]}, or {said[4]}.")
+    cut = load_model(tiny_grader[0])
+    keep_neurons(cut.model, [[0, 1]] * 3)
+    assert refused(prune, LoadedModel(cut.model, cut.tokenizer, cut.meta, "cut"), keep_ratio=0.5).startswith(
+        f"{said[1]}cut is already pruned")

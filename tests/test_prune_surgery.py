@@ -151,6 +151,6 @@ def test_a_model_pruned_in_its_ffn_only_is_already_pruned():
     width, layers = model.config.intermediate_size, model.config.num_hidden_layers
     check_unpruned(LoadedModel(model, None, {}, "whole"))
     keep_neurons(model, [list(range(width // 2))] * layers)
-    with pytest.raises(UserError, match=rf"^--model cut is already pruned \(\[{width // 2}, .*\] FFN neurons per "
+    with pytest.raises(UserError, match=rf"^loaded=cut is already pruned \(\[{width // 2}, .*\] FFN neurons per "
                                         rf"layer of {width}\)"):
         check_unpruned(LoadedModel(model, None, {}, "cut"))

@@ -20,6 +20,24 @@ def setting(name: str, value) -> str:
     return f"{name} {value}" if name.startswith(("-", "[")) else f"{name}={value}"
 
 
+NAMES = ("arguments", "keys", "flags")  # who called a library check: Python, a run recipe, a command
+
+
+def named(name: str, names: str = "arguments", *, section: str, spelled: dict | None = None) -> str:
+    """Argument `name` as a message names it for whoever called: "arguments" the library's own (keep_ratio), "keys"
+    a run recipe's in `section` (prune.keep_ratio, as --set writes it), "flags" the command's (--keep-ratio);
+    `spelled` ({names: {name: spelling}}) where a caller spells it otherwise. setting(named(...), value) words it
+    with its value."""
+    if names not in NAMES:
+        raise ValueError(f"names={names!r}; pass one of {', '.join(NAMES)}")
+    given = (spelled or {}).get(names, {})
+    if name in given:
+        return given[name]
+    if names == "flags":
+        return "--" + name.replace("_", "-")
+    return f"{section}.{name}" if names == "keys" else name
+
+
 def quoted(name) -> str:
     """A name from a user's file or flag (a column, a key) as a message quotes it: 'grade', with each character
     that does not print (a zero-width space, a tab, NUL) written as Python escapes it ('grade\\u200b'), so a name

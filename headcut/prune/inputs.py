@@ -8,16 +8,18 @@ from headcut_grader.data import Pairs, read_pairs
 from headcut_grader.errors import UserError
 from headcut.prune.result import PruneSettings
 from headcut.prune.scores import default_data
+from headcut.prune_arguments import named
 
 OPTIMISTIC = ("These pairs also chose the pruned units, so the change is optimistic; "
               "pass --eval-data for held-out pairs.")
 
 
-def data_pool(loaded, data: Pairs | None) -> Pairs:
-    """`data`, or by default the dev data `headcut finetune` recorded in the model's headcut.json."""
+def data_pool(loaded, data: Pairs | None, names: str = "arguments") -> Pairs:
+    """`data`, or by default the dev data `headcut finetune` recorded in the model's headcut.json; `names`: how a
+    refusal names the arguments (`prune_arguments.named`)."""
     if data is not None:
         return data
-    path, options = default_data(loaded)
+    path, options = default_data(loaded, names)
     return read_pairs(path, task=loaded.task, grades=loaded.grades, **options)  # gold indexes the model's grades
 
 
@@ -44,13 +46,13 @@ def notes_for(eval_pairs: Pairs | None, *chose: Pairs | None) -> list[str]:
 MIN_CALIBRATE_ROWS = 5  # mask tuning holds every fifth calibration pair out to check each fit (prune.tune)
 
 
-def check_calibration_size(pool: Pairs, settings: PruneSettings, *, tune: bool) -> None:
-    """Mask tuning on too few pairs is refused before any scoring, with the numbers that decide it."""
-    rows = min(len(pool), settings.calibrate_rows)
-    if tune and rows < MIN_CALIBRATE_ROWS:
-        have = f"{pool.source} holds only {len(pool)}" if len(pool) < settings.calibrate_rows else f"--calibrate is {rows}"
-        raise UserError(f"mask tuning (--flops/--latency) needs at least {MIN_CALIBRATE_ROWS} calibration pairs (every "
-                        f"fifth is held out to check the fit) but {have}; pass more pairs with --data, or --no-tune.")
+def check_calibration_size(pool: Pairs, settings: PruneSettings, *, tune: bool, names: str = "arguments") -> None:
+    """Mask tuning on too few pairs is refused before any scoring, with the numbers that decide it; `names` as
+    `data_pool`'s."""
+    if tune and min(len(pool), settings.calibrate_rows) < MIN_CALIBRATE_ROWS:  # PruneSettings keeps calibrate_rows >= 5
+        raise UserError(f"mask tuning needs at least {MIN_CALIBRATE_ROWS} calibration pairs (every fifth is held out "
+                        f"to check the fit) but {pool.source} holds only {len(pool)}; pass more pairs with "
+                        f"{named('data', names)}, or {named('no_tune', names)}.")
 
 
 def file_score_record(scores, meta: dict) -> dict:

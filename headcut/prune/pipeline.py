@@ -80,7 +80,7 @@ def prune(
     keep_ratio, layer_prior, min_heads, iterative = checked_arguments(
         "prune", keep_ratio=keep_ratio, layer_prior=layer_prior, min_heads=min_heads, iterative=iterative)
     check_keep_ratio(keep_ratio, names=names)
-    check_unpruned(loaded)
+    check_unpruned(loaded, named("model", names))
     check_head_counts(keep_ratio, min_heads, *mask_shape(loaded.model), names=names)  # before any scoring
     if scores is not None and iterative:
         said = {name: named(name, names) for name in ("iterative", "data", "scores")}
@@ -90,7 +90,7 @@ def prune(
     score_pairs = None
     if scores is None:
         method = method or DEFAULT_METHOD
-        score_pairs = data_pool(loaded, data).sample(settings.score_rows, seed=seed)
+        score_pairs = data_pool(loaded, data, names).sample(settings.score_rows, seed=seed)
     scans = []
 
     def score(model):
@@ -106,7 +106,7 @@ def prune(
         pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
     else:
         if scores is not None:
-            head_scores, meta = scores_from_file(scores, loaded, method=method)
+            head_scores, meta = scores_from_file(scores, loaded, method=method, names=names)
         else:
             head_scores = score(loaded.model)
         plan = plan_heads(head_scores, keep_ratio, layer_prior=layer_prior, min_heads=min_heads)
@@ -175,7 +175,7 @@ def budget_of(loaded: LoadedModel, *, flops: float | None, latency: float | None
     target = one_target_problem({"flops": flops, "latency": latency}, flags=names == "flags")
     if target:
         raise UserError(f"pass {target}.")
-    check_unpruned(loaded)
+    check_unpruned(loaded, named("model", names))
     seq_len = int(seq_len or loaded.max_length)
     costs = unit_flops(loaded.model, seq_len)
     full = flops_per_pair(loaded.model, seq_len)
@@ -305,8 +305,8 @@ def prune_to_budget(
     if drop_layers and steps > 1:
         raise UserError(f"{said['drop_layers']} searches one plan of the unpruned model; "
                         f"{setting(said['iterative'], steps)} re-plans a pruned one, so pass one of them.")
-    pool = data_pool(loaded, data)
-    check_calibration_size(pool, settings, tune=tune)
+    pool = data_pool(loaded, data, names)
+    check_calibration_size(pool, settings, tune=tune, names=names)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
     check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source))

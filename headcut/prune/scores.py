@@ -10,11 +10,13 @@ from headcut.arch import heads_per_layer, intermediate_size, layer_ids, mask_sha
 from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import as_path
+from headcut.prune_arguments import named
 
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
 
 
-def check_unpruned(loaded, flag: str = "--model") -> None:
+def check_unpruned(loaded, flag: str = named("model")) -> None:
+    """Refuse a model already pruned (layers, heads or FFN neurons), named as `flag` (`prune_arguments.named`)."""
     layers, heads = mask_shape(loaded.model)
     if layer_ids(loaded.model) != list(range(layers)):
         raise UserError(f"{setting(flag, loaded.path)} is already pruned (it kept layers {layer_ids(loaded.model)}); "
@@ -28,40 +30,45 @@ def check_unpruned(loaded, flag: str = "--model") -> None:
                         f"per layer of {full}); prune the original model instead.")
 
 
-def scores_from_file(path: str | Path, loaded, *, method: str | None = None) -> tuple[torch.Tensor, dict]:
+def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
+                     names: str = "arguments") -> tuple[torch.Tensor, dict]:
     """Scores and metadata from a scan's importance.json, refused when they belong to another model.
-    `method`: which of the file's methods; default DEFAULT_METHOD when the file has it, else its first."""
+    `method`: which of the file's methods; default DEFAULT_METHOD when the file has it, else its first; `names`:
+    how a refusal names the arguments (`prune_arguments.named`)."""
     from headcut.evaluate.importance import absent_heads, read_scores
 
     path = as_path(path, "scores", what="a scan's importance.json file's path")
+    scores_said, model, data = setting(named("scores", names), path), named("model", names), named("data", names)
     if not path.exists():
-        raise UserError(f"--scores {path}: no such file; run `headcut scan` first or pass --data to score heads here.")
+        raise UserError(f"{scores_said}: no such file; run `headcut scan` first or pass {data} to score heads here.")
     scores, meta = read_scores(path, method=method, default=DEFAULT_METHOD)
     scores = torch.as_tensor(scores, dtype=torch.float64)
     expected = mask_shape(loaded.model)
     if tuple(scores.shape) != expected:
-        raise UserError(f"--scores {path} has {tuple(scores.shape)} heads but --model has {expected}; "
+        raise UserError(f"{scores_said} has {tuple(scores.shape)} heads but {model} has {expected}; "
                         "scan this model or pass its own score file.")
     missing = torch.nonzero(torch.isinf(scores) & ~absent_heads(loaded.model))
     if len(missing):
         layer, head = (int(x) for x in missing[0])
-        raise UserError(f"--scores {path} has no score (null) for head L{layer}H{head}, which --model has; "
+        raise UserError(f"{scores_said} has no score (null) for head L{layer}H{head}, which {model} has; "
                         "scan this model or pass its own score file.")
     recorded = (meta.get("model") or {}).get("weights_hash")
     if recorded and loaded.weights_hash and recorded != loaded.weights_hash:
-        raise UserError(f"--scores {path} was computed on another model (weights {recorded}, --model has "
+        raise UserError(f"{scores_said} was computed on another model (weights {recorded}, {model} has "
                         f"{loaded.weights_hash}); scan this model or pass its own score file.")
     return scores, meta
 
 
-def default_data(loaded) -> tuple[str, dict]:
-    """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, how to read it)."""
+def default_data(loaded, names: str = "arguments") -> tuple[str, dict]:
+    """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, how to read it); `names` as
+    `scores_from_file`'s."""
     dev = loaded.meta.get("dev_data") or {}
     path = dev.get("path")
     if not path or not Path(path).exists():
         where = f" (it names {path}, which is missing)" if path else ""
-        raise UserError(f"--model {loaded.path} records no dev data file{where}; pass --data FILE to score heads "
-                        "or --scores FILE from `headcut scan`.")
+        raise UserError(f"{setting(named('model', names), loaded.path)} records no dev data file{where}; pass "
+                        f"{setting(named('data', names), 'FILE')} to score heads or "
+                        f"{setting(named('scores', names), 'FILE')} from `headcut scan`.")
     return path, {key: dev.get(key) for key in FILE_KEYS}
 
 
