@@ -152,7 +152,7 @@ def test_build_grader_folder_and_refusals(tmp_path):
     assert "INT8" in (folder / "README.md").read_text()
     with pytest.raises(UserError, match="not empty"):
         build_grader(loaded, folder)
-    with pytest.raises(UserError, match="--int8 needs labelled pairs"):
+    with pytest.raises(UserError, match="^int8=True needs labelled pairs"):
         build_grader(loaded, tmp_path / "x", int8=True)
     with pytest.raises(ParityError, match="no INT8 recipe passes"):
         build_grader(loaded, tmp_path / "strict", pairs=synthetic_pairs(60), int8=True,
@@ -294,3 +294,42 @@ def test_an_int8_grader_grades_a_pair_alone_as_in_any_batch(tmp_path):
     batched = Grader(folder, batch_size=32).grade(shuffled)
     assert alone.grades.tolist() == batched.grades.tolist()
     assert np.max(np.abs(alone.expected - batched.expected)) <= 1e-5
+
+
+@pytest.mark.parametrize("names", ["arguments", "keys", "flags"])
+def test_an_export_names_its_settings_as_its_caller_wrote_them(tmp_path, names):
+    """Was: build_grader(loaded, out, int8=True) said '--int8 needs labelled pairs; pass --data FILE', and a
+    failed gate 'export without --int8, or relax --min-agreement/...', to a Python caller and to a run recipe (in
+    its report's note) alike: flags neither passed."""
+    from headcut.export.build import resolve_precision
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=128, initializer_range=0.2)
+    loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
+
+    def refused(error=UserError, **kwargs):
+        with pytest.raises(error) as caught:
+            build_grader(loaded, tmp_path / "out", **kwargs, **({} if names == "arguments" else {"names": names}))
+        message = str(caught.value)
+        assert names == "flags" or "--" not in message, message
+        return message
+
+    int8, precision, data, more = {
+        "arguments": ("int8=True", "precision=", "pairs=read_pairs(FILE)", "pass more pairs, or"),
+        "keys": ("export.precision=int8", "export.precision=", "FILE", "pass more pairs (a larger export.rows), or"),
+        "flags": ("--int8", "--precision ", "--data FILE", "pass more pairs (a larger --limit), or")}[names]
+    assert refused(int8=True).startswith(f"{int8} needs labelled pairs") and f"pass {data}." in refused(int8=True)
+    assert refused(precision="auto").startswith(f"{precision}auto ships the fastest precision")
+    assert f"judges {precision}int8 against fp32 (it needs at least 20); {more} {precision}fp32." in refused(
+        pairs=synthetic_pairs(5), precision="int8")
+    with pytest.raises(UserError, match=f"^{int8} and {precision}bf16 disagree"):
+        resolve_precision("onnxruntime", "bf16", int8=True, **({} if names == "arguments" else {"names": names}))
+    from headcut.export.gate import gate_fix
+
+    gate = Int8Gate(min_agreement=1.01)
+    assert refused(ParityError, pairs=synthetic_pairs(60), int8=True, gate=gate).endswith(
+        f"; {gate_fix(names, int8=True)}.")
+    relax = {"arguments": "relax gate.min_agreement/gate.max_spearman_drift/gate.max_drop",
+             "keys": "relax export.min_agreement/export.max_spearman_drift/export.max_drop",
+             "flags": "relax --min-agreement/--max-spearman-drift/--max-drop"}[names]
+    assert gate_fix(names, int8=False) == f"export {precision}fp32, or {relax}"

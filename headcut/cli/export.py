@@ -129,7 +129,7 @@ def export(
 
     model, model_name = one_model(model, model_flag)
     check_out_dir(out, overwrite=overwrite, inputs=[model, data])
-    precisions = resolve_precision(backend, precision, int8=int8)  # a bad --backend/--precision stops here
+    precisions = resolve_precision(backend, precision, int8=int8, names="flags")  # a bad --backend/--precision stops here
     gate_flags = flags_set(ctx, ["min_agreement", "max_spearman_drift", "max_drop"])
     if gate_flags and set(precisions) <= {"fp32", None}:
         raise UserError(f"{gate_flags[0]} sets the gate an int8, bf16 or auto export must pass, and this export is "
@@ -146,6 +146,6 @@ def export(
     gate = Int8Gate(min_agreement=min_agreement, max_spearman_drift=max_spearman_drift, max_drop=max_drop)
     record = build_grader(loaded, out, pairs=pairs, int8=int8, backend=backend, precision=precision, optimize=optimize, opset=opset, max_length=max_length,
                           gate=gate, threads=threads, overwrite=overwrite,
-                          progress=lambda msg: typer.echo(f"... {msg}", err=True))
+                          progress=lambda msg: typer.echo(f"... {msg}", err=True), names="flags")
     typer.echo(format_record(record))
     typer.echo(f"wrote {out}")

@@ -19,7 +19,7 @@ from headcut.export.build_openvino import backend_speed, build_openvino, check_r
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, GateError, check_parity, export_onnx, gate_batches, input_names,
                                    onnx_logits, parity, reference_logits, run_session, session)
-from headcut.export.gate import MIN_GATE_PAIRS
+from headcut.export.gate import MIN_GATE_PAIRS, gate_fix, labelled_pairs, more_pairs, named
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
@@ -32,16 +32,16 @@ BACKENDS = ("onnxruntime", "openvino", "auto")
 
 
 def resolve_precision(backend: str, precision: str | None, *, int8: bool,
-                      flags: tuple[str, str] = ("--backend", "--precision")) -> tuple[str, str | None]:
-    """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend` and `--precision`/`--int8`;
-    `flags` name the backend and precision settings in messages (`headcut run`: its export.* keys)."""
-    backend_flag, precision_flag = flags
+                      names: str = "arguments") -> tuple[str, str | None]:
+    """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend`, `precision` and `int8`; `names`:
+    how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags)."""
+    backend_flag, precision_flag = named("backend", names), named("precision", names)
     if backend not in BACKENDS:
         raise UserError(f"{setting(backend_flag, backend)} is not one of {', '.join(BACKENDS)}.")
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.")
     if int8 and precision not in (None, "int8"):
-        raise UserError(f"--int8 and {setting(precision_flag, precision)} disagree; pass one of them.")
+        raise UserError(f"{named('int8', names)} and {setting(precision_flag, precision)} disagree; pass one of them.")
     precision = precision or ("int8" if int8 else "fp32")
     if backend == "onnxruntime":
         if precision == "bf16":
@@ -68,6 +68,7 @@ def build_grader(
     threads: int = 2,
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
+    names: str = "arguments",
 ) -> dict:
     """Write GRADER_DIR `out` for `loaded` (a headcut LoadedModel) and return its grader.json record.
 
@@ -76,56 +77,66 @@ def build_grader(
     `precision`: fp32, bf16 (OpenVINO, CPUs with AMX/AVX512_BF16), int8 or auto (the fastest that passes the
     gate); `int8=True` is `precision="int8"`. `pairs` (labelled) feed the real part of the parity gate, the
     accuracy figures and every precision choice.
-    Raises ParityError when a graph fails its gate, UserError when the request cannot be met here.
+    Raises ParityError when a graph fails its gate, UserError when the request cannot be met here; both name the
+    settings as `names` says: "arguments" (precision='fp32'), a run's "keys" or `headcut export`'s "flags".
     """
     out = as_path(out, "build_grader out")
     ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
-                                                        int8=int8, max_length=max_length or loaded.max_length)
+                                                        int8=int8, max_length=max_length or loaded.max_length, names=names)
     say = progress or (lambda message: None)
     model, max_length = loaded.model, max_length or loaded.max_length
-    with atomic_dir(out, overwrite=overwrite) as tmp:
-        graphs = export_checked(model, loaded.tokenizer, pairs, tmp, opset=opset, max_length=max_length,
-                                optimize=optimize, threads=threads, say=say)
-        graded = Graded(None, None, None, None, graphs.final)
-        if labelled:
-            graded = grade_and_quantize(loaded, pairs, graphs, tmp, ort_precision=ort_precision, gate=gate,
-                                        choices=choices, threads=threads, max_length=max_length, say=say)
-        openvino = speed = None
-        if ov_precision:
-            openvino, speed = openvino_beside(model, pairs if labelled else None, graphs, graded, tmp,
-                                              precision=ov_precision, gate=gate, threads=threads, say=say)
-        record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset, backend=backend,
-                              openvino=openvino, speed=speed)
+    try:
+        with atomic_dir(out, overwrite=overwrite) as tmp:
+            graphs = export_checked(model, loaded.tokenizer, pairs, tmp, opset=opset, max_length=max_length,
+                                    optimize=optimize, threads=threads, say=say)
+            graded = Graded(None, None, None, None, graphs.final)
+            if labelled:
+                graded = grade_and_quantize(loaded, pairs, graphs, tmp, ort_precision=ort_precision, gate=gate,
+                                            choices=choices, threads=threads, max_length=max_length, say=say)
+            openvino = speed = None
+            if ov_precision:
+                openvino, speed = openvino_beside(model, pairs if labelled else None, graphs, graded, tmp,
+                                                  precision=ov_precision, gate=gate, threads=threads, say=say)
+            record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset, backend=backend,
+                                  openvino=openvino, speed=speed)
+    except GateError as error:  # the fix is the caller's to name
+        raise GateError(f"{error}; {gate_fix(names, int8=int8)}.") from None
     return record
 
 
 def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | None, int8: bool,
-                max_length: int) -> tuple[str, str | None, bool]:
-    """Refuse what cannot be built, before any work: (ORT precision, OpenVINO precision or None, labelled)."""
+                max_length: int, names: str = "arguments") -> tuple[str, str | None, bool]:
+    """Refuse what cannot be built, before any work: (ORT precision, OpenVINO precision or None, labelled);
+    `names` as `build_grader`'s."""
     from headcut.models import check_stage
 
     check_stage(loaded, "export")
     check_max_length(loaded.model, max_length)  # a grader must not accept texts its graph cannot embed
-    ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8)
+    ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8, names=names)
     labelled = pairs is not None and pairs.task is not None
     if labelled:
-        check_task(loaded.task, pairs, f"--model {loaded.path}")
+        check_task(loaded.task, pairs, setting(named("model", names), loaded.path))
+
+    def precision_said(value) -> str:
+        return setting(named("precision", names), value)
+
     if precision == "auto" and not labelled:
-        raise UserError("--precision auto ships the fastest precision that passes the gate on labelled pairs; pass "
-                        "--data FILE, or --precision fp32.")
+        raise UserError(f"{precision_said('auto')} ships the fastest precision that passes the gate on labelled "
+                        f"pairs; pass {labelled_pairs(names)}, or {precision_said('fp32')}.")
     if ort_precision == "int8" and not labelled:
-        raise UserError("--int8 needs labelled pairs to check agreement, Spearman and accuracy; pass --data FILE.")
+        raise UserError(f"{named('int8', names) if int8 else precision_said('int8')} needs labelled pairs to check "
+                        f"agreement, Spearman and accuracy; pass {labelled_pairs(names)}.")
     if ov_precision:
-        check_request(ov_precision, labelled=labelled)
+        check_request(ov_precision, labelled=labelled, names=names)
     gated = {ort_precision, ov_precision} - {"fp32", None}
     if gated and labelled and loaded.task == "score" and not any(len(g) > 1 for g in pairs.query_groups()):
-        raise UserError(f"--data {pairs.source}: no two of its {len(pairs)} pairs share a query, so the gate of a "
-                        "one-score model has no title order to check; pass more pairs (a larger --limit) or a file "
-                        "with several titles per query.")
+        raise UserError(f"{setting(named('data', names), pairs.source)}: no two of its {len(pairs)} pairs share a "
+                        f"query, so the gate of a one-score model has no title order to check; pass "
+                        f"{more_pairs(names)} or a file with several titles per query.")
     if gated and labelled and len(pairs) < MIN_GATE_PAIRS:
-        raise UserError(f"--data {pairs.source}: {len(pairs)} pairs are too few for the gate that judges --precision "
-                        f"{precision or 'int8'} against fp32 (it needs at least {MIN_GATE_PAIRS}); pass more pairs (a "
-                        "larger --limit), or --precision fp32.")
+        raise UserError(f"{setting(named('data', names), pairs.source)}: {len(pairs)} pairs are too few for the gate "
+                        f"that judges {precision_said(precision or 'int8')} against fp32 (it needs at least "
+                        f"{MIN_GATE_PAIRS}); pass {more_pairs(names)}, or {precision_said('fp32')}.")
     if not getattr(loaded.tokenizer, "is_fast", False):
         raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, which the ONNX grader needs.")
     return ort_precision, ov_precision, labelled
@@ -272,8 +283,7 @@ def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, gr
               for name in names]
     best = fastest_passing(trials)
     if best is None:
-        raise GateError(f"no INT8 recipe passes the gate ({gate_table(trials)}); export without --int8, or relax "
-                          "--min-agreement/--max-spearman-drift/--max-drop.")
+        raise GateError(f"no INT8 recipe passes the gate ({gate_table(trials)})")  # build_grader adds the fix
     fp32_nodes_of = {c.name: list(c.keep_fp32) for c in choices}  # recorded so the choice can be reproduced
     record = {"chosen": {**best.as_dict(), "keep_fp32": fp32_nodes_of[best.choice]},
               "trials": [t.as_dict() for t in trials], "gate": asdict(gate),

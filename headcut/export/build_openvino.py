@@ -14,8 +14,9 @@ from pathlib import Path
 
 from headcut_grader.errors import UserError, setting
 from headcut.export.export import GateError, check_parity, export_onnx, onnx_logits, parity
-from headcut.export.openvino import (NEEDS_NNCF, OV_INT8_CHOICES, bf16_problem, compiled_runner, convert, quantize_int8,
+from headcut.export.openvino import (OV_INT8_CHOICES, bf16_problem, compiled_runner, convert, quantize_int8,
                                      require_openvino, save_ir)
+from headcut.export.gate import labelled_pairs, named
 from headcut.export.quantize import Int8Gate, batch_dependence, fastest_passing, gate_table, judge
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
@@ -38,17 +39,19 @@ class Judged:
     run: object  # the chosen graph's run(batch), for the backend timing
 
 
-def check_request(precision: str, *, labelled: bool, flag: str = "--precision") -> None:
-    """Refuse, before any work, what the OpenVINO graph cannot do here; `flag` names the precision setting."""
+def check_request(precision: str, *, labelled: bool, names: str = "arguments") -> None:
+    """Refuse, before any work, what the OpenVINO graph cannot do here; `names` as build_grader's."""
     require_openvino()
+    flag = named("precision", names)
     if precision in ("bf16", "int8") and not labelled:
-        raise UserError(f"--precision {precision} needs labelled pairs to check agreement, Spearman and accuracy "
-                        "against fp32; pass --data FILE.")
+        raise UserError(f"{setting(flag, precision)} needs labelled pairs to check agreement, Spearman and accuracy "
+                        f"against fp32; pass {labelled_pairs(names)}.")
     if precision == "bf16" and bf16_problem():
         raise UserError(f"{setting(flag, 'bf16')}: {bf16_problem()}; or use {setting(flag, 'fp32')}, int8 or auto.")
     if precision in ("int8", "auto") and labelled:
         if optional_module("nncf") is None:
-            raise UserError(NEEDS_NNCF)
+            raise UserError(f"{setting(flag, precision)} on OpenVINO needs NNCF; run: pip install "
+                            "'headcut[openvino]'.")
 
 
 def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded, labels, grades, precision: str,
@@ -71,7 +74,7 @@ def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded
                                                 precision=precision, gate=gate, threads=threads, say=say,
                                                 vocab=model.config.vocab_size, groups=groups)
     elif precision != "fp32":
-        record["choice"] = {"note": "no labelled pairs (--data): fp32, the only precision checked without them"}
+        record["choice"] = {"note": "no labelled pairs: fp32, the only precision checked without them"}
     record.update(precision=chosen.precision, inference_precision=chosen.hint, files=save_ir(chosen.model, tmp))
     return Judged(record, run)
 
@@ -114,8 +117,7 @@ def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, preci
               for c in found]
     best = fastest_passing(trials)
     if best is None and precision != "auto":
-        raise GateError(f"no OpenVINO {precision} graph passes the gate ({gate_table(trials)}); export with "
-                        "--precision fp32 or auto, or relax --min-agreement/--max-spearman-drift/--max-drop.")
+        raise GateError(f"no OpenVINO {precision} graph passes the gate ({gate_table(trials)})")  # build_grader: the fix
     by_name = {c.name: c for c in found}
     chosen = by_name[best.choice] if best else Candidate("fp32", "fp32", "fp32", fp32_model)
     record = {"chosen": chosen.name, "trials": [t.as_dict() for t in trials], "skipped": skipped,

@@ -1,15 +1,49 @@
 """The INT8 gate: how far an INT8 graph may move from its fp32 graph and still ship. Its limits are declared
-here once, with their ranges; `headcut export`'s flags and a run recipe's export section read them."""
+here once, with their ranges; `headcut export`'s flags and a run recipe's export section read them; and how an
+export's messages name its settings for each of those callers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from headcut_grader import errors
+from headcut_grader.errors import setting
 from headcut_grader.ranges import ranged
 
 
 # Fewest pairs the gate judges a precision on: below it one pair moves agreement by 5 points and a quantised
 # graph's drift cannot show (a run's export.rows has the same floor).
 MIN_GATE_PAIRS = 20
+
+
+GATE_LIMITS = ("min_agreement", "max_spearman_drift", "max_drop")  # what `headcut export` and a recipe set
+# where a caller spells a setting otherwise than NAME, export.NAME or --NAME (headcut_grader.errors.named)
+SPELLED = {
+    "arguments": {"data": "pairs", "int8": "int8=True", "model": "loaded", **{g: f"gate.{g}" for g in GATE_LIMITS}},
+    # a run exports the stage's model on pairs it chose (named by their file alone), export.rows of them
+    "keys": {"data": "", "int8": "export.precision=int8", "limit": "export.rows", "model": ""},
+}
+
+
+def named(name: str, names: str = "arguments") -> str:
+    """Export setting `name` as a message names it for whoever called build_grader: "arguments" its own
+    (precision), "keys" a run recipe's (export.precision) or "flags" `headcut export`'s (--precision)."""
+    return errors.named(name, names, section="export", spelled=SPELLED)
+
+
+def more_pairs(names: str) -> str:
+    """How a caller asks for more pairs: a larger --limit or export.rows (a Python caller passes them)."""
+    return "more pairs" if names == "arguments" else f"more pairs (a larger {named('limit', names)})"
+
+
+def labelled_pairs(names: str) -> str:
+    """How a caller passes labelled pairs."""
+    return "pairs=read_pairs(FILE)" if names == "arguments" else setting(named("data", names), "FILE")
+
+
+def gate_fix(names: str, *, int8: bool) -> str:
+    """What a caller whose graph failed the gate can do: ship fp32, or relax the gate."""
+    fp32 = f"drop {named('int8', names)}" if int8 else f"export {setting(named('precision', names), 'fp32')}"
+    return f"{fp32}, or relax {'/'.join(named(g, names) for g in GATE_LIMITS)}"
 
 
 @dataclass(frozen=True)

@@ -48,14 +48,14 @@ OV_INT8_CHOICES = (
     OvInt8Choice("nncf-no-smoothquant-ffn-out-fp32", smooth_quant=False, ignore_ffn_out=True),
 )
 
-NEEDS_NNCF = "--precision int8 on OpenVINO needs NNCF; run: pip install 'headcut[openvino]'."
+NEEDS_NNCF = "int8 on OpenVINO needs NNCF; run: pip install 'headcut[openvino]'."
 
 
 def require_openvino():
     """The openvino module, or one sentence saying how to install it (export needs nncf for INT8 too)."""
     openvino = optional_module("openvino")
     if openvino is None:
-        raise UserError(f"--backend openvino needs the openvino package; run: {INSTALL['openvino']}.")
+        raise UserError(f"an OpenVINO export needs the openvino package; run: {INSTALL['openvino']}.")
     return openvino
 
 

@@ -192,10 +192,9 @@ def check_export(recipe: PipelineRecipe) -> None:
     from headcut.export.build_openvino import check_request
 
     e = recipe.export
-    _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False,
-                                              flags=("export.backend", "export.precision"))
+    _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False, names="keys")
     if openvino_precision is not None:
-        check_request(openvino_precision, labelled=True, flag="export.precision")
+        check_request(openvino_precision, labelled=True, names="keys")
 
 
 def check_choice_data(recipe: PipelineRecipe) -> None:

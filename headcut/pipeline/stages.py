@@ -153,13 +153,14 @@ def export(source: str) -> Callable[[Context], dict]:
         note = None
         try:
             record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend,
-                                  precision=e.precision, gate=gate, threads=e.threads, overwrite=True, progress=say)
+                                  precision=e.precision, gate=gate, threads=e.threads, overwrite=True, progress=say,
+                                  names="keys")
         except GateError as error:
             if e.precision not in ("int8", "bf16"):
                 raise
             note = f"no {e.precision} graph passed the gate, exported fp32 ({error})"
             record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision="fp32",
-                                  gate=gate, threads=e.threads, overwrite=True, progress=say)
+                                  gate=gate, threads=e.threads, overwrite=True, progress=say, names="keys")
         return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"], "precision": record["precision"],
                 "bytes": record["model_file"]["bytes"], "note": note}
 
