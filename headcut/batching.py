@@ -9,6 +9,7 @@ import torch
 from headcut.arch import takes_token_types, usable_positions
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, setting
+from headcut.model_arguments import check_model, check_tokenizer
 
 DEFAULT_MAX_LENGTH = 128  # for models that record no token limit (plain Hugging Face folders)
 RECORDED = "headcut_max_length"  # attribute load_model sets on a model: the token limit it was trained at
@@ -53,6 +54,9 @@ def check_max_length(model, max_length: int, *, flag: str = "--max-length") -> N
 def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None) -> Encoded:
     """Tokenise query/title pairs as one sentence pair each. Pairs over `max_length` lose tokens from
     whichever side is longer at each step ('longest_first'), so a long query is cut as well as a title."""
+    check_tokenizer(tokenizer, "encode tokenizer")
+    if model is not None:
+        check_model(model, "encode model")
     max_length = max_length_of(model, max_length)
     if model is not None:
         check_max_length(model, max_length)

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, usable_positions, widen)
 from headcut.batching import RECORDED, max_length_of
+from headcut.model_arguments import check_loaded
 from headcut.weight_files import (broken_file, check_sizes, check_weights_cover, find_weights, read_json_file, read_state,
                                   weights_counts, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
@@ -427,6 +428,7 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
     """Write an artifact folder atomically: safetensors weights, config with the per-layer shape,
     tokenizer and headcut.json. `load_model(out)` reloads it exactly."""
     out = as_path(out, "save_model out")
+    check_loaded(loaded, "save_model loaded")
     model = loaded.model
     merged = dict(loaded.meta)
     merged.update(meta or {})

@@ -328,3 +328,51 @@ def test_bootstrap_arguments_of_the_evaluate_api_are_checked(call, words):
     logits = np.random.default_rng(0).normal(size=(len(pairs), 5)).astype(np.float32)
     with pytest.raises(UserError, match="^" + re.escape(words)):
         call(evaluate, logits, pairs)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda api, m, p, out: api["evaluate_model"](m.path, p), "evaluate_model loaded is the path '{path}'; pass the "
+                                                            "loaded model: headcut.load_model('{path}')."),
+    (lambda api, m, p, out: api["evaluate_model"](m.model, p), "evaluate_model loaded is a BertForSequenceClassification "
+                                                             "(a PyTorch model); pass what headcut.load_model(path)"),
+    (lambda api, m, p, out: api["evaluate_model"](None, p), "evaluate_model loaded is None; pass the loaded model"),
+    (lambda api, m, p, out: api["predict_logits"](m, m.tokenizer, p), "predict_logits model is a LoadedModel; pass its "
+                                                                     ".model (and its .tokenizer as the tokenizer)."),
+    (lambda api, m, p, out: api["predict_logits"](m.model, m.path, p), "predict_logits tokenizer is the path '{path}'; "
+                                                                      "pass a loaded tokenizer: headcut.load_model("),
+    (lambda api, m, p, out: api["compare_models"](m.path, m.model, m.tokenizer, p), "compare_models before is the path"),
+    (lambda api, m, p, out: api["compare_models"](m.model, m, m.tokenizer, p), "compare_models after is a LoadedModel"),
+    (lambda api, m, p, out: api["head_importance"](m.path, m.tokenizer, p, method="kl"), "head_importance model is the"),
+    (lambda api, m, p, out: api["encode"](m.path, p), "encode tokenizer is the path '{path}'"),
+    (lambda api, m, p, out: api["scan"](m.path, p), "scan loaded is the path '{path}'"),
+    (lambda api, m, p, out: api["prune"](m.path, keep_ratio=0.5, data=p), "prune loaded is the path '{path}'"),
+    (lambda api, m, p, out: api["prune_to_budget"](m.path, flops=0.5, data=p), "prune_to_budget loaded is the path"),
+    (lambda api, m, p, out: api["pruned_copy"](m.model, None), "pruned_copy loaded is a BertForSequenceClassification"),
+    (lambda api, m, p, out: api["apply_plan"](3, None), "apply_plan model is 3; pass a PyTorch model"),
+    (lambda api, m, p, out: api["apply_plan"](object(), None), "apply_plan model is an object; pass a PyTorch model"),
+    (lambda api, m, p, out: api["speed_summary"](m, m.model, seq_len=8), "speed_summary before is a LoadedModel"),
+    (lambda api, m, p, out: api["build_grader"](m.path, out), "build_grader loaded is the path '{path}'"),
+    (lambda api, m, p, out: api["save_model"](m.model, out), "save_model loaded is a BertForSequenceClassification"),
+    (lambda api, m, p, out: api["teacher_logits"](m.path, p, encoded=None, max_length=32, cache_dir=None),
+     "teacher_logits teacher is the path"),
+])
+def test_a_public_function_given_a_path_or_the_wrong_model_says_what_to_pass(tmp_path, saved_models, call, words):
+    """Was: AttributeError ("'str' object has no attribute 'max_length'", "'LoadedModel' object has no attribute
+    'eval'") or TypeError ("'str' object is not callable"); now one sentence naming the function and argument and
+    what to pass (what headcut.load_model returns, or its .model / .tokenizer), before any work or output."""
+    from headcut import evaluate, load_model, prune, save_model
+    from headcut.distill import teacher_logits
+    from headcut.evaluate.scan import scan
+    from headcut.export import build_grader
+    from headcut.synthetic import synthetic_pairs
+    from headcut_grader.errors import UserError
+
+    api = {**{name: getattr(evaluate, name) for name in ("evaluate_model", "predict_logits", "compare_models",
+                                                          "head_importance", "encode")},
+           **{name: getattr(prune, name) for name in ("prune", "prune_to_budget", "pruned_copy", "apply_plan",
+                                                       "speed_summary")},
+           "scan": scan, "build_grader": build_grader, "save_model": save_model, "teacher_logits": teacher_logits}
+    loaded = load_model(saved_models["artifact"])
+    with pytest.raises(UserError, match="^" + re.escape(words.format(path=loaded.path))):
+        call(api, loaded, synthetic_pairs(8, seed=0), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

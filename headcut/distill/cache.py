@@ -16,6 +16,7 @@ from headcut_grader.data import Pairs
 from headcut_grader.files import atomic_file, clean_stale_folder
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
+from headcut.model_arguments import check_loaded
 
 
 def cache_key(teacher: LoadedModel, pairs: Pairs, max_length: int) -> str:
@@ -30,6 +31,7 @@ def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_
 
     Returns (logits, hit). `cache_dir=None` computes without storing.
     """
+    check_loaded(teacher, "teacher_logits teacher")
     path = None
     if cache_dir is not None:
         path = Path(cache_dir) / f"teacher-logits-{cache_key(teacher, pairs, max_length)}.npy"

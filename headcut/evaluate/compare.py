@@ -7,6 +7,7 @@ from headcut.batching import encode
 from headcut_grader.data import Pairs
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary
+from headcut.model_arguments import check_model, check_tokenizer
 
 
 def compare_models(
@@ -26,6 +27,9 @@ def compare_models(
 
     Pairs without labels give agreement only (the share of pairs graded the same by both).
     """
+    check_model(before, "compare_models before")
+    check_model(after, "compare_models after")
+    check_tokenizer(tokenizer, "compare_models tokenizer")
     encoded = encode(tokenizer, pairs, max_length=max_length, model=before)
     logits_before = predict_logits(before, tokenizer, pairs, batch_size=batch_size, encoded=encoded, progress=progress)
     logits_after = predict_logits(after, tokenizer, pairs, batch_size=batch_size, encoded=encoded, progress=progress)

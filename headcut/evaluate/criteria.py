@@ -34,6 +34,7 @@ from headcut.evaluate.fisher import TARGETS, MaskGradients, UnitScores, mask_gra
 from headcut.evaluate.importance import check_scores, example_change, example_loss, gold
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted, setting
+from headcut.model_arguments import check_model, check_tokenizer
 
 
 @dataclass
@@ -154,6 +155,8 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
     `progress(n)` is called as pairs finish. Deterministic: no criterion samples and the model runs in eval
     mode, so `seed` changes nothing (it is kept for callers that record it) and the caller's random state is
     left alone."""
+    check_model(model, "head_importance model")
+    check_tokenizer(tokenizer, "head_importance tokenizer")
     chosen = criterion(method)
     model.eval()
     data = ScoringData(model, encode(tokenizer, pairs, max_length=max_length, model=model), gold(pairs),

@@ -9,6 +9,7 @@ import torch
 
 from headcut.batching import Encoded, collate, encode, length_batches
 from headcut_grader.data import Pairs
+from headcut.model_arguments import check_model, check_tokenizer
 
 
 @torch.inference_mode()
@@ -22,7 +23,11 @@ def predict_logits(
     progress: Callable[[int], None] | None = None,
     encoded: Encoded | None = None,
 ) -> np.ndarray:
-    """Logits `(len(pairs), num_labels)` as float32, in the order of `pairs`."""
+    """Logits `(len(pairs), num_labels)` as float32, in the order of `pairs` (`tokenizer`, `pairs`: unused where
+    `encoded` is given)."""
+    check_model(model, "predict_logits model")
+    if encoded is None:
+        check_tokenizer(tokenizer, "predict_logits tokenizer")
     model.eval()
     encoded = encoded or encode(tokenizer, pairs, max_length=max_length, model=model)
     device = next(model.parameters()).device

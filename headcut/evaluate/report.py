@@ -13,11 +13,14 @@ from headcut_grader.errors import UserError
 from headcut.evaluate.metrics import check_resampling
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
+from headcut.model_arguments import check_loaded
 
 
 def evaluate_model(loaded, pairs: Pairs, *, batch_size: int = 64, max_length: int | None = None,
                    iters: int = 1000, seed: int = 0, progress=None) -> dict:
-    """Accuracy, macro-F1, Spearman, loss and NDCG@10 with 95% bootstrap CIs; also returns the logits."""
+    """Accuracy, macro-F1, Spearman, loss and NDCG@10 with 95% bootstrap CIs; also returns the logits. `loaded`:
+    what headcut.load_model returns."""
+    check_loaded(loaded, "evaluate_model loaded")
     max_length = max_length or loaded.max_length
     logits = predict_logits(loaded.model, loaded.tokenizer, pairs, batch_size=batch_size,
                             max_length=max_length, progress=progress)

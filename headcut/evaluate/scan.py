@@ -19,6 +19,7 @@ from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
 from headcut.evaluate.importance import gold
 from headcut.evaluate.tasks import check_task, summary
+from headcut.model_arguments import check_loaded
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs, segmented_inputs
 
@@ -197,6 +198,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     Returns {"scores": {method: (layers, heads) tensor}, "baseline", "ablation_table", "experiments",
     "probes", "correlations", "ranking", "settings"}.
     """
+    check_loaded(loaded, "scan loaded")
     model, tokenizer = loaded.model, loaded.tokenizer
     labelled = pairs.task is not None
     if labelled:

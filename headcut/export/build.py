@@ -25,6 +25,7 @@ from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
                                      quantize_int8, resolve)
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json, write_text
+from headcut.model_arguments import check_loaded
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 
@@ -81,6 +82,7 @@ def build_grader(
     settings as `names` says: "arguments" (precision='fp32'), a run's "keys" or `headcut export`'s "flags".
     """
     out = as_path(out, "build_grader out")
+    check_loaded(loaded, "build_grader loaded")
     ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
                                                         int8=int8, max_length=max_length or loaded.max_length, names=names)
     say = progress or (lambda message: None)

@@ -13,6 +13,7 @@ import statistics
 import torch
 
 from headcut.arch import count_parameters, flops_per_pair, takes_token_types
+from headcut.model_arguments import check_model
 from headcut.timing import round_robin
 
 
@@ -50,6 +51,8 @@ def measure_latency(
 
 def speed_summary(before, after, *, seq_len: int, latency: bool = True, **latency_options) -> dict:
     """Parameters, FLOPs and (optionally) latency of both models, with ideal and measured speedups."""
+    check_model(before, "speed_summary before")
+    check_model(after, "speed_summary after")
     out = {
         "seq_len": int(seq_len),
         "params": {"before": count_parameters(before), "after": count_parameters(after)},

@@ -20,6 +20,7 @@ from headcut.evaluate.fisher import UnitScores
 from headcut.evaluate.importance import gold
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
+from headcut.model_arguments import check_loaded
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget
 from headcut.prune.targets import one_target_problem
 from headcut.timing import Runtime
@@ -79,6 +80,7 @@ def prune(
     """
     keep_ratio, layer_prior, min_heads, iterative = checked_arguments(
         "prune", keep_ratio=keep_ratio, layer_prior=layer_prior, min_heads=min_heads, iterative=iterative)
+    check_loaded(loaded, "prune loaded")
     check_keep_ratio(keep_ratio, names=names)
     check_unpruned(loaded, named("model", names))
     check_head_counts(keep_ratio, min_heads, *mask_shape(loaded.model), names=names)  # before any scoring
@@ -296,6 +298,7 @@ def prune_to_budget(
     flops, latency, layer_prior, iterative, seq_len, latency_batch = checked_arguments(
         "prune_to_budget", flops=flops, latency=latency, layer_prior=layer_prior, iterative=iterative,
         seq_len=seq_len, latency_batch=latency_batch)
+    check_loaded(loaded, "prune_to_budget loaded")
     steps = max(1, iterative)
     chosen = criterion(method, neurons=True)
     check_targets(targets)

@@ -6,6 +6,7 @@ import copy
 
 from headcut.arch import heads_per_layer, keep_heads, keep_layers, keep_neurons, layer_ids, mask_shape
 from headcut.models import LoadedModel
+from headcut.model_arguments import check_loaded, check_model
 from headcut.prune.budget import UnitPlan
 from headcut.prune.plan import HeadPlan
 
@@ -13,6 +14,7 @@ from headcut.prune.plan import HeadPlan
 def apply_plan(model, plan: HeadPlan) -> None:
     """Physically keep the plan's heads, in place. The model must still have all its heads, because
     the plan numbers heads as in the unpruned model."""
+    check_model(model, "apply_plan model")
     shape = mask_shape(model)
     if (len(plan.keep), plan.num_heads) != shape:
         raise ValueError(f"plan is for {len(plan.keep)}x{plan.num_heads} heads, the model has {shape[0]}x{shape[1]}")
@@ -23,6 +25,7 @@ def apply_plan(model, plan: HeadPlan) -> None:
 
 def pruned_copy(loaded: LoadedModel, plan: HeadPlan) -> LoadedModel:
     """A pruned deep copy of `loaded`; the original stays untouched (it is the reference in reports)."""
+    check_loaded(loaded, "pruned_copy loaded")
     model = copy.deepcopy(loaded.model)
     apply_plan(model, plan)
     model.eval()
