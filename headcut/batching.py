@@ -9,6 +9,7 @@ import torch
 from headcut.arch import takes_token_types, usable_positions
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, setting
+from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
 DEFAULT_MAX_LENGTH = 128  # for models that record no token limit (plain Hugging Face folders)
@@ -57,6 +58,7 @@ def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None
     check_tokenizer(tokenizer, "encode tokenizer")
     if model is not None:
         check_model(model, "encode model")
+    (max_length,) = checked_arguments("encode", max_length=max_length)
     max_length = max_length_of(model, max_length)
     if model is not None:
         check_max_length(model, max_length)
@@ -85,5 +87,6 @@ def collate(encoded: Encoded, rows) -> dict[str, torch.Tensor]:
 
 def length_batches(encoded: Encoded, batch_size: int) -> list[np.ndarray]:
     """Rows grouped so each batch holds pairs of similar length (less padding, ~1.7x faster here)."""
+    (batch_size,) = checked_arguments("length_batches", batch_size=batch_size)
     order = np.argsort(encoded.lengths(), kind="stable")
     return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]

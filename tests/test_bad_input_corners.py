@@ -376,3 +376,35 @@ def test_a_public_function_given_a_path_or_the_wrong_model_says_what_to_pass(tmp
     with pytest.raises(UserError, match="^" + re.escape(words.format(path=loaded.path))):
         call(api, loaded, synthetic_pairs(8, seed=0), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda e, m, p: e.evaluate_model(m, p, batch_size=0), "evaluate_model batch_size is 0; it must be a whole number "
+                                                          "in [1, 1024]."),
+    (lambda e, m, p: e.evaluate_model(m, p, batch_size=2.5), "evaluate_model batch_size is 2.5; it must be a whole"),
+    (lambda e, m, p: e.evaluate_model(m, p, max_length=0), "evaluate_model max_length is 0; it must be a whole number "
+                                                          "at least 8."),
+    (lambda e, m, p: e.evaluate_model(m, p, iters=0), "evaluate_model iters is 0; it must be a whole number"),
+    (lambda e, m, p: e.predict_logits(m.model, m.tokenizer, p, batch_size=0), "predict_logits batch_size is 0; it must"),
+    (lambda e, m, p: e.compare_models(m.model, m.model, m.tokenizer, p, batch_size=-1), "compare_models batch_size is -1"),
+    (lambda e, m, p: e.compare_models(m.model, m.model, m.tokenizer, p, iters=0), "compare_models iters is 0; it must"),
+    (lambda e, m, p: e.head_importance(m.model, m.tokenizer, p, method="kl", batch_size=0), "head_importance batch_size"),
+    (lambda e, m, p: e.open_scorer(m.path, batch_size=0), "open_scorer batch_size is 0; it must be a whole number"),
+    (lambda e, m, p: e.length_batches(e.encode(m.tokenizer, p), 0), "length_batches batch_size is 0; it must"),
+    (lambda e, m, p: e.encode(m.tokenizer, p, max_length=4), "encode max_length is 4; it must be a whole number at least"),
+    (lambda e, m, p: e.ndcg_at_k([1.0, 2.0], [0, 1], [[0, 1]], k=0), "ndcg_at_k k is 0; it must be a whole number at"),
+    (lambda e, m, p: e.macro_f1([0, 1], [0, 1], 0), "macro_f1 num_labels is 0; it must be a whole number at least 1."),
+])
+def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_models, call, words):
+    """Was: batch_size=0 gave Python's "range() arg 3 must not be zero" (evaluate_model, predict_logits,
+    compare_models, head_importance), 2.5 a TypeError, max_length=0 was read as the model's own, iters=0 was said by
+    paired_bootstrap or metrics_with_ci after every pair was graded, ndcg_at_k k=0 numpy's AxisError and macro_f1
+    num_labels=0 a silent 0.0; each is now one sentence naming the function and argument, before any pair is graded."""
+    from headcut import evaluate, load_model
+    from headcut.evaluate import report
+    from headcut.synthetic import synthetic_pairs
+    from headcut_grader.errors import UserError
+
+    monkeypatch.setattr(report, "predict_logits", lambda *a, **k: pytest.fail("graded before the check"))
+    with pytest.raises(UserError, match="^" + re.escape(words)):
+        call(evaluate, load_model(saved_models["artifact"]), synthetic_pairs(8, seed=0))

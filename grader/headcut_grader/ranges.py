@@ -123,6 +123,18 @@ def checked_number(value, name: str, valid: Range, *, whole: bool = False) -> in
     return plain
 
 
+def check_arguments(table: dict, function: str, given: dict) -> list:
+    """`given` numeric arguments of library function `function` as plain ints and floats (a numpy number is one),
+    each checked against its `table` entry (range, whole number, None allowed); a UserError names the function and
+    the argument."""
+    checked = []
+    for name, value in given.items():
+        valid, whole, optional = table[name]
+        checked.append(value if value is None and optional else
+                       checked_number(value, f"{function} {name}", valid, whole=whole))
+    return checked
+
+
 def argument(value) -> str:
     """An argument's value as a message shows it: 2.0 for numpy's float64(2.0) too, 'two' for text."""
     return repr(value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value)

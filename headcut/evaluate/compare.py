@@ -7,6 +7,8 @@ from headcut.batching import encode
 from headcut_grader.data import Pairs
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary
+from headcut.evaluate.metrics import check_resampling
+from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
 
@@ -30,6 +32,8 @@ def compare_models(
     check_model(before, "compare_models before")
     check_model(after, "compare_models after")
     check_tokenizer(tokenizer, "compare_models tokenizer")
+    batch_size, max_length = checked_arguments("compare_models", batch_size=batch_size, max_length=max_length)
+    iters, seed = check_resampling(iters, seed, "compare_models")  # before both models grade the pairs
     encoded = encode(tokenizer, pairs, max_length=max_length, model=before)
     logits_before = predict_logits(before, tokenizer, pairs, batch_size=batch_size, encoded=encoded, progress=progress)
     logits_after = predict_logits(after, tokenizer, pairs, batch_size=batch_size, encoded=encoded, progress=progress)

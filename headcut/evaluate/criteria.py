@@ -34,6 +34,7 @@ from headcut.evaluate.fisher import TARGETS, MaskGradients, UnitScores, mask_gra
 from headcut.evaluate.importance import check_scores, example_change, example_loss, gold
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted, setting
+from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
 
@@ -157,6 +158,7 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
     left alone."""
     check_model(model, "head_importance model")
     check_tokenizer(tokenizer, "head_importance tokenizer")
+    batch_size, max_length = checked_arguments("head_importance", batch_size=batch_size, max_length=max_length)
     chosen = criterion(method)
     model.eval()
     data = ScoringData(model, encode(tokenizer, pairs, max_length=max_length, model=model), gold(pairs),

@@ -34,6 +34,7 @@ def accuracy(labels, preds) -> float:
 
 
 def macro_f1(labels, preds, num_labels: int) -> float:
+    num_labels = checked_number(num_labels, "macro_f1 num_labels", Range(1), whole=True)  # 0 gave 0.0, no error
     labels, preds = np.asarray(labels), np.asarray(preds)
     f1s = []
     for c in range(num_labels):
@@ -62,6 +63,7 @@ def nll(logits: np.ndarray, labels) -> float:
 
 def ndcg_at_k(scores, labels, groups, *, k: int = 10) -> float:
     """Mean NDCG@k over queries with any gain (gain 2^label - 1, labels 0-based); all-zero queries are skipped."""
+    k = checked_number(k, "ndcg_at_k k", Range(1), whole=True)  # 0 was numpy's AxisError
     scores, labels = np.asarray(scores), np.asarray(labels)
     values = []
     for g in groups:

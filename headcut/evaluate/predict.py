@@ -9,6 +9,7 @@ import torch
 
 from headcut.batching import Encoded, collate, encode, length_batches
 from headcut_grader.data import Pairs
+from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
 
@@ -28,6 +29,7 @@ def predict_logits(
     check_model(model, "predict_logits model")
     if encoded is None:
         check_tokenizer(tokenizer, "predict_logits tokenizer")
+    batch_size, max_length = checked_arguments("predict_logits", batch_size=batch_size, max_length=max_length)
     model.eval()
     encoded = encoded or encode(tokenizer, pairs, max_length=max_length, model=model)
     device = next(model.parameters()).device

@@ -13,6 +13,7 @@ from headcut_grader.errors import UserError
 from headcut.evaluate.metrics import check_resampling
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
+from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_loaded
 
 
@@ -21,6 +22,8 @@ def evaluate_model(loaded, pairs: Pairs, *, batch_size: int = 64, max_length: in
     """Accuracy, macro-F1, Spearman, loss and NDCG@10 with 95% bootstrap CIs; also returns the logits. `loaded`:
     what headcut.load_model returns."""
     check_loaded(loaded, "evaluate_model loaded")
+    batch_size, max_length = checked_arguments("evaluate_model", batch_size=batch_size, max_length=max_length)
+    iters, seed = check_resampling(iters, seed, "evaluate_model")  # before the pairs are graded, not after
     max_length = max_length or loaded.max_length
     logits = predict_logits(loaded.model, loaded.tokenizer, pairs, batch_size=batch_size,
                             max_length=max_length, progress=progress)
@@ -59,6 +62,7 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     Graders run in ONNX Runtime with the max length they were exported with, so a deployed INT8 grader
     is judged exactly as it will serve.
     """
+    batch_size, max_length = checked_arguments("open_scorer", batch_size=batch_size, max_length=max_length)
     if (Path(name) / "grader.json").is_file():
         from headcut_grader import Grader
 

@@ -13,7 +13,7 @@ from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shap
 from headcut.batching import Encoded, encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted, setting
-from headcut_grader.ranges import checked_number
+from headcut_grader.ranges import check_arguments
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.criteria import ScoringData, check_targets, criterion
 from headcut.evaluate.fisher import UnitScores
@@ -43,12 +43,7 @@ from headcut.prune_arguments import ARGUMENTS, named
 def checked_arguments(function: str, **given) -> list:
     """`given` numeric arguments of `function` as plain ints and floats (a numpy number is one), each checked against
     its ARGUMENTS range; a UserError names the function and the argument."""
-    checked = []
-    for name, value in given.items():
-        valid, whole, optional = ARGUMENTS[name]
-        checked.append(value if value is None and optional else
-                       checked_number(value, f"{function} {name}", valid, whole=whole))
-    return checked
+    return check_arguments(ARGUMENTS, function, given)
 
 
 def prune(

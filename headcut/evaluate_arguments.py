@@ -1,0 +1,23 @@
+"""The numeric arguments of the evaluate API, declared once: evaluate_model, predict_logits, compare_models,
+head_importance and open_scorer check theirs here. Torch-free, so a command line can read them without importing
+the evaluator."""
+from __future__ import annotations
+
+from headcut_grader.ranges import MAX_BATCH, Range, check_arguments
+
+# name: (range, whole number, None allowed)
+ARGUMENTS = {
+    "batch_size": (Range(1, MAX_BATCH), True, False),  # pairs per forward pass
+    "max_length": (Range(8), True, True),  # tokens per pair; None: the model's recorded limit
+}
+
+
+def argument_range(name: str) -> Range:
+    """The range of argument `name`."""
+    return ARGUMENTS[name][0]
+
+
+def checked_arguments(function: str, **given) -> list:
+    """`given` arguments of `function` as plain ints, each checked against its ARGUMENTS range; a UserError names
+    the function and the argument (a batch size of 0 was Python's 'range() arg 3 must not be zero')."""
+    return check_arguments(ARGUMENTS, function, given)
