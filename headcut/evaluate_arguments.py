@@ -1,14 +1,20 @@
-"""The numeric arguments of the evaluate API, declared once: evaluate_model, predict_logits, compare_models,
-head_importance and open_scorer check theirs here. Torch-free, so a command line can read them without importing
-the evaluator."""
+"""The numeric arguments of the evaluate API and a scan's settings, declared once: evaluate_model, predict_logits,
+compare_models, head_importance and open_scorer check theirs here; ScanSettings' fields, `headcut scan`'s flags and a
+run recipe's [scan] keys read their ranges here. Torch-free, so the command line and the recipe read them without
+importing the evaluator."""
 from __future__ import annotations
 
-from headcut_grader.ranges import MAX_BATCH, Range, check_arguments
+from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, Range, check_arguments
 
 # name: (range, whole number, None allowed)
 ARGUMENTS = {
     "batch_size": (Range(1, MAX_BATCH), True, False),  # pairs per forward pass
     "max_length": (Range(8), True, True),  # tokens per pair; None: the model's recorded limit
+    # a scan's own (ScanSettings' fields)
+    "draws": (Range(1, 1000), True, False),  # random masks per ratio: more narrows the CIs, linearly slower
+    "k": (Range(1), True, False),  # term-matching heads masked in experiment 5
+    "iters": (Range(10, MAX_BOOTSTRAP), True, False),  # bootstrap resamples for the CIs
+    "seed": (Range(0, 2**32 - 1), True, False),
 }
 
 

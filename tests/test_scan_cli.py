@@ -278,3 +278,27 @@ def test_scan_flags_and_scan_settings_share_their_ranges():
                        ("max_length", "max_length"), ("seed", "seed")):
         option = flags[flag].default
         assert (option.parser.valid, option.default) == (fields[name].metadata["range"], fields[name].default), flag
+
+
+def test_a_scan_setting_range_is_declared_once_for_the_library_the_flags_and_the_run_recipe():
+    """Was: ScanSettings, `headcut scan`'s flags and a run recipe's [scan] draws and bootstrap each wrote their own
+    literals, agreeing by hand. Now all read headcut/evaluate_arguments.py; the recipe keeps its own default draws
+    (3: the run's scan is a quick look) but not a range of its own."""
+    import dataclasses
+    import inspect
+
+    from headcut.cli.scan import scan as command
+    from headcut.evaluate.scan import ScanSettings
+    from headcut.evaluate_arguments import argument_range
+    from headcut.pipeline.recipe import ScanSection
+
+    settings = {f.name: f.metadata["range"] for f in dataclasses.fields(ScanSettings) if "range" in f.metadata}
+    assert set(settings) == {"batch_size", "max_length", "draws", "k", "iters", "seed"}
+    for name, valid in settings.items():
+        assert valid is argument_range(name), name
+    recipe = {f.name: f for f in dataclasses.fields(ScanSection)}
+    assert recipe["draws"].metadata["range"] is argument_range("draws") and recipe["draws"].default == 3
+    assert recipe["bootstrap"].metadata["range"] is argument_range("iters")
+    flags = inspect.signature(command).parameters
+    for flag, name in (("draws", "draws"), ("k", "k"), ("bootstrap", "iters")):
+        assert flags[flag].default.parser.valid is argument_range(name), flag

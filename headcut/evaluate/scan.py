@@ -13,7 +13,8 @@ from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted, setting
-from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, argument, check_ranges, ranged
+from headcut_grader.ranges import argument, check_ranges, range_field
+from headcut.evaluate_arguments import argument_range
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
@@ -31,12 +32,12 @@ class ScanSettings:
     methods: tuple[str, ...] = ("ablation", "kl", "gradient", "fisher", "entropy")
     experiments: tuple[str, ...] = EXPERIMENTS
     probes: bool = True
-    batch_size: int = ranged(64, 1, MAX_BATCH)
-    max_length: int | None = ranged(None, 8)  # None: the model's recorded token limit (batching.max_length_of)
-    draws: int = ranged(5, 1, 1000)  # random masks per ratio: more narrows the CIs, linearly slower
-    k: int = ranged(5, 1)  # term-matching heads masked in experiment 5
-    iters: int = ranged(200, 10, MAX_BOOTSTRAP)  # bootstrap resamples for the CIs
-    seed: int = ranged(0, 0, 2**32 - 1)
+    batch_size: int = range_field(64, argument_range("batch_size"))
+    max_length: int | None = range_field(None, argument_range("max_length"))  # None: the model's (batching.max_length_of)
+    draws: int = range_field(5, argument_range("draws"))  # random masks per ratio
+    k: int = range_field(5, argument_range("k"))  # term-matching heads masked in experiment 5
+    iters: int = range_field(200, argument_range("iters"))  # bootstrap resamples for the CIs
+    seed: int = range_field(0, argument_range("seed"))
 
     def __post_init__(self):
         check_ranges(self, "ScanSettings")

@@ -17,6 +17,7 @@ from headcut_grader.errors import UserError, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
+from headcut.evaluate_arguments import argument_range as scan_range
 from headcut.prune_arguments import argument_range
 from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
 
@@ -59,8 +60,9 @@ class ScanSection:
     # all, none, or numbers 1-5 (random, halves, layers, heads, term); experiments: 3 is the text "3"
     experiments: str = field(default="all", metadata={"numbers_are_text": True})
     probes: bool = True
-    draws: int = ranged(3, 1, 1000)
-    bootstrap: int = ranged(200, 10, MAX_BOOTSTRAP)
+    # fewer than a scan's default 5: the run's scan is a quick look before pruning (the shipped recipes draw 2-3)
+    draws: int = range_field(3, scan_range("draws"))
+    bootstrap: int = range_field(200, scan_range("iters"))  # the scan's iters
 
 
 @dataclass(frozen=True)
