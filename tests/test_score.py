@@ -606,3 +606,29 @@ def test_the_int8_gate_of_a_score_model_needs_two_titles_of_one_query(reranker, 
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert "no two of its 12 pairs share a query" in result.output.replace("\n", " ")
     assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize("task, column, said", [
+    ("grades", "score", "has scores ('score') but no grade column 'grade', and this model grades (task grades); pass "
+                        "graded pairs (or name the grade column with --label-col), or use a one-score model."),
+    ("score", "grade", "has grades ('grade') but no score column 'score', and this model is a one-score reranker (task "
+                       "score); pass a file with a numeric score column (or name it with --label-col), or use a grades"),
+])
+def test_a_scan_that_needs_gold_of_a_file_holding_the_other_tasks_says_which(reranker, tokenizer, tmp_path, task,
+                                                                             column, said):
+    """Was: 'FILE has no grades, which --method ablation and the experiments need; pass --method kl,...' for a grades
+    model on a file with only a score column (and the reverse), never saying that the file's gold is the other
+    task's; now the sentence finetune, distill and evaluate give for the mismatch. A scan that reads no gold (kl,
+    no experiments) still runs on that file."""
+    model = reranker[0]
+    if task == "grades":
+        tiny = tiny_model("bert", attn="sdpa", vocab_size=tokenizer.vocab_size)
+        model = save_model(LoadedModel(tiny, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 24}), tmp_path / "m")
+    data = write_scored(tmp_path / "d.tsv", synthetic_pairs(20, seed=3), columns=(column,))
+    base = ["scan", "--model", str(model), "--data", str(data), "--no-probes", "--bootstrap", "10"]
+    refused = CliRunner().invoke(app, [*base, "--experiments", "none", "--out", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert f"{data} {said}" in " ".join(refused.output.split())
+    assert not (tmp_path / "a").exists()
+    ran = CliRunner().invoke(app, [*base, "--experiments", "none", "--method", "kl", "--out", str(tmp_path / "b")])
+    assert ran.exit_code == 0, ran.output

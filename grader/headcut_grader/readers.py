@@ -66,6 +66,7 @@ def read_pairs(
     task: str = "grades",
     keys: str | dict | None = None,
     texts_only: bool = False,
+    wants_gold: bool = False,
 ) -> Pairs:
     """Read pairs from TSV, CSV, JSON lines or a JSON array.
 
@@ -73,7 +74,9 @@ def read_pairs(
     `label_map` maps raw label text to a grade, or is 'round' for float scores. A grade outside `grades` is
     refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
     With `require_labels=False` a file without a label column gives unlabeled pairs; with `texts_only` every file
-    does (its gold column, if any, is not read: for callers that never use gold).
+    does (its gold column, if any, is not read: for callers that never use gold). `wants_gold` (with
+    `require_labels=False`: the caller's options use gold where there is some) refuses a file whose only gold is the
+    other task's (scores for a grades model), as `require_labels` does, rather than read it as unlabeled.
     `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
     `keys` is how the caller's user sets the preset and columns, what the messages tell them to change: None,
     flags (--title-col); a dict, flags with some named otherwise ({"title_col": "--seg-col"}: the caller read
@@ -84,7 +87,8 @@ def read_pairs(
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
                             grades_fix=grades_fix, fmt=fmt,
-                            require_labels=require_labels, task=task, keys=keys, texts_only=texts_only))
+                            require_labels=require_labels, task=task, keys=keys, texts_only=texts_only,
+                            wants_gold=wants_gold))
     return chunk.pairs
 
 
@@ -125,6 +129,7 @@ def iter_pairs(
     task: str = "grades",
     keys: str | dict | None = None,
     texts_only: bool = False,
+    wants_gold: bool = False,
 ):
     """The rows of a file as Chunks of `chunk_rows` pairs, or fewer where their texts pass `chunk_chars` characters
     (None: no limit), read as they are needed: memory holds one chunk whatever the file's size (JSON arrays too,
@@ -154,7 +159,8 @@ def iter_pairs(
         first = next(records, None)
         columns = _columns(path, first, lines, fmt, (query_col, title_col), keys)
         label_name = next((c for c in label_cols if c in columns), None)
-        if label_name is None and require_labels and not texts_only:
+        wanted = require_labels or (wants_gold and _other_gold(columns, p, task=task) is not None)
+        if label_name is None and not texts_only and wanted:
             raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task,
                                           fix=_fix("label_col", keys)))
         if label_name is None and not texts_only and preset is not None and label_col is None:
@@ -252,8 +258,7 @@ def _pairs(queries, titles, gold, grades, path, score: bool, lines: list[int]) -
 def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, *, task: str,
                   fix: str = "--label-col") -> str:
     """No gold column for the model's task: say so, and say when the file has the other task's column."""
-    other = preset.label_cols if task == "score" else preset.score_cols
-    found = next((c for c in other if c in columns), None)
+    found = _other_gold(columns, preset, task=task)
     if task == "score":
         if found:
             return (f"{path} has grades ({quoted(found)}) but no score column {quoted(wanted)}, and this model is "
@@ -264,6 +269,12 @@ def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, 
         return (f"{path} has scores ({quoted(found)}) but no grade column {quoted(wanted)}, and this model grades "
                 f"(task grades); pass graded pairs (or name the grade column with {fix}), or use a one-score model.")
     return f"{path}: no label column {quoted(wanted)} (columns: {shown}); name it with {fix}."
+
+
+def _other_gold(columns: list, preset: Preset, *, task: str) -> str | None:
+    """The file's gold column of the other task than the model's (a grade column for a score model), or None."""
+    other = preset.label_cols if task == "score" else preset.score_cols
+    return next((c for c in other if c in columns), None)
 
 
 def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *, task: str, keys) -> None:

@@ -86,7 +86,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     the main process alone draws bars and writes; result is None on the other processes. `texts_only`: read no
     gold (probe), so a file's grades need not fit the model and no baseline is measured."""
     from headcut.evaluate.ablation import process_state
-    from headcut.evaluate.scan import scan_model
+    from headcut.evaluate.scan import needs_gold, scan_model
     from headcut.evaluate.scan_report import write_scan
     from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model
@@ -98,7 +98,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
                 require_labels=label_col is not None, seed=seed, texts_only=texts_only)
     loaded = load_model(model, allow_pickle=allow_pickle)
     if not texts_only:  # the model's task and grades say how its gold reads
-        read.update(task=loaded.task, grades=loaded.grades)
+        read.update(task=loaded.task, grades=loaded.grades, wants_gold=needs_gold(settings))
     pairs = read_data(data, title_col=title_col, **read)
     title_words = _title_words(data, pairs, seg_col, **read)
     if state.num_processes > 1:

@@ -180,6 +180,12 @@ class ScanResult:
     data: dict  # source, fingerprint, samples, and the seed and limit of the sample
 
 
+def needs_gold(settings: ScanSettings) -> bool:
+    """Whether a scan with `settings` reads the pairs' gold: the experiments do, and a criterion that needs it
+    (the exact ablation)."""
+    return bool(settings.experiments) or any(CRITERIA[m].needs_gold for m in settings.methods)
+
+
 def scan_model(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, seed: int = 0,
                limit: int | None = None, title_words: list[str] | None = None,
                progress: Callable[[str, int], None] | None = None) -> ScanResult:
@@ -208,7 +214,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     if score and settings.experiments:
         raise UserError(f"the scan experiments ({', '.join(settings.experiments)}) do not support one-score models "
                         "(task score) yet; pass --experiments none (the head scores and probes do).")
-    if not labelled and (settings.experiments or "ablation" in settings.methods):
+    if not labelled and needs_gold(settings):
         gold_name = "scores" if score else "grades"
         raise UserError(f"{pairs.source} has no {gold_name}, which --method ablation and the experiments need; "
                         "pass --method kl,gradient,fisher,entropy --experiments none.")
