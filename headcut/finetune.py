@@ -79,8 +79,8 @@ def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:
 def check_dev_apart(recipe: TrainingRecipe, dev: Pairs, trained: Pairs, keys: str) -> None:
     """Dev pairs that are all among the pairs a run trains on (`trained`, read from the recipe `keys`) are refused:
     checkpoints would be chosen, and dev metrics reported, on training pairs. TrainingRecipe.check refuses a dev_data of
-    train_data's bytes before any file is read; this catches a copy saved another way (a BOM, other line ends, another
-    format, some of its rows) and distill's unlabeled pairs."""
+    train_data's or unlabeled_data's bytes before any file is read (training.check_dev_files_apart); this catches a
+    copy saved another way (a BOM, other line ends, another format, some of its rows)."""
     if recipe.dev_data is None:  # a split of train_data by query: apart by construction
         return
     seen = set(zip(trained.queries, trained.titles))

@@ -83,15 +83,27 @@ class TrainingRecipe(LoopSettings):
         if len(self.grades) < 2 or len(set(self.grades)) != len(self.grades):
             raise UserError(f"{where}: key 'grades' is {list(self.grades)}; name two or more different grades, "
                             "e.g. [1, 2, 3, 4, 5].")
-        if self.dev_data is not None and same_data(self.train_data, self.dev_data):
-            raise UserError(f"{where}: dev_data {self.dev_data} holds the train_data's pairs, so checkpoints would be chosen and "
-                            "dev metrics reported on pairs it trains on; pass other pairs (synthetic:1 for another "
-                            "synthetic draw), or remove dev_data to hold out dev_fraction of train_data by query.")
+        check_dev_files_apart(self, where)
         check_dev_fraction(self, where, named)
         check_file_keys(self, where, {key: getattr(self, key, None) for key in DATA_KEYS}, file_keys_given(self, named))
 
 
 DATA_KEYS = ("train_data", "dev_data", "unlabeled_data")  # the recipe keys that name pairs to read
+
+
+TRAINED_KEYS = ("train_data", "unlabeled_data")  # the recipe keys that name pairs a run trains on
+
+
+def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
+    """dev_data is not pairs the run trains on (same_data: one file, a copy of its bytes, one synthetic draw), said
+    before any file is read or model loaded; finetune.check_dev_apart compares the pairs read, for other copies."""
+    for key in TRAINED_KEYS:
+        trained = getattr(recipe, key, None)
+        if recipe.dev_data is not None and trained is not None and same_data(trained, recipe.dev_data):
+            raise UserError(f"{where}: dev_data {recipe.dev_data} holds the {key}'s pairs, so checkpoints would be "
+                            "chosen and dev metrics reported on pairs it trains on; pass other pairs (synthetic:1 for "
+                            "another synthetic draw), or remove dev_data to hold out dev_fraction of train_data by "
+                            "query.")
 
 
 def check_data_files(recipe) -> None:

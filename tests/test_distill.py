@@ -205,18 +205,34 @@ def test_unlabeled_pairs_are_graded_by_the_teacher(tiny_teacher, tmp_path):
 
 def test_unlabeled_pairs_that_hold_every_dev_pair_are_refused(tmp_path):
     """Was: unlabeled_data naming the dev file (or a file holding its pairs) was trained on with the teacher's grades,
-    and checkpoints were chosen on those same pairs."""
+    and checkpoints were chosen on those same pairs. A copy saved another way (here with CRLF line ends) is found
+    among the pairs read."""
     from headcut.distill.run import with_unlabeled
     from headcut.finetune import load_data
 
     train, dev = (renamed_columns_file(tmp_path / name, synthetic_pairs(30, seed=seed))
                   for name, seed in (("train.tsv", 1), ("dev.tsv", 2)))
+    copy = tmp_path / "logs.tsv"
+    copy.write_bytes(dev.read_bytes().replace(b"\n", b"\r\n"))
     columns = dict(query_col="q", title_col="doc", label_col="rel")
-    recipe = recipe_for(tmp_path / "teacher", train_data=str(train), dev_data=str(dev), unlabeled_data=str(dev), **columns)
+    recipe = recipe_for(tmp_path / "teacher", train_data=str(train), dev_data=str(dev), unlabeled_data=str(copy),
+                        **columns)
     train_pairs, dev_pairs = load_data(recipe)
     with pytest.raises(UserError, match=rf"^dev_data {dev}: each of its 30 dev pairs is also among the pairs the run "
-                                        rf"trains on \(train_data {train} and unlabeled_data {dev}\), so checkpoints"):
+                                        rf"trains on \(train_data {train} and unlabeled_data {copy}\), so checkpoints"):
         with_unlabeled(recipe, train_pairs, dev_pairs)
+
+
+@pytest.mark.parametrize("same", ["the dev file", "a byte copy"])
+def test_unlabeled_data_of_the_dev_files_bytes_is_refused_when_the_recipe_is_read(tmp_path, same):
+    """Was: found only among the pairs read, after the teacher and the student had loaded; train_data of dev_data's
+    bytes was refused when the recipe was read, unlabeled_data was not."""
+    dev = renamed_columns_file(tmp_path / "dev.tsv", synthetic_pairs(30, seed=2))
+    unlabeled = dev if same == "the dev file" else tmp_path / "copy.tsv"
+    unlabeled.write_bytes(dev.read_bytes())
+    with pytest.raises(UserError, match=rf"^recipe: dev_data {dev} holds the unlabeled_data's pairs, so checkpoints"):
+        recipe_for(tmp_path / "no-teacher-yet", dev_data=str(dev), unlabeled_data=str(unlabeled), query_col="q",
+                   title_col="doc", label_col="rel")
 
 
 def test_unlabeled_pairs_are_read_as_texts_whatever_gold_they_hold(tmp_path):
