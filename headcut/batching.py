@@ -41,15 +41,17 @@ class Encoded:
         return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self.input_ids))
 
 
-def check_max_length(model, max_length: int, *, flag: str = "--max-length") -> None:
-    """Refuse inputs longer than the model has position embeddings for (an index error deep in torch or ONNX)."""
+def check_max_length(model, max_length: int, *, flag: str = "--max-length", where: str = "",
+                     whose: str = "the model's") -> None:
+    """Refuse inputs longer than the model has position embeddings for (an index error deep in torch or ONNX).
+    The sentence leads with `flag`, the flag or recipe key that set `max_length`; `where`: the recipe it was read
+    from (its file and --set values), so a recipe's check names the value's source; `whose`: which model."""
     positions = usable_positions(getattr(model, "config", None))
-    if positions is None:
+    if positions is None or max_length <= positions:
         return
-    if max_length > positions:
-        verb = "pass" if flag.startswith("-") else "set"  # a flag, or a recipe key (finetune, distill)
-        raise UserError(f"max length {max_length} is more than the model's {positions} positions; {verb} "
-                        f"{setting(flag, positions)} or less.")
+    verb = "pass" if flag.startswith("-") else "set"  # a flag, or a recipe key (finetune, distill)
+    raise UserError(f"{where + ': ' if where else ''}{setting(flag, max_length)} is more than {whose} {positions} "
+                    f"positions; {verb} {setting(flag, positions)} or less.")
 
 
 def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None) -> Encoded:

@@ -50,6 +50,24 @@ class FinetuneRecipe(TrainingRecipe):
         if self.task == "score" and not (self.mse_weight or self.pairwise_weight or self.listwise_weight):
             raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight, pairwise_weight or "
                             "listwise_weight above 0.")
+        base = outline_if_present(self.model, "model")
+        if base is not None:  # before any file is read or model loaded, naming where max_length came from
+            check_max_length(base.model, self.max_length, flag="max_length", where=where)
+
+
+def outline_if_present(source: str | None, key: str):
+    """The model a recipe `key` names, outlined (models.outline: its config and shape, no weights) for the recipe's
+    checks against it; None where it is not there to read (a run's model made by an earlier stage, a typo): the run
+    names a missing model when it loads it, after its checks of the output folder."""
+    from headcut.models import outline, resolve_source
+
+    if source is None:
+        return None
+    try:
+        resolve_source(source, flag=key)
+    except UserError:
+        return None
+    return outline(source, flag=key)
 
 
 # The recipe keys only one task's loss reads: a recipe of the other task that sets them is refused.

@@ -539,17 +539,47 @@ def test_8_max_length_over_the_models_positions_is_refused(tmp_path):
     from conftest import tiny_model
 
     model = tiny_model("bert", max_position_embeddings=64)
-    with pytest.raises(UserError, match="max length 100 .* 64 positions"):
+    with pytest.raises(UserError, match="^--max-length 100 is more than the model's 64 positions"):
         encode(tiny_tokenizer(tmp_path / "tok"), synthetic_pairs(3), max_length=100, model=model)
 
 
-def test_max_length_over_the_positions_names_the_flag_or_key_the_command_has(tmp_path):
-    """Was: evaluate and export were told to "set the recipe's max_length", and finetune to pass --max-length."""
+def test_max_length_over_the_positions_leads_with_the_flag_or_key_the_command_has(tmp_path):
+    """Was: evaluate and export were told to "set the recipe's max_length", and finetune to pass --max-length; then
+    every command said "max length 600 is more than ...", leading with neither the flag nor the key."""
+    from headcut.recipes import RECIPE_ROOT
+
     result = run("evaluate", "-m", "minilm-l6", "-d", "synthetic", "--limit", 5, "--max-length", 600)
-    refused(result, "max length 600 is more than the model's 512 positions; pass --max-length 512 or less.")
+    refused(result, "error: --max-length 600 is more than the model's 512 positions; pass --max-length 512 or less.")
     assert "recipe" not in result.stderr
     refused(run("finetune", "minilm_synthetic_cpu", "--set", "max_length=600", "--out", tmp_path / "t"),
-            "max length 600 is more than the model's 512 positions; set max_length=512 or less.")
+            f"error: {RECIPE_ROOT / 'finetune' / 'minilm_synthetic_cpu.yaml'} with --set max_length=600: max_length=600 "
+            "is more than the model's 512 positions; set max_length=512 or less.")
+
+
+@pytest.mark.parametrize("command, key", [("finetune", "model"), ("distill", "teacher")])
+@pytest.mark.parametrize("given", ["file", "--set"])
+def test_a_recipes_max_length_over_the_positions_names_its_source_before_any_model_loads(
+        tmp_path, saved_models, monkeypatch, command, key, given):
+    """Was: "max length 100 is more than the model's 64 positions; set max_length=64 or less", naming neither the
+    recipe file nor the --set, and said only once the data was read and the models loaded (the model's config says
+    its positions)."""
+    import headcut.distill.run
+    import headcut.distill.students
+    import headcut.finetune
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded before the recipe's max_length was checked")
+
+    for module in (headcut.finetune, headcut.distill.run, headcut.distill.students):
+        monkeypatch.setattr(module, "load_model", no_load)
+    model = saved_models["plain" if command == "finetune" else "artifact"]  # 64 positions
+    text = f"{key}: {model}\ntrain_data: synthetic\n" + ("keep_layers: 1\n" if command == "distill" else "")
+    recipe = write(tmp_path, "r.yaml", text + ("max_length: 100\n" if given == "file" else ""))
+    where = f"{recipe} with --set max_length=100" if given == "--set" else str(recipe)
+    args = ["--set", "max_length=100"] if given == "--set" else []
+    refused(run(command, recipe, "--out", tmp_path / "o", *args),
+            f"error: {where}: max_length=100 is more than the {key}'s 64 positions; set max_length=64 or less.")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o.partial").exists()
 
 
 # --- 10. recipe fields have ranges too; a refused recipe leaves no OUT.partial ----------------------

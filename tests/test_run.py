@@ -389,6 +389,11 @@ def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
     (["distill.small.unlabeled_data=nowhere.tsv"], ["distill.small.unlabeled_data=nowhere.tsv: no such file"]),
     (["teacher.model=/nonexistent"], ["teacher.model=/nonexistent: no such folder, and not a built-in name"]),
     (["distill.small.keep_layers=9"], ["distill.small.keep_layers=9 keeps the whole", "--set distill.small.keep_layers=K"]),
+    # was: refused by the distill stage, after the teacher trained, as "max length 600 is more than ..."
+    (["distill.small.max_length=600"], ["distill.small.max_length=600 is more than the teacher's 512 positions; set "
+                                        "distill.small.max_length=512 or less."]),
+    (["teacher.max_length=600"], ["[teacher] (minilm_synthetic_cpu.yaml): max_length=600 is more than the model's 512 "
+                                  "positions"]),
 ])
 def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_recipe, tmp_path, override, words):
     """Refused when the recipe is read, naming the recipe key (not the flag of the command the stage calls)."""

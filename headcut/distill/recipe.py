@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
+from headcut.distill.sizes import check_recipe_student
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import ranged
 from headcut.synthetic import is_synthetic
@@ -92,6 +93,7 @@ class DistillRecipe(TrainingRecipe):
         if bad:
             raise UserError(f"{where}: tune_fields names {quoted(bad[0])}, which is not tunable; choose from "
                             f"{', '.join(ranges)}.")
+        check_recipe_student(self, where)
 
     def _check_student_keys(self, where: str, named: frozenset) -> None:
         """A key that only another kind of student reads, or unlabeled_rows without unlabeled_data, is refused."""

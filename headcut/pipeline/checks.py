@@ -214,19 +214,21 @@ def check_choice_data(recipe: PipelineRecipe) -> None:
 
 
 def check_students(recipe: PipelineRecipe) -> None:
-    """A bottom-k student keeps fewer layers than the teacher has, and a config student is no larger than the
-    teacher in any size, as the distill stage will check (after the teacher stage, which may train for an hour)."""
+    """A student reads no more tokens than the teacher has positions for, a bottom-k student keeps fewer layers than
+    the teacher has, and a config student is no larger than the teacher in any size, as the distill stage will check
+    (after the teacher stage, which may train for an hour)."""
     from headcut.arch import encoder_layers
+    from headcut.batching import check_max_length
     from headcut.distill.students import check_config_student, check_keep_layers
 
-    students = {name: sub for name, sub in _sub_recipes(recipe).items()
-                if name.startswith("distill.") and sub.student in ("bottom-k", "config")}
+    students = {name: sub for name, sub in _sub_recipes(recipe).items() if name.startswith("distill.")}
     if not students:
         return
     teacher = teacher_outline(recipe)
     layers = len(encoder_layers(teacher.model))
     for name, sub in students.items():
+        check_max_length(teacher.model, sub.max_length, flag=f"{name}.max_length", whose="the teacher's")
         if sub.student == "bottom-k":
             check_keep_layers(sub.keep_layers, layers, key=f"{name}.keep_layers")
-        else:
+        elif sub.student == "config":
             check_config_student(sub, teacher.model.config, layers, prefix=f"{name}.")
