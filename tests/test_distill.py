@@ -321,10 +321,13 @@ def test_bottom_k_student_is_exactly_the_teachers_lower_layers(tiny_teacher):
 def test_a_config_student_larger_than_its_teacher_is_refused_by_the_size_that_is(tiny_teacher, size, words):
     """Was: a deeper student blamed a layer_map never set; sizes within the keys' ranges but above the teacher's
     (65,536 wide) were killed for memory at 24 GB before a step."""
-    teacher = load_model(tiny_teacher)
-    recipe = recipe_for(tiny_teacher, student="config", **{"student_layers": 2, **size})
+    import dataclasses
+
+    with pytest.raises(UserError, match=rf"^recipe: {re.escape(words)}; a config student is a smaller model"):
+        recipe_for(tiny_teacher, student="config", **{"student_layers": 2, **size})  # refused when read
+    recipe = dataclasses.replace(recipe_for(tiny_teacher, student="config", student_layers=2), **size)  # unchecked
     with pytest.raises(UserError, match=rf"^{re.escape(words)}; a config student is a smaller model"):
-        build_student(recipe, teacher)
+        build_student(recipe, load_model(tiny_teacher))
 
 
 def test_config_student_starts_from_mapped_teacher_slices(tiny_teacher, tmp_path):
@@ -393,8 +396,31 @@ def test_a_pruned_student_is_never_trained_against_another_model_at_its_recorded
     assert not (tmp_path / "student.partial").exists()
 
 
+@pytest.mark.parametrize("keep, words", [(4, "keep_layers=4 keeps all of the teacher's 4 layers"),
+                                         (9, "keep_layers=9 is more than the teacher's 4 layers")])
+@pytest.mark.parametrize("given", ["file", "--set"])
+def test_a_bottom_k_student_of_the_teachers_layers_or_more_says_which_and_where_it_was_set(tiny_teacher, tmp_path,
+                                                                                          keep, words, given):
+    """Was: "keep_layers=9 keeps the whole 4-layer teacher; pass --set keep_layers=K" (9 is more than it has), for a
+    value of the recipe file too, said once the teacher had loaded."""
+    import dataclasses
+
+    from headcut.recipes import load_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"teacher: {tiny_teacher}\ntrain_data: synthetic\nkeep_layers: {keep if given == 'file' else 2}\n")
+    overrides = [f"keep_layers={keep}"] if given == "--set" else []
+    where = f"{recipe} with --set keep_layers={keep}" if overrides else str(recipe)
+    with pytest.raises(UserError, match=rf"^{re.escape(where)}: {words}, and a bottom-k student keeps fewer; set "
+                                        r"keep_layers to 3 or less\.$"):
+        load_recipe(DistillRecipe, recipe, overrides=overrides)
+    unchecked = dataclasses.replace(recipe_for(tiny_teacher), keep_layers=keep)  # built in Python: build_student says it
+    with pytest.raises(UserError, match=rf"^{words}, and a bottom-k student keeps fewer"):
+        build_student(unchecked, load_model(tiny_teacher))
+
+
 def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
-    with pytest.raises(UserError, match="keep_layers=4 keeps the whole 4-layer teacher"):
+    with pytest.raises(UserError, match="keep_layers=4 keeps all of the teacher's 4 layers"):
         distill(recipe_for(tiny_teacher, keep_layers=4), tmp_path / "a")
     with pytest.raises(UserError, match="no such folder"):
         distill(recipe_for(tmp_path / "typo"), tmp_path / "b")

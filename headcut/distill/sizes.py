@@ -1,15 +1,18 @@
-"""What a student recipe asks of its teacher: no student reads more tokens than the models have positions for.
-Checked on the models' outlines when a recipe is read (check_recipe_student), and by `headcut run` on its teacher
-before any stage."""
+"""What a student recipe asks of its teacher: a bottom-k student keeps fewer layers than the teacher has, a config
+student is no larger than it in any size, and no student reads more tokens than the models have positions for.
+Checked on the models' outlines when a recipe is read (check_recipe_student), by build_student on the loaded
+models, and by `headcut run` on its teacher before any stage."""
 from __future__ import annotations
 
+from headcut.arch import ARCHITECTURES, encoder_layers
 from headcut.batching import check_max_length
+from headcut_grader.errors import UserError
 
 
 def check_recipe_student(recipe, where: str) -> None:
-    """What distill checks against the teacher, checked when the recipe is read, on the models' outlines (their
-    configs and shapes, no weights), so a refusal names the recipe file and the --set values (`where`) and comes
-    before any model loads; a model not there yet (a run's teacher) is checked when it loads."""
+    """What build_student checks against the teacher, checked when the recipe is read, on the models' outlines
+    (their configs and shapes, no weights), so a refusal names the recipe file and the --set values (`where`) and
+    comes before any model loads; a model not there yet (a run's teacher) is checked by build_student."""
     from headcut.finetune import outline_if_present  # it reads models: imported when a recipe is checked
 
     teacher = outline_if_present(recipe.teacher, "teacher")
@@ -17,3 +20,40 @@ def check_recipe_student(recipe, where: str) -> None:
     for key, model in (("teacher", teacher), ("student_model", student)):
         if model is not None:
             check_max_length(model.model, recipe.max_length, flag="max_length", where=where, whose=f"the {key}'s")
+    if teacher is None:
+        return
+    layers = len(encoder_layers(teacher.model))
+    if recipe.student == "bottom-k":
+        check_keep_layers(recipe.keep_layers, layers, where=where)
+    elif recipe.student == "config":
+        check_config_student(recipe, teacher.model.config, layers, where=where)
+
+
+def _at(where: str) -> str:
+    return f"{where}: " if where else ""
+
+
+def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep_layers", where: str = "") -> None:
+    """A bottom-k student keeps fewer layers than its teacher has; `key`: how the user set it (a run names its
+    student's section); `where`: the recipe (file and --set values) it was read from."""
+    if keep_layers < teacher_layers:
+        return
+    than = "is more than" if keep_layers > teacher_layers else "keeps all of"
+    fix = (f"set {key} to {teacher_layers - 1} or less" if teacher_layers > 1 else
+           "a 1-layer teacher has no smaller bottom-k student: use student=config or a deeper teacher")
+    raise UserError(f"{_at(where)}{key}={keep_layers} {than} the teacher's {teacher_layers} layers, and a bottom-k "
+                    f"student keeps fewer; {fix}.")
+
+
+def check_config_student(recipe, teacher_config, teacher_layers: int, *, prefix: str = "", where: str = "") -> None:
+    """A config student is a smaller model of its teacher: none of its sizes above the teacher's. Its weights start
+    as slices of the teacher's, and a larger student (the ranges allow 65,536 wide) would exhaust memory before
+    its first step. `prefix` names the run's section (distill.NAME.); `where`: the recipe it was read from."""
+    limits = {"student_layers": teacher_layers, "student_hidden": teacher_config.hidden_size,
+              "student_heads": teacher_config.num_attention_heads,
+              "student_intermediate": getattr(teacher_config, ARCHITECTURES[teacher_config.model_type].intermediate)}
+    for key, most in limits.items():
+        value = getattr(recipe, key)
+        if value is not None and value > most:
+            raise UserError(f"{_at(where)}{prefix}{key}={value} is larger than the teacher's {most}; a config student "
+                            f"is a smaller model of its teacher: set {prefix}{key} to {most} or less.")

@@ -15,6 +15,7 @@ import torch
 from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers, layer_ids
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
+from headcut.distill.sizes import check_config_student, check_keep_layers
 from headcut_grader.errors import UserError
 from headcut.models import SHAPE_KEY, LoadedModel, load_model
 
@@ -66,28 +67,6 @@ def load_model_meta(source: str, *, flag: str = "--model") -> dict:
 
     path = resolve_source(source, flag=flag) / META_FILE
     return read_json_file(path) if path.exists() else {}
-
-
-def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep_layers") -> None:
-    """A bottom-k student keeps fewer layers than its teacher has; `key`: how the user set it (a run names its
-    student's section)."""
-    if keep_layers >= teacher_layers:
-        raise UserError(f"{key}={keep_layers} keeps the whole {teacher_layers}-layer teacher; pass --set {key}=K "
-                        f"with K < {teacher_layers}.")
-
-
-def check_config_student(recipe, teacher_config, teacher_layers: int, *, prefix: str = "") -> None:
-    """A config student is a smaller model of its teacher: none of its sizes above the teacher's. Its weights start
-    as slices of the teacher's, and a larger student (the ranges allow 65,536 wide) would exhaust memory before
-    its first step. `prefix` names the run's section (distill.NAME.)."""
-    limits = {"student_layers": teacher_layers, "student_hidden": teacher_config.hidden_size,
-              "student_heads": teacher_config.num_attention_heads,
-              "student_intermediate": getattr(teacher_config, ARCHITECTURES[teacher_config.model_type].intermediate)}
-    for key, most in limits.items():
-        value = getattr(recipe, key)
-        if value is not None and value > most:
-            raise UserError(f"{prefix}{key}={value} is larger than the teacher's {most}; a config student is a "
-                            f"smaller model of its teacher: pass --set {prefix}{key}=K with K <= {most}.")
 
 
 def _check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: int) -> None:

@@ -219,7 +219,7 @@ def check_students(recipe: PipelineRecipe) -> None:
     (after the teacher stage, which may train for an hour)."""
     from headcut.arch import encoder_layers
     from headcut.batching import check_max_length
-    from headcut.distill.students import check_config_student, check_keep_layers
+    from headcut.distill.sizes import check_config_student, check_keep_layers
 
     students = {name: sub for name, sub in _sub_recipes(recipe).items() if name.startswith("distill.")}
     if not students:
