@@ -419,6 +419,24 @@ def test_a_bottom_k_student_of_the_teachers_layers_or_more_says_which_and_where_
         build_student(unchecked, load_model(tiny_teacher))
 
 
+@pytest.mark.parametrize("student, words", [("teacher", "is the teacher's own folder"),
+                                            ("copy", "has the same layers, heads and FFN neurons as the teacher")])
+def test_a_pruned_student_no_smaller_than_its_teacher_is_refused(tiny_teacher, tmp_path, student, words):
+    """Was: student: pruned with student_model the teacher itself (or a model of its very shape) distilled it into a
+    copy of itself, exit 0. Refused when the recipe is read, and by build_student for a recipe built in Python."""
+    import dataclasses
+    import shutil
+
+    folder = tiny_teacher if student == "teacher" else shutil.copytree(tiny_teacher, tmp_path / "copy")
+    with pytest.raises(UserError, match=rf"^recipe: student_model {re.escape(str(folder))} {words}"):
+        recipe_for(tiny_teacher, student="pruned", student_model=str(folder))
+    pruned = recipe_for(tiny_teacher, student="pruned", student_model=str(tmp_path / "not-there-yet"))
+    with pytest.raises(UserError, match=rf"^student_model {re.escape(str(folder))} {words}.*, so the student would be "
+                                        "no smaller than its teacher"):
+        distill(dataclasses.replace(pruned, student_model=str(folder)), tmp_path / "student")
+    assert not (tmp_path / "student.partial").exists()
+
+
 def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
     with pytest.raises(UserError, match="keep_layers=4 keeps all of the teacher's 4 layers"):
         distill(recipe_for(tiny_teacher, keep_layers=4), tmp_path / "a")

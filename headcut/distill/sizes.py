@@ -1,10 +1,12 @@
 """What a student recipe asks of its teacher: a bottom-k student keeps fewer layers than the teacher has, a config
-student is no larger than it in any size, and no student reads more tokens than the models have positions for.
-Checked on the models' outlines when a recipe is read (check_recipe_student), by build_student on the loaded
-models, and by `headcut run` on its teacher before any stage."""
+student is no larger than it in any size, a pruned student is smaller than it, and no student reads more tokens than
+the models have positions for. Checked on the models' outlines when a recipe is read (check_recipe_student), by
+build_student on the loaded models, and by `headcut run` on its teacher before any stage."""
 from __future__ import annotations
 
-from headcut.arch import ARCHITECTURES, encoder_layers
+from pathlib import Path
+
+from headcut.arch import ARCHITECTURES, encoder_layers, heads_per_layer, neurons_per_layer
 from headcut.batching import check_max_length
 from headcut_grader.errors import UserError
 
@@ -27,6 +29,8 @@ def check_recipe_student(recipe, where: str) -> None:
         check_keep_layers(recipe.keep_layers, layers, where=where)
     elif recipe.student == "config":
         check_config_student(recipe, teacher.model.config, layers, where=where)
+    elif student is not None:
+        check_smaller(student, teacher, where=where)
 
 
 def _at(where: str) -> str:
@@ -57,3 +61,20 @@ def check_config_student(recipe, teacher_config, teacher_layers: int, *, prefix:
         if value is not None and value > most:
             raise UserError(f"{_at(where)}{prefix}{key}={value} is larger than the teacher's {most}; a config student "
                             f"is a smaller model of its teacher: set {prefix}{key} to {most} or less.")
+
+
+def check_smaller(student, teacher, *, where: str = "") -> None:
+    """A pruned student is smaller than its teacher: the teacher's own folder, or a model of its very shape (its
+    layers, heads and FFN neurons per layer, and width), would be distilled into a copy of itself, gaining nothing."""
+    if Path(student.path).resolve() == Path(teacher.path).resolve():
+        what = "is the teacher's own folder"
+    elif _shape(student.model) == _shape(teacher.model):
+        what = f"has the same layers, heads and FFN neurons as the teacher {teacher.path}"
+    else:
+        return
+    raise UserError(f"{_at(where)}student_model {student.path} {what}, so the student would be no smaller than its "
+                    "teacher; pass a model pruned from the teacher (headcut prune), or use student=bottom-k or config.")
+
+
+def _shape(model) -> tuple:
+    return model.config.hidden_size, heads_per_layer(model), neurons_per_layer(model)

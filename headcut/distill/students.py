@@ -15,7 +15,7 @@ import torch
 from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers, layer_ids
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
-from headcut.distill.sizes import check_config_student, check_keep_layers
+from headcut.distill.sizes import check_config_student, check_keep_layers, check_smaller
 from headcut_grader.errors import UserError
 from headcut.models import SHAPE_KEY, LoadedModel, load_model
 
@@ -87,6 +87,7 @@ def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implement
     if recipe.student == "pruned":
         loaded = load_model(recipe.student_model, attn_implementation=attn_implementation, flag="student_model")
         _check_vocab(loaded.model, teacher.model, recipe.student_model)
+        check_smaller(loaded, teacher)
         if loaded.task != teacher.task:
             raise UserError(f"student_model {recipe.student_model} is a {_task_words(loaded.task)} but the teacher "
                             f"{teacher.path} is a {_task_words(teacher.task)}; distil a pruned model from the teacher "
