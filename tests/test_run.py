@@ -407,6 +407,23 @@ def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_r
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("keep_ratio, refused", [(1, True), (0.5, False)])
+def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_any_stage(keep_ratio, refused):
+    """Was: distilled the prune stage's uncut model into a copy of the teacher; the distill stage now refuses a
+    student of the teacher's shape, and the run says so before the teacher trains."""
+    from headcut.pipeline.checks import check_students
+    from headcut_grader.errors import UserError
+
+    recipe = load_pipeline("quickstart", overrides=["distill.p.recipe=distill/minilm_pruned_cpu", "prune.flops=null",
+                                                    f"prune.keep_ratio={keep_ratio}"])
+    if not refused:
+        check_students(recipe)
+        return
+    with pytest.raises(UserError, match=r"^prune.keep_ratio=1 keeps every head, so \[distill.p\]'s pruned student "
+                                        "would have the teacher's shape"):
+        check_students(recipe)
+
+
 @pytest.mark.parametrize("teacher, words", [("/nonexistent", ": no such folder"), ("pruned", " is already pruned")])
 def test_a_teacher_path_a_stage_would_refuse_stops_the_run_before_any_stage(straight, tmp_path, teacher, words):
     if teacher == "pruned":

@@ -215,8 +215,9 @@ def check_choice_data(recipe: PipelineRecipe) -> None:
 
 def check_students(recipe: PipelineRecipe) -> None:
     """A student reads no more tokens than the teacher has positions for, a bottom-k student keeps fewer layers than
-    the teacher has, and a config student is no larger than the teacher in any size, as the distill stage will check
-    (after the teacher stage, which may train for an hour)."""
+    the teacher has, a config student is no larger than the teacher in any size, and a pruned student is cut from it
+    (a prune that keeps every head is not), as the distill stage will check (after the teacher stage, which may train
+    for an hour)."""
     from headcut.arch import encoder_layers
     from headcut.batching import check_max_length
     from headcut.distill.sizes import check_config_student, check_keep_layers
@@ -232,3 +233,7 @@ def check_students(recipe: PipelineRecipe) -> None:
             check_keep_layers(sub.keep_layers, layers, key=f"{name}.keep_layers")
         elif sub.student == "config":
             check_config_student(sub, teacher.model.config, layers, prefix=f"{name}.")
+        elif sub.student_model == UPSTREAM[1] and recipe.prune.keep_ratio == 1:  # the prune stage's model
+            raise UserError(f"prune.keep_ratio=1 keeps every head, so [{name}]'s pruned student would have the "
+                            "teacher's shape, no smaller than its teacher; lower prune.keep_ratio (or prune by "
+                            "prune.flops in its place), or make the student bottom-k or config.")
