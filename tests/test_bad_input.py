@@ -1617,8 +1617,10 @@ def test_bench_batches_that_cannot_fit_in_memory_are_refused_before_work(tmp_pat
 def test_a_label_map_for_a_one_score_model_is_refused(tmp_path):
     """Was: ignored (the score column is read as numbers), exit 0."""
     path = write(tmp_path, "s.tsv", "query\ttitle\tscore\ndrill\tcordless drill\t2.5\n")
-    with pytest.raises(UserError, match="--label-map maps labels to grades, and this model is a one-score reranker"):
+    with pytest.raises(UserError, match="^label_map maps labels to grades, and this model is a one-score reranker"):
         read_pairs(path, task="score", label_map={"zzz": 1})
+    with pytest.raises(UserError, match="^--label-map maps labels to grades"):
+        read_pairs(path, task="score", label_map={"zzz": 1}, names="flags")
 
 
 def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_grader):

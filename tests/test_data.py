@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from headcut.cli.main import app
 from headcut_grader.data import iter_pairs, parse_label_map, read_pairs
+from headcut_grader.errors import UserError
 from headcut.splits import split_by_query
 from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
@@ -195,7 +196,7 @@ def test_real_homedepot_and_qbqtc_presets():
     ("qbqtc", "query\ttitle\tgrade", "drill\tcordless drill\t4", "grade", "homedepot"),
     ("homedepot", "query\ttitle\tlabel", "drill\tcordless drill\t2", "label", "qbqtc"),
 ])
-@pytest.mark.parametrize("keys,said,fix", [(None, "--preset", "--label-col"),
+@pytest.mark.parametrize("keys,said,fix", [({}, "--preset", "--label-col"),
                                           ("data.", "key 'data.preset'", "--set data.label_col=NAME")])
 def test_a_preset_whose_gold_column_the_file_lacks_is_refused_when_it_holds_another(tmp_path, preset, header, row,
                                                                                     gold, fits, keys, said, fix):
@@ -203,7 +204,7 @@ def test_a_preset_whose_gold_column_the_file_lacks_is_refused_when_it_holds_anot
     graded without true_grade, exit 0, the file's gold silently dropped."""
     path = write(tmp_path, "pairs.tsv", f"{header}\n{row}\n")
     with pytest.raises(UserError) as caught:
-        read_pairs(path, preset=preset, require_labels=False, keys=keys)
+        read_pairs(path, preset=preset, require_labels=False, keys=keys, names="flags")
     text = str(caught.value)
     for word in (str(path), f"{said} '{preset}'", f"'{gold}'", f"{fits}", fix):
         assert word in text, (word, text)
@@ -218,8 +219,8 @@ def test_a_preset_on_a_file_without_any_gold_reads_its_texts(tmp_path):
     assert read_pairs(path, preset="qbqtc", require_labels=False).labels is None
 
 
-@pytest.mark.parametrize("option,keys,said", [("query_col", None, "--query-col"), ("title_col", None, "--title-col"),
-                                               ("label_col", None, "--label-col"), ("title_col", "data.", "data.title_col"),
+@pytest.mark.parametrize("option,keys,said", [("query_col", {}, "--query-col"), ("title_col", {}, "--title-col"),
+                                               ("label_col", {}, "--label-col"), ("label_col", None, "label_col"), ("title_col", "data.", "data.title_col"),
                                                ("query_col", {"query_col": "--seg-col"}, "--seg-col")])
 def test_an_empty_column_name_is_refused_naming_its_flag(tmp_path, option, keys, said):
     """Was: '' read as no column given, so the preset's column was read in its place, exit 0."""
@@ -228,7 +229,7 @@ def test_an_empty_column_name_is_refused_naming_its_flag(tmp_path, option, keys,
     from headcut_grader.errors import UserError
 
     with pytest.raises(UserError, match=f"{said} is empty") as caught:
-        read_pairs(path, keys=keys, **{option: " "})
+        read_pairs(path, keys=keys, names="arguments" if keys is None else "flags", **{option: " "})
     assert "leave it out" in str(caught.value)
 
 
@@ -269,3 +270,28 @@ def test_a_header_with_a_zero_width_space_is_told_apart_from_the_plain_name(tmp_
     _visible(str(caught.value), r"no column 'query' (columns: 'query\u200b', 'title', 'grade')")
     preset = write(tmp_path, "preset.tsv", "query\ttitle\tgrade\u200b\ndrill\tcordless drill\t4\n")
     assert read_pairs(preset, preset="qbqtc", require_labels=False).labels is None  # not a gold column's name
+
+
+@pytest.mark.parametrize("names,label_map,label_col,round_", [
+    ("arguments", "label_map", "label_col=NAME", "label_map=round"),
+    ("flags", "--label-map", "--label-col", "--label-map round"),
+    ("keys", "--set data.label_map", "--set data.label_col=NAME", None)])
+def test_read_pairs_names_its_options_as_its_caller_wrote_them(tmp_path, names, label_map, label_col, round_):
+    """Was: read_pairs(path, label_map={'x': 9}) said '--label-map maps ...', and a label it could not read 'pass
+    --label-map', to a Python caller (and to a run recipe, which has no label map): a flag they never passed."""
+    path = tmp_path / "pairs.tsv"
+    path.write_text("query\ttitle\tgrade\ttext\ndrill\tcordless drill\t2.5\tx\n")
+
+    def refused(**kwargs):
+        with pytest.raises(UserError) as caught:
+            read_pairs(path, names=names, **kwargs)
+        message = str(caught.value)
+        assert names == "flags" or "--label" not in message.replace("--set data.label", ""), message
+        return message
+
+    assert refused(label_map={"x": 9}).startswith(f"{label_map} maps 'x' to 9")
+    assert refused(label_map={"3": 3}).endswith(f"extend {label_map}." if names != "keys" else "drop it.")
+    assert refused(label_col="text").endswith(f"pass {label_map} to map it to a grade." if names != "keys"
+                                              else "or drop the row.")
+    assert refused().endswith(f"pass {round_} to round scores." if round_ else "drop it.")
+    assert f"name it with {label_col}." in refused(label_col="nope")

@@ -25,7 +25,8 @@ NAMES = ("arguments", "keys", "flags")  # who called a library check: Python, a 
 
 def named(name: str, names: str = "arguments", *, section: str, spelled: dict | None = None) -> str:
     """Argument `name` as a message names it for whoever called: "arguments" the library's own (keep_ratio), "keys"
-    a run recipe's in `section` (prune.keep_ratio, as --set writes it), "flags" the command's (--keep-ratio);
+    a run recipe's in `section` (prune.keep_ratio, as --set writes it; section "": a recipe's own top-level key),
+    "flags" the command's (--keep-ratio);
     `spelled` ({names: {name: spelling}}) where a caller spells it otherwise. setting(named(...), value) words it
     with its value."""
     if names not in NAMES:
@@ -35,7 +36,7 @@ def named(name: str, names: str = "arguments", *, section: str, spelled: dict | 
         return given[name]
     if names == "flags":
         return "--" + name.replace("_", "-")
-    return f"{section}.{name}" if names == "keys" else name
+    return f"{section}.{name}" if names == "keys" and section else name
 
 
 def quoted(name) -> str:

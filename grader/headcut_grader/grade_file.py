@@ -172,7 +172,8 @@ def _task(grader_dir) -> str:
 def _chunks(source: Path, settings: GradeSettings, task: str, *, start: Position | None = None):
     return iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
                       title_col=settings.title_col, label_col=settings.label_col, start=start, task=task,
-                      require_labels=settings.label_col is not None)  # a named gold column must be there
+                      require_labels=settings.label_col is not None,  # a named gold column must be there
+                      names="flags")  # GradeSettings' fields are `headcut-grader grade`'s flags
 
 
 def _grader_id(grader: Grader) -> str:

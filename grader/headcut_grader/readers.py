@@ -8,7 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from headcut_grader.errors import UserError, quoted
+from headcut_grader import errors
+from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.files import as_path
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
@@ -64,6 +65,7 @@ def read_pairs(
     require_labels: bool = True,
     limit: int | None = None,
     task: str = "grades",
+    names: str = "arguments",
     keys: str | dict | None = None,
     texts_only: bool = False,
     wants_gold: bool = False,
@@ -78,28 +80,29 @@ def read_pairs(
     `require_labels=False`: the caller's options use gold where there is some) refuses a file whose only gold is the
     other task's (scores for a grades model), as `require_labels` does, rather than read it as unlabeled.
     `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
-    `keys` is how the caller's user sets the preset and columns, what the messages tell them to change: None,
-    flags (--title-col); a dict, flags with some named otherwise ({"title_col": "--seg-col"}: the caller read
-    another column as the titles); else recipe keys under that prefix ("" for --set title_col=NAME, "data." for a
-    pipeline).
+    `names` is who set the options, so that a message names them as written (headcut_grader.errors.named): "arguments"
+    read_pairs' own (label_map, title_col=NAME), "keys" a run recipe's (data.title_col), "flags" a command's
+    (--label-map). `keys` a str: a recipe's keys under that prefix ("" for --set title_col=NAME, "data." for a
+    pipeline); a dict: flags named otherwise ({"title_col": "--seg-col"}: the caller read another column as the
+    titles).
     """
     path = as_path(path, "read_pairs path", what="a pairs file's path")
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
                             grades_fix=grades_fix, fmt=fmt,
-                            require_labels=require_labels, task=task, keys=keys, texts_only=texts_only,
-                            wants_gold=wants_gold))
+                            require_labels=require_labels, task=task, names=names, keys=keys,
+                            texts_only=texts_only, wants_gold=wants_gold))
     return chunk.pairs
 
 
-def _check_label_map(label_map, grades: tuple[int, ...], keys) -> None:
+def _check_label_map(label_map, grades: tuple[int, ...], said: str) -> None:
     """A label map's grades are the model's, said of the map before any row is read (each row naming it would
     blame the row)."""
     if not isinstance(label_map, dict):
         return
     for raw, grade in label_map.items():
         if grade not in grades:
-            raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps {quoted(raw)} to {grade}, which is "
+            raise UserError(f"{said} maps {quoted(raw)} to {grade}, which is "
                             f"not one of the grades {list(grades)}; map each label to one of them.")
 
 
@@ -127,6 +130,7 @@ def iter_pairs(
     require_labels: bool = True,
     start: Position | None = None,
     task: str = "grades",
+    names: str = "arguments",
     keys: str | dict | None = None,
     texts_only: bool = False,
     wants_gold: bool = False,
@@ -139,19 +143,20 @@ def iter_pairs(
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
     """
     path = as_path(path, "iter_pairs path", what="a pairs file's path")
+    keys = Named(names, keys)
     _check_column_names(path, keys, query_col=query_col, title_col=title_col, label_col=label_col)
     p, fmt = _format_of(path, preset, fmt, keys)
     query_col = query_col or p.query_col
     title_col = title_col or p.title_col
     if query_col == title_col:
-        raise UserError(f"{_fix('query_col', keys).partition('=')[0]} and {_fix('title_col', keys).partition('=')[0]} "
+        raise UserError(f"{keys.said('query_col')} and {keys.said('title_col')} "
                         f"both name column {quoted(query_col)}; name the queries' and the titles' own columns.")
     score = task == "score"
     if score and label_map is not None:
-        raise UserError(f"{_fix('label_map', keys).partition('=')[0]} maps labels to grades, and this model is a "
+        raise UserError(f"{keys.said('label_map')} maps labels to grades, and this model is a "
                         "one-score reranker that reads the score column as numbers; drop it.")
     label_cols = () if texts_only else (label_col,) if label_col else (p.score_cols if score else p.label_cols)
-    _check_label_map(label_map, grades, keys)
+    _check_label_map(label_map, grades, keys.said("label_map"))
     label_map = label_map if label_map is not None else p.label_map
 
     with Lines(path) as lines:
@@ -162,7 +167,7 @@ def iter_pairs(
         wanted = require_labels or (wants_gold and _other_gold(columns, p, task=task) is not None)
         if label_name is None and not texts_only and wanted:
             raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task,
-                                          fix=_fix("label_col", keys)))
+                                          fix=keys.fix("label_col")))
         if label_name is None and not texts_only and preset is not None and label_col is None:
             _refuse_unread_gold(path, preset, label_cols, columns, task=task, keys=keys)
         if start is not None and start.offset:
@@ -170,13 +175,14 @@ def iter_pairs(
         else:
             records = itertools.chain([first], records)
 
+        map_said = "" if keys.recipe else keys.said("label_map")  # a recipe has no label map to set
         at = {col: f"column {quoted(col)}" for col in (query_col, title_col, label_name)}  # once, not per row
 
         def gold(row, line):
             where = f"{path}, line {line}, {at[label_name]}"
             if score:
                 return to_score(row.get(label_name), where)
-            return grades.index(to_grade(row.get(label_name), label_map, grades, where, grades_fix))
+            return grades.index(to_grade(row.get(label_name), label_map, grades, where, grades_fix, map_said))
 
         queries, titles, labels, numbers, chars = [], [], [], [], 0
         for line, row in records:
@@ -195,27 +201,47 @@ def iter_pairs(
                                numbers), lines.position())
 
 
-def _check_column_names(path: Path, keys, **columns) -> None:
+def _check_column_names(path: Path, keys: "Named", **columns) -> None:
     """A column option given as blank text would read as not given (the preset's column, unsaid)."""
     for option, name in columns.items():
         if name is not None and not str(name).strip():
-            said = _fix(option, keys).partition("=")[0].removeprefix("--set ")
+            said = keys.said(option).removeprefix("--set ")
             raise UserError(f"{said} is empty; name a column of {path}, or leave it out for the preset's column.")
 
 
-def _fix(option: str, keys: str | dict | None) -> str:
-    """What sets `option` (query_col, title_col, label_col) for the caller's user: a flag, or a recipe key."""
-    if isinstance(keys, str):
-        return f"--set {keys}{option}=NAME"
-    return (keys or {}).get(option, "--" + option.replace("_", "-"))
+@dataclass(frozen=True)
+class Named:
+    """How read_pairs' messages name its options for the caller's user (its `names` and `keys`), by the one naming
+    rule, headcut_grader.errors.named."""
+
+    names: str = "arguments"
+    keys: str | dict | None = None
+
+    @property
+    def recipe(self) -> bool:
+        return isinstance(self.keys, str) or self.names == "keys"
+
+    def said(self, option: str) -> str:
+        """`option` as the caller's user names it: label_map, --label-map, or a recipe's --set data.label_map."""
+        if isinstance(self.keys, str):  # a recipe's keys under that prefix
+            return "--set " + errors.named(option, "keys", section=self.keys.rstrip("."))
+        spelled = {"flags": self.keys} if isinstance(self.keys, dict) else None
+        said = errors.named(option, self.names, section="data", spelled=spelled)
+        return "--set " + said if self.names == "keys" else said
+
+    def fix(self, option: str) -> str:
+        """What sets `option` (query_col, title_col, label_col) to a column: --label-col, --set data.label_col=NAME,
+        label_col=NAME."""
+        said = self.said(option)
+        return said if said.startswith("--") and not self.recipe else f"{said}=NAME"
 
 
-def _format_of(path: Path, preset: str | None, fmt: str | None, keys: str | dict | None = None) -> tuple[Preset, str]:
+def _format_of(path: Path, preset: str | None, fmt: str | None, keys: Named) -> tuple[Preset, str]:
     """The preset's settings and the file's format: the file's own suffix says more than a preset's usual format
     (a Home Depot export saved as .jsonl)."""
     if preset is not None and preset not in PRESETS:
-        said = (f"key '{keys}preset' is {quoted(preset)}, which" if isinstance(keys, str)
-                else f"--preset {quoted(preset)}")
+        said = (f"key '{keys.said('preset').removeprefix('--set ')}' is {quoted(preset)}, which" if keys.recipe
+                else setting(keys.said("preset"), quoted(preset)))
         raise UserError(f"{said} is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
     check_regular(path)
@@ -237,7 +263,7 @@ def _shown(columns: list, lines, fmt: str) -> str:
     return (shown if len(shown) <= 200 else shown[:200] + "...") + _json_hint(lines, fmt)
 
 
-def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: str | dict | None = None) -> list:
+def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: Named) -> list:
     """The columns the first row names, refusing a file without rows or without the query or title column."""
     if first is None:
         raise UserError(f"{path}: no data rows; the file holds a header at most{_json_hint(lines, fmt)}.")
@@ -245,7 +271,7 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: 
     for col, option in zip(needed, ("query_col", "title_col")):
         if col not in columns:
             raise UserError(f"{path}: no column {quoted(col)} (columns: {_shown(columns, lines, fmt)}); "
-                            f"name it with {_fix(option, keys)}.")
+                            f"name it with {keys.fix(option)}.")
     return columns
 
 
@@ -277,7 +303,7 @@ def _other_gold(columns: list, preset: Preset, *, task: str) -> str | None:
     return next((c for c in other if c in columns), None)
 
 
-def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *, task: str, keys) -> None:
+def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *, task: str, keys: Named) -> None:
     """A named preset whose gold column the file lacks, in a file holding another preset's gold column: where gold
     is optional (grade, scan) that gold would go unread (no true_grade), so the preset is refused for the file."""
     gold = {name: p.score_cols if task == "score" else p.label_cols for name, p in PRESETS.items()}
@@ -285,12 +311,12 @@ def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *
     if found is None:
         return
     fits = next(name for name, cols in gold.items() if found in cols)
-    recipe = isinstance(keys, str)
-    said = f"key '{keys}preset' {quoted(preset)}" if recipe else f"--preset {quoted(preset)}"
-    use = f"set {keys}preset to '{fits}'" if recipe else f"pass --preset {fits}"
+    key = keys.said("preset").removeprefix("--set ")
+    said = f"key '{key}' {quoted(preset)}" if keys.recipe else setting(key, quoted(preset))
+    use = f"set {key} to '{fits}'" if keys.recipe else f"pass {setting(key, fits)}"
     raise UserError(f"{path} has no column {' or '.join(map(quoted, wanted))}, where {said} reads the gold, and "
                     f"its gold column {quoted(found)} would go unread; {use} (it reads {quoted(found)}) for this "
-                    f"file, or name the gold column with {_fix('label_col', keys)}.")
+                    f"file, or name the gold column with {keys.fix('label_col')}.")
 
 
 def _suffix_format(path: Path) -> str | None:

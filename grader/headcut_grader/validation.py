@@ -149,7 +149,9 @@ def to_text(value, where: str) -> str:
     return value.strip()
 
 
-def to_grade(value, label_map, grades, where: str, grades_fix: str) -> int:
+def to_grade(value, label_map, grades, where: str, grades_fix: str, map_said: str = "label_map") -> int:
+    """The grade of a label cell; `map_said`: how the caller's user names the label map (label_map, --label-map;
+    "": they have none to set, so a label it cannot read is the row's to fix)."""
     if value is None or str(value).strip() == "":
         raise UserError(f"{where}: empty label; fill it in or drop the row.")
     if isinstance(value, (bool, dict, list)):
@@ -158,22 +160,23 @@ def to_grade(value, label_map, grades, where: str, grades_fix: str) -> int:
     text = str(value).strip()
     if isinstance(label_map, dict):
         if text not in label_map:
-            raise UserError(f"{where}: label {quoted(text)} is not in the label map {sorted(label_map)}; extend "
-                            "--label-map.")
+            fix = f"extend {map_said}" if map_said else FIX_ROW
+            raise UserError(f"{where}: label {quoted(text)} is not in the label map {sorted(label_map)}; {fix}.")
         grade = label_map[text]
     else:
         try:
             number = float(text)
         except ValueError:
-            raise UserError(f"{where}: label {quoted(text)} is not a number; pass --label-map to map it to a "
-                            "grade.") from None
+            fix = f"pass {map_said} to map it to a grade" if map_said else "write a grade such as 3, or drop the row"
+            raise UserError(f"{where}: label {quoted(text)} is not a number; {fix}.") from None
         if not math.isfinite(number):
             raise UserError(f"{where}: label {quoted(text)} is not a finite number; write a grade such as 3 or drop "
                             "the row.")
         if label_map == "round":
             grade = int(math.floor(number + 0.5))  # round half up, like the Home Depot grades
         elif number != int(number):
-            raise UserError(f"{where}: label {text} is not a whole grade; pass --label-map round to round scores.")
+            fix = f"pass {setting(map_said, 'round')} to round scores" if map_said else FIX_ROW
+            raise UserError(f"{where}: label {text} is not a whole grade; {fix}.")
         else:
             grade = int(number)
     if grade not in grades:

@@ -36,7 +36,7 @@ def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit
 
     return read_spec(path, rows=limit, seed=seed, task=task, preset=preset, query_col=query_col, title_col=title_col,
                      label_col=label_col, label_map=parse_label_map(label_map), require_labels=require_labels,
-                     grades_fix=label_map_fix(grades), keys=flags, grades=grades, texts_only=texts_only,
+                     grades_fix=label_map_fix(grades), names="flags", keys=flags, grades=grades, texts_only=texts_only,
                      wants_gold=wants_gold)
 
 

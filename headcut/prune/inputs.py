@@ -20,7 +20,7 @@ def data_pool(loaded, data: Pairs | None, names: str = "arguments") -> Pairs:
     if data is not None:
         return data
     path, options = default_data(loaded, names)
-    return read_pairs(path, task=loaded.task, grades=loaded.grades, **options)  # gold indexes the model's grades
+    return read_pairs(path, task=loaded.task, grades=loaded.grades, names=names, **options)  # gold indexes the model's grades
 
 
 def pool_needs_gold(eval_data) -> bool:
