@@ -295,3 +295,18 @@ def test_read_pairs_names_its_options_as_its_caller_wrote_them(tmp_path, names, 
                                               else "or drop the row.")
     assert refused().endswith(f"pass {round_} to round scores." if round_ else "drop it.")
     assert f"name it with {label_col}." in refused(label_col="nope")
+
+
+@pytest.mark.parametrize("names,keys,said", [("arguments", None, "label_col=NAME"), ("flags", None, "--label-col"),
+                                             ("keys", "data.", "--set data.label_col=NAME")])
+def test_pairs_without_gold_name_the_gold_column_as_their_reader_was_called(tmp_path, names, keys, said):
+    """Was: read_pairs(path, require_labels=False).label_array() said 'pass a file with a grade column
+    (--label-col)' to a Python caller and a recipe, a flag they never had."""
+    path = tmp_path / "pairs.tsv"
+    path.write_text("query\ttitle\ndrill\tcordless drill\n")
+    pairs = read_pairs(path, require_labels=False, names=names, keys=keys)
+    for gold, column in ((pairs.label_array, "a grade column"), (pairs.score_array, "a numeric score column")):
+        with pytest.raises(UserError) as caught:
+            gold()
+        assert str(caught.value).endswith(f"pass a file with {column} ({said})."), str(caught.value)
+    assert pairs.subset([0]).sample(1).gold_option == said

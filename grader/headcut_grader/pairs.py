@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, named, setting
 from headcut_grader.tasks import TASKS  # noqa: F401  (what Pairs.task names)
 
 DEFAULT_GRADES = (1, 2, 3, 4, 5)
@@ -21,7 +21,8 @@ DEFAULT_GRADES = (1, 2, 3, 4, 5)
 class Pairs:
     """Parallel lists of queries, titles and labels (0-based class indices, or None when unlabeled); `scores`:
     numeric gold scores for a one-score model (task `score`) instead of labels; `lines`: the file line each pair
-    was read from, for messages about a pair (None: not read from a file)."""
+    was read from, for messages about a pair (None: not read from a file); `gold_option`: what names the gold column
+    for whoever read them (label_col=NAME, --label-col, --set data.label_col=NAME: readers.Named.fix)."""
 
     queries: list[str]
     titles: list[str]
@@ -31,6 +32,7 @@ class Pairs:
     fingerprint: str = field(default="", compare=False)
     scores: list[float] | None = None
     lines: list[int] | None = field(default=None, compare=False, repr=False)
+    gold_option: str = field(default=setting(named("label_col", section="data"), "NAME"), compare=False, repr=False)
 
     def __post_init__(self):
         if not self.fingerprint:
@@ -44,7 +46,7 @@ class Pairs:
 
     def score_array(self) -> np.ndarray:
         if self.scores is None:
-            raise UserError(f"{self.source} has no scores; pass a file with a numeric score column (--label-col).")
+            raise UserError(f"{self.source} has no scores; pass a file with a numeric score column ({self.gold_option}).")
         return np.asarray(self.scores, dtype=np.float64)
 
     def provenance(self) -> dict:
@@ -60,7 +62,7 @@ class Pairs:
 
     def label_array(self) -> np.ndarray:
         if self.labels is None:
-            raise UserError(f"{self.source} has no labels; pass a file with a grade column (--label-col).")
+            raise UserError(f"{self.source} has no labels; pass a file with a grade column ({self.gold_option}).")
         return np.asarray(self.labels, dtype=np.int64)
 
     def subset(self, indices) -> "Pairs":
@@ -73,6 +75,7 @@ class Pairs:
             self.source,
             scores=None if self.scores is None else [self.scores[i] for i in idx],
             lines=None if self.lines is None else [self.lines[i] for i in idx],
+            gold_option=self.gold_option,
         )
 
     def where(self, i: int) -> str:

@@ -194,11 +194,11 @@ def iter_pairs(
                 labels.append(gold(row, line))
             if len(queries) == chunk_rows or (chunk_chars is not None and chars >= chunk_chars):
                 yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score,
-                                   numbers), lines.position())
+                                   numbers, keys), lines.position())
                 queries, titles, labels, numbers, chars = [], [], [], [], 0
         if queries or (chunk_rows is None):
             yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score,
-                               numbers), lines.position())
+                               numbers, keys), lines.position())
 
 
 def _check_column_names(path: Path, keys: "Named", **columns) -> None:
@@ -275,10 +275,11 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: 
     return columns
 
 
-def _pairs(queries, titles, gold, grades, path, score: bool, lines: list[int]) -> Pairs:
+def _pairs(queries, titles, gold, grades, path, score: bool, lines: list[int], keys: Named) -> Pairs:
+    read = dict(lines=lines, gold_option=keys.fix("label_col"))
     if score:
-        return Pairs(queries, titles, None, tuple(grades), str(path), scores=gold, lines=lines)
-    return Pairs(queries, titles, gold, tuple(grades), str(path), lines=lines)
+        return Pairs(queries, titles, None, tuple(grades), str(path), scores=gold, **read)
+    return Pairs(queries, titles, gold, tuple(grades), str(path), **read)
 
 
 def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, *, task: str,
