@@ -461,7 +461,8 @@ def cross_encoder_record(activation: str) -> dict:
     return {"model_type": "CrossEncoder", "activation_fn": _class_path(CROSS_ENCODER_CLASSES[activation])}
 
 
-def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool = False) -> Path:
+def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool = False,
+                       names: str = "arguments") -> Path:
     """Write a score model as a folder `sentence_transformers.CrossEncoder(out)` loads and scores as headcut does.
 
     A pruned model is written at full width with its pruned heads and neurons zero (`arch.widen`): transformers
@@ -476,7 +477,7 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)
     full = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
-    widen(loaded.model, full)
+    widen(loaded.model, full, names=names)  # names: who called, as arch.widen names a prune setting
     full.eval()
     meta = {k: v for k, v in loaded.meta.items() if k != "weights_hash"}
     return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite)

@@ -158,13 +158,17 @@ def test_a_cross_encoder_twin_keeps_the_removed_layers_removed(tmp_path):
     assert plain.config.num_hidden_layers == 2
 
 
-def test_a_cross_encoder_of_modernbert_without_its_first_layer_is_refused(tmp_path):
+@pytest.mark.parametrize("names,said", [("arguments", "drop_layers=False"), ("keys", "prune.drop_layers=false"),
+                                        ("flags", "--no-drop-layers")])
+def test_a_cross_encoder_of_modernbert_without_its_first_layer_is_refused(tmp_path, names, said):
+    """Was: 'prune it without dropping layers (--no-drop-layers)' to a Python caller too."""
     tokenizer = tiny_tokenizer(tmp_path / "tok")
     model = deep("modernbert", num_labels=1, vocab_size=max(99, len(tokenizer)))
     keep_layers(model, [1, 2])
     loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "sigmoid"})
-    with pytest.raises(UserError, match="lost the encoder layers below its layer 1"):
-        save_cross_encoder(loaded, tmp_path / "ce")
+    with pytest.raises(UserError, match="lost the encoder layers below its layer 1") as caught:
+        save_cross_encoder(loaded, tmp_path / "ce", **({} if names == "arguments" else {"names": names}))
+    assert f"prune it without dropping layers ({said}) to write" in str(caught.value)
 
 
 # --- the search -----------------------------------------------------------------------------------

@@ -29,5 +29,5 @@ def cross_encoder(
 
     check_out_dir(out, overwrite=overwrite, inputs=[model])
     loaded = load_model(model, allow_pickle=allow_pickle)
-    save_cross_encoder(loaded, out, overwrite=overwrite)
+    save_cross_encoder(loaded, out, overwrite=overwrite, names="flags")
     typer.echo(f"wrote {out} (load it with sentence_transformers.CrossEncoder('{out}'))")
