@@ -3,19 +3,32 @@ set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn gra
 from __future__ import annotations
 
 from headcut_grader.data import FILE_KEYS, PRESETS, Pairs, read_pairs
+from headcut_grader import errors
 from headcut_grader.errors import UserError, quoted
 from headcut.synthetic import is_synthetic, synthetic_spec
 
 
 def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = "grades", **options) -> Pairs:
     """The pairs `spec` names; `options` go to `read_pairs` for a file (preset, columns, grades, texts_only, ...)."""
-    synthetic = synthetic_spec(spec, rows)
+    synthetic = synthetic_spec(spec, rows, said=_rows_said(options))
     if synthetic is not None and options.get("texts_only"):
         return Pairs(synthetic.queries, synthetic.titles, None, synthetic.grades, synthetic.source)
     if synthetic is not None:
         _check_synthetic_grades(synthetic, options.get("grades") if task == "grades" else None, options.get("keys"))
         return as_scores(synthetic) if task == "score" else synthetic
     return read_pairs(spec, task=task, **options).sample(rows, seed=seed)
+
+
+# where read_spec's `rows` is spelled otherwise than rows (headcut_grader.errors.named): a command's --limit, a
+# training recipe's (read_pairs' keys=""), which reads its train and dev data through here (a run recipe bounds its
+# rows keys to MAX_SYNTHETIC before)
+ROWS = {"flags": {"rows": "--limit"}, "keys": {"rows": "the recipe's train_rows or dev_rows"}}
+
+
+def _rows_said(options: dict) -> str:
+    """How the caller of read_spec named `rows`, by read_pairs' `names` and `keys` in `options`."""
+    names = "keys" if isinstance(options.get("keys"), str) else options.get("names", "arguments")
+    return errors.named("rows", names, section="data", spelled=ROWS)
 
 
 def _check_synthetic_grades(pairs: Pairs, grades, keys) -> None:

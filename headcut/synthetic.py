@@ -31,14 +31,15 @@ def is_synthetic(spec) -> bool:
     return str(spec).partition(":")[0] == "synthetic"
 
 
-def synthetic_spec(spec: str, n: int | None = None) -> Pairs | None:
-    """'synthetic' or 'synthetic:SEED' (another seed = an independent held-out draw); None for a file path."""
+def synthetic_spec(spec: str, n: int | None = None, *, said: str = "n") -> Pairs | None:
+    """'synthetic' or 'synthetic:SEED' (another seed = an independent held-out draw); None for a file path. `said`:
+    what asked for `n` pairs, as its caller's user wrote it (rows, --limit: headcut.data_spec.read_spec)."""
     if not is_synthetic(spec):
         return None
     seed = synthetic_seed(spec)
     if n is not None and n > MAX_SYNTHETIC:
-        raise UserError(f"data {quoted(spec)}: {n:,} pairs asked for (--limit, or a recipe's rows); the synthetic set is made "
-                        f"in memory, so ask for at most {MAX_SYNTHETIC:,}.")
+        raise UserError(f"data {quoted(spec)}: {n:,} pairs asked for ({said}); the synthetic set is made in memory, "
+                        f"so ask for at most {MAX_SYNTHETIC:,}.")
     return synthetic_pairs(n or 2000, seed=seed)
 
 

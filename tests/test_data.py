@@ -310,3 +310,14 @@ def test_pairs_without_gold_name_the_gold_column_as_their_reader_was_called(tmp_
             gold()
         assert str(caught.value).endswith(f"pass a file with {column} ({said})."), str(caught.value)
     assert pairs.subset([0]).sample(1).gold_option == said
+
+
+@pytest.mark.parametrize("options,said", [({}, "(rows)"), ({"names": "flags"}, "(--limit)"),
+                                          ({"keys": ""}, "(the recipe's train_rows or dev_rows)")])
+def test_a_synthetic_draw_too_large_names_the_rows_as_its_caller_wrote_them(options, said):
+    """Was: '(--limit, or a recipe's rows)' to every caller, a Python read_spec(rows=...) caller too."""
+    from headcut.data_spec import read_spec
+
+    with pytest.raises(UserError) as caught:
+        read_spec("synthetic", rows=1_000_001, **options)
+    assert f"1,000,001 pairs asked for {said}; the synthetic set" in str(caught.value), str(caught.value)
