@@ -84,12 +84,18 @@ def find_weights(path: Path, *, allow_pickle: bool, flag: str = "--model") -> Pa
             return path / name
     if (path / WEIGHT_FILES[2]).exists():
         if not allow_pickle:
-            raise UserError(
-                f"{setting(flag, path)} holds only pickle weights (pytorch_model.bin), which can run code when loaded; "
-                "convert them to safetensors or pass --allow-pickle if you trust the source."
-            )
+            raise UserError(f"{setting(flag, path)} holds only pickle weights (pytorch_model.bin), which can run code "
+                            f"when loaded; {_pickle_fix(flag)}.")
         return path / "pytorch_model.bin"
     raise UserError(f"{setting(flag, path)}: no weights (model.safetensors) in the folder.")
+
+
+def _pickle_fix(flag: str) -> str:
+    """What lets pickle weights load, for whoever named the folder by `flag`: a command's flag (or "", its
+    positional argument) has --allow-pickle beside it; a recipe's key (model, teacher.path) has no such key."""
+    if flag and not flag.startswith("-"):
+        return "convert them to safetensors (a recipe loads safetensors only)"
+    return "convert them to safetensors or pass --allow-pickle if you trust the source"
 
 
 def read_state(weights: Path) -> dict:

@@ -157,3 +157,16 @@ def test_a_tokenizer_larger_than_the_embedding_table_is_refused(tmp_path):
     BertTokenizerFast(str(tmp_path / "vocab.txt")).save_pretrained(folder)
     with pytest.raises(UserError, match=r"the tokenizer has 25 tokens but the model's embedding table has 8 rows"):
         load_model(folder)
+
+
+@pytest.mark.parametrize("flag,allow", [("--model", True), ("", True), ("model", False), ("teacher.path", False)])
+def test_pickle_weights_are_refused_naming_what_allows_them_for_whoever_named_the_folder(tmp_path, flag, allow):
+    """Was: 'pass --allow-pickle' to a recipe too (model=..., teacher.path=...), which has no such flag or key."""
+    from headcut.weight_files import find_weights
+
+    torch.save({}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(UserError, match="holds only pickle weights") as caught:
+        find_weights(tmp_path, allow_pickle=False, flag=flag)
+    said = str(caught.value)
+    assert ("pass --allow-pickle if you trust the source" in said) == allow, said
+    assert allow or said.endswith("convert them to safetensors (a recipe loads safetensors only)."), said
