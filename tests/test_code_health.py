@@ -115,3 +115,13 @@ def test_no_module_uses_a_name_it_never_defines_or_imports():
             undefined.append(message)
     assert result.returncode in (0, 1) and not result.stderr.strip(), result.stderr
     assert not undefined, "\n".join(undefined)
+
+
+def test_one_rule_spells_an_argument_as_a_flag():
+    """A library check names an argument as its caller wrote it through headcut_grader.errors.named alone; was: serve
+    (_name), grade_file and prune's targets each spelled --NAME from NAME by a copy of that rule."""
+    rule = ROOT / "grader" / "headcut_grader" / "errors.py"
+    copies = [f"{path.relative_to(ROOT)}:{number}" for path in modules().values() if path != rule
+              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+              if ".replace(\"_\", \"-\")" in line or ".replace('_', '-')" in line]
+    assert not copies, f"spell flags through headcut_grader.errors.named: {copies}"

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from headcut_grader.data import Position, guess_format, iter_pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, named
 from headcut_grader.files import as_path, check_out_file, publish_file, write_json
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.orphans import exit_with_parent
@@ -270,7 +270,7 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
     wanted = settings.output_keys()
     for key, value in state["settings"].items():
         if wanted.get(key) != value:
-            flag = "--" + key.replace("_", "-")
+            flag = named(key, "flags", section="settings")
             raise UserError(f"{out}: {flag} is {wanted.get(key)!r} but the interrupted run used {value!r}; resume "
                             "with the same flags, or run without --resume and with --overwrite.")
     if data.stat().st_size < state["bytes"]:

@@ -16,7 +16,7 @@ import os
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, fields, replace
 
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, named, setting
 from headcut_grader.files import as_path
 from headcut_grader.ranges import MAX_BATCH, argument, checked_number, ranged
 from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
@@ -108,7 +108,9 @@ def check_serving(limits: Limits, batching: Batching, *, flags: bool = False) ->
 
 
 def _name(group: str, field: str, flags: bool) -> str:
-    return "--" + field.replace("_", "-") if flags else f"{group}.{field}"
+    """A serving setting as an answer names it, by the one naming rule (headcut_grader.errors.named): create_app's
+    field under its group (limits.max_pairs), or with `flags` `headcut serve`'s flag (--max-pairs)."""
+    return named(field, "flags" if flags else "keys", section=group)
 
 
 def _said(limits: Limits, batching: Batching, flags: bool) -> dict[str, str]:

@@ -3,6 +3,8 @@ its sentence live here once, and which settings each target reads; the CLI, the 
 them with flags or keys."""
 from __future__ import annotations
 
+from headcut_grader.errors import named, setting
+
 # target -> (the flag's metavar, what it prunes)
 TARGETS = {"keep_ratio": ("R", "heads only"), "flops": ("F", "heads and FFN neurons"),
            "latency": ("S", "heads and FFN neurons")}
@@ -63,4 +65,4 @@ def target_flags(targets: tuple[str, ...]) -> str:
 
 
 def _flag(target: str) -> str:
-    return f"--{target.replace('_', '-')} {TARGETS[target][0]}"
+    return setting(named(target, "flags", section="prune"), TARGETS[target][0])
