@@ -166,7 +166,7 @@ def test_user_errors_exit_2_with_one_sentence(tmp_path, tiny_grader):
          r"has \(2, 4\) heads but --model has \(3, 4\)"),
         (["--model", gpt, "--keep-ratio", 0.5], "model type 'gpt2' is not supported"),
         (["--model", bare, "--keep-ratio", 0.5], "records no dev data file; pass --data FILE"),
-        (["--model", grader, "--keep-ratio", 0.5, "--data", dev, "--method", "magic"], "--method magic"),
+        (["--model", grader, "--keep-ratio", 0.5, "--data", dev, "--method", "magic"], "--method 'magic'"),
     ]
     for args, message in cases:
         result = run(*args, "--out", out, "--no-timing")
