@@ -1056,7 +1056,8 @@ def _checksums(folder):
     ["prune", "--model", "{model}", "--flops", "0.5", "--data", "synthetic", "--no-timing"],
     ["export", "{model}"],
     ["scan", "--model", "{model}", "--data", "synthetic"],
-    ["distill", "distill/minilm_synthetic_cpu", "--set", "teacher={model}"],
+    # keep_layers=1: the recipe's 3 is refused for the 2-layer model when the recipe is read, before --out is looked at
+    ["distill", "distill/minilm_synthetic_cpu", "--set", "teacher={model}", "--set", "keep_layers=1"],
     ["finetune", "finetune/minilm_synthetic_cpu", "--set", "model={model}"],
     ["run", "quickstart", "--set", "teacher.recipe=null", "--set", "teacher.path={model}"],
 ])

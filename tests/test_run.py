@@ -393,8 +393,8 @@ def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
     # was: refused by the distill stage, after the teacher trained, as "max length 600 is more than ..."
     (["distill.small.max_length=600"], ["distill.small.max_length=600 is more than the teacher's 512 positions; set "
                                         "distill.small.max_length=512 or less."]),
-    (["teacher.max_length=600"], ["[teacher] (minilm_synthetic_cpu.yaml): max_length=600 is more than the model's 512 "
-                                  "positions"]),
+    (["teacher.max_length=600"], ["[teacher] (minilm_synthetic_cpu.yaml) with --set teacher.max_length=600: max_length=600 "
+                                  "is more than the model's 512 positions"]),
 ])
 def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_recipe, tmp_path, override, words):
     """Refused when the recipe is read, naming the recipe key (not the flag of the command the stage calls)."""
