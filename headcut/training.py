@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from headcut.batching import Encoded, collate
+from headcut.process_group import close_at_exit
 from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
@@ -365,6 +366,7 @@ def _setup(model, settings: LoopSettings, extra_modules, steps: int) -> _Run:
         mixed_precision=settings.mixed_precision, gradient_accumulation_steps=settings.gradient_accumulation,
         cpu=not torch.cuda.is_available(), dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
+    close_at_exit()
     params = [p for m in [model, *extra_modules] for p in m.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         [{"params": [p for p in params if p.dim() > 1], "weight_decay": settings.weight_decay},

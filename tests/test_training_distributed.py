@@ -93,3 +93,20 @@ def test_two_process_commands_publish_once_print_once_and_resume_exactly(tmp_pat
         assert torch.allclose(a, b, atol=1e-6), name
     student = json.loads((tmp_path / "student" / "headcut.json").read_text())
     assert student["kind"] == "distill" and set(student["metrics"]) == {"teacher", "before", "after", "after_minus_teacher"}
+
+
+def test_the_process_group_is_closed_at_exit(tmp_path):
+    """A process that left its gloo group open aborted once at exit in CI ('terminate called without an active
+    exception', SIGABRT) after refusing a NaN loss; every process that opens the group now closes it at exit."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, torch.distributed as dist\n"
+              "from headcut.process_group import close_at_exit\n"
+              f"dist.init_process_group('gloo', init_method='file://{tmp_path / 'store'}', rank=0, world_size=1)\n"
+              # atexit runs last in, first out: this check runs after the close registered below
+              "atexit.register(lambda: print('open' if dist.is_initialized() else 'closed'))\n"
+              "close_at_exit(); close_at_exit()\n")  # registered once, however often called
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["closed"], out.stdout + out.stderr

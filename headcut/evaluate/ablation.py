@@ -127,7 +127,11 @@ def process_state():
     import torch
     from accelerate import PartialState
 
-    return PartialState(cpu=not torch.cuda.is_available())
+    from headcut.process_group import close_at_exit
+
+    state = PartialState(cpu=not torch.cuda.is_available())
+    close_at_exit()
+    return state
 
 
 def distributed_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64, max_rows: int = 768,
