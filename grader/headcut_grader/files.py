@@ -160,9 +160,17 @@ def clean_stale(out: Path) -> list[Path]:
     """Remove temporaries of `out` whose writer (on this host) is gone: a run killed mid-write leaves them. Also
     `.OUT.old-PID`, the old copy that headcut before temporaries named their host moved aside to replace `out`, and
     `.OUT.PID`, the temporary it wrote (_dead_old_writer; e.g. the backend choice cache's, which was never swept)."""
-    return (_sweep(out.parent, glob.escape(f".{out.name}.tmp-") + "*", _dead_writer)
-            + _sweep(out.parent, glob.escape(f".{out.name}.old-") + "*", _dead_old_copy_writer)
-            + _sweep(out.parent, glob.escape(f".{out.name}.") + "[0-9]*", _dead_old_writer))
+    prefix = f".{out.name}."
+
+    def stale(path: Path) -> bool:  # one listing of the folder, each name by the test of its kind
+        rest = path.name[len(prefix):]
+        if rest.startswith("tmp-"):
+            return _dead_writer(path)
+        if rest.startswith("old-"):
+            return _dead_old_copy_writer(path)
+        return rest[:1] != "" and rest[:1] in "0123456789" and _dead_old_writer(path)
+
+    return _sweep(out.parent, glob.escape(prefix) + "*", stale)
 
 
 def clean_stale_folder(folder: Path) -> list[Path]:
