@@ -4,16 +4,18 @@ The toolkit stands on the torch-free runtime `headcut_grader` (the headcut-grade
 its modules by that name. The old names `headcut.data`, `headcut.grader`, ... still import until the next
 release, with a DeprecationWarning: each is a thin module that reads the runtime's."""
 import importlib as _importlib
-import importlib.abc as _abc
-import importlib.util as _util
+import importlib.machinery as _machinery  # not importlib.abc / .util: they load tempfile, shutil, ... (16 ms)
 import sys as _sys
 import warnings as _warnings
 
-from headcut_grader.data import Pairs, read_pairs
-from headcut_grader.errors import UserError
+TYPE_CHECKING = False  # typing's, without importing typing: `python -m headcut` imports this package before its
+if TYPE_CHECKING:  # command can take a Ctrl-C (headcut_grader/entry.py), so the names below load on first use
+    from headcut_grader.data import Pairs, read_pairs
+    from headcut_grader.errors import UserError
 
-from headcut.synthetic import synthetic_pairs
-from headcut.version import __version__
+    from headcut.models import LoadedModel, load_model, save_model
+    from headcut.synthetic import synthetic_pairs
+    from headcut.version import __version__
 
 __all__ = ["UserError", "Pairs", "read_pairs", "synthetic_pairs", "load_model", "save_model", "LoadedModel",
            "__version__"]
@@ -24,8 +26,11 @@ LEFT_DATA = {"synthetic_pairs": "headcut.synthetic", "synthetic_spec": "headcut.
              "is_synthetic": "headcut.synthetic"}
 
 
-class _MovedLoader(_abc.Loader):
+class _MovedLoader:
     """Runs `import headcut.<name>` for a module that moved to headcut_grader: warns, then forwards."""
+
+    def create_module(self, spec):
+        return None  # the default module
 
     def exec_module(self, module):
         new = f"headcut_grader.{module.__name__.rsplit('.', 1)[1]}"
@@ -37,19 +42,22 @@ class _MovedLoader(_abc.Loader):
         module.__dir__ = lambda: dir(real)
 
 
-class _MovedFinder(_abc.MetaPathFinder):
+class _MovedFinder:
     def find_spec(self, fullname, path=None, target=None):
         package, _, name = fullname.rpartition(".")
-        return _util.spec_from_loader(fullname, _MovedLoader()) if package == __name__ and name in MOVED else None
+        return _machinery.ModuleSpec(fullname, _MovedLoader()) if package == __name__ and name in MOVED else None
 
 
 _sys.meta_path.insert(0, _MovedFinder())
 
 
-def __getattr__(name):
-    # models (and torch) are loaded on first use
-    if name in ("load_model", "save_model", "LoadedModel"):
-        from headcut import models
+# name -> the module that holds it (models: torch)
+_LAZY = {"Pairs": "headcut_grader.data", "read_pairs": "headcut_grader.data", "UserError": "headcut_grader.errors",
+         "synthetic_pairs": "headcut.synthetic", "__version__": "headcut.version", "load_model": "headcut.models",
+         "save_model": "headcut.models", "LoadedModel": "headcut.models"}
 
-        return getattr(models, name)
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(_importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'headcut' has no attribute {name!r}")

@@ -88,3 +88,20 @@ def test_ctrl_c_in_any_command_says_what_was_kept(monkeypatch, command):
             "interrupted: no output was written (outputs appear only whole, at the end); rerun the same command to "
             "start again.")
     assert result.output.splitlines() == [said]
+
+
+@pytest.mark.parametrize("where", ["typer.core.TyperGroup.parse_args", "typer.core.TyperCommand.parse_args"])
+def test_ctrl_c_while_the_command_line_is_parsed_says_one_line(monkeypatch, where):
+    """Was: a Ctrl-C 0.35-0.45 s into `python -m headcut_grader grade ...`, while typer parsed the command line
+    (the group's, then the command's options), exited 130 without a word: typer ends a Ctrl-C there in silence.
+    Now the one `interrupted:` line says that nothing was written."""
+    from headcut_grader.cli.main import app as runtime
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, ctrl_c)
+    result = CliRunner().invoke(runtime, ["grade", "g", "p.tsv", "--out", "o.tsv"])
+    assert result.exit_code == 130 and result.output.splitlines() == [
+        "interrupted: stopped while starting, before anything was written; rerun the same command."], result.output
+

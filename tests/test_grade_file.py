@@ -9,11 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import process_alive, spawned_children, wait_until
+from conftest import ROOT, process_alive, spawned_children, wait_until
 from headcut.cli.main import app
 from headcut.synthetic import synthetic_pairs
 from headcut_grader.grade_file import partial_paths
@@ -252,6 +253,60 @@ def test_ctrl_c_while_the_command_loads_says_one_line(tiny_grader, tmp_path, mod
     said = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
     assert run.returncode == 130 and len(said) == 1 and said[0].startswith("interrupted: "), run.stdout + run.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv", "stop"]
+
+
+def entry_points() -> dict[str, list[str]]:
+    """Every way a user starts a command: `python -m` of each package, and each console script as the wrapper pip
+    writes for it calls its target."""
+    starts = {f"python -m {m}": [sys.executable, "-m", m] for m in ("headcut", "headcut_grader")}
+    for toml in (ROOT / "pyproject.toml", ROOT / "grader" / "pyproject.toml"):
+        for name, target in tomllib.loads(toml.read_text())["project"]["scripts"].items():
+            module, _, function = target.partition(":")
+            starts[name] = [sys.executable, "-c", f"import sys; from {module} import {function}; sys.exit({function}())"]
+    return starts
+
+
+@pytest.mark.parametrize("module", ["headcut_grader.errors", "numpy", "typer"])
+@pytest.mark.parametrize("start", sorted(entry_points()))
+def test_ctrl_c_while_any_entry_point_loads_says_one_line(tiny_grader, tmp_path, start, module):
+    """Was: a Ctrl-C while `python -m headcut` imported the package (headcut/__init__ loaded numpy), while the
+    `headcut` script imported its commands, or in the first 0.05 s of `python -m headcut_grader` (its package
+    imported errors) printed a KeyboardInterrupt traceback. Now each start takes a Ctrl-C as its first code runs:
+    exit 130 and one `interrupted:` line, nothing written."""
+    source = write_pairs(tmp_path / "pairs.tsv", 20, seed=8)
+    (tmp_path / "stop").mkdir()
+    (tmp_path / "stop" / "sitecustomize.py").write_text(STOP_IMPORT)
+    env = {**os.environ, "HEADCUT_TEST_STOP": module,
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "stop"), os.environ.get("PYTHONPATH", "")])}
+    args = ["grade", tiny_grader, source, "--out", tmp_path / "o.tsv"]
+    run = subprocess.run([*entry_points()[start], *map(str, args)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    said = [line for line in (run.stdout + run.stderr).splitlines() if line.strip()]
+    assert run.returncode == 130 and said == ["interrupted: stopped while starting, before anything was written; "
+                                              "rerun the same command."], run.stdout + run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv", "stop"]
+
+
+def test_ctrl_c_after_the_command_finished_says_out_was_written(tiny_grader, tmp_path, monkeypatch):
+    """A Ctrl-C after grade's body returned (while click closes its context) was 130 without a word; had it said
+    anything, it would have been "nothing was written". Now the line says the outputs were written."""
+    from headcut_grader.cli.common import click
+
+    source, out = write_pairs(tmp_path / "pairs.tsv", 20, seed=3), tmp_path / "o.tsv"
+    real, calls = click.Context._close_with_exception_info, []
+
+    def ctrl_c_once(self, *args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real(self, *args)
+
+    monkeypatch.setattr(click.Context, "_close_with_exception_info", ctrl_c_once)
+    result = grade(tiny_grader, source, "--out", out, "--threads", "1")
+    assert result.exit_code == 130 and result.stderr.splitlines() == [
+        "interrupted: stopped after the command had finished: its outputs were written whole; nothing needs "
+        "rerunning."], result.output
+    assert out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["o.tsv", "pairs.tsv"]
 
 
 class CtrlCWhileStarting(importlib.abc.MetaPathFinder):

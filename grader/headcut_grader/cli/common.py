@@ -17,6 +17,7 @@ try:
 except ImportError:  # older typer: click itself
     import click
 
+from headcut_grader import entry
 from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import Range
@@ -28,6 +29,7 @@ class OneLineErrors(typer.core.TyperGroup):
     with exit code 2, as every other user error is, instead of a usage block and a box."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        entry.reached(entry.STARTING)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -46,6 +48,8 @@ class OneLineErrors(typer.core.TyperGroup):
         except typer.Abort:
             typer.echo("Aborted!", err=True)
             sys.exit(1)
+        if done == INTERRUPTED_EXIT:  # typer ends a Ctrl-C outside the command's body (parsing) in silence
+            entry.say_interrupted()
         sys.exit(done if isinstance(done, int) else 0)  # a command's typer.Exit(code) comes back as its code
 
     def parse_args(self, ctx, args):
@@ -92,8 +96,11 @@ def user_errors(fn):
             bad = next((v for v in kwargs.values() if isinstance(v, BadValue)), None)
             if bad is not None:
                 raise UserError(bad.sentence)
+            entry.reached(entry.IN_BODY)
             with on_interrupt(_nothing_written):  # a command that keeps something says so inside
-                return fn(*args, **kwargs)
+                done = fn(*args, **kwargs)
+            entry.reached(entry.FINISHED)
+            return done
         except UserError as e:
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
             raise typer.Exit(2)
@@ -106,8 +113,7 @@ def user_errors(fn):
     return wrapper
 
 
-# What a shell reports for a command that Ctrl-C (SIGINT) ended: 128 + the signal's number.
-INTERRUPTED_EXIT = 130
+INTERRUPTED_EXIT = entry.INTERRUPTED_EXIT
 
 
 def _nothing_written() -> str | None:
