@@ -16,8 +16,8 @@ from typing import Callable
 
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
-from headcut_grader.files import (cache_home, check_out_dir, clean_stale, file_hash, refuse_inputs, temp_sibling,
-                                  write_text)
+from headcut_grader.files import (cache_home, check_out_dir, clean_stale, file_hash, path_mark, refuse_inputs,
+                                  temp_sibling, write_text)
 from headcut_grader.validation import read_small_text
 
 
@@ -134,11 +134,7 @@ STAMP = "recipe.json"  # the run hash (and recipe) of the run a folder holds
 def stamp_mark(out: str | Path) -> tuple | None:
     """Which stamp `out`.partial carries now (None: none). RunFolder.open writes a new stamp file each time, so a
     caller that compares the marks before and after a call knows whether the call opened the folder for its run."""
-    try:
-        found = (partial_folder(out) / STAMP).stat()
-    except OSError:
-        return None
-    return found.st_dev, found.st_ino, found.st_mtime_ns
+    return path_mark(partial_folder(out) / STAMP)
 
 
 def half_published(out: str | Path) -> bool:

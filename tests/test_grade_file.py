@@ -139,6 +139,29 @@ def test_ctrl_c_before_the_first_chunk_of_an_overwrite_leaves_nothing(tiny_grade
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv"]
 
 
+@pytest.mark.parametrize("module, name", [("os", "link"), ("headcut_grader.grade_file", "publish_file")])
+def test_ctrl_c_once_out_is_published_says_so_and_leaves_no_state(tiny_grader, tmp_path, monkeypatch, module, name):
+    """A Ctrl-C right after OUT was published: between publish_file's link and its removal of the partial file, or
+    between publish_file and the removal of the state. Was: the line said OUT was not written (and that the
+    partial file kept its rows for --resume), and the state (and partial file) stayed beside the whole OUT. Now the
+    line says OUT was written, and nothing is left beside it."""
+    source, out = write_pairs(tmp_path / "pairs.tsv", 300, seed=9), tmp_path / "out.tsv"
+    flags = ["--chunk-rows", "100", "--threads", "1"]
+    assert grade(tiny_grader, source, "--out", tmp_path / "whole.tsv", *flags).exit_code == 0
+    real = getattr(importlib.import_module(module), name)
+
+    def then_ctrl_c(*args, **kwargs):
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(f"{module}.{name}", then_ctrl_c)  # the step after it never runs
+    result = grade(tiny_grader, source, "--out", out, *flags)
+    assert result.exit_code == 130 and result.output.splitlines() == [
+        f"interrupted: {out} was written whole; nothing needs rerunning."], result.output
+    assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.tsv", "pairs.tsv", "whole.tsv"]
+
+
 # Sweep defect 5: the workers of a SIGKILLed `grade --workers 2` were still alive 60 s later.
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers in /proc")
 def test_workers_exit_when_their_parent_is_killed(tiny_grader, tmp_path):

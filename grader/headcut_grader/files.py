@@ -363,6 +363,22 @@ def atomic_file(path: str | Path, *, binary: bool = True, overwrite: bool = True
         raise
 
 
+def path_mark(path) -> tuple | None:
+    """Which file or folder `path` names now (None: nothing). Every output is published by a rename or a link (a new
+    file there), so a caller that compares the marks before and after a call knows whether the call published it."""
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return found.st_dev, found.st_ino, found.st_mtime_ns
+
+
+def published(tmp: Path, out: Path) -> bool:
+    """Whether publish_file(tmp, out) has made `out` whole: `tmp` renamed there, or linked there and not yet
+    removed (a Ctrl-C between its two steps)."""
+    return out.exists() and (not tmp.exists() or _same_file(tmp, out))
+
+
 def publish_file(tmp: Path, out: Path, *, overwrite: bool, flag: str = "--out") -> None:
     """Rename `tmp` to `out`. Without `overwrite`, `out` was absent when the command began (check_out_file), so a file
     there now is another run's, written while this one worked: it is left as it is and this one refused (a hard

@@ -21,7 +21,7 @@ import numpy as np
 
 from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import UserError, named
-from headcut_grader.files import as_path, check_out_file, publish_file, write_json
+from headcut_grader.files import as_path, check_out_file, publish_file, published, write_json
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.orphans import exit_with_parent
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
@@ -116,11 +116,11 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                                                      "bytes": f.tell(), "position": asdict(chunk.position),
                                                      "counts": counts, "grader_sha256": _grader_id(grader),
                                                      "settings": settings.output_keys()}))
-        publish_file(data, out, overwrite=overwrite)
+        with _removed_once_published(data, state_path, out):
+            publish_file(data, out, overwrite=overwrite)
     except OSError as e:
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
                         "with --resume.") from None
-    state_path.unlink(missing_ok=True)
     return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out,
                         f"{grader.backend.name} {grader.backend.version} {grader.precision}")
 
@@ -136,6 +136,19 @@ def _removed_unless_counted(data: Path, state_path: Path):
         if not state_path.exists():
             data.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def _removed_once_published(data: Path, state_path: Path, out: Path):
+    """Once OUT is published, the partial file and its state go, whatever stops the run after that (was: a Ctrl-C
+    between the publish and the state's removal left the state, and the rows it counted, for a rerun to take as
+    unfinished work)."""
+    try:
+        yield
+    finally:
+        if published(data, out):
+            data.unlink(missing_ok=True)
+            state_path.unlink(missing_ok=True)
 
 
 def _lock(f, out: Path) -> None:

@@ -20,6 +20,7 @@ except ImportError:  # older typer: click itself
 from headcut_grader import entry
 from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.errors import UserError, quoted
+from headcut_grader.files import path_mark
 from headcut_grader.ranges import Range
 from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, name_length_problem
 
@@ -97,7 +98,8 @@ def user_errors(fn):
             if bad is not None:
                 raise UserError(bad.sentence)
             entry.reached(entry.IN_BODY)
-            with on_interrupt(_nothing_written):  # a command that keeps something says so inside
+            written = written_whole(kwargs.get("out"))
+            with on_interrupt(lambda: _left_outside(written)):  # a command that keeps something says so inside
                 done = fn(*args, **kwargs)
             entry.reached(entry.FINISHED)
             return done
@@ -116,13 +118,29 @@ def user_errors(fn):
 INTERRUPTED_EXIT = entry.INTERRUPTED_EXIT
 
 
-def _nothing_written() -> str | None:
-    """What Ctrl-C outside a command's own on_interrupt left: nothing, as every command publishes its outputs in
-    one last rename (files.atomic_dir, write_json). Said once, by the main process (`accelerate launch` numbers the
-    others' RANK from 1)."""
+def written_whole(out) -> Callable[[], str | None]:
+    """Made as a command begins: the sentence for a Ctrl-C once the command has published `out` (a new file or
+    folder there: every command publishes its output in one last rename or link, files.py), else None. Was: a
+    Ctrl-C after that, while the command removed its partial files or printed its summary, said OUT was not
+    written."""
+    before = path_mark(out) if out is not None else None
+
+    def said() -> str | None:
+        if out is None or path_mark(out) == before:
+            return None
+        return f"{out} was written whole; nothing needs rerunning."
+
+    return said
+
+
+def _left_outside(written: Callable[[], str | None]) -> str | None:
+    """What Ctrl-C outside a command's own on_interrupt left: OUT whole once published, else nothing, as every
+    command publishes its outputs in one last rename (files.atomic_dir, write_json). Said once, by the main process
+    (`accelerate launch` numbers the others' RANK from 1)."""
     if os.environ.get("RANK", "0") != "0":
         return None
-    return "no output was written (outputs appear only whole, at the end); rerun the same command to start again."
+    return written() or ("no output was written (outputs appear only whole, at the end); rerun the same command to "
+                         "start again.")
 
 
 @contextmanager

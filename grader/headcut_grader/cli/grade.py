@@ -8,7 +8,7 @@ import typer
 
 from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number,
-                                       on_interrupt, progress_bar, user_errors)
+                                       on_interrupt, progress_bar, user_errors, written_whole)
 
 
 @user_errors
@@ -35,7 +35,8 @@ def grade(
 
     Example: headcut grade runs/grader ../shared/data/homedepot/dev.tsv --out dev-grades.tsv --workers 2
     """
-    with on_interrupt(lambda: _left(out)):  # from the first import on: a Ctrl-C at any moment is one line
+    written = written_whole(out)
+    with on_interrupt(lambda: written() or _left(out)):  # from the first import on: a Ctrl-C at any moment is one line
         from headcut_grader.grade_file import GradeSettings, grade_file
 
         settings = GradeSettings(chunk_rows=chunk_rows, batch_size=batch_size, preset=preset, query_col=query_col,
