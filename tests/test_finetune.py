@@ -1,6 +1,7 @@
 """Fine-tuning: resumes exactly after an interruption (tiny model), and really learns (real MiniLM, real data)."""
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -120,6 +121,31 @@ def test_ctrl_c_says_where_the_run_resumes_and_exits_130(tmp_path, tiny_base, mo
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0, again.output
     assert resumed == [6 if checkpoints else 0] and (tmp_path / "run" / "headcut.json").exists()
+
+
+@pytest.mark.parametrize("held", ["temp_sibling", "shutil"])
+def test_ctrl_c_once_the_artifact_is_published_says_so(tmp_path, tiny_base, monkeypatch, held):
+    """A Ctrl-C in RunFolder.publish after best/ became OUT: before the run folder is moved aside (temp_sibling),
+    or while it is removed (shutil.rmtree, the long step: checkpoints). Was: 'RUN.partial keeps the checkpoint of
+    step 6; rerun ... to resume', or 'no checkpoint was saved yet; rerun ... to train again from step 0' while OUT
+    was whole. Now the line says OUT was written."""
+    from typer.testing import CliRunner
+
+    import headcut.run_folder
+    from headcut.cli.main import app
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    # run_folder's own shutil only: the training loop's removals of old checkpoints go on
+    monkeypatch.setattr(headcut.run_folder, held, ctrl_c if held == "temp_sibling" else SimpleNamespace(rmtree=ctrl_c))
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["finetune", str(recipe_file(tmp_path / "r.yaml", tiny_recipe(tiny_base))),
+                                      "--out", str(out)])
+    lines = [line for line in result.output.splitlines() if line.startswith("interrupted: ")]
+    assert result.exit_code == 130 and lines == [f"interrupted: {out} was written whole; nothing needs rerunning."], \
+        result.output
+    assert (out / "headcut.json").is_file() and not (tmp_path / "run.partial" / "best").exists()
 
 
 def recipe_file(path, recipe):

@@ -12,7 +12,7 @@ from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, MAX_THREADS
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
 from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, BadValue, Opt,  # noqa: F401
                                        bounded, field_option, flags_set, number, number_in, on_interrupt, progress_bar,
-                                       user_errors, version_option)
+                                       user_errors, version_option, written_whole)
 
 
 def quiet_transformers() -> None:
@@ -107,11 +107,13 @@ def training_left(out):
     from headcut.run_folder import partial_folder, stamp_mark
     from headcut.training import checkpoint_step
 
-    before = stamp_mark(out)
+    before, written = stamp_mark(out), written_whole(out)
 
     def left() -> str | None:
         if not main_process():
             return None
+        if said := written():  # published; was: a Ctrl-C while the run folder was removed said nothing was kept
+            return said
         if stamp_mark(out) == before:
             return "nothing was trained yet; rerun the same command to start."
         folder = partial_folder(out)

@@ -126,7 +126,9 @@ def written_whole(out) -> Callable[[], str | None]:
     before = path_mark(out) if out is not None else None
 
     def said() -> str | None:
-        if out is None or path_mark(out) == before:
+        now = path_mark(out) if out is not None else None
+        # another file or folder, not the one there before as --overwrite removes it (its mtime changes meanwhile)
+        if now is None or (before is not None and now[:2] == before[:2]):
             return None
         return f"{out} was written whole; nothing needs rerunning."
 
