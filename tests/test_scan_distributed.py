@@ -57,7 +57,7 @@ def test_accelerate_launch_two_processes_equals_one(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     p = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-                        "-m", "headcut.cli.main", "scan", "--model", str(grader), "--out", str(two), *SCAN],
+                        "-m", "headcut", "scan", "--model", str(grader), "--out", str(two), *SCAN],
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.count("wrote ") == 1  # the main process alone reports and writes

@@ -52,7 +52,7 @@ def distill(
     """Distil a student (bottom-k layers, a pruned artifact, or a smaller config) from its teacher.
 
     Rerun the same command after an interruption to resume. Runs on CPU as is, and on one or several
-    GPUs with `accelerate launch -m headcut.cli.main distill ...`.
+    GPUs with `accelerate launch -m headcut distill ...`.
 
     Example: headcut distill minilm_bottom3_cpu --set train_data=../shared/data/homedepot/train.tsv
     --set dev_data=../shared/data/homedepot/dev.tsv --out runs/bottom3

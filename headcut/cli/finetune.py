@@ -22,7 +22,7 @@ def finetune(
 ):
     """Fine-tune a grader (the teacher) as RECIPE says; resumes after an interruption when rerun.
 
-    Runs on CPU as is, and on one or several GPUs with `accelerate launch -m headcut.cli.main finetune ...`.
+    Runs on CPU as is, and on one or several GPUs with `accelerate launch -m headcut finetune ...`.
 
     Example: headcut finetune minilm_homedepot_cpu --train ../shared/data/homedepot/train.tsv
     --dev ../shared/data/homedepot/dev.tsv --out runs/teacher
