@@ -47,7 +47,7 @@ from headcut.evaluate.fisher import unit_fisher  # noqa: E402
 from headcut.evaluate.criteria import head_importance  # noqa: E402
 from headcut.evaluate.metrics import paired_bootstrap, summarize  # noqa: E402
 from headcut.evaluate.predict import predict_logits  # noqa: E402
-from headcut.finetune import recorded_selection_pairs  # noqa: E402
+from headcut.finetune import recorded_recipe, selection_pairs  # noqa: E402
 from headcut_grader.files import write_json, write_text  # noqa: E402
 from headcut.models import load_model  # noqa: E402
 from headcut.pipeline.pairs import queries_that_chose  # noqa: E402
@@ -107,8 +107,8 @@ def trained_path(item: str) -> tuple[float, str]:
 def report_pairs(args, metas: list[dict]):
     """--report-rows seeded dev pairs, none of whose queries chose a checkpoint of the teacher or a trained row."""
     dev = read_pairs(args.dev, preset="homedepot")
-    chosen = queries_that_chose(args.dev, [(spec, lambda p=picked: p)
-                                           for spec, picked in map(recorded_selection_pairs, metas)])
+    recipes = [r for r in (recorded_recipe(meta) for meta in metas) if r is not None]
+    chosen = queries_that_chose(args.dev, [(r.dev_data, lambda r=r: selection_pairs(r)) for r in recipes])
     if chosen:
         dev = dev.subset([i for i, q in enumerate(dev.queries) if q not in chosen])
         log(f"report pairs: {len(dev)} dev pairs whose {len(set(dev.queries))} queries chose no checkpoint "

@@ -235,6 +235,38 @@ def test_every_option_in_the_docs_exists():
     assert checked >= 40, checked
 
 
+def benchmark_commands(page: Path) -> list[tuple[str, list[str]]]:
+    """(script, its words) of every `benchmarks/NAME.py ...` a page shows, in a code block or inline code (a
+    benchmark's own name alone counts too)."""
+    text = page.read_text()
+    lines = [line for m in FENCE.finditer(text) for line in commands(m.group(2))]
+    lines += [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", FENCE.sub("", text))]
+    found = []
+    for line in lines:
+        for m in re.finditer(r"(benchmarks/)?\b(\w+\.py)(.*)", line):  # `serve_load.py ...` in a table, too
+            if m.group(1) or (ROOT / "benchmarks" / m.group(2)).is_file():
+                found.append((m.group(2), m.group(3).split("`")[0].split()))
+    return found
+
+
+def test_every_benchmark_script_in_the_docs_runs_with_its_options():
+    """A docs page that names `benchmarks/X.py --flag` names a script that starts (its --help) and has that flag."""
+    shown: dict[str, set[str]] = {}
+    for page in PAGES:
+        for script, words in benchmark_commands(page):
+            shown.setdefault(script, set()).update(w.split("=")[0] for w in words if re.match(r"--[a-z]", w))
+    assert len(shown) >= 10, sorted(shown)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "grader")])}
+    for script, flags in sorted(shown.items()):
+        path = ROOT / "benchmarks" / script
+        assert path.is_file(), f"the docs name benchmarks/{script}, which does not exist"
+        done = subprocess.run([sys.executable, str(path), "--help"], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0, f"benchmarks/{script} --help exited {done.returncode}:\n{done.stderr[-2000:]}"
+        known = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", done.stdout))
+        assert flags <= known, f"benchmarks/{script} has no option {sorted(flags - known)}"
+
+
 def test_skipped_examples_say_why_and_are_few():
     runnable = [b for b in ALL if b.lang in RUN or b.checked]
     skipped = [b for b in runnable if b.skip]
