@@ -205,24 +205,30 @@ def _options(prog: str, name: str) -> set[str] | None:
     return {o for p in command.params for o in [*p.opts, *p.secondary_opts] if o.startswith("-")} | {"--help"}
 
 
+def shown_commands() -> list[tuple[str, str]]:
+    """(where, command line) of every command the docs show: in shell, Python, console and text blocks (the
+    README's install lines), and in inline code (`headcut prune --flops 0.5 ...` in a sentence)."""
+    shown = [(b.where(), line) for b in ALL if b.lang in RUN | {"console", "text"} for line in commands(b.code)]
+    for page in PAGES:
+        spans = re.findall(r"`((?:headcut|headcut-grader) [^`]+)`", FENCE.sub("", page.read_text()))
+        shown += [(str(page.relative_to(ROOT)), " ".join(span.split())) for span in spans]
+    return shown
+
+
 def test_every_option_in_the_docs_exists():
-    """Recorded logs and skipped blocks are not run, so their commands' options are checked here: a renamed
-    flag fails this test, not a reader."""
+    """Recorded logs, skipped blocks and inline commands are not run, so their commands' options are checked
+    here: a renamed flag fails this test, not a reader."""
     checked = 0
-    for block in ALL:
-        if block.lang not in RUN | {"console"}:
+    for where, line in shown_commands():
+        words = shlex.split(line, comments=True)
+        if len(words) < 2 or words[0] not in ("headcut", "headcut-grader") or words[1].isupper():  # `headcut COMMAND`
             continue
-        for line in commands(block.code):
-            words = shlex.split(line, comments=True)
-            for i, word in enumerate(words[:1]):
-                if word not in ("headcut", "headcut-grader") or len(words) < 2:
-                    continue
-                name = next((w for w in words[i + 1:] if not w.startswith("-")), "")
-                options = _options(word, name) if not words[i + 1].startswith("-") else _options(word, "")
-                assert options is not None, f"{block.where()}: `{word} {name}` is not a command"
-                used = {w.split("=")[0] for w in words[i + 1:] if re.match(r"-[-a-zA-Z]", w)}
-                assert used <= options, f"{block.where()}: `{word} {name}` has no option {sorted(used - options)}"
-                checked += 1
+        word, name = words[0], next((w for w in words[1:] if not w.startswith("-")), "")
+        options = _options(word, name) if not words[1].startswith("-") else _options(word, "")
+        assert options is not None, f"{where}: `{word} {name}` is not a command"
+        used = {w.split("=")[0] for w in words[1:] if re.match(r"-[-a-zA-Z]", w)}
+        assert used <= options, f"{where}: `{word} {name}` has no option {sorted(used - options)}"
+        checked += 1
     for prog in ("headcut", "headcut-grader"):  # the examples in each command's --help, too
         for name, command in hooks.cli_commands(prog).items():
             for paragraph in (command.help or "").split("\n\n"):
