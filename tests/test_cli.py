@@ -43,6 +43,24 @@ def test_the_runtime_command_line_typed_wrong_is_one_sentence_too():
     assert result.stderr.strip() == "error: Missing argument 'grader_dir'; see `headcut-grader grade --help`."
 
 
+
+ONE_RUNTIME_ON_PURPOSE = ("ONNX Runtime operator fusion", "onnx-int8 / onnx-fp32 (ONNX Runtime")  # export, prune
+
+
+def test_help_that_names_one_runtime_names_the_other_too():
+    """Was: `headcut-grader --help` said "ONNX Runtime only" and serve's --batch-size, evaluate's --model and
+    --threads named ONNX Runtime alone, though a grader folder may run in OpenVINO (`./grader[openvino]`)."""
+    from headcut_grader.cli.main import app as runtime
+
+    for cli in (app, runtime):
+        for command in [None, *sorted(c.name or c.callback.__name__ for c in cli.registered_commands)]:
+            result = CliRunner().invoke(cli, [command, "--help"] if command else ["--help"], env={"COLUMNS": "1000"})
+            assert result.exit_code == 0, result.output
+            alone = [" ".join(line.split()) for line in result.output.splitlines()
+                     if "ONNX Runtime" in line and "OpenVINO" not in line
+                     and not any(s in line for s in ONE_RUNTIME_ON_PURPOSE)]
+            assert not alone, (command, alone)
+
 def test_a_metrics_line_shows_figures_with_nothing_to_judge_as_n_a():
     """Was: a score finetune whose dev pairs have one title per query stored NDCG@10 as null, and its final line
     was a TypeError traceback after the model was written."""

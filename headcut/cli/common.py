@@ -53,7 +53,7 @@ LIMIT = number(None, "--limit", help="Use a seeded random sample of this many ro
 BATCH_SIZE = number(64, "--batch-size", help="Pairs per forward pass", low=1, high=MAX_BATCH)
 BOOTSTRAP = number(1000, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10,
                    high=MAX_BOOTSTRAP)
-THREADS = number(2, "--threads", help="Threads (PyTorch and ONNX Runtime)", low=1, high=MAX_THREADS)
+THREADS = number(2, "--threads", help="Threads (PyTorch, ONNX Runtime, OpenVINO)", low=1, high=MAX_THREADS)
 SEED = number(0, "--seed", help="Seed of a file's row sample (--limit) and anything random; synthetic data is drawn "
              "by its own seed (--data synthetic:SEED)", low=0, high=2**32 - 1)
 ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")

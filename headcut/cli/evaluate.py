@@ -46,7 +46,8 @@ def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> s
 @user_errors
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help="Model folder, built-in name (minilm-l6), or an exported "
-                              "ONNX grader folder (headcut export), which is run in ONNX Runtime."),
+                              "grader folder (headcut export), run in whichever of its runtimes (ONNX Runtime, OpenVINO) "
+                              "grades fastest on this CPU."),
     data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON), or synthetic[:SEED] for the built-in synthetic set."),
     out: Opt[Path] = typer.Option(None, "--out", help="Write metrics JSON here."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,

@@ -11,7 +11,7 @@ from headcut_grader.cli.serve import serve
 
 app = typer.Typer(
     name="headcut-grader",
-    help="Grade query-title pairs with a grader exported by `headcut export` (ONNX Runtime only, no torch).",
+    help="Grade query-title pairs with a grader exported by `headcut export` (ONNX Runtime or OpenVINO, no torch).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

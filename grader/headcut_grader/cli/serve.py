@@ -40,8 +40,8 @@ def serve(
                                       "for others to share its run, in milliseconds"),
     max_queue: int = field_option(Batching, "max_queue", "--max-queue", help="Pairs waiting per worker before new "
                                   "requests get 503 with Retry-After (at least --max-pairs)"),
-    batch_size: int = field_option(Batching, "batch_size", "--batch-size", help="Pairs per ONNX Runtime call within "
-                                   "a run (the run is sorted by length first)"),
+    batch_size: int = field_option(Batching, "batch_size", "--batch-size", help="Pairs per runtime call (ONNX "
+                                   "Runtime or OpenVINO) within a run (the run is sorted by length first)"),
     drain_seconds: float = number(30.0, "--drain-seconds", help="On SIGTERM/Ctrl-C: how long requests already "
                                   "taken may take to finish; any still unanswered then get 503", low=0.0,
                                   high=3600.0),
