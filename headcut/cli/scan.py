@@ -156,8 +156,8 @@ def scan(
 ):
     """Score every attention head of MODEL on DATA (exact single-head ablation, KL, gradient, Fisher,
     attention entropy), run the study's masking experiments and the head probes. The exact ablation
-    gives the naive per-head loop's scores to 1e-6 in 0.46x its time (256 pairs, 2 quiet cores;
-    benchmarks/scan_speed.py).
+    gives the naive per-head loop's scores to within 1e-6 (the bound the tests check) in a fraction of its
+    time (benchmarks/scan_speed.py times both on your CPU).
 
     Example: headcut scan --model runs/teacher --data ../shared/data/homedepot/dev.tsv --out runs/scan
     """
