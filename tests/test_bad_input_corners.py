@@ -314,10 +314,21 @@ def test_an_unknown_choice_is_quoted_so_an_invisible_character_shows(tmp_path, s
     (lambda e, lg, p: e.against_reference(lg, lg, p, reference={}, iters=-1), "against_reference iters is -1; it must"),
     (lambda e, lg, p: e.paired_bootstrap(lg, lg, p.label_array(), p.grades, iters=0), "paired_bootstrap iters is 0"),
     (lambda e, lg, p: e.bootstrap_ci(lg, p.label_array(), p.grades, seed=2.0), "bootstrap_ci seed is 2.0; it must"),
+    (lambda e, lg, p: e.bootstrap_ci(lg, p.label_array(), p.grades, level=1.5), "bootstrap_ci level is 1.5; it must be "
+                                                                                "a number in (0, 1)."),
+    (lambda e, lg, p: e.bootstrap_ci(lg, p.label_array(), p.grades, level=0), "bootstrap_ci level is 0; it must be a"),
+    (lambda e, lg, p: e.paired_bootstrap(lg, lg, p.label_array(), p.grades, level=1), "paired_bootstrap level is 1; it"),
+    (lambda e, lg, p: e.paired_bootstrap(lg, lg, p.label_array(), p.grades, level="95%"), "paired_bootstrap level is "
+                                                                                          "'95%'; it must be a number"),
+    (lambda e, lg, p: e.ranking.score_bootstrap(lg[:, 0], p.label_array(), p.query_groups(), level=-0.5), "score_bootstrap level"),
+    (lambda e, lg, p: e.ranking.paired_score_bootstrap(lg[:, 0], lg[:, 1], None, p.query_groups(), level=95),
+     "paired_score_bootstrap level is 95; it must be a number in (0, 1)."),
 ])
 def test_bootstrap_arguments_of_the_evaluate_api_are_checked(call, words):
     """Was: iters=0 or -1 gave numpy's IndexError ('index -1 is out of bounds'), iters=2.5 a TypeError and seed=-1
-    numpy's "expected non-negative integer"; each is now one sentence naming the function and argument."""
+    numpy's "expected non-negative integer"; level=1.5 or -0.5 numpy's 'Percentiles must be in the range [0, 100]'
+    after every resample, level=0 a CI of one point and level=1 the resamples' whole span; each is now one sentence
+    naming the function and argument."""
     import numpy as np
 
     from headcut import evaluate

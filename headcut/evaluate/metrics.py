@@ -18,6 +18,12 @@ def check_resampling(iters, seed, where: str) -> tuple[int, int]:
             checked_number(seed, f"{where} seed", Range(0, 2**32 - 1), whole=True))
 
 
+def check_level(level, where: str) -> float:
+    """A CI's `level` as a plain float strictly between 0 and 1, else UserError naming the public function `where`
+    (level=1.5 gave numpy's 'Percentiles must be in the range [0, 100]' after every resample; 0 or 1 a CI of nothing)."""
+    return checked_number(level, f"{where} level", Range(0, 1, low_open=True, high_open=True))
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=1, keepdims=True)
     e = np.exp(z)
@@ -120,6 +126,7 @@ def bootstrap_ci(
 ) -> dict:
     """Percentile bootstrap CIs over pairs (NDCG: over queries). Returns {metric: [low, high]}."""
     iters, seed = check_resampling(iters, seed, "bootstrap_ci")
+    level = check_level(level, "bootstrap_ci")
     rng = np.random.default_rng(seed)
     labels = np.asarray(labels)
     n = len(labels)
@@ -148,6 +155,7 @@ def paired_bootstrap(
     Pairing removes the between-pair noise that dominates unpaired CIs on a few thousand noisy pairs.
     """
     iters, seed = check_resampling(iters, seed, "paired_bootstrap")
+    level = check_level(level, "paired_bootstrap")
     rng = np.random.default_rng(seed)
     labels = np.asarray(labels)
     n = len(labels)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import pearsonr
 
-from headcut.evaluate.metrics import check_resampling, ndcg_at_k, spearman
+from headcut.evaluate.metrics import check_level, check_resampling, ndcg_at_k, spearman
 
 METRICS = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")
 AGREEMENT = ("pair_order", "top1")
@@ -117,6 +117,7 @@ def _resampled(scores, gold, groups, terms, pick) -> dict:
 def score_bootstrap(scores, gold, groups, *, iters: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
     """Percentile CIs of every score metric, resampling queries: {metric: [low, high]}."""
     iters, seed = check_resampling(iters, seed, "score_bootstrap")
+    level = check_level(level, "score_bootstrap")
     scores, gold = np.asarray(scores, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     rng = np.random.default_rng(seed)
     terms = per_query(scores, gold, groups)
@@ -151,6 +152,7 @@ def paired_score_bootstrap(scores_new, scores_ref, gold, groups, *, iters: int =
     """new - ref of each score metric on the same resampled queries, with a CI, plus agreement with ref
     (`pair_order`, `top1`, see the module docstring). Without gold (`gold` None) agreement only."""
     iters, seed = check_resampling(iters, seed, "paired_score_bootstrap")
+    level = check_level(level, "paired_score_bootstrap")
     new, ref = np.asarray(scores_new, dtype=np.float64), np.asarray(scores_ref, dtype=np.float64)
     rng = np.random.default_rng(seed)
     agree = ranking_agreement(new, ref, groups)
