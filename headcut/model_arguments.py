@@ -37,6 +37,17 @@ def check_model(value, name: str) -> None:
     raise UserError(f"{name} is {_shown(value)}; pass a PyTorch model, e.g. headcut.load_model(path).model.")
 
 
+def check_models(value, name: str) -> None:
+    """`value` is a list (or tuple) of PyTorch models, each checked as check_model does."""
+    if not isinstance(value, (list, tuple)):
+        path = _path(value)
+        shown = f"the path {path!r}" if path is not None else _a(value) if _is_module(value) else _shown(value)
+        load = "headcut.load_model(path)" if path is None else f"headcut.load_model({path!r})"
+        raise UserError(f"{name} is {shown}; pass a list of PyTorch models, e.g. [{load}.model].")
+    for i, model in enumerate(value):
+        check_model(model, f"{name}[{i}]")
+
+
 def check_tokenizer(value, name: str) -> None:
     """`value` is a Hugging Face tokenizer (a LoadedModel's .tokenizer)."""
     if callable(value) and not _is_module(value):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -419,3 +420,51 @@ def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_m
     monkeypatch.setattr(report, "predict_logits", lambda *a, **k: pytest.fail("graded before the check"))
     with pytest.raises(UserError, match="^" + re.escape(words)):
         call(evaluate, load_model(saved_models["artifact"]), synthetic_pairs(8, seed=0))
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda m: m.measure_latency([m.model], seq_len=0), "measure_latency seq_len is 0; it must be a whole number in [1, "),
+    (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=(8, 0)), "measure_latency batch_sizes is 0; it must"),
+    (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=8), "measure_latency batch_sizes is 8; pass a list of "
+                                                                     "batch sizes, e.g. (1, 8, 32)."),
+    (lambda m: m.measure_latency([m.model], seq_len=16, min_runs=0, min_seconds=0), "measure_latency min_runs is 0; it "
+                                                                                 "must be a whole number in [1, 10000]."),
+    (lambda m: m.measure_latency([m.model], seq_len=16, min_seconds=float("inf")), "measure_latency min_seconds is inf;"),
+    (lambda m: m.measure_latency([m.model], seq_len=16, warmup=-1), "measure_latency warmup is -1; it must be a whole"),
+    (lambda m: m.measure_latency([m.model], seq_len=4096, batch_sizes=(32,)), "measure_latency batch_sizes, seq_len: a "
+                                                                           "batch of 32 at 4096 tokens would hold"),
+    (lambda m: m.speed_summary(m.model, m.model, seq_len=-64), "speed_summary seq_len is -64; it must be a whole number"),
+    (lambda m: m.flops_per_pair(m.model, 0), "flops_per_pair seq_len is 0; it must be a whole number at least 1."),
+    (lambda m: m.flops_per_pair(m.model, 64.5), "flops_per_pair seq_len is 64.5; it must be a whole number at least 1."),
+    (lambda m: m.unit_flops(m.model, -1), "unit_flops seq_len is -1; it must be a whole number at least 1."),
+])
+def test_timing_and_flops_arguments_are_checked_before_any_model_runs(monkeypatch, call, words):
+    """Was: measure_latency with min_runs=0 gave statistics' 'no median for empty data' after the warm-up runs,
+    min_seconds=inf ran forever, seq_len=0 a model's IndexError, batch_sizes=8 "'int' object is not iterable", a
+    32 x 4096 batch ran out of memory; flops_per_pair and unit_flops counted 0 or negative FLOPs for seq_len 0 or
+    -1 (64.5 was cut to 64). Each is now one sentence naming the function and argument, before any model runs."""
+    from conftest import tiny_model
+    from headcut import arch
+    from headcut.prune import measure
+    from headcut_grader.errors import UserError
+
+    monkeypatch.setattr(measure, "round_robin", lambda *a, **k: pytest.fail("timed before the check"))
+    api = SimpleNamespace(measure_latency=measure.measure_latency, speed_summary=measure.speed_summary,
+                          flops_per_pair=arch.flops_per_pair, unit_flops=arch.unit_flops, model=tiny_model("bert"))
+    with pytest.raises(UserError, match="^" + re.escape(words)):
+        call(api)
+
+
+def test_compare_logits_checks_its_bootstrap_arguments_on_unlabelled_pairs_too():
+    """Was: compare_logits(..., iters=0) on pairs without grades (agreement only) took the 0 and said nothing."""
+    import numpy as np
+
+    from headcut.evaluate.compare import compare_logits
+    from headcut.synthetic import synthetic_pairs
+    from headcut_grader.errors import UserError
+
+    pairs = synthetic_pairs(8, seed=0)
+    unlabelled = type(pairs)(pairs.queries, pairs.titles, None, pairs.grades, pairs.source)
+    logits = np.zeros((len(pairs), 5), dtype=np.float32)
+    with pytest.raises(UserError, match=r"^compare_logits iters is 0; it must be a whole number in \[1, "):
+        compare_logits(logits, logits, unlabelled, iters=0)

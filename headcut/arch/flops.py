@@ -7,6 +7,7 @@ import torch
 
 from headcut.arch.layers import encoder_layers, layer_parts
 from headcut.arch.table import architecture
+from headcut_grader.ranges import Range, checked_number
 
 
 def count_parameters(model) -> int:
@@ -32,7 +33,7 @@ def unit_flops(model, seq_len: int) -> UnitFlops:
     fixed part: the pooler and classifier, which read the first token only. Embeddings, LayerNorm and
     softmax are left out (under 1% here). 2 FLOPs per multiply-add. A local-attention layer counts the
     query/key pairs inside its window; a GLU neuron, its value and gate rows."""
-    n = int(seq_len)
+    n = checked_number(seq_len, "unit_flops seq_len", Range(1), whole=True)  # 0 or -64 counted 0 or negative FLOPs
     config = model.config
     d = config.hidden_size
     arch = architecture(model)
@@ -49,5 +50,6 @@ def unit_flops(model, seq_len: int) -> UnitFlops:
 def flops_per_pair(model, seq_len: int) -> int:
     """Matrix-multiply FLOPs (2 per multiply-add) of one forward pass of one pair of `seq_len` tokens,
     counted from the model's present heads and neurons (see `unit_flops`)."""
+    seq_len = checked_number(seq_len, "flops_per_pair seq_len", Range(1), whole=True)
     parts = layer_parts(model)
     return unit_flops(model, seq_len).total([p.num_heads for p in parts], [p.num_neurons for p in parts])

@@ -46,6 +46,7 @@ def compare_logits(logits_before: np.ndarray, logits_after: np.ndarray, pairs: P
                    seed: int = 0, activation: str = "identity") -> dict:
     """`compare_models` from logits already computed on `pairs` (one reference, several variants). One-output
     logits are a score model's (`activation`: its recorded one): ranking metrics, agreement = pair order."""
+    iters, seed = check_resampling(iters, seed, "compare_logits")  # unlabelled pairs skip the bootstrap's own check
     task = "score" if logits_before.shape[1] == 1 else "grades"
     out = {"data": pairs.provenance(), "task": task}
     if pairs.task is not None:

@@ -13,8 +13,20 @@ import statistics
 import torch
 
 from headcut.arch import count_parameters, flops_per_pair, takes_token_types
-from headcut.model_arguments import check_model
+from headcut.model_arguments import check_model, check_models
+from headcut.prune_arguments import argument_range
 from headcut.timing import round_robin
+from headcut_grader.errors import UserError
+from headcut_grader.ranges import Range, argument, check_arguments, check_timed_batch
+
+# name: (range, whole number, None allowed); the lengths and batch sizes `headcut prune` times (--seq-len, --batch)
+ARGUMENTS = {
+    "seq_len": (argument_range("seq_len"), True, False),
+    "batch_sizes": (argument_range("latency_batch"), True, False),
+    "min_seconds": (Range(0.0, 600.0), False, False),  # timed seconds per model and batch size
+    "min_runs": (Range(1, 10_000), True, False),  # a median of no runs is no time
+    "warmup": (Range(0, 1000), True, False),
+}
 
 
 def dummy_batch(model, batch_size: int, seq_len: int, *, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -37,6 +49,9 @@ def measure_latency(
     Models take turns in blocks (headcut.timing.round_robin): each size gets `warmup` untimed runs, then
     timed rounds until every model has `min_runs` runs and `min_seconds` of its own time.
     """
+    seq_len, batch_sizes, min_seconds, min_runs, warmup = checked_timing(
+        "measure_latency", models, seq_len=seq_len, batch_sizes=batch_sizes, min_seconds=min_seconds,
+        min_runs=min_runs, warmup=warmup)
     results = [[] for _ in models]
     for m in models:
         m.eval()
@@ -49,10 +64,25 @@ def measure_latency(
     return results
 
 
+def checked_timing(function: str, models, *, seq_len, batch_sizes, **given) -> list:
+    """Each of `models` a PyTorch model and `given` timing arguments of `function` checked against ARGUMENTS (a
+    batch of `batch_sizes` against memory too), before any model runs; a UserError names the function and argument."""
+    check_models(models, f"{function} models")
+    if not isinstance(batch_sizes, (list, tuple)):
+        raise UserError(f"{function} batch_sizes is {argument(batch_sizes)[:60]}; pass a list of batch sizes, e.g. "
+                        "(1, 8, 32).")
+    sizes = [check_arguments(ARGUMENTS, function, {"batch_sizes": size})[0] for size in batch_sizes]
+    seq_len, *rest = check_arguments(ARGUMENTS, function, {"seq_len": seq_len, **given})
+    for size in sizes:
+        check_timed_batch(size, seq_len, flags=f"{function} batch_sizes, seq_len")
+    return [seq_len, tuple(sizes), *rest]
+
+
 def speed_summary(before, after, *, seq_len: int, latency: bool = True, **latency_options) -> dict:
     """Parameters, FLOPs and (optionally) latency of both models, with ideal and measured speedups."""
     check_model(before, "speed_summary before")
     check_model(after, "speed_summary after")
+    seq_len = check_arguments(ARGUMENTS, "speed_summary", {"seq_len": seq_len})[0]
     out = {
         "seq_len": int(seq_len),
         "params": {"before": count_parameters(before), "after": count_parameters(after)},
