@@ -4,6 +4,7 @@ pass. A path is not loaded for the caller: loading takes options (allow_pickle, 
 headcut.load_model's to say, and every function here takes what it returns, as prune and build_grader do."""
 from __future__ import annotations
 
+import functools
 import os
 
 from headcut_grader.errors import UserError
@@ -35,6 +36,20 @@ def check_model(value, name: str) -> None:
     if _is_loaded(value):
         raise UserError(f"{name} is {_a(value)}; pass its .model (and its .tokenizer as the tokenizer).")
     raise UserError(f"{name} is {_shown(value)}; pass a PyTorch model, e.g. headcut.load_model(path).model.")
+
+
+def takes_model(function):
+    """`function(model, ...)` with its first argument checked by check_model, named after it ('flops_per_pair
+    model'), before it runs: for the many small public functions of headcut.arch, each of which reads model.config
+    or its modules (a path gave "'str' object has no attribute 'config'")."""
+    name = f"{function.__name__} model"
+
+    @functools.wraps(function)
+    def checked(model, *args, **kwargs):
+        check_model(model, name)
+        return function(model, *args, **kwargs)
+
+    return checked
 
 
 def check_models(value, name: str) -> None:

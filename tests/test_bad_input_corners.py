@@ -367,13 +367,31 @@ def test_bootstrap_arguments_of_the_evaluate_api_are_checked(call, words):
     (lambda api, m, p, out: api["save_model"](m.model, out), "save_model loaded is a BertForSequenceClassification"),
     (lambda api, m, p, out: api["teacher_logits"](m.path, p, encoded=None, max_length=32, cache_dir=None),
      "teacher_logits teacher is the path"),
+    (lambda api, m, p, out: api["flops_per_pair"](m.path, 64), "flops_per_pair model is the path '{path}'; pass a "
+                                                               "PyTorch model: headcut.load_model('{path}').model"),
+    (lambda api, m, p, out: api["flops_per_pair"](m, 64), "flops_per_pair model is a LoadedModel; pass its .model"),
+    (lambda api, m, p, out: api["measure_latency"](m.path, seq_len=8), "measure_latency models is the path '{path}'; "
+                                                                       "pass a list of PyTorch models, e.g. "
+                                                                       "[headcut.load_model('{path}').model]."),
+    (lambda api, m, p, out: api["measure_latency"](m.model, seq_len=8), "measure_latency models is a "
+                                                                        "BertForSequenceClassification; pass a list"),
+    (lambda api, m, p, out: api["measure_latency"]([m.model, m], seq_len=8), "measure_latency models[1] is a "
+                                                                             "LoadedModel; pass its .model"),
+    (lambda api, m, p, out: api["widen"](m.model, m.path), "widen full is the path '{path}'; pass a PyTorch model"),
+    (lambda api, m, p, out: api["scores_from_file"](out, m.path), "scores_from_file loaded is the path '{path}'"),
+    (lambda api, m, p, out: api["build_student"](None, m.model), "build_student teacher is a "
+                                                                 "BertForSequenceClassification (a PyTorch model)"),
+    (lambda api, m, p, out: api["iterative_plan"](m.model, None, 0.5, steps=0), "iterative_plan steps is 0; it must "
+                                                                                "be a whole number at least 1."),
 ])
 def test_a_public_function_given_a_path_or_the_wrong_model_says_what_to_pass(tmp_path, saved_models, call, words):
     """Was: AttributeError ("'str' object has no attribute 'max_length'", "'LoadedModel' object has no attribute
     'eval'") or TypeError ("'str' object is not callable"); now one sentence naming the function and argument and
-    what to pass (what headcut.load_model returns, or its .model / .tokenizer), before any work or output."""
-    from headcut import evaluate, load_model, prune, save_model
-    from headcut.distill import teacher_logits
+    what to pass (what headcut.load_model returns, or its .model / .tokenizer), before any work or output. The
+    arch, timing, scoring and student functions too (flops_per_pair(path, 64) was "'str' object has no attribute
+    'config'"); iterative_plan's steps=0 was a ValueError."""
+    from headcut import arch, evaluate, load_model, prune, save_model
+    from headcut.distill import build_student, teacher_logits
     from headcut.evaluate.scan import scan
     from headcut.export import build_grader
     from headcut.synthetic import synthetic_pairs
@@ -383,10 +401,54 @@ def test_a_public_function_given_a_path_or_the_wrong_model_says_what_to_pass(tmp
                                                           "head_importance", "encode")},
            **{name: getattr(prune, name) for name in ("prune", "prune_to_budget", "pruned_copy", "apply_plan",
                                                        "speed_summary")},
-           "scan": scan, "build_grader": build_grader, "save_model": save_model, "teacher_logits": teacher_logits}
+           "scan": scan, "build_grader": build_grader, "save_model": save_model, "teacher_logits": teacher_logits,
+           "flops_per_pair": arch.flops_per_pair, "widen": arch.widen, "measure_latency": prune.measure_latency,
+           "scores_from_file": prune.scores_from_file, "iterative_plan": prune.iterative_plan,
+           "build_student": build_student}
     loaded = load_model(saved_models["artifact"])
     with pytest.raises(UserError, match="^" + re.escape(words.format(path=loaded.path))):
         call(api, loaded, synthetic_pairs(8, seed=0), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+MODEL_ARGUMENTS = ("model", "models", "loaded", "teacher", "source", "before")  # what a public function calls a model
+
+
+def _public_functions_taking_a_model():
+    """(package, function name, the model's argument) of every public function of arch, prune, distill and export
+    whose first argument is a model."""
+    import importlib
+    import inspect
+
+    for package in ("headcut.arch", "headcut.prune", "headcut.distill", "headcut.export"):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            function = getattr(module, name)
+            first = next(iter(inspect.signature(function).parameters), None) if inspect.isfunction(function) else None
+            if first in MODEL_ARGUMENTS:
+                yield package, name, first
+
+
+def test_every_public_function_that_takes_a_model_says_what_to_pass_for_a_path(tmp_path):
+    """The class of flops_per_pair('runs/teacher', 64) and measure_latency('runs/teacher', ...), which were
+    AttributeErrors: every public function of headcut.arch, prune, distill and export whose first argument is a
+    model, given a path there, says in one sentence naming itself and the argument what to pass
+    (headcut.load_model('runs/teacher'), or its .model) before it reads anything else."""
+    import importlib
+    import inspect
+
+    from headcut_grader.errors import UserError
+
+    found = list(_public_functions_taking_a_model())
+    assert len(found) > 25  # the arch table's readers, surgery and FLOPs, prune's, distill's and export's
+    valid = {"keep_ratio": 0.5, "out": tmp_path / "out", "seq_len": 8}  # checked before the model by some
+    for package, name, argument in found:
+        function = getattr(importlib.import_module(package), name)
+        needed = {p.name: valid.get(p.name) for p in list(inspect.signature(function).parameters.values())[1:]
+                  if p.default is inspect.Parameter.empty and p.kind is not p.VAR_KEYWORD}
+        with pytest.raises(UserError, match=f"^{name} {argument} is the path 'runs/teacher'; pass .*"
+                                            r"headcut\.load_model\('runs/teacher'\)"):
+            function("runs/teacher", **needed)
     assert not (tmp_path / "out").exists()
 
 

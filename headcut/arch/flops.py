@@ -7,9 +7,11 @@ import torch
 
 from headcut.arch.layers import encoder_layers, layer_parts
 from headcut.arch.table import architecture
+from headcut.model_arguments import takes_model
 from headcut_grader.ranges import Range, checked_number
 
 
+@takes_model
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
@@ -28,6 +30,7 @@ class UnitFlops:
             n * c for n, c in zip(neurons, self.per_neuron))
 
 
+@takes_model
 def unit_flops(model, seq_len: int) -> UnitFlops:
     """Per-head and per-neuron FLOPs of every layer (as if unpruned: the cost of one more unit), and the
     fixed part: the pooler and classifier, which read the first token only. Embeddings, LayerNorm and
@@ -47,6 +50,7 @@ def unit_flops(model, seq_len: int) -> UnitFlops:
     return UnitFlops(per_head, [per_neuron] * layers, int(fixed))
 
 
+@takes_model
 def flops_per_pair(model, seq_len: int) -> int:
     """Matrix-multiply FLOPs (2 per multiply-add) of one forward pass of one pair of `seq_len` tokens,
     counted from the model's present heads and neurons (see `unit_flops`)."""

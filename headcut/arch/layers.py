@@ -15,6 +15,7 @@ from torch import nn
 
 from headcut.arch.stubs import HeadlessAttention, HeadlessSelfAttention, NeuronlessFFN, NeuronlessOutput
 from headcut.arch.table import Architecture, architecture, head_size, num_heads_config
+from headcut.model_arguments import takes_model
 
 
 @dataclass
@@ -46,10 +47,12 @@ class LayerParts:
         return len(self.neuron_ids)
 
 
+@takes_model
 def encoder_layers(model) -> nn.ModuleList:
     return module_at(model.base_model, architecture(model).layers)
 
 
+@takes_model
 def set_encoder_layers(model, layers: nn.ModuleList) -> None:
     """Swap the encoder's layer list (counts in the config are the caller's business: see keep_layers)."""
     set_module_at(model.base_model, architecture(model).layers, layers)
@@ -80,6 +83,7 @@ def _optional(module, path: str | None):
     return None if path is None else module_at(module, path)
 
 
+@takes_model
 def layer_parts(model) -> list[LayerParts]:
     """The linears of every layer, in order."""
     arch = architecture(model)
@@ -115,25 +119,30 @@ def _ffn_norm(model, arch: Architecture, layers: nn.ModuleList, index: int) -> n
     return module_at(model.base_model, final_norm)
 
 
+@takes_model
 def after_attention(model, part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:
     """Layer `part`'s output from the input of its attention norm (residual + attention output), as the layer
     computes it (also with a 0-neuron stub). It acts row by row."""
     return architecture(model).finish(part, pre_norm)
 
 
+@takes_model
 def layer_ids(model) -> list[int]:
     """The original id of each present encoder layer, in order (0..L-1 until surgery removes layers)."""
     return [int(getattr(layer, LAYER_ID, i)) for i, layer in enumerate(encoder_layers(model))]
 
 
+@takes_model
 def heads_per_layer(model) -> list[int]:
     return [p.num_heads for p in layer_parts(model)]
 
 
+@takes_model
 def neurons_per_layer(model) -> list[int]:
     return [p.num_neurons for p in layer_parts(model)]
 
 
+@takes_model
 def mask_shape(model) -> tuple[int, int]:
     """Masks and scores are (num_layers, num_heads of the unpruned config), indexed by original head ids:
     column h of layer l is head h of the unpruned model, whether or not a pruned layer still has it. Rows are
@@ -141,6 +150,7 @@ def mask_shape(model) -> tuple[int, int]:
     return (len(encoder_layers(model)), num_heads_config(model.config))
 
 
+@takes_model
 def present_heads(model) -> torch.Tensor:
     """(num_layers, num_heads) bool, original ids: True where the (possibly pruned) model still has the head."""
     present = torch.zeros(mask_shape(model), dtype=torch.bool)

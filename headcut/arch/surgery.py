@@ -14,6 +14,7 @@ from headcut_grader.errors import UserError
 from headcut.arch.layers import (HEAD_IDS, LAYER_ID, NEURON_IDS, encoder_layers, layer_ids, layer_parts, module_at,
                                  set_encoder_layers, set_module_at)
 from headcut.arch.table import architecture
+from headcut.model_arguments import check_model, takes_model
 
 
 def _slice_linear(linear: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
@@ -43,6 +44,7 @@ def _blocks(index: torch.Tensor, blocks: int, width: int) -> torch.Tensor:
     return torch.cat([index + b * width for b in range(blocks)])
 
 
+@takes_model
 def keep_heads(model, keep: list[list[int]]) -> None:
     """Physically keep only the listed heads of each layer, in place. Heads are named by their original
     ids (the unpruned model's numbering, as in masks and scores), so plans compose on a pruned model.
@@ -87,6 +89,7 @@ def _bias(linear: nn.Linear) -> torch.Tensor:
     return linear.bias.detach() if linear.bias is not None else torch.zeros(linear.out_features)
 
 
+@takes_model
 def keep_neurons(model, keep: list[list[int]]) -> None:
     """Physically keep only the listed FFN neurons per layer (original ids: rows of ffn_in, columns of
     ffn_out; in a GLU also the gate rows), in place. A layer left with none gets an exact stub. Exact: equals
@@ -110,6 +113,7 @@ def keep_neurons(model, keep: list[list[int]]) -> None:
         set_module_at(p.layer, arch.ffn_out, _slice_linear(p.ffn_out, index, 1))
 
 
+@takes_model
 def keep_layers(model, keep: list[int]) -> None:
     """Keep only the listed encoder layers (positions in the model as it is, in order), in place; updates the
     config's layer count and per-layer lists. Exact: the result equals the model with the other layers skipped
@@ -134,6 +138,7 @@ def keep_layers(model, keep: list[int]) -> None:
                 module.layer_idx = new_index
 
 
+@takes_model
 def shape_record(model) -> dict:
     """What `apply_shape` needs to rebuild this model's (pruned) structure from its config (which counts the
     layers it has), with the original ids of the layers, and of the heads and FFN neurons each layer kept (one
@@ -148,6 +153,7 @@ def shape_record(model) -> dict:
     }
 
 
+@takes_model
 def apply_shape(model, record: dict) -> None:
     """Give a freshly built model the structure in `record` (weights are loaded afterwards). The config built
     the right number of layers (`keep_layers` counted them); records without layer ids mean every layer, and
@@ -175,6 +181,7 @@ KEEP_LAYERS = {"arguments": {"no_drop_layers": "drop_layers=False"},
                "keys": {"no_drop_layers": "prune.drop_layers=false"}}
 
 
+@takes_model
 def widen(model, full, *, names: str = "arguments") -> None:
     """Copy `model` (pruned, or not) into `full`, its unpruned twin built from the same config, in place: each
     kept head / neuron at its original id, every pruned one zero. Exact: a zero head or neuron adds nothing, as a
@@ -184,6 +191,7 @@ def widen(model, full, *, names: str = "arguments") -> None:
     build a moved layer differently (ModernBERT without its first layer), naming the prune setting that keeps
     layers for the caller `names` says (headcut_grader.errors.named: drop_layers=False, prune.drop_layers=false or
     --no-drop-layers)."""
+    check_model(full, "widen full")
     if len(encoder_layers(full)) != len(encoder_layers(model)):
         raise ValueError(f"widen needs a twin with the model's {len(encoder_layers(model))} layers, "
                          f"got {len(encoder_layers(full))}")

@@ -17,10 +17,12 @@ from headcut_grader.errors import UserError, quoted
 
 from headcut.arch.stubs import (HeadlessAttention, HeadlessSelfAttention, NeuronlessFFN, NeuronlessIntermediate,
                                 NeuronlessOutput)
+from headcut.model_arguments import takes_model
 
 # `LayerParts` in the annotations below is headcut.arch.layers.LayerParts (that module reads this table).
 
 
+@takes_model
 def model_type(model) -> str:
     return _kind(model.config)
 
@@ -46,11 +48,13 @@ def attention_implementation(config, wanted: str) -> str:
     return wanted if wanted in ARCHITECTURES[_kind(config)].attention_implementations else "eager"
 
 
+@takes_model
 def architecture(model) -> Architecture:
     """The table entry of `model`'s architecture (a UserError names the supported ones)."""
     return ARCHITECTURES[model_type(model)]
 
 
+@takes_model
 def takes_token_types(model) -> bool:
     """Whether `model` has a token_type_ids input (DistilBERT has none)."""
     return architecture(model).token_types

@@ -18,6 +18,7 @@ from headcut.distill.recipe import DistillRecipe
 from headcut.distill.sizes import check_config_student, check_keep_layers, check_smaller
 from headcut_grader.errors import UserError
 from headcut.models import SHAPE_KEY, LoadedModel, load_model
+from headcut.model_arguments import check_loaded, check_model
 
 # Keys under which a pruned artifact's headcut.json may name the model it was cut from.
 TEACHER_KEYS = ("teacher", "source_model", "parent", "source")
@@ -80,6 +81,7 @@ def _check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: 
 
 
 def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implementation: str = "sdpa") -> Student:
+    check_loaded(teacher, "build_student teacher")
     teacher_layers = len(encoder_layers(teacher.model))
     meta = {"grades": list(teacher.grades), "max_length": recipe.max_length}
     if teacher.task == "score":  # the student reads its one output as its teacher does
@@ -118,6 +120,7 @@ def config_student(teacher, *, layers: int, hidden: int | None, heads: int | Non
     (student layer i from teacher layer layer_map[i]): exact copies where sizes agree, a truncation otherwise."""
     from transformers import AutoModelForSequenceClassification
 
+    check_model(teacher, "config_student teacher")
     config = copy.deepcopy(teacher.config)
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)  # a pruned teacher's per-layer shape does not describe the student

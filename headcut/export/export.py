@@ -17,6 +17,7 @@ import torch
 
 from headcut.arch import architecture, takes_token_types, usable_positions
 from headcut.batching import collate, encode, length_batches
+from headcut.model_arguments import check_model
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
 from headcut.export.fuse import fused_attention
@@ -82,6 +83,7 @@ def export_onnx(model, path: str | Path, *, opset: int = 17, fuse: bool = True) 
     `fuse` exports each layer's attention as one ORT MultiHeadAttention op (fuse.py); False traces it op by
     op, as transformers computes it (the graph ORT's own optimiser works on). Attention with relative or
     rotary positions (DeBERTa, ModernBERT) has no such op and is always traced op by op."""
+    check_model(model, "export_onnx model")
     fuse = fuse and architecture(model).plain_attention
     was_training = model.training
     try:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from headcut_grader.files import as_path, atomic_dir, write_text
 from headcut.models import LoadedModel, save_model
+from headcut.model_arguments import check_loaded
 from headcut.prune.report import format_report, shape_figure
 from headcut.prune.result import PruneResult
 
@@ -16,6 +17,7 @@ FIGURE = "kept_per_layer.png"
 
 def prune_meta(source: LoadedModel, summary: dict) -> dict:
     """headcut.json for the pruned model: the source's grades/max_length/data records, plus `prune`."""
+    check_loaded(source, "prune_meta source")
     meta = {k: v for k, v in source.meta.items() if k not in SOURCE_ONLY}
     meta["kind"] = "prune"
     # resolved: a pruned student's distillation finds its teacher by this path from any working directory

@@ -8,7 +8,9 @@ from typing import Callable
 import torch
 
 from headcut.arch import keep_heads, mask_shape, present_heads
+from headcut.model_arguments import check_model
 from headcut.prune.plan import HeadPlan, check_keep_ratio, plan_heads
+from headcut_grader.ranges import Range, checked_number
 
 
 def step_ratios(keep_ratio: float, steps: int) -> list[float]:
@@ -38,9 +40,9 @@ def iterative_plan(
     original head numbering (as every scan numbers a pruned model's heads).
     `progress(step, plan)` is called after each step.
     """
+    check_model(model, "iterative_plan model")
     check_keep_ratio(keep_ratio)
-    if steps < 1:
-        raise ValueError("steps must be at least 1")
+    steps = checked_number(steps, "iterative_plan steps", Range(1), whole=True)  # 0 was a ValueError, 2.5 a TypeError
     num_layers, num_heads = mask_shape(model)
     current = copy.deepcopy(model).eval()
     plan = HeadPlan(tuple(tuple(range(num_heads)) for _ in range(num_layers)), num_heads)

@@ -10,6 +10,7 @@ from headcut.arch import heads_per_layer, intermediate_size, layer_ids, mask_sha
 from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import as_path
+from headcut.model_arguments import check_loaded, check_model, check_tokenizer
 from headcut.prune_arguments import named
 
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
@@ -17,6 +18,7 @@ DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward p
 
 def check_unpruned(loaded, flag: str = named("model")) -> None:
     """Refuse a model already pruned (layers, heads or FFN neurons), named as `flag` (`prune_arguments.named`)."""
+    check_loaded(loaded, "check_unpruned loaded")
     layers, heads = mask_shape(loaded.model)
     if layer_ids(loaded.model) != list(range(layers)):
         raise UserError(f"{setting(flag, loaded.path)} is already pruned (it kept layers {layer_ids(loaded.model)}); "
@@ -38,6 +40,7 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
     from headcut.evaluate.importance import absent_heads, read_scores
 
     path = as_path(path, "scores", what="a scan's importance.json file's path")
+    check_loaded(loaded, "scores_from_file loaded")
     scores_said, model, data = setting(named("scores", names), path), named("model", names), named("data", names)
     if not path.exists():
         raise UserError(f"{scores_said}: no such file; run `headcut scan` first or pass {data} to score heads here.")
@@ -62,6 +65,7 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
 def default_data(loaded, names: str = "arguments") -> tuple[str, dict]:
     """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, how to read it); `names` as
     `scores_from_file`'s."""
+    check_loaded(loaded, "default_data loaded")
     dev = loaded.meta.get("dev_data") or {}
     path = dev.get("path")
     if not path or not Path(path).exists():
@@ -78,5 +82,7 @@ def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, m
     important); heads the model lacks get -inf, and a NaN score of a head it has is one sentence."""
     from headcut.evaluate.criteria import head_importance
 
+    check_model(model, "scan_scores model")
+    check_tokenizer(tokenizer, "scan_scores tokenizer")
     return torch.as_tensor(head_importance(model, tokenizer, pairs, method=method, batch_size=batch_size,
                                            max_length=max_length, progress=progress, seed=seed), dtype=torch.float64)
