@@ -632,3 +632,35 @@ def test_a_scan_that_needs_gold_of_a_file_holding_the_other_tasks_says_which(rer
     assert not (tmp_path / "a").exists()
     ran = CliRunner().invoke(app, [*base, "--experiments", "none", "--method", "kl", "--out", str(tmp_path / "b")])
     assert ran.exit_code == 0, ran.output
+
+
+@pytest.mark.parametrize("task, column, args, said", [
+    ("grades", "score", ["--keep-ratio", "0.5", "--method", "ablation"],
+     "has scores ('score') but no grade column 'grade', and this model grades (task grades); pass graded pairs (or "
+     "name the grade column with --label-col), or use a one-score model."),
+    ("grades", "score", ["--flops", "0.5", "--targets", "grades"], "has scores ('score') but no grade column 'grade'"),
+    ("score", "grade", ["--flops", "0.5", "--targets", "grades"],
+     "has grades ('grade') but no score column 'score', and this model is a one-score reranker (task score); pass a "
+     "file with a numeric score column (or name it with --label-col), or use a grades"),
+])
+def test_a_prune_scoring_on_gold_of_a_file_holding_the_other_tasks_says_which(reranker, tokenizer, tmp_path, task,
+                                                                              column, args, said):
+    """Was: 'FILE has no grades, which --method ablation needs; use --method kl.' (and '... which --targets grades
+    needs') for --data holding only the other task's gold beside --eval-data (the scoring pool's gold is then
+    optional), after the pool was read; now the sentence scan, finetune, distill, evaluate, bench and export give for
+    the mismatch, before any scoring. A prune whose scoring reads no gold (kl) still runs on that file."""
+    model = reranker[0]
+    if task == "grades":
+        tiny = tiny_model("bert", attn="sdpa", vocab_size=tokenizer.vocab_size)
+        model = save_model(LoadedModel(tiny, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 24}), tmp_path / "m")
+    data = write_scored(tmp_path / "d.tsv", synthetic_pairs(20, seed=3), columns=(column,))
+    held_out = write_scored(tmp_path / "e.tsv", synthetic_pairs(20, seed=4))
+    base = ["prune", "--model", str(model), "--data", str(data), "--eval-data", str(held_out), "--no-timing",
+            "--bootstrap", "10"]
+    refused = CliRunner().invoke(app, [*base, *args, "--out", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output
+    assert f"{data} {said}" in " ".join(refused.output.split())
+    assert not (tmp_path / "a").exists()
+    if args[0] == "--keep-ratio":
+        ran = CliRunner().invoke(app, [*base, "--keep-ratio", "0.5", "--method", "kl", "--out", str(tmp_path / "b")])
+        assert ran.exit_code == 0, ran.output

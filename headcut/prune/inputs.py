@@ -7,7 +7,7 @@ from typing import Callable
 from headcut_grader.data import Pairs, read_pairs
 from headcut_grader.errors import UserError
 from headcut.prune.result import PruneSettings
-from headcut.prune.scores import default_data
+from headcut.prune.scores import DEFAULT_METHOD, default_data
 from headcut.prune_arguments import named
 
 OPTIMISTIC = ("These pairs also chose the pruned units, so the change is optimistic; "
@@ -27,6 +27,16 @@ def pool_needs_gold(eval_data) -> bool:
     """Whether the scoring pairs must carry gold: only when quality is reported on them, that is without
     separate quality pairs (`eval_data`: Pairs, a file name or None)."""
     return eval_data is None
+
+
+def scoring_needs_gold(method: str | None, targets: str | None = None) -> bool:
+    """Whether scoring the pairs reads their gold: criterion `method` (default fisher) needs it (the exact
+    ablation), or a budget prune's Fisher `targets` are the grades. A pool read without required gold is then read
+    with wants_gold, so a file holding only the other task's gold says so, not that it has none."""
+    from headcut.evaluate.criteria import CRITERIA
+
+    found = CRITERIA.get(method or DEFAULT_METHOD)
+    return targets == "grades" or (found is not None and found.needs_gold)
 
 
 def eval_sample(eval_data: Pairs | None, scored: Pairs | None, settings: PruneSettings) -> Pairs | None:
