@@ -4,7 +4,7 @@ run recipe's [scan] keys read their ranges here. Torch-free, so the command line
 importing the evaluator."""
 from __future__ import annotations
 
-from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, Range, check_arguments
+from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, Range, check_arguments, range_field
 
 # name: (range, whole number, None allowed)
 ARGUMENTS = {
@@ -16,6 +16,16 @@ ARGUMENTS = {
     "iters": (Range(10, MAX_BOOTSTRAP), True, False),  # bootstrap resamples for the CIs
     "seed": (Range(0, 2**32 - 1), True, False),
 }
+
+
+# The defaults of the settings every model-reading command shares: the flags (--batch-size, --max-length, --seed in
+# headcut.cli.common), ScanSettings and PruneSettings read them here.
+DEFAULTS = {"batch_size": 64, "max_length": None, "seed": 0}  # max_length None: the model's own limit
+
+
+def argument_field(name: str):
+    """A dataclass field with shared setting `name`'s default (DEFAULTS) and range."""
+    return range_field(DEFAULTS[name], argument_range(name))
 
 
 def argument_range(name: str) -> Range:

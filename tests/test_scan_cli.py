@@ -302,3 +302,31 @@ def test_a_scan_setting_range_is_declared_once_for_the_library_the_flags_and_the
     flags = inspect.signature(command).parameters
     for flag, name in (("draws", "draws"), ("k", "k"), ("bootstrap", "iters")):
         assert flags[flag].default.parser.valid is argument_range(name), flag
+
+
+def test_the_shared_flags_and_settings_read_one_declaration_of_their_defaults_and_ranges(monkeypatch):
+    """Was: --batch-size, --max-length and --seed (headcut/cli/common.py), ScanSettings and PruneSettings each wrote
+    their own 64 / None / 0 and ranges, kept equal by a test. Now all read headcut/evaluate_arguments.py: a changed
+    default there is the flags' default (and --help's)."""
+    import dataclasses
+    import importlib
+
+    import headcut.cli.common as common
+    from headcut import evaluate_arguments
+    from headcut.evaluate.scan import ScanSettings
+    from headcut.prune import PruneSettings
+
+    for cls, names in ((ScanSettings, ("batch_size", "max_length", "seed")), (PruneSettings, ("batch_size", "seed"))):
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        for name in names:
+            assert fields[name].default == evaluate_arguments.DEFAULTS[name], (cls, name)
+            assert fields[name].metadata["range"] is evaluate_arguments.argument_range(name), (cls, name)
+    for name, value in (("batch_size", 48), ("max_length", 96), ("seed", 7)):
+        monkeypatch.setitem(evaluate_arguments.DEFAULTS, name, value)
+    try:
+        fresh = importlib.reload(common)
+        assert (fresh.BATCH_SIZE.default, fresh.MAX_LENGTH.default, fresh.SEED.default) == (48, 96, 7)
+        assert fresh.BATCH_SIZE.parser.valid is evaluate_arguments.argument_range("batch_size")
+    finally:
+        monkeypatch.undo()
+        importlib.reload(common)

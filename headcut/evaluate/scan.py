@@ -14,7 +14,7 @@ from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.ranges import argument, check_ranges, range_field
-from headcut.evaluate_arguments import argument_range
+from headcut.evaluate_arguments import argument_field, argument_range
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
@@ -32,12 +32,12 @@ class ScanSettings:
     methods: tuple[str, ...] = ("ablation", "kl", "gradient", "fisher", "entropy")
     experiments: tuple[str, ...] = EXPERIMENTS
     probes: bool = True
-    batch_size: int = range_field(64, argument_range("batch_size"))
-    max_length: int | None = range_field(None, argument_range("max_length"))  # None: the model's (batching.max_length_of)
+    batch_size: int = argument_field("batch_size")
+    max_length: int | None = argument_field("max_length")  # None: the model's (batching.max_length_of)
     draws: int = range_field(5, argument_range("draws"))  # random masks per ratio
     k: int = range_field(5, argument_range("k"))  # term-matching heads masked in experiment 5
     iters: int = range_field(200, argument_range("iters"))  # bootstrap resamples for the CIs
-    seed: int = range_field(0, argument_range("seed"))
+    seed: int = argument_field("seed")
 
     def __post_init__(self):
         check_ranges(self, "ScanSettings")

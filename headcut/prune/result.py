@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headcut.models import LoadedModel
-from headcut_grader.ranges import MAX_BATCH, check_ranges, ranged
+from headcut.evaluate_arguments import argument_field
+from headcut_grader.ranges import check_ranges, ranged
 
 
 @dataclass(frozen=True)
@@ -19,11 +20,11 @@ class PruneSettings:
     score_rows: int | None = ranged(512, 1)  # seeded sample of the data that units are scored on (None: all)
     calibrate_rows: int | None = ranged(512, 5)  # budget prunes: another sample (seed + 1) for mask tuning
     eval_rows: int | None = ranged(None, 1)  # seeded sample of the quality pairs (None: all)
-    batch_size: int = ranged(64, 1, MAX_BATCH)
+    batch_size: int = argument_field("batch_size")
     bootstrap: int = ranged(1000, 10)  # resamples of the paired 95% CIs
     timing: bool = True  # measure CPU latency before/after (slow: `latency_seconds` per model and batch size)
     latency_seconds: float = ranged(1.0, 0.0, 600.0, low_open=True)
-    seed: int = ranged(0, 0, 2**32 - 1)  # of the samples, scans and bootstrap
+    seed: int = argument_field("seed")  # of the samples, scans and bootstrap
 
     def __post_init__(self):
         check_ranges(self, "PruneSettings")
