@@ -517,6 +517,19 @@ def test_timing_and_flops_arguments_are_checked_before_any_model_runs(monkeypatc
         call(api)
 
 
+def test_speed_summary_at_a_long_length_times_only_the_batches_that_fit():
+    """prune (no quality pairs: timed at the model's max_length) and distill (the median dev length) call
+    speed_summary with their own batch sizes: at a long length a batch of 32 is more than a timed batch may hold, which
+    measure_latency refuses. The summary must time the sizes that fit, not fail after the scoring or the training."""
+    from conftest import tiny_model
+    from headcut.prune import measure
+
+    model = tiny_model("bert", max_position_embeddings=1300)
+    out = measure.speed_summary(model, model, seq_len=1200, batch_sizes=(1, 8, 32), min_seconds=0, min_runs=1,
+                                warmup=0)
+    assert [row["batch_size"] for row in out["latency"]] == [1, 8]
+
+
 def test_compare_logits_checks_its_bootstrap_arguments_on_unlabelled_pairs_too():
     """Was: compare_logits(..., iters=0) on pairs without grades (agreement only) took the 0 and said nothing."""
     import numpy as np

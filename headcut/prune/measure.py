@@ -17,7 +17,7 @@ from headcut.model_arguments import check_model, check_models
 from headcut.prune_arguments import argument_range
 from headcut.timing import round_robin
 from headcut_grader.errors import UserError
-from headcut_grader.ranges import Range, argument, check_arguments, check_timed_batch
+from headcut_grader.ranges import MAX_TIMED_SCORES, Range, argument, check_arguments, check_timed_batch
 
 # name: (range, whole number, None allowed); the lengths and batch sizes `headcut prune` times (--seq-len, --batch)
 ARGUMENTS = {
@@ -64,6 +64,11 @@ def measure_latency(
     return results
 
 
+def fitting_sizes(batch_sizes, seq_len: int) -> tuple:
+    """The batch sizes whose timed batch at `seq_len` tokens fits in memory (headcut_grader.ranges.check_timed_batch)."""
+    return tuple(size for size in batch_sizes if size * seq_len ** 2 <= MAX_TIMED_SCORES)
+
+
 def checked_timing(function: str, models, *, seq_len, batch_sizes, **given) -> list:
     """Each of `models` a PyTorch model and `given` timing arguments of `function` checked against ARGUMENTS (a
     batch of `batch_sizes` against memory too), before any model runs; a UserError names the function and argument."""
@@ -89,8 +94,10 @@ def speed_summary(before, after, *, seq_len: int, latency: bool = True, **latenc
         "flops": {"before": flops_per_pair(before, seq_len), "after": flops_per_pair(after, seq_len)},
     }
     out["ideal_speedup"] = out["flops"]["before"] / max(1, out["flops"]["after"])
-    if latency:
-        lat_before, lat_after = measure_latency([before, after], seq_len=seq_len, **latency_options)
+    sizes = fitting_sizes(latency_options.pop("batch_sizes", (1, 8, 32)), seq_len)
+    if latency and sizes:  # at a long length only the batches that fit in memory are timed
+        lat_before, lat_after = measure_latency([before, after], seq_len=seq_len, batch_sizes=sizes,
+                                                **latency_options)
         out["latency"] = [
             {"batch_size": b["batch_size"], "ms_before": b["ms"], "ms_after": a["ms"],
              "pairs_per_second_before": b["pairs_per_second"], "pairs_per_second_after": a["pairs_per_second"],
