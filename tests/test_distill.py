@@ -437,6 +437,17 @@ def test_a_pruned_student_no_smaller_than_its_teacher_is_refused(tiny_teacher, t
     assert not (tmp_path / "student.partial").exists()
 
 
+def test_a_pruned_student_of_its_recorded_teachers_shape_is_refused_before_any_model_loads(tiny_teacher, tmp_path):
+    """Was: a pruned student whose teacher only its headcut.json names (the recipe's teacher null), of the teacher's
+    very shape, was refused only once both models had loaded. Now when the recipe is read, on their outlines."""
+    copy = load_model(tiny_teacher)
+    save_model(copy, tmp_path / "copy", meta={"kind": "prune", "source": {"path": str(tiny_teacher),
+                                                                         "weights_hash": copy.weights_hash}})
+    with pytest.raises(UserError, match=rf"^recipe: student_model {re.escape(str(tmp_path / 'copy'))} has the same "
+                                        rf"layers, heads and FFN neurons as the teacher {re.escape(str(tiny_teacher))}"):
+        recipe_for(None, student="pruned", student_model=str(tmp_path / "copy"))
+
+
 def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
     with pytest.raises(UserError, match="keep_layers=4 keeps all of the teacher's 4 layers"):
         distill(recipe_for(tiny_teacher, keep_layers=4), tmp_path / "a")

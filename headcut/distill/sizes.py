@@ -11,14 +11,21 @@ from headcut.batching import check_max_length
 from headcut_grader.errors import UserError
 
 
+# Keys under which a pruned artifact's headcut.json may name the model it was cut from.
+TEACHER_KEYS = ("teacher", "source_model", "parent", "source")
+
+
 def check_recipe_student(recipe, where: str) -> None:
     """What build_student checks against the teacher, checked when the recipe is read, on the models' outlines
     (their configs and shapes, no weights), so a refusal names the recipe file and the --set values (`where`) and
-    comes before any model loads; a model not there yet (a run's teacher) is checked by build_student."""
+    comes before any model loads; a model not there yet (a run's teacher) is checked by build_student. A pruned
+    student's teacher may be the one its headcut.json names (what distill loads where the recipe names none)."""
     from headcut.finetune import outline_if_present  # it reads models: imported when a recipe is checked
 
     teacher = outline_if_present(recipe.teacher, "teacher")
     student = outline_if_present(recipe.student_model, "student_model") if recipe.student == "pruned" else None
+    if teacher is None and student is not None and recipe.teacher is None:
+        teacher = recorded_teacher_outline(recipe.student_model, student.meta, where=where)
     for key, model in (("teacher", teacher), ("student_model", student)):
         if model is not None:
             check_max_length(model.model, recipe.max_length, flag="max_length", where=where, whose=f"the {key}'s")
@@ -31,6 +38,44 @@ def check_recipe_student(recipe, where: str) -> None:
         check_config_student(recipe, teacher.model.config, layers, where=where)
     elif student is not None:
         check_smaller(student, teacher, where=where)
+
+
+def recorded_teacher(meta: dict) -> dict | None:
+    """{"path", "weights_hash" (where recorded)} of the model a pruned artifact's headcut.json says it was cut from."""
+    for key in TEACHER_KEYS:
+        value = meta.get(key)
+        record = value if isinstance(value, dict) else {"path": value}
+        if isinstance(record.get("path"), str) and record["path"]:
+            return record
+    return None
+
+
+def check_cut_from(student_model: str, record: dict, path: str, weights_hash: str, *, where: str = "") -> None:
+    """The teacher at `path` (of `weights_hash`) holds the weights the student's `record` says it was cut from,
+    where the record has their hash; `where`: the recipe it was read from."""
+    recorded = record.get("weights_hash")
+    if recorded and recorded != weights_hash:
+        raise UserError(f"{where + ': ' if where else ''}student_model {student_model} was cut from a model of weights "
+                        f"{recorded}, but {path}, the teacher its headcut.json names, holds weights {weights_hash}; "
+                        "pass --set teacher=DIR naming the model it was cut from.")
+
+
+def recorded_teacher_outline(student_model: str, meta: dict, *, where: str):
+    """The teacher a pruned student's headcut.json (`meta`) names, outlined as distill will load it, once its weights
+    are the ones the student was cut from (else the checks against it would judge another model); None where
+    none is named or it is not there."""
+    from headcut.finetune import outline_if_present
+    from headcut.weight_files import weights_file, weights_hash
+
+    record = recorded_teacher(meta)
+    teacher = outline_if_present(record["path"], "teacher") if record else None
+    if teacher is None or not record.get("weights_hash"):
+        return teacher
+    weights = weights_file(teacher.path)
+    if weights is None:  # load_model names what is missing
+        return None
+    check_cut_from(student_model, record, teacher.path, weights_hash(weights), where=where)
+    return teacher
 
 
 def _at(where: str) -> str:

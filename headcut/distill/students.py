@@ -15,13 +15,11 @@ import torch
 from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers, layer_ids
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
-from headcut.distill.sizes import check_config_student, check_keep_layers, check_smaller
+from headcut.distill.sizes import (check_config_student, check_cut_from, check_keep_layers, check_smaller,
+                                   recorded_teacher)
 from headcut_grader.errors import UserError
 from headcut.models import SHAPE_KEY, LoadedModel, load_model
 from headcut.model_arguments import check_loaded, check_model
-
-# Keys under which a pruned artifact's headcut.json may name the model it was cut from.
-TEACHER_KEYS = ("teacher", "source_model", "parent", "source")
 
 
 @dataclass
@@ -41,26 +39,13 @@ def teacher_source(recipe: DistillRecipe) -> str:
     return record["path"]
 
 
-def recorded_teacher(meta: dict) -> dict | None:
-    """{"path", "weights_hash" (where recorded)} of the model a pruned artifact's headcut.json says it was cut from."""
-    for key in TEACHER_KEYS:
-        value = meta.get(key)
-        record = value if isinstance(value, dict) else {"path": value}
-        if isinstance(record.get("path"), str) and record["path"]:
-            return record
-    return None
-
-
 def check_recorded_teacher(recipe: DistillRecipe, teacher: LoadedModel) -> None:
     """A teacher found through a pruned artifact's record is the model it was cut from: the folder at the recorded
     path may have been replaced since (or, for a path recorded relative, be another folder seen from here)."""
     if recipe.teacher is not None:
         return
-    recorded = recorded_teacher(load_model_meta(recipe.student_model, flag="student_model")).get("weights_hash")
-    if recorded and recorded != teacher.weights_hash:
-        raise UserError(f"student_model {recipe.student_model} was cut from a model of weights {recorded}, but "
-                        f"{teacher.path}, the teacher its headcut.json names, holds weights {teacher.weights_hash}; "
-                        "pass --set teacher=DIR naming the model it was cut from.")
+    record = recorded_teacher(load_model_meta(recipe.student_model, flag="student_model"))
+    check_cut_from(recipe.student_model, record, teacher.path, teacher.weights_hash)
 
 
 def load_model_meta(source: str, *, flag: str = "--model") -> dict:
