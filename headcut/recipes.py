@@ -84,11 +84,52 @@ def parse_override(item: str, *, form: str = "key=value", example: str = "epochs
     return key.strip(), parse_yaml(value, f"--set {quoted(item)}", f"quote text values, e.g. {typed_text(item)}")
 
 
-def typed_text(item: str) -> str:
+def typed_text(item: str, index: int | None = None) -> str:
     """What to type on a shell so `--set KEY=VALUE` gives VALUE as text: the value in YAML's double quotes and
-    the whole item in single quotes (--set 'data.train="5"'), since a shell drops quotes typed bare."""
+    the whole item in single quotes (--set 'data.train="5"'), since a shell drops quotes typed bare; `index`: only
+    that element of a list value is quoted (--set 'scan.methods=[kl, "5"]')."""
     key, _, value = item.partition("=")
-    return "--set " + shlex.quote(f'{key.strip()}="{value.strip()}"')
+    return "--set " + shlex.quote(f"{key.strip()}={_quoted(value.strip(), index)}")
+
+
+def _quoted(value: str, index: int | None) -> str:
+    """`value` (YAML text) with the whole of it, or the list element `index` of it, in double quotes."""
+    start, end = 0, len(value)
+    if index is not None:
+        try:
+            node = yaml.compose(value, Loader=_Loader)
+        except yaml.YAMLError:
+            node = None
+        if isinstance(node, yaml.SequenceNode) and index < len(node.value):
+            start, end = node.value[index].start_mark.index, node.value[index].end_mark.index
+    text = value[start:end].replace("\\", "\\\\").replace('"', '\\"')  # YAML's escapes inside double quotes
+    return f'{value[:start]}"{text}"{value[end:]}'
+
+
+def text_fix(given: str | None, index: int | None = None) -> str:
+    """How to write as text a value YAML read as another type: what to type on a shell where `given` (the
+    '--set ITEM' it came from) says it came from --set, else a number in quotes in the file."""
+    return f"type {typed_text(given.removeprefix('--set '), index)}" if given else 'e.g. "5", not 5'
+
+
+def mistyped_text(value, given: str | None) -> bool:
+    """Whether `value`, wanted as text, may be text that YAML read as another type: any from --set (`a: b`, `[x]`,
+    `true`, `null`), a number from a file (a list or mapping in a file, or a JSON record, is not text mistyped)."""
+    return not isinstance(value, str) and (given is not None or _is_number(value))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def yaml_kind(value) -> str:
+    """A value as YAML read it, for a message that it is not text: 'the number 5', 'the mapping {...}'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    kind = "number" if _is_number(value) else "mapping" if isinstance(value, dict) else "list"
+    return f"the {kind} {shown(value)}"
 
 
 # Values of a recipe once its aliases (*name) are expanded: a recipe holds hundreds, an alias bomb billions.
@@ -240,8 +281,9 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     return recipe
 
 
-def _coerce(value, hint, where, given: str | None = None):
-    """`value` as type `hint`; `given`: the `--set KEY=VALUE` it came from, if it did (the fix is typed there)."""
+def _coerce(value, hint, where, given: str | None = None, index: int | None = None):
+    """`value` as type `hint`; `given`: the `--set KEY=VALUE` it came from, if it did (the fix is typed there);
+    `index`: the element of that list value `value` is."""
     origin = typing.get_origin(hint)
     args = typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
@@ -252,15 +294,15 @@ def _coerce(value, hint, where, given: str | None = None):
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, where, given)
+                return _coerce(value, arg, where, given, index)
             except UserError as e:
                 errors.append(e)
         raise errors[0]
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
-            raise UserError(f"{where} must be a list, not {shown(value)}.")
+            raise UserError(f"{where} must be a list, not {shown(value)}{_list_fix(given)}.")
         inner = args[0] if args else typing.Any
-        return tuple(_coerce(v, inner, where) for v in value)
+        return tuple(_coerce(v, inner, f"{where} item {i + 1}", given, i) for i, v in enumerate(value))
     if origin is typing.Literal:
         if value not in args:
             raise UserError(f"{where} is {shown(value)}; choose one of {', '.join(map(str, args))}.")
@@ -280,13 +322,21 @@ def _coerce(value, hint, where, given: str | None = None):
             raise UserError(f"{where} must be a number, not {shown(value)}.")
         return float(value)
     if hint is str:  # a number is not turned into text: YAML reads 010 as 8 and 1.50 as 1.5, so the text is lost
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            fix = f"type {typed_text(given.removeprefix('--set '))}" if given else 'e.g. "5", not 5'
-            raise UserError(f"{where} is the number {shown(value)}; quote it as written to give text ({fix}).")
+        if mistyped_text(value, given):
+            raise UserError(f"{where} is {yaml_kind(value)}; quote it as written to give text "
+                            f"({text_fix(given, index)}).")
         if not isinstance(value, str):
             raise UserError(f"{where} must be text, not {shown(value)}.")
         return value
     return value
+
+
+def _list_fix(given: str | None) -> str:
+    """How to type a list on a shell, where the value came from --set."""
+    if not given:
+        return ""
+    key, _, value = given.removeprefix("--set ").partition("=")
+    return f" (type --set {shlex.quote(f'{key.strip()}=[{value.strip()}]')})"
 
 
 def to_dict(recipe) -> dict:

@@ -701,6 +701,38 @@ def test_an_edited_model_folder_reruns_the_stages_that_read_it(tmp_path, edited)
     assert fingerprint(stage, {}, {}) != before
 
 
+@pytest.mark.parametrize("item, words, typed", [
+    ("data.label_col=a: b", "key 'label_col' is the mapping {'a': 'b'}", """--set 'data.label_col="a: b"'"""),
+    ("data.label_col=[grade]", "key 'label_col' is the list ['grade']", """--set 'data.label_col="[grade]"'"""),
+    ("distill.bottom3.preset=true", "key 'preset' is the boolean true", """--set 'distill.bottom3.preset="true"'"""),
+    ("scan.experiments=null", "key 'experiments' is null", """--set 'scan.experiments="null"'"""),
+    ("teacher.recipe=010", "[teacher] recipe is 10, not text", """--set 'teacher.recipe="010"'"""),
+    ("distill.bottom3.recipe=[a]", "[distill] bottom3.recipe is ['a'], not text",
+     """--set 'distill.bottom3.recipe="[a]"'"""),
+    # a list's element: named by its place, and only it quoted
+    ("scan.methods=[5]", "key 'methods' item 1 is the number 5", """--set 'scan.methods=["5"]'"""),
+    ("scan.methods=[kl, 1.50]", "key 'methods' item 2 is the number 1.5", """--set 'scan.methods=[kl, "1.50"]'"""),
+    ("scan.methods=[kl, a: b]", "key 'methods' item 2 is the mapping {'a': 'b'}",
+     """--set 'scan.methods=[kl, "a: b"]'"""),
+    ("scan.methods=kl", "key 'methods' must be a list, not 'kl'", """--set 'scan.methods=[kl]'"""),
+])
+def test_a_set_value_yaml_reads_as_another_type_than_text_says_what_to_type(item, words, typed):
+    """Was: '--set data.label_col=a: b: key 'label_col' must be text, not {'a': 'b'}' (and the same for a list, true
+    or null), with no word of how to type text on a shell; a list's element was named as the whole key ('key
+    'methods' is the number 5'), and teacher.recipe=010 was read as the recipe '10'. Typed as said, it is text."""
+    from headcut.pipeline.recipe import load_pipeline
+    from headcut.recipes import parse_override
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=[item])
+    message = str(caught.value)
+    assert words in message and f"type {typed})." in message, message
+    assert f"--set {item}" in message or words.startswith("[")
+    _, value = parse_override(shlex.split(typed)[1])
+    assert all(isinstance(v, str) for v in (value if isinstance(value, list) else [value]))
+
+
 @pytest.mark.parametrize("load, item, typed", [
     ("run", "data.train=5", """--set 'data.train="5"'"""),
     ("run", "data.test=1.50", """--set 'data.test="1.50"'"""),

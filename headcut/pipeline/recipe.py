@@ -19,7 +19,8 @@ from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch,
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import find_recipe, from_dict, parse_override, read_recipe_file, refuse_repeat, to_dict
+from headcut.recipes import (find_recipe, from_dict, mistyped_text, parse_override, read_recipe_file, refuse_repeat,
+                             text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
 
@@ -184,7 +185,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
 
     parts = {name: section(name, cls, data.get(name), optional=name in ("scan", "prune"))
              for name, cls in CLASSES.items()}
-    teacher = _teacher(data.get("teacher") or {}, problems)
+    teacher = _teacher(data.get("teacher") or {}, problems, origins)
     students = []
     distill = data.get("distill") or {}
     if not isinstance(distill, dict):
@@ -201,8 +202,9 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         recipe = value.get("recipe", StudentSection.recipe)
         if not isinstance(recipe, str) or not recipe.strip():
             said = "is empty" if recipe is None or not str(recipe).strip() else f"is {recipe!r:.60}, not text"
+            fix = _as_text(recipe, origins.get(("distill", name, "recipe")))
             problems.append(f"[distill] {name}.recipe {said}; name a distill recipe (e.g. {StudentSection.recipe}), or "
-                            "leave the key out for that one")
+                            f"leave the key out for that one{fix}")
             continue
         if "teacher" in value:
             problems.append(_own_teacher_problem(str(name), value["teacher"], origins))
@@ -342,14 +344,15 @@ def _checked(make, problems: list[str]):
         return None
 
 
-def _teacher(value: dict, problems: list[str]) -> TeacherSection | None:
+def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection | None:
     if not isinstance(value, dict):
         problems.append("section 'teacher' must be a mapping (recipe: NAME or path: DIR)")
         return None
     recipe, path = value.get("recipe"), value.get("path")
     for key, given, what in (("recipe", recipe, "a finetune recipe"), ("path", path, "a grader folder")):
-        if given is not None and (isinstance(given, (bool, list, dict)) or not str(given).strip()):
-            problems.append(f"[teacher] {key} is {shown(given)}, not text; name {what}")
+        if given is not None and (not isinstance(given, str) or not given.strip()):  # 010: 10, not the folder 010
+            problems.append(f"[teacher] {key} is {shown(given)}, not text; name {what}"
+                            f"{_as_text(given, origins.get(('teacher', key)))}")
             return None
     if recipe is None and path is None:
         problems.append("[teacher] names no teacher; pass --set teacher.path=DIR (an existing grader) or "
@@ -364,6 +367,14 @@ def _teacher(value: dict, problems: list[str]) -> TeacherSection | None:
         problems.append(f"[teacher] path {path} is used as it is; drop {', '.join(k for k, _ in rest)} or use recipe:")
         return None
     return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest)
+
+
+def _as_text(value, given: str | None) -> str:
+    """For a name YAML read as another type (a number, a list, true), how to give it as text; `given`: the
+    '--set ITEM' it came from, if it did."""
+    if value is None or not mistyped_text(value, given):  # null: the key is empty, not text mistyped
+        return ""
+    return f" (quote it as written to give text: {text_fix(given)})"
 
 
 def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dict, where: str,
