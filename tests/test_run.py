@@ -316,7 +316,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["bench.repeats=2", "bench.repeats=3"], ["--set bench.repeats=2 and --set bench.repeats=3 set the same key"]),
     # was: killed for memory in the distill stage, after the teacher trained
     (["distill.x.recipe=distill/minilm_config_cpu", "distill.x.student_hidden=65536"],
-     ["distill.x.student_hidden=65536 is larger than the teacher's 384", "set distill.x.student_hidden to 384 or less"]),
+     ["--set distill.x.student_hidden=65536 is larger than the teacher's 384",
+      "pass --set distill.x.student_hidden=384 or less"]),
     # was: refused only in the export stage, after the teacher trained, naming --precision and --backend
     (["export.precision=bf16"], ["export.precision=bf16: ONNX Runtime graders are fp32 or int8; use "
                                  "export.backend=openvino or auto"]),
@@ -388,11 +389,11 @@ def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
     (["prune.flops=null", "prune.keep_ratio=0.001"], ["prune.keep_ratio=0.001 keeps round(0.001 x ", ") = 0 heads"]),
     (["distill.small.unlabeled_data=nowhere.tsv"], ["distill.small.unlabeled_data=nowhere.tsv: no such file"]),
     (["teacher.model=/nonexistent"], ["teacher.model=/nonexistent: no such folder, and not a built-in name"]),
-    (["distill.small.keep_layers=9"], ["distill.small.keep_layers=9 is more than the teacher's",
-                                       "set distill.small.keep_layers to"]),
+    (["distill.small.keep_layers=9"], ["error: --set distill.small.keep_layers=9 is more than the teacher's",
+                                       "pass --set distill.small.keep_layers=2 or less"]),
     # was: refused by the distill stage, after the teacher trained, as "max length 600 is more than ..."
-    (["distill.small.max_length=600"], ["distill.small.max_length=600 is more than the teacher's 512 positions; set "
-                                        "distill.small.max_length=512 or less."]),
+    (["distill.small.max_length=600"], ["error: --set distill.small.max_length=600 is more than the teacher's 512 "
+                                        "positions; pass --set distill.small.max_length=512 or less."]),
     (["teacher.max_length=600"], ["[teacher] (minilm_synthetic_cpu.yaml) with --set teacher.max_length=600: max_length=600 "
                                   "is more than the model's 512 positions"]),
 ])
@@ -407,6 +408,32 @@ def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_r
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("given", ["--set", "run recipe", "student recipe"])
+def test_a_students_value_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_path, given):
+    """Was: 'distill.bottom3.max_length=1000 is more than the teacher's 512 positions; set ...', as if the run recipe
+    held it, for a --set and a student recipe's own key alike. Now a --set is named as typed, a file's value by its
+    file and key."""
+    from headcut.pipeline.checks import check_students
+    from headcut_grader.errors import UserError
+
+    quickstart = ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml"
+    student = tmp_path / "student.yaml"
+    student.write_text((ROOT / "headcut" / "recipes" / "distill" / "minilm_synthetic_cpu.yaml").read_text().replace(
+        "max_length: 32", "max_length: 1000" if given == "student recipe" else "max_length: 32"))
+    run = tmp_path / "run.yaml"
+    run.write_text(quickstart.read_text().replace(
+        "recipe: distill/minilm_synthetic_cpu", f"recipe: {student}" + (
+            "\n    max_length: 1000" if given == "run recipe" else "")))
+    overrides = ["distill.bottom3.max_length=1000"] if given == "--set" else []
+    lead, fix = {"--set": ("--set distill.bottom3.max_length=1000", "pass --set distill.bottom3.max_length=512"),
+                 "run recipe": (f"{run}: distill.bottom3.max_length=1000", "set distill.bottom3.max_length=512"),
+                 "student recipe": (f"[distill.bottom3] ({student}): distill.bottom3.max_length=1000",
+                                    "set distill.bottom3.max_length=512")}[given]
+    with pytest.raises(UserError, match=f"^{re.escape(lead)} is more than the teacher's 512 positions; "
+                                        f"{re.escape(fix)} or less\\.$"):
+        check_students(load_pipeline(run, overrides=overrides))
+
+
 @pytest.mark.parametrize("keep_ratio, refused", [(1, True), (0.5, False)])
 def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_any_stage(keep_ratio, refused):
     """Was: distilled the prune stage's uncut model into a copy of the teacher; the distill stage now refuses a
@@ -419,8 +446,8 @@ def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_
     if not refused:
         check_students(recipe)
         return
-    with pytest.raises(UserError, match=r"^prune.keep_ratio=1 keeps every head, so \[distill.p\]'s pruned student "
-                                        "would have the teacher's shape"):
+    with pytest.raises(UserError, match=r"^--set prune.keep_ratio=1 keeps every head, so \[distill.p\]'s pruned "
+                                        "student would have the teacher's shape"):
         check_students(recipe)
 
 

@@ -12,12 +12,12 @@ class UserError(Exception):
 
 def setting(name: str, value) -> str:
     """A setting and its value as a message names them: `--flops 0.5` for a flag, `prune.flops=0.5` for a recipe
-    key (`--set` form), `[scan] draws 5` for a key named by its section as a recipe check names it, so a library
-    check called by a command and by `headcut run` names what the user wrote; no name (a command's positional
-    argument): the value alone."""
+    key (`--set` form), `--set prune.flops=0.5` for a key given by --set, `[scan] draws 5` for a key named by its
+    section as a recipe check names it, so a library check called by a command and by `headcut run` names what the
+    user wrote; no name (a command's positional argument): the value alone."""
     if not name:
         return str(value)
-    return f"{name} {value}" if name.startswith(("-", "[")) else f"{name}={value}"
+    return f"{name} {value}" if name.startswith(("-", "[")) and not name.startswith("--set ") else f"{name}={value}"
 
 
 NAMES = ("arguments", "keys", "flags")  # who called a library check: Python, a run recipe, a command

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from headcut.arch import ARCHITECTURES, encoder_layers, heads_per_layer, neurons_per_layer
 from headcut.batching import check_max_length
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 
 
 # Keys under which a pruned artifact's headcut.json may name the model it was cut from.
@@ -88,24 +88,31 @@ def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep
     if keep_layers < teacher_layers:
         return
     than = "is more than" if keep_layers > teacher_layers else "keeps all of"
-    fix = (f"set {key} to {teacher_layers - 1} or less" if teacher_layers > 1 else
+    fix = (_at_most(key, teacher_layers - 1) if teacher_layers > 1 else
            "a 1-layer teacher has no smaller bottom-k student: use student=config or a deeper teacher")
-    raise UserError(f"{_at(where)}{key}={keep_layers} {than} the teacher's {teacher_layers} layers, and a bottom-k "
-                    f"student keeps fewer; {fix}.")
+    raise UserError(f"{_at(where)}{setting(key, keep_layers)} {than} the teacher's {teacher_layers} layers, and a "
+                    f"bottom-k student keeps fewer; {fix}.")
 
 
-def check_config_student(recipe, teacher_config, teacher_layers: int, *, prefix: str = "", where: str = "") -> None:
+def _at_most(key: str, most: int) -> str:
+    """The fix of a value over `most`: 'set KEY to N or less', or where a --set gave it, the --set to pass."""
+    return f"pass {setting(key, most)} or less" if key.startswith("--set ") else f"set {key} to {most} or less"
+
+
+def check_config_student(recipe, teacher_config, teacher_layers: int, *, where: str = "", named=None) -> None:
     """A config student is a smaller model of its teacher: none of its sizes above the teacher's. Its weights start
     as slices of the teacher's, and a larger student (the ranges allow 65,536 wide) would exhaust memory before
-    its first step. `prefix` names the run's section (distill.NAME.); `where`: the recipe it was read from."""
+    its first step. `where`: the recipe it was read from; `named(key)` -> (name, where) in its place where each
+    key may come from elsewhere (a run's student: its --set, the run recipe or the student's recipe)."""
     limits = {"student_layers": teacher_layers, "student_hidden": teacher_config.hidden_size,
               "student_heads": teacher_config.num_attention_heads,
               "student_intermediate": getattr(teacher_config, ARCHITECTURES[teacher_config.model_type].intermediate)}
     for key, most in limits.items():
         value = getattr(recipe, key)
         if value is not None and value > most:
-            raise UserError(f"{_at(where)}{prefix}{key}={value} is larger than the teacher's {most}; a config student "
-                            f"is a smaller model of its teacher: set {prefix}{key} to {most} or less.")
+            name, at = named(key) if named else (key, where)
+            raise UserError(f"{_at(at)}{setting(name, value)} is larger than the teacher's {most}; a config student "
+                            f"is a smaller model of its teacher: {_at_most(name, most)}.")
 
 
 def check_smaller(student, teacher, *, where: str = "") -> None:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
-from headcut_grader.errors import UserError, quoted
+from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.files import check_place, refuse_inputs
-from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
+from headcut.pipeline.recipe import DataSection, PipelineRecipe, given_as, sub_recipes
 from headcut.run_folder import LOCK_FILE
 from headcut.training import DATA_KEYS, same_data
 
@@ -228,12 +228,19 @@ def check_students(recipe: PipelineRecipe) -> None:
     teacher = teacher_outline(recipe)
     layers = len(encoder_layers(teacher.model))
     for name, sub in students.items():
-        check_max_length(teacher.model, sub.max_length, flag=f"{name}.max_length", whose="the teacher's")
+        def named(key, name=name):  # as the user gave it: a --set, or the key in the file that holds it
+            return given_as(recipe, *name.split(".", 1), key)
+
+        flag, where = named("max_length")
+        check_max_length(teacher.model, sub.max_length, flag=flag, where=where, whose="the teacher's")
         if sub.student == "bottom-k":
-            check_keep_layers(sub.keep_layers, layers, key=f"{name}.keep_layers")
+            key, where = named("keep_layers")
+            check_keep_layers(sub.keep_layers, layers, key=key, where=where)
         elif sub.student == "config":
-            check_config_student(sub, teacher.model.config, layers, prefix=f"{name}.")
+            check_config_student(sub, teacher.model.config, layers, named=named)
         elif sub.student_model == UPSTREAM[1] and recipe.prune.keep_ratio == 1:  # the prune stage's model
-            raise UserError(f"prune.keep_ratio=1 keeps every head, so [{name}]'s pruned student would have the "
-                            "teacher's shape, no smaller than its teacher; lower prune.keep_ratio (or prune by "
-                            "prune.flops in its place), or make the student bottom-k or config.")
+            key, where = given_as(recipe, "prune", "keep_ratio")
+            raise UserError(f"{where + ': ' if where else ''}{setting(key, 1)} keeps every head, so [{name}]'s pruned "
+                            "student would have the teacher's shape, no smaller than its teacher; lower "
+                            "prune.keep_ratio (or prune by prune.flops in its place), or make the student bottom-k or "
+                            "config.")

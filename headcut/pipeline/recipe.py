@@ -427,6 +427,19 @@ def _set_in(recipe: PipelineRecipe, section: tuple[str, ...]) -> dict:
     return {path[-1]: item for path, item in recipe.origins if path[:-1] == section}
 
 
+def given_as(recipe: PipelineRecipe, *path: str) -> tuple[str, str]:
+    """How a message names the run's key at `path` (('prune', 'keep_ratio'), ('distill', NAME, KEY)) as the user gave
+    it, and where: its --set ('--set distill.NAME.KEY', nowhere else), else the key in the run recipe's file, or in
+    the student's distill recipe where the run's section leaves the key to it."""
+    dotted = ".".join(path)
+    if path in dict(recipe.origins):
+        return f"--set {dotted}", ""
+    student = dict(recipe.distill).get(path[1]) if path[0] == "distill" and len(path) > 2 else None
+    if student is not None and path[2] not in dict(student.overrides):
+        return dotted, f"[distill.{path[1]}] ({find_recipe(student.recipe, kind='distill')})"
+    return dotted, recipe.source
+
+
 def _common(data: DataSection) -> dict:
     return {"train_data": data.train, "dev_data": data.dev, **file_keys(data)}
 
