@@ -537,7 +537,36 @@ def test_an_unknown_section_names_the_valid_ones(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("teacher: {path: runs/teacher}\ndistil: {}\n")
     result = CliRunner().invoke(app, ["run", str(path)])
-    assert result.exit_code == 2 and "unknown section 'distil' (sections: data, teacher" in result.stderr
+    assert result.exit_code == 2 and ("unknown section 'distil' (did you mean 'distill'?); the sections are data, "
+                                      "teacher") in result.stderr
+
+
+@pytest.mark.parametrize("item, words", [
+    # was: "unknown section 'scn' (sections: ...)", naming neither the --set nor the nearest section
+    ("scn.rows=5", "unknown section 'scn' (from --set scn.rows=5; did you mean 'scan'?); the sections are data"),
+    ("scan.metods=[kl]", "--set scan.metods=[kl]: unknown key 'metods' (did you mean 'methods'?)"),
+    ("distill.bottom3.epoch=2", "--set distill.bottom3.epoch=2: unknown key 'epoch' (did you mean 'epochs'?)"),
+    ("teacher.epoch=2", "--set teacher.epoch=2: unknown key 'epoch' (did you mean 'epochs'?)"),
+    ("scan.rows", "--set 'scan.rows' is not section.key=value; write e.g. --set teacher.epochs=1"),
+    ("scan.rows 5", "--set 'scan.rows 5' is not section.key=value"),
+])
+def test_a_mistyped_set_names_itself_and_the_nearest_key(item, words):
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=[item])
+    assert words in str(caught.value), str(caught.value)
+
+
+def test_a_key_set_twice_is_refused_as_its_help_says():
+    """Which of two values was meant is not for headcut to guess (as a YAML file's key given twice is refused)."""
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError, match=r"^--set scan.rows=5 and --set scan.rows =6 set the same key; keep one"):
+        load_pipeline("quickstart", overrides=["scan.rows=5", "scan.rows =6"])
+    for command in ("run", "distill", "finetune"):
+        help_text = " ".join(CliRunner().invoke(app, [command, "--help"], terminal_width=200).output.split())
+        assert "(repeatable; each key once)" in help_text.replace("│ ", ""), command
 
 
 def test_the_report_renders_in_a_headless_browser(straight, tmp_path):

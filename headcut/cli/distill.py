@@ -44,7 +44,7 @@ def distill(
     recipe: str = typer.Argument(..., help="Recipe YAML path or built-in name (see recipes/distill/)."),
     out: Opt[Path] = typer.Option(None, "--out", "-o", help="Student artifact folder (default: runs/<recipe name>); "
                                   "checkpoints go to OUT.partial/. With --tune: the study folder."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable; each key once)."),
     tune: int = number(0, "--tune", help="Search the recipe's tune_fields with optuna for N trials "
                        "(resumable: rerun to continue; 0 = train once)", low=0, high=10_000),
     overwrite: bool = OVERWRITE,

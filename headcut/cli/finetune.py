@@ -17,7 +17,7 @@ def finetune(
     out: Path = typer.Option(..., "--out", "-o", help="Artifact folder to write (checkpoints go to OUT.partial/)."),
     train: Opt[str] = typer.Option(None, "--train", help="Training pairs file (sets train_data)."),
     dev: Opt[str] = typer.Option(None, "--dev", help="Dev pairs file (sets dev_data)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set epochs=3 (repeatable)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set epochs=3 (repeatable; each key once)."),
     overwrite: bool = OVERWRITE,
 ):
     """Fine-tune a grader (the teacher) as RECIPE says; resumes after an interruption when rerun.

@@ -60,7 +60,7 @@ def stage_lines(width: int):
 def run(
     recipe: str = typer.Argument(..., help="Pipeline recipe: a YAML path or built-in name (see recipes/run/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a key: --set teacher.epochs=1, --set data.train=FILE, "
-                                   "--set distill.bottom3.epochs=2 (repeatable)."),
+                                   "--set distill.bottom3.epochs=2 (repeatable; each key once)."),
     out: Opt[Path] = typer.Option(None, "--out", "-o", help="Run folder (default: runs/<recipe name>); rerunning into "
                                   "it skips unchanged stages and resumes an interrupted one."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Run every stage again from scratch (also: use a "

@@ -6,6 +6,7 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 """
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -172,7 +173,8 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     problems: list[str] = []
     unknown = [k for k in data if k not in SECTIONS]
     if unknown:
-        problems.append(f"unknown section {', '.join(map(repr, unknown))} (sections: {', '.join(SECTIONS)})")
+        problems.append(f"unknown section {', '.join(map(repr, unknown))}{_nearest(unknown, origins)}; the sections "
+                        f"are {', '.join(SECTIONS)}")
 
     def section(name, cls, value, optional=False):
         if value is None and optional:
@@ -242,6 +244,13 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if problems:
         raise UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in problems) + ".")
     return recipe
+
+
+def _nearest(unknown: list, origins: dict) -> str:
+    """For a misspelt section: the --set that gave it, if one did, and the section it is nearest to."""
+    said = [f"from {item}" for path, item in origins.items() if path[0] == unknown[0]][:1]
+    said += [f"did you mean '{close}'?" for close in difflib.get_close_matches(str(unknown[0]), SECTIONS, n=1)]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 # Names the run's other graders take in its stages and report (export.teacher, export.pruned).
