@@ -1262,11 +1262,12 @@ def test_a_file_is_read_against_the_models_own_grades(tmp_path):
 def test_prune_reads_the_recorded_dev_data_against_the_models_own_grades(tmp_path):
     """prune's default pairs (the dev data finetune recorded) index the model's grades too: grade 2 of a
     [2, 3, 4] grader is label 0."""
+    from conftest import tiny_model
     from headcut.models import LoadedModel
     from headcut.prune.inputs import data_pool
 
     pairs = write(tmp_path, "dev.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t2\nsaw\thand saw\t4\n")
-    loaded = LoadedModel(None, None, {"grades": [2, 3, 4], "dev_data": {"path": str(pairs)}}, "tiny", "")
+    loaded = LoadedModel(tiny_model("bert", num_labels=3), None, {"grades": [2, 3, 4], "dev_data": {"path": str(pairs)}}, "tiny", "")
     assert list(data_pool(loaded, None).labels) == [0, 2]
 
 
