@@ -89,6 +89,7 @@ def serve(
     typer.echo(f"serving {grader_dir} with {grader.backend.name} {grader.backend.version} ({grader.precision}; "
                f"{grader.backend_reason}) on http://{host}:{port} ({workers} worker(s) x {threads} thread(s), "
                f"batches of up to {max_batch} pairs within {max_wait_ms:g} ms, queue {max_queue} pairs per worker)")
+    del grader  # checked and summed up: each worker loads its own, and this one would sit idle in memory
     if not available():
         typer.echo(f"note: {MISSING}", err=True)
     # uvicorn drains, then re-raises the SIGTERM it caught under whatever handler was there before it:
