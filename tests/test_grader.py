@@ -346,3 +346,11 @@ def test_the_backend_choice_cache_removes_old_style_temporaries_of_dead_writers_
     assert _read_cache() == {"graph:cpu": "onnxruntime"}
     left = {p.name for p in cache.glob(".*")}
     assert left == {names["live"], names["fresh"], names["no pid"]}, left
+
+
+def test_a_closed_grader_keeps_its_description_and_refuses_to_grade_in_one_sentence(tiny_grader):
+    grader = Grader(tiny_grader[0])
+    grader.close()
+    assert grader.backend.name == "onnxruntime" and grader.precision == "fp32" and grader.record["grades"]
+    with pytest.raises(UserError, match=r"^this Grader was closed \(Grader.close\(\)\); make a new Grader\(folder\)"):
+        grader.grade([("drill", "cordless drill")])

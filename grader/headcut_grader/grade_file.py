@@ -299,6 +299,7 @@ def _graded(chunks, grader: Grader, settings: GradeSettings, progress):
         return
     import multiprocessing
 
+    grader.close()  # checked, and its record serves here; each worker grades with its own, so this one would sit idle
     # spawn: a forked ONNX Runtime thread pool can deadlock; each worker loads its own session
     with ProcessPoolExecutor(settings.workers, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_start_worker,

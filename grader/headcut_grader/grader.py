@@ -6,7 +6,7 @@ it repeats the few lines of length-sorted batching and softmax that the torch-si
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -374,6 +374,11 @@ class Grader:
             feed["token_type_ids"][j, :len(row)] = kinds
         return feed
 
+    def close(self) -> None:
+        """Let go of the runtime's session (the graph in memory), keeping what describes the grader (record,
+        backend, precision): for a caller whose worker processes each grade with a Grader of their own."""
+        self.backend = replace(self.backend, run=_closed)
+
     def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades | Scores:
         """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs): Grades, or Scores for
         a one-score grader (task score). Each text is read without its outer whitespace, as a pairs file's is."""
@@ -388,6 +393,10 @@ class Grader:
         if not titles:
             return []
         return ranking(titles, self.grade([(query, t) for t in titles]))
+
+
+def _closed(feed):
+    raise UserError("this Grader was closed (Grader.close()); make a new Grader(folder) to grade.")
 
 
 def most_tokens(fits: Callable[[int], bool], up_to: int) -> int:
