@@ -378,6 +378,36 @@ def test_a_full_queue_answers_503_with_retry_after_at_once(folder):
     assert after.status_code == 200  # the queue drained: room again
 
 
+def test_with_two_workers_each_queue_is_full_at_max_queue_and_then_every_request_gets_503(folder):
+    """--max-queue is per worker: two workers hold two full queues, and once both are full every new request is
+    refused at once, whichever worker the kernel hands its connection to; the queued ones are answered after."""
+    args = ("--workers", "2", "--max-batch", "64", "--max-wait-ms", "10000", "--max-queue", "16", "--max-pairs", "16")
+    with serve_process(folder, *args) as (url, _, _):
+        full, one = grade_bodies([16, 1])
+        with ThreadPoolExecutor(40) as pool:
+            queued, refused = [], []
+            # each post is a new connection, spread over the workers by the kernel: a worker already full answers
+            # 503 at once, so post until both queues hold a request (the first waits out its 10 s window)
+            while queued_pairs(url) < 32:
+                assert len(queued) + len(refused) < 30, "the kernel handed 30 connections in a row to one worker"
+                pending = pool.submit(httpx.post, url + "/grade", json=full, timeout=60)
+                wait_until(lambda: pending.done() or queued_pairs(url) >= 16 * (len(queued) + 1), 20,
+                           "a request neither queued nor refused")
+                (refused if pending.done() else queued).append(pending)
+            start = time.monotonic()
+            busy = [httpx.post(url + "/grade", json=one, timeout=60) for _ in range(6)]
+            took = time.monotonic() - start
+            assert queued_pairs(url) == 32  # both queues were still full while these were refused
+            answered = [f.result() for f in queued]
+        after = httpx.post(url + "/grade", json=one, timeout=60)
+    assert len(queued) == 2 and all(f.result().status_code == 503 for f in refused)
+    assert all(r.status_code == 503 and r.headers["retry-after"] == "1" for r in busy)
+    assert all("16 pairs already wait in this worker's queue (--max-queue 16)" in r.json()["error"] for r in busy)
+    assert took < 6.0  # refused at once, not after a window
+    assert [r.status_code for r in answered] == [200, 200] and [len(r.json()["results"]) for r in answered] == [16, 16]
+    assert after.status_code == 200  # the queues drained: room again
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])  # 2: headcut's own SO_REUSEPORT workers pass the signal on
 def test_sigterm_answers_every_request_already_taken_then_exits(folder, workers):
     with serve_process(folder, "--max-batch", "64", "--max-wait-ms", "3000", "--workers", workers) as (url, proc, _):
