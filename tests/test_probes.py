@@ -153,3 +153,21 @@ def test_seg_col_words_and_titles_are_quoted_with_their_hidden_characters(title,
     with pytest.raises(UserError) as caught:
         _word_of_char(title, words.split(), "p.tsv, line 2")
     assert str(caught.value).startswith(f"p.tsv, line 2: {said}")
+
+
+def test_the_example_figure_of_long_pairs_shows_their_first_tokens_at_a_bounded_size():
+    """Was: where no pair had 24 tokens or fewer, the figure drew a whole long pair, its size growing with the tokens
+    squared: `headcut probe` (and `scan`) of 512-token pairs drew 36,925 x 18,462 pixels, 5.4 GB and 2 minutes."""
+    from headcut.evaluate import figures
+    from headcut.evaluate.scan import telling_example
+
+    g = np.random.default_rng(0)
+    ids = [[CLS, 10, 11, 12, SEP] + [int(x) for x in g.integers(50, 99, 54)] + [SEP] for _ in range(6)]
+    inputs = ProbeInputs(Encoded(ids, [[0] * len(r) for r in ids], 0), {0, CLS, SEP}, SEP, None)
+    model = planted_model()
+    example = telling_example(model, inputs, probe_heads(model, inputs, batch_size=4))
+    assert example["length"] == 60 and len(example["tokens"]) == 24 and example["heads"]
+    assert all(m is None or m.shape == (4, 24, 24) for m in example["maps"])
+    fig = figures.attention_grid(example["maps"], example["tokens"], example["heads"], length=example["length"])
+    assert fig.get_size_inches()[0] <= 4 * (2.0 + 0.16 * 24) + 1e-9
+    assert fig.get_suptitle() == "the first 24 of the pair's 60 tokens"

@@ -98,12 +98,16 @@ def probe_heatmaps(probes: dict, names: tuple[str, ...]) -> Figure:
     return fig
 
 
-def attention_grid(maps: list, tokens: list[str], heads: list[tuple[int, int, str]]) -> Figure:
-    """Small multiples: the attention map of each chosen (layer, head, why) on one pair."""
+def attention_grid(maps: list, tokens: list[str], heads: list[tuple[int, int, str]], *,
+                   length: int | None = None) -> Figure:
+    """Small multiples: the attention map of each chosen (layer, head, why) on one pair (of `length` tokens, where
+    the maps hold only its first ones)."""
     cols = min(4, max(1, len(heads)))
     rows = (len(heads) + cols - 1) // cols
     size = 2.0 + 0.16 * len(tokens)
     fig = Figure(figsize=(size * cols, size * rows), layout="constrained")
+    if length and length > len(tokens):
+        fig.suptitle(f"the first {len(tokens)} of the pair's {length} tokens", fontsize=9)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).flatten()
     for ax, (layer, head, why) in zip(axes, heads):
         ax.imshow(maps[layer][head].numpy(), cmap="Blues", vmin=0)  # own scale: weak patterns stay visible

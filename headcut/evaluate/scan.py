@@ -140,11 +140,15 @@ def method_correlations(scores: dict[str, torch.Tensor]) -> dict[str, dict[str, 
 
 def telling_example(model, inputs, probes: dict, *, max_tokens: int = 24) -> dict:
     """Attention maps of one short pair that shares a term between query and title, and the heads
-    that best show each probe (for the small-multiples figure)."""
+    that best show each probe (for the small-multiples figure). Where every pair is longer than `max_tokens`, the
+    maps of its first `max_tokens` tokens: the figure grows with the tokens squared (5.4 GB and 2 minutes to draw
+    a 512-token pair's); `length` is the pair's own."""
     ids = inputs.encoded.input_ids
     order = sorted(range(len(ids)), key=lambda i: (len(ids[i]) > max_tokens, -_twins(ids[i], inputs), len(ids[i])))
     index = order[0]
     maps, tokens = example_attention(model, inputs, index)
+    length = len(tokens)
+    maps, tokens = [None if m is None else m[:, :max_tokens, :max_tokens] for m in maps], tokens[:max_tokens]
     heads, seen = [], set()
     for name in ("previous", "next", "term_match", "boundary_f1", "noop"):
         values = np.nan_to_num(np.asarray(probes.get(name, []), dtype=float), nan=-np.inf)
@@ -154,7 +158,7 @@ def telling_example(model, inputs, probes: dict, *, max_tokens: int = 24) -> dic
         if (layer, head) not in seen and maps[layer] is not None:
             seen.add((layer, head))
             heads.append((int(layer), int(head), f"{name} {values[layer, head]:.2f}"))
-    return {"index": index, "tokens": tokens, "maps": maps, "heads": heads}
+    return {"index": index, "tokens": tokens, "maps": maps, "heads": heads, "length": length}
 
 
 def _twins(ids: list[int], inputs) -> int:

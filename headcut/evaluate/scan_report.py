@@ -202,8 +202,8 @@ def write_figures(folder: Path, result: dict, shape: tuple[int, int]) -> dict[st
         images["probes"] = _save(figures.probe_heatmaps(probes, names), folder / "probes.png")
         ex = result.get("example")
         if ex and ex["heads"]:
-            images["attention"] = _save(figures.attention_grid(ex["maps"], ex["tokens"], ex["heads"]),
-                                        folder / "attention.png")
+            grid = figures.attention_grid(ex["maps"], ex["tokens"], ex["heads"], length=ex.get("length"))
+            images["attention"] = _save(grid, folder / "attention.png")
     return images
 
 
