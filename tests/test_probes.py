@@ -171,3 +171,63 @@ def test_the_example_figure_of_long_pairs_shows_their_first_tokens_at_a_bounded_
     fig = figures.attention_grid(example["maps"], example["tokens"], example["heads"], length=example["length"])
     assert fig.get_size_inches()[0] <= 4 * (2.0 + 0.16 * 24) + 1e-9
     assert fig.get_suptitle() == "the first 24 of the pair's 60 tokens"
+
+
+def varied_inputs(n: int = 20) -> ProbeInputs:
+    """Pairs of 7 to 29 tokens with random within-word links, repeated terms and padding in every batch."""
+    g = np.random.default_rng(3)
+    ids = [[CLS] + [int(x) for x in g.integers(10, 60, g.integers(2, 8))] + [SEP]
+           + [int(x) for x in g.integers(10, 99, g.integers(3, 20))] + [SEP] for _ in range(n)]
+    continues = [[bool(x) for x in g.random(len(row)) < 0.3] for row in ids]
+    return ProbeInputs(Encoded(ids, [[0] * len(r) for r in ids], 0), {0, CLS, SEP}, SEP, continues)
+
+
+def held_maps(monkeypatch, module) -> list[int]:
+    """Record how many attention probabilities each pass of `module` holds at once."""
+    from headcut.evaluate.attention import attention_weights
+
+    held = []
+
+    def recording(model, batch):
+        maps, logits = attention_weights(model, batch)
+        held.append(sum(a.numel() for a in maps if a is not None))
+        return maps, logits
+
+    monkeypatch.setattr(module, "attention_weights", recording)
+    return held
+
+
+def assert_same_results(split, whole):
+    if isinstance(whole, dict):
+        assert split.keys() == whole.keys()
+        for key in whole:
+            assert_same_results(split[key], whole[key])
+    elif isinstance(whole, np.ndarray) and whole.dtype.kind == "f":
+        np.testing.assert_allclose(split, whole, rtol=1e-6, atol=1e-9)  # sums over pieces: rounding only
+    else:
+        assert np.array_equal(split, whole)
+
+
+@pytest.mark.parametrize("pass_name", ["probes", "entropy"])
+@pytest.mark.parametrize("pairs_per_piece", [3, 0])
+def test_attention_passes_hold_bounded_maps_whatever_the_batch_size(monkeypatch, pass_name, pairs_per_piece):
+    """Was: probe (scan's probes) and the entropy criterion kept every layer's maps of a whole --batch-size batch:
+    MiniLM at --max-length 512 --batch-size 1024 needs 6 x 1024 x 12 x 512^2 floats = 77 GB. Now a batch is run in
+    pieces holding at most MAX_HELD_SCORES (a pair over it alone), and the scores equal the whole batch's."""
+    from headcut.evaluate import attention, criteria, probes
+
+    model, inputs = tiny_model("bert", seed=2), varied_inputs()
+    module, run = {
+        "probes": (probes, lambda: probe_heads(model, inputs, batch_size=20)),
+        "entropy": (criteria, lambda: criteria.entropy_scores(model, inputs.encoded, batch_size=20)),
+    }[pass_name]
+    held = held_maps(monkeypatch, module)
+    whole = run()
+    longest, heads = int(inputs.encoded.lengths().max()), 2 * 4
+    assert held == [20 * heads * longest ** 2]  # the bound is far above this: one pass, as before
+    bound = pairs_per_piece * heads * longest ** 2
+    monkeypatch.setattr(attention, "MAX_HELD_SCORES", bound)
+    held.clear()
+    assert_same_results(run(), whole)
+    assert max(held) <= max(bound, heads * longest ** 2)
+    assert len(held) == (7 if pairs_per_piece == 3 else 20)

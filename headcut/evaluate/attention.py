@@ -6,9 +6,16 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from headcut.arch import layer_parts
+from headcut.batching import Encoded, length_batches
+
+# Attention probabilities one pass may hold, every layer and head together: 256 MiB in float32, and the pass peaks
+# near twice that with the forward's and the scores' temporaries. They grow with batch x length^2, so a --batch-size
+# that plain grading runs whole could need tens of GB here (MiniLM, 1024 pairs of 512 tokens: 77 GB).
+MAX_HELD_SCORES = 2 ** 26
 
 
 @contextmanager
@@ -22,6 +29,19 @@ def eager_attention(model):
     finally:
         if before != "eager":
             model.set_attn_implementation(before)
+
+
+def attention_batches(model, encoded: Encoded, batch_size: int) -> list[np.ndarray]:
+    """`length_batches(encoded, batch_size)`, each cut into consecutive pieces whose attention maps (all layers,
+    heads, queries and keys, at the piece's longest pair) hold at most MAX_HELD_SCORES; a pair whose maps alone
+    exceed it goes alone (its length is capped by the model's positions). Sums over the pieces equal the batch's."""
+    heads = max(1, sum(len(p.head_ids) for p in layer_parts(model)))
+    lengths = encoded.lengths()
+    pieces = []
+    for rows in length_batches(encoded, batch_size):
+        size = max(1, MAX_HELD_SCORES // (heads * int(lengths[rows].max()) ** 2))
+        pieces += [rows[i : i + size] for i in range(0, len(rows), size)]
+    return pieces
 
 
 @torch.inference_mode()

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from headcut.arch import layer_parts, mask_shape, present_heads
-from headcut.batching import Encoded, collate, encode, length_batches
+from headcut.batching import Encoded, collate, encode
 from headcut.evaluate.ablation import distributed_ablation_logits
-from headcut.evaluate.attention import attention_weights
+from headcut.evaluate.attention import attention_batches, attention_weights
 from headcut.evaluate.fisher import TARGETS, MaskGradients, UnitScores, mask_gradient_pass, present_neurons
 from headcut.evaluate.importance import check_scores, example_change, example_loss, gold
 from headcut_grader.data import Pairs
@@ -217,12 +217,13 @@ def _entropy(data: ScoringData):
 
 @torch.inference_mode()
 def entropy_scores(model, encoded: Encoded, *, batch_size: int = 64, progress=None) -> np.ndarray:
-    """Minus the mean entropy of each head's attention rows over real (non-padding) query tokens."""
+    """Minus the mean entropy of each head's attention rows over real (non-padding) query tokens, in passes of
+    `batch_size` pairs at most, fewer where their maps would pass MAX_HELD_SCORES (`attention_batches`)."""
     device = next(model.parameters()).device
     total = torch.zeros(mask_shape(model), dtype=torch.float64)
     ids = [p.head_ids for p in layer_parts(model)]
     tokens = 0
-    for rows in length_batches(encoded, batch_size):
+    for rows in attention_batches(model, encoded, batch_size):
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
         maps, _ = attention_weights(model, batch)
         real = batch["attention_mask"].bool()

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from headcut.arch import layer_parts, mask_shape
-from headcut.batching import Encoded, collate, encode, length_batches
+from headcut.batching import Encoded, collate, encode
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted
-from headcut.evaluate.attention import attention_weights
+from headcut.evaluate.attention import attention_batches, attention_weights
 
 PROBES = ("previous", "next", "noop", "term_match", "boundary_f1")
 
@@ -115,7 +115,8 @@ def _row_flags(flags: list[list[bool]], rows, like: torch.Tensor) -> torch.Tenso
 @torch.inference_mode()
 def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=None) -> dict:
     """Probe scores `(layers, heads)` for each name in PROBES (NaN where a pruned layer lacks the head),
-    plus the best single boundary head and the greedy best union of heads ("boundary_union")."""
+    plus the best single boundary head and the greedy best union of heads ("boundary_union"). Passes of
+    `batch_size` pairs at most, fewer where their attention maps would pass MAX_HELD_SCORES (`attention_batches`)."""
     device = next(model.parameters()).device
     layers, width = mask_shape(model)
     sums = {name: np.zeros((layers, width)) for name in ("previous", "next", "noop", "term_match")}
@@ -125,7 +126,7 @@ def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=No
     present = np.zeros((layers, width), dtype=bool)
     head_ids = [p.head_ids for p in layer_parts(model)]  # column of each present head (original numbering)
     enc = inputs.encoded
-    for rows in length_batches(enc, batch_size):
+    for rows in attention_batches(model, enc, batch_size):
         batch = {k: v.to(device) for k, v in collate(enc, rows).items()}
         ids = batch["input_ids"]
         real = batch["attention_mask"].bool()
