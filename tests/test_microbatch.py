@@ -135,6 +135,35 @@ def test_a_failing_run_fails_its_requests_and_the_next_run_works(grader):
 
 
 
+def test_the_waiting_count_and_its_reports_leave_out_a_run_in_progress_a_failed_one_and_a_cancelled_request(grader):
+    """`waiting` and `on_waiting` count pairs queued, not yet taken into a run. Was: the server's gauge heard the
+    count only when a request was queued and after a run succeeded, so it counted a run's pairs while they were
+    graded, and after a run failed it kept them until the next request came."""
+    entered, release, reports = threading.Event(), threading.Event(), []
+
+    def failing(pairs):
+        entered.set()
+        release.wait(30)
+        raise RuntimeError("onnxruntime fell over")
+
+    # a window of a minute: every run below starts because its batch is full (a request larger runs alone)
+    batcher = Batcher(failing, max_batch=2, max_wait=60.0, max_queue=8, on_waiting=reports.append)
+    running = batcher.submit(requests_of([4])[0])
+    assert entered.wait(30)
+    assert batcher.waiting == 0 and reports == [4, 0]  # taken: it no longer waits while graded
+    cancelled, queued = [batcher.submit(r) for r in requests_of([1, 2], seed=5)]  # they wait until the run ends
+    assert batcher.waiting == 3 and reports == [4, 0, 1, 3]
+    assert cancelled.cancel()
+    release.set()
+    with pytest.raises(RuntimeError, match="fell over"):
+        running.result(timeout=30)
+    with pytest.raises(RuntimeError, match="fell over"):  # the next run (taken once the failed one ended) fails too
+        queued.result(timeout=30)
+    batcher.close(timeout=30)
+    assert batcher.waiting == 0 and reports == [4, 0, 1, 3, 2, 0]  # the cancelled request left the count too
+    assert batcher.max_queue - batcher.waiting == 8  # back-pressure counts the same: room for a full queue again
+
+
 def test_a_request_cancelled_while_queued_is_skipped_and_the_thread_lives_on(grader):
     # sweep defect 1: a server's drain deadline cancels the futures of waiting requests; setting a result on
     # one raised InvalidStateError and killed the batcher thread, so nothing queued after it was answered

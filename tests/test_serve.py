@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -632,3 +633,45 @@ def test_the_serve_command_keeps_no_grader_of_its_own_while_it_serves(tiny_folde
     result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--port", str(port), "--workers", workers])
     assert result.exit_code == 0, result.output
     assert len(loaded) == 1 and alive == [0]
+
+
+def test_the_queue_gauge_leaves_out_pairs_being_graded_and_a_failed_run_frees_the_queue(tiny_folder, monkeypatch):
+    """headcut_queue_pairs counts pairs queued, not yet taken into a run, at every moment. Was: it was set when a
+    request was queued and after a run succeeded, so it counted pairs while they were graded and, after a run
+    raised, kept them until the next request. Back-pressure counts the same: a failed run leaves no full queue."""
+    if not metrics_installed():
+        pytest.skip("prometheus_client is not installed")
+    from fastapi.testclient import TestClient
+
+    from headcut_grader.serve import create_app
+
+    entered, release, broken, grade = threading.Event(), threading.Event(), {"on": True}, Grader.grade
+
+    def failing_once(self, pairs):
+        if not broken.pop("on", False):
+            return grade(self, pairs)
+        entered.set()
+        release.wait(30)
+        raise RuntimeError("onnxruntime fell over")
+
+    monkeypatch.setattr(Grader, "grade", failing_once)
+    app = create_app(tiny_folder, limits=Limits(max_pairs=16), batching=Batching(max_batch=16, max_queue=16))
+    client = TestClient(app, raise_server_exceptions=False)
+    body = {"pairs": [{"query": "q", "title": "t"}] * 16}
+
+    def queued():
+        return metric(client.get("/metrics").text, "headcut_queue_pairs")
+
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            graded = pool.submit(client.post, "/grade", json=body)
+            assert entered.wait(30)
+            assert queued() == 0 and client.get("/healthz").json()["waiting_pairs"] == 0  # being graded, not queued
+            release.set()
+            assert graded.result(timeout=30).status_code == 500
+        assert queued() == 0
+        # grading works again: a full queue's worth is taken, not refused 503
+        assert client.post("/grade", json=body).status_code == 200 and queued() == 0
+    finally:
+        release.set()
+        app.state.batcher.close(timeout=5)

@@ -5,7 +5,8 @@ the batch holds `max_batch` pairs or the oldest has waited `max_wait` seconds, g
 `Grader.grade` call and hands each request its own rows back. A request is never split, so one larger
 than `max_batch` runs alone (`max_batch=1` turns merging off). When the queue already holds `max_queue`
 pairs, `submit` raises `QueueFull` at once: the caller answers 503 instead of letting latency grow. A request
-whose future is cancelled while it waits is dropped, never graded.
+whose future is cancelled while it waits is dropped, never graded. `waiting` counts the pairs queued and not yet
+taken into a run; `on_waiting` hears each new count as it changes (the server's queue gauge), whatever the runs do.
 Torch-free, like the grader.
 """
 from __future__ import annotations
@@ -62,8 +63,9 @@ class Batcher:
     """`future = batcher.submit(pairs)`; `future.result()` is the request's Grades."""
 
     def __init__(self, grade: Callable[[list[tuple[str, str]]], Grades], *, max_batch: int, max_wait: float,
-                 max_queue: int, on_batch: Callable[[BatchStats], None] | None = None):
-        self._grade, self._on_batch = grade, on_batch
+                 max_queue: int, on_batch: Callable[[BatchStats], None] | None = None,
+                 on_waiting: Callable[[int], None] | None = None):
+        self._grade, self._on_batch, self._on_waiting = grade, on_batch, on_waiting
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self._jobs: deque[_Job] = deque()
         self._waiting = 0  # pairs queued and not yet taken into a batch
@@ -84,7 +86,7 @@ class Batcher:
             if self._waiting + len(pairs) > self.max_queue:
                 raise QueueFull(self._waiting)
             self._jobs.append(job)
-            self._waiting += len(pairs)
+            self._count(len(pairs))
             self._wake.notify()
         return job.future
 
@@ -94,6 +96,12 @@ class Batcher:
             self._closed = True
             self._wake.notify()
         self._thread.join(timeout)
+
+    def _count(self, pairs: int) -> None:
+        # called holding the lock, so the reports reach on_waiting in the order the count changed
+        self._waiting += pairs
+        if self._on_waiting:
+            self._on_waiting(self._waiting)
 
     def _next_batch(self) -> list[_Job] | None:
         with self._wake:
@@ -112,7 +120,7 @@ class Batcher:
             batch, size = [], 0
             while self._jobs and (not batch or size + len(self._jobs[0].pairs) <= self.max_batch):
                 job = self._jobs.popleft()
-                self._waiting -= len(job.pairs)
+                self._count(-len(job.pairs))
                 # a running future can no longer be cancelled, so setting its result below cannot fail;
                 # False: the request was cancelled while it waited (the server's drain deadline), so skip it
                 if job.future.set_running_or_notify_cancel():

@@ -121,16 +121,12 @@ def _said(limits: Limits, batching: Batching, flags: bool) -> dict[str, str]:
 
 
 def _batcher(grade, metrics, batching: Batching):
-    """The worker's micro-batcher; each finished run updates the batch and queue metrics."""
+    """The worker's micro-batcher; each finished run updates the batch metrics, each change of its queue the
+    queue gauge (a request queued, or taken into a run, whether the run then succeeds or fails)."""
     from headcut_grader.microbatch import Batcher
 
-    def on_batch(stats):
-        metrics.batch(stats)
-        metrics.waiting(batcher.waiting)
-
-    batcher = Batcher(grade, max_batch=batching.max_batch, max_wait=batching.max_wait_ms / 1000,
-                      max_queue=batching.max_queue, on_batch=on_batch)
-    return batcher
+    return Batcher(grade, max_batch=batching.max_batch, max_wait=batching.max_wait_ms / 1000,
+                   max_queue=batching.max_queue, on_batch=metrics.batch, on_waiting=metrics.waiting)
 
 
 @asynccontextmanager

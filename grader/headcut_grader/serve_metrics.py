@@ -41,7 +41,7 @@ class Metrics:
                                         buckets=SIZE_BUCKETS, registry=registry)
         self.batch_seconds = Histogram("headcut_batch_seconds", "Time of one grader run.",
                                        buckets=LATENCY_BUCKETS, registry=registry)
-        self.queue = Gauge("headcut_queue_pairs", "Pairs waiting for a grader run, all workers.",
+        self.queue = Gauge("headcut_queue_pairs", "Pairs queued, not yet taken into a grader run, all workers.",
                            registry=registry, multiprocess_mode="livesum")
 
     def request(self, path: str, method: str, status: int, seconds: float) -> None:

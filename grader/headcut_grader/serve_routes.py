@@ -84,9 +84,7 @@ def metrics_page(request: Request):
 
 
 async def _graded(request: Request, pairs):
-    state = request.app.state
-    future = state.batcher.submit(pairs)  # QueueFull and Closed become 503 (below), before any waiting
-    state.metrics.waiting(state.batcher.waiting)
+    future = request.app.state.batcher.submit(pairs)  # QueueFull and Closed become 503 (below), before any waiting
     return await asyncio.wrap_future(future)
 
 
