@@ -210,6 +210,26 @@ def test_a_grader_json_named_instead_of_its_folder_says_so(tiny_grader):
         read_record(record)
 
 
+
+@pytest.mark.parametrize("command", ["grade", "serve", "bench"])
+@pytest.mark.parametrize("named, sentence", [
+    ("p.tsv", "{path} is a file; pass the grader's folder (written by `headcut export`)."),
+    ("gone", "{path}: no such folder; pass a folder written by `headcut export`."),
+])
+def test_a_path_that_is_no_grader_folder_is_said_as_it_is_by_every_command(tmp_path, command, named, sentence):
+    """Every command reads a grader folder through read_record. Was: a pairs file was answered "e.g. <its folder>",
+    suggesting a folder with no grader in it, and a missing folder "no grader.json"."""
+    pairs = tmp_path / "p.tsv"
+    pairs.write_text("query\ttitle\na\tb\n")
+    path = tmp_path / named
+    args = {"grade": ["grade", path, pairs, "--out", tmp_path / "o.tsv"], "serve": ["serve", path],
+            "bench": ["bench", "-m", "minilm-l6", "-g", path, "--data", "synthetic", "--out", tmp_path / "b"]}[command]
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+    said = ("--grader " if command == "bench" else "") + str(path)
+    assert result.exit_code == 2 and sentence.format(path=said) in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "o.tsv").exists() and not (tmp_path / "b").exists()
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda g: g.grade(["qt"]), "each pair must be (query, title), not 'qt'"),
     (lambda g: g.grade("qt"), "not one str"),

@@ -114,9 +114,12 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     """grader.json of `folder`, checked; `flag`: the flag that named the folder, for messages."""
     folder = Path(folder)
     path = folder / "grader.json"
-    if folder.is_file():  # e.g. the grader.json itself
-        raise UserError(f"{setting(flag, folder)} is a file; pass the grader's folder (written by `headcut export`), "
-                        f"e.g. {folder.parent}.")
+    if not folder.exists():
+        raise UserError(f"{setting(flag, folder)}: no such folder; pass a folder written by `headcut export`.")
+    if not folder.is_dir():  # e.g. the grader.json itself, whose folder is the one to pass, or a pairs file
+        example = f", e.g. {folder.parent}" if (folder.parent / "grader.json").is_file() else ""
+        raise UserError(f"{setting(flag, folder)} is a file; pass the grader's folder (written by `headcut export`)"
+                        f"{example}.")
     if not path.exists():
         raise UserError(f"{setting(flag, folder)}: no grader.json; pass a folder written by `headcut export`.")
     try:
