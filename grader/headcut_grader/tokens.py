@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from headcut_grader.errors import UserError
+from headcut_grader.validation import refuse_bom
 
 # The first cut: max_length * CHARS_PER_TOKEN characters. Ordinary text has more tokens than that (English about
 # 4-6 characters a token, Chinese 1); a rarer text (100-character words, long runs of spaces) is cut twice as long
@@ -30,6 +31,7 @@ def load_tokenizer(folder: str | Path, *, max_length: int):
     path = Path(folder) / "tokenizer.json"
     if not path.exists():
         raise UserError(f"{folder}: no tokenizer.json; re-export the grader with `headcut export`.")
+    refuse_bom(path, folder="a grader folder")
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception for a malformed file

@@ -109,6 +109,23 @@ def read_small_text(path: str | Path, *, limit: int = MAX_RECORD_BYTES, what: st
     return data.decode("utf-8")
 
 
+BOM = b"\xef\xbb\xbf"
+
+
+def refuse_bom(path: Path, *, folder: str) -> None:
+    """A JSON file of a model or grader folder (`folder`: which) that starts with a UTF-8 byte-order mark, refused in
+    one sentence: transformers, tokenizers and json.loads all refuse the mark, each as if the file were damaged. A
+    pairs file may have one (its readers skip it), but these are read by other libraries, from the user's folder."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(len(BOM))
+    except OSError:
+        return  # missing or unreadable: its reader says so
+    if start == BOM:
+        raise UserError(f"{path} starts with a UTF-8 byte-order mark (BOM), which {folder}'s JSON files cannot have; "
+                        "save it again as UTF-8 without a BOM.")
+
+
 def _invisible(text: str) -> bool:
     """Whether `text` is only spaces and format characters (category Cf: zero-width space U+200B, soft hyphen
     U+00AD, joiners, a byte-order mark), which a tokenizer drops: the grader would see an empty text. Stops at
