@@ -104,11 +104,26 @@ def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
     if not path.exists():
         raise UserError(f"{setting(flag, source)}: no such folder, and not a built-in name ({', '.join(BUILTIN)}); "
                         "pass a model folder.")
+    if (path / "grader.json").is_file() and not (path / "config.json").exists():
+        raise UserError(f"{setting(flag, source)} is a grader folder (written by `headcut export`), which cannot be "
+                        f"turned back into a model; pass the model folder it was exported from{_exported_from(path)}.")
     if not path.is_dir() or not (path / "config.json").exists():
         raise UserError(f"{setting(flag, source)}: not a Hugging Face model folder (no config.json); pass the folder.")
     for name in MODEL_JSON_FILES:
         refuse_bom(path / name, folder="a model folder")
     return path
+
+
+def _exported_from(grader_dir: Path) -> str:
+    """` (grader.json records PATH)`: the model folder a grader was exported from, where its record says; else ''."""
+    from headcut_grader.grader import read_record
+
+    try:
+        source = read_record(grader_dir).get("source")
+    except UserError:  # a damaged record: the sentence goes without the path
+        return ""
+    path = source.get("path") if isinstance(source, dict) else None
+    return f" (grader.json records {path})" if isinstance(path, str) and path else ""
 
 
 # The files a tokenizer is read from, one set per kind: a fast tokenizer, BERT's WordPiece vocabulary, a BPE
