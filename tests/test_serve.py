@@ -635,10 +635,13 @@ def test_the_serve_command_keeps_no_grader_of_its_own_while_it_serves(tiny_folde
     assert len(loaded) == 1 and alive == [0]
 
 
-def test_the_queue_gauge_leaves_out_pairs_being_graded_and_a_failed_run_frees_the_queue(tiny_folder, monkeypatch):
+def test_the_queue_gauge_leaves_out_pairs_being_graded_and_a_failed_run_frees_the_queue(tiny_folder, monkeypatch,
+                                                                                        caplog):
     """headcut_queue_pairs counts pairs queued, not yet taken into a run, at every moment. Was: it was set when a
     request was queued and after a run succeeded, so it counted pairs while they were graded and, after a run
-    raised, kept them until the next request. Back-pressure counts the same: a failed run leaves no full queue."""
+    raised, kept them until the next request. Back-pressure counts the same: a failed run leaves no full queue.
+    The failed run's request gets 500 with {"error": "grading failed: <cause>; ..."}, logged with the exception
+    (was: a plain-text "Internal Server Error"), and the next request is graded."""
     if not metrics_installed():
         pytest.skip("prometheus_client is not installed")
     from fastapi.testclient import TestClient
@@ -668,10 +671,37 @@ def test_the_queue_gauge_leaves_out_pairs_being_graded_and_a_failed_run_frees_th
             assert entered.wait(30)
             assert queued() == 0 and client.get("/healthz").json()["waiting_pairs"] == 0  # being graded, not queued
             release.set()
-            assert graded.result(timeout=30).status_code == 500
+            failed = graded.result(timeout=30)
+        # a sentence naming the cause, not a bare 500 in plain text; the traceback is in the server's log
+        assert failed.status_code == 500 and failed.headers["content-type"] == "application/json"
+        assert failed.json()["error"].startswith("grading failed: RuntimeError: onnxruntime fell over; ")
+        assert [r.exc_info[1].args for r in caplog.records if r.levelname == "ERROR"] == [("onnxruntime fell over",)]
         assert queued() == 0
         # grading works again: a full queue's worth is taken, not refused 503
         assert client.post("/grade", json=body).status_code == 200 and queued() == 0
     finally:
         release.set()
+        app.state.batcher.close(timeout=5)
+
+
+def test_an_unexpected_error_in_any_route_is_a_json_sentence_and_the_worker_serves_on(tiny_folder, monkeypatch):
+    """Any other exception a route raises (a bug) is answered 500 with {"error": "internal error: <cause>; ..."}
+    (was: a plain-text "Internal Server Error"); the next request is answered as usual."""
+    from fastapi.testclient import TestClient
+
+    from headcut_grader.serve import create_app
+
+    app = create_app(tiny_folder)
+    client = TestClient(app, raise_server_exceptions=False)
+
+    def broken():
+        raise ValueError("first line.\nsecond line")
+
+    try:
+        monkeypatch.setattr(app.state.metrics, "page", broken)
+        answer = client.get("/metrics")
+        assert answer.status_code == 500
+        assert answer.json()["error"].startswith("internal error: ValueError: first line; the server logged it")
+        assert client.get("/healthz").json()["status"] == "ok"
+    finally:
         app.state.batcher.close(timeout=5)

@@ -8,6 +8,7 @@ serve.create_app). This module imports FastAPI (the `serve` extra), so serve.py 
 import asyncio
 import functools
 import inspect
+import logging
 from dataclasses import asdict
 from typing import Annotated
 
@@ -22,6 +23,8 @@ from headcut_grader.grader import ranking
 from headcut_grader.microbatch import Closed, QueueFull
 from headcut_grader.serve_metrics import MISSING
 from headcut_grader.serve_middleware import RETRY_AFTER_SECONDS, SHUTTING_DOWN
+
+log = logging.getLogger(__name__)
 
 
 def request_models(limits) -> tuple[type, type]:
@@ -83,9 +86,16 @@ def metrics_page(request: Request):
     return Response(page[0], media_type=page[1])
 
 
+class GradingFailed(Exception):
+    """The grader run that held this request raised (its exception is the cause); answered 500 below."""
+
+
 async def _graded(request: Request, pairs):
     future = request.app.state.batcher.submit(pairs)  # QueueFull and Closed become 503 (below), before any waiting
-    return await asyncio.wrap_future(future)
+    try:
+        return await asyncio.wrap_future(future)
+    except Exception as e:  # the batcher lives on: the next run may succeed
+        raise GradingFailed() from e
 
 
 BODY_ROUTES = ("/grade", "/rank")  # the routes that read a JSON body (serve_middleware.JsonBody checks it first)
@@ -114,7 +124,7 @@ def _with_body(handler, model):
     return endpoint
 
 
-# --- error answers: {"error": sentence}, never a 500 --------------------------------------------------
+# --- error answers: {"error": sentence}, never a bare 500 ---------------------------------------------
 
 ROUTES = "POST /grade, POST /rank, GET /healthz, GET /metrics and GET /docs"
 
@@ -190,8 +200,34 @@ async def closing(request: Request, exc: Closed):
     return JSONResponse({"error": SHUTTING_DOWN}, status_code=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)})
 
 
+async def failed(request: Request, exc: GradingFailed):
+    """A grader run that raised: logged with its traceback, answered 500 with the cause; the worker serves on."""
+    log.error("grading failed for %s %s", request.method, request.url.path, exc_info=exc.__cause__)
+    return JSONResponse({"error": f"grading failed: {_cause(exc.__cause__)}; these pairs were not graded and the "
+                                  "server logged the error; retry, and if it fails again see the server's log."},
+                        status_code=500)
+
+
+async def internal(request: Request, exc: Exception):
+    """Any other exception (a bug): 500 with a sentence instead of plain text; Starlette re-raises it after, and
+    uvicorn logs it with its traceback."""
+    return JSONResponse({"error": f"internal error: {_cause(exc)}; the server logged it; retry, and if it fails "
+                                  "again see the server's log."}, status_code=500)
+
+
+def _cause(exc: BaseException) -> str:
+    """An exception in a few words for an answer: its type and the first line of its message, at most 200
+    characters (a runtime's message can run to pages)."""
+    lines = str(exc).strip().splitlines()
+    text = lines[0].rstrip(".") if lines else ""
+    text = text if len(text) <= 200 else text[:199] + "…"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(GradingFailed, failed)
+    app.add_exception_handler(Exception, internal)
     app.add_exception_handler(RequestValidationError, invalid)
     app.add_exception_handler(QueueFull, busy)
     app.add_exception_handler(Closed, closing)
