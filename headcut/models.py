@@ -91,8 +91,10 @@ MODEL_JSON_FILES = ("config.json", META_FILE, "tokenizer.json", "tokenizer_confi
                     "added_tokens.json", "vocab.json", "config_sentence_transformers.json")
 
 
-def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
-    """A folder path, or a built-in name such as `minilm-l6`. `flag`: the flag or recipe key that named it."""
+def resolve_source(source: str | Path, *, flag: str = "--model", grader_hint: str = "") -> Path:
+    """A folder path, or a built-in name such as `minilm-l6`. `flag`: the flag or recipe key that named it.
+    `grader_hint`: the command's own advice for a grader folder given here (", or time the grader itself with ..."),
+    after the advice to pass the model folder it was exported from."""
     if str(source) in BUILTIN:
         module = BUILTIN[str(source)]
         package = optional_module(module)
@@ -106,7 +108,8 @@ def resolve_source(source: str | Path, *, flag: str = "--model") -> Path:
                         "pass a model folder.")
     if (path / "grader.json").is_file() and not (path / "config.json").exists():
         raise UserError(f"{setting(flag, source)} is a grader folder (written by `headcut export`), which cannot be "
-                        f"turned back into a model; pass the model folder it was exported from{_exported_from(path)}.")
+                        f"turned back into a model; pass the model folder it was exported from{_exported_from(path)}"
+                        f"{grader_hint}.")
     if not path.is_dir() or not (path / "config.json").exists():
         raise UserError(f"{setting(flag, source)}: not a Hugging Face model folder (no config.json); pass the folder.")
     for name in MODEL_JSON_FILES:
@@ -235,13 +238,14 @@ def _check_recorded_length(path: Path, meta: dict, model, tokenizer) -> None:
                         f"from {least} to {most}.")
 
 
-def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = None) -> LoadedModel:
+def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = None,
+            grader_hint: str = "") -> LoadedModel:
     """The model of `source` built from its config on the meta device (its shape, pruned or not, without
     weights or memory) with its headcut.json, or `meta` in its place: enough to count FLOPs before loading
-    a model, or before one is trained from this base. No tokenizer."""
+    a model, or before one is trained from this base. No tokenizer. `grader_hint`: as for resolve_source."""
     from transformers import AutoModelForSequenceClassification
 
-    path = resolve_source(source, flag=flag)
+    path = resolve_source(source, flag=flag, grader_hint=grader_hint)
     meta = _read_meta(path) if meta is None else meta
     meta = {**meta, **read_task(path, meta, read_json_file(path / "config.json"))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))

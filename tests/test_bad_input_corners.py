@@ -572,8 +572,12 @@ def test_a_grader_folder_json_file_with_a_bom_says_so_and_how_to_save_it(tmp_pat
     refused(run("serve", folder), f"{folder / name} {BOM_SENTENCE.format('grader')}")
 
 
-@pytest.mark.parametrize("command", [["cross-encoder"], ["prune", "--keep-ratio", "0.8"]])
-def test_a_grader_folder_given_for_a_model_says_it_is_one_and_names_the_model_it_came_from(tmp_path, command):
+@pytest.mark.parametrize("command, advice", [
+    (["cross-encoder"], ""), (["prune", "--keep-ratio", "0.8"], ""),
+    # bench times graders too: was only the advice of the commands that cannot
+    (["bench", "--data", "synthetic"], ", and time the grader itself with --grader {} (bench times each against the "
+                                       "first --model)")])
+def test_a_grader_folder_given_for_a_model_says_it_is_one_and_names_the_model_it_came_from(tmp_path, command, advice):
     """Was: '--model DIR: not a Hugging Face model folder (no config.json); pass the folder.', which did not say that
     DIR is an exported grader, that it cannot be turned back, nor which folder to pass instead."""
     from test_export import make_tiny_grader
@@ -581,5 +585,5 @@ def test_a_grader_folder_given_for_a_model_says_it_is_one_and_names_the_model_it
     folder = make_tiny_grader(tmp_path)[0]  # its model's path is recorded as "tiny"
     refused(run(*command, "--model", folder, "--out", tmp_path / "out"),
             f"--model {folder} is a grader folder (written by `headcut export`), which cannot be turned back into a "
-            "model; pass the model folder it was exported from (grader.json records tiny).")
+            f"model; pass the model folder it was exported from (grader.json records tiny){advice.format(folder)}.")
     assert not (tmp_path / "out").exists()

@@ -44,11 +44,10 @@ def _check_variants(models: list[str], graders: list[Path], longest: int):
                 raise UserError(f"{flag} {name} names the same model as {flag} {seen[key]}; name each once "
                                 "(to time a model against itself, copy its folder).")
             seen[key] = name
-    first = outline(models[0])
-    kinds = []
-    for m in models[1:]:
-        other = outline(m)
-        kinds.append((f"--model {m}", (other.task, other.grades)))
+    # a grader folder given as --model: bench times it as it is with --grader, beside a reference --model
+    hint = ", and time the grader itself with --grader {} (bench times each against the first --model)"
+    first, *others = [outline(m, grader_hint=hint.format(m)) for m in models]
+    kinds = [(f"--model {m}", (other.task, other.grades)) for m, other in zip(models[1:], others)]
     for g in graders:
         record = read_record(g, flag="--grader")  # a folder that is not a grader is one sentence
         kinds.append((f"--grader {g}", (record.get("task", "grades"), record.get("grades"))))
