@@ -215,6 +215,9 @@ def test_a_grader_json_named_instead_of_its_folder_says_so(tiny_grader):
 @pytest.mark.parametrize("named, sentence", [
     ("p.tsv", "{path} is a file; pass the grader's folder (written by `headcut export`)."),
     ("gone", "{path}: no such folder; pass a folder written by `headcut export`."),
+    # was: "no grader.json; pass a folder written by `headcut export`", not saying the folder is a model to export
+    ("model", "{path} is a model folder, not a grader; export it first: headcut export --model {folder} --out "
+              "GRADER_DIR."),
 ])
 def test_a_path_that_is_no_grader_folder_is_said_as_it_is_by_every_command(tmp_path, command, named, sentence):
     """Every command reads a grader folder through read_record. Was: a pairs file was answered "e.g. <its folder>",
@@ -222,11 +225,15 @@ def test_a_path_that_is_no_grader_folder_is_said_as_it_is_by_every_command(tmp_p
     pairs = tmp_path / "p.tsv"
     pairs.write_text("query\ttitle\na\tb\n")
     path = tmp_path / named
+    if named == "model":  # a Hugging Face model folder, as `headcut grade runs/teacher ...` gets
+        path.mkdir()
+        (path / "config.json").write_text("{}")
     args = {"grade": ["grade", path, pairs, "--out", tmp_path / "o.tsv"], "serve": ["serve", path],
             "bench": ["bench", "-m", "minilm-l6", "-g", path, "--data", "synthetic", "--out", tmp_path / "b"]}[command]
     result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
     said = ("--grader " if command == "bench" else "") + str(path)
-    assert result.exit_code == 2 and sentence.format(path=said) in " ".join(result.output.split()), result.output
+    assert result.exit_code == 2 and sentence.format(path=said, folder=path) in " ".join(result.output.split()), \
+        result.output
     assert not (tmp_path / "o.tsv").exists() and not (tmp_path / "b").exists()
 
 

@@ -120,6 +120,9 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
         example = f", e.g. {folder.parent}" if (folder.parent / "grader.json").is_file() else ""
         raise UserError(f"{setting(flag, folder)} is a file; pass the grader's folder (written by `headcut export`)"
                         f"{example}.")
+    if not path.exists() and (folder / "config.json").is_file():  # a Hugging Face model folder
+        raise UserError(f"{setting(flag, folder)} is a model folder, not a grader; export it first: headcut export "
+                        f"--model {folder} --out GRADER_DIR.")
     if not path.exists():
         raise UserError(f"{setting(flag, folder)}: no grader.json; pass a folder written by `headcut export`.")
     refuse_bom(path, folder="a grader folder")
