@@ -434,6 +434,44 @@ def test_a_students_value_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_p
         check_students(load_pipeline(run, overrides=overrides))
 
 
+def given_recipe(tmp_path: Path, given: str, items: list[str]):
+    """quickstart with `items` ('section.key=value') given by --set, or written into a copy of its file; and the
+    words a message that names the first of them leads with: the --set, or the file."""
+    import yaml
+    from headcut.recipes import parse_override, read_recipe_file
+
+    if given == "--set":
+        return load_pipeline("quickstart", overrides=items), "--set "
+    data = read_recipe_file(ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml")
+    for item in items:
+        key, value = parse_override(item)
+        *sections, last = key.split(".")
+        node = data
+        for part in sections:
+            node = node.setdefault(part, {})
+        node[last] = value
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_pipeline(path), f"{path}: "
+
+
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+@pytest.mark.parametrize("items, words", [
+    (["prune.flops=1e-9"], "prune.flops=1e-09 allows 0 FLOPs per pair, less than the pooler and classifier"),
+    (["prune.flops=null", "prune.keep_ratio=0.001"], "prune.keep_ratio=0.001 keeps round(0.001 x 72) = 0 heads"),
+])
+def test_a_prune_budget_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
+    """Was: 'prune.flops=1e-09 allows ...' for a --set and a run recipe's key alike, naming neither the --set nor the
+    file. Refused before any stage, on the teacher's outline."""
+    from headcut.pipeline.checks import check_prune_budget
+    from headcut_grader.errors import UserError
+
+    recipe, lead = given_recipe(tmp_path, given, items)
+    with pytest.raises(UserError) as caught:
+        check_prune_budget(recipe)
+    assert str(caught.value).startswith(lead + words), str(caught.value)
+
+
 @pytest.mark.parametrize("keep_ratio, refused", [(1, True), (0.5, False)])
 def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_any_stage(keep_ratio, refused):
     """Was: distilled the prune stage's uncut model into a copy of the teacher; the distill stage now refuses a

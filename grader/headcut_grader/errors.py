@@ -23,15 +23,26 @@ def setting(name: str, value) -> str:
 NAMES = ("arguments", "keys", "flags")  # who called a library check: Python, a run recipe, a command
 
 
+class Given(str):
+    """`names` ("keys", say) of a caller that spells some names as its user gave them, over a module's own spellings:
+    a run names a key a --set gave by that --set (Given("keys", {"flops": "--set prune.flops"})). A str equal to
+    its kind, so it passes wherever `names` does."""
+
+    def __new__(cls, names: str, spellings: dict[str, str]):
+        given = super().__new__(cls, names)
+        given.spellings = dict(spellings)
+        return given
+
+
 def named(name: str, names: str = "arguments", *, section: str, spelled: dict | None = None) -> str:
     """Argument `name` as a message names it for whoever called: "arguments" the library's own (keep_ratio), "keys"
     a run recipe's in `section` (prune.keep_ratio, as --set writes it; section "": a recipe's own top-level key),
     "flags" the command's (--keep-ratio);
-    `spelled` ({names: {name: spelling}}) where a caller spells it otherwise. setting(named(...), value) words it
-    with its value."""
+    `spelled` ({names: {name: spelling}}) where a caller spells it otherwise, and a Given `names` where its user
+    did. setting(named(...), value) words it with its value."""
     if names not in NAMES:
         raise ValueError(f"names={names!r}; pass one of {', '.join(NAMES)}")
-    given = (spelled or {}).get(names, {})
+    given = {**(spelled or {}).get(names, {}), **getattr(names, "spellings", {})}
     if name in given:
         return given[name]
     if names == "flags":

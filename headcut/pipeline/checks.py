@@ -4,12 +4,13 @@ a stage checks against the teacher (the FLOPs budget). Messages name the recipe 
 `teacher.path=...`), not the flag of the command the stage calls."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.files import check_place, refuse_inputs
-from headcut.pipeline.recipe import DataSection, PipelineRecipe, given_as, sub_recipes
+from headcut.pipeline.recipe import DataSection, PipelineRecipe, given_as, key_names, sub_recipes
 from headcut.run_folder import LOCK_FILE
 from headcut.training import DATA_KEYS, same_data
 
@@ -162,14 +163,31 @@ def check_prune_budget(recipe: PipelineRecipe) -> None:
     if recipe.prune is None:
         return
     teacher = teacher_outline(recipe)
+    names = key_names(recipe, "prune", model=("teacher", "path"))
     if recipe.teacher.path is not None:
-        check_unpruned(teacher, flag="teacher.path")
+        with named_in(recipe, "teacher", "path"):
+            check_unpruned(teacher, flag=named("model", names))
     if recipe.prune.flops is not None:
         seq_len = teacher.max_length  # what the prune stage counts at: the teacher's recorded max_length
-        check_budget(recipe.prune.flops, unit_flops(teacher.model, seq_len), flops_per_pair(teacher.model, seq_len),
-                     flag=named("flops", "keys"))
+        with named_in(recipe, "prune", "flops"):
+            check_budget(recipe.prune.flops, unit_flops(teacher.model, seq_len),
+                         flops_per_pair(teacher.model, seq_len), flag=named("flops", names))
     if recipe.prune.keep_ratio is not None:
-        check_head_counts(recipe.prune.keep_ratio, 0, *mask_shape(teacher.model), names="keys")
+        with named_in(recipe, "prune", "keep_ratio"):
+            check_head_counts(recipe.prune.keep_ratio, 0, *mask_shape(teacher.model), names=names)
+
+
+@contextmanager
+def named_in(recipe: PipelineRecipe, *path: str):
+    """A library check's refusal of the run's key at `path`, led by the file that holds the key (the run recipe, or
+    a teacher's or student's recipe it leaves the key to); a key a --set gave is named by that --set alone."""
+    try:
+        yield
+    except UserError as e:
+        where = given_as(recipe, *path)[1]
+        if not where:
+            raise
+        raise UserError(f"{where}: {e}") from None
 
 
 def teacher_outline(recipe: PipelineRecipe):

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
-from headcut_grader.errors import UserError, quoted, shown
+from headcut_grader.errors import Given, UserError, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
@@ -439,14 +439,26 @@ def _set_in(recipe: PipelineRecipe, section: tuple[str, ...]) -> dict:
 def given_as(recipe: PipelineRecipe, *path: str) -> tuple[str, str]:
     """How a message names the run's key at `path` (('prune', 'keep_ratio'), ('distill', NAME, KEY)) as the user gave
     it, and where: its --set ('--set distill.NAME.KEY', nowhere else), else the key in the run recipe's file, or in
-    the student's distill recipe where the run's section leaves the key to it."""
+    the teacher's finetune or the student's distill recipe where the run's section leaves the key to it."""
     dotted = ".".join(path)
     if path in dict(recipe.origins):
         return f"--set {dotted}", ""
+    teacher = recipe.teacher
+    if path[0] == "teacher" and path[1:] and path[1] not in ("recipe", "path") and teacher.recipe is not None \
+            and path[1] not in dict(teacher.overrides):
+        return dotted, f"[teacher] ({find_recipe(teacher.recipe, kind='finetune')})"
     student = dict(recipe.distill).get(path[1]) if path[0] == "distill" and len(path) > 2 else None
     if student is not None and path[2] not in dict(student.overrides):
         return dotted, f"[distill.{path[1]}] ({find_recipe(student.recipe, kind='distill')})"
     return dotted, recipe.source
+
+
+def key_names(recipe: PipelineRecipe, section: str, **elsewhere: tuple[str, ...]) -> Given:
+    """`names` for a library check of the run's [section] keys: "keys", each one a --set gave named by that --set
+    ('--set prune.flops'); `elsewhere`: an argument another key holds (model=('teacher', 'path'))."""
+    paths = {path[-1]: path for path, _ in recipe.origins if path[:-1] == (section,)} | elsewhere
+    return Given("keys", {name: f"--set {'.'.join(path)}" for name, path in paths.items()
+                          if path in dict(recipe.origins)})
 
 
 def _common(data: DataSection) -> dict:
