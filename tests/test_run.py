@@ -472,6 +472,32 @@ def test_a_prune_budget_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_pat
     assert str(caught.value).startswith(lead + words), str(caught.value)
 
 
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+@pytest.mark.parametrize("items, words", [
+    (["export.precision=bf16"], "export.precision=bf16: ONNX Runtime graders are fp32 or int8; use "
+                                "export.backend=openvino or auto."),
+    (["export.precision=bf16", "export.backend=onnxruntime"],
+     "export.precision=bf16: ONNX Runtime graders are fp32 or int8; use {set}export.backend=openvino or auto."),
+    (["export.precision=bf16", "export.backend=openvino"],
+     "export.precision=bf16: no bf16 on this CPU; or use {set}export.precision=fp32, int8 or auto."),
+])
+def test_an_export_precision_this_machine_refuses_is_named_as_the_user_gave_it(tmp_path, monkeypatch, given, items,
+                                                                              words):
+    """Was: 'export.precision=bf16: ...' for a --set and a run recipe's key alike, naming neither the --set nor the
+    file (and a --set export.backend as if the file held it). Refused before any stage."""
+    from headcut.export import build_openvino
+    from headcut.pipeline.checks import check_export
+    from headcut_grader.errors import UserError
+
+    if "export.backend=openvino" in items:
+        pytest.importorskip("openvino")
+        monkeypatch.setattr(build_openvino, "bf16_problem", lambda: "no bf16 on this CPU")
+    recipe, lead = given_recipe(tmp_path, given, items)
+    with pytest.raises(UserError) as caught:
+        check_export(recipe)
+    assert str(caught.value) == lead + words.format(set=lead if given == "--set" else ""), str(caught.value)
+
+
 @pytest.mark.parametrize("keep_ratio, refused", [(1, True), (0.5, False)])
 def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_any_stage(keep_ratio, refused):
     """Was: distilled the prune stage's uncut model into a copy of the teacher; the distill stage now refuses a

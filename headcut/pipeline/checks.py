@@ -209,10 +209,11 @@ def check_export(recipe: PipelineRecipe) -> None:
     from headcut.export.build import resolve_precision
     from headcut.export.build_openvino import check_request
 
-    e = recipe.export
-    _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False, names="keys")
-    if openvino_precision is not None:
-        check_request(openvino_precision, labelled=True, names="keys")
+    e, names = recipe.export, key_names(recipe, "export")
+    with named_in(recipe, "export", "precision"):
+        _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False, names=names)
+        if openvino_precision is not None:
+            check_request(openvino_precision, labelled=True, names=names)
 
 
 def check_choice_data(recipe: PipelineRecipe) -> None:
