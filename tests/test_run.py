@@ -305,7 +305,7 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["prune.tune=false", "prune.tune_fit=weights"],
      ["[prune] tune_fit chooses what mask tuning fits, and [prune] tune: false turns tuning off; drop one of them"]),
     (["data.test=nowhere/test.tsv", "scan.data=nowhere/scan.tsv"],
-     ["data.test=nowhere/test.tsv, scan.data=nowhere/scan.tsv: no such file"]),
+     ["--set data.test=nowhere/test.tsv, --set scan.data=nowhere/scan.tsv: no such file"]),
     # a student named as another grader would take its export and its report row; two that differ in case or
     # by a dot would share one folder
     (["distill.teacher.recipe=distill/minilm_synthetic_cpu"], ["student name 'teacher' is the run's teacher grader"]),
@@ -324,7 +324,7 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     # was: reported on the teacher's own training pairs, exit 0
     (["data.test=synthetic:0"], ["data.test=synthetic:0 holds the pairs of data.train=synthetic", "training pairs"]),
     (["distill.small.recipe=distill/minilm_synthetic_cpu", "distill.small.train_data=synthetic:2"],
-     ["data.test=synthetic:2 holds the pairs of distill.small.train_data=synthetic:2"]),
+     ["quickstart.yaml: data.test=synthetic:2 holds the pairs of --set distill.small.train_data=synthetic:2"]),
 ])
 def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp_path):
     args = ["run", "quickstart", "--out", str(tmp_path / "out")] + [x for o in override for x in ("--set", o)]
@@ -380,7 +380,7 @@ def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
             "--set", f"data.test={tmp_path / 'copy.tsv'}"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
-    assert "copy.tsv holds the pairs of data.train=" in result.stderr and not (tmp_path / "out").exists()
+    assert "copy.tsv holds the pairs of --set data.train=" in result.stderr and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("override, words", [
@@ -496,6 +496,28 @@ def test_an_export_precision_this_machine_refuses_is_named_as_the_user_gave_it(t
     with pytest.raises(UserError) as caught:
         check_export(recipe)
     assert str(caught.value) == lead + words.format(set=lead if given == "--set" else ""), str(caught.value)
+
+
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+@pytest.mark.parametrize("items, words", [
+    (["data.test=nowhere.tsv"], "data.test=nowhere.tsv: no such file; pass an existing pairs file"),
+    (["data.test=nowhere.tsv", "scan.data=nowhere/scan.tsv"],
+     "data.test=nowhere.tsv, {set}scan.data=nowhere/scan.tsv: no such file"),
+    (["data.test=synthetic:0"], "data.test=synthetic:0 holds the pairs of data.train=synthetic{quickstart}, so the "
+                                "report would grade training pairs"),
+])
+def test_a_pairs_file_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
+    """Was: 'data.test=nowhere.tsv: no such file' for a --set and a run recipe's key alike, naming neither the --set
+    nor the file; a key the recipe file holds beside a --set is named with its file. Refused before any stage."""
+    from headcut.pipeline.checks import check_inputs
+    from headcut_grader.errors import UserError
+
+    recipe, lead = given_recipe(tmp_path, given, items)
+    with pytest.raises(UserError) as caught:
+        check_inputs(recipe)
+    quickstart = f" in {ROOT / 'headcut' / 'recipes' / 'run' / 'quickstart.yaml'}" if given == "--set" else ""
+    assert str(caught.value).startswith(lead + words.format(set=lead if given == "--set" else "",
+                                                            quickstart=quickstart)), str(caught.value)
 
 
 @pytest.mark.parametrize("keep_ratio, refused", [(1, True), (0.5, False)])

@@ -73,11 +73,29 @@ def model_folders(recipe: PipelineRecipe) -> dict[str, str]:
 def check_inputs(recipe: PipelineRecipe) -> None:
     """Every pairs file the recipe names exists (a missing test file would otherwise surface at a later stage,
     after the teacher and the students have trained)."""
-    named = pairs_files(recipe)
-    missing = [f"{key}={value}" for key, value in named.items() if not Path(value).is_file()]
+    missing = {key: value for key, value in pairs_files(recipe).items() if not Path(value).is_file()}
     if missing:
-        raise UserError(f"{', '.join(missing)}: no such file; pass an existing pairs file with --set (or synthetic).")
+        where = given_as(recipe, *key_path(next(iter(missing))))[1]
+        listed = ", ".join(said(recipe, key, value, at=where) for key, value in missing.items())
+        raise UserError(f"{_at(where)}{listed}: no such file; pass an existing pairs file with --set (or synthetic).")
     check_test_apart(recipe)
+
+
+def key_path(key: str) -> tuple[str, ...]:
+    """A run key as given_as takes it: 'data.test' -> ('data', 'test'), 'distill.NAME.KEY' -> ('distill', NAME, KEY)."""
+    section, rest = key.split(".", 1)
+    return (section, *rest.rsplit(".", 1)) if section == "distill" else (section, rest)
+
+
+def said(recipe: PipelineRecipe, key: str, value, *, at: str = "") -> str:
+    """Run key `key` and its value as the user gave them (a --set, or the key in its file), with the file that holds
+    it where that is not `at`, the file the message leads with."""
+    name, where = given_as(recipe, *key_path(key))
+    return setting(name, value) + (f" in {where}" if where and where != at else "")
+
+
+def _at(where: str) -> str:
+    return f"{where}: " if where else ""
 
 
 def check_test_apart(recipe: PipelineRecipe) -> None:
@@ -89,9 +107,11 @@ def check_test_apart(recipe: PipelineRecipe) -> None:
         trains[f"{name}.train_data"] = getattr(sub, "train_data", None)
     for key, train in trains.items():
         if test and train and same_data(test, train):
-            raise UserError(f"data.test={test} holds the pairs of {key}={train}, so the report would grade training "
-                            "pairs; pass held-out pairs with --set data.test=FILE (the dev file will do: the run "
-                            "leaves out its queries that chose checkpoints).")
+            where = given_as(recipe, "data", "test")[1]
+            raise UserError(f"{_at(where)}{said(recipe, 'data.test', test, at=where)} holds the pairs of "
+                            f"{said(recipe, key, train, at=where)}, so the report would grade training pairs; pass "
+                            "held-out pairs with --set data.test=FILE (the dev file will do: the run leaves out its "
+                            "queries that chose checkpoints).")
 
 
 def check_gold(recipe: PipelineRecipe, task: str, grades: tuple) -> None:
@@ -259,7 +279,7 @@ def check_students(recipe: PipelineRecipe) -> None:
             check_config_student(sub, teacher.model.config, layers, named=named)
         elif sub.student_model == UPSTREAM[1] and recipe.prune.keep_ratio == 1:  # the prune stage's model
             key, where = given_as(recipe, "prune", "keep_ratio")
-            raise UserError(f"{where + ': ' if where else ''}{setting(key, 1)} keeps every head, so [{name}]'s pruned "
+            raise UserError(f"{_at(where)}{setting(key, 1)} keeps every head, so [{name}]'s pruned "
                             "student would have the teacher's shape, no smaller than its teacher; lower "
                             "prune.keep_ratio (or prune by prune.flops in its place), or make the student bottom-k or "
                             "config.")
