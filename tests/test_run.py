@@ -520,6 +520,27 @@ def test_a_pairs_file_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, giv
                                                             quickstart=quickstart)), str(caught.value)
 
 
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+@pytest.mark.parametrize("items, words", [
+    (["teacher.model=/nonexistent"], "teacher.model=/nonexistent: no such folder, and not a built-in name"),
+    (["teacher.path=/nonexistent", "teacher.recipe=null"],
+     "teacher.path=/nonexistent: no such folder, and not a built-in name"),
+    (["distill.bottom3.student_model=/nowhere", "distill.bottom3.student=pruned"],
+     "distill.bottom3.student_model=/nowhere: no such folder, and not a built-in name"),
+    (["teacher.path=/etc", "teacher.recipe=null"], "teacher.path=/etc: not a Hugging Face model folder"),
+])
+def test_a_model_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
+    """Was: 'teacher.model=/nonexistent: no such folder ...' for a --set and a run recipe's key alike, naming neither
+    the --set nor the file. Refused before any stage."""
+    from headcut.pipeline.checks import check_models
+    from headcut_grader.errors import UserError
+
+    recipe, lead = given_recipe(tmp_path, given, items)
+    with pytest.raises(UserError) as caught:
+        check_models(recipe)
+    assert str(caught.value).startswith(lead + words), str(caught.value)
+
+
 @pytest.mark.parametrize("keep_ratio, refused", [(1, True), (0.5, False)])
 def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_any_stage(keep_ratio, refused):
     """Was: distilled the prune stage's uncut model into a copy of the teacher; the distill stage now refuses a

@@ -137,10 +137,8 @@ def check_readable(path: str, data: DataSection, *, task: str = "grades", grades
 
 def run_gold(recipe: PipelineRecipe) -> dict:
     """The teacher's task (grades or score) and grades: the gold every stage of the run reads."""
-    from headcut.models import outline
-
     if recipe.teacher.path is not None:
-        teacher = outline(recipe.teacher.path, flag="teacher.path")
+        teacher = teacher_outline(recipe)
         return {"task": teacher.task, "grades": teacher.grades}
     sub = _sub_recipes(recipe)["teacher"]
     return {"task": sub.task, "grades": tuple(sub.grades)}
@@ -152,7 +150,8 @@ def check_models(recipe: PipelineRecipe) -> None:
     from headcut.models import resolve_source
 
     for key, value in model_folders(recipe).items():
-        resolve_source(value, flag=key)
+        with named_in(recipe, *key_path(key)) as name:
+            resolve_source(value, flag=name)
     teacher_task = run_gold(recipe)["task"]
     subs = _sub_recipes(recipe)
     for name, sub in subs.items():
@@ -200,11 +199,12 @@ def check_prune_budget(recipe: PipelineRecipe) -> None:
 @contextmanager
 def named_in(recipe: PipelineRecipe, *path: str):
     """A library check's refusal of the run's key at `path`, led by the file that holds the key (the run recipe, or
-    a teacher's or student's recipe it leaves the key to); a key a --set gave is named by that --set alone."""
+    a teacher's or student's recipe it leaves the key to); a key a --set gave is named by that --set alone. Gives
+    the key's name as the user gave it (given_as)."""
+    name, where = given_as(recipe, *path)
     try:
-        yield
+        yield name
     except UserError as e:
-        where = given_as(recipe, *path)[1]
         if not where:
             raise
         raise UserError(f"{where}: {e}") from None
@@ -215,12 +215,14 @@ def teacher_outline(recipe: PipelineRecipe):
     from headcut.models import outline
 
     if recipe.teacher.path is not None:
-        return outline(recipe.teacher.path, flag="teacher.path")
+        with named_in(recipe, "teacher", "path") as name:
+            return outline(recipe.teacher.path, flag=name)
     sub = _sub_recipes(recipe)["teacher"]
     meta = {"grades": list(sub.grades), "max_length": sub.max_length}
     if sub.task == "score":  # one output, as the teacher will have
         meta["task"] = "score"
-    return outline(sub.model, flag="teacher.model", meta=meta)
+    with named_in(recipe, "teacher", "model") as name:
+        return outline(sub.model, flag=name, meta=meta)
 
 
 def check_export(recipe: PipelineRecipe) -> None:
