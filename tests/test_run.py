@@ -640,6 +640,25 @@ def test_a_teacher_recipe_or_path_that_is_not_text_is_refused_naming_the_key(tmp
     recipe_refused(tmp_path, f"data: {{train: synthetic, test: 'synthetic:2'}}\nteacher: {teacher}\n", words)
 
 
+@pytest.mark.parametrize("items, words", [
+    (["teacher.recipe=010"], "--set teacher.recipe=010: [teacher] recipe is 10, not text"),
+    (["teacher.recipe=null"], "--set teacher.recipe=null: [teacher] names no teacher"),
+    (["teacher.path=/x"], "[teacher] gives both recipe finetune/minilm_synthetic_cpu and path /x (from --set "
+                          "teacher.path=/x); keep one"),
+    (["teacher.recipe=null", "teacher.path=/x", "teacher.epochs=1"],
+     "[teacher] path /x (from --set teacher.path=/x) is used as it is; drop epochs (from --set teacher.epochs=1)"),
+    (["distill.bottom3.recipe=null"], "--set distill.bottom3.recipe=null: [distill] bottom3.recipe is empty"),
+])
+def test_a_teacher_or_student_section_refused_names_the_set_that_gave_it(items, words):
+    """Was: '[teacher] recipe is 10, not text', '[teacher] gives both recipe (...) and path (/x)', as if the run
+    recipe's file held what a --set gave."""
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=items)
+    assert words in str(caught.value), str(caught.value)
+
+
 def test_an_unknown_section_names_the_valid_ones(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("teacher: {path: runs/teacher}\ndistil: {}\n")

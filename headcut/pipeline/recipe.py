@@ -205,8 +205,8 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         if not isinstance(recipe, str) or not recipe.strip():
             said = "is empty" if recipe is None or not str(recipe).strip() else f"is {recipe!r:.60}, not text"
             fix = _as_text(recipe, origins.get(("distill", name, "recipe")))
-            problems.append(f"[distill] {name}.recipe {said}; name a distill recipe (e.g. {StudentSection.recipe}), or "
-                            f"leave the key out for that one{fix}")
+            problems.append(f"{_by(origins, ('distill', name, 'recipe'))}[distill] {name}.recipe {said}; name a "
+                            f"distill recipe (e.g. {StudentSection.recipe}), or leave the key out for that one{fix}")
             continue
         if "teacher" in value:
             problems.append(_own_teacher_problem(str(name), value["teacher"], origins))
@@ -358,24 +358,37 @@ def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection 
         problems.append("section 'teacher' must be a mapping (recipe: NAME or path: DIR)")
         return None
     recipe, path = value.get("recipe"), value.get("path")
-    for key, given, what in (("recipe", recipe, "a finetune recipe"), ("path", path, "a grader folder")):
-        if given is not None and (not isinstance(given, str) or not given.strip()):  # 010: 10, not the folder 010
-            problems.append(f"[teacher] {key} is {shown(given)}, not text; name {what}"
-                            f"{_as_text(given, origins.get(('teacher', key)))}")
+    given = {key: origins[("teacher", key)] for key in value if ("teacher", key) in origins}  # key -> its --set
+    for key, text, what in (("recipe", recipe, "a finetune recipe"), ("path", path, "a grader folder")):
+        if text is not None and (not isinstance(text, str) or not text.strip()):  # 010: 10, not the folder 010
+            problems.append(f"{_by(given, key)}[teacher] {key} is {shown(text)}, not text; name {what}"
+                            f"{_as_text(text, given.get(key))}")
             return None
     if recipe is None and path is None:
-        problems.append("[teacher] names no teacher; pass --set teacher.path=DIR (an existing grader) or "
-                        "--set teacher.recipe=NAME (a finetune recipe to train)")
+        problems.append(f"{_by(given, 'recipe') or _by(given, 'path')}[teacher] names no teacher; pass "
+                        "--set teacher.path=DIR (an existing grader) or --set teacher.recipe=NAME (a finetune recipe "
+                        "to train)")
         return None
     if recipe is not None and path is not None:
-        problems.append(f"[teacher] gives both recipe ({recipe}) and path ({path}); keep one (--set teacher.recipe=null "
-                        "or --set teacher.path=null)")
+        problems.append(f"[teacher] gives both recipe {recipe}{_from(given, 'recipe')} and path {path}"
+                        f"{_from(given, 'path')}; keep one (--set teacher.recipe=null or --set teacher.path=null)")
         return None
     rest = tuple((k, v) for k, v in value.items() if k not in ("recipe", "path"))
     if path is not None and rest:
-        problems.append(f"[teacher] path {path} is used as it is; drop {', '.join(k for k, _ in rest)} or use recipe:")
+        problems.append(f"[teacher] path {path}{_from(given, 'path')} is used as it is; drop "
+                        f"{', '.join(k + _from(given, k) for k, _ in rest)} or use recipe:")
         return None
     return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest)
+
+
+def _by(given: dict, key) -> str:
+    """The lead of a problem with `key`, where a --set gave it (`given`: key -> '--set ITEM'): that --set."""
+    return f"{given[key]}: " if key in given else ""
+
+
+def _from(given: dict, key) -> str:
+    """For a key's value named inside a problem: the --set that gave it, if one did."""
+    return f" (from {given[key]})" if key in given else ""
 
 
 def _as_text(value, given: str | None) -> str:
