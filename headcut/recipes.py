@@ -237,18 +237,21 @@ def parse_yaml(text: str, where: str, fix: str):
 
 
 def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None, named: frozenset = frozenset(),
-              checked: bool = True):
+              checked: bool = True, beside: tuple[str, ...] = ()):
     """The recipe `cls` of `data`; every unknown, mistyped, missing or out-of-range key is reported in one
     error. `origins` names where a key's value came from (e.g. '--set epochs=0'), for the messages; its keys and
     `named` are the keys a user set over the recipe file (a run's section), which the recipe's check refuses
     where they do not apply even at their default value. `checked=False` skips that check of the keys together
-    (a part of a recipe, read back from a record)."""
+    (a part of a recipe, read back from a record). `beside`: the keys the caller's section reads beside the
+    recipe's (a run's recipe:), valid where `named` keys are given, so a misspelt one is told its nearest."""
     origins = origins or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}
     problems: list[tuple[str, str]] = []  # (key, what is wrong with it)
     unknown = [k for k in data if k not in fields]
+    given = named | set(origins)  # keys a section set over the recipe file: `beside` is valid beside them
+    valid = [*beside, *fields] if given & set(unknown) else list(fields)
     for key in unknown:
-        close = difflib.get_close_matches(str(key), fields, n=1)
+        close = difflib.get_close_matches(str(key), valid if key in given else fields, n=1)
         problems.append((key, f"unknown key {quoted(key)}" + (f" (did you mean '{close[0]}'?)" if close else "")))
     hints = typing.get_type_hints(cls)
     values = {}
@@ -269,12 +272,12 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
             problems.append((f.name, f"missing key '{f.name}' (add it or pass --set {f.name}=VALUE)"))
     recipe = None if problems else cls(**values)
     if problems:
-        valid = f"; valid keys are: {', '.join(fields)}" if unknown else ""
+        listed = f"; valid keys are: {', '.join(valid)}" if unknown else ""
         if len(problems) == 1:
             key, text = problems[0]
-            raise UserError(f"{origins.get(key, where)}: {text}{valid}.")
+            raise UserError(f"{origins.get(key, where)}: {text}{listed}.")
         raise UserError(f"{where}: " + "; ".join(text + (f" (from {origins[key]})" if key in origins else "")
-                                                 for key, text in problems) + f"{valid}.")
+                                                 for key, text in problems) + f"{listed}.")
     check = getattr(recipe, "check", None) if checked else None
     if check:  # a check reads the keys together: name the --set values, which may be what it refuses
         check(where + (f" with {', '.join(origins.values())}" if origins else ""), named=frozenset(origins) | named)

@@ -673,6 +673,11 @@ def test_an_unknown_section_names_the_valid_ones(tmp_path):
     ("scan.metods=[kl]", "--set scan.metods=[kl]: unknown key 'metods' (did you mean 'methods'?)"),
     ("distill.bottom3.epoch=2", "--set distill.bottom3.epoch=2: unknown key 'epoch' (did you mean 'epochs'?)"),
     ("teacher.epoch=2", "--set teacher.epoch=2: unknown key 'epoch' (did you mean 'epochs'?)"),
+    # was: every distill (finetune) recipe key, and no word of the section's own recipe (path) key
+    ("distill.bottom3.recipee=x", "--set distill.bottom3.recipee=x: unknown key 'recipee' (did you mean 'recipe'?); "
+                                  "valid keys are: recipe, epochs"),
+    ("teacher.pth=x", "--set teacher.pth=x: unknown key 'pth' (did you mean 'path'?); valid keys are: recipe, path, "
+                      "epochs"),
     ("scan.rows", "--set 'scan.rows' is not section.key=value; write e.g. --set teacher.epochs=1"),
     ("scan.rows 5", "--set 'scan.rows 5' is not section.key=value"),
 ])
