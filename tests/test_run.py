@@ -566,7 +566,7 @@ def test_a_teacher_path_a_stage_would_refuse_stops_the_run_before_any_stage(stra
             "--set", f"teacher.path={teacher}"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
-    assert result.stderr.startswith(f"error: teacher.path={teacher}{words}") and "--model" not in result.stderr
+    assert result.stderr.startswith(f"error: --set teacher.path={teacher}{words}") and "--model" not in result.stderr
     assert not (tmp_path / "out").exists()
 
 
