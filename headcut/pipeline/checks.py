@@ -1,7 +1,8 @@
 """What `headcut run` checks before its first stage, so that nothing a stage would refuse surfaces hours
 later, after the teacher has trained: the run folder, every file and model the recipe names, and the values
-a stage checks against the teacher (the FLOPs budget). Messages name the recipe key (`prune.flops=...`,
-`teacher.path=...`), not the flag of the command the stage calls."""
+a stage checks against the teacher (the FLOPs budget). Messages name the recipe key as the user gave it (its
+--set: `--set prune.flops=...`; else the key led by the file that holds it: `run.yaml: teacher.path=...`), not
+the flag of the command the stage calls."""
 from __future__ import annotations
 
 from contextlib import contextmanager
