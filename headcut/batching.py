@@ -41,7 +41,7 @@ class Encoded:
         return np.fromiter((len(x) for x in self.input_ids), dtype=np.int64, count=len(self.input_ids))
 
 
-def check_max_length(model, max_length: int, *, flag: str = "--max-length", where: str = "",
+def check_max_length(model, max_length: int, *, flag: str = "check_max_length max_length", where: str = "",
                      whose: str = "the model's") -> None:
     """Refuse inputs longer than the model has position embeddings for (an index error deep in torch or ONNX).
     The sentence leads with `flag`, the flag or recipe key that set `max_length`; `where`: the recipe it was read
@@ -63,7 +63,7 @@ def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None
     (max_length,) = checked_arguments("encode", max_length=max_length)
     max_length = max_length_of(model, max_length)
     if model is not None:
-        check_max_length(model, max_length)
+        check_max_length(model, max_length, flag="encode max_length")
     enc = tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=max_length)
     use_types = "token_type_ids" in enc and (model is None or takes_token_types(model))
     return Encoded(enc["input_ids"], enc["token_type_ids"] if use_types else None, tokenizer.pad_token_id or 0)

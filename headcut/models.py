@@ -91,10 +91,10 @@ MODEL_JSON_FILES = ("config.json", META_FILE, "tokenizer.json", "tokenizer_confi
                     "added_tokens.json", "vocab.json", "config_sentence_transformers.json")
 
 
-def resolve_source(source: str | Path, *, flag: str = "--model", grader_hint: str = "") -> Path:
-    """A folder path, or a built-in name such as `minilm-l6`. `flag`: the flag or recipe key that named it.
-    `grader_hint`: the command's own advice for a grader folder given here (", or time the grader itself with ..."),
-    after the advice to pass the model folder it was exported from."""
+def resolve_source(source: str | Path, *, flag: str = "resolve_source source", grader_hint: str = "") -> Path:
+    """A folder path, or a built-in name such as `minilm-l6`. `flag`: the flag or recipe key that named it (a Python
+    caller's: this function's own argument). `grader_hint`: the command's own advice for a grader folder given here
+    (", or time the grader itself with ..."), after the advice to pass the model folder it was exported from."""
     if str(source) in BUILTIN:
         module = BUILTIN[str(source)]
         package = optional_module(module)
@@ -150,10 +150,11 @@ def load_model(
     allow_pickle: bool = False,
     attn_implementation: str = "sdpa",
     seed: int = 0,
-    flag: str = "--model",
+    flag: str = "load_model source",
 ) -> LoadedModel:
     """Load a grader (or a base model with a fresh `num_labels` head, seeded for reproducibility). `flag`: the
-    flag or recipe key that named `source`, for messages ("" for a positional argument).
+    flag or recipe key that named `source`, for messages ("" for a positional argument; by default this
+    function's own argument, as a Python caller wrote it).
 
     Never runs remote code. Pruned headcut artifacts are rebuilt from their recorded shape and loaded strictly.
     """
@@ -168,7 +169,7 @@ def load_model(
         meta = {**meta, **read_task(path, meta, saved)}
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
         _check_outputs(path, meta, num_labels, saved)
-    config = _read_config(path, num_labels, attn_implementation)
+    config = _read_config(path, num_labels, attn_implementation, flag=flag)
     skeleton(path, config, weights)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
@@ -204,7 +205,7 @@ def load_model(
     return LoadedModel(model, tokenizer, meta, str(path), weights_hash(weights))
 
 
-def read_tokenizer(source: str | Path, *, flag: str = "--model"):
+def read_tokenizer(source: str | Path, *, flag: str = "read_tokenizer source"):
     """The transformers tokenizer of a model folder (or built-in name), without its weights."""
     from transformers import AutoTokenizer
 
@@ -238,7 +239,7 @@ def _check_recorded_length(path: Path, meta: dict, model, tokenizer) -> None:
                         f"from {least} to {most}.")
 
 
-def outline(source: str | Path, *, flag: str = "--model", meta: dict | None = None,
+def outline(source: str | Path, *, flag: str = "outline source", meta: dict | None = None,
             grader_hint: str = "") -> LoadedModel:
     """The model of `source` built from its config on the meta device (its shape, pruned or not, without
     weights or memory) with its headcut.json, or `meta` in its place: enough to count FLOPs before loading
@@ -399,7 +400,7 @@ def _check_activation_record(file: Path, key: str, recorded) -> None:
                         "activation_fn=torch.nn.Identity().")
 
 
-def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str = "--model"):
+def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str):
     from transformers import AutoConfig
 
     with broken_file(path / "config.json", errors=(Exception,)):  # a value of the wrong type: any error

@@ -78,7 +78,7 @@ def weights_file(path: str | Path) -> Path | None:
     return next((Path(path) / n for n in WEIGHT_FILES if (Path(path) / n).exists()), None)
 
 
-def find_weights(path: Path, *, allow_pickle: bool, flag: str = "--model") -> Path:
+def find_weights(path: Path, *, allow_pickle: bool, flag: str = "find_weights path") -> Path:
     for name in WEIGHT_FILES[:2]:
         if (path / name).exists():
             return path / name
@@ -92,10 +92,13 @@ def find_weights(path: Path, *, allow_pickle: bool, flag: str = "--model") -> Pa
 
 def _pickle_fix(flag: str) -> str:
     """What lets pickle weights load, for whoever named the folder by `flag`: a command's flag (or "", its
-    positional argument) has --allow-pickle beside it; a recipe's key (model, teacher.path) has no such key."""
-    if flag and not flag.startswith("-"):
-        return "convert them to safetensors (a recipe loads safetensors only)"
-    return "convert them to safetensors or pass --allow-pickle if you trust the source"
+    positional argument) has --allow-pickle beside it, a Python call (`load_model source`) allow_pickle=True; a
+    recipe's key (model, teacher.path) has no such key."""
+    if not flag or flag.startswith("-"):
+        return "convert them to safetensors or pass --allow-pickle if you trust the source"
+    if " " in flag and not flag.startswith("["):
+        return "convert them to safetensors or pass allow_pickle=True if you trust the source"
+    return "convert them to safetensors (a recipe loads safetensors only)"
 
 
 def read_state(weights: Path) -> dict:

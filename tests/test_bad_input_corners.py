@@ -587,3 +587,56 @@ def test_a_grader_folder_given_for_a_model_says_it_is_one_and_names_the_model_it
             f"--model {folder} is a grader folder (written by `headcut export`), which cannot be turned back into a "
             f"model; pass the model folder it was exported from (grader.json records tiny){advice.format(folder)}.")
     assert not (tmp_path / "out").exists()
+
+
+def _pickle_only(folder, tmp_path):
+    """A copy of `folder` whose weights are pytorch_model.bin alone."""
+    import torch
+    from safetensors.torch import load_file
+
+    copy = _copy(folder, tmp_path)
+    torch.save(load_file(copy / "model.safetensors"), copy / "pytorch_model.bin")
+    (copy / "model.safetensors").unlink()
+    return copy
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda m, t: m["load_model"]("no/such"), "load_model source=no/such: no such folder"),
+    (lambda m, t: m["resolve_source"]("no/such"), "resolve_source source=no/such: no such folder"),
+    (lambda m, t: m["read_tokenizer"]("no/such"), "read_tokenizer source=no/such: no such folder"),
+    (lambda m, t: m["outline"]("no/such"), "outline source=no/such: no such folder"),
+    (lambda m, t: m["load_model_meta"]("no/such"), "load_model_meta source=no/such: no such folder"),
+    (lambda m, t: m["find_weights"](t, allow_pickle=False), "find_weights path={t}: no weights"),
+    (lambda m, t: m["load_model"](t / "pickled"), "load_model source={t}/pickled holds only pickle weights"),
+    (lambda m, t: m["criterion"]("nosuch"), "criterion name='nosuch' is unknown; choose one of: ablation"),
+    (lambda m, t: m["criterion"]("kl", neurons=True), "criterion name=kl scores heads only, and a FLOPs or latency "
+                                                      "budget plans heads and FFN neurons; use fisher"),
+    (lambda m, t: m["check_max_length"](m["tiny"], 10_000), "check_max_length max_length=10000 is more than the "
+                                                            "model's 64 positions; set check_max_length max_length=64"),
+    (lambda m, t: m["check_comparable"](m["scorer"]("grades"), m["scorer"]("score")),
+     "check_comparable reference=ref is a score model and the model a grades one"),
+])
+def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_models, call, words):
+    """Was: `--model no/such: ...` (load_model and every model reader), `--method 'nosuch'` (criterion),
+    `--max-length` (check_max_length), `--against` (check_comparable) and `pass --allow-pickle` for a Python caller,
+    who has no such flags: each library check's default names its own argument as a Python call writes it."""
+    from headcut.batching import check_max_length
+    from headcut.distill.students import load_model_meta
+    from headcut.evaluate.criteria import criterion
+    from headcut.evaluate.report import Scorer, check_comparable
+    from headcut.models import load_model, outline, read_tokenizer, resolve_source
+    from headcut.weight_files import find_weights
+    from headcut_grader.errors import UserError
+
+    _pickle_only(saved_models["artifact"], tmp_path).rename(tmp_path / "pickled")
+    found = dict(load_model=load_model, resolve_source=resolve_source, read_tokenizer=read_tokenizer, outline=outline,
+                 load_model_meta=load_model_meta, find_weights=find_weights, criterion=criterion,
+                 check_max_length=check_max_length, check_comparable=check_comparable,
+                 tiny=load_model(saved_models["artifact"]).model,
+                 scorer=lambda task: Scorer({"path": "ref"}, lambda pairs: None, task))
+    with pytest.raises(UserError) as caught:
+        call(found, tmp_path)
+    assert str(caught.value).startswith(words.format(t=tmp_path)), str(caught.value)
+    assert "--" not in str(caught.value)
+    if "pickle" in words:
+        assert "pass allow_pickle=True if you trust the source" in str(caught.value)

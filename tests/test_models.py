@@ -50,7 +50,7 @@ def test_refuses_pickle_weights_unless_allowed(tmp_path):
     if not (tmp_path / "pytorch_model.bin").exists():
         torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
         (tmp_path / "model.safetensors").unlink(missing_ok=True)
-    with pytest.raises(UserError, match="pickle weights .* --allow-pickle"):
+    with pytest.raises(UserError, match="pickle weights .* allow_pickle=True"):
         load_model(tmp_path)
 
 

@@ -46,7 +46,7 @@ def _check_variants(models: list[str], graders: list[Path], longest: int):
             seen[key] = name
     # a grader folder given as --model: bench times it as it is with --grader, beside a reference --model
     hint = ", and time the grader itself with --grader {} (bench times each against the first --model)"
-    first, *others = [outline(m, grader_hint=hint.format(m)) for m in models]
+    first, *others = [outline(m, flag="--model", grader_hint=hint.format(m)) for m in models]
     kinds = [(f"--model {m}", (other.task, other.grades)) for m, other in zip(models[1:], others)]
     for g in graders:
         record = read_record(g, flag="--grader")  # a folder that is not a grader is one sentence
@@ -118,7 +118,7 @@ def bench(
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit, task=reference.task, grades=reference.grades)
     def loaded(name):
-        result = load_model(name)
+        result = load_model(name, flag="--model")
         check_max_length(result.model, max(settings.seq_lens), flag="--seq-lens")
         return result
 

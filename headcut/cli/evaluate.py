@@ -71,13 +71,14 @@ def evaluate(
 
     if out:
         check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json")
-    scorer = open_scorer(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle)
+    scorer = open_scorer(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle,
+                         flag="--model")
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit, task=scorer.task, grades=scorer.grades)
     reference = open_scorer(against, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle,
                             flag="--against") if against else None  # fail before the long pass
     if reference is not None:
-        check_comparable(scorer, reference)
+        check_comparable(scorer, reference, flag="--against")
     with progress_bar(len(pairs), "grading") as bar:
         logits = scorer.logits(pairs, bar.update)
     metrics = metrics_with_ci(logits, pairs, iters=bootstrap, task=scorer.task, activation=scorer.activation)

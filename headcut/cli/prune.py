@@ -126,7 +126,7 @@ def prune(
     target = check_options(keep_ratio, flops, latency, runtime=runtime)
     check_flags_fit(ctx, target)
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
-    loaded = load_model(model, allow_pickle=allow_pickle)
+    loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
     if data is None and scores is None:  # the dev data recorded with the model is read: an input too
         refuse_inputs(out, [(loaded.meta.get("dev_data") or {}).get("path")])
     check_sequence(loaded, seq_len=seq_len, batch=batch if latency is not None else None)

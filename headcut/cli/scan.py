@@ -96,7 +96,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     # require_labels: a gold column named by its flag must be there
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=label_col is not None, seed=seed, texts_only=texts_only)
-    loaded = load_model(model, allow_pickle=allow_pickle)
+    loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
     if not texts_only:  # the model's task and grades say how its gold reads
         read.update(task=loaded.task, grades=loaded.grades, wants_gold=needs_gold(settings))
     pairs = read_data(data, title_col=title_col, **read)

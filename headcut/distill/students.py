@@ -48,7 +48,7 @@ def check_recorded_teacher(recipe: DistillRecipe, teacher: LoadedModel) -> None:
     check_cut_from(recipe.student_model, record, teacher.path, teacher.weights_hash)
 
 
-def load_model_meta(source: str, *, flag: str = "--model") -> dict:
+def load_model_meta(source: str, *, flag: str = "load_model_meta source") -> dict:
     from headcut.models import META_FILE, read_json_file, resolve_source
 
     path = resolve_source(source, flag=flag) / META_FILE

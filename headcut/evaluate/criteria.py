@@ -136,14 +136,16 @@ def register_criterion(criterion: Criterion) -> Criterion:
     return criterion
 
 
-def criterion(name: str, *, flag: str = "--method", neurons: bool = False) -> Criterion:
-    """The registered criterion `name`; `neurons`: it must score FFN neurons too (the budget prunes)."""
+def criterion(name: str, *, flag: str = "criterion name", neurons: bool = False) -> Criterion:
+    """The registered criterion `name`; `neurons`: it must score FFN neurons too (the budget prunes); `flag`: the
+    flag, recipe key or argument that named it."""
     found = CRITERIA.get(name)
     if found is None:
         raise UserError(f"{setting(flag, quoted(name))} is unknown; choose one of: {', '.join(CRITERIA)}.")
     if neurons and not found.neurons:
         able = ", ".join(n for n, c in CRITERIA.items() if c.neurons)
-        raise UserError(f"{flag} {name} scores heads only, and --flops/--latency plan heads and FFN neurons; "
+        budget = "--flops/--latency plan" if flag.startswith("-") else "a FLOPs or latency budget plans"
+        raise UserError(f"{setting(flag, name)} scores heads only, and {budget} heads and FFN neurons; "
                         f"use {able}.")
     return found
 
@@ -159,7 +161,7 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
     check_model(model, "head_importance model")
     check_tokenizer(tokenizer, "head_importance tokenizer")
     batch_size, max_length = checked_arguments("head_importance", batch_size=batch_size, max_length=max_length)
-    chosen = criterion(method)
+    chosen = criterion(method, flag="head_importance method")
     model.eval()
     data = ScoringData(model, encode(tokenizer, pairs, max_length=max_length, model=model), gold(pairs),
                        source=str(pairs.source), batch_size=batch_size,
@@ -170,7 +172,7 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
 def ablation_scores(model, gold: np.ndarray | None, base: np.ndarray, masked: np.ndarray, *,
                     method: str) -> torch.Tensor:
     """`ablation` or `kl` head scores, float32, from ablation logits already computed (`evaluate.ablation`)."""
-    return criterion(method).score(ScoringData(model, None, gold, _ablation=(base, masked))).heads.float()
+    return criterion(method, flag="ablation_scores method").score(ScoringData(model, None, gold, _ablation=(base, masked))).heads.float()
 
 
 # --- the built-in criteria ------------------------------------------------------------------------

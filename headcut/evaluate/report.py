@@ -9,7 +9,8 @@ from typing import Callable
 import numpy as np
 
 from headcut_grader.data import DEFAULT_GRADES, Pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
+from headcut.batching import check_max_length
 from headcut.evaluate.metrics import check_resampling
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
@@ -56,19 +57,20 @@ class Scorer:
 
 
 def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = None,
-                allow_pickle: bool = False, flag: str = "--model") -> Scorer:
+                allow_pickle: bool = False, flag: str = "open_scorer name") -> Scorer:
     """A model folder or built-in name, or an exported ONNX grader folder (one with grader.json).
 
     Graders run in ONNX Runtime with the max length they were exported with, so a deployed INT8 grader
-    is judged exactly as it will serve.
+    is judged exactly as it will serve. `flag`: the flag that named `name` (a Python caller's: this argument).
     """
     batch_size, max_length = checked_arguments("open_scorer", batch_size=batch_size, max_length=max_length)
+    length = "--max-length" if flag.startswith("-") else "open_scorer max_length"  # the command's flag, or this argument
     if (Path(name) / "grader.json").is_file():
         from headcut_grader import Grader
 
         if max_length is not None:
-            raise UserError(f"--max-length applies to PyTorch models, and {flag} {name} is an exported grader, which "
-                            "reads as many tokens as it was exported with; drop --max-length (or re-export it).")
+            raise UserError(f"{length} applies to PyTorch models, and {setting(flag, name)} is an exported grader, "
+                            f"which reads as many tokens as it was exported with; drop {length} (or re-export it).")
 
         grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
         about = {"path": name, "kind": "onnx grader", "precision": grader.record.get("precision"),
@@ -78,6 +80,8 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     from headcut.models import load_model
 
     loaded = load_model(name, allow_pickle=allow_pickle, flag=flag)
+    if max_length is not None:
+        check_max_length(loaded.model, max_length, flag=length)  # before grading, as the caller named it
     about = {"path": loaded.path, "weights_hash": loaded.weights_hash, "task": loaded.task}
     return Scorer(about, lambda pairs, progress=None: predict_logits(
         loaded.model, loaded.tokenizer, pairs, batch_size=batch_size, max_length=max_length or loaded.max_length,
@@ -99,10 +103,11 @@ def comparison_problem(reference: tuple[str, tuple | None], model: tuple[str, tu
     return None
 
 
-def check_comparable(scorer: Scorer, reference: Scorer, *, flag: str = "--against") -> None:
-    """A model is compared only with one of its task and grades, said before either grades a pair."""
+def check_comparable(scorer: Scorer, reference: Scorer, *, flag: str = "check_comparable reference") -> None:
+    """A model is compared only with one of its task and grades, said before either grades a pair; `flag`: what
+    named the reference."""
     problem = comparison_problem((reference.task, reference.grades), (scorer.task, scorer.grades),
-                                 names=(f"{flag} {reference.about.get('path')}", "the model"))
+                                 names=(setting(flag, reference.about.get('path')), "the model"))
     if problem:
         raise UserError(problem)
 

@@ -113,7 +113,8 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
     from headcut.models import check_stage
 
     check_stage(loaded, "export")
-    check_max_length(loaded.model, max_length)  # a grader must not accept texts its graph cannot embed
+    # a grader must not accept texts its graph cannot embed
+    check_max_length(loaded.model, max_length, flag=named("max_length", names))
     ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8, names=names)
     labelled = pairs is not None and pairs.task is not None
     if labelled:

@@ -52,7 +52,7 @@ def bench(ctx: Context) -> dict:
     reference = predict_logits(teacher.model, teacher.tokenizer, pairs, batch_size=64, max_length=teacher.max_length)
     yardstick = None
     if b.yardstick:
-        other = load_model(b.yardstick)
+        other = load_model(b.yardstick, flag="bench.yardstick")
         ctx.progress(0, len(exports) + 1, "yardstick logits")
         yardstick = predict_logits(other.model, other.tokenizer, pairs, batch_size=64, max_length=other.max_length)
 

@@ -87,6 +87,7 @@ def prune(
     score_pairs = None
     if scores is None:
         method = method or DEFAULT_METHOD
+        criterion(method, flag=named("method", names))  # named as the caller wrote it, before the data is read
         score_pairs = data_pool(loaded, data, names).sample(settings.score_rows, seed=seed)
     scans = []
 
@@ -195,7 +196,7 @@ def score_units(loaded: LoadedModel, pairs: Pairs, *, method: str = DEFAULT_METH
     encoded = encode(loaded.tokenizer, pairs, max_length=loaded.max_length, model=loaded.model)
     data = ScoringData(loaded.model, encoded, gold(pairs), source=str(pairs.source), targets=targets, neurons=True,
                        batch_size=batch_size, progress=(lambda _, n: progress(n)) if progress else None)
-    return criterion(method, neurons=True).score(data)
+    return criterion(method, flag="score_units method", neurons=True).score(data)
 
 
 @dataclass
@@ -295,7 +296,7 @@ def prune_to_budget(
         seq_len=seq_len, latency_batch=latency_batch)
     check_loaded(loaded, "prune_to_budget loaded")
     steps = max(1, iterative)
-    chosen = criterion(method, neurons=True)
+    chosen = criterion(method, flag=named("method", names), neurons=True)
     check_targets(targets)
     if drop_layers and flops is None:
         raise UserError(f"{said['drop_layers']} plans against {said['flops']}; the latency tables do not time a "
