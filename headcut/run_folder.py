@@ -59,7 +59,7 @@ class RunFolder:
         other = other or (not stranger and not_a_run_folder(folder.path, overwrite=overwrite))
         published = not stranger and half_published(out)
         if published and other and not overwrite:  # `out` is another run's artifact: check_out_dir's refusal
-            check_out_dir(out, overwrite=False)
+            check_out_dir(out, overwrite=False, flag="--out")
         if other and not overwrite:
             raise UserError(f"{folder.path} holds an unfinished run of another recipe, or of data or weights that have "
                             f"changed since (or a damaged {stamp_file.name}); pass --overwrite to start afresh.")
@@ -159,7 +159,7 @@ def check_run_out(out: str | Path, *, overwrite: bool, inputs=()) -> Path:
     for the same run, and refuses it to another. Its run folder (`out`.partial) holds no input either: the run
     writes into it and deletes it when done; a link, file or foreign folder there is refused here too (RunFolder.open
     checks again), so before any work."""
-    out = check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs)
+    out = check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs, flag="--out")
     partial = partial_folder(out)
     refuse_inputs(partial, inputs, flag=f"--out {out}: its run folder")
     if not not_a_folder(partial, overwrite=overwrite):

@@ -340,8 +340,8 @@ def test_an_output_another_run_wrote_meanwhile_is_not_replaced_without_overwrite
     from headcut_grader.files import atomic_dir
 
     out = tmp_path / "scan"
-    with pytest.raises(UserError, match=f"--out {out} was written by another run while this one worked, and is left "
-                                        "as it is; choose a new folder, or pass --overwrite"):
+    with pytest.raises(UserError, match=f"out={out} was written by another run while this one worked, and is left "
+                                        "as it is; choose a new folder, or pass overwrite=True"):  # atomic_dir's own
         with atomic_dir(out) as tmp:
             (tmp / "importance.json").write_text("mine")
             out.mkdir()
@@ -442,8 +442,9 @@ def test_two_writers_of_one_file_never_mix_and_without_overwrite_the_first_to_pu
     if overwrite:
         first_run()
     else:
-        with pytest.raises(UserError, match=f"^--out {re.escape(str(out))} was written by another run while this one "
-                                             "worked, and is left as it is; choose a new file name, or pass --overwrite.$"):
+        with pytest.raises(UserError, match=f"^path={re.escape(str(out))} was written by another run while this one "
+                                             "worked, and is left as it is; choose a new file name, or pass "
+                                             "overwrite=True.$"):  # atomic_file's own arguments
             first_run()
     wanted = b"first half, second half\n" if overwrite else b"the second run's whole file\n"
     assert out.read_bytes() == wanted and sorted(p.name for p in tmp_path.iterdir()) == ["m.json"]

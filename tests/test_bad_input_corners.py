@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -640,3 +641,32 @@ def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_
     assert "--" not in str(caught.value)
     if "pickle" in words:
         assert "pass allow_pickle=True if you trust the source" in str(caught.value)
+
+
+def test_a_python_callers_output_mistake_names_its_arguments_not_the_out_flag(tmp_path, saved_models):
+    """Was: `--out DIR is not empty; choose a new folder or pass --overwrite` from save_model, atomic_dir and every
+    files check called from Python, which has neither flag: the checks' defaults name their own arguments; a command
+    passes flag="--out" and keeps its wording."""
+    from headcut.models import load_model, save_model
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import check_out_dir, check_out_file, check_place
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("1")
+    loaded = load_model(saved_models["artifact"])
+    for call, words in [
+        (lambda: save_model(loaded, full), f"out={full} is not empty; choose a new folder or pass overwrite=True."),
+        (lambda: check_out_file(full / "x", overwrite=False), f"out={full / 'x'} exists; choose a new file name or "
+                                                              "pass overwrite=True."),
+        (lambda: check_out_dir(saved_models["artifact"] / "sub", overwrite=True, inputs=[saved_models["artifact"]]),
+         f"out={saved_models['artifact'] / 'sub'} is inside the input"),
+        (lambda: check_place(Path("-")), "out=- would be a file named '-'"),
+        (lambda: check_out_dir(full, overwrite=False, flag="--out"), f"--out {full} is not empty; choose a new folder "
+                                                                     "or pass --overwrite."),
+    ]:
+        with pytest.raises(UserError) as caught:
+            call()
+        assert str(caught.value).startswith(words), str(caught.value)
+    refused(run("scan", "--model", saved_models["artifact"], "--data", "synthetic", "--out", full),
+            f"--out {full} is not empty; choose a new folder or pass --overwrite.")

@@ -125,3 +125,22 @@ def test_one_rule_spells_an_argument_as_a_flag():
               for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
               if ".replace(\"_\", \"-\")" in line or ".replace('_', '-')" in line]
     assert not copies, f"spell flags through headcut_grader.errors.named: {copies}"
+
+
+def test_no_library_default_names_a_command_flag():
+    """A library function's default for the name its messages give an argument is that argument as a Python caller
+    wrote it (`load_model source`, `out`); a command passes its flag, a recipe its key. Was: load_model, the files
+    checks, criterion, check_max_length ... defaulted to `--model`, `--out`, `--method`, `--max-length`, so a
+    Python caller was told about flags it never had."""
+    found = []
+    for module, path in modules().items():
+        if module.startswith(("headcut.cli", "headcut_grader.cli")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                for default in [*args.defaults, *args.kw_defaults]:
+                    if isinstance(default, ast.Constant) and isinstance(default.value, str) and \
+                            default.value.startswith("--"):
+                        found.append(f"{path.relative_to(ROOT)}:{default.lineno} {node.name}: {default.value!r}")
+    assert not found, f"a library default names a command's flag: {found}"

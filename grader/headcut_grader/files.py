@@ -16,7 +16,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, setting
 from headcut_grader.ranges import argument
 from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths
 
@@ -32,13 +32,19 @@ def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
     raise UserError(f"{name} is {argument(value)[:60]}; pass {what} (text or a pathlib.Path).")
 
 
+def overwrite_said(flag: str) -> str:
+    """What lets an output replace what is there, for whoever named it by `flag`: a command's flag (--out) has
+    --overwrite beside it, a Python call's argument (out) overwrite=True."""
+    return "--overwrite" if flag.startswith("-") else "overwrite=True"
+
+
 def cache_home(env: str, name: str) -> Path:
     """Where a tool keeps what it can recompute: $`env`, else $XDG_CACHE_HOME/`name`, else ~/.cache/`name`."""
     root = os.environ.get(env) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / name
     return Path(root)
 
 
-def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
+def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:
     """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it;
     one inside an input folder would change that folder (a model folder gains a subfolder, its checksum changes)."""
     out = Path(out)
@@ -51,10 +57,10 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "--out") -> None:
             continue
         source = Path(item).resolve()
         if source == target or target in source.parents or _same_file(out, source):
-            raise UserError(f"{flag} {out} would replace the input {item}; write the output somewhere else.")
+            raise UserError(f"{setting(flag, out)} would replace the input {item}; write the output somewhere else.")
         if source in target.parents:
-            raise UserError(f"{flag} {out} is inside the input {item}, which must stay as it is; write the output "
-                            "somewhere else.")
+            raise UserError(f"{setting(flag, out)} is inside the input {item}, which must stay as it is; write the "
+                            "output somewhere else.")
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -65,25 +71,27 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def check_place(out: Path, flag: str = "--out") -> None:
+def check_place(out: Path, flag: str = "out") -> None:
     """What will hold `out` (its nearest existing folder above; missing folders below it are made) is a folder
     this process can write in, and not the folder the process runs in or one above it (an output replaces its
     path whole): checked before any work, so a long run does not fail at its last step. (Its name's length is
     refuse_inputs' check, which every caller runs first: resolving a too-long name fails.)"""
     if str(out) == "-":
-        raise UserError(f"{flag} - would be a file named '-': headcut writes its outputs to files (atomically), not to "
-                        f"standard output; name a file or folder, e.g. {flag} results.")
+        raise UserError(f"{setting(flag, '-')} would be a file named '-': headcut writes its outputs to files "
+                        "(atomically), not to standard output; name a file or folder, e.g. "
+                        f"{setting(flag, 'results')}.")
     here, target = Path.cwd().resolve(), out.resolve()
     if target == here or target in here.parents:
         where = "the folder you are in" if target == here else "a folder that holds the one you are in"
-        raise UserError(f"{flag} {out} is {where}; name a new folder or file inside it, e.g. {flag} results.")
+        raise UserError(f"{setting(flag, out)} is {where}; name a new folder or file inside it, e.g. "
+                        f"{setting(flag, 'results')}.")
     place = out.absolute().parent
     while not place.exists() and place != place.parent:
         place = place.parent
     if not place.is_dir():
-        raise UserError(f"{flag} {out}: {place} is a file, not a folder; name a path inside a folder.")
+        raise UserError(f"{setting(flag, out)}: {place} is a file, not a folder; name a path inside a folder.")
     if not os.access(place, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {out}: the folder {place} is not writable; choose a folder you can write in.")
+        raise UserError(f"{setting(flag, out)}: the folder {place} is not writable; choose a folder you can write in.")
 
 
 # What the names written beside an output add to its own: the temporary sibling of its partial state,
@@ -91,23 +99,23 @@ def check_place(out: Path, flag: str = "--out") -> None:
 _SIBLING_EXTRA = 14 + 10 + 2
 
 
-def check_out_name(out: Path, flag: str = "--out") -> None:
+def check_out_name(out: Path, flag: str = "out") -> None:
     """An output's path is one the file system takes, with room left in its name for the names made beside it
     (a partial, its state, temporaries), so that no write fails after the work."""
     room = NAME_MAX_BYTES - len(os.fsencode(_temp_prefix(""))) - _SIBLING_EXTRA
     check_name_lengths(out, flag, last_name_max=room)
 
 
-def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=()) -> Path:
+def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=()) -> Path:
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
     # each look is one system call, and a vanished `out` counts as absent: another run with --overwrite may be
     # moving it aside and back meanwhile
     if _is_file(out):
-        raise UserError(f"{flag} {out} is a file; name a folder.")
+        raise UserError(f"{setting(flag, out)} is a file; name a folder.")
     if not overwrite and _holds_anything(out):
-        raise UserError(f"{flag} {out} is not empty; choose a new folder or pass --overwrite.")
+        raise UserError(f"{setting(flag, out)} is not empty; choose a new folder or pass {overwrite_said(flag)}.")
     return out
 
 
@@ -127,17 +135,18 @@ def _holds_anything(folder: Path) -> bool:
         return False
 
 
-def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "--out", inputs=(), example: str = "out.json") -> Path:
+def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=(), example: str = "out.json") -> Path:
     """The folder rule for files: an existing file is replaced only with --overwrite, an input never."""
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
     if out.is_dir():
-        raise UserError(f"{flag} {out} is a folder; name a file such as {example}.")
+        raise UserError(f"{setting(flag, out)} is a folder; name a file such as {example}.")
     if out.exists() and not out.is_file():
-        raise UserError(f"{flag} {out} is not a regular file (a pipe or device); name a file such as {example}.")
+        raise UserError(f"{setting(flag, out)} is not a regular file (a pipe or device); name a file such as "
+                        f"{example}.")
     if out.exists() and not overwrite:
-        raise UserError(f"{flag} {out} exists; choose a new file name or pass --overwrite.")
+        raise UserError(f"{setting(flag, out)} exists; choose a new file name or pass {overwrite_said(flag)}.")
     return out
 
 
@@ -249,7 +258,7 @@ def _alive(pid: int) -> bool:
 
 
 @contextmanager
-def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out", inputs=()):
+def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "out", inputs=()):
     """Yield a temporary sibling folder; on success it replaces `out` in one rename, on error it vanishes."""
     out = check_out_dir(out, overwrite=overwrite, flag=flag, inputs=inputs)
     try:
@@ -258,13 +267,14 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "--out",
         tmp = temp_sibling(out)
         tmp.mkdir()
     except OSError as e:
-        raise UserError(f"{flag} {out}: cannot write there ({e.strerror}); check the folder's permissions.") from None
+        raise UserError(f"{setting(flag, out)}: cannot write there ({e.strerror}); check the folder's "
+                        "permissions.") from None
     try:
         yield tmp
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, OSError) and e.errno in _WRITE_FAULTS:
-            raise UserError(f"{flag} {out}: writing failed ({e.strerror}); check free space and permissions, "
+            raise UserError(f"{setting(flag, out)}: writing failed ({e.strerror}); check free space and permissions, "
                             "then rerun.") from None
         raise
     _plain_modes(tmp)
@@ -312,8 +322,8 @@ def _publish_new(tmp: Path, out: Path, flag: str) -> None:
         if e.errno not in _TAKEN:
             raise
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{flag} {out} was written by another run while this one worked, and is left as it is; choose "
-                        "a new folder, or pass --overwrite.") from None
+        raise UserError(f"{setting(flag, out)} was written by another run while this one worked, and is left as it "
+                        f"is; choose a new folder, or pass {overwrite_said(flag)}.") from None
 
 
 def _plain_modes(folder: Path) -> None:
@@ -326,20 +336,20 @@ def _plain_modes(folder: Path) -> None:
             path.chmod(allowed if path.is_dir() else allowed & 0o666)
 
 
-def write_json(path: str | Path, data, *, overwrite: bool = True, flag: str = "--out") -> None:
+def write_json(path: str | Path, data, *, overwrite: bool = True, flag: str = "path") -> None:
     """Write JSON atomically (temp file + rename); NaN (a figure that means nothing there) as null, since JSON
     has no NaN and strict readers refuse Python's. `overwrite`, `flag`: as atomic_file's."""
     write_text(path, json.dumps(_strict(data), indent=2, sort_keys=False, default=_jsonable) + "\n",
                overwrite=overwrite, flag=flag)
 
 
-def write_text(path: str | Path, text: str, *, overwrite: bool = True, flag: str = "--out") -> None:
+def write_text(path: str | Path, text: str, *, overwrite: bool = True, flag: str = "path") -> None:
     with atomic_file(path, binary=False, overwrite=overwrite, flag=flag) as f:
         f.write(text)
 
 
 @contextmanager
-def atomic_file(path: str | Path, *, binary: bool = True, overwrite: bool = True, flag: str = "--out"):
+def atomic_file(path: str | Path, *, binary: bool = True, overwrite: bool = True, flag: str = "path"):
     """Yield a file open on a fresh temporary beside `path` (its writer's own name: two writers never share one),
     which becomes `path` in one step once the block ends: `path` is the old file or a whole new one. On any error
     or Ctrl-C the temporary is removed; a killed writer's is removed by a later write. `overwrite`: the last writer's
@@ -379,7 +389,7 @@ def published(tmp: Path, out: Path) -> bool:
     return out.exists() and (not tmp.exists() or _same_file(tmp, out))
 
 
-def publish_file(tmp: Path, out: Path, *, overwrite: bool, flag: str = "--out") -> None:
+def publish_file(tmp: Path, out: Path, *, overwrite: bool, flag: str = "out") -> None:
     """Rename `tmp` to `out`. Without `overwrite`, `out` was absent when the command began (check_out_file), so a file
     there now is another run's, written while this one worked: it is left as it is and this one refused (a hard
     link, unlike a rename, refuses an existing name; `tmp` is the caller's to remove)."""
@@ -388,8 +398,8 @@ def publish_file(tmp: Path, out: Path, *, overwrite: bool, flag: str = "--out") 
         return
     if out.is_symlink() and not out.exists():
         out.unlink()  # a link to nothing was no output when the command began either: replaced, as a rename would
-    taken = UserError(f"{flag} {out} was written by another run while this one worked, and is left as it is; "
-                      "choose a new file name, or pass --overwrite.")
+    taken = UserError(f"{setting(flag, out)} was written by another run while this one worked, and is left as it is; "
+                      f"choose a new file name, or pass {overwrite_said(flag)}.")
     try:
         os.link(tmp, out)
     except FileExistsError:

@@ -78,7 +78,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")
     source = as_path(source, "grade_file source", what="a pairs file's path")
     out = as_path(out, "grade_file out", what="an output file's path")
-    check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv")
+    check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv", flag="--out")
     if settings.out_format == "json" or (settings.out_format is None and out.suffix.lower() == ".json"):
         raise UserError(f"{out}: grades are written as JSON lines, not one JSON document; name the output .jsonl "
                         f"({out.with_suffix('.jsonl')}).")
@@ -117,7 +117,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                                                      "counts": counts, "grader_sha256": _grader_id(grader),
                                                      "settings": settings.output_keys()}))
         with _removed_once_published(data, state_path, out):
-            publish_file(data, out, overwrite=overwrite)
+            publish_file(data, out, overwrite=overwrite, flag="--out")
     except OSError as e:
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
                         "with --resume.") from None

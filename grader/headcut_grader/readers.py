@@ -283,7 +283,7 @@ def _pairs(queries, titles, gold, grades, path, score: bool, lines: list[int], k
 
 
 def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, *, task: str,
-                  fix: str = "--label-col") -> str:
+                  fix: str) -> str:
     """No gold column for the model's task: say so, and say when the file has the other task's column."""
     found = _other_gold(columns, preset, task=task)
     if task == "score":

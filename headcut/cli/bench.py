@@ -106,7 +106,7 @@ def bench(
     from headcut.models import load_model
 
     inputs = [*model, *grader, data]
-    check_out_dir(out, overwrite=overwrite, inputs=inputs)  # before the benchmark, not after it
+    check_out_dir(out, overwrite=overwrite, inputs=inputs, flag="--out")  # before the benchmark, not after it
     from headcut.batching import check_max_length
     from headcut_grader.ranges import MAX_BATCH, Range, check_timed_batch
 
@@ -130,7 +130,7 @@ def bench(
                                                                         threads=threads, backend=b))
                      for b in grader_backends(folder)]
     result = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
-    with atomic_dir(out, overwrite=overwrite, inputs=inputs) as tmp:
+    with atomic_dir(out, overwrite=overwrite, inputs=inputs, flag="--out") as tmp:
         table = write_bench(result, tmp)
     typer.echo(table)
     typer.echo(f"wrote {out}/bench.json, bench.md, bench.png")

@@ -27,7 +27,7 @@ def cross_encoder(
     from headcut_grader.files import check_out_dir
     from headcut.models import load_model, save_cross_encoder
 
-    check_out_dir(out, overwrite=overwrite, inputs=[model])
+    check_out_dir(out, overwrite=overwrite, inputs=[model], flag="--out")
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
     save_cross_encoder(loaded, out, overwrite=overwrite, names="flags")
     typer.echo(f"wrote {out} (load it with sentence_transformers.CrossEncoder('{out}'))")

@@ -70,7 +70,7 @@ def evaluate(
     from headcut_grader.files import check_out_file, write_json
 
     if out:
-        check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json")
+        check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json", flag="--out")
     scorer = open_scorer(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle,
                          flag="--model")
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
@@ -93,5 +93,5 @@ def evaluate(
         typer.echo(format_against(metrics, metrics["against"]["metrics"], metrics["against"]["model_minus_against"],
                                   against))
     if out:
-        write_json(out, metrics, overwrite=overwrite)
+        write_json(out, metrics, overwrite=overwrite, flag="--out")
         typer.echo(f"wrote {out}")

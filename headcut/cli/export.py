@@ -128,7 +128,7 @@ def export(
     from headcut.export.build import resolve_precision
 
     model, model_name = one_model(model, model_flag)
-    check_out_dir(out, overwrite=overwrite, inputs=[model, data])
+    check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out")
     precisions = resolve_precision(backend, precision, int8=int8, names="flags")  # a bad --backend/--precision stops here
     gate_flags = flags_set(ctx, ["min_agreement", "max_spearman_drift", "max_drop"])
     if gate_flags and set(precisions) <= {"fp32", None}:

@@ -125,10 +125,10 @@ def prune(
 
     target = check_options(keep_ratio, flops, latency, runtime=runtime)
     check_flags_fit(ctx, target)
-    check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data])
+    check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data], flag="--out")
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
     if data is None and scores is None:  # the dev data recorded with the model is read: an input too
-        refuse_inputs(out, [(loaded.meta.get("dev_data") or {}).get("path")])
+        refuse_inputs(out, [(loaded.meta.get("dev_data") or {}).get("path")], flag="--out")
     check_sequence(loaded, seq_len=seq_len, batch=batch if latency is not None else None)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
                    task=loaded.task, grades=loaded.grades)

@@ -92,7 +92,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     from headcut.models import load_model
 
     state = process_state()
-    check_out_dir(out, overwrite=overwrite, inputs=[model, data])
+    check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out")
     # require_labels: a gold column named by its flag must be there
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=label_col is not None, seed=seed, texts_only=texts_only)
@@ -111,7 +111,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
         close()
     if not state.is_main_process:
         return None
-    with atomic_dir(out, overwrite=overwrite, inputs=[model, data]) as tmp:
+    with atomic_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out") as tmp:
         write_scan(tmp, result.findings, model_info=result.model, data_info=result.data)
     return result.findings
 
@@ -122,7 +122,7 @@ def check_experiment_flags(ctx: typer.Context, chosen: tuple[str, ...]) -> None:
     from headcut.evaluate.scan import EXPERIMENT_SETTINGS, check_experiment_settings
 
     check_experiment_settings({key: flags_set(ctx, [key])[0] for key in EXPERIMENT_SETTINGS if flags_set(ctx, [key])},
-                              chosen)
+                              chosen, experiments="--experiments")
     if flags_set(ctx, ["seg_col"]) and ctx.params.get("probes") is False and "term" not in chosen:
         raise UserError(f"--seg-col is the word-boundary probe's reference, and --no-probes with --experiments "
                         f"{','.join(chosen) or 'none'} runs no probe, so it would be ignored; drop --seg-col or "
@@ -164,9 +164,9 @@ def scan(
     quiet_transformers()
     from headcut.evaluate.scan import ScanSettings, parse_experiments, parse_methods
 
-    chosen = parse_experiments(experiments)
+    chosen = parse_experiments(experiments, name="--experiments")
     check_experiment_flags(ctx, chosen)
-    settings = ScanSettings(methods=parse_methods(method), experiments=chosen, probes=probes,
+    settings = ScanSettings(methods=parse_methods(method, name="--method"), experiments=chosen, probes=probes,
                             batch_size=batch_size, max_length=max_length, draws=draws, k=k, iters=bootstrap, seed=seed)
     result = _run(model, data, out, settings, preset=preset, query_col=query_col, title_col=title_col,
                   label_col=label_col, label_map=label_map, limit=limit or None, seed=seed, overwrite=overwrite,

@@ -174,8 +174,8 @@ def _check_inputs(study, read: dict, out: Path) -> None:
 def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool) -> None:
     """`out` is a folder that is new, empty, or holds this recipe's study (any other needs --overwrite), and
     holds no input."""
-    refuse_inputs(out, recipe.input_paths())
-    check_place(out)
+    refuse_inputs(out, recipe.input_paths(), flag="--out")  # as this check's other sentences name it
+    check_place(out, "--out")
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a folder for the study and its trials.")
     if overwrite or not out.exists() or not any(p.name != LOCK_FILE for p in out.iterdir()):

@@ -54,9 +54,10 @@ def _distinct_names(names, known: tuple[str, ...], *, empty: bool) -> bool:
             and all(isinstance(n, str) and n in known for n in names))
 
 
-def parse_experiments(text: str, *, name: str = "--experiments") -> tuple[str, ...]:
+def parse_experiments(text: str, *, name: str = "parse_experiments text") -> tuple[str, ...]:
     """'all', 'none', or a comma list of numbers 1..5 or names (random, halves, layers, heads, term), each once;
-    `name` names the setting as the user wrote it (--experiments, [scan] experiments)."""
+    `name` names the setting as the user wrote it (--experiments, [scan] experiments; by default this
+    function's own argument)."""
     text = text.strip().lower()
     if text == "all":
         return EXPERIMENTS
@@ -79,7 +80,7 @@ def parse_experiments(text: str, *, name: str = "--experiments") -> tuple[str, .
     return tuple(chosen)
 
 
-def parse_methods(text: str | list[str], *, name: str = "--method") -> tuple[str, ...]:
+def parse_methods(text: str | list[str], *, name: str = "parse_methods text") -> tuple[str, ...]:
     """A comma list of criteria (evaluate.criteria), or a recipe's list of them, each named once; `name` names
     the setting as the user wrote it (--method, [scan] methods)."""
     listed = not isinstance(text, str)
@@ -102,7 +103,7 @@ EXPERIMENT_SETTINGS = {"draws": ("random", "halves", "term"), "k": ("term",)}
 
 
 def check_experiment_settings(given: dict[str, str], chosen: tuple[str, ...], *,
-                              experiments: str = "--experiments") -> None:
+                              experiments: str = "check_experiment_settings chosen") -> None:
     """Refuse a setting of `given` (setting -> its name as the user wrote it: --draws, [scan] draws) that no
     experiment of `chosen` sets up; `experiments` names the setting that chose them."""
     for key, used_by in EXPERIMENT_SETTINGS.items():

@@ -34,10 +34,11 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
 def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None:
     """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It never
     holds, or lies inside, what the recipe reads (a stage that reruns clears its folder)."""
-    refuse_inputs(out, [*pairs_files(recipe).values(), *model_folders(recipe).values(), recipe.bench.yardstick])
+    refuse_inputs(out, [*pairs_files(recipe).values(), *model_folders(recipe).values(), recipe.bench.yardstick],
+                  flag="--out")  # `headcut run`'s, as this check's other sentences name it
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; name a folder.")
-    check_place(out)
+    check_place(out, "--out")
     content = [p for p in out.iterdir() if p.name != LOCK_FILE] if out.is_dir() else []
     if content and not (out / RUN_FILE).exists() and not overwrite:
         raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
