@@ -18,7 +18,7 @@ from headcut.model_arguments import check_loaded
 from headcut.weight_files import (broken_file, check_sizes, check_weights_cover, find_weights, read_json_file, read_state,
                                   weights_counts, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
-from headcut_grader.errors import UserError, quoted, setting
+from headcut_grader.errors import UserError, named, quoted, setting
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
 from headcut_grader.optional import optional_module
 from headcut_grader.tokens import fewest_pair_tokens
@@ -499,8 +499,9 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     from transformers import AutoModelForSequenceClassification
 
     if loaded.task != "score":
-        raise UserError(f"--model {loaded.path} grades (task grades); only a one-score model (num_labels=1) can be "
-                        "written as a CrossEncoder reranker.")
+        said = named("loaded", names, section="", spelled={"flags": {"loaded": "--model"}})  # the command reads --model
+        raise UserError(f"{setting(said, loaded.path)} grades (task grades); only a one-score model (num_labels=1) "
+                        "can be written as a CrossEncoder reranker.")
     config = copy.deepcopy(loaded.model.config)
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)

@@ -365,8 +365,11 @@ def test_every_stage_takes_a_score_model_and_only_score_models_become_cross_enco
         assert stage in SCORE_STAGES
         check_stage(load_model(grader), stage)
     grades = LoadedModel(tiny_model("bert"), None, {"grades": [1, 2, 3, 4, 5]}, "g")
-    with pytest.raises(UserError, match="only a one-score model"):
+    # a Python caller is told its argument, the command its flag (was: --model for both)
+    with pytest.raises(UserError, match=r"^loaded=g grades \(task grades\); only a one-score model"):
         save_cross_encoder(grades, tmp_path / "x")
+    with pytest.raises(UserError, match=r"^--model g grades \(task grades\); only a one-score model"):
+        save_cross_encoder(grades, tmp_path / "x", names="flags")
 
 
 def test_grades_model_given_score_data_exits_2(tokenizer, tmp_path):
