@@ -1,6 +1,7 @@
 """Reading pairs: formats, presets, label maps, and one clear error per kind of bad input."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -321,3 +322,15 @@ def test_a_synthetic_draw_too_large_names_the_rows_as_its_caller_wrote_them(opti
     with pytest.raises(UserError) as caught:
         read_spec("synthetic", rows=1_000_001, **options)
     assert f"1,000,001 pairs asked for {said}; the synthetic set" in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("label_map", ["rnd", "0:1,1:3", 3, ["round"]])
+def test_a_label_map_that_is_no_map_and_not_round_is_refused_saying_what_is_accepted(tmp_path, label_map):
+    """Was: any text but 'round' (a typo, 'rnd'; the --label-map text form) was read as no map at all, silently."""
+    path = tmp_path / "p.tsv"
+    path.write_text("query\ttitle\tgrade\na\tb\t2.5\n")
+    with pytest.raises(UserError, match=rf"^label_map is {re.escape(repr(label_map))}; pass a dict of raw label -> "
+                                        r"grade \(e\.g\. .*\), 'round' to round float scores to the nearest grade, or "
+                                        r"None\.$"):
+        read_pairs(path, label_map=label_map)
+    assert list(read_pairs(path, label_map="round").labels) == [2]  # round half up: 2.5 -> grade 3, label 2

@@ -11,6 +11,7 @@ from pathlib import Path
 from headcut_grader import errors
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.files import as_path
+from headcut_grader.ranges import argument
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
@@ -97,9 +98,12 @@ def read_pairs(
 
 def _check_label_map(label_map, grades: tuple[int, ...], said: str) -> None:
     """A label map's grades are the model's, said of the map before any row is read (each row naming it would
-    blame the row)."""
-    if not isinstance(label_map, dict):
+    blame the row). Any other text than 'round' was read as no map at all (label_map='rnd')."""
+    if label_map is None or label_map == "round":
         return
+    if not isinstance(label_map, dict):
+        raise UserError(f"{said} is {argument(label_map)[:60]}; pass a dict of raw label -> grade (e.g. {{'0': 1, "
+                        "'1': 3, '2': 5}), 'round' to round float scores to the nearest grade, or None.")
     for raw, grade in label_map.items():
         if grade not in grades:
             raise UserError(f"{said} maps {quoted(raw)} to {grade}, which is "
