@@ -177,9 +177,16 @@ def test_cli_bad_input_exits_2_with_one_sentence(tmp_path):
     assert "Traceback" not in result.output
 
 
-def test_label_map_flag_errors():
-    with pytest.raises(UserError, match="--label-map item 'zero'"):
+def test_label_map_text_errors_name_the_argument_or_the_flag():
+    """Was: --label-map for a Python caller of parse_label_map too, who has no such flag."""
+    with pytest.raises(UserError, match=r"^label_map item 'zero' is not RAW:GRADE; write e\.g\. label_map=0:1,1:3,2:5 "
+                                        r"or label_map=round\.$"):
         parse_label_map("zero")
+    with pytest.raises(UserError, match=r"^label_map maps '0' twice"):
+        parse_label_map("0:1,0:2")
+    with pytest.raises(UserError, match=r"^--label-map item 'zero' is not RAW:GRADE; write e\.g\. --label-map "
+                                        r"0:1,1:3,2:5 or --label-map round\.$"):
+        parse_label_map("zero", names="flags")
 
 
 def test_real_homedepot_and_qbqtc_presets():

@@ -9,7 +9,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from headcut_grader.errors import UserError, quoted, setting
+from headcut_grader.errors import UserError, named, quoted, setting
 
 FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for where no flag or key sets them
 # One rule for every format: a query or title may hold up to MAX_TEXT_CHARS characters (a grader reads only
@@ -28,8 +28,9 @@ def whole_number(text: str, *, digits: int = 18) -> int | None:
     return int(text) if re.fullmatch(rf"-?[0-9]{{1,{digits}}}", text) else None
 
 
-def parse_label_map(text: str | None) -> dict | str | None:
-    """`--label-map` as '0:1,1:3,2:5' (raw -> grade), 'round' (float score -> nearest grade), or None."""
+def parse_label_map(text: str | None, *, names: str = "arguments") -> dict | str | None:
+    """A label map's text as '0:1,1:3,2:5' (raw -> grade), 'round' (float score -> nearest grade), or None; `names`:
+    who wrote it, as errors.named says (label_map, or a command's --label-map)."""
     if text is None or text == "":
         return None
     if text == "round":
@@ -38,12 +39,12 @@ def parse_label_map(text: str | None) -> dict | str | None:
     for item in text.split(","):
         raw, sep, grade = item.partition(":")
         if not sep or whole_number(grade.strip()) is None:
-            raise UserError(
-                f"--label-map item {quoted(item)} is not RAW:GRADE; write e.g. --label-map 0:1,1:3,2:5 or "
-                "--label-map round."
-            )
+            said = named("label_map", names, section="data")
+            raise UserError(f"{said} item {quoted(item)} is not RAW:GRADE; write e.g. {setting(said, '0:1,1:3,2:5')} "
+                            f"or {setting(said, 'round')}.")
         if raw.strip() in out:
-            raise UserError(f"--label-map maps {quoted(raw.strip())} twice; map each raw label once.")
+            raise UserError(f"{named('label_map', names, section='data')} maps {quoted(raw.strip())} twice; map each "
+                            "raw label once.")
         out[raw.strip()] = whole_number(grade.strip())
     return out
 

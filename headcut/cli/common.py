@@ -36,8 +36,8 @@ def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit
     from headcut_grader.data import parse_label_map
 
     return read_spec(path, rows=limit, seed=seed, task=task, preset=preset, query_col=query_col, title_col=title_col,
-                     label_col=label_col, label_map=parse_label_map(label_map), require_labels=require_labels,
-                     grades_fix=label_map_fix(grades), names="flags", keys=flags, grades=grades, texts_only=texts_only,
+                     label_col=label_col, label_map=parse_label_map(label_map, names="flags"),
+                     require_labels=require_labels, grades_fix=label_map_fix(grades), names="flags", keys=flags, grades=grades, texts_only=texts_only,
                      wants_gold=wants_gold)
 
 
