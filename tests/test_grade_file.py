@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from contextlib import nullcontext
 
 import pytest
 from typer.testing import CliRunner
@@ -651,6 +652,32 @@ def test_a_second_grade_on_the_out_of_a_live_one_is_refused_and_leaves_its_rows_
             assert data.read_bytes() == kept
     resumed = grade(tiny_grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume")
     assert resumed.exit_code == 0 and "graded 300 pairs" in resumed.output, resumed.output
+
+
+def test_a_python_caller_is_told_its_own_arguments_not_the_commands_flags(tiny_grader, tmp_path):
+    """Was: grade_file called from Python named `headcut grade`'s flags (--out ... is inside the input, pass --resume
+    to continue it, --chunk-rows is 200, choose another --out); now it names the call's own arguments, and the
+    command, which passes names="flags", keeps its flags (test_killed_run_resumes_to_the_same_bytes and others)."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import GradeSettings, grade_file
+    from test_run_folder import held_lock
+
+    inside = tiny_grader / "o.tsv"
+    with pytest.raises(UserError, match=rf"^out={inside} is inside the input {tiny_grader},"):
+        grade_file(tiny_grader, write_pairs(tmp_path / "p.tsv", 5), inside)
+    source = stopped_at_row_100(tiny_grader, tmp_path)
+    out = tmp_path / "o.tsv"
+    said = {}
+    for case, kwargs in {"left": {}, "changed": {"resume": True}, "locked": {"overwrite": True}}.items():
+        settings = GradeSettings(chunk_rows=200 if case == "changed" else 100)
+        with held_lock(partial_paths(out)[0]) if case == "locked" else nullcontext(), pytest.raises(UserError) as e:
+            grade_file(tiny_grader, source, out, settings=settings, **kwargs)
+        said[case] = str(e.value)
+    assert "pass resume=True to continue it, or overwrite=True to start again." in said["left"]
+    assert "chunk_rows is 200 but the interrupted run used 100; resume with the same settings, or run without " \
+           "resume=True and with overwrite=True." in said["changed"]
+    assert said["locked"].endswith("or choose another out.")
+    assert not any("--" in text for text in said.values()), said
 
 
 @pytest.mark.parametrize("name", ["grades.json", "grades.JSON"])

@@ -72,13 +72,33 @@ def kept_rows(out) -> int | None:
     return rows if isinstance(rows, int) and not isinstance(rows, bool) else None
 
 
+# where a caller spells an argument otherwise than NAME or --NAME (headcut_grader.errors.named)
+SPELLED = {"arguments": {"resume": "resume=True", "overwrite": "overwrite=True"},
+           "flags": {"grader_dir": "GRADER_DIR"}}
+
+
+def said(name: str, names: str) -> str:
+    """grade_file's argument or setting `name` as its caller wrote it: "arguments" a Python call's (out,
+    resume=True, chunk_rows), "flags" `headcut grade`'s (--out, --resume, GRADER_DIR, --chunk-rows)."""
+    return named(name, names, section="", spelled=SPELLED)
+
+
+def _afresh(names: str) -> str:
+    """How a caller starts an interrupted grade again from its first row (after "run" or "run again")."""
+    return f"without {said('resume', names)} and with {said('overwrite', names)}"
+
+
 def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettings(), resume: bool = False,
-               overwrite: bool = False, progress: Callable[[int], None] | None = None) -> GradeSummary:
-    """Grade every pair of SOURCE into OUT: query, title, [true_grade], grade, expected_grade, p<grade>..."""
+               overwrite: bool = False, progress: Callable[[int], None] | None = None,
+               names: str = "arguments") -> GradeSummary:
+    """Grade every pair of SOURCE into OUT: query, title, [true_grade], grade, expected_grade, p<grade>...
+    `names`: who called, so that messages name what they wrote (headcut_grader.errors.named): "arguments" these
+    (out, resume=True, settings' chunk_rows), "flags" `headcut grade`'s (--out, --resume, --chunk-rows)."""
     as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")
     source = as_path(source, "grade_file source", what="a pairs file's path")
     out = as_path(out, "grade_file out", what="an output file's path")
-    check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv", flag="--out")
+    check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv",
+                   flag=said("out", names))
     if settings.out_format == "json" or (settings.out_format is None and out.suffix.lower() == ".json"):
         raise UserError(f"{out}: grades are written as JSON lines, not one JSON document; name the output .jsonl "
                         f"({out.with_suffix('.jsonl')}).")
@@ -86,19 +106,21 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     # a JSON array input graded into OUT without a suffix: JSON lines, as every JSON output is
     settings = GradeSettings(**{**asdict(settings), "out_format": "jsonl" if fmt == "json" else fmt})
     task = _task(grader_dir)
-    chunks = _chunks(source, settings, task)
+    chunks = _chunks(source, settings, task, names=names)
     first = next(chunks)  # a bad file (columns, first rows) is reported before a bad grader folder, as before chunks
     grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size, backend=settings.backend)
     data, state_path = partial_paths(out)
-    state = _resumable_state(state_path, data, out, grader, settings, resume=resume, overwrite=overwrite)
+    state = _resumable_state(state_path, data, out, grader, settings, resume=resume, overwrite=overwrite,
+                             names=names)
     counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record.get("grades", [])}
     rows = done = state["rows"] if state else 0
-    chunks = _chunks(source, settings, task, start=Position(**state["position"])) if state else chain([first], chunks)
+    chunks = (_chunks(source, settings, task, start=Position(**state["position"]), names=names) if state
+              else chain([first], chunks))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)  # as every command's --out: missing folders are made
-        _no_link(data, resuming=bool(state))
+        _no_link(data, resuming=bool(state), names=names)
         with os.fdopen(os.open(data, os.O_RDWR | os.O_CREAT, 0o666), "r+b") as f:  # truncated once locked
-            _lock(f, out)
+            _lock(f, out, said("out", names))
             if not state:  # --overwrite: the last run's state must not count this run's rows
                 state_path.unlink(missing_ok=True)
             with _removed_unless_counted(data, state_path):
@@ -117,10 +139,10 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                                                      "counts": counts, "grader_sha256": _grader_id(grader),
                                                      "settings": settings.output_keys()}))
         with _removed_once_published(data, state_path, out):
-            publish_file(data, out, overwrite=overwrite, flag="--out")
+            publish_file(data, out, overwrite=overwrite, flag=said("out", names))
     except OSError as e:
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
-                        "with --resume.") from None
+                        f"with {said('resume', names)}.") from None
     return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out,
                         f"{grader.backend.name} {grader.backend.version} {grader.precision}")
 
@@ -151,7 +173,7 @@ def _removed_once_published(data: Path, state_path: Path, out: Path):
             state_path.unlink(missing_ok=True)
 
 
-def _lock(f, out: Path) -> None:
+def _lock(f, out: Path, out_said: str) -> None:
     """One grade at a time writes OUT's partial file: a second one (--resume or --overwrite) would truncate it under
     the first, which then renames a file with a hole of NUL bytes to OUT. The kernel drops the lock with its process."""
     import fcntl
@@ -159,17 +181,18 @@ def _lock(f, out: Path) -> None:
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise UserError(f"{out}: another grade is writing it; wait for it to finish, or choose another --out.") from None
+        raise UserError(f"{out}: another grade is writing it; wait for it to finish, or choose another "
+                        f"{out_said}.") from None
 
 
-def _no_link(data: Path, *, resuming: bool) -> None:
+def _no_link(data: Path, *, resuming: bool, names: str) -> None:
     """Never write through a link at the partial file's place: it may point at an input. A new run removes it; a
     resume cannot trust it."""
     if not data.is_symlink():
         return
     if resuming:
-        raise UserError(f"{data} is a link, not a partial file this command wrote; rerun with --overwrite to grade "
-                        "from the start.")
+        raise UserError(f"{data} is a link, not a partial file this command wrote; rerun with "
+                        f"{said('overwrite', names)} to grade from the start.")
     data.unlink()
 
 
@@ -182,11 +205,11 @@ def _task(grader_dir) -> str:
         return "grades"
 
 
-def _chunks(source: Path, settings: GradeSettings, task: str, *, start: Position | None = None):
+def _chunks(source: Path, settings: GradeSettings, task: str, *, start: Position | None = None, names: str):
     return iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
                       title_col=settings.title_col, label_col=settings.label_col, start=start, task=task,
                       require_labels=settings.label_col is not None,  # a named gold column must be there
-                      names="flags")  # GradeSettings' fields are `headcut-grader grade`'s flags
+                      names=names)  # GradeSettings' fields are named as grade_file's caller names them
 
 
 def _grader_id(grader: Grader) -> str:
@@ -258,11 +281,11 @@ def _is_sha256(text) -> bool:
 
 
 def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, settings: GradeSettings, *,
-                     resume: bool, overwrite: bool) -> dict | None:
+                     resume: bool, overwrite: bool, names: str) -> dict | None:
     """The interrupted run's state when --resume continues it; None to start from the first row."""
     if resume and data.exists() and not state_path.exists():
-        raise UserError(f"{out}: --resume has nothing to continue: {data.name} holds graded rows but its state file "
-                        f"{state_path.name} is missing; run without --resume and with --overwrite to start again.")
+        raise UserError(f"{out}: {said('resume', names)} has nothing to continue: {data.name} holds graded rows but "
+                        f"its state file {state_path.name} is missing; run {_afresh(names)} to start again.")
     if not state_path.exists() or not data.exists():
         return None
     state, problem = _read_state(state_path)
@@ -270,24 +293,24 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
         if overwrite:
             return None
         rows = state.get("rows", "some") if isinstance(state, dict) else "some"
-        raise UserError(f"{out}: an interrupted run left {rows} graded rows in {data.name}; pass --resume to "
-                        "continue it, or --overwrite to start again.")
+        raise UserError(f"{out}: an interrupted run left {rows} graded rows in {data.name}; pass "
+                        f"{said('resume', names)} to continue it, or {said('overwrite', names)} to start again.")
     recorded = state.get("grader_sha256") if isinstance(state, dict) else None
     if isinstance(recorded, str) and recorded != _grader_id(grader):  # before the counts: another grader counts otherwise
-        raise UserError(f"{out}: the interrupted run used another grader; resume with the same GRADER_DIR, or run "
-                        "without --resume and with --overwrite.")
+        raise UserError(f"{out}: the interrupted run used another grader; resume with the same "
+                        f"{said('grader_dir', names)}, or run {_afresh(names)}.")
     problem = problem or state_problem(state, grader.record.get("grades") or ())
     if problem:
-        raise UserError(f"the state file {state_path} is damaged ({problem}); start afresh: run again without "
-                        f"--resume and with --overwrite, or delete {state_path.name} and {data.name}.")
+        raise UserError(f"the state file {state_path} is damaged ({problem}); start afresh: run again "
+                        f"{_afresh(names)}, or delete {state_path.name} and {data.name}.")
     wanted = settings.output_keys()
     for key, value in state["settings"].items():
         if wanted.get(key) != value:
-            flag = named(key, "flags", section="settings")
-            raise UserError(f"{out}: {flag} is {wanted.get(key)!r} but the interrupted run used {value!r}; resume "
-                            "with the same flags, or run without --resume and with --overwrite.")
+            raise UserError(f"{out}: {said(key, names)} is {wanted.get(key)!r} but the interrupted run used "
+                            f"{value!r}; resume with the same {'flags' if names == 'flags' else 'settings'}, or "
+                            f"run {_afresh(names)}.")
     if data.stat().st_size < state["bytes"]:
-        raise UserError(f"{data} is shorter than its state says; run again without --resume and with --overwrite.")
+        raise UserError(f"{data} is shorter than its state says; run again {_afresh(names)}.")
     return state
 
 

@@ -44,7 +44,7 @@ def grade(
                                  threads=threads or max(1, (os.cpu_count() or 1) // workers))
         with progress_bar(None, "grading") as bar:
             summary = grade_file(grader_dir, pairs_file, out, settings=settings, resume=resume,
-                                 overwrite=overwrite, progress=bar.update)
+                                 overwrite=overwrite, progress=bar.update, names="flags")
     resumed = f", {summary.resumed_rows} of them by the interrupted run" if summary.resumed_rows else ""
     counts = f"grades: {', '.join(f'{g}: {n}' for g, n in summary.counts.items())}; " if summary.counts else ""
     typer.echo(f"graded {summary.rows} pairs{resumed} -> {out} ({counts}{summary.backend})")
