@@ -21,7 +21,7 @@ from headcut.evaluate.tasks import summary
 from headcut.models import load_model, resolve_source, save_model
 from headcut_grader.ranges import check_ranges, ranged
 from headcut.recipes import to_dict
-from headcut.run_folder import RunFolder, check_run_out
+from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
 from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_steps, check_task_keys, file_options,
                               is_finished, query_index, settings_from, train)
@@ -290,12 +290,13 @@ def _loss_fn(recipe: FinetuneRecipe, train_pairs: Pairs, queries: np.ndarray | N
 
 
 def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False, progress=None,
-             stop_after_steps: int | None = None) -> dict:
+             stop_after_steps: int | None = None, names: str = "arguments") -> dict:
     """Train, keep the best dev checkpoint, write it to `out` as an artifact. Resumable: rerun the same
-    call after an interruption and it continues from `out`.partial/checkpoint."""
-    out = Path(out)
+    call after an interruption and it continues from `out`.partial/checkpoint. `names`: who called, so that a refusal
+    of `out` names it as they did (run_folder.out_flag: out, overwrite=True; `headcut finetune`: --out, --overwrite)."""
+    out, flag = Path(out), out_flag(names)
     check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
-    check_run_out(out, overwrite=overwrite, inputs=recipe.input_paths())
+    check_run_out(out, overwrite=overwrite, inputs=recipe.input_paths(), flag=flag)
     resolve_source(recipe.model, flag="model")  # a missing model is said before the data is read
     train_pairs, dev = load_data(recipe)
     check_train_gold(recipe, train_pairs)
@@ -308,7 +309,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
     check_steps(len(encoded), settings_from(recipe))
     read = (loaded.weights_hash, train_pairs.fingerprint, dev.fingerprint)
-    folder = RunFolder.open(out, run_hash(recipe, *read), {"recipe": to_dict(recipe)}, overwrite=overwrite)
+    folder = RunFolder.open(out, run_hash(recipe, *read), {"recipe": to_dict(recipe)}, overwrite=overwrite, flag=flag)
     queries = query_index(train_pairs) if ranks_queries(recipe) else None  # ranking losses batch by query
     loss_fn = _loss_fn(recipe, train_pairs, queries)
 

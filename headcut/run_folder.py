@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, named, setting
 from headcut.evaluate.ablation import process_state
-from headcut_grader.files import (cache_home, check_out_dir, clean_stale, file_hash, path_mark, refuse_inputs,
-                                  temp_sibling, write_text)
+from headcut_grader.files import (cache_home, check_out_dir, clean_stale, file_hash, overwrite_said, path_mark,
+                                  refuse_inputs, temp_sibling, write_text)
 from headcut_grader.validation import read_small_text
 
 
@@ -25,6 +25,12 @@ def headcut_cache() -> Path:
     """Where headcut keeps what it can recompute (layer cost tables, teacher logits): $HEADCUT_CACHE, else
     $XDG_CACHE_HOME/headcut, else ~/.cache/headcut. Deleting it costs only time."""
     return cache_home("HEADCUT_CACHE", "headcut")
+
+
+def out_flag(names: str) -> str:
+    """What a run's messages call its output folder for whoever called it (headcut_grader.errors.named): `out` for a
+    Python call ("arguments"), --out for a command ("flags"); the `flag` the checks below take."""
+    return named("out", names, section="")
 
 
 def partial_folder(out: str | Path) -> Path:
@@ -47,25 +53,28 @@ class RunFolder:
         return process_state().is_main_process
 
     @classmethod
-    def open(cls, out: str | Path, run_hash: str, stamp: dict, *, overwrite: bool) -> "RunFolder":
+    def open(cls, out: str | Path, run_hash: str, stamp: dict, *, overwrite: bool, flag: str = "out") -> "RunFolder":
         """`out`.partial for the run identified by `run_hash`: reused to resume the same run, refused (or,
-        with `overwrite`, cleared) when it holds another run."""
+        with `overwrite`, cleared) when it holds another run. `flag`: how the caller named `out` (out, --out), so
+        that a refusal names it and its overwrite (overwrite=True, --overwrite) as the caller wrote them."""
         out = Path(out)
         folder = cls(out, partial_folder(out))
-        stranger = not_a_folder(folder.path, overwrite=overwrite)
+        stranger = not_a_folder(folder.path, overwrite=overwrite, flag=flag)
         stamp_file = folder.path / STAMP
         # every process reads the stamp before the main process rewrites it, so all decide alike
         other = not stranger and folder.path.exists() and stamp_file.exists() and _stamp_hash(stamp_file) != run_hash
-        other = other or (not stranger and not_a_run_folder(folder.path, overwrite=overwrite))
+        other = other or (not stranger and not_a_run_folder(folder.path, overwrite=overwrite, flag=flag))
         published = not stranger and half_published(out)
         if published and other and not overwrite:  # `out` is another run's artifact: check_out_dir's refusal
-            check_out_dir(out, overwrite=False, flag="--out")
+            check_out_dir(out, overwrite=False, flag=flag)
         if other and not overwrite:
             raise UserError(f"{folder.path} holds an unfinished run of another recipe, or of data or weights that have "
-                            f"changed since (or a damaged {stamp_file.name}); pass --overwrite to start afresh.")
+                            f"changed since (or a damaged {stamp_file.name}); pass {overwrite_said(flag)} to start "
+                            "afresh.")
         state = process_state()
         state.wait_for_everyone()
-        busy = folder._take(stranger=stranger, other=other, published=published) if state.is_main_process else None
+        busy = (folder._take(stranger=stranger, other=other, published=published, flag=flag) if state.is_main_process
+                else None)
         if _from_main(busy):  # every process stops, not only the main one
             raise UserError(busy)
         if state.is_main_process:
@@ -73,14 +82,14 @@ class RunFolder:
         state.wait_for_everyone()
         return folder
 
-    def _take(self, *, stranger: bool, other: bool, published: bool) -> str | None:
+    def _take(self, *, stranger: bool, other: bool, published: bool, flag: str) -> str | None:
         """Make and lock the folder (main process); the sentence refusing it while another live run holds it.
         Cleared only once locked, so a second run never deletes from under a live one. This run's artifact that a
         kill left published beside its folder (half_published) goes back in as best/, for publish to finish."""
         if stranger:
             self.path.unlink()  # the link or file itself, never what a link points at
         self.path.mkdir(parents=True, exist_ok=True)
-        busy = _hold(self.path)
+        busy = _hold(self.path, flag)
         if busy is None and other:
             _clear(self.path)
         elif busy is None and published:
@@ -153,37 +162,41 @@ def half_published(out: str | Path) -> bool:
     return isinstance(published, dict) and published.get("headcut.json") == file_hash(meta, length=64)
 
 
-def check_run_out(out: str | Path, *, overwrite: bool, inputs=()) -> Path:
+def check_run_out(out: str | Path, *, overwrite: bool, inputs=(), flag: str = "out") -> Path:
     """check_out_dir for the `out` of finetune or distill, before any work: an `out` that its own run folder
     published (half_published) is not refused yet; RunFolder.open, once the run is known, finishes publishing it
     for the same run, and refuses it to another. Its run folder (`out`.partial) holds no input either: the run
     writes into it and deletes it when done; a link, file or foreign folder there is refused here too (RunFolder.open
-    checks again), so before any work."""
-    out = check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs, flag="--out")
+    checks again), so before any work. `flag`: as RunFolder.open's."""
+    out = check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs, flag=flag)
     partial = partial_folder(out)
-    refuse_inputs(partial, inputs, flag=f"--out {out}: its run folder")
-    if not not_a_folder(partial, overwrite=overwrite):
-        not_a_run_folder(partial, overwrite=overwrite)
+    try:
+        refuse_inputs(partial, inputs, flag="")  # says the run folder's path alone: led by what named `out`
+    except UserError as e:
+        raise UserError(f"{setting(flag, out)}: its run folder {e}") from None
+    if not not_a_folder(partial, overwrite=overwrite, flag=flag):
+        not_a_run_folder(partial, overwrite=overwrite, flag=flag)
     return out
 
 
-def not_a_folder(path: Path, *, overwrite: bool) -> bool:
+def not_a_folder(path: Path, *, overwrite: bool, flag: str = "out") -> bool:
     """Whether `path` (out.partial, or a stage folder of `headcut run`) is a link or a file rather than a folder:
     a run writes into and deletes from its folder, so it must never follow a link elsewhere. Refused, or with
-    `overwrite` to be replaced (the caller unlinks it)."""
+    `overwrite` to be replaced (the caller unlinks it). `flag`: how the caller named its output (out, --out), so
+    that the refusal names its overwrite as the caller wrote it (overwrite=True, --overwrite)."""
     if not path.is_symlink() and (not path.exists() or path.is_dir()):
         return False
     if not overwrite:
         kind = "a link" if path.is_symlink() else "a file"
-        raise UserError(f"{path} is {kind}, not a run folder headcut made; move it away, or pass --overwrite to "
-                        "replace it (what a link points at is left alone).")
+        raise UserError(f"{path} is {kind}, not a run folder headcut made; move it away, or pass "
+                        f"{overwrite_said(flag)} to replace it (what a link points at is left alone).")
     return True
 
 
-def not_a_run_folder(path: Path, *, overwrite: bool) -> bool:
+def not_a_run_folder(path: Path, *, overwrite: bool, flag: str = "out") -> bool:
     """Whether the folder `path` (out.partial) holds what no run made: anything but the lock and the stamp's
     temporary, which a run killed before it wrote its stamp leaves. A run would write into it and delete it once
-    published, so it is refused, or with `overwrite` to be cleared."""
+    published, so it is refused, or with `overwrite` to be cleared. `flag`: as not_a_folder's."""
     try:
         names = {p.name for p in path.iterdir()}
     except (FileNotFoundError, NotADirectoryError):
@@ -192,7 +205,8 @@ def not_a_run_folder(path: Path, *, overwrite: bool) -> bool:
         return False
     if not overwrite:
         raise UserError(f"{path} is a folder that no headcut run made (it holds no {STAMP}), and a run keeps its "
-                        "checkpoints there and deletes it when done; move it away, or pass --overwrite to empty it.")
+                        f"checkpoints there and deletes it when done; move it away, or pass {overwrite_said(flag)} to "
+                        "empty it.")
     return True
 
 
@@ -203,17 +217,18 @@ _HELD: dict[str, object] = {}  # run folders this process holds the lock of, unt
 
 
 @contextmanager
-def locked(folder: Path):
-    """Hold `folder`/.lock while a run writes into `folder`; a second run on it is refused at once. The kernel
-    drops a flock when its process ends, however it ends, so a crash leaves the file but no stale lock."""
-    handle = _lock(folder)
+def locked(folder: Path, flag: str = "out"):
+    """Hold `folder`/.lock while a run writes into `folder`; a second run on it is refused at once, naming what
+    the caller named its output by, `flag` (out, --out). The kernel drops a flock when its process ends, however it
+    ends, so a crash leaves the file but no stale lock."""
+    handle = _lock(folder, flag)
     try:
         yield
     finally:
         handle.close()
 
 
-def _lock(folder: Path):
+def _lock(folder: Path, flag: str):
     import fcntl
 
     handle = open(folder / LOCK_FILE, "a")
@@ -221,17 +236,17 @@ def _lock(folder: Path):
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise UserError(f"another run is using {folder}; wait for it to finish or choose another --out.") from None
+        raise UserError(f"another run is using {folder}; wait for it to finish or choose another {flag}.") from None
     return handle
 
 
-def _hold(folder: Path) -> str | None:
+def _hold(folder: Path, flag: str) -> str | None:
     """Lock a run folder for this process until `_release`; the sentence refusing it when another run holds it."""
     key = str(folder.resolve())
     if key in _HELD:  # this process's own earlier call on the folder (interrupted in Python, then resumed)
         _HELD.pop(key).close()
     try:
-        _HELD[key] = _lock(folder)
+        _HELD[key] = _lock(folder, flag)
     except UserError as e:
         return str(e)
     return None

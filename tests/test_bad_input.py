@@ -937,7 +937,7 @@ def test_class_a_damaged_run_stamp_is_a_sentence(tmp_path):
     out = tmp_path / "teacher"
     (tmp_path / "teacher.partial").mkdir()
     (tmp_path / "teacher.partial" / "recipe.json").write_text('{"hash": "ab')  # killed mid-write
-    with pytest.raises(UserError, match="--overwrite"):
+    with pytest.raises(UserError, match="pass overwrite=True to start afresh"):
         RunFolder.open(out, "abc", {}, overwrite=False)
     assert RunFolder.open(out, "abc", {}, overwrite=True).path.is_dir()
 
@@ -1040,7 +1040,7 @@ def test_class_a_damaged_study_db_is_a_sentence(tmp_path):
     out = tmp_path / "study"
     out.mkdir()
     (out / STUDY_FILE).write_bytes(os.urandom(4096))  # a disk error, or a copy cut short
-    with pytest.raises(UserError, match=r"study.db.*--overwrite"):
+    with pytest.raises(UserError, match=r"study.db.*pass overwrite=True"):
         tune(recipe, out, trials=1)
 
 

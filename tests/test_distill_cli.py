@@ -79,11 +79,11 @@ def test_tune_refuses_to_replace_another_recipes_study_or_write_into_a_file(tiny
     tune(recipe, tmp_path / "study", trials=1)
     before = (tmp_path / "study" / "tune.json").read_text()
     changed = recipe_for(tiny_teacher, epochs=0.25, eval_every=100, tune_fields=("temperature",))
-    with pytest.raises(UserError, match="holds the study of another recipe .* pass --overwrite"):
+    with pytest.raises(UserError, match="holds the study of another recipe .* pass overwrite=True"):
         tune(changed, tmp_path / "study", trials=1)
     assert (tmp_path / "study" / "tune.json").read_text() == before
     (tmp_path / "file").write_text("mine")
-    with pytest.raises(UserError, match="--out .*file is a file; name a folder"):
+    with pytest.raises(UserError, match="^out=.*file is a file; name a folder"):
         tune(recipe, tmp_path / "file", trials=1)
     assert (tmp_path / "file").read_text() == "mine"
 

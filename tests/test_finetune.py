@@ -88,7 +88,7 @@ def test_a_kill_between_publishing_and_moving_the_run_folder_away_is_finished_by
     monkeypatch.undo()
     published = json.loads((out / "headcut.json").read_text())
     assert (tmp_path / "run.partial" / "checkpoint").is_dir() and not (tmp_path / "run.partial" / "best").exists()
-    with pytest.raises(UserError, match=f"^--out {out} is not empty; choose a new folder or pass --overwrite.$"):
+    with pytest.raises(UserError, match=f"^out={out} is not empty; choose a new folder or pass overwrite=True.$"):
         finetune(tiny_recipe(tiny_base, epochs=1, seed=1), out)
     steps = []
     again = finetune(recipe, out, progress=steps.append)

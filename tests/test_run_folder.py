@@ -81,8 +81,8 @@ def test_a_folder_at_the_run_folder_that_no_run_made_is_refused_and_kept(tmp_pat
     (partial / "best").mkdir(parents=True)
     (partial / "best" / "keep.txt").write_text("mine")
     with pytest.raises(UserError, match=r"run.partial is a folder that no headcut run made \(it holds no recipe.json\)"
-                                        r".*; move it away, or pass --overwrite to empty it\."):
-        RunFolder.open(out, "abc", {}, overwrite=False)
+                                        r".*; move it away, or pass overwrite=True to empty it\."):
+        RunFolder.open(out, "abc", {}, overwrite=False)  # from Python: its argument (a command passes --out)
     assert sorted(p.name for p in partial.rglob("*")) == ["best", "keep.txt"]
     assert sorted(p.name for p in RunFolder.open(out, "abc", {}, overwrite=True).path.iterdir()) == [LOCK_FILE,
                                                                                                      "recipe.json"]
@@ -108,7 +108,7 @@ def test_an_input_at_the_run_folder_is_refused_even_with_overwrite(tmp_path, whe
     teacher.mkdir(parents=True)
     (teacher / "config.json").write_text("{}")
     for overwrite in (False, True):
-        with pytest.raises(UserError, match=rf"^--out {tmp_path / 'run'}: its run folder {tmp_path / 'run.partial'} "
+        with pytest.raises(UserError, match=rf"^out={tmp_path / 'run'}: its run folder {tmp_path / 'run.partial'} "
                                             rf"would replace the input {teacher}; write the output somewhere else\.$"):
             check_run_out(tmp_path / "run", overwrite=overwrite, inputs=[None, str(teacher)])
     assert (teacher / "config.json").read_text() == "{}"
@@ -122,3 +122,45 @@ def test_a_foreign_run_folder_is_refused_before_any_work(tmp_path):
         check_run_out(tmp_path / "run", overwrite=False)
     check_run_out(tmp_path / "run", overwrite=True)
     assert (tmp_path / "run.partial" / "x").is_dir()  # emptied only once the run opens it
+
+
+def _entry_points():
+    """finetune, distill, distill's search and the pipeline, each as a Python call on `out` and as its command."""
+    from headcut.distill import DistillRecipe, distill
+    from headcut.distill.tune import tune
+    from headcut.finetune import FinetuneRecipe, finetune
+    from headcut.pipeline import load_pipeline, run_pipeline
+    from headcut.recipes import load_recipe
+
+    student = ["distill/minilm_bottom3_cpu", "--set", "train_data=synthetic", "--set", "teacher=minilm-l6"]
+    distilled = lambda: load_recipe(DistillRecipe, student[0], overrides=student[2::2])  # noqa: E731
+    return {
+        "finetune": (lambda out: finetune(load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu"), out),
+                     ["finetune", "finetune/minilm_synthetic_cpu"]),
+        "distill": (lambda out: distill(distilled(), out), ["distill", *student]),
+        "tune": (lambda out: tune(distilled(), out, trials=1), ["distill", *student, "--tune", "1"]),
+        "run": (lambda out: run_pipeline(load_pipeline("quickstart"), out), ["run", "quickstart"]),
+    }
+
+
+@pytest.mark.parametrize("entry", ["finetune", "distill", "tune", "run"])
+def test_a_python_caller_is_told_out_and_overwrite_a_command_its_flags(tmp_path, entry):
+    """Was: finetune(recipe, out), distill, tune and run_pipeline called from Python refused a non-empty `out` as
+    '--out OUT is not empty; ... pass --overwrite', flags that call never had; now 'out=OUT ... pass overwrite=True',
+    and each command, which passes names="flags", still says --out and --overwrite."""
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    call, command = _entry_points()[entry]
+    with pytest.raises(UserError) as e:
+        call(out)
+    said = CliRunner().invoke(app, [*command, "--out", str(out)])
+    assert str(e.value).startswith(f"out={out} is not empty") and "pass overwrite=True" in str(e.value), e.value
+    assert "--" not in str(e.value), e.value
+    assert said.exit_code == 2 and f"--out {out} is not empty" in said.output, said.output
+    assert "pass --overwrite" in " ".join(said.output.split()), said.output
+    assert (out / "keep.txt").read_text() == "mine"

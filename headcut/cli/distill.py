@@ -72,7 +72,8 @@ def distill(
             bar.write(f"trial {t['number']}: {rec.select_metric} {t['value']:.4f}  {params}")
 
         with on_interrupt(lambda: _search_left(out)), bar:
-            summary = search(rec, out, trials=tune, overwrite=overwrite, progress=progress, on_trial=on_trial)
+            summary = search(rec, out, trials=tune, overwrite=overwrite, progress=progress, on_trial=on_trial,
+                             names="flags")
         best = summary["best"]
         params = "  ".join(f"{k}={v:.4g}" for k, v in best["params"].items())
         typer.echo(f"best of {len(summary['trials'])} trials: {summary['metric']} {best['value']:.4f}  {params}")
@@ -81,7 +82,7 @@ def distill(
     from headcut.distill import distill as run
 
     with on_interrupt(training_left(out)), bar:
-        result = run(rec, out, overwrite=overwrite, progress=progress)
+        result = run(rec, out, overwrite=overwrite, progress=progress, names="flags")
     if not main_process():
         return
     t = result.training

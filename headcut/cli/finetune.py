@@ -43,7 +43,7 @@ def finetune(
     rec = load_recipe(FinetuneRecipe, recipe, overrides=overrides, kind="finetune")
     bar, progress = training_progress("training")
     with on_interrupt(training_left(out)), bar:
-        result = run(rec, out, overwrite=overwrite, progress=progress)
+        result = run(rec, out, overwrite=overwrite, progress=progress, names="flags")
     if not main_process():
         return
     if not result["finished"]:

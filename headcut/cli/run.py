@@ -85,7 +85,7 @@ def run(
     progress, close = stage_lines(max(len(s.name) for s in plan(rec)))
     with on_interrupt(lambda: f"rerun the same command to resume ({out})"):
         try:
-            result = run_pipeline(rec, out, overwrite=overwrite, progress=progress)
+            result = run_pipeline(rec, out, overwrite=overwrite, progress=progress, names="flags")
         finally:
             close()
     text = (result.out / "report.md").read_text()

@@ -32,7 +32,7 @@ from headcut.models import LoadedModel, load_model, save_model
 from headcut_grader.ranges import check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
-from headcut.run_folder import RunFolder, check_run_out, headcut_cache
+from headcut.run_folder import RunFolder, check_run_out, headcut_cache, out_flag
 from headcut.training import GRADES_FIX, check_steps, file_options, is_finished, query_index, settings_from, train
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
@@ -89,16 +89,20 @@ def _stage(progress, name: str, total: int):
 
 
 def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, progress=None,
-            stop_after_steps: int | None = None, cache_dir: str | Path | None = None) -> DistillResult:
+            stop_after_steps: int | None = None, cache_dir: str | Path | None = None,
+            names: str = "arguments") -> DistillResult:
     """Train the recipe's student, keep the best dev checkpoint, write it to `out` as an artifact.
 
     `cache_dir` holds teacher logits (default: teacher-logits/ in headcut's cache folder, so every run and
     tuning trial of the same teacher on the same pairs reads one copy; the key is in cache.py).
     `stop_after_steps` stops early, as a kill would (tests use it to check resuming).
+    `names`: who called, so that a refusal of `out` names it as they did (run_folder.out_flag: out, overwrite=True;
+    `headcut distill`: --out, --overwrite).
     """
     if cache_dir is not None:
         as_path(cache_dir, "distill cache_dir")
-    run = Distillation(recipe, as_path(out, "distill out"), overwrite=overwrite, progress=progress, cache_dir=cache_dir)
+    run = Distillation(recipe, as_path(out, "distill out"), overwrite=overwrite, progress=progress, cache_dir=cache_dir,
+                       flag=out_flag(names))
     run.setup()
     return run.train(stop_after_steps=stop_after_steps)
 
@@ -108,15 +112,16 @@ class Distillation:
     targets, losses), `_loss_step` (one batch's weighted losses, objective.LOSSES of the teacher's task) and
     `train` (the shared loop, then the dev metrics and the published artifact)."""
 
-    def __init__(self, recipe: DistillRecipe, out: Path, *, overwrite: bool, progress, cache_dir):
+    def __init__(self, recipe: DistillRecipe, out: Path, *, overwrite: bool, progress, cache_dir, flag: str = "out"):
         self.recipe, self.out, self.overwrite, self.progress, self.cache_dir = recipe, out, overwrite, progress, cache_dir
+        self.flag = flag  # what the caller named `out` by (run_folder.out_flag)
 
     # --- setup ------------------------------------------------------------------------------------------
 
     def setup(self) -> None:
         recipe = self.recipe
         check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
-        check_run_out(self.out, overwrite=self.overwrite, inputs=recipe.input_paths())
+        check_run_out(self.out, overwrite=self.overwrite, inputs=recipe.input_paths(), flag=self.flag)
         self._setup_teacher()
         self._setup_student()
         self._setup_data()
@@ -124,7 +129,7 @@ class Distillation:
         check_steps(len(self.encoded), settings_from(recipe))
         read = (self.teacher.weights_hash, self.student.loaded.weights_hash, self.pairs.fingerprint, self.dev.fingerprint)
         self.folder = RunFolder.open(self.out, run_hash(recipe, *read), {"recipe": to_dict(recipe)},
-                                     overwrite=self.overwrite)
+                                     overwrite=self.overwrite, flag=self.flag)
         self._setup_targets()
         self.before = self.folder.remember("before.json", lambda: self._dev_metrics(self.model))  # untrained, once
         self._setup_losses()

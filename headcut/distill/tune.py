@@ -18,14 +18,14 @@ from pathlib import Path
 from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import distill, with_unlabeled
 from headcut.distill.students import teacher_source
-from headcut_grader.errors import UserError
-from headcut_grader.files import as_path, check_place, file_hash, refuse_inputs, write_json
+from headcut_grader.errors import UserError, named, setting
+from headcut_grader.files import as_path, check_place, file_hash, overwrite_said, refuse_inputs, write_json
 from headcut_grader.validation import read_small_text
 from headcut.finetune import load_data, run_hash
 from headcut.models import resolve_source
 from headcut.weight_files import weights_file
 from headcut.recipes import to_dict
-from headcut.run_folder import LOCK_FILE, locked
+from headcut.run_folder import LOCK_FILE, locked, out_flag
 
 STUDY_FILE = "study.db"
 SUMMARY_FILE = "tune.json"
@@ -39,31 +39,35 @@ def study_name(recipe: DistillRecipe) -> str:
 
 
 def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool = False, progress=None,
-         on_trial=None) -> dict:
+         on_trial=None, names: str = "arguments") -> dict:
     """Run (or continue) the search until `trials` trials are complete; returns the trials and the best one.
 
     Each trial's student lands in out/trials/<hash of its recipe and inputs_read>/; `on_trial(record)` is called
-    after each trial.
+    after each trial. `names`: who called, so that a refusal names `out`, `trials` and `overwrite` as they did
+    (out, trials=0; `headcut distill --tune`: --out, --tune 0).
     """
-    out = as_path(out, "tune out")
+    out, flag = as_path(out, "tune out"), out_flag(names)
     if trials <= 0:
-        raise UserError(f"--tune {trials}: give the number of trials to run, e.g. --tune 8.")
+        said = named("trials", names, section="", spelled={"flags": {"trials": "--tune"}})
+        raise UserError(f"{setting(said, trials)}: give the number of trials to run, e.g. {setting(said, 8)}.")
     if not recipe.searched_fields:
         raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
-    _check_out(out, recipe, overwrite=overwrite)
+    _check_out(out, recipe, overwrite=overwrite, flag=flag)
     read = inputs_read(recipe)  # a bad data file is said before the study opens
     out.mkdir(parents=True, exist_ok=True)
-    with locked(out):  # a second search on `out` would delete or share the study under this one
-        return _search(recipe, out, read, trials=trials, overwrite=overwrite, progress=progress, on_trial=on_trial)
+    with locked(out, flag):  # a second search on `out` would delete or share the study under this one
+        return _search(recipe, out, read, trials=trials, overwrite=overwrite, progress=progress, on_trial=on_trial,
+                       flag=flag)
 
 
-def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwrite: bool, progress, on_trial) -> dict:
+def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwrite: bool, progress, on_trial,
+            flag: str) -> dict:
     import optuna
 
     if overwrite and (out / STUDY_FILE).exists():
         (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values and data repeat
-    study = _open_study(recipe, out)
-    _check_inputs(study, read, out)
+    study = _open_study(recipe, out, flag)
+    _check_inputs(study, read, out, flag)
     running = optuna.trial.TrialState.RUNNING
     for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
         study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
@@ -137,7 +141,7 @@ def _weights_hash(source: str, key: str) -> str | None:
     return None if weights is None else file_hash(weights)
 
 
-def _open_study(recipe: DistillRecipe, out: Path):
+def _open_study(recipe: DistillRecipe, out: Path, flag: str):
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
@@ -150,11 +154,11 @@ def _open_study(recipe: DistillRecipe, out: Path):
         )
     except SQLAlchemyError as e:
         reason = str(getattr(e, "orig", None) or e).splitlines()[0]
-        raise UserError(f"{out / STUDY_FILE} is damaged ({reason}); pass --overwrite to start a fresh study "
-                        "(finished trial folders are reused).") from None
+        raise UserError(f"{out / STUDY_FILE} is damaged ({reason}); pass {overwrite_said(flag)} to start a fresh "
+                        "study (finished trial folders are reused).") from None
 
 
-def _check_inputs(study, read: dict, out: Path) -> None:
+def _check_inputs(study, read: dict, out: Path, flag: str) -> None:
     """A new study records what its trials read; one found in `out` must have read the same (its trials' metrics
     were measured on those inputs), or it is refused before any trial runs."""
     recorded = study.user_attrs.get("inputs_read")
@@ -167,25 +171,27 @@ def _check_inputs(study, read: dict, out: Path) -> None:
         what = "made before headcut recorded the inputs its trials read"
     else:
         what = f"on other inputs ({', '.join(k for k in read if recorded.get(k) != read[k])} changed since)"
-    raise UserError(f"--out {out} holds this recipe's study {what}, whose trials' metrics this search would reuse; "
-                    "pass --overwrite to start a fresh study, or choose a new --out.")
+    raise UserError(f"{setting(flag, out)} holds this recipe's study {what}, whose trials' metrics this search would "
+                    f"reuse; pass {overwrite_said(flag)} to start a fresh study, or choose a new {flag}.")
 
 
-def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool) -> None:
+def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool, flag: str) -> None:
     """`out` is a folder that is new, empty, or holds this recipe's study (any other needs --overwrite), and
-    holds no input."""
-    refuse_inputs(out, recipe.input_paths(), flag="--out")  # as this check's other sentences name it
-    check_place(out, "--out")
+    holds no input. `flag`: what the caller named `out` by (run_folder.out_flag)."""
+    refuse_inputs(out, recipe.input_paths(), flag=flag)
+    check_place(out, flag)
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; name a folder for the study and its trials.")
+        raise UserError(f"{setting(flag, out)} is a file; name a folder for the study and its trials.")
     if overwrite or not out.exists() or not any(p.name != LOCK_FILE for p in out.iterdir()):
         return
     if not (out / STUDY_FILE).exists():
-        raise UserError(f"--out {out} is not empty and holds no study; choose a new folder or pass --overwrite.")
+        raise UserError(f"{setting(flag, out)} is not empty and holds no study; choose a new folder or pass "
+                        f"{overwrite_said(flag)}.")
     names = _study_names(out / STUDY_FILE)
     if names and study_name(recipe) not in names:
-        raise UserError(f"--out {out} holds the study of another recipe (a field other than tune_fields changed), "
-                        f"whose {SUMMARY_FILE} this search would replace; choose a new folder or pass --overwrite.")
+        raise UserError(f"{setting(flag, out)} holds the study of another recipe (a field other than tune_fields "
+                        f"changed), whose {SUMMARY_FILE} this search would replace; choose a new folder or pass "
+                        f"{overwrite_said(flag)}.")
 
 
 def _study_names(path: Path) -> list[str]:

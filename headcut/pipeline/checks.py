@@ -10,7 +10,7 @@ from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, quoted, setting
-from headcut_grader.files import check_place, refuse_inputs
+from headcut_grader.files import check_place, overwrite_said, refuse_inputs
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, given_as, key_names, sub_recipes
 from headcut.run_folder import LOCK_FILE
 from headcut.training import DATA_KEYS, same_data
@@ -19,9 +19,10 @@ RUN_FILE = "run.json"  # marks a folder as a run's
 UPSTREAM = ("<teacher>", "<pruned>")  # what sub-recipes name in place of models the run makes
 
 
-def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
-    """Everything `headcut run` checks before it writes anything; raises the first problem as a UserError."""
-    check_run_dir(out, recipe, overwrite=overwrite)
+def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str = "out") -> None:
+    """Everything `headcut run` checks before it writes anything; raises the first problem as a UserError. `flag`:
+    what the caller named `out` by (run_folder.out_flag: out, --out)."""
+    check_run_dir(out, recipe, overwrite=overwrite, flag=flag)
     check_inputs(recipe)
     check_models(recipe)
     check_gold(recipe, **run_gold(recipe))
@@ -31,17 +32,18 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool) -> None:
     check_export(recipe)
 
 
-def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool) -> None:
+def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool, flag: str = "out") -> None:
     """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It never
     holds, or lies inside, what the recipe reads (a stage that reruns clears its folder)."""
     refuse_inputs(out, [*pairs_files(recipe).values(), *model_folders(recipe).values(), recipe.bench.yardstick],
-                  flag="--out")  # `headcut run`'s, as this check's other sentences name it
+                  flag=flag)
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file; name a folder.")
-    check_place(out, "--out")
+        raise UserError(f"{setting(flag, out)} is a file; name a folder.")
+    check_place(out, flag)
     content = [p for p in out.iterdir() if p.name != LOCK_FILE] if out.is_dir() else []
     if content and not (out / RUN_FILE).exists() and not overwrite:
-        raise UserError(f"--out {out} is not empty and holds no headcut run; choose a new folder or pass --overwrite.")
+        raise UserError(f"{setting(flag, out)} is not empty and holds no headcut run; choose a new folder or pass "
+                        f"{overwrite_said(flag)}.")
 
 
 def _sub_recipes(recipe: PipelineRecipe) -> dict:

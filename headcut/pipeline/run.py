@@ -32,7 +32,7 @@ from headcut.pipeline.checks import RUN_FILE, check_run
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
 from headcut.pipeline.recipe import PipelineRecipe, as_dict, sub_recipes
 from headcut.recipes import to_dict
-from headcut.run_folder import locked, not_a_folder
+from headcut.run_folder import locked, not_a_folder, out_flag
 
 STAGE_FILE = "stage.json"
 # What a kind of stage makes from the same settings and inputs. Bump a kind's number with any change to
@@ -195,25 +195,26 @@ def _read_stage(folder: Path) -> dict:
 
 
 def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = False,
-                 progress: Callable[[dict], None] | None = None) -> RunResult:
+                 progress: Callable[[dict], None] | None = None, names: str = "arguments") -> RunResult:
     """Run (or resume, or skip through) every stage, then write report.md/report.html into `out`.
 
     `overwrite` reruns every stage from scratch. `progress(event)` gets {"stage", "state"} when a stage
     starts (running) or ends (skipped, done, failed), and {"stage", "state": "running", "done", "total",
-    "what"} as it goes. Raises what the failing stage raised, after reporting it as failed.
+    "what"} as it goes. Raises what the failing stage raised, after reporting it as failed. `names`: who called, so
+    that a refusal of `out` names it as they did (out, overwrite=True; `headcut run`: --out, --overwrite).
     """
-    out = as_path(out, "run_pipeline out").resolve()
-    check_run(recipe, out, overwrite=overwrite)
+    out, flag = as_path(out, "run_pipeline out").resolve(), out_flag(names)
+    check_run(recipe, out, overwrite=overwrite, flag=flag)
     out.mkdir(parents=True, exist_ok=True)
-    with locked(out):  # a second run on `out` would redo stages, or rerun a live one beside it
-        return _run(recipe, out, overwrite=overwrite, say=progress or (lambda event: None))
+    with locked(out, flag):  # a second run on `out` would redo stages, or rerun a live one beside it
+        return _run(recipe, out, overwrite=overwrite, say=progress or (lambda event: None), flag=flag)
 
 
-def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None]) -> RunResult:
+def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None], flag: str) -> RunResult:
     from headcut.pipeline.report import write_report
 
     stages_of_run = plan(recipe)  # reads the sub-recipe files: once
-    strangers = {s.name for s in stages_of_run if not_a_folder(out / s.folder, overwrite=overwrite)}
+    strangers = {s.name for s in stages_of_run if not_a_folder(out / s.folder, overwrite=overwrite, flag=flag)}
     if overwrite:
         _drop_unplanned(out, {s.folder for s in stages_of_run})
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "states": {}})  # marks the folder as a run's from the start
