@@ -616,16 +616,25 @@ def _pickle_only(folder, tmp_path):
                                                             "model's 64 positions; set check_max_length max_length=64"),
     (lambda m, t: m["check_comparable"](m["scorer"]("grades"), m["scorer"]("score")),
      "check_comparable reference=ref is a score model and the model a grades one"),
+    (lambda m, t: m["against_reference"](m["logits"](5), m["logits"](1), m["pairs"], reference={"path": "ref"}),
+     "against_reference reference=ref has 1 outputs and the model 5"),
+    (lambda m, t: m["tokenizer_digest"](t, grader=True), "tokenizer_digest folder={t}: no grader.json"),
+    (lambda m, t: m["tokenizer_digest"]("no/such"), "tokenizer_digest folder=no/such: no such folder"),
 ])
 def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_models, call, words):
     """Was: `--model no/such: ...` (load_model and every model reader), `--method 'nosuch'` (criterion),
-    `--max-length` (check_max_length), `--against` (check_comparable) and `pass --allow-pickle` for a Python caller,
-    who has no such flags: each library check's default names its own argument as a Python call writes it."""
+    `--max-length` (check_max_length), `--against` (check_comparable, against_reference), `--grader`
+    (tokenizer_digest) and `pass --allow-pickle` for a Python caller, who has no such flags: each library check's
+    default names its own argument as a Python call writes it."""
+    import numpy as np
+
     from headcut.batching import check_max_length
     from headcut.distill.students import load_model_meta
     from headcut.evaluate.criteria import criterion
-    from headcut.evaluate.report import Scorer, check_comparable
+    from headcut.evaluate.report import Scorer, against_reference, check_comparable
+    from headcut.export.bench import tokenizer_digest
     from headcut.models import load_model, outline, read_tokenizer, resolve_source
+    from headcut.synthetic import synthetic_pairs
     from headcut.weight_files import find_weights
     from headcut_grader.errors import UserError
 
@@ -633,6 +642,8 @@ def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_
     found = dict(load_model=load_model, resolve_source=resolve_source, read_tokenizer=read_tokenizer, outline=outline,
                  load_model_meta=load_model_meta, find_weights=find_weights, criterion=criterion,
                  check_max_length=check_max_length, check_comparable=check_comparable,
+                 against_reference=against_reference, tokenizer_digest=tokenizer_digest,
+                 logits=lambda n: np.zeros((20, n), dtype=np.float32), pairs=synthetic_pairs(20, seed=0),
                  tiny=load_model(saved_models["artifact"]).model,
                  scorer=lambda task: Scorer({"path": "ref"}, lambda pairs: None, task))
     with pytest.raises(UserError) as caught:

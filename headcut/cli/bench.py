@@ -68,10 +68,10 @@ def _check_tokenizers(models: list[str], graders: list[Path]) -> None:
     from headcut.export.bench import tokenizer_digest
     from headcut_grader.errors import UserError
 
-    first = tokenizer_digest(models[0])
+    first = tokenizer_digest(models[0], flag="--model")
     others = [*(("--model", m, False) for m in models[1:]), *(("--grader", g, True) for g in graders)]
     for flag, name, grader in others:
-        if tokenizer_digest(name, grader=grader) != first:
+        if tokenizer_digest(name, grader=grader, flag=flag) != first:
             raise UserError(f"{flag} {name} has another tokenizer than the first --model {models[0]}, and bench times "
                             "every variant on the first's token ids; bench models that share a tokenizer, or run "
                             "bench separately for each.")

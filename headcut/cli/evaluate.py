@@ -88,7 +88,8 @@ def evaluate(
         with progress_bar(len(pairs), "grading --against") as bar:
             reference_logits = reference.logits(pairs, bar.update)
         metrics["against"] = against_reference(logits, reference_logits, pairs, reference=reference.about,
-                                               iters=bootstrap, task=scorer.task, activation=scorer.activation)
+                                               iters=bootstrap, task=scorer.task, activation=scorer.activation,
+                                               flag="--against")
         typer.echo("")
         typer.echo(format_against(metrics, metrics["against"]["metrics"], metrics["against"]["model_minus_against"],
                                   against))

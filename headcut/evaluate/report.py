@@ -113,11 +113,13 @@ def check_comparable(scorer: Scorer, reference: Scorer, *, flag: str = "check_co
 
 
 def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict, iters: int = 1000,
-                      task: str = "grades", activation: str = "identity") -> dict:
-    """The reference's metrics on the same pairs, and model - reference with paired bootstrap CIs."""
+                      task: str = "grades", activation: str = "identity",
+                      flag: str = "against_reference reference") -> dict:
+    """The reference's metrics on the same pairs, and model - reference with paired bootstrap CIs; `flag`: what
+    named the reference (as check_comparable's)."""
     iters, _ = check_resampling(iters, 0, "against_reference")
     if reference_logits.shape[1] != logits.shape[1]:
-        raise UserError(f"--against {reference.get('path')} has {reference_logits.shape[1]} outputs and the model "
+        raise UserError(f"{setting(flag, reference.get('path'))} has {reference_logits.shape[1]} outputs and the model "
                         f"{logits.shape[1]}; compare a grades model with a grades model, a score model with a score one.")
     return {"model": reference, "metrics": summary(reference_logits, pairs, task=task, activation=activation),
             "model_minus_against": paired(logits, reference_logits, pairs, task=task, activation=activation,

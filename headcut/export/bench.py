@@ -111,17 +111,17 @@ def grader_backends(grader_dir: str | Path) -> list[str]:
 ID_PARTS = ("model", "added_tokens", "normalizer", "pre_tokenizer", "post_processor")
 
 
-def tokenizer_digest(folder: str | Path, *, grader: bool = False) -> str:
+def tokenizer_digest(folder: str | Path, *, grader: bool = False, flag: str = "tokenizer_digest folder") -> str:
     """A hash of how a model folder (or built-in name), or a grader folder, turns text into token ids: variants
-    with the same digest give every pair the same ids."""
+    with the same digest give every pair the same ids. `flag`: what named `folder`, for messages."""
     from headcut.models import read_tokenizer
     from headcut_grader.grader import read_record
     from headcut_grader.tokens import load_tokenizer
 
     if grader:
-        tokenizer = load_tokenizer(folder, max_length=read_record(folder, flag="--grader")["max_length"])
+        tokenizer = load_tokenizer(folder, max_length=read_record(folder, flag=flag)["max_length"])
     else:
-        tokenizer = read_tokenizer(folder)
+        tokenizer = read_tokenizer(folder, flag=flag)
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)  # a fast tokenizer wraps a `tokenizers` one
     if hasattr(backend, "to_str"):
         spec = json.loads(backend.to_str())
