@@ -942,3 +942,25 @@ def test_a_set_value_to_quote_is_refused_spelling_what_to_type_on_a_shell(load, 
             load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[item])
     assert typed in str(caught.value), str(caught.value)
     assert shlex.split(typed)[1] == item.partition("=")[0] + '="' + item.partition("=")[2] + '"'
+
+
+@pytest.mark.parametrize("teacher, said", [
+    ([], "{run}/teacher/model: no such folder"),  # a model the run made: its path in the run folder
+    (["--set", "teacher.path={run}/mine", "--set", "teacher.recipe=null"], "teacher.path={run}/mine: no such folder"),
+])
+def test_a_stage_names_the_model_it_loads_by_the_recipe_key_or_its_run_folder_path(tmp_path, teacher, said):
+    """Was: a stage loading the teacher (scan, prune, export, bench) or a student's best checkpoint said
+    'load_model source=RUN/teacher/model', the library's argument, which neither the recipe nor `headcut run` has;
+    now the recipe key that named it (teacher.path=...) or, for a model the run made, its path alone."""
+    from headcut.pipeline import stages
+    from headcut.pipeline.bench import bench
+    from headcut_grader.errors import UserError
+
+    overrides = [o.format(run=tmp_path) for o in teacher[1::2]]
+    recipe = load_pipeline("quickstart", overrides=overrides)
+    recorded = str(tmp_path / "mine") if overrides else "teacher/model"
+    ctx = stages.Context(recipe, tmp_path / "export-teacher", {"teacher": {"model": recorded}}, lambda *a: None, tmp_path)
+    for stage in (stages.scan, stages.prune, stages.export("teacher"), bench):
+        with pytest.raises(UserError) as e:
+            stage(ctx)
+        assert str(e.value).startswith(said.format(run=tmp_path)), e.value

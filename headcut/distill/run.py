@@ -256,7 +256,7 @@ class Distillation:
         result = DistillResult(is_finished(state, len(self.encoded), settings), str(folder.path), training)
         if not result.finished:
             return result
-        best = load_model(folder.best)
+        best = load_model(folder.best, flag="")  # the run's own best checkpoint: named by its path alone
         metrics = self._final_metrics(best)
         speed = None
         if recipe.measure_speed and folder.is_main:  # at the median dev length: what a deployed grader mostly sees

@@ -43,7 +43,7 @@ def bench(ctx: Context) -> dict:
     from headcut.models import load_model
 
     b, data = ctx.recipe.bench, ctx.recipe.data
-    teacher = load_model(ctx.model_of("teacher"))
+    teacher = load_model(ctx.model_of("teacher"), flag=ctx.model_key("teacher"))
     chosen = chosen_queries(ctx)  # read once: the report leaves their pairs out, and says how many
     pairs = report_pairs(ctx.recipe, chosen, data.test_rows, task=teacher.task, grades=teacher.grades)
     summarize, compared = judges(teacher, pairs, iters=b.bootstrap, seed=data.seed)
@@ -67,7 +67,7 @@ def bench(ctx: Context) -> dict:
         variant = grader_variant(name, ctx.path(record["grader"]), threads=b.threads, backend=backend)
         logits = variant.logits(pairs)
         variants.append(replace(variant, logits=lambda _pairs, cached=logits: cached))  # graded once, here
-        model = load_model(ctx.path(record["model"])).model
+        model = load_model(ctx.path(record["model"]), flag=ctx.model_key(name)).model
         rows.append({
             "name": name if backend == "onnxruntime" else f"{name} [openvino]", "backend": backend,
             "grader": record["grader"], "model": record["model"], "precision": variant.info["precision"],

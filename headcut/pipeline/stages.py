@@ -25,6 +25,12 @@ class Context:
     def model_of(self, stage: str) -> str:
         return str(self.path(self.upstream[stage]["model"]))
 
+    def model_key(self, stage: str) -> str:
+        """What a message calls `stage`'s model: the recipe key that named it (teacher.path, a teacher the run did
+        not train), or "" for one this run made, which its path in the run folder names alone (RUN/prune/model),
+        not load_model's own argument."""
+        return "teacher.path" if stage == "teacher" and self.recipe.teacher.path is not None else ""
+
     def path(self, recorded: str) -> Path:
         """A path a stage recorded: relative to the run folder (so a copied or moved run still works)."""
         return self.run_dir / recorded
@@ -73,7 +79,7 @@ def scan(ctx: Context) -> dict:
 
     s, data = ctx.recipe.scan, ctx.recipe.data
     spec = s.data or data.dev or data.test
-    loaded = load_model(ctx.model_of("teacher"))
+    loaded = load_model(ctx.model_of("teacher"), flag=ctx.model_key("teacher"))
     pairs = read(spec, data=data, rows=s.rows, seed=data.seed, task=loaded.task, grades=loaded.grades)
     settings = ScanSettings(methods=parse_methods(",".join(s.methods)), experiments=parse_experiments(s.experiments),
                             probes=s.probes, draws=s.draws, iters=s.bootstrap, seed=data.seed)
@@ -96,7 +102,7 @@ def prune(ctx: Context) -> dict:
     from headcut.prune.pipeline import prune_to_budget
 
     p, data = ctx.recipe.prune, ctx.recipe.data
-    loaded = load_model(ctx.model_of("teacher"))
+    loaded = load_model(ctx.model_of("teacher"), flag=ctx.model_key("teacher"))
     done: dict[str, int] = {}
 
     def progress(stage, n, total):
@@ -141,7 +147,7 @@ def export(source: str) -> Callable[[Context], dict]:
         from headcut.models import load_model
 
         e = ctx.recipe.export
-        loaded = load_model(ctx.model_of(source))
+        loaded = load_model(ctx.model_of(source), flag=ctx.model_key(source))
         pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows, task=loaded.task,
                              grades=loaded.grades)  # never the report's queries
         gate = Int8Gate(min_agreement=e.min_agreement, max_spearman_drift=e.max_spearman_drift, max_drop=e.max_drop)
