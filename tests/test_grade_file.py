@@ -424,6 +424,26 @@ def test_resume_refuses_a_changed_input(tiny_grader, tmp_path):
     source.write_text("".join(lines[:1] + ["changed\tquery\t3\n"] + lines[2:]))  # line 2, already graded, changed
     result = grade(tiny_grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume")
     assert result.exit_code == 2 and "has changed since the interrupted run read it" in result.output
+    assert "(run without --resume and with --overwrite)" in result.output
+
+
+def test_resume_of_a_changed_input_from_python_names_the_arguments(tiny_grader, tmp_path):
+    """Was: `grade it from the start (run without --resume, with --overwrite)` for a Python caller of grade_file,
+    who has no such flags: the seek into the changed file says what grade_file's caller writes."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import GradeSettings, grade_file
+
+    source = write_pairs(tmp_path / "pairs.tsv", 600, seed=3)
+    lines = source.read_text().splitlines(keepends=True)
+    source.write_text("".join(lines[:500] + ["x\t\t3\n"] + lines[500:]))
+    settings = GradeSettings(chunk_rows=100)
+    with pytest.raises(UserError):
+        grade_file(tiny_grader, source, tmp_path / "o.tsv", settings=settings)
+    source.write_text("".join(lines[:1] + ["changed\tquery\t3\n"] + lines[2:]))
+    with pytest.raises(UserError) as caught:
+        grade_file(tiny_grader, source, tmp_path / "o.tsv", settings=settings, resume=True)
+    assert str(caught.value).endswith("grade it from the start (run without resume=True and with overwrite=True)."), \
+        str(caught.value)
 
 
 def edit(**changes):

@@ -23,6 +23,7 @@ from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import UserError, named
 from headcut_grader.files import as_path, check_out_file, publish_file, published, write_json
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
+from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
@@ -73,7 +74,7 @@ def kept_rows(out) -> int | None:
 
 
 # where a caller spells an argument otherwise than NAME or --NAME (headcut_grader.errors.named)
-SPELLED = {"arguments": {"resume": "resume=True", "overwrite": "overwrite=True"},
+SPELLED = {"arguments": RESUME_SPELLED,
            "flags": {"grader_dir": "GRADER_DIR"}}
 
 
@@ -81,11 +82,6 @@ def said(name: str, names: str) -> str:
     """grade_file's argument or setting `name` as its caller wrote it: "arguments" a Python call's (out,
     resume=True, chunk_rows), "flags" `headcut grade`'s (--out, --resume, GRADER_DIR, --chunk-rows)."""
     return named(name, names, section="", spelled=SPELLED)
-
-
-def _afresh(names: str) -> str:
-    """How a caller starts an interrupted grade again from its first row (after "run" or "run again")."""
-    return f"without {said('resume', names)} and with {said('overwrite', names)}"
 
 
 def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettings(), resume: bool = False,
@@ -285,7 +281,7 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
     """The interrupted run's state when --resume continues it; None to start from the first row."""
     if resume and data.exists() and not state_path.exists():
         raise UserError(f"{out}: {said('resume', names)} has nothing to continue: {data.name} holds graded rows but "
-                        f"its state file {state_path.name} is missing; run {_afresh(names)} to start again.")
+                        f"its state file {state_path.name} is missing; run {afresh(names)} to start again.")
     if not state_path.exists() or not data.exists():
         return None
     state, problem = _read_state(state_path)
@@ -298,19 +294,19 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
     recorded = state.get("grader_sha256") if isinstance(state, dict) else None
     if isinstance(recorded, str) and recorded != _grader_id(grader):  # before the counts: another grader counts otherwise
         raise UserError(f"{out}: the interrupted run used another grader; resume with the same "
-                        f"{said('grader_dir', names)}, or run {_afresh(names)}.")
+                        f"{said('grader_dir', names)}, or run {afresh(names)}.")
     problem = problem or state_problem(state, grader.record.get("grades") or ())
     if problem:
         raise UserError(f"the state file {state_path} is damaged ({problem}); start afresh: run again "
-                        f"{_afresh(names)}, or delete {state_path.name} and {data.name}.")
+                        f"{afresh(names)}, or delete {state_path.name} and {data.name}.")
     wanted = settings.output_keys()
     for key, value in state["settings"].items():
         if wanted.get(key) != value:
             raise UserError(f"{out}: {said(key, names)} is {wanted.get(key)!r} but the interrupted run used "
                             f"{value!r}; resume with the same {'flags' if names == 'flags' else 'settings'}, or "
-                            f"run {_afresh(names)}.")
+                            f"run {afresh(names)}.")
     if data.stat().st_size < state["bytes"]:
-        raise UserError(f"{data} is shorter than its state says; run again {_afresh(names)}.")
+        raise UserError(f"{data} is shorter than its state says; run again {afresh(names)}.")
     return state
 
 

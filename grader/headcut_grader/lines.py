@@ -6,11 +6,21 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, named
 
 # Lines of TSV/CSV/JSON lines are read with a cap, so a file without newlines cannot fill the memory before the
 # text rule (validation.MAX_TEXT_CHARS) is reached.
 MAX_LINE_BYTES = 8_000_000
+
+# how a resumed grade's caller spells its switches otherwise than NAME or --NAME (headcut_grader.errors.named)
+RESUME_SPELLED = {"resume": "resume=True", "overwrite": "overwrite=True"}
+
+
+def afresh(names: str) -> str:
+    """How the caller of an interrupted grade (grade_file) starts it again from its first row, after "run":
+    `names` "arguments" a Python call's (resume=True, overwrite=True), "flags" `headcut grade`'s."""
+    said = {name: named(name, names, section="", spelled={"arguments": RESUME_SPELLED}) for name in RESUME_SPELLED}
+    return f"without {said['resume']} and with {said['overwrite']}"
 
 
 @dataclass(frozen=True)
@@ -73,12 +83,13 @@ class Lines:
     def position(self) -> Position:
         return Position(self.offset, self.number, self.hash.hexdigest())
 
-    def seek(self, start: Position) -> "Lines":
-        """Continue after `start`, which a run over these same bytes reported; refuse if they have changed."""
+    def seek(self, start: Position, names: str = "arguments") -> "Lines":
+        """Continue after `start`, which a run over these same bytes reported; refuse if they have changed, saying
+        how to start again as `names` (afresh) says."""
         self.hash = _prefix_hash(self.path, start.offset)
         if self.hash.hexdigest() != start.sha256:
             raise UserError(f"{self.path} has changed since the interrupted run read it; grade it from the start "
-                            "(run without --resume, with --overwrite).")
+                            f"(run {afresh(names)}).")
         self.file.seek(start.offset)
         self.number, self.offset = start.line, start.offset
         return self

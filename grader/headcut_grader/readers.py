@@ -175,7 +175,7 @@ def iter_pairs(
         if label_name is None and not texts_only and preset is not None and label_col is None:
             _refuse_unread_gold(path, preset, label_cols, columns, task=task, keys=keys)
         if start is not None and start.offset:
-            records = _records(path, lines.seek(start), fmt, header=columns)
+            records = _records(path, lines.seek(start, names), fmt, header=columns)
         else:
             records = itertools.chain([first], records)
 
