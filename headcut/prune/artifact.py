@@ -28,14 +28,11 @@ def prune_meta(source: LoadedModel, summary: dict) -> dict:
 
 
 def write_artifact(result: PruneResult, out: str | Path, *, overwrite: bool = False) -> Path:
-    """Write `out` atomically; an interrupted write leaves no folder and the source is never touched."""
+    """Write `out` atomically; an interrupted write leaves no folder, and `out` is neither the source model's folder
+    nor inside it (refused naming `out`: a command checks its --out before)."""
     out, pruned, source, summary = as_path(out, "write_artifact out"), result.pruned, result.source, result.record()
-    if out.resolve() == Path(source.path).resolve():
-        from headcut_grader.errors import UserError
-
-        raise UserError(f"--out {out} is the source model folder; choose a new folder (the input is never modified).")
     saveable = LoadedModel(pruned.model, pruned.tokenizer, {}, pruned.path, pruned.weights_hash)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, inputs=[source.path]) as tmp:  # never the source, nor inside it
         save_model(saveable, tmp, meta=prune_meta(source, summary), overwrite=True)
         shape_figure(summary["plan"], tmp / FIGURE)
         write_text(tmp / "report.md", format_report(summary, figure=FIGURE))
