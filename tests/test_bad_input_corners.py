@@ -620,6 +620,19 @@ def _pickle_only(folder, tmp_path):
      "against_reference reference=ref has 1 outputs and the model 5"),
     (lambda m, t: m["tokenizer_digest"](t, grader=True), "tokenizer_digest folder={t}: no grader.json"),
     (lambda m, t: m["tokenizer_digest"]("no/such"), "tokenizer_digest folder=no/such: no such folder"),
+    (lambda m, t: m["write_artifact"](m["pruned_from"](m["art"]), m["art"]), "out={a} would replace the input {a}"),
+    (lambda m, t: m["write_artifact"](m["pruned_from"](m["art"]), m["art"] / "sub"), "out={a}/sub is inside the "
+                                                                                      "input {a}"),
+    (lambda m, t: m["check_targets"]("x"), "targets='x' is unknown; choose one of: teacher, grades."),
+    (lambda m, t: m["check_targets"]("grades", has_gold=False, gold_name="scores"),
+     "the pairs has no scores, which targets=grades needs; use targets=teacher."),
+    (lambda m, t: m["head_importance"](*m["model"], m["unlabelled"], method="ablation"),
+     "nolabels has no grades, which head_importance method=ablation needs; use head_importance method=kl."),
+    (lambda m, t: m["scan"](m["loaded"], m["unlabelled"]), "nolabels has no grades, which ScanSettings "
+     "methods=ablation and the experiments need; pass ScanSettings(methods=('kl', 'gradient', 'fisher', 'entropy'), "
+     "experiments=())."),
+    (lambda m, t: m["scan"](m["loaded"], m["pairs"], m["ScanSettings"](experiments=("term",), k=100)),
+     "ScanSettings k=100 is more than the 8 heads of the model; pass ScanSettings(k=8) or fewer."),
 ])
 def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_models, call, words):
     """Was: `--model no/such: ...` (load_model and every model reader), `--method 'nosuch'` (criterion),
@@ -630,8 +643,13 @@ def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_
 
     from headcut.batching import check_max_length
     from headcut.distill.students import load_model_meta
-    from headcut.evaluate.criteria import criterion
+    from types import SimpleNamespace
+
+    from headcut.evaluate.criteria import check_targets, criterion, head_importance
     from headcut.evaluate.report import Scorer, against_reference, check_comparable
+    from headcut.evaluate.scan import ScanSettings, scan
+    from headcut.prune import write_artifact
+    from headcut_grader.data import Pairs
     from headcut.export.bench import tokenizer_digest
     from headcut.models import load_model, outline, read_tokenizer, resolve_source
     from headcut.synthetic import synthetic_pairs
@@ -646,9 +664,17 @@ def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_
                  logits=lambda n: np.zeros((20, n), dtype=np.float32), pairs=synthetic_pairs(20, seed=0),
                  tiny=load_model(saved_models["artifact"]).model,
                  scorer=lambda task: Scorer({"path": "ref"}, lambda pairs: None, task))
+    loaded = load_model(saved_models["artifact"])
+    synthetic = found["pairs"]
+    found.update(write_artifact=write_artifact, art=saved_models["artifact"], check_targets=check_targets,
+                 head_importance=head_importance, scan=scan, ScanSettings=ScanSettings, loaded=loaded,
+                 model=(loaded.model, loaded.tokenizer),
+                 pruned_from=lambda path: SimpleNamespace(pruned=loaded, source=SimpleNamespace(path=str(path)),
+                                                          record=dict),
+                 unlabelled=Pairs(synthetic.queries, synthetic.titles, None, synthetic.grades, "nolabels"))
     with pytest.raises(UserError) as caught:
         call(found, tmp_path)
-    assert str(caught.value).startswith(words.format(t=tmp_path)), str(caught.value)
+    assert str(caught.value).startswith(words.format(t=tmp_path, a=saved_models["artifact"])), str(caught.value)
     assert "--" not in str(caught.value)
     if "pickle" in words:
         assert "pass allow_pickle=True if you trust the source" in str(caught.value)
@@ -681,3 +707,10 @@ def test_a_python_callers_output_mistake_names_its_arguments_not_the_out_flag(tm
         assert str(caught.value).startswith(words), str(caught.value)
     refused(run("scan", "--model", saved_models["artifact"], "--data", "synthetic", "--out", full),
             f"--out {full} is not empty; choose a new folder or pass --overwrite.")
+
+
+def test_a_commands_mistake_in_a_named_library_check_still_names_its_flag(tmp_path, saved_models):
+    """The checks above name a Python call's arguments; `headcut scan` passes names='flags' and keeps its wording."""
+    refused(run("scan", "--model", saved_models["artifact"], "--data", "synthetic", "--experiments", "term",
+                "--k", "100", "--out", tmp_path / "scan"),
+            "--k 100 is more than the 8 heads of the model; pass --k 8 or fewer.")

@@ -106,7 +106,7 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     progress, close = stage_bars(len(pairs)) if state.is_main_process else (None, lambda: None)
     try:
         result = scan_model(loaded, pairs, settings, seed=seed, limit=limit, title_words=title_words,
-                            progress=progress)
+                            progress=progress, names="flags")
     finally:
         close()
     if not state.is_main_process:

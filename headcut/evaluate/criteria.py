@@ -38,16 +38,23 @@ from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
 
+def gold_name(task: str) -> str:
+    """What a model of `task` reads as gold, as a message names it: grades, or a score model's scores."""
+    return "scores" if task == "score" else "grades"
+
+
 @dataclass
 class ScoringData:
     """What criteria read: the model, its encoded pairs and their gold (None: unlabelled), and the passes they
     share, each run on first use. `targets`: Fisher's, grades or teacher (None: grades when there is gold);
+    `task`: the model's, grades or score (its gold is grades or scores);
     `neurons`: score FFN neurons too (the budget prunes need them); `progress(stage, pairs_done)`."""
 
     model: torch.nn.Module
     encoded: Encoded
     gold: np.ndarray | None
     source: str = "the pairs"
+    task: str = "grades"
     targets: str | None = None
     neurons: bool = False
     batch_size: int = 64
@@ -58,6 +65,10 @@ class ScoringData:
     @property
     def pairs(self) -> int:
         return len(self.encoded) if self.encoded is not None else self._ablation[0].shape[0]
+
+    @property
+    def gold_name(self) -> str:
+        return gold_name(self.task)
 
     @property
     def fisher_targets(self) -> str:
@@ -76,7 +87,7 @@ class ScoringData:
     def gradients(self) -> MaskGradients:
         """The one mask-gradient pass (`evaluate.fisher.mask_gradient_pass`) for `fisher_targets`."""
         targets = self.fisher_targets
-        check_targets(targets, has_gold=self.gold is not None, source=self.source)
+        check_targets(targets, has_gold=self.gold is not None, source=self.source, gold_name=self.gold_name)
         if self._gradients is None:
             labels = self.gold if targets == "grades" else None
             self._gradients = mask_gradient_pass(self.model, self.encoded, labels, targets=targets,
@@ -85,12 +96,15 @@ class ScoringData:
         return self._gradients
 
 
-def check_targets(targets: str, *, has_gold: bool = True, source: str = "the pairs") -> None:
-    """Fisher's `targets` is one of TARGETS, and `grades` comes with gold."""
+def check_targets(targets: str, *, has_gold: bool = True, source: str = "the pairs", flag: str = "targets",
+                  gold_name: str = "grades") -> None:
+    """Fisher's `targets` is one of TARGETS, and `grades` comes with gold (`gold_name`: the model's, grades or
+    scores); `flag`: the flag, recipe key or argument that named it."""
     if targets not in TARGETS:
-        raise UserError(f"--targets {quoted(targets)} is unknown; choose one of: {', '.join(TARGETS)}.")
+        raise UserError(f"{setting(flag, quoted(targets))} is unknown; choose one of: {', '.join(TARGETS)}.")
     if targets == "grades" and not has_gold:
-        raise UserError(f"{source} has no grades, which --targets grades needs; use --targets teacher.")
+        raise UserError(f"{source} has no {gold_name}, which {setting(flag, 'grades')} needs; use "
+                        f"{setting(flag, 'teacher')}.")
 
 
 @dataclass(frozen=True)
@@ -106,11 +120,12 @@ class Criterion:
     needs_gold: bool = False
     neurons: bool = False
 
-    def score(self, data: ScoringData) -> UnitScores:
+    def score(self, data: ScoringData, *, flag: str = "method") -> UnitScores:
         """The criterion's `UnitScores`: -inf where the model lacks the unit; a non-finite score of a unit it
-        has is one sentence (UserError)."""
+        has is one sentence (UserError); `flag`: the flag, recipe key or argument that chose it."""
         if self.needs_gold and data.gold is None:
-            raise UserError(f"{data.source} has no grades, which --method {self.name} needs; use --method kl.")
+            raise UserError(f"{data.source} has no {data.gold_name}, which {setting(flag, self.name)} needs; use "
+                            f"{setting(flag, 'kl')}.")
         heads, neurons = self.compute(data)
         what = f"{self.name} scores"
         heads = _checked(heads, present_heads(data.model), what, "head")
@@ -152,8 +167,9 @@ def criterion(name: str, *, flag: str = "criterion name", neurons: bool = False)
 
 def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: int = 64,
                     max_length: int | None = None, progress: Callable[[int], None] | None = None,
-                    seed: int = 0) -> torch.Tensor:
-    """Score every head of `model` on `pairs` with criterion `method`: `(num_layers, num_heads)` float32.
+                    seed: int = 0, flag: str = "head_importance method") -> torch.Tensor:
+    """Score every head of `model` on `pairs` with criterion `method`: `(num_layers, num_heads)` float32;
+    `flag`: the flag, recipe key or argument that named `method`.
 
     `progress(n)` is called as pairs finish. Deterministic: no criterion samples and the model runs in eval
     mode, so `seed` changes nothing (it is kept for callers that record it) and the caller's random state is
@@ -161,18 +177,20 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
     check_model(model, "head_importance model")
     check_tokenizer(tokenizer, "head_importance tokenizer")
     batch_size, max_length = checked_arguments("head_importance", batch_size=batch_size, max_length=max_length)
-    chosen = criterion(method, flag="head_importance method")
+    chosen = criterion(method, flag=flag)
     model.eval()
     data = ScoringData(model, encode(tokenizer, pairs, max_length=max_length, model=model), gold(pairs),
-                       source=str(pairs.source), batch_size=batch_size,
-                       progress=(lambda stage, n: progress(n)) if progress else None)
-    return chosen.score(data).heads.float()
+                       source=str(pairs.source), task="score" if model.config.num_labels == 1 else "grades",
+                       batch_size=batch_size, progress=(lambda stage, n: progress(n)) if progress else None)
+    return chosen.score(data, flag=flag).heads.float()
 
 
 def ablation_scores(model, gold: np.ndarray | None, base: np.ndarray, masked: np.ndarray, *,
                     method: str) -> torch.Tensor:
     """`ablation` or `kl` head scores, float32, from ablation logits already computed (`evaluate.ablation`)."""
-    return criterion(method, flag="ablation_scores method").score(ScoringData(model, None, gold, _ablation=(base, masked))).heads.float()
+    flag = "ablation_scores method"
+    data = ScoringData(model, None, gold, _ablation=(base, masked))
+    return criterion(method, flag=flag).score(data, flag=flag).heads.float()
 
 
 # --- the built-in criteria ------------------------------------------------------------------------

@@ -12,12 +12,12 @@ from scipy.stats import spearmanr
 from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, quoted, setting
+from headcut_grader.errors import UserError, named, quoted, setting
 from headcut_grader.ranges import argument, check_ranges, range_field
 from headcut.evaluate_arguments import argument_field, argument_range
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
-from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion
+from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion, gold_name
 from headcut.evaluate.importance import gold
 from headcut.evaluate.tasks import check_task, summary
 from headcut.model_arguments import check_loaded
@@ -191,21 +191,42 @@ def needs_gold(settings: ScanSettings) -> bool:
     return bool(settings.experiments) or any(CRITERIA[m].needs_gold for m in settings.methods)
 
 
+# where a caller of scan names a setting otherwise than NAME, --NAME or scan.NAME (headcut_grader.errors.named)
+SCAN_SPELLED = {"arguments": {"methods": "ScanSettings methods", "experiments": "ScanSettings experiments",
+                              "k": "ScanSettings k"},
+                "flags": {"methods": "--method"}}
+
+
+def scan_said(name: str, names: str) -> str:
+    """ScanSettings' `name` as scan's caller sets it: ScanSettings k, a command's --k, a run recipe's scan.k."""
+    return named(name, names, section="scan", spelled=SCAN_SPELLED)
+
+
+def passed(names: str, **values) -> str:
+    """The settings `values` as scan's caller passes them: ScanSettings(k=4, experiments=()) from Python,
+    --k 4 --experiments none for a command, scan.k=4 scan.experiments=none for a run recipe."""
+    if names == "arguments":
+        return f"ScanSettings({', '.join(f'{key}={value!r}' for key, value in values.items())})"
+    shown = {key: ",".join(value) or "none" if isinstance(value, tuple) else value for key, value in values.items()}
+    return " ".join(setting(scan_said(key, names), value) for key, value in shown.items())
+
+
 def scan_model(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, seed: int = 0,
                limit: int | None = None, title_words: list[str] | None = None,
-               progress: Callable[[str, int], None] | None = None) -> ScanResult:
+               progress: Callable[[str, int], None] | None = None, names: str = "arguments") -> ScanResult:
     """`scan`, with the provenance its outputs record; `seed`/`limit`: how `pairs` were sampled."""
-    findings = scan(loaded, pairs, settings, title_words=title_words, progress=progress)
+    findings = scan(loaded, pairs, settings, title_words=title_words, progress=progress, names=names)
     return ScanResult(findings, {"path": loaded.path, "weights_hash": loaded.weights_hash},
                       {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
                        "limit": limit})
 
 
 def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title_words: list[str] | None = None,
-         progress: Callable[[str, int], None] | None = None) -> dict:
+         progress: Callable[[str, int], None] | None = None, names: str = "arguments") -> dict:
     """Score, experiment and probe. `progress(stage, pairs_done)`: each stage is one pass over `pairs`.
     `title_words`: per pair, the title's words separated by spaces, the boundary probe's reference
-    (Chinese); without it the tokenizer's word pieces are.
+    (Chinese); without it the tokenizer's word pieces are. `names`: who chose the settings, so that a refusal
+    names them as written (`passed`).
 
     Returns {"scores": {method: (layers, heads) tensor}, "baseline", "ablation_table", "experiments",
     "probes", "correlations", "ranking", "settings"}.
@@ -218,20 +239,22 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     score = loaded.task == "score"
     if score and settings.experiments:
         raise UserError(f"the scan experiments ({', '.join(settings.experiments)}) do not support one-score models "
-                        "(task score) yet; pass --experiments none (the head scores and probes do).")
+                        f"(task score) yet; pass {passed(names, experiments=())} (the head scores and probes do).")
     if not labelled and needs_gold(settings):
-        gold_name = "scores" if score else "grades"
-        raise UserError(f"{pairs.source} has no {gold_name}, which --method ablation and the experiments need; "
-                        "pass --method kl,gradient,fisher,entropy --experiments none.")
+        raise UserError(f"{pairs.source} has no {gold_name(loaded.task)}, which "
+                        f"{setting(scan_said('methods', names), 'ablation')} and the experiments need; pass "
+                        f"{passed(names, methods=('kl', 'gradient', 'fisher', 'entropy'), experiments=())}.")
     heads = sum(heads_per_layer(model))
     if "term" in settings.experiments and settings.k > heads:
-        raise UserError(f"--k {settings.k} is more than the {heads} heads of the model; pass --k {heads} or fewer.")
+        raise UserError(f"{setting(scan_said('k', names), settings.k)} is more than the {heads} heads of the model; "
+                        f"pass {passed(names, k=heads)} or fewer.")
     stage = (lambda name: (lambda n: progress(name, n))) if progress else (lambda name: None)
     model.eval()  # no dropout: scores depend on the model and the data, not on the random state
     settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
     encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
     labels = gold(pairs)
-    data = ScoringData(model, encoded, labels, source=str(pairs.source), batch_size=settings.batch_size,
+    data = ScoringData(model, encoded, labels, source=str(pairs.source), task=loaded.task,
+                       batch_size=settings.batch_size,
                        progress=progress)
     result: dict = {"settings": settings.__dict__, "pairs": len(pairs)}
     base = single = None

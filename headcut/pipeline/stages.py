@@ -89,7 +89,8 @@ def scan(ctx: Context) -> dict:
         done[stage] = done.get(stage, 0) + n
         ctx.progress(done[stage], len(pairs), stage)
 
-    result = scan_model(loaded, pairs, settings, seed=data.seed, limit=s.rows, progress=progress)
+    result = scan_model(loaded, pairs, settings, seed=data.seed, limit=s.rows, progress=progress,
+                        names="keys")
     with atomic_dir(ctx.folder / "scan", overwrite=True) as tmp:
         images = write_scan(tmp, result.findings, model_info=result.model, data_info=result.data)
     return {"folder": ctx.rel(ctx.folder / "scan"), "figures": images, "baseline": result.findings.get("baseline"),

@@ -15,7 +15,7 @@ from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.ranges import check_arguments
 from headcut.evaluate.compare import compare_logits, compare_models
-from headcut.evaluate.criteria import ScoringData, check_targets, criterion
+from headcut.evaluate.criteria import ScoringData, check_targets, criterion, gold_name
 from headcut.evaluate.fisher import UnitScores
 from headcut.evaluate.importance import gold
 from headcut.evaluate.predict import predict_logits
@@ -95,7 +95,8 @@ def prune(
         scans.append(model)
         name = f"scoring (step {len(scans)})" if iterative else "scoring"
         return scan_scores(model, loaded.tokenizer, score_pairs, method=method, batch_size=batch_size,
-                           max_length=max_length, progress=stage(progress, name, len(score_pairs)), seed=seed)
+                           max_length=max_length, progress=stage(progress, name, len(score_pairs)), seed=seed,
+                           flag=named("method", names))
 
     head_scores = None
     if iterative:
@@ -194,8 +195,9 @@ def score_units(loaded: LoadedModel, pairs: Pairs, *, method: str = DEFAULT_METH
                 batch_size: int = 32, progress=None) -> UnitScores:
     """Heads and FFN neurons of `loaded` scored by criterion `method` (`evaluate.criteria`) on `pairs`."""
     encoded = encode(loaded.tokenizer, pairs, max_length=loaded.max_length, model=loaded.model)
-    data = ScoringData(loaded.model, encoded, gold(pairs), source=str(pairs.source), targets=targets, neurons=True,
-                       batch_size=batch_size, progress=(lambda _, n: progress(n)) if progress else None)
+    data = ScoringData(loaded.model, encoded, gold(pairs), source=str(pairs.source), task=loaded.task,
+                       targets=targets, neurons=True, batch_size=batch_size,
+                       progress=(lambda _, n: progress(n)) if progress else None)
     return criterion(method, flag="score_units method", neurons=True).score(data)
 
 
@@ -297,7 +299,7 @@ def prune_to_budget(
     check_loaded(loaded, "prune_to_budget loaded")
     steps = max(1, iterative)
     chosen = criterion(method, flag=named("method", names), neurons=True)
-    check_targets(targets)
+    check_targets(targets, flag=named("targets", names))
     if drop_layers and flops is None:
         raise UserError(f"{said['drop_layers']} plans against {said['flops']}; the latency tables do not time a "
                         f"removed layer, so drop {said['drop_layers']} or pass {said['flops']}.")
@@ -308,7 +310,8 @@ def prune_to_budget(
     check_calibration_size(pool, settings, tune=tune, names=names)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
-    check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source))
+    check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source),
+                  flag=named("targets", names), gold_name=gold_name(loaded.task))
     budget = budget_of(loaded, flops=flops, latency=latency, seq_len=seq_len, latency_batch=latency_batch,
                        latency_cache=latency_cache, latency_runtime=latency_runtime, progress=progress, notice=notice,
                        names=names)

@@ -77,12 +77,14 @@ def default_data(loaded, names: str = "arguments") -> tuple[str, dict]:
 
 
 def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, max_length: int | None = None,
-                progress=None, seed: int = 0) -> torch.Tensor:
+                progress=None, seed: int = 0, flag: str = "scan_scores method") -> torch.Tensor:
     """(num_layers, num_heads) float64 scores of criterion `method` (`evaluate.criteria`, higher = more
-    important); heads the model lacks get -inf, and a NaN score of a head it has is one sentence."""
+    important); heads the model lacks get -inf, and a NaN score of a head it has is one sentence; `flag`: what
+    named `method`."""
     from headcut.evaluate.criteria import head_importance
 
     check_model(model, "scan_scores model")
     check_tokenizer(tokenizer, "scan_scores tokenizer")
     return torch.as_tensor(head_importance(model, tokenizer, pairs, method=method, batch_size=batch_size,
-                                           max_length=max_length, progress=progress, seed=seed), dtype=torch.float64)
+                                           max_length=max_length, progress=progress, seed=seed, flag=flag),
+                           dtype=torch.float64)
