@@ -633,6 +633,12 @@ def _pickle_only(folder, tmp_path):
      "experiments=())."),
     (lambda m, t: m["scan"](m["loaded"], m["pairs"], m["ScanSettings"](experiments=("term",), k=100)),
      "ScanSettings k=100 is more than the 8 heads of the model; pass ScanSettings(k=8) or fewer."),
+    (lambda m, t: m["metrics_with_ci"](m["logits"](1), m["pairs"], task="score"), "the model is a one-score reranker "
+     "(task score), but synthetic(n=20, seed=0) holds grades; pass pairs read with task='score' (a numeric score column)"),
+    (lambda m, t: m["compare_logits"](m["logits"](1), m["logits"](1), m["pairs"]), "the model is a one-score "
+     "reranker (task score), but synthetic(n=20, seed=0) holds grades; pass pairs read with task='score'"),
+    (lambda m, t: m["metrics_with_ci"](m["logits"](5), m["scored"]), "the model grades (task grades), but scored "
+     "holds scores; pass pairs read with task='grades' (a graded column)"),
 ])
 def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_models, call, words):
     """Was: `--model no/such: ...` (load_model and every model reader), `--method 'nosuch'` (criterion),
@@ -646,7 +652,8 @@ def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_
     from types import SimpleNamespace
 
     from headcut.evaluate.criteria import check_targets, criterion, head_importance
-    from headcut.evaluate.report import Scorer, against_reference, check_comparable
+    from headcut.evaluate.compare import compare_logits
+    from headcut.evaluate.report import Scorer, against_reference, check_comparable, metrics_with_ci
     from headcut.evaluate.scan import ScanSettings, scan
     from headcut.prune import write_artifact
     from headcut_grader.data import Pairs
@@ -671,7 +678,10 @@ def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_
                  model=(loaded.model, loaded.tokenizer),
                  pruned_from=lambda path: SimpleNamespace(pruned=loaded, source=SimpleNamespace(path=str(path)),
                                                           record=dict),
-                 unlabelled=Pairs(synthetic.queries, synthetic.titles, None, synthetic.grades, "nolabels"))
+                 unlabelled=Pairs(synthetic.queries, synthetic.titles, None, synthetic.grades, "nolabels"),
+                 scored=Pairs(synthetic.queries, synthetic.titles, None, synthetic.grades, "scored",
+                              scores=[1.0] * len(synthetic)),
+                 metrics_with_ci=metrics_with_ci, compare_logits=compare_logits)
     with pytest.raises(UserError) as caught:
         call(found, tmp_path)
     assert str(caught.value).startswith(words.format(t=tmp_path, a=saved_models["artifact"])), str(caught.value)

@@ -11,14 +11,15 @@ from headcut_grader.tasks import score_values
 
 
 def check_task(task: str, pairs: Pairs, where: str) -> None:
-    """Refuse pairs whose gold does not fit the model's task, in one sentence."""
+    """Refuse pairs whose gold does not fit the model's task, in one sentence. Only a Python caller can get here:
+    every command and run reads its pairs with the model's task, so the fix names read_pairs' argument."""
     if pairs.task is None or pairs.task == task:
         return
     if task == "score":
         raise UserError(f"{where} is a one-score reranker (task score), but {pairs.source} holds grades; pass pairs "
-                        "with a numeric score column (--label-col), or use a grades model.")
-    raise UserError(f"{where} grades (task grades), but {pairs.source} holds scores; pass graded pairs "
-                    "(--label-col), or use a one-score model.")
+                        "read with task='score' (a numeric score column), or use a grades model.")
+    raise UserError(f"{where} grades (task grades), but {pairs.source} holds scores; pass pairs read with "
+                    "task='grades' (a graded column), or use a one-score model.")
 
 
 def ranking_values(logits: np.ndarray, *, task: str, grades=None, activation: str = "identity") -> np.ndarray:
