@@ -216,9 +216,23 @@ def test_without_openvino_installed_the_export_and_runtime_say_how_to_get_it(bot
     pairs.write_text("query\ttitle\ndrill\tcordless drill\n")
     done = _cli("grade", both, pairs, "--out", tmp_path / "o.tsv", "--backend", "openvino", env=env)
     assert done.returncode == 2 and "headcut-grader[openvino]" in done.stderr, done.stderr
+    assert "(or pick --backend onnxruntime)" in done.stderr, done.stderr
     # auto falls back to the portable ONNX Runtime graph
     done = _cli("grade", both, pairs, "--out", tmp_path / "o.tsv", env=env)
     assert done.returncode == 0 and "onnxruntime" in done.stdout, done.stderr
+
+
+def test_a_python_caller_without_openvino_is_told_its_backend_argument(both, monkeypatch):
+    """Was: `(or pick --backend onnxruntime)` for Grader(folder, backend="openvino"), a Python call with no flags;
+    a missing graph said `pick another --backend`."""
+    from headcut_grader import backends
+
+    monkeypatch.setattr(backends, "optional_module", lambda name: None)  # openvino not installed
+    with pytest.raises(UserError, match=r"^the OpenVINO backend needs the openvino package; run: pip install "
+                                        r"'headcut-grader\[openvino\]' \(or pass backend='onnxruntime'\)\.$"):
+        Grader(both, backend="openvino")
+    with pytest.raises(UserError, match=r"has no openvino graph .* or pick another backend\.$"):
+        backends.open_backend("openvino", both, {"precision": "fp32", "model_file": {}}, threads=1)
 
 
 def test_bad_backend_and_precision_flags_exit_2_before_loading(tmp_path):

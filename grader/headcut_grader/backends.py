@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from headcut_grader.errors import UserError, quoted, shown
+from headcut_grader.errors import UserError, named, quoted, shown
 from headcut_grader.files import file_hash
 from headcut_grader.machine import runtime_version
 from headcut_grader.optional import optional_module
@@ -73,12 +73,15 @@ def _is_digest(value) -> bool:
     return isinstance(value, str) and 16 <= len(value) <= 64 and all(c in "0123456789abcdef" for c in value)
 
 
-def open_backend(name: str, folder: Path, record: dict, *, threads: int) -> Backend:
-    """Open the `name` graph of a grader folder with `threads` threads."""
+def open_backend(name: str, folder: Path, record: dict, *, threads: int, names: str = "arguments") -> Backend:
+    """Open the `name` graph of a grader folder with `threads` threads; `names`: who chose it ("flags": a
+    command's --backend, else Grader's backend argument), so that a refusal names it as they wrote it."""
     declared = graphs(record)
     if name not in declared:
         raise UserError(f"{folder} has no {name} graph (it has: {', '.join(declared)}); export one with "
-                        f"`headcut export --backend {name}` or pick another --backend.")
+                        f"`headcut export --backend {name}` or pick another {named('backend', names, section='')}.")
+    if name == "openvino" and optional_module("openvino") is None:
+        raise no_openvino(names)
     return OPENERS[name](folder, declared[name], record, threads)
 
 
@@ -105,12 +108,18 @@ def _onnxruntime(folder: Path, graph: dict, record: dict, threads: int) -> Backe
                    lambda feed: session.run(["logits"], {k: feed[k] for k in names})[0])
 
 
+def no_openvino(names: str = "arguments") -> UserError:
+    """The sentence for OpenVINO asked for where it is not installed, naming the other backend as whoever chose
+    (`names`, as open_backend's) writes it: --backend onnxruntime, backend='onnxruntime'."""
+    other = "pick --backend onnxruntime" if names == "flags" else "pass backend='onnxruntime'"
+    return UserError(f"the OpenVINO backend needs the openvino package; run: {INSTALL['openvino']} (or {other}).")
+
+
 def openvino_core():
     """OpenVINO's runtime, or one sentence saying how to install it."""
     openvino = optional_module("openvino")
     if openvino is None:
-        raise UserError(f"the OpenVINO backend needs the openvino package; run: {INSTALL['openvino']} (or pick "
-                        "--backend onnxruntime).")
+        raise no_openvino()
     return openvino.Core()
 
 

@@ -104,7 +104,8 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     task = _task(grader_dir)
     chunks = _chunks(source, settings, task, names=names)
     first = next(chunks)  # a bad file (columns, first rows) is reported before a bad grader folder, as before chunks
-    grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size, backend=settings.backend)
+    grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size, backend=settings.backend,
+                    names=names)
     data, state_path = partial_paths(out)
     state = _resumable_state(state_path, data, out, grader, settings, resume=resume, overwrite=overwrite,
                              names=names)

@@ -276,9 +276,11 @@ def _count(name: str, value, most: int) -> int:
 class Grader:
     """An exported grader: `Grader(folder, threads=2).grade([(query, title), ...])`."""
 
-    def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32, backend: str = "auto"):
+    def __init__(self, folder: str | Path, *, threads: int = 1, batch_size: int = 32, backend: str = "auto",
+                 names: str = "arguments"):
         """`backend`: onnxruntime, openvino, or auto (the folder's graph that grades fastest on this CPU, as
-        measured at export or, on another CPU, timed here once and cached; backend_choice.py)."""
+        measured at export or, on another CPU, timed here once and cached; backend_choice.py). `names`: who chose
+        the backend, "flags" for a command's --backend (backends.open_backend)."""
         batch_size, threads = (_count(name, value, most) for name, value, most in
                                (("batch_size", batch_size, MAX_BATCH), ("threads", threads, MAX_THREADS)))
         if backend not in BACKEND_CHOICES:
@@ -300,7 +302,7 @@ class Grader:
             choice = choose_backend(self.folder, self.record, threads=threads, vocab_size=vocab_size)
         else:
             choice = Choice(backend, "asked for")
-        self.backend = open_backend(choice.backend, self.folder, self.record, threads=threads)
+        self.backend = open_backend(choice.backend, self.folder, self.record, threads=threads, names=names)
         self.backend_reason = choice.reason
         self.input_names = self.backend.input_names
         width = self._first_pass()

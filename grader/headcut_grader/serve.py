@@ -76,7 +76,8 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     limits, batching = check_serving(limits, batching)  # the CLI checked them already, naming its flags
     app = FastAPI(title="headcut grader", version="1", lifespan=_lifespan)
     state = app.state
-    state.grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size, backend=backend)
+    state.grader = Grader(grader_dir, threads=threads, batch_size=batching.batch_size, backend=backend,
+                          names="flags" if flags else "arguments")
     state.metrics = make_metrics()
     state.batcher = _batcher(state.grader.grade, state.metrics, batching)
     state.limits, state.batching, state.said = limits, batching, _said(limits, batching, flags)

@@ -74,7 +74,7 @@ def serve(
                                      Batching(max_batch, max_wait_ms, max_queue, batch_size), flags=True)
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
     # a bad folder or a damaged graph fails here with one sentence, not in every worker; auto is resolved once
-    grader = Grader(grader_dir, threads=threads, backend=backend)
+    grader = Grader(grader_dir, threads=threads, backend=backend, names="flags")
     try:  # a taken port or a mistyped host: one sentence now rather than uvicorn's log line and exit 1
         with socket.create_server((host, port)):
             pass
