@@ -633,6 +633,9 @@ def _pickle_only(folder, tmp_path):
      "experiments=())."),
     (lambda m, t: m["scan"](m["loaded"], m["pairs"], m["ScanSettings"](experiments=("term",), k=100)),
      "ScanSettings k=100 is more than the 8 heads of the model; pass ScanSettings(k=8) or fewer."),
+    (lambda m, t: m["scan"](m["loaded"], m["pairs"], m["ScanSettings"](methods=("entropy",), experiments=()),
+                            title_words=["x"] * 20), "synthetic(n=20, seed=0) row 1: the title_words words 'x' do "
+                                                     "not spell the title"),
     (lambda m, t: m["metrics_with_ci"](m["logits"](1), m["pairs"], task="score"), "the model is a one-score reranker "
      "(task score), but synthetic(n=20, seed=0) holds grades; pass pairs read with task='score' (a numeric score column)"),
     (lambda m, t: m["compare_logits"](m["logits"](1), m["logits"](1), m["pairs"]), "the model is a one-score "

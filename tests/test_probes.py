@@ -151,7 +151,7 @@ def test_seg_col_words_and_titles_are_quoted_with_their_hidden_characters(title,
     from headcut.evaluate.probes import _word_of_char
 
     with pytest.raises(UserError) as caught:
-        _word_of_char(title, words.split(), "p.tsv, line 2")
+        _word_of_char(title, words.split(), "p.tsv, line 2", "--seg-col")
     assert str(caught.value).startswith(f"p.tsv, line 2: {said}")
 
 

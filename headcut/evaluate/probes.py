@@ -51,8 +51,9 @@ def probe_inputs(tokenizer, pairs: Pairs, *, max_length: int | None = None, mode
     return ProbeInputs(encoded, special, tokenizer.sep_token_id, continues, tokens)
 
 
-def _word_of_char(title: str, words: list[str], where: str) -> list[int]:
-    """Word index of every character of `title` (-1 for whitespace), given words that spell it."""
+def _word_of_char(title: str, words: list[str], where: str, said: str = "title_words") -> list[int]:
+    """Word index of every character of `title` (-1 for whitespace), given words that spell it; `said`: what the
+    caller calls those words (title_words, --seg-col)."""
     spelled = "".join(words)
     word_ids = [w for w, word in enumerate(words) for _ in word]
     out, j = [], 0
@@ -61,26 +62,27 @@ def _word_of_char(title: str, words: list[str], where: str) -> list[int]:
             out.append(-1)
             continue
         if j >= len(spelled) or spelled[j].casefold() != ch.casefold():
-            raise UserError(f"{where}: the --seg-col words {quoted(' '.join(words))} do not spell the title "
+            raise UserError(f"{where}: the {said} words {quoted(' '.join(words))} do not spell the title "
                             f"{quoted(title)}; give the title's words separated by spaces.")
         out.append(word_ids[j])
         j += 1
     if j != len(spelled):
-        raise UserError(f"{where}: the --seg-col words {quoted(' '.join(words))} are longer than the title "
+        raise UserError(f"{where}: the {said} words {quoted(' '.join(words))} are longer than the title "
                         f"{quoted(title)}.")
     return out
 
 
 def segmented_inputs(tokenizer, pairs: Pairs, title_words: list[str], *, max_length: int | None = None,
-                     model=None) -> ProbeInputs:
+                     model=None, said: str = "title_words") -> ProbeInputs:
     """Probe inputs whose word boundaries come from `title_words` (per pair, the title's words separated
     by spaces) instead of the tokenizer: title pieces t, t+1 are one word when the last character of t
     and the first of t+1 lie in the same word (pieces map to characters through the tokenizer's offsets).
-    Only title neighbours are link candidates; the query has no reference segmentation."""
+    Only title neighbours are link candidates; the query has no reference segmentation. `said`: what the caller
+    calls `title_words` in a refusal (scan's title_words, headcut probe's --seg-col)."""
     inputs = probe_inputs(tokenizer, pairs, max_length=max_length, model=model)
     continues, candidates = [], []
     for i, (ids, title, words) in enumerate(zip(inputs.encoded.input_ids, pairs.titles, title_words)):
-        word_of = _word_of_char(title, str(words).split(), pairs.where(i))
+        word_of = _word_of_char(title, str(words).split(), pairs.where(i), said)
         alone = tokenizer(title, add_special_tokens=False, return_offsets_mapping=True)
         start = ids.index(inputs.sep_id) + 1 if inputs.sep_id in ids else len(ids)
         while start < len(ids) and ids[start] == inputs.sep_id:  # RoBERTa separates the texts with </s></s>

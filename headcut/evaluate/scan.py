@@ -194,7 +194,7 @@ def needs_gold(settings: ScanSettings) -> bool:
 # where a caller of scan names a setting otherwise than NAME, --NAME or scan.NAME (headcut_grader.errors.named)
 SCAN_SPELLED = {"arguments": {"methods": "ScanSettings methods", "experiments": "ScanSettings experiments",
                               "k": "ScanSettings k"},
-                "flags": {"methods": "--method"}}
+                "flags": {"methods": "--method", "title_words": "--seg-col"}}
 
 
 def scan_said(name: str, names: str) -> str:
@@ -278,7 +278,8 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     probes = None
     if settings.probes or "term" in settings.experiments:
         if title_words is not None:
-            inputs = segmented_inputs(tokenizer, pairs, title_words, max_length=settings.max_length, model=model)
+            inputs = segmented_inputs(tokenizer, pairs, title_words, max_length=settings.max_length, model=model,
+                                      said=scan_said("title_words", names))
         else:
             inputs = probe_inputs(tokenizer, pairs, max_length=settings.max_length, model=model)
         probes = probe_heads(model, inputs, batch_size=settings.batch_size, progress=stage("probes"))
