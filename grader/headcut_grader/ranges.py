@@ -143,7 +143,7 @@ def argument(value) -> str:
 # Bounds of settings that several commands and recipes share (one declaration each).
 MAX_THREADS = 256  # a runtime's threads: more only exhausts the process limit (tokenizers panicked at 100,000)
 MAX_BOOTSTRAP = 100_000  # resamples of a CI: beyond this the CI does not move, and the run takes hours
-MAX_BATCH = 1024  # pairs per forward pass: memory grows with it (probe: ~3 MB a pair), speed stops growing long before
+MAX_BATCH = 1024  # pairs per forward pass: memory grows with it, speed stops growing long before
 
 
 MAX_TIMED_SCORES = 2 ** 25  # batch x length^2: a timed batch's attention scores per head (1.6 GB for 12 heads)
