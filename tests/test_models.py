@@ -36,7 +36,7 @@ def test_save_refuses_non_empty_folder_and_leaves_it_alone(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    with pytest.raises(UserError, match="not empty; choose a new folder or pass --overwrite"):
+    with pytest.raises(UserError, match="not empty; choose a new folder or pass overwrite=True"):
         save_model(loaded, out)
     assert (out / "keep.txt").read_text() == "mine"
     save_model(loaded, out, overwrite=True)

@@ -163,7 +163,7 @@ def test_every_method_scores_a_pruned_model(method):
 def test_unknown_method_and_unlabelled_ablation_are_user_errors():
     model = tiny_model("bert")
     pairs = toy_pairs()
-    with pytest.raises(UserError, match="--method"):
+    with pytest.raises(UserError, match="^head_importance method='magic' is unknown"):
         head_importance(model, CharTokenizer(), pairs, method="magic")
     unlabelled = Pairs(pairs.queries, pairs.titles, None, source="q.tsv")
     with pytest.raises(UserError, match="q.tsv.*kl"):
