@@ -61,3 +61,9 @@ def __getattr__(name):
     if name in _LAZY:
         return getattr(_importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'headcut' has no attribute {name!r}")
+
+
+def __dir__():
+    """The names that load on first use too: for tab completion, help(headcut) and a misspelt name's "Did you
+    mean"."""
+    return sorted({*globals(), *_LAZY})

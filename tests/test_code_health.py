@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT
 
@@ -144,3 +147,19 @@ def test_no_library_default_names_a_command_flag():
                             default.value.startswith("--"):
                         found.append(f"{path.relative_to(ROOT)}:{default.lineno} {node.name}: {default.value!r}")
     assert not found, f"a library default names a command's flag: {found}"
+
+
+@pytest.mark.parametrize("package, misspelt, meant", [("headcut", "load_modle", "load_model"),
+                                                     ("headcut_grader", "GRADER_FORMT", "GRADER_FORMAT")])
+def test_each_package_lists_its_names_and_suggests_the_nearest_for_a_misspelt_one(package, misspelt, meant):
+    """The packages' public names load on first use (module __getattr__). Was: dir(headcut) and dir(headcut_grader)
+    listed none of them, so tab completion and help(headcut) missed them and `headcut.load_modle` raised without
+    "Did you mean: 'load_model'?". Now dir lists every name of __all__, and a misspelt one names the nearest."""
+    module = importlib.import_module(package)
+    assert [name for name in module.__all__ if name not in dir(module)] == []
+    namespace: dict = {}
+    exec(f"from {package} import *", namespace)
+    assert set(module.__all__) <= set(namespace)
+    said = subprocess.run([sys.executable, "-c", f"import {package}; {package}.{misspelt}"], capture_output=True,
+                          text=True, cwd=ROOT).stderr.splitlines()[-1]  # the interpreter's traceback, as a user sees it
+    assert said == f"AttributeError: module '{package}' has no attribute '{misspelt}'. Did you mean: '{meant}'?"

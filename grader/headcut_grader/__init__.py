@@ -23,3 +23,8 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    """The names that load on first use too: for tab completion, help() and a misspelt name's "Did you mean"."""
+    return sorted({*globals(), *_LAZY})
