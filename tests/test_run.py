@@ -434,6 +434,26 @@ def test_a_students_value_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_p
         check_students(load_pipeline(run, overrides=overrides))
 
 
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+@pytest.mark.parametrize("stage, items, words", [
+    ("prune", ["prune.flops=1e-9"], "{set}prune.flops=1e-09 allows 0 FLOPs per pair"),
+    ("export", ["export.precision=bf16", "export.backend=onnxruntime"],
+     "{set}export.precision=bf16: ONNX Runtime graders are fp32 or int8; use {set}export.backend=openvino or auto."),
+])
+def test_a_stage_names_a_key_it_refuses_as_the_user_gave_it(tiny_recipe, tmp_path, given, stage, items, words):
+    """Was: the prune and export stages named a refused key 'prune.flops=1e-09' and 'export.precision=bf16' although a
+    --set gave it; now by that --set, as the checks before any stage do (called here directly, past those checks)."""
+    from headcut.pipeline import stages
+    from headcut_grader.errors import UserError
+
+    teacher = str(tiny_recipe.parent / "base")
+    recipe, _ = given_recipe(tmp_path, given, ["teacher.recipe=null", f"teacher.path={teacher}", *items])
+    ctx = stages.Context(recipe, tmp_path / stage, {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
+    with pytest.raises(UserError) as caught:
+        (stages.prune if stage == "prune" else stages.export("teacher"))(ctx)
+    assert str(caught.value).startswith(words.format(set="--set " if given == "--set" else "")), str(caught.value)
+
+
 def given_recipe(tmp_path: Path, given: str, items: list[str]):
     """quickstart with `items` ('section.key=value') given by --set, or written into a copy of its file; and the
     words a message that names the first of them leads with: the --set, or the file."""

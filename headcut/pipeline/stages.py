@@ -11,7 +11,7 @@ from typing import Callable
 
 from headcut_grader.errors import UserError
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
-from headcut.pipeline.recipe import PipelineRecipe, sub_recipes, teacher_recipe
+from headcut.pipeline.recipe import PipelineRecipe, key_names, sub_recipes, teacher_recipe
 
 
 @dataclass
@@ -90,7 +90,7 @@ def scan(ctx: Context) -> dict:
         ctx.progress(done[stage], len(pairs), stage)
 
     result = scan_model(loaded, pairs, settings, seed=data.seed, limit=s.rows, progress=progress,
-                        names="keys")
+                        names=key_names(ctx.recipe, "scan"))
     with atomic_dir(ctx.folder / "scan", overwrite=True) as tmp:
         images = write_scan(tmp, result.findings, model_info=result.model, data_info=result.data)
     return {"folder": ctx.rel(ctx.folder / "scan"), "figures": images, "baseline": result.findings.get("baseline"),
@@ -112,15 +112,16 @@ def prune(ctx: Context) -> dict:
 
     # the library samples score_rows (seed) and calibrate rows (seed + 1) of the pool itself
     settings = PruneSettings(score_rows=p.score_rows, calibrate_rows=p.calibrate, timing=False, seed=data.seed)
+    names = key_names(ctx.recipe, "prune", model=("teacher", "path"), data=("data", "train"))  # as the user gave them
     if p.keep_ratio is not None:
         importance = ctx.path(ctx.upstream["scan"]["folder"]) / "importance.json"
         result = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=importance,
-                             method=p.method, settings=settings, progress=progress, names="keys")
+                             method=p.method, settings=settings, progress=progress, names=names)
     else:
         pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task, grades=loaded.grades)
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
                                  tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, settings=settings,
-                                 progress=progress, names="keys")
+                                 progress=progress, names=names)
     write_artifact(result, ctx.folder / "model", overwrite=True)
     return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],
             "total_heads": result.plan["total"]}
@@ -147,7 +148,7 @@ def export(source: str) -> Callable[[Context], dict]:
         from headcut.export import GateError, Int8Gate, build_grader
         from headcut.models import load_model
 
-        e = ctx.recipe.export
+        e, names = ctx.recipe.export, key_names(ctx.recipe, "export")  # as the user gave them
         loaded = load_model(ctx.model_of(source), flag=ctx.model_key(source))
         pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows, task=loaded.task,
                              grades=loaded.grades)  # never the report's queries
@@ -161,13 +162,13 @@ def export(source: str) -> Callable[[Context], dict]:
         try:
             record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend,
                                   precision=e.precision, gate=gate, threads=e.threads, overwrite=True, progress=say,
-                                  names="keys")
+                                  names=names)
         except GateError as error:
             if e.precision not in ("int8", "bf16"):
                 raise
             note = f"no {e.precision} graph passed the gate, exported fp32 ({error})"
             record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision="fp32",
-                                  gate=gate, threads=e.threads, overwrite=True, progress=say, names="keys")
+                                  gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
         return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"], "precision": record["precision"],
                 "bytes": record["model_file"]["bytes"], "note": note}
 
