@@ -375,8 +375,10 @@ def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection 
         return None
     rest = tuple((k, v) for k, v in value.items() if k not in ("recipe", "path"))
     if path is not None and rest:
-        problems.append(f"[teacher] path {path}{_from(given, 'path')} is used as it is; drop "
-                        f"{', '.join(k + _from(given, k) for k, _ in rest)} or use recipe:")
+        keys = " and ".join(k + _from(given, k) for k, _ in rest)
+        problems.append(f"[teacher] path {path}{_from(given, 'path')} is used as it is; drop {keys}, or train a "
+                        f"teacher with {'it' if len(rest) == 1 else 'them'} instead (--set teacher.recipe=NAME "
+                        "--set teacher.path=null)")
         return None
     return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest)
 
