@@ -305,7 +305,7 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["prune.tune=false", "prune.tune_fit=weights"],
      ["[prune] tune_fit chooses what mask tuning fits, and [prune] tune: false turns tuning off; drop one of them"]),
     (["data.test=nowhere/test.tsv", "scan.data=nowhere/scan.tsv"],
-     ["--set data.test=nowhere/test.tsv, --set scan.data=nowhere/scan.tsv: no such file"]),
+     ["--set data.test=nowhere/test.tsv and --set scan.data=nowhere/scan.tsv: no such files"]),
     # a student named as another grader would take its export and its report row; two that differ in case or
     # by a dot would share one folder
     (["distill.teacher.recipe=distill/minilm_synthetic_cpu"], ["student name 'teacher' is the run's teacher grader"]),
@@ -522,7 +522,7 @@ def test_an_export_precision_this_machine_refuses_is_named_as_the_user_gave_it(t
 @pytest.mark.parametrize("items, words", [
     (["data.test=nowhere.tsv"], "data.test=nowhere.tsv: no such file; pass an existing pairs file"),
     (["data.test=nowhere.tsv", "scan.data=nowhere/scan.tsv"],
-     "data.test=nowhere.tsv, {set}scan.data=nowhere/scan.tsv: no such file"),
+     "data.test=nowhere.tsv and {set}scan.data=nowhere/scan.tsv: no such files"),
     (["data.test=synthetic:0"], "data.test=synthetic:0 holds the pairs of data.train=synthetic{quickstart}, so the "
                                 "report would grade training pairs"),
 ])
@@ -535,9 +535,28 @@ def test_a_pairs_file_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, giv
     recipe, lead = given_recipe(tmp_path, given, items)
     with pytest.raises(UserError) as caught:
         check_inputs(recipe)
-    quickstart = f" in {ROOT / 'headcut' / 'recipes' / 'run' / 'quickstart.yaml'}" if given == "--set" else ""
+    quickstart = f" (in {ROOT / 'headcut' / 'recipes' / 'run' / 'quickstart.yaml'})" if given == "--set" else ""
     assert str(caught.value).startswith(lead + words.format(set=lead if given == "--set" else "",
                                                             quickstart=quickstart)), str(caught.value)
+
+
+@pytest.mark.parametrize("in_file, by_set, words", [
+    ("scan.data=nowhere/scan.tsv", "data.test=nowhere.tsv",
+     "--set data.test=nowhere.tsv and scan.data=nowhere/scan.tsv (in {file}): no such files; pass"),
+    ("data.test=nowhere.tsv", "scan.data=nowhere/scan.tsv",
+     "data.test=nowhere.tsv (in {file}) and --set scan.data=nowhere/scan.tsv: no such files; pass"),
+])
+def test_missing_pairs_files_from_a_set_and_the_run_recipe_each_say_where_they_came_from(tmp_path, in_file, by_set,
+                                                                                        words):
+    """Was: '--set data.test=a, scan.data=b in run.yaml: no such file', read as both from the --set, or as a file
+    (run.yaml: data.test=a, --set scan.data=b) that holds a --set; now each is named as given, its file in brackets."""
+    from headcut.pipeline.checks import check_inputs
+    from headcut_grader.errors import UserError
+
+    given_recipe(tmp_path, "run recipe", [in_file])
+    with pytest.raises(UserError) as caught:
+        check_inputs(load_pipeline(tmp_path / "run.yaml", overrides=[by_set]))
+    assert str(caught.value).startswith(words.format(file=tmp_path / "run.yaml")), str(caught.value)
 
 
 @pytest.mark.parametrize("given", ["--set", "run recipe"])

@@ -79,9 +79,11 @@ def check_inputs(recipe: PipelineRecipe) -> None:
     after the teacher and the students have trained)."""
     missing = {key: value for key, value in pairs_files(recipe).items() if not Path(value).is_file()}
     if missing:
-        where = given_as(recipe, *key_path(next(iter(missing))))[1]
-        listed = ", ".join(said(recipe, key, value, at=where) for key, value in missing.items())
-        raise UserError(f"{_at(where)}{listed}: no such file; pass an existing pairs file with --set (or synthetic).")
+        wheres = {given_as(recipe, *key_path(key))[1] for key in missing}
+        where = wheres.pop() if len(wheres) == 1 else ""  # the file that holds them all leads; else each says its own
+        listed = " and ".join(said(recipe, key, value, at=where) for key, value in missing.items())
+        raise UserError(f"{_at(where)}{listed}: no such file{'s' if len(missing) > 1 else ''}; pass an existing "
+                        "pairs file with --set (or synthetic).")
     check_test_apart(recipe)
 
 
@@ -95,7 +97,7 @@ def said(recipe: PipelineRecipe, key: str, value, *, at: str = "") -> str:
     """Run key `key` and its value as the user gave them (a --set, or the key in its file), with the file that holds
     it where that is not `at`, the file the message leads with."""
     name, where = given_as(recipe, *key_path(key))
-    return setting(name, value) + (f" in {where}" if where and where != at else "")
+    return setting(name, value) + (f" (in {where})" if where and where != at else "")
 
 
 def _at(where: str) -> str:
