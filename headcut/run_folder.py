@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut_grader.errors import UserError, named, setting
+from headcut_grader.errors import UserError, led, named, setting
 from headcut.evaluate.ablation import process_state
 from headcut_grader.files import (cache_home, check_out_dir, clean_stale, file_hash, overwrite_said, path_mark,
                                   refuse_inputs, temp_sibling, write_text)
@@ -173,7 +173,7 @@ def check_run_out(out: str | Path, *, overwrite: bool, inputs=(), flag: str = "o
     try:
         refuse_inputs(partial, inputs, flag="")  # says the run folder's path alone: led by what named `out`
     except UserError as e:
-        raise UserError(f"{setting(flag, out)}: its run folder {e}") from None
+        raise led(e, f"{setting(flag, out)}: its run folder ") from None
     if not not_a_folder(partial, overwrite=overwrite, flag=flag):
         not_a_run_folder(partial, overwrite=overwrite, flag=flag)
     return out

@@ -540,6 +540,19 @@ def test_a_pairs_file_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, giv
                                                             quickstart=quickstart)), str(caught.value)
 
 
+def test_a_refusal_led_by_the_run_recipe_file_keeps_its_own_class(tmp_path):
+    """Was: named_in re-raised a ParityError or GateError it led with the run recipe's file as a plain UserError, so
+    a caller that told them apart (the export stage falls back to fp32 on a GateError) no longer could."""
+    from headcut.export import GateError
+    from headcut.pipeline.checks import named_in
+
+    recipe, lead = given_recipe(tmp_path, "run recipe", ["export.precision=int8"])
+    with pytest.raises(GateError) as caught:
+        with named_in(recipe, "export", "precision"):
+            raise GateError("no int8 graph passed the gate")
+    assert str(caught.value) == f"{lead}no int8 graph passed the gate"
+
+
 @pytest.mark.parametrize("in_file, by_set, words", [
     ("scan.data=nowhere/scan.tsv", "data.test=nowhere.tsv",
      "--set data.test=nowhere.tsv and scan.data=nowhere/scan.tsv (in {file}): no such files; pass"),

@@ -3,11 +3,20 @@
 Library code raises `UserError` with one sentence that names the file, line, column or flag and says
 how to fix it; the CLI turns it into that sentence on stderr and exit code 2 (no traceback).
 """
+import copy
 import json
 
 
 class UserError(Exception):
     """A problem with the user's input (file, flag, model) that they can fix."""
+
+
+def led(error: UserError, lead: str) -> UserError:
+    """`error` with its sentence led by `lead` (the file that holds what it names), of its own class (a GateError
+    stays one), to raise in its place."""
+    again = copy.copy(error)
+    again.args = (f"{lead}{error}",)
+    return again
 
 
 def setting(name: str, value) -> str:

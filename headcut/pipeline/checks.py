@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
-from headcut_grader.errors import UserError, quoted, setting
+from headcut_grader.errors import UserError, led, quoted, setting
 from headcut_grader.files import check_place, overwrite_said, refuse_inputs
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, given_as, key_names, sub_recipes
 from headcut.run_folder import LOCK_FILE
@@ -213,7 +213,7 @@ def named_in(recipe: PipelineRecipe, *path: str):
     except UserError as e:
         if not where:
             raise
-        raise UserError(f"{where}: {e}") from None
+        raise led(e, f"{where}: ") from None
 
 
 def teacher_outline(recipe: PipelineRecipe):
