@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from conftest import ROOT, process_alive, spawned_children, wait_until
 from headcut.cli.main import app
 from headcut.synthetic import synthetic_pairs
-from headcut_grader.grade_file import partial_paths
+from headcut_grader.grade_file import GradeSettings, partial_paths
 from test_export import make_tiny_grader
 
 
@@ -711,3 +711,28 @@ def test_an_output_named_json_is_refused_as_grades_are_json_lines(tiny_grader, t
     assert f"({tmp_path / 'grades.jsonl'})" in said
     assert list(tmp_path.iterdir()) == [source]  # nothing written, no partial files
     assert grade(tiny_grader, source, "--out", tmp_path / "grades.jsonl").exit_code == 0
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"threads": 2}, "settings is {'threads': 2}; pass a headcut_grader.grade_file.GradeSettings(...)."),
+    (None, "settings is None; pass a headcut_grader.grade_file.GradeSettings(...)."),
+    (GradeSettings(chunk_rows=0), "settings.chunk_rows is 0; it must be a whole number in [1, 10000000]."),
+    (GradeSettings(chunk_rows=float("nan")),
+     "settings.chunk_rows is nan; it must be a whole number in [1, 10000000]."),
+    (GradeSettings(workers=0), "settings.workers is 0; it must be a whole number in [1, 256]."),
+    (GradeSettings(workers=10**12), "settings.workers is 1000000000000; it must be a whole number in [1, 256]."),
+    (GradeSettings(threads="2"), "settings.threads is '2'; it must be a whole number in [1, 256]."),
+    (GradeSettings(out_format="xml"),
+     "settings.out_format is 'xml'; use one of: tsv, csv, jsonl (or None: from out's suffix)."),
+])
+def test_grade_file_from_python_checks_its_settings_before_any_work(tiny_grader, tmp_path, settings, words):
+    """Was: settings={'threads': 2} an AttributeError, workers=0 a ValueError and workers=10**12 an OverflowError
+    from the process pool, chunk_rows=0 graded anyway, and out_format='xml' wrote CSV into out."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import grade_file
+
+    source = write_pairs(tmp_path / "pairs.tsv", 5)
+    with pytest.raises(UserError) as e:
+        grade_file(tiny_grader, source, tmp_path / "o.tsv", settings=settings)
+    assert str(e.value) == words
+    assert list(tmp_path.iterdir()) == [source]

@@ -12,7 +12,7 @@ import signal
 from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from itertools import chain
 from pathlib import Path
 from typing import Callable
@@ -25,6 +25,8 @@ from headcut_grader.files import as_path, check_out_file, publish_file, publishe
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
+from headcut_grader.ranges import (MAX_BATCH, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS, argument,
+                                   checked_number, ranged)
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -34,15 +36,16 @@ STATE_FORMAT = 2  # 2: the state carries a checksum of itself
 class GradeSettings:
     """What decides the output's bytes (a resumed run must use the same) and how the work is spread."""
 
-    chunk_rows: int = 10_000  # pairs read, graded and written at a time: memory grows with this, not the file
-    batch_size: int = 32
+    chunk_rows: int = ranged(10_000, 1, MAX_CHUNK_ROWS)  # pairs read, graded and written at a time: memory grows
+    # with this, not the file
+    batch_size: int = ranged(32, 1, MAX_BATCH)
     preset: str | None = None
     query_col: str | None = None
     title_col: str | None = None
     label_col: str | None = None
     out_format: str | None = None  # None: from OUT's suffix, else the input's
-    workers: int = 1  # processes, each with its own Grader
-    threads: int = 1  # runtime threads per process
+    workers: int = ranged(1, 1, MAX_WORKERS)  # processes, each with its own Grader
+    threads: int = ranged(1, 1, MAX_THREADS)  # runtime threads per process
     backend: str = "auto"  # onnxruntime, openvino, or auto (the grader's fastest on this CPU)
 
     def output_keys(self) -> dict:
@@ -95,6 +98,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     out = as_path(out, "grade_file out", what="an output file's path")
     check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv",
                    flag=said("out", names))
+    settings = checked_settings(settings, names)
     if settings.out_format == "json" or (settings.out_format is None and out.suffix.lower() == ".json"):
         raise UserError(f"{out}: grades are written as JSON lines, not one JSON document; name the output .jsonl "
                         f"({out.with_suffix('.jsonl')}).")
@@ -142,6 +146,27 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                         f"with {said('resume', names)}.") from None
     return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out,
                         f"{grader.backend.name} {grader.backend.version} {grader.precision}")
+
+
+OUT_FORMATS = ("tsv", "csv", "jsonl")
+
+
+def checked_settings(settings, names: str) -> GradeSettings:
+    """`settings` with its numbers as plain ints, after checking its type, each number's range and the output
+    format, so a bad one is one sentence before any work (was: an AttributeError, the process pool's ValueError)."""
+    if not isinstance(settings, GradeSettings):
+        raise UserError(f"settings is {argument(settings)[:60]}; pass a headcut_grader.grade_file.GradeSettings(...).")
+    numbers = {f.name: checked_number(getattr(settings, f.name), _setting(f.name, names), f.metadata["range"],
+                                      whole=True) for f in fields(settings) if "range" in f.metadata}
+    if settings.out_format not in (None, "json", *OUT_FORMATS):  # json: refused by name in grade_file
+        raise UserError(f"{_setting('out_format', names)} is {argument(settings.out_format)[:60]}; use one of: "
+                        f"{', '.join(OUT_FORMATS)} (or None: from out's suffix).")
+    return replace(settings, **numbers)
+
+
+def _setting(name: str, names: str) -> str:
+    """A GradeSettings field as a message names it: settings.workers from Python, --workers from the command."""
+    return said(name, names) if names == "flags" else f"settings.{name}"
 
 
 @contextmanager

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.ranges import MAX_BATCH, MAX_THREADS
+from headcut_grader.ranges import MAX_BATCH, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number,
                                        on_interrupt, progress_bar, user_errors, written_whole)
 
@@ -18,13 +18,13 @@ def grade(
     out: Path = typer.Option(..., "--out", "-o", help="Where to write grades (same format as the input unless the suffix says: .tsv, .csv or .jsonl; JSON "
                      "input is written as JSON lines)."),
     workers: int = number(1, "--workers", help="Grading processes, one grader each; about one per 1-2 cores",
-                          low=1, high=256),
+                          low=1, high=MAX_WORKERS),
     threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
                                low=1, high=MAX_THREADS, kind=int),
     backend: str = BACKEND,
     batch_size: int = number(32, "--batch-size", help="Pairs per forward pass", low=1, high=MAX_BATCH),
     chunk_rows: int = number(10_000, "--chunk-rows", help="Pairs read, graded and written at a time; memory grows "
-                             "with this, never with the file", low=1, high=10_000_000),
+                             "with this, never with the file", low=1, high=MAX_CHUNK_ROWS),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of this command after its last "
                                 "finished chunk (the output equals an uninterrupted run's)."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,

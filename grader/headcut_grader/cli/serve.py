@@ -11,7 +11,7 @@ import typer
 
 from headcut_grader.backends import INSTALL
 from headcut_grader.cli.common import BACKEND, Opt, field_option, number, user_errors
-from headcut_grader.ranges import MAX_THREADS
+from headcut_grader.ranges import MAX_THREADS, MAX_WORKERS
 from headcut_grader.serve import Batching, Limits
 
 # uvicorn closes a connection idle for 5 s, the very expiry of httpx's pool: a client reusing one just then got
@@ -26,7 +26,7 @@ def serve(
     port: int = number(8000, "--port", help="TCP port", low=1, high=65535),
     workers: int = number(1, "--workers", help="Worker processes (one grader each, each with its own socket on "
                           "the port, so connections spread over them); on 2 cores: --workers 2 --threads 1",
-                          low=1, high=256),
+                          low=1, high=MAX_WORKERS),
     threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
                                low=1, high=MAX_THREADS, kind=int),
     backend: str = BACKEND,
