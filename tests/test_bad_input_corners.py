@@ -727,3 +727,34 @@ def test_a_commands_mistake_in_a_named_library_check_still_names_its_flag(tmp_pa
     refused(run("scan", "--model", saved_models["artifact"], "--data", "synthetic", "--experiments", "term",
                 "--k", "100", "--out", tmp_path / "scan"),
             "--k 100 is more than the 8 heads of the model; pass --k 8 or fewer.")
+
+
+@pytest.mark.parametrize("given", ["no", "False", 0, None])
+def test_an_overwrite_that_is_not_true_or_false_replaces_nothing(tmp_path, saved_models, given):
+    """Was: overwrite='no' (or 'False' from a config file) is truthy, so save_model, grade_file, tune, run_pipeline
+    and every output check replaced what was there; now one sentence naming it, and every file stays as it was."""
+    from headcut.distill.tune import tune
+    from headcut.models import load_model, save_model
+    from headcut.pipeline.checks import check_run_dir
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import write_json
+    from headcut_grader.grade_file import grade_file
+    from test_export import make_tiny_grader
+
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("1")
+    grader = make_tiny_grader(tmp_path / "grader")[0]
+    source = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    loaded = load_model(saved_models["artifact"])
+    for name, call in [("overwrite", lambda: save_model(loaded, full, overwrite=given)),
+                       ("overwrite", lambda: grade_file(grader, source, full / "x", overwrite=given)),
+                       ("resume", lambda: grade_file(grader, source, full / "y", resume=given)),
+                       ("overwrite", lambda: write_json(full / "x", {"a": 1}, overwrite=given)),
+                       # checked first: before the recipe (None here) is looked at
+                       ("overwrite", lambda: tune(None, full, trials=1, overwrite=given)),
+                       ("overwrite", lambda: check_run_dir(full, None, overwrite=given))]:
+        with pytest.raises(UserError) as caught:
+            call()
+        assert str(caught.value) == f"{name} is {given!r}; pass True or False.", str(caught.value)
+    assert [p.name for p in full.iterdir()] == ["x"] and (full / "x").read_text() == "1"

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headcut_grader.errors import UserError, setting
-from headcut_grader.ranges import argument
+from headcut_grader.ranges import argument, checked_bool
 from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths
 
 
@@ -107,6 +107,7 @@ def check_out_name(out: Path, flag: str = "out") -> None:
 
 
 def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=()) -> Path:
+    overwrite = checked_bool(overwrite, "overwrite")
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
@@ -137,6 +138,7 @@ def _holds_anything(folder: Path) -> bool:
 
 def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=(), example: str = "out.json") -> Path:
     """The folder rule for files: an existing file is replaced only with --overwrite, an input never."""
+    overwrite = checked_bool(overwrite, "overwrite")
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
@@ -354,6 +356,7 @@ def atomic_file(path: str | Path, *, binary: bool = True, overwrite: bool = True
     which becomes `path` in one step once the block ends: `path` is the old file or a whole new one. On any error
     or Ctrl-C the temporary is removed; a killed writer's is removed by a later write. `overwrite`: the last writer's
     file wins; else a file another run wrote at `path` meanwhile is kept, and this write refused (publish_file)."""
+    overwrite = checked_bool(overwrite, "overwrite")
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -98,6 +98,14 @@ def check_ranges(obj, where: str) -> None:
         raise UserError(f"{where}: {problems[0][1]}")
 
 
+def checked_bool(value, name: str) -> bool:
+    """`value` as a plain bool where it is True or False (numpy's too), else UserError naming argument `name`: a
+    truthy text such as 'no' must not turn on what it names (overwrite='no' replaced the output)."""
+    if not isinstance(value, bool) and type(value).__name__ != "bool_":
+        raise UserError(f"{name} is {argument(value)[:60]}; pass True or False.")
+    return bool(value)
+
+
 def as_whole(value) -> int | None:
     """`value` as an int where its type is a whole number's (int, a numpy integer; not bool), else None."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":

@@ -20,6 +20,7 @@ from headcut.distill.run import distill, with_unlabeled
 from headcut.distill.students import teacher_source
 from headcut_grader.errors import UserError, named, setting
 from headcut_grader.files import as_path, check_place, file_hash, overwrite_said, refuse_inputs, write_json
+from headcut_grader.ranges import checked_bool
 from headcut_grader.validation import read_small_text
 from headcut.finetune import load_data, run_hash
 from headcut.models import resolve_source
@@ -47,6 +48,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     (out, trials=0; `headcut distill --tune`: --out, --tune 0).
     """
     out, flag = as_path(out, "tune out"), out_flag(names)
+    overwrite = checked_bool(overwrite, "overwrite")
     if trials <= 0:
         said = named("trials", names, section="", spelled={"flags": {"trials": "--tune"}})
         raise UserError(f"{setting(said, trials)}: give the number of trials to run, e.g. {setting(said, 8)}.")

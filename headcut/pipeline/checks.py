@@ -11,6 +11,7 @@ from pathlib import Path
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, led, quoted, setting
 from headcut_grader.files import check_place, overwrite_said, refuse_inputs
+from headcut_grader.ranges import checked_bool
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, given_as, key_names, sub_recipes
 from headcut.run_folder import LOCK_FILE
 from headcut.training import DATA_KEYS, same_data
@@ -35,6 +36,7 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str =
 def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool, flag: str = "out") -> None:
     """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It never
     holds, or lies inside, what the recipe reads (a stage that reruns clears its folder)."""
+    checked_bool(overwrite, "overwrite")
     refuse_inputs(out, [*pairs_files(recipe).values(), *model_folders(recipe).values(), recipe.bench.yardstick],
                   flag=flag)
     if out.exists() and not out.is_dir():
