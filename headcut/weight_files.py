@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import file_hash
+from headcut_grader.ranges import checked_bool
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.validation import read_small_text
 
@@ -79,6 +80,7 @@ def weights_file(path: str | Path) -> Path | None:
 
 
 def find_weights(path: Path, *, allow_pickle: bool, flag: str = "find_weights path") -> Path:
+    allow_pickle = checked_bool(allow_pickle, "allow_pickle")  # a truthy 'no' must not load code-running pickles
     for name in WEIGHT_FILES[:2]:
         if (path / name).exists():
             return path / name

@@ -766,6 +766,9 @@ def test_12_allow_pickle_loads_a_pruned_artifact_saved_as_pytorch_model_bin(tmp_
     (folder / "model.safetensors").unlink()
     with pytest.raises(UserError, match="allow_pickle=True"):  # a Python caller's argument, not the CLI's flag
         load_model(folder)
+    for given in ("no", "False", 0):  # was: truthy, so pickle weights loaded (and could run code) though refused
+        with pytest.raises(UserError, match=rf"^allow_pickle is {given!r}; pass True or False\.$"):
+            load_model(folder, allow_pickle=given)
     loaded = load_model(folder, allow_pickle=True)
     assert all(torch.equal(loaded.model.state_dict()[k], v) for k, v in state.items())
 
