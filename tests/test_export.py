@@ -47,6 +47,10 @@ def test_the_tiny_tokenizer_knows_the_synthetic_words(tmp_path):
     assert len(tok) > 50 and tok.unk_token_id not in {i for row in ids for i in row}
 
 
+# a gate no INT8 graph passes, within every limit's range (an out-of-range one is refused before any work)
+IMPOSSIBLE_GATE = Int8Gate(min_speed_vs_fp32=1e9)
+
+
 def make_tiny_grader(tmp_path, *, int8: bool = False, keep=None, gate=None, **build):
     """A grader folder from a tiny pruned BERT (uneven heads, a 0-head layer) and its tokenizer."""
     tokenizer = tiny_tokenizer(tmp_path / "tok")
@@ -156,7 +160,7 @@ def test_build_grader_folder_and_refusals(tmp_path):
         build_grader(loaded, tmp_path / "x", int8=True)
     with pytest.raises(ParityError, match="no INT8 recipe passes"):
         build_grader(loaded, tmp_path / "strict", pairs=synthetic_pairs(60), int8=True,
-                     gate=Int8Gate(min_agreement=1.01))
+                     gate=IMPOSSIBLE_GATE)
     assert not (tmp_path / "strict").exists()  # nothing written when a gate fails
 
 
@@ -326,10 +330,34 @@ def test_an_export_names_its_settings_as_its_caller_wrote_them(tmp_path, names):
         resolve_precision("onnxruntime", "bf16", int8=True, **({} if names == "arguments" else {"names": names}))
     from headcut.export.gate import gate_fix
 
-    gate = Int8Gate(min_agreement=1.01)
+    gate = IMPOSSIBLE_GATE
     assert refused(ParityError, pairs=synthetic_pairs(60), int8=True, gate=gate).endswith(
         f"; {gate_fix(names, int8=True)}.")
     relax = {"arguments": "relax gate.min_agreement/gate.max_spearman_drift/gate.max_drop",
              "keys": "relax export.min_agreement/export.max_spearman_drift/export.max_drop",
              "flags": "relax --min-agreement/--max-spearman-drift/--max-drop"}[names]
     assert gate_fix(names, int8=False) == f"export {precision}fp32, or {relax}"
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"threads": "2"}, "threads is '2'; it must be a whole number in [1, 256]."),
+    ({"threads": 0}, "threads is 0; it must be a whole number in [1, 256]."),
+    ({"opset": float("nan")}, "opset is nan; it must be a whole number in [14, 20]."),
+    ({"opset": 9}, "opset is 9; it must be a whole number in [14, 20]."),
+    ({"optimize": "no"}, "optimize is 'no'; pass True or False."),
+    ({"int8": "no"}, "int8 is 'no'; pass True or False."),
+    ({"gate": {"max_drop": 1}}, "gate is {'max_drop': 1}; pass a headcut.export.Int8Gate(...)."),
+    ({"gate": Int8Gate(max_drop=float("nan"))}, "gate: key 'max_drop' is nan, which is not a finite"),
+    ({"pairs": [("drill", "cordless drill")]}, "pairs is [('drill', 'cordless drill')]; pass headcut_grader.data."
+                                               "read_pairs(FILE) or None."),
+])
+def test_build_grader_from_python_checks_its_arguments_before_any_work(tmp_path, kwargs, words):
+    """Was: threads='2' pybind11's TypeError, opset=nan torch's UnsupportedOperatorError, pairs=[...] an
+    AttributeError, and threads=0, optimize='no', gate={...} and a nan gate exported a grader anyway."""
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=128)
+    loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
+    with pytest.raises(UserError) as caught:
+        build_grader(loaded, tmp_path / "out", **kwargs)
+    assert str(caught.value).startswith(words), str(caught.value)
+    assert not (tmp_path / "out").exists()

@@ -19,12 +19,13 @@ from headcut.export.build_openvino import backend_speed, build_openvino, check_r
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, GateError, check_parity, export_onnx, gate_batches, input_names,
                                    onnx_logits, parity, reference_logits, run_session, session)
-from headcut.export.gate import MIN_GATE_PAIRS, gate_fix, labelled_pairs, more_pairs, named
+from headcut.export.gate import ARGUMENTS, MIN_GATE_PAIRS, gate_fix, labelled_pairs, more_pairs, named
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
                                      quantize_int8, resolve)
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json, write_text
+from headcut_grader.ranges import argument, check_ranges, checked_bool, checked_number
 from headcut.model_arguments import check_loaded
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
@@ -83,6 +84,11 @@ def build_grader(
     """
     out = as_path(out, "build_grader out")
     check_loaded(loaded, "build_grader loaded")
+    opset, threads = (checked_number(value, named(name, names), ARGUMENTS[name], whole=True)
+                      for name, value in (("opset", opset), ("threads", threads)))
+    # a command's and a recipe's are bools already: these names are a Python caller's
+    int8, optimize = checked_bool(int8, "int8"), checked_bool(optimize, "optimize")
+    check_gate_and_pairs(gate, pairs, names)
     ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
                                                         int8=int8, max_length=max_length or loaded.max_length, names=names)
     say = progress or (lambda message: None)
@@ -104,6 +110,17 @@ def build_grader(
     except GateError as error:  # the fix is the caller's to name
         raise GateError(f"{error}; {gate_fix(names, int8=int8)}.") from None
     return record
+
+
+def check_gate_and_pairs(gate, pairs, names: str) -> None:
+    """`gate` is an Int8Gate within its ranges and `pairs` read pairs or None (was: a dict gate or a nan limit
+    exported anyway, a list of pairs an AttributeError)."""
+    if not isinstance(gate, Int8Gate):
+        raise UserError(f"{named('gate', names)} is {argument(gate)[:60]}; pass a headcut.export.Int8Gate(...).")
+    check_ranges(gate, named("gate", names))
+    if pairs is not None and not isinstance(pairs, Pairs):
+        raise UserError(f"{named('pairs', names)} is {argument(pairs)[:60]}; pass headcut_grader.data.read_pairs(FILE) "
+                        f"or None.")
 
 
 def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | None, int8: bool,
