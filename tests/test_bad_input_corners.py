@@ -465,6 +465,9 @@ def test_every_public_function_that_takes_a_model_says_what_to_pass_for_a_path(t
     (lambda e, m, p: e.compare_models(m.model, m.model, m.tokenizer, p, iters=0), "compare_models iters is 0; it must"),
     (lambda e, m, p: e.head_importance(m.model, m.tokenizer, p, method="kl", batch_size=0), "head_importance batch_size"),
     (lambda e, m, p: e.open_scorer(m.path, batch_size=0), "open_scorer batch_size is 0; it must be a whole number"),
+    # was: os.fspath's TypeError
+    (lambda e, m, p: e.open_scorer(None), "open_scorer name is None; pass a model folder's path, a built-in name or a "
+                                          "grader folder's path (text or a pathlib.Path)."),
     (lambda e, m, p: e.length_batches(e.encode(m.tokenizer, p), 0), "length_batches batch_size is 0; it must"),
     (lambda e, m, p: e.encode(m.tokenizer, p, max_length=4), "encode max_length is 4; it must be a whole number at least"),
     (lambda e, m, p: e.ndcg_at_k([1.0, 2.0], [0, 1], [[0, 1]], k=0), "ndcg_at_k k is 0; it must be a whole number at"),

@@ -10,6 +10,7 @@ import numpy as np
 
 from headcut_grader.data import DEFAULT_GRADES, Pairs
 from headcut_grader.errors import UserError, setting
+from headcut_grader.files import as_path
 from headcut.batching import check_max_length
 from headcut.evaluate.metrics import check_resampling
 from headcut.evaluate.predict import predict_logits
@@ -63,6 +64,7 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     Graders run in ONNX Runtime with the max length they were exported with, so a deployed INT8 grader
     is judged exactly as it will serve. `flag`: the flag that named `name` (a Python caller's: this argument).
     """
+    as_path(name, flag, what="a model folder's path, a built-in name or a grader folder's path")
     batch_size, max_length = checked_arguments("open_scorer", batch_size=batch_size, max_length=max_length)
     length = "--max-length" if flag.startswith("-") else "open_scorer max_length"  # the command's flag, or this argument
     if (Path(name) / "grader.json").is_file():
