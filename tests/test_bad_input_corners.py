@@ -645,6 +645,15 @@ def _pickle_only(folder, tmp_path):
      "reranker (task score), but synthetic(n=20, seed=0) holds grades; pass pairs read with task='score'"),
     (lambda m, t: m["metrics_with_ci"](m["logits"](5), m["scored"]), "the model grades (task grades), but scored "
      "holds scores; pass pairs read with task='grades' (a graded column)"),
+    # was: numpy's broadcast ValueError, and a list's AttributeError
+    (lambda m, t: m["metrics_with_ci"](m["logits"](5)[:3], m["pairs"]), "metrics_with_ci logits has 3 rows but "
+     "synthetic(n=20, seed=0) has 20 pairs; pass one row of logits per pair."),
+    (lambda m, t: m["metrics_with_ci"]([[0.0] * 5] * 20, m["pairs"]), "metrics_with_ci logits is a list; pass a "
+     "numpy array of shape (pairs, outputs)."),
+    (lambda m, t: m["compare_logits"](m["logits"](5), m["logits"](5)[:19], m["pairs"]), "compare_logits "
+     "logits_after has 19 rows but synthetic(n=20, seed=0) has 20 pairs"),
+    (lambda m, t: m["against_reference"](m["logits"](5), m["logits"](5)[:2], m["pairs"], reference={"path": "ref"}),
+     "against_reference reference_logits has 2 rows but synthetic(n=20, seed=0) has 20 pairs"),
 ])
 def test_a_python_callers_mistake_names_the_argument_not_a_flag(tmp_path, saved_models, call, words):
     """Was: `--model no/such: ...` (load_model and every model reader), `--method 'nosuch'` (criterion),

@@ -6,7 +6,7 @@ import numpy as np
 from headcut.batching import encode
 from headcut_grader.data import Pairs
 from headcut.evaluate.predict import predict_logits
-from headcut.evaluate.tasks import check_task, paired, summary
+from headcut.evaluate.tasks import check_logits, check_task, paired, summary
 from headcut.evaluate.metrics import check_resampling
 from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
@@ -47,6 +47,8 @@ def compare_logits(logits_before: np.ndarray, logits_after: np.ndarray, pairs: P
     """`compare_models` from logits already computed on `pairs` (one reference, several variants). One-output
     logits are a score model's (`activation`: its recorded one): ranking metrics, agreement = pair order."""
     iters, seed = check_resampling(iters, seed, "compare_logits")  # unlabelled pairs skip the bootstrap's own check
+    for name, given in (("logits_before", logits_before), ("logits_after", logits_after)):
+        check_logits(given, pairs, f"compare_logits {name}")
     task = "score" if logits_before.shape[1] == 1 else "grades"
     out = {"data": pairs.provenance(), "task": task}
     if pairs.task is not None:

@@ -14,7 +14,7 @@ from headcut_grader.files import as_path
 from headcut.batching import check_max_length
 from headcut.evaluate.metrics import check_resampling
 from headcut.evaluate.predict import predict_logits
-from headcut.evaluate.tasks import check_task, paired, summary, summary_ci
+from headcut.evaluate.tasks import check_logits, check_task, paired, summary, summary_ci
 from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_loaded
 
@@ -37,6 +37,7 @@ def metrics_with_ci(logits, pairs: Pairs, *, iters: int = 1000, seed: int = 0, t
                     activation: str = "identity") -> dict:
     """The metrics of `logits` on labelled `pairs`, their 95% bootstrap CIs, and which data they describe."""
     iters, seed = check_resampling(iters, seed, "metrics_with_ci")
+    check_logits(logits, pairs, "metrics_with_ci logits")
     if pairs.task is None:
         pairs.label_array()  # no gold: the sentence that says so
     check_task(task, pairs, "the model")
@@ -120,6 +121,8 @@ def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict
     """The reference's metrics on the same pairs, and model - reference with paired bootstrap CIs; `flag`: what
     named the reference (as check_comparable's)."""
     iters, _ = check_resampling(iters, 0, "against_reference")
+    for name, given in (("logits", logits), ("reference_logits", reference_logits)):
+        check_logits(given, pairs, f"against_reference {name}")
     if reference_logits.shape[1] != logits.shape[1]:
         raise UserError(f"{setting(flag, reference.get('path'))} has {reference_logits.shape[1]} outputs and the model "
                         f"{logits.shape[1]}; compare a grades model with a grades model, a score model with a score one.")

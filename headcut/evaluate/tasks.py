@@ -29,6 +29,17 @@ def ranking_values(logits: np.ndarray, *, task: str, grades=None, activation: st
     return metrics.expected_grade(logits, grades)
 
 
+def check_logits(logits, pairs: Pairs, name: str) -> None:
+    """`logits` (argument `name`) are an array with one row per pair of `pairs` (was: numpy's broadcast error, or a
+    list's AttributeError, from deep in the metrics)."""
+    if not isinstance(logits, np.ndarray) or logits.ndim != 2:
+        what = f"{logits.ndim}-D array" if isinstance(logits, np.ndarray) else type(logits).__name__
+        raise UserError(f"{name} is a {what}; pass a numpy array of shape (pairs, outputs).")
+    if len(logits) != len(pairs):
+        raise UserError(f"{name} has {len(logits)} rows but {pairs.source} has {len(pairs)} pairs; pass one row of "
+                        f"logits per pair.")
+
+
 def summary(logits: np.ndarray, pairs: Pairs, *, task: str = "grades", activation: str = "identity") -> dict:
     """Point estimates of the task's metrics on labelled `pairs`."""
     groups = pairs.query_groups()
