@@ -12,7 +12,7 @@ import signal
 from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from itertools import chain
 from pathlib import Path
 from typing import Callable
@@ -26,7 +26,7 @@ from headcut_grader.grader import Grader, Grades, read_record, results_from_logi
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
 from headcut_grader.ranges import (MAX_BATCH, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS, argument, checked_bool,
-                                   checked_number, ranged)
+                                   checked_fields, ranged)
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -105,7 +105,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                         f"({out.with_suffix('.jsonl')}).")
     fmt = settings.out_format or (guess_format(out) if out.suffix else guess_format(source))
     # a JSON array input graded into OUT without a suffix: JSON lines, as every JSON output is
-    settings = GradeSettings(**{**asdict(settings), "out_format": "jsonl" if fmt == "json" else fmt})
+    settings = replace(settings, out_format="jsonl" if fmt == "json" else fmt)
     task = _task(grader_dir)
     chunks = _chunks(source, settings, task, names=names)
     first = next(chunks)  # a bad file (columns, first rows) is reported before a bad grader folder, as before chunks
@@ -155,14 +155,11 @@ OUT_FORMATS = ("tsv", "csv", "jsonl")
 def checked_settings(settings, names: str) -> GradeSettings:
     """`settings` with its numbers as plain ints, after checking its type, each number's range and the output
     format, so a bad one is one sentence before any work (was: an AttributeError, the process pool's ValueError)."""
-    if not isinstance(settings, GradeSettings):
-        raise UserError(f"settings is {argument(settings)[:60]}; pass a headcut_grader.grade_file.GradeSettings(...).")
-    numbers = {f.name: checked_number(getattr(settings, f.name), _setting(f.name, names), f.metadata["range"],
-                                      whole=True) for f in fields(settings) if "range" in f.metadata}
+    settings = checked_fields(settings, GradeSettings, lambda name: _setting(name, names) if name else "settings")
     if settings.out_format not in (None, "json", *OUT_FORMATS):  # json: refused by name in grade_file
         raise UserError(f"{_setting('out_format', names)} is {argument(settings.out_format)[:60]}; use one of: "
                         f"{', '.join(OUT_FORMATS)} (or None: from out's suffix).")
-    return replace(settings, **numbers)
+    return settings
 
 
 def _setting(name: str, names: str) -> str:

@@ -143,6 +143,17 @@ def check_arguments(table: dict, function: str, given: dict) -> list:
     return checked
 
 
+def checked_fields(given, cls, name_of):
+    """`given`, an instance of dataclass `cls`, with each ranged field checked (checked_number; name_of(field) names
+    it) and whole numbers as plain ints; anything else where a `cls` belongs is one sentence naming name_of("")."""
+    if not isinstance(given, cls):
+        raise UserError(f"{name_of('')} is {argument(given)[:60]}; pass a {cls.__module__}.{cls.__name__}(...).")
+    return dataclasses.replace(given, **{
+        f.name: checked_number(getattr(given, f.name), name_of(f.name), f.metadata["range"],
+                               whole=isinstance(f.default, int))
+        for f in dataclasses.fields(given) if "range" in f.metadata})
+
+
 def argument(value) -> str:
     """An argument's value as a message shows it: 2.0 for numpy's float64(2.0) too, 'two' for text."""
     return repr(value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value)
@@ -159,9 +170,14 @@ MAX_BATCH = 1024  # pairs per forward pass: memory grows with it, speed stops gr
 MAX_TIMED_SCORES = 2 ** 25  # batch x length^2: a timed batch's attention scores per head (1.6 GB for 12 heads)
 
 
+def fits_timed(batch: int, length: int) -> bool:
+    """Whether a batch that timing runs whole fits in memory: attention grows with batch x length squared."""
+    return batch * length ** 2 <= MAX_TIMED_SCORES
+
+
 def check_timed_batch(batch: int, length: int, *, flags: str) -> None:
-    """A batch that timing runs whole must fit in memory: attention grows with batch x length squared."""
-    if batch * length ** 2 > MAX_TIMED_SCORES:
+    """A batch that timing runs whole must fit in memory (fits_timed), else one sentence naming `flags`."""
+    if not fits_timed(batch, length):
         most = max(1, MAX_TIMED_SCORES // length ** 2)
         raise UserError(f"{flags}: a batch of {batch} at {length} tokens would hold {batch * length ** 2:,} attention "
                         f"scores per head, more than memory allows; time batches of {most} or less at that length "

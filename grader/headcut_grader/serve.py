@@ -15,11 +15,11 @@ import asyncio
 import json
 import os
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 from headcut_grader.errors import UserError, named, setting
 from headcut_grader.files import as_path
-from headcut_grader.ranges import MAX_BATCH, argument, checked_number, ranged
+from headcut_grader.ranges import MAX_BATCH, checked_fields, ranged
 from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
 from headcut_grader.validation import MAX_TEXT_CHARS
 
@@ -96,11 +96,8 @@ def check_serving(limits: Limits, batching: Batching, *, flags: bool = False) ->
     settings as `headcut serve`'s flags (--max-queue), not as the fields (batching.max_queue)."""
     checked = []
     for group, given, cls in (("limits", limits, Limits), ("batching", batching, Batching)):
-        if not isinstance(given, cls):
-            raise UserError(f"{group} is {argument(given)[:60]}; pass a headcut_grader.serve.{cls.__name__}(...).")
-        checked.append(replace(given, **{f.name: checked_number(getattr(given, f.name), _name(group, f.name, flags),
-                                                                f.metadata["range"], whole=isinstance(f.default, int))
-                                         for f in fields(given)}))
+        checked.append(checked_fields(given, cls, lambda name, group=group: _name(group, name, flags) if name
+                                      else group))
     limits, batching = checked
     if batching.max_queue < limits.max_pairs:
         queue, pairs = _name("batching", "max_queue", flags), _name("limits", "max_pairs", flags)

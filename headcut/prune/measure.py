@@ -17,7 +17,7 @@ from headcut.model_arguments import check_model, check_models
 from headcut.prune_arguments import argument_range
 from headcut.timing import round_robin
 from headcut_grader.errors import UserError
-from headcut_grader.ranges import MAX_TIMED_SCORES, Range, argument, check_arguments, check_timed_batch
+from headcut_grader.ranges import Range, argument, check_arguments, check_timed_batch, fits_timed
 
 # name: (range, whole number, None allowed); the lengths and batch sizes `headcut prune` times (--seq-len, --batch)
 ARGUMENTS = {
@@ -27,6 +27,7 @@ ARGUMENTS = {
     "min_runs": (Range(1, 10_000), True, False),  # a median of no runs is no time
     "warmup": (Range(0, 1000), True, False),
 }
+TIMED_SIZES = (1, 8, 32)  # the batch sizes timed where a caller names none
 
 
 def dummy_batch(model, batch_size: int, seq_len: int, *, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -42,7 +43,7 @@ def dummy_batch(model, batch_size: int, seq_len: int, *, seed: int = 0) -> dict[
 
 @torch.inference_mode()
 def measure_latency(
-    models, *, seq_len: int, batch_sizes=(1, 8, 32), min_seconds: float = 1.0, min_runs: int = 3, warmup: int = 2
+    models, *, seq_len: int, batch_sizes=TIMED_SIZES, min_seconds: float = 1.0, min_runs: int = 3, warmup: int = 2
 ) -> list[list[dict]]:
     """Median milliseconds per batch and pairs per second of each model at each batch size (CPU).
 
@@ -64,22 +65,21 @@ def measure_latency(
     return results
 
 
-def fitting_sizes(batch_sizes, seq_len: int) -> tuple:
-    """The batch sizes whose timed batch at `seq_len` tokens fits in memory (headcut_grader.ranges.check_timed_batch)."""
-    return tuple(size for size in batch_sizes if size * seq_len ** 2 <= MAX_TIMED_SCORES)
-
-
-def checked_timing(function: str, models, *, seq_len, batch_sizes, **given) -> list:
+def checked_timing(function: str, models, *, seq_len, batch_sizes, fitting: bool = False, **given) -> list:
     """Each of `models` a PyTorch model and `given` timing arguments of `function` checked against ARGUMENTS (a
-    batch of `batch_sizes` against memory too), before any model runs; a UserError names the function and argument."""
+    batch of `batch_sizes` against memory too), before any model runs; a UserError names the function and argument.
+    `fitting`: the batch sizes too large to time at `seq_len` are left out rather than refused."""
     check_models(models, f"{function} models")
     if not isinstance(batch_sizes, (list, tuple)):
         raise UserError(f"{function} batch_sizes is {argument(batch_sizes)[:60]}; pass a list of batch sizes, e.g. "
-                        "(1, 8, 32).")
+                        f"{TIMED_SIZES}.")
     sizes = [check_arguments(ARGUMENTS, function, {"batch_sizes": size})[0] for size in batch_sizes]
     seq_len, *rest = check_arguments(ARGUMENTS, function, {"seq_len": seq_len, **given})
-    for size in sizes:
-        check_timed_batch(size, seq_len, flags=f"{function} batch_sizes, seq_len")
+    if fitting:
+        sizes = [size for size in sizes if fits_timed(size, seq_len)]
+    else:
+        for size in sizes:
+            check_timed_batch(size, seq_len, flags=f"{function} batch_sizes, seq_len")
     return [seq_len, tuple(sizes), *rest]
 
 
@@ -94,8 +94,10 @@ def speed_summary(before, after, *, seq_len: int, latency: bool = True, **latenc
         "flops": {"before": flops_per_pair(before, seq_len), "after": flops_per_pair(after, seq_len)},
     }
     out["ideal_speedup"] = out["flops"]["before"] / max(1, out["flops"]["after"])
-    sizes = fitting_sizes(latency_options.pop("batch_sizes", (1, 8, 32)), seq_len)
-    if latency and sizes:  # at a long length only the batches that fit in memory are timed
+    sizes = latency_options.pop("batch_sizes", TIMED_SIZES)
+    if latency:  # at a long length only the batches that fit in memory are timed
+        sizes = checked_timing("speed_summary", [before, after], seq_len=seq_len, batch_sizes=sizes, fitting=True)[1]
+    if latency and sizes:
         lat_before, lat_after = measure_latency([before, after], seq_len=seq_len, batch_sizes=sizes,
                                                 **latency_options)
         out["latency"] = [
