@@ -31,7 +31,7 @@ from headcut.batching import Encoded, collate, encode
 from headcut.evaluate.ablation import distributed_ablation_logits
 from headcut.evaluate.attention import attention_batches, attention_weights
 from headcut.evaluate.fisher import TARGETS, MaskGradients, UnitScores, mask_gradient_pass, present_neurons
-from headcut.evaluate.importance import check_scores, example_change, example_loss, gold
+from headcut.evaluate.importance import check_scores, example_change, example_loss, gold, is_score_model
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted, setting
 from headcut.evaluate_arguments import checked_arguments
@@ -47,14 +47,12 @@ def gold_name(task: str) -> str:
 class ScoringData:
     """What criteria read: the model, its encoded pairs and their gold (None: unlabelled), and the passes they
     share, each run on first use. `targets`: Fisher's, grades or teacher (None: grades when there is gold);
-    `task`: the model's, grades or score (its gold is grades or scores);
     `neurons`: score FFN neurons too (the budget prunes need them); `progress(stage, pairs_done)`."""
 
     model: torch.nn.Module
     encoded: Encoded
     gold: np.ndarray | None
     source: str = "the pairs"
-    task: str = "grades"
     targets: str | None = None
     neurons: bool = False
     batch_size: int = 64
@@ -68,7 +66,7 @@ class ScoringData:
 
     @property
     def gold_name(self) -> str:
-        return gold_name(self.task)
+        return gold_name("score" if is_score_model(self.model) else "grades")
 
     @property
     def fisher_targets(self) -> str:
@@ -180,8 +178,7 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
     chosen = criterion(method, flag=flag)
     model.eval()
     data = ScoringData(model, encode(tokenizer, pairs, max_length=max_length, model=model), gold(pairs),
-                       source=str(pairs.source), task="score" if model.config.num_labels == 1 else "grades",
-                       batch_size=batch_size, progress=(lambda stage, n: progress(n)) if progress else None)
+                       source=str(pairs.source), batch_size=batch_size, progress=(lambda stage, n: progress(n)) if progress else None)
     return chosen.score(data, flag=flag).heads.float()
 
 

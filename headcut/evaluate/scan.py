@@ -253,8 +253,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
     encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
     labels = gold(pairs)
-    data = ScoringData(model, encoded, labels, source=str(pairs.source), task=loaded.task,
-                       batch_size=settings.batch_size,
+    data = ScoringData(model, encoded, labels, source=str(pairs.source), batch_size=settings.batch_size,
                        progress=progress)
     result: dict = {"settings": settings.__dict__, "pairs": len(pairs)}
     base = single = None

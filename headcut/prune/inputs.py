@@ -59,7 +59,7 @@ MIN_CALIBRATE_ROWS = 5  # mask tuning holds every fifth calibration pair out to 
 def check_calibration_size(pool: Pairs, settings: PruneSettings, *, tune: bool, names: str = "arguments") -> None:
     """Mask tuning on too few pairs is refused before any scoring, with the numbers that decide it; `names` as
     `data_pool`'s."""
-    if tune and min(len(pool), settings.calibrate_rows) < MIN_CALIBRATE_ROWS:  # PruneSettings keeps calibrate_rows >= 5
+    if tune and len(pool) < MIN_CALIBRATE_ROWS:  # calibrate_rows: None or at least this (PruneSettings)
         raise UserError(f"mask tuning needs at least {MIN_CALIBRATE_ROWS} calibration pairs (every fifth is held out "
                         f"to check the fit) but {pool.source} holds only {len(pool)}; pass more pairs with "
                         f"{named('data', names)}, or {named('no_tune', names)}.")

@@ -32,7 +32,7 @@ from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample
                                   notes_for, scan_score_record, stage)
 from headcut.prune.iterative import budget_shares, iterative_plan
 from headcut.prune.measure import speed_summary
-from headcut.prune.plan import check_head_counts, check_keep_ratio, plan_heads
+from headcut.prune.plan import check_head_counts, plan_heads
 from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
 from headcut.prune.layers import LayerSearch, choose_layer_drops, held_out_divergence, settle_drops
@@ -76,7 +76,6 @@ def prune(
     keep_ratio, layer_prior, min_heads, iterative = checked_arguments(
         "prune", keep_ratio=keep_ratio, layer_prior=layer_prior, min_heads=min_heads, iterative=iterative)
     check_loaded(loaded, "prune loaded")
-    check_keep_ratio(keep_ratio, names=names)
     check_unpruned(loaded, named("model", names))
     check_head_counts(keep_ratio, min_heads, *mask_shape(loaded.model), names=names)  # before any scoring
     if scores is not None and iterative:
@@ -195,7 +194,7 @@ def score_units(loaded: LoadedModel, pairs: Pairs, *, method: str = DEFAULT_METH
                 batch_size: int = 32, progress=None) -> UnitScores:
     """Heads and FFN neurons of `loaded` scored by criterion `method` (`evaluate.criteria`) on `pairs`."""
     encoded = encode(loaded.tokenizer, pairs, max_length=loaded.max_length, model=loaded.model)
-    data = ScoringData(loaded.model, encoded, gold(pairs), source=str(pairs.source), task=loaded.task,
+    data = ScoringData(loaded.model, encoded, gold(pairs), source=str(pairs.source),
                        targets=targets, neurons=True, batch_size=batch_size,
                        progress=(lambda _, n: progress(n)) if progress else None)
     return criterion(method, flag="score_units method", neurons=True).score(data)
