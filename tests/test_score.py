@@ -667,3 +667,52 @@ def test_a_prune_scoring_on_gold_of_a_file_holding_the_other_tasks_says_which(re
     if args[0] == "--keep-ratio":
         ran = CliRunner().invoke(app, [*base, "--keep-ratio", "0.5", "--method", "kl", "--out", str(tmp_path / "b")])
         assert ran.exit_code == 0, ran.output
+
+
+@pytest.mark.parametrize("task, column", [("grades", "score"), ("score", "grade")])
+def test_a_prune_from_python_or_a_run_on_the_other_tasks_gold_says_what_the_command_says(reranker, tokenizer,
+                                                                                        tmp_path, task, column):
+    """Was: prune() read the dev data recorded with the model with gold required whatever its method and eval_data
+    (`headcut prune --data` decided for itself when gold was needed), so with eval_data and method='kl', which reads
+    no gold, a file holding only the other task's gold was refused from Python (and by `headcut prune` without
+    --data) while `headcut prune --data FILE` ran on it. Now the library decides (prune.inputs.pool_gold) for all of
+    them and a run's data.train: where scoring reads gold, the command's sentence in the caller's words (exit 2 for
+    a run); where it reads none, the prune runs."""
+    from headcut.prune import PruneSettings, prune, prune_to_budget
+
+    data = write_scored(tmp_path / "d.tsv", synthetic_pairs(20, seed=3), columns=(column,))
+    held_out = write_scored(tmp_path / "e.tsv", synthetic_pairs(20, seed=4))
+    source = load_model(reranker[0])
+    tiny, meta = source.model, source.meta
+    if task == "grades":
+        tiny = tiny_model("bert", attn="sdpa", vocab_size=tokenizer.vocab_size)
+        meta = {"grades": [1, 2, 3, 4, 5], "max_length": 24}
+    recorded = {**meta, "dev_data": {"path": str(data), "preset": "homedepot"}}
+    model = save_model(LoadedModel(tiny, tokenizer, recorded), tmp_path / "m")
+    command = CliRunner().invoke(app, ["prune", "--model", str(model), "--data", str(data), "--preset", "homedepot",
+                                       "--eval-data", str(held_out), "--keep-ratio", "0.5", "--method", "ablation",
+                                       "--no-timing", "--out", str(tmp_path / "a")])
+    assert command.exit_code == 2, command.output
+    said = " ".join(command.output.split())
+    assert said.startswith(f"error: {data} has ") and said.count(". ") == 0
+    loaded = load_model(model)
+    held = read_pairs(held_out, preset="homedepot", task=loaded.task)
+    settings = PruneSettings(timing=False, bootstrap=10, score_rows=16, calibrate_rows=16)
+    for call, args in ((prune, dict(keep_ratio=0.5, method="ablation")),
+                       (prune_to_budget, dict(flops=0.6, targets="grades", tune=False))):
+        with pytest.raises(UserError) as caught:
+            call(loaded, eval_data=held, settings=settings, **args)
+        assert "error: " + str(caught.value) == said.replace("--label-col", "label_col=NAME")
+    kept = prune(loaded, keep_ratio=0.5, method="kl", eval_data=held, settings=settings)
+    assert kept.plan["kept"] == kept.plan["total"] // 2 and kept.quality is not None
+    budget = prune_to_budget(loaded, flops=0.6, eval_data=held, settings=settings, tune=False)  # Fisher on the model
+    assert budget.quality is not None
+    recipe = tmp_path / "run.yaml"
+    recipe.write_text(f"data: {{train: {data}, test: {held_out}, preset: homedepot, test_rows: 20}}\n"
+                      f"teacher: {{path: {model}}}\nprune: {{flops: 0.6, score_rows: 16, calibrate: 16, tune: false}}\n"
+                      "distill: {}\nexport: {precision: fp32, rows: 20, threads: 1}\n"
+                      "bench: {batch: 4, seq_len: 16, repeats: 2, threads: 1}\n")
+    run = CliRunner().invoke(app, ["run", str(recipe), "--out", str(tmp_path / "run")])
+    assert run.exit_code == 2, run.output
+    assert said.replace("--label-col", "--set data.label_col=NAME") in " ".join(run.output.split())
+    assert not (tmp_path / "run" / "prune").exists()

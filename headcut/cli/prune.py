@@ -121,7 +121,7 @@ def prune(
     from headcut_grader.files import check_out_dir, refuse_inputs
     from headcut.models import load_model
     from headcut.prune import PruneSettings
-    from headcut.prune.inputs import pool_needs_gold, scoring_needs_gold
+    from headcut.prune.inputs import pool_gold
 
     target = check_options(keep_ratio, flops, latency, runtime=runtime)
     check_flags_fit(ctx, target)
@@ -132,9 +132,8 @@ def prune(
     check_sequence(loaded, seq_len=seq_len, batch=batch if latency is not None else None)
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
                    task=loaded.task, grades=loaded.grades)
-    wants_gold = scoring_needs_gold(method, targets if target != "keep_ratio" else None)
-    pool = (read_data(data, require_labels=pool_needs_gold(eval_data), wants_gold=wants_gold, **columns)
-            if data and scores is None else None)
+    gold = pool_gold(eval_data, method=method, targets=targets if target != "keep_ratio" else None)
+    pool = read_data(data, **gold, **columns) if data and scores is None else None
     held_out = read_data(eval_data, **columns) if eval_data else None
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
                              batch_size=batch_size, bootstrap=bootstrap, timing=timing,

@@ -18,10 +18,11 @@ from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
 
 
 def read(spec: str, *, data: DataSection, rows: int | None, seed: int, task: str = "grades",
-         grades: tuple = DEFAULT_GRADES) -> Pairs:
+         grades: tuple = DEFAULT_GRADES, **gold) -> Pairs:
     """A seeded sample of `rows` pairs of a file, or a synthetic draw of that many; `task` score reads the scores,
-    grades read against the teacher's `grades` (its labels index them)."""
-    return read_spec(spec, rows=rows, seed=seed, task=task, grades=grades, **data.file_options())
+    grades read against the teacher's `grades` (its labels index them); `gold`: read_pairs' require_labels and
+    wants_gold, where the stage decides (prune.inputs.pool_gold; default: gold required)."""
+    return read_spec(spec, rows=rows, seed=seed, task=task, grades=grades, **gold, **data.file_options())
 
 
 def selections(recipe: PipelineRecipe, teacher_meta: dict | None) -> list[tuple[str | None, object]]:

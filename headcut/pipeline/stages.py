@@ -100,6 +100,7 @@ def scan(ctx: Context) -> dict:
 def prune(ctx: Context) -> dict:
     from headcut.models import load_model
     from headcut.prune import PruneSettings, prune as prune_heads, write_artifact
+    from headcut.prune.inputs import pool_gold
     from headcut.prune.pipeline import prune_to_budget
 
     p, data = ctx.recipe.prune, ctx.recipe.data
@@ -118,7 +119,8 @@ def prune(ctx: Context) -> dict:
         result = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=importance,
                              method=p.method, settings=settings, progress=progress, names=names)
     else:
-        pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task, grades=loaded.grades)
+        pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task, grades=loaded.grades,
+                    **pool_gold(None, method=p.method))
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
                                  tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, settings=settings,
                                  progress=progress, names=names)

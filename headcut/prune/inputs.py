@@ -14,13 +14,24 @@ OPTIMISTIC = ("These pairs also chose the pruned units, so the change is optimis
               "pass --eval-data for held-out pairs.")
 
 
-def data_pool(loaded, data: Pairs | None, names: str = "arguments") -> Pairs:
-    """`data`, or by default the dev data `headcut finetune` recorded in the model's headcut.json; `names`: how a
-    refusal names the arguments (`prune_arguments.named`)."""
+def data_pool(loaded, data: Pairs | None, names: str = "arguments", *, eval_data: Pairs | None = None,
+              method: str | None = None, targets: str | None = None) -> Pairs:
+    """`data`, or by default the dev data `headcut finetune` recorded in the model's headcut.json, read as
+    `pool_gold` says; `names`: how a refusal names the arguments (`prune_arguments.named`)."""
     if data is not None:
         return data
     path, options = default_data(loaded, names)
-    return read_pairs(path, task=loaded.task, grades=loaded.grades, names=names, **options)  # gold indexes the model's grades
+    gold = pool_gold(eval_data, method=method, targets=targets)  # its labels index the model's grades
+    return read_pairs(path, task=loaded.task, grades=loaded.grades, names=names, **gold, **options)
+
+
+def pool_gold(eval_data, *, method: str | None, targets: str | None = None) -> dict:
+    """How the scoring pool's gold is read (read_pairs' require_labels and wants_gold), decided here so that a
+    Python caller's recorded dev data, `headcut prune --data` and a run's data.train are read alike: gold is
+    required when quality is reported on the pool (`pool_needs_gold`), else wanted when scoring reads it
+    (`scoring_needs_gold`: a file holding only the other task's gold is then refused with the sentence that says
+    so)."""
+    return {"require_labels": pool_needs_gold(eval_data), "wants_gold": scoring_needs_gold(method, targets)}
 
 
 def pool_needs_gold(eval_data) -> bool:
@@ -31,8 +42,7 @@ def pool_needs_gold(eval_data) -> bool:
 
 def scoring_needs_gold(method: str | None, targets: str | None = None) -> bool:
     """Whether scoring the pairs reads their gold: criterion `method` (default fisher) needs it (the exact
-    ablation), or a budget prune's Fisher `targets` are the grades. A pool read without required gold is then read
-    with wants_gold, so a file holding only the other task's gold says so, not that it has none."""
+    ablation), or a budget prune's Fisher `targets` are the grades (None: a heads-only prune, which has none)."""
     from headcut.evaluate.criteria import CRITERIA
 
     found = CRITERIA.get(method or DEFAULT_METHOD)

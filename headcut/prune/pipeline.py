@@ -87,7 +87,8 @@ def prune(
     if scores is None:
         method = method or DEFAULT_METHOD
         criterion(method, flag=named("method", names))  # named as the caller wrote it, before the data is read
-        score_pairs = data_pool(loaded, data, names).sample(settings.score_rows, seed=seed)
+        score_pairs = data_pool(loaded, data, names, eval_data=eval_data, method=method).sample(
+            settings.score_rows, seed=seed)
     scans = []
 
     def score(model):
@@ -305,7 +306,7 @@ def prune_to_budget(
     if drop_layers and steps > 1:
         raise UserError(f"{said['drop_layers']} searches one plan of the unpruned model; "
                         f"{setting(said['iterative'], steps)} re-plans a pruned one, so pass one of them.")
-    pool = data_pool(loaded, data, names)
+    pool = data_pool(loaded, data, names, eval_data=eval_data, method=chosen.name, targets=targets)
     check_calibration_size(pool, settings, tune=tune, names=names)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
