@@ -141,6 +141,30 @@ def test_global_head_count_fusion_is_caught_on_uneven_heads(tmp_path):
     assert _parity(model, tmp_path / "safe.onnx").max_abs_diff <= FP32_TOLERANCE
 
 
+def test_an_optimised_graph_that_fails_parity_names_the_callers_way_out(tmp_path, monkeypatch):
+    """Was: 'the ORT-optimised graph (drop --optimize) fails the parity gate' from build_grader(optimize=True) too,
+    naming a flag a Python caller does not have; now optimize=False there, and `headcut export` still says --optimize."""
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+    import headcut.export.build as build
+
+    def other_graph(fp32, out, **_):  # another model's graph: outputs far from the exported model's
+        other = tiny_model("bert", vocab_size=len(tiny_tokenizer(tmp_path / "tok")), max_position_embeddings=128,
+                           initializer_range=0.2, seed=1)
+        export_onnx(other, out)
+        return {"attention_fused": False}
+
+    monkeypatch.setattr(build, "optimize_graph", other_graph)
+    with pytest.raises(ParityError, match=r"^the ORT-optimised graph \(pass optimize=False\) fails the parity gate"):
+        make_tiny_grader(tmp_path, optimize=True)
+    _, loaded, _ = make_tiny_grader(tmp_path / "plain")
+    model = save_model(loaded, tmp_path / "model")
+    result = CliRunner().invoke(app, ["export", str(model), "--out", str(tmp_path / "cli"), "--optimize"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "the ORT-optimised graph (drop --optimize) fails the parity gate" in " ".join(result.output.split())
+
+
 def test_build_grader_folder_and_refusals(tmp_path):
     folder, loaded, record = make_tiny_grader(tmp_path, int8=True, optimize=True)
     assert sorted(p.name for p in folder.glob("*.onnx")) == ["model.onnx"]  # no leftovers

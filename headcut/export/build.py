@@ -96,7 +96,7 @@ def build_grader(
     try:
         with atomic_dir(out, overwrite=overwrite) as tmp:
             graphs = export_checked(model, loaded.tokenizer, pairs, tmp, opset=opset, max_length=max_length,
-                                    optimize=optimize, threads=threads, say=say)
+                                    optimize=optimize, threads=threads, say=say, names=names)
             graded = Graded(None, None, None, None, graphs.final)
             if labelled:
                 graded = grade_and_quantize(loaded, pairs, graphs, tmp, ort_precision=ort_precision, gate=gate,
@@ -162,6 +162,11 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
     return ort_precision, ov_precision, labelled
 
 
+def optimize_off(names: str) -> str:
+    """How build_grader's caller exports without the graph optimisation: drop --optimize, or pass optimize=False."""
+    return "drop --optimize" if names == "flags" else f"pass {setting(named('optimize', names), False)}"
+
+
 @dataclass
 class Graphs:
     """The fp32 export and what checked it: gate batches, PyTorch's logits on them, the parity records, and
@@ -177,8 +182,9 @@ class Graphs:
 
 
 def export_checked(model, tokenizer, pairs, tmp: Path, *, opset: int, max_length: int, optimize: bool, threads: int,
-                   say) -> Graphs:
-    """Export the fp32 graph and check its parity with PyTorch (and, with `optimize`, the optimised graph's)."""
+                   say, names: str = "arguments") -> Graphs:
+    """Export the fp32 graph and check its parity with PyTorch (and, with `optimize`, the optimised graph's); `names`
+    as `build_grader`'s, for the way out of a failed optimisation."""
     say("exporting fp32 graph")
     fp32 = export_onnx(model, tmp / "fp32.onnx", opset=opset)
     batches = gate_batches(model, tokenizer, pairs, max_length=max_length)
@@ -193,7 +199,7 @@ def export_checked(model, tokenizer, pairs, tmp: Path, *, opset: int, max_length
                                    heads_per_layer=heads_per_layer(model),
                                    plain_attention=architecture(model).plain_attention)
         record["optimized"] = check_parity(parity(reference, session(tmp / "optimized.onnx", threads=threads), batches),
-                                           what="the ORT-optimised graph (drop --optimize)").as_dict()
+                                           what=f"the ORT-optimised graph ({optimize_off(names)})").as_dict()
         final = tmp / "optimized.onnx"
     calibration = batches[: len(batches) - len(RANDOM_SHAPES)]  # the real pairs only
     return Graphs(fp32, final, optimized, batches, calibration, reference, record)
