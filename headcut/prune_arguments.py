@@ -24,7 +24,7 @@ def argument_range(name: str) -> Range:
 
 # where a caller spells an argument otherwise than NAME, prune.NAME or --NAME (headcut_grader.errors.named)
 SPELLED = {
-    "arguments": {"model": "loaded", "no_tune": "tune=False"},
+    "arguments": {"model": "loaded", "no_tune": "tune=False", "calibrate": "settings.calibrate_rows"},
     # a run prunes its teacher, by its scan's score file (named by its path alone) or on data.train
     "keys": {"data": "data.train", "model": "teacher.path", "no_tune": "prune.tune=false", "scores": ""},
     "flags": {"latency_batch": "--batch"},

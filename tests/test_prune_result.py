@@ -11,7 +11,7 @@ from headcut_grader.data import read_pairs
 from headcut.evaluate.importance import write_scores
 from headcut.models import load_model
 from headcut.prune import PruneSettings, prune, prune_to_budget, write_artifact
-from headcut.prune.inputs import OPTIMISTIC
+from headcut.prune.inputs import optimistic
 from tests.test_prune_cli import tiny_grader  # noqa: F401  (fixture)
 
 QUICK = ["--no-timing", "--bootstrap", 50]  # no latency rows: every other figure is deterministic
@@ -66,7 +66,11 @@ def test_python_and_the_command_record_the_same(tmp_path, tiny_grader, case):  #
     command("--model", grader, "--out", tmp_path / "cli", *flags)
     write_artifact(call(), tmp_path / "python")
     (cli_meta, cli_report), (py_meta, py_report) = records(tmp_path / "cli"), records(tmp_path / "python")
-    assert py_meta == cli_meta and py_report == cli_report
+
+    def in_python_words(text: str) -> str:  # the one difference: the note names the caller's --eval-data, eval_data
+        return text.replace(optimistic("flags"), optimistic())
+
+    assert py_meta == json.loads(in_python_words(json.dumps(cli_meta))) and py_report == in_python_words(cli_report)
     recorded = cli_meta["prune"]
     if case.startswith("score file"):
         # --method, else the default method when the file has it, else the file's first; recorded as used
@@ -77,7 +81,35 @@ def test_python_and_the_command_record_the_same(tmp_path, tiny_grader, case):  #
         assert recorded["notes"] == []  # quality on held-out pairs (or none) is not flagged
     else:
         assert recorded["scores"]["data"]["fingerprint"] == read_pairs(dev).sample(512).fingerprint
-        assert recorded["notes"] == [OPTIMISTIC] and OPTIMISTIC in cli_report  # quality on the scoring pairs
+        # quality on the scoring pairs
+        assert recorded["notes"] == [optimistic("flags")] and optimistic("flags") in cli_report
+        assert py_meta["prune"]["notes"] == [optimistic()] and "pass eval_data for held-out pairs." in py_report
+
+
+def test_the_report_names_a_setting_as_the_prunes_caller_set_it(tmp_path, tiny_grader):  # noqa: F811
+    """Was: the report of prune_to_budget() from Python said '(--calibrate asked for 180; the data holds no more)' and
+    noted 'pass --eval-data for held-out pairs', flags a Python caller does not have; now settings.calibrate_rows and
+    eval_data (a run's keys: prune.calibrate, and its report's data.test), while `headcut prune` says what it said."""
+    from headcut.prune import format_report
+
+    grader, dev = tiny_grader
+    asked = len(read_pairs(dev)) + 100
+    result = prune_to_budget(load_model(grader), flops=0.5,
+                             settings=PruneSettings(calibrate_rows=asked, timing=False, bootstrap=50))
+    write_artifact(result, tmp_path / "python")
+    report = records(tmp_path / "python")[1]
+    assert f"(settings.calibrate_rows asked for {asked}; the data holds no more)" in report
+    assert "so the change is optimistic; pass eval_data for held-out pairs." in report
+    assert "--calibrate" not in report and "--eval-data" not in report
+    run = format_report(result.record(), names="keys")
+    assert f"(prune.calibrate asked for {asked}; the data holds no more)" in run
+    assert optimistic("keys") == ("These pairs also chose the pruned units, so the change is optimistic; the run's "
+                                  "report grades on data.test.")
+    printed = command("--model", grader, "--flops", 0.5, "--calibrate", asked, "--out", tmp_path / "cli").output
+    for said in (records(tmp_path / "cli")[1], " ".join(printed.split())):
+        assert f"(--calibrate asked for {asked}; the data holds no more)" in said
+        assert ("These pairs also chose the pruned units, so the change is optimistic; pass --eval-data for held-out "
+                "pairs.") in said
 
 
 def test_settings_refuse_out_of_range_values_with_one_sentence():

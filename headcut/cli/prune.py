@@ -242,5 +242,5 @@ def write_and_print(result, out: Path, *, overwrite: bool) -> None:
     from headcut.prune.artifact import FIGURE
 
     write_artifact(result, out, overwrite=overwrite)
-    typer.echo(format_report(result.record()).replace("# headcut prune\n\n", "", 1))
+    typer.echo(format_report(result.record(), names=result.names).replace("# headcut prune\n\n", "", 1))
     typer.echo(f"wrote {out} (report.md, {FIGURE})")

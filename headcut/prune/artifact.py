@@ -35,5 +35,5 @@ def write_artifact(result: PruneResult, out: str | Path, *, overwrite: bool = Fa
     with atomic_dir(out, overwrite=overwrite, inputs=[source.path]) as tmp:  # never the source, nor inside it
         save_model(saveable, tmp, meta=prune_meta(source, summary), overwrite=True)
         shape_figure(summary["plan"], tmp / FIGURE)
-        write_text(tmp / "report.md", format_report(summary, figure=FIGURE))
+        write_text(tmp / "report.md", format_report(summary, figure=FIGURE, names=result.names))
     return out

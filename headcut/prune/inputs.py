@@ -10,9 +10,6 @@ from headcut.prune.result import PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, default_data
 from headcut.prune_arguments import named
 
-OPTIMISTIC = ("These pairs also chose the pruned units, so the change is optimistic; "
-              "pass --eval-data for held-out pairs.")
-
 
 def data_pool(loaded, data: Pairs | None, names: str = "arguments", *, eval_data: Pairs | None = None,
               method: str | None = None, targets: str | None = None) -> Pairs:
@@ -56,11 +53,20 @@ def eval_sample(eval_data: Pairs | None, scored: Pairs | None, settings: PruneSe
     return scored if scored is not None and scored.task is not None else None
 
 
-def notes_for(eval_pairs: Pairs | None, *chose: Pairs | None) -> list[str]:
-    """The caveat of quality measured on pairs that also chose (or tuned) the pruned model."""
+def notes_for(eval_pairs: Pairs | None, *chose: Pairs | None, names: str = "arguments") -> list[str]:
+    """The caveat of quality measured on pairs that also chose (or tuned) the pruned model; `names` as
+    `data_pool`'s."""
     if eval_pairs is not None and any(p is not None and p.fingerprint == eval_pairs.fingerprint for p in chose):
-        return [OPTIMISTIC]
+        return [optimistic(names)]
     return []
+
+
+def optimistic(names: str = "arguments") -> str:
+    """That caveat, with the way to held-out pairs as the prune's caller passes them: eval_data, --eval-data (a
+    run passes none: its report grades every model on data.test)."""
+    fix = ("the run's report grades on data.test" if names == "keys"
+           else f"pass {named('eval_data', names)} for held-out pairs")
+    return f"These pairs also chose the pruned units, so the change is optimistic; {fix}."
 
 
 MIN_CALIBRATE_ROWS = 5  # mask tuning holds every fifth calibration pair out to check each fit (prune.tune)

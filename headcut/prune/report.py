@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headcut.evaluate.tasks import missing, shown, shown_ci
+from headcut.prune_arguments import named
 
 METRIC_NAMES = ("accuracy", "macro_f1", "spearman", "loss")
 SCORE_METRIC_NAMES = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")  # loss: MSE
@@ -47,8 +48,9 @@ def _flops(n: int) -> str:
     return f"{n / 1e9:.3f} GFLOP" if n >= 1e7 else f"{n / 1e6:.3f} MFLOP"
 
 
-def format_report(summary: dict, *, figure: str | None = None) -> str:
-    """Markdown for a `PruneResult.record()` (plan, speed, optional quality, notes)."""
+def format_report(summary: dict, *, figure: str | None = None, names: str = "arguments") -> str:
+    """Markdown for a `PruneResult.record()` (plan, speed, optional quality, notes); `names`: how it names a setting,
+    as the prune's caller set it (`PruneResult.names`)."""
     lines = ["# headcut prune", "",
              f"Source: `{summary['source']['path']}` (weights {summary['source']['weights_hash']})  ",
              f"Scores: {summary['scores'].get('how') or summary['scores']['method']}  "]
@@ -56,7 +58,7 @@ def format_report(summary: dict, *, figure: str | None = None) -> str:
     lines += ["", "## Kept per layer", ""] + _kept_table(summary)
     if figure:
         lines += ["", f"![kept per layer]({figure})"]
-    lines += _speed_lines(summary["speed"]) + _quality_lines(summary) + _tuning_lines(summary.get("tuning"))
+    lines += _speed_lines(summary["speed"]) + _quality_lines(summary) + _tuning_lines(summary.get("tuning"), names)
     return "\n".join(lines) + "\n"
 
 
@@ -156,12 +158,12 @@ def _metric_table(quality: dict, untuned: dict | None) -> list[str]:
     return lines
 
 
-def _tuning_lines(tuning: dict | None) -> list[str]:
+def _tuning_lines(tuning: dict | None, names: str) -> list[str]:
     """The least-squares fits of each sublayer and of the classification head, with their errors."""
     if not (tuning and tuning.get("enabled")):
         return []
     data = tuning["data"]
-    asked = (f" (--calibrate asked for {data['asked']}; the data holds no more)"
+    asked = (f" ({named('calibrate', names)} asked for {data['asked']}; the data holds no more)"
              if data.get("asked", 0) > data["rows"] else "")
     lines = ["", "## Mask tuning", "",
              f"Least-squares {_FITS.get(tuning.get('fit'), 'scales')} on {data['rows']} calibration pairs from "

@@ -45,6 +45,7 @@ class PruneResult:
     quality: dict | None = None  # before/after metrics with paired CIs, agreement; None without quality pairs
     quality_untuned: dict | None = None  # budget prunes with mask tuning: the same before the tuning
     notes: list[str] = field(default_factory=list)  # caveats a reader of the figures must see
+    names: str = "arguments"  # how the prune's caller names its arguments, for the report's words (not recorded)
 
     def record(self) -> dict:
         source = {"path": str(Path(self.source.path).resolve()), "weights_hash": self.source.weights_hash}
