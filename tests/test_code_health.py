@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -163,3 +164,14 @@ def test_each_package_lists_its_names_and_suggests_the_nearest_for_a_misspelt_on
     said = subprocess.run([sys.executable, "-c", f"import {package}; {package}.{misspelt}"], capture_output=True,
                           text=True, cwd=ROOT).stderr.splitlines()[-1]  # the interpreter's traceback, as a user sees it
     assert said == f"AttributeError: module '{package}' has no attribute '{misspelt}'. Did you mean: '{meant}'?"
+
+
+def test_one_rule_leads_a_sentence_with_where_it_was_read():
+    """A message about something read from a file or recipe leads with 'WHERE: ' through headcut_grader.errors.lead_of
+    alone; was: pipeline.checks and distill.sizes each defined an `_at` of their own, batching and sizes' cut-from
+    check spelled it inline."""
+    rule = ROOT / "grader" / "headcut_grader" / "errors.py"
+    copy = re.compile(r""":\s?['"]\s*if \w+ else (''|"")""")
+    copies = [f"{path.relative_to(ROOT)}:{number}" for path in modules().values() if path != rule
+              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if copy.search(line)]
+    assert not copies, f"lead a sentence with headcut_grader.errors.lead_of: {copies}"

@@ -19,6 +19,12 @@ def led(error: UserError, lead: str) -> UserError:
     return again
 
 
+def lead_of(where: str) -> str:
+    """The lead of a sentence about something read from `where` (a file, a recipe and its --set values): 'WHERE: ',
+    or nothing where it was given in Python."""
+    return f"{where}: " if where else ""
+
+
 def setting(name: str, value) -> str:
     """A setting and its value as a message names them: `--flops 0.5` for a flag, `prune.flops=0.5` for a recipe
     key (`--set` form), `--set prune.flops=0.5` for a key given by --set, `[scan] draws 5` for a key named by its

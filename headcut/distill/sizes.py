@@ -8,7 +8,7 @@ from pathlib import Path
 
 from headcut.arch import ARCHITECTURES, encoder_layers, heads_per_layer, neurons_per_layer
 from headcut.batching import check_max_length
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, lead_of, setting
 
 
 # Keys under which a pruned artifact's headcut.json may name the model it was cut from.
@@ -55,7 +55,7 @@ def check_cut_from(student_model: str, record: dict, path: str, weights_hash: st
     where the record has their hash; `where`: the recipe it was read from."""
     recorded = record.get("weights_hash")
     if recorded and recorded != weights_hash:
-        raise UserError(f"{where + ': ' if where else ''}student_model {student_model} was cut from a model of weights "
+        raise UserError(f"{lead_of(where)}student_model {student_model} was cut from a model of weights "
                         f"{recorded}, but {path}, the teacher its headcut.json names, holds weights {weights_hash}; "
                         "pass --set teacher=DIR naming the model it was cut from.")
 
@@ -78,10 +78,6 @@ def recorded_teacher_outline(student_model: str, meta: dict, *, where: str):
     return teacher
 
 
-def _at(where: str) -> str:
-    return f"{where}: " if where else ""
-
-
 def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep_layers", where: str = "") -> None:
     """A bottom-k student keeps fewer layers than its teacher has; `key`: how the user set it (a run names its
     student's section); `where`: the recipe (file and --set values) it was read from."""
@@ -90,7 +86,7 @@ def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep
     than = "is more than" if keep_layers > teacher_layers else "keeps all of"
     fix = (_at_most(key, teacher_layers - 1) if teacher_layers > 1 else
            "a 1-layer teacher has no smaller bottom-k student: use student=config or a deeper teacher")
-    raise UserError(f"{_at(where)}{setting(key, keep_layers)} {than} the teacher's {teacher_layers} layers, and a "
+    raise UserError(f"{lead_of(where)}{setting(key, keep_layers)} {than} the teacher's {teacher_layers} layers, and a "
                     f"bottom-k student keeps fewer; {fix}.")
 
 
@@ -110,9 +106,9 @@ def check_config_student(recipe, teacher_config, teacher_layers: int, *, where: 
     for key, most in limits.items():
         value = getattr(recipe, key)
         if value is not None and value > most:
-            name, at = named(key) if named else (key, where)
-            raise UserError(f"{_at(at)}{setting(name, value)} is larger than the teacher's {most}; a config student "
-                            f"is a smaller model of its teacher: {_at_most(name, most)}.")
+            name, place = named(key) if named else (key, where)
+            raise UserError(f"{lead_of(place)}{setting(name, value)} is larger than the teacher's {most}; a config "
+                            f"student is a smaller model of its teacher: {_at_most(name, most)}.")
 
 
 def check_smaller(student, teacher, *, where: str = "") -> None:
@@ -124,7 +120,7 @@ def check_smaller(student, teacher, *, where: str = "") -> None:
         what = f"has the same layers, heads and FFN neurons as the teacher {teacher.path}"
     else:
         return
-    raise UserError(f"{_at(where)}student_model {student.path} {what}, so the student would be no smaller than its "
+    raise UserError(f"{lead_of(where)}student_model {student.path} {what}, so the student would be no smaller than its "
                     "teacher; pass a model pruned from the teacher (headcut prune), or use student=bottom-k or config.")
 
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
-from headcut_grader.errors import UserError, led, quoted, setting
+from headcut_grader.errors import UserError, lead_of, led, quoted, setting
 from headcut_grader.files import check_place, overwrite_said, refuse_inputs
 from headcut_grader.ranges import checked_bool
 from headcut.pipeline.recipe import DataSection, PipelineRecipe, given_as, key_names, sub_recipes
@@ -84,7 +84,7 @@ def check_inputs(recipe: PipelineRecipe) -> None:
         wheres = {given_as(recipe, *key_path(key))[1] for key in missing}
         where = wheres.pop() if len(wheres) == 1 else ""  # the file that holds them all leads; else each says its own
         listed = " and ".join(said(recipe, key, value, at=where) for key, value in missing.items())
-        raise UserError(f"{_at(where)}{listed}: no such file{'s' if len(missing) > 1 else ''}; pass an existing "
+        raise UserError(f"{lead_of(where)}{listed}: no such file{'s' if len(missing) > 1 else ''}; pass an existing "
                         "pairs file with --set (or synthetic).")
     check_test_apart(recipe)
 
@@ -102,10 +102,6 @@ def said(recipe: PipelineRecipe, key: str, value, *, at: str = "") -> str:
     return setting(name, value) + (f" (in {where})" if where and where != at else "")
 
 
-def _at(where: str) -> str:
-    return f"{where}: " if where else ""
-
-
 def check_test_apart(recipe: PipelineRecipe) -> None:
     """The report's pairs are not pairs a model of the run trains on: a test file that is a train file (the same
     path, a copy, or the same synthetic draw) would report how well the run learned its own training pairs."""
@@ -116,7 +112,7 @@ def check_test_apart(recipe: PipelineRecipe) -> None:
     for key, train in trains.items():
         if test and train and same_data(test, train):
             where = given_as(recipe, "data", "test")[1]
-            raise UserError(f"{_at(where)}{said(recipe, 'data.test', test, at=where)} holds the pairs of "
+            raise UserError(f"{lead_of(where)}{said(recipe, 'data.test', test, at=where)} holds the pairs of "
                             f"{said(recipe, key, train, at=where)}, so the report would grade training pairs; pass "
                             "held-out pairs with --set data.test=FILE (the dev file will do: the run leaves out its "
                             "queries that chose checkpoints).")
@@ -289,7 +285,7 @@ def check_students(recipe: PipelineRecipe) -> None:
             check_config_student(sub, teacher.model.config, layers, named=named)
         elif sub.student_model == UPSTREAM[1] and recipe.prune.keep_ratio == 1:  # the prune stage's model
             key, where = given_as(recipe, "prune", "keep_ratio")
-            raise UserError(f"{_at(where)}{setting(key, 1)} keeps every head, so [{name}]'s pruned "
+            raise UserError(f"{lead_of(where)}{setting(key, 1)} keeps every head, so [{name}]'s pruned "
                             "student would have the teacher's shape, no smaller than its teacher; lower "
                             "prune.keep_ratio (or prune by prune.flops in its place), or make the student bottom-k or "
                             "config.")
