@@ -413,7 +413,7 @@ def test_a_students_value_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_p
     """Was: 'distill.bottom3.max_length=1000 is more than the teacher's 512 positions; set ...', as if the run recipe
     held it, for a --set and a student recipe's own key alike. Now a --set is named as typed, a file's value by its
     file and key."""
-    from headcut.pipeline.checks import check_students
+    from headcut.pipeline.checks import check_students, run_parts
     from headcut_grader.errors import UserError
 
     quickstart = ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml"
@@ -431,7 +431,7 @@ def test_a_students_value_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_p
                                     "set distill.bottom3.max_length=512")}[given]
     with pytest.raises(UserError, match=f"^{re.escape(lead)} is more than the teacher's 512 positions; "
                                         f"{re.escape(fix)} or less\\.$"):
-        check_students(load_pipeline(run, overrides=overrides))
+        check_students(run_parts(load_pipeline(run, overrides=overrides)))
 
 
 @pytest.mark.parametrize("given", ["--set", "run recipe"])
@@ -483,12 +483,12 @@ def given_recipe(tmp_path: Path, given: str, items: list[str]):
 def test_a_prune_budget_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
     """Was: 'prune.flops=1e-09 allows ...' for a --set and a run recipe's key alike, naming neither the --set nor the
     file. Refused before any stage, on the teacher's outline."""
-    from headcut.pipeline.checks import check_prune_budget
+    from headcut.pipeline.checks import check_prune_budget, run_parts
     from headcut_grader.errors import UserError
 
     recipe, lead = given_recipe(tmp_path, given, items)
     with pytest.raises(UserError) as caught:
-        check_prune_budget(recipe)
+        check_prune_budget(run_parts(recipe))
     assert str(caught.value).startswith(lead + words), str(caught.value)
 
 
@@ -529,12 +529,12 @@ def test_an_export_precision_this_machine_refuses_is_named_as_the_user_gave_it(t
 def test_a_pairs_file_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
     """Was: 'data.test=nowhere.tsv: no such file' for a --set and a run recipe's key alike, naming neither the --set
     nor the file; a key the recipe file holds beside a --set is named with its file. Refused before any stage."""
-    from headcut.pipeline.checks import check_inputs
+    from headcut.pipeline.checks import check_inputs, run_parts
     from headcut_grader.errors import UserError
 
     recipe, lead = given_recipe(tmp_path, given, items)
     with pytest.raises(UserError) as caught:
-        check_inputs(recipe)
+        check_inputs(run_parts(recipe))
     quickstart = f" (in {ROOT / 'headcut' / 'recipes' / 'run' / 'quickstart.yaml'})" if given == "--set" else ""
     assert str(caught.value).startswith(lead + words.format(set=lead if given == "--set" else "",
                                                             quickstart=quickstart)), str(caught.value)
@@ -563,12 +563,12 @@ def test_missing_pairs_files_from_a_set_and_the_run_recipe_each_say_where_they_c
                                                                                         words):
     """Was: '--set data.test=a, scan.data=b in run.yaml: no such file', read as both from the --set, or as a file
     (run.yaml: data.test=a, --set scan.data=b) that holds a --set; now each is named as given, its file in brackets."""
-    from headcut.pipeline.checks import check_inputs
+    from headcut.pipeline.checks import check_inputs, run_parts
     from headcut_grader.errors import UserError
 
     given_recipe(tmp_path, "run recipe", [in_file])
     with pytest.raises(UserError) as caught:
-        check_inputs(load_pipeline(tmp_path / "run.yaml", overrides=[by_set]))
+        check_inputs(run_parts(load_pipeline(tmp_path / "run.yaml", overrides=[by_set])))
     assert str(caught.value).startswith(words.format(file=tmp_path / "run.yaml")), str(caught.value)
 
 
@@ -584,12 +584,12 @@ def test_missing_pairs_files_from_a_set_and_the_run_recipe_each_say_where_they_c
 def test_a_model_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
     """Was: 'teacher.model=/nonexistent: no such folder ...' for a --set and a run recipe's key alike, naming neither
     the --set nor the file. Refused before any stage."""
-    from headcut.pipeline.checks import check_models
+    from headcut.pipeline.checks import check_models, run_parts
     from headcut_grader.errors import UserError
 
     recipe, lead = given_recipe(tmp_path, given, items)
     with pytest.raises(UserError) as caught:
-        check_models(recipe)
+        check_models(run_parts(recipe))
     assert str(caught.value).startswith(lead + words), str(caught.value)
 
 
@@ -597,17 +597,46 @@ def test_a_model_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, i
 def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_any_stage(keep_ratio, refused):
     """Was: distilled the prune stage's uncut model into a copy of the teacher; the distill stage now refuses a
     student of the teacher's shape, and the run says so before the teacher trains."""
-    from headcut.pipeline.checks import check_students
+    from headcut.pipeline.checks import check_students, run_parts
     from headcut_grader.errors import UserError
 
     recipe = load_pipeline("quickstart", overrides=["distill.p.recipe=distill/minilm_pruned_cpu", "prune.flops=null",
                                                     f"prune.keep_ratio={keep_ratio}"])
     if not refused:
-        check_students(recipe)
+        check_students(run_parts(recipe))
         return
     with pytest.raises(UserError, match=r"^--set prune.keep_ratio=1 keeps every head, so \[distill.p\]'s pruned "
                                         "student would have the teacher's shape"):
-        check_students(recipe)
+        check_students(run_parts(recipe))
+
+
+def test_the_checks_before_any_stage_read_each_sub_recipe_once(tmp_path, monkeypatch):
+    """Was: the checks rebuilt every sub-recipe about a dozen times (12 for quickstart with a pruned student), each
+    build of the teacher's finetune recipe outlining its base model again; now once each, passed down."""
+    from collections import Counter
+
+    from headcut import models
+    from headcut.pipeline import checks, recipe as pipeline_recipe
+
+    recipe = load_pipeline("quickstart", overrides=["distill.p.recipe=distill/minilm_pruned_cpu"])
+    built, outlined = Counter(), Counter()
+    read, outline = pipeline_recipe.read_sub_recipe, models.outline
+
+    def counted_read(cls, name, *args, **kwargs):
+        built[name] += 1
+        return read(cls, name, *args, **kwargs)
+
+    def counted_outline(source, **kwargs):
+        outlined[str(source)] += 1
+        return outline(source, **kwargs)
+
+    monkeypatch.setattr(pipeline_recipe, "read_sub_recipe", counted_read)
+    monkeypatch.setattr(models, "outline", counted_outline)
+    checks.check_run(recipe, tmp_path / "out", overwrite=False)
+    assert built == {"finetune/minilm_synthetic_cpu": 1, "distill/minilm_synthetic_cpu": 1,
+                     "distill/minilm_pruned_cpu": 1}
+    # the finetune recipe's own check of its base model, and the checks' outline of it as the run's teacher
+    assert outlined == {"minilm-l6": 2} and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("teacher, words", [("/nonexistent", ": no such folder"), ("pruned", " is already pruned")])

@@ -6,6 +6,8 @@ the flag of the command the stage calls."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
@@ -20,24 +22,46 @@ RUN_FILE = "run.json"  # marks a folder as a run's
 UPSTREAM = ("<teacher>", "<pruned>")  # what sub-recipes name in place of models the run makes
 
 
+@dataclass
+class RunParts:
+    """A run recipe and what its checks read of it, each made once and passed down: its sub-recipes (`sub_recipes`,
+    with placeholders for the models the run makes) and its teacher's outline, read when a check first needs it (a
+    recipe with no prune or student may need none)."""
+
+    recipe: PipelineRecipe
+    subs: dict  # 'teacher': its finetune recipe, or absent for an existing teacher; 'distill.NAME': a distill recipe
+
+    @cached_property
+    def teacher(self):
+        """The run's teacher without its weights: the given one, or the base model the run trains it from."""
+        return teacher_outline(self.recipe, self.subs)
+
+
+def run_parts(recipe: PipelineRecipe) -> RunParts:
+    """`recipe` with its sub-recipes built, for the checks below."""
+    subs = sub_recipes(recipe, teacher_dir=UPSTREAM[0], pruned_dir=UPSTREAM[1])
+    return RunParts(recipe, {name: sub for name, sub in subs.items() if sub is not None})
+
+
 def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str = "out") -> None:
     """Everything `headcut run` checks before it writes anything; raises the first problem as a UserError. `flag`:
     what the caller named `out` by (run_folder.out_flag: out, --out)."""
-    check_run_dir(out, recipe, overwrite=overwrite, flag=flag)
-    check_inputs(recipe)
-    check_models(recipe)
-    check_gold(recipe, **run_gold(recipe))
-    check_prune_budget(recipe)
-    check_students(recipe)
-    check_choice_data(recipe)
+    parts = run_parts(recipe)  # each sub-recipe read and checked once (a teacher's outlines its base model)
+    check_run_dir(out, parts, overwrite=overwrite, flag=flag)
+    check_inputs(parts)
+    check_models(parts)
+    check_gold(parts, **run_gold(parts))
+    check_prune_budget(parts)
+    check_students(parts)
+    check_choice_data(parts)
     check_export(recipe)
 
 
-def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool, flag: str = "out") -> None:
+def check_run_dir(out: Path, parts: RunParts, *, overwrite: bool, flag: str = "out") -> None:
     """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It never
     holds, or lies inside, what the recipe reads (a stage that reruns clears its folder)."""
     checked_bool(overwrite, "overwrite")
-    refuse_inputs(out, [*pairs_files(recipe).values(), *model_folders(recipe).values(), recipe.bench.yardstick],
+    refuse_inputs(out, [*pairs_files(parts).values(), *model_folders(parts).values(), parts.recipe.bench.yardstick],
                   flag=flag)
     if out.exists() and not out.is_dir():
         raise UserError(f"{setting(flag, out)} is a file; name a folder.")
@@ -48,18 +72,14 @@ def check_run_dir(out: Path, recipe: PipelineRecipe, *, overwrite: bool, flag: s
                         f"{overwrite_said(flag)}.")
 
 
-def _sub_recipes(recipe: PipelineRecipe) -> dict:
-    subs = sub_recipes(recipe, teacher_dir=UPSTREAM[0], pruned_dir=UPSTREAM[1])
-    return {name: sub for name, sub in subs.items() if sub is not None}
-
-
-def pairs_files(recipe: PipelineRecipe) -> dict[str, str]:
+def pairs_files(parts: RunParts) -> dict[str, str]:
     """The pairs files the run reads, by recipe key (a student's own data too, where its section sets some)."""
     from headcut.synthetic import is_synthetic
 
+    recipe = parts.recipe
     named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
              "scan.data": recipe.scan.data if recipe.scan is not None else None}
-    for name, sub in _sub_recipes(recipe).items():
+    for name, sub in parts.subs.items():
         for key in DATA_KEYS:
             value = getattr(sub, key, None)
             if value not in named.values():
@@ -67,26 +87,27 @@ def pairs_files(recipe: PipelineRecipe) -> dict[str, str]:
     return {key: value for key, value in named.items() if value and not is_synthetic(value)}
 
 
-def model_folders(recipe: PipelineRecipe) -> dict[str, str]:
+def model_folders(parts: RunParts) -> dict[str, str]:
     """The models the run reads, by recipe key: an existing teacher, a base model to train one from."""
-    named = {"teacher.path": recipe.teacher.path}
-    for name, sub in _sub_recipes(recipe).items():
+    named = {"teacher.path": parts.recipe.teacher.path}
+    for name, sub in parts.subs.items():
         for key in ("model", "teacher", "student_model"):
             named[f"{name}.{key}"] = getattr(sub, key, None)
     return {key: value for key, value in named.items() if value and value not in UPSTREAM}
 
 
-def check_inputs(recipe: PipelineRecipe) -> None:
+def check_inputs(parts: RunParts) -> None:
     """Every pairs file the recipe names exists (a missing test file would otherwise surface at a later stage,
     after the teacher and the students have trained)."""
-    missing = {key: value for key, value in pairs_files(recipe).items() if not Path(value).is_file()}
+    recipe = parts.recipe
+    missing = {key: value for key, value in pairs_files(parts).items() if not Path(value).is_file()}
     if missing:
         wheres = {given_as(recipe, *key_path(key))[1] for key in missing}
         where = wheres.pop() if len(wheres) == 1 else ""  # the file that holds them all leads; else each says its own
         listed = " and ".join(said(recipe, key, value, at=where) for key, value in missing.items())
         raise UserError(f"{lead_of(where)}{listed}: no such file{'s' if len(missing) > 1 else ''}; pass an existing "
                         "pairs file with --set (or synthetic).")
-    check_test_apart(recipe)
+    check_test_apart(parts)
 
 
 def key_path(key: str) -> tuple[str, ...]:
@@ -102,12 +123,13 @@ def said(recipe: PipelineRecipe, key: str, value, *, at: str = "") -> str:
     return setting(name, value) + (f" (in {where})" if where and where != at else "")
 
 
-def check_test_apart(recipe: PipelineRecipe) -> None:
+def check_test_apart(parts: RunParts) -> None:
     """The report's pairs are not pairs a model of the run trains on: a test file that is a train file (the same
     path, a copy, or the same synthetic draw) would report how well the run learned its own training pairs."""
+    recipe = parts.recipe
     test = recipe.data.test
     trains = {"data.train": recipe.data.train}
-    for name, sub in _sub_recipes(recipe).items():
+    for name, sub in parts.subs.items():
         trains[f"{name}.train_data"] = getattr(sub, "train_data", None)
     for key, train in trains.items():
         if test and train and same_data(test, train):
@@ -118,13 +140,13 @@ def check_test_apart(recipe: PipelineRecipe) -> None:
                             "queries that chose checkpoints).")
 
 
-def check_gold(recipe: PipelineRecipe, task: str, grades: tuple) -> None:
+def check_gold(parts: RunParts, task: str, grades: tuple) -> None:
     """Every named file reads as the stages will read it, with the gold of the teacher's task (its grades, or the
     score column) wherever a stage needs gold, before any stage runs."""
-    named = pairs_files(recipe)
+    named = pairs_files(parts)
     labelled = {value for key, value in named.items() if not key.endswith("unlabeled_data")}
     for value in set(named.values()):
-        check_readable(value, recipe.data, task=task, grades=grades, texts_only=value not in labelled)
+        check_readable(value, parts.recipe.data, task=task, grades=grades, texts_only=value not in labelled)
 
 
 def check_readable(path: str, data: DataSection, *, task: str = "grades", grades: tuple = DEFAULT_GRADES,
@@ -139,26 +161,25 @@ def check_readable(path: str, data: DataSection, *, task: str = "grades", grades
         pass
 
 
-def run_gold(recipe: PipelineRecipe) -> dict:
+def run_gold(parts: RunParts) -> dict:
     """The teacher's task (grades or score) and grades: the gold every stage of the run reads."""
-    if recipe.teacher.path is not None:
-        teacher = teacher_outline(recipe)
-        return {"task": teacher.task, "grades": teacher.grades}
-    sub = _sub_recipes(recipe)["teacher"]
+    if parts.recipe.teacher.path is not None:
+        return {"task": parts.teacher.task, "grades": parts.teacher.grades}
+    sub = parts.subs["teacher"]
     return {"task": sub.task, "grades": tuple(sub.grades)}
 
 
-def check_models(recipe: PipelineRecipe) -> None:
+def check_models(parts: RunParts) -> None:
     """Every model the recipe names is a model folder (or a built-in name whose package is installed), and every
     student distils the teacher's task (grades, or one score)."""
     from headcut.models import resolve_source
 
-    for key, value in model_folders(recipe).items():
+    recipe = parts.recipe
+    for key, value in model_folders(parts).items():
         with named_in(recipe, *key_path(key)) as name:
             resolve_source(value, flag=name)
-    teacher_task = run_gold(recipe)["task"]
-    subs = _sub_recipes(recipe)
-    for name, sub in subs.items():
+    teacher_task = run_gold(parts)["task"]
+    for name, sub in parts.subs.items():
         if name.startswith("distill.") and teacher_task is not None and sub.task != teacher_task:
             raise UserError(f"[{name}] distils task={sub.task}, but the run's teacher is "
                             f"{'a one-score reranker (task score)' if teacher_task == 'score' else 'a grades model'}; "
@@ -173,7 +194,7 @@ def check_models(recipe: PipelineRecipe) -> None:
 STUDENT_RECIPES = {"grades": "distill/minilm_bottom3_cpu", "score": "distill/minilm_score_bottom3_cpu"}
 
 
-def check_prune_budget(recipe: PipelineRecipe) -> None:
+def check_prune_budget(parts: RunParts) -> None:
     """prune.flops leaves room for the pooler and classifier of this teacher, which is unpruned, and prune.keep_ratio
     keeps a head of it, as the prune stage will check: counted on the teacher's shape (the base model's, for one the
     run trains)."""
@@ -183,9 +204,10 @@ def check_prune_budget(recipe: PipelineRecipe) -> None:
     from headcut.prune.scores import check_unpruned
     from headcut.prune_arguments import named
 
+    recipe = parts.recipe
     if recipe.prune is None:
         return
-    teacher = teacher_outline(recipe)
+    teacher = parts.teacher
     names = key_names(recipe, "prune", model=("teacher", "path"))
     if recipe.teacher.path is not None:
         with named_in(recipe, "teacher", "path"):
@@ -214,14 +236,15 @@ def named_in(recipe: PipelineRecipe, *path: str):
         raise led(e, f"{where}: ") from None
 
 
-def teacher_outline(recipe: PipelineRecipe):
-    """The run's teacher without its weights: the given one, or the base model the run trains it from."""
+def teacher_outline(recipe: PipelineRecipe, subs: dict):
+    """The run's teacher without its weights: the given one, or the base model the run trains it from (`subs`:
+    the run's sub-recipes, its finetune recipe among them)."""
     from headcut.models import outline
 
     if recipe.teacher.path is not None:
         with named_in(recipe, "teacher", "path") as name:
             return outline(recipe.teacher.path, flag=name)
-    sub = _sub_recipes(recipe)["teacher"]
+    sub = subs["teacher"]
     meta = {"grades": list(sub.grades), "max_length": sub.max_length}
     if sub.task == "score":  # one output, as the teacher will have
         meta["task"] = "score"
@@ -242,23 +265,23 @@ def check_export(recipe: PipelineRecipe) -> None:
             check_request(openvino_precision, labelled=True, names=names)
 
 
-def check_choice_data(recipe: PipelineRecipe) -> None:
+def check_choice_data(parts: RunParts) -> None:
     """The export stage checks each grader on pairs apart from the report's (pairs.choice_pairs): the test file's
     pairs whose queries chose a checkpoint, else data.dev (when it is not data.test), else data.train. A recipe
     that names none of them (an existing teacher, no train file) would fail there, after the teacher stage."""
     from headcut.pipeline.pairs import same_spec, selections
 
-    data = recipe.data
+    recipe, data = parts.recipe, parts.recipe.data
     if data.train or (data.dev and not same_spec(data.dev, data.test)):
         return
-    meta = teacher_outline(recipe).meta if recipe.teacher.path is not None else None
+    meta = parts.teacher.meta if recipe.teacher.path is not None else None
     if any(same_spec(spec, data.test) for spec, _ in selections(recipe, meta)):
         return
     raise UserError("[export] checks each grader on pairs apart from the report's data.test, and the recipe names "
                     "none: pass --set data.train=FILE or --set data.dev=FILE (pairs other than data.test's).")
 
 
-def check_students(recipe: PipelineRecipe) -> None:
+def check_students(parts: RunParts) -> None:
     """A student reads no more tokens than the teacher has positions for, a bottom-k student keeps fewer layers than
     the teacher has, a config student is no larger than the teacher in any size, and a pruned student is cut from it
     (a prune that keeps every head is not), as the distill stage will check (after the teacher stage, which may train
@@ -267,10 +290,11 @@ def check_students(recipe: PipelineRecipe) -> None:
     from headcut.batching import check_max_length
     from headcut.distill.sizes import check_config_student, check_keep_layers
 
-    students = {name: sub for name, sub in _sub_recipes(recipe).items() if name.startswith("distill.")}
+    recipe = parts.recipe
+    students = {name: sub for name, sub in parts.subs.items() if name.startswith("distill.")}
     if not students:
         return
-    teacher = teacher_outline(recipe)
+    teacher = parts.teacher
     layers = len(encoder_layers(teacher.model))
     for name, sub in students.items():
         def named(key, name=name):  # as the user gave it: a --set, or the key in the file that holds it
