@@ -593,21 +593,41 @@ def test_a_model_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, i
     assert str(caught.value).startswith(lead + words), str(caught.value)
 
 
-@pytest.mark.parametrize("keep_ratio, refused", [(1, True), (0.5, False)])
-def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_any_stage(keep_ratio, refused):
+@pytest.mark.parametrize("items, words", [
+    (["prune.flops=null", "prune.keep_ratio=1"], "--set prune.keep_ratio=1 keeps every head"),
+    (["prune.flops=null", "prune.keep_ratio=0.999"], "--set prune.keep_ratio=0.999 keeps round(0.999 x 72) = 72 heads, "
+                                                     "every head"),
+    (["prune.flops=1"], "--set prune.flops=1 keeps every head and FFN neuron"),
+])
+def test_a_pruned_student_of_a_prune_that_keeps_every_head_stops_the_run_before_any_stage(tmp_path, monkeypatch, items,
+                                                                                           words):
     """Was: distilled the prune stage's uncut model into a copy of the teacher; the distill stage now refuses a
-    student of the teacher's shape, and the run says so before the teacher trains."""
-    from headcut.pipeline.checks import check_students, run_parts
-    from headcut_grader.errors import UserError
+    student of the teacher's shape, and the run says so before the teacher trains. Was also: a keep_ratio under 1 that
+    rounds to every head (0.999 of MiniLM's 72), or a FLOPs share of 1, refused only by distill, after the teacher,
+    scan and prune stages had run."""
+    from headcut.pipeline import run as run_module
 
-    recipe = load_pipeline("quickstart", overrides=["distill.p.recipe=distill/minilm_pruned_cpu", "prune.flops=null",
-                                                    f"prune.keep_ratio={keep_ratio}"])
-    if not refused:
-        check_students(run_parts(recipe))
-        return
-    with pytest.raises(UserError, match=r"^--set prune.keep_ratio=1 keeps every head, so \[distill.p\]'s pruned "
-                                        "student would have the teacher's shape"):
-        check_students(run_parts(recipe))
+    def no_stage(*args, **kwargs):
+        raise AssertionError("the checks let the run start its stages")
+
+    monkeypatch.setattr(run_module, "_run", no_stage)
+    args = ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", "distill.p.recipe=distill/minilm_pruned_cpu"]
+    result = CliRunner().invoke(app, [*args, *(word for item in items for word in ("--set", item))])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: {words}, so [distill.p]'s pruned student would have the teacher's shape, "
+                                    "no smaller than its teacher; lower prune."), result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("items", [["prune.flops=null", "prune.keep_ratio=0.99"], ["prune.flops=0.999"],
+                                   ["prune.flops=null", "prune.keep_ratio=1", "distill.p.student=bottom-k"]])
+def test_a_prune_that_cuts_a_unit_or_no_pruned_student_passes_the_checks(items):
+    """round(0.99 x 72) = 71 heads, and 0.999 of the FLOPs, each cut something; a prune that keeps every head is
+    refused only where a pruned student trains its model."""
+    from headcut.pipeline.checks import check_prune_budget, run_parts
+
+    check_prune_budget(run_parts(load_pipeline("quickstart", overrides=["distill.p.recipe=distill/minilm_pruned_cpu",
+                                                                        *items])))
 
 
 def test_the_checks_before_any_stage_read_each_sub_recipe_once(tmp_path, monkeypatch):

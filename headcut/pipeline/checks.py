@@ -196,8 +196,9 @@ STUDENT_RECIPES = {"grades": "distill/minilm_bottom3_cpu", "score": "distill/min
 
 def check_prune_budget(parts: RunParts) -> None:
     """prune.flops leaves room for the pooler and classifier of this teacher, which is unpruned, and prune.keep_ratio
-    keeps a head of it, as the prune stage will check: counted on the teacher's shape (the base model's, for one the
-    run trains)."""
+    keeps a head of it, as the prune stage will check; and where a pruned student trains the prune's model, neither
+    keeps every unit (the distill stage refuses a student of the teacher's shape, after the teacher, scan and prune
+    stages). Counted on the teacher's shape (the base model's, for one the run trains)."""
     from headcut.arch import flops_per_pair, mask_shape, unit_flops
     from headcut.prune.budget import check_budget
     from headcut.prune.plan import check_head_counts
@@ -214,12 +215,30 @@ def check_prune_budget(parts: RunParts) -> None:
             check_unpruned(teacher, flag=named("model", names))
     if recipe.prune.flops is not None:
         seq_len = teacher.max_length  # what the prune stage counts at: the teacher's recorded max_length
-        with named_in(recipe, "prune", "flops"):
-            check_budget(recipe.prune.flops, unit_flops(teacher.model, seq_len),
-                         flops_per_pair(teacher.model, seq_len), flag=named("flops", names))
+        full = flops_per_pair(teacher.model, seq_len)
+        with named_in(recipe, "prune", "flops") as name:
+            budget = check_budget(recipe.prune.flops, unit_flops(teacher.model, seq_len), full, flag=name)
+            if budget >= full:  # every head and neuron fits: the plan cuts nothing
+                refuse_uncut(parts, name, recipe.prune.flops, "keeps every head and FFN neuron")
     if recipe.prune.keep_ratio is not None:
-        with named_in(recipe, "prune", "keep_ratio"):
-            check_head_counts(recipe.prune.keep_ratio, 0, *mask_shape(teacher.model), names=names)
+        ratio, (layers, heads) = recipe.prune.keep_ratio, mask_shape(teacher.model)
+        with named_in(recipe, "prune", "keep_ratio") as name:
+            if check_head_counts(ratio, 0, layers, heads, names=names) == layers * heads:
+                rounded = "" if ratio == 1 else f"round({ratio} x {layers * heads}) = {layers * heads} heads, "
+                refuse_uncut(parts, name, ratio, f"keeps {rounded}every head")
+
+
+def refuse_uncut(parts: RunParts, name: str, share: float, keeps: str) -> None:
+    """Refuses a prune whose `share` (prune.flops or prune.keep_ratio, `name`d as the user gave it) `keeps` every unit
+    of the teacher, where a pruned student trains the prune stage's model, which would have the teacher's shape."""
+    students = [student for student, sub in parts.subs.items()
+                if student.startswith("distill.") and sub.student_model == UPSTREAM[1]]
+    if students:
+        key = name.rpartition(".")[2]
+        other = " (or prune by prune.flops in its place)" if key == "keep_ratio" else ""
+        raise UserError(f"{setting(name, 1 if share == 1 else share)} {keeps}, so [{students[0]}]'s pruned student "
+                        "would have the teacher's shape, no smaller than its teacher; lower "
+                        f"prune.{key}{other}, or make the student bottom-k or config.")  # 1 as typed, not 1.0
 
 
 @contextmanager
@@ -283,9 +302,8 @@ def check_choice_data(parts: RunParts) -> None:
 
 def check_students(parts: RunParts) -> None:
     """A student reads no more tokens than the teacher has positions for, a bottom-k student keeps fewer layers than
-    the teacher has, a config student is no larger than the teacher in any size, and a pruned student is cut from it
-    (a prune that keeps every head is not), as the distill stage will check (after the teacher stage, which may train
-    for an hour)."""
+    the teacher has, and a config student is no larger than the teacher in any size, as the distill stage will check
+    (after the teacher stage, which may train for an hour); a pruned student's prune: check_prune_budget."""
     from headcut.arch import encoder_layers
     from headcut.batching import check_max_length
     from headcut.distill.sizes import check_config_student, check_keep_layers
@@ -307,9 +325,3 @@ def check_students(parts: RunParts) -> None:
             check_keep_layers(sub.keep_layers, layers, key=key, where=where)
         elif sub.student == "config":
             check_config_student(sub, teacher.model.config, layers, named=named)
-        elif sub.student_model == UPSTREAM[1] and recipe.prune.keep_ratio == 1:  # the prune stage's model
-            key, where = given_as(recipe, "prune", "keep_ratio")
-            raise UserError(f"{lead_of(where)}{setting(key, 1)} keeps every head, so [{name}]'s pruned "
-                            "student would have the teacher's shape, no smaller than its teacher; lower "
-                            "prune.keep_ratio (or prune by prune.flops in its place), or make the student bottom-k or "
-                            "config.")
