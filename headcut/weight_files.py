@@ -9,6 +9,7 @@ import json
 import math
 import pickle
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -120,10 +121,25 @@ def weights_counts(weights: Path) -> tuple[int, int]:
 
 def weights_hash(weights: Path) -> str:
     """What identifies the weights (the cache of a teacher's logits, a score file's model): the file's hash, or for
-    an index the hashes of it and every shard (fine-tunes of one base save the same index)."""
+    an index the hashes of it and every shard (fine-tunes of one base save the same index). Hashed once per process
+    while the files stay as they were (a distill recipe's check of a pruned student's recorded teacher, then the
+    teacher's load, read a large teacher's weights once, not twice)."""
     files = [weights, *weight_shards(weights)] if weights.name.endswith(".index.json") else [weights]
+    return _hash_of(tuple(files), tuple(_stamp(f) for f in files))
+
+
+def _stamp(path: Path) -> tuple:
+    """What changes whenever a file's content may have: its inode, size and modification and change times (a file
+    replaced, or rewritten in place, even with its old modification time put back)."""
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
+@lru_cache(maxsize=64)
+def _hash_of(files: tuple[Path, ...], stamps: tuple) -> str:
+    """weights_hash of `files` as they were at `stamps` (the key that tells a changed file apart)."""
     if len(files) == 1:
-        return file_hash(weights)
+        return file_hash(files[0])
     return hashlib.sha256("".join(file_hash(f, length=64) for f in files).encode()).hexdigest()[:16]
 
 

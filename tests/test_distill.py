@@ -396,6 +396,38 @@ def test_a_pruned_student_is_never_trained_against_another_model_at_its_recorded
     assert not (tmp_path / "student.partial").exists()
 
 
+def test_a_pruned_students_recorded_teacher_is_hashed_once_per_run(tiny_teacher, tmp_path, monkeypatch):
+    """Was: reading the recipe hashed the teacher's weights to check they are the ones the student was cut from, then
+    loading the teacher hashed them again (0.2 s for MiniLM, more for a large teacher); now once, while the file
+    stays as it was. Rewritten in place, with its old modification time put back, it is hashed again and refused."""
+    import shutil
+
+    from headcut import weight_files
+    from headcut.arch import keep_heads
+    from headcut_grader.files import file_hash
+
+    teacher = shutil.copytree(tiny_teacher, tmp_path / "teacher")  # a file not hashed before
+    weights = teacher / "model.safetensors"
+    cut = load_model(tiny_teacher)
+    keep_heads(cut.model, [[0, 1], [2], [3], [1, 3]])
+    save_model(cut, tmp_path / "pruned", meta={"kind": "prune", "source": {"path": str(teacher),
+                                                                          "weights_hash": file_hash(weights)}})
+    hashed = []
+    monkeypatch.setattr(weight_files, "file_hash", lambda path, **kw: hashed.append(Path(path)) or file_hash(path, **kw))
+    recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.25)
+    assert distill(recipe, tmp_path / "student").finished
+    assert hashed.count(weights) == 1, hashed
+
+    before = weights.stat()
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # a weight's last byte: the same size, another model
+    weights.write_bytes(bytes(data))
+    os.utime(weights, ns=(before.st_atime_ns, before.st_mtime_ns))
+    with pytest.raises(UserError, match="was cut from a model of weights"):
+        recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"))
+    assert hashed.count(weights) == 2
+
+
 @pytest.mark.parametrize("keep, words", [(4, "keep_layers=4 keeps all of the teacher's 4 layers"),
                                          (9, "keep_layers=9 is more than the teacher's 4 layers")])
 @pytest.mark.parametrize("given", ["file", "--set"])
