@@ -53,3 +53,40 @@ def test_even_layer_map_ends_on_the_top_layer():
     assert even_layer_map(3, 6) == [1, 3, 5]
     assert even_layer_map(2, 12) == [5, 11]
     assert even_layer_map(4, 4) == [0, 1, 2, 3]
+
+
+def test_online_teacher_holds_its_attention_maps_in_bounded_pieces_with_the_same_loss(monkeypatch):
+    """The attention loss's teacher pass runs in pieces of at most MAX_HELD_SCORES map entries and keeps only the
+    matched layers' head-averaged maps; loss, gradient, logits and hidden states equal the unsplit pass's."""
+    import headcut.distill.teacher as teacher_pass
+    from tests.conftest import tiny_inputs, tiny_model
+
+    # wide initial weights give peaked attention, so the loss is far from 0 and a relative tolerance means something
+    teacher = tiny_model(num_hidden_layers=4, initializer_range=0.5)
+    student = tiny_model(num_hidden_layers=2, seed=1, initializer_range=0.5)
+    batch = tiny_inputs(batch=7, length=9)
+    layer_map, heads = [1, 3], teacher.config.num_attention_heads
+
+    def attention_loss(target):
+        s = student(**batch, output_attentions=True).attentions
+        student.zero_grad()
+        loss = attention_kl(s, target.attentions, batch["attention_mask"], layer_map=layer_map)
+        loss.backward()
+        return loss.item(), [p.grad.clone() for p in student.parameters() if p.grad is not None]
+
+    with torch.no_grad():
+        whole = teacher(**batch, output_hidden_states=True, output_attentions=True)
+    rows_seen = []
+    teacher.register_forward_pre_hook(lambda m, args, kwargs: rows_seen.append(len(kwargs["input_ids"])),
+                                      with_kwargs=True)
+    cap = 2 * 4 * heads * 9 ** 2  # two pairs' maps of all 4 layers
+    monkeypatch.setattr(teacher_pass, "MAX_HELD_SCORES", cap)
+    split = teacher_pass.online_teacher(teacher, batch, hidden=True, attention_layers=set(layer_map))
+    assert rows_seen == [2, 2, 2, 1]
+    held = [a for a in split.attentions if a is not None]
+    assert len(held) == 2 and all(a.shape == (7, 1, 9, 9) for a in held)  # matched layers, heads averaged
+    assert torch.allclose(split.logits, whole.logits, atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(split.hidden_states, whole.hidden_states))
+    (loss_whole, grads_whole), (loss_split, grads_split) = attention_loss(whole), attention_loss(split)
+    assert loss_split == pytest.approx(loss_whole, rel=1e-5) and loss_whole > 0.1
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(grads_whole, grads_split))

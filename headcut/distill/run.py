@@ -21,6 +21,7 @@ from headcut.distill.cache import teacher_logits
 from headcut.distill.objective import LOSSES, Fixed, StepInputs, active_losses, total_loss
 from headcut.distill.recipe import DistillRecipe
 from headcut.distill.students import build_student, check_recorded_teacher, teacher_source
+from headcut.distill.teacher import online_teacher
 from headcut_grader.errors import UserError
 from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
@@ -194,9 +195,9 @@ class Distillation:
         result = m(**batch, output_hidden_states=recipe.hidden_weight > 0, output_attentions=recipe.attention_weight > 0)
         target = None
         if self.online:
-            with torch.no_grad():
-                target = self.teacher.model.to(device)(**batch, output_hidden_states=recipe.hidden_weight > 0,
-                                                       output_attentions=recipe.attention_weight > 0)
+            matched = set(self.student.layer_map) if recipe.attention_weight > 0 else None
+            target = online_teacher(self.teacher.model.to(device), batch, hidden=recipe.hidden_weight > 0,
+                                    attention_layers=matched)
         t_logits = torch.as_tensor(self.cached[rows], device=device) if self.cached is not None else (
             target.logits if target is not None else None)
         gold = self.gold[rows].to(device)
