@@ -58,7 +58,8 @@ def test_even_layer_map_ends_on_the_top_layer():
 def test_online_teacher_holds_its_attention_maps_in_bounded_pieces_with_the_same_loss(monkeypatch):
     """The attention loss's teacher pass runs in pieces of at most MAX_HELD_SCORES map entries and keeps only the
     matched layers' head-averaged maps; loss, gradient, logits and hidden states equal the unsplit pass's."""
-    import headcut.distill.teacher as teacher_pass
+    import headcut.evaluate.attention as attention
+    from headcut.distill.teacher import online_teacher
     from tests.conftest import tiny_inputs, tiny_model
 
     # wide initial weights give peaked attention, so the loss is far from 0 and a relative tolerance means something
@@ -80,8 +81,8 @@ def test_online_teacher_holds_its_attention_maps_in_bounded_pieces_with_the_same
     teacher.register_forward_pre_hook(lambda m, args, kwargs: rows_seen.append(len(kwargs["input_ids"])),
                                       with_kwargs=True)
     cap = 2 * 4 * heads * 9 ** 2  # two pairs' maps of all 4 layers
-    monkeypatch.setattr(teacher_pass, "MAX_HELD_SCORES", cap)
-    split = teacher_pass.online_teacher(teacher, batch, hidden=True, attention_layers=set(layer_map))
+    monkeypatch.setattr(attention, "MAX_HELD_SCORES", cap)
+    split = online_teacher(teacher, batch, hidden=True, attention_layers=set(layer_map))
     assert rows_seen == [2, 2, 2, 1]
     held = [a for a in split.attentions if a is not None]
     assert len(held) == 2 and all(a.shape == (7, 1, 9, 9) for a in held)  # matched layers, heads averaged

@@ -256,3 +256,41 @@ def test_latency_half_prune_plans_within_its_budget(grader, tmp_path, monkeypatc
     summary = load_model(out).meta["prune"]
     assert summary["budget"]["plan_ms"] <= summary["budget"]["budget_ms"] * (1 + 1e-9)
     assert sum(heads_per_layer(load_model(out).model)) < 12
+
+
+def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the_batch_size(monkeypatch):
+    """DeBERTa has only eager attention, whose forward builds each layer's (rows, heads, L, L) scores whole: predict,
+    the ablation scan and the mask-gradient (Fisher) pass cut --batch-size batches so one layer's scores (every
+    layer's, where a backward keeps them) stay within MAX_HELD_SCORES, with the same logits and gradients."""
+    import numpy as np
+
+    import headcut.evaluate.attention as attention
+    from headcut.batching import Encoded
+    from headcut.evaluate.ablation import ablation_logits
+    from headcut.evaluate.fisher import mask_gradients
+    from headcut.evaluate.predict import predict_logits
+
+    model = tiny_model("deberta-v2")
+    rng = np.random.default_rng(0)
+    ids = [list(rng.integers(5, 99, size=n)) for n in rng.integers(6, 13, size=10)]
+    encoded = Encoded(ids, [[0] * len(x) for x in ids], pad_id=0)
+    labels = rng.integers(0, 5, size=10)
+    passes = {"predict": lambda: [predict_logits(model, None, None, batch_size=10, encoded=encoded)],
+              "ablation": lambda: ablation_logits(model, encoded, batch_size=10),
+              "fisher": lambda: [mask_gradients(model, encoded, labels, batch_size=10)]}
+    whole = {name: run() for name, run in passes.items()}
+    seen = []  # (rows, tokens) entering every layer
+    for part in layer_parts(model):
+        part.layer.register_forward_pre_hook(
+            lambda m, args, kwargs: seen.append((args[0] if args else kwargs["hidden_states"]).shape[:2]),
+            with_kwargs=True)
+    heads, layers = model.config.num_attention_heads, model.config.num_hidden_layers
+    cap = 2 * heads * 12 ** 2  # one layer's scores of two 12-token pairs
+    monkeypatch.setattr(attention, "MAX_HELD_SCORES", cap)
+    for name, run in passes.items():
+        seen.clear()
+        for a, b in zip(whole[name], run()):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+        held = layers * heads if name == "fisher" else heads  # the backward keeps every layer's scores
+        assert max(rows * held * length ** 2 for rows, length in seen) <= cap, name
+        assert max(rows for rows, _ in seen) < 10, name

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from headcut.arch import heads_per_layer
-from headcut.evaluate.attention import MAX_HELD_SCORES
+from headcut.evaluate.attention import rows_within
 
 
 @dataclass
@@ -33,10 +33,9 @@ def online_teacher(model, batch: dict, *, hidden: bool, attention_layers: set[in
     if not attention_layers:
         out = model(**batch, output_hidden_states=hidden)
         return TeacherOutput(out.logits, out.hidden_states if hidden else None, None)
-    heads = heads_per_layer(model)
-    with_heads = [layer for layer, n in enumerate(heads) if n]  # output_attentions' entries, in order
+    with_heads = [layer for layer, n in enumerate(heads_per_layer(model)) if n]  # output_attentions' entries
     rows, length = batch["input_ids"].shape
-    size = max(1, MAX_HELD_SCORES // (max(1, sum(heads)) * length ** 2))
+    size = rows_within(model, length, layers_held=True)
     pieces = []
     for start in range(0, rows, size):
         out = model(**{k: v[start:start + size] for k, v in batch.items()}, output_hidden_states=hidden,

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from headcut.arch import layer_parts, mask_shape
-from headcut.batching import Encoded, collate, length_batches
+from headcut.batching import Encoded, collate
+from headcut.evaluate.attention import eager, rows_within, scoring_batches
 from headcut.evaluate.partial_forward import (capture_attention, classify_first_token, finish_layer,
                                               last_layer_first_token, run_layers, without_heads)
 from headcut.evaluate.predict import predict_logits
@@ -51,6 +52,14 @@ def first_token_only(model):
         handle.remove()
 
 
+def _copies(model, n: int, length: int, max_rows: int) -> int:
+    """Masked copies of an n-row batch per stacked forward: `max_rows` rows at most, and for an eager-attention model
+    no more rows than keep one layer's attention scores within MAX_HELD_SCORES (`rows_within`)."""
+    if eager(model):
+        max_rows = min(max_rows, rows_within(model, length, layers_held=False))
+    return max(1, max_rows // n)
+
+
 def _empty(model, n: int) -> np.ndarray:
     layers, heads = mask_shape(model)
     return np.full((layers, heads, n, model.config.num_labels), np.nan, dtype=np.float32)
@@ -80,13 +89,13 @@ def ablation_logits(
     out = _empty(model, len(encoded))
     parts = layer_parts(model)
     last = len(parts) - 1
-    for rows in length_batches(encoded, batch_size):
+    for rows in scoring_batches(model, encoded, batch_size, layers_held=False):
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
         with first_token_only(model), capture_attention(model) as (heads_out, pre_norm):
             logits = model(**batch).logits
         base[rows] = logits.float().cpu().numpy()
         n = len(rows)
-        per_forward = max(1, max_rows // n)
+        per_forward = _copies(model, n, batch["input_ids"].shape[1], max_rows)
         for part in parts:
             layer = part.index
             for first in range(0, part.num_heads, per_forward):
@@ -176,10 +185,10 @@ def masked_logits(model, encoded: Encoded, masks: torch.Tensor, *, batch_size: i
     device = _device(model)
     masks = masks.to(device=device, dtype=torch.float32)
     out = np.zeros((len(masks), len(encoded), model.config.num_labels), dtype=np.float32)
-    for rows in length_batches(encoded, batch_size):
+    for rows in scoring_batches(model, encoded, batch_size, layers_held=False):
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
         n = len(rows)
-        per_forward = max(1, max_rows // n)
+        per_forward = _copies(model, n, batch["input_ids"].shape[1], max_rows)
         for first in range(0, len(masks), per_forward):
             chunk = masks[first:first + per_forward]
             # (copies, layers, heads) -> (layers, copies * n, heads): copy j owns rows j*n..(j+1)*n

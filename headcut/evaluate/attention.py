@@ -1,6 +1,7 @@
 """Attention weights of every head, read from the attention modules (needs eager attention).
 
-Shared by the entropy importance score and the head-function probes.
+Shared by the entropy importance score and the head-function probes; its batch bound (`scoring_batches`) is what
+every scoring pass of an eager-attention model (DeBERTa) runs, so --batch-size never multiplies its L x L scores.
 """
 from __future__ import annotations
 
@@ -31,17 +32,39 @@ def eager_attention(model):
             model.set_attn_implementation(before)
 
 
-def attention_batches(model, encoded: Encoded, batch_size: int) -> list[np.ndarray]:
-    """`length_batches(encoded, batch_size)`, each cut into consecutive pieces whose attention maps (all layers,
-    heads, queries and keys, at the piece's longest pair) hold at most MAX_HELD_SCORES; a pair whose maps alone
-    exceed it goes alone (its length is capped by the model's positions). Sums over the pieces equal the batch's."""
-    heads = max(1, sum(len(p.head_ids) for p in layer_parts(model)))
+def rows_within(model, length: int, *, layers_held: bool) -> int:
+    """Most rows of `length` tokens whose attention maps stay within MAX_HELD_SCORES (at least 1): every layer's
+    together when a pass holds them all (a probe collects them, a backward keeps them), else the widest layer's (an
+    inference forward builds one layer's at a time)."""
+    heads = [len(p.head_ids) for p in layer_parts(model)]
+    held = sum(heads) if layers_held else max(heads, default=0)
+    return max(1, MAX_HELD_SCORES // (max(1, held) * length ** 2))
+
+
+def attention_batches(model, encoded: Encoded, batch_size: int, *, layers_held: bool = True) -> list[np.ndarray]:
+    """`length_batches(encoded, batch_size)`, each cut into consecutive pieces of at most `rows_within` rows at the
+    piece's longest pair; a pair whose maps alone exceed it goes alone (its length is capped by the model's
+    positions). Sums over the pieces equal the batch's."""
     lengths = encoded.lengths()
     pieces = []
     for rows in length_batches(encoded, batch_size):
-        size = max(1, MAX_HELD_SCORES // (heads * int(lengths[rows].max()) ** 2))
+        size = rows_within(model, int(lengths[rows].max()), layers_held=layers_held)
         pieces += [rows[i : i + size] for i in range(0, len(rows), size)]
     return pieces
+
+
+def eager(model) -> bool:
+    """Whether the model's forward builds each layer's (batch, heads, L, L) scores whole: eager attention, the only
+    kind DeBERTa has. SDPA models are left to their kernels, whose batches this module does not cut."""
+    return model.config._attn_implementation == "eager"
+
+
+def scoring_batches(model, encoded: Encoded, batch_size: int, *, layers_held: bool) -> list[np.ndarray]:
+    """The batches a scoring pass runs: `attention_batches` for an eager model, so --batch-size never makes a pass
+    hold more than MAX_HELD_SCORES attention scores; `length_batches` otherwise."""
+    if eager(model):
+        return attention_batches(model, encoded, batch_size, layers_held=layers_held)
+    return length_batches(encoded, batch_size)
 
 
 @torch.inference_mode()

@@ -24,7 +24,8 @@ import numpy as np
 import torch
 
 from headcut.arch import intermediate_size, layer_parts, mask_shape, present_heads
-from headcut.batching import Encoded, collate, length_batches
+from headcut.batching import Encoded, collate
+from headcut.evaluate.attention import scoring_batches
 from headcut.evaluate.importance import check_scores, pair_loss
 from headcut.masking import head_mask, neuron_mask
 
@@ -94,7 +95,7 @@ def mask_gradient_pass(model, encoded: Encoded, labels: np.ndarray | None, *, ta
     heads = torch.zeros(layers, width, dtype=torch.float64)
     units = torch.zeros(layers, inter, dtype=torch.float64) if neurons else None
     expected = targets == "teacher" and model.config.num_labels > 1
-    for rows in length_batches(encoded, batch_size):
+    for rows in scoring_batches(model, encoded, batch_size, layers_held=True):  # the backward keeps every layer's
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
         hm = torch.ones(layers, len(rows), width, device=device, requires_grad=True)
         nm = torch.ones(layers, len(rows), inter, device=device, requires_grad=True) if neurons else None

@@ -7,8 +7,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from headcut.batching import Encoded, collate, encode, length_batches
+from headcut.batching import Encoded, collate, encode
 from headcut_grader.data import Pairs
+from headcut.evaluate.attention import scoring_batches
 from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
@@ -34,7 +35,7 @@ def predict_logits(
     encoded = encoded or encode(tokenizer, pairs, max_length=max_length, model=model)
     device = next(model.parameters()).device
     out = np.zeros((len(encoded), model.config.num_labels), dtype=np.float32)
-    for rows in length_batches(encoded, batch_size):
+    for rows in scoring_batches(model, encoded, batch_size, layers_held=False):
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
         out[rows] = model(**batch).logits.float().cpu().numpy()
         if progress:
