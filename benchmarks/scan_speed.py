@@ -1,22 +1,15 @@
-"""Naive vs fast exact ablation scan on the real MiniLM: same scores, less time.
+"""Time of `headcut scan`'s exact single-head ablation against the naive loop (one masked forward per head), and
+whether their scores agree, on the real MiniLM and Home Depot dev pairs.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/scan_speed.py [--model runs/teacher] [--pairs 256] [--rounds 3]
+        [--batch-size 64] [--max-rows 768] [--threads 0]
 
-The two scans take turns, one whole scan per block, for `--rounds` rounds (headcut.timing, who goes first
-rotates), so load from other jobs on a shared machine falls on both alike; a ratio of two times taken at
-different moments is not a measurement. Prints wall and CPU time of each scan per round, their median and
-spread (min-max), the ratio fast/naive per round and of the medians, the max |score difference| (must be
-<= 1e-6) and the machine.
-
-Measured (runs/teacher, 256 pairs, Xeon with AVX-512/AMX, 2 threads): on quiet cores fast/naive 0.46 wall
-and CPU (naive 64.5 s, fast 29.8 s; the scan before it subtracted the masked head's term: 0.57, fast
-39.8 s); under load from other jobs 0.19 wall, 0.27 CPU (the naive loop's many
-small forwards suffer more from contended cores). Where the fast scan's time goes (64 pairs of 55 tokens,
-quiet): the layers between the masked one and the last, run in full on every masked copy, 73%; the masked
-layer's FFN 22%; the term subtraction, the last layer at [CLS] and the classifier 2%; the unmasked forward
-and copying 3%. Those are the work any exact scan that starts each mask at its own layer must do (0.37 of
-the naive loop's FLOPs for 6 layers); the 0.4 target needs them to run as efficiently per row as the
-naive loop's batches of 64, and stacked they ran ~20% slower per layer.
+The model is runs/teacher where it exists, else the untuned MiniLM. The two scans take turns, one whole scan per
+block, for --rounds rounds (headcut.timing; who goes first rotates), so load from other jobs on a shared machine
+falls on both alike. Prints the largest logit and score differences (ablation and KL scores), wall and CPU time of
+each scan per round with their median and spread (min-max), the ratio fast/naive per round and of the medians, and
+the machine (CPU model, SIMD flags, runtime versions, threads). Exits with FAIL when a score differs by more than
+1e-6. docs/benchmarks.md ("Scan speed") gives the figures it measured.
 """
 from __future__ import annotations
 
