@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from headcut_grader.ranges import MAX_BATCH, MAX_BOOTSTRAP, Range, check_arguments, range_field
 
+RESAMPLES = Range(10, MAX_BOOTSTRAP)  # of a bootstrap CI: below 10 the interval is noise
+
 # name: (range, whole number, None allowed)
 ARGUMENTS = {
     "batch_size": (Range(1, MAX_BATCH), True, False),  # pairs per forward pass
@@ -13,14 +15,18 @@ ARGUMENTS = {
     # a scan's own (ScanSettings' fields)
     "draws": (Range(1, 1000), True, False),  # random masks per ratio: more narrows the CIs, linearly slower
     "k": (Range(1), True, False),  # term-matching heads masked in experiment 5
-    "iters": (Range(10, MAX_BOOTSTRAP), True, False),  # bootstrap resamples for the CIs
+    "iters": (RESAMPLES, True, False),  # bootstrap resamples for the scan's CIs
+    "bootstrap": (RESAMPLES, True, False),  # bootstrap resamples for a report's (paired) 95% CIs
     "seed": (Range(0, 2**32 - 1), True, False),
 }
 
 
-# The defaults of the settings every model-reading command shares: the flags (--batch-size, --max-length, --seed in
-# headcut.cli.common), ScanSettings and PruneSettings read them here.
-DEFAULTS = {"batch_size": 64, "max_length": None, "seed": 0}  # max_length None: the model's own limit
+# The defaults of the settings above, declared once: the flags (--batch-size, --max-length, --seed, --bootstrap in
+# headcut.cli.common; `headcut scan`'s --draws, --k, --bootstrap), ScanSettings, PruneSettings, the scan's experiments
+# and a run recipe's [scan] and [bench] keys read them here.
+DEFAULTS = {"batch_size": 64, "max_length": None, "seed": 0,  # max_length None: the model's own limit
+            "draws": 5, "k": 5, "iters": 200,  # a scan's (ScanSettings')
+            "bootstrap": 1000}  # evaluate's, compare's, prune's and a run's bench CIs
 
 
 def argument_field(name: str):

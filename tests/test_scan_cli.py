@@ -330,3 +330,46 @@ def test_the_shared_flags_and_settings_read_one_declaration_of_their_defaults_an
     finally:
         monkeypatch.undo()
         importlib.reload(common)
+
+
+def test_scan_and_bootstrap_defaults_are_declared_once_for_the_library_the_flags_and_the_run_recipe():
+    """Was: draws=5, k=5, iters=200 written in ScanSettings and again in `headcut scan`'s flags; --bootstrap's 1000
+    and 10..MAX_BOOTSTRAP in headcut/cli/common.py, `headcut prune`, PruneSettings (no upper bound there) and a run
+    recipe's [bench]; [scan] bootstrap's 200 in the recipe. Now each default and range is evaluate_arguments'."""
+    import dataclasses
+    import inspect
+
+    from headcut.cli import common
+    from headcut.cli.prune import prune as prune_command
+    from headcut.cli.scan import scan as scan_command
+    from headcut.evaluate.scan import ScanSettings
+    from headcut.evaluate_arguments import DEFAULTS, argument_range
+    from headcut.pipeline.recipe import BenchSection, DataSection, ScanSection
+    from headcut.prune import PruneSettings
+
+    def field(cls, name):
+        found = next(f for f in dataclasses.fields(cls) if f.name == name)
+        return found.default, found.metadata["range"]
+
+    declared = {name: (DEFAULTS[name], argument_range(name)) for name in ("draws", "k", "iters", "bootstrap", "seed")}
+    scan_flags, prune_flags = (inspect.signature(c).parameters for c in (scan_command, prune_command))
+    holders = {  # (where, default, range) -> the setting it must read
+        ("ScanSettings.draws", *field(ScanSettings, "draws")): "draws",
+        ("ScanSettings.k", *field(ScanSettings, "k")): "k",
+        ("ScanSettings.iters", *field(ScanSettings, "iters")): "iters",
+        ("scan --draws", scan_flags["draws"].default.default, scan_flags["draws"].default.parser.valid): "draws",
+        ("scan --k", scan_flags["k"].default.default, scan_flags["k"].default.parser.valid): "k",
+        ("scan --bootstrap", scan_flags["bootstrap"].default.default, scan_flags["bootstrap"].default.parser.valid):
+            "iters",
+        ("[scan] bootstrap", *field(ScanSection, "bootstrap")): "iters",
+        ("PruneSettings.bootstrap", *field(PruneSettings, "bootstrap")): "bootstrap",
+        ("prune --bootstrap", prune_flags["bootstrap"].default.default, prune_flags["bootstrap"].default.parser.valid):
+            "bootstrap",
+        ("common --bootstrap", common.BOOTSTRAP.default, common.BOOTSTRAP.parser.valid): "bootstrap",
+        ("[bench] bootstrap", *field(BenchSection, "bootstrap")): "bootstrap",
+        ("[data] seed", *field(DataSection, "seed")): "seed",
+    }
+    for (where, default, valid), name in holders.items():
+        assert default == declared[name][0], where
+        assert valid is declared[name][1], where
+    assert field(ScanSection, "draws")[1] is argument_range("draws")  # its default is the run's own quick look (3)

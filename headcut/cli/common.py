@@ -7,7 +7,7 @@ import sys
 import typer
 
 from headcut_grader.data import DEFAULT_GRADES
-from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS
+from headcut_grader.ranges import MAX_THREADS
 from headcut.evaluate_arguments import DEFAULTS, argument_range
 
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
@@ -49,17 +49,23 @@ def label_map_fix(grades: tuple[int, ...]) -> str:
 
 # Reusable option declarations (typer reads the defaults).
 LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
+
+
+def argument_option(name: str, *flags: str, help: str, kind=None):
+    """A typer option with shared setting `name`'s default (DEFAULTS) and range, so a flag, the library's dataclass
+    and a run recipe's key cannot drift apart."""
+    return number_in(argument_range(name), DEFAULTS[name], *flags, help=help, kind=kind)
+
+
 # the shared settings' defaults and ranges are the library's (headcut.evaluate_arguments)
-MAX_LENGTH = number_in(argument_range("max_length"), DEFAULTS["max_length"], "--max-length",
-                       help="Token limit per pair (default: the model's, else 128)", kind=int)
+MAX_LENGTH = argument_option("max_length", "--max-length", help="Token limit per pair (default: the model's, else 128)",
+                             kind=int)
 LIMIT = number(None, "--limit", help="Use a seeded random sample of this many rows", low=1, kind=int)
-BATCH_SIZE = number_in(argument_range("batch_size"), DEFAULTS["batch_size"], "--batch-size",
-                       help="Pairs per forward pass")
-BOOTSTRAP = number(1000, "--bootstrap", help="Bootstrap resamples for the 95% CIs", low=10,
-                   high=MAX_BOOTSTRAP)
+BATCH_SIZE = argument_option("batch_size", "--batch-size", help="Pairs per forward pass")
+BOOTSTRAP = argument_option("bootstrap", "--bootstrap", help="Bootstrap resamples for the 95% CIs")
 THREADS = number(2, "--threads", help="Threads (PyTorch, ONNX Runtime, OpenVINO)", low=1, high=MAX_THREADS)
-SEED = number_in(argument_range("seed"), DEFAULTS["seed"], "--seed", help="Seed of a file's row sample (--limit) and "
-                 "anything random; synthetic data is drawn by its own seed (--data synthetic:SEED)")
+SEED = argument_option("seed", "--seed", help="Seed of a file's row sample (--limit) and "
+                       "anything random; synthetic data is drawn by its own seed (--data synthetic:SEED)")
 ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")
 
 

@@ -9,11 +9,10 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
-                                TITLE_COL, Opt, flags_set, number, number_in, progress_bar, quiet_transformers,
+                                TITLE_COL, Opt, argument_option, flags_set, number, number_in, progress_bar, quiet_transformers,
                                 read_data, user_errors)
 from headcut.prune_arguments import argument_range
 from headcut_grader.errors import UserError, quoted
-from headcut_grader.ranges import MAX_BOOTSTRAP
 
 
 RUNTIMES = ("torch-fp32", "onnx-int8", "onnx-fp32")
@@ -93,8 +92,7 @@ def prune(
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
     batch_size: int = BATCH_SIZE,
-    bootstrap: int = number(1000, "--bootstrap", help="Bootstrap resamples for the paired 95% CIs", low=10,
-                            high=MAX_BOOTSTRAP),
+    bootstrap: int = argument_option("bootstrap", "--bootstrap", help="Bootstrap resamples for the paired 95% CIs"),
     timing: bool = typer.Option(True, "--timing/--no-timing", help="Measure CPU latency before/after at batch 1, 8, 32."),
     latency_seconds: float = number(1.0, "--latency-seconds", help="Timed seconds per model and batch size",
                                     low=0.0, high=600.0, low_open=True),

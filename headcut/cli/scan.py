@@ -9,9 +9,8 @@ import typer
 
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import MAX_BATCH
-from headcut.evaluate_arguments import argument_range
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
-                                QUERY_COL, SEED, TITLE_COL, Opt, flags_set, metrics_line, number, number_in,
+                                QUERY_COL, SEED, TITLE_COL, Opt, argument_option, flags_set, metrics_line, number,
                                 quiet_transformers, read_data, user_errors)
 
 
@@ -143,10 +142,9 @@ def scan(
                                     help="all, none, or numbers 1-5: 1 random, 2 halves, 3 layers, 4 heads, 5 term."),
     probes: bool = typer.Option(True, "--probes/--no-probes", help="Probe what each head attends to."),
     limit: Opt[int] = number(1000, "--limit", help="Seeded random sample of this many pairs (0: all)", low=0),
-    draws: int = number_in(argument_range("draws"), 5, "--draws", help="Random masks per ratio in experiments 1, 2 "
-                                                                      "and 5"),
-    k: int = number_in(argument_range("k"), 5, "--k", help="Term-matching heads masked in experiment 5"),
-    bootstrap: int = number_in(argument_range("iters"), 200, "--bootstrap", help="Bootstrap resamples for the 95% CIs"),
+    draws: int = argument_option("draws", "--draws", help="Random masks per ratio in experiments 1, 2 and 5"),
+    k: int = argument_option("k", "--k", help="Term-matching heads masked in experiment 5"),
+    bootstrap: int = argument_option("iters", "--bootstrap", help="Bootstrap resamples for the 95% CIs"),
     batch_size: int = BATCH_SIZE,
     max_length: Opt[int] = MAX_LENGTH,
     seed: int = SEED,

@@ -13,8 +13,8 @@ from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, named, quoted, setting
-from headcut_grader.ranges import argument, check_ranges, range_field
-from headcut.evaluate_arguments import argument_field, argument_range
+from headcut_grader.ranges import argument, check_ranges
+from headcut.evaluate_arguments import argument_field
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
 from headcut.evaluate.criteria import CRITERIA, ScoringData, criterion, gold_name
@@ -34,9 +34,9 @@ class ScanSettings:
     probes: bool = True
     batch_size: int = argument_field("batch_size")
     max_length: int | None = argument_field("max_length")  # None: the model's (batching.max_length_of)
-    draws: int = range_field(5, argument_range("draws"))  # random masks per ratio
-    k: int = range_field(5, argument_range("k"))  # term-matching heads masked in experiment 5
-    iters: int = range_field(200, argument_range("iters"))  # bootstrap resamples for the CIs
+    draws: int = argument_field("draws")  # random masks per ratio
+    k: int = argument_field("k")  # term-matching heads masked in experiment 5
+    iters: int = argument_field("iters")  # bootstrap resamples for the CIs
     seed: int = argument_field("seed")
 
     def __post_init__(self):

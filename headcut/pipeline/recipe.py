@@ -16,9 +16,9 @@ from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
 from headcut_grader.errors import Given, UserError, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
-from headcut_grader.ranges import MAX_BOOTSTRAP, MAX_THREADS, check_timed_batch, range_field, ranged, same_as
+from headcut_grader.ranges import MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
-from headcut.evaluate_arguments import argument_range as scan_range
+from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
 from headcut.recipes import (find_recipe, from_dict, mistyped_text, parse_override, read_recipe_file, refuse_repeat,
                              text_fix, to_dict)
@@ -36,7 +36,7 @@ class DataSection:
     title_col: str | None = None
     label_col: str | None = None  # the grade column (grades teacher) or the score column (one-score teacher)
     test_rows: int | None = ranged(1000, 1, MAX_SYNTHETIC)  # None: all; at most what a synthetic draw can make
-    seed: int = ranged(0, 0, 2**32 - 1)
+    seed: int = argument_field("seed")
 
     def file_options(self) -> dict:
         """How the files are read (headcut_grader.readers.read_pairs); messages name this section's keys."""
@@ -64,7 +64,7 @@ class ScanSection:
     probes: bool = True
     # fewer than a scan's default 5: the run's scan is a quick look before pruning (the shipped recipes draw 2-3)
     draws: int = range_field(3, scan_range("draws"))
-    bootstrap: int = range_field(200, scan_range("iters"))  # the scan's iters
+    bootstrap: int = argument_field("iters")  # the scan's iters
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class BenchSection:
     seq_len: int = ranged(64, 8, 8192)
     repeats: int = ranged(10, 1, 10_000)
     threads: int = ranged(2, 1, MAX_THREADS)
-    bootstrap: int = ranged(1000, 10, MAX_BOOTSTRAP)
+    bootstrap: int = argument_field("bootstrap")
     # another grader folder (e.g. a teacher trained on every train pair): each grader is also compared with it
     yardstick: str | None = None
 

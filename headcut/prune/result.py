@@ -21,7 +21,7 @@ class PruneSettings:
     calibrate_rows: int | None = ranged(512, 5)  # budget prunes: another sample (seed + 1) for mask tuning
     eval_rows: int | None = ranged(None, 1)  # seeded sample of the quality pairs (None: all)
     batch_size: int = argument_field("batch_size")
-    bootstrap: int = ranged(1000, 10)  # resamples of the paired 95% CIs
+    bootstrap: int = argument_field("bootstrap")  # resamples of the paired 95% CIs
     timing: bool = True  # measure CPU latency before/after (slow: `latency_seconds` per model and batch size)
     latency_seconds: float = ranged(1.0, 0.0, 600.0, low_open=True)
     seed: int = argument_field("seed")  # of the samples, scans and bootstrap
