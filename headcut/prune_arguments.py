@@ -22,11 +22,14 @@ def argument_range(name: str) -> Range:
     return ARGUMENTS[name][0]
 
 
-# where a caller spells an argument otherwise than NAME, prune.NAME or --NAME (headcut_grader.errors.named)
+# where a caller spells an argument otherwise than NAME, prune.NAME or --NAME (headcut_grader.errors.named); no_tune
+# and no_drop_layers: how each caller turns that step off (arch.widen's advice reads no_drop_layers here too)
 SPELLED = {
-    "arguments": {"model": "loaded", "no_tune": "tune=False", "calibrate": "settings.calibrate_rows"},
+    "arguments": {"model": "loaded", "no_tune": "tune=False", "calibrate": "settings.calibrate_rows",
+                  "no_drop_layers": "drop_layers=False"},
     # a run prunes its teacher, by its scan's score file (named by its path alone) or on data.train
-    "keys": {"data": "data.train", "model": "teacher.path", "no_tune": "prune.tune=false", "scores": ""},
+    "keys": {"data": "data.train", "model": "teacher.path", "no_tune": "prune.tune=false",
+             "no_drop_layers": "prune.drop_layers=false", "scores": ""},
     "flags": {"latency_batch": "--batch"},
 }
 

@@ -171,6 +171,19 @@ def test_a_cross_encoder_of_modernbert_without_its_first_layer_is_refused(tmp_pa
     assert f"prune it without dropping layers ({said}) to write" in str(caught.value)
 
 
+@pytest.mark.parametrize("names,said", [("arguments", "drop_layers=False"), ("keys", "prune.drop_layers=false"),
+                                        ("flags", "--no-drop-layers")])
+def test_how_each_caller_keeps_layers_is_spelled_in_the_prune_table_alone(names, said):
+    """Was: arch/surgery.py's KEEP_LAYERS, a second spelling table beside prune_arguments.SPELLED (which spells
+    no_tune the same way). Now widen's advice reads prune_arguments.named."""
+    from headcut.arch import surgery
+    from headcut.prune_arguments import named
+
+    assert named("no_drop_layers", names) == said
+    assert not any(isinstance(value, dict) and set(value) & {"arguments", "keys", "flags"}
+                   for value in vars(surgery).values())
+
+
 # --- the search -----------------------------------------------------------------------------------
 
 

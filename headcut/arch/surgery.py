@@ -8,7 +8,7 @@ import copy
 import torch
 from torch import nn
 
-from headcut_grader import errors
+from headcut import prune_arguments
 from headcut_grader.errors import UserError
 
 from headcut.arch.layers import (HEAD_IDS, LAYER_ID, NEURON_IDS, encoder_layers, layer_ids, layer_parts, module_at,
@@ -176,11 +176,6 @@ def apply_shape(model, record: dict) -> None:
         keep_neurons(model, neurons)
 
 
-# how a caller prunes without dropping layers, where not --no-drop-layers (headcut_grader.errors.named)
-KEEP_LAYERS = {"arguments": {"no_drop_layers": "drop_layers=False"},
-               "keys": {"no_drop_layers": "prune.drop_layers=false"}}
-
-
 @takes_model
 def widen(model, full, *, names: str = "arguments") -> None:
     """Copy `model` (pruned, or not) into `full`, its unpruned twin built from the same config, in place: each
@@ -189,7 +184,7 @@ def widen(model, full, *, names: str = "arguments") -> None:
     rebuild per-layer shapes (sentence-transformers, plain `from_pretrained`). Removed layers stay removed: `full`
     has the layers `model` kept (its config counts them), each at full width; refused where a plain reader would
     build a moved layer differently (ModernBERT without its first layer), naming the prune setting that keeps
-    layers for the caller `names` says (headcut_grader.errors.named: drop_layers=False, prune.drop_layers=false or
+    layers for the caller `names` says (headcut.prune_arguments.named: drop_layers=False, prune.drop_layers=false or
     --no-drop-layers)."""
     check_model(full, "widen full")
     if len(encoder_layers(full)) != len(encoder_layers(model)):
@@ -197,7 +192,7 @@ def widen(model, full, *, names: str = "arguments") -> None:
                          f"got {len(encoder_layers(full))}")
     changed = _moved_layers_differ(model, full)
     if changed is not None:
-        keep = errors.named("no_drop_layers", names, section="prune", spelled=KEEP_LAYERS)
+        keep = prune_arguments.named("no_drop_layers", names)
         raise UserError(f"this {full.config.model_type} model lost the encoder layers below its layer {changed}, "
                         "which a plain transformers reader rebuilds without parts that layer has; prune it without "
                         f"dropping layers ({keep}) to write a CrossEncoder folder.")
