@@ -8,7 +8,7 @@ import torch
 
 from headcut.arch import takes_token_types, usable_positions
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, lead_of, setting
+from headcut_grader.errors import UserError, fix_verb, lead_of, setting
 from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
@@ -49,9 +49,8 @@ def check_max_length(model, max_length: int, *, flag: str = "check_max_length ma
     positions = usable_positions(getattr(model, "config", None))
     if positions is None or max_length <= positions:
         return
-    verb = "pass" if flag.startswith("-") else "set"  # a flag, or a recipe key (finetune, distill)
     raise UserError(f"{lead_of(where)}{setting(flag, max_length)} is more than {whose} {positions} "
-                    f"positions; {verb} {setting(flag, positions)} or less.")
+                    f"positions; {fix_verb(flag)} {setting(flag, positions)} or less.")
 
 
 def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None) -> Encoded:

@@ -16,7 +16,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, caller, named, setting
 from headcut_grader.files import file_hash
 from headcut_grader.ranges import checked_bool
 from headcut_grader.readers import bounded_int, unique_keys
@@ -94,14 +94,14 @@ def find_weights(path: Path, *, allow_pickle: bool, flag: str = "find_weights pa
 
 
 def _pickle_fix(flag: str) -> str:
-    """What lets pickle weights load, for whoever named the folder by `flag`: a command's flag (or "", its
-    positional argument) has --allow-pickle beside it, a Python call (`load_model source`) allow_pickle=True; a
-    recipe's key (model, teacher.path) has no such key."""
-    if not flag or flag.startswith("-"):
-        return "convert them to safetensors or pass --allow-pickle if you trust the source"
-    if " " in flag and not flag.startswith("["):
-        return "convert them to safetensors or pass allow_pickle=True if you trust the source"
-    return "convert them to safetensors (a recipe loads safetensors only)"
+    """What lets pickle weights load, for whoever named the folder by `flag` (errors.caller): a command's flag (or
+    "", its positional argument) has --allow-pickle beside it, a Python call (`load_model source`) allow_pickle=True;
+    a recipe's key (model, teacher.path, --set teacher.path) has no such key."""
+    names = caller(flag)
+    if names == "keys":
+        return "convert them to safetensors (a recipe loads safetensors only)"
+    said = named("allow_pickle", names, section="", spelled={"arguments": {"allow_pickle": "allow_pickle=True"}})
+    return f"convert them to safetensors or pass {said} if you trust the source"
 
 
 def read_state(weights: Path) -> dict:

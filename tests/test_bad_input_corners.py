@@ -770,3 +770,31 @@ def test_an_overwrite_that_is_not_true_or_false_replaces_nothing(tmp_path, saved
             call()
         assert str(caught.value) == f"{name} is {given!r}; pass True or False.", str(caught.value)
     assert [p.name for p in full.iterdir()] == ["x"] and (full / "x").read_text() == "1"
+
+
+@pytest.mark.parametrize("name,names", [("--out", "flags"), ("", "flags"), ("--set teacher.path", "keys"),
+                                        ("[prune] method", "keys"), ("teacher.path", "keys"), ("model", "keys"),
+                                        ("load_model source", "arguments")])
+def test_every_message_reads_who_named_a_setting_by_one_rule(tmp_path, name, names):
+    """Was: each message read a name's caller by `flag.startswith("-")` (weight_files, open_scorer, criterion,
+    check_max_length, overwrite_said), so `headcut run --set teacher.path=FOLDER` of pickle weights was told to
+    pass --allow-pickle, which `headcut run` has not, and a --set prune.method of heads only was told of a
+    '--flops/--latency plan'. Now each reads errors.caller, the inverse of errors.named."""
+    import torch
+
+    from headcut.evaluate.criteria import criterion
+    from headcut.weight_files import find_weights
+    from headcut_grader.errors import UserError, caller, fix_verb
+    from headcut_grader.files import overwrite_said
+
+    assert caller(name) == names
+    assert overwrite_said(name) == ("--overwrite" if names == "flags" else "overwrite=True")
+    assert fix_verb(name) == ("pass" if names == "flags" or name.startswith("--set ") else "set")
+    with pytest.raises(UserError) as caught:
+        criterion("kl", flag=name, neurons=True)
+    assert ("--flops/--latency plan" in str(caught.value)) == (names == "flags"), caught.value
+    torch.save({}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(UserError) as caught:
+        find_weights(tmp_path, allow_pickle=False, flag=name)
+    advice = {"flags": "pass --allow-pickle", "arguments": "pass allow_pickle=True", "keys": "a recipe loads"}
+    assert advice[names] in str(caught.value), caught.value

@@ -159,7 +159,8 @@ def test_a_tokenizer_larger_than_the_embedding_table_is_refused(tmp_path):
         load_model(folder)
 
 
-@pytest.mark.parametrize("flag,allow", [("--model", True), ("", True), ("model", False), ("teacher.path", False)])
+@pytest.mark.parametrize("flag,allow", [("--model", True), ("", True), ("model", False), ("teacher.path", False),
+                                        ("--set teacher.path", False)])
 def test_pickle_weights_are_refused_naming_what_allows_them_for_whoever_named_the_folder(tmp_path, flag, allow):
     """Was: 'pass --allow-pickle' to a recipe too (model=..., teacher.path=...), which has no such flag or key."""
     from headcut.weight_files import find_weights

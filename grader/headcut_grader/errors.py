@@ -65,6 +65,25 @@ def named(name: str, names: str = "arguments", *, section: str, spelled: dict | 
     return f"{section}.{name}" if names == "keys" and section else name
 
 
+def caller(name: str) -> str:
+    """Which of NAMES a setting's name, as named() and setting() spell it, was named for: "flags" a command's flag
+    (--out) or positional argument (""); "keys" a recipe's key (prune.flops, [scan] draws, --set prune.flops, or
+    a recipe's own top-level key: model); "arguments" a Python call's, which a library message names with its
+    function (load_model source). The one rule that reads a name back, so a message's advice (--overwrite or
+    overwrite=True) follows how named() spelled what it advises on."""
+    if name.startswith(("--set ", "[")):
+        return "keys"
+    if not name or name.startswith("-"):
+        return "flags"
+    return "arguments" if " " in name else "keys"
+
+
+def fix_verb(name: str) -> str:
+    """How a message asks for another value of setting `name`: "pass" what a command line gives (a flag, --set
+    KEY=VALUE), "set" a recipe's key or a Python argument."""
+    return "pass" if caller(name) == "flags" or name.startswith("--set ") else "set"
+
+
 def quoted(name) -> str:
     """A name from a user's file or flag (a column, a key) as a message quotes it: 'grade', with each character
     that does not print (a zero-width space, a tab, NUL) written as Python escapes it ('grade\\u200b'), so a name

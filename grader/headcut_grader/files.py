@@ -16,7 +16,8 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, caller, named, setting
+from headcut_grader.lines import RESUME_SPELLED
 from headcut_grader.ranges import argument, checked_bool
 from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths
 
@@ -33,9 +34,9 @@ def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
 
 
 def overwrite_said(flag: str) -> str:
-    """What lets an output replace what is there, for whoever named it by `flag`: a command's flag (--out) has
-    --overwrite beside it, a Python call's argument (out) overwrite=True."""
-    return "--overwrite" if flag.startswith("-") else "overwrite=True"
+    """What lets an output replace what is there, for whoever named it by `flag` (errors.caller): a command's flag
+    (--out) has --overwrite beside it, a Python call's argument (out) or a recipe's key overwrite=True."""
+    return named("overwrite", caller(flag), section="", spelled=dict.fromkeys(("arguments", "keys"), RESUME_SPELLED))
 
 
 def cache_home(env: str, name: str) -> Path:

@@ -33,7 +33,7 @@ from headcut.evaluate.attention import attention_batches, attention_weights
 from headcut.evaluate.fisher import TARGETS, MaskGradients, UnitScores, mask_gradient_pass, present_neurons
 from headcut.evaluate.importance import check_scores, example_change, example_loss, gold, is_score_model
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, quoted, setting
+from headcut_grader.errors import UserError, caller, quoted, setting
 from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
@@ -157,7 +157,7 @@ def criterion(name: str, *, flag: str = "criterion name", neurons: bool = False)
         raise UserError(f"{setting(flag, quoted(name))} is unknown; choose one of: {', '.join(CRITERIA)}.")
     if neurons and not found.neurons:
         able = ", ".join(n for n, c in CRITERIA.items() if c.neurons)
-        budget = "--flops/--latency plan" if flag.startswith("-") else "a FLOPs or latency budget plans"
+        budget = "--flops/--latency plan" if caller(flag) == "flags" else "a FLOPs or latency budget plans"
         raise UserError(f"{setting(flag, name)} scores heads only, and {budget} heads and FFN neurons; "
                         f"use {able}.")
     return found

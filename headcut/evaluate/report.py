@@ -9,7 +9,7 @@ from typing import Callable
 import numpy as np
 
 from headcut_grader.data import DEFAULT_GRADES, Pairs
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, caller, named, setting
 from headcut_grader.files import as_path
 from headcut.batching import check_max_length
 from headcut.evaluate.metrics import check_resampling
@@ -58,6 +58,9 @@ class Scorer:
     grades: tuple | None = None  # what its outputs index (None: 1..5)
 
 
+OPEN_SCORER_SPELLED = {"arguments": {"max_length": "open_scorer max_length"}}  # a Python call's, by its function
+
+
 def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = None,
                 allow_pickle: bool = False, flag: str = "open_scorer name") -> Scorer:
     """A model folder or built-in name, or an exported ONNX grader folder (one with grader.json).
@@ -67,7 +70,7 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     """
     as_path(name, flag, what="a model folder's path, a built-in name or a grader folder's path")
     batch_size, max_length = checked_arguments("open_scorer", batch_size=batch_size, max_length=max_length)
-    length = "--max-length" if flag.startswith("-") else "open_scorer max_length"  # the command's flag, or this argument
+    length = named("max_length", caller(flag), section="", spelled=OPEN_SCORER_SPELLED)  # as its caller named `name`
     if (Path(name) / "grader.json").is_file():
         from headcut_grader import Grader
 
