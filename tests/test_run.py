@@ -1048,12 +1048,14 @@ def test_a_set_value_to_quote_is_refused_spelling_what_to_type_on_a_shell(load, 
 
 @pytest.mark.parametrize("teacher, said", [
     ([], "{run}/teacher/model: no such folder"),  # a model the run made: its path in the run folder
-    (["--set", "teacher.path={run}/mine", "--set", "teacher.recipe=null"], "teacher.path={run}/mine: no such folder"),
+    (["--set", "teacher.path={run}/mine", "--set", "teacher.recipe=null"],
+     "--set teacher.path={run}/mine: no such folder"),
 ])
 def test_a_stage_names_the_model_it_loads_by_the_recipe_key_or_its_run_folder_path(tmp_path, teacher, said):
     """Was: a stage loading the teacher (scan, prune, export, bench) or a student's best checkpoint said
     'load_model source=RUN/teacher/model', the library's argument, which neither the recipe nor `headcut run` has;
-    now the recipe key that named it (teacher.path=...) or, for a model the run made, its path alone."""
+    now the recipe key that named it as the user gave it (--set teacher.path=...) or, for a model the run made, its
+    path alone."""
     from headcut.pipeline import stages
     from headcut.pipeline.bench import bench
     from headcut_grader.errors import UserError
@@ -1066,3 +1068,21 @@ def test_a_stage_names_the_model_it_loads_by_the_recipe_key_or_its_run_folder_pa
         with pytest.raises(UserError) as e:
             stage(ctx)
         assert str(e.value).startswith(said.format(run=tmp_path)), e.value
+
+
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+def test_a_stage_names_the_teacher_path_it_refuses_as_the_user_gave_it(tmp_path, given):
+    """Was: the teacher stage and Context.model_key named the teacher 'teacher.path=...' although a --set gave it
+    (a key name written out, not given_as's); now '--set teacher.path=...' for a --set."""
+    from headcut.pipeline import stages
+    from headcut_grader.errors import UserError
+
+    missing = str(tmp_path / "no-teacher")
+    recipe, lead = given_recipe(tmp_path, given, ["teacher.recipe=null", f"teacher.path={missing}",
+                                                  "prune.flops=null", "prune.keep_ratio=0.5"])
+    ctx = stages.Context(recipe, tmp_path / "teacher", {}, lambda *a: None, tmp_path)
+    key = "--set teacher.path" if given == "--set" else "teacher.path"
+    assert ctx.model_key("teacher") == key
+    with pytest.raises(UserError) as caught:
+        stages.teacher(ctx)
+    assert f"{key}={missing}" in str(caught.value), str(caught.value)

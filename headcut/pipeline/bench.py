@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from headcut.pipeline.pairs import report_pairs
+from headcut.pipeline.recipe import given_as
 from headcut.pipeline.stages import Context, chosen_queries
 
 
@@ -52,7 +53,7 @@ def bench(ctx: Context) -> dict:
     reference = predict_logits(teacher.model, teacher.tokenizer, pairs, batch_size=64, max_length=teacher.max_length)
     yardstick = None
     if b.yardstick:
-        other = load_model(b.yardstick, flag="bench.yardstick")
+        other = load_model(b.yardstick, flag=given_as(ctx.recipe, "bench", "yardstick")[0])
         ctx.progress(0, len(exports) + 1, "yardstick logits")
         yardstick = predict_logits(other.model, other.tokenizer, pairs, batch_size=64, max_length=other.max_length)
 

@@ -11,7 +11,7 @@ from typing import Callable
 
 from headcut_grader.errors import UserError
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
-from headcut.pipeline.recipe import PipelineRecipe, key_names, sub_recipes, teacher_recipe
+from headcut.pipeline.recipe import PipelineRecipe, given_as, key_names, sub_recipes, teacher_recipe
 
 
 @dataclass
@@ -26,10 +26,11 @@ class Context:
         return str(self.path(self.upstream[stage]["model"]))
 
     def model_key(self, stage: str) -> str:
-        """What a message calls `stage`'s model: the recipe key that named it (teacher.path, a teacher the run did
-        not train), or "" for one this run made, which its path in the run folder names alone (RUN/prune/model),
-        not load_model's own argument."""
-        return "teacher.path" if stage == "teacher" and self.recipe.teacher.path is not None else ""
+        """What a message calls `stage`'s model: the recipe key that named it as the user gave it (given_as:
+        teacher.path, or --set teacher.path, for a teacher the run did not train), or "" for one this run made,
+        which its path in the run folder names alone (RUN/prune/model), not load_model's own argument."""
+        given = stage == "teacher" and self.recipe.teacher.path is not None
+        return given_as(self.recipe, "teacher", "path")[0] if given else ""
 
     def path(self, recorded: str) -> Path:
         """A path a stage recorded: relative to the run folder (so a copied or moved run still works)."""
@@ -66,7 +67,8 @@ def teacher(ctx: Context) -> dict:
     from headcut.models import resolve_source
 
     if ctx.recipe.teacher.path is not None:
-        return {"model": str(resolve_source(ctx.recipe.teacher.path, flag="teacher.path").resolve()), "trained": False}
+        model = resolve_source(ctx.recipe.teacher.path, flag=ctx.model_key("teacher"))
+        return {"model": str(model.resolve()), "trained": False}
     result = finetune(teacher_recipe(ctx.recipe), ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
     return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
 
