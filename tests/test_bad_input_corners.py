@@ -798,3 +798,17 @@ def test_every_message_reads_who_named_a_setting_by_one_rule(tmp_path, name, nam
         find_weights(tmp_path, allow_pickle=False, flag=name)
     advice = {"flags": "pass --allow-pickle", "arguments": "pass allow_pickle=True", "keys": "a recipe loads"}
     assert advice[names] in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize("names, keys, key, said", [
+    ("keys", "data.", "data.preset", "--set data.preset"),  # a run recipe's [data] keys
+    ("keys", None, "data.preset", "--set data.preset"),
+    ("flags", None, "--preset", "--preset"),
+    ("arguments", None, "preset", "preset"),
+])
+def test_read_pairs_names_an_option_by_its_key_or_as_passed_without_callers_stripping_words(names, keys, key, said):
+    """Was: Named.said alone, which added '--set ' for a recipe key, and three callers (a blank column, an unknown
+    preset, a preset whose gold would go unread) stripped it off again; now Named.key is the name, said adds --set."""
+    from headcut_grader.readers import Named
+
+    assert (Named(names, keys).key("preset"), Named(names, keys).said("preset")) == (key, said)

@@ -209,7 +209,7 @@ def _check_column_names(path: Path, keys: "Named", **columns) -> None:
     """A column option given as blank text would read as not given (the preset's column, unsaid)."""
     for option, name in columns.items():
         if name is not None and not str(name).strip():
-            said = keys.said(option).removeprefix("--set ")
+            said = keys.key(option)
             raise UserError(f"{said} is empty; name a column of {path}, or leave it out for the preset's column.")
 
 
@@ -225,13 +225,16 @@ class Named:
     def recipe(self) -> bool:
         return isinstance(self.keys, str) or self.names == "keys"
 
-    def said(self, option: str) -> str:
-        """`option` as the caller's user names it: label_map, --label-map, or a recipe's --set data.label_map."""
+    def key(self, option: str) -> str:
+        """`option`'s name for the caller's user: label_map, --label-map, or a recipe's key data.label_map."""
         if isinstance(self.keys, str):  # a recipe's keys under that prefix
-            return "--set " + errors.named(option, "keys", section=self.keys.rstrip("."))
+            return errors.named(option, "keys", section=self.keys.rstrip("."))
         spelled = {"flags": self.keys} if isinstance(self.keys, dict) else None
-        said = errors.named(option, self.names, section="data", spelled=spelled)
-        return "--set " + said if self.names == "keys" else said
+        return errors.named(option, self.names, section="data", spelled=spelled)
+
+    def said(self, option: str) -> str:
+        """`option` as the caller's user passes it: label_map, --label-map, or a recipe key's --set data.label_map."""
+        return "--set " + self.key(option) if self.recipe else self.key(option)
 
     def fix(self, option: str) -> str:
         """What sets `option` (query_col, title_col, label_col) to a column: --label-col, --set data.label_col=NAME,
@@ -244,7 +247,7 @@ def _format_of(path: Path, preset: str | None, fmt: str | None, keys: Named) -> 
     """The preset's settings and the file's format: the file's own suffix says more than a preset's usual format
     (a Home Depot export saved as .jsonl)."""
     if preset is not None and preset not in PRESETS:
-        said = (f"key '{keys.said('preset').removeprefix('--set ')}' is {quoted(preset)}, which" if keys.recipe
+        said = (f"key '{keys.key('preset')}' is {quoted(preset)}, which" if keys.recipe
                 else setting(keys.said("preset"), quoted(preset)))
         raise UserError(f"{said} is unknown; choose one of: {', '.join(PRESETS)}.")
     p = PRESETS.get(preset, Preset())
@@ -316,7 +319,7 @@ def _refuse_unread_gold(path: Path, preset: str, wanted: tuple, columns: list, *
     if found is None:
         return
     fits = next(name for name, cols in gold.items() if found in cols)
-    key = keys.said("preset").removeprefix("--set ")
+    key = keys.key("preset")
     said = f"key '{key}' {quoted(preset)}" if keys.recipe else setting(key, quoted(preset))
     use = f"set {key} to '{fits}'" if keys.recipe else f"pass {setting(key, fits)}"
     raise UserError(f"{path} has no column {' or '.join(map(quoted, wanted))}, where {said} reads the gold, and "
