@@ -19,7 +19,8 @@ from headcut.export.build_openvino import backend_speed, build_openvino, check_r
 from headcut.export.card import grader_record, model_card
 from headcut.export.export import (RANDOM_SHAPES, GateError, check_parity, export_onnx, gate_batches, input_names,
                                    onnx_logits, parity, reference_logits, run_session, session)
-from headcut.export.gate import ARGUMENTS, MIN_GATE_PAIRS, gate_fix, labelled_pairs, more_pairs, named
+from headcut.export.gate import (ARGUMENTS, MIN_GATE_PAIRS, gate_fix, int8_said, labelled_pairs, more_pairs,
+                                 named)
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
@@ -43,7 +44,7 @@ def resolve_precision(backend: str, precision: str | None, *, int8: bool,
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.")
     if int8 and precision not in (None, "int8"):
-        raise UserError(f"{named('int8', names)} and {setting(precision_flag, precision)} disagree; pass one of them.")
+        raise UserError(f"{int8_said(names)} and {setting(precision_flag, precision)} disagree; pass one of them.")
     precision = precision or ("int8" if int8 else "fp32")
     if backend == "onnxruntime":
         if precision == "bf16":
@@ -144,7 +145,7 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
         raise UserError(f"{precision_said('auto')} ships the fastest precision that passes the gate on labelled "
                         f"pairs; pass {labelled_pairs(names)}, or {precision_said('fp32')}.")
     if ort_precision == "int8" and not labelled:
-        raise UserError(f"{named('int8', names) if int8 else precision_said('int8')} needs labelled pairs to check "
+        raise UserError(f"{int8_said(names) if int8 else precision_said('int8')} needs labelled pairs to check "
                         f"agreement, Spearman and accuracy; pass {labelled_pairs(names)}.")
     if ov_precision:
         check_request(ov_precision, labelled=labelled, names=names)

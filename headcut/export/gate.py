@@ -23,7 +23,7 @@ GATE_LIMITS = ("min_agreement", "max_spearman_drift", "max_drop")  # what `headc
 SPELLED = {
     "arguments": {"data": "pairs", "int8": "int8=True", "model": "loaded", **{g: f"gate.{g}" for g in GATE_LIMITS}},
     # a run exports the stage's model on pairs it chose (named by their file alone), export.rows of them
-    "keys": {"data": "", "int8": "export.precision=int8", "limit": "export.rows", "model": ""},
+    "keys": {"data": "", "limit": "export.rows", "model": ""},
 }
 
 
@@ -31,6 +31,12 @@ def named(name: str, names: str = "arguments") -> str:
     """Export setting `name` as a message names it for whoever called build_grader: "arguments" its own
     (precision), "keys" a run recipe's (export.precision) or "flags" `headcut export`'s (--precision)."""
     return errors.named(name, names, section="export", spelled=SPELLED)
+
+
+def int8_said(names: str) -> str:
+    """How a caller asks for INT8: int8=True, --int8, or a recipe's export.precision=int8, its key named as any other
+    (a --set export.precision=int8 by that --set)."""
+    return setting(named("precision", names), "int8") if names == "keys" else named("int8", names)
 
 
 def more_pairs(names: str) -> str:
@@ -45,7 +51,7 @@ def labelled_pairs(names: str) -> str:
 
 def gate_fix(names: str, *, int8: bool) -> str:
     """What a caller whose graph failed the gate can do: ship fp32, or relax the gate."""
-    fp32 = f"drop {named('int8', names)}" if int8 else f"export {setting(named('precision', names), 'fp32')}"
+    fp32 = f"drop {int8_said(names)}" if int8 else f"export {setting(named('precision', names), 'fp32')}"
     return f"{fp32}, or relax {'/'.join(named(g, names) for g in GATE_LIMITS)}"
 
 
