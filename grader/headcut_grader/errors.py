@@ -29,10 +29,33 @@ def setting(name: str, value) -> str:
     """A setting and its value as a message names them: `--flops 0.5` for a flag, `prune.flops=0.5` for a recipe
     key (`--set` form), `--set prune.flops=0.5` for a key given by --set, `[scan] draws 5` for a key named by its
     section as a recipe check names it, so a library check called by a command and by `headcut run` names what the
-    user wrote; no name (a command's positional argument): the value alone."""
+    user wrote, a Typed name's value as the user typed it; no name (a command's positional argument): the value
+    alone."""
     if not name:
         return str(value)
+    if _typed_as(getattr(name, "typed", None), value):
+        value = name.typed
     return f"{name} {value}" if name.startswith(("-", "[")) and not name.startswith("--set ") else f"{name}={value}"
+
+
+class Typed(str):
+    """A setting's name with its value as the user typed it (a --set's text), which setting() shows for that value:
+    --set prune.flops=1e-9, not Python's 1e-09."""
+
+    def __new__(cls, name: str, typed: str):
+        given = super().__new__(cls, name)
+        given.typed = typed
+        return given
+
+
+def _typed_as(typed: str | None, value) -> bool:
+    """Whether text the user typed reads as `value` (a number or text), so a message may show it as typed."""
+    if typed is None or isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return False
+    try:
+        return type(value)(typed) == value
+    except (TypeError, ValueError):
+        return False
 
 
 NAMES = ("arguments", "keys", "flags")  # who called a library check: Python, a run recipe, a command

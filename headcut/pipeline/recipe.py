@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
-from headcut_grader.errors import Given, UserError, quoted, shown
+from headcut_grader.errors import Given, Typed, UserError, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
@@ -457,9 +457,9 @@ def given_as(recipe: PipelineRecipe, *path: str) -> tuple[str, str]:
     """How a message names the run's key at `path` (('prune', 'keep_ratio'), ('distill', NAME, KEY)) as the user gave
     it, and where: its --set ('--set distill.NAME.KEY', nowhere else), else the key in the run recipe's file, or in
     the teacher's finetune or the student's distill recipe where the run's section leaves the key to it."""
-    dotted = ".".join(path)
-    if path in dict(recipe.origins):
-        return f"--set {dotted}", ""
+    dotted, origins = ".".join(path), dict(recipe.origins)
+    if path in origins:  # with the value as typed, which setting() shows for it (1e-9, not 1e-09)
+        return Typed(f"--set {dotted}", origins[path].partition("=")[2].strip()), ""
     teacher = recipe.teacher
     if path[0] == "teacher" and path[1:] and path[1] not in ("recipe", "path") and teacher.recipe is not None \
             and path[1] not in dict(teacher.overrides):
@@ -474,7 +474,7 @@ def key_names(recipe: PipelineRecipe, section: str, **elsewhere: tuple[str, ...]
     """`names` for a library check of the run's [section] keys: "keys", each one a --set gave named by that --set
     ('--set prune.flops'); `elsewhere`: an argument another key holds (model=('teacher', 'path'))."""
     paths = {path[-1]: path for path, _ in recipe.origins if path[:-1] == (section,)} | elsewhere
-    return Given("keys", {name: f"--set {'.'.join(path)}" for name, path in paths.items()
+    return Given("keys", {name: given_as(recipe, *path)[0] for name, path in paths.items()
                           if path in dict(recipe.origins)})
 
 
