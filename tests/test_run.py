@@ -442,18 +442,19 @@ def test_a_students_value_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_p
 ])
 def test_a_stage_names_a_key_it_refuses_as_the_user_gave_it(tiny_recipe, tmp_path, given, stage, items, words):
     """Was: the prune and export stages named a refused key 'prune.flops=1e-09' and 'export.precision=bf16' although a
-    --set gave it; now by that --set, as the checks before any stage do (called here directly, past those checks)."""
+    --set gave it, and a key the run recipe's file held without the file; now by that --set, or led by the file, as
+    the checks before any stage do (called here directly, past those checks)."""
     from headcut.pipeline import stages
     from headcut_grader.errors import UserError
 
     teacher = str(tiny_recipe.parent / "base")
-    recipe, _ = given_recipe(tmp_path, given, ["teacher.recipe=null", f"teacher.path={teacher}", *items])
+    recipe, lead = given_recipe(tmp_path, given, ["teacher.recipe=null", f"teacher.path={teacher}", *items])
     ctx = stages.Context(recipe, tmp_path / stage, {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
     with pytest.raises(UserError) as caught:
         (stages.prune if stage == "prune" else stages.export("teacher"))(ctx)
     flops = "1e-9" if given == "--set" else "1e-09"  # a --set's value as typed; a file's as Python writes it
-    assert str(caught.value).startswith(words.format(set="--set " if given == "--set" else "", flops=flops)), \
-        str(caught.value)
+    said = words.format(set="--set " if given == "--set" else "", flops=flops)
+    assert str(caught.value).startswith(said if given == "--set" else lead + said), str(caught.value)
 
 
 def given_recipe(tmp_path: Path, given: str, items: list[str]):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from headcut_grader.errors import UserError
+from headcut.pipeline.checks import named_in
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
 from headcut.pipeline.recipe import PipelineRecipe, given_as, key_names, sub_recipes, teacher_recipe
 
@@ -101,9 +102,7 @@ def scan(ctx: Context) -> dict:
 
 def prune(ctx: Context) -> dict:
     from headcut.models import load_model
-    from headcut.prune import PruneSettings, prune as prune_heads, write_artifact
-    from headcut.prune.inputs import pool_gold
-    from headcut.prune.pipeline import prune_to_budget
+    from headcut.prune import PruneSettings, write_artifact
 
     p, data = ctx.recipe.prune, ctx.recipe.data
     loaded = load_model(ctx.model_of("teacher"), flag=ctx.model_key("teacher"))
@@ -116,6 +115,19 @@ def prune(ctx: Context) -> dict:
     # the library samples score_rows (seed) and calibrate rows (seed + 1) of the pool itself
     settings = PruneSettings(score_rows=p.score_rows, calibrate_rows=p.calibrate, timing=False, seed=data.seed)
     names = key_names(ctx.recipe, "prune", model=("teacher", "path"), data=("data", "train"))  # as the user gave them
+    with named_in(ctx.recipe, "prune", "flops" if p.keep_ratio is None else "keep_ratio"):  # led by its file
+        result = _pruned(ctx, loaded, settings, progress, names)
+    write_artifact(result, ctx.folder / "model", overwrite=True)
+    return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],
+            "total_heads": result.plan["total"]}
+
+
+def _pruned(ctx: Context, loaded, settings, progress, names):
+    from headcut.prune import prune as prune_heads
+    from headcut.prune.inputs import pool_gold
+    from headcut.prune.pipeline import prune_to_budget
+
+    p, data = ctx.recipe.prune, ctx.recipe.data
     if p.keep_ratio is not None:
         importance = ctx.path(ctx.upstream["scan"]["folder"]) / "importance.json"
         result = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=importance,
@@ -126,9 +138,7 @@ def prune(ctx: Context) -> dict:
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
                                  tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, settings=settings,
                                  progress=progress, names=names)
-    write_artifact(result, ctx.folder / "model", overwrite=True)
-    return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],
-            "total_heads": result.plan["total"]}
+    return result
 
 
 def distill(name: str) -> Callable[[Context], dict]:
@@ -149,10 +159,10 @@ def distill(name: str) -> Callable[[Context], dict]:
 def export(source: str) -> Callable[[Context], dict]:
     """Export the model of stage `source` (teacher, prune or distill.NAME) to an ONNX grader."""
     def run(ctx: Context) -> dict:
-        from headcut.export import GateError, Int8Gate, build_grader
+        from headcut.export import Int8Gate
         from headcut.models import load_model
 
-        e, names = ctx.recipe.export, key_names(ctx.recipe, "export")  # as the user gave them
+        e = ctx.recipe.export
         loaded = load_model(ctx.model_of(source), flag=ctx.model_key(source))
         pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows, task=loaded.task,
                              grades=loaded.grades)  # never the report's queries
@@ -162,18 +172,26 @@ def export(source: str) -> Callable[[Context], dict]:
         def say(message):
             ctx.progress(next(steps), None, message)
 
-        note = None
-        try:
-            record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend,
-                                  precision=e.precision, gate=gate, threads=e.threads, overwrite=True, progress=say,
-                                  names=names)
-        except GateError as error:
-            if e.precision not in ("int8", "bf16"):
-                raise
-            note = f"no {e.precision} graph passed the gate, exported fp32 ({error})"
-            record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision="fp32",
-                                  gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
-        return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"], "precision": record["precision"],
-                "bytes": record["model_file"]["bytes"], "note": note}
+        with named_in(ctx.recipe, "export", "precision"):  # a refusal of a key the run recipe's file holds: led by it
+            record, note = _built(ctx, loaded, pairs, gate, say)
+        return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"],
+                "precision": record["precision"], "bytes": record["model_file"]["bytes"], "note": note}
 
     return run
+
+
+def _built(ctx: Context, loaded, pairs, gate, say) -> tuple[dict, str | None]:
+    """The export stage's grader record, and a note where no INT8 or bf16 graph passed the gate (fp32 shipped)."""
+    from headcut.export import GateError, build_grader
+
+    e, names, note = ctx.recipe.export, key_names(ctx.recipe, "export"), None  # names: as the user gave them
+    try:
+        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision=e.precision,
+                              gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
+    except GateError as error:
+        if e.precision not in ("int8", "bf16"):
+            raise
+        note = f"no {e.precision} graph passed the gate, exported fp32 ({error})"
+        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision="fp32",
+                              gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
+    return record, note
