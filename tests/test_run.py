@@ -751,18 +751,21 @@ def test_a_teacher_recipe_or_path_that_is_not_text_is_refused_naming_the_key(tmp
     (["teacher.path=/x"], "[teacher] gives both recipe finetune/minilm_synthetic_cpu and path /x (from --set "
                           "teacher.path=/x); keep one"),
     (["teacher.recipe=null", "teacher.path=/x", "teacher.epochs=1"],
-     "[teacher] path /x (from --set teacher.path=/x) is used as it is; drop epochs (from --set teacher.epochs=1), or "
-     "train a teacher with it instead (--set teacher.recipe=NAME --set teacher.path=null)."),
+     "--set teacher.path=/x --set teacher.epochs=1: [teacher] path /x is used as it is; drop epochs, or train a "
+     "teacher with it instead (--set teacher.recipe=NAME --set teacher.path=null)."),
     (["distill.bottom3.recipe=null"], "--set distill.bottom3.recipe=null: [distill] bottom3.recipe is empty"),
 ])
 def test_a_teacher_or_student_section_refused_names_the_set_that_gave_it(items, words):
     """Was: '[teacher] recipe is 10, not text', '[teacher] gives both recipe (...) and path (/x)', as if the run
-    recipe's file held what a --set gave; a path with finetune keys ended '... or use recipe:.'."""
+    recipe's file held what a --set gave; a path with finetune keys ended '... or use recipe:.'. Was also led by the
+    run recipe's file where only --set values made the problem."""
     from headcut_grader.errors import UserError
 
     with pytest.raises(UserError) as caught:
         load_pipeline("quickstart", overrides=items)
     assert words in str(caught.value), str(caught.value)
+    # a problem of --set values alone is led by them, not by the run recipe's file (which holds the recipe of /x's)
+    assert str(caught.value).startswith("--set ") == (items != ["teacher.path=/x"]), str(caught.value)
 
 
 def test_an_unknown_section_names_the_valid_ones(tmp_path):

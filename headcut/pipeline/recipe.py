@@ -242,7 +242,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         # did not read would have them all report its keys as missing
         _checked(lambda: sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>"), problems)
     if problems:
-        raise UserError(f"{where}: " + "; ".join(p.rstrip(".") for p in problems) + ".")
+        raise UserError(_led(where, problems))
     return recipe
 
 
@@ -370,22 +370,32 @@ def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection 
                         "to train)")
         return None
     if recipe is not None and path is not None:
-        problems.append(f"[teacher] gives both recipe {recipe}{_from(given, 'recipe')} and path {path}"
-                        f"{_from(given, 'path')}; keep one (--set teacher.recipe=null or --set teacher.path=null)")
+        lead = _by(given, "recipe", "path")
+        problems.append(lead + f"[teacher] gives both recipe {recipe}{'' if lead else _from(given, 'recipe')} and path "
+                        f"{path}{'' if lead else _from(given, 'path')}; keep one (--set teacher.recipe=null or --set "
+                        "teacher.path=null)")
         return None
     rest = tuple((k, v) for k, v in value.items() if k not in ("recipe", "path"))
     if path is not None and rest:
-        keys = " and ".join(k + _from(given, k) for k, _ in rest)
-        problems.append(f"[teacher] path {path}{_from(given, 'path')} is used as it is; drop {keys}, or train a "
+        lead = _by(given, "path", *(k for k, _ in rest))  # all from --set: they lead, not the run recipe's file
+        keys = " and ".join(k + ("" if lead else _from(given, k)) for k, _ in rest)
+        problems.append(f"{lead}[teacher] path {path}{'' if lead else _from(given, 'path')} is used as it is; drop "
+                        f"{keys}, or train a "
                         f"teacher with {'it' if len(rest) == 1 else 'them'} instead (--set teacher.recipe=NAME "
                         "--set teacher.path=null)")
         return None
     return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest)
 
 
-def _by(given: dict, key) -> str:
-    """The lead of a problem with `key`, where a --set gave it (`given`: key -> '--set ITEM'): that --set."""
-    return f"{given[key]}: " if key in given else ""
+def _by(given: dict, *keys) -> str:
+    """The lead of a problem with `keys`, where --set gave them all (`given`: key -> '--set ITEM'): those --sets."""
+    return " ".join(given[key] for key in keys) + ": " if all(key in given for key in keys) else ""
+
+
+def _led(where: str, problems: list[str]) -> str:
+    """The recipe's problems in one sentence, led by its file unless each is led by the --set that gave it alone."""
+    said = "; ".join(p.rstrip(".") for p in problems) + "."
+    return said if all(p.startswith("--set ") for p in problems) else f"{where}: {said}"
 
 
 def _from(given: dict, key) -> str:
