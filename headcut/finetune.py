@@ -19,7 +19,7 @@ from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
 from headcut.models import load_model, resolve_source, save_model
-from headcut_grader.ranges import check_ranges, ranged
+from headcut_grader.ranges import check_callbacks, check_ranges, ranged
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
@@ -294,6 +294,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     """Train, keep the best dev checkpoint, write it to `out` as an artifact. Resumable: rerun the same
     call after an interruption and it continues from `out`.partial/checkpoint. `names`: who called, so that a refusal
     of `out` names it as they did (run_folder.out_flag: out, overwrite=True; `headcut finetune`: --out, --overwrite)."""
+    check_callbacks("finetune", progress=progress)
     out, flag = Path(out), out_flag(names)
     check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
     check_run_out(out, overwrite=overwrite, inputs=recipe.input_paths(), flag=flag)

@@ -26,7 +26,7 @@ from headcut.data_spec import check_file_keys
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash, write_text
-from headcut_grader.ranges import check_ranges, ranged
+from headcut_grader.ranges import check_callbacks, check_ranges, ranged
 from headcut_grader.validation import read_small_text
 
 
@@ -316,6 +316,7 @@ def train(
     `stop_after_steps` stops early (used by tests to simulate an interruption). `query_ids` (one per row):
     batches keep each query's rows together (query_batches) instead of bucketing by length.
     """
+    check_callbacks("train", progress=progress)
     run = _setup(model, settings, extra_modules, total_steps(len(encoded), settings))
     ckpt = work_dir / CHECKPOINT
     state = _resume(run.accelerator, ckpt)

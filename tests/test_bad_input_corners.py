@@ -453,6 +453,58 @@ def test_every_public_function_that_takes_a_model_says_what_to_pass_for_a_path(t
     assert not (tmp_path / "out").exists()
 
 
+CALLBACKS = ("progress", "notice")  # what a public function calls a callback, besides on_<event>
+
+
+def _public_callbacks():
+    """(name, function, argument) for each callback argument of every public function of headcut's packages
+    (their __all__), of the entry points outside those (finetune, tune, scan, benchmark, train) and of
+    headcut_grader's Grader, grade_file and Batcher."""
+    import importlib
+    import inspect
+
+    from headcut.distill.tune import tune
+    from headcut.evaluate.scan import scan, scan_model
+    from headcut.export.bench import benchmark
+    from headcut.finetune import finetune
+    from headcut.training import train
+    from headcut_grader.grade_file import grade_file
+    from headcut_grader.grader import Grader
+    from headcut_grader.microbatch import Batcher
+
+    found = {"Grader.logits": Grader.logits, "Grader.grade": Grader.grade, "grade_file": grade_file,
+             "Batcher": Batcher, "finetune": finetune, "tune": tune, "scan": scan, "scan_model": scan_model,
+             "benchmark": benchmark, "train": train}
+    for package in ("headcut.arch", "headcut.evaluate", "headcut.prune", "headcut.distill", "headcut.export",
+                    "headcut.pipeline"):
+        module = importlib.import_module(package)
+        found.update({name: getattr(module, name) for name in module.__all__
+                      if inspect.isfunction(getattr(module, name))})
+    for name, function in found.items():
+        for argument in inspect.signature(function).parameters:
+            if argument in CALLBACKS or argument.startswith("on_") or "callback" in argument:
+                yield name, function, argument
+
+
+def test_every_public_callback_that_is_not_a_function_is_refused_before_work():
+    """Was: grade_file(..., progress=3) graded its first chunk, then failed with "'int' object is not callable" (and
+    so every public function taking progress, on_trial, notice, on_batch, ...); each now says in one sentence,
+    before anything else, which argument is not a function."""
+    import inspect
+
+    from headcut_grader.errors import UserError
+
+    found = list(_public_callbacks())
+    assert len(found) > 20 and {("grade_file", "progress"), ("tune", "on_trial"), ("Batcher", "on_batch")} <= {
+        (name, argument) for name, _, argument in found}
+    for name, function, argument in found:
+        needed = {p.name: None for p in inspect.signature(function).parameters.values()
+                  if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        with pytest.raises(UserError, match=f"^{re.escape(name)} {argument} is 3; pass a function to call as work "
+                                            r"goes on, or None\.$"):
+            function(**{**needed, argument: 3})
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda e, m, p: e.evaluate_model(m, p, batch_size=0), "evaluate_model batch_size is 0; it must be a whole number "
                                                           "in [1, 1024]."),

@@ -25,8 +25,8 @@ from headcut_grader.files import as_path, check_out_file, publish_file, publishe
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
-from headcut_grader.ranges import (MAX_BATCH, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS, argument, checked_bool,
-                                   checked_fields, ranged)
+from headcut_grader.ranges import (MAX_BATCH, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS, argument, check_callbacks,
+                                   checked_bool, checked_fields, ranged)
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -93,6 +93,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     """Grade every pair of SOURCE into OUT: query, title, [true_grade], grade, expected_grade, p<grade>...
     `names`: who called, so that messages name what they wrote (headcut_grader.errors.named): "arguments" these
     (out, resume=True, settings' chunk_rows), "flags" `headcut grade`'s (--out, --resume, --chunk-rows)."""
+    check_callbacks("grade_file", progress=progress)
     resume = checked_bool(resume, "resume")
     as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")
     source = as_path(source, "grade_file source", what="a pairs file's path")

@@ -16,7 +16,7 @@ from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import BACKEND_CHOICES, graphs, open_backend
 from headcut_grader.errors import UserError, setting, shown
 from headcut_grader.files import as_path
-from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole
+from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole, check_callbacks
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import ACTIVATIONS, score_values
 from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
@@ -358,6 +358,7 @@ class Grader:
 
     def logits(self, pairs, *, progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Logits `(n, num_grades)` in input order; pairs of similar length share a batch (less padding)."""
+        check_callbacks("Grader.logits", progress=progress)
         queries, titles = _as_columns(pairs)
         ids, types = encode_pairs(self.tokenizer, queries, titles)
         out = np.zeros((len(ids), self.outputs), dtype=np.float32)
@@ -391,6 +392,7 @@ class Grader:
     def grade(self, pairs, *, progress: Callable[[int], None] | None = None) -> Grades | Scores:
         """Grade (query, title) pairs (tuples, {'query','title'} dicts, or a headcut Pairs): Grades, or Scores for
         a one-score grader (task score). Each text is read without its outer whitespace, as a pairs file's is."""
+        check_callbacks("Grader.grade", progress=progress)
         return results_from_logits(self.logits(pairs, progress=progress), self.record)
 
     def rank(self, query: str, titles: Iterable[str]) -> list[dict]:

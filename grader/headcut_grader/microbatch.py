@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from headcut_grader.grader import Grades
+from headcut_grader.ranges import check_callbacks
 
 
 class QueueFull(Exception):
@@ -65,6 +66,7 @@ class Batcher:
     def __init__(self, grade: Callable[[list[tuple[str, str]]], Grades], *, max_batch: int, max_wait: float,
                  max_queue: int, on_batch: Callable[[BatchStats], None] | None = None,
                  on_waiting: Callable[[int], None] | None = None):
+        check_callbacks("Batcher", on_batch=on_batch, on_waiting=on_waiting)
         self._grade, self._on_batch, self._on_waiting = grade, on_batch, on_waiting
         self.max_batch, self.max_wait, self.max_queue = max_batch, max_wait, max_queue
         self._jobs: deque[_Job] = deque()

@@ -106,6 +106,15 @@ def checked_bool(value, name: str) -> bool:
     return bool(value)
 
 
+def check_callbacks(function: str, **given) -> None:
+    """Raise UserError naming `function` and the argument for a given callback (progress=..., on_trial=...) that is
+    neither None nor callable: it failed only once work had begun, as "'int' object is not callable"."""
+    for name, value in given.items():
+        if value is not None and not callable(value):
+            raise UserError(f"{function} {name} is {argument(value)[:60]}; pass a function to call as work goes on, "
+                            "or None.")
+
+
 def as_whole(value) -> int | None:
     """`value` as an int where its type is a whole number's (int, a numpy integer; not bool), else None."""
     if isinstance(value, bool) or type(value).__name__ == "bool_":

@@ -14,6 +14,7 @@ import numpy as np
 from headcut.batching import Encoded
 from headcut_grader.data import Pairs
 from headcut_grader.files import atomic_file, clean_stale_folder
+from headcut_grader.ranges import check_callbacks
 from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 from headcut.model_arguments import check_loaded
@@ -31,6 +32,7 @@ def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_
 
     Returns (logits, hit). `cache_dir=None` computes without storing.
     """
+    check_callbacks("teacher_logits", progress=progress)
     check_loaded(teacher, "teacher_logits teacher")
     path = None
     if cache_dir is not None:

@@ -30,7 +30,7 @@ from headcut_grader.files import as_path
 from headcut.evaluate.tasks import paired, summary
 from headcut.finetune import check_dev_apart, dev_record, load_data, run_hash
 from headcut.models import LoadedModel, load_model, save_model
-from headcut_grader.ranges import check_ranges
+from headcut_grader.ranges import check_callbacks, check_ranges
 from headcut.prune.measure import speed_summary
 from headcut.recipes import to_dict
 from headcut.run_folder import RunFolder, check_run_out, headcut_cache, out_flag
@@ -100,6 +100,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     `names`: who called, so that a refusal of `out` names it as they did (run_folder.out_flag: out, overwrite=True;
     `headcut distill`: --out, --overwrite).
     """
+    check_callbacks("distill", progress=progress)
     if cache_dir is not None:
         as_path(cache_dir, "distill cache_dir")
     run = Distillation(recipe, as_path(out, "distill out"), overwrite=overwrite, progress=progress, cache_dir=cache_dir,

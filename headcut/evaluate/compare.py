@@ -5,6 +5,7 @@ import numpy as np
 
 from headcut.batching import encode
 from headcut_grader.data import Pairs
+from headcut_grader.ranges import check_callbacks
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import check_logits, check_task, paired, summary
 from headcut.evaluate.metrics import check_resampling
@@ -29,6 +30,7 @@ def compare_models(
 
     Pairs without labels give agreement only (the share of pairs graded the same by both).
     """
+    check_callbacks("compare_models", progress=progress)
     check_model(before, "compare_models before")
     check_model(after, "compare_models after")
     check_tokenizer(tokenizer, "compare_models tokenizer")

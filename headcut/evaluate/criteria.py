@@ -34,6 +34,7 @@ from headcut.evaluate.fisher import TARGETS, MaskGradients, UnitScores, mask_gra
 from headcut.evaluate.importance import check_scores, example_change, example_loss, gold, is_score_model
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, caller, quoted, setting
+from headcut_grader.ranges import check_callbacks
 from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
@@ -172,6 +173,7 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
     `progress(n)` is called as pairs finish. Deterministic: no criterion samples and the model runs in eval
     mode, so `seed` changes nothing (it is kept for callers that record it) and the caller's random state is
     left alone."""
+    check_callbacks("head_importance", progress=progress)
     check_model(model, "head_importance model")
     check_tokenizer(tokenizer, "head_importance tokenizer")
     batch_size, max_length = checked_arguments("head_importance", batch_size=batch_size, max_length=max_length)

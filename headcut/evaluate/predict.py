@@ -10,6 +10,7 @@ import torch
 from headcut.batching import Encoded, collate, encode
 from headcut_grader.data import Pairs
 from headcut.evaluate.attention import scoring_batches
+from headcut_grader.ranges import check_callbacks
 from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
@@ -27,6 +28,7 @@ def predict_logits(
 ) -> np.ndarray:
     """Logits `(len(pairs), num_labels)` as float32, in the order of `pairs` (`tokenizer`, `pairs`: unused where
     `encoded` is given)."""
+    check_callbacks("predict_logits", progress=progress)
     check_model(model, "predict_logits model")
     if encoded is None:
         check_tokenizer(tokenizer, "predict_logits tokenizer")

@@ -11,6 +11,7 @@ import numpy as np
 from headcut_grader.data import DEFAULT_GRADES, Pairs
 from headcut_grader.errors import UserError, caller, named, setting
 from headcut_grader.files import as_path
+from headcut_grader.ranges import check_callbacks
 from headcut.batching import check_max_length
 from headcut.evaluate.metrics import check_resampling
 from headcut.evaluate.predict import predict_logits
@@ -23,6 +24,7 @@ def evaluate_model(loaded, pairs: Pairs, *, batch_size: int = 64, max_length: in
                    iters: int = 1000, seed: int = 0, progress=None) -> dict:
     """Accuracy, macro-F1, Spearman, loss and NDCG@10 with 95% bootstrap CIs; also returns the logits. `loaded`:
     what headcut.load_model returns."""
+    check_callbacks("evaluate_model", progress=progress)
     check_loaded(loaded, "evaluate_model loaded")
     batch_size, max_length = checked_arguments("evaluate_model", batch_size=batch_size, max_length=max_length)
     iters, seed = check_resampling(iters, seed, "evaluate_model")  # before the pairs are graded, not after

@@ -13,7 +13,7 @@ from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, named, quoted, setting
-from headcut_grader.ranges import argument, check_ranges
+from headcut_grader.ranges import argument, check_callbacks, check_ranges
 from headcut.evaluate_arguments import argument_field
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
@@ -215,6 +215,7 @@ def scan_model(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *,
                limit: int | None = None, title_words: list[str] | None = None,
                progress: Callable[[str, int], None] | None = None, names: str = "arguments") -> ScanResult:
     """`scan`, with the provenance its outputs record; `seed`/`limit`: how `pairs` were sampled."""
+    check_callbacks("scan_model", progress=progress)
     findings = scan(loaded, pairs, settings, title_words=title_words, progress=progress, names=names)
     return ScanResult(findings, {"path": loaded.path, "weights_hash": loaded.weights_hash},
                       {"source": pairs.source, "fingerprint": pairs.fingerprint, "samples": len(pairs), "seed": seed,
@@ -231,6 +232,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     Returns {"scores": {method: (layers, heads) tensor}, "baseline", "ablation_table", "experiments",
     "probes", "correlations", "ranking", "settings"}.
     """
+    check_callbacks("scan", progress=progress)
     check_loaded(loaded, "scan loaded")
     model, tokenizer = loaded.model, loaded.tokenizer
     labelled = pairs.task is not None

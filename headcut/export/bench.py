@@ -26,6 +26,7 @@ from headcut.evaluate.tasks import agreement, summary
 from headcut.evaluate.predict import predict_logits
 from headcut.timing import round_robin
 from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops, runtime_version
+from headcut_grader.ranges import check_callbacks
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,7 @@ class BenchResult:
 def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchSettings = BenchSettings(), *,
               progress: Callable[[str], None] | None = None) -> BenchResult:
     """Latency grid, throughput, size, memory, accuracy and agreement with `variants[0]` (the reference)."""
+    check_callbacks("benchmark", progress=progress)
     say = progress or (lambda message: None)
     rows = {id(v): {"name": v.name, "kind": v.kind, "size_mb": v.size_bytes / 2**20, "memory_mb": v.memory_mb,
                      **v.info, "cells": []} for v in variants}

@@ -26,7 +26,7 @@ from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
                                      quantize_int8, resolve)
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json, write_text
-from headcut_grader.ranges import argument, check_ranges, checked_bool, checked_number
+from headcut_grader.ranges import argument, check_callbacks, check_ranges, checked_bool, checked_number
 from headcut.model_arguments import check_loaded
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
@@ -83,6 +83,7 @@ def build_grader(
     Raises ParityError when a graph fails its gate, UserError when the request cannot be met here; both name the
     settings as `names` says: "arguments" (precision='fp32'), a run's "keys" or `headcut export`'s "flags".
     """
+    check_callbacks("build_grader", progress=progress)
     out = as_path(out, "build_grader out")
     check_loaded(loaded, "build_grader loaded")
     opset, threads = (checked_number(value, named(name, names), ARGUMENTS[name], whole=True)

@@ -10,7 +10,7 @@ import torch
 from headcut.arch import keep_heads, mask_shape, present_heads
 from headcut.model_arguments import check_model
 from headcut.prune.plan import HeadPlan, check_keep_ratio, plan_heads
-from headcut_grader.ranges import Range, checked_number
+from headcut_grader.ranges import Range, check_callbacks, checked_number
 
 
 def step_ratios(keep_ratio: float, steps: int) -> list[float]:
@@ -40,6 +40,7 @@ def iterative_plan(
     original head numbering (as every scan numbers a pruned model's heads).
     `progress(step, plan)` is called after each step.
     """
+    check_callbacks("iterative_plan", progress=progress)
     check_model(model, "iterative_plan model")
     check_keep_ratio(keep_ratio)
     steps = checked_number(steps, "iterative_plan steps", Range(1), whole=True)  # 0 was a ValueError, 2.5 a TypeError

@@ -10,6 +10,7 @@ from headcut.arch import heads_per_layer, intermediate_size, layer_ids, mask_sha
 from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError, setting
 from headcut_grader.files import as_path
+from headcut_grader.ranges import check_callbacks
 from headcut.model_arguments import check_loaded, check_model, check_tokenizer
 from headcut.prune_arguments import named
 
@@ -81,6 +82,7 @@ def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, m
     """(num_layers, num_heads) float64 scores of criterion `method` (`evaluate.criteria`, higher = more
     important); heads the model lacks get -inf, and a NaN score of a head it has is one sentence; `flag`: what
     named `method`."""
+    check_callbacks("scan_scores", progress=progress)
     from headcut.evaluate.criteria import head_importance
 
     check_model(model, "scan_scores model")
