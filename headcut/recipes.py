@@ -19,7 +19,7 @@ import yaml
 
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import as_path
-from headcut_grader.ranges import field_problem
+from headcut_grader.ranges import argument, check_ranges, field_problem
 from headcut_grader.validation import MAX_RECIPE_BYTES, read_small_text
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
@@ -55,6 +55,16 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
         data[key] = value
         origins[key] = f"--set {item}"
     return from_dict(cls, data, where=str(path), origins=origins)
+
+
+def check_recipe(recipe, cls, name: str) -> None:
+    """Raise UserError naming argument `name` where `recipe` is not a `cls` (a path or a dict failed later, as
+    "must be called with a dataclass"), or a field is outside its range (a recipe built in Python rather than read
+    by load_recipe)."""
+    if not isinstance(recipe, cls):
+        raise UserError(f"{name} is {argument(recipe)[:60]}; pass a {cls.__name__}, e.g. "
+                        f"headcut.recipes.load_recipe({cls.__name__}, 'recipe.yaml').")
+    check_ranges(recipe, "recipe")
 
 
 def refuse_repeat(earlier: str | None, item: str) -> None:

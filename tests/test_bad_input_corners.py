@@ -505,6 +505,39 @@ def test_every_public_callback_that_is_not_a_function_is_refused_before_work():
             function(**{**needed, argument: 3})
 
 
+@pytest.mark.parametrize("change, words", [
+    (dict(trials="3"), "tune trials is '3'; it must be a whole number at least 1."),  # was: a TypeError
+    (dict(trials=2.5), "tune trials is 2.5; it must be a whole number at least 1."),  # was: 3 trials
+    (dict(trials=True), "tune trials is True; it must be a whole number at least 1."),  # was: 1 trial
+    (dict(trials=0), "tune trials is 0; it must be a whole number at least 1."),
+    (dict(trials=0, names="flags"), "--tune is 0; it must be a whole number at least 1."),
+    (dict(recipe="distill/minilm_bottom3_cpu"), "tune recipe is 'distill/minilm_bottom3_cpu'; pass a DistillRecipe, "
+                                                "e.g. headcut.recipes.load_recipe(DistillRecipe, 'recipe.yaml')."),
+    (dict(recipe={"temperature": 2.0}), "tune recipe is {'temperature': 2.0}; pass a DistillRecipe"),
+    # was: said by the first trial's distill, after the data was read and the study opened
+    (dict(temperature=-1.0), "recipe: key 'temperature' is -1, which is out of range; it must be in [0.05, 100]."),
+    (dict(overwrite="no"), "overwrite is 'no'; pass True or False."),
+])
+def test_every_tune_argument_is_checked_before_work(monkeypatch, tmp_path, change, words):
+    """tune(recipe, out, trials=..., overwrite=..., names=...): a value of the wrong type or range is one sentence
+    naming the argument, before the output folder, the data or the study is looked at."""
+    import dataclasses
+
+    from headcut.distill import DistillRecipe
+    import headcut.distill.tune as tune_module
+    from headcut.recipes import load_recipe
+    from headcut_grader.errors import UserError
+
+    for reached in ("_check_out", "inputs_read", "_search"):
+        monkeypatch.setattr(tune_module, reached, lambda *a, **k: pytest.fail("worked before the check"))
+    recipe = load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=synthetic"])
+    fields = {k: change.pop(k) for k in list(change) if k in {f.name for f in dataclasses.fields(DistillRecipe)}}
+    given = {"recipe": dataclasses.replace(recipe, **fields), "out": tmp_path / "study", "trials": 1, **change}
+    with pytest.raises(UserError, match="^" + re.escape(words)):
+        tune_module.tune(given.pop("recipe"), given.pop("out"), **given)
+    assert not (tmp_path / "study").exists()
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda e, m, p: e.evaluate_model(m, p, batch_size=0), "evaluate_model batch_size is 0; it must be a whole number "
                                                           "in [1, 1024]."),

@@ -20,17 +20,18 @@ from headcut.distill.run import distill, with_unlabeled
 from headcut.distill.students import teacher_source
 from headcut_grader.errors import UserError, named, setting
 from headcut_grader.files import as_path, check_place, file_hash, overwrite_said, refuse_inputs, write_json
-from headcut_grader.ranges import check_callbacks, checked_bool
+from headcut_grader.ranges import Range, check_callbacks, checked_bool, checked_number
 from headcut_grader.validation import read_small_text
 from headcut.finetune import load_data, run_hash
 from headcut.models import resolve_source
 from headcut.weight_files import weights_file
-from headcut.recipes import to_dict
+from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import LOCK_FILE, locked, out_flag
 
 STUDY_FILE = "study.db"
 SUMMARY_FILE = "tune.json"
 TRIALS = "trials"
+TRIALS_SPELLED = {"arguments": {"trials": "tune trials"}, "flags": {"trials": "--tune"}}
 
 
 def study_name(recipe: DistillRecipe) -> str:
@@ -48,11 +49,10 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     (out, trials=0; `headcut distill --tune`: --out, --tune 0).
     """
     check_callbacks("tune", progress=progress, on_trial=on_trial)
+    check_recipe(recipe, DistillRecipe, "tune recipe")
     out, flag = as_path(out, "tune out"), out_flag(names)
     overwrite = checked_bool(overwrite, "overwrite")
-    if trials <= 0:
-        said = named("trials", names, section="", spelled={"flags": {"trials": "--tune"}})
-        raise UserError(f"{setting(said, trials)}: give the number of trials to run, e.g. {setting(said, 8)}.")
+    trials = checked_number(trials, named("trials", names, section="", spelled=TRIALS_SPELLED), Range(1), whole=True)
     if not recipe.searched_fields:
         raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
     _check_out(out, recipe, overwrite=overwrite, flag=flag)
