@@ -19,8 +19,8 @@ from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
 from headcut.models import load_model, resolve_source, save_model
-from headcut_grader.ranges import check_callbacks, check_ranges, ranged
-from headcut.recipes import to_dict
+from headcut_grader.ranges import check_callbacks, ranged
+from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
 from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_steps, check_task_keys, file_options,
@@ -296,7 +296,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     of `out` names it as they did (run_folder.out_flag: out, overwrite=True; `headcut finetune`: --out, --overwrite)."""
     check_callbacks("finetune", progress=progress)
     out, flag = Path(out), out_flag(names)
-    check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
+    check_recipe(recipe, FinetuneRecipe, "finetune recipe")
     check_run_out(out, overwrite=overwrite, inputs=recipe.input_paths(), flag=flag)
     resolve_source(recipe.model, flag="model")  # a missing model is said before the data is read
     train_pairs, dev = load_data(recipe)

@@ -57,13 +57,13 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     return from_dict(cls, data, where=str(path), origins=origins)
 
 
-def check_recipe(recipe, cls, name: str) -> None:
+def check_recipe(recipe, cls, name: str, *, loader: str = "") -> None:
     """Raise UserError naming argument `name` where `recipe` is not a `cls` (a path or a dict failed later, as
     "must be called with a dataclass"), or a field is outside its range (a recipe built in Python rather than read
-    by load_recipe)."""
+    by load_recipe). `loader`: the call that reads one, where load_recipe does not."""
     if not isinstance(recipe, cls):
-        raise UserError(f"{name} is {argument(recipe)[:60]}; pass a {cls.__name__}, e.g. "
-                        f"headcut.recipes.load_recipe({cls.__name__}, 'recipe.yaml').")
+        loader = loader or f"headcut.recipes.load_recipe({cls.__name__}, 'recipe.yaml')"
+        raise UserError(f"{name} is {argument(recipe)[:60]}; pass a {cls.__name__}, e.g. {loader}.")
     check_ranges(recipe, "recipe")
 
 

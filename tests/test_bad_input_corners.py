@@ -538,6 +538,25 @@ def test_every_tune_argument_is_checked_before_work(monkeypatch, tmp_path, chang
     assert not (tmp_path / "study").exists()
 
 
+@pytest.mark.parametrize("given", ["recipes/teacher.yaml", {"epochs": 1}, None])
+def test_a_recipe_argument_that_is_not_a_recipe_names_the_argument_and_how_to_read_one(tmp_path, given):
+    """Was: finetune and distill given a path or a dict raised dataclasses' "must be called with a dataclass type or
+    instance", run_pipeline "'str' object has no attribute 'data'"; each is now one sentence naming the argument and
+    the call that reads a recipe, before anything is written."""
+    from headcut.distill import distill
+    from headcut.finetune import finetune
+    from headcut.pipeline import run_pipeline
+    from headcut_grader.errors import UserError
+
+    for function, cls, loader in [(finetune, "FinetuneRecipe", "headcut.recipes.load_recipe(FinetuneRecipe, "),
+                                  (distill, "DistillRecipe", "headcut.recipes.load_recipe(DistillRecipe, "),
+                                  (run_pipeline, "PipelineRecipe", "headcut.pipeline.load_pipeline(")]:
+        with pytest.raises(UserError, match=f"^{function.__name__} recipe is {re.escape(repr(given))}; pass a {cls}, "
+                                            f"e.g. {re.escape(loader)}'recipe.yaml'\\)\\.$"):
+            function(given, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda e, m, p: e.evaluate_model(m, p, batch_size=0), "evaluate_model batch_size is 0; it must be a whole number "
                                                           "in [1, 1024]."),

@@ -30,9 +30,9 @@ from headcut_grader.files import as_path
 from headcut.evaluate.tasks import paired, summary
 from headcut.finetune import check_dev_apart, dev_record, load_data, run_hash
 from headcut.models import LoadedModel, load_model, save_model
-from headcut_grader.ranges import check_callbacks, check_ranges
+from headcut_grader.ranges import check_callbacks
 from headcut.prune.measure import speed_summary
-from headcut.recipes import to_dict
+from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, headcut_cache, out_flag
 from headcut.training import GRADES_FIX, check_steps, file_options, is_finished, query_index, settings_from, train
 
@@ -122,7 +122,7 @@ class Distillation:
 
     def setup(self) -> None:
         recipe = self.recipe
-        check_ranges(recipe, "recipe")  # also when built in Python rather than read by load_recipe
+        check_recipe(recipe, DistillRecipe, "distill recipe")
         check_run_out(self.out, overwrite=self.overwrite, inputs=recipe.input_paths(), flag=self.flag)
         self._setup_teacher()
         self._setup_student()

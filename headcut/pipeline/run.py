@@ -32,7 +32,7 @@ from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
 from headcut.pipeline.recipe import PipelineRecipe, as_dict, sub_recipes
-from headcut.recipes import to_dict
+from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import locked, not_a_folder, out_flag
 
 STAGE_FILE = "stage.json"
@@ -205,6 +205,8 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     that a refusal of `out` names it as they did (out, overwrite=True; `headcut run`: --out, --overwrite).
     """
     check_callbacks("run_pipeline", progress=progress)
+    check_recipe(recipe, PipelineRecipe, "run_pipeline recipe",
+                 loader="headcut.pipeline.load_pipeline('recipe.yaml')")
     out, flag = as_path(out, "run_pipeline out").resolve(), out_flag(names)
     check_run(recipe, out, overwrite=overwrite, flag=flag)
     out.mkdir(parents=True, exist_ok=True)
