@@ -182,7 +182,9 @@ def load_model(
             model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
             with broken_file(path / "config.json"):  # the shape record is config.json's, not the weights'
                 apply_shape(model, shape)
-            model.load_state_dict(_with_fresh_head(model, read_state(weights), weights, num_labels), strict=True)
+            state = _with_fresh_head(model, read_state(weights), weights, num_labels)
+            _check_no_extra_weights(model, state, weights)
+            model.load_state_dict(state, strict=True)
         else:
             fresh_head = _saved_outputs(saved) not in (None, num_labels)  # a base model given another head
             model, info = AutoModelForSequenceClassification.from_pretrained(
@@ -338,6 +340,18 @@ def _with_fresh_head(model, state: dict, weights: Path, num_labels: int) -> dict
     mismatched = [(k, v.shape, own[k].shape) for k, v in state.items() if k in own and v.shape != own[k].shape]
     _check_only_the_head_differs({"mismatched_keys": mismatched}, weights, num_labels)
     return {**state, **{k: own[k] for k, _, _ in mismatched}}
+
+
+def _check_no_extra_weights(model, state: dict, weights: Path) -> None:
+    """Weights whose names the model built from config.json lacks, when none of its own is missing: a whole file
+    saved from another architecture or config, not damage (a missing weight still is, said by load_state_dict)."""
+    own = model.state_dict()
+    extra = [name for name in state if name not in own]
+    if extra and all(name in state for name in own):
+        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
+        raise UserError(f"{weights} has weights this model's config does not declare: {', '.join(extra[:3])}{more}; "
+                        "it was saved from another architecture or config: put back the config.json saved with it in "
+                        f"{weights.parent}.")
 
 
 def _check_only_the_head_differs(info: dict, weights: Path, num_labels: int) -> None:

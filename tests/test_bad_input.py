@@ -743,6 +743,36 @@ def test_11_damaged_weights_name_the_file(tmp_path, saved_models, kind, damage):
 
 
 @pytest.mark.parametrize("kind", ["artifact", "plain"])
+@pytest.mark.parametrize("extra, missing", [(["pooler.extra"], False), ([f"extra.{i}" for i in range(5)], False),
+                                            (["pooler.extra"], True), ([], True)])
+def test_11_weights_of_another_config_are_not_called_damaged(tmp_path, saved_models, kind, extra, missing):
+    """Was: an intact model.safetensors holding a tensor its config does not declare was "damaged or incomplete
+    (... Unexpected key(s) ...)"; it now names the file, the first few extra weights and the config to put back.
+    A weight the config declares and the file lacks is still damage."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from headcut.models import load_model
+
+    folder = _copy(saved_models[kind], tmp_path)
+    weights = folder / "model.safetensors"
+    state = load_file(weights)
+    state.update({name: torch.zeros(2, 2) for name in extra})
+    if missing:
+        state.pop("bert.encoder.layer.0.output.dense.weight")
+    save_file(state, weights, metadata={"format": "pt"})
+    with pytest.raises(UserError) as caught:
+        load_model(folder)
+    said = str(caught.value)
+    if missing:
+        assert said.startswith(f"{weights} is damaged or incomplete (") and "Missing key" in said, said
+    else:
+        shown = ", ".join(extra[:3]) + (" and 2 more" if len(extra) > 3 else "")
+        assert said == (f"{weights} has weights this model's config does not declare: {shown}; it was saved from "
+                        f"another architecture or config: put back the config.json saved with it in {folder}.")
+
+
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
 @pytest.mark.parametrize("name, text", [("config.json", "{not json"), ("config.json", "[1, 2]"),
                                         ("headcut.json", "{not json"), ("tokenizer.json", "{not json")])
 def test_11_invalid_json_files_name_the_file(tmp_path, saved_models, kind, name, text):
