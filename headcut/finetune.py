@@ -18,7 +18,7 @@ from headcut.synthetic import is_synthetic
 from headcut_grader.errors import UserError
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
-from headcut.models import load_model, resolve_source, save_model
+from headcut.models import load_model, outline_if_present, resolve_source, save_model
 from headcut_grader.ranges import check_callbacks, ranged
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
@@ -53,21 +53,6 @@ class FinetuneRecipe(TrainingRecipe):
         base = outline_if_present(self.model, "model")
         if base is not None:  # before any file is read or model loaded, naming where max_length came from
             check_max_length(base.model, self.max_length, flag="max_length", where=where)
-
-
-def outline_if_present(source: str | None, key: str):
-    """The model a recipe `key` names, outlined (models.outline: its config and shape, no weights) for the recipe's
-    checks against it; None where it is not there to read (a run's model made by an earlier stage, a typo): the run
-    names a missing model when it loads it, after its checks of the output folder."""
-    from headcut.models import outline, resolve_source
-
-    if source is None:
-        return None
-    try:
-        resolve_source(source, flag=key)
-    except UserError:
-        return None
-    return outline(source, flag=key)
 
 
 # The recipe keys only one task's loss reads: a recipe of the other task that sets them is refused.

@@ -246,9 +246,24 @@ def outline(source: str | Path, *, flag: str = "outline source", meta: dict | No
     """The model of `source` built from its config on the meta device (its shape, pruned or not, without
     weights or memory) with its headcut.json, or `meta` in its place: enough to count FLOPs before loading
     a model, or before one is trained from this base. No tokenizer. `grader_hint`: as for resolve_source."""
-    from transformers import AutoModelForSequenceClassification
+    return _outlined(resolve_source(source, flag=flag, grader_hint=grader_hint), flag=flag, meta=meta)
 
-    path = resolve_source(source, flag=flag, grader_hint=grader_hint)
+
+def outline_if_present(source: str | None, key: str) -> LoadedModel | None:
+    """The model a recipe `key` names, outlined (its config and shape, no weights) for the recipe's checks against
+    it; None where it is not there to read (a run's model made by an earlier stage, a typo): the run names a missing
+    model when it loads it, after its checks of the output folder."""
+    if source is None:
+        return None
+    try:
+        path = resolve_source(source, flag=key)
+    except UserError:
+        return None
+    return _outlined(path, flag=key)
+
+
+def _outlined(path: Path, *, flag: str, meta: dict | None = None) -> LoadedModel:
+    """outline() of the model folder `path`, already resolved."""
     meta = _read_meta(path) if meta is None else meta
     meta = {**meta, **read_task(path, meta, read_json_file(path / "config.json"))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))

@@ -171,3 +171,21 @@ def test_pickle_weights_are_refused_naming_what_allows_them_for_whoever_named_th
     said = str(caught.value)
     assert ("pass --allow-pickle if you trust the source" in said) == allow, said
     assert allow or said.endswith("convert them to safetensors (a recipe loads safetensors only)."), said
+
+
+def test_outline_if_present_resolves_its_source_once(tmp_path, monkeypatch):
+    """Was: headcut.finetune's outline_if_present resolved the source (a built-in's package found, each JSON file
+    checked for a BOM), then outline resolved it again; it now lives beside outline and resolves once. A missing
+    source is None, as before."""
+    import headcut.models as models
+
+    folder = tmp_path / "base"
+    tiny_model("bert", num_labels=5).save_pretrained(folder)
+    resolved = []
+    real = models.resolve_source
+    monkeypatch.setattr(models, "resolve_source", lambda *a, **k: resolved.append(a[0]) or real(*a, **k))
+    outlined = models.outline_if_present(str(folder), "model")
+    assert resolved == [str(folder)]
+    assert heads_per_layer(outlined.model) == [4, 4] and outlined.path == str(folder)
+    assert models.outline_if_present(str(tmp_path / "missing"), "model") is None
+    assert models.outline_if_present(None, "model") is None

@@ -20,7 +20,7 @@ def check_recipe_student(recipe, where: str) -> None:
     (their configs and shapes, no weights), so a refusal names the recipe file and the --set values (`where`) and
     comes before any model loads; a model not there yet (a run's teacher) is checked by build_student. A pruned
     student's teacher may be the one its headcut.json names (what distill loads where the recipe names none)."""
-    from headcut.finetune import outline_if_present  # it reads models: imported when a recipe is checked
+    from headcut.models import outline_if_present  # it reads models: imported when a recipe is checked
 
     teacher = outline_if_present(recipe.teacher, "teacher")
     student = outline_if_present(recipe.student_model, "student_model") if recipe.student == "pruned" else None
@@ -64,7 +64,7 @@ def recorded_teacher_outline(student_model: str, meta: dict, *, where: str):
     """The teacher a pruned student's headcut.json (`meta`) names, outlined as distill will load it, once its weights
     are the ones the student was cut from (else the checks against it would judge another model); None where
     none is named or it is not there."""
-    from headcut.finetune import outline_if_present
+    from headcut.models import outline_if_present
     from headcut.weight_files import weights_file, weights_hash
 
     record = recorded_teacher(meta)
