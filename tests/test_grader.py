@@ -381,3 +381,26 @@ def test_a_closed_grader_keeps_its_description_and_refuses_to_grade_in_one_sente
     assert grader.backend.name == "onnxruntime" and grader.precision == "fp32" and grader.record["grades"]
     with pytest.raises(UserError, match=r"^this Grader was closed \(Grader.close\(\)\); make a new Grader\(folder\)"):
         grader.grade([("drill", "cordless drill")])
+
+
+def test_the_grader_record_is_read_with_one_open_and_a_bom_is_still_said(tiny_grader, tmp_path, monkeypatch):
+    """Was: read_record opened grader.json twice (refuse_bom read its first bytes, then read_small_text the whole);
+    it now reads it once and looks for the mark in that text."""
+    import builtins
+    import shutil
+
+    from headcut_grader.grader import read_record
+
+    folder = tiny_grader[0]
+    record = folder / "grader.json"
+    opened = []
+    real = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(str(file)) or real(file, *a, **k))
+    assert read_record(folder)["format"]
+    assert opened.count(str(record)) == 1
+    monkeypatch.undo()
+    marked = shutil.copytree(folder, tmp_path / "marked")
+    (marked / "grader.json").write_bytes(b"\xef\xbb\xbf" + record.read_bytes())
+    with pytest.raises(UserError, match=f"^{re.escape(str(marked / 'grader.json'))} starts with a UTF-8 byte-order "
+                                        "mark"):
+        read_record(marked)

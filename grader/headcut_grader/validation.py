@@ -122,7 +122,12 @@ def refuse_bom(path: Path, *, folder: str) -> None:
             start = f.read(len(BOM))
     except OSError:
         return  # missing or unreadable: its reader says so
-    if start == BOM:
+    refuse_bom_text(start.decode("utf-8", "replace"), path, folder=folder)
+
+
+def refuse_bom_text(text: str, path: Path, *, folder: str) -> None:
+    """refuse_bom for a file whose `text` was read already, so that it is not opened again."""
+    if text.startswith(BOM.decode("utf-8")):
         raise UserError(f"{path} starts with a UTF-8 byte-order mark (BOM), which {folder}'s JSON files cannot have; "
                         "save it again as UTF-8 without a BOM.")
 
