@@ -736,3 +736,21 @@ def test_grade_file_from_python_checks_its_settings_before_any_work(tiny_grader,
         grade_file(tiny_grader, source, tmp_path / "o.tsv", settings=settings)
     assert str(e.value) == words
     assert list(tmp_path.iterdir()) == [source]
+
+
+def test_a_ctrl_c_line_looks_at_out_once_as_the_command_begins_and_once_as_it_stops(tiny_grader, tmp_path,
+                                                                                   monkeypatch):
+    """Was: user_errors and the grade command each marked --out as the command began (two stats of it); the
+    command's written_whole(out) now reuses user_errors' mark."""
+    import headcut_grader.cli.common as common
+    import headcut_grader.grade_file as grade_file
+
+    source, out = write_pairs(tmp_path / "pairs.tsv", 30, seed=9), tmp_path / "out.tsv"
+    marks = []
+    real = common.path_mark
+    monkeypatch.setattr(common, "path_mark", lambda path: marks.append(path) or real(path))
+    monkeypatch.setattr(grade_file, "grade_file", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    result = grade(tiny_grader, source, "--out", out)
+    assert result.exit_code == 130 and result.output.splitlines() == [
+        f"interrupted: {out} was not written and no graded rows were kept; rerun the same command to start again."]
+    assert marks == [out, out]

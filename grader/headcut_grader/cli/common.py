@@ -2,6 +2,7 @@
 numeric flags, data options, progress bars."""
 from __future__ import annotations
 
+import contextvars
 import errno
 import functools
 import os
@@ -99,8 +100,12 @@ def user_errors(fn):
                 raise UserError(bad.sentence)
             entry.reached(entry.IN_BODY)
             written = written_whole(kwargs.get("out"))
-            with on_interrupt(lambda: _left_outside(written)):  # a command that keeps something says so inside
-                done = fn(*args, **kwargs)
+            marked = _MARKED.set((kwargs.get("out"), written))  # the body's written_whole(out) is this one
+            try:
+                with on_interrupt(lambda: _left_outside(written)):  # a command that keeps something says so inside
+                    done = fn(*args, **kwargs)
+            finally:
+                _MARKED.reset(marked)
             entry.reached(entry.FINISHED)
             return done
         except UserError as e:
@@ -118,11 +123,18 @@ def user_errors(fn):
 INTERRUPTED_EXIT = entry.INTERRUPTED_EXIT
 
 
+# (out, its written_whole) of the running command, made by user_errors as it began
+_MARKED: contextvars.ContextVar = contextvars.ContextVar("marked", default=(None, None))
+
+
 def written_whole(out) -> Callable[[], str | None]:
     """Made as a command begins: the sentence for a Ctrl-C once the command has published `out` (a new file or
     folder there: every command publishes its output in one last rename or link, files.py), else None. Was: a
     Ctrl-C after that, while the command removed its partial files or printed its summary, said OUT was not
-    written."""
+    written. The command's own --out, marked by user_errors already, is not looked at again."""
+    marked, said_by_command = _MARKED.get()
+    if out is not None and said_by_command is not None and marked == out:
+        return said_by_command
     before = path_mark(out) if out is not None else None
 
     def said() -> str | None:
