@@ -343,3 +343,14 @@ def test_an_openvino_score_grader_in_fp32_equals_pytorch_within_1e4(tmp_path, on
     got = Grader(tmp_path / "grader", backend="openvino").grade(pairs).scores
     want = score_values(pytorch_logits(loaded, pairs), "identity")
     assert np.ptp(want) > 1e-3 and np.abs(got - want).max() <= 1e-4
+
+
+def test_opening_the_openvino_graph_looks_for_openvino_once(both, monkeypatch):
+    """Was: open_backend looked for the openvino package, then the opener's openvino_core looked for it again."""
+    from headcut_grader import backends
+
+    looked = []
+    real = backends.optional_module
+    monkeypatch.setattr(backends, "optional_module", lambda name: looked.append(name) or real(name))
+    assert Grader(both, backend="openvino").backend.name == "openvino"
+    assert looked == ["openvino"]

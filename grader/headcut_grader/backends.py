@@ -115,14 +115,6 @@ def no_openvino(names: str = "arguments") -> UserError:
     return UserError(f"the OpenVINO backend needs the openvino package; run: {INSTALL['openvino']} (or {other}).")
 
 
-def openvino_core():
-    """OpenVINO's runtime, or one sentence saying how to install it."""
-    openvino = optional_module("openvino")
-    if openvino is None:
-        raise no_openvino()
-    return openvino.Core()
-
-
 def openvino_config(inference_precision: str, threads: int) -> dict:
     """Compile settings: the precision the gate checked (OpenVINO would pick bf16 by itself on AMX CPUs), a
     latency stream, so each call gets every thread, as ONNX Runtime's session does, and no CPU pinning:
@@ -134,7 +126,9 @@ def openvino_config(inference_precision: str, threads: int) -> dict:
 
 
 def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
-    core = openvino_core()
+    import openvino  # open_backend found it installed
+
+    core = openvino.Core()
 
     files = graph.get("files") if isinstance(graph.get("files"), dict) else {}
     xml = graph_file(folder, files.get("xml"), what="openvino.files.xml")
