@@ -754,3 +754,17 @@ def test_a_ctrl_c_line_looks_at_out_once_as_the_command_begins_and_once_as_it_st
     assert result.exit_code == 130 and result.output.splitlines() == [
         f"interrupted: {out} was not written and no graded rows were kept; rerun the same command to start again."]
     assert marks == [out, out]
+
+
+def test_a_start_marks_the_starting_stage_once(monkeypatch, capsys):
+    """Was: entry.run and the app's OneLineErrors.main each set the stage to STARTING as a command began; the app's
+    (which every invocation passes, CliRunner's and `python -m headcut.cli.main`'s too) now does it alone."""
+    from headcut_grader import entry
+
+    stages = []
+    monkeypatch.setattr(entry, "reached", stages.append)
+    monkeypatch.setattr(sys, "argv", ["headcut-grader", "--version"])
+    with pytest.raises(SystemExit) as done:
+        entry.run("headcut_grader.cli.main")
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("headcut-grader ")
+    assert stages == [entry.STARTING]

@@ -32,8 +32,8 @@ def say_interrupted() -> None:
 
 def run(module: str) -> None:
     """Import `module` and run its typer `app`; a Ctrl-C that reaches here (while the commands load: numpy, typer,
-    the runtime, torch) is said in one line, exit code 130."""
-    reached(STARTING)
+    the runtime, torch) is said in one line, exit code 130. The stage is STARTING until the app's OneLineErrors.main
+    says otherwise (it resets it as each invocation begins)."""
     try:
         import importlib
 
