@@ -311,9 +311,10 @@ def test_ctrl_c_while_the_command_loads_says_one_line(tiny_grader, tmp_path, mod
 
 
 def entry_points() -> dict[str, list[str]]:
-    """Every way a user starts a command: `python -m` of each package, and each console script as the wrapper pip
-    writes for it calls its target."""
-    starts = {f"python -m {m}": [sys.executable, "-m", m] for m in ("headcut", "headcut_grader")}
+    """Every way a user starts a command: `python -m` of each package and of its cli.main (was: a traceback for a
+    Ctrl-C while that loaded), and each console script as the wrapper pip writes for it calls its target."""
+    starts = {f"python -m {m}": [sys.executable, "-m", m] for m in ("headcut", "headcut_grader", "headcut.cli.main",
+                                                                     "headcut_grader.cli.main")}
     for toml in (ROOT / "pyproject.toml", ROOT / "grader" / "pyproject.toml"):
         for name, target in tomllib.loads(toml.read_text())["project"]["scripts"].items():
             module, _, function = target.partition(":")

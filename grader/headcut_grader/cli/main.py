@@ -1,6 +1,11 @@
 """The `headcut-grader` command: `grade` and `serve`, the same functions as `headcut grade` and `headcut serve`."""
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m headcut_grader.cli.main`: the commands load as `python -m headcut_grader` loads
+    from headcut_grader.entry import run  # them, where a Ctrl-C meanwhile is one line, not a traceback
+
+    run("headcut_grader.cli.main")
+
 import typer
 
 from headcut_grader import __version__
@@ -26,6 +31,3 @@ def main(version: bool = version_option("headcut-grader", __version__)) -> None:
 
 app.command()(grade)
 app.command()(serve)
-
-if __name__ == "__main__":
-    app()
