@@ -49,10 +49,10 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     (out, trials=0; `headcut distill --tune`: --out, --tune 0).
     """
     check_callbacks("tune", progress=progress, on_trial=on_trial)
-    check_recipe(recipe, DistillRecipe, "tune recipe")
     out, flag = as_path(out, "tune out"), out_flag(names)
     overwrite = checked_bool(overwrite, "overwrite")
     trials = checked_number(trials, named("trials", names, section="", spelled=TRIALS_SPELLED), Range(1), whole=True)
+    check_recipe(recipe, DistillRecipe, "tune recipe")
     if not recipe.searched_fields:
         raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
     _check_out(out, recipe, overwrite=overwrite, flag=flag)

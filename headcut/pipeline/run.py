@@ -205,9 +205,9 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     that a refusal of `out` names it as they did (out, overwrite=True; `headcut run`: --out, --overwrite).
     """
     check_callbacks("run_pipeline", progress=progress)
+    out, flag = as_path(out, "run_pipeline out").resolve(), out_flag(names)
     check_recipe(recipe, PipelineRecipe, "run_pipeline recipe",
                  loader="headcut.pipeline.load_pipeline('recipe.yaml')")
-    out, flag = as_path(out, "run_pipeline out").resolve(), out_flag(names)
     check_run(recipe, out, overwrite=overwrite, flag=flag)
     out.mkdir(parents=True, exist_ok=True)
     with locked(out, flag):  # a second run on `out` would redo stages, or rerun a live one beside it
