@@ -388,6 +388,8 @@ def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
     # was: refused in the prune stage, after the teacher trained and the scan ran, naming --keep-ratio
     (["prune.flops=null", "prune.keep_ratio=0.001"], ["prune.keep_ratio=0.001 keeps round(0.001 x ", ") = 0 heads"]),
     (["distill.small.unlabeled_data=nowhere.tsv"], ["distill.small.unlabeled_data=nowhere.tsv: no such file"]),
+    (["prune.drop_layers=true", "prune.iterative=3"], ["[prune] drop_layers searches one plan of the unpruned model; "
+                                                       "[prune] iterative 3 re-plans a pruned one, so pass one of them"]),
     (["teacher.model=/nonexistent"], ["teacher.model=/nonexistent: no such folder, and not a built-in name"]),
     (["distill.small.keep_layers=9"], ["error: --set distill.small.keep_layers=9 is more than the teacher's",
                                        "pass --set distill.small.keep_layers=2 or less"]),
@@ -796,6 +798,43 @@ def test_a_mistyped_set_names_itself_and_the_nearest_key(item, words):
     with pytest.raises(UserError) as caught:
         load_pipeline("quickstart", overrides=[item])
     assert words in str(caught.value), str(caught.value)
+
+
+def test_every_recipe_key_a_message_advises_is_a_key_of_the_run_recipe():
+    """Each `section.key` (or `section.key=value`) that a spelling table gives a run's messages to advise names a key
+    of that run recipe section, with a value it takes. Was: arch.widen told a run to prune with
+    prune.drop_layers=false, which [prune] refused as an unknown key."""
+    import dataclasses
+
+    from headcut.data_spec import ROWS
+    from headcut.evaluate.scan import SCAN_SPELLED
+    from headcut.export.gate import SPELLED as EXPORT_SPELLED
+    from headcut.pipeline.recipe import CLASSES, TeacherSection
+    from headcut.prune_arguments import SPELLED as PRUNE_SPELLED
+    from headcut.recipes import from_dict, parse_override
+
+    sections = {**CLASSES, "teacher": TeacherSection}
+    advised = [said for table in (PRUNE_SPELLED, EXPORT_SPELLED, SCAN_SPELLED, ROWS)
+               for said in table.get("keys", {}).values() if re.fullmatch(r"\w+\.\w+(=\S+)?", said)]
+    assert "prune.drop_layers=false" in advised
+    for item in advised:
+        key, value = parse_override(item) if "=" in item else (item, None)
+        section, name = key.split(".")
+        assert name in {f.name for f in dataclasses.fields(sections[section])}, item
+        if value is not None:
+            from_dict(sections[section], {name: value}, checked=False)
+
+
+def test_prune_drop_layers_at_its_default_leaves_an_older_run_folder_s_prune_fingerprint_alone():
+    """[prune] drop_layers came after run folders were made: left false it stays out of the prune stage's settings
+    (an older folder's prune still skips); set true it is in them (a rerun prunes again)."""
+    from headcut.pipeline.run import plan
+
+    def prune_settings(*overrides):
+        return next(s.settings["prune"] for s in plan(load_pipeline("quickstart", overrides=list(overrides)))
+                    if s.name == "prune")
+
+    assert "drop_layers" not in prune_settings() and prune_settings("prune.drop_layers=true")["drop_layers"] is True
 
 
 def test_a_key_set_twice_is_refused_as_its_help_says():

@@ -78,6 +78,7 @@ class PruneSection:
     tune: bool = True
     tune_fit: Literal["scales", "weights", "best"] = "best"  # flops: what tuning re-fits (prune.tune.MODES; --tune-fit)
     iterative: int = range_field(0, argument_range("iterative"))  # flops: reach the budget in this many steps, re-scored and re-tuned (0, 1: one shot)
+    drop_layers: bool = False  # flops: also try removing whole layers (one shot); a ModernBERT CrossEncoder needs false
 
 
 @dataclass(frozen=True)
@@ -231,7 +232,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if prune is not None and prune.keep_ratio is not None:
         problems += _ignored_prune_keys(prune)
     elif prune is not None:
-        problems += _switched_off_prune_keys(prune)
+        problems += _switched_off_prune_keys(prune) + _one_plan_prune_keys(prune)
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
     _check_scan(parts["scan"], prune, problems, set_keys={k[-1] for k in origins if k[0] == "scan"})
@@ -313,6 +314,15 @@ def _switched_off_prune_keys(prune: PruneSection) -> list[str]:
     return [switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switch}: false")
             for key, (switch, _, _) in SWITCHED.items()
             if hasattr(prune, key) and is_set(prune, key, frozenset()) and getattr(prune, switch) is False]
+
+
+def _one_plan_prune_keys(prune: PruneSection) -> list[str]:
+    """drop_layers with iterative > 1, refused before any stage runs as the prune would refuse it."""
+    from headcut.prune.targets import one_plan_problem
+
+    if prune.drop_layers and prune.iterative > 1:
+        return [one_plan_problem("[prune] drop_layers", "[prune] iterative", prune.iterative)]
+    return []
 
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str], *,

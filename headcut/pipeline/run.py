@@ -76,7 +76,9 @@ def plan(recipe: PipelineRecipe) -> list[Stage]:
         out.append(Stage("scan", ("teacher",), {"scan": to_dict(recipe.scan), "data": data}, stages.scan))
     if recipe.prune is not None:
         deps = ("teacher", "scan") if recipe.prune.keep_ratio is not None else ("teacher",)
-        out.append(Stage("prune", deps, {"prune": to_dict(recipe.prune), "data": data}, stages.prune))
+        # drop_layers came after the first release: at its default, a run folder made before it still skips
+        prune = {k: v for k, v in to_dict(recipe.prune).items() if k != "drop_layers" or v}
+        out.append(Stage("prune", deps, {"prune": prune, "data": data}, stages.prune))
         models.append("prune")
     for name, _ in recipe.distill:
         sub = subs[f"distill.{name}"]

@@ -136,8 +136,8 @@ def _pruned(ctx: Context, loaded, settings, progress, names):
         pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task, grades=loaded.grades,
                     **pool_gold(None, method=p.method))
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
-                                 tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, settings=settings,
-                                 progress=progress, names=names)
+                                 tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, drop_layers=p.drop_layers,
+                                 settings=settings, progress=progress, names=names)
     return result
 
 

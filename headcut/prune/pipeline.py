@@ -22,7 +22,7 @@ from headcut.evaluate.predict import predict_logits
 from headcut.models import LoadedModel
 from headcut.model_arguments import check_loaded
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget
-from headcut.prune.targets import one_target_problem
+from headcut.prune.targets import one_plan_problem, one_target_problem
 from headcut.timing import Runtime
 from headcut.prune.latency import LayerCosts, check_latency_budget, layer_costs, plan_latency
 from headcut.run_folder import headcut_cache
@@ -306,8 +306,7 @@ def prune_to_budget(
         raise UserError(f"{said['drop_layers']} plans against {said['flops']}; the latency tables do not time a "
                         f"removed layer, so drop {said['drop_layers']} or pass {said['flops']}.")
     if drop_layers and steps > 1:
-        raise UserError(f"{said['drop_layers']} searches one plan of the unpruned model; "
-                        f"{setting(said['iterative'], steps)} re-plans a pruned one, so pass one of them.")
+        raise UserError(one_plan_problem(said["drop_layers"], said["iterative"], steps) + ".")
     pool = data_pool(loaded, data, names, eval_data=eval_data, method=chosen.name, targets=targets)
     check_calibration_size(pool, settings, tune=tune, names=names)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)

@@ -42,6 +42,13 @@ SWITCHED = {"tune_fit": ("tune", "chooses what mask tuning fits", "tuning"),
             "latency_seconds": ("timing", "sets how long each model is timed", "timing")}
 
 
+def one_plan_problem(drop_layers: str, iterative: str, steps: int) -> str:
+    """The sentence for layers dropped (`drop_layers`, named as the user gave it) in an iterative prune of `steps`
+    steps (`iterative`): the layer search plans the unpruned model once."""
+    return (f"{drop_layers} searches one plan of the unpruned model; {setting(iterative, steps)} re-plans a pruned "
+            "one, so pass one of them")
+
+
 def switched_off_problem(setting: str, *, name: str, off: str) -> str:
     """The sentence for `setting` given with its switch off; `name` names the setting as the user wrote it
     (--tune-fit, [prune] tune_fit), `off` the switch turned off (--no-tune, [prune] tune: false)."""
