@@ -310,7 +310,11 @@ def test_an_unknown_choice_is_quoted_so_an_invisible_character_shows(tmp_path, s
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=0), "metrics_with_ci iters is 0; it must be a whole number in [1, 100000]"),
+    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=0), "metrics_with_ci iters is 0; it must be a whole number in [10, 100000]"),
+    # was: taken from Python, while --bootstrap 5 and a recipe's bootstrap: 5 were refused (at least 10)
+    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=5), "metrics_with_ci iters is 5; it must be a whole number in [10, 100000]"),
+    (lambda e, lg, p: e.ranking.paired_score_bootstrap(lg[:, 0], lg[:, 1], None, p.query_groups(), iters=9),
+     "paired_score_bootstrap iters is 9; it must be a whole number in [10, 100000]"),
     (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=2.5), "metrics_with_ci iters is 2.5; it must be a whole number"),
     (lambda e, lg, p: e.metrics_with_ci(lg, p, seed=-1), "metrics_with_ci seed is -1; it must be a whole number in [0, "),
     (lambda e, lg, p: e.against_reference(lg, lg, p, reference={}, iters=-1), "against_reference iters is -1; it must"),
@@ -649,7 +653,7 @@ def test_compare_logits_checks_its_bootstrap_arguments_on_unlabelled_pairs_too()
     pairs = synthetic_pairs(8, seed=0)
     unlabelled = type(pairs)(pairs.queries, pairs.titles, None, pairs.grades, pairs.source)
     logits = np.zeros((len(pairs), 5), dtype=np.float32)
-    with pytest.raises(UserError, match=r"^compare_logits iters is 0; it must be a whole number in \[1, "):
+    with pytest.raises(UserError, match=r"^compare_logits iters is 0; it must be a whole number in \[10, "):
         compare_logits(logits, logits, unlabelled, iters=0)
 
 

@@ -8,14 +8,16 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import spearmanr
 
-from headcut_grader.ranges import MAX_BOOTSTRAP, Range, checked_number
+from headcut.evaluate_arguments import argument_range
+from headcut_grader.ranges import Range, checked_number
 
 
 def check_resampling(iters, seed, where: str) -> tuple[int, int]:
-    """A bootstrap's `iters` (one resample at least, as the INT8 gate asks) and `seed` as plain ints, else UserError
-    naming the public function `where` (numpy's own errors name neither: 'index -1 is out of bounds' for iters=0)."""
-    return (checked_number(iters, f"{where} iters", Range(1, MAX_BOOTSTRAP), whole=True),
-            checked_number(seed, f"{where} seed", Range(0, 2**32 - 1), whole=True))
+    """A bootstrap's `iters` (the range --bootstrap and a recipe's bootstrap keys take, evaluate_arguments.RESAMPLES)
+    and `seed` as plain ints, else UserError naming the public function `where` (numpy's own errors name neither:
+    'index -1 is out of bounds' for iters=0)."""
+    return (checked_number(iters, f"{where} iters", argument_range("iters"), whole=True),
+            checked_number(seed, f"{where} seed", argument_range("seed"), whole=True))
 
 
 def check_level(level, where: str) -> float:

@@ -267,12 +267,12 @@ def judge(logits: np.ndarray, fp32_logits: np.ndarray, labels, grades, *, second
     ranking: agreement = within-query pairs ordered as fp32 orders them, and `accuracy_drop` = the drop of
     within-query pair accuracy against the gold, in points."""
     from headcut.evaluate.metrics import agreement, summarize
-    from headcut.evaluate.ranking import paired_score_bootstrap
+    from headcut.evaluate.ranking import order_kept, score_summary
 
-    if logits.shape[1] == 1:
-        p = paired_score_bootstrap(logits[:, 0], fp32_logits[:, 0], labels, groups, iters=1)
-        agree, spearman_drift = p["pair_order"]["value"], p["spearman"]["delta"]
-        drop = -100 * p["pair_accuracy"]["delta"]
+    if logits.shape[1] == 1:  # the points alone: a gate reads no CI
+        mine, ref = score_summary(logits[:, 0], labels, groups), score_summary(fp32_logits[:, 0], labels, groups)
+        agree, spearman_drift = order_kept(logits[:, 0], fp32_logits[:, 0], groups), mine["spearman"] - ref["spearman"]
+        drop = 100 * (ref["pair_accuracy"] - mine["pair_accuracy"])
     else:
         mine, ref = summarize(logits, labels, grades), summarize(fp32_logits, labels, grades)
         agree, spearman_drift = agreement(logits, fp32_logits), mine["spearman"] - ref["spearman"]
