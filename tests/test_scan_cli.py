@@ -373,3 +373,32 @@ def test_scan_and_bootstrap_defaults_are_declared_once_for_the_library_the_flags
         assert default == declared[name][0], where
         assert valid is declared[name][1], where
     assert field(ScanSection, "draws")[1] is argument_range("draws")  # its default is the run's own quick look (3)
+
+
+def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
+    """Was: `headcut probe --batch-size` declared its own Range(1, MAX_BATCH) beside common.BATCH_SIZE's. Every
+    --batch-size, --bootstrap, --seed, --max-length, --draws and --k of every headcut command now reads
+    evaluate_arguments' range (a command's own default may differ: probe's batch is 32); headcut_grader's commands,
+    which cannot import it, an equal one."""
+    import inspect
+
+    from typer.main import get_command
+
+    from headcut.cli.main import app
+    from headcut.evaluate_arguments import argument_range
+
+    shared = {"--batch-size": "batch_size", "--bootstrap": "bootstrap", "--seed": "seed", "--max-length": "max_length",
+              "--draws": "draws", "--k": "k"}
+    seen = set()
+    for name, command in get_command(app).commands.items():
+        for param in inspect.signature(command.callback).parameters.values():
+            option = param.default
+            flag = next((f for f in getattr(option, "param_decls", None) or () if f in shared), None)
+            if flag is not None:
+                seen.add((name, flag))
+                if command.callback.__module__.startswith("headcut_grader"):  # grade, serve: cannot import headcut
+                    assert option.parser.valid == argument_range(shared[flag]), (name, flag)
+                else:
+                    assert option.parser.valid is argument_range(shared[flag]), (name, flag)
+    assert {("probe", "--batch-size"), ("evaluate", "--bootstrap"), ("scan", "--draws")} <= seen
+

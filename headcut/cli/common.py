@@ -51,10 +51,10 @@ def label_map_fix(grades: tuple[int, ...]) -> str:
 LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
 
 
-def argument_option(name: str, *flags: str, help: str, kind=None):
+def argument_option(name: str, *flags: str, help: str, kind=None, default=...):
     """A typer option with shared setting `name`'s default (DEFAULTS) and range, so a flag, the library's dataclass
-    and a run recipe's key cannot drift apart."""
-    return number_in(argument_range(name), DEFAULTS[name], *flags, help=help, kind=kind)
+    and a run recipe's key cannot drift apart; `default`: a command's own, where it must differ (the range stays)."""
+    return number_in(argument_range(name), DEFAULTS[name] if default is ... else default, *flags, help=help, kind=kind)
 
 
 # the shared settings' defaults and ranges are the library's (headcut.evaluate_arguments)
