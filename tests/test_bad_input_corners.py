@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import ROOT
 from test_bad_input import _copy, refused, run, saved_models, write  # noqa: F401  (saved_models: a fixture)
 
 PAIRS_TSV = "query\ttitle\tgrade\ndrill\tcordless drill\t4\npaint\tred lamp\t1\n"
@@ -880,6 +881,30 @@ def test_an_overwrite_that_is_not_true_or_false_replaces_nothing(tmp_path, saved
     assert [p.name for p in full.iterdir()] == ["x"] and (full / "x").read_text() == "1"
 
 
+def test_only_errors_caller_reads_a_name_back_by_its_leading_dashes():
+    """Was: errors.setting, readers.Named.fix and distill.sizes._at_most each read a setting's name by its own
+    startswith('-' / '--' / '--set ') beside errors.caller and fix_verb, so the rules could drift (sizes told a
+    flag to 'set --keep-layers to N'). Only caller and fix_verb (and the CLI's argv scan) read them now."""
+    import ast
+
+    allowed = {("errors.py", "caller"), ("errors.py", "fix_verb"), ("common.py", "blank_value")}
+    found = set()
+    for root in (ROOT / "headcut", ROOT / "grader" / "headcut_grader"):
+        for path in root.rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            for function in ast.walk(tree):
+                if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                for call in ast.walk(function):
+                    if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "startswith" and call.args:
+                        arg = call.args[0]
+                        texts = [e.value for e in (arg.elts if isinstance(arg, ast.Tuple) else [arg])
+                                 if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+                        if any(t.startswith("-") for t in texts):
+                            found.add((path.name, function.name))
+    assert found - allowed == set()
+
+
 @pytest.mark.parametrize("name,names", [("--out", "flags"), ("", "flags"), ("--set teacher.path", "keys"),
                                         ("[prune] method", "keys"), ("teacher.path", "keys"), ("model", "keys"),
                                         ("load_model source", "arguments")])
@@ -892,12 +917,17 @@ def test_every_message_reads_who_named_a_setting_by_one_rule(tmp_path, name, nam
 
     from headcut.evaluate.criteria import criterion
     from headcut.weight_files import find_weights
-    from headcut_grader.errors import UserError, caller, fix_verb
+    from headcut.distill.sizes import _at_most
+    from headcut_grader.errors import UserError, caller, fix_verb, setting
     from headcut_grader.files import overwrite_said
 
     assert caller(name) == names
     assert overwrite_said(name) == ("--overwrite" if names == "flags" else "overwrite=True")
     assert fix_verb(name) == ("pass" if names == "flags" or name.startswith("--set ") else "set")
+    # was: sizes' "set --keep-layers to 2 or less" to a flag (only '--set ' read as a command line's)
+    assert _at_most(name, 2) == (f"pass {setting(name, 2)} or less" if fix_verb(name) == "pass"
+                                 else f"set {name} to 2 or less")
+    assert setting(name, 5) == (f"{name} 5".strip() if names == "flags" or name.startswith("[") else f"{name}=5")
     with pytest.raises(UserError) as caught:
         criterion("kl", flag=name, neurons=True)
     assert ("--flops/--latency plan" in str(caught.value)) == (names == "flags"), caught.value

@@ -35,7 +35,8 @@ def setting(name: str, value) -> str:
         return str(value)
     if _typed_as(getattr(name, "typed", None), value):
         value = name.typed
-    return f"{name} {value}" if name.startswith(("-", "[")) and not name.startswith("--set ") else f"{name}={value}"
+    spaced = caller(name) == "flags" or name.startswith("[")  # a flag, or a key named by its section: [scan] draws 5
+    return f"{name} {value}" if spaced else f"{name}={value}"
 
 
 class Typed(str):

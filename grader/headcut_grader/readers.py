@@ -240,7 +240,7 @@ class Named:
         """What sets `option` (query_col, title_col, label_col) to a column: --label-col, --set data.label_col=NAME,
         label_col=NAME."""
         said = self.said(option)
-        return said if said.startswith("--") and not self.recipe else f"{said}=NAME"
+        return said if errors.caller(said) == "flags" else f"{said}=NAME"
 
 
 def _format_of(path: Path, preset: str | None, fmt: str | None, keys: Named) -> tuple[Preset, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from headcut.arch import ARCHITECTURES, encoder_layers, heads_per_layer, neurons_per_layer
 from headcut.batching import check_max_length
-from headcut_grader.errors import UserError, lead_of, setting
+from headcut_grader.errors import UserError, fix_verb, lead_of, setting
 
 
 # Keys under which a pruned artifact's headcut.json may name the model it was cut from.
@@ -91,8 +91,9 @@ def check_keep_layers(keep_layers: int, teacher_layers: int, *, key: str = "keep
 
 
 def _at_most(key: str, most: int) -> str:
-    """The fix of a value over `most`: 'set KEY to N or less', or where a --set gave it, the --set to pass."""
-    return f"pass {setting(key, most)} or less" if key.startswith("--set ") else f"set {key} to {most} or less"
+    """The fix of a value over `most`: 'set KEY to N or less', or where a command line gave it (a flag, a --set), what
+    to pass (errors.fix_verb)."""
+    return f"pass {setting(key, most)} or less" if fix_verb(key) == "pass" else f"set {key} to {most} or less"
 
 
 def check_config_student(recipe, teacher_config, teacher_layers: int, *, where: str = "", named=None) -> None:
