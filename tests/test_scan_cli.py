@@ -402,3 +402,25 @@ def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
                     assert option.parser.valid is argument_range(shared[flag]), (name, flag)
     assert {("probe", "--batch-size"), ("evaluate", "--bootstrap"), ("scan", "--draws")} <= seen
 
+
+
+def test_the_evaluate_api_s_batch_size_and_resamples_default_to_the_declared_ones():
+    """iters and batch_size defaults of the evaluate API (typed as numbers so the API reference shows 1000 and 64)
+    equal evaluate_arguments.DEFAULTS, so a Python call resamples and batches as the commands do."""
+    import inspect
+
+    from headcut import evaluate
+    from headcut.evaluate import compare, ranking, tasks
+    from headcut.evaluate_arguments import DEFAULTS
+
+    public = [getattr(evaluate, n) for n in evaluate.__all__ if inspect.isfunction(getattr(evaluate, n))]
+    functions = public + [compare.compare_logits, tasks.summary_ci, tasks.paired, ranking.score_bootstrap,
+                          ranking.paired_score_bootstrap]
+    declared = {"iters": "bootstrap", "batch_size": "batch_size"}
+    seen = set()
+    for function in functions:
+        for name, parameter in inspect.signature(function).parameters.items():
+            if name in declared and parameter.default is not inspect.Parameter.empty:
+                seen.add((function.__name__, name))
+                assert parameter.default == DEFAULTS[declared[name]], (function.__name__, name, parameter.default)
+    assert {("open_scorer", "batch_size"), ("evaluate_model", "iters"), ("paired", "iters")} <= seen
