@@ -231,3 +231,40 @@ def test_attention_passes_hold_bounded_maps_whatever_the_batch_size(monkeypatch,
     assert_same_results(run(), whole)
     assert max(held) <= max(bound, heads * longest ** 2)
     assert len(held) == (7 if pairs_per_piece == 3 else 20)
+
+
+def maps_alive_at_each_pass(monkeypatch, module) -> list[int]:
+    """Record, as each pass of `module` starts, how many attention maps of earlier passes are still alive."""
+    import weakref
+
+    from headcut.evaluate.attention import attention_weights
+
+    earlier, alive = [], []
+
+    def recording(model, batch):
+        alive.append(sum(ref() is not None for ref in earlier))
+        maps, logits = attention_weights(model, batch)
+        earlier.extend(weakref.ref(a) for a in maps if a is not None)
+        return maps, logits
+
+    monkeypatch.setattr(module, "attention_weights", recording)
+    return alive
+
+
+@pytest.mark.parametrize("pass_name", ["probes", "entropy"])
+def test_attention_passes_free_each_pieces_maps_before_the_next_piece_runs(monkeypatch, pass_name):
+    """Was: probe_heads and entropy_scores kept the last piece's maps (bound to a loop variable) while the next
+    piece's forward built its own, so `headcut probe` peaked at two pieces' maps once a scan had two full pieces
+    (MiniLM-L12, 256 tokens: 1,024 MiB for 16 pairs, 1,249 for 32). Now what a pass keeps between pieces is its
+    per-head sums and link table, never a map, so its peak is one piece's whatever the number of pairs."""
+    from headcut.evaluate import attention, criteria, probes
+
+    model, inputs = tiny_model("bert", seed=2), varied_inputs()
+    monkeypatch.setattr(attention, "MAX_HELD_SCORES", 3 * 2 * 4 * int(inputs.encoded.lengths().max()) ** 2)
+    module, run = {
+        "probes": (probes, lambda: probe_heads(model, inputs, batch_size=20)),
+        "entropy": (criteria, lambda: criteria.entropy_scores(model, inputs.encoded, batch_size=20)),
+    }[pass_name]
+    alive = maps_alive_at_each_pass(monkeypatch, module)
+    run()
+    assert len(alive) == 7 and alive == [0] * 7

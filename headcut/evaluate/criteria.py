@@ -238,23 +238,27 @@ def _entropy(data: ScoringData):
 def entropy_scores(model, encoded: Encoded, *, batch_size: int = 64, progress=None) -> np.ndarray:
     """Minus the mean entropy of each head's attention rows over real (non-padding) query tokens, in passes of
     `batch_size` pairs at most, fewer where their maps would pass MAX_HELD_SCORES (`attention_batches`)."""
-    device = next(model.parameters()).device
     total = torch.zeros(mask_shape(model), dtype=torch.float64)
-    ids = [p.head_ids for p in layer_parts(model)]
     tokens = 0
     for rows in attention_batches(model, encoded, batch_size):
-        batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
-        maps, _ = attention_weights(model, batch)
-        real = batch["attention_mask"].bool()
-        for layer, a in enumerate(maps):
-            if a is None:
-                continue
-            ent = -(a * torch.log(a.clamp_min(1e-12))).sum(-1)  # (batch, heads, queries)
-            total[layer, ids[layer]] += ent.permute(1, 0, 2)[:, real].double().sum(-1).cpu()
-        tokens += int(real.sum())
+        tokens += _add_entropy(model, collate(encoded, rows), total)
         if progress:
             progress(len(rows))
     return -(total / max(tokens, 1)).numpy()
+
+
+def _add_entropy(model, batch: dict, total: torch.Tensor) -> int:
+    """Add one pass's attention entropies to `total` (layers, heads); its real query tokens. A function of its own
+    so the pass's maps die when it returns: as loop variables they would live on through the next pass's forward."""
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in batch.items()}
+    maps, _ = attention_weights(model, batch)
+    real = batch["attention_mask"].bool()
+    for layer, (part, a) in enumerate(zip(layer_parts(model), maps)):
+        if a is not None:
+            ent = -(a * torch.log(a.clamp_min(1e-12))).sum(-1)  # (batch, heads, queries)
+            total[layer, part.head_ids] += ent.permute(1, 0, 2)[:, real].double().sum(-1).cpu()
+    return int(real.sum())
 
 
 for _c in (

@@ -13,7 +13,7 @@ Per head, over the content tokens (not [CLS]/[SEP]/padding) of every pair:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -114,72 +114,84 @@ def _row_flags(flags: list[list[bool]], rows, like: torch.Tensor) -> torch.Tenso
     return out
 
 
+@dataclass
+class _Tally:
+    """What probe_heads keeps between passes: per-head sums and the link table, never a pass's maps."""
+    sums: dict[str, np.ndarray]
+    present: np.ndarray
+    counts: dict[str, int] = field(default_factory=lambda: {"tokens": 0, "twins": 0})
+    link_preds: list[np.ndarray] = field(default_factory=list)  # per pass: (layers, width, candidates)
+    link_true: list[np.ndarray] = field(default_factory=list)
+
+
 @torch.inference_mode()
 def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=None) -> dict:
     """Probe scores `(layers, heads)` for each name in PROBES (NaN where a pruned layer lacks the head),
     plus the best single boundary head and the greedy best union of heads ("boundary_union"). Passes of
     `batch_size` pairs at most, fewer where their attention maps would pass MAX_HELD_SCORES (`attention_batches`)."""
-    device = next(model.parameters()).device
     layers, width = mask_shape(model)
-    sums = {name: np.zeros((layers, width)) for name in ("previous", "next", "noop", "term_match")}
-    counts = {"tokens": 0, "twins": 0}
-    link_preds: list[np.ndarray] = []  # per batch: (layers, width, candidates)
-    link_true: list[np.ndarray] = []
-    present = np.zeros((layers, width), dtype=bool)
-    head_ids = [p.head_ids for p in layer_parts(model)]  # column of each present head (original numbering)
-    enc = inputs.encoded
-    for rows in attention_batches(model, enc, batch_size):
-        batch = {k: v.to(device) for k, v in collate(enc, rows).items()}
-        ids = batch["input_ids"]
-        real = batch["attention_mask"].bool()
-        special = torch.zeros_like(real)
-        for s in inputs.special_ids:
-            special |= ids == s
-        content = real & ~special
-        seg = _segments(ids, inputs.sep_id)
-        pos = torch.arange(ids.shape[1], device=device)
-        twin = (ids[:, :, None] == ids[:, None, :]) & (seg[:, :, None] != seg[:, None, :])
-        twin &= content[:, :, None] & content[:, None, :]
-        has_twin = twin.any(-1)
-        # candidates for a within-word link: t and t+1 both content tokens of the same text
-        cand = torch.zeros_like(content)
-        cand[:, :-1] = content[:, :-1] & content[:, 1:] & (seg[:, :-1] == seg[:, 1:])
-        if inputs.candidates is not None:
-            cand &= _row_flags(inputs.candidates, rows, content)
-        if inputs.continues is not None:
-            link_true.append(_row_flags(inputs.continues, rows, content)[cand].cpu().numpy())
-        maps, _ = attention_weights(model, batch)
-        batch_links = np.zeros((layers, width, int(cand.sum())), dtype=bool)
-        for layer, a in enumerate(maps):
-            if a is None:
-                continue
-            h = head_ids[layer]
-            present[layer, h] = True
-            a = a.float()
-            top = a.argmax(-1)  # (batch, heads, queries)
-            q = content[:, None, :].expand_as(top)
-            sums["previous"][layer, h] += ((top == pos - 1) & q).sum((0, 2)).cpu().numpy()
-            sums["next"][layer, h] += ((top == pos + 1) & q).sum((0, 2)).cpu().numpy()
-            sums["noop"][layer, h] += ((a * special[:, None, None, :]).sum(-1) * q).sum((0, 2)).cpu().numpy()
-            mass = (a * twin[:, None]).sum(-1)
-            sums["term_match"][layer, h] += (mass * has_twin[:, None]).sum((0, 2)).cpu().numpy()
-            links = (top == pos + 1).permute(1, 0, 2)[:, cand]  # (heads, candidates)
-            batch_links[layer, h] = links.cpu().numpy()
-        link_preds.append(batch_links)
-        counts["tokens"] += int(content.sum())
-        counts["twins"] += int(has_twin.sum())
+    tally = _Tally({name: np.zeros((layers, width)) for name in ("previous", "next", "noop", "term_match")},
+                   np.zeros((layers, width), dtype=bool))
+    for rows in attention_batches(model, inputs.encoded, batch_size):
+        _probe_pass(model, inputs, rows, tally)
         if progress:
             progress(len(rows))
-    out = {name: sums[name] / max(counts["tokens"], 1) for name in ("previous", "next", "noop")}
-    out["term_match"] = sums["term_match"] / max(counts["twins"], 1)
+    counts = tally.counts
+    out = {name: tally.sums[name] / max(counts["tokens"], 1) for name in ("previous", "next", "noop")}
+    out["term_match"] = tally.sums["term_match"] / max(counts["twins"], 1)
     out["content_tokens"], out["twin_tokens"] = counts["tokens"], counts["twins"]
-    if link_true:
-        preds, truth = np.concatenate(link_preds, axis=2), np.concatenate(link_true)
-        out.update(_boundary(preds, truth, present))
+    if tally.link_true:
+        preds, truth = np.concatenate(tally.link_preds, axis=2), np.concatenate(tally.link_true)
+        out.update(_boundary(preds, truth, tally.present))
     for name in PROBES:
         if name in out:
-            out[name] = np.where(present, out[name], np.nan)
+            out[name] = np.where(tally.present, out[name], np.nan)
     return out
+
+
+def _probe_pass(model, inputs: ProbeInputs, rows, tally: _Tally) -> None:
+    """Add one pass's rows to `tally`. A function of its own so the pass's maps die when it returns: as loop
+    variables they would live on through the next pass's forward and double its peak."""
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in collate(inputs.encoded, rows).items()}
+    ids = batch["input_ids"]
+    real = batch["attention_mask"].bool()
+    special = torch.zeros_like(real)
+    for s in inputs.special_ids:
+        special |= ids == s
+    content = real & ~special
+    seg = _segments(ids, inputs.sep_id)
+    pos = torch.arange(ids.shape[1], device=device)
+    twin = (ids[:, :, None] == ids[:, None, :]) & (seg[:, :, None] != seg[:, None, :])
+    twin &= content[:, :, None] & content[:, None, :]
+    has_twin = twin.any(-1)
+    # candidates for a within-word link: t and t+1 both content tokens of the same text
+    cand = torch.zeros_like(content)
+    cand[:, :-1] = content[:, :-1] & content[:, 1:] & (seg[:, :-1] == seg[:, 1:])
+    if inputs.candidates is not None:
+        cand &= _row_flags(inputs.candidates, rows, content)
+    if inputs.continues is not None:
+        tally.link_true.append(_row_flags(inputs.continues, rows, content)[cand].cpu().numpy())
+    maps, _ = attention_weights(model, batch)
+    sums, head_ids = tally.sums, [p.head_ids for p in layer_parts(model)]
+    links = np.zeros((*tally.present.shape, int(cand.sum())), dtype=bool)
+    for layer, a in enumerate(maps):
+        if a is None:
+            continue
+        h = head_ids[layer]
+        tally.present[layer, h] = True
+        a = a.float()
+        top = a.argmax(-1)  # (batch, heads, queries)
+        q = content[:, None, :].expand_as(top)
+        sums["previous"][layer, h] += ((top == pos - 1) & q).sum((0, 2)).cpu().numpy()
+        sums["next"][layer, h] += ((top == pos + 1) & q).sum((0, 2)).cpu().numpy()
+        sums["noop"][layer, h] += ((a * special[:, None, None, :]).sum(-1) * q).sum((0, 2)).cpu().numpy()
+        mass = (a * twin[:, None]).sum(-1)
+        sums["term_match"][layer, h] += (mass * has_twin[:, None]).sum((0, 2)).cpu().numpy()
+        links[layer, h] = (top == pos + 1).permute(1, 0, 2)[:, cand].cpu().numpy()  # (heads, candidates)
+    tally.link_preds.append(links)
+    tally.counts["tokens"] += int(content.sum())
+    tally.counts["twins"] += int(has_twin.sum())
 
 
 def _f1(pred: np.ndarray, truth: np.ndarray) -> np.ndarray:
