@@ -260,24 +260,49 @@ def test_latency_half_prune_plans_within_its_budget(grader, tmp_path, monkeypatc
 
 def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the_batch_size(monkeypatch):
     """DeBERTa has only eager attention, whose forward builds each layer's (rows, heads, L, L) scores whole: predict,
-    the ablation scan and the mask-gradient (Fisher) pass cut --batch-size batches so one layer's scores (every
-    layer's, where a backward keeps them) stay within MAX_HELD_SCORES, with the same logits and gradients."""
+    the ablation scan, the mask-gradient (Fisher) pass, mask tuning, the head refit and the export parity gate's
+    PyTorch reference cut --batch-size batches so one layer's scores (every layer's, where a backward keeps them)
+    stay within MAX_HELD_SCORES, with the same logits, gradients and tuned weights (tune, refit and the gate
+    were: whole batches)."""
+    import copy
+
     import numpy as np
 
     import headcut.evaluate.attention as attention
+    import headcut.export.export as export
     from headcut.batching import Encoded
     from headcut.evaluate.ablation import ablation_logits
     from headcut.evaluate.fisher import mask_gradients
     from headcut.evaluate.predict import predict_logits
+    from headcut.prune.refit import refit_head
+    from headcut.prune.tune import tune_scales
 
     model = tiny_model("deberta-v2")
     rng = np.random.default_rng(0)
     ids = [list(rng.integers(5, 99, size=n)) for n in rng.integers(6, 13, size=10)]
     encoded = Encoded(ids, [[0] * len(x) for x in ids], pad_id=0)
     labels = rng.integers(0, 5, size=10)
+
+    def fitted(fit) -> list:  # a pruned copy's weights after `fit`
+        student = copy.deepcopy(model)
+        keep_heads(student, [[0, 1], [1, 2, 3]])
+        fit(student)
+        return [v.numpy() for v in student.state_dict().values()]
+
+    class TenPairs:  # what gate_batches reads of its pairs; `encode` gives `encoded`
+        __len__, sample = (lambda self: 10), (lambda self, rows, seed: self)
+
+    monkeypatch.setattr(export, "encode", lambda *args, **kwargs: encoded)
+
+    def gate_pairs() -> list[dict]:  # the gate's batches of real pairs (its random shapes are fixed and small)
+        return export.gate_batches(model, None, TenPairs(), max_length=12, batch_size=10)[:-len(export.RANDOM_SHAPES)]
+
     passes = {"predict": lambda: [predict_logits(model, None, None, batch_size=10, encoded=encoded)],
               "ablation": lambda: ablation_logits(model, encoded, batch_size=10),
-              "fisher": lambda: [mask_gradients(model, encoded, labels, batch_size=10)]}
+              "fisher": lambda: [mask_gradients(model, encoded, labels, batch_size=10)],
+              "tune": lambda: fitted(lambda student: tune_scales(model, student, encoded, batch_size=10, mode="best")),
+              "refit": lambda: fitted(lambda student: refit_head(model, student, encoded, batch_size=10)),
+              "gate": lambda: [np.concatenate(export.reference_logits(model, gate_pairs()))]}
     whole = {name: run() for name, run in passes.items()}
     seen = []  # (rows, tokens) entering every layer
     for part in layer_parts(model):

@@ -17,6 +17,7 @@ import torch
 
 from headcut.arch import architecture, takes_token_types, usable_positions
 from headcut.batching import collate, encode, length_batches
+from headcut.evaluate.attention import scoring_batches
 from headcut.model_arguments import check_model
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
@@ -164,7 +165,7 @@ def gate_batches(model, tokenizer, pairs: Pairs | None, *, max_length: int, rows
     batches = []
     if pairs is not None and len(pairs):
         encoded = encode(tokenizer, pairs.sample(rows, seed=seed), max_length=max_length, model=model)
-        for idx in length_batches(encoded, batch_size):
+        for idx in scoring_batches(model, encoded, batch_size, layers_held=False):
             batch = collate(encoded, idx)
             batches.append({k: v for k, v in batch.items() if k in names})
     g = torch.Generator().manual_seed(seed)

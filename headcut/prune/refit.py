@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from headcut.arch import encoder_layers
-from headcut.batching import Encoded, collate, length_batches
+from headcut.batching import Encoded, collate
+from headcut.evaluate.attention import scoring_batches
 from headcut.prune.tune import Ridge, choose_damping
 
 
@@ -76,7 +77,7 @@ def refit_head(teacher, student, encoded: Encoded, *, batch_size: int = 64) -> l
     student.eval()
     device = next(student.parameters()).device
     batches = [({k: v.to(device) for k, v in collate(encoded, rows).items()}, torch.as_tensor(rows % 5 == 4))
-               for rows in length_batches(encoded, batch_size)]
+               for rows in scoring_batches(teacher, encoded, batch_size, layers_held=False)]  # the teacher: every head
     teacher_linears = [m for _, m in head_linears(teacher)]
     targets = [_forward(teacher, teacher_linears, batch, output=True) for batch, _ in batches]
     fits = []

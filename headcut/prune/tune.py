@@ -36,7 +36,8 @@ from typing import Callable
 import torch
 
 from headcut.arch import LayerParts, layer_parts
-from headcut.batching import Encoded, collate, length_batches
+from headcut.batching import Encoded, collate
+from headcut.evaluate.attention import scoring_batches
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def tune_scales(teacher, student, encoded: Encoded, *, batch_size: int = 64, max
     student.eval()
     device = next(student.parameters()).device
     batches = []
-    for rows in length_batches(encoded, batch_size):
+    for rows in scoring_batches(teacher, encoded, batch_size, layers_held=False):  # the teacher has every head
         batch = {k: v.to(device) for k, v in collate(encoded, rows).items()}
         held = torch.as_tensor(rows % 5 == 4, device=device)  # by pair index: the same pairs for every sublayer
         batches.append((batch, held))
