@@ -261,9 +261,9 @@ def test_latency_half_prune_plans_within_its_budget(grader, tmp_path, monkeypatc
 def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the_batch_size(monkeypatch):
     """DeBERTa has only eager attention, whose forward builds each layer's (rows, heads, L, L) scores whole: predict,
     the ablation scan, the mask-gradient (Fisher) pass, mask tuning, the head refit and the export parity gate's
-    PyTorch reference cut --batch-size batches so one layer's scores (every layer's, where a backward keeps them)
-    stay within MAX_HELD_SCORES, with the same logits, gradients and tuned weights (tune, refit and the gate
-    were: whole batches)."""
+    PyTorch reference, and export's grading with the model's graph (which builds the same scores), cut --batch-size
+    batches so one layer's scores (every layer's, where a backward keeps them) stay within MAX_HELD_SCORES, with the
+    same logits, gradients and tuned weights (tune, refit, the gate and the graph's grading were: whole batches)."""
     import copy
 
     import numpy as np
@@ -294,6 +294,9 @@ def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the
 
     monkeypatch.setattr(export, "encode", lambda *args, **kwargs: encoded)
 
+    def as_graph(batch: dict):  # a graph exported from `model` builds the same scores
+        return export.reference_logits(model, [batch])[0]
+
     def gate_pairs() -> list[dict]:  # the gate's batches of real pairs (its random shapes are fixed and small)
         return export.gate_batches(model, None, TenPairs(), max_length=12, batch_size=10)[:-len(export.RANDOM_SHAPES)]
 
@@ -302,7 +305,8 @@ def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the
               "fisher": lambda: [mask_gradients(model, encoded, labels, batch_size=10)],
               "tune": lambda: fitted(lambda student: tune_scales(model, student, encoded, batch_size=10, mode="best")),
               "refit": lambda: fitted(lambda student: refit_head(model, student, encoded, batch_size=10)),
-              "gate": lambda: [np.concatenate(export.reference_logits(model, gate_pairs()))]}
+              "gate": lambda: [np.concatenate(export.reference_logits(model, gate_pairs()))],
+              "graph": lambda: [export.onnx_logits(as_graph, encoded, batch_size=10, model=model)]}
     whole = {name: run() for name, run in passes.items()}
     seen = []  # (rows, tokens) entering every layer
     for part in layer_parts(model):

@@ -227,7 +227,7 @@ def grade_and_quantize(loaded, pairs: Pairs, graphs: Graphs, tmp: Path, *, ort_p
     say(f"grading {len(pairs)} pairs")
     encoded = encode(loaded.tokenizer, pairs, max_length=max_length, model=model)
     shipped = session(graphs.final, threads=threads)
-    logits = onnx_logits(shipped, encoded)
+    logits = onnx_logits(shipped, encoded, model=model)
     labels = gold(pairs)
     accuracy = {"data": pairs.provenance(),
                 "metrics": summary(logits, pairs, task=loaded.task, activation=loaded.activation)}
@@ -236,7 +236,7 @@ def grade_and_quantize(loaded, pairs: Pairs, graphs: Graphs, tmp: Path, *, ort_p
         ort_choices = tuple(resolve(c, model, graphs.calibration) for c in choices)
         try:
             final, int8_record, int8_logits = _choose_int8(
-                graphs.fp32, shipped, tmp, encoded, logits, labels, pairs.grades, vocab=model.config.vocab_size,
+                graphs.fp32, shipped, tmp, encoded, logits, labels, pairs.grades, model=model,
                 gate=gate, choices=ort_choices, calibration=graphs.calibration, threads=threads, say=say,
                 groups=pairs.query_groups())
         except GateError:
@@ -288,10 +288,10 @@ def write_grader(loaded, tmp: Path, graphs: Graphs, graded: Graded, *, max_lengt
 FP32 = "fp32 graph"  # the session timed beside the INT8 graphs
 
 
-def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, grades, *, vocab: int, gate: Int8Gate, choices,
+def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, grades, *, model, gate: Int8Gate, choices,
                  calibration, threads, say, groups=None):
     """Quantise every choice, judge each against the fp32 graph, keep the fastest that passes the gate."""
-    timing = timing_batch(vocab)
+    timing = timing_batch(model.config.vocab_size)
     names = [c.name for c in choices]
     runs = ([CHOICES[0]] if CHOICES[0].name not in names else []) + list(choices)  # default: the speed yardstick
     sessions, logits_of, batch_of = {}, {}, {}
@@ -300,7 +300,7 @@ def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, gr
         graph = quantize_int8(fp32, tmp / f"int8-{choice.name}.onnx", calibration=calibration, choice=choice)
         sessions[choice.name] = session(graph, threads=threads)
         if choice.name in names:
-            logits_of[choice.name] = onnx_logits(sessions[choice.name], encoded)
+            logits_of[choice.name] = onnx_logits(sessions[choice.name], encoded, model=model)
             batch_of[choice.name] = batch_dependence(sessions[choice.name], encoded, grades)
     say("timing INT8 graphs")
     sessions[FP32] = fp32_session  # the graph shipped without --int8, timed last in the same turns

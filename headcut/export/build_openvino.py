@@ -72,7 +72,7 @@ def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded
     if precision != "fp32" and labels is not None:
         chosen, run, record["choice"] = _choose(fp32_model, fp32_run, calibration, encoded, labels, grades,
                                                 precision=precision, gate=gate, threads=threads, say=say,
-                                                vocab=model.config.vocab_size, groups=groups)
+                                                model=model, groups=groups)
     elif precision != "fp32":
         record["choice"] = {"note": "no labelled pairs: fp32, the only precision checked without them"}
     record.update(precision=chosen.precision, inference_precision=chosen.hint, files=save_ir(chosen.model, tmp))
@@ -102,15 +102,15 @@ def candidates(fp32_model, calibration, *, precision: str, say) -> tuple[list[Ca
     return found, skipped
 
 
-def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, precision, gate, threads, say, vocab,
+def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, precision, gate, threads, say, model,
             groups=None):
     found, skipped = candidates(fp32_model, calibration, precision=precision, say=say)
     runs = {c.name: compiled_runner(c.model, inference_precision=c.hint, threads=threads) for c in found}
     say(f"grading {len(labels)} pairs with {len(found) + 1} OpenVINO graphs")
-    fp32_logits = onnx_logits(fp32_run, encoded)
-    logits = {name: onnx_logits(run, encoded) for name, run in runs.items()}
+    fp32_logits = onnx_logits(fp32_run, encoded, model=model)
+    logits = {name: onnx_logits(run, encoded, model=model) for name, run in runs.items()}
     say("timing OpenVINO graphs")
-    seconds = time_runs({"fp32": fp32_run, **runs}, vocab=vocab)
+    seconds = time_runs({"fp32": fp32_run, **runs}, vocab=model.config.vocab_size)
     trials = [judge(logits[c.name], fp32_logits, labels, grades, seconds=seconds[c.name],
                     batch=batch_dependence(runs[c.name], encoded, grades), default_seconds=seconds["fp32"],
                     fp32_seconds=seconds["fp32"], choice=c.name, gate=gate, groups=groups)

@@ -145,10 +145,14 @@ def run_session(sess, batch: dict) -> np.ndarray:
     return sess.run(["logits"], feed)[0]
 
 
-def onnx_logits(sess, encoded, *, batch_size: int = 64, progress=None) -> np.ndarray:
-    """Logits of every encoded pair, in input order (length-sorted batches, like predict_logits)."""
+def onnx_logits(sess, encoded, *, batch_size: int = 64, model=None, progress=None) -> np.ndarray:
+    """Logits of every encoded pair, in input order (length-sorted batches, like predict_logits). `model`: the one
+    the graph was exported from; a graph of an eager-attention model (DeBERTa) builds the same (batch, heads, L, L)
+    scores, so its batches are cut like the model's own scoring passes (`scoring_batches`)."""
     out = None
-    for rows in length_batches(encoded, batch_size):
+    batches = length_batches(encoded, batch_size) if model is None else \
+        scoring_batches(model, encoded, batch_size, layers_held=False)
+    for rows in batches:
         got = run_session(sess, collate(encoded, rows))
         if out is None:
             out = np.zeros((len(encoded), got.shape[-1]), dtype=np.float32)
