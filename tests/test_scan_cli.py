@@ -404,23 +404,29 @@ def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
 
 
 
-def test_the_evaluate_api_s_batch_size_and_resamples_default_to_the_declared_ones():
-    """iters and batch_size defaults of the evaluate API (typed as numbers so the API reference shows 1000 and 64)
-    equal evaluate_arguments.DEFAULTS, so a Python call resamples and batches as the commands do."""
+def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
+    """seed, max_length, batch_size, iters, bootstrap, draws and k defaults of every public function of
+    headcut.evaluate, .prune, .distill and .export (typed as numbers so the API reference shows 1000 and 64) equal
+    evaluate_arguments.DEFAULTS, so a Python call batches, resamples and seeds as the commands do. Was:
+    distill.teacher_logits batched 128 pairs per forward pass where every other forward pass takes 64."""
+    import importlib
     import inspect
 
-    from headcut import evaluate
     from headcut.evaluate import compare, ranking, tasks
     from headcut.evaluate_arguments import DEFAULTS
 
-    public = [getattr(evaluate, n) for n in evaluate.__all__ if inspect.isfunction(getattr(evaluate, n))]
-    functions = public + [compare.compare_logits, tasks.summary_ci, tasks.paired, ranking.score_bootstrap,
-                          ranking.paired_score_bootstrap]
-    declared = {"iters": "bootstrap", "batch_size": "batch_size"}
+    packages = [importlib.import_module(f"headcut.{name}") for name in ("evaluate", "prune", "distill", "export")]
+    public = [getattr(package, n) for package in packages for n in package.__all__]
+    functions = [f for f in public if inspect.isfunction(f)] + [
+        compare.compare_logits, tasks.summary_ci, tasks.paired, ranking.score_bootstrap, ranking.paired_score_bootstrap]
+    declared = {"iters": "bootstrap", **{name: name for name in ("seed", "max_length", "batch_size", "bootstrap",
+                                                                   "draws", "k")}}  # the API's iters: a report's CI
+    own = {("ndcg_at_k", "k")}  # NDCG's cutoff, not a scan's masked heads
     seen = set()
     for function in functions:
         for name, parameter in inspect.signature(function).parameters.items():
-            if name in declared and parameter.default is not inspect.Parameter.empty:
+            if name in declared and parameter.default is not inspect.Parameter.empty and (function.__name__, name) not in own:
                 seen.add((function.__name__, name))
                 assert parameter.default == DEFAULTS[declared[name]], (function.__name__, name, parameter.default)
-    assert {("open_scorer", "batch_size"), ("evaluate_model", "iters"), ("paired", "iters")} <= seen
+    assert {("open_scorer", "batch_size"), ("evaluate_model", "iters"), ("paired", "iters"), ("scan_scores", "seed"),
+            ("teacher_logits", "batch_size"), ("build_grader", "max_length")} <= seen

@@ -27,7 +27,7 @@ def cache_key(teacher: LoadedModel, pairs: Pairs, max_length: int) -> str:
 
 
 def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_length: int,
-                   cache_dir: str | Path | None, batch_size: int = 128, progress=None) -> tuple[np.ndarray, bool]:
+                   cache_dir: str | Path | None, batch_size: int = 64, progress=None) -> tuple[np.ndarray, bool]:
     """Logits (len(pairs), num_labels) of `teacher` on `pairs`, read from `cache_dir` when present there.
 
     Returns (logits, hit). `cache_dir=None` computes without storing.
