@@ -378,8 +378,9 @@ def test_scan_and_bootstrap_defaults_are_declared_once_for_the_library_the_flags
 def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
     """Was: `headcut probe --batch-size` declared its own Range(1, MAX_BATCH) beside common.BATCH_SIZE's. Every
     --batch-size, --bootstrap, --seed, --max-length, --draws and --k of every headcut command now reads
-    evaluate_arguments' range (a command's own default may differ: probe's batch is 32); headcut_grader's commands,
-    which cannot import it, an equal one."""
+    evaluate_arguments' range (a command's own default may differ: probe's batch is 32). Was: `headcut grade
+    --batch-size` declared its own too; headcut_grader cannot import headcut, so the batch-size range is declared in
+    headcut_grader.ranges (BATCH) and evaluate_arguments reads that object."""
     import inspect
 
     from typer.main import get_command
@@ -396,11 +397,9 @@ def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
             flag = next((f for f in getattr(option, "param_decls", None) or () if f in shared), None)
             if flag is not None:
                 seen.add((name, flag))
-                if command.callback.__module__.startswith("headcut_grader"):  # grade, serve: cannot import headcut
-                    assert option.parser.valid == argument_range(shared[flag]), (name, flag)
-                else:
-                    assert option.parser.valid is argument_range(shared[flag]), (name, flag)
-    assert {("probe", "--batch-size"), ("evaluate", "--bootstrap"), ("scan", "--draws")} <= seen
+                assert option.parser.valid is argument_range(shared[flag]), (name, flag)
+    assert {("probe", "--batch-size"), ("grade", "--batch-size"), ("evaluate", "--bootstrap"),
+            ("scan", "--draws")} <= seen
 
 
 
@@ -425,7 +424,8 @@ def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
     seen = set()
     for function in functions:
         for name, parameter in inspect.signature(function).parameters.items():
-            if name in declared and parameter.default is not inspect.Parameter.empty and (function.__name__, name) not in own:
+            defaulted = parameter.default is not inspect.Parameter.empty
+            if name in declared and defaulted and (function.__name__, name) not in own:
                 seen.add((function.__name__, name))
                 assert parameter.default == DEFAULTS[declared[name]], (function.__name__, name, parameter.default)
     assert {("open_scorer", "batch_size"), ("evaluate_model", "iters"), ("paired", "iters"), ("scan_scores", "seed"),

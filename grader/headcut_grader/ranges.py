@@ -174,6 +174,7 @@ MAX_BOOTSTRAP = 100_000  # resamples of a CI: beyond this the CI does not move, 
 MAX_WORKERS = 256  # processes, each with its own grader: far past any one machine's cores
 MAX_CHUNK_ROWS = 10_000_000  # pairs in memory at once per chunk
 MAX_BATCH = 1024  # pairs per forward pass: memory grows with it, speed stops growing long before
+BATCH = Range(1, MAX_BATCH)  # a batch size: every --batch-size, batch_size argument and setting reads this one
 
 
 MAX_TIMED_SCORES = 2 ** 25  # batch x length^2: a timed batch's attention scores per head (1.6 GB for 12 heads)

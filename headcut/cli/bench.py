@@ -108,9 +108,9 @@ def bench(
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs, flag="--out")  # before the benchmark, not after it
     from headcut.batching import check_max_length
-    from headcut_grader.ranges import MAX_BATCH, Range, check_timed_batch
+    from headcut_grader.ranges import BATCH, Range, check_timed_batch
 
-    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", Range(1, MAX_BATCH)),
+    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", BATCH),
                              _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
     check_timed_batch(max(settings.batch_sizes), max(settings.seq_lens), flags="--batch-sizes, --seq-lens")
     reference = _check_variants(model, grader, max(settings.seq_lens))  # before any model loads
