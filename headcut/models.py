@@ -18,7 +18,7 @@ from headcut.model_arguments import check_loaded
 from headcut.weight_files import (broken_file, check_sizes, check_weights_cover, find_weights, read_json_file, read_state,
                                   weights_counts, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
-from headcut_grader.errors import UserError, named, quoted, setting
+from headcut_grader.errors import UserError, check_names, named, quoted, setting
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
 from headcut_grader.optional import optional_module
 from headcut_grader.tokens import fewest_pair_tokens
@@ -525,6 +525,7 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     A pruned model is written at full width with its pruned heads and neurons zero (`arch.widen`): transformers
     cannot rebuild per-layer shapes, so the folder is as large and as fast as the unpruned model in
     sentence-transformers; `headcut export` makes the small, fast grader. `load_model(out)` reloads it too."""
+    check_names(names, "save_cross_encoder names")
     from transformers import AutoModelForSequenceClassification
 
     if loaded.task != "score":

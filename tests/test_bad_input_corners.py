@@ -950,3 +950,44 @@ def test_read_pairs_names_an_option_by_its_key_or_as_passed_without_callers_stri
     from headcut_grader.readers import Named
 
     assert (Named(names, keys).key("preset"), Named(names, keys).said("preset")) == (key, said)
+
+
+def test_a_public_function_given_a_names_it_does_not_know_says_the_three_it_takes():
+    """Was: prune(names='flag'), tune, build_grader and the other functions that word their refusals for their caller
+    raised a bare ValueError ("names='flag'; pass one of arguments, keys, flags") once a refusal was being worded,
+    or took the wrong value silently; now each says so at its entry, before it reads anything else."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    from conftest import tiny_model
+    from headcut_grader.errors import UserError, named
+
+    modules = ["headcut", "headcut.arch", "headcut.evaluate", "headcut.prune", "headcut.distill", "headcut.export",
+               "headcut.pipeline", "headcut_grader", "headcut_grader.data"]
+    public = [(m, n) for m in modules for n in importlib.import_module(m).__all__] + [
+        ("headcut.distill.tune", "tune"), ("headcut_grader.grade_file", "grade_file"),
+        ("headcut.models", "save_cross_encoder")]
+    takes = {}
+    for module, name in public:
+        f = getattr(importlib.import_module(module), name)
+        # a result's `names` (PruneResult's) is a field, not a function's entry
+        entry = inspect.isfunction(f) or inspect.isclass(f) and not (dataclasses.is_dataclass(f)
+                                                                     or issubclass(f, Exception))
+        if entry and "names" in inspect.signature(f).parameters:
+            takes[f.__name__] = f
+    assert {"prune", "prune_to_budget", "tune", "distill", "build_grader", "run_pipeline", "read_pairs",
+            "iter_pairs", "Grader", "grade_file", "widen"} <= set(takes), sorted(takes)
+    for name, function in takes.items():
+        required = {arg: None for arg, p in inspect.signature(function).parameters.items()
+                    if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if name == "widen":  # its decorator (arch.takes_model) checks the model before the body runs
+            required["model"] = tiny_model()
+        with pytest.raises(UserError) as caught:
+            result = function(**required, names="flag")
+            if inspect.isgenerator(result):  # iter_pairs: checked on the first chunk's read
+                next(result)
+        assert str(caught.value) == (f"{name} names is 'flag'; pass 'arguments' (a Python call's), "
+                                     "'keys' (a run recipe's) or 'flags' (a command's)."), name
+    with pytest.raises(UserError, match=r"^names is 'flag'; pass 'arguments'"):
+        named("out", "flag", section="")

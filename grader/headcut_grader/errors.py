@@ -79,14 +79,21 @@ def named(name: str, names: str = "arguments", *, section: str, spelled: dict | 
     "flags" the command's (--keep-ratio);
     `spelled` ({names: {name: spelling}}) where a caller spells it otherwise, and a Given `names` where its user
     did. setting(named(...), value) words it with its value."""
-    if names not in NAMES:
-        raise ValueError(f"names={names!r}; pass one of {', '.join(NAMES)}")
+    check_names(names)
     given = {**(spelled or {}).get(names, {}), **getattr(names, "spellings", {})}
     if name in given:
         return given[name]
     if names == "flags":
         return "--" + name.replace("_", "-")
     return f"{section}.{name}" if names == "keys" and section else name
+
+
+def check_names(names, name: str = "names") -> None:
+    """UserError naming argument `name` ("prune names" at a public function's entry) where `names` is not one of
+    NAMES: a wrong one was a bare ValueError, and only once a refusal was being worded, if ever."""
+    if names not in NAMES:
+        raise UserError(f"{name} is {names!r:.60}; pass 'arguments' (a Python call's), 'keys' (a run recipe's) or "
+                        "'flags' (a command's).")
 
 
 def caller(name: str) -> str:

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from headcut_grader.data import Position, guess_format, iter_pairs
-from headcut_grader.errors import UserError, named
+from headcut_grader.errors import UserError, check_names, named
 from headcut_grader.files import as_path, check_out_file, publish_file, published, write_json
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.lines import RESUME_SPELLED, afresh
@@ -93,6 +93,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     """Grade every pair of SOURCE into OUT: query, title, [true_grade], grade, expected_grade, p<grade>...
     `names`: who called, so that messages name what they wrote (headcut_grader.errors.named): "arguments" these
     (out, resume=True, settings' chunk_rows), "flags" `headcut grade`'s (--out, --resume, --chunk-rows)."""
+    check_names(names, "grade_file names")
     check_callbacks("grade_file", progress=progress)
     resume = checked_bool(resume, "resume")
     as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")

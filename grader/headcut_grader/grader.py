@@ -14,7 +14,7 @@ import numpy as np
 
 from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import BACKEND_CHOICES, graphs, open_backend
-from headcut_grader.errors import UserError, setting, shown
+from headcut_grader.errors import UserError, check_names, setting, shown
 from headcut_grader.files import as_path
 from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole, check_callbacks
 from headcut_grader.readers import bounded_int, unique_keys
@@ -281,6 +281,7 @@ class Grader:
         """`backend`: onnxruntime, openvino, or auto (the folder's graph that grades fastest on this CPU, as
         measured at export or, on another CPU, timed here once and cached; backend_choice.py). `names`: who chose
         the backend, "flags" for a command's --backend (backends.open_backend)."""
+        check_names(names, "Grader names")
         batch_size, threads = (_count(name, value, most) for name, value, most in
                                (("batch_size", batch_size, MAX_BATCH), ("threads", threads, MAX_THREADS)))
         if backend not in BACKEND_CHOICES:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headcut_grader import errors
-from headcut_grader.errors import UserError, quoted, setting
+from headcut_grader.errors import UserError, check_names, quoted, setting
 from headcut_grader.files import as_path
 from headcut_grader.ranges import argument
 from headcut_grader.json_array import json_array_items
@@ -87,6 +87,7 @@ def read_pairs(
     pipeline); a dict: flags named otherwise ({"title_col": "--seg-col"}: the caller read another column as the
     titles).
     """
+    check_names(names, "read_pairs names")
     path = as_path(path, "read_pairs path", what="a pairs file's path")
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
@@ -146,6 +147,7 @@ def iter_pairs(
     From `start` (a Chunk's position), reading continues after that row; the file's first row still names the
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
     """
+    check_names(names, "iter_pairs names")
     path = as_path(path, "iter_pairs path", what="a pairs file's path")
     keys = Named(names, keys)
     _check_column_names(path, keys, query_col=query_col, title_col=title_col, label_col=label_col)

@@ -9,7 +9,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from headcut_grader.errors import UserError, named, quoted, setting
+from headcut_grader.errors import UserError, check_names, named, quoted, setting
 
 FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for where no flag or key sets them
 # One rule for every format: a query or title may hold up to MAX_TEXT_CHARS characters (a grader reads only
@@ -31,6 +31,7 @@ def whole_number(text: str, *, digits: int = 18) -> int | None:
 def parse_label_map(text: str | None, *, names: str = "arguments") -> dict | str | None:
     """A label map's text as '0:1,1:3,2:5' (raw -> grade), 'round' (float score -> nearest grade), or None; `names`:
     who wrote it, as errors.named says (label_map, or a command's --label-map)."""
+    check_names(names, "parse_label_map names")
     if text is None or text == "":
         return None
     if text == "round":

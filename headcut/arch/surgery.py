@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from headcut import prune_arguments
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, check_names
 
 from headcut.arch.layers import (HEAD_IDS, LAYER_ID, NEURON_IDS, encoder_layers, layer_ids, layer_parts, module_at,
                                  set_encoder_layers, set_module_at)
@@ -186,6 +186,7 @@ def widen(model, full, *, names: str = "arguments") -> None:
     build a moved layer differently (ModernBERT without its first layer), naming the prune setting that keeps
     layers for the caller `names` says (headcut.prune_arguments.named: drop_layers=False, prune.drop_layers=false or
     --no-drop-layers)."""
+    check_names(names, "widen names")
     check_model(full, "widen full")
     if len(encoder_layers(full)) != len(encoder_layers(model)):
         raise ValueError(f"widen needs a twin with the model's {len(encoder_layers(model))} layers, "

@@ -22,7 +22,7 @@ from headcut.distill.objective import LOSSES, Fixed, StepInputs, active_losses, 
 from headcut.distill.recipe import DistillRecipe
 from headcut.distill.students import build_student, check_recorded_teacher, teacher_source
 from headcut.distill.teacher import online_teacher
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, check_names
 from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
@@ -100,6 +100,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     `names`: who called, so that a refusal of `out` names it as they did (run_folder.out_flag: out, overwrite=True;
     `headcut distill`: --out, --overwrite).
     """
+    check_names(names, "distill names")
     check_callbacks("distill", progress=progress)
     if cache_dir is not None:
         as_path(cache_dir, "distill cache_dir")

@@ -18,7 +18,7 @@ from pathlib import Path
 from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import distill, with_unlabeled
 from headcut.distill.students import teacher_source
-from headcut_grader.errors import UserError, named, setting
+from headcut_grader.errors import UserError, check_names, named, setting
 from headcut_grader.files import as_path, check_place, file_hash, overwrite_said, refuse_inputs, write_json
 from headcut_grader.ranges import Range, check_callbacks, checked_bool, checked_number
 from headcut_grader.validation import read_small_text
@@ -48,6 +48,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     after each trial. `names`: who called, so that a refusal names `out`, `trials` and `overwrite` as they did
     (out, trials=0; `headcut distill --tune`: --out, --tune 0).
     """
+    check_names(names, "tune names")
     check_callbacks("tune", progress=progress, on_trial=on_trial)
     out, flag = as_path(out, "tune out"), out_flag(names)
     overwrite = checked_bool(overwrite, "overwrite")

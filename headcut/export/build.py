@@ -12,7 +12,7 @@ from typing import Callable
 from headcut.arch import architecture, heads_per_layer
 from headcut.batching import check_max_length, encode
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, check_names, setting
 from headcut.evaluate.importance import gold
 from headcut.evaluate.tasks import check_task, summary
 from headcut.export.build_openvino import backend_speed, build_openvino, check_request
@@ -83,6 +83,7 @@ def build_grader(
     Raises ParityError when a graph fails its gate, UserError when the request cannot be met here; both name the
     settings as `names` says: "arguments" (precision='fp32'), a run's "keys" or `headcut export`'s "flags".
     """
+    check_names(names, "build_grader names")
     check_callbacks("build_grader", progress=progress)
     out = as_path(out, "build_grader out")
     check_loaded(loaded, "build_grader loaded")

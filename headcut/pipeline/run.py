@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, check_names
 from headcut_grader.files import as_path, file_hash, write_json
 from headcut_grader.validation import read_small_text
 from headcut_grader.ranges import check_callbacks
@@ -206,6 +206,7 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     "what"} as it goes. Raises what the failing stage raised, after reporting it as failed. `names`: who called, so
     that a refusal of `out` names it as they did (out, overwrite=True; `headcut run`: --out, --overwrite).
     """
+    check_names(names, "run_pipeline names")
     check_callbacks("run_pipeline", progress=progress)
     out, flag = as_path(out, "run_pipeline out").resolve(), out_flag(names)
     check_recipe(recipe, PipelineRecipe, "run_pipeline recipe",

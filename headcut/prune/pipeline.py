@@ -12,7 +12,7 @@ import numpy as np
 from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shape, unit_flops
 from headcut.batching import Encoded, encode
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, quoted, setting
+from headcut_grader.errors import UserError, check_names, quoted, setting
 from headcut_grader.ranges import check_arguments, check_callbacks
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.criteria import ScoringData, check_targets, criterion, gold_name
@@ -73,6 +73,7 @@ def prune(
     refusal names the arguments, "arguments" (keep_ratio), a run recipe's "keys" or `headcut prune`'s "flags"
     (`prune_arguments.named`).
     """
+    check_names(names, "prune names")
     check_callbacks("prune", progress=progress)
     keep_ratio, layer_prior, min_heads, iterative = checked_arguments(
         "prune", keep_ratio=keep_ratio, layer_prior=layer_prior, min_heads=min_heads, iterative=iterative)
@@ -291,6 +292,7 @@ def prune_to_budget(
     each. Quality with paired CIs
     (also of the final plan untuned when tuning ran) is measured as `prune` does; refusals name the arguments
     as `names` says (as `prune`'s)."""
+    check_names(names, "prune_to_budget names")
     check_callbacks("prune_to_budget", progress=progress, notice=notice)
     said = {name: named(name, names) for name in ("tune_fit", "drop_layers", "flops", "iterative")}
     if tune_fit not in MODES:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from headcut.prune_arguments import named
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, check_names, setting
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ class HeadPlan:
 
 def check_keep_ratio(keep_ratio: float, *, names: str = "arguments") -> None:
     """`names`: how the message names the argument (prune_arguments.named)."""
+    check_names(names, "check_keep_ratio names")
     if not 0 < keep_ratio <= 1:
         name = named("keep_ratio", names)
         raise UserError(f"{setting(name, keep_ratio)} is outside (0, 1]; pass e.g. {setting(name, 0.8)} to keep 80% "

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from headcut.evaluate.tasks import missing, shown, shown_ci
 from headcut.prune_arguments import named
+from headcut_grader.errors import check_names
 
 METRIC_NAMES = ("accuracy", "macro_f1", "spearman", "loss")
 SCORE_METRIC_NAMES = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")  # loss: MSE
@@ -51,6 +52,7 @@ def _flops(n: int) -> str:
 def format_report(summary: dict, *, figure: str | None = None, names: str = "arguments") -> str:
     """Markdown for a `PruneResult.record()` (plan, speed, optional quality, notes); `names`: how it names a setting,
     as the prune's caller set it (`PruneResult.names`)."""
+    check_names(names, "format_report names")
     lines = ["# headcut prune", "",
              f"Source: `{summary['source']['path']}` (weights {summary['source']['weights_hash']})  ",
              f"Scores: {summary['scores'].get('how') or summary['scores']['method']}  "]

@@ -8,7 +8,7 @@ import torch
 
 from headcut.arch import heads_per_layer, intermediate_size, layer_ids, mask_shape, neurons_per_layer
 from headcut_grader.data import FILE_KEYS
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, check_names, setting
 from headcut_grader.files import as_path
 from headcut_grader.ranges import check_callbacks
 from headcut.model_arguments import check_loaded, check_model, check_tokenizer
@@ -38,6 +38,7 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
     """Scores and metadata from a scan's importance.json, refused when they belong to another model.
     `method`: which of the file's methods; default DEFAULT_METHOD when the file has it, else its first; `names`:
     how a refusal names the arguments (`prune_arguments.named`)."""
+    check_names(names, "scores_from_file names")
     from headcut.evaluate.importance import absent_heads, read_scores
 
     path = as_path(path, "scores", what="a scan's importance.json file's path")
@@ -66,6 +67,7 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
 def default_data(loaded, names: str = "arguments") -> tuple[str, dict]:
     """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, how to read it); `names` as
     `scores_from_file`'s."""
+    check_names(names, "default_data names")
     check_loaded(loaded, "default_data loaded")
     dev = loaded.meta.get("dev_data") or {}
     path = dev.get("path")
