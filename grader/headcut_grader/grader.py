@@ -20,7 +20,7 @@ from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole, ch
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import ACTIVATIONS, score_values
 from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
-from headcut_grader.validation import read_small_text, refuse_bom_text, text_problem
+from headcut_grader.validation import read_small_text, text_problem
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
 GRADER_FORMAT = 1
@@ -126,8 +126,7 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     if not path.exists():
         raise UserError(f"{setting(flag, folder)}: no grader.json; pass a folder written by `headcut export`.")
     try:
-        text = read_small_text(path, what="grader record")
-        refuse_bom_text(text, path, folder="a grader folder")
+        text = read_small_text(path, what="grader record", bom_folder="a grader folder")
         record = json.loads(text, object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None

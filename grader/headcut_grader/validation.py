@@ -99,15 +99,20 @@ MAX_RECIPE_BYTES = 1_000_000
 MAX_RECORD_BYTES = 64_000_000
 
 
-def read_small_text(path: str | Path, *, limit: int = MAX_RECORD_BYTES, what: str = "settings or record file") -> str:
+def read_small_text(path: str | Path, *, limit: int = MAX_RECORD_BYTES, what: str = "settings or record file",
+                    bom_folder: str | None = None) -> str:
     """The UTF-8 text of a small file (a recipe, a record), refused in one sentence when it passes `limit`
-    bytes, before it is read; OSError and UnicodeDecodeError as Path.read_text raises them."""
+    bytes, before it is read; OSError and UnicodeDecodeError as Path.read_text raises them. `bom_folder`: the
+    folder whose JSON file this is (refuse_bom), its byte-order mark refused before the text is decoded, so that
+    invalid UTF-8 later in the file does not hide the mark."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         data = f.read(limit + 1) if size <= limit else b""
     if size > limit or len(data) > limit:  # a pipe or /proc file says size 0
         said = f"{size:,} bytes" if size > limit else f"over {limit:,} bytes"
         raise UserError(f"{path} is {said}, and a {what} is at most {limit:,} bytes; check that it is the right file.")
+    if bom_folder is not None:
+        refuse_bom_start(data, path, folder=bom_folder)
     return data.decode("utf-8")
 
 
@@ -123,12 +128,12 @@ def refuse_bom(path: Path, *, folder: str) -> None:
             start = f.read(len(BOM))
     except OSError:
         return  # missing or unreadable: its reader says so
-    refuse_bom_text(start.decode("utf-8", "replace"), path, folder=folder)
+    refuse_bom_start(start, path, folder=folder)
 
 
-def refuse_bom_text(text: str, path: Path, *, folder: str) -> None:
-    """refuse_bom for a file whose `text` was read already, so that it is not opened again."""
-    if text.startswith(BOM.decode("utf-8")):
+def refuse_bom_start(start: bytes, path: Path, *, folder: str) -> None:
+    """refuse_bom for a file whose first bytes (or all of them) were read already, so that it is not opened again."""
+    if start.startswith(BOM):
         raise UserError(f"{path} starts with a UTF-8 byte-order mark (BOM), which {folder}'s JSON files cannot have; "
                         "save it again as UTF-8 without a BOM.")
 
