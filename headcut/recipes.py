@@ -246,6 +246,10 @@ def parse_yaml(text: str, where: str, fix: str):
         raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
 
 
+class SetError(UserError):
+    """A recipe refused for values --set gave alone: its sentence is led by those --sets, not the recipe's file."""
+
+
 def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None, named: frozenset = frozenset(),
               checked: bool = True, beside: tuple[str, ...] = ()):
     """The recipe `cls` of `data`; every unknown, mistyped, missing or out-of-range key is reported in one
@@ -285,7 +289,7 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
         listed = f"; valid keys are: {', '.join(valid)}" if unknown else ""
         if len(problems) == 1:
             key, text = problems[0]
-            raise UserError(f"{origins.get(key, where)}: {text}{listed}.")
+            raise (SetError if key in origins else UserError)(f"{origins.get(key, where)}: {text}{listed}.")
         raise UserError(f"{where}: " + "; ".join(text + (f" (from {origins[key]})" if key in origins else "")
                                                  for key, text in problems) + f"{listed}.")
     check = getattr(recipe, "check", None) if checked else None

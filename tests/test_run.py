@@ -770,6 +770,25 @@ def test_a_teacher_or_student_section_refused_names_the_set_that_gave_it(items, 
     assert str(caught.value).startswith("--set ") == (items != ["teacher.path=/x"]), str(caught.value)
 
 
+@pytest.mark.parametrize("in_file", [True, False])
+def test_sub_recipe_problems_are_led_by_where_each_value_came_from(tmp_path, in_file):
+    """Was: the teacher's and the students' problems were joined into one sentence before the run recipe judged
+    its lead by that sentence's text, so a --set teacher problem first hid a student problem the run recipe's file
+    holds ('--set teacher.epochs=0: ...; [distill.bottom3] ...: key 'epochs' is 0', no file named)."""
+    from headcut_grader.errors import UserError
+
+    run = tmp_path / "run.yaml"
+    student = "\n    epochs: 0" if in_file else ""
+    run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text().replace(
+        "recipe: distill/minilm_synthetic_cpu", "recipe: distill/minilm_synthetic_cpu" + student))
+    overrides = ["teacher.epochs=0"] + ([] if in_file else ["distill.bottom3.epochs=0"])
+    with pytest.raises(UserError) as caught:
+        load_pipeline(run, overrides=overrides)
+    said = str(caught.value)
+    assert "--set teacher.epochs=0: key 'epochs' is 0" in said and "distill.bottom3" in said, said
+    assert said.startswith(f"{run}: ") == in_file, said  # --set values alone: led by them, not the file
+
+
 def test_an_unknown_section_names_the_valid_ones(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("teacher: {path: runs/teacher}\ndistil: {}\n")

@@ -20,8 +20,8 @@ from headcut_grader.ranges import MAX_THREADS, check_timed_batch, range_field, r
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import (find_recipe, from_dict, mistyped_text, parse_override, read_recipe_file, refuse_repeat,
-                             text_fix, to_dict)
+from headcut.recipes import (SetError, find_recipe, from_dict, mistyped_text, parse_override, read_recipe_file,
+                             refuse_repeat, text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
 
@@ -206,8 +206,9 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         if not isinstance(recipe, str) or not recipe.strip():
             said = "is empty" if recipe is None or not str(recipe).strip() else f"is {recipe!r:.60}, not text"
             fix = _as_text(recipe, origins.get(("distill", name, "recipe")))
-            problems.append(f"{_by(origins, ('distill', name, 'recipe'))}[distill] {name}.recipe {said}; name a "
-                            f"distill recipe (e.g. {StudentSection.recipe}), or leave the key out for that one{fix}")
+            problems.append(_problem(_by(origins, ("distill", name, "recipe")), f"[distill] {name}.recipe {said}; "
+                                     f"name a distill recipe (e.g. {StudentSection.recipe}), or leave the key out for "
+                                     f"that one{fix}"))
             continue
         if "teacher" in value:
             problems.append(_own_teacher_problem(str(name), value["teacher"], origins))
@@ -243,7 +244,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         # did not read would have them all report its keys as missing
         _checked(lambda: sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>"), problems)
     if problems:
-        raise UserError(_led(where, problems))
+        raise _refused(problems, where)
     return recipe
 
 
@@ -359,8 +360,13 @@ def _checked(make, problems: list[str]):
     try:
         return make()
     except UserError as e:
-        problems.append(str(e))
+        problems.append(_problem_of(e))
         return None
+
+
+def _problem_of(error: UserError) -> str:
+    """A refusal as one of the recipe's problems, marked as --set values' alone where it is a SetError."""
+    return SetProblem(str(error)) if isinstance(error, SetError) else str(error)
 
 
 def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection | None:
@@ -371,28 +377,27 @@ def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection 
     given = {key: origins[("teacher", key)] for key in value if ("teacher", key) in origins}  # key -> its --set
     for key, text, what in (("recipe", recipe, "a finetune recipe"), ("path", path, "a grader folder")):
         if text is not None and (not isinstance(text, str) or not text.strip()):  # 010: 10, not the folder 010
-            problems.append(f"{_by(given, key)}[teacher] {key} is {shown(text)}, not text; name {what}"
-                            f"{_as_text(text, given.get(key))}")
+            problems.append(_problem(_by(given, key), f"[teacher] {key} is {shown(text)}, not text; name {what}"
+                                                       f"{_as_text(text, given.get(key))}"))
             return None
     if recipe is None and path is None:
-        problems.append(f"{_by(given, 'recipe') or _by(given, 'path')}[teacher] names no teacher; pass "
-                        "--set teacher.path=DIR (an existing grader) or --set teacher.recipe=NAME (a finetune recipe "
-                        "to train)")
+        problems.append(_problem(_by(given, "recipe") or _by(given, "path"), "[teacher] names no teacher; pass "
+                                 "--set teacher.path=DIR (an existing grader) or --set teacher.recipe=NAME (a finetune "
+                                 "recipe to train)"))
         return None
     if recipe is not None and path is not None:
         lead = _by(given, "recipe", "path")
-        problems.append(lead + f"[teacher] gives both recipe {recipe}{'' if lead else _from(given, 'recipe')} and path "
-                        f"{path}{'' if lead else _from(given, 'path')}; keep one (--set teacher.recipe=null or --set "
-                        "teacher.path=null)")
+        problems.append(_problem(lead, f"[teacher] gives both recipe {recipe}{'' if lead else _from(given, 'recipe')} "
+                                       f"and path {path}{'' if lead else _from(given, 'path')}; keep one (--set "
+                                       "teacher.recipe=null or --set teacher.path=null)"))
         return None
     rest = tuple((k, v) for k, v in value.items() if k not in ("recipe", "path"))
     if path is not None and rest:
         lead = _by(given, "path", *(k for k, _ in rest))  # all from --set: they lead, not the run recipe's file
         keys = " and ".join(k + ("" if lead else _from(given, k)) for k, _ in rest)
-        problems.append(f"{lead}[teacher] path {path}{'' if lead else _from(given, 'path')} is used as it is; drop "
-                        f"{keys}, or train a "
-                        f"teacher with {'it' if len(rest) == 1 else 'them'} instead (--set teacher.recipe=NAME "
-                        "--set teacher.path=null)")
+        problems.append(_problem(lead, f"[teacher] path {path}{'' if lead else _from(given, 'path')} is used as it "
+                                       f"is; drop {keys}, or train a teacher with {'it' if len(rest) == 1 else 'them'} "
+                                       "instead (--set teacher.recipe=NAME --set teacher.path=null)"))
         return None
     return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest)
 
@@ -402,10 +407,22 @@ def _by(given: dict, *keys) -> str:
     return " ".join(given[key] for key in keys) + ": " if all(key in given for key in keys) else ""
 
 
-def _led(where: str, problems: list[str]) -> str:
-    """The recipe's problems in one sentence, led by its file unless each is led by the --set that gave it alone."""
+class SetProblem(str):
+    """A recipe problem with values --set gave alone, led by those --sets (not the run recipe's file)."""
+
+
+def _problem(lead: str, text: str) -> str:
+    """A problem worded `text`, led by `lead` (_by: the --sets that gave all it names), if any."""
+    return SetProblem(lead + text) if lead else text
+
+
+def _refused(problems: list[str], where: str = "") -> UserError:
+    """The recipe's problems in one sentence, led by its file `where` (none: each names its own) unless --set values
+    alone made each (a SetProblem, decided where it was found): then a SetError those --sets lead."""
     said = "; ".join(p.rstrip(".") for p in problems) + "."
-    return said if all(p.startswith("--set ") for p in problems) else f"{where}: {said}"
+    if all(isinstance(p, SetProblem) for p in problems):
+        return SetError(said)
+    return UserError(f"{where}: {said}" if where else said)
 
 
 def _from(given: dict, key) -> str:
@@ -513,7 +530,7 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
     try:
         out["teacher"] = teacher_recipe(recipe)
     except UserError as e:
-        problems.append(str(e))
+        problems.append(_problem_of(e))
     for name, student in recipe.distill:
         def adjust(merged, name=name):
             if merged.get("student") != "pruned":
@@ -530,7 +547,7 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
                 injected={**common, "teacher": teacher_dir, "measure_speed": False},
                 overrides=dict(student.overrides), adjust=adjust, origins=_set_in(recipe, ("distill", name)))
         except UserError as e:
-            problems.append(str(e))
+            problems.append(_problem_of(e))
     if problems:
-        raise UserError("; ".join(p.rstrip(".") for p in problems) + ".")
+        raise _refused(problems)
     return out
