@@ -798,8 +798,9 @@ def test_an_unknown_section_names_the_valid_ones(tmp_path):
 
 
 @pytest.mark.parametrize("item, words", [
-    # was: "unknown section 'scn' (sections: ...)", naming neither the --set nor the nearest section
-    ("scn.rows=5", "unknown section 'scn' (from --set scn.rows=5; did you mean 'scan'?); the sections are data"),
+    # was: "unknown section 'scn' (sections: ...)", naming neither the --set nor the nearest section; then
+    # "quickstart.yaml: unknown section 'scn' (from --set scn.rows=5; ...)", led by the file that does not hold it
+    ("scn.rows=5", "--set scn.rows=5: unknown section 'scn' (did you mean 'scan'?); the sections are data"),
     ("scan.metods=[kl]", "--set scan.metods=[kl]: unknown key 'metods' (did you mean 'methods'?)"),
     ("distill.bottom3.epoch=2", "--set distill.bottom3.epoch=2: unknown key 'epoch' (did you mean 'epochs'?)"),
     ("teacher.epoch=2", "--set teacher.epoch=2: unknown key 'epoch' (did you mean 'epochs'?)"),
@@ -816,7 +817,19 @@ def test_a_mistyped_set_names_itself_and_the_nearest_key(item, words):
 
     with pytest.raises(UserError) as caught:
         load_pipeline("quickstart", overrides=[item])
-    assert words in str(caught.value), str(caught.value)
+    assert str(caught.value).startswith(words), str(caught.value)  # led by the --set, not quickstart's file
+
+
+def test_an_unknown_section_of_the_file_and_one_of_a_set_are_each_led_by_where_they_came_from(tmp_path):
+    from headcut_grader.errors import UserError
+
+    run = tmp_path / "run.yaml"
+    run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text() + "distil: {}\n")
+    with pytest.raises(UserError) as caught:
+        load_pipeline(run, overrides=["scn.rows=5", "scn.draws=2"])
+    said = str(caught.value)
+    assert said.startswith(f"{run}: unknown section 'distil' (did you mean 'distill'?); the sections are "), said
+    assert "; --set scn.rows=5 --set scn.draws=2: unknown section 'scn' (did you mean 'scan'?); the sections " in said
 
 
 def test_every_recipe_key_a_message_advises_is_a_key_of_the_run_recipe():

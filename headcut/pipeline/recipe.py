@@ -173,9 +173,12 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     origins = origins or {}
     problems: list[str] = []
     unknown = [k for k in data if k not in SECTIONS]
-    if unknown:
-        problems.append(f"unknown section {', '.join(map(repr, unknown))}{_nearest(unknown, origins)}; the sections "
-                        f"are {', '.join(SECTIONS)}")
+    by_set = [k for k in unknown if _set_alone(data[k], (k,), origins)]  # led by their --sets, not the file
+    if len(by_set) < len(unknown):
+        problems.append(_unknown_sections([k for k in unknown if k not in by_set], origins))
+    for name in by_set:
+        items = " ".join(item for path, item in origins.items() if path[0] == name)
+        problems.append(_problem(f"{items}: ", _unknown_sections([name], {})))
 
     def section(name, cls, value, optional=False):
         if value is None and optional:
@@ -246,6 +249,18 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if problems:
         raise _refused(problems, where)
     return recipe
+
+
+def _set_alone(value, path: tuple, origins: dict) -> bool:
+    """Whether --set values gave all of `value`, the run recipe's part at key `path`."""
+    if path in origins:
+        return True
+    return isinstance(value, dict) and bool(value) and all(_set_alone(v, (*path, k), origins) for k, v in value.items())
+
+
+def _unknown_sections(unknown: list, origins: dict) -> str:
+    return f"unknown section {', '.join(map(repr, unknown))}{_nearest(unknown, origins)}; the sections are " \
+           f"{', '.join(SECTIONS)}"
 
 
 def _nearest(unknown: list, origins: dict) -> str:
