@@ -1150,20 +1150,42 @@ def test_a_stage_names_the_model_it_loads_by_the_recipe_key_or_its_run_folder_pa
 
 @pytest.mark.parametrize("given", ["--set", "run recipe"])
 def test_a_stage_names_the_teacher_path_it_refuses_as_the_user_gave_it(tmp_path, given):
-    """Was: the teacher stage and Context.model_key named the teacher 'teacher.path=...' although a --set gave it
+    """Was: the teacher stage and the stages loading it named the teacher 'teacher.path=...' although a --set gave it
     (a key name written out, not given_as's); now '--set teacher.path=...' for a --set."""
     from headcut.pipeline import stages
+    from headcut.pipeline.bench import bench
     from headcut_grader.errors import UserError
 
     missing = str(tmp_path / "no-teacher")
     recipe, lead = given_recipe(tmp_path, given, ["teacher.recipe=null", f"teacher.path={missing}",
                                                   "prune.flops=null", "prune.keep_ratio=0.5"])
-    ctx = stages.Context(recipe, tmp_path / "teacher", {}, lambda *a: None, tmp_path)
+    ctx = stages.Context(recipe, tmp_path / "teacher", {"teacher": {"model": missing}}, lambda *a: None, tmp_path)
     key = "--set teacher.path" if given == "--set" else "teacher.path"
-    assert ctx.model_key("teacher") == key
+    # was: each stage said 'teacher.path=...' for the run recipe's key, without the file that holds it
+    said = f"{key}={missing}: no such folder" if given == "--set" else f"{lead}{key}={missing}: no such folder"
+    for stage in (stages.teacher, stages.scan, stages.prune, stages.export("teacher"), bench):
+        with pytest.raises(UserError) as caught:
+            stage(ctx)
+        assert str(caught.value).startswith(said), (stage, str(caught.value))
+
+
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+def test_a_bench_yardstick_the_bench_refuses_is_led_by_the_file_that_holds_it(tiny_recipe, tmp_path, given):
+    """Was: 'bench.yardstick=DIR: ...' for the run recipe's key, without the file that holds it."""
+    from headcut.pipeline import stages
+    from headcut.pipeline.bench import bench
+    from headcut_grader.errors import UserError
+
+    teacher, yardstick = str(tiny_recipe.parent / "base"), tmp_path / "yardstick"
+    yardstick.mkdir()
+    (yardstick / "config.json").write_text((tiny_recipe.parent / "base" / "config.json").read_text())  # no weights
+    recipe, lead = given_recipe(tmp_path, given, ["teacher.recipe=null", f"teacher.path={teacher}",
+                                                  "data.test_rows=20", f"bench.yardstick={yardstick}"])
+    ctx = stages.Context(recipe, tmp_path / "bench", {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
     with pytest.raises(UserError) as caught:
-        stages.teacher(ctx)
-    assert f"{key}={missing}" in str(caught.value), str(caught.value)
+        bench(ctx)
+    said = f"bench.yardstick={yardstick}: "
+    assert str(caught.value).startswith(f"--set {said}" if given == "--set" else lead + said), str(caught.value)
 
 
 @pytest.mark.parametrize("given", ["--set", "run recipe"])

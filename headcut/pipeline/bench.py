@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from headcut.pipeline.pairs import report_pairs
-from headcut.pipeline.recipe import given_as
+from headcut.pipeline.checks import named_in
 from headcut.pipeline.stages import Context, chosen_queries
 
 
@@ -44,7 +44,7 @@ def bench(ctx: Context) -> dict:
     from headcut.models import load_model
 
     b, data = ctx.recipe.bench, ctx.recipe.data
-    teacher = load_model(ctx.model_of("teacher"), flag=ctx.model_key("teacher"))
+    teacher = ctx.load("teacher")
     chosen = chosen_queries(ctx)  # read once: the report leaves their pairs out, and says how many
     pairs = report_pairs(ctx.recipe, chosen, data.test_rows, task=teacher.task, grades=teacher.grades)
     summarize, compared = judges(teacher, pairs, iters=b.bootstrap, seed=data.seed)
@@ -53,7 +53,8 @@ def bench(ctx: Context) -> dict:
     reference = predict_logits(teacher.model, teacher.tokenizer, pairs, batch_size=64, max_length=teacher.max_length)
     yardstick = None
     if b.yardstick:
-        other = load_model(b.yardstick, flag=given_as(ctx.recipe, "bench", "yardstick")[0])
+        with named_in(ctx.recipe, "bench", "yardstick") as name:  # led by the file that holds it, if one does
+            other = load_model(b.yardstick, flag=name)
         ctx.progress(0, len(exports) + 1, "yardstick logits")
         yardstick = predict_logits(other.model, other.tokenizer, pairs, batch_size=64, max_length=other.max_length)
 
@@ -68,7 +69,7 @@ def bench(ctx: Context) -> dict:
         variant = grader_variant(name, ctx.path(record["grader"]), threads=b.threads, backend=backend)
         logits = variant.logits(pairs)
         variants.append(replace(variant, logits=lambda _pairs, cached=logits: cached))  # graded once, here
-        model = load_model(ctx.path(record["model"]), flag=ctx.model_key(name)).model
+        model = ctx.load(name, ctx.path(record["model"])).model
         rows.append({
             "name": name if backend == "onnxruntime" else f"{name} [openvino]", "backend": backend,
             "grader": record["grader"], "model": record["model"], "precision": variant.info["precision"],

@@ -5,6 +5,7 @@ whether it runs at all. Outputs go under `ctx.folder`, each written atomically b
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -12,7 +13,7 @@ from typing import Callable
 from headcut_grader.errors import UserError
 from headcut.pipeline.checks import named_in
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
-from headcut.pipeline.recipe import PipelineRecipe, given_as, key_names, sub_recipes, teacher_recipe
+from headcut.pipeline.recipe import PipelineRecipe, key_names, sub_recipes, teacher_recipe
 
 
 @dataclass
@@ -26,12 +27,16 @@ class Context:
     def model_of(self, stage: str) -> str:
         return str(self.path(self.upstream[stage]["model"]))
 
-    def model_key(self, stage: str) -> str:
-        """What a message calls `stage`'s model: the recipe key that named it as the user gave it (given_as:
-        teacher.path, or --set teacher.path, for a teacher the run did not train), or "" for one this run made,
-        which its path in the run folder names alone (RUN/prune/model), not load_model's own argument."""
+    def load(self, stage: str, path: Path | None = None):
+        """`stage`'s model (its stage record's, or at `path`), loaded. A teacher the run did not train is named by
+        the recipe key that named it as the user gave it (given_as: teacher.path, or --set teacher.path), a refusal
+        led by the file that holds that key, as the run's checks lead it (named_in); one this run made by its path
+        in the run folder alone (RUN/prune/model), not load_model's own argument."""
+        from headcut.models import load_model
+
         given = stage == "teacher" and self.recipe.teacher.path is not None
-        return given_as(self.recipe, "teacher", "path")[0] if given else ""
+        with named_in(self.recipe, "teacher", "path") if given else nullcontext("") as name:
+            return load_model(self.model_of(stage) if path is None else path, flag=name)
 
     def path(self, recorded: str) -> Path:
         """A path a stage recorded: relative to the run folder (so a copied or moved run still works)."""
@@ -68,7 +73,8 @@ def teacher(ctx: Context) -> dict:
     from headcut.models import resolve_source
 
     if ctx.recipe.teacher.path is not None:
-        model = resolve_source(ctx.recipe.teacher.path, flag=ctx.model_key("teacher"))
+        with named_in(ctx.recipe, "teacher", "path") as name:  # led by the file that holds it, if one does
+            model = resolve_source(ctx.recipe.teacher.path, flag=name)
         return {"model": str(model.resolve()), "trained": False}
     result = finetune(teacher_recipe(ctx.recipe), ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
     return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
@@ -78,11 +84,10 @@ def scan(ctx: Context) -> dict:
     from headcut.evaluate.scan import ScanSettings, parse_experiments, parse_methods, scan_model
     from headcut.evaluate.scan_report import write_scan
     from headcut_grader.files import atomic_dir
-    from headcut.models import load_model
 
     s, data = ctx.recipe.scan, ctx.recipe.data
     spec = s.data or data.dev or data.test
-    loaded = load_model(ctx.model_of("teacher"), flag=ctx.model_key("teacher"))
+    loaded = ctx.load("teacher")
     pairs = read(spec, data=data, rows=s.rows, seed=data.seed, task=loaded.task, grades=loaded.grades)
     settings = ScanSettings(methods=parse_methods(",".join(s.methods)), experiments=parse_experiments(s.experiments),
                             probes=s.probes, draws=s.draws, iters=s.bootstrap, seed=data.seed)
@@ -101,11 +106,10 @@ def scan(ctx: Context) -> dict:
 
 
 def prune(ctx: Context) -> dict:
-    from headcut.models import load_model
     from headcut.prune import PruneSettings, write_artifact
 
     p, data = ctx.recipe.prune, ctx.recipe.data
-    loaded = load_model(ctx.model_of("teacher"), flag=ctx.model_key("teacher"))
+    loaded = ctx.load("teacher")
     done: dict[str, int] = {}
 
     def progress(stage, n, total):
@@ -160,10 +164,9 @@ def export(source: str) -> Callable[[Context], dict]:
     """Export the model of stage `source` (teacher, prune or distill.NAME) to an ONNX grader."""
     def run(ctx: Context) -> dict:
         from headcut.export import Int8Gate
-        from headcut.models import load_model
 
         e = ctx.recipe.export
-        loaded = load_model(ctx.model_of(source), flag=ctx.model_key(source))
+        loaded = ctx.load(source)
         pairs = choice_pairs(ctx.recipe, chosen_queries(ctx), e.rows, task=loaded.task,
                              grades=loaded.grades)  # never the report's queries
         gate = Int8Gate(min_agreement=e.min_agreement, max_spearman_drift=e.max_spearman_drift, max_drop=e.max_drop)
