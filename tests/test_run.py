@@ -559,6 +559,48 @@ def test_a_refusal_led_by_the_run_recipe_file_keeps_its_own_class(tmp_path):
     assert str(caught.value) == f"{lead}no int8 graph passed the gate"
 
 
+@pytest.mark.parametrize("in_file, by_set", [("teacher.path", "prune.flops=0.5"), ("prune.flops=0.5", "teacher.path")])
+def test_a_prune_refusal_of_the_teacher_is_led_by_where_the_teacher_path_came_from(tiny_recipe, tmp_path, in_file,
+                                                                                    by_set):
+    """Was: the prune stage led every refusal by where prune.flops came from, so an already pruned teacher the run
+    recipe's file names was not led by it where a --set gave prune.flops, and one a --set named was led by the file
+    that holds prune.flops."""
+    from headcut.arch.surgery import keep_neurons
+    from headcut.models import load_model
+    from headcut.pipeline import stages
+    from headcut_grader.errors import UserError
+
+    teacher = load_model(tiny_recipe.parent / "base")
+    keep_neurons(teacher.model, [[0, 1]] * 3)
+    cut = str(save_model(teacher, tmp_path / "cut"))
+    items = {"teacher.path": ["teacher.recipe=null", f"teacher.path={cut}"]}
+    given_recipe(tmp_path, "run recipe", items.get(in_file, [in_file]))
+    recipe = load_pipeline(tmp_path / "run.yaml", overrides=items.get(by_set, [by_set]))
+    ctx = stages.Context(recipe, tmp_path / "prune", {"teacher": {"model": cut}}, lambda *a: None, tmp_path)
+    with pytest.raises(UserError) as caught:
+        stages.prune(ctx)
+    said = f"{tmp_path / 'run.yaml'}: teacher.path={cut}" if in_file == "teacher.path" else f"--set teacher.path={cut}"
+    assert str(caught.value).startswith(f"{said} is already pruned"), str(caught.value)
+
+
+def test_an_export_refusal_of_a_set_backend_is_not_led_by_the_file_that_holds_the_precision(tiny_recipe, tmp_path,
+                                                                                            monkeypatch):
+    """Was: the export stage led every refusal by where export.precision came from, so one of a --set
+    export.backend was led by the run recipe's file that holds export.precision."""
+    from headcut.export import build
+    from headcut.pipeline import stages
+    from headcut_grader.errors import UserError
+
+    monkeypatch.setattr(build, "BACKENDS", ("onnxruntime", "auto"))  # as if this export could not take openvino
+    teacher = str(tiny_recipe.parent / "base")
+    given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}", "export.precision=fp32"])
+    recipe = load_pipeline(tmp_path / "run.yaml", overrides=["export.backend=openvino"])
+    ctx = stages.Context(recipe, tmp_path / "export", {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
+    with pytest.raises(UserError) as caught:
+        stages.export("teacher")(ctx)
+    assert str(caught.value).startswith("--set export.backend=openvino is not one of"), str(caught.value)
+
+
 @pytest.mark.parametrize("in_file, by_set, words", [
     ("scan.data=nowhere/scan.tsv", "data.test=nowhere.tsv",
      "--set data.test=nowhere.tsv and scan.data=nowhere/scan.tsv (in {file}): no such files; pass"),

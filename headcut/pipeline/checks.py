@@ -5,8 +5,9 @@ a stage checks against the teacher (the FLOPs budget). Messages name the recipe 
 the flag of the command the stage calls."""
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, lead_of, led, quoted, setting
 from headcut_grader.files import check_place, overwrite_said, refuse_inputs
 from headcut_grader.ranges import checked_bool
-from headcut.pipeline.recipe import DataSection, PipelineRecipe, given_as, key_names, sub_recipes
+from headcut.pipeline.recipe import CLASSES, DataSection, PipelineRecipe, given_as, key_names, sub_recipes
 from headcut.run_folder import LOCK_FILE
 from headcut.training import DATA_KEYS, same_data
 
@@ -242,17 +243,36 @@ def refuse_uncut(parts: RunParts, name: str, share: float, keeps: str) -> None:
 
 
 @contextmanager
-def named_in(recipe: PipelineRecipe, *path: str):
+def named_in(recipe: PipelineRecipe, *path: str, also: tuple[tuple[str, ...], ...] = ()):
     """A library check's refusal of the run's key at `path`, led by the file that holds the key (the run recipe, or
     a teacher's or student's recipe it leaves the key to); a key a --set gave is named by that --set alone. Gives
-    the key's name as the user gave it (given_as)."""
+    the key's name as the user gave it (given_as). `also`: the other keys the check names (a stage's section, the
+    teacher): a refusal that names one of them first is led by where that key came from instead."""
     name, where = given_as(recipe, *path)
     try:
         yield name
     except UserError as e:
+        where = _where_named_first(recipe, (path, *also), str(e)) if also else where
         if not where:
             raise
         raise led(e, f"{where}: ") from None
+
+
+def _where_named_first(recipe: PipelineRecipe, paths: tuple[tuple[str, ...], ...], said: str) -> str:
+    """Where (given_as) the key at the first of `paths` came from, or of the one that `said` names first (as
+    given_as names it: --set prune.flops, or prune.flops not after '--set ')."""
+    found = []
+    for path in paths:
+        name, where = given_as(recipe, *path)
+        named = re.search(rf"(?<![\w.-])(?<!--set ){re.escape(name)}(?!\w)", said)
+        if named:
+            found.append((named.start(), where))
+    return min(found)[1] if found else given_as(recipe, *paths[0])[1]
+
+
+def section_keys(section: str) -> tuple[tuple[str, ...], ...]:
+    """Every key of run recipe section `section` (prune, export, ...), as named_in's `also` takes them."""
+    return tuple((section, f.name) for f in fields(CLASSES[section]))
 
 
 def teacher_outline(recipe: PipelineRecipe, subs: dict):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from headcut_grader.errors import UserError
-from headcut.pipeline.checks import named_in
+from headcut.pipeline.checks import named_in, section_keys
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
 from headcut.pipeline.recipe import PipelineRecipe, key_names, sub_recipes, teacher_recipe
 
@@ -118,8 +118,11 @@ def prune(ctx: Context) -> dict:
 
     # the library samples score_rows (seed) and calibrate rows (seed + 1) of the pool itself
     settings = PruneSettings(score_rows=p.score_rows, calibrate_rows=p.calibrate, timing=False, seed=data.seed)
-    names = key_names(ctx.recipe, "prune", model=("teacher", "path"), data=("data", "train"))  # as the user gave them
-    with named_in(ctx.recipe, "prune", "flops" if p.keep_ratio is None else "keep_ratio"):  # led by its file
+    elsewhere = {"model": ("teacher", "path"), "data": ("data", "train")}
+    names = key_names(ctx.recipe, "prune", **elsewhere)  # as the user gave them
+    # led by the file that holds the key it names first (the prune's own, else the budget's), if one does
+    with named_in(ctx.recipe, "prune", "flops" if p.keep_ratio is None else "keep_ratio",
+                  also=section_keys("prune") + tuple(elsewhere.values())):
         result = _pruned(ctx, loaded, settings, progress, names)
     write_artifact(result, ctx.folder / "model", overwrite=True)
     return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],
@@ -175,7 +178,8 @@ def export(source: str) -> Callable[[Context], dict]:
         def say(message):
             ctx.progress(next(steps), None, message)
 
-        with named_in(ctx.recipe, "export", "precision"):  # a refusal of a key the run recipe's file holds: led by it
+        # a refusal led by the file that holds the key it names first (else export.precision), if one does
+        with named_in(ctx.recipe, "export", "precision", also=section_keys("export")):
             record, note = _built(ctx, loaded, pairs, gate, say)
         return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"],
                 "precision": record["precision"], "bytes": record["model_file"]["bytes"], "note": note}
