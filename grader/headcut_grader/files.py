@@ -50,7 +50,7 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:
     one inside an input folder would change that folder (a model folder gains a subfolder, its checksum changes)."""
     out = Path(out)
     check_out_name(out, flag)
-    target = out.resolve()
+    target = resolved_out(out, flag)
     for item in inputs:
         if item is not None:
             check_name_lengths(item)
@@ -62,6 +62,18 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:
         if source in target.parents:
             raise UserError(f"{setting(flag, out)} is inside the input {item}, which must stay as it is; write the "
                             "output somewhere else.")
+
+
+def resolved_out(out: Path, flag: str = "out") -> Path:
+    """Output path `out` with its links followed (Path.resolve); a loop of links on it, one sentence naming `flag`
+    (Path.resolve raised RuntimeError('Symlink loop ...'))."""
+    try:
+        os.stat(out)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UserError(f"{setting(flag, out)}: a loop of symbolic links; remove the link or name another "
+                            "path.") from None
+    return out.resolve()
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -81,7 +93,7 @@ def check_place(out: Path, flag: str = "out") -> None:
         raise UserError(f"{setting(flag, '-')} would be a file named '-': headcut writes its outputs to files "
                         "(atomically), not to standard output; name a file or folder, e.g. "
                         f"{setting(flag, 'results')}.")
-    here, target = Path.cwd().resolve(), out.resolve()
+    here, target = Path.cwd().resolve(), resolved_out(out, flag)
     if target == here or target in here.parents:
         where = "the folder you are in" if target == here else "a folder that holds the one you are in"
         raise UserError(f"{setting(flag, out)} is {where}; name a new folder or file inside it, e.g. "

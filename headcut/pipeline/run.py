@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from headcut_grader.errors import UserError, check_names
-from headcut_grader.files import as_path, file_hash, write_json
+from headcut_grader.files import as_path, file_hash, resolved_out, write_json
 from headcut_grader.validation import read_small_text
 from headcut_grader.ranges import check_callbacks
 from headcut.pipeline import stages
@@ -208,7 +208,8 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     """
     check_names(names, "run_pipeline names")
     check_callbacks("run_pipeline", progress=progress)
-    out, flag = as_path(out, "run_pipeline out").resolve(), out_flag(names)
+    flag = out_flag(names)
+    out = resolved_out(as_path(out, "run_pipeline out"), flag)
     check_recipe(recipe, PipelineRecipe, "run_pipeline recipe",
                  loader="headcut.pipeline.load_pipeline('recipe.yaml')")
     check_run(recipe, out, overwrite=overwrite, flag=flag)

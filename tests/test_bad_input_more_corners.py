@@ -1,0 +1,36 @@
+"""Bad input a later sweep found: one sentence naming the flag, argument, file or request and the fix, exit code 2
+from a command (UserError from Python), no traceback, nothing written."""
+from __future__ import annotations
+
+import pytest
+
+from test_bad_input import refused, run, tiny_grader, write  # noqa: F401  (tiny_grader: a fixture)
+
+PAIRS_TSV = "query\ttitle\tgrade\ndrill\tcordless drill\t4\npaint\tred lamp\t1\n"
+
+
+@pytest.mark.parametrize("command", ["grade", "evaluate", "export", "bench", "finetune", "run"])
+@pytest.mark.parametrize("under", [False, True])
+def test_an_out_on_a_loop_of_links_is_a_sentence_not_a_traceback(tmp_path, tiny_grader, command, under,
+                                                                 monkeypatch):
+    """--out a link that points at itself through another (or a path under one): Path.resolve raised
+    RuntimeError('Symlink loop ...') as a traceback from every command that writes."""
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    out = tmp_path / "a" / "out.tsv" if under else tmp_path / "a"
+    args = {"grade": ["grade", tiny_grader, pairs], "evaluate": ["evaluate", "--model", tiny_grader, "--data", pairs],
+            "export": ["export", tiny_grader], "bench": ["bench", "--model", tiny_grader, "--data", pairs],
+            "finetune": ["finetune", "minilm_synthetic_cpu"], "run": ["run", "quickstart"]}[command]
+    refused(run(*args, "--out", out), f"--out {out}", "loop of symbolic links")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "pairs.tsv"]
+
+
+def test_a_python_out_on_a_loop_of_links_names_the_argument(tmp_path):
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import check_out_dir, check_out_file
+
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for check in (check_out_dir, check_out_file):
+        with pytest.raises(UserError, match=r"^out=.*loop: a loop of symbolic links"):
+            check(tmp_path / "loop", overwrite=False)
