@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from headcut_grader.errors import UserError, quoted
+from headcut_grader.ranges import Range, checked_number
 from headcut_grader.validation import whole_number
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
 
@@ -58,8 +59,11 @@ def synthetic_pairs(n: int = 2000, *, seed: int = 0) -> Pairs:
     """Deterministic product-search pairs whose grade follows term overlap and attribute agreement.
 
     Synthetic, not real data: grade 5 = same product type, attribute and colour; 4 = one attribute off;
-    3 = same type, two off; 2 = a related word only; 1 = another product.
+    3 = same type, two off; 2 = a related word only; 1 = another product. `n` from 1 to MAX_SYNTHETIC (they are
+    made in memory), `seed` a whole number from 0, as `synthetic:SEED` names one.
     """
+    n = checked_number(n, "synthetic_pairs n", Range(1, MAX_SYNTHETIC), whole=True)
+    seed = checked_number(seed, "synthetic_pairs seed", Range(0), whole=True)
     rng = random.Random(seed)
     kinds = list(_PRODUCTS)
     queries, titles, labels = [], [], []

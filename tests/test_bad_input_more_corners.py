@@ -2,6 +2,8 @@
 from a command (UserError from Python), no traceback, nothing written."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from test_bad_input import refused, run, tiny_grader, write  # noqa: F401  (tiny_grader: a fixture)
@@ -34,3 +36,24 @@ def test_a_python_out_on_a_loop_of_links_names_the_argument(tmp_path):
     for check in (check_out_dir, check_out_file):
         with pytest.raises(UserError, match=r"^out=.*loop: a loop of symbolic links"):
             check(tmp_path / "loop", overwrite=False)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"n": 0}, "synthetic_pairs n is 0; it must be a whole number in [1, 1000000]"),
+    ({"n": -5}, "synthetic_pairs n is -5"),
+    ({"n": 2.5}, "synthetic_pairs n is 2.5"),
+    ({"n": "100"}, "synthetic_pairs n is '100'"),
+    ({"n": True}, "synthetic_pairs n is True"),
+    ({"n": 10 ** 12}, "synthetic_pairs n is 1000000000000"),  # was made in memory: ~130 GB
+    ({"n": 5, "seed": -1}, "synthetic_pairs seed is -1; it must be a whole number at least 0"),
+    ({"n": 5, "seed": 1.5}, "synthetic_pairs seed is 1.5"),
+    ({"n": 5, "seed": "1"}, "synthetic_pairs seed is '1'"),
+])
+def test_synthetic_pairs_checks_its_count_and_seed_before_making_any(kwargs, words):
+    """synthetic_pairs(0) and (-5) gave no pairs, 2.5 three, '100' and a seed of '1' or 1.5 a draw no spec can
+    name, and 10**12 filled memory for hours: each is now one sentence naming the argument."""
+    from headcut.synthetic import synthetic_pairs
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError, match="^" + re.escape(words)):
+        synthetic_pairs(**kwargs)
