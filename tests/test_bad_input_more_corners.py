@@ -57,3 +57,35 @@ def test_synthetic_pairs_checks_its_count_and_seed_before_making_any(kwargs, wor
 
     with pytest.raises(UserError, match="^" + re.escape(words)):
         synthetic_pairs(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"limit": 0}, "read_pairs limit is 0; it must be a whole number at least 1"),  # read every row
+    ({"limit": -1}, "read_pairs limit is -1"),
+    ({"limit": 2.5}, "read_pairs limit is 2.5"),
+    ({"limit": "1"}, "read_pairs limit is '1'"),
+    ({"grades": "12345"}, "read_pairs grades is '12345'; pass two or more different whole numbers"),  # TypeError
+    ({"grades": None}, "read_pairs grades is None"),  # AttributeError
+    ({"grades": (4,)}, "read_pairs grades is (4,)"),
+    ({"grades": (1, 1, 2)}, "read_pairs grades is (1, 1, 2)"),
+    ({"grades": (1.5, 4)}, "read_pairs grades is (1.5, 4)"),
+    ({"task": "rank"}, "read_pairs task is 'rank'; pass one of: grades, score"),  # read as grades
+    ({"require_labels": "no"}, "read_pairs require_labels is 'no'; pass True or False"),  # read as True
+    ({"texts_only": 1}, "read_pairs texts_only is 1"),
+    ({"query_col": 0}, "read_pairs query_col is 0; pass a column's name as text, or None"),  # read 'query'
+    ({"label_col": ["grade"]}, "read_pairs label_col is ['grade']"),
+])
+def test_read_pairs_checks_its_arguments_before_reading(tmp_path, kwargs, words):
+    """A Python caller's read_pairs(limit=0) read the whole file, task='rank' read grades, query_col=0 the preset's
+    column, grades='12345' raised TypeError: each is now one sentence naming the argument."""
+    from headcut_grader.data import iter_pairs, read_pairs
+    from headcut_grader.errors import UserError
+
+    path = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    with pytest.raises(UserError, match="^" + re.escape(words)):
+        read_pairs(path, **kwargs)
+    if "limit" not in kwargs:
+        with pytest.raises(UserError, match="^" + re.escape(words.replace("read_pairs", "iter_pairs"))):
+            next(iter_pairs(path, chunk_rows=10, **kwargs))
+    with pytest.raises(UserError, match="^iter_pairs chunk_rows is 0"):
+        next(iter_pairs(path, chunk_rows=0))

@@ -11,7 +11,8 @@ from pathlib import Path
 from headcut_grader import errors
 from headcut_grader.errors import UserError, check_names, quoted, setting
 from headcut_grader.files import as_path
-from headcut_grader.ranges import argument
+from headcut_grader.ranges import Range, argument, as_whole, checked_bool, checked_number
+from headcut_grader.tasks import TASKS
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
@@ -89,12 +90,33 @@ def read_pairs(
     """
     check_names(names, "read_pairs names")
     path = as_path(path, "read_pairs path", what="a pairs file's path")
+    if limit is not None:
+        checked_number(limit, "read_pairs limit", Range(1), whole=True)
+    _check_options("read_pairs", grades=grades, task=task, query_col=query_col, title_col=title_col,
+                   label_col=label_col, require_labels=require_labels, texts_only=texts_only, wants_gold=wants_gold)
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
                             title_col=title_col, label_col=label_col, label_map=label_map, grades=grades,
                             grades_fix=grades_fix, fmt=fmt,
                             require_labels=require_labels, task=task, names=names, keys=keys,
                             texts_only=texts_only, wants_gold=wants_gold))
     return chunk.pairs
+
+
+def _check_options(function: str, *, grades, task, require_labels, texts_only, wants_gold, **columns) -> None:
+    """A Python caller's options of the wrong kind, one sentence naming `function`'s argument, before a row is read:
+    each was read otherwise (task='rank' as grades, query_col=0 as the preset's column, require_labels='no' as
+    True) or failed in Python's words (grades='12345')."""
+    whole = [as_whole(grade) for grade in grades] if isinstance(grades, (tuple, list)) else [None]
+    if None in whole or len(set(whole)) != len(whole) or len(whole) < 2:
+        raise UserError(f"{function} grades is {argument(grades)[:60]}; pass two or more different whole numbers, "
+                        "e.g. (1, 2, 3, 4, 5).")
+    if task not in TASKS:
+        raise UserError(f"{function} task is {argument(task)[:60]}; pass one of: {', '.join(TASKS)}.")
+    for name, value in columns.items():
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"{function} {name} is {argument(value)[:60]}; pass a column's name as text, or None.")
+    for name, value in {"require_labels": require_labels, "texts_only": texts_only, "wants_gold": wants_gold}.items():
+        checked_bool(value, f"{function} {name}")
 
 
 def _check_label_map(label_map, grades: tuple[int, ...], said: str) -> None:
@@ -149,6 +171,10 @@ def iter_pairs(
     """
     check_names(names, "iter_pairs names")
     path = as_path(path, "iter_pairs path", what="a pairs file's path")
+    if chunk_rows is not None:
+        checked_number(chunk_rows, "iter_pairs chunk_rows", Range(1), whole=True)
+    _check_options("iter_pairs", grades=grades, task=task, query_col=query_col, title_col=title_col,
+                   label_col=label_col, require_labels=require_labels, texts_only=texts_only, wants_gold=wants_gold)
     keys = Named(names, keys)
     _check_column_names(path, keys, query_col=query_col, title_col=title_col, label_col=label_col)
     p, fmt = _format_of(path, preset, fmt, keys)
