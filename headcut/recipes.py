@@ -19,6 +19,7 @@ import yaml
 
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import as_path
+from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem
 from headcut_grader.validation import MAX_RECIPE_BYTES, read_small_text
 
@@ -79,7 +80,8 @@ def read_recipe_file(path: Path, *, what: str = "a recipe is a mapping of keys t
     try:
         text = read_small_text(path, limit=MAX_RECIPE_BYTES, what="recipe")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start}); re-save it as UTF-8.") from None
+        raise UserError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start}); "
+                        f"{utf8_fix(path)}.") from None
     data = parse_yaml(text, str(path), "fix the file") or {}
     if not isinstance(data, dict):
         raise UserError(f"{path}: {what}; fix the file.")

@@ -89,3 +89,23 @@ def test_read_pairs_checks_its_arguments_before_reading(tmp_path, kwargs, words)
             next(iter_pairs(path, chunk_rows=10, **kwargs))
     with pytest.raises(UserError, match="^iter_pairs chunk_rows is 0"):
         next(iter_pairs(path, chunk_rows=0))
+
+
+@pytest.mark.parametrize("start, words", [
+    (b"\x1f\x8b\x08\x00", "the file is gzip-compressed: decompress it (gunzip) and pass that"),
+    (b"PK\x03\x04\x14\x00\xff", "the file is a zip archive: extract it and pass that"),
+    (b"\xff\xfeq\x00u\x00", "the file is UTF-16 text: re-save it as UTF-8 and pass that"),
+    (b"q\xffuery", "re-save the file as UTF-8"),
+])
+@pytest.mark.parametrize("suffix", [".tsv", ".json", ".yaml"])
+def test_a_compressed_or_utf16_file_says_what_it_is_not_only_that_it_is_not_utf8(tmp_path, start, words, suffix):
+    """A gzip file named .tsv was told 're-save the file as UTF-8', which no re-saving of a compressed file does: its
+    first bytes say what it is, in pairs files (lines and JSON arrays) and recipes alike."""
+    from headcut.finetune import FinetuneRecipe
+    from headcut.recipes import load_recipe
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+
+    path = write(tmp_path, "data" + suffix, start + b"\x00\x80\xfe\n")
+    with pytest.raises(UserError, match=re.escape(f"; {words}.")):
+        load_recipe(FinetuneRecipe, path) if suffix == ".yaml" else read_pairs(path)

@@ -256,7 +256,7 @@ def test_a_long_wrong_value_is_shown_short(tmp_path):
 
 @pytest.mark.parametrize("content, words", [
     (b"- epochs\n- 2\n", "a recipe is a mapping of keys to values; fix the file."),
-    (b"epochs: 2\nnote: caf\xe9\n", "not UTF-8 (byte 0xe9 at byte 19); re-save it as UTF-8."),
+    (b"epochs: 2\nnote: caf\xe9\n", "not UTF-8 (byte 0xe9 at byte 19); re-save the file as UTF-8."),
 ])
 def test_a_run_names_a_teacher_recipe_file_that_is_no_recipe(tmp_path, content, words):
     """Was: the pipeline read its sub-recipes with its own reader: a list was a TypeError traceback, and

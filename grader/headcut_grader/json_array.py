@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from headcut_grader.errors import UserError
-from headcut_grader.lines import MAX_LINE_BYTES, Lines
+from headcut_grader.lines import MAX_LINE_BYTES, Lines, utf8_fix
 
 BLOCK_BYTES = 1 << 20
 # One item is one row: the JSON lines cap on a line's bytes holds for an item too.
@@ -42,7 +42,7 @@ class _Window:
         except UnicodeDecodeError as e:
             line, column = where(self.lines.path, self.read + e.start, chars=False)
             raise UserError(f"{self.lines.path}, line {line}, byte column {column}: not UTF-8 (byte "
-                            f"0x{raw[e.start]:02x}); re-save the file as UTF-8.") from None
+                            f"0x{raw[e.start]:02x}); {utf8_fix(self.lines.path)}.") from None
         self.read += len(raw)
         return True
 

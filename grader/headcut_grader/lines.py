@@ -33,6 +33,25 @@ class Position:
     sha256: str = ""
 
 
+# How a file that is not UTF-8 text starts, where its first bytes say what it is: re-saving it would not help
+_KINDS = ((b"\x1f\x8b", "gzip-compressed", "decompress it (gunzip)"), (b"PK\x03\x04", "a zip archive", "extract it"),
+          (b"BZh", "bzip2-compressed", "decompress it (bunzip2)"), (b"\xfd7zXZ", "xz-compressed", "decompress it (unxz)"),
+          (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it (unzstd)"),
+          (b"\xff\xfe", "UTF-16 text", "re-save it as UTF-8"), (b"\xfe\xff", "UTF-16 text", "re-save it as UTF-8"))
+
+
+def utf8_fix(path: Path) -> str:
+    """What to do with `path`, which is not UTF-8: what its first bytes say it is (a gzip file, UTF-16 text) and how
+    to make it UTF-8 text, else 're-save the file as UTF-8'."""
+    try:
+        with open(path, "rb") as f:
+            start = f.read(6)
+    except OSError:
+        start = b""
+    said = next(((kind, fix) for magic, kind, fix in _KINDS if start.startswith(magic)), None)
+    return f"the file is {said[0]}: {said[1]} and pass that" if said else "re-save the file as UTF-8"
+
+
 class Lines:
     """A file's lines as text, read one at a time with a cap on a line's bytes; it knows how far it has read
     (bytes, lines, and a hash of those bytes) so a reader can resume after any row. A JSON array's reader
@@ -75,7 +94,7 @@ class Lines:
                 text = raw.decode("utf-8-sig" if at_start else "utf-8")
             except UnicodeDecodeError as e:
                 raise UserError(f"{self.path}, line {self.number}, byte column {e.start + 1}: not UTF-8 (byte "
-                                f"0x{raw[e.start]:02x}); re-save the file as UTF-8.") from None
+                                f"0x{raw[e.start]:02x}); {utf8_fix(self.path)}.") from None
             if not self.first_text and text.strip():
                 self.first_text = text
             yield text
