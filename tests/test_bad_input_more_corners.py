@@ -7,6 +7,7 @@ import re
 import pytest
 
 from test_bad_input import refused, run, tiny_grader, write  # noqa: F401  (tiny_grader: a fixture)
+from test_serve import server  # noqa: F401  (a fixture)
 
 PAIRS_TSV = "query\ttitle\tgrade\ndrill\tcordless drill\t4\npaint\tred lamp\t1\n"
 
@@ -109,3 +110,21 @@ def test_a_compressed_or_utf16_file_says_what_it_is_not_only_that_it_is_not_utf8
     path = write(tmp_path, "data" + suffix, start + b"\x00\x80\xfe\n")
     with pytest.raises(UserError, match=re.escape(f"; {words}.")):
         load_recipe(FinetuneRecipe, path) if suffix == ".yaml" else read_pairs(path)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br", "deflate"])
+def test_serve_refuses_a_compressed_body_by_its_content_encoding(server, encoding):
+    """A client that gzips its JSON body (Content-Encoding: gzip) was told the body 'is not UTF-8', as if its text
+    were wrong: the header says why, and the answer says to send it uncompressed."""
+    import gzip
+
+    import httpx
+
+    body = gzip.compress(b'{"pairs": [{"query": "drill", "title": "cordless drill"}]}')
+    headers = {"content-type": "application/json", "content-encoding": encoding}
+    reply = httpx.post(server[0] + "/grade", content=body, headers=headers, timeout=30)
+    assert reply.status_code == 415, reply.text
+    assert reply.json()["error"] == (f"request body has Content-Encoding {encoding}, which this server does not "
+                                     "decode: send the JSON uncompressed, without a Content-Encoding header.")
+    plain = {"content-type": "application/json", "content-encoding": "identity"}
+    assert httpx.post(server[0] + "/grade", content=gzip.decompress(body), headers=plain, timeout=30).status_code == 200

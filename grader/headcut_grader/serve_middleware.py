@@ -46,6 +46,11 @@ class JsonBody:
         if media_type != b"application/json":
             shown = media_type.decode("latin-1") or "none"
             return 415, f"request body must be JSON (Content-Type {shown}): send Content-Type: application/json."
+        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
+        if encoding not in (b"identity", b""):  # a gzip body was answered 'not UTF-8', as if its text were wrong
+            shown = encoding.decode("latin-1")[:40]
+            return 415, (f"request body has Content-Encoding {shown}, which this server does not decode: send the "
+                         "JSON uncompressed, without a Content-Encoding header.")
         return None
 
     def too_large(self) -> tuple[int, str]:
