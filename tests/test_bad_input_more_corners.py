@@ -128,3 +128,22 @@ def test_serve_refuses_a_compressed_body_by_its_content_encoding(server, encodin
                                      "decode: send the JSON uncompressed, without a Content-Encoding header.")
     plain = {"content-type": "application/json", "content-encoding": "identity"}
     assert httpx.post(server[0] + "/grade", content=gzip.decompress(body), headers=plain, timeout=30).status_code == 200
+
+
+@pytest.mark.parametrize("task, cell, words", [
+    ("grades", "3_0", "label '3_0' is not a number"),  # was grade 30 (Python's digit grouping)
+    ("grades", "1_2e-1", "label '1_2e-1' is not a number"),
+    ("score", "1_5", "score '1_5' is not a finite number"),  # was the score 15
+    ("score", "0.2_5", "score '0.2_5' is not a finite number"),
+])
+def test_a_label_with_an_underscore_is_not_read_as_python_digit_grouping(tmp_path, task, cell, words):
+    """float('1_5') is 15: a cell '1_5' (a typo, a joined '1' and '5') was read as grade or score 15 or 30, not
+    refused."""
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+
+    column = "score" if task == "score" else "grade"
+    path = write(tmp_path, "pairs.tsv", f"query\ttitle\t{column}\ndrill\tcordless drill\t{cell}\n")
+    with pytest.raises(UserError, match=re.escape(f"line 2, column '{column}': {words}")):
+        read_pairs(path, task=task, grades=tuple(range(1, 31)))
+    assert len(read_pairs(write(tmp_path, "ok.tsv", f"query\ttitle\t{column}\nd\tt\t 3.0e0\n"), task=task)) == 1

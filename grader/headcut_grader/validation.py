@@ -178,6 +178,14 @@ def to_text(value, where: str) -> str:
     return value.strip()
 
 
+def cell_number(value) -> float:
+    """A cell's number as float() reads it, but for Python's digit grouping: float('1_5') is 15, and a cell '1_5' is
+    a typo or two values run together (ValueError, as float raises for other text)."""
+    if isinstance(value, str) and "_" in value:
+        raise ValueError(value)
+    return float(value)
+
+
 def to_grade(value, label_map, grades, where: str, grades_fix: str, map_said: str = "label_map") -> int:
     """The grade of a label cell; `map_said`: how the caller's user names the label map (label_map, --label-map;
     "": they have none to set, so a label it cannot read is the row's to fix)."""
@@ -194,7 +202,7 @@ def to_grade(value, label_map, grades, where: str, grades_fix: str, map_said: st
         grade = label_map[text]
     else:
         try:
-            number = float(text)
+            number = cell_number(text)
         except ValueError:
             fix = f"pass {map_said} to map it to a grade" if map_said else "write a grade such as 3, or drop the row"
             raise UserError(f"{where}: label {quoted(text)} is not a number; {fix}.") from None
@@ -223,7 +231,7 @@ def to_score(value, where: str) -> float:
     if value is None or str(value).strip() == "":
         raise UserError(f"{where}: empty score; fill it in or drop the row.")
     try:
-        number = float(value) if not isinstance(value, (bool, dict, list)) else float("nan")
+        number = cell_number(value) if not isinstance(value, (bool, dict, list)) else float("nan")
     except ValueError:
         number = float("nan")
     if not math.isfinite(number):
