@@ -253,18 +253,21 @@ class SetError(UserError):
 
 
 def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None, named: frozenset = frozenset(),
-              checked: bool = True, beside: tuple[str, ...] = ()):
+              checked: bool = True, beside: tuple[str, ...] = (), file: str = ""):
     """The recipe `cls` of `data`; every unknown, mistyped, missing or out-of-range key is reported in one
     error. `origins` names where a key's value came from (e.g. '--set epochs=0'), for the messages; its keys and
     `named` are the keys a user set over the recipe file (a run's section), which the recipe's check refuses
     where they do not apply even at their default value. `checked=False` skips that check of the keys together
     (a part of a recipe, read back from a record). `beside`: the keys the caller's section reads beside the
-    recipe's (a run's recipe:), valid where `named` keys are given, so a misspelt one is told its nearest."""
+    recipe's (a run's recipe:), valid where `named` keys are given, so a misspelt one is told its nearest. `file`:
+    the recipe file's name where `where` is another recipe's section that sets keys over it (a run's student): a
+    problem with a key neither `named` nor `origins` gives is placed in that file, not in the section's."""
     origins = origins or {}
     fields = {f.name: f for f in dataclasses.fields(cls)}
     problems: list[tuple[str, str]] = []  # (key, what is wrong with it)
     unknown = [k for k in data if k not in fields]
     given = named | set(origins)  # keys a section set over the recipe file: `beside` is valid beside them
+    in_file = f"{where} ({file})" if file else where
     valid = [*beside, *fields] if given & set(unknown) else list(fields)
     for key in unknown:
         close = difflib.get_close_matches(str(key), valid if key in given else fields, n=1)
@@ -289,14 +292,18 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     recipe = None if problems else cls(**values)
     if problems:
         listed = f"; valid keys are: {', '.join(valid)}" if unknown else ""
-        if len(problems) == 1:
-            key, text = problems[0]
-            raise (SetError if key in origins else UserError)(f"{origins.get(key, where)}: {text}{listed}.")
-        raise UserError(f"{where}: " + "; ".join(text + (f" (from {origins[key]})" if key in origins else "")
+        sets = [origins[key] for key, _ in problems if key in origins]
+        if len(sets) == len(problems) == 1:
+            raise SetError(f"{sets[0]}: {problems[0][1]}{listed}.")
+        own = [key for key, _ in problems if file and key not in given]  # the recipe file's own values
+        if len(own) == len(problems):  # led by the file alone
+            where, own = in_file, []
+        came = {**dict.fromkeys(own, file), **origins}
+        raise UserError(f"{where}: " + "; ".join(text + (f" (from {came[key]})" if key in came else "")
                                                  for key, text in problems) + f"{listed}.")
     check = getattr(recipe, "check", None) if checked else None
     if check:  # a check reads the keys together: name the --set values, which may be what it refuses
-        check(where + (f" with {', '.join(origins.values())}" if origins else ""), named=frozenset(origins) | named)
+        check(in_file + (f" with {', '.join(origins.values())}" if origins else ""), named=frozenset(origins) | named)
     return recipe
 
 

@@ -831,6 +831,40 @@ def test_sub_recipe_problems_are_led_by_where_each_value_came_from(tmp_path, in_
     assert said.startswith(f"{run}: ") == in_file, said  # --set values alone: led by them, not the file
 
 
+@pytest.mark.parametrize("in_run, in_student, words", [
+    # was: f"{run}: [distill.bottom3] (student.yaml): key 'epochs' is 0", the student's recipe file for the run's value
+    ("\n    epochs: 0", "", ": [distill.bottom3]: key 'epochs' is 0"),
+    ("", "epochs", ": [distill.bottom3] (student.yaml): key 'epochs' is 0"),
+    ("\n    epochs: 0", "keep_layers", ": [distill.bottom3]: key 'keep_layers' is 0, which is out of range; it must "
+                                      "be in [1, 256] (from student.yaml); key 'epochs' is 0"),
+])
+def test_a_sub_recipe_problem_names_the_file_that_holds_the_value(tmp_path, in_run, in_student, words):
+    """A student's key the run recipe's file sets is that file's, led by it alone; one its own distill recipe sets
+    is that recipe's, named beside the section; each named apart where the two files share a sentence."""
+    from headcut_grader.errors import UserError
+
+    student = tmp_path / "student.yaml"
+    student.write_text((ROOT / "headcut" / "recipes" / "distill" / "minilm_synthetic_cpu.yaml").read_text().replace(
+        f"\n{in_student}: 3", f"\n{in_student}: 0"))
+    run = tmp_path / "run.yaml"
+    run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text().replace(
+        "recipe: distill/minilm_synthetic_cpu", f"recipe: {student}{in_run}"))
+    with pytest.raises(UserError) as caught:
+        load_pipeline(run)
+    assert str(caught.value).startswith(f"{run}{words}"), str(caught.value)
+
+
+def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_recipe(tmp_path):
+    from headcut_grader.errors import UserError
+
+    run = tmp_path / "run.yaml"
+    run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text().replace(
+        "recipe: finetune/minilm_synthetic_cpu", "recipe: finetune/minilm_synthetic_cpu\n  epochs: 0"))
+    with pytest.raises(UserError) as caught:
+        load_pipeline(run)
+    assert str(caught.value).startswith(f"{run}: [teacher]: key 'epochs' is 0"), str(caught.value)
+
+
 def test_an_unknown_section_names_the_valid_ones(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("teacher: {path: runs/teacher}\ndistil: {}\n")

@@ -470,7 +470,7 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
         raise UserError(f"{where}: no training pairs; pass --set data.train=FILE.")
     given = {key for key in DATA_KEYS if injected.get(key) is not None}
     section = {"finetune": TeacherSection, "distill": StudentSection}[kind]  # its keys beside the recipe's
-    return from_dict(cls, merged, where=f"{where} ({path.name})", named=frozenset(overrides) | given, origins=origins,
+    return from_dict(cls, merged, where=where, file=path.name, named=frozenset(overrides) | given, origins=origins,
                      beside=tuple(f.name for f in fields(section) if f.name != "overrides"))
 
 
