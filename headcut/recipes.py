@@ -293,8 +293,8 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     if problems:
         listed = f"; valid keys are: {', '.join(valid)}" if unknown else ""
         sets = [origins[key] for key, _ in problems if key in origins]
-        if len(sets) == len(problems) == 1:
-            raise SetError(f"{sets[0]}: {problems[0][1]}{listed}.")
+        if len(sets) == len(problems):  # --set values alone: led by them
+            raise SetError(f"{' '.join(sets)}: " + "; ".join(text for _, text in problems) + f"{listed}.")
         own = [key for key, _ in problems if file and key not in given]  # the recipe file's own values
         if len(own) == len(problems):  # led by the file alone
             where, own = in_file, []

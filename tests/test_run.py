@@ -865,6 +865,23 @@ def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_re
     assert str(caught.value).startswith(f"{run}: [teacher]: key 'epochs' is 0"), str(caught.value)
 
 
+@pytest.mark.parametrize("items, words", [
+    # was: "quickstart.yaml: [scan]: key 'rows' is 0, ... (from --set scan.rows=0); key 'draws' is 0, ... (from ...)"
+    (["scan.rows=0", "scan.draws=0"], "--set scan.rows=0 --set scan.draws=0: key 'rows' is 0, which is out of range; "
+                                      "it must be in [1, 1000000]; key 'draws' is 0"),
+    (["distill.bottom3.keep_layers=0", "distill.bottom3.epochs=0"],
+     "--set distill.bottom3.keep_layers=0 --set distill.bottom3.epochs=0: key 'keep_layers' is 0"),
+    (["teacher.epochs=0", "teacher.max_length=1"], "--set teacher.max_length=1 --set teacher.epochs=0: key 'max_length'"),
+])
+def test_several_problems_of_set_values_alone_are_led_by_those_sets(items, words):
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=items)
+    said = str(caught.value)
+    assert said.startswith(words) and "quickstart" not in said and "(from --set" not in said, said
+
+
 def test_an_unknown_section_names_the_valid_ones(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("teacher: {path: runs/teacher}\ndistil: {}\n")
