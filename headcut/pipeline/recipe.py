@@ -220,14 +220,16 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         students.append((str(name), StudentSection(recipe, rest)))
     prune, data_part = parts["prune"], parts["data"]
     if data_part is not None and data_part.test is None:
-        problems.append("[data] test is not set; pass --set data.test=FILE (labelled pairs kept apart from training, "
-                        "which the report grades every grader on), or synthetic:2 offline")
+        problems.append(_problem(_by(origins, ("data", "test")), "[data] test is not set; pass --set data.test=FILE "
+                                 "(labelled pairs kept apart from training, which the report grades every grader on), "
+                                 "or synthetic:2 offline"))
     if data_part is not None and prune is not None and prune.flops is not None and data_part.train is None:
         problems.append("[prune] flops scores units on data.train, which is not set; pass --set data.train=FILE")
     yardstick = parts["bench"].yardstick if parts["bench"] is not None else None
     if yardstick is not None and not (Path(yardstick) / "config.json").is_file():
-        problems.append(f"[bench] yardstick {yardstick} is not a grader folder (no config.json); pass "
-                        "--set bench.yardstick=DIR (a folder written by headcut finetune) or null")
+        problems.append(_problem(_by(origins, ("bench", "yardstick")), f"[bench] yardstick {yardstick} is not a grader "
+                                 "folder (no config.json); pass --set bench.yardstick=DIR (a folder written by headcut "
+                                 "finetune) or null"))
     from headcut.prune.targets import one_target_problem  # headcut.prune loads torch: only when a recipe is read
 
     target = prune and one_target_problem({"keep_ratio": prune.keep_ratio, "flops": prune.flops}, flags=False)
@@ -298,11 +300,11 @@ def _student_name_problem(name, earlier: list[str]) -> str | None:
 
 def _own_teacher_problem(name: str, teacher, origins: dict) -> str:
     """A run's students learn from the run's teacher (the model its report compares them with), which the run puts
-    in each distill recipe: a student's own `teacher` key would silently replace it."""
-    said = origins.get(("distill", name, "teacher"), f"key 'teacher' ({str(teacher):.80})")
-    return (f"[distill.{name}] {said} would replace the run's teacher, which every student of a run learns from; "
-            "drop it to use the run's teacher, or distill from another teacher with headcut distill RECIPE "
-            "--set teacher=DIR")
+    in each distill recipe: a student's own `teacher` key would silently replace it. Led by its --set, if one gave it."""
+    return _problem(_by(origins, ("distill", name, "teacher")),
+                    f"[distill.{name}] key 'teacher' ({str(teacher):.80}) would replace the run's teacher, which every "
+                    "student of a run learns from; drop it to use the run's teacher, or distill from another teacher "
+                    "with headcut distill RECIPE --set teacher=DIR")
 
 
 # sample sizes the shipped recipes set: switching one to keep_ratio need not unset them
