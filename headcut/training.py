@@ -27,7 +27,7 @@ from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash, write_text
 from headcut_grader.ranges import check_callbacks, check_ranges, ranged
-from headcut_grader.validation import read_small_text
+from headcut_grader.validation import absent, read_small_text
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def check_data_files(recipe) -> None:
         spec = getattr(recipe, key, None)
         if spec is not None and not is_synthetic(spec) and not Path(spec).exists():
             offline = f" (or pass --set {key}=synthetic)" if key != "unlabeled_data" else ""
-            raise UserError(f"{key}={spec}: no such file; check the path{offline}.")
+            raise UserError(f"{key}={spec}: {absent(spec, f'no such file; check the path{offline}')}.")
 
 
 def same_data(a: str, b: str) -> bool:

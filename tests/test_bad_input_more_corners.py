@@ -147,3 +147,31 @@ def test_a_label_with_an_underscore_is_not_read_as_python_digit_grouping(tmp_pat
     with pytest.raises(UserError, match=re.escape(f"line 2, column '{column}': {words}")):
         read_pairs(path, task=task, grades=tuple(range(1, 31)))
     assert len(read_pairs(write(tmp_path, "ok.tsv", f"query\ttitle\t{column}\nd\tt\t 3.0e0\n"), task=task)) == 1
+
+
+@pytest.mark.parametrize("kind, words", [
+    ("loop", "a loop of symbolic links; remove the link or name another path"),
+    ("broken", "a broken symbolic link to {target}; point the link at an existing path or name another"),
+])
+def test_an_input_on_a_loop_of_links_or_a_broken_link_says_so(tmp_path, tiny_grader, kind, words):
+    """--data, --model, a recipe's data key or a score file that is a loop of links or a link to nothing was
+    'no such file; check the path', though the path is there: the link is what to fix."""
+    from headcut.models import resolve_source
+    from headcut.evaluate.importance import read_scores
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+    from headcut_grader.grader import read_record
+
+    link, target = tmp_path / "link", tmp_path / "gone"
+    link.symlink_to(link if kind == "loop" else target)
+    said = words.format(target=target)
+    refused(run("evaluate", "--model", tiny_grader, "--data", link), f"{link}: {said}")
+    refused(run("evaluate", "--model", link, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), f"{link}: {said}")
+    refused(run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={link}", "--out", tmp_path / "o"),
+            f"train_data={link}: {said}")
+    recipe = tmp_path / "r.yaml"
+    recipe.symlink_to(recipe if kind == "loop" else target)
+    refused(run("finetune", recipe, "--out", tmp_path / "o"), f"recipe {recipe}: {said.format(target=target)}")
+    for call in (read_pairs, read_record, resolve_source, read_scores):
+        with pytest.raises(UserError, match=re.escape(said)):
+            call(link)

@@ -19,7 +19,7 @@ from pathlib import Path
 from headcut_grader.errors import UserError, caller, named, setting
 from headcut_grader.lines import RESUME_SPELLED
 from headcut_grader.ranges import argument, checked_bool
-from headcut_grader.validation import NAME_MAX_BYTES, check_name_lengths
+from headcut_grader.validation import LINK_LOOP, NAME_MAX_BYTES, check_name_lengths
 
 
 def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
@@ -71,8 +71,7 @@ def resolved_out(out: Path, flag: str = "out") -> Path:
         os.stat(out)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise UserError(f"{setting(flag, out)}: a loop of symbolic links; remove the link or name another "
-                            "path.") from None
+            raise UserError(f"{setting(flag, out)}: {LINK_LOOP}.") from None
     return out.resolve()
 
 

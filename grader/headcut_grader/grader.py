@@ -20,7 +20,7 @@ from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole, ch
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import ACTIVATIONS, score_values
 from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
-from headcut_grader.validation import read_small_text, text_problem
+from headcut_grader.validation import absent, read_small_text, text_problem
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
 GRADER_FORMAT = 1
@@ -115,7 +115,8 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     folder = Path(folder)
     path = folder / "grader.json"
     if not folder.exists():
-        raise UserError(f"{setting(flag, folder)}: no such folder; pass a folder written by `headcut export`.")
+        plain = "no such folder; pass a folder written by `headcut export`"
+        raise UserError(f"{setting(flag, folder)}: {absent(folder, plain)}.")
     if not folder.is_dir():  # e.g. the grader.json itself, whose folder is the one to pass, or a pairs file
         example = f", e.g. {folder.parent}" if (folder.parent / "grader.json").is_file() else ""
         raise UserError(f"{setting(flag, folder)} is a file; pass the grader's folder (written by `headcut export`)"

@@ -2,6 +2,7 @@
 (through a label map) or a score, and what an input path must be; each problem is one UserError sentence."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -80,11 +81,28 @@ def check_name_lengths(path: str | Path, flag: str = "", *, last_name_max: int =
         raise UserError(f"{setting(flag, path)}: {problem}; use a shorter name.")
 
 
+LINK_LOOP = "a loop of symbolic links; remove the link or name another path"
+
+
+def absent(path: str | Path, plain: str = "no such file; check the path") -> str:
+    """Why a named input `path` is not there, to follow its name in a sentence: a loop of symbolic links, or a
+    symbolic link to nothing (naming its target), where `plain` (the caller's 'no such file; FIX') would send the
+    user looking for a file that is there."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return LINK_LOOP
+    if os.path.islink(path):
+        return f"a broken symbolic link to {os.readlink(path)}; point the link at an existing path or name another"
+    return plain
+
+
 def check_regular(path: Path) -> None:
     """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends."""
     check_name_lengths(path)
     if not path.exists():
-        raise UserError(f"{path}: no such file; check the path.")
+        raise UserError(f"{path}: {absent(path)}.")
     if path.is_dir():
         raise UserError(f"{path} is a folder; pass a data file (TSV, CSV, JSON lines or JSON).")
     if not path.is_file():

@@ -23,7 +23,7 @@ from headcut_grader.data import Pairs, check_regular
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import write_json
 from headcut_grader.readers import bounded_int
-from headcut_grader.validation import read_small_text
+from headcut_grader.validation import absent, read_small_text
 
 FORMAT = "headcut-importance/1"
 
@@ -139,7 +139,8 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
     model, data, methods, file."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{path}: no such score file; run `headcut scan --out DIR` and pass DIR/importance.json.")
+        plain = "no such score file; run `headcut scan --out DIR` and pass DIR/importance.json"
+        raise UserError(f"{path}: {absent(path, plain)}.")
     if path.is_dir():
         raise UserError(f"{path} is a folder; pass the score file in it, {path / 'importance.json'}"
                         + ("." if (path / "importance.json").is_file() else " (`headcut scan --out DIR` writes it)."))

@@ -11,6 +11,7 @@ from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError, check_names, setting
 from headcut_grader.files import as_path
 from headcut_grader.ranges import check_callbacks
+from headcut_grader.validation import absent
 from headcut.model_arguments import check_loaded, check_model, check_tokenizer
 from headcut.prune_arguments import named
 
@@ -45,7 +46,8 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
     check_loaded(loaded, "scores_from_file loaded")
     scores_said, model, data = setting(named("scores", names), path), named("model", names), named("data", names)
     if not path.exists():
-        raise UserError(f"{scores_said}: no such file; run `headcut scan` first or pass {data} to score heads here.")
+        plain = f"no such file; run `headcut scan` first or pass {data} to score heads here"
+        raise UserError(f"{scores_said}: {absent(path, plain)}.")
     scores, meta = read_scores(path, method=method, default=DEFAULT_METHOD)
     scores = torch.as_tensor(scores, dtype=torch.float64)
     expected = mask_shape(loaded.model)
