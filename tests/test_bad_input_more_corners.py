@@ -175,3 +175,28 @@ def test_an_input_on_a_loop_of_links_or_a_broken_link_says_so(tmp_path, tiny_gra
     for call in (read_pairs, read_record, resolve_source, read_scores):
         with pytest.raises(UserError, match=re.escape(said)):
             call(link)
+
+
+@pytest.mark.parametrize("kind, text", [(int, "1_000"), (int, "５"), (int, "１０"), (float, "0.5_0"), (float, "０.5")])
+def test_a_number_flag_refuses_python_only_spellings(kind, text):
+    """int('1_000') is 1000 and int('５') (full-width) 5: a flag typed with digit grouping or another script's
+    digits ran on a number nobody typed, where a label cell '1_5' is refused."""
+    from headcut.cli.bench import _ints
+    from headcut_grader.cli.common import BadValue, bounded
+    from headcut_grader.errors import UserError
+    from headcut_grader.ranges import Range
+
+    refusal = bounded(kind, Range(0, None), "--flag")(text)
+    noun = "whole number" if kind is int else "number"
+    assert isinstance(refusal, BadValue) and refusal.sentence.startswith(f"--flag '{text}' is not a {noun}; ")
+    assert bounded(kind, Range(0, None), "--flag")(" 10 ") == 10
+    if kind is int:
+        with pytest.raises(UserError, match=re.escape(f"--seq-lens '8,{text}' is not a comma-separated list")):
+            _ints(f"8,{text}", "--seq-lens", Range(1, None))
+
+
+def test_limit_with_digit_grouping_is_refused_before_work(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--limit", "1_000", "--out", tmp_path / "o"),
+            "--limit '1_000' is not a whole number")
+    assert not (tmp_path / "o").exists()

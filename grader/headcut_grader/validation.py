@@ -196,12 +196,13 @@ def to_text(value, where: str) -> str:
     return value.strip()
 
 
-def cell_number(value) -> float:
-    """A cell's number as float() reads it, but for Python's digit grouping: float('1_5') is 15, and a cell '1_5' is
-    a typo or two values run together (ValueError, as float raises for other text)."""
-    if isinstance(value, str) and "_" in value:
+def cell_number(value, kind: type = float, *, ascii_only: bool = False):
+    """A cell's or flag's number as `kind` (float, int) reads it, but for Python's digit grouping: float('1_5') is 15,
+    and a cell '1_5' is a typo or two values run together (ValueError, as float raises for other text).
+    `ascii_only`: digits of other scripts too (int('５') is 5), which nobody types for a flag meaning them."""
+    if isinstance(value, str) and ("_" in value or ascii_only and not value.isascii()):
         raise ValueError(value)
-    return float(value)
+    return kind(value)
 
 
 def to_grade(value, label_map, grades, where: str, grades_fix: str, map_said: str = "label_map") -> int:

@@ -12,9 +12,10 @@ from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, 
 
 def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
     from headcut_grader.errors import UserError, quoted
+    from headcut_grader.validation import cell_number
 
     try:
-        values = tuple(int(x) for x in text.split(","))
+        values = tuple(cell_number(x, int, ascii_only=True) for x in text.split(","))
     except ValueError:
         raise UserError(f"{flag} {quoted(text)} is not a comma-separated list of numbers; write e.g. {flag} 1,8,32.") from None
     for value in values:

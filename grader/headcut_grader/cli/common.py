@@ -23,7 +23,7 @@ from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import path_mark
 from headcut_grader.ranges import Range
-from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, name_length_problem
+from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, cell_number, name_length_problem
 
 
 class OneLineErrors(typer.core.TyperGroup):
@@ -221,7 +221,7 @@ def bounded(kind: type, valid: Range, flag: str):
             number = value
         else:
             try:
-                number = kind(value)
+                number = cell_number(value, kind, ascii_only=True)
             except (TypeError, ValueError):
                 return BadValue(f"{flag} {quoted(str(value))} is not a {'whole number' if kind is int else 'number'}; it must be "
                                 f"{valid.describe()}.")
