@@ -171,6 +171,26 @@ def test_head_answers_like_get_without_a_body(server, path):
     assert head.status_code == got.status_code and head.status_code in (200, 501), head.text
     assert head.content == b""
 
+def test_the_api_page_names_each_operation_once(server):
+    """GET and HEAD on one route shared its operation id: fetching /openapi.json warned "Duplicate Operation ID
+    healthz_healthz_get" (and for the metrics page) in the server's log, and clients generated from it clash."""
+    import warnings
+
+    from fastapi import FastAPI
+
+    from headcut_grader.serve_routes import add_routes
+
+    app = FastAPI()
+    add_routes(app, Limits())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        paths = app.openapi()["paths"]
+    ids = [op["operationId"] for ops in paths.values() for op in ops.values()]
+    assert len(ids) == len(set(ids)) and {"/healthz", "/metrics", "/grade", "/rank"} <= set(paths)
+    assert set(paths["/healthz"]) == {"get"} == set(paths["/metrics"])
+    assert set(httpx.get(server[0] + "/openapi.json", timeout=30).json()["paths"]["/healthz"]) == {"get"}
+
+
 def test_oversize_requests_are_refused_and_the_server_lives_on(server):
     url, _ = server
     assert httpx.post(url + "/grade", json={"pairs": [{"query": "q", "title": "t"}]}, timeout=30).status_code == 200

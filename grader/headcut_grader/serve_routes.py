@@ -104,11 +104,18 @@ BODY_ROUTES = ("/grade", "/rank")  # the routes that read a JSON body (serve_mid
 def add_routes(app: FastAPI, limits) -> None:
     """GET|HEAD /healthz, POST /grade and /rank (bodies bounded by `limits`), GET|HEAD /metrics."""
     grade_request, rank_request = request_models(limits)
-    readable = ["GET", "HEAD"]  # load balancers probe with HEAD: it answers like GET, without the body
-    app.add_api_route("/healthz", healthz, methods=readable)
+    _add_readable(app, "/healthz", healthz)
     for path, handler, model in zip(BODY_ROUTES, (grade, rank), (grade_request, rank_request)):
         app.add_api_route(path, _with_body(handler, model), methods=["POST"])
-    app.add_api_route("/metrics", metrics_page, methods=readable, response_class=PlainTextResponse)
+    _add_readable(app, "/metrics", metrics_page, response_class=PlainTextResponse)
+
+
+def _add_readable(app: FastAPI, path: str, handler, **options) -> None:
+    """GET and HEAD `path` (load balancers probe with HEAD: it answers like GET, without the body). One route
+    answers both, so a POST's 405 allows both; the API page lists a GET-only twin that the first shadows, since a
+    route listing both gives the two operations one id (FastAPI warns "Duplicate Operation ID")."""
+    app.add_api_route(path, handler, methods=["GET", "HEAD"], include_in_schema=False, **options)
+    app.add_api_route(path, handler, methods=["GET"], **options)
 
 
 def _with_body(handler, model):
