@@ -84,7 +84,10 @@ def read_recipe_file(path: Path, *, what: str = "a recipe is a mapping of keys t
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start}); "
                         f"{utf8_fix(path)}.") from None
-    data = parse_yaml(text, str(path), "fix the file") or {}
+    data = parse_yaml(text, str(path), "fix the file")
+    if data is None:  # a failed save or a template not filled in, not a choice of every default (that is `{}`)
+        raise UserError(f"{path}: no keys (the file is empty, or holds only blank lines and comments); {what}: "
+                        f"write its keys, e.g. in a copy of a shipped one from {RECIPE_ROOT}.")
     if not isinstance(data, dict):
         raise UserError(f"{path}: {what}; fix the file.")
     return data

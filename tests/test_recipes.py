@@ -257,6 +257,7 @@ def test_a_long_wrong_value_is_shown_short(tmp_path):
 @pytest.mark.parametrize("content, words", [
     (b"- epochs\n- 2\n", "a recipe is a mapping of keys to values; fix the file."),
     (b"epochs: 2\nnote: caf\xe9\n", "not UTF-8 (byte 0xe9 at byte 19); re-save the file as UTF-8."),
+    (b"# epochs: 2\n", "no keys (the file is empty, or holds only blank lines and comments)"),
 ])
 def test_a_run_names_a_teacher_recipe_file_that_is_no_recipe(tmp_path, content, words):
     """Was: the pipeline read its sub-recipes with its own reader: a list was a TypeError traceback, and
@@ -363,3 +364,17 @@ def test_a_recipe_key_that_does_not_print_is_quoted_with_escapes(tmp_path):
         load_recipe(FinetuneRecipe, own)
     assert r"unknown key 'epochs\u200b' (did you mean 'epochs'?)" in str(caught.value)
     assert str(caught.value).isprintable()
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# epochs: 3\n", "---\n# nothing yet\n"])
+def test_an_empty_or_comment_only_recipe_file_is_refused_not_read_as_all_defaults(tmp_path, text):
+    """Was: an empty recipe file (a save that failed, a template not filled in) trained with every default."""
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as err:
+        load_recipe(FinetuneRecipe, path, overrides=["train_data=synthetic"])  # was: trained with every default
+    assert str(err.value) == (f"{path}: no keys (the file is empty, or holds only blank lines and comments); a "
+                              "recipe is a mapping of keys to values: write its keys, e.g. in a copy of a shipped "
+                              f"one from {RECIPE_ROOT}.")
+    path.write_text("{}\n")  # an explicit empty mapping: every default, chosen
+    assert load_recipe(FinetuneRecipe, path, overrides=["train_data=synthetic"]).epochs == FinetuneRecipe.epochs
