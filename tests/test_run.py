@@ -19,6 +19,7 @@ import torch
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
+from headcut_grader.errors import UserError
 from headcut.synthetic import synthetic_pairs
 from headcut.models import LoadedModel, save_model
 from headcut.pipeline import load_pipeline, run_pipeline
@@ -686,7 +687,6 @@ def test_the_checks_before_any_stage_read_each_sub_recipe_once(tmp_path, monkeyp
     from headcut import models
     from headcut.pipeline import checks, recipe as pipeline_recipe
 
-    recipe = load_pipeline("quickstart", overrides=["distill.p.recipe=distill/minilm_pruned_cpu"])
     built, outlined = Counter(), Counter()
     read, outline = pipeline_recipe.read_sub_recipe, models._outlined  # outline and outline_if_present both
 
@@ -700,11 +700,38 @@ def test_the_checks_before_any_stage_read_each_sub_recipe_once(tmp_path, monkeyp
 
     monkeypatch.setattr(pipeline_recipe, "read_sub_recipe", counted_read)
     monkeypatch.setattr(models, "_outlined", counted_outline)
+    recipe = load_pipeline("quickstart", overrides=["distill.p.recipe=distill/minilm_pruned_cpu"])
     checks.check_run(recipe, tmp_path / "out", overwrite=False)
     assert built == {"finetune/minilm_synthetic_cpu": 1, "distill/minilm_synthetic_cpu": 1,
                      "distill/minilm_pruned_cpu": 1}
     # the finetune recipe's own check of its base model, and the checks' outline of it as the run's teacher
     assert list(outlined.values()) == [2] and not (tmp_path / "out").exists()  # minilm-l6's folder, twice
+
+
+def test_a_run_reads_each_sub_recipe_once_from_its_recipe_to_its_first_stage(tmp_path, monkeypatch):
+    """Was: `headcut run` built every sub-recipe 4 times before its first stage (reading the recipe, the CLI's plan
+    to size its lines, the checks, the run's plan); now the recipe carries what it was read with, down to the
+    stages."""
+    from collections import Counter
+
+    from headcut.pipeline import recipe as pipeline_recipe, stages
+
+    built, read = Counter(), pipeline_recipe.read_sub_recipe
+
+    def counted_read(cls, name, *args, **kwargs):
+        built[name] += 1
+        return read(cls, name, *args, **kwargs)
+
+    def stop(ctx):
+        raise UserError("stopped at the teacher stage")
+
+    monkeypatch.setattr(pipeline_recipe, "read_sub_recipe", counted_read)
+    monkeypatch.setattr(stages, "teacher", stop)
+    result = CliRunner().invoke(app, ["run", "quickstart", "--out", str(tmp_path / "out"),
+                                      "--set", "distill.p.recipe=distill/minilm_pruned_cpu"])
+    assert result.exit_code == 2 and "stopped at the teacher stage" in result.stderr, result.output
+    assert built == {"finetune/minilm_synthetic_cpu": 1, "distill/minilm_synthetic_cpu": 1,
+                     "distill/minilm_pruned_cpu": 1}
 
 
 @pytest.mark.parametrize("teacher, words", [("/nonexistent", ": no such folder"), ("pruned", " is already pruned")])

@@ -15,12 +15,11 @@ from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, lead_of, led, quoted, setting
 from headcut_grader.files import check_place, overwrite_said, refuse_inputs
 from headcut_grader.ranges import checked_bool
-from headcut.pipeline.recipe import CLASSES, DataSection, PipelineRecipe, given_as, key_names, sub_recipes
+from headcut.pipeline.recipe import CLASSES, UPSTREAM, DataSection, PipelineRecipe, given_as, key_names, planned_subs
 from headcut.run_folder import LOCK_FILE
 from headcut.training import DATA_KEYS, same_data
 
 RUN_FILE = "run.json"  # marks a folder as a run's
-UPSTREAM = ("<teacher>", "<pruned>")  # what sub-recipes name in place of models the run makes
 
 
 @dataclass
@@ -40,14 +39,13 @@ class RunParts:
 
 def run_parts(recipe: PipelineRecipe) -> RunParts:
     """`recipe` with its sub-recipes built, for the checks below."""
-    subs = sub_recipes(recipe, teacher_dir=UPSTREAM[0], pruned_dir=UPSTREAM[1])
-    return RunParts(recipe, {name: sub for name, sub in subs.items() if sub is not None})
+    return RunParts(recipe, {name: sub for name, sub in planned_subs(recipe).items() if sub is not None})
 
 
 def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str = "out") -> None:
     """Everything `headcut run` checks before it writes anything; raises the first problem as a UserError. `flag`:
     what the caller named `out` by (run_folder.out_flag: out, --out)."""
-    parts = run_parts(recipe)  # each sub-recipe read and checked once (a teacher's outlines its base model)
+    parts = run_parts(recipe)  # the sub-recipes the recipe was read with (planned_subs), passed to each check
     check_run_dir(out, parts, overwrite=overwrite, flag=flag)
     check_inputs(parts)
     check_models(parts)

@@ -14,7 +14,7 @@ from pathlib import Path
 from headcut.data_spec import read_spec
 from headcut_grader.data import DEFAULT_GRADES, Pairs, read_pairs
 from headcut.synthetic import is_synthetic
-from headcut.pipeline.recipe import DataSection, PipelineRecipe, sub_recipes
+from headcut.pipeline.recipe import DataSection, PipelineRecipe, planned_subs
 
 
 def read(spec: str, *, data: DataSection, rows: int | None, seed: int, task: str = "grades",
@@ -30,7 +30,7 @@ def selections(recipe: PipelineRecipe, teacher_meta: dict | None) -> list[tuple[
     teacher (trained here, or as an existing grader's headcut.json records) and every student."""
     from headcut.finetune import recorded_recipe, selection_pairs
 
-    subs = sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")
+    subs = planned_subs(recipe)
     found = [(r.dev_data, lambda r=r: selection_pairs(r)) for r in subs.values() if r is not None]
     recorded = recorded_recipe(teacher_meta, where=f"{recipe.teacher.path}/headcut.json") \
         if subs["teacher"] is None and teacher_meta else None

@@ -133,6 +133,8 @@ class PipelineRecipe:
     floor: FloorSection
     source: str = "recipe"  # where it was read from, for messages
     origins: tuple[tuple[tuple[str, ...], str], ...] = ()  # (key path, '--set ITEM') of each --set, for messages
+    # its sub-recipes as planned_subs builds them: once, when the recipe is read, for its checks, plan and stages
+    planned: dict | None = field(default=None, init=False, repr=False, compare=False)
 
 
 CLASSES = {"data": DataSection, "scan": ScanSection, "prune": PruneSection, "export": ExportSection,
@@ -247,7 +249,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
                             parts["export"], parts["bench"], parts["floor"], where, tuple(origins.items()))
     if data_part is not None:  # every sub-recipe built once here, with placeholder paths; a [data] section that
         # did not read would have them all report its keys as missing
-        _checked(lambda: sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>"), problems)
+        _checked(lambda: planned_subs(recipe), problems)
     if problems:
         raise _refused(problems, where)
     return recipe
@@ -534,6 +536,17 @@ def key_names(recipe: PipelineRecipe, section: str, **elsewhere: tuple[str, ...]
 
 def _common(data: DataSection) -> dict:
     return {"train_data": data.train, "dev_data": data.dev, **file_keys(data)}
+
+
+UPSTREAM = ("<teacher>", "<pruned>")  # what planned sub-recipes name in place of the models the run makes
+
+
+def planned_subs(recipe: PipelineRecipe) -> dict:
+    """`sub_recipes` with UPSTREAM's placeholders, as the run's checks and plan read them: built on first use and
+    kept with `recipe` (each build reads the recipe files and checks them, a teacher's outlining its base model)."""
+    if recipe.planned is None:
+        object.__setattr__(recipe, "planned", sub_recipes(recipe, teacher_dir=UPSTREAM[0], pruned_dir=UPSTREAM[1]))
+    return recipe.planned
 
 
 def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | None) -> dict:

@@ -31,7 +31,7 @@ from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
-from headcut.pipeline.recipe import PipelineRecipe, as_dict, sub_recipes
+from headcut.pipeline.recipe import PipelineRecipe, as_dict, planned_subs
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import locked, not_a_folder, out_flag
 
@@ -67,7 +67,7 @@ class RunResult:
 
 def plan(recipe: PipelineRecipe) -> list[Stage]:
     """The run's stages in order, with what each depends on and the settings its fingerprint covers."""
-    subs = sub_recipes(recipe, teacher_dir="<teacher>", pruned_dir="<pruned>")  # paths: upstream fingerprints
+    subs = planned_subs(recipe)  # placeholders for the models the run makes: their stages' fingerprints cover them
     data = to_dict(recipe.data)
     teacher = {"path": recipe.teacher.path} if recipe.teacher.path else {"recipe": to_dict(subs["teacher"])}
     out = [Stage("teacher", (), teacher, stages.teacher)]
@@ -221,7 +221,7 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
 def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None], flag: str) -> RunResult:
     from headcut.pipeline.report import write_report
 
-    stages_of_run = plan(recipe)  # reads the sub-recipe files: once
+    stages_of_run = plan(recipe)
     strangers = {s.name for s in stages_of_run if not_a_folder(out / s.folder, overwrite=overwrite, flag=flag)}
     if overwrite:
         _drop_unplanned(out, {s.folder for s in stages_of_run})

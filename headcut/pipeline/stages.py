@@ -13,7 +13,7 @@ from typing import Callable
 from headcut_grader.errors import UserError
 from headcut.pipeline.checks import named_in, section_keys
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
-from headcut.pipeline.recipe import PipelineRecipe, key_names, sub_recipes, teacher_recipe
+from headcut.pipeline.recipe import PipelineRecipe, key_names, planned_subs, sub_recipes
 
 
 @dataclass
@@ -76,7 +76,8 @@ def teacher(ctx: Context) -> dict:
         with named_in(ctx.recipe, "teacher", "path") as name:  # led by the file that holds it, if one does
             model = resolve_source(ctx.recipe.teacher.path, flag=name)
         return {"model": str(model.resolve()), "trained": False}
-    result = finetune(teacher_recipe(ctx.recipe), ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
+    recipe = planned_subs(ctx.recipe)["teacher"]  # the finetune recipe the checks read: it names no upstream model
+    result = finetune(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
     return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
 
 
