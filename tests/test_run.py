@@ -460,6 +460,29 @@ def test_a_stage_names_a_key_it_refuses_as_the_user_gave_it(tiny_recipe, tmp_pat
     assert str(caught.value).startswith(said if given == "--set" else lead + said), str(caught.value)
 
 
+@pytest.mark.parametrize("methods", ["[kl]", "[kl, ablation]"])
+def test_a_runs_scan_reads_gold_only_where_its_methods_or_experiments_do(tiny_recipe, tmp_path, methods):
+    """Was: the checks before any stage and the scan stage required gold in scan.data whatever the scan computes, so
+    a scan with only kl and no experiments was refused on an unlabelled file that `headcut scan` accepts; now both
+    decide as `headcut scan` does (evaluate.scan.scan_gold), and a scan that reads gold still needs it up front."""
+    from headcut.pipeline import stages
+    from headcut.pipeline.checks import check_run
+
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("query\ttitle\n" + "".join(f"query {i}\ttitle {i} words\n" for i in range(12)))
+    recipe = load_pipeline(tiny_recipe, overrides=[f"scan.data={texts}", f"scan.methods={methods}",
+                                                   "scan.experiments=none"])
+    if methods != "[kl]":  # ablation reads gold: refused before any stage, naming the file
+        with pytest.raises(UserError, match=re.escape(str(texts)) + ".*data.label_col"):
+            check_run(recipe, tmp_path / "out", overwrite=False)
+        return
+    check_run(recipe, tmp_path / "out", overwrite=False)
+    teacher = str(tiny_recipe.parent / "base")
+    record = stages.scan(stages.Context(recipe, tmp_path / "scan", {"teacher": {"model": teacher}}, lambda *a: None,
+                                        tmp_path))
+    assert record["baseline"] is None and json.loads((tmp_path / "scan" / "scan" / "importance.json").read_text())
+
+
 def given_recipe(tmp_path: Path, given: str, items: list[str]):
     """quickstart with `items` ('section.key=value') given by --set, or written into a copy of its file; and the
     words a message that names the first of them leads with: the --set, or the file."""

@@ -84,19 +84,18 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     the main process alone draws bars and writes; result is None on the other processes. `texts_only`: read no
     gold (probe), so a file's grades need not fit the model and no baseline is measured."""
     from headcut.evaluate.ablation import process_state
-    from headcut.evaluate.scan import needs_gold, scan_model
+    from headcut.evaluate.scan import scan_gold, scan_model
     from headcut.evaluate.scan_report import write_scan
     from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model
 
     state = process_state()
     check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out")
-    # require_labels: a gold column named by its flag must be there
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=label_col is not None, seed=seed, texts_only=texts_only)
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
-    if not texts_only:  # the model's task and grades say how its gold reads
-        read.update(task=loaded.task, grades=loaded.grades, wants_gold=needs_gold(settings))
+    if not texts_only:  # the model's task and grades say how its gold reads; a column named by its flag must be there
+        read.update(task=loaded.task, grades=loaded.grades, **scan_gold(settings, required=label_col is not None))
     pairs = read_data(data, title_col=title_col, **read)
     title_words = _title_words(data, pairs, seg_col, **read)
     if state.num_processes > 1:

@@ -191,6 +191,15 @@ def needs_gold(settings: ScanSettings) -> bool:
     return bool(settings.experiments) or any(CRITERIA[m].needs_gold for m in settings.methods)
 
 
+def scan_gold(settings: ScanSettings, *, required: bool) -> dict:
+    """How a scan's pairs are read (read_pairs' require_labels and wants_gold), decided here so that `headcut scan` and
+    a run's scan stage read alike: gold is wanted where the scan reads it (`needs_gold`: a file holding only the other
+    task's gold is refused with the sentence that says so; one with none, by `scan`), and `required` where the caller
+    says so (a command: its --label-col names the column; a run: wherever the scan reads gold, so that its checks
+    refuse up front what the scan would refuse after the teacher stage)."""
+    return {"require_labels": required, "wants_gold": needs_gold(settings)}
+
+
 # where a caller of scan names a setting otherwise than NAME, --NAME or scan.NAME (headcut_grader.errors.named)
 SCAN_SPELLED = {"arguments": {"methods": "ScanSettings methods", "experiments": "ScanSettings experiments",
                               "k": "ScanSettings k"},

@@ -141,22 +141,34 @@ def check_test_apart(parts: RunParts) -> None:
 
 def check_gold(parts: RunParts, task: str, grades: tuple) -> None:
     """Every named file reads as the stages will read it, with the gold of the teacher's task (its grades, or the
-    score column) wherever a stage needs gold, before any stage runs."""
+    score column) wherever a stage needs gold, before any stage runs. A file named by several keys is read as the
+    first that requires gold reads it, else as the first key."""
     named = pairs_files(parts)
-    labelled = {value for key, value in named.items() if not key.endswith("unlabeled_data")}
     for value in set(named.values()):
-        check_readable(value, parts.recipe.data, task=task, grades=grades, texts_only=value not in labelled)
+        ways = [gold_read(parts.recipe, key) for key, path in named.items() if path == value]
+        way = next((w for w in ways if w.get("require_labels", True) and not w.get("texts_only")), ways[0])
+        check_readable(value, parts.recipe.data, task=task, grades=grades, **way)
+
+
+def gold_read(recipe: PipelineRecipe, key: str) -> dict:
+    """How the stage that reads the file at run key `key` reads its gold (read_pairs' options; {}: required):
+    unlabeled_data not at all, scan.data as the scan decides (stages.scan_gold_of)."""
+    from headcut.pipeline.stages import scan_gold_of
+
+    if key.endswith("unlabeled_data"):
+        return {"texts_only": True}
+    return scan_gold_of(recipe) if key == "scan.data" else {}
 
 
 def check_readable(path: str, data: DataSection, *, task: str = "grades", grades: tuple = DEFAULT_GRADES,
-                   texts_only: bool = False) -> None:
+                   **gold) -> None:
     """Read every row of a file as the stages will: a NUL byte, a bad encoding, an empty text or a missing gold
-    column is the reader's one sentence naming its line or the `data.` key to set; `texts_only`: a file whose gold
-    no stage reads (unlabeled_data). In chunks, so memory stays bounded on any file."""
+    column is the reader's one sentence naming its line or the `data.` key to set; `gold`: read_pairs' texts_only (a
+    file whose gold no stage reads: unlabeled_data), require_labels and wants_gold, where the stage decides (default:
+    gold required). In chunks, so memory stays bounded on any file."""
     from headcut_grader.data import iter_pairs
 
-    for _ in iter_pairs(path, chunk_rows=10_000, task=task, grades=grades, texts_only=texts_only,
-                        **data.file_options()):
+    for _ in iter_pairs(path, chunk_rows=10_000, task=task, grades=grades, **gold, **data.file_options()):
         pass
 
 
