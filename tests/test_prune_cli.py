@@ -237,6 +237,47 @@ def test_the_default_data_is_read_with_the_columns_finetune_recorded(tmp_path, t
     assert pool.queries == pairs.queries and list(pool.labels) == list(pairs.labels)
 
 
+def test_the_column_flags_read_the_recorded_dev_data_as_its_refusal_advises(tmp_path, tiny_grader):
+    """Was: without --data, --query-col, --title-col and --label-col were silently ignored, and the recorded dev data
+    was refused with 'name it with --query-col NAME' (the advice not taken); now they read it, over what finetune
+    recorded."""
+    grader, _ = tiny_grader
+    loaded = load_model(grader)
+    path = renamed_columns_file(tmp_path / "renamed.tsv", synthetic_pairs(30, seed=4))
+    recorded = tmp_path / "recorded"
+    save_model(LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": {"path": str(path)}}), recorded)
+    common = ["--model", recorded, "--keep-ratio", 0.5, "--method", "kl", "--no-timing", "--bootstrap", 20]
+    refused = run(*common, "--out", tmp_path / "refused")
+    assert refused.exit_code == 2 and "name it with --query-col." in refused.stderr, refused.output
+    result = run(*common, "--out", tmp_path / "out", "--query-col", "q", "--title-col", "doc", "--label-col", "rel")
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "out" / "headcut.json").read_text())
+    read = read_pairs(path, query_col="q", title_col="doc", label_col="rel")
+    assert meta["prune"]["scores"]["data"]["fingerprint"] == read.fingerprint
+    assert meta["prune"]["quality"]["data"]["rows"] == 30
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--label-col", "rel"], "--label-col says how pairs files are read, and this prune reads none (--scores gives "
+                             "the scores, and no --eval-data is given), so it would be ignored; pass --eval-data FILE "
+                             "or drop --label-col."),
+    (["--preset", "homedepot"], "--preset says how pairs files are read"),
+    (["--eval-rows", 10], "--eval-rows samples --eval-data, which is not given, so it would be ignored"),
+])
+def test_a_flag_for_pairs_the_prune_does_not_read_is_refused_before_work(tmp_path, tiny_grader, flags, words):
+    """Was: silently ignored (a column flag with --scores and no --eval-data; --eval-rows without --eval-data, quality
+    then measured on the scoring sample)."""
+    grader, _ = tiny_grader
+    loaded = load_model(grader)
+    write_scores(tmp_path / "importance.json", {"ablation": torch.rand(3, 4)},
+                 model_info={"path": str(grader), "weights_hash": loaded.weights_hash},
+                 data_info={"source": "x", "fingerprint": "y"})
+    result = run("--model", grader, "--keep-ratio", 0.5, "--scores", tmp_path / "importance.json", "--out",
+                 tmp_path / "out", *flags)
+    assert result.exit_code == 2 and words in " ".join(result.stderr.split()), result.output
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("names, keep, heads", [("arguments", "keep_ratio=", "min_heads="),
                                                 ("keys", "prune.keep_ratio=", "prune.min_heads="),
                                                 ("flags", "--keep-ratio ", "--min-heads ")])

@@ -50,7 +50,8 @@ def prune(
                                 "serve; `headcut export --int8` for onnx-int8)"),
     scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
-                                  "mask tuning on (default: the model's recorded dev data). Grades are optional "
+                                  "mask tuning on (default: the model's recorded dev data, read as recorded where "
+                                  "no column flag is given). Grades are optional "
                                   "with --eval-data (else quality is reported on these pairs)."),
     method: Opt[str] = typer.Option(None, "--method", help="Criterion that ranks units (evaluate/criteria.py): "
                                      "ablation, kl, gradient, fisher or entropy; default fisher, the only built-in one "
@@ -123,6 +124,7 @@ def prune(
 
     target = check_options(keep_ratio, flops, latency, runtime=runtime)
     check_flags_fit(ctx, target)
+    check_pairs_flags(ctx, reads_pool=scores is None, eval_data=eval_data)
     check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data], flag="--out")
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
     if data is None and scores is None:  # the dev data recorded with the model is read: an input too
@@ -131,7 +133,10 @@ def prune(
     columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
                    task=loaded.task, grades=loaded.grades)
     gold = pool_gold(eval_data, method=method, targets=targets if target != "keep_ratio" else None)
-    pool = read_data(data, **gold, **columns) if data and scores is None else None
+    pool = None
+    if scores is None:  # --data, else the recorded dev data, with the column flags
+        path, read_as = pool_file(loaded, data, columns)
+        pool = read_data(path, **gold, **read_as)
     held_out = read_data(eval_data, **columns) if eval_data else None
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
                              batch_size=batch_size, bootstrap=bootstrap, timing=timing,
@@ -145,6 +150,33 @@ def prune(
                                iterative=iterative)
     result = run_with_bars(call, loaded, layer_prior=layer_prior, data=pool, eval_data=held_out, settings=settings)
     write_and_print(result, out, overwrite=overwrite)
+
+
+COLUMN_FLAGS = ("preset", "query_col", "title_col", "label_col", "label_map")
+
+
+def check_pairs_flags(ctx: typer.Context, *, reads_pool: bool, eval_data) -> None:
+    """Refuse a flag for pairs this prune does not read: a column flag when it reads none (--scores gives the scores,
+    and no --eval-data), --eval-rows without --eval-data (quality is then measured on the scoring sample)."""
+    columns = flags_set(ctx, COLUMN_FLAGS)
+    if columns and not reads_pool and eval_data is None:
+        raise UserError(f"{columns[0]} says how pairs files are read, and this prune reads none (--scores gives the "
+                        f"scores, and no --eval-data is given), so it would be ignored; pass --eval-data FILE or drop "
+                        f"{columns[0]}.")
+    if flags_set(ctx, ["eval_rows"]) and eval_data is None:
+        raise UserError("--eval-rows samples --eval-data, which is not given, so it would be ignored (quality is "
+                        "measured on the --score-rows sample); pass --eval-data FILE or drop --eval-rows.")
+
+
+def pool_file(loaded, data: str | None, columns: dict) -> tuple[str, dict]:
+    """The pairs to score on and how to read them: --data, else the dev data the model records, read as finetune
+    recorded except where a column flag says otherwise (as its refusals advise)."""
+    from headcut.prune import default_data
+
+    if data:
+        return data, columns
+    path, recorded = default_data(loaded, "flags")
+    return path, {**columns, **{key: value for key, value in recorded.items() if columns.get(key) is None}}
 
 
 def check_sequence(loaded, *, seq_len: int | None, batch: int | None) -> None:
