@@ -56,6 +56,33 @@ def _another_graders_graph(folder):
     _model_file(name="../other/model.onnx")(folder)
 
 
+def _tokenizer_vocab(change):
+    def harm(folder):
+        data = json.loads((folder / "tokenizer.json").read_text())
+        change(data["model"]["vocab"])
+        (folder / "tokenizer.json").write_text(json.dumps(data))
+    return harm
+
+
+def _swap_two_words(vocab):
+    """Another model's tokenizer of the same size: two words' ids swapped, which graded on silently."""
+    first, second = list(vocab)[10:12]
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+
+
+def _more_words(vocab):
+    for i in range(60):
+        vocab[f"extra{i}"] = len(vocab)
+
+
+def _unrecorded_tokenizer(folder):
+    """A folder exported before grader.json recorded its tokenizer, given another model's larger tokenizer."""
+    record = json.loads((folder / "grader.json").read_text())
+    del record["tokenizer_file"]
+    (folder / "grader.json").write_text(json.dumps(record))
+    _tokenizer_vocab(_more_words)(folder)
+
+
 LIES = [
     (_edit("grades", [1, 2, 3]), '\'label_map\' is {"0": 1, "1": 2, "2": 3, "3": 4, "4": 5}, but the runtime grades'),
     (_edits(grades=[1, 2, 3], label_map={"0": 1, "1": 2, "2": 3}), "names 3 outputs (task grades) but the graph has 5"),
@@ -76,6 +103,11 @@ LIES = [
     (_edit("label_map", {"0": 1, "1": 2, "2": 3, "3": 4, "4": 7}), "'label_map' is"),
     (_edit("truncation", "only_second"), '\'truncation\' is "only_second"'),
     (_edit("output_name", "scores"), '\'output_name\' is "scores"'),
+    # another model's tokenizer.json: was graded on silently (same vocabulary size) or an ONNX Runtime traceback
+    (_tokenizer_vocab(_swap_two_words), "tokenizer.json is not the file grader.json records"),
+    (_tokenizer_vocab(_more_words), "tokenizer.json is not the file grader.json records"),
+    (_unrecorded_tokenizer, "tokenizer.json has 157 tokens, more than the graph's embeddings hold"),
+    (_edit("tokenizer_file", {"name": "tokenizer.json"}), "tokenizer_file records bytes null"),
 ]
 
 

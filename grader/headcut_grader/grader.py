@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from headcut_grader.backend_choice import Choice, choose_backend
-from headcut_grader.backends import BACKEND_CHOICES, graphs, open_backend
+from headcut_grader.backends import BACKEND_CHOICES, Backend, graphs, open_backend
 from headcut_grader.errors import UserError, check_names, setting, shown
 from headcut_grader.files import as_path
 from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole, check_callbacks
@@ -293,7 +293,8 @@ class Grader:
         self.outputs = 1 if self.task == "score" else len(self.grade_values)
         self.max_length = int(self.record["max_length"])
         self.batch_size = batch_size
-        self.tokenizer = load_tokenizer(self.folder, max_length=self.max_length)
+        self.tokenizer = load_tokenizer(self.folder, max_length=self.max_length,
+                                        recorded=self.record.get("tokenizer_file"))
         self.pad_id = int(self.record.get("pad_id", 0))
         vocab_size = self.tokenizer.get_vocab_size()
         if self.pad_id >= vocab_size:
@@ -310,7 +311,10 @@ class Grader:
         if width != self.outputs:
             raise UserError(f"{self.folder / 'grader.json'} names {self.outputs} outputs (task {self.task}) but the "
                             f"graph has {width}; the folder mixes files of two exports, so re-export it.")
-        self._check_max_length()
+        probe = self.backend if self.backend.name == "onnxruntime" else open_backend(
+            "onnxruntime", self.folder, self.record, threads=1)  # ONNX Runtime's graph fails where OpenVINO's reads on
+        self._check_vocabulary(probe)
+        self._check_max_length(probe)
 
     def _first_pass(self) -> int:
         """The outputs of one tiny pass (does the graph fit the record?); a graph that fails on it, one sentence."""
@@ -320,17 +324,27 @@ class Grader:
             raise UserError(f"{self.folder}: the {self.backend.name} graph fails on a two-token input "
                             f"({str(e).strip()[:160]}); the folder mixes files of two exports, so re-export it.") from None
 
-    def _check_max_length(self) -> None:
+    def _check_vocabulary(self, probe: Backend) -> None:
+        """A tokenizer.json with more tokens than the graph's embedding table is another model's: probed with its
+        last id in ONNX Runtime (`probe`). A folder whose grader.json records its tokenizer_file refused another
+        one by its hash already; this catches the larger ones in folders exported before that was recorded."""
+        size = self.tokenizer.get_vocab_size()
+        try:
+            probe.run(self._feed([[size - 1] * 2], [[0, 0]]))
+        except Exception:  # ONNX Runtime's InvalidArgument derives from Exception only
+            raise UserError(f"{self.folder / 'tokenizer.json'} has {size} tokens, more than the graph's embeddings "
+                            "hold: it is another model's tokenizer, so copy the grader folder again or re-export "
+                            "it.") from None
+
+    def _check_max_length(self, probe: Backend) -> None:
         """grader.json's max_length must leave each text a token and fit the graph's position embeddings. Those are
-        probed in ONNX Runtime, whose graph fails past them (OpenVINO's would grade on), at max_length tokens and,
-        only when that fails, at the lengths between that find the limit."""
+        probed in ONNX Runtime (`probe`), whose graph fails past them (OpenVINO's would grade on), at max_length
+        tokens and, only when that fails, at the lengths between that find the limit."""
         path = self.folder / "grader.json"
         least = fewest_pair_tokens(self.tokenizer.num_special_tokens_to_add(True))
         if self.max_length < least:
             raise UserError(f"{path}: 'max_length' is {self.max_length}, but a pair needs at least {least} tokens "
                             f"({least - 2} special ones and one of each text); re-export the grader.")
-        probe = self.backend if self.backend.name == "onnxruntime" else open_backend(
-            "onnxruntime", self.folder, self.record, threads=1)
         filler = 1 if self.pad_id != 1 else 2  # not padding, which RoBERTa's positions skip
 
         def fits(n: int) -> bool:

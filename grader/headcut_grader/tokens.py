@@ -24,13 +24,19 @@ from headcut_grader.validation import refuse_bom
 CHARS_PER_TOKEN = 8
 
 
-def load_tokenizer(folder: str | Path, *, max_length: int):
-    """The fast tokenizer of a grader folder, truncating pairs exactly as training did (longest_first)."""
+def load_tokenizer(folder: str | Path, *, max_length: int, recorded: dict | None = None):
+    """The fast tokenizer of a grader folder, truncating pairs exactly as training did (longest_first);
+    `recorded`: grader.json's tokenizer_file (name, size, sha256), checked where the export wrote one, so that
+    another model's tokenizer.json is refused instead of giving the graph other ids."""
     from tokenizers import Tokenizer
+
+    from headcut_grader.backends import graph_file
 
     path = Path(folder) / "tokenizer.json"
     if not path.exists():
         raise UserError(f"{folder}: no tokenizer.json; re-export the grader with `headcut export`.")
+    if recorded is not None:
+        path = graph_file(Path(folder), recorded, what="tokenizer_file")
     refuse_bom(path, folder="a grader folder")
     try:
         tokenizer = Tokenizer.from_file(str(path))

@@ -120,7 +120,8 @@ def tokenizer_digest(folder: str | Path, *, grader: bool = False, flag: str = "t
     from headcut_grader.tokens import load_tokenizer
 
     if grader:
-        tokenizer = load_tokenizer(folder, max_length=read_record(folder, flag=flag)["max_length"])
+        record = read_record(folder, flag=flag)
+        tokenizer = load_tokenizer(folder, max_length=record["max_length"], recorded=record.get("tokenizer_file"))
     else:
         tokenizer = read_tokenizer(folder, flag=flag)
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)  # a fast tokenizer wraps a `tokenizers` one

@@ -278,12 +278,17 @@ def write_grader(loaded, tmp: Path, graphs: Graphs, graded: Graded, *, max_lengt
         loaded, input_names=input_names(loaded.model), max_length=max_length, opset=opset,
         precision="int8" if graded.int8 else "fp32", graph_optimization="all", parity=graphs.parity,
         accuracy=graded.accuracy, int8=graded.int8, optimized=graphs.optimized,
-        model_file={"name": "model.onnx", "sha256": file_hash(target), "bytes": target.stat().st_size},
+        model_file=_file_spec(target), tokenizer_file=_file_spec(tmp / "tokenizer.json"),
         backend=backend, openvino=openvino, speed=speed,
     )
     write_json(tmp / "grader.json", record)
     write_text(tmp / "README.md", model_card(record))
     return record
+
+
+def _file_spec(path: Path) -> dict:
+    """How grader.json records a file of the folder, for the runtime to check it is the one exported."""
+    return {"name": path.name, "sha256": file_hash(path), "bytes": path.stat().st_size}
 
 
 FP32 = "fp32 graph"  # the session timed beside the INT8 graphs

@@ -9,7 +9,7 @@ from headcut_grader.machine import runtime_version
 
 def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int, precision: str,
                   graph_optimization: str, parity: dict, accuracy: dict | None, int8: dict | None,
-                  optimized: dict | None, model_file: dict, backend: str = "onnxruntime",
+                  optimized: dict | None, model_file: dict, tokenizer_file: dict, backend: str = "onnxruntime",
                   openvino: dict | None = None, speed: dict | None = None) -> dict:
     """grader.json: everything the runtime needs (grades, inputs, max length) and what the export proved."""
     from headcut.version import __version__ as headcut_version
@@ -28,6 +28,7 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
         "pad_id": int(loaded.tokenizer.pad_token_id or 0),
         "output_name": "logits",
         "model_file": model_file,
+        "tokenizer_file": tokenizer_file,  # the runtime refuses another model's tokenizer.json by it
         "precision": precision,
         "graph_optimization": graph_optimization,  # the ORT session level the parity gate used
         "onnxruntime_version": runtime_version("onnxruntime"),
