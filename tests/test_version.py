@@ -42,3 +42,23 @@ def test_grader_json_with_or_without_a_version_is_read(tmp_path):
     assert "headcut_version" not in read_record(tmp_path)
     (tmp_path / "grader.json").write_text(json.dumps({**record, "headcut_version": "0.1.0"}))
     assert read_record(tmp_path)["headcut_version"] == "0.1.0"
+
+
+def test_a_grader_of_a_newer_format_asks_for_a_newer_runtime(tmp_path):
+    """Was: 'grader format 2 is not 1; re-export it', as if the folder were damaged, where this runtime is too old."""
+    import pytest
+
+    from headcut_grader.errors import UserError
+
+    record = {"format": GRADER_FORMAT + 1, "headcut_version": "9.0.0", "grades": [1, 2, 3], "max_length": 16,
+              "model_file": {"name": "model.onnx"}, "precision": "fp32"}
+    (tmp_path / "grader.json").write_text(json.dumps(record))
+    with pytest.raises(UserError) as refused:
+        read_record(tmp_path)
+    said = str(refused.value)
+    assert said.startswith(f"{tmp_path / 'grader.json'}: grader format {GRADER_FORMAT + 1} (exported by headcut "
+                           "9.0.0) is newer")
+    assert "upgrade it (pip install -U headcut-grader)" in said and "re-export" not in said
+    (tmp_path / "grader.json").write_text(json.dumps({**record, "format": "1"}))
+    with pytest.raises(UserError, match='grader format "1" is not 1; re-export it'):
+        read_record(tmp_path)

@@ -133,8 +133,7 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None
     if not isinstance(record, dict):
         raise UserError(f"{path} holds a JSON {type(record).__name__}, not a grader record; re-export the grader.")
-    if record.get("format") != GRADER_FORMAT:
-        raise UserError(f"{path}: grader format {shown(record.get('format'))} is not {GRADER_FORMAT}; re-export it.")
+    _check_format(path, record)
     needed = ("max_length", "model_file", "precision") + (() if record.get("task") == "score" else ("grades",))
     missing = [k for k in needed if k not in record]
     if missing or not isinstance(record["model_file"], dict) or "name" not in record["model_file"]:
@@ -144,6 +143,21 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     if problem:
         raise UserError(f"{path}: {problem}; re-export the grader.")
     return record
+
+
+def _check_format(path: Path, record: dict) -> None:
+    """grader.json's format is this runtime's; a newer one asks for a newer runtime, not for a re-export, which the
+    headcut that wrote it would repeat."""
+    found = record.get("format")
+    if found == GRADER_FORMAT:
+        return
+    if isinstance(found, int) and not isinstance(found, bool) and found > GRADER_FORMAT:
+        by = record.get("headcut_version")
+        written = f" (exported by headcut {by[:20]})" if isinstance(by, str) else ""
+        raise UserError(f"{path}: grader format {found}{written} is newer than the format {GRADER_FORMAT} this "
+                        "headcut-grader reads; upgrade it (pip install -U headcut-grader) or export the grader again "
+                        "with this version's headcut.")
+    raise UserError(f"{path}: grader format {shown(found)} is not {GRADER_FORMAT}; re-export it.")
 
 
 MAX_POSITIONS = 8192  # the longest position table of the architectures headcut exports (ModernBERT's)
