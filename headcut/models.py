@@ -473,6 +473,11 @@ def _check_shape(config_file: Path, shape) -> None:
         if lists is not None and not (isinstance(lists, list) and all(_ids(v) for v in lists)):
             raise UserError(f"{where}.{key} must hold, per layer, a list of different ids >= 0, not {lists!r:.80}; "
                             f"{again}")
+    for ids_key, count_key in (("head_ids", "heads_per_layer"), ("neuron_ids", "intermediate_per_layer")):
+        kept, counts = shape.get(ids_key), shape.get(count_key)
+        if kept is not None and counts is not None and [len(v) for v in kept] != counts:
+            raise UserError(f"{where}.{count_key} is {counts!r:.80}, but {ids_key} keeps "
+                            f"{[len(v) for v in kept]!r:.80} per layer; {again}")
 
 
 def _headcut_version() -> str:

@@ -1559,7 +1559,14 @@ def test_scan_experiments_of_other_digits_are_refused():
     (lambda shape: shape | {"head_ids": [[1, 1], [0]]}, "head_ids must hold"),
     (lambda shape: shape | {"layer_ids": [0, 0]}, "layer_ids must list different layer numbers"),
     (lambda shape: shape | {"heads_per_layer": [-1, 4]}, "heads_per_layer must be a list"),
-    (lambda shape: shape | {"head_ids": [[0, 99], [0]]}, "config.json is damaged or incomplete")])
+    (lambda shape: shape | {"head_ids": [[0, 99], [0]], "heads_per_layer": [2, 1]},
+     "config.json is damaged or incomplete"),
+    # counts that contradict the ids beside them: were loaded silently by the ids, the counts left to mislead
+    (lambda shape: shape | {"heads_per_layer": [len(h) + 1 for h in shape["head_ids"]]},
+     "headcut_shape.heads_per_layer is [5, 5], but head_ids keeps [4, 4] per layer"),
+    (lambda shape: shape | {"heads_per_layer": [4]}, "headcut_shape.heads_per_layer is [4], but head_ids keeps"),
+    (lambda shape: shape | {"neuron_ids": [[0, 1], [0, 1]], "intermediate_per_layer": [2, 3]},
+     "headcut_shape.intermediate_per_layer is [2, 3], but neuron_ids keeps [2, 2] per layer")])
 def test_an_edited_shape_record_names_config_json(tmp_path, saved_models, edit, words):
     """Was: AttributeError / TypeError tracebacks, or ids read wrongly (0.5 as 0, a layer twice) with exit 0."""
     from headcut.models import load_model
