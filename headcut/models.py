@@ -15,7 +15,7 @@ from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_imple
                           shape_record, usable_positions, widen)
 from headcut.batching import RECORDED, max_length_of
 from headcut.model_arguments import check_loaded
-from headcut.weight_files import (broken_file, check_sizes, check_weights_cover, find_weights, read_json_file, read_state,
+from headcut.weight_files import (AGAIN, broken_file, check_sizes, check_weights_cover, find_weights, read_json_file, read_state,
                                   weights_counts, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, check_names, named, quoted, setting
@@ -165,6 +165,8 @@ def load_model(
     weights = find_weights(path, allow_pickle=allow_pickle, flag=flag)
     meta = _read_meta(path)
     saved = read_json_file(path / "config.json")  # read once; transformers' own error does not name the file
+    # a new head only where the caller asks for other outputs than config.json declares (a base model's fine-tune)
+    fresh = num_labels is not None and _declared_outputs(saved) != num_labels
     if num_labels is None:
         meta = {**meta, **read_task(path, meta, saved)}
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
@@ -182,21 +184,20 @@ def load_model(
             model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
             with broken_file(path / "config.json"):  # the shape record is config.json's, not the weights'
                 apply_shape(model, shape)
-            state = _with_fresh_head(model, read_state(weights), weights, num_labels)
+            state = _with_fresh_head(model, read_state(weights), weights, num_labels, fresh=fresh)
             _check_no_extra_weights(model, state, weights)
             model.load_state_dict(state, strict=True)
         else:
-            fresh_head = _saved_outputs(saved) not in (None, num_labels)  # a base model given another head
             model, info = AutoModelForSequenceClassification.from_pretrained(
                 path,
                 config=config,
                 trust_remote_code=False,
                 use_safetensors=weights.suffix != ".bin",
                 attn_implementation=attn_implementation,
-                ignore_mismatched_sizes=fresh_head,
+                ignore_mismatched_sizes=True,  # a head that differs is checked below, by the folder's records
                 output_loading_info=True,
             )
-            _check_only_the_head_differs(info, weights, num_labels)
+            _check_only_the_head_differs(info, weights, num_labels, fresh=fresh)
     model.eval()
     model_type(model)
     if "max_length" in meta:
@@ -348,12 +349,19 @@ def _saved_outputs(saved: dict) -> int | None:
     return len(labels) if isinstance(labels, dict) else None
 
 
-def _with_fresh_head(model, state: dict, weights: Path, num_labels: int) -> dict:
-    """`state` with the output layer of another output count (a grader given another task or grades) replaced by the
-    model's own seeded fresh one, as from_pretrained does for a base model; any other mismatch is damage."""
+def _declared_outputs(saved: dict) -> int | None:
+    """The outputs config.json (`saved`) declares, as transformers reads it: id2label, else num_labels."""
+    outputs = _saved_outputs(saved)
+    return saved.get("num_labels") if outputs is None else outputs
+
+
+def _with_fresh_head(model, state: dict, weights: Path, num_labels: int, *, fresh: bool) -> dict:
+    """`state` with the output layer of another output count (a grader given another task or grades, `fresh`)
+    replaced by the model's own seeded fresh one, as from_pretrained does for a base model; any other mismatch is
+    damage, or the folder's records contradicting its weights."""
     own = model.state_dict()
     mismatched = [(k, v.shape, own[k].shape) for k, v in state.items() if k in own and v.shape != own[k].shape]
-    _check_only_the_head_differs({"mismatched_keys": mismatched}, weights, num_labels)
+    _check_only_the_head_differs({"mismatched_keys": mismatched}, weights, num_labels, fresh=fresh)
     return {**state, **{k: own[k] for k, _, _ in mismatched}}
 
 
@@ -369,13 +377,21 @@ def _check_no_extra_weights(model, state: dict, weights: Path) -> None:
                         f"{weights.parent}.")
 
 
-def _check_only_the_head_differs(info: dict, weights: Path, num_labels: int) -> None:
+def _check_only_the_head_differs(info: dict, weights: Path, num_labels: int, *, fresh: bool) -> None:
     """Weights whose shape differs from the model's are only the output layer being replaced (its first dimension
-    becomes `num_labels`); any other mismatch is a damaged or foreign weights file."""
-    for name, saved, wanted in info.get("mismatched_keys") or ():
+    becomes `num_labels`), and only where the caller asked for a new head (`fresh`): else config.json (or
+    headcut.json) declares other outputs than the weights' classifier has, and a fresh head would grade at random.
+    Any other mismatch is a damaged or foreign weights file."""
+    mismatched = info.get("mismatched_keys") or ()
+    for name, saved, wanted in mismatched:
         if wanted[0] != num_labels or tuple(saved[1:]) != tuple(wanted[1:]):
             raise UserError(f"{weights} is damaged or incomplete ({name} has shape {list(saved)}, the model "
-                            f"{list(wanted)}); copy or download the model folder again.")
+                            f"{list(wanted)}); {AGAIN}.")
+    if mismatched and not fresh:
+        name, saved, _ = next((m for m in mismatched if len(m[1]) > 1), mismatched[0])
+        raise UserError(f"{weights.parent / 'config.json'} gives the classifier {num_labels} outputs, but {name} in "
+                        f"{weights} has {saved[0]}; put back the config.json and headcut.json saved with these "
+                        f"weights, or {AGAIN}.")
 
 
 def read_task(path: Path, meta: dict, saved: dict) -> dict:
@@ -384,9 +400,7 @@ def read_task(path: Path, meta: dict, saved: dict) -> dict:
     CrossEncoder applies."""
     if "task" in meta:
         return {k: meta[k] for k in ("task", "activation") if k in meta}
-    num_labels = _saved_outputs(saved)
-    num_labels = saved.get("num_labels") if num_labels is None else num_labels
-    if num_labels != 1:
+    if _declared_outputs(saved) != 1:
         return {"task": "grades"}
     return {"task": "score", "activation": _cross_encoder_activation(path, saved)}
 

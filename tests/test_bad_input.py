@@ -1580,6 +1580,32 @@ def test_an_edited_shape_record_names_config_json(tmp_path, saved_models, edit, 
     assert "config.json" in str(caught.value)
 
 
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+@pytest.mark.parametrize("outputs", ["id2label", "num_labels"])
+def test_a_config_whose_outputs_are_not_the_weights_classifier_is_refused(tmp_path, saved_models, kind, outputs):
+    """config.json (and headcut.json) edited to 3 grades over weights of a 5-output classifier. Was: a pruned artifact
+    loaded with a fresh random classifier, exit 0 (its grades noise); a plain folder 'model.safetensors is damaged or
+    incomplete (You set `ignore_mismatched_sizes` to `False` ...)', blaming the weights and the transformers report."""
+    from headcut.models import load_model
+
+    folder = _copy(saved_models[kind], tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("label2id", None)
+    if outputs == "id2label":
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(3)}
+    else:  # transformers' other spelling: num_labels alone
+        config.pop("id2label")
+        config["num_labels"] = 3
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "headcut.json").write_text(json.dumps({"grades": [1, 2, 3]}))
+    with pytest.raises(UserError) as caught:
+        load_model(folder)
+    assert str(caught.value) == (
+        f"{folder / 'config.json'} gives the classifier 3 outputs, but classifier.weight in "
+        f"{folder / 'model.safetensors'} has 5; put back the config.json and headcut.json saved with these weights, "
+        "or copy or download the model folder again.")
+
+
 def test_a_keep_ratio_that_keeps_no_head_is_refused(tmp_path, saved_models):
     """Was: 'Kept 0 of 8 heads', a grader giving every pair the same output, exit 0."""
     import torch
