@@ -108,6 +108,8 @@ LIES = [
     (_tokenizer_vocab(_more_words), "tokenizer.json is not the file grader.json records"),
     (_unrecorded_tokenizer, "tokenizer.json has 157 tokens, more than the graph's embeddings hold"),
     (_edit("tokenizer_file", {"name": "tokenizer.json"}), "tokenizer_file records bytes null"),
+    # was: any level but "disabled" ran the graph fully optimised, not the level its parity gate checked, exit 0
+    (_edit("graph_optimization", "basic"), '\'graph_optimization\' is "basic", not one of all, disabled'),
 ]
 
 

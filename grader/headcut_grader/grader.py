@@ -203,11 +203,12 @@ def _client_keys_problem(record: dict, grades: list) -> str | None:
 
 ORT_PRECISIONS = ("fp32", "int8")
 OPENVINO_PRECISIONS = ("fp32", "bf16", "int8", "int8-bf16")
+GRAPH_OPTIMIZATIONS = ("all", "disabled")  # the ONNX Runtime session levels an export's parity gate runs with
 
 
 def _sections_problem(record: dict) -> str | None:
     """What is wrong with the types of the graph and speed sections an export writes, or None."""
-    choices = (("precision", ORT_PRECISIONS), ("backend", BACKEND_CHOICES))
+    choices = (("precision", ORT_PRECISIONS), ("backend", BACKEND_CHOICES), ("graph_optimization", GRAPH_OPTIMIZATIONS))
     for key, allowed in choices:
         if key in record and record[key] not in allowed:
             return f"'{key}' is {shown(record[key])}, not one of {', '.join(allowed)}"
