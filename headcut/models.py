@@ -330,7 +330,7 @@ def _dev_data_problem(dev) -> str | None:
 def _check_outputs(path: Path, meta: dict, num_labels: int, saved: dict) -> None:
     """The outputs headcut.json implies (one score, or one per grade; without it, the grades 1-5) are the
     classifier's in config.json (`saved`)."""
-    outputs = _saved_outputs(saved)
+    outputs = _declared_outputs(saved)
     if outputs is None or outputs == num_labels:
         return
     if not (path / META_FILE).exists():
@@ -382,9 +382,10 @@ def _check_only_the_head_differs(info: dict, weights: Path, num_labels: int, *, 
     becomes `num_labels`), and only where the caller asked for a new head (`fresh`): else config.json (or
     headcut.json) declares other outputs than the weights' classifier has, and a fresh head would grade at random.
     Any other mismatch is a damaged or foreign weights file."""
-    mismatched = info.get("mismatched_keys") or ()
+    mismatched = sorted(info.get("mismatched_keys") or (), key=lambda m: m[0])  # transformers gives a set
     for name, saved, wanted in mismatched:
-        if wanted[0] != num_labels or tuple(saved[1:]) != tuple(wanted[1:]):
+        head = "classifier" in name.split(".")  # the output layer of every architecture in the table
+        if not head or wanted[0] != num_labels or tuple(saved[1:]) != tuple(wanted[1:]):
             raise UserError(f"{weights} is damaged or incomplete ({name} has shape {list(saved)}, the model "
                             f"{list(wanted)}); {AGAIN}.")
     if mismatched and not fresh:

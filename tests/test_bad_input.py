@@ -1831,3 +1831,36 @@ def test_a_flag_value_with_hidden_characters_is_quoted_with_them(tmp_path, monke
     """Was: quoted as typed, so a pasted zero-width space did not show: "--flops '0.5' is not a number"."""
     monkeypatch.chdir(tmp_path)
     refused(run(*args), shown)
+
+
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+def test_headcut_json_grades_against_a_config_of_num_labels_alone_blame_headcut_json(tmp_path, saved_models, kind):
+    """config.json declaring its 5 outputs by num_labels alone (no id2label) and headcut.json edited to 3 grades. Was:
+    'config.json gives the classifier 3 outputs', which config.json does not say; headcut.json is the file to fix."""
+    from headcut.models import load_model
+
+    folder = _copy(saved_models[kind], tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("label2id", None)
+    config.pop("id2label")
+    config["num_labels"] = 5
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "headcut.json").write_text(json.dumps({"grades": [1, 2, 3]}))
+    with pytest.raises(UserError) as caught:
+        load_model(folder)
+    assert str(caught.value) == (f"{folder / 'headcut.json'} records 3 grades, but the classifier in "
+                                 f"{folder / 'config.json'} has 5 outputs; fix 'task' or 'grades' in headcut.json.")
+
+
+def test_a_fresh_head_replaces_the_classifier_alone(tmp_path, saved_models):
+    """A base model fine-tuned with 3 outputs whose config.json was edited to 3 token types over weights of 2. Was:
+    token_type_embeddings, of the head's new shape, passed as 'the head' and was re-initialised at random, exit 0."""
+    from headcut.models import load_model
+
+    folder = _copy(saved_models["plain"], tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["type_vocab_size"] == 2
+    config["type_vocab_size"] = 3
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UserError, match="token_type_embeddings"):
+        load_model(folder, num_labels=3)
