@@ -625,6 +625,26 @@ def test_an_export_refusal_of_a_set_backend_is_not_led_by_the_file_that_holds_th
     assert str(caught.value).startswith("--set export.backend=openvino is not one of"), str(caught.value)
 
 
+def test_an_export_refusal_that_names_no_key_of_the_run_is_not_led_by_the_run_recipe(tiny_recipe, tmp_path,
+                                                                                     monkeypatch):
+    """Was: a refusal naming none of the stage's keys (a parity failure) was led by the file that holds
+    export.precision, as if that key were the fault."""
+    from headcut.pipeline import stages
+    from headcut_grader.errors import UserError
+
+    def parity_fails(*args, **kwargs):
+        raise UserError("the exported graph's logits differ from the model's by 0.3; report it.")
+
+    monkeypatch.setattr(stages, "_built", parity_fails)
+    teacher = str(tiny_recipe.parent / "base")
+    given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}", "export.precision=fp32"])
+    recipe = load_pipeline(tmp_path / "run.yaml")
+    ctx = stages.Context(recipe, tmp_path / "export", {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
+    with pytest.raises(UserError) as caught:
+        stages.export("teacher")(ctx)
+    assert str(caught.value).startswith("the exported graph's logits differ"), str(caught.value)
+
+
 @pytest.mark.parametrize("in_file, by_set, words", [
     ("scan.data=nowhere/scan.tsv", "data.test=nowhere.tsv",
      "--set data.test=nowhere.tsv and scan.data=nowhere/scan.tsv (in {file}): no such files; pass"),

@@ -269,15 +269,16 @@ def named_in(recipe: PipelineRecipe, *path: str, also: tuple[tuple[str, ...], ..
 
 
 def _where_named_first(recipe: PipelineRecipe, paths: tuple[tuple[str, ...], ...], said: str) -> str:
-    """Where (given_as) the key at the first of `paths` came from, or of the one that `said` names first (as
-    given_as names it: --set prune.flops, or prune.flops not after '--set ')."""
+    """Where (given_as) the key of `paths` that `said` names first came from (as given_as names it: --set
+    prune.flops, or prune.flops not after '--set '); "" where it names none of them (a parity failure, a missing
+    backend: no key of the file to lead it)."""
     found = []
     for path in paths:
         name, where = given_as(recipe, *path)
         named = re.search(rf"(?<![\w.-])(?<!--set ){re.escape(name)}(?!\w)", said)
         if named:
             found.append((named.start(), where))
-    return min(found)[1] if found else given_as(recipe, *paths[0])[1]
+    return min(found)[1] if found else ""
 
 
 def section_keys(section: str) -> tuple[tuple[str, ...], ...]:
