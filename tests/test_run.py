@@ -1380,3 +1380,17 @@ def test_int8_asked_for_by_a_run_is_named_by_its_precision_key_as_the_user_gave_
     assert gate_fix(names, int8=True).startswith(f"drop {said}, or relax "), gate_fix(names, int8=True)
     with pytest.raises(UserError, match=f"^{re.escape(said)} and "):
         resolve_precision("onnxruntime", "fp32", int8=True, names=names)
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["prune.drop_layers=true", "prune.iterative=3"], "[prune] drop_layers searches one plan"),
+    (["prune.tune=false", "prune.tune_fit=weights"], "[prune] tune_fit chooses what mask tuning fits"),
+])
+def test_prune_keys_that_contradict_each_other_by_set_alone_are_led_by_those_sets(sets, words):
+    """Was: led by the run recipe's file, which holds neither key."""
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=sets)
+    said = str(caught.value)
+    assert said.startswith(" ".join(f"--set {s}" for s in sets)) or said.startswith(
+        " ".join(f"--set {s}" for s in reversed(sets))), said
+    assert words in said and "quickstart.yaml" not in said, said

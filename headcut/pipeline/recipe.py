@@ -238,9 +238,9 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if target:
         problems.append(f"[prune] give {target}")
     if prune is not None and prune.keep_ratio is not None:
-        problems += _ignored_prune_keys(prune)
+        problems += _ignored_prune_keys(prune, origins)
     elif prune is not None:
-        problems += _switched_off_prune_keys(prune) + _one_plan_prune_keys(prune)
+        problems += _switched_off_prune_keys(prune, origins) + _one_plan_prune_keys(prune, origins)
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
         problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
     _check_scan(parts["scan"], prune, problems, set_keys={k[-1] for k in origins if k[0] == "scan"})
@@ -313,35 +313,38 @@ def _own_teacher_problem(name: str, teacher, origins: dict) -> str:
 SAMPLE_SIZES = ("score_rows", "calibrate")
 
 
-def _ignored_prune_keys(prune: PruneSection) -> list[str]:
+def _ignored_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
     """The [prune] keys set away from their defaults that a keep_ratio prune ranked by the scan's scores would
-    ignore (`prune.targets.ignored_settings`), each as a problem."""
+    ignore (`prune.targets.ignored_settings`), each as a problem (led by the --sets that gave both keys)."""
     from headcut.prune.targets import ignored_settings
     from headcut.training import is_set
 
     changed = [f.name for f in fields(PruneSection) if f.name not in SAMPLE_SIZES and is_set(prune, f.name, frozenset())]
-    return [f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes nothing, "
-            f"so it would be ignored (drop {key}, or use flops)"
+    return [_problem(_by(origins, ("prune", key), ("prune", "keep_ratio")),
+                     f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes "
+                     f"nothing, so it would be ignored (drop {key}, or use flops)")
             for key, _ in ignored_settings("keep_ratio", changed, from_scores=True)]
 
 
-def _switched_off_prune_keys(prune: PruneSection) -> list[str]:
+def _switched_off_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
     """The [prune] keys set away from their defaults whose switch is off (`prune.targets.SWITCHED`: tune_fit
     with tune false), each as a problem worded as the CLI words their flags."""
     from headcut.prune.targets import SWITCHED, switched_off_problem
     from headcut.training import is_set
 
-    return [switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switch}: false")
+    return [_problem(_by(origins, ("prune", key), ("prune", switch)),
+                     switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switch}: false"))
             for key, (switch, _, _) in SWITCHED.items()
             if hasattr(prune, key) and is_set(prune, key, frozenset()) and getattr(prune, switch) is False]
 
 
-def _one_plan_prune_keys(prune: PruneSection) -> list[str]:
+def _one_plan_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
     """drop_layers with iterative > 1, refused before any stage runs as the prune would refuse it."""
     from headcut.prune.targets import one_plan_problem
 
     if prune.drop_layers and prune.iterative > 1:
-        return [one_plan_problem("[prune] drop_layers", "[prune] iterative", prune.iterative)]
+        return [_problem(_by(origins, ("prune", "drop_layers"), ("prune", "iterative")),
+                         one_plan_problem("[prune] drop_layers", "[prune] iterative", prune.iterative))]
     return []
 
 
