@@ -15,7 +15,8 @@ from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, lead_of, led, quoted, setting
 from headcut_grader.files import check_place, overwrite_said, refuse_inputs
 from headcut_grader.ranges import checked_bool
-from headcut.pipeline.recipe import CLASSES, UPSTREAM, DataSection, PipelineRecipe, given_as, key_names, planned_subs
+from headcut.pipeline.recipe import (CLASSES, UPSTREAM, DataSection, PipelineRecipe, given_as, key_names,
+                                     planned_subs, scan_gold_of, scan_settings)
 from headcut.run_folder import LOCK_FILE
 from headcut.training import DATA_KEYS, same_data
 
@@ -152,12 +153,10 @@ def check_gold(parts: RunParts, task: str, grades: tuple) -> None:
 
 def gold_read(recipe: PipelineRecipe, key: str) -> dict:
     """How the stage that reads the file at run key `key` reads its gold (read_pairs' options; {}: required):
-    unlabeled_data not at all, scan.data as the scan decides (stages.scan_gold_of)."""
-    from headcut.pipeline.stages import scan_gold_of
-
+    unlabeled_data not at all, scan.data as the scan decides (recipe.scan_gold_of)."""
     if key.endswith("unlabeled_data"):
         return {"texts_only": True}
-    return scan_gold_of(recipe) if key == "scan.data" else {}
+    return scan_gold_of(scan_settings(recipe)) if key == "scan.data" else {}
 
 
 def check_readable(path: str, data: DataSection, *, task: str = "grades", grades: tuple = DEFAULT_GRADES,

@@ -584,3 +584,20 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
     if problems:
         raise _refused(problems)
     return out
+
+
+def scan_settings(recipe: PipelineRecipe):
+    """The ScanSettings of the run's [scan] section."""
+    from headcut.evaluate.scan import ScanSettings, parse_experiments, parse_methods
+
+    s = recipe.scan
+    return ScanSettings(methods=parse_methods(",".join(s.methods)), experiments=parse_experiments(s.experiments),
+                        probes=s.probes, draws=s.draws, iters=s.bootstrap, seed=recipe.data.seed)
+
+
+def scan_gold_of(settings) -> dict:
+    """How the run reads the scan's pairs' gold: as `headcut scan` does (evaluate.scan.scan_gold), required wherever
+    the scan reads it, so that the checks before any stage refuse a file without it."""
+    from headcut.evaluate.scan import needs_gold, scan_gold
+
+    return scan_gold(settings, required=needs_gold(settings))

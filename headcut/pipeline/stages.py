@@ -13,7 +13,8 @@ from typing import Callable
 from headcut_grader.errors import UserError
 from headcut.pipeline.checks import named_in, section_keys
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
-from headcut.pipeline.recipe import PipelineRecipe, key_names, planned_subs, sub_recipes
+from headcut.pipeline.recipe import (PipelineRecipe, key_names, planned_subs, scan_gold_of, scan_settings,
+                                     sub_recipes)
 
 
 @dataclass
@@ -81,24 +82,6 @@ def teacher(ctx: Context) -> dict:
     return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
 
 
-def scan_settings(recipe: PipelineRecipe):
-    """The ScanSettings of the run's [scan] section."""
-    from headcut.evaluate.scan import ScanSettings, parse_experiments, parse_methods
-
-    s = recipe.scan
-    return ScanSettings(methods=parse_methods(",".join(s.methods)), experiments=parse_experiments(s.experiments),
-                        probes=s.probes, draws=s.draws, iters=s.bootstrap, seed=recipe.data.seed)
-
-
-def scan_gold_of(recipe: PipelineRecipe) -> dict:
-    """How the run reads the scan's pairs' gold: as `headcut scan` does (evaluate.scan.scan_gold), required wherever
-    the scan reads it, so that the checks before any stage refuse a file without it."""
-    from headcut.evaluate.scan import needs_gold, scan_gold
-
-    settings = scan_settings(recipe)
-    return scan_gold(settings, required=needs_gold(settings))
-
-
 def scan(ctx: Context) -> dict:
     from headcut.evaluate.scan import scan_model
     from headcut.evaluate.scan_report import write_scan
@@ -107,9 +90,9 @@ def scan(ctx: Context) -> dict:
     s, data = ctx.recipe.scan, ctx.recipe.data
     spec = s.data or data.dev or data.test
     loaded = ctx.load("teacher")
-    pairs = read(spec, data=data, rows=s.rows, seed=data.seed, task=loaded.task, grades=loaded.grades,
-                 **scan_gold_of(ctx.recipe))
     settings = scan_settings(ctx.recipe)
+    pairs = read(spec, data=data, rows=s.rows, seed=data.seed, task=loaded.task, grades=loaded.grades,
+                 **scan_gold_of(settings))
     done: dict[str, int] = {}
 
     def progress(stage, n):
