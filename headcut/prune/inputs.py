@@ -9,6 +9,7 @@ from headcut_grader.errors import UserError
 from headcut.prune.result import PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, default_data
 from headcut.prune_arguments import named
+from headcut.prune.report import OPTIMISTIC
 
 
 def data_pool(loaded, data: Pairs | None, names: str = "arguments", *, eval_data: Pairs | None = None,
@@ -53,20 +54,12 @@ def eval_sample(eval_data: Pairs | None, scored: Pairs | None, settings: PruneSe
     return scored if scored is not None and scored.task is not None else None
 
 
-def notes_for(eval_pairs: Pairs | None, *chose: Pairs | None, names: str = "arguments") -> list[str]:
-    """The caveat of quality measured on pairs that also chose (or tuned) the pruned model; `names` as
-    `data_pool`'s."""
+def notes_for(eval_pairs: Pairs | None, *chose: Pairs | None) -> list[str]:
+    """The caveat of quality measured on pairs that also chose (or tuned) the pruned model (recorded alike for
+    every caller; the report adds the caller's way to held-out pairs: report.optimistic)."""
     if eval_pairs is not None and any(p is not None and p.fingerprint == eval_pairs.fingerprint for p in chose):
-        return [optimistic(names)]
+        return [OPTIMISTIC]
     return []
-
-
-def optimistic(names: str = "arguments") -> str:
-    """That caveat, with the way to held-out pairs as the prune's caller passes them: eval_data, --eval-data (a
-    run passes none: its report grades every model on data.test)."""
-    fix = ("the run's report grades on data.test" if names == "keys"
-           else f"pass {named('eval_data', names)} for held-out pairs")
-    return f"These pairs also chose the pruned units, so the change is optimistic; {fix}."
 
 
 MIN_CALIBRATE_ROWS = 5  # mask tuning holds every fifth calibration pair out to check each fit (prune.tune)

@@ -131,7 +131,7 @@ def prune(
                 else scan_score_record(head_scores, method, score_pairs)),
         speed=speed_summary(loaded.model, pruned.model, seq_len=seq_len, latency=settings.timing,
                             min_seconds=settings.latency_seconds),
-        quality=quality, notes=notes_for(eval_pairs, score_pairs, names=names), names=names)
+        quality=quality, notes=notes_for(eval_pairs, score_pairs), names=names)
 
 
 @dataclass(frozen=True)
@@ -364,8 +364,8 @@ def prune_to_budget(
                             min_seconds=settings.latency_seconds),
         budget={**budget.record(plan, search), **({"steps": stepped} if steps > 1 else {})},
         tuning=tuning.record(tune, settings.calibrate_rows),
-        quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, tuning.pairs,
-                                                                           names=names), names=names)
+        quality=quality, quality_untuned=quality_untuned, notes=notes_for(eval_pairs, score_pairs, tuning.pairs),
+        names=names)
 
 
 def prune_in_steps(teacher, budget: Budget, shares: list[float], scores: UnitScores,
