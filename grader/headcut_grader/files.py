@@ -447,6 +447,12 @@ def _jsonable(obj):
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+def file_record(path: Path, folder: Path) -> dict:
+    """How grader.json records a file of grader `folder` (name, hash, size), for the runtime to check that the
+    file it opens is the one exported (backends.graph_file)."""
+    return {"name": str(path.relative_to(folder)), "sha256": file_hash(path), "bytes": path.stat().st_size}
+
+
 def file_hash(path: str | Path, *, length: int = 16) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -25,7 +25,7 @@ from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
                                      quantize_int8, resolve)
-from headcut_grader.files import as_path, atomic_dir, file_hash, write_json, write_text
+from headcut_grader.files import as_path, atomic_dir, file_record, write_json, write_text
 from headcut_grader.ranges import argument, check_callbacks, check_ranges, checked_bool, checked_number
 from headcut.model_arguments import check_loaded
 from headcut.timing import round_robin
@@ -278,17 +278,12 @@ def write_grader(loaded, tmp: Path, graphs: Graphs, graded: Graded, *, max_lengt
         loaded, input_names=input_names(loaded.model), max_length=max_length, opset=opset,
         precision="int8" if graded.int8 else "fp32", graph_optimization="all", parity=graphs.parity,
         accuracy=graded.accuracy, int8=graded.int8, optimized=graphs.optimized,
-        model_file=_file_spec(target), tokenizer_file=_file_spec(tmp / "tokenizer.json"),
+        model_file=file_record(target, tmp), tokenizer_file=file_record(tmp / "tokenizer.json", tmp),
         backend=backend, openvino=openvino, speed=speed,
     )
     write_json(tmp / "grader.json", record)
     write_text(tmp / "README.md", model_card(record))
     return record
-
-
-def _file_spec(path: Path) -> dict:
-    """How grader.json records a file of the folder, for the runtime to check it is the one exported."""
-    return {"name": path.name, "sha256": file_hash(path), "bytes": path.stat().st_size}
 
 
 FP32 = "fp32 graph"  # the session timed beside the INT8 graphs

@@ -20,7 +20,7 @@ import numpy as np
 from headcut_grader.errors import UserError
 from headcut.export.quantize import FFN_OUT
 from headcut_grader.backends import INSTALL, openvino_config
-from headcut_grader.files import file_hash
+from headcut_grader.files import file_record
 from headcut_grader.machine import bf16_native, cpu_info
 from headcut_grader.optional import optional_module
 
@@ -80,8 +80,7 @@ def save_ir(model, folder: Path) -> dict:
     xml.parent.mkdir(parents=True, exist_ok=True)
     ov.save_model(model, str(xml), compress_to_fp16=False)
     weights = xml.with_suffix(".bin")
-    return {role: {"name": str(path.relative_to(folder)), "sha256": file_hash(path), "bytes": path.stat().st_size}
-            for role, path in (("xml", xml), ("bin", weights))}
+    return {role: file_record(path, folder) for role, path in (("xml", xml), ("bin", weights))}
 
 
 def compiled_runner(model, *, inference_precision: str, threads: int) -> Callable[[dict], np.ndarray]:
