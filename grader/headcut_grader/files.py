@@ -19,7 +19,7 @@ from pathlib import Path
 from headcut_grader.errors import UserError, caller, named, setting
 from headcut_grader.lines import RESUME_SPELLED
 from headcut_grader.ranges import argument, checked_bool
-from headcut_grader.validation import LINK_LOOP, NAME_MAX_BYTES, check_name_lengths
+from headcut_grader.validation import LINK_LOOP, NAME_MAX_BYTES, check_name_lengths, is_link_loop
 
 
 def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
@@ -67,11 +67,8 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:
 def resolved_out(out: Path, flag: str = "out") -> Path:
     """Output path `out` with its links followed (Path.resolve); a loop of links on it, one sentence naming `flag`
     (Path.resolve raised RuntimeError('Symlink loop ...'))."""
-    try:
-        os.stat(out)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UserError(f"{setting(flag, out)}: {LINK_LOOP}.") from None
+    if is_link_loop(out):
+        raise UserError(f"{setting(flag, out)}: {LINK_LOOP}.")
     return out.resolve()
 
 

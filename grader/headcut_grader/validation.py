@@ -84,15 +84,21 @@ def check_name_lengths(path: str | Path, flag: str = "", *, last_name_max: int =
 LINK_LOOP = "a loop of symbolic links; remove the link or name another path"
 
 
+def is_link_loop(path: str | Path) -> bool:
+    """Whether `path` (or a folder on the way to it) is a loop of symbolic links."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
+
+
 def absent(path: str | Path, plain: str = "no such file; check the path") -> str:
     """Why a named input `path` is not there, to follow its name in a sentence: a loop of symbolic links, or a
     symbolic link to nothing (naming its target), where `plain` (the caller's 'no such file; FIX') would send the
     user looking for a file that is there."""
-    try:
-        os.stat(path)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return LINK_LOOP
+    if is_link_loop(path):
+        return LINK_LOOP
     if os.path.islink(path):
         return f"a broken symbolic link to {os.readlink(path)}; point the link at an existing path or name another"
     return plain
