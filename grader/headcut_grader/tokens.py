@@ -35,9 +35,9 @@ def load_tokenizer(folder: str | Path, *, max_length: int, recorded: dict | None
     path = Path(folder) / "tokenizer.json"
     if not path.exists():
         raise UserError(f"{folder}: no tokenizer.json; re-export the grader with `headcut export`.")
+    refuse_bom(path, folder="a grader folder")  # said first: its fix (save it without the BOM) is the whole fix
     if recorded is not None:
         path = graph_file(Path(folder), recorded, what="tokenizer_file")
-    refuse_bom(path, folder="a grader folder")
     try:
         tokenizer = Tokenizer.from_file(str(path))
     except Exception as e:  # tokenizers raises a bare Exception for a malformed file
