@@ -6,6 +6,7 @@ import json
 import os
 import re
 import threading
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -1580,6 +1581,22 @@ def test_an_edited_shape_record_names_config_json(tmp_path, saved_models, edit, 
     assert "config.json" in str(caught.value)
 
 
+def _three_grades_over(saved: Path, tmp_path: Path, *, outputs: int, by: str) -> Path:
+    """A copy of the 5-output model `saved` whose headcut.json says 3 grades, and whose config.json declares
+    `outputs` outputs by its id2label or by num_labels alone (transformers' other spelling)."""
+    folder = _copy(saved, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("label2id", None)
+    config.pop("id2label")
+    if by == "id2label":
+        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(outputs)}
+    else:
+        config["num_labels"] = outputs
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "headcut.json").write_text(json.dumps({"grades": [1, 2, 3]}))
+    return folder
+
+
 @pytest.mark.parametrize("kind", ["artifact", "plain"])
 @pytest.mark.parametrize("outputs", ["id2label", "num_labels"])
 def test_a_config_whose_outputs_are_not_the_weights_classifier_is_refused(tmp_path, saved_models, kind, outputs):
@@ -1588,16 +1605,7 @@ def test_a_config_whose_outputs_are_not_the_weights_classifier_is_refused(tmp_pa
     incomplete (You set `ignore_mismatched_sizes` to `False` ...)', blaming the weights and the transformers report."""
     from headcut.models import load_model
 
-    folder = _copy(saved_models[kind], tmp_path)
-    config = json.loads((folder / "config.json").read_text())
-    config.pop("label2id", None)
-    if outputs == "id2label":
-        config["id2label"] = {str(i): f"LABEL_{i}" for i in range(3)}
-    else:  # transformers' other spelling: num_labels alone
-        config.pop("id2label")
-        config["num_labels"] = 3
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "headcut.json").write_text(json.dumps({"grades": [1, 2, 3]}))
+    folder = _three_grades_over(saved_models[kind], tmp_path, outputs=3, by=outputs)
     with pytest.raises(UserError) as caught:
         load_model(folder)
     assert str(caught.value) == (
@@ -1839,13 +1847,7 @@ def test_headcut_json_grades_against_a_config_of_num_labels_alone_blame_headcut_
     'config.json gives the classifier 3 outputs', which config.json does not say; headcut.json is the file to fix."""
     from headcut.models import load_model
 
-    folder = _copy(saved_models[kind], tmp_path)
-    config = json.loads((folder / "config.json").read_text())
-    config.pop("label2id", None)
-    config.pop("id2label")
-    config["num_labels"] = 5
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "headcut.json").write_text(json.dumps({"grades": [1, 2, 3]}))
+    folder = _three_grades_over(saved_models[kind], tmp_path, outputs=5, by="num_labels")
     with pytest.raises(UserError) as caught:
         load_model(folder)
     assert str(caught.value) == (f"{folder / 'headcut.json'} records 3 grades, but the classifier in "
