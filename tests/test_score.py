@@ -716,3 +716,22 @@ def test_a_prune_from_python_or_a_run_on_the_other_tasks_gold_says_what_the_comm
     assert run.exit_code == 2, run.output
     assert said.replace("--label-col", "--set data.label_col=NAME") in " ".join(run.output.split())
     assert not (tmp_path / "run" / "prune").exists()
+
+
+def test_a_score_grader_whose_record_lost_its_activation_is_refused(score_grader, tmp_path):
+    """Was: grader.json without 'activation' graded with identity, so a sigmoid grader's scores were its raw logits,
+    exit 0."""
+    import json
+    import shutil
+
+    from headcut_grader import Grader
+    from headcut_grader.errors import UserError
+
+    root = score_grader[0]
+    folder = shutil.copytree(root / "fp32", tmp_path / "g")
+    record = json.loads((folder / "grader.json").read_text())
+    assert record["activation"] == "sigmoid"
+    del record["activation"]
+    (folder / "grader.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match="'activation' is missing, which a score grader records"):
+        Grader(folder)

@@ -106,7 +106,7 @@ def grades_from_logits(logits: np.ndarray, grade_values: np.ndarray) -> Grades:
 def results_from_logits(logits: np.ndarray, record: dict) -> Grades | Scores:
     """What a grader's logits mean, by its grader.json: Grades, or a score model's Scores."""
     if record.get("task") == "score":
-        return Scores(score_values(logits, record.get("activation", "identity")), logits)
+        return Scores(score_values(logits, record["activation"]), logits)
     return grades_from_logits(logits, np.asarray(record["grades"]))
 
 
@@ -168,7 +168,9 @@ def record_problem(record: dict) -> str | None:
     if record.get("task", "grades") not in ("grades", "score"):
         return f"'task' is {shown(record.get('task'))}, not grades or score"
     if record.get("task") == "score":
-        activation = record.get("activation", "identity")
+        if "activation" not in record:  # every export writes it: identity would read a sigmoid model's raw logits
+            return f"'activation' is missing, which a score grader records ({', '.join(ACTIVATIONS)})"
+        activation = record["activation"]
         if not isinstance(activation, str) or activation not in ACTIVATIONS:
             return f"'activation' is {shown(activation)}, not one of {', '.join(ACTIVATIONS)}"
         grades = [1, 2]  # a score grader has no grades
