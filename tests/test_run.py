@@ -1384,3 +1384,22 @@ def test_prune_keys_that_contradict_each_other_by_set_alone_are_led_by_those_set
     assert said.startswith(" ".join(f"--set {s}" for s in sets)) or said.startswith(
         " ".join(f"--set {s}" for s in reversed(sets))), said
     assert words in said and "quickstart.yaml" not in said, said
+
+
+@pytest.mark.parametrize("link, words", [("loop", "a loop of symbolic links"),
+                                         ("broken", "a broken symbolic link to ")])
+def test_a_pairs_file_of_a_run_that_is_a_link_loop_or_a_broken_link_says_so(tmp_path, link, words):
+    """Was: '--set data.test=LINK: no such file', sending the user looking for a file whose link is there."""
+    from headcut.pipeline.checks import check_inputs, run_parts
+
+    if link == "loop":
+        (tmp_path / "a").symlink_to(tmp_path / "b")
+        (tmp_path / "b").symlink_to(tmp_path / "a")
+        path = tmp_path / "a"
+    else:
+        path = tmp_path / "test.tsv"
+        path.symlink_to(tmp_path / "gone.tsv")
+    recipe = load_pipeline("quickstart", overrides=[f"data.test={path}"])
+    with pytest.raises(UserError) as caught:
+        check_inputs(run_parts(recipe))
+    assert str(caught.value).startswith(f"--set data.test={path}: {words}"), str(caught.value)

@@ -15,6 +15,7 @@ from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, lead_of, led, quoted, setting
 from headcut_grader.files import check_place, overwrite_said, refuse_inputs
 from headcut_grader.ranges import checked_bool
+from headcut_grader.validation import absent
 from headcut.pipeline.recipe import (CLASSES, UPSTREAM, DataSection, PipelineRecipe, given_as, key_names,
                                      planned_subs, scan_gold_of, scan_settings)
 from headcut.run_folder import LOCK_FILE
@@ -101,6 +102,11 @@ def check_inputs(parts: RunParts) -> None:
     after the teacher and the students have trained)."""
     recipe = parts.recipe
     missing = {key: value for key, value in pairs_files(parts).items() if not Path(value).is_file()}
+    for key, value in missing.items():  # a link loop or a broken link is there to see: say which
+        why = absent(value, "")
+        if why:
+            where = given_as(recipe, *key_path(key))[1]
+            raise UserError(f"{lead_of(where)}{said(recipe, key, value, at=where)}: {why}.")
     if missing:
         wheres = {given_as(recipe, *key_path(key))[1] for key in missing}
         where = wheres.pop() if len(wheres) == 1 else ""  # the file that holds them all leads; else each says its own
