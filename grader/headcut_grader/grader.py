@@ -16,7 +16,7 @@ from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import BACKEND_CHOICES, Backend, graphs, open_backend
 from headcut_grader.errors import UserError, check_names, setting, shown
 from headcut_grader.files import as_path
-from headcut_grader.ranges import MAX_BATCH, MAX_THREADS, argument, as_whole, check_callbacks
+from headcut_grader.ranges import BATCH, MAX_THREADS, Range, argument, as_whole, check_callbacks
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import ACTIVATIONS, score_values
 from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
@@ -282,11 +282,12 @@ def _pairs_problem(pairs) -> str | None:
     return None
 
 
-def _count(name: str, value, most: int) -> int:
-    """Grader setting `name` as a plain int (a numpy integer is one), refused unless a whole number from 1 to `most`."""
+def _count(name: str, value, valid: Range) -> int:
+    """Grader setting `name` as a plain int (a numpy integer is one), refused unless a whole number in `valid`."""
     plain = as_whole(value)
-    if plain is None or not 1 <= plain <= most:
-        raise UserError(f"Grader {name} is {argument(value)}; it must be a whole number from 1 to {most:,}.")
+    if plain is None or not valid.low <= plain <= valid.high:
+        raise UserError(f"Grader {name} is {argument(value)}; it must be a whole number from {valid.low:,} to "
+                        f"{valid.high:,}.")
     return plain
 
 
@@ -300,7 +301,7 @@ class Grader:
         the backend, "flags" for a command's --backend (backends.open_backend)."""
         check_names(names, "Grader names")
         batch_size, threads = (_count(name, value, most) for name, value, most in
-                               (("batch_size", batch_size, MAX_BATCH), ("threads", threads, MAX_THREADS)))
+                               (("batch_size", batch_size, BATCH), ("threads", threads, Range(1, MAX_THREADS))))
         if backend not in BACKEND_CHOICES:
             raise UserError(f"Grader backend is {backend!r}; use one of: {', '.join(BACKEND_CHOICES)}.")
         self.folder = as_path(folder, "Grader folder", what="a grader folder's path")
