@@ -1403,3 +1403,21 @@ def test_a_pairs_file_of_a_run_that_is_a_link_loop_or_a_broken_link_says_so(tmp_
     with pytest.raises(UserError) as caught:
         check_inputs(run_parts(recipe))
     assert str(caught.value).startswith(f"--set data.test={path}: {words}"), str(caught.value)
+
+
+def test_a_recipe_changed_in_python_is_checked_as_a_recipe_file_is_before_any_stage(tmp_path, monkeypatch):
+    """Was: replace(recipe, prune=replace(recipe.prune, drop_layers=True, iterative=3)) passed run_pipeline's checks
+    (check_recipe looks at the sections, not their keys) and failed in the prune stage, after the teacher and scan."""
+    from dataclasses import replace
+
+    from headcut.pipeline import stages
+
+    def no_stage(ctx):
+        raise AssertionError("a stage ran")
+
+    monkeypatch.setattr(stages, "teacher", no_stage)
+    recipe = load_pipeline("quickstart")
+    changed = replace(recipe, prune=replace(recipe.prune, drop_layers=True, iterative=3))
+    with pytest.raises(UserError, match=r"\[prune\] drop_layers searches one plan"):
+        run_pipeline(changed, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -31,7 +31,7 @@ from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
-from headcut.pipeline.recipe import PipelineRecipe, as_dict, planned_subs
+from headcut.pipeline.recipe import PipelineRecipe, as_dict, from_mapping, planned_subs
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import locked, not_a_folder, out_flag
 
@@ -212,6 +212,8 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     out = resolved_out(as_path(out, "run_pipeline out"), flag)
     check_recipe(recipe, PipelineRecipe, "run_pipeline recipe",
                  loader="headcut.pipeline.load_pipeline('recipe.yaml')")
+    if recipe.planned is None:  # built or replace()d in Python: read back through the checks a recipe file gets
+        recipe = from_mapping(as_dict(recipe), where=recipe.source, origins=dict(recipe.origins))
     check_run(recipe, out, overwrite=overwrite, flag=flag)
     out.mkdir(parents=True, exist_ok=True)
     with locked(out, flag):  # a second run on `out` would redo stages, or rerun a live one beside it
