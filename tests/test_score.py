@@ -733,5 +733,5 @@ def test_a_score_grader_whose_record_lost_its_activation_is_refused(score_grader
     assert record["activation"] == "sigmoid"
     del record["activation"]
     (folder / "grader.json").write_text(json.dumps(record))
-    with pytest.raises(UserError, match="'activation' is missing, which a score grader records"):
+    with pytest.raises(UserError, match=r"grader.json is damaged or incomplete \(no 'activation'\); re-export"):
         Grader(folder)

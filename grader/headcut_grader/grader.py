@@ -134,7 +134,9 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     if not isinstance(record, dict):
         raise UserError(f"{path} holds a JSON {type(record).__name__}, not a grader record; re-export the grader.")
     _check_format(path, record)
-    needed = ("max_length", "model_file", "precision") + (() if record.get("task") == "score" else ("grades",))
+    # every export writes a score grader's activation: identity would read a sigmoid grader's raw logits
+    needed = ("max_length", "model_file", "precision") + (("activation",) if record.get("task") == "score"
+                                                          else ("grades",))
     missing = [k for k in needed if k not in record]
     if missing or not isinstance(record["model_file"], dict) or "name" not in record["model_file"]:
         raise UserError(f"{path} is damaged or incomplete (no '{(missing or ['model_file.name'])[0]}'); "
@@ -168,9 +170,7 @@ def record_problem(record: dict) -> str | None:
     if record.get("task", "grades") not in ("grades", "score"):
         return f"'task' is {shown(record.get('task'))}, not grades or score"
     if record.get("task") == "score":
-        if "activation" not in record:  # every export writes it: identity would read a sigmoid model's raw logits
-            return f"'activation' is missing, which a score grader records ({', '.join(ACTIVATIONS)})"
-        activation = record["activation"]
+        activation = record.get("activation", "identity")  # a model's headcut.json may leave it to config.json
         if not isinstance(activation, str) or activation not in ACTIVATIONS:
             return f"'activation' is {shown(activation)}, not one of {', '.join(ACTIVATIONS)}"
         grades = [1, 2]  # a score grader has no grades
