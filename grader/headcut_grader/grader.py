@@ -285,7 +285,7 @@ def _pairs_problem(pairs) -> str | None:
 def _count(name: str, value, valid: Range) -> int:
     """Grader setting `name` as a plain int (a numpy integer is one), refused unless a whole number in `valid`."""
     plain = as_whole(value)
-    if plain is None or not valid.low <= plain <= valid.high:
+    if plain is None or valid.problem(plain):
         raise UserError(f"Grader {name} is {argument(value)}; it must be a whole number from {valid.low:,} to "
                         f"{valid.high:,}.")
     return plain
