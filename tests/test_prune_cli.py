@@ -257,6 +257,53 @@ def test_the_column_flags_read_the_recorded_dev_data_as_its_refusal_advises(tmp_
     assert meta["prune"]["quality"]["data"]["rows"] == 30
 
 
+def test_a_python_caller_reads_the_recorded_dev_data_with_its_own_columns(tmp_path, tiny_grader):
+    """Was: only `headcut prune` laid its column flags over the columns finetune recorded (cli/prune.py's pool_file);
+    data_pool read the recorded dev data as recorded, whatever the caller knew of the file. Now data_pool and
+    default_data take `columns`: a value replaces the recorded one, a preset every recorded column."""
+    from headcut.prune import default_data
+    from headcut.prune.inputs import data_pool
+    from headcut_grader.errors import UserError
+
+    grader, _ = tiny_grader
+    loaded = load_model(grader)
+    pairs = synthetic_pairs(30, seed=4)
+    renamed = renamed_columns_file(tmp_path / "renamed.tsv", pairs)
+    wrong = {"query_col": "query_text", "title_col": "product", "label_col": "score"}
+    model = LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": {"path": str(renamed), **wrong}})
+    pool = data_pool(model, None, columns={"query_col": "q", "title_col": "doc", "label_col": "rel", "preset": None})
+    assert pool.queries == pairs.queries and list(pool.labels) == list(pairs.labels)
+    write_text(tmp_path / "plain.tsv", "query\ttitle\tgrade\n" + "".join(
+        f"{q}\t{t}\t{pairs.grades[y]}\n" for q, t, y in zip(pairs.queries, pairs.titles, pairs.label_array())))
+    plain = LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": {"path": str(tmp_path / "plain.tsv"),
+                                                                                     **wrong}})
+    assert default_data(plain, columns={"preset": "homedepot"})[1] == {
+        "preset": "homedepot", "query_col": None, "title_col": None, "label_col": None, "label_map": None}
+    assert data_pool(plain, None, columns={"preset": "homedepot"}).queries == pairs.queries
+    with pytest.raises(UserError, match=r"data_pool columns has key 'query', which is not one of preset, query_col"):
+        data_pool(model, None, columns={"query": "q"})
+    with pytest.raises(UserError, match="data_pool columns say how the recorded dev data is read, and data is given"):
+        data_pool(model, pairs, columns={"query_col": "q"})
+
+
+def test_the_preset_flag_reads_the_recorded_dev_data_in_place_of_its_recorded_columns(tmp_path, tiny_grader):
+    """--preset names the file's whole layout: laid over finetune's recorded --query-col q, it read the preset's file
+    by column q ('no column q'). The other column flags still replace the recorded one each (test above)."""
+    grader, _ = tiny_grader
+    loaded = load_model(grader)
+    pairs = synthetic_pairs(30, seed=4)
+    write_text(tmp_path / "plain.tsv", "query\ttitle\tgrade\n" + "".join(
+        f"{q}\t{t}\t{pairs.grades[y]}\n" for q, t, y in zip(pairs.queries, pairs.titles, pairs.label_array())))
+    recorded = tmp_path / "recorded"
+    save_model(LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": {
+        "path": str(tmp_path / "plain.tsv"), "query_col": "q", "title_col": "doc", "label_col": "rel"}}), recorded)
+    result = run("--model", recorded, "--keep-ratio", 0.5, "--method", "kl", "--no-timing", "--bootstrap", 20,
+                 "--out", tmp_path / "out", "--preset", "homedepot")
+    assert result.exit_code == 0, result.output
+    meta = json.loads((tmp_path / "out" / "headcut.json").read_text())
+    assert meta["prune"]["scores"]["data"]["fingerprint"] == read_pairs(tmp_path / "plain.tsv").fingerprint
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--label-col", "rel"], "--label-col says how pairs files are read, and this prune reads none (--scores gives "
                              "the scores, and no --eval-data is given), so it would be ignored; pass --eval-data FILE "

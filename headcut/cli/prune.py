@@ -119,7 +119,7 @@ def prune(
     quiet_transformers()
     from headcut_grader.files import check_out_dir, refuse_inputs
     from headcut.models import load_model
-    from headcut.prune import PruneSettings
+    from headcut.prune import PruneSettings, default_data
     from headcut.prune.inputs import pool_gold
 
     target = check_options(keep_ratio, flops, latency, runtime=runtime)
@@ -130,14 +130,14 @@ def prune(
     if data is None and scores is None:  # the dev data recorded with the model is read: an input too
         refuse_inputs(out, [(loaded.meta.get("dev_data") or {}).get("path")], flag="--out")
     check_sequence(loaded, seq_len=seq_len, batch=batch if latency is not None else None)
-    columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map,
-                   task=loaded.task, grades=loaded.grades)
+    columns = dict(preset=preset, query_col=query_col, title_col=title_col, label_col=label_col, label_map=label_map)
+    model_gold = dict(task=loaded.task, grades=loaded.grades)
     gold = pool_gold(eval_data, method=method, targets=targets if target != "keep_ratio" else None)
     pool = None
-    if scores is None:  # --data, else the recorded dev data, with the column flags
-        path, read_as = pool_file(loaded, data, columns)
-        pool = read_data(path, **gold, **read_as)
-    held_out = read_data(eval_data, **columns) if eval_data else None
+    if scores is None:  # --data, else the recorded dev data with the column flags laid over its recorded columns
+        path, read_as = (data, columns) if data else default_data(loaded, "flags", columns=columns)
+        pool = read_data(path, **gold, **read_as, **model_gold)
+    held_out = read_data(eval_data, **columns, **model_gold) if eval_data else None
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
                              batch_size=batch_size, bootstrap=bootstrap, timing=timing,
                              latency_seconds=latency_seconds, seed=seed)
@@ -166,17 +166,6 @@ def check_pairs_flags(ctx: typer.Context, *, reads_pool: bool, eval_data) -> Non
     if flags_set(ctx, ["eval_rows"]) and eval_data is None:
         raise UserError("--eval-rows samples --eval-data, which is not given, so it would be ignored (quality is "
                         "measured on the --score-rows sample); pass --eval-data FILE or drop --eval-rows.")
-
-
-def pool_file(loaded, data: str | None, columns: dict) -> tuple[str, dict]:
-    """The pairs to score on and how to read them: --data, else the dev data the model records, read as finetune
-    recorded except where a column flag says otherwise (as its refusals advise)."""
-    from headcut.prune import default_data
-
-    if data:
-        return data, columns
-    path, recorded = default_data(loaded, "flags")
-    return path, {**columns, **{key: value for key, value in recorded.items() if columns.get(key) is None}}
 
 
 def check_sequence(loaded, *, seq_len: int | None, batch: int | None) -> None:

@@ -7,18 +7,24 @@ from typing import Callable
 from headcut_grader.data import Pairs, read_pairs
 from headcut_grader.errors import UserError
 from headcut.prune.result import PruneSettings
-from headcut.prune.scores import DEFAULT_METHOD, default_data
+from headcut.prune.scores import DEFAULT_METHOD, default_data, given_columns
 from headcut.prune_arguments import named
 from headcut.prune.report import OPTIMISTIC
 
 
-def data_pool(loaded, data: Pairs | None, names: str = "arguments", *, eval_data: Pairs | None = None,
-              method: str | None = None, targets: str | None = None) -> Pairs:
+def data_pool(loaded, data: Pairs | None, names: str = "arguments", *, columns: dict | None = None,
+              eval_data: Pairs | None = None, method: str | None = None, targets: str | None = None) -> Pairs:
     """`data`, or by default the dev data `headcut finetune` recorded in the model's headcut.json, read as
-    `pool_gold` says; `names`: how a refusal names the arguments (`prune_arguments.named`)."""
+    `pool_gold` says, with the columns it recorded except where `columns` says otherwise (`default_data`'s: e.g.
+    {"query_col": "q"}, or {"preset": "homedepot"} in place of every recorded column); `names`: how a refusal names
+    the arguments (`prune_arguments.named`)."""
+    given = given_columns(columns, "data_pool columns")
     if data is not None:
+        if given:
+            raise UserError("data_pool columns say how the recorded dev data is read, and data is given, read "
+                            "already; drop columns, or read data with them.")
         return data
-    path, options = default_data(loaded, names)
+    path, options = default_data(loaded, names, columns=columns)
     gold = pool_gold(eval_data, method=method, targets=targets)  # its labels index the model's grades
     return read_pairs(path, task=loaded.task, grades=loaded.grades, names=names, **gold, **options)
 

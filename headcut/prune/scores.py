@@ -66,11 +66,16 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
     return scores, meta
 
 
-def default_data(loaded, names: str = "arguments") -> tuple[str, dict]:
-    """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, how to read it); `names` as
-    `scores_from_file`'s."""
+COLUMNS = (*FILE_KEYS, "label_map")  # how a pairs file is read: the read_pairs options a caller may give
+
+
+def default_data(loaded, names: str = "arguments", *, columns: dict | None = None) -> tuple[str, dict]:
+    """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, how to read it: every COLUMNS
+    key); `names` as `scores_from_file`'s. `columns` ({COLUMNS key: value or None}) read it otherwise: a value given
+    replaces the recorded one, and a preset given every recorded column (they name another layout's columns)."""
     check_names(names, "default_data names")
     check_loaded(loaded, "default_data loaded")
+    given = given_columns(columns, "default_data columns")
     dev = loaded.meta.get("dev_data") or {}
     path = dev.get("path")
     if not path or not Path(path).exists():
@@ -78,7 +83,19 @@ def default_data(loaded, names: str = "arguments") -> tuple[str, dict]:
         raise UserError(f"{setting(named('model', names), loaded.path)} records no dev data file{where}; pass "
                         f"{setting(named('data', names), 'FILE')} to score heads or "
                         f"{setting(named('scores', names), 'FILE')} from `headcut scan`.")
-    return path, {key: dev.get(key) for key in FILE_KEYS}
+    recorded = {} if "preset" in given else {key: dev.get(key) for key in FILE_KEYS}
+    return path, {**dict.fromkeys(COLUMNS), **recorded, **given}
+
+
+def given_columns(columns: dict | None, said: str) -> dict:
+    """The values `columns` gives (None: not given), its keys refused where they are not COLUMNS (a misspelt one
+    would read the file as recorded); `said`: how a refusal names the argument."""
+    if columns is not None and not isinstance(columns, dict):
+        raise UserError(f"{said} is {type(columns).__name__}; pass a dict of {', '.join(COLUMNS)} to values, or None.")
+    unknown = [key for key in columns or {} if key not in COLUMNS]
+    if unknown:
+        raise UserError(f"{said} has key {unknown[0]!r:.60}, which is not one of {', '.join(COLUMNS)}; name those.")
+    return {key: value for key, value in (columns or {}).items() if value is not None}
 
 
 def scan_scores(model, tokenizer, pairs, *, method: str, batch_size: int = 64, max_length: int | None = None,
