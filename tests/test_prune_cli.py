@@ -304,6 +304,20 @@ def test_the_preset_flag_reads_the_recorded_dev_data_in_place_of_its_recorded_co
     assert meta["prune"]["scores"]["data"]["fingerprint"] == read_pairs(tmp_path / "plain.tsv").fingerprint
 
 
+def test_each_column_flag_says_which_pairs_files_of_the_prune_it_reads():
+    """Was: --preset, --query-col, --title-col, --label-col and --label-map said nothing of which of --data (or the
+    recorded dev data) and --eval-data they read; they read each of them, and --help now says so flag by flag."""
+    import typer.main
+
+    helps = {param.opts[0]: " ".join(param.help.split()) for param in
+             typer.main.get_command(app).commands["prune"].params}
+    for flag in ("--preset", "--query-col", "--title-col", "--label-col", "--label-map"):
+        assert helps[flag].endswith("Read for each pairs file of this prune alike: --data (else the model's recorded "
+                                    "dev data, over the columns it records) and --eval-data."), (flag, helps[flag])
+    assert "read with the column flags --data is read with" in helps["--eval-data"]
+    assert "each column flag given replacing its own and --preset all of them" in helps["--data"]
+
+
 @pytest.mark.parametrize("flags, words", [
     (["--label-col", "rel"], "--label-col says how pairs files are read, and this prune reads none (--scores gives "
                              "the scores, and no --eval-data is given), so it would be ignored; pass --eval-data FILE "

@@ -17,6 +17,17 @@ from headcut_grader.errors import UserError, quoted
 
 RUNTIMES = ("torch-fp32", "onnx-int8", "onnx-fp32")
 
+# One set of column flags per command, as every command and a run recipe's [data] section have (its preset and
+# columns read train, dev and test alike): pairs laid out otherwise are rewritten in one layout, not given a flag each.
+EVERY_FILE = (" Read for each pairs file of this prune alike: --data (else the model's recorded dev data, over the "
+              "columns it records) and --eval-data.")
+
+
+def every_file(option):
+    """A shared column flag whose --help says which of the prune's pairs files it reads."""
+    return typer.Option(option.default, *option.param_decls, help=option.help + EVERY_FILE)
+
+
 def latency_runtime(name: str):
     """The runtime --latency times its layer cost tables on (None: the library's PyTorch default)."""
     if name == "torch-fp32":
@@ -50,8 +61,9 @@ def prune(
                                 "serve; `headcut export --int8` for onnx-int8)"),
     scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
-                                  "mask tuning on (default: the model's recorded dev data, read as recorded where "
-                                  "no column flag is given). Grades are optional "
+                                  "mask tuning on (default: the model's recorded dev data, read with its recorded "
+                                  "columns, each column flag given replacing its own and --preset all of them). Grades "
+                                  "are optional "
                                   "with --eval-data (else quality is reported on these pairs)."),
     method: Opt[str] = typer.Option(None, "--method", help="Criterion that ranks units (evaluate/criteria.py): "
                                      "ablation, kl, gradient, fisher or entropy; default fisher, the only built-in one "
@@ -86,12 +98,15 @@ def prune(
     iterative: int = number_in(argument_range("iterative"), 0, "--iterative", help="Prune in this many steps, re-scoring between them (0 or 1 = one "
                             "shot). --flops/--latency: the shares shrink geometrically (0.25 in 5 steps: 0.76, 0.57, "
                             "0.44, 0.33, 0.25) and the model is re-tuned after each step; slower, by the steps"),
-    eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring data)."),
+    eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring data); read "
+                                       "with the column flags --data is read with (none: the default columns), so "
+                                       "lay both files out alike."),
     score_rows: Opt[int] = number(512, "--score-rows", help="Score units on a seeded sample of this many pairs", low=1),
     eval_rows: Opt[int] = number(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs",
                                  low=1, kind=int),
-    preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
-    label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP,
+    preset: Opt[str] = every_file(PRESET), query_col: Opt[str] = every_file(QUERY_COL),
+    title_col: Opt[str] = every_file(TITLE_COL), label_col: Opt[str] = every_file(LABEL_COL),
+    label_map: Opt[str] = every_file(LABEL_MAP),
     batch_size: int = BATCH_SIZE,
     bootstrap: int = argument_option("bootstrap", "--bootstrap", help="Bootstrap resamples for the paired 95% CIs"),
     timing: bool = typer.Option(True, "--timing/--no-timing", help="Measure CPU latency before/after at batch 1, 8, 32."),
