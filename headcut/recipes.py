@@ -41,8 +41,9 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
     for candidate in (RECIPE_ROOT / f"{name_or_path}.yaml", RECIPE_ROOT / (kind or "") / f"{name_or_path}.yaml"):
         if candidate.exists():
             return candidate
-    if path.is_symlink() and not path.exists():  # a link to nothing or a loop of links, no name to look up
-        raise UserError(f"recipe {path}: {absent(path)}.")
+    why = absent(path, "")  # a link to nothing or a loop of links, on the way or at the end: no name to look up
+    if why:
+        raise UserError(f"recipe {path}: {why}.")
     names = ", ".join(builtin_recipes(kind))
     raise UserError(f"recipe {quoted(name_or_path)} is neither a YAML file nor a built-in name ({names}).")
 

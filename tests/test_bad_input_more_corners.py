@@ -177,6 +177,36 @@ def test_an_input_on_a_loop_of_links_or_a_broken_link_says_so(tmp_path, tiny_gra
             call(link)
 
 
+def test_an_input_under_a_broken_link_to_a_folder_names_that_link(tmp_path, tiny_grader):
+    """A path whose folder on the way is a symbolic link to nothing (gone/p.tsv, gone -> a removed folder) was 'no
+    such file; check the path' (--data, a recipe's data key, --model: 'no such folder'), though the link is what
+    to fix; now each input names that link and its target, as a broken link at the path's end is named."""
+    from headcut.models import resolve_source
+    from headcut.evaluate.importance import read_scores
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+    from headcut_grader.grader import read_record
+
+    folder, target = tmp_path / "data", tmp_path / "removed"
+    folder.symlink_to(target)
+    said = (f"its folder {folder} is a broken symbolic link to {target}; point that link at an existing folder or "
+            "name another path")
+    pairs, model = folder / "p.tsv", folder / "model"
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs), f"{pairs}: {said}")
+    refused(run("evaluate", "--model", model, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), f"{model}: {said}")
+    refused(run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={pairs}", "--out", tmp_path / "o"),
+            f"train_data={pairs}: {said}")
+    refused(run("finetune", folder / "r.yaml", "--out", tmp_path / "o"), f"recipe {folder / 'r.yaml'}: {said}")
+    for call in (read_pairs, read_record, resolve_source, read_scores):
+        with pytest.raises(UserError, match=re.escape(said)):
+            call(model)
+    nested = tmp_path / "real"
+    (nested / "sub").mkdir(parents=True)
+    (nested / "sub" / "link").symlink_to(target)
+    refused(run("evaluate", "--model", tiny_grader, "--data", nested / "sub" / "link" / "p.tsv"),
+            f"its folder {nested / 'sub' / 'link'} is a broken symbolic link to {target};")
+
+
 @pytest.mark.parametrize("kind, text", [(int, "1_000"), (int, "５"), (int, "１０"), (float, "0.5_0"), (float, "０.5")])
 def test_a_number_flag_refuses_python_only_spellings(kind, text):
     """int('1_000') is 1000 and int('５') (full-width) 5: a flag typed with digit grouping or another script's

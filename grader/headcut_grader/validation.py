@@ -95,13 +95,36 @@ def is_link_loop(path: str | Path) -> bool:
 
 def absent(path: str | Path, plain: str = "no such file; check the path") -> str:
     """Why a named input `path` is not there, to follow its name in a sentence: a loop of symbolic links, or a
-    symbolic link to nothing (naming its target), where `plain` (the caller's 'no such file; FIX') would send the
-    user looking for a file that is there."""
+    symbolic link to nothing (naming its target), `path` itself or a folder on the way to it, where `plain` (the
+    caller's 'no such file; FIX') would send the user looking for a file that is there."""
     if is_link_loop(path):
         return LINK_LOOP
-    if os.path.islink(path):
+    link = broken_link(path)
+    if link is None:
+        return plain
+    if link == Path(path):
         return f"a broken symbolic link to {os.readlink(path)}; point the link at an existing path or name another"
-    return plain
+    return (f"its folder {link} is a broken symbolic link to {os.readlink(link)}; point that link at an existing "
+            "folder or name another path")
+
+
+def broken_link(path: str | Path) -> Path | None:
+    """The first symbolic link to nothing along `path` (a folder on the way, or `path` itself), or None."""
+    for step in (*reversed(Path(path).parents), Path(path)):
+        if os.path.islink(step) and _missing(step):
+            return step
+    return None
+
+
+def _missing(path: Path) -> bool:
+    """Whether nothing is at `path`, links followed (not: a folder on the way that cannot be read)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def check_regular(path: Path) -> None:
