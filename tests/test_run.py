@@ -988,6 +988,27 @@ def test_a_mistyped_set_or_a_problem_of_one_set_value_is_led_by_that_set(item, w
     assert str(caught.value).startswith(words), str(caught.value)  # led by the --set, not quickstart's file
 
 
+@pytest.mark.parametrize("items, words", [
+    (["data.train=null"], "--set data.train=null: [prune] flops (in {run}) scores units on data.train, which is not "
+                          "set; pass --set data.train=FILE."),
+    (["data.train=null", "prune.flops=0.4"], "--set data.train=null --set prune.flops=0.4: [prune] flops scores units "
+                                             "on data.train, which is not set; pass --set data.train=FILE."),
+    (["prune.flops=0.4"], "{run}: [prune] flops (from --set prune.flops=0.4) scores units on data.train, which is "
+                          "not set; pass --set data.train=FILE."),
+])
+def test_a_flops_prune_without_train_data_is_led_by_where_each_key_came_from(tmp_path, items, words):
+    """Was: '.../quickstart.yaml: [prune] flops scores units on data.train, which is not set', led by the run file
+    whose data.train is synthetic, where --set data.train=null unset it."""
+    from headcut_grader.errors import UserError
+
+    run = tmp_path / "run.yaml"  # quickstart; with data.train null in the file where no --set unsets it
+    text = (ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text()
+    run.write_text(text if "data.train=null" in items else text.replace("  train: synthetic ", "  train: null "))
+    with pytest.raises(UserError) as caught:
+        load_pipeline(run, overrides=items)
+    assert str(caught.value) == words.format(run=run), str(caught.value)
+
+
 def test_an_unknown_section_of_the_file_and_one_of_a_set_are_each_led_by_where_they_came_from(tmp_path):
     from headcut_grader.errors import UserError
 

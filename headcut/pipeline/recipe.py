@@ -226,7 +226,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
                                  "(labelled pairs kept apart from training, which the report grades every grader on), "
                                  "or synthetic:2 offline"))
     if data_part is not None and prune is not None and prune.flops is not None and data_part.train is None:
-        problems.append("[prune] flops scores units on data.train, which is not set; pass --set data.train=FILE")
+        problems.append(_train_for_flops(origins, where))
     yardstick = parts["bench"].yardstick if parts["bench"] is not None else None
     if yardstick is not None and not (Path(yardstick) / "config.json").is_file():
         problems.append(_problem(_by(origins, ("bench", "yardstick")), f"[bench] yardstick {yardstick} is not a grader "
@@ -253,6 +253,17 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if problems:
         raise _refused(problems, where)
     return recipe
+
+
+def _train_for_flops(origins: dict, where: str) -> str:
+    """[prune] flops with no data.train, led as a problem of --set values is (_by): by the --sets that gave both
+    keys, else by data.train's --set (naming the file that holds flops), else by the file (naming flops' --set)."""
+    train, flops = ("data", "train"), ("prune", "flops")
+    both = _by(origins, train, flops)
+    lead = both or _by(origins, train)
+    said = "" if both else _from(origins, flops) or (f" (in {where})" if lead else "")
+    return _problem(lead, f"[prune] flops{said} scores units on data.train, which is not set; pass --set "
+                          "data.train=FILE")
 
 
 def _set_alone(value, path: tuple, origins: dict) -> bool:
