@@ -110,6 +110,8 @@ LIES = [
     (_edit("tokenizer_file", {"name": "tokenizer.json"}), "tokenizer_file records bytes null"),
     # was: any level but "disabled" ran the graph fully optimised, not the level its parity gate checked, exit 0
     (_edit("graph_optimization", "basic"), '\'graph_optimization\' is "basic", not one of all, disabled'),
+    # was: graded and reported as INT8 (grader.json's word alone), exit 0
+    (_edit("precision", "int8"), '\'precision\' is "int8", but model.onnx holds no quantized (INT8) operations'),
 ]
 
 
@@ -140,3 +142,17 @@ def test_serve_refuses_a_lying_folder_before_it_listens(exported, tmp_path):
     done = subprocess.run([sys.executable, "-m", "headcut_grader", "serve", str(folder), "--port", str(port)],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2 and "names 3 outputs (task grades) but the graph has 5" in done.stderr, done.stderr
+
+
+def test_an_int8_graph_recorded_as_fp32_is_refused(tmp_path):
+    """Was: Grader(folder).precision said fp32 for the INT8 graph it ran, with nothing refused."""
+    from headcut.export.quantize import CHOICES
+    from headcut_grader import Grader
+    from headcut_grader.errors import UserError
+
+    folder = make_tiny_grader(tmp_path, int8=True, choices=(CHOICES[0],))[0]
+    assert Grader(folder).precision == "int8"
+    _edit("precision", "fp32")(folder)
+    with pytest.raises(UserError, match=r"grader.json: 'precision' is \"fp32\", but model.onnx holds quantized "
+                                        r"\(INT8\) operations; grader.json was edited or the folder mixes"):
+        Grader(folder)

@@ -178,6 +178,12 @@ def _grades_lie(folder):
     (folder / "grader.json").write_text(json.dumps(record))
 
 
+def _precision_lies(folder):  # was: an fp32 IR graded and reported as INT8, exit 0
+    record = json.loads((folder / "grader.json").read_text())
+    record["openvino"]["precision"] = "int8"
+    (folder / "grader.json").write_text(json.dumps(record))
+
+
 def _max_length_lies(folder):  # OpenVINO grades past the 128 positions (zeros); ONNX Runtime's graph fails there
     record = json.loads((folder / "grader.json").read_text())
     record["max_length"] = 300
@@ -191,6 +197,7 @@ def _max_length_lies(folder):  # OpenVINO grades past the 128 positions (zeros);
     (_inputs_lie, "are not grader.json's input_names"),
     (_grades_lie, "names 3 outputs (task grades) but the graph has 5"),
     (_max_length_lies, "'max_length' is 300, but the graph has position embeddings for at most 128 tokens"),
+    (_precision_lies, "'openvino.precision' is \"int8\", but model.xml holds no quantized (INT8) operations"),
 ])
 def test_grader_folders_that_lie_are_refused_with_one_sentence(both, tmp_path, harm, words):
     folder = _copy(both, tmp_path)

@@ -104,6 +104,7 @@ def _onnxruntime(folder: Path, graph: dict, record: dict, threads: int) -> Backe
                         "again.") from None
     names = [i.name for i in session.get_inputs()]
     check_inputs(folder, names, record)
+    check_precision(folder, "precision", graph["precision"], path, holds_any(path, QUANTIZED_ONNX_OPS))
     return Backend("onnxruntime", graph["precision"], ort.__version__, names,
                    lambda feed: session.run(["logits"], {k: feed[k] for k in names})[0])
 
@@ -143,6 +144,7 @@ def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
                         "copy the folder again.") from None
     names = [i.get_any_name() for i in compiled.inputs]
     check_inputs(folder, names, record)
+    check_precision(folder, "openvino.precision", graph.get("precision", "fp32"), xml, _quantized_ir(model))
     request = compiled.create_infer_request()
     ran_in = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
 
@@ -161,6 +163,44 @@ def check_inputs(folder: Path, names: list[str], record: dict) -> None:
     if isinstance(declared, list) and sorted(names) != sorted(declared):
         raise UserError(f"{folder}: the graph's inputs {names} are not grader.json's input_names {declared}; the "
                         "folder mixes files of two exports, so re-export it.")
+
+
+# Op types only a quantized ONNX graph holds (static QDQ: QuantizeLinear / DequantizeLinear; dynamic: MatMulInteger
+# with DynamicQuantizeLinear; QOperator: QLinear*, and ONNX Runtime's own fused ones), as the bytes the protobuf
+# spells them with: found in the file without the onnx package, which the runtime does not install.
+QUANTIZED_ONNX_OPS = (b"QuantizeLinear", b"MatMulInteger", b"QLinear", b"DynamicQuantizeMatMul", b"QAttention",
+                      b"QGemm")
+
+
+def holds_any(path: Path, markers: tuple[bytes, ...]) -> bool:
+    """Whether the bytes of `path` hold any of `markers` (read in chunks, each with the end of the one before)."""
+    keep, tail = max(map(len, markers)) - 1, b""
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            block = tail + chunk
+            if any(marker in block for marker in markers):
+                return True
+            tail = block[-keep:]
+    return False
+
+
+def _quantized_ir(model) -> bool:
+    """Whether an OpenVINO model holds INT8 parts: NNCF's FakeQuantize ops, or weights stored as 8- or 4-bit
+    integers."""
+    small = {"i8", "u8", "i4", "u4"}
+    return any(op.get_type_name() == "FakeQuantize" or (op.get_type_name() == "Constant" and
+                                                        op.get_element_type().get_type_name() in small)
+               for op in model.get_ops())
+
+
+def check_precision(folder: Path, key: str, precision: str, path: Path, quantized: bool) -> None:
+    """grader.json's `key` says INT8 exactly where the graph file `path` holds quantized operations: else an edited
+    precision (or a graph of another export) would be reported and benchmarked as what it is not."""
+    if ("int8" in precision) != quantized:
+        holds = "holds" if quantized else "holds no"
+        raise UserError(f"{folder / 'grader.json'}: {quoted(key)} is {shown(precision)}, but {path.name} {holds} "
+                        "quantized (INT8) operations; grader.json was edited or the folder mixes files of two exports, so "
+                        "re-export it.")
 
 
 OPENERS = {"onnxruntime": _onnxruntime, "openvino": _openvino}
