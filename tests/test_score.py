@@ -327,6 +327,8 @@ def test_every_torch_path_of_an_activation_scores_as_sentence_transformers_appli
 @pytest.mark.parametrize("modules,st_file,st_config,legacy", [
     (False, IDENTITY, None, None),  # config_sentence_transformers.json without modules.json: not read, the sigmoid
     (True, IDENTITY, SIGMOID, None),  # beside modules.json (a CrossEncoder save) it comes first
+    # without its model_type CrossEncoder reads the folder as a SentenceTransformer's, converts it and skips the file
+    ("untyped", IDENTITY, None, None),
     (False, IDENTITY, SIGMOID, IDENTITY),  # config.json's sentence_transformers comes before the pre-v4 key
     (False, None, None, IDENTITY),
 ])
@@ -348,7 +350,8 @@ def test_cross_encoder_activation_records_are_read_in_sentence_transformers_orde
     config.update({"sbert_ce_default_activation_function": legacy} if legacy else {})
     (folder / "config.json").write_text(json.dumps(config))
     records = folder / "config_sentence_transformers.json"
-    records.write_text(json.dumps({**json.loads(records.read_text()), "activation_fn": st_file}))
+    kept = {k: v for k, v in json.loads(records.read_text()).items() if modules != "untyped" or k != "model_type"}
+    records.write_text(json.dumps({**kept, "activation_fn": st_file}))
     if not st_file:
         records.unlink()
     theirs = CrossEncoder(str(folder), local_files_only=True).predict(list(zip(pairs.queries, pairs.titles)))
