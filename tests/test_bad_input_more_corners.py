@@ -230,3 +230,37 @@ def test_limit_with_digit_grouping_is_refused_before_work(tmp_path, tiny_grader)
     refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--limit", "1_000", "--out", tmp_path / "o"),
             "--limit '1_000' is not a whole number")
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("args, said", [
+    (["export", "m", "--out", "g", "--precision", "int8", "--precision", "fp32"],
+     "--precision is given twice, as 'int8' and as 'fp32'; pass it once"),
+    (["export", "m", "-o", "g", "--out=h"], "--out is given twice, as 'g' and as 'h'"),
+    (["evaluate", "-m", "m", "--data", "a.tsv", "-d", "b.tsv"], "--data is given twice, as 'a.tsv' and as 'b.tsv'"),
+    (["grade", "g", "pairs.tsv", "--out", "o.tsv", "--batch-size", "8", "--batch-size", "16"],
+     "--batch-size is given twice, as '8' and as '16'"),
+    (["serve", "g", "--port", "8000", "--port", "8001"], "--port is given twice, as '8000' and as '8001'"),
+    (["prune", "-m", "m", "--keep-ratio", "0.5", "--out", "p", "--tune", "--no-tune"],
+     "--tune and --no-tune are both given; pass one of them"),
+])
+def test_an_option_given_twice_with_different_values_is_refused_not_read_as_the_last(tmp_path, monkeypatch, args,
+                                                                                      said):
+    """Was: click kept the last value in silence, so `export ... --precision int8 ... --precision fp32` (a command
+    line edited by appending) wrote an fp32 grader, exit 0. Each command names its own --help."""
+    from typer.testing import CliRunner
+
+    from headcut_grader.cli.main import app as grader_app
+
+    monkeypatch.chdir(tmp_path)
+    runtime = (lambda *a: CliRunner().invoke(grader_app, list(a)),) if args[0] in ("grade", "serve") else ()
+    for invoke in (run, *runtime):
+        refused(invoke(*args), said, f"{args[0]} --help")
+    assert not any(tmp_path.iterdir())
+
+
+def test_an_option_given_twice_with_one_value_or_a_repeatable_one_is_read(tmp_path, tiny_grader):
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = tmp_path / "o.tsv"
+    done = run("grade", tiny_grader, pairs, "--out", out, "-o", out, "--overwrite", "--overwrite")
+    assert done.exit_code == 0, done.output
+    refused(run("bench", "-m", "a", "-m", "b", "--data", pairs, "--out", pairs), "would replace the input")  # -m: repeatable

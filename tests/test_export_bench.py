@@ -44,7 +44,7 @@ def test_bench_cli_small_grid(tmp_path):
     summary = (out / "bench.md").read_text().split("p50 ms per batch")[0]
     assert "speedup (b8 x s16)" in summary and "b32 x s64" not in summary
     assert f"| {reference['cells'][1]['p50_ms']:.1f} |" in summary.split("| pytorch fp32 pruned |")[1].splitlines()[0]
-    bad = CliRunner().invoke(app, args[:-8] + ["--batch-sizes", "0", "--out", str(tmp_path / "x")])
+    bad = CliRunner().invoke(app, args[:-10] + ["--out", str(tmp_path / "x"), "--batch-sizes", "0"])
     assert bad.exit_code == 2 and "--batch-sizes" in bad.output
 
     # From Python: the same typed result, written to the same three files with the same layout

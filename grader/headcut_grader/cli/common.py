@@ -59,6 +59,9 @@ class OneLineErrors(typer.core.TyperGroup):
         blank = blank_value(command, args[args.index(command.name) + 1:]) if command is not None else None
         if blank:
             raise click.exceptions.UsageError(f"{blank} is empty{BLANK_MEANS.get(blank, '; give it a value')}", ctx)
+        twice = given_twice(command, args[args.index(command.name) + 1:]) if command is not None else None
+        if twice:  # its help is the command's: a context of it, made without parsing
+            raise click.exceptions.UsageError(twice, click.Context(command, parent=ctx, info_name=command.name))
         return super().parse_args(ctx, args)
 
 
@@ -85,6 +88,32 @@ def blank_value(command, args: list[str]) -> str | None:
                 return arguments[min(position, len(arguments) - 1)] if arguments else "an argument"
             position += 1
         options_done = options_done or token == "--"
+    return None
+
+
+def given_twice(command, args: list[str]) -> str | None:
+    """The sentence for an option of `command` that takes one value, given twice with different ones in `args`
+    (--precision int8 ... --precision fp32, or --tune ... --no-tune), else None: click keeps the last in silence, so a
+    command line edited by appending ran with a setting its user did not see. A repeatable option is left alone."""
+    options = {name: p for p in command.params if p.param_type_name == "option"
+               for name in (*p.opts, *p.secondary_opts)}
+    seen: dict[str, tuple[str, str]] = {}
+    tokens = iter(args)
+    for token in tokens:
+        if token == "--":
+            break
+        name, eq, value = token.partition("=")
+        param = options.get(name)
+        if param is None:
+            continue
+        given = name if param.is_flag else (value if eq else next(tokens, ""))
+        first = seen.setdefault(param.name, (name, given))
+        if param.multiple or first[1] == given:
+            continue
+        if param.is_flag:
+            return f"{first[0]} and {name} are both given; pass one of them"
+        return (f"{param.opts[0]} is given twice, as {quoted(first[1])} and as {quoted(given)}; pass it once, with "
+                "the value you mean")
     return None
 
 
