@@ -112,3 +112,33 @@ def test_bench_refuses_a_variant_whose_tokenizer_differs_from_the_first(tmp_path
                                       str(tmp_path / "bench")])
     assert result.exit_code == 0, result.output
     assert json.loads((tmp_path / "bench" / "bench.json").read_text())["variants"][1]["agreement"] == 1.0
+
+
+def test_variants_of_folders_of_one_name_are_told_apart_in_the_report(tmp_path, monkeypatch):
+    """Was: runs/a/teacher and runs/b/teacher were both 'pytorch fp32 teacher' (and `-m .` was 'pytorch fp32 '), so
+    the report's rows and legend could not say which was which; two graders in x/a/grader and y/a/grader too."""
+    import pytest
+
+    from headcut_grader.errors import UserError
+
+    _, loaded, _ = make_tiny_grader(tmp_path / "g")
+    for run in ("a", "b"):
+        save_model(loaded, tmp_path / run / "teacher")
+    data = tmp_path / "pairs.tsv"
+    pairs = synthetic_pairs(20, seed=7)
+    data.write_text("query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{pairs.grades[y]}\n"
+                                                      for q, t, y in zip(pairs.queries, pairs.titles, pairs.labels)))
+    monkeypatch.chdir(tmp_path / "a" / "teacher")
+    result = CliRunner().invoke(app, ["bench", "-m", ".", "-m", str(tmp_path / "b" / "teacher"), "--data", str(data),
+                                      "--batch-sizes", "2", "--seq-lens", "16", "--repeats", "1", "--threads", "1",
+                                      "--out", str(tmp_path / "bench")])
+    assert result.exit_code == 0, result.output
+    names = [v["name"] for v in json.loads((tmp_path / "bench" / "bench.json").read_text())["variants"]]
+    assert names == ["pytorch fp32 a/teacher", "pytorch fp32 b/teacher"]
+    from headcut.cli.bench import short_names
+
+    assert short_names(["/x/a/grader", "/y/a/grader", "/y/b/grader"], 2) == ["x/a/grader", "y/a/grader", "b/grader"]
+    assert short_names(["/r/teacher", "/teacher"], 1) == ["r/teacher", "/teacher"]
+    variant = pytorch_variant("same", loaded, threads=1)
+    with pytest.raises(UserError, match=r"^benchmark: two variants are named 'same'; give each variant its own name\.$"):
+        benchmark([variant, variant], loaded.tokenizer, pairs, BenchSettings((1,), (16,), 1, repeats=1))

@@ -78,6 +78,21 @@ def _check_tokenizers(models: list[str], graders: list[Path]) -> None:
                             "bench separately for each.")
 
 
+def short_names(paths: list, tail: int) -> list[str]:
+    """Each path's last `tail` parts (a run's grader folders share the name `grader`, so theirs are two), with more
+    where another path ends the same: runs/a/teacher and runs/b/teacher are a/teacher and b/teacher, not teacher
+    twice, in every row and legend of the report."""
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+
+    def short(mine: tuple) -> str:
+        n = tail
+        while n < len(mine) and any(other != mine and other[-n:] == mine[-n:] for other in parts):
+            n += 1
+        return os.path.join(*mine[-n:])
+
+    return [short(p) for p in parts]
+
+
 @user_errors
 def bench(
     model: list[str] = typer.Option(..., "--model", "-m", help="PyTorch model folder; the first is the reference (repeatable)."),
@@ -124,11 +139,11 @@ def bench(
         return result
 
     # Loaded inside load_measured, so each variant's resident-memory growth includes its weights.
-    variants = [load_measured(lambda m=m: pytorch_variant(f"pytorch fp32 {Path(m).name}", loaded(m), threads=threads))
-                for m in model]
-    for folder in grader:  # every graph of the folder whose runtime is installed: ONNX Runtime, OpenVINO
-        variants += [load_measured(lambda f=folder, b=b: grader_variant(f"grader {f.absolute().parent.name}/{f.name}", f,
-                                                                        threads=threads, backend=b))
+    variants = [load_measured(lambda m=m, n=n: pytorch_variant(f"pytorch fp32 {n}", loaded(m), threads=threads))
+                for m, n in zip(model, short_names(model, 1))]
+    for folder, name in zip(grader, short_names(grader, 2)):  # each graph whose runtime is installed here
+        variants += [load_measured(lambda f=folder, b=b, n=name: grader_variant(f"grader {n}", f, threads=threads,
+                                                                                backend=b))
                      for b in grader_backends(folder)]
     result = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
     with atomic_dir(out, overwrite=overwrite, inputs=inputs, flag="--out") as tmp:

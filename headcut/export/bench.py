@@ -21,7 +21,7 @@ import torch
 from headcut.arch import flops_per_pair, heads_per_layer, takes_token_types
 from headcut.batching import encode
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut.evaluate.tasks import agreement, summary
 from headcut.evaluate.predict import predict_logits
 from headcut.timing import round_robin
@@ -198,6 +198,10 @@ def benchmark(variants: list[Variant], tokenizer, pairs: Pairs, settings: BenchS
               progress: Callable[[str], None] | None = None) -> BenchResult:
     """Latency grid, throughput, size, memory, accuracy and agreement with `variants[0]` (the reference)."""
     check_callbacks("benchmark", progress=progress)
+    names = [v.name for v in variants]
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:  # the report's rows and legend tell variants apart by name alone
+        raise UserError(f"benchmark: two variants are named {quoted(twice)}; give each variant its own name.")
     say = progress or (lambda message: None)
     rows = {id(v): {"name": v.name, "kind": v.kind, "size_mb": v.size_bytes / 2**20, "memory_mb": v.memory_mb,
                      **v.info, "cells": []} for v in variants}
