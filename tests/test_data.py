@@ -280,6 +280,32 @@ def test_a_header_with_a_zero_width_space_is_told_apart_from_the_plain_name(tmp_
     assert read_pairs(preset, preset="qbqtc", require_labels=False).labels is None  # not a gold column's name
 
 
+@pytest.mark.parametrize("name, text, options, fix", [
+    ("pairs.tsv", "deck over\tdeck coating\t5\nrain head\tshower trim\t4\n", {},
+     "its first line looks like data ('5' is a number), and the first line must be the header: add one above it "
+     "naming the columns (query, title and the gold column)."),
+    ("pairs.csv", "query\ttitle\tgrade\ndrill\tcordless drill\t4\n", {},
+     "its header holds tabs, so it was read as one column: name the file .tsv."),
+    ("pairs.tsv", "query,title,grade\ndrill,cordless drill,4\n", {},
+     "its header holds commas, so it was read as one column: name the file .csv."),
+    ("pairs.tsv", "Query\ttitle\tgrade\ndrill\tcordless drill\t4\n", {"names": "flags"},
+     "column 'Query' differs in case only (names are case-sensitive): name it with --query-col Query."),
+    ("pairs.jsonl", '{"query": "drill", "title": "cordless drill", "Grade": 4}\n', {"keys": "data."},
+     "column 'Grade' differs in case only (names are case-sensitive): name it with --set data.label_col=Grade."),
+    ("pairs.tsv", "query\ttitle\tScore\ndrill\tcordless drill\t0.5\n", {"task": "score"},
+     "column 'Score' differs in case only (names are case-sensitive): name it with label_col=Score."),
+])
+def test_a_missing_column_names_the_fix_that_fits_the_header(tmp_path, name, text, options, fix):
+    """Was 'name it with --query-col' for each: a file without a header (naming a column by a data cell would read
+    that row as the header and drop it), a TSV named .csv or a CSV named .tsv (one column holding the separators),
+    a column named in another case."""
+    path = write(tmp_path, name, text)
+    with pytest.raises(UserError) as caught:
+        read_pairs(path, **options)
+    assert str(caught.value).endswith(fix), str(caught.value)
+    assert path.read_text() == text
+
+
 @pytest.mark.parametrize("names,label_map,label_col,round_", [
     ("arguments", "label_map", "label_col=NAME", "label_map=round"),
     ("flags", "--label-map", "--label-col", "--label-map round"),

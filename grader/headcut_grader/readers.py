@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from headcut_grader.tasks import TASKS
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
-from headcut_grader.validation import FIX_ROW, MAX_TEXT_CHARS, check_regular, to_grade, to_score, to_text
+from headcut_grader.validation import FIX_ROW, MAX_TEXT_CHARS, cell_number, check_regular, to_grade, to_score, to_text
 
 FORMATS = ("tsv", "csv", "jsonl", "json")
 # A chunk of rows also ends once its texts pass this many characters, so that memory stays bounded for titles of
@@ -306,8 +307,42 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: 
     for col, option in zip(needed, ("query_col", "title_col")):
         if col not in columns:
             raise UserError(f"{path}: no column {quoted(col)} (columns: {_shown(columns, lines, fmt)}); "
-                            f"name it with {keys.fix(option)}.")
+                            f"{_header_fix(columns, col, needed, fmt, keys.fix(option))}.")
     return columns
+
+
+# the other separator a header of one column may hold, and the suffix that reads it
+_SEPARATORS = {"csv": ("\t", "tabs", "tsv"), "tsv": (",", "commas", "csv")}
+
+
+def _header_fix(columns: list, col: str, needed: tuple[str, str], fmt: str, fix: str) -> str:
+    """The fix for a header without column `col`, where naming the column with `fix` (--query-col) is not it: a header
+    split by the other format's separator, a first line of data (no header: naming a column by a cell would read
+    that row as the header, and drop it), or a column named in another case."""
+    separator, held, suffix = _SEPARATORS.get(fmt, (None, "", ""))
+    if separator and len(columns) == 1 and separator in columns[0]:
+        return f"its header holds {held}, so it was read as one column: name the file .{suffix}"
+    number = next((c for c in columns if fmt in _SEPARATORS and _is_number(c)), None)
+    if number is not None:
+        return (f"its first line looks like data ({quoted(number)} is a number), and the first line must be the "
+                f"header: add one above it naming the columns ({', '.join(needed)} and the gold column)")
+    return _name_fix(columns, col, fix)
+
+
+def _name_fix(columns: list, col: str, fix: str) -> str:
+    """Name the column with `fix` (--label-col), and as which where one differs from `col` in case only."""
+    near = next((c for c in columns if isinstance(c, str) and c.casefold() == col.casefold()), None)
+    if near is None:
+        return f"name it with {fix}"
+    named = fix[:-len("NAME")] + near if fix.endswith("=NAME") else f"{fix} {near}"
+    return f"column {quoted(near)} differs in case only (names are case-sensitive): name it with {named}"
+
+
+def _is_number(cell) -> bool:
+    try:
+        return math.isfinite(cell_number(str(cell).strip()))
+    except ValueError:
+        return False
 
 
 def _pairs(queries, titles, gold, grades, path, score: bool, lines: list[int], keys: Named) -> Pairs:
@@ -326,11 +361,11 @@ def _missing_gold(path, wanted: str, shown: str, columns: list, preset: Preset, 
             return (f"{path} has grades ({quoted(found)}) but no score column {quoted(wanted)}, and this model is "
                     f"a one-score reranker (task score); pass a file with a numeric score column (or name it with "
                     f"{fix}), or use a grades model.")
-        return f"{path}: no score column {quoted(wanted)} (columns: {shown}); name it with {fix}."
+        return f"{path}: no score column {quoted(wanted)} (columns: {shown}); {_name_fix(columns, wanted, fix)}."
     if found:
         return (f"{path} has scores ({quoted(found)}) but no grade column {quoted(wanted)}, and this model grades "
                 f"(task grades); pass graded pairs (or name the grade column with {fix}), or use a one-score model.")
-    return f"{path}: no label column {quoted(wanted)} (columns: {shown}); name it with {fix}."
+    return f"{path}: no label column {quoted(wanted)} (columns: {shown}); {_name_fix(columns, wanted, fix)}."
 
 
 def _other_gold(columns: list, preset: Preset, *, task: str) -> str | None:
