@@ -413,6 +413,36 @@ def test_latency_prune_command(tmp_path, tiny_grader, monkeypatch):  # noqa: F81
     assert summary["budget"]["plan_ms"] <= summary["budget"]["budget_ms"] * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("variable, under", [("HEADCUT_CACHE", ""), ("HEADCUT_CACHE", "sub"),
+                                             ("XDG_CACHE_HOME", "")])
+def test_a_cache_folder_that_is_a_file_is_one_sentence_naming_its_variable(tmp_path, tiny_grader, monkeypatch,
+                                                                           variable, under):  # noqa: F811
+    """Was: prune --latency ended in a FileExistsError (NotADirectoryError under a file) traceback from
+    layer_costs' mkdir, after the model loaded; distill in '...teacher-logits-....npy: cannot write there' after the
+    teacher graded the whole training set. Now the variable that set the folder is named, and the fix."""
+    from headcut.prune.latency import layer_costs
+    from headcut_grader.backend_choice import _write_cache
+    from headcut_grader.errors import UserError
+    from headcut.models import load_model
+
+    blocker = tmp_path / "cache.txt"
+    blocker.write_text("query\ttitle\tgrade\n")
+    monkeypatch.delenv("HEADCUT_CACHE")
+    monkeypatch.setenv(variable, str(blocker / under if under else blocker))
+    monkeypatch.setattr("headcut.prune.latency.torch_timer", encoder_weights_timer)
+    encoder_weights_timer.calls = 0
+    grader, _ = tiny_grader
+    said = f"the cache folder ${variable}{'/headcut' if variable == 'XDG_CACHE_HOME' else ''} "
+    result = run("--model", grader, "--latency", 0.5, "--batch", 8, "--out", tmp_path / "p", "--no-timing")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert said in result.output and f"{blocker} is a file, not a folder; set $HEADCUT_CACHE to a folder you can " \
+        "write in." in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "p").exists() and blocker.read_text() == "query\ttitle\tgrade\n"
+    with pytest.raises(UserError, match=f"^{re.escape(str(blocker / 'layer-costs-'))}.*: cannot write there"):
+        layer_costs(load_model(grader).model, batch=2, seq_len=8, cache=blocker)  # a Python caller's own cache
+    _write_cache("key", "onnxruntime")  # the runtime's choice of backend: best effort, as before
+
+
 def test_latency_prune_on_onnx_int8(tmp_path, tiny_grader, monkeypatch):  # noqa: F811
     monkeypatch.setenv("HEADCUT_CACHE", str(tmp_path / "cache"))
     grader, _ = tiny_grader

@@ -40,9 +40,23 @@ def overwrite_said(flag: str) -> str:
 
 
 def cache_home(env: str, name: str) -> Path:
-    """Where a tool keeps what it can recompute: $`env`, else $XDG_CACHE_HOME/`name`, else ~/.cache/`name`."""
-    root = os.environ.get(env) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / name
-    return Path(root)
+    """Where a tool keeps what it can recompute: $`env`, else $XDG_CACHE_HOME/`name`, else ~/.cache/`name`; a
+    UserError naming the variable that set it where a file stands on that path or its folder is not writable (was
+    a traceback from the first write into it, after the work whose result it was to keep)."""
+    if os.environ.get(env):
+        root, said = Path(os.environ[env]), f"${env} {os.environ[env]}"
+    elif os.environ.get("XDG_CACHE_HOME"):
+        root = Path(os.environ["XDG_CACHE_HOME"]) / name
+        said = f"$XDG_CACHE_HOME/{name} {root}"
+    else:
+        root = Path.home() / ".cache" / name
+        said = f"~/.cache/{name} {root}"
+    place = next(p for p in (root, *root.parents) if os.path.lexists(p))
+    problem = (None if place.is_dir() and os.access(place, os.W_OK | os.X_OK) else
+               f"the folder {place} is not writable" if place.is_dir() else f"{place} is a file, not a folder")
+    if problem:
+        raise UserError(f"the cache folder {said}: {problem}; set ${env} to a folder you can write in.")
+    return root
 
 
 def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:

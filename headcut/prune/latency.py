@@ -131,8 +131,7 @@ def layer_costs(model, *, batch: int, seq_len: int, cache: str | Path | None = N
     if path is not None:
         from headcut_grader.files import write_json
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path, costs.to_dict())
+        write_json(path, costs.to_dict())  # makes the folder, or one sentence naming it (a file there: a traceback)
     return costs
 
 
