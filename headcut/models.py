@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from headcut import prune_arguments
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, usable_positions, widen)
 from headcut.batching import RECORDED, max_length_of
@@ -578,7 +579,7 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)
     full = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
-    widen(loaded.model, full, names=names)  # names: who called, as arch.widen names a prune setting
+    widen(loaded.model, full, keep_layers=prune_arguments.named("no_drop_layers", names))  # as its caller writes it
     full.eval()
     meta = {k: v for k, v in loaded.meta.items() if k != "weights_hash"}
     return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite)

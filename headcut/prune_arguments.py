@@ -23,7 +23,7 @@ def argument_range(name: str) -> Range:
 
 
 # where a caller spells an argument otherwise than NAME, prune.NAME or --NAME (headcut_grader.errors.named); no_tune
-# and no_drop_layers: how each caller turns that step off (arch.widen's advice reads no_drop_layers here too)
+# and no_drop_layers: how each caller turns that step off (save_cross_encoder reads no_drop_layers for arch.widen)
 SPELLED = {
     "arguments": {"model": "loaded", "no_tune": "tune=False", "calibrate": "settings.calibrate_rows",
                   "no_drop_layers": "drop_layers=False"},

@@ -74,6 +74,31 @@ def test_no_module_imports_itself_back_through_others():
     known = modules()
     edges = {name: imported(path, known) - {name} for name, path in known.items()}
     assert cycles(edges) == []
+# DESIGN.md's rooms: what a room's modules may import besides their own room. arch "may use errors": the torch-free
+# leaves that check arguments and raise UserError (headcut_grader.errors and .ranges, headcut.model_arguments).
+MAY_USE = {"headcut.arch": {"headcut_grader.errors", "headcut_grader.ranges", "headcut.model_arguments"}}
+# DESIGN.md's "Never": a room and what it never imports (the runtime never imports the toolkit, nor the library its
+# command line; scores describe a model, they don't change it)
+NEVER = {"headcut_grader": ("headcut.",), "headcut.evaluate": ("headcut.prune", "headcut.distill", "headcut.export"),
+         **{room: ("headcut.cli",) for room in ("headcut.arch", "headcut.evaluate", "headcut.prune", "headcut.distill",
+                                                 "headcut.export", "headcut.pipeline", "headcut.models")}}
+
+
+def _in(name: str, room: str) -> bool:
+    return name == room or name.startswith(room.rstrip(".") + ".")
+
+
+def test_each_room_imports_only_what_the_design_lets_it():
+    """Was: arch.surgery imported headcut.prune_arguments to name the prune setting that keeps layers in widen's
+    refusal: the bottom room leaning on the pruner's declarations. Now save_cross_encoder passes that name in."""
+    known = modules()
+    broken = [f"{name} imports {other}" for room, allowed in MAY_USE.items() for name, path in known.items()
+              if _in(name, room) for other in imported(path, known) if not _in(other, room) and other not in allowed]
+    broken += [f"{name} imports {other}" for room, never in NEVER.items() for name, path in known.items()
+               if _in(name, room) for other in imported(path, known) if any(_in(other, n) for n in never)]
+    assert broken == []
+
+
 def test_the_toolkit_imports_the_runtime_by_its_own_name():
     """`headcut.data` and the other moved names are deprecated aliases: nothing here may lean on them."""
     old = {f"headcut.{name}" for name in MOVED}

@@ -178,7 +178,7 @@ def test_a_cross_encoder_of_modernbert_without_its_first_layer_is_refused(tmp_pa
                                         ("flags", "--no-drop-layers")])
 def test_how_each_caller_keeps_layers_is_spelled_in_the_prune_table_alone(names, said):
     """Was: arch/surgery.py's KEEP_LAYERS, a second spelling table beside prune_arguments.SPELLED (which spells
-    no_tune the same way). Now widen's advice reads prune_arguments.named."""
+    no_tune the same way). Now save_cross_encoder reads prune_arguments.named and passes it to widen."""
     from headcut.arch import surgery
     from headcut.prune_arguments import named
 
