@@ -406,27 +406,38 @@ def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
 def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
     """seed, max_length, batch_size, iters, bootstrap, draws and k defaults of every public function of
     headcut.evaluate, .prune, .distill and .export (typed as numbers so the API reference shows 1000 and 64) equal
-    evaluate_arguments.DEFAULTS, so a Python call batches, resamples and seeds as the commands do. Was:
-    distill.teacher_logits batched 128 pairs per forward pass where every other forward pass takes 64."""
+    evaluate_arguments.DEFAULTS, so a Python call batches, resamples and seeds as the commands do; each is written as
+    a literal number. Was: distill.teacher_logits batched 128 pairs per forward pass where every other forward pass
+    takes 64; the scan's experiments (effects, run_experiments) wrote DEFAULTS["iters"] and the like, which the API
+    reference shows as written."""
+    import ast
     import importlib
     import inspect
+    import textwrap
 
-    from headcut.evaluate import compare, ranking, tasks
+    from headcut.evaluate import compare, experiments, ranking, tasks
     from headcut.evaluate_arguments import DEFAULTS
 
     packages = [importlib.import_module(f"headcut.{name}") for name in ("evaluate", "prune", "distill", "export")]
     public = [getattr(package, n) for package in packages for n in package.__all__]
     functions = [f for f in public if inspect.isfunction(f)] + [
-        compare.compare_logits, tasks.summary_ci, tasks.paired, ranking.score_bootstrap, ranking.paired_score_bootstrap]
+        compare.compare_logits, tasks.summary_ci, tasks.paired, ranking.score_bootstrap, ranking.paired_score_bootstrap,
+        experiments.effects, experiments.run_experiments]
     declared = {"iters": "bootstrap", **{name: name for name in ("seed", "max_length", "batch_size", "bootstrap",
                                                                    "draws", "k")}}  # the API's iters: a report's CI
+    scans = {"effects", "run_experiments"}  # their iters: the scan's CIs (ScanSettings.iters)
     own = {("ndcg_at_k", "k")}  # NDCG's cutoff, not a scan's masked heads
     seen = set()
     for function in functions:
+        node = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+        written = dict(zip([a.arg for a in node.args.args][::-1], node.args.defaults[::-1]))
+        written.update((a.arg, d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None)
         for name, parameter in inspect.signature(function).parameters.items():
             defaulted = parameter.default is not inspect.Parameter.empty
             if name in declared and defaulted and (function.__name__, name) not in own:
                 seen.add((function.__name__, name))
-                assert parameter.default == DEFAULTS[declared[name]], (function.__name__, name, parameter.default)
+                setting = "iters" if function.__name__ in scans and name == "iters" else declared[name]
+                assert parameter.default == DEFAULTS[setting], (function.__name__, name, parameter.default)
+                assert isinstance(written[name], ast.Constant), (function.__name__, name, ast.unparse(written[name]))
     assert {("open_scorer", "batch_size"), ("evaluate_model", "iters"), ("paired", "iters"), ("scan_scores", "seed"),
-            ("teacher_logits", "batch_size"), ("build_grader", "max_length")} <= seen
+            ("teacher_logits", "batch_size"), ("build_grader", "max_length"), ("run_experiments", "draws")} <= seen

@@ -20,7 +20,6 @@ from scipy.stats import rankdata
 
 from headcut.arch import present_heads
 from headcut.batching import Encoded
-from headcut.evaluate_arguments import DEFAULTS
 from headcut.evaluate.ablation import masked_logits
 from headcut.evaluate.importance import example_nll
 from headcut.evaluate.metrics import expected_grade
@@ -38,7 +37,7 @@ def _row_spearman(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return np.where(denom > 0, (a * b).sum(1) / np.where(denom > 0, denom, 1), 0.0)
 
 
-def effects(logits: np.ndarray, base: np.ndarray, labels, grades, *, iters: int = DEFAULTS["iters"], seed: int = 0) -> dict:
+def effects(logits: np.ndarray, base: np.ndarray, labels, grades, *, iters: int = 200, seed: int = 0) -> dict:
     """Effect of masking, averaged over draws: `logits` (draws, pairs, classes) vs the unmasked `base`.
 
     Returns relative_accuracy_pct, accuracy, loss_delta, spearman_delta, flip_rate, each with a 95% CI
@@ -103,8 +102,8 @@ def _layers_between(model, first: int, last: int) -> torch.Tensor:
 
 
 def run_experiments(model, encoded: Encoded, labels, grades, *, base: np.ndarray, single: np.ndarray | None = None,
-                    term_scores: torch.Tensor | None = None, which=EXPERIMENTS, draws: int = DEFAULTS["draws"],
-                    k: int = DEFAULTS["k"], iters: int = DEFAULTS["iters"], seed: int = 0, batch_size: int = 64,
+                    term_scores: torch.Tensor | None = None, which=EXPERIMENTS, draws: int = 5,
+                    k: int = 5, iters: int = 200, seed: int = 0, batch_size: int = 64,
                     progress: Callable[[str, int], None] | None = None) -> dict:
     """Run the named experiments; `single` are the single-head ablation logits (`ablation_logits`),
     `term_scores` the term-matching probe scores (experiment 5). Returns JSON-ready tables.
