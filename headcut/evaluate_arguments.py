@@ -27,6 +27,9 @@ ARGUMENTS = {
 DEFAULTS = {"batch_size": 64, "max_length": None, "seed": 0,  # max_length None: the model's own limit
             "draws": 5, "k": 5, "iters": 200,  # a scan's (ScanSettings')
             "bootstrap": 1000}  # evaluate's, compare's, prune's and a run's bench CIs
+# The head probes' own batch_size (evaluate.probes.probe_heads, `headcut probe --batch-size`): a probe pass holds
+# every layer's attention maps, so it takes fewer pairs than DEFAULTS' batch_size.
+PROBE_BATCH_SIZE = 32
 
 
 def argument_field(name: str):

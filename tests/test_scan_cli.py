@@ -378,7 +378,8 @@ def test_scan_and_bootstrap_defaults_are_declared_once_for_the_library_the_flags
 def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
     """Was: `headcut probe --batch-size` declared its own Range(1, MAX_BATCH) beside common.BATCH_SIZE's. Every
     --batch-size, --bootstrap, --seed, --max-length, --draws and --k of every headcut command now reads
-    evaluate_arguments' range (a command's own default may differ: probe's batch is 32). Was: `headcut grade
+    evaluate_arguments' range (a command's own default may differ: probe's batch is PROBE_BATCH_SIZE, declared
+    there too; was: a 32 written in the command and again in probe_heads). Was: `headcut grade
     --batch-size` declared its own too; headcut_grader cannot import headcut, so the batch-size range is declared in
     headcut_grader.ranges (BATCH) and evaluate_arguments reads that object."""
     import inspect
@@ -386,7 +387,7 @@ def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
     from typer.main import get_command
 
     from headcut.cli.main import app
-    from headcut.evaluate_arguments import argument_range
+    from headcut.evaluate_arguments import PROBE_BATCH_SIZE, argument_range
 
     shared = {"--batch-size": "batch_size", "--bootstrap": "bootstrap", "--seed": "seed", "--max-length": "max_length",
               "--draws": "draws", "--k": "k"}
@@ -398,6 +399,8 @@ def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
             if flag is not None:
                 seen.add((name, flag))
                 assert option.parser.valid is argument_range(shared[flag]), (name, flag)
+                if (name, flag) == ("probe", "--batch-size"):
+                    assert option.default == PROBE_BATCH_SIZE
     assert {("probe", "--batch-size"), ("grade", "--batch-size"), ("evaluate", "--bootstrap"),
             ("scan", "--draws")} <= seen
 
@@ -415,17 +418,20 @@ def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
     import inspect
     import textwrap
 
-    from headcut.evaluate import compare, experiments, ranking, tasks
-    from headcut.evaluate_arguments import DEFAULTS
+    from headcut.evaluate import compare, experiments, probes, ranking, tasks
+    from headcut.evaluate_arguments import DEFAULTS, PROBE_BATCH_SIZE
 
     packages = [importlib.import_module(f"headcut.{name}") for name in ("evaluate", "prune", "distill", "export")]
     public = [getattr(package, n) for package in packages for n in package.__all__]
     functions = [f for f in public if inspect.isfunction(f)] + [
         compare.compare_logits, tasks.summary_ci, tasks.paired, ranking.score_bootstrap, ranking.paired_score_bootstrap,
-        experiments.effects, experiments.run_experiments]
+        experiments.effects, experiments.run_experiments, probes.probe_heads]
     declared = {"iters": "bootstrap", **{name: name for name in ("seed", "max_length", "batch_size", "bootstrap",
                                                                    "draws", "k")}}  # the API's iters: a report's CI
-    scans = {"effects", "run_experiments"}  # their iters: the scan's CIs (ScanSettings.iters)
+    # a default declared otherwise: the scan's experiments' iters are its CIs' (ScanSettings.iters), the probes batch
+    # fewer pairs
+    other = {("effects", "iters"): DEFAULTS["iters"], ("run_experiments", "iters"): DEFAULTS["iters"],
+             ("probe_heads", "batch_size"): PROBE_BATCH_SIZE}
     own = {("ndcg_at_k", "k")}  # NDCG's cutoff, not a scan's masked heads
     seen = set()
     for function in functions:
@@ -436,8 +442,9 @@ def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
             defaulted = parameter.default is not inspect.Parameter.empty
             if name in declared and defaulted and (function.__name__, name) not in own:
                 seen.add((function.__name__, name))
-                setting = "iters" if function.__name__ in scans and name == "iters" else declared[name]
-                assert parameter.default == DEFAULTS[setting], (function.__name__, name, parameter.default)
+                wanted = other.get((function.__name__, name), DEFAULTS[declared[name]])
+                assert parameter.default == wanted, (function.__name__, name, parameter.default)
                 assert isinstance(written[name], ast.Constant), (function.__name__, name, ast.unparse(written[name]))
     assert {("open_scorer", "batch_size"), ("evaluate_model", "iters"), ("paired", "iters"), ("scan_scores", "seed"),
-            ("teacher_logits", "batch_size"), ("build_grader", "max_length"), ("run_experiments", "draws")} <= seen
+            ("teacher_logits", "batch_size"), ("build_grader", "max_length"), ("run_experiments", "draws"),
+            ("probe_heads", "batch_size")} <= seen

@@ -11,6 +11,7 @@ from headcut_grader.errors import UserError, quoted
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
                                 QUERY_COL, SEED, TITLE_COL, Opt, argument_option, flags_set, metrics_line, number,
                                 quiet_transformers, read_data, user_errors)
+from headcut.evaluate_arguments import PROBE_BATCH_SIZE
 
 
 def stage_bars(total: int):
@@ -180,8 +181,8 @@ def probe(
     data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'; grades not needed."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the probe report (importance.json holds entropy)."),
     limit: Opt[int] = number(500, "--limit", help="Seeded random sample of this many pairs (0: all)", low=0),
-    # the probes' own 32 (evaluate.probes.probe_heads): a pass holds every layer's attention maps
-    batch_size: int = argument_option("batch_size", "--batch-size", help="Pairs per forward pass", default=32),
+    batch_size: int = argument_option("batch_size", "--batch-size", help="Pairs per forward pass",
+                                      default=PROBE_BATCH_SIZE),
     max_length: Opt[int] = MAX_LENGTH,
     seed: int = SEED,
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
