@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from headcut.arch import heads_per_layer
-from headcut.evaluate.attention import rows_within
+from headcut.evaluate.attention import row_pieces
 
 
 @dataclass
@@ -35,11 +35,9 @@ def online_teacher(model, batch: dict, *, hidden: bool, attention_layers: set[in
         return TeacherOutput(out.logits, out.hidden_states if hidden else None, None)
     with_heads = [layer for layer, n in enumerate(heads_per_layer(model)) if n]  # output_attentions' entries
     rows, length = batch["input_ids"].shape
-    size = rows_within(model, length, layers_held=True)
     pieces = []
-    for start in range(0, rows, size):
-        out = model(**{k: v[start:start + size] for k, v in batch.items()}, output_hidden_states=hidden,
-                    output_attentions=True)
+    for piece in row_pieces(model, rows, length, layers_held=True):
+        out = model(**{k: v[piece] for k, v in batch.items()}, output_hidden_states=hidden, output_attentions=True)
         maps = [a.float().mean(1, keepdim=True) if layer in attention_layers else None
                 for layer, a in zip(with_heads, out.attentions)]
         pieces.append(TeacherOutput(out.logits, out.hidden_states if hidden else None, tuple(maps)))

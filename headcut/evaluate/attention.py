@@ -41,6 +41,13 @@ def rows_within(model, length: int, *, layers_held: bool) -> int:
     return max(1, MAX_HELD_SCORES // (max(1, held) * length ** 2))
 
 
+def row_pieces(model, rows: int, length: int, *, layers_held: bool) -> list[slice]:
+    """Consecutive slices of `rows` rows of `length` tokens, each of at most `rows_within` rows: how a pass whose
+    attention maps would pass MAX_HELD_SCORES is cut (a scoring pass's batch, the distilling teacher's)."""
+    size = rows_within(model, length, layers_held=layers_held)
+    return [slice(start, start + size) for start in range(0, rows, size)]
+
+
 def attention_batches(model, encoded: Encoded, batch_size: int, *, layers_held: bool = True) -> list[np.ndarray]:
     """`length_batches(encoded, batch_size)`, each cut into consecutive pieces of at most `rows_within` rows at the
     piece's longest pair; a pair whose maps alone exceed it goes alone (its length is capped by the model's
@@ -48,8 +55,8 @@ def attention_batches(model, encoded: Encoded, batch_size: int, *, layers_held: 
     lengths = encoded.lengths()
     pieces = []
     for rows in length_batches(encoded, batch_size):
-        size = rows_within(model, int(lengths[rows].max()), layers_held=layers_held)
-        pieces += [rows[i : i + size] for i in range(0, len(rows), size)]
+        pieces += [rows[piece] for piece in row_pieces(model, len(rows), int(lengths[rows].max()),
+                                                       layers_held=layers_held)]
     return pieces
 
 
