@@ -261,9 +261,10 @@ def test_latency_half_prune_plans_within_its_budget(grader, tmp_path, monkeypatc
 def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the_batch_size(monkeypatch):
     """DeBERTa has only eager attention, whose forward builds each layer's (rows, heads, L, L) scores whole: predict,
     the ablation scan, the mask-gradient (Fisher) pass, mask tuning, the head refit and the export parity gate's
-    PyTorch reference, and export's grading with the model's graph (which builds the same scores), cut --batch-size
-    batches so one layer's scores (every layer's, where a backward keeps them) stay within MAX_HELD_SCORES, with the
-    same logits, gradients and tuned weights (tune, refit, the gate and the graph's grading were: whole batches)."""
+    PyTorch reference, and export's grading with the model's graph (which builds the same scores) and its INT8 gate's
+    mixed batches (batch_dependence), cut --batch-size batches so one layer's scores (every layer's, where a backward
+    keeps them) stay within MAX_HELD_SCORES, with the same logits, gradients and tuned weights (tune, refit, the gate,
+    the graph's grading and batch_dependence's mixed batches were: whole batches)."""
     import copy
 
     import numpy as np
@@ -274,6 +275,7 @@ def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the
     from headcut.evaluate.ablation import ablation_logits
     from headcut.evaluate.fisher import mask_gradients
     from headcut.evaluate.predict import predict_logits
+    from headcut.export.quantize import batch_dependence
     from headcut.prune.refit import refit_head
     from headcut.prune.tune import tune_scales
 
@@ -282,6 +284,7 @@ def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the
     ids = [list(rng.integers(5, 99, size=n)) for n in rng.integers(6, 13, size=10)]
     encoded = Encoded(ids, [[0] * len(x) for x in ids], pad_id=0)
     labels = rng.integers(0, 5, size=10)
+    grades = tuple(range(1, model.config.num_labels + 1))
 
     def fitted(fit) -> list:  # a pruned copy's weights after `fit`
         student = copy.deepcopy(model)
@@ -306,7 +309,9 @@ def test_eager_deberta_scoring_passes_hold_bounded_attention_scores_whatever_the
               "tune": lambda: fitted(lambda student: tune_scales(model, student, encoded, batch_size=10, mode="best")),
               "refit": lambda: fitted(lambda student: refit_head(model, student, encoded, batch_size=10)),
               "gate": lambda: [np.concatenate(export.reference_logits(model, gate_pairs()))],
-              "graph": lambda: [export.onnx_logits(as_graph, encoded, batch_size=10, model=model)]}
+              "graph": lambda: [export.onnx_logits(as_graph, encoded, batch_size=10, model=model)],
+              "int8 batch": lambda: [np.array(batch_dependence(as_graph, encoded, grades, rows=10, batch_size=10,
+                                                               model=model))]}
     whole = {name: run() for name, run in passes.items()}
     seen = []  # (rows, tokens) entering every layer
     for part in layer_parts(model):

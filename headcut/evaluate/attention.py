@@ -49,15 +49,17 @@ def row_pieces(model, rows: int, length: int, *, layers_held: bool) -> list[slic
 
 
 def attention_batches(model, encoded: Encoded, batch_size: int, *, layers_held: bool = True) -> list[np.ndarray]:
-    """`length_batches(encoded, batch_size)`, each cut into consecutive pieces of at most `rows_within` rows at the
-    piece's longest pair; a pair whose maps alone exceed it goes alone (its length is capped by the model's
+    """`length_batches(encoded, batch_size)`, each cut by `within_held_scores`."""
+    return within_held_scores(model, encoded, length_batches(encoded, batch_size), layers_held=layers_held)
+
+
+def within_held_scores(model, encoded: Encoded, batches, *, layers_held: bool) -> list[np.ndarray]:
+    """`batches` (row ids of `encoded`), each cut into consecutive pieces of at most `rows_within` rows at the
+    batch's longest pair; a pair whose maps alone exceed it goes alone (its length is capped by the model's
     positions). Sums over the pieces equal the batch's."""
     lengths = encoded.lengths()
-    pieces = []
-    for rows in length_batches(encoded, batch_size):
-        pieces += [rows[piece] for piece in row_pieces(model, len(rows), int(lengths[rows].max()),
-                                                       layers_held=layers_held)]
-    return pieces
+    return [rows[piece] for rows in batches
+            for piece in row_pieces(model, len(rows), int(lengths[rows].max()), layers_held=layers_held)]
 
 
 def eager(model) -> bool:
@@ -67,11 +69,16 @@ def eager(model) -> bool:
 
 
 def scoring_batches(model, encoded: Encoded, batch_size: int, *, layers_held: bool) -> list[np.ndarray]:
-    """The batches a scoring pass runs: `attention_batches` for an eager model, so --batch-size never makes a pass
-    hold more than MAX_HELD_SCORES attention scores; `length_batches` otherwise."""
+    """The batches a scoring pass runs: `length_batches(encoded, batch_size)`, cut by `bounded`."""
+    return bounded(model, encoded, length_batches(encoded, batch_size), layers_held=layers_held)
+
+
+def bounded(model, encoded: Encoded, batches, *, layers_held: bool) -> list[np.ndarray]:
+    """`batches` (row ids of `encoded`) as a scoring pass runs them: for an eager model cut by `within_held_scores`,
+    so --batch-size never makes a pass hold more than MAX_HELD_SCORES attention scores; as they are otherwise."""
     if eager(model):
-        return attention_batches(model, encoded, batch_size, layers_held=layers_held)
-    return length_batches(encoded, batch_size)
+        return within_held_scores(model, encoded, batches, layers_held=layers_held)
+    return list(batches)
 
 
 @torch.inference_mode()

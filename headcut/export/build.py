@@ -302,7 +302,7 @@ def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, gr
         sessions[choice.name] = session(graph, threads=threads)
         if choice.name in names:
             logits_of[choice.name] = onnx_logits(sessions[choice.name], encoded, model=model)
-            batch_of[choice.name] = batch_dependence(sessions[choice.name], encoded, grades)
+            batch_of[choice.name] = batch_dependence(sessions[choice.name], encoded, grades, model=model)
     say("timing INT8 graphs")
     sessions[FP32] = fp32_session  # the graph shipped without --int8, timed last in the same turns
     times = round_robin([lambda b, s=s: run_session(s, b) for s in sessions.values()], timing, repeats=10)

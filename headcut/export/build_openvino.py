@@ -112,7 +112,7 @@ def _choose(fp32_model, fp32_run, calibration, encoded, labels, grades, *, preci
     say("timing OpenVINO graphs")
     seconds = time_runs({"fp32": fp32_run, **runs}, vocab=model.config.vocab_size)
     trials = [judge(logits[c.name], fp32_logits, labels, grades, seconds=seconds[c.name],
-                    batch=batch_dependence(runs[c.name], encoded, grades), default_seconds=seconds["fp32"],
+                    batch=batch_dependence(runs[c.name], encoded, grades, model=model), default_seconds=seconds["fp32"],
                     fp32_seconds=seconds["fp32"], choice=c.name, gate=gate, groups=groups)
               for c in found]
     best = fastest_passing(trials)

@@ -239,18 +239,23 @@ def gate_table(trials: list[Int8Trial]) -> str:
     return "; ".join(t.describe() for t in trials)
 
 
-def batch_dependence(run, encoded, grades, *, rows: int = 64, batch_size: int = 16,
-                     seed: int = 0) -> tuple[int, float]:
+def batch_dependence(run, encoded, grades, *, rows: int = 64, batch_size: int = 16, seed: int = 0,
+                     model=None) -> tuple[int, float]:
     """Grade `rows` of the encoded pairs one at a time and again in shuffled batches of mixed lengths (each
-    padded to its longest): how many grades change, and the largest change of the expected grade."""
+    padded to its longest): how many grades change, and the largest change of the expected grade. `model`: the one
+    the graph was exported from; a graph of an eager-attention model builds its (batch, heads, L, L) scores, so its
+    mixed batches are cut as the model's scoring passes are (`evaluate.attention.bounded`)."""
     from headcut.batching import collate
+    from headcut.evaluate.attention import bounded
     from headcut.evaluate.metrics import expected_grade
     from headcut.export.export import run_session
 
     picked = np.random.default_rng(seed).permutation(len(encoded))[:rows]
     alone = np.concatenate([run_session(run, collate(encoded, [i])) for i in picked])
-    mixed = np.concatenate([run_session(run, collate(encoded, picked[k:k + batch_size]))
-                            for k in range(0, len(picked), batch_size)])
+    batches = [picked[k:k + batch_size] for k in range(0, len(picked), batch_size)]
+    if model is not None:
+        batches = bounded(model, encoded, batches, layers_held=False)
+    mixed = np.concatenate([run_session(run, collate(encoded, rows)) for rows in batches])
     changes = int(np.sum(alone.argmax(axis=1) != mixed.argmax(axis=1)))  # a one-score graph has none
 
     def value(logits):  # what ranks a pair: the expected grade, or a score model's raw score
