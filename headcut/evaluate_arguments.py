@@ -32,6 +32,13 @@ DEFAULTS = {"batch_size": 64, "max_length": None, "seed": 0,  # max_length None:
 PROBE_BATCH_SIZE = 32
 
 
+def units_batch_size(batch_size: int) -> int:
+    """Pairs per backward pass that scores every FFN neuron beside the heads (evaluate.fisher.unit_fisher, prune's
+    score_units, 32 by default): half a forward pass's `batch_size`, since that pass keeps every neuron's mask
+    gradient per pair beside the activations."""
+    return max(1, batch_size // 2)
+
+
 def argument_field(name: str):
     """A dataclass field with shared setting `name`'s default (DEFAULTS) and range."""
     return range_field(DEFAULTS[name], argument_range(name))

@@ -300,7 +300,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     loss_fn = _loss_fn(recipe, train_pairs, queries)
 
     def evaluate_fn(m):
-        logits = predict_logits(m, tokenizer, dev, encoded=dev_encoded, batch_size=128)
+        logits = predict_logits(m, tokenizer, dev, encoded=dev_encoded)
         return summary(logits, dev, task=recipe.task)
 
     meta = {

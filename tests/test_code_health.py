@@ -200,3 +200,14 @@ def test_one_rule_leads_a_sentence_with_where_it_was_read():
     copies = [f"{path.relative_to(ROOT)}:{number}" for path in modules().values() if path != rule
               for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if copy.search(line)]
     assert not copies, f"lead a sentence with headcut_grader.errors.lead_of: {copies}"
+
+
+def test_no_library_call_passes_a_batch_size_written_as_a_number():
+    """A forward pass batches the declared default (evaluate_arguments.DEFAULTS, the callee's own literal default,
+    checked by test_the_library_s_shared_setting_defaults_equal_the_declared_ones) or a named size of its own
+    (PROBE_BATCH_SIZE, units_batch_size, export's GATE_BATCH_SIZE). Was: finetune's and distill's dev passes took
+    128 pairs, a run's bench 64 and `headcut bench`'s PyTorch and grader quality passes 32, each written at its call."""
+    found = [f"{path.relative_to(ROOT)}:{node.lineno} {k.arg}={k.value.value}" for path in modules().values()
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)
+             for k in node.keywords if k.arg in ("batch_size", "batch") and isinstance(k.value, ast.Constant)]
+    assert not found, f"name the batch size or leave the callee's declared default: {found}"

@@ -418,20 +418,23 @@ def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
     import inspect
     import textwrap
 
-    from headcut.evaluate import compare, experiments, probes, ranking, tasks
-    from headcut.evaluate_arguments import DEFAULTS, PROBE_BATCH_SIZE
+    from headcut.evaluate import compare, experiments, fisher, probes, ranking, tasks
+    from headcut.evaluate_arguments import DEFAULTS, PROBE_BATCH_SIZE, units_batch_size
+    from headcut.prune.pipeline import score_units
 
     packages = [importlib.import_module(f"headcut.{name}") for name in ("evaluate", "prune", "distill", "export")]
     public = [getattr(package, n) for package in packages for n in package.__all__]
     functions = [f for f in public if inspect.isfunction(f)] + [
         compare.compare_logits, tasks.summary_ci, tasks.paired, ranking.score_bootstrap, ranking.paired_score_bootstrap,
-        experiments.effects, experiments.run_experiments, probes.probe_heads]
+        experiments.effects, experiments.run_experiments, probes.probe_heads, fisher.unit_fisher, score_units]
     declared = {"iters": "bootstrap", **{name: name for name in ("seed", "max_length", "batch_size", "bootstrap",
                                                                    "draws", "k")}}  # the API's iters: a report's CI
     # a default declared otherwise: the scan's experiments' iters are its CIs' (ScanSettings.iters), the probes batch
-    # fewer pairs
+    # fewer pairs, and a backward that scores the neurons too half a forward pass's
+    units = units_batch_size(DEFAULTS["batch_size"])
     other = {("effects", "iters"): DEFAULTS["iters"], ("run_experiments", "iters"): DEFAULTS["iters"],
-             ("probe_heads", "batch_size"): PROBE_BATCH_SIZE}
+             ("probe_heads", "batch_size"): PROBE_BATCH_SIZE, ("unit_fisher", "batch_size"): units,
+             ("score_units", "batch_size"): units}
     own = {("ndcg_at_k", "k")}  # NDCG's cutoff, not a scan's masked heads
     seen = set()
     for function in functions:
@@ -447,4 +450,4 @@ def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
                 assert isinstance(written[name], ast.Constant), (function.__name__, name, ast.unparse(written[name]))
     assert {("open_scorer", "batch_size"), ("evaluate_model", "iters"), ("paired", "iters"), ("scan_scores", "seed"),
             ("teacher_logits", "batch_size"), ("build_grader", "max_length"), ("run_experiments", "draws"),
-            ("probe_heads", "batch_size")} <= seen
+            ("probe_heads", "batch_size"), ("score_units", "batch_size")} <= seen

@@ -213,7 +213,7 @@ class Distillation:
     # --- the loop and what it publishes -----------------------------------------------------------------
 
     def _dev_metrics(self, m) -> dict:
-        logits = predict_logits(m, self.tokenizer, self.dev, encoded=self.dev_encoded, batch_size=128)
+        logits = predict_logits(m, self.tokenizer, self.dev, encoded=self.dev_encoded)
         return self._summary(logits)
 
     def _summary(self, logits) -> dict:
@@ -271,7 +271,7 @@ class Distillation:
 
     def _final_metrics(self, best: LoadedModel) -> dict:
         """Teacher / before / after on dev, and after - teacher with paired CIs (by query for a score model)."""
-        after = predict_logits(best.model, best.tokenizer, self.dev, encoded=self.dev_encoded, batch_size=128)
+        after = predict_logits(best.model, best.tokenizer, self.dev, encoded=self.dev_encoded)
         if self.recipe.task == "score":
             compared = paired(after, self.teacher_dev, self.dev, task="score", activation=self.teacher.activation,
                               seed=self.recipe.seed)

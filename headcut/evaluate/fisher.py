@@ -79,7 +79,7 @@ class MaskGradients:
 
 
 def mask_gradient_pass(model, encoded: Encoded, labels: np.ndarray | None, *, targets: str, neurons: bool,
-                       batch_size: int = 32, progress: Callable[[int], None] | None = None) -> MaskGradients:
+                       batch_size: int, progress: Callable[[int], None] | None = None) -> MaskGradients:
     """Per-pair head-mask gradients of the loss on `labels` (0-based grades or scores; None for a grades model:
     its own predicted grades, for a one-score model: the score itself), and the Fisher of `targets`:
     `grades`, the empirical Fisher, sum of the squared loss gradients; `teacher`, a grades model's expected

@@ -72,7 +72,7 @@ def pytorch_variant(name: str, loaded, *, threads: int) -> Variant:
         return model(**{k: torch.from_numpy(v) for k, v in batch.items() if _takes(model, k)}).logits.numpy()
 
     def logits(pairs):
-        return predict_logits(model, loaded.tokenizer, pairs, batch_size=32, max_length=loaded.max_length)
+        return predict_logits(model, loaded.tokenizer, pairs, max_length=loaded.max_length)
 
     return Variant(name, "pytorch", size, run, logits, tokenizer=loaded.tokenizer,
                    info={"heads_per_layer": heads_per_layer(model), "flops_per_pair_64": flops_per_pair(model, 64),
@@ -90,7 +90,7 @@ def grader_variant(name: str, grader_dir: str | Path, *, threads: int, backend: 
     from headcut_grader import Grader
     from headcut_grader.backends import graphs
 
-    grader = Grader(grader_dir, threads=threads, batch_size=32, backend=backend)
+    grader = Grader(grader_dir, threads=threads, backend=backend)  # its quality pass: the runtime's own batch
     size = sum((Path(grader_dir) / f["name"]).stat().st_size for f in graphs(grader.record)[backend]["files"].values())
     label = {"onnxruntime": "ORT", "openvino": "OpenVINO"}[backend]
     return Variant(f"{name} ({label} {grader.precision})", backend, size, grader.backend.run, grader.logits,

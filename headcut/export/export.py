@@ -26,6 +26,9 @@ from headcut.export.fuse import fused_attention
 FP32_TOLERANCE = 1e-4  # max |logit difference| an fp32 graph may show against PyTorch
 # Shapes the random part of the gate covers: single pairs, odd lengths, a full batch at full length.
 RANDOM_SHAPES = ((1, 8), (3, 17), (8, 64), (2, 128))
+# Real pairs per batch of the gate: a shape it covers (headcut_grader's Grader runs 32 by default), not a memory
+# choice (an eager model's batches are cut by scoring_batches).
+GATE_BATCH_SIZE = 32
 
 
 class ParityError(UserError):
@@ -163,7 +166,7 @@ def onnx_logits(sess, encoded, *, batch_size: int = 64, model=None, progress=Non
 
 
 def gate_batches(model, tokenizer, pairs: Pairs | None, *, max_length: int, rows: int = 256,
-                 batch_size: int = 32, seed: int = 0) -> list[dict]:
+                 batch_size: int = GATE_BATCH_SIZE, seed: int = 0) -> list[dict]:
     """Inputs for the parity gate: real pairs in length-sorted batches, then random ids of several shapes."""
     names = input_names(model)
     batches = []

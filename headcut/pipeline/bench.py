@@ -50,13 +50,13 @@ def bench(ctx: Context) -> dict:
     summarize, compared = judges(teacher, pairs, iters=b.bootstrap, seed=data.seed)
     exports = {name.partition(".")[2]: record for name, record in ctx.upstream.items() if name.startswith("export.")}
     ctx.progress(0, len(exports) + 1, "teacher logits")
-    reference = predict_logits(teacher.model, teacher.tokenizer, pairs, batch_size=64, max_length=teacher.max_length)
+    reference = predict_logits(teacher.model, teacher.tokenizer, pairs, max_length=teacher.max_length)
     yardstick = None
     if b.yardstick:
         with named_in(ctx.recipe, "bench", "yardstick") as name:  # led by the file that holds it, if one does
             other = load_model(b.yardstick, flag=name)
         ctx.progress(0, len(exports) + 1, "yardstick logits")
-        yardstick = predict_logits(other.model, other.tokenizer, pairs, batch_size=64, max_length=other.max_length)
+        yardstick = predict_logits(other.model, other.tokenizer, pairs, max_length=other.max_length)
 
     lengths = [len(ids) for ids in teacher.tokenizer(pairs.queries, pairs.titles, truncation=True,
                                                      max_length=teacher.max_length)["input_ids"]]

@@ -19,6 +19,7 @@ from headcut.evaluate.criteria import ScoringData, check_targets, criterion, gol
 from headcut.evaluate.fisher import UnitScores
 from headcut.evaluate.importance import gold
 from headcut.evaluate.predict import predict_logits
+from headcut.evaluate_arguments import units_batch_size
 from headcut.models import LoadedModel
 from headcut.model_arguments import check_loaded
 from headcut.prune.budget import UnitPlan, check_budget, plan_budget
@@ -322,7 +323,7 @@ def prune_to_budget(
 
     def rescore(model, step: int) -> UnitScores:
         return score_units(_as_loaded(loaded, model), score_pairs, method=chosen.name, targets=targets,
-                           batch_size=max(1, settings.batch_size // 2),
+                           batch_size=units_batch_size(settings.batch_size),
                            progress=stage(progress, "scoring" + (f" (step {step} of {steps})" if steps > 1 else ""),
                                           len(score_pairs)))
 
