@@ -645,6 +645,31 @@ def test_an_export_refusal_that_names_no_key_of_the_run_is_not_led_by_the_run_re
     assert str(caught.value).startswith("the exported graph's logits differ"), str(caught.value)
 
 
+@pytest.mark.parametrize("about, led_by_file", [("backend", False), ("precision", True)])  # each names the other first
+def test_an_export_refusal_is_led_by_where_the_key_it_is_about_came_from_not_the_key_it_names_first(
+        tiny_recipe, tmp_path, monkeypatch, about, led_by_file):
+    """Was: the export stage chose the key that leads a refusal by the one its sentence names first (a regex on the
+    text), so one about a --set export.backend that named the file's export.precision first was led by that file,
+    and one about the file's precision that named the --set backend first was not; now by UserError.about."""
+    from headcut.pipeline import stages
+    from headcut_grader.errors import UserError
+
+    said = {"backend": "export.precision=int8 cannot be built with --set export.backend=auto here; drop the --set.",
+            "precision": "--set export.backend=auto cannot build export.precision=int8 here; set fp32."}[about]
+
+    def refused(*args, **kwargs):
+        raise UserError(said, about=(about,))
+
+    monkeypatch.setattr(stages, "_built", refused)
+    teacher = str(tiny_recipe.parent / "base")
+    given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}", "export.precision=int8"])
+    recipe = load_pipeline(tmp_path / "run.yaml", overrides=["export.backend=auto"])
+    ctx = stages.Context(recipe, tmp_path / "export", {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
+    with pytest.raises(UserError) as caught:
+        stages.export("teacher")(ctx)
+    assert str(caught.value) == (f"{tmp_path / 'run.yaml'}: " if led_by_file else "") + said
+
+
 @pytest.mark.parametrize("in_file, by_set, words", [
     ("scan.data=nowhere/scan.tsv", "data.test=nowhere.tsv",
      "--set data.test=nowhere.tsv and scan.data=nowhere/scan.tsv (in {file}): no such files; pass"),

@@ -5,10 +5,32 @@ how to fix it; the CLI turns it into that sentence on stderr and exit code 2 (no
 """
 import copy
 import json
+from contextlib import contextmanager
 
 
 class UserError(Exception):
-    """A problem with the user's input (file, flag, model) that they can fix."""
+    """A problem with the user's input (file, flag, model) that they can fix. `about`: the arguments it refuses
+    (their names as the raising function takes them: flops, backend), the one it blames first, so a caller that
+    named them (a run, by its recipe keys) tells where they came from without reading the sentence."""
+
+    about: tuple[str, ...] = ()
+
+    def __init__(self, *args, about: tuple[str, ...] = ()):
+        super().__init__(*args)
+        if about:
+            self.about = tuple(about)
+
+
+@contextmanager
+def concerning(*names: str):
+    """A UserError raised inside marked as `about` arguments `names`, where the check that raised it (one given
+    only a flag's text to name) did not say which."""
+    try:
+        yield
+    except UserError as e:
+        if not e.about:
+            e.about = names
+        raise
 
 
 def led(error: UserError, lead: str) -> UserError:

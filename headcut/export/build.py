@@ -40,16 +40,18 @@ def resolve_precision(backend: str, precision: str | None, *, int8: bool,
     how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags)."""
     backend_flag, precision_flag = named("backend", names), named("precision", names)
     if backend not in BACKENDS:
-        raise UserError(f"{setting(backend_flag, backend)} is not one of {', '.join(BACKENDS)}.")
+        raise UserError(f"{setting(backend_flag, backend)} is not one of {', '.join(BACKENDS)}.", about=("backend",))
     if precision is not None and precision not in PRECISIONS:
-        raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.")
+        raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.",
+                        about=("precision",))
     if int8 and precision not in (None, "int8"):
-        raise UserError(f"{int8_said(names)} and {setting(precision_flag, precision)} disagree; pass one of them.")
+        raise UserError(f"{int8_said(names)} and {setting(precision_flag, precision)} disagree; pass one of them.",
+                        about=("precision",))
     precision = precision or ("int8" if int8 else "fp32")
     if backend == "onnxruntime":
         if precision == "bf16":
             raise UserError(f"{setting(precision_flag, 'bf16')}: ONNX Runtime graders are fp32 or int8; use "
-                            f"{setting(backend_flag, 'openvino')} or auto.")
+                            f"{setting(backend_flag, 'openvino')} or auto.", about=("precision", "backend"))
         return precision, None
     # the ONNX Runtime graph always ships too: the portable fallback where openvino is not installed
     return ("fp32" if backend == "openvino" or precision == "bf16" else precision), precision
@@ -111,7 +113,7 @@ def build_grader(
             record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset, backend=backend,
                                   openvino=openvino, speed=speed)
     except GateError as error:  # the fix is the caller's to name
-        raise GateError(f"{error}; {gate_fix(names, int8=int8)}.") from None
+        raise GateError(f"{error}; {gate_fix(names, int8=int8)}.", about=("precision",)) from None
     return record
 
 
@@ -145,10 +147,11 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
 
     if precision == "auto" and not labelled:
         raise UserError(f"{precision_said('auto')} ships the fastest precision that passes the gate on labelled "
-                        f"pairs; pass {labelled_pairs(names)}, or {precision_said('fp32')}.")
+                        f"pairs; pass {labelled_pairs(names)}, or {precision_said('fp32')}.", about=("precision",))
     if ort_precision == "int8" and not labelled:
         raise UserError(f"{int8_said(names) if int8 else precision_said('int8')} needs labelled pairs to check "
-                        f"agreement, Spearman and accuracy; pass {labelled_pairs(names)}.")
+                        f"agreement, Spearman and accuracy; pass {labelled_pairs(names)}.",
+                        about=("precision",))
     if ov_precision:
         check_request(ov_precision, labelled=labelled, names=names)
     gated = {ort_precision, ov_precision} - {"fp32", None}

@@ -45,13 +45,14 @@ def check_request(precision: str, *, labelled: bool, names: str = "arguments") -
     flag = named("precision", names)
     if precision in ("bf16", "int8") and not labelled:
         raise UserError(f"{setting(flag, precision)} needs labelled pairs to check agreement, Spearman and accuracy "
-                        f"against fp32; pass {labelled_pairs(names)}.")
+                        f"against fp32; pass {labelled_pairs(names)}.", about=("precision",))
     if precision == "bf16" and bf16_problem():
-        raise UserError(f"{setting(flag, 'bf16')}: {bf16_problem()}; or use {setting(flag, 'fp32')}, int8 or auto.")
+        raise UserError(f"{setting(flag, 'bf16')}: {bf16_problem()}; or use {setting(flag, 'fp32')}, int8 or auto.",
+                        about=("precision",))
     if precision in ("int8", "auto") and labelled:
         if optional_module("nncf") is None:
             raise UserError(f"{setting(flag, precision)} on OpenVINO needs NNCF; run: pip install "
-                            "'headcut[openvino]'.")
+                            "'headcut[openvino]'.", about=("precision",))
 
 
 def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded, labels, grades, precision: str,

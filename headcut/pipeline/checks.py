@@ -258,25 +258,36 @@ def refuse_uncut(parts: RunParts, name: str, share: float, keeps: str) -> None:
 
 
 @contextmanager
-def named_in(recipe: PipelineRecipe, *path: str, also: tuple[tuple[str, ...], ...] = ()):
+def named_in(recipe: PipelineRecipe, *path: str, keys: dict[str, tuple[str, ...]] | None = None):
     """A library check's refusal of the run's key at `path`, led by the file that holds the key (the run recipe, or
     a teacher's or student's recipe it leaves the key to); a key a --set gave is named by that --set alone. Gives
-    the key's name as the user gave it (given_as). `also`: the other keys the check names (a stage's section, the
-    teacher): a refusal that names one of them first is led by where that key came from instead."""
+    the key's name as the user gave it (given_as). `keys` (section_keys): the run keys of a call that checks several,
+    by the names the library takes them by: a refusal is led by where the first of them it is about
+    (UserError.about) came from, and one about none of them (a parity failure) is not led."""
     name, where = given_as(recipe, *path)
     try:
         yield name
     except UserError as e:
-        where = _where_named_first(recipe, (path, *also), str(e)) if also else where
+        where = _where_about(recipe, e, keys) if keys else where
         if not where:
             raise
         raise led(e, f"{where}: ") from None
 
 
+def _where_about(recipe: PipelineRecipe, error: UserError, keys: dict[str, tuple[str, ...]]) -> str:
+    """Where (given_as) the first run key of `keys` that `error` is about came from; "" where it is about none.
+    An error that does not say (a check deep in the library given only a flag's text, a pairs file's reader) falls
+    back to the key its sentence names first."""
+    about = [keys[name] for name in error.about if name in keys]
+    if about or error.about:
+        return given_as(recipe, *about[0])[1] if about else ""
+    return _where_named_first(recipe, tuple(keys.values()), str(error))
+
+
 def _where_named_first(recipe: PipelineRecipe, paths: tuple[tuple[str, ...], ...], said: str) -> str:
     """Where (given_as) the key of `paths` that `said` names first came from (as given_as names it: --set
-    prune.flops, or prune.flops not after '--set '); "" where it names none of them (a parity failure, a missing
-    backend: no key of the file to lead it)."""
+    prune.flops, or prune.flops not after '--set '); "" where it names none of them (a missing backend: no key of
+    the file to lead it)."""
     found = []
     for path in paths:
         name, where = given_as(recipe, *path)
@@ -286,9 +297,10 @@ def _where_named_first(recipe: PipelineRecipe, paths: tuple[tuple[str, ...], ...
     return min(found)[1] if found else ""
 
 
-def section_keys(section: str) -> tuple[tuple[str, ...], ...]:
-    """Every key of run recipe section `section` (prune, export, ...), as named_in's `also` takes them."""
-    return tuple((section, f.name) for f in fields(CLASSES[section]))
+def section_keys(section: str, **elsewhere: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """Every key of run recipe section `section` (prune, export, ...) by its name, as named_in's `keys` takes them;
+    `elsewhere`: an argument another key holds (model=('teacher', 'path')), as key_names takes them."""
+    return {f.name: (section, f.name) for f in fields(CLASSES[section])} | elsewhere
 
 
 def teacher_outline(recipe: PipelineRecipe, subs: dict):

@@ -122,9 +122,9 @@ def prune(ctx: Context) -> dict:
     settings = PruneSettings(score_rows=p.score_rows, calibrate_rows=p.calibrate, timing=False, seed=data.seed)
     elsewhere = {"model": ("teacher", "path"), "data": ("data", "train")}
     names = key_names(ctx.recipe, "prune", **elsewhere)  # as the user gave them
-    # led by the file that holds the key it names first (the prune's own, else the budget's), if one does
+    # led by the file that holds the key a refusal is about (UserError.about), if one does
     with named_in(ctx.recipe, "prune", "flops" if p.keep_ratio is None else "keep_ratio",
-                  also=section_keys("prune") + tuple(elsewhere.values())):
+                  keys=section_keys("prune", **elsewhere)):
         result = _pruned(ctx, loaded, settings, progress, names)
     write_artifact(result, ctx.folder / "model", overwrite=True)
     return {"model": ctx.rel(ctx.folder / "model"), "kept_heads": result.plan["kept"],
@@ -180,8 +180,8 @@ def export(source: str) -> Callable[[Context], dict]:
         def say(message):
             ctx.progress(next(steps), None, message)
 
-        # a refusal led by the file that holds the key it names first (else export.precision), if one does
-        with named_in(ctx.recipe, "export", "precision", also=section_keys("export")):
+        # a refusal led by the file that holds the key it is about (UserError.about), if one does
+        with named_in(ctx.recipe, "export", "precision", keys=section_keys("export")):
             record, note = _built(ctx, loaded, pairs, gate, say)
         return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"],
                 "precision": record["precision"], "bytes": record["model_file"]["bytes"], "note": note}

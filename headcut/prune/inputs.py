@@ -77,7 +77,7 @@ def check_calibration_size(pool: Pairs, settings: PruneSettings, *, tune: bool, 
     if tune and len(pool) < MIN_CALIBRATE_ROWS:  # calibrate_rows: None or at least this (PruneSettings)
         raise UserError(f"mask tuning needs at least {MIN_CALIBRATE_ROWS} calibration pairs (every fifth is held out "
                         f"to check the fit) but {pool.source} holds only {len(pool)}; pass more pairs with "
-                        f"{named('data', names)}, or {named('no_tune', names)}.")
+                        f"{named('data', names)}, or {named('no_tune', names)}.", about=("data", "tune"))
 
 
 def file_score_record(scores, meta: dict) -> dict:

@@ -12,7 +12,7 @@ import numpy as np
 from headcut.arch import UnitFlops, flops_per_pair, intermediate_size, mask_shape, unit_flops
 from headcut.batching import Encoded, encode
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, check_names, quoted, setting
+from headcut_grader.errors import UserError, check_names, concerning, quoted, setting
 from headcut_grader.ranges import check_arguments, check_callbacks
 from headcut.evaluate.compare import compare_logits, compare_models
 from headcut.evaluate.criteria import ScoringData, check_targets, criterion, gold_name
@@ -79,17 +79,19 @@ def prune(
     keep_ratio, layer_prior, min_heads, iterative = checked_arguments(
         "prune", keep_ratio=keep_ratio, layer_prior=layer_prior, min_heads=min_heads, iterative=iterative)
     check_loaded(loaded, "prune loaded")
-    check_unpruned(loaded, named("model", names))
+    with concerning("model"):
+        check_unpruned(loaded, named("model", names))
     check_head_counts(keep_ratio, min_heads, *mask_shape(loaded.model), names=names)  # before any scoring
     if scores is not None and iterative:
         said = {name: named(name, names) for name in ("iterative", "data", "scores")}
         raise UserError(f"{setting(said['iterative'], iterative)} re-scans between steps; pass {said['data']} (or "
-                        f"nothing) instead of {said['scores']}.")
+                        f"nothing) instead of {said['scores']}.", about=("iterative", "scores"))
     max_length, batch_size, seed = loaded.max_length, settings.batch_size, settings.seed
     score_pairs = None
     if scores is None:
         method = method or DEFAULT_METHOD
-        criterion(method, flag=named("method", names))  # named as the caller wrote it, before the data is read
+        with concerning("method"):
+            criterion(method, flag=named("method", names))  # named as the caller wrote it, before the data is read
         score_pairs = data_pool(loaded, data, names, eval_data=eval_data, method=method).sample(
             settings.score_rows, seed=seed)
     scans = []
@@ -176,22 +178,26 @@ def budget_of(loaded: LoadedModel, *, flops: float | None, latency: float | None
     `prune_to_budget`'s."""
     target = one_target_problem({"flops": flops, "latency": latency}, flags=names == "flags")
     if target:
-        raise UserError(f"pass {target}.")
-    check_unpruned(loaded, named("model", names))
+        raise UserError(f"pass {target}.", about=("flops", "latency"))
+    with concerning("model"):
+        check_unpruned(loaded, named("model", names))
     seq_len = int(seq_len or loaded.max_length)
     costs = unit_flops(loaded.model, seq_len)
     full = flops_per_pair(loaded.model, seq_len)
     if flops is not None:
-        return Budget(flops, None, seq_len, costs, full, check_budget(flops, costs, full, flag=named("flops", names)))
+        with concerning("flops"):
+            share = check_budget(flops, costs, full, flag=named("flops", names))
+        return Budget(flops, None, seq_len, costs, full, share)
     if not 0 < latency <= 1:
         raise UserError(f"{setting(named('latency', names), latency)} is outside (0, 1]; pass the share of the "
-                        "measured latency to keep.")
+                        "measured latency to keep.", about=("latency",))
     if progress:
         progress("timing layers", 0, None)
     ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or headcut_cache(),
                            runtime=latency_runtime, notice=notice)
-    return Budget(None, latency, seq_len, costs, full,
-                  check_latency_budget(latency, ms_costs, flag=named("latency", names)), ms_costs)
+    with concerning("latency"):
+        share = check_latency_budget(latency, ms_costs, flag=named("latency", names))
+    return Budget(None, latency, seq_len, costs, full, share, ms_costs)
 
 
 def score_units(loaded: LoadedModel, pairs: Pairs, *, method: str = DEFAULT_METHOD, targets: str = "teacher",
@@ -297,25 +303,31 @@ def prune_to_budget(
     check_callbacks("prune_to_budget", progress=progress, notice=notice)
     said = {name: named(name, names) for name in ("tune_fit", "drop_layers", "flops", "iterative")}
     if tune_fit not in MODES:
-        raise UserError(f"{said['tune_fit']} {quoted(tune_fit)} is unknown; choose one of {', '.join(MODES)}.")
+        raise UserError(f"{said['tune_fit']} {quoted(tune_fit)} is unknown; choose one of {', '.join(MODES)}.",
+                        about=("tune_fit",))
     flops, latency, layer_prior, iterative, seq_len, latency_batch = checked_arguments(
         "prune_to_budget", flops=flops, latency=latency, layer_prior=layer_prior, iterative=iterative,
         seq_len=seq_len, latency_batch=latency_batch)
     check_loaded(loaded, "prune_to_budget loaded")
     steps = max(1, iterative)
-    chosen = criterion(method, flag=named("method", names), neurons=True)
-    check_targets(targets, flag=named("targets", names))
+    with concerning("method"):
+        chosen = criterion(method, flag=named("method", names), neurons=True)
+    with concerning("targets"):
+        check_targets(targets, flag=named("targets", names))
     if drop_layers and flops is None:
         raise UserError(f"{said['drop_layers']} plans against {said['flops']}; the latency tables do not time a "
-                        f"removed layer, so drop {said['drop_layers']} or pass {said['flops']}.")
+                        f"removed layer, so drop {said['drop_layers']} or pass {said['flops']}.",
+                        about=("drop_layers", "flops"))
     if drop_layers and steps > 1:
-        raise UserError(one_plan_problem(said["drop_layers"], said["iterative"], steps) + ".")
+        raise UserError(one_plan_problem(said["drop_layers"], said["iterative"], steps) + ".",
+                        about=("drop_layers", "iterative"))
     pool = data_pool(loaded, data, names, eval_data=eval_data, method=chosen.name, targets=targets)
     check_calibration_size(pool, settings, tune=tune, names=names)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
-    check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source),
-                  flag=named("targets", names), gold_name=gold_name(loaded.task))
+    with concerning("targets"):
+        check_targets(targets, has_gold=gold(score_pairs) is not None, source=str(score_pairs.source),
+                      flag=named("targets", names), gold_name=gold_name(loaded.task))
     budget = budget_of(loaded, flops=flops, latency=latency, seq_len=seq_len, latency_batch=latency_batch,
                        latency_cache=latency_cache, latency_runtime=latency_runtime, progress=progress, notice=notice,
                        names=names)

@@ -64,7 +64,7 @@ def check_keep_ratio(keep_ratio: float, *, names: str = "arguments") -> None:
     if not 0 < keep_ratio <= 1:
         name = named("keep_ratio", names)
         raise UserError(f"{setting(name, keep_ratio)} is outside (0, 1]; pass e.g. {setting(name, 0.8)} to keep 80% "
-                        "of heads.")
+                        "of heads.", about=("keep_ratio",))
 
 
 def check_head_counts(keep_ratio: float, min_heads: int, num_layers: int, num_heads: int, *,
@@ -77,13 +77,14 @@ def check_head_counts(keep_ratio: float, min_heads: int, num_layers: int, num_he
     if target == 0:
         raise UserError(f"{setting(ratio, keep_ratio)} keeps round({keep_ratio} x {num_layers * num_heads}) = 0 heads, "
                         "a grader that gives every pair the same output; pass at least "
-                        f"{1 / (num_layers * num_heads):.3g} (one head).")
+                        f"{1 / (num_layers * num_heads):.3g} (one head).", about=("keep_ratio",))
     if min_heads > num_heads:
         raise UserError(f"{setting(least, min_heads)} is more than the {num_heads} heads of a layer; pass at most "
-                        f"{num_heads}.")
+                        f"{num_heads}.", about=("min_heads",))
     if min_heads * num_layers > target:
         raise UserError(f"{setting(least, min_heads)} needs {min_heads * num_layers} heads but "
-                        f"{setting(ratio, keep_ratio)} keeps {target}; raise {ratio} or lower {least}.")
+                        f"{setting(ratio, keep_ratio)} keeps {target}; raise {ratio} or lower {least}.",
+                        about=("min_heads", "keep_ratio"))
     return target
 
 
