@@ -49,7 +49,7 @@ class FinetuneRecipe(TrainingRecipe):
         check_task_keys(self, TASK_KEYS, where, verb="trains", named=named)
         if self.task == "score" and not (self.mse_weight or self.pairwise_weight or self.listwise_weight):
             raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight, pairwise_weight or "
-                            "listwise_weight above 0.")
+                            "listwise_weight above 0.", about=("mse_weight", "pairwise_weight", "listwise_weight"))
         base = outline_if_present(self.model, "model")
         if base is not None:  # before any file is read or model loaded, naming where max_length came from
             check_max_length(base.model, self.max_length, flag="max_length", where=where)

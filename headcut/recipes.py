@@ -309,8 +309,34 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
                                                  for key, text in problems) + f"{listed}.")
     check = getattr(recipe, "check", None) if checked else None
     if check:  # a check reads the keys together: name the --set values, which may be what it refuses
-        check(in_file + (f" with {', '.join(origins.values())}" if origins else ""), named=frozenset(origins) | named)
+        _checked_together(check, in_file, where, origins, named=frozenset(origins) | named)
     return recipe
+
+
+def _checked_together(check, in_file: str, where: str, origins: dict, *, named: frozenset) -> None:
+    """A recipe's `check` of its keys together, led by the recipe file `in_file` and the --set values; a refusal
+    about keys (UserError.about) none of which that file holds is led by where they came from instead: the --sets
+    alone (a SetError), or `where`, the section that set them over the file (a run's student)."""
+    def with_sets(keys) -> str:
+        return f" with {', '.join(origins[k] for k in keys)}" if keys else ""
+
+    try:
+        check(in_file + with_sets(list(origins)), named=named)
+    except UserError as e:
+        keys = e.about
+        if not keys or in_file == where or not set(keys) <= named:
+            raise
+        if set(keys) <= set(origins):  # the same check's refusal, worded once more with its own lead
+            _refuse_again(check, " ".join(origins[k] for k in keys), named=named, error=SetError)
+        _refuse_again(check, where + with_sets([k for k in keys if k in origins]), named=named)
+        raise
+
+
+def _refuse_again(check, lead: str, *, named: frozenset, error=None) -> None:
+    try:
+        check(lead, named=named)
+    except UserError as e:
+        raise (error(str(e)) if error else e) from None
 
 
 def _coerce(value, hint, where, given: str | None = None, index: int | None = None):

@@ -949,6 +949,36 @@ def test_a_sub_recipe_problem_names_the_file_that_holds_the_value(tmp_path, in_r
     assert str(caught.value).startswith(f"{run}{words}"), str(caught.value)
 
 
+ZERO_LOSS = "every loss weight is 0; set kd_weight or ce_weight above 0."
+
+
+@pytest.mark.parametrize("in_run, by_set, lead", [
+    # was: "quickstart.yaml: [distill.bottom3] (minilm_synthetic_cpu.yaml) with --set ...: every loss weight is 0"
+    ("", ["kd_weight=0", "ce_weight=0"],
+     "--set distill.bottom3.kd_weight=0 --set distill.bottom3.ce_weight=0: "),
+    # was: "run.yaml: [distill.bottom3] (minilm_synthetic_cpu.yaml): ...", a file that holds neither key
+    ("\n    kd_weight: 0\n    ce_weight: 0", [], "{run}: [distill.bottom3]: "),
+    ("\n    kd_weight: 0", ["ce_weight=0"], "{run}: [distill.bottom3] with --set distill.bottom3.ce_weight=0: "),
+    # the distill recipe's own ce_weight 0.5 is not what it refuses: its file is named, as before
+    ("", ["kd_weight=0"], None),
+])
+def test_a_students_loss_weights_refused_together_are_led_by_where_they_came_from(tmp_path, in_run, by_set, lead):
+    """Was: a student's keys refused together (every loss weight 0) were placed in its distill recipe's file
+    whether the run recipe's [distill.NAME] or --set gave them; now led by those --sets, or by the run's section."""
+    from headcut_grader.errors import UserError
+
+    run = tmp_path / "run.yaml"
+    run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text().replace(
+        "recipe: distill/minilm_synthetic_cpu", f"recipe: distill/minilm_synthetic_cpu{in_run}"))
+    overrides = [f"distill.bottom3.{item}" for item in by_set]
+    if lead is None:
+        load_pipeline(run, overrides=overrides)  # kd_weight 0 alone: ce_weight 0.5 still teaches
+        return
+    with pytest.raises(UserError) as caught:
+        load_pipeline(run, overrides=overrides)
+    assert str(caught.value) == lead.format(run=run) + ZERO_LOSS
+
+
 def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_recipe(tmp_path):
     from headcut_grader.errors import UserError
 

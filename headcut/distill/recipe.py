@@ -73,11 +73,12 @@ class DistillRecipe(TrainingRecipe):
         self._check_task_keys(where, named)
         self._check_student_keys(where, named)
         if self.task == "grades" and not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
-            raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.")
+            raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.",
+                            about=("kd_weight", "ce_weight"))
         if self.task == "score" and not (self.mse_weight or self.margin_weight or self.gold_weight or self.hidden_weight
                                          or self.attention_weight):
             raise UserError(f"{where}: every loss weight of task=score is 0; set mse_weight, margin_weight or "
-                            "gold_weight above 0.")
+                            "gold_weight above 0.", about=("mse_weight", "margin_weight", "gold_weight"))
         if is_set(self, "layer_map", named) and self.student != "config" and not (self.hidden_weight
                                                                                   or self.attention_weight):
             raise UserError(f"{where}: key 'layer_map' matches layers for the hidden-state and attention losses, which "
