@@ -949,6 +949,24 @@ def test_a_sub_recipe_problem_names_the_file_that_holds_the_value(tmp_path, in_r
     assert str(caught.value).startswith(f"{run}{words}"), str(caught.value)
 
 
+@pytest.mark.parametrize("item, words", [
+    ("distill.Teacher.recipe=distill/minilm_synthetic_cpu", "student name 'Teacher' is the run's teacher grader's"),
+    ("distill.bad!.recipe=distill/minilm_synthetic_cpu", "student name 'bad!' must be 1-64 letters"),
+    ("distill.Bottom3.recipe=distill/minilm_synthetic_cpu", "students 'bottom3' and 'Bottom3' would share one"),
+    ("distill.s2=5", "student 's2' must be a mapping"),
+    ("distill.s2.recipe=nope", "recipe 'nope' is neither a YAML file nor a built-in name"),
+    ("teacher.recipe=nope", "recipe 'nope' is neither a YAML file nor a built-in name"),
+])
+def test_a_student_a_set_alone_gave_is_refused_led_by_that_set(item, words):
+    """Was: 'quickstart.yaml: student name ...' (and the same for a student that is not a mapping, or a --set recipe
+    name no recipe has), led by the run recipe's file, which holds no such student; now by the --set."""
+    from headcut.recipes import SetError
+
+    with pytest.raises(SetError) as caught:
+        load_pipeline("quickstart", overrides=[item])
+    assert str(caught.value).startswith(f"--set {item}: {words}"), str(caught.value)
+
+
 ZERO_LOSS = "every loss weight is 0; set kd_weight or ce_weight above 0."
 
 

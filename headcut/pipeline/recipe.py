@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import file_keys
-from headcut_grader.errors import Given, Typed, UserError, quoted, shown
+from headcut_grader.errors import Given, Typed, UserError, concerning, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
@@ -200,12 +200,14 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         problems.append("section 'distill' maps student names to their settings, e.g. bottom3: {recipe: ...}")
         distill = {}
     for name, value in distill.items():
+        lead = _student_lead(name, value, origins)  # a student --set values alone gave: led by them
         problem = _student_name_problem(name, [n for n, _ in students])
         if problem:
-            problems.append(problem)
+            problems.append(_problem(lead, problem))
             continue
         if not isinstance(value, dict):
-            problems.append(f"student '{name}' must be a mapping (recipe: and the distill recipe's keys to change)")
+            problems.append(_problem(lead, f"student '{name}' must be a mapping (recipe: and the distill recipe's "
+                                           "keys to change)"))
             continue
         recipe = value.get("recipe", StudentSection.recipe)
         if not isinstance(recipe, str) or not recipe.strip():
@@ -309,6 +311,14 @@ def _student_name_problem(name, earlier: list[str]) -> str | None:
     if twin is not None:
         return f"students '{twin}' and '{name}' would share one folder; give them names that differ in more than case"
     return None
+
+
+def _student_lead(name, value, origins: dict) -> str:
+    """The lead of a problem with student `name` as a whole (its name, its section `value`): the --sets that gave all
+    of it, if they did ('--set distill.NAME.recipe=...: '); else nothing (the run recipe's file leads)."""
+    if not isinstance(name, str) or not _set_alone(value, ("distill", name), origins):
+        return ""
+    return " ".join(item for path, item in origins.items() if path[:2] == ("distill", name)) + ": "
 
 
 def _own_teacher_problem(name: str, teacher, origins: dict) -> str:
@@ -479,7 +489,8 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
     recipe file, as --train and --dev are."""
     from headcut.training import DATA_KEYS
 
-    path = find_recipe(name, kind=kind)
+    with concerning("recipe"):
+        path = find_recipe(name, kind=kind)
     base = read_recipe_file(path)
     merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
     if adjust:
@@ -574,7 +585,7 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
     try:
         out["teacher"] = teacher_recipe(recipe)
     except UserError as e:
-        problems.append(_problem_of(e))
+        problems.append(_sub_problem(e, recipe, ("teacher",)))
     for name, student in recipe.distill:
         def adjust(merged, name=name):
             if merged.get("student") != "pruned":
@@ -591,10 +602,19 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
                 injected={**common, "teacher": teacher_dir, "measure_speed": False},
                 overrides=dict(student.overrides), adjust=adjust, origins=_set_in(recipe, ("distill", name)))
         except UserError as e:
-            problems.append(_problem_of(e))
+            problems.append(_sub_problem(e, recipe, ("distill", name)))
     if problems:
         raise _refused(problems)
     return out
+
+
+def _sub_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> str:
+    """A sub-recipe's refusal as one of the run's problems: one about its recipe: key (a name no recipe has) is led
+    by the --set that gave that key, if one did."""
+    given = _set_in(recipe, section).get("recipe")
+    if given and "recipe" in error.about:
+        return SetProblem(f"{given}: {error}")
+    return _problem_of(error)
 
 
 def scan_settings(recipe: PipelineRecipe):
