@@ -7,6 +7,9 @@ from headcut_grader import errors
 from headcut_grader.ranges import Range
 
 SHARE = Range(0.0, 1.0, low_open=True)  # of the heads, FLOPs or latency to keep
+# The batch size --latency is timed at (`headcut prune --batch`; prune_to_budget's and budget_of's latency_batch and
+# prune.latency.measure_layer_costs' batch, which write it as a number for the API reference; a test checks them)
+LATENCY_BATCH = 32
 
 # name: (range, whole number, None allowed)
 ARGUMENTS = {

@@ -695,14 +695,15 @@ def test_latency_seconds_with_no_timing_is_refused(tmp_path, tiny_grader):  # no
 
 def test_a_pruning_argument_s_range_is_declared_once_for_the_library_the_flag_and_the_recipe():
     """prune's numeric arguments: the library's check, `headcut prune`'s flag and a run recipe's [prune] key read one
-    declared range (were three literals that agreed by hand)."""
+    declared range (were three literals that agreed by hand); --batch's default is the declared LATENCY_BATCH, and
+    --help shows it."""
     import dataclasses
 
     from typer.main import get_command
 
     from headcut.cli.main import app
     from headcut.pipeline.recipe import PruneSection
-    from headcut.prune_arguments import ARGUMENTS, argument_range
+    from headcut.prune_arguments import ARGUMENTS, LATENCY_BATCH, argument_range
 
     recipe = {f.name: f.metadata.get("range") for f in dataclasses.fields(PruneSection)}
     for name in ("keep_ratio", "flops", "layer_prior", "iterative"):
@@ -710,6 +711,7 @@ def test_a_pruning_argument_s_range_is_declared_once_for_the_library_the_flag_an
     flags = {p.name: p for p in get_command(app).commands["prune"].params}
     for name, flag in [*((n, n) for n in ARGUMENTS if n != "latency_batch"), ("latency_batch", "batch")]:
         assert f"({argument_range(name).describe()})." in flags[flag].help, name
+    assert flags["batch"].default == LATENCY_BATCH
 
 
 @pytest.mark.parametrize("value, said", [("5", "is '5', which is not a number"), ([3], "is [3], which is not a number"),

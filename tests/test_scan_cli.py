@@ -412,7 +412,9 @@ def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
     evaluate_arguments.DEFAULTS, so a Python call batches, resamples and seeds as the commands do; each is written as
     a literal number. Was: distill.teacher_logits batched 128 pairs per forward pass where every other forward pass
     takes 64; the scan's experiments (effects, run_experiments) wrote DEFAULTS["iters"] and the like, which the API
-    reference shows as written."""
+    reference shows as written. prune_to_budget's and budget_of's latency_batch and measure_layer_costs' batch equal
+    prune_arguments.LATENCY_BATCH, which `headcut prune --batch` reads (was: 32 written there and in each, agreeing
+    by hand)."""
     import ast
     import importlib
     import inspect
@@ -420,15 +422,22 @@ def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
 
     from headcut.evaluate import compare, experiments, fisher, probes, ranking, tasks
     from headcut.evaluate_arguments import DEFAULTS, PROBE_BATCH_SIZE, units_batch_size
-    from headcut.prune.pipeline import score_units
+    from headcut.prune.latency import measure_layer_costs
+    from headcut.prune.pipeline import budget_of, score_units
+    from headcut.prune_arguments import LATENCY_BATCH
 
     packages = [importlib.import_module(f"headcut.{name}") for name in ("evaluate", "prune", "distill", "export")]
     public = [getattr(package, n) for package in packages for n in package.__all__]
     functions = [f for f in public if inspect.isfunction(f)] + [
         compare.compare_logits, tasks.summary_ci, tasks.paired, ranking.score_bootstrap, ranking.paired_score_bootstrap,
-        experiments.effects, experiments.run_experiments, probes.probe_heads, fisher.unit_fisher, score_units]
-    declared = {"iters": "bootstrap", **{name: name for name in ("seed", "max_length", "batch_size", "bootstrap",
-                                                                   "draws", "k")}}  # the API's iters: a report's CI
+        experiments.effects, experiments.run_experiments, probes.probe_heads, fisher.unit_fisher, score_units,
+        budget_of, measure_layer_costs]
+    # the API's iters: a report's CI (bootstrap); latency_batch (measure_layer_costs' batch): declared with pruning's
+    # arguments
+    declared = {"iters": "bootstrap", "batch": "latency_batch",
+                **{name: name for name in ("seed", "max_length", "batch_size", "bootstrap", "draws", "k",
+                                           "latency_batch")}}
+    defaults = {**DEFAULTS, "latency_batch": LATENCY_BATCH}
     # a default declared otherwise: the scan's experiments' iters are its CIs' (ScanSettings.iters), the probes batch
     # fewer pairs, and a backward that scores the neurons too half a forward pass's
     units = units_batch_size(DEFAULTS["batch_size"])
@@ -445,9 +454,10 @@ def test_the_library_s_shared_setting_defaults_equal_the_declared_ones():
             defaulted = parameter.default is not inspect.Parameter.empty
             if name in declared and defaulted and (function.__name__, name) not in own:
                 seen.add((function.__name__, name))
-                wanted = other.get((function.__name__, name), DEFAULTS[declared[name]])
+                wanted = other.get((function.__name__, name), defaults[declared[name]])
                 assert parameter.default == wanted, (function.__name__, name, parameter.default)
                 assert isinstance(written[name], ast.Constant), (function.__name__, name, ast.unparse(written[name]))
     assert {("open_scorer", "batch_size"), ("evaluate_model", "iters"), ("paired", "iters"), ("scan_scores", "seed"),
             ("teacher_logits", "batch_size"), ("build_grader", "max_length"), ("run_experiments", "draws"),
-            ("probe_heads", "batch_size"), ("score_units", "batch_size")} <= seen
+            ("probe_heads", "batch_size"), ("score_units", "batch_size"), ("prune_to_budget", "latency_batch"),
+            ("budget_of", "latency_batch"), ("measure_layer_costs", "batch")} <= seen

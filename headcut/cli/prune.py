@@ -11,7 +11,7 @@ import typer
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
                                 TITLE_COL, Opt, argument_option, flags_set, number, number_in, progress_bar, quiet_transformers,
                                 read_data, user_errors)
-from headcut.prune_arguments import argument_range
+from headcut.prune_arguments import LATENCY_BATCH, argument_range
 from headcut_grader.errors import UserError, quoted
 
 
@@ -54,7 +54,7 @@ def prune(
                                     "of the model's measured latency per batch (--batch x --seq-len, on --runtime) to "
                                     "keep, e.g. 0.5. Times this machine's layer cost tables once (cached in "
                                     "$HEADCUT_CACHE, default ~/.cache/headcut)", kind=float),
-    batch: int = number_in(argument_range("latency_batch"), 32, "--batch",
+    batch: int = number_in(argument_range("latency_batch"), LATENCY_BATCH, "--batch",
                            help="--latency: batch size the latency is measured at"),
     runtime: str = typer.Option("torch-fp32", "--runtime", help="--latency: what the layer cost tables are timed on: "
                                 "torch-fp32, or onnx-int8 / onnx-fp32 (ONNX Runtime, as the exported grader will "
