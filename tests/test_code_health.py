@@ -211,3 +211,40 @@ def test_no_library_call_passes_a_batch_size_written_as_a_number():
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)
              for k in node.keywords if k.arg in ("batch_size", "batch") and isinstance(k.value, ast.Constant)]
     assert not found, f"name the batch size or leave the callee's declared default: {found}"
+
+
+def test_the_runtime_s_batch_size_defaults_equal_its_declared_ones():
+    """headcut_grader declares its batch sizes once, in headcut_grader.ranges (it cannot import headcut's
+    evaluate_arguments): BATCH_SIZE offline, SERVE_BATCH_SIZE a server's. Every batch_size default of its functions
+    (Grader, ray_data's GradeBatch and grade_dataset) is a number, as the API reference shows it, equal to
+    BATCH_SIZE; GradeSettings, `grade --batch-size` and `serve --batch-size` read theirs. Was: 32 written in
+    grader.py, grade_file.py, cli/grade.py and twice in ray_data.py, agreeing by hand."""
+    import dataclasses
+
+    from typer.main import get_command
+
+    from headcut_grader.cli.main import app
+    from headcut_grader.grade_file import GradeSettings
+    from headcut_grader.ranges import BATCH_SIZE, SERVE_BATCH_SIZE
+    from headcut_grader.serve import Batching
+
+    written = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if name.startswith("headcut_grader") and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                defaults = [*zip(args.args[::-1], args.defaults[::-1]), *zip(args.kwonlyargs, args.kw_defaults)]
+                # a command's typer option (a call) is checked below as the flag's default
+                written.update((f"{name}.{node.name}", d) for a, d in defaults
+                               if a.arg == "batch_size" and d is not None and not isinstance(d, ast.Call))
+    assert {"headcut_grader.grader.__init__", "headcut_grader.ray_data.__init__",
+            "headcut_grader.ray_data.grade_dataset"} <= set(written)
+    wrong = {where: ast.unparse(d) for where, d in written.items()
+             if not (isinstance(d, ast.Constant) and d.value == BATCH_SIZE)}
+    assert not wrong, f"write ranges.BATCH_SIZE ({BATCH_SIZE}) as the default: {wrong}"
+    fields = {cls.__name__: next(f.default for f in dataclasses.fields(cls) if f.name == "batch_size")
+              for cls in (GradeSettings, Batching)}
+    assert fields == {"GradeSettings": BATCH_SIZE, "Batching": SERVE_BATCH_SIZE}
+    flags = {name: next(p.default for p in command.params if p.name == "batch_size")
+             for name, command in get_command(app).commands.items()}
+    assert flags == {"grade": BATCH_SIZE, "serve": SERVE_BATCH_SIZE}

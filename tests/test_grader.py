@@ -316,9 +316,10 @@ def test_the_grader_api_takes_any_whole_number_type(tiny_grader, settings):
     """Was: a numpy integer (from a config array, a DataFrame, Ray) was refused as 'Grader threads is np.int64(2);
     it must be a whole number from 1 to 256'."""
     from headcut_grader import Grader
+    from headcut_grader.ranges import BATCH_SIZE
 
     grader = Grader(tiny_grader[0], **settings)
-    assert type(grader.batch_size) is int and grader.batch_size == settings.get("batch_size", 32)
+    assert type(grader.batch_size) is int and grader.batch_size == settings.get("batch_size", BATCH_SIZE)
     assert len(grader.grade([("drill", "cordless drill")])) == 1
 
 

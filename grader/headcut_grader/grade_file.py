@@ -25,8 +25,8 @@ from headcut_grader.files import as_path, check_out_file, publish_file, publishe
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
-from headcut_grader.ranges import (BATCH, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS, argument, check_callbacks,
-                                   checked_bool, checked_fields, range_field, ranged)
+from headcut_grader.ranges import (BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS, argument,
+                                   check_callbacks, checked_bool, checked_fields, range_field, ranged)
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -38,7 +38,7 @@ class GradeSettings:
 
     chunk_rows: int = ranged(10_000, 1, MAX_CHUNK_ROWS)  # pairs read, graded and written at a time: memory grows
     # with this, not the file
-    batch_size: int = range_field(32, BATCH)
+    batch_size: int = range_field(BATCH_SIZE, BATCH)
     preset: str | None = None
     query_col: str | None = None
     title_col: str | None = None

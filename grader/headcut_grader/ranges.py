@@ -175,6 +175,12 @@ MAX_WORKERS = 256  # processes, each with its own grader: far past any one machi
 MAX_CHUNK_ROWS = 10_000_000  # pairs in memory at once per chunk
 MAX_BATCH = 1024  # pairs per forward pass: memory grows with it, speed stops growing long before
 BATCH = Range(1, MAX_BATCH)  # a batch size: every --batch-size, batch_size argument and setting reads this one
+# The runtime's pairs per forward pass offline: Grader, GradeSettings, `grade --batch-size` and ray_data (the
+# functions write it as a number for the API reference; a test checks them against this)
+BATCH_SIZE = 32
+# A server's (serve.Batching, `serve --batch-size`), smaller on purpose: it sorts each run of merged requests by length
+# and cuts it into batches, and small batches pad short pairs least (benchmarks/serve_load.py)
+SERVE_BATCH_SIZE = 16
 
 
 MAX_TIMED_SCORES = 2 ** 25  # batch x length^2: a timed batch's attention scores per head (1.6 GB for 12 heads)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 
 from headcut_grader.errors import UserError, named, setting
 from headcut_grader.files import as_path
-from headcut_grader.ranges import BATCH, checked_fields, range_field, ranged
+from headcut_grader.ranges import BATCH, SERVE_BATCH_SIZE, checked_fields, range_field, ranged
 from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
 from headcut_grader.validation import MAX_TEXT_CHARS
 
@@ -40,7 +40,7 @@ class Batching:
     max_batch: int = ranged(256, 1, 65536)  # pairs per grader run; whole requests only, so 1 turns merging off
     max_wait_ms: float = ranged(2.0, 0.0, 10_000.0)  # a quiet server waits for company; under load batches fill anyway
     max_queue: int = ranged(512, 1, 10_000_000)  # pairs waiting per worker before new requests get 503
-    batch_size: int = range_field(16, BATCH)  # pairs per ONNX Runtime call within a run, the run sorted by length
+    batch_size: int = range_field(SERVE_BATCH_SIZE, BATCH)  # pairs per runtime call within a run sorted by length
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.ranges import BATCH, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS
+from headcut_grader.ranges import BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, number,
                                        number_in, on_interrupt, progress_bar, user_errors, written_whole)
 
@@ -22,7 +22,7 @@ def grade(
     threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
                                low=1, high=MAX_THREADS, kind=int),
     backend: str = BACKEND,
-    batch_size: int = number_in(BATCH, 32, "--batch-size", help="Pairs per forward pass"),
+    batch_size: int = number_in(BATCH, BATCH_SIZE, "--batch-size", help="Pairs per forward pass"),
     chunk_rows: int = number(10_000, "--chunk-rows", help="Pairs read, graded and written at a time; memory grows "
                              "with this, never with the file", low=1, high=MAX_CHUNK_ROWS),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of this command after its last "
