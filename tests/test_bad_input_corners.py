@@ -995,3 +995,50 @@ def test_a_public_function_given_a_names_it_does_not_know_says_the_three_it_take
                                      "'keys' (a run recipe's) or 'flags' (a command's)."), name
     with pytest.raises(UserError, match=r"^names is 'flag'; pass 'arguments'"):
         named("out", "flag", section="")
+
+
+@pytest.mark.parametrize("rows", [["drill\tcordless drill\t3"], ["drill\tcordless drill\t3", "drill\tclaw hammer\t3",
+                                                                 "saw\thand saw\t3"]])
+def test_evaluate_on_pairs_of_one_gold_grade_shows_spearman_and_ndcg_as_n_a(tmp_path, saved_models, rows):
+    """Was: `headcut evaluate -d one.tsv` (one pair, or every pair of grade 3) printed 'spearman 0.0000 [0.0000,
+    0.0000]' and NDCG@10 1.0000, as if measured; also with --against, and in the JSON."""
+    pairs = write(tmp_path, "one.tsv", "query\ttitle\tgrade\n" + "\n".join(rows) + "\n")
+    result = run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--against", saved_models["artifact"],
+                 "--bootstrap", 20, "--out", tmp_path / "m.json")
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line.split()[1:] for line in result.output.splitlines() if line.strip()}
+    assert lines["spearman"] == ["n/a", "n/a", "n/a"] and lines["ndcg@10"] == ["n/a"], result.output
+    pairs_words = "there is one pair" if len(rows) == 1 else "all 3 pairs have the same gold grade"
+    assert f"n/a: {pairs_words}, so there is no order for Spearman or NDCG@10 to measure" in result.output
+    written = json.loads((tmp_path / "m.json").read_text())
+    assert written["spearman"] is None and written["ndcg@10"] is None and written["ci95"]["spearman"] == [None, None]
+    assert written["against"]["model_minus_against"]["spearman"] == {"delta": None, "ci": [None, None]}
+    assert written["accuracy"] is not None  # what one gold value still measures
+
+
+def test_correlations_are_n_a_for_one_gold_value_and_zero_for_a_constant_prediction():
+    """One gold value: Spearman and Pearson (and a grades model's NDCG@10) are undefined, NaN, in point estimates,
+    and bootstrap CIs count only the resamples where they exist. A constant prediction against varied gold still
+    scores 0 (a scan's collapsed model ranks nothing)."""
+    import numpy as np
+
+    from headcut.evaluate.metrics import bootstrap_ci, paired_bootstrap, spearman, summarize
+    from headcut.evaluate.ranking import pearson, score_bootstrap, score_summary
+
+    varied, flat = np.array([1.0, 2, 3, 4]), np.full(4, 3.0)
+    assert np.isnan(spearman(varied, flat)) and np.isnan(pearson(varied, flat))
+    assert spearman(flat, varied) == 0.0 and pearson(flat, varied) == 0.0
+    groups = [np.array([0, 1]), np.array([2, 3])]
+    score = score_summary(varied, flat, groups)
+    assert np.isnan(score["spearman"]) and np.isnan(score["pearson"]) and score["loss"] == pytest.approx(1.5)
+    assert all(np.isnan(score_bootstrap(varied, flat, groups, iters=20)[m]).all() for m in ("spearman", "pearson"))
+    logits = np.random.default_rng(0).normal(size=(4, 5))
+    labels = np.full(4, 2)
+    grades = summarize(logits, labels, (1, 2, 3, 4, 5), groups)
+    assert np.isnan(grades["spearman"]) and np.isnan(grades["ndcg@10"]) and not np.isnan(grades["accuracy"])
+    ci = bootstrap_ci(logits, labels, (1, 2, 3, 4, 5), groups=groups, iters=20)
+    assert np.isnan(ci["spearman"]).all() and np.isnan(ci["ndcg@10"]).all()
+    assert np.isnan(paired_bootstrap(logits, logits[::-1], labels, (1, 2, 3, 4, 5), iters=20)["spearman"]["ci"]).all()
+    mixed = np.array([0, 0, 0, 4])  # most resamples of 4 pairs draw one grade: the CI is over the rest
+    low, high = bootstrap_ci(logits, mixed, (1, 2, 3, 4, 5), iters=200)["spearman"]
+    assert np.isfinite([low, high]).all() and low != 0.0

@@ -21,9 +21,21 @@ def format_metrics(metrics: dict) -> str:
             band = f"[{shown(lo_hi[0])}, {shown(lo_hi[1])}]" if lo_hi and not missing(metrics[name]) else ""
             lines.append(f"{name:<13} {shown(metrics[name]):>8}   {band}")
     lines.append(f"pairs: {metrics['n']}")
-    if metrics.get("judged_pairs") == 0:
+    if missing(metrics.get("spearman")):  # undefined only where the gold holds one value
+        lines.append(one_gold_sentence(metrics))
+    elif metrics.get("judged_pairs") == 0:
         lines.append("n/a: no query has two titles of different gold score, so there is no order to judge")
     return "\n".join(lines)
+
+
+def one_gold_sentence(metrics: dict) -> str:
+    """Why the order metrics are n/a on pairs of one gold value (a one-pair file, a file of one grade)."""
+    grades = "accuracy" in metrics
+    what, measured = ("grade", "Spearman or NDCG@10") if grades else ("score", "Spearman, Pearson, NDCG@10, MRR or "
+                                                                             "pair accuracy")
+    pairs = "there is one pair" if metrics["n"] == 1 else f"all {metrics['n']} pairs have the same gold {what}"
+    return (f"n/a: {pairs}, so there is no order for {measured} to measure; evaluate on pairs "
+            f"of two or more {what}s.")
 
 
 def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> str:

@@ -55,11 +55,27 @@ def macro_f1(labels, preds, num_labels: int) -> float:
     return float(np.mean(f1s)) if f1s else 0.0
 
 
-def spearman(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.std() == 0 or b.std() == 0:
-        return 0.0  # a constant predictor ranks nothing
-    return float(spearmanr(a, b).statistic)
+def one_value(gold) -> bool:
+    """Whether `gold` holds fewer than two distinct values: there is then no order for a metric to follow."""
+    gold = np.asarray(gold, dtype=np.float64)
+    return len(gold) == 0 or bool(np.ptp(gold) == 0)
+
+
+def correlation(statistic, predicted, gold) -> float:
+    """`statistic` (scipy's spearmanr, pearsonr) of `predicted` with `gold`: NaN (n/a) where the gold holds one value
+    (nothing to correlate with: a one-pair file measured nothing), 0.0 where only the prediction is constant (a
+    constant predictor ranks nothing: what a scan's collapsed model must score)."""
+    predicted, gold = np.asarray(predicted, dtype=np.float64), np.asarray(gold, dtype=np.float64)
+    if one_value(gold):
+        return float("nan")
+    if predicted.std() == 0:
+        return 0.0
+    return float(statistic(predicted, gold).statistic)
+
+
+def spearman(predicted, gold) -> float:
+    """Spearman's rho of `predicted` with `gold`; NaN where the gold holds one value (see `correlation`)."""
+    return correlation(spearmanr, predicted, gold)
 
 
 def nll(logits: np.ndarray, labels) -> float:
@@ -70,7 +86,8 @@ def nll(logits: np.ndarray, labels) -> float:
 
 
 def ndcg_at_k(scores, labels, groups, *, k: int = 10) -> float:
-    """Mean NDCG@k over queries with any gain (gain 2^label - 1, labels 0-based); all-zero queries are skipped."""
+    """Mean NDCG@k over queries with any gain (gain 2^label - 1, labels 0-based); all-zero queries are skipped, and
+    NaN (n/a) where every query is."""
     k = checked_number(k, "ndcg_at_k k", Range(1), whole=True)  # 0 was numpy's AxisError
     scores, labels = np.asarray(scores), np.asarray(labels)
     values = []
@@ -83,7 +100,7 @@ def ndcg_at_k(scores, labels, groups, *, k: int = 10) -> float:
             continue
         got = gains[np.argsort(-scores[g], kind="stable")][:k]
         values.append(float(got @ discounts[: len(got)]) / best)
-    return float(np.mean(values)) if values else 0.0
+    return float(np.mean(values)) if values else float("nan")  # no query has a relevant title: nothing to rank
 
 
 def agreement(logits_a: np.ndarray, logits_b: np.ndarray) -> float:
@@ -103,11 +120,28 @@ def summarize(logits: np.ndarray, labels, grades, groups=None) -> dict:
         "n": int(len(labels)),
     }
     if groups is not None:
-        out["ndcg@10"] = ndcg_at_k(expected_grade(logits, grades), labels, groups)
+        out["ndcg@10"] = _ndcg(expected_grade(logits, grades), labels, groups)
     return out
 
 
+def _ndcg(scores, labels, groups) -> float:
+    """NDCG@10, NaN (n/a) where the gold holds one value: every order of one grade is ideal, so 1.0 would measure
+    nothing."""
+    return float("nan") if one_value(labels) else ndcg_at_k(scores, labels, groups)
+
+
 METRICS = ("accuracy", "macro_f1", "spearman", "loss")
+
+
+def percentiles(values, level: float) -> list[float]:
+    """The CI of bootstrap `values`, over the resamples where the metric exists (a resample of one gold value has no
+    order to correlate with, one of only one-title queries none to judge); [NaN, NaN] where none has it."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return [float("nan"), float("nan")]
+    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
+    return [float(np.percentile(values, lo)), float(np.percentile(values, hi))]
 
 
 def _metric(name, logits, labels, grades):
@@ -137,15 +171,14 @@ def bootstrap_ci(
         idx = rng.integers(0, n, n)
         for m in METRICS:
             samples[m].append(_metric(m, logits[idx], labels[idx], grades))
-    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
-    out = {m: [float(np.percentile(v, lo)), float(np.percentile(v, hi))] for m, v in samples.items()}
+    out = {m: percentiles(v, level) for m, v in samples.items()}
     if groups is not None and len(groups) > 1:
         scores = expected_grade(logits, grades)
         vals = []
         for _ in range(iters):
             pick = rng.integers(0, len(groups), len(groups))
-            vals.append(ndcg_at_k(scores, labels, [groups[i] for i in pick]))
-        out["ndcg@10"] = [float(np.percentile(vals, lo)), float(np.percentile(vals, hi))]
+            vals.append(_ndcg(scores, labels, [groups[i] for i in pick]))
+        out["ndcg@10"] = percentiles(vals, level)
     return out
 
 
@@ -170,7 +203,6 @@ def paired_bootstrap(
         for m in METRICS:
             samples[m].append(_metric(m, logits_new[idx], labels[idx], grades) - _metric(m, logits_ref[idx], labels[idx], grades))
         agree.append(same[idx].mean())
-    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
-    out = {m: {"delta": point[m], "ci": [float(np.percentile(samples[m], lo)), float(np.percentile(samples[m], hi))]} for m in METRICS}
-    out["agreement"] = {"value": float(same.mean()), "ci": [float(np.percentile(agree, lo)), float(np.percentile(agree, hi))]}
+    out = {m: {"delta": point[m], "ci": percentiles(samples[m], level)} for m in METRICS}
+    out["agreement"] = {"value": float(same.mean()), "ci": percentiles(agree, level)}
     return out

@@ -14,17 +14,15 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import pearsonr
 
-from headcut.evaluate.metrics import check_level, check_resampling, ndcg_at_k, spearman
+from headcut.evaluate.metrics import check_level, check_resampling, correlation, ndcg_at_k, percentiles, spearman
 
 METRICS = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")
 AGREEMENT = ("pair_order", "top1")
 
 
-def pearson(a, b) -> float:
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.std() == 0 or b.std() == 0:
-        return 0.0
-    return float(pearsonr(a, b).statistic)
+def pearson(predicted, gold) -> float:
+    """Pearson's r of `predicted` with `gold`; NaN where the gold holds one value (metrics.correlation)."""
+    return correlation(pearsonr, predicted, gold)
 
 
 # Reference scores closer than this are a tie: float32 rounding (another batch's padding, another runtime's
@@ -86,26 +84,15 @@ def _rows(groups, pick) -> np.ndarray:
 
 
 def score_summary(scores, gold, groups) -> dict:
-    """Point estimates: Spearman, Pearson and mean squared error against the gold, and the per-query metrics
-    (NaN, n/a, where no query has two titles of different gold); `judged_pairs`: how many within-query title
-    pairs of different gold the pair accuracy counts."""
+    """Point estimates: Spearman, Pearson (NaN, n/a, where the gold holds one value) and mean squared error against
+    the gold, and the per-query metrics (NaN, n/a, where no query has two titles of different gold);
+    `judged_pairs`: how many within-query title pairs of different gold the pair accuracy counts."""
     scores, gold = np.asarray(scores, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     terms = per_query(scores, gold, groups)
     out = {"spearman": spearman(scores, gold), "pearson": pearson(scores, gold),
            "loss": float(np.mean((scores - gold) ** 2)), "n": int(len(gold)), "queries": len(groups),
            "judged_pairs": int(np.nansum(terms["pairs"]))}
     return out | _from_terms(terms, np.arange(len(groups)))
-
-
-def _percentiles(values, level: float) -> list[float]:
-    """The CI of bootstrap `values`, over the resamples where the metric exists (a resample of only one-title
-    queries has no order to judge); [NaN, NaN] where none has it."""
-    values = np.asarray(values, dtype=np.float64)
-    values = values[np.isfinite(values)]
-    if not len(values):
-        return [float("nan"), float("nan")]
-    lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
-    return [float(np.percentile(values, lo)), float(np.percentile(values, hi))]
 
 
 def _resampled(scores, gold, groups, terms, pick) -> dict:
@@ -122,7 +109,7 @@ def score_bootstrap(scores, gold, groups, *, iters: int = 1000, seed: int = 0, l
     rng = np.random.default_rng(seed)
     terms = per_query(scores, gold, groups)
     samples = [_resampled(scores, gold, groups, terms, rng.integers(0, len(groups), len(groups))) for _ in range(iters)]
-    return {m: _percentiles([s[m] for s in samples], level) for m in METRICS}
+    return {m: percentiles([s[m] for s in samples], level) for m in METRICS}
 
 
 def ranking_agreement(scores, reference, groups) -> dict:
@@ -167,10 +154,10 @@ def paired_score_bootstrap(scores_new, scores_ref, gold, groups, *, iters: int =
             return {m: a[m] - b[m] for m in METRICS}
 
         point, samples = delta(every), [delta(p) for p in picks]
-        out = {m: {"delta": point[m], "ci": _percentiles([s[m] for s in samples], level)} for m in METRICS}
+        out = {m: {"delta": point[m], "ci": percentiles([s[m] for s in samples], level)} for m in METRICS}
     point = _agreement_values(agree, every)
     samples = [_agreement_values(agree, p) for p in picks]
     for m in AGREEMENT:
-        out[m] = {"value": point[m], "ci": _percentiles([s[m] for s in samples], level)}
+        out[m] = {"value": point[m], "ci": percentiles([s[m] for s in samples], level)}
     out["agreement"] = out["pair_order"]  # the headline agreement of a score model (what gates use)
     return out

@@ -99,7 +99,9 @@ def model_card(record: dict) -> str:
 
 def quality_words(metrics: dict) -> str:
     """A grader's headline figures: accuracy and Spearman, or a score model's Spearman, NDCG@10, pair accuracy."""
+    from headcut.evaluate.tasks import shown  # n/a where the pairs had no order to measure
+
     if "accuracy" in metrics:
-        return f"accuracy {metrics['accuracy']:.4f}, Spearman {metrics['spearman']:.4f}"
-    return (f"Spearman {metrics['spearman']:.4f}, NDCG@10 {metrics['ndcg@10']:.4f}, within-query pair accuracy "
-            f"{metrics['pair_accuracy']:.4f}")
+        return f"accuracy {metrics['accuracy']:.4f}, Spearman {shown(metrics['spearman'])}"
+    return (f"Spearman {shown(metrics['spearman'])}, NDCG@10 {shown(metrics['ndcg@10'])}, within-query pair accuracy "
+            f"{shown(metrics['pair_accuracy'])}")

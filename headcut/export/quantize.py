@@ -273,15 +273,19 @@ def judge(logits: np.ndarray, fp32_logits: np.ndarray, labels, grades, *, second
     within-query pair accuracy against the gold, in points."""
     from headcut.evaluate.metrics import agreement, summarize
     from headcut.evaluate.ranking import order_kept, score_summary
+    from headcut.evaluate.tasks import missing
 
     if logits.shape[1] == 1:  # the points alone: a gate reads no CI
         mine, ref = score_summary(logits[:, 0], labels, groups), score_summary(fp32_logits[:, 0], labels, groups)
-        agree, spearman_drift = order_kept(logits[:, 0], fp32_logits[:, 0], groups), mine["spearman"] - ref["spearman"]
+        agree = order_kept(logits[:, 0], fp32_logits[:, 0], groups)
         drop = 100 * (ref["pair_accuracy"] - mine["pair_accuracy"])
     else:
         mine, ref = summarize(logits, labels, grades), summarize(fp32_logits, labels, grades)
-        agree, spearman_drift = agreement(logits, fp32_logits), mine["spearman"] - ref["spearman"]
+        agree = agreement(logits, fp32_logits)
         drop = 100 * (ref["accuracy"] - mine["accuracy"])
+    spearman_drift = mine["spearman"] - ref["spearman"]
+    if missing(spearman_drift):  # pairs of one gold value: Spearman is n/a for both graphs, so nothing drifted
+        spearman_drift = 0.0
     trial = Int8Trial(
         choice=choice,
         agreement=agree,

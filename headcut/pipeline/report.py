@@ -43,7 +43,7 @@ def table_rows(rows: list[dict]) -> list[list[str]]:
         m, (acc, f1, sp, agree) = r["metrics"], _compared(r["vs_teacher"])
         out.append([r["name"], r["precision"], f"{r['size_mb']:.1f}", f"{r['flops_per_pair'] / 1e9:.3g}",
                     f"{r['p50_ms']:.1f}", f"{r['pairs_per_s']:.0f}", f"{r['speedup']:.2f}x", f"{m['accuracy']:.4f}",
-                    acc, f"{m['macro_f1']:.4f}", f1, f"{m['spearman']:.4f}", sp, agree])
+                    acc, f"{m['macro_f1']:.4f}", f1, shown(m['spearman']), sp, agree])
     return out
 
 
@@ -69,8 +69,8 @@ def score_table_rows(rows: list[dict]) -> list[list[str]]:
     for r in rows:
         m, (sp, ndcg, mrr, order, top1) = r["metrics"], _score_compared(r["vs_teacher"])
         out.append([r["name"], r["precision"], f"{r['size_mb']:.1f}", f"{r['flops_per_pair'] / 1e9:.3g}",
-                    f"{r['p50_ms']:.1f}", f"{r['pairs_per_s']:.0f}", f"{r['speedup']:.2f}x", f"{m['spearman']:.4f}", sp,
-                    f"{m['pearson']:.4f}", shown(m['ndcg@10']), ndcg, shown(m['mrr']), mrr, order, top1])
+                    f"{r['p50_ms']:.1f}", f"{r['pairs_per_s']:.0f}", f"{r['speedup']:.2f}x", shown(m['spearman']), sp,
+                    shown(m['pearson']), shown(m['ndcg@10']), ndcg, shown(m['mrr']), mrr, order, top1])
     return out
 
 
@@ -88,11 +88,12 @@ def _yardstick_blocks(bench: dict, floor: FloorSection) -> list[tuple]:
     rows += [[r["name"], *compared(r["vs_yardstick"])] for r in bench["rows"]]
     passing = [r["name"] for r in bench["rows"] if within_floor(r, floor, against="vs_yardstick")]
     if _scores(bench):
-        who, measured = "reranker", f"Spearman {m['spearman']:.4f}, NDCG@10 {m['ndcg@10']:.4f}, MRR {m['mrr']:.4f}"
+        who = "reranker"
+        measured = f"Spearman {shown(m['spearman'])}, NDCG@10 {shown(m['ndcg@10'])}, MRR {shown(m['mrr'])}"
         cis, within = "95% CIs over queries", "Within the floor of the yardstick"
     else:
         who, measured = "grader", (f"accuracy {m['accuracy']:.4f}, macro-F1 {m['macro_f1']:.4f}, "
-                                   f"Spearman {m['spearman']:.4f}")
+                                   f"Spearman {shown(m['spearman'])}")
         cis, within = "95% CIs", (f"Within {floor.accuracy_points:g} accuracy points and {floor.spearman:g} "
                                    "Spearman of the yardstick")
     return [("h2", "Against the yardstick"),
@@ -204,14 +205,14 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     t = bench["teacher"]
     if scores:
         b.append(("p", f"{speed} Quality: one-score rerankers judged on ranking against the teacher as trained (PyTorch "
-                       f"fp32: Spearman {t['spearman']:.4f} and Pearson {t['pearson']:.4f} against the gold score, "
-                       f"NDCG@10 {t['ndcg@10']:.4f}, MRR {t['mrr']:.4f}), differences with paired bootstrap 95% CIs over "
-                       "queries; pair order: the share of within-query title pairs ordered as the teacher orders them; "
+                       f"fp32: Spearman {shown(t['spearman'])} and Pearson {shown(t['pearson'])} against the gold score, "
+                       f"NDCG@10 {shown(t['ndcg@10'])}, MRR {shown(t['mrr'])}), differences with paired bootstrap 95% "
+                       "CIs over queries; pair order: the share of within-query title pairs ordered as the teacher orders them; "
                        "top-1 kept: the share of queries whose first title stays first."))
         b.append(("table", SCORE_HEADER, score_table_rows(rows)))
     else:
         b.append(("p", f"{speed} Quality: against the teacher as trained (PyTorch fp32: accuracy {t['accuracy']:.4f}, "
-                       f"macro-F1 {t['macro_f1']:.4f}, Spearman {t['spearman']:.4f}), differences with paired "
+                       f"macro-F1 {t['macro_f1']:.4f}, Spearman {shown(t['spearman'])}), differences with paired "
                        "bootstrap 95% CIs."))
         b.append(("table", HEADER, table_rows(rows)))
     notes = [f"{r['name']}: {r['note']}" for r in rows if r.get("note")]
