@@ -233,7 +233,7 @@ def test_6_an_out_file_another_run_wrote_meanwhile_is_kept_without_overwrite(tmp
     import headcut_grader.grade_file
 
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
-    out = tmp_path / "out.txt"
+    out = tmp_path / ("out.txt" if command == "grade" else "out.json")  # evaluate writes JSON
     real = headcut_grader.files.check_out_file
 
     def other_run_writes_meanwhile(*args, **kwargs):
@@ -247,7 +247,7 @@ def test_6_an_out_file_another_run_wrote_meanwhile_is_kept_without_overwrite(tmp
     refused(run(*args[command], "--out", out), f"--out {out} was written by another run while this one worked, and is "
                                                "left as it is; choose a new file name, or pass --overwrite.")
     assert out.read_text() == "the other run's\n"
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".out.txt")) == (
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(f".{out.name}")) == (
         [".out.txt.partial", ".out.txt.partial.json"] if command == "grade" else [])  # grade's: for --resume
 
 

@@ -1042,3 +1042,17 @@ def test_correlations_are_n_a_for_one_gold_value_and_zero_for_a_constant_predict
     mixed = np.array([0, 0, 0, 4])  # most resamples of 4 pairs draw one grade: the CI is over the rest
     low, high = bootstrap_ci(logits, mixed, (1, 2, 3, 4, 5), iters=200)["spearman"]
     assert np.isfinite([low, high]).all() and low != 0.0
+
+
+@pytest.mark.parametrize("name", ["metrics.tsv", "metrics.CSV", "metrics.jsonl", "metrics.md"])
+def test_evaluate_refuses_an_out_whose_suffix_is_not_json(tmp_path, saved_models, name):
+    """Was: `headcut evaluate ... --out metrics.tsv` wrote the metrics JSON into metrics.tsv in silence (grade refuses
+    a .json output for its JSON lines)."""
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    result = run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--bootstrap", 10, "--out", tmp_path / name)
+    refused(result, f"--out {tmp_path / name}: the metrics are written as one JSON document; name the file .json "
+                    "(such as metrics.json).")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv"]
+    for fine in ("metrics.JSON", "metrics"):
+        assert run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--bootstrap", 10, "--out",
+                   tmp_path / fine).exit_code == 0

@@ -708,10 +708,29 @@ def test_an_output_named_json_is_refused_as_grades_are_json_lines(tiny_grader, t
     result = grade(tiny_grader, source, "--out", tmp_path / name)
     said = " ".join(result.output.split())
     assert result.exit_code == 2, result.output
-    assert "grades are written as JSON lines, not one JSON document; name the output .jsonl" in said
-    assert f"({tmp_path / 'grades.jsonl'})" in said
+    assert f"--out {tmp_path / name}: grades are written as JSON lines, not one JSON document; name the file " \
+           ".jsonl (such as grades.jsonl)." in said
     assert list(tmp_path.iterdir()) == [source]  # nothing written, no partial files
     assert grade(tiny_grader, source, "--out", tmp_path / "grades.jsonl").exit_code == 0
+
+
+def test_an_output_whose_suffix_names_another_format_is_refused(tiny_grader, tmp_path):
+    """Was: `--out grades.md` said 'grades.md: cannot tell the format from the suffix', naming no flag and offering
+    .json, itself refused; GradeSettings(out_format='tsv') wrote TSV into grades.jsonl in silence."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import grade_file
+
+    source = write_pairs(tmp_path / "pairs.tsv", 5)
+    result = grade(tiny_grader, source, "--out", tmp_path / "grades.md")
+    assert result.exit_code == 2, result.output
+    assert f"--out {tmp_path / 'grades.md'}: grades are written as TSV, CSV or JSON lines, as the suffix says; name " \
+           "the file .tsv, .csv, .jsonl or .txt (such as grades.tsv)." in " ".join(result.output.split())
+    with pytest.raises(UserError, match=r"grades.jsonl: settings.out_format is 'tsv', so grades are written as tsv; "
+                                        r"name the file .tsv or .txt \(such as grades.tsv\)."):
+        grade_file(tiny_grader, source, tmp_path / "grades.jsonl", settings=GradeSettings(out_format="tsv"))
+    assert list(tmp_path.iterdir()) == [source]
+    grade_file(tiny_grader, source, tmp_path / "grades", settings=GradeSettings(out_format="csv"))
+    assert (tmp_path / "grades").read_text().startswith("query,title")
 
 
 @pytest.mark.parametrize("settings, words", [

@@ -159,12 +159,16 @@ def _holds_anything(folder: Path) -> bool:
         return False
 
 
-def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=(), example: str = "out.json") -> Path:
-    """The folder rule for files: an existing file is replaced only with --overwrite, an input never."""
+def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=(), example: str = "out.json",
+                   suffixes: tuple[str, ...] = (), written: str = "") -> Path:
+    """The folder rule for files: an existing file is replaced only with --overwrite, an input never; and where
+    `suffixes` are given, the suffix says what is written (check_suffix)."""
     overwrite = checked_bool(overwrite, "overwrite")
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
+    if suffixes:
+        check_suffix(out, suffixes, flag=flag, written=written)
     if out.is_dir():
         raise UserError(f"{setting(flag, out)} is a folder; name a file such as {example}.")
     if out.exists() and not out.is_file():
@@ -173,6 +177,18 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     if out.exists() and not overwrite:
         raise UserError(f"{setting(flag, out)} exists; choose a new file name or pass {overwrite_said(flag)}.")
     return out
+
+
+def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: str) -> None:
+    """An output file's suffix says what is written in it: one of `suffixes` (lower case, the first the one to
+    suggest; "" allows none), else one sentence naming `flag`, `written` (what is written there) and the suffix to
+    use. Was: metrics JSON written into metrics.tsv in silence."""
+    if out.suffix.lower() in suffixes:
+        return
+    named_ones = [s for s in suffixes if s]
+    listing = ", ".join(named_ones[:-1]) + f" or {named_ones[-1]}" if len(named_ones) > 1 else named_ones[0]
+    raise UserError(f"{setting(flag, out)}: {written}; name the file {listing} (such as "
+                    f"{out.with_suffix(named_ones[0]).name}).")
 
 
 # A full disk, a quota or a read-only folder is the user's to fix, not a bug to show as a traceback.

@@ -99,12 +99,12 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")
     source = as_path(source, "grade_file source", what="a pairs file's path")
     out = as_path(out, "grade_file out", what="an output file's path")
-    check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv",
-                   flag=said("out", names))
     settings = checked_settings(settings, names)
-    if settings.out_format == "json" or (settings.out_format is None and out.suffix.lower() == ".json"):
-        raise UserError(f"{out}: grades are written as JSON lines, not one JSON document; name the output .jsonl "
-                        f"({out.with_suffix('.jsonl')}).")
+    if settings.out_format == "json":
+        raise UserError(f"{_setting('out_format', names)} is 'json': grades are written as JSON lines, not one JSON "
+                        "document; pass out_format='jsonl'.")
+    check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv",
+                   flag=said("out", names), **_out_suffixes(out, settings.out_format, names))
     fmt = settings.out_format or (guess_format(out) if out.suffix else guess_format(source))
     # a JSON array input graded into OUT without a suffix: JSON lines, as every JSON output is
     settings = replace(settings, out_format="jsonl" if fmt == "json" else fmt)
@@ -162,6 +162,22 @@ def checked_settings(settings, names: str) -> GradeSettings:
         raise UserError(f"{_setting('out_format', names)} is {argument(settings.out_format)[:60]}; use one of: "
                         f"{', '.join(OUT_FORMATS)} (or None: from out's suffix).")
     return settings
+
+
+# What each output format may be named; "": no suffix (the input's format, or out_format's).
+OUT_SUFFIXES = {"jsonl": (".jsonl",), "tsv": (".tsv", ".txt"), "csv": (".csv",)}
+
+
+def _out_suffixes(out: Path, out_format: str | None, names: str) -> dict:
+    """check_out_file's `suffixes` and `written` for grades written to `out` in `out_format` (None: as out's suffix
+    says)."""
+    if out_format is not None:
+        return {"suffixes": (*OUT_SUFFIXES[out_format], ""),
+                "written": f"{_setting('out_format', names)} is {out_format!r}, so grades are written as {out_format}"}
+    if out.suffix.lower() == ".json":  # JSON lines under .json: json.load and other tools read one broken document
+        return {"suffixes": (".jsonl",), "written": "grades are written as JSON lines, not one JSON document"}
+    return {"suffixes": (".tsv", ".csv", ".jsonl", ".txt", ""),
+            "written": "grades are written as TSV, CSV or JSON lines, as the suffix says"}
 
 
 def _setting(name: str, names: str) -> str:

@@ -61,7 +61,7 @@ def evaluate(
                               "grader folder (headcut export), run in whichever of its runtimes (ONNX Runtime, OpenVINO) "
                               "grades fastest on this CPU."),
     data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON), or synthetic[:SEED] for the built-in synthetic set."),
-    out: Opt[Path] = typer.Option(None, "--out", help="Write metrics JSON here."),
+    out: Opt[Path] = typer.Option(None, "--out", help="Write the metrics here as JSON (a .json file)."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     batch_size: int = BATCH_SIZE,
@@ -82,7 +82,8 @@ def evaluate(
     from headcut_grader.files import check_out_file, write_json
 
     if out:
-        check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json", flag="--out")
+        check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json", flag="--out",
+                       suffixes=(".json", ""), written="the metrics are written as one JSON document")
     scorer = open_scorer(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle,
                          flag="--model")
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
