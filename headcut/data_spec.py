@@ -8,9 +8,12 @@ from headcut_grader.errors import UserError, quoted
 from headcut.synthetic import is_synthetic, synthetic_spec
 
 
-def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = "grades", **options) -> Pairs:
-    """The pairs `spec` names; `options` go to `read_pairs` for a file (preset, columns, grades, texts_only, ...)."""
-    synthetic = synthetic_spec(spec, rows, said=_rows_said(options))
+def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = "grades", name: str = "read_spec spec",
+              **options) -> Pairs:
+    """The pairs `spec` names; `options` go to `read_pairs` for a file (preset, columns, grades, texts_only, ...);
+    `name`: what named `spec` (--data, a Python caller's argument), for a synthetic spec's messages (a file's name
+    their file)."""
+    synthetic = synthetic_spec(spec, rows, said=_rows_said(options), name=name)
     if synthetic is not None and options.get("texts_only"):
         return Pairs(synthetic.queries, synthetic.titles, None, synthetic.grades, synthetic.source)
     if synthetic is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from headcut_grader.errors import UserError, quoted
+from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.ranges import Range, checked_number
 from headcut_grader.validation import whole_number
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
@@ -32,23 +32,25 @@ def is_synthetic(spec) -> bool:
     return str(spec).partition(":")[0] == "synthetic"
 
 
-def synthetic_spec(spec: str, n: int | None = None, *, said: str = "n") -> Pairs | None:
+def synthetic_spec(spec: str, n: int | None = None, *, said: str = "n",
+                   name: str = "synthetic_spec spec") -> Pairs | None:
     """'synthetic' or 'synthetic:SEED' (another seed = an independent held-out draw); None for a file path. `said`:
-    what asked for `n` pairs, as its caller's user wrote it (rows, --limit: headcut.data_spec.read_spec)."""
+    what asked for `n` pairs, as its caller's user wrote it (rows, --limit: headcut.data_spec.read_spec); `name`:
+    what named `spec` (--data, a recipe's train_data, a Python caller's argument)."""
     if not is_synthetic(spec):
         return None
-    seed = synthetic_seed(spec)
+    seed = synthetic_seed(spec, name=name)
     if n is not None and n > MAX_SYNTHETIC:
-        raise UserError(f"data {quoted(spec)}: {n:,} pairs asked for ({said}); the synthetic set is made in memory, "
-                        f"so ask for at most {MAX_SYNTHETIC:,}.")
+        raise UserError(f"{setting(name, quoted(spec))}: {n:,} pairs asked for ({said}); the synthetic set is made in "
+                        f"memory, so ask for at most {MAX_SYNTHETIC:,}.")
     return synthetic_pairs(n or 2000, seed=seed)
 
 
-def synthetic_seed(spec: str) -> int:
-    """The seed of 'synthetic' (0) or 'synthetic:SEED'."""
+def synthetic_seed(spec: str, *, name: str = "synthetic_seed spec") -> int:
+    """The seed of 'synthetic' (0) or 'synthetic:SEED'; `name`: what named `spec`, as synthetic_spec's."""
     seed = whole_number(str(spec).partition(":")[2] or "0")
     if seed is None or seed < 0:
-        raise UserError(f"data {quoted(spec)}: write synthetic or synthetic:SEED with a whole-number seed.")
+        raise UserError(f"{setting(name, quoted(spec))}: write synthetic or synthetic:SEED with a whole-number seed.")
     return seed
 
 

@@ -108,10 +108,13 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
 
 
 def check_data_files(recipe) -> None:
-    """Every data file a recipe names exists, or one sentence names its key (not only the path)."""
+    """Every data file a recipe names exists, and every synthetic:SEED has a whole-number seed, or one sentence names
+    its key (not only the path)."""
     for key in DATA_KEYS:
         spec = getattr(recipe, key, None)
-        if spec is not None and not is_synthetic(spec) and not Path(spec).exists():
+        if spec is not None and is_synthetic(spec):
+            synthetic_seed(spec, name=key)  # synthetic:abc, said by its key
+        elif spec is not None and not Path(spec).exists():
             offline = f" (or pass --set {key}=synthetic)" if key != "unlabeled_data" else ""
             raise UserError(f"{key}={spec}: {absent(spec, f'no such file; check the path{offline}')}.")
 

@@ -1056,3 +1056,25 @@ def test_evaluate_refuses_an_out_whose_suffix_is_not_json(tmp_path, saved_models
     for fine in ("metrics.JSON", "metrics"):
         assert run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--bootstrap", 10, "--out",
                    tmp_path / fine).exit_code == 0
+
+
+def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_path, saved_models):
+    """Was: "data 'synthetic:abc': ...", naming neither --data nor the recipe key that held it."""
+    from headcut.data_spec import read_spec
+    from headcut.training import check_data_files
+    from headcut_grader.errors import UserError
+
+    model = saved_models["artifact"]
+    fix = "write synthetic or synthetic:SEED with a whole-number seed."
+    refused(run("evaluate", "-m", model, "-d", "synthetic:abc"), f"--data 'synthetic:abc': {fix}")
+    refused(run("evaluate", "-m", model, "-d", "synthetic:1", "--limit", 2_000_000),
+            "--data 'synthetic:1': 2,000,000 pairs asked for (--limit)")
+    refused(run("prune", "-m", model, "-d", "synthetic", "--eval-data", "synthetic:-1", "--keep-ratio", 0.5, "-o",
+                tmp_path / "p"), f"--eval-data 'synthetic:-1': {fix}")
+    refused(run("run", "quickstart", "--set", "data.train=synthetic:x", "-o", tmp_path / "r"),
+            f"--set data.train='synthetic:x': {fix}")
+    with pytest.raises(UserError, match=re.escape(f"train_data='synthetic:zz': {fix}")):
+        check_data_files(SimpleNamespace(train_data="synthetic:zz"))
+    with pytest.raises(UserError, match=re.escape(f"read_spec spec='synthetic:abc': {fix}")):
+        read_spec("synthetic:abc")
+    assert not any(tmp_path.iterdir())

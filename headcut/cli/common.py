@@ -25,12 +25,13 @@ def quiet_transformers() -> None:
 
 
 def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit=None, require_labels=True, seed=0,
-              task="grades", grades=None, flags=None, texts_only=False, wants_gold=False):
+              task="grades", grades=None, flags=None, texts_only=False, wants_gold=False, flag="--data"):
     """Pairs of a file (or 'synthetic'), with the gold of the model's `task`: grades, or a score column. `grades`:
     the model's (its labels index these, so a file's grades must be read against them; default 1..5). `flags`:
     the flags that set a column where they are not --query-col / --title-col / --label-col (read_pairs' keys).
     `texts_only`: no gold at all, for a command that never reads it (its gold column is not read). `wants_gold`: gold
-    is optional, but the command's options use it: a file holding only the other task's gold is refused."""
+    is optional, but the command's options use it: a file holding only the other task's gold is refused. `flag`: the
+    flag that named `path`."""
     grades = tuple(grades or DEFAULT_GRADES)
     from headcut.data_spec import read_spec
     from headcut_grader.data import parse_label_map
@@ -38,7 +39,7 @@ def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit
     return read_spec(path, rows=limit, seed=seed, task=task, preset=preset, query_col=query_col, title_col=title_col,
                      label_col=label_col, label_map=parse_label_map(label_map, names="flags"),
                      require_labels=require_labels, grades_fix=label_map_fix(grades), names="flags", keys=flags, grades=grades, texts_only=texts_only,
-                     wants_gold=wants_gold)
+                     wants_gold=wants_gold, name=flag)
 
 
 def label_map_fix(grades: tuple[int, ...]) -> str:

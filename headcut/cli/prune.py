@@ -152,7 +152,7 @@ def prune(
     if scores is None:  # --data, else the recorded dev data with the column flags laid over its recorded columns
         path, read_as = (data, columns) if data else default_data(loaded, "flags", columns=columns)
         pool = read_data(path, **gold, **read_as, **model_gold)
-    held_out = read_data(eval_data, **columns, **model_gold) if eval_data else None
+    held_out = read_data(eval_data, **columns, **model_gold, flag="--eval-data") if eval_data else None
     settings = PruneSettings(score_rows=score_rows, calibrate_rows=calibrate, eval_rows=eval_rows,
                              batch_size=batch_size, bootstrap=bootstrap, timing=timing,
                              latency_seconds=latency_seconds, seed=seed)

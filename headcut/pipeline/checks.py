@@ -77,6 +77,11 @@ def pairs_files(parts: RunParts) -> dict[str, str]:
     """The pairs files the run reads, by recipe key (a student's own data too, where its section sets some)."""
     from headcut.synthetic import is_synthetic
 
+    return {key: value for key, value in data_specs(parts).items() if not is_synthetic(value)}
+
+
+def data_specs(parts: RunParts) -> dict[str, str]:
+    """The pairs the run reads, files and synthetic draws, by recipe key."""
     recipe = parts.recipe
     named = {"data.train": recipe.data.train, "data.dev": recipe.data.dev, "data.test": recipe.data.test,
              "scan.data": recipe.scan.data if recipe.scan is not None else None}
@@ -85,7 +90,7 @@ def pairs_files(parts: RunParts) -> dict[str, str]:
             value = getattr(sub, key, None)
             if value not in named.values():
                 named[f"{name}.{key}"] = value
-    return {key: value for key, value in named.items() if value and not is_synthetic(value)}
+    return {key: value for key, value in named.items() if value}
 
 
 def model_folders(parts: RunParts) -> dict[str, str]:
@@ -100,7 +105,12 @@ def model_folders(parts: RunParts) -> dict[str, str]:
 def check_inputs(parts: RunParts) -> None:
     """Every pairs file the recipe names exists (a missing test file would otherwise surface at a later stage,
     after the teacher and the students have trained)."""
+    from headcut.synthetic import is_synthetic, synthetic_seed
+
     recipe = parts.recipe
+    for key, value in data_specs(parts).items():
+        if is_synthetic(value):
+            synthetic_seed(value, name=given_as(recipe, *key_path(key))[0])  # synthetic:abc, said by its key
     missing = {key: value for key, value in pairs_files(parts).items() if not Path(value).is_file()}
     for key, value in missing.items():  # a link loop or a broken link is there to see: say which
         why = absent(value, "")
