@@ -22,6 +22,7 @@ import torch
 from headcut.batching import Encoded, collate
 from headcut.process_group import close_at_exit
 from headcut.synthetic import is_synthetic, synthetic_seed
+from headcut.weight_files import READ_ERRORS, broken_file
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
@@ -406,7 +407,10 @@ def _resume(accelerator, ckpt: Path) -> LoopState:
     found = _newest_checkpoint(ckpt)
     if found is None:
         return LoopState()
-    accelerator.load_state(str(found[0]))
+    # a file of it cut short or deleted (a full disk, a copy of the run folder interrupted) is not a traceback
+    with broken_file(found[0], label=f"the checkpoint {found[0]}", errors=READ_ERRORS,
+                     fix="delete that folder, and the rerun trains this run again from step 0"):
+        accelerator.load_state(str(found[0]))
     return found[1]
 
 

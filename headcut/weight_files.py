@@ -183,15 +183,15 @@ READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, KeyError, Safetensor
 
 
 @contextmanager
-def broken_file(path: Path, *, label: str | None = None, errors: tuple = READ_ERRORS):
-    """Turn a library's error while reading `path` into one sentence that names it."""
+def broken_file(path: Path, *, label: str | None = None, errors: tuple = READ_ERRORS,
+                fix: str = "copy or download the model folder again"):
+    """Turn a library's error while reading `path` into one sentence that names it and `fix`."""
     try:
         yield
     except UserError:
         raise
     except errors as e:
-        raise UserError(f"{label or path} is damaged or incomplete ({_reason(e)}); copy or download the model "
-                        "folder again.") from None
+        raise UserError(f"{label or path} is damaged or incomplete ({_reason(e)}); {fix}.") from None
 
 
 def _reason(error: Exception, limit: int = 200) -> str:

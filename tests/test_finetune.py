@@ -200,6 +200,31 @@ def test_a_checkpoint_whose_loop_state_a_kill_cut_short_is_passed_over(tmp_path,
     assert finetune(recipe, tmp_path / "run")["finished"] and resumed == [6]
 
 
+@pytest.mark.parametrize("damage", ["model.safetensors", "optimizer.bin", "scheduler.bin"])
+def test_a_damaged_checkpoint_is_a_sentence_naming_it_and_how_to_start_again(tmp_path, tiny_base, damage):
+    """Was: a checkpoint file cut short (a full disk, an interrupted copy of the run folder) or deleted made every
+    rerun end in safetensors' or torch's traceback (exit 1). Now one sentence names the checkpoint and the fix,
+    and following it trains the run again from step 0."""
+    import shutil
+
+    from headcut_grader.errors import UserError
+
+    recipe = tiny_recipe(tiny_base, epochs=1)
+    finetune(recipe, tmp_path / "run", stop_after_steps=3)
+    checkpoint = tmp_path / "run.partial" / "checkpoint"
+    before = {p.name: p.read_bytes() for p in checkpoint.iterdir() if p.name != damage}
+    if damage == "scheduler.bin":
+        (checkpoint / damage).unlink()
+    else:
+        (checkpoint / damage).write_bytes((checkpoint / damage).read_bytes()[:100])
+    with pytest.raises(UserError, match=rf"^the checkpoint {checkpoint} is damaged or incomplete \(.+\); delete that "
+                                        "folder, and the rerun trains this run again from step 0.$"):
+        finetune(recipe, tmp_path / "run")
+    assert {p.name: p.read_bytes() for p in checkpoint.iterdir() if p.name != damage} == before  # left as found
+    shutil.rmtree(checkpoint)
+    assert finetune(recipe, tmp_path / "run")["finished"]
+
+
 def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
     from headcut_grader.errors import UserError
 
