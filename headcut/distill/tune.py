@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 from headcut.distill.recipe import DistillRecipe, tune_ranges
@@ -58,10 +59,31 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
         raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
     _check_out(out, recipe, overwrite=overwrite, flag=flag)
     read = inputs_read(recipe)  # a bad data file is said before the study opens
+    made, fresh = not out.exists(), overwrite or not (out / STUDY_FILE).exists()
     out.mkdir(parents=True, exist_ok=True)
     with locked(out, flag):  # a second search on `out` would delete or share the study under this one
-        return _search(recipe, out, read, trials=trials, overwrite=overwrite, progress=progress, on_trial=on_trial,
-                       flag=flag)
+        try:
+            return _search(recipe, out, read, trials=trials, overwrite=overwrite, progress=progress,
+                           on_trial=on_trial, flag=flag)
+        except UserError:
+            if fresh:  # only once locked: a live search's study is never this call's to remove
+                _remove_unfinished(out, recipe, made=made)
+            raise
+
+
+def _remove_unfinished(out: Path, recipe: DistillRecipe, *, made: bool) -> None:
+    """A study this call opened whose first trial was refused (a recipe value distill refuses, such as an accumulation
+    longer than the run) holds no finished trial, only a record that would make the corrected rerun a study "of another
+    recipe": it goes, with `out` where this call made it."""
+    import optuna
+
+    study = out / STUDY_FILE
+    if study.exists() and _complete(optuna.load_study(study_name=study_name(recipe), storage=f"sqlite:///{study}")):
+        return
+    if made:
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        study.unlink(missing_ok=True)
 
 
 def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwrite: bool, progress, on_trial,
