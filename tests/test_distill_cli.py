@@ -241,3 +241,19 @@ def test_a_search_whose_first_trial_is_refused_leaves_no_study_behind(tiny_teach
     assert not (tmp_path / "new").exists() and kept.is_dir() and not (kept / STUDY_FILE).exists()
     fixed = recipe_for(tiny_teacher, epochs=0.5, eval_every=100, tune_fields=("temperature",))
     assert len(tune(fixed, tmp_path / "new", trials=1)["trials"]) == 1
+
+
+def test_a_set_value_of_a_field_the_search_draws_is_refused_not_ignored(tiny_teacher, tmp_path):  # noqa: F811
+    """Was: `--tune N --set temperature=4` ran every trial at a temperature the search drew, the --set silently
+    ignored (exit 0). Now it is refused before any work, naming both ways to have what was meant."""
+    from headcut.distill.tune import check_not_searched
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, tune_fields=["temperature", "learning_rate"])
+    result = runner.invoke(app, ["distill", str(recipe), "--tune", "1", "--set", "temperature=4", "--out",
+                                 str(tmp_path / "study")])
+    assert result.exit_code == 2, result.output
+    assert ("error: --set temperature=4 sets a field the search draws for each trial (tune_fields: temperature, "
+            "learning_rate), so it would be ignored; drop it to search temperature, or train with it by leaving it out "
+            "of the search (--set tune_fields=[learning_rate]).") in result.output
+    assert not (tmp_path / "study").exists()
+    check_not_searched(recipe_for(tiny_teacher, tune_fields=("temperature",)), {"kd_weight": "--set kd_weight=0.5"})

@@ -65,7 +65,10 @@ def distill(
     out = out or Path("runs") / (find_recipe(recipe, kind="distill").stem + ("-tune" if tune else ""))
     bar, progress = training_progress("distilling")
     if tune:
-        from headcut.distill.tune import tune as search
+        from headcut.distill.tune import check_not_searched, tune as search
+        from headcut.recipes import parse_override
+
+        check_not_searched(rec, {parse_override(item)[0]: f"--set {item}" for item in set_})
 
         def on_trial(t):
             params = "  ".join(f"{k}={v:.4g}" for k, v in t["params"].items())

@@ -86,6 +86,19 @@ def _remove_unfinished(out: Path, recipe: DistillRecipe, *, made: bool) -> None:
         study.unlink(missing_ok=True)
 
 
+def check_not_searched(recipe: DistillRecipe, given: dict[str, str]) -> None:
+    """A field the search draws (searched_fields) that the user set over the recipe (`given`: {key: how it was set, e.g.
+    '--set temperature=4'}) would be ignored by every trial: refused, naming how to keep it or search it."""
+    fields = recipe.searched_fields
+    for key, how in given.items():
+        if key in fields:
+            rest = [f for f in fields if f != key]
+            keep = f"--set tune_fields=[{', '.join(rest)}]" if rest else "drop --tune"
+            raise UserError(f"{how} sets a field the search draws for each trial (tune_fields: {', '.join(fields)}), "
+                            f"so it would be ignored; drop it to search {key}, or train with it by leaving it out of "
+                            f"the search ({keep}).")
+
+
 def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwrite: bool, progress, on_trial,
             flag: str) -> dict:
     import optuna
