@@ -528,17 +528,37 @@ def test_a_pruned_student_without_some_layers_matches_each_kept_layer_to_its_ori
 
 @pytest.mark.parametrize("changes, words", [
     # bottom-k keeps 2 of the 4 teacher layers: a map names one teacher layer, 0..3, for each
-    ({"layer_map": [5, 5], "hidden_weight": 0.5}, "layer_map [5, 5] names a layer the 4-layer teacher lacks; use 0..3."),
-    ({"layer_map": [0, 1, 2], "attention_weight": 0.5}, "layer_map [0, 1, 2] has 3 entries for 2 student layers"),
-    ({"layer_map": [1], "hidden_weight": 0.5}, "layer_map [1] has 1 entries for 2 student layers"),
+    ({"layer_map": [5, 5], "hidden_weight": 0.5}, "layer_map=[5, 5] names a layer the 4-layer teacher lacks; use 0..3."),
+    ({"layer_map": [0, 1, 2], "attention_weight": 0.5}, "layer_map=[0, 1, 2] has 3 entries for 2 student layers"),
+    ({"layer_map": [1], "hidden_weight": 0.5}, "layer_map=[1] has 1 entries for 2 student layers"),
+    # a config student of the teacher's width 32 and 4 heads: each head an equal share of the width
+    ({"student": "config", "student_layers": 2, "student_heads": 3},
+     "the teacher's width 32 (student_hidden unset) is not divisible by student_heads=3, and each head takes an equal "
+     "share of the width; pick student_hidden and student_heads that divide."),
+    ({"student": "config", "student_layers": 2, "student_hidden": 30},
+     "student_hidden=30 is not divisible by the teacher's heads 4 (student_heads unset)"),
+    ({"student": "config", "student_layers": 2, "layer_map": [0, 4]}, "layer_map=[0, 4] names a layer the 4-layer"),
 ])
-def test_a_layer_map_that_does_not_fit_the_student_is_one_sentence(tiny_teacher, changes, words):
-    """Before: an IndexError inside the loss (too many or out of range), or one layer matched silently."""
+def test_a_student_that_does_not_fit_the_teacher_is_refused_naming_the_recipe_as_it_is_read(tiny_teacher, changes,
+                                                                                             words):
+    """Before: an IndexError inside the loss (too many or out of range), or one layer matched silently. Then: one
+    sentence from build_student once the teacher had loaded (under `headcut run`, after the teacher stage, which may
+    train for an hour), naming no recipe, and blaming a student_hidden nobody set (the teacher's width). Now the recipe
+    is refused as it is read (from_dict reads no weights), led by its file; build_student still refuses a recipe
+    replace()d in Python."""
+    import dataclasses
+
     from headcut.distill.students import build_student
     from headcut.models import load_model
 
-    with pytest.raises(UserError, match=re.escape(words)):
-        build_student(recipe_for(tiny_teacher, **changes), load_model(tiny_teacher))
+    values = {"teacher": str(tiny_teacher), "train_data": "synthetic", "max_length": 32, "hidden_weight": 0.5, **changes}
+    if values.get("student", "bottom-k") == "bottom-k":
+        values["keep_layers"] = 2
+    with pytest.raises(UserError, match="^r.yaml: " + re.escape(words)):
+        from_dict(DistillRecipe, values, where="r.yaml")
+    built = dataclasses.replace(recipe_for(tiny_teacher, hidden_weight=0.5), **{"hidden_weight": 0.5, **changes})
+    with pytest.raises(UserError, match="^" + re.escape(words)):
+        build_student(built, load_model(tiny_teacher))
 
 
 def test_a_layer_map_no_loss_reads_is_refused(tiny_teacher):

@@ -319,6 +319,10 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["distill.x.recipe=distill/minilm_config_cpu", "distill.x.student_hidden=65536"],
      ["--set distill.x.student_hidden=65536 is larger than the teacher's 384",
       "pass --set distill.x.student_hidden=384 or less"]),
+    # was: refused in the distill stage, after the teacher trained, blaming a student_hidden the recipe left unset
+    (["distill.x.recipe=distill/minilm_config_cpu", "distill.x.student_heads=5"],
+     ["minilm_config_cpu.yaml): distill.x.student_hidden=192 is not divisible by --set distill.x.student_heads=5, and "
+      "each head takes an equal share of the width"]),
     # was: refused only in the export stage, after the teacher trained, naming --precision and --backend
     (["export.precision=bf16"], ["export.precision=bf16: ONNX Runtime graders are fp32 or int8; use "
                                  "export.backend=openvino or auto"]),
@@ -394,6 +398,9 @@ def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
     (["teacher.model=/nonexistent"], ["teacher.model=/nonexistent: no such folder, and not a built-in name"]),
     (["distill.small.keep_layers=9"], ["error: --set distill.small.keep_layers=9 is more than the teacher's",
                                        "pass --set distill.small.keep_layers=2 or less"]),
+    # was: refused by the distill stage, after the teacher trained, as "layer_map [5] names a layer ..." (no recipe)
+    (["distill.small.hidden_weight=0.5", "distill.small.layer_map=[5]"],
+     ["error: --set distill.small.layer_map=[5] names a layer the 3-layer teacher lacks; use 0..2."]),
     # was: refused by the distill stage, after the teacher trained, as "max length 600 is more than ..."
     (["distill.small.max_length=600"], ["error: --set distill.small.max_length=600 is more than the teacher's 512 "
                                         "positions; pass --set distill.small.max_length=512 or less."]),

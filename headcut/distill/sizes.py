@@ -34,10 +34,27 @@ def check_recipe_student(recipe, where: str) -> None:
     layers = len(encoder_layers(teacher.model))
     if recipe.student == "bottom-k":
         check_keep_layers(recipe.keep_layers, layers, where=where)
+        check_layer_map(recipe.layer_map, recipe.keep_layers, layers, where=where)
     elif recipe.student == "config":
         check_config_student(recipe, teacher.model.config, layers, where=where)
     elif student is not None:
         check_smaller(student, teacher, where=where)
+        check_layer_map(recipe.layer_map, len(encoder_layers(student.model)), layers, where=where)
+
+
+def check_layer_map(layer_map, student_layers: int, teacher_layers: int, *, key: str = "layer_map",
+                    where: str = "") -> None:
+    """One teacher layer, which the teacher has, per student layer (None: the even map, which always fits). `key`: how
+    the user set it (a run names its student's section); `where`: the recipe (file and --set values) it was read from."""
+    if layer_map is None:
+        return
+    layer_map = list(layer_map)
+    if len(layer_map) != student_layers:
+        raise UserError(f"{lead_of(where)}{setting(key, layer_map)} has {len(layer_map)} entries for {student_layers} "
+                        "student layers; give one teacher layer per student layer.")
+    if max(layer_map) >= teacher_layers or min(layer_map) < 0:
+        raise UserError(f"{lead_of(where)}{setting(key, layer_map)} names a layer the {teacher_layers}-layer teacher "
+                        f"lacks; use 0..{teacher_layers - 1}.")
 
 
 def recorded_teacher(meta: dict) -> dict | None:
@@ -104,12 +121,37 @@ def check_config_student(recipe, teacher_config, teacher_layers: int, *, where: 
     limits = {"student_layers": teacher_layers, "student_hidden": teacher_config.hidden_size,
               "student_heads": teacher_config.num_attention_heads,
               "student_intermediate": getattr(teacher_config, ARCHITECTURES[teacher_config.model_type].intermediate)}
+    def name_of(key):
+        return named(key) if named else (key, where)
+
     for key, most in limits.items():
         value = getattr(recipe, key)
         if value is not None and value > most:
-            name, place = named(key) if named else (key, where)
+            name, place = name_of(key)
             raise UserError(f"{lead_of(place)}{setting(name, value)} is larger than the teacher's {most}; a config "
                             f"student is a smaller model of its teacher: {_at_most(name, most)}.")
+    _check_heads_divide(recipe, teacher_config, name_of)
+    name, place = name_of("layer_map")
+    check_layer_map(recipe.layer_map, recipe.student_layers, teacher_layers, key=name, where=place)
+
+
+def _check_heads_divide(recipe, teacher_config, name_of) -> None:
+    """A config student's width splits evenly among its heads; an unset size is the teacher's, and is said to be."""
+    sizes = {"student_hidden": (recipe.student_hidden, teacher_config.hidden_size, "width"),
+             "student_heads": (recipe.student_heads, teacher_config.num_attention_heads, "heads")}
+    (hidden, *_), (heads, *_) = [(value or default,) for value, default, _ in sizes.values()]
+    if hidden % heads == 0:
+        return
+    said, place = [], ""
+    for key, (value, default, what) in sizes.items():
+        if value is None:
+            said.append(f"the teacher's {what} {default} ({key} unset)")
+        else:
+            name, where = name_of(key)
+            place = place or where  # a file that gives one size leads, where a --set gives the other
+            said.append(setting(name, value))
+    raise UserError(f"{lead_of(place)}{said[0]} is not divisible by {said[1]}, and each head takes an equal share of "
+                    "the width; pick student_hidden and student_heads that divide.")
 
 
 def check_smaller(student, teacher, *, where: str = "") -> None:

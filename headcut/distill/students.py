@@ -15,8 +15,8 @@ import torch
 from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers, layer_ids
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
-from headcut.distill.sizes import (check_config_student, check_cut_from, check_keep_layers, check_smaller,
-                                   recorded_teacher)
+from headcut.distill.sizes import (check_config_student, check_cut_from, check_keep_layers, check_layer_map,
+                                   check_smaller, recorded_teacher)
 from headcut_grader.errors import UserError
 from headcut.models import SHAPE_KEY, LoadedModel, load_model
 from headcut.model_arguments import check_loaded, check_model
@@ -55,16 +55,6 @@ def load_model_meta(source: str, *, flag: str = "load_model_meta source") -> dic
     return read_json_file(path) if path.exists() else {}
 
 
-def _check_layer_map(layer_map: list[int], student_layers: int, teacher_layers: int) -> None:
-    """One teacher layer, which the teacher has, per student layer."""
-    if len(layer_map) != student_layers:
-        raise UserError(f"layer_map {layer_map} has {len(layer_map)} entries for {student_layers} student layers; give "
-                        "one teacher layer per student layer.")
-    if max(layer_map) >= teacher_layers or min(layer_map) < 0:
-        raise UserError(f"layer_map {layer_map} names a layer the {teacher_layers}-layer teacher lacks; use "
-                        f"0..{teacher_layers - 1}.")
-
-
 def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implementation: str = "sdpa") -> Student:
     check_loaded(teacher, "build_student teacher")
     teacher_layers = len(encoder_layers(teacher.model))
@@ -80,19 +70,19 @@ def build_student(recipe: DistillRecipe, teacher: LoadedModel, *, attn_implement
                             f"{teacher.path} is a {_task_words(teacher.task)}; distil a pruned model from the teacher "
                             "it was cut from.")
         layer_map = list(recipe.layer_map or layer_ids(loaded.model))  # each kept layer is still its original
-        _check_layer_map(layer_map, len(encoder_layers(loaded.model)), teacher_layers)
+        check_layer_map(layer_map, len(encoder_layers(loaded.model)), teacher_layers)
         loaded.meta = {**loaded.meta, **meta}
         return Student(loaded, layer_map, "pruned")
     if recipe.student == "bottom-k":
         check_keep_layers(recipe.keep_layers, teacher_layers)
         layer_map = list(recipe.layer_map or even_layer_map(recipe.keep_layers, teacher_layers))
-        _check_layer_map(layer_map, recipe.keep_layers, teacher_layers)
+        check_layer_map(layer_map, recipe.keep_layers, teacher_layers)
         model = copy.deepcopy(teacher.model)
         keep_layers(model, list(range(recipe.keep_layers)))
         return Student(LoadedModel(model, teacher.tokenizer, meta), layer_map, "bottom-k")
     check_config_student(recipe, teacher.model.config, teacher_layers)
     layer_map = list(recipe.layer_map or even_layer_map(recipe.student_layers, teacher_layers))
-    _check_layer_map(layer_map, recipe.student_layers, teacher_layers)
+    check_layer_map(layer_map, recipe.student_layers, teacher_layers)
     model = config_student(teacher.model, layers=recipe.student_layers, hidden=recipe.student_hidden,
                            heads=recipe.student_heads, intermediate=recipe.student_intermediate, layer_map=layer_map,
                            attn_implementation=attn_implementation)

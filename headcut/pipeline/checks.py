@@ -360,11 +360,12 @@ def check_choice_data(parts: RunParts) -> None:
 
 def check_students(parts: RunParts) -> None:
     """A student reads no more tokens than the teacher has positions for, a bottom-k student keeps fewer layers than
-    the teacher has, and a config student is no larger than the teacher in any size, as the distill stage will check
+    the teacher has (its layer_map naming the teacher's layers), and a config student is no larger than the teacher in
+    any size, as the distill stage will check
     (after the teacher stage, which may train for an hour); a pruned student's prune: check_prune_budget."""
     from headcut.arch import encoder_layers
     from headcut.batching import check_max_length
-    from headcut.distill.sizes import check_config_student, check_keep_layers
+    from headcut.distill.sizes import check_config_student, check_keep_layers, check_layer_map
 
     recipe = parts.recipe
     students = {name: sub for name, sub in parts.subs.items() if name.startswith("distill.")}
@@ -381,5 +382,7 @@ def check_students(parts: RunParts) -> None:
         if sub.student == "bottom-k":
             key, where = named("keep_layers")
             check_keep_layers(sub.keep_layers, layers, key=key, where=where)
+            key, where = named("layer_map")
+            check_layer_map(sub.layer_map, sub.keep_layers, layers, key=key, where=where)
         elif sub.student == "config":
             check_config_student(sub, teacher.model.config, layers, named=named)
