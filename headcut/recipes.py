@@ -356,6 +356,8 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
             except UserError as e:
                 errors.append(e)
         raise errors[0]
+    if value is None and hint is not typing.Any:  # `epochs:` with nothing after it, or --set epochs=
+        raise UserError(f"{where} is empty (YAML reads nothing as null); {_empty_fix(where, given, index)}.")
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{where} must be a list, not {shown(value)}{_list_fix(given)}.")
@@ -387,6 +389,16 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
             raise UserError(f"{where} must be text, not {shown(value)}.")
         return value
     return value
+
+
+def _empty_fix(where: str, given: str | None, index: int | None) -> str:
+    """What to do about a value left empty: write it, or drop the item, the --set or the key (its default then holds)."""
+    if index is not None:
+        return "write the item, or remove it"
+    if given:
+        key = given.removeprefix("--set ").partition("=")[0].strip()
+        return f"write a value (--set {key}=VALUE), or drop that --set"
+    return "write a value after the colon, or remove the key to use its default"
 
 
 def _list_fix(given: str | None) -> str:

@@ -72,6 +72,26 @@ def test_bad_values_are_errors_that_name_the_key(override, message):
         load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", override])
 
 
+def test_a_key_or_list_item_left_empty_is_told_how_to_fill_or_drop_it(tmp_path):
+    """Was: `epochs:` with nothing after it, or --set epochs=, said "key 'epochs' must be a number, not None": Python's
+    word for YAML's null, and no fix. Now: that the value is empty, and what to write or drop, in each place."""
+    path = tmp_path / "r.yaml"
+    path.write_text("teacher: runs/teacher\ntrain_data: x\nepochs:\nmixed_precision:\ngrades: [1, null, 3]\n")
+    with pytest.raises(UserError) as err:
+        load_recipe(DistillRecipe, path)
+    message = str(err.value)
+    for problem in ("key 'epochs' is empty (YAML reads nothing as null); write a value after the colon, or remove the "
+                    "key to use its default", "key 'mixed_precision' is empty",
+                    "key 'grades' item 2 is empty (YAML reads nothing as null); write the item, or remove it"):
+        assert problem in message
+    assert "None" not in message
+    with pytest.raises(UserError, match=r"^--set epochs=: key 'epochs' is empty \(YAML reads nothing as null\); write "
+                                        r"a value \(--set epochs=VALUE\), or drop that --set.$"):
+        load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", "epochs="])
+    assert load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", "dev_data="]).dev_data \
+        is None  # an optional key's null is its value
+
+
 def test_every_bad_key_is_reported_at_once(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("teacher: runs/teacher\ntrain_data: x\ntemprature: 3\nepochs: many\nkeep_layers: 2.5\nbogus: 1\n")
