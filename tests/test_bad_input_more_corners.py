@@ -207,6 +207,47 @@ def test_an_input_under_a_broken_link_to_a_folder_names_that_link(tmp_path, tiny
             f"its folder {nested / 'sub' / 'link'} is a broken symbolic link to {target};")
 
 
+OUT_COMMANDS = {
+    "grade": ["grade", "{grader}", "{pairs}"], "evaluate": ["evaluate", "--model", "{grader}", "--data", "{pairs}"],
+    "export": ["export", "{grader}"], "bench": ["bench", "--model", "{grader}", "--data", "{pairs}"],
+    "scan": ["scan", "--model", "{grader}", "--data", "{pairs}"],
+    "cross-encoder": ["cross-encoder", "--model", "{grader}"],
+    "prune": ["prune", "--model", "{grader}", "--keep-ratio", "0.5", "--data", "{pairs}"],
+    "finetune": ["finetune", "minilm_synthetic_cpu"], "distill": ["distill", "distill/minilm_synthetic_cpu"],
+    "run": ["run", "quickstart"]}
+
+
+@pytest.mark.parametrize("command", list(OUT_COMMANDS))
+def test_an_out_under_a_broken_link_names_that_link_before_any_work(tmp_path, tiny_grader, command):
+    """--out gone/out.tsv, gone a symbolic link to a removed folder: evaluate worked, then said 'cannot write there
+    (File exists); check the folder's permissions', and run made the link's target and ran, though the link is what
+    to fix; every command's --out (file or folder) now names the link and its target before any work, as an input
+    under one does."""
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    folder, target = tmp_path / "gone", tmp_path / "removed"
+    folder.symlink_to(target)
+    out = folder / "out.tsv"
+    args = [a.format(grader=tiny_grader, pairs=pairs) for a in OUT_COMMANDS[command]]
+    refused(run(*args, "--out", out), f"--out {out}: its folder {folder} is a broken symbolic link to {target}; "
+                                      "point that link at an existing folder or name another path.")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gone", "pairs.tsv"]
+
+
+def test_a_python_write_under_a_broken_link_names_that_link(tmp_path):
+    """write_json and atomic_dir, which a library caller may call without a check first, said 'cannot write there
+    (File exists)' for a path under a link to nothing."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import atomic_dir, write_json
+
+    (tmp_path / "gone").symlink_to(tmp_path / "removed")
+    said = f"its folder {tmp_path / 'gone'} is a broken symbolic link to {tmp_path / 'removed'}"
+    with pytest.raises(UserError, match=re.escape(f"{tmp_path / 'gone' / 'a.json'}: {said}")):
+        write_json(tmp_path / "gone" / "a.json", {})
+    with pytest.raises(UserError, match=re.escape(f"out={tmp_path / 'gone' / 'sub' / 'o'}: {said}")):
+        with atomic_dir(tmp_path / "gone" / "sub" / "o"):
+            pass
+
+
 @pytest.mark.parametrize("kind, text", [(int, "1_000"), (int, "５"), (int, "１０"), (float, "0.5_0"), (float, "０.5")])
 def test_a_number_flag_refuses_python_only_spellings(kind, text):
     """int('1_000') is 1000 and int('５') (full-width) 5: a flag typed with digit grouping or another script's

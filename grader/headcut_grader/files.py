@@ -19,7 +19,7 @@ from pathlib import Path
 from headcut_grader.errors import UserError, caller, named, setting
 from headcut_grader.lines import RESUME_SPELLED
 from headcut_grader.ranges import argument, checked_bool
-from headcut_grader.validation import LINK_LOOP, NAME_MAX_BYTES, check_name_lengths, is_link_loop
+from headcut_grader.validation import LINK_LOOP, NAME_MAX_BYTES, check_name_lengths, is_link_loop, on_the_way
 
 
 def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
@@ -80,9 +80,12 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:
 
 def resolved_out(out: Path, flag: str = "out") -> Path:
     """Output path `out` with its links followed (Path.resolve); a loop of links on it, one sentence naming `flag`
-    (Path.resolve raised RuntimeError('Symlink loop ...'))."""
+    (Path.resolve raised RuntimeError('Symlink loop ...')), as is a folder on the way that cannot hold it
+    (validation.on_the_way: resolved, a link to nothing would be followed, and its target made)."""
     if is_link_loop(out):
         raise UserError(f"{setting(flag, out)}: {LINK_LOOP}.")
+    if why := on_the_way(out):
+        raise UserError(f"{setting(flag, out)}: {why}.")
     return out.resolve()
 
 
@@ -308,8 +311,7 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "out", i
         tmp = temp_sibling(out)
         tmp.mkdir()
     except OSError as e:
-        raise UserError(f"{setting(flag, out)}: cannot write there ({e.strerror}); check the folder's "
-                        "permissions.") from None
+        raise _unwritable(out, setting(flag, out), e) from None
     try:
         yield tmp
     except BaseException as e:
@@ -377,6 +379,13 @@ def _plain_modes(folder: Path) -> None:
             path.chmod(allowed if path.is_dir() else allowed & 0o666)
 
 
+def _unwritable(out: Path, said: str, error: OSError) -> UserError:
+    """The sentence for output `out` (`said`: its path, or its flag and path) where no temporary could be made beside
+    it: a folder on the way that is a link to nothing is named (the system says only 'File exists'), else `error`."""
+    why = on_the_way(out) or f"cannot write there ({error.strerror}); check the folder's permissions"
+    return UserError(f"{said}: {why}.")
+
+
 def write_json(path: str | Path, data, *, overwrite: bool = True, flag: str = "path") -> None:
     """Write JSON atomically (temp file + rename); NaN (a figure that means nothing there) as null, since JSON
     has no NaN and strict readers refuse Python's. `overwrite`, `flag`: as atomic_file's."""
@@ -403,7 +412,7 @@ def atomic_file(path: str | Path, *, binary: bool = True, overwrite: bool = True
         tmp = temp_sibling(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as e:
-        raise UserError(f"{path}: cannot write there ({e.strerror}); check the folder's permissions.") from None
+        raise _unwritable(path, str(path), e) from None
     try:
         with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f

@@ -99,13 +99,19 @@ def absent(path: str | Path, plain: str = "no such file; check the path") -> str
     caller's 'no such file; FIX') would send the user looking for a file that is there."""
     if is_link_loop(path):
         return LINK_LOOP
-    link = broken_link(path)
-    if link is None:
-        return plain
-    if link == Path(path):
+    if broken_link(path) == Path(path):
         return f"a broken symbolic link to {os.readlink(path)}; point the link at an existing path or name another"
-    return (f"its folder {link} is a broken symbolic link to {os.readlink(link)}; point that link at an existing "
-            "folder or name another path")
+    return on_the_way(path) or plain
+
+
+def on_the_way(path: str | Path) -> str | None:
+    """Why nothing can be at `path` for a folder above it, to follow its name in a sentence: a symbolic link to
+    nothing (naming its target), where the system says only 'no such file' or 'file exists'; else None."""
+    link = broken_link(Path(path).parent)
+    if link is not None:
+        return (f"its folder {link} is a broken symbolic link to {os.readlink(link)}; point that link at an existing "
+                "folder or name another path")
+    return None
 
 
 def broken_link(path: str | Path) -> Path | None:
