@@ -207,6 +207,37 @@ def test_an_input_under_a_broken_link_to_a_folder_names_that_link(tmp_path, tiny
             f"its folder {nested / 'sub' / 'link'} is a broken symbolic link to {target};")
 
 
+def test_a_path_through_a_file_says_that_file_is_no_folder(tmp_path, tiny_grader):
+    """afile/p.tsv, afile a file: the system says 'Not a directory', and --data, a recipe's data key and every
+    Python reader said 'no such file; check the path' (--model: 'no such folder', a recipe: 'neither a YAML file
+    nor a built-in name', write_json: 'cannot write there (File exists)'); now each names the file in the way."""
+    from headcut.models import resolve_source
+    from headcut.evaluate.importance import read_scores
+    from headcut.pipeline import load_pipeline
+    from headcut.pipeline.checks import check_inputs, run_parts
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import write_json
+    from headcut_grader.grader import read_record
+
+    blocker = write(tmp_path, "afile", "keep me\n")
+    said = f"{blocker} is a file, not a folder; name a path inside a folder"
+    pairs, model = blocker / "p.tsv", blocker / "sub" / "model"
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs), f"{pairs}: {said}.")
+    refused(run("evaluate", "--model", model, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), f"{model}: {said}.")
+    refused(run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={pairs}", "--out", tmp_path / "o"),
+            f"train_data={pairs}: {said}.")
+    refused(run("finetune", blocker / "r.yaml", "--out", tmp_path / "o"), f"recipe {blocker / 'r.yaml'}: {said}.")
+    for call in (read_pairs, read_record, resolve_source, read_scores):
+        with pytest.raises(UserError, match=re.escape(f"{model}: {said}.")):
+            call(model)
+    with pytest.raises(UserError, match=re.escape(f"--set data.test={pairs}: {said}.")):
+        check_inputs(run_parts(load_pipeline("quickstart", overrides=[f"data.test={pairs}"])))
+    with pytest.raises(UserError, match=re.escape(f"{pairs}: {said}.")):
+        write_json(pairs, {})
+    assert blocker.read_text() == "keep me\n"
+
+
 OUT_COMMANDS = {
     "grade": ["grade", "{grader}", "{pairs}"], "evaluate": ["evaluate", "--model", "{grader}", "--data", "{pairs}"],
     "export": ["export", "{grader}"], "bench": ["bench", "--model", "{grader}", "--data", "{pairs}"],

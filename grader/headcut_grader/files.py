@@ -112,10 +112,8 @@ def check_place(out: Path, flag: str = "out") -> None:
         raise UserError(f"{setting(flag, out)} is {where}; name a new folder or file inside it, e.g. "
                         f"{setting(flag, 'results')}.")
     place = out.absolute().parent
-    while not place.exists() and place != place.parent:
+    while not place.exists() and place != place.parent:  # a file above it was refused by resolved_out
         place = place.parent
-    if not place.is_dir():
-        raise UserError(f"{setting(flag, out)}: {place} is a file, not a folder; name a path inside a folder.")
     if not os.access(place, os.W_OK | os.X_OK):
         raise UserError(f"{setting(flag, out)}: the folder {place} is not writable; choose a folder you can write in.")
 

@@ -94,9 +94,9 @@ def is_link_loop(path: str | Path) -> bool:
 
 
 def absent(path: str | Path, plain: str = "no such file; check the path") -> str:
-    """Why a named input `path` is not there, to follow its name in a sentence: a loop of symbolic links, or a
-    symbolic link to nothing (naming its target), `path` itself or a folder on the way to it, where `plain` (the
-    caller's 'no such file; FIX') would send the user looking for a file that is there."""
+    """Why a named input `path` is not there, to follow its name in a sentence: a loop of symbolic links, a
+    symbolic link to nothing (naming its target), `path` itself or a folder on the way to it, or a file on the way,
+    where `plain` (the caller's 'no such file; FIX') would send the user looking for a file that is there."""
     if is_link_loop(path):
         return LINK_LOOP
     if broken_link(path) == Path(path):
@@ -106,11 +106,15 @@ def absent(path: str | Path, plain: str = "no such file; check the path") -> str
 
 def on_the_way(path: str | Path) -> str | None:
     """Why nothing can be at `path` for a folder above it, to follow its name in a sentence: a symbolic link to
-    nothing (naming its target), where the system says only 'no such file' or 'file exists'; else None."""
+    nothing (naming its target) or a file, where the system says only 'no such file', 'file exists' or 'not a
+    directory'; else None."""
     link = broken_link(Path(path).parent)
     if link is not None:
         return (f"its folder {link} is a broken symbolic link to {os.readlink(link)}; point that link at an existing "
                 "folder or name another path")
+    for step in reversed(Path(path).parents):
+        if os.path.exists(step) and not os.path.isdir(step):
+            return f"{step} is a file, not a folder; name a path inside a folder"
     return None
 
 
