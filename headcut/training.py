@@ -84,7 +84,7 @@ class TrainingRecipe(LoopSettings):
         check_ranges(self, where)
         if len(self.grades) < 2 or len(set(self.grades)) != len(self.grades):
             raise UserError(f"{where}: key 'grades' is {list(self.grades)}; name two or more different grades, "
-                            "e.g. [1, 2, 3, 4, 5].")
+                            "e.g. [1, 2, 3, 4, 5].", about=("grades",))
         check_dev_files_apart(self, where)
         check_dev_fraction(self, where, named)
         check_file_keys(self, where, {key: getattr(self, key, None) for key in DATA_KEYS}, file_keys_given(self, named))
@@ -156,10 +156,10 @@ def check_task_keys(recipe, task_keys: dict, where: str, *, verb: str, named: fr
     for key in task_keys[other]:
         if is_set(recipe, key, named):
             raise UserError(f"{where}: key '{key}' applies to task={other} only, and this recipe {verb} "
-                            f"task={recipe.task}; remove it (or set task={other}).")
+                            f"task={recipe.task}; remove it (or set task={other}).", about=(key,))
     if recipe.task == "score" and recipe.select_metric in ("accuracy", "macro_f1"):
         raise UserError(f"{where}: select_metric={recipe.select_metric} needs grades, and task=score has one "
-                        "output; use spearman or loss.")
+                        "output; use spearman or loss.", about=("select_metric",))
 
 
 def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> None:
@@ -170,7 +170,8 @@ def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> 
         return
     raise UserError(f"{where}: key 'dev_fraction' ({recipe.dev_fraction}) holds out a share of train_data's queries as "
                     f"dev pairs only when dev_data is unset, and dev_data is {recipe.dev_data}; remove dev_fraction, or "
-                    "remove dev_data to hold out that split.")
+                    "remove dev_data to hold out that split.",
+                    about=("dev_fraction",))
 
 
 def file_keys_given(recipe: TrainingRecipe, named: frozenset) -> set:

@@ -506,7 +506,7 @@ def test_a_key_of_the_other_task_is_refused_even_at_its_default():
                     kind="finetune")
     from headcut.pipeline.recipe import load_pipeline
 
-    with pytest.raises(UserError, match=r"\[teacher\] .*key .mse_weight. applies to task=score only"):
+    with pytest.raises(UserError, match=r"^--set teacher\.mse_weight=1: key .mse_weight. applies to task=score only"):
         load_pipeline("quickstart", overrides=["teacher.mse_weight=1"])  # a score key, at its default
 
 

@@ -318,7 +318,7 @@ def test_dev_fraction_beside_dev_data_is_refused(tmp_path):
     assert load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1"]).dev_fraction == 0.2
     run = load_pipeline("quickstart", overrides=["data.dev=synthetic:1"])
     assert sub_recipes(run, teacher_dir="t", pruned_dir="p")["teacher"].dev_data == "synthetic:1"
-    with pytest.raises(UserError, match=r"\[teacher\].*" + said):
+    with pytest.raises(UserError, match=r"^--set teacher\.dev_fraction=0\.3: " + said):  # the --set alone gave it
         load_pipeline("quickstart", overrides=["data.dev=synthetic:1", "teacher.dev_fraction=0.3"])
 
 

@@ -1004,6 +1004,48 @@ def test_a_students_loss_weights_refused_together_are_led_by_where_they_came_fro
     assert str(caught.value) == lead.format(run=run) + ZERO_LOSS
 
 
+@pytest.mark.parametrize("items, words", [
+    (["distill.bottom3.layer_map=[0,1,2]"], "key 'layer_map' matches layers for the hidden-state"),
+    (["distill.bottom3.student_layers=2"], "key 'student_layers' applies to student=config only"),
+    (["distill.bottom3.mse_weight=2"], "key 'mse_weight' applies to task=score only"),
+    (["teacher.mse_weight=2"], "key 'mse_weight' applies to task=score only"),
+    (["distill.bottom3.tune_fields=[kd_weight,kd_weight]"], "tune_fields names 'kd_weight' twice"),
+    (["distill.bottom3.tune_fields=[epochs]"], "tune_fields names 'epochs', which is not tunable"),
+    (["distill.bottom3.tune_fields=[mse_weight]"], "tune_fields names 'mse_weight', which task=grades does not use"),
+    (["distill.bottom3.grades=[1]"], "key 'grades' is [1]"),
+    (["distill.bottom3.unlabeled_rows=5"], "key 'unlabeled_rows' is set but unlabeled_data is not"),
+    (["distill.bottom3.unlabeled_data=synthetic"], "key 'unlabeled_data' takes a file of pairs without grades"),
+    (["distill.bottom3.dev_fraction=0.3", "data.dev=synthetic:5"], "key 'dev_fraction' (0.3) holds out a share"),
+    (["distill.bottom3.layer_map=[0]", "distill.bottom3.student_layers=2", "distill.bottom3.student=config"],
+     "layer_map has 1 entries for 2 student layers"),
+])
+def test_a_sub_recipe_key_a_set_alone_gave_refused_by_its_check_is_led_by_that_set(items, words):
+    """Was: 'quickstart.yaml: [distill.bottom3] (minilm_synthetic_cpu.yaml) with --set ...: key ...', led by the
+    run recipe's file and the student's distill recipe, neither of which holds the key its check refuses; now a
+    SetError led by the --set values that gave what it refuses (UserError.about)."""
+    from headcut.recipes import SetError
+
+    with pytest.raises(SetError) as caught:
+        load_pipeline("quickstart", overrides=items)
+    refused = [item for item in items if not item.startswith(("data.", "distill.bottom3.student="))]
+    assert str(caught.value).startswith(" ".join(f"--set {item}" for item in refused) + f": {words}"), \
+        str(caught.value)
+
+
+def test_a_sub_recipe_key_the_run_section_gave_refused_by_its_check_is_led_by_that_section(tmp_path):
+    """Was: 'run.yaml: [distill.bottom3] (minilm_synthetic_cpu.yaml): key 'layer_map' ...', a file that does not
+    hold it; now led by the run recipe's section that gave it."""
+    from headcut_grader.errors import UserError
+
+    run = tmp_path / "run.yaml"
+    run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text().replace(
+        "recipe: distill/minilm_synthetic_cpu", "recipe: distill/minilm_synthetic_cpu\n    layer_map: [0, 1, 2]"))
+    with pytest.raises(UserError) as caught:
+        load_pipeline(run)
+    assert str(caught.value).startswith(f"{run}: [distill.bottom3]: key 'layer_map' matches layers"), \
+        str(caught.value)
+
+
 def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_recipe(tmp_path):
     from headcut_grader.errors import UserError
 

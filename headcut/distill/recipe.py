@@ -67,9 +67,10 @@ class DistillRecipe(TrainingRecipe):
     def check(self, where: str, *, named: frozenset = frozenset()) -> None:
         super().check(where, named=named)
         if self.student == "pruned" and self.student_model is None:
-            raise UserError(f"{where}: student 'pruned' needs student_model (a pruned artifact); pass --set student_model=DIR.")
+            raise UserError(f"{where}: student 'pruned' needs student_model (a pruned artifact); pass "
+                            "--set student_model=DIR.", about=("student",))
         if self.student != "pruned" and self.teacher is None:
-            raise UserError(f"{where}: no teacher; pass --set teacher=DIR (a fine-tuned grader).")
+            raise UserError(f"{where}: no teacher; pass --set teacher=DIR (a fine-tuned grader).", about=("teacher",))
         self._check_task_keys(where, named)
         self._check_student_keys(where, named)
         if self.task == "grades" and not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
@@ -82,18 +83,21 @@ class DistillRecipe(TrainingRecipe):
         if is_set(self, "layer_map", named) and self.student != "config" and not (self.hidden_weight
                                                                                   or self.attention_weight):
             raise UserError(f"{where}: key 'layer_map' matches layers for the hidden-state and attention losses, which "
-                            "are off; set hidden_weight or attention_weight above 0, or remove layer_map.")
+                            "are off; set hidden_weight or attention_weight above 0, or remove layer_map.",
+                            about=("layer_map",))
         if self.layer_map is not None and self.student == "config" and len(self.layer_map) != self.student_layers:
             raise UserError(f"{where}: layer_map has {len(self.layer_map)} entries for {self.student_layers} "
-                            "student layers; give one teacher layer per student layer.")
+                            "student layers; give one teacher layer per student layer.",
+                            about=("layer_map", "student_layers"))
         ranges, fields = tune_ranges(), self.searched_fields
         repeated = sorted({f for f in fields if fields.count(f) > 1})
         if repeated:
-            raise UserError(f"{where}: tune_fields names {quoted(repeated[0])} twice; name each field once.")
+            raise UserError(f"{where}: tune_fields names {quoted(repeated[0])} twice; name each field once.",
+                            about=("tune_fields",))
         bad = [f for f in fields if f not in ranges]
         if bad:
             raise UserError(f"{where}: tune_fields names {quoted(bad[0])}, which is not tunable; choose from "
-                            f"{', '.join(ranges)}.")
+                            f"{', '.join(ranges)}.", about=("tune_fields",))
         check_recipe_student(self, where)
 
     def _check_student_keys(self, where: str, named: frozenset) -> None:
@@ -102,13 +106,15 @@ class DistillRecipe(TrainingRecipe):
             for key in keys:
                 if student != self.student and is_set(self, key, named):
                     raise UserError(f"{where}: key '{key}' applies to student={student} only, and this recipe's "
-                                    f"student is {self.student}; remove it (or set student={student}).")
+                                    f"student is {self.student}; remove it (or set student={student}).", about=(key,))
         if self.unlabeled_data is not None and is_synthetic(self.unlabeled_data):
             raise UserError(f"{where}: key 'unlabeled_data' takes a file of pairs without grades (query logs), and "
-                            "synthetic pairs are graded; train on them with train_data, or pass a file.")
+                            "synthetic pairs are graded; train on them with train_data, or pass a file.",
+                            about=("unlabeled_data",))
         if self.unlabeled_rows is not None and self.unlabeled_data is None:
             raise UserError(f"{where}: key 'unlabeled_rows' is set but unlabeled_data is not; pass "
-                            "--set unlabeled_data=FILE, or remove unlabeled_rows.")
+                            "--set unlabeled_data=FILE, or remove unlabeled_rows.",
+                            about=("unlabeled_rows",))
 
     def _check_task_keys(self, where: str, named: frozenset) -> None:
         """The other task's keys (training.check_task_keys), and tune_fields that name them."""
@@ -117,7 +123,8 @@ class DistillRecipe(TrainingRecipe):
         bad = [f for f in self.searched_fields if f in TASK_KEYS[other]]
         if bad:
             raise UserError(f"{where}: tune_fields names {quoted(bad[0])}, which task={self.task} does not use; list "
-                            f"fields of its losses, e.g. --set tune_fields=[{', '.join(TUNED[self.task])}].")
+                            f"fields of its losses, e.g. --set tune_fields=[{', '.join(TUNED[self.task])}].",
+                            about=("tune_fields",))
 
 
 # The recipe keys only one kind of student reads (headcut.distill.students).
