@@ -974,6 +974,22 @@ def test_a_student_a_set_alone_gave_is_refused_led_by_that_set(item, words):
     assert str(caught.value).startswith(f"--set {item}: {words}"), str(caught.value)
 
 
+@pytest.mark.parametrize("text, words", [("kd_weight: [1\n", ", line 2, column 1: invalid YAML"),
+                                         ("- 1\n", ": a recipe is a mapping of keys to values"),
+                                         ("# nothing\n", ": no keys (the file is empty")])
+@pytest.mark.parametrize("key", ["distill.s2.recipe", "teacher.recipe"])
+def test_a_recipe_file_a_set_alone_named_that_does_not_read_is_refused_led_by_that_set(tmp_path, text, words, key):
+    """Was: 'quickstart.yaml: BAD.yaml, line 2, ...: invalid YAML', led by the run recipe's file, which does not name
+    BAD.yaml; now by the --set that did."""
+    from headcut.recipes import SetError
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(SetError) as caught:
+        load_pipeline("quickstart", overrides=[f"{key}={bad}"])
+    assert str(caught.value).startswith(f"--set {key}={bad}: {bad}{words}"), str(caught.value)
+
+
 ZERO_LOSS = "every loss weight is 0; set kd_weight or ce_weight above 0."
 
 

@@ -489,9 +489,9 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
     recipe file, as --train and --dev are."""
     from headcut.training import DATA_KEYS
 
-    with concerning("recipe"):
+    with concerning("recipe"):  # a refusal of the file the recipe: key names is led by that key's --set, if any
         path = find_recipe(name, kind=kind)
-    base = read_recipe_file(path)
+        base = read_recipe_file(path)
     merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
     if adjust:
         merged = {**merged, **{k: v for k, v in adjust(merged).items() if k not in overrides}}
