@@ -677,6 +677,53 @@ def test_an_export_refusal_is_led_by_where_the_key_it_is_about_came_from_not_the
     assert str(caught.value) == (f"{tmp_path / 'run.yaml'}: " if led_by_file else "") + said
 
 
+def test_an_export_refusal_that_does_not_say_what_it_is_about_is_not_led_by_a_key_its_sentence_names(
+        tiny_recipe, tmp_path, monkeypatch):
+    """Was: a stage's refusal without UserError.about was led by the file of the key its sentence named first (a
+    regex on the text); now a stage's checks say what they are about, and one that does not is not led."""
+    from headcut.pipeline import stages
+    from headcut_grader.errors import UserError
+
+    said = "the graph of export.precision=int8 failed; rerun."
+
+    def refused(*args, **kwargs):
+        raise UserError(said)
+
+    monkeypatch.setattr(stages, "_built", refused)
+    teacher = str(tiny_recipe.parent / "base")
+    given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}", "export.precision=int8"])
+    ctx = stages.Context(load_pipeline(tmp_path / "run.yaml"), tmp_path / "export", {"teacher": {"model": teacher}},
+                         lambda *a: None, tmp_path)
+    with pytest.raises(UserError) as caught:
+        stages.export("teacher")(ctx)
+    assert str(caught.value) == said
+
+
+def test_the_export_and_prune_stages_checks_say_what_they_are_about(tiny_recipe):
+    """The checks a run's export and prune stages call say which argument they refuse (UserError.about), which the
+    stage leads by where that key came from; was: some said nothing, and the stage guessed from the text."""
+    from headcut.export import Int8Gate, build_grader
+    from headcut.export.build import check_gate_and_pairs
+    from headcut.models import load_model
+    from headcut.prune import prune
+    from headcut_grader.errors import UserError
+
+    loaded = load_model(tiny_recipe.parent / "base")
+    calls = {("threads",): lambda: build_grader(loaded, tiny_recipe.parent / "g", threads=0, names="keys"),
+             ("max_length",): lambda: build_grader(loaded, tiny_recipe.parent / "g", max_length=10 ** 6,
+                                                   names="keys"),
+             ("min_agreement",): lambda: check_gate_and_pairs(Int8Gate(min_agreement=2.0), None, "keys"),
+             ("scores",): lambda: prune(loaded, keep_ratio=0.5, scores=tiny_recipe.parent / "none.json",
+                                        names="keys"),
+             ("data",): lambda: prune(loaded, keep_ratio=0.5, names="keys")}
+    said = {}
+    for about, call in calls.items():
+        with pytest.raises(UserError) as caught:
+            call()
+        said[about] = caught.value.about
+    assert said == {about: about for about in calls}
+
+
 @pytest.mark.parametrize("in_file, by_set, words", [
     ("scan.data=nowhere/scan.tsv", "data.test=nowhere.tsv",
      "--set data.test=nowhere.tsv and scan.data=nowhere/scan.tsv (in {file}): no such files; pass"),

@@ -95,7 +95,7 @@ def check_ranges(obj, where: str) -> None:
     """Raise UserError for the first field of dataclass `obj` outside its range."""
     problems = range_problems(obj)
     if problems:
-        raise UserError(f"{where}: {problems[0][1]}")
+        raise UserError(f"{where}: {problems[0][1]}", about=(problems[0][0],))
 
 
 def checked_bool(value, name: str) -> bool:

@@ -124,7 +124,7 @@ class Criterion:
         has is one sentence (UserError); `flag`: the flag, recipe key or argument that chose it."""
         if self.needs_gold and data.gold is None:
             raise UserError(f"{data.source} has no {data.gold_name}, which {setting(flag, self.name)} needs; use "
-                            f"{setting(flag, 'kl')}.")
+                            f"{setting(flag, 'kl')}.", about=("method",))
         heads, neurons = self.compute(data)
         what = f"{self.name} scores"
         heads = _checked(heads, present_heads(data.model), what, "head")

@@ -12,7 +12,7 @@ from typing import Callable
 from headcut.arch import architecture, heads_per_layer
 from headcut.batching import check_max_length, encode
 from headcut_grader.data import Pairs
-from headcut_grader.errors import UserError, check_names, setting
+from headcut_grader.errors import UserError, check_names, concerning, setting
 from headcut.evaluate.importance import gold
 from headcut.evaluate.tasks import check_task, summary
 from headcut.export.build_openvino import backend_speed, build_openvino, check_request
@@ -89,8 +89,10 @@ def build_grader(
     check_callbacks("build_grader", progress=progress)
     out = as_path(out, "build_grader out")
     check_loaded(loaded, "build_grader loaded")
-    opset, threads = (checked_number(value, named(name, names), ARGUMENTS[name], whole=True)
-                      for name, value in (("opset", opset), ("threads", threads)))
+    with concerning("opset"):
+        opset = checked_number(opset, named("opset", names), ARGUMENTS["opset"], whole=True)
+    with concerning("threads"):
+        threads = checked_number(threads, named("threads", names), ARGUMENTS["threads"], whole=True)
     # a command's and a recipe's are bools already: these names are a Python caller's
     int8, optimize = checked_bool(int8, "int8"), checked_bool(optimize, "optimize")
     check_gate_and_pairs(gate, pairs, names)
@@ -136,11 +138,13 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
 
     check_stage(loaded, "export")
     # a grader must not accept texts its graph cannot embed
-    check_max_length(loaded.model, max_length, flag=named("max_length", names))
+    with concerning("max_length"):
+        check_max_length(loaded.model, max_length, flag=named("max_length", names))
     ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8, names=names)
     labelled = pairs is not None and pairs.task is not None
     if labelled:
-        check_task(loaded.task, pairs, setting(named("model", names), loaded.path))
+        with concerning("model"):
+            check_task(loaded.task, pairs, setting(named("model", names), loaded.path))
 
     def precision_said(value) -> str:
         return setting(named("precision", names), value)
@@ -158,11 +162,12 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
     if gated and labelled and loaded.task == "score" and not any(len(g) > 1 for g in pairs.query_groups()):
         raise UserError(f"{setting(named('data', names), pairs.source)}: no two of its {len(pairs)} pairs share a "
                         f"query, so the gate of a one-score model has no title order to check; pass "
-                        f"{more_pairs(names)} or a file with several titles per query.")
+                        f"{more_pairs(names)} or a file with several titles per query.", about=("data", "rows"))
     if gated and labelled and len(pairs) < MIN_GATE_PAIRS:
         raise UserError(f"{setting(named('data', names), pairs.source)}: {len(pairs)} pairs are too few for the gate "
                         f"that judges {precision_said(precision or 'int8')} against fp32 (it needs at least "
-                        f"{MIN_GATE_PAIRS}); pass {more_pairs(names)}, or {precision_said('fp32')}.")
+                        f"{MIN_GATE_PAIRS}); pass {more_pairs(names)}, or {precision_said('fp32')}.",
+                        about=("data", "rows", "precision"))
     if not getattr(loaded.tokenizer, "is_fast", False):
         raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, which the ONNX grader needs.")
     return ort_precision, ov_precision, labelled

@@ -5,7 +5,6 @@ a stage checks against the teacher (the FLOPs budget). Messages name the recipe 
 the flag of the command the stage calls."""
 from __future__ import annotations
 
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -285,26 +284,11 @@ def named_in(recipe: PipelineRecipe, *path: str, keys: dict[str, tuple[str, ...]
 
 
 def _where_about(recipe: PipelineRecipe, error: UserError, keys: dict[str, tuple[str, ...]]) -> str:
-    """Where (given_as) the first run key of `keys` that `error` is about came from; "" where it is about none.
-    An error that does not say (a check deep in the library given only a flag's text, a pairs file's reader) falls
-    back to the key its sentence names first."""
+    """Where (given_as) the first run key of `keys` that `error` is about came from; "" where it is about none, or
+    does not say (a parity failure, a pairs file's reader: its sentence names what it refuses). Never read from
+    the sentence's text: a stage's checks say what they are about (UserError.about, concerning())."""
     about = [keys[name] for name in error.about if name in keys]
-    if about or error.about:
-        return given_as(recipe, *about[0])[1] if about else ""
-    return _where_named_first(recipe, tuple(keys.values()), str(error))
-
-
-def _where_named_first(recipe: PipelineRecipe, paths: tuple[tuple[str, ...], ...], said: str) -> str:
-    """Where (given_as) the key of `paths` that `said` names first came from (as given_as names it: --set
-    prune.flops, or prune.flops not after '--set '); "" where it names none of them (a missing backend: no key of
-    the file to lead it)."""
-    found = []
-    for path in paths:
-        name, where = given_as(recipe, *path)
-        named = re.search(rf"(?<![\w.-])(?<!--set ){re.escape(name)}(?!\w)", said)
-        if named:
-            found.append((named.start(), where))
-    return min(found)[1] if found else ""
+    return given_as(recipe, *about[0])[1] if about else ""
 
 
 def section_keys(section: str, **elsewhere: tuple[str, ...]) -> dict[str, tuple[str, ...]]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, concerning
 from headcut.pipeline.checks import named_in, section_keys
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
 from headcut.pipeline.recipe import (PipelineRecipe, key_names, planned_subs, scan_gold_of, scan_settings,
@@ -142,8 +142,9 @@ def _pruned(ctx: Context, loaded, settings, progress, names):
         result = prune_heads(loaded, keep_ratio=p.keep_ratio, layer_prior=p.layer_prior, scores=importance,
                              method=p.method, settings=settings, progress=progress, names=names)
     else:
-        pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task, grades=loaded.grades,
-                    **pool_gold(None, method=p.method))
+        with concerning("spec"):  # the reader's sentence is led by the file it reads, as the run's checks' is
+            pool = read(data.train, data=data, rows=None, seed=data.seed, task=loaded.task, grades=loaded.grades,
+                        **pool_gold(None, method=p.method))
         result = prune_to_budget(loaded, flops=p.flops, data=pool, method=p.method, layer_prior=p.layer_prior,
                                  tune=p.tune, tune_fit=p.tune_fit, iterative=p.iterative, drop_layers=p.drop_layers,
                                  settings=settings, progress=progress, names=names)

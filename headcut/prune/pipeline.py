@@ -92,8 +92,9 @@ def prune(
         method = method or DEFAULT_METHOD
         with concerning("method"):
             criterion(method, flag=named("method", names))  # named as the caller wrote it, before the data is read
-        score_pairs = data_pool(loaded, data, names, eval_data=eval_data, method=method).sample(
-            settings.score_rows, seed=seed)
+        with concerning("data"):
+            score_pairs = data_pool(loaded, data, names, eval_data=eval_data, method=method).sample(
+                settings.score_rows, seed=seed)
     scans = []
 
     def score(model):
@@ -110,7 +111,8 @@ def prune(
         pruned = LoadedModel(model, loaded.tokenizer, dict(loaded.meta), loaded.path, loaded.weights_hash)
     else:
         if scores is not None:
-            head_scores, meta = scores_from_file(scores, loaded, method=method, names=names)
+            with concerning("scores"):
+                head_scores, meta = scores_from_file(scores, loaded, method=method, names=names)
         else:
             head_scores = score(loaded.model)
         plan = plan_heads(head_scores, keep_ratio, layer_prior=layer_prior, min_heads=min_heads)
@@ -321,7 +323,8 @@ def prune_to_budget(
     if drop_layers and steps > 1:
         raise UserError(one_plan_problem(said["drop_layers"], said["iterative"], steps) + ".",
                         about=("drop_layers", "iterative"))
-    pool = data_pool(loaded, data, names, eval_data=eval_data, method=chosen.name, targets=targets)
+    with concerning("data"):
+        pool = data_pool(loaded, data, names, eval_data=eval_data, method=chosen.name, targets=targets)
     check_calibration_size(pool, settings, tune=tune, names=names)
     score_pairs = pool.sample(settings.score_rows, seed=settings.seed)
     eval_pairs = eval_sample(eval_data, score_pairs, settings)
