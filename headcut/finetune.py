@@ -24,7 +24,7 @@ from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
 from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_steps, check_task_keys, file_options,
-                              is_finished, query_index, settings_from, train)
+                              is_finished, query_index, settings_from, train, trained_on)
 
 
 @dataclass(frozen=True)
@@ -286,6 +286,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     resolve_source(recipe.model, flag="model")  # a missing model is said before the data is read
     train_pairs, dev = load_data(recipe)
     check_train_gold(recipe, train_pairs)
+    check_steps(len(train_pairs), settings_from(recipe), trained_on(recipe))
     score = recipe.task == "score"
     loaded = load_model(recipe.model, num_labels=1 if score else len(recipe.grades), seed=recipe.seed, flag="model")
     model, tokenizer = loaded.model, loaded.tokenizer
@@ -293,7 +294,6 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     encoded = encode(tokenizer, train_pairs, max_length=recipe.max_length, model=model)
     dev_encoded = encode(tokenizer, dev, max_length=recipe.max_length, model=model)
     # opened only once data and model load, so a bad file or model leaves no half-made run folder behind
-    check_steps(len(encoded), settings_from(recipe))
     read = (loaded.weights_hash, train_pairs.fingerprint, dev.fingerprint)
     folder = RunFolder.open(out, run_hash(recipe, *read), {"recipe": to_dict(recipe)}, overwrite=overwrite, flag=flag)
     queries = query_index(train_pairs) if ranks_queries(recipe) else None  # ranking losses batch by query

@@ -88,6 +88,14 @@ class TrainingRecipe(LoopSettings):
         check_dev_files_apart(self, where)
         check_dev_fraction(self, where, named)
         check_file_keys(self, where, {key: getattr(self, key, None) for key in DATA_KEYS}, file_keys_given(self, named))
+        most = self.most_pairs()
+        if most is not None:  # too few whatever the files hold: said before any model loads
+            check_steps(most[0], settings_from(self), where, pairs=f"at most {most[0]} pairs ({most[1]})")
+
+    def most_pairs(self) -> tuple[int, str] | None:
+        """The most pairs the run can train on and the keys that say so, where the recipe's keys bound them
+        (train_rows); None where only the files do (the run counts what it read: check_steps)."""
+        return None if self.train_rows is None else (self.train_rows, f"train_rows={self.train_rows}")
 
 
 DATA_KEYS = ("train_data", "dev_data", "unlabeled_data")  # the recipe keys that name pairs to read
@@ -577,13 +585,20 @@ def total_steps(n: int, settings: LoopSettings) -> int:
     return micro_batches(n, settings) // settings.gradient_accumulation
 
 
-def check_steps(n: int, settings: LoopSettings, where: str = "recipe") -> None:
-    """A run must make at least one optimizer step, or it would end with nothing to publish."""
+def check_steps(n: int, settings: LoopSettings, where: str, *, pairs: str = "") -> None:
+    """A run must make at least one optimizer step, or it would end with nothing to publish. `where`: what the
+    sentence is led by (the recipe file and --set values as it is read; the pairs counted, once read); `pairs`: how
+    the `n` pairs are named (default: 'N pairs')."""
     if total_steps(n, settings) == 0:
         raise UserError(f"{where}: gradient_accumulation={settings.gradient_accumulation} batches make one optimizer "
-                        f"step, but {n} pairs in batches of {settings.batch_size} over epochs={settings.epochs} are "
-                        f"{batch_count(n, settings)} batches; lower gradient_accumulation or batch_size "
-                        "(--set gradient_accumulation=N).")
+                        f"step, but {pairs or f'{n} pairs'} in batches of {settings.batch_size} over "
+                        f"epochs={settings.epochs} are {batch_count(n, settings)} batches; lower gradient_accumulation "
+                        "or batch_size (--set gradient_accumulation=N).")
+
+
+def trained_on(recipe) -> str:
+    """The pairs a run trains on, as a sentence about their count is led: 'train_data F[ and unlabeled_data G]'."""
+    return " and ".join(f"{key} {getattr(recipe, key)}" for key in TRAINED_KEYS if getattr(recipe, key, None))
 
 
 def is_finished(state: LoopState, n: int, settings: LoopSettings) -> bool:

@@ -226,20 +226,21 @@ def test_a_search_whose_first_trial_is_refused_leaves_no_study_behind(tiny_teach
     """Was: a first trial refused for a recipe value (an accumulation longer than the run) left `out` holding a study
     of no finished trial, and the corrected rerun into the same folder was refused as "the study of another recipe"
     until --overwrite. Now what the search made goes: the folder it made, else its study file."""
+    import dataclasses
+
     import pytest
 
     from headcut.distill.tune import STUDY_FILE, tune
     from headcut_grader.errors import UserError
 
-    refused = recipe_for(tiny_teacher, epochs=0.5, eval_every=100, tune_fields=("temperature",),
-                         gradient_accumulation=1000)
+    fixed = recipe_for(tiny_teacher, epochs=0.5, eval_every=100, tune_fields=("temperature",))
+    refused = dataclasses.replace(fixed, gradient_accumulation=1000)  # as read, its train_rows would refuse it
     kept = tmp_path / "kept"
     kept.mkdir()  # an empty folder the user made: it stays
     for out in (tmp_path / "new", kept):
         with pytest.raises(UserError, match="gradient_accumulation=1000 batches make one optimizer step"):
             tune(refused, out, trials=1)
     assert not (tmp_path / "new").exists() and kept.is_dir() and not (kept / STUDY_FILE).exists()
-    fixed = recipe_for(tiny_teacher, epochs=0.5, eval_every=100, tune_fields=("temperature",))
     assert len(tune(fixed, tmp_path / "new", trials=1)["trials"]) == 1
 
 

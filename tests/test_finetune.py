@@ -244,12 +244,37 @@ def test_an_accumulation_that_does_not_divide_the_batches_still_finishes(tmp_pat
 
 
 def test_an_accumulation_longer_than_the_run_is_refused_before_work(tmp_path, tiny_base):
-    """Was: no optimizer step, no artifact, and "rerun to resume" forever."""
+    """Was: no optimizer step, no artifact, and "rerun to resume" forever. A recipe whose train_rows do not bound the
+    pairs so (built in Python here) is refused once the pairs are read, led by them, before the model loads."""
+    import dataclasses
+
     from headcut_grader.errors import UserError
 
-    with pytest.raises(UserError, match=r"gradient_accumulation=100 batches make one optimizer step, but \d+ pairs"):
-        finetune(tiny_recipe(tiny_base, gradient_accumulation=100), tmp_path / "run")
+    recipe = dataclasses.replace(tiny_recipe(tiny_base), gradient_accumulation=100)
+    with pytest.raises(UserError, match=r"^train_data synthetic: gradient_accumulation=100 batches make one optimizer "
+                                        r"step, but \d+ pairs"):
+        finetune(recipe, tmp_path / "run")
     assert not (tmp_path / "run.partial").exists()
+
+
+@pytest.mark.parametrize("kind, extra", [("finetune", []), ("distill", []),
+                                         ("distill", ["unlabeled_data=u.tsv", "unlabeled_rows=8"])])
+def test_an_accumulation_longer_than_train_rows_is_refused_as_the_recipe_is_read(kind, extra):
+    """Was: `--set gradient_accumulation=1000 --set train_rows=32` was refused only after the model loaded, led by
+    'recipe:' (which one?). Now the recipe's train_rows (and unlabeled_rows) bound the pairs as it is read: led by
+    its file and --set values."""
+    from headcut.distill.recipe import DistillRecipe
+    from headcut.recipes import find_recipe, load_recipe
+    from headcut_grader.errors import UserError
+
+    cls = FinetuneRecipe if kind == "finetune" else DistillRecipe
+    sets = ["gradient_accumulation=1000", "train_rows=32", *extra]
+    most = 40 if extra else 32
+    with pytest.raises(UserError) as caught:
+        load_recipe(cls, "minilm_synthetic_cpu", overrides=sets, kind=kind)
+    said, path = str(caught.value), find_recipe("minilm_synthetic_cpu", kind=kind)
+    assert said.startswith(f"{path} with {', '.join(f'--set {item}' for item in sets)}: "), said
+    assert f"but at most {most} pairs (train_rows=32" in said and "lower gradient_accumulation" in said, said
 
 
 def test_a_run_whose_train_file_changed_is_not_resumed(tmp_path, tiny_base):

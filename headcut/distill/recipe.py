@@ -64,6 +64,15 @@ class DistillRecipe(TrainingRecipe):
     def input_paths(self) -> list:
         return [self.teacher, self.student_model, self.unlabeled_data, *super().input_paths()]
 
+    def most_pairs(self) -> tuple[int, str] | None:
+        """TrainingRecipe.most_pairs, with the unlabeled pairs trained on beside them."""
+        most = super().most_pairs()
+        if self.unlabeled_data is None or most is None:
+            return most
+        if self.unlabeled_rows is None:
+            return None
+        return most[0] + self.unlabeled_rows, f"{most[1]} + unlabeled_rows={self.unlabeled_rows}"
+
     def check(self, where: str, *, named: frozenset = frozenset()) -> None:
         super().check(where, named=named)
         if self.student == "pruned" and self.student_model is None:

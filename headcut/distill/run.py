@@ -34,7 +34,8 @@ from headcut_grader.ranges import check_callbacks
 from headcut.prune.measure import speed_summary
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, headcut_cache, out_flag
-from headcut.training import GRADES_FIX, check_steps, file_options, is_finished, query_index, settings_from, train
+from headcut.training import (GRADES_FIX, check_steps, file_options, is_finished, query_index, settings_from, train,
+                              trained_on)
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
 
@@ -129,7 +130,7 @@ class Distillation:
         self._setup_student()
         self._setup_data()
         # opened only once models and data load, so a mistyped teacher or a bad file leaves no half-made run folder
-        check_steps(len(self.encoded), settings_from(recipe))
+        check_steps(len(self.encoded), settings_from(recipe), trained_on(recipe))
         read = (self.teacher.weights_hash, self.student.loaded.weights_hash, self.pairs.fingerprint, self.dev.fingerprint)
         self.folder = RunFolder.open(self.out, run_hash(recipe, *read), {"recipe": to_dict(recipe)},
                                      overwrite=self.overwrite, flag=self.flag)
