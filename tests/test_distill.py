@@ -480,6 +480,26 @@ def test_a_pruned_student_of_its_recorded_teachers_shape_is_refused_before_any_m
         recipe_for(None, student="pruned", student_model=str(tmp_path / "copy"))
 
 
+def test_a_teacher_of_other_grades_is_refused_as_the_recipe_is_read(tiny_teacher, tmp_path):
+    """Was: `--set grades=[0,1,2,3,4]` with a teacher of grades 1..5 was refused only after the teacher loaded, led by
+    no recipe. Now its headcut.json is read with the recipe: led by the file and --set values, naming the key and
+    the teacher's grades; a recipe built in Python is still refused by distill, before any folder is made."""
+    import dataclasses
+
+    from headcut.recipes import find_recipe, load_recipe
+
+    sets = [f"teacher={tiny_teacher}", "grades=[0,1,2,3,4]"]
+    lead = f"{find_recipe('minilm_synthetic_cpu', kind='distill')} with --set {sets[0]}, --set {sets[1]}"
+    words = (rf"key 'grades' is \[0, 1, 2, 3, 4\], but the teacher {re.escape(str(tiny_teacher))} grades "
+             r"\[1, 2, 3, 4, 5\]; set grades to the teacher's \(--set grades=\[1,2,3,4,5\]\), or pass a teacher")
+    with pytest.raises(UserError, match=rf"^{re.escape(lead)}: {words}"):
+        load_recipe(DistillRecipe, "minilm_synthetic_cpu", overrides=sets, kind="distill")
+    unchecked = dataclasses.replace(recipe_for(tiny_teacher), grades=(0, 1, 2, 3, 4))
+    with pytest.raises(UserError, match=rf"^{words}"):
+        distill(unchecked, tmp_path / "student")
+    assert not (tmp_path / "student.partial").exists()
+
+
 def test_user_errors_name_the_fix(tiny_teacher, tmp_path):
     with pytest.raises(UserError, match="keep_layers=4 keeps all of the teacher's 4 layers"):
         distill(recipe_for(tiny_teacher, keep_layers=4), tmp_path / "a")

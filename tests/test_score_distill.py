@@ -138,6 +138,7 @@ def test_a_score_student_learns_its_teacher(score_teacher, tmp_path):
 def test_a_grades_and_score_mix_up_is_one_sentence_exit_2(score_teacher, tmp_path):
     from test_score import write_scored
 
+    from headcut.recipes import find_recipe
     from headcut.synthetic import synthetic_pairs
 
     runner = CliRunner()
@@ -145,13 +146,18 @@ def test_a_grades_and_score_mix_up_is_one_sentence_exit_2(score_teacher, tmp_pat
                                             tiny_tokenizer(), {"grades": [1, 2, 3, 4, 5], "max_length": 32}),
                                 tmp_path / "grades-teacher")
     scores_only = write_scored(tmp_path / "s.tsv", synthetic_pairs(40), columns=("score",))
+    def read(name, teacher):  # the lead of a refusal as the recipe is read (was: after the teacher loaded, unled)
+        sets = f"--set teacher={teacher}, --set train_data=synthetic, --set keep_layers=1"
+        return f"error: {find_recipe(name, kind='distill')} with {sets}: the teacher {teacher}"
+
     cases = [
         # a score teacher given the grades recipe
         (["minilm_bottom3_cpu", "--set", f"teacher={score_teacher}", "--set", "train_data=synthetic"],
-         f"error: the teacher {score_teacher} is a one-score reranker (task score), but the recipe distils task=grades"),
+         f"{read('minilm_bottom3_cpu', score_teacher)} is a one-score reranker (task score), but the recipe distils "
+         "task=grades"),
         # a grades teacher given the score recipe
         (["minilm_score_bottom3_cpu", "--set", f"teacher={grades_teacher}", "--set", "train_data=synthetic"],
-         f"error: the teacher {grades_teacher} grades (task grades), but the recipe distils task=score"),
+         f"{read('minilm_score_bottom3_cpu', grades_teacher)} grades (task grades), but the recipe distils task=score"),
         # a grades teacher given score data
         (["minilm_bottom3_cpu", "--set", f"teacher={grades_teacher}", "--set", f"train_data={scores_only}",
           "--set", "preset=homedepot"], "has scores ('score') but no grade column 'grade', and this model grades"),

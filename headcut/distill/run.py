@@ -20,9 +20,10 @@ from headcut_grader.data import Pairs, read_pairs
 from headcut.distill.cache import teacher_logits
 from headcut.distill.objective import LOSSES, Fixed, StepInputs, active_losses, total_loss
 from headcut.distill.recipe import DistillRecipe
+from headcut.distill.sizes import check_teacher_task
 from headcut.distill.students import build_student, check_recorded_teacher, teacher_source
 from headcut.distill.teacher import online_teacher
-from headcut_grader.errors import UserError, check_names
+from headcut_grader.errors import check_names
 from headcut.evaluate.ablation import process_state
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
@@ -144,10 +145,7 @@ class Distillation:
         teacher = self.teacher = load_model(teacher_source(recipe), attn_implementation=self.attn, flag="teacher")
         teacher.model.to(process_state().device)  # this process's accelerator (CPU, or its GPU under accelerate launch)
         check_recorded_teacher(recipe, teacher)
-        check_teacher_task(teacher, recipe)
-        if recipe.task == "grades" and tuple(teacher.grades) != tuple(recipe.grades):
-            raise UserError(f"the teacher grades {list(teacher.grades)}, the recipe says grades={list(recipe.grades)}; "
-                            "make them agree (--set grades=[...]).")
+        check_teacher_task(teacher, recipe)  # as the recipe was read, where the teacher was there to outline
 
     def _setup_student(self) -> None:
         self.student = build_student(self.recipe, self.teacher, attn_implementation=self.attn)
@@ -281,17 +279,6 @@ class Distillation:
                                         seed=self.recipe.seed)
         return {"teacher": self._summary(self.teacher_dev), "before": self.before, "after": self._summary(after),
                 "after_minus_teacher": compared}
-
-
-def check_teacher_task(teacher: LoadedModel, recipe: DistillRecipe) -> None:
-    """The recipe distils the teacher's task: one sentence when a grades teacher meets a score recipe or back."""
-    if teacher.task == recipe.task:
-        return
-    if teacher.task == "score":
-        raise UserError(f"the teacher {teacher.path} is a one-score reranker (task score), but the recipe distils "
-                        "task=grades; pass --set task=score (recipe distill/minilm_score_bottom3_cpu), or a grades teacher.")
-    raise UserError(f"the teacher {teacher.path} grades (task grades), but the recipe distils task=score; pass "
-                    "--set task=grades, or a one-score teacher.")
 
 
 def task_record(teacher: LoadedModel) -> dict:

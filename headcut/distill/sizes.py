@@ -31,6 +31,7 @@ def check_recipe_student(recipe, where: str) -> None:
             check_max_length(model.model, recipe.max_length, flag="max_length", where=where, whose=f"the {key}'s")
     if teacher is None:
         return
+    check_teacher_task(teacher, recipe, where=where)
     layers = len(encoder_layers(teacher.model))
     if recipe.student == "bottom-k":
         check_keep_layers(recipe.keep_layers, layers, where=where)
@@ -40,6 +41,24 @@ def check_recipe_student(recipe, where: str) -> None:
     elif student is not None:
         check_smaller(student, teacher, where=where)
         check_layer_map(recipe.layer_map, len(encoder_layers(student.model)), layers, where=where)
+
+
+def check_teacher_task(teacher, recipe, *, where: str = "") -> None:
+    """The recipe distils the teacher's task, and a grades teacher's very grades (its headcut.json's record):
+    one sentence naming the recipe (`where`) and the key to change."""
+    lead, path = lead_of(where), teacher.path
+    if teacher.task != recipe.task and teacher.task == "score":
+        raise UserError(f"{lead}the teacher {path} is a one-score reranker (task score), but the recipe distils "
+                        "task=grades; pass --set task=score (recipe distill/minilm_score_bottom3_cpu), or a grades "
+                        "teacher.")
+    if teacher.task != recipe.task:
+        raise UserError(f"{lead}the teacher {path} grades (task grades), but the recipe distils task=score; pass "
+                        "--set task=grades, or a one-score teacher.")
+    if recipe.task == "grades" and tuple(teacher.grades) != tuple(recipe.grades):
+        grades = ",".join(map(str, teacher.grades))
+        raise UserError(f"{lead}key 'grades' is {list(recipe.grades)}, but the teacher {path} grades "
+                        f"{list(teacher.grades)}; set grades to the teacher's (--set grades=[{grades}]), or pass a "
+                        "teacher of these grades.")
 
 
 def check_layer_map(layer_map, student_layers: int, teacher_layers: int, *, key: str = "layer_map",
