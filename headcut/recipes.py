@@ -371,15 +371,15 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise UserError(f"{where} must be true or false, not {shown(value)}.")
+            raise UserError(f"{where} must be true or false, not {shown(value)}{_unquote_fix(value, hint)}.")
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{where} must be a whole number, not {shown(value)}.")
+            raise UserError(f"{where} must be a whole number, not {shown(value)}{_unquote_fix(value, hint)}.")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise UserError(f"{where} must be a number, not {shown(value)}.")
+            raise UserError(f"{where} must be a number, not {shown(value)}{_unquote_fix(value, hint)}.")
         return float(value)
     if hint is str:  # a number is not turned into text: YAML reads 010 as 8 and 1.50 as 1.5, so the text is lost
         if mistyped_text(value, given):
@@ -389,6 +389,22 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
             raise UserError(f"{where} must be text, not {shown(value)}.")
         return value
     return value
+
+
+def _unquote_fix(value, hint) -> str:
+    """The fix of text that YAML would read as the `hint` (bool, int or float) unquoted ("1e-4", "true"): a quoted
+    value is text, so it is said to drop the quotes; nothing for other values."""
+    if not isinstance(value, str):
+        return ""
+    try:
+        unquoted = yaml.load(value, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except (yaml.YAMLError, RecursionError):
+        return ""
+    if hint is bool:
+        fits = isinstance(unquoted, bool)
+    else:
+        fits = _is_number(unquoted) and (hint is float or isinstance(unquoted, int))
+    return " (quoted, it is text: remove the quotes)" if fits else ""
 
 
 def _empty_fix(where: str, given: str | None, index: int | None) -> str:

@@ -398,3 +398,26 @@ def test_an_empty_or_comment_only_recipe_file_is_refused_not_read_as_all_default
                               f"one from {RECIPE_ROOT}.")
     path.write_text("{}\n")  # an explicit empty mapping: every default, chosen
     assert load_recipe(FinetuneRecipe, path, overrides=["train_data=synthetic"]).epochs == FinetuneRecipe.epochs
+
+
+def test_a_quoted_number_or_boolean_is_told_to_lose_its_quotes(tmp_path):
+    """Was: `learning_rate: "1e-4"` said only "must be a number, not '1e-4'", which reads as the number it is. Now
+    text that YAML reads as the wanted type unquoted is told so (a number, a whole number, a boolean; by file or
+    --set); text that is no such value is refused as before."""
+    path = tmp_path / "r.yaml"
+    path.write_text('learning_rate: "1e-4"\nbatch_size: "32"\ncache_teacher: "true"\nwarmup_ratio: ten\n'
+                    'epochs: "2.5"\n')
+    with pytest.raises(UserError) as caught:
+        load_recipe(DistillRecipe, path, overrides=['eval_every="5"'])
+    said, fix = str(caught.value), " (quoted, it is text: remove the quotes)"
+    for words in (f"key 'learning_rate' must be a number, not '1e-4'{fix}",
+                  f"key 'batch_size' must be a whole number, not '32'{fix}",
+                  f"key 'cache_teacher' must be true or false, not 'true'{fix}",
+                  f"key 'epochs' must be a number, not '2.5'{fix}",
+                  f"key 'eval_every' must be a whole number, not '5'{fix} (from --set eval_every=\"5\")",
+                  "key 'warmup_ratio' must be a number, not 'ten';"):
+        assert words in said, said
+    assert said.count(fix) == 5, said
+    path.write_text('seed: "2.5"\n')  # a whole number wanted: a decimal's quotes are not the problem
+    with pytest.raises(UserError, match=r"key 'seed' must be a whole number, not '2\.5'\.$"):
+        load_recipe(FinetuneRecipe, path)
