@@ -254,6 +254,13 @@ def parse_yaml(text: str, where: str, fix: str):
         raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
 
 
+def nearest(word, choices) -> str | None:
+    """The choice `word` is likeliest a misspelling of, whatever its case (EPOCHS: epochs), or None."""
+    lowered = {str(choice).lower(): choice for choice in reversed(list(choices))}  # the first of a case-only pair
+    close = difflib.get_close_matches(str(word).lower(), lowered, n=1)
+    return lowered[close[0]] if close else None
+
+
 class SetError(UserError):
     """A recipe refused for values --set gave alone: its sentence is led by those --sets, not the recipe's file."""
 
@@ -276,8 +283,8 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     in_file = f"{where} ({file})" if file else where
     valid = [*beside, *fields] if given & set(unknown) else list(fields)
     for key in unknown:
-        close = difflib.get_close_matches(str(key), valid if key in given else fields, n=1)
-        problems.append((key, f"unknown key {quoted(key)}" + (f" (did you mean '{close[0]}'?)" if close else "")))
+        close = nearest(key, valid if key in given else fields)
+        problems.append((key, f"unknown key {quoted(key)}" + (f" (did you mean '{close}'?)" if close else "")))
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():

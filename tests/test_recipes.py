@@ -421,3 +421,15 @@ def test_a_quoted_number_or_boolean_is_told_to_lose_its_quotes(tmp_path):
     path.write_text('seed: "2.5"\n')  # a whole number wanted: a decimal's quotes are not the problem
     with pytest.raises(UserError, match=r"key 'seed' must be a whole number, not '2\.5'\.$"):
         load_recipe(FinetuneRecipe, path)
+
+
+def test_a_key_in_other_case_is_told_its_nearest(tmp_path):
+    """Was: `--set EPOCHS=1` or `Learning_Rate:` in a file said "unknown key" with no "did you mean": the close-match
+    lookup compared case. Now it does not."""
+    path = tmp_path / "r.yaml"
+    path.write_text("Learning_Rate: 0.001\n")
+    with pytest.raises(UserError) as caught:
+        load_recipe(FinetuneRecipe, path, overrides=["EPOCHS=1"])
+    said = str(caught.value)
+    assert "unknown key 'Learning_Rate' (did you mean 'learning_rate'?)" in said, said
+    assert "unknown key 'EPOCHS' (did you mean 'epochs'?) (from --set EPOCHS=1)" in said, said

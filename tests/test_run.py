@@ -1152,6 +1152,9 @@ def test_an_unknown_section_names_the_valid_ones(tmp_path):
     ("scan.metods=[kl]", "--set scan.metods=[kl]: unknown key 'metods' (did you mean 'methods'?)"),
     ("distill.bottom3.epoch=2", "--set distill.bottom3.epoch=2: unknown key 'epoch' (did you mean 'epochs'?)"),
     ("teacher.epoch=2", "--set teacher.epoch=2: unknown key 'epoch' (did you mean 'epochs'?)"),
+    # was: no nearest name across case
+    ("SCAN.rows=5", "--set SCAN.rows=5: unknown section 'SCAN' (did you mean 'scan'?)"),
+    ("teacher.EPOCHS=2", "--set teacher.EPOCHS=2: unknown key 'EPOCHS' (did you mean 'epochs'?)"),
     # was: every distill (finetune) recipe key, and no word of the section's own recipe (path) key
     ("distill.bottom3.recipee=x", "--set distill.bottom3.recipee=x: unknown key 'recipee' (did you mean 'recipe'?); "
                                   "valid keys are: recipe, epochs"),

@@ -6,7 +6,6 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 """
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -20,8 +19,8 @@ from headcut_grader.ranges import MAX_THREADS, check_timed_batch, range_field, r
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import (SetError, find_recipe, from_dict, mistyped_text, parse_override, read_recipe_file,
-                             refuse_repeat, text_fix, to_dict)
+from headcut.recipes import (SetError, find_recipe, from_dict, mistyped_text, nearest, parse_override,
+                             read_recipe_file, refuse_repeat, text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
 
@@ -283,7 +282,8 @@ def _unknown_sections(unknown: list, origins: dict) -> str:
 def _nearest(unknown: list, origins: dict) -> str:
     """For a misspelt section: the --set that gave it, if one did, and the section it is nearest to."""
     said = [f"from {item}" for path, item in origins.items() if path[0] == unknown[0]][:1]
-    said += [f"did you mean '{close}'?" for close in difflib.get_close_matches(str(unknown[0]), SECTIONS, n=1)]
+    close = nearest(unknown[0], SECTIONS)
+    said += [f"did you mean '{close}'?"] if close else []
     return f" ({'; '.join(said)})" if said else ""
 
 
