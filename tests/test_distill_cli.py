@@ -258,3 +258,38 @@ def test_a_set_value_of_a_field_the_search_draws_is_refused_not_ignored(tiny_tea
             "of the search (--set tune_fields=[learning_rate]).") in result.output
     assert not (tmp_path / "study").exists()
     check_not_searched(recipe_for(tiny_teacher, tune_fields=("temperature",)), {"kd_weight": "--set kd_weight=0.5"})
+
+
+def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teacher, tmp_path, monkeypatch):  # noqa: F811
+    """Was: a trial whose select_metric was NaN (spearman of a student that gives every pair one grade) was failed by
+    optuna with a printed warning and another drawn, so a search whose every trial did so never ended. Now such
+    trials are failed quietly, the search stops with one sentence once they are as many as the trials asked for (its
+    fresh study removed), and one that scores later finishes with the scored trials alone."""
+    import types
+    import warnings
+
+    import pytest
+
+    import headcut.distill.tune as tune_module
+    from headcut_grader.errors import UserError
+
+    scores, drawn = [], []
+
+    def fake_distill(candidate, folder, **_):
+        drawn.append(folder)
+        assert len(drawn) < 30, "the search never ends"
+        folder.mkdir(parents=True, exist_ok=True)
+        value = scores.pop(0) if scores else float("nan")
+        return types.SimpleNamespace(metrics={"after": {"spearman": value}})
+
+    monkeypatch.setattr(tune_module, "distill", fake_distill)
+    recipe = recipe_for(tiny_teacher, tune_fields=("temperature",))
+    with warnings.catch_warnings(), pytest.raises(UserError, match=r"^the students of 3 trials have no spearman "
+                                                                     r"on the dev pairs \(NaN: .*; choose another select_"
+                                                                     r"metric \(--set select_metric=loss\)"):
+        warnings.simplefilter("error")  # was: optuna's "The value nan is not acceptable", printed for each trial
+        tune_module.tune(recipe, tmp_path / "nan", trials=3)
+    assert not (tmp_path / "nan").exists()
+    scores.extend([0.5, float("nan"), float("nan"), 0.7, 0.9])  # three scored among five drawn for trials=3
+    summary = tune_module.tune(recipe, tmp_path / "some", trials=3)
+    assert [t["value"] for t in summary["trials"]] == [0.5, 0.7, 0.9] and summary["best"]["value"] == 0.9

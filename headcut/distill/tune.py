@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -111,7 +112,7 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
     for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
         study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
         study.enqueue_trial(stale.params)
-    ranges = tune_ranges()
+    ranges, unscored = tune_ranges(), 0
     while _complete(study) < trials:
         trial = study.ask()
         values = {name: trial.suggest_float(name, ranges[name][0], ranges[name][1], log=ranges[name][2])
@@ -124,11 +125,28 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
             metrics = result.metrics
         value = metrics["after"][recipe.select_metric]
         trial.set_user_attr("artifact", _in_study(folder))
+        if not math.isfinite(value):  # optuna fails such a trial and asks for another: N in a row would never end
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            unscored += 1
+            _check_scored(unscored, trials, recipe)
+            continue
         study.tell(trial, value)
         if on_trial:
             on_trial({"number": trial.number, "params": values, "value": value, "artifact": str(folder)})
     write_json(out / SUMMARY_FILE, _summary(study, recipe))
     return read_tune(out)
+
+
+def _check_scored(unscored: int, trials: int, recipe: DistillRecipe) -> None:
+    """A search whose trials' select_metric is not a number (`unscored` of them in this call) stops once they are as
+    many as the `trials` asked for, rather than draw trials that no metric can rank for ever."""
+    if unscored < trials:
+        return
+    whose = "the student of 1 trial has" if unscored == 1 else f"the students of {unscored} trials have"
+    raise UserError(f"{whose} no {recipe.select_metric} on the dev pairs (NaN: spearman has "
+                    "none for a student that gives every pair one grade, nor any metric after a loss diverged), so the "
+                    "search cannot rank them; choose another select_metric (--set select_metric=loss), or leave "
+                    "learning_rate out of tune_fields and lower it.")
 
 
 def read_tune(out: str | Path) -> dict:
