@@ -981,7 +981,7 @@ def test_a_public_function_given_a_names_it_does_not_know_says_the_three_it_take
         if entry and "names" in inspect.signature(f).parameters:
             takes[f.__name__] = f
     assert {"prune", "prune_to_budget", "tune", "distill", "build_grader", "run_pipeline", "read_pairs",
-            "iter_pairs", "Grader", "grade_file", "widen"} <= set(takes), sorted(takes)
+            "iter_pairs", "Grader", "grade_file"} <= set(takes), sorted(takes)
     for name, function in takes.items():
         required = {arg: None for arg, p in inspect.signature(function).parameters.items()
                     if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
