@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import ROOT
 from headcut.cli.main import app
+from headcut.export.quantize import CHOICE_NAMES
 from test_export import make_tiny_grader
 
 
@@ -144,14 +145,31 @@ def test_serve_refuses_a_lying_folder_before_it_listens(exported, tmp_path):
     assert done.returncode == 2 and "names 3 outputs (task grades) but the graph has 5" in done.stderr, done.stderr
 
 
-def test_an_int8_graph_recorded_as_fp32_is_refused(tmp_path):
-    """Was: Grader(folder).precision said fp32 for the INT8 graph it ran, with nothing refused."""
+def _int8_grader(tmp_path, name):
+    """A tiny grader whose INT8 graph is the recipe `name` (checked: grader.json records that recipe)."""
     from headcut.export.quantize import CHOICES
+
+    folder = make_tiny_grader(tmp_path, int8=True, choices=tuple(c for c in CHOICES if c.name == name))[0]
+    assert json.loads((folder / "grader.json").read_text())["int8"]["chosen"]["choice"] == name
+    return folder
+
+
+@pytest.mark.parametrize("name", CHOICE_NAMES)
+def test_a_grader_of_every_int8_recipe_opens_as_int8(tmp_path, name):
+    """Was: a per-row-int8 grader (MatMulNBits, the one quantized op it holds) was refused as 'precision is int8,
+    but model.onnx holds no quantized (INT8) operations'."""
+    from headcut_grader import Grader
+
+    assert Grader(_int8_grader(tmp_path, name)).precision == "int8"
+
+
+@pytest.mark.parametrize("name", CHOICE_NAMES)
+def test_an_int8_graph_recorded_as_fp32_is_refused(tmp_path, name):
+    """Was: Grader(folder).precision said fp32 for the INT8 graph it ran, with nothing refused."""
     from headcut_grader import Grader
     from headcut_grader.errors import UserError
 
-    folder = make_tiny_grader(tmp_path, int8=True, choices=(CHOICES[0],))[0]
-    assert Grader(folder).precision == "int8"
+    folder = _int8_grader(tmp_path, name)
     _edit("precision", "fp32")(folder)
     with pytest.raises(UserError, match=r"grader.json: 'precision' is \"fp32\", but model.onnx holds quantized "
                                         r"\(INT8\) operations; grader.json was edited or the folder mixes"):

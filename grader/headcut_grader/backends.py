@@ -166,10 +166,12 @@ def check_inputs(folder: Path, names: list[str], record: dict) -> None:
 
 
 # Op types only a quantized ONNX graph holds (static QDQ: QuantizeLinear / DequantizeLinear; dynamic: MatMulInteger
-# with DynamicQuantizeLinear; QOperator: QLinear*, and ONNX Runtime's own fused ones), as the bytes the protobuf
-# spells them with: found in the file without the onnx package, which the runtime does not install.
+# with DynamicQuantizeLinear; QOperator: QLinear*; weight-only: MatMulNBits, the per-row-int8 recipe's one op; and
+# ONNX Runtime's own fused ones), as the bytes the protobuf spells them with: found in the file without the onnx
+# package, which the runtime does not install. Every recipe of headcut.export.quantize.CHOICES must hold one
+# (tests/test_grader_folders.py opens a grader of each).
 QUANTIZED_ONNX_OPS = (b"QuantizeLinear", b"MatMulInteger", b"QLinear", b"DynamicQuantizeMatMul", b"QAttention",
-                      b"QGemm")
+                      b"QGemm", b"MatMulNBits")
 
 
 def holds_any(path: Path, markers: tuple[bytes, ...]) -> bool:
