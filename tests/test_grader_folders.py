@@ -174,3 +174,28 @@ def test_an_int8_graph_recorded_as_fp32_is_refused(tmp_path, name):
     with pytest.raises(UserError, match=r"grader.json: 'precision' is \"fp32\", but model.onnx holds quantized "
                                         r"\(INT8\) operations; grader.json was edited or the folder mixes"):
         Grader(folder)
+
+
+def test_opening_a_grader_reads_its_graph_once(exported, monkeypatch):
+    """Was: model.onnx was read whole to check its sha256 and again to look for quantized ops (1.45 s per 400 MB)."""
+    import builtins
+
+    from headcut_grader import Grader
+
+    graph, reads, real = (exported / "model.onnx").resolve(), [], builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: reads.append(file) or real(file, *a, **k))
+    assert Grader(exported).precision == "fp32"
+    assert [f for f in reads if isinstance(f, (str, type(graph))) and str(f) == str(graph)] == [graph]
+
+
+def test_a_marker_across_two_chunks_of_the_hashed_read_is_found(tmp_path):
+    import hashlib
+
+    from headcut_grader.files import hash_and_find
+
+    path = tmp_path / "graph.onnx"
+    body = b"x" * ((1 << 20) - 5) + b"MatMulNBits" + b"y" * 9
+    path.write_bytes(body)
+    assert hash_and_find(path, (b"QLinear", b"MatMulNBits")) == (hashlib.sha256(body).hexdigest(), True)
+    assert hash_and_find(path, (b"QGemm",)) == (hashlib.sha256(body).hexdigest(), False)
+    assert hash_and_find(path) == (hashlib.sha256(body).hexdigest(), False)

@@ -210,6 +210,20 @@ def test_grader_folders_that_lie_are_refused_with_one_sentence(both, tmp_path, h
     assert not (tmp_path / "out.tsv").exists()
 
 
+def test_a_precision_that_lies_is_refused_before_the_graph_compiles(both, tmp_path, monkeypatch):
+    """Was: the IR was compiled for the CPU (seconds for a large graph) before its precision was checked."""
+    import openvino
+
+    folder = _copy(both, tmp_path)
+    _precision_lies(folder)
+    compiled = []
+    real = openvino.Core.compile_model
+    monkeypatch.setattr(openvino.Core, "compile_model", lambda *a, **k: compiled.append(1) or real(*a, **k))
+    with pytest.raises(UserError, match="'openvino.precision' is \"int8\", but model.xml holds no quantized"):
+        Grader(folder, backend="openvino")
+    assert compiled == []
+
+
 def test_without_openvino_installed_the_export_and_runtime_say_how_to_get_it(both, tmp_path):
     blocker = tmp_path / "block"
     blocker.mkdir()

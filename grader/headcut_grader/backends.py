@@ -8,6 +8,7 @@ was cut short or altered is refused with one sentence instead of grading wrongly
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -15,7 +16,7 @@ from typing import Callable
 import numpy as np
 
 from headcut_grader.errors import UserError, named, quoted, shown
-from headcut_grader.files import file_hash
+from headcut_grader.files import hash_and_find
 from headcut_grader.machine import runtime_version
 from headcut_grader.optional import optional_module
 
@@ -46,6 +47,11 @@ def graphs(record: dict) -> dict[str, dict]:
 
 def graph_file(folder: Path, spec, *, what: str) -> Path:
     """The checked path of one graph file: inside the folder, present, and as long and as hashed as recorded."""
+    return checked_file(folder, spec, what=what)[0]
+
+
+def checked_file(folder: Path, spec, *, what: str, markers: tuple[bytes, ...] = ()) -> tuple[Path, bool]:
+    """graph_file's path, and whether the file holds any of `markers` (searched in the read that hashes it)."""
     if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not spec["name"]:
         raise UserError(f"{folder / 'grader.json'}: {what} has no file name; re-export the grader.")
     path = (folder / spec["name"]).resolve()
@@ -59,10 +65,17 @@ def graph_file(folder: Path, spec, *, what: str) -> Path:
     if not _is_size(size) or not _is_digest(digest):  # else the file could not be checked, nor the grader named
         raise UserError(f"{folder / 'grader.json'}: {what} records bytes {shown(size)} and sha256 {shown(digest)}, "
                         "not its size and a sha256 prefix of 16 to 64 hex digits; re-export the grader.")
-    if path.stat().st_size != size or file_hash(path, length=len(digest)) != digest:
-        raise UserError(f"{path} is not the file grader.json records (size or sha256 differs: altered or copied "
-                        "incompletely); copy the grader folder again or re-export it.")
-    return path
+    if path.stat().st_size != size:
+        raise _not_recorded(path)
+    sha256, found = hash_and_find(path, markers)
+    if sha256[:len(digest)] != digest:
+        raise _not_recorded(path)
+    return path, found
+
+
+def _not_recorded(path: Path) -> UserError:
+    return UserError(f"{path} is not the file grader.json records (size or sha256 differs: altered or copied "
+                     "incompletely); copy the grader folder again or re-export it.")
 
 
 def _is_size(value) -> bool:
@@ -88,7 +101,7 @@ def open_backend(name: str, folder: Path, record: dict, *, threads: int, names: 
 def _onnxruntime(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
     import onnxruntime as ort
 
-    path = graph_file(folder, graph["files"]["model"], what="model_file")
+    path, quantized = checked_file(folder, graph["files"]["model"], what="model_file", markers=QUANTIZED_ONNX_OPS)
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
@@ -104,7 +117,7 @@ def _onnxruntime(folder: Path, graph: dict, record: dict, threads: int) -> Backe
                         "again.") from None
     names = [i.name for i in session.get_inputs()]
     check_inputs(folder, names, record)
-    check_precision(folder, "precision", graph["precision"], path, holds_any(path, QUANTIZED_ONNX_OPS))
+    check_precision(folder, "precision", graph["precision"], path, quantized)
     return Backend("onnxruntime", graph["precision"], ort.__version__, names,
                    lambda feed: session.run(["logits"], {k: feed[k] for k in names})[0])
 
@@ -135,16 +148,14 @@ def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
     xml = graph_file(folder, files.get("xml"), what="openvino.files.xml")
     weights = graph_file(folder, files.get("bin"), what="openvino.files.bin")
     hint = graph.get("inference_precision", "fp32")
-    try:
+    with _damaged(xml, weights):
         model = core.read_model(str(xml), str(weights))
-        compiled = core.compile_model(model, "CPU", openvino_config(hint, threads))
-    except Exception as e:  # OpenVINO raises RuntimeError with a multi-line C++ trace
-        reason = " ".join(str(e).split())[:200] or type(e).__name__
-        raise UserError(f"{xml} is damaged or does not match {weights.name} ({reason}); re-export the grader or "
-                        "copy the folder again.") from None
-    names = [i.get_any_name() for i in compiled.inputs]
+    names = [i.get_any_name() for i in model.inputs]
     check_inputs(folder, names, record)
+    # before compiling: a folder refused here does not pay the compile (seconds for a large graph)
     check_precision(folder, "openvino.precision", graph.get("precision", "fp32"), xml, _quantized_ir(model))
+    with _damaged(xml, weights):
+        compiled = core.compile_model(model, "CPU", openvino_config(hint, threads))
     request = compiled.create_infer_request()
     ran_in = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
 
@@ -155,6 +166,17 @@ def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
     if hint == "bf16" and "bf16" not in ran_in:
         precision = precision.replace("-bf16", "").replace("bf16", "fp32")  # no bf16 on this CPU: it runs f32
     return Backend("openvino", precision, runtime_version("openvino"), names, run)
+
+
+@contextmanager
+def _damaged(xml: Path, weights: Path):
+    """OpenVINO's failure to read or compile an IR (a RuntimeError with a multi-line C++ trace) as one sentence."""
+    try:
+        yield
+    except Exception as e:
+        reason = " ".join(str(e).split())[:200] or type(e).__name__
+        raise UserError(f"{xml} is damaged or does not match {weights.name} ({reason}); re-export the grader or "
+                        "copy the folder again.") from None
 
 
 def check_inputs(folder: Path, names: list[str], record: dict) -> None:
@@ -172,18 +194,6 @@ def check_inputs(folder: Path, names: list[str], record: dict) -> None:
 # (tests/test_grader_folders.py opens a grader of each).
 QUANTIZED_ONNX_OPS = (b"QuantizeLinear", b"MatMulInteger", b"QLinear", b"DynamicQuantizeMatMul", b"QAttention",
                       b"QGemm", b"MatMulNBits")
-
-
-def holds_any(path: Path, markers: tuple[bytes, ...]) -> bool:
-    """Whether the bytes of `path` hold any of `markers` (read in chunks, each with the end of the one before)."""
-    keep, tail = max(map(len, markers)) - 1, b""
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            block = tail + chunk
-            if any(marker in block for marker in markers):
-                return True
-            tail = block[-keep:]
-    return False
 
 
 def _quantized_ir(model) -> bool:
