@@ -16,8 +16,8 @@ from typing import Callable
 
 from headcut_grader.errors import UserError, led, named, setting
 from headcut.evaluate.ablation import process_state
-from headcut_grader.files import (cache_home, check_out_dir, clean_stale, file_hash, overwrite_said, path_mark,
-                                  refuse_inputs, temp_sibling, write_text)
+from headcut_grader.files import (cache_home, check_cache_writable, check_out_dir, clean_stale, file_hash,
+                                  overwrite_said, path_mark, refuse_inputs, temp_sibling, write_text)
 from headcut_grader.validation import read_small_text
 
 
@@ -25,6 +25,11 @@ def headcut_cache() -> Path:
     """Where headcut keeps what it can recompute (layer cost tables, teacher logits): $HEADCUT_CACHE, else
     $XDG_CACHE_HOME/headcut, else ~/.cache/headcut. Deleting it costs only time."""
     return cache_home("HEADCUT_CACHE", "headcut")
+
+
+def check_headcut_cache() -> None:
+    """Before a write into headcut_cache() (a miss): one sentence naming the variable where it is not writable."""
+    check_cache_writable("HEADCUT_CACHE", "headcut")
 
 
 def out_flag(names: str) -> str:

@@ -438,9 +438,57 @@ def test_a_cache_folder_that_is_a_file_is_one_sentence_naming_its_variable(tmp_p
     assert said in result.output and f"{blocker} is a file, not a folder; set $HEADCUT_CACHE to a folder you can " \
         "write in." in " ".join(result.output.split()), result.output
     assert not (tmp_path / "p").exists() and blocker.read_text() == "query\ttitle\tgrade\n"
-    with pytest.raises(UserError, match=f"^{re.escape(str(blocker / 'layer-costs-'))}.*: cannot write there"):
+    with pytest.raises(UserError, match=f"^{re.escape(str(blocker / 'layer-costs-'))}.*: {re.escape(str(blocker))} "
+                                        "is a file, not a folder"):
         layer_costs(load_model(grader).model, batch=2, seq_len=8, cache=blocker)  # a Python caller's own cache
     _write_cache("key", "onnxruntime")  # the runtime's choice of backend: best effort, as before
+
+
+def _read_only(monkeypatch, folder):
+    """os.access says `folder` and what it holds are not writable (the tests run as root, who may write anywhere)."""
+    import os
+
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if str(path).startswith(str(folder)) and
+                        mode & os.W_OK else real(path, mode, *a, **k))
+
+
+def test_a_read_only_cache_that_holds_the_table_is_read_and_one_that_misses_names_its_variable(
+        tmp_path, tiny_grader, monkeypatch):  # noqa: F811
+    """Was: cache_home refused any cache folder it could not write in, before reading it: prune --latency with a
+    pre-filled read-only $HEADCUT_CACHE exited 2, and the runtime's cached backend choice was lost (measured again)."""
+    from headcut_grader import backend_choice
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("HEADCUT_CACHE", str(cache))
+    monkeypatch.setenv(backend_choice.ENV_CACHE, str(cache))
+    monkeypatch.setattr("headcut.prune.latency.torch_timer", encoder_weights_timer)
+    encoder_weights_timer.calls = 0
+    grader, _ = tiny_grader
+    args = ("--model", grader, "--latency", 0.5, "--no-timing")
+    assert run(*args, "--batch", 8, "--out", tmp_path / "first").exit_code == 0
+    backend_choice._write_cache("key", "openvino")
+    _read_only(monkeypatch, cache)
+    result = run(*args, "--batch", 8, "--out", tmp_path / "again")
+    assert result.exit_code == 0 and encoder_weights_timer.calls == 1, result.output  # the table was read
+    assert backend_choice._read_cache() == {"key": "openvino"}
+    result = run(*args, "--batch", 4, "--out", tmp_path / "missed")  # another shape: a table to time and write
+    assert result.exit_code == 2 and encoder_weights_timer.calls == 1, result.output  # refused before the timing
+    assert f"the cache folder $HEADCUT_CACHE {cache}: the folder {cache} is not writable; set $HEADCUT_CACHE to a " \
+        "folder you can write in." in " ".join(result.output.split()), result.output
+
+
+def test_a_cache_folder_under_a_broken_link_says_so(tmp_path, tiny_grader, monkeypatch):  # noqa: F811
+    """Was: '<link> is a file, not a folder' for a symbolic link to a removed folder."""
+    link = tmp_path / "cache"
+    link.symlink_to(tmp_path / "gone")
+    monkeypatch.setenv("HEADCUT_CACHE", str(link / "headcut"))
+    grader, _ = tiny_grader
+    result = run("--model", grader, "--latency", 0.5, "--batch", 8, "--out", tmp_path / "p", "--no-timing")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert f"the cache folder $HEADCUT_CACHE {link / 'headcut'}: its folder {link} is a broken symbolic link to " \
+        f"{tmp_path / 'gone'}; set $HEADCUT_CACHE to a folder you can write in." in " ".join(result.output.split())
+    assert not (tmp_path / "gone").exists()
 
 
 def test_latency_prune_on_onnx_int8(tmp_path, tiny_grader, monkeypatch):  # noqa: F811

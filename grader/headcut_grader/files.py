@@ -41,22 +41,36 @@ def overwrite_said(flag: str) -> str:
 
 def cache_home(env: str, name: str) -> Path:
     """Where a tool keeps what it can recompute: $`env`, else $XDG_CACHE_HOME/`name`, else ~/.cache/`name`; a
-    UserError naming the variable that set it where a file stands on that path or its folder is not writable (was
-    a traceback from the first write into it, after the work whose result it was to keep)."""
-    if os.environ.get(env):
-        root, said = Path(os.environ[env]), f"${env} {os.environ[env]}"
-    elif os.environ.get("XDG_CACHE_HOME"):
-        root = Path(os.environ["XDG_CACHE_HOME"]) / name
-        said = f"$XDG_CACHE_HOME/{name} {root}"
-    else:
-        root = Path.home() / ".cache" / name
-        said = f"~/.cache/{name} {root}"
-    place = next(p for p in (root, *root.parents) if os.path.lexists(p))
-    problem = (None if place.is_dir() and os.access(place, os.W_OK | os.X_OK) else
-               f"the folder {place} is not writable" if place.is_dir() else f"{place} is a file, not a folder")
-    if problem:
-        raise UserError(f"the cache folder {said}: {problem}; set ${env} to a folder you can write in.")
+    UserError naming the variable that set it where a file or a symbolic link to nothing stands on that path (was
+    a traceback from the first write into it, after the work whose result it was to keep). Nothing is written
+    here: a read-only cache that holds what is asked for is read; check_cache_writable says, before a write, where
+    it cannot be written."""
+    root, said = _cache_root(env, name)
+    if why := on_the_way(root / "entry"):  # what stands in the way of a file in the cache
+        fact = why.split("; ")[0]  # on_the_way says what stands there; the fix here is the variable
+        raise UserError(f"the cache folder {said}: {fact}; set ${env} to a folder you can write in.")
     return root
+
+
+def check_cache_writable(env: str, name: str) -> None:
+    """Before writing into cache_home(`env`, `name`) (a miss, before the work whose result it keeps): the folder
+    that will hold it is writable, else one sentence naming the variable that set it."""
+    root, said = _cache_root(env, name)
+    place = next(p for p in (root, *root.parents) if os.path.lexists(p))
+    if not os.access(place, os.W_OK | os.X_OK):
+        raise UserError(f"the cache folder {said}: the folder {place} is not writable; set ${env} to a folder you "
+                        "can write in.")
+
+
+def _cache_root(env: str, name: str) -> tuple[Path, str]:
+    """cache_home's folder, and how a sentence names it: by the variable that set it, and its path."""
+    if os.environ.get(env):
+        return Path(os.environ[env]), f"${env} {os.environ[env]}"
+    if os.environ.get("XDG_CACHE_HOME"):
+        root = Path(os.environ["XDG_CACHE_HOME"]) / name
+        return root, f"$XDG_CACHE_HOME/{name} {root}"
+    root = Path.home() / ".cache" / name
+    return root, f"~/.cache/{name} {root}"
 
 
 def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:

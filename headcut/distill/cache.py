@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -27,10 +28,12 @@ def cache_key(teacher: LoadedModel, pairs: Pairs, max_length: int) -> str:
 
 
 def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_length: int,
-                   cache_dir: str | Path | None, batch_size: int = 64, progress=None) -> tuple[np.ndarray, bool]:
+                   cache_dir: str | Path | None, batch_size: int = 64, progress=None,
+                   before_write: Callable[[], None] | None = None) -> tuple[np.ndarray, bool]:
     """Logits (len(pairs), num_labels) of `teacher` on `pairs`, read from `cache_dir` when present there.
 
-    Returns (logits, hit). `cache_dir=None` computes without storing.
+    Returns (logits, hit). `cache_dir=None` computes without storing. `before_write` runs on a miss, before the
+    teacher grades what will be written (the default cache's check that it is writable).
     """
     check_callbacks("teacher_logits", progress=progress)
     check_loaded(teacher, "teacher_logits teacher")
@@ -39,6 +42,8 @@ def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_
         path = Path(cache_dir) / f"teacher-logits-{cache_key(teacher, pairs, max_length)}.npy"
         if path.exists():
             return np.load(path), True
+        if before_write:
+            before_write()
     logits = predict_logits(teacher.model, teacher.tokenizer, pairs, encoded=encoded, batch_size=batch_size,
                             progress=progress)
     if path is not None:

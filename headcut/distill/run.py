@@ -34,7 +34,7 @@ from headcut.models import LoadedModel, load_model, save_model
 from headcut_grader.ranges import check_callbacks
 from headcut.prune.measure import speed_summary
 from headcut.recipes import check_recipe, to_dict
-from headcut.run_folder import RunFolder, check_run_out, headcut_cache, out_flag
+from headcut.run_folder import RunFolder, check_headcut_cache, check_run_out, headcut_cache, out_flag
 from headcut.training import (GRADES_FIX, check_steps, file_options, is_finished, query_index, settings_from, train,
                               trained_on)
 
@@ -165,9 +165,11 @@ class Distillation:
         """The teacher's dev logits, and its train logits cached once when a loss reads them (cache.py)."""
         recipe, teacher, progress = self.recipe, self.teacher, self.progress
         cache = Path(self.cache_dir) if self.cache_dir else headcut_cache() / "teacher-logits"
+        check = None if self.cache_dir else check_headcut_cache  # on a miss: the variable that set it, if unwritable
         started = time.perf_counter()
         self.teacher_dev, _ = teacher_logits(teacher, self.dev, encoded=self.dev_encoded, max_length=recipe.max_length,
-                                             cache_dir=cache, progress=_stage(progress, "teacher logits (dev)", len(self.dev)))
+                                             cache_dir=cache, before_write=check,
+                                             progress=_stage(progress, "teacher logits (dev)", len(self.dev)))
         losses = LOSSES[recipe.task]
         active = active_losses(recipe, recipe.task)
         needs_targets = any(losses[name].targets for name in active) or recipe.unlabeled_data is not None
@@ -176,7 +178,7 @@ class Distillation:
         if needs_targets and recipe.cache_teacher and not runs_teacher:
             self.cached, self.hit = teacher_logits(
                 teacher, self.pairs, encoded=self.encoded, max_length=recipe.max_length, cache_dir=cache,
-                progress=_stage(progress, "teacher logits (train, cached)", len(self.pairs)))
+                before_write=check, progress=_stage(progress, "teacher logits (train, cached)", len(self.pairs)))
         self.teacher_seconds = time.perf_counter() - started
         self.online = runs_teacher or (needs_targets and self.cached is None)
 

@@ -111,9 +111,12 @@ def measure_layer_costs(model, *, batch: int = 32, seq_len: int = 64, seconds: f
 
 
 def layer_costs(model, *, batch: int, seq_len: int, cache: str | Path | None = None, seconds: float = 0.5,
-                runtime: Runtime | None = None, notice: Callable[[str], None] | None = None) -> LayerCosts:
+                runtime: Runtime | None = None, notice: Callable[[str], None] | None = None,
+                before_write: Callable[[], None] | None = None) -> LayerCosts:
     """`measure_layer_costs`, read from `cache` when this machine timed this shape on this runtime before.
-    A cached table that does not fit (`table_problem`) is timed again; `notice` gets one line saying why."""
+    A cached table that does not fit (`table_problem`) is timed again; `notice` gets one line saying why.
+    `before_write` runs on a miss, before the timing whose table will be written (the default cache's check that
+    it is writable: a read-only cache that holds the table is read)."""
     runtime = runtime or torch_runtime()
     expected = _expected(model, batch=batch, seq_len=seq_len, runtime=runtime)
     path = _cache_path(model, cache, expected) if cache else None
@@ -124,6 +127,8 @@ def layer_costs(model, *, batch: int, seq_len: int, cache: str | Path | None = N
             return LayerCosts(**table)
         if notice:
             notice(f"not using the cached layer cost table {path}: {problem}; timing the layers again.")
+    if path is not None and before_write:
+        before_write()
     costs = measure_layer_costs(model, batch=batch, seq_len=seq_len, seconds=seconds, runtime=runtime)
     problem = table_problem(costs.to_dict(), expected)
     if problem:

@@ -26,7 +26,7 @@ from headcut.prune.budget import UnitPlan, check_budget, plan_budget
 from headcut.prune.targets import one_plan_problem, one_target_problem
 from headcut.timing import Runtime
 from headcut.prune.latency import LayerCosts, check_latency_budget, layer_costs, plan_latency
-from headcut.run_folder import headcut_cache
+from headcut.run_folder import check_headcut_cache, headcut_cache
 from headcut.prune.refit import refit_head
 from headcut.prune.tune import DEFAULT_MODE, MODES, tune_scales
 from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample, file_score_record,
@@ -196,7 +196,8 @@ def budget_of(loaded: LoadedModel, *, flops: float | None, latency: float | None
     if progress:
         progress("timing layers", 0, None)
     ms_costs = layer_costs(loaded.model, batch=latency_batch, seq_len=seq_len, cache=latency_cache or headcut_cache(),
-                           runtime=latency_runtime, notice=notice)
+                           runtime=latency_runtime, notice=notice,
+                           before_write=None if latency_cache else check_headcut_cache)
     with concerning("latency"):
         share = check_latency_budget(latency, ms_costs, flag=named("latency", names))
     return Budget(None, latency, seq_len, costs, full, share, ms_costs)
