@@ -94,6 +94,14 @@ def test_bf16_only_where_the_cpu_has_it(tmp_path, one_thread):
         assert not (tmp_path / "grader").exists()
 
 
+@pytest.mark.skipif(not bf16_native(), reason="the CPU has neither AMX nor AVX512_BF16")
+def test_a_bf16_grader_reports_bf16_on_a_cpu_that_has_it(tmp_path, one_thread):
+    """Was: fp32, always: the runtime looked for 'bf16' in str(OpenVINO's Type), which reads <Type: 'bfloat16'>."""
+    folder, _, record = make_tiny_grader(tmp_path, backend="openvino", precision="bf16")
+    grader = Grader(folder, backend="openvino")
+    assert grader.precision == record["openvino"]["precision"] == "bf16"
+
+
 def test_auto_uses_the_export_ranking_on_the_same_cpu_and_measures_once_on_another(tmp_path, monkeypatch,
                                                                                    one_thread):
     monkeypatch.setenv(ENV_CACHE, str(tmp_path / "cache"))

@@ -157,13 +157,14 @@ def _openvino(folder: Path, graph: dict, record: dict, threads: int) -> Backend:
     with _damaged(xml, weights):
         compiled = core.compile_model(model, "CPU", openvino_config(hint, threads))
     request = compiled.create_infer_request()
-    ran_in = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    # an openvino.Type: its name is "bf16" or "f32" (str() gives "<Type: 'bfloat16'>", which never says bf16)
+    ran_in = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
 
     def run(feed):
         return request.infer({k: feed[k] for k in names})[0].copy()
 
     precision = graph.get("precision", "fp32")
-    if hint == "bf16" and "bf16" not in ran_in:
+    if hint == "bf16" and ran_in != "bf16":
         precision = precision.replace("-bf16", "").replace("bf16", "fp32")  # no bf16 on this CPU: it runs f32
     return Backend("openvino", precision, runtime_version("openvino"), names, run)
 
