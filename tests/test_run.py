@@ -1389,6 +1389,51 @@ def test_a_named_data_file_that_does_not_read_stops_the_run_before_any_stage(tmp
     assert not (tmp_path / "out").exists() and time.perf_counter() - started < 30  # before the teacher trains
 
 
+def test_test_pairs_of_one_grade_stop_the_run_before_any_stage(tmp_path):
+    """Was: the run trained, exported and benched, then the report's within_floor met Spearman as null (n/a, read
+    back from the bench record) and stopped on a TypeError traceback."""
+    test = tmp_path / "test.tsv"
+    test.write_text("query\ttitle\tgrade\n" + "".join(f"q{i}\ttitle {i}\t3\n" for i in range(4)))
+    result = CliRunner().invoke(app, ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", f"data.test={test}"])
+    message = result.stderr.strip()
+    assert result.exit_code == 2 and "\n" not in message and "Traceback" not in message, result.output
+    assert f"--set data.test={test}: all 4 test pairs have grade 3" in message, message
+    assert "two or more grades with --set data.test=FILE" in message and not (tmp_path / "out").exists()
+
+
+def _bench_record(spearman, *, scores: bool) -> dict:
+    """A bench record of one grader as the report reads it back from JSON, its Spearman `spearman` (None: n/a)."""
+    change = {"delta": spearman, "ci": [spearman, spearman]}
+    share = {"value": 0.9, "ci": [0.8, 1.0]}
+    if scores:
+        metrics = {"spearman": spearman, "pearson": spearman, "ndcg@10": spearman, "mrr": 1.0}
+        vs = {"spearman": change, "ndcg@10": change, "mrr": {"delta": 0.0, "ci": [0.0, 0.0]},
+              "pair_accuracy": {"delta": 0.0, "ci": [0.0, 0.0]}, "pair_order": share, "top1": share}
+    else:
+        metrics = {"accuracy": 0.5, "macro_f1": 0.4, "spearman": spearman}
+        vs = {"accuracy": {"delta": 0.0, "ci": [-0.01, 0.01]}, "macro_f1": {"delta": 0.0, "ci": [-0.01, 0.01]},
+              "spearman": change, "agreement": share}
+    row = {"name": "pruned", "grader": "export.pruned/grader", "precision": "fp32", "size_mb": 1.0,
+           "flops_per_pair": 1e9, "p50_ms": 1.0, "pairs_per_s": 100.0, "speedup": 2.0, "metrics": metrics,
+           "vs_teacher": vs}
+    return {"task": "score" if scores else "grades", "rows": [row], "teacher": metrics, "seq_len_mean": 12,
+            "data": {"rows": 4, "source": "test.tsv"},
+            "settings": {"threads": 1, "batch_sizes": [4], "seq_lens": [16], "repeats": 2, "warmup": 1}}
+
+
+@pytest.mark.parametrize("scores", [False, True])
+def test_a_report_whose_spearman_is_n_a_shows_it_and_does_not_fail_the_floor(tmp_path, scores):
+    """Was: within_floor compared None (a NaN Spearman read back from the bench record as null) with the floor, and
+    the chosen grader's sentence and the Pareto figure formatted it: TypeError after every stage had run."""
+    from headcut.pipeline.report import report_blocks
+
+    blocks, summary = report_blocks(tmp_path, load_pipeline("quickstart"),
+                                    {"bench": _bench_record(None, scores=scores)})
+    assert summary["deploy"]["name"] == "pruned" and (tmp_path / "pareto.png").stat().st_size > 0
+    chosen = next(text for kind, text, *_ in blocks if kind == "p" and text.startswith("pruned:"))
+    assert "Spearman n/a" in chosen, chosen
+
+
 def test_a_run_folder_follows_the_umask(straight):
     """Every folder and file of a run (pruned model, exported graders, records) as a plain write makes them."""
     result, _ = straight

@@ -163,7 +163,23 @@ def check_gold(parts: RunParts, task: str, grades: tuple) -> None:
     for value in set(named.values()):
         ways = [gold_read(parts.recipe, key) for key, path in named.items() if path == value]
         way = next((w for w in ways if w.get("require_labels", True) and not w.get("texts_only")), ways[0])
-        check_readable(value, parts.recipe.data, task=task, grades=grades, **way)
+        gold = check_readable(value, parts.recipe.data, task=task, grades=grades, **way)
+        if value == named.get("data.test"):
+            check_test_gold(parts.recipe, gold, task=task)
+
+
+def check_test_gold(recipe: PipelineRecipe, gold: tuple[int, set], *, task: str) -> None:
+    """The report compares graders by Spearman (and NDCG@10), undefined against one gold value: test pairs that all
+    share one grade or score are refused before the teacher trains, as finetune.check_dev_gold refuses dev pairs."""
+    rows, values = gold
+    if len(values) != 1:
+        return
+    what = "score" if task == "score" else "grade"
+    where = given_as(recipe, "data", "test")[1]
+    pairs = f"all {rows} test pairs have" if rows > 1 else "the one test pair has"
+    raise UserError(f"{lead_of(where)}{said(recipe, 'data.test', recipe.data.test, at=where)}: {pairs} {what} "
+                    f"{next(iter(values)):g}; Spearman against one {what} is undefined, so the report could not compare "
+                    f"the graders on them; pass test pairs of two or more {what}s with --set data.test=FILE.")
 
 
 def gold_read(recipe: PipelineRecipe, key: str) -> dict:
@@ -175,15 +191,22 @@ def gold_read(recipe: PipelineRecipe, key: str) -> dict:
 
 
 def check_readable(path: str, data: DataSection, *, task: str = "grades", grades: tuple = DEFAULT_GRADES,
-                   **gold) -> None:
+                   **gold) -> tuple[int, set]:
     """Read every row of a file as the stages will: a NUL byte, a bad encoding, an empty text or a missing gold
     column is the reader's one sentence naming its line or the `data.` key to set; `gold`: read_pairs' texts_only (a
     file whose gold no stage reads: unlabeled_data), require_labels and wants_gold, where the stage decides (default:
-    gold required). In chunks, so memory stays bounded on any file."""
+    gold required). In chunks, so memory stays bounded on any file. Returns the rows and up to two of their gold
+    values (grades as the file spells them, or scores), enough to tell one gold value from several."""
     from headcut_grader.data import iter_pairs
 
-    for _ in iter_pairs(path, chunk_rows=10_000, task=task, grades=grades, **gold, **data.file_options()):
-        pass
+    rows, values = 0, set()
+    for chunk in iter_pairs(path, chunk_rows=10_000, task=task, grades=grades, **gold, **data.file_options()):
+        pairs = chunk.pairs
+        rows += len(pairs)
+        if len(values) < 2:
+            values.update(pairs.scores if task == "score" and pairs.scores is not None else
+                          [grades[label] for label in pairs.labels or () if label is not None])
+    return rows, values
 
 
 def run_gold(parts: RunParts) -> dict:

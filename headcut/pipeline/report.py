@@ -13,7 +13,7 @@ import numpy as np
 
 from headcut_grader.files import write_json, write_text
 from headcut_grader.validation import read_small_text
-from headcut.evaluate.tasks import shown, shown_ci
+from headcut.evaluate.tasks import missing, shown, shown_ci
 from headcut.pipeline.recipe import FloorSection, PipelineRecipe
 
 FIGURE = "pareto.png"
@@ -110,10 +110,20 @@ def _apart(bench: dict) -> str:
 
 def within_floor(row: dict, floor: FloorSection, *, against: str = "vs_teacher") -> bool:
     """Within the floor's points of accuracy (a reranker: of within-query pair accuracy against the gold) and
-    its Spearman, point estimates."""
+    its Spearman, point estimates. A change that is n/a (Spearman against one gold value) does not fail it, as the
+    INT8 gate's judge reads none."""
     d = row[against]
     accuracy = d["accuracy"] if "accuracy" in d else d["pair_accuracy"]
-    return 100 * accuracy["delta"] >= -floor.accuracy_points and d["spearman"]["delta"] >= -floor.spearman
+    return _within(accuracy["delta"], floor.accuracy_points / 100) and _within(d["spearman"]["delta"], floor.spearman)
+
+
+def _within(delta: float | None, limit: float) -> bool:
+    return missing(delta) or delta >= -limit
+
+
+def _number(value: float | None) -> float:
+    """A figure to plot: NaN (not drawn) where it is n/a (null in a record read back)."""
+    return float("nan") if value is None else value
 
 
 def _floor_text(floor: FloorSection, scores: bool) -> str:
@@ -146,11 +156,12 @@ def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, pa
               ("spearman", 1, "Spearman - teacher", -floor.spearman)]
     for ax, (metric, scale, label, line) in zip(axes, panels):
         xs = [r["speedup"] for r in rows]
-        ys = [scale * r["vs_teacher"][metric]["delta"] for r in rows]
-        errs = np.array([[y - scale * r["vs_teacher"][metric]["ci"][0], scale * r["vs_teacher"][metric]["ci"][1] - y]
-                         for y, r in zip(ys, rows)]).T
+        ys = [scale * _number(r["vs_teacher"][metric]["delta"]) for r in rows]
+        cis = [[scale * _number(v) for v in r["vs_teacher"][metric]["ci"]] for r in rows]
+        errs = np.array([[y - low, high - y] for y, (low, high) in zip(ys, cis)]).T
         ax.errorbar(xs, ys, yerr=errs, fmt="o", color="#4c72b0", ecolor="#9db4d6", capsize=3, zorder=2)
-        front = sorted(pareto_front(list(zip(xs, ys))), key=lambda i: xs[i])
+        shown_at = [i for i, y in enumerate(ys) if not missing(y)]
+        front = sorted((shown_at[i] for i in pareto_front([(xs[i], ys[i]) for i in shown_at])), key=lambda i: xs[i])
         ax.plot([xs[i] for i in front], [ys[i] for i in front], "-", color="#dd8452", lw=1.5, zorder=1,
                 label="Pareto front")
         ax.scatter([xs[i] for i in front], [ys[i] for i in front], s=90, facecolors="none", edgecolors="#dd8452",
@@ -158,7 +169,7 @@ def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, pa
         for x, y, r in zip(xs, ys, rows):
             ax.annotate(r["name"], (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
         if chosen is not None:
-            ax.scatter([chosen["speedup"]], [scale * chosen["vs_teacher"][metric]["delta"]], marker="*", s=220,
+            ax.scatter([chosen["speedup"]], [scale * _number(chosen["vs_teacher"][metric]["delta"])], marker="*", s=220,
                        color="#55a868", zorder=4, label="deploy")
         ax.axhline(line, color="#c44e52", ls="--", lw=1, label="quality floor")
         ax.axhline(0, color="#888", lw=0.6)
@@ -188,14 +199,15 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     if chosen is not None and scores:
         d = chosen["vs_teacher"]
         b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest reranker {floor_text} (point "
-                       f"estimates): {chosen['speedup']:.2f}x the teacher's grader, Spearman {d['spearman']['delta']:+.4f}, "
-                       f"NDCG@10 {d['ndcg@10']['delta']:+.4f}, {d['pair_order']['value']:.2%} of within-query title "
-                       "pairs ordered as the teacher orders them."))
+                       f"estimates): {chosen['speedup']:.2f}x the teacher's grader, Spearman "
+                       f"{shown(d['spearman']['delta'], '+.4f')}, NDCG@10 {shown(d['ndcg@10']['delta'], '+.4f')}, "
+                       f"{shown(d['pair_order']['value'], '.2%')} of within-query title pairs ordered as the teacher "
+                       "orders them."))
     elif chosen is not None:
         b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest grader {floor_text} (point estimates): "
                        f"{chosen['speedup']:.2f}x the teacher's grader, accuracy "
                        f"{100 * chosen['vs_teacher']['accuracy']['delta']:+.2f} pt, Spearman "
-                       f"{chosen['vs_teacher']['spearman']['delta']:+.4f}."))
+                       f"{shown(chosen['vs_teacher']['spearman']['delta'], '+.4f')}."))
     else:
         b.append(("p", f"No grader of this run is {floor_text}; keep the teacher (PyTorch fp32) or relax the floor."))
     b.append(("h2", "Every grader"))
