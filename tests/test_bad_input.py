@@ -1241,11 +1241,22 @@ def test_finetune_train_given_twice_is_refused(tmp_path):
 @pytest.mark.parametrize("args, words", [
     (("--batch-sizes", "8,8"), "--batch-sizes '8,8' names 8 twice"),
     (("--seq-lens", "32,64,32"), "--seq-lens '32,64,32' names 32 twice"),
-    (("-m", "minilm-l6"), "--model minilm-l6 names the same model as --model minilm-l6"),
+    (("-m", "minilm-l6"), "--model minilm-l6 is given twice; pass each model once"),
 ])
 def test_bench_refuses_a_value_or_model_named_twice(tmp_path, args, words):
     refused(run("bench", "-m", "minilm-l6", "--data", "synthetic", "--out", tmp_path / "b", *args), words)
     assert not (tmp_path / "b").exists()
+
+
+def test_bench_says_a_grader_given_twice_or_named_twice_by_two_paths(tmp_path):
+    """Was: '--grader g names the same model as --grader g; name each once' for one spelling given twice."""
+    folder = tmp_path / "g"
+    folder.mkdir()
+    refused(run("bench", "-m", "minilm-l6", "-g", folder, "-g", folder, "--data", "synthetic", "--out", tmp_path / "b"),
+            f"--grader {folder} is given twice; pass each grader once")
+    (tmp_path / "link").symlink_to(folder)
+    refused(run("bench", "-m", "minilm-l6", "-g", folder, "-g", tmp_path / "link", "--data", "synthetic", "--out",
+                tmp_path / "b"), f"names the same model as --grader {folder}; pass each grader once")
 
 
 def test_bench_names_the_grader_flag_of_a_folder_that_is_no_grader(tmp_path):

@@ -42,8 +42,9 @@ def _check_variants(models: list[str], graders: list[Path], longest: int):
         for name in names:
             key = os.path.realpath(name) if os.path.exists(name) else name
             if key in seen:
-                raise UserError(f"{flag} {name} names the same model as {flag} {seen[key]}; name each once "
-                                "(to time a model against itself, copy its folder).")
+                twice = "is given twice" if name == seen[key] else f"names the same model as {flag} {seen[key]}"
+                raise UserError(f"{flag} {name} {twice}; pass each {flag[2:]} once (to time a model against itself, "
+                                "copy its folder).")
             seen[key] = name
     # a grader folder given as --model: bench times it as it is with --grader, beside a reference --model
     hint = ", and time the grader itself with --grader {} (bench times each against the first --model)"
