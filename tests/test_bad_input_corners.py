@@ -891,7 +891,7 @@ def test_only_errors_caller_reads_a_name_back_by_its_leading_dashes():
     flag to 'set --keep-layers to N'). Only caller and fix_verb (and the CLI's argv scan) read them now."""
     import ast
 
-    allowed = {("errors.py", "caller"), ("errors.py", "fix_verb"), ("common.py", "blank_value")}
+    allowed = {("errors.py", "caller"), ("errors.py", "fix_verb"), ("common.py", "given_values")}
     found = set()
     for root in (ROOT / "headcut", ROOT / "grader" / "headcut_grader"):
         for path in root.rglob("*.py"):

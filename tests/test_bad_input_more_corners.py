@@ -308,6 +308,7 @@ def test_limit_with_digit_grouping_is_refused_before_work(tmp_path, tiny_grader)
     (["export", "m", "--out", "g", "--precision", "int8", "--precision", "fp32"],
      "--precision is given twice, as 'int8' and as 'fp32'; pass it once"),
     (["export", "m", "-o", "g", "--out=h"], "--out is given twice, as 'g' and as 'h'"),
+    (["export", "m", "-o", "g", "-oh"], "--out is given twice, as 'g' and as 'h'"),  # was read as h: -oh unseen
     (["evaluate", "-m", "m", "--data", "a.tsv", "-d", "b.tsv"], "--data is given twice, as 'a.tsv' and as 'b.tsv'"),
     (["grade", "g", "pairs.tsv", "--out", "o.tsv", "--batch-size", "8", "--batch-size", "16"],
      "--batch-size is given twice, as '8' and as '16'"),

@@ -71,42 +71,54 @@ BLANK_MEANS = {"--host": ", which would listen on every interface; pass 127.0.0.
                          "0.0.0.0 (the network) on purpose"}
 
 
+def given_values(command, args: list[str]):
+    """Each option and argument `args` give `command`, in order, as (param, spelled, value): an option as spelled
+    (--out, -o, --no-tune) with its value as click reads it (--out=a, --out a, -oa; a flag's is its spelling, a value
+    missing at the end None); an argument as (None, None, text), every token after `--` one. A token that names no
+    option of the command is skipped: click refuses it."""
+    options = {name: p for p in command.params if p.param_type_name == "option"
+               for name in (*p.opts, *p.secondary_opts)}
+    tokens = iter(args)
+    for token in tokens:
+        if token == "--":
+            break
+        long = token.startswith("--")
+        name, eq, value = token.partition("=") if long else (token, "", "")
+        if not long and name not in options and token[:2] in options:  # -oVALUE: a short option's value attached
+            name, eq, value = token[:2], "=", token[2:]
+        param = options.get(name)
+        if param is not None:
+            yield param, name, name if param.is_flag else (value if eq else next(tokens, None))
+        elif not token.startswith("-"):
+            yield None, None, token
+    for token in tokens:
+        yield None, None, token
+
+
 def blank_value(command, args: list[str]) -> str | None:
     """The option or argument of `command` that `args` give as blank text ('' or spaces), or None: typer turns a
     blank path into Path('.'), the current folder, and a check downstream then names the wrong thing."""
-    takes_value = {name: p.opts[0] for p in command.params if p.param_type_name == "option" and not p.is_flag
-                   for name in p.opts}  # -m: named as --model
     arguments = [p.name.upper() for p in command.params if p.param_type_name == "argument"]
-    tokens, position, options_done = iter(args), 0, False
-    for token in tokens:
-        name, eq, value = token.partition("=")
-        if not options_done and name in takes_value:
-            if not (value if eq else next(tokens, "given")).strip():
-                return takes_value[name]
-        elif options_done or not token.startswith("-"):
-            if not token.strip():
+    position = 0
+    for param, _, value in given_values(command, args):
+        if param is None:
+            if not value.strip():
                 return arguments[min(position, len(arguments) - 1)] if arguments else "an argument"
             position += 1
-        options_done = options_done or token == "--"
+        elif not param.is_flag and value is not None and not value.strip():
+            return param.opts[0]  # -m: named as --model
     return None
 
 
 def given_twice(command, args: list[str]) -> str | None:
     """The sentence for an option of `command` that takes one value, given twice with different ones in `args`
     (--precision int8 ... --precision fp32, or --tune ... --no-tune), else None: click keeps the last in silence, so a
-    command line edited by appending ran with a setting its user did not see. A repeatable option is left alone."""
-    options = {name: p for p in command.params if p.param_type_name == "option"
-               for name in (*p.opts, *p.secondary_opts)}
+    command line edited by appending ran with a setting its user did not see. A repeatable option is left alone;
+    values are compared as given (--out a.json and --out ./a.json differ)."""
     seen: dict[str, tuple[str, str]] = {}
-    tokens = iter(args)
-    for token in tokens:
-        if token == "--":
-            break
-        name, eq, value = token.partition("=")
-        param = options.get(name)
-        if param is None:
+    for param, name, given in given_values(command, args):
+        if param is None or given is None:  # a missing value: click says so
             continue
-        given = name if param.is_flag else (value if eq else next(tokens, ""))
         first = seen.setdefault(param.name, (name, given))
         if param.multiple or first[1] == given:
             continue
