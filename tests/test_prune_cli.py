@@ -405,3 +405,16 @@ def test_the_inputs_of_a_prune_are_named_as_its_caller_wrote_them(tmp_path, tiny
     keep_neurons(cut.model, [[0, 1]] * 3)
     assert refused(prune, LoadedModel(cut.model, cut.tokenizer, cut.meta, "cut"), keep_ratio=0.5).startswith(
         f"{said[1]}cut is already pruned")
+
+
+def test_a_shared_column_flag_told_of_every_file_keeps_its_other_settings():
+    """Was: every_file rebuilt the option from its default, names and help alone, dropping any other setting."""
+    import typer
+
+    from headcut.cli.prune import EVERY_FILE, every_file
+
+    shared = typer.Option(None, "--query-col", help="Query column.", metavar="NAME", show_default=False,
+                          callback=print, rich_help_panel="Columns")
+    told = every_file(shared)
+    assert told.help == "Query column." + EVERY_FILE and shared.help == "Query column."
+    assert {k: v for k, v in vars(told).items() if k != "help"} == {k: v for k, v in vars(shared).items() if k != "help"}

@@ -2,6 +2,7 @@
 to a FLOPs budget (--flops), and write a smaller grader."""
 from __future__ import annotations
 
+import copy
 import functools
 import sys
 from pathlib import Path
@@ -24,8 +25,10 @@ EVERY_FILE = (" Read for each pairs file of this prune alike: --data (else the m
 
 
 def every_file(option):
-    """A shared column flag whose --help says which of the prune's pairs files it reads."""
-    return typer.Option(option.default, *option.param_decls, help=option.help + EVERY_FILE)
+    """A shared column flag, each of its settings kept, whose --help says which of the prune's pairs files it reads."""
+    told = copy.copy(option)
+    told.help = option.help + EVERY_FILE
+    return told
 
 
 def latency_runtime(name: str):
