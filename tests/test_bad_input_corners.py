@@ -1044,6 +1044,21 @@ def test_correlations_are_n_a_for_one_gold_value_and_zero_for_a_constant_predict
     assert np.isfinite([low, high]).all() and low != 0.0
 
 
+def test_an_ndcg_resample_of_only_one_grade_queries_is_n_a_not_a_perfect_score():
+    """Was: _ndcg asked whether all the pairs held one grade, not the resample's, so a resample that drew only the
+    query whose titles share one grade scored 1.0 and lifted the CI's top to a perfect score."""
+    import numpy as np
+
+    from headcut.evaluate.metrics import _ndcg, bootstrap_ci, expected_grade
+
+    labels = np.array([4, 4, 0, 4])  # query 0: two titles of one grade; query 1: a relevant title ranked last
+    logits = np.log(np.array([[.1, .1, .1, .1, .6], [.1, .1, .1, .1, .6], [.1, .1, .1, .1, .6], [.6, .1, .1, .1, .1]]))
+    groups = [np.array([0, 1]), np.array([2, 3])]
+    assert np.isnan(_ndcg(expected_grade(logits, (1, 2, 3, 4, 5)), labels, [groups[0], groups[0]]))
+    low, high = bootstrap_ci(logits, labels, (1, 2, 3, 4, 5), groups=groups, iters=200)["ndcg@10"]
+    assert low < high < 1.0
+
+
 @pytest.mark.parametrize("name", ["metrics.tsv", "metrics.CSV", "metrics.jsonl", "metrics.md"])
 def test_evaluate_refuses_an_out_whose_suffix_is_not_json(tmp_path, saved_models, name):
     """Was: `headcut evaluate ... --out metrics.tsv` wrote the metrics JSON into metrics.tsv in silence (grade refuses

@@ -125,9 +125,10 @@ def summarize(logits: np.ndarray, labels, grades, groups=None) -> dict:
 
 
 def _ndcg(scores, labels, groups) -> float:
-    """NDCG@10, NaN (n/a) where the gold holds one value: every order of one grade is ideal, so 1.0 would measure
-    nothing."""
-    return float("nan") if one_value(labels) else ndcg_at_k(scores, labels, groups)
+    """NDCG@10 of the queries `groups` (a bootstrap resample's), NaN (n/a) where their pairs' gold holds one value:
+    every order of one grade is ideal, so 1.0 would measure nothing."""
+    picked = np.asarray(labels)[np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])] if groups else []
+    return float("nan") if one_value(picked) else ndcg_at_k(scores, labels, groups)
 
 
 METRICS = ("accuracy", "macro_f1", "spearman", "loss")
