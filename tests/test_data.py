@@ -288,6 +288,11 @@ def test_a_header_with_a_zero_width_space_is_told_apart_from_the_plain_name(tmp_
      "its header holds tabs, so it was read as one column: name the file .tsv."),
     ("pairs.tsv", "query,title,grade\ndrill,cordless drill,4\n", {},
      "its header holds commas, so it was read as one column: name the file .csv."),
+    # a header with a year for a column: was 'its first line looks like data ('2023' is a number)'
+    ("pairs.tsv", "query\tproduct\tgrade\t2023\ndrill\tcordless drill\t4\t1\n", {"names": "flags"},
+     "no column 'title' (columns: 'query', 'product', 'grade', '2023'); name it with --title-col."),
+    ("pairs.tsv", "search\tproduct\tgrade\t2023\ndrill\tcordless drill\t4\t1\n", {"names": "flags"},
+     "name it with --query-col."),  # the gold column alone tells the header
     ("pairs.tsv", "Query\ttitle\tgrade\ndrill\tcordless drill\t4\n", {"names": "flags"},
      "column 'Query' differs in case only (names are case-sensitive): name it with --query-col Query."),
     ("pairs.jsonl", '{"query": "drill", "title": "cordless drill", "Grade": 4}\n', {"keys": "data."},

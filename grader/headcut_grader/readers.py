@@ -195,7 +195,7 @@ def iter_pairs(
     with Lines(path) as lines:
         records = _records(path, lines, fmt)  # (line_number, dict), lazily
         first = next(records, None)
-        columns = _columns(path, first, lines, fmt, (query_col, title_col), keys)
+        columns = _columns(path, first, lines, fmt, (query_col, title_col), keys, gold=label_cols)
         label_name = next((c for c in label_cols if c in columns), None)
         wanted = require_labels or (wants_gold and _other_gold(columns, p, task=task) is not None)
         if label_name is None and not texts_only and wanted:
@@ -299,15 +299,16 @@ def _shown(columns: list, lines, fmt: str) -> str:
     return (shown if len(shown) <= 200 else shown[:200] + "...") + _json_hint(lines, fmt)
 
 
-def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: Named) -> list:
-    """The columns the first row names, refusing a file without rows or without the query or title column."""
+def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: Named, *, gold: tuple = ()) -> list:
+    """The columns the first row names, refusing a file without rows or without the query or title column; `gold`: the
+    names a gold column may have, which tell a header from a first line of data."""
     if first is None:
         raise UserError(f"{path}: no data rows; the file holds a header at most{_json_hint(lines, fmt)}.")
     columns = list(first[1].keys())
     for col, option in zip(needed, ("query_col", "title_col")):
         if col not in columns:
             raise UserError(f"{path}: no column {quoted(col)} (columns: {_shown(columns, lines, fmt)}); "
-                            f"{_header_fix(columns, col, needed, fmt, keys.fix(option))}.")
+                            f"{_header_fix(columns, col, needed, fmt, keys.fix(option), gold=gold)}.")
     return columns
 
 
@@ -315,15 +316,17 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: 
 _SEPARATORS = {"csv": ("\t", "tabs", "tsv"), "tsv": (",", "commas", "csv")}
 
 
-def _header_fix(columns: list, col: str, needed: tuple[str, str], fmt: str, fix: str) -> str:
+def _header_fix(columns: list, col: str, needed: tuple[str, str], fmt: str, fix: str, *, gold: tuple = ()) -> str:
     """The fix for a header without column `col`, where naming the column with `fix` (--query-col) is not it: a header
     split by the other format's separator, a first line of data (no header: naming a column by a cell would read
-    that row as the header, and drop it), or a column named in another case."""
+    that row as the header, and drop it; a line with a cell that names a needed or `gold` column, in any case, is a
+    header, whatever its other columns are called: 2023), or a column named in another case."""
     separator, held, suffix = _SEPARATORS.get(fmt, (None, "", ""))
     if separator and len(columns) == 1 and separator in columns[0]:
         return f"its header holds {held}, so it was read as one column: name the file .{suffix}"
     number = next((c for c in columns if fmt in _SEPARATORS and _is_number(c)), None)
-    if number is not None:
+    names = {str(name).casefold() for name in (*needed, *gold)}
+    if number is not None and not any(str(c).casefold() in names for c in columns):
         return (f"its first line looks like data ({quoted(number)} is a number), and the first line must be the "
                 f"header: add one above it naming the columns ({', '.join(needed)} and the gold column)")
     return _name_fix(columns, col, fix)
