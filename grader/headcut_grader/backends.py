@@ -212,8 +212,8 @@ def check_precision(folder: Path, key: str, precision: str, path: Path, quantize
     if ("int8" in precision) != quantized:
         holds = "holds" if quantized else "holds no"
         raise UserError(f"{folder / 'grader.json'}: {quoted(key)} is {shown(precision)}, but {path.name} {holds} "
-                        "quantized (INT8) operations; grader.json was edited or the folder mixes files of two exports, so "
-                        "re-export it.")
+                        "quantized (INT8) operations; grader.json was edited or the folder mixes files of two "
+                        "exports, so re-export it.")
 
 
 OPENERS = {"onnxruntime": _onnxruntime, "openvino": _openvino}

@@ -166,6 +166,7 @@ def checked_settings(settings, names: str) -> GradeSettings:
 
 # What each output format may be named; "": no suffix (the input's format, or out_format's).
 OUT_SUFFIXES = {"jsonl": (".jsonl",), "tsv": (".tsv", ".txt"), "csv": (".csv",)}
+FORMAT_NAMES = {"jsonl": "JSON lines", "tsv": "TSV", "csv": "CSV"}  # as messages name them
 
 
 def _out_suffixes(out: Path, out_format: str | None, names: str) -> dict:
@@ -173,7 +174,8 @@ def _out_suffixes(out: Path, out_format: str | None, names: str) -> dict:
     says)."""
     if out_format is not None:
         return {"suffixes": (*OUT_SUFFIXES[out_format], ""),
-                "written": f"{_setting('out_format', names)} is {out_format!r}, so grades are written as {out_format}"}
+                "written": f"{_setting('out_format', names)} is {out_format!r}, so grades are written as "
+                           f"{FORMAT_NAMES[out_format]}"}
     if out.suffix.lower() == ".json":  # JSON lines under .json: json.load and other tools read one broken document
         return {"suffixes": (".jsonl",), "written": "grades are written as JSON lines, not one JSON document"}
     return {"suffixes": (".tsv", ".csv", ".jsonl", ".txt", ""),

@@ -101,9 +101,9 @@ def prune(
     iterative: int = number_in(argument_range("iterative"), 0, "--iterative", help="Prune in this many steps, re-scoring between them (0 or 1 = one "
                             "shot). --flops/--latency: the shares shrink geometrically (0.25 in 5 steps: 0.76, 0.57, "
                             "0.44, 0.33, 0.25) and the model is re-tuned after each step; slower, by the steps"),
-    eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring data); read "
-                                       "with the column flags --data is read with (none: the default columns), so "
-                                       "lay both files out alike."),
+    eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring "
+                                       "data); read with the column flags --data is read with (none: the default "
+                                       "columns), so lay both files out alike."),
     score_rows: Opt[int] = number(512, "--score-rows", help="Score units on a seeded sample of this many pairs", low=1),
     eval_rows: Opt[int] = number(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs",
                                  low=1, kind=int),

@@ -128,7 +128,8 @@ class _Tally:
 def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=None) -> dict:
     """Probe scores `(layers, heads)` for each name in PROBES (NaN where a pruned layer lacks the head),
     plus the best single boundary head and the greedy best union of heads ("boundary_union"). Passes of
-    `batch_size` pairs at most (default: evaluate_arguments.PROBE_BATCH_SIZE), fewer where their attention maps would pass MAX_HELD_SCORES (`attention_batches`)."""
+    `batch_size` pairs at most (default: evaluate_arguments.PROBE_BATCH_SIZE), fewer where their attention maps
+    would pass MAX_HELD_SCORES (`attention_batches`)."""
     layers, width = mask_shape(model)
     tally = _Tally({name: np.zeros((layers, width)) for name in ("previous", "next", "noop", "term_match")},
                    np.zeros((layers, width), dtype=bool))

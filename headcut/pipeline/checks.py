@@ -178,8 +178,8 @@ def check_test_gold(recipe: PipelineRecipe, gold: tuple[int, set], *, task: str)
     where = given_as(recipe, "data", "test")[1]
     pairs = f"all {rows} test pairs have" if rows > 1 else "the one test pair has"
     raise UserError(f"{lead_of(where)}{said(recipe, 'data.test', recipe.data.test, at=where)}: {pairs} {what} "
-                    f"{next(iter(values)):g}; Spearman against one {what} is undefined, so the report could not compare "
-                    f"the graders on them; pass test pairs of two or more {what}s with --set data.test=FILE.")
+                    f"{next(iter(values)):g}; Spearman against one {what} is undefined, so the report could not "
+                    f"compare the graders on them; pass test pairs of two or more {what}s with --set data.test=FILE.")
 
 
 def gold_read(recipe: PipelineRecipe, key: str) -> dict:
