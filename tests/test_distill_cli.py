@@ -293,3 +293,34 @@ def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teach
     scores.extend([0.5, float("nan"), float("nan"), 0.7, 0.9])  # three scored among five drawn for trials=3
     summary = tune_module.tune(recipe, tmp_path / "some", trials=3)
     assert [t["value"] for t in summary["trials"]] == [0.5, 0.7, 0.9] and summary["best"]["value"] == 0.9
+
+
+def test_a_search_reusing_a_finished_trial_whose_metric_is_null_counts_it_unscored(tiny_teacher, tmp_path,  # noqa: F811
+                                                                                   monkeypatch):
+    """Was: a rerun that reused a finished trial folder whose headcut.json holds the select_metric as null (NaN is
+    written so) crashed with a TypeError (math.isfinite(None)). Now such a trial counts as one without a metric, as it
+    did when it ran, and the search stops with the same sentence."""
+    import types
+
+    import pytest
+
+    import headcut.distill.tune as tune_module
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import write_json
+
+    ran = []
+
+    def fake_distill(candidate, folder, **_):
+        ran.append(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "headcut.json", {"metrics": {"after": {"spearman": float("nan")}}})
+        return types.SimpleNamespace(metrics={"after": {"spearman": float("nan")}})
+
+    monkeypatch.setattr(tune_module, "distill", fake_distill)
+    recipe = recipe_for(tiny_teacher, tune_fields=("temperature",))
+    out = tmp_path / "study"
+    out.mkdir()  # the search did not make it, so its trial folders stay
+    for overwrite in (False, True):  # the rerun (a fresh study) draws the same values: their folders are reused
+        with pytest.raises(UserError, match=r"^the students of 2 trials have no spearman on the dev pairs"):
+            tune_module.tune(recipe, out, trials=2, overwrite=overwrite)
+    assert len(ran) == 2 and json.loads((ran[0] / "headcut.json").read_text())["metrics"]["after"]["spearman"] is None

@@ -123,9 +123,9 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
         if metrics is None:
             result = distill(candidate, folder, overwrite=True, progress=progress)
             metrics = result.metrics
-        value = metrics["after"][recipe.select_metric]
+        value = _metric(metrics, recipe.select_metric)
         trial.set_user_attr("artifact", _in_study(folder))
-        if not math.isfinite(value):  # optuna fails such a trial and asks for another: N in a row would never end
+        if value is None:  # optuna fails such a trial and asks for another: N in a row would never end
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             unscored += 1
             _check_scored(unscored, trials, recipe)
@@ -268,12 +268,20 @@ def _complete(study) -> int:
     return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
+def _metric(metrics: dict, name: str) -> float | None:
+    """A trial's `name` after distilling; None where it has none: NaN as measured, null as a reused trial's
+    headcut.json records NaN."""
+    value = metrics["after"].get(name)
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
 def _finished_metrics(folder: Path) -> dict | None:
     """The metrics of a trial that finished before; None (run it again) when absent or damaged."""
     try:
-        return json.loads(read_small_text(folder / "headcut.json")).get("metrics")
+        metrics = json.loads(read_small_text(folder / "headcut.json")).get("metrics")
     except (OSError, ValueError, AttributeError, UserError):  # missing, cut short by a kill, or not an object
         return None
+    return metrics if isinstance(metrics, dict) and isinstance(metrics.get("after"), dict) else None
 
 
 def _summary(study, recipe: DistillRecipe) -> dict:
