@@ -264,7 +264,9 @@ def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teach
     """Was: a trial whose select_metric was NaN (spearman of a student that gives every pair one grade) was failed by
     optuna with a printed warning and another drawn, so a search whose every trial did so never ended. Now such
     trials are failed quietly, the search stops with one sentence once they are as many as the trials asked for (its
-    fresh study removed), and one that scores later finishes with the scored trials alone."""
+    fresh study removed), and one that scores later finishes with the scored trials alone. The sentence names the one
+    cause left, predictions that diverged (dev pairs of one gold value are refused before the study opens, a constant
+    prediction scores 0), and its fix: was 'choose another select_metric', which fixes neither."""
     import types
     import warnings
 
@@ -284,11 +286,16 @@ def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teach
 
     monkeypatch.setattr(tune_module, "distill", fake_distill)
     recipe = recipe_for(tiny_teacher, tune_fields=("temperature",))
-    with warnings.catch_warnings(), pytest.raises(UserError, match=r"^the students of 3 trials have no spearman "
-                                                                     r"on the dev pairs \(NaN: .*; choose another select_"
-                                                                     r"metric \(--set select_metric=loss\)"):
+    with warnings.catch_warnings(), pytest.raises(UserError) as refused:
         warnings.simplefilter("error")  # was: optuna's "The value nan is not acceptable", printed for each trial
         tune_module.tune(recipe, tmp_path / "nan", trials=3)
+    assert str(refused.value) == ("the students of 3 trials have no spearman on the dev pairs (NaN: the predictions "
+                                  "were not finite, as when training diverges), so the search cannot rank them; lower "
+                                  "learning_rate (--set learning_rate=0.0002).")  # was: choose another select_metric
+    with pytest.raises(UserError, match=r"; lower learning_rate \(leave learning_rate out of the search \(--set "
+                                        r"tune_fields=\[temperature\]\) and --set learning_rate=0.0002\)\.$"):
+        tune_module.tune(recipe_for(tiny_teacher, tune_fields=("temperature", "learning_rate")), tmp_path / "lr",
+                         trials=1)
     assert not (tmp_path / "nan").exists()
     scores.extend([0.5, float("nan"), float("nan"), 0.7, 0.9])  # three scored among five drawn for trials=3
     summary = tune_module.tune(recipe, tmp_path / "some", trials=3)
@@ -324,3 +331,19 @@ def test_a_search_reusing_a_finished_trial_whose_metric_is_null_counts_it_unscor
         with pytest.raises(UserError, match=r"^the students of 2 trials have no spearman on the dev pairs"):
             tune_module.tune(recipe, out, trials=2, overwrite=overwrite)
     assert len(ran) == 2 and json.loads((ran[0] / "headcut.json").read_text())["metrics"]["after"]["spearman"] is None
+
+
+def test_a_search_on_dev_pairs_of_one_grade_is_refused_before_the_study_opens(tiny_teacher, tmp_path):  # noqa: F811
+    """Spearman against one gold value is undefined (NaN for every trial): such dev pairs are refused, naming dev_data,
+    before a study or trial folder is made."""
+    import pytest
+
+    from headcut.distill.tune import tune
+    from headcut_grader.errors import UserError
+
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("query\ttitle\tgrade\n" + "".join(f"q{i % 2}\ttitle {i}\t4\n" for i in range(10)))
+    recipe = recipe_for(tiny_teacher, dev_data=str(dev), tune_fields=("temperature",))
+    with pytest.raises(UserError, match=r"^dev_data .*dev.tsv: all 10 dev pairs have grade 4; Spearman"):
+        tune(recipe, tmp_path / "study", trials=2)
+    assert not (tmp_path / "study").exists()

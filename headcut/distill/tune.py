@@ -93,11 +93,9 @@ def check_not_searched(recipe: DistillRecipe, given: dict[str, str]) -> None:
     fields = recipe.searched_fields
     for key, how in given.items():
         if key in fields:
-            rest = [f for f in fields if f != key]
-            keep = f"--set tune_fields=[{', '.join(rest)}]" if rest else "drop --tune"
             raise UserError(f"{how} sets a field the search draws for each trial (tune_fields: {', '.join(fields)}), "
                             f"so it would be ignored; drop it to search {key}, or train with it by leaving it out of "
-                            f"the search ({keep}).")
+                            f"the search ({_searching_without(recipe, key)}).")
 
 
 def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwrite: bool, progress, on_trial,
@@ -139,14 +137,23 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
 
 def _check_scored(unscored: int, trials: int, recipe: DistillRecipe) -> None:
     """A search whose trials' select_metric is not a number (`unscored` of them in this call) stops once they are as
-    many as the `trials` asked for, rather than draw trials that no metric can rank for ever."""
+    many as the `trials` asked for, rather than draw trials that no metric can rank for ever. Dev pairs of one gold
+    value are refused before the study opens (finetune.check_dev_gold) and a constant prediction scores 0, so what
+    is left is a student whose predictions diverged."""
     if unscored < trials:
         return
     whose = "the student of 1 trial has" if unscored == 1 else f"the students of {unscored} trials have"
-    raise UserError(f"{whose} no {recipe.select_metric} on the dev pairs (NaN: spearman has "
-                    "none for a student that gives every pair one grade, nor any metric after a loss diverged), so the "
-                    "search cannot rank them; choose another select_metric (--set select_metric=loss), or leave "
-                    "learning_rate out of tune_fields and lower it.")
+    lower = f"--set learning_rate={recipe.learning_rate / 10:g}"
+    if "learning_rate" in recipe.searched_fields:
+        lower = f"leave learning_rate out of the search ({_searching_without(recipe, 'learning_rate')}) and {lower}"
+    raise UserError(f"{whose} no {recipe.select_metric} on the dev pairs (NaN: the predictions were not finite, as "
+                    f"when training diverges), so the search cannot rank them; lower learning_rate ({lower}).")
+
+
+def _searching_without(recipe: DistillRecipe, key: str) -> str:
+    """How to search every field the recipe does but `key`."""
+    rest = [f for f in recipe.searched_fields if f != key]
+    return f"--set tune_fields=[{', '.join(rest)}]" if rest else "drop --tune"
 
 
 def read_tune(out: str | Path) -> dict:
