@@ -296,7 +296,7 @@ def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teach
                                         r"tune_fields=\[temperature\]\) and --set learning_rate=0.0002\)\.$"):
         tune_module.tune(recipe_for(tiny_teacher, tune_fields=("temperature", "learning_rate")), tmp_path / "lr",
                          trials=1)
-    assert not (tmp_path / "nan").exists()
+    assert not (tmp_path / "nan" / tune_module.STUDY_FILE).exists()  # its trial folders stay, for a rerun to reuse
     scores.extend([0.5, float("nan"), float("nan"), 0.7, 0.9])  # three scored among five drawn for trials=3
     summary = tune_module.tune(recipe, tmp_path / "some", trials=3)
     assert [t["value"] for t in summary["trials"]] == [0.5, 0.7, 0.9] and summary["best"]["value"] == 0.9
@@ -347,3 +347,61 @@ def test_a_search_on_dev_pairs_of_one_grade_is_refused_before_the_study_opens(ti
     with pytest.raises(UserError, match=r"^dev_data .*dev.tsv: all 10 dev pairs have grade 4; Spearman"):
         tune(recipe, tmp_path / "study", trials=2)
     assert not (tmp_path / "study").exists()
+
+
+def test_a_search_stopped_without_a_finished_trial_keeps_its_trial_folders_for_the_rerun(tiny_teacher, tmp_path,  # noqa: F811
+                                                                                        monkeypatch):
+    """Was: a fresh study that ended without a finished trial took the folder the search made with it, trial folders
+    and all, so the rerun ran every trial again. Now only the study goes; the rerun into that folder is let in
+    without --overwrite and reuses the trials."""
+    import types
+
+    import pytest
+
+    import headcut.distill.tune as tune_module
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import write_json
+
+    ran = []
+
+    def fake_distill(candidate, folder, **_):
+        ran.append(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "headcut.json", {"metrics": {"after": {"spearman": float("nan")}}})
+        return types.SimpleNamespace(metrics={"after": {"spearman": float("nan")}})
+
+    monkeypatch.setattr(tune_module, "distill", fake_distill)
+    recipe, out = recipe_for(tiny_teacher, tune_fields=("temperature",)), tmp_path / "new"
+    for _ in range(2):
+        with pytest.raises(UserError, match=r"^the students of 2 trials have no spearman on the dev pairs"):
+            tune_module.tune(recipe, out, trials=2)
+        assert not (out / tune_module.STUDY_FILE).exists()
+        assert sorted(p.name for p in (out / "trials").iterdir()) == sorted(f.name for f in ran[:2])
+    assert len(ran) == 2
+
+
+def test_a_refused_search_whose_study_file_does_not_read_keeps_it_and_says_the_refusal(tiny_teacher, tmp_path,  # noqa: F811
+                                                                                       monkeypatch):
+    """Was: removing a fresh study after a refusal loaded it unguarded, so a study file that was not this recipe's
+    study (damaged, or another's) replaced the user's sentence with sqlalchemy's DatabaseError or optuna's KeyError.
+    Now the refusal is said and the file kept."""
+    import optuna
+    import pytest
+
+    import headcut.distill.tune as tune_module
+    from headcut_grader.errors import UserError
+
+    def damaged(recipe, out, *_, **__):
+        (out / tune_module.STUDY_FILE).write_text("not a database " * 100)
+        raise UserError("refused.")
+
+    def foreign(recipe, out, *_, **__):
+        optuna.create_study(study_name="another", storage=f"sqlite:///{out / tune_module.STUDY_FILE}")
+        raise UserError("refused.")
+
+    recipe = recipe_for(tiny_teacher, tune_fields=("temperature",))
+    for name, search in (("damaged", damaged), ("foreign", foreign)):
+        monkeypatch.setattr(tune_module, "_search", search)
+        with pytest.raises(UserError, match=r"^refused\.$"):
+            tune_module.tune(recipe, tmp_path / name, trials=1)
+        assert (tmp_path / name / tune_module.STUDY_FILE).is_file()

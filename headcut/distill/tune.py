@@ -73,18 +73,35 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
 
 
 def _remove_unfinished(out: Path, recipe: DistillRecipe, *, made: bool) -> None:
-    """A study this call opened whose first trial was refused (a recipe value distill refuses, such as an accumulation
-    longer than the run) holds no finished trial, only a record that would make the corrected rerun a study "of another
-    recipe": it goes, with `out` where this call made it."""
-    import optuna
-
+    """A study this call opened that holds no finished trial (its first trial refused for a recipe value distill
+    refuses, such as an accumulation longer than the run, or every trial without a metric) would make the corrected
+    rerun a study "of another recipe": it goes. Its trial folders stay, as the rerun reuses them (_check_out lets it
+    in), and `out` goes where this call made it and nothing else is left. A study file that does not read as this
+    recipe's study (damaged, or another's) is kept: the refusal the user is told is not replaced by its error."""
     study = out / STUDY_FILE
-    if study.exists() and _complete(optuna.load_study(study_name=study_name(recipe), storage=f"sqlite:///{study}")):
-        return
-    if made:
+    if study.exists():
+        if _finished_in(study, recipe) != 0:
+            return
+        study.unlink()
+    _remove_if_empty(out / TRIALS)
+    if made and all(p.name == LOCK_FILE for p in out.iterdir()):
         shutil.rmtree(out, ignore_errors=True)
-    else:
-        study.unlink(missing_ok=True)
+
+
+def _finished_in(study: Path, recipe: DistillRecipe) -> int | None:
+    """How many trials of the recipe's study in `study` finished; None where it does not read as that study."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return _complete(optuna.load_study(study_name=study_name(recipe), storage=f"sqlite:///{study}"))
+    except (KeyError, ValueError, RuntimeError, SQLAlchemyError):  # no such study, or not a study file of this optuna
+        return None
+
+
+def _remove_if_empty(folder: Path) -> None:
+    if folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def check_not_searched(recipe: DistillRecipe, given: dict[str, str]) -> None:
@@ -246,8 +263,8 @@ def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool, flag: str) 
     check_place(out, flag)
     if out.exists() and not out.is_dir():
         raise UserError(f"{setting(flag, out)} is a file; name a folder for the study and its trials.")
-    if overwrite or not out.exists() or not any(p.name != LOCK_FILE for p in out.iterdir()):
-        return
+    if overwrite or not out.exists() or all(p.name in (LOCK_FILE, TRIALS) for p in out.iterdir()):
+        return  # new, empty, or the trial folders of a search whose study held no finished trial (they are reused)
     if not (out / STUDY_FILE).exists():
         raise UserError(f"{setting(flag, out)} is not empty and holds no study; choose a new folder or pass "
                         f"{overwrite_said(flag)}.")
