@@ -12,7 +12,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from headcut import prune_arguments
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, usable_positions, widen)
 from headcut.batching import RECORDED, max_length_of
@@ -561,13 +560,16 @@ def cross_encoder_record(activation: str) -> dict:
     return {"model_type": "CrossEncoder", "activation_fn": _class_path(CROSS_ENCODER_CLASSES[activation])}
 
 
-def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool = False,
-                       names: str = "arguments") -> Path:
+def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool = False, names: str = "arguments",
+                       keep_layers_said: str = "drop_layers=False") -> Path:
     """Write a score model as a folder `sentence_transformers.CrossEncoder(out)` loads and scores as headcut does.
 
     A pruned model is written at full width with its pruned heads and neurons zero (`arch.widen`): transformers
     cannot rebuild per-layer shapes, so the folder is as large and as fast as the unpruned model in
-    sentence-transformers; `headcut export` makes the small, fast grader. `load_model(out)` reloads it too."""
+    sentence-transformers; `headcut export` makes the small, fast grader. `load_model(out)` reloads it too.
+    `keep_layers_said`: the prune setting that keeps layers as the caller writes it (`headcut cross-encoder`:
+    --no-drop-layers), named where a model that lost layers cannot be written; the default is prune's argument
+    (headcut.prune_arguments.named, which a test checks it against: models uses no pruner's declarations)."""
     check_names(names, "save_cross_encoder names")
     from transformers import AutoModelForSequenceClassification
 
@@ -579,7 +581,7 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)
     full = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
-    widen(loaded.model, full, keep_layers=prune_arguments.named("no_drop_layers", names))  # as its caller writes it
+    widen(loaded.model, full, keep_layers=keep_layers_said)
     full.eval()
     meta = {k: v for k, v in loaded.meta.items() if k != "weights_hash"}
     return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite)

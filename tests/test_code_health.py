@@ -74,9 +74,20 @@ def test_no_module_imports_itself_back_through_others():
     known = modules()
     edges = {name: imported(path, known) - {name} for name, path in known.items()}
     assert cycles(edges) == []
+
+
 # DESIGN.md's rooms: what a room's modules may import besides their own room. arch "may use errors": the torch-free
 # leaves that check arguments and raise UserError (headcut_grader.errors and .ranges, headcut.model_arguments).
-MAY_USE = {"headcut.arch": {"headcut_grader.errors", "headcut_grader.ranges", "headcut.model_arguments"}}
+# models "arch, files" and training "batching, evaluate", besides the leaves that declare nothing of a room: the
+# runtime's torch-free helpers (RUNTIME), a model folder's files (weight_files), the recorded max_length (batching),
+# the version, how pairs are named and drawn (data_spec, synthetic), the process group. Not a pruner's declarations.
+RUNTIME = {f"headcut_grader.{name}" for name in ("errors", "ranges", "files", "validation", "data", "optional",
+                                                   "tokens", "grader")}
+MAY_USE = {"headcut.arch": {"headcut_grader.errors", "headcut_grader.ranges", "headcut.model_arguments"},
+           "headcut.models": {"headcut.arch", "headcut.weight_files", "headcut.model_arguments", "headcut.batching",
+                              "headcut.version", *RUNTIME},
+           "headcut.training": {"headcut.batching", "headcut.evaluate", "headcut.weight_files", "headcut.data_spec",
+                                "headcut.synthetic", "headcut.process_group", *RUNTIME}}
 # DESIGN.md's "Never": a room and what it never imports (the runtime never imports the toolkit, torch or transformers'
 # modelling code; no library room imports the command line; scores describe a model, they don't change it)
 LIBRARY = sorted({name.split(".")[1] for name in modules() if name.startswith("headcut.")} - {"cli", "__main__"})
@@ -102,8 +113,9 @@ def _in(name: str, room: str) -> bool:
 
 
 def test_each_room_imports_only_what_the_design_lets_it():
-    """Was: arch.surgery imported headcut.prune_arguments to name the prune setting that keeps layers in widen's
-    refusal: the bottom room leaning on the pruner's declarations. Now save_cross_encoder passes that name in."""
+    """Was: arch.surgery, then models.save_cross_encoder, imported headcut.prune_arguments to name the prune setting
+    that keeps layers in widen's refusal: a lower room leaning on the pruner's declarations. Now save_cross_encoder's
+    callers pass that name in (keep_layers_said), and models and training are checked too."""
     known = modules()
     broken = [f"{name} imports {other}" for room, allowed in MAY_USE.items() for name, path in known.items()
               if _in(name, room) for other in imported(path, known) if not _in(other, room) and other not in allowed]

@@ -13,6 +13,7 @@ from headcut.cli.main import app
 from headcut.evaluate.fisher import UnitScores, unit_fisher
 from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask, layer_mask, neuron_mask
+from headcut import prune_arguments
 from headcut.models import LoadedModel, load_model, save_cross_encoder, save_model
 from headcut.prune.budget import UnitPlan, plan_budget
 from headcut.prune.layers import choose_layer_drops, plan_divergence
@@ -170,7 +171,8 @@ def test_a_cross_encoder_of_modernbert_without_its_first_layer_is_refused(tmp_pa
     keep_layers(model, [1, 2])
     loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "sigmoid"})
     with pytest.raises(UserError, match="lost the encoder layers below its layer 1") as caught:
-        save_cross_encoder(loaded, tmp_path / "ce", **({} if names == "arguments" else {"names": names}))
+        save_cross_encoder(loaded, tmp_path / "ce", **({} if names == "arguments" else
+                                                        {"keep_layers_said": prune_arguments.named("no_drop_layers", names)}))
     assert f"prune it without dropping layers ({said}) to write" in str(caught.value)
 
 
@@ -178,11 +180,16 @@ def test_a_cross_encoder_of_modernbert_without_its_first_layer_is_refused(tmp_pa
                                         ("flags", "--no-drop-layers")])
 def test_how_each_caller_keeps_layers_is_spelled_in_the_prune_table_alone(names, said):
     """Was: arch/surgery.py's KEEP_LAYERS, a second spelling table beside prune_arguments.SPELLED (which spells
-    no_tune the same way). Now save_cross_encoder reads prune_arguments.named and passes it to widen."""
+    no_tune the same way). Now its callers pass prune_arguments.named's spelling to save_cross_encoder, which passes it
+    to widen; save_cross_encoder's default, a Python caller's, is checked against the table (models uses no pruner's
+    declarations)."""
+    import inspect
+
     from headcut.arch import surgery
     from headcut.prune_arguments import named
 
     assert named("no_drop_layers", names) == said
+    assert inspect.signature(save_cross_encoder).parameters["keep_layers_said"].default == named("no_drop_layers")
     assert not any(isinstance(value, dict) and set(value) & {"arguments", "keys", "flags"}
                    for value in vars(surgery).values())
 

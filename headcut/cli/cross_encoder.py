@@ -26,8 +26,10 @@ def cross_encoder(
     quiet_transformers()
     from headcut_grader.files import check_out_dir
     from headcut.models import load_model, save_cross_encoder
+    from headcut.prune_arguments import named
 
     check_out_dir(out, overwrite=overwrite, inputs=[model], flag="--out")
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
-    save_cross_encoder(loaded, out, overwrite=overwrite, names="flags")
+    save_cross_encoder(loaded, out, overwrite=overwrite, names="flags",
+                       keep_layers_said=named("no_drop_layers", "flags"))  # as `headcut prune` spells it
     typer.echo(f"wrote {out} (load it with sentence_transformers.CrossEncoder('{out}'))")
