@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 import random
 import shutil
 import time
+import zipfile
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,11 +20,12 @@ from typing import Callable, Literal
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from headcut.batching import Encoded, collate
 from headcut.process_group import close_at_exit
 from headcut.synthetic import is_synthetic, synthetic_seed
-from headcut.weight_files import READ_ERRORS, broken_file
+from headcut.weight_files import broken_file
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
@@ -416,11 +419,32 @@ def _resume(accelerator, ckpt: Path) -> LoopState:
     found = _newest_checkpoint(ckpt)
     if found is None:
         return LoopState()
-    # a file of it cut short or deleted (a full disk, a copy of the run folder interrupted) is not a traceback
-    with broken_file(found[0], label=f"the checkpoint {found[0]}", errors=READ_ERRORS,
-                     fix="delete that folder, and the rerun trains this run again from step 0"):
+    # a file of it cut short or deleted (a full disk, a copy of the run folder interrupted) is not a traceback; what
+    # else loading raises (a RuntimeError: out of memory, a size mismatch) is not damage, and is not called so
+    with broken_file(found[0], label=f"the checkpoint {found[0]}", errors=DAMAGED, fix=_after_deleting(ckpt, found[0])):
+        _check_whole(found[0])
         accelerator.load_state(str(found[0]))
     return found[1]
+
+
+# what reading a checkpoint's files raises where one was cut short or deleted
+DAMAGED = (FileNotFoundError, EOFError, pickle.UnpicklingError, SafetensorError, zipfile.BadZipFile)
+
+
+def _check_whole(checkpoint: Path) -> None:
+    """torch saves zip archives (optimizer.bin, scheduler.bin, random_states_0.pkl): one cut short has no central
+    directory, which zipfile says by its own error (torch's reader raises a RuntimeError, as an out-of-memory does)."""
+    for path in sorted([*checkpoint.glob("*.bin"), *checkpoint.glob("*.pkl")]):
+        zipfile.ZipFile(path).close()
+
+
+def _after_deleting(ckpt: Path, damaged: Path) -> str:
+    """How to go on past a damaged checkpoint: delete it, and the rerun resumes from the next whole one, if any."""
+    later = _checkpoints(ckpt)
+    older = next(((c, state) for c in later[later.index(damaged) + 1:] if (state := _loop_state(c)) is not None), None)
+    if older is None:
+        return "delete that folder, and the rerun trains this run again from step 0"
+    return f"delete that folder, and the rerun resumes from step {older[1].step} (the checkpoint {older[0]})"
 
 
 def checkpoint_step(work_dir: Path) -> int | None:

@@ -225,6 +225,46 @@ def test_a_damaged_checkpoint_is_a_sentence_naming_it_and_how_to_start_again(tmp
     assert finetune(recipe, tmp_path / "run")["finished"]
 
 
+def test_a_checkpoint_that_loads_badly_but_whole_is_not_called_damaged(tmp_path, tiny_base):
+    """Was: any RuntimeError while a checkpoint loaded (CUDA out of memory, a size mismatch) was told as 'the
+    checkpoint is damaged or incomplete; delete that folder', which would throw away a whole checkpoint. Now only a
+    file cut short or deleted is called damaged; the rest is raised as it is."""
+    import torch
+
+    from headcut.training import _resume
+
+    finetune(tiny_recipe(tiny_base, epochs=1), tmp_path / "run", stop_after_steps=3)
+
+    class OutOfMemory:
+        def load_state(self, folder):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with pytest.raises(torch.OutOfMemoryError):
+        _resume(OutOfMemory(), tmp_path / "run.partial" / "checkpoint")
+
+
+def test_a_damaged_checkpoint_with_an_older_one_says_the_rerun_resumes_from_it(tmp_path, tiny_base):
+    """Was: 'delete that folder, and the rerun trains this run again from step 0', where the rerun resumes from the
+    checkpoint before it (a kill while the next was swapped in leaves both)."""
+    import shutil
+
+    from headcut.training import checkpoint_step
+    from headcut_grader.errors import UserError
+
+    recipe = tiny_recipe(tiny_base, epochs=1)
+    finetune(recipe, tmp_path / "run", stop_after_steps=3)
+    folder = tmp_path / "run.partial"
+    step = checkpoint_step(folder)
+    shutil.copytree(folder / "checkpoint", folder / "checkpoint.tmp")  # as if killed while writing the next one
+    optimizer = folder / "checkpoint.tmp" / "optimizer.bin"
+    optimizer.write_bytes(optimizer.read_bytes()[:-10])
+    with pytest.raises(UserError, match=rf"; delete that folder, and the rerun resumes from step {step} \(the "
+                                        rf"checkpoint {folder / 'checkpoint'}\)\.$"):
+        finetune(recipe, tmp_path / "run")
+    shutil.rmtree(folder / "checkpoint.tmp")
+    assert finetune(recipe, tmp_path / "run")["finished"]
+
+
 def test_a_different_recipe_does_not_silently_resume(tmp_path, tiny_base):
     from headcut_grader.errors import UserError
 
