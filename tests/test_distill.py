@@ -586,3 +586,14 @@ def test_a_layer_map_no_loss_reads_is_refused(tiny_teacher):
                                         "which are off"):
         recipe_for(tiny_teacher, layer_map=[0, 2])
     assert recipe_for(tiny_teacher, layer_map=[0, 2], hidden_weight=0.5).layer_map == (0, 2)
+
+
+def test_config_student_refuses_heads_that_do_not_divide_by_the_recipe_check_itself(tiny_teacher):
+    """config_student, called from Python, refuses sizes that do not divide with the recipe's sentence (one check,
+    distill.sizes.check_heads_divide; was a second copy of it in students.py with its own words)."""
+    from headcut.distill.students import config_student
+
+    with pytest.raises(UserError, match=r"^student_hidden=30 is not divisible by the teacher's heads 4 \(student_heads "
+                                        r"unset\), and each head takes an equal share of the width"):
+        config_student(load_model(tiny_teacher).model, layers=2, hidden=30, heads=None, intermediate=None,
+                       layer_map=[0, 1])

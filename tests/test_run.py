@@ -1080,7 +1080,7 @@ def test_a_students_loss_weights_refused_together_are_led_by_where_they_came_fro
     (["distill.bottom3.unlabeled_data=synthetic"], "key 'unlabeled_data' takes a file of pairs without grades"),
     (["distill.bottom3.dev_fraction=0.3", "data.dev=synthetic:5"], "key 'dev_fraction' (0.3) holds out a share"),
     (["distill.bottom3.layer_map=[0]", "distill.bottom3.student_layers=2", "distill.bottom3.student=config"],
-     "layer_map has 1 entries for 2 student layers"),
+     "layer_map=[0] has 1 entries for 2 student layers"),
 ])
 def test_a_sub_recipe_key_a_set_alone_gave_refused_by_its_check_is_led_by_that_set(items, words):
     """Was: 'quickstart.yaml: [distill.bottom3] (minilm_synthetic_cpu.yaml) with --set ...: key ...', led by the

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Literal
 
-from headcut.distill.sizes import check_recipe_student
+from headcut.distill.sizes import check_layer_map, check_recipe_student
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.ranges import ranged
 from headcut.synthetic import is_synthetic
@@ -94,10 +94,8 @@ class DistillRecipe(TrainingRecipe):
             raise UserError(f"{where}: key 'layer_map' matches layers for the hidden-state and attention losses, which "
                             "are off; set hidden_weight or attention_weight above 0, or remove layer_map.",
                             about=("layer_map",))
-        if self.layer_map is not None and self.student == "config" and len(self.layer_map) != self.student_layers:
-            raise UserError(f"{where}: layer_map has {len(self.layer_map)} entries for {self.student_layers} "
-                            "student layers; give one teacher layer per student layer.",
-                            about=("layer_map", "student_layers"))
+        if self.student == "config":  # the teacher's layers, where its outline is there: check_recipe_student
+            check_layer_map(self.layer_map, self.student_layers, None, where=where, layers_key="student_layers")
         ranges, fields = tune_ranges(), self.searched_fields
         repeated = sorted({f for f in fields if fields.count(f) > 1})
         if repeated:

@@ -61,16 +61,21 @@ def check_teacher_task(teacher, recipe, *, where: str = "") -> None:
                         "teacher of these grades.")
 
 
-def check_layer_map(layer_map, student_layers: int, teacher_layers: int, *, key: str = "layer_map",
-                    where: str = "") -> None:
-    """One teacher layer, which the teacher has, per student layer (None: the even map, which always fits). `key`: how
-    the user set it (a run names its student's section); `where`: the recipe (file and --set values) it was read from."""
+def check_layer_map(layer_map, student_layers: int, teacher_layers: int | None, *, key: str = "layer_map",
+                    where: str = "", layers_key: str | None = None) -> None:
+    """One teacher layer, which the teacher has, per student layer (None: the even map, which always fits; a
+    `teacher_layers` of None, a teacher not known yet: the count alone). `key`: how the user set it (a run names its
+    student's section); `where`: the recipe (file and --set values) it was read from; `layers_key`: the recipe key
+    that counts the student's layers (student_layers), which a refusal of the count is about too (UserError.about)."""
     if layer_map is None:
         return
     layer_map = list(layer_map)
     if len(layer_map) != student_layers:
         raise UserError(f"{lead_of(where)}{setting(key, layer_map)} has {len(layer_map)} entries for {student_layers} "
-                        "student layers; give one teacher layer per student layer.")
+                        "student layers; give one teacher layer per student layer.",
+                        about=("layer_map", *([layers_key] if layers_key else [])))
+    if teacher_layers is None:
+        return
     if max(layer_map) >= teacher_layers or min(layer_map) < 0:
         raise UserError(f"{lead_of(where)}{setting(key, layer_map)} names a layer the {teacher_layers}-layer teacher "
                         f"lacks; use 0..{teacher_layers - 1}.")
@@ -149,15 +154,17 @@ def check_config_student(recipe, teacher_config, teacher_layers: int, *, where: 
             name, place = name_of(key)
             raise UserError(f"{lead_of(place)}{setting(name, value)} is larger than the teacher's {most}; a config "
                             f"student is a smaller model of its teacher: {_at_most(name, most)}.")
-    _check_heads_divide(recipe, teacher_config, name_of)
+    check_heads_divide(recipe.student_hidden, recipe.student_heads, teacher_config, name_of)
     name, place = name_of("layer_map")
     check_layer_map(recipe.layer_map, recipe.student_layers, teacher_layers, key=name, where=place)
 
 
-def _check_heads_divide(recipe, teacher_config, name_of) -> None:
-    """A config student's width splits evenly among its heads; an unset size is the teacher's, and is said to be."""
-    sizes = {"student_hidden": (recipe.student_hidden, teacher_config.hidden_size, "width"),
-             "student_heads": (recipe.student_heads, teacher_config.num_attention_heads, "heads")}
+def check_heads_divide(hidden: int | None, heads: int | None, teacher_config, name_of=None) -> None:
+    """A config student's width (`hidden`) splits evenly among its `heads`; an unset size (None) is the teacher's, and
+    is said to be. `name_of(key)` -> (name, where) of student_hidden and student_heads (None: the keys, nowhere)."""
+    name_of = name_of or (lambda key: (key, ""))
+    sizes = {"student_hidden": (hidden, teacher_config.hidden_size, "width"),
+             "student_heads": (heads, teacher_config.num_attention_heads, "heads")}
     (hidden, *_), (heads, *_) = [(value or default,) for value, default, _ in sizes.values()]
     if hidden % heads == 0:
         return

@@ -15,8 +15,8 @@ import torch
 from headcut.arch import ARCHITECTURES, attention_implementation, encoder_layers, keep_layers, layer_ids
 from headcut.distill.losses import even_layer_map
 from headcut.distill.recipe import DistillRecipe
-from headcut.distill.sizes import (check_config_student, check_cut_from, check_keep_layers, check_layer_map,
-                                   check_smaller, recorded_teacher)
+from headcut.distill.sizes import (check_config_student, check_cut_from, check_heads_divide, check_keep_layers,
+                                   check_layer_map, check_smaller, recorded_teacher)
 from headcut_grader.errors import UserError
 from headcut.models import SHAPE_KEY, LoadedModel, load_model
 from headcut.model_arguments import check_loaded, check_model
@@ -96,6 +96,7 @@ def config_student(teacher, *, layers: int, hidden: int | None, heads: int | Non
     from transformers import AutoModelForSequenceClassification
 
     check_model(teacher, "config_student teacher")
+    check_heads_divide(hidden, heads, teacher.config)
     config = copy.deepcopy(teacher.config)
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)  # a pruned teacher's per-layer shape does not describe the student
@@ -110,9 +111,6 @@ def config_student(teacher, *, layers: int, hidden: int | None, heads: int | Non
         config.num_attention_heads = heads
     if intermediate is not None:
         setattr(config, ARCHITECTURES[config.model_type].intermediate, intermediate)
-    if config.hidden_size % config.num_attention_heads:
-        raise UserError(f"student_hidden={config.hidden_size} is not divisible by student_heads="
-                        f"{config.num_attention_heads}; pick sizes that divide.")
     student = AutoModelForSequenceClassification.from_config(
         config, attn_implementation=attention_implementation(config, attn_implementation))
     source = teacher.state_dict()

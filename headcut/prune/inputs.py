@@ -18,13 +18,12 @@ def data_pool(loaded, data: Pairs | None, names: str = "arguments", *, columns: 
     `pool_gold` says, with the columns it recorded except where `columns` says otherwise (`default_data`'s: e.g.
     {"query_col": "q"}, or {"preset": "homedepot"} in place of every recorded column); `names`: how a refusal names
     the arguments (`prune_arguments.named`)."""
-    given = given_columns(columns, "data_pool columns")
     if data is not None:
-        if given:
+        if given_columns(columns, "data_pool columns"):
             raise UserError("data_pool columns say how the recorded dev data is read, and data is given, read "
                             "already; drop columns, or read data with them.")
         return data
-    path, options = default_data(loaded, names, columns=columns)
+    path, options = default_data(loaded, names, columns=columns, columns_said="data_pool columns")
     gold = pool_gold(eval_data, method=method, targets=targets)  # its labels index the model's grades
     return read_pairs(path, task=loaded.task, grades=loaded.grades, names=names, **gold, **options)
 

@@ -69,13 +69,15 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
 COLUMNS = (*FILE_KEYS, "label_map")  # how a pairs file is read: the read_pairs options a caller may give
 
 
-def default_data(loaded, names: str = "arguments", *, columns: dict | None = None) -> tuple[str, dict]:
+def default_data(loaded, names: str = "arguments", *, columns: dict | None = None,
+                 columns_said: str = "default_data columns") -> tuple[str, dict]:
     """The dev data recorded by `headcut finetune` in the model's headcut.json: (path, how to read it: every COLUMNS
     key); `names` as `scores_from_file`'s. `columns` ({COLUMNS key: value or None}) read it otherwise: a value given
-    replaces the recorded one, and a preset given every recorded column (they name another layout's columns)."""
+    replaces the recorded one, and a preset given every recorded column (they name another layout's columns);
+    `columns_said`: how a refusal of them names the argument (data_pool's own)."""
     check_names(names, "default_data names")
     check_loaded(loaded, "default_data loaded")
-    given = given_columns(columns, "default_data columns")
+    given = given_columns(columns, columns_said)
     dev = loaded.meta.get("dev_data") or {}
     path = dev.get("path")
     if not path or not Path(path).exists():
