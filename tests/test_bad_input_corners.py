@@ -1088,6 +1088,12 @@ def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_pat
                 tmp_path / "p"), f"--eval-data 'synthetic:-1': {fix}")
     refused(run("run", "quickstart", "--set", "data.train=synthetic:x", "-o", tmp_path / "r"),
             f"--set data.train='synthetic:x': {fix}")
+    runs = tmp_path.parent / f"{tmp_path.name}-runs"  # tmp_path itself is to stay empty
+    runs.mkdir()
+    quickstart = (ROOT / "recipes" / "run" / "quickstart.yaml").read_text()
+    (runs / "mine.yaml").write_text(quickstart.replace("  train: synthetic ", "  train: synthetic:abc "))
+    refused(run("run", runs / "mine.yaml", "-o", tmp_path / "r"),  # was not led by the file, as a missing file is
+            f"{runs / 'mine.yaml'}: data.train='synthetic:abc': {fix}")
     with pytest.raises(UserError, match=re.escape(f"train_data='synthetic:zz': {fix}")):
         check_data_files(SimpleNamespace(train_data="synthetic:zz"))
     with pytest.raises(UserError, match=re.escape(f"read_spec spec='synthetic:abc': {fix}")):

@@ -108,8 +108,12 @@ def check_inputs(parts: RunParts) -> None:
 
     recipe = parts.recipe
     for key, value in data_specs(parts).items():
-        if is_synthetic(value):
-            synthetic_seed(value, name=given_as(recipe, *key_path(key))[0])  # synthetic:abc, said by its key
+        if is_synthetic(value):  # synthetic:abc, said by its key and led by the file that holds it
+            name, where = given_as(recipe, *key_path(key))
+            try:
+                synthetic_seed(value, name=name)
+            except UserError as e:
+                raise UserError(f"{lead_of(where)}{e}", about=e.about) from None
     missing = {key: value for key, value in pairs_files(parts).items() if not Path(value).is_file()}
     for key, value in missing.items():  # a link loop or a broken link is there to see: say which
         why = absent(value, "")
