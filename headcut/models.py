@@ -581,7 +581,7 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     if hasattr(config, SHAPE_KEY):
         delattr(config, SHAPE_KEY)
     full = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
-    widen(loaded.model, full, keep_layers=keep_layers_said)
+    widen(loaded.model, full, keep_layers_said=keep_layers_said)
     full.eval()
     meta = {k: v for k, v in loaded.meta.items() if k != "weights_hash"}
     return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite)

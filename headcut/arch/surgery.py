@@ -176,22 +176,22 @@ def apply_shape(model, record: dict) -> None:
 
 
 @takes_model
-def widen(model, full, *, keep_layers: str = "") -> None:
+def widen(model, full, *, keep_layers_said: str = "") -> None:
     """Copy `model` (pruned, or not) into `full`, its unpruned twin built from the same config, in place: each
     kept head / neuron at its original id, every pruned one zero. Exact: a zero head or neuron adds nothing, as a
     masked one (GELU(0) = 0), and a 0-unit stub's bias is the zero sublayer's output bias. For readers that cannot
     rebuild per-layer shapes (sentence-transformers, plain `from_pretrained`). Removed layers stay removed: `full`
     has the layers `model` kept (its config counts them), each at full width; refused where a plain reader would
-    build a moved layer differently (ModernBERT without its first layer), naming `keep_layers`, the prune setting
-    that keeps layers as the caller writes it (models.save_cross_encoder passes headcut.prune_arguments.named's
-    drop_layers=False, prune.drop_layers=false or --no-drop-layers: arch names no other room's settings)."""
+    build a moved layer differently (ModernBERT without its first layer), naming `keep_layers_said`, the prune setting
+    that keeps layers as the caller writes it (models.save_cross_encoder passes its caller's: drop_layers=False,
+    --no-drop-layers; arch names no other room's settings)."""
     check_model(full, "widen full")
     if len(encoder_layers(full)) != len(encoder_layers(model)):
         raise ValueError(f"widen needs a twin with the model's {len(encoder_layers(model))} layers, "
                          f"got {len(encoder_layers(full))}")
     changed = _moved_layers_differ(model, full)
     if changed is not None:
-        keep = f" ({keep_layers})" if keep_layers else ""
+        keep = f" ({keep_layers_said})" if keep_layers_said else ""
         raise UserError(f"this {full.config.model_type} model lost the encoder layers below its layer {changed}, "
                         "which a plain transformers reader rebuilds without parts that layer has; prune it without "
                         f"dropping layers{keep} to write a CrossEncoder folder.")
