@@ -1675,3 +1675,20 @@ def test_a_recipe_changed_in_python_is_checked_as_a_recipe_file_is_before_any_st
     with pytest.raises(UserError, match=r"\[prune\] drop_layers searches one plan"):
         run_pipeline(changed, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+def test_a_students_grades_other_than_an_existing_teachers_are_refused_before_any_stage(tiny_recipe, tmp_path, given):
+    """Was: a student section's grades other than those the run's existing teacher (teacher.path) records were refused
+    only by the distill stage, after the stages before it ran. Now check_students refuses them with the other student
+    checks, naming the student's key and led by where it was given."""
+    from headcut.pipeline.checks import check_students, run_parts
+
+    teacher = str(tiny_recipe.parent / "base")
+    recipe, lead = given_recipe(tmp_path, given, ["distill.bottom3.grades=[0,1,2,3,4]", "teacher.recipe=null",
+                                                  f"teacher.path={teacher}"])
+    with pytest.raises(UserError) as caught:
+        check_students(run_parts(recipe))
+    assert str(caught.value) == (f"{'' if given == '--set' else lead}key 'distill.bottom3.grades' is [0, 1, 2, 3, 4], "
+                                 f"but the teacher {teacher} grades [1, 2, 3, 4, 5]; set grades to the teacher's (--set "
+                                 "distill.bottom3.grades=[1,2,3,4,5]), or pass a teacher of these grades.")

@@ -43,22 +43,23 @@ def check_recipe_student(recipe, where: str) -> None:
         check_layer_map(recipe.layer_map, len(encoder_layers(student.model)), layers, where=where)
 
 
-def check_teacher_task(teacher, recipe, *, where: str = "") -> None:
+def check_teacher_task(teacher, recipe, *, where: str = "", section: str = "") -> None:
     """The recipe distils the teacher's task, and a grades teacher's very grades (its headcut.json's record):
-    one sentence naming the recipe (`where`) and the key to change."""
+    one sentence naming the recipe (`where`) and the key to change; `section`: where a run holds the recipe's keys
+    ('distill.NAME.'), which the keys are named with."""
     lead, path = lead_of(where), teacher.path
     if teacher.task != recipe.task and teacher.task == "score":
         raise UserError(f"{lead}the teacher {path} is a one-score reranker (task score), but the recipe distils "
-                        "task=grades; pass --set task=score (recipe distill/minilm_score_bottom3_cpu), or a grades "
-                        "teacher.")
+                        f"task=grades; pass --set {section}task=score (recipe distill/minilm_score_bottom3_cpu), or a "
+                        "grades teacher.")
     if teacher.task != recipe.task:
         raise UserError(f"{lead}the teacher {path} grades (task grades), but the recipe distils task=score; pass "
-                        "--set task=grades, or a one-score teacher.")
+                        f"--set {section}task=grades, or a one-score teacher.")
     if recipe.task == "grades" and tuple(teacher.grades) != tuple(recipe.grades):
         grades = ",".join(map(str, teacher.grades))
-        raise UserError(f"{lead}key 'grades' is {list(recipe.grades)}, but the teacher {path} grades "
-                        f"{list(teacher.grades)}; set grades to the teacher's (--set grades=[{grades}]), or pass a "
-                        "teacher of these grades.")
+        raise UserError(f"{lead}key '{section}grades' is {list(recipe.grades)}, but the teacher {path} grades "
+                        f"{list(teacher.grades)}; set grades to the teacher's (--set {section}grades=[{grades}]), or "
+                        "pass a teacher of these grades.")
 
 
 def check_layer_map(layer_map, student_layers: int, teacher_layers: int | None, *, key: str = "layer_map",

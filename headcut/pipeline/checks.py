@@ -376,7 +376,7 @@ def check_students(parts: RunParts) -> None:
     (after the teacher stage, which may train for an hour); a pruned student's prune: check_prune_budget."""
     from headcut.arch import encoder_layers
     from headcut.batching import check_max_length
-    from headcut.distill.sizes import check_config_student, check_keep_layers, check_layer_map
+    from headcut.distill.sizes import check_config_student, check_keep_layers, check_layer_map, check_teacher_task
 
     recipe = parts.recipe
     students = {name: sub for name, sub in parts.subs.items() if name.startswith("distill.")}
@@ -390,6 +390,9 @@ def check_students(parts: RunParts) -> None:
 
         flag, where = named("max_length")
         check_max_length(teacher.model, sub.max_length, flag=flag, where=where, whose="the teacher's")
+        if "teacher" not in parts.subs:  # an existing teacher (teacher.path), whose task and grades are recorded
+            check_teacher_task(teacher, sub, where=named("task" if sub.task != teacher.task else "grades")[1],
+                               section=f"{name}.")
         if sub.student == "bottom-k":
             key, where = named("keep_layers")
             check_keep_layers(sub.keep_layers, layers, key=key, where=where)
