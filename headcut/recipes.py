@@ -327,23 +327,24 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
     def with_sets(keys) -> str:
         return f" with {', '.join(origins[k] for k in keys)}" if keys else ""
 
+    lead = in_file + with_sets(list(origins))
     try:
-        check(in_file + with_sets(list(origins)), named=named)
+        check(lead, named=named)
     except UserError as e:
         keys = e.about
         if not keys or in_file == where or not set(keys) <= named:
             raise
-        if set(keys) <= set(origins):  # the same check's refusal, worded once more with its own lead
-            _refuse_again(check, " ".join(origins[k] for k in keys), named=named, error=SetError)
-        _refuse_again(check, where + with_sets([k for k in keys if k in origins]), named=named)
-        raise
+        if set(keys) <= set(origins):
+            raise _led_again(e, lead, " ".join(origins[k] for k in keys), SetError) from None
+        raise _led_again(e, lead, where + with_sets([k for k in keys if k in origins])) from None
 
 
-def _refuse_again(check, lead: str, *, named: frozenset, error=None) -> None:
-    try:
-        check(lead, named=named)
-    except UserError as e:
-        raise (error(str(e)) if error else e) from None
+def _led_again(error: UserError, lead: str, new_lead: str, kind=UserError) -> UserError:
+    """`error`, a check's refusal led by `lead` (its sentences begin 'LEAD: '), led by `new_lead` instead, as a `kind`
+    about the same keys; the check is not run again (it may read the models' outlines)."""
+    text = str(error)
+    body = text[len(lead) + 2:] if text.startswith(f"{lead}: ") else text
+    return kind(f"{new_lead}: {body}", about=error.about)
 
 
 def _coerce(value, hint, where, given: str | None = None, index: int | None = None):

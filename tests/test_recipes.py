@@ -433,3 +433,30 @@ def test_a_key_in_other_case_is_told_its_nearest(tmp_path):
     said = str(caught.value)
     assert "unknown key 'Learning_Rate' (did you mean 'learning_rate'?)" in said, said
     assert "unknown key 'EPOCHS' (did you mean 'epochs'?) (from --set EPOCHS=1)" in said, said
+
+
+def test_a_refusal_of_keys_together_is_led_again_without_checking_again_and_keeps_what_it_is_about():
+    """Was: re-leading a recipe check's refusal by the --sets (or the run's section) that gave its keys ran the whole
+    check again (reading the teacher's and student's outlines from disk once more), and the SetError it raised lost
+    UserError.about. Now the sentence is led again as it is, about the same keys."""
+    import pytest
+
+    from headcut.recipes import SetError, _checked_together
+    from headcut_grader.errors import UserError
+
+    calls = []
+
+    def check(lead, *, named):
+        calls.append(lead)
+        raise UserError(f"{lead}: every loss weight is 0; set kd_weight above 0.", about=("kd_weight",))
+
+    origins = {"kd_weight": "--set kd_weight=0"}
+    with pytest.raises(SetError) as caught:
+        _checked_together(check, "r.yaml", "r.yaml [distill.x]", origins, named=frozenset(origins))
+    assert str(caught.value) == "--set kd_weight=0: every loss weight is 0; set kd_weight above 0."
+    assert caught.value.about == ("kd_weight",) and calls == ["r.yaml with --set kd_weight=0"]
+    calls.clear()
+    with pytest.raises(UserError) as caught:
+        _checked_together(check, "r.yaml", "run.yaml: [distill.x]", {}, named=frozenset({"kd_weight"}))
+    assert str(caught.value) == "run.yaml: [distill.x]: every loss weight is 0; set kd_weight above 0."
+    assert caught.value.about == ("kd_weight",) and calls == ["r.yaml"]
