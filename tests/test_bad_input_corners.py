@@ -1099,3 +1099,59 @@ def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_pat
     with pytest.raises(UserError, match=re.escape(f"read_spec spec='synthetic:abc': {fix}")):
         read_spec("synthetic:abc")
     assert not any(tmp_path.iterdir())
+
+
+def _row(name: str, accuracy: float | None, spearman: float | None, *, scores: bool = True) -> dict:
+    key = "pair_accuracy" if scores else "accuracy"
+    return {"name": name, "pairs_per_s": 100.0, "vs_teacher": {key: {"delta": accuracy, "ci": [None, None]},
+                                                               "spearman": {"delta": spearman, "ci": [None, None]}}}
+
+
+def test_a_run_floor_judges_a_grader_on_the_figures_its_test_pairs_measure_and_says_which_it_could_not():
+    """Was: a Spearman or pair-accuracy change that is n/a (test pairs of one gold score) read as NaN/None, and every
+    grader failed the floor as if measured (or crashed on None). Now the floor stands on the figures that exist, and
+    the report names the others and why; with none measured, no grader is within it."""
+    from headcut.pipeline.recipe import FloorSection
+    from headcut.pipeline import report
+    from headcut.pipeline.report import choose, within_floor
+
+    floor = FloorSection(accuracy_points=1.0, spearman=0.01)
+    assert within_floor(_row("a", -0.005, None), floor) and not within_floor(_row("b", -0.05, None), floor)
+    assert within_floor(_row("c", None, -0.005), floor) and not within_floor(_row("d", None, -0.05), floor)
+    assert within_floor(_row("e", -0.001, float("nan"), scores=False), floor)
+    assert choose([_row("f", None, None)], floor) is None  # nothing measured: nothing judged within the floor
+    (kind, words), = report._not_measured_blocks([_row("g", None, -0.001)], FloorSection())
+    assert kind == "p" and words == ("Not measurable on these pairs, so not judged: pair_accuracy (n/a: no query has "
+                                     "two titles of different gold, so there is no order to judge); judged on "
+                                     "spearman.")
+    (_, nothing), = report._not_measured_blocks([_row("h", None, None)], FloorSection())
+    assert nothing.endswith("judged on nothing, so no grader is within the floor.")
+
+
+def test_the_int8_gate_judges_a_graph_on_the_figures_its_pairs_measure_and_names_the_others():
+    """Was: a one-score graph on pairs of one gold score failed the gate on its NaN accuracy_drop, and any graph's
+    n/a Spearman drift was read as 0.0 (passed in silence). Now both are left unjudged and named in
+    Int8Trial.not_measured, which `headcut export` prints with why; with none measured the gate is not passed."""
+    import numpy as np
+
+    from headcut.cli.export import trial_rows
+    from headcut.export.gate import Int8Gate
+    from headcut.export.quantize import judge
+
+    gate = Int8Gate(min_speed_vs_fp32=0.0)
+    timing = {"seconds": 1.0, "default_seconds": 1.0, "fp32_seconds": 1.0, "choice": "int8:x", "gate": gate}
+    scores = np.array([[0.1], [0.9], [0.3], [0.7]])
+    flat, two = np.full(4, 3.0), [np.array([0, 1]), np.array([2, 3])]
+    trial = judge(scores + 0.01, scores, flat, None, groups=two, **timing)
+    assert trial.passes and trial.not_measured == ["spearman", "pair_accuracy"], trial
+    assert not judge(scores[::-1], scores, flat, None, groups=two, **timing).passes  # order lost
+    alone = [np.array([i]) for i in range(4)]  # one title a query: no order for agreement either
+    lonely = judge(scores + 0.01, scores, flat, None, groups=alone, **timing)
+    assert not lonely.passes and lonely.not_measured == ["agreement", "spearman", "pair_accuracy"]
+    logits = np.random.default_rng(0).normal(size=(4, 5))
+    graded = judge(logits, logits, np.full(4, 2), (1, 2, 3, 4, 5), **timing)
+    assert graded.passes and graded.not_measured == ["spearman"] and np.isnan(graded.spearman_drift)
+    text = "\n".join(trial_rows("INT8 recipe", [trial.as_dict()]))
+    assert "int8:x" in text and "n/a" in text and ("Not measurable on these pairs, so not judged: spearman (n/a: the "
+                                                   "pairs hold one gold value") in text, text
+

@@ -16,11 +16,17 @@ from headcut_grader.errors import UserError
 def trial_rows(title: str, trials: list[dict]) -> list[str]:
     """One line per judged graph: its figures against fp32 and whether it passed the gate ('batch': the largest
     move of a pair's expected grade between grading it alone and inside a mixed batch)."""
+    from headcut.evaluate.tasks import missing, shown, unmeasured_words
+
     lines = [f"{title:<36} {'agree':>7} {'dSpear':>8} {'dAcc pt':>8} {'batch':>6} {'vs fp32':>7}  gate"]
     for t in trials:
-        lines.append(f"{t['choice']:<36} {t['agreement']:>7.2%} {t['spearman_drift']:>+8.4f} "
-                     f"{-t['accuracy_drop']:>+8.2f} {t.get('batch_drift', 0.0):>6.3f} {t['speed_vs_fp32']:>6.2f}x  "
+        gained = None if missing(t["accuracy_drop"]) else -t["accuracy_drop"]
+        lines.append(f"{t['choice']:<36} {shown(t['agreement'], '.2%'):>7} {shown(t['spearman_drift'], '+.4f'):>8} "
+                     f"{shown(gained, '+.2f'):>8} {t.get('batch_drift', 0.0):>6.3f} {t['speed_vs_fp32']:>6.2f}x  "
                      f"{'pass' if t['passes'] else '-'}")
+    names = list(dict.fromkeys(name for t in trials for name in t.get("not_measured", [])))
+    if names:
+        lines.append(unmeasured_words(names, judged="the gate's other limits"))
     return lines
 
 

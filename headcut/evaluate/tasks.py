@@ -54,6 +54,33 @@ def missing(value: float | None) -> bool:
     return value is None or value != value
 
 
+# Why a figure a gate reads can be n/a on its pairs (evaluate.metrics.correlation, ranking._share)
+NOT_MEASURABLE = {
+    "spearman": "the pairs hold one gold value, so there is no order to correlate with",
+    "pair_accuracy": "no query has two titles of different gold, so there is no order to judge",
+    "agreement": "no query has two titles, so there is no order to keep",
+}
+
+
+def within_limits(figures: dict) -> bool:
+    """Whether every measured figure of `figures` (name -> (value, least it may be)) is at least its least, and
+    one was measured: a figure n/a on the pairs (`missing`) counts neither as within nor as outside (`unmeasured`
+    names it for the report), and a gate none of whose figures was measured judged nothing, so it is not passed."""
+    measured = [value >= least for value, least in figures.values() if not missing(value)]
+    return bool(measured) and all(measured)
+
+
+def unmeasured(figures: dict) -> list[str]:
+    """The names of the figures of `figures` (name -> value, or (value, ...)) that are n/a on the pairs."""
+    return [name for name, v in figures.items() if missing(v[0] if isinstance(v, tuple) else v)]
+
+
+def unmeasured_words(names: list[str], *, judged: str) -> str:
+    """One sentence for a report: which of a gate's figures were not measurable and why, and what it `judged` on."""
+    why = "; ".join(f"{name} (n/a: {NOT_MEASURABLE[name]})" for name in names)
+    return f"Not measurable on these pairs, so not judged: {why}; judged on {judged}."
+
+
 def shown(value: float | None, spec: str = ".4f") -> str:
     """A figure as reports print it, or n/a where it is `missing`."""
     return "n/a" if missing(value) else format(value, spec)

@@ -56,6 +56,8 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
 
 def model_card(record: dict) -> str:
     """A short markdown card: what the grader is, how it was checked, how to use it."""
+    from headcut.evaluate.tasks import shown, unmeasured_words  # n/a where the pairs had no order to measure
+
     src = record["source"]
     lines = [
         "# headcut grader",
@@ -76,8 +78,11 @@ def model_card(record: dict) -> str:
                  f"{fp32['argmax_agreement']:.2%} on {fp32['rows']} rows.")
     if record.get("int8"):
         chosen = record["int8"]["chosen"]
-        lines.append(f"- INT8 ({chosen['choice']}): agreement with fp32 {chosen['agreement']:.2%}, Spearman drift "
-                     f"{chosen['spearman_drift']:+.4f}, accuracy drop {chosen['accuracy_drop']:+.2f} points.")
+        lines.append(f"- INT8 ({chosen['choice']}): agreement with fp32 {shown(chosen['agreement'], '.2%')}, Spearman "
+                     f"drift {shown(chosen['spearman_drift'], '+.4f')}, accuracy drop "
+                     f"{shown(chosen['accuracy_drop'], '+.2f')} points."
+                     + (" " + unmeasured_words(chosen["not_measured"], judged="the gate's other limits")
+                        if chosen.get("not_measured") else ""))
     if record.get("accuracy"):
         acc = record["accuracy"]
         lines.append(f"- On {acc['data']['source']} ({acc['data']['rows']} pairs): {quality_words(acc['metrics'])}.")

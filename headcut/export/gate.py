@@ -68,7 +68,12 @@ class Int8Gate:
     max_batch_drift: float = ranged(0.01, 0.0)
 
     def passes(self, trial) -> bool:
-        """Whether an Int8Trial (headcut.export.quantize) is within every limit."""
-        return (trial.agreement >= self.min_agreement and abs(trial.spearman_drift) <= self.max_spearman_drift
-                and trial.accuracy_drop <= self.max_drop and trial.speed_vs_fp32 >= self.min_speed_vs_fp32
+        """Whether an Int8Trial (headcut.export.quantize) is within every limit; its quality figures that the pairs
+        cannot measure (trial.not_measured) are judged by neither side (evaluate.tasks.within_limits)."""
+        from headcut.evaluate.tasks import within_limits
+
+        quality = {"agreement": (trial.agreement, self.min_agreement),
+                   "spearman": (-abs(trial.spearman_drift), -self.max_spearman_drift),
+                   "accuracy": (-trial.accuracy_drop, -self.max_drop)}
+        return (within_limits(quality) and trial.speed_vs_fp32 >= self.min_speed_vs_fp32
                 and trial.batch_drift <= self.max_batch_drift)

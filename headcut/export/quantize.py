@@ -15,7 +15,7 @@ import contextlib
 import io
 import logging
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -218,13 +218,19 @@ class Int8Trial:
     passes: bool = False
     batch_changes: int = 0  # grades that differ between a pair graded alone and inside a mixed batch
     batch_drift: float = 0.0  # the largest |expected grade alone - in a batch| over those pairs
+    # the quality figures the pairs cannot measure (NaN above; evaluate.tasks.NOT_MEASURABLE says why), unjudged
+    not_measured: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def describe(self) -> str:
-        return (f"{self.choice}: agreement {self.agreement:.2%}, Spearman {self.spearman_drift:+.4f}, drop "
-                f"{self.accuracy_drop:+.2f} pt, batch drift {self.batch_drift:.3f}, x{self.speed_vs_fp32:.2f} of fp32")
+        from headcut.evaluate.tasks import shown
+
+        return (f"{self.choice}: agreement {shown(self.agreement, '.2%')}, Spearman "
+                f"{shown(self.spearman_drift, '+.4f')}, drop {shown(self.accuracy_drop, '+.2f')} pt, batch drift "
+                f"{self.batch_drift:.3f}, "
+                f"x{self.speed_vs_fp32:.2f} of fp32")
 
 
 def fastest_passing(trials: list[Int8Trial]) -> Int8Trial | None:
@@ -273,24 +279,24 @@ def judge(logits: np.ndarray, fp32_logits: np.ndarray, labels, grades, *, second
     within-query pair accuracy against the gold, in points."""
     from headcut.evaluate.metrics import agreement, summarize
     from headcut.evaluate.ranking import order_kept, score_summary
-    from headcut.evaluate.tasks import missing
+    from headcut.evaluate.tasks import unmeasured
 
     if logits.shape[1] == 1:  # the points alone: a gate reads no CI
         mine, ref = score_summary(logits[:, 0], labels, groups), score_summary(fp32_logits[:, 0], labels, groups)
         agree = order_kept(logits[:, 0], fp32_logits[:, 0], groups)
-        drop = 100 * (ref["pair_accuracy"] - mine["pair_accuracy"])
+        accuracy = "pair_accuracy"
     else:
         mine, ref = summarize(logits, labels, grades), summarize(fp32_logits, labels, grades)
-        agree = agreement(logits, fp32_logits)
-        drop = 100 * (ref["accuracy"] - mine["accuracy"])
-    spearman_drift = mine["spearman"] - ref["spearman"]
-    if missing(spearman_drift):  # pairs of one gold value: Spearman is n/a for both graphs, so nothing drifted
-        spearman_drift = 0.0
+        agree, accuracy = agreement(logits, fp32_logits), "accuracy"
+    # NaN where the pairs cannot measure a figure (one gold value, no query of two titles): the gate skips it
+    figures = {"agreement": agree, "spearman": mine["spearman"] - ref["spearman"],
+               accuracy: 100 * (ref[accuracy] - mine[accuracy])}
     trial = Int8Trial(
         choice=choice,
         agreement=agree,
-        spearman_drift=spearman_drift,
-        accuracy_drop=drop,
+        spearman_drift=figures["spearman"],
+        accuracy_drop=figures[accuracy],
+        not_measured=unmeasured(figures),
         max_abs_diff=float(np.max(np.abs(logits - fp32_logits))),
         seconds=seconds,
         speed_vs_default=default_seconds / seconds,

@@ -13,7 +13,7 @@ import numpy as np
 
 from headcut_grader.files import write_json, write_text
 from headcut_grader.validation import read_small_text
-from headcut.evaluate.tasks import missing, shown, shown_ci
+from headcut.evaluate.tasks import missing, shown, shown_ci, unmeasured, unmeasured_words, within_limits
 from headcut.pipeline.recipe import FloorSection, PipelineRecipe
 
 FIGURE = "pareto.png"
@@ -108,22 +108,34 @@ def _apart(bench: dict) -> str:
             else "")
 
 
-def within_floor(row: dict, floor: FloorSection, *, against: str = "vs_teacher") -> bool:
-    """Within the floor's points of accuracy (a reranker: of within-query pair accuracy against the gold) and
-    its Spearman, point estimates. A change that is n/a (Spearman against one gold value) does not fail it, as the
-    INT8 gate's judge reads none."""
+def floor_figures(row: dict, floor: FloorSection, *, against: str = "vs_teacher") -> dict:
+    """The floor's figures of `row`, name -> (change, least it may be): points of accuracy (a reranker: of
+    within-query pair accuracy against the gold) and Spearman, point estimates; a change is n/a (None) where the
+    test pairs cannot measure it."""
     d = row[against]
-    accuracy = d["accuracy"] if "accuracy" in d else d["pair_accuracy"]
-    return _within(accuracy["delta"], floor.accuracy_points / 100) and _within(d["spearman"]["delta"], floor.spearman)
+    accuracy = "accuracy" if "accuracy" in d else "pair_accuracy"
+    points = d[accuracy]["delta"]
+    return {accuracy: (None if missing(points) else 100 * points, -floor.accuracy_points),
+            "spearman": (d["spearman"]["delta"], -floor.spearman)}
 
 
-def _within(delta: float | None, limit: float) -> bool:
-    return missing(delta) or delta >= -limit
+def within_floor(row: dict, floor: FloorSection, *, against: str = "vs_teacher") -> bool:
+    """Within the floor on the figures the test pairs measure (evaluate.tasks.within_limits)."""
+    return within_limits(floor_figures(row, floor, against=against))
 
 
-def _number(value: float | None) -> float:
-    """A figure to plot: NaN (not drawn) where it is n/a (null in a record read back)."""
-    return float("nan") if value is None else value
+def not_measured(rows: list[dict], floor: FloorSection) -> list[str]:
+    """The floor's figures that the test pairs could not measure for some grader."""
+    return list(dict.fromkeys(name for r in rows for name in unmeasured(floor_figures(r, floor))))
+
+
+def _not_measured_blocks(rows: list[dict], floor: FloorSection) -> list[tuple]:
+    names = not_measured(rows, floor)
+    if not names:
+        return []
+    left = [name for name in floor_figures(rows[0], floor) if name not in names]
+    judged = " and ".join(left) if left else "nothing, so no grader is within the floor"
+    return [("p", unmeasured_words(names, judged=judged))]
 
 
 def _floor_text(floor: FloorSection, scores: bool) -> str:
@@ -143,6 +155,11 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
             if not any(x2 >= x and y2 >= y and (x2, y2) != (x, y) for x2, y2 in points)]
 
 
+def _plotted(value: float | None) -> float:
+    """A figure as matplotlib takes it: NaN (no point drawn) where the test pairs could not measure it."""
+    return float("nan") if missing(value) else value
+
+
 def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, path: Path, *,
                   scores: bool = False) -> None:
     import matplotlib
@@ -156,9 +173,9 @@ def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, pa
               ("spearman", 1, "Spearman - teacher", -floor.spearman)]
     for ax, (metric, scale, label, line) in zip(axes, panels):
         xs = [r["speedup"] for r in rows]
-        ys = [scale * _number(r["vs_teacher"][metric]["delta"]) for r in rows]
-        cis = [[scale * _number(v) for v in r["vs_teacher"][metric]["ci"]] for r in rows]
-        errs = np.array([[y - low, high - y] for y, (low, high) in zip(ys, cis)]).T
+        ys = [scale * _plotted(r["vs_teacher"][metric]["delta"]) for r in rows]
+        errs = np.array([[y - scale * _plotted(r["vs_teacher"][metric]["ci"][0]),
+                          scale * _plotted(r["vs_teacher"][metric]["ci"][1]) - y] for y, r in zip(ys, rows)]).T
         ax.errorbar(xs, ys, yerr=errs, fmt="o", color="#4c72b0", ecolor="#9db4d6", capsize=3, zorder=2)
         shown_at = [i for i, y in enumerate(ys) if not missing(y)]
         front = sorted((shown_at[i] for i in pareto_front([(xs[i], ys[i]) for i in shown_at])), key=lambda i: xs[i])
@@ -169,7 +186,7 @@ def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, pa
         for x, y, r in zip(xs, ys, rows):
             ax.annotate(r["name"], (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
         if chosen is not None:
-            ax.scatter([chosen["speedup"]], [scale * _number(chosen["vs_teacher"][metric]["delta"])], marker="*", s=220,
+            ax.scatter([chosen["speedup"]], [scale * _plotted(chosen["vs_teacher"][metric]["delta"])], marker="*", s=220,
                        color="#55a868", zorder=4, label="deploy")
         ax.axhline(line, color="#c44e52", ls="--", lw=1, label="quality floor")
         ax.axhline(0, color="#888", lw=0.6)
@@ -210,6 +227,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
                        f"{shown(chosen['vs_teacher']['spearman']['delta'], '+.4f')}."))
     else:
         b.append(("p", f"No grader of this run is {floor_text}; keep the teacher (PyTorch fp32) or relax the floor."))
+    b += _not_measured_blocks(rows, floor)
     b.append(("h2", "Every grader"))
     speed = (f"Speed: ONNX Runtime, {s['threads']} threads, batch {s['batch_sizes'][0]} x sequence "
              f"{s['seq_lens'][0]}, {s['repeats']} timed runs after {s['warmup']} warm-up, variants taking turns; "
@@ -237,7 +255,8 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     if scan:
         b += _scan_blocks(out, out / scan["folder"])
     summary = {"deploy": None if chosen is None else {k: chosen[k] for k in ("name", "grader", "speedup")},
-               "floor": {"accuracy_points": floor.accuracy_points, "spearman": floor.spearman}, "rows": rows}
+               "floor": {"accuracy_points": floor.accuracy_points, "spearman": floor.spearman,
+                         "not_measured": not_measured(rows, floor)}, "rows": rows}
     return b, summary
 
 
