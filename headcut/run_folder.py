@@ -173,7 +173,8 @@ def check_run_out(out: str | Path, *, overwrite: bool, inputs=(), flag: str = "o
     for the same run, and refuses it to another. Its run folder (`out`.partial) holds no input either: the run
     writes into it and deletes it when done; a link, file or foreign folder there is refused here too (RunFolder.open
     checks again), so before any work. `flag`: as RunFolder.open's."""
-    out = check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs, flag=flag)
+    out = check_out_dir(out, overwrite=overwrite or half_published(out), inputs=inputs, flag=flag,
+                        holds="the trained model's files")
     partial = partial_folder(out)
     try:
         refuse_inputs(partial, inputs, flag="")  # says the run folder's path alone: led by what named `out`

@@ -1155,3 +1155,27 @@ def test_the_int8_gate_judges_a_graph_on_the_figures_its_pairs_measure_and_names
     assert "int8:x" in text and "n/a" in text and ("Not measurable on these pairs, so not judged: spearman (n/a: the "
                                                    "pairs hold one gold value") in text, text
 
+
+@pytest.mark.parametrize("args, holds", [
+    (["scan", "--model", "MODEL", "--data", "synthetic"], "(of importance.json/csv, figures and report.md/html)"),
+    (["probe", "--model", "MODEL", "--data", "synthetic"], "(of importance.json/csv, figures and report.md/html)"),
+    (["prune", "--model", "MODEL", "--data", "synthetic", "--keep-ratio", 0.5],
+     "(of the pruned grader, report.md and the figure)"),
+    (["bench", "--model", "MODEL", "--data", "synthetic"], "(of bench.json, bench.md and bench.png)"),
+    (["export", "MODEL"], "(of model.onnx, the tokenizer, grader.json and the card)"),
+    (["finetune", "minilm_synthetic_cpu"], "(of the trained model's files)"),
+    (["distill", "minilm_synthetic_cpu"], "(of the trained model's files)"),
+    (["run", "quickstart"], "(of every stage's outputs and report.md)"),
+])
+@pytest.mark.parametrize("name", ["importance.json", "Report.MD", "grader.onnx"])
+def test_a_folder_output_named_like_a_file_is_refused_naming_the_flag(tmp_path, saved_models, args, holds, name):
+    """Was: `headcut scan ... --out importance.json` made a FOLDER named importance.json (so did prune, bench,
+    export, finetune, distill and run). Now one sentence names --out, says a folder is written and what goes in it,
+    and offers the name without the suffix; nothing is made."""
+    args = [saved_models["artifact"] if a == "MODEL" else a for a in args]
+    out = tmp_path / name
+    stem = name.rsplit(".", 1)[0]
+    refused(run(*args, "--out", out), f"--out {out}: this writes a folder {holds}, not one .{name.split('.')[1].lower()} "
+                                      f"file; name the folder without .{name.split('.')[1]}, such as --out "
+                                      f"{tmp_path / stem}.")
+    assert not out.exists()

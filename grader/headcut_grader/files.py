@@ -144,10 +144,28 @@ def check_out_name(out: Path, flag: str = "out") -> None:
     check_name_lengths(out, flag, last_name_max=room)
 
 
-def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=()) -> Path:
+# Suffixes of the files a user means by an output's name: a folder output named so was meant as a file
+FILE_SUFFIXES = (".json", ".tsv", ".csv", ".jsonl", ".md", ".html", ".png", ".onnx", ".txt", ".yaml", ".yml")
+
+
+def check_folder_name(out: Path, flag: str = "out", holds: str = "") -> None:
+    """A folder output's name does not end in a file's suffix (FILE_SUFFIXES): `--out importance.json` to a command
+    that writes a folder (`holds`: what goes in it) was meant as a file. Was: a folder named importance.json."""
+    suffix = out.suffix.lower()
+    if suffix not in FILE_SUFFIXES:
+        return
+    what = f"a folder (of {holds})" if holds else "a folder of files"
+    raise UserError(f"{setting(flag, out)}: this writes {what}, not one {suffix} file; name the folder without "
+                    f"{out.suffix}, such as {setting(flag, out.with_suffix(''))}.")
+
+
+def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=(), holds: str = "") -> Path:
+    """An output folder: its name no file's (check_folder_name: `holds`, what goes in it), never an input nor inside
+    one, in a place this process can write, and new or empty unless `overwrite`."""
     overwrite = checked_bool(overwrite, "overwrite")
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
+    check_folder_name(out, flag, holds)
     check_place(out, flag)
     # each look is one system call, and a vanished `out` counts as absent: another run with --overwrite may be
     # moving it aside and back meanwhile

@@ -123,7 +123,8 @@ def bench(
     from headcut.models import load_model
 
     inputs = [*model, *grader, data]
-    check_out_dir(out, overwrite=overwrite, inputs=inputs, flag="--out")  # before the benchmark, not after it
+    check_out_dir(out, overwrite=overwrite, inputs=inputs, flag="--out",  # before the benchmark, not after it
+                  holds="bench.json, bench.md and bench.png")
     from headcut.batching import check_max_length
     from headcut_grader.ranges import BATCH, Range, check_timed_batch
 

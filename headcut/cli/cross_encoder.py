@@ -28,7 +28,7 @@ def cross_encoder(
     from headcut.models import load_model, save_cross_encoder
     from headcut.prune_arguments import named
 
-    check_out_dir(out, overwrite=overwrite, inputs=[model], flag="--out")
+    check_out_dir(out, overwrite=overwrite, inputs=[model], flag="--out", holds="the model's files")
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
     save_cross_encoder(loaded, out, overwrite=overwrite, names="flags",
                        keep_layers_said=named("no_drop_layers", "flags"))  # as `headcut prune` spells it

@@ -134,7 +134,8 @@ def export(
     from headcut.export.build import resolve_precision
 
     model, model_name = one_model(model, model_flag)
-    check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out")
+    check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out",
+                  holds="model.onnx, the tokenizer, grader.json and the card")
     precisions = resolve_precision(backend, precision, int8=int8, names="flags")  # a bad --backend/--precision stops here
     gate_flags = flags_set(ctx, ["min_agreement", "max_spearman_drift", "max_drop"])
     if gate_flags and set(precisions) <= {"fp32", None}:

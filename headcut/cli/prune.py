@@ -143,7 +143,8 @@ def prune(
     target = check_options(keep_ratio, flops, latency, runtime=runtime)
     check_flags_fit(ctx, target)
     check_pairs_flags(ctx, reads_pool=scores is None, eval_data=eval_data)
-    check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data], flag="--out")
+    check_out_dir(out, overwrite=overwrite, inputs=[model, scores, data, eval_data], flag="--out",
+                  holds="the pruned grader, report.md and the figure")
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
     if data is None and scores is None:  # the dev data recorded with the model is read: an input too
         refuse_inputs(out, [(loaded.meta.get("dev_data") or {}).get("path")], flag="--out")

@@ -91,7 +91,8 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     from headcut.models import load_model
 
     state = process_state()
-    check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out")
+    check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out",
+                  holds="importance.json/csv, figures and report.md/html")
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=label_col is not None, seed=seed, texts_only=texts_only)
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, lead_of, led, quoted, setting
-from headcut_grader.files import check_place, overwrite_said, refuse_inputs
+from headcut_grader.files import check_folder_name, check_place, overwrite_said, refuse_inputs
 from headcut_grader.ranges import checked_bool
 from headcut_grader.validation import absent
 from headcut.pipeline.recipe import (CLASSES, UPSTREAM, DataSection, PipelineRecipe, given_as, key_names,
@@ -63,6 +63,7 @@ def check_run_dir(out: Path, parts: RunParts, *, overwrite: bool, flag: str = "o
     checked_bool(overwrite, "overwrite")
     refuse_inputs(out, [*pairs_files(parts).values(), *model_folders(parts).values(), parts.recipe.bench.yardstick],
                   flag=flag)
+    check_folder_name(out, flag, "every stage's outputs and report.md")
     if out.exists() and not out.is_dir():
         raise UserError(f"{setting(flag, out)} is a file; name a folder.")
     check_place(out, flag)
