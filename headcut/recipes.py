@@ -364,7 +364,7 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
             except UserError as e:
                 errors.append(e)
         raise errors[0]
-    if value is None and hint is not typing.Any:  # `epochs:` with nothing after it, or --set epochs=
+    if value is None and hint is not typing.Any and not _typed(given):  # `epochs:` with nothing after it, --set epochs=
         raise UserError(f"{where} is empty (YAML reads nothing as null); {_empty_fix(where, given, index)}.")
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
@@ -413,6 +413,11 @@ def _unquote_fix(value, hint) -> str:
     else:
         fits = _is_number(unquoted) and (hint is float or isinstance(unquoted, int))
     return " (quoted, it is text: remove the quotes)" if fits else ""
+
+
+def _typed(given: str | None) -> bool:
+    """Whether a --set typed a value (`--set experiments=null`), which is not one left empty."""
+    return bool(given) and bool(given.partition("=")[2].strip())
 
 
 def _empty_fix(where: str, given: str | None, index: int | None) -> str:
