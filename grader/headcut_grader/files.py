@@ -165,12 +165,12 @@ def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs
     overwrite = checked_bool(overwrite, "overwrite")
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
-    check_folder_name(out, flag, holds)
     check_place(out, flag)
     # each look is one system call, and a vanished `out` counts as absent: another run with --overwrite may be
     # moving it aside and back meanwhile
     if _is_file(out):
         raise UserError(f"{setting(flag, out)} is a file; name a folder.")
+    check_folder_name(out, flag, holds)  # after where it goes: a folder that cannot be made there is told so first
     if not overwrite and _holds_anything(out):
         raise UserError(f"{setting(flag, out)} is not empty; choose a new folder or pass {overwrite_said(flag)}.")
     return out
