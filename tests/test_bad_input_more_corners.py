@@ -177,29 +177,36 @@ def test_an_input_on_a_loop_of_links_or_a_broken_link_says_so(tmp_path, tiny_gra
             call(link)
 
 
-def test_an_input_under_a_broken_link_to_a_folder_names_that_link(tmp_path, tiny_grader):
-    """A path whose folder on the way is a symbolic link to nothing (gone/p.tsv, gone -> a removed folder) was 'no
-    such file; check the path' (--data, a recipe's data key, --model: 'no such folder'), though the link is what
-    to fix; now each input names that link and its target, as a broken link at the path's end is named."""
-    from headcut.models import resolve_source
+def refused_by_every_reader(tmp_path, grader, pairs, model, said: str) -> None:
+    """--data, --model, a recipe's data key, a recipe path and every Python reader refuse `pairs` / `model` (paths
+    with the same thing wrong on their way) with `said` after the path."""
     from headcut.evaluate.importance import read_scores
+    from headcut.models import resolve_source
     from headcut_grader.data import read_pairs
     from headcut_grader.errors import UserError
     from headcut_grader.grader import read_record
 
+    recipe = pairs.with_name("r.yaml")
+    refused(run("evaluate", "--model", grader, "--data", pairs), f"{pairs}: {said}")
+    refused(run("evaluate", "--model", model, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), f"{model}: {said}")
+    refused(run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={pairs}", "--out", tmp_path / "o"),
+            f"train_data={pairs}: {said}")
+    refused(run("finetune", recipe, "--out", tmp_path / "o"), f"recipe {recipe}: {said}")
+    for call in (read_pairs, read_record, resolve_source, read_scores):
+        with pytest.raises(UserError, match=re.escape(f"{model}: {said}")):
+            call(model)
+
+
+def test_an_input_under_a_broken_link_to_a_folder_names_that_link(tmp_path, tiny_grader):
+    """A path whose folder on the way is a symbolic link to nothing (gone/p.tsv, gone -> a removed folder) was 'no
+    such file; check the path' (--data, a recipe's data key, --model: 'no such folder'), though the link is what
+    to fix; now each input names that link and its target, as a broken link at the path's end is named."""
     folder, target = tmp_path / "data", tmp_path / "removed"
     folder.symlink_to(target)
     said = (f"its folder {folder} is a broken symbolic link to {target}; point that link at an existing folder or "
             "name another path")
     pairs, model = folder / "p.tsv", folder / "model"
-    refused(run("evaluate", "--model", tiny_grader, "--data", pairs), f"{pairs}: {said}")
-    refused(run("evaluate", "--model", model, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), f"{model}: {said}")
-    refused(run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={pairs}", "--out", tmp_path / "o"),
-            f"train_data={pairs}: {said}")
-    refused(run("finetune", folder / "r.yaml", "--out", tmp_path / "o"), f"recipe {folder / 'r.yaml'}: {said}")
-    for call in (read_pairs, read_record, resolve_source, read_scores):
-        with pytest.raises(UserError, match=re.escape(said)):
-            call(model)
+    refused_by_every_reader(tmp_path, tiny_grader, pairs, model, said)
     nested = tmp_path / "real"
     (nested / "sub").mkdir(parents=True)
     (nested / "sub" / "link").symlink_to(target)
@@ -211,26 +218,15 @@ def test_a_path_through_a_file_says_that_file_is_no_folder(tmp_path, tiny_grader
     """afile/p.tsv, afile a file: the system says 'Not a directory', and --data, a recipe's data key and every
     Python reader said 'no such file; check the path' (--model: 'no such folder', a recipe: 'neither a YAML file
     nor a built-in name', write_json: 'cannot write there (File exists)'); now each names the file in the way."""
-    from headcut.models import resolve_source
-    from headcut.evaluate.importance import read_scores
     from headcut.pipeline import load_pipeline
     from headcut.pipeline.checks import check_inputs, run_parts
-    from headcut_grader.data import read_pairs
     from headcut_grader.errors import UserError
     from headcut_grader.files import write_json
-    from headcut_grader.grader import read_record
 
     blocker = write(tmp_path, "afile", "keep me\n")
     said = f"{blocker} is a file, not a folder; name a path inside a folder"
     pairs, model = blocker / "p.tsv", blocker / "sub" / "model"
-    refused(run("evaluate", "--model", tiny_grader, "--data", pairs), f"{pairs}: {said}.")
-    refused(run("evaluate", "--model", model, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), f"{model}: {said}.")
-    refused(run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={pairs}", "--out", tmp_path / "o"),
-            f"train_data={pairs}: {said}.")
-    refused(run("finetune", blocker / "r.yaml", "--out", tmp_path / "o"), f"recipe {blocker / 'r.yaml'}: {said}.")
-    for call in (read_pairs, read_record, resolve_source, read_scores):
-        with pytest.raises(UserError, match=re.escape(f"{model}: {said}.")):
-            call(model)
+    refused_by_every_reader(tmp_path, tiny_grader, pairs, model, said + ".")
     with pytest.raises(UserError, match=re.escape(f"--set data.test={pairs}: {said}.")):
         check_inputs(run_parts(load_pipeline("quickstart", overrides=[f"data.test={pairs}"])))
     with pytest.raises(UserError, match=re.escape(f"{pairs}: {said}.")):

@@ -302,17 +302,12 @@ def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teach
     assert [t["value"] for t in summary["trials"]] == [0.5, 0.7, 0.9] and summary["best"]["value"] == 0.9
 
 
-def test_a_search_reusing_a_finished_trial_whose_metric_is_null_counts_it_unscored(tiny_teacher, tmp_path,  # noqa: F811
-                                                                                   monkeypatch):
-    """Was: a rerun that reused a finished trial folder whose headcut.json holds the select_metric as null (NaN is
-    written so) crashed with a TypeError (math.isfinite(None)). Now such a trial counts as one without a metric, as it
-    did when it ran, and the search stops with the same sentence."""
+def students_without_a_metric(monkeypatch) -> list:
+    """Make tune's distill write and return a student whose select_metric (spearman) is NaN, as a finished trial
+    folder records it (null); returns the list of trial folders it was called for."""
     import types
 
-    import pytest
-
     import headcut.distill.tune as tune_module
-    from headcut_grader.errors import UserError
     from headcut_grader.files import write_json
 
     ran = []
@@ -324,6 +319,20 @@ def test_a_search_reusing_a_finished_trial_whose_metric_is_null_counts_it_unscor
         return types.SimpleNamespace(metrics={"after": {"spearman": float("nan")}})
 
     monkeypatch.setattr(tune_module, "distill", fake_distill)
+    return ran
+
+
+def test_a_search_reusing_a_finished_trial_whose_metric_is_null_counts_it_unscored(tiny_teacher, tmp_path,  # noqa: F811
+                                                                                   monkeypatch):
+    """Was: a rerun that reused a finished trial folder whose headcut.json holds the select_metric as null (NaN is
+    written so) crashed with a TypeError (math.isfinite(None)). Now such a trial counts as one without a metric, as it
+    did when it ran, and the search stops with the same sentence."""
+    import pytest
+
+    import headcut.distill.tune as tune_module
+    from headcut_grader.errors import UserError
+
+    ran = students_without_a_metric(monkeypatch)
     recipe = recipe_for(tiny_teacher, tune_fields=("temperature",))
     out = tmp_path / "study"
     out.mkdir()  # the search did not make it, so its trial folders stay
@@ -354,23 +363,12 @@ def test_a_search_stopped_without_a_finished_trial_keeps_its_trial_folders_for_t
     """Was: a fresh study that ended without a finished trial took the folder the search made with it, trial folders
     and all, so the rerun ran every trial again. Now only the study goes; the rerun into that folder is let in
     without --overwrite and reuses the trials."""
-    import types
-
     import pytest
 
     import headcut.distill.tune as tune_module
     from headcut_grader.errors import UserError
-    from headcut_grader.files import write_json
 
-    ran = []
-
-    def fake_distill(candidate, folder, **_):
-        ran.append(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        write_json(folder / "headcut.json", {"metrics": {"after": {"spearman": float("nan")}}})
-        return types.SimpleNamespace(metrics={"after": {"spearman": float("nan")}})
-
-    monkeypatch.setattr(tune_module, "distill", fake_distill)
+    ran = students_without_a_metric(monkeypatch)
     recipe, out = recipe_for(tiny_teacher, tune_fields=("temperature",)), tmp_path / "new"
     for _ in range(2):
         with pytest.raises(UserError, match=r"^the students of 2 trials have no spearman on the dev pairs"):

@@ -632,24 +632,35 @@ def test_an_export_refusal_of_a_set_backend_is_not_led_by_the_file_that_holds_th
     assert str(caught.value).startswith("--set export.backend=openvino is not one of"), str(caught.value)
 
 
+def export_stage_refusal(tiny_recipe, tmp_path, monkeypatch, precision: str, overrides: list[str], error) -> str:
+    """The sentence a run's export stage refuses with when building its grader raises `error`, the run file holding
+    export.precision=`precision` and `overrides` given by --set."""
+    from headcut.pipeline import stages
+    from headcut_grader.errors import UserError
+
+    def refused(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(stages, "_built", refused)
+    teacher = str(tiny_recipe.parent / "base")
+    given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}",
+                                          f"export.precision={precision}"])
+    recipe = load_pipeline(tmp_path / "run.yaml", overrides=overrides)
+    ctx = stages.Context(recipe, tmp_path / "export", {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
+    with pytest.raises(UserError) as caught:
+        stages.export("teacher")(ctx)
+    return str(caught.value)
+
+
 def test_an_export_refusal_that_names_no_key_of_the_run_is_not_led_by_the_run_recipe(tiny_recipe, tmp_path,
                                                                                      monkeypatch):
     """Was: a refusal naming none of the stage's keys (a parity failure) was led by the file that holds
     export.precision, as if that key were the fault."""
-    from headcut.pipeline import stages
     from headcut_grader.errors import UserError
 
-    def parity_fails(*args, **kwargs):
-        raise UserError("the exported graph's logits differ from the model's by 0.3; report it.")
-
-    monkeypatch.setattr(stages, "_built", parity_fails)
-    teacher = str(tiny_recipe.parent / "base")
-    given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}", "export.precision=fp32"])
-    recipe = load_pipeline(tmp_path / "run.yaml")
-    ctx = stages.Context(recipe, tmp_path / "export", {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
-    with pytest.raises(UserError) as caught:
-        stages.export("teacher")(ctx)
-    assert str(caught.value).startswith("the exported graph's logits differ"), str(caught.value)
+    said = export_stage_refusal(tiny_recipe, tmp_path, monkeypatch, "fp32", [],
+                                UserError("the exported graph's logits differ from the model's by 0.3; report it."))
+    assert said.startswith("the exported graph's logits differ"), said
 
 
 @pytest.mark.parametrize("about, led_by_file", [("backend", False), ("precision", True)])  # each names the other first
@@ -658,45 +669,23 @@ def test_an_export_refusal_is_led_by_where_the_key_it_is_about_came_from_not_the
     """Was: the export stage chose the key that leads a refusal by the one its sentence names first (a regex on the
     text), so one about a --set export.backend that named the file's export.precision first was led by that file,
     and one about the file's precision that named the --set backend first was not; now by UserError.about."""
-    from headcut.pipeline import stages
     from headcut_grader.errors import UserError
 
     said = {"backend": "export.precision=int8 cannot be built with --set export.backend=auto here; drop the --set.",
             "precision": "--set export.backend=auto cannot build export.precision=int8 here; set fp32."}[about]
-
-    def refused(*args, **kwargs):
-        raise UserError(said, about=(about,))
-
-    monkeypatch.setattr(stages, "_built", refused)
-    teacher = str(tiny_recipe.parent / "base")
-    given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}", "export.precision=int8"])
-    recipe = load_pipeline(tmp_path / "run.yaml", overrides=["export.backend=auto"])
-    ctx = stages.Context(recipe, tmp_path / "export", {"teacher": {"model": teacher}}, lambda *a: None, tmp_path)
-    with pytest.raises(UserError) as caught:
-        stages.export("teacher")(ctx)
-    assert str(caught.value) == (f"{tmp_path / 'run.yaml'}: " if led_by_file else "") + said
+    got = export_stage_refusal(tiny_recipe, tmp_path, monkeypatch, "int8", ["export.backend=auto"],
+                               UserError(said, about=(about,)))
+    assert got == (f"{tmp_path / 'run.yaml'}: " if led_by_file else "") + said
 
 
 def test_an_export_refusal_that_does_not_say_what_it_is_about_is_not_led_by_a_key_its_sentence_names(
         tiny_recipe, tmp_path, monkeypatch):
     """Was: a stage's refusal without UserError.about was led by the file of the key its sentence named first (a
     regex on the text); now a stage's checks say what they are about, and one that does not is not led."""
-    from headcut.pipeline import stages
     from headcut_grader.errors import UserError
 
     said = "the graph of export.precision=int8 failed; rerun."
-
-    def refused(*args, **kwargs):
-        raise UserError(said)
-
-    monkeypatch.setattr(stages, "_built", refused)
-    teacher = str(tiny_recipe.parent / "base")
-    given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}", "export.precision=int8"])
-    ctx = stages.Context(load_pipeline(tmp_path / "run.yaml"), tmp_path / "export", {"teacher": {"model": teacher}},
-                         lambda *a: None, tmp_path)
-    with pytest.raises(UserError) as caught:
-        stages.export("teacher")(ctx)
-    assert str(caught.value) == said
+    assert export_stage_refusal(tiny_recipe, tmp_path, monkeypatch, "int8", [], UserError(said)) == said
 
 
 def test_the_export_and_prune_stages_checks_say_what_they_are_about(tiny_recipe):
