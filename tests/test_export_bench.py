@@ -135,7 +135,7 @@ def test_variants_of_folders_of_one_name_are_told_apart_in_the_report(tmp_path, 
     assert result.exit_code == 0, result.output
     names = [v["name"] for v in json.loads((tmp_path / "bench" / "bench.json").read_text())["variants"]]
     assert names == ["pytorch fp32 a/teacher", "pytorch fp32 b/teacher"]
-    from headcut.cli.bench import short_names
+    from headcut.export.bench import short_names
 
     assert short_names(["/x/a/grader", "/y/a/grader", "/y/b/grader"], 2) == ["x/a/grader", "y/a/grader", "b/grader"]
     assert short_names(["/r/teacher", "/teacher"], 1) == ["r/teacher", "/teacher"]

@@ -79,20 +79,6 @@ def _check_tokenizers(models: list[str], graders: list[Path]) -> None:
                             "bench separately for each.")
 
 
-def short_names(paths: list, tail: int) -> list[str]:
-    """Each path's last `tail` parts (a run's grader folders share the name `grader`, so theirs are two), with more
-    where another path ends the same: runs/a/teacher and runs/b/teacher are a/teacher and b/teacher, not teacher
-    twice, in every row and legend of the report."""
-    parts = [Path(os.path.abspath(p)).parts for p in paths]
-
-    def short(mine: tuple) -> str:
-        n = tail
-        while n < len(mine) and any(other != mine and other[-n:] == mine[-n:] for other in parts):
-            n += 1
-        return os.path.join(*mine[-n:])
-
-    return [short(p) for p in parts]
-
 
 @user_errors
 def bench(
@@ -117,7 +103,7 @@ def bench(
     """
     quiet_transformers()
     from headcut.export.bench import (BenchSettings, benchmark, grader_backends, grader_variant, load_measured,
-                                      pytorch_variant)
+                                      pytorch_variant, short_names)
     from headcut.export.bench_report import write_bench
     from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model

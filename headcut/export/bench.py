@@ -53,6 +53,21 @@ class Variant:
     flops: Callable[[int], int] | None = None  # FLOPs per pair at a sequence length: achieved GFLOP/s per cell
 
 
+def short_names(paths: list, tail: int) -> list[str]:
+    """Each path's last `tail` parts (a run's grader folders share the name `grader`, so theirs are two), with more
+    where another path ends the same: runs/a/teacher and runs/b/teacher are a/teacher and b/teacher, not teacher
+    twice, in every row and legend of the report."""
+    parts = [Path(os.path.abspath(p)).parts for p in paths]
+
+    def short(mine: tuple) -> str:
+        n = tail
+        while n < len(mine) and any(other != mine and other[-n:] == mine[-n:] for other in parts):
+            n += 1
+        return os.path.join(*mine[-n:])
+
+    return [short(p) for p in parts]
+
+
 def rss_mb() -> float:
     """Resident memory of this process (Linux /proc; 0 where unavailable)."""
     try:
