@@ -335,3 +335,30 @@ def test_an_option_given_twice_with_one_value_or_a_repeatable_one_is_read(tmp_pa
     refused(run("bench", "-m", "a", "-m", "b", "--data", pairs, "--out", pairs), "would replace the input")  # -m: repeatable
     refused(run("finetune", "minilm_homedepot_cpu", "--set", "epochs=1", "--set", "batch_size=8", "--train", pairs,
                 "--out", pairs), "--out", "would replace the input")  # --set: repeatable
+
+
+def test_one_path_given_twice_in_two_spellings_is_read_and_two_paths_are_refused(tmp_path, monkeypatch, tiny_grader):
+    """Was: `grade ... --out o.tsv --out ./o.tsv` was refused as two values, though both name one file; in both
+    CLIs. A text option's paths (--data) are one value where both are written as paths to one file on disk."""
+    from typer.testing import CliRunner
+
+    from headcut_grader.cli.main import app as grader_app
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    write(tmp_path, "in/pairs.tsv", PAIRS_TSV)
+    for invoke in (run, lambda *a: CliRunner().invoke(grader_app, [str(x) for x in a])):
+        done = invoke("grade", tiny_grader, "in/pairs.tsv", "--out", "o.tsv", "-o", "./o.tsv", "--overwrite")
+        assert done.exit_code == 0, done.output
+        assert (tmp_path / "o.tsv").is_file()
+        done = invoke("grade", tiny_grader, "in/pairs.tsv", "--out", "out/g.tsv", "-o", tmp_path / "in/../out/g.tsv")
+        assert done.exit_code == 0, done.output
+        (tmp_path / "out/g.tsv").unlink()
+        refused(invoke("grade", tiny_grader, "in/pairs.tsv", "--out", "in/g.tsv", "-o", "out/g.tsv"),
+                "--out is given twice, as 'in/g.tsv' and as 'out/g.tsv'")
+        assert not (tmp_path / "out/g.tsv").exists() and not (tmp_path / "in/g.tsv").exists()
+    refused(run("evaluate", "-m", "m", "--data", "in/pairs.tsv", "-d", "./in/pairs.tsv", "--limit", "0"),
+            "--limit 0")  # read as one --data: the range check speaks, not the given-twice one
+    refused(run("evaluate", "-m", "m", "--data", "in/pairs.tsv", "-d", "./in/other.tsv"),
+            "--data is given twice, as 'in/pairs.tsv' and as './in/other.tsv'")

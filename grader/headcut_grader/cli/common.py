@@ -114,19 +114,30 @@ def given_twice(command, args: list[str]) -> str | None:
     """The sentence for an option of `command` that takes one value, given twice with different ones in `args`
     (--precision int8 ... --precision fp32, or --tune ... --no-tune), else None: click keeps the last in silence, so a
     command line edited by appending ran with a setting its user did not see. A repeatable option is left alone;
-    values are compared as given (--out a.json and --out ./a.json differ)."""
+    two spellings of one path (--out a.json and --out ./a.json) are one value (same_path)."""
     seen: dict[str, tuple[str, str]] = {}
     for param, name, given in given_values(command, args):
         if param is None or given is None:  # a missing value: click says so
             continue
         first = seen.setdefault(param.name, (name, given))
-        if param.multiple or first[1] == given:
+        if param.multiple or first[1] == given or same_path(param, first[1], given):
             continue
         if param.is_flag:
             return f"{first[0]} and {name} are both given; pass one of them"
         return (f"{param.opts[0]} is given twice, as {quoted(first[1])} and as {quoted(given)}; pass it once, with "
                 "the value you mean")
     return None
+
+
+def same_path(param, first: str, given: str) -> bool:
+    """Whether two values of option `param` name one file or folder (a.json, ./a.json, /abs/a.json, a link to it):
+    a path option's (typed Path) always compared as paths; a text option's (--data, --model) only where both are
+    written as paths (with a /) to something on disk, as a bare word may be a name that wins over a file of that
+    name (--model minilm-l6, --data synthetic)."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)  # typer 0.29
+    typed_path = annotation is Path or type(getattr(param, "type", None)).__name__ == "Path"  # older: click.Path
+    written_as_paths = all(os.sep in value and os.path.exists(value) for value in (first, given))
+    return (typed_path or written_as_paths) and os.path.realpath(first) == os.path.realpath(given)
 
 
 def user_errors(fn):
