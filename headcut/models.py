@@ -173,7 +173,7 @@ def load_model(
         meta = {**meta, **read_task(path, meta, saved)}
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
         _check_outputs(path, meta, num_labels, saved)
-    config = _read_config(path, num_labels, attn_implementation, flag=flag, shape_hash=meta.get(SHAPE_HASH))
+    config = _read_config(path, num_labels, attn_implementation, flag=flag, meta=meta)
     skeleton(path, config, weights)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
@@ -270,7 +270,7 @@ def _outlined(path: Path, *, flag: str, meta: dict | None = None) -> LoadedModel
     meta = _read_meta(path) if meta is None else meta
     meta = {**meta, **read_task(path, meta, read_json_file(path / "config.json"))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
-    config = _read_config(path, num_labels, "eager", flag=flag, shape_hash=meta.get(SHAPE_HASH))
+    config = _read_config(path, num_labels, "eager", flag=flag, meta=meta)
     weights = weights_file(path)  # a pickle is read only by load_model, where --allow-pickle says it may be
     return LoadedModel(skeleton(path, config, weights if weights and weights.suffix != ".bin" else None), None, meta,
                        str(path))
@@ -446,8 +446,8 @@ def _check_activation_record(file: Path, key: str, recorded) -> None:
                         "activation_fn=torch.nn.Identity().")
 
 
-def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str, shape_hash=None):
-    """config.json of `path`, checked; `shape_hash`: headcut.json's hash of the shape record, where it has one."""
+def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str, meta: dict):
+    """config.json of `path`, checked, its shape record against `meta` (headcut.json's record) too."""
     from transformers import AutoConfig
 
     with broken_file(path / "config.json", errors=(Exception,)):  # a value of the wrong type: any error
@@ -460,8 +460,10 @@ def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag:
     if problem:
         raise UserError(f"{setting(flag, path)}: headcut cannot cut a {kind} model with {problem}; use a model "
                         "without it.")
-    _check_shape(path / "config.json", getattr(config, SHAPE_KEY, None))
-    _check_shape_hash(path, getattr(config, SHAPE_KEY, None), shape_hash)
+    shape = getattr(config, SHAPE_KEY, None)
+    _check_shape(path / "config.json", shape, config.num_hidden_layers)
+    _check_shape_hash(path, shape, meta.get(SHAPE_HASH))
+    _check_kept_layers(path, shape, meta)
     config.num_labels = num_labels
     config._attn_implementation = attention_implementation(config, attn_implementation)
     return config
@@ -472,9 +474,10 @@ def _ids(value) -> bool:
     return isinstance(value, list) and all(type(x) is int and x >= 0 for x in value) and len(set(value)) == len(value)
 
 
-def _check_shape(config_file: Path, shape) -> None:
-    """A pruned model's shape record (config.json's headcut_shape), each key of the kind `apply_shape` reads: an
-    edited one was a traceback, or ids read wrongly with exit 0."""
+def _check_shape(config_file: Path, shape, layers: int) -> None:
+    """A pruned model's shape record (config.json's headcut_shape), each key of the kind `apply_shape` reads, with
+    one entry for each of the `layers` config.json builds (the weights are checked against those later): an edited
+    one was a traceback, or ids read wrongly with exit 0."""
     if shape is None:
         return
     where, again = f"{config_file}: {SHAPE_KEY}", "copy the model folder again, or prune it again."
@@ -497,6 +500,10 @@ def _check_shape(config_file: Path, shape) -> None:
         if kept is not None and counts is not None and [len(v) for v in kept] != counts:
             raise UserError(f"{where}.{count_key} is {counts!r:.80}, but {ids_key} keeps "
                             f"{[len(v) for v in kept]!r:.80} per layer; {again}")
+    for key in ("layer_ids", "heads_per_layer", "intermediate_per_layer", "head_ids", "neuron_ids"):
+        if shape.get(key) is not None and len(shape[key]) != layers:
+            raise UserError(f"{where}.{key} has {len(shape[key])} entries, but num_hidden_layers is {layers}, one "
+                            f"entry a layer; {again}")
 
 
 def shape_hash(shape: dict) -> str:
@@ -514,6 +521,24 @@ def _check_shape_hash(path: Path, shape, recorded) -> None:
              else f"no {SHAPE_KEY}, which {META_FILE} records")
     raise UserError(f"{path / 'config.json'}: {found} ({SHAPE_HASH} {json.dumps(recorded)[:40]}): it was edited or "
                     "comes from another model; copy the model folder again, or prune (or save) it again.")
+
+
+def _check_kept_layers(path: Path, shape, meta: dict) -> None:
+    """The layer ids are the ones headcut.json's prune record kept (its plan lists every layer of the model it was
+    cut from, which prune refuses to be pruned already; `layers`: the kept ones, where it dropped any): what a folder
+    saved before headcut.json recorded the shape's hash is still checked against. Was: an id past the source's
+    layers loaded, and labelled every later mask, score and plan wrongly."""
+    prune = meta.get("prune")
+    plan = prune.get("plan") if isinstance(prune, dict) else None
+    ids = (shape or {}).get("layer_ids")
+    counts = plan.get("heads_per_layer") if isinstance(plan, dict) else None
+    if ids is None or not isinstance(counts, list):
+        return
+    kept = plan.get("layers", list(range(len(counts))))
+    if ids != kept:
+        raise UserError(f"{path / 'config.json'}: {SHAPE_KEY}.layer_ids is {ids!r:.80}, but {META_FILE}'s prune record "
+                        f"kept layers {kept!r:.80} of the {len(counts)} of the model it was pruned from; copy the "
+                        "model folder again, or prune it again.")
 
 
 def _headcut_version() -> str:

@@ -2,6 +2,7 @@
 and the measured search that chooses which layers to drop (headcut/prune/layers.py)."""
 import copy
 import json
+import re
 
 import pytest
 import torch
@@ -14,10 +15,11 @@ from headcut.evaluate.fisher import UnitScores, unit_fisher
 from headcut.evaluate.predict import predict_logits
 from headcut.masking import head_mask, layer_mask, neuron_mask
 from headcut import prune_arguments
-from headcut.models import LoadedModel, load_model, save_cross_encoder, save_model
+from headcut.models import LoadedModel, load_model, outline, save_cross_encoder, save_model
 from headcut.prune.budget import UnitPlan, plan_budget
 from headcut.prune.layers import choose_layer_drops, plan_divergence
-from headcut.prune.surgery import apply_unit_plan
+from headcut.prune.plan import HeadPlan
+from headcut.prune.surgery import apply_plan, apply_unit_plan
 from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from tests.conftest import TINY, tiny_inputs, tiny_model
@@ -127,6 +129,44 @@ def test_records_without_layer_ids_mean_every_layer(tmp_path):
     del meta["shape_hash"]  # as saved before headcut.json recorded the shape's hash (and layer ids)
     (saved / "headcut.json").write_text(json.dumps(meta))
     assert layer_ids(load_model(saved).model) == [0, 1, 2]
+
+
+def _old_folder(tmp_path, model, tokenizer, plan_record):
+    """A pruned folder with headcut.json's prune record, as saved before headcut.json recorded shape_hash."""
+    meta = {"grades": [1, 2, 3, 4, 5], "prune": {"plan": plan_record}}
+    saved = save_model(LoadedModel(model, tokenizer, meta), tmp_path / "p")
+    meta = json.loads((saved / "headcut.json").read_text())
+    del meta["shape_hash"]
+    (saved / "headcut.json").write_text(json.dumps(meta))
+    return saved
+
+
+@pytest.mark.parametrize("plan, ids, said", [
+    (UnitPlan(((0, 1, 3), (), (2,), (0, 1, 2, 3)), ((1, 5), (), (2,), (3, 4)), layers=(0, 2, 3)), [0, 2, 7],
+     "layer_ids is [0, 2, 7], but headcut.json's prune record kept layers [0, 2, 3] of the 4 of the model it was"),
+    (UnitPlan(((0, 1, 3), (), (2,), (0, 1, 2, 3)), ((1, 5), (), (2,), (3, 4)), layers=(0, 2, 3)), [0, 1, 3],
+     "layer_ids is [0, 1, 3], but headcut.json's prune record kept layers [0, 2, 3]"),
+    (HeadPlan(((0, 1), (2,), (0, 1, 2, 3)), 4), [0, 1, 5],
+     "layer_ids is [0, 1, 5], but headcut.json's prune record kept layers [0, 1, 2] of the 3"),
+    (HeadPlan(((0, 1), (2,), (0, 1, 2, 3)), 4), [0, 1],
+     "layer_ids has 2 entries, but num_hidden_layers is 3, one entry a layer"),
+], ids=["past-the-source", "another-kept-layer", "heads-plan", "count"])
+def test_layer_ids_edited_in_a_folder_without_a_shape_hash_are_refused(tmp_path, plan, ids, said):
+    """Was: a folder saved before headcut.json recorded shape_hash loaded an edited layer_ids that kept its count and
+    order (one past the 4 layers it was pruned from, too) with exit 0, labelling every later mask, score and plan
+    wrongly; now checked against headcut.json's prune record (its plan lists every layer of the source), in one
+    sentence naming config.json's key."""
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = deep("bert", layers=len(plan.heads_per_layer), vocab_size=max(99, len(tokenizer)))
+    (apply_unit_plan if isinstance(plan, UnitPlan) else apply_plan)(model, plan)
+    saved = _old_folder(tmp_path, model, tokenizer, {"heads_per_layer": plan.heads_per_layer, **plan.to_dict()})
+    assert layer_ids(load_model(saved).model) == layer_ids(model)  # as saved: loads
+    config = json.loads((saved / "config.json").read_text())
+    config["headcut_shape"]["layer_ids"] = ids
+    (saved / "config.json").write_text(json.dumps(config))
+    for read in (load_model, outline):
+        with pytest.raises(UserError, match=re.escape(f"{saved / 'config.json'}: headcut_shape.{said}")):
+            read(saved)
 
 
 @pytest.mark.parametrize("kind", ["bert", "modernbert"])
