@@ -235,7 +235,11 @@ def figure(report: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main():
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; the servers' batching flags default to what `headcut serve` declares (serve.Batching)."""
+    from headcut_grader.serve import Batching
+
+    serving = Batching()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grader", default="runs/bottom3-int8")
     parser.add_argument("--data", default=str(DEV))
@@ -249,14 +253,19 @@ def main():
     parser.add_argument("--max-requests", type=int, default=3000, help="per cell")
     parser.add_argument("--rounds", type=int, default=3, help="headline rounds, taking turns with offline")
     parser.add_argument("--offline-pairs", type=int, default=2048)
-    parser.add_argument("--max-batch", type=int, default=256)
-    parser.add_argument("--max-wait-ms", type=float, default=2.0)
-    parser.add_argument("--max-queue", type=int, default=512)
-    parser.add_argument("--batch-size", type=int, default=16, help="the servers' runtime batch")
+    parser.add_argument("--max-batch", type=int, default=serving.max_batch)
+    parser.add_argument("--max-wait-ms", type=float, default=serving.max_wait_ms)
+    parser.add_argument("--max-queue", type=int, default=serving.max_queue)
+    parser.add_argument("--batch-size", type=int, default=serving.batch_size, help="the servers' runtime batch")
     parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto, for the servers and offline")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.workers < 1 or args.threads < 1 or (args.server_threads is not None and args.server_threads < 1):
         parser.error("--workers, --threads and --server-threads take whole numbers >= 1")
+    return args
+
+
+def main():
+    args = arguments()
     per_worker = args.server_threads or max(1, args.threads // args.workers)
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -272,7 +281,7 @@ def main():
     rows = list(zip(pairs.queries, pairs.titles))[:8192]
     sizes = [int(x) for x in args.sizes.split(",")]
     concurrency = [int(x) for x in args.concurrency.split(",")]
-    grader = Grader(args.grader, threads=args.threads, batch_size=32, backend=args.backend)
+    grader = Grader(args.grader, threads=args.threads, backend=args.backend)  # the runtime's offline batch
     common = ("--max-queue", str(args.max_queue), "--max-pairs", str(max(*sizes, 8)), "--batch-size", str(args.batch_size),
               "--backend", grader.backend.name)
     modes = {"on": ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms), *common),

@@ -273,3 +273,23 @@ def test_the_runtime_s_batch_size_defaults_equal_its_declared_ones():
     flags = {name: next(p.default for p in command.params if p.name == "batch_size")
              for name, command in get_command(app).commands.items()}
     assert flags == {"grade": BATCH_SIZE, "serve": SERVE_BATCH_SIZE}
+
+
+def test_serve_load_measures_the_runtime_with_its_declared_batch_settings():
+    """benchmarks/serve_load.py times the servers and the offline Grader as they run by default. Was: its offline
+    Grader passed batch_size=32 and its --batch-size, --max-batch, --max-wait-ms and --max-queue restated
+    serve.Batching's defaults, agreeing with the runtime by hand."""
+    import dataclasses
+    import importlib.util
+
+    from headcut_grader.serve import Batching
+
+    path = ROOT / "benchmarks" / "serve_load.py"
+    spec = importlib.util.spec_from_file_location("serve_load", path)
+    serve_load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve_load)
+    assert {k: v for k, v in vars(serve_load.arguments([])).items() if k in dir(Batching)} == \
+        dataclasses.asdict(Batching())
+    passed = [f"{path.name}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+              if isinstance(node, ast.Call) and any(k.arg == "batch_size" for k in node.keywords)]
+    assert not passed, f"leave the Grader's batch_size to its declared default: {passed}"
