@@ -8,43 +8,13 @@ apart) and a column of the second.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
+from headcut.arch.parts import LayerParts
 from headcut.arch.stubs import HeadlessAttention, HeadlessSelfAttention, NeuronlessFFN, NeuronlessOutput
 from headcut.arch.table import Architecture, architecture, head_size, num_heads_config
 from headcut.model_arguments import takes_model
-
-
-@dataclass
-class LayerParts:
-    """The linears of one transformer layer. `attention` is None once the layer has lost every head."""
-
-    index: int
-    layer: nn.Module
-    attention: nn.Module | None  # the module whose forward splits heads (holds q/k/v)
-    query: nn.Linear | None  # None also where q, k and v are one fused linear (ModernBERT)
-    key: nn.Linear | None
-    value: nn.Linear | None
-    out: nn.Linear | None  # attention output projection: input = concatenated head outputs
-    ffn_in: nn.Linear | None  # None once the layer has lost every FFN neuron
-    ffn_out: nn.Linear | None
-    head_size: int
-    attention_norm: nn.Module  # the norm whose input is residual + attention output (also in a stub)
-    ffn_norm: nn.Module  # the norm whose input is residual + FFN output (pre-norm: the next layer's, or the final)
-    head_ids: list[int]  # original (unpruned) id of each present head, in weight order
-    neuron_ids: list[int]  # original id of each present FFN neuron, in weight order
-    layer_id: int  # original id of the layer (differs from `index` once surgery removed layers below it)
-
-    @property
-    def num_heads(self) -> int:
-        return len(self.head_ids)
-
-    @property
-    def num_neurons(self) -> int:
-        return len(self.neuron_ids)
 
 
 @takes_model

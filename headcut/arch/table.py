@@ -15,11 +15,10 @@ from torch import nn
 
 from headcut_grader.errors import UserError, quoted
 
+from headcut.arch.parts import LayerParts
 from headcut.arch.stubs import (HeadlessAttention, HeadlessSelfAttention, NeuronlessFFN, NeuronlessIntermediate,
                                 NeuronlessOutput)
 from headcut.model_arguments import takes_model
-
-# `LayerParts` in the annotations below is headcut.arch.layers.LayerParts (that module reads this table).
 
 
 @takes_model
@@ -94,12 +93,12 @@ def _bert_neuronless(layer: nn.Module, bias: torch.Tensor) -> None:
     layer.output = NeuronlessOutput(bias, layer.output.LayerNorm)
 
 
-def _bert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:  # noqa: F821 (see above)
+def _bert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:
     hidden = part.attention_norm(pre_norm)
     return part.layer.output(part.layer.intermediate(hidden), hidden)  # BERT's feed_forward_chunk; DeBERTa's too
 
 
-def _distilbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:  # noqa: F821 (see above)
+def _distilbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:
     hidden = part.attention_norm(pre_norm)
     return part.layer.output_layer_norm(part.layer.ffn(hidden) + hidden)
 
@@ -123,7 +122,7 @@ def _modernbert_neuronless(layer: nn.Module, bias: torch.Tensor) -> None:
     layer.mlp = NeuronlessFFN(bias)
 
 
-def _modernbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:  # noqa: F821 (see above)
+def _modernbert_finish(part: LayerParts, pre_norm: torch.Tensor) -> torch.Tensor:
     return pre_norm + part.layer.mlp(part.attention_norm(pre_norm))
 
 
@@ -216,7 +215,7 @@ class Architecture:
     headless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-head stub (output bias)
     neuronless: Callable[[nn.Module, torch.Tensor], None]  # give a layer its exact 0-neuron FFN stub
     # the layer output from the attention norm's input
-    finish: Callable[["LayerParts", torch.Tensor], torch.Tensor]  # noqa: F821
+    finish: Callable[[LayerParts, torch.Tensor], torch.Tensor]
     positions_after_padding: bool = False  # position ids start after the padding index (fewer usable positions)
     out_inside_attention: bool = False  # the `attention` module applies `out` itself (DistilBERT)
     # more linears whose output rows are per-head blocks, sliced with q/k/v where present; a fused q/k/v
