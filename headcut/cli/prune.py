@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
-                                TITLE_COL, Opt, argument_option, flags_set, number, number_in, progress_bar, quiet_transformers,
-                                read_data, user_errors)
+                                TITLE_COL, Opt, argument_option, flags_set, number, number_in, progress_bar,
+                                quiet_transformers, read_data, user_errors)
 from headcut.prune_arguments import LATENCY_BATCH, argument_range
 from headcut_grader.errors import UserError, quoted
 
@@ -62,7 +62,8 @@ def prune(
     runtime: str = typer.Option("torch-fp32", "--runtime", help="--latency: what the layer cost tables are timed on: "
                                 "torch-fp32, or onnx-int8 / onnx-fp32 (ONNX Runtime, as the exported grader will "
                                 "serve; `headcut export --int8` for onnx-int8)"),
-    scores: Opt[Path] = typer.Option(None, "--scores", help="--keep-ratio: importance.json from `headcut scan` of this model."),
+    scores: Opt[Path] = typer.Option(None, "--scores",
+                                     help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
                                   "mask tuning on (default: the model's recorded dev data, read with its recorded "
                                   "columns, each column flag given replacing its own and --preset all of them). Grades "
@@ -70,10 +71,12 @@ def prune(
                                   "with --eval-data (else quality is reported on these pairs)."),
     method: Opt[str] = typer.Option(None, "--method", help="Criterion that ranks units (evaluate/criteria.py): "
                                      "ablation, kl, gradient, fisher or entropy; default fisher, the only built-in one "
-                                     "that also scores FFN neurons, which --flops/--latency need. With --scores, which "
-                                     "method of the file to use (default: fisher when the file has it, else its first)."),
+                                     "that also scores FFN neurons, which --flops/--latency need. With --scores, "
+                                     "which method of the file to use (default: fisher when the file has it, else its "
+                                     "first)."),
     targets: str = typer.Option("teacher", "--targets", help="--flops/--latency: Fisher targets. teacher = the model's "
-                                "own grade distribution (no labels needed, keeps its judgement); grades = the data's grades."),
+                                "own grade distribution (no labels needed, keeps its judgement); grades = the data's "
+                                "grades."),
     tune: bool = typer.Option(True, "--tune/--no-tune", help="--flops/--latency: re-fit one scale per kept head and "
                               "neuron and a bias shift per layer by least squares so each layer matches the unpruned "
                               "one, then the classification head (each fit kept only if better on held-out pairs)."),
@@ -98,9 +101,10 @@ def prune(
              "1 = a bottom-layer unit counts double against a top-layer unit of the same score"),
     min_heads: int = number_in(argument_range("min_heads"), 0, "--min-heads",
                                help="--keep-ratio: keep at least this many heads in every layer"),
-    iterative: int = number_in(argument_range("iterative"), 0, "--iterative", help="Prune in this many steps, re-scoring between them (0 or 1 = one "
-                            "shot). --flops/--latency: the shares shrink geometrically (0.25 in 5 steps: 0.76, 0.57, "
-                            "0.44, 0.33, 0.25) and the model is re-tuned after each step; slower, by the steps"),
+    iterative: int = number_in(argument_range("iterative"), 0, "--iterative",
+                               help="Prune in this many steps, re-scoring between them (0 or 1 = one shot). "
+                               "--flops/--latency: the shares shrink geometrically (0.25 in 5 steps: 0.76, 0.57, "
+                               "0.44, 0.33, 0.25) and the model is re-tuned after each step; slower, by the steps"),
     eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring "
                                        "data); read with the column flags --data is read with (none: the default "
                                        "columns), so lay both files out alike."),
@@ -112,7 +116,8 @@ def prune(
     label_map: Opt[str] = every_file(LABEL_MAP),
     batch_size: int = BATCH_SIZE,
     bootstrap: int = argument_option("bootstrap", "--bootstrap", help="Bootstrap resamples for the paired 95% CIs"),
-    timing: bool = typer.Option(True, "--timing/--no-timing", help="Measure CPU latency before/after at batch 1, 8, 32."),
+    timing: bool = typer.Option(True, "--timing/--no-timing",
+                                help="Measure CPU latency before/after at batch 1, 8, 32."),
     latency_seconds: float = number(1.0, "--latency-seconds", help="Timed seconds per model and batch size",
                                     low=0.0, high=600.0, low_open=True),
     seed: int = SEED,
