@@ -2,10 +2,10 @@
 set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn grades into scores."""
 from __future__ import annotations
 
-from headcut_grader.data import FILE_KEYS, PRESETS, Pairs, read_pairs
+from headcut_grader.data import FILE_KEYS, PRESETS, Pairs, iter_pairs, read_pairs
 from headcut_grader import errors
 from headcut_grader.errors import UserError, quoted
-from headcut.synthetic import is_synthetic, synthetic_spec
+from headcut.synthetic import SYNTHETIC_PAIRS, is_synthetic, synthetic_spec
 
 
 def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = "grades", name: str = "read_spec spec",
@@ -20,6 +20,20 @@ def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = 
         _check_synthetic_grades(synthetic, options.get("grades") if task == "grades" else None, options.get("keys"))
         return as_scores(synthetic) if task == "score" else synthetic
     return read_pairs(spec, task=task, **options).sample(rows, seed=seed)
+
+
+def count_spec(spec: str, *, at_most: int, **options) -> int:
+    """How many pairs `spec` holds, counted up to `at_most`: a file is read in chunks and only until it holds that
+    many, so time and memory stay bounded whatever its size; its texts are read as read_spec reads them (`options`:
+    read_pairs', its gold unread)."""
+    if is_synthetic(spec):
+        return min(at_most, SYNTHETIC_PAIRS)
+    rows = 0
+    for chunk in iter_pairs(spec, chunk_rows=min(at_most, 10_000), **options, texts_only=True):
+        rows += len(chunk.pairs)
+        if rows >= at_most:
+            return at_most
+    return rows
 
 
 # where read_spec's `rows` is spelled otherwise than rows (headcut_grader.errors.named): a command's --limit, a

@@ -43,7 +43,7 @@ def synthetic_spec(spec: str, n: int | None = None, *, said: str = "n",
     if n is not None and n > MAX_SYNTHETIC:
         raise UserError(f"{setting(name, quoted(spec))}: {n:,} pairs asked for ({said}); the synthetic set is made in "
                         f"memory, so ask for at most {MAX_SYNTHETIC:,}.")
-    return synthetic_pairs(n or 2000, seed=seed)
+    return synthetic_pairs(n or SYNTHETIC_PAIRS, seed=seed)
 
 
 def synthetic_seed(spec: str, *, name: str = "synthetic_seed spec") -> int:
@@ -55,9 +55,10 @@ def synthetic_seed(spec: str, *, name: str = "synthetic_seed spec") -> int:
 
 
 MAX_SYNTHETIC = 1_000_000  # pairs: about 0.13 GB and 20 s to make
+SYNTHETIC_PAIRS = 2000  # the pairs of a synthetic spec that asks for no count
 
 
-def synthetic_pairs(n: int = 2000, *, seed: int = 0) -> Pairs:
+def synthetic_pairs(n: int = SYNTHETIC_PAIRS, *, seed: int = 0) -> Pairs:
     """Deterministic product-search pairs whose grade follows term overlap and attribute agreement.
 
     Synthetic, not real data: grade 5 = same product type, attribute and colour; 4 = one attribute off;

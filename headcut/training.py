@@ -26,7 +26,7 @@ from headcut.batching import Encoded, collate
 from headcut.process_group import close_at_exit
 from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.weight_files import broken_file
-from headcut.data_spec import check_file_keys
+from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash, write_text
@@ -91,13 +91,11 @@ class TrainingRecipe(LoopSettings):
         check_dev_files_apart(self, where)
         check_dev_fraction(self, where, named)
         check_file_keys(self, where, {key: getattr(self, key, None) for key in DATA_KEYS}, file_keys_given(self, named))
-        most = self.most_pairs()
-        if most is not None:  # too few whatever the files hold: said before any model loads
-            check_steps(most[0], settings_from(self), where, pairs=f"at most {most[0]} pairs ({most[1]})")
+        check_fits(self, where)
 
     def most_pairs(self) -> tuple[int, str] | None:
         """The most pairs the run can train on and the keys that say so, where the recipe's keys bound them
-        (train_rows); None where only the files do (the run counts what it read: check_steps)."""
+        (train_rows); None where only the files do (check_fits counts them)."""
         return None if self.train_rows is None else (self.train_rows, f"train_rows={self.train_rows}")
 
 
@@ -618,6 +616,47 @@ def check_steps(n: int, settings: LoopSettings, where: str, *, pairs: str = "") 
                         f"step, but {pairs or f'{n} pairs'} in batches of {settings.batch_size} over "
                         f"epochs={settings.epochs} are {batch_count(n, settings)} batches; lower gradient_accumulation "
                         "or batch_size (--set gradient_accumulation=N).")
+
+
+def check_fits(recipe, where: str) -> None:
+    """The run makes an optimizer step on the most pairs it can train on (check_steps), said before any model loads:
+    as the recipe's keys bound them (most_pairs), else as its data hold them (most_read). `where`: what the sentence
+    is led by (the recipe file and --set values as it is read)."""
+    settings = settings_from(recipe)
+    most = recipe.most_pairs() or most_read(recipe, pairs_for_a_step(settings))
+    if most is not None:
+        check_steps(most[0], settings, where, pairs=f"at most {most[0]} pairs ({most[1]})")
+
+
+ROWS_KEYS = {"train_data": "train_rows", "unlabeled_data": "unlabeled_rows"}  # the key that bounds each one's pairs
+
+
+def most_read(recipe, enough: int) -> tuple[int, str] | None:
+    """The pairs the recipe's data hold (each file's up to its ROWS_KEYS key) and what says so, counted only until
+    they are `enough` (data_spec.count_spec: a big file is not read to its end); None once they are, or where a file
+    is not there (check_data_files says so as the run reads it)."""
+    total, said = 0, []
+    for key in (k for k in TRAINED_KEYS if getattr(recipe, k, None) is not None):
+        spec, bound = getattr(recipe, key), getattr(recipe, ROWS_KEYS[key], None)
+        if not is_synthetic(spec) and not Path(spec).is_file():
+            return None
+        wanted = enough - total if bound is None else min(bound, enough - total)
+        rows = count_spec(spec, at_most=wanted, **dict(file_options(recipe), label_col=None))
+        if rows == enough - total:
+            return None
+        total += rows
+        said.append(f"{ROWS_KEYS[key]}={bound}" if rows == bound else f"{rows} in {key} {spec}")
+    return total, " + ".join(said)
+
+
+def pairs_for_a_step(settings: LoopSettings) -> int:
+    """The fewest pairs on which `train` takes an optimizer step."""
+    batches = math.floor((settings.gradient_accumulation - 1) / settings.epochs) + 1  # per epoch; then exact:
+    while batches > 1 and total_steps((batches - 1) * settings.batch_size, settings):
+        batches -= 1
+    while not total_steps(batches * settings.batch_size, settings):
+        batches += 1
+    return (batches - 1) * settings.batch_size + 1
 
 
 def trained_on(recipe) -> str:

@@ -244,6 +244,43 @@ def test_a_search_whose_first_trial_is_refused_leaves_no_study_behind(tiny_teach
     assert len(tune(fixed, tmp_path / "new", trials=1)["trials"]) == 1
 
 
+def test_an_accumulation_longer_than_the_files_pairs_is_refused_before_any_model_loads(tiny_teacher, tmp_path,  # noqa: F811
+                                                                                      monkeypatch):
+    """Was: without train_rows (or with unlabeled_data but no unlabeled_rows) the pairs were counted only once read,
+    after the teacher and student loaded, led by the data keys. Now the files' pairs are counted (only until they are
+    enough for a step) as the recipe is read, led by its file and --set values, and, for a recipe built in Python,
+    before the teacher loads."""
+    import dataclasses
+
+    import pytest
+
+    import headcut.distill.run as run
+    from headcut.synthetic import synthetic_pairs
+    from headcut_grader.errors import UserError
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model loaded before the refusal")
+
+    monkeypatch.setattr(run, "load_model", no_model)
+    pairs = synthetic_pairs(30, seed=3)
+    unlabeled = tmp_path / "u.tsv"
+    unlabeled.write_text("query\ttitle\n" + "".join(f"{q}\t{t}\n" for q, t in zip(pairs.queries, pairs.titles)))
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, train_rows=None)
+    sets = ["gradient_accumulation=1000", f"unlabeled_data={unlabeled}"]
+    result = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s"),
+                                 *(x for item in sets for x in ("--set", item))])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert (f"{recipe} with --set gradient_accumulation=1000, --set unlabeled_data={unlabeled}: gradient_accumulation="
+            f"1000 batches make one optimizer step, but at most 2030 pairs (2000 in train_data synthetic + 30 in "
+            f"unlabeled_data {unlabeled}) in batches of 16") in said, said
+    assert not (tmp_path / "s").exists() and not (tmp_path / "s.partial").exists()
+    built = dataclasses.replace(recipe_for(tiny_teacher, train_rows=None), gradient_accumulation=1000)
+    with pytest.raises(UserError, match=r"^train_data synthetic: gradient_accumulation=1000 batches make one optimizer "
+                                        r"step, but at most 2000 pairs \(2000 in train_data synthetic\)"):
+        run.distill(built, tmp_path / "s")
+
+
 def test_a_set_value_of_a_field_the_search_draws_is_refused_not_ignored(tiny_teacher, tmp_path):  # noqa: F811
     """Was: `--tune N --set temperature=4` ran every trial at a temperature the search drew, the --set silently
     ignored (exit 0). Now it is refused before any work, naming both ways to have what was meant."""

@@ -317,6 +317,33 @@ def test_an_accumulation_longer_than_train_rows_is_refused_as_the_recipe_is_read
     assert f"but at most {most} pairs (train_rows=32" in said and "lower gradient_accumulation" in said, said
 
 
+def test_a_train_file_too_short_for_one_step_is_refused_as_the_recipe_is_read(tmp_path, tiny_base):
+    """Was: without train_rows the pairs were counted only once the run read them. Now the file is counted as the
+    recipe is read, led by it, and only until its pairs are enough for a step: a long file is not read to its end
+    (here its bad last row is left for the run to find)."""
+    from headcut_grader.errors import UserError
+    from headcut.synthetic import synthetic_pairs
+
+    p = synthetic_pairs(40, seed=1)
+    rows = "query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{p.grades[i]}\n" for q, t, i in zip(p.queries, p.titles,
+                                                                                               p.labels))
+    short, bad_end = tmp_path / "short.tsv", tmp_path / "bad_end.tsv"
+    short.write_text(rows)
+    bad_end.write_text(rows + "q\t\t3\n")
+
+    def read(path, **keys):
+        return from_dict(FinetuneRecipe, dict(model=str(tiny_base), train_data=str(path), batch_size=16, epochs=1,
+                                              **keys), where="r.yaml")
+
+    with pytest.raises(UserError) as caught:
+        read(short, gradient_accumulation=4)
+    assert str(caught.value).startswith(f"r.yaml: gradient_accumulation=4 batches make one optimizer step, but at most "
+                                        f"40 pairs (40 in train_data {short}) in batches of 16 over epochs=1.0 are 3 "
+                                        "batches;"), caught.value
+    assert read(short, gradient_accumulation=3).gradient_accumulation == 3  # 40 pairs are 3 batches: one step
+    assert read(bad_end, gradient_accumulation=2).train_data == str(bad_end)
+
+
 def test_a_run_whose_train_file_changed_is_not_resumed(tmp_path, tiny_base):
     """Was: the resumed run trained on the new file from the old one's checkpoint, exit 0."""
     from headcut_grader.errors import UserError
