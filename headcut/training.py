@@ -30,7 +30,7 @@ from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash, write_text
-from headcut_grader.ranges import check_callbacks, check_ranges, ranged
+from headcut_grader.ranges import BATCH, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
 
 
@@ -38,7 +38,11 @@ from headcut_grader.validation import absent, read_small_text
 class LoopSettings:
     """Each numeric field's allowed range is declared with it (`ranged`) and checked when a recipe is read."""
     epochs: float = ranged(2.0, 0.0, 1000.0, low_open=True)
-    batch_size: int = ranged(32, 1, 65536)  # the global batch: under accelerate launch each process takes a share of it
+    # The global batch: under accelerate launch each process takes a share of it, but a run on one process (without
+    # accelerate launch) forwards it whole, so it reads every batch setting's bound (BATCH, 1..1024); a larger
+    # batch per optimizer step is gradient_accumulation's.
+    batch_size: int = range_field(32, BATCH, beyond="for more pairs per optimizer step, raise gradient_accumulation "
+                                                   "(each step is batch_size x gradient_accumulation pairs)")
     learning_rate: float = ranged(5e-5, 0.0, 1.0, low_open=True)
     warmup_ratio: float = ranged(0.1, 0.0, 1.0)  # share of the steps spent warming up
     weight_decay: float = ranged(0.01, 0.0, 1.0)

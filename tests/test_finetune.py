@@ -1,4 +1,5 @@
 """Fine-tuning: resumes exactly after an interruption (tiny model), and really learns (real MiniLM, real data)."""
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -315,6 +316,28 @@ def test_an_accumulation_longer_than_train_rows_is_refused_as_the_recipe_is_read
     said, path = str(caught.value), find_recipe("minilm_synthetic_cpu", kind=kind)
     assert said.startswith(f"{path} with {', '.join(f'--set {item}' for item in sets)}: "), said
     assert f"but at most {most} pairs (train_rows=32" in said and "lower gradient_accumulation" in said, said
+
+
+@pytest.mark.parametrize("kind", ["finetune", "distill"])
+def test_a_training_batch_past_every_batch_settings_bound_is_refused_with_the_way_to_a_larger_step(kind):
+    """Was: a training recipe's batch_size went up to 65,536 where every other batch setting stops at 1,024
+    (ranges.BATCH), though one process forwards the global batch whole. Now it reads BATCH, and the refusal says
+    how to have more pairs per step: gradient_accumulation."""
+    from headcut.distill.recipe import DistillRecipe
+    from headcut.recipes import load_recipe
+    from headcut.training import LoopSettings
+    from headcut_grader.errors import UserError
+    from headcut_grader.ranges import BATCH, MAX_BATCH
+
+    cls = FinetuneRecipe if kind == "finetune" else DistillRecipe
+    assert next(f for f in dataclasses.fields(LoopSettings) if f.name == "batch_size").metadata["range"] is BATCH
+    with pytest.raises(UserError) as caught:
+        load_recipe(cls, "minilm_synthetic_cpu", overrides=[f"batch_size={MAX_BATCH + 1}"], kind=kind)
+    assert (f"key 'batch_size' is {MAX_BATCH + 1}, which is out of range; it must be in [1, {MAX_BATCH}]; for more "
+            "pairs per optimizer step, raise gradient_accumulation (each step is batch_size x gradient_accumulation "
+            "pairs)") in str(caught.value), caught.value
+    assert load_recipe(cls, "minilm_synthetic_cpu", overrides=[f"batch_size={MAX_BATCH}"],
+                       kind=kind).batch_size == MAX_BATCH
 
 
 def test_a_train_file_too_short_for_one_step_is_refused_as_the_recipe_is_read(tmp_path, tiny_base):

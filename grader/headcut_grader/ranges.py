@@ -55,9 +55,10 @@ def ranged(default, low=None, high=None, *, low_open=False, high_open=False, met
     return dataclasses.field(default=default, metadata={**(metadata or {}), "range": valid})
 
 
-def range_field(default, valid: Range):
-    """A dataclass field whose values must lie in `valid`, a range declared elsewhere (a library function's)."""
-    return dataclasses.field(default=default, metadata={"range": valid})
+def range_field(default, valid: Range, *, beyond: str = ""):
+    """A dataclass field whose values must lie in `valid`, a range declared elsewhere (a library function's);
+    `beyond`: what to do instead of a value past its bounds, said with them (field_problem)."""
+    return dataclasses.field(default=default, metadata={"range": valid, **({"beyond": beyond} if beyond else {})})
 
 
 def same_as(cls, name: str):
@@ -81,7 +82,8 @@ def field_problem(f: dataclasses.Field, value) -> str | None:
         if problem is None and whole and as_whole(item) is None:
             problem = f"is not a whole number; it must be {valid.describe()}"
         if problem:
-            return f"key '{f.name}' is {_shown(item)}, which {problem}."
+            beyond = f"; {f.metadata['beyond']}" if "beyond" in f.metadata and problem.startswith("is out") else ""
+            return f"key '{f.name}' is {_shown(item)}, which {problem}{beyond}."
     return None
 
 
