@@ -244,6 +244,55 @@ def test_a_search_whose_first_trial_is_refused_leaves_no_study_behind(tiny_teach
     assert len(tune(fixed, tmp_path / "new", trials=1)["trials"]) == 1
 
 
+def test_a_search_that_stops_after_a_scored_trial_hands_on_its_best_and_says_why(tiny_teacher, tmp_path,  # noqa: F811
+                                                                                  monkeypatch):
+    """Was: a search that stopped after some trials scored (a later trial diverged, or too many had no metric) kept
+    its study and wrote no tune.json, exit 2, and the diverged trial, left running, was drawn again by every rerun.
+    Now tune.json names the best scored trial and records why the search stopped; the refused trial is failed."""
+    import types
+
+    import optuna
+
+    import headcut.distill.tune as tune_module
+    from headcut.distill.tune import STUDY_FILE, read_tune
+    from headcut_grader.errors import UserError
+
+    real, calls = tune_module.distill, []
+
+    def diverges_after_one(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise UserError("training diverged: a batch's loss is nan; lower learning_rate (nothing was published).")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tune_module, "distill", diverges_after_one)
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, epochs=0.5, eval_every=100, tune_fields=["temperature"])
+    result = runner.invoke(app, ["distill", str(recipe), "--tune", "3", "--out", str(tmp_path / "study")])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert ("the search stopped early, after 1 of 3 trials, at trial 1: training diverged: a batch's loss is nan; "
+            "lower learning_rate (nothing was published). The best is of the 1 scored") in said, said
+    summary = read_tune(tmp_path / "study")
+    assert len(summary["trials"]) == 1 and summary["best"]["number"] == 0
+    assert summary["stopped"] == {"trials_asked": 3, "trial": 1, "reason": "training diverged: a batch's loss is nan; "
+                                  "lower learning_rate (nothing was published)."}
+    storage = f"sqlite:///{tmp_path / 'study' / STUDY_FILE}"
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL"]
+
+    scores = [0.5, float("nan"), float("nan")]  # too many trials without a metric stop the search alike
+
+    def scores_then_nan(candidate, folder, **_):
+        folder.mkdir(parents=True, exist_ok=True)
+        return types.SimpleNamespace(metrics={"after": {"spearman": scores.pop(0)}})
+
+    monkeypatch.setattr(tune_module, "distill", scores_then_nan)
+    stopped = tune_module.tune(recipe_for(tiny_teacher, tune_fields=("temperature",)), tmp_path / "nan", trials=2)
+    assert len(stopped["trials"]) == 1 and stopped["best"]["value"] == 0.5
+    assert stopped["stopped"]["reason"].startswith("the students of 2 trials have no spearman on the dev pairs")
+    assert read_tune(tmp_path / "nan") == stopped
+
+
 def test_an_accumulation_longer_than_the_files_pairs_is_refused_before_any_model_loads(tiny_teacher, tmp_path,  # noqa: F811
                                                                                       monkeypatch):
     """Was: without train_rows (or with unlabeled_data but no unlabeled_rows) the pairs were counted only once read,

@@ -127,29 +127,53 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
     for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
         study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
         study.enqueue_trial(stale.params)
-    ranges, unscored = tune_ranges(), 0
+    unscored, stopped = 0, None
     while _complete(study) < trials:
         trial = study.ask()
-        values = {name: trial.suggest_float(name, ranges[name][0], ranges[name][1], log=ranges[name][2])
-                  for name in recipe.searched_fields}
-        candidate = dataclasses.replace(recipe, **values)
-        folder = out / TRIALS / run_hash(candidate, read)
-        metrics = _finished_metrics(folder)
-        if metrics is None:
-            result = distill(candidate, folder, overwrite=True, progress=progress)
-            metrics = result.metrics
-        value = _metric(metrics, recipe.select_metric)
-        trial.set_user_attr("artifact", _in_study(folder))
-        if value is None:  # optuna fails such a trial and asks for another: N in a row would never end
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            unscored += 1
-            _check_scored(unscored, trials, recipe)
-            continue
+        try:
+            values, folder, value = _run_trial(trial, recipe, out, read, progress)
+            if value is None:  # optuna fails such a trial and asks for another: N in a row would never end
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                unscored += 1
+                _check_scored(unscored, trials, recipe)
+                continue
+        except UserError as e:
+            stopped = _stopped_early(study, trial, e, trials)
+            break
         study.tell(trial, value)
         if on_trial:
             on_trial({"number": trial.number, "params": values, "value": value, "artifact": str(folder)})
-    write_json(out / SUMMARY_FILE, _summary(study, recipe))
+    write_json(out / SUMMARY_FILE, _summary(study, recipe) | ({"stopped": stopped} if stopped else {}))
     return read_tune(out)
+
+
+def _run_trial(trial, recipe: DistillRecipe, out: Path, read: dict, progress) -> tuple[dict, Path, float | None]:
+    """The trial's drawn values, its student's folder and its select_metric (None: not a number), distilled unless a
+    finished student of the same recipe and inputs is there."""
+    ranges = tune_ranges()
+    values = {name: trial.suggest_float(name, ranges[name][0], ranges[name][1], log=ranges[name][2])
+              for name in recipe.searched_fields}
+    candidate = dataclasses.replace(recipe, **values)
+    folder = out / TRIALS / run_hash(candidate, read)
+    metrics = _finished_metrics(folder)
+    if metrics is None:
+        metrics = distill(candidate, folder, overwrite=True, progress=progress).metrics
+    trial.set_user_attr("artifact", _in_study(folder))
+    return values, folder, _metric(metrics, recipe.select_metric)
+
+
+def _stopped_early(study, trial, error: UserError, trials: int) -> dict:
+    """Why the search stops before `trials` trials are complete: `error`, refused in `trial` (a trial that diverged,
+    or too many without a metric: _check_scored). Where a trial scored, its best is what the search hands on: the
+    refused trial is failed (a rerun draws other values rather than repeat it) and the record says so; where none
+    did, there is nothing to hand on and `error` is raised."""
+    import optuna
+
+    if not _complete(study):
+        raise error
+    if trial.number in {t.number for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))}:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return {"trials_asked": trials, "trial": trial.number, "reason": str(error)}
 
 
 def _check_scored(unscored: int, trials: int, recipe: DistillRecipe) -> None:
@@ -175,9 +199,11 @@ def _searching_without(recipe: DistillRecipe, key: str) -> str:
 
 def read_tune(out: str | Path) -> dict:
     """The study summary in `out/tune.json`, each trial's `artifact` resolved against `out` (as a path usable from
-    here), so a moved study folder still names its students. Only the best student must be there: it is what the
-    search hands on (`headcut distill --tune` prints it). The other trials' paths only record where each student
-    was written, and may name folders deleted since to free space (loading one then says it is missing)."""
+    here), so a moved study folder still names its students; `stopped` where the search stopped before the trials
+    it was asked for (_stopped_early: trials_asked, the refused trial and the reason). Only the best student must be
+    there: it is what the search hands on (`headcut distill --tune` prints it). The other trials' paths only record
+    where each student was written, and may name folders deleted since to free space (loading one then says it is
+    missing)."""
     out = as_path(out, "read_tune out")
     path = out / SUMMARY_FILE
     try:
