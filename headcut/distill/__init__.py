@@ -7,7 +7,8 @@ from headcut.distill.students import Student, build_student, config_student, tea
 from headcut.distill.tune import read_tune
 
 __all__ = [
-    "teacher_logits", "attention_kl", "even_layer_map", "hidden_mse", "kd_loss", "margin_mse", "score_mse", "DistillRecipe", "tune_ranges",
+    "teacher_logits", "attention_kl", "even_layer_map", "hidden_mse", "kd_loss", "margin_mse", "score_mse",
+    "DistillRecipe", "tune_ranges",
     "distill", "DistillResult", "Student", "build_student", "config_student", "teacher_source",
     "read_tune",
 ]

@@ -55,8 +55,8 @@ def _hidden(x: StepInputs, f: Fixed) -> torch.Tensor:
 
 
 def _attention(x: StepInputs, f: Fixed) -> torch.Tensor:
-    return attention_kl(per_layer(x.student.attentions, f.student_heads), per_layer(x.teacher.attentions, f.teacher_heads),
-                        x.attention_mask, layer_map=f.layer_map)
+    return attention_kl(per_layer(x.student.attentions, f.student_heads),
+                        per_layer(x.teacher.attentions, f.teacher_heads), x.attention_mask, layer_map=f.layer_map)
 
 
 # Summed in this order (the grades order is the one distill always had, so its losses are bit-identical).

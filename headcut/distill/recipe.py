@@ -82,7 +82,8 @@ class DistillRecipe(TrainingRecipe):
             raise UserError(f"{where}: no teacher; pass --set teacher=DIR (a fine-tuned grader).", about=("teacher",))
         self._check_task_keys(where, named)
         self._check_student_keys(where, named)
-        if self.task == "grades" and not (self.kd_weight or self.ce_weight or self.hidden_weight or self.attention_weight):
+        if self.task == "grades" and not (self.kd_weight or self.ce_weight or self.hidden_weight
+                                          or self.attention_weight):
             raise UserError(f"{where}: every loss weight is 0; set kd_weight or ce_weight above 0.",
                             about=("kd_weight", "ce_weight"))
         if self.task == "score" and not (self.mse_weight or self.margin_weight or self.gold_weight or self.hidden_weight
@@ -140,7 +141,8 @@ STUDENT_KEYS = {"bottom-k": ("keep_layers",), "pruned": ("student_model",),
 # The recipe keys only one task's losses read (headcut.distill.objective.LOSSES), and what --tune searches there.
 TASK_KEYS = {"grades": ("grades", "temperature", "kd_weight", "ce_weight", "ordinal_weight"),
              "score": ("mse_weight", "margin_weight", "gold_weight")}
-TUNED = {"grades": ("temperature", "kd_weight", "learning_rate"), "score": ("mse_weight", "margin_weight", "learning_rate")}
+TUNED = {"grades": ("temperature", "kd_weight", "learning_rate"),
+         "score": ("mse_weight", "margin_weight", "learning_rate")}
 
 
 def tune_ranges() -> dict[str, tuple[float, float, bool]]:

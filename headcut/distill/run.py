@@ -118,7 +118,8 @@ class Distillation:
     `train` (the shared loop, then the dev metrics and the published artifact)."""
 
     def __init__(self, recipe: DistillRecipe, out: Path, *, overwrite: bool, progress, cache_dir, flag: str = "out"):
-        self.recipe, self.out, self.overwrite, self.progress, self.cache_dir = recipe, out, overwrite, progress, cache_dir
+        self.recipe, self.out, self.overwrite = recipe, out, overwrite
+        self.progress, self.cache_dir = progress, cache_dir
         self.flag = flag  # what the caller named `out` by (run_folder.out_flag)
 
     # --- setup ------------------------------------------------------------------------------------------
@@ -133,7 +134,8 @@ class Distillation:
         self._setup_data()
         # opened only once models and data load, so a mistyped teacher or a bad file leaves no half-made run folder
         check_steps(len(self.encoded), settings_from(recipe), trained_on(recipe))
-        read = (self.teacher.weights_hash, self.student.loaded.weights_hash, self.pairs.fingerprint, self.dev.fingerprint)
+        read = (self.teacher.weights_hash, self.student.loaded.weights_hash, self.pairs.fingerprint,
+                self.dev.fingerprint)
         self.folder = RunFolder.open(self.out, run_hash(recipe, *read), {"recipe": to_dict(recipe)},
                                      overwrite=self.overwrite, flag=self.flag)
         self._setup_targets()
@@ -196,7 +198,8 @@ class Distillation:
 
     def _loss_step(self, m, batch, rows) -> torch.Tensor:
         recipe, device = self.recipe, batch["input_ids"].device
-        result = m(**batch, output_hidden_states=recipe.hidden_weight > 0, output_attentions=recipe.attention_weight > 0)
+        result = m(**batch, output_hidden_states=recipe.hidden_weight > 0,
+                   output_attentions=recipe.attention_weight > 0)
         target = None
         if self.online:
             matched = set(self.student.layer_map) if recipe.attention_weight > 0 else None
@@ -232,7 +235,8 @@ class Distillation:
             "max_length": recipe.max_length,
             "recipe": to_dict(recipe),
             "teacher": {"path": str(Path(teacher.path).resolve()), "weights_hash": teacher.weights_hash},
-            "student": {"kind": student.kind, "layer_map": student.layer_map, "parameters": count_parameters(self.model)},
+            "student": {"kind": student.kind, "layer_map": student.layer_map,
+                        "parameters": count_parameters(self.model)},
             "train_data": self.pairs.provenance(),
             "dev_data": dev_record(recipe, self.dev),
         }
@@ -246,8 +250,8 @@ class Distillation:
 
         settings = settings_from(recipe)
         projections = self.fixed.projections
-        state = train(self.model, self.encoded, settings=settings, loss_fn=self._loss_step, evaluate_fn=self._dev_metrics,
-                      work_dir=folder.path, save_best=save_best,
+        state = train(self.model, self.encoded, settings=settings, loss_fn=self._loss_step,
+                      evaluate_fn=self._dev_metrics, work_dir=folder.path, save_best=save_best,
                       extra_modules=[projections] if projections is not None else [],
                       progress=self.progress, stop_after_steps=stop_after_steps, query_ids=self.query_ids)
         training = {"steps": state.step, "best_step": state.best_step, "history": state.history,

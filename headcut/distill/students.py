@@ -35,7 +35,8 @@ def teacher_source(recipe: DistillRecipe) -> str:
         return recipe.teacher
     record = recorded_teacher(load_model_meta(recipe.student_model, flag="student_model"))
     if record is None:
-        raise UserError(f"{recipe.student_model}/headcut.json names no teacher; pass --set teacher=DIR (the unpruned grader).")
+        raise UserError(f"{recipe.student_model}/headcut.json names no teacher; pass --set teacher=DIR (the unpruned "
+                        "grader).")
     return record["path"]
 
 
@@ -135,4 +136,5 @@ def _task_words(task: str) -> str:
 def _check_vocab(student, teacher, where: str) -> None:
     s, t = student.get_input_embeddings().num_embeddings, teacher.get_input_embeddings().num_embeddings
     if s != t:
-        raise UserError(f"{where} has a {s}-token vocabulary but the teacher has {t}; distil from the teacher it was cut from.")
+        raise UserError(f"{where} has a {s}-token vocabulary but the teacher has {t}; distil from the teacher it was "
+                        "cut from.")

@@ -57,7 +57,8 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     trials = checked_number(trials, named("trials", names, section="", spelled=TRIALS_SPELLED), Range(1), whole=True)
     check_recipe(recipe, DistillRecipe, "tune recipe")
     if not recipe.searched_fields:
-        raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. --set tune_fields=[temperature].")
+        raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. "
+                        "--set tune_fields=[temperature].")
     _check_out(out, recipe, overwrite=overwrite, flag=flag)
     read = inputs_read(recipe)  # a bad data file is said before the study opens
     made, fresh = not out.exists(), overwrite or not (out / STUDY_FILE).exists()
@@ -338,8 +339,8 @@ def _summary(study, recipe: DistillRecipe) -> dict:
     import optuna
 
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    records = [{"number": t.number, "params": t.params, "value": t.value, "artifact": _in_study(t.user_attrs["artifact"])}
-               for t in done]
+    records = [{"number": t.number, "params": t.params, "value": t.value,
+                "artifact": _in_study(t.user_attrs["artifact"])} for t in done]
     best = study.best_trial
     return {"study": study.study_name, "metric": recipe.select_metric, "trials": records,
             "best": {"number": best.number, "params": best.params, "value": best.value,
