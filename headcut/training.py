@@ -135,9 +135,10 @@ def check_data_files(recipe) -> None:
 
 def same_data(a: str, b: str) -> bool:
     """Whether two data specs name the same pairs: one synthetic seed ('synthetic' is seed 0), one file, or two
-    files of the same bytes (a copy)."""
+    files of the same bytes (a copy). A malformed seed names no pairs: check_data_files names it by its key."""
     if is_synthetic(a) or is_synthetic(b):
-        return is_synthetic(a) and is_synthetic(b) and synthetic_seed(a) == synthetic_seed(b)
+        seed = _seed_or_none(a) if is_synthetic(a) and is_synthetic(b) else None
+        return seed is not None and seed == _seed_or_none(b)
     first, second = Path(a), Path(b)
     if first.resolve() == second.resolve():
         return True
@@ -145,6 +146,13 @@ def same_data(a: str, b: str) -> bool:
         return first.stat().st_size == second.stat().st_size and file_hash(first) == file_hash(second)
     except OSError:  # a missing file is named by check_data_files
         return False
+
+
+def _seed_or_none(spec: str) -> int | None:
+    try:
+        return synthetic_seed(spec)
+    except UserError:
+        return None
 
 
 def is_set(recipe, key: str, named: frozenset) -> bool:

@@ -1088,6 +1088,11 @@ def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_pat
                 tmp_path / "p"), f"--eval-data 'synthetic:-1': {fix}")
     refused(run("run", "quickstart", "--set", "data.train=synthetic:x", "-o", tmp_path / "r"),
             f"--set data.train='synthetic:x': {fix}")
+    # was: "quickstart.yaml: synthetic_seed spec='synthetic:x': ...", twice, as training.same_data compared it
+    refused(run("run", "quickstart", "--set", "data.dev=synthetic:x", "-o", tmp_path / "r"),
+            f"--set data.dev='synthetic:x': {fix}")
+    refused(run("finetune", "finetune/minilm_synthetic_cpu", "--set", "dev_data=synthetic:x", "-o", tmp_path / "f"),
+            f"dev_data='synthetic:x': {fix}")
     runs = tmp_path.parent / f"{tmp_path.name}-runs"  # tmp_path itself is to stay empty
     runs.mkdir()
     quickstart = (ROOT / "recipes" / "run" / "quickstart.yaml").read_text()
