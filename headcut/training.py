@@ -118,7 +118,7 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
             raise UserError(f"{where}: dev_data {recipe.dev_data} holds the {key}'s pairs, so checkpoints would be "
                             "chosen and dev metrics reported on pairs it trains on; pass other pairs (synthetic:1 for "
                             "another synthetic draw), or remove dev_data to hold out dev_fraction of train_data by "
-                            "query.")
+                            "query.", about=("dev_data",))
 
 
 def check_data_files(recipe) -> None:

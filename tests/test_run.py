@@ -1068,6 +1068,7 @@ def test_a_students_loss_weights_refused_together_are_led_by_where_they_came_fro
     (["distill.bottom3.unlabeled_rows=5"], "key 'unlabeled_rows' is set but unlabeled_data is not"),
     (["distill.bottom3.unlabeled_data=synthetic"], "key 'unlabeled_data' takes a file of pairs without grades"),
     (["distill.bottom3.dev_fraction=0.3", "data.dev=synthetic:5"], "key 'dev_fraction' (0.3) holds out a share"),
+    (["teacher.dev_data=synthetic"], "dev_data synthetic holds the train_data's pairs"),
     (["distill.bottom3.layer_map=[0]", "distill.bottom3.student_layers=2", "distill.bottom3.student=config"],
      "layer_map=[0] has 1 entries for 2 student layers"),
 ])
@@ -1096,6 +1097,28 @@ def test_a_sub_recipe_key_the_run_section_gave_refused_by_its_check_is_led_by_th
         load_pipeline(run)
     assert str(caught.value).startswith(f"{run}: [distill.bottom3]: key 'layer_map' matches layers"), \
         str(caught.value)
+
+
+DEV_IS_TRAIN = ("dev_data {dev} holds the train_data's pairs, so checkpoints would be chosen and dev metrics "
+                "reported on pairs it trains on; pass other pairs (synthetic:1 for another synthetic draw), or remove "
+                "dev_data to hold out dev_fraction of train_data by query.")
+
+
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+@pytest.mark.parametrize("items", [["data.dev=synthetic"], ["data.train=synthetic:3", "data.dev=synthetic:3"]])
+def test_a_data_key_a_sub_recipe_refuses_is_led_by_where_the_run_got_it(tmp_path, given, items):
+    """Was: 'quickstart.yaml: [teacher] (minilm_synthetic_cpu.yaml): dev_data synthetic holds ...; [distill.bottom3]
+    (minilm_synthetic_cpu.yaml): ...', led by the teacher's and the student's sections and recipe files, none of
+    which holds data.dev, once per sub-recipe; now once, led by the --set that gave data.dev (a SetError), or by
+    the run recipe's file and its [data] section."""
+    from headcut.recipes import SetError
+
+    with pytest.raises(UserError) as caught:
+        given_recipe(tmp_path, given, items)
+    dev = items[-1].partition("=")[2]
+    lead = f"--set {items[-1]}: " if given == "--set" else f"{tmp_path / 'run.yaml'}: [data]: "
+    assert str(caught.value) == lead + DEV_IS_TRAIN.format(dev=dev)
+    assert isinstance(caught.value, SetError) == (given == "--set")
 
 
 def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_recipe(tmp_path):

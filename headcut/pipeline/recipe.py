@@ -12,15 +12,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from headcut.data_spec import check_file_keys
-from headcut_grader.data import file_keys
+from headcut_grader.data import FILE_KEYS, file_keys
 from headcut_grader.errors import Given, Typed, UserError, concerning, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import (SetError, find_recipe, from_dict, mistyped_text, nearest, parse_override,
-                             read_recipe_file, refuse_repeat, text_fix, to_dict)
+from headcut.recipes import (SetError, _led_again, find_recipe, from_dict, mistyped_text, nearest,
+                             parse_override, read_recipe_file, refuse_repeat, text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
 
@@ -559,8 +559,12 @@ def key_names(recipe: PipelineRecipe, section: str, **elsewhere: tuple[str, ...]
                           if path in dict(recipe.origins)})
 
 
+# a sub-recipe's keys that the run's [data] gives it -> its key there
+DATA_INTO_SUBS = {"train_data": "train", "dev_data": "dev", **{key: key for key in FILE_KEYS}}
+
+
 def _common(data: DataSection) -> dict:
-    return {"train_data": data.train, "dev_data": data.dev, **file_keys(data)}
+    return {key: getattr(data, name) for key, name in DATA_INTO_SUBS.items()}
 
 
 UPSTREAM = ("<teacher>", "<pruned>")  # what planned sub-recipes name in place of the models the run makes
@@ -603,18 +607,39 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
                 overrides=dict(student.overrides), adjust=adjust, origins=_set_in(recipe, ("distill", name)))
         except UserError as e:
             problems.append(_sub_problem(e, recipe, ("distill", name)))
-    if problems:
-        raise _refused(problems)
+    if problems:  # one refusal of the run's [data], led by [data], is said once, not once per sub-recipe
+        raise _refused(list(dict.fromkeys(problems)))
     return out
 
 
 def _sub_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> str:
     """A sub-recipe's refusal as one of the run's problems: one about its recipe: key (a name no recipe has) is led
-    by the --set that gave that key, if one did."""
+    by the --set that gave that key, if one did; one about keys the run's [data] gave it, by where [data] got them."""
     given = _set_in(recipe, section).get("recipe")
     if given and "recipe" in error.about:
         return SetProblem(f"{given}: {error}")
-    return _problem_of(error)
+    return _data_problem(error, recipe, section) or _problem_of(error)
+
+
+def _data_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> str | None:
+    """A sub-recipe's refusal about keys (UserError.about) that the run's [data] gave it (DATA_INTO_SUBS) and its
+    section left alone, led by the --sets that gave them all, else by [data] (the run recipe's file leads, _refused);
+    None for any other. The sub-recipe's check led it by the section (recipes._checked_together), which holds none."""
+    keys, overrides = error.about, _overrides(recipe, section)
+    if not keys or not all(key in DATA_INTO_SUBS and key not in overrides
+                           and getattr(recipe.data, DATA_INTO_SUBS[key]) is not None for key in keys):
+        return None
+    paths, origins = [("data", DATA_INTO_SUBS[key]) for key in keys], dict(recipe.origins)
+    by_sets = _by(origins, *paths)
+    lead = by_sets[:-2] if by_sets else "[data]" + "".join(f" with {origins[p]}" for p in paths if p in origins)
+    text = str(_led_again(error, f"[{'.'.join(section)}]", lead))
+    return SetProblem(text) if by_sets else text
+
+
+def _overrides(recipe: PipelineRecipe, section: tuple[str, ...]) -> dict:
+    """The keys the run's `section` (('teacher',), ('distill', NAME)) sets over its recipe file."""
+    part = recipe.teacher if section == ("teacher",) else dict(recipe.distill)[section[1]]
+    return dict(part.overrides)
 
 
 def scan_settings(recipe: PipelineRecipe):
