@@ -375,6 +375,24 @@ def test_scan_and_bootstrap_defaults_are_declared_once_for_the_library_the_flags
     assert field(ScanSection, "draws")[1] is argument_range("draws")  # its default is the run's own quick look (3)
 
 
+def test_a_run_recipe_s_bench_batch_takes_the_range_headcut_bench_batch_sizes_reads(tmp_path):
+    """Was: [bench] batch declared its own 1..4096 (equal to prune's latency_batch, another setting), so the run's
+    bench stage timed batches `headcut bench --batch-sizes` (BenchSettings' batch sizes, which stop at MAX_BATCH)
+    refuses. Now it reads headcut_grader.ranges.BATCH, the batch-size range every command reads."""
+    import dataclasses
+
+    from headcut.pipeline import load_pipeline
+    from headcut.pipeline.recipe import BenchSection
+    from headcut.recipes import SetError
+    from headcut_grader.ranges import BATCH, MAX_BATCH
+
+    assert next(f for f in dataclasses.fields(BenchSection) if f.name == "batch").metadata["range"] is BATCH
+    over = f"bench.batch={MAX_BATCH + 1}"
+    with pytest.raises(SetError, match=rf"^--set {over}: key 'batch' is {MAX_BATCH + 1}, which is out of range; it "
+                                       rf"must be in \[1, {MAX_BATCH}\]"):
+        load_pipeline("quickstart", overrides=[over, "bench.seq_len=8"])
+
+
 def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
     """Was: `headcut probe --batch-size` declared its own Range(1, MAX_BATCH) beside common.BATCH_SIZE's. Every
     --batch-size, --bootstrap, --seed, --max-length, --draws and --k of every headcut command now reads

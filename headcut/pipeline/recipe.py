@@ -15,7 +15,7 @@ from headcut.data_spec import check_file_keys
 from headcut_grader.data import FILE_KEYS, file_keys
 from headcut_grader.errors import Given, Typed, UserError, concerning, quoted, shown
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
-from headcut_grader.ranges import MAX_THREADS, check_timed_batch, range_field, ranged, same_as
+from headcut_grader.ranges import BATCH, MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
@@ -100,7 +100,7 @@ class ExportSection:
 
 @dataclass(frozen=True)
 class BenchSection:
-    batch: int = ranged(32, 1, 4096)
+    batch: int = range_field(32, BATCH)  # headcut bench --batch-sizes' range: the stage times as it does
     seq_len: int = ranged(64, 8, 8192)
     repeats: int = ranged(10, 1, 10_000)
     threads: int = ranged(2, 1, MAX_THREADS)
