@@ -121,10 +121,24 @@ def check_dev_gold(recipe: TrainingRecipe, dev: Pairs) -> None:
         return
     where = (f"dev_data {recipe.dev_data}" if recipe.dev_data is not None else
              f"the dev pairs held out of train_data {recipe.train_data} (dev_fraction={recipe.dev_fraction})")
-    pairs = f"all {len(dev)} dev pairs have" if len(dev) > 1 else "the one dev pair has"
-    raise UserError(f"{where}: {pairs} {what} {gold[0]:g}; Spearman (select_metric) against "
-                    f"one {what} is undefined, so no checkpoint could be chosen on it; pass dev pairs of two or more "
-                    f"{what}s (--set dev_data=FILE), or set select_metric=loss.")
+    raise spearman_undefined(where, len(dev), what, gold[0], pairs="dev", metric="Spearman (select_metric)",
+                             so="no checkpoint could be chosen on it",
+                             fix="with --set dev_data=FILE, or set select_metric=loss")
+
+
+def spearman_undefined(where: str, rows: int, what: str, value: float, *, pairs: str, so: str, fix: str,
+                       metric: str = "Spearman") -> UserError:
+    """The refusal of `rows` `pairs` pairs (dev, test) that all share one gold `value`, a `what` (grade or score),
+    against which Spearman is undefined: led by `where` (the file, flag or key that named them), saying what that
+    stops (`so`) and how else to fix it (`fix`, after 'pass PAIRS pairs of two or more WHATs')."""
+    return UserError(f"{where}: {one_gold(rows, pairs, what, value)}; {metric} against one {what} is undefined, so "
+                     f"{so}; pass {pairs} pairs of two or more {what}s {fix}.")
+
+
+def one_gold(rows: int, pairs: str, what: str, value: float) -> str:
+    """'all 12 dev pairs have grade 3', or 'the one dev pair has grade 3': `rows` `pairs` pairs of one gold value."""
+    have = f"all {rows} {pairs} pairs have" if rows > 1 else f"the one {pairs} pair has"
+    return f"{have} {what} {value:g}"
 
 
 def gold_values(recipe: TrainingRecipe, pairs: Pairs) -> tuple[str, list]:
@@ -140,9 +154,8 @@ def check_train_gold(recipe: FinetuneRecipe, train_pairs: Pairs) -> None:
     what, gold = gold_values(recipe, train_pairs)
     if len(set(gold)) > 1:
         return
-    pairs = f"all {len(train_pairs)} training pairs have" if len(train_pairs) > 1 else "the one training pair has"
-    raise UserError(f"train_data {recipe.train_data}: {pairs} {what} {gold[0]:g}, so the grader would learn to give "
-                    f"every pair that {what}; train on pairs of two or more {what}s.")
+    raise UserError(f"train_data {recipe.train_data}: {one_gold(len(train_pairs), 'training', what, gold[0])}, so the "
+                    f"grader would learn to give every pair that {what}; train on pairs of two or more {what}s.")
 
 
 def selection_pairs(recipe: TrainingRecipe) -> Pairs | None:

@@ -464,14 +464,18 @@ def one_gold_file(path, column: str):
 
 @pytest.mark.parametrize("task, column", [("grades", "grade"), ("score", "score")])
 def test_a_dev_set_of_one_gold_value_is_refused_before_training(tmp_path, tiny_base, task, column):
-    """Was: checkpoints chosen on Spearman against a constant, which reads 0.0000 for every checkpoint."""
+    """Was: checkpoints chosen on Spearman against a constant, which reads 0.0000 for every checkpoint. Worded as a
+    run's test pairs of one grade are (finetune.spearman_undefined); was '(--set dev_data=FILE)' where that one
+    said 'with --set data.test=FILE'."""
     from headcut_grader.errors import UserError
     from headcut.finetune import load_data
 
     dev = one_gold_file(tmp_path / "dev.tsv", column)
     recipe = tiny_recipe(tiny_base, task=task, dev_data=str(dev))
     with pytest.raises(UserError, match=rf"dev_data .*dev.tsv: all 12 dev pairs have {column} 3; Spearman "
-                                        rf"\(select_metric\) against one {column} is undefined.*select_metric=loss"):
+                                        rf"\(select_metric\) against one {column} is undefined, so no checkpoint "
+                                        rf"could be chosen on it; pass dev pairs of two or more {column}s with --set "
+                                        rf"dev_data=FILE, or set select_metric=loss\.$"):
         finetune(recipe, tmp_path / "run")
     assert not (tmp_path / "run.partial").exists()
     assert len(load_data(tiny_recipe(tiny_base, task=task, dev_data=str(dev), select_metric="loss"))[1]) == 12

@@ -1409,8 +1409,10 @@ def test_test_pairs_of_one_grade_stop_the_run_before_any_stage(tmp_path):
     result = CliRunner().invoke(app, ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", f"data.test={test}"])
     message = result.stderr.strip()
     assert result.exit_code == 2 and "\n" not in message and "Traceback" not in message, result.output
-    assert f"--set data.test={test}: all 4 test pairs have grade 3" in message, message
-    assert "two or more grades with --set data.test=FILE" in message and not (tmp_path / "out").exists()
+    assert message.endswith(f"--set data.test={test}: all 4 test pairs have grade 3; Spearman against one grade is "
+                            "undefined, so the report could not compare the graders on them; pass test pairs of two "
+                            "or more grades with --set data.test=FILE."), message
+    assert not (tmp_path / "out").exists()
 
 
 def _bench_record(spearman, *, scores: bool) -> dict:

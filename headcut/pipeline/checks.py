@@ -179,12 +179,13 @@ def check_test_gold(recipe: PipelineRecipe, gold: tuple[int, set], *, task: str)
     rows, values = gold
     if len(values) != 1:
         return
+    from headcut.finetune import spearman_undefined
+
     what = "score" if task == "score" else "grade"
     where = given_as(recipe, "data", "test")[1]
-    pairs = f"all {rows} test pairs have" if rows > 1 else "the one test pair has"
-    raise UserError(f"{lead_of(where)}{said(recipe, 'data.test', recipe.data.test, at=where)}: {pairs} {what} "
-                    f"{next(iter(values)):g}; Spearman against one {what} is undefined, so the report could not "
-                    f"compare the graders on them; pass test pairs of two or more {what}s with --set data.test=FILE.")
+    raise spearman_undefined(f"{lead_of(where)}{said(recipe, 'data.test', recipe.data.test, at=where)}", rows, what,
+                             next(iter(values)), pairs="test", so="the report could not compare the graders on them",
+                             fix="with --set data.test=FILE")
 
 
 def gold_read(recipe: PipelineRecipe, key: str) -> dict:
