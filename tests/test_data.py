@@ -40,6 +40,20 @@ def test_reads_every_format_to_the_same_pairs(tmp_path):
     assert len({p.fingerprint for p in got}) == 1
 
 
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"])
+def test_json_lines_with_an_unescaped_line_separator_in_a_text_are_read_as_written(tmp_path, separator):
+    """JSON may hold U+2028, U+2029 and U+0085 unescaped in a string (json.dumps(ensure_ascii=False) writes them so);
+    was: each JSON line was split again where str.splitlines splits, and the row refused as 'invalid JSON
+    (Unterminated string)'. A line still ends at LF, CRLF or a lone CR, as before."""
+    title = f"cordless{separator}drill"
+    rows = [{"query": "drill", "title": title, "grade": 5}, {"query": "paint", "title": "red lamp", "grade": 1}]
+    text = json.dumps(rows[0], ensure_ascii=False) + "\r\n" + json.dumps(rows[1], ensure_ascii=False) + "\r"
+    pairs = read_pairs(write(tmp_path, "a.jsonl", text + '{"query": "x", "title": ""}\n'), limit=2)
+    assert pairs.titles == [title, "red lamp"] and pairs.labels == [4, 0]
+    with pytest.raises(UserError, match="line 3, column 'title': empty text"):
+        read_pairs(tmp_path / "a.jsonl")
+
+
 def test_a_chunk_ends_at_its_rows_or_its_characters_and_the_next_resumes_there(tmp_path):
     titles = ["t" * n for n in (5, 30, 5, 5, 40, 5)]
     path = write(tmp_path, "a.tsv", "query\ttitle\n" + "".join(f"q\t{t}\n" for t in titles))

@@ -6,6 +6,7 @@ import csv
 import itertools
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -440,7 +441,7 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
     elif fmt == "jsonl":
         number = lines.number
         for text in lines:
-            for chunk in text.splitlines() or [""]:  # the same line breaks str.splitlines counts
+            for chunk in _json_lines(text):
                 number += 1
                 if not chunk.strip():
                     continue
@@ -458,6 +459,17 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
     else:  # a row's "line" is its item number in the array, 1-based
         decoder = json.JSONDecoder(object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
         yield from json_array_items(lines, decoder)
+
+
+# JSON lines end at LF, CRLF or a lone CR; U+2028, U+2029 and U+0085, where str.splitlines also splits, may stand
+# unescaped inside a JSON string (json.dumps(ensure_ascii=False) writes them so)
+_LINE_BREAK = re.compile(r"\r\n?|\n")
+
+
+def _json_lines(text: str) -> list[str]:
+    """The JSON lines in `text` (one line as Lines reads it, which holds more where lines end with a lone CR)."""
+    pieces = _LINE_BREAK.split(text)
+    return pieces[:-1] if len(pieces) > 1 and not pieces[-1] else pieces
 
 
 def _refuse_repeats(names: list, where: str, noun: str = "column") -> None:
