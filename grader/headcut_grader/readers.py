@@ -210,6 +210,8 @@ def iter_pairs(
             records = itertools.chain([first], records)
 
         map_said = "" if keys.recipe else keys.said("label_map")  # a recipe has no label map to set
+        # a JSON row has keys of its own: gold that the first row lacks would go unread in every row
+        unread = label_cols if label_name is None and fmt in ("jsonl", "json") else ()
         at = {col: f"column {quoted(col)}" for col in (query_col, title_col, label_name)}  # once, not per row
 
         def gold(row, line):
@@ -224,6 +226,8 @@ def iter_pairs(
             queries.append(to_text(row.get(query_col), f"{path}, line {line}, {at[query_col]}"))
             titles.append(to_text(row.get(title_col), f"{path}, line {line}, {at[title_col]}"))
             chars += len(queries[-1]) + len(titles[-1])
+            if unread:
+                _refuse_late_gold(path, row, line, unread, first_line=first[0])
             if label_name is not None:
                 labels.append(gold(row, line))
             if len(queries) == chunk_rows or (chunk_chars is not None and chars >= chunk_chars):
@@ -233,6 +237,16 @@ def iter_pairs(
         if queries or (chunk_rows is None):
             yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score,
                                numbers, keys), lines.position())
+
+
+def _refuse_late_gold(path: Path, row: dict, line: int, gold: tuple, *, first_line: int) -> None:
+    """A JSON row holding a gold column (`gold`: the names it may have) that the first row, whose keys are the file's
+    columns, lacks: refused, since that gold would be read in no row."""
+    col = next((c for c in gold if row.get(c) not in (None, "")), None)  # null: no gold, as an empty cell
+    if col is not None:
+        raise UserError(f"{path}, line {line} has a gold column {quoted(col)}, which line {first_line} (the first "
+                        f"row, whose keys are the file's columns) lacks, so no row's {quoted(col)} would be read; give "
+                        f"every row its {quoted(col)}, or none.")
 
 
 def _check_column_names(path: Path, keys: "Named", **columns) -> None:
