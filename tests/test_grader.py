@@ -251,7 +251,10 @@ def test_a_path_that_is_no_grader_folder_is_said_as_it_is_by_every_command(tmp_p
      "not a DataFrame; pass list(zip(df['query'], df['title']))"),
     (lambda g: g.grade(None), "pairs must be a list of (query, title) pairs, not None"),
     (lambda g: g.grade(5), "pairs must be a list of (query, title) pairs, not 5"),
-    (lambda g: g.rank("q", None), "a list of title strings, not query 'q' and titles None")])
+    (lambda g: g.rank("q", None), "a list of title strings, not query 'q' and titles None"),
+    # was: Python's "object of type 'int' has no len()"
+    (lambda g: g.grade([("q", "t"), 7]), "each pair must be (query, title), not 7"),
+    (lambda g: g.grade([None]), "each pair must be (query, title), not None")])
 def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grader, call, words):
     """Was: g.grade(["qt"]) graded query 'q' against title 't', g.rank("q", "abc") ranked the characters a, b, c,
     and ("q",) or a dict without 'title' raised ValueError / KeyError."""

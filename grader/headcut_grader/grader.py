@@ -252,7 +252,7 @@ def _as_columns(pairs) -> tuple[list[str], list[str]]:
         raise TypeError(f"pairs must be a list of (query, title) pairs, {problem}")
     queries, titles = [], []
     for item in pairs:
-        if isinstance(item, str) or not isinstance(item, dict) and len(item) != 2:
+        if not isinstance(item, dict) and (isinstance(item, str) or not hasattr(item, "__len__") or len(item) != 2):
             raise TypeError(f"each pair must be (query, title), not {item!r:.60}")
         if isinstance(item, dict) and not {"query", "title"} <= item.keys():
             raise TypeError(f"each pair given as a dict needs 'query' and 'title', not {sorted(item)!r:.60}")
