@@ -271,7 +271,12 @@ def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grade
     (lambda g: g.grade([("dr\x00ill", "drill")]), "pair 0's query: control character U+0000"),
     (lambda g: g.rank(" ", ["drill"]), "pair 0's query: empty text"),
     # a str decoded with errors="surrogateescape" (os.fsdecode, sys.argv): was tokenizers' nameless TypeError
-    (lambda g: g.grade([("drill", "saw"), ("dr\udcffill", "drill")]), "pair 1's query: lone surrogate U+DCFF")])
+    (lambda g: g.grade([("drill", "saw"), ("dr\udcffill", "drill")]), "pair 1's query: lone surrogate U+DCFF"),
+    # a Pairs (or any object of queries and titles) was graded unchecked: an empty text, and as many pairs as the
+    # shorter list held, the other list's extra texts dropped without a word
+    (lambda g: g.grade(Pairs(["drill", "saw"], ["cordless drill", " "], None)), "pair 1's title: empty text"),
+    (lambda g: g.grade(Pairs(["drill"], ["cordless drill", "saw"], None)),
+     "pairs has 1 queries and 2 titles; give each query its title")])
 def test_the_grader_api_refuses_the_texts_files_and_the_server_refuse(tiny_grader, call, words):
     """Was: empty texts and control characters were graded (files and the server refuse them); a lone surrogate
     failed in the tokenizer with 'TextInputSequence must be str'."""
@@ -309,7 +314,8 @@ def test_the_grader_api_tokenises_the_texts_a_pairs_file_gives(tiny_grader, tmp_
     grader.grade(read_pairs(path, require_labels=False))
     grader.grade(rows)
     grader.rank(" drill ", [" saw blade "])
-    assert seen[1] == seen[0] == (["drill", "saw"], ["cordless drill", "saw blade"])
+    grader.grade(Pairs(*map(list, zip(*rows)), None))  # was: a Pairs built in Python went to the tokenizer as given
+    assert seen[3] == seen[1] == seen[0] == (["drill", "saw"], ["cordless drill", "saw blade"])
     assert bytelevel_bpe(32).encode(" drill").ids != bytelevel_bpe(32).encode("drill").ids
     assert seen[2] == (["drill"], ["saw blade"])
 

@@ -245,8 +245,13 @@ def _speed_problem(section: dict | None) -> str | None:
 
 
 def _as_columns(pairs) -> tuple[list[str], list[str]]:
+    """The queries and titles of `pairs`, each text checked and stripped by the rule of files and the server; a Pairs
+    (any object of queries and titles) too, whoever built it."""
     if hasattr(pairs, "queries") and hasattr(pairs, "titles"):
-        return list(pairs.queries), list(pairs.titles)
+        queries, titles = list(pairs.queries), list(pairs.titles)
+        if len(queries) != len(titles):
+            raise ValueError(f"pairs has {len(queries)} queries and {len(titles)} titles; give each query its title")
+        pairs = zip(queries, titles)
     problem = _pairs_problem(pairs)
     if problem:
         raise TypeError(f"pairs must be a list of (query, title) pairs, {problem}")
