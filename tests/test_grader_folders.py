@@ -199,3 +199,42 @@ def test_a_marker_across_two_chunks_of_the_hashed_read_is_found(tmp_path):
     assert hash_and_find(path, (b"QLinear", b"MatMulNBits")) == (hashlib.sha256(body).hexdigest(), True)
     assert hash_and_find(path, (b"QGemm",)) == (hashlib.sha256(body).hexdigest(), False)
     assert hash_and_find(path) == (hashlib.sha256(body).hexdigest(), False)
+
+
+@pytest.mark.parametrize("name", ["grader.json", "tokenizer.json", "model.onnx"])
+def test_a_grader_file_this_user_may_not_read_is_one_sentence_saying_so(exported, monkeypatch, name):
+    """Was: a tokenizer.json or model.onnx that this user may not read (another user's, chmod 600) ended in a
+    PermissionError traceback, and such a grader.json was called 'damaged or incomplete (not valid JSON: [Errno 13]
+    ...)' with 're-export the grader'. The tests run as root, whom permission bits do not stop: open refuses here."""
+    import builtins
+    import errno
+    from pathlib import Path
+
+    import headcut_grader.files as files
+    import headcut_grader.validation as validation
+    from headcut_grader import Grader
+    from headcut_grader.errors import UserError
+
+    def refusing(path, *args, **kwargs):
+        if Path(path).name == name:
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    for module in (files, validation):
+        monkeypatch.setattr(module, "open", refusing, raising=False)
+    with pytest.raises(UserError, match=f"{name} cannot be read \\(Permission denied\\); let this user read it"):
+        Grader(exported)
+
+
+def test_a_folder_in_place_of_grader_json_is_not_called_invalid_json(exported, tmp_path):
+    """Was: 'grader.json is damaged or incomplete (not valid JSON: [Errno 21] Is a directory: ...)'."""
+    from headcut_grader import Grader
+    from headcut_grader.errors import UserError
+
+    folder = tmp_path / "grader"
+    shutil.copytree(exported, folder)
+    (folder / "grader.json").unlink()
+    (folder / "grader.json").mkdir()
+    with pytest.raises(UserError, match=r"grader.json cannot be read \(Is a directory\); copy the grader folder again "
+                                        r"or re-export it\.$"):
+        Grader(folder)

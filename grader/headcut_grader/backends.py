@@ -8,6 +8,7 @@ was cut short or altered is refused with one sentence instead of grading wrongly
 """
 from __future__ import annotations
 
+import errno
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +68,10 @@ def checked_file(folder: Path, spec, *, what: str, markers: tuple[bytes, ...] = 
                         "not its size and a sha256 prefix of 16 to 64 hex digits; re-export the grader.")
     if path.stat().st_size != size:
         raise _not_recorded(path)
-    sha256, found = hash_and_find(path, markers)
+    try:
+        sha256, found = hash_and_find(path, markers)
+    except OSError as e:
+        raise unreadable(path, e) from None
     if sha256[:len(digest)] != digest:
         raise _not_recorded(path)
     return path, found
@@ -76,6 +80,14 @@ def checked_file(folder: Path, spec, *, what: str, markers: tuple[bytes, ...] = 
 def _not_recorded(path: Path) -> UserError:
     return UserError(f"{path} is not the file grader.json records (size or sha256 differs: altered or copied "
                      "incompletely); copy the grader folder again or re-export it.")
+
+
+def unreadable(path: Path, error: OSError) -> UserError:
+    """A grader folder's file that the system will not read: its permissions (another user's file), a folder in its
+    place, a failing disk."""
+    fix = ("let this user read it (chmod a+r) or copy the grader folder again" if error.errno in (errno.EACCES,
+           errno.EPERM) else "copy the grader folder again or re-export it")
+    return UserError(f"{path} cannot be read ({error.strerror or error}); {fix}.")
 
 
 def _is_size(value) -> bool:

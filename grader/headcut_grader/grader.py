@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from headcut_grader.backend_choice import Choice, choose_backend
-from headcut_grader.backends import BACKEND_CHOICES, Backend, graphs, open_backend
+from headcut_grader.backends import BACKEND_CHOICES, Backend, graphs, open_backend, unreadable
 from headcut_grader.errors import UserError, check_names, setting, shown
 from headcut_grader.files import as_path
 from headcut_grader.ranges import BATCH, MAX_THREADS, Range, argument, as_whole, check_callbacks
@@ -129,7 +129,9 @@ def read_record(folder: str | Path, *, flag: str = "") -> dict:
     try:
         text = read_small_text(path, what="grader record", bom_folder="a grader folder")
         record = json.loads(text, object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+    except OSError as e:
+        raise unreadable(path, e) from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); re-export the grader.") from None
     if not isinstance(record, dict):
         raise UserError(f"{path} holds a JSON {type(record).__name__}, not a grader record; re-export the grader.")
