@@ -190,6 +190,28 @@ def test_bad_input_names_file_and_line(tmp_path, name):
     assert str(path) in str(err.value)
 
 
+@pytest.mark.parametrize("name", ["a.tsv", "a.json"])
+def test_a_pairs_file_this_user_may_not_read_is_one_sentence(tmp_path, monkeypatch, name):
+    """Was: a PermissionError traceback from read_pairs, grade_file and `headcut evaluate --data` (another user's
+    file, chmod 600). The tests run as root, whom permission bits do not stop: open refuses the file here."""
+    import builtins
+    import errno
+
+    import headcut_grader.validation as validation
+
+    path = write(tmp_path, name, "query\ttitle\na\tb\n")
+
+    def refusing(file, *args, **kwargs):
+        if str(file) == str(path):
+            raise PermissionError(errno.EACCES, "Permission denied", str(file))
+        return builtins.open(file, *args, **kwargs)
+
+    monkeypatch.setattr(validation, "open", refusing, raising=False)
+    with pytest.raises(UserError, match=f"^{re.escape(str(path))} cannot be read \\(Permission denied\\); let this "
+                                        "user read it \\(chmod a\\+r\\) or pass another file\\.$"):
+        read_pairs(path, require_labels=False)
+
+
 def test_non_utf8_names_line_and_column(tmp_path):
     path = write(tmp_path, "latin.tsv", "query\ttitle\tgrade\ncaf\xe9\tx\t3\n".encode("latin-1"), mode="wb")
     with pytest.raises(UserError, match=r"line 2, byte column 4: not UTF-8 \(byte 0xe9\)"):

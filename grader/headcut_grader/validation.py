@@ -147,6 +147,12 @@ def check_regular(path: Path) -> None:
     if not path.is_file():
         raise UserError(f"{path} is not a regular file (a pipe, device or socket); save the pairs to a file "
                         "and pass that.")
+    try:  # said here, before a reader meets it as a traceback: another user's file (chmod 600)
+        with open(path, "rb"):
+            pass
+    except OSError as e:
+        raise UserError(f"{path} cannot be read ({e.strerror or e}); let this user read it (chmod a+r) or pass "
+                        "another file.") from None
 
 
 # A recipe is a page of YAML and a record (headcut.json, grader.json, config.json, a tokenizer, a score table, a
