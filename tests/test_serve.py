@@ -73,7 +73,7 @@ def test_concurrent_requests_all_succeed(server):
     (b'{"pairs": [{"query": "drill"}]}', 422, "pairs.0.title"),
     (b'{"pairs": []}', 422, "pairs"),
     (b'{"pairs": [{"query": 3, "title": "x"}]}', 422, "pairs.0.query"),
-    (b'{"pairs": [{"query": "a", "title": "b", "x": 1}]}', 422, "pairs.0.x"),
+    (b'{"pairs": [{"query": "a", "title": "b", "x": 1}]}', 422, "pairs.0.'x'"),
     (b'[1, 2]', 422, "body"),
 ])
 def test_bad_requests_get_4xx_with_a_message(server, body, status, words):
@@ -105,7 +105,12 @@ PAIR = '{"query": TEXT, "title": TEXT}'
     ("/grade", b'{"pairs": [{"query": "dr\\ud800ill", "title": "t"}]}',
      "pairs.0.query: lone surrogate U+D800 at character 3, which is not a character"),
     ("/rank", b'{"query": "drill", "titles": ["t"], "top_k": 1}',
-     'top_k: not a field of /rank, which takes {"query": TEXT, "titles": [TEXT, ...]}'),
+     '\'top_k\': not a field of /rank, which takes {"query": TEXT, "titles": [TEXT, ...]}'),
+    # the user's key is quoted and cut: was "pairs : not a field" (its space unseen) and a key of any length
+    ("/grade", b'{"pairs": [{"query": "q", "title": "t"}], "pairs ": 1}',
+     f'\'pairs \': not a field of /grade, which takes {{"pairs": [{PAIR}, ...]}}'),
+    ("/grade", b'{"pairs": [{"query": "q", "title": "t", "' + b"k" * 5000 + b'": 1}]}',
+     f"pairs.0.'{'k' * 40}'...: not a field of /grade, which takes {PAIR}"),
     ("/grade", b'{}', f'pairs: missing; /grade takes {{"pairs": [{PAIR}, ...]}}'),
     ("/grade", b'{"pairs": [{"query": "drill"}]}', f"pairs.0.title: missing; each pair is {PAIR}"),
 ])

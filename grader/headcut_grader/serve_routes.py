@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from headcut_grader.data import text_problem
+from headcut_grader.errors import quoted
 from headcut_grader.grader import ranking
 from headcut_grader.microbatch import Closed, QueueFull
 from headcut_grader.serve_metrics import MISSING
@@ -157,8 +158,11 @@ _JSON_KINDS = {type(None): "null", bool: "true or false", int: "a number", float
 
 async def invalid(request: Request, exc: RequestValidationError):
     first = exc.errors()[0] if exc.errors() else {}
-    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
     kind = first.get("type", "")
+    parts = [p for p in first.get("loc", ()) if p != "body"]
+    if kind == "extra_forbidden" and parts:  # the one part the user named: quoted, so ' pairs' or a NUL shows; cut
+        parts[-1] = quoted(parts[-1][:40]) + ("..." if len(parts[-1]) > 40 else "")
+    where = ".".join(map(str, parts)) or "body"
     message = ("body is not valid JSON" if kind == "json_invalid" else
                "the request body is empty; send a JSON object" if (where, kind) == ("body", "missing") else
                f"{where}: {_shape_problem(first, where, request)}")
