@@ -212,6 +212,17 @@ def test_a_pairs_file_this_user_may_not_read_is_one_sentence(tmp_path, monkeypat
         read_pairs(path, require_labels=False)
 
 
+@pytest.mark.parametrize("name, text, said", [
+    ("a.json", "[]", "no rows: the file is an empty JSON array; pass pairs as objects in it"),
+    ("a.json", "[ \n ]\n", "no rows: the file is an empty JSON array; pass pairs as objects in it"),
+    ("a.tsv", "query\ttitle\n", "no data rows; the file holds a header at most")])
+def test_a_file_without_rows_is_said_as_its_format_has_them(tmp_path, name, text, said):
+    """Was, for an empty JSON array: 'the file holds a header at most', which a JSON file has none of."""
+    path = write(tmp_path, name, text)
+    with pytest.raises(UserError, match=f"^{re.escape(f'{path}: {said}.')}$"):
+        read_pairs(path, require_labels=False)
+
+
 def test_non_utf8_names_line_and_column(tmp_path):
     path = write(tmp_path, "latin.tsv", "query\ttitle\tgrade\ncaf\xe9\tx\t3\n".encode("latin-1"), mode="wb")
     with pytest.raises(UserError, match=r"line 2, byte column 4: not UTF-8 \(byte 0xe9\)"):

@@ -318,6 +318,8 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: 
     """The columns the first row names, refusing a file without rows or without the query or title column; `gold`: the
     names a gold column may have, which tell a header from a first line of data."""
     if first is None:
+        if fmt == "json":  # a JSON file has no header to hold
+            raise UserError(f"{path}: no rows: the file is an empty JSON array; pass pairs as objects in it.")
         raise UserError(f"{path}: no data rows; the file holds a header at most{_json_hint(lines, fmt)}.")
     columns = list(first[1].keys())
     for col, option in zip(needed, ("query_col", "title_col")):
