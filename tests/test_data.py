@@ -359,6 +359,10 @@ def test_a_header_with_a_zero_width_space_is_told_apart_from_the_plain_name(tmp_
      "column 'Grade' differs in case only (names are case-sensitive): name it with --set data.label_col=Grade."),
     ("pairs.tsv", "query\ttitle\tScore\ndrill\tcordless drill\t0.5\n", {"task": "score"},
      "column 'Score' differs in case only (names are case-sensitive): name it with label_col=Score."),
+    # a request body of `serve` saved as a file: was "name it with --query-col", which reads a list as a query
+    *[(name, '{"pairs": [{"query": "drill", "title": "cordless drill"}]}\n', {"names": "flags"},
+       "its one key 'pairs' holds a list (a request body of `serve`?): write each pair as an object of its own, one "
+       "per line (JSON lines) or in a JSON array.") for name in ("pairs.jsonl", "pairs.json")],
 ])
 def test_a_missing_column_names_the_fix_that_fits_the_header(tmp_path, name, text, options, fix):
     """Was 'name it with --query-col' for each: a file without a header (naming a column by a data cell would read

@@ -324,9 +324,18 @@ def _columns(path: Path, first, lines, fmt: str, needed: tuple[str, str], keys: 
     columns = list(first[1].keys())
     for col, option in zip(needed, ("query_col", "title_col")):
         if col not in columns:
-            raise UserError(f"{path}: no column {quoted(col)} (columns: {_shown(columns, lines, fmt)}); "
-                            f"{_header_fix(columns, col, needed, fmt, keys.fix(option), gold=gold)}.")
+            fix = _nested_fix(first[1]) or _header_fix(columns, col, needed, fmt, keys.fix(option), gold=gold)
+            raise UserError(f"{path}: no column {quoted(col)} (columns: {_shown(columns, lines, fmt)}); {fix}.")
     return columns
+
+
+def _nested_fix(row: dict) -> str | None:
+    """The fix for a JSON row of one key that holds a list: pairs nested in an object (a request body of `serve` saved
+    as a file), where naming the key as a column would read the list as one text."""
+    if len(row) == 1 and isinstance(next(iter(row.values())), list):
+        return (f"its one key {quoted(next(iter(row)))} holds a list (a request body of `serve`?): write each pair as "
+                "an object of its own, one per line (JSON lines) or in a JSON array")
+    return None
 
 
 # the other separator a header of one column may hold, and the suffix that reads it
