@@ -358,6 +358,20 @@ def test_grade_dataset_takes_any_whole_number_type_and_hands_ray_ints(tiny_grade
         grade_dataset(Dataset(), tiny_grader[0], rows_per_call=0.5)
 
 
+@pytest.mark.parametrize("columns, said", [
+    ({"query_col": "search"}, "grade_dataset query_col 'search' is not a column of the dataset (columns: 'query', "
+                              "'title'); pass query_col=NAME of the queries' column."),
+    ({"title_col": "product"}, "grade_dataset title_col 'product' is not a column of the dataset (columns: 'query', "
+                               "'title'); pass title_col=NAME of the titles' column.")])
+def test_a_grade_dataset_column_the_rows_lack_is_one_sentence_naming_the_argument(tiny_grader, columns, said):
+    """Was: KeyError: 'search' from every Ray actor, naming neither the argument nor the dataset's columns."""
+    from headcut_grader.ray_data import GradeBatch
+
+    batch = {"query": np.asarray(["drill"]), "title": np.asarray(["cordless drill"])}
+    with pytest.raises(UserError, match=f"^{re.escape(said)}$"):
+        GradeBatch(tiny_grader[0], **columns)(batch)
+
+
 def test_auto_with_no_runtime_of_the_folders_graphs_installed_says_what_to_install(tiny_grader, monkeypatch):
     """Was: a folder whose graphs' runtimes are all missing (an OpenVINO-only export on a machine without
     OpenVINO) failed choosing a backend with `ValueError: min() arg is an empty sequence`."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import as_path
 from headcut_grader.grader import Grader
 from headcut_grader.ranges import argument, as_whole
@@ -29,6 +29,10 @@ class GradeBatch:
         self.query_col, self.title_col = query_col, title_col
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        for name, col, holds in (("query_col", self.query_col, "queries"), ("title_col", self.title_col, "titles")):
+            if col not in batch:  # else KeyError from every actor, naming neither the argument nor the columns
+                raise UserError(f"grade_dataset {name} {quoted(col)} is not a column of the dataset (columns: "
+                                f"{', '.join(map(quoted, batch))}); pass {name}=NAME of the {holds}' column.")
         pairs = list(zip(batch[self.query_col].tolist(), batch[self.title_col].tolist()))
         result = self.grader.grade(pairs)
         columns = result.columns(digits=None)  # full precision: the caller rounds, if anyone does
