@@ -254,7 +254,10 @@ def test_a_path_that_is_no_grader_folder_is_said_as_it_is_by_every_command(tmp_p
     (lambda g: g.rank("q", None), "a list of title strings, not query 'q' and titles None"),
     # was: Python's "object of type 'int' has no len()"
     (lambda g: g.grade([("q", "t"), 7]), "each pair must be (query, title), not 7"),
-    (lambda g: g.grade([None]), "each pair must be (query, title), not None")])
+    (lambda g: g.grade([None]), "each pair must be (query, title), not None"),
+    # a missing value (pandas' nan, Parquet's null): was "each pair must be two strings (query, title)", naming no pair
+    (lambda g: g.grade([("q", "t"), ("q", float("nan"))]), "pair 1's title is nan, not a string"),
+    (lambda g: g.rank("q", ["t", "u", None]), "pair 2's title is None, not a string")])
 def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grader, call, words):
     """Was: g.grade(["qt"]) graded query 'q' against title 't', g.rank("q", "abc") ranked the characters a, b, c,
     and ("q",) or a dict without 'title' raised ValueError / KeyError."""

@@ -264,9 +264,10 @@ def _as_columns(pairs) -> tuple[list[str], list[str]]:
         if isinstance(item, dict) and not {"query", "title"} <= item.keys():
             raise TypeError(f"each pair given as a dict needs 'query' and 'title', not {sorted(item)!r:.60}")
         q, t = (item["query"], item["title"]) if isinstance(item, dict) else item
-        if not isinstance(q, str) or not isinstance(t, str):
-            raise TypeError("each pair must be two strings (query, title)")
         for side, text in (("query", q), ("title", t)):  # the rule files and the server apply
+            if not isinstance(text, str):  # a missing value: None from Parquet, nan from pandas
+                raise TypeError(f"pair {len(queries)}'s {side} is {text!r:.60}, not a string; each pair must be two "
+                                "strings (query, title)")
             problem = text_problem(text)
             if problem:
                 raise ValueError(f"pair {len(queries)}'s {side}: {problem}; fix that pair or drop it")
