@@ -660,6 +660,36 @@ def test_the_serve_command_keeps_no_grader_of_its_own_while_it_serves(tiny_folde
     assert len(loaded) == 1 and alive == [0]
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_the_serve_command_listens_on_an_ipv6_host_as_its_workers_do(tiny_folder, monkeypatch, workers):
+    """uvicorn and headcut's own workers listen on an IPv6 --host (::1, ::). Was: the command's check of the address
+    bound it as IPv4 and refused it: '--host ::1 --port N: cannot listen there (Address family for hostname not
+    supported ...)'; and the URL it printed would have been http://::1:N, not http://[::1]:N."""
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import headcut_grader.workers as workers_module
+    from headcut.cli.main import app
+    from headcut_grader.serve import ENV_SETTINGS
+    from headcut_grader.serve_metrics import ENV_MULTIPROC
+
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6) as s:
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    served = []
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: served.append(kwargs["host"]))
+    monkeypatch.setattr(workers_module, "run_workers", lambda count, host, *args: served.append(host) or 0)
+    for name in (ENV_SETTINGS, ENV_MULTIPROC):  # the command sets them for its workers; put back after
+        monkeypatch.setenv(name, "")
+    monkeypatch.setattr(signal, "signal", lambda *args: None)
+    result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--host", "::1", "--port", str(port), "--workers",
+                                      workers])
+    assert result.exit_code == 0, result.output
+    assert served == ["::1"] and f"on http://[::1]:{port} (" in result.output
+
+
 def test_the_queue_gauge_leaves_out_pairs_being_graded_and_a_failed_run_frees_the_queue(tiny_folder, monkeypatch,
                                                                                         caplog):
     """headcut_queue_pairs counts pairs queued, not yet taken into a run, at every moment. Was: it was set when a

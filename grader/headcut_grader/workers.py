@@ -22,10 +22,19 @@ def reuse_port_supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
+def address_family(host: str) -> int:
+    """The socket family uvicorn binds `host` with: IPv6 for an address with a colon (::1, ::), else IPv4."""
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def http_url(host: str, port: int) -> str:
+    """The server's address as a URL: an IPv6 host in brackets (http://[::1]:8000)."""
+    return f"http://[{host}]:{port}" if address_family(host) == socket.AF_INET6 else f"http://{host}:{port}"
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A listening socket that other processes may bind to the same address too."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(address_family(host), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))

@@ -63,7 +63,7 @@ def serve(
     from headcut_grader.grader import Grader
     from headcut_grader.serve import ENV_SETTINGS, Settings, check_serving
     from headcut_grader.serve_metrics import ENV_MULTIPROC, MISSING, available
-    from headcut_grader.workers import APP, reuse_port_supported, run_workers
+    from headcut_grader.workers import APP, address_family, http_url, reuse_port_supported, run_workers
 
     from headcut_grader.optional import optional_module
 
@@ -76,7 +76,7 @@ def serve(
     # a bad folder or a damaged graph fails here with one sentence, not in every worker; auto is resolved once
     grader = Grader(grader_dir, threads=threads, backend=backend, names="flags")
     try:  # a taken port or a mistyped host: one sentence now rather than uvicorn's log line and exit 1
-        with socket.create_server((host, port)):
+        with socket.create_server((host, port), family=address_family(host)):
             pass
     except (OSError, OverflowError) as e:
         raise UserError(f"--host {host} --port {port}: cannot listen there ({getattr(e, 'strerror', None) or e}); "
@@ -87,7 +87,7 @@ def serve(
     metrics_dir = tempfile.mkdtemp(prefix="headcut-metrics-")
     os.environ[ENV_MULTIPROC] = metrics_dir
     typer.echo(f"serving {grader_dir} with {grader.backend.name} {grader.backend.version} ({grader.precision}; "
-               f"{grader.backend_reason}) on http://{host}:{port} ({workers} worker(s) x {threads} thread(s), "
+               f"{grader.backend_reason}) on {http_url(host, port)} ({workers} worker(s) x {threads} thread(s), "
                f"batches of up to {max_batch} pairs within {max_wait_ms:g} ms, queue {max_queue} pairs per worker)")
     del grader  # checked and summed up: each worker loads its own, and this one would sit idle in memory
     if not available():
