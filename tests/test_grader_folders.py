@@ -238,3 +238,21 @@ def test_a_folder_in_place_of_grader_json_is_not_called_invalid_json(exported, t
     with pytest.raises(UserError, match=r"grader.json cannot be read \(Is a directory\); copy the grader folder again "
                                         r"or re-export it\.$"):
         Grader(folder)
+
+
+@pytest.mark.parametrize("name", ["model.onnx", "tokenizer.json"])
+def test_a_grader_file_linked_from_outside_the_folder_is_said_to_be_a_link(exported, tmp_path, name):
+    """A folder whose model.onnx is a symbolic link (git-annex, DVC, a shared cache). Was: "model_file 'model.onnx' is
+    outside the grader folder" (of a name that is in it) and, for the tokenizer, "must hold its own graphs"."""
+    from headcut_grader import Grader
+    from headcut_grader.errors import UserError
+
+    folder, store = tmp_path / "grader", tmp_path / "store"
+    shutil.copytree(exported, folder)
+    store.mkdir()
+    (folder / name).rename(store / name)
+    (folder / name).symlink_to(store / name)
+    with pytest.raises(UserError, match=f"^{folder / name} is a symbolic link to {store / name}, outside the grader "
+                                        "folder, which must hold its own files: put the file itself in place of the "
+                                        "link.$"):
+        Grader(folder)

@@ -9,6 +9,7 @@ was cut short or altered is refused with one sentence instead of grading wrongly
 from __future__ import annotations
 
 import errno
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,9 @@ def checked_file(folder: Path, spec, *, what: str, markers: tuple[bytes, ...] = 
         raise UserError(f"{folder / 'grader.json'}: {what} has no file name; re-export the grader.")
     path = (folder / spec["name"]).resolve()
     if folder.resolve() not in path.parents:
+        if _names_inside(spec["name"]):  # a link in the folder: git-annex, DVC, a shared cache
+            raise UserError(f"{folder / spec['name']} is a symbolic link to {path}, outside the grader folder, which "
+                            "must hold its own files: put the file itself in place of the link.")
         raise UserError(f"{folder / 'grader.json'}: {what} {quoted(spec['name'])} is outside the grader folder; a "
                         "grader folder must hold its own graphs, so re-export it.")
     if not path.is_file():
@@ -75,6 +79,12 @@ def checked_file(folder: Path, spec, *, what: str, markers: tuple[bytes, ...] = 
     if sha256[:len(digest)] != digest:
         raise _not_recorded(path)
     return path, found
+
+
+def _names_inside(name: str) -> bool:
+    """Whether a file `name` of grader.json names a path inside the folder, links not followed."""
+    norm = os.path.normpath(name)
+    return not os.path.isabs(norm) and norm != "." and norm.split(os.sep)[0] != ".."
 
 
 def _not_recorded(path: Path) -> UserError:
