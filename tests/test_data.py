@@ -301,6 +301,21 @@ def test_an_empty_column_name_is_refused_naming_its_flag(tmp_path, option, keys,
     assert "leave it out" in str(caught.value)
 
 
+@pytest.mark.parametrize("options, said", [
+    ({"label_col": "title"}, "--label-col names column 'title', which holds the titles; name the gold column, or "
+                             "leave --label-col out."),
+    ({"label_col": "query", "require_labels": False}, "--label-col names column 'query', which holds the queries; "
+                                                      "name the gold column, or leave --label-col out."),
+    ({"query_col": "grade", "title_col": "query"}, "--query-col names column 'grade', which holds the gold; name "
+                                                   "the queries' own column.")])
+def test_a_gold_column_that_is_also_the_queries_or_titles_is_refused(tmp_path, options, said):
+    """Was: the titles read as grades too, and refused row by row as "label 'cordless drill' is not a number; pass
+    --label-map", a fix that does not fit; --query-col grade graded the grades as queries."""
+    path = write(tmp_path, "pairs.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
+    with pytest.raises(UserError, match=f"^{re.escape(said)}$"):
+        read_pairs(path, names="flags", **options)
+
+
 def _visible(message: str, escaped: str) -> None:
     assert message.isprintable(), repr(message)  # no zero-width, tab or NUL character printed as itself
     assert escaped in message, (escaped, message)

@@ -198,6 +198,7 @@ def iter_pairs(
         first = next(records, None)
         columns = _columns(path, first, lines, fmt, (query_col, title_col), keys, gold=label_cols)
         label_name = next((c for c in label_cols if c in columns), None)
+        _refuse_shared_gold(label_name, label_col, {"query_col": query_col, "title_col": title_col}, keys)
         wanted = require_labels or (wants_gold and _other_gold(columns, p, task=task) is not None)
         if label_name is None and not texts_only and wanted:
             raise UserError(_missing_gold(path, label_cols[0], _shown(columns, lines, fmt), columns, p, task=task,
@@ -237,6 +238,20 @@ def iter_pairs(
         if queries or (chunk_rows is None):
             yield Chunk(_pairs(queries, titles, labels if label_name is not None else None, grades, path, score,
                                numbers, keys), lines.position())
+
+
+def _refuse_shared_gold(gold: str | None, label_col: str | None, texts: dict, keys: "Named") -> None:
+    """A gold column `gold` that the queries or titles (`texts`: their option -> column) are read from too: its
+    cells would be read as both, and one of them refused row by row with a fix that does not fit."""
+    option = next((option for option, col in texts.items() if col == gold), None)
+    if option is None:
+        return
+    held = {"query_col": "queries", "title_col": "titles"}[option]
+    if label_col is not None:
+        raise UserError(f"{keys.said('label_col')} names column {quoted(gold)}, which holds the {held}; name the "
+                        f"gold column, or leave {keys.said('label_col')} out.")
+    raise UserError(f"{keys.said(option)} names column {quoted(gold)}, which holds the gold; name the {held}' own "
+                    "column.")
 
 
 def _refuse_late_gold(path: Path, row: dict, line: int, gold: tuple, *, first_line: int) -> None:
