@@ -223,6 +223,16 @@ def test_a_file_without_rows_is_said_as_its_format_has_them(tmp_path, name, text
         read_pairs(path, require_labels=False)
 
 
+def test_a_pairs_file_named_dash_is_not_standard_input_and_says_so(tmp_path, monkeypatch):
+    """Was: '-: no such file; check the path', to someone piping pairs in as other tools take them."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match=r"^- would be standard input: inputs are read from files \(pairs in "
+                                        r"chunks, and again to resume\); save it to a file and pass its path\.$"):
+        read_pairs("-")
+    write(tmp_path, "-", "query\ttitle\na\tb\n")  # a file of that name is read as any other
+    assert read_pairs("-", fmt="tsv", require_labels=False).titles == ["b"]
+
+
 def test_non_utf8_names_line_and_column(tmp_path):
     path = write(tmp_path, "latin.tsv", "query\ttitle\tgrade\ncaf\xe9\tx\t3\n".encode("latin-1"), mode="wb")
     with pytest.raises(UserError, match=r"line 2, byte column 4: not UTF-8 \(byte 0xe9\)"):

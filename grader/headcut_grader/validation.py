@@ -140,6 +140,9 @@ def _missing(path: Path) -> bool:
 def check_regular(path: Path) -> None:
     """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends."""
     check_name_lengths(path)
+    if str(path) == "-" and not path.exists():  # as other tools would read it
+        raise UserError("- would be standard input: inputs are read from files (pairs in chunks, and again to "
+                        "resume); save it to a file and pass its path.")
     if not path.exists():
         raise UserError(f"{path}: {absent(path)}.")
     if path.is_dir():
