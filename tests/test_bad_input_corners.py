@@ -1049,14 +1049,40 @@ def test_an_ndcg_resample_of_only_one_grade_queries_is_n_a_not_a_perfect_score()
     query whose titles share one grade scored 1.0 and lifted the CI's top to a perfect score."""
     import numpy as np
 
-    from headcut.evaluate.metrics import _ndcg, bootstrap_ci, expected_grade
+    from headcut.evaluate.metrics import bootstrap_ci, expected_grade, ndcg_at_k
 
     labels = np.array([4, 4, 0, 4])  # query 0: two titles of one grade; query 1: a relevant title ranked last
     logits = np.log(np.array([[.1, .1, .1, .1, .6], [.1, .1, .1, .1, .6], [.1, .1, .1, .1, .6], [.6, .1, .1, .1, .1]]))
     groups = [np.array([0, 1]), np.array([2, 3])]
-    assert np.isnan(_ndcg(expected_grade(logits, (1, 2, 3, 4, 5)), labels, [groups[0], groups[0]]))
+    assert np.isnan(ndcg_at_k(expected_grade(logits, (1, 2, 3, 4, 5)), labels, [groups[0], groups[0]]))
     low, high = bootstrap_ci(logits, labels, (1, 2, 3, 4, 5), groups=groups, iters=200)["ndcg@10"]
-    assert low < high < 1.0
+    assert low == high < 1.0  # every resample that NDCG measures holds query 1 only
+
+
+def test_grades_ndcg_skips_a_query_whose_titles_share_one_grade_as_the_score_path_does():
+    """Was: a grades model's NDCG@10 counted a query whose titles all hold one grade as 1.0 (every order of one
+    grade is ideal), while a score model's skipped it: on Home Depot dev 313 of 1,732 queries lifted the grades
+    figure, and its bootstrap CI, with perfect scores that measured nothing. Now both tasks skip such a query."""
+    import numpy as np
+
+    from headcut.evaluate.metrics import bootstrap_ci, expected_grade, ndcg_at_k, summarize
+    from headcut.evaluate.ranking import score_summary
+
+    grades = (1, 2, 3, 4, 5)
+    labels = np.array([3, 3, 0, 4, 2])  # query 0: two titles of grade 4; query 1: three grades, best title ranked last
+    logits = np.log(np.array([[.1, .1, .1, .6, .1], [.1, .1, .1, .6, .1], [.1, .1, .1, .1, .6], [.6, .1, .1, .1, .1],
+                              [.1, .1, .6, .1, .1]]))
+    groups = [np.array([0, 1]), np.array([2, 3, 4])]
+    scores = expected_grade(logits, grades)
+    mixed = ndcg_at_k(scores, labels, [groups[1]])
+    assert 0 < mixed < 0.9
+    assert summarize(logits, labels, grades, groups)["ndcg@10"] == pytest.approx(mixed)
+    assert score_summary(scores, labels.astype(float), groups)["ndcg@10"] == pytest.approx(mixed)  # one rule
+    assert bootstrap_ci(logits, labels, grades, groups=groups, iters=200)["ndcg@10"] == pytest.approx([mixed, mixed])
+    flat = np.array([3, 3, 1, 1, 1])  # two grades across the pairs, one within each query: Spearman, but no NDCG
+    summary = summarize(logits, flat, grades, groups)
+    assert np.isfinite(summary["spearman"]) and np.isnan(summary["ndcg@10"])
+    assert np.isnan(bootstrap_ci(logits, flat, grades, groups=groups, iters=50)["ndcg@10"]).all()
 
 
 @pytest.mark.parametrize("name", ["metrics.tsv", "metrics.CSV", "metrics.jsonl", "metrics.md"])

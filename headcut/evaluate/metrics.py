@@ -86,21 +86,22 @@ def nll(logits: np.ndarray, labels) -> float:
 
 
 def ndcg_at_k(scores, labels, groups, *, k: int = 10) -> float:
-    """Mean NDCG@k over queries with any gain (gain 2^label - 1, labels 0-based); all-zero queries are skipped, and
-    NaN (n/a) where every query is."""
+    """Mean NDCG@k (gain 2^label - 1, labels 0-based) over the queries whose titles hold two or more labels, NaN (n/a)
+    where none does: every order of one label is ideal, so such a query's 1.0 would measure nothing. The one rule of
+    both tasks' NDCG (ranking.per_query skips the same queries), and of their bootstrap resamples."""
     k = checked_number(k, "ndcg_at_k k", Range(1), whole=True)  # 0 was numpy's AxisError
     scores, labels = np.asarray(scores), np.asarray(labels)
     values = []
     for g in groups:
+        if one_value(labels[g]):
+            continue
         gains = 2.0 ** labels[g] - 1
         ideal = np.sort(gains)[::-1][:k]
         discounts = 1 / np.log2(np.arange(2, len(ideal) + 2))
         best = float(ideal @ discounts)
-        if best == 0:
-            continue
         got = gains[np.argsort(-scores[g], kind="stable")][:k]
         values.append(float(got @ discounts[: len(got)]) / best)
-    return float(np.mean(values)) if values else float("nan")  # no query has a relevant title: nothing to rank
+    return float(np.mean(values)) if values else float("nan")
 
 
 def agreement(logits_a: np.ndarray, logits_b: np.ndarray) -> float:
@@ -120,15 +121,8 @@ def summarize(logits: np.ndarray, labels, grades, groups=None) -> dict:
         "n": int(len(labels)),
     }
     if groups is not None:
-        out["ndcg@10"] = _ndcg(expected_grade(logits, grades), labels, groups)
+        out["ndcg@10"] = ndcg_at_k(expected_grade(logits, grades), labels, groups)
     return out
-
-
-def _ndcg(scores, labels, groups) -> float:
-    """NDCG@10 of the queries `groups` (a bootstrap resample's), NaN (n/a) where their pairs' gold holds one value:
-    every order of one grade is ideal, so 1.0 would measure nothing."""
-    picked = np.asarray(labels)[np.concatenate([np.asarray(g, dtype=np.int64) for g in groups])] if groups else []
-    return float("nan") if one_value(picked) else ndcg_at_k(scores, labels, groups)
 
 
 METRICS = ("accuracy", "macro_f1", "spearman", "loss")
@@ -136,7 +130,7 @@ METRICS = ("accuracy", "macro_f1", "spearman", "loss")
 
 def percentiles(values, level: float) -> list[float]:
     """The CI of bootstrap `values`, over the resamples where the metric exists (a resample of one gold value has no
-    order to correlate with, one of only one-title queries none to judge); [NaN, NaN] where none has it."""
+    order to correlate with, one of only queries of one gold value none to judge); [NaN, NaN] where none has it."""
     values = np.asarray(values, dtype=np.float64)
     values = values[np.isfinite(values)]
     if not len(values):
@@ -178,7 +172,7 @@ def bootstrap_ci(
         vals = []
         for _ in range(iters):
             pick = rng.integers(0, len(groups), len(groups))
-            vals.append(_ndcg(scores, labels, [groups[i] for i in pick]))
+            vals.append(ndcg_at_k(scores, labels, [groups[i] for i in pick]))
         out["ndcg@10"] = percentiles(vals, level)
     return out
 

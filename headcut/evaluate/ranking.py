@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import pearsonr
 
-from headcut.evaluate.metrics import check_level, check_resampling, correlation, ndcg_at_k, percentiles, spearman
+from headcut.evaluate.metrics import (check_level, check_resampling, correlation, ndcg_at_k, one_value, percentiles,
+                                      spearman)
 
 METRICS = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")
 AGREEMENT = ("pair_order", "top1")
@@ -54,7 +55,7 @@ def per_query(scores, gold, groups) -> dict:
     lowest = gold.min() if len(gold) else 0.0
     out = {k: np.full(len(groups), np.nan) for k in ("ndcg@10", "mrr", "same", "pairs")}
     for q, g in enumerate(groups):
-        if len(g) < 2 or np.ptp(gold[g]) == 0:
+        if one_value(gold[g]):  # the rule ndcg_at_k applies to a grades model's queries too
             continue
         out["ndcg@10"][q] = ndcg_at_k(scores[g], gold[g] - lowest, [np.arange(len(g))])  # gain 2^(s - lowest) - 1
         out["mrr"][q] = _reciprocal_rank(scores[g], gold[g])
