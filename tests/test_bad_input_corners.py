@@ -1016,6 +1016,17 @@ def test_evaluate_on_pairs_of_one_gold_grade_shows_spearman_and_ndcg_as_n_a(tmp_
     assert written["accuracy"] is not None  # what one gold value still measures
 
 
+def test_evaluate_says_why_ndcg_is_n_a_where_each_query_holds_one_grade(tmp_path, saved_models):
+    """A grades model's NDCG@10 skips a query whose titles share one grade (as a score model's does): on pairs of
+    two grades but one per query it is n/a while Spearman is measured, and the output says why."""
+    pairs = write(tmp_path, "one.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t3\nsaw\thand saw\t1\n")
+    result = run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--bootstrap", 20)
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line.split()[1:] for line in result.output.splitlines() if line.strip()}
+    assert lines["ndcg@10"] == ["n/a"] and lines["spearman"][0] != "n/a", result.output
+    assert "n/a: no query has two titles of different gold grade, so there is no order to judge" in result.output
+
+
 def test_correlations_are_n_a_for_one_gold_value_and_zero_for_a_constant_prediction():
     """One gold value: Spearman and Pearson (and a grades model's NDCG@10) are undefined, NaN, in point estimates,
     and bootstrap CIs count only the resamples where they exist. A constant prediction against varied gold still

@@ -23,8 +23,9 @@ def format_metrics(metrics: dict) -> str:
     lines.append(f"pairs: {metrics['n']}")
     if missing(metrics.get("spearman")):  # undefined only where the gold holds one value
         lines.append(one_gold_sentence(metrics))
-    elif metrics.get("judged_pairs") == 0:
-        lines.append("n/a: no query has two titles of different gold score, so there is no order to judge")
+    elif metrics.get("judged_pairs") == 0 or missing(metrics.get("ndcg@10", 0.0)):  # a grades model: no judged_pairs
+        gold = "grade" if "accuracy" in metrics else "score"
+        lines.append(f"n/a: no query has two titles of different gold {gold}, so there is no order to judge")
     return "\n".join(lines)
 
 
