@@ -762,6 +762,22 @@ def test_a_pruning_argument_s_range_is_declared_once_for_the_library_the_flag_an
     assert flags["batch"].default == LATENCY_BATCH
 
 
+def test_prune_s_latency_batch_takes_the_batch_range_headcut_bench_reads(tmp_path):
+    """Was: latency_batch declared its own 1..4096 while every other batch size (headcut bench --batch-sizes, which
+    times the same kind of batch, was narrowed to it for memory) stops at MAX_BATCH, so `headcut prune --latency 0.5
+    --batch 2000 --seq-len 8` was accepted. Now it reads headcut_grader.ranges.BATCH, and one past MAX_BATCH is
+    refused before any model loads."""
+    from headcut.prune_arguments import argument_range
+    from headcut_grader.ranges import BATCH, MAX_BATCH
+
+    assert argument_range("latency_batch") is BATCH
+    for batch in (MAX_BATCH + 1, 2000):
+        result = run("--model", tmp_path / "nowhere", "--latency", 0.5, "--batch", batch, "--seq-len", 8,
+                     "--out", tmp_path / "pruned")
+        assert result.exit_code == 2, result.output
+        assert f"--batch {batch} is out of range; it must be in [1, {MAX_BATCH}]." in result.output
+
+
 @pytest.mark.parametrize("value, said", [("5", "is '5', which is not a number"), ([3], "is [3], which is not a number"),
                                          (True, "is True, which is not a number"),
                                          (2.5, "is 2.5, which is not a whole number")])
