@@ -393,6 +393,37 @@ def test_a_run_recipe_s_bench_batch_takes_the_range_headcut_bench_batch_sizes_re
         load_pipeline("quickstart", overrides=[over, "bench.seq_len=8"])
 
 
+def test_bench_s_sequence_lengths_and_repeats_are_declared_once_for_the_flags_the_recipe_and_the_library(tmp_path):
+    """Was: `headcut bench --seq-lens` and --repeats and a run recipe's [bench] seq_len and repeats each wrote
+    8..8192 and 1..10000 as their own literals. Now BenchSettings (headcut.export.bench_settings, torch-free)
+    declares them, checks them, and the flags and the recipe read that declaration."""
+    import dataclasses
+
+    import headcut.cli.bench
+    from typer.main import get_command
+
+    from headcut.export.bench_settings import SEQ_LEN, BenchSettings
+    from headcut.pipeline.recipe import BenchSection
+
+    declared = {f.name: f for f in dataclasses.fields(BenchSettings)}
+    recipe = {f.name: f for f in dataclasses.fields(BenchSection)}
+    assert declared["seq_lens"].metadata["range"] is SEQ_LEN is recipe["seq_len"].metadata["range"]
+    assert headcut.cli.bench.SEQ_LEN is SEQ_LEN
+    assert recipe["repeats"].metadata["range"] is declared["repeats"].metadata["range"]
+    assert recipe["repeats"].default == declared["repeats"].default
+    flags = {p.name: p for p in get_command(app).commands["bench"].params}
+    assert flags["repeats"].default == declared["repeats"].default
+    assert f"({declared['repeats'].metadata['range'].describe()})." in flags["repeats"].help
+    assert SEQ_LEN.describe() in flags["seq_lens"].help
+    for flag, value, said in [("--seq-lens", 8193, "--seq-lens '8193': 8193 is out of range; it must be in [8, 8192]"),
+                              ("--repeats", 0, "--repeats 0 is out of range; it must be in [1, 10000]")]:
+        result = CliRunner().invoke(app, ["bench", "-m", "minilm-l6", "--data", "synthetic", "--out",
+                                          str(tmp_path / "b"), flag, str(value)])
+        assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
+    with pytest.raises(UserError, match=r"^BenchSettings: key 'seq_lens' is 4, which is out of range"):
+        BenchSettings(seq_lens=(4,))
+
+
 def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
     """Was: `headcut probe --batch-size` declared its own Range(1, MAX_BATCH) beside common.BATCH_SIZE's. Every
     --batch-size, --bootstrap, --seed, --max-length, --draws and --k of every headcut command now reads

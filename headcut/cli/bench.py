@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, THREADS, TITLE_COL, Opt,
-                                number, quiet_transformers, read_data, user_errors)
+                                field_option, quiet_transformers, read_data, user_errors)
+from headcut.export.bench_settings import SEQ_LEN, BenchSettings
 
 
 def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
@@ -89,9 +90,10 @@ def bench(
     out: Path = typer.Option(..., "--out", "-o", help="Folder for bench.json, bench.md and bench.png."),
     threads: int = THREADS,
     batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Batch sizes of the grid."),
-    seq_lens: str = typer.Option("32,64,128", "--seq-lens", help="Sequence lengths of the grid."),
-    repeats: int = number(10, "--repeats", help="Timed runs per variant and cell (after 2 warm-up runs)", low=1,
-                          high=10_000),
+    seq_lens: str = typer.Option("32,64,128", "--seq-lens", help=f"Sequence lengths of the grid, each "
+                                 f"{SEQ_LEN.describe()}."),
+    repeats: int = field_option(BenchSettings, "repeats", "--repeats",
+                                help="Timed runs per variant and cell (after 2 warm-up runs)"),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     overwrite: bool = OVERWRITE,
@@ -102,8 +104,8 @@ def bench(
     --data ../shared/data/homedepot/dev.tsv --limit 1000 --out runs/bench
     """
     quiet_transformers()
-    from headcut.export.bench import (BenchSettings, benchmark, grader_backends, grader_variant, load_measured,
-                                      pytorch_variant, short_names)
+    from headcut.export.bench import (benchmark, grader_backends, grader_variant, load_measured, pytorch_variant,
+                                      short_names)
     from headcut.export.bench_report import write_bench
     from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model
@@ -112,10 +114,10 @@ def bench(
     check_out_dir(out, overwrite=overwrite, inputs=inputs, flag="--out",  # before the benchmark, not after it
                   holds="bench.json, bench.md and bench.png")
     from headcut.batching import check_max_length
-    from headcut_grader.ranges import BATCH, Range, check_timed_batch
+    from headcut_grader.ranges import BATCH, check_timed_batch
 
-    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", BATCH),
-                             _ints(seq_lens, "--seq-lens", Range(8, 8192)), threads, repeats=repeats)
+    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", BATCH), _ints(seq_lens, "--seq-lens", SEQ_LEN),
+                             threads, repeats=repeats)
     check_timed_batch(max(settings.batch_sizes), max(settings.seq_lens), flags="--batch-sizes, --seq-lens")
     reference = _check_variants(model, grader, max(settings.seq_lens))  # before any model loads
     # the reference's task and grades decide which gold the data gives

@@ -24,18 +24,10 @@ from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, quoted
 from headcut.evaluate.tasks import agreement, summary
 from headcut.evaluate.predict import predict_logits
+from headcut.export.bench_settings import BenchSettings
 from headcut.timing import round_robin
 from headcut_grader.machine import clock_ghz, cpu_record, peak_gflops, runtime_version
 from headcut_grader.ranges import check_callbacks
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    batch_sizes: tuple[int, ...] = (1, 8, 32)
-    seq_lens: tuple[int, ...] = (32, 64, 128)
-    threads: int = 2
-    warmup: int = 2
-    repeats: int = 10  # timed runs per variant and cell; p50/p95 come from these
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import FILE_KEYS, file_keys
 from headcut_grader.errors import Given, Typed, UserError, concerning, quoted, shown
+from headcut.export.bench_settings import SEQ_LEN, BenchSettings
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import BATCH, MAX_THREADS, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
@@ -101,8 +102,8 @@ class ExportSection:
 @dataclass(frozen=True)
 class BenchSection:
     batch: int = range_field(32, BATCH)  # headcut bench --batch-sizes' range: the stage times as it does
-    seq_len: int = ranged(64, 8, 8192)
-    repeats: int = ranged(10, 1, 10_000)
+    seq_len: int = range_field(64, SEQ_LEN)  # as headcut bench --seq-lens and --repeats: declared with BenchSettings
+    repeats: int = same_as(BenchSettings, "repeats")
     threads: int = ranged(2, 1, MAX_THREADS)
     bootstrap: int = argument_field("bootstrap")
     # another grader folder (e.g. a teacher trained on every train pair): each grader is also compared with it

@@ -1,0 +1,22 @@
+"""What `benchmark` times, declared once: `headcut bench`'s --batch-sizes, --seq-lens and --repeats and a run
+recipe's [bench] batch, seq_len and repeats read these ranges. Torch-free, so the command line and a recipe read them
+without importing the benchmark."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headcut_grader.ranges import BATCH, Range, check_ranges, range_field, ranged
+
+SEQ_LEN = Range(8, 8192)  # a timed sequence length (tokens per pair)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    batch_sizes: tuple[int, ...] = range_field((1, 8, 32), BATCH)
+    seq_lens: tuple[int, ...] = range_field((32, 64, 128), SEQ_LEN)
+    threads: int = 2
+    warmup: int = 2
+    repeats: int = ranged(10, 1, 10_000)  # timed runs per variant and cell; p50/p95 come from these
+
+    def __post_init__(self):
+        check_ranges(self, "BenchSettings")
