@@ -335,11 +335,11 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
         if not keys or in_file == where or not set(keys) <= named:
             raise
         if set(keys) <= set(origins):
-            raise _led_again(e, lead, " ".join(origins[k] for k in keys), SetError) from None
-        raise _led_again(e, lead, where + with_sets([k for k in keys if k in origins])) from None
+            raise led_again(e, lead, " ".join(origins[k] for k in keys), SetError) from None
+        raise led_again(e, lead, where + with_sets([k for k in keys if k in origins])) from None
 
 
-def _led_again(error: UserError, lead: str, new_lead: str, kind=UserError) -> UserError:
+def led_again(error: UserError, lead: str, new_lead: str, kind=UserError) -> UserError:
     """`error`, a check's refusal led by `lead` (its sentences begin 'LEAD: '), led by `new_lead` instead, as a `kind`
     about the same keys; the check is not run again (it may read the models' outlines)."""
     text = str(error)

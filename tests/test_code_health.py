@@ -290,3 +290,14 @@ def test_serve_load_measures_the_runtime_with_its_declared_batch_settings():
     passed = [f"{path.name}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
               if isinstance(node, ast.Call) and any(k.arg == "batch_size" for k in node.keywords)]
     assert not passed, f"leave the Grader's batch_size to its declared default: {passed}"
+
+
+def test_no_module_imports_another_module_s_private_name():
+    """A name with a leading underscore is its module's own: a module that imports one from another of headcut's or
+    headcut_grader's breaks silently when that module renames it. Was: pipeline/recipe.py imported recipes'
+    _led_again; it is the public recipes.led_again."""
+    private = [f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} from {node.module or '.'}"
+               for path in modules().values() for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in PACKAGES)
+               for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+    assert not private, "\n".join(private)

@@ -20,7 +20,7 @@ from headcut_grader.ranges import BATCH, MAX_THREADS, check_timed_batch, range_f
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import (SetError, _led_again, find_recipe, from_dict, mistyped_text, nearest,
+from headcut.recipes import (SetError, find_recipe, from_dict, led_again, mistyped_text, nearest,
                              parse_override, read_recipe_file, refuse_repeat, text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
@@ -633,7 +633,7 @@ def _data_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, 
     paths, origins = [("data", DATA_INTO_SUBS[key]) for key in keys], dict(recipe.origins)
     by_sets = _by(origins, *paths)
     lead = by_sets[:-2] if by_sets else "[data]" + "".join(f" with {origins[p]}" for p in paths if p in origins)
-    text = str(_led_again(error, f"[{'.'.join(section)}]", lead))
+    text = str(led_again(error, f"[{'.'.join(section)}]", lead))
     return SetProblem(text) if by_sets else text
 
 
