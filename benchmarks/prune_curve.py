@@ -32,6 +32,7 @@ from headcut.evaluate.criteria import ablation_scores, gradient_scores, head_imp
 from headcut.evaluate.fisher import mask_gradients
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
+from headcut.evaluate_arguments import DEFAULTS
 from headcut_grader.files import write_json, write_text
 from headcut.models import LoadedModel, load_model
 from headcut.prune import HeadPlan, iterative_plan, plan_heads, pruned_copy, speed_summary
@@ -65,7 +66,7 @@ def parse_args():
     p.add_argument("--iterative-rows", type=int, default=None, help="scoring pairs per iterative re-scan (default: all)")
     p.add_argument("--bootstrap", type=int, default=300, help="paired resamples per curve point")
     p.add_argument("--latency-seconds", type=float, default=2.0, help="timed seconds per model and batch size")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--replot", action="store_true", help="only redraw OUT/curves.png from OUT/results.json")
     args = p.parse_args()

@@ -17,6 +17,7 @@ import torch
 from headcut.arch import flops_per_pair
 from headcut.models import load_model
 from headcut.prune.measure import measure_latency
+from headcut.prune_arguments import LATENCY_BATCH
 from headcut.timing import cpu_info
 
 
@@ -24,7 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="the source (unpruned) model folder")
     parser.add_argument("--pruned", required=True, help="a `headcut prune` output folder")
-    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--batch", type=int, default=LATENCY_BATCH)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per model per round")

@@ -26,6 +26,7 @@ from headcut.cli.common import quiet_transformers
 from headcut_grader.data import read_pairs
 from headcut.evaluate.ablation import ablation_logits, naive_ablation_logits
 from headcut.evaluate.criteria import ablation_scores
+from headcut.evaluate_arguments import DEFAULTS
 from headcut.models import load_model
 from headcut.timing import round_robin_clocks
 
@@ -44,7 +45,7 @@ def main() -> None:
     parser.add_argument("--data", default=str(DEV))
     parser.add_argument("--pairs", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3, help="timed scans of each kind, in turns")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
     parser.add_argument("--max-rows", type=int, default=768, help="stacked rows per forward in the fast scan")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()

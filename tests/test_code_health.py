@@ -224,14 +224,21 @@ def test_one_rule_leads_a_sentence_with_where_it_was_read():
     assert not copies, f"lead a sentence with headcut_grader.errors.lead_of: {copies}"
 
 
-def test_no_library_call_passes_a_batch_size_written_as_a_number():
+def test_no_library_or_benchmark_call_passes_a_batch_size_written_as_a_number():
     """A forward pass batches the declared default (evaluate_arguments.DEFAULTS, the callee's own literal default,
     checked by test_the_library_s_shared_setting_defaults_equal_the_declared_ones) or a named size of its own
-    (PROBE_BATCH_SIZE, units_batch_size, export's GATE_BATCH_SIZE). Was: finetune's and distill's dev passes took
-    128 pairs, a run's bench 64 and `headcut bench`'s PyTorch and grader quality passes 32, each written at its call."""
-    found = [f"{path.relative_to(ROOT)}:{node.lineno} {k.arg}={k.value.value}" for path in modules().values()
+    (PROBE_BATCH_SIZE, units_batch_size, export's GATE_BATCH_SIZE), and a benchmark's --batch-size or --batch flag
+    defaults to a declared one. Was: finetune's and distill's dev passes took 128 pairs, a run's bench 64 and
+    `headcut bench`'s PyTorch and grader quality passes 32, each written at its call; benchmarks/int8_batch.py
+    passed batch_dependence batch_size=32 (export takes its default, 16), prune_curve.py's and scan_speed.py's
+    --batch-size wrote DEFAULTS' 64, prune_speed.py's --batch prune's LATENCY_BATCH (32) and fused_attention.py's
+    --batch export's TIMING_SHAPE batch (32)."""
+    paths = [*modules().values(), *(ROOT / "benchmarks").glob("*.py")]
+    found = [f"{path.relative_to(ROOT)}:{node.lineno} {k.arg}={k.value.value}" for path in paths
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)
-             for k in node.keywords if k.arg in ("batch_size", "batch") and isinstance(k.value, ast.Constant)]
+             for k in node.keywords if isinstance(k.value, ast.Constant) and isinstance(k.value.value, int)
+             and (k.arg in ("batch_size", "batch") or k.arg == "default" and any(
+                 isinstance(a, ast.Constant) and a.value in ("--batch-size", "--batch") for a in node.args))]
     assert not found, f"name the batch size or leave the callee's declared default: {found}"
 
 
