@@ -168,6 +168,19 @@ def test_no_module_uses_a_name_it_never_defines_or_imports():
     assert not undefined, "\n".join(undefined)
 
 
+def test_no_module_imports_a_name_it_never_uses():
+    """An import nothing reads misleads (it looks like a dependency) and keeps a module loaded for nothing.
+    headcut/cli/common.py re-exports the runtime's shared options to headcut's commands, which is its purpose.
+    Was: headcut_grader/pairs.py imported TASKS under `noqa: F401` and never read it."""
+    folders = [ROOT / "headcut", ROOT / "grader" / "headcut_grader", ROOT / "benchmarks"]
+    result = subprocess.run([sys.executable, "-m", "pyflakes", *map(str, folders)], capture_output=True, text=True)
+    reexports = str(Path("headcut", "cli", "common.py"))
+    unused = [message for message in result.stdout.splitlines()
+              if "imported but unused" in message and not message.startswith(str(ROOT / reexports))]
+    assert result.returncode in (0, 1) and not result.stderr.strip(), result.stderr
+    assert not unused, "\n".join(unused)
+
+
 def test_one_rule_spells_an_argument_as_a_flag():
     """A library check names an argument as its caller wrote it through headcut_grader.errors.named alone; was: serve
     (_name), grade_file and prune's targets each spelled --NAME from NAME by a copy of that rule."""

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headcut_grader.errors import UserError, named, setting
-from headcut_grader.tasks import TASKS  # noqa: F401  (what Pairs.task names)
 
 DEFAULT_GRADES = (1, 2, 3, 4, 5)
 
