@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import yaml
 from typer.testing import CliRunner
@@ -25,6 +27,8 @@ def test_cli_distills_and_reports_against_the_teacher(tiny_teacher, tmp_path):  
     result = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s"), "--set", "keep_layers=1"])
     assert result.exit_code == 0, result.output
     assert "after - teacher [95% paired CI]" in result.output and "teacher logits: computed and cached" in result.output
+    assert re.search(r"^throughput [\d.]+ examples/s \([\d.]+ per CPU-second\) over \d+ steps \(best at step \d+\); "
+                     r"teacher logits: computed and cached \([\d.]+s before training\)$", result.output, re.M)
     assert load_model(tmp_path / "s").model.config.num_hidden_layers == 1
     again = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s")])
     assert again.exit_code == 2 and "not empty; choose a new folder or pass --overwrite" in again.output
@@ -489,3 +493,18 @@ def test_a_refused_search_whose_study_file_does_not_read_keeps_it_and_says_the_r
         with pytest.raises(UserError, match=r"^refused\.$"):
             tune_module.tune(recipe, tmp_path / name, trials=1)
         assert (tmp_path / name / tune_module.STUDY_FILE).is_file()
+
+
+def test_distill_s_command_fits_120_columns_and_says_what_it_said():
+    """Was: three lines of headcut/cli/distill.py ran past 120 columns; wrapped, --set's help, the throughput line
+    (test_cli_distills_and_reports_against_the_teacher) and the teacher line read as before."""
+    import headcut.cli.distill
+    from typer.main import get_command
+
+    lines = Path(headcut.cli.distill.__file__).read_text().splitlines()
+    long = [n for n, line in enumerate(lines, 1) if len(line) > 120]
+    assert not long, long
+    help_of = {p.name: p.help for p in get_command(app).commands["distill"].params}
+    assert help_of["set_"] == "Override a recipe key: --set temperature=3 (repeatable; each key once)."
+    line = headcut.cli.distill._teacher_line({"teacher_cache": "hit", "teacher_seconds": 1.25})
+    assert line == "teacher logits: read from headcut's cache (1.2s before training)"

@@ -44,7 +44,8 @@ def distill(
     recipe: str = typer.Argument(..., help="Recipe YAML path or built-in name (see recipes/distill/)."),
     out: Opt[Path] = typer.Option(None, "--out", "-o", help="Student artifact folder (default: runs/<recipe name>); "
                                   "checkpoints go to OUT.partial/. With --tune: the study folder."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable; each key once)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable; each "
+                                   "key once)."),
     tune: int = number(0, "--tune", help="Search the recipe's tune_fields with optuna for N trials "
                        "(resumable: rerun to continue; 0 = train once)", low=0, high=10_000),
     overwrite: bool = OVERWRITE,
@@ -95,9 +96,8 @@ def distill(
         typer.echo(f"stopped early; rerun the same command to resume from {result.work_dir}")
         return
     typer.echo(format_result(result.metrics))
-    typer.echo(f"throughput {t['examples_per_second']:.1f} examples/s ({t['examples_per_cpu_second']:.1f} per CPU-second) "
-               f"over {t['steps']} steps "
-               f"(best at step {t['best_step']}); {_teacher_line(t)}")
+    typer.echo(f"throughput {t['examples_per_second']:.1f} examples/s ({t['examples_per_cpu_second']:.1f} per "
+               f"CPU-second) over {t['steps']} steps (best at step {t['best_step']}); {_teacher_line(t)}")
     if result.speed:
         typer.echo(format_speed(result.speed))
     typer.echo(f"wrote {result.out}")
@@ -128,4 +128,5 @@ CACHE_WORDS = {"hit": "read from headcut's cache", "written": "computed and cach
 
 def _teacher_line(training: dict) -> str:
     """How the teacher's logits were had: computed and cached, read back, or from a teacher pass in every step."""
-    return f"teacher logits: {CACHE_WORDS[training['teacher_cache']]} ({training['teacher_seconds']:.1f}s before training)"
+    return (f"teacher logits: {CACHE_WORDS[training['teacher_cache']]} ({training['teacher_seconds']:.1f}s before "
+            "training)")
