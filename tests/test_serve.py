@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -225,6 +226,27 @@ def test_oversize_requests_are_refused_and_the_server_lives_on(server):
         assert 'path="/grade",status="200"' in metrics.text and "headcut_pairs_total" in metrics.text
     else:  # the server still grades; the page says what to install
         assert metrics.status_code == 501 and "pip install" in metrics.json()["error"]
+
+
+def test_a_body_shorter_than_its_content_length_gets_408_in_time_and_the_server_serves_on(tiny_folder):
+    """A client that promises more body than it sends (or dribbles it) is answered 408 after --body-timeout-seconds
+    and disconnected. Was: uvicorn has no body timeout, so the request waited, holding its connection and request,
+    until the client gave up: a few slow clients could hold the server."""
+    with serve_process(tiny_folder, "--body-timeout-seconds", "1") as (url, _, _):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            start = time.monotonic()
+            s.sendall(b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 100\r\n\r\n" + b'{"pairs": [')
+            reply = b""
+            while chunk := s.recv(65536):  # read to the end: the server closes the connection after its answer
+                reply += chunk
+            waited = time.monotonic() - start
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and 0.9 < waited < 5, (reply, waited)
+        assert b"--body-timeout-seconds" in body and "within 1 s" in json.loads(body)["error"]
+        reply = httpx.post(url + "/grade", json={"pairs": [{"query": "q", "title": "t"}]}, timeout=30)
+        assert reply.status_code == 200 and len(reply.json()["results"]) == 1
 
 
 # Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.

@@ -2,7 +2,8 @@
 
 POST /grade {"pairs": [{"query": ..., "title": ...}]}, POST /rank {"query": ..., "titles": [...]},
 GET /healthz, GET /metrics (Prometheus text, all workers); HEAD too for both. POST bodies are JSON (Content-Type:
-application/json, UTF-8). Every request is bounded (body bytes, pairs, characters per text); anything malformed gets
+application/json, UTF-8). Every request is bounded (body bytes and the
+seconds to send them, pairs, characters per text); anything malformed gets
 a 4xx with {"error": sentence}, never a 500 or a dead worker. A grader run that raises (the runtime failing) is
 logged with its traceback and answers its requests 500 with {"error": "grading failed: ..."}; the worker serves on.
 Concurrent requests share grader runs (headcut_grader.microbatch); a worker whose queue is full answers 503 with
@@ -31,6 +32,9 @@ class Limits:
     max_body_bytes: int = ranged(1_000_000, 100, 2 ** 30)  # a body is read whole: its memory, times the workers
     max_pairs: int = ranged(256, 1, 65536)  # per request (titles for /rank): one request cannot hold a worker for long
     max_text_chars: int = ranged(2_000, 1, MAX_TEXT_CHARS)  # longer texts are truncated to max_length tokens anyway
+    # uvicorn waits for a promised body as long as the client likes: a client sending less than its Content-Length
+    # (or dribbling it) held its connection and request forever; 30 s carries max_body_bytes over a slow link
+    body_timeout_seconds: float = ranged(30.0, 0.1, 3600.0)
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,8 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     state.limits, state.batching, state.said = limits, batching, _said(limits, batching, flags)
     app.add_middleware(DrainDeadline)  # inside Measured, which then counts its 503s
     app.add_middleware(JsonBody, limit=limits.max_body_bytes, max_text_chars=limits.max_text_chars, paths=BODY_ROUTES,
-                       names=(_name("limits", "max_body_bytes", flags), _name("limits", "max_text_chars", flags)))
+                       timeout=limits.body_timeout_seconds,
+                       names=tuple(_name("limits", name, flags) for name in JsonBody.SETTINGS))
     app.add_middleware(Measured, metrics=state.metrics)  # added last: outermost, so it sees 413s, 415s and 400s too
     add_error_handlers(app)
     add_routes(app, limits)

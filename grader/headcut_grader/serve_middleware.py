@@ -13,14 +13,17 @@ SHUTTING_DOWN = f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."
 
 class JsonBody:
     """ASGI middleware: a POST body to one of `paths` must be JSON text (Content-Type application/json, UTF-8, nested less deeply
-    than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent. Anything
-    else is answered here with one sentence (413, 415 or 400), before FastAPI's parser could answer in its own
-    words or fail; JSON that does not fit the request shape is left to the route's 422. `names`: the two limits
-    as the answer names them (the app's fields or `headcut serve`'s flags)."""
+    than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent, all of it
+    within `timeout` seconds. Anything else is answered here with one sentence (413, 415, 400 or 408), before
+    FastAPI's parser could answer in its own words or fail; JSON that does not fit the request shape is left to the
+    route's 422. `names`: the SETTINGS as the answer names them (the app's fields or `headcut serve`'s flags)."""
 
-    def __init__(self, app, limit: int, max_text_chars: int, paths: tuple[str, ...],
-                 names: tuple[str, str] = ("limits.max_body_bytes", "limits.max_text_chars")):
+    SETTINGS = ("max_body_bytes", "max_text_chars", "body_timeout_seconds")
+
+    def __init__(self, app, limit: int, max_text_chars: int, paths: tuple[str, ...], timeout: float = 30.0,
+                 names: tuple[str, ...] = tuple(f"limits.{name}" for name in SETTINGS)):
         self.app, self.limit, self.max_text_chars, self.paths, self.names = app, limit, max_text_chars, paths, names
+        self.timeout = timeout
 
     async def __call__(self, scope, receive, send):
         # only a route that reads a body: any other POST gets the router's 404 or 405, whatever its body
@@ -30,7 +33,10 @@ class JsonBody:
         problem = self.header_problem(headers)
         if problem:
             return await _send_json(send, *problem)
-        body = await _read_body(receive, self.limit)
+        try:
+            body = await asyncio.wait_for(_read_body(receive, self.limit), self.timeout)
+        except asyncio.TimeoutError:  # closed after the answer: the rest of a body may still come down it
+            return await _send_json(send, *self.too_slow(), close=True)
         if body is None:  # the client went away mid-body: nobody to answer
             return
         problem = self.too_large() if len(body) > self.limit else body_problem(body)
@@ -54,9 +60,14 @@ class JsonBody:
         return None
 
     def too_large(self) -> tuple[int, str]:
-        body, text = self.names
+        body, text, _ = self.names
         return 413, (f"request body over {self.limit} bytes (the server's {body}); send fewer pairs per "
                      f"request, each text at most {self.max_text_chars} characters ({text}).")
+
+
+    def too_slow(self) -> tuple[int, str]:
+        return 408, (f"request body not received within {self.timeout:g} s (the server's {self.names[2]}); send "
+                     "the whole body promptly, with a Content-Length that matches it.")
 
 
 def body_problem(body: bytes) -> tuple[int, str] | None:
@@ -131,11 +142,13 @@ class DrainDeadline:
                 await _send_json(send, 503, SHUTTING_DOWN, retry_after=True)
 
 
-async def _send_json(send, status: int, message: str, *, retry_after: bool = False):
+async def _send_json(send, status: int, message: str, *, retry_after: bool = False, close: bool = False):
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if retry_after:
         headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

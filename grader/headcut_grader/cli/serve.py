@@ -34,6 +34,9 @@ def serve(
     max_text_chars: int = field_option(Limits, "max_text_chars", "--max-text-chars",
                                        help="Longest query or title, in characters"),
     max_body_bytes: int = field_option(Limits, "max_body_bytes", "--max-body-bytes", help="Largest request body"),
+    body_timeout_seconds: float = field_option(Limits, "body_timeout_seconds", "--body-timeout-seconds",
+                                               help="How long a client may take to send a request's body; one "
+                                               "that has not sent all of it by then gets 408 and is disconnected"),
     max_batch: int = field_option(Batching, "max_batch", "--max-batch", help="Most pairs in one grader run made of "
                                   "concurrent requests (whole requests; 1 turns merging off)"),
     max_wait_ms: float = field_option(Batching, "max_wait_ms", "--max-wait-ms", help="How long a request may wait "
@@ -70,7 +73,7 @@ def serve(
     uvicorn = optional_module("uvicorn")
     if uvicorn is None:
         raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.")
-    limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars),
+    limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars, body_timeout_seconds),
                                      Batching(max_batch, max_wait_ms, max_queue, batch_size), flags=True)
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
     # a bad folder or a damaged graph fails here with one sentence, not in every worker; auto is resolved once
