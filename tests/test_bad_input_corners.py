@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT
-from test_bad_input import _copy, refused, run, saved_models, write  # noqa: F401  (saved_models: a fixture)
+from test_bad_input import _copy, refused, run, saved_models, tiny_grader, write  # noqa: F401  (fixtures)
 
 PAIRS_TSV = "query\ttitle\tgrade\ndrill\tcordless drill\t4\npaint\tred lamp\t1\n"
 
@@ -1221,3 +1221,34 @@ def test_a_folder_output_named_like_a_file_is_refused_naming_the_flag(tmp_path, 
                                       f"file; name the folder without .{name.split('.')[1]}, such as --out "
                                       f"{tmp_path / stem}.")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("program", ["headcut", "headcut-grader"])
+@pytest.mark.parametrize("spelling", ["--out", "-o", "--out="])
+def test_a_file_output_written_as_a_folder_is_refused_in_both_clis(tmp_path, tiny_grader, program, spelling):
+    """A trailing / on a file output (grade --out o.tsv/) means a folder. Was: typer dropped the / before the command
+    saw it, and the file o.tsv was written, exit 0."""
+    from typer.testing import CliRunner
+
+    from headcut_grader.cli.main import app as grader_app
+
+    pairs = write(tmp_path, "p.tsv", PAIRS_TSV)
+    out = f"{tmp_path / 'o.tsv'}/"
+    given = [f"{spelling}{out}"] if spelling.endswith("=") else [spelling, out]
+    args = ["grade", str(tiny_grader), str(pairs), *given]
+    result = run(*args) if program == "headcut" else CliRunner().invoke(grader_app, args)
+    refused(result, f"--out {out} ends in /, so it names a folder, but --out is a file to write; drop the /, or "
+            "name a file inside that folder")
+    assert not (tmp_path / "o.tsv").exists()
+
+
+def test_evaluate_out_written_as_a_folder_and_grade_file_out_too_are_refused(tmp_path, tiny_grader):
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import grade_file
+
+    pairs = write(tmp_path, "p.tsv", PAIRS_TSV)
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--out", f"{tmp_path / 'm.json'}/"),
+            "m.json/ ends in /, so it names a folder, but --out is a file to write")
+    with pytest.raises(UserError, match=r"^out=.*o\.tsv/ ends in /, so it names a folder, but out is a file"):
+        grade_file(tiny_grader, pairs, f"{tmp_path / 'o.tsv'}/")
+    assert not (tmp_path / "m.json").exists() and not (tmp_path / "o.tsv").exists()

@@ -163,6 +163,8 @@ def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs
     """An output folder: its name no file's (check_folder_name: `holds`, what goes in it), never an input nor inside
     one, in a place this process can write, and new or empty unless `overwrite`."""
     overwrite = checked_bool(overwrite, "overwrite")
+    if problem := folder_spelled(out, flag):
+        raise UserError(problem)
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
@@ -197,6 +199,8 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     """The folder rule for files: an existing file is replaced only with --overwrite, an input never; and where
     `suffixes` are given, the suffix says what is written (check_suffix)."""
     overwrite = checked_bool(overwrite, "overwrite")
+    if problem := folder_spelled(out, flag):
+        raise UserError(problem)
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
@@ -210,6 +214,15 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     if out.exists() and not overwrite:
         raise UserError(f"{setting(flag, out)} exists; choose a new file name or pass {overwrite_said(flag)}.")
     return out
+
+
+def folder_spelled(out, flag: str) -> str | None:
+    """The sentence for a file's path given as text that ends in a separator (o.tsv/), which names a folder, or
+    None. Was: Path() (and typer, for a flag) drops the separator, and the file o.tsv was written."""
+    if not isinstance(out, str) or not out.endswith(tuple(filter(None, (os.sep, os.altsep)))):
+        return None
+    return (f"{setting(flag, out)} ends in {out[-1]}, so it names a folder, but {flag} is a file to write; drop the "
+            f"{out[-1]}, or name a file inside that folder.")
 
 
 def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: str) -> None:

@@ -98,13 +98,14 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     resume = checked_bool(resume, "resume")
     as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")
     source = as_path(source, "grade_file source", what="a pairs file's path")
-    out = as_path(out, "grade_file out", what="an output file's path")
+    path = as_path(out, "grade_file out", what="an output file's path")
     settings = checked_settings(settings, names)
     if settings.out_format == "json":
         raise UserError(f"{_setting('out_format', names)} is 'json': grades are written as JSON lines, not one JSON "
                         "document; pass out_format='jsonl'.")
-    check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv",
-                   flag=said("out", names), **_out_suffixes(out, settings.out_format, names))
+    # `out` as given, not `path`: Path('o.tsv/') is o.tsv, and the / that says a folder was meant is lost
+    out = check_out_file(out, overwrite=overwrite, inputs=[source, grader_dir], example="grades.tsv",
+                         flag=said("out", names), **_out_suffixes(path, settings.out_format, names))
     fmt = settings.out_format or (guess_format(out) if out.suffix else guess_format(source))
     # a JSON array input graded into OUT without a suffix: JSON lines, as every JSON output is
     settings = replace(settings, out_format="jsonl" if fmt == "json" else fmt)

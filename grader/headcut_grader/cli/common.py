@@ -21,7 +21,7 @@ except ImportError:  # older typer: click itself
 from headcut_grader import entry
 from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.errors import UserError, quoted
-from headcut_grader.files import path_mark
+from headcut_grader.files import folder_spelled, path_mark
 from headcut_grader.ranges import Range
 from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, cell_number, name_length_problem
 
@@ -59,9 +59,10 @@ class OneLineErrors(typer.core.TyperGroup):
         blank = blank_value(command, args[args.index(command.name) + 1:]) if command is not None else None
         if blank:
             raise click.exceptions.UsageError(f"{blank} is empty{BLANK_MEANS.get(blank, '; give it a value')}", ctx)
-        twice = given_twice(command, args[args.index(command.name) + 1:]) if command is not None else None
-        if twice:  # its help is the command's: a context of it, made without parsing
-            raise click.exceptions.UsageError(twice, click.Context(command, parent=ctx, info_name=command.name))
+        given = args[args.index(command.name) + 1:] if command is not None else []
+        problem = command is not None and (given_twice(command, given) or file_as_folder(command, given))
+        if problem:  # its help is the command's: a context of it, made without parsing
+            raise click.exceptions.UsageError(problem, click.Context(command, parent=ctx, info_name=command.name))
         return super().parse_args(ctx, args)
 
 
@@ -127,6 +128,14 @@ def given_twice(command, args: list[str]) -> str | None:
         return (f"{param.opts[0]} is given twice, as {quoted(first[1])} and as {quoted(given)}; pass it once, with "
                 "the value you mean")
     return None
+
+
+def file_as_folder(command, args: list[str]) -> str | None:
+    """The sentence for a file_option of `command` that `args` give as a folder (o.tsv/), else None: typer drops the
+    trailing separator before the command sees it, and the file o.tsv was written."""
+    return next((problem for param, name, value in given_values(command, args)
+                 if param is not None and param.metavar == FILE and (problem := folder_spelled(value, param.opts[0]))),
+                None)
 
 
 def same_path(param, first: str, given: str) -> bool:
@@ -314,6 +323,15 @@ def field_option(cls, name: str, *flags: str, help: str, kind=None):
 
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
     return number_in(field.metadata.get("range") or Range(), field.default, *flags, help=help, kind=kind)
+
+
+FILE = "FILE"  # the metavar of a file_option, which file_as_folder looks for
+
+
+def file_option(default, *flags: str, help: str):
+    """A typer option for a file to write (a Path): shown as FILE in --help, and refused while parsing where it is
+    written as a folder (o.tsv/, file_as_folder)."""
+    return typer.Option(default, *flags, metavar=FILE, help=help)
 
 
 def version_option(program: str, version: str):
