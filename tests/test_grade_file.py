@@ -758,6 +758,37 @@ def test_grade_file_from_python_checks_its_settings_before_any_work(tiny_grader,
     assert list(tmp_path.iterdir()) == [source]
 
 
+@pytest.mark.parametrize("settings, words", [
+    (GradeSettings(backend="gpu"), "settings.backend is 'gpu'; use one of: auto, onnxruntime, openvino."),
+    (GradeSettings(backend=None), "settings.backend is None; use one of: auto, onnxruntime, openvino."),
+    (GradeSettings(preset="x"), "settings.preset='x' is unknown; choose one of: homedepot, qbqtc."),
+    (GradeSettings(preset=["homedepot"]), "settings.preset=['homedepot'] is unknown; choose one of: homedepot, qbqtc."),
+    (GradeSettings(query_col=0), "settings.query_col is 0; pass a column's name as text, or None."),
+    (GradeSettings(label_col=b"grade"), "settings.label_col is b'grade'; pass a column's name as text, or None."),
+])
+def test_grade_file_names_every_setting_as_settings_dot_field_before_reading(tiny_grader, tmp_path, monkeypatch,
+                                                                            settings, words):
+    """Was: "Grader backend is 'gpu'", "preset='x' is unknown", "iter_pairs query_col is 0", naming what the
+    caller never wrote, and the backend only after the first chunk was read (preset=['homedepot']: a TypeError)."""
+    import headcut_grader.grade_file as module
+    from headcut_grader.errors import UserError
+
+    source = write_pairs(tmp_path / "pairs.tsv", 5)
+    monkeypatch.setattr(module, "iter_pairs", lambda *a, **k: pytest.fail("the file was read"))
+    with pytest.raises(UserError) as e:
+        module.grade_file(tiny_grader, source, tmp_path / "o.tsv", settings=settings)
+    assert str(e.value) == words
+
+
+def test_grade_file_names_a_missing_column_s_setting_as_settings_dot_field(tiny_grader, tmp_path):
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import grade_file
+
+    source = write_pairs(tmp_path / "pairs.tsv", 5)
+    with pytest.raises(UserError, match=r"no label column 'gold' .*; name it with settings\.label_col=NAME\.$"):
+        grade_file(tiny_grader, source, tmp_path / "o.tsv", settings=GradeSettings(label_col="gold"))
+
+
 def test_a_ctrl_c_line_looks_at_out_once_as_the_command_begins_and_once_as_it_stops(tiny_grader, tmp_path,
                                                                                    monkeypatch):
     """Was: user_errors and the grade command each marked --out as the command began (two stats of it); the

@@ -12,19 +12,21 @@ import signal
 from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from itertools import chain
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.data import Position, guess_format, iter_pairs
-from headcut_grader.errors import UserError, check_names, named
+from headcut_grader.errors import Given, UserError, check_names, named, setting
 from headcut_grader.files import as_path, check_out_file, publish_file, published, write_json
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
+from headcut_grader.readers import check_preset
 from headcut_grader.ranges import (BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS, argument,
                                    check_callbacks, checked_bool, checked_fields, range_field, ranged)
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
@@ -94,6 +96,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     `names`: who called, so that messages name what they wrote (headcut_grader.errors.named): "arguments" these
     (out, resume=True, settings' chunk_rows), "flags" `headcut grade`'s (--out, --resume, --chunk-rows)."""
     check_names(names, "grade_file names")
+    names = _settings_named(names)
     check_callbacks("grade_file", progress=progress)
     resume = checked_bool(resume, "resume")
     as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")
@@ -162,6 +165,15 @@ def checked_settings(settings, names: str) -> GradeSettings:
     if settings.out_format not in (None, "json", *OUT_FORMATS):  # json: refused by name in grade_file
         raise UserError(f"{_setting('out_format', names)} is {argument(settings.out_format)[:60]}; use one of: "
                         f"{', '.join(OUT_FORMATS)} (or None: from out's suffix).")
+    if settings.backend not in BACKEND_CHOICES:  # was: Grader's words, once the first chunk was read
+        raise UserError(f"{_setting('backend', names)} is {argument(settings.backend)[:60]}; use one of: "
+                        f"{', '.join(BACKEND_CHOICES)}.")
+    for column in ("query_col", "title_col", "label_col"):
+        value = getattr(settings, column)
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"{_setting(column, names)} is {argument(value)[:60]}; pass a column's name as text, or "
+                            "None.")
+    check_preset(settings.preset, setting(_setting("preset", names), argument(settings.preset)[:60]))
     return settings
 
 
@@ -183,9 +195,17 @@ def _out_suffixes(out: Path, out_format: str | None, names: str) -> dict:
             "written": "grades are written as TSV, CSV or JSON lines, as the suffix says"}
 
 
+def _settings_named(names: str) -> str:
+    """grade_file's `names`, with GradeSettings' fields as its caller wrote them: settings.workers from Python (also
+    where iter_pairs and Grader name them), --workers from the command."""
+    if names != "arguments":
+        return names
+    return Given(names, {f.name: f"settings.{f.name}" for f in fields(GradeSettings)})
+
+
 def _setting(name: str, names: str) -> str:
     """A GradeSettings field as a message names it: settings.workers from Python, --workers from the command."""
-    return said(name, names) if names == "flags" else f"settings.{name}"
+    return said(name, _settings_named(names))
 
 
 @contextmanager

@@ -302,13 +302,18 @@ class Named:
         return said if errors.caller(said) == "flags" else f"{said}=NAME"
 
 
+def check_preset(preset, said: str) -> None:
+    """A preset that is not None nor one of PRESETS, one sentence; `said`: the setting with its value, as its
+    caller wrote it (--preset 'x', settings.preset='x')."""
+    if preset is not None and (not isinstance(preset, str) or preset not in PRESETS):
+        raise UserError(f"{said} is unknown; choose one of: {', '.join(PRESETS)}.")
+
+
 def _format_of(path: Path, preset: str | None, fmt: str | None, keys: Named) -> tuple[Preset, str]:
     """The preset's settings and the file's format: the file's own suffix says more than a preset's usual format
     (a Home Depot export saved as .jsonl)."""
-    if preset is not None and preset not in PRESETS:
-        said = (f"key '{keys.key('preset')}' is {quoted(preset)}, which" if keys.recipe
-                else setting(keys.said("preset"), quoted(preset)))
-        raise UserError(f"{said} is unknown; choose one of: {', '.join(PRESETS)}.")
+    check_preset(preset, f"key '{keys.key('preset')}' is {quoted(preset)}, which" if keys.recipe
+                 else setting(keys.said("preset"), quoted(preset)))
     p = PRESETS.get(preset, Preset())
     check_regular(path)
     fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
