@@ -146,6 +146,21 @@ def test_4_nul_control_characters_and_lone_surrogates_are_refused(tmp_path, name
     refused(run("grade", tmp_path / "no-grader", path, "--out", tmp_path / "o.tsv"), said)
 
 
+@pytest.mark.parametrize("queries, titles, lines, said", [
+    (["\udc80"], ["b"], None, "<memory> row 1, query: lone surrogate U+DC80 at character 1, which is not a character; "
+     "fix that pair or drop it."),
+    (["", "a"], ["", "co\ud83drd"], [2, 5], "<memory>, line 5, title: lone surrogate U+D83D at character 3"),
+    (["a", 7], ["b", "c"], None, "<memory> row 2, query: 7, not a string; fix that pair or drop it."),
+])
+def test_4_pairs_made_in_python_with_a_lone_surrogate_name_the_pair(queries, titles, lines, said):
+    """Files and the server refuse a lone surrogate by its place; Pairs made by a Python caller did not. Was: a
+    UnicodeEncodeError (an AttributeError for a number) from Pairs' fingerprint, naming no pair."""
+    from headcut_grader.pairs import Pairs
+
+    with pytest.raises(UserError, match="^" + re.escape(said)):
+        Pairs(queries, titles, None, lines=lines)
+
+
 # --- 5. JSON values of the wrong type ----------------------------------------------------------
 
 @pytest.mark.parametrize("row, column", [

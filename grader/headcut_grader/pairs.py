@@ -36,7 +36,22 @@ class Pairs:
     def __post_init__(self):
         if not self.fingerprint:
             gold = self.labels if self.scores is None else self.scores
-            object.__setattr__(self, "fingerprint", fingerprint(self.queries, self.titles, gold))
+            try:
+                object.__setattr__(self, "fingerprint", fingerprint(self.queries, self.titles, gold))
+            except (UnicodeEncodeError, AttributeError):  # a Python caller's texts (files and the server refuse these)
+                raise UserError(self._unreadable_text()) from None
+
+    def _unreadable_text(self) -> str:
+        """The sentence for the first query or title that is no text (a lone surrogate such as '\\udc80', which
+        nothing can encode; a number), worded as the server and the file readers word it, naming the pair."""
+        from headcut_grader.validation import surrogate_problem
+
+        for i, texts in enumerate(zip(self.queries, self.titles)):
+            for side, text in zip(("query", "title"), texts):
+                problem = surrogate_problem(text) if isinstance(text, str) else f"{text!r:.60}, not a string"
+                if problem:
+                    return f"{self.where(i)}, {side}: {problem}; fix that pair or drop it."
+        raise AssertionError("fingerprint failed on texts that all encode")
 
     @property
     def task(self) -> str | None:

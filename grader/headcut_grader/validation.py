@@ -223,6 +223,11 @@ def text_problem(text: str, *, max_chars: int = MAX_TEXT_CHARS) -> str | None:
     bad = _CONTROL.search(text)
     if bad:
         return f"control character U+{ord(bad.group()):04X} at character {bad.start() + 1}"
+    return surrogate_problem(text)
+
+
+def surrogate_problem(text: str) -> str | None:
+    """Where `text` holds a lone surrogate, which no encoding can write (UTF-8 raises on it), or None."""
     bad = _SURROGATE.search(text)
     if bad:
         return f"lone surrogate U+{ord(bad.group()):04X} at character {bad.start() + 1}, which is not a character"
