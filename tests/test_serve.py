@@ -641,6 +641,37 @@ def test_an_app_made_by_create_app_names_its_fields_in_answers_and_serve_its_fla
     assert "--" not in " ".join((many, long, huge, busy.json()["error"])) or flags
 
 
+@pytest.mark.parametrize("value, fact", [
+    (None, "is not set"),
+    ("", "is not the JSON settings `headcut serve` writes (Expecting value"),
+    ('{"threads": 1}', "is not the JSON settings `headcut serve` writes (no key 'grader_dir')"),
+    ('{"grader_dir": "g", "limits": {"max_pair": 3}}', "is not the JSON settings `headcut serve` writes "
+     "(Limits.__init__() got an unexpected keyword argument 'max_pair')"),
+])
+def test_app_from_env_without_serve_s_settings_names_the_variable_and_how_to_set_it(monkeypatch, value, fact):
+    """Its docstring offers uvicorn --factory. Was: a KeyError 'HEADCUT_SERVE' (and a JSONDecodeError or another
+    KeyError for a value typed by hand)."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.serve import app_from_env
+
+    if value is None:
+        monkeypatch.delenv("HEADCUT_SERVE", raising=False)
+    else:
+        monkeypatch.setenv("HEADCUT_SERVE", value)
+    with pytest.raises(UserError) as e:
+        app_from_env()
+    assert str(e.value).startswith("HEADCUT_SERVE " + fact) and str(e.value).endswith(
+        "; start the server with `headcut serve GRADER_DIR`, which sets it for its workers, or set it for uvicorn "
+        "--factory headcut_grader.serve:app_from_env to JSON such as '{\"grader_dir\": \"runs/grader\"}'.")
+
+
+def test_app_from_env_takes_only_a_grader_dir_and_defaults_the_rest(tiny_folder, monkeypatch):
+    from headcut_grader.serve import app_from_env
+
+    monkeypatch.setenv("HEADCUT_SERVE", json.dumps({"grader_dir": str(tiny_folder)}))
+    assert app_from_env().state.limits == Limits()
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_the_serve_command_keeps_no_grader_of_its_own_while_it_serves(tiny_folder, monkeypatch, workers):
     """The command loads the grader once to check it, then each worker loads its own. Was: the check's copy stayed

@@ -25,6 +25,7 @@ from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
 from headcut_grader.validation import MAX_TEXT_CHARS
 
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
+APP_FACTORY = "headcut_grader.serve:app_from_env"  # what uvicorn --factory (and headcut serve's workers) start
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,19 @@ class Settings:
         return json.dumps(asdict(self))
 
     @classmethod
-    def decode(cls, text: str) -> "Settings":
-        raw = json.loads(text)
-        return cls(raw["grader_dir"], raw["threads"], Limits(**raw["limits"]), Batching(**raw["batching"]),
-                   raw.get("backend", "auto"))
+    def decode(cls, text: str | None) -> "Settings":
+        """The settings `encode` wrote, read from $HEADCUT_SERVE (`text`; None: unset), any but grader_dir left at
+        their defaults; else one sentence naming the variable and how to set it (was: a KeyError)."""
+        try:
+            raw = json.loads(text)
+            return cls(raw["grader_dir"], raw.get("threads", 1), Limits(**raw.get("limits", {})),
+                       Batching(**raw.get("batching", {})), raw.get("backend", "auto"))
+        except (TypeError, ValueError, KeyError, AttributeError) as e:
+            why = f"no key {e}" if isinstance(e, KeyError) else str(e)[:100]
+            fact = "is not set" if text is None else f"is not the JSON settings `headcut serve` writes ({why})"
+        raise UserError(f"{ENV_SETTINGS} {fact}; start the server with `headcut serve GRADER_DIR`, which sets it for "
+                        f"its workers, or set it for uvicorn --factory {APP_FACTORY} to JSON such as "
+                        f"'{{\"grader_dir\": \"runs/grader\"}}'.")
 
 
 def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching(),
@@ -147,7 +157,7 @@ def app_from_env():
     `headcut serve` put them: answers name its flags)."""
     from headcut_grader.orphans import exit_with_parent
 
+    settings = Settings.decode(os.environ.get(ENV_SETTINGS))
     exit_with_parent()  # a worker (ours or uvicorn's) of a killed master drains and exits instead of serving on
-    settings = Settings.decode(os.environ[ENV_SETTINGS])
     return create_app(settings.grader_dir, threads=settings.threads, limits=settings.limits, flags=True,
                       batching=settings.batching, backend=settings.backend)

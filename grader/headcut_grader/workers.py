@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 
-APP = "headcut_grader.serve:app_from_env"
+from headcut_grader.serve import APP_FACTORY as APP
 
 
 def reuse_port_supported() -> bool:
