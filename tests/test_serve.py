@@ -713,11 +713,13 @@ def test_the_serve_command_keeps_no_grader_of_its_own_while_it_serves(tiny_folde
     assert len(loaded) == 1 and alive == [0]
 
 
+@pytest.mark.parametrize("host", ["::1", "[::1]"])
 @pytest.mark.parametrize("workers", ["1", "2"])
-def test_the_serve_command_listens_on_an_ipv6_host_as_its_workers_do(tiny_folder, monkeypatch, workers):
-    """uvicorn and headcut's own workers listen on an IPv6 --host (::1, ::). Was: the command's check of the address
-    bound it as IPv4 and refused it: '--host ::1 --port N: cannot listen there (Address family for hostname not
-    supported ...)'; and the URL it printed would have been http://::1:N, not http://[::1]:N."""
+def test_the_serve_command_listens_on_an_ipv6_host_as_its_workers_do(tiny_folder, monkeypatch, workers, host):
+    """uvicorn and headcut's own workers listen on an IPv6 --host (::1, ::), also written in brackets as in a URL.
+    Was: the command's check of the address bound it as IPv4 and refused it: '--host ::1 --port N: cannot listen
+    there (Address family for hostname not supported ...)'; and the URL it printed would have been http://::1:N, not
+    http://[::1]:N. --host [::1] was 'cannot listen there (Name or service not known)'."""
     import uvicorn
     from typer.testing import CliRunner
 
@@ -737,7 +739,7 @@ def test_the_serve_command_listens_on_an_ipv6_host_as_its_workers_do(tiny_folder
     for name in (ENV_SETTINGS, ENV_MULTIPROC):  # the command sets them for its workers; put back after
         monkeypatch.setenv(name, "")
     monkeypatch.setattr(signal, "signal", lambda *args: None)
-    result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--host", "::1", "--port", str(port), "--workers",
+    result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--host", host, "--port", str(port), "--workers",
                                       workers])
     assert result.exit_code == 0, result.output
     assert served == ["::1"] and f"on http://[::1]:{port} (" in result.output

@@ -22,6 +22,12 @@ def reuse_port_supported() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
+def unbracketed(host: str) -> str:
+    """`host` without the brackets a URL writes an IPv6 address in ([::1] -> ::1), which the socket layer and
+    uvicorn would look up as a name ("Name or service not known")."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
 def address_family(host: str) -> int:
     """The socket family uvicorn binds `host` with: IPv6 for an address with a colon (::1, ::), else IPv4."""
     return socket.AF_INET6 if ":" in host else socket.AF_INET

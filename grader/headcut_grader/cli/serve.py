@@ -22,7 +22,8 @@ KEEP_ALIVE_SECONDS = 75.0
 @user_errors
 def serve(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0 exposes it to the network)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0 exposes it to the network; "
+                             "an IPv6 one as ::1 or [::1])."),
     port: int = number(8000, "--port", help="TCP port", low=1, high=65535),
     workers: int = number(1, "--workers", help="Worker processes (one grader each, each with its own socket on "
                           "the port, so connections spread over them); on 2 cores: --workers 2 --threads 1",
@@ -66,7 +67,7 @@ def serve(
     from headcut_grader.grader import Grader
     from headcut_grader.serve import ENV_SETTINGS, Settings, check_serving
     from headcut_grader.serve_metrics import ENV_MULTIPROC, MISSING, available
-    from headcut_grader.workers import APP, address_family, http_url, reuse_port_supported, run_workers
+    from headcut_grader.workers import APP, address_family, http_url, reuse_port_supported, run_workers, unbracketed
 
     from headcut_grader.optional import optional_module
 
@@ -76,6 +77,7 @@ def serve(
     limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars, body_timeout_seconds),
                                      Batching(max_batch, max_wait_ms, max_queue, batch_size), flags=True)
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
+    host = unbracketed(host)  # [::1], as a URL writes it: was looked up as a name, "cannot listen there"
     # a bad folder or a damaged graph fails here with one sentence, not in every worker; auto is resolved once
     grader = Grader(grader_dir, threads=threads, backend=backend, names="flags")
     try:  # a taken port or a mistyped host: one sentence now rather than uvicorn's log line and exit 1
