@@ -21,6 +21,7 @@ from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import as_path
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem
+from headcut_grader.readers import bounded_int
 from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
@@ -231,7 +232,9 @@ def _yaml_12_scalars(loader) -> None:
         re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
                    r"|\.(?:nan|NaN|NAN))$"),
         list("-+0123456789."))
-    loader.add_constructor("tag:yaml.org,2002:int", lambda self, node: int(self.construct_scalar(node)))  # no octal
+    # no octal; a number of thousands of digits is read as JSON inputs read it (a float: inf past 1e308), which
+    # every range check refuses in its sentence, not Python's int-length ValueError
+    loader.add_constructor("tag:yaml.org,2002:int", lambda self, node: bounded_int(self.construct_scalar(node)))
 
 
 _yaml_12_scalars(_Loader)
