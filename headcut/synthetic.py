@@ -3,6 +3,7 @@ toolkit default for demos and tests, not real data."""
 from __future__ import annotations
 
 import random
+import re
 
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.ranges import Range, checked_number
@@ -48,10 +49,17 @@ def synthetic_spec(spec: str, n: int | None = None, *, said: str = "n",
 
 def synthetic_seed(spec: str, *, name: str = "synthetic_seed spec") -> int:
     """The seed of 'synthetic' (0) or 'synthetic:SEED'; `name`: what named `spec`, as synthetic_spec's."""
-    seed = whole_number(str(spec).partition(":")[2] or "0")
-    if seed is None or seed < 0:
-        raise UserError(f"{setting(name, quoted(spec))}: write synthetic or synthetic:SEED with a whole-number seed.")
-    return seed
+    text = str(spec).partition(":")[2] or "0"
+    seed = whole_number(text)
+    if seed is not None and seed >= 0:
+        return seed
+    if re.fullmatch(r"-?[0-9]+", text):  # a whole number, outside the seeds whole_number reads
+        raise UserError(f"{setting(name, quoted(spec))}: seed {text[:40]} is out of range; write synthetic:SEED with "
+                        f"a seed {SEEDS.describe()}.")
+    raise UserError(f"{setting(name, quoted(spec))}: write synthetic or synthetic:SEED with a whole-number seed.")
+
+
+SEEDS = Range(0, 10**18 - 1)  # whole_number's 18 digits
 
 
 MAX_SYNTHETIC = 1_000_000  # pairs: about 0.13 GB and 20 s to make

@@ -1111,7 +1111,8 @@ def test_evaluate_refuses_an_out_whose_suffix_is_not_json(tmp_path, saved_models
 
 
 def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_path, saved_models):
-    """Was: "data 'synthetic:abc': ...", naming neither --data nor the recipe key that held it."""
+    """Was: "data 'synthetic:abc': ...", naming neither --data nor the recipe key that held it. A whole-number seed
+    below 0 or of over 18 digits was told to write "a whole-number seed"; it is told the seeds' range."""
     from headcut.data_spec import read_spec
     from headcut.training import check_data_files
     from headcut_grader.errors import UserError
@@ -1121,8 +1122,11 @@ def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_pat
     refused(run("evaluate", "-m", model, "-d", "synthetic:abc"), f"--data 'synthetic:abc': {fix}")
     refused(run("evaluate", "-m", model, "-d", "synthetic:1", "--limit", 2_000_000),
             "--data 'synthetic:1': 2,000,000 pairs asked for (--limit)")
+    seeds = "write synthetic:SEED with a seed in [0, 999999999999999999]."
     refused(run("prune", "-m", model, "-d", "synthetic", "--eval-data", "synthetic:-1", "--keep-ratio", 0.5, "-o",
-                tmp_path / "p"), f"--eval-data 'synthetic:-1': {fix}")
+                tmp_path / "p"), f"--eval-data 'synthetic:-1': seed -1 is out of range; {seeds}")
+    refused(run("evaluate", "-m", model, "-d", "synthetic:" + "9" * 19),
+            f"--data 'synthetic:{'9' * 19}': seed {'9' * 19} is out of range; {seeds}")
     refused(run("run", "quickstart", "--set", "data.train=synthetic:x", "-o", tmp_path / "r"),
             f"--set data.train='synthetic:x': {fix}")
     # was: "quickstart.yaml: synthetic_seed spec='synthetic:x': ...", twice, as training.same_data compared it
