@@ -290,7 +290,17 @@ def test_a_number_flag_refuses_python_only_spellings(kind, text):
     assert bounded(kind, Range(0, None), "--flag")(" 10 ") == 10
     if kind is int:
         with pytest.raises(UserError, match=re.escape(f"--seq-lens '8,{text}' is not a comma-separated list")):
-            _ints(f"8,{text}", "--seq-lens", Range(1, None))
+            _ints(f"8,{text}", "--seq-lens", Range(1, None), "32,64")
+
+
+@pytest.mark.parametrize("flag, text, example", [("--seq-lens", "8.0", "--seq-lens 32,64,128"),
+                                                 ("--batch-sizes", "1,x", "--batch-sizes 1,8,32")])
+def test_a_bench_grid_that_is_no_list_of_whole_numbers_is_shown_a_list_the_flag_takes(tmp_path, flag, text, example):
+    """Was: "--seq-lens '8.0' is not a comma-separated list of numbers; write e.g. --seq-lens 1,8,32": 8.0 is a
+    number, and 1 is below the 8 tokens --seq-lens takes, so the example was refused in turn."""
+    result = run("bench", "--model", "m", "--data", "synthetic", "--out", tmp_path / "b", flag, text)
+    refused(result, f"{flag} '{text}' is not a comma-separated list of whole numbers; write e.g. {example}.")
+    assert not (tmp_path / "b").exists()
 
 
 def test_limit_with_digit_grouping_is_refused_before_work(tmp_path, tiny_grader):

@@ -11,14 +11,17 @@ from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, 
 from headcut.export.bench_settings import SEQ_LEN, BenchSettings
 
 
-def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
+def _ints(text: str, flag: str, valid, example: str) -> tuple[int, ...]:
+    """The comma list of whole numbers `text` of `flag`, each in range `valid`; `example`: a list the flag takes
+    (its default: 1,8,32 is no list of --seq-lens, whose values start at 8)."""
     from headcut_grader.errors import UserError, quoted
     from headcut_grader.validation import cell_number
 
     try:
         values = tuple(cell_number(x, int, ascii_only=True) for x in text.split(","))
     except ValueError:
-        raise UserError(f"{flag} {quoted(text)} is not a comma-separated list of numbers; write e.g. {flag} 1,8,32.") from None
+        raise UserError(f"{flag} {quoted(text)} is not a comma-separated list of whole numbers; write e.g. "
+                        f"{flag} {example}.") from None
     for value in values:
         problem = valid.problem(value)
         if problem:
@@ -27,6 +30,11 @@ def _ints(text: str, flag: str, valid) -> tuple[int, ...]:
     if twice is not None:
         raise UserError(f"{flag} {quoted(text)} names {twice} twice; list each value once.")
     return values
+
+
+# the grid's defaults, as the flags write them
+BATCH_SIZES = ",".join(map(str, BenchSettings.batch_sizes))
+SEQ_LENS = ",".join(map(str, BenchSettings.seq_lens))
 
 
 def _check_variants(models: list[str], graders: list[Path], longest: int):
@@ -89,8 +97,8 @@ def bench(
     data: str = typer.Option(..., "--data", "-d", help="Labelled pairs for accuracy/agreement and the timing inputs."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for bench.json, bench.md and bench.png."),
     threads: int = THREADS,
-    batch_sizes: str = typer.Option("1,8,32", "--batch-sizes", help="Batch sizes of the grid."),
-    seq_lens: str = typer.Option("32,64,128", "--seq-lens", help=f"Sequence lengths of the grid, each "
+    batch_sizes: str = typer.Option(BATCH_SIZES, "--batch-sizes", help="Batch sizes of the grid."),
+    seq_lens: str = typer.Option(SEQ_LENS, "--seq-lens", help=f"Sequence lengths of the grid, each "
                                  f"{SEQ_LEN.describe()}."),
     repeats: int = field_option(BenchSettings, "repeats", "--repeats",
                                 help="Timed runs per variant and cell (after 2 warm-up runs)"),
@@ -116,8 +124,8 @@ def bench(
     from headcut.batching import check_max_length
     from headcut_grader.ranges import BATCH, check_timed_batch
 
-    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", BATCH), _ints(seq_lens, "--seq-lens", SEQ_LEN),
-                             threads, repeats=repeats)
+    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", BATCH, BATCH_SIZES),
+                             _ints(seq_lens, "--seq-lens", SEQ_LEN, SEQ_LENS), threads, repeats=repeats)
     check_timed_batch(max(settings.batch_sizes), max(settings.seq_lens), flags="--batch-sizes, --seq-lens")
     reference = _check_variants(model, grader, max(settings.seq_lens))  # before any model loads
     # the reference's task and grades decide which gold the data gives
