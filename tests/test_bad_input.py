@@ -1565,13 +1565,28 @@ def test_class_a_number_of_thousands_of_digits_in_any_json_input_is_a_sentence(t
 
 
 @pytest.mark.parametrize("text, words", [("1:²", "is not RAW:GRADE"), ("1:--3", "is not RAW:GRADE"),
-                                         (f"1:{HUGE}", "is not RAW:GRADE"), ("1:1,2:2,1:3", "maps '1' twice")])
+                                         (f"1:{HUGE}", "is not RAW:GRADE"), ("1:1,2:2,1:3", "maps '1' twice"),
+                                         (":1,1:3", "item ':1' is not RAW:GRADE"),
+                                         ("0:1, :3", "item ' :3' is not RAW:GRADE")])
 def test_a_label_map_of_other_digits_or_a_label_twice_is_refused(text, words):
-    """Was: '²' passed str.isdigit() and int() raised; a raw label mapped twice kept its last grade silently."""
+    """Was: '²' passed str.isdigit() and int() raised; a raw label mapped twice kept its last grade silently; an
+    item without its raw label (':1') was an entry for the empty label, which no row meets (an empty label is
+    refused), so a row's label '0' was then told to extend the map."""
     from headcut_grader.validation import parse_label_map
 
     with pytest.raises(UserError, match=re.escape(words)):
         parse_label_map(text)
+
+
+@pytest.mark.parametrize("label_map, shown", [({0: 1, 1: 3}, "0"), ({"": 1, "0": 1}, "''"),
+                                              ({" 0": 1, "1": 3}, "' 0'")])
+def test_a_python_label_map_key_no_cell_can_be_is_refused_before_any_row(tmp_path, label_map, shown):
+    """Was: label_map={0: 1, 1: 3} (int keys, as Python writes them) refused the first row, "label '0' is not in the
+    label map [0, 1]; extend label_map": a cell is read as stripped text, so the map never met one."""
+    pairs = write(tmp_path, "p.tsv", "query\ttitle\tlab\nq\tt\t0\nq\tu\t1\n")
+    with pytest.raises(UserError, match=re.escape(f"label_map maps {shown}, which no label cell can be")):
+        read_pairs(pairs, label_col="lab", label_map=label_map)
+    assert read_pairs(pairs, label_col="lab", label_map={"0": 1, "1": 3}).label_array().tolist() == [0, 2]
 
 
 def test_scan_experiments_of_other_digits_are_refused():

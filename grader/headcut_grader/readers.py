@@ -123,13 +123,17 @@ def _check_options(function: str, *, grades, task, require_labels, texts_only, w
 
 def _check_label_map(label_map, grades: tuple[int, ...], said: str) -> None:
     """A label map's grades are the model's, said of the map before any row is read (each row naming it would
-    blame the row). Any other text than 'round' was read as no map at all (label_map='rnd')."""
+    blame the row). Any other text than 'round' was read as no map at all (label_map='rnd'); a key no cell can be (0,
+    '', ' 0') left every row refused as a label the map lacks."""
     if label_map is None or label_map == "round":
         return
     if not isinstance(label_map, dict):
         raise UserError(f"{said} is {argument(label_map)[:60]}; pass a dict of raw label -> grade (e.g. {{'0': 1, "
                         "'1': 3, '2': 5}), 'round' to round float scores to the nearest grade, or None.")
     for raw, grade in label_map.items():
+        if not isinstance(raw, str) or not raw.strip() or raw != raw.strip():  # a cell is read as stripped text
+            raise UserError(f"{said} maps {argument(raw)[:60]}, which no label cell can be (they are read as text, "
+                            "without blanks around it); key each raw label as the file writes it, e.g. {'0': 1}.")
         if grade not in grades:
             raise UserError(f"{said} maps {quoted(raw)} to {grade}, which is "
                             f"not one of the grades {list(grades)}; map each label to one of them.")

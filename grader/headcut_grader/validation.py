@@ -40,7 +40,8 @@ def parse_label_map(text: str | None, *, names: str = "arguments") -> dict | str
     out = {}
     for item in text.split(","):
         raw, sep, grade = item.partition(":")
-        if not sep or whole_number(grade.strip()) is None:
+        if not sep or not raw.strip() or whole_number(grade.strip()) is None:  # an empty label is refused before
+            # any map reads it, so ':1' would be an entry no row ever meets
             said = named("label_map", names, section="data")
             raise UserError(f"{said} item {quoted(item)} is not RAW:GRADE; write e.g. {setting(said, '0:1,1:3,2:5')} "
                             f"or {setting(said, 'round')}.")
