@@ -161,6 +161,23 @@ def test_4_pairs_made_in_python_with_a_lone_surrogate_name_the_pair(queries, tit
         Pairs(queries, titles, None, lines=lines)
 
 
+@pytest.mark.parametrize("fmt", ["tsv", "jsonl", "json"])
+def test_4_a_line_or_paragraph_separator_in_a_text_reads_in_every_format(tmp_path, fmt):
+    """Was: a JSON lines row whose title held U+2028 or U+0085 as it is (valid JSON, as json.dumps(ensure_ascii=False)
+    writes it; TSV and JSON arrays read it) was split there, "invalid JSON (Unterminated string ...)"; a CR alone
+    still ends a JSON line, on the line numbers a file of CRLF ends counts."""
+    rows = [{"query": "drill", "title": "cordless\u2028drill", "grade": 3},
+            {"query": "saw", "title": "hand\x85saw", "grade": 4}]
+    text = {"tsv": "query\ttitle\tgrade\n" + "".join(f"{r['query']}\t{r['title']}\t{r['grade']}\n" for r in rows),
+            "jsonl": "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+            "json": json.dumps(rows, ensure_ascii=False)}[fmt]
+    pairs = read_pairs(write(tmp_path, f"p.{fmt}", text))
+    assert pairs.titles == ["cordless\u2028drill", "hand\x85saw"]
+    if fmt == "jsonl":
+        with pytest.raises(UserError, match=r"p\.jsonl, line 4, column 2: invalid JSON"):
+            read_pairs(write(tmp_path, "p.jsonl", json.dumps(rows[0]) + "\r" + json.dumps(rows[1]) + "\r\n\n{bad\r\n"))
+
+
 # --- 5. JSON values of the wrong type ----------------------------------------------------------
 
 @pytest.mark.parametrize("row, column", [
