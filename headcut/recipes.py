@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import reprlib
 import shlex
@@ -386,7 +387,8 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
         return value
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"{where} must be a whole number, not {shown(value)}{_unquote_fix(value, hint)}.")
+            raise UserError(f"{where} must be a whole number, not {shown(value)}{_unquote_fix(value, hint)}"
+                            f"{_float_fix(value)}.")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -416,6 +418,18 @@ def _unquote_fix(value, hint) -> str:
     else:
         fits = _is_number(unquoted) and (hint is float or isinstance(unquoted, int))
     return " (quoted, it is text: remove the quotes)" if fits else ""
+
+
+def _float_fix(value) -> str:
+    """What YAML made of a number where a whole number goes, where the value it shows is not what was written: 1e3
+    and 1000.0 read as the float 1000.0 (a whole number is written without a point or exponent), a number past
+    1e308 (1e400, or thousands of digits) as inf; nothing for other values."""
+    if not isinstance(value, float) or math.isnan(value):
+        return ""
+    if math.isinf(value):
+        return " (YAML reads a number past 1e308 as inf)"
+    whole = value.is_integer()
+    return f" (YAML reads a number with a point or an exponent as a decimal: write {int(value)})" if whole else ""
 
 
 def _typed(given: str | None) -> bool:

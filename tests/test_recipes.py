@@ -400,6 +400,21 @@ def test_an_empty_or_comment_only_recipe_file_is_refused_not_read_as_all_default
     assert load_recipe(FinetuneRecipe, path, overrides=["train_data=synthetic"]).epochs == FinetuneRecipe.epochs
 
 
+@pytest.mark.parametrize("written, words", [
+    ("1e3", "not 1000.0 (YAML reads a number with a point or an exponent as a decimal: write 1000)."),
+    ("32.0", "not 32.0 (YAML reads a number with a point or an exponent as a decimal: write 32)."),
+    ("1e400", "not inf (YAML reads a number past 1e308 as inf)."),
+    ("2.5", "not 2.5."),
+])
+def test_a_decimal_where_a_whole_number_goes_says_what_yaml_read_it_as(tmp_path, written, words):
+    """Was: `batch_size: 1e3` was told "must be a whole number, not 1000.0" (a whole number, to the eye) and 1e400
+    "not inf", a value nobody wrote; each now says what YAML read and what to write."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"teacher: runs/teacher\ntrain_data: x\nbatch_size: {written}\n")
+    with pytest.raises(UserError, match=re.escape(f"key 'batch_size' must be a whole number, {words}")):
+        load_recipe(DistillRecipe, path)
+
+
 def test_a_quoted_number_or_boolean_is_told_to_lose_its_quotes(tmp_path):
     """Was: `learning_rate: "1e-4"` said only "must be a number, not '1e-4'", which reads as the number it is. Now
     text that YAML reads as the wanted type unquoted is told so (a number, a whole number, a boolean; by file or
