@@ -133,12 +133,14 @@ def test_serve_refuses_a_compressed_body_by_its_content_encoding(server, encodin
 @pytest.mark.parametrize("task, cell, words", [
     ("grades", "3_0", "label '3_0' is not a number"),  # was grade 30 (Python's digit grouping)
     ("grades", "1_2e-1", "label '1_2e-1' is not a number"),
-    ("score", "1_5", "score '1_5' is not a finite number"),  # was the score 15
-    ("score", "0.2_5", "score '0.2_5' is not a finite number"),
+    ("score", "1_5", "score '1_5' is not a number;"),  # was the score 15
+    ("score", "0.2_5", "score '0.2_5' is not a number;"),
+    ("score", "high", "score 'high' is not a number;"),  # was "is not a finite number", as for nan
+    ("score", "nan", "score 'nan' is not a finite number;"),
 ])
 def test_a_label_with_an_underscore_is_not_read_as_python_digit_grouping(tmp_path, task, cell, words):
     """float('1_5') is 15: a cell '1_5' (a typo, a joined '1' and '5') was read as grade or score 15 or 30, not
-    refused."""
+    refused. A score cell of text was told it "is not a finite number", as nan is: it is no number at all."""
     from headcut_grader.data import read_pairs
     from headcut_grader.errors import UserError
 

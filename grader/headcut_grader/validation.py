@@ -304,11 +304,12 @@ def to_score(value, where: str) -> float:
     if value is None or str(value).strip() == "":
         raise UserError(f"{where}: empty score; fill it in or drop the row.")
     try:
-        number = cell_number(value) if not isinstance(value, (bool, dict, list)) else float("nan")
+        number = cell_number(value) if not isinstance(value, (bool, dict, list)) else None
     except ValueError:
-        number = float("nan")
-    if not math.isfinite(number):
-        raise UserError(f"{where}: score {str(value)[:40]!r} is not a finite number; fix the row or drop it.")
+        number = None
+    if number is None or not math.isfinite(number):  # text ('abc', '1_5', a JSON true) is no number at all
+        kind = "a number" if number is None else "a finite number"
+        raise UserError(f"{where}: score {str(value)[:40]!r} is not {kind}; fix the row or drop it.")
     if abs(number) > MAX_SCORE:
         raise UserError(f"{where}: score {str(value)[:40]!r} is beyond +-{MAX_SCORE:.0e}, where its square overflows "
                         "the 32-bit floats models compute in; fix the row or rescale the column.")
