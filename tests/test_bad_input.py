@@ -991,8 +991,8 @@ def test_class_fifo_score_file_and_recipe_are_refused(tmp_path):
 
     for name in ("importance.json", "r.yaml"):
         os.mkfifo(tmp_path / name)
-    with pytest.raises(UserError, match="not a regular file"):
-        read_scores(tmp_path / "importance.json")
+    with pytest.raises(UserError, match=r"not a regular file .*; save the scores \(`headcut scan` writes importance"):
+        read_scores(tmp_path / "importance.json")  # was told to "save the pairs to a file"
     with pytest.raises(UserError, match="not a regular file"):
         load_recipe(DistillRecipe, tmp_path / "r.yaml")
 

@@ -138,8 +138,10 @@ def _missing(path: Path) -> bool:
     return False
 
 
-def check_regular(path: Path) -> None:
-    """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends."""
+def check_regular(path: Path, *, what: str = "the pairs",
+                  kind: str = "a data file (TSV, CSV, JSON lines or JSON)") -> None:
+    """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends. `what` the file
+    holds and `kind` of file it is, for the sentences (a score file is no pairs file)."""
     check_name_lengths(path)
     if str(path) == "-" and not path.exists():  # as other tools would read it
         raise UserError("- would be standard input: inputs are read from files (pairs in chunks, and again to "
@@ -147,9 +149,9 @@ def check_regular(path: Path) -> None:
     if not path.exists():
         raise UserError(f"{path}: {absent(path)}.")
     if path.is_dir():
-        raise UserError(f"{path} is a folder; pass a data file (TSV, CSV, JSON lines or JSON).")
+        raise UserError(f"{path} is a folder; pass {kind}.")
     if not path.is_file():
-        raise UserError(f"{path} is not a regular file (a pipe, device or socket); save the pairs to a file "
+        raise UserError(f"{path} is not a regular file (a pipe, device or socket); save {what} to a file "
                         "and pass that.")
     try:  # said here, before a reader meets it as a traceback: another user's file (chmod 600)
         with open(path, "rb"):

@@ -144,7 +144,7 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
     if path.is_dir():
         raise UserError(f"{path} is a folder; pass the score file in it, {path / 'importance.json'}"
                         + ("." if (path / "importance.json").is_file() else " (`headcut scan --out DIR` writes it)."))
-    check_regular(path)
+    check_regular(path, what="the scores (`headcut scan` writes importance.json)", kind="a score file")
     try:
         doc = json.loads(read_small_text(path, what="score file"), parse_int=bounded_int)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
