@@ -562,10 +562,14 @@ def test_an_export_precision_this_machine_refuses_is_named_as_the_user_gave_it(t
      "data.test=nowhere.tsv and {set}scan.data=nowhere/scan.tsv: no such files"),
     (["data.test=synthetic:0"], "data.test=synthetic:0 holds the pairs of data.train=synthetic{quickstart}, so the "
                                 "report would grade training pairs"),
+    (["data.test=/dev/null"], "data.test=/dev/null is not a regular file (a pipe, device or socket); pass a pairs "
+                              "file."),
+    (["scan.data=/"], "scan.data=/ is a folder; pass a pairs file."),
 ])
 def test_a_pairs_file_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
     """Was: 'data.test=nowhere.tsv: no such file' for a --set and a run recipe's key alike, naming neither the --set
-    nor the file; a key the recipe file holds beside a --set is named with its file. Refused before any stage."""
+    nor the file; a key the recipe file holds beside a --set is named with its file. Refused before any stage. A
+    folder or a device (/dev/zero) was 'no such file' too."""
     from headcut.pipeline.checks import check_inputs, run_parts
     from headcut_grader.errors import UserError
 

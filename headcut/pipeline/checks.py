@@ -116,11 +116,13 @@ def check_inputs(parts: RunParts) -> None:
             except UserError as e:
                 raise UserError(f"{lead_of(where)}{e}", about=e.about) from None
     missing = {key: value for key, value in pairs_files(parts).items() if not Path(value).is_file()}
-    for key, value in missing.items():  # a link loop or a broken link is there to see: say which
-        why = absent(value, "")
+    for key, value in missing.items():  # a link loop or a broken link, a folder or a device is there to see: say which
+        why, where = absent(value, ""), given_as(recipe, *key_path(key))[1]
         if why:
-            where = given_as(recipe, *key_path(key))[1]
             raise UserError(f"{lead_of(where)}{said(recipe, key, value, at=where)}: {why}.")
+        if Path(value).exists():  # was "no such file"
+            kind = "a folder" if Path(value).is_dir() else "not a regular file (a pipe, device or socket)"
+            raise UserError(f"{lead_of(where)}{said(recipe, key, value, at=where)} is {kind}; pass a pairs file.")
     if missing:
         wheres = {given_as(recipe, *key_path(key))[1] for key in missing}
         where = wheres.pop() if len(wheres) == 1 else ""  # the file that holds them all leads; else each says its own
