@@ -83,6 +83,16 @@ def test_probes_find_the_planted_heads():
     assert out["content_tokens"] == 12 * 8 and out["twin_tokens"] == 12 * 2
 
 
+def test_titles_of_one_token_each_are_probed_without_a_boundary_score():
+    """Was: `headcut probe` and `headcut scan` of pairs whose texts are one token each (query 'q', title 't') failed
+    with numpy's "cannot reshape array of size 0", a traceback: such texts have no neighbouring tokens to link."""
+    ids = [[CLS, 11, SEP, 60, SEP], [CLS, 13, SEP, 61, SEP]]
+    continues = [[False] * len(row) for row in ids]
+    inputs = ProbeInputs(Encoded(ids, [[0] * len(row) for row in ids], 0), {0, CLS, SEP}, SEP, continues)
+    out = probe_heads(planted_model(), inputs, batch_size=4)
+    assert "boundary_f1" not in out and out["next"].shape == (2, 4)
+
+
 def test_example_attention_is_a_distribution_per_row():
     model = planted_model()
     maps, tokens = example_attention(model, planted_inputs(), 0)

@@ -141,7 +141,7 @@ def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=No
     out = {name: tally.sums[name] / max(counts["tokens"], 1) for name in ("previous", "next", "noop")}
     out["term_match"] = tally.sums["term_match"] / max(counts["twins"], 1)
     out["content_tokens"], out["twin_tokens"] = counts["tokens"], counts["twins"]
-    if tally.link_true:
+    if any(len(true) for true in tally.link_true):  # none where every title is one token (titles 'x', 'y')
         preds, truth = np.concatenate(tally.link_preds, axis=2), np.concatenate(tally.link_true)
         out.update(_boundary(preds, truth, tally.present))
     for name in PROBES:
