@@ -357,7 +357,7 @@ def test_grade_dataset_takes_any_whole_number_type_and_hands_ray_ints(tiny_grade
                             batch_size=np.int64(8), rows_per_call=np.uint16(100))
     assert (options["concurrency"], options["batch_size"], options["num_cpus"]) == (2, 100, 1)
     assert type(options["concurrency"]) is int and type(options["fn_constructor_kwargs"]["batch_size"]) is int
-    with pytest.raises(UserError, match=r"^grade_dataset rows_per_call is 0\.5; it must be a whole number of at least 1\.$"):
+    with pytest.raises(UserError, match=r"^grade_dataset rows_per_call is 0\.5; it must be a whole number at least 1\.$"):
         grade_dataset(Dataset(), tiny_grader[0], rows_per_call=0.5)
 
 

@@ -424,6 +424,74 @@ def test_bench_s_sequence_lengths_and_repeats_are_declared_once_for_the_flags_th
         BenchSettings(seq_lens=(4,))
 
 
+@pytest.fixture(scope="module")
+def exported_grader(tmp_path_factory):
+    from test_export import make_tiny_grader
+
+    return make_tiny_grader(tmp_path_factory.mktemp("exported-grader"))[0]
+
+
+def test_the_thread_count_is_declared_once_and_an_out_of_range_one_is_refused_everywhere(exported_grader, tmp_path):
+    """Was: the toolkit's default of 2 threads and the range 1..MAX_THREADS were written separately in `--threads`
+    (headcut.cli.common), a run's [export] and [bench] threads and export's ARGUMENTS; BenchSettings.threads had no
+    range at all (BenchSettings(threads=0) was taken), nor had its warmup. Now headcut_grader.ranges.THREADS is the
+    range every --threads, threads argument and setting reads, BenchSettings.threads declares the toolkit's default
+    (build_grader writes it as a number for the API reference), and each refuses 0 and MAX_THREADS + 1."""
+    import dataclasses
+    import inspect
+
+    from typer.main import get_command
+
+    from headcut.export import build_grader
+    from headcut.export.bench_settings import BenchSettings
+    from headcut.export.gate import ARGUMENTS
+    from headcut.pipeline import load_pipeline
+    from headcut.pipeline.recipe import BenchSection, ExportSection
+    from headcut.recipes import SetError
+    from headcut_grader import Grader
+    from headcut_grader.cli.main import app as runtime
+    from headcut_grader.grade_file import GradeSettings
+    from headcut_grader.ranges import MAX_THREADS, THREADS
+    from headcut_grader.ray_data import grade_dataset
+
+    def field(cls, name="threads"):
+        return next(f for f in dataclasses.fields(cls) if f.name == name)
+
+    declared = field(BenchSettings)
+    assert declared.metadata["range"] is THREADS and ARGUMENTS["threads"] is THREADS
+    for cls in (ExportSection, BenchSection):
+        assert (field(cls).default, field(cls).metadata["range"]) == (declared.default, THREADS), cls
+    assert field(GradeSettings).metadata["range"] is THREADS
+    assert inspect.signature(build_grader).parameters["threads"].default == declared.default
+    flags = {(app_name, name): p for app_name, program in (("headcut", app), ("headcut-grader", runtime))
+             for name, command in get_command(program).commands.items() for p in command.params if p.name == "threads"}
+    assert {("headcut", "export"), ("headcut", "bench"), ("headcut-grader", "grade"), ("headcut-grader", "serve")} <= set(flags)
+    for (app_name, name), param in flags.items():
+        assert f"({THREADS.describe()})." in param.help, (app_name, name)
+        # the runtime's commands (headcut grade and serve are headcut-grader's) default to cores / workers
+        assert param.default == (None if name in ("grade", "serve") else declared.default), (app_name, name)
+
+    for bad in (0, MAX_THREADS + 1):
+        with pytest.raises(UserError, match=rf"^BenchSettings: key 'threads' is {bad}, which is out of range; it must "
+                                            rf"be in \[1, {MAX_THREADS}\]"):
+            BenchSettings(threads=bad)
+        for key in ("export.threads", "bench.threads"):
+            with pytest.raises(SetError, match=rf"^--set {key}={bad}: key 'threads' is {bad}, which is out of range"):
+                load_pipeline("quickstart", overrides=[f"{key}={bad}"])
+        with pytest.raises(UserError, match=rf"^Grader threads is {bad}; it must be a whole number from 1 to "):
+            Grader(exported_grader, threads=bad)
+        with pytest.raises(UserError, match=rf"^grade_dataset threads is {bad}; it must be a whole number in \[1, "):
+            grade_dataset(None, exported_grader, threads=bad)
+        for program, args in ((app, ["bench", "-m", "minilm-l6", "--data", "synthetic", "--out", str(tmp_path / "b")]),
+                              (app, ["export", "-m", "minilm-l6", "--data", "synthetic", "--out", str(tmp_path / "e")]),
+                              (runtime, ["grade", str(exported_grader), "pairs.tsv", "--out", str(tmp_path / "g.tsv")])):
+            result = CliRunner().invoke(program, [*args, "--threads", str(bad)])
+            said = f"--threads {bad} is out of range; it must be in [1, {MAX_THREADS}]"
+            assert result.exit_code == 2 and said in " ".join(result.output.split()), (args[0], result.output)
+    with pytest.raises(UserError, match=r"^BenchSettings: key 'warmup' is -1, which is out of range"):
+        BenchSettings(warmup=-1)
+
+
 def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
     """Was: `headcut probe --batch-size` declared its own Range(1, MAX_BATCH) beside common.BATCH_SIZE's. Every
     --batch-size, --bootstrap, --seed, --max-length, --draws and --k of every headcut command now reads

@@ -16,7 +16,7 @@ from headcut_grader.backend_choice import Choice, choose_backend
 from headcut_grader.backends import BACKEND_CHOICES, Backend, graphs, open_backend, unreadable
 from headcut_grader.errors import UserError, check_names, setting, shown
 from headcut_grader.files import as_path
-from headcut_grader.ranges import BATCH, MAX_THREADS, Range, argument, as_whole, check_callbacks
+from headcut_grader.ranges import BATCH, THREADS, Range, argument, as_whole, check_callbacks
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import ACTIVATIONS, score_values
 from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
@@ -309,7 +309,7 @@ class Grader:
         the backend, "flags" for a command's --backend (backends.open_backend)."""
         check_names(names, "Grader names")
         batch_size, threads = (_count(name, value, most) for name, value, most in
-                               (("batch_size", batch_size, BATCH), ("threads", threads, Range(1, MAX_THREADS))))
+                               (("batch_size", batch_size, BATCH), ("threads", threads, THREADS)))
         if backend not in BACKEND_CHOICES:
             raise UserError(f"Grader backend is {backend!r}; use one of: {', '.join(BACKEND_CHOICES)}.")
         self.folder = as_path(folder, "Grader folder", what="a grader folder's path")

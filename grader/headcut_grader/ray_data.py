@@ -17,7 +17,7 @@ import numpy as np
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import as_path
 from headcut_grader.grader import Grader
-from headcut_grader.ranges import argument, as_whole
+from headcut_grader.ranges import BATCH, THREADS, Range, checked_number
 
 
 class GradeBatch:
@@ -44,13 +44,12 @@ def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1
     """`dataset` (a ray.data.Dataset with query and title columns) plus grade, expected_grade and p<grade> columns,
     graded by `concurrency` actors of `threads` runtime threads each. Lazy, like every Ray Data step. `backend`:
     onnxruntime, openvino or auto (resolved here, on the driver's CPU, so every actor runs the same graph)."""
-    for name, value in (("concurrency", concurrency), ("threads", threads), ("batch_size", batch_size),
-                        ("rows_per_call", rows_per_call)):
-        if as_whole(value) is None or value < 1:
-            raise UserError(f"grade_dataset {name} is {argument(value)}; it must be a whole number of at least 1.")
-    as_path(grader_dir, "grade_dataset grader_dir", what="a grader folder's path")
     # Ray pickles these to every actor and reads some itself: plain ints, whatever integer type was passed
-    concurrency, threads, batch_size, rows_per_call = map(as_whole, (concurrency, threads, batch_size, rows_per_call))
+    concurrency, threads, batch_size, rows_per_call = (
+        checked_number(value, f"grade_dataset {name}", valid, whole=True) for name, value, valid in
+        (("concurrency", concurrency, Range(1)), ("threads", threads, THREADS), ("batch_size", batch_size, BATCH),
+         ("rows_per_call", rows_per_call, Range(1))))
+    as_path(grader_dir, "grade_dataset grader_dir", what="a grader folder's path")
     backend = Grader(grader_dir, threads=threads, backend=backend).backend.name  # a bad folder fails here, once
     return dataset.map_batches(
         GradeBatch, fn_constructor_kwargs={"grader_dir": str(grader_dir), "threads": threads, "batch_size": batch_size,

@@ -7,8 +7,8 @@ import sys
 import typer
 
 from headcut_grader.data import DEFAULT_GRADES
-from headcut_grader.ranges import MAX_THREADS
 from headcut.evaluate_arguments import DEFAULTS, argument_range
+from headcut.export.bench_settings import BenchSettings
 
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
 from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, BadValue, Opt,  # noqa: F401
@@ -64,7 +64,7 @@ MAX_LENGTH = argument_option("max_length", "--max-length", help="Token limit per
 LIMIT = number(None, "--limit", help="Use a seeded random sample of this many rows", low=1, kind=int)
 BATCH_SIZE = argument_option("batch_size", "--batch-size", help="Pairs per forward pass")
 BOOTSTRAP = argument_option("bootstrap", "--bootstrap", help="Bootstrap resamples for the 95% CIs")
-THREADS = number(2, "--threads", help="Threads (PyTorch, ONNX Runtime, OpenVINO)", low=1, high=MAX_THREADS)
+THREADS = field_option(BenchSettings, "threads", "--threads", help="Threads (PyTorch, ONNX Runtime, OpenVINO)")
 SEED = argument_option("seed", "--seed", help="Seed of a file's row sample (--limit) and "
                        "anything random; synthetic data is drawn by its own seed (--data synthetic:SEED)")
 ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headcut_grader.ranges import BATCH, Range, check_ranges, range_field, ranged
+from headcut_grader.ranges import BATCH, THREADS, Range, check_ranges, range_field, ranged
 
 SEQ_LEN = Range(8, 8192)  # a timed sequence length (tokens per pair)
 
@@ -14,8 +14,10 @@ SEQ_LEN = Range(8, 8192)  # a timed sequence length (tokens per pair)
 class BenchSettings:
     batch_sizes: tuple[int, ...] = range_field((1, 8, 32), BATCH)
     seq_lens: tuple[int, ...] = range_field((32, 64, 128), SEQ_LEN)
-    threads: int = 2
-    warmup: int = 2
+    # the toolkit's threads: `headcut bench` and `headcut export` --threads, a run's [export] and [bench] threads and
+    # build_grader's default read this (the runtime's own default is 1: a server or grade job runs several workers)
+    threads: int = range_field(2, THREADS)
+    warmup: int = ranged(2, 0, 1000)  # untimed runs per variant and cell before the timed ones
     repeats: int = ranged(10, 1, 10_000)  # timed runs per variant and cell; p50/p95 come from these
 
     def __post_init__(self):

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from headcut_grader import errors
 from headcut_grader.errors import setting
-from headcut_grader.ranges import MAX_THREADS, Range, ranged
+from headcut_grader.ranges import THREADS, Range, ranged
 
 # build_grader's numeric arguments, declared once: `headcut export`'s --opset and --threads read them here
-ARGUMENTS = {"opset": Range(14, 20), "threads": Range(1, MAX_THREADS)}
+ARGUMENTS = {"opset": Range(14, 20), "threads": THREADS}
 
 
 # Fewest pairs the gate judges a precision on: below it one pair moves agreement by 5 points and a quantised

@@ -16,7 +16,7 @@ from headcut_grader.data import FILE_KEYS, file_keys
 from headcut_grader.errors import Given, Typed, UserError, concerning, quoted, shown
 from headcut.export.bench_settings import SEQ_LEN, BenchSettings
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
-from headcut_grader.ranges import BATCH, MAX_THREADS, check_timed_batch, range_field, ranged, same_as
+from headcut_grader.ranges import BATCH, check_timed_batch, range_field, ranged, same_as
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
@@ -96,7 +96,7 @@ class ExportSection:
     min_agreement: float = same_as(Int8Gate, "min_agreement")
     max_spearman_drift: float = same_as(Int8Gate, "max_spearman_drift")
     max_drop: float = same_as(Int8Gate, "max_drop")
-    threads: int = ranged(2, 1, MAX_THREADS)
+    threads: int = same_as(BenchSettings, "threads")
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class BenchSection:
     batch: int = range_field(32, BATCH)  # headcut bench --batch-sizes' range: the stage times as it does
     seq_len: int = range_field(64, SEQ_LEN)  # as headcut bench --seq-lens and --repeats: declared with BenchSettings
     repeats: int = same_as(BenchSettings, "repeats")
-    threads: int = ranged(2, 1, MAX_THREADS)
+    threads: int = same_as(BenchSettings, "threads")
     bootstrap: int = argument_field("bootstrap")
     # another grader folder (e.g. a teacher trained on every train pair): each grader is also compared with it
     yardstick: str | None = None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.ranges import BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_THREADS, MAX_WORKERS
+from headcut_grader.ranges import BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_WORKERS, THREADS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, file_option,
                                        number, number_in, on_interrupt, progress_bar, user_errors, written_whole)
 
@@ -19,8 +19,8 @@ def grade(
                      "input is written as JSON lines)."),
     workers: int = number(1, "--workers", help="Grading processes, one grader each; about one per 1-2 cores",
                           low=1, high=MAX_WORKERS),
-    threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
-                               low=1, high=MAX_THREADS, kind=int),
+    threads: Opt[int] = number_in(THREADS, None, "--threads", help="Runtime threads per worker (default: cores / "
+                                  "workers)", kind=int),
     backend: str = BACKEND,
     batch_size: int = number_in(BATCH, BATCH_SIZE, "--batch-size", help="Pairs per forward pass"),
     chunk_rows: int = number(10_000, "--chunk-rows", help="Pairs read, graded and written at a time; memory grows "

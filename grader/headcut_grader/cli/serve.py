@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 
 from headcut_grader.backends import INSTALL
-from headcut_grader.cli.common import BACKEND, Opt, field_option, number, user_errors
-from headcut_grader.ranges import MAX_THREADS, MAX_WORKERS
+from headcut_grader.cli.common import BACKEND, Opt, field_option, number, number_in, user_errors
+from headcut_grader.ranges import MAX_WORKERS, THREADS
 from headcut_grader.serve import Batching, Limits
 
 # uvicorn closes a connection idle for 5 s, the very expiry of httpx's pool: a client reusing one just then got
@@ -28,8 +28,8 @@ def serve(
     workers: int = number(1, "--workers", help="Worker processes (one grader each, each with its own socket on "
                           "the port, so connections spread over them); on 2 cores: --workers 2 --threads 1",
                           low=1, high=MAX_WORKERS),
-    threads: Opt[int] = number(None, "--threads", help="Runtime threads per worker (default: cores / workers)",
-                               low=1, high=MAX_THREADS, kind=int),
+    threads: Opt[int] = number_in(THREADS, None, "--threads", help="Runtime threads per worker (default: cores / "
+                                  "workers)", kind=int),
     backend: str = BACKEND,
     max_pairs: int = field_option(Limits, "max_pairs", "--max-pairs", help="Most pairs (or titles) in one request"),
     max_text_chars: int = field_option(Limits, "max_text_chars", "--max-text-chars",
