@@ -1012,8 +1012,26 @@ def test_evaluate_on_pairs_of_one_gold_grade_shows_spearman_and_ndcg_as_n_a(tmp_
     assert f"n/a: {pairs_words}, so there is no order for Spearman or NDCG@10 to measure" in result.output
     written = json.loads((tmp_path / "m.json").read_text())
     assert written["spearman"] is None and written["ndcg@10"] is None and written["ci95"]["spearman"] == [None, None]
+    assert written["ci95"]["ndcg@10"] == [None, None]  # was: no entry where the pairs held one query
     assert written["against"]["model_minus_against"]["spearman"] == {"delta": None, "ci": [None, None]}
     assert written["accuracy"] is not None  # what one gold value still measures
+
+
+def test_evaluate_on_one_query_gives_ndcg_a_ci_as_every_other_metric_has(tmp_path, saved_models):
+    """Was: bootstrap_ci resampled NDCG@10's queries only where there were two or more, so on a file of one query
+    `headcut evaluate` printed NDCG@10 with no CI and its JSON's ci95 had no ndcg@10 at all. Now a resample of one
+    query is that query (as a one-score model's CIs, all by query, already were), so the CI is the point itself; n/a
+    ([None, None]) where the query holds one grade (test above)."""
+    pairs = write(tmp_path, "one.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t3\ndrill\thand saw\t1\n"
+                                       "drill\tdrill bit set\t2\n")
+    result = run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--bootstrap", 20, "--out", tmp_path / "m.json")
+    assert result.exit_code == 0, result.output
+    written = json.loads((tmp_path / "m.json").read_text())
+    assert set(written["ci95"]) == {"accuracy", "macro_f1", "spearman", "loss", "ndcg@10"}
+    assert written["ci95"]["ndcg@10"] == [written["ndcg@10"]] * 2
+    lines = {line.split()[0]: " ".join(line.split()[1:]) for line in result.output.splitlines() if line.strip()}
+    point = f"{written['ndcg@10']:.4f}"
+    assert lines["ndcg@10"] == f"{point} [{point}, {point}]", result.output
 
 
 def test_evaluate_says_why_ndcg_is_n_a_where_each_query_holds_one_grade(tmp_path, saved_models):

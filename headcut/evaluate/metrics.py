@@ -155,7 +155,9 @@ def _metric(name, logits, labels, grades):
 def bootstrap_ci(
     logits: np.ndarray, labels, grades, *, groups=None, iters: int = 1000, seed: int = 0, level: float = 0.95
 ) -> dict:
-    """Percentile bootstrap CIs over pairs (NDCG: over queries). Returns {metric: [low, high]}."""
+    """Percentile bootstrap CIs over pairs (NDCG: over queries). Returns {metric: [low, high]}, NaN where a metric is
+    n/a. A resample of one query is that query, so one query's NDCG CI is its point (as a one-score model's CIs,
+    all by query, are)."""
     iters, seed = check_resampling(iters, seed, "bootstrap_ci")
     level = check_level(level, "bootstrap_ci")
     rng = np.random.default_rng(seed)
@@ -167,7 +169,7 @@ def bootstrap_ci(
         for m in METRICS:
             samples[m].append(_metric(m, logits[idx], labels[idx], grades))
     out = {m: percentiles(v, level) for m, v in samples.items()}
-    if groups is not None and len(groups) > 1:
+    if groups is not None:
         scores = expected_grade(logits, grades)
         vals = []
         for _ in range(iters):
