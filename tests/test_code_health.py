@@ -255,6 +255,19 @@ def test_no_library_or_benchmark_call_passes_a_batch_size_written_as_a_number():
     assert not found, f"name the batch size or leave the callee's declared default: {found}"
 
 
+def test_every_call_that_cuts_a_graph_s_batches_names_the_model_export_names():
+    """batch_dependence and onnx_logits cut an eager-attention model's batches by its attention scores' size, and only
+    when told the model (model=...); export always tells them. Was: benchmarks/int8_batch.py called both without it,
+    so on such a model it graded other batches than export judges, and reported a batch dependence export never
+    measured."""
+    paths = [*modules().values(), *(ROOT / "benchmarks").glob("*.py")]
+    found = [f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id}" for path in paths
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+             and node.func.id in ("batch_dependence", "onnx_logits") and "model" not in {k.arg for k in node.keywords}]
+    assert not found, f"pass model=, as export does (headcut/export/build.py): {found}"
+
+
 def test_the_runtime_s_batch_size_defaults_equal_its_declared_ones():
     """headcut_grader declares its batch sizes once, in headcut_grader.ranges (it cannot import headcut's
     evaluate_arguments): BATCH_SIZE offline, SERVE_BATCH_SIZE a server's. Every batch_size default of its functions
