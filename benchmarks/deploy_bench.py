@@ -20,6 +20,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -89,7 +90,7 @@ def main():
     parser.add_argument("--data", default=str(DEV))
     parser.add_argument("--out", default="runs/deploy_bench")
     parser.add_argument("--limit", type=int, default=1000)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=BenchSettings.threads)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--small-grid", action="store_true", help="batch {1,32} x sequence {64} only")
     parser.add_argument("--standin", action="store_true",

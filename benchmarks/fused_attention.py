@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 from headcut_grader.backend_choice import TIMING_SHAPE
+from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTENTION_OPS = {"MultiHeadAttention", "Softmax", "Where", "IsNaN", "Transpose", "FusedMatMul", "MatMul"}
@@ -47,7 +48,7 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--batch", type=int, default=TIMING_SHAPE[0])  # the shape export's speed choices are timed at
     parser.add_argument("--seq-len", type=int, default=TIMING_SHAPE[1])
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=BenchSettings.threads)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 

@@ -14,6 +14,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def main():
     parser.add_argument("--model", required=True)
     parser.add_argument("--data", required=True, help="labelled pairs (Home Depot TSV)")
     parser.add_argument("--rows", type=int, default=600)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=BenchSettings.threads)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from machine import describe, machine

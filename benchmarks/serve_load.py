@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -244,7 +245,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grader", default="runs/bottom3-int8")
     parser.add_argument("--data", default=str(DEV))
     parser.add_argument("--out", default="runs/serve_load")
-    parser.add_argument("--threads", type=int, default=2, help="offline grading's threads, and the servers' in all")
+    parser.add_argument("--threads", type=int, default=BenchSettings.threads,
+                        help="offline grading's threads, and the servers' in all")
     parser.add_argument("--workers", type=int, default=1, help="server processes (headcut serve --workers)")
     parser.add_argument("--server-threads", type=int, default=None, help="per server worker (default: threads / workers)")
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")

@@ -492,6 +492,22 @@ def test_the_thread_count_is_declared_once_and_an_out_of_range_one_is_refused_ev
         BenchSettings(warmup=-1)
 
 
+def test_a_benchmark_s_threads_default_reads_the_declared_one():
+    """Was: benchmarks/deploy_bench.py, fused_attention.py, int8_batch.py and serve_load.py each wrote --threads'
+    default 2 again; they now read BenchSettings.threads, the toolkit's one declaration."""
+    import ast
+
+    from conftest import ROOT
+    from headcut.export.bench_settings import BenchSettings
+
+    written = [f"{path.name}:{node.lineno}" for path in (ROOT / "benchmarks").glob("*.py")
+               for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)
+               and any(isinstance(a, ast.Constant) and a.value == "--threads" for a in node.args)
+               for k in node.keywords if k.arg == "default" and isinstance(k.value, ast.Constant)
+               and k.value.value == BenchSettings.threads]
+    assert not written, f"read BenchSettings.threads: {written}"
+
+
 def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():
     """Was: `headcut probe --batch-size` declared its own Range(1, MAX_BATCH) beside common.BATCH_SIZE's. Every
     --batch-size, --bootstrap, --seed, --max-length, --draws and --k of every headcut command now reads
