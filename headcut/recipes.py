@@ -345,10 +345,14 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
 
 def led_again(error: UserError, lead: str, new_lead: str, kind=UserError) -> UserError:
     """`error`, a check's refusal led by `lead` (its sentences begin 'LEAD: '), led by `new_lead` instead, as a `kind`
-    about the same keys; the check is not run again (it may read the models' outlines)."""
+    about the same keys, still worded again where it can be (training.worded); the check is not run again (it may
+    read the models' outlines)."""
     text = str(error)
     body = text[len(lead) + 2:] if text.startswith(f"{lead}: ") else text
-    return kind(f"{new_lead}: {body}", about=error.about)
+    again = kind(f"{new_lead}: {body}", about=error.about)
+    if hasattr(error, "say"):
+        again.say, again.where = error.say, new_lead
+    return again
 
 
 def _coerce(value, hint, where, given: str | None = None, index: int | None = None):

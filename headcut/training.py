@@ -103,6 +103,16 @@ class TrainingRecipe(LoopSettings):
         return None if self.train_rows is None else (self.train_rows, f"train_rows={self.train_rows}")
 
 
+def worded(where: str, say: Callable[[Callable[[str], str], Callable[[str], str]], str], *,
+           about: tuple[str, ...]) -> UserError:
+    """A recipe check's refusal of keys `about`, led by `where` and worded by `say(name, how)`: `name(key)` names each
+    key the sentence speaks of, `how(key)` says where to change it ("" in the recipe). A caller that gave keys under
+    its own names (a run's [data]: data.dev for dev_data) words it again with its own (error.say, error.where)."""
+    error = UserError(f"{where}: {say(lambda key: key, lambda key: '')}", about=about)
+    error.say, error.where = say, where
+    return error
+
+
 DATA_KEYS = ("train_data", "dev_data", "unlabeled_data")  # the recipe keys that name pairs to read
 
 
@@ -115,10 +125,13 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
     for key in TRAINED_KEYS:
         trained = getattr(recipe, key, None)
         if recipe.dev_data is not None and trained is not None and same_data(trained, recipe.dev_data):
-            raise UserError(f"{where}: dev_data {recipe.dev_data} holds the {key}'s pairs, so checkpoints would be "
-                            "chosen and dev metrics reported on pairs it trains on; pass other pairs (synthetic:1 for "
-                            "another synthetic draw), or remove dev_data to hold out dev_fraction of train_data by "
-                            "query.", about=("dev_data",))
+            def say(name, how, key=key):
+                return (f"{name('dev_data')} {recipe.dev_data} holds the pairs of {name(key)}, so checkpoints would "
+                        f"be chosen and dev metrics reported on pairs it trains on; set {name('dev_data')} to other "
+                        f"pairs{how('dev_data')} (synthetic:1 for another synthetic draw), or remove it to hold out "
+                        f"dev_fraction of {name('train_data')} by query.")
+
+            raise worded(where, say, about=("dev_data",))
 
 
 def check_data_files(recipe) -> None:
@@ -189,10 +202,13 @@ def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> 
     dev_fraction is let be."""
     if recipe.dev_data is None or not is_given(recipe, "dev_fraction", named, over=("dev_data",)):
         return
-    raise UserError(f"{where}: key 'dev_fraction' ({recipe.dev_fraction}) holds out a share of train_data's queries as "
-                    f"dev pairs only when dev_data is unset, and dev_data is {recipe.dev_data}; remove dev_fraction, or "
-                    "remove dev_data to hold out that split.",
-                    about=("dev_fraction",))
+
+    def say(name, how):  # `how(key)` (where to set a key) unused: a key is removed wherever it is
+        return (f"key 'dev_fraction' ({recipe.dev_fraction}) holds out a share of {name('train_data')}'s queries as "
+                f"dev pairs only when {name('dev_data')} is unset, and {name('dev_data')} is {recipe.dev_data}; remove "
+                f"dev_fraction, or remove {name('dev_data')} to hold out that split.")
+
+    raise worded(where, say, about=("dev_fraction",))
 
 
 def file_keys_given(recipe: TrainingRecipe, named: frozenset) -> set:

@@ -230,7 +230,7 @@ def test_unlabeled_data_of_the_dev_files_bytes_is_refused_when_the_recipe_is_rea
     dev = renamed_columns_file(tmp_path / "dev.tsv", synthetic_pairs(30, seed=2))
     unlabeled = dev if same == "the dev file" else tmp_path / "copy.tsv"
     unlabeled.write_bytes(dev.read_bytes())
-    with pytest.raises(UserError, match=rf"^recipe: dev_data {dev} holds the unlabeled_data's pairs, so checkpoints"):
+    with pytest.raises(UserError, match=rf"^recipe: dev_data {dev} holds the pairs of unlabeled_data, so checkpoints"):
         recipe_for(tmp_path / "no-teacher-yet", dev_data=str(dev), unlabeled_data=str(unlabeled), query_col="q",
                    title_col="doc", label_col="rel")
 

@@ -213,7 +213,7 @@ def test_dev_pairs_that_are_the_train_pairs_are_refused(train, dev, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     for name in ("pairs.tsv", "copy.tsv"):
         (tmp_path / name).write_text("query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
-    with pytest.raises(UserError, match=f"dev_data {re.escape(dev)} holds the train_data's pairs, so checkpoints"):
+    with pytest.raises(UserError, match=f"dev_data {re.escape(dev)} holds the pairs of train_data, so checkpoints"):
         load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"train_data={train}",
                                                                                 f"dev_data={dev}"])
     other = load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1"])
@@ -318,7 +318,9 @@ def test_dev_fraction_beside_dev_data_is_refused(tmp_path):
     assert load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1"]).dev_fraction == 0.2
     run = load_pipeline("quickstart", overrides=["data.dev=synthetic:1"])
     assert sub_recipes(run, teacher_dir="t", pruned_dir="p")["teacher"].dev_data == "synthetic:1"
-    with pytest.raises(UserError, match=r"^--set teacher\.dev_fraction=0\.3: " + said):  # the --set alone gave it
+    # the --set alone gave it; the run's data.train and data.dev named as the run names them
+    in_run = said.replace("train_data", "data.train").replace("dev_data", "data.dev")
+    with pytest.raises(UserError, match=r"^--set teacher\.dev_fraction=0\.3: " + in_run):
         load_pipeline("quickstart", overrides=["data.dev=synthetic:1", "teacher.dev_fraction=0.3"])
 
 

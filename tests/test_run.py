@@ -1071,8 +1071,13 @@ def test_a_students_loss_weights_refused_together_are_led_by_where_they_came_fro
     (["distill.bottom3.grades=[1]"], "key 'grades' is [1]"),
     (["distill.bottom3.unlabeled_rows=5"], "key 'unlabeled_rows' is set but unlabeled_data is not"),
     (["distill.bottom3.unlabeled_data=synthetic"], "key 'unlabeled_data' takes a file of pairs without grades"),
-    (["distill.bottom3.dev_fraction=0.3", "data.dev=synthetic:5"], "key 'dev_fraction' (0.3) holds out a share"),
-    (["teacher.dev_data=synthetic"], "dev_data synthetic holds the train_data's pairs"),
+    (["distill.bottom3.dev_fraction=0.3", "data.dev=synthetic:5"],
+     "key 'dev_fraction' (0.3) holds out a share of data.train's queries as dev pairs only when data.dev is unset, and "
+     "data.dev is synthetic:5; remove dev_fraction, or remove data.dev to hold out that split."),
+    # the section's own dev_data is named as the section names it; the train pairs are the run's data.train
+    (["teacher.dev_data=synthetic"], "dev_data synthetic holds the pairs of data.train, so checkpoints would be chosen "
+                                     "and dev metrics reported on pairs it trains on; set dev_data to other pairs "
+                                     "(synthetic:1 for another synthetic draw), or remove it"),
     (["distill.bottom3.layer_map=[0]", "distill.bottom3.student_layers=2", "distill.bottom3.student=config"],
      "layer_map=[0] has 1 entries for 2 student layers"),
 ])
@@ -1103,9 +1108,9 @@ def test_a_sub_recipe_key_the_run_section_gave_refused_by_its_check_is_led_by_th
         str(caught.value)
 
 
-DEV_IS_TRAIN = ("dev_data {dev} holds the train_data's pairs, so checkpoints would be chosen and dev metrics "
-                "reported on pairs it trains on; pass other pairs (synthetic:1 for another synthetic draw), or remove "
-                "dev_data to hold out dev_fraction of train_data by query.")
+DEV_IS_TRAIN = ("data.dev {dev} holds the pairs of data.train, so checkpoints would be chosen and dev metrics reported "
+                "on pairs it trains on; set data.dev to other pairs in the run file or by --set (synthetic:1 for "
+                "another synthetic draw), or remove it to hold out dev_fraction of data.train by query.")
 
 
 @pytest.mark.parametrize("given", ["--set", "run recipe"])
@@ -1114,7 +1119,8 @@ def test_a_data_key_a_sub_recipe_refuses_is_led_by_where_the_run_got_it(tmp_path
     """Was: 'quickstart.yaml: [teacher] (minilm_synthetic_cpu.yaml): dev_data synthetic holds ...; [distill.bottom3]
     (minilm_synthetic_cpu.yaml): ...', led by the teacher's and the student's sections and recipe files, none of
     which holds data.dev, once per sub-recipe; now once, led by the --set that gave data.dev (a SetError), or by
-    the run recipe's file and its [data] section."""
+    the run recipe's file and its [data] section. Was: its sentence spoke of the sub-recipe's dev_data and
+    train_data, keys the run has not; now of the run's data.dev and data.train, and where to change them."""
     from headcut.recipes import SetError
 
     with pytest.raises(UserError) as caught:
@@ -1123,6 +1129,27 @@ def test_a_data_key_a_sub_recipe_refuses_is_led_by_where_the_run_got_it(tmp_path
     lead = f"--set {items[-1]}: " if given == "--set" else f"{tmp_path / 'run.yaml'}: [data]: "
     assert str(caught.value) == lead + DEV_IS_TRAIN.format(dev=dev)
     assert isinstance(caught.value, SetError) == (given == "--set")
+
+
+def test_a_sub_recipe_refusal_names_every_data_key_the_run_gave_as_the_run_names_it(tmp_path):
+    """Every key the run's [data] gives a sub-recipe (DATA_INTO_SUBS) is named in a refusal (recipes.worded) as the run
+    names it (data.train for train_data, data.preset for preset), with where to change it; a key the section sets
+    over [data] by its own name."""
+    from headcut.pipeline.recipe import DATA_INTO_SUBS, _sub_problem
+    from headcut.training import worded
+
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
+    dev.write_text("query\ttitle\tgrade\nsaw\thand saw\t2\n")
+    sets = [f"data.train={train}", f"data.dev={dev}", "data.preset=homedepot", "data.query_col=query",
+            "data.title_col=title", "data.label_col=grade"]
+    keys = tuple(DATA_INTO_SUBS)
+    refusal = worded("[teacher]", lambda name, how: "; ".join(f"{name(k)}{how(k)}" for k in keys), about=keys)
+    said = _sub_problem(refusal, load_pipeline("quickstart", overrides=sets), ("teacher",))
+    assert said == " ".join(f"--set {s}" for s in sets) + ": " + "; ".join(  # sets: in DATA_INTO_SUBS' order
+        f"data.{DATA_INTO_SUBS[k]} in the run file or by --set" for k in keys)
+    section = load_pipeline("quickstart", overrides=[*sets, "teacher.preset=homedepot"])
+    assert "; preset; " in _sub_problem(refusal, section, ("teacher",))
 
 
 def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_recipe(tmp_path):

@@ -619,7 +619,27 @@ def _sub_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, .
     given = _set_in(recipe, section).get("recipe")
     if given and "recipe" in error.about:
         return SetProblem(f"{given}: {error}")
+    error = _in_run_words(error, recipe, section)
     return _data_problem(error, recipe, section) or _problem_of(error)
+
+
+def _in_run_words(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> UserError:
+    """A sub-recipe's refusal worded again (recipes.worded) with the run's names of the keys the run's [data] gave
+    it (DATA_INTO_SUBS: data.dev for dev_data), and how to change them there; its section's own keys as it names
+    them. `error` itself where it cannot be worded again."""
+    if not hasattr(error, "say"):
+        return error
+    overrides = _overrides(recipe, section)
+
+    def name(key: str) -> str:
+        return f"data.{DATA_INTO_SUBS[key]}" if _from_data(recipe, key, overrides) else key
+
+    def how(key: str) -> str:
+        return " in the run file or by --set" if _from_data(recipe, key, overrides) else ""
+
+    again = type(error)(f"{error.where}: {error.say(name, how)}", about=error.about)
+    again.say, again.where = error.say, error.where
+    return again
 
 
 def _data_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> str | None:
@@ -627,14 +647,19 @@ def _data_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, 
     section left alone, led by the --sets that gave them all, else by [data] (the run recipe's file leads, _refused);
     None for any other. The sub-recipe's check led it by the section (recipes._checked_together), which holds none."""
     keys, overrides = error.about, _overrides(recipe, section)
-    if not keys or not all(key in DATA_INTO_SUBS and key not in overrides
-                           and getattr(recipe.data, DATA_INTO_SUBS[key]) is not None for key in keys):
+    if not keys or not all(_from_data(recipe, key, overrides) for key in keys):
         return None
     paths, origins = [("data", DATA_INTO_SUBS[key]) for key in keys], dict(recipe.origins)
     by_sets = _by(origins, *paths)
     lead = by_sets[:-2] if by_sets else "[data]" + "".join(f" with {origins[p]}" for p in paths if p in origins)
     text = str(led_again(error, f"[{'.'.join(section)}]", lead))
     return SetProblem(text) if by_sets else text
+
+
+def _from_data(recipe: PipelineRecipe, key: str, overrides: dict) -> bool:
+    """Whether a sub-recipe's `key` holds what the run's [data] gave it (DATA_INTO_SUBS), its section's `overrides`
+    leaving it alone."""
+    return key in DATA_INTO_SUBS and key not in overrides and getattr(recipe.data, DATA_INTO_SUBS[key]) is not None
 
 
 def _overrides(recipe: PipelineRecipe, section: tuple[str, ...]) -> dict:
