@@ -519,6 +519,10 @@ def _micro_step(run: _Run, encoded: Encoded, rows: np.ndarray, loss_fn, settings
     return loss
 
 
+class TrainingDiverged(UserError):
+    """A batch's loss was not finite: training stopped before publishing (a search stops at such a trial)."""
+
+
 def _check_finite(loss: torch.Tensor, accelerator) -> None:
     """A loss of inf or NaN would turn every weight to NaN, and the run would publish a broken model: stop first.
     Every process reads every process's loss, so all stop together (one stopping alone would leave the others
@@ -528,8 +532,8 @@ def _check_finite(loss: torch.Tensor, accelerator) -> None:
         losses = accelerator.gather(losses)
     bad = losses[~torch.isfinite(losses)]
     if len(bad):
-        raise UserError(f"training diverged: a batch's loss is {float(bad[0])}; look for extreme gold values in the "
-                        "training data, or lower learning_rate (nothing was published).")
+        raise TrainingDiverged(f"training diverged: a batch's loss is {float(bad[0])}; look for extreme gold values in "
+                               "the training data, or lower learning_rate (nothing was published).")
 
 
 def _evaluate(run: _Run, state: LoopState, settings: LoopSettings, evaluate_fn, save_best, progress) -> bool:

@@ -252,34 +252,37 @@ def test_a_search_that_stops_after_a_scored_trial_hands_on_its_best_and_says_why
                                                                                   monkeypatch):
     """Was: a search that stopped after some trials scored (a later trial diverged, or too many had no metric) kept
     its study and wrote no tune.json, exit 2, and the diverged trial, left running, was drawn again by every rerun.
-    Now tune.json names the best scored trial and records why the search stopped; the refused trial is failed."""
+    Now tune.json names the best scored trial and records why the search stopped; the refused trial is failed. It
+    still exits 2 (tune raises SearchStopped), so `headcut distill --tune 20 ... && deploy` stops at 1 of 20."""
     import types
 
     import optuna
+    import pytest
 
     import headcut.distill.tune as tune_module
-    from headcut.distill.tune import STUDY_FILE, read_tune
-    from headcut_grader.errors import UserError
+    from headcut.distill.tune import STUDY_FILE, SearchStopped, read_tune
+    from headcut.training import TrainingDiverged
 
     real, calls = tune_module.distill, []
+    reason = "training diverged: a batch's loss is nan; lower learning_rate (nothing was published)."
 
     def diverges_after_one(*args, **kwargs):
         calls.append(1)
         if len(calls) > 1:
-            raise UserError("training diverged: a batch's loss is nan; lower learning_rate (nothing was published).")
+            raise TrainingDiverged(reason)
         return real(*args, **kwargs)
 
     monkeypatch.setattr(tune_module, "distill", diverges_after_one)
     recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, epochs=0.5, eval_every=100, tune_fields=["temperature"])
     result = runner.invoke(app, ["distill", str(recipe), "--tune", "3", "--out", str(tmp_path / "study")])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 2, result.output
     said = " ".join(result.output.split())
-    assert ("the search stopped early, after 1 of 3 trials, at trial 1: training diverged: a batch's loss is nan; "
-            "lower learning_rate (nothing was published). The best is of the 1 scored") in said, said
     summary = read_tune(tmp_path / "study")
+    assert (f"the search stopped early, after 1 of 3 trials, at trial 1: {reason} {tmp_path / 'study' / 'tune.json'} "
+            f"holds the best of the 1 scored trials (spearman {summary['best']['value']:.4f}: ") in said, said
+    assert "rerun the same command to continue the search." in said and "Traceback" not in said
     assert len(summary["trials"]) == 1 and summary["best"]["number"] == 0
-    assert summary["stopped"] == {"trials_asked": 3, "trial": 1, "reason": "training diverged: a batch's loss is nan; "
-                                  "lower learning_rate (nothing was published)."}
+    assert summary["stopped"] == {"trials_asked": 3, "trial": 1, "reason": reason}
     storage = f"sqlite:///{tmp_path / 'study' / STUDY_FILE}"
     study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
     assert [t.state.name for t in study.trials] == ["COMPLETE", "FAIL"]
@@ -291,10 +294,42 @@ def test_a_search_that_stops_after_a_scored_trial_hands_on_its_best_and_says_why
         return types.SimpleNamespace(metrics={"after": {"spearman": scores.pop(0)}})
 
     monkeypatch.setattr(tune_module, "distill", scores_then_nan)
-    stopped = tune_module.tune(recipe_for(tiny_teacher, tune_fields=("temperature",)), tmp_path / "nan", trials=2)
-    assert len(stopped["trials"]) == 1 and stopped["best"]["value"] == 0.5
-    assert stopped["stopped"]["reason"].startswith("the students of 2 trials have no spearman on the dev pairs")
-    assert read_tune(tmp_path / "nan") == stopped
+    with pytest.raises(SearchStopped) as stopped:
+        tune_module.tune(recipe_for(tiny_teacher, tune_fields=("temperature",)), tmp_path / "nan", trials=2)
+    assert len(stopped.value.summary["trials"]) == 1 and stopped.value.summary["best"]["value"] == 0.5
+    assert stopped.value.summary["stopped"]["reason"].startswith("the students of 2 trials have no spearman on the dev")
+    assert read_tune(tmp_path / "nan") == stopped.value.summary
+
+
+def test_a_refusal_mid_search_that_is_not_the_trial_s_is_not_a_stop(tiny_teacher, tmp_path, monkeypatch):  # noqa: F811
+    """Was: any refusal from a trial after one had scored (a data file deleted mid-search, the teacher folder removed)
+    was called 'the search stopped early', tune.json written as if the search had handed on its best. Only a trial's
+    own stops (TrainingDiverged, too many trials unscored) stop a search; another refusal is said as is, exit 2, the
+    study kept for a rerun and no tune.json written."""
+    import optuna
+
+    import headcut.distill.tune as tune_module
+    from headcut.distill.tune import STUDY_FILE, SUMMARY_FILE
+    from headcut_grader.errors import UserError
+
+    real, calls = tune_module.distill, []
+
+    def data_gone_after_one(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise UserError("train.tsv: no such file; check the path.")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tune_module, "distill", data_gone_after_one)
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, epochs=0.5, eval_every=100, tune_fields=["temperature"])
+    result = runner.invoke(app, ["distill", str(recipe), "--tune", "3", "--out", str(tmp_path / "study")])
+    assert result.exit_code == 2, result.output
+    said = " ".join(result.output.split())
+    assert "train.tsv: no such file; check the path." in said and "stopped early" not in said, said
+    assert not (tmp_path / "study" / SUMMARY_FILE).exists()
+    storage = f"sqlite:///{tmp_path / 'study' / STUDY_FILE}"
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0], storage=storage)
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "RUNNING"]  # a rerun runs it again
 
 
 def test_an_accumulation_longer_than_the_files_pairs_is_refused_before_any_model_loads(tiny_teacher, tmp_path,  # noqa: F811

@@ -82,8 +82,6 @@ def distill(
         params = "  ".join(f"{k}={v:.4g}" for k, v in best["params"].items())
         typer.echo(f"best of {len(summary['trials'])} trials: {summary['metric']} {best['value']:.4f}  {params}")
         typer.echo(f"best student: {best['artifact']}\nwrote {out / 'tune.json'}")
-        if "stopped" in summary:
-            typer.echo(stopped_line(summary))
         return
     from headcut.distill import distill as run
 
@@ -101,13 +99,6 @@ def distill(
     if result.speed:
         typer.echo(format_speed(result.speed))
     typer.echo(f"wrote {result.out}")
-
-
-def stopped_line(summary: dict) -> str:
-    """What a search that stopped before its trials were complete tells (tune.json's `stopped`)."""
-    stopped, done = summary["stopped"], len(summary["trials"])
-    return (f"the search stopped early, after {done} of {stopped['trials_asked']} trials, at trial {stopped['trial']}: "
-            f"{stopped['reason']} The best is of the {done} scored; rerun the same command to continue the search.")
 
 
 def _search_left(out: Path) -> str | None:

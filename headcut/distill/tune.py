@@ -29,11 +29,28 @@ from headcut.models import resolve_source
 from headcut.weight_files import weights_file
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import LOCK_FILE, locked, out_flag
+from headcut.training import TrainingDiverged
 
 STUDY_FILE = "study.db"
 SUMMARY_FILE = "tune.json"
 TRIALS = "trials"
 TRIALS_SPELLED = {"arguments": {"trials": "tune trials"}, "flags": {"trials": "--tune"}}
+
+
+class TrialsUnscored(UserError):
+    """As many trials as the search asked for had no select_metric (_check_scored): the search stops."""
+
+
+class SearchStopped(UserError):
+    """A search stopped before its trials were complete, once one had scored (a trial diverged: TrainingDiverged, or
+    TrialsUnscored). tune.json was written with the best scored trial and `stopped`; `summary` is read_tune's."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
+
+
+TRIAL_STOPS = (TrainingDiverged, TrialsUnscored)  # what stops a search at a trial; any other refusal propagates
 
 
 def study_name(recipe: DistillRecipe) -> str:
@@ -44,11 +61,14 @@ def study_name(recipe: DistillRecipe) -> str:
 
 def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool = False, progress=None,
          on_trial=None, names: str = "arguments") -> dict:
-    """Run (or continue) the search until `trials` trials are complete; returns the trials and the best one.
+    """Run (or continue) the search until `trials` trials are complete; returns the trials and the best one (read_tune).
 
-    Each trial's student lands in out/trials/<hash of its recipe and inputs_read>/; `on_trial(record)` is called
-    after each trial. `names`: who called, so that a refusal names `out`, `trials` and `overwrite` as they did
-    (out, trials=0; `headcut distill --tune`: --out, --tune 0).
+    A search that stops at a trial once another has scored (TRIAL_STOPS: a trial diverged, or as many trials as asked
+    for had no metric) writes tune.json with the best scored trial and `stopped`, and raises SearchStopped (exit 2
+    from the CLI, so a script does not carry on with fewer trials than it asked for). Any other refusal is raised as
+    is, the study kept and no tune.json written. Each trial's student lands in out/trials/<hash of its recipe and
+    inputs_read>/; `on_trial(record)` is called after each trial. `names`: who called, so that a refusal names `out`,
+    `trials` and `overwrite` as they did (out, trials=0; `headcut distill --tune`: --out, --tune 0).
     """
     check_names(names, "tune names")
     check_callbacks("tune", progress=progress, on_trial=on_trial)
@@ -65,12 +85,24 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     out.mkdir(parents=True, exist_ok=True)
     with locked(out, flag):  # a second search on `out` would delete or share the study under this one
         try:
-            return _search(recipe, out, read, trials=trials, overwrite=overwrite, progress=progress,
-                           on_trial=on_trial, flag=flag)
+            summary = _search(recipe, out, read, trials=trials, overwrite=overwrite, progress=progress,
+                              on_trial=on_trial, flag=flag)
         except UserError:
             if fresh:  # only once locked: a live search's study is never this call's to remove
                 _remove_unfinished(out, recipe, made=made)
             raise
+    if "stopped" in summary:
+        raise SearchStopped(stopped_sentence(summary, out), summary)
+    return summary
+
+
+def stopped_sentence(summary: dict, out: Path) -> str:
+    """What a search that stopped before its trials were complete tells (tune.json's `stopped`)."""
+    stopped, done, best = summary["stopped"], len(summary["trials"]), summary["best"]
+    return (f"the search stopped early, after {done} of {stopped['trials_asked']} trials, at trial {stopped['trial']}: "
+            f"{stopped['reason']} {out / SUMMARY_FILE} holds the best of the {done} scored trials "
+            f"({summary['metric']} {best['value']:.4f}: {best['artifact']}); rerun the same command to continue the "
+            "search.")
 
 
 def _remove_unfinished(out: Path, recipe: DistillRecipe, *, made: bool) -> None:
@@ -138,7 +170,7 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
                 unscored += 1
                 _check_scored(unscored, trials, recipe)
                 continue
-        except UserError as e:
+        except TRIAL_STOPS as e:
             stopped = _stopped_early(study, trial, e, trials)
             break
         study.tell(trial, value)
@@ -188,8 +220,8 @@ def _check_scored(unscored: int, trials: int, recipe: DistillRecipe) -> None:
     lower = f"--set learning_rate={recipe.learning_rate / 10:g}"
     if "learning_rate" in recipe.searched_fields:
         lower = f"leave learning_rate out of the search ({_searching_without(recipe, 'learning_rate')}) and {lower}"
-    raise UserError(f"{whose} no {recipe.select_metric} on the dev pairs (NaN: the predictions were not finite, as "
-                    f"when training diverges), so the search cannot rank them; lower learning_rate ({lower}).")
+    raise TrialsUnscored(f"{whose} no {recipe.select_metric} on the dev pairs (NaN: the predictions were not finite, "
+                         f"as when training diverges), so the search cannot rank them; lower learning_rate ({lower}).")
 
 
 def _searching_without(recipe: DistillRecipe, key: str) -> str:
