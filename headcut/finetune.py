@@ -16,6 +16,7 @@ from headcut.data_spec import read_spec
 from headcut_grader.data import FILE_KEYS, Pairs, file_keys
 from headcut.synthetic import is_synthetic
 from headcut_grader.errors import UserError
+from headcut.evaluate.ablation import process_state
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
 from headcut.models import load_model, outline_if_present, resolve_source, save_model
@@ -23,8 +24,8 @@ from headcut_grader.ranges import check_callbacks, ranged
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
-from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_steps, check_task_keys, file_options,
-                              is_finished, query_index, settings_from, train, trained_on)
+from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_process_batch, check_steps,
+                              check_task_keys, file_options, is_finished, query_index, settings_from, train, trained_on)
 
 
 @dataclass(frozen=True)
@@ -296,6 +297,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     out, flag = Path(out), out_flag(names)
     check_recipe(recipe, FinetuneRecipe, "finetune recipe")
     check_run_out(out, overwrite=overwrite, inputs=recipe.input_paths(), flag=flag)
+    check_process_batch(recipe.batch_size, process_state().num_processes)  # known before data or model is read
     resolve_source(recipe.model, flag="model")  # a missing model is said before the data is read
     train_pairs, dev = load_data(recipe)
     check_train_gold(recipe, train_pairs)

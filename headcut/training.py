@@ -30,19 +30,27 @@ from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash, write_text
-from headcut_grader.ranges import BATCH, check_callbacks, check_ranges, range_field, ranged
+from headcut_grader.ranges import MAX_BATCH, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
+
+
+# A recipe's batch_size is the global batch (split_batches: accelerate launch gives each of N processes a
+# ceil(batch_size / N) share of each batch), so as it is read it may be up to GLOBAL_BATCH; the share one process
+# forwards must stay within every batch setting's bound (ranges.MAX_BATCH), which check_process_batch checks once the
+# process count is known, when the run starts. On one process that is batch_size <= MAX_BATCH.
+GLOBAL_BATCH = Range(1, 65_536)
+# what a batch past its bound calls for
+LARGER_STEP = "for more pairs per optimizer step, raise gradient_accumulation (each step is batch_size x " \
+              "gradient_accumulation pairs)"
 
 
 @dataclass(frozen=True)
 class LoopSettings:
     """Each numeric field's allowed range is declared with it (`ranged`) and checked when a recipe is read."""
     epochs: float = ranged(2.0, 0.0, 1000.0, low_open=True)
-    # The global batch: under accelerate launch each process takes a share of it, but a run on one process (without
-    # accelerate launch) forwards it whole, so it reads every batch setting's bound (BATCH, 1..1024); a larger
-    # batch per optimizer step is gradient_accumulation's.
-    batch_size: int = range_field(32, BATCH, beyond="for more pairs per optimizer step, raise gradient_accumulation "
-                                                   "(each step is batch_size x gradient_accumulation pairs)")
+    # each process's share of it, ceil(batch_size / processes), is checked against MAX_BATCH as the run starts
+    # (check_process_batch), so on one process (without accelerate launch) batch_size stops at MAX_BATCH
+    batch_size: int = range_field(32, GLOBAL_BATCH, beyond=LARGER_STEP)  # the global batch; per process at most 1024
     learning_rate: float = ranged(5e-5, 0.0, 1.0, low_open=True)
     warmup_ratio: float = ranged(0.1, 0.0, 1.0)  # share of the steps spent warming up
     weight_decay: float = ranged(0.01, 0.0, 1.0)
@@ -410,6 +418,7 @@ def _setup(model, settings: LoopSettings, extra_modules, steps: int) -> _Run:
         cpu=not torch.cuda.is_available(), dataloader_config=DataLoaderConfiguration(split_batches=True),
     )
     close_at_exit()
+    check_process_batch(settings.batch_size, accelerator.num_processes)  # a caller of train() that did not check
     params = [p for m in [model, *extra_modules] for p in m.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(
         [{"params": [p for p in params if p.dim() > 1], "weight_decay": settings.weight_decay},
@@ -648,6 +657,18 @@ def check_steps(n: int, settings: LoopSettings, where: str, *, pairs: str = "") 
                         f"step, but {pairs or f'{n} pairs'} in batches of {settings.batch_size} over "
                         f"epochs={settings.epochs} are {batch_count(n, settings)} batches; lower gradient_accumulation "
                         "or batch_size (--set gradient_accumulation=N).")
+
+
+def check_process_batch(batch_size: int, processes: int) -> None:
+    """Each of `processes` processes forwards a ceil(batch_size / processes) share of the global batch
+    (GLOBAL_BATCH), which must stay within every batch setting's bound (ranges.MAX_BATCH). A run checks it before any
+    model loads (evaluate.ablation.process_state: this launch's processes, 1 unless under accelerate launch)."""
+    share = math.ceil(batch_size / processes)
+    if share > MAX_BATCH:
+        over = "1 process" if processes == 1 else f"{processes} processes"
+        raise UserError(f"batch_size={batch_size} over {over} is {share} pairs per process in each forward pass, past "
+                        f"{MAX_BATCH}; lower batch_size ({LARGER_STEP}), or add processes (accelerate launch "
+                        f"--num_processes {math.ceil(batch_size / MAX_BATCH)} or more).", about=("batch_size",))
 
 
 def check_fits(recipe, where: str) -> None:

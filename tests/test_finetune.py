@@ -319,25 +319,51 @@ def test_an_accumulation_longer_than_train_rows_is_refused_as_the_recipe_is_read
 
 
 @pytest.mark.parametrize("kind", ["finetune", "distill"])
-def test_a_training_batch_past_every_batch_settings_bound_is_refused_with_the_way_to_a_larger_step(kind):
-    """Was: a training recipe's batch_size went up to 65,536 where every other batch setting stops at 1,024
-    (ranges.BATCH), though one process forwards the global batch whole. Now it reads BATCH, and the refusal says
-    how to have more pairs per step: gradient_accumulation."""
+def test_a_training_batch_is_global_and_one_process_s_share_stops_at_every_batch_setting_s_bound(kind, tmp_path):
+    """Was (dfa2946): batch_size past 1,024 (ranges.MAX_BATCH) was refused as the recipe was read, even for
+    `accelerate launch --num_processes 4` where batch_size 2048 is 512 pairs per process (split_batches: batch_size
+    is the global batch). Now the recipe reads the global range (GLOBAL_BATCH, 1..65,536), and the run refuses a
+    share per process past MAX_BATCH as it starts: on one process, batch_size 2048 before any model loads."""
+    from headcut.distill import distill
     from headcut.distill.recipe import DistillRecipe
     from headcut.recipes import load_recipe
-    from headcut.training import LoopSettings
+    from headcut.training import GLOBAL_BATCH, LoopSettings
     from headcut_grader.errors import UserError
-    from headcut_grader.ranges import BATCH, MAX_BATCH
+    from headcut_grader.ranges import MAX_BATCH
 
-    cls = FinetuneRecipe if kind == "finetune" else DistillRecipe
-    assert next(f for f in dataclasses.fields(LoopSettings) if f.name == "batch_size").metadata["range"] is BATCH
+    cls, run = (FinetuneRecipe, finetune) if kind == "finetune" else (DistillRecipe, distill)
+    assert next(f for f in dataclasses.fields(LoopSettings) if f.name == "batch_size").metadata["range"] is GLOBAL_BATCH
     with pytest.raises(UserError) as caught:
-        load_recipe(cls, "minilm_synthetic_cpu", overrides=[f"batch_size={MAX_BATCH + 1}"], kind=kind)
-    assert (f"key 'batch_size' is {MAX_BATCH + 1}, which is out of range; it must be in [1, {MAX_BATCH}]; for more "
-            "pairs per optimizer step, raise gradient_accumulation (each step is batch_size x gradient_accumulation "
-            "pairs)") in str(caught.value), caught.value
-    assert load_recipe(cls, "minilm_synthetic_cpu", overrides=[f"batch_size={MAX_BATCH}"],
-                       kind=kind).batch_size == MAX_BATCH
+        load_recipe(cls, "minilm_synthetic_cpu", overrides=[f"batch_size={GLOBAL_BATCH.high + 1}"], kind=kind)
+    assert (f"key 'batch_size' is {GLOBAL_BATCH.high + 1}, which is out of range; it must be in [1, "
+            f"{GLOBAL_BATCH.high}]; for more pairs per optimizer step, raise gradient_accumulation") in str(caught.value)
+    read = load_recipe(cls, "minilm_synthetic_cpu", overrides=[f"batch_size={2 * MAX_BATCH}"], kind=kind)
+    assert read.batch_size == 2 * MAX_BATCH  # a global batch that several processes share
+    model_key = "model" if kind == "finetune" else "teacher"
+    nothing_loads = dataclasses.replace(read, **{model_key: str(tmp_path / "no-such-model")})
+    with pytest.raises(UserError) as caught:  # one process (no accelerate launch): refused before the model is looked up
+        run(nothing_loads, tmp_path / "out")
+    assert str(caught.value) == (
+        f"batch_size={2 * MAX_BATCH} over 1 process is {2 * MAX_BATCH} pairs per process in each forward pass, past "
+        f"{MAX_BATCH}; lower batch_size (for more pairs per optimizer step, raise gradient_accumulation (each step is "
+        "batch_size x gradient_accumulation pairs)), or add processes (accelerate launch --num_processes 2 or more).")
+    with pytest.raises(UserError, match="no-such-model"):  # MAX_BATCH on one process gets past the check
+        run(dataclasses.replace(nothing_loads, batch_size=MAX_BATCH), tmp_path / "out")
+
+
+def test_each_process_s_share_of_the_global_batch_is_checked_against_max_batch():
+    from headcut.training import check_process_batch
+    from headcut_grader.errors import UserError
+    from headcut_grader.ranges import MAX_BATCH
+
+    check_process_batch(4 * MAX_BATCH, 4)  # 1,024 pairs per process
+    check_process_batch(2 * MAX_BATCH, 4)  # 512: `accelerate launch --num_processes 4` with batch_size 2048
+    with pytest.raises(UserError) as caught:  # ceil(4097 / 4) = 1025
+        check_process_batch(4 * MAX_BATCH + 1, 4)
+    assert str(caught.value).startswith(f"batch_size={4 * MAX_BATCH + 1} over 4 processes is {MAX_BATCH + 1} pairs per "
+                                        f"process in each forward pass, past {MAX_BATCH}; lower batch_size")
+    assert "add processes (accelerate launch --num_processes 5 or more)" in str(caught.value)
+    assert caught.value.about == ("batch_size",)
 
 
 def test_a_train_file_too_short_for_one_step_is_refused_as_the_recipe_is_read(tmp_path, tiny_base):
