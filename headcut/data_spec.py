@@ -2,6 +2,9 @@
 set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn grades into scores."""
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from headcut_grader.data import FILE_KEYS, PRESETS, Pairs, iter_pairs, read_pairs
 from headcut_grader import errors
 from headcut_grader.errors import UserError, quoted
@@ -22,18 +25,58 @@ def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = 
     return read_pairs(spec, task=task, **options).sample(rows, seed=seed)
 
 
-def count_spec(spec: str, *, at_most: int, **options) -> int:
+# Counting a file's pairs as a recipe is read (training.check_fits) stops after this many rows: past it the count is
+# unknown (None), and a run too short for one step is refused by check_steps once its data is read. It bounds what a
+# recipe read costs (about a second) however many pairs a step needs (epochs=0.001 with gradient_accumulation and
+# batch_size at 1024 needs about 1e9); the recipe is read again by distill's setup, each --tune trial and each
+# sub-recipe of a run, which find an unchanged file's count in _COUNTS. A multiple of COUNT_CHUNK, so no chunk is
+# read past it.
+MAX_COUNTED = 100_000
+COUNT_CHUNK = 10_000
+
+
+def count_spec(spec: str, *, at_most: int, **options) -> int | None:
     """How many pairs `spec` holds, counted up to `at_most`: a file is read in chunks and only until it holds that
-    many, so time and memory stay bounded whatever its size; its texts are read as read_spec reads them (`options`:
-    read_pairs', its gold unread)."""
+    many, or MAX_COUNTED rows, so time and memory stay bounded whatever its size; None where it holds MAX_COUNTED
+    and `at_most` is more (not counted further). Its texts are read as read_spec reads them (`options`: read_pairs',
+    its gold unread). A file counted before with the same size and time of change is not read again."""
     if is_synthetic(spec):
         return min(at_most, SYNTHETIC_PAIRS)
+    limit = min(at_most, MAX_COUNTED)
+    rows = _count_file(spec, limit, options)
+    return None if rows == limit < at_most else rows
+
+
+_COUNTS: dict[tuple, int] = {}  # _count_file's counts by _count_key: a recipe read again counts no file twice
+
+
+def _count_file(path: str, limit: int, options: dict) -> int:
+    """The pairs in file `path`, counted up to `limit`; as counted before where the file has not changed since."""
+    key = _count_key(path, limit, options)
+    if key in _COUNTS:
+        return _COUNTS[key]
     rows = 0
-    for chunk in iter_pairs(spec, chunk_rows=min(at_most, 10_000), **options, texts_only=True):
+    for chunk in iter_pairs(path, chunk_rows=min(limit, COUNT_CHUNK), **options, texts_only=True):
         rows += len(chunk.pairs)
-        if rows >= at_most:
-            return at_most
+        if rows >= limit:
+            rows = limit
+            break
+    if key is not None:
+        if len(_COUNTS) >= 64:  # memory stays bounded in a long-lived process
+            _COUNTS.clear()
+        _COUNTS[key] = rows
     return rows
+
+
+def _count_key(path: str, limit: int, options: dict) -> tuple | None:
+    """A count of `path` as it is now (its size, time of change and inode), read with `options`; None where it
+    cannot be looked at (iter_pairs says why as it opens it)."""
+    try:
+        stamp = os.stat(path)
+    except OSError:
+        return None
+    return (str(Path(path).resolve()), stamp.st_size, stamp.st_mtime_ns, stamp.st_ino, limit,
+            repr(sorted(options.items())))
 
 
 # where read_spec's `rows` is spelled otherwise than rows (headcut_grader.errors.named): a command's --limit, a

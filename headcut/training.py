@@ -686,8 +686,8 @@ ROWS_KEYS = {"train_data": "train_rows", "unlabeled_data": "unlabeled_rows"}  # 
 
 def most_read(recipe, enough: int) -> tuple[int, str] | None:
     """The pairs the recipe's data hold (each file's up to its ROWS_KEYS key) and what says so, counted only until
-    they are `enough` (data_spec.count_spec: a big file is not read to its end); None once they are, or where a file
-    is not there (check_data_files says so as the run reads it)."""
+    they are `enough` (data_spec.count_spec: a big file is not read to its end); None once they are, past
+    data_spec.MAX_COUNTED rows, or where a file is not there (check_data_files says so as the run reads it)."""
     total, said = 0, []
     for key in (k for k in TRAINED_KEYS if getattr(recipe, k, None) is not None):
         spec, bound = getattr(recipe, key), getattr(recipe, ROWS_KEYS[key], None)
@@ -695,7 +695,7 @@ def most_read(recipe, enough: int) -> tuple[int, str] | None:
             return None
         wanted = enough - total if bound is None else min(bound, enough - total)
         rows = count_spec(spec, at_most=wanted, **dict(file_options(recipe), label_col=None))
-        if rows == enough - total:
+        if rows is None or rows == enough - total:  # past data_spec.MAX_COUNTED: check_steps says it once read
             return None
         total += rows
         said.append(f"{ROWS_KEYS[key]}={bound}" if rows == bound else f"{rows} in {key} {spec}")

@@ -393,6 +393,48 @@ def test_a_train_file_too_short_for_one_step_is_refused_as_the_recipe_is_read(tm
     assert read(bad_end, gradient_accumulation=2).train_data == str(bad_end)
 
 
+def tsv_of_pairs(path, n, *, bad_row_after=False):
+    """`n` synthetic pairs as a TSV file, and a malformed row (an empty title) after them where asked."""
+    from headcut.synthetic import synthetic_pairs
+
+    p = synthetic_pairs(n, seed=1)
+    path.write_text("query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{p.grades[i]}\n" for q, t, i in
+                                                       zip(p.queries, p.titles, p.labels)) + ("q\t\t3\n" * bad_row_after))
+    return path
+
+
+def test_counting_a_file_s_pairs_as_a_recipe_is_read_stops_at_max_counted(tmp_path, tiny_base, monkeypatch):
+    """Was: the pairs a step needs were counted however many they were: epochs=0.001 with gradient_accumulation and
+    batch_size at 1024 read a file of ~1e9 rows to its end as the recipe was read (and again in distill's setup, each
+    --tune trial and each sub-recipe of a run). Now counting stops at data_spec.MAX_COUNTED rows, the count unknown
+    past it (None) and left to check_steps once the run reads the data: a malformed row past it is never reached."""
+    from headcut import data_spec
+    from headcut.data_spec import count_spec
+
+    monkeypatch.setattr(data_spec, "MAX_COUNTED", 20, raising=False)
+    monkeypatch.setattr(data_spec, "COUNT_CHUNK", 10, raising=False)
+    big, small = tsv_of_pairs(tmp_path / "big.tsv", 20, bad_row_after=True), tsv_of_pairs(tmp_path / "small.tsv", 15)
+    assert count_spec(str(big), at_most=10**9) is None  # 20 rows counted, the bad 21st never read
+    assert count_spec(str(big), at_most=20) == 20 and count_spec(str(small), at_most=10**9) == 15
+    huge_step = dict(epochs=0.001, gradient_accumulation=1024, batch_size=1024)
+    recipe = from_dict(FinetuneRecipe, dict(model=str(tiny_base), train_data=str(big), **huge_step), where="r.yaml")
+    assert recipe.train_data == str(big)
+
+
+def test_a_file_counted_as_a_recipe_is_read_is_not_read_again_until_it_changes(tmp_path, monkeypatch):
+    """distill's setup, each --tune trial and each sub-recipe of a run read the recipe again: its files are counted
+    once, and again only once changed."""
+    from headcut import data_spec
+    from headcut.data_spec import count_spec
+
+    real, opened = data_spec.iter_pairs, []
+    monkeypatch.setattr(data_spec, "iter_pairs", lambda *a, **k: opened.append(1) or real(*a, **k))
+    path = tsv_of_pairs(tmp_path / "p.tsv", 15)
+    assert [count_spec(str(path), at_most=100) for _ in range(3)] == [15, 15, 15] and len(opened) == 1
+    tsv_of_pairs(path, 12)
+    assert count_spec(str(path), at_most=100) == 12 and len(opened) == 2
+
+
 def test_a_run_whose_train_file_changed_is_not_resumed(tmp_path, tiny_base):
     """Was: the resumed run trained on the new file from the old one's checkpoint, exit 0."""
     from headcut_grader.errors import UserError
