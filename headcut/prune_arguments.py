@@ -4,7 +4,7 @@ argument for each of those callers. Torch-free, so the command line reads them w
 from __future__ import annotations
 
 from headcut_grader import errors
-from headcut_grader.ranges import BATCH, Range
+from headcut_grader.ranges import BATCH, SEQ_LEN, Range
 
 SHARE = Range(0.0, 1.0, low_open=True)  # of the heads, FLOPs or latency to keep
 # The batch size --latency is timed at (`headcut prune --batch`; prune_to_budget's and budget_of's latency_batch and
@@ -16,7 +16,7 @@ ARGUMENTS = {
     "keep_ratio": (SHARE, False, False), "flops": (SHARE, False, True), "latency": (SHARE, False, True),
     "layer_prior": (Range(0.0, 100.0), False, False), "min_heads": (Range(0), True, False),
     "iterative": (Range(0, 100), True, False),  # each step re-scores: time
-    "seq_len": (Range(1, 8192), True, True),
+    "seq_len": (SEQ_LEN, True, True),  # headcut bench --seq-lens' range: the same timing of a batch
     "latency_batch": (BATCH, True, False),  # headcut bench --batch-sizes' range: the same timing of a batch
 }
 

@@ -30,7 +30,7 @@ from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError
 from headcut_grader.files import file_hash, write_text
-from headcut_grader.ranges import MAX_BATCH, Range, check_callbacks, check_ranges, range_field, ranged
+from headcut_grader.ranges import MAX_BATCH, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
 
 
@@ -86,7 +86,7 @@ class TrainingRecipe(LoopSettings):
     dev_rows: int | None = ranged(1000, 1)
     dev_fraction: float = ranged(0.1, 0.0, 1.0, low_open=True, high_open=True)
     grades: tuple[int, ...] = DEFAULT_GRADES
-    max_length: int = ranged(64, 8, 8192)
+    max_length: int = range_field(64, SEQ_LEN)
 
     def input_paths(self) -> list:
         """Files and folders the run reads (None or a built-in name where unset): none may be its output."""

@@ -598,7 +598,7 @@ def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_m
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda m: m.measure_latency([m.model], seq_len=0), "measure_latency seq_len is 0; it must be a whole number in [1, "),
+    (lambda m: m.measure_latency([m.model], seq_len=0), "measure_latency seq_len is 0; it must be a whole number in [8, "),
     (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=(8, 0)), "measure_latency batch_sizes is 0; it must"),
     (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=8), "measure_latency batch_sizes is 8; pass a list of "
                                                                      "batch sizes, e.g. (1, 8, 32)."),

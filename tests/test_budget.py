@@ -281,7 +281,7 @@ def test_the_prune_functions_take_numpy_numbers_and_record_plain_ones(tiny_grade
     ({"budget": True, "flops": 0.5, "iterative": np.float64(3)},
      "prune_to_budget iterative is 3.0; it must be a whole number in [0, 100]."),
     ({"budget": True, "flops": 0.5, "seq_len": -5}, "prune_to_budget seq_len is -5; it must be a whole number in "
-     "[1, 8192]."),
+     "[8, 8192]."),
 ])
 def test_the_prune_functions_name_a_numeric_argument_of_the_wrong_type_or_range(call, sentence):
     """Was: Python's TypeErrors ('<' not supported between 'str' and 'int'; slice indices must be integers), a NaN
@@ -776,6 +776,34 @@ def test_prune_s_latency_batch_takes_the_batch_range_headcut_bench_reads(tmp_pat
                      "--out", tmp_path / "pruned")
         assert result.exit_code == 2, result.output
         assert f"--batch {batch} is out of range; it must be in [1, {MAX_BATCH}]." in result.output
+
+
+def test_prune_s_seq_len_takes_the_sequence_length_range_headcut_bench_reads(tmp_path):
+    """Was: prune's seq_len (--seq-len, the length --latency times a batch at and --flops counts at) declared its own
+    1..8192 while `headcut bench --seq-lens`, timing the same kind of batch, and a model's max_length (prune's default
+    length) start at 8, so `headcut prune --latency 0.5 --seq-len 4` was accepted where `headcut bench --seq-lens 4`
+    is refused. Now the three read headcut_grader.ranges.SEQ_LEN, and 4 is refused before any model loads, by the
+    command and by prune_to_budget and measure_latency."""
+    import dataclasses
+
+    from headcut.export.bench_settings import BenchSettings
+    from headcut.prune.measure import measure_latency
+    from headcut.prune.pipeline import prune_to_budget
+    from headcut.prune_arguments import argument_range
+    from headcut.training import TrainingRecipe
+    from headcut_grader.ranges import SEQ_LEN
+
+    declared = [argument_range("seq_len"), *(f.metadata["range"] for f in dataclasses.fields(BenchSettings)
+                                             if f.name == "seq_lens"),
+                *(f.metadata["range"] for f in dataclasses.fields(TrainingRecipe) if f.name == "max_length")]
+    assert len(declared) == 3 and all(valid is SEQ_LEN for valid in declared)
+    result = run("--model", tmp_path / "nowhere", "--latency", 0.5, "--seq-len", 4, "--out", tmp_path / "pruned")
+    assert result.exit_code == 2, result.output
+    assert "--seq-len 4 is out of range; it must be in [8, 8192]." in result.output
+    with pytest.raises(UserError, match=r"^prune_to_budget seq_len is 4; it must be a whole number in \[8, 8192\]"):
+        prune_to_budget(None, latency=0.5, seq_len=4)
+    with pytest.raises(UserError, match=r"^measure_latency seq_len is 4; it must be a whole number in \[8, 8192\]"):
+        measure_latency([tiny_model("bert")], seq_len=4)
 
 
 @pytest.mark.parametrize("value, said", [("5", "is '5', which is not a number"), ([3], "is [3], which is not a number"),

@@ -178,6 +178,9 @@ MAX_WORKERS = 256  # processes, each with its own grader: far past any one machi
 MAX_CHUNK_ROWS = 10_000_000  # pairs in memory at once per chunk
 MAX_BATCH = 1024  # pairs per forward pass: memory grows with it, speed stops growing long before
 BATCH = Range(1, MAX_BATCH)  # a batch size: every --batch-size, batch_size argument and setting reads this one
+# A sequence length a batch is timed or counted at, and a model's max_length (tokens per pair; under 8 a pair keeps
+# barely a token of its query or title): headcut bench --seq-lens, headcut prune --seq-len, training's max_length
+SEQ_LEN = Range(8, 8192)
 # The runtime's pairs per forward pass offline: Grader, GradeSettings, `grade --batch-size` and ray_data (the
 # functions write it as a number for the API reference; a test checks them against this)
 BATCH_SIZE = 32

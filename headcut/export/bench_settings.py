@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headcut_grader.ranges import BATCH, THREADS, Range, check_ranges, range_field, ranged
-
-SEQ_LEN = Range(8, 8192)  # a timed sequence length (tokens per pair)
+from headcut_grader.ranges import BATCH, SEQ_LEN, THREADS, check_ranges, range_field, ranged
 
 
 @dataclass(frozen=True)
