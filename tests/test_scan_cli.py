@@ -420,7 +420,7 @@ def test_bench_s_sequence_lengths_and_repeats_are_declared_once_for_the_flags_th
         result = CliRunner().invoke(app, ["bench", "-m", "minilm-l6", "--data", "synthetic", "--out",
                                           str(tmp_path / "b"), flag, str(value)])
         assert result.exit_code == 2 and said in " ".join(result.output.split()), result.output
-    with pytest.raises(UserError, match=r"^BenchSettings: key 'seq_lens' is 4, which is out of range"):
+    with pytest.raises(UserError, match=re.escape("BenchSettings(seq_lens=(4,)): 4 is out of range; it must be in")):
         BenchSettings(seq_lens=(4,))
 
 
@@ -506,6 +506,39 @@ def test_a_benchmark_s_threads_default_reads_the_declared_one():
                for k in node.keywords if k.arg == "default" and isinstance(k.value, ast.Constant)
                and k.value.value == BenchSettings.threads]
     assert not written, f"read BenchSettings.threads: {written}"
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"warmup": -1}, "BenchSettings(warmup=-1): -1 is out of range; it must be in [0, 1000]."),
+    ({"warmup": 1.5}, "BenchSettings(warmup=1.5): 1.5 is not a whole number; it must be in [0, 1000]."),
+    ({"warmup": None}, "BenchSettings(warmup=None): None is not a number; it must be in [0, 1000]."),
+    ({"repeats": True}, "BenchSettings(repeats=True): True is not a number; it must be in [1, 10000]."),
+    ({"batch_sizes": 8}, "BenchSettings(batch_sizes=8): pass a tuple of one value or more, e.g. "
+                         "batch_sizes=(1, 8, 32)."),
+    ({"batch_sizes": ()}, "BenchSettings(batch_sizes=()): pass a tuple of one value or more"),
+    ({"seq_lens": "64"}, "BenchSettings(seq_lens='64'): pass a tuple of one value or more, e.g. "
+                         "seq_lens=(32, 64, 128)."),
+    ({"batch_sizes": (8, 0)}, "BenchSettings(batch_sizes=(8, 0)): 0 is out of range; it must be in [1, 1024]."),
+    ({"seq_lens": (64.0,)}, "BenchSettings(seq_lens=(64.0,)): 64 is not a whole number; it must be in [8, 8192]."),
+    ({"seq_lens": (64, 64)}, "BenchSettings(seq_lens=(64, 64)) names 64 twice; list each value once."),
+    ({"batch_sizes": (1024,), "seq_lens": (8192,)}, "BenchSettings(batch_sizes, seq_lens): a batch of 1024 at 8192 "
+                                                    "tokens would hold"),
+])
+def test_bench_settings_checks_every_field_and_names_it_as_a_python_caller_wrote_it(given, said):
+    """Was: BenchSettings checked only its ranged fields (batch_sizes, seq_lens, repeats), and an int where a tuple
+    goes as one value: BenchSettings(warmup=-1) and BenchSettings(batch_sizes=8) were accepted (benchmark then timed
+    no warm-up, or failed on 'int' object is not iterable), and a refusal named "key 'seq_lens'", a recipe's word.
+    Now every field but threads is checked as the argument it is, and a grid that would not fit in memory too. The
+    --repeats help states the declared warm-up runs."""
+    from typer.main import get_command
+
+    from headcut.export.bench_settings import BenchSettings
+
+    with pytest.raises(UserError) as caught:
+        BenchSettings(**given)
+    assert str(caught.value).startswith(said), str(caught.value)
+    flags = {p.name: p for p in get_command(app).commands["bench"].params}
+    assert f"after {BenchSettings.warmup} warm-up runs" in flags["repeats"].help
 
 
 def test_every_headcut_command_s_shared_setting_flag_takes_the_declared_range():

@@ -68,23 +68,50 @@ def same_as(cls, name: str):
     return dataclasses.field(default=field.default, metadata=field.metadata)
 
 
-def field_problem(f: dataclasses.Field, value) -> str | None:
-    """The sentence saying why `value` (or an element, for a tuple) is outside field `f`'s `ranged` range;
-    None when it is inside, unset (None) or the field has no range."""
-    valid = f.metadata.get("range")
-    if valid is None or value is None:
-        return None
+def _several(f: dataclasses.Field) -> bool:
     annotation = str(f.type)  # its text (postponed annotations): what the field holds
-    several = "tuple" in annotation or "list" in annotation
-    whole = "int" in annotation and "float" not in annotation
-    for item in value if several and isinstance(value, (tuple, list)) else (value,):
+    return "tuple" in annotation or "list" in annotation
+
+
+def _outside(f: dataclasses.Field, value, *, unset_ok: bool = True) -> tuple[object, str] | None:
+    """The first of `value` (or its elements, for a tuple) outside field `f`'s range and why (the end of a
+    sentence); None when all are inside, it is unset (None, where `unset_ok`) or the field has no range."""
+    valid = f.metadata.get("range")
+    if valid is None or (value is None and unset_ok):
+        return None
+    whole = "int" in str(f.type) and "float" not in str(f.type)
+    for item in value if _several(f) and isinstance(value, (tuple, list)) else (value,):
         problem = valid.problem(item)
         if problem is None and whole and as_whole(item) is None:
             problem = f"is not a whole number; it must be {valid.describe()}"
         if problem:
             beyond = f"; {f.metadata['beyond']}" if "beyond" in f.metadata and problem.startswith("is out") else ""
-            return f"key '{f.name}' is {_shown(item)}, which {problem}{beyond}."
+            return item, f"{problem}{beyond}"
     return None
+
+
+def field_problem(f: dataclasses.Field, value) -> str | None:
+    """The sentence saying why `value` (or an element, for a tuple) is outside field `f`'s `ranged` range;
+    None when it is inside, unset (None) or the field has no range."""
+    found = _outside(f, value)
+    return None if found is None else f"key '{f.name}' is {_shown(found[0])}, which {found[1]}."
+
+
+def check_settings(obj) -> None:
+    """Raise UserError for the first field of settings dataclass `obj` that a Python caller gave wrong, named as
+    they wrote it (BenchSettings(seq_lens=(4,)): ...): a value (or element) outside its range, None where the
+    default is a value, or a tuple field given no tuple, an empty one or one that names a value twice."""
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        said = f"{type(obj).__name__}({f.name}={argument(value)[:60]})"
+        if _several(f) and (not isinstance(value, (tuple, list)) or not value):
+            raise UserError(f"{said}: pass a tuple of one value or more, e.g. {f.name}={f.default!r}.", about=(f.name,))
+        found = _outside(f, value, unset_ok=f.default is None)
+        if found:
+            raise UserError(f"{said}: {_shown(found[0])} {found[1]}.", about=(f.name,))
+        twice = next((v for v in value if list(value).count(v) > 1), None) if _several(f) else None
+        if twice is not None:
+            raise UserError(f"{said} names {_shown(twice)} twice; list each value once.", about=(f.name,))
 
 
 def range_problems(obj) -> list[tuple[str, str]]:

@@ -101,7 +101,7 @@ def bench(
     seq_lens: str = typer.Option(SEQ_LENS, "--seq-lens", help=f"Sequence lengths of the grid, each "
                                  f"{SEQ_LEN.describe()}."),
     repeats: int = field_option(BenchSettings, "repeats", "--repeats",
-                                help="Timed runs per variant and cell (after 2 warm-up runs)"),
+                                help=f"Timed runs per variant and cell (after {BenchSettings.warmup} warm-up runs)"),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     overwrite: bool = OVERWRITE,
@@ -124,9 +124,10 @@ def bench(
     from headcut.batching import check_max_length
     from headcut_grader.ranges import BATCH, check_timed_batch
 
-    settings = BenchSettings(_ints(batch_sizes, "--batch-sizes", BATCH, BATCH_SIZES),
-                             _ints(seq_lens, "--seq-lens", SEQ_LEN, SEQ_LENS), threads, repeats=repeats)
-    check_timed_batch(max(settings.batch_sizes), max(settings.seq_lens), flags="--batch-sizes, --seq-lens")
+    sizes = _ints(batch_sizes, "--batch-sizes", BATCH, BATCH_SIZES)
+    lengths = _ints(seq_lens, "--seq-lens", SEQ_LEN, SEQ_LENS)
+    check_timed_batch(max(sizes), max(lengths), flags="--batch-sizes, --seq-lens")  # as flags, before BenchSettings
+    settings = BenchSettings(sizes, lengths, threads, repeats=repeats)
     reference = _check_variants(model, grader, max(settings.seq_lens))  # before any model loads
     # the reference's task and grades decide which gold the data gives
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
