@@ -9,6 +9,7 @@ dynamic quantisation, which headcut no longer ships, is measured beside the ship
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import statistics
 import sys
@@ -34,13 +35,22 @@ def graphs(model, fp32: Path, folder: Path, calibration: list[dict]) -> dict[str
     return found
 
 
-def main():
+def parse_args(argv=None) -> argparse.Namespace:
+    from headcut.export.quantize import batch_dependence
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
     parser.add_argument("--data", required=True, help="labelled pairs (Home Depot TSV)")
     parser.add_argument("--rows", type=int, default=600)
     parser.add_argument("--threads", type=int, default=BenchSettings.threads)
-    args = parser.parse_args()
+    parser.add_argument("--batch-size", type=int, help="pairs per shuffled batch the grades are compared in "
+                        "(default %(default)s: batch_dependence's, what the export measures)",
+                        default=inspect.signature(batch_dependence).parameters["batch_size"].default)
+    return parser.parse_args(argv)
+
+
+def main():
+    args = parse_args()
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from machine import describe, machine
 
@@ -70,7 +80,8 @@ def main():
         print("|---|---|---|---|---|")
         for name, sess in sessions.items():
             # model=: batches cut as export cuts them (an eager-attention model's by its attention scores' size)
-            changes, drift = batch_dependence(sess, encoded, pairs.grades, rows=len(encoded), model=loaded.model)
+            changes, drift = batch_dependence(sess, encoded, pairs.grades, rows=len(encoded),
+                                              batch_size=args.batch_size, model=loaded.model)
             logits = onnx_logits(sess, encoded, model=loaded.model)
             print(f"| {name} | {agreement(logits, reference):.2%} | {changes} of {len(encoded)} "
                   f"| {drift:.3f} | x{seconds['fp32'] / seconds[name]:.2f} |")
