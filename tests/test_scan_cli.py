@@ -472,8 +472,8 @@ def test_the_thread_count_is_declared_once_and_an_out_of_range_one_is_refused_ev
         assert param.default == (None if name in ("grade", "serve") else declared.default), (app_name, name)
 
     for bad in (0, MAX_THREADS + 1):
-        with pytest.raises(UserError, match=rf"^BenchSettings: key 'threads' is {bad}, which is out of range; it must "
-                                            rf"be in \[1, {MAX_THREADS}\]"):
+        with pytest.raises(UserError, match=rf"^BenchSettings\(threads={bad}\): {bad} is out of range; it must be in "
+                                            rf"\[1, {MAX_THREADS}\]"):
             BenchSettings(threads=bad)
         for key in ("export.threads", "bench.threads"):
             with pytest.raises(SetError, match=rf"^--set {key}={bad}: key 'threads' is {bad}, which is out of range"):
@@ -488,7 +488,7 @@ def test_the_thread_count_is_declared_once_and_an_out_of_range_one_is_refused_ev
             result = CliRunner().invoke(program, [*args, "--threads", str(bad)])
             said = f"--threads {bad} is out of range; it must be in [1, {MAX_THREADS}]"
             assert result.exit_code == 2 and said in " ".join(result.output.split()), (args[0], result.output)
-    with pytest.raises(UserError, match=r"^BenchSettings: key 'warmup' is -1, which is out of range"):
+    with pytest.raises(UserError, match=r"^BenchSettings\(warmup=-1\): -1 is out of range"):
         BenchSettings(warmup=-1)
 
 
