@@ -1264,6 +1264,17 @@ def test_a_file_output_written_as_a_folder_is_refused_in_both_clis(tmp_path, tin
     assert not (tmp_path / "o.tsv").exists()
 
 
+def test_a_folder_output_written_with_a_trailing_slash_is_that_folder(tmp_path, saved_models):
+    """A trailing / on a FOLDER output names the folder it is. Was: check_out_dir('x/') was refused as 'x/ ends in
+    /, so it names a folder, but --out is a file to write' (the file outputs' check, applied to folders too)."""
+    from headcut_grader.files import check_out_dir
+
+    assert check_out_dir(f"{tmp_path / 'x'}/", overwrite=False, flag="--out") == tmp_path / "x"
+    done = run("export", saved_models["artifact"], "--out", f"{tmp_path / 'g'}/")
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "g" / "grader.json").is_file()
+
+
 def test_evaluate_out_written_as_a_folder_and_grade_file_out_too_are_refused(tmp_path, tiny_grader):
     from headcut_grader.errors import UserError
     from headcut_grader.grade_file import grade_file

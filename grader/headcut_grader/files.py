@@ -163,9 +163,7 @@ def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs
     """An output folder: its name no file's (check_folder_name: `holds`, what goes in it), never an input nor inside
     one, in a place this process can write, and new or empty unless `overwrite`."""
     overwrite = checked_bool(overwrite, "overwrite")
-    if problem := folder_spelled(out, flag):
-        raise UserError(problem)
-    out = Path(out)
+    out = Path(out)  # a trailing / (out/) names the folder it is
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
     # each look is one system call, and a vanished `out` counts as absent: another run with --overwrite may be
