@@ -349,6 +349,27 @@ def test_an_option_given_twice_with_one_value_or_a_repeatable_one_is_read(tmp_pa
                 "--out", pairs), "--out", "would replace the input")  # --set: repeatable
 
 
+def test_an_output_given_twice_as_a_file_and_a_link_to_it_is_two_values(tmp_path, monkeypatch, tiny_grader):
+    """An output is compared as written: `--out a.tsv --out b.tsv`, b.tsv a link to a.tsv, is two values. Was: read
+    as one (the link followed), click kept b.tsv, and with --overwrite the write replaced the link itself. An input
+    given as a file and a link to it is still one value."""
+    from typer.testing import CliRunner
+
+    from headcut_grader.cli.main import app as grader_app
+
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    (tmp_path / "a.tsv").write_text("old\n")
+    (tmp_path / "b.tsv").symlink_to("a.tsv")
+    (tmp_path / "link.tsv").symlink_to("pairs.tsv")
+    for invoke in (run, lambda *a: CliRunner().invoke(grader_app, [str(x) for x in a])):
+        refused(invoke("grade", tiny_grader, "pairs.tsv", "--out", "a.tsv", "--out", "b.tsv", "--overwrite"),
+                "--out is given twice, as 'a.tsv' and as 'b.tsv'")
+        assert (tmp_path / "b.tsv").is_symlink() and (tmp_path / "a.tsv").read_text() == "old\n"
+    refused(run("evaluate", "-m", "m", "--data", "./pairs.tsv", "-d", "./link.tsv", "--limit", "0"),
+            "--limit 0")  # read as one --data: the range check speaks, not the given-twice one
+
+
 def test_one_path_given_twice_in_two_spellings_is_read_and_two_paths_are_refused(tmp_path, monkeypatch, tiny_grader):
     """Was: `grade ... --out o.tsv --out ./o.tsv` was refused as two values, though both name one file; in both
     CLIs. A text option's paths (--data) are one value where both are written as paths to one file on disk."""

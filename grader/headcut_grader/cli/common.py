@@ -139,14 +139,24 @@ def file_as_folder(command, args: list[str]) -> str | None:
 
 
 def same_path(param, first: str, given: str) -> bool:
-    """Whether two values of option `param` name one file or folder (a.json, ./a.json, /abs/a.json, a link to it):
-    a path option's (typed Path) always compared as paths; a text option's (--data, --model) only where both are
-    written as paths (with a /) to something on disk, as a bare word may be a name that wins over a file of that
-    name (--model minilm-l6, --data synthetic)."""
+    """Whether two values of option `param` name one file or folder (a.json, ./a.json, /abs/a.json; an input's
+    link to it): a path option's (typed Path) always compared as paths; a text option's (--data, --model) only where
+    both are written as paths (with a /) to something on disk, as a bare word may be a name that wins over a file of
+    that name (--model minilm-l6, --data synthetic). An output (--out) is compared as written: a link there is what
+    the write replaces, not what it points at."""
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)  # typer 0.29
     typed_path = annotation is Path or type(getattr(param, "type", None)).__name__ == "Path"  # older: click.Path
-    written_as_paths = all(os.sep in value and os.path.exists(value) for value in (first, given))
-    return (typed_path or written_as_paths) and os.path.realpath(first) == os.path.realpath(given)
+    on_disk = all(os.path.exists(value) for value in (first, given))
+    if not (typed_path or (on_disk and all(os.sep in value for value in (first, given)))):
+        return False
+    if _lexical(first) == _lexical(given):
+        return True
+    return param.name != "out" and on_disk and os.path.realpath(first) == os.path.realpath(given)
+
+
+def _lexical(path: str) -> str:
+    """`path` absolute and normalised as written (a/../b is b), no link followed."""
+    return os.path.normpath(os.path.abspath(path))
 
 
 def user_errors(fn):
