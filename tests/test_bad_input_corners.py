@@ -1247,20 +1247,23 @@ def test_a_folder_output_named_like_a_file_is_refused_naming_the_flag(tmp_path, 
 
 @pytest.mark.parametrize("program", ["headcut", "headcut-grader"])
 @pytest.mark.parametrize("spelling", ["--out", "-o", "--out="])
-def test_a_file_output_written_as_a_folder_is_refused_in_both_clis(tmp_path, tiny_grader, program, spelling):
-    """A trailing / on a file output (grade --out o.tsv/) means a folder. Was: typer dropped the / before the command
-    saw it, and the file o.tsv was written, exit 0."""
+@pytest.mark.parametrize("ending, fix", [("/", "drop the /, or name"), ("/.", "drop the /., or name"),
+                                         ("/..", "name")])
+def test_a_file_output_written_as_a_folder_is_refused_in_both_clis(tmp_path, tiny_grader, program, spelling, ending,
+                                                                   fix):
+    """A trailing / on a file output (grade --out o.tsv/) means a folder, as does a last . or .. (o.tsv/.). Was:
+    typer dropped the / (Path() the /.) before the command saw it, and the file o.tsv was written, exit 0."""
     from typer.testing import CliRunner
 
     from headcut_grader.cli.main import app as grader_app
 
     pairs = write(tmp_path, "p.tsv", PAIRS_TSV)
-    out = f"{tmp_path / 'o.tsv'}/"
+    out = f"{tmp_path / 'o.tsv'}{ending}"
     given = [f"{spelling}{out}"] if spelling.endswith("=") else [spelling, out]
     args = ["grade", str(tiny_grader), str(pairs), *given]
     result = run(*args) if program == "headcut" else CliRunner().invoke(grader_app, args)
-    refused(result, f"--out {out} ends in /, so it names a folder, but --out is a file to write; drop the /, or "
-            "name a file inside that folder")
+    refused(result, f"--out {out} ends in {ending}, so it names a folder, but --out is a file to write; {fix} a "
+            "file inside that folder")
     assert not (tmp_path / "o.tsv").exists()
 
 
@@ -1284,4 +1287,6 @@ def test_evaluate_out_written_as_a_folder_and_grade_file_out_too_are_refused(tmp
             "m.json/ ends in /, so it names a folder, but --out is a file to write")
     with pytest.raises(UserError, match=r"^out=.*o\.tsv/ ends in /, so it names a folder, but out is a file"):
         grade_file(tiny_grader, pairs, f"{tmp_path / 'o.tsv'}/")
+    with pytest.raises(UserError, match=r"^out=.*o\.tsv/\. ends in /\., so it names a folder, but out is a file"):
+        grade_file(tiny_grader, pairs, f"{tmp_path / 'o.tsv'}/.")
     assert not (tmp_path / "m.json").exists() and not (tmp_path / "o.tsv").exists()

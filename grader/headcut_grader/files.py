@@ -215,12 +215,19 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
 
 
 def folder_spelled(out, flag: str) -> str | None:
-    """The sentence for a file's path given as text that ends in a separator (o.tsv/), which names a folder, or
-    None. Was: Path() (and typer, for a flag) drops the separator, and the file o.tsv was written."""
-    if not isinstance(out, str) or not out.endswith(tuple(filter(None, (os.sep, os.altsep)))):
+    """The sentence for a file's path given as text that names a folder (o.tsv/, o.tsv/., o.tsv/..: a separator or
+    a . or .. last), or None. Was: Path() (and typer, for a flag) drops the separator and a last ., and the file
+    o.tsv was written."""
+    if not isinstance(out, str) or out in (".", ".."):  # the folder you are in, or above it: check_place says so
         return None
-    return (f"{setting(flag, out)} ends in {out[-1]}, so it names a folder, but {flag} is a file to write; drop the "
-            f"{out[-1]}, or name a file inside that folder.")
+    separators = tuple(filter(None, (os.sep, os.altsep)))
+    last = re.split("|".join(map(re.escape, separators)), out)[-1]
+    if last not in ("", ".", ".."):
+        return None
+    ending = out[-1] if last == "" else out[-len(last) - 1:]
+    fix = f"drop the {ending}, or name" if last != ".." else "name"  # o.tsv/.. is the folder that holds o.tsv
+    return (f"{setting(flag, out)} ends in {ending}, so it names a folder, but {flag} is a file to write; {fix} a "
+            "file inside that folder.")
 
 
 def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: str) -> None:
