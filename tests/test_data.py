@@ -57,14 +57,20 @@ def test_json_lines_with_an_unescaped_line_separator_in_a_text_are_read_as_writt
 @pytest.mark.parametrize("name", ["a.jsonl", "a.json"])
 def test_json_gold_in_a_later_row_than_the_first_is_refused_not_dropped(tmp_path, name):
     """A JSON row's keys are its own: was, a file whose first row had no grade was read as ungraded, and the grades of
-    every later row went unread (`headcut grade` wrote no true_grade column, nothing said)."""
+    every later row went unread (`headcut grade` wrote no true_grade column, nothing said). The sentence gives the
+    fixes that read such a file (a null grade is refused as empty, so it is not one)."""
     rows = [{"query": "drill", "title": "cordless drill"}, {"query": "paint", "title": "red lamp", "grade": 1}]
     text = json.dumps(rows) if name.endswith(".json") else "".join(json.dumps(row) + "\n" for row in rows)
     with pytest.raises(UserError, match=re.escape(
             f"{tmp_path / name}, line 2 has a gold column 'grade', which line 1 (the first row, whose keys are the "
-            "file's columns) lacks, so no row's 'grade' would be read; give every row its 'grade', or none.")):
+            "file's columns) lacks, so no row's 'grade' would be read; give each row without one its 'grade' (null "
+            "is refused as empty), move the graded rows to a file of their own, or drop 'grade' from every row to "
+            "read the file without gold.")):
         read_pairs(write(tmp_path, name, text), require_labels=False)
     assert read_pairs(tmp_path / name, texts_only=True).titles == ["cordless drill", "red lamp"]
+    del rows[1]["grade"]  # the fix it names: no gold in any row
+    text = json.dumps(rows) if name.endswith(".json") else "".join(json.dumps(row) + "\n" for row in rows)
+    assert read_pairs(write(tmp_path, name, text), require_labels=False).labels is None
 
 
 def test_a_chunk_ends_at_its_rows_or_its_characters_and_the_next_resumes_there(tmp_path):

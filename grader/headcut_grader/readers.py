@@ -260,12 +260,14 @@ def _refuse_shared_gold(gold: str | None, label_col: str | None, texts: dict, ke
 
 def _refuse_late_gold(path: Path, row: dict, line: int, gold: tuple, *, first_line: int) -> None:
     """A JSON row holding a gold column (`gold`: the names it may have) that the first row, whose keys are the file's
-    columns, lacks: refused, since that gold would be read in no row."""
+    columns, lacks: refused, since that gold would be read in no row (a partly graded file was read as ungraded;
+    a null gold is refused as empty, so the fix is a value in each row, a file of the graded rows, or no gold)."""
     col = next((c for c in gold if row.get(c) not in (None, "")), None)  # null: no gold, as an empty cell
     if col is not None:
         raise UserError(f"{path}, line {line} has a gold column {quoted(col)}, which line {first_line} (the first "
                         f"row, whose keys are the file's columns) lacks, so no row's {quoted(col)} would be read; give "
-                        f"every row its {quoted(col)}, or none.")
+                        f"each row without one its {quoted(col)} (null is refused as empty), move the graded rows to "
+                        f"a file of their own, or drop {quoted(col)} from every row to read the file without gold.")
 
 
 def _check_column_names(path: Path, keys: "Named", **columns) -> None:
