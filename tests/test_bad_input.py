@@ -178,6 +178,22 @@ def test_4_a_line_or_paragraph_separator_in_a_text_reads_in_every_format(tmp_pat
             read_pairs(write(tmp_path, "p.jsonl", json.dumps(rows[0]) + "\r" + json.dumps(rows[1]) + "\r\n\n{bad\r\n"))
 
 
+def test_4_pairs_refuse_a_text_that_is_not_a_string_and_leave_other_errors_as_they_are():
+    """Only a query or title that is not a string is told as a bad pair, checked before the fingerprint reads it.
+    Was: every AttributeError from the fingerprint was caught, and one from elsewhere (a gold value whose str()
+    raises) became AssertionError('fingerprint failed on texts that all encode')."""
+    from headcut_grader.pairs import Pairs
+
+    class Broken:
+        def __str__(self):
+            raise AttributeError("no such thing")
+
+    with pytest.raises(AttributeError, match="no such thing"):
+        Pairs(["a"], ["b"], None, scores=[Broken()])
+    with pytest.raises(UserError, match=re.escape("<memory> row 1, title: b'b', not a string; fix that pair")):
+        Pairs(["a"], [b"b"], None)
+
+
 # --- 5. JSON values of the wrong type ----------------------------------------------------------
 
 @pytest.mark.parametrize("row, column", [

@@ -35,23 +35,24 @@ class Pairs:
 
     def __post_init__(self):
         if not self.fingerprint:
+            from headcut_grader.validation import surrogate_problem
+
+            if problem := self._first_bad_text(_not_a_string):  # a Python caller's (files and the server refuse it)
+                raise UserError(problem)
             gold = self.labels if self.scores is None else self.scores
             try:
                 object.__setattr__(self, "fingerprint", fingerprint(self.queries, self.titles, gold))
-            except (UnicodeEncodeError, AttributeError):  # a Python caller's texts (files and the server refuse these)
-                raise UserError(self._unreadable_text()) from None
+            except UnicodeEncodeError:  # a lone surrogate in a Python caller's text, which nothing can encode
+                raise UserError(self._first_bad_text(surrogate_problem)) from None
 
-    def _unreadable_text(self) -> str:
-        """The sentence for the first query or title that is no text (a lone surrogate such as '\\udc80', which
-        nothing can encode; a number), worded as the server and the file readers word it, naming the pair."""
-        from headcut_grader.validation import surrogate_problem
-
+    def _first_bad_text(self, problem) -> str | None:
+        """The sentence for the first query or title that `problem(text)` finds fault with (a lone surrogate such
+        as '\\udc80'; a number), worded as the server and the file readers word it, naming the pair; else None."""
         for i, texts in enumerate(zip(self.queries, self.titles)):
             for side, text in zip(("query", "title"), texts):
-                problem = surrogate_problem(text) if isinstance(text, str) else f"{text!r:.60}, not a string"
-                if problem:
-                    return f"{self.where(i)}, {side}: {problem}; fix that pair or drop it."
-        raise AssertionError("fingerprint failed on texts that all encode")
+                if said := problem(text):
+                    return f"{self.where(i)}, {side}: {said}; fix that pair or drop it."
+        return None
 
     @property
     def task(self) -> str | None:
@@ -114,6 +115,10 @@ def query_groups(queries: list[str]) -> list[np.ndarray]:
     for i, q in enumerate(queries):
         seen.setdefault(q, []).append(i)
     return [np.asarray(v) for v in seen.values()]
+
+
+def _not_a_string(text) -> str | None:
+    return None if isinstance(text, str) else f"{text!r:.60}, not a string"
 
 
 def fingerprint(queries, titles, labels) -> str:
