@@ -332,8 +332,8 @@ def test_a_refusal_mid_search_that_is_not_the_trial_s_is_not_a_stop(tiny_teacher
     assert [t.state.name for t in study.trials] == ["COMPLETE", "RUNNING"]  # a rerun runs it again
 
 
-def test_an_accumulation_longer_than_the_files_pairs_is_refused_before_any_model_loads(tiny_teacher, tmp_path,  # noqa: F811
-                                                                                      monkeypatch):
+def test_an_accumulation_longer_than_the_files_pairs_is_refused_before_any_model_loads(
+        tiny_teacher, tmp_path, monkeypatch):  # noqa: F811
     """Was: without train_rows (or with unlabeled_data but no unlabeled_rows) the pairs were counted only once read,
     after the teacher and student loaded, led by the data keys. Now the files' pairs are counted (only until they are
     enough for a step) as the recipe is read, led by its file and --set values, and, for a recipe built in Python,

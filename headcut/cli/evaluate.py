@@ -6,8 +6,8 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, BOOTSTRAP, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE,
-                                PRESET, QUERY_COL, TITLE_COL, Opt, file_option, progress_bar, quiet_transformers, read_data,
-                                user_errors)
+                                PRESET, QUERY_COL, TITLE_COL, Opt, file_option, progress_bar, quiet_transformers,
+                                read_data, user_errors)
 
 
 def format_metrics(metrics: dict) -> str:

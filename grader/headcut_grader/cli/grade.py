@@ -15,8 +15,8 @@ from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QU
 def grade(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
     pairs_file: Path = typer.Argument(..., help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
-    out: Path = file_option(..., "--out", "-o", help="Where to write grades (same format as the input unless the suffix says: .tsv, .csv or .jsonl; JSON "
-                     "input is written as JSON lines)."),
+    out: Path = file_option(..., "--out", "-o", help="Where to write grades (same format as the input unless the "
+                            "suffix says: .tsv, .csv or .jsonl; JSON input is written as JSON lines)."),
     workers: int = number(1, "--workers", help="Grading processes, one grader each; about one per 1-2 cores",
                           low=1, high=MAX_WORKERS),
     threads: Opt[int] = number_in(THREADS, None, "--threads", help="Runtime threads per worker (default: cores / "
