@@ -1290,3 +1290,18 @@ def test_evaluate_out_written_as_a_folder_and_grade_file_out_too_are_refused(tmp
     with pytest.raises(UserError, match=r"^out=.*o\.tsv/\. ends in /\., so it names a folder, but out is a file"):
         grade_file(tiny_grader, pairs, f"{tmp_path / 'o.tsv'}/.")
     assert not (tmp_path / "m.json").exists() and not (tmp_path / "o.tsv").exists()
+
+
+@pytest.mark.parametrize("ending", ["/", "/."])
+def test_a_file_written_by_the_library_s_atomic_writers_as_a_folder_is_refused(tmp_path, ending):
+    """write_json, write_text and atomic_file take the file outputs' rule too. Was: write_json('w.json/.') (or
+    'w.json/') wrote the file w.json."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import write_json, write_text
+
+    out = f"{tmp_path / 'w.json'}{ending}"
+    with pytest.raises(UserError, match=f"^path={re.escape(out)} ends in {re.escape(ending)}, so it names a folder"):
+        write_json(out, {"a": 1}, overwrite=False)
+    with pytest.raises(UserError, match=f"^--out {re.escape(out)} ends in"):
+        write_text(out, "a", flag="--out")
+    assert not (tmp_path / "w.json").exists()

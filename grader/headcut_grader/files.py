@@ -453,6 +453,8 @@ def atomic_file(path: str | Path, *, binary: bool = True, overwrite: bool = True
     or Ctrl-C the temporary is removed; a killed writer's is removed by a later write. `overwrite`: the last writer's
     file wins; else a file another run wrote at `path` meanwhile is kept, and this write refused (publish_file)."""
     overwrite = checked_bool(overwrite, "overwrite")
+    if problem := folder_spelled(path, flag):  # a caller that did not run check_out_file (write_json, write_text)
+        raise UserError(problem)
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
