@@ -21,8 +21,8 @@ import yaml
 from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import as_path
 from headcut_grader.lines import utf8_fix
-from headcut_grader.ranges import argument, check_ranges, field_problem
-from headcut_grader.readers import bounded_int
+from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
+from headcut_grader.readers import significant_digits
 from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
@@ -149,7 +149,7 @@ def yaml_kind(value) -> str:
     if isinstance(value, bool):
         return f"the boolean {str(value).lower()}"
     kind = "number" if _is_number(value) else "mapping" if isinstance(value, dict) else "list"
-    return f"the {kind} {shown(value)}"
+    return large_whole(value) or f"the {kind} {shown(value)}"
 
 
 # Values of a recipe once its aliases (*name) are expanded: a recipe holds hundreds, an alias bomb billions.
@@ -212,7 +212,12 @@ def shown(value) -> str:
     return _SHORT.repr(value)
 
 
-_SHORT = reprlib.Repr()
+class _Short(reprlib.Repr):
+    def repr_int(self, x, level):  # a number of hundreds of digits by its size
+        return large_whole(x) or super().repr_int(x, level)
+
+
+_SHORT = _Short()
 _SHORT.maxstring = _SHORT.maxother = 60
 
 
@@ -233,9 +238,16 @@ def _yaml_12_scalars(loader) -> None:
         re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)"
                    r"|\.(?:nan|NaN|NAN))$"),
         list("-+0123456789."))
-    # no octal; a number of thousands of digits is read as JSON inputs read it (a float: inf past 1e308), which
-    # every range check refuses in its sentence, not Python's int-length ValueError
-    loader.add_constructor("tag:yaml.org,2002:int", lambda self, node: bounded_int(self.construct_scalar(node)))
+    # no octal; a whole number of any length stays one, which its key's range then refuses
+    loader.add_constructor("tag:yaml.org,2002:int", lambda self, node: _whole(self.construct_scalar(node)))
+
+
+def _whole(text: str) -> int:
+    """A YAML whole number ('+007', '-12'). Past Python's int-text limit (4,300 digits: a bare ValueError) it is
+    read as 10 ** (digits - 1), a number of as many digits, which every key's range refuses by its digits."""
+    digits = significant_digits(text) or "0"
+    value = int(digits) if len(digits) <= 4000 else 10 ** (len(digits) - 1)
+    return -value if text.startswith("-") else value
 
 
 _yaml_12_scalars(_Loader)
@@ -397,7 +409,7 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise UserError(f"{where} must be a number, not {shown(value)}{_unquote_fix(value, hint)}.")
-        return float(value)
+        return value if large_whole(value) and abs(value) > 1e308 else float(value)  # its range refuses it by size
     if hint is str:  # a number is not turned into text: YAML reads 010 as 8 and 1.50 as 1.5, so the text is lost
         if mistyped_text(value, given):
             raise UserError(f"{where} is {yaml_kind(value)}; quote it as written to give text "
@@ -427,13 +439,15 @@ def _unquote_fix(value, hint) -> str:
 def _float_fix(value) -> str:
     """What YAML made of a number where a whole number goes, where the value it shows is not what was written: 1e3
     and 1000.0 read as the float 1000.0 (a whole number is written without a point or exponent), a number past
-    1e308 (1e400, or thousands of digits) as inf; nothing for other values."""
+    1e308 (1e400) as inf; nothing for other values."""
     if not isinstance(value, float) or math.isnan(value):
         return ""
     if math.isinf(value):
         return " (YAML reads a number past 1e308 as inf)"
-    whole = value.is_integer()
-    return f" (YAML reads a number with a point or an exponent as a decimal: write {int(value)})" if whole else ""
+    if not value.is_integer():
+        return ""
+    write = f": write {int(value)}" if abs(value) < 1e18 else ""  # a number of a size to write
+    return f" (YAML reads a number with a point or an exponent as a decimal{write})"
 
 
 def _typed(given: str | None) -> bool:

@@ -1064,8 +1064,11 @@ def test_class_deeply_nested_json_is_a_sentence(tmp_path, name, text):
     (b"train_data: synthetic\n", "epochs=[", "--set"),
     (b"train_data: synthetic\nlayer_map: " + b"[" * 50_000 + b"]" * 50_000 + b"\n", None, "nested"),
     # Was: Python's int-length ValueError, a traceback, as JSON inputs were before (test_class_a_number_of_thousands)
-    (b"train_data: synthetic\nbatch_size: " + b"7" * 5001 + b"\n", None, "key 'batch_size' must be a whole number"),
-    (b"train_data: synthetic\n", "learning_rate=" + "7" * 5001, "key 'learning_rate' is inf"),
+    # now a whole number of that size, out of the key's range (test_recipes.test_a_decimal_where_a_whole_number_goes)
+    (b"train_data: synthetic\nbatch_size: " + b"7" * 5001 + b"\n", None, "key 'batch_size' is a whole number of 5,001 "
+     "digits, which is out of range"),
+    (b"train_data: synthetic\n", "learning_rate=" + "7" * 5001, "key 'learning_rate' is a whole number of 5,001 digits, "
+     "which is out of range"),
 ])
 def test_class_unreadable_recipes_are_a_sentence(tmp_path, content, override, words):
     from headcut.finetune import FinetuneRecipe

@@ -403,17 +403,41 @@ def test_an_empty_or_comment_only_recipe_file_is_refused_not_read_as_all_default
 
 
 @pytest.mark.parametrize("written, words", [
-    ("1e3", "not 1000.0 (YAML reads a number with a point or an exponent as a decimal: write 1000)."),
-    ("32.0", "not 32.0 (YAML reads a number with a point or an exponent as a decimal: write 32)."),
-    ("1e400", "not inf (YAML reads a number past 1e308 as inf)."),
-    ("2.5", "not 2.5."),
+    ("1e3", "must be a whole number, not 1000.0 (YAML reads a number with a point or an exponent as a decimal: "
+            "write 1000)."),
+    ("32.0", "must be a whole number, not 32.0 (YAML reads a number with a point or an exponent as a decimal: "
+             "write 32)."),
+    ("1e400", "must be a whole number, not inf (YAML reads a number past 1e308 as inf)."),
+    ("1e30", "must be a whole number, not 1e+30 (YAML reads a number with a point or an exponent as a decimal)."),
+    ("2.5", "must be a whole number, not 2.5."),
+    ("7" * 305, "is a whole number of 305 digits, which is out of range; it must be in [1, "),
+    ("-" + "7" * 305, "is a whole number of 305 digits, which is out of range; it must be in [1, "),
+    ("7" * 5000, "is a whole number of 5,000 digits, which is out of range; it must be in [1, "),
 ])
 def test_a_decimal_where_a_whole_number_goes_says_what_yaml_read_it_as(tmp_path, written, words):
     """Was: `batch_size: 1e3` was told "must be a whole number, not 1000.0" (a whole number, to the eye) and 1e400
-    "not inf", a value nobody wrote; each now says what YAML read and what to write."""
+    "not inf", a value nobody wrote; each now says what YAML read and what to write (a number to write only where it
+    is of a size to write). Was: a whole number of over 300 digits (777...7) was read as a float and told it is no
+    whole number, 'write 7777...' (not what was written), or 'not inf' past 308 digits; now it is out of the key's
+    range, its digits counted."""
     path = tmp_path / "r.yaml"
     path.write_text(f"teacher: runs/teacher\ntrain_data: x\nbatch_size: {written}\n")
-    with pytest.raises(UserError, match=re.escape(f"key 'batch_size' must be a whole number, {words}")):
+    with pytest.raises(UserError, match=re.escape(f"key 'batch_size' {words}")):
+        load_recipe(DistillRecipe, path)
+
+
+def test_a_whole_number_s_leading_zeros_and_sign_do_not_count_as_digits(tmp_path):
+    """Was: `batch_size: 000...005` (302 characters, YAML's whole number 5) was read as a float past 300 characters
+    and refused; leading zeros and a '+' are no digits of the number."""
+    from headcut_grader.readers import bounded_int
+
+    path = tmp_path / "r.yaml"
+    for written in ("0" * 301 + "5", "+" + "0" * 301 + "5", "0" * 5000 + "5"):
+        path.write_text(f"teacher: runs/teacher\ntrain_data: x\nbatch_size: {written}\n")
+        assert load_recipe(DistillRecipe, path).batch_size == 5
+    assert bounded_int("-" + "0" * 400 + "12") == -12 and type(bounded_int("0" * 400 + "12")) is int
+    path.write_text(f"teacher: {'7' * 5000}\ntrain_data: x\n")  # was: Python's int-length ValueError, a traceback
+    with pytest.raises(UserError, match="key 'teacher' is a whole number of 5,000 digits; quote it as written"):
         load_recipe(DistillRecipe, path)
 
 

@@ -15,7 +15,18 @@ from headcut_grader.errors import UserError
 
 
 def _number(x: float) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
+    return f"{x:g}" if isinstance(x, float) else large_whole(x) or str(x)
+
+
+def large_whole(x) -> str | None:
+    """A whole number of 19 digits or more (a recipe's 777...7) as a message says it, by its size: 'a whole number
+    of 305 digits' (str(x) is refused past 4,300 digits); None for any other value."""
+    if isinstance(x, bool) or not isinstance(x, int) or abs(x) < 10**18:
+        return None
+    digits = int(abs(x).bit_length() * math.log10(2))  # at most its digits
+    while 10**digits <= abs(x):
+        digits += 1
+    return f"a whole number of {digits:,} digits"
 
 
 def _shown(x) -> str:

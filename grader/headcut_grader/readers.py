@@ -532,10 +532,16 @@ def _refuse_repeats(names: list, where: str, noun: str = "column") -> None:
         seen.add(name)
 
 
+def significant_digits(text: str) -> str:
+    """The digits of whole number `text` ('+0012' -> '12'): its sign and leading zeros are no digits of its size."""
+    return text.lstrip("+-").lstrip("0")
+
+
 def bounded_int(text: str) -> int | float:
-    """json.loads' parse_int: a whole number of over 300 digits is read as a float (inf past 1e308), which every
-    range check then refuses in its sentence; Python refuses ints of over 4,300 digits with a bare ValueError."""
-    return int(text) if len(text.lstrip("-")) <= 300 else float(text)
+    """json.loads' parse_int: a whole number of over 300 significant digits is read as a float (inf past 1e308),
+    which every range check then refuses in its sentence; Python refuses ints of over 4,300 digits with a bare
+    ValueError."""
+    return int(text) if len(significant_digits(text)) <= 300 else float(text)
 
 
 def unique_keys(where: str):
