@@ -384,3 +384,16 @@ def test_grade_s_out_help_reads_as_before_its_wrap():
     help_of = {p.name: p.help for p in get_command(app).commands["grade"].params}
     assert help_of["out"] == ("Where to write grades (same format as the input unless the suffix says: .tsv, .csv or "
                               ".jsonl; JSON input is written as JSON lines).")
+
+
+def test_what_a_path_that_is_no_regular_file_is_is_worded_once():
+    """validation.irregular says what a path is that is no regular file ('a folder', 'not a regular file (a pipe,
+    device or socket)'); check_regular and a run's check of its pairs files read it. Was: headcut/pipeline/checks.py
+    wrote check_regular's words again."""
+    from headcut_grader.validation import irregular
+
+    assert irregular(ROOT) == "a folder" and irregular(Path("/dev/null")).startswith("not a regular file")
+    assert irregular(ROOT / "README.md") is None
+    sources = [*modules().values(), *(ROOT / "benchmarks").glob("*.py")]
+    written = [f"{path.relative_to(ROOT)}" for path in sources if "device or socket" in path.read_text(encoding="utf-8")]
+    assert written == ["grader/headcut_grader/validation.py"], written

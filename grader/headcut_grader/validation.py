@@ -138,6 +138,16 @@ def _missing(path: Path) -> bool:
     return False
 
 
+def irregular(path: Path) -> str | None:
+    """What an existing `path` is where it is no regular file, as a sentence says it ('a folder'); None for a
+    regular file (or a path that is not there)."""
+    if path.is_dir():
+        return "a folder"
+    if path.exists() and not path.is_file():
+        return "not a regular file (a pipe, device or socket)"
+    return None
+
+
 def check_regular(path: Path, *, what: str = "the pairs",
                   kind: str = "a data file (TSV, CSV, JSON lines or JSON)") -> None:
     """A user's input file must be a regular file: a FIFO would block a read, /dev/zero never ends. `what` the file
@@ -148,11 +158,10 @@ def check_regular(path: Path, *, what: str = "the pairs",
                         "resume); save it to a file and pass its path.")
     if not path.exists():
         raise UserError(f"{path}: {absent(path)}.")
-    if path.is_dir():
-        raise UserError(f"{path} is a folder; pass {kind}.")
-    if not path.is_file():
-        raise UserError(f"{path} is not a regular file (a pipe, device or socket); save {what} to a file "
-                        "and pass that.")
+    odd = irregular(path)
+    if odd:
+        fix = f"pass {kind}" if path.is_dir() else f"save {what} to a file and pass that"
+        raise UserError(f"{path} is {odd}; {fix}.")
     try:  # said here, before a reader meets it as a traceback: another user's file (chmod 600)
         with open(path, "rb"):
             pass

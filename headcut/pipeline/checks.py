@@ -14,7 +14,7 @@ from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, lead_of, led, quoted, setting
 from headcut_grader.files import check_folder_name, check_place, overwrite_said, refuse_inputs
 from headcut_grader.ranges import checked_bool
-from headcut_grader.validation import absent
+from headcut_grader.validation import absent, irregular
 from headcut.pipeline.recipe import (CLASSES, UPSTREAM, DataSection, PipelineRecipe, given_as, key_names,
                                      planned_subs, scan_gold_of, scan_settings)
 from headcut.run_folder import LOCK_FILE
@@ -120,9 +120,9 @@ def check_inputs(parts: RunParts) -> None:
         why, where = absent(value, ""), given_as(recipe, *key_path(key))[1]
         if why:
             raise UserError(f"{lead_of(where)}{said(recipe, key, value, at=where)}: {why}.")
-        if Path(value).exists():  # was "no such file"
-            kind = "a folder" if Path(value).is_dir() else "not a regular file (a pipe, device or socket)"
-            raise UserError(f"{lead_of(where)}{said(recipe, key, value, at=where)} is {kind}; pass a pairs file.")
+        if irregular(Path(value)):  # was "no such file"
+            raise UserError(f"{lead_of(where)}{said(recipe, key, value, at=where)} is {irregular(Path(value))}; "
+                            "pass a pairs file.")
     if missing:
         wheres = {given_as(recipe, *key_path(key))[1] for key in missing}
         where = wheres.pop() if len(wheres) == 1 else ""  # the file that holds them all leads; else each says its own
