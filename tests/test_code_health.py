@@ -330,6 +330,35 @@ def test_the_runtime_s_batch_size_defaults_equal_its_declared_ones():
     assert flags == {"grade": BATCH_SIZE, "serve": SERVE_BATCH_SIZE}
 
 
+def test_the_runtime_s_threads_default_equals_its_declared_one():
+    """The runtime's threads per grader (1: a server or grade job runs several workers) is declared once, as
+    headcut_grader.ranges.RUNTIME_THREADS: every threads default of its functions (Grader, ray_data's GradeBatch and
+    grade_dataset) is a number, as the API reference shows it, equal to it, and GradeSettings reads it. Was: 1
+    written in grader.py, grade_file.py and twice in ray_data.py, agreeing by hand."""
+    import dataclasses
+
+    from headcut_grader.grade_file import GradeSettings
+    from headcut_grader.ranges import RUNTIME_THREADS
+
+    written = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if name.startswith("headcut_grader") and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                defaults = [*zip(args.args[::-1], args.defaults[::-1]), *zip(args.kwonlyargs, args.kw_defaults)]
+                written.update((f"{name}.{node.name}", d) for a, d in defaults
+                               if a.arg == "threads" and d is not None and not isinstance(d, ast.Call))
+    assert {"headcut_grader.grader.__init__", "headcut_grader.ray_data.__init__",
+            "headcut_grader.ray_data.grade_dataset"} <= set(written)
+    wrong = {where: ast.unparse(d) for where, d in written.items()
+             if not (isinstance(d, ast.Constant) and d.value == RUNTIME_THREADS)}
+    assert not wrong, f"write ranges.RUNTIME_THREADS ({RUNTIME_THREADS}) as the default: {wrong}"
+    field = next(f for f in dataclasses.fields(GradeSettings) if f.name == "threads")
+    assert field.default == RUNTIME_THREADS
+    source = (ROOT / "grader" / "headcut_grader" / "grade_file.py").read_text(encoding="utf-8")
+    assert "range_field(RUNTIME_THREADS, THREADS)" in source  # read, not written again
+
+
 def test_serve_load_measures_the_runtime_with_its_declared_batch_settings():
     """benchmarks/serve_load.py times the servers and the offline Grader as they run by default. Was: its offline
     Grader passed batch_size=32 and its --batch-size, --max-batch, --max-wait-ms and --max-queue restated

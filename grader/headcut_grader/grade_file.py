@@ -27,8 +27,8 @@ from headcut_grader.grader import Grader, Grades, read_record, results_from_logi
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
 from headcut_grader.readers import check_preset
-from headcut_grader.ranges import (BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_WORKERS, THREADS, argument,
-                                   check_callbacks, checked_bool, checked_fields, range_field, ranged)
+from headcut_grader.ranges import (BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_WORKERS, RUNTIME_THREADS, THREADS,
+                                   argument, check_callbacks, checked_bool, checked_fields, range_field, ranged)
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -47,7 +47,7 @@ class GradeSettings:
     label_col: str | None = None
     out_format: str | None = None  # None: from OUT's suffix, else the input's
     workers: int = ranged(1, 1, MAX_WORKERS)  # processes, each with its own Grader
-    threads: int = range_field(1, THREADS)  # runtime threads per process
+    threads: int = range_field(RUNTIME_THREADS, THREADS)  # runtime threads per process
     backend: str = "auto"  # onnxruntime, openvino, or auto (the grader's fastest on this CPU)
 
     def output_keys(self) -> dict:

@@ -211,6 +211,9 @@ def argument(value) -> str:
 # Bounds of settings that several commands and recipes share (one declaration each).
 MAX_THREADS = 256  # a runtime's threads: more only exhausts the process limit (tokenizers panicked at 100,000)
 THREADS = Range(1, MAX_THREADS)  # threads: every --threads, threads argument and setting reads this one
+# The runtime's threads per grader where none is asked for: Grader, GradeSettings and ray_data (a server or grade job
+# runs several workers; the functions write it as a number for the API reference; a test checks them against this)
+RUNTIME_THREADS = 1
 MAX_BOOTSTRAP = 100_000  # resamples of a CI: beyond this the CI does not move, and the run takes hours
 MAX_WORKERS = 256  # processes, each with its own grader: far past any one machine's cores
 MAX_CHUNK_ROWS = 10_000_000  # pairs in memory at once per chunk
