@@ -7,6 +7,7 @@ import re
 
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.ranges import Range, checked_number
+from headcut_grader.readers import significant_digits
 from headcut_grader.validation import whole_number
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
 
@@ -50,13 +51,19 @@ def synthetic_spec(spec: str, n: int | None = None, *, said: str = "n",
 def synthetic_seed(spec: str, *, name: str = "synthetic_seed spec") -> int:
     """The seed of 'synthetic' (0) or 'synthetic:SEED'; `name`: what named `spec`, as synthetic_spec's."""
     text = str(spec).partition(":")[2] or "0"
-    seed = whole_number(text)
-    if seed is not None and seed >= 0:
+    lead = setting(name, quoted(_cut(str(spec), 60)))  # a spec of thousands of digits, shown in part
+    if not re.fullmatch(r"[-+]?[0-9]+", text):
+        raise UserError(f"{lead}: write synthetic or synthetic:SEED with a whole-number seed.")
+    seed = whole_number(significant_digits(text) or "0")  # '+5' and '005' are 5
+    if seed is not None and (seed == 0 or not text.startswith("-")):  # -0 is 0
         return seed
-    if re.fullmatch(r"-?[0-9]+", text):  # a whole number, outside the seeds whole_number reads
-        raise UserError(f"{setting(name, quoted(spec))}: seed {text[:40]} is out of range; write synthetic:SEED with "
-                        f"a seed {SEEDS.describe()}.")
-    raise UserError(f"{setting(name, quoted(spec))}: write synthetic or synthetic:SEED with a whole-number seed.")
+    raise UserError(f"{lead}: seed {_cut(text, 40)} is out of range; write synthetic:SEED with a seed "
+                    f"{SEEDS.describe()}.")
+
+
+def _cut(text: str, width: int) -> str:
+    """`text`, cut to `width` characters where it is longer, marked so by '...'."""
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 SEEDS = Range(0, 10**18 - 1)  # whole_number's 18 digits

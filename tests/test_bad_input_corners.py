@@ -1145,6 +1145,12 @@ def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_pat
                 tmp_path / "p"), f"--eval-data 'synthetic:-1': seed -1 is out of range; {seeds}")
     refused(run("evaluate", "-m", model, "-d", "synthetic:" + "9" * 19),
             f"--data 'synthetic:{'9' * 19}': seed {'9' * 19} is out of range; {seeds}")
+    # was: the lead quoted all 5000 nines, and '+5', a whole number, was told to write a whole-number seed
+    refused(run("evaluate", "-m", model, "-d", "synthetic:" + "9" * 5000),
+            f"--data 'synthetic:{'9' * 47}...': seed {'9' * 37}... is out of range; {seeds}")
+    refused(run("evaluate", "-m", model, "-d", "synthetic:-5"), f"--data 'synthetic:-5': seed -5 is out of range; {seeds}")
+    from headcut.synthetic import synthetic_seed
+    assert synthetic_seed("synthetic:+5") == 5 == synthetic_seed("synthetic:0005")
     refused(run("run", "quickstart", "--set", "data.train=synthetic:x", "-o", tmp_path / "r"),
             f"--set data.train='synthetic:x': {fix}")
     # was: "quickstart.yaml: synthetic_seed spec='synthetic:x': ...", twice, as training.same_data compared it
