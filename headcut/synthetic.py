@@ -57,8 +57,8 @@ def synthetic_seed(spec: str, *, name: str = "synthetic_seed spec") -> int:
     seed = whole_number(significant_digits(text) or "0")  # '+5' and '005' are 5
     if seed is not None and (seed == 0 or not text.startswith("-")):  # -0 is 0
         return seed
-    raise UserError(f"{lead}: seed {_cut(text, 40)} is out of range; write synthetic:SEED with a seed "
-                    f"{SEEDS.describe()}.")
+    raise UserError(f"{lead}: seed {_cut(text, 40)} is out of range; write synthetic:SEED with "
+                    f"{SEEDS.describe('a seed')}.")
 
 
 def _cut(text: str, width: int) -> str:

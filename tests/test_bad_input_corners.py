@@ -388,7 +388,7 @@ def test_bootstrap_arguments_of_the_evaluate_api_are_checked(call, words):
     (lambda api, m, p, out: api["build_student"](None, m.model), "build_student teacher is a "
                                                                  "BertForSequenceClassification (a PyTorch model)"),
     (lambda api, m, p, out: api["iterative_plan"](m.model, None, 0.5, steps=0), "iterative_plan steps is 0; it must "
-                                                                                "be a whole number at least 1."),
+                                                                                "be a whole number of at least 1."),
 ])
 def test_a_public_function_given_a_path_or_the_wrong_model_says_what_to_pass(tmp_path, saved_models, call, words):
     """Was: AttributeError ("'str' object has no attribute 'max_length'", "'LoadedModel' object has no attribute
@@ -511,11 +511,11 @@ def test_every_public_callback_that_is_not_a_function_is_refused_before_work():
 
 
 @pytest.mark.parametrize("change, words", [
-    (dict(trials="3"), "tune trials is '3'; it must be a whole number at least 1."),  # was: a TypeError
-    (dict(trials=2.5), "tune trials is 2.5; it must be a whole number at least 1."),  # was: 3 trials
-    (dict(trials=True), "tune trials is True; it must be a whole number at least 1."),  # was: 1 trial
-    (dict(trials=0), "tune trials is 0; it must be a whole number at least 1."),
-    (dict(trials=0, names="flags"), "--tune is 0; it must be a whole number at least 1."),
+    (dict(trials="3"), "tune trials is '3'; it must be a whole number of at least 1."),  # was: a TypeError
+    (dict(trials=2.5), "tune trials is 2.5; it must be a whole number of at least 1."),  # was: 3 trials
+    (dict(trials=True), "tune trials is True; it must be a whole number of at least 1."),  # was: 1 trial
+    (dict(trials=0), "tune trials is 0; it must be a whole number of at least 1."),
+    (dict(trials=0, names="flags"), "--tune is 0; it must be a whole number of at least 1."),
     (dict(recipe="distill/minilm_bottom3_cpu"), "tune recipe is 'distill/minilm_bottom3_cpu'; pass a DistillRecipe, "
                                                 "e.g. headcut.recipes.load_recipe(DistillRecipe, 'recipe.yaml')."),
     (dict(recipe={"temperature": 2.0}), "tune recipe is {'temperature': 2.0}; pass a DistillRecipe"),
@@ -567,7 +567,7 @@ def test_a_recipe_argument_that_is_not_a_recipe_names_the_argument_and_how_to_re
                                                           "in [1, 1024]."),
     (lambda e, m, p: e.evaluate_model(m, p, batch_size=2.5), "evaluate_model batch_size is 2.5; it must be a whole"),
     (lambda e, m, p: e.evaluate_model(m, p, max_length=0), "evaluate_model max_length is 0; it must be a whole number "
-                                                          "at least 8."),
+                                                          "of at least 8."),
     (lambda e, m, p: e.evaluate_model(m, p, iters=0), "evaluate_model iters is 0; it must be a whole number"),
     (lambda e, m, p: e.predict_logits(m.model, m.tokenizer, p, batch_size=0), "predict_logits batch_size is 0; it must"),
     (lambda e, m, p: e.compare_models(m.model, m.model, m.tokenizer, p, batch_size=-1), "compare_models batch_size is -1"),
@@ -578,9 +578,9 @@ def test_a_recipe_argument_that_is_not_a_recipe_names_the_argument_and_how_to_re
     (lambda e, m, p: e.open_scorer(None), "open_scorer name is None; pass a model folder's path, a built-in name or a "
                                           "grader folder's path (text or a pathlib.Path)."),
     (lambda e, m, p: e.length_batches(e.encode(m.tokenizer, p), 0), "length_batches batch_size is 0; it must"),
-    (lambda e, m, p: e.encode(m.tokenizer, p, max_length=4), "encode max_length is 4; it must be a whole number at least"),
-    (lambda e, m, p: e.ndcg_at_k([1.0, 2.0], [0, 1], [[0, 1]], k=0), "ndcg_at_k k is 0; it must be a whole number at"),
-    (lambda e, m, p: e.macro_f1([0, 1], [0, 1], 0), "macro_f1 num_labels is 0; it must be a whole number at least 1."),
+    (lambda e, m, p: e.encode(m.tokenizer, p, max_length=4), "encode max_length is 4; it must be a whole number of at least"),
+    (lambda e, m, p: e.ndcg_at_k([1.0, 2.0], [0, 1], [[0, 1]], k=0), "ndcg_at_k k is 0; it must be a whole number of at"),
+    (lambda e, m, p: e.macro_f1([0, 1], [0, 1], 0), "macro_f1 num_labels is 0; it must be a whole number of at least 1."),
 ])
 def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_models, call, words):
     """Was: batch_size=0 gave Python's "range() arg 3 must not be zero" (evaluate_model, predict_logits,
@@ -609,9 +609,9 @@ def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_m
     (lambda m: m.measure_latency([m.model], seq_len=4096, batch_sizes=(32,)), "measure_latency batch_sizes, seq_len: a "
                                                                            "batch of 32 at 4096 tokens would hold"),
     (lambda m: m.speed_summary(m.model, m.model, seq_len=-64), "speed_summary seq_len is -64; it must be a whole number"),
-    (lambda m: m.flops_per_pair(m.model, 0), "flops_per_pair seq_len is 0; it must be a whole number at least 1."),
-    (lambda m: m.flops_per_pair(m.model, 64.5), "flops_per_pair seq_len is 64.5; it must be a whole number at least 1."),
-    (lambda m: m.unit_flops(m.model, -1), "unit_flops seq_len is -1; it must be a whole number at least 1."),
+    (lambda m: m.flops_per_pair(m.model, 0), "flops_per_pair seq_len is 0; it must be a whole number of at least 1."),
+    (lambda m: m.flops_per_pair(m.model, 64.5), "flops_per_pair seq_len is 64.5; it must be a whole number of at least 1."),
+    (lambda m: m.unit_flops(m.model, -1), "unit_flops seq_len is -1; it must be a whole number of at least 1."),
 ])
 def test_timing_and_flops_arguments_are_checked_before_any_model_runs(monkeypatch, call, words):
     """Was: measure_latency with min_runs=0 gave statistics' 'no median for empty data' after the warm-up runs,

@@ -46,7 +46,7 @@ def test_a_python_out_on_a_loop_of_links_names_the_argument(tmp_path):
     ({"n": "100"}, "synthetic_pairs n is '100'"),
     ({"n": True}, "synthetic_pairs n is True"),
     ({"n": 10 ** 12}, "synthetic_pairs n is 1000000000000"),  # was made in memory: ~130 GB
-    ({"n": 5, "seed": -1}, "synthetic_pairs seed is -1; it must be a whole number at least 0"),
+    ({"n": 5, "seed": -1}, "synthetic_pairs seed is -1; it must be a whole number of at least 0"),
     ({"n": 5, "seed": 1.5}, "synthetic_pairs seed is 1.5"),
     ({"n": 5, "seed": "1"}, "synthetic_pairs seed is '1'"),
 ])
@@ -61,7 +61,7 @@ def test_synthetic_pairs_checks_its_count_and_seed_before_making_any(kwargs, wor
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"limit": 0}, "read_pairs limit is 0; it must be a whole number at least 1"),  # read every row
+    ({"limit": 0}, "read_pairs limit is 0; it must be a whole number of at least 1"),  # read every row
     ({"limit": -1}, "read_pairs limit is -1"),
     ({"limit": 2.5}, "read_pairs limit is 2.5"),
     ({"limit": "1"}, "read_pairs limit is '1'"),

@@ -276,7 +276,7 @@ def test_the_prune_functions_take_numpy_numbers_and_record_plain_ones(tiny_grade
     ({"iterative": 10 ** 6}, "prune iterative is 1000000; it must be a whole number in [0, 100]."),  # ran for hours
     ({"keep_ratio": "0.5"}, "prune keep_ratio is '0.5'; it must be a number in (0, 1]."),
     ({"layer_prior": float("nan")}, "prune layer_prior is nan; it must be a number in [0, 100]."),
-    ({"min_heads": 1.5}, "prune min_heads is 1.5; it must be a whole number at least 0."),
+    ({"min_heads": 1.5}, "prune min_heads is 1.5; it must be a whole number of at least 0."),
     ({"budget": True, "flops": "0.5"}, "prune_to_budget flops is '0.5'; it must be a number in (0, 1]."),
     ({"budget": True, "flops": 0.5, "iterative": np.float64(3)},
      "prune_to_budget iterative is 3.0; it must be a whole number in [0, 100]."),

@@ -357,8 +357,19 @@ def test_grade_dataset_takes_any_whole_number_type_and_hands_ray_ints(tiny_grade
                             batch_size=np.int64(8), rows_per_call=np.uint16(100))
     assert (options["concurrency"], options["batch_size"], options["num_cpus"]) == (2, 100, 1)
     assert type(options["concurrency"]) is int and type(options["fn_constructor_kwargs"]["batch_size"]) is int
-    with pytest.raises(UserError, match=r"^grade_dataset rows_per_call is 0\.5; it must be a whole number at least 1\.$"):
+    with pytest.raises(UserError, match=r"^grade_dataset rows_per_call is 0\.5; it must be a whole number of at least 1\.$"):
         grade_dataset(Dataset(), tiny_grader[0], rows_per_call=0.5)
+
+
+def test_a_range_reads_as_a_sentence_after_the_kind_of_number():
+    """Was: 'it must be a whole number at least 1' (checked_number wrote the kind before describe's bound); a bound
+    alone after a kind reads 'of at least 1', an interval 'in [1, 8]'."""
+    from headcut_grader.ranges import Range
+
+    assert [Range(1).describe("a whole number"), Range(high=5).describe("a number"),
+            Range(0, low_open=True).describe("a number"), Range(1, 8).describe("a whole number"), Range(1).describe()] \
+        == ["a whole number of at least 1", "a number of at most 5", "a number of more than 0",
+            "a whole number in [1, 8]", "at least 1"]
 
 
 @pytest.mark.parametrize("columns, said", [

@@ -41,13 +41,18 @@ class Range:
     low_open: bool = False  # True: `low` itself is outside
     high_open: bool = False
 
-    def describe(self) -> str:
+    def describe(self, kind: str = "") -> str:
+        """The range as a sentence says it ('in [1, 8]', 'at least 1'), after `kind` where given ('a whole number in
+        [1, 8]', 'a whole number of at least 1')."""
         low, high = self.low, self.high
         if low is not None and high is not None:
-            return f"in {'(' if self.low_open else '['}{_number(low)}, {_number(high)}{')' if self.high_open else ']'}"
+            bound = f"in {'(' if self.low_open else '['}{_number(low)}, {_number(high)}{')' if self.high_open else ']'}"
+            return f"{kind} {bound}" if kind else bound
         if low is not None:
-            return f"{'more than' if self.low_open else 'at least'} {_number(low)}"
-        return f"{'less than' if self.high_open else 'at most'} {_number(high)}"
+            bound = f"{'more than' if self.low_open else 'at least'} {_number(low)}"
+        else:
+            bound = f"{'less than' if self.high_open else 'at most'} {_number(high)}"
+        return f"{kind} of {bound}" if kind else bound
 
     def problem(self, value) -> str | None:
         """Why `value` is not allowed, as the end of a sentence; None when it is."""
@@ -176,7 +181,7 @@ def checked_number(value, name: str, valid: Range, *, whole: bool = False) -> in
     plain = as_whole(value) if whole else as_real(value)
     if plain is None or valid.problem(plain):
         kind = "a whole number" if whole else "a number"
-        raise UserError(f"{name} is {argument(value)[:60]}; it must be {kind} {valid.describe()}.")
+        raise UserError(f"{name} is {argument(value)[:60]}; it must be {valid.describe(kind)}.")
     return plain
 
 
