@@ -1017,21 +1017,33 @@ def test_evaluate_on_pairs_of_one_gold_grade_shows_spearman_and_ndcg_as_n_a(tmp_
     assert written["accuracy"] is not None  # what one gold value still measures
 
 
-def test_evaluate_on_one_query_gives_ndcg_a_ci_as_every_other_metric_has(tmp_path, saved_models):
-    """Was: bootstrap_ci resampled NDCG@10's queries only where there were two or more, so on a file of one query
-    `headcut evaluate` printed NDCG@10 with no CI and its JSON's ci95 had no ndcg@10 at all. Now a resample of one
-    query is that query (as a one-score model's CIs, all by query, already were), so the CI is the point itself; n/a
-    ([None, None]) where the query holds one grade (test above)."""
+def test_evaluate_on_one_query_gives_every_ci_by_query_as_n_a_and_says_why(tmp_path, saved_models):
+    """A bootstrap by query resamples queries; on one query every resample is that query, so its CI would be the
+    point itself ([x, x], printed as if certain) and measure nothing of how the metric varies between queries. Every
+    CI by query of one query is n/a (None in JSON, printed n/a, one sentence why): a grades model's NDCG@10 and a
+    score model's every metric and its paired deltas and agreements. Was: NDCG@10's CI was [x, x] (5ee0a73)."""
+    import numpy as np
+
+    from headcut.evaluate.ranking import paired_score_bootstrap, score_bootstrap
+
     pairs = write(tmp_path, "one.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t3\ndrill\thand saw\t1\n"
                                        "drill\tdrill bit set\t2\n")
     result = run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--bootstrap", 20, "--out", tmp_path / "m.json")
     assert result.exit_code == 0, result.output
     written = json.loads((tmp_path / "m.json").read_text())
-    assert set(written["ci95"]) == {"accuracy", "macro_f1", "spearman", "loss", "ndcg@10"}
-    assert written["ci95"]["ndcg@10"] == [written["ndcg@10"]] * 2
+    assert written["ci95"]["ndcg@10"] == [None, None] and written["ndcg@10"] is not None
+    assert written["ci95"]["accuracy"] != [None, None]  # by pairs: measured
     lines = {line.split()[0]: " ".join(line.split()[1:]) for line in result.output.splitlines() if line.strip()}
-    point = f"{written['ndcg@10']:.4f}"
-    assert lines["ndcg@10"] == f"{point} [{point}, {point}]", result.output
+    assert lines["ndcg@10"] == f"{written['ndcg@10']:.4f} n/a", result.output
+    said = " ".join(result.output.split())
+    assert ("95% CI of NDCG@10 n/a: the pairs hold one query, and the CI resamples queries, so it would show no "
+            "variation between queries; evaluate on pairs of two or more queries.") in said, result.output
+    scores, gold, one = np.array([0.1, 0.9, 0.5]), np.array([1.0, 3.0, 2.0]), [np.array([0, 1, 2])]
+    assert all(np.isnan(ci).all() for ci in score_bootstrap(scores, gold, one, iters=20).values())
+    paired = paired_score_bootstrap(scores, scores[::-1], gold, one, iters=20)
+    assert all(np.isnan(paired[m]["ci"]).all() for m in paired), paired
+    two = [np.array([0, 1]), np.array([2])]  # two queries: measured
+    assert not np.isnan(score_bootstrap(scores, gold, two, iters=20)["loss"]).any()
 
 
 def test_evaluate_says_why_ndcg_is_n_a_where_each_query_holds_one_grade(tmp_path, saved_models):

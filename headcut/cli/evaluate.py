@@ -14,13 +14,21 @@ def format_metrics(metrics: dict) -> str:
     from headcut.evaluate.tasks import missing, shown
 
     ci = metrics.get("ci95", {})
-    lines = [f"{'metric':<13} {'value':>8}   95% CI"]
+    lines, no_ci = [f"{'metric':<13} {'value':>8}   95% CI"], False
     for name in ("accuracy", "macro_f1", "spearman", "pearson", "loss", "ndcg@10", "mrr", "pair_accuracy"):
         if name in metrics:
             lo_hi = ci.get(name)
-            band = f"[{shown(lo_hi[0])}, {shown(lo_hi[1])}]" if lo_hi and not missing(metrics[name]) else ""
+            measured = bool(lo_hi) and not missing(metrics[name])
+            no_ci = no_ci or (measured and all(map(missing, lo_hi)))
+            band = ("" if not measured else "n/a" if all(map(missing, lo_hi)) else
+                    f"[{shown(lo_hi[0])}, {shown(lo_hi[1])}]")
             lines.append(f"{name:<13} {shown(metrics[name]):>8}   {band}")
     lines.append(f"pairs: {metrics['n']}")
+    if no_ci and metrics.get("queries") == 1:  # every CI by query is n/a there (metrics.by_query)
+        # a score model's CIs are all by query, a grades model's NDCG@10's alone
+        which = "95% CIs n/a" if "pair_accuracy" in metrics else "95% CI of NDCG@10 n/a"
+        lines.append(f"{which}: the pairs hold one query, and the CI resamples queries, so it would show no variation "
+                     "between queries; evaluate on pairs of two or more queries.")
     if missing(metrics.get("spearman")):  # undefined only where the gold holds one value
         lines.append(one_gold_sentence(metrics))
     elif metrics.get("judged_pairs") == 0 or missing(metrics.get("ndcg@10", 0.0)):  # a grades model: no judged_pairs

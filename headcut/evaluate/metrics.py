@@ -122,6 +122,7 @@ def summarize(logits: np.ndarray, labels, grades, groups=None) -> dict:
     }
     if groups is not None:
         out["ndcg@10"] = ndcg_at_k(expected_grade(logits, grades), labels, groups)
+        out["queries"] = len(groups)  # NDCG's CI resamples these: n/a on one (by_query)
     return out
 
 
@@ -137,6 +138,13 @@ def percentiles(values, level: float) -> list[float]:
         return [float("nan"), float("nan")]
     lo, hi = (1 - level) / 2 * 100, (1 + level) / 2 * 100
     return [float(np.percentile(values, lo)), float(np.percentile(values, hi))]
+
+
+def by_query(values, level: float, queries: int) -> list[float]:
+    """The CI of bootstrap `values` that resample `queries` queries; [NaN, NaN] (n/a) on one query, where every
+    resample is that query: its CI would be the point itself, and measures nothing of how a metric varies between
+    queries."""
+    return percentiles(values, level) if queries > 1 else [float("nan"), float("nan")]
 
 
 def _metric(name, logits, labels, grades):
@@ -156,8 +164,7 @@ def bootstrap_ci(
     logits: np.ndarray, labels, grades, *, groups=None, iters: int = 1000, seed: int = 0, level: float = 0.95
 ) -> dict:
     """Percentile bootstrap CIs over pairs (NDCG: over queries). Returns {metric: [low, high]}, NaN where a metric is
-    n/a. A resample of one query is that query, so one query's NDCG CI is its point (as a one-score model's CIs,
-    all by query, are)."""
+    n/a; NDCG's on one query too (by_query)."""
     iters, seed = check_resampling(iters, seed, "bootstrap_ci")
     level = check_level(level, "bootstrap_ci")
     rng = np.random.default_rng(seed)
@@ -175,7 +182,7 @@ def bootstrap_ci(
         for _ in range(iters):
             pick = rng.integers(0, len(groups), len(groups))
             vals.append(ndcg_at_k(scores, labels, [groups[i] for i in pick]))
-        out["ndcg@10"] = percentiles(vals, level)
+        out["ndcg@10"] = by_query(vals, level, len(groups))
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import pearsonr
 
-from headcut.evaluate.metrics import (check_level, check_resampling, correlation, ndcg_at_k, one_value, percentiles,
+from headcut.evaluate.metrics import (by_query, check_level, check_resampling, correlation, ndcg_at_k, one_value,
                                       spearman)
 
 METRICS = ("spearman", "pearson", "ndcg@10", "mrr", "pair_accuracy", "loss")
@@ -103,14 +103,15 @@ def _resampled(scores, gold, groups, terms, pick) -> dict:
 
 
 def score_bootstrap(scores, gold, groups, *, iters: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
-    """Percentile CIs of every score metric, resampling queries: {metric: [low, high]}."""
+    """Percentile CIs of every score metric, resampling queries: {metric: [low, high]}; n/a on one query
+    (metrics.by_query)."""
     iters, seed = check_resampling(iters, seed, "score_bootstrap")
     level = check_level(level, "score_bootstrap")
     scores, gold = np.asarray(scores, dtype=np.float64), np.asarray(gold, dtype=np.float64)
     rng = np.random.default_rng(seed)
     terms = per_query(scores, gold, groups)
     samples = [_resampled(scores, gold, groups, terms, rng.integers(0, len(groups), len(groups))) for _ in range(iters)]
-    return {m: percentiles([s[m] for s in samples], level) for m in METRICS}
+    return {m: by_query([s[m] for s in samples], level, len(groups)) for m in METRICS}
 
 
 def ranking_agreement(scores, reference, groups) -> dict:
@@ -155,10 +156,10 @@ def paired_score_bootstrap(scores_new, scores_ref, gold, groups, *, iters: int =
             return {m: a[m] - b[m] for m in METRICS}
 
         point, samples = delta(every), [delta(p) for p in picks]
-        out = {m: {"delta": point[m], "ci": percentiles([s[m] for s in samples], level)} for m in METRICS}
+        out = {m: {"delta": point[m], "ci": by_query([s[m] for s in samples], level, len(groups))} for m in METRICS}
     point = _agreement_values(agree, every)
     samples = [_agreement_values(agree, p) for p in picks]
     for m in AGREEMENT:
-        out[m] = {"value": point[m], "ci": percentiles([s[m] for s in samples], level)}
+        out[m] = {"value": point[m], "ci": by_query([s[m] for s in samples], level, len(groups))}
     out["agreement"] = out["pair_order"]  # the headline agreement of a score model (what gates use)
     return out
