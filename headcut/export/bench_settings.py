@@ -13,7 +13,8 @@ class BenchSettings:
     batch_sizes: tuple[int, ...] = range_field((1, 8, 32), BATCH)
     seq_lens: tuple[int, ...] = range_field((32, 64, 128), SEQ_LEN)
     # the toolkit's threads: `headcut bench` and `headcut export` --threads and a run's [export] and [bench] threads
-    # read this; build_grader writes the same number, which a test holds to it
+    # read this; build_grader writes the same number, which a test holds to it. The runtime's API defaults to
+    # ranges.RUNTIME_THREADS (1), and headcut-grader's grade and serve --threads to the cores over the workers
     threads: int = range_field(2, THREADS)
     warmup: int = ranged(2, 0, 1000)  # untimed runs per variant and cell before the timed ones
     repeats: int = ranged(10, 1, 10_000)  # timed runs per variant and cell; p50/p95 come from these
