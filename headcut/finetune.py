@@ -24,8 +24,8 @@ from headcut_grader.ranges import check_callbacks, ranged
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
-from headcut.training import (GRADES_FIX, TrainingRecipe, check_data_files, check_process_batch, check_steps,
-                              check_task_keys, file_options, is_finished, query_index, settings_from, train, trained_on)
+from headcut.training import (TrainingRecipe, check_data_files, check_process_batch, check_steps, check_task_keys,
+                              file_options, grades_fix, is_finished, query_index, settings_from, train, trained_on)
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ TASK_KEYS = {"grades": ("grades", "class_weighting", "ordinal_weight", "label_sm
 
 def _read(recipe: TrainingRecipe, spec: str, rows: int | None, seed: int) -> Pairs:
     return read_spec(spec, rows=rows, seed=seed, task=getattr(recipe, "task", "grades"), **file_options(recipe),
-                     grades_fix=GRADES_FIX)
+                     grades_fix=grades_fix)
 
 
 def load_data(recipe: TrainingRecipe) -> tuple[Pairs, Pairs]:

@@ -65,9 +65,10 @@ class LoopSettings:
     ema_decay: float = ranged(0.0, 0.0, 1.0, high_open=True)  # >0: evaluate and save a moving average of the weights
 
 
-# what a data file's grade outside the recipe's grades calls for
-GRADES_FIX = ("fix the row, or name the grades the file uses with the recipe key 'grades' "
-              "(e.g. --set grades=[0,1,2,3,4])")
+def grades_fix(grade: int, grades: tuple) -> str:
+    """What a data file's grade outside the recipe's grades calls for; the example adds that grade to them."""
+    example = ",".join(map(str, sorted({*grades, grade})))
+    return f"fix the row, or name the grades the file uses with the recipe key 'grades' (e.g. --set grades=[{example}])"
 
 
 @dataclass(frozen=True)

@@ -1203,6 +1203,14 @@ def test_class_a_grade_outside_the_grades_names_a_fix_this_command_has(tmp_path)
         assert "--grades" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
 
 
+@pytest.mark.parametrize("grade, example", [("7", "[1,2,3,4,5,7]"), ("0", "[0,1,2,3,4,5]")])
+def test_a_grade_outside_the_recipes_grades_is_told_grades_that_hold_it(tmp_path, grade, example):
+    """Was: the example was always --set grades=[0,1,2,3,4], which a file with grade 7 fails again."""
+    path = write(tmp_path, "seven.tsv", f"query\ttitle\tgrade\ndrill\tcordless drill\t3\nsaw\thand saw\t{grade}\n")
+    result = run("finetune", "finetune/minilm_synthetic_cpu", "--out", tmp_path / "teacher", "--train", path)
+    refused(result, f"grade {grade} is not one of the grades", f"--set grades={example}")
+    assert len(read_pairs(path, grades=tuple(json.loads(example)))) == 2  # the example reads the file
+
 @pytest.mark.parametrize("flag, value", [("--min-agreement", "0.9"), ("--max-spearman-drift", "0.01"),
                                          ("--max-drop", "2")])
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])

@@ -9,6 +9,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from headcut_grader import errors
 from headcut_grader.errors import UserError, check_names, quoted, setting
@@ -64,7 +65,7 @@ def read_pairs(
     label_col: str | None = None,
     label_map: dict | str | None = None,
     grades: tuple[int, ...] = DEFAULT_GRADES,
-    grades_fix: str = FIX_ROW,
+    grades_fix: str | Callable[[int, tuple], str] = FIX_ROW,
     fmt: str | None = None,
     require_labels: bool = True,
     limit: int | None = None,
@@ -78,7 +79,8 @@ def read_pairs(
 
     Every problem a user can cause raises `UserError` naming the file, line and column.
     `label_map` maps raw label text to a grade, or is 'round' for float scores. A grade outside `grades` is
-    refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have).
+    refused with `grades_fix`: what the caller's user can do about it (a flag or recipe key they have), or a function
+    of (grade, grades) saying it.
     With `require_labels=False` a file without a label column gives unlabeled pairs; with `texts_only` every file
     does (its gold column, if any, is not read: for callers that never use gold). `wants_gold` (with
     `require_labels=False`: the caller's options use gold where there is some) refuses a file whose only gold is the
@@ -158,7 +160,7 @@ def iter_pairs(
     label_col: str | None = None,
     label_map: dict | str | None = None,
     grades: tuple[int, ...] = DEFAULT_GRADES,
-    grades_fix: str = FIX_ROW,
+    grades_fix: str | Callable[[int, tuple], str] = FIX_ROW,
     fmt: str | None = None,
     require_labels: bool = True,
     start: Position | None = None,

@@ -270,9 +270,10 @@ def cell_number(value, kind: type = float, *, ascii_only: bool = False):
     return kind(value)
 
 
-def to_grade(value, label_map, grades, where: str, grades_fix: str, map_said: str = "label_map") -> int:
+def to_grade(value, label_map, grades, where: str, grades_fix, map_said: str = "label_map") -> int:
     """The grade of a label cell; `map_said`: how the caller's user names the label map (label_map, --label-map;
-    "": they have none to set, so a label it cannot read is the row's to fix)."""
+    "": they have none to set, so a label it cannot read is the row's to fix). `grades_fix`: what a grade outside
+    `grades` calls for, or a function of (grade, grades) saying it, for a fix whose example fits the grade."""
     if value is None or str(value).strip() == "":
         raise UserError(f"{where}: empty label; fill it in or drop the row.")
     if isinstance(value, (bool, dict, list)):
@@ -301,7 +302,8 @@ def to_grade(value, label_map, grades, where: str, grades_fix: str, map_said: st
         else:
             grade = int(number)
     if grade not in grades:
-        raise UserError(f"{where}: grade {grade} is not one of the grades {list(grades)}; {grades_fix}.")
+        fix = grades_fix(grade, grades) if callable(grades_fix) else grades_fix
+        raise UserError(f"{where}: grade {grade} is not one of the grades {list(grades)}; {fix}.")
     return grade
 
 

@@ -35,7 +35,7 @@ from headcut_grader.ranges import check_callbacks
 from headcut.prune.measure import speed_summary
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_headcut_cache, check_run_out, headcut_cache, out_flag
-from headcut.training import (GRADES_FIX, check_fits, check_process_batch, check_steps, file_options, is_finished,
+from headcut.training import (check_fits, check_process_batch, check_steps, file_options, grades_fix, is_finished,
                               query_index, settings_from, train, trained_on)
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
@@ -60,7 +60,7 @@ def with_unlabeled(recipe: DistillRecipe, train_pairs: Pairs, dev: Pairs) -> tup
     if recipe.unlabeled_data is None:
         return train_pairs, labels
     options = dict(file_options(recipe), label_col=None)  # the extra pairs have no gold: no column to name
-    extra = read_pairs(recipe.unlabeled_data, **options, grades_fix=GRADES_FIX, texts_only=True)  # any gold unread
+    extra = read_pairs(recipe.unlabeled_data, **options, grades_fix=grades_fix, texts_only=True)  # any gold unread
     extra = extra.sample(recipe.unlabeled_rows, seed=recipe.seed)
     merged = Pairs(train_pairs.queries + extra.queries, train_pairs.titles + extra.titles, None, recipe.grades,
                    f"{train_pairs.source} + {extra.source} (unlabeled)")
