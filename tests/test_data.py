@@ -390,6 +390,15 @@ def test_a_header_with_a_zero_width_space_is_told_apart_from_the_plain_name(tmp_
      "column 'Grade' differs in case only (names are case-sensitive): name it with --set data.label_col=Grade."),
     ("pairs.tsv", "query\ttitle\tScore\ndrill\tcordless drill\t0.5\n", {"task": "score"},
      "column 'Score' differs in case only (names are case-sensitive): name it with label_col=Score."),
+    # a name holding a character no shell types: was "name it with --query-col" (2026)
+    ("pairs.tsv", "query\x00\ttitle\tgrade\ndrill\tcordless drill\t4\n", {"names": "flags"},
+     "column 'query\\x00' holds an invisible character (U+0000, NUL): delete it from the column's name in the file."),
+    ("pairs.tsv", "title\t\ufeffquery\tgrade\ncordless drill\tdrill\t4\n", {"names": "flags"},
+     "column '\\ufeffquery' holds an invisible character (U+FEFF, a byte-order mark, BOM): delete it from the "
+     "column's name in the file."),
+    ("pairs.jsonl", '{"query": "drill", "title": "cordless drill", "Gra\\u200bde": 4}\n', {"names": "flags"},
+     "column 'Gra\\u200bde' holds an invisible character (U+200B, zero width space): delete it from the column's "
+     "name in the file."),
     # a request body of `serve` saved as a file: was "name it with --query-col", which reads a list as a query
     *[(name, '{"pairs": [{"query": "drill", "title": "cordless drill"}]}\n', {"names": "flags"},
        "its one key 'pairs' holds a list (a request body of `serve`?): write each pair as an object of its own, one "

@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -387,12 +388,32 @@ def _header_fix(columns: list, col: str, needed: tuple[str, str], fmt: str, fix:
 
 
 def _name_fix(columns: list, col: str, fix: str) -> str:
-    """Name the column with `fix` (--label-col), and as which where one differs from `col` in case only."""
+    """Name the column with `fix` (--label-col), and as which where one differs from `col` in case only; where one
+    differs by a character that does not print (NUL, a byte-order mark), which no shell can type, fix the file."""
+    hidden = next((c for c in columns if isinstance(c, str) and not c.isprintable()
+                   and _printed(c).casefold() == col.casefold()), None)
+    if hidden is not None:
+        held = _char_said(next(ch for ch in hidden if not ch.isprintable()))
+        return (f"column {quoted(hidden)} holds an invisible character ({held}): delete it from the column's name in "
+                "the file")
     near = next((c for c in columns if isinstance(c, str) and c.casefold() == col.casefold()), None)
     if near is None:
         return f"name it with {fix}"
     named = fix[:-len("NAME")] + near if fix.endswith("=NAME") else f"{fix} {near}"
     return f"column {quoted(near)} differs in case only (names are case-sensitive): name it with {named}"
+
+
+def _printed(name: str) -> str:
+    return "".join(ch for ch in name if ch.isprintable())
+
+
+_CHAR_NAMES = {"\x00": "NUL", "\ufeff": "a byte-order mark, BOM"}
+
+
+def _char_said(ch: str) -> str:
+    """A character that does not print, as a message names it: 'U+0000, NUL', 'U+200B, zero width space'."""
+    name = _CHAR_NAMES.get(ch) or unicodedata.name(ch, "a control character").lower()
+    return f"U+{ord(ch):04X}, {name}"
 
 
 def _is_number(cell) -> bool:
