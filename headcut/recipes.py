@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from headcut_grader.errors import UserError, quoted
+from headcut_grader.errors import UserError, cut, quoted
 from headcut_grader.files import as_path
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
@@ -59,7 +59,7 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
         key, value = parse_override(item)
         refuse_repeat(origins.get(key), item)
         data[key] = value
-        origins[key] = f"--set {item}"
+        origins[key] = f"--set {cut(item)}"
     return from_dict(cls, data, where=str(path), origins=origins)
 
 

@@ -1323,3 +1323,33 @@ def test_a_file_written_by_the_library_s_atomic_writers_as_a_folder_is_refused(t
     with pytest.raises(UserError, match=f"^--out {re.escape(out)} ends in"):
         write_text(out, "a", flag="--out")
     assert not (tmp_path / "w.json").exists()
+
+
+LONG = "9" * 5000  # past Python's 4,300 digits for int(), and past any screen
+
+
+@pytest.mark.parametrize("args, lead", [
+    (["evaluate", "--model", "minilm-l6", "--data", "pairs.tsv", "--limit", LONG], "--limit '999"),
+    (["evaluate", "--model", "minilm-l6", "--data", "pairs.tsv", "--limit", "-" + LONG[:300]], "--limit -999"),
+    (["evaluate", "--model", "minilm-l6", "--data", "pairs.tsv", "--batch-size", LONG[:300]], "--batch-size 999"),
+    (["finetune", "finetune/minilm_synthetic_cpu", "--out", "o", "--set", f"epochs={LONG}"], "--set epochs=999"),
+    (["finetune", "finetune/minilm_synthetic_cpu", "--out", "o", "--set", f"eval_every=-{LONG[:300]}"],
+     "--set eval_every=-999"),
+    (["run", "run/quickstart", "--out", "o", "--set", f"teacher.epochs={LONG[:300]}"],
+     "--set teacher.epochs=999"),
+])
+def test_a_long_flag_or_key_value_is_cut_in_its_message(tmp_path, monkeypatch, args, lead):
+    """Was: --limit with 5,000 digits printed the 5,000 digits back (each flag's and key's range message)."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "pairs.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
+    result = run(*args)
+    refused(result, lead, "characters)")
+    assert len(result.output) < 600, result.output
+
+
+def test_a_long_recipe_number_is_cut_in_its_range_message():
+    from headcut.training import LoopSettings
+    from headcut_grader.ranges import range_problems
+
+    [(_, sentence)] = range_problems(LoopSettings(eval_every=-int(LONG[:300])))
+    assert sentence.startswith("key 'eval_every' is a whole number of 300 digits") and len(sentence) < 400

@@ -140,8 +140,22 @@ def fix_verb(name: str) -> str:
 def quoted(name) -> str:
     """A name from a user's file or flag (a column, a key) as a message quotes it: 'grade', with each character
     that does not print (a zero-width space, a tab, NUL) written as Python escapes it ('grade\\u200b'), so a name
-    that only looks like another is told apart from it."""
-    return repr(str(name))
+    that only looks like another is told apart from it; cut as `cut` cuts."""
+    return _cut(str(name), repr)
+
+
+SHOWN_CHARS = 200  # of a value a message repeats: a 5,000-digit --limit is not echoed whole
+
+
+def cut(value) -> str:
+    """A user's value (a flag's, a key's) as a message repeats it: its first SHOWN_CHARS characters, then how many
+    it has where it has more."""
+    return _cut(str(value), str)
+
+
+def _cut(text: str, show) -> str:
+    head = show(text[:SHOWN_CHARS])
+    return head if len(text) <= SHOWN_CHARS else f"{head}... ({len(text):,} characters)"
 
 
 def shown(value, *, width: int = 60) -> str:

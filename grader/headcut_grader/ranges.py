@@ -11,11 +11,11 @@ import numbers
 import operator
 from dataclasses import dataclass
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, cut
 
 
 def _number(x: float) -> str:
-    return f"{x:g}" if isinstance(x, float) else large_whole(x) or str(x)
+    return f"{x:g}" if isinstance(x, float) else large_whole(x) or cut(x)
 
 
 def large_whole(x) -> str | None:

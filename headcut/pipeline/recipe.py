@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import FILE_KEYS, file_keys
-from headcut_grader.errors import Given, Typed, UserError, concerning, quoted, shown
+from headcut_grader.errors import Given, Typed, UserError, cut, concerning, quoted, shown
 from headcut.export.bench_settings import SEQ_LEN, BenchSettings
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import BATCH, check_timed_batch, range_field, ranged, same_as
@@ -167,7 +167,7 @@ def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> Pip
             node = node[part]
         refuse_repeat(origins.get(tuple(parts)), item)
         node[parts[-1]] = value
-        origins[tuple(parts)] = f"--set {item}"
+        origins[tuple(parts)] = f"--set {cut(item)}"
     return from_mapping(data, where=str(path), origins=origins)
 
 

@@ -20,7 +20,7 @@ except ImportError:  # older typer: click itself
 
 from headcut_grader import entry
 from headcut_grader.backends import BACKEND_CHOICES
-from headcut_grader.errors import UserError, quoted
+from headcut_grader.errors import UserError, cut, quoted
 from headcut_grader.files import folder_spelled, path_mark
 from headcut_grader.ranges import Range
 from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, cell_number, name_length_problem
@@ -297,7 +297,7 @@ def bounded(kind: type, valid: Range, flag: str):
                 return BadValue(f"{flag} {quoted(str(value))} is not a {'whole number' if kind is int else 'number'}; it must be "
                                 f"{valid.describe()}.")
         problem = valid.problem(number)
-        return BadValue(f"{flag} {value} {problem}.") if problem else number
+        return BadValue(f"{flag} {cut(value)} {problem}.") if problem else number
 
     parse.__name__ = kind.__name__  # the metavar typer shows in --help
     parse.valid = valid
@@ -308,7 +308,7 @@ def one_of(choices: tuple[str, ...], flag: str):
     """A parser for a flag that takes one of `choices`."""
 
     def parse(value):
-        return value if value in choices else BadValue(f"{flag} {value} is not one of {', '.join(choices)}; "
+        return value if value in choices else BadValue(f"{flag} {cut(value)} is not one of {', '.join(choices)}; "
                                                        f"pass one of them.")
 
     parse.__name__ = "str"  # the metavar typer shows in --help
