@@ -10,7 +10,6 @@ import dataclasses
 import difflib
 import math
 import re
-import reprlib
 import shlex
 import types
 import typing
@@ -208,17 +207,39 @@ def _too_large(node: yaml.Node) -> yaml.YAMLError:
 
 
 def shown(value) -> str:
-    """A value for a message: its repr, cut short (a wrong value may be a list of thousands)."""
-    return _SHORT.repr(value)
+    """A value for a message as the user wrote it in YAML's flow style (true, null, {a: 1}, [1, 2], 'text'), cut
+    short (a wrong value may be a list of thousands, or nested deep)."""
+    text = _flow(value, depth=3)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
 
 
-class _Short(reprlib.Repr):
-    def repr_int(self, x, level):  # a number of hundreds of digits by its size
-        return large_whole(x) or super().repr_int(x, level)
+_SHOWN_CHARS, _SHOWN_ITEMS = 100, 6
 
 
-_SHORT = _Short()
-_SHORT.maxstring = _SHORT.maxother = 60
+def _flow(value, *, depth: int) -> str:
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, dict):
+        pairs = list(value.items())[:_SHOWN_ITEMS] if depth else []
+        return _joined("{}", [f"{_key(k)}: {_flow(v, depth=depth - 1)}" for k, v in pairs], len(value))
+    if isinstance(value, (list, tuple)):
+        return _joined("[]", [_flow(v, depth=depth - 1) for v in value[:_SHOWN_ITEMS] if depth], len(value))
+    return quoted(value) if isinstance(value, str) else large_whole(value) or cut(value)
+
+
+def _joined(ends: str, words: list, count: int) -> str:
+    """A flow collection of `count` items, of which `words` are shown: [1, 2, ...]."""
+    return ends[0] + ", ".join(words + ["..."] * (count > len(words))) + ends[1]
+
+
+def _key(key) -> str:
+    """A mapping's key as YAML writes it: plain where it reads back as the same text (a), else as a value ('1')."""
+    plain = isinstance(key, str) and re.fullmatch(r"[A-Za-z_][\w.-]*", key) and _reads_as_text(key)
+    return key if plain else _flow(key, depth=0)
+
+
+def _reads_as_text(text: str) -> bool:
+    return yaml.load(text, Loader=_Loader) == text  # noqa: S506 - a SafeLoader subclass
 
 
 def _yaml_12_scalars(loader) -> None:

@@ -72,6 +72,22 @@ def test_bad_values_are_errors_that_name_the_key(override, message):
         load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", override])
 
 
+@pytest.mark.parametrize("override, words", [
+    ("temperature=true", "key 'temperature' must be a number, not true."),
+    ("temperature={a: 1, b: [x, null]}", "key 'temperature' must be a number, not {a: 1, b: ['x', null]}."),
+    ("student=null", "key 'student' is null; choose one of"),
+    ("layer_map=[1, false]", "key 'layer_map' item 2 must be a whole number, not false."),
+    ("layer_map={'1': 2}", "key 'layer_map' must be a list, not {'1': 2}"),
+    ("layer_map=" + "[" * 9 + "]" * 9, "key 'layer_map' item 1 must be a whole number, not [[[[...]]]]."),
+])
+def test_a_recipe_value_of_the_wrong_type_is_shown_as_yaml_spells_it(override, words):
+    """Was Python's spelling of what the user wrote in YAML: 'not True', 'not None', "not {'a': 1}"."""
+    with pytest.raises(UserError) as caught:
+        load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", override])
+    assert words in str(caught.value), str(caught.value)
+    assert not re.search(r"True|False|None", str(caught.value).partition(": ")[2])
+
+
 def test_a_key_or_list_item_left_empty_is_told_how_to_fill_or_drop_it(tmp_path):
     """Was: `epochs:` with nothing after it, or --set epochs=, said "key 'epochs' must be a number, not None": Python's
     word for YAML's null, and no fix. Now: that the value is empty, and what to write or drop, in each place."""

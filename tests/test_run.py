@@ -1536,7 +1536,7 @@ def test_an_edited_model_folder_reruns_the_stages_that_read_it(tmp_path, edited)
 
 
 @pytest.mark.parametrize("item, words, typed", [
-    ("data.label_col=a: b", "key 'label_col' is the mapping {'a': 'b'}", """--set 'data.label_col="a: b"'"""),
+    ("data.label_col=a: b", "key 'label_col' is the mapping {a: 'b'}", """--set 'data.label_col="a: b"'"""),
     ("data.label_col=[grade]", "key 'label_col' is the list ['grade']", """--set 'data.label_col="[grade]"'"""),
     ("distill.bottom3.preset=true", "key 'preset' is the boolean true", """--set 'distill.bottom3.preset="true"'"""),
     ("scan.experiments=null", "key 'experiments' is null", """--set 'scan.experiments="null"'"""),
@@ -1546,7 +1546,7 @@ def test_an_edited_model_folder_reruns_the_stages_that_read_it(tmp_path, edited)
     # a list's element: named by its place, and only it quoted
     ("scan.methods=[5]", "key 'methods' item 1 is the number 5", """--set 'scan.methods=["5"]'"""),
     ("scan.methods=[kl, 1.50]", "key 'methods' item 2 is the number 1.5", """--set 'scan.methods=[kl, "1.50"]'"""),
-    ("scan.methods=[kl, a: b]", "key 'methods' item 2 is the mapping {'a': 'b'}",
+    ("scan.methods=[kl, a: b]", "key 'methods' item 2 is the mapping {a: 'b'}",
      """--set 'scan.methods=[kl, "a: b"]'"""),
     ("scan.methods=kl", "key 'methods' must be a list, not 'kl'", """--set 'scan.methods=[kl]'"""),
 ])
