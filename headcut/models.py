@@ -112,7 +112,11 @@ def resolve_source(source: str | Path, *, flag: str = "resolve_source source", g
         raise UserError(f"{setting(flag, source)} is a grader folder (written by `headcut export`), which cannot be "
                         f"turned back into a model; pass the model folder it was exported from{_exported_from(path)}"
                         f"{grader_hint}.")
-    if not path.is_dir() or not (path / "config.json").exists():
+    if not path.is_dir():  # a pairs file, a device, or the folder's config.json itself
+        example = f", e.g. {path.parent}" if (path.parent / "config.json").is_file() else ""
+        raise UserError(f"{setting(flag, source)} is a file, not a folder; pass a model folder (a Hugging Face model "
+                        f"folder, with config.json{example}) or a built-in name ({', '.join(BUILTIN)}).")
+    if not (path / "config.json").exists():
         raise UserError(f"{setting(flag, source)}: not a Hugging Face model folder (no config.json); pass the folder.")
     for name in MODEL_JSON_FILES:
         refuse_bom(path / name, folder="a model folder")

@@ -706,6 +706,27 @@ def test_a_grader_folder_given_for_a_model_says_it_is_one_and_names_the_model_it
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command, said", [
+    (["evaluate", "--data", "pairs.tsv", "--model", "{}"], "--model {}"),
+    (["evaluate", "--data", "pairs.tsv", "--model", "minilm-l6", "--against", "{}"], "--against {}"),
+    (["prune", "--keep-ratio", "0.8", "--data", "pairs.tsv", "--out", "o", "--model", "{}"], "--model {}"),
+    (["bench", "--data", "pairs.tsv", "--out", "o", "--model", "{}"], "--model {}"),
+    (["export", "{}", "--out", "o"], "{}"),
+    (["finetune", "finetune/minilm_synthetic_cpu", "--out", "o", "--set", "model={}"], "model={}"),
+])
+@pytest.mark.parametrize("given", ["pairs.tsv", "/dev/zero", "model/config.json"])
+def test_a_file_given_for_a_model_is_told_it_is_a_file_and_what_to_pass(tmp_path, monkeypatch, command, said, given):
+    """Was: '--model pairs.tsv: not a Hugging Face model folder (no config.json); pass the folder.'"""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "pairs.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t3\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    example = ", e.g. model" if given.startswith("model/") else ""
+    refused(run(*[word.format(given) for word in command]),
+            f"{said.format(given)} is a file, not a folder; pass a model folder (a Hugging Face model folder, with "
+            f"config.json{example}) or a built-in name (minilm-l6).")
+
+
 def _pickle_only(folder, tmp_path):
     """A copy of `folder` whose weights are pytorch_model.bin alone."""
     import torch
