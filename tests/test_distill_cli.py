@@ -543,3 +543,25 @@ def test_distill_s_command_fits_120_columns_and_says_what_it_said():
     assert help_of["set_"] == "Override a recipe key: --set temperature=3 (repeatable; each key once)."
     line = headcut.cli.distill._teacher_line({"teacher_cache": "hit", "teacher_seconds": 1.25})
     assert line == "teacher logits: read from headcut's cache (1.2s before training)"
+
+
+def test_tune_with_no_field_to_search_is_led_by_where_tune_fields_came_from(tiny_teacher, tmp_path):  # noqa: F811
+    """Was: 'the recipe's tune_fields is empty' even where --set tune_fields=[] emptied it; now led as other recipe
+    refusals are: by the --set, or by the file that holds it. Without --tune the key is unread, and accepted."""
+    import pytest
+
+    from headcut.distill.tune import tune
+    from headcut_grader.errors import UserError
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
+    emptied = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "a"), "--set", "tune_fields=[]",
+                                  "--tune", "1"])
+    assert emptied.exit_code == 2 and emptied.output.startswith(
+        "error: --set tune_fields=[]: tune_fields is empty, so the search has no field to draw; list the fields to "
+        "search, e.g. --set tune_fields=[temperature]."), emptied.output
+    held = write_recipe(tmp_path / "held.yaml", tiny_teacher, tune_fields=())
+    in_file = runner.invoke(app, ["distill", str(held), "--out", str(tmp_path / "b"), "--tune", "1"])
+    assert in_file.exit_code == 2 and in_file.output.startswith(f"error: {held}: tune_fields is empty"), in_file.output
+    with pytest.raises(UserError, match=r"^tune recipe: tune_fields is empty.*e\.g\. tune_fields=\('temperature',\)"):
+        tune(recipe_for(tiny_teacher, tune_fields=()), tmp_path / "c", trials=1)
+    assert not any((tmp_path / name).exists() for name in "abc")

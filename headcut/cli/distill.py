@@ -66,10 +66,13 @@ def distill(
     out = out or Path("runs") / (find_recipe(recipe, kind="distill").stem + ("-tune" if tune else ""))
     bar, progress = training_progress("distilling")
     if tune:
-        from headcut.distill.tune import check_not_searched, tune as search
+        from headcut.distill.tune import check_not_searched, check_searchable, tune as search
         from headcut.recipes import parse_override
+        from headcut_grader.errors import cut
 
-        check_not_searched(rec, {parse_override(item)[0]: f"--set {item}" for item in set_})
+        given = {parse_override(item)[0]: f"--set {cut(item)}" for item in set_}
+        check_searchable(rec, given.get("tune_fields") or str(find_recipe(recipe, kind="distill")), names="flags")
+        check_not_searched(rec, given)
 
         def on_trial(t):
             params = "  ".join(f"{k}={v:.4g}" for k, v in t["params"].items())

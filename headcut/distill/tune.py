@@ -76,9 +76,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     overwrite = checked_bool(overwrite, "overwrite")
     trials = checked_number(trials, named("trials", names, section="", spelled=TRIALS_SPELLED), Range(1), whole=True)
     check_recipe(recipe, DistillRecipe, "tune recipe")
-    if not recipe.searched_fields:
-        raise UserError("the recipe's tune_fields is empty; list the fields to search, e.g. "
-                        "--set tune_fields=[temperature].")
+    check_searchable(recipe, "tune recipe", names=names)
     _check_out(out, recipe, overwrite=overwrite, flag=flag)
     read = inputs_read(recipe)  # a bad data file is said before the study opens
     made, fresh = not out.exists(), overwrite or not (out / STUDY_FILE).exists()
@@ -135,6 +133,15 @@ def _finished_in(study: Path, recipe: DistillRecipe) -> int | None:
 def _remove_if_empty(folder: Path) -> None:
     if folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()
+
+
+def check_searchable(recipe: DistillRecipe, lead: str, *, names: str) -> None:
+    """A search needs a field to draw: an empty tune_fields is refused, led by `lead`, where its value came from (the
+    recipe file, its --set); `names`: who called, for the example (--set tune_fields=[...] or tune_fields=(...))."""
+    if not recipe.searched_fields:
+        example = "--set tune_fields=[temperature]" if names == "flags" else "tune_fields=('temperature',)"
+        raise UserError(f"{lead}: tune_fields is empty, so the search has no field to draw; list the fields to "
+                        f"search, e.g. {example}.")
 
 
 def check_not_searched(recipe: DistillRecipe, given: dict[str, str]) -> None:
