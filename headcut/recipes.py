@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from headcut_grader.errors import UserError, cut, quoted
+from headcut_grader.errors import UserError, WordedError, cut, quoted
 from headcut_grader.files import as_path
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
@@ -302,6 +302,10 @@ class SetError(UserError):
     """A recipe refused for values --set gave alone: its sentence is led by those --sets, not the recipe's file."""
 
 
+class WordedSetError(SetError, WordedError):
+    """A SetError a check worded by say(name, how) (WordedError), which a run words again with its names."""
+
+
 def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = None, named: frozenset = frozenset(),
               checked: bool = True, beside: tuple[str, ...] = (), file: str = ""):
     """The recipe `cls` of `data`; every unknown, mistyped, missing or out-of-range key is reported in one
@@ -378,14 +382,13 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
 
 def led_again(error: UserError, lead: str, new_lead: str, kind=UserError) -> UserError:
     """`error`, a check's refusal led by `lead` (its sentences begin 'LEAD: '), led by `new_lead` instead, as a `kind`
-    about the same keys, still worded again where it can be (training.worded); the check is not run again (it may
-    read the models' outlines)."""
+    about the same keys, still a WordedError where it was one; the check is not run again (it may read the models'
+    outlines)."""
+    if isinstance(error, WordedError):
+        return error.reworded(lead=f"{new_lead}: ", kind=WordedSetError if issubclass(kind, SetError) else WordedError)
     text = str(error)
     body = text[len(lead) + 2:] if text.startswith(f"{lead}: ") else text
-    again = kind(f"{new_lead}: {body}", about=error.about)
-    if hasattr(error, "say"):
-        again.say, again.where = error.say, new_lead
-    return again
+    return kind(f"{new_lead}: {body}", about=error.about)
 
 
 def _coerce(value, hint, where, given: str | None = None, index: int | None = None):

@@ -28,7 +28,7 @@ from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.weight_files import broken_file
 from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, WordedError, lead_of
 from headcut_grader.files import file_hash, write_text
 from headcut_grader.ranges import MAX_BATCH, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
@@ -113,13 +113,10 @@ class TrainingRecipe(LoopSettings):
 
 
 def worded(where: str, say: Callable[[Callable[[str], str], Callable[[str], str]], str], *,
-           about: tuple[str, ...]) -> UserError:
-    """A recipe check's refusal of keys `about`, led by `where` and worded by `say(name, how)`: `name(key)` names each
-    key the sentence speaks of, `how(key)` says where to change it ("" in the recipe). A caller that gave keys under
-    its own names (a run's [data]: data.dev for dev_data) words it again with its own (error.say, error.where)."""
-    error = UserError(f"{where}: {say(lambda key: key, lambda key: '')}", about=about)
-    error.say, error.where = say, where
-    return error
+           about: tuple[str, ...]) -> WordedError:
+    """A recipe check's refusal of keys `about`, led by `where` and worded by `say(name, how)` (WordedError): a caller
+    that gave keys under its own names (a run's [data]: data.dev for dev_data) words it again with its own."""
+    return WordedError(lead_of(where), say, about=about)
 
 
 DATA_KEYS = ("train_data", "dev_data", "unlabeled_data")  # the recipe keys that name pairs to read

@@ -517,3 +517,30 @@ def test_a_refusal_of_keys_together_is_led_again_without_checking_again_and_keep
         _checked_together(check, "r.yaml", "run.yaml: [distill.x]", {}, named=frozenset({"kd_weight"}))
     assert str(caught.value) == "run.yaml: [distill.x]: every loss weight is 0; set kd_weight above 0."
     assert caught.value.about == ("kd_weight",) and calls == ["r.yaml"]
+
+
+def test_a_worded_refusal_led_again_stays_one_and_words_again_under_its_new_lead():
+    """Was: training.worded stuck `say` and `where` onto a plain UserError (read back with hasattr), and
+    headcut_grader.errors.led copied it with its sentence led anew but its `where` left as it was, so wording it again
+    (a run's names) dropped that lead. Now a WordedError (a type) that led() and recipes.led_again keep one, its lead
+    what its sentence is led by, and reworded() words it again under that lead."""
+    from headcut.recipes import SetError, led_again
+    from headcut.training import worded
+    from headcut_grader.errors import WordedError, led
+
+    def say(name, how):
+        return f"{name('dev_data')} holds the pairs of {name('train_data')}; set {name('dev_data')}{how('dev_data')}."
+
+    refusal = worded("[teacher]", say, about=("dev_data",))
+    assert isinstance(refusal, WordedError)
+    assert str(refusal) == "[teacher]: dev_data holds the pairs of train_data; set dev_data."
+    run = led(refusal, "run.yaml: ")
+    assert isinstance(run, WordedError) and run.about == ("dev_data",)
+    assert str(run.reworded(name=lambda key: f"data.{key[:-5]}", how=lambda key: " by --set")) == (
+        "run.yaml: [teacher]: data.dev holds the pairs of data.train; set data.dev by --set.")
+    by_set = led_again(refusal, "[teacher]", "--set data.dev=x", SetError)
+    assert isinstance(by_set, SetError) and isinstance(by_set, WordedError) and by_set.about == ("dev_data",)
+    assert str(by_set) == "--set data.dev=x: dev_data holds the pairs of train_data; set dev_data."
+    again = by_set.reworded(name=str.upper)
+    assert isinstance(again, SetError)
+    assert str(again) == "--set data.dev=x: DEV_DATA holds the pairs of TRAIN_DATA; set DEV_DATA."

@@ -1132,7 +1132,7 @@ def test_a_data_key_a_sub_recipe_refuses_is_led_by_where_the_run_got_it(tmp_path
 
 
 def test_a_sub_recipe_refusal_names_every_data_key_the_run_gave_as_the_run_names_it(tmp_path):
-    """Every key the run's [data] gives a sub-recipe (DATA_INTO_SUBS) is named in a refusal (recipes.worded) as the run
+    """Every key the run's [data] gives a sub-recipe (DATA_INTO_SUBS) is named in a refusal (training.worded) as the run
     names it (data.train for train_data, data.preset for preset), with where to change it; a key the section sets
     over [data] by its own name."""
     from headcut.pipeline.recipe import DATA_INTO_SUBS, _sub_problem

@@ -33,9 +33,27 @@ def concerning(*names: str):
         raise
 
 
+class WordedError(UserError):
+    """A check's refusal of keys `about` worded by `say(name, how)`: `name(key)` names each key it speaks of, `how(key)`
+    says where to change it ("" where the check's caller set it), led by `lead` (its sentence's text before `say`'s),
+    so a caller that gave keys under its own names (a run's [data]: data.dev for dev_data) words it again (reworded)."""
+
+    def __init__(self, lead: str, say, *, about: tuple[str, ...] = (), name=str, how=lambda key: ""):
+        super().__init__(f"{lead}{say(name, how)}", about=about)
+        self.lead, self.say, self.name, self.how = lead, say, name, how
+
+    def reworded(self, *, lead: str | None = None, name=None, how=None, kind=None) -> "WordedError":
+        """This refusal led by `lead` and worded by `name` and `how` (each its own where not given), as a `kind` (a
+        WordedError class; its own by default)."""
+        return (kind or type(self))(self.lead if lead is None else lead, self.say, about=self.about,
+                                    name=name or self.name, how=how or self.how)
+
+
 def led(error: UserError, lead: str) -> UserError:
     """`error` with its sentence led by `lead` (the file that holds what it names), of its own class (a GateError
-    stays one), to raise in its place."""
+    stays one), to raise in its place; a WordedError words on under that lead."""
+    if isinstance(error, WordedError):
+        return error.reworded(lead=lead + error.lead)
     again = copy.copy(error)
     again.args = (f"{lead}{error}",)
     return again

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from headcut.data_spec import check_file_keys
 from headcut_grader.data import FILE_KEYS, file_keys
-from headcut_grader.errors import Given, Typed, UserError, cut, concerning, quoted, shown
+from headcut_grader.errors import Given, Typed, UserError, WordedError, concerning, cut, quoted, shown
 from headcut.export.bench_settings import SEQ_LEN, BenchSettings
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import BATCH, check_timed_batch, range_field, ranged, same_as
@@ -624,10 +624,10 @@ def _sub_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, .
 
 
 def _in_run_words(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> UserError:
-    """A sub-recipe's refusal worded again (recipes.worded) with the run's names of the keys the run's [data] gave
-    it (DATA_INTO_SUBS: data.dev for dev_data), and how to change them there; its section's own keys as it names
-    them. `error` itself where it cannot be worded again."""
-    if not hasattr(error, "say"):
+    """A sub-recipe's refusal worded again (a WordedError: training.worded) with the run's names of the keys the run's
+    [data] gave it (DATA_INTO_SUBS: data.dev for dev_data), and how to change them there; its section's own keys as
+    it names them. `error` itself where it cannot be worded again."""
+    if not isinstance(error, WordedError):
         return error
     overrides = _overrides(recipe, section)
 
@@ -637,9 +637,7 @@ def _in_run_words(error: UserError, recipe: PipelineRecipe, section: tuple[str, 
     def how(key: str) -> str:
         return " in the run file or by --set" if _from_data(recipe, key, overrides) else ""
 
-    again = type(error)(f"{error.where}: {error.say(name, how)}", about=error.about)
-    again.say, again.where = error.say, error.where
-    return again
+    return error.reworded(name=name, how=how)
 
 
 def _data_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> str | None:
