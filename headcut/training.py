@@ -137,7 +137,7 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
                         f"pairs{how('dev_data')} (synthetic:1 for another synthetic draw), or remove it to hold out "
                         f"dev_fraction of {name('train_data')} by query.")
 
-            raise worded(where, say, about=("dev_data",))
+            raise worded(where, say, about=("dev_data", key))
 
 
 def check_data_files(recipe) -> None:
@@ -210,11 +210,12 @@ def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> 
         return
 
     def say(name, how):  # `how(key)` (where to set a key) unused: a key is removed wherever it is
-        return (f"key 'dev_fraction' ({recipe.dev_fraction}) holds out a share of {name('train_data')}'s queries as "
-                f"dev pairs only when {name('dev_data')} is unset, and {name('dev_data')} is {recipe.dev_data}; remove "
-                f"dev_fraction, or remove {name('dev_data')} to hold out that split.")
+        dev = name("dev_data")
+        return (f"key '{name('dev_fraction')}' ({recipe.dev_fraction}) holds out a share of {name('train_data')}'s "
+                f"queries as dev pairs only when {dev} is unset, and {dev} is {recipe.dev_data}; remove "
+                f"{name('dev_fraction')}, or remove {dev} to hold out that split.")
 
-    raise worded(where, say, about=("dev_fraction",))
+    raise worded(where, say, about=("dev_fraction", "dev_data"))
 
 
 def file_keys_given(recipe: TrainingRecipe, named: frozenset) -> set:

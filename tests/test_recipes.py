@@ -334,9 +334,10 @@ def test_dev_fraction_beside_dev_data_is_refused(tmp_path):
     assert load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1"]).dev_fraction == 0.2
     run = load_pipeline("quickstart", overrides=["data.dev=synthetic:1"])
     assert sub_recipes(run, teacher_dir="t", pruned_dir="p")["teacher"].dev_data == "synthetic:1"
-    # the --set alone gave it; the run's data.train and data.dev named as the run names them
-    in_run = said.replace("train_data", "data.train").replace("dev_data", "data.dev")
-    with pytest.raises(UserError, match=r"^--set teacher\.dev_fraction=0\.3: " + in_run):
+    # the --sets gave both; the run's keys named as the run names them
+    in_run = said.replace("train_data", "data.train").replace("dev_data", "data.dev").replace(
+        "'dev_fraction'", "'teacher.dev_fraction'")
+    with pytest.raises(UserError, match=r"^--set teacher\.dev_fraction=0\.3 --set data\.dev=synthetic:1: " + in_run):
         load_pipeline("quickstart", overrides=["data.dev=synthetic:1", "teacher.dev_fraction=0.3"])
 
 

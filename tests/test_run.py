@@ -1071,13 +1071,15 @@ def test_a_students_loss_weights_refused_together_are_led_by_where_they_came_fro
     (["distill.bottom3.grades=[1]"], "key 'grades' is [1]"),
     (["distill.bottom3.unlabeled_rows=5"], "key 'unlabeled_rows' is set but unlabeled_data is not"),
     (["distill.bottom3.unlabeled_data=synthetic"], "key 'unlabeled_data' takes a file of pairs without grades"),
+    # a refusal of a section's key and a [data] key is led by both --sets; each named as the run names it
     (["distill.bottom3.dev_fraction=0.3", "data.dev=synthetic:5"],
-     "key 'dev_fraction' (0.3) holds out a share of data.train's queries as dev pairs only when data.dev is unset, and "
-     "data.dev is synthetic:5; remove dev_fraction, or remove data.dev to hold out that split."),
-    # the section's own dev_data is named as the section names it; the train pairs are the run's data.train
-    (["teacher.dev_data=synthetic"], "dev_data synthetic holds the pairs of data.train, so checkpoints would be chosen "
-                                     "and dev metrics reported on pairs it trains on; set dev_data to other pairs "
-                                     "(synthetic:1 for another synthetic draw), or remove it"),
+     "key 'distill.bottom3.dev_fraction' (0.3) holds out a share of data.train's queries as dev pairs only when "
+     "data.dev is unset, and data.dev is synthetic:5; remove distill.bottom3.dev_fraction, or remove data.dev to hold "
+     "out that split."),
+    (["teacher.dev_data=synthetic", "data.train=synthetic"],
+     "teacher.dev_data synthetic holds the pairs of data.train, so checkpoints would be chosen and dev metrics "
+     "reported on pairs it trains on; set teacher.dev_data to other pairs in the run file or by --set (synthetic:1 for "
+     "another synthetic draw), or remove it"),
     (["distill.bottom3.layer_map=[0]", "distill.bottom3.student_layers=2", "distill.bottom3.student=config"],
      "layer_map=[0] has 1 entries for 2 student layers"),
 ])
@@ -1089,7 +1091,7 @@ def test_a_sub_recipe_key_a_set_alone_gave_refused_by_its_check_is_led_by_that_s
 
     with pytest.raises(SetError) as caught:
         load_pipeline("quickstart", overrides=items)
-    refused = [item for item in items if not item.startswith(("data.", "distill.bottom3.student="))]
+    refused = [item for item in items if not item.startswith("distill.bottom3.student=")]
     assert str(caught.value).startswith(" ".join(f"--set {item}" for item in refused) + f": {words}"), \
         str(caught.value)
 
@@ -1120,21 +1122,29 @@ def test_a_data_key_a_sub_recipe_refuses_is_led_by_where_the_run_got_it(tmp_path
     (minilm_synthetic_cpu.yaml): ...', led by the teacher's and the student's sections and recipe files, none of
     which holds data.dev, once per sub-recipe; now once, led by the --set that gave data.dev (a SetError), or by
     the run recipe's file and its [data] section. Was: its sentence spoke of the sub-recipe's dev_data and
-    train_data, keys the run has not; now of the run's data.dev and data.train, and where to change them."""
+    train_data, keys the run has not; now of the run's data.dev and data.train, and where to change them. Was: led
+    by the --set of data.dev alone, though the run recipe's file gave data.train; now by every place that gave
+    them, [data] with that --set (a SetError only where --sets gave both)."""
     from headcut.recipes import SetError
 
     with pytest.raises(UserError) as caught:
         given_recipe(tmp_path, given, items)
     dev = items[-1].partition("=")[2]
-    lead = f"--set {items[-1]}: " if given == "--set" else f"{tmp_path / 'run.yaml'}: [data]: "
+    by_sets = given == "--set" and len(items) == 2
+    source = ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml" if given == "--set" else tmp_path / "run.yaml"
+    lead = (f"--set {items[1]} --set {items[0]}: " if by_sets else
+            f"{source}: [data]{f' with --set {items[0]}' if given == '--set' else ''}: ")
     assert str(caught.value) == lead + DEV_IS_TRAIN.format(dev=dev)
-    assert isinstance(caught.value, SetError) == (given == "--set")
+    assert isinstance(caught.value, SetError) == by_sets
 
 
 def test_a_sub_recipe_refusal_names_every_data_key_the_run_gave_as_the_run_names_it(tmp_path):
     """Every key the run's [data] gives a sub-recipe (DATA_INTO_SUBS) is named in a refusal (training.worded) as the run
-    names it (data.train for train_data, data.preset for preset), with where to change it; a key the section sets
-    over [data] by its own name."""
+    names it (data.train for train_data, data.preset for preset), with where to change it. Was: a key the section
+    sets over [data] was named by its bare sub-recipe name (preset, train_data), which the run has not, and the --set
+    that gave it did not lead; now named as the run names it (teacher.preset) and its --set leads too; a refusal
+    said alike by two sub-recipes is said once, and one worded otherwise (the section's train_data) under its own
+    lead."""
     from headcut.pipeline.recipe import DATA_INTO_SUBS, _sub_problem
     from headcut.training import worded
 
@@ -1149,7 +1159,21 @@ def test_a_sub_recipe_refusal_names_every_data_key_the_run_gave_as_the_run_names
     assert said == " ".join(f"--set {s}" for s in sets) + ": " + "; ".join(  # sets: in DATA_INTO_SUBS' order
         f"data.{DATA_INTO_SUBS[k]} in the run file or by --set" for k in keys)
     section = load_pipeline("quickstart", overrides=[*sets, "teacher.preset=homedepot"])
-    assert "; preset; " in _sub_problem(refusal, section, ("teacher",))
+    said = _sub_problem(refusal, section, ("teacher",))
+    assert said.startswith(f"--set data.train={train} --set data.dev={dev} --set teacher.preset=homedepot --set "
+                           "data.query_col=query "), said
+    assert "; teacher.preset in the run file or by --set; " in said, said
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=["teacher.train_data=synthetic:3", "data.dev=synthetic:3"])
+    in_teacher = DEV_IS_TRAIN.replace("of data.train", "of teacher.train_data")
+    assert str(caught.value) == "--set data.dev=synthetic:3 --set teacher.train_data=synthetic:3: " + in_teacher.format(
+        dev="synthetic:3")
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=["data.train=synthetic:4", "data.dev=synthetic:4",
+                                               "teacher.train_data=synthetic:4"])
+    teacher = "--set data.dev=synthetic:4 --set teacher.train_data=synthetic:4: " + in_teacher.format(dev="synthetic:4")
+    student = "--set data.dev=synthetic:4 --set data.train=synthetic:4: " + DEV_IS_TRAIN.format(dev="synthetic:4")
+    assert str(caught.value) == f"{teacher[:-1]}; {student}"
 
 
 def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_recipe(tmp_path):

@@ -624,34 +624,42 @@ def _sub_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, .
 
 
 def _in_run_words(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> UserError:
-    """A sub-recipe's refusal worded again (a WordedError: training.worded) with the run's names of the keys the run's
-    [data] gave it (DATA_INTO_SUBS: data.dev for dev_data), and how to change them there; its section's own keys as
-    it names them. `error` itself where it cannot be worded again."""
+    """A sub-recipe's refusal worded again (a WordedError: training.worded) with the run's names of its keys: data.dev
+    for the dev_data the run's [data] gave it (DATA_INTO_SUBS), teacher.train_data for one its section or recipe file
+    holds, and where to change them. `error` itself where it cannot be worded again."""
     if not isinstance(error, WordedError):
         return error
     overrides = _overrides(recipe, section)
 
     def name(key: str) -> str:
-        return f"data.{DATA_INTO_SUBS[key]}" if _from_data(recipe, key, overrides) else key
+        return f"data.{DATA_INTO_SUBS[key]}" if _from_data(recipe, key, overrides) else ".".join((*section, key))
 
-    def how(key: str) -> str:
-        return " in the run file or by --set" if _from_data(recipe, key, overrides) else ""
-
-    return error.reworded(name=name, how=how)
+    return error.reworded(name=name, how=lambda key: " in the run file or by --set")
 
 
 def _data_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> str | None:
-    """A sub-recipe's refusal about keys (UserError.about) that the run's [data] gave it (DATA_INTO_SUBS) and its
-    section left alone, led by the --sets that gave them all, else by [data] (the run recipe's file leads, _refused);
-    None for any other. The sub-recipe's check led it by the section (recipes._checked_together), which holds none."""
-    keys, overrides = error.about, _overrides(recipe, section)
-    if not keys or not all(_from_data(recipe, key, overrides) for key in keys):
+    """A sub-recipe's refusal about keys (UserError.about) one or more of which the run's [data] gave it
+    (DATA_INTO_SUBS), the others its section, led by where the run got each: the --sets that gave them all, else [data]
+    and the section with those --sets that gave some (the run recipe's file leads, _refused); None for any other. The
+    sub-recipe's check led it by the section and its --sets (recipes._checked_together), which hold no [data] key."""
+    keys, overrides, origins = error.about, _overrides(recipe, section), dict(recipe.origins)
+    if not any(_from_data(recipe, key, overrides) for key in keys) or not all(
+            _from_data(recipe, key, overrides) or key in overrides for key in keys):
         return None
-    paths, origins = [("data", DATA_INTO_SUBS[key]) for key in keys], dict(recipe.origins)
-    by_sets = _by(origins, *paths)
-    lead = by_sets[:-2] if by_sets else "[data]" + "".join(f" with {origins[p]}" for p in paths if p in origins)
-    text = str(led_again(error, f"[{'.'.join(section)}]", lead))
+    paths = [("data", DATA_INTO_SUBS[key]) if _from_data(recipe, key, overrides) else (*section, key) for key in keys]
+    sets, by_sets = list(dict.fromkeys(origins[p] for p in paths if p in origins)), all(p in origins for p in paths)
+    places = " and ".join(dict.fromkeys(f"[{'.'.join(path[:-1])}]" for path in paths))
+    lead = " ".join(sets) if by_sets else places + (f" with {', '.join(sets)}" if sets else "")
+    text = str(led_again(error, _checked_lead(recipe, section, keys), lead))
     return SetProblem(text) if by_sets else text
+
+
+def _checked_lead(recipe: PipelineRecipe, section: tuple[str, ...], keys: tuple[str, ...]) -> str:
+    """The lead recipes._checked_together gave a sub-recipe's refusal of `keys` the run's section set over its file:
+    the section, with the --sets among them."""
+    given = _set_in(recipe, section)
+    sets = [given[key] for key in keys if key in given]
+    return f"[{'.'.join(section)}]" + (f" with {', '.join(sets)}" if sets else "")
 
 
 def _from_data(recipe: PipelineRecipe, key: str, overrides: dict) -> bool:
