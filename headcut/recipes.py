@@ -49,8 +49,10 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
     raise UserError(f"recipe {quoted(name_or_path)} is neither a YAML file nor a built-in name ({names}).")
 
 
-def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None):
-    """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides."""
+def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None,
+                flags: dict[str, tuple[str, str]] | None = None):
+    """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides, then `flags` ({key: (flag,
+    text)}: a command's own flags for keys, --train for train_data), which a refusal names as typed."""
     path = find_recipe(name_or_path, kind=kind)
     data = read_recipe_file(path)
     origins = {}
@@ -59,6 +61,10 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
         refuse_repeat(origins.get(key), item)
         data[key] = value
         origins[key] = f"--set {cut(item)}"
+    for key, (flag, text) in (flags or {}).items():
+        if key in origins:
+            raise UserError(f"{flag} {cut(text)} and {origins[key]} both name {key}; pass one of them.")
+        data[key], origins[key] = text, f"{flag} {cut(text)}"
     return from_dict(cls, data, where=str(path), origins=origins)
 
 
@@ -372,12 +378,21 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
     try:
         check(lead, named=named)
     except UserError as e:
-        keys = e.about
+        e, keys = _in_flags(e, origins), e.about
         if not keys or in_file == where or not set(keys) <= named:
-            raise
+            raise e from None
         if set(keys) <= set(origins):
             raise led_again(e, lead, " ".join(origins[k] for k in keys), SetError) from None
         raise led_again(e, lead, where + with_sets([k for k in keys if k in origins])) from None
+
+
+def _in_flags(error: UserError, origins: dict) -> UserError:
+    """A check's refusal (a WordedError) worded again with the flags that gave its keys (`origins`: '--dev FILE', not
+    a --set: load_recipe's flags), as the user typed them; `error` itself where none did or it cannot be."""
+    flags = {key: given.split()[0] for key, given in origins.items() if not given.startswith("--set ")}
+    if not flags or not isinstance(error, WordedError):
+        return error
+    return error.reworded(name=lambda key: flags.get(key, key))
 
 
 def led_again(error: UserError, lead: str, new_lead: str, kind=UserError) -> UserError:

@@ -28,7 +28,7 @@ from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.weight_files import broken_file
 from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
-from headcut_grader.errors import UserError, WordedError, lead_of
+from headcut_grader.errors import UserError, WordedError, caller, lead_of
 from headcut_grader.files import file_hash, write_text
 from headcut_grader.ranges import MAX_BATCH, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
@@ -132,10 +132,12 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
         trained = getattr(recipe, key, None)
         if recipe.dev_data is not None and trained is not None and same_data(trained, recipe.dev_data):
             def say(name, how, key=key):
-                return (f"{name('dev_data')} {recipe.dev_data} holds the pairs of {name(key)}, so checkpoints would "
-                        f"be chosen and dev metrics reported on pairs it trains on; set {name('dev_data')} to other "
-                        f"pairs{how('dev_data')} (synthetic:1 for another synthetic draw), or remove it to hold out "
-                        f"dev_fraction of {name('train_data')} by query.")
+                dev = name("dev_data")
+                give = f"pass other pairs to {dev}" if caller(dev) == "flags" else \
+                    f"set {dev} to other pairs{how('dev_data')}"
+                return (f"{dev} {recipe.dev_data} holds the pairs of {name(key)}, so checkpoints would be chosen and "
+                        f"dev metrics reported on pairs it trains on; {give} (synthetic:1 for another synthetic draw), "
+                        f"or remove it to hold out dev_fraction of {name('train_data')} by query.")
 
             raise worded(where, say, about=("dev_data", key))
 

@@ -1300,6 +1300,20 @@ def test_finetune_train_given_twice_is_refused(tmp_path):
                 "--out", tmp_path / "t"), f"--train {pairs} and --set train_data={pairs}x both name train_data")
 
 
+def test_finetune_names_the_train_and_dev_flags_the_user_typed_in_a_refusal_of_them(tmp_path):
+    """Was: 'headcut finetune ... --train synthetic:2 --dev synthetic:2' was led by '... with --set
+    train_data=synthetic:2, --set dev_data=synthetic:2:' and told to 'set dev_data to other pairs', --set values and
+    keys the user never typed; now led by the flags and naming them."""
+    result = run("finetune", "minilm_synthetic_cpu", "--train", "synthetic:2", "--dev", "synthetic:2", "--out",
+                 tmp_path / "t")
+    refused(result, "minilm_synthetic_cpu.yaml with --train synthetic:2, --dev synthetic:2: --dev synthetic:2 holds the pairs of --train, so "
+                     "checkpoints would be chosen and dev metrics reported on pairs it trains on; pass other pairs to "
+                     "--dev (synthetic:1 for another synthetic draw), or remove it to hold out dev_fraction of --train "
+                     "by query.")
+    assert "--set" not in result.output and "_data" not in result.output, result.output
+    assert not (tmp_path / "t").exists()
+
+
 @pytest.mark.parametrize("args, words", [
     (("--batch-sizes", "8,8"), "--batch-sizes '8,8' names 8 twice"),
     (("--seq-lens", "32,64,32"), "--seq-lens '32,64,32' names 32 twice"),

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.errors import UserError
 from headcut.cli.common import (OVERWRITE, Opt, main_process, metrics_line, on_interrupt, quiet_transformers,
                                 training_left, training_progress, user_errors)
 
@@ -31,16 +30,9 @@ def finetune(
     from headcut.finetune import FinetuneRecipe, finetune as run
     from headcut.recipes import load_recipe
 
-    overrides = list(set_)
-    for flag, key, value in (("--train", "train_data", train), ("--dev", "dev_data", dev)):
-        named = [o for o in overrides if o.partition("=")[0].strip() == key]
-        if value and named:
-            raise UserError(f"{flag} {value} and --set {named[0]} both name {key}; pass one of them.")
-    if train:
-        overrides.append(f"train_data={train}")
-    if dev:
-        overrides.append(f"dev_data={dev}")
-    rec = load_recipe(FinetuneRecipe, recipe, overrides=overrides, kind="finetune")
+    flags = {key: (flag, value) for flag, key, value in (("--train", "train_data", train), ("--dev", "dev_data", dev))
+             if value}  # named by these flags, as typed, in a refusal
+    rec = load_recipe(FinetuneRecipe, recipe, overrides=list(set_), kind="finetune", flags=flags)
     bar, progress = training_progress("training")
     with on_interrupt(training_left(out)), bar:
         result = run(rec, out, overwrite=overwrite, progress=progress, names="flags")
