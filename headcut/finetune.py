@@ -25,7 +25,8 @@ from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
 from headcut.training import (TrainingRecipe, check_data_files, check_process_batch, check_steps, check_task_keys,
-                              file_options, grades_fix, is_finished, query_index, settings_from, train, trained_on)
+                              file_options, grades_fix, is_finished, other_dev_pairs, query_index, settings_from, train,
+                              trained_on, worded)
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,15 @@ def check_dev_apart(recipe: TrainingRecipe, dev: Pairs, trained: Pairs, keys: st
     seen = set(zip(trained.queries, trained.titles))
     if not all(pair in seen for pair in zip(dev.queries, dev.titles)):
         return
-    named = " and ".join(f"{key} {getattr(recipe, key)}" for key in keys.split())
-    raise UserError(f"dev_data {recipe.dev_data}: each of its {len(dev)} dev pairs is also among the pairs the run "
-                    f"trains on ({named}), so checkpoints would be chosen and dev metrics reported on training pairs; "
-                    "pass dev pairs kept apart from those, or remove dev_data to hold out dev_fraction of train_data "
-                    "by query.")
+
+    def say(name, how):  # worded (training.worded): a run names its keys as it does (data.dev)
+        named = " and ".join(f"{name(key)} {getattr(recipe, key)}" for key in keys.split())
+        return (f"{name('dev_data')} {recipe.dev_data}: each of its {len(dev)} dev pairs is also among the pairs the "
+                f"run trains on ({named}), so checkpoints would be chosen and dev metrics reported on training pairs; "
+                f"{other_dev_pairs(name, how, 'dev pairs kept apart from those')}, or remove {name('dev_data')} to "
+                f"hold out dev_fraction of {name('train_data')} by query.")
+
+    raise worded("", say, about=("dev_data", *keys.split()))
 
 
 def check_split(recipe: TrainingRecipe, train_pairs: Pairs, dev: Pairs) -> None:

@@ -378,7 +378,7 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
     try:
         check(lead, named=named)
     except UserError as e:
-        e, keys = _in_flags(e, origins), e.about
+        e, keys = in_flags(e, origins), e.about
         if not keys or in_file == where or not set(keys) <= named:
             raise e from None
         if set(keys) <= set(origins):
@@ -386,7 +386,7 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
         raise led_again(e, lead, where + with_sets([k for k in keys if k in origins])) from None
 
 
-def _in_flags(error: UserError, origins: dict) -> UserError:
+def in_flags(error: UserError, origins: dict) -> UserError:
     """A check's refusal (a WordedError) worded again with the flags that gave its keys (`origins`: '--dev FILE', not
     a --set: load_recipe's flags), as the user typed them; `error` itself where none did or it cannot be."""
     flags = {key: given.split()[0] for key, given in origins.items() if not given.startswith("--set ")}

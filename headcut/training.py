@@ -106,10 +106,11 @@ class TrainingRecipe(LoopSettings):
         check_file_keys(self, where, {key: getattr(self, key, None) for key in DATA_KEYS}, file_keys_given(self, named))
         check_fits(self, where)
 
-    def most_pairs(self) -> tuple[int, str] | None:
-        """The most pairs the run can train on and the keys that say so, where the recipe's keys bound them
-        (train_rows); None where only the files do (check_fits counts them)."""
-        return None if self.train_rows is None else (self.train_rows, f"train_rows={self.train_rows}")
+    def most_pairs(self) -> tuple[int, Callable] | None:
+        """The most pairs the run can train on and the keys that say so (worded by their names, name(key) -> str),
+        where the recipe's keys bound them (train_rows); None where only the files do (check_fits counts them)."""
+        rows = self.train_rows
+        return None if rows is None else (rows, lambda name: f"{name('train_rows')}={rows}")
 
 
 def worded(where: str, say: Callable[[Callable[[str], str], Callable[[str], str]], str], *,
@@ -133,13 +134,19 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
         if recipe.dev_data is not None and trained is not None and same_data(trained, recipe.dev_data):
             def say(name, how, key=key):
                 dev = name("dev_data")
-                give = f"pass other pairs to {dev}" if caller(dev) == "flags" else \
-                    f"set {dev} to other pairs{how('dev_data')}"
                 return (f"{dev} {recipe.dev_data} holds the pairs of {name(key)}, so checkpoints would be chosen and "
-                        f"dev metrics reported on pairs it trains on; {give} (synthetic:1 for another synthetic draw), "
-                        f"or remove it to hold out dev_fraction of {name('train_data')} by query.")
+                        f"dev metrics reported on pairs it trains on; {other_dev_pairs(name, how, 'other pairs')} "
+                        f"(synthetic:1 for another synthetic draw), or remove it to hold out dev_fraction of "
+                        f"{name('train_data')} by query.")
 
             raise worded(where, say, about=("dev_data", key))
+
+
+def other_dev_pairs(name, how, pairs: str) -> str:
+    """How a refusal of dev_data (worded: name(key), how(key)) asks for `pairs` there: 'set dev_data to PAIRS', 'set
+    data.dev to PAIRS in the run file or by --set', 'pass PAIRS to --dev'."""
+    dev = name("dev_data")
+    return f"pass {pairs} to {dev}" if caller(dev) == "flags" else f"set {dev} to {pairs}{how('dev_data')}"
 
 
 def check_data_files(recipe) -> None:
@@ -649,15 +656,22 @@ def total_steps(n: int, settings: LoopSettings) -> int:
     return micro_batches(n, settings) // settings.gradient_accumulation
 
 
-def check_steps(n: int, settings: LoopSettings, where: str, *, pairs: str = "") -> None:
+def check_steps(n: int, settings: LoopSettings, where, *, pairs=None) -> None:
     """A run must make at least one optimizer step, or it would end with nothing to publish. `where`: what the
-    sentence is led by (the recipe file and --set values as it is read; the pairs counted, once read); `pairs`: how
-    the `n` pairs are named (default: 'N pairs')."""
-    if total_steps(n, settings) == 0:
-        raise UserError(f"{where}: gradient_accumulation={settings.gradient_accumulation} batches make one optimizer "
-                        f"step, but {pairs or f'{n} pairs'} in batches of {settings.batch_size} over "
-                        f"epochs={settings.epochs} are {batch_count(n, settings)} batches; lower gradient_accumulation "
-                        "or batch_size (--set gradient_accumulation=N).")
+    sentence is led by, text (the recipe file and --set values as it is read) or worded by the keys' names (trained_on:
+    the pairs counted, once read); `pairs(name)`: how the `n` pairs are named (default: 'N pairs'). A WordedError:
+    a run names the keys as it does (teacher.gradient_accumulation)."""
+    if total_steps(n, settings):
+        return
+
+    def say(name, how):
+        steps, lead = name("gradient_accumulation"), "" if isinstance(where, str) else f"{where(name)}: "
+        return (f"{lead}{steps}={settings.gradient_accumulation} batches make one optimizer step, but "
+                f"{pairs(name) if pairs else f'{n} pairs'} in batches of {settings.batch_size} over "
+                f"{name('epochs')}={settings.epochs} are {batch_count(n, settings)} batches; lower {steps} or "
+                f"{name('batch_size')} (--set {steps}=N).")
+
+    raise worded(where if isinstance(where, str) else "", say, about=())
 
 
 def check_process_batch(batch_size: int, processes: int) -> None:
@@ -672,23 +686,24 @@ def check_process_batch(batch_size: int, processes: int) -> None:
                         f"--num_processes {math.ceil(batch_size / MAX_BATCH)} or more).", about=("batch_size",))
 
 
-def check_fits(recipe, where: str) -> None:
+def check_fits(recipe, where) -> None:
     """The run makes an optimizer step on the most pairs it can train on (check_steps), said before any model loads:
     as the recipe's keys bound them (most_pairs), else as its data hold them (most_read). `where`: what the sentence
-    is led by (the recipe file and --set values as it is read)."""
+    is led by (check_steps)."""
     settings = settings_from(recipe)
     most = recipe.most_pairs() or most_read(recipe, pairs_for_a_step(settings))
     if most is not None:
-        check_steps(most[0], settings, where, pairs=f"at most {most[0]} pairs ({most[1]})")
+        check_steps(most[0], settings, where, pairs=lambda name: f"at most {most[0]} pairs ({most[1](name)})")
 
 
 ROWS_KEYS = {"train_data": "train_rows", "unlabeled_data": "unlabeled_rows"}  # the key that bounds each one's pairs
 
 
-def most_read(recipe, enough: int) -> tuple[int, str] | None:
-    """The pairs the recipe's data hold (each file's up to its ROWS_KEYS key) and what says so, counted only until
-    they are `enough` (data_spec.count_spec: a big file is not read to its end); None once they are, past
-    data_spec.MAX_COUNTED rows, or where a file is not there (check_data_files says so as the run reads it)."""
+def most_read(recipe, enough: int) -> tuple[int, Callable] | None:
+    """The pairs the recipe's data hold (each file's up to its ROWS_KEYS key) and what says so (worded by the keys'
+    names, name(key) -> str), counted only until they are `enough` (data_spec.count_spec: a big file is not read to
+    its end); None once they are, past data_spec.MAX_COUNTED rows, or where a file is not there (check_data_files says
+    so as the run reads it)."""
     total, said = 0, []
     for key in (k for k in TRAINED_KEYS if getattr(recipe, k, None) is not None):
         spec, bound = getattr(recipe, key), getattr(recipe, ROWS_KEYS[key], None)
@@ -699,8 +714,8 @@ def most_read(recipe, enough: int) -> tuple[int, str] | None:
         if rows is None or rows == enough - total:  # past data_spec.MAX_COUNTED: check_steps says it once read
             return None
         total += rows
-        said.append(f"{ROWS_KEYS[key]}={bound}" if rows == bound else f"{rows} in {key} {spec}")
-    return total, " + ".join(said)
+        said.append((ROWS_KEYS[key], f"={bound}", "") if rows == bound else (key, f" {spec}", f"{rows} in "))
+    return total, lambda name: " + ".join(f"{before}{name(key)}{after}" for key, after, before in said)
 
 
 def pairs_for_a_step(settings: LoopSettings) -> int:
@@ -713,9 +728,11 @@ def pairs_for_a_step(settings: LoopSettings) -> int:
     return (batches - 1) * settings.batch_size + 1
 
 
-def trained_on(recipe) -> str:
-    """The pairs a run trains on, as a sentence about their count is led: 'train_data F[ and unlabeled_data G]'."""
-    return " and ".join(f"{key} {getattr(recipe, key)}" for key in TRAINED_KEYS if getattr(recipe, key, None))
+def trained_on(recipe) -> Callable[[Callable[[str], str]], str]:
+    """The pairs a run trains on, as a sentence about their count is led, worded by the keys' names (name(key)):
+    'train_data F[ and unlabeled_data G]'."""
+    return lambda name: " and ".join(f"{name(key)} {getattr(recipe, key)}" for key in TRAINED_KEYS
+                                     if getattr(recipe, key, None))
 
 
 def is_finished(state: LoopState, n: int, settings: LoopSettings) -> bool:

@@ -1312,6 +1312,13 @@ def test_finetune_names_the_train_and_dev_flags_the_user_typed_in_a_refusal_of_t
                      "by query.")
     assert "--set" not in result.output and "_data" not in result.output, result.output
     assert not (tmp_path / "t").exists()
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    copy = tmp_path / "copy.tsv"  # the same pairs saved another way: refused as they are read
+    copy.write_bytes(b"\xef\xbb\xbf" + pairs.read_bytes().replace(b"\n", b"\r\n"))
+    result = run("finetune", "minilm_synthetic_cpu", "--train", pairs, "--dev", copy, "--out", tmp_path / "t")
+    refused(result, f"--dev {copy}: each of its ", f"(--train {pairs}), so checkpoints", "; pass dev pairs kept apart "
+            "from those to --dev, or remove --dev to hold out dev_fraction of --train by query.")
+    assert "--set" not in result.output and "_data" not in result.output, result.output
 
 
 @pytest.mark.parametrize("args, words", [

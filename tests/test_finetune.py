@@ -500,7 +500,7 @@ def test_dev_pairs_that_are_all_training_pairs_are_refused(tmp_path, copy):
     recipe = from_dict(FinetuneRecipe, dict(train_data=train, dev_data=dev))
     with pytest.raises(UserError, match=rf"^dev_data {dev}: each of its \d+ dev pairs is also among the pairs the "
                                         rf"run trains on \(train_data {train}\), so checkpoints would be chosen and "
-                                        "dev metrics reported on training pairs; pass dev pairs kept apart"):
+                                        "dev metrics reported on training pairs; set dev_data to dev pairs kept apart"):
         load_data(recipe)
     other = synthetic_pairs(10, seed=1)
     mixed = pairs_file(tmp_path / "mixed.tsv", Pairs(other.queries + pairs.queries[:10], other.titles + pairs.titles[:10],

@@ -1761,3 +1761,33 @@ def test_a_students_grades_other_than_an_existing_teachers_are_refused_before_an
     assert str(caught.value) == (f"{'' if given == '--set' else lead}key 'distill.bottom3.grades' is [0, 1, 2, 3, 4], "
                                  f"but the teacher {teacher} grades [1, 2, 3, 4, 5]; set grades to the teacher's (--set "
                                  "distill.bottom3.grades=[1,2,3,4,5]), or pass a teacher of these grades.")
+
+
+def test_a_refusal_a_sub_recipe_makes_as_its_stage_runs_names_the_run_s_keys(tmp_path):
+    """Was: a run's teacher given data.dev a copy of data.train saved with a BOM (passing the byte check) was refused
+    as its stage read them by 'dev_data F: ... (train_data G) ...; remove dev_data to hold out dev_fraction of
+    train_data', and a teacher too short for one optimizer step by '(N in train_data synthetic) ... (--set
+    gradient_accumulation=N)', the finetune recipe's keys, which the run has not; now by the run's data.dev,
+    data.train and teacher.gradient_accumulation (a WordedError worded again as the stage runs, or as the run is
+    read)."""
+    from headcut.pipeline.stages import Context, teacher
+
+    train, dev = tmp_path / "train.tsv", tmp_path / "dev.tsv"
+    train.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t3\nsaw\thand saw\t2\n")
+    dev.write_bytes(b"\xef\xbb\xbf" + train.read_bytes().replace(b"\n", b"\r\n"))
+    recipe = load_pipeline("quickstart", overrides=[f"data.train={train}", f"data.dev={dev}",
+                                                     "teacher.batch_size=1", "teacher.train_rows=null"])
+    ctx = Context(recipe, tmp_path / "run" / "teacher", {}, lambda *a: None, tmp_path / "run")
+    with pytest.raises(UserError) as caught:
+        teacher(ctx)
+    assert str(caught.value) == (
+        f"data.dev {dev}: each of its 2 dev pairs is also among the pairs the run trains on (data.train {train}), so "
+        "checkpoints would be chosen and dev metrics reported on training pairs; set data.dev to dev pairs kept apart "
+        f"from those in the run file or by --set, or remove data.dev to hold out dev_fraction of data.train by query.")
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=["teacher.gradient_accumulation=1000", "teacher.train_rows=null"])
+    said = str(caught.value)
+    assert (": teacher.gradient_accumulation=1000 batches make one optimizer step, but at most 2000 pairs (2000 in "
+            "data.train synthetic) in batches of 32 over teacher.epochs=") in said, said
+    assert said.endswith("lower teacher.gradient_accumulation or teacher.batch_size (--set "
+                         "teacher.gradient_accumulation=N)."), said

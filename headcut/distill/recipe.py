@@ -5,7 +5,7 @@ Fields with `tune` metadata are the ones `--tune N` may search (optuna), with th
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Literal
+from typing import Callable, Literal
 
 from headcut.distill.sizes import check_layer_map, check_recipe_student
 from headcut_grader.errors import UserError, quoted
@@ -64,14 +64,15 @@ class DistillRecipe(TrainingRecipe):
     def input_paths(self) -> list:
         return [self.teacher, self.student_model, self.unlabeled_data, *super().input_paths()]
 
-    def most_pairs(self) -> tuple[int, str] | None:
+    def most_pairs(self) -> tuple[int, Callable] | None:
         """TrainingRecipe.most_pairs, with the unlabeled pairs trained on beside them."""
         most = super().most_pairs()
         if self.unlabeled_data is None or most is None:
             return most
         if self.unlabeled_rows is None:
             return None
-        return most[0] + self.unlabeled_rows, f"{most[1]} + unlabeled_rows={self.unlabeled_rows}"
+        rows = self.unlabeled_rows
+        return most[0] + rows, lambda name: f"{most[1](name)} + {name('unlabeled_rows')}={rows}"
 
     def check(self, where: str, *, named: frozenset = frozenset()) -> None:
         super().check(where, named=named)

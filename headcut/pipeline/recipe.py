@@ -7,6 +7,7 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -635,6 +636,16 @@ def _in_run_words(error: UserError, recipe: PipelineRecipe, section: tuple[str, 
         return f"data.{DATA_INTO_SUBS[key]}" if _from_data(recipe, key, overrides) else ".".join((*section, key))
 
     return error.reworded(name=name, how=lambda key: " in the run file or by --set")
+
+
+@contextmanager
+def worded_in_run(recipe: PipelineRecipe, section: tuple[str, ...]):
+    """A sub-recipe's refusal raised as its stage runs (a WordedError: finetune.check_dev_apart, training.check_steps)
+    worded with the run's names of its keys, as its checks' are when the run is read (_in_run_words)."""
+    try:
+        yield
+    except WordedError as e:
+        raise _in_run_words(e, recipe, section) from None
 
 
 def _data_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> str | None:

@@ -14,7 +14,7 @@ from headcut_grader.errors import UserError, concerning
 from headcut.pipeline.checks import named_in, section_keys
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
 from headcut.pipeline.recipe import (PipelineRecipe, key_names, planned_subs, scan_gold_of, scan_settings,
-                                     sub_recipes)
+                                     sub_recipes, worded_in_run)
 
 
 @dataclass
@@ -78,7 +78,8 @@ def teacher(ctx: Context) -> dict:
             model = resolve_source(ctx.recipe.teacher.path, flag=name)
         return {"model": str(model.resolve()), "trained": False}
     recipe = planned_subs(ctx.recipe)["teacher"]  # the finetune recipe the checks read: it names no upstream model
-    result = finetune(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
+    with worded_in_run(ctx.recipe, ("teacher",)):  # a refusal names the run's keys (data.dev), as its checks do
+        result = finetune(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
     return {"model": ctx.rel(ctx.folder / "model"), "trained": True, "dev_metrics": result["dev_metrics"]}
 
 
@@ -157,7 +158,8 @@ def distill(name: str) -> Callable[[Context], dict]:
 
         pruned = ctx.model_of("prune") if "prune" in ctx.upstream else None
         recipe = sub_recipes(ctx.recipe, teacher_dir=ctx.model_of("teacher"), pruned_dir=pruned)[f"distill.{name}"]
-        result = train_student(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
+        with worded_in_run(ctx.recipe, ("distill", name)):  # a refusal names the run's keys (data.dev)
+            result = train_student(recipe, ctx.folder / "model", overwrite=True, progress=_training_progress(ctx))
         if not result.finished:
             raise UserError(f"distill.{name} stopped before its last step; rerun to resume from {result.work_dir}.")
         return {"model": ctx.rel(ctx.folder / "model"), "steps": result.training["steps"],
