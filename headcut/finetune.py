@@ -25,8 +25,8 @@ from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
 from headcut.training import (TrainingRecipe, check_data_files, check_process_batch, check_steps, check_task_keys,
-                              file_options, grades_fix, is_finished, other_dev_pairs, query_index, settings_from, train,
-                              trained_on, worded)
+                              file_options, given_as, grades_fix, is_finished, other_dev_pairs, query_index,
+                              settings_from, train, trained_on, worded)
 
 
 @dataclass(frozen=True)
@@ -103,33 +103,44 @@ def check_dev_apart(recipe: TrainingRecipe, dev: Pairs, trained: Pairs, keys: st
 
 
 def check_split(recipe: TrainingRecipe, train_pairs: Pairs, dev: Pairs) -> None:
-    """A query split of train_data leaves pairs on both sides, or one sentence names the keys that made it."""
+    """A query split of train_data leaves pairs on both sides, or one sentence names the keys that made it (worded:
+    a run names them as it does, data.train and teacher.dev_fraction)."""
     if len(train_pairs) and len(dev):
         return
     queries = len(train_pairs.query_groups()) + len(dev.query_groups())  # the split keeps each query whole
     side = "train" if len(dev) else "dev"
-    if queries < 2:
-        fix = "pass dev pairs with --set dev_data=FILE, or train on pairs of two or more queries"
-    else:
-        fix = f"{'lower' if side == 'train' else 'raise'} dev_fraction, or pass dev pairs with --set dev_data=FILE"
-    raise UserError(f"train_data {recipe.train_data}: holding out dev_fraction={recipe.dev_fraction} of its {queries} "
-                    f"{'query' if queries == 1 else 'queries'} (whole queries, as dev_data is unset) leaves no {side} "
-                    f"pairs; {fix}.")
+
+    def say(name, how):
+        fraction, dev_pairs = name("dev_fraction"), f"pass dev pairs with {given_as(name, 'dev_data', 'FILE')}"
+        fix = (f"{dev_pairs}, or train on pairs of two or more queries" if queries < 2 else
+               f"{'lower' if side == 'train' else 'raise'} {fraction}, or {dev_pairs}")
+        return (f"{name('train_data')} {recipe.train_data}: holding out {fraction}={recipe.dev_fraction} of its "
+                f"{queries} {'query' if queries == 1 else 'queries'} (whole queries, as {name('dev_data')} is unset) "
+                f"leaves no {side} pairs; {fix}.")
+
+    raise worded("", say, about=("train_data", "dev_fraction"))
 
 
 def check_dev_gold(recipe: TrainingRecipe, dev: Pairs) -> None:
     """Spearman, the select_metric that picks the best checkpoint, is undefined against one gold value (every
-    checkpoint would read 0): dev pairs of a single grade or score are refused before training."""
+    checkpoint would read 0): dev pairs of a single grade or score are refused before training (worded: a run names
+    its keys as it does)."""
     if recipe.select_metric != "spearman":
         return
     what, gold = gold_values(recipe, dev)
     if len(set(gold)) > 1:
         return
-    where = (f"dev_data {recipe.dev_data}" if recipe.dev_data is not None else
-             f"the dev pairs held out of train_data {recipe.train_data} (dev_fraction={recipe.dev_fraction})")
-    raise spearman_undefined(where, len(dev), what, gold[0], pairs="dev", metric="Spearman (select_metric)",
-                             so="no checkpoint could be chosen on it",
-                             fix="with --set dev_data=FILE, or set select_metric=loss")
+
+    def say(name, how):
+        where = (f"{name('dev_data')} {recipe.dev_data}" if recipe.dev_data is not None else
+                 f"the dev pairs held out of {name('train_data')} {recipe.train_data} "
+                 f"({name('dev_fraction')}={recipe.dev_fraction})")
+        return spearman_said(where, len(dev), what, gold[0], pairs="dev",
+                             metric=f"Spearman ({name('select_metric')})", so="no checkpoint could be chosen on it",
+                             fix=f"with {given_as(name, 'dev_data', 'FILE')}, or set {name('select_metric')}=loss"
+                                 f"{how('select_metric')}")
+
+    raise worded("", say, about=("dev_data",) if recipe.dev_data is not None else ("train_data", "dev_fraction"))
 
 
 def spearman_undefined(where: str, rows: int, what: str, value: float, *, pairs: str, so: str, fix: str,
@@ -137,8 +148,14 @@ def spearman_undefined(where: str, rows: int, what: str, value: float, *, pairs:
     """The refusal of `rows` `pairs` pairs (dev, test) that all share one gold `value`, a `what` (grade or score),
     against which Spearman is undefined: led by `where` (the file, flag or key that named them), saying what that
     stops (`so`) and how else to fix it (`fix`, after 'pass PAIRS pairs of two or more WHATs')."""
-    return UserError(f"{where}: {one_gold(rows, pairs, what, value)}; {metric} against one {what} is undefined, so "
-                     f"{so}; pass {pairs} pairs of two or more {what}s {fix}.")
+    return UserError(spearman_said(where, rows, what, value, pairs=pairs, so=so, fix=fix, metric=metric))
+
+
+def spearman_said(where: str, rows: int, what: str, value: float, *, pairs: str, so: str, fix: str,
+                  metric: str = "Spearman") -> str:
+    """spearman_undefined's sentence."""
+    return (f"{where}: {one_gold(rows, pairs, what, value)}; {metric} against one {what} is undefined, so {so}; pass "
+            f"{pairs} pairs of two or more {what}s {fix}.")
 
 
 def one_gold(rows: int, pairs: str, what: str, value: float) -> str:
@@ -156,12 +173,16 @@ def gold_values(recipe: TrainingRecipe, pairs: Pairs) -> tuple[str, list]:
 
 def check_train_gold(recipe: FinetuneRecipe, train_pairs: Pairs) -> None:
     """Training pairs of a single grade or score teach a grader to give every pair that one value: refused before
-    training, as dev pairs of one gold value are (check_dev_gold)."""
+    training, as dev pairs of one gold value are (check_dev_gold; worded: a run names its keys as it does)."""
     what, gold = gold_values(recipe, train_pairs)
     if len(set(gold)) > 1:
         return
-    raise UserError(f"train_data {recipe.train_data}: {one_gold(len(train_pairs), 'training', what, gold[0])}, so the "
-                    f"grader would learn to give every pair that {what}; train on pairs of two or more {what}s.")
+
+    def say(name, how):
+        return (f"{name('train_data')} {recipe.train_data}: {one_gold(len(train_pairs), 'training', what, gold[0])}, "
+                f"so the grader would learn to give every pair that {what}; train on pairs of two or more {what}s.")
+
+    raise worded("", say, about=("train_data",))
 
 
 def selection_pairs(recipe: TrainingRecipe) -> Pairs | None:

@@ -149,6 +149,13 @@ def other_dev_pairs(name, how, pairs: str) -> str:
     return f"pass {pairs} to {dev}" if caller(dev) == "flags" else f"set {dev} to {pairs}{how('dev_data')}"
 
 
+def given_as(name, key: str, value: str) -> str:
+    """How a refusal (worded: name(key)) says to give `key` a `value`: '--set dev_data=FILE', '--set data.dev=FILE' in
+    a run, '--dev FILE' where a command's flag gave it."""
+    said = name(key)
+    return f"{said} {value}" if caller(said) == "flags" else f"--set {said}={value}"
+
+
 def check_data_files(recipe) -> None:
     """Every data file a recipe names exists, and every synthetic:SEED has a whole-number seed, or one sentence names
     its key (not only the path)."""

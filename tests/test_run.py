@@ -1791,3 +1791,35 @@ def test_a_refusal_a_sub_recipe_makes_as_its_stage_runs_names_the_run_s_keys(tmp
             "data.train synthetic) in batches of 32 over teacher.epochs=") in said, said
     assert said.endswith("lower teacher.gradient_accumulation or teacher.batch_size (--set "
                          "teacher.gradient_accumulation=N)."), said
+
+
+@pytest.mark.parametrize("case", ["split", "dev gold", "train gold"])
+def test_a_refusal_of_the_pairs_a_teacher_reads_names_the_run_s_keys(tmp_path, case):
+    """Was: a run's teacher whose query split left no dev pairs, whose dev pairs all had one grade, or whose training
+    pairs did, was refused by 'train_data F: holding out dev_fraction=... (whole queries, as dev_data is unset) ...
+    --set dev_data=FILE', 'dev_data F: ... Spearman (select_metric) ... with --set dev_data=FILE, or set
+    select_metric=loss' or 'train_data F: all N training pairs ...', the finetune recipe's keys, which the run has not;
+    now by the run's data.train, data.dev, teacher.dev_fraction and teacher.select_metric (finetune.check_split,
+    check_dev_gold, check_train_gold word them: WordedError)."""
+    from headcut.pipeline.stages import Context, teacher
+
+    one_query, one_grade = tmp_path / "one_query.tsv", tmp_path / "one_grade.tsv"
+    one_query.write_text("query\ttitle\tgrade\n" + "".join(f"drill\ttitle {i}\t{1 + i % 5}\n" for i in range(8)))
+    one_grade.write_text("query\ttitle\tgrade\n" + "".join(f"q{i % 2}\ttitle {i}\t3\n" for i in range(12)))
+    data, said = {
+        "split": ([f"data.train={one_query}"], f"data.train {one_query}: holding out teacher.dev_fraction=0.2 of its 1 "
+                  "query (whole queries, as teacher.dev_data is unset) leaves no dev pairs; pass dev pairs with --set "
+                  "teacher.dev_data=FILE, or train on pairs of two or more queries."),
+        "dev gold": ([f"data.dev={one_grade}"], f"data.dev {one_grade}: all 12 dev pairs have grade 3; Spearman "
+                     "(teacher.select_metric) against one grade is undefined, so no checkpoint could be chosen on it; "
+                     "pass dev pairs of two or more grades with --set data.dev=FILE, or set teacher.select_metric=loss "
+                     "in the run file or by --set."),
+        "train gold": ([f"data.train={one_grade}", "data.dev=synthetic:1"], f"data.train {one_grade}: all 12 training "
+                       "pairs have grade 3, so the grader would learn to give every pair that grade; train on pairs of "
+                       "two or more grades."),
+    }[case]
+    recipe = load_pipeline("quickstart", overrides=[*data, "teacher.batch_size=1", "teacher.train_rows=null"])
+    ctx = Context(recipe, tmp_path / "run" / "teacher", {}, lambda *a: None, tmp_path / "run")
+    with pytest.raises(UserError) as caught:
+        teacher(ctx)
+    assert str(caught.value) == said
