@@ -158,14 +158,21 @@ def test_a_yardstick_reruns_only_the_bench_and_compares_every_grader_with_it(str
     assert f"Spearman of the yardstick (point estimates): {', '.join(passing) or 'none'}." in md
 
 
-@pytest.mark.parametrize("where", ["nowhere", "file"])
-def test_a_yardstick_that_is_not_a_grader_is_one_sentence(where, tmp_path):
+@pytest.mark.parametrize("where, why", [("nowhere", ": no such folder"), ("file", " is a file, not a model folder"),
+                                        ("folder", " is not a model folder (no config.json)")])
+def test_a_yardstick_that_is_not_a_grader_is_one_sentence(where, why, tmp_path):
+    """Was: '[bench] yardstick PATH is not a grader folder (no config.json)' whatever PATH was, a pairs file too,
+    though the yardstick is a model folder (headcut finetune's; a grader folder of headcut export has no config.json)."""
     path = tmp_path / "nowhere"
     if where == "file":
         path.write_text("x")
+    if where == "folder":
+        path.mkdir()
     result = CliRunner().invoke(app, ["run", "quickstart", "--out", str(tmp_path / "out"),
                                       "--set", f"bench.yardstick={path}"])
-    assert result.exit_code == 2 and f"[bench] yardstick {path} is not a grader folder" in result.stderr
+    assert result.exit_code == 2, result.stderr
+    assert (f"[bench] yardstick {path}{why}; pass --set bench.yardstick=DIR (a model folder written by headcut "
+            "finetune) or null") in " ".join(result.stderr.split()), result.stderr
 
 
 def test_a_stage_made_again_reruns_what_depends_on_it(straight, tmp_path):
@@ -1232,7 +1239,7 @@ def test_an_unknown_section_names_the_valid_ones(tmp_path):
     # each was led by quickstart's file, which holds none of them
     ("distill.bottom3.teacher=/x", "--set distill.bottom3.teacher=/x: [distill.bottom3] key 'teacher' (/x) would "
                                    "replace the run's teacher"),
-    ("bench.yardstick=/x", "--set bench.yardstick=/x: [bench] yardstick /x is not a grader folder"),
+    ("bench.yardstick=/x", "--set bench.yardstick=/x: [bench] yardstick /x: no such folder"),
     ("data.test=null", "--set data.test=null: [data] test is not set; pass --set data.test=FILE"),
 ])
 def test_a_mistyped_set_or_a_problem_of_one_set_value_is_led_by_that_set(item, words):

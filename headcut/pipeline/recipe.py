@@ -18,6 +18,7 @@ from headcut_grader.errors import Given, Typed, UserError, WordedError, concerni
 from headcut.export.bench_settings import SEQ_LEN, BenchSettings
 from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
 from headcut_grader.ranges import BATCH, check_timed_batch, range_field, ranged, same_as
+from headcut_grader.validation import absent
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
@@ -232,9 +233,9 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         problems.append(_train_for_flops(origins, where))
     yardstick = parts["bench"].yardstick if parts["bench"] is not None else None
     if yardstick is not None and not (Path(yardstick) / "config.json").is_file():
-        problems.append(_problem(_by(origins, ("bench", "yardstick")), f"[bench] yardstick {yardstick} is not a grader "
-                                 "folder (no config.json); pass --set bench.yardstick=DIR (a folder written by headcut "
-                                 "finetune) or null"))
+        problems.append(_problem(_by(origins, ("bench", "yardstick")), f"[bench] yardstick {yardstick}"
+                                 f"{_not_a_model_folder(Path(yardstick))}; pass --set bench.yardstick=DIR (a model "
+                                 "folder written by headcut finetune) or null"))
     from headcut.prune.targets import one_target_problem  # headcut.prune loads torch: only when a recipe is read
 
     target = prune and one_target_problem({"keep_ratio": prune.keep_ratio, "flops": prune.flops}, flags=False)
@@ -256,6 +257,16 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     if problems:
         raise _refused(problems, where)
     return recipe
+
+
+def _not_a_model_folder(path: Path) -> str:
+    """Why `path`, named before it, is not a model folder: a file, nothing there (validation.absent), or a folder
+    without config.json."""
+    if path.is_file():
+        return " is a file, not a model folder"
+    if not path.exists():
+        return f": {absent(path, 'no such folder')}"
+    return " is not a model folder (no config.json)"
 
 
 def _train_for_flops(origins: dict, where: str) -> str:
