@@ -1211,6 +1211,19 @@ def test_a_grade_outside_the_recipes_grades_is_told_grades_that_hold_it(tmp_path
     refused(result, f"grade {grade} is not one of the grades", f"--set grades={example}")
     assert len(read_pairs(path, grades=tuple(json.loads(example)))) == 2  # the example reads the file
 
+
+@pytest.mark.parametrize("grade, example", [("7", "3:1,4:2,5:3,6:4,7:5 for labels 3 to 7"),
+                                            ("0", "0:1,1:2,2:3,3:4,4:5 for labels 0 to 4")])
+def test_a_grade_outside_the_model_s_grades_is_told_a_label_map_that_holds_it(tmp_path, grade, example):
+    """Was: the --label-map example was always 0:1,1:2,2:3,3:4,4:5, which a file with grade 7 fails again."""
+    from headcut_grader.data import parse_label_map
+
+    path = write(tmp_path, "seven.tsv", f"query\ttitle\tgrade\ndrill\tcordless drill\t3\nsaw\thand saw\t{grade}\n")
+    refused(run("evaluate", "--model", "minilm-l6", "--data", path), f"grade {grade} is not one of the grades",
+            f"--label-map {example}")
+    label_map = parse_label_map(example.split()[0])
+    assert len(read_pairs(path, label_map=label_map)) == 2  # the example reads the file
+
 @pytest.mark.parametrize("flag, value", [("--min-agreement", "0.9"), ("--max-spearman-drift", "0.01"),
                                          ("--max-drop", "2")])
 @pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])

@@ -38,14 +38,17 @@ def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit
 
     return read_spec(path, rows=limit, seed=seed, task=task, preset=preset, query_col=query_col, title_col=title_col,
                      label_col=label_col, label_map=parse_label_map(label_map, names="flags"),
-                     require_labels=require_labels, grades_fix=label_map_fix(grades), names="flags", keys=flags, grades=grades, texts_only=texts_only,
+                     require_labels=require_labels, grades_fix=label_map_fix, names="flags", keys=flags, grades=grades, texts_only=texts_only,
                      wants_gold=wants_gold, name=flag)
 
 
-def label_map_fix(grades: tuple[int, ...]) -> str:
-    """What a user whose file grades otherwise than the model can do: the --label-map onto the model's grades."""
-    return ("fix the row, or map the file's labels onto these grades with --label-map, e.g. --label-map "
-            + ",".join(f"{i}:{g}" for i, g in enumerate(grades)) + " for labels counted from 0")
+def label_map_fix(grade: int, grades: tuple[int, ...]) -> str:
+    """What a user whose file grades otherwise than the model can do (as training.grades_fix): the --label-map onto
+    the model's grades, from labels that hold the one seen, `grade` (3:1,...,7:5 for 7; 0:1,...,4:5 for 0)."""
+    first = grade if grade < grades[0] else grade - len(grades) + 1
+    labels = range(first, first + len(grades))
+    return (f"fix the row, or map the file's labels onto these grades with --label-map, e.g. --label-map "
+            f"{','.join(f'{i}:{g}' for i, g in zip(labels, grades))} for labels {labels[0]} to {labels[-1]}")
 
 
 # Reusable option declarations (typer reads the defaults).
