@@ -1871,7 +1871,7 @@ def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_g
     ({"backend": "gpu"}, '\'backend\' is "gpu"'),
     ({"pad_id": 100000}, "'pad_id' is 100000, but the tokenizer has"),
     # a value of the wrong type is shown as the file spells it (was: 'max_length' is 64, not a whole number)
-    ({"max_length": "64"}, "'max_length' is \"64\", not a whole number from 2 to 8,192"),
+    ({"max_length": "64"}, "'max_length' is \"64\", not a whole number in [2, 8192]"),
     ({"max_length": True}, "'max_length' is true, not a whole number"),
     ({"format": "1"}, "grader format \"1\" is not 1"),  # was: grader format 1 is not 1
     ({"task": None}, "'task' is null, not grades or score"),

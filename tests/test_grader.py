@@ -291,10 +291,11 @@ def test_the_grader_api_refuses_the_texts_files_and_the_server_refuse(tiny_grade
 
 @pytest.mark.parametrize("settings, words", [
     ({"backend": "gpu"}, "Grader backend is 'gpu'; use one of: auto, onnxruntime, openvino."),
-    ({"threads": 10 ** 9}, "Grader threads is 1000000000; it must be a whole number from 1 to 256."),
-    ({"batch_size": 10 ** 9}, "Grader batch_size is 1000000000; it must be a whole number from 1 to 1,024.")])
+    ({"threads": 10 ** 9}, "Grader threads is 1000000000; it must be a whole number in [1, 256]."),
+    ({"batch_size": 10 ** 9}, "Grader batch_size is 1000000000; it must be a whole number in [1, 1024].")])
 def test_the_grader_api_names_its_own_arguments_and_bounds_them(tiny_grader, settings, words):
-    """Was: a bad backend was named as the CLI's --backend; a billion threads blamed model.onnx as damaged."""
+    """Was: a bad backend was named as the CLI's --backend; a billion threads blamed model.onnx as damaged. Its range
+    is worded as every range is (Range.describe: 'in [1, 256]'; was its own 'from 1 to 256')."""
     from headcut_grader import Grader
 
     with pytest.raises(UserError, match=f"^{re.escape(words)}$"):
@@ -341,7 +342,7 @@ def test_the_grader_api_takes_any_whole_number_type(tiny_grader, settings):
 def test_the_grader_api_refuses_numbers_that_are_not_whole(tiny_grader, settings, words):
     from headcut_grader import Grader
 
-    with pytest.raises(UserError, match=f"^{re.escape(words)}; it must be a whole number from 1 to "):
+    with pytest.raises(UserError, match=f"^{re.escape(words)}; it must be a whole number in \\[1, "):
         Grader(tiny_grader[0], **settings)
 
 

@@ -186,7 +186,7 @@ def record_problem(record: dict) -> str | None:
     for key, low, high in (("max_length", 2, MAX_POSITIONS), ("pad_id", 0, 2 ** 31 - 1)):
         value = record.get(key, low)
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            return f"'{key}' is {shown(value)}, not a whole number from {low} to {high:,}"
+            return f"'{key}' is {shown(value)}, not {Range(low, high).describe('a whole number')}"
     return _client_keys_problem(record, grades) or _sections_problem(record)
 
 
@@ -294,8 +294,7 @@ def _count(name: str, value, valid: Range) -> int:
     """Grader setting `name` as a plain int (a numpy integer is one), refused unless a whole number in `valid`."""
     plain = as_whole(value)
     if plain is None or valid.problem(plain):
-        raise UserError(f"Grader {name} is {argument(value)}; it must be a whole number from {valid.low:,} to "
-                        f"{valid.high:,}.")
+        raise UserError(f"Grader {name} is {argument(value)}; it must be {valid.describe('a whole number')}.")
     return plain
 
 
