@@ -105,7 +105,7 @@ def main():
     from headcut_grader.data import read_pairs
     from headcut.arch import flops_per_pair
     from headcut_grader.errors import UserError
-    from headcut.export.bench import BenchSettings, benchmark, grader_variant, load_measured, pytorch_variant
+    from headcut.export.bench import benchmark, grader_variant, load_measured, pytorch_variant
     from headcut.export.bench_report import write_bench
     from headcut.models import load_model, save_model
 

@@ -506,8 +506,8 @@ def _check_shape(config_file: Path, shape, layers: int) -> None:
                             f"{[len(v) for v in kept]!r:.80} per layer; {again}")
     for key in ("layer_ids", "heads_per_layer", "intermediate_per_layer", "head_ids", "neuron_ids"):
         if shape.get(key) is not None and len(shape[key]) != layers:
-            raise UserError(f"{where}.{key} has {len(shape[key])} entries, but num_hidden_layers is {layers}, one "
-                            f"entry a layer; {again}")
+            raise UserError(f"{where}.{key} has {len(shape[key]):,} entries, but num_hidden_layers is {layers:,}, one "
+                            f"entry a layer; put back the config.json the model was saved with, or {again}")
 
 
 def shape_hash(shape: dict) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from headcut_grader.errors import UserError, WordedError, cut, quoted
+from headcut_grader.errors import UserError, WordedError, caller, cut, quoted
 from headcut_grader.files import as_path
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
@@ -389,7 +389,7 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
 def in_flags(error: UserError, origins: dict) -> UserError:
     """A check's refusal (a WordedError) worded again with the flags that gave its keys (`origins`: '--dev FILE', not
     a --set: load_recipe's flags), as the user typed them; `error` itself where none did or it cannot be."""
-    flags = {key: given.split()[0] for key, given in origins.items() if not given.startswith("--set ")}
+    flags = {key: given.split()[0] for key, given in origins.items() if caller(given) == "flags"}
     if not flags or not isinstance(error, WordedError):
         return error
     return error.reworded(name=lambda key: flags.get(key, key))

@@ -304,8 +304,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
      ["[prune] iterative works with flops", "[prune] tune_fit works with flops", "would be ignored"]),
     (["prune.iterative=101"], ["key 'iterative' is 101, which is out of range"]),
     # was: accepted; a synthetic data.test or scan.data refused only in its stage, after the teacher trained
-    (["data.test_rows=100000000000000000000000000"], ["key 'test_rows' is 100000000000000000000000000, which is out "
-                                                      "of range; it must be in [1, 1000000]"]),
+    (["data.test_rows=100000000000000000000000000"], ["key 'test_rows' is a whole number of 27 digits, which is "
+                                                      "out of range; it must be in [1, 1000000]"]),
     (["scan.rows=1000001"], ["--set scan.rows=1000001: key 'rows' is 1000001, which is out of range"]),
     (["prune.score_rows=10000000"], ["key 'score_rows' is 10000000, which is out of range; it must be in [1, 1000000]"]),
     (["export.rows=10000000"], ["key 'rows' is 10000000, which is out of range; it must be in [20, 1000000]"]),
