@@ -1398,7 +1398,7 @@ def test_a_file_is_read_against_the_models_own_grades(tmp_path):
     # a grade the model lacks is one sentence whose --label-map example maps onto the model's grades
     five = write(tmp_path, "five.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t5\n")
     refused = run("evaluate", "--model", folder, "--data", five, "--out", tmp_path / "m5.json")
-    assert refused.exit_code == 2 and "--label-map 0:2,1:3,2:4 " in " ".join(refused.output.split())
+    assert refused.exit_code == 2 and "--label-map 3:2,4:3,5:4 for labels 3 to 5" in " ".join(refused.output.split())
 
 
 def test_prune_reads_the_recorded_dev_data_against_the_models_own_grades(tmp_path):
