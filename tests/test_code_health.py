@@ -299,6 +299,20 @@ def called(node: ast.Call) -> str | None:
     return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
 
+def runtime_defaults(argument: str) -> dict:
+    """Each default of `argument` that the runtime's functions write as a value (not a call, as a typer option is),
+    by 'module.function'."""
+    written = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if name.startswith("headcut_grader") and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                defaults = [*zip(args.args[::-1], args.defaults[::-1]), *zip(args.kwonlyargs, args.kw_defaults)]
+                written.update((f"{name}.{node.name}", d) for a, d in defaults
+                               if a.arg == argument and d is not None and not isinstance(d, ast.Call))
+    return written
+
+
 def test_the_runtime_s_batch_size_defaults_equal_its_declared_ones():
     """headcut_grader declares its batch sizes once, in headcut_grader.ranges (it cannot import headcut's
     evaluate_arguments): BATCH_SIZE offline, SERVE_BATCH_SIZE a server's. Every batch_size default of its functions
@@ -314,15 +328,7 @@ def test_the_runtime_s_batch_size_defaults_equal_its_declared_ones():
     from headcut_grader.ranges import BATCH_SIZE, SERVE_BATCH_SIZE
     from headcut_grader.serve import Batching
 
-    written = {}
-    for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if name.startswith("headcut_grader") and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                args = node.args
-                defaults = [*zip(args.args[::-1], args.defaults[::-1]), *zip(args.kwonlyargs, args.kw_defaults)]
-                # a command's typer option (a call) is checked below as the flag's default
-                written.update((f"{name}.{node.name}", d) for a, d in defaults
-                               if a.arg == "batch_size" and d is not None and not isinstance(d, ast.Call))
+    written = runtime_defaults("batch_size")  # a command's typer option (a call) is checked below as the flag's default
     assert {"headcut_grader.grader.__init__", "headcut_grader.ray_data.__init__",
             "headcut_grader.ray_data.grade_dataset"} <= set(written)
     wrong = {where: ast.unparse(d) for where, d in written.items()
@@ -346,14 +352,7 @@ def test_the_runtime_s_threads_default_equals_its_declared_one():
     from headcut_grader.grade_file import GradeSettings
     from headcut_grader.ranges import RUNTIME_THREADS
 
-    written = {}
-    for name, path in modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if name.startswith("headcut_grader") and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                args = node.args
-                defaults = [*zip(args.args[::-1], args.defaults[::-1]), *zip(args.kwonlyargs, args.kw_defaults)]
-                written.update((f"{name}.{node.name}", d) for a, d in defaults
-                               if a.arg == "threads" and d is not None and not isinstance(d, ast.Call))
+    written = runtime_defaults("threads")
     assert {"headcut_grader.grader.__init__", "headcut_grader.ray_data.__init__",
             "headcut_grader.ray_data.grade_dataset"} <= set(written)
     wrong = {where: ast.unparse(d) for where, d in written.items()

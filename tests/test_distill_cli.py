@@ -248,6 +248,18 @@ def test_a_search_whose_first_trial_is_refused_leaves_no_study_behind(tiny_teach
     assert len(tune(fixed, tmp_path / "new", trials=1)["trials"]) == 1
 
 
+def refused_after_one(real, error: Exception):
+    """`real` (a search's distill) that runs its first trial and raises `error` from each later one."""
+    calls = []
+
+    def distill(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise error
+        return real(*args, **kwargs)
+    return distill
+
+
 def test_a_search_that_stops_after_a_scored_trial_hands_on_its_best_and_says_why(tiny_teacher, tmp_path,  # noqa: F811
                                                                                   monkeypatch):
     """Was: a search that stopped after some trials scored (a later trial diverged, or too many had no metric) kept
@@ -263,16 +275,9 @@ def test_a_search_that_stops_after_a_scored_trial_hands_on_its_best_and_says_why
     from headcut.distill.tune import STUDY_FILE, SearchStopped, read_tune
     from headcut.training import TrainingDiverged
 
-    real, calls = tune_module.distill, []
     reason = "training diverged: a batch's loss is nan; lower learning_rate (nothing was published)."
 
-    def diverges_after_one(*args, **kwargs):
-        calls.append(1)
-        if len(calls) > 1:
-            raise TrainingDiverged(reason)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tune_module, "distill", diverges_after_one)
+    monkeypatch.setattr(tune_module, "distill", refused_after_one(tune_module.distill, TrainingDiverged(reason)))
     recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, epochs=0.5, eval_every=100, tune_fields=["temperature"])
     result = runner.invoke(app, ["distill", str(recipe), "--tune", "3", "--out", str(tmp_path / "study")])
     assert result.exit_code == 2, result.output
@@ -312,15 +317,8 @@ def test_a_refusal_mid_search_that_is_not_the_trial_s_is_not_a_stop(tiny_teacher
     from headcut.distill.tune import STUDY_FILE, SUMMARY_FILE
     from headcut_grader.errors import UserError
 
-    real, calls = tune_module.distill, []
-
-    def data_gone_after_one(*args, **kwargs):
-        calls.append(1)
-        if len(calls) > 1:
-            raise UserError("train.tsv: no such file; check the path.")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(tune_module, "distill", data_gone_after_one)
+    monkeypatch.setattr(tune_module, "distill",
+                        refused_after_one(tune_module.distill, UserError("train.tsv: no such file; check the path.")))
     recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, epochs=0.5, eval_every=100, tune_fields=["temperature"])
     result = runner.invoke(app, ["distill", str(recipe), "--tune", "3", "--out", str(tmp_path / "study")])
     assert result.exit_code == 2, result.output
