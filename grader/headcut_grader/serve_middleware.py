@@ -20,7 +20,7 @@ class JsonBody:
 
     SETTINGS = ("max_body_bytes", "max_text_chars", "body_timeout_seconds")
 
-    def __init__(self, app, limit: int, max_text_chars: int, paths: tuple[str, ...], timeout: float = 30.0,
+    def __init__(self, app, limit: int, max_text_chars: int, paths: tuple[str, ...], timeout: float,
                  names: tuple[str, ...] = tuple(f"limits.{name}" for name in SETTINGS)):
         self.app, self.limit, self.max_text_chars, self.paths, self.names = app, limit, max_text_chars, paths, names
         self.timeout = timeout
@@ -63,7 +63,6 @@ class JsonBody:
         body, text, _ = self.names
         return 413, (f"request body over {self.limit} bytes (the server's {body}); send fewer pairs per "
                      f"request, each text at most {self.max_text_chars} characters ({text}).")
-
 
     def too_slow(self) -> tuple[int, str]:
         return 408, (f"request body not received within {self.timeout:g} s (the server's {self.names[2]}); send "
