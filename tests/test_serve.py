@@ -244,9 +244,46 @@ def test_a_body_shorter_than_its_content_length_gets_408_in_time_and_the_server_
             waited = time.monotonic() - start
         head, _, body = reply.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 408") and 0.9 < waited < 5, (reply, waited)
-        assert b"--body-timeout-seconds" in body and "within 1 s" in json.loads(body)["error"]
+        assert b"--body-timeout-seconds" in body and "no bytes came for 1 s" in json.loads(body)["error"]
         reply = httpx.post(url + "/grade", json={"pairs": [{"query": "q", "title": "t"}]}, timeout=30)
         assert reply.status_code == 200 and len(reply.json()["results"]) == 1
+
+
+def raw_post(url, head: bytes, pieces, pause: float) -> tuple[bytes, float]:
+    """POST `head` then each of `pieces` `pause` seconds apart on a raw socket, stopping early if the server
+    answers; returns its whole answer (read until it closes) and the seconds it took."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        start = time.monotonic()
+        s.sendall(head)
+        for piece in pieces:
+            time.sleep(pause)
+            try:
+                s.sendall(piece)
+            except OSError:  # answered and closed: the rest is not wanted
+                break
+        reply = b""
+        while chunk := s.recv(65536):
+            reply += chunk
+        return reply, time.monotonic() - start
+
+
+def test_body_timeout_is_an_idle_timeout_and_a_trickle_still_gets_408(tiny_folder):
+    """--body-timeout-seconds bounds a pause, not the whole body: a client sending steadily for longer than it is
+    answered 200 (was: 408 once the timeout passed, so with --max-body-bytes near 1 GiB a client needed 36 MB/s to
+    beat the default 30 s). A client sending a byte just before each timeout (slow loris) still gets 408."""
+    pairs = b'{"pairs": [{"query": "q", "title": "t"}]}'
+    body = pairs + b" " * (7 * 20_000 - len(pairs))  # 140 kB in 7 pieces, 0.4 s apart: 2.8 s, over the 1 s timeout
+    steady = [body[i:i + 20_000] for i in range(0, len(body), 20_000)]
+    head = b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    with serve_process(tiny_folder, "--body-timeout-seconds", "1") as (url, _, _):
+        reply, waited = raw_post(url, head + b"Content-Length: %d\r\n\r\n" % len(body), steady, 0.4)
+        assert reply.startswith(b"HTTP/1.1 200") and waited > 2.5, (reply[:300], waited)
+        trickle = [b" "] * 30  # a byte each 0.3 s: never idle for 1 s, but 1 byte/s is no way to send 100
+        reply, waited = raw_post(url, head + b"Content-Length: 100\r\n\r\n", trickle, 0.3)
+    status, _, answer = reply.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408") and 0.9 < waited < 4, (reply, waited)
+    assert "too slow" in json.loads(answer)["error"] and "--body-timeout-seconds" in json.loads(answer)["error"]
 
 
 # Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.

@@ -34,7 +34,8 @@ class Limits:
     max_pairs: int = ranged(256, 1, 65536)  # per request (titles for /rank): one request cannot hold a worker for long
     max_text_chars: int = ranged(2_000, 1, MAX_TEXT_CHARS)  # longer texts are truncated to max_length tokens anyway
     # uvicorn waits for a promised body as long as the client likes: a client sending less than its Content-Length
-    # (or dribbling it) held its connection and request forever; 30 s carries max_body_bytes over a slow link
+    # (or dribbling it) held its connection and request forever. An idle timeout, plus a least average rate after
+    # it (serve_middleware.MIN_BODY_BYTES_PER_SECOND), so a large body on a slow but steady link still arrives
     body_timeout_seconds: float = ranged(30.0, 0.1, 3600.0)
 
 

@@ -9,12 +9,17 @@ import time
 
 RETRY_AFTER_SECONDS = 1
 SHUTTING_DOWN = f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."
+# after its first body_timeout_seconds a body must average this many bytes per second: a client that sends a byte
+# just before each idle timeout would otherwise hold its connection as long as it likes (slow loris), while a
+# large body on a steady link is never cut off (a whole-body deadline of 30 s needed 36 MB/s for 1 GiB)
+MIN_BODY_BYTES_PER_SECOND = 32_768
 
 
 class JsonBody:
     """ASGI middleware: a POST body to one of `paths` must be JSON text (Content-Type application/json, UTF-8, nested less deeply
-    than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent, all of it
-    within `timeout` seconds. Anything else is answered here with one sentence (413, 415, 400 or 408), before
+    than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent, never idle for
+    `timeout` seconds and, after its first `timeout` seconds, arriving at MIN_BODY_BYTES_PER_SECOND on average
+    (_read_body). Anything else is answered here with one sentence (413, 415, 400 or 408), before
     FastAPI's parser could answer in its own words or fail; JSON that does not fit the request shape is left to the
     route's 422. `names`: the SETTINGS as the answer names them (the app's fields or `headcut serve`'s flags)."""
 
@@ -34,9 +39,9 @@ class JsonBody:
         if problem:
             return await _send_json(send, *problem)
         try:
-            body = await asyncio.wait_for(_read_body(receive, self.limit), self.timeout)
-        except asyncio.TimeoutError:  # closed after the answer: the rest of a body may still come down it
-            return await _send_json(send, *self.too_slow(), close=True)
+            body = await _read_body(receive, self.limit, self.timeout)
+        except BodyTooSlow as late:  # closed after the answer: the rest of a body may still come down it
+            return await _send_json(send, *self.too_slow(late), close=True)
         if body is None:  # the client went away mid-body: nobody to answer
             return
         problem = self.too_large() if len(body) > self.limit else body_problem(body)
@@ -64,9 +69,14 @@ class JsonBody:
         return 413, (f"request body over {self.limit} bytes (the server's {body}); send fewer pairs per "
                      f"request, each text at most {self.max_text_chars} characters ({text}).")
 
-    def too_slow(self) -> tuple[int, str]:
-        return 408, (f"request body not received within {self.timeout:g} s (the server's {self.names[2]}); send "
-                     "the whole body promptly, with a Content-Length that matches it.")
+    def too_slow(self, late: BodyTooSlow) -> tuple[int, str]:
+        said = f"{self.timeout:g} s, the server's {self.names[2]}"
+        if late.stalled:
+            return 408, (f"request body stalled: no bytes came for {said}; send the whole body without pausing, "
+                         "with a Content-Length that matches it.")
+        return 408, (f"request body too slow: {late.size} bytes in {late.seconds:.0f} s, under the "
+                     f"{MIN_BODY_BYTES_PER_SECOND} bytes/s a body must average after its first {said}; send it "
+                     "faster, or fewer pairs per request.")
 
 
 def body_problem(body: bytes) -> tuple[int, str] | None:
@@ -89,11 +99,26 @@ def body_problem(body: bytes) -> tuple[int, str] | None:
     return None
 
 
-async def _read_body(receive, limit: int) -> bytes | None:
-    """The whole body, or None if the client disconnected; stops reading once more than `limit` bytes came."""
-    chunks, size, more = [], 0, True
+class BodyTooSlow(Exception):
+    """A body that stalled (no bytes for the idle timeout) or came too slowly: `size` bytes in `seconds`."""
+
+    def __init__(self, *, stalled: bool, size: int, seconds: float):
+        super().__init__(stalled, size, seconds)
+        self.stalled, self.size, self.seconds = stalled, size, seconds
+
+
+async def _read_body(receive, limit: int, timeout: float) -> bytes | None:
+    """The whole body, or None if the client disconnected; stops reading once more than `limit` bytes came.
+    Raises BodyTooSlow when no bytes come for `timeout` seconds, or when the body is due later than `timeout`
+    seconds plus a second per MIN_BODY_BYTES_PER_SECOND bytes received (a bound that grows with the body, so a large
+    body on a steady link is never cut off, and a trickle is)."""
+    chunks, size, more, start = [], 0, True, time.monotonic()
     while more and size <= limit:
-        message = await receive()
+        left = start + timeout + size / MIN_BODY_BYTES_PER_SECOND - time.monotonic()
+        try:
+            message = await asyncio.wait_for(receive(), min(timeout, left))
+        except asyncio.TimeoutError:
+            raise BodyTooSlow(stalled=timeout <= left, size=size, seconds=time.monotonic() - start) from None
         if message["type"] == "http.disconnect":
             return None
         chunks.append(message.get("body", b""))

@@ -13,6 +13,7 @@ from headcut_grader.backends import INSTALL
 from headcut_grader.cli.common import BACKEND, Opt, field_option, number, number_in, user_errors
 from headcut_grader.ranges import MAX_WORKERS, THREADS
 from headcut_grader.serve import Batching, Limits
+from headcut_grader.serve_middleware import MIN_BODY_BYTES_PER_SECOND
 
 # uvicorn closes a connection idle for 5 s, the very expiry of httpx's pool: a client reusing one just then got
 # "Server disconnected" or a reset (2 in 5,000 keep-alive requests). Above the 60 s of ALBs and nginx upstreams.
@@ -36,8 +37,10 @@ def serve(
                                        help="Longest query or title, in characters"),
     max_body_bytes: int = field_option(Limits, "max_body_bytes", "--max-body-bytes", help="Largest request body"),
     body_timeout_seconds: float = field_option(Limits, "body_timeout_seconds", "--body-timeout-seconds",
-                                               help="How long a client may take to send a request's body; one "
-                                               "that has not sent all of it by then gets 408 and is disconnected"),
+                                               help="Idle timeout for a request's body: a client that sends none "
+                                               "of it for this long gets 408 and is disconnected, as does one still "
+                                               "sending after this long plus 1 s per "
+                                               f"{MIN_BODY_BYTES_PER_SECOND // 1024} KiB received (a trickle)"),
     max_batch: int = field_option(Batching, "max_batch", "--max-batch", help="Most pairs in one grader run made of "
                                   "concurrent requests (whole requests; 1 turns merging off)"),
     max_wait_ms: float = field_option(Batching, "max_wait_ms", "--max-wait-ms", help="How long a request may wait "
