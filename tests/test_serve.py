@@ -510,6 +510,24 @@ def test_sigterm_answers_every_request_already_taken_then_exits(folder, workers)
     assert [len(r.json()["results"]) for r in replies] == [4, 2, 3]
 
 
+def test_a_body_still_arriving_at_the_drain_deadline_gets_503_within_it(tiny_folder):
+    """A request whose body is still coming when SIGTERM arrives is bounded by --drain-seconds and answered 503
+    "shutting down" like any request the drain cuts off. Was: a 500 in plain text and a logged traceback."""
+    with serve_process(tiny_folder, "--drain-seconds", "1", "--body-timeout-seconds", "30") as (url, proc, output):
+        head = b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(raw_post, url, head, [b'{"pairs": ['], 0.0)
+            time.sleep(1)
+            proc.send_signal(signal.SIGTERM)
+            reply, waited = pending.result()
+        code = proc.wait(timeout=30)
+        log = output()
+    status, _, answer = reply.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 503") and waited < 5, (reply, waited)
+    assert json.loads(answer)["error"].startswith("server shutting down") and b"retry-after: 1" in status.lower()
+    assert code == 0 and "Traceback" not in log, log
+
+
 def matches_the_grader(grader, body, reply) -> bool:
     """A 200 whose grades and probabilities are the grader's own for this body."""
     alone = grader.grade([(p["query"], p["title"]) for p in body["pairs"]])

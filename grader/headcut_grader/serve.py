@@ -96,10 +96,12 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     state.metrics = make_metrics()
     state.batcher = _batcher(state.grader.grade, state.metrics, batching)
     state.limits, state.batching, state.said = limits, batching, _said(limits, batching, flags)
-    app.add_middleware(DrainDeadline)  # inside Measured, which then counts its 503s
     app.add_middleware(JsonBody, limit=limits.max_body_bytes, max_text_chars=limits.max_text_chars, paths=BODY_ROUTES,
                        timeout=limits.body_timeout_seconds,
                        names=tuple(_name("limits", name, flags) for name in JsonBody.SETTINGS))
+    # outside JsonBody: a body still arriving at the drain deadline gets 503 too (was: a 500 and a traceback);
+    # inside Measured, which then counts its 503s
+    app.add_middleware(DrainDeadline)
     app.add_middleware(Measured, metrics=state.metrics)  # added last: outermost, so it sees 413s, 415s and 400s too
     add_error_handlers(app)
     add_routes(app, limits)

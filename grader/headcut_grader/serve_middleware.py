@@ -143,8 +143,8 @@ def _replay(body: bytes, receive):
 
 class DrainDeadline:
     """ASGI middleware: when the drain deadline passes, uvicorn cancels every request still running, and would
-    answer each with a 500 and a logged traceback; a request cancelled before its answer started gets 503
-    "shutting down" with Retry-After instead (its grades, if a run was computing them, are dropped)."""
+    answer each with a 500 and a logged traceback; a request cancelled before its answer started (its body still
+    arriving, or its grades being computed, which are dropped) gets 503 "shutting down" with Retry-After instead."""
 
     def __init__(self, app):
         self.app = app
