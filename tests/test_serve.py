@@ -510,6 +510,22 @@ def test_sigterm_answers_every_request_already_taken_then_exits(folder, workers)
     assert [len(r.json()["results"]) for r in replies] == [4, 2, 3]
 
 
+def test_framing_the_http_parser_refuses_gets_its_400_as_the_docs_say_and_the_server_serves_on(tiny_folder):
+    """Two Content-Length headers are refused by uvicorn's HTTP parser before the app runs, so the answer is its
+    plain-text 400, not the {"error": ...} shape: it cannot be answered in headcut's words without replacing
+    uvicorn's protocol, so the serve page says so (was: it claimed every malformed request got JSON)."""
+    body = b'{"pairs": [{"query": "q", "title": "t"}]}'
+    head = (b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body)))
+    with serve_process(tiny_folder) as (url, _, _):
+        reply, _ = raw_post(url, head, [body], 0.0)
+        assert reply.startswith(b"HTTP/1.1 400") and reply.endswith(b"Invalid HTTP request received."), reply
+        assert httpx.post(url + "/grade", content=body, headers={"content-type": "application/json"},
+                          timeout=30).status_code == 200
+    page = " ".join((ROOT / "docs" / "tasks" / "serve.md").read_text().split())
+    assert "two `Content-Length` headers" in page and "plain-text 400 `Invalid HTTP request received.`" in page
+
+
 def test_a_body_still_arriving_at_the_drain_deadline_gets_503_within_it(tiny_folder):
     """A request whose body is still coming when SIGTERM arrives is bounded by --drain-seconds and answered 503
     "shutting down" like any request the drain cuts off. Was: a 500 in plain text and a logged traceback."""

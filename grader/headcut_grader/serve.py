@@ -4,8 +4,10 @@ POST /grade {"pairs": [{"query": ..., "title": ...}]}, POST /rank {"query": ...,
 GET /healthz, GET /metrics (Prometheus text, all workers); HEAD too for both. POST bodies are JSON (Content-Type:
 application/json, UTF-8). Every request is bounded (body bytes and the
 seconds to send them, pairs, characters per text); anything malformed gets
-a 4xx with {"error": sentence}, never a 500 or a dead worker. A grader run that raises (the runtime failing) is
-logged with its traceback and answers its requests 500 with {"error": "grading failed: ..."}; the worker serves on.
+a 4xx with {"error": sentence}, never a 500 or a dead worker (but for HTTP framing uvicorn's parser refuses before
+the app runs, such as two Content-Length headers: its plain-text 400, docs/tasks/serve.md). A grader run that
+raises (the runtime failing) is logged with its traceback and answers its requests 500 with
+{"error": "grading failed: ..."}; the worker serves on.
 Concurrent requests share grader runs (headcut_grader.microbatch); a worker whose queue is full answers 503 with
 Retry-After at once. A stopping worker (SIGTERM) takes no new connections and answers every request it already
 took: with its grades, or with 503 "shutting down" when the drain deadline (--drain-seconds) passes first.
