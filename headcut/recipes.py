@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from headcut_grader.errors import UserError, WordedError, caller, cut, quoted
-from headcut_grader.files import as_path
+from headcut_grader.files import as_file_to_read
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
 from headcut_grader.readers import significant_digits
@@ -34,7 +34,7 @@ def builtin_recipes(kind: str | None = None) -> list[str]:
 
 
 def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
-    path = as_path(name_or_path, "recipe", what="a recipe file's path or a built-in name")
+    path = as_file_to_read(name_or_path, "recipe", what="a recipe file's path or a built-in name")
     if path.suffix in (".yaml", ".yml") and path.exists():
         if not path.is_file():  # a FIFO would block the read
             raise UserError(f"recipe {path} is not a regular file; pass a YAML file or a built-in name.")

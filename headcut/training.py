@@ -29,7 +29,7 @@ from headcut.weight_files import broken_file
 from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError, WordedError, caller, lead_of
-from headcut_grader.files import file_hash, write_text
+from headcut_grader.files import file_hash, folder_spelled, write_text
 from headcut_grader.ranges import MAX_BATCH, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
 
@@ -163,6 +163,8 @@ def check_data_files(recipe) -> None:
         spec = getattr(recipe, key, None)
         if spec is not None and is_synthetic(spec):
             synthetic_seed(spec, name=key)  # synthetic:abc, said by its key
+        elif spec is not None and (problem := folder_spelled(spec, key, reading=True)):  # p.tsv/: Path() drops the /
+            raise UserError(problem)
         elif spec is not None and not Path(spec).exists():
             offline = f" (or pass --set {key}=synthetic)" if key != "unlabeled_data" else ""
             raise UserError(f"{key}={spec}: {absent(spec, f'no such file; check the path{offline}')}.")

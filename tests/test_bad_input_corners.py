@@ -1307,6 +1307,76 @@ def test_a_file_output_written_as_a_folder_is_refused_in_both_clis(tmp_path, tin
     assert not (tmp_path / "o.tsv").exists()
 
 
+# Each input file a command reads, as (arguments, how the refusal names it): FILE is the file, OUT an output. Each
+# fails fast where FILE is read after all (a model that is not there, a refused setting), rather than do work.
+INPUT_FILES = [
+    (["grade", "GRADER", "FILE", "--out", "OUT"], "PAIRS_FILE"),
+    (["evaluate", "--model", "m", "--data", "FILE"], "--data"),
+    (["scan", "--model", "m", "-d", "FILE", "--out", "OUT"], "--data"),
+    (["probe", "--model", "m", "--data=FILE", "--out", "OUT"], "--data"),
+    (["prune", "--model", "m", "--scores", "FILE", "--keep-ratio", "0.5", "--out", "OUT"], "--scores"),
+    (["prune", "--model", "m", "--data", "FILE", "--keep-ratio", "0.5", "--out", "OUT"], "--data"),
+    (["prune", "--model", "m", "--eval-data", "FILE", "--keep-ratio", "0.5", "--out", "OUT"], "--eval-data"),
+    (["export", "m", "--out", "OUT", "--data", "FILE"], "--data"),
+    (["bench", "--model", "m", "--data", "FILE", "--out", "OUT"], "--data"),
+    (["finetune", "FILE", "--out", "OUT"], "RECIPE"),
+    (["finetune", "--out", "OUT", "--train", "FILE", "--set", "epochs=-1"], "--train"),  # -1: were FILE read,
+    (["finetune", "--out", "OUT", "--dev", "FILE", "--set", "epochs=-1"], "--dev"),  # a refusal, not training, follows
+    (["finetune", "--out", "OUT", "--set", "train_data=FILE"], "train_data"),
+    (["distill", "FILE", "--out", "OUT"], "RECIPE"),
+    (["run", "FILE", "--out", "OUT"], "RECIPE"),
+    (["run", "run/quickstart", "--out", "OUT", "--set", "data.train=FILE"], "--set data.train"),
+]
+
+
+@pytest.mark.parametrize("args, name", INPUT_FILES, ids=lambda v: " ".join(v[:1] + v[-2:]) if isinstance(v, list)
+                         else v)
+@pytest.mark.parametrize("ending", ["/", "/."])
+def test_an_input_file_written_as_a_folder_is_refused_naming_its_flag(tmp_path, tiny_grader, args, name, ending):
+    """p.tsv/ (or p.tsv/.) names a folder. Was: typer's Path, or Path() in the library, dropped the / and the file
+    p.tsv was read (`headcut grade G p.tsv/` graded it, exit 0). Now one sentence names the flag (or argument, or
+    recipe key) and the fix, and nothing is written."""
+    from headcut_grader.cli.main import app as grader_app
+    from headcut_grader.errors import setting
+    from typer.testing import CliRunner
+
+    spelled = f"{write(tmp_path, 'p.tsv', PAIRS_TSV)}{ending}"
+    given = {"FILE": spelled, "OUT": str(tmp_path / "out"), "GRADER": str(tiny_grader)}
+    args = [given.get(a, a.replace("FILE", spelled)) for a in args]
+    shown = spelled if name.isupper() else setting(name, spelled)  # an argument by its value alone; --data p.tsv/
+    sentence = (f"{shown} ends in {ending}, so it names a folder, but {name} is a file to read; drop the {ending} at "
+                "its end.")
+    refused(run(*args), sentence)
+    if args[0] == "grade":  # the runtime's own CLI too
+        refused(CliRunner().invoke(grader_app, args), sentence)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("ending", ["/", "/."])
+def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path, tiny_grader, ending):
+    """Where a path comes in as text (read_pairs, iter_pairs, grade_file, read_scores, recipes), p.tsv/ is refused
+    naming the argument. Was: Path() dropped the / and p.tsv was read."""
+    from headcut.evaluate.importance import read_scores
+    from headcut.recipes import find_recipe
+    from headcut_grader.data import iter_pairs, read_pairs
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import grade_file
+
+    pairs = f"{write(tmp_path, 'p.tsv', PAIRS_TSV)}{ending}"
+    scores = f"{write(tmp_path, 'importance.json', '{}')}{ending}"
+    recipe = f"{write(tmp_path, 'r.yaml', 'epochs: 1')}{ending}"
+    calls = [("read_pairs path", pairs, lambda: read_pairs(pairs)),
+             ("iter_pairs path", pairs, lambda: next(iter_pairs(pairs, chunk_rows=10))),
+             ("grade_file source", pairs, lambda: grade_file(tiny_grader, pairs, tmp_path / "o.tsv")),
+             ("read_scores path", scores, lambda: read_scores(scores)),
+             ("recipe", recipe, lambda: find_recipe(recipe))]
+    for name, path, call in calls:
+        with pytest.raises(UserError, match=f"^{re.escape(name)}={re.escape(path)} ends in {re.escape(ending)}, so it "
+                                            f"names a folder, but {name} is a file to read; drop the "):
+            call()
+    assert not (tmp_path / "o.tsv").exists()
+
+
 def test_a_folder_output_written_with_a_trailing_slash_is_that_folder(tmp_path, saved_models):
     """A trailing / on a FOLDER output names the folder it is. Was: check_out_dir('x/') was refused as 'x/ ends in
     /, so it names a folder, but --out is a file to write' (the file outputs' check, applied to folders too)."""

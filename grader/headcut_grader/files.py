@@ -33,6 +33,15 @@ def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
     raise UserError(f"{name} is {argument(value)[:60]}; pass {what} (text or a pathlib.Path).")
 
 
+def as_file_to_read(value, name: str, *, what: str) -> Path:
+    """`as_path` for a file to read: text that names a folder (p.tsv/, p.tsv/.) is refused naming `name`, where
+    Path() would drop the / and read the file p.tsv (folder_spelled)."""
+    path = as_path(value, name, what=what)
+    if problem := folder_spelled(value, name, reading=True):
+        raise UserError(problem)
+    return path
+
+
 def overwrite_said(flag: str) -> str:
     """What lets an output replace what is there, for whoever named it by `flag` (errors.caller): a command's flag
     (--out) has --overwrite beside it, a Python call's argument (out) or a recipe's key overwrite=True."""
@@ -214,20 +223,23 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     return out
 
 
-def folder_spelled(out, flag: str) -> str | None:
+def folder_spelled(out, flag: str, *, reading: bool = False) -> str | None:
     """The sentence for a file's path given as text that names a folder (o.tsv/, o.tsv/., o.tsv/..: a separator or
-    a . or .. last), or None. Was: Path() (and typer, for a flag) drops the separator and a last ., and the file
-    o.tsv was written."""
-    if not isinstance(out, str) or out in (".", ".."):  # the folder you are in, or above it: check_place says so
+    a . or .. last), or None; `reading`: a file to read (p.tsv/ for the pairs). Was: Path() (and typer, for a flag)
+    drops the separator and a last ., and the file o.tsv was written (p.tsv read)."""
+    if not isinstance(out, str) or out in ("", ".", ".."):  # the folder you are in, or above it: said later
         return None
     separators = tuple(filter(None, (os.sep, os.altsep)))
     last = re.split("|".join(map(re.escape, separators)), out)[-1]
     if last not in ("", ".", ".."):
         return None
     ending = out[-1] if last == "" else out[-len(last) - 1:]
-    fix = f"drop the {ending}, or name" if last != ".." else "name"  # o.tsv/.. is the folder that holds o.tsv
-    return (f"{setting(flag, out)} ends in {ending}, so it names a folder, but {flag} is a file to write; {fix} a "
-            "file inside that folder.")
+    shown = out if flag.isupper() else setting(flag, out)  # a command's argument (PAIRS_FILE): its value alone
+    said = f"{shown} ends in {ending}, so it names a folder, but {flag} is a file to"
+    if reading:  # o.tsv/.. is the folder that holds o.tsv
+        return f"{said} read; {f'drop the {ending} at its end' if last != '..' else 'name the file itself'}."
+    fix = f"drop the {ending}, or name" if last != ".." else "name"
+    return f"{said} write; {fix} a file inside that folder."
 
 
 def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: str) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (OVERWRITE, Opt, main_process, number, on_interrupt, quiet_transformers,
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, main_process, number, on_interrupt, quiet_transformers,
                                 training_left, training_progress, user_errors)
 
 
@@ -41,7 +41,8 @@ def format_speed(speed: dict) -> str:
 
 @user_errors
 def distill(
-    recipe: str = typer.Argument(..., help="Recipe YAML path or built-in name (see recipes/distill/)."),
+    recipe: str = typer.Argument(..., parser=file_to_read("RECIPE"),
+                                 help="Recipe YAML path or built-in name (see recipes/distill/)."),
     out: Opt[Path] = typer.Option(None, "--out", "-o", help="Student artifact folder (default: runs/<recipe name>); "
                                   "checkpoints go to OUT.partial/. With --tune: the study folder."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable; each "

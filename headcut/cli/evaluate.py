@@ -6,8 +6,8 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, BOOTSTRAP, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE,
-                                PRESET, QUERY_COL, TITLE_COL, Opt, file_option, progress_bar, quiet_transformers,
-                                read_data, user_errors)
+                                PRESET, QUERY_COL, TITLE_COL, Opt, file_option, file_to_read, progress_bar,
+                                quiet_transformers, read_data, user_errors)
 
 
 def format_metrics(metrics: dict) -> str:
@@ -69,7 +69,9 @@ def evaluate(
     model: str = typer.Option(..., "--model", "-m", help="Model folder, built-in name (minilm-l6), or an exported "
                               "grader folder (headcut export), run in whichever of its runtimes (ONNX Runtime, OpenVINO) "
                               "grades fastest on this CPU."),
-    data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON), or synthetic[:SEED] for the built-in synthetic set."),
+    data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
+                             help="Pairs file (TSV/CSV/JSONL/JSON), or synthetic[:SEED] for the built-in synthetic "
+                             "set."),
     out: Opt[Path] = file_option(None, "--out", help="Write the metrics here as JSON (a .json file)."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,

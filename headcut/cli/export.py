@@ -7,8 +7,8 @@ import typer
 
 from headcut.export.card import quality_words
 from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
-                                THREADS, TITLE_COL, Opt, field_option, flags_set, number_in, quiet_transformers,
-                                read_data, user_errors)
+                                THREADS, TITLE_COL, Opt, field_option, file_to_read, flags_set, number_in,
+                                quiet_transformers, read_data, user_errors)
 from headcut.export.gate import ARGUMENTS, Int8Gate
 from headcut_grader.errors import UserError
 
@@ -105,7 +105,8 @@ def export(
                                        "auto are judged on --data (default: fp32)."),
     optimize: bool = typer.Option(False, "--optimize", help="ONNX Runtime operator fusion, kept only if it passes parity."),
     opset: int = number_in(ARGUMENTS["opset"], 17, "--opset", help="ONNX opset"),
-    data: Opt[str] = typer.Option(None, "--data", "-d", help="Labelled pairs for the gate and accuracy (needed by --int8)."),
+    data: Opt[str] = typer.Option(None, "--data", "-d", parser=file_to_read("--data"),
+                                  help="Labelled pairs for the gate and accuracy (needed by --int8)."),
     max_drop: float = field_option(Int8Gate, "max_drop", "--max-drop",
                                    help="INT8: most accuracy points it may lose against fp32"),
     min_agreement: float = field_option(Int8Gate, "min_agreement", "--min-agreement",

@@ -6,17 +6,18 @@ from pathlib import Path
 import typer
 
 from headcut_grader.errors import WordedError
-from headcut.cli.common import (OVERWRITE, Opt, main_process, metrics_line, on_interrupt, quiet_transformers,
-                                training_left, training_progress, user_errors)
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, main_process, metrics_line, on_interrupt,
+                                quiet_transformers, training_left, training_progress, user_errors)
 
 
 @user_errors
 def finetune(
-    recipe: str = typer.Argument("finetune/minilm_synthetic_cpu",
+    recipe: str = typer.Argument("finetune/minilm_synthetic_cpu", parser=file_to_read("RECIPE"),
                                  help="Recipe YAML path or built-in name (see recipes/finetune/)."),
     out: Path = typer.Option(..., "--out", "-o", help="Artifact folder to write (checkpoints go to OUT.partial/)."),
-    train: Opt[str] = typer.Option(None, "--train", help="Training pairs file (sets train_data)."),
-    dev: Opt[str] = typer.Option(None, "--dev", help="Dev pairs file (sets dev_data)."),
+    train: Opt[str] = typer.Option(None, "--train", parser=file_to_read("--train"),
+                                   help="Training pairs file (sets train_data)."),
+    dev: Opt[str] = typer.Option(None, "--dev", parser=file_to_read("--dev"), help="Dev pairs file (sets dev_data)."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set epochs=3 (repeatable; each key once)."),
     overwrite: bool = OVERWRITE,
 ):

@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
-                                TITLE_COL, Opt, argument_option, flags_set, number, number_in, progress_bar,
-                                quiet_transformers, read_data, user_errors)
+                                TITLE_COL, Opt, argument_option, file_to_read, flags_set, number, number_in,
+                                progress_bar, quiet_transformers, read_data, user_errors)
 from headcut.prune_arguments import LATENCY_BATCH, argument_range
 from headcut_grader.errors import UserError, quoted
 
@@ -62,9 +62,10 @@ def prune(
     runtime: str = typer.Option("torch-fp32", "--runtime", help="--latency: what the layer cost tables are timed on: "
                                 "torch-fp32, or onnx-int8 / onnx-fp32 (ONNX Runtime, as the exported grader will "
                                 "serve; `headcut export --int8` for onnx-int8)"),
-    scores: Opt[Path] = typer.Option(None, "--scores",
+    scores: Opt[Path] = typer.Option(None, "--scores", parser=file_to_read("--scores", Path),
                                      help="--keep-ratio: importance.json from `headcut scan` of this model."),
-    data: Opt[str] = typer.Option(None, "--data", "-d", help="Pairs to score units on, and to calibrate --flops "
+    data: Opt[str] = typer.Option(None, "--data", "-d", parser=file_to_read("--data"),
+                                  help="Pairs to score units on, and to calibrate --flops "
                                   "mask tuning on (default: the model's recorded dev data, read with its recorded "
                                   "columns, each column flag given replacing its own and --preset all of them). Grades "
                                   "are optional "
@@ -105,7 +106,8 @@ def prune(
                                help="Prune in this many steps, re-scoring between them (0 or 1 = one shot). "
                                "--flops/--latency: the shares shrink geometrically (0.25 in 5 steps: 0.76, 0.57, "
                                "0.44, 0.33, 0.25) and the model is re-tuned after each step; slower, by the steps"),
-    eval_data: Opt[str] = typer.Option(None, "--eval-data", help="Pairs to report quality on (default: the scoring "
+    eval_data: Opt[str] = typer.Option(None, "--eval-data", parser=file_to_read("--eval-data"),
+                                       help="Pairs to report quality on (default: the scoring "
                                        "data); read with the column flags --data is read with (none: the default "
                                        "columns), so lay both files out alike."),
     score_rows: Opt[int] = number(512, "--score-rows", help="Score units on a seeded sample of this many pairs", low=1),

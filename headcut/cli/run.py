@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import Opt, on_interrupt, quiet_transformers, user_errors
+from headcut.cli.common import Opt, file_to_read, on_interrupt, quiet_transformers, user_errors
 
 STATE_WIDTH = 8
 
@@ -58,7 +58,8 @@ def stage_lines(width: int):
 
 @user_errors
 def run(
-    recipe: str = typer.Argument(..., help="Pipeline recipe: a YAML path or built-in name (see recipes/run/)."),
+    recipe: str = typer.Argument(..., parser=file_to_read("RECIPE"),
+                                 help="Pipeline recipe: a YAML path or built-in name (see recipes/run/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a key: --set teacher.epochs=1, --set data.train=FILE, "
                                    "--set distill.bottom3.epochs=2 (repeatable; each key once)."),
     out: Opt[Path] = typer.Option(None, "--out", "-o", help="Run folder (default: runs/<recipe name>); rerunning into "

@@ -9,8 +9,8 @@ import typer
 
 from headcut_grader.errors import UserError, quoted
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
-                                QUERY_COL, SEED, TITLE_COL, Opt, argument_option, flags_set, metrics_line, number,
-                                quiet_transformers, read_data, user_errors)
+                                QUERY_COL, SEED, TITLE_COL, Opt, argument_option, file_to_read, flags_set, metrics_line,
+                                number, quiet_transformers, read_data, user_errors)
 from headcut.evaluate_arguments import PROBE_BATCH_SIZE
 
 
@@ -132,7 +132,8 @@ def check_experiment_flags(ctx: typer.Context, chosen: tuple[str, ...]) -> None:
 def scan(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
-    data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'."),
+    data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
+                             help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for importance.json/csv, figures, report.md/html."),
     method: str = typer.Option("ablation,kl,gradient,fisher,entropy", "--method",
                                help="Comma list of ablation, kl, gradient, fisher, entropy. `headcut prune "
@@ -179,7 +180,8 @@ def scan(
 @user_errors
 def probe(
     model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
-    data: str = typer.Option(..., "--data", "-d", help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'; grades not needed."),
+    data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
+                             help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'; grades not needed."),
     out: Path = typer.Option(..., "--out", "-o", help="Folder for the probe report (importance.json holds entropy)."),
     limit: Opt[int] = number(500, "--limit", help="Seeded random sample of this many pairs (0: all)", low=0),
     batch_size: int = argument_option("batch_size", "--batch-size", help="Pairs per forward pass",

@@ -13,7 +13,6 @@ Gaussian's Fisher information). `pair_loss` and `example_loss` / `example_change
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,7 +20,7 @@ import torch
 from headcut.arch import present_heads
 from headcut_grader.data import Pairs, check_regular
 from headcut_grader.errors import UserError, quoted
-from headcut_grader.files import write_json
+from headcut_grader.files import as_file_to_read, write_json
 from headcut_grader.readers import bounded_int
 from headcut_grader.validation import absent, read_small_text
 
@@ -137,7 +136,7 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
     """Scores of one method as `(layers, heads)` float32 (-inf = absent head): `method`, else `default` when
     the file has it, else the file's first; and meta: method, weights_hash, fingerprint, samples, seed,
     model, data, methods, file."""
-    path = Path(path)
+    path = as_file_to_read(path, "read_scores path", what="a scan's importance.json file's path")
     if not path.exists():
         plain = "no such score file; run `headcut scan --out DIR` and pass DIR/importance.json"
         raise UserError(f"{path}: {absent(path, plain)}.")

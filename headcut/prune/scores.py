@@ -9,7 +9,7 @@ import torch
 from headcut.arch import heads_per_layer, intermediate_size, layer_ids, mask_shape, neurons_per_layer
 from headcut_grader.data import FILE_KEYS
 from headcut_grader.errors import UserError, check_names, setting
-from headcut_grader.files import as_path
+from headcut_grader.files import as_file_to_read
 from headcut_grader.ranges import check_callbacks
 from headcut_grader.validation import absent
 from headcut.model_arguments import check_loaded, check_model, check_tokenizer
@@ -42,7 +42,7 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
     check_names(names, "scores_from_file names")
     from headcut.evaluate.importance import absent_heads, read_scores
 
-    path = as_path(path, "scores", what="a scan's importance.json file's path")
+    path = as_file_to_read(path, "scores", what="a scan's importance.json file's path")
     check_loaded(loaded, "scores_from_file loaded")
     scores_said, model, data = setting(named("scores", names), path), named("model", names), named("data", names)
     if not path.exists():

@@ -344,6 +344,20 @@ def file_option(default, *flags: str, help: str):
     return typer.Option(default, *flags, metavar=FILE, help=help)
 
 
+def file_to_read(flag: str, kind: type = str):
+    """A parser for an option or argument that names a file to read (pairs, a recipe, a score file): text that names a
+    folder (p.tsv/, p.tsv/.) is refused naming `flag` (folder_spelled), where typer's Path dropped the / and the file
+    p.tsv was read; else the value as `kind` (str, or Path for an option typed Path)."""
+
+    def parse(value):
+        if isinstance(value, str) and (problem := folder_spelled(value, flag, reading=True)):
+            return BadValue(problem)
+        return value if value is None else kind(value)
+
+    parse.__name__ = kind.__name__  # the metavar typer shows in --help (as bounded's)
+    return parse
+
+
 def version_option(program: str, version: str):
     """The eager `--version` option of a program's callback: prints "PROGRAM VERSION" and exits."""
     def show(value: bool) -> None:

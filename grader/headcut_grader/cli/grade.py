@@ -8,13 +8,15 @@ import typer
 
 from headcut_grader.ranges import BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_WORKERS, THREADS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, file_option,
-                                       number, number_in, on_interrupt, progress_bar, user_errors, written_whole)
+                                       file_to_read, number, number_in, on_interrupt, progress_bar, user_errors,
+                                       written_whole)
 
 
 @user_errors
 def grade(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
-    pairs_file: Path = typer.Argument(..., help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
+    pairs_file: Path = typer.Argument(..., parser=file_to_read("PAIRS_FILE", Path),
+                                      help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
     out: Path = file_option(..., "--out", "-o", help="Where to write grades (same format as the input unless the "
                             "suffix says: .tsv, .csv or .jsonl; JSON input is written as JSON lines)."),
     workers: int = number(1, "--workers", help="Grading processes, one grader each; about one per 1-2 cores",
