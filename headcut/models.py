@@ -551,9 +551,11 @@ def _headcut_version() -> str:
     return __version__
 
 
-def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None, overwrite: bool = False) -> Path:
+def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None, overwrite: bool = False,
+               flag: str = "out") -> Path:
     """Write an artifact folder atomically: safetensors weights, config with the per-layer shape,
-    tokenizer and headcut.json. `load_model(out)` reloads it exactly."""
+    tokenizer and headcut.json. `load_model(out)` reloads it exactly. `flag`: what named `out`, for messages (a
+    command's --out)."""
     out = as_path(out, "save_model out")
     check_loaded(loaded, "save_model loaded")
     model = loaded.model
@@ -564,7 +566,7 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
     merged.setdefault("task", loaded.task)
     if merged["task"] == "score":
         merged.setdefault("activation", loaded.activation)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with atomic_dir(out, overwrite=overwrite, flag=flag) as tmp:
         config = model.config
         setattr(config, SHAPE_KEY, shape_record(model))
         merged[SHAPE_HASH] = shape_hash(getattr(config, SHAPE_KEY))
@@ -613,4 +615,5 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     widen(loaded.model, full, keep_layers_said=keep_layers_said)
     full.eval()
     meta = {k: v for k, v in loaded.meta.items() if k != "weights_hash"}
-    return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite)
+    return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite,
+                      flag=named("out", names, section=""))

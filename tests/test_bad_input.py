@@ -263,6 +263,38 @@ def test_6_an_existing_out_file_needs_overwrite(tmp_path, tiny_grader):
     assert out.read_text().startswith("query\ttitle\ttrue_grade\tgrade")
 
 
+@pytest.mark.parametrize("command", ["export", "cross-encoder", "prune"])
+def test_6_an_out_folder_another_run_wrote_meanwhile_is_kept_and_its_flag_named(tmp_path, saved_models, command,
+                                                                                 monkeypatch):
+    """Was: `out=DIR was written by another run while this one worked ...; pass overwrite=True` from export,
+    cross-encoder and prune, whose library writers (build_grader, save_model, write_artifact) named their own argument
+    to a command's user, who has --out and --overwrite."""
+    import headcut_grader.files
+    from conftest import tiny_model
+    from headcut.models import LoadedModel, load_model, save_model
+
+    model = saved_models["artifact"]
+    if command == "cross-encoder":  # it writes one-score models only
+        model = save_model(LoadedModel(tiny_model("bert", num_labels=1, vocab_size=99), load_model(model).tokenizer,
+                                       {"task": "score", "activation": "sigmoid"}, "tiny", ""), tmp_path / "reranker")
+    out = tmp_path / "out"
+    real = headcut_grader.files.temp_sibling
+
+    def other_run_writes_meanwhile(path):
+        if path == out:  # the work starts: its temporary folder is named
+            out.mkdir(exist_ok=True)
+            (out / "theirs.txt").write_text("the other run's\n")
+        return real(path)
+
+    monkeypatch.setattr(headcut_grader.files, "temp_sibling", other_run_writes_meanwhile)
+    args = {"export": ["export", model], "cross-encoder": ["cross-encoder", "--model", model],
+            "prune": ["prune", "--model", model, "--keep-ratio", "0.5", "--data", "synthetic"]}[command]
+    refused(run(*args, "--out", out), f"--out {out} was written by another run while this one worked, and is left as "
+                                      "it is; choose a new folder, or pass --overwrite.")
+    assert [p.name for p in out.iterdir()] == ["theirs.txt"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+
+
 def test_6_evaluate_out_follows_the_same_rule(tmp_path, tiny_grader):
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--out", pairs, "--overwrite"), "input")

@@ -286,6 +286,6 @@ def write_and_print(result, out: Path, *, overwrite: bool) -> None:
     from headcut.prune import format_report, write_artifact
     from headcut.prune.artifact import FIGURE
 
-    write_artifact(result, out, overwrite=overwrite)
+    write_artifact(result, out, overwrite=overwrite, flag="--out")
     typer.echo(format_report(result.record(), names=result.names).replace("# headcut prune\n\n", "", 1))
     typer.echo(f"wrote {out} (report.md, {FIGURE})")

@@ -101,7 +101,7 @@ def build_grader(
     say = progress or (lambda message: None)
     model, max_length = loaded.model, max_length or loaded.max_length
     try:
-        with atomic_dir(out, overwrite=overwrite) as tmp:
+        with atomic_dir(out, overwrite=overwrite, flag=named("out", names)) as tmp:
             graphs = export_checked(model, loaded.tokenizer, pairs, tmp, opset=opset, max_length=max_length,
                                     optimize=optimize, threads=threads, say=say, names=names)
             graded = Graded(None, None, None, None, graphs.final)

@@ -22,8 +22,9 @@ GATE_LIMITS = ("min_agreement", "max_spearman_drift", "max_drop")  # what `headc
 # where a caller spells a setting otherwise than NAME, export.NAME or --NAME (headcut_grader.errors.named)
 SPELLED = {
     "arguments": {"data": "pairs", "int8": "int8=True", "model": "loaded", **{g: f"gate.{g}" for g in GATE_LIMITS}},
-    # a run exports the stage's model on pairs it chose (named by their file alone), export.rows of them
-    "keys": {"data": "", "limit": "export.rows", "model": ""},
+    # a run exports the stage's model into a folder of its own (named by its path alone) on pairs it chose (named by
+    # their file alone), export.rows of them
+    "keys": {"data": "", "limit": "export.rows", "model": "", "out": ""},
 }
 
 

@@ -27,12 +27,13 @@ def prune_meta(source: LoadedModel, summary: dict) -> dict:
     return meta
 
 
-def write_artifact(result: PruneResult, out: str | Path, *, overwrite: bool = False) -> Path:
+def write_artifact(result: PruneResult, out: str | Path, *, overwrite: bool = False, flag: str = "out") -> Path:
     """Write `out` atomically; an interrupted write leaves no folder, and `out` is neither the source model's folder
-    nor inside it (refused naming `out`: a command checks its --out before)."""
+    nor inside it (refused naming `out`: a command checks its --out before). `flag`: what named `out`, for messages
+    (a command's --out)."""
     out, pruned, source, summary = as_path(out, "write_artifact out"), result.pruned, result.source, result.record()
     saveable = LoadedModel(pruned.model, pruned.tokenizer, {}, pruned.path, pruned.weights_hash)
-    with atomic_dir(out, overwrite=overwrite, inputs=[source.path]) as tmp:  # never the source, nor inside it
+    with atomic_dir(out, overwrite=overwrite, inputs=[source.path], flag=flag) as tmp:  # never the source, nor inside it
         save_model(saveable, tmp, meta=prune_meta(source, summary), overwrite=True)
         shape_figure(summary["plan"], tmp / FIGURE)
         write_text(tmp / "report.md", format_report(summary, figure=FIGURE, names=result.names))
