@@ -192,6 +192,14 @@ def _precision_lies(folder):  # was: an fp32 IR graded and reported as INT8, exi
     (folder / "grader.json").write_text(json.dumps(record))
 
 
+def _bf16_lies(precision, hint):  # was: graded with one, reported as the other, exit 0
+    def harm(folder):
+        record = json.loads((folder / "grader.json").read_text())
+        record["openvino"].update(precision=precision, inference_precision=hint)
+        (folder / "grader.json").write_text(json.dumps(record))
+    return harm
+
+
 def _max_length_lies(folder):  # OpenVINO grades past the 128 positions (zeros); ONNX Runtime's graph fails there
     record = json.loads((folder / "grader.json").read_text())
     record["max_length"] = 300
@@ -206,6 +214,8 @@ def _max_length_lies(folder):  # OpenVINO grades past the 128 positions (zeros);
     (_grades_lie, "names 3 outputs (task grades) but the graph has 5"),
     (_max_length_lies, "'max_length' is 300, but the graph has position embeddings for at most 128 tokens"),
     (_precision_lies, "'openvino.precision' is \"int8\", but model.xml holds no quantized (INT8) operations"),
+    (_bf16_lies("bf16", "fp32"), "'openvino.precision' is \"bf16\", but 'openvino.inference_precision' is \"fp32\""),
+    (_bf16_lies("fp32", "bf16"), "'openvino.precision' is \"fp32\", but 'openvino.inference_precision' is \"bf16\""),
 ])
 def test_grader_folders_that_lie_are_refused_with_one_sentence(both, tmp_path, harm, words):
     folder = _copy(both, tmp_path)

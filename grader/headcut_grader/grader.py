@@ -228,6 +228,12 @@ def _openvino_problem(section: dict | None) -> str | None:
     for key, allowed in (("precision", OPENVINO_PRECISIONS), ("inference_precision", ("fp32", "bf16"))):
         if section.get(key, "fp32") not in allowed:
             return f"'openvino.{key}' is {shown(section[key])}, not one of {', '.join(allowed)}"
+    # bf16 is no property of the IR files but of the compile hint, so the two keys must say it alike: else the
+    # grader reports bf16 and computes in f32, or the reverse
+    precision, hint = section.get("precision", "fp32"), section.get("inference_precision", "fp32")
+    if ("bf16" in precision) != (hint == "bf16"):
+        return (f"'openvino.precision' is {shown(precision)}, but 'openvino.inference_precision' is {shown(hint)} "
+                "(a bf16 graph compiles with the bf16 hint, every other with fp32)")
     files = section.get("files")
     if not isinstance(files, dict) or not all(isinstance(files.get(k), dict) for k in ("xml", "bin")):
         return f"'openvino.files' is {shown(files)}, not an object naming the xml and bin files"
