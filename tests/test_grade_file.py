@@ -598,12 +598,13 @@ def tiny_reranker(tmp_path_factory):
     return root / "grader"
 
 
-def stopped_at_row_100(grader, tmp_path):
-    """A run stopped by a bad line 101 after grading 100 rows, its partial kept; the fixed source."""
+def stopped_at_row_100(grader, tmp_path, *flags):
+    """A run (with `flags`) stopped by a bad line 101 after grading 100 rows, its partial kept; the fixed source."""
     source = write_pairs(tmp_path / "pairs.tsv", 300, seed=6)
     lines = source.read_text().splitlines(keepends=True)
     source.write_text("".join(lines[:101] + ["x\t\t3\n"] + lines[101:]))
-    assert grade(grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100").exit_code == 2
+    stopped = grade(grader, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", *flags)
+    assert stopped.exit_code == 2 and "line 102" in stopped.output, stopped.output
     source.write_text("".join(lines))
     return source
 

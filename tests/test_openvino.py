@@ -384,6 +384,27 @@ def test_an_openvino_score_grader_in_fp32_equals_pytorch_within_1e4(tmp_path, on
     assert np.ptp(want) > 1e-3 and np.abs(got - want).max() <= 1e-4
 
 
+def test_a_resume_on_the_other_backend_names_the_backend_that_continues_it(both, tmp_path):
+    """Was: 'the interrupted run used another grader; resume with the same GRADER_DIR' to a resume of that same folder
+    on its other graph (another --backend); and a run of --backend auto could not be resumed by the runtime auto had
+    chosen (the state's 'auto' refused --backend openvino, while auto may choose otherwise on the next run)."""
+    from test_grade_file import grade, stopped_at_row_100
+
+    source = stopped_at_row_100(both, tmp_path, "--backend", "onnxruntime")
+    resumed = grade(both, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume", "--backend", "openvino")
+    assert resumed.exit_code == 2 and resumed.output.endswith(
+        "the interrupted run graded with this grader's onnxruntime graph, and this run with its openvino one; resume "
+        "with --backend onnxruntime, or run without --resume and with --overwrite.\n"), resumed.output
+    auto = tmp_path / "auto"
+    auto.mkdir()
+    source = stopped_at_row_100(both, auto)  # --backend auto
+    chosen = Grader(both).backend.name
+    resumed = grade(both, source, "--out", auto / "o.tsv", "--chunk-rows", "100", "--resume", "--backend", chosen)
+    assert resumed.exit_code == 0 and "100 of them by the interrupted run" in resumed.output, resumed.output
+    whole = grade(both, source, "--out", auto / "whole.tsv", "--chunk-rows", "100", "--backend", chosen)
+    assert whole.exit_code == 0 and (auto / "o.tsv").read_bytes() == (auto / "whole.tsv").read_bytes()
+
+
 def test_opening_the_openvino_graph_looks_for_openvino_once(both, monkeypatch):
     """Was: open_backend looked for the openvino package, then the opener's openvino_core looked for it again."""
     from headcut_grader import backends

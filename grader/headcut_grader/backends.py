@@ -47,6 +47,13 @@ def graphs(record: dict) -> dict[str, dict]:
     return found
 
 
+def graph_sha256(record: dict, backend: str) -> str:
+    """The recorded sha256 prefix of the `backend` graph of a grader.json (its weights file for OpenVINO)."""
+    files = graphs(record)[backend]["files"]
+    spec = files.get("model") or files.get("bin") or {}
+    return str(spec.get("sha256", spec.get("name", "")))
+
+
 def graph_file(folder: Path, spec, *, what: str) -> Path:
     """The checked path of one graph file: inside the folder, present, and as long and as hashed as recorded."""
     return checked_file(folder, spec, what=what)[0]

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from headcut_grader.backends import BACKEND_CHOICES
+from headcut_grader.backends import BACKEND_CHOICES, graph_sha256, graphs
 from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import Given, UserError, check_names, named, setting
 from headcut_grader.files import as_file_to_read, as_path, check_out_file, publish_file, published, write_json
@@ -278,6 +278,19 @@ def _grader_id(grader: Grader) -> str:
     return grader.graph_sha256
 
 
+def _another_graph(out: Path, grader: Grader, recorded: str, names: str) -> UserError:
+    """The sentence for a resume whose interrupted run graded with another graph: another grader's, or another
+    backend's graph of this same folder (another --backend, or auto's choice on another CPU), which only that
+    backend continues."""
+    backend = next((b for b in graphs(grader.record) if graph_sha256(grader.record, b) == recorded), None)
+    if backend is None:
+        return UserError(f"{out}: the interrupted run used another grader; resume with the same "
+                         f"{said('grader_dir', names)}, or run {afresh(names)}.")
+    return UserError(f"{out}: the interrupted run graded with this grader's {backend} graph, and this run with its "
+                     f"{grader.backend.name} one; resume with {setting(_setting('backend', names), backend)}, or run "
+                     f"{afresh(names)}.")
+
+
 STATE_FIELDS = {"rows": int, "bytes": int, "grader_sha256": str, "settings": dict, "position": dict, "counts": dict,
                 "check": str}
 
@@ -358,15 +371,15 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
                         f"{said('resume', names)} to continue it, or {said('overwrite', names)} to start again.")
     recorded = state.get("grader_sha256") if isinstance(state, dict) else None
     if isinstance(recorded, str) and recorded != _grader_id(grader):  # before the counts: another grader counts otherwise
-        raise UserError(f"{out}: the interrupted run used another grader; resume with the same "
-                        f"{said('grader_dir', names)}, or run {afresh(names)}.")
+        raise _another_graph(out, grader, recorded, names)
     problem = problem or state_problem(state, grader.record.get("grades") or ())
     if problem:
         raise UserError(f"the state file {state_path} is damaged ({problem}); start afresh: run again "
                         f"{afresh(names)}, or delete {state_path.name} and {data.name}.")
     wanted = settings.output_keys()
     for key, value in state["settings"].items():
-        if wanted.get(key) != value:
+        # the backend is judged by the graph it grades with (above): auto's choice resumes by that runtime's name
+        if key != "backend" and wanted.get(key) != value:
             raise UserError(f"{out}: {said(key, names)} is {wanted.get(key)!r} but the interrupted run used "
                             f"{value!r}; resume with the same {'flags' if names == 'flags' else 'settings'}, or "
                             f"run {afresh(names)}.")

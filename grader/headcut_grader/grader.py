@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from headcut_grader.backend_choice import Choice, choose_backend
-from headcut_grader.backends import BACKEND_CHOICES, Backend, graphs, open_backend, unreadable
+from headcut_grader.backends import BACKEND_CHOICES, Backend, graph_sha256, open_backend, unreadable
 from headcut_grader.errors import UserError, check_names, setting, shown
 from headcut_grader.files import as_path
 from headcut_grader.ranges import BATCH, THREADS, Range, argument, as_whole, check_callbacks
@@ -393,9 +393,7 @@ class Grader:
     @property
     def graph_sha256(self) -> str:
         """The recorded sha256 prefix of the graph this grader runs (its weights file for OpenVINO)."""
-        files = graphs(self.record)[self.backend.name]["files"]
-        spec = files.get("model") or files.get("bin") or {}
-        return str(spec.get("sha256", spec.get("name", "")))
+        return graph_sha256(self.record, self.backend.name)
 
     @property
     def precision(self) -> str:
