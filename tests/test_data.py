@@ -139,6 +139,19 @@ def test_a_json_array_resumes_after_any_chunk_and_names_its_errors_as_json_does(
             read_pairs(write(tmp_path, "bad.json", text))
 
 
+@pytest.mark.parametrize("name", ["pairs.jsonl", "pairs.json"])
+def test_one_json_object_over_several_lines_is_said_to_be_one_not_a_line_to_fix(tmp_path, name):
+    """Was: 'line 1, column 2: invalid JSON (Expecting property name enclosed in double quotes); fix that line' for a
+    pretty-printed request body of `serve` (json.dump(indent=2)): valid JSON, whose line 1, '{', has nothing to fix."""
+    body = {"pairs": [{"query": "drill", "title": "cordless drill"}]}
+    with pytest.raises(UserError, match=re.escape(f"{name}, line 1: a JSON object goes on past the end of the line, "
+                                                  "and JSON lines hold one whole object per line")):
+        read_pairs(write(tmp_path, name, json.dumps(body, indent=2)))
+    # a later line cut short is still that line's to fix
+    with pytest.raises(UserError, match=r"line 2, column 16: invalid JSON \(Unterminated string"):
+        read_pairs(write(tmp_path, name, '{"query": "a", "title": "b", "grade": 3}\n{"query": "c", "ti'))
+
+
 def test_custom_columns_and_label_maps(tmp_path):
     path = write(tmp_path, "b.csv", "q,doc,rel\nx,y,2\nx,z,0\n")
     pairs = read_pairs(path, query_col="q", title_col="doc", label_col="rel", label_map=parse_label_map("0:1,1:3,2:5"))

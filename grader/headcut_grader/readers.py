@@ -514,6 +514,7 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
             yield lines.number, dict(zip(header, record))
     elif fmt == "jsonl":
         number = lines.number
+        first = number == 0  # the file's first object, not a resume's
         for text in lines:
             for chunk in _json_lines(text):
                 number += 1
@@ -523,16 +524,27 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
                     obj = json.loads(chunk, object_pairs_hook=unique_keys(f"{path}, line {number}: the object"),
                                      parse_int=bounded_int)
                 except json.JSONDecodeError as e:
-                    raise UserError(f"{path}, line {number}, column {e.colno}: invalid JSON ({e.msg}); "
-                                    "fix that line.") from None
+                    raise _json_line_error(path, number, chunk, e, first=first) from None
                 except RecursionError:
                     raise UserError(f"{path}, line {number}: JSON nested too deeply; fix that line.") from None
+                first = False
                 if not isinstance(obj, dict):
                     raise UserError(f"{path}, line {number}: expected a JSON object per line; fix that line.")
                 yield number, obj
     else:  # a row's "line" is its item number in the array, 1-based
         decoder = json.JSONDecoder(object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
         yield from json_array_items(lines, decoder)
+
+
+def _json_line_error(path: Path, number: int, chunk: str, error: json.JSONDecodeError, *, first: bool) -> UserError:
+    """The sentence for JSON line `number` that does not parse: the file's first object cut at its line's end is one
+    JSON object written over several lines (json.dump(..., indent=2): a pretty-printed request body of `serve`), no
+    line of JSON lines to fix."""
+    if first and error.pos >= len(chunk.rstrip()):
+        return UserError(f"{path}, line {number}: a JSON object goes on past the end of the line, and JSON lines hold "
+                         "one whole object per line (a pretty-printed file, or a request body of `serve`?); write each "
+                         "pair as an object on a line of its own, or the pairs in a JSON array [{...}, {...}].")
+    return UserError(f"{path}, line {number}, column {error.colno}: invalid JSON ({error.msg}); fix that line.")
 
 
 # JSON lines end at LF, CRLF or a lone CR; U+2028, U+2029 and U+0085, where str.splitlines also splits, may stand
