@@ -33,10 +33,22 @@ class GradeBatch:
             if col not in batch:  # else KeyError from every actor, naming neither the argument nor the columns
                 raise UserError(f"grade_dataset {name} {quoted(col)} is not a column of the dataset (columns: "
                                 f"{', '.join(map(quoted, batch))}); pass {name}=NAME of the {holds}' column.")
+        refuse_replaced(batch, self.grader)
         pairs = list(zip(batch[self.query_col].tolist(), batch[self.title_col].tolist()))
         result = self.grader.grade(pairs)
         columns = result.columns(digits=None)  # full precision: the caller rounds, if anyone does
         return dict(batch) | {name: np.asarray(values) for name, values in columns.items()}
+
+
+def refuse_replaced(columns, grader: Grader) -> None:
+    """The dataset's `columns` hold none that the grader's output columns would replace: a gold grade column named
+    grade (the Home Depot files' name) was overwritten by the predicted grade, the gold lost without a word."""
+    written = list(grader.grade([]).columns())
+    taken = [name for name in written if name in columns]
+    if taken:
+        raise UserError(f"grade_dataset: the dataset already has column {quoted(taken[0])}, which the grader's output "
+                        f"({', '.join(written)}) would replace; rename it first, e.g. "
+                        f"dataset.rename_columns({{{taken[0]!r}: 'true_{taken[0]}'}}).")
 
 
 def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1, batch_size: int = 32,
@@ -50,7 +62,11 @@ def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1
         (("concurrency", concurrency, Range(1)), ("threads", threads, THREADS), ("batch_size", batch_size, BATCH),
          ("rows_per_call", rows_per_call, Range(1))))
     as_path(grader_dir, "grade_dataset grader_dir", what="a grader folder's path")
-    backend = Grader(grader_dir, threads=threads, backend=backend).backend.name  # a bad folder fails here, once
+    grader = Grader(grader_dir, threads=threads, backend=backend)  # a bad folder fails here, once
+    schema = dataset.schema(fetch_if_missing=False)  # known without reading the data (Parquet, items), or None
+    if schema is not None:  # else each actor refuses its first batch
+        refuse_replaced(schema.names, grader)
+    backend = grader.backend.name
     return dataset.map_batches(
         GradeBatch, fn_constructor_kwargs={"grader_dir": str(grader_dir), "threads": threads, "batch_size": batch_size,
                                            "query_col": query_col, "title_col": title_col, "backend": backend},
