@@ -351,6 +351,9 @@ def test_grade_dataset_takes_any_whole_number_type_and_hands_ray_ints(tiny_grade
     from headcut_grader.ray_data import grade_dataset
 
     class Dataset:  # what grade_dataset calls of a ray.data.Dataset
+        def schema(self, fetch_if_missing=True):
+            return None  # not known without reading the data
+
         def map_batches(self, fn, **options):
             return options
 
@@ -379,12 +382,43 @@ def test_a_range_reads_as_a_sentence_after_the_kind_of_number():
     ({"title_col": "product"}, "grade_dataset title_col 'product' is not a column of the dataset (columns: 'query', "
                                "'title'); pass title_col=NAME of the titles' column.")])
 def test_a_grade_dataset_column_the_rows_lack_is_one_sentence_naming_the_argument(tiny_grader, columns, said):
-    """Was: KeyError: 'search' from every Ray actor, naming neither the argument nor the dataset's columns."""
-    from headcut_grader.ray_data import GradeBatch
+    """Was: KeyError: 'search' from every Ray actor, naming neither the argument nor the dataset's columns; and where
+    the dataset's schema is known, that error came only from the actors, inside Ray's traceback."""
+    from headcut_grader.ray_data import GradeBatch, grade_dataset
 
     batch = {"query": np.asarray(["drill"]), "title": np.asarray(["cordless drill"])}
     with pytest.raises(UserError, match=f"^{re.escape(said)}$"):
         GradeBatch(tiny_grader[0], **columns)(batch)
+    with pytest.raises(UserError, match=f"^{re.escape(said)}$"):
+        grade_dataset(_known_columns(batch), tiny_grader[0], **columns)
+
+
+def _known_columns(batch: dict):
+    """A stand-in for a ray.data.Dataset whose schema (the columns of `batch`) is known without reading it, and which
+    fails a test that maps it."""
+    from types import SimpleNamespace
+
+    schema = SimpleNamespace(names=list(batch))
+    return SimpleNamespace(schema=lambda fetch_if_missing=True: schema,
+                           map_batches=lambda *a, **k: pytest.fail("mapped a dataset grade_dataset should refuse"))
+
+
+def test_a_dataset_column_the_output_would_replace_is_refused_before_any_batch(tiny_grader):
+    """Was: a dataset with a gold `grade` column (the Home Depot files' name) came back with it overwritten by the
+    predicted grade, the gold lost without a word; now refused on the driver where the schema is known, and by each
+    actor's first batch where it is not."""
+    from headcut_grader.ray_data import GradeBatch, grade_dataset
+
+    said = ("grade_dataset: the dataset already has column 'grade', which the grader's output (grade, expected_grade, "
+            "p1, p2, p3, p4, p5) would replace; rename it first, e.g. dataset.rename_columns({'grade': 'true_grade'}).")
+    batch = {"query": np.array(["drill"]), "title": np.array(["cordless drill"]), "grade": np.array([4])}
+    with pytest.raises(UserError, match=f"^{re.escape(said)}$"):
+        GradeBatch(tiny_grader[0])(batch)
+    with pytest.raises(UserError, match=f"^{re.escape(said)}$"):
+        grade_dataset(_known_columns(batch), tiny_grader[0])
+    batch["true_grade"] = batch.pop("grade")
+    kept = GradeBatch(tiny_grader[0])(batch)
+    assert kept["true_grade"].tolist() == [4] and kept["grade"].shape == (1,)
 
 
 def test_auto_with_no_runtime_of_the_folders_graphs_installed_says_what_to_install(tiny_grader, monkeypatch):

@@ -29,20 +29,21 @@ class GradeBatch:
         self.query_col, self.title_col = query_col, title_col
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        for name, col, holds in (("query_col", self.query_col, "queries"), ("title_col", self.title_col, "titles")):
-            if col not in batch:  # else KeyError from every actor, naming neither the argument nor the columns
-                raise UserError(f"grade_dataset {name} {quoted(col)} is not a column of the dataset (columns: "
-                                f"{', '.join(map(quoted, batch))}); pass {name}=NAME of the {holds}' column.")
-        refuse_replaced(batch, self.grader)
+        check_columns(batch, self.grader, query_col=self.query_col, title_col=self.title_col)
         pairs = list(zip(batch[self.query_col].tolist(), batch[self.title_col].tolist()))
         result = self.grader.grade(pairs)
         columns = result.columns(digits=None)  # full precision: the caller rounds, if anyone does
         return dict(batch) | {name: np.asarray(values) for name, values in columns.items()}
 
 
-def refuse_replaced(columns, grader: Grader) -> None:
-    """The dataset's `columns` hold none that the grader's output columns would replace: a gold grade column named
-    grade (the Home Depot files' name) was overwritten by the predicted grade, the gold lost without a word."""
+def check_columns(columns, grader: Grader, *, query_col: str, title_col: str) -> None:
+    """The dataset's `columns` hold the queries and titles, and none that the grader's output columns would replace:
+    a gold grade column named grade (the Home Depot files' name) was overwritten by the predicted grade, the gold lost
+    without a word."""
+    for name, col, holds in (("query_col", query_col, "queries"), ("title_col", title_col, "titles")):
+        if col not in columns:  # else KeyError from every actor, naming neither the argument nor the columns
+            raise UserError(f"grade_dataset {name} {quoted(col)} is not a column of the dataset (columns: "
+                            f"{', '.join(map(quoted, columns))}); pass {name}=NAME of the {holds}' column.")
     written = list(grader.grade([]).columns())
     taken = [name for name in written if name in columns]
     if taken:
@@ -64,8 +65,8 @@ def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1
     as_path(grader_dir, "grade_dataset grader_dir", what="a grader folder's path")
     grader = Grader(grader_dir, threads=threads, backend=backend)  # a bad folder fails here, once
     schema = dataset.schema(fetch_if_missing=False)  # known without reading the data (Parquet, items), or None
-    if schema is not None:  # else each actor refuses its first batch
-        refuse_replaced(schema.names, grader)
+    if schema is not None:  # else each actor refuses its first batch, inside Ray's traceback
+        check_columns(schema.names, grader, query_col=query_col, title_col=title_col)
     backend = grader.backend.name
     return dataset.map_batches(
         GradeBatch, fn_constructor_kwargs={"grader_dir": str(grader_dir), "threads": threads, "batch_size": batch_size,
