@@ -142,3 +142,30 @@ def test_variants_of_folders_of_one_name_are_told_apart_in_the_report(tmp_path, 
     variant = pytorch_variant("same", loaded, threads=1)
     with pytest.raises(UserError, match=r"^benchmark: two variants are named 'same'; give each variant its own name\.$"):
         benchmark([variant, variant], loaded.tokenizer, pairs, BenchSettings((1,), (16,), 1, repeats=1))
+
+
+def test_a_name_or_token_holding_dollar_signs_is_drawn_as_written(tmp_path):
+    """Was: matplotlib read the span between two $ as math: a model folder m$a_b$ was drawn as 'ma' with a subscript
+    b, and a folder m$\\q$ (or a token '$$' in `headcut probe`'s attention grid) failed the figure with a ValueError
+    traceback once the whole benchmark had run."""
+    import io
+
+    import torch
+    from matplotlib.cbook import is_math_text
+
+    from headcut.evaluate.figures import attention_grid
+    from headcut.export.bench_report import figure
+
+    names = ["pytorch fp32 m$a_b$", "grader m$\\q$ (ORT fp32)"]
+    cells = [{"batch": 1, "seq": 16, "pairs_per_s": 10.0}]
+    report = {"reference": names[0], "settings": {"threads": 1},
+              "variants": [{"name": n, "kind": "pytorch", "agreement": 1.0, "cells": cells} for n in names]}
+    fig = figure(report)
+    fig.savefig(io.BytesIO(), format="png")
+    ax = fig.axes[0]
+    drawn = [t.get_text() for t in ax.get_legend().get_texts()] + [ax.get_ylabel()]
+    # what matplotlib draws of a text that is no math: its escaped dollars as dollars
+    assert [text.replace("\\$", "$") for text in drawn] == [*names, f"% same grade as {names[0]}"], drawn
+    assert not any(is_math_text(text) for text in drawn), drawn
+    grid = attention_grid([torch.ones(1, 2, 2)], ["$$", "$5"], [(0, 0, "test")])
+    grid.savefig(io.BytesIO(), format="png")

@@ -13,6 +13,13 @@ PANELS = (("relative_accuracy_pct", "accuracy change (% of baseline)"),
           ("flip_rate", "flip rate (share of changed grades)"))
 
 
+def literal(text) -> str:
+    """`text` (a name from a path or recipe, a token of the data) as a figure must draw it: matplotlib reads the span
+    between two $ as math, so a folder m$a_b$ was drawn as 'ma' with a subscript b, and a token '$$' or a folder
+    m$\\q$ failed the figure (ValueError) after the whole benchmark or probe."""
+    return str(text).replace("$", r"\$")
+
+
 def _grid(values: np.ndarray, ax, title: str, *, cmap="viridis", fig=None):
     shown = np.ma.masked_invalid(np.where(np.isfinite(values), values, np.nan))
     limits = {}
@@ -114,8 +121,8 @@ def attention_grid(maps: list, tokens: list[str], heads: list[tuple[int, int, st
         ax.set_title(f"L{layer}H{head}: {why}", fontsize=8)
         ax.set_xticks(range(len(tokens)))
         ax.set_yticks(range(len(tokens)))
-        ax.set_xticklabels(tokens, rotation=90, fontsize=6)
-        ax.set_yticklabels(tokens, fontsize=6)
+        ax.set_xticklabels(list(map(literal, tokens)), rotation=90, fontsize=6)
+        ax.set_yticklabels(list(map(literal, tokens)), fontsize=6)
     for ax in axes[len(heads):]:
         ax.axis("off")
     return fig

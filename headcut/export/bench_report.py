@@ -87,6 +87,8 @@ def figure(report: dict, *, batch: int = 32, seq: int = 64):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from headcut.evaluate.figures import literal
+
     batch, seq = headline(report, batch, seq)
     fig, ax = plt.subplots(figsize=(8.5, 4.4))
     for row in report["variants"]:
@@ -94,9 +96,9 @@ def figure(report: dict, *, batch: int = 32, seq: int = 64):
         if missing(row["agreement"]):  # nothing to agree on (NaN in memory, null read back): no point
             continue
         ax.scatter(c["pairs_per_s"], 100 * row["agreement"], marker=MARKERS.get(row["kind"], "o"), s=50,
-                   label=row["name"])
+                   label=literal(row["name"]))
     ax.set_xlabel(f"pairs per second (batch {batch} x sequence {seq}, {report['settings']['threads']} threads)")
-    ax.set_ylabel(f"% same grade as {report['reference']}")
+    ax.set_ylabel(f"% same grade as {literal(report['reference'])}")
     ax.set_title("Throughput vs agreement (square: PyTorch, circle: ONNX Runtime, triangle: OpenVINO)", fontsize=9)
     ax.grid(alpha=0.3)
     if ax.collections:

@@ -167,6 +167,8 @@ def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from headcut.evaluate.figures import literal
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     panels = [("pair_accuracy", 100, "within-query pair accuracy - teacher (points)", -floor.accuracy_points)
               if scores else ("accuracy", 100, "accuracy - teacher (points)", -floor.accuracy_points),
@@ -184,7 +186,7 @@ def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, pa
         ax.scatter([xs[i] for i in front], [ys[i] for i in front], s=90, facecolors="none", edgecolors="#dd8452",
                    zorder=3)
         for x, y, r in zip(xs, ys, rows):
-            ax.annotate(r["name"], (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
+            ax.annotate(literal(r["name"]), (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
         if chosen is not None:
             ax.scatter([chosen["speedup"]], [scale * _plotted(chosen["vs_teacher"][metric]["delta"])], marker="*", s=220,
                        color="#55a868", zorder=4, label="deploy")
