@@ -1906,6 +1906,7 @@ def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_g
     ({"max_length": "64"}, "'max_length' is \"64\", not a whole number in [2, 8192]"),
     ({"max_length": True}, "'max_length' is true, not a whole number"),
     ({"format": "1"}, "grader format \"1\" is not 1"),  # was: grader format 1 is not 1
+    ({"format": True}, "grader format true is not 1"), ({"format": 1.0}, "grader format 1.0 is not 1"),  # were read
     ({"task": None}, "'task' is null, not grades or score"),
     ({"task": "score", "activation": "relu"}, "'activation' is \"relu\", not one of identity, sigmoid, tanh"),
     ({"task": "score", "activation": ["tanh"]}, "'activation' is [\"tanh\"], not one of identity, sigmoid, tanh"),

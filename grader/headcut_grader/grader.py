@@ -153,7 +153,7 @@ def _check_format(path: Path, record: dict) -> None:
     """grader.json's format is this runtime's; a newer one asks for a newer runtime, not for a re-export, which the
     headcut that wrote it would repeat."""
     found = record.get("format")
-    if found == GRADER_FORMAT:
+    if type(found) is int and found == GRADER_FORMAT:  # not true or 1.0, which equal 1 in Python
         return
     if isinstance(found, int) and not isinstance(found, bool) and found > GRADER_FORMAT:
         by = record.get("headcut_version")
