@@ -295,6 +295,21 @@ def test_6_an_out_folder_another_run_wrote_meanwhile_is_kept_and_its_flag_named(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
 
 
+def test_prune_on_pairs_shorter_than_the_shortest_timed_length_times_at_that_length(tmp_path, saved_models):
+    """Was: pairs of a few words (6 tokens on average) stopped `headcut prune` after the pruning with 'speed_summary
+    seq_len is 6; it must be a whole number in [8, 8192]', an argument no user passed; distill's speed summary, at
+    the median dev length, after the whole training. Both time at the shortest length timed instead."""
+    from headcut.prune.measure import timed_length
+
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    result = run("prune", "--model", saved_models["artifact"], "--keep-ratio", "0.5", "--data", pairs, "--no-timing",
+                 "--out", tmp_path / "pruned")
+    assert result.exit_code == 0, result.output
+    speed = json.loads((tmp_path / "pruned" / "headcut.json").read_text())["prune"]["speed"]
+    assert speed["seq_len"] == 8
+    assert [timed_length(n) for n in (1, 7, 8, 40)] == [8, 8, 8, 40]
+
+
 def test_6_evaluate_out_follows_the_same_rule(tmp_path, tiny_grader):
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--out", pairs, "--overwrite"), "input")

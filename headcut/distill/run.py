@@ -32,7 +32,7 @@ from headcut.evaluate.tasks import paired, summary
 from headcut.finetune import check_dev_apart, dev_record, load_data, run_hash
 from headcut.models import LoadedModel, load_model, save_model
 from headcut_grader.ranges import check_callbacks
-from headcut.prune.measure import speed_summary
+from headcut.prune.measure import speed_summary, timed_length
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_headcut_cache, check_run_out, headcut_cache, out_flag
 from headcut.training import (check_fits, check_process_batch, check_steps, file_options, grades_fix, is_finished,
@@ -270,7 +270,7 @@ class Distillation:
         metrics = self._final_metrics(best)
         speed = None
         if recipe.measure_speed and folder.is_main:  # at the median dev length: what a deployed grader mostly sees
-            seq_len = int(np.median(self.dev_encoded.lengths()))
+            seq_len = timed_length(np.median(self.dev_encoded.lengths()))
             speed = speed_summary(self.teacher.model.to("cpu"), best.model, seq_len=seq_len, batch_sizes=(1, 32))
         folder.publish({"training": training, "metrics": metrics, "speed": speed})
         result.out, result.metrics, result.speed = str(self.out), metrics, speed

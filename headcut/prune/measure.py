@@ -83,6 +83,13 @@ def checked_timing(function: str, models, *, seq_len, batch_sizes, fitting: bool
     return [seq_len, tuple(sizes), *rest]
 
 
+def timed_length(tokens: int) -> int:
+    """The length a speed summary of data whose pairs have `tokens` tokens (mean, median) is measured at: that, or the
+    shortest length timed where the pairs are of a few words (was: a refusal of speed_summary's seq_len, after the
+    pruning or the whole distillation)."""
+    return max(int(tokens), int(ARGUMENTS["seq_len"][0].low))
+
+
 def speed_summary(before, after, *, seq_len: int, latency: bool = True, **latency_options) -> dict:
     """Parameters, FLOPs and (optionally) latency of both models, with ideal and measured speedups."""
     check_model(before, "speed_summary before")

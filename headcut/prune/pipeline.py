@@ -32,7 +32,7 @@ from headcut.prune.tune import DEFAULT_MODE, MODES, tune_scales
 from headcut.prune.inputs import (check_calibration_size, data_pool, eval_sample, file_score_record,
                                   notes_for, scan_score_record, stage)
 from headcut.prune.iterative import budget_shares, iterative_plan
-from headcut.prune.measure import speed_summary
+from headcut.prune.measure import speed_summary, timed_length
 from headcut.prune.plan import check_head_counts, plan_heads
 from headcut.prune.result import PruneResult, PruneSettings
 from headcut.prune.scores import DEFAULT_METHOD, check_unpruned, scan_scores, scores_from_file
@@ -125,7 +125,7 @@ def prune(
                                  max_length=max_length, iters=settings.bootstrap, seed=seed,
                                  progress=stage(progress, "grading", 2 * len(eval_pairs)), activation=loaded.activation)
         quality.pop("logits")
-        seq_len = quality["seq_len"]
+        seq_len = timed_length(quality["seq_len"])
     return PruneResult(
         pruned, loaded,
         request={"keep_ratio": keep_ratio, "layer_prior": layer_prior, "min_heads": min_heads,
