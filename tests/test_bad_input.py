@@ -310,6 +310,29 @@ def test_prune_on_pairs_shorter_than_the_shortest_timed_length_times_at_that_len
     assert [timed_length(n) for n in (1, 7, 8, 40)] == [8, 8, 8, 40]
 
 
+def test_6_a_path_starting_with_an_unexpanded_tilde_names_the_home_folder_it_meant(tmp_path, tiny_grader,
+                                                                                  saved_models, monkeypatch):
+    """Was: `--out=~/o.tsv` (a shell expands ~ only at the start of a word) graded into a folder named ~ made in the
+    current one, and said 'graded ... -> ~/o.tsv'; an input so written was 'no such file'. Python never expands ~."""
+    from headcut.models import load_model, save_model
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    why = "~ was not read as a home folder (a shell expands it only at the start of a word, not after --flag=, and " \
+          "Python never); write the path in full: "
+    refused(run("grade", tiny_grader, pairs, "--out=~/o.tsv"), f"--out ~/o.tsv: {why}{home / 'o.tsv'}.")
+    refused(run("grade", tiny_grader, "~/pairs.tsv", "--out", "o.tsv"), f"~/pairs.tsv: {why}{home / 'pairs.tsv'}.")
+    refused(run("grade", "~/grader", pairs, "--out", "o.tsv"), f"~/grader: {why}{home / 'grader'}.")
+    with pytest.raises(UserError, match=re.escape(f"out=~/model: {why}{home / 'model'}.")):
+        save_model(load_model(saved_models["artifact"]), "~/model")
+    assert not (tmp_path / "~").exists()
+    (tmp_path / "~").mkdir()  # a folder named ~ is there: meant, then
+    assert run("grade", tiny_grader, pairs, "--out=~/o.tsv").exit_code == 0
+    assert (tmp_path / "~" / "o.tsv").is_file()
+
+
 def test_6_evaluate_out_follows_the_same_rule(tmp_path, tiny_grader):
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     refused(run("evaluate", "--model", tiny_grader, "--data", pairs, "--out", pairs, "--overwrite"), "input")

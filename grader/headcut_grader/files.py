@@ -19,7 +19,8 @@ from pathlib import Path
 from headcut_grader.errors import UserError, caller, named, setting
 from headcut_grader.lines import RESUME_SPELLED
 from headcut_grader.ranges import argument, checked_bool
-from headcut_grader.validation import LINK_LOOP, NAME_MAX_BYTES, check_name_lengths, is_link_loop, on_the_way
+from headcut_grader.validation import (LINK_LOOP, NAME_MAX_BYTES, check_name_lengths, is_link_loop, on_the_way,
+                                       unexpanded_home)
 
 
 def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
@@ -129,6 +130,8 @@ def check_place(out: Path, flag: str = "out") -> None:
         raise UserError(f"{setting(flag, '-')} would be a file named '-': headcut writes its outputs to files "
                         "(atomically), not to standard output; name a file or folder, e.g. "
                         f"{setting(flag, 'results')}.")
+    if why := unexpanded_home(out):  # was: a folder named ~ made here, the output in it
+        raise UserError(f"{setting(flag, out)}: {why}.")
     here, target = Path.cwd().resolve(), resolved_out(out, flag)
     if target == here or target in here.parents:
         where = "the folder you are in" if target == here else "a folder that holds the one you are in"

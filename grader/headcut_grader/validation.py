@@ -102,7 +102,20 @@ def absent(path: str | Path, plain: str = "no such file; check the path") -> str
         return LINK_LOOP
     if broken_link(path) == Path(path):
         return f"a broken symbolic link to {os.readlink(path)}; point the link at an existing path or name another"
-    return on_the_way(path) or plain
+    return on_the_way(path) or unexpanded_home(path) or plain
+
+
+def unexpanded_home(path: str | Path) -> str | None:
+    """Why `path`, starting with ~ or ~USER, is not in that home folder, to follow its name in a sentence: a shell
+    expands ~ only at the start of a word (not in --out=~/x) and Python never, so it names a folder ~ here, which is
+    made for an output; None where no such ~ starts it, or a file or folder of that name is here (meant, then)."""
+    text = os.fspath(path)
+    first = text.split(os.sep, 1)[0]
+    home = os.path.expanduser(first)
+    if not first.startswith("~") or home == first or os.path.lexists(first):
+        return None
+    return (f"{first} was not read as a home folder (a shell expands it only at the start of a word, not after "
+            f"--flag=, and Python never); write the path in full: {os.path.expanduser(text)}")
 
 
 def on_the_way(path: str | Path) -> str | None:
