@@ -806,13 +806,14 @@ def test_prune_s_seq_len_takes_the_sequence_length_range_headcut_bench_reads(tmp
         measure_latency([tiny_model("bert")], seq_len=4)
 
 
-@pytest.mark.parametrize("value, said", [("5", "is '5', which is not a number"), ([3], "is [3], which is not a number"),
-                                         (True, "is True, which is not a number"),
-                                         (2.5, "is 2.5, which is not a whole number")])
+@pytest.mark.parametrize("value, said", [("5", "'5' is not a number"), ([3], "[3] is not a number"),
+                                         (True, "True is not a number"),
+                                         (2.5, "2.5 is not a whole number")])
 def test_a_settings_field_of_the_wrong_type_is_one_sentence_naming_the_key(value, said):
     """Was: PruneSettings(score_rows='5') raised Python's "'<' not supported between 'str' and 'int'", and a list or
-    a fraction where a count belongs was taken; every dataclass checked by check_ranges (recipes, settings) alike."""
+    a fraction where a count belongs was taken; the field is named as the Python caller wrote it."""
     from headcut.prune import PruneSettings
 
-    with pytest.raises(UserError, match=re.escape(f"PruneSettings: key 'score_rows' {said}; it must be at least 1.")):
+    sentence = f"PruneSettings(score_rows={value!r}): {said}; it must be at least 1."
+    with pytest.raises(UserError, match=re.escape(sentence)):
         PruneSettings(score_rows=value)

@@ -371,7 +371,7 @@ def test_an_export_names_its_settings_as_its_caller_wrote_them(tmp_path, names):
     ({"optimize": "no"}, "optimize is 'no'; pass True or False."),
     ({"int8": "no"}, "int8 is 'no'; pass True or False."),
     ({"gate": {"max_drop": 1}}, "gate is {'max_drop': 1}; pass a headcut.export.Int8Gate(...)."),
-    ({"gate": Int8Gate(max_drop=float("nan"))}, "gate: key 'max_drop' is nan, which is not a finite"),
+    ({"gate": Int8Gate(max_drop=float("nan"))}, "Int8Gate(max_drop=nan): nan is not a finite number; it must be in [0, 100]."),
     ({"pairs": [("drill", "cordless drill")]}, "pairs is [('drill', 'cordless drill')]; pass headcut_grader.data."
                                                "read_pairs(FILE) or None."),
 ])

@@ -111,8 +111,11 @@ def test_the_report_names_a_setting_as_the_prunes_caller_set_it(tmp_path, tiny_g
 
 
 def test_settings_refuse_out_of_range_values_with_one_sentence():
+    """Named as the Python caller wrote it (was: "PruneSettings: key 'calibrate_rows' is 4", a recipe key's words)."""
     from headcut_grader.errors import UserError
 
-    sentence = r"^PruneSettings: key 'calibrate_rows' is 4, which is out of range; it must be at least 5\.$"
+    sentence = r"^PruneSettings\(calibrate_rows=4\): 4 is out of range; it must be at least 5\.$"
     with pytest.raises(UserError, match=sentence):
         PruneSettings(calibrate_rows=4)
+    # where the field's type allows None (all pairs), a Python caller's None is no value out of range
+    assert PruneSettings(score_rows=None, calibrate_rows=None).score_rows is None

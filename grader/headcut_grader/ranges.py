@@ -115,17 +115,19 @@ def field_problem(f: dataclasses.Field, value) -> str | None:
 
 def check_settings(obj) -> None:
     """Raise UserError for the first field of settings dataclass `obj` that a Python caller gave wrong, named as
-    they wrote it (BenchSettings(seq_lens=(4,)): ...): a value (or element) outside its range, None where the
-    default is a value, or a tuple field given no tuple, an empty one or one that names a value twice."""
+    they wrote it (BenchSettings(seq_lens=(4,)): ...): a value (or element) outside its range, None where the field
+    allows none (neither its default nor its type), or a ranged tuple field given no tuple, an empty one or one that
+    names a value twice. A recipe's keys are worded by check_ranges instead."""
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         said = f"{type(obj).__name__}({f.name}={argument(value)[:60]})"
-        if _several(f) and (not isinstance(value, (tuple, list)) or not value):
+        numbers_list = _several(f) and "range" in f.metadata  # a list of names checks itself (ScanSettings.methods)
+        if numbers_list and (not isinstance(value, (tuple, list)) or not value):
             raise UserError(f"{said}: pass a tuple of one value or more, e.g. {f.name}={f.default!r}.", about=(f.name,))
-        found = _outside(f, value, unset_ok=f.default is None)
+        found = _outside(f, value, unset_ok=f.default is None or "None" in str(f.type))
         if found:
             raise UserError(f"{said}: {_shown(found[0])} {found[1]}.", about=(f.name,))
-        twice = next((v for v in value if list(value).count(v) > 1), None) if _several(f) else None
+        twice = next((v for v in value if list(value).count(v) > 1), None) if numbers_list else None
         if twice is not None:
             raise UserError(f"{said} names {_shown(twice)} twice; list each value once.", about=(f.name,))
 

@@ -13,7 +13,7 @@ from headcut.arch import heads_per_layer, present_heads
 from headcut.batching import encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, named, quoted, setting
-from headcut_grader.ranges import argument, check_callbacks, check_ranges
+from headcut_grader.ranges import argument, check_callbacks, check_settings
 from headcut.evaluate_arguments import argument_field
 from headcut_grader.validation import whole_number
 from headcut.evaluate.experiments import EXPERIMENTS, effects, run_experiments
@@ -40,12 +40,12 @@ class ScanSettings:
     seed: int = argument_field("seed")
 
     def __post_init__(self):
-        check_ranges(self, "ScanSettings")
+        check_settings(self)  # a Python caller's: the flags and a run recipe's keys are checked first
         for key, known in (("methods", tuple(CRITERIA)), ("experiments", EXPERIMENTS)):
             names = getattr(self, key)
             if not _distinct_names(names, known, empty=key == "experiments"):
-                raise UserError(f"ScanSettings: {key} is {argument(names)[:60]}; it must be a tuple of distinct names "
-                                f"from {', '.join(known)}.")
+                raise UserError(f"ScanSettings({key}={argument(names)[:60]}): pass a tuple of distinct names from "
+                                f"{', '.join(known)}.", about=(key,))
 
 
 def _distinct_names(names, known: tuple[str, ...], *, empty: bool) -> bool:

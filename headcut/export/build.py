@@ -26,7 +26,7 @@ from headcut.export.optimize import optimize_graph
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
                                      quantize_int8, resolve)
 from headcut_grader.files import as_path, atomic_dir, file_record, write_json, write_text
-from headcut_grader.ranges import argument, check_callbacks, check_ranges, checked_bool, checked_number
+from headcut_grader.ranges import argument, check_callbacks, check_settings, checked_bool, checked_number
 from headcut.model_arguments import check_loaded
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
@@ -124,7 +124,7 @@ def check_gate_and_pairs(gate, pairs, names: str) -> None:
     exported anyway, a list of pairs an AttributeError)."""
     if not isinstance(gate, Int8Gate):
         raise UserError(f"{named('gate', names)} is {argument(gate)[:60]}; pass a headcut.export.Int8Gate(...).")
-    check_ranges(gate, named("gate", names))
+    check_settings(gate)  # as a Python caller wrote it: `headcut export`'s flags and a run's keys are checked first
     if pairs is not None and not isinstance(pairs, Pairs):
         raise UserError(f"{named('pairs', names)} is {argument(pairs)[:60]}; pass headcut_grader.data.read_pairs(FILE) "
                         f"or None.")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from headcut.models import LoadedModel
 from headcut.evaluate_arguments import argument_field
-from headcut_grader.ranges import check_ranges, ranged
+from headcut_grader.ranges import check_settings, ranged
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class PruneSettings:
     seed: int = argument_field("seed")  # of the samples, scans and bootstrap
 
     def __post_init__(self):
-        check_ranges(self, "PruneSettings")
+        check_settings(self)  # a Python caller's: the flags and a run recipe's keys are checked first
 
 
 @dataclass
