@@ -4,14 +4,14 @@ run recipe's [scan] keys read their ranges here. Torch-free, so the command line
 importing the evaluator."""
 from __future__ import annotations
 
-from headcut_grader.ranges import BATCH, MAX_BOOTSTRAP, Range, check_arguments, range_field
+from headcut_grader.ranges import BATCH, MAX_BOOTSTRAP, SEQ_LEN, Range, check_arguments, range_field
 
 RESAMPLES = Range(10, MAX_BOOTSTRAP)  # of a bootstrap CI: below 10 the interval is noise
 
 # name: (range, whole number, None allowed)
 ARGUMENTS = {
     "batch_size": (BATCH, True, False),  # pairs per forward pass
-    "max_length": (Range(8), True, True),  # tokens per pair; None: the model's recorded limit
+    "max_length": (SEQ_LEN, True, True),  # tokens per pair; None: the model's recorded limit
     # a scan's own (ScanSettings' fields)
     "draws": (Range(1, 1000), True, False),  # random masks per ratio: more narrows the CIs, linearly slower
     "k": (Range(1), True, False),  # term-matching heads masked in experiment 5

@@ -567,7 +567,9 @@ def test_a_recipe_argument_that_is_not_a_recipe_names_the_argument_and_how_to_re
                                                           "in [1, 1024]."),
     (lambda e, m, p: e.evaluate_model(m, p, batch_size=2.5), "evaluate_model batch_size is 2.5; it must be a whole"),
     (lambda e, m, p: e.evaluate_model(m, p, max_length=0), "evaluate_model max_length is 0; it must be a whole number "
-                                                          "of at least 8."),
+                                                          "in [8, 8192]."),
+    (lambda e, m, p: e.evaluate_model(m, p, max_length=9000), "evaluate_model max_length is 9000; it must be a whole "
+                                                             "number in [8, 8192]."),
     (lambda e, m, p: e.evaluate_model(m, p, iters=0), "evaluate_model iters is 0; it must be a whole number"),
     (lambda e, m, p: e.predict_logits(m.model, m.tokenizer, p, batch_size=0), "predict_logits batch_size is 0; it must"),
     (lambda e, m, p: e.compare_models(m.model, m.model, m.tokenizer, p, batch_size=-1), "compare_models batch_size is -1"),
@@ -578,7 +580,7 @@ def test_a_recipe_argument_that_is_not_a_recipe_names_the_argument_and_how_to_re
     (lambda e, m, p: e.open_scorer(None), "open_scorer name is None; pass a model folder's path, a built-in name or a "
                                           "grader folder's path (text or a pathlib.Path)."),
     (lambda e, m, p: e.length_batches(e.encode(m.tokenizer, p), 0), "length_batches batch_size is 0; it must"),
-    (lambda e, m, p: e.encode(m.tokenizer, p, max_length=4), "encode max_length is 4; it must be a whole number of at least"),
+    (lambda e, m, p: e.encode(m.tokenizer, p, max_length=4), "encode max_length is 4; it must be a whole number in [8, 8192]."),
     (lambda e, m, p: e.ndcg_at_k([1.0, 2.0], [0, 1], [[0, 1]], k=0), "ndcg_at_k k is 0; it must be a whole number of at"),
     (lambda e, m, p: e.macro_f1([0, 1], [0, 1], 0), "macro_f1 num_labels is 0; it must be a whole number of at least 1."),
 ])

@@ -370,6 +370,9 @@ def test_an_export_names_its_settings_as_its_caller_wrote_them(tmp_path, names):
     ({"opset": 9}, "opset is 9; it must be a whole number in [14, 20]."),
     ({"optimize": "no"}, "optimize is 'no'; pass True or False."),
     ({"int8": "no"}, "int8 is 'no'; pass True or False."),
+    ({"max_length": "64"}, "max_length is '64'; it must be a whole number in [8, 8192]."),
+    ({"max_length": -5}, "max_length is -5; it must be a whole number in [8, 8192]."),
+    ({"max_length": 0}, "max_length is 0; it must be a whole number in [8, 8192]."),
     ({"gate": {"max_drop": 1}}, "gate is {'max_drop': 1}; pass a headcut.export.Int8Gate(...)."),
     ({"gate": Int8Gate(max_drop=float("nan"))}, "Int8Gate(max_drop=nan): nan is not a finite number; it must be in [0, 100]."),
     ({"pairs": [("drill", "cordless drill")]}, "pairs is [('drill', 'cordless drill')]; pass headcut_grader.data."

@@ -245,7 +245,8 @@ def test_a_seg_col_row_that_does_not_spell_its_title_is_named_by_its_file_line(t
     ("iters", -5, "-5 is out of range; it must be in [10, 100000]."),
     ("batch_size", 0, "0 is out of range; it must be in [1, 1024]."),
     ("batch_size", "8", "'8' is not a number; it must be in [1, 1024]."),
-    ("max_length", 3, "3 is out of range; it must be at least 8."),
+    ("max_length", 3, "3 is out of range; it must be in [8, 8192]."),
+    ("max_length", 9000, "9000 is out of range; it must be in [8, 8192]."),
     ("seed", -1, "-1 is out of range; it must be in [0, 4294967295]."),
     ("methods", (), "pass a tuple of distinct names from ablation, kl, gradient, fisher, entropy."),
     ("methods", "kl", "pass a tuple of distinct names from ablation, kl, gradient, fisher, entropy."),
@@ -492,6 +493,30 @@ def test_the_thread_count_is_declared_once_and_an_out_of_range_one_is_refused_ev
             assert result.exit_code == 2 and said in " ".join(result.output.split()), (args[0], result.output)
     with pytest.raises(UserError, match=r"^BenchSettings\(warmup=-1\): -1 is out of range"):
         BenchSettings(warmup=-1)
+
+
+def test_timing_and_token_ranges_are_read_from_their_one_declaration(tmp_path):
+    """Was: prune's measure_latency wrote the warm-up range 0..1000 and the timed runs' 1..10,000 again beside
+    BenchSettings', and the evaluate API's max_length (ScanSettings, --max-length, evaluate_model) had no upper bound
+    where SEQ_LEN (8..8192) is declared: --max-length 100000 was taken, and build_grader(max_length=0) was read as
+    the model's. Each now reads headcut_grader.ranges' one declaration."""
+    import dataclasses
+
+    from headcut.evaluate_arguments import argument_range
+    from headcut.export.bench_settings import BenchSettings
+    from headcut.export.gate import ARGUMENTS as EXPORT_ARGUMENTS
+    from headcut.prune.measure import ARGUMENTS as TIMING
+    from headcut_grader.ranges import REPEATS, SEQ_LEN, WARMUP
+
+    declared = {f.name: f.metadata["range"] for f in dataclasses.fields(BenchSettings)}
+    assert declared["warmup"] is WARMUP and TIMING["warmup"][0] is WARMUP
+    assert declared["repeats"] is REPEATS and TIMING["min_runs"][0] is REPEATS
+    assert argument_range("max_length") is SEQ_LEN and EXPORT_ARGUMENTS["max_length"] is SEQ_LEN
+    result = CliRunner().invoke(app, ["scan", "-m", "minilm-l6", "--data", "synthetic", "--out", str(tmp_path / "s"),
+                                      "--max-length", "100000"])
+    assert result.exit_code == 2, result.output
+    assert "--max-length 100000 is out of range; it must be in [8, 8192]" in " ".join(result.output.split())
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_benchmark_s_threads_default_reads_the_declared_one():

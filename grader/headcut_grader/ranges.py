@@ -229,6 +229,10 @@ BATCH = Range(1, MAX_BATCH)  # a batch size: every --batch-size, batch_size argu
 # A sequence length a batch is timed or counted at, and a model's max_length (tokens per pair; under 8 a pair keeps
 # barely a token of its query or title): headcut bench --seq-lens, headcut prune --seq-len, training's max_length
 SEQ_LEN = Range(8, 8192)
+# A timing's untimed warm-up runs before the timed ones, and its timed runs (p50/p95 come from these): BenchSettings'
+# warmup and repeats, `headcut bench --repeats`, prune's measure_latency and the benchmarks/ scripts read these
+WARMUP = Range(0, 1000)
+REPEATS = Range(1, 10_000)
 # The runtime's pairs per forward pass offline: Grader, GradeSettings, `grade --batch-size` and ray_data (the
 # functions write it as a number for the API reference; a test checks them against this)
 BATCH_SIZE = 32

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from headcut_grader.ranges import BATCH, SEQ_LEN, THREADS, check_settings, check_timed_batch, range_field, ranged
+from headcut_grader.ranges import (BATCH, REPEATS, SEQ_LEN, THREADS, WARMUP, check_settings, check_timed_batch,
+                                   range_field)
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,8 @@ class BenchSettings:
     # read this; build_grader writes the same number, which a test holds to it. The runtime's API defaults to
     # ranges.RUNTIME_THREADS (1), and headcut-grader's grade and serve --threads to the cores over the workers
     threads: int = range_field(2, THREADS)
-    warmup: int = ranged(2, 0, 1000)  # untimed runs per variant and cell before the timed ones
-    repeats: int = ranged(10, 1, 10_000)  # timed runs per variant and cell; p50/p95 come from these
+    warmup: int = range_field(2, WARMUP)  # untimed runs per variant and cell before the timed ones
+    repeats: int = range_field(10, REPEATS)  # timed runs per variant and cell; p50/p95 come from these
 
     def __post_init__(self):
         check_settings(self)  # a Python caller's: headcut bench and a run recipe check their flags and keys first

@@ -93,6 +93,9 @@ def build_grader(
         opset = checked_number(opset, named("opset", names), ARGUMENTS["opset"], whole=True)
     with concerning("threads"):
         threads = checked_number(threads, named("threads", names), ARGUMENTS["threads"], whole=True)
+    if max_length is not None:  # None: the model's; 0 was taken as None, "64" a TypeError
+        with concerning("max_length"):
+            max_length = checked_number(max_length, named("max_length", names), ARGUMENTS["max_length"], whole=True)
     # a command's and a recipe's are bools already: these names are a Python caller's
     int8, optimize = checked_bool(int8, "int8"), checked_bool(optimize, "optimize")
     check_gate_and_pairs(gate, pairs, names)

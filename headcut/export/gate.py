@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from headcut_grader import errors
 from headcut_grader.errors import setting
-from headcut_grader.ranges import THREADS, Range, ranged
+from headcut_grader.ranges import SEQ_LEN, THREADS, Range, ranged
 
 # build_grader's numeric arguments, declared once: `headcut export`'s --opset and --threads read them here
-ARGUMENTS = {"opset": Range(14, 20), "threads": THREADS}
+ARGUMENTS = {"opset": Range(14, 20), "threads": THREADS, "max_length": SEQ_LEN}
 
 
 # Fewest pairs the gate judges a precision on: below it one pair moves agreement by 5 points and a quantised
