@@ -26,7 +26,7 @@ from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
 from headcut.training import (TrainingRecipe, check_data_files, check_process_batch, check_steps, check_task_keys,
                               file_options, given_as, grades_fix, is_finished, other_dev_pairs, query_index,
-                              settings_from, train, trained_on, worded)
+                              set_to, settings_from, train, trained_on, worded)
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,8 @@ def check_dev_gold(recipe: TrainingRecipe, dev: Pairs) -> None:
                  f"({name('dev_fraction')}={recipe.dev_fraction})")
         return spearman_said(where, len(dev), what, gold[0], pairs="dev",
                              metric=f"Spearman ({name('select_metric')})", so="no checkpoint could be chosen on it",
-                             fix=f"with {given_as(name, 'dev_data', 'FILE')}, or set {name('select_metric')}=loss"
-                                 f"{how('select_metric')}")
+                             fix=f"with {given_as(name, 'dev_data', 'FILE')}, or "
+                                 f"{set_to(name, how, 'select_metric', 'loss')}")
 
     raise worded("", say, about=("dev_data",) if recipe.dev_data is not None else ("train_data", "dev_fraction"))
 

@@ -6,6 +6,7 @@ minilm_homedepot_cpu.yaml). Unknown or misspelt keys are errors that name the ke
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import math
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from headcut_grader.errors import UserError, WordedError, caller, cut, quoted
+from headcut_grader.errors import BY_SET, UserError, WordedError, caller, cut, quoted
 from headcut_grader.files import as_file_to_read
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
@@ -386,13 +387,24 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
         raise led_again(e, lead, where + with_sets([k for k in keys if k in origins])) from None
 
 
-def in_flags(error: UserError, origins: dict) -> UserError:
+def in_flags(error: UserError, origins: dict, *, command_line: bool = False) -> UserError:
     """A check's refusal (a WordedError) worded again with the flags that gave its keys (`origins`: '--dev FILE', not
-    a --set: load_recipe's flags), as the user typed them; `error` itself where none did or it cannot be."""
+    a --set: load_recipe's flags), as the user typed them; `error` itself where none did or it cannot be.
+    `command_line`: a command's refusal, whose other keys are changed by --set KEY=VALUE (how(key) is BY_SET)."""
     flags = {key: given.split()[0] for key, given in origins.items() if caller(given) == "flags"}
-    if not flags or not isinstance(error, WordedError):
+    if not (flags or command_line) or not isinstance(error, WordedError):
         return error
-    return error.reworded(name=lambda key: flags.get(key, key))
+    return error.reworded(name=(lambda key: flags.get(key, key)) if flags else None,
+                          how=(lambda key: BY_SET) if command_line else None)
+
+
+@contextlib.contextmanager
+def command_line_words(origins: dict):
+    """A command's refusals (WordedError) inside, named as its user typed them: in_flags(..., command_line=True)."""
+    try:
+        yield
+    except WordedError as e:
+        raise in_flags(e, origins, command_line=True) from None
 
 
 def led_again(error: UserError, lead: str, new_lead: str, kind=UserError) -> UserError:

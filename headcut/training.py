@@ -28,7 +28,7 @@ from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.weight_files import broken_file
 from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
-from headcut_grader.errors import UserError, WordedError, caller, lead_of
+from headcut_grader.errors import BY_SET, UserError, WordedError, caller, lead_of
 from headcut_grader.files import file_hash, folder_spelled, write_text
 from headcut_grader.ranges import MAX_BATCH, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
@@ -144,9 +144,13 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
 
 def other_dev_pairs(name, how, pairs: str) -> str:
     """How a refusal of dev_data (worded: name(key), how(key)) asks for `pairs` there: 'set dev_data to PAIRS', 'set
-    data.dev to PAIRS in the run file or by --set', 'pass PAIRS to --dev'."""
+    data.dev to PAIRS in the run file or by --set', 'pass PAIRS to --dev', on a command line without --dev 'pass PAIRS
+    with --set dev_data=FILE'."""
     dev = name("dev_data")
-    return f"pass {pairs} to {dev}" if caller(dev) == "flags" else f"set {dev} to {pairs}{how('dev_data')}"
+    if caller(dev) == "flags":
+        return f"pass {pairs} to {dev}"
+    where = how("dev_data")
+    return f"pass {pairs} with --set {dev}=FILE" if where == BY_SET else f"set {dev} to {pairs}{where}"
 
 
 def given_as(name, key: str, value: str) -> str:
@@ -154,6 +158,16 @@ def given_as(name, key: str, value: str) -> str:
     a run, '--dev FILE' where a command's flag gave it."""
     said = name(key)
     return f"{said} {value}" if caller(said) == "flags" else f"--set {said}={value}"
+
+
+def set_to(name, how, key: str, value: str) -> str:
+    """How a refusal (worded: name(key), how(key)) asks for `key`=`value`: 'pass --set select_metric=loss' on a
+    command line (or 'pass --flag VALUE' where a flag gave it), 'set teacher.select_metric=loss in the run file or by
+    --set' in a run, 'set select_metric=loss' from Python."""
+    said, where = name(key), how(key)
+    if caller(said) == "flags" or where == BY_SET:
+        return f"pass {given_as(name, key, value)}"
+    return f"set {said}={value}{where}"
 
 
 def check_data_files(recipe) -> None:

@@ -1404,6 +1404,26 @@ def test_finetune_names_the_train_and_dev_flags_the_user_typed_in_a_refusal_of_t
     assert "--set" not in result.output and "_data" not in result.output, result.output
 
 
+@pytest.mark.parametrize("given", ["--dev", "--set"])
+def test_a_training_refusal_on_the_command_line_says_the_set_flag_that_fixes_it(tmp_path, given):
+    """Was: 'headcut finetune ... --dev F' (or --set dev_data=F), F's pairs all of one grade, ended 'or set
+    select_metric=loss', and dev pairs copied from --train 'set dev_data to dev pairs kept apart from those', which
+    no flag of the command says; now 'pass --set select_metric=loss' and 'with --set dev_data=FILE', as typed (Python
+    callers still read 'set select_metric=loss', a run 'in the run file or by --set')."""
+    one_grade = write(tmp_path, "one.tsv", "query\ttitle\tgrade\n" + "".join(f"q{i % 2}\tt {i}\t3\n" for i in range(12)))
+    dev = ["--dev", one_grade] if given == "--dev" else ["--set", f"dev_data={one_grade}"]
+    result = run("finetune", "minilm_synthetic_cpu", *dev, "--out", tmp_path / "t")
+    refused(result, f"grades with {'--dev FILE' if given == '--dev' else '--set dev_data=FILE'}, or pass --set "
+                    "select_metric=loss.")
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    copy = write(tmp_path, "copy.tsv", b"\xef\xbb\xbf" + pairs.read_bytes())  # the same pairs saved another way
+    result = run("finetune", "minilm_synthetic_cpu", "--train", pairs, "--set", f"dev_data={copy}", "--out",
+                 tmp_path / "t")
+    refused(result, "; pass dev pairs kept apart from those with --set dev_data=FILE, or remove dev_data to hold out "
+                    "dev_fraction of --train by query.")
+    assert not (tmp_path / "t").exists()
+
+
 @pytest.mark.parametrize("args, words", [
     (("--batch-sizes", "8,8"), "--batch-sizes '8,8' names 8 twice"),
     (("--seq-lens", "32,64,32"), "--seq-lens '32,64,32' names 32 twice"),

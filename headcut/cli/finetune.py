@@ -5,7 +5,6 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.errors import WordedError
 from headcut.cli.common import (OVERWRITE, Opt, file_to_read, main_process, metrics_line, on_interrupt,
                                 quiet_transformers, training_left, training_progress, user_errors)
 
@@ -30,17 +29,16 @@ def finetune(
     """
     quiet_transformers()
     from headcut.finetune import FinetuneRecipe, finetune as run
-    from headcut.recipes import in_flags, load_recipe
+    from headcut.recipes import command_line_words, load_recipe
 
     flags = {key: (flag, value) for flag, key, value in (("--train", "train_data", train), ("--dev", "dev_data", dev))
              if value}  # named by these flags, as typed, in a refusal
-    rec = load_recipe(FinetuneRecipe, recipe, overrides=list(set_), kind="finetune", flags=flags)
-    bar, progress = training_progress("training")
-    try:
+    # a check's refusal (finetune.check_dev_apart, check_dev_gold): --train and --dev as typed, other keys by --set
+    with command_line_words({key: f"{flag} {text}" for key, (flag, text) in flags.items()}):
+        rec = load_recipe(FinetuneRecipe, recipe, overrides=list(set_), kind="finetune", flags=flags)
+        bar, progress = training_progress("training")
         with on_interrupt(training_left(out)), bar:
             result = run(rec, out, overwrite=overwrite, progress=progress, names="flags")
-    except WordedError as e:  # as the pairs are read (finetune.check_dev_apart): --train and --dev named as typed
-        raise in_flags(e, {key: f"{flag} {text}" for key, (flag, text) in flags.items()}) from None
     if not main_process():
         return
     if not result["finished"]:
