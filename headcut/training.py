@@ -28,7 +28,7 @@ from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.weight_files import broken_file
 from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
-from headcut_grader.errors import BY_SET, UserError, WordedError, caller, lead_of
+from headcut_grader.errors import BY_SET, UserError, WordedError, caller, lead_of, setting
 from headcut_grader.files import file_hash, folder_spelled, write_text
 from headcut_grader.ranges import MAX_BATCH, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
@@ -691,10 +691,16 @@ def check_steps(n: int, settings: LoopSettings, where, *, pairs=None) -> None:
         steps, lead = name("gradient_accumulation"), "" if isinstance(where, str) else f"{where(name)}: "
         return (f"{lead}{steps}={settings.gradient_accumulation} batches make one optimizer step, but "
                 f"{pairs(name) if pairs else f'{n} pairs'} in batches of {settings.batch_size} over "
-                f"{name('epochs')}={settings.epochs} are {batch_count(n, settings)} batches; lower {steps} or "
-                f"{name('batch_size')} (--set {steps}=N).")
+                f"{setting(name('epochs'), as_written(settings.epochs))} are {batch_count(n, settings)} batches; "
+                f"lower {steps} or {name('batch_size')} (--set {steps}=N).")
 
     raise worded(where if isinstance(where, str) else "", say, about=())
+
+
+def as_written(value: float) -> float | int:
+    """A float key's `value` as a message shows what the recipe wrote: 2 for `epochs: 2` (read as 2.0), 2.5 as is;
+    setting() shows a --set's own text where it reads as the value."""
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53 else value
 
 
 def check_process_batch(batch_size: int, processes: int) -> None:

@@ -381,14 +381,16 @@ def test_a_train_file_too_short_for_one_step_is_refused_as_the_recipe_is_read(tm
     bad_end.write_text(rows + "q\t\t3\n")
 
     def read(path, **keys):
-        return from_dict(FinetuneRecipe, dict(model=str(tiny_base), train_data=str(path), batch_size=16, epochs=1,
+        return from_dict(FinetuneRecipe, dict(dict(model=str(tiny_base), train_data=str(path), batch_size=16, epochs=1),
                                               **keys), where="r.yaml")
 
     with pytest.raises(UserError) as caught:
         read(short, gradient_accumulation=4)
     assert str(caught.value).startswith(f"r.yaml: gradient_accumulation=4 batches make one optimizer step, but at most "
-                                        f"40 pairs (40 in train_data {short}) in batches of 16 over epochs=1.0 are 3 "
-                                        "batches;"), caught.value
+                                        f"40 pairs (40 in train_data {short}) in batches of 16 over epochs=1 are 3 "
+                                        "batches;"), caught.value  # as written (was epochs=1.0 for `epochs: 1`)
+    with pytest.raises(UserError, match=r"in batches of 16 over epochs=1\.5 are 5 batches;"):
+        read(short, gradient_accumulation=6, epochs=1.5)
     assert read(short, gradient_accumulation=3).gradient_accumulation == 3  # 40 pairs are 3 batches: one step
     assert read(bad_end, gradient_accumulation=2).train_data == str(bad_end)
 
