@@ -22,8 +22,7 @@ from headcut_grader.errors import BY_SET, UserError, WordedError, caller, cut, q
 from headcut_grader.files import as_file_to_read
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
-from headcut_grader.readers import significant_digits
-from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text
+from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text, significant_digits
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
 

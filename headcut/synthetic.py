@@ -7,8 +7,7 @@ import re
 
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.ranges import Range, checked_number
-from headcut_grader.readers import significant_digits
-from headcut_grader.validation import whole_number
+from headcut_grader.validation import significant_digits, whole_number
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
 
 _PRODUCTS = {

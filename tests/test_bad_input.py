@@ -1746,6 +1746,19 @@ def test_a_label_map_of_other_digits_or_a_label_twice_is_refused(text, words):
         parse_label_map(text)
 
 
+@pytest.mark.parametrize("text, grade", [("1:0000000000000000003", 3), ("1:+000000000000000003", 3), ("1:+3", 3),
+                                         ("1:-00000000000000000003", -3), ("1:" + "0" * 5000 + "3", 3),
+                                         ("1:999999999999999999", 999999999999999999)])
+def test_a_label_map_grade_s_sign_and_leading_zeros_are_no_digits_of_its_size(text, grade):
+    """Was: validation.whole_number counted a sign and leading zeros toward its 18 digits, so 1:0000000000000000003
+    (19 characters, the value 3) was 'not RAW:GRADE' while 1:3 was read, and 1:+3 was refused for its sign; the
+    digits of the value are counted now ('+0012' is 12, as a recipe's whole numbers read)."""
+    from headcut_grader.validation import parse_label_map, whole_number
+
+    assert parse_label_map(text) == {"1": grade}
+    assert whole_number("1" + "0" * 18) is None and whole_number("-" + "0" * 30) == 0  # 19 digits; -0 is 0
+
+
 @pytest.mark.parametrize("label_map, shown", [({0: 1, 1: 3}, "0"), ({"": 1, "0": 1}, "''"),
                                               ({" 0": 1, "1": 3}, "' 0'")])
 def test_a_python_label_map_key_no_cell_can_be_is_refused_before_any_row(tmp_path, label_map, shown):

@@ -20,7 +20,8 @@ from headcut_grader.tasks import TASKS
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
-from headcut_grader.validation import FIX_ROW, MAX_TEXT_CHARS, cell_number, check_regular, to_grade, to_score, to_text
+from headcut_grader.validation import (FIX_ROW, MAX_TEXT_CHARS, cell_number, check_regular, significant_digits, to_grade,
+                                      to_score, to_text)
 
 FORMATS = ("tsv", "csv", "jsonl", "json")
 # A chunk of rows also ends once its texts pass this many characters, so that memory stays bounded for titles of
@@ -565,11 +566,6 @@ def _refuse_repeats(names: list, where: str, noun: str = "column") -> None:
         if name and name in seen:
             raise UserError(f"{where} names {noun} {quoted(name)} twice; rename or remove one of them.")
         seen.add(name)
-
-
-def significant_digits(text: str) -> str:
-    """The digits of whole number `text` ('+0012' -> '12'): its sign and leading zeros are no digits of its size."""
-    return text.lstrip("+-").lstrip("0")
 
 
 def bounded_int(text: str) -> int | float:

@@ -24,9 +24,18 @@ _JSON_KINDS = {bool: "true/false", int: "number", float: "number", dict: "object
 
 
 def whole_number(text: str, *, digits: int = 18) -> int | None:
-    """`text` as an int where it is written in ASCII digits (a leading minus allowed, at most `digits` of them),
-    else None: str.isdigit() also passes '²' and other digits that int() refuses."""
-    return int(text) if re.fullmatch(rf"-?[0-9]{{1,{digits}}}", text) else None
+    """`text` as an int where it is written in ASCII digits (a leading sign allowed) and its value has at most
+    `digits` of them ('+000000000000000003' is 3: a sign and leading zeros are no digits of its size), else None:
+    str.isdigit() also passes '²' and other digits that int() refuses."""
+    if not re.fullmatch(r"[+-]?[0-9]+", text) or len(significant_digits(text)) > digits:
+        return None
+    value = int(significant_digits(text) or "0")  # int() refuses a text of over 4,300 characters, zeros too
+    return -value if text.startswith("-") else value
+
+
+def significant_digits(text: str) -> str:
+    """The digits of whole number `text` ('+0012' -> '12'): its sign and leading zeros are no digits of its size."""
+    return text.lstrip("+-").lstrip("0")
 
 
 def parse_label_map(text: str | None, *, names: str = "arguments") -> dict | str | None:
