@@ -55,17 +55,24 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     text)}: a command's own flags for keys, --train for train_data), which a refusal names as typed."""
     path = find_recipe(name_or_path, kind=kind)
     data = read_recipe_file(path)
-    origins = {}
-    for item in overrides:
-        key, value = parse_override(item)
-        refuse_repeat(origins.get(key), item)
-        data[key] = value
-        origins[key] = f"--set {cut(item)}"
+    origins = set_origins(overrides)
+    data.update(parse_override(item) for item in overrides)
     for key, (flag, text) in (flags or {}).items():
         if key in origins:
             raise UserError(f"{flag} {cut(text)} and {origins[key]} both name {key}; pass one of them.")
         data[key], origins[key] = text, f"{flag} {cut(text)}"
     return from_dict(cls, data, where=str(path), origins=origins)
+
+
+def set_origins(overrides: list[str]) -> dict[str, str]:
+    """{key: '--set KEY=VALUE'} for each override `overrides` gives, as a refusal names where a key's value came
+    from; a key given twice is refused (refuse_repeat)."""
+    origins = {}
+    for item in overrides:
+        key = parse_override(item)[0]
+        refuse_repeat(origins.get(key), item)
+        origins[key] = f"--set {cut(item)}"
+    return origins
 
 
 def check_recipe(recipe, cls, name: str, *, loader: str = "") -> None:

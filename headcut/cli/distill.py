@@ -75,10 +75,9 @@ def _distill(recipe: str, out: Path | None, set_: list[str], tune: int, overwrit
     bar, progress = training_progress("distilling")
     if tune:
         from headcut.distill.tune import check_not_searched, check_searchable, tune as search
-        from headcut.recipes import parse_override
-        from headcut_grader.errors import cut
+        from headcut.recipes import set_origins
 
-        given = {parse_override(item)[0]: f"--set {cut(item)}" for item in set_}
+        given = set_origins(set_)
         check_searchable(rec, given.get("tune_fields") or str(find_recipe(recipe, kind="distill")), names="flags")
         check_not_searched(rec, given)
 
