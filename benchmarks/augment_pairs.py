@@ -24,6 +24,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from held_apart import write  # the atomic TSV writer (this folder is on sys.path when a script runs)
+from bench_flags import real, whole
+from headcut.evaluate_arguments import argument_range
+from headcut_grader.ranges import Range
 
 WORD = re.compile(r"[a-z0-9]{3,}")
 
@@ -76,12 +79,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("train", type=Path, help="the training pairs (TSV whose header names query and title)")
     parser.add_argument("--out", type=Path, required=True, help="the TSV to write (query, title)")
-    parser.add_argument("--ratio", type=float, default=1.0, help="extra titles per real title of each query")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ratio", type=real(Range(0.0, 10.0, low_open=True)), default=1.0,
+                        help="extra titles per real title of each query")
+    parser.add_argument("--seed", type=whole(argument_range("seed")), default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace --out")
     args = parser.parse_args()
-    if not 0 < args.ratio <= 10:
-        sys.exit(print(f"--ratio {args.ratio} is out of range; give a number in (0, 10].", file=sys.stderr) or 2)
     if args.out.exists() and not args.overwrite:
         sys.exit(print(f"{args.out} exists; pass --overwrite to replace it.", file=sys.stderr) or 2)
     rows = augment(read(args.train), args.ratio, args.seed)

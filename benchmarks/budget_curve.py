@@ -39,6 +39,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe, machine  # noqa: E402
+from bench_flags import field_range, real, whole  # noqa: E402
+from headcut.evaluate_arguments import argument_range  # noqa: E402
+from headcut.prune_arguments import argument_range as prune_range  # noqa: E402
+from headcut_grader.ranges import REPEATS  # noqa: E402
 
 from headcut.arch import flops_per_pair, keep_heads, keep_layers, keep_neurons, unit_flops  # noqa: E402
 from headcut.batching import encode  # noqa: E402
@@ -77,16 +81,16 @@ def parse_args():
     p.add_argument("--dev", default=str(DATA / "dev.tsv"))
     p.add_argument("--out", default=str(ROOT / "runs" / "budget_curve"))
     p.add_argument("--budgets", default="0.65,0.5,0.35,0.25,0.15")
-    p.add_argument("--steps", type=int, default=5, help="steps of the iterative variant")
+    p.add_argument("--steps", type=whole(), default=5, help="steps of the iterative variant")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
-    p.add_argument("--score-rows", type=int, default=1000)
-    p.add_argument("--calibrate", type=int, default=512)
-    p.add_argument("--report-rows", type=int, default=2000)
+    p.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=1000)
+    p.add_argument("--calibrate", type=whole(field_range(PruneSettings, "calibrate_rows")), default=512)
+    p.add_argument("--report-rows", type=whole(), default=2000)
     p.add_argument("--targets", default="teacher", choices=["teacher", "grades"])
-    p.add_argument("--layer-prior", type=float, default=0.0)
-    p.add_argument("--bootstrap", type=int, default=1000)
-    p.add_argument("--repeats", type=int, default=10, help="timed calls per variant (batch 32 x 64)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layer-prior", type=real(prune_range("layer_prior")), default=0.0)
+    p.add_argument("--bootstrap", type=whole(argument_range("bootstrap")), default=1000)
+    p.add_argument("--repeats", type=whole(REPEATS), default=10, help="timed calls per variant (batch 32 x 64)")
+    p.add_argument("--seed", type=whole(argument_range("seed")), default=0)
     p.add_argument("--trained", action="append", default=[], metavar="BUDGET=PATH",
                    help="a model pruned to BUDGET and trained since (repeatable): the prune+distill row at that budget")
     args = p.parse_args()

@@ -21,6 +21,8 @@ import os
 import sys
 from pathlib import Path
 from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
+from bench_flags import whole
+from headcut_grader.ranges import REPEATS, THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -89,15 +91,15 @@ def main():
     parser.add_argument("--model", action="append", default=[], help="pruned/distilled artifact (repeatable)")
     parser.add_argument("--data", default=str(DEV))
     parser.add_argument("--out", default="runs/deploy_bench")
-    parser.add_argument("--limit", type=int, default=1000)
-    parser.add_argument("--threads", type=int, default=BenchSettings.threads)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--limit", type=whole(), default=1000)
+    parser.add_argument("--threads", type=whole(THREADS), default=BenchSettings.threads)
+    parser.add_argument("--repeats", type=whole(REPEATS), default=10)
     parser.add_argument("--small-grid", action="store_true", help="batch {1,32} x sequence {64} only")
     parser.add_argument("--standin", action="store_true",
                         help="add the uneven-heads stand-in (with a 0-head layer) even when --model is given")
     parser.add_argument("--serve", action="store_true", help="also load-test `headcut serve` on loopback")
     parser.add_argument("--no-openvino", action="store_true", help="ONNX Runtime graders only")
-    parser.add_argument("--serve-requests", type=int, default=200)
+    parser.add_argument("--serve-requests", type=whole(), default=200)
     args = parser.parse_args()
 
     from headcut.arch import keep_heads

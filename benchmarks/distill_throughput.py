@@ -16,6 +16,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from bench_flags import whole
+from headcut_grader.ranges import REPEATS
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT.parent / "shared" / "data" / "homedepot" / "train.tsv"
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -30,9 +33,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default=str(ROOT / "runs" / "teacher"))
     parser.add_argument("--recipe", default="minilm_bottom3_cpu")
-    parser.add_argument("--rows", type=int, default=4000, help="train pairs (the teacher logits are cached for these)")
-    parser.add_argument("--steps", type=int, default=60, help="optimizer steps per variant and round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rows", type=whole(), default=4000,
+                        help="train pairs (the teacher logits are cached for these)")
+    parser.add_argument("--steps", type=whole(), default=60, help="optimizer steps per variant and round")
+    parser.add_argument("--rounds", type=whole(REPEATS), default=3)
     args = parser.parse_args()
 
     import dataclasses

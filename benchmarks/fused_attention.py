@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 from headcut_grader.backend_choice import TIMING_SHAPE
 from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
+from bench_flags import whole
+from headcut_grader.ranges import BATCH, REPEATS, SEQ_LEN, THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTENTION_OPS = {"MultiHeadAttention", "Softmax", "Where", "IsNaN", "Transpose", "FusedMatMul", "MatMul"}
@@ -46,10 +48,10 @@ def op_shares(path: Path, feed: dict, threads: int, runs: int = 5) -> dict[str, 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--batch", type=int, default=TIMING_SHAPE[0])  # the shape export's speed choices are timed at
-    parser.add_argument("--seq-len", type=int, default=TIMING_SHAPE[1])
-    parser.add_argument("--threads", type=int, default=BenchSettings.threads)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch", type=whole(BATCH), default=TIMING_SHAPE[0])  # the shape export's speed choices are timed at
+    parser.add_argument("--seq-len", type=whole(SEQ_LEN), default=TIMING_SHAPE[1])
+    parser.add_argument("--threads", type=whole(THREADS), default=BenchSettings.threads)
+    parser.add_argument("--rounds", type=whole(REPEATS), default=5)
     args = parser.parse_args()
 
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -13,6 +13,9 @@ import json
 import time
 from pathlib import Path
 
+from bench_flags import whole
+from headcut_grader.ranges import THREADS
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT.parent / "shared" / "data" / "homedepot" / "train.tsv"
 
@@ -26,9 +29,9 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grader", type=Path)
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("--concurrency", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rows", type=whole(), default=20_000)
+    parser.add_argument("--concurrency", type=whole(), default=2)
+    parser.add_argument("--threads", type=whole(THREADS), default=1)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 

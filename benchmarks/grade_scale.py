@@ -18,6 +18,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench_flags import whole
+from headcut_grader.ranges import REPEATS
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT.parent / "shared" / "data" / "homedepot" / "train.tsv"
 
@@ -59,7 +62,8 @@ def main() -> None:
     parser.add_argument("grader", type=Path)
     parser.add_argument("--rows", default="100000,1000000")
     parser.add_argument("--layouts", default="1x2,2x1")
-    parser.add_argument("--rounds", type=int, default=1, help="turns of every layout per size (first one rotating)")
+    parser.add_argument("--rounds", type=whole(REPEATS), default=1,
+                        help="turns of every layout per size (first one rotating)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "grade_scale")
     parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto (headcut grade --backend)")
     args = parser.parse_args()

@@ -19,6 +19,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from bench_flags import whole
+from headcut.evaluate_arguments import argument_range
+
 
 def split(rows: list[list[str]], query_col: int, pairs: int, seed: int) -> tuple[list, list, int]:
     """(held rows, the other rows, queries held), each side in file order."""
@@ -51,8 +54,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("train", type=Path, help="the training pairs (TSV with a header and a `query` column)")
     parser.add_argument("--out", type=Path, required=True, help="folder for select.tsv and pool.tsv")
-    parser.add_argument("--pairs", type=int, default=3000, help="hold whole queries apart until this many pairs")
-    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--pairs", type=whole(), default=3000, help="hold whole queries apart until this many pairs")
+    parser.add_argument("--seed", type=whole(argument_range("seed")), default=7)
     parser.add_argument("--overwrite", action="store_true", help="replace select.tsv and pool.tsv in --out")
     args = parser.parse_args()
     if args.pairs < 1:

@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from bench_flags import whole
+
 WORDS = ("Ridgeline 20-volt cordless drill in black", "HomeMax 36 in. brushed nickel pull-down kitchen faucet",
          "Everbuild 5 gal. semi-gloss exterior paint in white", "Northwind 60 ft. expandable garden hose")
 
@@ -51,7 +53,7 @@ def cpu_model() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grader", type=Path)
-    parser.add_argument("--rows", type=int, default=200)
+    parser.add_argument("--rows", type=whole(), default=200)
     parser.add_argument("--chars", default="1000,100000,1000000")
     parser.add_argument("--out", type=Path, default=Path("runs/long_titles_memory"))
     args = parser.parse_args()

@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 
 from machine import describe
+from bench_flags import whole
+from headcut_grader.ranges import REPEATS, SEQ_LEN
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -131,11 +133,13 @@ def arguments():
     parser.add_argument("--model", default=str(teacher) if (teacher / "headcut.json").exists() else "minilm-l6",
                         help="model to probe (and to export when --grader is not given)")
     parser.add_argument("--grader", help="exported grader folder to serve and grade (default: export --model)")
-    parser.add_argument("--rows", type=int, default=1000, help="dev pairs `headcut-grader grade` grades")
-    parser.add_argument("--requests", type=int, default=20, help="requests of 8 pairs each server answers")
-    parser.add_argument("--probe-pairs", type=int, default=32, help="long pairs `headcut probe` reads")
-    parser.add_argument("--probe-length", type=int, default=256, help="tokens per probed pair (--max-length)")
-    parser.add_argument("--repeats", type=int, default=5, help="import-time runs per package (the least counts)")
+    parser.add_argument("--rows", type=whole(), default=1000, help="dev pairs `headcut-grader grade` grades")
+    parser.add_argument("--requests", type=whole(), default=20, help="requests of 8 pairs each server answers")
+    parser.add_argument("--probe-pairs", type=whole(), default=32, help="long pairs `headcut probe` reads")
+    parser.add_argument("--probe-length", type=whole(SEQ_LEN), default=256,
+                        help="tokens per probed pair (--max-length)")
+    parser.add_argument("--repeats", type=whole(REPEATS), default=5,
+                        help="import-time runs per package (the least counts)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "memory", help="folder for the grader and files")
     parser.add_argument("--quick", action="store_true", help="small sizes: checks that everything runs")
     args = parser.parse_args()

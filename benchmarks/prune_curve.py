@@ -32,10 +32,13 @@ from headcut.evaluate.criteria import ablation_scores, gradient_scores, head_imp
 from headcut.evaluate.fisher import mask_gradients
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
-from headcut.evaluate_arguments import DEFAULTS
+from headcut.evaluate_arguments import DEFAULTS, argument_range
 from headcut_grader.files import write_json, write_text
 from headcut.models import LoadedModel, load_model
 from headcut.prune import HeadPlan, iterative_plan, plan_heads, pruned_copy, speed_summary
+from headcut.prune.result import PruneSettings
+from headcut_grader.ranges import BATCH, Range
+from bench_flags import field_range, real, whole
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -53,21 +56,26 @@ def parse_args():
                    help="teacher folder (default: runs/teacher)")
     p.add_argument("--data", default=str(DEV))
     p.add_argument("--out", default=str(ROOT / "runs" / "prune_curve"))
-    p.add_argument("--score-fraction", type=float, default=0.3, help="share of dev queries in the scoring part")
-    p.add_argument("--score-rows", type=int, default=256, help="pairs that score heads")
-    p.add_argument("--curve-rows", type=int, default=800, help="report pairs for every curve point")
-    p.add_argument("--headline-rows", type=int, default=3000, help="other report pairs for keep 0.8/0.5")
+    p.add_argument("--score-fraction", type=real(Range(0.0, 1.0, low_open=True, high_open=True)), default=0.3,
+                   help="share of dev queries in the scoring part")
+    p.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=256,
+                   help="pairs that score heads")
+    p.add_argument("--curve-rows", type=whole(), default=800, help="report pairs for every curve point")
+    p.add_argument("--headline-rows", type=whole(), default=3000, help="other report pairs for keep 0.8/0.5")
     p.add_argument("--ratios", default="0.9,0.8,0.7,0.6,0.5,0.4,0.3")
     p.add_argument("--methods", default="random,gradient,fisher,ablation,kl,prior,iterative")
     p.add_argument("--priors", default="0.5,1,2", help="layer-prior strengths tried with --prior-methods scores")
     p.add_argument("--prior-methods", default="fisher,kl", help="scores the lower-layer prior is tried on")
-    p.add_argument("--draws", type=int, default=5, help="random plans per ratio")
+    p.add_argument("--draws", type=whole(argument_range("draws")), default=5, help="random plans per ratio")
     p.add_argument("--iterative-method", default="kl", choices=["ablation", "kl", "fisher", "gradient"])
-    p.add_argument("--iterative-rows", type=int, default=None, help="scoring pairs per iterative re-scan (default: all)")
-    p.add_argument("--bootstrap", type=int, default=300, help="paired resamples per curve point")
-    p.add_argument("--latency-seconds", type=float, default=2.0, help="timed seconds per model and batch size")
-    p.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--iterative-rows", type=whole(), default=None,
+                   help="scoring pairs per iterative re-scan (default: all)")
+    p.add_argument("--bootstrap", type=whole(argument_range("bootstrap")), default=300,
+                   help="paired resamples per curve point")
+    p.add_argument("--latency-seconds", type=real(field_range(PruneSettings, "latency_seconds")), default=2.0,
+                   help="timed seconds per model and batch size")
+    p.add_argument("--batch-size", type=whole(BATCH), default=DEFAULTS["batch_size"])
+    p.add_argument("--seed", type=whole(argument_range("seed")), default=0)
     p.add_argument("--replot", action="store_true", help="only redraw OUT/curves.png from OUT/results.json")
     args = p.parse_args()
     if args.model is None:

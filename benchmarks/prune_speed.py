@@ -17,19 +17,23 @@ import torch
 from headcut.arch import flops_per_pair
 from headcut.models import load_model
 from headcut.prune.measure import measure_latency
-from headcut.prune_arguments import LATENCY_BATCH
+from headcut.prune_arguments import LATENCY_BATCH, argument_range as prune_range
+from headcut.prune.result import PruneSettings
 from headcut.timing import cpu_info
+from headcut_grader.ranges import REPEATS, THREADS
+from bench_flags import field_range, real, whole
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="the source (unpruned) model folder")
     parser.add_argument("--pruned", required=True, help="a `headcut prune` output folder")
-    parser.add_argument("--batch", type=int, default=LATENCY_BATCH)
-    parser.add_argument("--seq-len", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=8.0, help="timed seconds per model per round")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--batch", type=whole(prune_range("latency_batch")), default=LATENCY_BATCH)
+    parser.add_argument("--seq-len", type=whole(prune_range("seq_len")), default=64)
+    parser.add_argument("--rounds", type=whole(REPEATS), default=3)
+    parser.add_argument("--seconds", type=real(field_range(PruneSettings, "latency_seconds")), default=8.0,
+                        help="timed seconds per model per round")
+    parser.add_argument("--threads", type=whole(THREADS), default=torch.get_num_threads())
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     source, pruned = load_model(args.model).model, load_model(args.pruned).model

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from bench_flags import whole
 from machine import describe
 
 from headcut.batching import encode
@@ -29,6 +30,7 @@ from headcut.evaluate.criteria import ablation_scores
 from headcut.evaluate_arguments import DEFAULTS
 from headcut.models import load_model
 from headcut.timing import round_robin_clocks
+from headcut_grader.ranges import BATCH, REPEATS, THREADS, Range
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -43,11 +45,12 @@ def main() -> None:
     teacher = ROOT / "runs" / "teacher"
     parser.add_argument("--model", default=str(teacher) if (teacher / "headcut.json").exists() else "minilm-l6")
     parser.add_argument("--data", default=str(DEV))
-    parser.add_argument("--pairs", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=3, help="timed scans of each kind, in turns")
-    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"])
-    parser.add_argument("--max-rows", type=int, default=768, help="stacked rows per forward in the fast scan")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--pairs", type=whole(), default=256)
+    parser.add_argument("--rounds", type=whole(REPEATS), default=3, help="timed scans of each kind, in turns")
+    parser.add_argument("--batch-size", type=whole(BATCH), default=DEFAULTS["batch_size"])
+    parser.add_argument("--max-rows", type=whole(), default=768, help="stacked rows per forward in the fast scan")
+    parser.add_argument("--threads", type=whole(Range(0, THREADS.high)), default=0,
+                        help="torch threads (0: torch's default)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -26,6 +26,10 @@ from pathlib import Path
 
 import numpy as np
 from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
+from headcut_grader.ranges import MAX_WORKERS, REPEATS, THREADS, Range
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script runs, also where a test loads it
+from bench_flags import field_range, real, whole  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -245,25 +249,25 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grader", default="runs/bottom3-int8")
     parser.add_argument("--data", default=str(DEV))
     parser.add_argument("--out", default="runs/serve_load")
-    parser.add_argument("--threads", type=int, default=BenchSettings.threads,
+    parser.add_argument("--threads", type=whole(THREADS), default=BenchSettings.threads,
                         help="offline grading's threads, and the servers' in all")
-    parser.add_argument("--workers", type=int, default=1, help="server processes (headcut serve --workers)")
-    parser.add_argument("--server-threads", type=int, default=None, help="per server worker (default: threads / workers)")
+    parser.add_argument("--workers", type=whole(Range(1, MAX_WORKERS)), default=1,
+                        help="server processes (headcut serve --workers)")
+    parser.add_argument("--server-threads", type=whole(THREADS), default=None,
+                        help="per server worker (default: threads / workers)")
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     parser.add_argument("--sizes", default="1,8,32")
-    parser.add_argument("--seconds", type=float, default=3.0, help="per cell")
-    parser.add_argument("--max-requests", type=int, default=3000, help="per cell")
-    parser.add_argument("--rounds", type=int, default=3, help="headline rounds, taking turns with offline")
-    parser.add_argument("--offline-pairs", type=int, default=2048)
-    parser.add_argument("--max-batch", type=int, default=serving.max_batch)
-    parser.add_argument("--max-wait-ms", type=float, default=serving.max_wait_ms)
-    parser.add_argument("--max-queue", type=int, default=serving.max_queue)
-    parser.add_argument("--batch-size", type=int, default=serving.batch_size, help="the servers' runtime batch")
+    parser.add_argument("--seconds", type=real(Range(0.0, low_open=True)), default=3.0, help="per cell")
+    parser.add_argument("--max-requests", type=whole(), default=3000, help="per cell")
+    parser.add_argument("--rounds", type=whole(REPEATS), default=3, help="headline rounds, taking turns with offline")
+    parser.add_argument("--offline-pairs", type=whole(), default=2048)
+    parser.add_argument("--max-batch", type=whole(field_range(Batching, "max_batch")), default=serving.max_batch)
+    parser.add_argument("--max-wait-ms", type=real(field_range(Batching, "max_wait_ms")), default=serving.max_wait_ms)
+    parser.add_argument("--max-queue", type=whole(field_range(Batching, "max_queue")), default=serving.max_queue)
+    parser.add_argument("--batch-size", type=whole(field_range(Batching, "batch_size")), default=serving.batch_size,
+                        help="the servers' runtime batch")
     parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto, for the servers and offline")
-    args = parser.parse_args(argv)
-    if args.workers < 1 or args.threads < 1 or (args.server_threads is not None and args.server_threads < 1):
-        parser.error("--workers, --threads and --server-threads take whole numbers >= 1")
-    return args
+    return parser.parse_args(argv)
 
 
 def main():

@@ -24,6 +24,10 @@ import random
 import time
 from pathlib import Path
 
+from bench_flags import field_range, whole
+from headcut.evaluate_arguments import argument_range
+from headcut.prune.result import PruneSettings
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "homedepot"
 FITS = {"scale": "scales", "bias": "scales", "weights": "weights", "best": "best"}  # part -> tune_scales mode
@@ -35,11 +39,11 @@ def main() -> None:
     parser.add_argument("--model", default=str(ROOT / "runs" / "teacher"))
     parser.add_argument("--budgets", default="0.65,0.5")
     parser.add_argument("--variants", default="none,scale,bias,bias+cls,refit,bias+refit,scale+cls+refit,bias+cls+refit")
-    parser.add_argument("--score-rows", type=int, default=1000)
-    parser.add_argument("--calibrate", type=int, default=512)
-    parser.add_argument("--selection", type=int, default=1500)
-    parser.add_argument("--report-rows", type=int, default=2000, help="budget_curve.py's report rows, left out")
-    parser.add_argument("--bootstrap", type=int, default=200)
+    parser.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=1000)
+    parser.add_argument("--calibrate", type=whole(field_range(PruneSettings, "calibrate_rows")), default=512)
+    parser.add_argument("--selection", type=whole(), default=1500)
+    parser.add_argument("--report-rows", type=whole(), default=2000, help="budget_curve.py's report rows, left out")
+    parser.add_argument("--bootstrap", type=whole(argument_range("bootstrap")), default=200)
     args = parser.parse_args()
     variants = [v.split("+") for v in args.variants.split(",")]
     for parts in variants:

@@ -535,6 +535,53 @@ def test_a_benchmark_s_threads_default_reads_the_declared_one():
     assert not written, f"read BenchSettings.threads: {written}"
 
 
+@pytest.mark.parametrize("script, args, said", [
+    ("deploy_bench.py", ["--threads", "0"], "argument --threads: 0 is out of range; it must be in [1, 256]."),
+    ("deploy_bench.py", ["--repeats", "0"], "argument --repeats: 0 is out of range; it must be in [1, 10000]."),
+    ("grade_ray.py", ["g", "--rows", "-1"], "argument --rows: -1 is out of range; it must be at least 1."),
+    ("held_apart.py", ["t.tsv", "--out", "o", "--pairs", "2.5"],
+     "argument --pairs: '2.5' is not a whole number; it must be a whole number of at least 1."),
+    ("memory.py", ["--out", "o", "--probe-length", "9000"],
+     "argument --probe-length: 9000 is out of range; it must be in [8, 8192]."),
+    ("augment_pairs.py", ["t.tsv", "--out", "o", "--ratio", "nan"],
+     "argument --ratio: nan is not a finite number; it must be in (0, 10]."),
+])
+def test_a_benchmark_s_number_flag_out_of_its_range_stops_it_with_one_sentence(tmp_path, script, args, said):
+    """Was: the benchmarks/ scripts took --threads 0, --rows -1 or --repeats 0 unchecked (an empty timing, numpy's
+    error, or a crash deep in the run); each number flag now reads the range headcut declares for what it sets
+    (benchmarks/bench_flags.py, one helper), and a value outside it exits 2 naming the flag before any work."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(f"error: {said}"), done.stderr
+    assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())
+
+
+def test_every_number_flag_of_a_benchmark_is_checked():
+    """No benchmarks/ script takes a number flag as a bare int or float (type=int: any value, even --threads 0);
+    each has a checked range (bench_flags.whole / real), and serve_load's --workers 0 is refused as one sentence."""
+    import ast
+    import importlib.util
+
+    from conftest import ROOT
+
+    bare = [f"{path.name}:{node.lineno}" for path in (ROOT / "benchmarks").glob("*.py")
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)
+            for k in node.keywords if k.arg == "type" and isinstance(k.value, ast.Name) and k.value.id in ("int", "float")]
+    assert not bare, f"give these flags a range (benchmarks/bench_flags.py): {bare}"
+    spec = importlib.util.spec_from_file_location("serve_load", ROOT / "benchmarks" / "serve_load.py")
+    serve_load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve_load)
+    with pytest.raises(SystemExit) as caught:
+        serve_load.arguments(["--workers", "0"])
+    assert caught.value.code == 2
+
+
 @pytest.mark.parametrize("given, said", [
     ({"warmup": -1}, "BenchSettings(warmup=-1): -1 is out of range; it must be in [0, 1000]."),
     ({"warmup": 1.5}, "BenchSettings(warmup=1.5): 1.5 is not a whole number; it must be in [0, 1000]."),

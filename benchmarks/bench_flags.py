@@ -1,0 +1,40 @@
+"""The benchmark scripts' numeric flags, checked as the commands' flags are: each reads the range headcut declares for
+what it sets (headcut_grader.ranges' THREADS, BATCH, SEQ_LEN, REPEATS; a settings field's), so `--threads 0` or
+`--rows -1` stops before any work with one sentence naming the flag and exit code 2 (argparse's error)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from headcut_grader.ranges import Range
+
+COUNT = Range(1)  # rows, pairs, requests, steps: at least one, where headcut declares no range of its own
+
+
+def whole(valid: Range = COUNT):
+    """An argparse `type`: a whole number in `valid`."""
+    return _number_in(valid, int, "a whole number")
+
+
+def real(valid: Range):
+    """An argparse `type`: a number in `valid`."""
+    return _number_in(valid, float, "a number")
+
+
+def field_range(cls, name: str) -> Range:
+    """The range settings dataclass `cls` declares for its field `name` (serve.Batching's max_batch)."""
+    return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["range"]
+
+
+def _number_in(valid: Range, read, kind: str):
+    def parse(text: str):
+        try:
+            value = read(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {kind}; it must be {valid.describe(kind)}.") from None
+        problem = valid.problem(value)
+        if problem:
+            raise argparse.ArgumentTypeError(f"{text} {problem}.")
+        return value
+
+    return parse
