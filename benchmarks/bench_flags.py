@@ -21,6 +21,11 @@ def real(valid: Range):
     return _number_in(valid, float, "a number")
 
 
+def several(parse):
+    """An argparse `type`: a comma list ('1,8,32') of values each read by `parse` (whole(...) or real(...))."""
+    return lambda text: [parse(item.strip()) for item in text.split(",")]
+
+
 def field_range(cls, name: str) -> Range:
     """The range settings dataclass `cls` declares for its field `name` (serve.Batching's max_batch)."""
     return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["range"]

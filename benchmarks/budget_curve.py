@@ -39,7 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe, machine  # noqa: E402
-from bench_flags import field_range, real, whole  # noqa: E402
+from bench_flags import field_range, real, several, whole  # noqa: E402
 from headcut.evaluate_arguments import argument_range  # noqa: E402
 from headcut.prune_arguments import argument_range as prune_range  # noqa: E402
 from headcut_grader.ranges import REPEATS  # noqa: E402
@@ -80,7 +80,7 @@ def parse_args():
     p.add_argument("--train", default=str(DATA / "train.tsv"))
     p.add_argument("--dev", default=str(DATA / "dev.tsv"))
     p.add_argument("--out", default=str(ROOT / "runs" / "budget_curve"))
-    p.add_argument("--budgets", default="0.65,0.5,0.35,0.25,0.15")
+    p.add_argument("--budgets", type=several(real(prune_range("flops"))), default="0.65,0.5,0.35,0.25,0.15")
     p.add_argument("--steps", type=whole(), default=5, help="steps of the iterative variant")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
     p.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=1000)
@@ -246,7 +246,7 @@ def main():
     full = flops_per_pair(teacher, seq)
     costs = {"seq": seq, "units": units}
     rows, timed = [], [("teacher", teacher)]
-    for share in [float(b) for b in args.budgets.split(",")]:
+    for share in args.budgets:
         budget = check_budget(share, units, full)
         t0 = time.perf_counter()
         plan = plan_budget(scores, units, budget, layer_prior=args.layer_prior)

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_flags import whole
+from bench_flags import several, whole
 from headcut_grader.ranges import REPEATS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def run(grader: Path, source: Path, out: Path, workers: int, threads: int, backe
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grader", type=Path)
-    parser.add_argument("--rows", default="100000,1000000")
+    parser.add_argument("--rows", type=several(whole()), default="100000,1000000")
     parser.add_argument("--layouts", default="1x2,2x1")
     parser.add_argument("--rounds", type=whole(REPEATS), default=1,
                         help="turns of every layout per size (first one rotating)")
@@ -70,7 +70,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     layouts = [tuple(int(x) for x in layout.split("x")) for layout in args.layouts.split(",")]
     results, ratios = [], []
-    for rows in (int(r) for r in args.rows.split(",")):
+    for rows in args.rows:
         source = pairs_file(rows, args.out)
         for round_ in range(args.rounds):
             turn = layouts[round_ % len(layouts):] + layouts[:round_ % len(layouts)]

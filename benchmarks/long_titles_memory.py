@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_flags import whole
+from bench_flags import several, whole
 
 WORDS = ("Ridgeline 20-volt cordless drill in black", "HomeMax 36 in. brushed nickel pull-down kitchen faucet",
          "Everbuild 5 gal. semi-gloss exterior paint in white", "Northwind 60 ft. expandable garden hose")
@@ -54,14 +54,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grader", type=Path)
     parser.add_argument("--rows", type=whole(), default=200)
-    parser.add_argument("--chars", default="1000,100000,1000000")
+    parser.add_argument("--chars", type=several(whole()), default="1000,100000,1000000")
     parser.add_argument("--out", type=Path, default=Path("runs/long_titles_memory"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average {load[0]:.2f} (1 min) before")
     print("| title characters | rows | file MB | peak RSS MiB | seconds |\n|---:|---:|---:|---:|---:|")
-    for chars in [int(c) for c in args.chars.split(",")]:
+    for chars in args.chars:
         source = write_titles(args.out / f"titles{chars}.tsv", args.rows, chars)
         out = args.out / f"grades{chars}.tsv"
         command = [sys.executable, "-m", "headcut", "grade", str(args.grader), str(source), "--out", str(out),

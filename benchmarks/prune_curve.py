@@ -38,7 +38,8 @@ from headcut.models import LoadedModel, load_model
 from headcut.prune import HeadPlan, iterative_plan, plan_heads, pruned_copy, speed_summary
 from headcut.prune.result import PruneSettings
 from headcut_grader.ranges import BATCH, Range
-from bench_flags import field_range, real, whole
+from bench_flags import field_range, real, several, whole
+from headcut.prune_arguments import argument_range as prune_range
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -62,9 +63,10 @@ def parse_args():
                    help="pairs that score heads")
     p.add_argument("--curve-rows", type=whole(), default=800, help="report pairs for every curve point")
     p.add_argument("--headline-rows", type=whole(), default=3000, help="other report pairs for keep 0.8/0.5")
-    p.add_argument("--ratios", default="0.9,0.8,0.7,0.6,0.5,0.4,0.3")
+    p.add_argument("--ratios", type=several(real(prune_range("keep_ratio"))), default="0.9,0.8,0.7,0.6,0.5,0.4,0.3")
     p.add_argument("--methods", default="random,gradient,fisher,ablation,kl,prior,iterative")
-    p.add_argument("--priors", default="0.5,1,2", help="layer-prior strengths tried with --prior-methods scores")
+    p.add_argument("--priors", type=several(real(prune_range("layer_prior"))), default="0.5,1,2",
+                   help="layer-prior strengths tried with --prior-methods scores")
     p.add_argument("--prior-methods", default="fisher,kl", help="scores the lower-layer prior is tried on")
     p.add_argument("--draws", type=whole(argument_range("draws")), default=5, help="random plans per ratio")
     p.add_argument("--iterative-method", default="kl", choices=["ablation", "kl", "fisher", "gradient"])
@@ -153,7 +155,7 @@ def curve_plans(loaded, score_pairs, scores, args, ratios) -> dict[str, dict[flo
             plans[name] = {r: [plan_heads(scores[name], r, layer_prior=0.0)] for r in ratios}
     if "prior" in methods:
         for base in args.prior_methods.split(","):
-            for prior in (float(p) for p in args.priors.split(",")):
+            for prior in args.priors:
                 plans[f"{base}+prior{prior:g}"] = {r: [plan_heads(scores[base], r, layer_prior=prior)] for r in ratios}
     if "random" in methods:  # last: its many draws are the cheapest to cut when time is short
         g = torch.Generator().manual_seed(args.seed)
@@ -294,7 +296,7 @@ def headline(loaded, headline_pairs, plans, results, args, cache) -> dict:
 def main() -> None:
     args = parse_args()
     out = Path(args.out)
-    ratios = [float(r) for r in args.ratios.split(",")]
+    ratios = args.ratios
     if args.replot:
         saved = json.loads((out / "results.json").read_text())
         draw_curves(saved["results"], saved["teacher"], ratios, out / "curves.png")

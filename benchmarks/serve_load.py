@@ -29,7 +29,7 @@ from headcut.export.bench_settings import BenchSettings  # its threads: the tool
 from headcut_grader.ranges import MAX_WORKERS, REPEATS, THREADS, Range
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script runs, also where a test loads it
-from bench_flags import field_range, real, whole  # noqa: E402
+from bench_flags import field_range, real, several, whole  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -242,7 +242,7 @@ def figure(report: dict, path: Path) -> None:
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line; the servers' batching flags default to what `headcut serve` declares (serve.Batching)."""
-    from headcut_grader.serve import Batching
+    from headcut_grader.serve import Batching, Limits
 
     serving = Batching()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -255,8 +255,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                         help="server processes (headcut serve --workers)")
     parser.add_argument("--server-threads", type=whole(THREADS), default=None,
                         help="per server worker (default: threads / workers)")
-    parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
-    parser.add_argument("--sizes", default="1,8,32")
+    parser.add_argument("--concurrency", type=several(whole()), default="1,2,4,8,16,32,64")
+    parser.add_argument("--sizes", type=several(whole(field_range(Limits, "max_pairs"))), default="1,8,32")
     parser.add_argument("--seconds", type=real(Range(0.0, low_open=True)), default=3.0, help="per cell")
     parser.add_argument("--max-requests", type=whole(), default=3000, help="per cell")
     parser.add_argument("--rounds", type=whole(REPEATS), default=3, help="headline rounds, taking turns with offline")
@@ -285,8 +285,7 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     pairs = read_pairs(args.data, preset="homedepot", require_labels=False)
     rows = list(zip(pairs.queries, pairs.titles))[:8192]
-    sizes = [int(x) for x in args.sizes.split(",")]
-    concurrency = [int(x) for x in args.concurrency.split(",")]
+    sizes, concurrency = args.sizes, args.concurrency
     grader = Grader(args.grader, threads=args.threads, backend=args.backend)  # the runtime's offline batch
     common = ("--max-queue", str(args.max_queue), "--max-pairs", str(max(*sizes, 8)), "--batch-size", str(args.batch_size),
               "--backend", grader.backend.name)

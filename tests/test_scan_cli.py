@@ -545,6 +545,9 @@ def test_a_benchmark_s_threads_default_reads_the_declared_one():
      "argument --probe-length: 9000 is out of range; it must be in [8, 8192]."),
     ("augment_pairs.py", ["t.tsv", "--out", "o", "--ratio", "nan"],
      "argument --ratio: nan is not a finite number; it must be in (0, 10]."),
+    ("grade_scale.py", ["g", "--out", "o", "--rows", "1000,0"], "argument --rows: 0 is out of range; it must be at least 1."),
+    ("long_titles_memory.py", ["g", "--out", "o", "--chars", "10,x"],
+     "argument --chars: 'x' is not a whole number; it must be a whole number of at least 1."),
 ])
 def test_a_benchmark_s_number_flag_out_of_its_range_stops_it_with_one_sentence(tmp_path, script, args, said):
     """Was: the benchmarks/ scripts took --threads 0, --rows -1 or --repeats 0 unchecked (an empty timing, numpy's
@@ -564,7 +567,8 @@ def test_a_benchmark_s_number_flag_out_of_its_range_stops_it_with_one_sentence(t
 
 def test_every_number_flag_of_a_benchmark_is_checked():
     """No benchmarks/ script takes a number flag as a bare int or float (type=int: any value, even --threads 0);
-    each has a checked range (bench_flags.whole / real), and serve_load's --workers 0 is refused as one sentence."""
+    each has a checked range (bench_flags.whole / real; a comma list's items by bench_flags.several), and serve_load's
+    --workers 0, --sizes 8,0 and --concurrency -1 are refused as one sentence."""
     import ast
     import importlib.util
 
@@ -577,9 +581,11 @@ def test_every_number_flag_of_a_benchmark_is_checked():
     spec = importlib.util.spec_from_file_location("serve_load", ROOT / "benchmarks" / "serve_load.py")
     serve_load = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serve_load)
-    with pytest.raises(SystemExit) as caught:
-        serve_load.arguments(["--workers", "0"])
-    assert caught.value.code == 2
+    for bad in (["--workers", "0"], ["--sizes", "8,0"], ["--concurrency", "-1"]):
+        with pytest.raises(SystemExit) as caught:
+            serve_load.arguments(bad)
+        assert caught.value.code == 2, bad
+    assert serve_load.arguments(["--sizes", "1,8"]).sizes == [1, 8]
 
 
 @pytest.mark.parametrize("given, said", [
