@@ -1,12 +1,14 @@
 """`headcut distill`: train a student against its teacher from a recipe; `--tune N` searches the recipe."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (OVERWRITE, Opt, file_to_read, main_process, number, on_interrupt, quiet_transformers,
-                                training_left, training_progress, user_errors)
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, main_process, number_in, on_interrupt,
+                                quiet_transformers, training_left, training_progress, user_errors)
+from headcut.distill_arguments import TRIALS
 
 
 def format_result(metrics: dict) -> str:
@@ -47,8 +49,8 @@ def distill(
                                   "checkpoints go to OUT.partial/. With --tune: the study folder."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable; each "
                                    "key once)."),
-    tune: int = number(0, "--tune", help="Search the recipe's tune_fields with optuna for N trials "
-                       "(resumable: rerun to continue; 0 = train once)", low=0, high=10_000),
+    tune: int = number_in(dataclasses.replace(TRIALS, low=0), 0, "--tune", help="Search the recipe's tune_fields "
+                          "with optuna for N trials (resumable: rerun to continue; 0 = train once)"),
     overwrite: bool = OVERWRITE,
 ):
     """Distil a student (bottom-k layers, a pruned artifact, or a smaller config) from its teacher.

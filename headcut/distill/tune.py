@@ -20,9 +20,10 @@ from pathlib import Path
 from headcut.distill.recipe import DistillRecipe, tune_ranges
 from headcut.distill.run import distill, with_unlabeled
 from headcut.distill.students import teacher_source
+from headcut.distill_arguments import TRIALS as TRIALS_RANGE
 from headcut_grader.errors import UserError, check_names, named, setting
 from headcut_grader.files import as_path, check_place, file_hash, overwrite_said, refuse_inputs, write_json
-from headcut_grader.ranges import Range, check_callbacks, checked_bool, checked_number
+from headcut_grader.ranges import check_callbacks, checked_bool, checked_number
 from headcut_grader.validation import read_small_text
 from headcut.finetune import load_data, run_hash
 from headcut.models import resolve_source
@@ -74,7 +75,8 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     check_callbacks("tune", progress=progress, on_trial=on_trial)
     out, flag = as_path(out, "tune out"), out_flag(names)
     overwrite = checked_bool(overwrite, "overwrite")
-    trials = checked_number(trials, named("trials", names, section="", spelled=TRIALS_SPELLED), Range(1), whole=True)
+    trials = checked_number(trials, named("trials", names, section="", spelled=TRIALS_SPELLED), TRIALS_RANGE,
+                            whole=True)
     check_recipe(recipe, DistillRecipe, "tune recipe")
     check_searchable(recipe, "tune recipe", names=names)
     _check_out(out, recipe, overwrite=overwrite, flag=flag)
