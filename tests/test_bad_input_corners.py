@@ -606,8 +606,11 @@ def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_m
     (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=(8, 0)), "measure_latency batch_sizes is 0; it must"),
     (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=8), "measure_latency batch_sizes is 8; pass a list of "
                                                                      "batch sizes, e.g. (1, 8, 32)."),
-    (lambda m: m.measure_latency([m.model], seq_len=16, min_runs=0, min_seconds=0), "measure_latency min_runs is 0; it "
-                                                                                 "must be a whole number in [1, 10000]."),
+    (lambda m: m.measure_latency([m.model], seq_len=16, min_runs=0), "measure_latency min_runs is 0; it must be a "
+                                                                   "whole number in [1, 10000]."),
+    # was: taken, though PruneSettings.latency_seconds (which prune passes as min_seconds) refuses 0: one range now
+    (lambda m: m.measure_latency([m.model], seq_len=64, min_seconds=0), "measure_latency min_seconds is 0; it must be "
+                                                                      "a number in (0, 600]."),
     (lambda m: m.measure_latency([m.model], seq_len=16, min_seconds=float("inf")), "measure_latency min_seconds is inf;"),
     (lambda m: m.measure_latency([m.model], seq_len=16, warmup=-1), "measure_latency warmup is -1; it must be a whole"),
     (lambda m: m.measure_latency([m.model], seq_len=4096, batch_sizes=(32,)), "measure_latency batch_sizes, seq_len: a "
@@ -642,7 +645,7 @@ def test_speed_summary_at_a_long_length_times_only_the_batches_that_fit():
     from headcut.prune import measure
 
     model = tiny_model("bert", max_position_embeddings=1300)
-    out = measure.speed_summary(model, model, seq_len=1200, batch_sizes=(1, 8, 32), min_seconds=0, min_runs=1,
+    out = measure.speed_summary(model, model, seq_len=1200, batch_sizes=(1, 8, 32), min_seconds=1e-9, min_runs=1,
                                 warmup=0)
     assert [row["batch_size"] for row in out["latency"]] == [1, 8]
 
@@ -1449,3 +1452,21 @@ def test_a_long_recipe_number_is_cut_in_its_range_message():
 
     [(_, sentence)] = range_problems(LoopSettings(eval_every=-int(LONG[:300])))
     assert sentence.startswith("key 'eval_every' is a whole number of 300 digits") and len(sentence) < 400
+
+
+def test_the_timed_seconds_of_a_prune_are_one_range_for_the_setting_the_flag_and_measure_latency():
+    """PruneSettings.latency_seconds, `headcut prune --latency-seconds` and measure_latency's min_seconds (which prune
+    passes it to) read one declaration (prune_arguments), so none can take a value another refuses."""
+    import dataclasses
+    import inspect
+
+    from headcut.cli.prune import prune
+    from headcut.prune import PruneSettings, measure
+    from headcut.prune_arguments import argument_range
+
+    declared = argument_range("latency_seconds")
+    setting = next(f for f in dataclasses.fields(PruneSettings) if f.name == "latency_seconds")
+    flag = next(p for p in inspect.signature(prune).parameters.values() if p.name == "latency_seconds")
+    assert setting.metadata["range"] is declared
+    assert flag.default.parser.valid is declared
+    assert measure.ARGUMENTS["min_seconds"][0] is declared

@@ -17,13 +17,13 @@ from headcut.model_arguments import check_model, check_models
 from headcut.prune_arguments import argument_range
 from headcut.timing import round_robin
 from headcut_grader.errors import UserError
-from headcut_grader.ranges import REPEATS, WARMUP, Range, argument, check_arguments, check_timed_batch, fits_timed
+from headcut_grader.ranges import REPEATS, WARMUP, argument, check_arguments, check_timed_batch, fits_timed
 
 # name: (range, whole number, None allowed); the lengths and batch sizes `headcut prune` times (--seq-len, --batch)
 ARGUMENTS = {
     "seq_len": (argument_range("seq_len"), True, False),
     "batch_sizes": (argument_range("latency_batch"), True, False),
-    "min_seconds": (Range(0.0, 600.0), False, False),  # timed seconds per model and batch size
+    "min_seconds": (argument_range("latency_seconds"), False, False),  # PruneSettings.latency_seconds
     "min_runs": (REPEATS, True, False),  # a median of no runs is no time
     "warmup": (WARMUP, True, False),
 }

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from headcut.models import LoadedModel
 from headcut.evaluate_arguments import argument_field
-from headcut_grader.ranges import check_settings, ranged
+from headcut.prune_arguments import argument_range
+from headcut_grader.ranges import check_settings, range_field, ranged
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class PruneSettings:
     batch_size: int = argument_field("batch_size")
     bootstrap: int = argument_field("bootstrap")  # resamples of the paired 95% CIs
     timing: bool = True  # measure CPU latency before/after (slow: `latency_seconds` per model and batch size)
-    latency_seconds: float = ranged(1.0, 0.0, 600.0, low_open=True)
+    latency_seconds: float = range_field(1.0, argument_range("latency_seconds"))
     seed: int = argument_field("seed")  # of the samples, scans and bootstrap
 
     def __post_init__(self):
