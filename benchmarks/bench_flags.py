@@ -26,6 +26,27 @@ def several(parse):
     return lambda text: [parse(item.strip()) for item in text.split(",")]
 
 
+def joined(form: str, *parses, example: str):
+    """An argparse `type`: values joined by 'x' (`form` 'WxT' names each: 2x1 is W=2, T=1), each read by its parse
+    (whole(...)); a refusal names the part, as `--layouts 1x0`: "1x0: T 0 is out of range; it must be in [1, 256]"."""
+    names = form.split("x")
+
+    def parse(text: str):
+        items = text.split("x")
+        if len(items) != len(parses):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {form}; write {' and '.join(names)} joined by x, e.g. "
+                                             f"{example}.")
+        read = []
+        for name, part, item in zip(names, parses, items):
+            try:
+                read.append(part(item.strip()))
+            except argparse.ArgumentTypeError as error:
+                raise argparse.ArgumentTypeError(f"{text}: {name} {error}") from None
+        return tuple(read)
+
+    return parse
+
+
 def field_range(cls, name: str) -> Range:
     """The range settings dataclass `cls` declares for its field `name` (serve.Batching's max_batch)."""
     return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["range"]

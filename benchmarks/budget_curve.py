@@ -91,21 +91,25 @@ def parse_args():
     p.add_argument("--bootstrap", type=whole(argument_range("bootstrap")), default=1000)
     p.add_argument("--repeats", type=whole(REPEATS), default=10, help="timed calls per variant (batch 32 x 64)")
     p.add_argument("--seed", type=whole(argument_range("seed")), default=0)
-    p.add_argument("--trained", action="append", default=[], metavar="BUDGET=PATH",
+    p.add_argument("--trained", type=trained_path, action="append", default=[], metavar="BUDGET=PATH",
                    help="a model pruned to BUDGET and trained since (repeatable): the prune+distill row at that budget")
     args = p.parse_args()
-    args.trained_at = dict(trained_path(item) for item in args.trained)
+    args.trained_at = dict(args.trained)
     return args
 
 
 def trained_path(item: str) -> tuple[float, str]:
+    """An argparse `type`: --trained BUDGET=PATH, BUDGET a FLOPs share as --budgets takes, PATH a folder headcut wrote."""
     budget, sep, path = item.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{item!r} is not BUDGET=PATH; pass e.g. 0.5=runs/pruned-0.5.")
     try:
-        if not sep or not Path(path, "headcut.json").is_file():
-            raise ValueError
-        return float(budget), path
-    except ValueError:
-        raise SystemExit(f"--trained {item}: pass BUDGET=PATH, PATH a folder headcut wrote (with headcut.json)")
+        share = real(prune_range("flops"))(budget)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"{item}: BUDGET {error}") from None
+    if not Path(path, "headcut.json").is_file():
+        raise argparse.ArgumentTypeError(f"{item}: {path!r} holds no headcut.json; PATH must be a folder headcut wrote.")
+    return share, path
 
 
 def report_pairs(args, metas: list[dict]):

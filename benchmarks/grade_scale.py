@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench_flags import several, whole
+from bench_flags import field_range, joined, several, whole
+from headcut_grader.grade_file import GradeSettings
 from headcut_grader.ranges import REPEATS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,14 +62,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grader", type=Path)
     parser.add_argument("--rows", type=several(whole()), default="100000,1000000")
-    parser.add_argument("--layouts", default="1x2,2x1")
+    parser.add_argument("--layouts", default="1x2,2x1", help="WxT: W workers of T threads (grade's --workers, "
+                        "--threads)", type=several(joined("WxT", whole(field_range(GradeSettings, "workers")),
+                                                          whole(field_range(GradeSettings, "threads")), example="2x1")))
     parser.add_argument("--rounds", type=whole(REPEATS), default=1,
                         help="turns of every layout per size (first one rotating)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "grade_scale")
     parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto (headcut grade --backend)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    layouts = [tuple(int(x) for x in layout.split("x")) for layout in args.layouts.split(",")]
+    layouts = args.layouts
     results, ratios = [], []
     for rows in args.rows:
         source = pairs_file(rows, args.out)

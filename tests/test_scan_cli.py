@@ -546,6 +546,13 @@ def test_a_benchmark_s_threads_default_reads_the_declared_one():
     ("augment_pairs.py", ["t.tsv", "--out", "o", "--ratio", "nan"],
      "argument --ratio: nan is not a finite number; it must be in (0, 10]."),
     ("grade_scale.py", ["g", "--out", "o", "--rows", "1000,0"], "argument --rows: 0 is out of range; it must be at least 1."),
+    # a flag of several numbers in one item, parsed by hand, was taken unchecked (--layouts 1x0: a grade of 0 threads)
+    ("grade_scale.py", ["g", "--out", "o", "--layouts", "1x2,1x0"],
+     "argument --layouts: 1x0: T 0 is out of range; it must be in [1, 256]."),
+    ("grade_scale.py", ["g", "--out", "o", "--layouts", "1x2x3"],
+     "argument --layouts: '1x2x3' is not WxT; write W and T joined by x, e.g. 2x1."),
+    ("budget_curve.py", ["--out", "o", "--trained", "1.5=m"],  # was: taken, its share past the whole model's FLOPs
+     "argument --trained: 1.5=m: BUDGET 1.5 is out of range; it must be in (0, 1]."),
     ("long_titles_memory.py", ["g", "--out", "o", "--chars", "10,x"],
      "argument --chars: 'x' is not a whole number; it must be a whole number of at least 1."),
 ])
