@@ -26,7 +26,7 @@ from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
 from headcut.training import (TrainingRecipe, check_data_files, check_process_batch, check_steps, check_task_keys,
                               file_options, given_as, grades_fix, is_finished, other_dev_pairs, query_index,
-                              set_to, settings_from, train, trained_on, worded)
+                              set_to, settings_from, train, trained_on, typed, worded)
 
 
 @dataclass(frozen=True)
@@ -93,8 +93,8 @@ def check_dev_apart(recipe: TrainingRecipe, dev: Pairs, trained: Pairs, keys: st
         return
 
     def say(name, how):  # worded (training.worded): a run names its keys as it does (data.dev)
-        named = " and ".join(f"{name(key)} {getattr(recipe, key)}" for key in keys.split())
-        return (f"{name('dev_data')} {recipe.dev_data}: each of its {len(dev)} dev pairs is also among the pairs the "
+        named = " and ".join(typed(name, how, key, getattr(recipe, key)) for key in keys.split())
+        return (f"{typed(name, how, 'dev_data', recipe.dev_data)}: each of its {len(dev)} dev pairs is also among the pairs the "
                 f"run trains on ({named}), so checkpoints would be chosen and dev metrics reported on training pairs; "
                 f"{other_dev_pairs(name, how, 'dev pairs kept apart from those')}, or remove {name('dev_data')} to "
                 f"hold out dev_fraction of {name('train_data')} by query.")
@@ -114,7 +114,7 @@ def check_split(recipe: TrainingRecipe, train_pairs: Pairs, dev: Pairs) -> None:
         fraction, dev_pairs = name("dev_fraction"), f"pass dev pairs with {given_as(name, 'dev_data', 'FILE')}"
         fix = (f"{dev_pairs}, or train on pairs of two or more queries" if queries < 2 else
                f"{'lower' if side == 'train' else 'raise'} {fraction}, or {dev_pairs}")
-        return (f"{name('train_data')} {recipe.train_data}: holding out {fraction}={recipe.dev_fraction} of its "
+        return (f"{typed(name, how, 'train_data', recipe.train_data)}: holding out {fraction}={recipe.dev_fraction} of its "
                 f"{queries} {'query' if queries == 1 else 'queries'} (whole queries, as {name('dev_data')} is unset) "
                 f"leaves no {side} pairs; {fix}.")
 
@@ -132,8 +132,8 @@ def check_dev_gold(recipe: TrainingRecipe, dev: Pairs) -> None:
         return
 
     def say(name, how):
-        where = (f"{name('dev_data')} {recipe.dev_data}" if recipe.dev_data is not None else
-                 f"the dev pairs held out of {name('train_data')} {recipe.train_data} "
+        where = (typed(name, how, "dev_data", recipe.dev_data) if recipe.dev_data is not None else
+                 f"the dev pairs held out of {typed(name, how, 'train_data', recipe.train_data)} "
                  f"({name('dev_fraction')}={recipe.dev_fraction})")
         return spearman_said(where, len(dev), what, gold[0], pairs="dev",
                              metric=f"Spearman ({name('select_metric')})", so="no checkpoint could be chosen on it",
@@ -179,7 +179,7 @@ def check_train_gold(recipe: FinetuneRecipe, train_pairs: Pairs) -> None:
         return
 
     def say(name, how):
-        return (f"{name('train_data')} {recipe.train_data}: {one_gold(len(train_pairs), 'training', what, gold[0])}, "
+        return (f"{typed(name, how, 'train_data', recipe.train_data)}: {one_gold(len(train_pairs), 'training', what, gold[0])}, "
                 f"so the grader would learn to give every pair that {what}; train on pairs of two or more {what}s.")
 
     raise worded("", say, about=("train_data",))

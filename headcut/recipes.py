@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from headcut_grader.errors import BY_SET, UserError, WordedError, caller, cut, quoted
+from headcut_grader.errors import BY_SET, SET_GIVEN, UserError, WordedError, caller, cut, quoted
 from headcut_grader.files import as_file_to_read
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
@@ -396,12 +396,14 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
 def in_flags(error: UserError, origins: dict, *, command_line: bool = False) -> UserError:
     """A check's refusal (a WordedError) worded again with the flags that gave its keys (`origins`: '--dev FILE', not
     a --set: load_recipe's flags), as the user typed them; `error` itself where none did or it cannot be.
-    `command_line`: a command's refusal, whose other keys are changed by --set KEY=VALUE (how(key) is BY_SET)."""
+    `command_line`: a command's refusal, whose other keys are changed by --set KEY=VALUE (how(key) is BY_SET; SET_GIVEN
+    for a key `origins` gives by --set, which the refusal names as typed: training.typed)."""
     flags = {key: given.split()[0] for key, given in origins.items() if caller(given) == "flags"}
     if not (flags or command_line) or not isinstance(error, WordedError):
         return error
+    given_by_set = {key for key, given in origins.items() if given.startswith("--set ")}  # led as typed there
     return error.reworded(name=(lambda key: flags.get(key, key)) if flags else None,
-                          how=(lambda key: BY_SET) if command_line else None)
+                          how=(lambda key: SET_GIVEN if key in given_by_set else BY_SET) if command_line else None)
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.weight_files import broken_file
 from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
-from headcut_grader.errors import BY_SET, UserError, WordedError, caller, lead_of, setting
+from headcut_grader.errors import BY_SET, SET_GIVEN, UserError, WordedError, caller, lead_of, setting
 from headcut_grader.files import file_hash, folder_spelled, write_text
 from headcut_grader.ranges import MAX_BATCH, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
@@ -149,8 +149,20 @@ def other_dev_pairs(name, how, pairs: str) -> str:
     dev = name("dev_data")
     if caller(dev) == "flags":
         return f"pass {pairs} to {dev}"
-    where = how("dev_data")
-    return f"pass {pairs} with --set {dev}=FILE" if where == BY_SET else f"set {dev} to {pairs}{where}"
+    return f"pass {pairs} with --set {dev}=FILE" if by_set(how, "dev_data") else f"set {dev} to {pairs}{how('dev_data')}"
+
+
+def by_set(how, key: str) -> bool:
+    """Whether a refusal (worded: how(key)) is a command line's, where `key` is changed by --set KEY=VALUE."""
+    return how(key) in (BY_SET, SET_GIVEN)
+
+
+def typed(name, how, key: str, value) -> str:
+    """`key` holding `value` as a refusal (worded: name(key), how(key)) leads with it, as its user gave it: '--dev F'
+    by a flag, '--set dev_data=F' by --set on a command line, 'dev_data F' from a recipe or Python, 'data.dev F' in a
+    run."""
+    said = name(key)
+    return f"--set {said}={value}" if how(key) == SET_GIVEN else f"{said} {value}"
 
 
 def given_as(name, key: str, value: str) -> str:
@@ -164,10 +176,10 @@ def set_to(name, how, key: str, value: str) -> str:
     """How a refusal (worded: name(key), how(key)) asks for `key`=`value`: 'pass --set select_metric=loss' on a
     command line (or 'pass --flag VALUE' where a flag gave it), 'set teacher.select_metric=loss in the run file or by
     --set' in a run, 'set select_metric=loss' from Python."""
-    said, where = name(key), how(key)
-    if caller(said) == "flags" or where == BY_SET:
+    said = name(key)
+    if caller(said) == "flags" or by_set(how, key):
         return f"pass {given_as(name, key, value)}"
-    return f"set {said}={value}{where}"
+    return f"set {said}={value}{how(key)}"
 
 
 def check_data_files(recipe) -> None:
@@ -688,7 +700,7 @@ def check_steps(n: int, settings: LoopSettings, where, *, pairs=None) -> None:
         return
 
     def say(name, how):
-        steps, lead = name("gradient_accumulation"), "" if isinstance(where, str) else f"{where(name)}: "
+        steps, lead = name("gradient_accumulation"), "" if isinstance(where, str) else f"{where(name, how)}: "
         return (f"{lead}{steps}={settings.gradient_accumulation} batches make one optimizer step, but "
                 f"{pairs(name) if pairs else f'{n} pairs'} in batches of {settings.batch_size} over "
                 f"{setting(name('epochs'), as_written(settings.epochs))} are {batch_count(n, settings)} batches; "
@@ -760,8 +772,8 @@ def pairs_for_a_step(settings: LoopSettings) -> int:
 def trained_on(recipe) -> Callable[[Callable[[str], str]], str]:
     """The pairs a run trains on, as a sentence about their count is led, worded by the keys' names (name(key)):
     'train_data F[ and unlabeled_data G]'."""
-    return lambda name: " and ".join(f"{name(key)} {getattr(recipe, key)}" for key in TRAINED_KEYS
-                                     if getattr(recipe, key, None))
+    return lambda name, how=lambda key: "": " and ".join(typed(name, how, key, getattr(recipe, key))
+                                                         for key in TRAINED_KEYS if getattr(recipe, key, None))
 
 
 def is_finished(state: LoopState, n: int, settings: LoopSettings) -> bool:

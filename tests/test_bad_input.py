@@ -1413,14 +1413,18 @@ def test_a_training_refusal_on_the_command_line_says_the_set_flag_that_fixes_it(
     one_grade = write(tmp_path, "one.tsv", "query\ttitle\tgrade\n" + "".join(f"q{i % 2}\tt {i}\t3\n" for i in range(12)))
     dev = ["--dev", one_grade] if given == "--dev" else ["--set", f"dev_data={one_grade}"]
     result = run("finetune", "minilm_synthetic_cpu", *dev, "--out", tmp_path / "t")
-    refused(result, f"grades with {'--dev FILE' if given == '--dev' else '--set dev_data=FILE'}, or pass --set "
-                    "select_metric=loss.")
+    # led by what the user typed (was: 'dev_data F:' for --set dev_data=F, a key they never wrote alone)
+    refused(result, f"error: {' '.join(map(str, dev)) if given == '--dev' else f'--set dev_data={one_grade}'}: all 12 "
+                    f"dev pairs have grade 3; ", f"grades with {'--dev FILE' if given == '--dev' else '--set dev_data=FILE'}"
+                    ", or pass --set select_metric=loss.")
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     copy = write(tmp_path, "copy.tsv", b"\xef\xbb\xbf" + pairs.read_bytes())  # the same pairs saved another way
     result = run("finetune", "minilm_synthetic_cpu", "--train", pairs, "--set", f"dev_data={copy}", "--out",
                  tmp_path / "t")
-    refused(result, "; pass dev pairs kept apart from those with --set dev_data=FILE, or remove dev_data to hold out "
-                    "dev_fraction of --train by query.")
+    refused(result, f"error: --set dev_data={copy}: each of its 2 dev pairs", "; pass dev pairs kept apart from those "
+                    "with --set dev_data=FILE, or remove dev_data to hold out dev_fraction of --train by query.")
+    result = run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={one_grade}", "--out", tmp_path / "t")
+    refused(result, f"error: --set train_data={one_grade}: holding out dev_fraction=0.2 of its 2 queries")
     assert not (tmp_path / "t").exists()
 
 

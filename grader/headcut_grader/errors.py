@@ -50,6 +50,7 @@ class WordedError(UserError):
 
 
 BY_SET = " by --set"  # a WordedError's how(key) on a command line: a key no flag gave is changed by --set KEY=VALUE
+SET_GIVEN = " by its --set"  # how(key) there of a key the user gave by --set KEY=VALUE: named as typed, changed so
 
 
 def led(error: UserError, lead: str) -> UserError:

@@ -62,9 +62,10 @@ def distill(
     --set dev_data=../shared/data/homedepot/dev.tsv --out runs/bottom3
     """
     quiet_transformers()
-    from headcut.recipes import command_line_words
+    from headcut.recipes import command_line_words, set_origins
 
-    with command_line_words({}):  # a check's refusal (finetune.check_dev_gold): its keys changed by --set
+    # a check's refusal (finetune.check_dev_gold): led by a --set as typed, its other keys changed by --set
+    with command_line_words(set_origins(list(set_))):
         _distill(recipe, out, set_, tune, overwrite)
 
 

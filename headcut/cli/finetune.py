@@ -29,12 +29,14 @@ def finetune(
     """
     quiet_transformers()
     from headcut.finetune import FinetuneRecipe, finetune as run
-    from headcut.recipes import command_line_words, load_recipe
+    from headcut.recipes import command_line_words, load_recipe, set_origins
 
     flags = {key: (flag, value) for flag, key, value in (("--train", "train_data", train), ("--dev", "dev_data", dev))
              if value}  # named by these flags, as typed, in a refusal
-    # a check's refusal (finetune.check_dev_apart, check_dev_gold): --train and --dev as typed, other keys by --set
-    with command_line_words({key: f"{flag} {text}" for key, (flag, text) in flags.items()}):
+    # a check's refusal (finetune.check_dev_apart, check_dev_gold): --train, --dev and --set KEY=VALUE as typed, other
+    # keys changed by --set
+    typed = {**set_origins(list(set_)), **{key: f"{flag} {text}" for key, (flag, text) in flags.items()}}
+    with command_line_words(typed):
         rec = load_recipe(FinetuneRecipe, recipe, overrides=list(set_), kind="finetune", flags=flags)
         bar, progress = training_progress("training")
         with on_interrupt(training_left(out)), bar:
