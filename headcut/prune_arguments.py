@@ -21,6 +21,10 @@ ARGUMENTS = {
     # timed seconds per model and batch size: PruneSettings.latency_seconds, --latency-seconds and measure_latency's
     # min_seconds (no time is a median of min_runs alone, which the setting does not offer)
     "latency_seconds": (Range(0.0, 600.0, low_open=True), False, False),
+    # the pairs a prune samples (PruneSettings' score_rows, calibrate_rows, eval_rows; --score-rows, --calibrate,
+    # --eval-rows; a run's prune.score_rows and prune.calibrate): None is all of them
+    "score_rows": (Range(1), True, True), "eval_rows": (Range(1), True, True),
+    "calibrate_rows": (Range(5, 100_000), True, True),  # every fifth held out to check the fit: at least one
 }
 
 

@@ -114,8 +114,36 @@ def test_settings_refuse_out_of_range_values_with_one_sentence():
     """Named as the Python caller wrote it (was: "PruneSettings: key 'calibrate_rows' is 4", a recipe key's words)."""
     from headcut_grader.errors import UserError
 
-    sentence = r"^PruneSettings\(calibrate_rows=4\): 4 is out of range; it must be at least 5\.$"
+    sentence = r"^PruneSettings\(calibrate_rows=4\): 4 is out of range; it must be in \[5, 100000\]\.$"
     with pytest.raises(UserError, match=sentence):
         PruneSettings(calibrate_rows=4)
+    # was: taken, though --calibrate and a run's prune.calibrate stop at 100,000 (the range is declared once now)
+    with pytest.raises(UserError, match=r"^PruneSettings\(calibrate_rows=1000000\): 1000000 is out of range"):
+        PruneSettings(calibrate_rows=10**6)
     # where the field's type allows None (all pairs), a Python caller's None is no value out of range
     assert PruneSettings(score_rows=None, calibrate_rows=None).score_rows is None
+
+
+def test_a_prune_s_sample_sizes_are_one_range_for_the_settings_the_flags_and_a_run():
+    """PruneSettings' score_rows, calibrate_rows and eval_rows, `headcut prune --score-rows / --calibrate /
+    --eval-rows` and a run's prune.score_rows and prune.calibrate read one declaration (prune_arguments); a run's
+    score_rows stops at what a synthetic draw makes."""
+    import dataclasses
+    import inspect
+
+    from headcut.cli.prune import prune
+    from headcut.pipeline.recipe import PruneSection
+    from headcut.prune_arguments import argument_range
+
+    def field_range(cls, name):
+        return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["range"]
+
+    flags = inspect.signature(prune).parameters
+    for setting, flag, key in (("score_rows", "score_rows", None), ("calibrate_rows", "calibrate", "calibrate"),
+                               ("eval_rows", "eval_rows", None)):
+        declared = argument_range(setting)
+        assert field_range(PruneSettings, setting) is declared
+        assert flags[flag].default.parser.valid is declared
+        if key:
+            assert field_range(PruneSection, key) is declared
+    assert field_range(PruneSection, "score_rows").low == argument_range("score_rows").low

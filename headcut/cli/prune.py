@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
-                                TITLE_COL, Opt, argument_option, file_to_read, flags_set, number, number_in,
+                                TITLE_COL, Opt, argument_option, file_to_read, flags_set, number_in,
                                 progress_bar, quiet_transformers, read_data, user_errors)
 from headcut.prune_arguments import LATENCY_BATCH, argument_range
 from headcut_grader.errors import UserError, quoted
@@ -90,8 +90,8 @@ def prune(
                                  "each sublayer: scales (one per kept head and neuron, and bias shifts), weights (the "
                                  "whole output projection, by ridge), or best (both, keeping per sublayer the one with "
                                  "the lower held-out error; the default, measured best below half the FLOPs)"),
-    calibrate: int = number(512, "--calibrate", help="--flops/--latency: pairs of --data (labels unused) for mask "
-                            "tuning; every fifth is held out to check the fit", low=5, high=100_000),
+    calibrate: int = number_in(argument_range("calibrate_rows"), 512, "--calibrate", help="--flops/--latency: pairs "
+                               "of --data (labels unused) for mask tuning; every fifth is held out to check the fit"),
     seq_len: Opt[int] = number_in(argument_range("seq_len"), None, "--seq-len", help="--flops/--latency: sequence "
                                   "length the cost is counted at (default: the model's max_length)", kind=int),
     layer_prior: float = number_in(
@@ -110,9 +110,10 @@ def prune(
                                        help="Pairs to report quality on (default: the scoring "
                                        "data); read with the column flags --data is read with (none: the default "
                                        "columns), so lay both files out alike."),
-    score_rows: Opt[int] = number(512, "--score-rows", help="Score units on a seeded sample of this many pairs", low=1),
-    eval_rows: Opt[int] = number(None, "--eval-rows", help="Report quality on a seeded sample of this many pairs",
-                                 low=1, kind=int),
+    score_rows: Opt[int] = number_in(argument_range("score_rows"), 512, "--score-rows",
+                                     help="Score units on a seeded sample of this many pairs"),
+    eval_rows: Opt[int] = number_in(argument_range("eval_rows"), None, "--eval-rows",
+                                    help="Report quality on a seeded sample of this many pairs", kind=int),
     preset: Opt[str] = every_file(PRESET), query_col: Opt[str] = every_file(QUERY_COL),
     title_col: Opt[str] = every_file(TITLE_COL), label_col: Opt[str] = every_file(LABEL_COL),
     label_map: Opt[str] = every_file(LABEL_MAP),

@@ -6,6 +6,7 @@ checked when the recipe is read, sub-recipes included, and every problem is repo
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -75,8 +76,9 @@ class PruneSection:
     flops: float | None = range_field(None, argument_range("flops"))  # heads and FFN neurons to this share of the FLOPs
     method: str = "fisher"  # the criterion (evaluate/criteria.py); keep_ratio: one the scan computes; flops: one that scores neurons
     layer_prior: float = range_field(0.0, argument_range("layer_prior"))
-    score_rows: int = ranged(512, 1, MAX_SYNTHETIC)  # flops: train pairs scored
-    calibrate: int = ranged(512, 5, 100_000)  # flops: train pairs for mask tuning (0.2 held out)
+    # flops: train pairs scored, at most what a synthetic draw can make
+    score_rows: int = range_field(512, dataclasses.replace(argument_range("score_rows"), high=MAX_SYNTHETIC))
+    calibrate: int = range_field(512, argument_range("calibrate_rows"))  # flops: train pairs for mask tuning (0.2 held out)
     tune: bool = True
     tune_fit: Literal["scales", "weights", "best"] = "best"  # flops: what tuning re-fits (prune.tune.MODES; --tune-fit)
     iterative: int = range_field(0, argument_range("iterative"))  # flops: reach the budget in this many steps, re-scored and re-tuned (0, 1: one shot)

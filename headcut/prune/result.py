@@ -11,16 +11,16 @@ from pathlib import Path
 from headcut.models import LoadedModel
 from headcut.evaluate_arguments import argument_field
 from headcut.prune_arguments import argument_range
-from headcut_grader.ranges import check_settings, range_field, ranged
+from headcut_grader.ranges import check_settings, range_field
 
 
 @dataclass(frozen=True)
 class PruneSettings:
     """How a prune samples its pairs, batches its passes and reports quality and speed (the command's flags)."""
 
-    score_rows: int | None = ranged(512, 1)  # seeded sample of the data that units are scored on (None: all)
-    calibrate_rows: int | None = ranged(512, 5)  # budget prunes: another sample (seed + 1) for mask tuning
-    eval_rows: int | None = ranged(None, 1)  # seeded sample of the quality pairs (None: all)
+    score_rows: int | None = range_field(512, argument_range("score_rows"))  # sample units are scored on (None: all)
+    calibrate_rows: int | None = range_field(512, argument_range("calibrate_rows"))  # budget prunes: (seed + 1) tuning
+    eval_rows: int | None = range_field(None, argument_range("eval_rows"))  # seeded sample of the quality pairs
     batch_size: int = argument_field("batch_size")
     bootstrap: int = argument_field("bootstrap")  # resamples of the paired 95% CIs
     timing: bool = True  # measure CPU latency before/after (slow: `latency_seconds` per model and batch size)
