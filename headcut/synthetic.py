@@ -80,7 +80,7 @@ def synthetic_pairs(n: int = SYNTHETIC_PAIRS, *, seed: int = 0) -> Pairs:
     made in memory), `seed` a whole number from 0, as `synthetic:SEED` names one.
     """
     n = checked_number(n, "synthetic_pairs n", Range(1, MAX_SYNTHETIC), whole=True)
-    seed = checked_number(seed, "synthetic_pairs seed", Range(0), whole=True)
+    seed = checked_number(seed, "synthetic_pairs seed", SEEDS, whole=True)  # a seed synthetic:SEED can name
     rng = random.Random(seed)
     kinds = list(_PRODUCTS)
     queries, titles, labels = [], [], []
