@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
-from headcut_grader.ranges import MAX_WORKERS, REPEATS, THREADS, Range
+from headcut_grader.ranges import REPEATS, THREADS, WORKERS, Range
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script runs, also where a test loads it
 from bench_flags import field_range, real, several, whole  # noqa: E402
@@ -251,7 +251,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", default="runs/serve_load")
     parser.add_argument("--threads", type=whole(THREADS), default=BenchSettings.threads,
                         help="offline grading's threads, and the servers' in all")
-    parser.add_argument("--workers", type=whole(Range(1, MAX_WORKERS)), default=1,
+    parser.add_argument("--workers", type=whole(WORKERS), default=1,
                         help="server processes (headcut serve --workers)")
     parser.add_argument("--server-threads", type=whole(THREADS), default=None,
                         help="per server worker (default: threads / workers)")

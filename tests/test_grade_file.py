@@ -521,6 +521,25 @@ def test_new_flags_are_range_checked_before_any_work(tmp_path, flag, value):
     assert result.exit_code == 2 and result.output.startswith(f"error: {flag} ")
 
 
+def test_the_workers_and_chunk_rows_ranges_are_declared_once():
+    """GradeSettings' workers and chunk_rows, grade's --workers and --chunk-rows and serve's --workers read one
+    declaration each (headcut_grader.ranges WORKERS, CHUNK_ROWS; was: Range(1, MAX_WORKERS) written four times)."""
+    import dataclasses
+    import inspect
+
+    from headcut_grader.cli.grade import grade as grade_command
+    from headcut_grader.cli.serve import serve
+    from headcut_grader.ranges import CHUNK_ROWS, WORKERS
+
+    fields = {f.name: f.metadata["range"] for f in dataclasses.fields(GradeSettings) if "range" in f.metadata}
+    flags = {name: p.default.parser.valid for command in (grade_command, serve)
+             for name, p in inspect.signature(command).parameters.items() if name in ("workers", "chunk_rows")}
+    assert fields["workers"] is WORKERS and fields["chunk_rows"] is CHUNK_ROWS
+    assert flags["workers"] is WORKERS and flags["chunk_rows"] is CHUNK_ROWS
+    serve_workers = inspect.signature(serve).parameters["workers"].default.parser.valid
+    assert serve_workers is WORKERS
+
+
 # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of pytest would report pytest's peak
 MEMORY_SCRIPT = """
 import sys

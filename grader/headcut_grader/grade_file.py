@@ -27,8 +27,8 @@ from headcut_grader.grader import Grader, Grades, read_record, results_from_logi
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
 from headcut_grader.readers import check_preset
-from headcut_grader.ranges import (BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_WORKERS, RUNTIME_THREADS, THREADS,
-                                   argument, check_callbacks, checked_bool, checked_fields, range_field, ranged)
+from headcut_grader.ranges import (BATCH, BATCH_SIZE, CHUNK_ROWS, RUNTIME_THREADS, THREADS, WORKERS, argument,
+                                   check_callbacks, checked_bool, checked_fields, range_field)
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -38,7 +38,7 @@ STATE_FORMAT = 2  # 2: the state carries a checksum of itself
 class GradeSettings:
     """What decides the output's bytes (a resumed run must use the same) and how the work is spread."""
 
-    chunk_rows: int = ranged(10_000, 1, MAX_CHUNK_ROWS)  # pairs read, graded and written at a time: memory grows
+    chunk_rows: int = range_field(10_000, CHUNK_ROWS)  # pairs read, graded and written at a time: memory grows
     # with this, not the file
     batch_size: int = range_field(BATCH_SIZE, BATCH)
     preset: str | None = None
@@ -46,7 +46,7 @@ class GradeSettings:
     title_col: str | None = None
     label_col: str | None = None
     out_format: str | None = None  # None: from OUT's suffix, else the input's
-    workers: int = ranged(1, 1, MAX_WORKERS)  # processes, each with its own Grader
+    workers: int = range_field(1, WORKERS)  # processes, each with its own Grader
     threads: int = range_field(RUNTIME_THREADS, THREADS)  # runtime threads per process
     backend: str = "auto"  # onnxruntime, openvino, or auto (the grader's fastest on this CPU)
 

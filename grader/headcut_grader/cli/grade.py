@@ -6,9 +6,9 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.ranges import BATCH, BATCH_SIZE, MAX_CHUNK_ROWS, MAX_WORKERS, THREADS
+from headcut_grader.ranges import BATCH, BATCH_SIZE, CHUNK_ROWS, THREADS, WORKERS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, file_option,
-                                       file_to_read, number, number_in, on_interrupt, progress_bar, user_errors,
+                                       file_to_read, number_in, on_interrupt, progress_bar, user_errors,
                                        written_whole)
 
 
@@ -19,14 +19,14 @@ def grade(
                                       help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
     out: Path = file_option(..., "--out", "-o", help="Where to write grades (same format as the input unless the "
                             "suffix says: .tsv, .csv or .jsonl; JSON input is written as JSON lines)."),
-    workers: int = number(1, "--workers", help="Grading processes, one grader each; about one per 1-2 cores",
-                          low=1, high=MAX_WORKERS),
+    workers: int = number_in(WORKERS, 1, "--workers", help="Grading processes, one grader each; about one per 1-2 "
+                             "cores"),
     threads: Opt[int] = number_in(THREADS, None, "--threads", help="Runtime threads per worker (default: cores / "
                                   "workers)", kind=int),
     backend: str = BACKEND,
     batch_size: int = number_in(BATCH, BATCH_SIZE, "--batch-size", help="Pairs per forward pass"),
-    chunk_rows: int = number(10_000, "--chunk-rows", help="Pairs read, graded and written at a time; memory grows "
-                             "with this, never with the file", low=1, high=MAX_CHUNK_ROWS),
+    chunk_rows: int = number_in(CHUNK_ROWS, 10_000, "--chunk-rows", help="Pairs read, graded and written at a time; "
+                                "memory grows with this, never with the file"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of this command after its last "
                                 "finished chunk (the output equals an uninterrupted run's)."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,

@@ -11,7 +11,7 @@ import typer
 
 from headcut_grader.backends import INSTALL
 from headcut_grader.cli.common import BACKEND, Opt, field_option, number, number_in, user_errors
-from headcut_grader.ranges import MAX_WORKERS, THREADS
+from headcut_grader.ranges import THREADS, WORKERS
 from headcut_grader.serve import Batching, Limits
 from headcut_grader.serve_middleware import MIN_BODY_BYTES_PER_SECOND
 
@@ -26,9 +26,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0 exposes it to the network; "
                              "an IPv6 one as ::1 or [::1])."),
     port: int = number(8000, "--port", help="TCP port", low=1, high=65535),
-    workers: int = number(1, "--workers", help="Worker processes (one grader each, each with its own socket on "
-                          "the port, so connections spread over them); on 2 cores: --workers 2 --threads 1",
-                          low=1, high=MAX_WORKERS),
+    workers: int = number_in(WORKERS, 1, "--workers", help="Worker processes (one grader each, each with its own "
+                             "socket on the port, so connections spread over them); on 2 cores: --workers 2 --threads 1"),
     threads: Opt[int] = number_in(THREADS, None, "--threads", help="Runtime threads per worker (default: cores / "
                                   "workers)", kind=int),
     backend: str = BACKEND,
