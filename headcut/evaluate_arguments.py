@@ -4,7 +4,7 @@ run recipe's [scan] keys read their ranges here. Torch-free, so the command line
 importing the evaluator."""
 from __future__ import annotations
 
-from headcut_grader.ranges import BATCH, MAX_BOOTSTRAP, SEQ_LEN, Range, check_arguments, range_field
+from headcut_grader.ranges import BATCH, MAX_BOOTSTRAP, SEED, SEQ_LEN, Range, check_arguments, range_field
 
 RESAMPLES = Range(10, MAX_BOOTSTRAP)  # of a bootstrap CI: below 10 the interval is noise
 
@@ -17,7 +17,7 @@ ARGUMENTS = {
     "k": (Range(1), True, False),  # term-matching heads masked in experiment 5
     "iters": (RESAMPLES, True, False),  # bootstrap resamples for the scan's CIs
     "bootstrap": (RESAMPLES, True, False),  # bootstrap resamples for a report's (paired) 95% CIs
-    "seed": (Range(0, 2**32 - 1), True, False),
+    "seed": (SEED, True, False),
 }
 
 

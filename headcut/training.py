@@ -30,7 +30,7 @@ from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import BY_SET, SET_GIVEN, UserError, WordedError, caller, lead_of, setting
 from headcut_grader.files import file_hash, folder_spelled, write_text
-from headcut_grader.ranges import MAX_BATCH, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
+from headcut_grader.ranges import MAX_BATCH, Range, SEED, SEQ_LEN, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
 
 
@@ -60,7 +60,7 @@ class LoopSettings:
     checkpoint_every: int = ranged(200, 1)
     early_stopping_patience: int = ranged(0, 0)  # evaluations without improvement before stopping; 0 = never
     select_metric: Literal["spearman", "accuracy", "macro_f1", "loss"] = "spearman"  # "loss" is minimised
-    seed: int = ranged(0, 0, 2**32 - 1)
+    seed: int = range_field(0, SEED)
     max_grad_norm: float = ranged(1.0, 0.0, low_open=True)
     ema_decay: float = ranged(0.0, 0.0, 1.0, high_open=True)  # >0: evaluate and save a moving average of the weights
 

@@ -545,3 +545,17 @@ def test_a_worded_refusal_led_again_stays_one_and_words_again_under_its_new_lead
     again = by_set.reworded(name=str.upper)
     assert isinstance(again, SetError)
     assert str(again) == "--set data.dev=x: DEV_DATA holds the pairs of TRAIN_DATA; set DEV_DATA."
+
+
+def test_a_training_recipe_s_seed_reads_the_declared_seed_range():
+    """A recipe's seed (finetune, distill) is the seed every --seed and seed argument takes (evaluate_arguments'),
+    declared once (was: its own Range(0, 2**32 - 1) literal beside it)."""
+    import dataclasses
+
+    from headcut.distill import DistillRecipe
+    from headcut.evaluate_arguments import argument_range
+    from headcut.finetune import FinetuneRecipe
+
+    for cls in (FinetuneRecipe, DistillRecipe):
+        seed = next(f for f in dataclasses.fields(cls) if f.name == "seed")
+        assert seed.metadata["range"] is argument_range("seed") and seed.default == 0
