@@ -559,3 +559,18 @@ def test_a_training_recipe_s_seed_reads_the_declared_seed_range():
     for cls in (FinetuneRecipe, DistillRecipe):
         seed = next(f for f in dataclasses.fields(cls) if f.name == "seed")
         assert seed.metadata["range"] is argument_range("seed") and seed.default == 0
+
+
+def test_a_distill_recipe_s_ordinal_weight_is_finetune_s():
+    """DistillRecipe.ordinal_weight weighs finetune.grade_loss's ordinal term, as FinetuneRecipe's does: one default
+    and range, declared there (was: its own ranged(0.0, 0.0, 100.0) literal)."""
+    import dataclasses
+
+    from headcut.distill import DistillRecipe
+    from headcut.finetune import FinetuneRecipe
+
+    def field(cls):
+        return next(f for f in dataclasses.fields(cls) if f.name == "ordinal_weight")
+
+    assert field(DistillRecipe).metadata["range"] is field(FinetuneRecipe).metadata["range"]
+    assert field(DistillRecipe).default == field(FinetuneRecipe).default

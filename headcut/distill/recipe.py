@@ -8,8 +8,9 @@ from dataclasses import dataclass, fields
 from typing import Callable, Literal
 
 from headcut.distill.sizes import check_layer_map, check_recipe_student
+from headcut.finetune import FinetuneRecipe
 from headcut_grader.errors import UserError, quoted
-from headcut_grader.ranges import ranged
+from headcut_grader.ranges import ranged, same_as
 from headcut.synthetic import is_synthetic
 from headcut.training import TrainingRecipe, check_task_keys, is_set
 
@@ -45,7 +46,7 @@ class DistillRecipe(TrainingRecipe):
     ce_weight: float = tunable(0.5, 0.0, 1.0, valid=(0.0, 100.0))
     hidden_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))
     attention_weight: float = ranged(0.0, 0.0, 100.0)
-    ordinal_weight: float = ranged(0.0, 0.0, 100.0)
+    ordinal_weight: float = same_as(FinetuneRecipe, "ordinal_weight")  # finetune.grade_loss's, as objective uses it
     # task=score teaches with these in place of kd_weight / ce_weight / temperature / ordinal_weight:
     mse_weight: float = tunable(1.0, 0.0, 1.0, valid=(0.0, 100.0))  # MSE on the teacher's score
     margin_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))  # margin-MSE on score differences within a query
