@@ -149,7 +149,9 @@ def other_dev_pairs(name, how, pairs: str) -> str:
     dev = name("dev_data")
     if caller(dev) == "flags":
         return f"pass {pairs} to {dev}"
-    return f"pass {pairs} with --set {dev}=FILE" if by_set(how, "dev_data") else f"set {dev} to {pairs}{how('dev_data')}"
+    if by_set(how, "dev_data"):
+        return f"pass {pairs} with --set {dev}=FILE"
+    return f"set {dev} to {pairs}{how('dev_data')}"
 
 
 def by_set(how, key: str) -> bool:
