@@ -401,7 +401,7 @@ def in_flags(error: UserError, origins: dict, *, command_line: bool = False) -> 
     flags = {key: given.split()[0] for key, given in origins.items() if caller(given) == "flags"}
     if not (flags or command_line) or not isinstance(error, WordedError):
         return error
-    given_by_set = {key for key, given in origins.items() if given.startswith("--set ")}  # led as typed there
+    given_by_set = {key for key, given in origins.items() if caller(given) == "keys"}  # --set KEY=VALUE: led so
     return error.reworded(name=(lambda key: flags.get(key, key)) if flags else None,
                           how=(lambda key: SET_GIVEN if key in given_by_set else BY_SET) if command_line else None)
 
