@@ -30,7 +30,7 @@ from headcut.data_spec import check_file_keys, count_spec
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import BY_SET, SET_GIVEN, UserError, WordedError, caller, lead_of, setting
 from headcut_grader.files import file_hash, folder_spelled, write_text
-from headcut_grader.ranges import MAX_BATCH, Range, SEED, SEQ_LEN, check_callbacks, check_ranges, range_field, ranged
+from headcut_grader.ranges import MAX_BATCH, SEED, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
 
 
