@@ -22,7 +22,7 @@ from headcut_grader.errors import BY_SET, SET_GIVEN, UserError, WordedError, cal
 from headcut_grader.files import as_file_to_read
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
-from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text, significant_digits
+from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text, signed, significant_digits
 
 RECIPE_ROOT = Path(__file__).resolve().parent / "recipes"
 
@@ -281,7 +281,7 @@ def _whole(text: str) -> int:
     read as 10 ** (digits - 1), a number of as many digits, which every key's range refuses by its digits."""
     digits = significant_digits(text) or "0"
     value = int(digits) if len(digits) <= 4000 else 10 ** (len(digits) - 1)
-    return -value if text.startswith("-") else value
+    return signed(text, value)
 
 
 _yaml_12_scalars(_Loader)

@@ -30,6 +30,11 @@ def whole_number(text: str, *, digits: int = 18) -> int | None:
     if not re.fullmatch(r"[+-]?[0-9]+", text) or len(significant_digits(text)) > digits:
         return None
     value = int(significant_digits(text) or "0")  # int() refuses a text of over 4,300 characters, zeros too
+    return signed(text, value)
+
+
+def signed(text: str, value: int) -> int:
+    """`value`, the size of the whole number `text` writes, with the sign `text` writes."""
     return -value if text.startswith("-") else value
 
 
