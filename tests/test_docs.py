@@ -181,8 +181,20 @@ def run_console(block: Block, cwd: Path, memo_dir: Path) -> None:
         assert code == wanted, f"{block.where()}: `{line}` exited {code}, not {wanted}:\n{output[-2000:]}"
 
 
+@pytest.fixture
+def registry_kept():
+    """A page's example may register a criterion (docs/concepts.md's upper_first); the registry is put back after
+    the page, so no later test in the same process sees the example's criterion among the names it lists."""
+    from headcut.evaluate.criteria import CRITERIA
+
+    registered = dict(CRITERIA)
+    yield
+    CRITERIA.clear()
+    CRITERIA.update(registered)
+
+
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: str(p.relative_to(ROOT)))
-def test_every_example_on_the_page_runs(page, workspace, tmp_path, monkeypatch, one_thread):
+def test_every_example_on_the_page_runs(page, workspace, tmp_path, monkeypatch, one_thread, registry_kept):
     folder = shutil.copytree(workspace, tmp_path / "work", symlinks=True)
     monkeypatch.chdir(folder)
     memo_dir = workspace.parent / "docs-memo"
