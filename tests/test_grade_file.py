@@ -532,12 +532,11 @@ def test_the_workers_and_chunk_rows_ranges_are_declared_once():
     from headcut_grader.ranges import CHUNK_ROWS, WORKERS
 
     fields = {f.name: f.metadata["range"] for f in dataclasses.fields(GradeSettings) if "range" in f.metadata}
-    flags = {name: p.default.parser.valid for command in (grade_command, serve)
+    flags = {(command.__name__, name): p.default.parser.valid for command in (grade_command, serve)
              for name, p in inspect.signature(command).parameters.items() if name in ("workers", "chunk_rows")}
     assert fields["workers"] is WORKERS and fields["chunk_rows"] is CHUNK_ROWS
-    assert flags["workers"] is WORKERS and flags["chunk_rows"] is CHUNK_ROWS
-    serve_workers = inspect.signature(serve).parameters["workers"].default.parser.valid
-    assert serve_workers is WORKERS
+    expected = {("grade", "workers"): WORKERS, ("grade", "chunk_rows"): CHUNK_ROWS, ("serve", "workers"): WORKERS}
+    assert flags.keys() == expected.keys() and all(flags[key] is valid for key, valid in expected.items()), flags
 
 
 # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child of pytest would report pytest's peak
