@@ -18,8 +18,8 @@ ARGUMENTS = {
     "iterative": (Range(0, 100), True, False),  # each step re-scores: time
     "seq_len": (SEQ_LEN, True, True),  # headcut bench --seq-lens' range: the same timing of a batch
     "latency_batch": (BATCH, True, False),  # headcut bench --batch-sizes' range: the same timing of a batch
-    # timed seconds per model and batch size: PruneSettings.latency_seconds, --latency-seconds and measure_latency's
-    # min_seconds (no time is a median of min_runs alone, which the setting does not offer)
+    # timed seconds per model and batch size: PruneSettings.latency_seconds and --latency-seconds; measure_latency's
+    # min_seconds reads it closed at 0 (no time is a median of min_runs alone, which the setting does not offer)
     "latency_seconds": (Range(0.0, 600.0, low_open=True), False, False),
     # the pairs a prune samples (PruneSettings' score_rows, calibrate_rows, eval_rows; --score-rows, --calibrate,
     # --eval-rows; a run's prune.score_rows and prune.calibrate): None is all of them

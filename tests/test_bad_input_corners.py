@@ -608,9 +608,9 @@ def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_m
                                                                      "batch sizes, e.g. (1, 8, 32)."),
     (lambda m: m.measure_latency([m.model], seq_len=16, min_runs=0), "measure_latency min_runs is 0; it must be a "
                                                                    "whole number in [1, 10000]."),
-    # was: taken, though PruneSettings.latency_seconds (which prune passes as min_seconds) refuses 0: one range now
-    (lambda m: m.measure_latency([m.model], seq_len=64, min_seconds=0), "measure_latency min_seconds is 0; it must be "
-                                                                      "a number in (0, 600]."),
+    # 0 is taken (a median of min_runs alone), unlike PruneSettings.latency_seconds; the upper bound is the setting's
+    (lambda m: m.measure_latency([m.model], seq_len=64, min_seconds=-1), "measure_latency min_seconds is -1; it must "
+                                                                       "be a number in [0, 600]."),
     (lambda m: m.measure_latency([m.model], seq_len=16, min_seconds=float("inf")), "measure_latency min_seconds is inf;"),
     (lambda m: m.measure_latency([m.model], seq_len=16, warmup=-1), "measure_latency warmup is -1; it must be a whole"),
     (lambda m: m.measure_latency([m.model], seq_len=4096, batch_sizes=(32,)), "measure_latency batch_sizes, seq_len: a "
@@ -645,7 +645,7 @@ def test_speed_summary_at_a_long_length_times_only_the_batches_that_fit():
     from headcut.prune import measure
 
     model = tiny_model("bert", max_position_embeddings=1300)
-    out = measure.speed_summary(model, model, seq_len=1200, batch_sizes=(1, 8, 32), min_seconds=1e-9, min_runs=1,
+    out = measure.speed_summary(model, model, seq_len=1200, batch_sizes=(1, 8, 32), min_seconds=0, min_runs=1,
                                 warmup=0)
     assert [row["batch_size"] for row in out["latency"]] == [1, 8]
 
@@ -1456,7 +1456,8 @@ def test_a_long_recipe_number_is_cut_in_its_range_message():
 
 def test_the_timed_seconds_of_a_prune_are_one_range_for_the_setting_the_flag_and_measure_latency():
     """PruneSettings.latency_seconds, `headcut prune --latency-seconds` and measure_latency's min_seconds (which prune
-    passes it to) read one declaration (prune_arguments), so none can take a value another refuses."""
+    passes it to) read one declaration (prune_arguments), so none can take a value another refuses; min_seconds alone
+    takes 0 too (a median of min_runs alone)."""
     import dataclasses
     import inspect
 
@@ -1469,4 +1470,7 @@ def test_the_timed_seconds_of_a_prune_are_one_range_for_the_setting_the_flag_and
     flag = next(p for p in inspect.signature(prune).parameters.values() if p.name == "latency_seconds")
     assert setting.metadata["range"] is declared
     assert flag.default.parser.valid is declared
-    assert measure.ARGUMENTS["min_seconds"][0] is declared
+    min_seconds = measure.ARGUMENTS["min_seconds"][0]
+    assert declared.low_open and not min_seconds.low_open
+    bounds = [(r.low, r.high, r.high_open) for r in (min_seconds, declared)]
+    assert bounds[0] == bounds[1], bounds

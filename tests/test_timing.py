@@ -44,7 +44,7 @@ def test_measure_latency_times_models_in_blocks():
     calls = []
     for i, m in enumerate(models):
         m.register_forward_pre_hook(lambda module, args, i=i: calls.append(i))
-    rows = measure_latency(models, seq_len=8, batch_sizes=(2,), min_seconds=1e-9, min_runs=5, warmup=1)
+    rows = measure_latency(models, seq_len=8, batch_sizes=(2,), min_seconds=0.0, min_runs=5, warmup=1)
     assert [r[0]["runs"] for r in rows] == [5, 5]
     assert streaks(calls) == [1, 1, 6, 6]  # one warm-up each, then one block of 1 untimed + 5 timed
 

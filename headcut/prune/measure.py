@@ -8,6 +8,7 @@ dominate: at batch 1 on short pairs, far more than at batch 32.
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 import torch
@@ -23,7 +24,9 @@ from headcut_grader.ranges import REPEATS, WARMUP, argument, check_arguments, ch
 ARGUMENTS = {
     "seq_len": (argument_range("seq_len"), True, False),
     "batch_sizes": (argument_range("latency_batch"), True, False),
-    "min_seconds": (argument_range("latency_seconds"), False, False),  # PruneSettings.latency_seconds
+    # PruneSettings.latency_seconds' range closed at 0: no time is a median of min_runs alone, which the setting does
+    # not offer but a caller of measure_latency may ask for
+    "min_seconds": (dataclasses.replace(argument_range("latency_seconds"), low_open=False), False, False),
     "min_runs": (REPEATS, True, False),  # a median of no runs is no time
     "warmup": (WARMUP, True, False),
 }
