@@ -24,9 +24,10 @@ import random
 import time
 from pathlib import Path
 
-from bench_flags import field_range, whole
+from bench_flags import field_range, real, several, whole
 from headcut.evaluate_arguments import argument_range
 from headcut.prune.result import PruneSettings
+from headcut.prune_arguments import argument_range as prune_range
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "homedepot"
@@ -37,7 +38,7 @@ PARTS = {"none", "cls", "refit", *FITS}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT / "runs" / "teacher"))
-    parser.add_argument("--budgets", default="0.65,0.5")
+    parser.add_argument("--budgets", type=several(real(prune_range("flops"))), default="0.65,0.5")
     parser.add_argument("--variants", default="none,scale,bias,bias+cls,refit,bias+refit,scale+cls+refit,bias+cls+refit")
     parser.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=1000)
     parser.add_argument("--calibrate", type=whole(field_range(PruneSettings, "calibrate_rows")), default=512)
@@ -77,7 +78,7 @@ def main() -> None:
     units, full = unit_flops(teacher, seq), flops_per_pair(teacher, seq)
     print(f"{args.model}; selection: {len(selection)} dev pairs outside the {args.report_rows} report rows; "
           f"scores on {args.score_rows}, calibration on {args.calibrate} train pairs", flush=True)
-    for share in (float(b) for b in args.budgets.split(",")):
+    for share in args.budgets:
         plan = plan_budget(scores, units, check_budget(share, units, full))
         base = copy.deepcopy(teacher)
         keep_heads(base, [list(h) for h in plan.heads])

@@ -553,6 +553,8 @@ def test_a_benchmark_s_threads_default_reads_the_declared_one():
      "argument --layouts: '1x2x3' is not WxT; write W and T joined by x, e.g. 2x1."),
     ("budget_curve.py", ["--out", "o", "--trained", "1.5=m"],  # was: taken, its share past the whole model's FLOPs
      "argument --trained: 1.5=m: BUDGET 1.5 is out of range; it must be in (0, 1]."),
+    ("tune_variants.py", ["--budgets", "0.5,0"],  # was: taken as text, float()ed only after the model loaded
+     "argument --budgets: 0 is out of range; it must be in (0, 1]."),
     ("long_titles_memory.py", ["g", "--out", "o", "--chars", "10,x"],
      "argument --chars: 'x' is not a whole number; it must be a whole number of at least 1."),
 ])
@@ -572,19 +574,43 @@ def test_a_benchmark_s_number_flag_out_of_its_range_stops_it_with_one_sentence(t
     assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())
 
 
+NUMBER_LIST = re.compile(r"[-+.\de]+(,[-+.\de]+)*")  # a default such as "0.65,0.5" or "32"
+
+
+def _number_read_by_hand(node) -> bool:
+    """`node` a flag whose default is number text but has no `type` (so argparse hands the text on unchecked), or
+    numbers read from a flag by hand: int/float of the items of `args.NAME.split(",")`, in a comprehension or map."""
+    import ast
+
+    if isinstance(node, ast.Call) and node.keywords:
+        given = {k.arg: k.value for k in node.keywords}
+        default = given.get("default")
+        return ("type" not in given and isinstance(default, ast.Constant) and isinstance(default.value, str)
+                and NUMBER_LIST.fullmatch(default.value) is not None)
+    splits = [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+              and n.func.attr == "split" and isinstance(n.func.value, ast.Attribute)]
+    converts = [n for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in ("int", "float")]
+    is_map = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "map"
+    return bool(splits and converts) and (is_map or isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)))
+
+
 def test_every_number_flag_of_a_benchmark_is_checked():
-    """No benchmarks/ script takes a number flag as a bare int or float (type=int: any value, even --threads 0);
-    each has a checked range (bench_flags.whole / real; a comma list's items by bench_flags.several), and serve_load's
-    --workers 0, --sizes 8,0 and --concurrency -1 are refused as one sentence."""
+    """No benchmarks/ script takes a number flag as a bare int or float (type=int: any value, even --threads 0) or
+    as text read by hand (tune_variants' --budgets "0.65,0.5", split and float()ed in the run: --budgets 0 or abc
+    went unrefused up front); each has a checked range (bench_flags.whole / real; a comma list's items by
+    bench_flags.several), and serve_load's --workers 0, --sizes 8,0 and --concurrency -1 are refused as one sentence."""
     import ast
     import importlib.util
 
     from conftest import ROOT
 
-    bare = [f"{path.name}:{node.lineno}" for path in (ROOT / "benchmarks").glob("*.py")
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)
+    trees = {path.name: ast.parse(path.read_text(encoding="utf-8")) for path in (ROOT / "benchmarks").glob("*.py")}
+    bare = [f"{name}:{node.lineno}" for name, tree in trees.items() for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
             for k in node.keywords if k.arg == "type" and isinstance(k.value, ast.Name) and k.value.id in ("int", "float")]
-    assert not bare, f"give these flags a range (benchmarks/bench_flags.py): {bare}"
+    by_hand = [f"{name}:{node.lineno}" for name, tree in trees.items() for node in ast.walk(tree)
+               if _number_read_by_hand(node)]
+    assert not bare + by_hand, f"give these flags a range (benchmarks/bench_flags.py): {bare + by_hand}"
     spec = importlib.util.spec_from_file_location("serve_load", ROOT / "benchmarks" / "serve_load.py")
     serve_load = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(serve_load)
