@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import enum
 import math
 import re
 import shlex
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from headcut_grader.errors import BY_SET, SET_GIVEN, UserError, WordedError, caller, cut, quoted
+from headcut_grader.errors import UserError, WordedError, caller, cut, quoted
 from headcut_grader.files import as_file_to_read
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
@@ -393,17 +394,26 @@ def _checked_together(check, in_file: str, where: str, origins: dict, *, named: 
         raise led_again(e, lead, where + with_sets([k for k in keys if k in origins])) from None
 
 
+class CommandLine(enum.Enum):
+    """A command's refusal's how(key) (in_flags(command_line=True)): a marker, not words, that `key` is changed there
+    by --set KEY=VALUE (training.by_set), and whether the user gave it so, which the refusal then names as typed
+    (training.typed); its own type, so no text a recipe or run gives for how(key) is taken for it."""
+    SET = "changed by --set KEY=VALUE"
+    GIVEN_BY_SET = "given by --set KEY=VALUE: named as typed"
+
+
 def in_flags(error: UserError, origins: dict, *, command_line: bool = False) -> UserError:
     """A check's refusal (a WordedError) worded again with the flags that gave its keys (`origins`: '--dev FILE', not
     a --set: load_recipe's flags), as the user typed them; `error` itself where none did or it cannot be.
-    `command_line`: a command's refusal, whose other keys are changed by --set KEY=VALUE (how(key) is BY_SET; SET_GIVEN
-    for a key `origins` gives by --set, which the refusal names as typed: training.typed)."""
+    `command_line`: a command's refusal, whose other keys are changed by --set KEY=VALUE (how(key) is CommandLine.SET;
+    GIVEN_BY_SET for a key `origins` gives by --set, which the refusal names as typed: training.typed)."""
     flags = {key: given.split()[0] for key, given in origins.items() if caller(given) == "flags"}
     if not (flags or command_line) or not isinstance(error, WordedError):
         return error
     given_by_set = {key for key, given in origins.items() if caller(given) == "keys"}  # --set KEY=VALUE: led so
     return error.reworded(name=(lambda key: flags.get(key, key)) if flags else None,
-                          how=(lambda key: SET_GIVEN if key in given_by_set else BY_SET) if command_line else None)
+                          how=(lambda key: CommandLine.GIVEN_BY_SET if key in given_by_set else CommandLine.SET)
+                          if command_line else None)
 
 
 @contextlib.contextmanager

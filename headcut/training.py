@@ -27,8 +27,9 @@ from headcut.process_group import close_at_exit
 from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.weight_files import broken_file
 from headcut.data_spec import check_file_keys, count_spec
+from headcut.recipes import CommandLine
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
-from headcut_grader.errors import BY_SET, SET_GIVEN, UserError, WordedError, caller, lead_of, setting
+from headcut_grader.errors import UserError, WordedError, caller, lead_of, setting
 from headcut_grader.files import file_hash, folder_spelled, write_text
 from headcut_grader.ranges import MAX_BATCH, SEED, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
@@ -156,7 +157,7 @@ def other_dev_pairs(name, how, pairs: str) -> str:
 
 def by_set(how, key: str) -> bool:
     """Whether a refusal (worded: how(key)) is a command line's, where `key` is changed by --set KEY=VALUE."""
-    return how(key) in (BY_SET, SET_GIVEN)
+    return isinstance(how(key), CommandLine)
 
 
 def typed(name, how, key: str, value) -> str:
@@ -164,7 +165,7 @@ def typed(name, how, key: str, value) -> str:
     by a flag, '--set dev_data=F' by --set on a command line, 'dev_data F' from a recipe or Python, 'data.dev F' in a
     run."""
     said = name(key)
-    return f"--set {said}={value}" if how(key) == SET_GIVEN else f"{said} {value}"
+    return f"--set {said}={value}" if how(key) is CommandLine.GIVEN_BY_SET else f"{said} {value}"
 
 
 def given_as(name, key: str, value: str) -> str:

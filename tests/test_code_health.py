@@ -87,7 +87,8 @@ MAY_USE = {"headcut.arch": {"headcut_grader.errors", "headcut_grader.ranges", "h
            "headcut.models": {"headcut.arch", "headcut.weight_files", "headcut.model_arguments", "headcut.batching",
                               "headcut.version", *RUNTIME},
            "headcut.training": {"headcut.batching", "headcut.evaluate", "headcut.weight_files", "headcut.data_spec",
-                                "headcut.synthetic", "headcut.process_group", *RUNTIME}}
+                                "headcut.synthetic", "headcut.process_group", *RUNTIME,
+                                "headcut.recipes"}}  # CommandLine: how a command's refusal names its --set keys
 # DESIGN.md's "Never": a room and what it never imports (the runtime never imports the toolkit, torch or transformers'
 # modelling code; no library room imports the command line; scores describe a model, they don't change it)
 LIBRARY = sorted({name.split(".")[1] for name in modules() if name.startswith("headcut.")} - {"cli", "__main__"})

@@ -547,6 +547,25 @@ def test_a_worded_refusal_led_again_stays_one_and_words_again_under_its_new_lead
     assert str(again) == "--set data.dev=x: DEV_DATA holds the pairs of TRAIN_DATA; set DEV_DATA."
 
 
+def test_a_command_line_refusal_is_told_by_its_marker_not_by_the_text_of_its_how():
+    """Was: training.by_set and training.typed told a command line's refusal by how(key)'s text (" by --set", " by its
+    --set": markers kept in headcut_grader.errors, which has no --set), so a caller whose how(key) said " by --set" was
+    taken for one. Now in_flags(command_line=True) gives a marker (recipes.CommandLine) that no text is."""
+    import headcut_grader.errors as errors
+    from headcut.recipes import in_flags
+    from headcut.training import set_to, typed, worded
+
+    def say(name, how):
+        return f"{typed(name, how, 'dev_data', 'd.tsv')}: one grade; {set_to(name, how, 'select_metric', 'loss')}."
+
+    refusal = worded("", say, about=("dev_data",))
+    for how in (" by --set", " by its --set"):  # a caller's own words, shown as they are
+        assert str(refusal.reworded(how=lambda key: how)) == f"dev_data d.tsv: one grade; set select_metric=loss{how}."
+    command = in_flags(refusal, {"dev_data": "--set dev_data=d.tsv"}, command_line=True)
+    assert str(command) == "--set dev_data=d.tsv: one grade; pass --set select_metric=loss."
+    assert not hasattr(errors, "BY_SET") and not hasattr(errors, "SET_GIVEN")  # the runtime has no --set
+
+
 def test_a_training_recipe_s_seed_reads_the_declared_seed_range():
     """A recipe's seed (finetune, distill) is the seed every --seed and seed argument takes (evaluate_arguments'),
     declared once (was: its own Range(0, 2**32 - 1) literal beside it)."""

@@ -49,10 +49,6 @@ class WordedError(UserError):
                                     name=name or self.name, how=how or self.how)
 
 
-BY_SET = " by --set"  # a WordedError's how(key) on a command line: a key no flag gave is changed by --set KEY=VALUE
-SET_GIVEN = " by its --set"  # how(key) there of a key the user gave by --set KEY=VALUE: named as typed, changed so
-
-
 def led(error: UserError, lead: str) -> UserError:
     """`error` with its sentence led by `lead` (the file that holds what it names), of its own class (a GateError
     stays one), to raise in its place; a WordedError words on under that lead."""
