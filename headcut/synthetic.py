@@ -7,7 +7,7 @@ import re
 
 from headcut_grader.errors import UserError, quoted, setting
 from headcut_grader.ranges import Range, checked_number
-from headcut_grader.validation import significant_digits, whole_number
+from headcut_grader.validation import whole_number
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
 
 _PRODUCTS = {
@@ -53,8 +53,8 @@ def synthetic_seed(spec: str, *, name: str = "synthetic_seed spec") -> int:
     lead = setting(name, quoted(_cut(str(spec), 60)))  # a spec of thousands of digits, shown in part
     if not re.fullmatch(r"[-+]?[0-9]+", text):
         raise UserError(f"{lead}: write synthetic or synthetic:SEED with a whole-number seed.")
-    seed = whole_number(significant_digits(text) or "0")  # '+5' and '005' are 5
-    if seed is not None and (seed == 0 or not text.startswith("-")):  # -0 is 0
+    seed = whole_number(text)  # '+5' and '005' are 5, -0 is 0; None past 18 digits
+    if SEEDS.problem(seed) is None:
         return seed
     raise UserError(f"{lead}: seed {_cut(text, 40)} is out of range; write synthetic:SEED with "
                     f"{SEEDS.describe('a seed')}.")
@@ -65,7 +65,9 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-SEEDS = Range(0, 10**18 - 1)  # whole_number's 18 digits
+# a synthetic draw's seed (synthetic:SEED, synthetic_pairs' seed): it seeds Python's random alone, which takes any
+# whole number, so its bound is whole_number's 18 digits, not ranges.SEED's (numpy's and torch's)
+SEEDS = Range(0, 10**18 - 1)
 
 
 MAX_SYNTHETIC = 1_000_000  # pairs: about 0.13 GB and 20 s to make

@@ -221,7 +221,9 @@ THREADS = Range(1, MAX_THREADS)  # threads: every --threads, threads argument an
 # The runtime's threads per grader where none is asked for: Grader, GradeSettings and ray_data (a server or grade job
 # runs several workers; the functions write it as a number for the API reference; a test checks them against this)
 RUNTIME_THREADS = 1
-SEED = Range(0, 2**32 - 1)  # a seed (numpy's and torch's bound): every --seed, seed argument and recipe seed reads this
+# numpy's and torch's bound: every --seed, seed argument and recipe seed reads this, except a synthetic draw's
+# (synthetic:SEED, synthetic_pairs' seed), which seeds Python's random alone and reads headcut.synthetic.SEEDS
+SEED = Range(0, 2**32 - 1)
 MAX_BOOTSTRAP = 100_000  # resamples of a CI: beyond this the CI does not move, and the run takes hours
 MAX_WORKERS = 256  # processes, each with its own grader: far past any one machine's cores
 WORKERS = Range(1, MAX_WORKERS)  # GradeSettings.workers, grade's and serve's --workers, the benchmarks' read this
