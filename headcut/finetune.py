@@ -20,12 +20,12 @@ from headcut.evaluate.ablation import process_state
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate.tasks import summary
 from headcut.models import load_model, outline_if_present, resolve_source, save_model
-from headcut_grader.ranges import check_callbacks, ranged
+from headcut_grader.ranges import check_callbacks, range_field, ranged
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
-from headcut.training import (TrainingRecipe, check_data_files, check_process_batch, check_steps, check_task_keys,
-                              file_options, given_as, grades_fix, is_finished, other_dev_pairs, query_index,
+from headcut.training import (LOSS_WEIGHT, TrainingRecipe, check_data_files, check_process_batch, check_steps,
+                              check_task_keys, file_options, given_as, grades_fix, is_finished, other_dev_pairs, query_index,
                               set_to, settings_from, train, trained_on, typed, worded)
 
 
@@ -34,12 +34,12 @@ class FinetuneRecipe(TrainingRecipe):
     model: str = "minilm-l6"
     task: Literal["grades", "score"] = "grades"  # score: one output trained on the data's score column
     class_weighting: Literal["none", "sqrt", "balanced"] = "none"
-    ordinal_weight: float = ranged(0.0, 0.0, 100.0)
+    ordinal_weight: float = range_field(0.0, LOSS_WEIGHT)
     label_smoothing: float = ranged(0.0, 0.0, 1.0, high_open=True)
     # task=score sums these losses on the gold score (score_objective):
-    mse_weight: float = ranged(1.0, 0.0, 100.0)  # squared error: the score's level and scale
-    pairwise_weight: float = ranged(0.0, 0.0, 100.0)  # RankNet over title pairs of one query whose gold differs
-    listwise_weight: float = ranged(0.0, 0.0, 100.0)  # ListNet over each query's titles
+    mse_weight: float = range_field(1.0, LOSS_WEIGHT)  # squared error: the score's level and scale
+    pairwise_weight: float = range_field(0.0, LOSS_WEIGHT)  # RankNet over title pairs of one query whose gold differs
+    listwise_weight: float = range_field(0.0, LOSS_WEIGHT)  # ListNet over each query's titles
 
     def input_paths(self) -> list:
         return [self.model, *super().input_paths()]

@@ -43,6 +43,8 @@ GLOBAL_BATCH = Range(1, 65_536)
 # what a batch past its bound calls for
 LARGER_STEP = "for more pairs per optimizer step, raise gradient_accumulation (each step is batch_size x " \
               "gradient_accumulation pairs)"
+# A loss term's weight: every *_weight key of finetune's and distill's recipes reads this one (0 turns the term off)
+LOSS_WEIGHT = Range(0.0, 100.0)
 
 
 @dataclass(frozen=True)

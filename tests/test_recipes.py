@@ -593,3 +593,19 @@ def test_a_distill_recipe_s_ordinal_weight_is_finetune_s():
 
     assert field(DistillRecipe).metadata["range"] is field(FinetuneRecipe).metadata["range"]
     assert field(DistillRecipe).default == field(FinetuneRecipe).default
+
+
+def test_every_loss_weight_reads_the_one_loss_weight_range():
+    """Every *_weight key of a training recipe (finetune's ordinal / mse / pairwise / listwise, distill's kd / ce /
+    hidden / attention / mse / margin / gold) reads training.LOSS_WEIGHT (was: 13 literals of 0..100 beside them)."""
+    import dataclasses
+
+    from headcut.training import LOSS_WEIGHT
+
+    weights = [(cls, f) for cls in (FinetuneRecipe, DistillRecipe) for f in dataclasses.fields(cls)
+               if f.name.endswith("_weight")]
+    assert len(weights) == 4 + 8
+    assert all(f.metadata["range"] is LOSS_WEIGHT for _, f in weights), [
+        (cls.__name__, f.name) for cls, f in weights if f.metadata["range"] is not LOSS_WEIGHT]
+    with pytest.raises(UserError, match=r"key 'margin_weight' is 101, which is out of range; it must be in \[0, 100\]"):
+        load_recipe(DistillRecipe, "minilm_synthetic_cpu", overrides=["margin_weight=101"], kind="distill")

@@ -4,22 +4,21 @@ Fields with `tune` metadata are the ones `--tune N` may search (optuna), with th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Callable, Literal
 
 from headcut.distill.sizes import check_layer_map, check_recipe_student
 from headcut.finetune import FinetuneRecipe
 from headcut_grader.errors import UserError, quoted
-from headcut_grader.ranges import ranged, same_as
+from headcut_grader.ranges import Range, range_field, ranged, same_as
 from headcut.synthetic import is_synthetic
-from headcut.training import TrainingRecipe, check_task_keys, is_set
+from headcut.training import LOSS_WEIGHT, TrainingRecipe, check_task_keys, is_set
 
 
-def tunable(default: float, low: float, high: float, *, log: bool = False, valid: tuple = (0.0, None)):
-    """A recipe field `--tune` may search in [low, high] (log scale for rates); `valid` (low, high[, low_open])
-    is what a recipe may set it to."""
-    return ranged(default, *valid[:2], low_open=valid[2] if len(valid) > 2 else False,
-                  metadata={"tune": (low, high, log)})
+def tunable(default: float, low: float, high: float, *, log: bool = False, valid: Range = Range(0.0)):
+    """A recipe field `--tune` may search in [low, high] (log scale for rates); `valid` is what a recipe may set
+    it to."""
+    return field(default=default, metadata={"range": valid, "tune": (low, high, log)})
 
 
 @dataclass(frozen=True)
@@ -41,19 +40,19 @@ class DistillRecipe(TrainingRecipe):
 
     # below 0.05 the softened grades are one-hot wherever two logits differ by ~1 (KD is hard-label CE: use
     # ce_weight), and far below it logits / T overflow to a NaN loss
-    temperature: float = tunable(2.0, 1.0, 8.0, log=True, valid=(0.05, 100.0))
-    kd_weight: float = tunable(1.0, 0.0, 1.0, valid=(0.0, 100.0))
-    ce_weight: float = tunable(0.5, 0.0, 1.0, valid=(0.0, 100.0))
-    hidden_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))
-    attention_weight: float = ranged(0.0, 0.0, 100.0)
+    temperature: float = tunable(2.0, 1.0, 8.0, log=True, valid=Range(0.05, 100.0))
+    kd_weight: float = tunable(1.0, 0.0, 1.0, valid=LOSS_WEIGHT)
+    ce_weight: float = tunable(0.5, 0.0, 1.0, valid=LOSS_WEIGHT)
+    hidden_weight: float = tunable(0.0, 0.0, 1.0, valid=LOSS_WEIGHT)
+    attention_weight: float = range_field(0.0, LOSS_WEIGHT)
     ordinal_weight: float = same_as(FinetuneRecipe, "ordinal_weight")  # finetune.grade_loss's, as objective uses it
     # task=score teaches with these in place of kd_weight / ce_weight / temperature / ordinal_weight:
-    mse_weight: float = tunable(1.0, 0.0, 1.0, valid=(0.0, 100.0))  # MSE on the teacher's score
-    margin_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))  # margin-MSE on score differences within a query
-    gold_weight: float = tunable(0.0, 0.0, 1.0, valid=(0.0, 100.0))  # MSE on the gold score (the data's score column)
+    mse_weight: float = tunable(1.0, 0.0, 1.0, valid=LOSS_WEIGHT)  # MSE on the teacher's score
+    margin_weight: float = tunable(0.0, 0.0, 1.0, valid=LOSS_WEIGHT)  # margin-MSE on score differences within a query
+    gold_weight: float = tunable(0.0, 0.0, 1.0, valid=LOSS_WEIGHT)  # MSE on the gold score (the data's score column)
     cache_teacher: bool = True
 
-    learning_rate: float = tunable(1e-4, 1e-5, 5e-4, log=True, valid=(0.0, 1.0, True))
+    learning_rate: float = tunable(1e-4, 1e-5, 5e-4, log=True, valid=Range(0.0, 1.0, low_open=True))
     tune_fields: tuple[str, ...] | None = None  # what --tune searches; None: the task's (TUNED)
     measure_speed: bool = True  # teacher vs student CPU latency at batch 1 and 32 when done (a few seconds)
 
