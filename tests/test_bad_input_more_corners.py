@@ -64,10 +64,12 @@ def test_synthetic_pairs_checks_its_count_and_seed_before_making_any(kwargs, wor
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"limit": 0}, "read_pairs limit is 0; it must be a whole number of at least 1"),  # read every row
+    ({"limit": 0}, "read_pairs limit is 0; it must be a whole number in [1, "),  # read every row
     ({"limit": -1}, "read_pairs limit is -1"),
     ({"limit": 2.5}, "read_pairs limit is 2.5"),
     ({"limit": "1"}, "read_pairs limit is '1'"),
+    # was read as iter_pairs' chunk_rows, unbounded: now one chunk's bound (ranges.CHUNK_ROWS), in its own name
+    ({"limit": 10_000_001}, "read_pairs limit is 10000001; it must be a whole number in [1, 10000000]."),
     ({"grades": "12345"}, "read_pairs grades is '12345'; pass two or more different whole numbers"),  # TypeError
     ({"grades": None}, "read_pairs grades is None"),  # AttributeError
     ({"grades": (4,)}, "read_pairs grades is (4,)"),
@@ -93,6 +95,8 @@ def test_read_pairs_checks_its_arguments_before_reading(tmp_path, kwargs, words)
             next(iter_pairs(path, chunk_rows=10, **kwargs))
     with pytest.raises(UserError, match="^iter_pairs chunk_rows is 0"):
         next(iter_pairs(path, chunk_rows=0))
+    with pytest.raises(UserError, match=r"^iter_pairs chunk_rows is 10000001; it must be a whole number in \[1, 1"):
+        next(iter_pairs(path, chunk_rows=10_000_001))
 
 
 @pytest.mark.parametrize("start, words", [

@@ -228,7 +228,8 @@ MAX_BOOTSTRAP = 100_000  # resamples of a CI: beyond this the CI does not move, 
 MAX_WORKERS = 256  # processes, each with its own grader: far past any one machine's cores
 WORKERS = Range(1, MAX_WORKERS)  # GradeSettings.workers, grade's and serve's --workers, the benchmarks' read this
 MAX_CHUNK_ROWS = 10_000_000  # pairs in memory at once per chunk
-CHUNK_ROWS = Range(1, MAX_CHUNK_ROWS)  # a grade's pairs per chunk: GradeSettings.chunk_rows and --chunk-rows
+# a grade's pairs per chunk: GradeSettings.chunk_rows, --chunk-rows, iter_pairs' chunk_rows and read_pairs' limit
+CHUNK_ROWS = Range(1, MAX_CHUNK_ROWS)
 MAX_BATCH = 1024  # pairs per forward pass: memory grows with it, speed stops growing long before
 BATCH = Range(1, MAX_BATCH)  # a batch size: every --batch-size, batch_size argument and setting reads this one
 # A sequence length a batch is timed or counted at, and a model's max_length (tokens per pair; under 8 a pair keeps

@@ -15,7 +15,7 @@ from typing import Callable
 from headcut_grader import errors
 from headcut_grader.errors import UserError, check_names, quoted, setting
 from headcut_grader.files import as_file_to_read
-from headcut_grader.ranges import Range, argument, as_whole, checked_bool, checked_number
+from headcut_grader.ranges import CHUNK_ROWS, argument, as_whole, checked_bool, checked_number
 from headcut_grader.tasks import TASKS
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
@@ -88,6 +88,7 @@ def read_pairs(
     `require_labels=False`: the caller's options use gold where there is some) refuses a file whose only gold is the
     other task's (scores for a grades model), as `require_labels` does, rather than read it as unlabeled.
     `task="score"` reads the preset's score column (or `label_col`) as numbers into `Pairs.scores`.
+    `limit`: read the first `limit` rows only (at most ranges.MAX_CHUNK_ROWS); None: every row.
     `names` is who set the options, so that a message names them as written (headcut_grader.errors.named): "arguments"
     read_pairs' own (label_map, title_col=NAME), "keys" a run recipe's (data.title_col), "flags" a command's
     (--label-map). `keys` a str: a recipe's keys under that prefix ("" for --set title_col=NAME, "data." for a
@@ -97,7 +98,7 @@ def read_pairs(
     check_names(names, "read_pairs names")
     path = as_file_to_read(path, "read_pairs path", what="a pairs file's path")
     if limit is not None:
-        checked_number(limit, "read_pairs limit", Range(1), whole=True)
+        checked_number(limit, "read_pairs limit", CHUNK_ROWS, whole=True)  # its rows are iter_pairs' one chunk
     _check_options("read_pairs", grades=grades, task=task, query_col=query_col, title_col=title_col,
                    label_col=label_col, require_labels=require_labels, texts_only=texts_only, wants_gold=wants_gold)
     chunk = next(iter_pairs(path, chunk_rows=limit, chunk_chars=None, preset=preset, query_col=query_col,
@@ -182,7 +183,7 @@ def iter_pairs(
     check_names(names, "iter_pairs names")
     path = as_file_to_read(path, "iter_pairs path", what="a pairs file's path")
     if chunk_rows is not None:
-        checked_number(chunk_rows, "iter_pairs chunk_rows", Range(1), whole=True)
+        checked_number(chunk_rows, "iter_pairs chunk_rows", CHUNK_ROWS, whole=True)
     _check_options("iter_pairs", grades=grades, task=task, query_col=query_col, title_col=title_col,
                    label_col=label_col, require_labels=require_labels, texts_only=texts_only, wants_gold=wants_gold)
     keys = Named(names, keys)
