@@ -25,8 +25,8 @@ from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_run_out, out_flag
 from headcut.splits import split_by_query
 from headcut.training import (LOSS_WEIGHT, TrainingRecipe, check_data_files, check_process_batch, check_steps,
-                              check_task_keys, file_options, given_as, grades_fix, is_finished, other_dev_pairs, query_index,
-                              set_to, settings_from, train, trained_on, typed, worded)
+                              check_task_keys, file_options, given_as, grades_fix, is_finished, other_dev_pairs,
+                              query_index, removal, set_to, settings_from, train, trained_on, typed, worded)
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,9 @@ def check_dev_apart(recipe: TrainingRecipe, dev: Pairs, trained: Pairs, keys: st
         named = " and ".join(typed(name, how, key, getattr(recipe, key)) for key in keys.split())
         return (f"{typed(name, how, 'dev_data', recipe.dev_data)}: each of its {len(dev)} dev pairs is also among the pairs the "
                 f"run trains on ({named}), so checkpoints would be chosen and dev metrics reported on training pairs; "
-                f"{other_dev_pairs(name, how, 'dev pairs kept apart from those')}, or remove {name('dev_data')} to "
-                f"hold out dev_fraction of {name('train_data')} by query.")
+                f"{other_dev_pairs(name, how, 'dev pairs kept apart from those')}, or "
+                f"{removal(name, how, 'dev_data', recipe.dev_data)} to hold out dev_fraction of {name('train_data')} "
+                "by query.")
 
     raise worded("", say, about=("dev_data", *keys.split()))
 

@@ -136,10 +136,10 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
         trained = getattr(recipe, key, None)
         if recipe.dev_data is not None and trained is not None and same_data(trained, recipe.dev_data):
             def say(name, how, key=key):
-                dev = name("dev_data")
-                return (f"{dev} {recipe.dev_data} holds the pairs of {name(key)}, so checkpoints would be chosen and "
-                        f"dev metrics reported on pairs it trains on; {other_dev_pairs(name, how, 'other pairs')} "
-                        f"(synthetic:1 for another synthetic draw), or remove it to hold out dev_fraction of "
+                return (f"{typed(name, how, 'dev_data', recipe.dev_data)} holds the pairs of {name(key)}, so "
+                        f"checkpoints would be chosen and dev metrics reported on pairs it trains on; "
+                        f"{other_dev_pairs(name, how, 'other pairs')} (synthetic:1 for another synthetic draw), or "
+                        f"{removal(name, how, 'dev_data', recipe.dev_data, it='it')} to hold out dev_fraction of "
                         f"{name('train_data')} by query.")
 
             raise worded(where, say, about=("dev_data", key))
@@ -168,6 +168,13 @@ def typed(name, how, key: str, value) -> str:
     run."""
     said = name(key)
     return f"--set {said}={value}" if how(key) is CommandLine.GIVEN_BY_SET else f"{said} {value}"
+
+
+def removal(name, how, key: str, value, *, it: str = "") -> str:
+    """How a refusal (worded: name(key), how(key)) asks to take `key` (holding `value`) away: 'drop --set
+    dev_data=F' where its user typed that, else 'remove ' and `it` or the key as named ('remove --dev', 'remove
+    dev_data' from a recipe file, 'remove data.dev' in a run)."""
+    return f"drop {typed(name, how, key, value)}" if how(key) == SET_GIVEN else f"remove {it or name(key)}"
 
 
 def given_as(name, key: str, value: str) -> str:
@@ -258,11 +265,12 @@ def check_dev_fraction(recipe: TrainingRecipe, where: str, named: frozenset) -> 
     if recipe.dev_data is None or not is_given(recipe, "dev_fraction", named, over=("dev_data",)):
         return
 
-    def say(name, how):  # `how(key)` (where to set a key) unused: a key is removed wherever it is
+    def say(name, how):
         dev = name("dev_data")
         return (f"key '{name('dev_fraction')}' ({recipe.dev_fraction}) holds out a share of {name('train_data')}'s "
-                f"queries as dev pairs only when {dev} is unset, and {dev} is {recipe.dev_data}; remove "
-                f"{name('dev_fraction')}, or remove {dev} to hold out that split.")
+                f"queries as dev pairs only when {dev} is unset, and {dev} is {recipe.dev_data}; "
+                f"{removal(name, how, 'dev_fraction', recipe.dev_fraction)}, or "
+                f"{removal(name, how, 'dev_data', recipe.dev_data)} to hold out that split.")
 
     raise worded(where, say, about=("dev_fraction", "dev_data"))
 

@@ -1404,6 +1404,23 @@ def test_finetune_names_the_train_and_dev_flags_the_user_typed_in_a_refusal_of_t
     assert "--set" not in result.output and "_data" not in result.output, result.output
 
 
+def test_a_refusal_asks_to_drop_a_key_given_by_set_as_typed(tmp_path):
+    """Was: 'headcut finetune ... --train P --set dev_data=COPY_OF_P' (or dev_data=P, or with --set dev_fraction=0.3)
+    ended 'or remove dev_data' ('remove it', 'remove dev_fraction'), a recipe key the user never wrote alone; now
+    'drop --set dev_data=COPY_OF_P', as typed."""
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    copy = write(tmp_path, "copy.tsv", pairs.read_bytes().replace(b"\n", b"\r\n"))
+    for given, words in [([f"dev_data={copy}"], f"or drop --set dev_data={copy} to hold out dev_fraction"),
+                         ([f"dev_data={pairs}"], f"or drop --set dev_data={pairs} to hold out dev_fraction"),
+                         ([f"dev_data={copy}", "dev_fraction=0.3"],
+                          f"; drop --set dev_fraction=0.3, or drop --set dev_data={copy} to hold out that split.")]:
+        sets = [word for value in given for word in ("--set", value)]
+        result = run("finetune", "minilm_synthetic_cpu", "--train", pairs, *sets, "--out", tmp_path / "t")
+        refused(result, words)
+        assert "remove" not in result.output, result.output
+    assert not (tmp_path / "t").exists()
+
+
 @pytest.mark.parametrize("given", ["--dev", "--set"])
 def test_a_training_refusal_on_the_command_line_says_the_set_flag_that_fixes_it(tmp_path, given):
     """Was: 'headcut finetune ... --dev F' (or --set dev_data=F), F's pairs all of one grade, ended 'or set
@@ -1422,7 +1439,8 @@ def test_a_training_refusal_on_the_command_line_says_the_set_flag_that_fixes_it(
     result = run("finetune", "minilm_synthetic_cpu", "--train", pairs, "--set", f"dev_data={copy}", "--out",
                  tmp_path / "t")
     refused(result, f"error: --set dev_data={copy}: each of its 2 dev pairs", "; pass dev pairs kept apart from those "
-                    "with --set dev_data=FILE, or remove dev_data to hold out dev_fraction of --train by query.")
+                    f"with --set dev_data=FILE, or drop --set dev_data={copy} to hold out dev_fraction of --train by "
+                    "query.")
     result = run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={one_grade}", "--out", tmp_path / "t")
     refused(result, f"error: --set train_data={one_grade}: holding out dev_fraction=0.2 of its 2 queries")
     assert not (tmp_path / "t").exists()
