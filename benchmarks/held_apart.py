@@ -58,8 +58,6 @@ def main() -> None:
     parser.add_argument("--seed", type=whole(argument_range("seed")), default=7)
     parser.add_argument("--overwrite", action="store_true", help="replace select.tsv and pool.tsv in --out")
     args = parser.parse_args()
-    if args.pairs < 1:
-        sys.exit(print("--pairs must be at least 1.", file=sys.stderr) or 2)
     targets = [args.out / "select.tsv", args.out / "pool.tsv"]
     if not args.overwrite and any(t.exists() for t in targets):
         sys.exit(print(f"{args.out} already holds select.tsv or pool.tsv; pass --overwrite to replace them.",

@@ -38,6 +38,16 @@ def test_whole_queries_are_held_apart_and_every_row_lands_once_unchanged(tmp_pat
     assert again.returncode == 2 and "--overwrite" in again.stderr
 
 
+def test_pairs_below_one_is_refused_by_the_flag_s_own_type(tmp_path):
+    """--pairs reads bench_flags.whole(), which refuses 0 as argparse parses it (held_apart's own later
+    `args.pairs < 1` check could never run: it is gone)."""
+    train = train_file(tmp_path, ["q\tt\t3\t2"])
+    done = run(HELD_APART, train, "--out", tmp_path / "split", "--pairs", 0)
+    assert done.returncode == 2 and "argument --pairs: 0 is out of range; it must be at least 1" in done.stderr, \
+        done.stderr
+    assert not (tmp_path / "split").exists()
+
+
 def rows(path: Path) -> list[tuple[str, str]]:
     lines = path.read_text().splitlines()
     assert lines[0] == "query\ttitle"
