@@ -132,6 +132,11 @@ def test_evaluate_runs_an_exported_grader_against_its_pytorch_model(tmp_path, ti
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["model"]["kind"] == "onnx grader" and report["data"]["rows"] == 150
+    # was: nothing said which runtime graded (headcut-grader grade says it): now printed and recorded
+    runtime = Grader(folder).runtime
+    assert runtime.split()[0] in ("onnxruntime", "openvino") and runtime.split()[-1] in ("fp32", "bf16", "int8")
+    assert f"graded with {runtime}\n" in result.output and report["model"]["runtime"] == runtime
+    assert "--against graded with" not in result.output  # a PyTorch reference: no runtime to name
     paired = report["against"]["model_minus_against"]
     assert paired["agreement"]["value"] == 1.0
     assert abs(paired["loss"]["delta"]) < 1e-4 and paired["accuracy"]["delta"] == 0.0

@@ -151,8 +151,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     except OSError as e:
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
                         f"with {said('resume', names)}.") from None
-    return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out,
-                        f"{grader.backend.name} {grader.backend.version} {grader.precision}")
+    return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out, grader.runtime)
 
 
 OUT_FORMATS = ("tsv", "csv", "jsonl")

@@ -400,6 +400,11 @@ class Grader:
         """What the graph computes in on this CPU (a bf16 graph runs fp32 where the CPU has no bf16)."""
         return self.backend.precision
 
+    @property
+    def runtime(self) -> str:
+        """The runtime, its version and the precision that grade, as a summary says them: 'openvino 2026.4.1 bf16'."""
+        return f"{self.backend.name} {self.backend.version} {self.precision}"
+
     def logits(self, pairs, *, progress: Callable[[int], None] | None = None) -> np.ndarray:
         """Logits `(n, num_grades)` in input order; pairs of similar length share a batch (less padding)."""
         check_callbacks("Grader.logits", progress=progress)

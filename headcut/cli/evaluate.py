@@ -107,6 +107,8 @@ def evaluate(
         logits = scorer.logits(pairs, bar.update)
     metrics = metrics_with_ci(logits, pairs, iters=bootstrap, task=scorer.task, activation=scorer.activation)
     metrics["model"] = scorer.about
+    if scorer.runtime:  # an exported grader: which of its runtimes graded, as `headcut-grader grade` says it
+        typer.echo(f"graded with {scorer.runtime}")
     typer.echo(format_metrics(metrics))
     if reference is not None:
         with progress_bar(len(pairs), "grading --against") as bar:
@@ -115,6 +117,8 @@ def evaluate(
                                                iters=bootstrap, task=scorer.task, activation=scorer.activation,
                                                flag="--against")
         typer.echo("")
+        if reference.runtime:
+            typer.echo(f"--against graded with {reference.runtime}")
         typer.echo(format_against(metrics, metrics["against"]["metrics"], metrics["against"]["model_minus_against"],
                                   against))
     if out:

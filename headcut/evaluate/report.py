@@ -58,6 +58,7 @@ class Scorer:
     task: str = "grades"
     activation: str = "identity"
     grades: tuple | None = None  # what its outputs index (None: 1..5)
+    runtime: str = ""  # an exported grader's runtime, version and precision ('openvino 2026.4.1 bf16'); "": PyTorch
 
 
 OPEN_SCORER_SPELLED = {"arguments": {"max_length": "open_scorer max_length"}}  # a Python call's, by its function
@@ -82,9 +83,10 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
 
         grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
         about = {"path": name, "kind": "onnx grader", "precision": grader.record.get("precision"),
-                 "model_sha256": grader.record.get("model_file", {}).get("sha256")}
+                 "model_sha256": grader.record.get("model_file", {}).get("sha256"), "runtime": grader.runtime}
         return Scorer(about, lambda pairs, progress=None: grader.logits(pairs, progress=progress),
-                      grades=tuple(grader.record["grades"]) if "grades" in grader.record else None)
+                      grades=tuple(grader.record["grades"]) if "grades" in grader.record else None,
+                      runtime=grader.runtime)
     from headcut.models import load_model
 
     loaded = load_model(name, allow_pickle=allow_pickle, flag=flag)
