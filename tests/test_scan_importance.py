@@ -195,6 +195,19 @@ def test_score_file_round_trip_and_errors(tmp_path):
         read_scores(tmp_path / "missing.json")
 
 
+@pytest.mark.parametrize("found", [True, 1, 1.0, "headcut-importance/2", None])
+def test_a_score_file_of_another_format_is_refused_even_one_python_reads_as_equal(tmp_path, found):
+    """importance.json's format is text ("headcut-importance/1"), compared as text: true or 1.0 (which grader.json's
+    integer format once let pass as 1) are no format of it."""
+    path = tmp_path / "importance.json"
+    write_scores(path, {"kl": torch.ones(2, 3)}, model_info={}, data_info={})
+    doc = json.loads(path.read_text())
+    doc["format"] = found
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match=r"not a headcut importance file \(format headcut-importance/1\); rerun"):
+        read_scores(path)
+
+
 @pytest.mark.parametrize("method", list(CRITERIA))
 def test_scoring_leaves_the_global_random_state_alone(method):
     """head_importance samples nothing: it must neither reseed the caller's RNG nor depend on it."""
