@@ -214,6 +214,8 @@ def same_data(a: str, b: str) -> bool:
     if is_synthetic(a) or is_synthetic(b):
         seed = _seed_or_none(a) if is_synthetic(a) and is_synthetic(b) else None
         return seed is not None and seed == _seed_or_none(b)
+    if not (on_disk(a) and on_disk(b)):
+        return False
     first, second = Path(a), Path(b)
     if first.resolve() == second.resolve():
         return True
@@ -221,6 +223,12 @@ def same_data(a: str, b: str) -> bool:
         return first.stat().st_size == second.stat().st_size and file_hash(first) == file_hash(second)
     except OSError:  # a missing file is named by check_data_files
         return False
+
+
+def on_disk(spec: str) -> bool:
+    """Whether data spec `spec` is a file a check may read before check_data_files has named a bad one by its key:
+    one that is there, not spelled as a folder (p.tsv/, which Path() reads as p.tsv)."""
+    return not folder_spelled(spec, "", reading=True) and Path(spec).is_file()
 
 
 def _seed_or_none(spec: str) -> int | None:
@@ -761,7 +769,7 @@ def most_read(recipe, enough: int) -> tuple[int, Callable] | None:
     total, said = 0, []
     for key in (k for k in TRAINED_KEYS if getattr(recipe, k, None) is not None):
         spec, bound = getattr(recipe, key), getattr(recipe, ROWS_KEYS[key], None)
-        if not is_synthetic(spec) and not Path(spec).is_file():
+        if not is_synthetic(spec) and not on_disk(spec):
             return None
         wanted = enough - total if bound is None else min(bound, enough - total)
         rows = count_spec(spec, at_most=wanted, **dict(file_options(recipe), label_col=None))

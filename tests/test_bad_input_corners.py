@@ -1331,6 +1331,8 @@ INPUT_FILES = [
     (["finetune", "--out", "OUT", "--dev", "FILE", "--set", "epochs=-1"], "--dev"),  # a refusal, not training, follows
     (["finetune", "--out", "OUT", "--set", "train_data=FILE"], "train_data"),
     (["distill", "FILE", "--out", "OUT"], "RECIPE"),
+    # a recipe without train_rows, whose check counts the pairs (was: named 'iter_pairs path'; distill's too)
+    (["finetune", "minilm_homedepot_full_cpu", "--out", "OUT", "--set", "train_data=FILE"], "train_data"),
     (["run", "FILE", "--out", "OUT"], "RECIPE"),
     (["run", "run/quickstart", "--out", "OUT", "--set", "data.train=FILE"], "--set data.train"),
 ]

@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -365,6 +366,24 @@ def test_an_accumulation_longer_than_the_files_pairs_is_refused_before_any_model
     with pytest.raises(UserError, match=r"^train_data synthetic: gradient_accumulation=1000 batches make one optimizer "
                                         r"step, but at most 2000 pairs \(2000 in train_data synthetic\)"):
         run.distill(built, tmp_path / "s")
+
+
+@pytest.mark.parametrize("key", ["train_data", "dev_data", "unlabeled_data"])
+def test_a_data_key_spelled_as_a_folder_is_refused_by_its_key(tiny_teacher, tmp_path, monkeypatch, key):  # noqa: F811
+    """`headcut distill R --set train_data=p.tsv/` (R without train_rows, its other checks passing): the recipe's
+    check counted p.tsv's pairs and was refused as 'iter_pairs path=p.tsv/ ...' (dev_data=p.tsv/ as a copy of
+    train_data's pairs); now one sentence names the key, before any model loads."""
+    import headcut.distill.run as run
+
+    pairs = tmp_path / "p.tsv"
+    pairs.write_text("query\ttitle\tgrade\n" + "".join(f"q{i % 4}\tt {i}\t{1 + i % 5}\n" for i in range(40)))
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, train_rows=None, train_data=str(pairs))
+    monkeypatch.setattr(run, "load_model", lambda *a, **k: pytest.fail("a model loaded before the refusal"))
+    result = runner.invoke(app, ["distill", str(recipe), "--out", str(tmp_path / "s"), "--set", f"{key}={pairs}/"])
+    assert result.exit_code == 2, result.output
+    assert (f"{key}={pairs}/ ends in /, so it names a folder, but {key} is a file to read; drop the / at its "
+            "end.") in " ".join(result.output.split()), result.output
+    assert "iter_pairs" not in result.output and not (tmp_path / "s").exists()
 
 
 def test_a_set_value_of_a_field_the_search_draws_is_refused_not_ignored(tiny_teacher, tmp_path):  # noqa: F811

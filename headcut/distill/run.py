@@ -35,8 +35,8 @@ from headcut_grader.ranges import check_callbacks
 from headcut.prune.measure import speed_summary, timed_length
 from headcut.recipes import check_recipe, to_dict
 from headcut.run_folder import RunFolder, check_headcut_cache, check_run_out, headcut_cache, out_flag
-from headcut.training import (check_fits, check_process_batch, check_steps, file_options, grades_fix, is_finished,
-                              query_index, settings_from, train, trained_on)
+from headcut.training import (check_data_files, check_fits, check_process_batch, check_steps, file_options, grades_fix,
+                              is_finished, query_index, settings_from, train, trained_on)
 
 UNLABELED = -1  # label of a pair without a gold grade: the teacher's grade is used instead
 
@@ -129,6 +129,7 @@ class Distillation:
         check_recipe(recipe, DistillRecipe, "distill recipe")
         check_run_out(self.out, overwrite=self.overwrite, inputs=recipe.input_paths(), flag=self.flag)
         check_process_batch(recipe.batch_size, process_state().num_processes)  # known before any model loads
+        check_data_files(recipe)  # by their keys, before any model loads (p.tsv/, a missing file)
         check_fits(recipe, trained_on(recipe))  # the pairs counted before any model loads (a recipe built in Python)
         self._setup_teacher()
         self._setup_student()
