@@ -131,7 +131,7 @@ def test_evaluate_runs_an_exported_grader_against_its_pytorch_model(tmp_path, ti
                                       "--limit", "150", "--bootstrap", "20", "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
-    assert report["model"]["kind"] == "onnx grader" and report["data"]["rows"] == 150
+    assert report["model"]["kind"] == "onnxruntime grader" and report["data"]["rows"] == 150
     # was: nothing said which runtime graded (headcut-grader grade says it): now printed and recorded
     runtime = Grader(folder).runtime
     assert runtime.split()[0] in ("onnxruntime", "openvino") and runtime.split()[-1] in ("fp32", "bf16", "int8")

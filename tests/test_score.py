@@ -453,6 +453,26 @@ def test_a_tanh_model_exports_a_grader_that_scores_through_tanh(tmp_path):
     assert np.abs(Grader(tmp_path / "g").grade(pairs).scores - want).max() <= 1e-5
 
 
+def test_an_exported_score_grader_is_evaluated_as_the_score_model_it_is(score_grader, tmp_path):
+    """Was: `headcut evaluate --model SCORE_GRADER` judged the grader's one output as grades ("label 2.50 is not a
+    whole grade"): open_scorer passed no task or activation for a grader. Its metrics are now its PyTorch model's."""
+    from headcut.models import save_model
+
+    root, loaded, _, _, _ = score_grader
+    data = write_scored(tmp_path / "d.tsv", synthetic_pairs(60, seed=3), columns=("score",))
+    model = save_model(loaded, tmp_path / "m")
+    metrics = {}
+    for name, folder in (("grader", root / "fp32"), ("model", model)):
+        result = CliRunner().invoke(app, ["evaluate", "--model", str(folder), "--data", str(data), "--label-col",
+                                          "score", "--bootstrap", "20", "--out", str(tmp_path / f"{name}.json")])
+        assert result.exit_code == 0, result.output
+        metrics[name] = json.loads((tmp_path / f"{name}.json").read_text())
+    assert metrics["grader"]["model"]["task"] == "score"
+    for metric in ("spearman", "pearson", "loss", "ndcg@10"):
+        assert metrics["grader"][metric] == pytest.approx(metrics["model"][metric], abs=1e-4), metric
+    assert abs(metrics["model"]["spearman"]) > 0.01  # the scores carry an order, so the comparison can fail
+
+
 def test_grade_file_and_serve_give_the_graders_scores(score_grader, tmp_path):
     import httpx
 

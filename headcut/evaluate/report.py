@@ -82,11 +82,13 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
                             f"which reads as many tokens as it was exported with; drop {length} (or re-export it).")
 
         grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
-        about = {"path": name, "kind": "onnx grader", "precision": grader.record.get("precision"),
+        about = {"path": name, "kind": f"{grader.backend.name} grader", "task": grader.task,
+                 "precision": grader.record.get("precision"),
                  "model_sha256": grader.record.get("model_file", {}).get("sha256"), "runtime": grader.runtime}
-        return Scorer(about, lambda pairs, progress=None: grader.logits(pairs, progress=progress),
-                      grades=tuple(grader.record["grades"]) if "grades" in grader.record else None,
-                      runtime=grader.runtime)
+        # a score grader's logits are judged as its PyTorch model's are: its task and activation (was: as grades)
+        return Scorer(about, lambda pairs, progress=None: grader.logits(pairs, progress=progress), grader.task,
+                      grader.record.get("activation", "identity"),
+                      tuple(grader.record["grades"]) if "grades" in grader.record else None, runtime=grader.runtime)
     from headcut.models import load_model
 
     loaded = load_model(name, allow_pickle=allow_pickle, flag=flag)
