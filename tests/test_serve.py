@@ -286,6 +286,40 @@ def test_body_timeout_is_an_idle_timeout_and_a_trickle_still_gets_408(tiny_folde
     assert "too slow" in json.loads(answer)["error"] and "--body-timeout-seconds" in json.loads(answer)["error"]
 
 
+def test_a_body_that_stalls_after_its_first_late_bytes_is_called_stalled(tiny_folder):
+    """A client whose Content-Length is larger than its body, its first body bytes sent ~50 ms after the headers,
+    is answered "stalled" after a whole idle --body-timeout-seconds. Was: the rate bound (start + timeout + a
+    second per 32 kB) ended the wait ~47 ms before the idle timeout, and the answer said "too slow: 100 bytes in
+    1 s", a fix (send faster) that does not help."""
+    head = b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    with serve_process(tiny_folder, "--body-timeout-seconds", "1") as (url, _, _):
+        reply, waited = raw_post(url, head, [b'{"pairs": [' + b" " * 89], 0.05)
+    status, _, answer = reply.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408") and 1.0 < waited < 5, (reply, waited)
+    assert "stalled: no bytes came for 1 s" in json.loads(answer)["error"], answer
+
+
+def test_read_body_waits_a_whole_idle_timeout_after_the_last_bytes_before_calling_a_body_stalled():
+    """_read_body with a fake `receive`: bytes 50 ms late, then none, is a stall ended a whole timeout after those
+    bytes (was: "too slow", 47 ms early); bytes every 50 ms past the timeout, far under 32 kB/s, are still too slow."""
+    import asyncio
+
+    from headcut_grader.serve_middleware import BodyTooSlow, _read_body
+
+    def receiving(pauses):
+        async def receive():
+            await asyncio.sleep(pauses.pop(0) if pauses else 3600)
+            return {"type": "http.request", "body": b"x" * 100, "more_body": True}
+        return receive
+
+    with pytest.raises(BodyTooSlow) as stalled:
+        asyncio.run(_read_body(receiving([0.05]), limit=10_000, timeout=0.3))
+    assert stalled.value.stalled and stalled.value.size == 100 and stalled.value.seconds >= 0.35
+    with pytest.raises(BodyTooSlow) as slow:
+        asyncio.run(_read_body(receiving([0.05] * 40), limit=10_000, timeout=0.3))
+    assert not slow.value.stalled and 0.3 < slow.value.seconds < 1
+
+
 # Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.
 
 @pytest.mark.parametrize("path, body, where", [

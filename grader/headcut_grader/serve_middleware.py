@@ -109,20 +109,25 @@ class BodyTooSlow(Exception):
 
 async def _read_body(receive, limit: int, timeout: float) -> bytes | None:
     """The whole body, or None if the client disconnected; stops reading once more than `limit` bytes came.
-    Raises BodyTooSlow when no bytes come for `timeout` seconds, or when the body is due later than `timeout`
-    seconds plus a second per MIN_BODY_BYTES_PER_SECOND bytes received (a bound that grows with the body, so a large
-    body on a steady link is never cut off, and a trickle is)."""
-    chunks, size, more, start = [], 0, True, time.monotonic()
+    Raises BodyTooSlow when no bytes come for `timeout` seconds (stalled), or when the body is due later than
+    `timeout` seconds plus a second per MIN_BODY_BYTES_PER_SECOND bytes received (a bound that grows with the body, so
+    a large body on a steady link is never cut off, and a trickle is). A wait begun in the first `timeout` seconds
+    ends only by the idle timeout. Was: that bound also ended it, a few ms short of the idle timeout when the first
+    bytes came a few ms late, and a stall was cut off early and called a trickle."""
+    chunks, size, more = [], 0, True
+    start = last = time.monotonic()
     while more and size <= limit:
-        left = start + timeout + size / MIN_BODY_BYTES_PER_SECOND - time.monotonic()
+        now = time.monotonic()
+        idle, due = last + timeout, start + timeout + size / MIN_BODY_BYTES_PER_SECOND
+        end = idle if now - start < timeout else min(idle, due)
         try:
-            message = await asyncio.wait_for(receive(), min(timeout, left))
-        except asyncio.TimeoutError:
-            raise BodyTooSlow(stalled=timeout <= left, size=size, seconds=time.monotonic() - start) from None
+            message = await asyncio.wait_for(receive(), end - now)
+        except asyncio.TimeoutError:  # stalled: the idle timeout ended the wait, no bytes for `timeout` seconds
+            raise BodyTooSlow(stalled=end == idle, size=size, seconds=time.monotonic() - start) from None
         if message["type"] == "http.disconnect":
             return None
         chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
+        size, last = size + len(chunks[-1]), time.monotonic()
         more = message.get("more_body", False)
     return b"".join(chunks)
 
