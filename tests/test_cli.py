@@ -61,6 +61,19 @@ def test_help_that_names_one_runtime_names_the_other_too():
                      and not any(s in line for s in ONE_RUNTIME_ON_PURPOSE)]
             assert not alone, (command, alone)
 
+def test_help_shows_each_path_as_path_also_where_a_parser_reads_it():
+    """Was: `headcut grade --help` showed PAIRS_FILE as <Path> and `headcut prune --help` --scores as <Path>, where
+    every other path shows <path>: typer 0.29 names a parameter read by a parser (file_to_read) by its annotation."""
+    import re
+
+    from headcut_grader.cli.main import app as runtime
+
+    for cli, command, name in [(app, "grade", "pairs_file"), (runtime, "grade", "pairs_file"),
+                               (app, "prune", "--scores")]:
+        text = CliRunner().invoke(cli, [command, "--help"], env={"COLUMNS": "200"}).output
+        assert re.search(rf"{name} +<path>", text) and "<Path>" not in text, text
+
+
 def test_a_metrics_line_shows_figures_with_nothing_to_judge_as_n_a():
     """Was: a score finetune whose dev pairs have one title per query stored NDCG@10 as null, and its final line
     was a TypeError traceback after the model was written."""

@@ -145,7 +145,8 @@ def same_path(param, first: str, given: str) -> bool:
     that name (--model minilm-l6, --data synthetic). An output (--out) is compared as written: a link there is what
     the write replaces, not what it points at."""
     annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)  # typer 0.29
-    typed_path = annotation is Path or type(getattr(param, "type", None)).__name__ == "Path"  # older: click.Path
+    typed_path = (isinstance(annotation, type) and issubclass(annotation, Path)  # Path, or file_to_read's path
+                  or type(getattr(param, "type", None)).__name__ == "Path")  # older: click.Path
     on_disk = all(os.path.exists(value) for value in (first, given))
     if not (typed_path or (on_disk and all(os.sep in value for value in (first, given)))):
         return False
@@ -344,17 +345,22 @@ def file_option(default, *flags: str, help: str):
     return typer.Option(default, *flags, metavar=FILE, help=help)
 
 
+class path(type(Path())):  # noqa: N801  (its name is what --help shows)
+    """A Path that file_to_read parses, for the command's annotation: typer (0.29) shows a parameter with a parser
+    by its annotation's name, so one annotated Path showed <Path> where an unparsed Path shows <path>."""
+
+
 def file_to_read(flag: str, kind: type = str):
     """A parser for an option or argument that names a file to read (pairs, a recipe, a score file): text that names a
     folder (p.tsv/, p.tsv/.) is refused naming `flag` (folder_spelled), where typer's Path dropped the / and the file
-    p.tsv was read; else the value as `kind` (str, or Path for an option typed Path)."""
+    p.tsv was read; else the value as `kind` (str, or `path` for one annotated `path`, shown <path> in --help)."""
 
     def parse(value):
         if isinstance(value, str) and (problem := folder_spelled(value, flag, reading=True)):
             return BadValue(problem)
         return value if value is None else kind(value)
 
-    parse.__name__ = kind.__name__  # the metavar typer shows in --help (as bounded's)
+    parse.__name__ = kind.__name__  # the metavar typer shows in --help (older typer; 0.29 shows the annotation's)
     return parse
 
 

@@ -8,14 +8,14 @@ import typer
 
 from headcut_grader.ranges import BATCH, BATCH_SIZE, CHUNK_ROWS, THREADS, WORKERS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, file_option,
-                                       file_to_read, number_in, on_interrupt, progress_bar, user_errors,
-                                       written_whole)
+                                       file_to_read, number_in, on_interrupt, path, progress_bar,
+                                       user_errors, written_whole)
 
 
 @user_errors
 def grade(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
-    pairs_file: Path = typer.Argument(..., parser=file_to_read("PAIRS_FILE", Path),
+    pairs_file: path = typer.Argument(..., parser=file_to_read("PAIRS_FILE", path),
                                       help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
     out: Path = file_option(..., "--out", "-o", help="Where to write grades (same format as the input unless the "
                             "suffix says: .tsv, .csv or .jsonl; JSON input is written as JSON lines)."),
