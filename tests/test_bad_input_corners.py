@@ -1361,6 +1361,32 @@ def test_an_input_file_written_as_a_folder_is_refused_naming_its_flag(tmp_path, 
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("args, name", INPUT_FILES, ids=lambda v: " ".join(v[:1] + v[-2:]) if isinstance(v, list)
+                         else v)
+def test_a_real_folder_given_for_an_input_file_is_said_to_be_one(tmp_path, tiny_grader, args, name):
+    """`headcut evaluate --model m --data data/` where data is a folder: was "drop the / at its end", which only led
+    to the "is a folder" refusal; now the sentence says it names that folder and to name a file inside it."""
+    from headcut_grader.errors import setting
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    spelled = f"{folder}/"
+    given = {"FILE": spelled, "OUT": str(tmp_path / "out"), "GRADER": str(tiny_grader)}
+    args = [given.get(a, a.replace("FILE", spelled)) for a in args]
+    shown = spelled if name.isupper() else setting(name, spelled)
+    refused(run(*args), f"{shown} names the folder {folder}, but {name} is a file to read; name a file inside that "
+            "folder.")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_real_folder_given_for_an_output_file_is_said_to_be_one(tmp_path, tiny_grader):
+    """grade --out runs/ where runs is a folder: was "drop the /, or name a file inside that folder"."""
+    pairs, folder = write(tmp_path, "p.tsv", PAIRS_TSV), tmp_path / "runs"
+    folder.mkdir()
+    refused(run("grade", str(tiny_grader), str(pairs), "--out", f"{folder}/."),
+            f"--out {folder}/. names the folder {folder}, but --out is a file to write; name a file inside that folder")
+
+
 @pytest.mark.parametrize("ending", ["/", "/."])
 def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path, tiny_grader, ending):
     """Where a path comes in as text (read_pairs, iter_pairs, grade_file, read_scores, recipes), p.tsv/ is refused
