@@ -1390,11 +1390,13 @@ def test_a_real_folder_given_for_an_output_file_is_said_to_be_one(tmp_path, tiny
 @pytest.mark.parametrize("ending", ["/", "/."])
 def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path, tiny_grader, ending):
     """Where a path comes in as text (read_pairs, iter_pairs, grade_file, read_scores, recipes), p.tsv/ is refused
-    naming the argument. Was: Path() dropped the / and p.tsv was read."""
+    naming the argument. Was: Path() dropped the / and p.tsv was read. A Python call's argument is said as the
+    library's other messages say one ("read_pairs path is 'p.tsv/', ..."; was "read_pairs path=p.tsv/ ends in /, so
+    it names a folder, but read_pairs path is a file to read")."""
     from headcut.evaluate.importance import read_scores
     from headcut.recipes import find_recipe
     from headcut_grader.data import iter_pairs, read_pairs
-    from headcut_grader.errors import UserError
+    from headcut_grader.errors import UserError, caller
     from headcut_grader.grade_file import grade_file
 
     pairs = f"{write(tmp_path, 'p.tsv', PAIRS_TSV)}{ending}"
@@ -1406,8 +1408,9 @@ def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path
              ("read_scores path", scores, lambda: read_scores(scores)),
              ("recipe", recipe, lambda: find_recipe(recipe))]
     for name, path, call in calls:
-        with pytest.raises(UserError, match=f"^{re.escape(name)}={re.escape(path)} ends in {re.escape(ending)}, so it "
-                                            f"names a folder, but {name} is a file to read; drop the "):
+        said = (f"{name} is {path!r}, which ends in {ending}, so it names a folder, not a file to read" if caller(name) == "arguments"
+                else f"{name}={path} ends in {ending}, so it names a folder, but {name} is a file to read")
+        with pytest.raises(UserError, match=f"^{re.escape(said)}; drop the {re.escape(ending)} at its end\\.$"):
             call()
     assert not (tmp_path / "o.tsv").exists()
 

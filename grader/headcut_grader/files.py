@@ -226,11 +226,14 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     return out
 
 
-def folder_spelled(out, flag: str, *, reading: bool = False) -> str | None:
+def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = False) -> str | None:
     """The sentence for a file's path given as text that names a folder (o.tsv/, o.tsv/., o.tsv/..: a separator or
-    a . or .. last), or None; `reading`: a file to read (p.tsv/ for the pairs). Was: Path() (and typer, for a flag)
-    drops the separator and a last ., and the file o.tsv was written (p.tsv read). A folder that is there (data/) is
-    said to be one, with a file inside it to name (was: "drop the /", which only led to an "is a folder" refusal)."""
+    a . or .. last), or None; `reading`: a file to read (p.tsv/ for the pairs); `flag` named as errors.caller reads
+    it (a Python call's argument said as the library's other messages say one: read_pairs path is 'p.tsv/'), or a
+    command's positional argument (PAIRS_FILE) where `positional`, shown by its value alone. Was: Path() (and
+    typer, for a flag) drops the separator and a last ., and the file o.tsv was written (p.tsv read). A folder that
+    is there (data/) is said to be one, with a file inside it to name (was: "drop the /", which only led to an "is a
+    folder" refusal)."""
     if not isinstance(out, str) or out in ("", ".", ".."):  # the folder you are in, or above it: said later
         return None
     separators = tuple(filter(None, (os.sep, os.altsep)))
@@ -238,15 +241,16 @@ def folder_spelled(out, flag: str, *, reading: bool = False) -> str | None:
     if last not in ("", ".", ".."):
         return None
     ending = out[-1] if last == "" else out[-len(last) - 1:]
-    shown = out if flag.isupper() else setting(flag, out)  # a command's argument (PAIRS_FILE): its value alone
-    said = f"{shown} ends in {ending}, so it names a folder, but {flag} is a file to"
+    fact, verb = f"ends in {ending}, so it names a folder", "read" if reading else "write"
     if os.path.isdir(out):  # data/ where data is a folder: without its / it still names that folder
-        return (f"{shown} names the folder {os.path.normpath(out)}, but {flag} is a file to "
-                f"{'read' if reading else 'write'}; name a file inside that folder.")
-    if reading:  # o.tsv/.. is the folder that holds o.tsv
-        return f"{said} read; {f'drop the {ending} at its end' if last != '..' else 'name the file itself'}."
-    fix = f"drop the {ending}, or name" if last != ".." else "name"
-    return f"{said} write; {fix} a file inside that folder."
+        fact, fix = f"names the folder {os.path.normpath(out)}", "name a file inside that folder"
+    elif reading:  # o.tsv/.. is the folder that holds o.tsv
+        fix = f"drop the {ending} at its end" if last != ".." else "name the file itself"
+    else:
+        fix = f"{f'drop the {ending}, or ' if last != '..' else ''}name a file inside that folder"
+    if caller(flag) == "arguments":
+        return f"{flag} is {out!r}, which {fact}, not a file to {verb}; {fix}."
+    return f"{out if positional else setting(flag, out)} {fact}, but {flag} is a file to {verb}; {fix}."
 
 
 def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: str) -> None:

@@ -20,7 +20,7 @@ except ImportError:  # older typer: click itself
 
 from headcut_grader import entry
 from headcut_grader.backends import BACKEND_CHOICES
-from headcut_grader.errors import UserError, cut, quoted
+from headcut_grader.errors import UserError, caller, cut, quoted
 from headcut_grader.files import folder_spelled, path_mark
 from headcut_grader.ranges import Range
 from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, cell_number, name_length_problem
@@ -355,8 +355,10 @@ def file_to_read(flag: str, kind: type = str):
     folder (p.tsv/, p.tsv/.) is refused naming `flag` (folder_spelled), where typer's Path dropped the / and the file
     p.tsv was read; else the value as `kind` (str, or `path` for one annotated `path`, shown <path> in --help)."""
 
+    positional = caller(flag) != "flags"  # not a flag: a command's argument (PAIRS_FILE), shown by its value alone
+
     def parse(value):
-        if isinstance(value, str) and (problem := folder_spelled(value, flag, reading=True)):
+        if isinstance(value, str) and (problem := folder_spelled(value, flag, reading=True, positional=positional)):
             return BadValue(problem)
         return value if value is None else kind(value)
 
