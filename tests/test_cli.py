@@ -98,8 +98,8 @@ def _interrupted_at_start(monkeypatch, command: str):
     module = sys.modules[click_command.callback.__module__]
     if hasattr(module, "quiet_transformers"):
         monkeypatch.setattr(module, "quiet_transformers", ctrl_c)
-    else:  # the runtime's grade
-        monkeypatch.setattr("headcut_grader.grade_file.GradeSettings", ctrl_c)
+    else:  # the runtime's grade: its flags read GradeSettings' defaults, its body calls it first
+        monkeypatch.setattr(module, "GradeSettings", ctrl_c)
     args = [command]
     for p in click_command.params:
         if p.required:

@@ -343,6 +343,27 @@ def test_the_runtime_s_batch_size_defaults_equal_its_declared_ones():
     assert flags == {"grade": BATCH_SIZE, "serve": SERVE_BATCH_SIZE}
 
 
+def test_grade_s_flags_read_their_defaults_from_grade_settings():
+    """`headcut grade`'s --workers, --batch-size and --chunk-rows read their defaults and ranges from GradeSettings
+    (field_option), as serve's read Limits. Was: cli/grade.py wrote 1 and 10_000 again beside GradeSettings."""
+    import dataclasses
+
+    from typer.main import get_command
+
+    from headcut_grader.cli.main import app
+    from headcut_grader.grade_file import GradeSettings
+
+    tree = ast.parse((ROOT / "grader" / "headcut_grader" / "cli" / "grade.py").read_text(encoding="utf-8"))
+    grade = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "grade")
+    written = [ast.unparse(flag) for flag in grade.args.defaults if isinstance(flag, ast.Call)
+               and any(isinstance(a, ast.Constant) and type(a.value) in (int, float) for a in flag.args)]
+    assert not written, f"read the default from GradeSettings (field_option): {written}"
+    declared = {f.name: f.default for f in dataclasses.fields(GradeSettings)}
+    command = get_command(app).commands["grade"]
+    for name in ("workers", "batch_size", "chunk_rows"):
+        assert next(p.default for p in command.params if p.name == name) == declared[name], name
+
+
 def test_the_runtime_s_threads_default_equals_its_declared_one():
     """The runtime's threads per grader (1: a server or grade job runs several workers) is declared once, as
     headcut_grader.ranges.RUNTIME_THREADS: every threads default of its functions (Grader, ray_data's GradeBatch and

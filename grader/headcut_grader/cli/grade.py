@@ -6,10 +6,11 @@ from pathlib import Path
 
 import typer
 
-from headcut_grader.ranges import BATCH, BATCH_SIZE, CHUNK_ROWS, THREADS, WORKERS
-from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, file_option,
-                                       file_to_read, number_in, on_interrupt, path, progress_bar,
+from headcut_grader.ranges import THREADS
+from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, field_option,
+                                       file_option, file_to_read, number_in, on_interrupt, path, progress_bar,
                                        user_errors, written_whole)
+from headcut_grader.grade_file import GradeSettings
 
 
 @user_errors
@@ -19,14 +20,14 @@ def grade(
                                       help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
     out: Path = file_option(..., "--out", "-o", help="Where to write grades (same format as the input unless the "
                             "suffix says: .tsv, .csv or .jsonl; JSON input is written as JSON lines)."),
-    workers: int = number_in(WORKERS, 1, "--workers", help="Grading processes, one grader each; about one per 1-2 "
-                             "cores"),
+    workers: int = field_option(GradeSettings, "workers", "--workers", help="Grading processes, one grader each; "
+                                "about one per 1-2 cores"),
     threads: Opt[int] = number_in(THREADS, None, "--threads", help="Runtime threads per worker (default: cores / "
                                   "workers)", kind=int),
     backend: str = BACKEND,
-    batch_size: int = number_in(BATCH, BATCH_SIZE, "--batch-size", help="Pairs per forward pass"),
-    chunk_rows: int = number_in(CHUNK_ROWS, 10_000, "--chunk-rows", help="Pairs read, graded and written at a time; "
-                                "memory grows with this, never with the file"),
+    batch_size: int = field_option(GradeSettings, "batch_size", "--batch-size", help="Pairs per forward pass"),
+    chunk_rows: int = field_option(GradeSettings, "chunk_rows", "--chunk-rows", help="Pairs read, graded and "
+                                   "written at a time; memory grows with this, never with the file"),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run of this command after its last "
                                 "finished chunk (the output equals an uninterrupted run's)."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
@@ -39,7 +40,7 @@ def grade(
     """
     written = written_whole(out)
     with on_interrupt(lambda: written() or _left(out)):  # from the first import on: a Ctrl-C at any moment is one line
-        from headcut_grader.grade_file import GradeSettings, grade_file
+        from headcut_grader.grade_file import grade_file
 
         settings = GradeSettings(chunk_rows=chunk_rows, batch_size=batch_size, preset=preset, query_col=query_col,
                                  title_col=title_col, label_col=label_col, workers=workers, backend=backend,
