@@ -426,6 +426,21 @@ def test_a_dataset_column_the_output_would_replace_is_refused_before_any_batch(t
     assert kept["true_grade"].tolist() == [4] and kept["grade"].shape == (1,)
 
 
+def test_grade_batch_learns_its_output_columns_once_not_per_batch(tiny_grader, monkeypatch):
+    """GradeBatch grades no pairs once, when its actor starts, to learn the columns it adds. Was: every batch (each
+    `__call__`) graded an empty list first, in check_columns. The rows it returns are unchanged."""
+    from headcut_grader.ray_data import GradeBatch
+
+    graded, grade = [], Grader.grade
+    monkeypatch.setattr(Grader, "grade", lambda self, pairs, **kw: graded.append(len(pairs)) or grade(self, pairs,
+                                                                                                        **kw))
+    batcher = GradeBatch(tiny_grader[0])
+    batch = {"query": np.asarray(["drill", "paint"]), "title": np.asarray(["cordless drill", "red lamp"])}
+    rows = [batcher(batch) for _ in range(3)]
+    assert graded == [0, 2, 2, 2]
+    assert all(sorted(r) == sorted(rows[0]) and np.array_equal(r["grade"], rows[0]["grade"]) for r in rows)
+
+
 def test_auto_with_no_runtime_of_the_folders_graphs_installed_says_what_to_install(tiny_grader, monkeypatch):
     """Was: a folder whose graphs' runtimes are all missing (an OpenVINO-only export on a machine without
     OpenVINO) failed choosing a backend with `ValueError: min() arg is an empty sequence`."""

@@ -27,24 +27,29 @@ class GradeBatch:
                  title_col: str = "title", backend: str = "auto"):
         self.grader = Grader(grader_dir, threads=threads, batch_size=batch_size, backend=backend)
         self.query_col, self.title_col = query_col, title_col
+        self.written = output_columns(self.grader)  # once per actor (was: once per batch)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        check_columns(batch, self.grader, query_col=self.query_col, title_col=self.title_col)
+        check_columns(batch, self.written, query_col=self.query_col, title_col=self.title_col)
         pairs = list(zip(batch[self.query_col].tolist(), batch[self.title_col].tolist()))
         result = self.grader.grade(pairs)
         columns = result.columns(digits=None)  # full precision: the caller rounds, if anyone does
         return dict(batch) | {name: np.asarray(values) for name, values in columns.items()}
 
 
-def check_columns(columns, grader: Grader, *, query_col: str, title_col: str) -> None:
-    """The dataset's `columns` hold the queries and titles, and none that the grader's output columns would replace:
-    a gold grade column named grade (the Home Depot files' name) was overwritten by the predicted grade, the gold lost
-    without a word."""
+def output_columns(grader: Grader) -> list[str]:
+    """The columns `grader` adds to each row (grade, expected_grade, p<grade>...; or score): what it gives no pairs."""
+    return list(grader.grade([]).columns())
+
+
+def check_columns(columns, written: list[str], *, query_col: str, title_col: str) -> None:
+    """The dataset's `columns` hold the queries and titles, and none that the grader's output columns (`written`,
+    output_columns) would replace: a gold grade column named grade (the Home Depot files' name) was overwritten by
+    the predicted grade, the gold lost without a word."""
     for name, col, holds in (("query_col", query_col, "queries"), ("title_col", title_col, "titles")):
         if col not in columns:  # else KeyError from every actor, naming neither the argument nor the columns
             raise UserError(f"grade_dataset {name} {quoted(col)} is not a column of the dataset (columns: "
                             f"{', '.join(map(quoted, columns))}); pass {name}=NAME of the {holds}' column.")
-    written = list(grader.grade([]).columns())
     taken = [name for name in written if name in columns]
     if taken:
         raise UserError(f"grade_dataset: the dataset already has column {quoted(taken[0])}, which the grader's output "
@@ -66,7 +71,7 @@ def grade_dataset(dataset, grader_dir, *, concurrency: int = 2, threads: int = 1
     grader = Grader(grader_dir, threads=threads, backend=backend)  # a bad folder fails here, once
     schema = dataset.schema(fetch_if_missing=False)  # known without reading the data (Parquet, items), or None
     if schema is not None:  # else each actor refuses its first batch, inside Ray's traceback
-        check_columns(schema.names, grader, query_col=query_col, title_col=title_col)
+        check_columns(schema.names, output_columns(grader), query_col=query_col, title_col=title_col)
     backend = grader.backend.name
     return dataset.map_batches(
         GradeBatch, fn_constructor_kwargs={"grader_dir": str(grader_dir), "threads": threads, "batch_size": batch_size,
