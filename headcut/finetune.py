@@ -115,9 +115,9 @@ def check_split(recipe: TrainingRecipe, train_pairs: Pairs, dev: Pairs) -> None:
         fraction, dev_pairs = name("dev_fraction"), f"pass dev pairs with {given_as(name, 'dev_data', 'FILE')}"
         fix = (f"{dev_pairs}, or train on pairs of two or more queries" if queries < 2 else
                f"{'lower' if side == 'train' else 'raise'} {fraction}, or {dev_pairs}")
-        return (f"{typed(name, how, 'train_data', recipe.train_data)}: holding out {fraction}={recipe.dev_fraction} of its "
-                f"{queries} {'query' if queries == 1 else 'queries'} (whole queries, as {name('dev_data')} is unset) "
-                f"leaves no {side} pairs; {fix}.")
+        return (f"{typed(name, how, 'train_data', recipe.train_data)}: holding out {fraction}={recipe.dev_fraction} "
+                f"of its {queries} {'query' if queries == 1 else 'queries'} (whole queries, as {name('dev_data')} "
+                f"is unset) leaves no {side} pairs; {fix}.")
 
     raise worded("", say, about=("train_data", "dev_fraction"))
 
@@ -180,7 +180,8 @@ def check_train_gold(recipe: FinetuneRecipe, train_pairs: Pairs) -> None:
         return
 
     def say(name, how):
-        return (f"{typed(name, how, 'train_data', recipe.train_data)}: {one_gold(len(train_pairs), 'training', what, gold[0])}, "
+        return (f"{typed(name, how, 'train_data', recipe.train_data)}: "
+                f"{one_gold(len(train_pairs), 'training', what, gold[0])}, "
                 f"so the grader would learn to give every pair that {what}; train on pairs of two or more {what}s.")
 
     raise worded("", say, about=("train_data",))
@@ -365,7 +366,8 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     state = train(model, encoded, settings=settings, loss_fn=loss_fn, evaluate_fn=evaluate_fn, work_dir=folder.path,
                   save_best=save_best, progress=progress, stop_after_steps=stop_after_steps,
                   query_ids=queries)
-    result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings), "work_dir": str(folder.path),
+    result = {"state": state.__dict__, "finished": is_finished(state, len(encoded), settings),
+              "work_dir": str(folder.path),
               "examples_per_second": state.examples / max(state.train_seconds, 1e-9),
               "cpu_per_wall": state.cpu_seconds / max(state.train_seconds, 1e-9)}
     if result["finished"]:

@@ -69,10 +69,12 @@ def check_tokenizer(value, name: str) -> None:
         return
     path = _path(value)
     if path is not None:
-        raise UserError(f"{name} is the path {path!r}; pass a loaded tokenizer: headcut.load_model({path!r}).tokenizer.")
+        raise UserError(f"{name} is the path {path!r}; pass a loaded tokenizer: "
+                        f"headcut.load_model({path!r}).tokenizer.")
     if _is_loaded(value):
         raise UserError(f"{name} is {_a(value)}; pass its .tokenizer.")
-    raise UserError(f"{name} is {_shown(value)}; pass a Hugging Face tokenizer, e.g. headcut.load_model(path).tokenizer.")
+    raise UserError(f"{name} is {_shown(value)}; pass a Hugging Face tokenizer, e.g. "
+                    "headcut.load_model(path).tokenizer.")
 
 
 def _is_module(value) -> bool:

@@ -16,8 +16,8 @@ from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_imple
                           shape_record, usable_positions, widen)
 from headcut.batching import RECORDED, max_length_of
 from headcut.model_arguments import check_loaded
-from headcut.weight_files import (AGAIN, broken_file, check_sizes, check_weights_cover, find_weights, read_json_file, read_state,
-                                  weights_counts, weights_file, weights_hash)
+from headcut.weight_files import (AGAIN, broken_file, check_sizes, check_weights_cover, find_weights, read_json_file,
+                                  read_state, weights_counts, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, check_names, named, quoted, setting
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
@@ -574,7 +574,8 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
         config.id2label = dict(enumerate(names))
         config.label2id = {name: i for i, name in enumerate(names)}
         if merged["task"] == "score":  # where sentence-transformers 6 reads the activation (it ignores the file below)
-            config.sentence_transformers = {"activation_fn": cross_encoder_record(merged["activation"])["activation_fn"]}
+            config.sentence_transformers = {
+                "activation_fn": cross_encoder_record(merged["activation"])["activation_fn"]}
         config.save_pretrained(tmp)
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})

@@ -525,7 +525,8 @@ def _typed(given: str | None) -> bool:
 
 
 def _empty_fix(where: str, given: str | None, index: int | None) -> str:
-    """What to do about a value left empty: write it, or drop the item, the --set or the key (its default then holds)."""
+    """What to do about a value left empty: write it, or drop the item, the --set or the key (its default then
+    holds)."""
     if index is not None:
         return "write the item, or remove it"
     if given:

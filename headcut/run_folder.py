@@ -83,7 +83,8 @@ class RunFolder:
         if _from_main(busy):  # every process stops, not only the main one
             raise UserError(busy)
         if state.is_main_process:
-            write_text(stamp_file, json.dumps({"hash": run_hash, **stamp}))  # atomic: a kill leaves the old stamp or none
+            # atomic: a kill leaves the old stamp or none
+            write_text(stamp_file, json.dumps({"hash": run_hash, **stamp}))
         state.wait_for_everyone()
         return folder
 

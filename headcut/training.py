@@ -332,7 +332,8 @@ def query_index(pairs) -> np.ndarray:
 
 def query_batches(query_ids: np.ndarray, batch_size: int, *, seed: int, epoch: int) -> list[np.ndarray]:
     """Batches that keep each query's rows together (queries in a seeded random order, a query split only at a
-    batch's end): what a loss over titles of one query (margin-MSE, RankNet, ListNet) needs. As many batches as epoch_batches."""
+    batch's end): what a loss over titles of one query (margin-MSE, RankNet, ListNet) needs. As many batches as
+    epoch_batches."""
     rng = random.Random(seed * 1000 + epoch)
     queries = sorted(set(int(q) for q in query_ids))
     rng.shuffle(queries)

@@ -269,7 +269,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "deberta-v2": replace(
         _BERT, query="attention.self.query_proj", key="attention.self.key_proj", value="attention.self.value_proj",
         head_rows=("attention.self.pos_key_proj", "attention.self.pos_query_proj"), plain_attention=False,
-        attention_implementations=("eager",), layer_returns_tuple=True, head_flops=_deberta_head_flops, config_problems=_deberta_problems,
+        attention_implementations=("eager",), layer_returns_tuple=True, head_flops=_deberta_head_flops,
+        config_problems=_deberta_problems,
     ),
     # ModernBERT: one fused Wqkv, rotary positions, local and global layers, a GLU FFN, pre-norm with a final norm.
     "modernbert": Architecture(

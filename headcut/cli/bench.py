@@ -91,7 +91,8 @@ def _check_tokenizers(models: list[str], graders: list[Path]) -> None:
 
 @user_errors
 def bench(
-    model: list[str] = typer.Option(..., "--model", "-m", help="PyTorch model folder; the first is the reference (repeatable)."),
+    model: list[str] = typer.Option(..., "--model", "-m",
+                                    help="PyTorch model folder; the first is the reference (repeatable)."),
     grader: list[Path] = typer.Option([], "--grader", "-g", help="Grader folder from `headcut export` (repeatable); "
                                       "each of its graphs (ONNX Runtime, OpenVINO) is timed."),
     data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
@@ -145,7 +146,8 @@ def bench(
         variants += [load_measured(lambda f=folder, b=b, n=name: grader_variant(f"grader {n}", f, threads=threads,
                                                                                 backend=b))
                      for b in grader_backends(folder)]
-    result = benchmark(variants, variants[0].tokenizer, pairs, settings, progress=lambda m: typer.echo(f"... {m}", err=True))
+    result = benchmark(variants, variants[0].tokenizer, pairs, settings,
+                       progress=lambda m: typer.echo(f"... {m}", err=True))
     with atomic_dir(out, overwrite=overwrite, inputs=inputs, flag="--out") as tmp:
         table = write_bench(result, tmp)
     typer.echo(table)

@@ -38,8 +38,8 @@ def read_data(path, *, preset, query_col, title_col, label_col, label_map, limit
 
     return read_spec(path, rows=limit, seed=seed, task=task, preset=preset, query_col=query_col, title_col=title_col,
                      label_col=label_col, label_map=parse_label_map(label_map, names="flags"),
-                     require_labels=require_labels, grades_fix=label_map_fix, names="flags", keys=flags, grades=grades, texts_only=texts_only,
-                     wants_gold=wants_gold, name=flag)
+                     require_labels=require_labels, grades_fix=label_map_fix, names="flags", keys=flags, grades=grades,
+                     texts_only=texts_only, wants_gold=wants_gold, name=flag)
 
 
 def label_map_fix(grade: int, grades: tuple[int, ...]) -> str:
@@ -52,7 +52,8 @@ def label_map_fix(grade: int, grades: tuple[int, ...]) -> str:
 
 
 # Reusable option declarations (typer reads the defaults).
-LABEL_MAP = typer.Option(None, "--label-map", help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
+LABEL_MAP = typer.Option(None, "--label-map",
+                         help="Map raw labels to grades: '0:1,1:3,2:5', or 'round' for float scores.")
 
 
 def argument_option(name: str, *flags: str, help: str, kind=None, default=...):
@@ -70,7 +71,8 @@ BOOTSTRAP = argument_option("bootstrap", "--bootstrap", help="Bootstrap resample
 THREADS = field_option(BenchSettings, "threads", "--threads", help="Threads (PyTorch, ONNX Runtime, OpenVINO)")
 SEED = argument_option("seed", "--seed", help="Seed of a file's row sample (--limit) and "
                        "anything random; synthetic data is drawn by its own seed (--data synthetic:SEED)")
-ALLOW_PICKLE = typer.Option(False, "--allow-pickle", help="Allow pickle weights (pytorch_model.bin): only for trusted models.")
+ALLOW_PICKLE = typer.Option(False, "--allow-pickle",
+                            help="Allow pickle weights (pytorch_model.bin): only for trusted models.")
 
 
 def main_process() -> bool:
@@ -144,6 +146,7 @@ def metrics_line(m: dict) -> str:
     from headcut.evaluate.tasks import shown
 
     names = (("accuracy", "accuracy"), ("macro-F1", "macro_f1"), ("Spearman", "spearman"), ("loss", "loss")) \
-        if "accuracy" in m else (("Spearman", "spearman"), ("Pearson", "pearson"), ("NDCG@10", "ndcg@10"), ("MSE", "loss"))
+        if "accuracy" in m else (("Spearman", "spearman"), ("Pearson", "pearson"), ("NDCG@10", "ndcg@10"),
+                                 ("MSE", "loss"))
     # a figure with nothing to judge is NaN, and null once stored (NDCG@10 of dev pairs of one title per query)
     return "  ".join(f"{name} {shown(m.get(key), '.4f')}" for name, key in names)

@@ -56,8 +56,9 @@ def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> s
     lines = [f"{'metric':<13} {'model':>8} {'against':>8}   model - against [95% paired CI]"]
     for m in names:
         lines.append(f"{m:<13} {shown(metrics[m]):>8} {shown(reference[m]):>8}   {shown_ci(paired[m])}")
-    agreements = ((("pair_order", f"within-query pairs ordered as {name}"), ("top1", f"queries whose first title {name} "
-                   "also ranks first")) if score else (("agreement", f"same grade as {name}"),))
+    agreements = ((("pair_order", f"within-query pairs ordered as {name}"),
+                   ("top1", f"queries whose first title {name} also ranks first")) if score
+                  else (("agreement", f"same grade as {name}"),))
     for key, what in agreements:
         a = paired[key]
         lines.append(f"{key:<13} {shown(a['value']):>8}            [{shown(a['ci'][0])}, {shown(a['ci'][1])}] ({what})")
@@ -67,8 +68,8 @@ def format_against(metrics: dict, reference: dict, paired: dict, name: str) -> s
 @user_errors
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help="Model folder, built-in name (minilm-l6), or an exported "
-                              "grader folder (headcut export), run in whichever of its runtimes (ONNX Runtime, OpenVINO) "
-                              "grades fastest on this CPU."),
+                              "grader folder (headcut export), run in whichever of its runtimes "
+                              "(ONNX Runtime, OpenVINO) grades fastest on this CPU."),
     data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
                              help="Pairs file (TSV/CSV/JSONL/JSON), or synthetic[:SEED] for the built-in synthetic "
                              "set."),
@@ -78,8 +79,9 @@ def evaluate(
     batch_size: int = BATCH_SIZE,
     max_length: Opt[int] = MAX_LENGTH,
     bootstrap: int = BOOTSTRAP,
-    against: Opt[str] = typer.Option(None, "--against", help="A reference model or grader (e.g. the teacher) graded on the same "
-                                     "pairs: prints model - reference with paired bootstrap CIs, and grade agreement."),
+    against: Opt[str] = typer.Option(None, "--against", help="A reference model or grader (e.g. the teacher) "
+                                     "graded on the same pairs: prints model - reference with paired bootstrap CIs, "
+                                     "and grade agreement."),
     allow_pickle: bool = ALLOW_PICKLE, overwrite: bool = OVERWRITE,
 ):
     """Grade MODEL on DATA: accuracy, macro-F1, Spearman of the expected grade, loss, NDCG@10, with 95% CIs.

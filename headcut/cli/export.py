@@ -94,16 +94,19 @@ def export(
                                      "artifact) or built-in name; or pass it as --model."),
     model_flag: Opt[str] = typer.Option(None, "--model", "-m", help="The model, given as every other command "
                                         "takes it: the same as MODEL."),
-    out: Path = typer.Option(..., "--out", "-o", help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
+    out: Path = typer.Option(..., "--out", "-o",
+                             help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
     int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate "
                               "(the same as --precision int8)."),
     backend: str = typer.Option("onnxruntime", "--backend", help="Runtime to export for: onnxruntime; openvino "
-                                "(adds an OpenVINO graph beside an fp32 ONNX one; needs the openvino extra of headcut); auto "
-                                "(both, and graders grade with whichever was timed fastest on their CPU)."),
+                                "(adds an OpenVINO graph beside an fp32 ONNX one; needs the openvino extra of "
+                                "headcut); auto (both, and graders grade with whichever was timed fastest on their "
+                                "CPU)."),
     precision: Opt[str] = typer.Option(None, "--precision", help="fp32, int8, bf16 (OpenVINO on CPUs with AMX or "
                                        "AVX512_BF16) or auto (the fastest that passes the gate); int8, bf16 and "
                                        "auto are judged on --data (default: fp32)."),
-    optimize: bool = typer.Option(False, "--optimize", help="ONNX Runtime operator fusion, kept only if it passes parity."),
+    optimize: bool = typer.Option(False, "--optimize",
+                                  help="ONNX Runtime operator fusion, kept only if it passes parity."),
     opset: int = number_in(ARGUMENTS["opset"], 17, "--opset", help="ONNX opset"),
     data: Opt[str] = typer.Option(None, "--data", "-d", parser=file_to_read("--data"),
                                   help="Labelled pairs for the gate and accuracy (needed by --int8)."),
@@ -122,7 +125,8 @@ def export(
     """Export MODEL to a grader folder (ONNX Runtime, OpenVINO or both); every graph must match PyTorch (max |logit
     diff| <= 1e-4, same grades).
 
-    Example: headcut export runs/teacher --out runs/grader-int8 --int8 --data ../shared/data/homedepot/dev.tsv --limit 2000
+    Example: headcut export runs/teacher --out runs/grader-int8 --int8 --data ../shared/data/homedepot/dev.tsv
+    --limit 2000
 
     For the CPU it will serve on: headcut export runs/teacher --out runs/grader --backend auto --precision auto
     --data ../shared/data/homedepot/dev.tsv --limit 2000 (run it on that CPU: bf16 needs AMX or AVX512_BF16).
@@ -137,7 +141,8 @@ def export(
     model, model_name = one_model(model, model_flag)
     check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out",
                   holds="model.onnx, the tokenizer, grader.json and the card")
-    precisions = resolve_precision(backend, precision, int8=int8, names="flags")  # a bad --backend/--precision stops here
+    # a bad --backend/--precision stops here
+    precisions = resolve_precision(backend, precision, int8=int8, names="flags")
     gate_flags = flags_set(ctx, ["min_agreement", "max_spearman_drift", "max_drop"])
     if gate_flags and set(precisions) <= {"fp32", None}:
         raise UserError(f"{gate_flags[0]} sets the gate an int8, bf16 or auto export must pass, and this export is "
@@ -152,8 +157,8 @@ def export(
         pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                           label_map=label_map, limit=limit, task=loaded.task, grades=loaded.grades)
     gate = Int8Gate(min_agreement=min_agreement, max_spearman_drift=max_spearman_drift, max_drop=max_drop)
-    record = build_grader(loaded, out, pairs=pairs, int8=int8, backend=backend, precision=precision, optimize=optimize, opset=opset, max_length=max_length,
-                          gate=gate, threads=threads, overwrite=overwrite,
+    record = build_grader(loaded, out, pairs=pairs, int8=int8, backend=backend, precision=precision, optimize=optimize,
+                          opset=opset, max_length=max_length, gate=gate, threads=threads, overwrite=overwrite,
                           progress=lambda msg: typer.echo(f"... {msg}", err=True), names="flags")
     typer.echo(format_record(record))
     typer.echo(f"wrote {out}")

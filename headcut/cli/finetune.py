@@ -17,7 +17,8 @@ def finetune(
     train: Opt[str] = typer.Option(None, "--train", parser=file_to_read("--train"),
                                    help="Training pairs file (sets train_data)."),
     dev: Opt[str] = typer.Option(None, "--dev", parser=file_to_read("--dev"), help="Dev pairs file (sets dev_data)."),
-    set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set epochs=3 (repeatable; each key once)."),
+    set_: list[str] = typer.Option([], "--set",
+                                   help="Override a recipe key: --set epochs=3 (repeatable; each key once)."),
     overwrite: bool = OVERWRITE,
 ):
     """Fine-tune a grader (the teacher) as RECIPE says; resumes after an interruption when rerun.
@@ -48,5 +49,6 @@ def finetune(
         return
     m = result["dev_metrics"]
     typer.echo(f"best dev (n={m['n']}): {metrics_line(m)}")
-    typer.echo(f"throughput {result['examples_per_second']:.1f} examples/s (CPU time / wall {result['cpu_per_wall']:.2f})")
+    typer.echo(f"throughput {result['examples_per_second']:.1f} examples/s "
+               f"(CPU time / wall {result['cpu_per_wall']:.2f})")
     typer.echo(f"wrote {result['out']}")

@@ -25,7 +25,8 @@ from headcut_grader.cli.serve import serve
 
 app = typer.Typer(
     name="headcut",
-    help="Make fine-tuned BERT relevance graders small and fast: score heads, prune, distill, export to ONNX Runtime and OpenVINO.",
+    help="Make fine-tuned BERT relevance graders small and fast: score heads, prune, distill, export to ONNX Runtime "
+         "and OpenVINO.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

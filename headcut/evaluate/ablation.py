@@ -157,7 +157,8 @@ def distributed_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64
     return base, merge_shares(gather_object([part]))
 
 
-def naive_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64, progress=None) -> tuple[np.ndarray, np.ndarray]:
+def naive_ablation_logits(model, encoded: Encoded, *, batch_size: int = 64,
+                          progress=None) -> tuple[np.ndarray, np.ndarray]:
     """The reference: one full pass over the data per head, the same batches as the fast scan."""
     base = predict_logits(model, None, None, batch_size=batch_size, encoded=encoded)
     out = _empty(model, len(encoded))

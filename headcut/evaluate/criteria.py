@@ -180,7 +180,8 @@ def head_importance(model, tokenizer, pairs: Pairs, *, method: str, batch_size: 
     chosen = criterion(method, flag=flag)
     model.eval()
     data = ScoringData(model, encode(tokenizer, pairs, max_length=max_length, model=model), gold(pairs),
-                       source=str(pairs.source), batch_size=batch_size, progress=(lambda stage, n: progress(n)) if progress else None)
+                       source=str(pairs.source), batch_size=batch_size,
+                       progress=(lambda stage, n: progress(n)) if progress else None)
     return chosen.score(data, flag=flag).heads.float()
 
 

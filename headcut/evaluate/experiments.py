@@ -128,10 +128,12 @@ def run_experiments(model, encoded: Encoded, labels, grades, *, base: np.ndarray
         counts = [round(r * total) for r in RANDOM_RATIOS]
         masks = torch.cat([random_masks(present, c, draws=draws, generator=gen) for c in counts])
         logits = run("random", masks).reshape(len(counts), draws, len(encoded), -1)
-        out["random"] = [{"ratio": r, "heads_masked": c, **measure(x)} for r, c, x in zip(RANDOM_RATIOS, counts, logits)]
+        out["random"] = [{"ratio": r, "heads_masked": c, **measure(x)}
+                         for r, c, x in zip(RANDOM_RATIOS, counts, logits)]
     if "halves" in which:
         out["halves"] = {}
-        for name, allowed in (("lower", _layers_between(model, 0, half)), ("upper", _layers_between(model, half, layers))):
+        for name, allowed in (("lower", _layers_between(model, 0, half)),
+                              ("upper", _layers_between(model, half, layers))):
             counts = [min(round(r * total), int(allowed.sum())) for r in HALF_RATIOS]
             masks = torch.cat([random_masks(allowed, c, draws=draws, generator=gen) for c in counts])
             logits = run(f"halves ({name})", masks).reshape(len(counts), draws, len(encoded), -1)

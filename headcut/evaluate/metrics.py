@@ -22,7 +22,8 @@ def check_resampling(iters, seed, where: str) -> tuple[int, int]:
 
 def check_level(level, where: str) -> float:
     """A CI's `level` as a plain float strictly between 0 and 1, else UserError naming the public function `where`
-    (level=1.5 gave numpy's 'Percentiles must be in the range [0, 100]' after every resample; 0 or 1 a CI of nothing)."""
+    (level=1.5 gave numpy's 'Percentiles must be in the range [0, 100]' after every resample; 0 or 1 a CI of
+    nothing)."""
     return checked_number(level, f"{where} level", Range(0, 1, low_open=True, high_open=True))
 
 
@@ -187,7 +188,8 @@ def bootstrap_ci(
 
 
 def paired_bootstrap(
-    logits_new: np.ndarray, logits_ref: np.ndarray, labels, grades, *, iters: int = 1000, seed: int = 0, level: float = 0.95
+    logits_new: np.ndarray, logits_ref: np.ndarray, labels, grades, *, iters: int = 1000, seed: int = 0,
+    level: float = 0.95
 ) -> dict:
     """Difference new - ref of each metric on the same resampled pairs, with a CI, plus agreement.
 
@@ -205,7 +207,8 @@ def paired_bootstrap(
     for _ in range(iters):
         idx = rng.integers(0, n, n)
         for m in METRICS:
-            samples[m].append(_metric(m, logits_new[idx], labels[idx], grades) - _metric(m, logits_ref[idx], labels[idx], grades))
+            samples[m].append(_metric(m, logits_new[idx], labels[idx], grades)
+                              - _metric(m, logits_ref[idx], labels[idx], grades))
         agree.append(same[idx].mean())
     out = {m: {"delta": point[m], "ci": percentiles(samples[m], level)} for m in METRICS}
     out["agreement"] = {"value": float(same.mean()), "ci": percentiles(agree, level)}

@@ -62,7 +62,8 @@ def without_heads(part: LayerParts, heads_out: torch.Tensor, pre_norm: torch.Ten
     size, count = part.head_size, part.num_heads
     where = torch.tensor([part.head_ids.index(h) for h in heads], device=pre_norm.device)
     outs = heads_out.reshape(n * seq, count, size).index_select(1, where).permute(1, 0, 2)  # (copies, n*seq, size)
-    columns = part.out.weight.view(hidden, count, size).index_select(1, where).permute(1, 2, 0)  # (copies, size, hidden)
+    # (copies, size, hidden)
+    columns = part.out.weight.view(hidden, count, size).index_select(1, where).permute(1, 2, 0)
     return (pre_norm.reshape(1, n * seq, hidden) - torch.bmm(outs, columns)).view(len(heads) * n, seq, hidden)
 
 

@@ -34,7 +34,8 @@ class ProbeInputs:
     sep_id: int
     continues: list[list[bool]] | None  # continues[i][t]: token t+1 is in the same word as token t
     tokens: list[list[str]] | None = None
-    candidates: list[list[bool]] | None = None  # only these t may count as t -> t+1 links (None: every pair of neighbours)
+    # only these t may count as t -> t+1 links (None: every pair of neighbours)
+    candidates: list[list[bool]] | None = None
 
 
 def probe_inputs(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None) -> ProbeInputs:

@@ -134,7 +134,8 @@ def against_reference(logits, reference_logits, pairs: Pairs, *, reference: dict
         check_logits(given, pairs, f"against_reference {name}")
     if reference_logits.shape[1] != logits.shape[1]:
         raise UserError(f"{setting(flag, reference.get('path'))} has {reference_logits.shape[1]} outputs and the model "
-                        f"{logits.shape[1]}; compare a grades model with a grades model, a score model with a score one.")
+                        f"{logits.shape[1]}; compare a grades model with a grades model, "
+                        "a score model with a score one.")
     return {"model": reference, "metrics": summary(reference_logits, pairs, task=task, activation=activation),
             "model_minus_against": paired(logits, reference_logits, pairs, task=task, activation=activation,
                                           iters=iters)}

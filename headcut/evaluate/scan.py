@@ -88,7 +88,8 @@ def parse_methods(text: str | list[str], *, name: str = "parse_methods text") ->
     shown = f"[{', '.join(map(str, text))}]" if listed else text
     bad = [m for m in names if m not in CRITERIA]
     if bad or not names:
-        what = f"unknown {', '.join(quoted(m) for m in bad if m)}" if any(bad) else "an empty entry" if bad else "no method"
+        what = (f"unknown {', '.join(quoted(m) for m in bad if m)}" if any(bad)
+                else "an empty entry" if bad else "no method")
         raise UserError(f"{setting(name, repr(shown) if not listed else shown)}: {what}; choose from "
                         f"{', '.join(CRITERIA)}.")
     twice = next((m for m in names if names.count(m) > 1), None)
@@ -125,7 +126,8 @@ def rank_heads(scores: torch.Tensor, *, n: int = 5) -> dict:
     flat = scores.flatten()
     order = [int(i) for i in torch.argsort(flat, descending=True, stable=True) if torch.isfinite(flat[i])]
     width = scores.shape[1]
-    return {"top": [head_label(i, width) for i in order[:n]], "bottom": [head_label(i, width) for i in order[-n:][::-1]]}
+    return {"top": [head_label(i, width) for i in order[:n]],
+            "bottom": [head_label(i, width) for i in order[-n:][::-1]]}
 
 
 def method_correlations(scores: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
@@ -135,7 +137,8 @@ def method_correlations(scores: dict[str, torch.Tensor]) -> dict[str, dict[str, 
         out[a] = {}
         for b, sb in scores.items():
             keep = torch.isfinite(sa) & torch.isfinite(sb)
-            out[a][b] = float(spearmanr(sa[keep].numpy(), sb[keep].numpy()).statistic) if keep.sum() > 2 else float("nan")
+            out[a][b] = (float(spearmanr(sa[keep].numpy(), sb[keep].numpy()).statistic) if keep.sum() > 2
+                         else float("nan"))
     return out
 
 

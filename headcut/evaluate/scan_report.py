@@ -167,8 +167,8 @@ def render_html(blocks, folder: Path, *, title: str = "headcut scan") -> str:
     style = ("body{font-family:sans-serif;max-width:1300px;margin:2em auto;padding:0 1em}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}"
              "img{max-width:100%}figcaption{color:#555;font-size:13px}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style>"
-            f"</head><body>{''.join(body)}</body></html>\n")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
 
 
 def _save(fig, path: Path) -> str:
@@ -184,14 +184,15 @@ def write_figures(folder: Path, result: dict, shape: tuple[int, int]) -> dict[st
         images["heads"] = _save(figures.head_effect_heatmaps(result["ablation_table"], shape), folder / "heads.png")
     exps = result.get("experiments", {})
     if "random" in exps:
-        images["random"] = _save(figures.effect_curves({"random": exps["random"]}, title="Experiment 1: random masking"),
-                                 folder / "random.png")
+        images["random"] = _save(figures.effect_curves({"random": exps["random"]},
+                                                       title="Experiment 1: random masking"), folder / "random.png")
     if "halves" in exps:
         images["halves"] = _save(figures.effect_curves(exps["halves"], title="Experiment 2: lower vs upper half"),
                                  folder / "halves.png")
     if "layers" in exps:
         images["layers"] = _save(figures.effect_bars(exps["layers"], [f"layer {r['layer']}" for r in exps["layers"]],
-                                                     title="Experiment 3: one whole layer masked"), folder / "layers.png")
+                                                     title="Experiment 3: one whole layer masked"),
+                                 folder / "layers.png")
     if "term" in exps:
         labels = ["term heads", "random heads", "lower half", "lower \\ term"]
         images["term"] = _save(figures.effect_bars(exps["term"], labels, title="Experiment 5: term-matching heads"),
@@ -223,7 +224,8 @@ def write_csv(path: Path, result: dict) -> None:
             if not any(np.isfinite(vals)):
                 continue  # a head the pruned model no longer has
             row = table.get((layer, head), {})
-            w.writerow([layer, head, *(f"{v:.6g}" for v in vals), *(f"{row.get(k, float('nan')):.6g}" for k in effect_keys),
+            w.writerow([layer, head, *(f"{v:.6g}" for v in vals),
+                        *(f"{row.get(k, float('nan')):.6g}" for k in effect_keys),
                         *(f"{float(probes[n][layer][head]):.6g}" for n in probe_names)])
     write_text(path, buf.getvalue())
 

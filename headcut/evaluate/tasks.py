@@ -112,7 +112,8 @@ def paired(logits_new: np.ndarray, logits_ref: np.ndarray, pairs: Pairs, *, task
     and top-1); unlabelled pairs give agreement only."""
     if task == "score":
         gold = pairs.score_array() if pairs.task == "score" else None
-        return ranking.paired_score_bootstrap(score_values(logits_new, activation), score_values(logits_ref, activation),
+        return ranking.paired_score_bootstrap(score_values(logits_new, activation),
+                                              score_values(logits_ref, activation),
                                               gold, pairs.query_groups(), iters=iters, seed=seed)
     if not pairs.has_labels:
         return {"agreement": {"value": metrics.agreement(logits_new, logits_ref)}}

@@ -54,7 +54,8 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
         c = cell(row, batch, seq)
         achieved, peak = c.get("gflop_per_s"), row.get("peak_gflop_per_s")
         share = f"{achieved / peak:.1%} of {peak:.0f}" if achieved and peak else "-"
-        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} | {shown(row.get('accuracy'), '.4f')} "
+        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} "
+                     f"| {shown(row.get('accuracy'), '.4f')} "
                      f"| {shown(row.get('spearman'), '.4f')} | {shown(row['agreement'], '.2%')} | {c['p50_ms']:.1f} "
                      f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x "
                      f"| {f'{achieved:.1f}' if achieved else '-'} | {share} |")

@@ -23,8 +23,8 @@ from headcut.export.gate import (ARGUMENTS, MIN_GATE_PAIRS, gate_fix, int8_said,
                                  named)
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
-from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table, judge,
-                                     quantize_int8, resolve)
+from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table,
+                                     judge, quantize_int8, resolve)
 from headcut_grader.files import as_path, atomic_dir, file_record, write_json, write_text
 from headcut_grader.ranges import argument, check_callbacks, check_settings, checked_bool, checked_number
 from headcut.model_arguments import check_loaded
@@ -100,7 +100,8 @@ def build_grader(
     int8, optimize = checked_bool(int8, "int8"), checked_bool(optimize, "optimize")
     check_gate_and_pairs(gate, pairs, names)
     ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
-                                                        int8=int8, max_length=max_length or loaded.max_length, names=names)
+                                                        int8=int8, max_length=max_length or loaded.max_length,
+                                                        names=names)
     say = progress or (lambda message: None)
     model, max_length = loaded.model, max_length or loaded.max_length
     try:
@@ -172,7 +173,8 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
                         f"{MIN_GATE_PAIRS}); pass {more_pairs(names)}, or {precision_said('fp32')}.",
                         about=("data", "rows", "precision"))
     if not getattr(loaded.tokenizer, "is_fast", False):
-        raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, which the ONNX grader needs.")
+        raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, "
+                        "which the ONNX grader needs.")
     return ort_precision, ov_precision, labelled
 
 
@@ -318,8 +320,9 @@ def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, gr
     sessions[FP32] = fp32_session  # the graph shipped without --int8, timed last in the same turns
     times = round_robin([lambda b, s=s: run_session(s, b) for s in sessions.values()], timing, repeats=10)
     seconds = dict(zip(sessions, (statistics.median(t) for t in times)))
-    trials = [judge(logits_of[name], fp32_logits, labels, grades, seconds=seconds[name], batch=batch_of[name], groups=groups,
-                    default_seconds=seconds[CHOICES[0].name], fp32_seconds=seconds[FP32], choice=name, gate=gate)
+    trials = [judge(logits_of[name], fp32_logits, labels, grades, seconds=seconds[name], batch=batch_of[name],
+                    groups=groups, default_seconds=seconds[CHOICES[0].name], fp32_seconds=seconds[FP32],
+                    choice=name, gate=gate)
               for name in names]
     best = fastest_passing(trials)
     if best is None:

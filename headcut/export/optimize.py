@@ -38,4 +38,5 @@ def optimize_graph(src: str | Path, dst: str | Path, *, hidden_size: int, heads_
     model = optimize_model(str(src), model_type="bert", num_heads=heads or 0, hidden_size=hidden_size if heads else 0,
                            optimization_options=options, opt_level=0, use_gpu=False)
     model.save_model_to_file(str(dst))
-    return {"attention_fused": heads is not None, "num_heads": heads, "fused_ops": model.get_fused_operator_statistics()}
+    return {"attention_fused": heads is not None, "num_heads": heads,
+            "fused_ops": model.get_fused_operator_statistics()}

@@ -58,7 +58,8 @@ def running_server(grader: str | Path, *, workers: int = 1, threads: int = 1, ar
                 proc.wait()
 
 
-def load_test(url: str, bodies: list[dict], *, concurrency: int = 8, path: str = "/grade", timeout: float = 60.0) -> dict:
+def load_test(url: str, bodies: list[dict], *, concurrency: int = 8, path: str = "/grade",
+              timeout: float = 60.0) -> dict:
     """POST every body once with `concurrency` clients in flight; requests/s, pairs/s, latency and errors."""
     from concurrent.futures import ThreadPoolExecutor
 

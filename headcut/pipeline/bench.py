@@ -1,5 +1,5 @@
-"""The bench stage: every grader of the run on each runtime it was exported for (ONNX Runtime, OpenVINO), timed side by side,
-and graded on the test pairs against the teacher with paired bootstrap CIs.
+"""The bench stage: every grader of the run on each runtime it was exported for (ONNX Runtime, OpenVINO), timed side
+by side, and graded on the test pairs against the teacher with paired bootstrap CIs.
 
 Quality is measured against the teacher as trained (PyTorch fp32 logits), so a grader's INT8 drift counts
 against it too; speed-up is against the teacher's own grader on the same runtime, precision and threads.

@@ -72,16 +72,20 @@ class ScanSection:
 
 @dataclass(frozen=True)
 class PruneSection:
-    keep_ratio: float | None = range_field(None, argument_range("keep_ratio"))  # heads only, ranked by the scan's `method`
+    # heads only, ranked by the scan's `method`
+    keep_ratio: float | None = range_field(None, argument_range("keep_ratio"))
     flops: float | None = range_field(None, argument_range("flops"))  # heads and FFN neurons to this share of the FLOPs
-    method: str = "fisher"  # the criterion (evaluate/criteria.py); keep_ratio: one the scan computes; flops: one that scores neurons
+    # the criterion (evaluate/criteria.py); keep_ratio: one the scan computes; flops: one that scores neurons
+    method: str = "fisher"
     layer_prior: float = range_field(0.0, argument_range("layer_prior"))
     # flops: train pairs scored, at most what a synthetic draw can make
     score_rows: int = range_field(512, dataclasses.replace(argument_range("score_rows"), high=MAX_SYNTHETIC))
-    calibrate: int = range_field(512, argument_range("calibrate_rows"))  # flops: train pairs for mask tuning (0.2 held out)
+    # flops: train pairs for mask tuning (0.2 held out)
+    calibrate: int = range_field(512, argument_range("calibrate_rows"))
     tune: bool = True
     tune_fit: Literal["scales", "weights", "best"] = "best"  # flops: what tuning re-fits (prune.tune.MODES; --tune-fit)
-    iterative: int = range_field(0, argument_range("iterative"))  # flops: reach the budget in this many steps, re-scored and re-tuned (0, 1: one shot)
+    # flops: reach the budget in this many steps, re-scored and re-tuned (0, 1: one shot)
+    iterative: int = range_field(0, argument_range("iterative"))
     drop_layers: bool = False  # flops: also try removing whole layers (one shot); a ModernBERT CrossEncoder needs false
 
 
@@ -167,7 +171,8 @@ def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> Pip
             if node.get(part) is None:
                 node[part] = {}
             if not isinstance(node[part], dict):
-                raise UserError(f"--set {quoted(item)}: {quoted(part)} is not a section; write e.g. --set teacher.epochs=1.")
+                raise UserError(f"--set {quoted(item)}: {quoted(part)} is not a section; write e.g. "
+                                "--set teacher.epochs=1.")
             node = node[part]
         refuse_repeat(origins.get(tuple(parts)), item)
         node[parts[-1]] = value
@@ -338,7 +343,8 @@ def _student_lead(name, value, origins: dict) -> str:
 
 def _own_teacher_problem(name: str, teacher, origins: dict) -> str:
     """A run's students learn from the run's teacher (the model its report compares them with), which the run puts
-    in each distill recipe: a student's own `teacher` key would silently replace it. Led by its --set, if one gave it."""
+    in each distill recipe: a student's own `teacher` key would silently replace it. Led by its --set, if one gave
+    it."""
     return _problem(_by(origins, ("distill", name, "teacher")),
                     f"[distill.{name}] key 'teacher' ({str(teacher):.80}) would replace the run's teacher, which every "
                     "student of a run learns from; drop it to use the run's teacher, or distill from another teacher "
@@ -355,7 +361,8 @@ def _ignored_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
     from headcut.prune.targets import ignored_settings
     from headcut.training import is_set
 
-    changed = [f.name for f in fields(PruneSection) if f.name not in SAMPLE_SIZES and is_set(prune, f.name, frozenset())]
+    changed = [f.name for f in fields(PruneSection)
+               if f.name not in SAMPLE_SIZES and is_set(prune, f.name, frozenset())]
     return [_problem(_by(origins, ("prune", key), ("prune", "keep_ratio")),
                      f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes "
                      f"nothing, so it would be ignored (drop {key}, or use flops)")

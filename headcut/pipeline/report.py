@@ -188,8 +188,8 @@ def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, pa
         for x, y, r in zip(xs, ys, rows):
             ax.annotate(literal(r["name"]), (x, y), fontsize=8, xytext=(5, 4), textcoords="offset points")
         if chosen is not None:
-            ax.scatter([chosen["speedup"]], [scale * _plotted(chosen["vs_teacher"][metric]["delta"])], marker="*", s=220,
-                       color="#55a868", zorder=4, label="deploy")
+            ax.scatter([chosen["speedup"]], [scale * _plotted(chosen["vs_teacher"][metric]["delta"])], marker="*",
+                       s=220, color="#55a868", zorder=4, label="deploy")
         ax.axhline(line, color="#c44e52", ls="--", lw=1, label="quality floor")
         ax.axhline(0, color="#888", lw=0.6)
         ax.set_xlabel("speed-up vs the teacher's grader (pairs/s, ONNX Runtime)")
@@ -223,8 +223,8 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
                        f"{shown(d['pair_order']['value'], '.2%')} of within-query title pairs ordered as the teacher "
                        "orders them."))
     elif chosen is not None:
-        b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest grader {floor_text} (point estimates): "
-                       f"{chosen['speedup']:.2f}x the teacher's grader, accuracy "
+        b.append(("p", f"{chosen['name']}: {out / chosen['grader']} - the fastest grader {floor_text} "
+                       f"(point estimates): {chosen['speedup']:.2f}x the teacher's grader, accuracy "
                        f"{100 * chosen['vs_teacher']['accuracy']['delta']:+.2f} pt, Spearman "
                        f"{shown(chosen['vs_teacher']['spearman']['delta'], '+.4f')}."))
     else:
@@ -236,11 +236,11 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
              "speed-up against the teacher's grader.")
     t = bench["teacher"]
     if scores:
-        b.append(("p", f"{speed} Quality: one-score rerankers judged on ranking against the teacher as trained (PyTorch "
-                       f"fp32: Spearman {shown(t['spearman'])} and Pearson {shown(t['pearson'])} against the gold score, "
-                       f"NDCG@10 {shown(t['ndcg@10'])}, MRR {shown(t['mrr'])}), differences with paired bootstrap 95% "
-                       "CIs over queries; pair order: the share of within-query title pairs ordered as the teacher orders them; "
-                       "top-1 kept: the share of queries whose first title stays first."))
+        b.append(("p", f"{speed} Quality: one-score rerankers judged on ranking against the teacher as trained "
+                       f"(PyTorch fp32: Spearman {shown(t['spearman'])} and Pearson {shown(t['pearson'])} against the "
+                       f"gold score, NDCG@10 {shown(t['ndcg@10'])}, MRR {shown(t['mrr'])}), differences with paired "
+                       "bootstrap 95% CIs over queries; pair order: the share of within-query title pairs ordered as "
+                       "the teacher orders them; top-1 kept: the share of queries whose first title stays first."))
         b.append(("table", SCORE_HEADER, score_table_rows(rows)))
     else:
         b.append(("p", f"{speed} Quality: against the teacher as trained (PyTorch fp32: accuracy {t['accuracy']:.4f}, "

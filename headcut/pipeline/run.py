@@ -2,8 +2,8 @@
 
 A stage's fingerprint covers its settings, the content of the files it reads, its kind's algorithm
 version (ALGORITHM_VERSIONS) and the fingerprints of the outputs of the stages it depends on (each
-finished stage gets a fresh `made` token), so changing one stage reruns it and what depends on it, nothing upstream, and a stage that had to run again (its
-folder deleted, say) is followed by everything downstream of it.
+finished stage gets a fresh `made` token), so changing one stage reruns it and what depends on it, nothing
+upstream, and a stage that had to run again (its folder deleted, say) is followed by everything downstream of it.
 Each stage folder holds stage.json: {"fingerprint", "inputs" (what it covers, so a rerun can say what changed),
 "state": "running" | "done", "made", "result"}, and once
 done the size and sha256 of every file the stage made ("outputs", outputs.py) under a "seal". A stage

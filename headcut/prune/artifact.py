@@ -33,7 +33,8 @@ def write_artifact(result: PruneResult, out: str | Path, *, overwrite: bool = Fa
     (a command's --out)."""
     out, pruned, source, summary = as_path(out, "write_artifact out"), result.pruned, result.source, result.record()
     saveable = LoadedModel(pruned.model, pruned.tokenizer, {}, pruned.path, pruned.weights_hash)
-    with atomic_dir(out, overwrite=overwrite, inputs=[source.path], flag=flag) as tmp:  # never the source, nor inside it
+    # never the source, nor inside it
+    with atomic_dir(out, overwrite=overwrite, inputs=[source.path], flag=flag) as tmp:
         save_model(saveable, tmp, meta=prune_meta(source, summary), overwrite=True)
         shape_figure(summary["plan"], tmp / FIGURE)
         write_text(tmp / "report.md", format_report(summary, figure=FIGURE, names=result.names))

@@ -125,7 +125,8 @@ def plan_budget(scores: UnitScores, costs: UnitFlops, budget: int, *, layer_prio
         raise UserError(f"a budget of {budget:,} FLOPs is below the fixed cost {costs.fixed:,}; pass a larger share.")
     # the most neurons whose cumulative cost fits the room left by each head count
     count = torch.searchsorted(neuron_spent, room.clamp_min(0), right=True) - 1
-    total = torch.where(fits, head_value + neuron_value[count.clamp_min(0)], torch.tensor(float("-inf"), dtype=torch.float64))
+    total = torch.where(fits, head_value + neuron_value[count.clamp_min(0)],
+                        torch.tensor(float("-inf"), dtype=torch.float64))
     k = int(torch.argmax(total))
     m = int(count[k])
     depth = scores.heads.shape[0]

@@ -96,7 +96,8 @@ def layer_weights(num_layers: int, layer_prior: float) -> torch.Tensor:
     return 1 + layer_prior * (num_layers - 1 - depth) / (num_layers - 1)
 
 
-def effective_scores(scores: torch.Tensor, *, layer_prior: float, available: torch.Tensor | None = None) -> torch.Tensor:
+def effective_scores(scores: torch.Tensor, *, layer_prior: float,
+                     available: torch.Tensor | None = None) -> torch.Tensor:
     """Rank percentile in (0, 1] among available heads, times the layer weight; unavailable heads get -inf."""
     scores = scores.detach().to(torch.float64)
     if torch.isnan(scores).any():
@@ -133,7 +134,8 @@ def plan_heads(
         raise ValueError(f"cannot keep {target} heads, only {int(present.sum())} are available")
     chosen = torch.zeros_like(present)
     for layer in range(num_layers):
-        best = torch.argsort(effective[layer], descending=True, stable=True)[: min(min_heads, int(present[layer].sum()))]
+        best = torch.argsort(effective[layer], descending=True, stable=True)[
+            : min(min_heads, int(present[layer].sum()))]
         chosen[layer, best] = True
     rest = effective.masked_fill(chosen, float("-inf")).flatten()
     extra = target - int(chosen.sum())

@@ -197,7 +197,8 @@ def _tuning_lines(tuning: dict | None, names: str) -> list[str]:
 
 def _layer_sentence(search: dict) -> str:
     """What the layer search (`prune.layers`) chose, with the divergences it compared."""
-    head = f"Layer search on {search['pairs']} calibration pairs ({len(search['trials'])} candidates, masked, untuned): "
+    head = (f"Layer search on {search['pairs']} calibration pairs ({len(search['trials'])} candidates, masked, "
+            "untuned): ")
     divergences = (f"mean divergence from the unpruned model {search['divergence_all_layers']:.4f} with all layers, "
                    f"{search['divergence']:.4f} as planned")
     if search.get("tuned"):

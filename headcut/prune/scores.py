@@ -26,12 +26,12 @@ def check_unpruned(loaded, flag: str = named("model")) -> None:
         raise UserError(f"{setting(flag, loaded.path)} is already pruned (it kept layers {layer_ids(loaded.model)}); "
                         "prune the original model instead.")
     if heads_per_layer(loaded.model) != [heads] * layers:
-        raise UserError(f"{setting(flag, loaded.path)} is already pruned ({heads_per_layer(loaded.model)} heads per layer); "
-                        "prune the original model instead.")
+        raise UserError(f"{setting(flag, loaded.path)} is already pruned ({heads_per_layer(loaded.model)} heads "
+                        "per layer); prune the original model instead.")
     full = intermediate_size(loaded.model.config)
     if neurons_per_layer(loaded.model) != [full] * layers:
-        raise UserError(f"{setting(flag, loaded.path)} is already pruned ({neurons_per_layer(loaded.model)} FFN neurons "
-                        f"per layer of {full}); prune the original model instead.")
+        raise UserError(f"{setting(flag, loaded.path)} is already pruned ({neurons_per_layer(loaded.model)} "
+                        f"FFN neurons per layer of {full}); prune the original model instead.")
 
 
 def scores_from_file(path: str | Path, loaded, *, method: str | None = None,

@@ -13,7 +13,8 @@ fit is kept only if it is finite, no scale exceeds `max_scale` in size, and it l
 below that of no tuning. Tuning never makes a sublayer worse than no tuning, on pairs it did not fit.
 
 Beyond Kwon's scales, measured on the MiniLM Home Depot teacher at half its FLOPs (agreement with the
-teacher on 1,500 dev pairs apart from the reported ones; `benchmarks/tune_variants.py`): a shift of the projection's bias, fitted jointly with the scales, moves it
+teacher on 1,500 dev pairs apart from the reported ones; `benchmarks/tune_variants.py`): a shift of the
+projection's bias, fitted jointly with the scales, moves it
 from 85.5% (scales alone) to 84.7% but accuracy from -3.1 to -0.7 points; fitting the last layer on the
 [CLS] token only (all the classifier reads) and then `prune.refit` of the head take it to 94.3%
 (the head refit without tuning: 90.9%; with scales but no shifts: 92.2%; [CLS]-only without the refit: 79.7%).
