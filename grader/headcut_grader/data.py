@@ -13,4 +13,5 @@ from headcut_grader.validation import FIX_ROW, MAX_TEXT_CHARS, check_regular, pa
 
 __all__ = ["CHUNK_CHARS", "DEFAULT_GRADES", "FILE_KEYS", "FIX_ROW", "FORMATS", "MAX_LINE_BYTES", "MAX_TEXT_CHARS",
            "PRESETS", "TASKS", "Chunk", "Pairs", "Position", "Preset", "check_regular", "file_keys", "fingerprint",
-           "guess_format", "iter_pairs", "parse_label_map", "prefix_sha256", "query_groups", "read_pairs", "text_problem"]
+           "guess_format", "iter_pairs", "parse_label_map", "prefix_sha256", "query_groups", "read_pairs",
+           "text_problem"]

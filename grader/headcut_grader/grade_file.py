@@ -369,7 +369,8 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
         raise UserError(f"{out}: an interrupted run left {rows} graded rows in {data.name}; pass "
                         f"{said('resume', names)} to continue it, or {said('overwrite', names)} to start again.")
     recorded = state.get("grader_sha256") if isinstance(state, dict) else None
-    if isinstance(recorded, str) and recorded != _grader_id(grader):  # before the counts: another grader counts otherwise
+    # before the counts: another grader counts otherwise
+    if isinstance(recorded, str) and recorded != _grader_id(grader):
         raise _another_graph(out, grader, recorded, names)
     problem = problem or state_problem(state, grader.record.get("grades") or ())
     if problem:

@@ -195,7 +195,8 @@ def _client_keys_problem(record: dict, grades: list) -> str | None:
     one would make such a client grade otherwise than the runtime, with nothing refused."""
     label_map = {str(column): grade for column, grade in enumerate(grades)}
     if record.get("task", "grades") == "grades" and record.get("label_map", label_map) != label_map:
-        return f"'label_map' is {shown(record['label_map'], width=80)}, but the runtime grades column i as grades[i]: {label_map}"
+        return (f"'label_map' is {shown(record['label_map'], width=80)}, but the runtime grades column i as "
+                f"grades[i]: {label_map}")
     names = record.get("input_names", [])
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         return f"'input_names' is {shown(names)}, not a list of the graph's input names"
@@ -245,7 +246,8 @@ def _speed_problem(section: dict | None) -> str | None:
         return None
     seconds, cpu = section.get("seconds", {}), section.get("cpu", {})
     if not isinstance(seconds, dict) or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf") for v in seconds.values()):
+            isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")
+            for v in seconds.values()):
         return f"'speed.seconds' is {shown(seconds)}, not an object of times in seconds by backend"
     if not isinstance(cpu, dict):
         return f"'speed.cpu' is {shown(cpu)}, not an object"
@@ -353,7 +355,8 @@ class Grader:
             return self._run([[self.pad_id] * 2], [[0, 0]]).shape[-1]
         except Exception as e:  # ONNX Runtime's and OpenVINO's errors derive from Exception only
             raise UserError(f"{self.folder}: the {self.backend.name} graph fails on a two-token input "
-                            f"({str(e).strip()[:160]}); the folder mixes files of two exports, so re-export it.") from None
+                            f"({str(e).strip()[:160]}); the folder mixes files of two exports, "
+                            "so re-export it.") from None
 
     def _check_vocabulary(self, probe: Backend) -> None:
         """A tokenizer.json with more tokens than the graph's embedding table is another model's: probed with its

@@ -35,7 +35,8 @@ class Position:
 
 # How a file that is not UTF-8 text starts, where its first bytes say what it is: re-saving it would not help
 _KINDS = ((b"\x1f\x8b", "gzip-compressed", "decompress it (gunzip)"), (b"PK\x03\x04", "a zip archive", "extract it"),
-          (b"BZh", "bzip2-compressed", "decompress it (bunzip2)"), (b"\xfd7zXZ", "xz-compressed", "decompress it (unxz)"),
+          (b"BZh", "bzip2-compressed", "decompress it (bunzip2)"),
+          (b"\xfd7zXZ", "xz-compressed", "decompress it (unxz)"),
           (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it (unzstd)"),
           (b"\xff\xfe", "UTF-16 text", "re-save it as UTF-8"), (b"\xfe\xff", "UTF-16 text", "re-save it as UTF-8"))
 

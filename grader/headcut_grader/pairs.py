@@ -61,7 +61,8 @@ class Pairs:
 
     def score_array(self) -> np.ndarray:
         if self.scores is None:
-            raise UserError(f"{self.source} has no scores; pass a file with a numeric score column ({self.gold_option}).")
+            raise UserError(f"{self.source} has no scores; pass a file with a numeric score column "
+                            f"({self.gold_option}).")
         return np.asarray(self.scores, dtype=np.float64)
 
     def provenance(self) -> dict:

@@ -20,8 +20,8 @@ from headcut_grader.tasks import TASKS
 from headcut_grader.json_array import json_array_items
 from headcut_grader.lines import Lines, Position
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
-from headcut_grader.validation import (FIX_ROW, MAX_TEXT_CHARS, cell_number, check_regular, significant_digits, to_grade,
-                                      to_score, to_text)
+from headcut_grader.validation import (FIX_ROW, MAX_TEXT_CHARS, cell_number, check_regular, significant_digits,
+                                       to_grade, to_score, to_text)
 
 FORMATS = ("tsv", "csv", "jsonl", "json")
 # A chunk of rows also ends once its texts pass this many characters, so that memory stays bounded for titles of

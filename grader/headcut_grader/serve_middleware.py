@@ -16,10 +16,10 @@ MIN_BODY_BYTES_PER_SECOND = 32_768
 
 
 class JsonBody:
-    """ASGI middleware: a POST body to one of `paths` must be JSON text (Content-Type application/json, UTF-8, nested less deeply
-    than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent, never idle for
-    `timeout` seconds and, after its first `timeout` seconds, arriving at MIN_BODY_BYTES_PER_SECOND on average
-    (_read_body). Anything else is answered here with one sentence (413, 415, 400 or 408), before
+    """ASGI middleware: a POST body to one of `paths` must be JSON text (Content-Type application/json, UTF-8, nested
+    less deeply than the parser's recursion limit) of at most `limit` bytes, also when no Content-Length is sent,
+    never idle for `timeout` seconds and, after its first `timeout` seconds, arriving at MIN_BODY_BYTES_PER_SECOND
+    on average (_read_body). Anything else is answered here with one sentence (413, 415, 400 or 408), before
     FastAPI's parser could answer in its own words or fail; JSON that does not fit the request shape is left to the
     route's 422. `names`: the SETTINGS as the answer names them (the app's fields or `headcut serve`'s flags)."""
 

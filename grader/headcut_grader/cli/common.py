@@ -295,8 +295,8 @@ def bounded(kind: type, valid: Range, flag: str):
             try:
                 number = cell_number(value, kind, ascii_only=True)
             except (TypeError, ValueError):
-                return BadValue(f"{flag} {quoted(str(value))} is not a {'whole number' if kind is int else 'number'}; it must be "
-                                f"{valid.describe()}.")
+                return BadValue(f"{flag} {quoted(str(value))} is not a {'whole number' if kind is int else 'number'}; "
+                                f"it must be {valid.describe()}.")
         problem = valid.problem(number)
         return BadValue(f"{flag} {cut(value)} {problem}.") if problem else number
 
@@ -383,7 +383,7 @@ TITLE_COL = typer.Option(None, "--title-col", help="Title column name (default: 
 LABEL_COL = typer.Option(None, "--label-col", help="Gold column name (default: grade; score for a one-score model).")
 BACKEND = typer.Option("auto", "--backend", parser=one_of(BACKEND_CHOICES, "--backend"),
                        help="Runtime: onnxruntime, openvino (needs the openvino extra of "
-                       "headcut-grader and a grader exported with --backend openvino or auto), or auto: the folder's graph that "
-                       "was timed fastest on this CPU model (timed here once and cached on another CPU).")
+                       "headcut-grader and a grader exported with --backend openvino or auto), or auto: the folder's "
+                       "graph that was timed fastest on this CPU model (timed here once and cached on another CPU).")
 OVERWRITE = typer.Option(False, "--overwrite", help="Replace an existing output file or non-empty output folder.")
 Opt = Optional

@@ -27,7 +27,8 @@ def serve(
                              "an IPv6 one as ::1 or [::1])."),
     port: int = number(8000, "--port", help="TCP port", low=1, high=65535),
     workers: int = number_in(WORKERS, 1, "--workers", help="Worker processes (one grader each, each with its own "
-                             "socket on the port, so connections spread over them); on 2 cores: --workers 2 --threads 1"),
+                             "socket on the port, so connections spread over them); on 2 cores: --workers 2 "
+                             "--threads 1"),
     threads: Opt[int] = number_in(THREADS, None, "--threads", help="Runtime threads per worker (default: cores / "
                                   "workers)", kind=int),
     backend: str = BACKEND,
