@@ -99,7 +99,8 @@ def parse_args():
 
 
 def trained_path(item: str) -> tuple[float, str]:
-    """An argparse `type`: --trained BUDGET=PATH, BUDGET a FLOPs share as --budgets takes, PATH a folder headcut wrote."""
+    """An argparse `type`: --trained BUDGET=PATH, BUDGET a FLOPs share as --budgets takes, PATH a folder headcut
+    wrote."""
     budget, sep, path = item.partition("=")
     if not sep:
         raise argparse.ArgumentTypeError(f"{item!r} is not BUDGET=PATH; pass e.g. 0.5=runs/pruned-0.5.")
@@ -108,7 +109,8 @@ def trained_path(item: str) -> tuple[float, str]:
     except argparse.ArgumentTypeError as error:
         raise argparse.ArgumentTypeError(f"{item}: BUDGET {error}") from None
     if not Path(path, "headcut.json").is_file():
-        raise argparse.ArgumentTypeError(f"{item}: {path!r} holds no headcut.json; PATH must be a folder headcut wrote.")
+        raise argparse.ArgumentTypeError(f"{item}: {path!r} holds no headcut.json; "
+                                         "PATH must be a folder headcut wrote.")
     return share, path
 
 

@@ -8,8 +8,8 @@ Depot dev, in one run with the same threads; optionally a server load test.
 Graders are exported into OUT/graders (reused when present): ONNX Runtime fp32 and INT8 (the gated recipe) and
 OpenVINO fp32, bf16 and INT8 (each through its gate; --no-openvino leaves them out) for every model, plus the
 default-recipe ONNX Runtime INT8 of the teacher for comparison. Every row carries achieved GFLOP/s beside the
-machine's peak at its precision, and the table names the CPU and runtime versions. Without --model, a pruned stand-in with
-uneven heads and a 0-head layer is made with headcut.arch.keep_heads (parity figures, not quality);
+machine's peak at its precision, and the table names the CPU and runtime versions. Without --model, a pruned stand-in
+with uneven heads and a 0-head layer is made with headcut.arch.keep_heads (parity figures, not quality);
 --standin adds it next to the given models.
 Writes OUT/bench.{json,md,png}; --serve adds a loopback load test at concurrency 8 to bench.json.
 """
@@ -73,7 +73,8 @@ def headline(row: dict) -> dict:
 def serve_load_test(grader: Path, pairs, *, requests: int, concurrency: int, workers: int) -> dict:
     from headcut.export.server_load import load_test, running_server
 
-    bodies = [{"pairs": [{"query": pairs.queries[(8 * i + j) % len(pairs)], "title": pairs.titles[(8 * i + j) % len(pairs)]}
+    bodies = [{"pairs": [{"query": pairs.queries[(8 * i + j) % len(pairs)],
+                          "title": pairs.titles[(8 * i + j) % len(pairs)]}
                          for j in range(8)]} for i in range(requests)]
     try:
         with running_server(grader, workers=workers, threads=1, cwd=ROOT) as url:

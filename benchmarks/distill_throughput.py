@@ -66,7 +66,8 @@ def main() -> None:
     for name, value in median.items():
         print(f"  {name:<7} {value:7.1f}   {value / median['plain']:.3f}x plain")
     ratio = median["cached"] / median["plain"]
-    print(f"cached KD trains at {ratio:.3f}x the speed of plain fine-tuning ({ratio - 1:+.1%}; target: at most 20% slower)")
+    print(f"cached KD trains at {ratio:.3f}x the speed of plain fine-tuning ({ratio - 1:+.1%}; "
+          "target: at most 20% slower)")
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ def op_shares(path: Path, feed: dict, threads: int, runs: int = 5) -> dict[str, 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--batch", type=whole(BATCH), default=TIMING_SHAPE[0])  # the shape export's speed choices are timed at
+    # the shape export's speed choices are timed at
+    parser.add_argument("--batch", type=whole(BATCH), default=TIMING_SHAPE[0])
     parser.add_argument("--seq-len", type=whole(SEQ_LEN), default=TIMING_SHAPE[1])
     parser.add_argument("--threads", type=whole(THREADS), default=BenchSettings.threads)
     parser.add_argument("--rounds", type=whole(REPEATS), default=5)
@@ -81,7 +82,8 @@ def main():
         ms = {k: 1000 * statistics.median(t) for k, t in zip(sessions, times)}
         shares = {k: op_shares(Path(paths[k]), {n: feed[n] for n in (i.name for i in sessions[k].get_inputs())},
                                args.threads) for k in ("traced int8", "fused int8")}
-    print(f"{describe(machine())}; load average {os.getloadavg()[0]:.2f}; {args.model}, batch {args.batch} x {args.seq_len}")
+    print(f"{describe(machine())}; load average {os.getloadavg()[0]:.2f}; {args.model}, "
+          f"batch {args.batch} x {args.seq_len}")
     print(f"fp32 fused vs traced: max |logit diff| {np.abs(logits['fused fp32'] - logits['traced fp32']).max():.2e}")
     for precision in ("fp32", "int8"):
         traced, fused = ms[f"traced {precision}"], ms[f"fused {precision}"]

@@ -168,7 +168,8 @@ def main() -> None:
     print(f"\ngrader {grader}, model {args.model}\n")
     print("| process | peak RSS (VmHWM) MiB | RSS at the reading MiB | seconds |\n|---|---:|---:|---:|")
     for name, r in results.items():
-        workers = f" (workers' peaks: {', '.join(f'{w:.0f}' for w in r['workers_hwm'])} MiB)" if r.get("workers_hwm") else ""
+        workers = (f" (workers' peaks: {', '.join(f'{w:.0f}' for w in r['workers_hwm'])} MiB)"
+                   if r.get("workers_hwm") else "")
         print(f"| {name}{workers} | {r['VmHWM']:.0f} | {r['VmRSS']:.0f} | {r['seconds']:.1f} |")
     print(f"\n| import | ms (least of {args.repeats}) |\n|---|---:|")
     for module in ("headcut", "headcut_grader", "headcut.cli.main", "headcut_grader.cli.main"):

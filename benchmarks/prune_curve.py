@@ -114,7 +114,8 @@ class Evaluator:
         point["agreement"] = float(np.mean(logits.argmax(1) == self.teacher.argmax(1)))
         out = {"point": point}
         if iters:
-            out["paired"] = paired_bootstrap(logits, self.teacher, self.labels, self.pairs.grades, iters=iters, seed=seed)
+            out["paired"] = paired_bootstrap(logits, self.teacher, self.labels, self.pairs.grades, iters=iters,
+                                             seed=seed)
         return out
 
 
@@ -190,7 +191,8 @@ def summarise_points(evaluator, plans, ratios, args) -> dict:
             for plan in by_ratio[r]:
                 logits = evaluator.logits(plan)
                 iters = 0 if name == "random" else args.bootstrap
-                runs.append(evaluator.metrics(logits, iters=iters, seed=args.seed) | {"heads_per_layer": plan.heads_per_layer})
+                runs.append(evaluator.metrics(logits, iters=iters, seed=args.seed)
+                            | {"heads_per_layer": plan.heads_per_layer})
             entry = {"heads_per_layer": runs[0]["heads_per_layer"] if len(runs) == 1 else None}
             for m in METRICS:
                 values = [run["point"][m] for run in runs]
@@ -283,8 +285,10 @@ def headline(loaded, headline_pairs, plans, results, args, cache) -> dict:
         speed = speed_summary(loaded.model, pruned.model, seq_len=int(round(evaluator.encoded.lengths().mean())),
                               min_seconds=args.latency_seconds)
         out[key] = {"method": best, "heads_per_layer": plan.heads_per_layer, "paired": paired, "speed": speed}
-        log(f"headline keep {key} ({best}, {len(headline_pairs)} pairs): accuracy {paired['accuracy']['delta'] * 100:+.2f} pt "
-            f"{np.round(np.array(paired['accuracy']['ci']) * 100, 2).tolist()}, Spearman {paired['spearman']['delta']:+.4f} "
+        log(f"headline keep {key} ({best}, {len(headline_pairs)} pairs): "
+            f"accuracy {paired['accuracy']['delta'] * 100:+.2f} pt "
+            f"{np.round(np.array(paired['accuracy']['ci']) * 100, 2).tolist()}, "
+            f"Spearman {paired['spearman']['delta']:+.4f} "
             f"{np.round(paired['spearman']['ci'], 4).tolist()}, agreement {paired['agreement']['value']:.2%} "
             f"{np.round(np.array(paired['agreement']['ci']) * 100, 2).tolist()}")
         for row in speed["latency"]:
@@ -327,7 +331,8 @@ def main() -> None:
         others = {n: v[key]["agreement"] for n, v in results.items() if n != "random"}
         if others and "random" in results:
             best = max(others, key=others.get)
-            best_vs_random[key] = {"best": best, "agreement": others[best], "random": results["random"][key]["agreement"],
+            best_vs_random[key] = {"best": best, "agreement": others[best],
+                                   "random": results["random"][key]["agreement"],
                                    "random_max": results["random"][key]["agreement_band"][1]}
     top = headline(loaded, headline_pairs, plans, results, args, out / "cache")
 
@@ -340,7 +345,8 @@ def main() -> None:
     write_json(out / "results.json", {
         "args": vars(args), "scores": {k: v.tolist() for k, v in scores.items()}, "teacher": teacher_point,
         "results": results, "best_vs_random": best_vs_random, "headline": top,
-        "data": {"score": score_pairs.fingerprint, "curve": curve_pairs.fingerprint, "headline": headline_pairs.fingerprint}})
+        "data": {"score": score_pairs.fingerprint, "curve": curve_pairs.fingerprint,
+                 "headline": headline_pairs.fingerprint}})
     print(table(results, teacher_point, ratios))
     for key, row in best_vs_random.items():
         print(f"keep {key}: best {row['best']} agreement {row['agreement']:.4f} vs random mean {row['random']:.4f} "

@@ -40,7 +40,8 @@ def main() -> None:
     cpu = cpu_info()
     print(f"{cpu.model}; flags: {', '.join(sorted(f for f in cpu.flags if f.startswith(('avx', 'amx'))))}; "
           f"torch {torch.__version__}, {args.threads} threads; batch {args.batch} x {args.seq_len}")
-    print(f"FLOPs per pair: pruned / source = {flops_per_pair(pruned, args.seq_len) / flops_per_pair(source, args.seq_len):.3f}")
+    print("FLOPs per pair: pruned / source = "
+          f"{flops_per_pair(pruned, args.seq_len) / flops_per_pair(source, args.seq_len):.3f}")
     ratios = []
     for r in range(args.rounds):
         a, b = measure_latency([source, pruned], seq_len=args.seq_len, batch_sizes=(args.batch,),

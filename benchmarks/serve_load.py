@@ -179,28 +179,33 @@ def offline(grader, rows: list[tuple[str, str]]) -> tuple[float, float]:
 def markdown(report: dict) -> str:
     h = report["headline"]
     lines = [f"{report['machine']}; load average before: {report['load_before']}, after: {report['load_after']}.",
-             f"Grader {report['grader']} ({report.get('backend', 'onnxruntime')} {report['precision']}), server {server_shape(report)}, offline 1 x "
-             f"{report['threads']} threads; batching on: "
+             f"Grader {report['grader']} ({report.get('backend', 'onnxruntime')} {report['precision']}), "
+             f"server {server_shape(report)}, offline 1 x {report['threads']} threads; batching on: "
              f"--max-batch {report['max_batch']} --max-wait-ms {report['max_wait_ms']} --max-queue "
-             f"{report['max_queue']} --batch-size {report['batch_size']}; off: --max-batch 1. {report['seconds']} s per cell.", "",
+             f"{report['max_queue']} --batch-size {report['batch_size']}; off: --max-batch 1. "
+             f"{report['seconds']} s per cell.", "",
              f"Headline, C=32 x 8 pairs, medians of {report['rounds']} rounds taken in turns with offline grading:",
              "", "| | pairs/s | vs offline | p50 ms | p99 ms | 503 | errors |", "|---|---:|---:|---:|---:|---:|---:|",
              f"| `headcut grade` offline (Grader, batch 32) | {h['offline_pairs_per_s']:.0f} | 100% | | | | |"]
     for mode in ("on", "off"):
         r = h[mode]
-        lines.append(f"| served, batching {mode} | {r['pairs_per_s']:.0f} | {r['pairs_per_s'] / h['offline_pairs_per_s']:.0%} "
+        lines.append(f"| served, batching {mode} | {r['pairs_per_s']:.0f} "
+                     f"| {r['pairs_per_s'] / h['offline_pairs_per_s']:.0%} "
                      f"| {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['busy_503']} | {r['errors']} |")
     on = h["on"]
     if on.get("server_cpu_ms_per_1k"):
-        lines += ["", f"Where the CPU went (batching on, medians): grading offline took {h['offline_cpu_ms_per_1k']:.0f} CPU ms "
+        lines += ["", f"Where the CPU went (batching on, medians): grading offline took "
+                  f"{h['offline_cpu_ms_per_1k']:.0f} CPU ms "
                   f"per 1,000 pairs; serving took {on['server_cpu_ms_per_1k']:.0f} in the server and "
                   f"{on['client_cpu_ms_per_1k']:.0f} in the load generator on the same cores; the server kept "
                   f"{on['server_busy']:.2f} of {report['cores']} cores busy."]
-    lines += ["", "| pairs/request | C | batching | req/s | pairs/s | p50 ms | p95 ms | p99 ms | p99/p50 | 503 | errors "
-              "| lost | server pairs = answered |", "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += ["", "| pairs/request | C | batching | req/s | pairs/s | p50 ms | p95 ms | p99 ms | p99/p50 | 503 "
+              "| errors | lost | server pairs = answered |",
+              "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in report["cells"]:
         same = {None: "n/a", 0: "yes", 1: "NO"}[r["double_or_lost"]]
-        lines.append(f"| {r['size']} | {r['concurrency']} | {r['mode']} | {r['requests_per_s']:.1f} | {r['pairs_per_s']:.0f} "
+        lines.append(f"| {r['size']} | {r['concurrency']} | {r['mode']} | {r['requests_per_s']:.1f} "
+                     f"| {r['pairs_per_s']:.0f} "
                      f"| {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['p99_ms'] / r['p50_ms']:.2f} "
                      f"| {r['busy_503']} | {r['errors']} | {r['lost']} | {same} |")
     c = report["checks"]
@@ -222,7 +227,8 @@ def figure(report: dict, path: Path) -> None:
         for mode, style in (("on", "-"), ("off", ":")):
             rows = [r for r in report["cells"] if r["size"] == size and r["mode"] == mode]
             cs = [r["concurrency"] for r in rows]
-            axes[0].plot(cs, [r["pairs_per_s"] for r in rows], style, color=color, marker="o", label=f"{size} pairs, {mode}")
+            axes[0].plot(cs, [r["pairs_per_s"] for r in rows], style, color=color, marker="o",
+                         label=f"{size} pairs, {mode}")
             axes[1].plot(cs, [r["p99_ms"] for r in rows], style, color=color, marker="o", label=f"{size} pairs, {mode}")
             busy = [r for r in rows if r["busy_503"]]
             axes[1].scatter([r["concurrency"] for r in busy], [r["p99_ms"] for r in busy], s=90, facecolors="none",
@@ -287,15 +293,16 @@ def main():
     rows = list(zip(pairs.queries, pairs.titles))[:8192]
     sizes, concurrency = args.sizes, args.concurrency
     grader = Grader(args.grader, threads=args.threads, backend=args.backend)  # the runtime's offline batch
-    common = ("--max-queue", str(args.max_queue), "--max-pairs", str(max(*sizes, 8)), "--batch-size", str(args.batch_size),
-              "--backend", grader.backend.name)
+    common = ("--max-queue", str(args.max_queue), "--max-pairs", str(max(*sizes, 8)),
+              "--batch-size", str(args.batch_size), "--backend", grader.backend.name)
     modes = {"on": ("--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms), *common),
              "off": ("--max-batch", "1", *common)}
     load_before = os.getloadavg()
-    report = {"machine": describe(machine()), "cores": os.cpu_count(), "grader": args.grader, "precision": grader.precision,
-              "backend": f"{grader.backend.name} {grader.backend.version}",
-              "threads": args.threads, "workers": args.workers, "server_threads": per_worker, "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms,
-              "max_queue": args.max_queue, "batch_size": args.batch_size, "seconds": args.seconds, "rounds": args.rounds,
+    report = {"machine": describe(machine()), "cores": os.cpu_count(), "grader": args.grader,
+              "precision": grader.precision, "backend": f"{grader.backend.name} {grader.backend.version}",
+              "threads": args.threads, "workers": args.workers, "server_threads": per_worker,
+              "max_batch": args.max_batch, "max_wait_ms": args.max_wait_ms, "max_queue": args.max_queue,
+              "batch_size": args.batch_size, "seconds": args.seconds, "rounds": args.rounds,
               "load_before": " ".join(f"{x:.2f}" for x in load_before), "cells": []}
     serve = {"workers": args.workers, "threads": per_worker, "cwd": ROOT}
     with running_server(args.grader, args=modes["on"], **serve) as on_url, \
@@ -329,14 +336,16 @@ def main():
     report["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     def median_row(rows):
-        return {k: statistics.median(r[k] for r in rows) if isinstance(rows[0][k], float) else sum(r[k] or 0 for r in rows)
+        return {k: (statistics.median(r[k] for r in rows) if isinstance(rows[0][k], float)
+                    else sum(r[k] or 0 for r in rows))
                 for k in ("pairs_per_s", "p50_ms", "p99_ms", "busy_503", "errors", "lost", "server_cpu_ms_per_1k",
                           "client_cpu_ms_per_1k", "server_busy")}
 
     report["headline"] = {"offline_pairs_per_s": statistics.median(headline["offline"]),
                           "offline_cpu_ms_per_1k": statistics.median(headline["offline_cpu"]),
                           "offline_rounds": headline["offline"], "on": median_row(headline["on"]),
-                          "off": median_row(headline["off"]), "on_rounds": headline["on"], "off_rounds": headline["off"]}
+                          "off": median_row(headline["off"]), "on_rounds": headline["on"],
+                          "off_rounds": headline["off"]}
     everything = report["cells"] + headline["on"] + headline["off"]
     quiet = [r for r in report["cells"] if r["busy_503"] == 0 and r["ok"]]
     ratio = report["headline"]["on"]["pairs_per_s"] / report["headline"]["offline_pairs_per_s"]
