@@ -70,7 +70,8 @@ def tiny_model(kind: str = "bert", *, attn: str = "eager", num_labels: int = 5, 
 
     torch.manual_seed(seed)
     config = AutoConfig.for_model(kind, num_labels=num_labels, **{**TINY[kind], **overrides})
-    model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attention_implementation(config, attn))
+    model = AutoModelForSequenceClassification.from_config(config,
+                                                           attn_implementation=attention_implementation(config, attn))
     return model.eval()
 
 

@@ -612,7 +612,8 @@ def test_8_every_numeric_flag_has_a_checked_range(command, flag, func, kind):
         bad += ["nan", "inf"]
     required = {"grade": ["g", "p", "--out", "o"], "evaluate": ["--model", "m", "--data", "d"],
                 "prune": ["--model", "m", "--keep-ratio", "0.5", "--out", "o"],
-                "scan": ["--model", "m", "--data", "d", "--out", "o"], "probe": ["--model", "m", "--data", "d", "--out", "o"],
+                "scan": ["--model", "m", "--data", "d", "--out", "o"],
+                "probe": ["--model", "m", "--data", "d", "--out", "o"],
                 "export": ["m", "--out", "o"], "bench": ["-m", "m", "--data", "d", "--out", "o"], "serve": ["g"],
                 "distill": ["r"]}
     for value in bad:
@@ -672,8 +673,8 @@ def test_max_length_over_the_positions_leads_with_the_flag_or_key_the_command_ha
     refused(result, "error: --max-length 600 is more than the model's 512 positions; pass --max-length 512 or less.")
     assert "recipe" not in result.stderr
     refused(run("finetune", "minilm_synthetic_cpu", "--set", "max_length=600", "--out", tmp_path / "t"),
-            f"error: {RECIPE_ROOT / 'finetune' / 'minilm_synthetic_cpu.yaml'} with --set max_length=600: max_length=600 "
-            "is more than the model's 512 positions; set max_length=512 or less.")
+            f"error: {RECIPE_ROOT / 'finetune' / 'minilm_synthetic_cpu.yaml'} with --set max_length=600: "
+            "max_length=600 is more than the model's 512 positions; set max_length=512 or less.")
 
 
 @pytest.mark.parametrize("command, key", [("finetune", "model"), ("distill", "teacher")])
@@ -748,14 +749,16 @@ def test_10_every_numeric_recipe_field_has_a_checked_range(recipe, cls, f):
     for value in bad:
         value = [value] if "tuple" in str(f.type) else value
         with pytest.raises(UserError, match=rf"key '{f.name}' is .*(out of range|not a finite number); it must be"):
-            load_recipe(cls, recipe, overrides=extra + [f"{f.name}={json.dumps(value) if isinstance(value, list) else value}"])
+            load_recipe(cls, recipe,
+                        overrides=extra + [f"{f.name}={json.dumps(value) if isinstance(value, list) else value}"])
 
 
 @pytest.mark.parametrize("override", ["gradient_accumulation=0", "warmup_ratio=2", "epochs=-1", "learning_rate=.nan"])
 def test_10_finetune_refuses_the_recipe_and_leaves_no_partial(tmp_path, override):
     out = tmp_path / "teacher"
     result = run("finetune", "finetune/minilm_synthetic_cpu", "--out", out, "--set", override,
-                 "--set", "train_rows=40", "--set", "dev_rows=20", "--set", "epochs=0.05" if "epochs" not in override else "seed=0")
+                 "--set", "train_rows=40", "--set", "dev_rows=20",
+                 "--set", "epochs=0.05" if "epochs" not in override else "seed=0")
     refused(result, override.split("=")[0])
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
@@ -1064,7 +1067,8 @@ def test_class_an_output_name_leaves_room_for_the_files_written_beside_it(tmp_pa
 
     check_out_file(tmp_path / ("x" * 200), overwrite=False)
     with pytest.raises(UserError, match=r"the name 'x+\.\.\.' is 240 bytes, and an output's name may have at most "
-                                        r"\d+ \(255 less room for the files written beside it\); use a shorter name\.$"):
+                                        r"\d+ \(255 less room for the files written beside it\); "
+                                        r"use a shorter name\.$"):
         check_out_file(tmp_path / ("x" * 240), overwrite=False)
     with pytest.raises(UserError, match=f"^--into {re.escape(str(tmp_path / LONG / 'out'))}: the name"):
         check_out_dir(tmp_path / LONG / "out", overwrite=False, flag="--into")
@@ -1137,8 +1141,8 @@ def test_class_deeply_nested_json_is_a_sentence(tmp_path, name, text):
     # now a whole number of that size, out of the key's range (test_recipes.test_a_decimal_where_a_whole_number_goes)
     (b"train_data: synthetic\nbatch_size: " + b"7" * 5001 + b"\n", None, "key 'batch_size' is a whole number of 5,001 "
      "digits, which is out of range"),
-    (b"train_data: synthetic\n", "learning_rate=" + "7" * 5001, "key 'learning_rate' is a whole number of 5,001 digits, "
-     "which is out of range"),
+    (b"train_data: synthetic\n", "learning_rate=" + "7" * 5001, "key 'learning_rate' is a whole number of 5,001 "
+     "digits, which is out of range"),
 ])
 def test_class_unreadable_recipes_are_a_sentence(tmp_path, content, override, words):
     from headcut.finetune import FinetuneRecipe
@@ -1171,7 +1175,8 @@ def test_class_a_huge_recipe_or_record_is_refused_by_its_size_before_it_is_read(
                                         r"[\d,]+ bytes; check that it is the right file\.$"):
         read(path)
     if name == "r.yaml":
-        refused(run("finetune", path, "--out", tmp_path / "out"), f"{path} is 100,000,000 bytes, and a recipe is at most 1,000,000 bytes")
+        refused(run("finetune", path, "--out", tmp_path / "out"),
+                f"{path} is 100,000,000 bytes, and a recipe is at most 1,000,000 bytes")
 
 
 def test_9_prune_scores_with_nan_exits_2_naming_the_head(tmp_path, saved_models):
@@ -1389,10 +1394,10 @@ def test_finetune_names_the_train_and_dev_flags_the_user_typed_in_a_refusal_of_t
     keys the user never typed; now led by the flags and naming them."""
     result = run("finetune", "minilm_synthetic_cpu", "--train", "synthetic:2", "--dev", "synthetic:2", "--out",
                  tmp_path / "t")
-    refused(result, "minilm_synthetic_cpu.yaml with --train synthetic:2, --dev synthetic:2: --dev synthetic:2 holds the pairs of --train, so "
-                     "checkpoints would be chosen and dev metrics reported on pairs it trains on; pass other pairs to "
-                     "--dev (synthetic:1 for another synthetic draw), or remove it to hold out dev_fraction of --train "
-                     "by query.")
+    refused(result, "minilm_synthetic_cpu.yaml with --train synthetic:2, --dev synthetic:2: --dev synthetic:2 holds "
+                    "the pairs of --train, so checkpoints would be chosen and dev metrics reported on pairs it trains "
+                    "on; pass other pairs to --dev (synthetic:1 for another synthetic draw), or remove it to hold out "
+                    "dev_fraction of --train by query.")
     assert "--set" not in result.output and "_data" not in result.output, result.output
     assert not (tmp_path / "t").exists()
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
@@ -1427,12 +1432,14 @@ def test_a_training_refusal_on_the_command_line_says_the_set_flag_that_fixes_it(
     select_metric=loss', and dev pairs copied from --train 'set dev_data to dev pairs kept apart from those', which
     no flag of the command says; now 'pass --set select_metric=loss' and 'with --set dev_data=FILE', as typed (Python
     callers still read 'set select_metric=loss', a run 'in the run file or by --set')."""
-    one_grade = write(tmp_path, "one.tsv", "query\ttitle\tgrade\n" + "".join(f"q{i % 2}\tt {i}\t3\n" for i in range(12)))
+    one_grade = write(tmp_path, "one.tsv",
+                      "query\ttitle\tgrade\n" + "".join(f"q{i % 2}\tt {i}\t3\n" for i in range(12)))
     dev = ["--dev", one_grade] if given == "--dev" else ["--set", f"dev_data={one_grade}"]
     result = run("finetune", "minilm_synthetic_cpu", *dev, "--out", tmp_path / "t")
     # led by what the user typed (was: 'dev_data F:' for --set dev_data=F, a key they never wrote alone)
     refused(result, f"error: {' '.join(map(str, dev)) if given == '--dev' else f'--set dev_data={one_grade}'}: all 12 "
-                    f"dev pairs have grade 3; ", f"grades with {'--dev FILE' if given == '--dev' else '--set dev_data=FILE'}"
+                    f"dev pairs have grade 3; ",
+                    f"grades with {'--dev FILE' if given == '--dev' else '--set dev_data=FILE'}"
                     ", or pass --set select_metric=loss.")
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     copy = write(tmp_path, "copy.tsv", b"\xef\xbb\xbf" + pairs.read_bytes())  # the same pairs saved another way
@@ -1521,7 +1528,8 @@ def test_prune_reads_the_recorded_dev_data_against_the_models_own_grades(tmp_pat
     from headcut.prune.inputs import data_pool
 
     pairs = write(tmp_path, "dev.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t2\nsaw\thand saw\t4\n")
-    loaded = LoadedModel(tiny_model("bert", num_labels=3), None, {"grades": [2, 3, 4], "dev_data": {"path": str(pairs)}}, "tiny", "")
+    loaded = LoadedModel(tiny_model("bert", num_labels=3), None,
+                         {"grades": [2, 3, 4], "dev_data": {"path": str(pairs)}}, "tiny", "")
     assert list(data_pool(loaded, None).labels) == [0, 2]
 
 
@@ -1632,7 +1640,8 @@ def test_synthetic_data_is_bounded_and_scan_checks_k_before_work(tmp_path):
     refused(run("scan", "-m", "minilm-l6", "-d", "synthetic", "--limit", 10**11, "--method", "kl",
                 "--experiments", "none", "--no-probes", "--out", tmp_path / "a"), "ask for at most 1,000,000")
     refused(run("scan", "-m", "minilm-l6", "-d", "synthetic", "--limit", 8, "--method", "kl", "--experiments", "5",
-                "--k", 1000, "--draws", 1, "--no-probes", "--out", tmp_path / "b"), "--k 1000 is more than the 72 heads")
+                "--k", 1000, "--draws", 1, "--no-probes", "--out", tmp_path / "b"),
+            "--k 1000 is more than the 72 heads")
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
@@ -1979,7 +1988,8 @@ def test_a_label_map_for_a_one_score_model_is_refused(tmp_path):
 
 def test_evaluate_max_length_with_an_exported_grader_is_refused(tmp_path, tiny_grader):
     """Was: ignored (a grader reads the max_length it was exported with), exit 0."""
-    refused(run("evaluate", "--model", tiny_grader, "--data", write(tmp_path, "p.tsv", PAIRS_TSV), "--max-length", "200"),
+    refused(run("evaluate", "--model", tiny_grader, "--data", write(tmp_path, "p.tsv", PAIRS_TSV),
+                "--max-length", "200"),
             "--max-length applies to PyTorch models", "exported grader")
 
 
@@ -2070,7 +2080,8 @@ def test_a_blank_path_or_value_is_refused_naming_it_not_read_as_the_current_fold
     from headcut_grader.cli.main import app as grader_app
 
     monkeypatch.chdir(tmp_path)
-    for invoke in (run, lambda *a: CliRunner().invoke(grader_app, list(a))) if args[0] in ("grade", "serve") else (run,):
+    for invoke in ((run, lambda *a: CliRunner().invoke(grader_app, list(a))) if args[0] in ("grade", "serve")
+                   else (run,)):
         refused(invoke(*args), f"{named} is empty; give it a value")
     assert not any(tmp_path.iterdir())
 
@@ -2107,7 +2118,8 @@ def test_a_model_of_fewer_positions_than_the_default_max_length_runs_without_a_f
 
 
 @pytest.mark.parametrize("args, shown", [
-    (["bench", "-m", "M", "--data", "p.tsv", "--out", "b", "--batch-sizes", "1,\u200b8"], r"--batch-sizes '1,\u200b8' is not"),
+    (["bench", "-m", "M", "--data", "p.tsv", "--out", "b", "--batch-sizes", "1,\u200b8"],
+     r"--batch-sizes '1,\u200b8' is not"),
     (["prune", "--model", "M", "--flops", "0.5\u200b", "--out", "o"], r"--flops '0.5\u200b' is not a number"),
     (["run", "quickstart", "--set", "teacher\u200b"], r"--set 'teacher\u200b' is not section.key=value"),
     (["run", "quickstart", "--set", "distill.x\u200b.epochs=1"], r"the recipe has no student 'x\u200b'"),

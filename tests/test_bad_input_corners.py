@@ -311,23 +311,28 @@ def test_an_unknown_choice_is_quoted_so_an_invisible_character_shows(tmp_path, s
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=0), "metrics_with_ci iters is 0; it must be a whole number in [10, 100000]"),
+    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=0),
+     "metrics_with_ci iters is 0; it must be a whole number in [10, 100000]"),
     # was: taken from Python, while --bootstrap 5 and a recipe's bootstrap: 5 were refused (at least 10)
-    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=5), "metrics_with_ci iters is 5; it must be a whole number in [10, 100000]"),
+    (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=5),
+     "metrics_with_ci iters is 5; it must be a whole number in [10, 100000]"),
     (lambda e, lg, p: e.ranking.paired_score_bootstrap(lg[:, 0], lg[:, 1], None, p.query_groups(), iters=9),
      "paired_score_bootstrap iters is 9; it must be a whole number in [10, 100000]"),
     (lambda e, lg, p: e.metrics_with_ci(lg, p, iters=2.5), "metrics_with_ci iters is 2.5; it must be a whole number"),
-    (lambda e, lg, p: e.metrics_with_ci(lg, p, seed=-1), "metrics_with_ci seed is -1; it must be a whole number in [0, "),
+    (lambda e, lg, p: e.metrics_with_ci(lg, p, seed=-1),
+     "metrics_with_ci seed is -1; it must be a whole number in [0, "),
     (lambda e, lg, p: e.against_reference(lg, lg, p, reference={}, iters=-1), "against_reference iters is -1; it must"),
     (lambda e, lg, p: e.paired_bootstrap(lg, lg, p.label_array(), p.grades, iters=0), "paired_bootstrap iters is 0"),
     (lambda e, lg, p: e.bootstrap_ci(lg, p.label_array(), p.grades, seed=2.0), "bootstrap_ci seed is 2.0; it must"),
     (lambda e, lg, p: e.bootstrap_ci(lg, p.label_array(), p.grades, level=1.5), "bootstrap_ci level is 1.5; it must be "
                                                                                 "a number in (0, 1)."),
     (lambda e, lg, p: e.bootstrap_ci(lg, p.label_array(), p.grades, level=0), "bootstrap_ci level is 0; it must be a"),
-    (lambda e, lg, p: e.paired_bootstrap(lg, lg, p.label_array(), p.grades, level=1), "paired_bootstrap level is 1; it"),
+    (lambda e, lg, p: e.paired_bootstrap(lg, lg, p.label_array(), p.grades, level=1),
+     "paired_bootstrap level is 1; it"),
     (lambda e, lg, p: e.paired_bootstrap(lg, lg, p.label_array(), p.grades, level="95%"), "paired_bootstrap level is "
                                                                                           "'95%'; it must be a number"),
-    (lambda e, lg, p: e.ranking.score_bootstrap(lg[:, 0], p.label_array(), p.query_groups(), level=-0.5), "score_bootstrap level"),
+    (lambda e, lg, p: e.ranking.score_bootstrap(lg[:, 0], p.label_array(), p.query_groups(), level=-0.5),
+     "score_bootstrap level"),
     (lambda e, lg, p: e.ranking.paired_score_bootstrap(lg[:, 0], lg[:, 1], None, p.query_groups(), level=95),
      "paired_score_bootstrap level is 95; it must be a number in (0, 1)."),
 ])
@@ -351,16 +356,18 @@ def test_bootstrap_arguments_of_the_evaluate_api_are_checked(call, words):
 @pytest.mark.parametrize("call, words", [
     (lambda api, m, p, out: api["evaluate_model"](m.path, p), "evaluate_model loaded is the path '{path}'; pass the "
                                                             "loaded model: headcut.load_model('{path}')."),
-    (lambda api, m, p, out: api["evaluate_model"](m.model, p), "evaluate_model loaded is a BertForSequenceClassification "
-                                                             "(a PyTorch model); pass what headcut.load_model(path)"),
+    (lambda api, m, p, out: api["evaluate_model"](m.model, p),
+     "evaluate_model loaded is a BertForSequenceClassification (a PyTorch model); pass what headcut.load_model(path)"),
     (lambda api, m, p, out: api["evaluate_model"](None, p), "evaluate_model loaded is None; pass the loaded model"),
     (lambda api, m, p, out: api["predict_logits"](m, m.tokenizer, p), "predict_logits model is a LoadedModel; pass its "
                                                                      ".model (and its .tokenizer as the tokenizer)."),
     (lambda api, m, p, out: api["predict_logits"](m.model, m.path, p), "predict_logits tokenizer is the path '{path}'; "
                                                                       "pass a loaded tokenizer: headcut.load_model("),
-    (lambda api, m, p, out: api["compare_models"](m.path, m.model, m.tokenizer, p), "compare_models before is the path"),
+    (lambda api, m, p, out: api["compare_models"](m.path, m.model, m.tokenizer, p),
+     "compare_models before is the path"),
     (lambda api, m, p, out: api["compare_models"](m.model, m, m.tokenizer, p), "compare_models after is a LoadedModel"),
-    (lambda api, m, p, out: api["head_importance"](m.path, m.tokenizer, p, method="kl"), "head_importance model is the"),
+    (lambda api, m, p, out: api["head_importance"](m.path, m.tokenizer, p, method="kl"),
+     "head_importance model is the"),
     (lambda api, m, p, out: api["encode"](m.path, p), "encode tokenizer is the path '{path}'"),
     (lambda api, m, p, out: api["scan"](m.path, p), "scan loaded is the path '{path}'"),
     (lambda api, m, p, out: api["prune"](m.path, keep_ratio=0.5, data=p), "prune loaded is the path '{path}'"),
@@ -573,18 +580,24 @@ def test_a_recipe_argument_that_is_not_a_recipe_names_the_argument_and_how_to_re
     (lambda e, m, p: e.evaluate_model(m, p, max_length=9000), "evaluate_model max_length is 9000; it must be a whole "
                                                              "number in [8, 8192]."),
     (lambda e, m, p: e.evaluate_model(m, p, iters=0), "evaluate_model iters is 0; it must be a whole number"),
-    (lambda e, m, p: e.predict_logits(m.model, m.tokenizer, p, batch_size=0), "predict_logits batch_size is 0; it must"),
-    (lambda e, m, p: e.compare_models(m.model, m.model, m.tokenizer, p, batch_size=-1), "compare_models batch_size is -1"),
+    (lambda e, m, p: e.predict_logits(m.model, m.tokenizer, p, batch_size=0),
+     "predict_logits batch_size is 0; it must"),
+    (lambda e, m, p: e.compare_models(m.model, m.model, m.tokenizer, p, batch_size=-1),
+     "compare_models batch_size is -1"),
     (lambda e, m, p: e.compare_models(m.model, m.model, m.tokenizer, p, iters=0), "compare_models iters is 0; it must"),
-    (lambda e, m, p: e.head_importance(m.model, m.tokenizer, p, method="kl", batch_size=0), "head_importance batch_size"),
+    (lambda e, m, p: e.head_importance(m.model, m.tokenizer, p, method="kl", batch_size=0),
+     "head_importance batch_size"),
     (lambda e, m, p: e.open_scorer(m.path, batch_size=0), "open_scorer batch_size is 0; it must be a whole number"),
     # was: os.fspath's TypeError
     (lambda e, m, p: e.open_scorer(None), "open_scorer name is None; pass a model folder's path, a built-in name or a "
                                           "grader folder's path (text or a pathlib.Path)."),
     (lambda e, m, p: e.length_batches(e.encode(m.tokenizer, p), 0), "length_batches batch_size is 0; it must"),
-    (lambda e, m, p: e.encode(m.tokenizer, p, max_length=4), "encode max_length is 4; it must be a whole number in [8, 8192]."),
-    (lambda e, m, p: e.ndcg_at_k([1.0, 2.0], [0, 1], [[0, 1]], k=0), "ndcg_at_k k is 0; it must be a whole number of at"),
-    (lambda e, m, p: e.macro_f1([0, 1], [0, 1], 0), "macro_f1 num_labels is 0; it must be a whole number of at least 1."),
+    (lambda e, m, p: e.encode(m.tokenizer, p, max_length=4),
+     "encode max_length is 4; it must be a whole number in [8, 8192]."),
+    (lambda e, m, p: e.ndcg_at_k([1.0, 2.0], [0, 1], [[0, 1]], k=0),
+     "ndcg_at_k k is 0; it must be a whole number of at"),
+    (lambda e, m, p: e.macro_f1([0, 1], [0, 1], 0),
+     "macro_f1 num_labels is 0; it must be a whole number of at least 1."),
 ])
 def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_models, call, words):
     """Was: batch_size=0 gave Python's "range() arg 3 must not be zero" (evaluate_model, predict_logits,
@@ -602,10 +615,12 @@ def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_m
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda m: m.measure_latency([m.model], seq_len=0), "measure_latency seq_len is 0; it must be a whole number in [8, "),
-    (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=(8, 0)), "measure_latency batch_sizes is 0; it must"),
-    (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=8), "measure_latency batch_sizes is 8; pass a list of "
-                                                                     "batch sizes, e.g. (1, 8, 32)."),
+    (lambda m: m.measure_latency([m.model], seq_len=0),
+     "measure_latency seq_len is 0; it must be a whole number in [8, "),
+    (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=(8, 0)),
+     "measure_latency batch_sizes is 0; it must"),
+    (lambda m: m.measure_latency([m.model], seq_len=16, batch_sizes=8),
+     "measure_latency batch_sizes is 8; pass a list of batch sizes, e.g. (1, 8, 32)."),
     (lambda m: m.measure_latency([m.model], seq_len=16, min_runs=0), "measure_latency min_runs is 0; it must be a "
                                                                    "whole number in [1, 10000]."),
     # 0 is taken (a median of min_runs alone), unlike PruneSettings.latency_seconds; the upper bound is the setting's
@@ -615,9 +630,11 @@ def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_m
     (lambda m: m.measure_latency([m.model], seq_len=16, warmup=-1), "measure_latency warmup is -1; it must be a whole"),
     (lambda m: m.measure_latency([m.model], seq_len=4096, batch_sizes=(32,)), "measure_latency batch_sizes, seq_len: a "
                                                                            "batch of 32 at 4096 tokens would hold"),
-    (lambda m: m.speed_summary(m.model, m.model, seq_len=-64), "speed_summary seq_len is -64; it must be a whole number"),
+    (lambda m: m.speed_summary(m.model, m.model, seq_len=-64),
+     "speed_summary seq_len is -64; it must be a whole number"),
     (lambda m: m.flops_per_pair(m.model, 0), "flops_per_pair seq_len is 0; it must be a whole number of at least 1."),
-    (lambda m: m.flops_per_pair(m.model, 64.5), "flops_per_pair seq_len is 64.5; it must be a whole number of at least 1."),
+    (lambda m: m.flops_per_pair(m.model, 64.5),
+     "flops_per_pair seq_len is 64.5; it must be a whole number of at least 1."),
     (lambda m: m.unit_flops(m.model, -1), "unit_flops seq_len is -1; it must be a whole number of at least 1."),
 ])
 def test_timing_and_flops_arguments_are_checked_before_any_model_runs(monkeypatch, call, words):
@@ -665,8 +682,8 @@ def test_compare_logits_checks_its_bootstrap_arguments_on_unlabelled_pairs_too()
         compare_logits(logits, logits, unlabelled, iters=0)
 
 
-BOM_SENTENCE = "starts with a UTF-8 byte-order mark (BOM), which a {0} folder's JSON files cannot have; save it again as " \
-               "UTF-8 without a BOM."
+BOM_SENTENCE = "starts with a UTF-8 byte-order mark (BOM), which a {0} folder's JSON files cannot have; save it " \
+               "again as UTF-8 without a BOM."
 
 
 @pytest.mark.parametrize("kind, name", [("plain", "config.json"), ("artifact", "config.json"),
@@ -781,7 +798,8 @@ def _pickle_only(folder, tmp_path):
                             title_words=["x"] * 20), "synthetic(n=20, seed=0) row 1: the title_words words 'x' do "
                                                      "not spell the title"),
     (lambda m, t: m["metrics_with_ci"](m["logits"](1), m["pairs"], task="score"), "the model is a one-score reranker "
-     "(task score), but synthetic(n=20, seed=0) holds grades; pass pairs read with task='score' (a numeric score column)"),
+     "(task score), but synthetic(n=20, seed=0) holds grades; pass pairs read with task='score' (a numeric score "
+     "column)"),
     (lambda m, t: m["compare_logits"](m["logits"](1), m["logits"](1), m["pairs"]), "the model is a one-score "
      "reranker (task score), but synthetic(n=20, seed=0) holds grades; pass pairs read with task='score'"),
     (lambda m, t: m["metrics_with_ci"](m["logits"](5), m["scored"]), "the model grades (task grades), but scored "
@@ -1057,7 +1075,8 @@ def test_evaluate_on_one_query_gives_every_ci_by_query_as_n_a_and_says_why(tmp_p
 
     pairs = write(tmp_path, "one.tsv", "query\ttitle\tgrade\ndrill\tcordless drill\t3\ndrill\thand saw\t1\n"
                                        "drill\tdrill bit set\t2\n")
-    result = run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--bootstrap", 20, "--out", tmp_path / "m.json")
+    result = run("evaluate", "-m", saved_models["artifact"], "-d", pairs, "--bootstrap", 20,
+                 "--out", tmp_path / "m.json")
     assert result.exit_code == 0, result.output
     written = json.loads((tmp_path / "m.json").read_text())
     assert written["ci95"]["ndcg@10"] == [None, None] and written["ndcg@10"] is not None
@@ -1189,7 +1208,8 @@ def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_pat
     # was: the lead quoted all 5000 nines, and '+5', a whole number, was told to write a whole-number seed
     refused(run("evaluate", "-m", model, "-d", "synthetic:" + "9" * 5000),
             f"--data 'synthetic:{'9' * 47}...': seed {'9' * 37}... is out of range; {seeds}")
-    refused(run("evaluate", "-m", model, "-d", "synthetic:-5"), f"--data 'synthetic:-5': seed -5 is out of range; {seeds}")
+    refused(run("evaluate", "-m", model, "-d", "synthetic:-5"),
+            f"--data 'synthetic:-5': seed -5 is out of range; {seeds}")
     from headcut.synthetic import synthetic_seed
     assert synthetic_seed("synthetic:+5") == 5 == synthetic_seed("synthetic:0005")
     refused(run("run", "quickstart", "--set", "data.train=synthetic:x", "-o", tmp_path / "r"),
@@ -1286,9 +1306,9 @@ def test_a_folder_output_named_like_a_file_is_refused_naming_the_flag(tmp_path, 
     args = [saved_models["artifact"] if a == "MODEL" else a for a in args]
     out = tmp_path / name
     stem = name.rsplit(".", 1)[0]
-    refused(run(*args, "--out", out), f"--out {out}: this writes a folder {holds}, not one .{name.split('.')[1].lower()} "
-                                      f"file; name the folder without .{name.split('.')[1]}, such as --out "
-                                      f"{tmp_path / stem}.")
+    refused(run(*args, "--out", out), f"--out {out}: this writes a folder {holds}, not one "
+                                      f".{name.split('.')[1].lower()} file; name the folder without "
+                                      f".{name.split('.')[1]}, such as --out {tmp_path / stem}.")
     assert not out.exists()
 
 

@@ -351,7 +351,8 @@ def test_an_option_given_twice_with_one_value_or_a_repeatable_one_is_read(tmp_pa
     out = tmp_path / "o.tsv"
     done = run("grade", tiny_grader, pairs, "--out", out, "-o", out, "--overwrite", "--overwrite")
     assert done.exit_code == 0, done.output
-    refused(run("bench", "-m", "a", "-m", "b", "--data", pairs, "--out", pairs), "would replace the input")  # -m: repeatable
+    # -m: repeatable
+    refused(run("bench", "-m", "a", "-m", "b", "--data", pairs, "--out", pairs), "would replace the input")
     refused(run("finetune", "minilm_homedepot_cpu", "--set", "epochs=1", "--set", "batch_size=8", "--train", pairs,
                 "--out", pairs), "--out", "would replace the input")  # --set: repeatable
 

@@ -111,7 +111,8 @@ def test_plan_meets_the_budget_and_is_optimal(share):
         if room < 0:
             break
         m = min(111, room // costs.per_neuron[0])
-        best = max(best, float(scores.heads.flatten()[head_order[:k]].sum() + scores.neurons.flatten()[neuron_order[:m]].sum()))
+        best = max(best, float(scores.heads.flatten()[head_order[:k]].sum()
+                               + scores.neurons.flatten()[neuron_order[:m]].sum()))
     assert value(plan) == pytest.approx(best, rel=1e-12)
 
 
@@ -233,7 +234,8 @@ def test_flops_prune_writes_a_smaller_grader_that_reloads_and_exports(tmp_path, 
     from headcut.export.export import FP32_TOLERANCE, export_onnx
     from tests.test_export import _parity
 
-    result = _parity(pruned.model, export_onnx(pruned.model, tmp_path / "m.onnx"), pruned.tokenizer, synthetic_pairs(32))
+    result = _parity(pruned.model, export_onnx(pruned.model, tmp_path / "m.onnx"), pruned.tokenizer,
+                     synthetic_pairs(32))
     assert result.max_abs_diff <= FP32_TOLERANCE and result.agreement == 1.0
 
 
@@ -368,7 +370,8 @@ def test_latency_plan_fits_its_budget_and_nearly_matches_the_exact_flops_plan(sh
     budget_ms = check_latency_budget(share, costs)
     plan = plan_latency(scores, costs, budget_ms)
     assert costs.total(plan.heads_per_layer, plan.neurons_per_layer) <= budget_ms * (1 + 1e-9)
-    exact = plan_budget(scores, unit_flops(model, 16), check_budget(share, unit_flops(model, 16), flops_per_pair(model, 16)))
+    exact = plan_budget(scores, unit_flops(model, 16),
+                        check_budget(share, unit_flops(model, 16), flops_per_pair(model, 16)))
     value = lambda p: sum(float(scores.heads[l, list(h)].sum()) for l, h in enumerate(p.heads)) + sum(
         float(scores.neurons[l, list(n)].sum()) for l, n in enumerate(p.neurons))
     assert value(plan) >= 0.99 * value(exact)
@@ -507,7 +510,8 @@ def test_latency_prune_on_onnx_int8(tmp_path, tiny_grader, monkeypatch):  # noqa
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--latency", 0.5, "--runtime", "tensorrt"], "--runtime 'tensorrt' is unknown; choose one of torch-fp32, onnx-int8"),
+    (["--latency", 0.5, "--runtime", "tensorrt"],
+     "--runtime 'tensorrt' is unknown; choose one of torch-fp32, onnx-int8"),
     (["--flops", 0.5, "--runtime", "onnx-int8"], "--runtime works with --latency S, not with --flops F"),
 ])
 def test_a_bad_runtime_is_one_sentence(args, words, tmp_path, tiny_grader):  # noqa: F811
@@ -650,7 +654,8 @@ def test_nan_unit_scores_are_refused_by_both_budget_plans(kind, unit):
 
 
 @pytest.mark.parametrize("budget", [["--latency", 0.5], ["--flops", 0.5]])
-def test_nan_fisher_scores_stop_a_budget_prune_in_one_sentence(budget, tmp_path, tiny_grader, monkeypatch):  # noqa: F811
+def test_nan_fisher_scores_stop_a_budget_prune_in_one_sentence(budget, tmp_path, tiny_grader,  # noqa: F811
+                                                               monkeypatch):
     """Was: --latency dropped the NaN neuron silently (exit 0), --flops raised a ValueError traceback."""
     from headcut.prune import pipeline
 

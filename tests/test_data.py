@@ -30,7 +30,8 @@ def test_reads_every_format_to_the_same_pairs(tmp_path):
     rows = [("drill", "cordless drill", 5), ("paint", "red lamp", 1)]
     tsv = write(tmp_path, "a.tsv", "query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{g}\n" for q, t, g in rows))
     csv_ = write(tmp_path, "a.csv", "query,title,grade\n" + "".join(f'{q},"{t}",{g}\n' for q, t, g in rows))
-    jsonl = write(tmp_path, "a.jsonl", "".join(json.dumps({"query": q, "title": t, "grade": g}) + "\n" for q, t, g in rows))
+    jsonl = write(tmp_path, "a.jsonl",
+                  "".join(json.dumps({"query": q, "title": t, "grade": g}) + "\n" for q, t, g in rows))
     arr = write(tmp_path, "a.json", json.dumps([{"query": q, "title": t, "grade": g} for q, t, g in rows]))
     got = [read_pairs(p) for p in (tsv, csv_, jsonl, arr)]
     for pairs in got:
@@ -130,7 +131,8 @@ def test_a_json_array_resumes_after_any_chunk_and_names_its_errors_as_json_does(
         resumed = [q for c in iter_pairs(path, chunk_rows=3, start=chunk.position) for q in c.pairs.queries]
         assert resumed == [r["query"] for r in rows][chunk.position.line:]
     for text in ('[{"query": "a", "title": "b", "grade": 3},\n {"query": "c" "title": "d"}]',
-                 '[{"query": "a", "title": "b", "grade": 3}, {"query": tru}]', '[{"query": "a", "title": "b", "grade": 3}] x',
+                 '[{"query": "a", "title": "b", "grade": 3}, {"query": tru}]',
+                 '[{"query": "a", "title": "b", "grade": 3}] x',
                  '[{"query": "a", "title": "b\n"}]', '[{"query": "a", "title": "b'):
         with pytest.raises(json.JSONDecodeError) as expected:
             json.loads(text)
@@ -193,7 +195,8 @@ BAD = {
     "emptyt.jsonl": ('{"query": "a", "title": "", "grade": 3}\n', "line 1, column 'title': empty text"),
     "invisible.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\t\u00ad \u200b\t2\n",
                       "line 3, column 'title': empty text (only invisible characters, such as U+00AD)"),
-    "range.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\t7\n", "line 3, column 'grade': grade 7 is not one of the grades"),
+    "range.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\t7\n",
+                  "line 3, column 'grade': grade 7 is not one of the grades"),
     "word.tsv": ("query\ttitle\tgrade\na\tb\thigh\n", "line 2, column 'grade': label 'high' is not a number"),
     "badjson.jsonl": ('{"query": "a", "title": "b", "grade": 3}\n{"query": \n', "line 2, column"),
 }
@@ -317,7 +320,8 @@ def test_a_preset_on_a_file_without_any_gold_reads_its_texts(tmp_path):
 
 
 @pytest.mark.parametrize("option,keys,said", [("query_col", {}, "--query-col"), ("title_col", {}, "--title-col"),
-                                               ("label_col", {}, "--label-col"), ("label_col", None, "label_col"), ("title_col", "data.", "data.title_col"),
+                                               ("label_col", {}, "--label-col"), ("label_col", None, "label_col"),
+                                               ("title_col", "data.", "data.title_col"),
                                                ("query_col", {"query_col": "--seg-col"}, "--seg-col")])
 def test_an_empty_column_name_is_refused_naming_its_flag(tmp_path, option, keys, said):
     """Was: '' read as no column given, so the preset's column was read in its place, exit 0."""

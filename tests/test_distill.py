@@ -58,7 +58,8 @@ def kl(teacher_logits, student_logits):
 
 
 def recipe_for(teacher, **changes):
-    values = dict(teacher=None if teacher is None else str(teacher), student="bottom-k", keep_layers=2, train_data="synthetic", train_rows=400,
+    values = dict(teacher=None if teacher is None else str(teacher), student="bottom-k", keep_layers=2,
+                  train_data="synthetic", train_rows=400,
                   dev_rows=150, dev_fraction=0.25, max_length=32, epochs=2, batch_size=16, learning_rate=2e-3,
                   eval_every=10, checkpoint_every=10, seed=0, measure_speed=False)
     values.update(changes)
@@ -88,7 +89,8 @@ def test_bottom_k_distills_into_a_loadable_artifact(tiny_teacher, tmp_path):
     assert set(meta["metrics"]) == {"teacher", "before", "after", "after_minus_teacher"}
     speed = meta["speed"]  # 2 of 4 layers: about half the encoder FLOPs (embeddings/classifier are not counted)
     assert 1.8 < speed["ideal_speedup"] <= 2.0 and [r["batch_size"] for r in speed["latency"]] == [1, 32]
-    assert meta["metrics"]["after_minus_teacher"]["agreement"]["ci"][0] <= meta["metrics"]["after_minus_teacher"]["agreement"]["value"]
+    assert (meta["metrics"]["after_minus_teacher"]["agreement"]["ci"][0]
+            <= meta["metrics"]["after_minus_teacher"]["agreement"]["value"])
     after = dev_logits(tmp_path / "student")
     target = dev_logits(tiny_teacher)
     print(kl(target, before), kl(target, after))
@@ -197,7 +199,8 @@ def test_unlabeled_pairs_are_graded_by_the_teacher(tiny_teacher, tmp_path):
     train_pairs, dev = load_data(recipe)
     merged, labels = with_unlabeled(recipe, train_pairs, dev)
     assert len(merged) == len(train_pairs) + 60
-    assert (labels[: len(train_pairs)] == train_pairs.label_array()).all() and (labels[len(train_pairs):] == UNLABELED).all()
+    assert ((labels[: len(train_pairs)] == train_pairs.label_array()).all()
+            and (labels[len(train_pairs):] == UNLABELED).all())
     result = distill(recipe, tmp_path / "student")
     assert result.finished
     assert load_model(tmp_path / "student").meta["train_data"]["rows"] == len(train_pairs) + 60
@@ -337,7 +340,8 @@ def test_config_student_starts_from_mapped_teacher_slices(tiny_teacher, tmp_path
     student = build_student(recipe, teacher).loaded.model
     t_layers, s_layers = teacher.model.bert.encoder.layer, student.bert.encoder.layer
     assert student.config.hidden_size == 16 and len(s_layers) == 2
-    torch.testing.assert_close(s_layers[0].attention.self.query.weight, t_layers[1].attention.self.query.weight[:16, :16])
+    torch.testing.assert_close(s_layers[0].attention.self.query.weight,
+                               t_layers[1].attention.self.query.weight[:16, :16])
     torch.testing.assert_close(s_layers[1].intermediate.dense.weight, t_layers[3].intermediate.dense.weight[:20, :16])
     torch.testing.assert_close(student.bert.embeddings.word_embeddings.weight,
                                teacher.model.bert.embeddings.word_embeddings.weight[:, :16])
@@ -413,7 +417,8 @@ def test_a_pruned_students_recorded_teacher_is_hashed_once_per_run(tiny_teacher,
     save_model(cut, tmp_path / "pruned", meta={"kind": "prune", "source": {"path": str(teacher),
                                                                           "weights_hash": file_hash(weights)}})
     hashed = []
-    monkeypatch.setattr(weight_files, "file_hash", lambda path, **kw: hashed.append(Path(path)) or file_hash(path, **kw))
+    monkeypatch.setattr(weight_files, "file_hash",
+                        lambda path, **kw: hashed.append(Path(path)) or file_hash(path, **kw))
     recipe = recipe_for(None, student="pruned", student_model=str(tmp_path / "pruned"), epochs=0.25)
     assert distill(recipe, tmp_path / "student").finished
     assert hashed.count(weights) == 1, hashed
@@ -440,13 +445,15 @@ def test_a_bottom_k_student_of_the_teachers_layers_or_more_says_which_and_where_
     from headcut.recipes import load_recipe
 
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(f"teacher: {tiny_teacher}\ntrain_data: synthetic\nkeep_layers: {keep if given == 'file' else 2}\n")
+    recipe.write_text(f"teacher: {tiny_teacher}\ntrain_data: synthetic\n"
+                      f"keep_layers: {keep if given == 'file' else 2}\n")
     overrides = [f"keep_layers={keep}"] if given == "--set" else []
     where = f"{recipe} with --set keep_layers={keep}" if overrides else str(recipe)
     with pytest.raises(UserError, match=rf"^{re.escape(where)}: {words}, and a bottom-k student keeps fewer; set "
                                         r"keep_layers to 3 or less\.$"):
         load_recipe(DistillRecipe, recipe, overrides=overrides)
-    unchecked = dataclasses.replace(recipe_for(tiny_teacher), keep_layers=keep)  # built in Python: build_student says it
+    # built in Python: build_student says it
+    unchecked = dataclasses.replace(recipe_for(tiny_teacher), keep_layers=keep)
     with pytest.raises(UserError, match=rf"^{words}, and a bottom-k student keeps fewer"):
         build_student(unchecked, load_model(tiny_teacher))
 
@@ -476,7 +483,8 @@ def test_a_pruned_student_of_its_recorded_teachers_shape_is_refused_before_any_m
     save_model(copy, tmp_path / "copy", meta={"kind": "prune", "source": {"path": str(tiny_teacher),
                                                                          "weights_hash": copy.weights_hash}})
     with pytest.raises(UserError, match=rf"^recipe: student_model {re.escape(str(tmp_path / 'copy'))} has the same "
-                                        rf"layers, heads and FFN neurons as the teacher {re.escape(str(tiny_teacher))}"):
+                                        rf"layers, heads and FFN neurons as the teacher "
+                                        rf"{re.escape(str(tiny_teacher))}"):
         recipe_for(None, student="pruned", student_model=str(tmp_path / "copy"))
 
 
@@ -548,7 +556,8 @@ def test_a_pruned_student_without_some_layers_matches_each_kept_layer_to_its_ori
 
 @pytest.mark.parametrize("changes, words", [
     # bottom-k keeps 2 of the 4 teacher layers: a map names one teacher layer, 0..3, for each
-    ({"layer_map": [5, 5], "hidden_weight": 0.5}, "layer_map=[5, 5] names a layer the 4-layer teacher lacks; use 0..3."),
+    ({"layer_map": [5, 5], "hidden_weight": 0.5},
+     "layer_map=[5, 5] names a layer the 4-layer teacher lacks; use 0..3."),
     ({"layer_map": [0, 1, 2], "attention_weight": 0.5}, "layer_map=[0, 1, 2] has 3 entries for 2 student layers"),
     ({"layer_map": [1], "hidden_weight": 0.5}, "layer_map=[1] has 1 entries for 2 student layers"),
     # a config student of the teacher's width 32 and 4 heads: each head an equal share of the width
@@ -571,7 +580,8 @@ def test_a_student_that_does_not_fit_the_teacher_is_refused_naming_the_recipe_as
     from headcut.distill.students import build_student
     from headcut.models import load_model
 
-    values = {"teacher": str(tiny_teacher), "train_data": "synthetic", "max_length": 32, "hidden_weight": 0.5, **changes}
+    values = {"teacher": str(tiny_teacher), "train_data": "synthetic", "max_length": 32, "hidden_weight": 0.5,
+              **changes}
     if values.get("student", "bottom-k") == "bottom-k":
         values["keep_layers"] = 2
     with pytest.raises(UserError, match="^r.yaml: " + re.escape(words)):

@@ -38,7 +38,8 @@ def test_cli_distills_and_reports_against_the_teacher(tiny_teacher, tmp_path):  
 def test_cli_errors_exit_2_with_one_sentence(tiny_teacher, tmp_path):  # noqa: F811
     recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
     bad = runner.invoke(app, ["distill", str(recipe), "--set", "temprature=3"])
-    assert bad.exit_code == 2 and "unknown key 'temprature' (did you mean 'temperature'?); valid keys are:" in bad.output
+    assert bad.exit_code == 2 and ("unknown key 'temprature' (did you mean 'temperature'?); valid keys are:"
+                                   in bad.output)
     missing = runner.invoke(app, ["distill", "no_such_recipe"])
     assert missing.exit_code == 2 and "distill/minilm_bottom3_cpu" in missing.output
     assert "Traceback" not in bad.output + missing.output
@@ -402,7 +403,8 @@ def test_a_set_value_of_a_field_the_search_draws_is_refused_not_ignored(tiny_tea
     check_not_searched(recipe_for(tiny_teacher, tune_fields=("temperature",)), {"kd_weight": "--set kd_weight=0.5"})
 
 
-def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teacher, tmp_path, monkeypatch):  # noqa: F811
+def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teacher, tmp_path,  # noqa: F811
+                                                                      monkeypatch):
     """Was: a trial whose select_metric was NaN (spearman of a student that gives every pair one grade) was failed by
     optuna with a printed warning and another drawn, so a search whose every trial did so never ended. Now such
     trials are failed quietly, the search stops with one sentence once they are as many as the trials asked for (its
@@ -500,8 +502,8 @@ def test_a_search_on_dev_pairs_of_one_grade_is_refused_before_the_study_opens(ti
     assert not (tmp_path / "study").exists()
 
 
-def test_a_search_stopped_without_a_finished_trial_keeps_its_trial_folders_for_the_rerun(tiny_teacher, tmp_path,  # noqa: F811
-                                                                                        monkeypatch):
+def test_a_search_stopped_without_a_finished_trial_keeps_its_trial_folders_for_the_rerun(tiny_teacher,  # noqa: F811
+                                                                                        tmp_path, monkeypatch):
     """Was: a fresh study that ended without a finished trial took the folder the search made with it, trial folders
     and all, so the rerun ran every trial again. Now only the study goes; the rerun into that folder is let in
     without --overwrite and reuses the trials."""
@@ -520,8 +522,8 @@ def test_a_search_stopped_without_a_finished_trial_keeps_its_trial_folders_for_t
     assert len(ran) == 2
 
 
-def test_a_refused_search_whose_study_file_does_not_read_keeps_it_and_says_the_refusal(tiny_teacher, tmp_path,  # noqa: F811
-                                                                                       monkeypatch):
+def test_a_refused_search_whose_study_file_does_not_read_keeps_it_and_says_the_refusal(tiny_teacher,  # noqa: F811
+                                                                                       tmp_path, monkeypatch):
     """Was: removing a fresh study after a refusal loaded it unguarded, so a study file that was not this recipe's
     study (damaged, or another's) replaced the user's sentence with sqlalchemy's DatabaseError or optuna's KeyError.
     Now the refusal is said and the file kept."""

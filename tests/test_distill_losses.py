@@ -45,7 +45,8 @@ def test_attention_kl_averages_heads_and_skips_headless_layers():
     sharp = torch.tensor([[[[0.9, 0.1], [0.9, 0.1]]]])  # one head
     expected = 0.5 * math.log(0.5 / 0.9) + 0.5 * math.log(0.5 / 0.1)
     assert attention_kl([sharp], [uniform], mask, layer_map=[0]).item() == pytest.approx(expected, rel=1e-5)
-    assert attention_kl([None, sharp], [uniform, uniform], mask, layer_map=[0, 1]).item() == pytest.approx(expected, rel=1e-5)
+    assert (attention_kl([None, sharp], [uniform, uniform], mask, layer_map=[0, 1]).item()
+            == pytest.approx(expected, rel=1e-5))
     assert per_layer(("a", "b"), [2, 0, 3]) == ["a", None, "b"]
 
 

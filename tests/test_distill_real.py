@@ -35,7 +35,8 @@ def test_bottom3_student_learns_from_the_real_teacher(quick_teacher, tmp_path):
     teacher_logits, after = logits(teacher), logits(load_model(tmp_path / "bottom3"))
     before = logits(build_student(recipe, teacher).loaded)
     for name, mine in (("after", after), ("before", before)):  # the same pairs and models distill judged
-        assert result.metrics[name]["spearman"] == pytest.approx(summarize(mine, labels, dev.grades)["spearman"], abs=1e-4)
+        assert result.metrics[name]["spearman"] == pytest.approx(summarize(mine, labels, dev.grades)["spearman"],
+                                                                 abs=1e-4)
     learned = paired_bootstrap(after, before, labels, dev.grades, iters=500)
     assert learned["spearman"]["ci"][0] > 0 and learned["loss"]["ci"][1] < 0
     assert kl(teacher_logits, after) < kl(teacher_logits, before)

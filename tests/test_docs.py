@@ -176,7 +176,8 @@ def run_console(block: Block, cwd: Path, memo_dir: Path) -> None:
         code, output = invoke(line, cwd, memo_dir)
         flat = " ".join(output.split())
         for text in expected:
-            assert " ".join(text.split()) in flat, f"{block.where()}: `{line}` did not print {text!r}:\n{output[-2000:]}"
+            assert " ".join(text.split()) in flat, (f"{block.where()}: `{line}` did not print {text!r}:\n"
+                                                    f"{output[-2000:]}")
         wanted = 2 if any(e.startswith("error:") for e in expected) else 0
         assert code == wanted, f"{block.where()}: `{line}` exited {code}, not {wanted}:\n{output[-2000:]}"
 

@@ -143,7 +143,8 @@ def test_global_head_count_fusion_is_caught_on_uneven_heads(tmp_path):
 
 def test_an_optimised_graph_that_fails_parity_names_the_callers_way_out(tmp_path, monkeypatch):
     """Was: 'the ORT-optimised graph (drop --optimize) fails the parity gate' from build_grader(optimize=True) too,
-    naming a flag a Python caller does not have; now optimize=False there, and `headcut export` still says --optimize."""
+    naming a flag a Python caller does not have; now optimize=False there, and `headcut export` still says
+    --optimize."""
     from typer.testing import CliRunner
 
     from headcut.cli.main import app
@@ -170,7 +171,8 @@ def test_build_grader_folder_and_refusals(tmp_path):
     assert sorted(p.name for p in folder.glob("*.onnx")) == ["model.onnx"]  # no leftovers
     assert {"grader.json", "README.md", "tokenizer.json"} <= {p.name for p in folder.iterdir()}
     saved = json.loads((folder / "grader.json").read_text())
-    assert saved["precision"] == "int8" and saved["max_length"] == 64 and saved["headcut_version"] == headcut.__version__
+    assert (saved["precision"] == "int8" and saved["max_length"] == 64
+            and saved["headcut_version"] == headcut.__version__)
     assert saved["input_names"] == ["input_ids", "attention_mask", "token_type_ids"]
     assert saved["source"]["heads_per_layer"] == [2, 0]
     assert saved["parity"]["fp32"]["max_abs_diff"] <= FP32_TOLERANCE
@@ -374,7 +376,8 @@ def test_an_export_names_its_settings_as_its_caller_wrote_them(tmp_path, names):
     ({"max_length": -5}, "max_length is -5; it must be a whole number in [8, 8192]."),
     ({"max_length": 0}, "max_length is 0; it must be a whole number in [8, 8192]."),
     ({"gate": {"max_drop": 1}}, "gate is {'max_drop': 1}; pass a headcut.export.Int8Gate(...)."),
-    ({"gate": Int8Gate(max_drop=float("nan"))}, "Int8Gate(max_drop=nan): nan is not a finite number; it must be in [0, 100]."),
+    ({"gate": Int8Gate(max_drop=float("nan"))},
+     "Int8Gate(max_drop=nan): nan is not a finite number; it must be in [0, 100]."),
     ({"pairs": [("drill", "cordless drill")]}, "pairs is [('drill', 'cordless drill')]; pass headcut_grader.data."
                                                "read_pairs(FILE) or None."),
 ])

@@ -69,7 +69,8 @@ def _layout(doc):
 def test_cell_inputs_have_the_exact_shape(tmp_path):
     _, loaded, _ = make_tiny_grader(tmp_path)
     batch = cell_inputs(loaded.tokenizer, synthetic_pairs(5), 8, 32)
-    assert {k: v.shape for k, v in batch.items()} == {k: (8, 32) for k in ("input_ids", "attention_mask", "token_type_ids")}
+    assert ({k: v.shape for k, v in batch.items()}
+            == {k: (8, 32) for k in ("input_ids", "attention_mask", "token_type_ids")})
     assert batch["attention_mask"].sum(1).min() > 4 and (batch["input_ids"][5] == batch["input_ids"][0]).all()
 
 
@@ -140,7 +141,8 @@ def test_variants_of_folders_of_one_name_are_told_apart_in_the_report(tmp_path, 
     assert short_names(["/x/a/grader", "/y/a/grader", "/y/b/grader"], 2) == ["x/a/grader", "y/a/grader", "b/grader"]
     assert short_names(["/r/teacher", "/teacher"], 1) == ["r/teacher", "/teacher"]
     variant = pytorch_variant("same", loaded, threads=1)
-    with pytest.raises(UserError, match=r"^benchmark: two variants are named 'same'; give each variant its own name\.$"):
+    with pytest.raises(UserError,
+                       match=r"^benchmark: two variants are named 'same'; give each variant its own name\.$"):
         benchmark([variant, variant], loaded.tokenizer, pairs, BenchSettings((1,), (16,), 1, repeats=1))
 
 

@@ -336,12 +336,14 @@ def test_a_training_batch_is_global_and_one_process_s_share_stops_at_every_batch
     with pytest.raises(UserError) as caught:
         load_recipe(cls, "minilm_synthetic_cpu", overrides=[f"batch_size={GLOBAL_BATCH.high + 1}"], kind=kind)
     assert (f"key 'batch_size' is {GLOBAL_BATCH.high + 1}, which is out of range; it must be in [1, "
-            f"{GLOBAL_BATCH.high}]; for more pairs per optimizer step, raise gradient_accumulation") in str(caught.value)
+            f"{GLOBAL_BATCH.high}]; for more pairs per optimizer step, raise gradient_accumulation"
+            in str(caught.value))
     read = load_recipe(cls, "minilm_synthetic_cpu", overrides=[f"batch_size={2 * MAX_BATCH}"], kind=kind)
     assert read.batch_size == 2 * MAX_BATCH  # a global batch that several processes share
     model_key = "model" if kind == "finetune" else "teacher"
     nothing_loads = dataclasses.replace(read, **{model_key: str(tmp_path / "no-such-model")})
-    with pytest.raises(UserError) as caught:  # one process (no accelerate launch): refused before the model is looked up
+    # one process (no accelerate launch): refused before the model is looked up
+    with pytest.raises(UserError) as caught:
         run(nothing_loads, tmp_path / "out")
     assert str(caught.value) == (
         f"batch_size={2 * MAX_BATCH} over 1 process is {2 * MAX_BATCH} pairs per process in each forward pass, past "
@@ -401,7 +403,8 @@ def tsv_of_pairs(path, n, *, bad_row_after=False):
 
     p = synthetic_pairs(n, seed=1)
     path.write_text("query\ttitle\tgrade\n" + "".join(f"{q}\t{t}\t{p.grades[i]}\n" for q, t, i in
-                                                       zip(p.queries, p.titles, p.labels)) + ("q\t\t3\n" * bad_row_after))
+                                                       zip(p.queries, p.titles, p.labels))
+                    + ("q\t\t3\n" * bad_row_after))
     return path
 
 
@@ -505,7 +508,8 @@ def test_dev_pairs_that_are_all_training_pairs_are_refused(tmp_path, copy):
                                         "dev metrics reported on training pairs; set dev_data to dev pairs kept apart"):
         load_data(recipe)
     other = synthetic_pairs(10, seed=1)
-    mixed = pairs_file(tmp_path / "mixed.tsv", Pairs(other.queries + pairs.queries[:10], other.titles + pairs.titles[:10],
+    mixed = pairs_file(tmp_path / "mixed.tsv", Pairs(other.queries + pairs.queries[:10],
+                                                     other.titles + pairs.titles[:10],
                                                      other.labels + pairs.labels[:10]))
     assert len(load_data(from_dict(FinetuneRecipe, dict(train_data=train, dev_data=mixed)))[1]) == 20
 
@@ -600,7 +604,8 @@ def test_the_dev_sample_of_a_dev_file_is_drawn_with_its_own_seed(tmp_path):
     copy = tmp_path / "dev.tsv"  # the same rows, columns in another order (the same bytes are refused as dev_data)
     rows = zip(p.queries, p.titles, (p.grades[i] for i in p.labels))
     copy.write_text("title\tquery\tgrade\n" + "".join(f"{t}\t{q}\t{g}\n" for q, t, g in rows))
-    recipe = from_dict(FinetuneRecipe, dict(train_data=str(path), dev_data=str(copy), train_rows=50, dev_rows=50, seed=7))
+    recipe = from_dict(FinetuneRecipe, dict(train_data=str(path), dev_data=str(copy), train_rows=50, dev_rows=50,
+                                            seed=7))
     train_pairs, dev = load_data(recipe)
     assert train_pairs.queries == read_pairs(path).sample(50, seed=7).queries
     assert dev.queries == read_pairs(path).sample(50, seed=8).queries
@@ -678,8 +683,8 @@ def test_a_check_names_the_set_values_it_read():
     from headcut.recipes import load_recipe
     from headcut_grader.errors import UserError
 
-    with pytest.raises(UserError, match=r"minilm_homedepot_cpu.yaml with --set mse_weight=2, --set train_data=synthetic: "
-                                        r"key .mse_weight. applies to task=score only"):
+    with pytest.raises(UserError, match=r"minilm_homedepot_cpu.yaml with --set mse_weight=2, "
+                                        r"--set train_data=synthetic: key .mse_weight. applies to task=score only"):
         load_recipe(FinetuneRecipe, "minilm_homedepot_cpu", overrides=["mse_weight=2", "train_data=synthetic"],
                     kind="finetune")
 

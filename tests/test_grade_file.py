@@ -48,7 +48,8 @@ def test_chunks_and_workers_write_what_one_pass_writes(tiny_grader, tmp_path):
     source = write_pairs(tmp_path / "pairs.tsv", 1300)
     whole = grade(tiny_grader, source, "--out", tmp_path / "whole.tsv", "--chunk-rows", "100000", "--threads", "1")
     assert whole.exit_code == 0, whole.output
-    for name, flags in (("chunks.tsv", ["--chunk-rows", "250"]), ("workers.tsv", ["--chunk-rows", "250", "--workers", "2"])):
+    for name, flags in (("chunks.tsv", ["--chunk-rows", "250"]),
+                        ("workers.tsv", ["--chunk-rows", "250", "--workers", "2"])):
         result = grade(tiny_grader, source, "--out", tmp_path / name, "--threads", "1", *flags)
         assert result.exit_code == 0, result.output
         assert "graded 1300 pairs" in result.output
@@ -254,7 +255,8 @@ def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tm
         env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hold"), env.get("PYTHONPATH", "")])
         env["HEADCUT_TEST_HELD"] = str(tmp_path / "hold" / "held")
     run = subprocess.Popen(command(tiny_grader, source, "--out", out, *flags), stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, start_new_session=True,  # its own group, as a shell's job
+                           stderr=subprocess.STDOUT, text=True,
+                           start_new_session=True,  # its own group, as a shell's job
                            preexec_fn=take_ctrl_c, env=env)
     workers = set()
 
@@ -273,7 +275,8 @@ def test_ctrl_c_with_workers_says_one_line_exits_130_and_resumes(tiny_grader, tm
         for pid in filter(process_alive, [run.pid, *workers]):
             os.kill(pid, signal.SIGKILL)
     said = [line for line in output.splitlines() if line.strip()]
-    assert run.returncode == 130 and len(said) == 1 and said[0].startswith(f"interrupted: {out} was not written"), output
+    assert (run.returncode == 130 and len(said) == 1
+            and said[0].startswith(f"interrupted: {out} was not written")), output
     assert not out.exists()
     if when == "workers starting":
         assert said[0].endswith("no graded rows were kept; rerun the same command to start again."), output
@@ -318,7 +321,8 @@ def entry_points() -> dict[str, list[str]]:
     for toml in (ROOT / "pyproject.toml", ROOT / "grader" / "pyproject.toml"):
         for name, target in tomllib.loads(toml.read_text())["project"]["scripts"].items():
             module, _, function = target.partition(":")
-            starts[name] = [sys.executable, "-c", f"import sys; from {module} import {function}; sys.exit({function}())"]
+            starts[name] = [sys.executable, "-c",
+                            f"import sys; from {module} import {function}; sys.exit({function}())"]
     return starts
 
 
@@ -591,7 +595,8 @@ def test_peak_memory_does_not_grow_with_text_length(tiny_grader, tmp_path):
     peaks = {}
     for chars in (100, 1_000_000):
         source = write_long_titles(tmp_path / f"titles{chars}.tsv", 50, chars)
-        peaks[chars] = peak_rss_mib("grade", tiny_grader, source, "--out", tmp_path / f"out{chars}.tsv", "--threads", "1")
+        peaks[chars] = peak_rss_mib("grade", tiny_grader, source, "--out", tmp_path / f"out{chars}.tsv",
+                                    "--threads", "1")
         (tmp_path / f"out{chars}.tsv").unlink()
     print(f"\npeak RSS: {peaks[100]:.0f} MiB with 100-character titles, {peaks[1_000_000]:.0f} MiB with 1M")
     assert peaks[1_000_000] - peaks[100] < 100, peaks
@@ -611,7 +616,8 @@ def tiny_reranker(tmp_path_factory):
     root = tmp_path_factory.mktemp("reranker")
     tokenizer = tiny_tokenizer(root / "tok")
     model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), max_position_embeddings=128)
-    loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "identity", "max_length": 64}, "tiny", "0" * 16)
+    loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "identity", "max_length": 64}, "tiny",
+                         "0" * 16)
     build_grader(loaded, root / "grader", pairs=as_scores(synthetic_pairs(60)))
     return root / "grader"
 

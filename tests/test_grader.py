@@ -96,7 +96,8 @@ def test_grade_cli_round_trips_each_format(tiny_grader, tmp_path, suffix):
     pairs = synthetic_pairs(25, seed=4)
     source = tmp_path / f"pairs.{suffix}"
     if suffix == "jsonl":
-        source.write_text("".join(json.dumps({"query": q, "title": t}) + "\n" for q, t in zip(pairs.queries, pairs.titles)))
+        source.write_text("".join(json.dumps({"query": q, "title": t}) + "\n"
+                                  for q, t in zip(pairs.queries, pairs.titles)))
     else:
         with open(source, "w", newline="") as f:
             writer = csv.writer(f, delimiter="\t" if suffix == "tsv" else ",")
@@ -127,8 +128,8 @@ def test_evaluate_runs_an_exported_grader_against_its_pytorch_model(tmp_path, ti
     folder, loaded, _ = tiny_grader
     source = save_model(loaded, tmp_path / "source")
     out = tmp_path / "against.json"
-    result = CliRunner().invoke(app, ["evaluate", "--model", str(folder), "--against", str(source), "--data", "synthetic",
-                                      "--limit", "150", "--bootstrap", "20", "--out", str(out)])
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(folder), "--against", str(source),
+                                      "--data", "synthetic", "--limit", "150", "--bootstrap", "20", "--out", str(out)])
     assert result.exit_code == 0, result.output
     report = json.loads(out.read_text())
     assert report["model"]["kind"] == "onnxruntime grader" and report["data"]["rows"] == 150
@@ -181,7 +182,8 @@ def test_long_texts_keep_the_token_ids_of_the_whole_texts(tiny_grader, kind, max
                  else bytelevel_bpe(max_length))
     queries, titles = zip(*LONG_TEXTS.values())
     ids, types = encode_pairs(tokenizer, queries, titles)
-    for name, got_ids, got_types, whole in zip(LONG_TEXTS, ids, types, tokenizer.encode_batch(list(LONG_TEXTS.values()))):
+    for name, got_ids, got_types, whole in zip(LONG_TEXTS, ids, types,
+                                               tokenizer.encode_batch(list(LONG_TEXTS.values()))):
         assert (got_ids, got_types) == (whole.ids, whole.type_ids), name
         assert len(got_ids) == max_length or name.startswith("no spaces"), name  # every pair was cut
 
@@ -366,7 +368,8 @@ def test_grade_dataset_takes_any_whole_number_type_and_hands_ray_ints(tiny_grade
                             batch_size=np.int64(8), rows_per_call=np.uint16(100))
     assert (options["concurrency"], options["batch_size"], options["num_cpus"]) == (2, 100, 1)
     assert type(options["concurrency"]) is int and type(options["fn_constructor_kwargs"]["batch_size"]) is int
-    with pytest.raises(UserError, match=r"^grade_dataset rows_per_call is 0\.5; it must be a whole number of at least 1\.$"):
+    with pytest.raises(UserError,
+                       match=r"^grade_dataset rows_per_call is 0\.5; it must be a whole number of at least 1\.$"):
         grade_dataset(Dataset(), tiny_grader[0], rows_per_call=0.5)
 
 

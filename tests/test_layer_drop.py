@@ -212,7 +212,8 @@ def test_a_cross_encoder_of_modernbert_without_its_first_layer_is_refused(tmp_pa
     loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "sigmoid"})
     with pytest.raises(UserError, match="lost the encoder layers below its layer 1") as caught:
         save_cross_encoder(loaded, tmp_path / "ce", **({} if names == "arguments" else
-                                                        {"keep_layers_said": prune_arguments.named("no_drop_layers", names)}))
+                                                        {"keep_layers_said":
+                                                         prune_arguments.named("no_drop_layers", names)}))
     assert f"prune it without dropping layers ({said}) to write" in str(caught.value)
 
 
@@ -326,7 +327,8 @@ def test_tuning_fits_each_kept_layer_to_its_own_original(one_thread):
 
 
 @pytest.mark.parametrize("search, share", [("as searched", 0.3), ("middle layer forced", 0.5)])
-def test_layer_drops_stand_only_when_tuned_they_beat_every_layer_kept(search, share, tiny_grader, monkeypatch):  # noqa: F811
+def test_layer_drops_stand_only_when_tuned_they_beat_every_layer_kept(search, share, tiny_grader,  # noqa: F811
+                                                                       monkeypatch):
     """The search judges masked, untuned plans; tuning repairs thinned layers better than missing ones, so
     drops that looked best masked can be far worse once tuned. So with tuning,
     --drop-layers is never further from the unpruned model on the held-out calibration pairs than the same prune

@@ -112,7 +112,8 @@ def grader(request, tmp_path_factory):
     tokenizer = tiny_tokenizer()
     dev = write_pairs(root / "dev.tsv", synthetic_pairs(60, seed=2))
     model = deep(request.param, vocab_size=len(tokenizer), initializer_range=0.4)
-    meta = {"kind": "finetune", "grades": [1, 2, 3, 4, 5], "max_length": 24, "dev_data": {"path": str(dev), "preset": None}}
+    meta = {"kind": "finetune", "grades": [1, 2, 3, 4, 5], "max_length": 24,
+            "dev_data": {"path": str(dev), "preset": None}}
     return save_model(LoadedModel(model, tokenizer, meta), root / "grader")
 
 
@@ -156,7 +157,8 @@ def test_bottom_k_and_pruned_students_build_from_the_teacher(grader, tmp_path):
     from headcut.recipes import from_dict
 
     teacher = load_model(grader, attn_implementation="eager")
-    recipe = from_dict(DistillRecipe, dict(teacher=str(grader), student="bottom-k", keep_layers=2, train_data="synthetic"))
+    recipe = from_dict(DistillRecipe, dict(teacher=str(grader), student="bottom-k", keep_layers=2,
+                                           train_data="synthetic"))
     student = build_student(recipe, teacher).loaded
     inputs = tiny_inputs(kind=teacher.model.config.model_type, length=13)
     with torch.no_grad():

@@ -343,7 +343,8 @@ def test_a_score_grader_on_openvino_equals_pytorch_and_its_int8_gate_judges_rank
     model = tiny_model("bert", num_labels=1, vocab_size=len(tokenizer), max_position_embeddings=128,
                        initializer_range=0.2)
     keep_heads(model, [[0, 2], []])
-    loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "sigmoid", "max_length": 64}, "tiny", "0" * 16)
+    loaded = LoadedModel(model, tokenizer, {"task": "score", "activation": "sigmoid", "max_length": 64}, "tiny",
+                         "0" * 16)
     pairs = as_scores(synthetic_pairs(120))
     lenient = Int8Gate(min_agreement=0.0, max_spearman_drift=1.0, max_drop=100.0, min_speed_vs_fp32=0.0)
     record = build_grader(loaded, tmp_path / "grader", pairs=pairs, backend="openvino", precision="int8", gate=lenient,
@@ -391,7 +392,8 @@ def test_a_resume_on_the_other_backend_names_the_backend_that_continues_it(both,
     from test_grade_file import grade, stopped_at_row_100
 
     source = stopped_at_row_100(both, tmp_path, "--backend", "onnxruntime")
-    resumed = grade(both, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume", "--backend", "openvino")
+    resumed = grade(both, source, "--out", tmp_path / "o.tsv", "--chunk-rows", "100", "--resume",
+                    "--backend", "openvino")
     assert resumed.exit_code == 2 and resumed.output.endswith(
         "the interrupted run graded with this grader's onnxruntime graph, and this run with its openvino one; resume "
         "with --backend onnxruntime, or run without --resume and with --overwrite.\n"), resumed.output

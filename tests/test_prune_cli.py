@@ -20,7 +20,8 @@ from tests.conftest import need_homedepot, need_minilm, renamed_columns_file, ti
 
 
 def write_pairs(path, pairs):
-    rows = ["query\ttitle\tgrade"] + [f"{q}\t{t}\t{pairs.grades[l]}" for q, t, l in zip(pairs.queries, pairs.titles, pairs.labels)]
+    rows = ["query\ttitle\tgrade"] + [f"{q}\t{t}\t{pairs.grades[l]}"
+                                      for q, t, l in zip(pairs.queries, pairs.titles, pairs.labels)]
     write_text(path, "\n".join(rows) + "\n")
     return path
 
@@ -55,8 +56,8 @@ def test_prune_with_the_recorded_dev_data(tmp_path, tiny_grader):
     result = run("--model", grader, "--keep-ratio", 0.5, "--out", out, "--method", "fisher", "--bootstrap", 50,
                  "--latency-seconds", 0.05)
     assert result.exit_code == 0, result.output
-    for text in ("| heads |", "Ideal speedup from FLOPs", "Measured CPU latency", "| 32 |", "also chose the pruned units",
-                 "Same grade as the unpruned model"):
+    for text in ("| heads |", "Ideal speedup from FLOPs", "Measured CPU latency", "| 32 |",
+                 "also chose the pruned units", "Same grade as the unpruned model"):
         assert text in result.output
     assert folder_state(grader) == before  # the input is never touched
     pruned = load_model(out)
@@ -275,8 +276,8 @@ def test_a_python_caller_reads_the_recorded_dev_data_with_its_own_columns(tmp_pa
     assert pool.queries == pairs.queries and list(pool.labels) == list(pairs.labels)
     write_text(tmp_path / "plain.tsv", "query\ttitle\tgrade\n" + "".join(
         f"{q}\t{t}\t{pairs.grades[y]}\n" for q, t, y in zip(pairs.queries, pairs.titles, pairs.label_array())))
-    plain = LoadedModel(loaded.model, loaded.tokenizer, {**loaded.meta, "dev_data": {"path": str(tmp_path / "plain.tsv"),
-                                                                                     **wrong}})
+    plain = LoadedModel(loaded.model, loaded.tokenizer,
+                        {**loaded.meta, "dev_data": {"path": str(tmp_path / "plain.tsv"), **wrong}})
     assert default_data(plain, columns={"preset": "homedepot"})[1] == {
         "preset": "homedepot", "query_col": None, "title_col": None, "label_col": None, "label_map": None}
     assert data_pool(plain, None, columns={"preset": "homedepot"}).queries == pairs.queries
@@ -417,4 +418,5 @@ def test_a_shared_column_flag_told_of_every_file_keeps_its_other_settings():
                           callback=print, rich_help_panel="Columns")
     told = every_file(shared)
     assert told.help == "Query column." + EVERY_FILE and shared.help == "Query column."
-    assert {k: v for k, v in vars(told).items() if k != "help"} == {k: v for k, v in vars(shared).items() if k != "help"}
+    assert ({k: v for k, v in vars(told).items() if k != "help"}
+            == {k: v for k, v in vars(shared).items() if k != "help"})

@@ -51,7 +51,8 @@ def test_the_shipped_distill_recipes_cover_every_student_kind():
 def test_a_misspelt_key_names_itself_and_the_valid_keys(tmp_path):
     path = tmp_path / "r.yaml"
     path.write_text("teacher: runs/teacher\ntrain_data: x\ntemprature: 3\n")
-    with pytest.raises(UserError, match=r"unknown key 'temprature' \(did you mean 'temperature'\?\); valid keys are: .*teacher, .*temperature"):
+    with pytest.raises(UserError, match=r"unknown key 'temprature' \(did you mean 'temperature'\?\); "
+                                        r"valid keys are: .*teacher, .*temperature"):
         load_recipe(DistillRecipe, path)
     with pytest.raises(UserError, match="unknown key 'learning_rat' \\(did you mean 'learning_rate'\\?\\)"):
         load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["learning_rat=1e-4"])
@@ -128,7 +129,8 @@ def test_range_problems_are_reported_with_the_unknown_and_mistyped_keys(tmp_path
     message = str(err.value)
     for problem in ("unknown key 'bogus'", "key 'keep_layers' must be a whole number",
                     "key 'epochs' is -1, which is out of range; it must be in (0, 1000]",
-                    "key 'temperature' is 0, which is out of range; it must be in [0.05, 100] (from --set temperature=0)"):
+                    "key 'temperature' is 0, which is out of range; it must be in [0.05, 100] "
+                    "(from --set temperature=0)"):
         assert problem in message
     assert message.startswith(f"{path}: ") and message.count("valid keys are") == 1
 
@@ -240,8 +242,8 @@ def test_dev_pairs_that_are_the_train_pairs_are_refused(train, dev, tmp_path, mo
 def test_a_missing_data_file_names_its_recipe_key(key, tmp_path):
     from headcut.finetune import load_data
 
-    overrides = ["teacher=runs/teacher", f"{key}={tmp_path}/nowhere.tsv"] + (["train_data=synthetic"] if key != "train_data"
-                                                                          else [])
+    overrides = ["teacher=runs/teacher", f"{key}={tmp_path}/nowhere.tsv"] + (["train_data=synthetic"]
+                                                                          if key != "train_data" else [])
     recipe = load_recipe(DistillRecipe, "distill/minilm_synthetic_cpu", overrides=overrides)
     with pytest.raises(UserError, match=f"^{key}={re.escape(str(tmp_path))}/nowhere.tsv: no such file; check the path"):
         load_data(recipe)
@@ -324,14 +326,17 @@ def test_dev_fraction_beside_dev_data_is_refused(tmp_path):
     from headcut.pipeline import load_pipeline
     from headcut.pipeline.recipe import sub_recipes
 
-    said = r"key 'dev_fraction' \(0.3\) holds out a share of train_data's queries as dev pairs only when dev_data is unset"
+    said = (r"key 'dev_fraction' \(0.3\) holds out a share of train_data's queries as dev pairs only when dev_data "
+            r"is unset")
     with pytest.raises(UserError, match=said):
-        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1", "dev_fraction=0.3"])
+        load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu",
+                    overrides=["dev_data=synthetic:1", "dev_fraction=0.3"])
     own = tmp_path / "mine.yaml"
     own.write_text("train_data: synthetic\ndev_data: synthetic:1\ndev_fraction: 0.3\n")
     with pytest.raises(UserError, match=said):
         load_recipe(FinetuneRecipe, own)
-    assert load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=["dev_data=synthetic:1"]).dev_fraction == 0.2
+    assert load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu",
+                       overrides=["dev_data=synthetic:1"]).dev_fraction == 0.2
     run = load_pipeline("quickstart", overrides=["data.dev=synthetic:1"])
     assert sub_recipes(run, teacher_dir="t", pruned_dir="p")["teacher"].dev_data == "synthetic:1"
     # the --sets gave both; the run's keys named as the run names them
@@ -359,9 +364,11 @@ def test_a_file_key_beside_synthetic_data_only_is_refused(key, value, tmp_path):
         load_pipeline("quickstart", overrides=[f"data.{key}={value}"])
     pairs = tmp_path / "pairs.tsv"
     pairs.write_text("q\tdoc\trel\ndrill\tcordless drill\t3\n")
-    read = load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu", overrides=[f"dev_data={pairs}", f"{key}={value}"])
+    read = load_recipe(FinetuneRecipe, "finetune/minilm_synthetic_cpu",
+                       overrides=[f"dev_data={pairs}", f"{key}={value}"])
     assert getattr(read, key) == value  # a file reads it
-    assert load_recipe(FinetuneRecipe, "finetune/minilm_homedepot_cpu", overrides=["train_data=synthetic"]).preset == "homedepot"
+    assert load_recipe(FinetuneRecipe, "finetune/minilm_homedepot_cpu",
+                       overrides=["train_data=synthetic"]).preset == "homedepot"
 
 
 def test_an_unknown_preset_is_refused_even_where_no_file_reads_it():
@@ -390,7 +397,8 @@ def test_a_student_s_own_teacher_in_a_run_is_refused_naming_the_recipe_file_and_
                               "would replace"), message
     own = tmp_path / "run.yaml"
     own.write_text(find_recipe("quickstart", kind="run").read_text().replace(
-        "    recipe: distill/minilm_synthetic_cpu\n", f"    recipe: distill/minilm_synthetic_cpu\n    teacher: {other}\n"))
+        "    recipe: distill/minilm_synthetic_cpu\n",
+        f"    recipe: distill/minilm_synthetic_cpu\n    teacher: {other}\n"))
     with pytest.raises(UserError, match=rf"^{own}: .*\[distill.bottom3\] key 'teacher' \({other}\) would replace"):
         load_pipeline(own)
 

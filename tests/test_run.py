@@ -87,7 +87,8 @@ def test_a_run_makes_every_stage_and_one_report(straight):
     report = json.loads((result.out / "report.json").read_text())
     assert [r["name"] for r in report["rows"]] == ["teacher", "pruned", "small"]
     teacher = report["rows"][0]
-    assert teacher["vs_teacher"]["agreement"]["value"] == pytest.approx(1.0) and teacher["speedup"] == pytest.approx(1.0)
+    assert (teacher["vs_teacher"]["agreement"]["value"] == pytest.approx(1.0)
+            and teacher["speedup"] == pytest.approx(1.0))
     assert report["rows"][2]["parameters"] < teacher["parameters"]  # a 1-layer student of a 3-layer teacher
     md = (result.out / "report.md").read_text()
     assert "| grader | precision |" in md and "Pareto" in md and "Experiment 1: random masking" in md
@@ -112,7 +113,8 @@ def test_changing_one_stage_reruns_it_and_downstream_only(straight, tmp_path):
     changed = run_pipeline(load_pipeline(recipe, overrides=["distill.small.learning_rate=5.0e-4"]), out)
     assert {s for s, state in changed.states.items() if state == "skipped"} == UPSTREAM_OF_SMALL
     assert {s for s, state in changed.states.items() if state == "done"} == {"distill.small", "export.small", "bench"}
-    pruned = run_pipeline(load_pipeline(recipe, overrides=["distill.small.learning_rate=5.0e-4", "prune.flops=0.7"]), out)
+    pruned = run_pipeline(load_pipeline(recipe, overrides=["distill.small.learning_rate=5.0e-4", "prune.flops=0.7"]),
+                          out)
     assert {s for s, state in pruned.states.items() if state == "done"} == {"prune", "export.pruned", "bench"}
 
 
@@ -162,7 +164,8 @@ def test_a_yardstick_reruns_only_the_bench_and_compares_every_grader_with_it(str
                                         ("folder", " is not a model folder (no config.json)")])
 def test_a_yardstick_that_is_not_a_grader_is_one_sentence(where, why, tmp_path):
     """Was: '[bench] yardstick PATH is not a grader folder (no config.json)' whatever PATH was, a pairs file too,
-    though the yardstick is a model folder (headcut finetune's; a grader folder of headcut export has no config.json)."""
+    though the yardstick is a model folder (headcut finetune's; a grader folder of headcut export has no
+    config.json)."""
     path = tmp_path / "nowhere"
     if where == "file":
         path.write_text("x")
@@ -288,7 +291,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
 
 
 @pytest.mark.parametrize("override, words", [
-    (["prune.flops=2", "scan.rowz=3"], ["key 'flops' is 2, which is out of range", "unknown key 'rowz' (did you mean 'rows'?)"]),
+    (["prune.flops=2", "scan.rowz=3"],
+     ["key 'flops' is 2, which is out of range", "unknown key 'rowz' (did you mean 'rows'?)"]),
     (["distill.bottom3.epochs=0", "teacher.lr=1"], ["--set distill.bottom3.epochs=0: key 'epochs' is 0",
                                                     "--set teacher.lr=1: unknown key 'lr'"]),
     (["prune.keep_ratio=0.5"], ["give exactly one of keep_ratio (heads only) or flops"]),
@@ -296,8 +300,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["epochs=2"], ["--set 'epochs=2' is not section.key=value"]),
     (["distill.botom3.epochs=2"], ["no student 'botom3' (students: bottom3)"]),
     (["bench.repeats=many"], ["key 'repeats' must be a whole number, not 'many'"]),
-    (["scan.methods=[kl, foo]", "scan.experiments=9"], ["[scan] methods [kl, foo]: unknown 'foo'",
-                                                      "[scan] experiments '9': unknown '9'; use all, none or numbers 1-5"]),
+    (["scan.methods=[kl, foo]", "scan.experiments=9"],
+     ["[scan] methods [kl, foo]: unknown 'foo'", "[scan] experiments '9': unknown '9'; use all, none or numbers 1-5"]),
     (["prune.flops=null", "prune.keep_ratio=0.5", "prune.method=ablation", "scan.methods=[kl]"],
      ["[prune] method 'ablation' ranks heads by scores the scan does not compute (scan.methods: kl)"]),
     (["prune.flops=null", "prune.keep_ratio=0.5", "prune.iterative=3", "prune.tune_fit=scales"],
@@ -307,7 +311,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     (["data.test_rows=100000000000000000000000000"], ["key 'test_rows' is a whole number of 27 digits, which is "
                                                       "out of range; it must be in [1, 1000000]"]),
     (["scan.rows=1000001"], ["--set scan.rows=1000001: key 'rows' is 1000001, which is out of range"]),
-    (["prune.score_rows=10000000"], ["key 'score_rows' is 10000000, which is out of range; it must be in [1, 1000000]"]),
+    (["prune.score_rows=10000000"],
+     ["key 'score_rows' is 10000000, which is out of range; it must be in [1, 1000000]"]),
     (["export.rows=10000000"], ["key 'rows' is 10000000, which is out of range; it must be in [20, 1000000]"]),
     # was: accepted, and the prune never read tune_fit (the CLI refuses --tune-fit with --no-tune)
     (["prune.tune=false", "prune.tune_fit=weights"],
@@ -318,7 +323,8 @@ def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     # by a dot would share one folder
     (["distill.teacher.recipe=distill/minilm_synthetic_cpu"], ["student name 'teacher' is the run's teacher grader"]),
     (["distill.Pruned.recipe=distill/minilm_synthetic_cpu"], ["student name 'Pruned' is the run's pruned grader"]),
-    (["distill.Bottom3.recipe=distill/minilm_synthetic_cpu"], ["students 'bottom3' and 'Bottom3' would share one folder"]),
+    (["distill.Bottom3.recipe=distill/minilm_synthetic_cpu"],
+     ["students 'bottom3' and 'Bottom3' would share one folder"]),
     (["distill.a-b.recipe=distill/minilm_synthetic_cpu", "distill.a.b.recipe=distill/minilm_synthetic_cpu"],
      ["--set 'distill.a.b.recipe=distill/minilm_synthetic_cpu': the recipe has no student 'a'"]),
     (["bench.repeats=2", "bench.repeats=3"], ["--set bench.repeats=2 and --set bench.repeats=3 set the same key"]),
@@ -362,8 +368,8 @@ def test_a_recipes_scan_section_is_refused_in_the_words_scan_refuses_its_flags(s
     from headcut.pipeline.recipe import from_mapping
     from headcut_grader.errors import UserError
 
-    data = {"data": {"train": "synthetic", "test": "synthetic:2"}, "teacher": {"recipe": "finetune/minilm_synthetic_cpu"},
-            "scan": scan}
+    data = {"data": {"train": "synthetic", "test": "synthetic:2"},
+            "teacher": {"recipe": "finetune/minilm_synthetic_cpu"}, "scan": scan}
     with pytest.raises(UserError) as e:
         from_mapping(data, where="r.yaml")
     assert words.format(draws="[scan] draws", experiments="[scan] experiments") in str(e.value)
@@ -401,7 +407,8 @@ def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
     (["prune.flops=null", "prune.keep_ratio=0.001"], ["prune.keep_ratio=0.001 keeps round(0.001 x ", ") = 0 heads"]),
     (["distill.small.unlabeled_data=nowhere.tsv"], ["distill.small.unlabeled_data=nowhere.tsv: no such file"]),
     (["prune.drop_layers=true", "prune.iterative=3"], ["[prune] drop_layers searches one plan of the unpruned model; "
-                                                       "[prune] iterative 3 re-plans a pruned one, so pass one of them"]),
+                                                       "[prune] iterative 3 re-plans a pruned one, "
+                                                       "so pass one of them"]),
     (["teacher.model=/nonexistent"], ["teacher.model=/nonexistent: no such folder, and not a built-in name"]),
     (["distill.small.keep_layers=9"], ["error: --set distill.small.keep_layers=9 is more than the teacher's",
                                        "pass --set distill.small.keep_layers=2 or less"]),
@@ -411,8 +418,8 @@ def test_a_test_file_that_is_a_copy_of_the_train_file_is_refused(tmp_path):
     # was: refused by the distill stage, after the teacher trained, as "max length 600 is more than ..."
     (["distill.small.max_length=600"], ["error: --set distill.small.max_length=600 is more than the teacher's 512 "
                                         "positions; pass --set distill.small.max_length=512 or less."]),
-    (["teacher.max_length=600"], ["[teacher] (minilm_synthetic_cpu.yaml) with --set teacher.max_length=600: max_length=600 "
-                                  "is more than the model's 512 positions"]),
+    (["teacher.max_length=600"], ["[teacher] (minilm_synthetic_cpu.yaml) with --set teacher.max_length=600: "
+                                  "max_length=600 is more than the model's 512 positions"]),
 ])
 def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_recipe, tmp_path, override, words):
     """Refused when the recipe is read, naming the recipe key (not the flag of the command the stage calls)."""
@@ -1200,7 +1207,8 @@ def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_re
                                       "it must be in [1, 1000000]; key 'draws' is 0"),
     (["distill.bottom3.keep_layers=0", "distill.bottom3.epochs=0"],
      "--set distill.bottom3.keep_layers=0 --set distill.bottom3.epochs=0: key 'keep_layers' is 0"),
-    (["teacher.epochs=0", "teacher.max_length=1"], "--set teacher.max_length=1 --set teacher.epochs=0: key 'max_length'"),
+    (["teacher.epochs=0", "teacher.max_length=1"],
+     "--set teacher.max_length=1 --set teacher.epochs=0: key 'max_length'"),
 ])
 def test_several_problems_of_set_values_alone_are_led_by_those_sets(items, words):
     from headcut_grader.errors import UserError
@@ -1468,7 +1476,8 @@ def test_test_pairs_of_one_grade_stop_the_run_before_any_stage(tmp_path):
     back from the bench record) and stopped on a TypeError traceback."""
     test = tmp_path / "test.tsv"
     test.write_text("query\ttitle\tgrade\n" + "".join(f"q{i}\ttitle {i}\t3\n" for i in range(4)))
-    result = CliRunner().invoke(app, ["run", "quickstart", "--out", str(tmp_path / "out"), "--set", f"data.test={test}"])
+    result = CliRunner().invoke(app, ["run", "quickstart", "--out", str(tmp_path / "out"),
+                                      "--set", f"data.test={test}"])
     message = result.stderr.strip()
     assert result.exit_code == 2 and "\n" not in message and "Traceback" not in message, result.output
     assert message.endswith(f"--set data.test={test}: all 4 test pairs have grade 3; Spearman against one grade is "
@@ -1639,7 +1648,8 @@ def test_a_stage_names_the_model_it_loads_by_the_recipe_key_or_its_run_folder_pa
     overrides = [o.format(run=tmp_path) for o in teacher[1::2]]
     recipe = load_pipeline("quickstart", overrides=overrides)
     recorded = str(tmp_path / "mine") if overrides else "teacher/model"
-    ctx = stages.Context(recipe, tmp_path / "export-teacher", {"teacher": {"model": recorded}}, lambda *a: None, tmp_path)
+    ctx = stages.Context(recipe, tmp_path / "export-teacher", {"teacher": {"model": recorded}}, lambda *a: None,
+                         tmp_path)
     for stage in (stages.scan, stages.prune, stages.export("teacher"), bench):
         with pytest.raises(UserError) as e:
             stage(ctx)
@@ -1766,8 +1776,8 @@ def test_a_students_grades_other_than_an_existing_teachers_are_refused_before_an
     with pytest.raises(UserError) as caught:
         check_students(run_parts(recipe))
     assert str(caught.value) == (f"{'' if given == '--set' else lead}key 'distill.bottom3.grades' is [0, 1, 2, 3, 4], "
-                                 f"but the teacher {teacher} grades [1, 2, 3, 4, 5]; set grades to the teacher's (--set "
-                                 "distill.bottom3.grades=[1,2,3,4,5]), or pass a teacher of these grades.")
+                                 f"but the teacher {teacher} grades [1, 2, 3, 4, 5]; set grades to the teacher's "
+                                 "(--set distill.bottom3.grades=[1,2,3,4,5]), or pass a teacher of these grades.")
 
 
 def test_a_refusal_a_sub_recipe_makes_as_its_stage_runs_names_the_run_s_keys(tmp_path):

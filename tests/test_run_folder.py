@@ -40,7 +40,8 @@ def test_a_second_run_on_a_live_run_folder_is_refused_and_leaves_it_alone(tmp_pa
         for run_hash in ("first", "second"):
             with pytest.raises(UserError, match=f"another run is using {partial}; wait for it"):
                 RunFolder.open(out, run_hash, {}, overwrite=True)
-        assert (partial / "checkpoint").is_dir() and json.loads((partial / "recipe.json").read_text())["hash"] == "first"
+        assert ((partial / "checkpoint").is_dir()
+                and json.loads((partial / "recipe.json").read_text())["hash"] == "first")
     assert RunFolder.open(out, "second", {}, overwrite=True).path == partial  # a dead run holds nothing
     assert sorted(p.name for p in partial.iterdir()) == [LOCK_FILE, "recipe.json"]
 

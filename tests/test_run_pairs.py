@@ -67,7 +67,8 @@ def test_a_test_file_that_chose_nothing_is_reported_whole(files, tmp_path):
     meta = json.loads((teacher / META_FILE).read_text())
     chosen = selection_queries(r, meta)
     assert chosen == set()
-    assert report_pairs(r, chosen, 200).fingerprint == read(str(other), data=DataSection(preset="homedepot"), rows=200, seed=0).fingerprint
+    assert (report_pairs(r, chosen, 200).fingerprint
+            == read(str(other), data=DataSection(preset="homedepot"), rows=200, seed=0).fingerprint)
     gate = choice_pairs(r, chosen, 100)  # the dev file, not the test file
     assert gate.fingerprint == read(str(dev), data=DataSection(preset="homedepot"), rows=100, seed=1).fingerprint
 

@@ -100,5 +100,6 @@ def test_runtime_installs_alone_and_grades_without_torch(tmp_path):
         assert grades == Grader(folder, backend=backend).grade(pairs).grades.tolist()
     size = du(venv / "lib")
     openvino = du(next((venv / "lib").glob("python*/site-packages/openvino")))
-    print(f"\nruntime venv site-packages with [openvino]: {size / 2**20:.0f} MiB (openvino {openvino / 2**20:.0f} MiB); "
+    print(f"\nruntime venv site-packages with [openvino]: {size / 2**20:.0f} MiB "
+          f"(openvino {openvino / 2**20:.0f} MiB); "
           "cold start (process to 40 graded pairs written): " + ", ".join(f"{b} {s:.2f} s" for b, s in cold.items()))

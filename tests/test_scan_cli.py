@@ -179,7 +179,8 @@ def test_probe_refuses_grade_flags_it_would_not_read(tiny_grader, tmp_path, flag
                             "--out", str(tmp_path / "x")])
     said = " ".join(r.output.split())
     assert r.exit_code == 2, r.output
-    assert f"{flag} says how to read grades, and probe reads no grades (it probes what heads attend to); drop {flag}." in said
+    assert (f"{flag} says how to read grades, and probe reads no grades (it probes what heads attend to); "
+            f"drop {flag}." in said)
     assert flag not in " ".join(runner.invoke(app, ["probe", "--help"], env={"COLUMNS": "200"}).output.split())
     assert not (tmp_path / "x").exists()
 
@@ -468,7 +469,8 @@ def test_the_thread_count_is_declared_once_and_an_out_of_range_one_is_refused_ev
     assert inspect.signature(build_grader).parameters["threads"].default == declared.default
     flags = {(app_name, name): p for app_name, program in (("headcut", app), ("headcut-grader", runtime))
              for name, command in get_command(program).commands.items() for p in command.params if p.name == "threads"}
-    assert {("headcut", "export"), ("headcut", "bench"), ("headcut-grader", "grade"), ("headcut-grader", "serve")} <= set(flags)
+    assert {("headcut", "export"), ("headcut", "bench"), ("headcut-grader", "grade"),
+            ("headcut-grader", "serve")} <= set(flags)
     for (app_name, name), param in flags.items():
         assert f"({THREADS.describe()})." in param.help, (app_name, name)
         # the runtime's commands (headcut grade and serve are headcut-grader's) default to cores / workers
@@ -487,7 +489,8 @@ def test_the_thread_count_is_declared_once_and_an_out_of_range_one_is_refused_ev
             grade_dataset(None, exported_grader, threads=bad)
         for program, args in ((app, ["bench", "-m", "minilm-l6", "--data", "synthetic", "--out", str(tmp_path / "b")]),
                               (app, ["export", "-m", "minilm-l6", "--data", "synthetic", "--out", str(tmp_path / "e")]),
-                              (runtime, ["grade", str(exported_grader), "pairs.tsv", "--out", str(tmp_path / "g.tsv")])):
+                              (runtime, ["grade", str(exported_grader), "pairs.tsv",
+                                         "--out", str(tmp_path / "g.tsv")])):
             result = CliRunner().invoke(program, [*args, "--threads", str(bad)])
             said = f"--threads {bad} is out of range; it must be in [1, {MAX_THREADS}]"
             assert result.exit_code == 2 and said in " ".join(result.output.split()), (args[0], result.output)
@@ -545,7 +548,8 @@ def test_a_benchmark_s_threads_default_reads_the_declared_one():
      "argument --probe-length: 9000 is out of range; it must be in [8, 8192]."),
     ("augment_pairs.py", ["t.tsv", "--out", "o", "--ratio", "nan"],
      "argument --ratio: nan is not a finite number; it must be in (0, 10]."),
-    ("grade_scale.py", ["g", "--out", "o", "--rows", "1000,0"], "argument --rows: 0 is out of range; it must be at least 1."),
+    ("grade_scale.py", ["g", "--out", "o", "--rows", "1000,0"],
+     "argument --rows: 0 is out of range; it must be at least 1."),
     # a flag of several numbers in one item, parsed by hand, was taken unchecked (--layouts 1x0: a grade of 0 threads)
     ("grade_scale.py", ["g", "--out", "o", "--layouts", "1x2,1x0"],
      "argument --layouts: 1x0: T 0 is out of range; it must be in [1, 256]."),

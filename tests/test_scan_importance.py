@@ -69,9 +69,11 @@ def test_the_scan_tolerance_stated_is_the_one_checked():
     checked = re.findall(r"max\(diffs\.values\(\)\) > ([\d.e-]+):", (root / "benchmarks" / "scan_speed.py").read_text())
     assert [float(c) for c in checked] == [EXACT], checked
 
-@pytest.mark.parametrize("kind,attn", [("bert", "eager"), ("bert", "sdpa"), ("roberta", "sdpa"), ("distilbert", "eager")])
+@pytest.mark.parametrize("kind,attn", [("bert", "eager"), ("bert", "sdpa"), ("roberta", "sdpa"),
+                                       ("distilbert", "eager")])
 def test_fast_ablation_equals_naive_exactly(kind, attn):
-    model = tiny_model(kind, attn=attn, hidden_dropout_prob=0.0) if kind != "distilbert" else tiny_model(kind, attn=attn)
+    model = (tiny_model(kind, attn=attn, hidden_dropout_prob=0.0) if kind != "distilbert"
+             else tiny_model(kind, attn=attn))
     enc = toy_encoded(kind)
     base_n, naive = naive_ablation_logits(model, enc, batch_size=8)
     base_f, fast = ablation_logits(model, enc, batch_size=8, max_rows=20)  # 2 copies per forward

@@ -81,8 +81,8 @@ def test_grades_and_scores_mismatched_are_one_sentence(tmp_path):
 def test_score_model_given_graded_pairs_exits_2(reranker, tmp_path):
     grader, _ = reranker
     grades_only = write_scored(tmp_path / "g.tsv", synthetic_pairs(20), columns=("grade",))
-    result = CliRunner().invoke(app, ["prune", "--model", str(grader), "--keep-ratio", "0.5", "--data", str(grades_only),
-                                      "--out", str(tmp_path / "p"), "--no-timing"])
+    result = CliRunner().invoke(app, ["prune", "--model", str(grader), "--keep-ratio", "0.5",
+                                      "--data", str(grades_only), "--out", str(tmp_path / "p"), "--no-timing"])
     assert result.exit_code == 2, result.output
     assert "no score column 'score', and this model is a one-score reranker" in result.output.replace("\n", " ")
     assert "Traceback" not in result.output
@@ -141,7 +141,8 @@ def test_ranking_metrics_equal_plain_loops_and_cis_bracket_them():
 
 def scored_pairs(n=24):
     pairs = synthetic_pairs(n, seed=4)
-    return Pairs(pairs.queries, pairs.titles, None, pairs.grades, "toy", scores=[1.0 + label / 2 for label in pairs.labels])
+    return Pairs(pairs.queries, pairs.titles, None, pairs.grades, "toy",
+                 scores=[1.0 + label / 2 for label in pairs.labels])
 
 
 def masked_scores(model, encoded, mask):
@@ -258,7 +259,8 @@ def test_cross_encoder_round_trip_through_a_prune(tmp_path):
                                       "--score-rows", "16"])
     assert result.exit_code == 0, result.output
     assert "within each query" in result.output
-    result = CliRunner().invoke(app, ["cross-encoder", "--model", str(tmp_path / "pruned"), "--out", str(tmp_path / "st")])
+    result = CliRunner().invoke(app, ["cross-encoder", "--model", str(tmp_path / "pruned"),
+                                      "--out", str(tmp_path / "st")])
     assert result.exit_code == 0, result.output
     ours = headcut_scores(tmp_path / "pruned", pairs)
     theirs = CrossEncoder(str(tmp_path / "st"), local_files_only=True).predict(list(zip(pairs.queries, pairs.titles)))
@@ -579,8 +581,9 @@ def lonely_pairs(path, n=12):
 def test_ranking_metrics_are_na_where_no_query_has_two_titles(reranker, tmp_path):
     """Was: NDCG@10, MRR and pair accuracy printed and written as 0.0000."""
     grader, _ = reranker
-    result = CliRunner().invoke(app, ["evaluate", "--model", str(grader), "--data", str(lonely_pairs(tmp_path / "l.tsv")),
-                                      "--label-col", "score", "--bootstrap", "20", "--out", str(tmp_path / "m.json")])
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(grader),
+                                      "--data", str(lonely_pairs(tmp_path / "l.tsv")), "--label-col", "score",
+                                      "--bootstrap", "20", "--out", str(tmp_path / "m.json")])
     assert result.exit_code == 0, result.output
     metrics = json.loads((tmp_path / "m.json").read_text())
     assert [metrics[m] for m in ("ndcg@10", "mrr", "pair_accuracy")] == [None, None, None]
@@ -638,7 +641,8 @@ def test_the_int8_gate_of_a_score_model_needs_two_titles_of_one_query(reranker, 
     ("grades", "score", "has scores ('score') but no grade column 'grade', and this model grades (task grades); pass "
                         "graded pairs (or name the grade column with --label-col), or use a one-score model."),
     ("score", "grade", "has grades ('grade') but no score column 'score', and this model is a one-score reranker (task "
-                       "score); pass a file with a numeric score column (or name it with --label-col), or use a grades"),
+                       "score); pass a file with a numeric score column (or name it with --label-col), "
+                       "or use a grades"),
 ])
 def test_a_scan_that_needs_gold_of_a_file_holding_the_other_tasks_says_which(reranker, tokenizer, tmp_path, task,
                                                                              column, said):

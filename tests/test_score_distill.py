@@ -25,7 +25,8 @@ def score_teacher(tmp_path_factory):
     """A random 3-layer tiny one-score BERT, initialised wide so that its scores vary from pair to pair."""
     root = tmp_path_factory.mktemp("score-teacher")
     tok = tiny_tokenizer()
-    model = tiny_model("bert", attn="sdpa", num_labels=1, vocab_size=len(tok), num_hidden_layers=3, initializer_range=0.5)
+    model = tiny_model("bert", attn="sdpa", num_labels=1, vocab_size=len(tok), num_hidden_layers=3,
+                       initializer_range=0.5)
     meta = {"task": "score", "activation": "identity", "max_length": 32}
     return save_model(LoadedModel(model, tok, meta), root / "teacher")
 
@@ -64,7 +65,8 @@ def test_margin_mse_equals_a_plain_loop_and_ignores_a_constant_shift():
 def test_gold_mse_reads_only_pairs_with_a_gold_score():
     student = torch.tensor([[1.0], [2.0], [5.0], [0.5]], requires_grad=True)
     gold = torch.tensor([1.5, float("nan"), 3.0, 0.5])
-    assert float(gold_mse(student, gold).detach()) == pytest.approx((0.5 ** 2 + 2.0 ** 2 + 0.0) / 3)  # the NaN row adds nothing
+    # the NaN row adds nothing
+    assert float(gold_mse(student, gold).detach()) == pytest.approx((0.5 ** 2 + 2.0 ** 2 + 0.0) / 3)
     none = gold_mse(student, torch.full((4,), float("nan")))
     none.backward()
     assert float(none.detach()) == 0.0 and float(student.grad.abs().sum()) == 0.0
@@ -130,7 +132,8 @@ def test_a_score_student_learns_its_teacher(score_teacher, tmp_path):
     assert (student.task, student.activation, student.model.config.num_labels) == ("score", "identity", 1)
     assert student.model.config.num_hidden_layers == 1
     m = result.metrics
-    assert {"spearman", "ndcg@10", "mrr", "pair_accuracy"} <= set(m["after"]) and "pair_order" in m["after_minus_teacher"]
+    assert ({"spearman", "ndcg@10", "mrr", "pair_accuracy"} <= set(m["after"])
+            and "pair_order" in m["after_minus_teacher"])
     meta = json.loads((tmp_path / "student" / "headcut.json").read_text())
     assert meta["task"] == "score" and meta["recipe"]["margin_weight"] == 1.0
 
@@ -180,7 +183,8 @@ def test_a_grades_and_score_mix_up_is_one_sentence_exit_2(score_teacher, tmp_pat
 def test_a_score_recipe_refuses_the_grades_keys():
     from headcut_grader.errors import UserError
 
-    with pytest.raises(UserError, match="key 'kd_weight' applies to task=grades only, and this recipe distils task=score"):
+    with pytest.raises(UserError,
+                       match="key 'kd_weight' applies to task=grades only, and this recipe distils task=score"):
         score_recipe("t", kd_weight=0.3)
     with pytest.raises(UserError, match="key 'margin_weight' applies to task=score only"):
         score_recipe("t", task="grades", margin_weight=0.5, tune_fields=["learning_rate"])
@@ -203,7 +207,8 @@ def test_a_recipe_without_tune_fields_searches_its_own_tasks_fields():
 
 def test_the_distill_command_prints_ranking_metrics_for_a_score_student(score_teacher, tmp_path):
     recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(f"teacher: {score_teacher}\ntask: score\nstudent: bottom-k\nkeep_layers: 1\ntrain_data: synthetic\n"
+    recipe.write_text(f"teacher: {score_teacher}\ntask: score\nstudent: bottom-k\nkeep_layers: 1\n"
+                      "train_data: synthetic\n"
                       "train_rows: 120\ndev_rows: 60\nmax_length: 32\nepochs: 1\nbatch_size: 16\neval_every: 4\n"
                       "checkpoint_every: 4\nmargin_weight: 1.0\nmeasure_speed: false\n"
                       "tune_fields: [mse_weight, margin_weight, learning_rate]\n")

@@ -71,7 +71,8 @@ def test_a_score_run_makes_every_stage_and_a_ranking_report(score_recipe):
 
 
 def test_a_score_teacher_with_a_grades_student_stops_the_run_before_any_stage(tmp_path):
-    result = CliRunner().invoke(app, ["run", "quickstart", "--set", "teacher.recipe=finetune/minilm_homedepot_score_cpu",
+    result = CliRunner().invoke(app, ["run", "quickstart",
+                                      "--set", "teacher.recipe=finetune/minilm_homedepot_score_cpu",
                                       "--out", str(tmp_path / "run")])
     assert result.exit_code == 2, result.output
     assert result.output.replace("\n", " ").startswith(

@@ -92,7 +92,8 @@ def test_two_process_commands_publish_once_print_once_and_resume_exactly(tmp_pat
     for (name, a), b in zip(straight.state_dict().items(), resumed.state_dict().values()):
         assert torch.allclose(a, b, atol=1e-6), name
     student = json.loads((tmp_path / "student" / "headcut.json").read_text())
-    assert student["kind"] == "distill" and set(student["metrics"]) == {"teacher", "before", "after", "after_minus_teacher"}
+    assert (student["kind"] == "distill"
+            and set(student["metrics"]) == {"teacher", "before", "after", "after_minus_teacher"})
 
 
 def test_the_process_group_is_closed_at_exit(tmp_path):

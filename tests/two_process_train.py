@@ -56,8 +56,8 @@ def main(out: Path, nan: bool = False) -> None:
         (out / f"stopped-{PartialState().process_index}.txt").write_text(f"{len(calls)} {e}")
         return
     if PartialState().is_main_process:
-        torch.save({"model": model.state_dict(), "projection": projection.state_dict(), "projection_start": start, "steps": state.step,
-                    "examples": state.examples}, out / "final.pt")
+        torch.save({"model": model.state_dict(), "projection": projection.state_dict(), "projection_start": start,
+                    "steps": state.step, "examples": state.examples}, out / "final.pt")
 
 
 if __name__ == "__main__":
