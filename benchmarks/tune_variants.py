@@ -39,7 +39,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ROOT / "runs" / "teacher"))
     parser.add_argument("--budgets", type=several(real(prune_range("flops"))), default="0.65,0.5")
-    parser.add_argument("--variants", default="none,scale,bias,bias+cls,refit,bias+refit,scale+cls+refit,bias+cls+refit")
+    parser.add_argument("--variants",
+                        default="none,scale,bias,bias+cls,refit,bias+refit,scale+cls+refit,bias+cls+refit")
     parser.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=1000)
     parser.add_argument("--calibrate", type=whole(field_range(PruneSettings, "calibrate_rows")), default=512)
     parser.add_argument("--selection", type=whole(), default=1500)

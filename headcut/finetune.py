@@ -94,8 +94,9 @@ def check_dev_apart(recipe: TrainingRecipe, dev: Pairs, trained: Pairs, keys: st
 
     def say(name, how):  # worded (training.worded): a run names its keys as it does (data.dev)
         named = " and ".join(typed(name, how, key, getattr(recipe, key)) for key in keys.split())
-        return (f"{typed(name, how, 'dev_data', recipe.dev_data)}: each of its {len(dev)} dev pairs is also among the pairs the "
-                f"run trains on ({named}), so checkpoints would be chosen and dev metrics reported on training pairs; "
+        return (f"{typed(name, how, 'dev_data', recipe.dev_data)}: each of its {len(dev)} dev pairs is also among "
+                f"the pairs the run trains on ({named}), so checkpoints would be chosen and dev metrics reported on "
+                "training pairs; "
                 f"{other_dev_pairs(name, how, 'dev pairs kept apart from those')}, or "
                 f"{removal(name, how, 'dev_data', recipe.dev_data)} to hold out dev_fraction of {name('train_data')} "
                 "by query.")

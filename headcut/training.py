@@ -174,7 +174,9 @@ def removal(name, how, key: str, value, *, it: str = "") -> str:
     """How a refusal (worded: name(key), how(key)) asks to take `key` (holding `value`) away: 'drop --set
     dev_data=F' where its user typed that, else 'remove ' and `it` or the key as named ('remove --dev', 'remove
     dev_data' from a recipe file, 'remove data.dev' in a run)."""
-    return f"drop {typed(name, how, key, value)}" if how(key) == SET_GIVEN else f"remove {it or name(key)}"
+    if how(key) is CommandLine.GIVEN_BY_SET:
+        return f"drop {typed(name, how, key, value)}"
+    return f"remove {it or name(key)}"
 
 
 def given_as(name, key: str, value: str) -> str:

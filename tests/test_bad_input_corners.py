@@ -626,7 +626,8 @@ def test_counts_of_the_evaluate_api_are_checked_before_work(monkeypatch, saved_m
     # 0 is taken (a median of min_runs alone), unlike PruneSettings.latency_seconds; the upper bound is the setting's
     (lambda m: m.measure_latency([m.model], seq_len=64, min_seconds=-1), "measure_latency min_seconds is -1; it must "
                                                                        "be a number in [0, 600]."),
-    (lambda m: m.measure_latency([m.model], seq_len=16, min_seconds=float("inf")), "measure_latency min_seconds is inf;"),
+    (lambda m: m.measure_latency([m.model], seq_len=16, min_seconds=float("inf")),
+     "measure_latency min_seconds is inf;"),
     (lambda m: m.measure_latency([m.model], seq_len=16, warmup=-1), "measure_latency warmup is -1; it must be a whole"),
     (lambda m: m.measure_latency([m.model], seq_len=4096, batch_sizes=(32,)), "measure_latency batch_sizes, seq_len: a "
                                                                            "batch of 32 at 4096 tokens would hold"),
@@ -1428,7 +1429,8 @@ def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path
              ("read_scores path", scores, lambda: read_scores(scores)),
              ("recipe", recipe, lambda: find_recipe(recipe))]
     for name, path, call in calls:
-        said = (f"{name} is {path!r}, which ends in {ending}, so it names a folder, not a file to read" if caller(name) == "arguments"
+        said = (f"{name} is {path!r}, which ends in {ending}, so it names a folder, not a file to read"
+                if caller(name) == "arguments"
                 else f"{name}={path} ends in {ending}, so it names a folder, but {name} is a file to read")
         with pytest.raises(UserError, match=f"^{re.escape(said)}; drop the {re.escape(ending)} at its end\\.$"):
             call()

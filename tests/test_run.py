@@ -578,7 +578,9 @@ def test_an_export_precision_this_machine_refuses_is_named_as_the_user_gave_it(t
                                 "report would grade training pairs"),
     (["data.test=/dev/null"], "data.test=/dev/null is not a regular file (a pipe, device or socket); pass a pairs "
                               "file."),
-    (["scan.data=/"], "scan.data=/ is a folder; pass a pairs file."),
+    (["scan.data=/tmp"], "scan.data=/tmp is a folder; pass a pairs file."),
+    (["scan.data=/"], "scan.data=/ names the folder /, but {set}scan.data is a file to read; name a file inside that "
+                      "folder."),
 ])
 def test_a_pairs_file_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
     """Was: 'data.test=nowhere.tsv: no such file' for a --set and a run recipe's key alike, naming neither the --set

@@ -611,7 +611,8 @@ def test_every_number_flag_of_a_benchmark_is_checked():
     trees = {path.name: ast.parse(path.read_text(encoding="utf-8")) for path in (ROOT / "benchmarks").glob("*.py")}
     bare = [f"{name}:{node.lineno}" for name, tree in trees.items() for node in ast.walk(tree)
             if isinstance(node, ast.Call)
-            for k in node.keywords if k.arg == "type" and isinstance(k.value, ast.Name) and k.value.id in ("int", "float")]
+            for k in node.keywords
+            if k.arg == "type" and isinstance(k.value, ast.Name) and k.value.id in ("int", "float")]
     by_hand = [f"{name}:{node.lineno}" for name, tree in trees.items() for node in ast.walk(tree)
                if _number_read_by_hand(node)]
     assert not bare + by_hand, f"give these flags a range (benchmarks/bench_flags.py): {bare + by_hand}"
