@@ -34,8 +34,11 @@ def builtin_recipes(kind: str | None = None) -> list[str]:
     return sorted(str(p.relative_to(RECIPE_ROOT).with_suffix("")) for p in root.rglob("*.yaml"))
 
 
-def find_recipe(name_or_path: str | Path, *, kind: str | None = None) -> Path:
-    path = as_file_to_read(name_or_path, "recipe", what="a recipe file's path or a built-in name")
+def find_recipe(name_or_path: str | Path, *, kind: str | None = None,
+                flag: str = "find_recipe name_or_path") -> Path:
+    """The YAML file `name_or_path` names: a path, or a built-in name under recipes/ (`kind`'s folder first).
+    `flag`: what named it, as errors.caller reads it (a Python caller's: this argument; a run's key: recipe)."""
+    path = as_file_to_read(name_or_path, flag, what="a recipe file's path or a built-in name")
     if path.suffix in (".yaml", ".yml") and path.exists():
         if not path.is_file():  # a FIFO would block the read
             raise UserError(f"recipe {path} is not a regular file; pass a YAML file or a built-in name.")
@@ -54,7 +57,7 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
                 flags: dict[str, tuple[str, str]] | None = None):
     """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides, then `flags` ({key: (flag,
     text)}: a command's own flags for keys, --train for train_data), which a refusal names as typed."""
-    path = find_recipe(name_or_path, kind=kind)
+    path = find_recipe(name_or_path, kind=kind, flag="load_recipe name_or_path")
     data = read_recipe_file(path)
     origins = set_origins(overrides)
     data.update(parse_override(item) for item in overrides)

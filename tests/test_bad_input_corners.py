@@ -267,11 +267,12 @@ def _path_calls():
         (lambda v: load_model(v), "load_model source"), (lambda v: save_model(anything, v), "save_model out"),
         (lambda v: write_artifact(anything, v), "write_artifact out"),
         (lambda v: build_grader(anything, v), "build_grader out"),
-        (lambda v: scores_from_file(v, anything), "scores"),
+        (lambda v: scores_from_file(v, anything), "scores_from_file path"),
         (lambda v: distill(anything, v), "distill out"),
         (lambda v: distill(anything, "o", cache_dir=v), "distill cache_dir"),  # None: the default folder
         (lambda v: tune(anything, v, trials=1), "tune out"), (lambda v: read_tune(v), "read_tune out"),
-        (lambda v: load_pipeline(v), "recipe"), (lambda v: run_pipeline(anything, v), "run_pipeline out"),
+        (lambda v: load_pipeline(v), "load_pipeline name_or_path"),
+        (lambda v: run_pipeline(anything, v), "run_pipeline out"),
     ]
 
 
@@ -1410,14 +1411,17 @@ def test_a_real_folder_given_for_an_output_file_is_said_to_be_one(tmp_path, tiny
 
 @pytest.mark.parametrize("ending", ["/", "/."])
 def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path, tiny_grader, ending):
-    """Where a path comes in as text (read_pairs, iter_pairs, grade_file, read_scores, recipes), p.tsv/ is refused
-    naming the argument. Was: Path() dropped the / and p.tsv was read. A Python call's argument is said as the
-    library's other messages say one ("read_pairs path is 'p.tsv/', ..."; was "read_pairs path=p.tsv/ ends in /, so
-    it names a folder, but read_pairs path is a file to read")."""
+    """Where a path comes in as text (read_pairs, iter_pairs, grade_file, read_scores, recipes, scores_from_file),
+    p.tsv/ is refused naming the argument. Was: Path() dropped the / and p.tsv was read. A Python call's argument is
+    said as the library's other messages say one ("read_pairs path is 'p.tsv/', ..."; was "read_pairs path=p.tsv/
+    ends in /, so it names a folder, but read_pairs path is a file to read"), find_recipe's and scores_from_file's
+    too (were "recipe=r.yaml/ ends in /, ... but recipe is a file to read", as a recipe's key is said)."""
     from headcut.evaluate.importance import read_scores
-    from headcut.recipes import find_recipe
+    from headcut.pipeline.recipe import load_pipeline
+    from headcut.prune.scores import scores_from_file
+    from headcut.recipes import find_recipe, load_recipe
     from headcut_grader.data import iter_pairs, read_pairs
-    from headcut_grader.errors import UserError, caller
+    from headcut_grader.errors import UserError
     from headcut_grader.grade_file import grade_file
 
     pairs = f"{write(tmp_path, 'p.tsv', PAIRS_TSV)}{ending}"
@@ -1427,13 +1431,17 @@ def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path
              ("iter_pairs path", pairs, lambda: next(iter_pairs(pairs, chunk_rows=10))),
              ("grade_file source", pairs, lambda: grade_file(tiny_grader, pairs, tmp_path / "o.tsv")),
              ("read_scores path", scores, lambda: read_scores(scores)),
-             ("recipe", recipe, lambda: find_recipe(recipe))]
+             ("find_recipe name_or_path", recipe, lambda: find_recipe(recipe)),
+             ("load_recipe name_or_path", recipe, lambda: load_recipe(None, recipe)),
+             ("load_pipeline name_or_path", recipe, lambda: load_pipeline(recipe)),
+             ("scores_from_file path", scores, lambda: scores_from_file(scores, None))]
     for name, path, call in calls:
-        said = (f"{name} is {path!r}, which ends in {ending}, so it names a folder, not a file to read"
-                if caller(name) == "arguments"
-                else f"{name}={path} ends in {ending}, so it names a folder, but {name} is a file to read")
+        said = f"{name} is {path!r}, which ends in {ending}, so it names a folder, not a file to read"
         with pytest.raises(UserError, match=f"^{re.escape(said)}; drop the {re.escape(ending)} at its end\\.$"):
             call()
+    with pytest.raises(UserError, match=re.escape(f"recipe={recipe} ends in {ending}, so it names a folder, but "
+                                                  "recipe is a file to read")):  # a run's key stays a key
+        load_pipeline("quickstart", overrides=[f"teacher.recipe={recipe}"])
     assert not (tmp_path / "o.tsv").exists()
 
 

@@ -154,7 +154,7 @@ SET_EXAMPLE = "teacher.epochs=1 or --set distill.bottom3.epochs=2"
 
 def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> PipelineRecipe:
     """Read a pipeline recipe and its `section.key=value` overrides; every problem is reported at once."""
-    path = find_recipe(name_or_path, kind="run")
+    path = find_recipe(name_or_path, kind="run", flag="load_pipeline name_or_path")
     data = read_recipe_file(path, what=f"a pipeline recipe is a mapping of sections ({', '.join(SECTIONS)})")
     origins: dict[tuple, str] = {}
     for item in overrides:
@@ -512,7 +512,7 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
     from headcut.training import DATA_KEYS
 
     with concerning("recipe"):  # a refusal of the file the recipe: key names is led by that key's --set, if any
-        path = find_recipe(name, kind=kind)
+        path = find_recipe(name, kind=kind, flag="recipe")  # the section's key
         base = read_recipe_file(path)
     merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
     if adjust:

@@ -42,7 +42,8 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
     check_names(names, "scores_from_file names")
     from headcut.evaluate.importance import absent_heads, read_scores
 
-    path = as_file_to_read(path, "scores", what="a scan's importance.json file's path")
+    read_as = "scores_from_file path" if names == "arguments" else named("scores", names) or "scores"  # caller()'s
+    path = as_file_to_read(path, read_as, what="a scan's importance.json file's path")
     check_loaded(loaded, "scores_from_file loaded")
     scores_said, model, data = setting(named("scores", names), path), named("model", names), named("data", names)
     if not path.exists():
