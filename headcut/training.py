@@ -136,7 +136,8 @@ def check_dev_files_apart(recipe: TrainingRecipe, where: str) -> None:
         trained = getattr(recipe, key, None)
         if recipe.dev_data is not None and trained is not None and same_data(trained, recipe.dev_data):
             def say(name, how, key=key):
-                return (f"{typed(name, how, 'dev_data', recipe.dev_data)} holds the pairs of {name(key)}, so "
+                return (f"{typed(name, how, 'dev_data', recipe.dev_data)} holds the pairs of "
+                        f"{mentioned(name, how, key, getattr(recipe, key))}, so "
                         f"checkpoints would be chosen and dev metrics reported on pairs it trains on; "
                         f"{other_dev_pairs(name, how, 'other pairs')} (synthetic:1 for another synthetic draw), or "
                         f"{removal(name, how, 'dev_data', recipe.dev_data, it='it')} to hold out dev_fraction of "
@@ -168,6 +169,12 @@ def typed(name, how, key: str, value) -> str:
     run."""
     said = name(key)
     return f"--set {said}={value}" if how(key) is CommandLine.GIVEN_BY_SET else f"{said} {value}"
+
+
+def mentioned(name, how, key: str, value) -> str:
+    """`key` holding `value` as a refusal (worded: name(key), how(key)) names it after its lead: as its user typed it
+    where that is '--set train_data=F' on a command line, else by its name (train_data, --train, data.train)."""
+    return typed(name, how, key, value) if how(key) is CommandLine.GIVEN_BY_SET else name(key)
 
 
 def removal(name, how, key: str, value, *, it: str = "") -> str:

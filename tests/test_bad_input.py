@@ -1426,6 +1426,21 @@ def test_a_refusal_asks_to_drop_a_key_given_by_set_as_typed(tmp_path):
     assert not (tmp_path / "t").exists()
 
 
+@pytest.mark.parametrize("command", ["finetune", "distill"])
+def test_dev_data_refused_as_train_data_s_pairs_names_train_data_as_typed(tmp_path, command):
+    """Was: 'headcut distill R --set train_data=P --set dev_data=P' said '--set dev_data=P holds the pairs of
+    train_data', a key the user never wrote alone; now '... of --set train_data=P', as typed. --train P stays
+    '--train'."""
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    recipe = {"finetune": "minilm_synthetic_cpu", "distill": "minilm_bottom3_cpu"}[command]
+    result = run(command, recipe, "--set", f"train_data={pairs}", "--set", f"dev_data={pairs}", "--out", tmp_path / "t")
+    refused(result, f"--set dev_data={pairs} holds the pairs of --set train_data={pairs}, so checkpoints")
+    if command == "finetune":
+        result = run(command, recipe, "--train", pairs, "--set", f"dev_data={pairs}", "--out", tmp_path / "t")
+        refused(result, f"--set dev_data={pairs} holds the pairs of --train, so checkpoints")
+    assert not (tmp_path / "t").exists()
+
+
 @pytest.mark.parametrize("given", ["--dev", "--set"])
 def test_a_training_refusal_on_the_command_line_says_the_set_flag_that_fixes_it(tmp_path, given):
     """Was: 'headcut finetune ... --dev F' (or --set dev_data=F), F's pairs all of one grade, ended 'or set
