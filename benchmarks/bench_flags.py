@@ -4,7 +4,6 @@ what it sets (headcut_grader.ranges' THREADS, BATCH, SEQ_LEN, REPEATS; a setting
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from headcut_grader.ranges import Range
 
@@ -45,11 +44,6 @@ def joined(form: str, *parses, example: str):
         return tuple(read)
 
     return parse
-
-
-def field_range(cls, name: str) -> Range:
-    """The range settings dataclass `cls` declares for its field `name` (serve.Batching's max_batch)."""
-    return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["range"]
 
 
 def _number_in(valid: Range, read, kind: str):

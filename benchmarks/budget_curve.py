@@ -39,10 +39,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe, machine  # noqa: E402
-from bench_flags import field_range, real, several, whole  # noqa: E402
+from bench_flags import real, several, whole  # noqa: E402
+from headcut_grader.ranges import REPEATS, declared_range  # noqa: E402
 from headcut.evaluate_arguments import argument_range  # noqa: E402
 from headcut.prune_arguments import argument_range as prune_range  # noqa: E402
-from headcut_grader.ranges import REPEATS  # noqa: E402
 
 from headcut.arch import flops_per_pair, keep_heads, keep_layers, keep_neurons, unit_flops  # noqa: E402
 from headcut.batching import encode  # noqa: E402
@@ -83,8 +83,8 @@ def parse_args():
     p.add_argument("--budgets", type=several(real(prune_range("flops"))), default="0.65,0.5,0.35,0.25,0.15")
     p.add_argument("--steps", type=whole(), default=5, help="steps of the iterative variant")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
-    p.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=1000)
-    p.add_argument("--calibrate", type=whole(field_range(PruneSettings, "calibrate_rows")), default=512)
+    p.add_argument("--score-rows", type=whole(declared_range(PruneSettings, "score_rows")), default=1000)
+    p.add_argument("--calibrate", type=whole(declared_range(PruneSettings, "calibrate_rows")), default=512)
     p.add_argument("--report-rows", type=whole(), default=2000)
     p.add_argument("--targets", default="teacher", choices=["teacher", "grades"])
     p.add_argument("--layer-prior", type=real(prune_range("layer_prior")), default=0.0)

@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from bench_flags import field_range, joined, several, whole
+from bench_flags import joined, several, whole
+from headcut_grader.ranges import REPEATS, declared_range
 from headcut_grader.grade_file import GradeSettings
-from headcut_grader.ranges import REPEATS
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT.parent / "shared" / "data" / "homedepot" / "train.tsv"
@@ -62,9 +62,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("grader", type=Path)
     parser.add_argument("--rows", type=several(whole()), default="100000,1000000")
+    layout = joined("WxT", whole(declared_range(GradeSettings, "workers")),
+                    whole(declared_range(GradeSettings, "threads")), example="2x1")
     parser.add_argument("--layouts", default="1x2,2x1", help="WxT: W workers of T threads (grade's --workers, "
-                        "--threads)", type=several(joined("WxT", whole(field_range(GradeSettings, "workers")),
-                                                          whole(field_range(GradeSettings, "threads")), example="2x1")))
+                        "--threads)", type=several(layout))
     parser.add_argument("--rounds", type=whole(REPEATS), default=1,
                         help="turns of every layout per size (first one rotating)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "grade_scale")

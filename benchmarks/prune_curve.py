@@ -37,8 +37,8 @@ from headcut_grader.files import write_json, write_text
 from headcut.models import LoadedModel, load_model
 from headcut.prune import HeadPlan, iterative_plan, plan_heads, pruned_copy, speed_summary
 from headcut.prune.result import PruneSettings
-from headcut_grader.ranges import BATCH, Range
-from bench_flags import field_range, real, several, whole
+from headcut_grader.ranges import BATCH, Range, declared_range
+from bench_flags import real, several, whole
 from headcut.prune_arguments import argument_range as prune_range
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +59,7 @@ def parse_args():
     p.add_argument("--out", default=str(ROOT / "runs" / "prune_curve"))
     p.add_argument("--score-fraction", type=real(Range(0.0, 1.0, low_open=True, high_open=True)), default=0.3,
                    help="share of dev queries in the scoring part")
-    p.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=256,
+    p.add_argument("--score-rows", type=whole(declared_range(PruneSettings, "score_rows")), default=256,
                    help="pairs that score heads")
     p.add_argument("--curve-rows", type=whole(), default=800, help="report pairs for every curve point")
     p.add_argument("--headline-rows", type=whole(), default=3000, help="other report pairs for keep 0.8/0.5")
@@ -74,7 +74,7 @@ def parse_args():
                    help="scoring pairs per iterative re-scan (default: all)")
     p.add_argument("--bootstrap", type=whole(argument_range("bootstrap")), default=300,
                    help="paired resamples per curve point")
-    p.add_argument("--latency-seconds", type=real(field_range(PruneSettings, "latency_seconds")), default=2.0,
+    p.add_argument("--latency-seconds", type=real(declared_range(PruneSettings, "latency_seconds")), default=2.0,
                    help="timed seconds per model and batch size")
     p.add_argument("--batch-size", type=whole(BATCH), default=DEFAULTS["batch_size"])
     p.add_argument("--seed", type=whole(argument_range("seed")), default=0)

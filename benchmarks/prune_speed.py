@@ -20,8 +20,8 @@ from headcut.prune.measure import measure_latency
 from headcut.prune_arguments import LATENCY_BATCH, argument_range as prune_range
 from headcut.prune.result import PruneSettings
 from headcut.timing import cpu_info
-from headcut_grader.ranges import REPEATS, THREADS
-from bench_flags import field_range, real, whole
+from headcut_grader.ranges import REPEATS, THREADS, declared_range
+from bench_flags import real, whole
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--batch", type=whole(prune_range("latency_batch")), default=LATENCY_BATCH)
     parser.add_argument("--seq-len", type=whole(prune_range("seq_len")), default=64)
     parser.add_argument("--rounds", type=whole(REPEATS), default=3)
-    parser.add_argument("--seconds", type=real(field_range(PruneSettings, "latency_seconds")), default=8.0,
+    parser.add_argument("--seconds", type=real(declared_range(PruneSettings, "latency_seconds")), default=8.0,
                         help="timed seconds per model per round")
     parser.add_argument("--threads", type=whole(THREADS), default=torch.get_num_threads())
     args = parser.parse_args()

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
-from headcut_grader.ranges import REPEATS, THREADS, WORKERS, Range
+from headcut_grader.ranges import REPEATS, THREADS, WORKERS, Range, declared_range
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script runs, also where a test loads it
-from bench_flags import field_range, real, several, whole  # noqa: E402
+from bench_flags import real, several, whole  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -262,15 +262,16 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--server-threads", type=whole(THREADS), default=None,
                         help="per server worker (default: threads / workers)")
     parser.add_argument("--concurrency", type=several(whole()), default="1,2,4,8,16,32,64")
-    parser.add_argument("--sizes", type=several(whole(field_range(Limits, "max_pairs"))), default="1,8,32")
+    parser.add_argument("--sizes", type=several(whole(declared_range(Limits, "max_pairs"))), default="1,8,32")
     parser.add_argument("--seconds", type=real(Range(0.0, low_open=True)), default=3.0, help="per cell")
     parser.add_argument("--max-requests", type=whole(), default=3000, help="per cell")
     parser.add_argument("--rounds", type=whole(REPEATS), default=3, help="headline rounds, taking turns with offline")
     parser.add_argument("--offline-pairs", type=whole(), default=2048)
-    parser.add_argument("--max-batch", type=whole(field_range(Batching, "max_batch")), default=serving.max_batch)
-    parser.add_argument("--max-wait-ms", type=real(field_range(Batching, "max_wait_ms")), default=serving.max_wait_ms)
-    parser.add_argument("--max-queue", type=whole(field_range(Batching, "max_queue")), default=serving.max_queue)
-    parser.add_argument("--batch-size", type=whole(field_range(Batching, "batch_size")), default=serving.batch_size,
+    parser.add_argument("--max-batch", type=whole(declared_range(Batching, "max_batch")), default=serving.max_batch)
+    parser.add_argument("--max-wait-ms", type=real(declared_range(Batching, "max_wait_ms")),
+                        default=serving.max_wait_ms)
+    parser.add_argument("--max-queue", type=whole(declared_range(Batching, "max_queue")), default=serving.max_queue)
+    parser.add_argument("--batch-size", type=whole(declared_range(Batching, "batch_size")), default=serving.batch_size,
                         help="the servers' runtime batch")
     parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto, for the servers and offline")
     return parser.parse_args(argv)

@@ -24,7 +24,8 @@ import random
 import time
 from pathlib import Path
 
-from bench_flags import field_range, real, several, whole
+from bench_flags import real, several, whole
+from headcut_grader.ranges import declared_range
 from headcut.evaluate_arguments import argument_range
 from headcut.prune.result import PruneSettings
 from headcut.prune_arguments import argument_range as prune_range
@@ -41,8 +42,8 @@ def main() -> None:
     parser.add_argument("--budgets", type=several(real(prune_range("flops"))), default="0.65,0.5")
     parser.add_argument("--variants",
                         default="none,scale,bias,bias+cls,refit,bias+refit,scale+cls+refit,bias+cls+refit")
-    parser.add_argument("--score-rows", type=whole(field_range(PruneSettings, "score_rows")), default=1000)
-    parser.add_argument("--calibrate", type=whole(field_range(PruneSettings, "calibrate_rows")), default=512)
+    parser.add_argument("--score-rows", type=whole(declared_range(PruneSettings, "score_rows")), default=1000)
+    parser.add_argument("--calibrate", type=whole(declared_range(PruneSettings, "calibrate_rows")), default=512)
     parser.add_argument("--selection", type=whole(), default=1500)
     parser.add_argument("--report-rows", type=whole(), default=2000, help="budget_curve.py's report rows, left out")
     parser.add_argument("--bootstrap", type=whole(argument_range("bootstrap")), default=200)

@@ -128,22 +128,19 @@ def test_a_prune_s_sample_sizes_are_one_range_for_the_settings_the_flags_and_a_r
     """PruneSettings' score_rows, calibrate_rows and eval_rows, `headcut prune --score-rows / --calibrate /
     --eval-rows` and a run's prune.score_rows and prune.calibrate read one declaration (prune_arguments); a run's
     score_rows stops at what a synthetic draw makes."""
-    import dataclasses
     import inspect
 
     from headcut.cli.prune import prune
     from headcut.pipeline.recipe import PruneSection
     from headcut.prune_arguments import argument_range
-
-    def field_range(cls, name):
-        return next(f for f in dataclasses.fields(cls) if f.name == name).metadata["range"]
+    from headcut_grader.ranges import declared_range
 
     flags = inspect.signature(prune).parameters
     for setting, flag, key in (("score_rows", "score_rows", None), ("calibrate_rows", "calibrate", "calibrate"),
                                ("eval_rows", "eval_rows", None)):
         declared = argument_range(setting)
-        assert field_range(PruneSettings, setting) is declared
+        assert declared_range(PruneSettings, setting) is declared
         assert flags[flag].default.parser.valid is declared
         if key:
-            assert field_range(PruneSection, key) is declared
-    assert field_range(PruneSection, "score_rows").low == argument_range("score_rows").low
+            assert declared_range(PruneSection, key) is declared
+    assert declared_range(PruneSection, "score_rows").low == argument_range("score_rows").low

@@ -71,6 +71,12 @@ def ranged(default, low=None, high=None, *, low_open=False, high_open=False, met
     return dataclasses.field(default=default, metadata={**(metadata or {}), "range": valid})
 
 
+def declared_range(cls, name: str) -> Range:
+    """The range settings dataclass `cls` declares for its field `name` (ranged, range_field); Range() where it
+    declares none."""
+    return next(f for f in dataclasses.fields(cls) if f.name == name).metadata.get("range") or Range()
+
+
 def range_field(default, valid: Range, *, beyond: str = ""):
     """A dataclass field whose values must lie in `valid`, a range declared elsewhere (a library function's);
     `beyond`: what to do instead of a value past its bounds, said with them (field_problem)."""

@@ -22,7 +22,7 @@ from headcut_grader import entry
 from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.errors import UserError, caller, cut, quoted
 from headcut_grader.files import folder_spelled, path_mark
-from headcut_grader.ranges import Range
+from headcut_grader.ranges import Range, declared_range
 from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, cell_number, name_length_problem
 
 
@@ -332,8 +332,8 @@ def field_option(cls, name: str, *flags: str, help: str, kind=None):
     headcut_grader.ranges.ranged), so a flag and the library's setting cannot drift apart."""
     import dataclasses
 
-    field = next(f for f in dataclasses.fields(cls) if f.name == name)
-    return number_in(field.metadata.get("range") or Range(), field.default, *flags, help=help, kind=kind)
+    default = next(f for f in dataclasses.fields(cls) if f.name == name).default
+    return number_in(declared_range(cls, name), default, *flags, help=help, kind=kind)
 
 
 FILE = "FILE"  # the metavar of a file_option, which file_as_folder looks for
