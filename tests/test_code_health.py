@@ -417,21 +417,6 @@ def test_no_module_imports_another_module_s_private_name():
     assert not private, "\n".join(private)
 
 
-@pytest.mark.parametrize("path, start", [
-    ("headcut/cli/common.py", "from headcut_grader.cli.common import ("),
-    ("headcut/cli/evaluate.py", "from headcut.cli.common import ("),
-    ("grader/headcut_grader/cli/grade.py", "    out: Path = file_option("),
-    ("tests/test_distill_cli.py", "def test_an_accumulation_longer_than_the_files_pairs_is_refused_before_any"),
-])
-def test_the_statements_wrapped_to_120_columns_stay_so(path, start):
-    """Were 124-154 columns, written by recent changes; wrapped, each reads as before (grade --out's help below)."""
-    lines = (ROOT / path).read_text().splitlines()
-    first = next(n for n, line in enumerate(lines) if line.startswith(start))
-    last = next(n for n in range(first, len(lines)) if lines[n].split("  #")[0].rstrip().endswith((")", "),", "):")))
-    statement = lines[first:last + 1]
-    assert all(len(line) <= 120 for line in statement), statement
-
-
 def test_grade_s_out_help_reads_as_before_its_wrap():
     from typer.main import get_command
 
