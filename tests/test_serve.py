@@ -555,7 +555,9 @@ def test_framing_the_http_parser_refuses_gets_its_400_as_the_docs_say_and_the_se
     head = (b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body)))
     with serve_process(tiny_folder) as (url, _, _):
-        reply, _ = raw_post(url, head, [body], 0.0)
+        # one send: a body arriving after uvicorn refused the head and closed is unread, so the kernel resets the
+        # connection, and the reset can drop the 400 before the client reads it (seen once in fresh-clone CI)
+        reply, _ = raw_post(url, head + body, [], 0.0)
         assert reply.startswith(b"HTTP/1.1 400") and reply.endswith(b"Invalid HTTP request received."), reply
         assert httpx.post(url + "/grade", content=body, headers={"content-type": "application/json"},
                           timeout=30).status_code == 200
