@@ -54,8 +54,9 @@ def test_two_processes_split_each_batch_and_end_where_one_does(tmp_path):
 @cpu_only
 def test_a_nan_loss_on_one_process_stops_every_process(tmp_path):
     """Was: the loss check ran per process, so a NaN on the second process alone stopped it while the first
-    waited in the gradient all-reduce (for gloo's 30-minute timeout)."""
-    launch(SCRIPT, str(tmp_path), "nan", timeout=120)
+    waited in the gradient all-reduce (for gloo's 30-minute timeout). The launch's 300 s (the other launches'
+    bound) leaves room for a loaded machine and still fails long before that hang would end."""
+    launch(SCRIPT, str(tmp_path), "nan", timeout=300)
     stopped = [(tmp_path / f"stopped-{rank}.txt").read_text() for rank in (0, 1)]
     assert [text.split()[0] for text in stopped] == ["3", "3"], stopped  # both at the third batch
     assert all("training diverged: a batch's loss is nan" in text for text in stopped), stopped
