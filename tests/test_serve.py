@@ -255,12 +255,15 @@ def test_a_body_shorter_than_its_content_length_gets_408_in_time_and_the_server_
 def raw_post(url, head: bytes, pieces, pause: float) -> tuple[bytes, float]:
     """POST `head` then each of `pieces` `pause` seconds apart on a raw socket, stopping early if the server
     answers; returns its whole answer (read until it closes) and the seconds it took."""
+    import select
+
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as s:
         start = time.monotonic()
         s.sendall(head)
         for piece in pieces:
-            time.sleep(pause)
+            if select.select([s], [], [], pause)[0]:  # answered during the pause: read it now, send no more
+                break
             try:
                 s.sendall(piece)
             except OSError:  # answered and closed: the rest is not wanted
@@ -289,22 +292,40 @@ def test_body_timeout_is_an_idle_timeout_and_a_trickle_still_gets_408(tiny_folde
     assert "too slow" in json.loads(answer)["error"] and "--body-timeout-seconds" in json.loads(answer)["error"]
 
 
-def test_a_body_that_stalls_after_its_first_late_bytes_is_called_stalled(tiny_folder):
+def test_a_trickle_is_refused_at_its_rate_deadline_not_an_idle_timeout_later(tiny_folder):
+    """A client sending a byte every 1.9 s, just inside --body-timeout-seconds 2, is under 32 kB/s from its first
+    byte: it is answered 408 "too slow" at its rate deadline, 2 s plus 1 s per 32 kB received after its body began
+    (a few ms here), give or take scheduling (0.5 s allowed on a loaded machine). Was: the wait begun at 1.9 s ended
+    only by the idle timeout (3.9 s), so the answer came at the next byte, 3.8 s; a byte just before that would have
+    held it a whole idle timeout past its rate deadline."""
+    head = b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    with serve_process(tiny_folder, "--body-timeout-seconds", "2") as (url, _, _):
+        reply, waited = raw_post(url, head, [b"{", b" ", b" "], 1.9)
+    status, _, answer = reply.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408") and 2.0 <= waited < 2.5, (reply, waited)
+    assert json.loads(answer)["error"].startswith("request body too slow: 1 bytes in 2 s"), answer
+
+
+def test_a_body_that_stalls_after_its_first_late_bytes_is_refused_at_its_rate_deadline(tiny_folder):
     """A client whose Content-Length is larger than its body, its first body bytes sent ~50 ms after the headers,
-    is answered "stalled" after a whole idle --body-timeout-seconds. Was: the rate bound (start + timeout + a
-    second per 32 kB) ended the wait ~47 ms before the idle timeout, and the answer said "too slow: 100 bytes in
-    1 s", a fix (send faster) that does not help."""
+    has sent 100 bytes when its rate deadline passes (1 s plus 1 s per 32 kB, ~3 ms): it is answered 408 "too
+    slow" then, not ~47 ms later at the idle timeout, and the answer names both fixes, sending without pausing and
+    a Content-Length that matches the body."""
     head = b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
     with serve_process(tiny_folder, "--body-timeout-seconds", "1") as (url, _, _):
         reply, waited = raw_post(url, head, [b'{"pairs": [' + b" " * 89], 0.05)
     status, _, answer = reply.partition(b"\r\n\r\n")
     assert status.startswith(b"HTTP/1.1 408") and 1.0 < waited < 5, (reply, waited)
-    assert "stalled: no bytes came for 1 s" in json.loads(answer)["error"], answer
+    error = json.loads(answer)["error"]
+    assert error.startswith("request body too slow: 100 bytes in 1 s"), error
+    assert "without pausing and with a Content-Length that matches it" in error, error
 
 
-def test_read_body_waits_a_whole_idle_timeout_after_the_last_bytes_before_calling_a_body_stalled():
-    """_read_body with a fake `receive`: bytes 50 ms late, then none, is a stall ended a whole timeout after those
-    bytes (was: "too slow", 47 ms early); bytes every 50 ms past the timeout, far under 32 kB/s, are still too slow."""
+def test_read_body_ends_each_wait_at_the_idle_timeout_or_the_rate_deadline_whichever_comes_first():
+    """_read_body with a fake `receive`, timeout 0.3 s: 100 bytes at once, then none, is a stall, refused at the
+    idle timeout (0.3 s, before the rate deadline 0.3 s + 100 / 32768 s); 100 bytes 50 ms late, then none, is too
+    slow at the rate deadline (~0.303 s), as are bytes every 50 ms past the timeout, far under 32 kB/s; a client
+    sending 100 bytes at 0.25 s and no more is refused at the rate deadline, not at its idle timeout 0.55 s."""
     import asyncio
 
     from headcut_grader.serve_middleware import BodyTooSlow, _read_body
@@ -315,12 +336,16 @@ def test_read_body_waits_a_whole_idle_timeout_after_the_last_bytes_before_callin
             return {"type": "http.request", "body": b"x" * 100, "more_body": True}
         return receive
 
-    with pytest.raises(BodyTooSlow) as stalled:
-        asyncio.run(_read_body(receiving([0.05]), limit=10_000, timeout=0.3))
-    assert stalled.value.stalled and stalled.value.size == 100 and stalled.value.seconds >= 0.35
-    with pytest.raises(BodyTooSlow) as slow:
-        asyncio.run(_read_body(receiving([0.05] * 40), limit=10_000, timeout=0.3))
-    assert not slow.value.stalled and 0.3 < slow.value.seconds < 1
+    def refusal(pauses):
+        with pytest.raises(BodyTooSlow) as late:
+            asyncio.run(_read_body(receiving(pauses), limit=10_000, timeout=0.3))
+        return late.value
+
+    stalled = refusal([0])
+    assert stalled.stalled and stalled.size == 100 and 0.3 <= stalled.seconds < 0.4
+    for pauses in ([0.05], [0.25], [0.05] * 40):
+        slow = refusal(pauses)
+        assert not slow.stalled and slow.size >= 100 and 0.303 <= slow.seconds < 0.4, (pauses, slow.seconds)
 
 
 # Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.

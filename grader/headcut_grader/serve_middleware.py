@@ -76,7 +76,7 @@ class JsonBody:
                          "with a Content-Length that matches it.")
         return 408, (f"request body too slow: {late.size} bytes in {late.seconds:.0f} s, under the "
                      f"{MIN_BODY_BYTES_PER_SECOND} bytes/s a body must average after its first {said}; send it "
-                     "faster, or fewer pairs per request.")
+                     "faster, without pausing and with a Content-Length that matches it, or fewer pairs per request.")
 
 
 def body_problem(body: bytes) -> tuple[int, str] | None:
@@ -110,20 +110,19 @@ class BodyTooSlow(Exception):
 async def _read_body(receive, limit: int, timeout: float) -> bytes | None:
     """The whole body, or None if the client disconnected; stops reading once more than `limit` bytes came.
     Raises BodyTooSlow when no bytes come for `timeout` seconds (stalled), or when the body is due later than
-    `timeout` seconds plus a second per MIN_BODY_BYTES_PER_SECOND bytes received (a bound that grows with the body, so
-    a large body on a steady link is never cut off, and a trickle is). A wait begun in the first `timeout` seconds
-    ends only by the idle timeout. Was: that bound also ended it, a few ms short of the idle timeout when the first
-    bytes came a few ms late, and a stall was cut off early and called a trickle."""
+    `timeout` seconds plus a second per MIN_BODY_BYTES_PER_SECOND bytes received (too slow: a bound that grows with
+    the body, so a large body on a steady link is never cut off, and a trickle is). Each wait for the next chunk ends
+    at whichever comes first, so a trickle is refused at its rate deadline. Was: a wait begun in the first `timeout`
+    seconds ended only by the idle timeout, so a client sending a few bytes just before it held its connection up to
+    a whole idle timeout past its rate deadline."""
     chunks, size, more = [], 0, True
     start = last = time.monotonic()
     while more and size <= limit:
-        now = time.monotonic()
         idle, due = last + timeout, start + timeout + size / MIN_BODY_BYTES_PER_SECOND
-        end = idle if now - start < timeout else min(idle, due)
         try:
-            message = await asyncio.wait_for(receive(), end - now)
-        except asyncio.TimeoutError:  # stalled: the idle timeout ended the wait, no bytes for `timeout` seconds
-            raise BodyTooSlow(stalled=end == idle, size=size, seconds=time.monotonic() - start) from None
+            message = await asyncio.wait_for(receive(), min(idle, due) - time.monotonic())
+        except asyncio.TimeoutError:  # stalled when the idle timeout ended the wait: no bytes for `timeout` seconds
+            raise BodyTooSlow(stalled=idle <= due, size=size, seconds=time.monotonic() - start) from None
         if message["type"] == "http.disconnect":
             return None
         chunks.append(message.get("body", b""))
