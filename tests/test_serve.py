@@ -348,6 +348,112 @@ def test_read_body_ends_each_wait_at_the_idle_timeout_or_the_rate_deadline_which
         assert not slow.stalled and slow.size >= 100 and 0.303 <= slow.seconds < 0.4, (pauses, slow.seconds)
 
 
+@contextmanager
+def uvicorn_thread(protocol, head_seconds: float, keep_alive: float):
+    """uvicorn serving a one-line ASGI app ("ok" to any request) in a thread with `protocol`; the app's lifespan
+    publishes `head_seconds` as serve.create_app's does. Yields the server's URL."""
+    import uvicorn
+
+    from headcut_grader.serve import HEAD_TIMEOUT
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] == "lifespan.startup":
+                scope["state"][HEAD_TIMEOUT] = (head_seconds, "--header-timeout-seconds")
+                await send({"type": "lifespan.startup.complete"})
+            return await send({"type": "lifespan.shutdown.complete"})
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, http=protocol, log_level="warning", timeout_keep_alive=keep_alive))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, 30, "uvicorn started")
+        yield "http://127.0.0.1:%d" % sock.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def answer_to(s: socket.socket, pieces, pause: float) -> tuple[bytes, float]:
+    """Send `pieces` on `s`, `pause` seconds before each, until the server answers; its answer (read until it closes
+    the connection) and the seconds from the first piece sent."""
+    import select
+
+    start = time.monotonic()
+    for piece in pieces:
+        if select.select([s], [], [], pause)[0]:
+            break
+        s.sendall(piece)
+    reply = b""
+    while chunk := s.recv(65536):
+        reply += chunk
+    return reply, time.monotonic() - start
+
+
+SLOW_HEAD = [bytes([b]) for b in b"GET /healthz HTTP/1.1\r\nHost: x\r\nUser-Agent: a-byte-every-0.2-s\r\n\r\n"]
+
+
+def protocols():
+    from headcut_grader import serve_protocol
+
+    return [getattr(serve_protocol, name) for name in ("HttpToolsHeadTimed", "H11HeadTimed")
+            if hasattr(serve_protocol, name)]
+
+
+@pytest.mark.parametrize("protocol", protocols(), ids=lambda p: p.__name__)
+def test_a_request_head_sent_a_byte_at_a_time_gets_408_at_the_header_timeout(protocol):
+    """uvicorn has no timeout for a request's line and headers: a client sending them a byte every 0.2 s (12 s for
+    this head) held its connection for as long as it liked, as did one sending nothing. With HeadTimedProtocol:
+    such a head gets 408 naming --header-timeout-seconds 1 s after the connection opened (0.5 s allowed for
+    scheduling), a silent connection is closed then without an answer, a kept-alive connection idle between requests
+    is left to the keep-alive timeout (5 s here), and its next head, sent slowly, gets 408 1 s after its first byte."""
+    with uvicorn_thread(protocol, head_seconds=1.0, keep_alive=5) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            reply, waited = answer_to(s, SLOW_HEAD, 0.2)
+        status, _, answer = reply.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 408") and 0.9 <= waited < 1.5, (reply, waited)
+        assert json.loads(answer)["error"] == ("request head not complete within 1 s, the server's "
+                                               "--header-timeout-seconds; send the request line and headers without "
+                                               "pausing.")
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            reply, waited = answer_to(s, [], 0)
+        assert reply == b"" and 0.9 <= waited < 1.5, (reply, waited)
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(b"".join(SLOW_HEAD))
+            assert s.recv(65536).endswith(b"\r\n\r\nok")
+            time.sleep(1.5)  # idle between requests for longer than the header timeout: the keep-alive's to bound
+            s.sendall(b"".join(SLOW_HEAD))
+            assert s.recv(65536).endswith(b"\r\n\r\nok")
+            reply, waited = answer_to(s, SLOW_HEAD, 0.2)
+        assert reply.startswith(b"HTTP/1.1 408") and 1.2 <= waited < 1.7, (reply, waited)  # 1 s after its 1st byte
+
+
+def test_headcut_serve_answers_a_slow_request_head_408_at_its_header_timeout(tiny_folder):
+    """`headcut serve G --body-timeout-seconds 1 --keep-alive-seconds 1 --header-timeout-seconds 1`, then a head a
+    byte every 0.2 s: 408 naming --header-timeout-seconds about 1 s after the connection opened (was: uvicorn read
+    it for as long as it came, 12 s here, and answered it). The server serves on; create_app's answer names the
+    field."""
+    from headcut_grader.serve import create_app
+
+    flags = ("--body-timeout-seconds", "1", "--keep-alive-seconds", "1", "--header-timeout-seconds", "1")
+    with serve_process(tiny_folder, *flags) as (url, _, _):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            reply, waited = answer_to(s, SLOW_HEAD, 0.2)
+        assert httpx.get(url + "/healthz", timeout=30).status_code == 200
+    status, _, answer = reply.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408") and 0.9 <= waited < 1.5, (reply, waited)
+    assert "within 1 s, the server's --header-timeout-seconds" in json.loads(answer)["error"], answer
+    app = create_app(tiny_folder, limits=Limits(header_timeout_seconds=2))
+    assert app.state.head_timeout == (2.0, "limits.header_timeout_seconds")
+
+
 # Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.
 
 @pytest.mark.parametrize("path, body, where", [

@@ -28,6 +28,7 @@ from headcut_grader.validation import MAX_TEXT_CHARS
 
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
 APP_FACTORY = "headcut_grader.serve:app_from_env"  # what uvicorn --factory (and headcut serve's workers) start
+HEAD_TIMEOUT = "headcut_head_timeout"  # lifespan state: (header_timeout_seconds, its name in answers)
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class Limits:
     # (or dribbling it) held its connection and request forever. An idle timeout, plus a least average rate after
     # it (serve_middleware.MIN_BODY_BYTES_PER_SECOND), so a large body on a slow but steady link still arrives
     body_timeout_seconds: float = ranged(30.0, 0.1, 3600.0)
+    # uvicorn has no timeout for a request's head either: a client sending its headers a byte at a time, or a
+    # connection sending nothing, was held forever (serve_protocol.HeadTimedProtocol, which reads it by HEAD_TIMEOUT)
+    header_timeout_seconds: float = ranged(30.0, 0.1, 3600.0)
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,7 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     state.metrics = make_metrics()
     state.batcher = _batcher(state.grader.grade, state.metrics, batching)
     state.limits, state.batching, state.said = limits, batching, _said(limits, batching, flags)
+    state.head_timeout = (limits.header_timeout_seconds, _name("limits", "header_timeout_seconds", flags))
     app.add_middleware(JsonBody, limit=limits.max_body_bytes, max_text_chars=limits.max_text_chars, paths=BODY_ROUTES,
                        timeout=limits.body_timeout_seconds,
                        names=tuple(_name("limits", name, flags) for name in JsonBody.SETTINGS))
@@ -150,7 +155,7 @@ def _batcher(grade, metrics, batching: Batching):
 
 @asynccontextmanager
 async def _lifespan(app):
-    yield
+    yield {HEAD_TIMEOUT: app.state.head_timeout}  # lifespan state, which uvicorn hands each connection's protocol
     # uvicorn gets here once every request it took was answered (by DrainDeadline when its graceful
     # timeout passed): only a run already started may be left, and the event loop must not block on it
     await asyncio.to_thread(app.state.batcher.close, timeout=60)

@@ -41,6 +41,10 @@ def serve(
                                                "of it for this long gets 408 and is disconnected, as does one still "
                                                "sending after this long plus 1 s per "
                                                f"{MIN_BODY_BYTES_PER_SECOND // 1024} KiB received (a trickle)"),
+    header_timeout_seconds: float = field_option(Limits, "header_timeout_seconds", "--header-timeout-seconds",
+                                                 help="Time for a request's line and headers to arrive, from the "
+                                                 "connection's opening or a kept-alive connection's next byte: a "
+                                                 "client still sending them then gets 408 and is disconnected"),
     max_batch: int = field_option(Batching, "max_batch", "--max-batch", help="Most pairs in one grader run made of "
                                   "concurrent requests (whole requests; 1 turns merging off)"),
     max_wait_ms: float = field_option(Batching, "max_wait_ms", "--max-wait-ms", help="How long a request may wait "
@@ -77,7 +81,10 @@ def serve(
     uvicorn = optional_module("uvicorn")
     if uvicorn is None:
         raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.")
-    limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars, body_timeout_seconds),
+    from headcut_grader.serve_protocol import HeadTimedProtocol  # imports uvicorn
+
+    limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars, body_timeout_seconds,
+                                            header_timeout_seconds),
                                      Batching(max_batch, max_wait_ms, max_queue, batch_size), flags=True)
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
     host = unbracketed(host)  # [::1], as a URL writes it: was looked up as a name, "cannot listen there"
@@ -103,7 +110,8 @@ def serve(
     # uvicorn drains, then re-raises the SIGTERM it caught under whatever handler was there before it:
     # this one turns it into a normal exit (status 0, the metrics folder removed) instead of death by signal
     signal.signal(signal.SIGTERM, _drained)
-    options = dict(log_level="warning", timeout_graceful_shutdown=drain_seconds, timeout_keep_alive=keep_alive_seconds)
+    options = dict(log_level="warning", timeout_graceful_shutdown=drain_seconds, timeout_keep_alive=keep_alive_seconds,
+                   http=HeadTimedProtocol)
     try:
         if workers > 1 and reuse_port_supported():  # one socket per worker: connections spread evenly (workers.py)
             code = run_workers(workers, host, port, options)
