@@ -408,6 +408,80 @@ def test_6_an_out_in_a_folder_that_cannot_be_written_is_refused_before_any_work(
     assert list(locked.iterdir()) == []
 
 
+UNWRITABLE = Path("/proc") if Path("/proc/self").is_dir() else None  # no file can be made there, even by root
+
+
+@pytest.mark.skipif(UNWRITABLE is None, reason="needs /proc, a folder where no file can be made")
+@pytest.mark.parametrize("command", ["grade", "headcut-grader grade", "evaluate", "bench", "export", "run", "scan",
+                                     "probe", "prune", "cross-encoder", "finetune", "distill"])
+def test_6_an_out_where_no_file_can_be_made_is_refused_before_any_work(tmp_path, tiny_grader, saved_models,
+                                                                       command):
+    """Was: the check asked os.access, which says yes to root anywhere, so `bench --out /proc/x` failed after the
+    whole benchmark and `grade --out /proc/x.tsv` said 'rerun with --resume' with nothing written. Now a file is
+    made and removed in the folder that will hold the output, before any work."""
+    from headcut_grader.cli.main import app as grader_app
+
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = UNWRITABLE / f"headcut-test-{os.getpid()}" / ("out.tsv" if "grade" in command else "out")
+    model = ["--model", saved_models["artifact"]]
+    args = {"grade": ["grade", tiny_grader, pairs], "headcut-grader grade": ["grade", tiny_grader, pairs],
+            "evaluate": ["evaluate", "--model", tiny_grader, "--data", pairs],
+            "bench": ["bench", *model, "--data", pairs], "export": ["export", saved_models["artifact"]],
+            "run": ["run", "quickstart"], "scan": ["scan", *model, "--data", pairs],
+            "probe": ["probe", *model, "--data", pairs], "prune": ["prune", *model, "--keep-ratio", 0.5],
+            "cross-encoder": ["cross-encoder", *model],
+            "finetune": ["finetune", "finetune/minilm_synthetic_cpu", "--set", f"model={saved_models['artifact']}"],
+            "distill": ["distill", "distill/minilm_synthetic_cpu", "--set", f"teacher={saved_models['artifact']}",
+                        "--set", "keep_layers=1"]}[command]
+    if command == "evaluate":
+        out = out.with_suffix(".json")
+    invoke = (lambda *a: CliRunner().invoke(grader_app, [str(x) for x in a])) if command.startswith("headcut-") else run
+    result = invoke(*args, "--out", out)
+    refused(result, f"--out {out}: the folder {UNWRITABLE} is not writable; choose a folder you can write in.")
+    assert "--resume" not in result.output
+
+
+def test_6_a_grade_whose_first_write_fails_does_not_offer_resume(tmp_path, tiny_grader, monkeypatch):
+    """Was: any failed write said 'rerun with --resume', also where no row was kept for it to continue after (the
+    partial file could not be made); --resume then had nothing to continue. Now: rerun from the start."""
+    import headcut_grader.grade_file
+
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = tmp_path / "grades.tsv"
+    real = os.open
+    monkeypatch.setattr(headcut_grader.grade_file.os, "open", lambda path, *a, **k: (
+        real(path, *a, **k) if Path(path).name != ".grades.tsv.partial" else real(tmp_path / "no" / "such", *a)))
+    result = run("grade", tiny_grader, pairs, "--out", out)
+    refused(result, f"{out}: writing failed (No such file or directory); check free space and permissions, then "
+                    "rerun from the start.")
+    assert "--resume" not in result.output and sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv"]
+
+
+def test_6_a_grade_whose_write_fails_after_kept_rows_offers_resume(tmp_path, tiny_grader, monkeypatch):
+    """The other side of the rule above: a full disk at the second chunk keeps the first one's row for --resume."""
+    import errno
+
+    import headcut_grader.grade_file
+
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    out = tmp_path / "grades.tsv"
+    real, calls = os.fsync, []
+
+    def full_at_the_second_chunk(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(headcut_grader.grade_file.os, "fsync", full_at_the_second_chunk)
+    result = run("grade", tiny_grader, pairs, "--out", out, "--chunk-rows", 1)
+    refused(result, f"{out}: writing failed (No space left on device); check free space and permissions, then rerun "
+                    "with --resume.")
+    monkeypatch.undo()
+    result = run("grade", tiny_grader, pairs, "--out", out, "--chunk-rows", 1, "--resume")
+    assert result.exit_code == 0 and "1 of them by the interrupted run" in result.output, result.output
+
+
 def test_6_grade_makes_the_folders_its_out_needs(tmp_path, tiny_grader):
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     out = tmp_path / "new" / "sub" / "grades.tsv"

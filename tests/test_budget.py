@@ -3,6 +3,7 @@ import copy
 import json
 import dataclasses
 import inspect
+import os
 import re
 import typing
 
@@ -478,6 +479,22 @@ def test_a_read_only_cache_that_holds_the_table_is_read_and_one_that_misses_name
     result = run(*args, "--batch", 4, "--out", tmp_path / "missed")  # another shape: a table to time and write
     assert result.exit_code == 2 and encoder_weights_timer.calls == 1, result.output  # refused before the timing
     assert f"the cache folder $HEADCUT_CACHE {cache}: the folder {cache} is not writable; set $HEADCUT_CACHE to a " \
+        "folder you can write in." in " ".join(result.output.split()), result.output
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc, a folder where no file can be made")
+def test_a_cache_where_no_file_can_be_made_names_its_variable_before_the_timing(tmp_path, tiny_grader,
+                                                                               monkeypatch):  # noqa: F811
+    """Was: os.access says yes to root anywhere, so a $HEADCUT_CACHE under /proc passed the check and the table,
+    timed first, could not be kept. Now a file is made and removed there before the timing."""
+    cache = "/proc/headcut-cache"
+    monkeypatch.setenv("HEADCUT_CACHE", cache)
+    monkeypatch.setattr("headcut.prune.latency.torch_timer", encoder_weights_timer)
+    encoder_weights_timer.calls = 0
+    grader, _ = tiny_grader
+    result = run("--model", grader, "--latency", 0.5, "--batch", 8, "--out", tmp_path / "p", "--no-timing")
+    assert result.exit_code == 2 and encoder_weights_timer.calls == 0, result.output
+    assert f"the cache folder $HEADCUT_CACHE {cache}: the folder /proc is not writable; set $HEADCUT_CACHE to a " \
         "folder you can write in." in " ".join(result.output.split()), result.output
 
 

@@ -11,6 +11,7 @@ import re
 import shutil
 import socket
 import stat
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -67,7 +68,7 @@ def check_cache_writable(env: str, name: str) -> None:
     that will hold it is writable, else one sentence naming the variable that set it."""
     root, said = _cache_root(env, name)
     place = next(p for p in (root, *root.parents) if os.path.lexists(p))
-    if not os.access(place, os.W_OK | os.X_OK):
+    if not can_make_files(place, name):
         raise UserError(f"the cache folder {said}: the folder {place} is not writable; set ${env} to a folder you "
                         "can write in.")
 
@@ -123,9 +124,9 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def check_place(out: Path, flag: str = "out") -> None:
     """What will hold `out` (its nearest existing folder above; missing folders below it are made) is a folder
-    this process can write in, and not the folder the process runs in or one above it (an output replaces its
-    path whole): checked before any work, so a long run does not fail at its last step. (Its name's length is
-    refuse_inputs' check, which every caller runs first: resolving a too-long name fails.)"""
+    this process can make a file in (can_make_files), and not the folder the process runs in or one above it (an
+    output replaces its path whole): checked before any work, so a long run does not fail at its last step. (Its
+    name's length is refuse_inputs' check, which every caller runs first: resolving a too-long name fails.)"""
     if str(out) == "-":
         raise UserError(f"{setting(flag, '-')} would be a file named '-': headcut writes its outputs to files "
                         "(atomically), not to standard output; name a file or folder, e.g. "
@@ -140,8 +141,21 @@ def check_place(out: Path, flag: str = "out") -> None:
     place = out.absolute().parent
     while not place.exists() and place != place.parent:  # a file above it was refused by resolved_out
         place = place.parent
-    if not os.access(place, os.W_OK | os.X_OK):
+    if not can_make_files(place, out.name):
         raise UserError(f"{setting(flag, out)}: the folder {place} is not writable; choose a folder you can write in.")
+
+
+def can_make_files(folder: Path, name: str) -> bool:
+    """Whether this process can make a file in `folder`, found by making one (`name`'s temporary) and removing it:
+    os.access says yes to root anywhere, also in /proc, /sys or a read-only mount, where the first real write, after
+    the work, failed."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return False
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=_temp_prefix(name)):  # removed as it closes
+            return True
+    except OSError:
+        return False
 
 
 # What the names written beside an output add to its own: the temporary sibling of its partial state,

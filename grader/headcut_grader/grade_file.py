@@ -148,9 +148,10 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                                                      "settings": settings.output_keys()}))
         with _removed_once_published(data, state_path, out):
             publish_file(data, out, overwrite=overwrite, flag=said("out", names))
-    except OSError as e:
+    except OSError as e:  # --resume only where rows are kept for it (was: said also where nothing was written)
+        again = f"with {said('resume', names)}" if kept_rows(out) is not None else "from the start"
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
-                        f"with {said('resume', names)}.") from None
+                        f"{again}.") from None
     return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out, grader.runtime)
 
 
