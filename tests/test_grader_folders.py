@@ -45,6 +45,12 @@ def _model_file(**changes):
     return harm
 
 
+def _model_file_is_the_tokenizer(folder):  # its name, size and sha256: the checks of files pass
+    record = json.loads((folder / "grader.json").read_text())
+    record["model_file"] = record["tokenizer_file"]
+    (folder / "grader.json").write_text(json.dumps(record))
+
+
 def _flip_a_byte(folder):
     data = bytearray((folder / "model.onnx").read_bytes())
     data[len(data) // 2] ^= 0xFF  # same size, other bytes
@@ -93,6 +99,8 @@ LIES = [
     (_flip_a_byte, "is not the file grader.json records"),
     (_another_graders_graph, "outside the grader folder"),
     (_model_file(name="/etc/passwd"), "outside the grader folder"),
+    (_model_file_is_the_tokenizer, "grader.json: model_file names 'tokenizer.json', not an ONNX graph (.onnx); "
+                                   "grader.json was edited or the folder mixes files of two exports, so re-export"),
     # was: a size or sha256 of the wrong type, or an empty sha256, turned the check of the file off, exit 0
     (_model_file(sha256=""), 'and sha256 "", not its size and a sha256 prefix of 16 to 64 hex digits'),
     (_model_file(sha256=None), "and sha256 null, not its size"),

@@ -168,6 +168,18 @@ def _swap_xml(folder):  # an IR from another export whose record was left as it 
     (folder / "grader.json").write_text(json.dumps(record))
 
 
+def _xml_is_the_onnx(folder):  # was: refused as 'model.onnx holds quantized (INT8) operations'
+    record = json.loads((folder / "grader.json").read_text())
+    record["openvino"]["files"]["xml"] = record["model_file"]  # its name, size and sha256: the checks of files pass
+    (folder / "grader.json").write_text(json.dumps(record))
+
+
+def _bin_is_the_xml(folder):
+    record = json.loads((folder / "grader.json").read_text())
+    record["openvino"]["files"]["bin"] = record["openvino"]["files"]["xml"]
+    (folder / "grader.json").write_text(json.dumps(record))
+
+
 def _outside(folder):
     record = json.loads((folder / "grader.json").read_text())
     record["openvino"]["files"]["bin"]["name"] = "../../../etc/passwd"
@@ -210,6 +222,11 @@ def _max_length_lies(folder):  # OpenVINO grades past the 128 positions (zeros);
     (_truncate_bin, "is not the file grader.json records"),
     (_swap_xml, "is not the file grader.json records"),
     (_outside, "outside the grader folder"),
+    (_xml_is_the_onnx, "grader.json: openvino.files.xml names 'model.onnx', not an OpenVINO IR .xml file (with its "
+                       "weights, a .bin, under openvino.files.bin); grader.json was edited or the folder mixes files "
+                       "of two exports, so re-export the grader."),
+    (_bin_is_the_xml, "grader.json: openvino.files.bin names 'openvino/model.xml', not an OpenVINO IR's weights, the "
+                      ".bin beside its .xml;"),
     (_inputs_lie, "are not grader.json's input_names"),
     (_grades_lie, "names 3 outputs (task grades) but the graph has 5"),
     (_max_length_lies, "'max_length' is 300, but the graph has position embeddings for at most 128 tokens"),

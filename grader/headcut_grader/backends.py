@@ -85,7 +85,25 @@ def checked_file(folder: Path, spec, *, what: str, markers: tuple[bytes, ...] = 
         raise unreadable(path, e) from None
     if sha256[:len(digest)] != digest:
         raise _not_recorded(path)
+    _check_kind(folder, spec["name"], what)
     return path, found
+
+
+# What each file key of grader.json must name, by the suffix that its reader goes by: OpenVINO picks its reader by
+# the suffix (an .onnx given as the IR's .xml was read as ONNX and refused for its precision)
+KINDS = {"model_file": (".onnx", "an ONNX graph (.onnx)"),
+         "openvino.files.xml": (".xml", "an OpenVINO IR .xml file (with its weights, a .bin, under "
+                                        "openvino.files.bin)"),
+         "openvino.files.bin": (".bin", "an OpenVINO IR's weights, the .bin beside its .xml"),
+         "tokenizer_file": (".json", "a tokenizer.json")}
+
+
+def _check_kind(folder: Path, name: str, what: str) -> None:
+    """The file that grader.json's `what` names, checked as the one recorded, is of the kind that key holds."""
+    suffix, kind = KINDS[what]
+    if Path(name).suffix.lower() != suffix:
+        raise UserError(f"{folder / 'grader.json'}: {what} names {quoted(name)}, not {kind}; grader.json was edited "
+                        "or the folder mixes files of two exports, so re-export the grader.")
 
 
 def _names_inside(name: str) -> bool:
