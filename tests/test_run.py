@@ -355,6 +355,23 @@ def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp
     assert not (tmp_path / "out").exists()  # checked before any work
 
 
+def test_the_floor_and_the_int8_gate_read_one_range_for_a_loss_of_accuracy_points_and_of_spearman():
+    """floor.accuracy_points and export's max_drop are accuracy points a grader may lose, floor.spearman and
+    max_spearman_drift a change of Spearman (within_limits judges both alike): their ranges, bounded by the metrics'
+    scales, are gate.ACCURACY_LOSS and gate.SPEARMAN_LOSS (were four literals, 0..100 and 0..2 twice)."""
+    from headcut.export.gate import ACCURACY_LOSS, SPEARMAN_LOSS, Int8Gate
+    from headcut.pipeline.recipe import ExportSection, FloorSection
+    from headcut_grader.ranges import declared_range
+
+    for cls, name in ((FloorSection, "accuracy_points"), (Int8Gate, "max_drop"), (ExportSection, "max_drop")):
+        assert declared_range(cls, name) is ACCURACY_LOSS, (cls.__name__, name)
+    for cls, name in ((FloorSection, "spearman"), (Int8Gate, "max_spearman_drift"),
+                      (ExportSection, "max_spearman_drift")):
+        assert declared_range(cls, name) is SPEARMAN_LOSS, (cls.__name__, name)
+    with pytest.raises(UserError, match=r"key 'spearman' is 2.5, which is out of range; it must be in \[0, 2\]"):
+        load_pipeline("quickstart", overrides=["floor.spearman=2.5"])
+
+
 @pytest.mark.parametrize("scan, flags, words", [
     # was: accepted, and the draws never made
     ({"experiments": "none", "draws": 5}, ["--experiments", "none", "--draws", "5"],

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from headcut_grader import errors
 from headcut_grader.errors import setting
-from headcut_grader.ranges import SEQ_LEN, THREADS, Range, ranged
+from headcut_grader.ranges import SEQ_LEN, THREADS, Range, range_field, ranged
 
 # build_grader's numeric arguments, declared once: `headcut export`'s --opset and --threads read them here
 ARGUMENTS = {"opset": Range(14, 20), "threads": THREADS, "max_length": SEQ_LEN}
@@ -56,11 +56,18 @@ def gate_fix(names: str, *, int8: bool) -> str:
     return f"{fp32}, or relax {'/'.join(named(g, names) for g in GATE_LIMITS)}"
 
 
+# How much a grader may lose against the one it is judged by, as the metric's scale bounds it: accuracy is a
+# percentage, so at most 100 points; Spearman lies in [-1, 1], so it moves by at most 2. The INT8 gate (against
+# the fp32 graph) and a run's floor (pipeline.recipe.FloorSection, against the teacher) read these.
+ACCURACY_LOSS = Range(0.0, 100.0)
+SPEARMAN_LOSS = Range(0.0, 2.0)
+
+
 @dataclass(frozen=True)
 class Int8Gate:
     min_agreement: float = ranged(0.97, 0.0, 1.0)
-    max_spearman_drift: float = ranged(0.005, 0.0, 2.0)
-    max_drop: float = ranged(1.0, 0.0, 100.0)  # accuracy points
+    max_spearman_drift: float = range_field(0.005, SPEARMAN_LOSS)
+    max_drop: float = range_field(1.0, ACCURACY_LOSS)  # accuracy points
     # The alternative to an INT8 graph is the fp32 one, so that is the yardstick: a recipe slower than the
     # default INT8 (timing noise, or fp32 nodes kept) still beats shipping fp32 when it is clearly faster.
     min_speed_vs_fp32: float = ranged(1.15, 0.0)

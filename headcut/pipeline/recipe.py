@@ -17,7 +17,7 @@ from headcut.data_spec import check_file_keys
 from headcut_grader.data import FILE_KEYS, file_keys
 from headcut_grader.errors import Given, Typed, UserError, WordedError, concerning, cut, quoted, shown
 from headcut.export.bench_settings import SEQ_LEN, BenchSettings
-from headcut.export.gate import MIN_GATE_PAIRS, Int8Gate
+from headcut.export.gate import ACCURACY_LOSS, MIN_GATE_PAIRS, SPEARMAN_LOSS, Int8Gate
 from headcut_grader.ranges import BATCH, check_timed_batch, range_field, ranged, same_as
 from headcut_grader.validation import absent
 from headcut.synthetic import MAX_SYNTHETIC
@@ -125,8 +125,8 @@ class BenchSection:
 @dataclass(frozen=True)
 class FloorSection:
     """The grader to deploy: the fastest whose point estimates stay within these of the teacher."""
-    accuracy_points: float = ranged(1.0, 0.0, 100.0)
-    spearman: float = ranged(0.01, 0.0, 2.0)
+    accuracy_points: float = range_field(1.0, ACCURACY_LOSS)
+    spearman: float = range_field(0.01, SPEARMAN_LOSS)
 
 
 @dataclass(frozen=True)
