@@ -12,7 +12,8 @@ from conftest import tiny_model
 from headcut.batching import Encoded
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
-from headcut.evaluate.probes import ProbeInputs, example_attention, probe_heads, segmented_inputs
+from headcut.evaluate.scan import telling_example
+from headcut.evaluate.probes import ProbeInputs, best_head, example_attention, probe_heads, segmented_inputs
 
 HIDDEN, HEAD = 64, 16
 CLS, SEP = 2, 3
@@ -93,6 +94,26 @@ def test_titles_of_one_token_each_are_probed_without_a_boundary_score():
     assert "boundary_f1" not in out and out["next"].shape == (2, 4)
 
 
+def test_a_probe_with_nothing_to_measure_has_no_best_head():
+    """Pairs where no title repeats a query token, and no word spans two tokens: term_match was 0 for every head
+    (a mean over no twin) and boundary_f1 0 for every head (no link to find), so `headcut probe` printed
+    'term_match best L0H0 0.000' and scan's experiment 5 masked the first k heads as the "strongest". Both are now
+    NaN for every head, and best_head says there is none; a probe that measured keeps its best head."""
+    ids = [[CLS, 11, 12, SEP, 60, 61, SEP], [CLS, 13, SEP, 62, 63, 64, SEP]]
+    continues = [[False] * len(row) for row in ids]
+    inputs = ProbeInputs(Encoded(ids, [[0] * len(row) for row in ids], 0), {0, CLS, SEP}, SEP, continues)
+    out = probe_heads(planted_model(), inputs, batch_size=4)
+    assert out["twin_tokens"] == 0 and np.isnan(out["term_match"]).all()
+    assert out["boundary_links"] == 0 and out["boundary_candidates"] == 4 and np.isnan(out["boundary_f1"]).all()
+    assert "boundary_union" not in out
+    assert best_head(out, "term_match") is None and best_head(out, "boundary_f1") is None
+    assert best_head(out, "next") == (0, 0, pytest.approx(float(out["next"][0, 0])))
+    shown = [why.split()[0] for *_, why in telling_example(planted_model(), inputs, out)["heads"]]
+    assert "next" in shown and not {"term_match", "boundary_f1"} & set(shown)  # drawn as -inf at L0H0
+    planted = probe_heads(planted_model(), planted_inputs(), batch_size=5)
+    assert best_head(planted, "term_match")[:2] == (0, 1) and best_head(planted, "boundary_f1") is not None
+
+
 def test_example_attention_is_a_distribution_per_row():
     model = planted_model()
     maps, tokens = example_attention(model, planted_inputs(), 0)
@@ -143,7 +164,7 @@ def test_boundary_f1_is_scored_against_the_segmentation():
     assert out["boundary_candidates"] == 6 and out["boundary_links"] == 3
     assert np.isclose(out["boundary_f1"][0, 0], 2 / 3, atol=1e-9)
     by_pieces = ProbeInputs(planted.encoded, {0, CLS, SEP}, SEP, [[False] * len(ids[0])])
-    assert probe_heads(planted_model(), by_pieces)["boundary_f1"][0, 0] == 0.0
+    assert np.isnan(probe_heads(planted_model(), by_pieces)["boundary_f1"]).all()  # no `##` link: none to find
     with pytest.raises(UserError, match="do not spell the title"):
         segmented_inputs(tok, Pairs(["q"], ["如何在网上"], None), ["如何 在线"])
 

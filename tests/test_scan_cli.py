@@ -69,6 +69,42 @@ def test_probe_command(tiny_grader, tmp_path):
     assert (tmp_path / "p" / "attention.png").read_bytes().startswith(PNG)
 
 
+# no title repeats a word of its query, and every word is one token of MiniLM's vocabulary
+NO_SHARED_TERM = "query\ttitle\tgrade\ndrill\tred lamp\t2\npaint\tclaw hammer\t4\nsaw\tgarden hose\t1\n"
+
+
+def test_probe_of_pairs_without_a_shared_term_says_n_a(tiny_grader, tmp_path):
+    """Was: 'term_match best L0H0 0.000' and 'boundary_f1 best L0H0 0.000' (every head 0: there was nothing to
+    measure), in the output and the report's table, and L0H0 drawn as the telling term-matching head."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text(NO_SHARED_TERM)
+    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", str(data), "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    assert "term_match   n/a: no pair repeats a token of its query in its title" in r.output
+    assert "boundary_f1  n/a: no word of a title spans two tokens" in r.output
+    assert "next         best L" in r.output and "boundary union" not in r.output
+    assert "| term_match | n/a | no pair repeats" in (tmp_path / "p" / "report.md").read_text()
+    probes = json.loads((tmp_path / "p" / "importance.json").read_text())["extra"]["probes"]
+    assert probes["twin_tokens"] == 0 and probes["term_match"] == [[None] * 4] * 2
+
+
+@pytest.mark.parametrize("experiments, instead", [("all", "random,halves,layers,heads"), ("5", "none"),
+                                                  ("layers,term", "layers")])
+def test_experiment_5_on_pairs_without_a_shared_term_is_refused_before_any_pass(tiny_grader, tmp_path, experiments,
+                                                                                  instead):
+    """Was: experiment 5 masked the first k heads as "the k strongest term-matching heads" (every head scored 0),
+    after the whole scan; now one sentence naming --experiments and the file, before any pass, nothing written."""
+    data = tmp_path / "pairs.tsv"
+    data.write_text(NO_SHARED_TERM)
+    r = runner.invoke(app, ["scan", "--model", str(tiny_grader), "--data", str(data), "--out", str(tmp_path / "s"),
+                            "--experiments", experiments, "--k", "2", "--bootstrap", "10"])
+    assert r.exit_code == 2, r.output
+    assert re.search(rf"experiment 5 \(term\) .* no pair of {re.escape(str(data))} repeats a token of its query in "
+                     rf"its title, .*; pass --experiments {instead}, or pairs", r.output), r.output
+    assert "ablation" not in r.output and "Traceback" not in r.output  # no pass ran (its progress is on stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pairs.tsv"]
+
+
 @pytest.fixture(scope="module")
 def grader_of_three_grades(tiny_grader, tmp_path_factory):
     """The tiny grader's kind, grading 2, 3 and 4 (three outputs), so grades 1 and 5 are not its own."""

@@ -198,9 +198,7 @@ def probe(
     Example: headcut probe --model runs/teacher --data ../shared/data/homedepot/dev.tsv --out runs/probe
     """
     quiet_transformers()
-    import numpy as np
-
-    from headcut.evaluate.probes import PROBES
+    from headcut.evaluate.probes import PROBES, UNMEASURED, best_head
     from headcut.evaluate.scan import ScanSettings
 
     grade_flag = "--label-col" if label_col is not None else "--label-map" if label_map is not None else None
@@ -217,9 +215,9 @@ def probe(
     probes = result["probes"]
     for name in PROBES:
         if name in probes:
-            v = np.nan_to_num(np.asarray(probes[name], dtype=float), nan=-np.inf)
-            layer, head = np.unravel_index(int(np.argmax(v)), v.shape)
-            typer.echo(f"{name:<12} best L{layer}H{head}  {v[layer, head]:.3f}")
+            best = best_head(probes, name)
+            typer.echo(f"{name:<12} n/a: {UNMEASURED.get(name, 'no head measured')}" if best is None else
+                       f"{name:<12} best L{best[0]}H{best[1]}  {best[2]:.3f}")
     union = probes.get("boundary_union")
     if union:
         typer.echo(f"boundary union {' '.join(f'L{l}H{h}' for l, h in union['heads'])}  F1 {union['f1']:.3f}")

@@ -25,6 +25,9 @@ from headcut_grader.errors import UserError, quoted
 from headcut.evaluate.attention import attention_batches, attention_weights
 
 PROBES = ("previous", "next", "noop", "term_match", "boundary_f1")
+# why a probe can measure no head on some data (its scores NaN throughout), as best_head's callers say it
+UNMEASURED = {"term_match": "no pair repeats a token of its query in its title, so no head can match terms",
+              "boundary_f1": "no word of a title spans two tokens, so there is no within-word link to find"}
 
 
 @dataclass
@@ -127,7 +130,8 @@ class _Tally:
 
 @torch.inference_mode()
 def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=None) -> dict:
-    """Probe scores `(layers, heads)` for each name in PROBES (NaN where a pruned layer lacks the head),
+    """Probe scores `(layers, heads)` for each name in PROBES (NaN where a pruned layer lacks the head, and for
+    every head where the data gives the probe nothing to measure: UNMEASURED),
     plus the best single boundary head and the greedy best union of heads ("boundary_union"). Passes of
     `batch_size` pairs at most (default: evaluate_arguments.PROBE_BATCH_SIZE), fewer where their attention maps
     would pass MAX_HELD_SCORES (`attention_batches`)."""
@@ -140,15 +144,33 @@ def probe_heads(model, inputs: ProbeInputs, *, batch_size: int = 32, progress=No
             progress(len(rows))
     counts = tally.counts
     out = {name: tally.sums[name] / max(counts["tokens"], 1) for name in ("previous", "next", "noop")}
-    out["term_match"] = tally.sums["term_match"] / max(counts["twins"], 1)
+    # a mean over no twin is no number: 0 for every head made L0H0 the "best" term-matching head
+    out["term_match"] = tally.sums["term_match"] / counts["twins"] if counts["twins"] else _unmeasured(tally)
     out["content_tokens"], out["twin_tokens"] = counts["tokens"], counts["twins"]
     if any(len(true) for true in tally.link_true):  # none where every title is one token (titles 'x', 'y')
         preds, truth = np.concatenate(tally.link_preds, axis=2), np.concatenate(tally.link_true)
-        out.update(_boundary(preds, truth, tally.present))
+        if truth.any():
+            out.update(_boundary(preds, truth, tally.present))
+        else:  # no word of two tokens: no link to find, so no F1 (was 0 for every head, and L0H0 "best")
+            out.update(boundary_f1=_unmeasured(tally), boundary_links=0, boundary_candidates=int(len(truth)))
     for name in PROBES:
         if name in out:
             out[name] = np.where(tally.present, out[name], np.nan)
     return out
+
+
+def _unmeasured(tally: _Tally) -> np.ndarray:
+    return np.full(tally.present.shape, np.nan)
+
+
+def best_head(probes: dict, name: str) -> tuple[int, int, float] | None:
+    """(layer, head, score) of the head that scores highest on probe `name`; None where the probe measured no head
+    (NaN throughout: see UNMEASURED)."""
+    values = np.asarray(probes[name], dtype=float)
+    if not np.isfinite(values).any():
+        return None
+    layer, head = np.unravel_index(int(np.argmax(np.where(np.isfinite(values), values, -np.inf))), values.shape)
+    return int(layer), int(head), float(values[layer, head])
 
 
 def _probe_pass(model, inputs: ProbeInputs, rows, tally: _Tally) -> None:

@@ -22,7 +22,7 @@ from headcut.evaluate.importance import gold
 from headcut.evaluate.tasks import check_task, summary
 from headcut.model_arguments import check_loaded
 from headcut.evaluate.predict import predict_logits
-from headcut.evaluate.probes import example_attention, probe_heads, probe_inputs, segmented_inputs
+from headcut.evaluate.probes import best_head, example_attention, probe_heads, probe_inputs, segmented_inputs
 
 
 @dataclass(frozen=True)
@@ -155,14 +155,25 @@ def telling_example(model, inputs, probes: dict, *, max_tokens: int = 24) -> dic
     maps, tokens = [None if m is None else m[:, :max_tokens, :max_tokens] for m in maps], tokens[:max_tokens]
     heads, seen = [], set()
     for name in ("previous", "next", "term_match", "boundary_f1", "noop"):
-        values = np.nan_to_num(np.asarray(probes.get(name, []), dtype=float), nan=-np.inf)
-        if values.size == 0:
+        best = best_head(probes, name) if name in probes else None
+        if best is None:  # not probed, or nothing to measure: no head to show for it
             continue
-        layer, head = np.unravel_index(int(np.argmax(values)), values.shape)
+        layer, head, value = best
         if (layer, head) not in seen and maps[layer] is not None:
             seen.add((layer, head))
-            heads.append((int(layer), int(head), f"{name} {values[layer, head]:.2f}"))
+            heads.append((layer, head, f"{name} {value:.2f}"))
     return {"index": index, "tokens": tokens, "maps": maps, "heads": heads, "length": length}
+
+
+def _check_shared_terms(inputs, settings: ScanSettings, pairs: Pairs, names: str) -> None:
+    """Experiment 5 masks the heads that attend most from a token to its twin in the other text: on pairs where no
+    title repeats a token of its query, every head scores nothing, and the "strongest" were the first k."""
+    if "term" not in settings.experiments or any(_twins(ids, inputs) for ids in inputs.encoded.input_ids):
+        return
+    others = tuple(e for e in settings.experiments if e != "term")
+    raise UserError(f"experiment 5 (term) masks the heads that match a query's terms in its title, and no pair of "
+                    f"{pairs.source} repeats a token of its query in its title, so there are none to find; pass "
+                    f"{passed(names, experiments=others)}, or pairs whose titles share words with their queries.")
 
 
 def _twins(ids: list[int], inputs) -> int:
@@ -266,6 +277,14 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     model.eval()  # no dropout: scores depend on the model and the data, not on the random state
     settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
     encoded = encode(tokenizer, pairs, max_length=settings.max_length, model=model)
+    inputs = None
+    if settings.probes or "term" in settings.experiments:  # before any pass: experiment 5 needs shared terms
+        if title_words is not None:
+            inputs = segmented_inputs(tokenizer, pairs, title_words, max_length=settings.max_length, model=model,
+                                      said=scan_said("title_words", names))
+        else:
+            inputs = probe_inputs(tokenizer, pairs, max_length=settings.max_length, model=model)
+        _check_shared_terms(inputs, settings, pairs, names)
     labels = gold(pairs)
     data = ScoringData(model, encoded, labels, source=str(pairs.source), batch_size=settings.batch_size,
                        progress=progress)
@@ -289,12 +308,7 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
             for i in range(present.shape[0]) for h in range(present.shape[1]) if present[i, h]
         ]
     probes = None
-    if settings.probes or "term" in settings.experiments:
-        if title_words is not None:
-            inputs = segmented_inputs(tokenizer, pairs, title_words, max_length=settings.max_length, model=model,
-                                      said=scan_said("title_words", names))
-        else:
-            inputs = probe_inputs(tokenizer, pairs, max_length=settings.max_length, model=model)
+    if inputs is not None:
         probes = probe_heads(model, inputs, batch_size=settings.batch_size, progress=stage("probes"))
         result["probes"] = probes
         result["example"] = telling_example(model, inputs, probes)

@@ -13,7 +13,7 @@ import torch
 
 from headcut.evaluate import figures
 from headcut.evaluate.importance import write_scores
-from headcut.evaluate.probes import PROBES
+from headcut.evaluate.probes import PROBES, UNMEASURED, best_head
 from headcut_grader.files import write_text
 
 
@@ -111,9 +111,9 @@ def report_blocks(result: dict, *, model_info: dict, data_info: dict, images: di
         rows = []
         for name in PROBES:
             if name in probes:
-                v = np.nan_to_num(np.asarray(probes[name], dtype=float), nan=-np.inf)
-                layer, head = np.unravel_index(int(np.argmax(v)), v.shape)
-                rows.append([name, f"L{layer}H{head}", _fmt(float(v[layer, head]))])
+                best = best_head(probes, name)
+                rows.append([name, "n/a", UNMEASURED.get(name, "no head measured")] if best is None else
+                            [name, f"L{best[0]}H{best[1]}", _fmt(best[2])])
         b.append(("table", ["probe", "best head", "score"], rows))
         union = probes.get("boundary_union")
         if union:
