@@ -744,7 +744,8 @@ def test_max_length_over_the_positions_leads_with_the_flag_or_key_the_command_ha
     from headcut.recipes import RECIPE_ROOT
 
     result = run("evaluate", "-m", "minilm-l6", "-d", "synthetic", "--limit", 5, "--max-length", 600)
-    refused(result, "error: --max-length 600 is more than the model's 512 positions; pass --max-length 512 or less.")
+    refused(result, "error: --max-length 600 is more than --model minilm-l6's 512 positions; pass --max-length 512 or "
+            "less.")
     assert "recipe" not in result.stderr
     refused(run("finetune", "minilm_synthetic_cpu", "--set", "max_length=600", "--out", tmp_path / "t"),
             f"error: {RECIPE_ROOT / 'finetune' / 'minilm_synthetic_cpu.yaml'} with --set max_length=600: "

@@ -403,3 +403,41 @@ def test_one_path_given_twice_in_two_spellings_is_read_and_two_paths_are_refused
             "--limit 0")  # read as one --data: the range check speaks, not the given-twice one
     refused(run("evaluate", "-m", "m", "--data", "in/pairs.tsv", "-d", "./in/other.tsv"),
             "--data is given twice, as 'in/pairs.tsv' and as './in/other.tsv'")
+
+
+@pytest.fixture(scope="module")
+def long_and_short_models(tmp_path_factory):
+    """Two tiny BERT artifacts of one tokenizer: 128 positions and 64."""
+    from conftest import tiny_model
+    from headcut.models import LoadedModel, save_model
+    from test_export import tiny_tokenizer
+
+    root = tmp_path_factory.mktemp("long-and-short")
+    tokenizer = tiny_tokenizer(root / "tok")
+    return [save_model(LoadedModel(tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=positions),
+                                   tokenizer, {"grades": [1, 2, 3, 4, 5]}, "tiny", ""), root / f"m{positions}")
+            for positions in (128, 64)]
+
+
+def test_a_length_past_one_models_positions_names_that_model_before_any_loads(tmp_path, long_and_short_models,
+                                                                              monkeypatch):
+    """Was: 'bench --model LONG --model SHORT --seq-lens 8,96' loaded and measured LONG, then said '--seq-lens 96 is
+    more than the model's 64 positions' (which model?); 'evaluate --max-length 96 --against SHORT' said the same of
+    --against. Now the sentence names the model's flag and folder, and bench says it before any model loads."""
+    import headcut.models
+
+    long, short = long_and_short_models
+    data = write(tmp_path, "pairs.tsv", PAIRS_TSV)
+    refused(run("evaluate", "--model", long, "--against", short, "--data", data, "--max-length", "96"),
+            f"--max-length 96 is more than --against {short}'s 64 positions; pass --max-length 64 or less.")
+    refused(run("evaluate", "--model", short, "--data", data, "--max-length", "96"),
+            f"--max-length 96 is more than --model {short}'s 64 positions")
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded before the range check")
+
+    monkeypatch.setattr(headcut.models, "load_model", no_load)
+    refused(run("bench", "--model", long, "--model", short, "--data", data, "--out", tmp_path / "b", "--seq-lens",
+                "8,96", "--batch-sizes", "1"),
+            f"--seq-lens 96 is more than --model {short}'s 64 positions; pass --seq-lens 64 or less.")
+    assert not (tmp_path / "b").exists()

@@ -39,8 +39,10 @@ SEQ_LENS = ",".join(map(str, BenchSettings.seq_lens))
 
 def _check_variants(models: list[str], graders: list[Path], longest: int):
     """Every --model and --grader named once, and each of the first --model's task, grades and tokenizer, before
-    any loads: bench compares each with the first; and no --grader is timed past its max_length (`longest`: the longest
-    --seq-lens; a grader's graph may have no positions past it). Returns the first's outline."""
+    any loads: bench compares each with the first; and no --model is timed past its positions, nor --grader past its
+    max_length (`longest`: the longest --seq-lens; a grader's graph may have no positions past it). Returns the first's
+    outline."""
+    from headcut.batching import check_max_length
     from headcut.evaluate.report import comparison_problem
     from headcut.models import outline
     from headcut_grader.errors import UserError
@@ -57,7 +59,10 @@ def _check_variants(models: list[str], graders: list[Path], longest: int):
             seen[key] = name
     # a grader folder given as --model: bench times it as it is with --grader, beside a reference --model
     hint = ", and time the grader itself with --grader {} (bench times each against the first --model)"
-    first, *others = [outline(m, flag="--model", grader_hint=hint.format(m)) for m in models]
+    outlines = [outline(m, flag="--model", grader_hint=hint.format(m)) for m in models]
+    for name, outlined in zip(models, outlines):  # each model's positions, named, before the first loads
+        check_max_length(outlined.model, longest, flag="--seq-lens", whose=f"--model {name}'s")
+    first, *others = outlines
     kinds = [(f"--model {m}", (other.task, other.grades)) for m, other in zip(models[1:], others)]
     for g in graders:
         record = read_record(g, flag="--grader")  # a folder that is not a grader is one sentence
@@ -123,7 +128,6 @@ def bench(
     inputs = [*model, *grader, data]
     check_out_dir(out, overwrite=overwrite, inputs=inputs, flag="--out",  # before the benchmark, not after it
                   holds="bench.json, bench.md and bench.png")
-    from headcut.batching import check_max_length
     from headcut_grader.ranges import BATCH, check_timed_batch
 
     sizes = _ints(batch_sizes, "--batch-sizes", BATCH, BATCH_SIZES)
@@ -134,13 +138,9 @@ def bench(
     # the reference's task and grades decide which gold the data gives
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,
                       label_map=label_map, limit=limit, task=reference.task, grades=reference.grades)
-    def loaded(name):
-        result = load_model(name, flag="--model")
-        check_max_length(result.model, max(settings.seq_lens), flag="--seq-lens")
-        return result
-
     # Loaded inside load_measured, so each variant's resident-memory growth includes its weights.
-    variants = [load_measured(lambda m=m, n=n: pytorch_variant(f"pytorch fp32 {n}", loaded(m), threads=threads))
+    variants = [load_measured(lambda m=m, n=n: pytorch_variant(f"pytorch fp32 {n}", load_model(m, flag="--model"),
+                                                               threads=threads))
                 for m, n in zip(model, short_names(model, 1))]
     for folder, name in zip(grader, short_names(grader, 2)):  # each graph whose runtime is installed here
         variants += [load_measured(lambda f=folder, b=b, n=name: grader_variant(f"grader {n}", f, threads=threads,

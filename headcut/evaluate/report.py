@@ -93,7 +93,8 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
 
     loaded = load_model(name, allow_pickle=allow_pickle, flag=flag)
     if max_length is not None:
-        check_max_length(loaded.model, max_length, flag=length)  # before grading, as the caller named it
+        # before grading, as the caller named it, and whose positions (--model or --against)
+        check_max_length(loaded.model, max_length, flag=length, whose=f"{setting(flag, name)}'s")
     about = {"path": loaded.path, "weights_hash": loaded.weights_hash, "task": loaded.task}
     return Scorer(about, lambda pairs, progress=None: predict_logits(
         loaded.model, loaded.tokenizer, pairs, batch_size=batch_size, max_length=max_length or loaded.max_length,
