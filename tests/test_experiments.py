@@ -37,6 +37,27 @@ def test_effects_match_the_metrics_module():
     assert same["flip_rate"] == 0 and same["loss_delta"] == 0 and same["flip_rate_ci"] == [0.0, 0.0]
 
 
+def test_an_effect_that_means_nothing_is_nan_not_a_number():
+    """Was: a baseline grading no pair right gave relative_accuracy_pct = 100 x the masked accuracy (as if the
+    baseline were 1: 'accuracy +50.00%' of nothing), and pairs of one gold grade a spearman_delta of 0 with a CI of
+    [0, 0]; each is now NaN with a NaN CI (n/a in scan's output, '–' in its report, null in importance.json)."""
+    from headcut.cli.scan import summary_lines
+
+    labels = np.array([0, 0, 0, 0])
+    base = np.tile(np.array([0.0, 5.0, 0.0, 0.0, 0.0], dtype=np.float32), (4, 1))  # grade 2 for every pair: none right
+    masked = base.copy()[None]
+    masked[0, :2] = np.array([5.0, 0.0, 0.0, 0.0, 0.0])  # two right once masked
+    e = effects(masked, base, labels, GRADES, iters=50)
+    assert e["accuracy"] == 0.5 and np.isnan(e["relative_accuracy_pct"]) and np.isnan(e["spearman_delta"])
+    assert np.isnan(e["relative_accuracy_pct_ci"]).all() and np.isnan(e["spearman_delta_ci"]).all()
+    assert e["loss_delta"] < 0 and e["flip_rate"] == 0.5 and np.isfinite(e["flip_rate_ci"]).all()
+    row = {"ratio": 0.1, **e}
+    assert summary_lines({"ranking": {}, "experiments": {"random": [row]}}) == [
+        f"random 10%: accuracy n/a  loss {e['loss_delta']:+.4f}  flip rate 0.500"]
+    graded = effects(masked, base, np.array([1, 0, 1, 2]), GRADES, iters=50)  # base gets one right, grades differ
+    assert np.isclose(graded["relative_accuracy_pct"], 0.0) and np.isfinite(graded["spearman_delta"])
+
+
 def test_random_masks_drop_count_heads_among_the_allowed():
     allowed = torch.zeros(3, 4, dtype=torch.bool)
     allowed[1:] = True

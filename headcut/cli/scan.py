@@ -35,6 +35,14 @@ def stage_bars(total: int):
     return progress, close
 
 
+def relative(row: dict) -> str:
+    """An experiment's accuracy change as a share of the baseline's, n/a where the baseline grades no pair right."""
+    from headcut.evaluate.tasks import missing
+
+    value = row["relative_accuracy_pct"]
+    return "n/a" if missing(value) else f"{value:+.2f}%"
+
+
 def summary_lines(result: dict) -> list[str]:
     lines = []
     if "baseline" in result:
@@ -45,14 +53,14 @@ def summary_lines(result: dict) -> list[str]:
     exps = result.get("experiments", {})
     for r in exps.get("random", []):
         if r["ratio"] in (0.1, 0.2, 0.5):
-            lines.append(f"random {100 * r['ratio']:.0f}%: accuracy {r['relative_accuracy_pct']:+.2f}%  "
+            lines.append(f"random {100 * r['ratio']:.0f}%: accuracy {relative(r)}  "
                          f"loss {r['loss_delta']:+.4f}  flip rate {r['flip_rate']:.3f}")
     for name, curve in exps.get("halves", {}).items():
         r = curve[-1]
-        lines.append(f"{name} half {100 * r['ratio']:.0f}%: accuracy {r['relative_accuracy_pct']:+.2f}%  "
+        lines.append(f"{name} half {100 * r['ratio']:.0f}%: accuracy {relative(r)}  "
                      f"loss {r['loss_delta']:+.4f}  flip rate {r['flip_rate']:.3f}")
     for r in exps.get("term", []):
-        lines.append(f"{r['condition']}: accuracy {r['relative_accuracy_pct']:+.2f}%  loss {r['loss_delta']:+.4f}  "
+        lines.append(f"{r['condition']}: accuracy {relative(r)}  loss {r['loss_delta']:+.4f}  "
                      f"flip rate {r['flip_rate']:.3f}")
     return lines
 

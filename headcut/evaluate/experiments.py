@@ -41,7 +41,9 @@ def effects(logits: np.ndarray, base: np.ndarray, labels, grades, *, iters: int 
     """Effect of masking, averaged over draws: `logits` (draws, pairs, classes) vs the unmasked `base`.
 
     Returns relative_accuracy_pct, accuracy, loss_delta, spearman_delta, flip_rate, each with a 95% CI
-    from a bootstrap that resamples pairs and draws (paired: the baseline sees the same pairs).
+    from a bootstrap that resamples pairs and draws (paired: the baseline sees the same pairs); NaN where it means
+    nothing (relative_accuracy_pct where the baseline grades no pair right, spearman_delta where the gold holds one
+    grade).
     """
     labels = np.asarray(labels)
     draws, n = logits.shape[:2]
@@ -59,11 +61,16 @@ def effects(logits: np.ndarray, base: np.ndarray, labels, grades, *, iters: int 
         acc = take(correct).mean(2).mean(1)
         rows, lab = d.shape[0] * draws, np.repeat(labels[i], draws, axis=0)
         rho = _row_spearman(take(score).reshape(rows, -1), lab).reshape(d.shape).mean(1)
+        # no share of a baseline that grades nothing right, and no Spearman of one gold grade: NaN, not a number
+        # (were 100 x the accuracy, as if the baseline were 1, and a change of 0)
+        one_grade = (labels[i] == labels[i][:, :1]).all(1)
+        some_right = base_acc > 0
         return {
-            "relative_accuracy_pct": 100 * (acc - base_acc) / np.where(base_acc > 0, base_acc, 1),
+            "relative_accuracy_pct": np.where(some_right, 100 * (acc - base_acc) / np.where(some_right, base_acc, 1),
+                                              np.nan),
             "accuracy": acc,
             "loss_delta": take(loss).mean(2).mean(1) - base_loss[i].mean(1),
-            "spearman_delta": rho - _row_spearman(base_score[i], labels[i]),
+            "spearman_delta": np.where(one_grade, np.nan, rho - _row_spearman(base_score[i], labels[i])),
             "flip_rate": take(flips).mean(2).mean(1),
         }
 
@@ -79,7 +86,9 @@ def effects(logits: np.ndarray, base: np.ndarray, labels, grades, *, iters: int 
                 samples[k].append(s[k])
         for k, v in samples.items():
             v = np.concatenate(v)
-            out[f"{k}_ci"] = [float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))]
+            v = v[np.isfinite(v)]  # a resample may hold one grade, or a baseline with none right
+            out[f"{k}_ci"] = ([float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))]
+                              if len(v) and np.isfinite(out[k]) else [float("nan")] * 2)
     out["draws"] = int(draws)
     return out
 
