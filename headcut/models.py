@@ -16,8 +16,9 @@ from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_imple
                           shape_record, usable_positions, widen)
 from headcut.batching import RECORDED, max_length_of
 from headcut.model_arguments import check_loaded
-from headcut.weight_files import (AGAIN, broken_file, check_sizes, check_weights_cover, find_weights, read_json_file,
-                                  read_state, weights_counts, weights_file, weights_hash)
+from headcut.weight_files import (AGAIN, PUT_BACK, broken_file, check_sizes, check_weights_cover, find_weights,
+                                  read_json_file, read_state, stored_outputs, weights_counts, weights_file,
+                                  weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, check_names, named, quoted, setting
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
@@ -176,7 +177,7 @@ def load_model(
     if num_labels is None:
         meta = {**meta, **read_task(path, meta, saved)}
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
-        _check_outputs(path, meta, num_labels, saved)
+        _check_outputs(path, meta, num_labels, saved, weights)
     config = _read_config(path, num_labels, attn_implementation, flag=flag, meta=meta)
     skeleton(path, config, weights)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
@@ -333,12 +334,15 @@ def _dev_data_problem(dev) -> str | None:
     return None
 
 
-def _check_outputs(path: Path, meta: dict, num_labels: int, saved: dict) -> None:
+def _check_outputs(path: Path, meta: dict, num_labels: int, saved: dict, weights: Path) -> None:
     """The outputs headcut.json implies (one score, or one per grade; without it, the grades 1-5) are the
-    classifier's in config.json (`saved`)."""
+    classifier's in config.json (`saved`); where they differ, the classifier in `weights` says which file to fix."""
     outputs = _declared_outputs(saved)
     if outputs is None or outputs == num_labels:
         return
+    if (path / META_FILE).exists() and stored_outputs(weights) == num_labels:  # config.json is the odd one out
+        raise UserError(f"{path / 'config.json'} gives the classifier {outputs} outputs, but {path / META_FILE} and "
+                        f"the classifier in {weights} have {num_labels}; {PUT_BACK}.")
     if not (path / META_FILE).exists():
         raise UserError(f"{path / 'config.json'}: the classifier has {outputs} outputs, and a folder without "
                         f"{META_FILE} is read as the grades 1-5; add {META_FILE} with its grades, e.g. "

@@ -50,6 +50,23 @@ def stored_counts(files: list[Path]) -> tuple[int, int]:
     return tensors, numbers
 
 
+# the output layer's bias in every architecture of the table (a linear classifier, or a head ending in out_proj)
+HEAD_BIASES = ("classifier.bias", "classifier.out_proj.bias")
+
+
+def stored_outputs(weights: Path) -> int | None:
+    """How many outputs the classifier saved in `weights` has, from the file's header (no tensor is read); None
+    where it cannot tell (a pickle, an index of shards, no or several output layers)."""
+    from safetensors import safe_open
+
+    if weights.suffix != ".safetensors":
+        return None
+    with broken_file(weights), safe_open(str(weights), framework="pt") as data:
+        heads = [data.get_slice(key).get_shape() for key in data.keys()
+                 if any(key == name or key.endswith(f".{name}") for name in HEAD_BIASES)]  # not pre_classifier
+    return heads[0][0] if len(heads) == 1 and len(heads[0]) == 1 else None
+
+
 def check_sizes(config_file: Path, sizes: dict, tensors: int, numbers: int) -> None:
     """Each size config.json gives (`sizes`: key -> value; num_hidden_layers at most one layer a stored tensor,
     the others at most the numbers stored), so building the model's outline stays within the file's own size."""

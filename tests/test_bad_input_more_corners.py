@@ -441,3 +441,39 @@ def test_a_length_past_one_models_positions_names_that_model_before_any_loads(tm
                 "8,96", "--batch-sizes", "1"),
             f"--seq-lens 96 is more than --model {short}'s 64 positions; pass --seq-lens 64 or less.")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_config_json_edited_to_other_outputs_is_named_as_the_file_to_put_back(tmp_path, long_and_short_models):
+    """Was: config.json's id2label cut to 3 labels, beside headcut.json's 5 grades and weights of 5 outputs, said
+    "headcut.json records 5 grades, but ... config.json has 3 outputs; fix 'task' or 'grades' in headcut.json": the
+    one file that was right. The classifier in the weights (its header) now says which file disagrees."""
+    import json
+    import shutil
+
+    from headcut.models import load_model
+    from headcut_grader.errors import UserError
+
+    folder = shutil.copytree(long_and_short_models[1], tmp_path / "edited")
+    config = json.loads((folder / "config.json").read_text())
+    config["id2label"] = {str(i): f"grade {i + 1}" for i in range(3)}
+    config["label2id"] = {f"grade {i + 1}": i for i in range(3)}
+    (folder / "config.json").write_text(json.dumps(config))
+    words = (f"{folder / 'config.json'} gives the classifier 3 outputs, but {folder / 'headcut.json'} and the "
+             f"classifier in {folder / 'model.safetensors'} have 5; put back the config.json saved with these weights, "
+             "or copy or download the model folder again.")
+    with pytest.raises(UserError, match="^" + re.escape(words) + "$"):
+        load_model(folder)
+    refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "pairs.tsv", PAIRS_TSV)), words)
+
+
+@pytest.mark.parametrize("kind", ["bert", "roberta", "electra", "distilbert", "deberta-v2", "modernbert"])
+def test_the_stored_outputs_are_read_from_the_header_of_every_architecture(tmp_path, kind):
+    from safetensors.torch import save_file
+
+    from conftest import tiny_model
+    from headcut.weight_files import stored_outputs
+
+    path = tmp_path / "model.safetensors"
+    save_file({k: v.contiguous() for k, v in tiny_model(kind, num_labels=3).state_dict().items()}, str(path))
+    assert stored_outputs(path) == 3
+    assert stored_outputs(tmp_path / "pytorch_model.bin") is None
