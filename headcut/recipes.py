@@ -294,7 +294,7 @@ _yaml_12_scalars(_Loader)
 def parse_yaml(text: str, where: str, fix: str):
     """`text` read as YAML (recipe rules: see _Loader); one sentence naming `where` and the line when it is not."""
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+        return _unshared(yaml.load(text, Loader=_Loader))  # noqa: S506 - a SafeLoader subclass
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (a NUL byte, say): no mark, a position
         line = text.count("\n", 0, e.position) + 1
         column = e.position - text.rfind("\n", 0, e.position)
@@ -306,6 +306,16 @@ def parse_yaml(text: str, where: str, fix: str):
         raise UserError(f"{where}{at}: invalid YAML ({getattr(e, 'problem', e)}); {fix}.") from None
     except RecursionError:
         raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
+
+
+def _unshared(value):
+    """`value` with each alias (*s) a copy of its anchor's value (&s), as it reads: YAML gives them one object, so a
+    --set into one section (a run's student) changed every section that aliases it. Bounded: _expanded_size."""
+    if isinstance(value, dict):
+        return {key: _unshared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unshared(item) for item in value]
+    return value
 
 
 def nearest(word, choices) -> str | None:

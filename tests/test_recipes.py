@@ -262,6 +262,17 @@ def test_merge_keys_still_override():
     assert data["b"] == {"epochs": 2, "seed": 3}
 
 
+def test_a_set_into_a_section_an_alias_shares_changes_that_section_alone(tmp_path):
+    """Was: YAML gives an alias (*s) its anchor's very object, so --set distill.a.epochs=3 set b's epochs too."""
+    from headcut.pipeline import load_pipeline
+
+    path = tmp_path / "run.yaml"
+    path.write_text("data: {train: synthetic, test: 'synthetic:2'}\nteacher: {recipe: finetune/minilm_synthetic_cpu}\n"
+                    "distill:\n  a: &s {recipe: distill/minilm_synthetic_cpu, epochs: 2}\n  b: *s\n")
+    students = dict(load_pipeline(path, overrides=["distill.a.epochs=3"]).distill)
+    assert students["a"].overrides == (("epochs", 3),) and students["b"].overrides == (("epochs", 2),)
+
+
 def test_an_alias_bomb_is_one_short_sentence_at_once(tmp_path):
     """Nine levels of ten aliases: a billion strings once expanded (data.train's error would repr them)."""
     import time
