@@ -119,6 +119,41 @@ def cached_logits(teacher_dir, cache, **kwargs):
     return teacher_logits(teacher, pairs, encoded=encoded, max_length=32, cache_dir=cache, **kwargs)
 
 
+def damage_entry(path: Path, how: str) -> None:
+    logits = np.load(path)
+    if how == "cut short":
+        path.write_bytes(path.read_bytes()[:100])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "not npy":
+        path.write_bytes(b"hello world")
+    elif how == "pickled":
+        np.save(path, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    elif how == "another shape":
+        np.save(path, logits[:5])
+    elif how == "huge header":  # claims 20 TB: refused by its header, nothing allocated
+        with path.open("wb") as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": "<f4", "fortran_order": False, "shape": (10 ** 12, 5)})
+            f.write(logits.tobytes())
+    elif how == "nan":
+        np.save(path, np.full_like(logits, np.nan))
+
+
+@pytest.mark.parametrize("how", ["cut short", "empty", "not npy", "pickled", "another shape", "huge header", "nan"])
+def test_a_damaged_teacher_logit_entry_is_a_miss_and_replaced_whole(tiny_teacher, tmp_path, how):
+    """Was: a cache entry damaged on disk was a traceback (EOFError, ValueError) on every later run of that teacher
+    and pairs, one of another shape an IndexError mid-epoch, and NaNs 'training diverged'. Now it is computed again
+    and replaced, as a cached layer cost table that does not fit is timed again."""
+    cache = tmp_path / "cache"
+    logits, hit = cached_logits(tiny_teacher, cache)
+    assert not hit
+    (entry,) = cache.glob("teacher-logits-*.npy")
+    damage_entry(entry, how)
+    again, hit = cached_logits(tiny_teacher, cache)
+    assert not hit and np.array_equal(again, logits)
+    assert np.array_equal(np.load(entry), logits) and cached_logits(tiny_teacher, cache)[1] is True
+
+
 def test_a_teacher_logit_write_cut_short_leaves_no_temporary(tiny_teacher, tmp_path, monkeypatch):
     """Was: a Ctrl-C or a full disk while np.save wrote an entry left .teacher-logits-KEY.npy.PID.tmp (as large as
     the logits) in the cache, never removed."""

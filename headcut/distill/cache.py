@@ -32,16 +32,18 @@ def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_
                    before_write: Callable[[], None] | None = None) -> tuple[np.ndarray, bool]:
     """Logits (len(pairs), num_labels) of `teacher` on `pairs`, read from `cache_dir` when present there.
 
-    Returns (logits, hit). `cache_dir=None` computes without storing. `before_write` runs on a miss, before the
-    teacher grades what will be written (the default cache's check that it is writable).
+    Returns (logits, hit). `cache_dir=None` computes without storing. An entry that does not read as those logits
+    (damaged on disk, cut short, copied in from elsewhere) is a miss, and is replaced whole. `before_write` runs on a
+    miss, before the teacher grades what will be written (the default cache's check that it is writable).
     """
     check_callbacks("teacher_logits", progress=progress)
     check_loaded(teacher, "teacher_logits teacher")
     path = None
     if cache_dir is not None:
         path = Path(cache_dir) / f"teacher-logits-{cache_key(teacher, pairs, max_length)}.npy"
-        if path.exists():
-            return np.load(path), True
+        cached = _read_entry(path, (len(pairs), teacher.model.config.num_labels))
+        if cached is not None:
+            return cached, True
         if before_write:
             before_write()
     logits = predict_logits(teacher.model, teacher.tokenizer, pairs, encoded=encoded, batch_size=batch_size,
@@ -52,3 +54,17 @@ def teacher_logits(teacher: LoadedModel, pairs: Pairs, *, encoded: Encoded, max_
         with atomic_file(path) as f:  # never a half-written entry: the old one or a whole new one
             np.save(f, logits)
     return logits, False
+
+
+def _read_entry(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    """The cached logits at `path` where they read whole as `shape` finite numbers, else None. Was: a damaged entry
+    was a traceback (EOFError, ValueError), one of another shape an IndexError mid-epoch, and NaNs 'training
+    diverged'. Mapped first, so a header that claims a huge array costs nothing before its shape is refused."""
+    try:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError, EOFError):  # absent, unreadable, not an .npy, cut short, pickled objects
+        return None
+    if mapped.shape != shape or not np.issubdtype(mapped.dtype, np.floating):
+        return None
+    logits = np.array(mapped)
+    return logits if np.isfinite(logits).all() else None
