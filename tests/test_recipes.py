@@ -294,6 +294,16 @@ def test_an_alias_bomb_is_one_short_sentence_at_once(tmp_path):
     assert "\n" not in message and "lol" not in message and len(message) < 300
 
 
+def test_a_recipe_of_too_many_values_without_aliases_is_not_said_to_expand_aliases(tmp_path):
+    """Was: 'aliases here expand to more than 100,000 values' for a list written out long, which has no alias."""
+    path = tmp_path / "r.yaml"
+    path.write_text("teacher: t\ngrades: [" + ", ".join(["1"] * 100_001) + "]\n")
+    with pytest.raises(UserError, match=r"r\.yaml, line 2, column 9: invalid YAML \(more than 100,000 values here, "
+                                        r"where a recipe holds hundreds\); fix the file\.$") as err:
+        load_recipe(DistillRecipe, path)
+    assert "alias" not in str(err.value)
+
+
 def test_a_long_wrong_value_is_shown_short(tmp_path):
     """An error names a mistyped value, but never prints all of a long one."""
     path = tmp_path / "r.yaml"
