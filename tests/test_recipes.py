@@ -273,6 +273,18 @@ def test_a_set_into_a_section_an_alias_shares_changes_that_section_alone(tmp_pat
     assert students["a"].overrides == (("epochs", 3),) and students["b"].overrides == (("epochs", 2),)
 
 
+def test_a_set_into_a_section_the_file_wrote_as_no_mapping_names_that_section_and_file(tmp_path):
+    """Was: "'scan' is not a section; write e.g. --set teacher.epochs=1", where scan is a section written wrong."""
+    from headcut.pipeline import load_pipeline
+
+    path = tmp_path / "run.yaml"
+    path.write_text("data: {train: synthetic, test: 'synthetic:2'}\nteacher: {recipe: finetune/minilm_synthetic_cpu}\n"
+                    "scan: [kl]\n")
+    said = f"--set 'scan.rows=5': section 'scan' of {path} is [\"kl\"], but a section must be a mapping of keys"
+    with pytest.raises(UserError, match=f"^{re.escape(said)} to values; fix the file.$"):
+        load_pipeline(path, overrides=["scan.rows=5"])
+
+
 def test_an_alias_bomb_is_one_short_sentence_at_once(tmp_path):
     """Nine levels of ten aliases: a billion strings once expanded (data.train's error would repr them)."""
     import time

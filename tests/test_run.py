@@ -1263,6 +1263,13 @@ def test_an_unknown_section_names_the_valid_ones(tmp_path):
                       "epochs"),
     ("scan.rows", "--set 'scan.rows' is not section.key=value; write e.g. --set teacher.epochs=1"),
     ("scan.rows 5", "--set 'scan.rows 5' is not section.key=value"),
+    # was: "'methods' is not a section; write e.g. --set teacher.epochs=1", whatever the key
+    ("scan.methods.0=kl", "--set 'scan.methods.0=kl': scan.methods is a key holding a list, not a section, and --set "
+                          "gives a list whole; write e.g. --set 'scan.methods=[A, B]'."),
+    ("scan.rows.x=5", "--set 'scan.rows.x=5': scan.rows is a key, not a section; set its value, e.g. "
+                      "--set scan.rows=VALUE."),
+    ("distill.bottom3.recipe.x=1", "--set 'distill.bottom3.recipe.x=1': distill.bottom3.recipe is a key, not a "
+                                   "section; set its value, e.g. --set distill.bottom3.recipe=VALUE."),
     # each was led by quickstart's file, which holds none of them
     ("distill.bottom3.teacher=/x", "--set distill.bottom3.teacher=/x: [distill.bottom3] key 'teacher' (/x) would "
                                    "replace the run's teacher"),

@@ -167,17 +167,30 @@ def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> Pip
             raise UserError(f"--set {quoted(item)}: the recipe has no student {quoted(parts[1])} (students: "
                             f"{', '.join(students) or 'none'}); add one with --set distill.{parts[1]}.recipe=NAME.")
         node = data
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             if node.get(part) is None:
                 node[part] = {}
             if not isinstance(node[part], dict):
-                raise UserError(f"--set {quoted(item)}: {quoted(part)} is not a section; write e.g. "
-                                "--set teacher.epochs=1.")
+                raise UserError(_not_a_section(item, parts[:depth + 1], node[part], path))
             node = node[part]
         refuse_repeat(origins.get(tuple(parts)), item)
         node[parts[-1]] = value
         origins[tuple(parts)] = f"--set {cut(item)}"
     return from_mapping(data, where=str(path), origins=origins)
+
+
+def _not_a_section(item: str, keys: list[str], value, path: Path) -> str:
+    """Why --set ITEM cannot reach into `keys`, whose `value` is no mapping: a section the recipe file `path` wrote
+    otherwise, or a key, which --set sets whole (a list too: scan.methods.0=kl does not set one item). Was: "'methods'
+    is not a section; write e.g. --set teacher.epochs=1", whatever the key."""
+    key = ".".join(keys)
+    if len(keys) == 1:
+        return (f"--set {quoted(item)}: section {quoted(key)} of {path} is {shown(value)}, but a section must be a "
+                "mapping of keys to values; fix the file.")
+    if isinstance(value, list):
+        return (f"--set {quoted(item)}: {key} is a key holding a list, not a section, and --set gives a list whole; "
+                f"write e.g. --set '{key}=[A, B]'.")
+    return f"--set {quoted(item)}: {key} is a key, not a section; set its value, e.g. --set {key}=VALUE."
 
 
 def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = None) -> PipelineRecipe:
