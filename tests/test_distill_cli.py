@@ -584,3 +584,22 @@ def test_tune_with_no_field_to_search_is_led_by_where_tune_fields_came_from(tiny
     with pytest.raises(UserError, match=r"^tune recipe: tune_fields is empty.*e\.g\. tune_fields=\('temperature',\)"):
         tune(recipe_for(tiny_teacher, tune_fields=()), tmp_path / "c", trials=1)
     assert not any((tmp_path / name).exists() for name in "abc")
+
+
+@pytest.mark.parametrize("command", [["distill"], ["distill", "--tune", "2"], ["finetune"]])
+def test_an_out_that_holds_the_recipe_file_is_refused_even_with_overwrite(tiny_teacher, tmp_path,  # noqa: F811
+                                                                          command):
+    """Was: 'headcut finetune runs/t/r.yaml --out runs/t --overwrite' trained, then replaced runs/t, and the recipe
+    file in it, with the artifact; an input file there (train_data) was refused so."""
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    recipe = write_recipe(folder / "r.yaml", tiny_teacher)
+    if command == ["finetune"]:
+        recipe.write_text(f"model: {tiny_teacher}\ntrain_data: synthetic\ntrain_rows: 64\ndev_fraction: 0.25\n")
+    before = recipe.read_bytes()
+    for out in (folder, recipe):
+        result = runner.invoke(app, [*command, str(recipe), "--out", str(out), "--overwrite"])
+        assert result.exit_code == 2 and result.stderr == f"error: --out {out} would replace the input {recipe}; " \
+                                                          "write the output somewhere else.\n", result.output
+    assert recipe.read_bytes() == before and sorted(tmp_path.iterdir()) == [folder]
+    assert [p.name for p in folder.iterdir()] == ["r.yaml"]

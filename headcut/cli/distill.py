@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (OVERWRITE, Opt, file_to_read, main_process, number_in, on_interrupt,
-                                quiet_transformers, training_left, training_progress, user_errors)
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, keep_recipe_file, main_process, number_in,
+                                on_interrupt, quiet_transformers, training_left, training_progress, user_errors)
 from headcut.distill_arguments import TRIALS
 
 
@@ -75,6 +75,7 @@ def _distill(recipe: str, out: Path | None, set_: list[str], tune: int, overwrit
 
     rec = load_recipe(DistillRecipe, recipe, overrides=list(set_), kind="distill")
     out = out or Path("runs") / (find_recipe(recipe, kind="distill").stem + ("-tune" if tune else ""))
+    keep_recipe_file(out, recipe, "distill")
     bar, progress = training_progress("distilling")
     if tune:
         from headcut.distill.tune import check_not_searched, check_searchable, tune as search

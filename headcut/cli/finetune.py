@@ -5,8 +5,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (OVERWRITE, Opt, file_to_read, main_process, metrics_line, on_interrupt,
-                                quiet_transformers, training_left, training_progress, user_errors)
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, keep_recipe_file, main_process, metrics_line,
+                                on_interrupt, quiet_transformers, training_left, training_progress, user_errors)
 
 
 @user_errors
@@ -39,6 +39,7 @@ def finetune(
     typed = {**set_origins(list(set_)), **{key: f"{flag} {text}" for key, (flag, text) in flags.items()}}
     with command_line_words(typed):
         rec = load_recipe(FinetuneRecipe, recipe, overrides=list(set_), kind="finetune", flags=flags)
+        keep_recipe_file(out, recipe, "finetune")
         bar, progress = training_progress("training")
         with on_interrupt(training_left(out)), bar:
             result = run(rec, out, overwrite=overwrite, progress=progress, names="flags")
