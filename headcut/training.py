@@ -443,7 +443,7 @@ def train(
     check_callbacks("train", progress=progress)
     run = _setup(model, settings, extra_modules, total_steps(len(encoded), settings))
     ckpt = work_dir / CHECKPOINT
-    state = _resume(run.accelerator, ckpt)
+    state = _resume(run.accelerator, ckpt, model=run.accelerator.unwrap_model(run.model))
     per_epoch = math.ceil(len(encoded) / settings.batch_size)
     micro_total = micro_batches(len(encoded), settings)
     micro = state.step * settings.gradient_accumulation
@@ -523,17 +523,45 @@ def _schedule(total: int, warmup: int) -> Callable[[int], float]:
     return factor
 
 
-def _resume(accelerator, ckpt: Path) -> LoopState:
-    """The loop state of the newest whole checkpoint (model, optimizer, scheduler, RNG loaded), else a fresh one."""
+def _resume(accelerator, ckpt: Path, *, model: torch.nn.Module | None = None) -> LoopState:
+    """The loop state of the newest whole checkpoint (model, optimizer, scheduler, RNG loaded), else a fresh one.
+    `model`: the model trained (unwrapped), whose weights the checkpoint's must be."""
     found = _newest_checkpoint(ckpt)
     if found is None:
         return LoopState()
     # a file of it cut short or deleted (a full disk, a copy of the run folder interrupted) is not a traceback; what
-    # else loading raises (a RuntimeError: out of memory, a size mismatch) is not damage, and is not called so
-    with broken_file(found[0], label=f"the checkpoint {found[0]}", errors=DAMAGED, fix=_after_deleting(ckpt, found[0])):
+    # else loading raises (a RuntimeError: out of memory) is not damage, and is not called so
+    fix = _after_deleting(ckpt, found[0])
+    with broken_file(found[0], label=f"the checkpoint {found[0]}", errors=DAMAGED, fix=fix):
         _check_whole(found[0])
+        if model is not None:
+            _check_same_model(model, found[0], fix=fix)
         accelerator.load_state(str(found[0]))
     return found[1]
+
+
+def _check_same_model(model: torch.nn.Module, checkpoint: Path, *, fix: str) -> None:
+    """The checkpoint's weights (model.safetensors) are `model`'s, by name and shape: one copied in from another
+    model's run was a RuntimeError listing every missing and unexpected key. A weight the file leaves out because it
+    shares its tensor with one it holds (accelerate saves tied weights once) is not missing."""
+    from safetensors import safe_open
+
+    path = checkpoint / "model.safetensors"
+    if not path.is_file():
+        return
+    with safe_open(str(path), "pt") as f:
+        saved = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    own = model.state_dict()
+    stored = {tensor.data_ptr() for name, tensor in own.items() if name in saved}
+    differ = [name for name in sorted(own.keys() | saved.keys())
+              if (tuple(own[name].shape) if name in own else None) != saved.get(name)
+              and not (name not in saved and own[name].data_ptr() in stored)]
+    if differ:
+        name = differ[0]
+        there = list(saved[name]) if name in saved else "no such weight"
+        here = list(own[name].shape) if name in own else "no such weight"
+        raise UserError(f"the checkpoint {checkpoint} holds another model's weights ({name}: {there} there, {here} in "
+                        f"the model this run trains), copied in from another run; {fix}.")
 
 
 # what reading a checkpoint's files raises where one was cut short or deleted

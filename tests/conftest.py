@@ -242,8 +242,8 @@ def interrupt_after_checkpoints(monkeypatch, count: int):
     def micro_step(*args, **kwargs):
         raise KeyboardInterrupt
 
-    def resume(accelerator, ckpt):
-        state = real_resume(accelerator, ckpt)
+    def resume(accelerator, ckpt, **kwargs):
+        state = real_resume(accelerator, ckpt, **kwargs)
         resumed.append(state.step)
         return state
 

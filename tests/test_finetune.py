@@ -244,6 +244,35 @@ def test_a_checkpoint_that_loads_badly_but_whole_is_not_called_damaged(tmp_path,
         _resume(OutOfMemory(), tmp_path / "run.partial" / "checkpoint")
 
 
+def test_a_checkpoint_of_another_model_is_a_sentence_naming_it_not_a_traceback(tmp_path, tiny_base):
+    """Was: a checkpoint copied in from another model's run (another number of layers) made the rerun end in
+    torch's RuntimeError listing every missing key (exit 1). Now one sentence names the checkpoint, a weight that
+    differs, and the fix, before any of it loads."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from headcut_grader.errors import UserError
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    three_layers = tiny_model("bert", attn="sdpa", vocab_size=tok.vocab_size, num_hidden_layers=3)
+    other = save_model(LoadedModel(three_layers, tok), tmp_path / "other")
+    finetune(tiny_recipe(tiny_base, epochs=1), tmp_path / "a", stop_after_steps=3)
+    recipe = tiny_recipe(other, epochs=1)
+    finetune(recipe, tmp_path / "b", stop_after_steps=3)
+    checkpoint = tmp_path / "b.partial" / "checkpoint"
+    shutil.rmtree(checkpoint)
+    shutil.copytree(tmp_path / "a.partial" / "checkpoint", checkpoint)
+    before = {p.name: p.read_bytes() for p in checkpoint.iterdir()}
+    with pytest.raises(UserError, match=rf"^the checkpoint {checkpoint} holds another model's weights \(bert\."
+                                        r"encoder\.layer\.2\.[\w.]+: no such weight there, \[\d+(, \d+)?\] in the "
+                                        r"model this run trains\), copied in from another run; delete that folder, "
+                                        r"and the rerun trains this run again from step 0\.$"):
+        finetune(recipe, tmp_path / "b")
+    assert {p.name: p.read_bytes() for p in checkpoint.iterdir()} == before
+    assert finetune(tiny_recipe(tiny_base, epochs=1), tmp_path / "a")["finished"]  # its own resumes as it did
+
+
 def test_a_damaged_checkpoint_with_an_older_one_says_the_rerun_resumes_from_it(tmp_path, tiny_base):
     """Was: 'delete that folder, and the rerun trains this run again from step 0', where the rerun resumes from the
     checkpoint before it (a kill while the next was swapped in leaves both)."""
