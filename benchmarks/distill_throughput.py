@@ -46,7 +46,7 @@ def main() -> None:
     from headcut.recipes import load_recipe
 
     quiet_transformers()
-    base = load_recipe(DistillRecipe, args.recipe, kind="distill", overrides=[
+    base = load_recipe(DistillRecipe, args.recipe, kind="distill", flag="--recipe", overrides=[
         f"teacher={args.teacher}", f"train_data={TRAIN}", f"dev_data={DEV}", f"train_rows={args.rows}",
         "dev_rows=200", "eval_every=100000", f"checkpoint_every={args.steps}",  # timing is booked at checkpoints
         "measure_speed=false", "epochs=100"])

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from headcut_grader.ranges import BATCH, MAX_BOOTSTRAP, SEED, SEQ_LEN, Range, check_arguments, range_field
 
+# what a reader of a scan's score file asks for (as_path's `what`: read_scores, prune's scores, --scores)
+SCORES_FILE = "a scan's importance.json file's path"
 RESAMPLES = Range(10, MAX_BOOTSTRAP)  # of a bootstrap CI: below 10 the interval is noise
 
 # name: (range, whole number, None allowed)

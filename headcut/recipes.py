@@ -19,8 +19,8 @@ from pathlib import Path
 
 import yaml
 
-from headcut_grader.errors import UserError, WordedError, caller, cut, quoted
-from headcut_grader.files import as_file_to_read
+from headcut_grader.errors import UserError, WordedError, caller, cut, quoted, setting
+from headcut_grader.files import RECIPE_FILE, as_file_to_read
 from headcut_grader.lines import utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
 from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text, signed, significant_digits
@@ -37,27 +37,30 @@ def builtin_recipes(kind: str | None = None) -> list[str]:
 def find_recipe(name_or_path: str | Path, *, kind: str | None = None,
                 flag: str = "find_recipe name_or_path") -> Path:
     """The YAML file `name_or_path` names: a path, or a built-in name under recipes/ (`kind`'s folder first).
-    `flag`: what named it, as errors.caller reads it (a Python caller's: this argument; a run's key: recipe)."""
-    path = as_file_to_read(name_or_path, flag, what="a recipe file's path or a built-in name")
+    `flag`: what named it, as errors.caller reads it and setting() says it (a Python caller's: this argument; a run's
+    key: teacher.recipe, or its --set; a command's positional RECIPE: "", its value alone)."""
+    path = as_file_to_read(name_or_path, flag, what=RECIPE_FILE)
     if path.suffix in (".yaml", ".yml") and path.exists():
         if not path.is_file():  # a FIFO would block the read
-            raise UserError(f"recipe {path} is not a regular file; pass a YAML file or a built-in name.")
+            raise UserError(f"{setting(flag, path)} is not a regular file; pass a YAML file or a built-in name.")
         return path
     for candidate in (RECIPE_ROOT / f"{name_or_path}.yaml", RECIPE_ROOT / (kind or "") / f"{name_or_path}.yaml"):
         if candidate.exists():
             return candidate
     why = absent(path, "")  # a link to nothing or a loop of links, on the way or at the end: no name to look up
     if why:
-        raise UserError(f"recipe {path}: {why}.")
+        raise UserError(f"{setting(flag, path)}: {why}.")
     names = ", ".join(builtin_recipes(kind))
-    raise UserError(f"recipe {quoted(name_or_path)} is neither a YAML file nor a built-in name ({names}).")
+    given = cut(name_or_path) if str(name_or_path).isprintable() else quoted(name_or_path)  # a tab, a \u200b: shown
+    raise UserError(f"{setting(flag, given)} is neither a YAML file nor a built-in name ({names}).")
 
 
 def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None,
-                flags: dict[str, tuple[str, str]] | None = None):
+                flags: dict[str, tuple[str, str]] | None = None, flag: str = "load_recipe name_or_path"):
     """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides, then `flags` ({key: (flag,
-    text)}: a command's own flags for keys, --train for train_data), which a refusal names as typed."""
-    path = find_recipe(name_or_path, kind=kind, flag="load_recipe name_or_path")
+    text)}: a command's own flags for keys, --train for train_data), which a refusal names as typed. `flag`: what
+    named `name_or_path` (find_recipe's)."""
+    path = find_recipe(name_or_path, kind=kind, flag=flag)
     data = read_recipe_file(path)
     origins = set_origins(overrides)
     data.update(parse_override(item) for item in overrides)

@@ -30,7 +30,7 @@ from headcut.data_spec import check_file_keys, count_spec
 from headcut.recipes import CommandLine
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError, WordedError, caller, lead_of, setting
-from headcut_grader.files import file_hash, folder_spelled, write_text
+from headcut_grader.files import PAIRS_FILE, file_hash, folder_spelled, write_text
 from headcut_grader.ranges import MAX_BATCH, SEED, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
 
@@ -210,7 +210,8 @@ def check_data_files(recipe) -> None:
         spec = getattr(recipe, key, None)
         if spec is not None and is_synthetic(spec):
             synthetic_seed(spec, name=key)  # synthetic:abc, said by its key
-        elif spec is not None and (problem := folder_spelled(spec, key, reading=True)):  # p.tsv/: Path() drops the /
+        # p.tsv/: Path() drops the /
+        elif spec is not None and (problem := folder_spelled(spec, key, reading=True, what=PAIRS_FILE)):
             raise UserError(problem)
         elif spec is not None and not Path(spec).exists():
             offline = f" (or pass --set {key}=synthetic)" if key != "unlabeled_data" else ""

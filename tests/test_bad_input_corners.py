@@ -1387,7 +1387,8 @@ def test_an_input_file_written_as_a_folder_is_refused_naming_its_flag(tmp_path, 
                          else v)
 def test_a_real_folder_given_for_an_input_file_is_said_to_be_one(tmp_path, tiny_grader, args, name):
     """`headcut evaluate --model m --data data/` where data is a folder: was "drop the / at its end", which only led
-    to the "is a folder" refusal; now the sentence says it names that folder and to name a file inside it."""
+    to the "is a folder" refusal; now the sentence says it names that folder and to name a file of the kind wanted
+    inside it (was "a file", for a pairs file, a recipe and a scan's importance.json alike)."""
     from headcut_grader.errors import setting
 
     folder = tmp_path / "data"
@@ -1396,9 +1397,27 @@ def test_a_real_folder_given_for_an_input_file_is_said_to_be_one(tmp_path, tiny_
     given = {"FILE": spelled, "OUT": str(tmp_path / "out"), "GRADER": str(tiny_grader)}
     args = [given.get(a, a.replace("FILE", spelled)) for a in args]
     shown = spelled if name.isupper() else setting(name, spelled)
-    refused(run(*args), f"{shown} names the folder {folder}, but {name} is a file to read; name a file inside that "
-            "folder.")
+    wanted = {"RECIPE": "a recipe file", "--scores": "a scan's importance.json file"}.get(name, "a pairs file")
+    refused(run(*args), f"{shown} names the folder {folder}, but {name} is a file to read; name {wanted} inside "
+            "that folder.")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_real_folder_given_to_a_python_reader_is_asked_for_the_file_it_reads(tmp_path):
+    """read_pairs, find_recipe and read_scores given a folder that is there (data/) ask for the file they read inside
+    it (was "name a file inside that folder" from every reader)."""
+    from headcut.evaluate.importance import read_scores
+    from headcut.recipes import find_recipe
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+
+    spelled = f"{tmp_path}/"
+    for call, name, wanted in [(read_pairs, "read_pairs path", "a pairs file"),
+                               (find_recipe, "find_recipe name_or_path", "a recipe file"),
+                               (read_scores, "read_scores path", "a scan's importance.json file")]:
+        said = f"{name} is {spelled!r}, which names the folder {tmp_path}, not a file to read; name {wanted} inside"
+        with pytest.raises(UserError, match=f"^{re.escape(said)} that folder\\.$"):
+            call(spelled)
 
 
 def test_a_real_folder_given_for_an_output_file_is_said_to_be_one(tmp_path, tiny_grader):
@@ -1439,10 +1458,28 @@ def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path
         said = f"{name} is {path!r}, which ends in {ending}, so it names a folder, not a file to read"
         with pytest.raises(UserError, match=f"^{re.escape(said)}; drop the {re.escape(ending)} at its end\\.$"):
             call()
-    with pytest.raises(UserError, match=re.escape(f"recipe={recipe} ends in {ending}, so it names a folder, but "
-                                                  "recipe is a file to read")):  # a run's key stays a key
+    with pytest.raises(UserError, match=re.escape(f"--set teacher.recipe={recipe} ends in {ending}, so it names a "
+                                                  "folder, but --set teacher.recipe is a file to read")):  # a run's key
         load_pipeline("quickstart", overrides=[f"teacher.recipe={recipe}"])
     assert not (tmp_path / "o.tsv").exists()
+
+
+@pytest.mark.parametrize("names, said", [
+    ("arguments", "prune scores is 's.json/', which ends in /, so it names a folder, not a file to read"),
+    ("flags", "--scores s.json/ ends in /, so it names a folder, but --scores is a file to read"),
+    ("keys", "s.json/ ends in /, so it names a folder, not a file to read")])  # a run's scan file: by its path alone
+def test_a_prune_s_score_file_written_as_a_folder_is_named_as_its_caller_wrote_it(names, said):
+    """Was: prune(loaded, keep_ratio=0.8, scores='s.json/') said 'scores_from_file path is ...', an argument a caller
+    of prune never wrote (a run's: 'scores=s.json/ ... but scores is a file to read', a key no run recipe has).
+    scores_from_file called itself keeps its own argument's name (test_the_library_s_readers_refuse_...)."""
+    from conftest import tiny_model
+    from headcut.models import LoadedModel
+    from headcut.prune import prune
+    from headcut_grader.errors import UserError
+
+    loaded = LoadedModel(tiny_model("bert"), None, {}, "tiny", "")
+    with pytest.raises(UserError, match=f"^{re.escape(said)}; drop the / at its end\\.$"):
+        prune(loaded, keep_ratio=0.8, scores="s.json/", names=names)
 
 
 def test_a_folder_output_written_with_a_trailing_slash_is_that_folder(tmp_path, saved_models):

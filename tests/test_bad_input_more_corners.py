@@ -180,7 +180,7 @@ def test_an_input_on_a_loop_of_links_or_a_broken_link_says_so(tmp_path, tiny_gra
             f"train_data={link}: {said}")
     recipe = tmp_path / "r.yaml"
     recipe.symlink_to(recipe if kind == "loop" else target)
-    refused(run("finetune", recipe, "--out", tmp_path / "o"), f"recipe {recipe}: {said.format(target=target)}")
+    refused(run("finetune", recipe, "--out", tmp_path / "o"), f"error: {recipe}: {said.format(target=target)}")
     for call in (read_pairs, read_record, resolve_source, read_scores):
         with pytest.raises(UserError, match=re.escape(said)):
             call(link)
@@ -200,7 +200,7 @@ def refused_by_every_reader(tmp_path, grader, pairs, model, said: str) -> None:
     refused(run("evaluate", "--model", model, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), f"{model}: {said}")
     refused(run("finetune", "minilm_synthetic_cpu", "--set", f"train_data={pairs}", "--out", tmp_path / "o"),
             f"train_data={pairs}: {said}")
-    refused(run("finetune", recipe, "--out", tmp_path / "o"), f"recipe {recipe}: {said}")
+    refused(run("finetune", recipe, "--out", tmp_path / "o"), f"error: {recipe}: {said}")
     for call in (read_pairs, read_record, resolve_source, read_scores):
         with pytest.raises(UserError, match=re.escape(f"{model}: {said}")):
             call(model)

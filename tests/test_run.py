@@ -596,8 +596,8 @@ def test_an_export_precision_this_machine_refuses_is_named_as_the_user_gave_it(t
     (["data.test=/dev/null"], "data.test=/dev/null is not a regular file (a pipe, device or socket); pass a pairs "
                               "file."),
     (["scan.data=/tmp"], "scan.data=/tmp is a folder; pass a pairs file."),
-    (["scan.data=/"], "scan.data=/ names the folder /, but {set}scan.data is a file to read; name a file inside that "
-                      "folder."),
+    (["scan.data=/"], "scan.data=/ names the folder /, but {set}scan.data is a file to read; name a pairs file inside "
+                      "that folder."),
 ])
 def test_a_pairs_file_the_run_refuses_is_named_as_the_user_gave_it(tmp_path, given, items, words):
     """Was: 'data.test=nowhere.tsv: no such file' for a --set and a run recipe's key alike, naming neither the --set
@@ -1034,8 +1034,6 @@ def test_a_sub_recipe_problem_names_the_file_that_holds_the_value(tmp_path, in_r
     ("distill.bad!.recipe=distill/minilm_synthetic_cpu", "student name 'bad!' must be 1-64 letters"),
     ("distill.Bottom3.recipe=distill/minilm_synthetic_cpu", "students 'bottom3' and 'Bottom3' would share one"),
     ("distill.s2=5", "student 's2' must be a mapping"),
-    ("distill.s2.recipe=nope", "recipe 'nope' is neither a YAML file nor a built-in name"),
-    ("teacher.recipe=nope", "recipe 'nope' is neither a YAML file nor a built-in name"),
 ])
 def test_a_student_a_set_alone_gave_is_refused_led_by_that_set(item, words):
     """Was: 'quickstart.yaml: student name ...' (and the same for a student that is not a mapping, or a --set recipe
@@ -1045,6 +1043,48 @@ def test_a_student_a_set_alone_gave_is_refused_led_by_that_set(item, words):
     with pytest.raises(SetError) as caught:
         load_pipeline("quickstart", overrides=[item])
     assert str(caught.value).startswith(f"--set {item}: {words}"), str(caught.value)
+
+
+@pytest.mark.parametrize("item", ["teacher.recipe=nope", "distill.s2.recipe=nope", "teacher.recipe=FOLDER/"])
+def test_a_run_s_recipe_key_is_named_once_as_given(tmp_path, item):
+    """Was: '--set teacher.recipe=x.yaml/: recipe=x.yaml/ ends in /, ... but recipe is a file to read' and '--set
+    teacher.recipe=nope: recipe 'nope' is neither ...', the key said twice, once as 'recipe', a key the run has not;
+    in a run file 'recipe=nope', without its section. Now the key once, as given: its --set, or section.recipe."""
+    from headcut.recipes import SetError
+
+    folder = tmp_path / "x.yaml"
+    folder.mkdir()
+    item = item.replace("FOLDER", str(folder))
+    key, value = item.split("=")
+    said = (f"names the folder {folder}, but --set {key} is a file to read; name a recipe file inside that folder."
+            if value.endswith("/") else "is neither a YAML file nor a built-in name (")
+    with pytest.raises(SetError) as caught:
+        load_pipeline("quickstart", overrides=[item])
+    assert str(caught.value).startswith(f"--set {item} {said}"), str(caught.value)
+    assert str(caught.value).count("recipe=") == 1 and "recipe '" not in str(caught.value), str(caught.value)
+    run = tmp_path / "run.yaml"
+    run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text().replace(
+        "recipe: finetune/minilm_synthetic_cpu", f"recipe: {value}"))
+    with pytest.raises(UserError) as caught:
+        load_pipeline(run)
+    assert f"teacher.recipe={value} {said.replace('--set ', '')}" in str(caught.value), str(caught.value)
+    assert "--set" not in str(caught.value).split("teacher.recipe=")[1], str(caught.value)
+
+
+def test_a_recipe_is_named_as_its_caller_gave_it():
+    """find_recipe's refusals began 'recipe ...' whoever named it; now by find_recipe's, load_recipe's or
+    load_pipeline's own argument from Python, a command's RECIPE by its value alone (as setting() says one)."""
+    from headcut.finetune import FinetuneRecipe
+    from headcut.recipes import find_recipe, load_recipe
+
+    for call, name in [(lambda: find_recipe("nope"), "find_recipe name_or_path"),
+                       (lambda: load_recipe(FinetuneRecipe, "nope"), "load_recipe name_or_path"),
+                       (lambda: load_pipeline("nope"), "load_pipeline name_or_path")]:
+        with pytest.raises(UserError, match=f"^{name}=nope is neither a YAML file nor a built-in name \\("):
+            call()
+    result = CliRunner().invoke(app, ["run", "nope", "--out", "o"])
+    assert result.exit_code == 2 and "error: nope is neither a YAML file nor a built-in name (run/" in result.output, \
+        result.output
 
 
 @pytest.mark.parametrize("text, words", [("kd_weight: [1\n", ", line 2, column 1: invalid YAML"),

@@ -35,11 +35,16 @@ def as_path(value, name: str, *, what: str = "a folder's path") -> Path:
     raise UserError(f"{name} is {argument(value)[:60]}; pass {what} (text or a pathlib.Path).")
 
 
+PAIRS_FILE = "a pairs file's path"  # what a reader of pairs asks for (as_path's `what`), and a folder is to hold
+# what headcut's find_recipe and its commands' RECIPE ask for: here, so a command names it without importing recipes
+RECIPE_FILE = "a recipe file's path or a built-in name"
+
+
 def as_file_to_read(value, name: str, *, what: str) -> Path:
     """`as_path` for a file to read: text that names a folder (p.tsv/, p.tsv/.) is refused naming `name`, where
     Path() would drop the / and read the file p.tsv (folder_spelled)."""
     path = as_path(value, name, what=what)
-    if problem := folder_spelled(value, name, reading=True):
+    if problem := folder_spelled(value, name, reading=True, what=what):
         raise UserError(problem)
     return path
 
@@ -240,30 +245,34 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     return out
 
 
-def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = False) -> str | None:
+def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = False,
+                   what: str = "a file's path") -> str | None:
     """The sentence for a file's path given as text that names a folder (o.tsv/, o.tsv/., o.tsv/..: a separator or
     a . or .. last), or None; `reading`: a file to read (p.tsv/ for the pairs); `flag` named as errors.caller reads
     it (a Python call's argument said as the library's other messages say one: read_pairs path is 'p.tsv/'), or a
-    command's positional argument (PAIRS_FILE) where `positional`, shown by its value alone. Was: Path() (and
-    typer, for a flag) drops the separator and a last ., and the file o.tsv was written (p.tsv read). A folder that
-    is there (data/) is said to be one, with a file inside it to name (was: "drop the /", which only led to an "is a
-    folder" refusal)."""
+    command's positional argument (PAIRS_FILE) where `positional`, shown by its value alone (no `flag`: the value
+    alone too). Was: Path() (and typer, for a flag) drops the separator and a last ., and the file o.tsv was written
+    (p.tsv read). A folder that is there (data/) is said to be one, with a file of the kind `what` asks for (as
+    as_path words it: a pairs file's path) to name inside it (was: "drop the /", which only led to an "is a folder"
+    refusal; then "a file" whatever was wanted)."""
     if not isinstance(out, str) or out in ("", ".", ".."):  # the folder you are in, or above it: said later
         return None
     separators = tuple(filter(None, (os.sep, os.altsep)))
     last = re.split("|".join(map(re.escape, separators)), out)[-1]
     if last not in ("", ".", ".."):
         return None
-    ending = out[-1] if last == "" else out[-len(last) - 1:]
+    ending, wanted = out[-1] if last == "" else out[-len(last) - 1:], what.partition("'s path")[0]
     fact, verb = f"ends in {ending}, so it names a folder", "read" if reading else "write"
     if os.path.isdir(out):  # data/ where data is a folder: without its / it still names that folder
-        fact, fix = f"names the folder {os.path.normpath(out)}", "name a file inside that folder"
+        fact, fix = f"names the folder {os.path.normpath(out)}", f"name {wanted} inside that folder"
     elif reading:  # o.tsv/.. is the folder that holds o.tsv
         fix = f"drop the {ending} at its end" if last != ".." else "name the file itself"
     else:
-        fix = f"{f'drop the {ending}, or ' if last != '..' else ''}name a file inside that folder"
+        fix = f"{f'drop the {ending}, or ' if last != '..' else ''}name {wanted} inside that folder"
     if caller(flag) == "arguments":
         return f"{flag} is {out!r}, which {fact}, not a file to {verb}; {fix}."
+    if not flag:
+        return f"{out} {fact}, not a file to {verb}; {fix}."
     return f"{out if positional else setting(flag, out)} {fact}, but {flag} is a file to {verb}; {fix}."
 
 

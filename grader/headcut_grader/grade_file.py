@@ -22,7 +22,8 @@ import numpy as np
 from headcut_grader.backends import BACKEND_CHOICES, graph_sha256, graphs
 from headcut_grader.data import Position, guess_format, iter_pairs
 from headcut_grader.errors import Given, UserError, check_names, named, setting
-from headcut_grader.files import as_file_to_read, as_path, check_out_file, publish_file, published, write_json
+from headcut_grader.files import (PAIRS_FILE, as_file_to_read, as_path, check_out_file, publish_file, published,
+                                  write_json)
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
@@ -100,7 +101,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     check_callbacks("grade_file", progress=progress)
     resume = checked_bool(resume, "resume")
     as_path(grader_dir, "grade_file grader_dir", what="a grader folder's path")
-    source = as_file_to_read(source, "grade_file source", what="a pairs file's path")
+    source = as_file_to_read(source, "grade_file source", what=PAIRS_FILE)
     path = as_path(out, "grade_file out", what="an output file's path")
     settings = checked_settings(settings, names)
     if settings.out_format == "json":

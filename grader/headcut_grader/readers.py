@@ -14,7 +14,7 @@ from typing import Callable
 
 from headcut_grader import errors
 from headcut_grader.errors import UserError, check_names, quoted, setting
-from headcut_grader.files import as_file_to_read
+from headcut_grader.files import PAIRS_FILE, as_file_to_read
 from headcut_grader.ranges import CHUNK_ROWS, argument, as_whole, checked_bool, checked_number
 from headcut_grader.tasks import TASKS
 from headcut_grader.json_array import json_array_items
@@ -96,7 +96,7 @@ def read_pairs(
     titles).
     """
     check_names(names, "read_pairs names")
-    path = as_file_to_read(path, "read_pairs path", what="a pairs file's path")
+    path = as_file_to_read(path, "read_pairs path", what=PAIRS_FILE)
     if limit is not None:
         checked_number(limit, "read_pairs limit", CHUNK_ROWS, whole=True)  # its rows are iter_pairs' one chunk
     _check_options("read_pairs", grades=grades, task=task, query_col=query_col, title_col=title_col,
@@ -181,7 +181,7 @@ def iter_pairs(
     columns. Problems raise the same sentences as `read_pairs`, with the true line numbers.
     """
     check_names(names, "iter_pairs names")
-    path = as_file_to_read(path, "iter_pairs path", what="a pairs file's path")
+    path = as_file_to_read(path, "iter_pairs path", what=PAIRS_FILE)
     if chunk_rows is not None:
         checked_number(chunk_rows, "iter_pairs chunk_rows", CHUNK_ROWS, whole=True)
     _check_options("iter_pairs", grades=grades, task=task, query_col=query_col, title_col=title_col,

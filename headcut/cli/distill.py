@@ -9,6 +9,7 @@ import typer
 from headcut.cli.common import (OVERWRITE, Opt, file_to_read, keep_recipe_file, main_process, number_in,
                                 on_interrupt, quiet_transformers, training_left, training_progress, user_errors)
 from headcut.distill_arguments import TRIALS
+from headcut_grader.files import RECIPE_FILE
 
 
 def format_result(metrics: dict) -> str:
@@ -43,7 +44,7 @@ def format_speed(speed: dict) -> str:
 
 @user_errors
 def distill(
-    recipe: str = typer.Argument(..., parser=file_to_read("RECIPE"),
+    recipe: str = typer.Argument(..., parser=file_to_read("RECIPE", what=RECIPE_FILE),
                                  help="Recipe YAML path or built-in name (see recipes/distill/)."),
     out: Opt[Path] = typer.Option(None, "--out", "-o", help="Student artifact folder (default: runs/<recipe name>); "
                                   "checkpoints go to OUT.partial/. With --tune: the study folder."),
@@ -73,8 +74,8 @@ def _distill(recipe: str, out: Path | None, set_: list[str], tune: int, overwrit
     from headcut.distill import DistillRecipe
     from headcut.recipes import find_recipe, load_recipe
 
-    rec = load_recipe(DistillRecipe, recipe, overrides=list(set_), kind="distill")
-    out = out or Path("runs") / (find_recipe(recipe, kind="distill").stem + ("-tune" if tune else ""))
+    rec = load_recipe(DistillRecipe, recipe, overrides=list(set_), kind="distill", flag="")  # RECIPE, by its value
+    out = out or Path("runs") / (find_recipe(recipe, kind="distill", flag="").stem + ("-tune" if tune else ""))
     keep_recipe_file(out, recipe, "distill")
     bar, progress = training_progress("distilling")
     if tune:
@@ -82,7 +83,8 @@ def _distill(recipe: str, out: Path | None, set_: list[str], tune: int, overwrit
         from headcut.recipes import set_origins
 
         given = set_origins(set_)
-        check_searchable(rec, given.get("tune_fields") or str(find_recipe(recipe, kind="distill")), names="flags")
+        searched = given.get("tune_fields") or str(find_recipe(recipe, kind="distill", flag=""))
+        check_searchable(rec, searched, names="flags")
         check_not_searched(rec, given)
 
         def on_trial(t):

@@ -7,11 +7,12 @@ import typer
 
 from headcut.cli.common import (OVERWRITE, Opt, file_to_read, keep_recipe_file, main_process, metrics_line,
                                 on_interrupt, quiet_transformers, training_left, training_progress, user_errors)
+from headcut_grader.files import RECIPE_FILE
 
 
 @user_errors
 def finetune(
-    recipe: str = typer.Argument("finetune/minilm_synthetic_cpu", parser=file_to_read("RECIPE"),
+    recipe: str = typer.Argument("finetune/minilm_synthetic_cpu", parser=file_to_read("RECIPE", what=RECIPE_FILE),
                                  help="Recipe YAML path or built-in name (see recipes/finetune/)."),
     out: Path = typer.Option(..., "--out", "-o", help="Artifact folder to write (checkpoints go to OUT.partial/)."),
     train: Opt[str] = typer.Option(None, "--train", parser=file_to_read("--train"),
@@ -38,7 +39,8 @@ def finetune(
     # keys changed by --set
     typed = {**set_origins(list(set_)), **{key: f"{flag} {text}" for key, (flag, text) in flags.items()}}
     with command_line_words(typed):
-        rec = load_recipe(FinetuneRecipe, recipe, overrides=list(set_), kind="finetune", flags=flags)
+        rec = load_recipe(FinetuneRecipe, recipe, overrides=list(set_), kind="finetune", flags=flags,
+                          flag="")  # RECIPE, said by its value
         keep_recipe_file(out, recipe, "finetune")
         bar, progress = training_progress("training")
         with on_interrupt(training_left(out)), bar:

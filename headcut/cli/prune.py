@@ -12,6 +12,7 @@ import typer
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
                                 TITLE_COL, Opt, argument_option, file_to_read, flags_set, number_in, path,
                                 progress_bar, quiet_transformers, read_data, user_errors)
+from headcut.evaluate_arguments import SCORES_FILE
 from headcut.prune_arguments import LATENCY_BATCH, argument_range
 from headcut_grader.errors import UserError, quoted
 
@@ -62,7 +63,7 @@ def prune(
     runtime: str = typer.Option("torch-fp32", "--runtime", help="--latency: what the layer cost tables are timed on: "
                                 "torch-fp32, or onnx-int8 / onnx-fp32 (ONNX Runtime, as the exported grader will "
                                 "serve; `headcut export --int8` for onnx-int8)"),
-    scores: Opt[path] = typer.Option(None, "--scores", parser=file_to_read("--scores", path),
+    scores: Opt[path] = typer.Option(None, "--scores", parser=file_to_read("--scores", path, what=SCORES_FILE),
                                      help="--keep-ratio: importance.json from `headcut scan` of this model."),
     data: Opt[str] = typer.Option(None, "--data", "-d", parser=file_to_read("--data"),
                                   help="Pairs to score units on, and to calibrate --flops "

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import Opt, file_to_read, on_interrupt, quiet_transformers, user_errors
+from headcut_grader.files import RECIPE_FILE
 
 STATE_WIDTH = 8
 
@@ -58,7 +59,7 @@ def stage_lines(width: int):
 
 @user_errors
 def run(
-    recipe: str = typer.Argument(..., parser=file_to_read("RECIPE"),
+    recipe: str = typer.Argument(..., parser=file_to_read("RECIPE", what=RECIPE_FILE),
                                  help="Pipeline recipe: a YAML path or built-in name (see recipes/run/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a key: --set teacher.epochs=1, --set data.train=FILE, "
                                    "--set distill.bottom3.epochs=2 (repeatable; each key once)."),
@@ -81,8 +82,8 @@ def run(
     from headcut.pipeline import load_pipeline, plan, run_pipeline
     from headcut.recipes import find_recipe
 
-    rec = load_pipeline(recipe, overrides=list(set_))
-    out = out or Path("runs") / find_recipe(recipe, kind="run").stem
+    rec = load_pipeline(recipe, overrides=list(set_), flag="")  # RECIPE, said by its value
+    out = out or Path("runs") / find_recipe(recipe, kind="run", flag="").stem
     progress, close = stage_lines(max(len(s.name) for s in plan(rec)))
     with on_interrupt(lambda: f"rerun the same command to resume ({out})"):
         try:

@@ -23,6 +23,7 @@ from headcut_grader.errors import UserError, quoted
 from headcut_grader.files import as_file_to_read, write_json
 from headcut_grader.readers import bounded_int
 from headcut_grader.validation import absent, read_small_text
+from headcut.evaluate_arguments import SCORES_FILE
 
 FORMAT = "headcut-importance/1"
 
@@ -136,7 +137,7 @@ def read_scores(path, *, method: str | None = None, default: str | None = None) 
     """Scores of one method as `(layers, heads)` float32 (-inf = absent head): `method`, else `default` when
     the file has it, else the file's first; and meta: method, weights_hash, fingerprint, samples, seed,
     model, data, methods, file."""
-    path = as_file_to_read(path, "read_scores path", what="a scan's importance.json file's path")
+    path = as_file_to_read(path, "read_scores path", what=SCORES_FILE)
     if not path.exists():
         plain = "no such score file; run `headcut scan --out DIR` and pass DIR/importance.json"
         raise UserError(f"{path}: {absent(path, plain)}.")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, lead_of, led, quoted, setting
-from headcut_grader.files import check_folder_name, check_place, folder_spelled, overwrite_said, refuse_inputs
+from headcut_grader.files import (PAIRS_FILE, check_folder_name, check_place, folder_spelled, overwrite_said,
+                                  refuse_inputs)
 from headcut_grader.ranges import checked_bool
 from headcut_grader.validation import absent, irregular
 from headcut.pipeline.recipe import (CLASSES, UPSTREAM, DataSection, PipelineRecipe, given_as, key_names,
@@ -117,7 +118,7 @@ def check_inputs(parts: RunParts) -> None:
                 raise UserError(f"{lead_of(where)}{e}", about=e.about) from None
     for key, value in pairs_files(parts).items():  # p.tsv/ names a folder, where Path() would drop the / and read p.tsv
         name, where = given_as(recipe, *key_path(key))
-        if problem := folder_spelled(value, name, reading=True):
+        if problem := folder_spelled(value, name, reading=True, what=PAIRS_FILE):
             raise UserError(f"{lead_of(where)}{problem}")
     missing = {key: value for key, value in pairs_files(parts).items() if not Path(value).is_file()}
     for key, value in missing.items():  # a link loop or a broken link, a folder or a device is there to see: say which

@@ -152,9 +152,11 @@ CLASSES = {"data": DataSection, "scan": ScanSection, "prune": PruneSection, "exp
 SET_EXAMPLE = "teacher.epochs=1 or --set distill.bottom3.epochs=2"
 
 
-def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = ()) -> PipelineRecipe:
-    """Read a pipeline recipe and its `section.key=value` overrides; every problem is reported at once."""
-    path = find_recipe(name_or_path, kind="run", flag="load_pipeline name_or_path")
+def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = (),
+                  flag: str = "load_pipeline name_or_path") -> PipelineRecipe:
+    """Read a pipeline recipe and its `section.key=value` overrides; every problem is reported at once. `flag`: what
+    named `name_or_path` (find_recipe's)."""
+    path = find_recipe(name_or_path, kind="run", flag=flag)
     data = read_recipe_file(path, what=f"a pipeline recipe is a mapping of sections ({', '.join(SECTIONS)})")
     origins: dict[tuple, str] = {}
     for item in overrides:
@@ -516,16 +518,20 @@ def _as_text(value, given: str | None) -> str:
     return f" (quote it as written to give text: {text_fix(given)})"
 
 
+RECIPE_FILE_READ = "recipe file"  # UserError.about of a refusal of what a sub-recipe's file holds (read_sub_recipe)
+
+
 def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dict, where: str,
-                    adjust=None, origins: dict | None = None):
+                    adjust=None, origins: dict | None = None, key: str = "recipe"):
     """A finetune/distill recipe file, then what the pipeline injects (data, upstream models), then the
     section's own keys, checked as that recipe. `adjust(merged)` may add injected values that depend on
     the merged keys (a pruned student's model). The run's data files are named keys (is_set): given over the
-    recipe file, as --train and --dev are."""
+    recipe file, as --train and --dev are. `key`: the run's key that named the file, as given (given_as)."""
     from headcut.training import DATA_KEYS
 
-    with concerning("recipe"):  # a refusal of the file the recipe: key names is led by that key's --set, if any
-        path = find_recipe(name, kind=kind, flag="recipe")  # the section's key
+    with concerning("recipe"):  # names the recipe: key as given (its --set, if any)
+        path = find_recipe(name, kind=kind, flag=key)
+    with concerning(RECIPE_FILE_READ):  # a refusal of what the file holds, led by that key's --set, if any
         base = read_recipe_file(path)
     merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
     if adjust:
@@ -561,7 +567,7 @@ def teacher_recipe(recipe: PipelineRecipe):
         return None
     return read_sub_recipe(FinetuneRecipe, recipe.teacher.recipe, "finetune", injected=_common(recipe.data),
                            overrides=dict(recipe.teacher.overrides), where="[teacher]",
-                           origins=_set_in(recipe, ("teacher",)))
+                           origins=_set_in(recipe, ("teacher",)), key=given_as(recipe, "teacher", "recipe")[0])
 
 
 def _set_in(recipe: PipelineRecipe, section: tuple[str, ...]) -> dict:
@@ -581,7 +587,7 @@ def given_as(recipe: PipelineRecipe, *path: str) -> tuple[str, str]:
             and path[1] not in dict(teacher.overrides):
         return dotted, f"[teacher] ({find_recipe(teacher.recipe, kind='finetune')})"
     student = dict(recipe.distill).get(path[1]) if path[0] == "distill" and len(path) > 2 else None
-    if student is not None and path[2] not in dict(student.overrides):
+    if student is not None and path[2] != "recipe" and path[2] not in dict(student.overrides):
         return dotted, f"[distill.{path[1]}] ({find_recipe(student.recipe, kind='distill')})"
     return dotted, recipe.source
 
@@ -639,7 +645,8 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
             out[f"distill.{name}"] = read_sub_recipe(
                 DistillRecipe, student.recipe, "distill", where=f"[distill.{name}]",
                 injected={**common, "teacher": teacher_dir, "measure_speed": False},
-                overrides=dict(student.overrides), adjust=adjust, origins=_set_in(recipe, ("distill", name)))
+                overrides=dict(student.overrides), adjust=adjust, origins=_set_in(recipe, ("distill", name)),
+                key=given_as(recipe, "distill", name, "recipe")[0])
         except UserError as e:
             problems.append(_sub_problem(e, recipe, ("distill", name)))
     if problems:  # one refusal of the run's [data], led by [data], is said once, not once per sub-recipe
@@ -648,10 +655,14 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
 
 
 def _sub_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, ...]) -> str:
-    """A sub-recipe's refusal as one of the run's problems: one about its recipe: key (a name no recipe has) is led
-    by the --set that gave that key, if one did; one about keys the run's [data] gave it, by where [data] got them."""
+    """A sub-recipe's refusal as one of the run's problems: one about its recipe: key (a name no recipe has), which
+    names that key as given (read_sub_recipe), is the --set's alone where a --set gave it, as is one about the file
+    it names (invalid YAML), led by that --set; one about keys the run's [data] gave it is led by where [data] got
+    them."""
     given = _set_in(recipe, section).get("recipe")
     if given and "recipe" in error.about:
+        return SetProblem(str(error))
+    if given and RECIPE_FILE_READ in error.about:
         return SetProblem(f"{given}: {error}")
     error = _in_run_words(error, recipe, section)
     return _data_problem(error, recipe, section) or _problem_of(error)

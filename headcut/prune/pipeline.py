@@ -47,6 +47,12 @@ def checked_arguments(function: str, **given) -> list:
     return check_arguments(ARGUMENTS, function, given)
 
 
+def scores_flag(names: str) -> str:
+    """How a refusal of prune's `scores` path names it, as errors.caller reads it: its own argument for a Python
+    caller (prune scores), --scores for `headcut prune`, nothing for a run (its scan's file, said by its path)."""
+    return "prune scores" if names == "arguments" else named("scores", names)
+
+
 def prune(
     loaded: LoadedModel,
     *,
@@ -112,7 +118,8 @@ def prune(
     else:
         if scores is not None:
             with concerning("scores"):
-                head_scores, meta = scores_from_file(scores, loaded, method=method, names=names)
+                head_scores, meta = scores_from_file(scores, loaded, method=method, names=names,
+                                                     flag=scores_flag(names))
         else:
             head_scores = score(loaded.model)
         plan = plan_heads(head_scores, keep_ratio, layer_prior=layer_prior, min_heads=min_heads)

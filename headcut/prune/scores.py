@@ -13,6 +13,7 @@ from headcut_grader.files import as_file_to_read
 from headcut_grader.ranges import check_callbacks
 from headcut_grader.validation import absent
 from headcut.model_arguments import check_loaded, check_model, check_tokenizer
+from headcut.evaluate_arguments import SCORES_FILE
 from headcut.prune_arguments import named
 
 DEFAULT_METHOD = "fisher"  # one gradient pass, where ablation needs a forward pass per head
@@ -34,16 +35,16 @@ def check_unpruned(loaded, flag: str = named("model")) -> None:
                         f"FFN neurons per layer of {full}); prune the original model instead.")
 
 
-def scores_from_file(path: str | Path, loaded, *, method: str | None = None,
-                     names: str = "arguments") -> tuple[torch.Tensor, dict]:
+def scores_from_file(path: str | Path, loaded, *, method: str | None = None, names: str = "arguments",
+                     flag: str = "scores_from_file path") -> tuple[torch.Tensor, dict]:
     """Scores and metadata from a scan's importance.json, refused when they belong to another model.
     `method`: which of the file's methods; default DEFAULT_METHOD when the file has it, else its first; `names`:
-    how a refusal names the arguments (`prune_arguments.named`)."""
+    how a refusal names the arguments (`prune_arguments.named`); `flag`: what named `path` as errors.caller reads it
+    (a Python caller's: this argument, or prune's scores; --scores; none: a run's scan file, by its path alone)."""
     check_names(names, "scores_from_file names")
     from headcut.evaluate.importance import absent_heads, read_scores
 
-    read_as = "scores_from_file path" if names == "arguments" else named("scores", names) or "scores"  # caller()'s
-    path = as_file_to_read(path, read_as, what="a scan's importance.json file's path")
+    path = as_file_to_read(path, flag, what=SCORES_FILE)
     check_loaded(loaded, "scores_from_file loaded")
     scores_said, model, data = setting(named("scores", names), path), named("model", names), named("data", names)
     if not path.exists():

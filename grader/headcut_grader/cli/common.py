@@ -21,7 +21,7 @@ except ImportError:  # older typer: click itself
 from headcut_grader import entry
 from headcut_grader.backends import BACKEND_CHOICES
 from headcut_grader.errors import UserError, caller, cut, quoted
-from headcut_grader.files import folder_spelled, path_mark
+from headcut_grader.files import PAIRS_FILE, folder_spelled, path_mark
 from headcut_grader.ranges import Range, declared_range
 from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, cell_number, name_length_problem
 
@@ -350,15 +350,17 @@ class path(type(Path())):  # noqa: N801  (its name is what --help shows)
     by its annotation's name, so one annotated Path showed <Path> where an unparsed Path shows <path>."""
 
 
-def file_to_read(flag: str, kind: type = str):
+def file_to_read(flag: str, kind: type = str, *, what: str = PAIRS_FILE):
     """A parser for an option or argument that names a file to read (pairs, a recipe, a score file): text that names a
-    folder (p.tsv/, p.tsv/.) is refused naming `flag` (folder_spelled), where typer's Path dropped the / and the file
-    p.tsv was read; else the value as `kind` (str, or `path` for one annotated `path`, shown <path> in --help)."""
+    folder (p.tsv/, p.tsv/.) is refused naming `flag` and, for a folder that is there, the file `what` asks for
+    (folder_spelled), where typer's Path dropped the / and the file p.tsv was read; else the value as `kind` (str,
+    or `path` for one annotated `path`, shown <path> in --help)."""
 
     positional = caller(flag) != "flags"  # not a flag: a command's argument (PAIRS_FILE), shown by its value alone
 
     def parse(value):
-        if isinstance(value, str) and (problem := folder_spelled(value, flag, reading=True, positional=positional)):
+        if isinstance(value, str) and (problem := folder_spelled(value, flag, reading=True, positional=positional,
+                                                                    what=what)):
             return BadValue(problem)
         return value if value is None else kind(value)
 
