@@ -1420,6 +1420,21 @@ def test_a_real_folder_given_to_a_python_reader_is_asked_for_the_file_it_reads(t
             call(spelled)
 
 
+def test_scores_from_file_called_itself_names_its_own_arguments(tmp_path):
+    """Was: scores_from_file(PATH, loaded) said 'scores=PATH: no such file; run `headcut scan` first or pass data to
+    score heads here', prune's argument names and advice, which it takes neither of; prune's own wording stays
+    (test_the_inputs_of_a_prune_are_named_as_its_caller_wrote_them)."""
+    from conftest import tiny_model
+    from headcut.models import LoadedModel
+    from headcut.prune.scores import scores_from_file
+    from headcut_grader.errors import UserError
+
+    missing = tmp_path / "none.json"
+    said = f"scores_from_file path={missing}: no such file; run `headcut scan` first."
+    with pytest.raises(UserError, match=f"^{re.escape(said)}$"):
+        scores_from_file(missing, LoadedModel(tiny_model("bert"), None, {}, "tiny", ""))
+
+
 def test_a_real_folder_given_for_an_output_file_is_said_to_be_one(tmp_path, tiny_grader):
     """grade --out runs/ where runs is a folder: was "drop the /, or name a file inside that folder"."""
     pairs, folder = write(tmp_path, "p.tsv", PAIRS_TSV), tmp_path / "runs"

@@ -35,8 +35,11 @@ def check_unpruned(loaded, flag: str = named("model")) -> None:
                         f"FFN neurons per layer of {full}); prune the original model instead.")
 
 
+OWN_PATH = "scores_from_file path"  # how scores_from_file's refusals name `path` where it is itself the caller
+
+
 def scores_from_file(path: str | Path, loaded, *, method: str | None = None, names: str = "arguments",
-                     flag: str = "scores_from_file path") -> tuple[torch.Tensor, dict]:
+                     flag: str = OWN_PATH) -> tuple[torch.Tensor, dict]:
     """Scores and metadata from a scan's importance.json, refused when they belong to another model.
     `method`: which of the file's methods; default DEFAULT_METHOD when the file has it, else its first; `names`:
     how a refusal names the arguments (`prune_arguments.named`); `flag`: what named `path` as errors.caller reads it
@@ -46,9 +49,11 @@ def scores_from_file(path: str | Path, loaded, *, method: str | None = None, nam
 
     path = as_file_to_read(path, flag, what=SCORES_FILE)
     check_loaded(loaded, "scores_from_file loaded")
-    scores_said, model, data = setting(named("scores", names), path), named("model", names), named("data", names)
+    own = flag == OWN_PATH  # called itself: its own arguments (path, loaded), and no data to pass instead
+    scores_said = setting(flag if own else named("scores", names), path)
+    model, data = named("model", names), named("data", names)
     if not path.exists():
-        plain = f"no such file; run `headcut scan` first or pass {data} to score heads here"
+        plain = "no such file; run `headcut scan` first" + ("" if own else f" or pass {data} to score heads here")
         raise UserError(f"{scores_said}: {absent(path, plain)}.")
     scores, meta = read_scores(path, method=method, default=DEFAULT_METHOD)
     scores = torch.as_tensor(scores, dtype=torch.float64)
