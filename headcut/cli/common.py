@@ -89,7 +89,7 @@ def keep_recipe_file(out, recipe: str, kind: str) -> None:
     from headcut.recipes import find_recipe
     from headcut_grader.files import refuse_inputs
 
-    refuse_inputs(out, [find_recipe(recipe, kind=kind)], flag="--out")
+    refuse_inputs(out, [find_recipe(recipe, kind=kind, flag="")], flag="--out")
 
 
 def training_progress(desc: str):
