@@ -3,6 +3,7 @@ written and readable; user mistakes exit 2 with a sentence; on the real MiniLM t
 the way masking must move them."""
 from __future__ import annotations
 
+import csv
 import json
 import re
 
@@ -86,6 +87,26 @@ def test_probe_of_pairs_without_a_shared_term_says_n_a(tiny_grader, tmp_path):
     assert "| term_match | n/a | no pair repeats" in (tmp_path / "p" / "report.md").read_text()
     probes = json.loads((tmp_path / "p" / "importance.json").read_text())["extra"]["probes"]
     assert probes["twin_tokens"] == 0 and probes["term_match"] == [[None] * 4] * 2
+    rows = list(csv.DictReader((tmp_path / "p" / "importance.csv").read_text().splitlines()))
+    assert len(rows) == 8 and {r["term_match"] for r in rows} == {""} and all(r["next"] for r in rows)
+
+
+def test_an_undefined_effect_or_probe_is_an_empty_field_of_importance_csv(tmp_path):
+    """Was: the text 'nan' where the report shows '–' and importance.json null (a spreadsheet reads it as a word);
+    now an empty field for a NaN score, effect or probe, and the head a pruned model lacks is still left out."""
+    from headcut.evaluate.scan_report import write_csv
+
+    nan = float("nan")
+    effect = {"relative_accuracy_pct": nan, "loss_delta": 0.25, "spearman_delta": nan, "flip_rate": 0.5}
+    scores = {"ablation": torch.tensor([[1.0, nan], [nan, nan]]), "kl": torch.tensor([[2.0, 3.0], [nan, nan]])}
+    result = {"scores": scores,
+              "ablation_table": [{"layer": 0, "head": 0, **effect}],
+              "probes": {"term_match": torch.tensor([[nan, 0.5], [nan, nan]])}}
+    write_csv(tmp_path / "importance.csv", result)
+    text = (tmp_path / "importance.csv").read_text()
+    assert "nan" not in text.lower()
+    assert text.splitlines() == ["layer,head,ablation,kl,relative_accuracy_pct,loss_delta,spearman_delta,flip_rate,"
+                                 "term_match", "0,0,1,2,,0.25,,0.5,", "0,1,,3,,,,,0.5"]
 
 
 @pytest.mark.parametrize("experiments, instead", [("all", "random,halves,layers,heads"), ("5", "none"),

@@ -208,7 +208,15 @@ def write_figures(folder: Path, result: dict, shape: tuple[int, int]) -> dict[st
     return images
 
 
+def _csv_cell(value) -> str:
+    """A number as importance.csv writes it: an empty field where it is undefined (NaN, as the report's '–' and
+    importance.json's null), never the text 'nan' that a spreadsheet reads as a word."""
+    value = float(value)
+    return f"{value:.6g}" if np.isfinite(value) else ""
+
+
 def write_csv(path: Path, result: dict) -> None:
+    """importance.csv: one row per head the model has, its scores, effects and probes; undefined ones empty."""
     scores = result["scores"]
     layers, width = next(iter(scores.values())).shape
     table = {(r["layer"], r["head"]): r for r in result.get("ablation_table") or []}
@@ -224,9 +232,8 @@ def write_csv(path: Path, result: dict) -> None:
             if not any(np.isfinite(vals)):
                 continue  # a head the pruned model no longer has
             row = table.get((layer, head), {})
-            w.writerow([layer, head, *(f"{v:.6g}" for v in vals),
-                        *(f"{row.get(k, float('nan')):.6g}" for k in effect_keys),
-                        *(f"{float(probes[n][layer][head]):.6g}" for n in probe_names)])
+            w.writerow([layer, head, *map(_csv_cell, vals), *(_csv_cell(row.get(k, float("nan"))) for k in effect_keys),
+                        *(_csv_cell(probes[n][layer][head]) for n in probe_names)])
     write_text(path, buf.getvalue())
 
 
