@@ -340,10 +340,13 @@ def _check_outputs(path: Path, meta: dict, num_labels: int, saved: dict, weights
     outputs = _declared_outputs(saved)
     if outputs is None or outputs == num_labels:
         return
-    if (path / META_FILE).exists() and stored_outputs(weights) == num_labels:  # config.json is the odd one out
-        raise UserError(f"{path / 'config.json'} gives the classifier {outputs} outputs, but {path / META_FILE} and "
-                        f"the classifier in {weights} have {num_labels}; {PUT_BACK}.")
-    if not (path / META_FILE).exists():
+    has_meta = (path / META_FILE).exists()
+    if stored_outputs(weights) == num_labels:  # config.json is the odd one out: the weights agree with the grades read
+        others = (f"{path / META_FILE} and the classifier in {weights} have {num_labels}" if has_meta else
+                  f"the classifier in {weights} has {num_labels} (the grades 1-5 a folder without {META_FILE} is "
+                  "read as)")
+        raise UserError(f"{path / 'config.json'} gives the classifier {outputs} outputs, but {others}; {PUT_BACK}.")
+    if not has_meta:
         raise UserError(f"{path / 'config.json'}: the classifier has {outputs} outputs, and a folder without "
                         f"{META_FILE} is read as the grades 1-5; add {META_FILE} with its grades, e.g. "
                         f'{{"grades": {list(range(1, outputs + 1))}}}, or fine-tune it into a grader (headcut '

@@ -1,4 +1,6 @@
 """Loading and saving graders: built-in MiniLM, pruned round trips, refusing pickle, atomic writes."""
+import re
+
 import pytest
 import torch
 
@@ -88,11 +90,11 @@ def test_write_text_leaves_neither_a_temp_file_nor_a_half_file_on_error(tmp_path
     assert sorted(p.name for p in target.parent.iterdir()) == ["report.md"] and target.read_text() == "old\n"
 
 
-def _three_output_folder(tmp_path, **config):
+def _three_output_folder(tmp_path, *, outputs=3, **config):
     from transformers import BertTokenizerFast
 
     folder = tmp_path / "three"
-    tiny_model("bert", num_labels=3).save_pretrained(folder)
+    tiny_model("bert", num_labels=outputs).save_pretrained(folder)
     (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "drill", "saw"]) + "\n")
     BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
     if config:
@@ -112,6 +114,19 @@ def test_a_base_model_of_another_output_count_gets_a_fresh_head_and_a_grader_is_
     torch.testing.assert_close(loaded.model.classifier.weight, load_model(folder, num_labels=5).model.classifier.weight)
     with pytest.raises(UserError, match=r"config.json: the classifier has 3 outputs, and a folder without headcut.json "
                                         r"is read as the grades 1-5; add headcut.json with its grades"):
+        load_model(folder)
+
+
+def test_a_plain_folder_whose_config_json_was_edited_to_other_outputs_is_told_to_put_it_back(tmp_path):
+    """Was: a folder without headcut.json whose config.json's id2label was cut to 3 labels, beside weights of 5
+    outputs, was told to add headcut.json with grades [1, 2, 3], which then failed on the weights; the classifier in
+    the weights (its header) now says config.json is the file to put back, as where headcut.json is present."""
+    labels = {str(i): f"LABEL_{i}" for i in range(3)}
+    folder = _three_output_folder(tmp_path, outputs=5, id2label=labels, label2id={v: int(k) for k, v in labels.items()})
+    words = (f"{folder / 'config.json'} gives the classifier 3 outputs, but the classifier in "
+             f"{folder / 'model.safetensors'} has 5 (the grades 1-5 a folder without headcut.json is read as); put "
+             "back the config.json saved with these weights, or copy or download the model folder again.")
+    with pytest.raises(UserError, match="^" + re.escape(words) + "$"):
         load_model(folder)
 
 
