@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from held_apart import write  # the atomic TSV writer (this folder is on sys.path when a script runs)
-from bench_flags import real, whole
+from bench_flags import out_file, real, whole
 from headcut.evaluate_arguments import argument_range
 from headcut_grader.ranges import Range
 
@@ -84,8 +84,7 @@ def main() -> None:
     parser.add_argument("--seed", type=whole(argument_range("seed")), default=0)
     parser.add_argument("--overwrite", action="store_true", help="replace --out")
     args = parser.parse_args()
-    if args.out.exists() and not args.overwrite:
-        sys.exit(print(f"{args.out} exists; pass --overwrite to replace it.", file=sys.stderr) or 2)
+    args.out = out_file(parser, args.out, overwrite=args.overwrite, inputs=[args.train], example="pairs.tsv")
     rows = augment(read(args.train), args.ratio, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write(args.out, ["query", "title"], rows)

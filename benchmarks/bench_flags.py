@@ -4,7 +4,10 @@ what it sets (headcut_grader.ranges' THREADS, BATCH, SEQ_LEN, REPEATS; a setting
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from headcut_grader.errors import UserError
+from headcut_grader.files import check_out_dir, check_out_file
 from headcut_grader.ranges import Range
 
 COUNT = Range(1)  # rows, pairs, requests, steps: at least one, where headcut declares no range of its own
@@ -58,3 +61,24 @@ def _number_in(valid: Range, read, kind: str):
         return value
 
     return parse
+
+
+def out_file(parser: argparse.ArgumentParser, path, *, overwrite: bool = True, flag: str = "--out", inputs=(),
+             example: str = "results.json") -> Path:
+    """A file to write, checked as the commands check theirs (files.check_out_file: a place this process can make a
+    file in, not a folder, an input or, without `overwrite`, an existing file) before any work: was a traceback only
+    when the finished run wrote it (`--out /proc/x.json`). A refusal is argparse's error (exit 2)."""
+    try:
+        return check_out_file(str(path), overwrite=overwrite, flag=flag, inputs=inputs, example=example)
+    except UserError as error:
+        parser.error(str(error))
+
+
+def out_dir(parser: argparse.ArgumentParser, path, *, flag: str = "--out", inputs=()) -> Path:
+    """A folder to write files into (files.check_out_dir: a place this process can make files in, not a file nor an
+    input), checked before any work; the files in it are replaced, as a benchmark's rerun does. A refusal is
+    argparse's error (exit 2)."""
+    try:
+        return check_out_dir(str(path), overwrite=True, flag=flag, inputs=inputs)
+    except UserError as error:
+        parser.error(str(error))

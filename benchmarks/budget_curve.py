@@ -39,7 +39,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import describe, machine  # noqa: E402
-from bench_flags import real, several, whole  # noqa: E402
+from bench_flags import out_dir, real, several, whole  # noqa: E402
 from headcut_grader.ranges import REPEATS, declared_range  # noqa: E402
 from headcut.evaluate_arguments import argument_range  # noqa: E402
 from headcut.prune_arguments import argument_range as prune_range  # noqa: E402
@@ -94,6 +94,7 @@ def parse_args():
     p.add_argument("--trained", type=trained_path, action="append", default=[], metavar="BUDGET=PATH",
                    help="a model pruned to BUDGET and trained since (repeatable): the prune+distill row at that budget")
     args = p.parse_args()
+    out_dir(p, args.out, inputs=[args.model])
     args.trained_at = dict(args.trained)
     return args
 

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
-from bench_flags import whole
+from bench_flags import out_dir, whole
 from headcut_grader.ranges import REPEATS, THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,6 +102,7 @@ def main():
     parser.add_argument("--no-openvino", action="store_true", help="ONNX Runtime graders only")
     parser.add_argument("--serve-requests", type=whole(), default=200)
     args = parser.parse_args()
+    out_dir(parser, args.out, inputs=[args.teacher, *args.model])
 
     from headcut.arch import keep_heads
     from headcut.cli.common import quiet_transformers

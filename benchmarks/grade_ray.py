@@ -13,7 +13,8 @@ import json
 import time
 from pathlib import Path
 
-from bench_flags import whole
+from bench_flags import out_file, whole
+from headcut_grader.files import write_text
 from headcut_grader.ranges import THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +35,8 @@ def main() -> None:
     parser.add_argument("--threads", type=whole(THREADS), default=1)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    if args.out:  # before Ray starts: a place it cannot write was a traceback after the whole run
+        args.out = out_file(parser, args.out, inputs=[args.grader])
 
     with open(TRAIN, encoding="utf-8", newline="") as f:
         rows = [(r["query"], r["title"]) for r in csv.DictReader(f, delimiter="\t")]
@@ -59,7 +62,7 @@ def main() -> None:
               "sample_max_expected_diff": float(np.abs(sample["expected_grade"].to_numpy() - expected.expected).max())}
     print(json.dumps(result))
     if args.out:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+        write_text(args.out, json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

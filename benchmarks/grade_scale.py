@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench_flags import joined, several, whole
+from bench_flags import joined, out_dir, several, whole
+from headcut_grader.files import write_text
 from headcut_grader.ranges import REPEATS, declared_range
 from headcut_grader.grade_file import GradeSettings
 
@@ -71,6 +72,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "grade_scale")
     parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto (headcut grade --backend)")
     args = parser.parse_args()
+    args.out = out_dir(parser, args.out, inputs=[args.grader])
     args.out.mkdir(parents=True, exist_ok=True)
     layouts = args.layouts
     results, ratios = [], []
@@ -89,14 +91,14 @@ def main() -> None:
             ratios.append({"rows": rows, "round": round_, "first": "x".join(map(str, turn[0])),
                            **{f"{w}x{t} / {layouts[0][0]}x{layouts[0][1]}": round(v / speed[layouts[0]], 3)
                               for (w, t), v in speed.items() if (w, t) != layouts[0]}})
-    (args.out / "grade_scale.json").write_text(json.dumps({"runs": results, "ratios": ratios}, indent=2) + "\n")
+    write_text(args.out / "grade_scale.json", json.dumps({"runs": results, "ratios": ratios}, indent=2) + "\n")
     lines = ["| rows | round | workers x threads | seconds | pairs/s | peak RSS (all processes) |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {r['rows']:,} | {r['round']} | {r['workers']} x {r['threads']} | {r['seconds']} | "
               f"{r['pairs_per_s']:,} | {r['peak_rss_mib']} MiB |" for r in results]
     lines += ["", "Ratios within each round (the layouts ran side by side):", ""]
     lines += [json.dumps(r) for r in ratios]
-    (args.out / "grade_scale.md").write_text("\n".join(lines) + "\n")
+    write_text(args.out / "grade_scale.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from bench_flags import whole
+from bench_flags import out_dir, whole
 from headcut.evaluate_arguments import argument_range
 
 
@@ -58,6 +58,7 @@ def main() -> None:
     parser.add_argument("--seed", type=whole(argument_range("seed")), default=7)
     parser.add_argument("--overwrite", action="store_true", help="replace select.tsv and pool.tsv in --out")
     args = parser.parse_args()
+    args.out = out_dir(parser, args.out, inputs=[args.train])
     targets = [args.out / "select.tsv", args.out / "pool.tsv"]
     if not args.overwrite and any(t.exists() for t in targets):
         sys.exit(print(f"{args.out} already holds select.tsv or pool.tsv; pass --overwrite to replace them.",

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_flags import several, whole
+from bench_flags import out_dir, several, whole
 
 WORDS = ("Ridgeline 20-volt cordless drill in black", "HomeMax 36 in. brushed nickel pull-down kitchen faucet",
          "Everbuild 5 gal. semi-gloss exterior paint in white", "Northwind 60 ft. expandable garden hose")
@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--chars", type=several(whole()), default="1000,100000,1000000")
     parser.add_argument("--out", type=Path, default=Path("runs/long_titles_memory"))
     args = parser.parse_args()
+    args.out = out_dir(parser, args.out, inputs=[args.grader])
     args.out.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
     print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; load average {load[0]:.2f} (1 min) before")

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from machine import describe
-from bench_flags import whole
+from bench_flags import out_dir, whole
 from headcut_grader.ranges import REPEATS, SEQ_LEN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,6 +143,7 @@ def arguments():
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "memory", help="folder for the grader and files")
     parser.add_argument("--quick", action="store_true", help="small sizes: checks that everything runs")
     args = parser.parse_args()
+    args.out = out_dir(parser, args.out, inputs=[args.model])
     if args.quick:
         args.rows, args.requests, args.probe_pairs, args.probe_length, args.repeats = 200, 4, 8, 128, 1
     return args

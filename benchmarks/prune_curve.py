@@ -38,7 +38,7 @@ from headcut.models import LoadedModel, load_model
 from headcut.prune import HeadPlan, iterative_plan, plan_heads, pruned_copy, speed_summary
 from headcut.prune.result import PruneSettings
 from headcut_grader.ranges import BATCH, Range, declared_range
-from bench_flags import real, several, whole
+from bench_flags import out_dir, real, several, whole
 from headcut.prune_arguments import argument_range as prune_range
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,6 +82,7 @@ def parse_args():
     args = p.parse_args()
     if args.model is None:
         p.error("no runs/teacher yet; pass --model FOLDER (a fine-tuned grader)")
+    out_dir(p, args.out, inputs=[args.model])
     return args
 
 

@@ -29,7 +29,7 @@ from headcut.export.bench_settings import BenchSettings  # its threads: the tool
 from headcut_grader.ranges import REPEATS, THREADS, WORKERS, Range, declared_range
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script runs, also where a test loads it
-from bench_flags import real, several, whole  # noqa: E402
+from bench_flags import out_dir, real, several, whole  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -274,7 +274,9 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=whole(declared_range(Batching, "batch_size")), default=serving.batch_size,
                         help="the servers' runtime batch")
     parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto, for the servers and offline")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    out_dir(parser, args.out, inputs=[args.grader])
+    return args
 
 
 def main():

@@ -635,6 +635,55 @@ def test_a_benchmark_s_number_flag_out_of_its_range_stops_it_with_one_sentence(t
     assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())
 
 
+BENCHMARK_OUTS = [("grade_ray.py", ["g", "--out", "/proc/x.json"]), ("grade_scale.py", ["g", "--out", "/proc/x"]),
+                  ("augment_pairs.py", ["t.tsv", "--out", "/proc/x.tsv"]),
+                  ("held_apart.py", ["t.tsv", "--out", "/proc/x"]),
+                  ("long_titles_memory.py", ["g", "--out", "/proc/x"]), ("memory.py", ["--out", "/proc/x"]),
+                  ("budget_curve.py", ["--out", "/proc/x"]), ("prune_curve.py", ["--model", "m", "--out", "/proc/x"]),
+                  ("deploy_bench.py", ["--out", "/proc/x"]), ("serve_load.py", ["--out", "/proc/x"])]
+
+
+@pytest.mark.parametrize("script, args", BENCHMARK_OUTS)
+def test_a_benchmark_s_out_is_checked_before_any_work(tmp_path, script, args):
+    """Was: 'benchmarks/grade_ray.py GRADER --out /proc/x.json' graded every row, then failed with a traceback writing
+    the result (grade_scale.py, memory.py ... the same, or at their first mkdir); each --out is now checked as the
+    commands check theirs (bench_flags.out_file / out_dir over files.check_out_file / check_out_dir), before any work:
+    one sentence, exit 2 (here the grader g and pairs t.tsv do not exist: the --out is refused first)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stderr
+    out = args[args.index("--out") + 1]
+    assert done.stderr.strip().splitlines()[-1].endswith(
+        f"error: --out {out}: the folder /proc is not writable; choose a folder you can write in."), done.stderr
+    assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())
+
+
+def test_every_benchmark_that_takes_an_out_checks_it_and_is_tried_above():
+    """A benchmark with an --out flag calls bench_flags.out_file or out_dir (so its output place is checked before the
+    work), and is among the scripts test_a_benchmark_s_out_is_checked_before_any_work runs."""
+    import ast
+
+    from conftest import ROOT
+
+    takes_out, checks = set(), set()
+    for path in (ROOT / "benchmarks").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            if "--out" in [a.value for a in node.args if isinstance(a, ast.Constant)]:
+                takes_out.add(path.name)
+            if getattr(node.func, "id", None) in ("out_file", "out_dir"):
+                checks.add(path.name)
+    unchecked = takes_out - checks
+    assert takes_out and not unchecked, f"check --out with bench_flags.out_file or out_dir: {sorted(unchecked)}"
+    assert takes_out == {script for script, _ in BENCHMARK_OUTS}
+
+
 NUMBER_LIST = re.compile(r"[-+.\de]+(,[-+.\de]+)*")  # a default such as "0.65,0.5" or "32"
 
 
