@@ -58,6 +58,20 @@ def test_an_effect_that_means_nothing_is_nan_not_a_number():
     assert np.isclose(graded["relative_accuracy_pct"], 0.0) and np.isfinite(graded["spearman_delta"])
 
 
+def test_a_masked_model_that_grades_every_pair_alike_scores_the_metrics_module_s_zero():
+    """A mask that collapses the model (one expected grade for every pair) ranks nothing: its Spearman is 0, as
+    metrics.spearman scores a constant prediction against varied gold, so spearman_delta is minus the baseline's
+    (the largest effect, not n/a); only pairs of one gold grade make it NaN."""
+    rng = np.random.default_rng(1)
+    base = rng.normal(size=(40, 5)).astype(np.float32)
+    labels = rng.integers(0, 5, 40)
+    collapsed = np.tile(np.array([9.0, 0, 0, 0, 0], dtype=np.float32), (1, 40, 1))
+    e = effects(collapsed, base, labels, GRADES, iters=50)
+    assert spearman(expected_grade(collapsed[0], GRADES), labels) == 0.0
+    assert np.isclose(e["spearman_delta"], -spearman(expected_grade(base, GRADES), labels))
+    assert np.isfinite(e["spearman_delta_ci"]).all()
+
+
 def test_random_masks_drop_count_heads_among_the_allowed():
     allowed = torch.zeros(3, 4, dtype=torch.bool)
     allowed[1:] = True

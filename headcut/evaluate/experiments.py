@@ -30,7 +30,9 @@ HALF_RATIOS = (0.1, 0.2, 0.3, 0.4, 0.5)
 
 
 def _row_spearman(scores: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Spearman of each row of `scores` (rows, n) with the matching row of `labels`."""
+    """Spearman of each row of `scores` (rows, n) with the matching row of `labels`: 0 where a row of `scores` is
+    constant, as metrics.correlation scores a constant prediction (a collapsed masked model ranks nothing, the largest
+    effect a mask has, not an undefined one); a row of one gold grade is NaN in `effects` (its one_grade)."""
     a, b = rankdata(scores, axis=1), rankdata(labels, axis=1)
     a, b = a - a.mean(1, keepdims=True), b - b.mean(1, keepdims=True)
     denom = np.sqrt((a * a).sum(1) * (b * b).sum(1))
