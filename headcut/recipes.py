@@ -177,7 +177,8 @@ MAX_VALUES = 100_000
 
 class _Loader(yaml.SafeLoader):
     """YAML 1.1 reads 5e-4 (no dot) as text; YAML 1.2 and every user read it as a number. A key given twice
-    is refused (YAML keeps the last one silently), and so are aliases that expand past MAX_VALUES."""
+    is refused (YAML keeps the last one silently), and so are aliases that expand past MAX_VALUES, and every explicit
+    tag but those of plain values (_refuse_tag)."""
 
     def construct_document(self, node):
         _expanded_size(node, {}, set())
@@ -200,6 +201,21 @@ class _Loader(yaml.SafeLoader):
                     None, None, f"duplicate key {shown(key)}, first on line {first[key].line + 1}",
                     key_node.start_mark)
             first[key] = key_node.start_mark
+
+
+# Tags that give what a plain value gives (!!str 3 is '3', !!float 1 is 1.0), which a refusal shows as YAML writes
+# it; any other (!!binary, !!set, !!timestamp, !!omap, !!pairs, !!python/..., !foo) builds a value no key takes,
+# which a refusal showed as Python writes it (b'hello', {'b', 'a'}), so it is refused where it is written.
+PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "map", "seq"))
+
+
+def _refuse_tag(loader, node: yaml.Node):
+    """An explicit tag outside PLAIN_TAGS, refused at its line and column (SafeLoader's own words for an unknown tag,
+    'could not determine a constructor for the tag ...', did not say what to do)."""
+    tag = re.sub(r"^tag:yaml\.org,2002:", "!!", node.tag)
+    raise yaml.constructor.ConstructorError(
+        None, None, f"the tag {tag} gives a value no recipe key takes; remove the tag and write the value plainly",
+        node.start_mark)
 
 
 def _expanded_size(node: yaml.Node, sizes: dict, open_nodes: set) -> tuple[int, bool]:
@@ -295,6 +311,9 @@ def _whole(text: str) -> int:
 
 
 _yaml_12_scalars(_Loader)
+for _tag in [*_Loader.yaml_constructors, None]:
+    if _tag not in PLAIN_TAGS:
+        _Loader.add_constructor(_tag, _refuse_tag)
 
 
 def parse_yaml(text: str, where: str, fix: str):

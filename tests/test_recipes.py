@@ -342,6 +342,26 @@ def test_a_run_names_a_teacher_recipe_file_that_is_no_recipe(tmp_path, content, 
     assert f"{bad}: {words}" in str(e.value)
 
 
+@pytest.mark.parametrize("value, tag", [("!!binary aGVsbG8=", "!!binary"), ("!!set {a, b}", "!!set"),
+                                        ("!!timestamp 2001-12-14", "!!timestamp"), ("!!omap [a: 1]", "!!omap"),
+                                        ("!!pairs [a: 1]", "!!pairs"), ("!!python/tuple [1]", "!!python/tuple"),
+                                        ("!foo 3", "!foo")])
+def test_a_tag_of_a_value_no_key_takes_is_refused_where_it_is_written(tmp_path, value, tag):
+    """Was: "key 'seed' must be a whole number, not b'hello'": SafeLoader built the value and a refusal showed it
+    as Python writes it ({'b', 'a'}, datetime); the tags of plain values still read (!!str 3 is '3')."""
+    path = tmp_path / "r.yaml"
+    path.write_text(f"train_data: x\nseed: {value}\n")
+    with pytest.raises(UserError) as err:
+        load_recipe(FinetuneRecipe, path)
+    assert str(err.value) == (f"{path}, line 2, column 7: invalid YAML (the tag {tag} gives a value no recipe key "
+                              "takes; remove the tag and write the value plainly); fix the file.")
+    path.write_text("train_data: x\n")
+    with pytest.raises(UserError, match=rf"--set 'seed={re.escape(value)}', line 1, column 1: .*the tag {tag} "):
+        load_recipe(FinetuneRecipe, path, overrides=[f"seed={value}"])
+    path.write_text("train_data: !!str x\nseed: !!int '3'\nlearning_rate: !!float 1\n")
+    assert load_recipe(FinetuneRecipe, path).seed == 3
+
+
 @pytest.mark.parametrize("text, at", [("teacher: runs/t\ntrain_data: x\x00\n", "line 2, column 14"),
                                       ("\x07teacher: runs/t\n", "line 1, column 1")])
 def test_a_character_yaml_refuses_is_one_sentence_with_its_line(tmp_path, text, at):
