@@ -303,7 +303,7 @@ def test_a_trickle_is_refused_at_its_rate_deadline_not_an_idle_timeout_later(tin
         reply, waited = raw_post(url, head, [b"{", b" ", b" "], 1.9)
     status, _, answer = reply.partition(b"\r\n\r\n")
     assert status.startswith(b"HTTP/1.1 408") and 2.0 <= waited < 2.5, (reply, waited)
-    assert json.loads(answer)["error"].startswith("request body too slow: 1 bytes in 2 s"), answer
+    assert re.match(r"request body too slow: 1 bytes in 2(\.[0-4])? s", json.loads(answer)["error"]), answer
 
 
 def test_a_body_that_stalls_after_its_first_late_bytes_is_refused_at_its_rate_deadline(tiny_folder):
@@ -317,7 +317,7 @@ def test_a_body_that_stalls_after_its_first_late_bytes_is_refused_at_its_rate_de
     status, _, answer = reply.partition(b"\r\n\r\n")
     assert status.startswith(b"HTTP/1.1 408") and 1.0 < waited < 5, (reply, waited)
     error = json.loads(answer)["error"]
-    assert error.startswith("request body too slow: 100 bytes in 1 s"), error
+    assert re.match(r"request body too slow: 100 bytes in [1-4](\.\d)? s", error), error
     assert "without pausing and with a Content-Length that matches it" in error, error
 
 
@@ -346,6 +346,19 @@ def test_read_body_ends_each_wait_at_the_idle_timeout_or_the_rate_deadline_which
     for pauses in ([0.05], [0.25], [0.05] * 40):
         slow = refusal(pauses)
         assert not slow.stalled and slow.size >= 100 and 0.303 <= slow.seconds < 0.4, (pauses, slow.seconds)
+
+
+@pytest.mark.parametrize("seconds, shown", [(0.1004, "0.1"), (0.0503, "0.05"), (2.04, "2"), (2.46, "2.5"),
+                                             (120.34, "120.3")])
+def test_a_too_slow_answer_shows_its_seconds_to_a_tenth_and_two_figures(seconds, shown):
+    """Was: seconds rounded to whole ones, so at --body-timeout-seconds 0.1 a body was 'N bytes in 0 s'."""
+    from headcut_grader.serve_middleware import BodyTooSlow, JsonBody
+
+    middleware = JsonBody(None, 1000, 100, ("/grade",), 0.1, names=("--a", "--b", "--body-timeout-seconds"))
+    status, said = middleware.too_slow(BodyTooSlow(stalled=False, size=7, seconds=seconds))
+    assert status == 408 and said.startswith(f"request body too slow: 7 bytes in {shown} s, under the 32768 bytes/s "
+                                             "a body must average after its first 0.1 s, the server's "
+                                             "--body-timeout-seconds; "), said
 
 
 @contextmanager

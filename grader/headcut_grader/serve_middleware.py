@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 
 RETRY_AFTER_SECONDS = 1
@@ -74,9 +75,17 @@ class JsonBody:
         if late.stalled:
             return 408, (f"request body stalled: no bytes came for {said}; send the whole body without pausing, "
                          "with a Content-Length that matches it.")
-        return 408, (f"request body too slow: {late.size} bytes in {late.seconds:.0f} s, under the "
+        return 408, (f"request body too slow: {late.size} bytes in {shown_seconds(late.seconds)} s, under the "
                      f"{MIN_BODY_BYTES_PER_SECOND} bytes/s a body must average after its first {said}; send it "
                      "faster, without pausing and with a Content-Length that matches it, or fewer pairs per request.")
+
+
+def shown_seconds(seconds: float) -> str:
+    """`seconds` for an answer: to 0.1 s, and to two significant figures below 1 s (0.1, 0.05, 2.4, 120.3); was to the
+    whole second, so a body refused at --body-timeout-seconds 0.1 came 'in 0 s'."""
+    if seconds <= 0:
+        return "0"
+    return f"{round(seconds, max(1, 1 - math.floor(math.log10(seconds)))):g}"
 
 
 def body_problem(body: bytes) -> tuple[int, str] | None:
