@@ -1436,11 +1436,24 @@ def test_scores_from_file_called_itself_names_its_own_arguments(tmp_path):
 
 
 def test_a_real_folder_given_for_an_output_file_is_said_to_be_one(tmp_path, tiny_grader):
-    """grade --out runs/ where runs is a folder: was "drop the /, or name a file inside that folder"."""
+    """grade --out runs/ where runs is a folder: was "drop the /, or name a file inside that folder"; then that, with
+    no file to name, where check_out_file has an example (grades.tsv) and the input side names its kind of file."""
+    from typer.testing import CliRunner
+
+    from headcut_grader.cli.main import app as grader_app
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import check_out_file
+
     pairs, folder = write(tmp_path, "p.tsv", PAIRS_TSV), tmp_path / "runs"
     folder.mkdir()
-    refused(run("grade", str(tiny_grader), str(pairs), "--out", f"{folder}/."),
-            f"--out {folder}/. names the folder {folder}, but --out is a file to write; name a file inside that folder")
+    said = (f"--out {folder}/. names the folder {folder}, but --out is a file to write; name a file inside that "
+            f"folder, such as {folder}/grades.tsv")
+    refused(run("grade", str(tiny_grader), str(pairs), "--out", f"{folder}/."), said)
+    refused(CliRunner().invoke(grader_app, ["grade", str(tiny_grader), str(pairs), "--out", f"{folder}/."]), said)
+    for given, words in [(f"{folder}/", f"{folder}/ names the folder"), (folder, f"{folder} is a folder")]:
+        with pytest.raises(UserError) as err:
+            check_out_file(given, overwrite=False, example="grades.tsv", flag="--out")
+        assert str(err.value).startswith(f"--out {words}") and f", such as {folder}/grades.tsv." in str(err.value)
 
 
 @pytest.mark.parametrize("ending", ["/", "/."])

@@ -228,7 +228,7 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     """The folder rule for files: an existing file is replaced only with --overwrite, an input never; and where
     `suffixes` are given, the suffix says what is written (check_suffix)."""
     overwrite = checked_bool(overwrite, "overwrite")
-    if problem := folder_spelled(out, flag):
+    if problem := folder_spelled(out, flag, example=example):
         raise UserError(problem)
     out = Path(out)
     refuse_inputs(out, inputs, flag=flag)
@@ -236,7 +236,7 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     if suffixes:
         check_suffix(out, suffixes, flag=flag, written=written)
     if out.is_dir():
-        raise UserError(f"{setting(flag, out)} is a folder; name a file such as {example}.")
+        raise UserError(f"{setting(flag, out)} is a folder; name a file inside it, such as {out / example}.")
     if out.exists() and not out.is_file():
         raise UserError(f"{setting(flag, out)} is not a regular file (a pipe or device); name a file such as "
                         f"{example}.")
@@ -246,7 +246,7 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
 
 
 def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = False,
-                   what: str = "a file's path") -> str | None:
+                   what: str = "a file's path", example: str = "") -> str | None:
     """The sentence for a file's path given as text that names a folder (o.tsv/, o.tsv/., o.tsv/..: a separator or
     a . or .. last), or None; `reading`: a file to read (p.tsv/ for the pairs); `flag` named as errors.caller reads
     it (a Python call's argument said as the library's other messages say one: read_pairs path is 'p.tsv/'), or a
@@ -254,7 +254,8 @@ def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = 
     alone too). Was: Path() (and typer, for a flag) drops the separator and a last ., and the file o.tsv was written
     (p.tsv read). A folder that is there (data/) is said to be one, with a file of the kind `what` asks for (as
     as_path words it: a pairs file's path) to name inside it (was: "drop the /", which only led to an "is a folder"
-    refusal; then "a file" whatever was wanted)."""
+    refusal; then "a file" whatever was wanted); a file to write, such as `example` in that folder (grades.tsv: runs/
+    is 'name a file inside that folder, such as runs/grades.tsv', as check_out_file's 'is a folder' names it)."""
     if not isinstance(out, str) or out in ("", ".", ".."):  # the folder you are in, or above it: said later
         return None
     separators = tuple(filter(None, (os.sep, os.altsep)))
@@ -269,6 +270,8 @@ def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = 
         fix = f"drop the {ending} at its end" if last != ".." else "name the file itself"
     else:
         fix = f"{f'drop the {ending}, or ' if last != '..' else ''}name {wanted} inside that folder"
+    if example and not reading:
+        fix += f", such as {os.path.join(os.path.normpath(out), example)}"
     if caller(flag) == "arguments":
         return f"{flag} is {out!r}, which {fact}, not a file to {verb}; {fix}."
     if not flag:

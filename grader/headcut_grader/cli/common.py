@@ -134,8 +134,14 @@ def file_as_folder(command, args: list[str]) -> str | None:
     """The sentence for a file_option of `command` that `args` give as a folder (o.tsv/), else None: typer drops the
     trailing separator before the command sees it, and the file o.tsv was written."""
     return next((problem for param, name, value in given_values(command, args)
-                 if param is not None and param.metavar == FILE and (problem := folder_spelled(value, param.opts[0]))),
+                 if param is not None and param.metavar == FILE
+                 and (problem := folder_spelled(value, param.opts[0], example=_example(param)))),
                 None)
+
+
+def _example(param) -> str:
+    """The file_option's example file name ('' for none)."""
+    return getattr(param.metavar, "example", "")
 
 
 def same_path(param, first: str, given: str) -> bool:
@@ -339,10 +345,20 @@ def field_option(cls, name: str, *flags: str, help: str, kind=None):
 FILE = "FILE"  # the metavar of a file_option, which file_as_folder looks for
 
 
-def file_option(default, *flags: str, help: str):
+def file_option(default, *flags: str, help: str, example: str = ""):
     """A typer option for a file to write (a Path): shown as FILE in --help, and refused while parsing where it is
-    written as a folder (o.tsv/, file_as_folder)."""
-    return typer.Option(default, *flags, metavar=FILE, help=help)
+    written as a folder (o.tsv/, file_as_folder), naming a file such as `example` (grades.tsv) in that folder."""
+    return typer.Option(default, *flags, metavar=_FileMetavar(example), help=help)
+
+
+class _FileMetavar(str):
+    """FILE, as --help shows a file_option, carrying the option's example for file_as_folder (the one place typer
+    keeps a value of ours on the option click parses with)."""
+
+    def __new__(cls, example: str):
+        metavar = super().__new__(cls, FILE)
+        metavar.example = example
+        return metavar
 
 
 class path(type(Path())):  # noqa: N801  (its name is what --help shows)
