@@ -55,6 +55,45 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None,
     raise UserError(f"{setting(flag, given)} is neither a YAML file nor a built-in name ({names}).")
 
 
+def check_kind(path: Path, data: dict, kind: str, name_or_path, flag: str, *, fields=()) -> None:
+    """Refuse a recipe of another kind than `kind` (finetune, distill, run) in one sentence naming it as `flag` gave
+    it, the kind wanted and that kind's built-in recipes: one under recipes/<other kind>/, or one whose keys the
+    other kind's shipped recipes all hold while two or more are none of `fields` (the keys `kind` takes; one may be a
+    slip, which from_dict names). Was: every key
+    the wanted kind does not take listed as unknown, with all its valid keys."""
+    other = _shipped_kind(path)
+    if other is None and fields:
+        unknown = [key for key in data if key not in fields]
+        other = next((k for k in _kinds() if k != kind and len(unknown) >= 2 and set(data) <= _shipped_keys(k)),
+                     None)
+    if other is None or other == kind:
+        return
+    names = ", ".join(builtin_recipes(kind))
+    raise UserError(f"{setting(flag, cut(name_or_path))} is a {other} recipe, but a {kind} recipe is wanted here; "
+                    f"pass one, such as a built-in: {names}.")
+
+
+def _kinds() -> list[str]:
+    return sorted(p.name for p in RECIPE_ROOT.iterdir() if p.is_dir())
+
+
+def _shipped_kind(path: Path) -> str | None:
+    """The kind folder of recipes/ that `path` lies in, or None."""
+    with contextlib.suppress(ValueError, OSError):
+        parts = path.resolve().relative_to(RECIPE_ROOT.resolve()).parts  # headcut/recipes links to recipes/
+        return parts[0] if len(parts) > 1 else None
+    return None
+
+
+def _shipped_keys(kind: str) -> set:
+    """Every top-level key the shipped recipes of `kind` write."""
+    keys = set()
+    for name in builtin_recipes(kind):
+        data = yaml.load((RECIPE_ROOT / f"{name}.yaml").read_text(), Loader=_Loader)  # noqa: S506 - SafeLoader's
+        keys |= set(data) if isinstance(data, dict) else set()
+    return keys
+
+
 def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None,
                 flags: dict[str, tuple[str, str]] | None = None, flag: str = "load_recipe name_or_path"):
     """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides, then `flags` ({key: (flag,
@@ -62,6 +101,8 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     named `name_or_path` (find_recipe's)."""
     path = find_recipe(name_or_path, kind=kind, flag=flag)
     data = read_recipe_file(path)
+    if kind:
+        check_kind(path, data, kind, name_or_path, flag, fields={f.name for f in dataclasses.fields(cls)})
     origins = set_origins(overrides)
     data.update(parse_override(item) for item in overrides)
     for key, (flag, text) in (flags or {}).items():

@@ -23,7 +23,7 @@ from headcut_grader.validation import absent
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import (SetError, find_recipe, from_dict, led_again, mistyped_text, nearest,
+from headcut.recipes import (SetError, check_kind, find_recipe, from_dict, led_again, mistyped_text, nearest,
                              parse_override, read_recipe_file, refuse_repeat, text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
@@ -158,6 +158,7 @@ def load_pipeline(name_or_path: str | Path, *, overrides: list[str] = (),
     named `name_or_path` (find_recipe's)."""
     path = find_recipe(name_or_path, kind="run", flag=flag)
     data = read_recipe_file(path, what=f"a pipeline recipe is a mapping of sections ({', '.join(SECTIONS)})")
+    check_kind(path, data, "run", name_or_path, flag, fields=SECTIONS)
     origins: dict[tuple, str] = {}
     for item in overrides:
         key, value = parse_override(item, form="section.key=value", example=SET_EXAMPLE)
@@ -533,6 +534,8 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
         path = find_recipe(name, kind=kind, flag=key)
     with concerning(RECIPE_FILE_READ):  # a refusal of what the file holds, led by that key's --set, if any
         base = read_recipe_file(path)
+    with concerning("recipe"):
+        check_kind(path, base, kind, name, key, fields={f.name for f in fields(cls)})
     merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
     if adjust:
         merged = {**merged, **{k: v for k, v in adjust(merged).items() if k not in overrides}}
