@@ -73,7 +73,8 @@ def evaluate(
     data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
                              help="Pairs file (TSV/CSV/JSONL/JSON), or synthetic[:SEED] for the built-in synthetic "
                              "set."),
-    out: Opt[Path] = file_option(None, "--out", example="metrics.json", help="Write the metrics here as JSON (a .json file)."),
+    out: Opt[Path] = file_option(None, "--out", example="metrics.json",
+                                 help="Write the metrics here as JSON (a .json file)."),
     preset: Opt[str] = PRESET, query_col: Opt[str] = QUERY_COL, title_col: Opt[str] = TITLE_COL,
     label_col: Opt[str] = LABEL_COL, label_map: Opt[str] = LABEL_MAP, limit: Opt[int] = LIMIT,
     batch_size: int = BATCH_SIZE,

@@ -18,8 +18,9 @@ def grade(
     grader_dir: Path = typer.Argument(..., help="Folder written by `headcut export`."),
     pairs_file: path = typer.Argument(..., parser=file_to_read("PAIRS_FILE", path),
                                       help="Pairs to grade: TSV, CSV or JSON lines with query and title columns."),
-    out: Path = file_option(..., "--out", "-o", example="grades.tsv", help="Where to write grades (same format as the input unless the "
-                            "suffix says: .tsv, .csv or .jsonl; JSON input is written as JSON lines)."),
+    out: Path = file_option(..., "--out", "-o", example="grades.tsv",
+                            help="Where to write grades (same format as the input unless the suffix says: .tsv, .csv "
+                                 "or .jsonl; JSON input is written as JSON lines)."),
     workers: int = field_option(GradeSettings, "workers", "--workers", help="Grading processes, one grader each; "
                                 "about one per 1-2 cores"),
     threads: Opt[int] = number_in(THREADS, None, "--threads", help="Runtime threads per worker (default: cores / "
