@@ -35,17 +35,21 @@ class JsonBody:
         # only a route that reads a body: any other POST gets the router's 404 or 405, whatever its body
         if scope["type"] != "http" or scope["method"] != "POST" or scope.get("path") not in self.paths:
             return await self.app(scope, receive, send)
+        # an answer given before the body was read whole closes the connection: else the rest of the body, which may
+        # still come (a Content-Length of any size), is read after the answer on a connection kept for reuse
         headers = dict(scope.get("headers") or [])
         problem = self.header_problem(headers)
         if problem:
-            return await _send_json(send, *problem)
+            return await _send_json(send, *problem, close=True)
         try:
             body = await _read_body(receive, self.limit, self.timeout)
-        except BodyTooSlow as late:  # closed after the answer: the rest of a body may still come down it
+        except BodyTooSlow as late:
             return await _send_json(send, *self.too_slow(late), close=True)
         if body is None:  # the client went away mid-body: nobody to answer
             return
-        problem = self.too_large() if len(body) > self.limit else body_problem(body)
+        if len(body) > self.limit:  # read only until past the limit
+            return await _send_json(send, *self.too_large(), close=True)
+        problem = body_problem(body)
         if problem:
             return await _send_json(send, *problem)
         await self.app(scope, _replay(body, receive), send)

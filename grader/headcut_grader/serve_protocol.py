@@ -3,9 +3,10 @@ picks), with a deadline for each request's head. uvicorn has no such timeout: it
 between a response and the next request's first byte (any byte stops it), so a client sending its request line and
 headers a byte at a time, or a connection that never sends one, held a worker's connection forever (slow loris).
 
-The deadline runs from the connection's opening, or from a kept-alive connection's first byte after an answer (the
-idle wait before it stays --keep-alive-seconds'), to the end of the head; past it, the client gets 408 with one
-sentence and the connection is closed (silently when it sent nothing). The seconds and the setting's name come from
+The deadline runs from the connection's opening, or from the first byte of a kept-alive connection's next request
+(the idle wait before it stays --keep-alive-seconds', as do bytes that begin no request: the rest of a body its app
+answered unread, a stray CRLF), to the end of the head; past it, the client gets 408 with one sentence and the
+connection is closed (silently when no head had begun). The seconds and the setting's name come from
 the app's lifespan state (HEAD_TIMEOUT, which serve.create_app's lifespan publishes), so one declaration,
 Limits.header_timeout_seconds, sets it. uvicorn takes the class as Config(http=HeadTimedProtocol).
 """
@@ -31,22 +32,32 @@ def head_too_slow(seconds: float, name: str) -> bytes:
 
 
 class _HeadDeadline:
-    """The deadline, over either uvicorn protocol: armed when a head is awaited, cancelled by `_head_complete`, which
-    each protocol calls once its parser has the whole head. Reads what both protocols keep under the same names
-    (loop, transport, app_state, and cycle as their own shutdown() reads it); asyncio.Protocol's methods wrapped."""
+    """The deadline, over either uvicorn protocol: armed at the connection's opening and when a kept-alive
+    connection's next request begins, cancelled once the parser has that request's head. Bytes that begin no
+    request (the rest of a body its app answered unread, a stray CRLF) leave the connection idle, under uvicorn's
+    keep-alive timer. Each protocol says whether a head is partly in (`_head_begun`). Reads what both protocols keep
+    under the same names (loop, transport, app_state, the keep-alive timer, and cycle as their own shutdown() reads
+    it); asyncio.Protocol's methods wrapped."""
 
     head_timer = None
-    heard = False  # bytes came since the deadline was armed: the client is mid-head and gets a 408 to read
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._arm_head()
 
     def data_received(self, data: bytes) -> None:
-        if self.head_timer is None and self._between_requests():  # a kept-alive connection's next request begins
-            self._arm_head()
-        self.heard = True
-        super().data_received(data)
+        super().data_received(data)  # uvicorn's stops its keep-alive timer on any byte
+        handed_on = self.transport.is_closing() or self.transport.get_protocol() is not self  # closed, or a websocket
+        if handed_on or not self._between_requests():  # or a head came and its request runs
+            self._head_complete()
+        elif self._head_begun():
+            if self.head_timer is None:  # a kept-alive connection's next request begins
+                self._arm_head()
+        else:  # nothing of a request: idle, as uvicorn's keep-alive timer bounds it (re-armed as uvicorn arms it)
+            self._head_complete()
+            self._unset_keepalive_if_required()
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
+                                                                self.timeout_keep_alive_handler)
 
     def connection_lost(self, exc) -> None:
         self._head_complete()
@@ -57,7 +68,6 @@ class _HeadDeadline:
 
     def _arm_head(self) -> None:
         seconds, _ = self.app_state.get(HEAD_TIMEOUT, DEFAULT_HEAD_TIMEOUT)
-        self.heard = False
         self.head_timer = self.loop.call_later(seconds, self._head_late)
 
     def _head_complete(self) -> None:
@@ -69,19 +79,14 @@ class _HeadDeadline:
         self.head_timer = None
         if self.transport.is_closing():
             return
-        if not self._between_requests():  # a pipelined head behind a request being answered: close after the answer
-            self.cycle.keep_alive = False
-            return
-        if self.heard:
+        if self._head_begun():  # the client is mid-head and gets a 408 to read
             self.transport.write(head_too_slow(*self.app_state.get(HEAD_TIMEOUT, DEFAULT_HEAD_TIMEOUT)))
         self.transport.close()
 
 
 class H11HeadTimed(_HeadDeadline, H11Protocol):
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:  # h11 parsed a request's head: it awaits its body or its answer
-            self._head_complete()
+    def _head_begun(self) -> bool:  # h11 keeps a head's bytes until it has the whole head
+        return self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
 
 
 try:
@@ -90,8 +95,18 @@ except ImportError:  # no httptools: uvicorn's "auto" takes h11 too
     HeadTimedProtocol = H11HeadTimed
 else:
     class HttpToolsHeadTimed(_HeadDeadline, HttpToolsProtocol):
-        def on_headers_complete(self) -> None:  # httptools' callback: the parser has the whole head
+        begun = False  # httptools' callbacks: a head's first byte came, and its last has not
+
+        def on_message_begin(self) -> None:
+            self.begun = True
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self.begun = False
             self._head_complete()
             super().on_headers_complete()
+
+        def _head_begun(self) -> bool:
+            return self.begun
 
     HeadTimedProtocol = HttpToolsHeadTimed
