@@ -527,6 +527,24 @@ def test_headcut_serve_answers_a_slow_request_head_408_at_its_header_timeout(tin
     assert app.state.head_timeout == (2.0, "limits.header_timeout_seconds")
 
 
+def test_the_app_under_uvicorn_with_the_documented_protocol_keeps_the_head_deadline(tiny_folder):
+    """The command docs/tasks/serve.md and app_from_env's refusal give, `uvicorn --factory APP_FACTORY --http
+    HEAD_PROTOCOL` with HEADCUT_SERVE's limits.header_timeout_seconds 1: a head a byte every 0.2 s gets 408 naming
+    --header-timeout-seconds about 1 s after the connection opened. Was: the command said no --http, and uvicorn's
+    own protocol read the head for as long as it came (12 s here), the setting doing nothing."""
+    from headcut_grader.serve import APP_FACTORY, HEAD_PROTOCOL
+
+    settings = json.dumps({"grader_dir": str(tiny_folder), "limits": {"header_timeout_seconds": 1}})
+    command = [sys.executable, "-m", "uvicorn", "--factory", APP_FACTORY, "--http", HEAD_PROTOCOL]
+    with serving(command, env={**os.environ, "HEADCUT_SERVE": settings}) as (url, _, _):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            reply, waited = answer_to(s, SLOW_HEAD, 0.2)
+    status, _, answer = reply.partition(b"\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 408") and 0.9 <= waited < 3, (reply, waited)
+    assert "within 1 s, the server's --header-timeout-seconds" in json.loads(answer)["error"], answer
+
+
 # Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.
 
 @pytest.mark.parametrize("path, body, where", [
@@ -602,12 +620,18 @@ def serve_process(folder, *args: str):
     """`headcut serve` in a subprocess; yields (url, process, output) once /healthz answers, stops it after.
     `output()` is everything the server (master and workers) printed so far; a file, not a pipe, so a chatty
     server never blocks on a full pipe."""
+    with serving([sys.executable, "-m", "headcut", "serve", str(folder), "--threads", "1", *args]) as running:
+        yield running
+
+
+@contextmanager
+def serving(command: list[str], env: dict | None = None):
+    """`command --port PORT` (a free port) in a subprocess, as serve_process runs `headcut serve`."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tempfile.TemporaryFile()
-    command = [sys.executable, "-m", "headcut", "serve", str(folder), "--port", str(port), "--threads", "1", *args]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([*command, "--port", str(port)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
 
     def output() -> str:
@@ -963,8 +987,9 @@ def test_an_app_made_by_create_app_names_its_fields_in_answers_and_serve_its_fla
      "(Limits.__init__() got an unexpected keyword argument 'max_pair')"),
 ])
 def test_app_from_env_without_serve_s_settings_names_the_variable_and_how_to_set_it(monkeypatch, value, fact):
-    """Its docstring offers uvicorn --factory. Was: a KeyError 'HEADCUT_SERVE' (and a JSONDecodeError or another
-    KeyError for a value typed by hand)."""
+    """Its docstring offers uvicorn --factory, with the protocol that holds --header-timeout-seconds (without it the
+    setting does nothing). Was: a KeyError 'HEADCUT_SERVE' (and a JSONDecodeError or another KeyError for a value
+    typed by hand)."""
     from headcut_grader.errors import UserError
     from headcut_grader.serve import app_from_env
 
@@ -976,7 +1001,8 @@ def test_app_from_env_without_serve_s_settings_names_the_variable_and_how_to_set
         app_from_env()
     assert str(e.value).startswith("HEADCUT_SERVE " + fact) and str(e.value).endswith(
         "; start the server with `headcut serve GRADER_DIR`, which sets it for its workers, or set it for uvicorn "
-        "--factory headcut_grader.serve:app_from_env to JSON such as '{\"grader_dir\": \"runs/grader\"}'.")
+        "--factory headcut_grader.serve:app_from_env --http headcut_grader.serve_protocol:HeadTimedProtocol to JSON "
+        "such as '{\"grader_dir\": \"runs/grader\"}'.")
 
 
 def test_app_from_env_takes_only_a_grader_dir_and_defaults_the_rest(tiny_folder, monkeypatch):

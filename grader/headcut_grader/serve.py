@@ -28,6 +28,8 @@ from headcut_grader.validation import MAX_TEXT_CHARS
 
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
 APP_FACTORY = "headcut_grader.serve:app_from_env"  # what uvicorn --factory (and headcut serve's workers) start
+# the protocol that enforces header_timeout_seconds: uvicorn's own has no head deadline (uvicorn --http takes it)
+HEAD_PROTOCOL = "headcut_grader.serve_protocol:HeadTimedProtocol"
 HEAD_TIMEOUT = "headcut_head_timeout"  # lifespan state: (header_timeout_seconds, its name in answers)
 
 
@@ -41,7 +43,8 @@ class Limits:
     # it (serve_middleware.MIN_BODY_BYTES_PER_SECOND), so a large body on a slow but steady link still arrives
     body_timeout_seconds: float = ranged(30.0, 0.1, 3600.0)
     # uvicorn has no timeout for a request's head either: a client sending its headers a byte at a time, or a
-    # connection sending nothing, was held forever (serve_protocol.HeadTimedProtocol, which reads it by HEAD_TIMEOUT)
+    # connection sending nothing, was held forever (HEAD_PROTOCOL, which reads it by HEAD_TIMEOUT; without it, as
+    # with uvicorn's own protocol, this setting does nothing)
     header_timeout_seconds: float = ranged(30.0, 0.1, 3600.0)
 
 
@@ -78,15 +81,16 @@ class Settings:
             why = f"no key {e}" if isinstance(e, KeyError) else str(e)[:100]
             fact = "is not set" if text is None else f"is not the JSON settings `headcut serve` writes ({why})"
         raise UserError(f"{ENV_SETTINGS} {fact}; start the server with `headcut serve GRADER_DIR`, which sets it for "
-                        f"its workers, or set it for uvicorn --factory {APP_FACTORY} to JSON such as "
-                        f"'{{\"grader_dir\": \"runs/grader\"}}'.")
+                        f"its workers, or set it for uvicorn --factory {APP_FACTORY} --http {HEAD_PROTOCOL} to JSON "
+                        f"such as '{{\"grader_dir\": \"runs/grader\"}}'.")
 
 
 def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batching: Batching = Batching(),
                backend: str = "auto", flags: bool = False):
     """The FastAPI app for one grader folder (one Grader and one micro-batcher per worker process, in
     `app.state`, which the handlers of headcut_grader.serve_routes read). Its answers name a limit a request
-    passes as the field (limits.max_pairs=256), or with `flags` as `headcut serve`'s flag (--max-pairs 256)."""
+    passes as the field (limits.max_pairs=256), or with `flags` as `headcut serve`'s flag (--max-pairs 256).
+    limits.header_timeout_seconds holds only where uvicorn runs it with http=HEAD_PROTOCOL (headcut serve does)."""
     from fastapi import FastAPI
 
     from headcut_grader.grader import Grader
@@ -163,8 +167,8 @@ async def _lifespan(app):
 
 
 def app_from_env():
-    """App factory for `uvicorn --factory` and several worker processes (settings travel by environment, where
-    `headcut serve` put them: answers name its flags)."""
+    """App factory for `uvicorn --factory` (with `--http` HEAD_PROTOCOL) and several worker processes (settings
+    travel by environment, where `headcut serve` put them: answers name its flags)."""
     from headcut_grader.orphans import exit_with_parent
 
     settings = Settings.decode(os.environ.get(ENV_SETTINGS))
