@@ -13,7 +13,8 @@ from headcut.batching import Encoded
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
 from headcut.evaluate.scan import telling_example
-from headcut.evaluate.probes import ProbeInputs, best_head, example_attention, probe_heads, segmented_inputs
+from headcut.evaluate.probes import (UNMEASURED, ProbeInputs, best_head, example_attention, probe_heads,
+                                     segmented_inputs, unmeasured)
 
 HIDDEN, HEAD = 64, 16
 CLS, SEP = 2, 3
@@ -108,6 +109,7 @@ def test_a_probe_with_nothing_to_measure_has_no_best_head():
     assert "boundary_union" not in out
     assert best_head(out, "term_match") is None and best_head(out, "boundary_f1") is None
     assert best_head(out, "next") == (0, 0, pytest.approx(float(out["next"][0, 0])))
+    assert unmeasured("term_match") == UNMEASURED["term_match"] and unmeasured("noop") == "no head measured"
     shown = [why.split()[0] for *_, why in telling_example(planted_model(), inputs, out)["heads"]]
     assert "next" in shown and not {"term_match", "boundary_f1"} & set(shown)  # drawn as -inf at L0H0
     planted = probe_heads(planted_model(), planted_inputs(), batch_size=5)

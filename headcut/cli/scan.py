@@ -206,7 +206,7 @@ def probe(
     Example: headcut probe --model runs/teacher --data ../shared/data/homedepot/dev.tsv --out runs/probe
     """
     quiet_transformers()
-    from headcut.evaluate.probes import PROBES, UNMEASURED, best_head
+    from headcut.evaluate.probes import PROBES, best_head, unmeasured
     from headcut.evaluate.scan import ScanSettings
 
     grade_flag = "--label-col" if label_col is not None else "--label-map" if label_map is not None else None
@@ -224,7 +224,7 @@ def probe(
     for name in PROBES:
         if name in probes:
             best = best_head(probes, name)
-            typer.echo(f"{name:<12} n/a: {UNMEASURED.get(name, 'no head measured')}" if best is None else
+            typer.echo(f"{name:<12} n/a: {unmeasured(name)}" if best is None else
                        f"{name:<12} best L{best[0]}H{best[1]}  {best[2]:.3f}")
     union = probes.get("boundary_union")
     if union:

@@ -173,6 +173,11 @@ def best_head(probes: dict, name: str) -> tuple[int, int, float] | None:
     return int(layer), int(head), float(values[layer, head])
 
 
+def unmeasured(name: str) -> str:
+    """Why probe `name` has no best head (best_head None), as `headcut probe` and the scan report say it."""
+    return UNMEASURED.get(name, "no head measured")
+
+
 def _probe_pass(model, inputs: ProbeInputs, rows, tally: _Tally) -> None:
     """Add one pass's rows to `tally`. A function of its own so the pass's maps die when it returns: as loop
     variables they would live on through the next pass's forward and double its peak."""

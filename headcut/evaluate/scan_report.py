@@ -13,7 +13,7 @@ import torch
 
 from headcut.evaluate import figures
 from headcut.evaluate.importance import write_scores
-from headcut.evaluate.probes import PROBES, UNMEASURED, best_head
+from headcut.evaluate.probes import PROBES, best_head, unmeasured
 from headcut_grader.files import write_text
 
 
@@ -112,7 +112,7 @@ def report_blocks(result: dict, *, model_info: dict, data_info: dict, images: di
         for name in PROBES:
             if name in probes:
                 best = best_head(probes, name)
-                rows.append([name, "n/a", UNMEASURED.get(name, "no head measured")] if best is None else
+                rows.append([name, "n/a", unmeasured(name)] if best is None else
                             [name, f"L{best[0]}H{best[1]}", _fmt(best[2])])
         b.append(("table", ["probe", "best head", "score"], rows))
         union = probes.get("boundary_union")
