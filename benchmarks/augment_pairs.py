@@ -87,7 +87,7 @@ def main() -> None:
     args.out = out_file(parser, args.out, overwrite=args.overwrite, inputs=[args.train], example="pairs.tsv")
     rows = augment(read(args.train), args.ratio, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write(args.out, ["query", "title"], rows)
+    write(args.out, ["query", "title"], rows, overwrite=args.overwrite)
     print(f"wrote {len(rows):,} pairs for {len(set(q for q, _ in rows)):,} queries to {args.out}")
 
 

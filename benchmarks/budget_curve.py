@@ -52,7 +52,7 @@ from headcut.evaluate.criteria import head_importance  # noqa: E402
 from headcut.evaluate.metrics import paired_bootstrap, summarize  # noqa: E402
 from headcut.evaluate.predict import predict_logits  # noqa: E402
 from headcut.finetune import recorded_recipe, selection_pairs  # noqa: E402
-from headcut_grader.files import write_json, write_text  # noqa: E402
+from headcut_grader.files import atomic_file, write_json, write_text  # noqa: E402
 from headcut.models import load_model  # noqa: E402
 from headcut.pipeline.pairs import queries_that_chose  # noqa: E402
 from headcut.prune import plan_heads  # noqa: E402
@@ -395,7 +395,8 @@ def figure(result: dict, path: Path) -> None:
     fig.suptitle("Budgeted pruning" + (": no retraining, and prune+distill" if trained else ", no retraining")
                  + " (Home Depot dev pairs never used to score, tune or choose a checkpoint)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_file(path) as f:
+        fig.savefig(f, format=Path(path).suffix[1:])
     plt.close(fig)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import tempfile
 import time
 from pathlib import Path
 
 from bench_flags import out_file, whole
-from headcut_grader.files import write_text
+from headcut_grader.files import atomic_file, write_text
 from headcut_grader.ranges import THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,19 +42,20 @@ def main() -> None:
     with open(TRAIN, encoding="utf-8", newline="") as f:
         rows = [(r["query"], r["title"]) for r in csv.DictReader(f, delimiter="\t")]
     rows = [rows[i % len(rows)] for i in range(args.rows)]
-    source = Path(f"/tmp/grade_ray_{args.rows}.csv")
-    with open(source, "w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["query", "title"])
-        writer.writerows(rows)
-
-    # one CPU more than the actors reserve: Ray Data needs one for the read tasks, or they wait for ever
-    ray.init(num_cpus=args.concurrency * args.threads + 1, include_dashboard=False)
-    start = time.perf_counter()
-    graded = grade_dataset(ray.data.read_csv(str(source)), args.grader, concurrency=args.concurrency,
-                           threads=args.threads).to_pandas()
-    seconds = time.perf_counter() - start
-    ray.shutdown()
+    # a folder of this run's own: was /tmp/grade_ray_ROWS.csv, which a run beside it rewrote while Ray read it
+    with tempfile.TemporaryDirectory(prefix="headcut-grade-ray-") as folder:
+        source = Path(folder) / "pairs.csv"
+        with atomic_file(source, binary=False) as f:
+            writer = csv.writer(f)
+            writer.writerow(["query", "title"])
+            writer.writerows(rows)
+        # one CPU more than the actors reserve: Ray Data needs one for the read tasks, or they wait for ever
+        ray.init(num_cpus=args.concurrency * args.threads + 1, include_dashboard=False)
+        start = time.perf_counter()
+        graded = grade_dataset(ray.data.read_csv(str(source)), args.grader, concurrency=args.concurrency,
+                               threads=args.threads).to_pandas()
+        seconds = time.perf_counter() - start
+        ray.shutdown()
     sample = graded.sample(min(2000, len(graded)), random_state=0)
     expected = Grader(args.grader, threads=args.threads).grade(list(zip(sample["query"], sample["title"])))
     result = {"rows": len(graded), "concurrency": args.concurrency, "threads": args.threads,

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench_flags import joined, out_dir, several, whole
-from headcut_grader.files import write_text
+from headcut_grader.files import atomic_file, write_text
 from headcut_grader.ranges import REPEATS, declared_range
 from headcut_grader.grade_file import GradeSettings
 
@@ -31,7 +31,7 @@ def pairs_file(rows: int, folder: Path) -> Path:
     path = folder / f"pairs{rows}.tsv"
     if not path.exists():
         header, *lines = TRAIN.read_text(encoding="utf-8").splitlines(keepends=True)
-        with open(path, "w", encoding="utf-8") as f:
+        with atomic_file(path, binary=False) as f:  # its own temporary: a run beside it writes the same file
             f.write(header)
             f.writelines(lines[i % len(lines)] for i in range(rows))
     return path

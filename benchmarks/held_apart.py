@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench_flags import out_dir, whole
 from headcut.evaluate_arguments import argument_range
+from headcut_grader.files import atomic_file
 
 
 def split(rows: list[list[str]], query_col: int, pairs: int, seed: int) -> tuple[list, list, int]:
@@ -41,13 +42,14 @@ def split(rows: list[list[str]], query_col: int, pairs: int, seed: int) -> tuple
     return chosen, rest, len(held)
 
 
-def write(path: Path, header: list[str], rows: list[list[str]]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
+def write(path: Path, header: list[str], rows: list[list[str]], *, overwrite: bool = True) -> None:
+    """A TSV, header first, written atomically under its writer's own temporary name (files.atomic_file): was
+    `.NAME.tmp`, which two runs at once shared, one clobbering the other's rows. Without `overwrite`, a file another
+    run wrote there meanwhile is kept and this write refused."""
+    with atomic_file(path, binary=False, overwrite=overwrite, flag="--out") as f:
         writer = csv.writer(f, delimiter="\t", lineterminator="\n")
         writer.writerow(header)
         writer.writerows(rows)
-    tmp.replace(path)
 
 
 def main() -> None:
@@ -69,8 +71,8 @@ def main() -> None:
         sys.exit(print(f"{args.train}: the header has no `query` column ({', '.join(header)}).", file=sys.stderr) or 2)
     held, rest, queries = split(rows, header.index("query"), args.pairs, args.seed)
     args.out.mkdir(parents=True, exist_ok=True)
-    write(targets[0], header, held)
-    write(targets[1], header, rest)
+    write(targets[0], header, held, overwrite=args.overwrite)
+    write(targets[1], header, rest, overwrite=args.overwrite)
     print(f"held apart {len(held):,} pairs of {queries:,} queries in {targets[0]}; {len(rest):,} pairs in {targets[1]}")
 
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from bench_flags import out_dir, several, whole
+from headcut_grader.files import atomic_file
 
 WORDS = ("Ridgeline 20-volt cordless drill in black", "HomeMax 36 in. brushed nickel pull-down kitchen faucet",
          "Everbuild 5 gal. semi-gloss exterior paint in white", "Northwind 60 ft. expandable garden hose")
@@ -26,7 +27,7 @@ WORDS = ("Ridgeline 20-volt cordless drill in black", "HomeMax 36 in. brushed ni
 
 def write_titles(path: Path, rows: int, chars: int) -> Path:
     text = " ".join(WORDS[i % len(WORDS)] for i in range(chars // 40 + 1))[:chars].strip()
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_file(path, binary=False) as f:
         f.write("query\ttitle\n")
         for i in range(rows):
             f.write(f"cordless drill {i}\t{text}\n")

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from machine import describe
 from bench_flags import out_dir, whole
+from headcut_grader.files import write_text
 from headcut_grader.ranges import REPEATS, SEQ_LEN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,8 +44,10 @@ WORDS = ("Ridgeline 20-volt cordless drill in black", "HomeMax 36 in. brushed ni
 LAUNCHER = """import atexit, runpy, sys
 report, module = sys.argv[1], sys.argv[2]
 def record():
-    with open("/proc/self/status") as f, open(report, "w") as out:
-        out.write("".join(line for line in f if line.startswith(("VmHWM", "VmRSS"))))
+    with open("/proc/self/status") as f:
+        lines = "".join(line for line in f if line.startswith(("VmHWM", "VmRSS")))
+    from headcut_grader.files import write_text  # after the reading, so its import is not in the peak
+    write_text(report, lines)
 atexit.register(record)
 sys.argv = [module, *sys.argv[3:]]
 runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -74,7 +77,7 @@ def dev_rows(count: int) -> list[tuple[str, str]]:
 
 
 def write_pairs(path: Path, rows: list[tuple[str, str]]) -> Path:
-    path.write_text("query\ttitle\n" + "".join(f"{q}\t{t}\n" for q, t in rows), encoding="utf-8")
+    write_text(path, "query\ttitle\n" + "".join(f"{q}\t{t}\n" for q, t in rows))
     return path
 
 

@@ -33,7 +33,7 @@ from headcut.evaluate.fisher import mask_gradients
 from headcut.evaluate.metrics import paired_bootstrap, summarize
 from headcut.evaluate.predict import predict_logits
 from headcut.evaluate_arguments import DEFAULTS, argument_range
-from headcut_grader.files import write_json, write_text
+from headcut_grader.files import atomic_file, write_json, write_text
 from headcut.models import LoadedModel, load_model
 from headcut.prune import HeadPlan, iterative_plan, plan_heads, pruned_copy, speed_summary
 from headcut.prune.result import PruneSettings
@@ -107,7 +107,8 @@ class Evaluator:
         if model is None:
             model = self.loaded.model if plan is None else pruned_copy(self.loaded, plan).model
         out = predict_logits(model, None, None, batch_size=self.batch_size, encoded=self.encoded)
-        np.save(path, out)
+        with atomic_file(path) as f:  # a run beside it reads a whole entry or none
+            np.save(f, out)
         return out
 
     def metrics(self, logits: np.ndarray, *, iters: int, seed: int) -> dict:
@@ -143,7 +144,8 @@ def score_heads(loaded, pairs, methods, *, batch_size, cache: Path) -> dict[str,
         scores["fisher"] = gradient_scores(loaded.model, grads, method="fisher")
         log(f"gradient pass of {len(pairs)} pairs: {time.time() - t:.0f}s")
     cache.mkdir(parents=True, exist_ok=True)
-    torch.save(scores, path)
+    with atomic_file(path) as f:
+        torch.save(scores, f)
     return scores
 
 
@@ -244,7 +246,8 @@ def draw_curves(results, teacher_point, ratios, path):
         ax.grid(alpha=0.3)
     axes.flat[2].legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    fig.savefig(path)
+    with atomic_file(path) as f:
+        fig.savefig(f, format=Path(path).suffix[1:])
     plt.close(fig)
 
 

@@ -222,6 +222,8 @@ def figure(report: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from headcut_grader.files import atomic_file
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for size, color in zip((1, 8, 32), ("tab:blue", "tab:orange", "tab:green")):
         for mode, style in (("on", "-"), ("off", ":")):
@@ -243,7 +245,8 @@ def figure(report: dict, path: Path) -> None:
     axes[0].legend(fontsize=7)
     fig.suptitle(f"headcut serve, {server_shape(report)}, batching on (solid) vs off (dotted)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_file(path) as f:
+        fig.savefig(f, format=Path(path).suffix[1:], dpi=120)
 
 
 def arguments(argv: list[str] | None = None) -> argparse.Namespace:

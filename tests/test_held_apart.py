@@ -78,3 +78,27 @@ def test_bad_input_is_one_sentence_and_exit_2(tmp_path):
     done = run(AUGMENT, train, "--out", tmp_path / "extra.tsv")
     assert done.returncode == 2 and "no column 'query'" in done.stderr and not (tmp_path / "extra.tsv").exists()
     assert run(AUGMENT, train, "--out", tmp_path / "e.tsv", "--ratio", 0).returncode == 2
+
+
+def test_two_writes_of_one_file_at_once_each_use_their_own_temporary(tmp_path):
+    """Was: held_apart.write (augment_pairs' writer too) wrote through `.NAME.tmp`, one name for every run: a second
+    run writing the same file meanwhile truncated and renamed the first's temporary, so the first run's later rows
+    landed in the second's published file and its own rename failed (FileNotFoundError). Now each write has its own
+    temporary (files.atomic_file): here a write started while another is half done, and each file published is
+    one whole write."""
+    sys.path.insert(0, str(HELD_APART.parent))
+    try:
+        from held_apart import write
+    finally:
+        sys.path.remove(str(HELD_APART.parent))
+    out = tmp_path / "select.tsv"
+
+    def first_rows():
+        yield ["a", "1"]
+        write(out, ["query", "title"], [["b", "2"]])  # another run's write of the same file, while this one writes
+        assert out.read_text() == "query\ttitle\nb\t2\n"
+        yield ["a", "3"]
+
+    write(out, ["query", "title"], first_rows())
+    assert out.read_text() == "query\ttitle\na\t1\na\t3\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["select.tsv"]

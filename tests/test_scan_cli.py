@@ -684,6 +684,89 @@ def test_every_benchmark_that_takes_an_out_checks_it_and_is_tried_above():
     assert takes_out == {script for script, _ in BENCHMARK_OUTS}
 
 
+FILE_WRITERS = {"savefig", "save", "savez", "savez_compressed", "dump", "to_csv", "to_json", "to_parquet",
+                "write_text", "write_bytes", "touch", "copy", "copy2", "copyfile", "copytree", "move"}
+
+
+def _writes_by_hand(source: str) -> list[int]:
+    """Lines of `source` that write a file other than through files.atomic_file (write_text / write_json, functions,
+    are its own): open() or Path.open() for writing, os.open, a Path's write_text / write_bytes, or a writer call
+    (savefig, np.save, torch.save, json.dump, to_csv, shutil's copies) outside a `with atomic_file(...) as f` block."""
+    import ast
+
+    found = []
+
+    def visit(node, inside: bool) -> None:
+        if isinstance(node, ast.With) and any(isinstance(item.context_expr, ast.Call)
+                                              and _called(item.context_expr) == "atomic_file" for item in node.items):
+            inside = True
+        if isinstance(node, ast.Call):
+            name, mode = _called(node), _open_mode(node)
+            by_name = isinstance(node.func, ast.Name)
+            if (name == "open" and (mode is not None and set(mode) & set("wax+")
+                                    or not by_name and _is_module(node.func.value, "os"))
+                    or not by_name and name in FILE_WRITERS and not inside):
+                found.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def _called(call) -> str | None:
+    import ast
+
+    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+
+
+def _open_mode(call) -> str | None:
+    """The mode text of an open() (its second argument or mode=; Path.open's first), or None where unsaid."""
+    import ast
+
+    given = [k.value for k in call.keywords if k.arg == "mode"]
+    given += call.args[1:2] if isinstance(call.func, ast.Name) else call.args[:1]
+    return next((g.value for g in given if isinstance(g, ast.Constant) and isinstance(g.value, str)), None)
+
+
+def _is_module(node, name: str) -> bool:
+    import ast
+
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def test_every_file_a_benchmark_writes_goes_through_the_atomic_writer():
+    """Was: benchmarks/held_apart.py and augment_pairs.py wrote through `.NAME.tmp` (two runs at once shared it, one
+    clobbering the other), grade_ray.py a fixed /tmp/grade_ray_ROWS.csv, grade_scale, long_titles_memory and memory
+    their pairs with a plain open()/write_text, prune_curve its caches with np.save / torch.save and three scripts
+    their figures with savefig(path): a half-written file under the final name. Every file a benchmark writes now
+    goes through headcut_grader.files.atomic_file (or write_text / write_json over it), whose temporary is its own;
+    the check finds each of the old ways in a sample and none in benchmarks/."""
+    from conftest import ROOT
+
+    old = '''
+tmp = path.with_name(f".{path.name}.tmp")
+with open(tmp, "w", newline="") as f:
+    csv.writer(f).writerows(rows)
+tmp.replace(path)
+path.write_text(text)
+with open(source, mode="a") as f: pass
+fd = os.open(path, os.O_WRONLY)
+np.save(path, out)
+torch.save(scores, path)
+fig.savefig(path, dpi=120)
+with atomic_file(path) as f:
+    fig.savefig(f, format="png")
+with open(path, encoding="utf-8") as f:
+    f.read()
+write_text(path, text)
+'''
+    assert _writes_by_hand(old) == [3, 6, 7, 8, 9, 10, 11]
+    written = [f"{path.name}:{line}" for path in sorted((ROOT / "benchmarks").glob("*.py"))
+               for line in _writes_by_hand(path.read_text(encoding="utf-8"))]
+    assert not written, f"write these through headcut_grader.files.atomic_file / write_text / write_json: {written}"
+
+
 NUMBER_LIST = re.compile(r"[-+.\de]+(,[-+.\de]+)*")  # a default such as "0.65,0.5" or "32"
 
 
