@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from held_apart import write  # the atomic TSV writer (this folder is on sys.path when a script runs)
-from bench_flags import out_file, real, whole
+from bench_flags import file_to_read, out_file, real, whole
 from headcut.evaluate_arguments import argument_range
 from headcut_grader.ranges import Range
 
@@ -77,8 +77,9 @@ def augment(titles: dict[str, list[str]], ratio: float, seed: int) -> list[tuple
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("train", type=Path, help="the training pairs (TSV whose header names query and title)")
-    parser.add_argument("--out", type=Path, required=True, help="the TSV to write (query, title)")
+    parser.add_argument("train", type=file_to_read(),
+                        help="the training pairs (TSV whose header names query and title)")
+    parser.add_argument("--out", required=True, help="the TSV to write (query, title)")
     parser.add_argument("--ratio", type=real(Range(0.0, 10.0, low_open=True)), default=1.0,
                         help="extra titles per real title of each query")
     parser.add_argument("--seed", type=whole(argument_range("seed")), default=0)

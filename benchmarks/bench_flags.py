@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from headcut_grader.errors import UserError
-from headcut_grader.files import check_out_dir, check_out_file
+from headcut_grader.files import PAIRS_FILE, check_out_dir, check_out_file, folder_spelled
 from headcut_grader.ranges import Range
 
 COUNT = Range(1)  # rows, pairs, requests, steps: at least one, where headcut declares no range of its own
@@ -63,11 +63,25 @@ def _number_in(valid: Range, read, kind: str):
     return parse
 
 
+def file_to_read(what: str = PAIRS_FILE):
+    """An argparse `type`: a file to read, as a Path once its text is checked: text that names a folder (p.tsv/,
+    p.tsv/.) is refused (files.folder_spelled), as the commands refuse it; type=Path dropped the / and read p.tsv."""
+
+    def parse(text: str) -> Path:
+        if problem := folder_spelled(text, "", reading=True, what=what):
+            raise argparse.ArgumentTypeError(problem)
+        return Path(text)
+
+    return parse
+
+
 def out_file(parser: argparse.ArgumentParser, path, *, overwrite: bool = True, flag: str = "--out", inputs=(),
              example: str = "results.json") -> Path:
     """A file to write, checked as the commands check theirs (files.check_out_file: a place this process can make a
     file in, not a folder, an input or, without `overwrite`, an existing file) before any work: was a traceback only
-    when the finished run wrote it (`--out /proc/x.json`). A refusal is argparse's error (exit 2)."""
+    when the finished run wrote it (`--out /proc/x.json`). `path`: the flag's text as written (its flag takes no
+    type=Path, which drops a trailing /: `--out x.json/` wrote the file x.json). A refusal is argparse's error
+    (exit 2)."""
     try:
         return check_out_file(str(path), overwrite=overwrite, flag=flag, inputs=inputs, example=example)
     except UserError as error:
@@ -76,8 +90,8 @@ def out_file(parser: argparse.ArgumentParser, path, *, overwrite: bool = True, f
 
 def out_dir(parser: argparse.ArgumentParser, path, *, flag: str = "--out", inputs=()) -> Path:
     """A folder to write files into (files.check_out_dir: a place this process can make files in, not a file nor an
-    input), checked before any work; the files in it are replaced, as a benchmark's rerun does. A refusal is
-    argparse's error (exit 2)."""
+    input), checked before any work; the files in it are replaced, as a benchmark's rerun does. `path`: the flag's
+    text as written, as out_file's. A refusal is argparse's error (exit 2)."""
     try:
         return check_out_dir(str(path), overwrite=True, flag=flag, inputs=inputs)
     except UserError as error:

@@ -21,7 +21,7 @@ import os
 import sys
 from pathlib import Path
 from headcut.export.bench_settings import BenchSettings  # its threads: the toolkit's default
-from bench_flags import out_dir, whole
+from bench_flags import file_to_read, out_dir, whole
 from headcut_grader.ranges import REPEATS, THREADS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--teacher", default="runs/teacher")
     parser.add_argument("--model", action="append", default=[], help="pruned/distilled artifact (repeatable)")
-    parser.add_argument("--data", default=str(DEV))
+    parser.add_argument("--data", type=file_to_read(), default=str(DEV))
     parser.add_argument("--out", default="runs/deploy_bench")
     parser.add_argument("--limit", type=whole(), default=1000)
     parser.add_argument("--threads", type=whole(THREADS), default=BenchSettings.threads)

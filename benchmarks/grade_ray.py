@@ -30,11 +30,11 @@ def main() -> None:
     from headcut_grader.ray_data import grade_dataset
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("grader", type=Path)
+    parser.add_argument("grader")
     parser.add_argument("--rows", type=whole(), default=20_000)
     parser.add_argument("--concurrency", type=whole(), default=2)
     parser.add_argument("--threads", type=whole(THREADS), default=1)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out")
     args = parser.parse_args()
     if args.out:  # before Ray starts: a place it cannot write was a traceback after the whole run
         args.out = out_file(parser, args.out, inputs=[args.grader])

@@ -61,7 +61,7 @@ def run(grader: Path, source: Path, out: Path, workers: int, threads: int, backe
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("grader", type=Path)
+    parser.add_argument("grader")
     parser.add_argument("--rows", type=several(whole()), default="100000,1000000")
     layout = joined("WxT", whole(declared_range(GradeSettings, "workers")),
                     whole(declared_range(GradeSettings, "threads")), example="2x1")
@@ -69,7 +69,7 @@ def main() -> None:
                         "--threads)", type=several(layout))
     parser.add_argument("--rounds", type=whole(REPEATS), default=1,
                         help="turns of every layout per size (first one rotating)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "grade_scale")
+    parser.add_argument("--out", default=ROOT / "runs" / "grade_scale")
     parser.add_argument("--backend", default="auto", help="onnxruntime, openvino or auto (headcut grade --backend)")
     args = parser.parse_args()
     args.out = out_dir(parser, args.out, inputs=[args.grader])

@@ -19,7 +19,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from bench_flags import out_dir, whole
+from bench_flags import file_to_read, out_dir, whole
 from headcut.evaluate_arguments import argument_range
 from headcut_grader.files import atomic_file
 
@@ -54,8 +54,9 @@ def write(path: Path, header: list[str], rows: list[list[str]], *, overwrite: bo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("train", type=Path, help="the training pairs (TSV with a header and a `query` column)")
-    parser.add_argument("--out", type=Path, required=True, help="folder for select.tsv and pool.tsv")
+    parser.add_argument("train", type=file_to_read(),
+                        help="the training pairs (TSV with a header and a `query` column)")
+    parser.add_argument("--out", required=True, help="folder for select.tsv and pool.tsv")
     parser.add_argument("--pairs", type=whole(), default=3000, help="hold whole queries apart until this many pairs")
     parser.add_argument("--seed", type=whole(argument_range("seed")), default=7)
     parser.add_argument("--overwrite", action="store_true", help="replace select.tsv and pool.tsv in --out")

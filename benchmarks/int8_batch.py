@@ -19,7 +19,7 @@ from headcut.export.bench_settings import BenchSettings  # its threads: the tool
 from headcut_grader.ranges import BATCH, THREADS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script runs, also where a test loads it
-from bench_flags import whole  # noqa: E402
+from bench_flags import file_to_read, whole  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True)
-    parser.add_argument("--data", required=True, help="labelled pairs (Home Depot TSV)")
+    parser.add_argument("--data", type=file_to_read(), required=True, help="labelled pairs (Home Depot TSV)")
     parser.add_argument("--rows", type=whole(), default=600)
     parser.add_argument("--threads", type=whole(THREADS), default=BenchSettings.threads)
     parser.add_argument("--batch-size", type=whole(BATCH), help="pairs per shuffled batch the grades are compared in "

@@ -53,10 +53,10 @@ def cpu_model() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("grader", type=Path)
+    parser.add_argument("grader")
     parser.add_argument("--rows", type=whole(), default=200)
     parser.add_argument("--chars", type=several(whole()), default="1000,100000,1000000")
-    parser.add_argument("--out", type=Path, default=Path("runs/long_titles_memory"))
+    parser.add_argument("--out", default=Path("runs/long_titles_memory"))
     args = parser.parse_args()
     args.out = out_dir(parser, args.out, inputs=[args.grader])
     args.out.mkdir(parents=True, exist_ok=True)

@@ -143,7 +143,7 @@ def arguments():
                         help="tokens per probed pair (--max-length)")
     parser.add_argument("--repeats", type=whole(REPEATS), default=5,
                         help="import-time runs per package (the least counts)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "memory", help="folder for the grader and files")
+    parser.add_argument("--out", default=ROOT / "runs" / "memory", help="folder for the grader and files")
     parser.add_argument("--quick", action="store_true", help="small sizes: checks that everything runs")
     args = parser.parse_args()
     args.out = out_dir(parser, args.out, inputs=[args.model])

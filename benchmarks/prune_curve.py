@@ -38,7 +38,7 @@ from headcut.models import LoadedModel, load_model
 from headcut.prune import HeadPlan, iterative_plan, plan_heads, pruned_copy, speed_summary
 from headcut.prune.result import PruneSettings
 from headcut_grader.ranges import BATCH, Range, declared_range
-from bench_flags import out_dir, real, several, whole
+from bench_flags import file_to_read, out_dir, real, several, whole
 from headcut.prune_arguments import argument_range as prune_range
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def parse_args():
     teacher = ROOT / "runs" / "teacher"
     p.add_argument("--model", default=str(teacher) if (teacher / "headcut.json").exists() else None,
                    help="teacher folder (default: runs/teacher)")
-    p.add_argument("--data", default=str(DEV))
+    p.add_argument("--data", type=file_to_read(), default=str(DEV))
     p.add_argument("--out", default=str(ROOT / "runs" / "prune_curve"))
     p.add_argument("--score-fraction", type=real(Range(0.0, 1.0, low_open=True, high_open=True)), default=0.3,
                    help="share of dev queries in the scoring part")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from bench_flags import whole
+from bench_flags import file_to_read, whole
 from machine import describe
 
 from headcut.batching import encode
@@ -44,7 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     teacher = ROOT / "runs" / "teacher"
     parser.add_argument("--model", default=str(teacher) if (teacher / "headcut.json").exists() else "minilm-l6")
-    parser.add_argument("--data", default=str(DEV))
+    parser.add_argument("--data", type=file_to_read(), default=str(DEV))
     parser.add_argument("--pairs", type=whole(), default=256)
     parser.add_argument("--rounds", type=whole(REPEATS), default=3, help="timed scans of each kind, in turns")
     parser.add_argument("--batch-size", type=whole(BATCH), default=DEFAULTS["batch_size"])

@@ -29,7 +29,7 @@ from headcut.export.bench_settings import BenchSettings  # its threads: the tool
 from headcut_grader.ranges import REPEATS, THREADS, WORKERS, Range, declared_range
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # as a script runs, also where a test loads it
-from bench_flags import out_dir, real, several, whole  # noqa: E402
+from bench_flags import file_to_read, out_dir, real, several, whole  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEV = ROOT.parent / "shared" / "data" / "homedepot" / "dev.tsv"
@@ -256,7 +256,7 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
     serving = Batching()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--grader", default="runs/bottom3-int8")
-    parser.add_argument("--data", default=str(DEV))
+    parser.add_argument("--data", type=file_to_read(), default=str(DEV))
     parser.add_argument("--out", default="runs/serve_load")
     parser.add_argument("--threads", type=whole(THREADS), default=BenchSettings.threads,
                         help="offline grading's threads, and the servers' in all")

@@ -767,6 +767,50 @@ write_text(path, text)
     assert not written, f"write these through headcut_grader.files.atomic_file / write_text / write_json: {written}"
 
 
+@pytest.mark.parametrize("script, args, said", [
+    ("augment_pairs.py", ["t.tsv", "--out", "x.tsv/"], "--out x.tsv/ ends in /, so it names a folder, but --out is a "
+     "file to write; drop the /, or name a file inside that folder, such as x.tsv/pairs.tsv."),
+    ("grade_ray.py", ["g", "--out", "x.json/."], "--out x.json/. ends in /., so it names a folder, but --out is a "
+     "file to write; drop the /., or name a file inside that folder, such as x.json/results.json."),
+    ("held_apart.py", ["t.tsv/", "--out", "o"],
+     "argument train: t.tsv/ ends in /, so it names a folder, not a file to read; drop the / at its end."),
+    ("augment_pairs.py", ["t.tsv/.", "--out", "x.tsv"],
+     "argument train: t.tsv/. ends in /., so it names a folder, not a file to read; drop the /. at its end."),
+    ("serve_load.py", ["--data", "d.tsv/"],
+     "argument --data: d.tsv/ ends in /, so it names a folder, not a file to read; drop the / at its end."),
+])
+def test_a_benchmark_s_file_path_spelled_as_a_folder_is_refused_as_written(tmp_path, script, args, said):
+    """Was: the benchmarks' path flags took type=Path, which drops a trailing / (and a last /.), so
+    'augment_pairs.py t.tsv --out x.tsv/' wrote the file x.tsv and 'held_apart.py t.tsv/' read t.tsv, where the
+    commands refuse both. The flags keep the text as written until bench_flags checks it (out_file, out_dir,
+    file_to_read over files.folder_spelled): one sentence naming it, exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1].endswith(f"error: {said}"), done.stderr
+    assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())
+
+
+def test_no_benchmark_flag_reads_its_path_as_a_path_object():
+    """No benchmarks/ argument takes type=Path (pathlib.Path drops a trailing / before any check could see it: the
+    file x.tsv written for --out x.tsv/); a path is checked from its text by bench_flags (out_file, out_dir,
+    file_to_read), which hands on a Path."""
+    import ast
+
+    from conftest import ROOT
+
+    typed = [f"{path.name}:{node.lineno}" for path in sorted((ROOT / "benchmarks").glob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))) if isinstance(node, ast.Call)
+             for k in node.keywords if k.arg == "type"
+             and (getattr(k.value, "id", None) == "Path" or getattr(k.value, "attr", None) == "Path")]
+    assert not typed, f"keep the text; check it with bench_flags.out_file / out_dir / file_to_read: {typed}"
+
+
 NUMBER_LIST = re.compile(r"[-+.\de]+(,[-+.\de]+)*")  # a default such as "0.65,0.5" or "32"
 
 
