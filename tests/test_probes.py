@@ -13,7 +13,7 @@ from headcut.batching import Encoded
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
 from headcut.evaluate.scan import telling_example
-from headcut.evaluate.probes import (UNMEASURED, ProbeInputs, best_head, example_attention, probe_heads,
+from headcut.evaluate.probes import (UNMEASURED, ProbeInputs, best_head, best_union, example_attention, probe_heads,
                                      segmented_inputs, unmeasured)
 
 HIDDEN, HEAD = 64, 16
@@ -114,6 +114,25 @@ def test_a_probe_with_nothing_to_measure_has_no_best_head():
     assert "next" in shown and not {"term_match", "boundary_f1"} & set(shown)  # drawn as -inf at L0H0
     planted = probe_heads(planted_model(), planted_inputs(), batch_size=5)
     assert best_head(planted, "term_match")[:2] == (0, 1) and best_head(planted, "boundary_f1") is not None
+
+
+def test_no_head_linking_a_within_word_pair_leaves_the_boundary_union_unmeasured():
+    """Every query and key weight zero: each head attends evenly, so its strongest attention is the first token and
+    no head links a token to the next one of its word (F1 0 for each, a measurement). The union of none was
+    {'heads': [], 'f1': 0.0}, which `headcut probe` printed as 'boundary union  F1 0.000' and the scan report as a
+    union of no heads reaching F1 0.000; now its F1 is NaN and best_union says there is none (UNMEASURED's reason)."""
+    model = planted_model()
+    with torch.no_grad():
+        for layer in model.bert.encoder.layer:
+            for lin in (layer.attention.self.query, layer.attention.self.key):
+                lin.weight.zero_()
+                lin.bias.zero_()
+    out = probe_heads(model, planted_inputs(), batch_size=5)
+    assert out["boundary_links"] == 24 and (out["boundary_f1"] == 0).all()
+    assert out["boundary_union"]["heads"] == [] and math.isnan(out["boundary_union"]["f1"])
+    assert best_union(out) is None and unmeasured("boundary_union") == UNMEASURED["boundary_union"]
+    planted = probe_heads(planted_model(), planted_inputs(), batch_size=5)
+    assert best_union(planted)["heads"][0] == [0, 0] and best_union(planted)["f1"] > 0
 
 
 def test_example_attention_is_a_distribution_per_row():

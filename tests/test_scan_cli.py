@@ -91,6 +91,35 @@ def test_probe_of_pairs_without_a_shared_term_says_n_a(tiny_grader, tmp_path):
     assert len(rows) == 8 and {r["term_match"] for r in rows} == {""} and all(r["next"] for r in rows)
 
 
+def test_a_boundary_union_of_no_head_says_n_a_with_the_reason(tiny_grader, tmp_path, monkeypatch):
+    """Was: where no head links any within-word pair, `headcut probe` printed 'boundary union   F1 0.000' (no head
+    named) and the scan report 'best union of heads  reaches F1 0.000'; both now say n/a with UNMEASURED's reason,
+    as a probe with no best head does. A union that found heads is shown as before."""
+    import numpy as np
+
+    import headcut.cli.scan as scan_cli
+    from headcut.evaluate.probes import UNMEASURED
+    from headcut.evaluate.scan_report import render_markdown, report_blocks
+
+    nan = float("nan")
+    probes = {"next": np.array([[0.5, 0.25]]), "boundary_f1": np.zeros((1, 2)), "boundary_links": 3,
+              "boundary_candidates": 9, "boundary_union": {"heads": [], "f1": nan}}
+    result = {"ranking": {}, "correlations": {}, "probes": probes}
+    monkeypatch.setattr(scan_cli, "_run", lambda *args, **kwargs: result)
+    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", "synthetic", "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    assert "F1" not in r.output and f"boundary union n/a: {UNMEASURED['boundary_union']}" in r.output
+    report = render_markdown(report_blocks(result, model_info={}, data_info={}, images={}))
+    assert "reaches F1" not in report
+    assert (f"best union of heads n/a: {UNMEASURED['boundary_union']} (3 within-word links among 9 neighbouring "
+            "token pairs)") in " ".join(report.split())
+    probes["boundary_union"] = {"heads": [[0, 1]], "f1": 0.5}
+    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", "synthetic", "--out", str(tmp_path / "q")])
+    assert "boundary union L0H1  F1 0.500" in r.output
+    report = render_markdown(report_blocks(result, model_info={}, data_info={}, images={}))
+    assert "best union of heads L0H1 reaches F1 0.500" in " ".join(report.split())
+
+
 def test_an_undefined_effect_or_probe_is_an_empty_field_of_importance_csv(tmp_path):
     """Was: the text 'nan' where the report shows '–' and importance.json null (a spreadsheet reads it as a word);
     now an empty field for a NaN score, effect or probe, and the head a pruned model lacks is still left out."""

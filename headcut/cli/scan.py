@@ -206,7 +206,7 @@ def probe(
     Example: headcut probe --model runs/teacher --data ../shared/data/homedepot/dev.tsv --out runs/probe
     """
     quiet_transformers()
-    from headcut.evaluate.probes import PROBES, best_head, unmeasured
+    from headcut.evaluate.probes import PROBES, best_head, best_union, unmeasured
     from headcut.evaluate.scan import ScanSettings
 
     grade_flag = "--label-col" if label_col is not None else "--label-map" if label_map is not None else None
@@ -226,7 +226,9 @@ def probe(
             best = best_head(probes, name)
             typer.echo(f"{name:<12} n/a: {unmeasured(name)}" if best is None else
                        f"{name:<12} best L{best[0]}H{best[1]}  {best[2]:.3f}")
-    union = probes.get("boundary_union")
+    union = best_union(probes)
     if union:
         typer.echo(f"boundary union {' '.join(f'L{l}H{h}' for l, h in union['heads'])}  F1 {union['f1']:.3f}")
+    elif "boundary_union" in probes:
+        typer.echo(f"boundary union n/a: {unmeasured('boundary_union')}")
     typer.echo(f"wrote {out}/report.md, report.html")

@@ -25,9 +25,12 @@ from headcut_grader.errors import UserError, quoted
 from headcut.evaluate.attention import attention_batches, attention_weights
 
 PROBES = ("previous", "next", "noop", "term_match", "boundary_f1")
-# why a probe can measure no head on some data (its scores NaN throughout), as best_head's callers say it
+# why a probe can measure no head on some data (its scores NaN throughout), as best_head's callers say it; and why
+# the boundary probe has no union of heads (best_union)
 UNMEASURED = {"term_match": "no pair repeats a token of its query in its title, so no head can match terms",
-              "boundary_f1": "no word of a title spans two tokens, so there is no within-word link to find"}
+              "boundary_f1": "no word of a title spans two tokens, so there is no within-word link to find",
+              "boundary_union": "no head links a token to the next token of its word, so no union of heads finds "
+                                "a within-word link"}
 
 
 @dataclass
@@ -173,6 +176,14 @@ def best_head(probes: dict, name: str) -> tuple[int, int, float] | None:
     return int(layer), int(head), float(values[layer, head])
 
 
+def best_union(probes: dict) -> dict | None:
+    """The greedy union of boundary heads ({"heads": [[layer, head], ...], "f1": F1}); None where the probe found
+    none: no boundary links to find (UNMEASURED["boundary_f1"]), or no head linking any within-word pair
+    (UNMEASURED["boundary_union"]: its F1 NaN, where 'F1 0.000' over no heads read as a measured union)."""
+    union = probes.get("boundary_union")
+    return union if union and union["heads"] else None
+
+
 def unmeasured(name: str) -> str:
     """Why probe `name` has no best head (best_head None), as `headcut probe` and the scan report say it."""
     return UNMEASURED.get(name, "no head measured")
@@ -250,7 +261,9 @@ def _boundary(preds: np.ndarray, truth: np.ndarray, present: np.ndarray, *, max_
     width = preds.shape[1]
     return {
         "boundary_f1": f1,
-        "boundary_union": {"heads": [[int(i) // width, int(i) % width] for i in chosen], "f1": best},
+        # no head links a within-word pair: no union to score (best_union None, UNMEASURED says why)
+        "boundary_union": {"heads": [[int(i) // width, int(i) % width] for i in chosen],
+                           "f1": best if chosen else float("nan")},
         "boundary_links": int(truth.sum()),
         "boundary_candidates": int(len(truth)),
     }

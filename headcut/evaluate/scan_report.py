@@ -13,7 +13,7 @@ import torch
 
 from headcut.evaluate import figures
 from headcut.evaluate.importance import write_scores
-from headcut.evaluate.probes import PROBES, best_head, unmeasured
+from headcut.evaluate.probes import PROBES, best_head, best_union, unmeasured
 from headcut_grader.files import write_text
 
 
@@ -115,12 +115,15 @@ def report_blocks(result: dict, *, model_info: dict, data_info: dict, images: di
                 rows.append([name, "n/a", unmeasured(name)] if best is None else
                             [name, f"L{best[0]}H{best[1]}", _fmt(best[2])])
         b.append(("table", ["probe", "best head", "score"], rows))
-        union = probes.get("boundary_union")
+        union, links = best_union(probes), (f"{probes.get('boundary_links')} within-word links among "
+                                            f"{probes.get('boundary_candidates')} neighbouring token pairs")
         if union:
             b.append(("p", f"Word-boundary links: best union of heads "
                            f"{' '.join(f'L{l}H{h}' for l, h in union['heads'])} reaches F1 {_fmt(union['f1'])} "
-                           f"({probes.get('boundary_links')} within-word links among "
-                           f"{probes.get('boundary_candidates')} neighbouring token pairs)."))
+                           f"({links})."))
+        elif "boundary_union" in probes:
+            b.append(("p", f"Word-boundary links: best union of heads n/a: {unmeasured('boundary_union')} "
+                           f"({links})."))
         b.append(("img", images.get("probes"), "Probe scores per head."))
         b.append(("img", images.get("attention"), "Attention maps of the most telling heads on one pair."))
     return [x for x in b if not (x[0] == "img" and not x[1])]
