@@ -1486,8 +1486,67 @@ def test_a_run_folder_never_holds_what_the_recipe_reads(straight, tmp_path):
     before = (out / "teacher" / "stage.json").read_text()
     args = ["run", str(result.out.parent / "tiny.yaml"), "--out", str(out), "--set", f"bench.yardstick={teacher}"]
     refused = CliRunner().invoke(app, args)
-    assert refused.exit_code == 2 and f"--out {out} would replace the input {teacher}" in refused.stderr
+    assert refused.exit_code == 2 and f"--set bench.yardstick={teacher} is inside {out / 'teacher'}, the teacher " \
+        "stage's folder" in refused.stderr, refused.stderr
     assert (out / "teacher" / "stage.json").read_text() == before
+
+
+DELETES = "which the run deletes whenever that stage reruns; move it out of that folder and pass its new path."
+
+
+@pytest.mark.parametrize("key, stage, source", [
+    ("", "teacher", "run"),  # the run recipe itself
+    ("teacher.recipe", "scan", "finetune/minilm_synthetic_cpu"),
+    ("distill.small.recipe", "distill-small", "distill/minilm_synthetic_cpu"),
+    ("data.test", "export-pruned", "pairs"),
+    ("data.test", "bench", "pairs in the file"),
+    ("data.train", "distill-old", "pairs"),  # the folder of a stage the recipe no longer has: --overwrite deletes it
+])
+def test_an_input_inside_a_folder_the_run_deletes_is_refused_before_any_stage(tiny_recipe, tmp_path, key, stage,
+                                                                               source):
+    """Was: a stage that reruns deletes its folder (and --overwrite the folders of stages the recipe dropped), so a
+    recipe, a sub-recipe or a pairs file kept there was destroyed. Now one sentence, before any stage, naming the
+    input as given, the folder and the fix; the input and the run folder are left as they were."""
+    out = tmp_path / "run"
+    folder = out / stage
+    folder.mkdir(parents=True)
+    (out / "run.json").write_text("{}")  # a run's folder: without the check, the stages would run into it
+    if stage == "distill-old":
+        (folder / "stage.json").write_text("{}")
+    recipe, text = tmp_path / "run.yaml", tiny_recipe.read_text()
+    if source == "run":
+        inside = recipe = folder / "run.yaml"
+    elif source.startswith("pairs"):
+        inside = folder / "pairs.tsv"
+        inside.write_text("query\ttitle\tgrade\n" + "".join(f"q{i}\tt{i}\t{1 + i % 5}\n" for i in range(20)))
+    else:
+        inside = folder / "sub.yaml"
+        shutil.copy(ROOT / "recipes" / f"{source}.yaml", inside)
+    if source == "pairs in the file":
+        text = text.replace('test: "synthetic:2"', f"test: {inside}")
+    recipe.write_text(text)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    sets = ["--set", f"{key}={inside}"] if key and source != "pairs in the file" else []
+    args = ["run", str(recipe), "--out", str(out), *sets] + (["--overwrite"] if stage == "distill-old" else [])
+    refused = CliRunner().invoke(app, args)
+    said = f"--set {key}={inside}" if sets else f"{recipe}: {key}={inside}" if key else f"the recipe {inside}"
+    what = (f"the folder of a stage the recipe no longer has, which --overwrite deletes; move it out of that folder "
+            "and pass its new path." if stage == "distill-old" else
+            f"the {stage.replace('-', '.')} stage's folder, {DELETES}")
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr == f"error: {said} is inside {folder}, {what}\n"
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_recipe_beside_the_stage_folders_of_its_run_folder_is_not_refused(straight, tmp_path):
+    """The run folder itself is never deleted, only its stage folders: runs/demo/recipe.yaml with --out runs/demo
+    runs (here: skips every stage) and is left as it was."""
+    out = copy_run(straight[0], tmp_path / "run")
+    recipe = out / "recipe.yaml"
+    shutil.copy(straight[0].out.parent / "tiny.yaml", recipe)
+    result = CliRunner().invoke(app, ["run", str(recipe), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert recipe.read_text() == (straight[0].out.parent / "tiny.yaml").read_text()
 
 
 def test_overwrite_removes_the_folders_of_stages_the_recipe_no_longer_has(straight, tmp_path):

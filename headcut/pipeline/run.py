@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 import uuid
@@ -23,16 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from headcut_grader.errors import UserError, check_names
-from headcut_grader.files import as_path, file_hash, resolved_out, write_json
+from headcut_grader.errors import UserError, check_names, lead_of
+from headcut_grader.files import as_path, file_hash, overwrite_said, resolved_out, write_json
 from headcut_grader.validation import read_small_text
 from headcut_grader.ranges import check_callbacks
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
-from headcut.pipeline.checks import RUN_FILE, check_run
+from headcut.pipeline.checks import RUN_FILE, check_run, key_path, model_folders, pairs_files, run_parts, said
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
-from headcut.pipeline.recipe import PipelineRecipe, as_dict, from_mapping, planned_subs
-from headcut.recipes import check_recipe, to_dict
+from headcut.pipeline.recipe import PipelineRecipe, as_dict, from_mapping, given_as, planned_subs
+from headcut.recipes import check_recipe, find_recipe, to_dict
 from headcut.run_folder import locked, not_a_folder, out_flag
 
 STAGE_FILE = "stage.json"
@@ -209,11 +210,13 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     check_names(names, "run_pipeline names")
     check_callbacks("run_pipeline", progress=progress)
     flag = out_flag(names)
-    out = resolved_out(as_path(out, "run_pipeline out"), flag)
+    given = as_path(out, "run_pipeline out")
+    out = resolved_out(given, flag)
     check_recipe(recipe, PipelineRecipe, "run_pipeline recipe",
                  loader="headcut.pipeline.load_pipeline('recipe.yaml')")
     if recipe.planned is None:  # built or replace()d in Python: read back through the checks a recipe file gets
         recipe = from_mapping(as_dict(recipe), where=recipe.source, origins=dict(recipe.origins))
+    check_inputs_kept(recipe, out, overwrite=overwrite, flag=flag, shown=given)
     check_run(recipe, out, overwrite=overwrite, flag=flag)
     out.mkdir(parents=True, exist_ok=True)
     with locked(out, flag):  # a second run on `out` would redo stages, or rerun a live one beside it
@@ -257,9 +260,58 @@ def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[d
 def _drop_unplanned(out: Path, planned: set[str]) -> None:
     """--overwrite runs afresh: the folders of stages an earlier recipe had and this one has not (a student
     dropped since, its model and grader) are removed rather than left beside the new run's."""
-    for folder in out.iterdir():
-        if folder.name not in planned and not folder.is_symlink() and (folder / STAGE_FILE).is_file():
-            shutil.rmtree(folder)
+    for folder in _unplanned(out, planned):
+        shutil.rmtree(folder)
+
+
+def _unplanned(out: Path, planned: set[str]) -> list[Path]:
+    """The stage folders in `out` (they hold stage.json) of stages not in `planned`; a user's own folder is none."""
+    if not out.is_dir():
+        return []
+    return [folder for folder in out.iterdir()
+            if folder.name not in planned and not folder.is_symlink() and (folder / STAGE_FILE).is_file()]
+
+
+def check_inputs_kept(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str = "out",
+                      shown: Path | None = None) -> None:
+    """Nothing the run reads lies in a folder the run deletes: a stage's folder, cleared whenever that stage reruns
+    (its settings or inputs changed, its folder damaged, --overwrite), and with --overwrite the stage folders the
+    recipe no longer has. `out` itself is kept, so a recipe beside its stage folders (runs/demo/recipe.yaml) is
+    safe. `out`: resolved; `shown`: as the caller gave it, for the sentence; `flag`: what named `overwrite`."""
+    shown = shown or out
+    stages_of_run = plan(recipe)
+    deleted = {out / s.folder: f"the {s.name} stage's folder, which the run deletes whenever that stage reruns"
+               for s in stages_of_run}
+    if overwrite:
+        deleted |= {folder: f"the folder of a stage the recipe no longer has, which {overwrite_said(flag)} deletes"
+                    for folder in _unplanned(out, {s.folder for s in stages_of_run})}
+    for key, (value, path) in read_inputs(recipe).items():
+        places = {Path(os.path.abspath(path)), Path(path).resolve()} if os.path.lexists(path) else set()
+        for folder, what in deleted.items():
+            if any(p == folder or folder in p.parents for p in places):
+                where = given_as(recipe, *key_path(key))[1] if key else ""
+                input_said = said(recipe, key, value, at=where) if key else f"the recipe {value}"
+                inside = "is" if folder in places else "is inside"
+                raise UserError(f"{lead_of(where)}{input_said} {inside} {shown / folder.name}, {what}; move it out "
+                                "of that folder and pass its new path.")
+
+
+def read_inputs(recipe: PipelineRecipe) -> dict[str, tuple[str, str]]:
+    """What the run reads, by its key ('': the recipe file itself): the value as given and the path it names (a
+    built-in recipe name: its file); a built-in model name names no path here and is skipped by its caller."""
+    parts = run_parts(recipe)
+    named = {"": recipe.source}
+    if recipe.teacher.recipe is not None:
+        named["teacher.recipe"] = recipe.teacher.recipe
+    named |= {f"distill.{name}.recipe": student.recipe for name, student in recipe.distill}
+    named |= {**pairs_files(parts), **model_folders(parts), "bench.yardstick": recipe.bench.yardstick}
+    out = {}
+    for key, value in named.items():
+        if value is None:
+            continue
+        kind = {"teacher.recipe": "finetune"}.get(key, "distill" if key.endswith(".recipe") else None)
+        out[key] = (value, str(find_recipe(value, kind=kind, flag="")) if kind else str(value))
+    return out
 
 
 def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, inputs: dict, result: RunResult,
