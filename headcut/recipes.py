@@ -57,20 +57,30 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None,
 
 def check_kind(path: Path, data: dict, kind: str, name_or_path, flag: str, *, fields=()) -> None:
     """Refuse a recipe of another kind than `kind` (finetune, distill, run) in one sentence naming it as `flag` gave
-    it, the kind wanted and that kind's built-in recipes: one under recipes/<other kind>/, or one whose keys the
-    other kind's shipped recipes all hold while two or more are none of `fields` (the keys `kind` takes; one may be a
-    slip, which from_dict names). Was: every key
-    the wanted kind does not take listed as unknown, with all its valid keys."""
+    it, the kind wanted and that kind's built-in recipes: one under recipes/<other kind>/, or one more of whose keys
+    another kind's shipped recipes hold than `fields` (the keys `kind` takes) hold; a key no kind holds better is a
+    slip, which from_dict names. Was: every key the wanted kind does not take listed as unknown, with all its valid
+    keys; and a recipe one key away from the wanted kind's (a copy of finetune/minilm_synthetic_cpu given to
+    distill: its `model`) was still that, as two such keys were asked for."""
     other = _shipped_kind(path)
     if other is None and fields:
-        unknown = [key for key in data if key not in fields]
-        other = next((k for k in _kinds() if k != kind and len(unknown) >= 2 and set(data) <= _shipped_keys(k)),
-                     None)
+        other = _better_kind(data, kind, fields)
     if other is None or other == kind:
         return
     names = ", ".join(builtin_recipes(kind))
     raise UserError(f"{setting(flag, cut(name_or_path))} is a {other} recipe, but a {kind} recipe is wanted here; "
                     f"pass one, such as a built-in: {names}.")
+
+
+def _better_kind(data: dict, kind: str, fields) -> str | None:
+    """The kind whose shipped recipes hold more of `data`'s keys than `fields` (the keys `kind` takes) do, the most
+    if several; None where none does (every key taken, or a slip no kind takes)."""
+    taken = sum(key in fields for key in data)
+    if taken == len(data):
+        return None
+    held = {other: len(set(data) & _shipped_keys(other)) for other in _kinds() if other != kind}
+    best = max(held, key=held.get, default=None)
+    return best if best is not None and held[best] > taken else None
 
 
 def _kinds() -> list[str]:

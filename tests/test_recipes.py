@@ -45,22 +45,25 @@ def test_every_shipped_recipe_is_valid(name):
     (DistillRecipe, "distill", "finetune/minilm_synthetic_cpu", "finetune"),
     (DistillRecipe, "distill", "run/quickstart", "run"),
     (FinetuneRecipe, "finetune", "COPY", "distill"),  # a copy elsewhere: its keys are a distill recipe's
+    # a copy elsewhere one key (model) away from distill's: was "unknown key 'model'" and distill's keys
+    (DistillRecipe, "distill", "COPY", "finetune"),
 ])
 def test_a_recipe_of_another_kind_is_said_to_be_one_with_the_wanted_kind_s_built_ins(tmp_path, cls, kind, given,
                                                                                        other):
     """Was: every key the wanted kind does not take listed as unknown, then all its valid keys."""
     if given == "COPY":
         given = str(tmp_path / "mine.yaml")
-        (tmp_path / "mine.yaml").write_text((RECIPE_ROOT / "distill/minilm_synthetic_cpu.yaml").read_text())
+        (tmp_path / "mine.yaml").write_text((RECIPE_ROOT / f"{other}/minilm_synthetic_cpu.yaml").read_text())
     with pytest.raises(UserError) as err:
         load_recipe(cls, given, kind=kind, flag="")
     assert str(err.value) == (f"{given} is a {other} recipe, but a {kind} recipe is wanted here; pass one, such as a "
                               f"built-in: {', '.join(builtin_recipes(kind))}.")
     from headcut.pipeline import load_pipeline
 
-    if kind == "finetune":
-        with pytest.raises(UserError, match=rf"^--set teacher\.recipe={given} is a {other} recipe, but a finetune "):
-            load_pipeline("quickstart", overrides=[f"teacher.recipe={given}"])
+    key = {"finetune": "teacher.recipe", "distill": "distill.bottom3.recipe"}[kind]
+    if other != "run":
+        with pytest.raises(UserError, match=rf"^--set {re.escape(key)}={given} is a {other} recipe, but a {kind} "):
+            load_pipeline("quickstart", overrides=[f"{key}={given}"])
 
 
 def test_the_shipped_distill_recipes_cover_every_student_kind():
