@@ -235,6 +235,12 @@ class _Loader(yaml.SafeLoader):
         _expanded_size(node, {}, set())
         return super().construct_document(node)
 
+    def compose_scalar_node(self, anchor):
+        tag = self.peek_event().tag  # the tag as written (!!str), which the node no longer tells from a resolved one
+        node = super().compose_scalar_node(anchor)
+        node.written_tag = None if tag in (None, "!") else tag
+        return node
+
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
             self._refuse_duplicates(node)
@@ -361,7 +367,25 @@ def _whole(text: str) -> int:
     return signed(text, value)
 
 
+class TaggedText(str):
+    """Text YAML read from a value tagged !!str (`seed: !!str 3`): a refusal says to remove the tag, not quotes."""
+
+
+class TaggedDecimal(float):
+    """A number YAML read from a value tagged !!float (`seed: !!float 3`): a refusal says to remove the tag."""
+
+
+def _tagged(kind, construct):
+    """A constructor that reads a scalar as `construct` does, as `kind` where its tag was written."""
+    def build(loader, node):
+        value = construct(loader, node)
+        return kind(value) if getattr(node, "written_tag", None) else value
+    return build
+
+
 _yaml_12_scalars(_Loader)
+_Loader.add_constructor("tag:yaml.org,2002:str", _tagged(TaggedText, yaml.SafeLoader.construct_yaml_str))
+_Loader.add_constructor("tag:yaml.org,2002:float", _tagged(TaggedDecimal, yaml.SafeLoader.construct_yaml_float))
 for _tag in [*_Loader.yaml_constructors, None]:
     if _tag not in PLAIN_TAGS:
         _Loader.add_constructor(_tag, _refuse_tag)
@@ -574,7 +598,7 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
                             f"({text_fix(given, index)}).")
         if not isinstance(value, str):
             raise UserError(f"{where} must be text, not {shown(value)}.")
-        return value
+        return str(value)  # TaggedText's mark is for refusals only
     return value
 
 
@@ -583,6 +607,8 @@ def _unquote_fix(value, hint) -> str:
     value is text, so it is said to drop the quotes; nothing for other values."""
     if not isinstance(value, str):
         return ""
+    if isinstance(value, TaggedText):  # no quotes to remove: the tag made it text
+        return " (the tag !!str makes it text: remove the tag)"
     try:
         unquoted = yaml.load(value, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except (yaml.YAMLError, RecursionError):
@@ -600,6 +626,8 @@ def _float_fix(value) -> str:
     1e308 (1e400) as inf; nothing for other values."""
     if not isinstance(value, float) or math.isnan(value):
         return ""
+    if isinstance(value, TaggedDecimal):  # written as it is (1.5, .inf) or whole, made a decimal by its tag
+        return " (the tag !!float makes it a decimal: remove the tag)" if value.is_integer() else ""
     if math.isinf(value):
         return " (YAML reads a number past 1e308 as inf)"
     if not value.is_integer():

@@ -568,6 +568,26 @@ def test_a_quoted_number_or_boolean_is_told_to_lose_its_quotes(tmp_path):
         load_recipe(FinetuneRecipe, path)
 
 
+def test_a_tagged_value_is_told_to_lose_its_tag_not_quotes(tmp_path):
+    """Was: `seed: !!str 3` said "(quoted, it is text: remove the quotes)" where no quotes were written, and
+    `batch_size: !!float 32` "(YAML reads a number with a point or an exponent as a decimal: write 32)" where none
+    was; now each names its tag (by file or --set)."""
+    path = tmp_path / "r.yaml"
+    path.write_text("train_data: x\nseed: !!str 3\nbatch_size: !!float 32\ncache_teacher: !!str true\n")
+    with pytest.raises(UserError) as caught:
+        load_recipe(DistillRecipe, path, overrides=["eval_every=!!str 5"])
+    said, text, decimal = str(caught.value), "(the tag !!str makes it text: remove the tag)", "(the tag !!float"
+    for words in (f"key 'seed' must be a whole number, not '3' {text}",
+                  f"key 'batch_size' must be a whole number, not 32.0 {decimal} makes it a decimal: remove the tag)",
+                  f"key 'cache_teacher' must be true or false, not 'true' {text}",
+                  f"key 'eval_every' must be a whole number, not '5' {text} (from --set eval_every=!!str 5)"):
+        assert words in said, said
+    assert "quotes" not in said and "a point or an exponent" not in said, said
+    path.write_text("teacher: t\ntrain_data: !!str x\nlearning_rate: !!float 1\n")  # a tag of the wanted type reads
+    recipe = load_recipe(DistillRecipe, path)
+    assert (type(recipe.train_data), type(recipe.learning_rate), recipe.learning_rate) == (str, float, 1.0)
+
+
 def test_a_key_in_other_case_is_told_its_nearest(tmp_path):
     """Was: `--set EPOCHS=1` or `Learning_Rate:` in a file said "unknown key" with no "did you mean": the close-match
     lookup compared case. Now it does not."""
