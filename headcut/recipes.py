@@ -171,7 +171,20 @@ def parse_override(item: str, *, form: str = "key=value", example: str = "epochs
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise UserError(f"--set {quoted(item)} is not {form}; write e.g. --set {example}.")
+    if marker := _document_marker(value):  # '--- 2' read as the document 2: a --set value is one value
+        raise UserError(f"--set {quoted(item)}: {marker} marks a YAML document, which a --set value cannot hold; write "
+                        f"the value alone (--set {key.strip()}=VALUE), or to give text, type {typed_text(item)}.")
     return key.strip(), parse_yaml(value, f"--set {quoted(item)}", f"quote text values, e.g. {typed_text(item)}")
+
+
+def _document_marker(text: str) -> str | None:
+    """The first YAML document marker written in `text` (a start ---, an end ..., a %directive) before anything YAML
+    refuses (parse_yaml says that), or None."""
+    with contextlib.suppress(yaml.YAMLError, RecursionError):
+        for token in yaml.scan(text, Loader=_Loader):  # noqa: S506 - a SafeLoader subclass; tokens only
+            if isinstance(token, (yaml.DocumentStartToken, yaml.DocumentEndToken, yaml.DirectiveToken)):
+                return text[token.start_mark.index:token.end_mark.index].split()[0]
+    return None
 
 
 def typed_text(item: str, index: int | None = None) -> str:

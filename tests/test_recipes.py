@@ -588,6 +588,25 @@ def test_a_tagged_value_is_told_to_lose_its_tag_not_quotes(tmp_path):
     assert (type(recipe.train_data), type(recipe.learning_rate), recipe.learning_rate) == (str, float, 1.0)
 
 
+@pytest.mark.parametrize("value, marker", [("--- 2", "---"), ("2\n...", "..."), ("%YAML 1.2\n--- 2", "%YAML"),
+                                           ("--- 2\n--- 3", "---")])
+def test_a_yaml_document_marker_in_a_set_value_is_refused_naming_the_set(tmp_path, value, marker):
+    """Was: `--set 'epochs=--- 2'` set epochs to 2: the value was read as a YAML document, its marker dropped."""
+    from headcut.pipeline import load_pipeline
+    from headcut_grader.errors import quoted
+
+    path = tmp_path / "r.yaml"
+    path.write_text("train_data: x\n")
+    item = f"epochs={value}"
+    with pytest.raises(UserError) as caught:
+        load_recipe(FinetuneRecipe, path, overrides=[item])
+    assert str(caught.value).startswith(f"--set {quoted(item)}: {marker} marks a YAML document, which a --set value "
+                                        "cannot hold; write the value alone (--set epochs=VALUE), or to give text, ")
+    with pytest.raises(UserError, match=rf"^--set {re.escape(quoted('teacher.' + item))}: {marker} marks a YAML "):
+        load_pipeline("quickstart", overrides=[f"teacher.{item}"])
+    assert load_recipe(FinetuneRecipe, path, overrides=["epochs=2", "dev_data='--- x'"]).dev_data == "--- x"
+
+
 def test_a_key_in_other_case_is_told_its_nearest(tmp_path):
     """Was: `--set EPOCHS=1` or `Learning_Rate:` in a file said "unknown key" with no "did you mean": the close-match
     lookup compared case. Now it does not."""
