@@ -1538,6 +1538,19 @@ def test_an_input_inside_a_folder_the_run_deletes_is_refused_before_any_stage(ti
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+def test_an_overwrite_that_is_not_true_or_false_is_refused_before_the_inputs_it_would_endanger(tiny_recipe, tmp_path):
+    """overwrite='no' is truthy: the folders --overwrite deletes were counted for it, and an input in one refused as
+    endangered by an overwrite never asked for; now the value itself is refused, as check_run_dir refuses it."""
+    out = tmp_path / "run"
+    (out / "distill-old").mkdir(parents=True)
+    (out / "distill-old" / "stage.json").write_text("{}")
+    recipe = out / "distill-old" / "run.yaml"
+    recipe.write_text(tiny_recipe.read_text())
+    with pytest.raises(UserError, match=r"^overwrite is 'no'; pass True or False\.$"):
+        run_pipeline(load_pipeline(recipe), out, overwrite="no")
+    assert recipe.read_text() == tiny_recipe.read_text()
+
+
 def test_a_recipe_beside_the_stage_folders_of_its_run_folder_is_not_refused(straight, tmp_path):
     """The run folder itself is never deleted, only its stage folders: runs/demo/recipe.yaml with --out runs/demo
     runs (here: skips every stage) and is left as it was."""

@@ -27,7 +27,7 @@ from typing import Callable
 from headcut_grader.errors import UserError, check_names, lead_of
 from headcut_grader.files import as_path, file_hash, overwrite_said, resolved_out, write_json
 from headcut_grader.validation import read_small_text
-from headcut_grader.ranges import check_callbacks
+from headcut_grader.ranges import check_callbacks, checked_bool
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run, key_path, model_folders, pairs_files, run_parts, said
@@ -278,6 +278,7 @@ def check_inputs_kept(recipe: PipelineRecipe, out: Path, *, overwrite: bool, fla
     (its settings or inputs changed, its folder damaged, --overwrite), and with --overwrite the stage folders the
     recipe no longer has. `out` itself is kept, so a recipe beside its stage folders (runs/demo/recipe.yaml) is
     safe. `out`: resolved; `shown`: as the caller gave it, for the sentence; `flag`: what named `overwrite`."""
+    checked_bool(overwrite, "overwrite")  # overwrite='no' is truthy: refused as check_run_dir refuses it
     shown = shown or out
     stages_of_run = plan(recipe)
     deleted = {out / s.folder: f"the {s.name} stage's folder, which the run deletes whenever that stage reruns"
