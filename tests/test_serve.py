@@ -482,6 +482,36 @@ def test_a_request_head_sent_a_byte_at_a_time_gets_408_at_the_header_timeout(pro
         assert reply.startswith(b"HTTP/1.1 408") and 1.2 <= waited < 3, (reply, waited)  # 1 s after its 1st byte
 
 
+def test_serve_refuses_a_uvicorn_without_an_internal_the_head_deadline_uses(tiny_folder, monkeypatch):
+    """serve_protocol subclasses uvicorn's protocols and reads internals that are no public API: a uvicorn that
+    renamed one (a method, or an attribute its __init__ sets) failed with an AttributeError in the middle of a
+    request. serve now refuses at start-up in one sentence naming the version and the supported range, which is
+    grader/pyproject.toml's (exit 2)."""
+    import tomllib
+
+    import uvicorn
+    from typer.testing import CliRunner
+    from uvicorn.protocols.http import h11_impl
+
+    from headcut.cli.main import app
+    from headcut_grader import serve_protocol
+
+    extra = tomllib.loads((ROOT / "grader" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert "uvicorn" + serve_protocol.UVICORN_SUPPORTED in extra["serve"]
+    assert serve_protocol.missing_internals() == []
+    owner = serve_protocol.HeadTimedProtocol.__mro__[2]  # uvicorn's class under the deadline's
+    monkeypatch.delattr(owner, "_unset_keepalive_if_required")
+    monkeypatch.setattr(h11_impl.RequestResponseCycle, "__init__", lambda self, **kwargs: None)
+    with socket.create_server(("127.0.0.1", 0)) as taken:  # were the check missed, serve stops there, not serves
+        port = str(taken.getsockname()[1])
+        result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--host", "127.0.0.1", "--port", port])
+    assert result.exit_code == 2, result.output
+    assert (f"uvicorn {uvicorn.__version__} lacks {owner.__name__}._unset_keepalive_if_required, "
+            "RequestResponseCycle.response_complete, which the server's request head deadline uses; install a "
+            f"supported uvicorn: pip install 'uvicorn{serve_protocol.UVICORN_SUPPORTED}'.") in " ".join(
+                result.output.split()), result.output
+
+
 def stray_cases():
     """(protocol, request, bytes after its answer) for each protocol: the rest of a body the app answered unread;
     with httptools, also a stray CRLF, which its parser skips (h11 answers it 400 and closes, as uvicorn does)."""

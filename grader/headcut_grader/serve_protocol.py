@@ -12,12 +12,28 @@ Limits.header_timeout_seconds, sets it. uvicorn takes the class as Config(http=H
 """
 from __future__ import annotations
 
+import dis
 import json
 
 import h11
+import uvicorn
+from uvicorn.protocols.http import h11_impl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from headcut_grader.errors import UserError
 from headcut_grader.serve import HEAD_TIMEOUT, Limits
+
+# The uvicorn releases whose protocol internals (below) this module was tested against; grader/pyproject.toml's
+# serve extra requires the same range (a test keeps the two equal).
+UVICORN_SUPPORTED = ">=0.55,<0.56"
+# uvicorn's internals the classes below override or read, none of them uvicorn's public API: the methods each
+# protocol class has, and the attributes its __init__ sets (the request cycle's likewise)
+PROTOCOL_METHODS = ("connection_made", "data_received", "connection_lost", "_unset_keepalive_if_required",
+                    "timeout_keep_alive_handler")
+PROTOCOL_ATTRIBUTES = ("loop", "transport", "app_state", "cycle", "timeout_keep_alive", "timeout_keep_alive_task")
+H11_ATTRIBUTES = ("conn",)
+HTTPTOOLS_METHODS = ("on_message_begin", "on_headers_complete")
+CYCLE_ATTRIBUTES = ("response_complete",)
 
 # an app that publishes no deadline (another app, or lifespan off): Limits' default, named as create_app's field
 DEFAULT_HEAD_TIMEOUT = (Limits().header_timeout_seconds, "limits.header_timeout_seconds")
@@ -110,3 +126,45 @@ else:
             return self.begun
 
     HeadTimedProtocol = HttpToolsHeadTimed
+
+
+def _set_by_init(cls) -> set[str]:
+    """The attribute names `cls.__init__` assigns (on self, as uvicorn's classes set their state)."""
+    return {step.argval for step in dis.get_instructions(cls.__init__) if step.opname == "STORE_ATTR"}
+
+
+def _defined(cls) -> set[str]:
+    """The names uvicorn's classes in `cls`'s ancestry define (not asyncio.Protocol's no-op methods of those names)."""
+    return {name for owner in cls.__mro__ if owner.__module__.startswith("uvicorn.") for name in vars(owner)}
+
+
+def _internals():
+    """(uvicorn's class, the names this module needs of it, whether they are set by __init__ rather than defined),
+    the protocol serve uses first."""
+    if HeadTimedProtocol is not H11HeadTimed:
+        from uvicorn.protocols.http import httptools_impl
+
+        yield HttpToolsProtocol, PROTOCOL_METHODS + HTTPTOOLS_METHODS, False
+        yield HttpToolsProtocol, PROTOCOL_ATTRIBUTES, True
+        yield httptools_impl.RequestResponseCycle, CYCLE_ATTRIBUTES, True
+    yield H11Protocol, PROTOCOL_METHODS, False
+    yield H11Protocol, PROTOCOL_ATTRIBUTES + H11_ATTRIBUTES, True
+    yield h11_impl.RequestResponseCycle, CYCLE_ATTRIBUTES, True
+
+
+def missing_internals() -> list[str]:
+    """The uvicorn internals this module uses that the installed uvicorn lacks, as 'Class.name'."""
+    missing = []
+    for cls, names, by_init in _internals():
+        present = _set_by_init(cls) if by_init else _defined(cls)
+        missing += [f"{cls.__name__}.{name}" for name in names if name not in present]
+    return missing
+
+
+def check_uvicorn() -> None:
+    """Raise UserError where the installed uvicorn lacks an internal the head deadline uses (serve's start-up calls
+    it): one sentence then, rather than an AttributeError in the middle of a request."""
+    missing = missing_internals()
+    if missing:
+        raise UserError(f"uvicorn {uvicorn.__version__} lacks {', '.join(missing)}, which the server's request "
+                        f"head deadline uses; install a supported uvicorn: pip install 'uvicorn{UVICORN_SUPPORTED}'.")

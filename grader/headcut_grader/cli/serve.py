@@ -81,7 +81,9 @@ def serve(
     uvicorn = optional_module("uvicorn")
     if uvicorn is None:
         raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.")
-    from headcut_grader.serve_protocol import HeadTimedProtocol  # imports uvicorn
+    from headcut_grader.serve_protocol import HeadTimedProtocol, check_uvicorn  # imports uvicorn
+
+    check_uvicorn()  # the head deadline's uvicorn internals, before the grader loads
 
     limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars, body_timeout_seconds,
                                             header_timeout_seconds),
