@@ -381,9 +381,11 @@ def test_a_too_slow_answer_shows_its_seconds_to_a_tenth_and_two_figures(seconds,
 
 
 @contextmanager
-def uvicorn_thread(protocol, head_seconds: float, keep_alive: float):
-    """uvicorn serving a one-line ASGI app ("ok" to any request) in a thread with `protocol`; the app's lifespan
-    publishes `head_seconds` as serve.create_app's does. Yields the server's URL."""
+def uvicorn_thread(protocol, head_seconds: float, keep_alive: float, answer_after: float = 0.0):
+    """uvicorn serving a one-line ASGI app ("ok" to any request, `answer_after` seconds after it came) in a thread
+    with `protocol`; the app's lifespan publishes `head_seconds` as serve.create_app's does. Yields the server's URL."""
+    import asyncio
+
     import uvicorn
 
     from headcut_grader.serve import HEAD_TIMEOUT
@@ -394,6 +396,7 @@ def uvicorn_thread(protocol, head_seconds: float, keep_alive: float):
                 scope["state"][HEAD_TIMEOUT] = (head_seconds, "--header-timeout-seconds")
                 await send({"type": "lifespan.startup.complete"})
             return await send({"type": "lifespan.shutdown.complete"})
+        await asyncio.sleep(answer_after)
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -510,6 +513,21 @@ def test_serve_refuses_a_uvicorn_without_an_internal_the_head_deadline_uses(tiny
             "RequestResponseCycle.response_complete, which the server's request head deadline uses; install a "
             f"supported uvicorn: pip install 'uvicorn{serve_protocol.UVICORN_SUPPORTED}'.") in " ".join(
                 result.output.split()), result.output
+
+
+@pytest.mark.parametrize("protocol", protocols(), ids=lambda p: p.__name__)
+def test_a_next_head_begun_while_a_response_is_written_gets_its_deadline_when_the_response_ends(protocol):
+    """A client pipelining part of its next head behind a request still being answered (0.5 s here), then sending
+    no more: 408 1 s (--header-timeout-seconds) after the answer ended. Was: the bytes came while the request ran,
+    so no deadline started, and the connection waited for the head's next byte under the keep-alive timeout
+    (5 s here), closed silently then (both protocols)."""
+    with uvicorn_thread(protocol, head_seconds=1.0, keep_alive=5, answer_after=0.5) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(b"".join(SLOW_HEAD) + b"GET /healthz HTTP/1.1\r\nHo")
+            assert one_response(s).endswith(b"\r\n\r\nok")
+            reply, waited = answer_to(s, [], 0)
+    assert reply.startswith(b"HTTP/1.1 408") and 0.8 <= waited < 3, (reply, waited)
 
 
 def stray_cases():

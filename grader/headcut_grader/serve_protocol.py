@@ -4,7 +4,8 @@ between a response and the next request's first byte (any byte stops it), so a c
 headers a byte at a time, or a connection that never sends one, held a worker's connection forever (slow loris).
 
 The deadline runs from the connection's opening, or from the first byte of a kept-alive connection's next request
-(the idle wait before it stays --keep-alive-seconds', as do bytes that begin no request: the rest of a body its app
+(from the previous response's end where that request's head began while it was written; the idle wait before it
+stays --keep-alive-seconds', as do bytes that begin no request: the rest of a body its app
 answered unread, a stray CRLF), to the end of the head; past it, the client gets 408 with one sentence and the
 connection is closed (silently when no head had begun). The seconds and the setting's name come from
 the app's lifespan state (HEAD_TIMEOUT, which serve.create_app's lifespan publishes), so one declaration,
@@ -28,8 +29,8 @@ from headcut_grader.serve import HEAD_TIMEOUT, Limits
 UVICORN_SUPPORTED = ">=0.55,<0.56"
 # uvicorn's internals the classes below override or read, none of them uvicorn's public API: the methods each
 # protocol class has, and the attributes its __init__ sets (the request cycle's likewise)
-PROTOCOL_METHODS = ("connection_made", "data_received", "connection_lost", "_unset_keepalive_if_required",
-                    "timeout_keep_alive_handler")
+PROTOCOL_METHODS = ("connection_made", "data_received", "connection_lost", "on_response_complete",
+                    "_unset_keepalive_if_required", "timeout_keep_alive_handler")
 PROTOCOL_ATTRIBUTES = ("loop", "transport", "app_state", "cycle", "timeout_keep_alive", "timeout_keep_alive_task")
 H11_ATTRIBUTES = ("conn",)
 HTTPTOOLS_METHODS = ("on_message_begin", "on_headers_complete")
@@ -48,12 +49,13 @@ def head_too_slow(seconds: float, name: str) -> bytes:
 
 
 class _HeadDeadline:
-    """The deadline, over either uvicorn protocol: armed at the connection's opening and when a kept-alive
-    connection's next request begins, cancelled once the parser has that request's head. Bytes that begin no
-    request (the rest of a body its app answered unread, a stray CRLF) leave the connection idle, under uvicorn's
-    keep-alive timer. Each protocol says whether a head is partly in (`_head_begun`). Reads what both protocols keep
-    under the same names (loop, transport, app_state, the keep-alive timer, and cycle as their own shutdown() reads
-    it); asyncio.Protocol's methods wrapped."""
+    """The deadline, over either uvicorn protocol: armed at the connection's opening, when a kept-alive
+    connection's next request begins, and when a response ends with the next request's head partly in; cancelled
+    once the parser has that request's head. Bytes that begin no request (the rest of a body its app answered
+    unread, a stray CRLF) leave the connection idle, under uvicorn's keep-alive timer. Each protocol says whether a
+    head is partly in (`_head_begun`). Reads what both protocols keep under the same names (loop, transport,
+    app_state, the keep-alive timer, and cycle as their own shutdown() reads it); asyncio.Protocol's methods
+    wrapped."""
 
     head_timer = None
 
@@ -78,6 +80,16 @@ class _HeadDeadline:
     def connection_lost(self, exc) -> None:
         self._head_complete()
         super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()  # starts a pipelined request whose head is whole, else arms keep-alive
+        if self.transport.is_closing() or not self._between_requests() or not self._head_begun():
+            return
+        # part of the next head came while this response was written: its deadline starts now, not at its next
+        # byte (which may never come); the connection is no longer idle, so keep-alive's timer stops, as a byte would
+        self._unset_keepalive_if_required()
+        if self.head_timer is None:
+            self._arm_head()
 
     def _between_requests(self) -> bool:
         return self.cycle is None or self.cycle.response_complete
