@@ -322,7 +322,7 @@ def test_a_trickle_is_refused_at_its_rate_deadline_not_an_idle_timeout_later(tin
         reply, waited = raw_post(url, head, [b"{", b" ", b" "], 1.5)
     status, _, answer = reply.partition(b"\r\n\r\n")
     assert status.startswith(b"HTTP/1.1 408") and 2.0 <= waited < 2.9, (reply, waited)
-    assert re.match(r"request body too slow: 1 bytes in 2(\.[0-8])? s", json.loads(answer)["error"]), answer
+    assert re.match(r"request body too slow: 1 byte in 2(\.[0-8])? s", json.loads(answer)["error"]), answer
 
 
 def test_a_body_that_stalls_after_its_first_late_bytes_is_refused_at_its_rate_deadline(tiny_folder):
@@ -365,6 +365,21 @@ def test_read_body_ends_each_wait_at_the_idle_timeout_or_the_rate_deadline_which
     for pauses in ([0.05], [0.25], [0.05] * 40):
         slow = refusal(pauses)
         assert not slow.stalled and slow.size >= 100 and 0.303 <= slow.seconds < 0.4, (pauses, slow.seconds)
+
+
+@pytest.mark.parametrize("size, said", [(1, "1 byte"), (7, "7 bytes"), (12345, "12,345 bytes")])
+def test_serve_s_answers_count_bytes_in_the_singular_for_one(size, said):
+    """A body answered too slow after its first byte said '1 bytes in 2 s'; every byte count a message gives is said
+    through errors.counted: '1 byte', thousands grouped (the 413's limit said '1000 bytes', other messages '1,000')."""
+    from headcut_grader.errors import counted
+    from headcut_grader.serve_middleware import BodyTooSlow, JsonBody
+
+    middleware = JsonBody(None, 1000, 100, ("/grade",), 0.1, names=("--a", "--b", "--body-timeout-seconds"))
+    assert middleware.too_slow(BodyTooSlow(stalled=False, size=size, seconds=2))[1].startswith(
+        f"request body too slow: {said} in 2 s, under the 32768 bytes/s ")
+    assert middleware.too_large()[1].startswith("request body over 1,000 bytes (the server's --a)")
+    assert counted(size, "byte") == said and counted(1, "query", "queries") == "1 query"
+    assert counted(2, "query", "queries") == "2 queries"
 
 
 @pytest.mark.parametrize("seconds, shown", [(0.1004, "0.1"), (0.0503, "0.05"), (2.04, "2"), (2.46, "2.5"),

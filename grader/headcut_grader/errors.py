@@ -155,6 +155,11 @@ def fix_verb(name: str) -> str:
     return "pass" if caller(name) == "flags" or name.startswith("--set ") else "set"
 
 
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """`n` of `noun` as a sentence says it: thousands grouped, the noun singular for one ('1 byte', '64,000 bytes')."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
+
+
 def quoted(name) -> str:
     """A name from a user's file or flag (a column, a key) as a message quotes it: 'grade', with each character
     that does not print (a zero-width space, a tab, NUL) written as Python escapes it ('grade\\u200b'), so a name

@@ -21,7 +21,7 @@ import numpy as np
 
 from headcut_grader.backends import BACKEND_CHOICES, graph_sha256, graphs
 from headcut_grader.data import Position, guess_format, iter_pairs
-from headcut_grader.errors import Given, UserError, check_names, named, setting
+from headcut_grader.errors import Given, UserError, check_names, counted, named, setting
 from headcut_grader.files import (PAIRS_FILE, as_file_to_read, as_path, check_out_file, publish_file, published,
                                   write_json)
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
@@ -314,7 +314,7 @@ def _read_state(path: Path) -> tuple[object, str | None]:
     except UnicodeDecodeError:
         return None, "it is not UTF-8 text"
     except UserError:
-        return None, f"it is over {MAX_RECORD_BYTES:,} bytes"
+        return None, f"it is over {counted(MAX_RECORD_BYTES, 'byte')}"
     except OSError as e:
         return None, f"it cannot be read ({e.strerror})"
     if not text.strip():

@@ -10,7 +10,7 @@ import json
 import re
 from pathlib import Path
 
-from headcut_grader.errors import UserError
+from headcut_grader.errors import UserError, counted
 from headcut_grader.lines import MAX_LINE_BYTES, Lines, utf8_fix
 
 BLOCK_BYTES = 1 << 20
@@ -156,8 +156,8 @@ def _decode(window: _Window, decoder: json.JSONDecoder, i: int):
             if window.byte(len(window.text)) - window.byte(i) > MAX_ITEM_BYTES:
                 line, _ = where(window.lines.path, window.byte(i))
                 raise UserError(f"{window.lines.path}, line {line}: an item of the array is longer than "
-                                f"{MAX_ITEM_BYTES:,} bytes; an item holds one query, title and grade: is this the "
-                                "right file?") from None
+                                f"{counted(MAX_ITEM_BYTES, 'byte')}; an item holds one query, title and grade: is "
+                                "this the right file?") from None
             window.more()
         except RecursionError:
             raise UserError(f"{window.lines.path}: JSON nested too deeply; fix the file's shape.") from None

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from headcut_grader.errors import UserError, named
+from headcut_grader.errors import UserError, counted, named
 
 # Lines of TSV/CSV/JSON lines are read with a cap, so a file without newlines cannot fill the memory before the
 # text rule (validation.MAX_TEXT_CHARS) is reached.
@@ -87,8 +87,8 @@ class Lines:
                 return
             self.number += 1
             if len(raw) > MAX_LINE_BYTES:
-                raise UserError(f"{self.path}, line {self.number} is longer than {MAX_LINE_BYTES:,} bytes; a row holds "
-                                "one query, title and grade: is this the right file?")
+                raise UserError(f"{self.path}, line {self.number} is longer than {counted(MAX_LINE_BYTES, 'byte')}; "
+                                "a row holds one query, title and grade: is this the right file?")
             self.offset += len(raw)
             self.hash.update(raw)
             try:

@@ -8,6 +8,8 @@ import json
 import math
 import time
 
+from headcut_grader.errors import counted
+
 RETRY_AFTER_SECONDS = 1
 SHUTTING_DOWN = f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."
 # after its first body_timeout_seconds a body must average this many bytes per second: a client that sends a byte
@@ -71,7 +73,7 @@ class JsonBody:
 
     def too_large(self) -> tuple[int, str]:
         body, text, _ = self.names
-        return 413, (f"request body over {self.limit} bytes (the server's {body}); send fewer pairs per "
+        return 413, (f"request body over {counted(self.limit, 'byte')} (the server's {body}); send fewer pairs per "
                      f"request, each text at most {self.max_text_chars} characters ({text}).")
 
     def too_slow(self, late: BodyTooSlow) -> tuple[int, str]:
@@ -79,9 +81,10 @@ class JsonBody:
         if late.stalled:
             return 408, (f"request body stalled: no bytes came for {said}; send the whole body without pausing, "
                          "with a Content-Length that matches it.")
-        return 408, (f"request body too slow: {late.size} bytes in {shown_seconds(late.seconds)} s, under the "
-                     f"{MIN_BODY_BYTES_PER_SECOND} bytes/s a body must average after its first {said}; send it "
-                     "faster, without pausing and with a Content-Length that matches it, or fewer pairs per request.")
+        return 408, (f"request body too slow: {counted(late.size, 'byte')} in {shown_seconds(late.seconds)} s, "
+                     f"under the {MIN_BODY_BYTES_PER_SECOND} bytes/s a body must average after its first {said}; send "
+                     "it faster, without pausing and with a Content-Length that matches it, or fewer pairs per "
+                     "request.")
 
 
 def shown_seconds(seconds: float) -> str:

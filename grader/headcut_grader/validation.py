@@ -10,7 +10,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from headcut_grader.errors import UserError, check_names, named, quoted, setting
+from headcut_grader.errors import UserError, check_names, counted, named, quoted, setting
 
 FIX_ROW = "fix the row or drop it"  # what a grade outside the grades calls for where no flag or key sets them
 # One rule for every format: a query or title may hold up to MAX_TEXT_CHARS characters (a grader reads only
@@ -80,12 +80,13 @@ def name_length_problem(path: str | Path, *, last_name_max: int = NAME_MAX_BYTES
         most = last_name_max if i == len(names) - 1 else NAME_MAX_BYTES
         if len(name) > most:
             shown = name[:24].decode("utf-8", "replace") + "..."
+            said = f"the name {quoted(shown)} is {counted(len(name), 'byte')}"
             if most < NAME_MAX_BYTES:
-                return (f"the name {quoted(shown)} is {len(name)} bytes, and an output's name may have at most {most} "
-                        f"({NAME_MAX_BYTES} less room for the files written beside it)")
-            return f"the name {quoted(shown)} is {len(name)} bytes, and a file or folder name may have at most {most}"
+                return (f"{said}, and an output's name may have at most {most} ({NAME_MAX_BYTES} less room for the "
+                        "files written beside it)")
+            return f"{said}, and a file or folder name may have at most {most}"
     if len(raw) > PATH_MAX_BYTES:
-        return f"the path is {len(raw)} bytes, and a path may have at most {PATH_MAX_BYTES}"
+        return f"the path is {counted(len(raw), 'byte')}, and a path may have at most {PATH_MAX_BYTES:,}"
     return None
 
 
@@ -214,8 +215,9 @@ def read_small_text(path: str | Path, *, limit: int = MAX_RECORD_BYTES, what: st
         size = os.fstat(f.fileno()).st_size
         data = f.read(limit + 1) if size <= limit else b""
     if size > limit or len(data) > limit:  # a pipe or /proc file says size 0
-        said = f"{size:,} bytes" if size > limit else f"over {limit:,} bytes"
-        raise UserError(f"{path} is {said}, and a {what} is at most {limit:,} bytes; check that it is the right file.")
+        said = counted(size, "byte") if size > limit else f"over {counted(limit, 'byte')}"
+        raise UserError(f"{path} is {said}, and a {what} is at most {counted(limit, 'byte')}; check that it is the "
+                        "right file.")
     if bom_folder is not None:
         refuse_bom_start(data, path, folder=bom_folder)
     return data.decode("utf-8")

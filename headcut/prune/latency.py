@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from headcut.arch import intermediate_size, keep_heads, keep_layers, keep_neurons, mask_shape
-from headcut_grader.errors import UserError, setting
+from headcut_grader.errors import UserError, counted, setting
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 from headcut.evaluate.fisher import UnitScores, check_unit_scores
 from headcut.prune.budget import UnitPlan
@@ -155,7 +155,7 @@ def _read_table(path: Path) -> tuple[object, str | None]:
     except (OSError, UnicodeDecodeError) as e:
         return None, f"it cannot be read ({e})"
     except UserError:
-        return None, f"it is over {MAX_RECORD_BYTES:,} bytes"
+        return None, f"it is over {counted(MAX_RECORD_BYTES, 'byte')}"
     except (ValueError, RecursionError):
         return None, "it is not complete JSON"
 

@@ -20,7 +20,7 @@ except ImportError:  # older typer: click itself
 
 from headcut_grader import entry
 from headcut_grader.backends import BACKEND_CHOICES
-from headcut_grader.errors import UserError, caller, cut, quoted
+from headcut_grader.errors import UserError, caller, counted, cut, quoted
 from headcut_grader.files import PAIRS_FILE, folder_spelled, path_mark
 from headcut_grader.ranges import Range, declared_range
 from headcut_grader.validation import NAME_MAX_BYTES, PATH_MAX_BYTES, cell_number, name_length_problem
@@ -260,8 +260,8 @@ def name_too_long(error: OSError, kwargs: dict) -> str:
             if problem:
                 named = f"{param.opts[0]} {value}" if param.param_type_name == "option" else str(value)
                 return f"{named}: {problem}; use a shorter name."
-    return (f"{error.filename}: a name in this path is too long for the file system (at most {NAME_MAX_BYTES} "
-            f"bytes a name, {PATH_MAX_BYTES} the path); use shorter names.")
+    return (f"{error.filename}: a name in this path is too long for the file system (at most "
+            f"{counted(NAME_MAX_BYTES, 'byte')} a name, {PATH_MAX_BYTES:,} the path); use shorter names.")
 
 
 def flags_set(ctx: typer.Context, names) -> list[str]:
