@@ -1456,6 +1456,31 @@ def test_a_real_folder_given_for_an_output_file_is_said_to_be_one(tmp_path, tiny
         assert str(err.value).startswith(f"--out {words}") and f", such as {folder}/grades.tsv." in str(err.value)
 
 
+def test_a_file_option_s_example_is_kept_in_one_table_and_x_dotdot_offers_a_plain_name(tmp_path, tiny_grader,
+                                                                                       monkeypatch):
+    """A file_option's example (grade's grades.tsv, evaluate's metrics.json) rode on its metavar, a str subclass
+    carrying an attribute; now FILE_EXAMPLES holds it, keyed by the option file_option made, and --help shows a plain
+    FILE. grade --out x/.. offered ./grades.tsv (the folder x/.. is .); now grades.tsv."""
+    import typer
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+    from headcut_grader.cli.common import FILE, file_examples
+    from headcut_grader.cli.main import app as grader_app
+
+    commands = {**typer.main.get_command(grader_app).commands, **typer.main.get_command(app).commands}
+    assert file_examples(commands["grade"]) == {"out": "grades.tsv"}
+    assert file_examples(commands["evaluate"]) == {"out": "metrics.json"}
+    out = next(p for p in commands["grade"].params if p.name == "out")
+    assert type(out.metavar) is str and out.metavar == FILE
+    pairs = write(tmp_path, "p.tsv", PAIRS_TSV)
+    monkeypatch.chdir(tmp_path)
+    said = ("--out x/.. ends in /.., so it names a folder, but --out is a file to write; name a file inside that "
+            "folder, such as grades.tsv;")
+    refused(CliRunner().invoke(grader_app, ["grade", str(tiny_grader), str(pairs), "--out", "x/.."]), said)
+    refused(run("grade", str(tiny_grader), str(pairs), "--out", "runs/x/.."), "such as runs/grades.tsv;")
+
+
 @pytest.mark.parametrize("ending", ["/", "/."])
 def test_the_library_s_readers_refuse_an_input_file_written_as_a_folder(tmp_path, tiny_grader, ending):
     """Where a path comes in as text (read_pairs, iter_pairs, grade_file, read_scores, recipes, scores_from_file),

@@ -271,7 +271,7 @@ def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = 
     else:
         fix = f"{f'drop the {ending}, or ' if last != '..' else ''}name {wanted} inside that folder"
     if example and not reading:
-        fix += f", such as {os.path.join(os.path.normpath(out), example)}"
+        fix += f", such as {os.path.normpath(os.path.join(out, example))}"  # x/.. names grades.tsv, not ./grades.tsv
     if caller(flag) == "arguments":
         return f"{flag} is {out!r}, which {fact}, not a file to {verb}; {fix}."
     if not flag:

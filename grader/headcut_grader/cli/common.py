@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import errno
 import functools
+import inspect
 import os
 import sys
 from contextlib import contextmanager
@@ -133,15 +134,21 @@ def given_twice(command, args: list[str]) -> str | None:
 def file_as_folder(command, args: list[str]) -> str | None:
     """The sentence for a file_option of `command` that `args` give as a folder (o.tsv/), else None: typer drops the
     trailing separator before the command sees it, and the file o.tsv was written."""
+    examples = file_examples(command)
     return next((problem for param, name, value in given_values(command, args)
-                 if param is not None and param.metavar == FILE
-                 and (problem := folder_spelled(value, param.opts[0], example=_example(param)))),
+                 if param is not None and param.name in examples
+                 and (problem := folder_spelled(value, param.opts[0], example=examples[param.name]))),
                 None)
 
 
-def _example(param) -> str:
-    """The file_option's example file name ('' for none)."""
-    return getattr(param.metavar, "example", "")
+def file_examples(command) -> dict[str, str]:
+    """The file_options of click `command`, as {parameter name: example file name}: read from the command's own
+    signature (typer's callback wraps it), whose defaults are the options file_option made."""
+    if command.callback is None:
+        return {}
+    parameters = inspect.signature(command.callback).parameters.values()
+    return {p.name: FILE_EXAMPLES[p.default] for p in parameters
+            if isinstance(p.default, typer.models.OptionInfo) and p.default in FILE_EXAMPLES}
 
 
 def same_path(param, first: str, given: str) -> bool:
@@ -342,23 +349,18 @@ def field_option(cls, name: str, *flags: str, help: str, kind=None):
     return number_in(declared_range(cls, name), default, *flags, help=help, kind=kind)
 
 
-FILE = "FILE"  # the metavar of a file_option, which file_as_folder looks for
+FILE = "FILE"  # the metavar --help shows for a file_option
+# each file_option (the typer OptionInfo a command's signature holds as its default) -> the example file that
+# file_as_folder names ("" for none); typer keeps no value of ours on the click option it parses with
+FILE_EXAMPLES: dict[typer.models.OptionInfo, str] = {}
 
 
 def file_option(default, *flags: str, help: str, example: str = ""):
     """A typer option for a file to write (a Path): shown as FILE in --help, and refused while parsing where it is
     written as a folder (o.tsv/, file_as_folder), naming a file such as `example` (grades.tsv) in that folder."""
-    return typer.Option(default, *flags, metavar=_FileMetavar(example), help=help)
-
-
-class _FileMetavar(str):
-    """FILE, as --help shows a file_option, carrying the option's example for file_as_folder (the one place typer
-    keeps a value of ours on the option click parses with)."""
-
-    def __new__(cls, example: str):
-        metavar = super().__new__(cls, FILE)
-        metavar.example = example
-        return metavar
+    option = typer.Option(default, *flags, metavar=FILE, help=help)
+    FILE_EXAMPLES[option] = example
+    return option
 
 
 class path(type(Path())):  # noqa: N801  (its name is what --help shows)
