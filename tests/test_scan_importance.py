@@ -210,6 +210,25 @@ def test_a_score_file_of_another_format_is_refused_even_one_python_reads_as_equa
         read_scores(path)
 
 
+def test_write_scores_keeps_the_output_file_rule_with_its_example(tmp_path):
+    """write_scores wrote through atomic_file alone: runs/ was 'path=runs/ ends in /, ... name a file inside that
+    folder' (not the argument's name, no file to name) and a folder that is there 'writing failed (Is a directory)';
+    now check_out_file's sentences, naming write_scores path and importance.json there. An existing file is still
+    replaced."""
+    scores = {"kl": torch.ones(2, 3)}
+    runs = tmp_path / "runs"
+    with pytest.raises(UserError) as err:
+        write_scores(f"{runs}/", scores, model_info={}, data_info={})
+    assert str(err.value).startswith(f"write_scores path is '{runs}/', which ends in /, so it names a folder")
+    assert str(err.value).endswith(f"name a file inside that folder, such as {runs}/importance.json.")
+    runs.mkdir()
+    with pytest.raises(UserError, match=rf"is a folder; name a file inside it, such as {runs}/importance.json\.$"):
+        write_scores(runs, scores, model_info={}, data_info={})
+    write_scores(runs / "importance.json", scores, model_info={}, data_info={})
+    write_scores(runs / "importance.json", {"kl": torch.zeros(2, 3)}, model_info={}, data_info={})
+    assert json.loads((runs / "importance.json").read_text())["methods"]["kl"]["scores"] == [[0.0] * 3] * 2
+
+
 @pytest.mark.parametrize("method", list(CRITERIA))
 def test_scoring_leaves_the_global_random_state_alone(method):
     """head_importance samples nothing: it must neither reseed the caller's RNG nor depend on it."""

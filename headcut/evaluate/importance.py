@@ -20,7 +20,7 @@ import torch
 from headcut.arch import present_heads
 from headcut_grader.data import Pairs, check_regular
 from headcut_grader.errors import UserError, quoted
-from headcut_grader.files import as_file_to_read, write_json
+from headcut_grader.files import as_file_to_read, check_out_file, write_json
 from headcut_grader.readers import bounded_int
 from headcut_grader.validation import absent, read_small_text
 from headcut.evaluate_arguments import SCORES_FILE
@@ -115,6 +115,9 @@ def write_scores(path, scores_by_method: dict[str, torch.Tensor], *, model_info:
     """
     if not scores_by_method:
         raise ValueError("no scores to write")
+    # the folder rule every output file keeps (o.json/ or a folder given: named as the argument, with a file to
+    # name there); replaced as before, as a scan rewrites its own
+    path = check_out_file(path, overwrite=True, flag="write_scores path", example="importance.json")
     methods = {}
     for name, scores in scores_by_method.items():
         scores = torch.as_tensor(scores, dtype=torch.float32)
