@@ -30,7 +30,7 @@ from headcut.data_spec import check_file_keys, count_spec
 from headcut.recipes import CommandLine
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError, WordedError, caller, lead_of, setting
-from headcut_grader.files import PAIRS_FILE, file_hash, folder_spelled, write_text
+from headcut_grader.files import PAIRS_FILE, file_hash, folder_spelled, write_fault, write_text
 from headcut_grader.ranges import MAX_BATCH, SEED, SEQ_LEN, Range, check_callbacks, check_ranges, range_field, ranged
 from headcut_grader.validation import absent, read_small_text
 
@@ -712,7 +712,10 @@ def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))
+    try:
+        accelerator.save_state(str(tmp))
+    except Exception as e:
+        raise _unsaved(tmp, ckpt, e) from None
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         write_text(tmp / "loop.json", json.dumps(state.__dict__))  # atomic: a kill leaves it whole or absent
@@ -722,6 +725,19 @@ def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
         tmp.rename(ckpt)
         shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
+
+
+def _unsaved(tmp: Path, ckpt: Path, error: Exception) -> Exception:
+    """A checkpoint that could not be written: on a full disk (torch says so as a RuntimeError) one sentence naming
+    the folder, and the half-written checkpoint removed (a rerun passes it over: it has no loop.json); else `error`."""
+    why = write_fault(error, tmp if tmp.exists() else tmp.parent)
+    if why is None:
+        return error
+    shutil.rmtree(tmp, ignore_errors=True)
+    since = _newest_checkpoint(ckpt)
+    again = "from step 0" if since is None else f"from the checkpoint of step {since[1].step}"
+    return UserError(f"{ckpt}: writing the checkpoint failed ({why}); check free space and permissions, then rerun: it "
+                     f"resumes {again}.")
 
 
 # --- what finetune and distill share besides the loop (their run folder: headcut/run_folder.py) --------

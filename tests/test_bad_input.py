@@ -1199,6 +1199,66 @@ def test_class_a_full_disk_inside_an_output_folder_is_a_sentence(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+# how torch and safetensors say that the disk filled as they wrote (seen on a 400 KiB tmpfs): no OSError
+TORCH_FULL = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+SAFETENSORS_FULL = RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+
+def disk_full(monkeypatch) -> None:
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 20, 1 << 20, 0))
+
+
+@pytest.mark.parametrize("error, full", [(TORCH_FULL, True), (SAFETENSORS_FULL, False)])
+def test_class_a_full_disk_a_library_reports_without_an_errno_is_a_sentence(tmp_path, monkeypatch, error, full):
+    """Was: a traceback of torch's RuntimeError (or safetensors' error) from inside save_model's folder."""
+    from headcut_grader.files import atomic_dir
+
+    if full:
+        disk_full(monkeypatch)
+    with pytest.raises(UserError, match=r"out: writing failed \(No space left on device\); check free space"):
+        with atomic_dir(tmp_path / "out"):
+            raise error
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    with pytest.raises(RuntimeError, match="unexpected pos"):  # on a disk with room it is no write fault
+        with atomic_dir(tmp_path / "out"):
+            raise TORCH_FULL
+
+
+def test_class_a_full_disk_while_a_checkpoint_is_written_is_a_sentence_and_keeps_the_last_one(tmp_path, monkeypatch):
+    """Was: a traceback of torch's RuntimeError from accelerate's save_state, out of `headcut run`, finetune and
+    distill alike; the half-written checkpoint is removed, the last whole one kept for the rerun."""
+    from headcut.training import LoopState, _checkpoint, checkpoint_step
+
+    class Accelerator:
+        is_main_process = True
+
+        def __init__(self, fails: bool):
+            self.fails = fails
+
+        def wait_for_everyone(self):
+            pass
+
+        def save_state(self, folder):
+            Path(folder).mkdir(parents=True)
+            (Path(folder) / "optimizer.bin").write_bytes(b"half")
+            if self.fails:
+                raise TORCH_FULL
+
+    ckpt = tmp_path / "model.partial" / "checkpoint"
+    _checkpoint(Accelerator(fails=False), ckpt, LoopState(step=5))
+    disk_full(monkeypatch)
+    with pytest.raises(UserError) as raised:
+        _checkpoint(Accelerator(fails=True), ckpt, LoopState(step=10))
+    assert str(raised.value) == (f"{ckpt}: writing the checkpoint failed (No space left on device); check free space "
+                                 "and permissions, then rerun: it resumes from the checkpoint of step 5.")
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["checkpoint"] and checkpoint_step(ckpt.parent) == 5
+
+
 @pytest.mark.parametrize("name, text", [
     ("a.jsonl", '{"query": ' + "[" * 100_000 + "]" * 100_000 + ', "title": "x", "grade": 3}\n'),
     ("a.json", "[" * 100_000 + "]" * 100_000),

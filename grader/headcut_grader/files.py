@@ -293,6 +293,27 @@ def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: st
 
 # A full disk, a quota or a read-only folder is the user's to fix, not a bug to show as a traceback.
 _WRITE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+# Under this much free space a failed write is taken for a full disk: torch's writer says so only as a RuntimeError
+# ('unexpected pos 576 vs 534', 'iostream error'), with no errno to read.
+FULL_BELOW = 1 << 20  # bytes
+
+
+def write_fault(error: BaseException, place: Path) -> str | None:
+    """Why a write under `place` failed, where the user can fix it (a full disk, a quota, a read-only folder): an
+    OSError's own words; a library's error that carries the system's (safetensors: '... (os error 28)'); or, for any
+    other error while `place`'s disk is all but full, the system's words for a full disk. None: not a write fault.
+    Call it before removing what the write left, which frees the space it took."""
+    if isinstance(error, OSError):
+        return error.strerror if error.errno in _WRITE_FAULTS else None
+    if isinstance(error, UserError):  # already said
+        return None
+    if (code := re.search(r"\(os error (\d+)\)", str(error))) and int(code[1]) in _WRITE_FAULTS:
+        return os.strerror(int(code[1]))
+    try:
+        full = shutil.disk_usage(place).free < FULL_BELOW
+    except OSError:
+        return None
+    return os.strerror(errno.ENOSPC) if full else None
 
 
 def _temp_prefix(name: str) -> str:
@@ -412,9 +433,10 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "out", i
     try:
         yield tmp
     except BaseException as e:
+        why = write_fault(e, tmp) if isinstance(e, Exception) else None  # before the rmtree frees the space
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError) and e.errno in _WRITE_FAULTS:
-            raise UserError(f"{setting(flag, out)}: writing failed ({e.strerror}); check free space and permissions, "
+        if why is not None:
+            raise UserError(f"{setting(flag, out)}: writing failed ({why}); check free space and permissions, "
                             "then rerun.") from None
         raise
     _plain_modes(tmp)
