@@ -258,6 +258,16 @@ def test_a_stage_record_without_checksums_reruns_that_stage(straight, tmp_path):
     assert reasons == ["bench/stage.json lists no checksums of its files (an older headcut wrote it)"]
 
 
+@pytest.mark.parametrize("inputs", [{"files": [1], "deps": {}}, {"files": {"t.tsv": "ab"}, "deps": ["teacher"]}])
+def test_a_stage_record_whose_inputs_were_edited_into_another_shape_says_what_changed_without_a_traceback(inputs):
+    """Was: AttributeError ('list' object has no attribute 'items') from a stage.json whose "files" or "deps" were
+    not objects, before the stage reran."""
+    from headcut.pipeline.run import what_changed
+
+    now = {"settings": {"rows": 3}, "files": {"t.tsv": "ab"}, "deps": {"teacher": "a"}}
+    assert what_changed(inputs, now).startswith("since its last run: rows ")
+
+
 def test_killed_during_distill_resumes_to_the_same_table(straight, tmp_path):
     result, _ = straight
     out = copy_run(result, tmp_path / "run")

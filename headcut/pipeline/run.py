@@ -143,9 +143,10 @@ def _change(key: str, before, now) -> str:
 
 def _flat(inputs: dict) -> dict:
     """A stage's recorded inputs as {kind.name: value}: settings by dotted key, files by path, stages by name."""
-    out = {f"settings.{k}": v for k, v in _leaves(inputs.get("settings"))}
-    out |= {f"files.{path}": digest for path, digest in (inputs.get("files") or {}).items()}
-    out |= {f"deps.{name}": token for name, token in (inputs.get("deps") or {}).items()}
+    files, deps = (part if isinstance(part, dict) else {} for part in (inputs.get("files"), inputs.get("deps")))
+    out = {f"settings.{k}": v for k, v in _leaves(inputs.get("settings"))}  # a record edited by hand: what reads
+    out |= {f"files.{path}": digest for path, digest in files.items()}
+    out |= {f"deps.{name}": token for name, token in deps.items()}
     return out | {"version": inputs.get("version")}
 
 
