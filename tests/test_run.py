@@ -207,6 +207,9 @@ def _repoint(out: Path) -> None:
      "prune/model/config.json changed since it was written"),
     (lambda out: (out / "prune" / "model" / "pytorch_model.bin").write_bytes(b"x"), "prune",
      "prune/model/pytorch_model.bin appeared since it was written"),
+    # was: rerun without a word of why
+    (lambda out: _truncate(out / "prune" / "stage.json"), "prune",
+     "prune/stage.json cannot be read (cut short, or not a stage record)"),
 ])
 def test_a_damaged_stage_folder_reruns_that_stage_saying_why(straight, tmp_path, damage, stage, why):
     """A stage is skipped only while its folder holds exactly the files it recorded; the report never names

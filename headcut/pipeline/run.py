@@ -242,6 +242,8 @@ def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[d
         why = outputs_problem(folder, recorded, record_file=STAGE_FILE) if finished else None
         if recorded.get("fingerprint") not in (None, fp) and not overwrite:
             why = what_changed(recorded.get("inputs"), inputs)
+        elif not recorded and (folder / STAGE_FILE).exists() and not overwrite:
+            why = f"{stage.folder}/{STAGE_FILE} cannot be read (cut short, or not a stage record)"
         if finished and why is None:
             result.states[stage.name], result.records[stage.name] = "skipped", recorded["result"]
             outputs[stage.name] = f"{fp}:{recorded.get('made')}"
