@@ -1767,6 +1767,12 @@ def test_a_model_folder_without_its_tokenizer_is_refused(tmp_path):
     ("query,title,grade\nq1,t1,3\n" + 'q2,"Behr paint,4\n' + "".join(f"q{i},t{i},3\n" for i in range(3, 60)),
      "x.csv, line 3: a quote opened on this row is never closed"),  # was: 57 rows folded into one title
     ('query,title,grade\nq1,t1,3\nq2,"6" pipe,4\n', "x.csv, line 3: text follows the closing quote"),  # was: '6 pipe'
+    # a quote opened on one row and closed on a later one is the first row's: was 'line 5: text follows...'
+    ('query,title,grade\nq1,t1,3\nq2,"Behr paint,4\nq3,t3,3\nq4,12" pipe,3\n',
+     "x.csv, line 3: a quote opened on this row closes only on line 5, where text follows it"),
+    ('query,title,grade\nq1,"' + ("y" * 999 + "\n") * 1002 + '",3\n',  # was: 'line 1002: the text is longer'
+     "x.csv, line 2: the text is longer than 1,000,000 characters (it runs on to line 1002)"),
+    ('query,title,grade\nq1,"Behr\npaint"\n', "x.csv, line 2: 2 fields where the header has 3"),  # was: line 3
 ])
 def test_a_csv_quote_left_open_or_closed_early_names_its_line(tmp_path, text, words):
     with pytest.raises(UserError, match=re.escape(words)):

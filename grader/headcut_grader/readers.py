@@ -500,20 +500,20 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
         reader = csv.reader(iter(lines), delimiter="\t" if fmt == "tsv" else ",", strict=True)
         records = _csv_records(path, reader, lines)
         if header is None:
-            header = next(records, None)
+            line, header = next(records, (0, None))
             if not header:
                 raise UserError(f"{path}: no header row; the first line must name the columns.")
             header = [h.strip() for h in header]
-            _refuse_repeats(header, f"{path}, line {lines.number}: the header")
-        for record in records:
+            _refuse_repeats(header, f"{path}, line {line}: the header")
+        for line, record in records:
             if not record or all(not c.strip() for c in record):
                 continue
             if len(record) != len(header):
                 raise UserError(
-                    f"{path}, line {lines.number}: {len(record)} fields where the header has {len(header)}; "
+                    f"{path}, line {line}: {len(record)} fields where the header has {len(header)}; "
                     f"fix the row (a stray {'tab' if fmt == 'tsv' else 'comma or quote'}?)."
                 )
-            yield lines.number, dict(zip(header, record))
+            yield line, dict(zip(header, record))
     elif fmt == "jsonl":
         number = lines.number
         first = number == 0  # the file's first object, not a resume's
@@ -586,17 +586,23 @@ def unique_keys(where: str):
 
 
 def _csv_records(path: Path, reader, lines: Lines):
+    """(line, fields) of each record, `line` the one it begins on: a quoted field may run on over lines, and a
+    quote opened on one row and closed on a later one is that first row's fault, not the later one's."""
     while True:
         start = lines.number + 1  # the line the next record begins on
         try:
-            yield next(reader)
+            yield start, next(reader)
         except StopIteration:
             return
         except csv.Error as e:  # a quoted field running on over many lines, or to the end of the file
+            ran_on = f" (it runs on to line {lines.number})" if lines.number > start else ""
             if "field larger" in str(e):
-                text = f"line {lines.number}: the text is longer than {MAX_TEXT_CHARS:,} characters"
+                text = f"line {start}: the text is longer than {MAX_TEXT_CHARS:,} characters{ran_on}"
             elif "unexpected end of data" in str(e):
                 text = f"line {start}: a quote opened on this row is never closed"
+            elif "expected after" in str(e) and ran_on:
+                text = (f"line {start}: a quote opened on this row closes only on line {lines.number}, where text "
+                        "follows it (a quote inside a field is written doubled, or the field left unquoted)")
             elif "expected after" in str(e):
                 text = (f"line {lines.number}: text follows the closing quote of a field (a quoted field holds its "
                         "quotes doubled)")
