@@ -119,6 +119,28 @@ def test_a_compressed_or_utf16_file_says_what_it_is_not_only_that_it_is_not_utf8
         load_recipe(FinetuneRecipe, path) if suffix == ".yaml" else read_pairs(path)
 
 
+@pytest.mark.parametrize("encoding, words", [
+    ("utf-16-le", "is UTF-16 text without a byte-order mark"), ("utf-16-be", "is UTF-16 text without a byte-order"),
+    ("utf-32-le", "is UTF-32 text without a byte-order mark"), ("utf-32-be", "is UTF-32 text without a byte-order"),
+    ("utf-32", "the file is UTF-32 text"),  # with its byte-order mark: was 'UTF-16 text'
+])
+@pytest.mark.parametrize("suffix", [".tsv", ".jsonl", ".json"])
+def test_a_utf16_or_utf32_file_without_a_byte_order_mark_is_said_to_be_one(tmp_path, encoding, words, suffix):
+    """UTF-16 without a BOM reads as UTF-8 with a NUL beside each letter: a TSV was told its column 'q\\x00u\\x00...'
+    holds an invisible NUL and to delete it from the column's name; a Latin letter in a row said 'not UTF-8 (byte
+    0xf3)'. Both name the encoding and say to re-save the file as UTF-8."""
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+
+    text = {".tsv": "query\ttitle\tgrade\ndrill\tSimpsón drill\t3\n",
+            ".jsonl": '{"query": "drill", "title": "Simpsón drill", "grade": 3}\n',
+            ".json": '[{"query": "drill", "title": "Simpsón drill", "grade": 3}]\n'}[suffix]
+    path = write(tmp_path, "pairs" + suffix, text.encode(encoding))
+    with pytest.raises(UserError, match=re.escape(words) + ".*re-save it as UTF-8 and pass that"):
+        read_pairs(path)
+    assert len(read_pairs(write(tmp_path, "plain" + suffix, text))) == 1
+
+
 @pytest.mark.parametrize("encoding", ["gzip", "br", "deflate"])
 def test_serve_refuses_a_compressed_body_by_its_content_encoding(server, encoding):
     """A client that gzips its JSON body (Content-Encoding: gzip) was told the body 'is not UTF-8', as if its text

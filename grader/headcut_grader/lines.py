@@ -38,6 +38,8 @@ _KINDS = ((b"\x1f\x8b", "gzip-compressed", "decompress it (gunzip)"), (b"PK\x03\
           (b"BZh", "bzip2-compressed", "decompress it (bunzip2)"),
           (b"\xfd7zXZ", "xz-compressed", "decompress it (unxz)"),
           (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it (unzstd)"),
+          (b"\xff\xfe\x00\x00", "UTF-32 text", "re-save it as UTF-8"),
+          (b"\x00\x00\xfe\xff", "UTF-32 text", "re-save it as UTF-8"),
           (b"\xff\xfe", "UTF-16 text", "re-save it as UTF-8"), (b"\xfe\xff", "UTF-16 text", "re-save it as UTF-8"))
 
 
@@ -51,6 +53,18 @@ def utf8_fix(path: Path) -> str:
         start = b""
     said = next(((kind, fix) for magic, kind, fix in _KINDS if start.startswith(magic)), None)
     return f"the file is {said[0]}: {said[1]} and pass that" if said else "re-save the file as UTF-8"
+
+
+def unmarked_wide(start: bytes) -> str | None:
+    """'UTF-16' or 'UTF-32' where `start`, a file's first bytes, is text of that encoding without a byte-order mark:
+    each character of a header's plain letters is one byte beside NULs, which read as UTF-8 without an error (a
+    header of NULs, then data rows refused one by one); else None."""
+    for width in (4, 2):
+        chars = [start[i:i + width] for i in range(0, len(start) - width + 1, width)]
+        for at in (0, width - 1):  # little- or big-endian
+            if len(chars) >= 4 and all(c[at] and c.count(0) == width - 1 for c in chars):
+                return f"UTF-{8 * width}"
+    return None
 
 
 class Lines:
@@ -71,6 +85,11 @@ class Lines:
         if blank:
             self.file.close()
             raise UserError(f"{path} is empty; pass a file with a header and data rows.")
+        self.file.seek(0)
+        if kind := unmarked_wide(self.file.read(32)):
+            self.file.close()
+            raise UserError(f"{path} is {kind} text without a byte-order mark (its letters are padded with NUL "
+                            "bytes); re-save it as UTF-8 and pass that.")
         self.file.seek(0)
 
     def __enter__(self):
