@@ -188,6 +188,13 @@ BAD = {
     "empty.tsv": ("", "is empty"),
     "nocol.tsv": ("query\ttitle\tlabel\na\tb\t3\n", "no label column 'grade'"),
     "ragged.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\n", "line 3: 2 fields where the header has 3"),
+    # a separator ending the header line (a spreadsheet's export): was 'line 2: 3 fields where the header has 4; fix
+    # the row', a row that is right
+    "header_tab.tsv": ("query\ttitle\tgrade\t\na\tb\t3\n", "line 1: the header ends in an unnamed column that "
+                       "line 2 does not have; delete the tab at the end of the header line."),
+    "header_commas.csv": ("query,title,grade,,\na,b,3\n", "line 1: the header ends in 2 unnamed columns that line 2 "
+                          "does not have; delete the 2 commas at the end of the header line."),
+    "row_tab.tsv": ("query\ttitle\tgrade\na\tb\t3\t\n", "line 2: 4 fields where the header has 3; fix the row"),
     # was: the csv module's "do you need to open the file in universal-newline mode?"
     "cr.tsv": ("query\ttitle\tgrade\ra\tb\t3\rc\td\t2\r", "line 1: a carriage return (CR) without a line feed (LF)"),
     "cr.csv": ("query,title,grade\na,b,3\nc,d\r,2\n", "line 3: a carriage return (CR) without a line feed (LF)"),

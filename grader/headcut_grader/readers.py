@@ -509,10 +509,7 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
             if not record or all(not c.strip() for c in record):
                 continue
             if len(record) != len(header):
-                raise UserError(
-                    f"{path}, line {line}: {len(record)} fields where the header has {len(header)}; "
-                    f"fix the row (a stray {'tab' if fmt == 'tsv' else 'comma or quote'}?)."
-                )
+                raise UserError(_ragged(path, line, len(record), header, fmt))
             yield line, dict(zip(header, record))
     elif fmt == "jsonl":
         number = lines.number
@@ -536,6 +533,24 @@ def _records(path: Path, lines: Lines, fmt: str, *, header: list[str] | None = N
     else:  # a row's "line" is its item number in the array, 1-based
         decoder = json.JSONDecoder(object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
         yield from json_array_items(lines, decoder)
+
+
+def _ragged(path: Path, line: int, fields: int, header: list[str], fmt: str) -> str:
+    """The sentence for row `line` of `fields` fields under a header of another count. Where the header alone is
+    at fault, it is named: a separator at the end of the header line (a spreadsheet's export) makes an unnamed last
+    column that no row has, and 'fix the row' sent the user to rows that are right."""
+    separator = "tab" if fmt == "tsv" else "comma"
+    named = len(header)
+    while named and not header[named - 1]:
+        named -= 1
+    unnamed = len(header) - named
+    if unnamed and fields == named:
+        what, ends = ("an unnamed column", f"the {separator}") if unnamed == 1 else \
+            (f"{unnamed} unnamed columns", f"the {unnamed} {separator}s")
+        return (f"{path}, line 1: the header ends in {what} that line {line} does not have; delete {ends} at the end "
+                "of the header line.")
+    return (f"{path}, line {line}: {fields} fields where the header has {len(header)}; fix the row (a stray "
+            f"{'tab' if fmt == 'tsv' else 'comma or quote'}?).")
 
 
 def _json_line_error(path: Path, number: int, chunk: str, error: json.JSONDecodeError, *, first: bool) -> UserError:
