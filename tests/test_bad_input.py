@@ -119,6 +119,29 @@ def test_3_dev_zero_is_refused(tmp_path):
             "not a regular file")
 
 
+@pytest.mark.parametrize("name, row", [("p.tsv", "drill\tcordless drill\t4\n"),
+                                       ("p.jsonl", '{"query": "drill", "title": "cordless drill", "grade": 4}\n')])
+@pytest.mark.parametrize("change", ["appended", "cut short"])
+def test_3_a_pairs_file_written_to_while_it_is_read_is_refused(tmp_path, name, row, change):
+    """Was: a file still being written (a download, an export not yet done) or rewritten in place as it was read
+    gave the rows there were when the reader reached its end, some of one version and some of another, with nothing
+    said; grade wrote them all as the file's grades."""
+    from headcut_grader.data import iter_pairs
+
+    header = "" if name.endswith(".jsonl") else "query\ttitle\tgrade\n"
+    path = write(tmp_path, name, header + row * 3)
+    chunks = iter_pairs(path, chunk_rows=1)
+    next(chunks)
+    if change == "appended":
+        with open(path, "a") as f:
+            f.write(row * 2)
+    else:
+        os.truncate(path, len(header) + len(row))
+    with pytest.raises(UserError, match=re.escape(f"{path} changed while it was read (") + ".*; wait until"):
+        list(chunks)
+    assert len(read_pairs(path)) == (5 if change == "appended" else 1)  # read whole once it is still
+
+
 def test_3_an_endless_line_stops_at_the_cap(tmp_path, monkeypatch):
     import headcut_grader.lines as lines
 

@@ -34,6 +34,7 @@ class _Window:
         """Read the next block onto the text; False at the end of the file."""
         raw = self.lines.file.read(BLOCK_BYTES)
         if not raw:
+            self.lines.check_unchanged()
             self.eof = True
             return False
         raw += self.lines.file.read(_missing_bytes(raw))  # a block may end inside a character

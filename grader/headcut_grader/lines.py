@@ -3,6 +3,7 @@ later run resume there (refusing when the bytes before it have changed)."""
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +87,7 @@ class Lines:
             self.file.close()
             raise UserError(f"{path} is empty; pass a file with a header and data rows.")
         self.file.seek(0)
+        self.mark = _mark(self.file)
         if kind := unmarked_wide(self.file.read(32)):
             self.file.close()
             raise UserError(f"{path} is {kind} text without a byte-order mark (its letters are padded with NUL "
@@ -103,6 +105,7 @@ class Lines:
             at_start = self.file.tell() == 0
             raw = self.file.readline(MAX_LINE_BYTES + 1)
             if not raw:
+                self.check_unchanged()
                 return
             self.number += 1
             if len(raw) > MAX_LINE_BYTES:
@@ -119,6 +122,14 @@ class Lines:
                 self.first_text = text
             yield text
 
+    def check_unchanged(self) -> None:
+        """At the end of the file: refuse a file written to while it was read (a download or export not yet done,
+        a file rewritten in place), whose rows are some of one version and some of another, or cut short."""
+        now = _mark(self.file)
+        if now != self.mark:
+            raise UserError(f"{self.path} changed while it was read ({self.mark[0]:,} bytes when opened, {now[0]:,} "
+                            "at the end); wait until whatever writes it has finished, then read it again.")
+
     def position(self) -> Position:
         return Position(self.offset, self.number, self.hash.hexdigest())
 
@@ -132,6 +143,12 @@ class Lines:
         self.file.seek(start.offset)
         self.number, self.offset = start.line, start.offset
         return self
+
+
+def _mark(file) -> tuple[int, int]:
+    """The size and modification time of an open file, which writing to it changes."""
+    found = os.fstat(file.fileno())
+    return found.st_size, found.st_mtime_ns
 
 
 def _prefix_hash(path: Path, nbytes: int):
