@@ -119,6 +119,23 @@ def test_a_compressed_or_utf16_file_says_what_it_is_not_only_that_it_is_not_utf8
         load_recipe(FinetuneRecipe, path) if suffix == ".yaml" else read_pairs(path)
 
 
+@pytest.mark.parametrize("name, start, words", [
+    ("pairs.tsv.gz", b"\x1f\x8b\x08\x00", "pairs.tsv.gz: the file is gzip-compressed: decompress it (gunzip) and pass"),
+    ("pairs.csv.zst", b"\x28\xb5\x2f\xfd", "pairs.csv.zst: the file is zstd-compressed: decompress it (unzstd)"),
+    ("pairs.xlsx", b"PK\x03\x04\x14\x00", "pairs.xlsx is a spreadsheet, which is not read; save it as CSV (UTF-8)"),
+])
+def test_a_compressed_file_or_a_spreadsheet_by_its_suffix_is_said_to_be_one(tmp_path, name, start, words):
+    """Was: 'pairs.tsv.gz: cannot tell the format from the suffix '.gz'; name the file .tsv, ...', and renamed so it
+    was then told it is gzip-compressed; a spreadsheet was told to be renamed .csv. Both by `headcut evaluate`."""
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+
+    path = write(tmp_path, name, start + b"\x00\x80\xfe\n")
+    with pytest.raises(UserError, match=re.escape(str(tmp_path / words))):
+        read_pairs(path)
+    refused(run("evaluate", "-m", "minilm-l6", "-d", path), words)
+
+
 @pytest.mark.parametrize("encoding, words", [
     ("utf-16-le", "is UTF-16 text without a byte-order mark"), ("utf-16-be", "is UTF-16 text without a byte-order"),
     ("utf-32-le", "is UTF-32 text without a byte-order mark"), ("utf-32-be", "is UTF-32 text without a byte-order"),

@@ -47,13 +47,20 @@ _KINDS = ((b"\x1f\x8b", "gzip-compressed", "decompress it (gunzip)"), (b"PK\x03\
 def utf8_fix(path: Path) -> str:
     """What to do with `path`, which is not UTF-8: what its first bytes say it is (a gzip file, UTF-16 text) and how
     to make it UTF-8 text, else 're-save the file as UTF-8'."""
+    return packed_fix(path) or "re-save the file as UTF-8"
+
+
+def packed_fix(path: Path) -> str | None:
+    """What `path`'s first bytes say it is, where that is no text to read as it is (a gzip file, a zip archive,
+    UTF-16 text), and how to make it text: 'the file is gzip-compressed: decompress it (gunzip) and pass that'; else
+    None."""
     try:
         with open(path, "rb") as f:
             start = f.read(6)
     except OSError:
         start = b""
     said = next(((kind, fix) for magic, kind, fix in _KINDS if start.startswith(magic)), None)
-    return f"the file is {said[0]}: {said[1]} and pass that" if said else "re-save the file as UTF-8"
+    return f"the file is {said[0]}: {said[1]} and pass that" if said else None
 
 
 def unmarked_wide(start: bytes) -> str | None:

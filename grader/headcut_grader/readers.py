@@ -18,7 +18,7 @@ from headcut_grader.files import PAIRS_FILE, as_file_to_read
 from headcut_grader.ranges import CHUNK_ROWS, argument, as_whole, checked_bool, checked_number
 from headcut_grader.tasks import TASKS
 from headcut_grader.json_array import json_array_items
-from headcut_grader.lines import Lines, Position
+from headcut_grader.lines import Lines, Position, packed_fix
 from headcut_grader.pairs import DEFAULT_GRADES, Pairs
 from headcut_grader.validation import (FIX_ROW, MAX_TEXT_CHARS, cell_number, check_regular, significant_digits,
                                        to_grade, to_score, to_text)
@@ -327,7 +327,7 @@ def _format_of(path: Path, preset: str | None, fmt: str | None, keys: Named) -> 
                  else setting(keys.said("preset"), quoted(preset)))
     p = PRESETS.get(preset, Preset())
     check_regular(path)
-    fmt = fmt or _suffix_format(path) or p.fmt or guess_format(path)
+    fmt = fmt or _suffix_format(path) or p.fmt or _input_format(path)
     if fmt not in FORMATS:
         raise UserError(f"format {quoted(fmt)} is unknown; choose one of: {', '.join(FORMATS)}.")
     return p, fmt
@@ -480,6 +480,21 @@ def _suffix_format(path: Path) -> str | None:
                 head = f.read(4096).removeprefix(b"\xef\xbb\xbf").lstrip()  # after a BOM
         return "json" if head.startswith(b"[") else "jsonl"
     return fmt
+
+
+# suffixes of spreadsheets, which hold pairs but are no text to read
+_SPREADSHEETS = (".xlsx", ".xlsm", ".xls", ".ods", ".numbers")
+
+
+def _input_format(path: Path) -> str:
+    """guess_format for a file to read, which says what it is where its suffix names no format: a compressed file
+    (p.tsv.gz, told to be named .tsv, was then told it is gzip-compressed) or a spreadsheet."""
+    if path.suffix.lower() in _SPREADSHEETS:
+        raise UserError(f"{path} is a spreadsheet, which is not read; save it as CSV (UTF-8) or as tab-separated "
+                        "text and pass that.")
+    if fix := packed_fix(path):
+        raise UserError(f"{path}: {fix}.")
+    return guess_format(path)
 
 
 def guess_format(path: Path) -> str:
