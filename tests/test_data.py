@@ -403,6 +403,13 @@ def test_a_header_with_a_zero_width_space_is_told_apart_from_the_plain_name(tmp_
      "its header holds tabs, so it was read as one column: name the file .tsv."),
     ("pairs.tsv", "query,title,grade\ndrill,cordless drill,4\n", {},
      "its header holds commas, so it was read as one column: name the file .csv."),
+    # a CSV of semicolons (a spreadsheet's, in some languages): was "name it with query_col=NAME" (the whole line)
+    ("pairs.csv", "query;title;grade\ndrill;cordless drill;4\n", {}, "no column 'query' (columns: "
+     "'query;title;grade'); its header is split by semicolons (a spreadsheet's CSV in some languages), which neither "
+     "CSV nor TSV splits by: save it with commas (.csv) or tabs (.tsv)."),
+    ("pairs.txt", "query|title|grade\ndrill|cordless drill|4\n", {},
+     "its header is split by vertical bars, which neither CSV nor TSV splits by: save it with commas (.csv) or tabs "
+     "(.tsv)."),
     # a header with a year for a column: was 'its first line looks like data ('2023' is a number)'
     ("pairs.tsv", "query\tproduct\tgrade\t2023\ndrill\tcordless drill\t4\t1\n", {"names": "flags"},
      "no column 'title' (columns: 'query', 'product', 'grade', '2023'); name it with --title-col."),

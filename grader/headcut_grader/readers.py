@@ -373,6 +373,10 @@ def _nested_fix(row: dict) -> str | None:
 _SEPARATORS = {"csv": ("\t", "tabs", "tsv"), "tsv": (",", "commas", "csv")}
 
 
+# separators of delimited text that neither CSV nor TSV splits by, as a sentence names them
+_OTHER_SEPARATORS = {";": "semicolons (a spreadsheet's CSV in some languages)", "|": "vertical bars"}
+
+
 def _header_fix(columns: list, col: str, needed: tuple[str, str], fmt: str, fix: str, *, gold: tuple = ()) -> str:
     """The fix for a header without column `col`, where naming the column with `fix` (--query-col) is not it: a header
     split by the other format's separator, a first line of data (no header: naming a column by a cell would read
@@ -381,6 +385,11 @@ def _header_fix(columns: list, col: str, needed: tuple[str, str], fmt: str, fix:
     separator, held, suffix = _SEPARATORS.get(fmt, (None, "", ""))
     if separator and len(columns) == 1 and separator in columns[0]:
         return f"its header holds {held}, so it was read as one column: name the file .{suffix}"
+    other = next((sep for sep in _OTHER_SEPARATORS if fmt in _SEPARATORS and len(columns) == 1
+                  and col in str(columns[0]).split(sep)), None)
+    if other is not None:  # naming the column with `fix` would name the whole header line
+        return (f"its header is split by {_OTHER_SEPARATORS[other]}, which neither CSV nor TSV splits by: save it "
+                "with commas (.csv) or tabs (.tsv)")
     number = next((c for c in columns if fmt in _SEPARATORS and _is_number(c)), None)
     names = {str(name).casefold() for name in (*needed, *gold)}
     if number is not None and not any(str(c).casefold() in names for c in columns):
