@@ -21,7 +21,7 @@ import yaml
 
 from headcut_grader.errors import UserError, WordedError, caller, cut, quoted, setting
 from headcut_grader.files import RECIPE_FILE, as_file_to_read
-from headcut_grader.lines import utf8_fix
+from headcut_grader.lines import unmarked_wide, utf8_fix
 from headcut_grader.ranges import argument, check_ranges, field_problem, large_whole
 from headcut_grader.validation import MAX_RECIPE_BYTES, absent, read_small_text, signed, significant_digits
 
@@ -157,6 +157,9 @@ def read_recipe_file(path: Path, *, what: str = "a recipe is a mapping of keys t
     except UnicodeDecodeError as e:
         raise UserError(f"{path}: not UTF-8 (byte 0x{e.object[e.start]:02x} at byte {e.start}); "
                         f"{utf8_fix(path)}.") from None
+    if kind := unmarked_wide(text[:32].encode("utf-8")):  # read as UTF-8 with NULs, which YAML calls not allowed
+        raise UserError(f"{path} is {kind} text without a byte-order mark (its letters are padded with NUL bytes); "
+                        "re-save it as UTF-8.")
     data = parse_yaml(text, str(path), "fix the file")
     if data is None:  # a failed save or a template not filled in, not a choice of every default (that is `{}`)
         raise UserError(f"{path}: no keys (the file is empty, or holds only blank lines and comments); {what}: "

@@ -119,6 +119,18 @@ def test_a_compressed_or_utf16_file_says_what_it_is_not_only_that_it_is_not_utf8
         load_recipe(FinetuneRecipe, path) if suffix == ".yaml" else read_pairs(path)
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_a_recipe_in_utf16_without_a_byte_order_mark_is_said_to_be_one(tmp_path, encoding):
+    """Was: 'r.yaml, line 1, column 2: invalid YAML (character 0x0000 is not allowed); fix the file.'"""
+    from headcut.finetune import FinetuneRecipe
+    from headcut.recipes import load_recipe
+    from headcut_grader.errors import UserError
+
+    path = write(tmp_path, "r.yaml", "epochs: 1\n".encode(encoding))
+    with pytest.raises(UserError, match=re.escape(f"{path} is UTF-16 text without a byte-order mark") + ".*UTF-8"):
+        load_recipe(FinetuneRecipe, path)
+
+
 @pytest.mark.parametrize("name, start, words", [
     ("pairs.tsv.gz", b"\x1f\x8b\x08\x00", "pairs.tsv.gz: the file is gzip-compressed: decompress it (gunzip) and pass"),
     ("pairs.csv.zst", b"\x28\xb5\x2f\xfd", "pairs.csv.zst: the file is zstd-compressed: decompress it (unzstd)"),
