@@ -254,7 +254,9 @@ class _Loader(yaml.SafeLoader):
     def compose_scalar_node(self, anchor):
         tag = self.peek_event().tag  # the tag as written (!!str), which the node no longer tells from a resolved one
         node = super().compose_scalar_node(anchor)
-        node.written_tag = None if tag in (None, "!") else tag
+        node.written_tag = tag
+        if tag == "!":  # YAML's non-specific tag makes a scalar text (`seed: ! 3` is '3'); PyYAML resolved it as plain
+            node.tag = "tag:yaml.org,2002:str"
         return node
 
     def construct_mapping(self, node, deep=False):
@@ -384,7 +386,10 @@ def _whole(text: str) -> int:
 
 
 class TaggedText(str):
-    """Text YAML read from a value tagged !!str (`seed: !!str 3`): a refusal says to remove the tag, not quotes."""
+    """Text YAML read from a value tagged !!str or ! (`seed: !!str 3`, `seed: ! 3`): a refusal says to remove the
+    tag, `tag` as written, not quotes."""
+
+    tag = "!!str"
 
 
 class TaggedDecimal(float):
@@ -395,7 +400,12 @@ def _tagged(kind, construct):
     """A constructor that reads a scalar as `construct` does, as `kind` where its tag was written."""
     def build(loader, node):
         value = construct(loader, node)
-        return kind(value) if getattr(node, "written_tag", None) else value
+        written = getattr(node, "written_tag", None)
+        if written is None:
+            return value
+        tagged = kind(value)
+        tagged.tag = "!" if written == "!" else "!!" + written.rsplit(":", 1)[-1]  # tag:yaml.org,2002:str -> !!str
+        return tagged
     return build
 
 
@@ -624,7 +634,7 @@ def _unquote_fix(value, hint) -> str:
     if not isinstance(value, str):
         return ""
     if isinstance(value, TaggedText):  # no quotes to remove: the tag made it text
-        return " (the tag !!str makes it text: remove the tag)"
+        return f" (the tag {value.tag} makes it text: remove the tag)"
     try:
         unquoted = yaml.load(value, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except (yaml.YAMLError, RecursionError):

@@ -607,6 +607,25 @@ def test_a_yaml_document_marker_in_a_set_value_is_refused_naming_the_set(tmp_pat
     assert load_recipe(FinetuneRecipe, path, overrides=["epochs=2", "dev_data='--- x'"]).dev_data == "--- x"
 
 
+def test_a_value_with_the_non_specific_tag_is_told_to_lose_its_tag_not_quotes(tmp_path):
+    """YAML's non-specific tag makes a scalar text (`seed: ! 3` is '3'), but PyYAML resolved it as if untagged: `! 3`
+    and even the quoted `! "3"` read as the number 3, and `train_data: ! 123` was refused as a number. Now `!` makes
+    text, and a refusal names the tag ! as it names !!str, not quotes."""
+    path = tmp_path / "r.yaml"
+    path.write_text("teacher: t\ntrain_data: x\nseed: ! 3\nlearning_rate: ! 1e-4\ncache_teacher: ! true\n")
+    with pytest.raises(UserError) as caught:
+        load_recipe(DistillRecipe, path, overrides=["eval_every=! 5"])
+    said, text = str(caught.value), "(the tag ! makes it text: remove the tag)"
+    for words in (f"key 'seed' must be a whole number, not '3' {text}", f"not '1e-4' {text}",
+                  f"key 'cache_teacher' must be true or false, not 'true' {text}",
+                  f"key 'eval_every' must be a whole number, not '5' {text} (from --set eval_every=! 5)"):
+        assert words in said, said
+    assert "quotes" not in said, said
+    path.write_text("teacher: t\ntrain_data: ! 123\n")  # text where text goes reads, stored as plain str
+    recipe = load_recipe(DistillRecipe, path)
+    assert (type(recipe.train_data), recipe.train_data) == (str, "123")
+
+
 def test_a_key_in_other_case_is_told_its_nearest(tmp_path):
     """Was: `--set EPOCHS=1` or `Learning_Rate:` in a file said "unknown key" with no "did you mean": the close-match
     lookup compared case. Now it does not."""
