@@ -1575,6 +1575,26 @@ def test_a_recipe_beside_the_stage_folders_of_its_run_folder_is_not_refused(stra
     assert recipe.read_text() == (straight[0].out.parent / "tiny.yaml").read_text()
 
 
+@pytest.mark.parametrize("name, key", [("report.md", "data.test"), ("report.json", "data.train"),
+                                       ("report.html", "data.test"), ("pareto.png", "data.test"),
+                                       ("run.json", "data.dev")])
+def test_an_input_that_is_a_file_the_run_writes_is_refused_before_any_stage(tiny_recipe, tmp_path, name, key):
+    """Was: report.md, report.html, report.json, pareto.png and run.json are written at the top of the run folder,
+    so a pairs file saved there under one of those names was written over at the run's end (run.json at its start).
+    Now one sentence, before any stage, naming the input as given and the fix; nothing is written."""
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{}")  # a run's folder
+    inside = out / name
+    inside.write_text("query\ttitle\tgrade\n" + "".join(f"q{i}\tt{i}\t{1 + i % 5}\n" for i in range(20)))
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    refused = CliRunner().invoke(app, ["run", str(tiny_recipe), "--out", str(out), "--set", f"{key}={inside}"])
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr == (f"error: --set {key}={inside} names the run's own {name}, which the run writes over; "
+                              f"rename it or move it out of {out}, and pass its new path.\n")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 def test_overwrite_removes_the_folders_of_stages_the_recipe_no_longer_has(straight, tmp_path):
     """Was: --overwrite with a recipe that dropped the scan, the prune and the student reran the rest and left
     scan/, prune/, distill-small/ and export-small/ (a grader) from the old run beside the new one's."""

@@ -17,6 +17,8 @@ from headcut.evaluate.tasks import missing, shown, shown_ci, unmeasured, unmeasu
 from headcut.pipeline.recipe import FloorSection, PipelineRecipe
 
 FIGURE = "pareto.png"
+MARKDOWN, HTML, SUMMARY = "report.md", "report.html", "report.json"
+WRITTEN = (MARKDOWN, HTML, SUMMARY, FIGURE)  # the files the report writes at the top of the run folder
 HEADER = ["grader", "precision", "size MiB", "GFLOP/pair", "p50 ms", "pairs/s", "speed-up", "accuracy",
           "Δ accuracy pt [95% CI]", "macro-F1", "Δ macro-F1 [95% CI]", "Spearman", "Δ Spearman [95% CI]",
           "agreement [95% CI]"]
@@ -278,7 +280,7 @@ def write_report(out: Path, recipe: PipelineRecipe, records: dict) -> dict:
     from headcut.evaluate.scan_report import render_html, render_markdown
 
     blocks, summary = report_blocks(out, recipe, records)
-    write_text(out / "report.md", render_markdown(blocks))
-    write_text(out / "report.html", render_html(blocks, out, title="headcut run"))
-    write_json(out / "report.json", summary)
+    write_text(out / MARKDOWN, render_markdown(blocks))
+    write_text(out / HTML, render_html(blocks, out, title="headcut run"))
+    write_json(out / SUMMARY, summary)
     return summary

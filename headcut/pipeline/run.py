@@ -32,6 +32,7 @@ from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
 from headcut.pipeline.checks import RUN_FILE, check_run, key_path, model_folders, pairs_files, run_parts, said
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
+from headcut.pipeline.report import WRITTEN
 from headcut.pipeline.recipe import PipelineRecipe, as_dict, from_mapping, given_as, planned_subs
 from headcut.recipes import check_recipe, find_recipe, to_dict
 from headcut.run_folder import locked, not_a_folder, out_flag
@@ -277,10 +278,11 @@ def _unplanned(out: Path, planned: set[str]) -> list[Path]:
 
 def check_inputs_kept(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str = "out",
                       shown: Path | None = None) -> None:
-    """Nothing the run reads lies in a folder the run deletes: a stage's folder, cleared whenever that stage reruns
-    (its settings or inputs changed, its folder damaged, --overwrite), and with --overwrite the stage folders the
-    recipe no longer has. `out` itself is kept, so a recipe beside its stage folders (runs/demo/recipe.yaml) is
-    safe. `out`: resolved; `shown`: as the caller gave it, for the sentence; `flag`: what named `overwrite`."""
+    """Nothing the run reads is a file the run writes at the top of `out` (run.json, report.md, ...) or lies in a
+    folder the run deletes: a stage's folder, cleared whenever that stage reruns (its settings or inputs changed,
+    its folder damaged, --overwrite), and with --overwrite the stage folders the recipe no longer has. `out` itself
+    is kept, so a recipe or a pairs file beside its stage folders (runs/demo/recipe.yaml) is safe. `out`:
+    resolved; `shown`: as the caller gave it, for the sentence; `flag`: what named `overwrite`."""
     checked_bool(overwrite, "overwrite")  # overwrite='no' is truthy: refused as check_run_dir refuses it
     shown = shown or out
     stages_of_run = plan(recipe)
@@ -289,12 +291,16 @@ def check_inputs_kept(recipe: PipelineRecipe, out: Path, *, overwrite: bool, fla
     if overwrite:
         deleted |= {folder: f"the folder of a stage the recipe no longer has, which {overwrite_said(flag)} deletes"
                     for folder in _unplanned(out, {s.folder for s in stages_of_run})}
+    written = {out / name for name in (RUN_FILE, *WRITTEN)}
     for key, (value, path) in read_inputs(recipe).items():
         places = {Path(os.path.abspath(path)), Path(path).resolve()} if os.path.lexists(path) else set()
+        where = given_as(recipe, *key_path(key))[1] if key else ""
+        input_said = said(recipe, key, value, at=where) if key else f"the recipe {value}"
+        for file in written & places:
+            raise UserError(f"{lead_of(where)}{input_said} names the run's own {file.name}, which the run writes over; "
+                            f"rename it or move it out of {shown}, and pass its new path.")
         for folder, what in deleted.items():
             if any(p == folder or folder in p.parents for p in places):
-                where = given_as(recipe, *key_path(key))[1] if key else ""
-                input_said = said(recipe, key, value, at=where) if key else f"the recipe {value}"
                 inside = "is" if folder in places else "is inside"
                 raise UserError(f"{lead_of(where)}{input_said} {inside} {shown / folder.name}, {what}; move it out "
                                 "of that folder and pass its new path.")
