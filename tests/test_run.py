@@ -1595,6 +1595,20 @@ def test_an_input_that_is_a_file_the_run_writes_is_refused_before_any_stage(tiny
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+def test_a_pairs_file_beside_the_stage_folders_of_its_run_folder_is_not_refused(straight, tmp_path):
+    """Was: --set data.test=runs/demo/t.tsv with --out runs/demo was refused as '--out ... would replace the input',
+    though the run deletes only its stage folders and writes only its own files there; now the run reads it (its
+    bench reruns on the new test pairs) and leaves it as it was."""
+    out = copy_run(straight[0], tmp_path / "run")
+    pairs = out / "t.tsv"
+    text = "query\ttitle\tgrade\n" + "".join(f"q{i % 7}\tt{i}\t{1 + i % 5}\n" for i in range(40))
+    pairs.write_text(text)
+    tiny = straight[0].out.parent / "tiny.yaml"
+    result = CliRunner().invoke(app, ["run", str(tiny), "--out", str(out), "--set", f"data.test={pairs}"])
+    assert result.exit_code == 0, result.output
+    assert pairs.read_text() == text
+
+
 def test_overwrite_removes_the_folders_of_stages_the_recipe_no_longer_has(straight, tmp_path):
     """Was: --overwrite with a recipe that dropped the scan, the prune and the student reran the rest and left
     scan/, prune/, distill-small/ and export-small/ (a grader) from the old run beside the new one's."""

@@ -5,6 +5,7 @@ a stage checks against the teacher (the FLOPs budget). Messages name the recipe 
 the flag of the command the stage calls."""
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from functools import cached_property
@@ -13,7 +14,7 @@ from pathlib import Path
 from headcut_grader.data import DEFAULT_GRADES
 from headcut_grader.errors import UserError, lead_of, led, quoted, setting
 from headcut_grader.files import (PAIRS_FILE, check_folder_name, check_place, folder_spelled, overwrite_said,
-                                  refuse_inputs)
+                                  refuse_inputs, resolved_out)
 from headcut_grader.ranges import checked_bool
 from headcut_grader.validation import absent, irregular
 from headcut.pipeline.recipe import (CLASSES, UPSTREAM, DataSection, PipelineRecipe, given_as, key_names,
@@ -59,11 +60,13 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str =
 
 
 def check_run_dir(out: Path, parts: RunParts, *, overwrite: bool, flag: str = "out") -> None:
-    """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It never
-    holds, or lies inside, what the recipe reads (a stage that reruns clears its folder)."""
+    """A run directory is new, empty, or a run's own (run.json); anything else needs --overwrite. It is not, and
+    does not lie inside, what the recipe reads. An input inside it is run.check_inputs_kept's: refused only where
+    the run deletes or writes over it (a pairs file beside the stage folders is kept)."""
     checked_bool(overwrite, "overwrite")
-    refuse_inputs(out, [*pairs_files(parts).values(), *model_folders(parts).values(), parts.recipe.bench.yardstick],
-                  flag=flag)
+    inputs = [*pairs_files(parts).values(), *model_folders(parts).values(), parts.recipe.bench.yardstick]
+    target = resolved_out(out, flag)
+    refuse_inputs(out, [i for i in inputs if i is None or target not in Path(os.path.realpath(i)).parents], flag=flag)
     check_folder_name(out, flag, "every stage's outputs and report.md")
     if out.exists() and not out.is_dir():
         raise UserError(f"{setting(flag, out)} is a file; name a folder.")
