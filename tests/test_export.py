@@ -190,6 +190,22 @@ def test_build_grader_folder_and_refusals(tmp_path):
     assert not (tmp_path / "strict").exists()  # nothing written when a gate fails
 
 
+def test_auto_with_no_int8_recipe_passing_ships_fp32_and_records_the_trials_that_chose_it(tmp_path):
+    """Was: precision='auto' shipped fp32 when no INT8 recipe passed and recorded nothing of the INT8 graphs it timed
+    (grader.json "int8": null), so a run's report could not show the timings that chose fp32."""
+    from headcut.export.card import runtime_record
+
+    folder, _, record = make_tiny_grader(tmp_path, precision="auto", gate=IMPOSSIBLE_GATE)
+    saved = json.loads((folder / "grader.json").read_text())
+    assert saved["precision"] == "fp32" and saved["int8"] is None
+    rejected = saved["int8_rejected"]
+    assert rejected["chosen"] is None and len(rejected["trials"]) == 5
+    assert not any(t["passes"] for t in rejected["trials"])
+    shipped = runtime_record(saved, "onnxruntime", "the only graph")["graphs"]["onnxruntime"]
+    assert shipped["chosen"] == "fp32" and [c["graph"] for c in shipped["candidates"]][0] == "fp32"
+    assert [c["ms"] for c in shipped["candidates"][1:]] == [1000 * t["seconds"] for t in rejected["trials"]]
+
+
 def test_the_fastest_passing_int8_recipe_is_chosen_not_the_fastest():
     gate = Int8Gate()  # the default gate: agreement >= 97%, |Spearman drift| <= 0.005, >= 1.15x the fp32 graph
 

@@ -231,6 +231,7 @@ class Graded:
     encoded: object
     labels: object
     final: Path
+    int8_rejected: dict | None = None  # auto: the INT8 trials when none passed the gate (fp32 ships)
 
 
 def grade_and_quantize(loaded, pairs: Pairs, graphs: Graphs, tmp: Path, *, ort_precision: str, gate: Int8Gate,
@@ -245,22 +246,20 @@ def grade_and_quantize(loaded, pairs: Pairs, graphs: Graphs, tmp: Path, *, ort_p
     labels = gold(pairs)
     accuracy = {"data": pairs.provenance(),
                 "metrics": summary(logits, pairs, task=loaded.task, activation=loaded.activation)}
-    final, int8_record = graphs.final, None
+    final, int8_record, rejected = graphs.final, None, None
     if ort_precision in ("int8", "auto"):
         ort_choices = tuple(resolve(c, model, graphs.calibration) for c in choices)
-        try:
-            final, int8_record, int8_logits = _choose_int8(
-                graphs.fp32, shipped, tmp, encoded, logits, labels, pairs.grades, model=model,
-                gate=gate, choices=ort_choices, calibration=graphs.calibration, threads=threads, say=say,
-                groups=pairs.query_groups())
-        except GateError:
-            if ort_precision == "int8":
-                raise
-            final, int8_record = graphs.final, None  # auto: no INT8 recipe passes, so the fp32 graph ships
-        if int8_record:
+        graph, record, int8_logits = _choose_int8(
+            graphs.fp32, shipped, tmp, encoded, logits, labels, pairs.grades, model=model,
+            gate=gate, choices=ort_choices, calibration=graphs.calibration, threads=threads, say=say,
+            groups=pairs.query_groups(), required=ort_precision == "int8")
+        if graph is None:  # auto: no INT8 recipe passes, so the fp32 graph ships; the trials say why
+            rejected = record
+        else:
+            final, int8_record = graph, record
             accuracy["fp32_metrics"] = accuracy["metrics"]
             accuracy["metrics"] = summary(int8_logits, pairs, task=loaded.task, activation=loaded.activation)
-    return Graded(accuracy, int8_record, encoded, labels, final)
+    return Graded(accuracy, int8_record, encoded, labels, final, rejected)
 
 
 def openvino_beside(model, pairs: Pairs | None, graphs: Graphs, graded: Graded, tmp: Path, *, precision: str,
@@ -290,7 +289,7 @@ def write_grader(loaded, tmp: Path, graphs: Graphs, graded: Graded, *, max_lengt
     record = grader_record(
         loaded, input_names=input_names(loaded.model), max_length=max_length, opset=opset,
         precision="int8" if graded.int8 else "fp32", graph_optimization="all", parity=graphs.parity,
-        accuracy=graded.accuracy, int8=graded.int8, optimized=graphs.optimized,
+        accuracy=graded.accuracy, int8=graded.int8, int8_rejected=graded.int8_rejected, optimized=graphs.optimized,
         model_file=file_record(target, tmp), tokenizer_file=file_record(tmp / "tokenizer.json", tmp),
         backend=backend, openvino=openvino, speed=speed,
     )
@@ -303,8 +302,10 @@ FP32 = "fp32 graph"  # the session timed beside the INT8 graphs
 
 
 def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, grades, *, model, gate: Int8Gate, choices,
-                 calibration, threads, say, groups=None):
-    """Quantise every choice, judge each against the fp32 graph, keep the fastest that passes the gate."""
+                 calibration, threads, say, groups=None, required: bool = True):
+    """Quantise every choice, judge each against the fp32 graph, keep the fastest that passes the gate: its graph,
+    the record of the trials and its logits. When none passes: GateError if `required`, else (None, the record with
+    "chosen": None, None)."""
     timing = timing_batch(model.config.vocab_size)
     names = [c.name for c in choices]
     runs = ([CHOICES[0]] if CHOICES[0].name not in names else []) + list(choices)  # default: the speed yardstick
@@ -325,10 +326,12 @@ def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, gr
                     choice=name, gate=gate)
               for name in names]
     best = fastest_passing(trials)
-    if best is None:
+    if best is None and required:
         raise GateError(f"no INT8 recipe passes the gate ({gate_table(trials)})")  # build_grader adds the fix
     fp32_nodes_of = {c.name: list(c.keep_fp32) for c in choices}  # recorded so the choice can be reproduced
-    record = {"chosen": {**best.as_dict(), "keep_fp32": fp32_nodes_of[best.choice]},
+    record = {"chosen": None if best is None else {**best.as_dict(), "keep_fp32": fp32_nodes_of[best.choice]},
               "trials": [t.as_dict() for t in trials], "gate": asdict(gate),
               "timing_shape": list(TIMING_SHAPE), "threads": threads}
+    if best is None:
+        return None, record, None
     return tmp / f"int8-{best.choice}.onnx", record, logits_of[best.choice]

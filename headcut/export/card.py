@@ -10,7 +10,7 @@ from headcut_grader.machine import runtime_version
 def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int, precision: str,
                   graph_optimization: str, parity: dict, accuracy: dict | None, int8: dict | None,
                   optimized: dict | None, model_file: dict, tokenizer_file: dict, backend: str = "onnxruntime",
-                  openvino: dict | None = None, speed: dict | None = None) -> dict:
+                  openvino: dict | None = None, speed: dict | None = None, int8_rejected: dict | None = None) -> dict:
     """grader.json: everything the runtime needs (grades, inputs, max length) and what the export proved."""
     from headcut.version import __version__ as headcut_version
     from headcut.arch import heads_per_layer, count_parameters
@@ -49,6 +49,7 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
         "parity": parity,
         "optimized": optimized,
         "int8": int8,
+        "int8_rejected": int8_rejected,  # precision auto: the INT8 trials when none passed the gate (fp32 ships)
         "accuracy": accuracy,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -110,3 +111,38 @@ def quality_words(metrics: dict) -> str:
         return f"accuracy {metrics['accuracy']:.4f}, Spearman {shown(metrics['spearman'])}"
     return (f"Spearman {shown(metrics['spearman'])}, NDCG@10 {shown(metrics['ndcg@10'])}, within-query pair accuracy "
             f"{shown(metrics['pair_accuracy'])}")
+
+
+def runtime_record(record: dict, backend: str, reason: str) -> dict:
+    """What a grader folder ships on and the timings that chose it, from its grader.json `record`: `backend` and
+    `reason` are the runtime's choice (headcut_grader.backend_choice.choose_backend); each graph's precision with
+    every candidate timed for it (ms per batch of the timing shape, whether it passed the gate; fp32 is the
+    yardstick), and each runtime's shipped graph timed against the other's (grader.json's "speed")."""
+    from headcut_grader.backends import graphs
+
+    speed = record.get("speed") or {}
+    return {"backend": backend, "precision": graphs(record)[backend]["precision"], "reason": reason,
+            "graphs": {name: _graph_timings(record, name) for name in graphs(record)},
+            "speed": None if not speed else {"ms": {k: 1000 * s for k, s in speed["seconds"].items()},
+                                             "shape": speed["shape"], "threads": speed["threads"]}}
+
+
+def _graph_timings(record: dict, name: str) -> dict:
+    """One graph's precision, its chosen candidate and every candidate timed for it (none: fp32 was asked for);
+    the fp32 graph, the gate's yardstick, "passes": None."""
+    if name == "onnxruntime":
+        int8 = record.get("int8") or record.get("int8_rejected") or {}
+        trials, chosen = int8.get("trials") or [], (int8.get("chosen") or {}).get("choice")
+        fp32_seconds = trials[0]["seconds"] * trials[0]["speed_vs_fp32"] if trials else None
+        return _timings(record["precision"], chosen, trials, fp32_seconds, [])
+    choice = record["openvino"].get("choice") or {}
+    chosen = choice.get("chosen")
+    return _timings(record["openvino"]["precision"], None if chosen == "fp32" else chosen, choice.get("trials") or [],
+                    choice.get("fp32_seconds"), choice.get("skipped") or [])
+
+
+def _timings(precision: str, chosen: str | None, trials: list[dict], fp32_seconds: float | None,
+             skipped: list[str]) -> dict:
+    candidates = [] if fp32_seconds is None else [{"graph": "fp32", "ms": 1000 * fp32_seconds, "passes": None}]
+    candidates += [{"graph": t["choice"], "ms": 1000 * t["seconds"], "passes": bool(t["passes"])} for t in trials]
+    return {"precision": precision, "chosen": chosen or "fp32", "candidates": candidates, "skipped": skipped}
