@@ -23,7 +23,8 @@ prune: {{flops: 0.6, score_rows: 32, calibrate: 32}}
 distill:
   small: {{recipe: distill/minilm_score_bottom3_cpu, keep_layers: 1, train_rows: 200, dev_rows: 40, max_length: 24,
           epochs: 2, batch_size: 16, eval_every: 4, checkpoint_every: 4}}
-export: {{precision: auto, rows: 40, threads: 1, min_agreement: 0.99, max_spearman_drift: 1.0, max_drop: 100.0}}
+export: {{precision: auto, backend: onnxruntime,
+         rows: 40, threads: 1, min_agreement: 0.99, max_spearman_drift: 1.0, max_drop: 100.0}}
 bench: {{batch: 4, seq_len: 16, repeats: 2, threads: 1, bootstrap: 50}}
 """
 

@@ -352,6 +352,19 @@ def teacher_outline(recipe: PipelineRecipe, subs: dict):
         return outline(sub.model, flag=name, meta=meta)
 
 
+def export_backend(recipe: PipelineRecipe) -> tuple[str, str | None]:
+    """The backend the export stage builds for, and why it is not export.backend (None when it is): auto asks for
+    every runtime installed here, so without OpenVINO (and NNCF, which judges its INT8 graphs) it is ONNX Runtime
+    alone, as the grader's own backend choice takes the only graph whose runtime is installed."""
+    from headcut_grader.optional import optional_module
+
+    backend = recipe.export.backend
+    if backend != "auto" or all(optional_module(m) is not None for m in ("openvino", "nncf")):
+        return backend, None
+    return "onnxruntime", ("export.backend=auto: OpenVINO is not installed here, so ONNX Runtime alone (pip install "
+                           "'headcut[openvino]' for both)")
+
+
 def check_export(recipe: PipelineRecipe) -> None:
     """export.backend and export.precision as the export stage will check them (bf16: OpenVINO, on a CPU that
     computes it), named by their keys."""
@@ -360,7 +373,7 @@ def check_export(recipe: PipelineRecipe) -> None:
 
     e, names = recipe.export, key_names(recipe, "export")
     with named_in(recipe, "export", "precision"):
-        _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False, names=names)
+        _, openvino_precision = resolve_precision(export_backend(recipe)[0], e.precision, int8=False, names=names)
         if openvino_precision is not None:
             check_request(openvino_precision, labelled=True, names=names)
 

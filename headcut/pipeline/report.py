@@ -1,8 +1,9 @@
 """The end of a run: report.md and a self-contained report.html (figures as data URIs) in the run folder.
 
-One table of every grader (size, FLOPs, measured speed on ONNX Runtime, quality with paired CIs against
-the teacher), the Pareto figure of speed-up against quality, the study's experiments from the scan, and
-the grader to deploy: the fastest whose point estimates stay within the recipe's quality floor.
+One table of every grader (size, FLOPs, measured speed on each runtime it was exported for, quality with paired
+CIs against the teacher), the runtime and precision each ships on with the timings that chose them, the Pareto
+figure of speed-up against quality, the study's experiments from the scan, and the grader to deploy: the fastest
+whose point estimates stay within the recipe's quality floor.
 """
 from __future__ import annotations
 
@@ -233,7 +234,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
         b.append(("p", f"No grader of this run is {floor_text}; keep the teacher (PyTorch fp32) or relax the floor."))
     b += _not_measured_blocks(rows, floor)
     b.append(("h2", "Every grader"))
-    speed = (f"Speed: ONNX Runtime, {s['threads']} threads, batch {s['batch_sizes'][0]} x sequence "
+    speed = (f"Speed: {_runtimes(rows)}, {s['threads']} threads, batch {s['batch_sizes'][0]} x sequence "
              f"{s['seq_lens'][0]}, {s['repeats']} timed runs after {s['warmup']} warm-up, variants taking turns; "
              "speed-up against the teacher's grader.")
     t = bench["teacher"]
@@ -252,6 +253,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     notes = [f"{r['name']}: {r['note']}" for r in rows if r.get("note")]
     if notes:
         b.append(("p", "Notes: " + " ".join(notes)))
+    b += _runtime_blocks(records)
     b.append(("img", FIGURE, "Speed-up against quality change; the Pareto front is outlined, the dashed line is the "
                              "quality floor, the star the grader to deploy."))
     b += _yardstick_blocks(bench, floor)
@@ -262,6 +264,55 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
                "floor": {"accuracy_points": floor.accuracy_points, "spearman": floor.spearman,
                          "not_measured": not_measured(rows, floor)}, "rows": rows}
     return b, summary
+
+
+RUNTIME_NAMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+RUNTIME_HEADER = ["grader", "grades with", "precision", "why", "ONNX Runtime graphs timed", "OpenVINO graphs timed"]
+
+
+def _runtimes(rows: list[dict]) -> str:
+    """The runtimes the bench timed, as its rows name them ([openvino]: the OpenVINO graph of a grader)."""
+    names = dict.fromkeys(RUNTIME_NAMES[r.get("backend", "onnxruntime")] for r in rows)
+    return " and ".join(names) + (" (rows marked [openvino])" if len(names) > 1 else "")
+
+
+def _runtime_blocks(records: dict) -> list[tuple]:
+    """Each grader's runtime and precision, and the timings that chose them (the export stage's "runtime")."""
+    exports = {name.partition(".")[2]: r["runtime"] for name, r in records.items()
+               if name.startswith("export.") and r.get("runtime")}
+    if not exports:
+        return []
+    timed = [r["speed"] for r in exports.values() if r["speed"]]
+    shape = (f"batch {timed[0]['shape'][0]} x sequence {timed[0]['shape'][1]}, {timed[0]['threads']} threads"
+             if timed else "")
+    rows = [[name, RUNTIME_NAMES[r["backend"]], r["precision"], _why(r)]
+            + [_candidates(r["graphs"].get(backend)) for backend in RUNTIME_NAMES] for name, r in exports.items()]
+    return [("h2", "The runtime each grader ships on"),
+            ("p", "Chosen at export on this CPU, by measurement: each runtime's graph is the fastest of its INT8 and "
+                  "bf16 candidates that passes the gate (quality and speed against its fp32 graph, the first figure), "
+                  "fp32 where none does" + (f", and a grader grades with the runtime whose graph was timed fastest. "
+                                            f"Milliseconds per batch ({shape}), candidates timed in turns"
+                                            if shape else ". Milliseconds per batch") +
+                  "; ✓ passed the gate, ✗ did not; * shipped."),
+            ("table", RUNTIME_HEADER, rows)]
+
+
+def _why(runtime: dict) -> str:
+    speed = runtime["speed"]
+    if not speed:
+        return runtime["reason"]
+    return runtime["reason"] + ": " + ", ".join(f"{RUNTIME_NAMES[n]} {ms:.1f} ms" for n, ms in speed["ms"].items())
+
+
+def _candidates(graph: dict | None) -> str:
+    """One runtime's candidates, 'fp32 20.1 ms ✓, bf16 8.3 ms ✓*' (* shipped), and what was skipped."""
+    if graph is None:
+        return "–"
+    marks = {True: " ✓", False: " ✗", None: ""}  # None: the fp32 yardstick
+    shown = [f"{c['graph']} {c['ms']:.1f} ms{marks[c['passes']]}{'*' * (c['graph'] == graph['chosen'])}"
+             for c in graph["candidates"]]
+    shown += [f"skipped {s}" for s in graph["skipped"]]
+    return ", ".join(shown) if shown else f"{graph['precision']} (no other candidate recorded)"
 
 
 def _scan_blocks(out: Path, folder: Path) -> list[tuple]:

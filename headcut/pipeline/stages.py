@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from headcut_grader.errors import UserError, concerning
-from headcut.pipeline.checks import named_in, section_keys
+from headcut.pipeline.checks import export_backend, named_in, section_keys
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
 from headcut.pipeline.recipe import (PipelineRecipe, key_names, planned_subs, scan_gold_of, scan_settings,
                                      sub_recipes, worded_in_run)
@@ -169,7 +169,8 @@ def distill(name: str) -> Callable[[Context], dict]:
 
 
 def export(source: str) -> Callable[[Context], dict]:
-    """Export the model of stage `source` (teacher, prune or distill.NAME) to an ONNX grader."""
+    """Export the model of stage `source` (teacher, prune or distill.NAME) to a grader: export.backend's graphs at
+    export.precision (auto: each runtime's fastest that passes the gate), and the runtime it grades with here."""
     def run(ctx: Context) -> dict:
         from headcut.export import Int8Gate
 
@@ -187,9 +188,20 @@ def export(source: str) -> Callable[[Context], dict]:
         with named_in(ctx.recipe, "export", "precision", keys=section_keys("export")):
             record, note = _built(ctx, loaded, pairs, gate, say)
         return {"grader": ctx.rel(ctx.folder / "grader"), "model": ctx.upstream[source]["model"],
-                "precision": record["precision"], "bytes": record["model_file"]["bytes"], "note": note}
+                "precision": record["precision"], "bytes": record["model_file"]["bytes"], "note": note,
+                "runtime": _runtime(ctx, record, vocab_size=loaded.model.config.vocab_size)}
 
     return run
+
+
+def _runtime(ctx: Context, record: dict, *, vocab_size: int) -> dict:
+    """The runtime the grader grades with on this CPU, as the runtime itself chooses it, and the timings behind it."""
+    from headcut.export.card import runtime_record
+    from headcut_grader.backend_choice import choose_backend
+
+    choice = choose_backend(ctx.folder / "grader", record, threads=ctx.recipe.export.threads, vocab_size=vocab_size)
+    alone = export_backend(ctx.recipe)[1]
+    return runtime_record(record, choice.backend, f"{choice.reason} ({alone})" if alone else choice.reason)
 
 
 def _built(ctx: Context, loaded, pairs, gate, say) -> tuple[dict, str | None]:
@@ -197,13 +209,14 @@ def _built(ctx: Context, loaded, pairs, gate, say) -> tuple[dict, str | None]:
     from headcut.export import GateError, build_grader
 
     e, names, note = ctx.recipe.export, key_names(ctx.recipe, "export"), None  # names: as the user gave them
+    backend = export_backend(ctx.recipe)[0]
     try:
-        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision=e.precision,
+        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=backend, precision=e.precision,
                               gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
     except GateError as error:
         if e.precision not in ("int8", "bf16"):
             raise
         note = f"no {e.precision} graph passed the gate, exported fp32 ({error})"
-        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision="fp32",
+        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=backend, precision="fp32",
                               gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
     return record, note
