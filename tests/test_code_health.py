@@ -448,3 +448,40 @@ def test_no_line_is_wider_than_120_columns():
             for folder in folders for path in sorted(folder.rglob("*.py"))
             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if len(line) > 120]
     assert not wide, "\n".join(wide)
+
+
+# A name ending .tmp, .partial, .part or .old (then perhaps one more suffix): a temporary's name that is fixed
+FIXED_TEMPORARY = re.compile(r"\.(tmp|partial|part|old)(\.\w+)?$")
+# Fixed names that are no writer's temporary: the state a rerun resumes from, kept under a lock, and a sweep's pattern
+RESUMED_NAMES = {
+    ("headcut/training.py", ".tmp"), ("headcut/training.py", ".old"),  # checkpoints, inside the locked run folder
+    ("headcut/run_folder.py", ".partial"),  # OUT.partial: the run folder a rerun resumes, locked (run_folder.lock)
+    ("grader/headcut_grader/grade_file.py", ".partial"),  # grade --resume's rows and state, locked (_lock)
+    ("grader/headcut_grader/grade_file.py", ".partial.json"),
+    ("grader/headcut_grader/files.py", ".*.tmp"),  # clean_stale's pattern for an earlier version's leftovers
+}
+
+
+def fixed_temporary_names(source: str) -> list[tuple[int, str]]:
+    """(line, text) of each path-like text in `source` (no space in it; an f-string's literal parts) that ends as a
+    fixed temporary's name does: two writers of one output would share it."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and " " not in node.value:
+            if FIXED_TEMPORARY.search(node.value):
+                found.append((node.lineno, node.value))
+    return found
+
+
+def test_no_output_is_written_through_a_fixed_temporary_name():
+    """Was: headcut/export/bench_report.py saved bench.png through '.bench.png.partial', one name for every writer, so
+    two writers of one folder clobbered each other's temporary (as benchmarks' '.NAME.tmp' did, fa2fd68). Every
+    temporary is files.atomic_file's (or temp_sibling's), its writer's own; the names left are resumed state under a
+    lock. The check finds each fixed spelling in a sample."""
+    sample = 'a = folder / ".bench.png.partial"\nb = ckpt.name + ".tmp"\nc = f".{out.name}.partial"\n' \
+             'd = f".{name}.tmp-{os.getpid()}-"\ne = "name the file x.tmp"\n'
+    assert fixed_temporary_names(sample) == [(1, ".bench.png.partial"), (2, ".tmp"), (3, ".partial")]
+    found = [(path.relative_to(ROOT).as_posix(), line, text) for path in sorted(modules().values())
+             for line, text in fixed_temporary_names(path.read_text(encoding="utf-8"))]
+    fixed = [f"{path}:{line} {text!r}" for path, line, text in found if (path, text) not in RESUMED_NAMES]
+    assert not fixed, f"write through headcut_grader.files.atomic_file (a temporary of its own): {fixed}"

@@ -171,3 +171,37 @@ def test_a_name_or_token_holding_dollar_signs_is_drawn_as_written(tmp_path):
     assert not any(is_math_text(text) for text in drawn), drawn
     grid = attention_grid([torch.ones(1, 2, 2)], ["$$", "$5"], [(0, 0, "test")])
     grid.savefig(io.BytesIO(), format="png")
+
+
+def test_two_writers_of_one_bench_folder_each_write_the_figure_through_their_own_temporary(tmp_path, monkeypatch):
+    """Was: write_bench saved bench.png through the fixed name .bench.png.partial, so a second writer of the folder
+    truncated the first's temporary and renamed it away, and the first's rename failed (FileNotFoundError). The
+    figure now goes through files.atomic_file, whose temporary is its writer's own: both writes end, bench.png whole."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from headcut.export import bench_report
+
+    result = BenchResult(BenchSettings((1,), (16,), 1), {"rows": 1}, [{"name": "a"}])
+    figures = []
+
+    def figure(_report):
+        fig = plt.figure(figsize=(1, 1))
+        figures.append(fig)
+        if len(figures) == 1:  # the first writer's figure: a second writer of the folder runs while it is saved
+            save = fig.savefig
+
+            def save_then_another_writes(target, **kwargs):
+                save(target, **kwargs)
+                write_bench(result, tmp_path)
+            fig.savefig = save_then_another_writes
+        return fig
+
+    monkeypatch.setattr(bench_report, "figure", figure)
+    monkeypatch.setattr(bench_report, "markdown", lambda report: "table\n")
+    write_bench(result, tmp_path)
+    assert len(figures) == 2
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md", "bench.png"]

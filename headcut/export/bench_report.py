@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headcut_grader.files import write_json, write_text
+from headcut_grader.files import atomic_file, write_json, write_text
 
 from headcut.evaluate.tasks import missing, shown
 from headcut.export.bench import BenchResult
@@ -20,13 +20,12 @@ def write_bench(result: BenchResult, folder: str | Path, *, notes: str = "") -> 
     table = markdown(report) + notes
     write_json(folder / "bench.json", report)
     write_text(folder / "bench.md", table)
-    fig, partial = figure(report), folder / ".bench.png.partial"
+    fig = figure(report)
     try:
-        fig.savefig(partial, dpi=130, format="png")
-        partial.replace(folder / "bench.png")
+        with atomic_file(folder / "bench.png") as f:  # its own temporary: two writers of one folder never share one
+            fig.savefig(f, dpi=130, format="png")
     finally:
         plt.close(fig)
-        partial.unlink(missing_ok=True)
     return table
 
 def cell(row: dict, batch: int, seq: int) -> dict | None:
