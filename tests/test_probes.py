@@ -135,6 +135,29 @@ def test_no_head_linking_a_within_word_pair_leaves_the_boundary_union_unmeasured
     assert best_union(planted)["heads"][0] == [0, 0] and best_union(planted)["f1"] > 0
 
 
+def test_a_probe_whose_heads_all_score_alike_has_no_best_head():
+    """Every query and key weight zero: each head's boundary F1 is a measured 0, and best_head named the first of the
+    equal scores, so `headcut probe` printed 'boundary_f1  best L0H0  0.000' and the attention figure drew L0H0 as
+    the telling boundary head. A best head scores above another; where every head scores alike there is none, and
+    unmeasured says so with the score; a probe whose heads differ keeps its best head."""
+    model = planted_model()
+    with torch.no_grad():
+        for layer in model.bert.encoder.layer:
+            for lin in (layer.attention.self.query, layer.attention.self.key):
+                lin.weight.zero_()
+                lin.bias.zero_()
+    out = probe_heads(model, planted_inputs(), batch_size=5)
+    assert (out["boundary_f1"] == 0).all() and best_head(out, "boundary_f1") is None
+    assert unmeasured("boundary_f1", out) == "every head scores 0.000, so no head is better than another"
+    assert best_head({"p": np.full((2, 4), 0.25)}, "p") is None and best_head({"p": np.array([[0.5]])}, "p")
+    assert best_head({"p": np.array([[0.25, np.nan, 0.5]])}, "p") == (0, 2, 0.5)
+    assert unmeasured("term_match", {"term_match": np.full((2, 4), np.nan)}) == UNMEASURED["term_match"]
+    shown = [why.split()[0] for *_, why in telling_example(model, planted_inputs(), out)["heads"]]
+    assert "boundary_f1" not in shown
+    planted = probe_heads(planted_model(), planted_inputs(), batch_size=5)
+    assert best_head(planted, "boundary_f1") is not None
+
+
 def test_example_attention_is_a_distribution_per_row():
     model = planted_model()
     maps, tokens = example_attention(model, planted_inputs(), 0)

@@ -120,6 +120,26 @@ def test_a_boundary_union_of_no_head_says_n_a_with_the_reason(tiny_grader, tmp_p
     assert "best union of heads L0H1 reaches F1 0.500" in " ".join(report.split())
 
 
+def test_a_probe_whose_heads_all_score_alike_says_n_a_with_the_reason(tiny_grader, tmp_path, monkeypatch):
+    """Was: where every head's boundary F1 was a measured 0, `headcut probe` printed 'boundary_f1  best L0H0  0.000'
+    and the scan report's table named L0H0 the best head; both now say n/a: every head scores 0.000 alike."""
+    import numpy as np
+
+    import headcut.cli.scan as scan_cli
+    from headcut.evaluate.scan_report import render_markdown, report_blocks
+
+    probes = {"next": np.array([[0.5, 0.25]]), "boundary_f1": np.zeros((1, 2)), "boundary_links": 3,
+              "boundary_candidates": 9, "boundary_union": {"heads": [], "f1": float("nan")}}
+    result = {"ranking": {}, "correlations": {}, "probes": probes}
+    monkeypatch.setattr(scan_cli, "_run", lambda *args, **kwargs: result)
+    r = runner.invoke(app, ["probe", "--model", str(tiny_grader), "--data", "synthetic", "--out", str(tmp_path / "p")])
+    assert r.exit_code == 0, r.output
+    said = "every head scores 0.000, so no head is better than another"
+    assert f"boundary_f1  n/a: {said}" in r.output and "next         best L0H0  0.500" in r.output
+    report = render_markdown(report_blocks(result, model_info={}, data_info={}, images={}))
+    assert f"| boundary_f1 | n/a | {said} |" in report and "| next | L0H0 |" in report
+
+
 def test_an_undefined_effect_or_probe_is_an_empty_field_of_importance_csv(tmp_path):
     """Was: the text 'nan' where the report shows '–' and importance.json null (a spreadsheet reads it as a word);
     now an empty field for a NaN score, effect or probe, and the head a pruned model lacks is still left out."""

@@ -224,7 +224,7 @@ def probe(
     for name in PROBES:
         if name in probes:
             best = best_head(probes, name)
-            typer.echo(f"{name:<12} n/a: {unmeasured(name)}" if best is None else
+            typer.echo(f"{name:<12} n/a: {unmeasured(name, probes)}" if best is None else
                        f"{name:<12} best L{best[0]}H{best[1]}  {best[2]:.3f}")
     union = best_union(probes)
     if union:

@@ -167,13 +167,20 @@ def _unmeasured(tally: _Tally) -> np.ndarray:
 
 
 def best_head(probes: dict, name: str) -> tuple[int, int, float] | None:
-    """(layer, head, score) of the head that scores highest on probe `name`; None where the probe measured no head
-    (NaN throughout: see UNMEASURED)."""
+    """(layer, head, score) of the head that scores highest on probe `name`; None where no head scores above another:
+    the probe measured no head (NaN throughout: see UNMEASURED), or every head it measured scores alike (each head's
+    boundary_f1 0, say), where the first of them was named best (unmeasured says which)."""
     values = np.asarray(probes[name], dtype=float)
-    if not np.isfinite(values).any():
+    if _alike(values) is not None or not np.isfinite(values).any():
         return None
     layer, head = np.unravel_index(int(np.argmax(np.where(np.isfinite(values), values, -np.inf))), values.shape)
     return int(layer), int(head), float(values[layer, head])
+
+
+def _alike(values: np.ndarray) -> float | None:
+    """The one score every measured head has, where two or more were measured and none scores above another."""
+    measured = values[np.isfinite(values)]
+    return float(measured[0]) if measured.size > 1 and measured.min() == measured.max() else None
 
 
 def best_union(probes: dict) -> dict | None:
@@ -184,8 +191,12 @@ def best_union(probes: dict) -> dict | None:
     return union if union and union["heads"] else None
 
 
-def unmeasured(name: str) -> str:
-    """Why probe `name` has no best head (best_head None), as `headcut probe` and the scan report say it."""
+def unmeasured(name: str, probes: dict | None = None) -> str:
+    """Why probe `name` has no best head (best_head None), as `headcut probe` and the scan report say it: every head
+    of `probes` scores alike, or the probe measured none (UNMEASURED's reason)."""
+    alike = _alike(np.asarray(probes[name], dtype=float)) if probes and name in probes else None
+    if alike is not None:
+        return f"every head scores {alike:.3f}, so no head is better than another"
     return UNMEASURED.get(name, "no head measured")
 
 

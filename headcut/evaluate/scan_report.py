@@ -112,7 +112,7 @@ def report_blocks(result: dict, *, model_info: dict, data_info: dict, images: di
         for name in PROBES:
             if name in probes:
                 best = best_head(probes, name)
-                rows.append([name, "n/a", unmeasured(name)] if best is None else
+                rows.append([name, "n/a", unmeasured(name, probes)] if best is None else
                             [name, f"L{best[0]}H{best[1]}", _fmt(best[2])])
         b.append(("table", ["probe", "best head", "score"], rows))
         union, links = best_union(probes), (f"{probes.get('boundary_links')} within-word links among "
