@@ -323,7 +323,7 @@ def finetune(recipe: FinetuneRecipe, out: str | Path, *, overwrite: bool = False
     call after an interruption and it continues from `out`.partial/checkpoint. `names`: who called, so that a refusal
     of `out` names it as they did (run_folder.out_flag: out, overwrite=True; `headcut finetune`: --out, --overwrite)."""
     check_callbacks("finetune", progress=progress)
-    out, flag = Path(out), out_flag(names)
+    out, flag = Path(out), out_flag(names, out)
     check_recipe(recipe, FinetuneRecipe, "finetune recipe")
     check_run_out(out, overwrite=overwrite, inputs=recipe.input_paths(), flag=flag)
     check_process_batch(recipe.batch_size, process_state().num_processes)  # known before data or model is read

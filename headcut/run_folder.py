@@ -16,7 +16,7 @@ from typing import Callable
 
 from headcut_grader.errors import UserError, led, named, setting
 from headcut.evaluate.ablation import process_state
-from headcut_grader.files import (cache_home, check_cache_writable, check_out_dir, clean_stale, file_hash,
+from headcut_grader.files import (as_typed, cache_home, check_cache_writable, check_out_dir, clean_stale, file_hash,
                                   overwrite_said, path_mark, refuse_inputs, temp_sibling, write_text)
 from headcut_grader.validation import read_small_text
 
@@ -32,10 +32,11 @@ def check_headcut_cache() -> None:
     check_cache_writable("HEADCUT_CACHE", "headcut")
 
 
-def out_flag(names: str) -> str:
+def out_flag(names: str, out=None) -> str:
     """What a run's messages call its output folder for whoever called it (headcut_grader.errors.named): `out` for a
-    Python call ("arguments"), --out for a command ("flags"); the `flag` the checks below take."""
-    return named("out", names, section="")
+    Python call ("arguments"), --out for a command ("flags"); the `flag` the checks below take, carrying `out` as
+    typed (files.as_typed: --out x.json/, where its Path shows x.json)."""
+    return as_typed(named("out", names, section=""), out)
 
 
 def partial_folder(out: str | Path) -> Path:

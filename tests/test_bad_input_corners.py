@@ -1546,6 +1546,46 @@ def test_a_folder_output_written_with_a_trailing_slash_is_that_folder(tmp_path, 
     assert (tmp_path / "g" / "grader.json").is_file()
 
 
+@pytest.mark.parametrize("command", [["scan", "--model", "m", "--data", "synthetic"],
+                                     ["probe", "--model", "m", "--data", "synthetic"],
+                                     ["bench", "-m", "m", "--data", "synthetic"], ["export", "--model", "m"],
+                                     ["prune", "--model", "m", "--keep-ratio", "0.5"],
+                                     ["cross-encoder", "--model", "m"],
+                                     ["finetune", "finetune/minilm_synthetic_cpu"],
+                                     ["distill", "distill/minilm_synthetic_cpu"], ["run", "run/quickstart"]])
+@pytest.mark.parametrize("typed", ["{}/x.json/", "{}/./x.json"])
+def test_a_folder_output_is_named_as_it_was_typed(tmp_path, command, typed):
+    """Was: every folder output's check read its path as a Path first, which drops a trailing / (and a ./), so
+    'headcut scan ... --out x.json/' said '--out x.json: this writes a folder ...', a value nobody typed (typer's
+    Path dropped it before the command; check_out_dir's Path(out) for a benchmark's text; headcut run named the
+    folder resolved). Each sentence about the folder names it as typed: folder_option keeps the text, as_typed
+    carries it on the flag for setting()."""
+    out = typed.format(tmp_path)
+    done = run(*command, "--out", out)
+    refused(done, f"error: --out {out}: this writes a folder (of ")
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_folder_output_checks_name_the_path_as_given(tmp_path):
+    """check_out_dir and check_out_file named Path(out): x.json for 'x.json/', x for './x'; now the text given."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import check_out_dir, check_out_file
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "a").write_text("")
+    given = [(lambda: check_out_dir(f"{tmp_path}/x.json/", overwrite=False, flag="--out"),
+              f"--out {tmp_path}/x.json/: this writes a folder of files, not one .json file; name the folder without "
+              f".json, such as --out {tmp_path}/x."),
+             (lambda: check_out_dir(f"{tmp_path}/./full/", overwrite=False, flag="--into"),
+              f"--into {tmp_path}/./full/ is not empty; choose a new folder or pass --overwrite."),
+             (lambda: check_out_file(f"{tmp_path}/./y.tsv", overwrite=False, suffixes=(".json",), written="JSON"),
+              f"out={tmp_path}/./y.tsv: JSON; name the file .json (such as y.json).")]
+    for call, said in given:
+        with pytest.raises(UserError) as caught:
+            call()
+        assert str(caught.value) == said
+
+
 def test_evaluate_out_written_as_a_folder_and_grade_file_out_too_are_refused(tmp_path, tiny_grader):
     from headcut_grader.errors import UserError
     from headcut_grader.grade_file import grade_file

@@ -827,6 +827,9 @@ write_text(path, text)
      "argument train: t.tsv/. ends in /., so it names a folder, not a file to read; drop the /. at its end."),
     ("serve_load.py", ["--data", "d.tsv/"],
      "argument --data: d.tsv/ ends in /, so it names a folder, not a file to read; drop the / at its end."),
+    # a folder output named as typed (was '--out x.json: ...', check_out_dir read Path(out) first)
+    ("grade_scale.py", ["g", "--out", "x.json/"], "--out x.json/: this writes a folder of files, not one .json file; "
+     "name the folder without .json, such as --out x."),
 ])
 def test_a_benchmark_s_file_path_spelled_as_a_folder_is_refused_as_written(tmp_path, script, args, said):
     """Was: the benchmarks' path flags took type=Path, which drops a trailing / (and a last /.), so

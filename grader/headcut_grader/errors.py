@@ -6,6 +6,7 @@ how to fix it; the CLI turns it into that sentence on stderr and exit code 2 (no
 import copy
 import json
 from contextlib import contextmanager
+from pathlib import Path, PurePath
 
 
 class UserError(Exception):
@@ -90,13 +91,23 @@ class Typed(str):
 
 
 def _typed_as(typed: str | None, value) -> bool:
-    """Whether text the user typed reads as `value` (a number or text), so a message may show it as typed."""
+    """Whether text the user typed reads as `value` (a number, text or a path), so a message may show it as typed:
+    x.json/ for Path('x.json'), which drops the /, or for the path it resolves to (headcut run's out)."""
+    if isinstance(value, PurePath) and typed is not None:
+        return PurePath(typed) == value or value.is_absolute() and _resolved(typed) == value
     if typed is None or isinstance(value, bool) or not isinstance(value, (int, float, str)):
         return False
     try:
         return type(value)(typed) == value
     except (TypeError, ValueError):
         return False
+
+
+def _resolved(typed: str) -> Path | None:
+    try:
+        return Path(typed).resolve()
+    except (OSError, RuntimeError, ValueError):  # a loop of links, a NUL byte
+        return None
 
 
 NAMES = ("arguments", "keys", "flags")  # who called a library check: Python, a run recipe, a command

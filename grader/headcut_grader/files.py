@@ -17,7 +17,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from headcut_grader.errors import UserError, caller, named, setting
+from headcut_grader.errors import Typed, UserError, caller, named, setting
 from headcut_grader.lines import RESUME_SPELLED
 from headcut_grader.ranges import argument, checked_bool
 from headcut_grader.validation import (LINK_LOOP, NAME_MAX_BYTES, check_name_lengths, is_link_loop, on_the_way,
@@ -53,6 +53,14 @@ def overwrite_said(flag: str) -> str:
     """What lets an output replace what is there, for whoever named it by `flag` (errors.caller): a command's flag
     (--out) has --overwrite beside it, a Python call's argument (out) or a recipe's key overwrite=True."""
     return named("overwrite", caller(flag), section="", spelled=dict.fromkeys(("arguments", "keys"), RESUME_SPELLED))
+
+
+def as_typed(flag: str, out) -> str:
+    """`flag` carrying output `out` as its caller typed it (text, or a path that keeps its text: typed_path), so each
+    sentence setting() words shows it so (--out x.json/, where Path('x.json/') shows x.json); a flag that carries its
+    text already, or a path without one, as it is."""
+    text = out if isinstance(out, str) else getattr(out, "typed", None)
+    return Typed(flag, text) if flag and text is not None and getattr(flag, "typed", None) is None else flag
 
 
 def cache_home(env: str, name: str) -> Path:
@@ -92,7 +100,7 @@ def _cache_root(env: str, name: str) -> tuple[Path, str]:
 def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:
     """An output that is, or holds, one of `inputs` (paths; None and missing ones are skipped) would replace it;
     one inside an input folder would change that folder (a model folder gains a subfolder, its checksum changes)."""
-    out = Path(out)
+    flag, out = as_typed(flag, out), Path(out)
     check_out_name(out, flag)
     target = resolved_out(out, flag)
     for item in inputs:
@@ -127,11 +135,12 @@ def _same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def check_place(out: Path, flag: str = "out") -> None:
+def check_place(out: str | Path, flag: str = "out") -> None:
     """What will hold `out` (its nearest existing folder above; missing folders below it are made) is a folder
     this process can make a file in (can_make_files), and not the folder the process runs in or one above it (an
     output replaces its path whole): checked before any work, so a long run does not fail at its last step. (Its
     name's length is refuse_inputs' check, which every caller runs first: resolving a too-long name fails.)"""
+    flag, out = as_typed(flag, out), Path(out)
     if str(out) == "-":
         raise UserError(f"{setting(flag, '-')} would be a file named '-': headcut writes its outputs to files "
                         "(atomically), not to standard output; name a file or folder, e.g. "
@@ -194,7 +203,7 @@ def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs
     """An output folder: its name no file's (check_folder_name: `holds`, what goes in it), never an input nor inside
     one, in a place this process can write, and new or empty unless `overwrite`."""
     overwrite = checked_bool(overwrite, "overwrite")
-    out = Path(out)  # a trailing / (out/) names the folder it is
+    flag, out = as_typed(flag, out), Path(out)  # a trailing / (out/) names the folder it is; said as typed
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
     # each look is one system call, and a vanished `out` counts as absent: another run with --overwrite may be
@@ -230,7 +239,7 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     overwrite = checked_bool(overwrite, "overwrite")
     if problem := folder_spelled(out, flag, example=example):
         raise UserError(problem)
-    out = Path(out)
+    flag, out = as_typed(flag, out), Path(out)
     refuse_inputs(out, inputs, flag=flag)
     check_place(out, flag)
     if suffixes:

@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (LABEL_COL, LABEL_MAP, LIMIT, OVERWRITE, PRESET, QUERY_COL, THREADS, TITLE_COL, Opt,
-                                field_option, file_to_read, quiet_transformers, read_data, user_errors)
+                                field_option, file_to_read, folder_option, path, quiet_transformers, read_data,
+                                user_errors)
 from headcut.export.bench_settings import SEQ_LEN, BenchSettings
 
 
@@ -102,7 +103,7 @@ def bench(
                                       "each of its graphs (ONNX Runtime, OpenVINO) is timed."),
     data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
                              help="Labelled pairs for accuracy/agreement and the timing inputs."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for bench.json, bench.md and bench.png."),
+    out: path = folder_option(..., "--out", "-o", help="Folder for bench.json, bench.md and bench.png."),
     threads: int = THREADS,
     batch_sizes: str = typer.Option(BATCH_SIZES, "--batch-sizes", help="Batch sizes of the grid."),
     seq_lens: str = typer.Option(SEQ_LENS, "--seq-lens", help=f"Sequence lengths of the grid, each "

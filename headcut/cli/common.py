@@ -12,8 +12,9 @@ from headcut.export.bench_settings import BenchSettings
 
 # The commands the runtime shares (grade, serve) are declared with these; the toolkit's commands reuse them.
 from headcut_grader.cli.common import (LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, BadValue, Opt,  # noqa: F401
-                                       bounded, field_option, file_option, file_to_read, flags_set, number, number_in,
-                                       on_interrupt, path, progress_bar, user_errors, version_option, written_whole)
+                                       bounded, field_option, file_option, file_to_read, flags_set, folder_option,
+                                       number, number_in, on_interrupt, path, progress_bar, user_errors,
+                                       version_option, written_whole)
 
 
 def quiet_transformers() -> None:

@@ -1,18 +1,17 @@
 """`headcut cross-encoder`: a one-score model (pruned or not) -> a folder sentence-transformers loads."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import typer
 
-from headcut.cli.common import ALLOW_PICKLE, OVERWRITE, quiet_transformers, user_errors
+from headcut.cli.common import ALLOW_PICKLE, OVERWRITE, folder_option, path, quiet_transformers, user_errors
 
 
 @user_errors
 def cross_encoder(
     model: str = typer.Option(..., "--model", "-m", help="A one-score model folder (task score): a CrossEncoder, "
                               "or what headcut finetune / prune wrote from one."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder to write."),
+    out: path = folder_option(..., "--out", "-o", help="Folder to write."),
     allow_pickle: bool = ALLOW_PICKLE,
     overwrite: bool = OVERWRITE,
 ):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (OVERWRITE, Opt, file_to_read, keep_recipe_file, main_process, number_in,
-                                on_interrupt, quiet_transformers, training_left, training_progress, user_errors)
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, folder_option, keep_recipe_file, main_process, number_in,
+                                on_interrupt, path, quiet_transformers, training_left, training_progress, user_errors)
 from headcut.distill_arguments import TRIALS
 from headcut_grader.files import RECIPE_FILE
 
@@ -46,7 +46,7 @@ def format_speed(speed: dict) -> str:
 def distill(
     recipe: str = typer.Argument(..., parser=file_to_read("RECIPE", what=RECIPE_FILE),
                                  help="Recipe YAML path or built-in name (see recipes/distill/)."),
-    out: Opt[Path] = typer.Option(None, "--out", "-o", help="Student artifact folder (default: runs/<recipe name>); "
+    out: Opt[path] = folder_option(None, "--out", "-o", help="Student artifact folder (default: runs/<recipe name>); "
                                   "checkpoints go to OUT.partial/. With --tune: the study folder."),
     set_: list[str] = typer.Option([], "--set", help="Override a recipe key: --set temperature=3 (repeatable; each "
                                    "key once)."),

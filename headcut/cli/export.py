@@ -1,14 +1,13 @@
 """`headcut export`: a model folder -> a parity-checked ONNX grader folder."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import typer
 
 from headcut.export.card import quality_words
 from headcut.cli.common import (ALLOW_PICKLE, LABEL_COL, LABEL_MAP, LIMIT, MAX_LENGTH, OVERWRITE, PRESET, QUERY_COL,
                                 THREADS, TITLE_COL, Opt, field_option, file_to_read, flags_set, number_in,
-                                quiet_transformers, read_data, user_errors)
+                                folder_option, path, quiet_transformers, read_data, user_errors)
 from headcut.export.gate import ARGUMENTS, Int8Gate
 from headcut_grader.errors import UserError
 
@@ -94,8 +93,8 @@ def export(
                                      "artifact) or built-in name; or pass it as --model."),
     model_flag: Opt[str] = typer.Option(None, "--model", "-m", help="The model, given as every other command "
                                         "takes it: the same as MODEL."),
-    out: Path = typer.Option(..., "--out", "-o",
-                             help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
+    out: path = folder_option(..., "--out", "-o",
+                              help="GRADER_DIR to write (model.onnx, tokenizer, grader.json, card)."),
     int8: bool = typer.Option(False, "--int8", help="Quantise to INT8, choosing the recipe that passes the gate "
                               "(the same as --precision int8)."),
     backend: str = typer.Option("onnxruntime", "--backend", help="Runtime to export for: onnxruntime; openvino "

@@ -1,12 +1,11 @@
 """`headcut finetune`: make a teacher grader from a recipe."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
-from headcut.cli.common import (OVERWRITE, Opt, file_to_read, keep_recipe_file, main_process, metrics_line,
-                                on_interrupt, quiet_transformers, training_left, training_progress, user_errors)
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, folder_option, keep_recipe_file, main_process,
+                                metrics_line, on_interrupt, path, quiet_transformers, training_left, training_progress,
+                                user_errors)
 from headcut_grader.files import RECIPE_FILE
 
 
@@ -14,7 +13,7 @@ from headcut_grader.files import RECIPE_FILE
 def finetune(
     recipe: str = typer.Argument("finetune/minilm_synthetic_cpu", parser=file_to_read("RECIPE", what=RECIPE_FILE),
                                  help="Recipe YAML path or built-in name (see recipes/finetune/)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Artifact folder to write (checkpoints go to OUT.partial/)."),
+    out: path = folder_option(..., "--out", "-o", help="Artifact folder to write (checkpoints go to OUT.partial/)."),
     train: Opt[str] = typer.Option(None, "--train", parser=file_to_read("--train"),
                                    help="Training pairs file (sets train_data)."),
     dev: Opt[str] = typer.Option(None, "--dev", parser=file_to_read("--dev"), help="Dev pairs file (sets dev_data)."),

@@ -10,8 +10,8 @@ from pathlib import Path
 import typer
 
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, OVERWRITE, PRESET, QUERY_COL, SEED,
-                                TITLE_COL, Opt, argument_option, file_to_read, flags_set, number_in, path,
-                                progress_bar, quiet_transformers, read_data, user_errors)
+                                TITLE_COL, Opt, argument_option, file_to_read, flags_set, folder_option, number_in,
+                                path, progress_bar, quiet_transformers, read_data, user_errors)
 from headcut.evaluate_arguments import SCORES_FILE
 from headcut.prune_arguments import LATENCY_BATCH, argument_range
 from headcut_grader.errors import UserError, quoted
@@ -47,7 +47,7 @@ def latency_runtime(name: str):
 def prune(
     ctx: typer.Context,
     model: str = typer.Option(..., "--model", "-m", help="Model folder (a fine-tuned grader) or built-in name."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the pruned grader, report.md and the figure."),
+    out: path = folder_option(..., "--out", "-o", help="Folder for the pruned grader, report.md and the figure."),
     keep_ratio: Opt[float] = number_in(argument_range("keep_ratio"), None, "--keep-ratio", help="Heads only: share "
                                        "of heads to keep; keeps round(ratio x all heads). Saves little compute: the "
                                        "FFN stays", kind=float),

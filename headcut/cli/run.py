@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import Opt, file_to_read, on_interrupt, quiet_transformers, user_errors
+from headcut.cli.common import (Opt, file_to_read, folder_option, on_interrupt, path, quiet_transformers,
+                                user_errors)
 from headcut_grader.files import RECIPE_FILE
 
 STATE_WIDTH = 8
@@ -63,7 +64,7 @@ def run(
                                  help="Pipeline recipe: a YAML path or built-in name (see recipes/run/)."),
     set_: list[str] = typer.Option([], "--set", help="Override a key: --set teacher.epochs=1, --set data.train=FILE, "
                                    "--set distill.bottom3.epochs=2 (repeatable; each key once)."),
-    out: Opt[Path] = typer.Option(None, "--out", "-o", help="Run folder (default: runs/<recipe name>); rerunning into "
+    out: Opt[path] = folder_option(None, "--out", "-o", help="Run folder (default: runs/<recipe name>); rerunning into "
                                   "it skips unchanged stages and resumes an interrupted one."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Run every stage again from scratch (also: use a "
                                    "non-empty OUT that holds no headcut run)."),

@@ -3,14 +3,13 @@ what heads do; write importance.json/csv, figures and a report."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import typer
 
 from headcut_grader.errors import UserError, quoted
 from headcut.cli.common import (ALLOW_PICKLE, BATCH_SIZE, LABEL_COL, LABEL_MAP, MAX_LENGTH, OVERWRITE, PRESET,
-                                QUERY_COL, SEED, TITLE_COL, Opt, argument_option, file_to_read, flags_set, metrics_line,
-                                number, quiet_transformers, read_data, user_errors)
+                                QUERY_COL, SEED, TITLE_COL, Opt, argument_option, file_to_read, flags_set,
+                                folder_option, metrics_line, number, path, quiet_transformers, read_data, user_errors)
 from headcut.evaluate_arguments import PROBE_BATCH_SIZE
 
 
@@ -142,7 +141,7 @@ def scan(
     model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
     data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
                              help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for importance.json/csv, figures, report.md/html."),
+    out: path = folder_option(..., "--out", "-o", help="Folder for importance.json/csv, figures, report.md/html."),
     method: str = typer.Option("ablation,kl,gradient,fisher,entropy", "--method",
                                help="Comma list of ablation, kl, gradient, fisher, entropy. `headcut prune "
                                     "--scores` ranks heads by fisher when the file has it, else by the first "
@@ -190,7 +189,7 @@ def probe(
     model: str = typer.Option(..., "--model", "-m", help="Model folder or built-in name (minilm-l6)."),
     data: str = typer.Option(..., "--data", "-d", parser=file_to_read("--data"),
                              help="Pairs file (TSV/CSV/JSONL/JSON) or 'synthetic'; grades not needed."),
-    out: Path = typer.Option(..., "--out", "-o", help="Folder for the probe report (importance.json holds entropy)."),
+    out: path = folder_option(..., "--out", "-o", help="Folder for the probe report (importance.json holds entropy)."),
     limit: Opt[int] = number(500, "--limit", help="Seeded random sample of this many pairs (0: all)", low=0),
     batch_size: int = argument_option("batch_size", "--batch-size", help="Pairs per forward pass",
                                       default=PROBE_BATCH_SIZE),

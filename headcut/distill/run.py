@@ -107,7 +107,7 @@ def distill(recipe: DistillRecipe, out: str | Path, *, overwrite: bool = False, 
     if cache_dir is not None:
         as_path(cache_dir, "distill cache_dir")
     run = Distillation(recipe, as_path(out, "distill out"), overwrite=overwrite, progress=progress, cache_dir=cache_dir,
-                       flag=out_flag(names))
+                       flag=out_flag(names, out))
     run.setup()
     return run.train(stop_after_steps=stop_after_steps)
 

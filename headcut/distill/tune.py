@@ -73,7 +73,7 @@ def tune(recipe: DistillRecipe, out: str | Path, *, trials: int, overwrite: bool
     """
     check_names(names, "tune names")
     check_callbacks("tune", progress=progress, on_trial=on_trial)
-    out, flag = as_path(out, "tune out"), out_flag(names)
+    out, flag = as_path(out, "tune out"), out_flag(names, out)
     overwrite = checked_bool(overwrite, "overwrite")
     trials = checked_number(trials, named("trials", names, section="", spelled=TRIALS_SPELLED), TRIALS_RANGE,
                             whole=True)

@@ -211,7 +211,7 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     """
     check_names(names, "run_pipeline names")
     check_callbacks("run_pipeline", progress=progress)
-    flag = out_flag(names)
+    flag = out_flag(names, out)
     given = as_path(out, "run_pipeline out")
     out = resolved_out(given, flag)
     check_recipe(recipe, PipelineRecipe, "run_pipeline recipe",

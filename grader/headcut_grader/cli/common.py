@@ -368,6 +368,21 @@ class path(type(Path())):  # noqa: N801  (its name is what --help shows)
     by its annotation's name, so one annotated Path showed <Path> where an unparsed Path shows <path>."""
 
 
+def folder_option(default, *flags: str, help: str):
+    """A typer option for a folder to write, annotated `path`: its value keeps the text as typed (typed_path), so a
+    refusal names it so (--out x.json/: files.as_typed), where typer's Path dropped the / before any check."""
+    return typer.Option(default, *flags, parser=typed_path, help=help)
+
+
+def typed_path(value):
+    """`value` as a `path` carrying the text it was typed as (its `typed`); None, or a path already, as it is."""
+    if value is None or isinstance(value, Path):
+        return value
+    parsed = path(value)
+    parsed.typed = value
+    return parsed
+
+
 def file_to_read(flag: str, kind: type = str, *, what: str = PAIRS_FILE):
     """A parser for an option or argument that names a file to read (pairs, a recipe, a score file): text that names a
     folder (p.tsv/, p.tsv/.) is refused naming `flag` and, for a folder that is there, the file `what` asks for
