@@ -41,7 +41,7 @@ docs-serve: setup
 
 demo: setup
 	@echo "== headcut run quickstart: fine-tune the packaged MiniLM on SYNTHETIC pairs (offline), scan its heads, prune =="
-	@echo "== to half the FLOPs, distil a 3-layer student, export graders for this CPU, benchmark; rerun skips what is done =="
+	@echo "== to half the FLOPs, distil a 3-layer student, export INT8 ONNX graders, benchmark; rerun skips what is done =="
 	$(HC) run quickstart --out $(DEMO)
 	@echo "== done: see $(DEMO)/report.html (or report.md) =="
 
