@@ -1508,25 +1508,34 @@ def test_a_run_s_auto_backend_without_openvino_is_onnx_runtime_alone_and_says_so
     assert export_backend(load_pipeline(tiny_recipe, overrides=["export.backend=openvino"])) == ("openvino", None)
 
 
-def test_a_run_s_default_export_ships_each_grader_on_its_measured_runtime_and_reports_the_timings(straight, tmp_path):
+def test_a_run_s_default_export_ships_each_grader_on_its_measured_runtime_and_reports_the_timings(tiny_recipe,
+                                                                                                   tmp_path):
     """Was: every run recipe shipped ONNX Runtime INT8 (export.precision: int8, export.backend: onnxruntime), and the
     report said nothing of the runtime. Now export's auto: each runtime's graph is the fastest that passes the gate
     (fp32 where none does), the grader grades with the runtime timed fastest, and the report shows both with the
-    timings. Which one wins is this CPU's business; that the recorded choice is the measured fastest is asserted."""
+    timings. Which one wins is this CPU's business; that the recorded choice is the measured fastest is asserted.
+    One grader (the untrained tiny base as the teacher, no scan, prune or student) and the fewest gate pairs: auto
+    judges every runtime's candidates, which is what takes the time."""
     pytest.importorskip("openvino")
     pytest.importorskip("nncf")
+    import yaml
+    from headcut.export.gate import MIN_GATE_PAIRS
     from headcut.pipeline.recipe import ExportSection
     from headcut_grader import Grader
     from headcut_grader.backends import graphs
 
     assert (ExportSection.backend, ExportSection.precision) == ("auto", "auto")
-    result, _ = straight
-    out = copy_run(result, tmp_path / "run")
-    again = run_pipeline(load_pipeline(result.out.parent / "tiny.yaml",
-                                       overrides=["export.backend=auto", "export.precision=auto"]), out)
+    data = yaml.safe_load(RECIPE.format(base="x"))
+    data.update(teacher={"path": str(tiny_recipe.parent / "base")}, scan=None, prune=None, distill={},
+                export={"rows": MIN_GATE_PAIRS, "threads": 1})  # export: the section's defaults, but for these
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(data))
+    out = tmp_path / "run"
+    again = run_pipeline(load_pipeline(tmp_path / "one.yaml"), out)
     md = (out / "report.md").read_text()
     assert "## The runtime each grader ships on" in md
-    for stage in (s for s in again.states if s.startswith("export.")):
+    stages = [s for s in again.states if s.startswith("export.")]
+    assert stages == ["export.teacher"]
+    for stage in stages:
         runtime = again.records[stage]["runtime"]
         saved = json.loads((out / again.records[stage]["grader"] / "grader.json").read_text())
         assert runtime["backend"] == min(runtime["speed"]["ms"], key=runtime["speed"]["ms"].get)
