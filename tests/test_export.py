@@ -206,6 +206,21 @@ def test_auto_with_no_int8_recipe_passing_ships_fp32_and_records_the_trials_that
     assert [c["ms"] for c in shipped["candidates"][1:]] == [1000 * t["seconds"] for t in rejected["trials"]]
 
 
+def test_headcut_export_prints_the_int8_trials_auto_rejected(tmp_path):
+    """Was: `headcut export --precision auto` printed the INT8 trials only when one was chosen, so where none passed
+    the gate and fp32 shipped it said nothing of the graphs it timed and why they failed; now it prints them."""
+    from headcut.cli.export import format_record
+
+    folder, _, _ = make_tiny_grader(tmp_path, precision="auto", gate=IMPOSSIBLE_GATE)
+    printed = format_record(json.loads((folder / "grader.json").read_text())).splitlines()
+    trials = json.loads((folder / "grader.json").read_text())["int8_rejected"]["trials"]
+    assert any(line.startswith("INT8 recipe") for line in printed)
+    for trial in trials:
+        row = next(line for line in printed if line.startswith(trial["choice"] + " "))
+        assert row.endswith(f"{trial['speed_vs_fp32']:>6.2f}x  -")
+    assert "chosen: fp32 (no INT8 recipe passed the gate)" in printed
+
+
 def test_the_fastest_passing_int8_recipe_is_chosen_not_the_fastest():
     gate = Int8Gate()  # the default gate: agreement >= 97%, |Spearman drift| <= 0.005, >= 1.15x the fp32 graph
 

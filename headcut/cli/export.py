@@ -40,6 +40,9 @@ def format_record(record: dict) -> str:
     if record.get("int8"):
         lines += trial_rows("INT8 recipe", record["int8"]["trials"])
         lines.append(f"chosen: {record['int8']['chosen']['choice']}")
+    elif record.get("int8_rejected"):
+        lines += trial_rows("INT8 recipe", record["int8_rejected"]["trials"])
+        lines.append("chosen: fp32 (no INT8 recipe passed the gate)")
     if (record.get("accuracy") or {}).get("fp32_metrics"):
         m = record["accuracy"]["fp32_metrics"]
         lines.append(f"fp32 on {record['accuracy']['data']['rows']} pairs: {quality_words(m)}")
