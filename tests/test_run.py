@@ -1508,6 +1508,29 @@ def test_a_run_s_auto_backend_without_openvino_is_onnx_runtime_alone_and_says_so
     assert export_backend(load_pipeline(tiny_recipe, overrides=["export.backend=openvino"])) == ("openvino", None)
 
 
+def test_an_auto_export_made_without_openvino_reruns_once_it_is_installed(tiny_recipe, monkeypatch):
+    """Was: the export stage's fingerprint covered export.backend=auto but not which runtimes auto could choose from,
+    so a run made without OpenVINO/NNCF (ONNX Runtime alone) was skipped on rerun after installing them; now the
+    fingerprint names them (only under auto: a pinned backend's fingerprint is as it was)."""
+    pytest.importorskip("openvino")
+    pytest.importorskip("nncf")
+    from headcut.pipeline.run import plan
+
+    def settings(overrides: list[str]) -> dict:
+        return {s.name: s.settings for s in plan(load_pipeline(tiny_recipe, overrides=overrides))}
+
+    auto, pinned = ["export.backend=auto", "export.precision=auto"], ["export.backend=onnxruntime"]
+    installed = settings(auto), settings(pinned)
+    for name in ("openvino", "nncf"):  # as if not installed: importing them raises ImportError
+        monkeypatch.setitem(sys.modules, name, None)
+    without = settings(auto), settings(pinned)
+    exports = {n for n in installed[0] if n.startswith("export.")}
+    assert exports and all(installed[0][n] != without[0][n] for n in exports)
+    assert {n: s for n, s in installed[0].items() if n not in exports} == \
+        {n: s for n, s in without[0].items() if n not in exports}
+    assert installed[1] == without[1] and all("auto_from" not in installed[1][n] for n in exports)
+
+
 def test_a_run_s_default_export_ships_each_grader_on_its_measured_runtime_and_reports_the_timings(tiny_recipe,
                                                                                                    tmp_path):
     """Was: every run recipe shipped ONNX Runtime INT8 (export.precision: int8, export.backend: onnxruntime), and the

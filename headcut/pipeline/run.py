@@ -30,7 +30,8 @@ from headcut_grader.validation import read_small_text
 from headcut_grader.ranges import check_callbacks, checked_bool
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
-from headcut.pipeline.checks import RUN_FILE, check_run, key_path, model_folders, pairs_files, run_parts, said
+from headcut.pipeline.checks import (RUN_FILE, check_run, export_backend, key_path, model_folders, pairs_files,
+                                    run_parts, said)
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
 from headcut.pipeline.report import WRITTEN
 from headcut.pipeline.recipe import PipelineRecipe, as_dict, from_mapping, given_as, planned_subs
@@ -91,6 +92,8 @@ def plan(recipe: PipelineRecipe) -> list[Stage]:
     chosen_on = sorted({(r.dev_data, r.dev_rows, r.seed) for r in subs.values() if r is not None}, key=str)
     export = {"export": to_dict(recipe.export), "chosen_on": chosen_on,
               "data": {k: v for k, v in data.items() if k != "test_rows"}}  # the report's size is the bench's
+    if recipe.export.backend == "auto":  # the runtimes installed here: installing OpenVINO later reruns the export
+        export["auto_from"] = ["onnxruntime"] if export_backend(recipe)[1] else ["onnxruntime", "openvino"]
     for model in models:
         label = "pruned" if model == "prune" else model.partition(".")[2] or model
         out.append(Stage(f"export.{label}", (model,), export, stages.export(model)))
