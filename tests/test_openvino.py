@@ -68,6 +68,22 @@ def test_openvino_grader_equals_pytorch(tmp_path, kind, prune, one_thread):
     assert (same == grader.grade(pairs).grades).all()
 
 
+def test_nncf_draws_no_progress_bars_while_int8_graphs_are_judged(tmp_path, capfd, one_thread):
+    """Was: NNCF's progress bars ('Statistics collection ━━━') leaked into `headcut run`'s and `headcut export`'s
+    output while OpenVINO INT8 graphs were judged (its log level does not reach them); now nothing is printed."""
+    pytest.importorskip("nncf")
+    from headcut.export.export import export_onnx, gate_batches
+    from headcut.export.openvino import convert, quantize_int8
+
+    loaded = tiny_loaded(tmp_path, "bert")
+    batches = gate_batches(loaded.model, loaded.tokenizer, synthetic_pairs(40, seed=2), max_length=64)
+    fp32_model = convert(export_onnx(loaded.model, tmp_path / "plain.onnx", fuse=False))
+    capfd.readouterr()
+    assert quantize_int8(fp32_model, batches[: len(batches) - len(RANDOM_SHAPES)], OV_INT8_CHOICES[0]) is not None
+    printed = capfd.readouterr()
+    assert "Statistics collection" not in printed.out + printed.err and "━" not in printed.out + printed.err, printed
+
+
 def test_int8_is_judged_by_the_gate_and_what_ships_is_what_was_judged(tmp_path, one_thread):
     folder, loaded, record = make_tiny_grader(tmp_path, backend="openvino", precision="int8")
     ov = record["openvino"]

@@ -11,6 +11,7 @@ pairs of the gate) by the agreement gate, against the fp32 IR on the same pairs.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -105,16 +106,30 @@ def quantize_int8(model, calibration: list[dict], choice: OvInt8Choice):
     advanced = nncf.AdvancedQuantizationParameters(
         smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=0.95 if choice.smooth_quant else -1))
     ignored = nncf.IgnoredScope(patterns=[f".*({FFN_OUT}).*"], validate=False) if choice.ignore_ffn_out else None
-    quiet = [logging.getLogger(n) for n in ("nncf", "openvino")]
-    levels = [q.level for q in quiet]
-    for q in quiet:
-        q.setLevel(logging.ERROR)  # NNCF logs every step and draws its own progress bars
-    try:
+    with _quiet_nncf():
         return nncf.quantize(model, nncf.Dataset(rows), model_type=nncf.ModelType.TRANSFORMER, subset_size=len(rows),
                              advanced_parameters=advanced,
             **({"ignored_scope": ignored} if ignored else {}))
+
+
+@contextmanager
+def _quiet_nncf():
+    """NNCF and OpenVINO logging at ERROR (NNCF logs every step), and none of NNCF's progress bars ('Statistics
+    collection ━━━'): it draws them on rich's global console whatever its log level, so that console is quiet
+    meanwhile. Errors still raise, and ERROR records still reach the log."""
+    import rich
+
+    console = rich.get_console()
+    loggers = [logging.getLogger(n) for n in ("nncf", "openvino")]
+    levels, was_quiet = [q.level for q in loggers], console.quiet
+    for q in loggers:
+        q.setLevel(logging.ERROR)
+    console.quiet = True
+    try:
+        yield
     finally:
-        for q, level in zip(quiet, levels):
+        console.quiet = was_quiet
+        for q, level in zip(loggers, levels):
             q.setLevel(level)
 
 
