@@ -2,7 +2,8 @@
 by side, and graded on the test pairs against the teacher with paired bootstrap CIs.
 
 Quality is measured against the teacher as trained (PyTorch fp32 logits), so a grader's INT8 drift counts
-against it too; speed-up is against the teacher's own grader on the same runtime, precision and threads.
+against it too; speed-up is against the first graph timed, the teacher's own grader on ONNX Runtime at its
+precision, at the same threads and shapes, for every row (an [openvino] row and an INT8 one included).
 """
 from __future__ import annotations
 
