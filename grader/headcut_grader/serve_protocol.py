@@ -27,6 +27,8 @@ from headcut_grader.serve import HEAD_TIMEOUT, Limits
 # The uvicorn releases whose protocol internals (below) this module was tested against; grader/pyproject.toml's
 # serve extra requires the same range (a test keeps the two equal).
 UVICORN_SUPPORTED = ">=0.55,<0.56"
+# likewise h11's (uvicorn's h11 protocol wraps an h11.Connection, whose state H11HeadTimed reads)
+H11_SUPPORTED = ">=0.16,<0.17"
 # uvicorn's internals the classes below override or read, none of them uvicorn's public API: the methods each
 # protocol class has, and the attributes its __init__ sets (the request cycle's likewise)
 PROTOCOL_METHODS = ("connection_made", "data_received", "connection_lost", "on_response_complete",
@@ -35,6 +37,7 @@ PROTOCOL_ATTRIBUTES = ("loop", "transport", "app_state", "cycle", "timeout_keep_
 H11_ATTRIBUTES = ("conn",)
 HTTPTOOLS_METHODS = ("on_message_begin", "on_headers_complete")
 CYCLE_ATTRIBUTES = ("response_complete",)
+H11_CONNECTION = ("their_state", "trailing_data")  # h11's, not uvicorn's: properties of h11.Connection
 
 # an app that publishes no deadline (another app, or lifespan off): Limits' default, named as create_app's field
 DEFAULT_HEAD_TIMEOUT = (Limits().header_timeout_seconds, "limits.header_timeout_seconds")
@@ -146,37 +149,48 @@ def _set_by_init(cls) -> set[str]:
 
 
 def _defined(cls) -> set[str]:
-    """The names uvicorn's classes in `cls`'s ancestry define (not asyncio.Protocol's no-op methods of those names)."""
-    return {name for owner in cls.__mro__ if owner.__module__.startswith("uvicorn.") for name in vars(owner)}
+    """The names the library's classes in `cls`'s ancestry define (uvicorn's, or h11's; not asyncio.Protocol's no-op
+    methods of those names)."""
+    package = cls.__module__.split(".")[0]
+    return {name for owner in cls.__mro__ if owner.__module__.split(".")[0] == package for name in vars(owner)}
 
 
 def _internals():
-    """(uvicorn's class, the names this module needs of it, whether they are set by __init__ rather than defined),
-    the protocol serve uses first."""
+    """(the library, its class, the names this module needs of it, whether they are set by __init__ rather than
+    defined), the protocol serve uses first."""
     if HeadTimedProtocol is not H11HeadTimed:
         from uvicorn.protocols.http import httptools_impl
 
-        yield HttpToolsProtocol, PROTOCOL_METHODS + HTTPTOOLS_METHODS, False
-        yield HttpToolsProtocol, PROTOCOL_ATTRIBUTES, True
-        yield httptools_impl.RequestResponseCycle, CYCLE_ATTRIBUTES, True
-    yield H11Protocol, PROTOCOL_METHODS, False
-    yield H11Protocol, PROTOCOL_ATTRIBUTES + H11_ATTRIBUTES, True
-    yield h11_impl.RequestResponseCycle, CYCLE_ATTRIBUTES, True
+        yield uvicorn, HttpToolsProtocol, PROTOCOL_METHODS + HTTPTOOLS_METHODS, False
+        yield uvicorn, HttpToolsProtocol, PROTOCOL_ATTRIBUTES, True
+        yield uvicorn, httptools_impl.RequestResponseCycle, CYCLE_ATTRIBUTES, True
+    yield uvicorn, H11Protocol, PROTOCOL_METHODS, False
+    yield uvicorn, H11Protocol, PROTOCOL_ATTRIBUTES + H11_ATTRIBUTES, True
+    yield uvicorn, h11_impl.RequestResponseCycle, CYCLE_ATTRIBUTES, True
+    yield h11, h11.Connection, H11_CONNECTION, False
 
 
-def missing_internals() -> list[str]:
-    """The uvicorn internals this module uses that the installed uvicorn lacks, as 'Class.name'."""
-    missing = []
-    for cls, names, by_init in _internals():
+def missing_internals() -> dict:
+    """The internals this module uses that the installed uvicorn and h11 lack: {library module: ['Class.name', ...]},
+    only those lacking one."""
+    missing = {}
+    for library, cls, names, by_init in _internals():
         present = _set_by_init(cls) if by_init else _defined(cls)
-        missing += [f"{cls.__name__}.{name}" for name in names if name not in present]
+        lacking = [f"{cls.__name__}.{name}" for name in names if name not in present]
+        if lacking:
+            missing.setdefault(library, []).extend(lacking)
     return missing
 
 
 def check_uvicorn() -> None:
-    """Raise UserError where the installed uvicorn lacks an internal the head deadline uses (serve's start-up calls
-    it): one sentence then, rather than an AttributeError in the middle of a request."""
+    """Raise UserError where the installed uvicorn or h11 lacks an internal the head deadline uses (serve's start-up
+    and app_from_env call it): one sentence then, rather than an AttributeError in the middle of a request."""
     missing = missing_internals()
     if missing:
-        raise UserError(f"uvicorn {uvicorn.__version__} lacks {', '.join(missing)}, which the server's request "
-                        f"head deadline uses; install a supported uvicorn: pip install 'uvicorn{UVICORN_SUPPORTED}'.")
+        supported = {uvicorn: UVICORN_SUPPORTED, h11: H11_SUPPORTED}
+        lacks = " and ".join(f"{lib.__name__} {lib.__version__} lacks {', '.join(names)}"
+                             for lib, names in missing.items())
+        install = " ".join(f"'{lib.__name__}{supported[lib]}'" for lib in missing)
+        which = " and ".join(lib.__name__ for lib in missing)
+        raise UserError(f"{lacks}, which the server's request head deadline uses; install a supported {which}: "
+                        f"pip install {install}.")
