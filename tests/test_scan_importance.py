@@ -13,6 +13,7 @@ from headcut.arch import ARCHITECTURES, keep_heads
 from headcut.batching import Encoded, collate
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError
+from headcut_grader.files import check_out_dir
 from headcut.evaluate.ablation import ablation_logits, masked_logits, naive_ablation_logits
 from headcut.evaluate.criteria import CRITERIA, gradient_scores, head_importance
 from headcut.evaluate.fisher import mask_gradients
@@ -222,11 +223,15 @@ def test_write_scores_keeps_the_output_file_rule_with_its_example(tmp_path):
     assert str(err.value).startswith(f"write_scores path is '{runs}/', which ends in /, so it names a folder")
     assert str(err.value).endswith(f"name a file inside that folder, such as {runs}/importance.json.")
     runs.mkdir()
-    with pytest.raises(UserError, match=rf"is a folder; name a file inside it, such as {runs}/importance.json\.$"):
+    with pytest.raises(UserError) as err:  # named as the refusal above names it (was: write_scores path=runs)
         write_scores(runs, scores, model_info={}, data_info={})
+    assert str(err.value) == (f"write_scores path is '{runs}', which is a folder; name a file inside it, such as "
+                              f"{runs}/importance.json.")
     write_scores(runs / "importance.json", scores, model_info={}, data_info={})
     write_scores(runs / "importance.json", {"kl": torch.zeros(2, 3)}, model_info={}, data_info={})
     assert json.loads((runs / "importance.json").read_text())["methods"]["kl"]["scores"] == [[0.0] * 3] * 2
+    with pytest.raises(UserError, match=rf"^save out is '{runs}', which is not empty; choose a new folder or pass "):
+        check_out_dir(str(runs), overwrite=False, flag="save out")  # the folder rule's sentences likewise
 
 
 @pytest.mark.parametrize("method", list(CRITERIA))

@@ -209,10 +209,10 @@ def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs
     # each look is one system call, and a vanished `out` counts as absent: another run with --overwrite may be
     # moving it aside and back meanwhile
     if _is_file(out):
-        raise UserError(f"{setting(flag, out)} is a file; name a folder.")
+        raise UserError(f"{path_is(flag, out, 'is a file')}; name a folder.")
     check_folder_name(out, flag, holds)  # after where it goes: a folder that cannot be made there is told so first
     if not overwrite and _holds_anything(out):
-        raise UserError(f"{setting(flag, out)} is not empty; choose a new folder or pass {overwrite_said(flag)}.")
+        raise UserError(f"{path_is(flag, out, 'is not empty')}; choose a new folder or pass {overwrite_said(flag)}.")
     return out
 
 
@@ -245,13 +245,22 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     if suffixes:
         check_suffix(out, suffixes, flag=flag, written=written)
     if out.is_dir():
-        raise UserError(f"{setting(flag, out)} is a folder; name a file inside it, such as {out / example}.")
+        raise UserError(f"{path_is(flag, out, 'is a folder')}; name a file inside it, such as {out / example}.")
     if out.exists() and not out.is_file():
-        raise UserError(f"{setting(flag, out)} is not a regular file (a pipe or device); name a file such as "
+        raise UserError(f"{path_is(flag, out, 'is not a regular file (a pipe or device)')}; name a file such as "
                         f"{example}.")
     if out.exists() and not overwrite:
-        raise UserError(f"{setting(flag, out)} exists; choose a new file name or pass {overwrite_said(flag)}.")
+        raise UserError(f"{path_is(flag, out, 'exists')}; choose a new file name or pass {overwrite_said(flag)}.")
     return out
+
+
+def path_is(flag: str, path, fact: str) -> str:
+    """A path setting and what is wrong with it (`fact`: "is a folder", "exists"), the setting named as its caller
+    wrote it: a Python call's argument as the library's messages say one, by its value as typed ("write_scores path is
+    '/tmp', which is a folder"), a flag or key with its value ("--out /tmp is a folder", "out=/tmp is a folder")."""
+    if caller(flag) == "arguments":
+        return f"{flag} is {str(path)!r}, which {fact}"
+    return f"{setting(flag, path)} {fact}"
 
 
 def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = False,
@@ -282,7 +291,7 @@ def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = 
     if example and not reading:
         fix += f", such as {os.path.normpath(os.path.join(out, example))}"  # x/.. names grades.tsv, not ./grades.tsv
     if caller(flag) == "arguments":
-        return f"{flag} is {out!r}, which {fact}, not a file to {verb}; {fix}."
+        return f"{path_is(flag, out, fact)}, not a file to {verb}; {fix}."
     if not flag:
         return f"{out} {fact}, not a file to {verb}; {fix}."
     return f"{out if positional else setting(flag, out)} {fact}, but {flag} is a file to {verb}; {fix}."
