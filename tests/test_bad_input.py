@@ -1365,6 +1365,35 @@ def test_class_a_damaged_study_db_is_a_sentence(tmp_path):
         tune(recipe, out, trials=1)
 
 
+@pytest.mark.parametrize("where", ["create_study", "ask"])
+def test_class_a_full_disk_while_the_study_db_is_written_is_a_sentence(tmp_path, monkeypatch, where):
+    """sqlite says a full disk as 'database or disk is full' (seen on a 200 KiB tmpfs): opening the study said
+    'study.db is damaged (database or disk is full); pass overwrite=True', and a write mid-search (ask, tell) was
+    sqlite's traceback. Now one sentence through files.write_fault, at either place."""
+    import sqlite3
+
+    import optuna
+    from sqlalchemy.exc import OperationalError
+
+    from headcut.distill import DistillRecipe
+    from headcut.distill.tune import tune
+    from headcut.recipes import load_recipe
+
+    def full(*args, **kwargs):
+        raise OperationalError("INSERT INTO studies", {}, sqlite3.OperationalError("database or disk is full"))
+
+    recipe = load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu",
+                         overrides=["train_data=synthetic", "teacher=minilm-l6"])
+    out = tmp_path / "study"
+    monkeypatch.setattr(optuna if where == "create_study" else optuna.Study, where, full)
+    disk_full(monkeypatch)
+    with pytest.raises(UserError) as err:
+        tune(recipe, out, trials=1)
+    assert str(err.value) == (f"{out}/study.db: writing the study failed (No space left on device); check free space "
+                              "and permissions, then rerun: it continues the study (finished trial folders are "
+                              "reused).")
+
+
 # --- run-folder sweep: file modes, outputs beside inputs ------------------------------------------
 
 def _checksums(folder):

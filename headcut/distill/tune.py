@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import contextlib
 import math
 import shutil
 from pathlib import Path
@@ -22,7 +23,7 @@ from headcut.distill.run import distill, with_unlabeled
 from headcut.distill.students import teacher_source
 from headcut.distill_arguments import TRIALS as TRIALS_RANGE
 from headcut_grader.errors import UserError, check_names, named, setting
-from headcut_grader.files import as_path, check_place, file_hash, overwrite_said, refuse_inputs, write_json
+from headcut_grader.files import as_path, check_place, file_hash, overwrite_said, refuse_inputs, write_fault, write_json
 from headcut_grader.ranges import check_callbacks, checked_bool, checked_number
 from headcut_grader.validation import read_small_text
 from headcut.finetune import load_data, run_hash
@@ -164,11 +165,21 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
     if overwrite and (out / STUDY_FILE).exists():
         (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values and data repeat
     study = _open_study(recipe, out, flag)
-    _check_inputs(study, read, out, flag)
-    running = optuna.trial.TrialState.RUNNING
-    for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
-        study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
-        study.enqueue_trial(stale.params)
+    with _study_writes(out):
+        _check_inputs(study, read, out, flag)
+        running = optuna.trial.TrialState.RUNNING
+        for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
+            study.tell(stale.number, state=optuna.trial.TrialState.FAIL)
+            study.enqueue_trial(stale.params)
+        stopped = _trials(study, recipe, out, read, trials=trials, progress=progress, on_trial=on_trial)
+    write_json(out / SUMMARY_FILE, _summary(study, recipe) | ({"stopped": stopped} if stopped else {}))
+    return read_tune(out)
+
+
+def _trials(study, recipe: DistillRecipe, out: Path, read: dict, *, trials: int, progress, on_trial) -> dict | None:
+    """Run trials until `trials` are complete; what stopped the search early (_stopped_early), or None."""
+    import optuna
+
     unscored, stopped = 0, None
     while _complete(study) < trials:
         trial = study.ask()
@@ -185,8 +196,7 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
         study.tell(trial, value)
         if on_trial:
             on_trial({"number": trial.number, "params": values, "value": value, "artifact": str(folder)})
-    write_json(out / SUMMARY_FILE, _summary(study, recipe) | ({"stopped": stopped} if stopped else {}))
-    return read_tune(out)
+    return stopped
 
 
 def _run_trial(trial, recipe: DistillRecipe, out: Path, read: dict, progress) -> tuple[dict, Path, float | None]:
@@ -296,15 +306,33 @@ def _open_study(recipe: DistillRecipe, out: Path, flag: str):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI reports trials itself
     try:
-        return optuna.create_study(
-            study_name=study_name(recipe), storage=f"sqlite:///{out / STUDY_FILE}", load_if_exists=True,
-            direction="minimize" if recipe.select_metric == "loss" else "maximize",
-            sampler=optuna.samplers.TPESampler(seed=recipe.seed),
-        )
+        with _study_writes(out):
+            return optuna.create_study(
+                study_name=study_name(recipe), storage=f"sqlite:///{out / STUDY_FILE}", load_if_exists=True,
+                direction="minimize" if recipe.select_metric == "loss" else "maximize",
+                sampler=optuna.samplers.TPESampler(seed=recipe.seed),
+            )
     except SQLAlchemyError as e:
         reason = str(getattr(e, "orig", None) or e).splitlines()[0]
         raise UserError(f"{out / STUDY_FILE} is damaged ({reason}); pass {overwrite_said(flag)} to start a fresh "
                         "study (finished trial folders are reused).") from None
+
+
+@contextlib.contextmanager
+def _study_writes(out: Path):
+    """A write to the study that fails where the user can fix it (a full disk, a read-only folder: files.write_fault)
+    is one sentence naming study.db; sqlite's error otherwise (a damaged study, said where it is opened). Was: on a
+    full disk, 'study.db is damaged (database or disk is full); pass --overwrite', or sqlite's traceback mid-search."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except SQLAlchemyError as e:
+        why = write_fault(getattr(e, "orig", None) or e, out)
+        if why is None:
+            raise
+        raise UserError(f"{out / STUDY_FILE}: writing the study failed ({why}); check free space and permissions, "
+                        "then rerun: it continues the study (finished trial folders are reused).") from None
 
 
 def _check_inputs(study, read: dict, out: Path, flag: str) -> None:
