@@ -117,6 +117,55 @@ def test_killed_run_resumes_to_the_same_bytes(tiny_grader, tmp_path):
 
 
 
+def _stopped_after(tiny_grader, source, out, settings, rows: int) -> dict:
+    """Grade `source` into `out` and stop it (as Ctrl-C does) once `rows` are graded: the state it leaves."""
+    from headcut_grader.grade_file import grade_file
+
+    graded = []
+
+    def stop(n):
+        graded.append(n)
+        if sum(graded) >= rows:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        grade_file(tiny_grader, source, out, settings=settings, progress=stop)
+    return json.loads(partial_paths(out)[1].read_text())
+
+
+def test_a_partial_file_cut_short_resumes_from_its_last_whole_chunk(tiny_grader, tmp_path):
+    """--resume of a partial file slightly cut short (a copy, a disk that lost its tail) refused ('is shorter than
+    its state says; run again with --overwrite'), throwing away every finished row. The state keeps the last chunk
+    ends, so it resumes from the last one the file holds whole, to the bytes of an uninterrupted run; a state that
+    keeps none (written before they were kept) says so."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import _checked, grade_file
+
+    source = write_pairs(tmp_path / "pairs.tsv", 3000, seed=1)
+    settings = GradeSettings(chunk_rows=200, threads=1)
+    grade_file(tiny_grader, source, tmp_path / "whole.tsv", settings=settings)
+    out = tmp_path / "cut.tsv"
+    data, state_path = partial_paths(out)
+    state = _stopped_after(tiny_grader, source, out, settings, 1500)
+    assert state["rows"] >= 1000 and [end["rows"] for end in state["earlier"]] == list(range(200, state["rows"], 200))
+    os.truncate(data, data.stat().st_size - 37)
+    resumed = grade(tiny_grader, source, "--out", out, "--chunk-rows", "200", "--threads", "1", "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert f"{state['rows'] - 200} of them by the interrupted run" in resumed.output, resumed.output
+    assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
+    assert not data.exists() and not state_path.exists()
+
+    out.unlink()
+    state = _stopped_after(tiny_grader, source, out, settings, 700)
+    state_path.write_text(json.dumps(_checked({k: v for k, v in state.items() if k not in ("earlier", "check")})))
+    os.truncate(data, data.stat().st_size - 37)
+    with pytest.raises(UserError) as err:
+        grade_file(tiny_grader, source, out, settings=settings, resume=True)
+    assert str(err.value) == (f"{data} is shorter than its state says ({data.stat().st_size:,} bytes of "
+                              f"{state['bytes']:,}), and its state records no earlier chunk end; run again without "
+                              "resume=True and with overwrite=True.")
+
+
 @pytest.mark.parametrize("chunks_done", [2, 0])
 def test_ctrl_c_says_what_was_kept_and_exits_130(tiny_grader, tmp_path, monkeypatch, chunks_done):
     """Was: Ctrl-C in `headcut grade` exited 130 with nothing said; now one line says OUT was not written and how

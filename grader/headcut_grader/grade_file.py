@@ -33,6 +33,10 @@ from headcut_grader.ranges import (BATCH, BATCH_SIZE, CHUNK_ROWS, RUNTIME_THREAD
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
+# chunk ends before the last that the state keeps ("earlier": rows, bytes, position, counts at each), so a partial
+# file cut short resumes from the last whole chunk it holds; a state written before these were kept has none
+EARLIER_KEPT = 16
+BOUNDARY = ("rows", "bytes", "position", "counts")
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                              names=names)
     counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record.get("grades", [])}
     rows = done = state["rows"] if state else 0
+    earlier = list(state.get("earlier", [])) if state else []
     chunks = (_chunks(source, settings, task, start=Position(**state["position"]), names=names) if state
               else chain([first], chunks))
     try:
@@ -140,13 +145,16 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
                     f.write(format_rows(result, settings.out_format, header=rows == 0).encode("utf-8"))
                     f.flush()
                     os.fsync(f.fileno())  # the state below must never count rows that are not on disk
+                    if rows:  # the chunk end before this one, kept for a partial file cut short
+                        earlier = (earlier + [{k: state[k] for k in BOUNDARY}])[-EARLIER_KEPT:]
                     rows += len(chunk.pairs)
                     for g in result.get("grade", ()):  # a score grader has no grades to count
                         counts[str(g)] += 1
-                    write_json(state_path, _checked({"format": STATE_FORMAT, "source": str(source), "rows": rows,
-                                                     "bytes": f.tell(), "position": asdict(chunk.position),
-                                                     "counts": counts, "grader_sha256": _grader_id(grader),
-                                                     "settings": settings.output_keys()}))
+                    state = _checked({"format": STATE_FORMAT, "source": str(source), "rows": rows, "bytes": f.tell(),
+                                      "position": asdict(chunk.position), "counts": dict(counts),
+                                      "grader_sha256": _grader_id(grader), "settings": settings.output_keys(),
+                                      "earlier": earlier})
+                    write_json(state_path, state)
         with _removed_once_published(data, state_path, out):
             publish_file(data, out, overwrite=overwrite, flag=said("out", names))
     except OSError as e:  # --resume only where rows are kept for it (was: said also where nothing was written)
@@ -335,20 +343,59 @@ def state_problem(state, grades) -> str | None:
         value = state.get(key)
         if isinstance(value, bool) or not isinstance(value, kind) or (kind is int and value < 0):
             return f"'{key}' is missing or not a {'whole number >= 0' if kind is int else kind.__name__}"
-    counts, position = state["counts"], state["position"]
-    if (set(counts) != {str(g) for g in grades} or any(isinstance(n, bool) or not isinstance(n, int) or n < 0
-                                                        for n in counts.values())
-            or sum(counts.values()) != (state["rows"] if grades else 0)):
-        return "'counts' is not one count per grade adding up to 'rows'" if grades else "'counts' is not empty"
-    if set(position) != {"offset", "line", "sha256"} or not _is_sha256(position["sha256"]) or any(
-            isinstance(position[k], bool) or not isinstance(position[k], int) or position[k] < 0
-            for k in ("offset", "line")):
-        return "'position' is not an offset, a line and a sha256"
+    if problem := _boundary_problem(state, grades) or _earlier_problem(state, grades):
+        return problem
     if set(state["settings"]) != set(GradeSettings().output_keys()):
         return f"'settings' does not name the settings {', '.join(GradeSettings().output_keys())}"
     if state["check"] != _checksum(state):
         return "its contents do not match its checksum"
     return None
+
+
+def _boundary_problem(boundary: dict, grades) -> str | None:
+    """What makes a chunk end's counts or position unusable (the state's own, or one of its "earlier"), or None."""
+    counts, position = boundary["counts"], boundary["position"]
+    if (set(counts) != {str(g) for g in grades} or any(isinstance(n, bool) or not isinstance(n, int) or n < 0
+                                                        for n in counts.values())
+            or sum(counts.values()) != (boundary["rows"] if grades else 0)):
+        return "'counts' is not one count per grade adding up to 'rows'" if grades else "'counts' is not empty"
+    if set(position) != {"offset", "line", "sha256"} or not _is_sha256(position["sha256"]) or any(
+            isinstance(position[k], bool) or not isinstance(position[k], int) or position[k] < 0
+            for k in ("offset", "line")):
+        return "'position' is not an offset, a line and a sha256"
+    return None
+
+
+def _earlier_problem(state: dict, grades) -> str | None:
+    """What makes the state's earlier chunk ends unusable (absent is fine: a state written before they were kept):
+    each a rows, bytes, position and counts, in the order written, before the state's own."""
+    earlier = state.get("earlier", [])
+    said = "'earlier' is not a list of chunk ends (rows, bytes, position, counts), in order"
+    if not isinstance(earlier, list):
+        return said
+    ends = [*earlier, state]
+    for end, after in zip(ends, ends[1:]):
+        if not isinstance(end, dict) or set(end) != set(BOUNDARY) or any(
+                isinstance(end[k], bool) or not isinstance(end[k], int) or end[k] < 0 for k in ("rows", "bytes")) or (
+                not isinstance(end["position"], dict) or not isinstance(end["counts"], dict)):
+            return said
+        if end["rows"] >= after["rows"] or end["bytes"] >= after["bytes"]:
+            return said
+        if problem := _boundary_problem(end, grades):
+            return f"an earlier chunk end's {problem}"
+    return None
+
+
+def _whole_chunks(state: dict, data: Path, names: str) -> dict:
+    """The state to resume from where `data` is shorter than `state` says (cut short): its last chunk end that `data`
+    still holds whole (the rows after it are graded again, and `data` truncated to it); else one sentence."""
+    size = data.stat().st_size
+    whole = [end for end in state.get("earlier", []) if end["bytes"] <= size]
+    if not whole:
+        kept = "records no earlier chunk end" if not state.get("earlier") else "records no chunk end it holds whole"
+        raise UserError(f"{data} is shorter than its state says ({counted(size, 'byte')} of {state['bytes']:,}), "
+                        f"and its state {kept}; run again {afresh(names)}.")
+    return {**state, **whole[-1], "earlier": whole[:-1]}
 
 
 def _is_sha256(text) -> bool:
@@ -385,8 +432,8 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
             raise UserError(f"{out}: {said(key, names)} is {wanted.get(key)!r} but the interrupted run used "
                             f"{value!r}; resume with the same {'flags' if names == 'flags' else 'settings'}, or "
                             f"run {afresh(names)}.")
-    if data.stat().st_size < state["bytes"]:
-        raise UserError(f"{data} is shorter than its state says; run again {afresh(names)}.")
+    if data.stat().st_size < state["bytes"]:  # cut short: resume after the last chunk it holds whole
+        return _whole_chunks(state, data, names)
     return state
 
 
