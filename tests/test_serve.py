@@ -512,11 +512,11 @@ def test_serve_refuses_a_uvicorn_without_an_internal_the_head_deadline_uses(tiny
     from uvicorn.protocols.http import h11_impl
 
     from headcut.cli.main import app
-    from headcut_grader import serve_protocol
+    from headcut_grader import serve_internals, serve_protocol
 
     extra = tomllib.loads((ROOT / "grader" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert "uvicorn" + serve_protocol.UVICORN_SUPPORTED in extra["serve"]
-    assert serve_protocol.missing_internals() == {}
+    assert "uvicorn" + serve_internals.UVICORN_SUPPORTED in extra["serve"]
+    assert serve_internals.missing_internals() == {}
     owner = serve_protocol.HeadTimedProtocol.__mro__[2]  # uvicorn's class under the deadline's
     monkeypatch.delattr(owner, "_unset_keepalive_if_required")
     monkeypatch.setattr(h11_impl.RequestResponseCycle, "__init__", lambda self, **kwargs: None)
@@ -526,7 +526,7 @@ def test_serve_refuses_a_uvicorn_without_an_internal_the_head_deadline_uses(tiny
     assert result.exit_code == 2, result.output
     assert (f"uvicorn {uvicorn.__version__} lacks {owner.__name__}._unset_keepalive_if_required, "
             "RequestResponseCycle.response_complete, which the server's request head deadline uses; install a "
-            f"supported uvicorn: pip install 'uvicorn{serve_protocol.UVICORN_SUPPORTED}'.") in " ".join(
+            f"supported uvicorn: pip install 'uvicorn{serve_internals.UVICORN_SUPPORTED}'.") in " ".join(
                 result.output.split()), result.output
 
 
@@ -540,12 +540,12 @@ def test_uvicorn_factory_refuses_at_start_up_a_uvicorn_or_h11_without_an_interna
     import h11
     import uvicorn
 
-    from headcut_grader import serve_protocol
+    from headcut_grader import serve_internals, serve_protocol
     from headcut_grader.errors import UserError
     from headcut_grader.serve import app_from_env
 
     extra = tomllib.loads((ROOT / "grader" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert "h11" + serve_protocol.H11_SUPPORTED in extra["serve"]
+    assert "h11" + serve_internals.H11_SUPPORTED in extra["serve"]
     monkeypatch.setenv("HEADCUT_SERVE", json.dumps({"grader_dir": str(tiny_folder)}))
     owner = serve_protocol.HeadTimedProtocol.__mro__[2]  # uvicorn's class under the deadline's
     monkeypatch.delattr(owner, "timeout_keep_alive_handler")
@@ -555,7 +555,7 @@ def test_uvicorn_factory_refuses_at_start_up_a_uvicorn_or_h11_without_an_interna
     assert str(e.value) == (
         f"uvicorn {uvicorn.__version__} lacks {owner.__name__}.timeout_keep_alive_handler and h11 {h11.__version__} "
         "lacks Connection.trailing_data, which the server's request head deadline uses; install a supported uvicorn "
-        f"and h11: pip install 'uvicorn{serve_protocol.UVICORN_SUPPORTED}' 'h11{serve_protocol.H11_SUPPORTED}'.")
+        f"and h11: pip install 'uvicorn{serve_internals.UVICORN_SUPPORTED}' 'h11{serve_internals.H11_SUPPORTED}'.")
 
 
 @pytest.mark.parametrize("protocol", protocols(), ids=lambda p: p.__name__)

@@ -170,7 +170,7 @@ def app_from_env():
     """App factory for `uvicorn --factory` (with `--http` HEAD_PROTOCOL) and several worker processes (settings
     travel by environment, where `headcut serve` put them: answers name its flags)."""
     from headcut_grader.orphans import exit_with_parent
-    from headcut_grader.serve_protocol import check_uvicorn  # imports uvicorn, which runs this
+    from headcut_grader.serve_internals import check_uvicorn  # imports uvicorn, which runs this
 
     check_uvicorn()  # the head deadline's uvicorn and h11 internals: at start-up, not in the middle of a request
     settings = Settings.decode(os.environ.get(ENV_SETTINGS))

@@ -81,7 +81,8 @@ def serve(
     uvicorn = optional_module("uvicorn")
     if uvicorn is None:
         raise UserError(f"serve needs FastAPI and uvicorn; run: {INSTALL['serve']}.")
-    from headcut_grader.serve_protocol import HeadTimedProtocol, check_uvicorn  # imports uvicorn
+    from headcut_grader.serve_internals import check_uvicorn  # imports uvicorn
+    from headcut_grader.serve_protocol import HeadTimedProtocol
 
     check_uvicorn()  # the head deadline's uvicorn internals, before the grader loads
 
