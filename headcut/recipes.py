@@ -57,9 +57,8 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None,
 
 def check_kind(path: Path, data: dict, kind: str, name_or_path, flag: str, *, fields=()) -> None:
     """Refuse a recipe of another kind than `kind` (finetune, distill, run) in one sentence naming it as `flag` gave
-    it, the kind wanted and that kind's built-in recipes: one under recipes/<other kind>/, or one more of whose keys
-    another kind's shipped recipes hold than `fields` (the keys `kind` takes) hold; a key no kind holds better is a
-    slip, which from_dict names. Was: every key the wanted kind does not take listed as unknown, with all its valid
+    it, the kind wanted and that kind's built-in recipes: one under recipes/<other kind>/, or one whose keys are
+    another kind's (_better_kind; `fields`: the keys `kind` takes); a stray key is a slip, which from_dict names. Was: every key the wanted kind does not take listed as unknown, with all its valid
     keys; and a recipe one key away from the wanted kind's (a copy of finetune/minilm_synthetic_cpu given to
     distill: its `model`) was still that, as two such keys were asked for."""
     other = _shipped_kind(path)
@@ -73,14 +72,24 @@ def check_kind(path: Path, data: dict, kind: str, name_or_path, flag: str, *, fi
 
 
 def _better_kind(data: dict, kind: str, fields) -> str | None:
-    """The kind whose shipped recipes hold more of `data`'s keys than `fields` (the keys `kind` takes) do, the most
-    if several; None where none does (every key taken, or a slip no kind takes)."""
-    taken = sum(key in fields for key in data)
-    if taken == len(data):
+    """The other kind `data` is a recipe of, the one with the most foreign keys if several; None where none is (every
+    key taken, or a slip a recipe of `kind` made). A foreign key is one another kind's shipped recipes write and
+    `fields` (the keys `kind` takes) lacks; keys both kinds take (epochs, train_data) count for neither. The other
+    kind is named on two foreign keys, or on one that every shipped recipe of it writes (finetune's `model`,
+    distill's `teacher`) where `data` holds none of the keys only `kind` takes. Was: shared keys counted for both, so
+    a finetune recipe with one stray `temperature` was told it is a distill recipe."""
+    if all(key in fields for key in data):
         return None
-    held = {other: len(set(data) & _shipped_keys(other)) for other in _kinds() if other != kind}
-    best = max(held, key=held.get, default=None)
-    return best if best is not None and held[best] > taken else None
+    found = {}
+    for other in _kinds():
+        if other == kind:
+            continue
+        shipped, hallmark = _shipped_keys(other), _shipped_keys(other, every=True)
+        foreign = {key for key in data if key in shipped and key not in fields}
+        own = any(key in fields and key not in shipped for key in data)
+        if len(foreign) >= 2 or (foreign & hallmark and not own):
+            found[other] = len(foreign)
+    return max(found, key=found.get, default=None)
 
 
 def _kinds() -> list[str]:
@@ -95,13 +104,15 @@ def _shipped_kind(path: Path) -> str | None:
     return None
 
 
-def _shipped_keys(kind: str) -> set:
-    """Every top-level key the shipped recipes of `kind` write."""
-    keys = set()
+def _shipped_keys(kind: str, *, every: bool = False) -> set:
+    """Every top-level key the shipped recipes of `kind` write; with `every`, the keys each of them writes."""
+    keys = []
     for name in builtin_recipes(kind):
         data = yaml.load((RECIPE_ROOT / f"{name}.yaml").read_text(), Loader=_Loader)  # noqa: S506 - SafeLoader's
-        keys |= set(data) if isinstance(data, dict) else set()
-    return keys
+        keys.append(set(data) if isinstance(data, dict) else set())
+    if not keys:
+        return set()
+    return set.intersection(*keys) if every else set.union(*keys)
 
 
 def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None,

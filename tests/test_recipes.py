@@ -754,3 +754,14 @@ def test_every_loss_weight_reads_the_one_loss_weight_range():
         (cls.__name__, f.name) for cls, f in weights if f.metadata["range"] is not LOSS_WEIGHT]
     with pytest.raises(UserError, match=r"key 'margin_weight' is 101, which is out of range; it must be in \[0, 100\]"):
         load_recipe(DistillRecipe, "minilm_synthetic_cpu", overrides=["margin_weight=101"], kind="distill")
+
+
+@pytest.mark.parametrize("stray", ["temperature: 2.0", "margin_weight: 1.0"])
+def test_a_recipe_with_one_stray_key_of_another_kind_is_told_the_key_not_the_kind(tmp_path, stray):
+    """Keys both kinds take (epochs, learning_rate, train_data, batch_size) count for neither: was 'ft.yaml is a
+    distill recipe, but a finetune recipe is wanted here' for a finetune recipe with one distill key."""
+    path = tmp_path / "ft.yaml"
+    path.write_text(f"train_data: t.tsv\nepochs: 2\nlearning_rate: 1.0e-4\nbatch_size: 16\n{stray}\n")
+    key = stray.split(":")[0]
+    with pytest.raises(UserError, match=rf"unknown key '{key}'"):
+        load_recipe(FinetuneRecipe, str(path), kind="finetune")
