@@ -715,7 +715,10 @@ def _checkpoint(accelerator, ckpt: Path, state: LoopState) -> None:
     try:
         accelerator.save_state(str(tmp))
     except Exception as e:
-        raise _unsaved(tmp, ckpt, e) from None
+        unsaved = _unsaved(tmp, ckpt, e)
+        if unsaved is e:  # no write fault: as it was raised, with its cause
+            raise
+        raise unsaved from None
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         write_text(tmp / "loop.json", json.dumps(state.__dict__))  # atomic: a kill leaves it whole or absent

@@ -1252,6 +1252,43 @@ def test_class_a_full_disk_a_library_reports_without_an_errno_is_a_sentence(tmp_
             raise TORCH_FULL
 
 
+@pytest.mark.parametrize("error", [
+    KeyError("teacher"),  # a bug, not a full disk: was 'writing failed (No space left on device)', traceback dropped
+    RuntimeError("Error while deserializing header: Permission denied (os error 13)"),  # a read: was 'writing failed'
+    PermissionError(13, "Permission denied", "/etc/an-input.tsv"),  # a read of an input outside the folder written
+])
+def test_an_error_that_is_no_failed_write_propagates_from_atomic_dir_even_on_a_full_disk(tmp_path, monkeypatch,
+                                                                                           error):
+    from headcut_grader.files import atomic_dir
+
+    disk_full(monkeypatch)
+    with pytest.raises(type(error)) as raised:
+        with atomic_dir(tmp_path / "out"):
+            raise error
+    assert raised.value is error and list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_error_that_is_no_failed_write_keeps_its_cause(tmp_path):
+    """Was: `raise _unsaved(...) from None` dropped the cause of an error _unsaved returns as it is."""
+    from headcut.training import LoopState, _checkpoint
+
+    class Accelerator:
+        is_main_process = True
+
+        def wait_for_everyone(self):
+            pass
+
+        def save_state(self, folder):
+            try:
+                {}["model"]
+            except KeyError as e:
+                raise ValueError("no model to save") from e
+
+    with pytest.raises(ValueError) as raised:
+        _checkpoint(Accelerator(), tmp_path / "checkpoint", LoopState(step=1))
+    assert isinstance(raised.value.__cause__, KeyError)
+
+
 def test_class_a_full_disk_while_a_checkpoint_is_written_is_a_sentence_and_keeps_the_last_one(tmp_path, monkeypatch):
     """Was: a traceback of torch's RuntimeError from accelerate's save_state, out of `headcut run`, finetune and
     distill alike; the half-written checkpoint is removed, the last whole one kept for the rerun."""

@@ -309,29 +309,48 @@ def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: st
                     f"{out.with_suffix(named_ones[0]).name}).")
 
 
-# A full disk, a quota or a read-only folder is the user's to fix, not a bug to show as a traceback.
-_WRITE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
-# Under this much free space a failed write is taken for a full disk: torch's writer says so only as a RuntimeError
-# ('unexpected pos 576 vs 534', 'iostream error'), with no errno to read.
+# A full disk, a quota, a file too large or a read-only disk is the user's to fix, not a bug to show as a traceback;
+# permission denied too, where what was refused lies in the folder being written (a read of an input is no write).
+_WRITE_FAULTS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+_REFUSED = {errno.EACCES, errno.EPERM}
+# The errnos a library's '(os error N)' is a failed write by (safetensors; EIO: the disk itself failed).
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO}
+# How torch's writer (and sqlite) say a write failed without an errno ('unexpected pos 576 vs 534', 'iostream
+# error', 'PytorchStreamWriter failed writing file', 'database or disk is full'): taken for a full disk only under
+# FULL_BELOW free bytes.
+_FAILED_WRITE = re.compile(r"unexpected pos|iostream|PytorchStreamWriter|disk is full|No space left|os error 28")
 FULL_BELOW = 1 << 20  # bytes
 
 
 def write_fault(error: BaseException, place: Path) -> str | None:
     """Why a write under `place` failed, where the user can fix it (a full disk, a quota, a read-only folder): an
-    OSError's own words; a library's error that carries the system's (safetensors: '... (os error 28)'); or, for any
-    other error while `place`'s disk is all but full, the system's words for a full disk. None: not a write fault.
-    Call it before removing what the write left, which frees the space it took."""
+    OSError's own words (permission denied only for a path under `place`); a library's error that carries a write's
+    errno (safetensors: '... (os error 28)'); or, for torch's or sqlite's words for a failed write while `place`'s
+    disk is all but full, the system's words for a full disk. None: not a write fault (a KeyError, a read refused),
+    to re-raise as it is. Call it before removing what the write left, which frees the space it took. Was: any
+    error while under 1 MiB was free said 'No space left on device', and '(os error 13)' of a read 'writing failed'."""
     if isinstance(error, OSError):
-        return error.strerror if error.errno in _WRITE_FAULTS else None
+        refused = error.errno in _REFUSED and _under(error.filename, place)
+        return error.strerror if error.errno in _WRITE_FAULTS or refused else None
     if isinstance(error, UserError):  # already said
         return None
-    if (code := re.search(r"\(os error (\d+)\)", str(error))) and int(code[1]) in _WRITE_FAULTS:
-        return os.strerror(int(code[1]))
+    if code := re.search(r"\(os error (\d+)\)", str(error)):
+        return os.strerror(int(code[1])) if int(code[1]) in _WRITE_ERRNOS else None
+    if not _FAILED_WRITE.search(str(error)):
+        return None
     try:
         full = shutil.disk_usage(place).free < FULL_BELOW
     except OSError:
         return None
     return os.strerror(errno.ENOSPC) if full else None
+
+
+def _under(name, place: Path) -> bool:
+    """Whether the path `name` (an OSError's filename, maybe None or bytes) is `place` or lies inside it."""
+    if not isinstance(name, (str, bytes, os.PathLike)):
+        return False
+    path = os.path.abspath(os.fsdecode(name))
+    return os.path.commonpath([path, os.path.abspath(place)]) == os.path.abspath(place)
 
 
 def _temp_prefix(name: str) -> str:
