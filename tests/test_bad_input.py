@@ -121,7 +121,7 @@ def test_3_dev_zero_is_refused(tmp_path):
 
 @pytest.mark.parametrize("name, row", [("p.tsv", "drill\tcordless drill\t4\n"),
                                        ("p.jsonl", '{"query": "drill", "title": "cordless drill", "grade": 4}\n')])
-@pytest.mark.parametrize("change", ["appended", "cut short"])
+@pytest.mark.parametrize("change", ["appended", "cut short", "rewritten"])
 def test_3_a_pairs_file_written_to_while_it_is_read_is_refused(tmp_path, name, row, change):
     """Was: a file still being written (a download, an export not yet done) or rewritten in place as it was read
     gave the rows there were when the reader reached its end, some of one version and some of another, with nothing
@@ -135,11 +135,16 @@ def test_3_a_pairs_file_written_to_while_it_is_read_is_refused(tmp_path, name, r
     if change == "appended":
         with open(path, "a") as f:
             f.write(row * 2)
-    else:
+    elif change == "cut short":
         os.truncate(path, len(header) + len(row))
-    with pytest.raises(UserError, match=re.escape(f"{path} changed while it was read (") + ".*; wait until"):
+    else:  # the same size, another modification time: said so, not '30 bytes when opened, 30 at the end'
+        os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 1_000_000_000))
+    said = {"appended": f"{len(header + row * 3):,} bytes when opened, {len(header + row * 5):,} at the end",
+            "cut short": f"{len(header + row * 3):,} bytes when opened, {len(header + row):,} at the end",
+            "rewritten": "its modification time changed while it was read"}[change]
+    with pytest.raises(UserError, match=re.escape(f"{path} changed while it was read ({said}); wait until")):
         list(chunks)
-    assert len(read_pairs(path)) == (5 if change == "appended" else 1)  # read whole once it is still
+    assert len(read_pairs(path)) == {"appended": 5, "cut short": 1, "rewritten": 3}[change]  # read whole once still
 
 
 def test_3_an_endless_line_stops_at_the_cap(tmp_path, monkeypatch):

@@ -133,9 +133,12 @@ class Lines:
         """At the end of the file: refuse a file written to while it was read (a download or export not yet done,
         a file rewritten in place), whose rows are some of one version and some of another, or cut short."""
         now = _mark(self.file)
-        if now != self.mark:
-            raise UserError(f"{self.path} changed while it was read ({self.mark[0]:,} bytes when opened, {now[0]:,} "
-                            "at the end); wait until whatever writes it has finished, then read it again.")
+        if now == self.mark:
+            return
+        how = (f"{self.mark[0]:,} bytes when opened, {now[0]:,} at the end" if now[0] != self.mark[0] else
+               "its modification time changed while it was read")  # rewritten in place at the same size
+        raise UserError(f"{self.path} changed while it was read ({how}); wait until whatever writes it has finished, "
+                        "then read it again.")
 
     def position(self) -> Position:
         return Position(self.offset, self.number, self.hash.hexdigest())
