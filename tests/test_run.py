@@ -1508,6 +1508,42 @@ def test_a_run_s_auto_backend_without_openvino_is_onnx_runtime_alone_and_says_so
     assert export_backend(load_pipeline(tiny_recipe, overrides=["export.backend=openvino"])) == ("openvino", None)
 
 
+NNCF_SAID = "NNCF (which judges OpenVINO's INT8 graphs) is not installed here"
+
+
+@pytest.mark.parametrize("openvino, nncf, said", [
+    ("missing", "missing", f"OpenVINO is not installed here and {NNCF_SAID}"),
+    ("ok", "missing", NNCF_SAID),  # was: 'OpenVINO is not installed'
+    ("broken", "ok", "OpenVINO fails to import here (RuntimeError: no CPU plugin)"),  # was: a traceback
+])
+def test_an_auto_run_without_a_usable_openvino_says_why_and_what_to_install(tiny_recipe, monkeypatch, openvino, nncf,
+                                                                             said):
+    """Was: bf16 under auto without OpenVINO told 'use --set export.backend=openvino or auto' (it was auto); NNCF
+    missing said 'OpenVINO is not installed'; an OpenVINO whose import raised another error stopped the run."""
+    import types
+
+    from headcut.pipeline import checks
+
+    class Broken:
+        def find_spec(self, name, path=None, target=None):
+            if name == "openvino":
+                raise RuntimeError("no CPU plugin\nmore")
+
+    for name, state in (("openvino", openvino), ("nncf", nncf)):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        if state != "broken":
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name) if state == "ok" else None)
+    monkeypatch.setattr(sys, "meta_path", [Broken(), *sys.meta_path])
+    recipe = load_pipeline(tiny_recipe, overrides=["export.backend=auto", "export.precision=auto"])
+    checks.check_export(recipe)  # not refused
+    assert checks.export_backend(recipe) == ("onnxruntime", f"export.backend=auto: {said}, so ONNX Runtime alone "
+                                                            "(pip install 'headcut[openvino]' for both)")
+    with pytest.raises(UserError) as err:
+        checks.check_export(load_pipeline(tiny_recipe, overrides=["export.backend=auto", "export.precision=bf16"]))
+    assert str(err.value) == (f"--set export.precision=bf16 needs OpenVINO, and {said}; pip install "
+                              "'headcut[openvino]', or choose another precision.")
+
+
 def test_an_auto_export_made_without_openvino_reruns_once_it_is_installed(tiny_recipe, monkeypatch):
     """Was: the export stage's fingerprint covered export.backend=auto but not which runtimes auto could choose from,
     so a run made without OpenVINO/NNCF (ONNX Runtime alone) was skipped on rerun after installing them; now the

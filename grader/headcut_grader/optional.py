@@ -18,6 +18,28 @@ def optional_module(name: str) -> ModuleType | None:
         return None
 
 
+def why_unusable(name: str) -> str | None:
+    """Why the module `name` cannot be used here, as a clause ('is not installed here', 'fails to import here
+    (RuntimeError: ...)'), or None where it imports. An import that fails with any error counts: an OpenVINO whose
+    import raises a RuntimeError is as unusable as one not installed (was: a traceback out of an auto export)."""
+    try:
+        importlib.import_module(name)
+    except ImportError as e:
+        if from_ctrl_c(e):
+            raise KeyboardInterrupt from None
+        if isinstance(e, ModuleNotFoundError) and e.name == name:
+            return "is not installed here"
+        return f"fails to import here ({_first_line(e)})"
+    except Exception as e:  # noqa: BLE001 - a broken package's own error, whatever it is
+        return f"fails to import here ({_first_line(e)})"
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    line = (str(error).splitlines() or [""])[0]
+    return f"{type(error).__name__}: {line[:100]}" if line else type(error).__name__
+
+
 def from_ctrl_c(error: BaseException | None) -> bool:
     """Whether `error` is a KeyboardInterrupt or was raised while handling one (its cause or context chain)."""
     seen = set()
