@@ -2148,3 +2148,26 @@ def test_a_refusal_of_the_pairs_a_teacher_reads_names_the_run_s_keys(tmp_path, c
     with pytest.raises(UserError) as caught:
         teacher(ctx)
     assert str(caught.value) == said
+
+
+@pytest.mark.parametrize("backend, precision, lead", [
+    ("auto", "auto", "Chosen at export on this CPU, by measurement: each runtime's graph is the fastest of its INT8"),
+    ("onnxruntime", "int8", "Pinned by the recipe: every graph is int8, as export.precision=int8 pins it, where it "
+                            "passes the gate"),
+    ("onnxruntime", "fp32", "Pinned by the recipe: every graph is fp32, as export.precision=fp32 pins it, and a "
+                            "grader grades with ONNX Runtime, as export.backend=onnxruntime pins it."),
+    ("auto", "fp32", "Chosen at export on this CPU, by measurement where the recipe pins nothing: every graph is fp32"),
+])
+def test_the_report_says_which_runtime_and_precision_the_recipe_pinned(backend, precision, lead):
+    """Was: 'Chosen at export on this CPU, by measurement ...' whatever export.backend and export.precision were,
+    though the demo pins onnxruntime and int8 and docs/tasks/run.md's example fp32."""
+    from headcut.pipeline.recipe import ExportSection
+    from headcut.pipeline.report import _runtime_blocks
+
+    runtime = {"backend": "onnxruntime", "precision": precision, "reason": "the only runtime", "speed": None,
+               "graphs": {}}
+    blocks = _runtime_blocks({"export.teacher": {"runtime": runtime}},
+                             ExportSection(backend=backend, precision=precision))
+    said = blocks[1][1]
+    assert said.startswith(lead), said
+    assert ("by measurement" in said) == (backend == "auto")

@@ -15,7 +15,7 @@ import numpy as np
 from headcut_grader.files import write_json, write_text
 from headcut_grader.validation import read_small_text
 from headcut.evaluate.tasks import missing, shown, shown_ci, unmeasured, unmeasured_words, within_limits
-from headcut.pipeline.recipe import FloorSection, PipelineRecipe
+from headcut.pipeline.recipe import ExportSection, FloorSection, PipelineRecipe
 
 FIGURE = "pareto.png"
 MARKDOWN, HTML, SUMMARY = "report.md", "report.html", "report.json"
@@ -253,7 +253,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     notes = [f"{r['name']}: {r['note']}" for r in rows if r.get("note")]
     if notes:
         b.append(("p", "Notes: " + " ".join(notes)))
-    b += _runtime_blocks(records)
+    b += _runtime_blocks(records, recipe.export)
     b.append(("img", FIGURE, "Speed-up against quality change; the Pareto front is outlined, the dashed line is the "
                              "quality floor, the star the grader to deploy."))
     b += _yardstick_blocks(bench, floor)
@@ -276,8 +276,9 @@ def _runtimes(rows: list[dict]) -> str:
     return " and ".join(names) + (" (rows marked [openvino])" if len(names) > 1 else "")
 
 
-def _runtime_blocks(records: dict) -> list[tuple]:
-    """Each grader's runtime and precision, and the timings that chose them (the export stage's "runtime")."""
+def _runtime_blocks(records: dict, export: ExportSection) -> list[tuple]:
+    """Each grader's runtime and precision, and the timings that chose them (the export stage's "runtime"), said as
+    the recipe's export.backend and export.precision chose them: measured under auto, else pinned."""
     exports = {name.partition(".")[2]: r["runtime"] for name, r in records.items()
                if name.startswith("export.") and r.get("runtime")}
     if not exports:
@@ -287,14 +288,35 @@ def _runtime_blocks(records: dict) -> list[tuple]:
              if timed else "")
     rows = [[name, RUNTIME_NAMES[r["backend"]], r["precision"], _why(r)]
             + [_candidates(r["graphs"].get(backend)) for backend in RUNTIME_NAMES] for name, r in exports.items()]
+    times = f"Milliseconds per batch ({shape}), candidates timed in turns" if shape else "Milliseconds per batch"
     return [("h2", "The runtime each grader ships on"),
-            ("p", "Chosen at export on this CPU, by measurement: each runtime's graph is the fastest of its INT8 and "
-                  "bf16 candidates that passes the gate (quality and speed against its fp32 graph, the first figure), "
-                  "fp32 where none does" + (f", and a grader grades with the runtime whose graph was timed fastest. "
-                                            f"Milliseconds per batch ({shape}), candidates timed in turns"
-                                            if shape else ". Milliseconds per batch") +
-                  "; ✓ passed the gate, ✗ did not; * shipped."),
+            ("p", f"{_chosen_how(export)}. {times}; ✓ passed the gate, ✗ did not; * shipped."),
             ("table", RUNTIME_HEADER, rows)]
+
+
+def _chosen_how(export: ExportSection) -> str:
+    """How the export stage chose each grader's graphs and runtime: by measurement on this CPU where export.precision
+    and export.backend are auto, as the recipe pinned them where not. Was: 'Chosen at export on this CPU, by
+    measurement' whatever they were (the demo pins onnxruntime and int8)."""
+    if export.precision == "auto":
+        graphs = ("each runtime's graph is the fastest of its INT8 and bf16 candidates that passes the gate (quality "
+                  "and speed against its fp32 graph, the first figure), fp32 where none does")
+    elif export.precision == "fp32":
+        graphs = "every graph is fp32, as export.precision=fp32 pins it"
+    else:
+        graphs = (f"every graph is {export.precision}, as export.precision={export.precision} pins it, where it "
+                  "passes the gate (quality against its fp32 graph, the first figure), fp32 where it does not")
+    if export.backend == "onnxruntime":
+        runtime = "a grader grades with ONNX Runtime, as export.backend=onnxruntime pins it"
+    else:
+        runtime = "a grader grades with the runtime whose graph was timed fastest on this CPU"
+        if export.backend == "openvino":
+            runtime = "export.backend=openvino pins an OpenVINO graph beside an fp32 ONNX one, and " + runtime
+    measured = export.precision == "auto" or export.backend != "onnxruntime"
+    lead = "Chosen at export on this CPU, by measurement" if measured else "Pinned by the recipe"
+    if measured and (export.precision != "auto" or export.backend != "auto"):
+        lead = "Chosen at export on this CPU, by measurement where the recipe pins nothing"
+    return f"{lead}: {graphs}, and {runtime}"
 
 
 def _why(runtime: dict) -> str:
