@@ -100,8 +100,9 @@ class ExportSection:
     # auto: each runtime's fastest graph that passes the gate on this CPU (bf16 only where it runs natively), fp32
     # where none does; fp32, int8, bf16: that one (int8 and bf16 fall back to fp32 when no graph passes)
     precision: Literal["fp32", "int8", "bf16", "auto"] = "auto"
-    # auto: an ONNX Runtime and an OpenVINO graph, graded with the one timed fastest on this CPU (needs
-    # headcut[openvino]); onnxruntime: one ONNX graph; openvino: an OpenVINO graph beside an fp32 ONNX one
+    # auto: an ONNX Runtime and an OpenVINO graph, graded with the one timed fastest on this CPU (ONNX Runtime's
+    # alone where headcut[openvino] is not installed); onnxruntime: one ONNX graph; openvino: an OpenVINO graph
+    # beside an fp32 ONNX one (needs headcut[openvino])
     backend: Literal["onnxruntime", "openvino", "auto"] = "auto"
     rows: int = ranged(1000, MIN_GATE_PAIRS, MAX_SYNTHETIC)  # test pairs for the parity and INT8 gates
     min_agreement: float = same_as(Int8Gate, "min_agreement")
