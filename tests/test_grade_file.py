@@ -52,7 +52,7 @@ def test_chunks_and_workers_write_what_one_pass_writes(tiny_grader, tmp_path):
                         ("workers.tsv", ["--chunk-rows", "250", "--workers", "2"])):
         result = grade(tiny_grader, source, "--out", tmp_path / name, "--threads", "1", *flags)
         assert result.exit_code == 0, result.output
-        assert "graded 1300 pairs" in result.output
+        assert "graded 1,300 pairs" in result.output
         assert (tmp_path / name).read_bytes() == (tmp_path / "whole.tsv").read_bytes()
         assert not any(p.exists() for p in partial_paths(tmp_path / name))
 
@@ -111,7 +111,7 @@ def test_killed_run_resumes_to_the_same_bytes(tiny_grader, tmp_path):
     assert other.exit_code == 2 and "--chunk-rows is 200 but the interrupted run used 300" in other.output
     resumed = grade(tiny_grader, source, "--out", out, *flags, "--resume")
     assert resumed.exit_code == 0, resumed.output
-    assert "graded 30000 pairs" in resumed.output and "by the interrupted run" in resumed.output
+    assert "graded 30,000 pairs" in resumed.output and "by the interrupted run" in resumed.output
     assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
     assert not data.exists() and not state.exists()
 
@@ -151,7 +151,9 @@ def test_a_partial_file_cut_short_resumes_from_its_last_whole_chunk(tiny_grader,
     os.truncate(data, data.stat().st_size - 37)
     resumed = grade(tiny_grader, source, "--out", out, "--chunk-rows", "200", "--threads", "1", "--resume")
     assert resumed.exit_code == 0, resumed.output
-    assert f"{state['rows'] - 200} of them by the interrupted run" in resumed.output, resumed.output
+    # thousands grouped: was 'graded 3000 pairs, 1200 of them by the interrupted run'
+    assert f"graded 3,000 pairs, {state['rows'] - 200:,} of them by the interrupted run" in resumed.output, \
+        resumed.output
     assert out.read_bytes() == (tmp_path / "whole.tsv").read_bytes()
     assert not data.exists() and not state_path.exists()
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from headcut_grader.errors import counted
 from headcut_grader.ranges import THREADS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, field_option,
                                        file_option, file_to_read, number_in, on_interrupt, path, progress_bar,
@@ -49,9 +50,9 @@ def grade(
         with progress_bar(None, "grading") as bar:
             summary = grade_file(grader_dir, pairs_file, out, settings=settings, resume=resume,
                                  overwrite=overwrite, progress=bar.update, names="flags")
-    resumed = f", {summary.resumed_rows} of them by the interrupted run" if summary.resumed_rows else ""
-    counts = f"grades: {', '.join(f'{g}: {n}' for g, n in summary.counts.items())}; " if summary.counts else ""
-    typer.echo(f"graded {summary.rows} pairs{resumed} -> {out} ({counts}{summary.backend})")
+    resumed = f", {summary.resumed_rows:,} of them by the interrupted run" if summary.resumed_rows else ""
+    counts = f"grades: {', '.join(f'{g}: {n:,}' for g, n in summary.counts.items())}; " if summary.counts else ""
+    typer.echo(f"graded {counted(summary.rows, 'pair')}{resumed} -> {out} ({counts}{summary.backend})")
 
 
 def _left(out: Path) -> str:
@@ -61,5 +62,5 @@ def _left(out: Path) -> str:
     rows = kept_rows(out)
     if rows is None:
         return f"{out} was not written and no graded rows were kept; rerun the same command to start again."
-    return (f"{out} was not written; {partial_paths(out)[0].name} keeps {rows} graded rows; rerun the same command "
+    return (f"{out} was not written; {partial_paths(out)[0].name} keeps {counted(rows, 'graded row')}; rerun the same command "
             "with --resume to continue after them.")
