@@ -58,9 +58,10 @@ def find_recipe(name_or_path: str | Path, *, kind: str | None = None,
 def check_kind(path: Path, data: dict, kind: str, name_or_path, flag: str, *, fields=()) -> None:
     """Refuse a recipe of another kind than `kind` (finetune, distill, run) in one sentence naming it as `flag` gave
     it, the kind wanted and that kind's built-in recipes: one under recipes/<other kind>/, or one whose keys are
-    another kind's (_better_kind; `fields`: the keys `kind` takes); a stray key is a slip, which from_dict names. Was: every key the wanted kind does not take listed as unknown, with all its valid
-    keys; and a recipe one key away from the wanted kind's (a copy of finetune/minilm_synthetic_cpu given to
-    distill: its `model`) was still that, as two such keys were asked for."""
+    another kind's (_better_kind; `fields`: the keys `kind` takes); a stray key is a slip, which from_dict names.
+    Was: every key the wanted kind does not take listed as unknown, with all its valid keys; and a recipe one key
+    away from the wanted kind's (a copy of finetune/minilm_synthetic_cpu given to distill: its `model`) was still
+    that, as two such keys were asked for."""
     other = _shipped_kind(path)
     if other is None and fields:
         other = _better_kind(data, kind, fields)

@@ -62,5 +62,5 @@ def _left(out: Path) -> str:
     rows = kept_rows(out)
     if rows is None:
         return f"{out} was not written and no graded rows were kept; rerun the same command to start again."
-    return (f"{out} was not written; {partial_paths(out)[0].name} keeps {counted(rows, 'graded row')}; rerun the same command "
-            "with --resume to continue after them.")
+    return (f"{out} was not written; {partial_paths(out)[0].name} keeps {counted(rows, 'graded row')}; rerun the "
+            "same command with --resume to continue after them.")
