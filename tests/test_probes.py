@@ -116,17 +116,23 @@ def test_a_probe_with_nothing_to_measure_has_no_best_head():
     assert best_head(planted, "term_match")[:2] == (0, 1) and best_head(planted, "boundary_f1") is not None
 
 
-def test_no_head_linking_a_within_word_pair_leaves_the_boundary_union_unmeasured():
-    """Every query and key weight zero: each head attends evenly, so its strongest attention is the first token and
-    no head links a token to the next one of its word (F1 0 for each, a measurement). The union of none was
-    {'heads': [], 'f1': 0.0}, which `headcut probe` printed as 'boundary union  F1 0.000' and the scan report as a
-    union of no heads reaching F1 0.000; now its F1 is NaN and best_union says there is none (UNMEASURED's reason)."""
+def even_attention_model():
+    """The planted model with every query and key weight zero: each head attends evenly to every token."""
     model = planted_model()
     with torch.no_grad():
         for layer in model.bert.encoder.layer:
             for lin in (layer.attention.self.query, layer.attention.self.key):
                 lin.weight.zero_()
                 lin.bias.zero_()
+    return model
+
+
+def test_no_head_linking_a_within_word_pair_leaves_the_boundary_union_unmeasured():
+    """Every query and key weight zero: each head attends evenly, so its strongest attention is the first token and
+    no head links a token to the next one of its word (F1 0 for each, a measurement). The union of none was
+    {'heads': [], 'f1': 0.0}, which `headcut probe` printed as 'boundary union  F1 0.000' and the scan report as a
+    union of no heads reaching F1 0.000; now its F1 is NaN and best_union says there is none (UNMEASURED's reason)."""
+    model = even_attention_model()
     out = probe_heads(model, planted_inputs(), batch_size=5)
     assert out["boundary_links"] == 24 and (out["boundary_f1"] == 0).all()
     assert out["boundary_union"]["heads"] == [] and math.isnan(out["boundary_union"]["f1"])
@@ -140,12 +146,7 @@ def test_a_probe_whose_heads_all_score_alike_has_no_best_head():
     equal scores, so `headcut probe` printed 'boundary_f1  best L0H0  0.000' and the attention figure drew L0H0 as
     the telling boundary head. A best head scores above another; where every head scores alike there is none, and
     unmeasured says so with the score; a probe whose heads differ keeps its best head."""
-    model = planted_model()
-    with torch.no_grad():
-        for layer in model.bert.encoder.layer:
-            for lin in (layer.attention.self.query, layer.attention.self.key):
-                lin.weight.zero_()
-                lin.bias.zero_()
+    model = even_attention_model()
     out = probe_heads(model, planted_inputs(), batch_size=5)
     assert (out["boundary_f1"] == 0).all() and best_head(out, "boundary_f1") is None
     assert unmeasured("boundary_f1", out) == "every head scores 0.000, so no head is better than another"
