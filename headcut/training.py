@@ -25,7 +25,7 @@ from safetensors import SafetensorError
 from headcut.batching import Encoded, collate
 from headcut.process_group import close_at_exit
 from headcut.synthetic import is_synthetic, synthetic_seed
-from headcut.weight_files import broken_file
+from headcut.weight_files import broken_file, header_shapes
 from headcut.data_spec import check_file_keys, count_spec
 from headcut.recipes import CommandLine
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
@@ -545,13 +545,10 @@ def _check_same_model(model: torch.nn.Module, checkpoint: Path, *, fix: str) -> 
     """The checkpoint's weights (model.safetensors) are `model`'s, by name and shape: one copied in from another
     model's run was a RuntimeError listing every missing and unexpected key. A weight the file leaves out because it
     shares its tensor with one it holds (accelerate saves tied weights once) is not missing."""
-    from safetensors import safe_open
-
     path = checkpoint / "model.safetensors"
     if not path.is_file():
         return
-    with safe_open(str(path), "pt") as f:
-        saved = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
+    saved = header_shapes(path)
     own = model.state_dict()
     stored = {tensor.data_ptr() for name, tensor in own.items() if name in saved}
     differ = [name for name in sorted(own.keys() | saved.keys())

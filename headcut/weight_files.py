@@ -38,14 +38,19 @@ def shard_files(index: Path, weight_map) -> list[Path]:
     return [index.parent / name for name in names]
 
 
-def stored_counts(files: list[Path]) -> tuple[int, int]:
-    """(tensors, numbers) the safetensors `files` hold, from their headers' shapes (no tensor is read)."""
+def header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Each tensor's name and shape in the safetensors file `path`, from its header (no tensor is read)."""
     from safetensors import safe_open
 
+    with safe_open(str(path), framework="pt") as data:
+        return {key: tuple(data.get_slice(key).get_shape()) for key in data.keys()}
+
+
+def stored_counts(files: list[Path]) -> tuple[int, int]:
+    """(tensors, numbers) the safetensors `files` hold, from their headers' shapes (no tensor is read)."""
     tensors = numbers = 0
     for path in files:
-        with safe_open(str(path), framework="pt") as data:
-            shapes = [data.get_slice(key).get_shape() for key in data.keys()]
+        shapes = list(header_shapes(path).values())
         tensors, numbers = tensors + len(shapes), numbers + sum(math.prod(s) for s in shapes)
     return tensors, numbers
 
@@ -57,13 +62,12 @@ HEAD_BIASES = ("classifier.bias", "classifier.out_proj.bias")
 def stored_outputs(weights: Path) -> int | None:
     """How many outputs the classifier saved in `weights` has, from the file's header (no tensor is read); None
     where it cannot tell (a pickle, an index of shards, no or several output layers)."""
-    from safetensors import safe_open
-
     if weights.suffix != ".safetensors":
         return None
-    with broken_file(weights), safe_open(str(weights), framework="pt") as data:
-        heads = [data.get_slice(key).get_shape() for key in data.keys()
-                 if any(key == name or key.endswith(f".{name}") for name in HEAD_BIASES)]  # not pre_classifier
+    with broken_file(weights):
+        shapes = header_shapes(weights)
+    heads = [shape for key, shape in shapes.items()
+             if any(key == name or key.endswith(f".{name}") for name in HEAD_BIASES)]  # not pre_classifier
     return heads[0][0] if len(heads) == 1 and len(heads[0]) == 1 else None
 
 
