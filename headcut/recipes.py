@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import difflib
 import enum
+import functools
 import math
 import re
 import shlex
@@ -93,8 +94,9 @@ def _better_kind(data: dict, kind: str, fields) -> str | None:
     return max(found, key=found.get, default=None)
 
 
-def _kinds() -> list[str]:
-    return sorted(p.name for p in RECIPE_ROOT.iterdir() if p.is_dir())
+@functools.cache  # the shipped recipes are fixed while headcut runs
+def _kinds() -> tuple[str, ...]:
+    return tuple(sorted(p.name for p in RECIPE_ROOT.iterdir() if p.is_dir()))
 
 
 def _shipped_kind(path: Path) -> str | None:
@@ -105,15 +107,16 @@ def _shipped_kind(path: Path) -> str | None:
     return None
 
 
-def _shipped_keys(kind: str, *, every: bool = False) -> set:
+@functools.cache  # the shipped recipes are fixed while headcut runs
+def _shipped_keys(kind: str, *, every: bool = False) -> frozenset:
     """Every top-level key the shipped recipes of `kind` write; with `every`, the keys each of them writes."""
     keys = []
     for name in builtin_recipes(kind):
         data = yaml.load((RECIPE_ROOT / f"{name}.yaml").read_text(), Loader=_Loader)  # noqa: S506 - SafeLoader's
         keys.append(set(data) if isinstance(data, dict) else set())
     if not keys:
-        return set()
-    return set.intersection(*keys) if every else set.union(*keys)
+        return frozenset()
+    return frozenset(set.intersection(*keys) if every else set.union(*keys))
 
 
 def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None,
