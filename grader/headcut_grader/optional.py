@@ -11,10 +11,8 @@ def optional_module(name: str) -> ModuleType | None:
     by the KeyboardInterrupt; it is raised as the Ctrl-C it was (was: the package counted as not installed, so a
     `grade` interrupted while choosing its backend ended in a ValueError traceback)."""
     try:
-        return importlib.import_module(name)
-    except ImportError as e:
-        if from_ctrl_c(e):
-            raise KeyboardInterrupt from None
+        return _imported(name)
+    except ImportError:
         return None
 
 
@@ -23,16 +21,24 @@ def why_unusable(name: str) -> str | None:
     (RuntimeError: ...)'), or None where it imports. An import that fails with any error counts: an OpenVINO whose
     import raises a RuntimeError is as unusable as one not installed (was: a traceback out of an auto export)."""
     try:
-        importlib.import_module(name)
+        _imported(name)
     except ImportError as e:
-        if from_ctrl_c(e):
-            raise KeyboardInterrupt from None
         if isinstance(e, ModuleNotFoundError) and e.name == name:
             return "is not installed here"
         return f"fails to import here ({_first_line(e)})"
     except Exception as e:  # noqa: BLE001 - a broken package's own error, whatever it is
         return f"fails to import here ({_first_line(e)})"
     return None
+
+
+def _imported(name: str) -> ModuleType:
+    """import_module, with an ImportError caused by a Ctrl-C raised as the Ctrl-C it was."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if from_ctrl_c(e):
+            raise KeyboardInterrupt from None
+        raise
 
 
 def _first_line(error: BaseException) -> str:
