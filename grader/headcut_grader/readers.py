@@ -574,7 +574,7 @@ def _ragged(path: Path, line: int, fields: int, header: list[str], fmt: str) -> 
         return (f"{path}, line 1: the header ends in {what} that line {line} does not have; delete {ends} at the end "
                 "of the header line.")
     return (f"{path}, line {line}: {fields} fields where the header has {len(header)}; fix the row (a stray "
-            f"{'tab' if fmt == 'tsv' else 'comma or quote'}?).")
+            f"{separator}{'' if fmt == 'tsv' else ' or quote'}?).")
 
 
 def _json_line_error(path: Path, number: int, chunk: str, error: json.JSONDecodeError, *, first: bool) -> UserError:
