@@ -39,6 +39,17 @@ def own_headcut_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HEADCUT_CACHE", str(tmp_path_factory.mktemp("headcut-cache")))
 
 
+@pytest.fixture(autouse=True)
+def fresh_optional_imports():
+    """Each test imports a broken optional package afresh: one that faked OpenVINO broken (headcut_grader.optional
+    remembers a broken package for the process) leaves no such memory for the next."""
+    from headcut_grader.optional import forget_broken
+
+    forget_broken()
+    yield
+    forget_broken()
+
+
 # Architectures the adapter supports, each as a tiny random config (STYLE.md rule 9).
 TINY = {
     "bert": dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37),

@@ -500,3 +500,50 @@ def test_the_grader_record_is_read_with_one_open_and_a_bom_is_still_said(tiny_gr
     with pytest.raises(UserError, match=f"^{re.escape(str(marked / 'grader.json'))} starts with a UTF-8 byte-order "
                                         "mark"):
         read_record(marked)
+
+
+def test_a_broken_optional_package_is_imported_once_per_process(tmp_path, monkeypatch):
+    """Was: why_unusable and optional_module reran a broken package's import each time they were asked (an auto
+    export asks for OpenVINO several times per run, and OpenVINO's plugins load for seconds). Now its error is kept
+    and raised again; a package not installed is still looked for again, so one installed meanwhile is found; a
+    Ctrl-C during an import is no verdict on the package."""
+    import importlib
+
+    from headcut_grader.optional import forget_broken, optional_module, why_unusable
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "headcut_test_runs", [], raising=False)
+    (tmp_path / "broken_runtime.py").write_text("import sys\nsys.headcut_test_runs.append('broken')\n"
+                                                "raise RuntimeError('no CPU plugin')\n")
+    (tmp_path / "lacks_a_part.py").write_text("import sys\nsys.headcut_test_runs.append('lacks')\n"
+                                              "import headcut_test_no_such_part\n")
+    said = "fails to import here (RuntimeError: no CPU plugin)"
+    assert [why_unusable("broken_runtime") for _ in range(3)] == [said] * 3
+    with pytest.raises(RuntimeError, match="^no CPU plugin$"):
+        optional_module("broken_runtime")
+    assert [optional_module("lacks_a_part") for _ in range(2)] == [None, None]
+    assert why_unusable("lacks_a_part") == ("fails to import here (ModuleNotFoundError: No module named "
+                                            "'headcut_test_no_such_part')")
+    assert sys.headcut_test_runs == ["broken", "lacks"]
+    forget_broken()
+    assert why_unusable("broken_runtime") == said and sys.headcut_test_runs[-1] == "broken"
+
+    assert why_unusable("installed_later") == "is not installed here"
+    (tmp_path / "installed_later.py").write_text("")
+    importlib.invalidate_caches()
+    assert why_unusable("installed_later") is None
+
+    class CtrlCOnce:
+        def find_spec(self, name, path=None, target=None):
+            if name == "interrupted_runtime":
+                sys.meta_path.remove(self)
+                try:
+                    raise KeyboardInterrupt
+                except KeyboardInterrupt as e:
+                    raise ImportError("initialization failed") from e
+
+    (tmp_path / "interrupted_runtime.py").write_text("")
+    monkeypatch.setattr(sys, "meta_path", [CtrlCOnce(), *sys.meta_path])
+    with pytest.raises(KeyboardInterrupt):
+        why_unusable("interrupted_runtime")
+    assert why_unusable("interrupted_runtime") is None

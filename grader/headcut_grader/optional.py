@@ -2,7 +2,14 @@
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+import sys
+from types import ModuleType, TracebackType
+
+# A package whose import failed while its own code ran (not a missing one): the error, raised again on every later
+# attempt in this process. Importing it again would rerun that code (OpenVINO's plugins load for seconds) and fail
+# as before, and Python keeps whatever submodules the failed attempt imported, so a second try proves nothing. A
+# package not installed is looked for again (a path search, and it may be installed while a notebook runs).
+_BROKEN: dict[str, tuple[Exception, TracebackType | None]] = {}
 
 
 def optional_module(name: str) -> ModuleType | None:
@@ -23,7 +30,7 @@ def why_unusable(name: str) -> str | None:
     try:
         _imported(name)
     except ImportError as e:
-        if isinstance(e, ModuleNotFoundError) and e.name == name:
+        if _not_installed(e, name):
             return "is not installed here"
         return f"fails to import here ({_first_line(e)})"
     except Exception as e:  # noqa: BLE001 - a broken package's own error, whatever it is
@@ -32,13 +39,33 @@ def why_unusable(name: str) -> str | None:
 
 
 def _imported(name: str) -> ModuleType:
-    """import_module, with an ImportError caused by a Ctrl-C raised as the Ctrl-C it was."""
+    """import_module, with an ImportError caused by a Ctrl-C raised as the Ctrl-C it was, and a broken package's
+    error (_BROKEN) raised again without a second attempt (was: why_unusable and optional_module reran its import
+    each time they were asked, several times per run)."""
+    if sys.modules.get(name) is None and name in _BROKEN:
+        error, trace = _BROKEN[name]
+        raise error.with_traceback(trace)
     try:
         return importlib.import_module(name)
-    except ImportError as e:
-        if from_ctrl_c(e):
-            raise KeyboardInterrupt from None
+    except Exception as e:  # noqa: BLE001 - a broken package's own error is kept, whatever it is
+        if from_ctrl_c(e):  # no verdict on the package: the next attempt imports it
+            if isinstance(e, ImportError):
+                raise KeyboardInterrupt from None
+            raise
+        if not (isinstance(e, ImportError) and _not_installed(e, name)):
+            _BROKEN[name] = e, e.__traceback__
         raise
+
+
+def _not_installed(error: ImportError, name: str) -> bool:
+    """Whether `error` says the module `name` (or a package above it) is not there, as against failing to load."""
+    return isinstance(error, ModuleNotFoundError) and error.name is not None and \
+        (name == error.name or name.startswith(error.name + "."))
+
+
+def forget_broken() -> None:
+    """Try every broken package's import again on its next use (tests that fake a broken or missing package)."""
+    _BROKEN.clear()
 
 
 def _first_line(error: BaseException) -> str:
