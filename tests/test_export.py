@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import types
 
 import headcut
 
@@ -204,6 +206,50 @@ def test_auto_with_no_int8_recipe_passing_ships_fp32_and_records_the_trials_that
     shipped = runtime_record(saved, "onnxruntime", "the only graph")["graphs"]["onnxruntime"]
     assert shipped["chosen"] == "fp32" and [c["graph"] for c in shipped["candidates"]][0] == "fp32"
     assert [c["ms"] for c in shipped["candidates"][1:]] == [1000 * t["seconds"] for t in rejected["trials"]]
+
+
+@pytest.mark.parametrize("openvino", ["missing", "broken"])
+def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alone_and_says_why(tmp_path, monkeypatch,
+                                                                                               openvino):
+    """Was: the fallback lived in the run's checks alone, so `headcut export --backend auto` without OpenVINO was
+    refused ('an OpenVINO export needs the openvino package') and with one whose import failed ended in its
+    traceback. The export library decides it (runtimes.export_backend): ONNX Runtime's graph alone, grader.json's
+    backend onnxruntime, and the command says why; bf16, which needs OpenVINO, is refused saying so."""
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+    from headcut.export.runtimes import ExportBackend, export_backend
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=128)
+    loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
+    folder = save_model(loaded, tmp_path / "model")
+
+    class Broken:
+        def find_spec(self, name, path=None, target=None):
+            if name == "openvino":
+                raise RuntimeError("no CPU plugin\nmore")
+
+    monkeypatch.delitem(sys.modules, "openvino", raising=False)
+    if openvino == "missing":
+        monkeypatch.setitem(sys.modules, "openvino", None)
+    else:
+        monkeypatch.setattr(sys, "meta_path", [Broken(), *sys.meta_path])
+    monkeypatch.setitem(sys.modules, "nncf", types.ModuleType("nncf"))  # NNCF usable: OpenVINO alone is said
+    said = ("OpenVINO is not installed here" if openvino == "missing" else
+            "OpenVINO fails to import here (RuntimeError: no CPU plugin)")
+    assert export_backend("auto") == ExportBackend("onnxruntime", f"backend=auto: {said}, so ONNX Runtime alone (pip "
+                                                                  "install 'headcut[openvino]' for both)")
+    result = CliRunner().invoke(app, ["export", str(folder), "--out", str(tmp_path / "grader"), "--backend", "auto"])
+    assert result.exit_code == 0, result.output
+    assert f"--backend auto: {said}, so ONNX Runtime alone (pip install 'headcut[openvino]' for both)" in \
+        result.output.splitlines()
+    saved = json.loads((tmp_path / "grader" / "grader.json").read_text())
+    assert saved["backend"] == "onnxruntime" and saved["openvino"] is None
+    refused = CliRunner().invoke(app, ["export", str(folder), "--out", str(tmp_path / "bf16"), "--backend", "auto",
+                                       "--precision", "bf16"])
+    assert refused.exit_code == 2 and refused.output == (f"error: --precision bf16 needs OpenVINO, and {said}; pip "
+                                                         "install 'headcut[openvino]', or choose another precision.\n")
 
 
 def test_headcut_export_prints_the_int8_trials_auto_rejected(tmp_path):

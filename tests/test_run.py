@@ -668,11 +668,11 @@ def test_an_export_refusal_of_a_set_backend_is_not_led_by_the_file_that_holds_th
                                                                                             monkeypatch):
     """Was: the export stage led every refusal by where export.precision came from, so one of a --set
     export.backend was led by the run recipe's file that holds export.precision."""
-    from headcut.export import build
+    from headcut.export import runtimes
     from headcut.pipeline import stages
     from headcut_grader.errors import UserError
 
-    monkeypatch.setattr(build, "BACKENDS", ("onnxruntime", "auto"))  # as if this export could not take openvino
+    monkeypatch.setattr(runtimes, "BACKENDS", ("onnxruntime", "auto"))  # as if this export could not take openvino
     teacher = str(tiny_recipe.parent / "base")
     given_recipe(tmp_path, "run recipe", ["teacher.recipe=null", f"teacher.path={teacher}", "export.precision=fp32"])
     recipe = load_pipeline(tmp_path / "run.yaml", overrides=["export.backend=openvino"])
@@ -1501,11 +1501,13 @@ def test_a_run_s_auto_backend_without_openvino_is_onnx_runtime_alone_and_says_so
         monkeypatch.setitem(sys.modules, name, None)
     recipe = load_pipeline(tiny_recipe, overrides=["export.backend=auto", "export.precision=auto"])
     checks.check_export(recipe)  # not refused
-    from headcut.pipeline.checks import export_backend
+    from headcut.export.runtimes import ExportBackend, export_backend
+    from headcut.pipeline.recipe import key_names
 
-    backend, why = export_backend(recipe)
-    assert backend == "onnxruntime" and why.startswith("export.backend=auto: OpenVINO is not installed here")
-    assert export_backend(load_pipeline(tiny_recipe, overrides=["export.backend=openvino"])) == ("openvino", None)
+    built = export_backend(recipe.export.backend, names=key_names(recipe, "export"))
+    assert built.name == "onnxruntime" and built.alone.startswith("--set export.backend=auto: OpenVINO is not "
+                                                                  "installed here")
+    assert export_backend("openvino", names="keys") == ExportBackend("openvino", None)
 
 
 NNCF_SAID = "NNCF (which judges OpenVINO's INT8 graphs) is not installed here"
@@ -1536,8 +1538,12 @@ def test_an_auto_run_without_a_usable_openvino_says_why_and_what_to_install(tiny
     monkeypatch.setattr(sys, "meta_path", [Broken(), *sys.meta_path])
     recipe = load_pipeline(tiny_recipe, overrides=["export.backend=auto", "export.precision=auto"])
     checks.check_export(recipe)  # not refused
-    assert checks.export_backend(recipe) == ("onnxruntime", f"export.backend=auto: {said}, so ONNX Runtime alone "
-                                                            "(pip install 'headcut[openvino]' for both)")
+    from headcut.export.runtimes import ExportBackend, export_backend
+    from headcut.pipeline.recipe import key_names
+
+    assert export_backend(recipe.export.backend, names=key_names(recipe, "export")) == ExportBackend(
+        "onnxruntime", f"--set export.backend=auto: {said}, so ONNX Runtime alone (pip install 'headcut[openvino]' for "
+                       "both)")
     with pytest.raises(UserError) as err:
         checks.check_export(load_pipeline(tiny_recipe, overrides=["export.backend=auto", "export.precision=bf16"]))
     assert str(err.value) == (f"--set export.precision=bf16 needs OpenVINO, and {said}; pip install "

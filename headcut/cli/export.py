@@ -103,7 +103,7 @@ def export(
     backend: str = typer.Option("onnxruntime", "--backend", help="Runtime to export for: onnxruntime; openvino "
                                 "(adds an OpenVINO graph beside an fp32 ONNX one; needs the openvino extra of "
                                 "headcut); auto (both, and graders grade with whichever was timed fastest on their "
-                                "CPU)."),
+                                "CPU; ONNX Runtime's alone where OpenVINO is not usable here, as it says)."),
     precision: Opt[str] = typer.Option(None, "--precision", help="fp32, int8, bf16 (OpenVINO on CPUs with AMX or "
                                        "AVX512_BF16) or auto (the fastest that passes the gate); int8, bf16 and "
                                        "auto are judged on --data (default: fp32)."),
@@ -139,6 +139,7 @@ def export(
     from headcut.models import load_model
 
     from headcut.export.build import resolve_precision
+    from headcut.export.runtimes import export_backend
 
     model, model_name = one_model(model, model_flag)
     check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out",
@@ -163,4 +164,7 @@ def export(
                           opset=opset, max_length=max_length, gate=gate, threads=threads, overwrite=overwrite,
                           progress=lambda msg: typer.echo(f"... {msg}", err=True), names="flags")
     typer.echo(format_record(record))
+    alone = export_backend(backend, names="flags").alone  # auto without a usable OpenVINO: why no OpenVINO graph
+    if alone:
+        typer.echo(alone)
     typer.echo(f"wrote {out}")

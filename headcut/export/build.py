@@ -23,6 +23,7 @@ from headcut.export.gate import (ARGUMENTS, MIN_GATE_PAIRS, gate_fix, int8_said,
                                  named)
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
+from headcut.export.runtimes import export_backend, openvino_missing
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table,
                                      judge, quantize_int8, resolve)
 from headcut_grader.files import as_path, atomic_dir, file_record, write_json, write_text
@@ -31,16 +32,13 @@ from headcut.model_arguments import check_loaded
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 
-BACKENDS = ("onnxruntime", "openvino", "auto")
-
-
 def resolve_precision(backend: str, precision: str | None, *, int8: bool,
                       names: str = "arguments") -> tuple[str, str | None]:
-    """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend`, `precision` and `int8`; `names`:
+    """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend`, `precision` and `int8`, the backend
+    as an export builds it here (runtimes.export_backend: auto without OpenVINO builds no OpenVINO graph); `names`:
     how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags)."""
+    built = export_backend(backend, names=names).name
     backend_flag, precision_flag = named("backend", names), named("precision", names)
-    if backend not in BACKENDS:
-        raise UserError(f"{setting(backend_flag, backend)} is not one of {', '.join(BACKENDS)}.", about=("backend",))
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.",
                         about=("precision",))
@@ -48,13 +46,16 @@ def resolve_precision(backend: str, precision: str | None, *, int8: bool,
         raise UserError(f"{int8_said(names)} and {setting(precision_flag, precision)} disagree; pass one of them.",
                         about=("precision",))
     precision = precision or ("int8" if int8 else "fp32")
-    if backend == "onnxruntime":
-        if precision == "bf16":
-            raise UserError(f"{setting(precision_flag, 'bf16')}: ONNX Runtime graders are fp32 or int8; use "
-                            f"{setting(backend_flag, 'openvino')} or auto.", about=("precision", "backend"))
+    if built == "onnxruntime" and precision == "bf16":
+        if backend == "auto":  # was: 'use --backend openvino or auto', which it was
+            raise UserError(f"{setting(precision_flag, 'bf16')} needs OpenVINO, and {openvino_missing()}; pip install "
+                            "'headcut[openvino]', or choose another precision.", about=("precision", "backend"))
+        raise UserError(f"{setting(precision_flag, 'bf16')}: ONNX Runtime graders are fp32 or int8; use "
+                        f"{setting(backend_flag, 'openvino')} or auto.", about=("precision", "backend"))
+    if built == "onnxruntime":
         return precision, None
     # the ONNX Runtime graph always ships too: the portable fallback where openvino is not installed
-    return ("fp32" if backend == "openvino" or precision == "bf16" else precision), precision
+    return ("fp32" if built == "openvino" or precision == "bf16" else precision), precision
 
 
 def build_grader(
@@ -78,7 +79,8 @@ def build_grader(
     """Write GRADER_DIR `out` for `loaded` (a headcut LoadedModel) and return its grader.json record.
 
     `backend`: onnxruntime (one ONNX graph), openvino (adds an OpenVINO IR beside an fp32 ONNX graph) or auto
-    (both, each at `precision`, and the runtime grades with whichever was timed fastest on its CPU).
+    (both, each at `precision`, and the runtime grades with whichever was timed fastest on its CPU; ONNX Runtime's
+    alone where OpenVINO or NNCF is not usable here: runtimes.export_backend says why).
     `precision`: fp32, bf16 (OpenVINO, CPUs with AMX/AVX512_BF16), int8 or auto (the fastest that passes the
     gate); `int8=True` is `precision="int8"`. `pairs` (labelled) feed the real part of the parity gate, the
     accuracy figures and every precision choice.
@@ -116,8 +118,8 @@ def build_grader(
             if ov_precision:
                 openvino, speed = openvino_beside(model, pairs if labelled else None, graphs, graded, tmp,
                                                   precision=ov_precision, gate=gate, threads=threads, say=say)
-            record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset, backend=backend,
-                                  openvino=openvino, speed=speed)
+            record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset,
+                                  backend=export_backend(backend, names=names).name, openvino=openvino, speed=speed)
     except GateError as error:  # the fix is the caller's to name
         raise GateError(f"{error}; {gate_fix(names, int8=int8)}.", about=("precision",)) from None
     return record

@@ -352,42 +352,15 @@ def teacher_outline(recipe: PipelineRecipe, subs: dict):
         return outline(sub.model, flag=name, meta=meta)
 
 
-def export_backend(recipe: PipelineRecipe) -> tuple[str, str | None]:
-    """The backend the export stage builds for, and why it is not export.backend (None when it is): auto asks for
-    every runtime installed here, so without OpenVINO (and NNCF, which judges its INT8 graphs) it is ONNX Runtime
-    alone, as the grader's own backend choice takes the only graph whose runtime is installed."""
-    backend = recipe.export.backend
-    missing = _openvino_missing() if backend == "auto" else ""
-    if not missing:
-        return backend, None
-    return "onnxruntime", (f"export.backend=auto: {missing}, so ONNX Runtime alone (pip install 'headcut[openvino]' "
-                           "for both)")
-
-
-def _openvino_missing() -> str:
-    """What of OpenVINO and NNCF cannot be used here, as a clause ('OpenVINO is not installed here'); "" where both
-    can. One that fails to import with any error counts, its error said (was: a traceback out of an auto run)."""
-    from headcut_grader.optional import why_unusable
-
-    said = {"openvino": "OpenVINO", "nncf": "NNCF (which judges OpenVINO's INT8 graphs)"}
-    missing = [f"{said[name]} {why}" for name in said if (why := why_unusable(name))]
-    return " and ".join(missing)
-
-
 def check_export(recipe: PipelineRecipe) -> None:
     """export.backend and export.precision as the export stage will check them (bf16: OpenVINO, on a CPU that
-    computes it), named by their keys. bf16 under auto without OpenVINO says what to install (was: 'use
-    export.backend=openvino or auto', which it was)."""
+    computes it; backend auto: the runtimes usable here, runtimes.export_backend), named by their keys."""
     from headcut.export.build import resolve_precision
     from headcut.export.build_openvino import check_request
 
     e, names = recipe.export, key_names(recipe, "export")
-    with named_in(recipe, "export", "precision") as name:
-        backend, alone = export_backend(recipe)
-        if alone and e.precision == "bf16":
-            raise UserError(f"{setting(name, 'bf16')} needs OpenVINO, and {_openvino_missing()}; pip install "
-                            "'headcut[openvino]', or choose another precision.", about=("precision", "backend"))
-        _, openvino_precision = resolve_precision(backend, e.precision, int8=False, names=names)
+    with named_in(recipe, "export", "precision"):
+        _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False, names=names)
         if openvino_precision is not None:
             check_request(openvino_precision, labelled=True, names=names)
 

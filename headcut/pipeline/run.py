@@ -30,11 +30,11 @@ from headcut_grader.validation import read_small_text
 from headcut_grader.ranges import check_callbacks, checked_bool
 from headcut.pipeline import stages
 from headcut.pipeline.bench import bench
-from headcut.pipeline.checks import (RUN_FILE, check_run, export_backend, key_path, model_folders, pairs_files,
-                                    run_parts, said)
+from headcut.pipeline.checks import RUN_FILE, check_run, key_path, model_folders, pairs_files, run_parts, said
 from headcut.pipeline.outputs import files_of, outputs_problem, seal
 from headcut.pipeline.report import WRITTEN
 from headcut.pipeline.recipe import PipelineRecipe, as_dict, from_mapping, given_as, planned_subs
+from headcut.export.runtimes import export_backend
 from headcut.recipes import check_recipe, find_recipe, to_dict
 from headcut.run_folder import locked, not_a_folder, out_flag
 
@@ -93,7 +93,7 @@ def plan(recipe: PipelineRecipe) -> list[Stage]:
     export = {"export": to_dict(recipe.export), "chosen_on": chosen_on,
               "data": {k: v for k, v in data.items() if k != "test_rows"}}  # the report's size is the bench's
     if recipe.export.backend == "auto":  # the runtimes installed here: installing OpenVINO later reruns the export
-        export["auto_from"] = ["onnxruntime"] if export_backend(recipe)[1] else ["onnxruntime", "openvino"]
+        export["auto_from"] = ["onnxruntime"] if export_backend("auto").alone else ["onnxruntime", "openvino"]
     for model in models:
         label = "pruned" if model == "prune" else model.partition(".")[2] or model
         out.append(Stage(f"export.{label}", (model,), export, stages.export(model)))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from headcut_grader.errors import UserError, concerning
-from headcut.pipeline.checks import export_backend, named_in, section_keys
+from headcut.pipeline.checks import named_in, section_keys
 from headcut.pipeline.pairs import choice_pairs, read, selection_queries
 from headcut.pipeline.recipe import (PipelineRecipe, key_names, planned_subs, scan_gold_of, scan_settings,
                                      sub_recipes, worded_in_run)
@@ -197,10 +197,11 @@ def export(source: str) -> Callable[[Context], dict]:
 def _runtime(ctx: Context, record: dict, *, vocab_size: int) -> dict:
     """The runtime the grader grades with on this CPU, as the runtime itself chooses it, and the timings behind it."""
     from headcut.export.card import runtime_record
+    from headcut.export.runtimes import export_backend
     from headcut_grader.backend_choice import choose_backend
 
     choice = choose_backend(ctx.folder / "grader", record, threads=ctx.recipe.export.threads, vocab_size=vocab_size)
-    alone = export_backend(ctx.recipe)[1]
+    alone = export_backend(ctx.recipe.export.backend, names=key_names(ctx.recipe, "export")).alone
     return runtime_record(record, choice.backend, f"{choice.reason} ({alone})" if alone else choice.reason)
 
 
@@ -209,14 +210,13 @@ def _built(ctx: Context, loaded, pairs, gate, say) -> tuple[dict, str | None]:
     from headcut.export import GateError, build_grader
 
     e, names, note = ctx.recipe.export, key_names(ctx.recipe, "export"), None  # names: as the user gave them
-    backend = export_backend(ctx.recipe)[0]
     try:
-        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=backend, precision=e.precision,
+        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision=e.precision,
                               gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
     except GateError as error:
         if e.precision not in ("int8", "bf16"):
             raise
         note = f"no {e.precision} graph passed the gate, exported fp32 ({error})"
-        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=backend, precision="fp32",
+        record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision="fp32",
                               gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
     return record, note
