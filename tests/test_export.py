@@ -252,6 +252,37 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
                                                          "install 'headcut[openvino]', or choose another precision.\n")
 
 
+def test_the_fp32_graph_s_time_is_the_one_the_int8_choice_measured(tmp_path):
+    """Was: grader.json kept the ONNX Runtime fp32 graph's time only inside each INT8 trial's speed_vs_fp32, so the
+    report's timings derived it (the first trial's seconds x speed_vs_fp32). The INT8 choice records "fp32_seconds",
+    as OpenVINO's choice does, and the report reads it; a grader.json written before is derived as before; the
+    torch-free runtime reads a folder with the key."""
+    import copy
+
+    from headcut.export.card import runtime_record
+    from headcut_grader.grader import Grader, record_problem
+
+    folder, _, _ = make_tiny_grader(tmp_path, precision="auto")
+    saved = json.loads((folder / "grader.json").read_text())
+    int8 = saved["int8"]
+    assert int8["fp32_seconds"] > 0
+    assert all(t["speed_vs_fp32"] == pytest.approx(int8["fp32_seconds"] / t["seconds"]) for t in int8["trials"])
+
+    def fp32_candidate(record: dict) -> dict:
+        return runtime_record(record, "onnxruntime", "the only graph")["graphs"]["onnxruntime"]["candidates"][0]
+
+    assert fp32_candidate(saved) == {"graph": "fp32", "ms": 1000 * int8["fp32_seconds"], "passes": None}
+    recorded = copy.deepcopy(saved)
+    recorded["int8"]["fp32_seconds"] = 7.0  # read as recorded, not worked back from the trials
+    assert fp32_candidate(recorded)["ms"] == 7000.0
+    older = copy.deepcopy(saved)
+    del older["int8"]["fp32_seconds"]
+    first = int8["trials"][0]
+    assert fp32_candidate(older)["ms"] == pytest.approx(1000 * first["seconds"] * first["speed_vs_fp32"])
+    assert record_problem(saved) is None
+    assert Grader(folder).grade([("cordless drill", "Acme 20-volt cordless drill")]).grades.shape == (1,)
+
+
 def test_headcut_export_prints_the_int8_trials_auto_rejected(tmp_path):
     """Was: `headcut export --precision auto` printed the INT8 trials only when one was chosen, so where none passed
     the gate and fp32 shipped it said nothing of the graphs it timed and why they failed; now it prints them."""

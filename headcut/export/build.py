@@ -332,7 +332,7 @@ def _choose_int8(fp32, fp32_session, tmp: Path, encoded, fp32_logits, labels, gr
         raise GateError(f"no INT8 recipe passes the gate ({gate_table(trials)})")  # build_grader adds the fix
     fp32_nodes_of = {c.name: list(c.keep_fp32) for c in choices}  # recorded so the choice can be reproduced
     record = {"chosen": None if best is None else {**best.as_dict(), "keep_fp32": fp32_nodes_of[best.choice]},
-              "trials": [t.as_dict() for t in trials], "gate": asdict(gate),
+              "trials": [t.as_dict() for t in trials], "fp32_seconds": seconds[FP32], "gate": asdict(gate),
               "timing_shape": list(TIMING_SHAPE), "threads": threads}
     if best is None:
         return None, record, None
