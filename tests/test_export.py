@@ -208,6 +208,17 @@ def test_auto_with_no_int8_recipe_passing_ships_fp32_and_records_the_trials_that
     assert [c["ms"] for c in shipped["candidates"][1:]] == [1000 * t["seconds"] for t in rejected["trials"]]
 
 
+class FailsToImport:
+    """A meta path finder under which importing module `name` raises the RuntimeError a broken install raises."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def find_spec(self, name, path=None, target=None):
+        if name == self.name:
+            raise RuntimeError("no CPU plugin\nmore")
+
+
 @pytest.mark.parametrize("openvino", ["missing", "broken"])
 def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alone_and_says_why(tmp_path, monkeypatch,
                                                                                                openvino):
@@ -225,16 +236,11 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
     loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
     folder = save_model(loaded, tmp_path / "model")
 
-    class Broken:
-        def find_spec(self, name, path=None, target=None):
-            if name == "openvino":
-                raise RuntimeError("no CPU plugin\nmore")
-
     monkeypatch.delitem(sys.modules, "openvino", raising=False)
     if openvino == "missing":
         monkeypatch.setitem(sys.modules, "openvino", None)
     else:
-        monkeypatch.setattr(sys, "meta_path", [Broken(), *sys.meta_path])
+        monkeypatch.setattr(sys, "meta_path", [FailsToImport("openvino"), *sys.meta_path])
     monkeypatch.setitem(sys.modules, "nncf", types.ModuleType("nncf"))  # NNCF usable: OpenVINO alone is said
     said = ("OpenVINO is not installed here" if openvino == "missing" else
             "OpenVINO fails to import here (RuntimeError: no CPU plugin)")
@@ -250,6 +256,44 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
                                        "--precision", "bf16"])
     assert refused.exit_code == 2 and refused.output == (f"error: --precision bf16 needs OpenVINO, and {said}; pip "
                                                          "install 'headcut[openvino]', or choose another precision.\n")
+
+
+@pytest.mark.parametrize("part, state", [("openvino", "missing"), ("openvino", "broken"), ("nncf", "broken")])
+def test_an_openvino_export_without_a_usable_openvino_or_nncf_says_why_and_what_to_install(tmp_path, monkeypatch,
+                                                                                            part, state):
+    """Was: `headcut export --backend openvino` where OpenVINO's import failed (or NNCF's, for its INT8 graphs) ended
+    in that error's traceback, and a missing OpenVINO was told the runtime's extra (pip install
+    'headcut-grader[openvino]'), which brings no NNCF. Now one sentence: what needs it, why it cannot be used here,
+    and the export's extra."""
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+    from headcut.export.build_openvino import check_request
+
+    for name in ("openvino", "nncf"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+        if name != part:  # the other one usable
+            monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    if state == "missing":
+        monkeypatch.setitem(sys.modules, part, None)
+    else:
+        monkeypatch.setattr(sys, "meta_path", [FailsToImport(part), *sys.meta_path])
+    why = "is not installed here" if state == "missing" else "fails to import here (RuntimeError: no CPU plugin)"
+    if part == "nncf":
+        with pytest.raises(UserError) as caught:
+            check_request("int8", labelled=True, names="flags")
+        assert str(caught.value) == (f"--precision int8 on OpenVINO needs NNCF, which {why}; run: pip install "
+                                     "'headcut[openvino]'.") and caught.value.about == ("precision",)
+        return
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=128)
+    loaded = LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 64}, "tiny", "0" * 16)
+    folder = save_model(loaded, tmp_path / "model")
+    result = CliRunner().invoke(app, ["export", str(folder), "--out", str(tmp_path / "grader"), "--backend",
+                                      "openvino"])
+    assert result.exit_code == 2 and result.output == (f"error: an OpenVINO export needs the openvino package, which "
+                                                       f"{why}; run: pip install 'headcut[openvino]'.\n")
+    assert not (tmp_path / "grader").exists()
 
 
 def test_the_fp32_graph_s_time_is_the_one_the_int8_choice_measured(tmp_path):

@@ -23,7 +23,7 @@ from headcut.export.gate import (ARGUMENTS, MIN_GATE_PAIRS, gate_fix, int8_said,
                                  named)
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
-from headcut.export.runtimes import export_backend, openvino_missing
+from headcut.export.runtimes import INSTALL_OPENVINO, export_backend, openvino_missing
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table,
                                      judge, quantize_int8, resolve)
 from headcut_grader.files import as_path, atomic_dir, file_record, write_json, write_text
@@ -48,8 +48,8 @@ def resolve_precision(backend: str, precision: str | None, *, int8: bool,
     precision = precision or ("int8" if int8 else "fp32")
     if built == "onnxruntime" and precision == "bf16":
         if backend == "auto":  # was: 'use --backend openvino or auto', which it was
-            raise UserError(f"{setting(precision_flag, 'bf16')} needs OpenVINO, and {openvino_missing()}; pip install "
-                            "'headcut[openvino]', or choose another precision.", about=("precision", "backend"))
+            raise UserError(f"{setting(precision_flag, 'bf16')} needs OpenVINO, and {openvino_missing()}; "
+                            f"{INSTALL_OPENVINO}, or choose another precision.", about=("precision", "backend"))
         raise UserError(f"{setting(precision_flag, 'bf16')}: ONNX Runtime graders are fp32 or int8; use "
                         f"{setting(backend_flag, 'openvino')} or auto.", about=("precision", "backend"))
     if built == "onnxruntime":

@@ -15,13 +15,12 @@ from pathlib import Path
 from headcut_grader.errors import UserError, setting
 from headcut.export.export import GateError, check_parity, export_onnx, onnx_logits, parity
 from headcut.export.openvino import (OV_INT8_CHOICES, bf16_problem, compiled_runner, convert, quantize_int8,
-                                     require_openvino, save_ir)
+                                     require_openvino, required, save_ir)
 from headcut.export.gate import labelled_pairs, named
 from headcut.export.quantize import Int8Gate, batch_dependence, fastest_passing, gate_table, judge
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 from headcut_grader.machine import cpu_record, runtime_version
-from headcut_grader.optional import optional_module
 
 @dataclass
 class Candidate:
@@ -50,9 +49,7 @@ def check_request(precision: str, *, labelled: bool, names: str = "arguments") -
         raise UserError(f"{setting(flag, 'bf16')}: {bf16_problem()}; or use {setting(flag, 'fp32')}, int8 or auto.",
                         about=("precision",))
     if precision in ("int8", "auto") and labelled:
-        if optional_module("nncf") is None:
-            raise UserError(f"{setting(flag, precision)} on OpenVINO needs NNCF; run: pip install "
-                            "'headcut[openvino]'.", about=("precision",))
+        required("nncf", f"{setting(flag, precision)} on OpenVINO needs NNCF", about=("precision",))
 
 
 def build_openvino(model, tmp: Path, *, reference, batches, calibration, encoded, labels, grades, precision: str,

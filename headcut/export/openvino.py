@@ -20,10 +20,11 @@ import numpy as np
 
 from headcut_grader.errors import UserError
 from headcut.export.quantize import FFN_OUT
-from headcut_grader.backends import INSTALL, openvino_config
+from headcut.export.runtimes import INSTALL_OPENVINO
+from headcut_grader.backends import openvino_config
 from headcut_grader.files import file_record
 from headcut_grader.machine import bf16_native, cpu_info
-from headcut_grader.optional import optional_module
+from headcut_grader.optional import optional_module, why_unusable
 
 IR_NAME = "openvino/model"  # .xml and .bin inside the grader folder
 PRECISIONS = ("fp32", "bf16", "int8", "auto")
@@ -49,15 +50,19 @@ OV_INT8_CHOICES = (
     OvInt8Choice("nncf-no-smoothquant-ffn-out-fp32", smooth_quant=False, ignore_ffn_out=True),
 )
 
-NEEDS_NNCF = "int8 on OpenVINO needs NNCF; run: pip install 'headcut[openvino]'."
-
-
 def require_openvino():
-    """The openvino module, or one sentence saying how to install it (export needs nncf for INT8 too)."""
-    openvino = optional_module("openvino")
-    if openvino is None:
-        raise UserError(f"an OpenVINO export needs the openvino package; run: {INSTALL['openvino']}.")
-    return openvino
+    """The openvino module, or one sentence saying why it cannot be used here and what to install (the export's extra,
+    which brings NNCF for INT8 too; was: the runtime's extra, and a traceback where its import failed)."""
+    return required("openvino", "an OpenVINO export needs the openvino package")
+
+
+def required(name: str, needs: str, *, about: tuple[str, ...] = ()):
+    """The module `name` (openvino, nncf), or UserError (`about` those arguments): `needs` (what needs it), why it
+    cannot be used here (not installed, or its import fails with the error said) and what to install."""
+    why = why_unusable(name)
+    if why:
+        raise UserError(f"{needs}, which {why}; run: {INSTALL_OPENVINO}.", about=about)
+    return optional_module(name)
 
 
 def bf16_problem() -> str | None:
@@ -99,9 +104,7 @@ def compiled_runner(model, *, inference_precision: str, threads: int) -> Callabl
 
 def quantize_int8(model, calibration: list[dict], choice: OvInt8Choice):
     """NNCF post-training INT8 of an OpenVINO model, calibrated on `calibration` batches (real pairs)."""
-    nncf = optional_module("nncf")
-    if nncf is None:
-        raise UserError(NEEDS_NNCF)
+    nncf = required("nncf", "int8 on OpenVINO needs NNCF")
     rows = calibration_rows(model, calibration)
     advanced = nncf.AdvancedQuantizationParameters(
         smooth_quant_alphas=nncf.AdvancedSmoothQuantParameters(matmul=0.95 if choice.smooth_quant else -1))

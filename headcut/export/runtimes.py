@@ -8,6 +8,7 @@ from headcut_grader.errors import UserError, setting
 from headcut.export.gate import named
 
 BACKENDS = ("onnxruntime", "openvino", "auto")
+INSTALL_OPENVINO = "pip install 'headcut[openvino]'"  # the export's extra: OpenVINO and NNCF (the runtime's lacks NNCF)
 # what auto builds an OpenVINO graph with, as messages name them: NNCF judges its INT8 graphs
 OPENVINO_PARTS = {"openvino": "OpenVINO", "nncf": "NNCF (which judges OpenVINO's INT8 graphs)"}
 
@@ -32,7 +33,7 @@ def export_backend(backend: str, *, names: str = "arguments") -> ExportBackend:
     if not missing:
         return ExportBackend(backend)
     return ExportBackend("onnxruntime", f"{setting(named('backend', names), 'auto')}: {missing}, so ONNX Runtime "
-                                        "alone (pip install 'headcut[openvino]' for both)")
+                                        f"alone ({INSTALL_OPENVINO} for both)")
 
 
 def openvino_missing() -> str:
