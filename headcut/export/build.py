@@ -32,6 +32,7 @@ from headcut.model_arguments import check_loaded
 from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 
+
 def resolve_precision(backend: str, precision: str | None, *, int8: bool,
                       names: str = "arguments") -> tuple[str, str | None]:
     """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend`, `precision` and `int8`, the backend

@@ -50,6 +50,7 @@ OV_INT8_CHOICES = (
     OvInt8Choice("nncf-no-smoothquant-ffn-out-fp32", smooth_quant=False, ignore_ffn_out=True),
 )
 
+
 def require_openvino():
     """The openvino module, or one sentence saying why it cannot be used here and what to install (the export's extra,
     which brings NNCF for INT8 too; was: the runtime's extra, and a traceback where its import failed)."""
