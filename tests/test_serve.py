@@ -558,6 +558,41 @@ def test_uvicorn_factory_refuses_at_start_up_a_uvicorn_or_h11_without_an_interna
         f"and h11: pip install 'uvicorn{serve_internals.UVICORN_SUPPORTED}' 'h11{serve_internals.H11_SUPPORTED}'.")
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_checks_the_head_deadline_s_internals_once_per_start_up(tiny_folder, monkeypatch, workers):
+    """`headcut serve` checked uvicorn's and h11's internals, then each worker's app_from_env checked them again
+    (twice for one worker). The command checks once, before the grader loads, and its settings tell the workers so;
+    app_from_env under uvicorn --factory still checks (the test above)."""
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import headcut_grader.workers as workers_module
+    from headcut.cli.main import app
+    from headcut_grader import serve_internals
+    from headcut_grader.serve import ENV_SETTINGS, app_from_env
+    from headcut_grader.serve_metrics import ENV_MULTIPROC
+
+    checks, apps = [], []
+    real = serve_internals.missing_internals
+    monkeypatch.setattr(serve_internals, "missing_internals", lambda: checks.append(1) or real())
+
+    def serving(*args, **kwargs):  # stands in for uvicorn.run and run_workers: a worker starts, the same environment
+        apps.append(app_from_env())
+        return 0
+
+    monkeypatch.setattr(uvicorn, "run", serving)
+    monkeypatch.setattr(workers_module, "run_workers", serving)
+    for name in (ENV_SETTINGS, ENV_MULTIPROC):  # the command sets them for its workers; put back after
+        monkeypatch.setenv(name, "")
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # nor may it keep its SIGTERM handler in pytest
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--port", str(port), "--workers", workers])
+    assert result.exit_code == 0, result.output
+    assert len(apps) == 1 and len(checks) == 1, (apps, checks)
+
+
 @pytest.mark.parametrize("protocol", protocols(), ids=lambda p: p.__name__)
 def test_a_next_head_begun_while_a_response_is_written_gets_its_deadline_when_the_response_ends(protocol):
     """A client pipelining part of its next head behind a request still being answered (0.5 s here), then sending

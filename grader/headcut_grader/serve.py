@@ -65,6 +65,9 @@ class Settings:
     limits: Limits = Limits()
     batching: Batching = Batching()
     backend: str = "auto"  # the CLI resolves auto once, so every worker runs the same graph
+    # `headcut serve` checked the head deadline's uvicorn and h11 internals (serve_internals.check_uvicorn) before
+    # starting its workers, which run the same Python and skip it; a uvicorn --factory start leaves it out and checks
+    internals_checked: bool = False
 
     def encode(self) -> str:
         return json.dumps(asdict(self))
@@ -76,7 +79,8 @@ class Settings:
         try:
             raw = json.loads(text)
             return cls(raw["grader_dir"], raw.get("threads", 1), Limits(**raw.get("limits", {})),
-                       Batching(**raw.get("batching", {})), raw.get("backend", "auto"))
+                       Batching(**raw.get("batching", {})), raw.get("backend", "auto"),
+                       raw.get("internals_checked") is True)
         except (TypeError, ValueError, KeyError, AttributeError) as e:
             why = f"no key {e}" if isinstance(e, KeyError) else str(e)[:100]
             fact = "is not set" if text is None else f"is not the JSON settings `headcut serve` writes ({why})"
@@ -168,12 +172,14 @@ async def _lifespan(app):
 
 def app_from_env():
     """App factory for `uvicorn --factory` (with `--http` HEAD_PROTOCOL) and several worker processes (settings
-    travel by environment, where `headcut serve` put them: answers name its flags)."""
+    travel by environment, where `headcut serve` put them: answers name its flags). The head deadline's uvicorn and
+    h11 internals are checked at start-up, not in the middle of a request: here, unless `headcut serve` did."""
     from headcut_grader.orphans import exit_with_parent
     from headcut_grader.serve_internals import check_uvicorn  # imports uvicorn, which runs this
 
-    check_uvicorn()  # the head deadline's uvicorn and h11 internals: at start-up, not in the middle of a request
     settings = Settings.decode(os.environ.get(ENV_SETTINGS))
+    if not settings.internals_checked:
+        check_uvicorn()
     exit_with_parent()  # a worker (ours or uvicorn's) of a killed master drains and exits instead of serving on
     return create_app(settings.grader_dir, threads=settings.threads, limits=settings.limits, flags=True,
                       batching=settings.batching, backend=settings.backend)

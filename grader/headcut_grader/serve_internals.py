@@ -1,5 +1,5 @@
 """The internals of uvicorn and h11 that serve_protocol's request head deadline reads, none of them their public
-API, and the start-up check that the installed ones have them (`headcut serve` and app_from_env run it), apart
+API, and the start-up check that the installed ones have them (`headcut serve` runs it, else app_from_env), apart
 from serve_protocol so that serve.app_from_env can check without importing the module that imports serve."""
 from __future__ import annotations
 

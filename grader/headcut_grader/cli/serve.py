@@ -99,7 +99,7 @@ def serve(
     except (OSError, OverflowError) as e:
         raise UserError(f"--host {host} --port {port}: cannot listen there ({getattr(e, 'strerror', None) or e}); "
                         "choose another --port or --host.") from None
-    settings = Settings(str(grader_dir), threads, limits, batching, grader.backend.name)
+    settings = Settings(str(grader_dir), threads, limits, batching, grader.backend.name, internals_checked=True)
     os.environ[ENV_SETTINGS] = settings.encode()
     # a fresh folder per run: the workers' metric files are summed, and an old run's would be summed in
     metrics_dir = tempfile.mkdtemp(prefix="headcut-metrics-")
