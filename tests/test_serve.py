@@ -531,7 +531,7 @@ def test_serve_refuses_a_uvicorn_without_an_internal_the_head_deadline_uses(tiny
 
 
 def test_uvicorn_factory_refuses_at_start_up_a_uvicorn_or_h11_without_an_internal_the_head_deadline_uses(
-        tiny_folder, monkeypatch):
+        tiny_folder, monkeypatch, capsys):
     """The documented `uvicorn --factory headcut_grader.serve:app_from_env --http ...HeadTimedProtocol` never ran
     the check `headcut serve` runs, so a uvicorn lacking an internal failed mid-request. h11's Connection state
     (their_state, trailing_data: h11's, not uvicorn's) is checked too, and h11's range is the serve extra's."""
@@ -541,7 +541,6 @@ def test_uvicorn_factory_refuses_at_start_up_a_uvicorn_or_h11_without_an_interna
     import uvicorn
 
     from headcut_grader import serve_internals, serve_protocol
-    from headcut_grader.errors import UserError
     from headcut_grader.serve import app_from_env
 
     extra = tomllib.loads((ROOT / "grader" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
@@ -550,12 +549,12 @@ def test_uvicorn_factory_refuses_at_start_up_a_uvicorn_or_h11_without_an_interna
     owner = serve_protocol.HeadTimedProtocol.__mro__[2]  # uvicorn's class under the deadline's
     monkeypatch.delattr(owner, "timeout_keep_alive_handler")
     monkeypatch.delattr(h11.Connection, "trailing_data")
-    with pytest.raises(UserError) as e:
+    with pytest.raises(SystemExit) as e:
         app_from_env()
-    assert str(e.value) == (
+    assert e.value.code == 2 and capsys.readouterr().err == "error: " + (
         f"uvicorn {uvicorn.__version__} lacks {owner.__name__}.timeout_keep_alive_handler and h11 {h11.__version__} "
         "lacks Connection.trailing_data, which the server's request head deadline uses; install a supported uvicorn "
-        f"and h11: pip install 'uvicorn{serve_internals.UVICORN_SUPPORTED}' 'h11{serve_internals.H11_SUPPORTED}'.")
+        f"and h11: pip install 'uvicorn{serve_internals.UVICORN_SUPPORTED}' 'h11{serve_internals.H11_SUPPORTED}'.\n")
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])
@@ -1112,23 +1111,43 @@ def test_an_app_made_by_create_app_names_its_fields_in_answers_and_serve_its_fla
     ('{"grader_dir": "g", "limits": {"max_pair": 3}}', "is not the JSON settings `headcut serve` writes "
      "(Limits.__init__() got an unexpected keyword argument 'max_pair')"),
 ])
-def test_app_from_env_without_serve_s_settings_names_the_variable_and_how_to_set_it(monkeypatch, value, fact):
+def test_app_from_env_without_serve_s_settings_names_the_variable_and_how_to_set_it(monkeypatch, capsys, value,
+                                                                                     fact):
     """Its docstring offers uvicorn --factory, with the protocol that holds --header-timeout-seconds (without it the
     setting does nothing). Was: a KeyError 'HEADCUT_SERVE' (and a JSONDecodeError or another KeyError for a value
     typed by hand)."""
-    from headcut_grader.errors import UserError
     from headcut_grader.serve import app_from_env
 
     if value is None:
         monkeypatch.delenv("HEADCUT_SERVE", raising=False)
     else:
         monkeypatch.setenv("HEADCUT_SERVE", value)
-    with pytest.raises(UserError) as e:
+    with pytest.raises(SystemExit) as e:
         app_from_env()
-    assert str(e.value).startswith("HEADCUT_SERVE " + fact) and str(e.value).endswith(
+    said = capsys.readouterr().err
+    assert e.value.code == 2 and said.startswith("error: HEADCUT_SERVE " + fact) and said.endswith(
         "; start the server with `headcut serve GRADER_DIR`, which sets it for its workers, or set it for uvicorn "
         "--factory headcut_grader.serve:app_from_env --http headcut_grader.serve_protocol:HeadTimedProtocol to JSON "
-        "such as '{\"grader_dir\": \"runs/grader\"}'.")
+        "such as '{\"grader_dir\": \"runs/grader\"}'.\n")
+
+
+@pytest.mark.parametrize("settings, said", [
+    ('{"grader_dir": "no-such-grader"}', "no-such-grader: no such folder; pass a folder written by `headcut export`."),
+    (None, "HEADCUT_SERVE is not set; start the server with `headcut serve GRADER_DIR`, which sets it for its workers"),
+])
+def test_the_documented_uvicorn_command_says_a_refusal_in_one_sentence(tmp_path, settings, said):
+    """`uvicorn --factory APP_FACTORY --http HEAD_PROTOCOL` whose HEADCUT_SERVE names a missing grader folder, or is
+    unset: one sentence on stderr and exit code 2, as `headcut serve` says it. Was: uvicorn catches only a factory's
+    TypeError, so it printed the UserError's traceback, the sentence on its last line, and exited 1."""
+    from headcut_grader.serve import APP_FACTORY, HEAD_PROTOCOL
+
+    env = {k: v for k, v in os.environ.items() if k != "HEADCUT_SERVE"}
+    if settings is not None:
+        env["HEADCUT_SERVE"] = settings
+    command = [sys.executable, "-m", "uvicorn", "--factory", APP_FACTORY, "--http", HEAD_PROTOCOL, "--port", "0"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1].startswith("error: " + said), done.stderr
 
 
 def test_app_from_env_takes_only_a_grader_dir_and_defaults_the_rest(tiny_folder, monkeypatch):

@@ -17,6 +17,7 @@ Like the grader, this module never imports torch.
 import asyncio
 import json
 import os
+import sys
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, fields
 
@@ -173,11 +174,22 @@ async def _lifespan(app):
 def app_from_env():
     """App factory for `uvicorn --factory` (with `--http` HEAD_PROTOCOL) and several worker processes (settings
     travel by environment, where `headcut serve` put them: answers name its flags). The head deadline's uvicorn and
-    h11 internals are checked at start-up, not in the middle of a request: here, unless `headcut serve` did."""
+    h11 internals are checked at start-up, not in the middle of a request: here, unless `headcut serve` did.
+    uvicorn calls it as a command's body is called, so it ends as a command does: a UserError (HEADCUT_SERVE unset,
+    a missing grader folder) is its sentence on stderr and exit code 2. uvicorn catches only a factory's TypeError;
+    any other error was its traceback, the sentence on the last line."""
+    try:
+        return _app_from(os.environ.get(ENV_SETTINGS))
+    except UserError as e:
+        sys.stderr.write(f"error: {e}\n")  # as cli.common.user_errors says it, which would import typer here
+        raise SystemExit(2) from None
+
+
+def _app_from(text: str | None):
     from headcut_grader.orphans import exit_with_parent
     from headcut_grader.serve_internals import check_uvicorn  # imports uvicorn, which runs this
 
-    settings = Settings.decode(os.environ.get(ENV_SETTINGS))
+    settings = Settings.decode(text)
     if not settings.internals_checked:
         check_uvicorn()
     exit_with_parent()  # a worker (ours or uvicorn's) of a killed master drains and exits instead of serving on
