@@ -534,7 +534,7 @@ def test_uvicorn_factory_refuses_at_start_up_a_uvicorn_or_h11_without_an_interna
         tiny_folder, monkeypatch, capsys):
     """The documented `uvicorn --factory headcut_grader.serve:app_from_env --http ...HeadTimedProtocol` never ran
     the check `headcut serve` runs, so a uvicorn lacking an internal failed mid-request. h11's Connection state
-    (their_state, trailing_data: h11's, not uvicorn's) is checked too, and h11's range is the serve extra's."""
+    (their_state, _receive_buffer: h11's, not uvicorn's) is checked too, and h11's range is the serve extra's."""
     import tomllib
 
     import h11
@@ -548,13 +548,62 @@ def test_uvicorn_factory_refuses_at_start_up_a_uvicorn_or_h11_without_an_interna
     monkeypatch.setenv("HEADCUT_SERVE", json.dumps({"grader_dir": str(tiny_folder)}))
     owner = serve_protocol.HeadTimedProtocol.__mro__[2]  # uvicorn's class under the deadline's
     monkeypatch.delattr(owner, "timeout_keep_alive_handler")
-    monkeypatch.delattr(h11.Connection, "trailing_data")
+    monkeypatch.delattr(h11.Connection, "their_state")
+    monkeypatch.setattr(h11.Connection, "__init__", lambda self, our_role: None)  # sets no _receive_buffer
     with pytest.raises(SystemExit) as e:
         app_from_env()
     assert e.value.code == 2 and capsys.readouterr().err == "error: " + (
         f"uvicorn {uvicorn.__version__} lacks {owner.__name__}.timeout_keep_alive_handler and h11 {h11.__version__} "
-        "lacks Connection.trailing_data, which the server's request head deadline uses; install a supported uvicorn "
-        f"and h11: pip install 'uvicorn{serve_internals.UVICORN_SUPPORTED}' 'h11{serve_internals.H11_SUPPORTED}'.\n")
+        "lacks Connection.their_state, Connection._receive_buffer, which the server's request head deadline uses; "
+        f"install a supported uvicorn and h11: pip install 'uvicorn{serve_internals.UVICORN_SUPPORTED}' "
+        f"'h11{serve_internals.H11_SUPPORTED}'.\n")
+
+
+def test_the_h11_deadline_copies_no_buffered_head_per_packet(monkeypatch):
+    """H11HeadTimed asked h11 whether a head had begun through Connection.trailing_data, which copies h11's receive
+    buffer: on every packet, so a head sent a byte at a time cost time quadratic in its length (72 MB copied for
+    these 12 kB). It reads the buffer's length now: what is copied out of h11's buffer while such a head arrives is
+    at most the head, and the head's deadline is armed."""
+    import asyncio
+
+    import uvicorn
+    from h11._receivebuffer import ReceiveBuffer
+    from uvicorn.server import ServerState
+
+    from headcut_grader.serve_protocol import H11HeadTimed
+
+    copied = []
+    real = ReceiveBuffer.__bytes__
+    monkeypatch.setattr(ReceiveBuffer, "__bytes__", lambda self: copied.append(len(self)) or real(self))
+
+    class Transport:  # what the protocol asks of asyncio's
+        def get_extra_info(self, name, default=None):
+            return default
+
+        def is_closing(self):
+            return False
+
+        def get_protocol(self):
+            return protocol
+
+        def close(self):
+            pass
+
+    async def app(scope, receive, send):
+        pass
+
+    head = b"GET / HTTP/1.1\r\nHost: x\r\nX-Long: " + b"a" * 12_000  # under h11's 16 KiB for a head
+    loop = asyncio.new_event_loop()
+    try:
+        protocol = H11HeadTimed(uvicorn.Config(app, http=H11HeadTimed), ServerState(), {}, _loop=loop)
+        protocol.connection_made(Transport())
+        for i in range(len(head)):
+            protocol.data_received(head[i:i + 1])
+        armed = protocol.head_timer is not None
+        protocol.connection_lost(None)
+    finally:
+        loop.close()
+    assert armed and sum(copied) <= len(head), (armed, sum(copied))
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -25,7 +25,8 @@ PROTOCOL_ATTRIBUTES = ("loop", "transport", "app_state", "cycle", "timeout_keep_
 H11_ATTRIBUTES = ("conn",)
 HTTPTOOLS_METHODS = ("on_message_begin", "on_headers_complete")
 CYCLE_ATTRIBUTES = ("response_complete",)
-H11_CONNECTION = ("their_state", "trailing_data")  # h11's, not uvicorn's: properties of h11.Connection
+H11_CONNECTION = ("their_state",)  # h11's, not uvicorn's: a property of h11.Connection
+H11_BUFFER = ("_receive_buffer",)  # set by h11.Connection's __init__: whose length says a head has begun
 
 
 def _set_by_init(cls) -> set[str]:
@@ -56,6 +57,7 @@ def _internals():
     yield uvicorn, H11Protocol, PROTOCOL_ATTRIBUTES + H11_ATTRIBUTES, True
     yield uvicorn, h11_impl.RequestResponseCycle, CYCLE_ATTRIBUTES, True
     yield h11, h11.Connection, H11_CONNECTION, False
+    yield h11, h11.Connection, H11_BUFFER, True
 
 
 def missing_internals() -> dict:

@@ -98,7 +98,9 @@ class _HeadDeadline:
 
 class H11HeadTimed(_HeadDeadline, H11Protocol):
     def _head_begun(self) -> bool:  # h11 keeps a head's bytes until it has the whole head
-        return self.conn.their_state is h11.IDLE and bool(self.conn.trailing_data[0])
+        # the buffer's length: Connection.trailing_data copies the buffer, on every packet, so a head sent a byte at
+        # a time cost time quadratic in its length
+        return self.conn.their_state is h11.IDLE and len(self.conn._receive_buffer) > 0
 
 
 try:
