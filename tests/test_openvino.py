@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 
@@ -278,7 +280,8 @@ def test_a_precision_that_lies_is_refused_before_the_graph_compiles(both, tmp_pa
 def test_without_openvino_installed_the_export_and_runtime_say_how_to_get_it(both, tmp_path):
     blocker = tmp_path / "block"
     blocker.mkdir()
-    (blocker / "openvino.py").write_text("raise ImportError('blocked for this test')\n")
+    # what importing a package that is not there raises (an ImportError of another kind is one failing to load)
+    (blocker / "openvino.py").write_text("raise ModuleNotFoundError('blocked for this test', name='openvino')\n")
     env = {**__import__("os").environ}
     env["PYTHONPATH"] = f"{blocker}:{env.get('PYTHONPATH', '')}"
     done = _cli("export", "minilm-l6", "--out", tmp_path / "g", "--backend", "openvino", env=env)
@@ -293,6 +296,91 @@ def test_without_openvino_installed_the_export_and_runtime_say_how_to_get_it(bot
     # auto falls back to the portable ONNX Runtime graph
     done = _cli("grade", both, pairs, "--out", tmp_path / "o.tsv", env=env)
     assert done.returncode == 0 and "onnxruntime" in done.stdout, done.stderr
+
+
+BROKEN_OPENVINO = [OSError("libopenvino.so.2540: cannot open shared object file: No such file or directory\nmore"),
+                   AttributeError("module 'numpy' has no attribute 'bool8'"), RuntimeError("no CPU plugin"),
+                   ImportError("libtbb.so.12: cannot open shared object file")]
+
+
+class BrokenImport:
+    """A meta path finder that fails `name`'s import with `error`, as an installed package that cannot load does."""
+
+    def __init__(self, name: str, error: Exception):
+        self.name, self.error = name, error
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.name:
+            raise self.error
+
+
+@pytest.mark.parametrize("error", BROKEN_OPENVINO, ids=lambda e: type(e).__name__)
+def test_an_openvino_that_fails_to_import_is_said_in_one_sentence(both, monkeypatch, error):
+    """An openvino installed but failing to import: --backend openvino (grade, serve, Grader) ended in its traceback
+    (an ImportError said 'pip install', though it was installed), and --backend auto's choice too. Now one sentence
+    names the package, its error and the fix; auto takes the ONNX Runtime graph and its reason says why."""
+    from headcut_grader.backends import open_backend, graphs
+
+    said = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    monkeypatch.delitem(sys.modules, "openvino", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [BrokenImport("openvino", error), *sys.meta_path])
+    with pytest.raises(UserError) as e:
+        Grader(both, backend="openvino", names="flags")
+    assert str(e.value) == (f"the OpenVINO backend needs the openvino package, which fails to import here ({said}); "
+                            "reinstall it: pip install --force-reinstall openvino (or pick --backend onnxruntime).")
+    grader = Grader(both)
+    assert "openvino" in graphs(grader.record) and grader.backend.name == "onnxruntime"
+    assert grader.backend_reason == (f"the only graph whose runtime imports here: openvino fails to import here "
+                                     f"({said}) (reinstall it: pip install --force-reinstall openvino)")
+    with pytest.raises(UserError, match=r"\(or pass backend='onnxruntime'\)\.$"):
+        open_backend("openvino", both, grader.record, threads=1)
+
+
+def test_grade_and_serve_with_an_openvino_that_fails_to_import_exit_2(both, tmp_path, monkeypatch):
+    """`headcut-grader grade --backend openvino` in a process whose openvino raises OSError on import: exit 2 and the
+    one sentence, no traceback (was: the OSError's traceback, exit 1); `headcut serve` with auto serves ONNX Runtime's
+    graph and says why on its first line."""
+    import os
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from headcut.cli.main import app
+    from headcut_grader.serve import ENV_SETTINGS
+    from headcut_grader.serve_metrics import ENV_MULTIPROC
+
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "openvino.py").write_text("raise OSError('libopenvino.so.2540: cannot open shared object file')\n")
+    env = {**os.environ, "PYTHONPATH": f"{blocker}:{os.environ.get('PYTHONPATH', '')}"}
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("query\ttitle\ndrill\tcordless drill\n")
+    out = tmp_path / "o.tsv"
+    command = [sys.executable, "-m", "headcut_grader", "grade", str(both), str(pairs), "--out", str(out)]
+    done = subprocess.run([*command, "--backend", "openvino"], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr == ("error: the OpenVINO backend needs the openvino package, which fails to import here "
+                           "(OSError: libopenvino.so.2540: cannot open shared object file); reinstall it: pip install "
+                           "--force-reinstall openvino (or pick --backend onnxruntime).\n")
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    assert done.returncode == 0 and "onnxruntime" in done.stdout, done.stderr
+
+    monkeypatch.delitem(sys.modules, "openvino", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [BrokenImport("openvino", OSError("gone")), *sys.meta_path])
+    monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: None)  # started, then stopped at once
+    for name in (ENV_SETTINGS, ENV_MULTIPROC):  # the command sets them for its workers; put back after
+        monkeypatch.setenv(name, "")
+    monkeypatch.setattr(signal, "signal", lambda *args: None)  # nor may it keep its SIGTERM handler in pytest
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    result = CliRunner().invoke(app, ["serve", str(both), "--port", port, "--backend", "openvino"])
+    assert result.exit_code == 2 and "which fails to import here (OSError: gone); reinstall it" in result.output
+    result = CliRunner().invoke(app, ["serve", str(both), "--port", port])
+    assert result.exit_code == 0 and ("with onnxruntime" in result.output and "openvino fails to import here "
+                                      "(OSError: gone) (reinstall it: pip install --force-reinstall openvino)"
+                                      in " ".join(result.output.split())), result.output
 
 
 def test_a_python_caller_without_openvino_is_told_its_backend_argument(both, monkeypatch):

@@ -17,7 +17,7 @@ from headcut_grader.backends import INSTALL, graphs, open_backend
 from headcut_grader.errors import UserError
 from headcut_grader.files import cache_home, write_text
 from headcut_grader.machine import cpu_key
-from headcut_grader.optional import optional_module
+from headcut_grader.optional import NOT_INSTALLED, reinstall, why_unusable
 from headcut_grader.timing import round_robin
 from headcut_grader.validation import read_small_text
 
@@ -42,20 +42,19 @@ def _grader_key(record: dict) -> str:
 
 
 def installed(name: str) -> bool:
-    return optional_module(name) is not None
+    """Whether the runtime `name` imports here: one installed but failing to import is skipped as one not installed
+    is (why_unusable says which; was: its traceback where its error was no ImportError)."""
+    return why_unusable(name) is None
 
 
 def choose_backend(folder: Path, record: dict, *, threads: int, vocab_size: int) -> Choice:
     """Which of the folder's graphs to grade with on this CPU (see the module docstring)."""
-    usable = [name for name in graphs(record) if installed(name)]
+    unusable = {name: why for name in graphs(record) if (why := why_unusable(name))}
+    usable = [name for name in graphs(record) if name not in unusable]
     if not usable:  # was: min() of nothing, a ValueError traceback
-        names = list(graphs(record))
-        raise UserError(f"{folder} holds only {' and '.join(names)} graphs, and "
-                        f"{'neither runtime is' if len(names) > 1 else 'its runtime is not'} installed here; run: "
-                        f"{' or '.join(INSTALL[n] for n in names)}.")
+        raise UserError(_no_runtime(folder, unusable))
     if len(usable) == 1:
-        missing = [n for n in graphs(record) if n not in usable]
-        return Choice(usable[0], f"the only graph{' whose runtime is installed' if missing else ''}")
+        return Choice(usable[0], _only_graph(unusable))
     preferred = record.get("backend")
     if preferred in usable and preferred != "auto":
         return Choice(preferred, f"exported with --backend {preferred}")
@@ -73,6 +72,29 @@ def choose_backend(folder: Path, record: dict, *, threads: int, vocab_size: int)
     _write_cache(key, best)
     return Choice(best, "fastest when timed now on this CPU model: " +
                   ", ".join(f"{n} {1000 * s:.0f} ms" for n, s in measured.items()))
+
+
+def _no_runtime(folder: Path, unusable: dict[str, str]) -> str:
+    """The sentence for a folder none of whose graphs' runtimes imports here (`unusable`: runtime -> why_unusable)."""
+    names = list(unusable)
+    if all(why == NOT_INSTALLED for why in unusable.values()):
+        return (f"{folder} holds only {' and '.join(names)} graphs, and "
+                f"{'neither runtime is' if len(names) > 1 else 'its runtime is not'} installed here; run: "
+                f"{' or '.join(INSTALL[n] for n in names)}.")
+    fixes = [INSTALL[n] if why == NOT_INSTALLED else reinstall(n) for n, why in unusable.items()]
+    return (f"{folder} holds only {' and '.join(names)} graphs, and "
+            f"{' and '.join(f'{n} {why}' for n, why in unusable.items())}; run: {' or '.join(fixes)}.")
+
+
+def _only_graph(unusable: dict[str, str]) -> str:
+    """Choice.reason for the one graph whose runtime imports here: the others' runtimes, and why not."""
+    if not unusable:
+        return "the only graph"
+    broken = {n: why for n, why in unusable.items() if why != NOT_INSTALLED}
+    if not broken:
+        return "the only graph whose runtime is installed"
+    return ("the only graph whose runtime imports here: " +
+            ", ".join(f"{n} {why} (reinstall it: {reinstall(n)})" for n, why in broken.items()))
 
 
 def timing_batch(vocab_size: int) -> dict:

@@ -20,7 +20,7 @@ import numpy as np
 from headcut_grader.errors import UserError, named, quoted, shown
 from headcut_grader.files import hash_and_find
 from headcut_grader.machine import runtime_version
-from headcut_grader.optional import optional_module
+from headcut_grader.optional import Unimportable, optional_module, reinstall
 
 BACKEND_NAMES = ("onnxruntime", "openvino")
 BACKEND_CHOICES = ("auto", *BACKEND_NAMES)  # what a user may ask for: a runtime, or auto
@@ -140,8 +140,13 @@ def open_backend(name: str, folder: Path, record: dict, *, threads: int, names: 
     if name not in declared:
         raise UserError(f"{folder} has no {name} graph (it has: {', '.join(declared)}); export one with "
                         f"`headcut export --backend {name}` or pick another {named('backend', names, section='')}.")
-    if name == "openvino" and optional_module("openvino") is None:
-        raise no_openvino(names)
+    if name == "openvino":
+        try:
+            found = optional_module("openvino")
+        except Unimportable as e:
+            raise no_openvino(names, broken=e) from None
+        if found is None:
+            raise no_openvino(names)
     return OPENERS[name](folder, declared[name], record, threads)
 
 
@@ -169,10 +174,14 @@ def _onnxruntime(folder: Path, graph: dict, record: dict, threads: int) -> Backe
                    lambda feed: session.run(["logits"], {k: feed[k] for k in names})[0])
 
 
-def no_openvino(names: str = "arguments") -> UserError:
-    """The sentence for OpenVINO asked for where it is not installed, naming the other backend as whoever chose
-    (`names`, as open_backend's) writes it: --backend onnxruntime, backend='onnxruntime'."""
+def no_openvino(names: str = "arguments", *, broken: Unimportable | None = None) -> UserError:
+    """The sentence for OpenVINO asked for where it is not installed, or is `broken` (fails to import), naming the
+    other backend as whoever chose (`names`, as open_backend's) writes it: --backend onnxruntime,
+    backend='onnxruntime'."""
     other = "pick --backend onnxruntime" if names == "flags" else "pass backend='onnxruntime'"
+    if broken is not None:
+        return UserError(f"the OpenVINO backend needs the openvino package, which {broken.why}; "
+                         f"reinstall it: {reinstall('openvino')} (or {other}).")
     return UserError(f"the OpenVINO backend needs the openvino package; run: {INSTALL['openvino']} (or {other}).")
 
 

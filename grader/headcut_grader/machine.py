@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from headcut_grader.optional import optional_module
+from headcut_grader.optional import Unimportable, optional_module
 from headcut_grader.timing import Cpu, cpu_info
 
 # The flags that change how matmuls run: vector width, int8 dot products (VNNI), bf16 (AVX512_BF16, AMX).
@@ -41,8 +41,12 @@ def cpu_key(cpu: Cpu | None = None) -> str:
 
 
 def runtime_version(module: str) -> str | None:
-    """A runtime's release ("2026.4.1", not OpenVINO's build string), or None where it is not installed."""
-    found = optional_module(module)
+    """A runtime's release ("2026.4.1", not OpenVINO's build string), or None where it is not installed or fails to
+    import."""
+    try:
+        found = optional_module(module)
+    except Unimportable:
+        return None
     return found.__version__.split("-")[0] if found is not None else None
 
 

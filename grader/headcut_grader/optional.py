@@ -1,9 +1,12 @@
-"""Optional packages (a runtime, a metrics client, a server): the module where it is installed, None where not."""
+"""Optional packages (a runtime, a metrics client, a server): the module where it is installed, None where not, and
+Unimportable's sentence where it is installed but fails to import."""
 from __future__ import annotations
 
 import importlib
 import sys
 from types import ModuleType, TracebackType
+
+from headcut_grader.errors import UserError
 
 # A package whose import failed while its own code ran (not a missing one): the error, raised again on every later
 # attempt in this process. Importing it again would rerun that code (OpenVINO's plugins load for seconds) and fail
@@ -11,27 +14,48 @@ from types import ModuleType, TracebackType
 # package not installed is looked for again (a path search, and it may be installed while a notebook runs).
 _BROKEN: dict[str, tuple[Exception, TracebackType | None]] = {}
 
+NOT_INSTALLED = "is not installed here"
+
+
+class Unimportable(UserError):
+    """An optional package installed here whose import fails (an OSError for a shared library gone, an AttributeError
+    of a half-upgraded install, a RuntimeError of its own): its sentence names the package, the error and the fix;
+    `name` and `why` ('fails to import here (OSError: ...)') let a caller say it in its own sentence."""
+
+    def __init__(self, name: str, why: str):
+        super().__init__(f"{name} {why}; reinstall it: {reinstall(name)}.")
+        self.name, self.why = name, why
+
+
+def reinstall(name: str) -> str:
+    """The command that puts back a package installed here but failing to import (its files, its dependencies)."""
+    return f"pip install --force-reinstall {name}"
+
 
 def optional_module(name: str) -> ModuleType | None:
-    """The module `name`, or None where it is not installed. A Ctrl-C that lands while a compiled extension starts
-    (ONNX Runtime and OpenVINO are pybind11 modules) reaches Python as ImportError("initialization failed") caused
-    by the KeyboardInterrupt; it is raised as the Ctrl-C it was (was: the package counted as not installed, so a
-    `grade` interrupted while choosing its backend ended in a ValueError traceback)."""
-    try:
-        return _imported(name)
-    except ImportError:
+    """The module `name`, or None where it is not installed; Unimportable where it is but fails to import (was: its
+    traceback where the error was no ImportError, else None, and 'pip install' advice for a package installed). A
+    Ctrl-C that lands while a compiled extension starts (ONNX Runtime and OpenVINO are pybind11 modules) reaches
+    Python as ImportError("initialization failed") caused by the KeyboardInterrupt; it is raised as the Ctrl-C it was
+    (was: the package counted as not installed, so a `grade` interrupted while choosing its backend ended in a
+    ValueError traceback)."""
+    why = why_unusable(name)
+    if why is None:
+        return importlib.import_module(name)  # imported already: a look-up in sys.modules
+    if why == NOT_INSTALLED:
         return None
+    raise Unimportable(name, why)
 
 
 def why_unusable(name: str) -> str | None:
-    """Why the module `name` cannot be used here, as a clause ('is not installed here', 'fails to import here
-    (RuntimeError: ...)'), or None where it imports. An import that fails with any error counts: an OpenVINO whose
-    import raises a RuntimeError is as unusable as one not installed (was: a traceback out of an auto export)."""
+    """Why the module `name` cannot be used here, as a clause (NOT_INSTALLED, 'fails to import here (RuntimeError:
+    ...)'), or None where it imports. An import that fails with any error counts: an OpenVINO whose import raises a
+    RuntimeError is as unusable as one not installed (was: a traceback out of an auto export)."""
     try:
         _imported(name)
     except ImportError as e:
         if _not_installed(e, name):
-            return "is not installed here"
+            return NOT_INSTALLED
         return f"fails to import here ({_first_line(e)})"
     except Exception as e:  # noqa: BLE001 - a broken package's own error, whatever it is
         return f"fails to import here ({_first_line(e)})"
