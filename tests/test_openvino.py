@@ -338,8 +338,8 @@ def test_an_openvino_that_fails_to_import_is_said_in_one_sentence(both, monkeypa
 
 def test_grade_and_serve_with_an_openvino_that_fails_to_import_exit_2(both, tmp_path, monkeypatch):
     """`headcut-grader grade --backend openvino` in a process whose openvino raises OSError on import: exit 2 and the
-    one sentence, no traceback (was: the OSError's traceback, exit 1); `headcut serve` with auto serves ONNX Runtime's
-    graph and says why on its first line."""
+    one sentence, no traceback (was: the OSError's traceback, exit 1); with auto it grades with ONNX Runtime and a
+    note says why; `headcut serve` likewise, why on its first line."""
     import os
 
     import uvicorn
@@ -365,6 +365,9 @@ def test_grade_and_serve_with_an_openvino_that_fails_to_import_exit_2(both, tmp_
                            "--force-reinstall openvino (or pick --backend onnxruntime).\n")
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert done.returncode == 0 and "onnxruntime" in done.stdout, done.stderr
+    assert done.stderr.endswith("note: the grader's openvino graph was skipped: openvino fails to import here "
+                                "(OSError: libopenvino.so.2540: cannot open shared object file); reinstall it: pip "
+                                "install --force-reinstall openvino.\n"), done.stderr
 
     monkeypatch.delitem(sys.modules, "openvino", raising=False)
     monkeypatch.setattr(sys, "meta_path", [BrokenImport("openvino", OSError("gone")), *sys.meta_path])

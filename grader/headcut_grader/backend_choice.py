@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +29,7 @@ ENV_CACHE = "HEADCUT_GRADER_CACHE"
 class Choice:
     backend: str
     reason: str  # one line: why this backend
+    broken: dict = field(default_factory=dict)  # runtime -> why_unusable, of graphs skipped as their runtime fails here
 
 
 def cache_file() -> Path:
@@ -54,7 +55,8 @@ def choose_backend(folder: Path, record: dict, *, threads: int, vocab_size: int)
     if not usable:  # was: min() of nothing, a ValueError traceback
         raise UserError(_no_runtime(folder, unusable))
     if len(usable) == 1:
-        return Choice(usable[0], _only_graph(unusable))
+        broken = {n: why for n, why in unusable.items() if why != NOT_INSTALLED}
+        return Choice(usable[0], _only_graph(unusable, broken), broken)
     preferred = record.get("backend")
     if preferred in usable and preferred != "auto":
         return Choice(preferred, f"exported with --backend {preferred}")
@@ -86,11 +88,11 @@ def _no_runtime(folder: Path, unusable: dict[str, str]) -> str:
             f"{' and '.join(f'{n} {why}' for n, why in unusable.items())}; run: {' or '.join(fixes)}.")
 
 
-def _only_graph(unusable: dict[str, str]) -> str:
-    """Choice.reason for the one graph whose runtime imports here: the others' runtimes, and why not."""
+def _only_graph(unusable: dict[str, str], broken: dict[str, str]) -> str:
+    """Choice.reason for the one graph whose runtime imports here: the others' runtimes, and why not (`broken`: those
+    installed that fail to import)."""
     if not unusable:
         return "the only graph"
-    broken = {n: why for n, why in unusable.items() if why != NOT_INSTALLED}
     if not broken:
         return "the only graph whose runtime is installed"
     return ("the only graph whose runtime imports here: " +

@@ -12,7 +12,7 @@ import signal
 from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from itertools import chain
 from pathlib import Path
 from typing import Callable
@@ -67,6 +67,7 @@ class GradeSummary:
     counts: dict  # grade -> rows
     out: Path
     backend: str = ""  # the runtime and precision that graded, e.g. "openvino 2026.4.1 bf16"
+    broken_runtimes: dict = field(default_factory=dict)  # runtimes auto skipped as they fail to import: why, by name
 
 
 def partial_paths(out: Path) -> tuple[Path, Path]:
@@ -161,7 +162,8 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
         again = f"with {said('resume', names)}" if kept_rows(out) is not None else "from the start"
         raise UserError(f"{out}: writing failed ({e.strerror}); check free space and permissions, then rerun "
                         f"{again}.") from None
-    return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out, grader.runtime)
+    return GradeSummary(rows, done, {int(g): n for g, n in counts.items()}, out, grader.runtime,
+                        grader.broken_runtimes)
 
 
 OUT_FORMATS = ("tsv", "csv", "jsonl")

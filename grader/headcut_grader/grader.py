@@ -339,6 +339,7 @@ class Grader:
             choice = Choice(backend, "asked for")
         self.backend = open_backend(choice.backend, self.folder, self.record, threads=threads, names=names)
         self.backend_reason = choice.reason
+        self.broken_runtimes = choice.broken  # auto skipped their graphs: {runtime: why it fails to import}
         self.input_names = self.backend.input_names
         width = self._first_pass()
         if width != self.outputs:

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from headcut_grader.errors import counted
+from headcut_grader.optional import reinstall
 from headcut_grader.ranges import THREADS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, field_option,
                                        file_option, file_to_read, number_in, on_interrupt, path, progress_bar,
@@ -53,6 +54,9 @@ def grade(
     resumed = f", {summary.resumed_rows:,} of them by the interrupted run" if summary.resumed_rows else ""
     counts = f"grades: {', '.join(f'{g}: {n:,}' for g, n in summary.counts.items())}; " if summary.counts else ""
     typer.echo(f"graded {counted(summary.rows, 'pair')}{resumed} -> {out} ({counts}{summary.backend})")
+    for name, why in summary.broken_runtimes.items():  # auto graded with another graph: say why, and the fix
+        typer.echo(f"note: the grader's {name} graph was skipped: {name} {why}; reinstall it: {reinstall(name)}.",
+                   err=True)
 
 
 def _left(out: Path) -> str:
