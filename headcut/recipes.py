@@ -134,7 +134,19 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
         if key in origins:
             raise UserError(f"{flag} {cut(text)} and {origins[key]} both name {key}; pass one of them.")
         data[key], origins[key] = text, f"{flag} {cut(text)}"
-    return from_dict(cls, data, where=str(path), origins=origins)
+    recipe = from_dict(cls, data, where=str(path), origins=origins)
+    object.__setattr__(recipe, READ_FROM, path)  # not a field: no key of the recipe, nor part of its fingerprint
+    return recipe
+
+
+READ_FROM = "_read_from"
+
+
+def read_from(recipe) -> Path | None:
+    """The file load_recipe read `recipe` from (find_recipe's path), where a command resolved its RECIPE once; None
+    for a recipe built in Python or replace()d since. A training run's output never holds it (input_paths):
+    --overwrite would delete it."""
+    return getattr(recipe, READ_FROM, None)
 
 
 def set_origins(overrides: list[str]) -> dict[str, str]:

@@ -27,7 +27,7 @@ from headcut.process_group import close_at_exit
 from headcut.synthetic import is_synthetic, synthetic_seed
 from headcut.weight_files import broken_file, header_shapes
 from headcut.data_spec import check_file_keys, count_spec
-from headcut.recipes import CommandLine
+from headcut.recipes import CommandLine, read_from
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, file_keys
 from headcut_grader.errors import UserError, WordedError, caller, lead_of, setting
 from headcut_grader.files import PAIRS_FILE, file_hash, folder_spelled, write_fault, write_text
@@ -93,8 +93,10 @@ class TrainingRecipe(LoopSettings):
     max_length: int = range_field(64, SEQ_LEN)
 
     def input_paths(self) -> list:
-        """Files and folders the run reads (None or a built-in name where unset): none may be its output."""
-        return [self.train_data, self.dev_data]
+        """Files and folders the run reads (None or a built-in name where unset): none may be its output; the recipe
+        file too, where load_recipe read it (was: refused by the CLI alone, so 'finetune(load_recipe(FinetuneRecipe,
+        "runs/t/r.yaml"), "runs/t", overwrite=True)' replaced runs/t and the recipe in it with the artifact)."""
+        return [read_from(self), self.train_data, self.dev_data]
 
     def check(self, where: str, *, named: frozenset = frozenset()) -> None:
         """Every rule that reads keys together; `named`: the keys a --set or a run's section gives (is_set)."""

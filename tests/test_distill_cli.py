@@ -603,3 +603,30 @@ def test_an_out_that_holds_the_recipe_file_is_refused_even_with_overwrite(tiny_t
                                                           "write the output somewhere else.\n", result.output
     assert recipe.read_bytes() == before and sorted(tmp_path.iterdir()) == [folder]
     assert [p.name for p in folder.iterdir()] == ["r.yaml"]
+
+
+@pytest.mark.parametrize("call", ["finetune", "distill", "tune"])
+def test_a_python_run_whose_out_holds_its_recipe_file_is_refused(tiny_teacher, tmp_path, call):  # noqa: F811
+    """The library refuses it, as the commands do (they rely on it): the refusal was the CLI's alone, so
+    'finetune(load_recipe(FinetuneRecipe, "runs/r.yaml"), "runs", overwrite=True)' trained, then replaced runs and
+    the recipe file in it with the artifact."""
+    from headcut.distill import DistillRecipe, distill
+    from headcut.distill.tune import tune
+    from headcut.finetune import FinetuneRecipe, finetune
+    from headcut.recipes import load_recipe
+    from headcut_grader.errors import UserError
+
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    recipe = write_recipe(folder / "r.yaml", tiny_teacher, tune_fields=["temperature"])
+    if call == "finetune":
+        recipe.write_text(f"model: {tiny_teacher}\ntrain_data: synthetic\ntrain_rows: 64\ndev_fraction: 0.25\n")
+    before = recipe.read_bytes()
+    rec = load_recipe(FinetuneRecipe if call == "finetune" else DistillRecipe, str(recipe))
+    run = {"finetune": finetune, "distill": distill, "tune": lambda r, o, **kw: tune(r, o, trials=1, **kw)}[call]
+    for out in (folder, recipe):
+        with pytest.raises(UserError, match=f"^out={re.escape(str(out))} would replace the input "
+                                            f"{re.escape(str(recipe))}; write the output somewhere else.$"):
+            run(rec, out, overwrite=True)
+    assert recipe.read_bytes() == before and sorted(tmp_path.iterdir()) == [folder]
+    assert [p.name for p in folder.iterdir()] == ["r.yaml"]

@@ -83,16 +83,6 @@ def main_process() -> bool:
     return process_state().is_main_process
 
 
-def keep_recipe_file(out, recipe: str, kind: str) -> None:
-    """--out is never the RECIPE file a command read, nor a folder that holds it: --overwrite would delete it, as it
-    would a data file, which the library refuses so (its recipe is a dataclass: it is given no recipe file). Was:
-    'headcut finetune runs/t/r.yaml --out runs/t --overwrite' trained, then replaced runs/t and r.yaml with it."""
-    from headcut.recipes import find_recipe
-    from headcut_grader.files import refuse_inputs
-
-    refuse_inputs(out, [find_recipe(recipe, kind=kind, flag="")], flag="--out")
-
-
 def training_progress(desc: str):
     """A tqdm bar driven by `training.train` events; evaluations are printed above it. Returns (bar, callback)."""
     from tqdm import tqdm

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from headcut.cli.common import (OVERWRITE, Opt, file_to_read, folder_option, keep_recipe_file, main_process, number_in,
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, folder_option, main_process, number_in,
                                 on_interrupt, path, quiet_transformers, training_left, training_progress, user_errors)
 from headcut.distill_arguments import TRIALS
 from headcut_grader.files import RECIPE_FILE
@@ -75,8 +75,8 @@ def _distill(recipe: str, out: Path | None, set_: list[str], tune: int, overwrit
     from headcut.recipes import find_recipe, load_recipe
 
     rec = load_recipe(DistillRecipe, recipe, overrides=list(set_), kind="distill", flag="")  # RECIPE, by its value
+    # an --out that holds the recipe file is distill's and tune's refusal (input_paths)
     out = out or Path("runs") / (find_recipe(recipe, kind="distill", flag="").stem + ("-tune" if tune else ""))
-    keep_recipe_file(out, recipe, "distill")
     bar, progress = training_progress("distilling")
     if tune:
         from headcut.distill.tune import check_not_searched, check_searchable, tune as search

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import typer
 
-from headcut.cli.common import (OVERWRITE, Opt, file_to_read, folder_option, keep_recipe_file, main_process,
-                                metrics_line, on_interrupt, path, quiet_transformers, training_left, training_progress,
+from headcut.cli.common import (OVERWRITE, Opt, file_to_read, folder_option, main_process, metrics_line,
+                                on_interrupt, path, quiet_transformers, training_left, training_progress,
                                 user_errors)
 from headcut_grader.files import RECIPE_FILE
 
@@ -39,8 +39,7 @@ def finetune(
     typed = {**set_origins(list(set_)), **{key: f"{flag} {text}" for key, (flag, text) in flags.items()}}
     with command_line_words(typed):
         rec = load_recipe(FinetuneRecipe, recipe, overrides=list(set_), kind="finetune", flags=flags,
-                          flag="")  # RECIPE, said by its value
-        keep_recipe_file(out, recipe, "finetune")
+                          flag="")  # RECIPE, said by its value; an --out that holds it is finetune's refusal
         bar, progress = training_progress("training")
         with on_interrupt(training_left(out)), bar:
             result = run(rec, out, overwrite=overwrite, progress=progress, names="flags")
