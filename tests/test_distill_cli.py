@@ -630,3 +630,28 @@ def test_a_python_run_whose_out_holds_its_recipe_file_is_refused(tiny_teacher, t
             run(rec, out, overwrite=True)
     assert recipe.read_bytes() == before and sorted(tmp_path.iterdir()) == [folder]
     assert [p.name for p in folder.iterdir()] == ["r.yaml"]
+
+
+@pytest.mark.parametrize("command", ["finetune", "distill", "run"])
+def test_a_command_looks_its_recipe_file_up_once(tiny_teacher, tmp_path, monkeypatch, command):  # noqa: F811
+    """finetune, distill --tune and run resolve RECIPE once (find_recipe) and pass the path on: the default --out's
+    name, tune_fields' lead and the recipe file's guard looked it up again each (a refactor, the same output)."""
+    import headcut.pipeline.recipe
+    import headcut.recipes
+    from headcut.recipes import RECIPE_ROOT, find_recipe
+
+    looked = []
+    monkeypatch.setattr(headcut.recipes, "find_recipe",
+                        lambda name, **kw: looked.append(str(name)) or find_recipe(name, **kw))
+    monkeypatch.setattr(headcut.pipeline.recipe, "find_recipe", headcut.recipes.find_recipe)
+    monkeypatch.chdir(tmp_path)
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher, tune_fields=())  # refused once the lead is worded
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "r").write_text("not a folder")  # the default --out of run, refused before any stage
+    args = {"finetune": ["finetune", "minilm_synthetic_cpu", "--out", str(tmp_path / "runs" / "r")],
+            "distill": ["distill", str(recipe), "--tune", "1"], "run": ["run", str(recipe)]}[command]
+    if command == "run":
+        recipe.write_text((RECIPE_ROOT / "run" / "quickstart.yaml").read_text())
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert looked.count(args[1]) == 1, (looked, result.output)

@@ -72,18 +72,18 @@ def distill(
 
 def _distill(recipe: str, out: Path | None, set_: list[str], tune: int, overwrite: bool) -> None:
     from headcut.distill import DistillRecipe
-    from headcut.recipes import find_recipe, load_recipe
+    from headcut.recipes import load_recipe, read_from
 
     rec = load_recipe(DistillRecipe, recipe, overrides=list(set_), kind="distill", flag="")  # RECIPE, by its value
     # an --out that holds the recipe file is distill's and tune's refusal (input_paths)
-    out = out or Path("runs") / (find_recipe(recipe, kind="distill", flag="").stem + ("-tune" if tune else ""))
+    out = out or Path("runs") / (read_from(rec).stem + ("-tune" if tune else ""))
     bar, progress = training_progress("distilling")
     if tune:
         from headcut.distill.tune import check_not_searched, check_searchable, tune as search
         from headcut.recipes import set_origins
 
         given = set_origins(set_)
-        searched = given.get("tune_fields") or str(find_recipe(recipe, kind="distill", flag=""))
+        searched = given.get("tune_fields") or str(read_from(rec))
         check_searchable(rec, searched, names="flags")
         check_not_searched(rec, given)
 

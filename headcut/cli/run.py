@@ -81,10 +81,9 @@ def run(
     """
     quiet_transformers()
     from headcut.pipeline import load_pipeline, plan, run_pipeline
-    from headcut.recipes import find_recipe
 
     rec = load_pipeline(recipe, overrides=list(set_), flag="")  # RECIPE, said by its value
-    out = out or Path("runs") / find_recipe(recipe, kind="run", flag="").stem
+    out = out or Path("runs") / Path(rec.source).stem  # the file load_pipeline found
     progress, close = stage_lines(max(len(s.name) for s in plan(rec)))
     with on_interrupt(lambda: f"rerun the same command to resume ({out})"):
         try:
