@@ -1436,6 +1436,48 @@ def test_class_a_full_disk_while_the_study_db_is_written_is_a_sentence(tmp_path,
                               "reused).")
 
 
+
+@pytest.mark.parametrize("case", ["open", "write", "folder"])
+def test_class_a_read_only_study_db_or_folder_is_said_so_not_damaged(tmp_path, monkeypatch, case):
+    """sqlite's 'attempt to write a readonly database' (study.db or its folder read-only) was optuna's traceback
+    (StorageInternalError, raised from sqlite's error), and 'unable to open database file' (a read-only folder, no
+    study.db yet) 'study.db is damaged ...; pass overwrite=True', which throws the study away. Root ignores file
+    modes, so sqlite is given the study read-only by its URI (mode=ro): its own errors, through the same code."""
+    import optuna
+
+    from headcut.distill import DistillRecipe
+    from headcut.distill.tune import STUDY_FILE, study_name, tune
+    from headcut.recipes import load_recipe
+
+    recipe = load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu",
+                         overrides=["train_data=synthetic", "teacher=minilm-l6"])
+    out = tmp_path / "study"
+    db, create = out / STUDY_FILE, optuna.create_study
+    if case != "folder":
+        out.mkdir()
+        create(study_name=study_name(recipe), storage=f"sqlite:///{db}")  # the study, as an earlier search made it
+    before = db.read_bytes() if case != "folder" else None
+    read_only = f"sqlite:///file:{db}?mode=ro&uri=true"
+
+    def opened_read_only(**kwargs):  # open: create_study writes first; write: the study opens, its first write fails
+        if case == "write":
+            return optuna.load_study(study_name=kwargs["study_name"], storage=read_only, sampler=kwargs["sampler"])
+        return create(**{**kwargs, "storage": read_only})
+
+    monkeypatch.setattr(optuna, "create_study", opened_read_only)
+    with pytest.raises(UserError) as err:
+        tune(recipe, out, trials=1)
+    if case == "folder":
+        held = (f"(unable to open database file), as {out} is read-only to this user, so study.db cannot be made in "
+                f"it; make it writable (chmod u+w {out})")
+    else:
+        held = (f"(attempt to write a readonly database), as {db} or its folder is read-only to this user; make both "
+                f"writable (chmod u+w {out} {db})")
+    assert str(err.value) == (f"{db}: the study cannot be written {held}, then rerun: it continues the study "
+                              "(finished trial folders are reused).")
+    assert (db.read_bytes() if case != "folder" else None) == before  # kept as it was
+
+
 # --- run-folder sweep: file modes, outputs beside inputs ------------------------------------------
 
 def _checksums(folder):

@@ -15,6 +15,7 @@ import hashlib
 import json
 import contextlib
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -320,19 +321,43 @@ def _open_study(recipe: DistillRecipe, out: Path, flag: str):
 
 @contextlib.contextmanager
 def _study_writes(out: Path):
-    """A write to the study that fails where the user can fix it (a full disk, a read-only folder: files.write_fault)
-    is one sentence naming study.db; sqlite's error otherwise (a damaged study, said where it is opened). Was: on a
-    full disk, 'study.db is damaged (database or disk is full); pass --overwrite', or sqlite's traceback mid-search."""
+    """A write to the study that fails where the user can fix it is one sentence naming study.db: a read-only study
+    or folder (_read_only), a full disk (files.write_fault); sqlite's error otherwise (a damaged study, said where it
+    is opened). Optuna raises a failed commit as StorageInternalError, sqlite's error its cause. Was: on a full disk,
+    'study.db is damaged (database or disk is full); pass --overwrite', a read-only study.db optuna's traceback, and
+    a read-only folder with no study.db yet 'study.db is damaged (unable to open database file); pass --overwrite'."""
+    from optuna.exceptions import StorageInternalError
     from sqlalchemy.exc import SQLAlchemyError
 
     try:
         yield
-    except SQLAlchemyError as e:
-        why = write_fault(getattr(e, "orig", None) or e, out)
+    except (SQLAlchemyError, StorageInternalError) as e:
+        cause = e.__cause__ if isinstance(e, StorageInternalError) else e
+        error = getattr(cause, "orig", None) or cause
+        if not isinstance(error, BaseException):
+            raise
+        if held := _read_only(error, out):
+            raise UserError(f"{out / STUDY_FILE}: the study cannot be written ({str(error).splitlines()[0]}), as "
+                            f"{held}, then rerun: it continues the study (finished trial folders are reused)."
+                            ) from None
+        why = write_fault(error, out)
         if why is None:
             raise
         raise UserError(f"{out / STUDY_FILE}: writing the study failed ({why}); check free space and permissions, "
                         "then rerun: it continues the study (finished trial folders are reused).") from None
+
+
+def _read_only(error: BaseException, out: Path) -> str | None:
+    """What sqlite's `error` says cannot be written for its permissions (or a read-only mount): 'attempt to write a
+    readonly database' (study.db, or the folder its journal is made in), and 'unable to open database file' where
+    study.db is yet to be made; None otherwise. Said with the fix: permissions, not --overwrite (which discards
+    the study)."""
+    if "attempt to write a readonly database" in str(error):
+        return (f"{out / STUDY_FILE} or its folder is read-only to this user; make both writable (chmod u+w "
+                f"{out} {out / STUDY_FILE})")
+    if "unable to open database file" in str(error) and not os.path.lexists(out / STUDY_FILE):
+        return f"{out} is read-only to this user, so study.db cannot be made in it; make it writable (chmod u+w {out})"
+    return None
 
 
 def _check_inputs(study, read: dict, out: Path, flag: str) -> None:
