@@ -35,8 +35,10 @@ def check_headcut_cache() -> None:
 def out_flag(names: str, out=None) -> str:
     """What a run's messages call its output folder for whoever called it (headcut_grader.errors.named): `out` for a
     Python call ("arguments"), --out for a command ("flags"); the `flag` the checks below take, carrying `out` as
-    typed (files.as_typed: --out x.json/, where its Path shows x.json)."""
-    return as_typed(named("out", names, section=""), out)
+    typed (files.as_typed: --out x.json/, where its Path shows x.json). A path that keeps no text (a default --out,
+    a Python caller's Path) is said as written too, where a check resolved it (headcut run's)."""
+    given = out if out is None or isinstance(out, str) or getattr(out, "typed", None) is not None else str(out)
+    return as_typed(named("out", names, section=""), given)
 
 
 def partial_folder(out: str | Path) -> Path:

@@ -1566,6 +1566,27 @@ def test_a_folder_output_is_named_as_it_was_typed(tmp_path, command, typed):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("typed, such", [("runs/x.json", "runs/x"), ("./x.json/", "x")])
+def test_run_names_a_relative_out_and_the_folder_it_suggests_as_typed(tmp_path, monkeypatch, typed, such):
+    """headcut run checks its folder resolved: the folder it suggested for a refused --out runs/x.json was '--out
+    /home/u/runs/x', and a default --out (runs/<recipe name>) or a Python caller's Path was named resolved too."""
+    from headcut.pipeline import load_pipeline, run_pipeline
+    from headcut_grader.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
+    done = run("run", "run/quickstart", "--out", typed)
+    assert done.exit_code == 2 and done.stderr == (
+        f"error: --out {typed}: this writes a folder (of every stage's outputs and report.md), not one .json file; "
+        f"name the folder without .json, such as --out {such}.\n"), done.output
+    with pytest.raises(UserError) as caught:
+        run_pipeline(load_pipeline("quickstart"), Path(typed))
+    assert str(caught.value).endswith(f"not one .json file; name the folder without .json, such as out={such}.")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "quickstart").write_text("")
+    done = run("run", "run/quickstart")  # its default --out
+    assert done.exit_code == 2 and done.stderr == "error: --out runs/quickstart is a file; name a folder.\n"
+
+
 def test_the_folder_output_checks_name_the_path_as_given(tmp_path):
     """check_out_dir and check_out_file named Path(out): x.json for 'x.json/', x for './x'; now the text given."""
     from headcut_grader.errors import UserError

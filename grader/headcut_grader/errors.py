@@ -74,8 +74,7 @@ def setting(name: str, value) -> str:
     alone."""
     if not name:
         return str(value)
-    if _typed_as(getattr(name, "typed", None), value):
-        value = name.typed
+    value = typed_value(name, value)
     spaced = caller(name) == "flags" or name.startswith("[")  # a flag, or a key named by its section: [scan] draws 5
     return f"{name} {value}" if spaced else f"{name}={value}"
 
@@ -88,6 +87,14 @@ class Typed(str):
         given = super().__new__(cls, name)
         given.typed = typed
         return given
+
+
+def typed_value(name: str, value):
+    """`value` as the user typed it where `name` carries that text (Typed) and it reads as `value`, else `value`:
+    what setting() shows, and what a sentence derives another value from (a suggested folder: runs/x, not
+    /home/u/runs/x where headcut run resolved runs/x.json)."""
+    typed = getattr(name, "typed", None)
+    return typed if _typed_as(typed, value) else value
 
 
 def _typed_as(typed: str | None, value) -> bool:

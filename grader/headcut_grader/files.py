@@ -17,7 +17,7 @@ import uuid
 from contextlib import contextmanager
 from pathlib import Path
 
-from headcut_grader.errors import Typed, UserError, caller, named, setting
+from headcut_grader.errors import Typed, UserError, caller, named, setting, typed_value
 from headcut_grader.lines import RESUME_SPELLED
 from headcut_grader.ranges import argument, checked_bool
 from headcut_grader.validation import (LINK_LOOP, NAME_MAX_BYTES, check_name_lengths, is_link_loop, on_the_way,
@@ -195,8 +195,9 @@ def check_folder_name(out: Path, flag: str = "out", holds: str = "") -> None:
     if suffix not in FILE_SUFFIXES:
         return
     what = f"a folder (of {holds})" if holds else "a folder of files"
+    such = Path(typed_value(flag, out)).with_suffix("")  # from the path as typed, not as resolved (headcut run's)
     raise UserError(f"{setting(flag, out)}: this writes {what}, not one {suffix} file; name the folder without "
-                    f"{out.suffix}, such as {setting(flag, out.with_suffix(''))}.")
+                    f"{out.suffix}, such as {setting(flag, such)}.")
 
 
 def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=(), holds: str = "") -> Path:
