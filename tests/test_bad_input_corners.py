@@ -1607,6 +1607,45 @@ def test_the_folder_output_checks_name_the_path_as_given(tmp_path):
         assert str(caught.value) == said
 
 
+def test_every_output_path_sentence_names_a_python_argument_one_way(tmp_path, monkeypatch):
+    """files.py's older sentences said a Python call's argument as a recipe's key is said ('save out=/x would replace
+    the input /x'), where the newer ones say "save out is '/x', which is a folder"; now each says it so (path_is),
+    and the folder it suggests is the value alone ('results'), not 'save out=results'."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import check_out_dir, check_out_file, check_place
+    from headcut_grader.validation import LINK_LOOP
+
+    given = tmp_path / "in"
+    given.mkdir()
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    monkeypatch.chdir(tmp_path)
+    somewhere = "write the output somewhere else."
+    cases = [(lambda: check_out_dir(str(given), overwrite=True, flag="save out", inputs=[given]),
+              f"save out is '{given}', which would replace the input {given}; {somewhere}"),
+             (lambda: check_out_dir(f"{given}/o", overwrite=True, flag="save out", inputs=[given]),
+              f"save out is '{given}/o', which is inside the input {given}, which must stay as it is; {somewhere}"),
+             (lambda: check_out_dir(str(loop), overwrite=True, flag="save out"),
+              f"save out is '{loop}': {LINK_LOOP}."),
+             (lambda: check_out_dir("x.json", overwrite=False, flag="save out"),
+              "save out is 'x.json': this writes a folder of files, not one .json file; name the folder without .json, "
+              "such as 'x'."),
+             (lambda: check_place("-", "save out"),
+              "save out is '-', which would be a file named '-': headcut writes its outputs to files (atomically), not "
+              "to standard output; name a file or folder, e.g. 'results'."),
+             (lambda: check_place(".", "save out"),
+              "save out is '.', which is the folder you are in; name a new folder or file inside it, e.g. 'results'."),
+             (lambda: check_out_file("y.tsv", overwrite=False, flag="save out", suffixes=(".json",), written="JSON"),
+              "save out is 'y.tsv': JSON; name the file .json (such as y.json).")]
+    for call, said in cases:
+        with pytest.raises(UserError) as caught:
+            call()
+        assert str(caught.value) == said
+    with pytest.raises(UserError) as caught:  # a flag as before
+        check_out_dir("x.json", overwrite=False, flag="--out")
+    assert str(caught.value).endswith("name the folder without .json, such as --out x.")
+
+
 def test_evaluate_out_written_as_a_folder_and_grade_file_out_too_are_refused(tmp_path, tiny_grader):
     from headcut_grader.errors import UserError
     from headcut_grader.grade_file import grade_file

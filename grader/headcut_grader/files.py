@@ -110,10 +110,11 @@ def refuse_inputs(out: str | Path, inputs, *, flag: str = "out") -> None:
             continue
         source = Path(item).resolve()
         if source == target or target in source.parents or _same_file(out, source):
-            raise UserError(f"{setting(flag, out)} would replace the input {item}; write the output somewhere else.")
+            raise UserError(f"{path_is(flag, out, f'would replace the input {item}')}; write the output somewhere "
+                            "else.")
         if source in target.parents:
-            raise UserError(f"{setting(flag, out)} is inside the input {item}, which must stay as it is; write the "
-                            "output somewhere else.")
+            raise UserError(f"{path_is(flag, out, f'is inside the input {item}, which must stay as it is')}; write "
+                            "the output somewhere else.")
 
 
 def resolved_out(out: Path, flag: str = "out") -> Path:
@@ -121,9 +122,9 @@ def resolved_out(out: Path, flag: str = "out") -> Path:
     (Path.resolve raised RuntimeError('Symlink loop ...')), as is a folder on the way that cannot hold it
     (validation.on_the_way: resolved, a link to nothing would be followed, and its target made)."""
     if is_link_loop(out):
-        raise UserError(f"{setting(flag, out)}: {LINK_LOOP}.")
+        raise UserError(f"{path_is(flag, out)}: {LINK_LOOP}.")
     if why := on_the_way(out):
-        raise UserError(f"{setting(flag, out)}: {why}.")
+        raise UserError(f"{path_is(flag, out)}: {why}.")
     return out.resolve()
 
 
@@ -142,21 +143,21 @@ def check_place(out: str | Path, flag: str = "out") -> None:
     name's length is refuse_inputs' check, which every caller runs first: resolving a too-long name fails.)"""
     flag, out = as_typed(flag, out), Path(out)
     if str(out) == "-":
-        raise UserError(f"{setting(flag, '-')} would be a file named '-': headcut writes its outputs to files "
-                        "(atomically), not to standard output; name a file or folder, e.g. "
-                        f"{setting(flag, 'results')}.")
+        dash = path_is(flag, "-", "would be a file named '-'")
+        raise UserError(f"{dash}: headcut writes its outputs to files (atomically), not to standard output; name a "
+                        f"file or folder, e.g. {path_value(flag, 'results')}.")
     if why := unexpanded_home(out):  # was: a folder named ~ made here, the output in it
-        raise UserError(f"{setting(flag, out)}: {why}.")
+        raise UserError(f"{path_is(flag, out)}: {why}.")
     here, target = Path.cwd().resolve(), resolved_out(out, flag)
     if target == here or target in here.parents:
         where = "the folder you are in" if target == here else "a folder that holds the one you are in"
-        raise UserError(f"{setting(flag, out)} is {where}; name a new folder or file inside it, e.g. "
-                        f"{setting(flag, 'results')}.")
+        raise UserError(f"{path_is(flag, out, f'is {where}')}; name a new folder or file inside it, e.g. "
+                        f"{path_value(flag, 'results')}.")
     place = out.absolute().parent
     while not place.exists() and place != place.parent:  # a file above it was refused by resolved_out
         place = place.parent
     if not can_make_files(place, out.name):
-        raise UserError(f"{setting(flag, out)}: the folder {place} is not writable; choose a folder you can write in.")
+        raise UserError(f"{path_is(flag, out)}: the folder {place} is not writable; choose a folder you can write in.")
 
 
 def can_make_files(folder: Path, name: str) -> bool:
@@ -196,8 +197,8 @@ def check_folder_name(out: Path, flag: str = "out", holds: str = "") -> None:
         return
     what = f"a folder (of {holds})" if holds else "a folder of files"
     such = Path(typed_value(flag, out)).with_suffix("")  # from the path as typed, not as resolved (headcut run's)
-    raise UserError(f"{setting(flag, out)}: this writes {what}, not one {suffix} file; name the folder without "
-                    f"{out.suffix}, such as {setting(flag, such)}.")
+    raise UserError(f"{path_is(flag, out)}: this writes {what}, not one {suffix} file; name the folder without "
+                    f"{out.suffix}, such as {path_value(flag, such)}.")
 
 
 def check_out_dir(out: str | Path, *, overwrite: bool, flag: str = "out", inputs=(), holds: str = "") -> Path:
@@ -255,13 +256,25 @@ def check_out_file(out: str | Path, *, overwrite: bool, flag: str = "out", input
     return out
 
 
-def path_is(flag: str, path, fact: str) -> str:
+def path_is(flag: str, path, fact: str = "") -> str:
     """A path setting and what is wrong with it (`fact`: "is a folder", "exists"), the setting named as its caller
     wrote it: a Python call's argument as the library's messages say one, by its value as typed ("write_scores path is
-    '/tmp', which is a folder"), a flag or key with its value ("--out /tmp is a folder", "out=/tmp is a folder")."""
+    '/tmp', which is a folder"), a flag or key with its value ("--out /tmp is a folder", "out=/tmp is a folder").
+    Without `fact`, the setting alone, to lead a sentence that goes on after a colon ("write_scores path is '/tmp/x':
+    ...", "--out /tmp/x: ..."). Every path sentence of this module names its setting through it (was: the older ones
+    said "write_scores path=/tmp/x: ...", the way a recipe's key is said)."""
+    if caller(flag) != "arguments":
+        return f"{setting(flag, path)} {fact}".rstrip()
+    said = f"{flag} is {path_value(flag, path)}"
+    return f"{said}, which {fact}" if fact else said
+
+
+def path_value(flag: str, path) -> str:
+    """A path for setting `flag` as a sentence suggests one: an argument's value alone, quoted ('results'), a flag or
+    key with its name (--out results, out=results); as typed where `flag` carries its text (errors.typed_value)."""
     if caller(flag) == "arguments":
-        return f"{flag} is {str(path)!r}, which {fact}"
-    return f"{setting(flag, path)} {fact}"
+        return repr(str(typed_value(flag, path)))
+    return setting(flag, path)
 
 
 def folder_spelled(out, flag: str, *, reading: bool = False, positional: bool = False,
@@ -306,7 +319,7 @@ def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: st
         return
     named_ones = [s for s in suffixes if s]
     listing = ", ".join(named_ones[:-1]) + f" or {named_ones[-1]}" if len(named_ones) > 1 else named_ones[0]
-    raise UserError(f"{setting(flag, out)}: {written}; name the file {listing} (such as "
+    raise UserError(f"{path_is(flag, out)}: {written}; name the file {listing} (such as "
                     f"{out.with_suffix(named_ones[0]).name}).")
 
 
@@ -457,6 +470,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# an output another run published while this one worked (the rename or link that publishes it refused to replace it)
+BY_ANOTHER_RUN = "was written by another run while this one worked, and is left as it is"
+
+
 @contextmanager
 def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "out", inputs=()):
     """Yield a temporary sibling folder; on success it replaces `out` in one rename, on error it vanishes."""
@@ -467,14 +484,14 @@ def atomic_dir(out: str | Path, *, overwrite: bool = False, flag: str = "out", i
         tmp = temp_sibling(out)
         tmp.mkdir()
     except OSError as e:
-        raise _unwritable(out, setting(flag, out), e) from None
+        raise _unwritable(out, path_is(flag, out), e) from None
     try:
         yield tmp
     except BaseException as e:
         why = write_fault(e, tmp) if isinstance(e, Exception) else None  # before the rmtree frees the space
         shutil.rmtree(tmp, ignore_errors=True)
         if why is not None:
-            raise UserError(f"{setting(flag, out)}: writing failed ({why}); check free space and permissions, "
+            raise UserError(f"{path_is(flag, out)}: writing failed ({why}); check free space and permissions, "
                             "then rerun.") from None
         raise
     _plain_modes(tmp)
@@ -522,8 +539,8 @@ def _publish_new(tmp: Path, out: Path, flag: str) -> None:
         if e.errno not in _TAKEN:
             raise
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{setting(flag, out)} was written by another run while this one worked, and is left as it "
-                        f"is; choose a new folder, or pass {overwrite_said(flag)}.") from None
+        raise UserError(f"{path_is(flag, out, BY_ANOTHER_RUN)}; choose a new folder, or pass {overwrite_said(flag)}."
+                        ) from None
 
 
 def _plain_modes(folder: Path) -> None:
@@ -608,8 +625,8 @@ def publish_file(tmp: Path, out: Path, *, overwrite: bool, flag: str = "out") ->
         return
     if out.is_symlink() and not out.exists():
         out.unlink()  # a link to nothing was no output when the command began either: replaced, as a rename would
-    taken = UserError(f"{setting(flag, out)} was written by another run while this one worked, and is left as it is; "
-                      f"choose a new file name, or pass {overwrite_said(flag)}.")
+    taken = UserError(f"{path_is(flag, out, BY_ANOTHER_RUN)}; choose a new file name, or pass "
+                      f"{overwrite_said(flag)}.")
     try:
         os.link(tmp, out)
     except FileExistsError:
