@@ -166,6 +166,22 @@ def test_a_probe_whose_heads_all_score_alike_has_no_best_head():
     assert best_head(planted, "boundary_f1") == PLANTED_BOUNDARY
 
 
+def test_heads_that_share_the_top_score_have_no_best_head_and_are_named():
+    """Two heads tied at the top: best_head named the first of them silently, as it named the first of heads that
+    all score alike before those were n/a. A best head scores above every other; where some share the top score
+    there is none, and unmeasured names them with the score (n/a in `headcut probe` and the scan report, no head
+    drawn in the attention figure), as it says every head scoring alike."""
+    tied = {"p": np.array([[0.5, 0.25, np.nan], [0.1, 0.5, 0.5]])}
+    assert best_head(tied, "p") is None
+    assert unmeasured("p", tied) == ("L0H0, L1H1 and L1H2 share the top score 0.500, so no head is better than the "
+                                     "others")
+    pair = {"p": np.array([[0.5, 0.25], [0.5, 0.1]])}
+    assert best_head(pair, "p") is None
+    assert unmeasured("p", pair) == "L0H0 and L1H0 share the top score 0.500, so no head is better than the others"
+    assert best_head({"p": np.array([[0.5, 0.25], [0.25, 0.1]])}, "p") == (0, 0, 0.5)  # a tie below the top: a best
+    assert unmeasured("p", {"p": np.full((2, 2), 0.5)}) == "every head scores 0.500, so no head is better than another"
+
+
 def test_example_attention_is_a_distribution_per_row():
     model = planted_model()
     maps, tokens = example_attention(model, planted_inputs(), 0)

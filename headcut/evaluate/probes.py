@@ -167,20 +167,20 @@ def _unmeasured(tally: _Tally) -> np.ndarray:
 
 
 def best_head(probes: dict, name: str) -> tuple[int, int, float] | None:
-    """(layer, head, score) of the head that scores highest on probe `name`; None where no head scores above another:
-    the probe measured no head (NaN throughout: see UNMEASURED), or every head it measured scores alike (each head's
-    boundary_f1 0, say), where the first of them was named best (unmeasured says which)."""
+    """(layer, head, score) of the head that scores above every other on probe `name`; None where none does: the
+    probe measured no head (NaN throughout: see UNMEASURED), or two or more heads share the top score (every head
+    alike, each head's boundary_f1 0, say), where the first of them was named best (unmeasured says which)."""
     values = np.asarray(probes[name], dtype=float)
-    if _alike(values) is not None or not np.isfinite(values).any():
+    if not np.isfinite(values).any() or len(_top(values)) > 1:
         return None
-    layer, head = np.unravel_index(int(np.argmax(np.where(np.isfinite(values), values, -np.inf))), values.shape)
-    return int(layer), int(head), float(values[layer, head])
+    layer, head = _top(values)[0]
+    return layer, head, float(values[layer, head])
 
 
-def _alike(values: np.ndarray) -> float | None:
-    """The one score every measured head has, where two or more were measured and none scores above another."""
-    measured = values[np.isfinite(values)]
-    return float(measured[0]) if measured.size > 1 and measured.min() == measured.max() else None
+def _top(values: np.ndarray) -> list[tuple[int, int]]:
+    """The (layer, head) of every measured head that has the top score, in order."""
+    measured = np.where(np.isfinite(values), values, -np.inf)
+    return [(int(layer), int(head)) for layer, head in np.argwhere(measured == measured.max())]
 
 
 def best_union(probes: dict) -> dict | None:
@@ -193,10 +193,16 @@ def best_union(probes: dict) -> dict | None:
 
 def unmeasured(name: str, probes: dict | None = None) -> str:
     """Why probe `name` has no best head (best_head None), as `headcut probe` and the scan report say it: every head
-    of `probes` scores alike, or the probe measured none (UNMEASURED's reason)."""
-    alike = _alike(np.asarray(probes[name], dtype=float)) if probes and name in probes else None
-    if alike is not None:
-        return f"every head scores {alike:.3f}, so no head is better than another"
+    of `probes` scores alike, some share the top score (each named), or the probe measured none (UNMEASURED's
+    reason)."""
+    values = np.asarray(probes[name], dtype=float) if probes and name in probes else np.full(1, np.nan)
+    top = _top(values) if np.isfinite(values).any() else []
+    if len(top) > 1 and len(top) == np.isfinite(values).sum():
+        return f"every head scores {values[top[0]]:.3f}, so no head is better than another"
+    if len(top) > 1:
+        heads = [f"L{layer}H{head}" for layer, head in top]
+        listed = ", ".join(heads[:-1]) + f" and {heads[-1]}"
+        return f"{listed} share the top score {values[top[0]]:.3f}, so no head is better than the others"
     return UNMEASURED.get(name, "no head measured")
 
 
