@@ -477,11 +477,13 @@ def test_no_output_is_written_through_a_fixed_temporary_name():
     """Was: headcut/export/bench_report.py saved bench.png through '.bench.png.partial', one name for every writer, so
     two writers of one folder clobbered each other's temporary (as benchmarks' '.NAME.tmp' did, fa2fd68). Every
     temporary is files.atomic_file's (or temp_sibling's), its writer's own; the names left are resumed state under a
-    lock. The check finds each fixed spelling in a sample."""
+    lock. The check finds each fixed spelling in a sample, and reads benchmarks/ too (their results are outputs: was
+    headcut/ and grader/ alone, though a benchmark's '.NAME.tmp' was the first such defect)."""
     sample = 'a = folder / ".bench.png.partial"\nb = ckpt.name + ".tmp"\nc = f".{out.name}.partial"\n' \
              'd = f".{name}.tmp-{os.getpid()}-"\ne = "name the file x.tmp"\n'
     assert fixed_temporary_names(sample) == [(1, ".bench.png.partial"), (2, ".tmp"), (3, ".partial")]
-    found = [(path.relative_to(ROOT).as_posix(), line, text) for path in sorted(modules().values())
+    paths = sorted([*modules().values(), *(ROOT / "benchmarks").glob("*.py")])
+    found = [(path.relative_to(ROOT).as_posix(), line, text) for path in paths
              for line, text in fixed_temporary_names(path.read_text(encoding="utf-8"))]
     fixed = [f"{path}:{line} {text!r}" for path, line, text in found if (path, text) not in RESUMED_NAMES]
     assert not fixed, f"write through headcut_grader.files.atomic_file (a temporary of its own): {fixed}"
