@@ -1407,6 +1407,36 @@ def test_class_a_damaged_study_db_is_a_sentence(tmp_path):
         tune(recipe, out, trials=1)
 
 
+@pytest.mark.parametrize("name, make", [("study.db", "folder"), ("tune.json", "folder"), ("trials", "file"),
+                                        ("study.db", "broken link")])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_class_a_search_s_own_file_of_the_wrong_kind_is_refused_before_any_trial(tmp_path, name, make, overwrite):
+    """Was: a folder named study.db was 'damaged ... pass overwrite=True', and the run with it an IsADirectoryError
+    traceback (the study's unlink); a file named trials failed when the first trial's folder was made. Now each is
+    one sentence naming it, with or without overwrite (a user's folder is never deleted), and nothing is trained."""
+    from headcut.distill import DistillRecipe
+    from headcut.distill.tune import tune
+    from headcut.recipes import load_recipe
+
+    recipe = load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu",
+                         overrides=["train_data=synthetic", "teacher=minilm-l6"])
+    out = tmp_path / "study"
+    out.mkdir()
+    path = out / name
+    if make == "folder":
+        (path / "kept.txt").parent.mkdir()
+        (path / "kept.txt").write_text("mine")
+    elif make == "file":
+        path.write_text("mine")
+    else:
+        path.symlink_to(tmp_path / "gone")
+    kind = {"folder": "a folder", "file": "a file", "broken link": "a broken link"}[make]
+    with pytest.raises(UserError, match=rf"holds {re.escape(name)}, which is {kind}, .*move .*{name} away"):
+        tune(recipe, out, trials=1, overwrite=overwrite)
+    assert sorted(p.name for p in out.iterdir()) == [name]
+    assert make != "folder" or (path / "kept.txt").read_text() == "mine"
+
+
 @pytest.mark.parametrize("where", ["create_study", "ask"])
 def test_class_a_full_disk_while_the_study_db_is_written_is_a_sentence(tmp_path, monkeypatch, where):
     """sqlite says a full disk as 'database or disk is full' (seen on a 200 KiB tmpfs): opening the study said

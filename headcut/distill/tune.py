@@ -384,6 +384,7 @@ def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool, flag: str) 
     check_place(out, flag)
     if out.exists() and not out.is_dir():
         raise UserError(f"{setting(flag, out)} is a file; name a folder for the study and its trials.")
+    _check_own_files(out, flag)
     if overwrite or not out.exists() or all(p.name in (LOCK_FILE, TRIALS) for p in out.iterdir()):
         return  # new, empty, or the trial folders of a search whose study held no finished trial (they are reused)
     if not (out / STUDY_FILE).exists():
@@ -394,6 +395,21 @@ def _check_out(out: Path, recipe: DistillRecipe, *, overwrite: bool, flag: str) 
         raise UserError(f"{setting(flag, out)} holds the study of another recipe (a field other than tune_fields "
                         f"changed), whose {SUMMARY_FILE} this search would replace; choose a new folder or pass "
                         f"{overwrite_said(flag)}.")
+
+
+def _check_own_files(out: Path, flag: str) -> None:
+    """The search's own files in `out` (study.db, tune.json: files; trials: a folder) are refused, even with
+    --overwrite, where something else of that name stands there (was: a folder study.db was 'damaged ... pass
+    --overwrite', and the rerun with it an IsADirectoryError traceback)."""
+    for name, folder in ((STUDY_FILE, False), (SUMMARY_FILE, False), (TRIALS, True)):
+        path = out / name
+        if not (path.exists() or path.is_symlink()) or (path.is_dir() if folder else path.is_file()):
+            continue
+        kind = ("a folder" if path.is_dir() else "a file" if path.is_file() else
+                "not a regular file (a pipe or device)" if path.exists() else "a broken link")
+        raise UserError(f"{setting(flag, out)} holds {name}, which is {kind}, where the search keeps its "
+                        f"{'trials (a folder)' if folder else 'study' if name == STUDY_FILE else 'summary'}; move "
+                        f"{path} away or choose a new folder.")
 
 
 def _study_names(path: Path) -> list[str]:
