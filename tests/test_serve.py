@@ -1,6 +1,7 @@
 """The real server (uvicorn in a subprocess) on loopback: good, concurrent and bad requests."""
 from __future__ import annotations
 
+import gzip
 import http.client
 import json
 import os
@@ -184,6 +185,35 @@ def test_a_body_answered_before_it_was_read_closes_its_connection(server, head, 
         reply = one_response(s)
         assert reply.startswith(b"HTTP/1.1 %d" % status) and b"\r\nconnection: close\r\n" in reply.lower(), reply
         assert s.recv(65536) == b""
+
+
+def chunked(body: bytes) -> bytes:
+    return b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+
+
+@pytest.mark.parametrize("head, body, status, sentence", [
+    (b"Content-Type: text/plain\r\nContent-Type: application/json", GOOD_BODY, 400,
+     "request has 2 Content-Type headers that disagree (application/json, text/plain); send one: "
+     "Content-Type: application/json."),
+    (b"Content-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Encoding: identity",
+     gzip.compress(GOOD_BODY), 415, "request body has Content-Encoding gzip, identity, which this server does not "
+     "decode: send the JSON uncompressed, without a Content-Encoding header."),
+    (b"Content-Type: application/json\r\nTransfer-Encoding: gzip, chunked", chunked(gzip.compress(GOOD_BODY)), 415,
+     "request body has Transfer-Encoding gzip, chunked, which this server does not decode: send the JSON "
+     "uncompressed, with a Content-Length or Transfer-Encoding: chunked alone."),
+], ids=["two-content-types", "two-content-encodings", "a-transfer-coding-in-a-list"])
+def test_every_line_and_coding_of_the_body_s_headers_is_read(server, head, body, status, sentence):
+    """Was: JsonBody read a repeated header by its last line, FastAPI by its first, and a coding in a list slipped
+    through, so each of these was answered as if its JSON were wrong: 422 'body: ... not bytes' for text/plain then
+    application/json, 400 'not UTF-8' for a gzip body under a second 'Content-Encoding: identity' or under
+    'Transfer-Encoding: gzip, chunked'."""
+    host, port = server[0].removeprefix("http://").split(":")
+    framing = b"" if b"chunked" in head else b"\r\nContent-Length: %d" % len(body)
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(b"POST /grade HTTP/1.1\r\nHost: x\r\n" + head + framing + b"\r\n\r\n" + body)
+        reply = one_response(s)
+    assert reply.startswith(b"HTTP/1.1 %d" % status), reply
+    assert json.loads(reply.partition(b"\r\n\r\n")[2])["error"] == sentence
 
 
 def test_json_with_a_charset_parameter_is_json(server):

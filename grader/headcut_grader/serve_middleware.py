@@ -8,7 +8,7 @@ import json
 import math
 import time
 
-from headcut_grader.errors import counted
+from headcut_grader.errors import counted, cut
 
 RETRY_AFTER_SECONDS = 1
 SHUTTING_DOWN = f"server shutting down; retry after {RETRY_AFTER_SECONDS} s."
@@ -39,8 +39,7 @@ class JsonBody:
             return await self.app(scope, receive, send)
         # an answer given before the body was read whole closes the connection: else the rest of the body, which may
         # still come (a Content-Length of any size), is read after the answer on a connection kept for reuse
-        headers = dict(scope.get("headers") or [])
-        problem = self.header_problem(headers)
+        problem = self.header_problem(header_values(scope))
         if problem:
             return await _send_json(send, *problem, close=True)
         try:
@@ -56,19 +55,30 @@ class JsonBody:
             return await _send_json(send, *problem)
         await self.app(scope, _replay(body, receive), send)
 
-    def header_problem(self, headers: dict) -> tuple[int, str] | None:
-        declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+    def header_problem(self, headers: dict[bytes, list[bytes]]) -> tuple[int, str] | None:
+        """Why the headers that say how the body is written refuse it, or None. `headers`: every value of each, as
+        header_values gives them: a repeated header was read by its last value here and by its first in FastAPI
+        (text/plain then application/json was answered 'body: ... not bytes'), and a coding in a list or a second
+        header slipped through (gzip under 'Content-Encoding: identity' or 'Transfer-Encoding: gzip, chunked' was
+        answered 'not UTF-8', as if its text were wrong)."""
+        if any(not value.isdigit() or int(value) > self.limit for value in headers.get(b"content-length", [])):
             return self.too_large()
-        media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
-        if media_type != b"application/json":
-            shown = media_type.decode("latin-1") or "none"
+        media_types = sorted({value.split(b";")[0].strip().lower() for value in headers.get(b"content-type", [])})
+        if len(media_types) > 1:
+            shown = ", ".join(_shown(media_type) for media_type in media_types)
+            return 400, (f"request has {len(media_types)} Content-Type headers that disagree ({shown}); send one: "
+                         "Content-Type: application/json.")
+        if media_types != [b"application/json"]:
+            shown = _shown(media_types[0]) if media_types and media_types[0] else "none"
             return 415, f"request body must be JSON (Content-Type {shown}): send Content-Type: application/json."
-        encoding = headers.get(b"content-encoding", b"identity").strip().lower()
-        if encoding not in (b"identity", b""):  # a gzip body was answered 'not UTF-8', as if its text were wrong
-            shown = encoding.decode("latin-1")[:40]
-            return 415, (f"request body has Content-Encoding {shown}, which this server does not decode: send the "
-                         "JSON uncompressed, without a Content-Encoding header.")
+        for name, plain, fix in (("Content-Encoding", (b"identity", b""), "without a Content-Encoding header"),
+                                 ("Transfer-Encoding", (b"chunked",), "with a Content-Length or Transfer-Encoding: "
+                                  "chunked alone")):
+            values = headers.get(name.lower().encode(), [])
+            if any(coding.strip().lower() not in plain for value in values for coding in value.split(b",")):
+                shown = _shown(b", ".join(value.strip() for value in values))
+                return 415, (f"request body has {name} {shown}, which this server does not decode: send the JSON "
+                             f"uncompressed, {fix}.")
         return None
 
     def too_large(self) -> tuple[int, str]:
@@ -85,6 +95,18 @@ class JsonBody:
                      f"under the {MIN_BODY_BYTES_PER_SECOND} bytes/s a body must average after its first {said}; send "
                      "it faster, without pausing and with a Content-Length that matches it, or fewer pairs per "
                      "request.")
+
+
+def _shown(value: bytes) -> str:
+    return cut(value.decode("latin-1"))  # header values are Latin-1 text
+
+
+def header_values(scope) -> dict[bytes, list[bytes]]:
+    """Each request header's values in the order sent, by lower-case name (ASGI keeps a repeated header's lines)."""
+    values: dict[bytes, list[bytes]] = {}
+    for name, value in scope.get("headers") or []:
+        values.setdefault(name.lower(), []).append(value)
+    return values
 
 
 def shown_seconds(seconds: float) -> str:
