@@ -125,10 +125,13 @@ def test_a_body_of_the_wrong_shape_is_one_sentence_naming_the_field_and_the_fix(
 @pytest.mark.parametrize("method, path, status, words", [
     ("GET", "/grade", 405, "/grade takes POST, not GET; see GET /docs."),
     ("DELETE", "/rank", 405, "/rank takes POST, not DELETE"),
-    ("GET", "/foo", 404, "no route /foo; the routes are POST /grade, POST /rank"),
+    ("GET", "/foo", 404, "no route '/foo'; the routes are POST /grade, POST /rank"),
+    # the path quoted and cut: was echoed whole (60,000 characters), and /grade with a zero-width space read /grade
+    ("POST", "/grade\u200b", 404, "no route '/grade\\u200b'; the routes are POST /grade"),
+    ("GET", "/" + "a" * 5000, 404, f"no route '/{'a' * 199}'... (5,001 characters); the routes are POST /grade"),
     # a POST without JSON to a route that reads no body: the route's answer, not "send Content-Type: ..." (415)
     ("POST", "/healthz", 405, "not POST; see GET /docs."),  # "takes GET, HEAD" in either order
-    ("POST", "/nope", 404, "no route /nope"),
+    ("POST", "/nope", 404, "no route '/nope'"),
 ])
 def test_a_wrong_route_or_method_is_one_sentence(server, method, path, status, words):
     reply = httpx.request(method, server[0] + path, content=b"x" if method == "POST" else None, timeout=30)
