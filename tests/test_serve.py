@@ -113,6 +113,13 @@ PAIR = '{"query": TEXT, "title": TEXT}'
      f'\'pairs \': not a field of /grade, which takes {{"pairs": [{PAIR}, ...]}}'),
     ("/grade", b'{"pairs": [{"query": "q", "title": "t", "' + b"k" * 5000 + b'": 1}]}',
      f"pairs.0.'{'k' * 40}'...: not a field of /grade, which takes {PAIR}"),
+    # a key holding a lone surrogate: was 'body: lone surrogate U+D800 at character 1', naming no key
+    ("/grade", b'{"pairs": [{"query": "q", "title": "t"}], "\\ud800": 1}',
+     "body: key '\\ud800' has a lone surrogate U+D800 at character 1, which is not a character"),
+    ("/grade", b'{"pairs": [{"query": "q", "title": "t", "x\\udfff": 1}]}',
+     "pairs.0: key 'x\\udfff' has a lone surrogate U+DFFF at character 2, which is not a character"),
+    ("/rank", b'{"query": "q", "titles": ["t"], "\\ud800": 1}',
+     "body: key '\\ud800' has a lone surrogate U+D800 at character 1, which is not a character"),
     ("/grade", b'{}', f'pairs: missing; /grade takes {{"pairs": [{PAIR}, ...]}}'),
     ("/grade", b'{"pairs": [{"query": "drill"}]}', f"pairs.0.title: missing; each pair is {PAIR}"),
 ])

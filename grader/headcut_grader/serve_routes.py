@@ -184,6 +184,8 @@ def _shape_problem(error: dict, where: str, request: Request) -> str:
         return f"must be an array, not {got}"
     if kind in ("string_type", "string_unicode"):
         problem = text_problem(value) if isinstance(value, str) else None
+        if problem and (where == "body" or is_pair and where.count(".") == 1):  # an object's key, not a text field:
+            return f"key {quoted(value)} has a {problem}"  # pydantic names the object that holds it
         return problem or f"must be text (a JSON string), not {got}"
     if kind == "too_long":  # a list's; a text's is string_too_long
         return (f"{len(value)} items, more than this server's {state.said['max_pairs']}; send at most "
