@@ -865,6 +865,33 @@ def test_grade_file_names_a_missing_column_s_setting_as_settings_dot_field(tiny_
         grade_file(tiny_grader, source, tmp_path / "o.tsv", settings=GradeSettings(label_col="gold"))
 
 
+@pytest.mark.parametrize("name, text, args, sentence", [
+    ("gold.tsv", "query\ttitle\tlabel\nq\tt\tfoo\n", ("--label-col", "label"),
+     "label 'foo' is not a number; write a grade such as 3, or drop the row."),
+    ("gold.tsv", "query\ttitle\tlabel\nq\tt\t2.5\n", ("--label-col", "label"),
+     "label 2.5 is not a whole grade; fix the row or drop it."),
+    ("gold.jsonl", '{"query": "q", "title": "t", "label": "7"}\n', ("--preset", "qbqtc"),
+     "label '7' is not in the label map ['0', '1', '2']; fix the row or drop it."),
+])
+def test_a_gold_label_grade_cannot_read_is_the_row_s_to_fix_not_a_label_map_s(tiny_grader, tmp_path, name, text,
+                                                                              args, sentence):
+    """grade takes no label map. Was: 'pass --label-map to map it to a grade', 'pass --label-map round to round
+    scores' and 'extend --label-map' (label_map from grade_file), flags and arguments it does not have."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.grade_file import grade_file
+
+    source = tmp_path / name
+    source.write_text(text)
+    result = grade(tiny_grader, source, "--out", tmp_path / "o.tsv", *args)
+    line = 2 if name.endswith(".tsv") else 1
+    assert result.exit_code == 2 and " ".join(result.output.split()) == (
+        f"error: {source}, line {line}, column 'label': {sentence}"), result.output
+    settings = GradeSettings(label_col="label") if "--label-col" in args else GradeSettings(preset="qbqtc")
+    with pytest.raises(UserError) as e:
+        grade_file(tiny_grader, source, tmp_path / "o.tsv", settings=settings)
+    assert str(e.value).endswith(sentence)
+
+
 def test_a_ctrl_c_line_looks_at_out_once_as_the_command_begins_and_once_as_it_stops(tiny_grader, tmp_path,
                                                                                    monkeypatch):
     """Was: user_errors and the grade command each marked --out as the command began (two stats of it); the

@@ -278,10 +278,13 @@ def _task(grader_dir) -> str:
 
 
 def _chunks(source: Path, settings: GradeSettings, task: str, *, start: Position | None = None, names: str):
+    # GradeSettings' fields are named as grade_file's caller names them; label_map as "", since grade takes no label
+    # map: a gold label it cannot read is the row's to fix (was: "pass --label-map to map it", a flag grade lacks)
+    names = Given(names, {**getattr(names, "spellings", {}), "label_map": ""})
     return iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
                       title_col=settings.title_col, label_col=settings.label_col, start=start, task=task,
                       require_labels=settings.label_col is not None,  # a named gold column must be there
-                      names=names)  # GradeSettings' fields are named as grade_file's caller names them
+                      names=names)
 
 
 def _grader_id(grader: Grader) -> str:
