@@ -759,6 +759,34 @@ def test_the_app_under_uvicorn_with_the_documented_protocol_keeps_the_head_deadl
     assert "within 1 s, the server's --header-timeout-seconds" in json.loads(answer)["error"], answer
 
 
+H2C = (b"POST /grade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+       b"HTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+       % (len(GOOD_BODY), GOOD_BODY))  # what `curl --http2 -d BODY http://...` sends
+
+
+@pytest.mark.parametrize("protocol", protocols(), ids=lambda p: p.__name__)
+def test_a_body_sent_with_an_upgrade_is_graded_or_refused_never_read_as_empty(tiny_folder, protocol):
+    """httptools hands the bytes after a head asking to switch protocols to the switch, which uvicorn refuses (it
+    upgrades websockets only): the body is lost. Was: 422 'the request body is empty' to `curl --http2 -d`; now 400
+    saying why and to send it without the Upgrade header, its connection closed. h11 reads the body: graded."""
+    settings = json.dumps({"grader_dir": str(tiny_folder)})
+    command = [sys.executable, "-m", "uvicorn", "--factory", "headcut_grader.serve:app_from_env", "--http",
+               f"headcut_grader.serve_protocol:{protocol.__name__}"]
+    with serving(command, env={**os.environ, "HEADCUT_SERVE": settings}) as (url, _, _):
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as s:
+            s.sendall(H2C)
+            reply = one_response(s)
+    status, _, answer = reply.partition(b"\r\n\r\n")
+    if protocol.__name__ == "H11HeadTimed":
+        assert status.startswith(b"HTTP/1.1 200") and len(json.loads(answer)["results"]) == 1, reply
+        return
+    assert status.startswith(b"HTTP/1.1 400") and b"\r\nconnection: close" in status.lower(), reply
+    assert json.loads(answer)["error"] == ("request asks to switch protocols (Upgrade: h2c), which this server does "
+                                           "not do, and the switch took its body; send it without the Upgrade header "
+                                           "(curl: --http1.1).")
+
+
 # Issue 12, defect 14: the server refuses what the CLI refuses, and /metrics stays bounded.
 
 @pytest.mark.parametrize("path, body, where", [

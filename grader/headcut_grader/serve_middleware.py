@@ -39,7 +39,8 @@ class JsonBody:
             return await self.app(scope, receive, send)
         # an answer given before the body was read whole closes the connection: else the rest of the body, which may
         # still come (a Content-Length of any size), is read after the answer on a connection kept for reuse
-        problem = self.header_problem(header_values(scope))
+        headers = header_values(scope)
+        problem = self.header_problem(headers)
         if problem:
             return await _send_json(send, *problem, close=True)
         try:
@@ -50,6 +51,9 @@ class JsonBody:
             return
         if len(body) > self.limit:  # read only until past the limit
             return await _send_json(send, *self.too_large(), close=True)
+        lost = self.lost_to_upgrade(headers, body)
+        if lost:  # the connection's bytes went astray: close it
+            return await _send_json(send, *lost, close=True)
         problem = body_problem(body)
         if problem:
             return await _send_json(send, *problem)
@@ -74,12 +78,25 @@ class JsonBody:
         for name, plain, fix in (("Content-Encoding", (b"identity", b""), "without a Content-Encoding header"),
                                  ("Transfer-Encoding", (b"chunked",), "with a Content-Length or Transfer-Encoding: "
                                   "chunked alone")):
-            values = headers.get(name.lower().encode(), [])
-            if any(coding.strip().lower() not in plain for value in values for coding in value.split(b",")):
-                shown = _shown(b", ".join(value.strip() for value in values))
-                return 415, (f"request body has {name} {shown}, which this server does not decode: send the JSON "
-                             f"uncompressed, {fix}.")
+            if set(_tokens(headers, name)) - set(plain):
+                return 415, (f"request body has {name} {_shown(b', '.join(_tokens(headers, name)))}, which this "
+                             f"server does not decode: send the JSON uncompressed, {fix}.")
         return None
+
+    @staticmethod
+    def lost_to_upgrade(headers: dict[bytes, list[bytes]], body: bytes) -> tuple[int, str] | None:
+        """The answer to a request that declared a body but brought none, having asked to switch protocols: httptools
+        (uvicorn's parser) hands the bytes after such a head to the switch, which uvicorn then refuses (it upgrades
+        websockets only), so `curl --http2 -d` (Upgrade: h2c) was answered 'the request body is empty'. h11 reads
+        the body, which is then served."""
+        declared = any(value.strip(b"0") for value in headers.get(b"content-length", [])) or _tokens(
+            headers, "Transfer-Encoding")
+        upgrade = _tokens(headers, "Upgrade")
+        if body or not declared or not upgrade or b"upgrade" not in _tokens(headers, "Connection"):
+            return None
+        return 400, (f"request asks to switch protocols (Upgrade: {_shown(b', '.join(upgrade))}), which this server "
+                     "does not do, and the switch took its body; send it without the Upgrade header (curl: "
+                     "--http1.1).")
 
     def too_large(self) -> tuple[int, str]:
         body, text, _ = self.names
@@ -99,6 +116,11 @@ class JsonBody:
 
 def _shown(value: bytes) -> str:
     return cut(value.decode("latin-1"))  # header values are Latin-1 text
+
+
+def _tokens(headers: dict[bytes, list[bytes]], name: str) -> list[bytes]:
+    """The comma-separated items of every line of header `name`, lower-case (Content-Encoding: gzip, identity)."""
+    return [item.strip().lower() for value in headers.get(name.lower().encode(), []) for item in value.split(b",")]
 
 
 def header_values(scope) -> dict[bytes, list[bytes]]:
