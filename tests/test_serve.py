@@ -351,6 +351,35 @@ def test_body_timeout_is_an_idle_timeout_and_a_trickle_still_gets_408(tiny_folde
     assert "too slow" in json.loads(answer)["error"] and "--body-timeout-seconds" in json.loads(answer)["error"]
 
 
+def test_a_worker_holds_at_most_max_held_bytes_of_bodies_and_gives_them_back(tiny_folder):
+    """Was: nothing bounded the bodies a worker held at once, so 300 clients each sending a 1 MB body slowly (within
+    the body deadlines) took 300 MB of it, and more clients more. Past --max-held-bytes a request gets 503 with
+    Retry-After at once, its connection closed; the bytes of requests that ended (here: clients gone) are given
+    back, so the next request is graded."""
+    head = b"POST /grade HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 20000\r\n\r\n"
+    with serve_process(tiny_folder, "--max-body-bytes", "20000", "--max-held-bytes", "50000") as (url, _, _):
+        host, port = url.removeprefix("http://").split(":")
+        slow = [socket.create_connection((host, int(port)), timeout=10) for _ in range(2)]
+        for s in slow:  # 2 x 19,000 bytes held, their bodies still arriving
+            s.sendall(head + b" " * 19_000)
+        wait_until(lambda: httpx.get(url + "/healthz", timeout=10).json()["held_body_bytes"] == 38_000, 10,
+                   "the two bodies held")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(head + b" " * 19_000)
+            reply = one_response(s)
+        status, _, answer = reply.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 503") and b"\r\nretry-after: 1" in status.lower(), reply
+        assert b"\r\nconnection: close" in status.lower(), reply
+        assert json.loads(answer)["error"] == ("server busy: this worker holds 38,000 bytes of request bodies "
+                                               "already (--max-held-bytes 50000); retry after 1 s.")
+        for s in slow:
+            s.close()
+        wait_until(lambda: httpx.get(url + "/healthz", timeout=10).json()["held_body_bytes"] == 0, 10,
+                   "the bytes given back")
+        reply = httpx.post(url + "/grade", content=GOOD_BODY, headers={"content-type": "application/json"}, timeout=10)
+        assert reply.status_code == 200, reply.text
+
+
 def test_a_trickle_is_refused_at_its_rate_deadline_not_an_idle_timeout_later(tiny_folder):
     """A client sending a byte every 1.5 s, inside --body-timeout-seconds 2, is under 32 kB/s from its first byte:
     it is answered 408 "too slow" at its rate deadline, 2 s plus 1 s per 32 kB received after its body began (a few
@@ -1147,6 +1176,9 @@ def tiny_folder(tmp_path_factory):
 @pytest.mark.parametrize("settings, sentence", [
     ({"batching": Batching(max_queue=10)}, "batching.max_queue=10 is below limits.max_pairs=256, so a request of "
      "limits.max_pairs pairs could never be queued; raise batching.max_queue or lower limits.max_pairs."),
+    ({"limits": Limits(max_held_bytes=100)}, "limits.max_held_bytes=100 is below limits.max_body_bytes=1000000, "
+     "so a body of limits.max_body_bytes could never be held; raise limits.max_held_bytes or lower "
+     "limits.max_body_bytes."),
     ({"limits": Limits(max_pairs=0)}, "limits.max_pairs is 0; it must be a whole number in [1, 65536]."),
     ({"batching": Batching(max_wait_ms=-1.0)}, "batching.max_wait_ms is -1.0; it must be a number in [0, 10000]."),
     ({"batching": Batching(batch_size=2.5)}, "batching.batch_size is 2.5; it must be a whole number in [1, 1024]."),

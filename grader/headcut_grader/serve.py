@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, fields
 from headcut_grader.errors import UserError, named, setting
 from headcut_grader.files import as_path
 from headcut_grader.ranges import BATCH, SERVE_BATCH_SIZE, checked_fields, range_field, ranged
-from headcut_grader.serve_middleware import DrainDeadline, JsonBody, Measured
+from headcut_grader.serve_middleware import DrainDeadline, Held, JsonBody, Measured
 from headcut_grader.validation import MAX_TEXT_CHARS
 
 ENV_SETTINGS = "HEADCUT_SERVE"  # the CLI's settings, read by each worker process
@@ -47,6 +47,10 @@ class Limits:
     # connection sending nothing, was held forever (HEAD_PROTOCOL, which reads it by HEAD_TIMEOUT; without it, as
     # with uvicorn's own protocol, this setting does nothing)
     header_timeout_seconds: float = ranged(30.0, 0.1, 3600.0)
+    # bodies are held whole until their requests are answered, and nothing bounded how many: 300 clients each
+    # sending a 1 MB body slowly held 300 MB of one worker (any number of connections, any memory). Past this sum a
+    # request gets 503 with Retry-After; at least max_body_bytes
+    max_held_bytes: int = ranged(64_000_000, 100, 2 ** 40)
 
 
 @dataclass(frozen=True)
@@ -111,10 +115,12 @@ def create_app(grader_dir, *, threads: int = 1, limits: Limits = Limits(), batch
     state.metrics = make_metrics()
     state.batcher = _batcher(state.grader.grade, state.metrics, batching)
     state.limits, state.batching, state.said = limits, batching, _said(limits, batching, flags)
+    state.held = Held(limits.max_held_bytes)  # JsonBody counts the bodies held in it, /healthz shows them
     state.head_timeout = (limits.header_timeout_seconds, _name("limits", "header_timeout_seconds", flags))
     app.add_middleware(JsonBody, limit=limits.max_body_bytes, max_text_chars=limits.max_text_chars, paths=BODY_ROUTES,
                        timeout=limits.body_timeout_seconds,
-                       names=tuple(_name("limits", name, flags) for name in JsonBody.SETTINGS))
+                       names=tuple(_name("limits", name, flags) for name in JsonBody.SETTINGS),
+                       held=state.held, held_said=state.said["max_held_bytes"])
     # outside JsonBody: a body still arriving at the drain deadline gets 503 too (was: a 500 and a traceback);
     # inside Measured, which then counts its 503s
     app.add_middleware(DrainDeadline)
@@ -133,6 +139,10 @@ def check_serving(limits: Limits, batching: Batching, *, flags: bool = False) ->
         checked.append(checked_fields(given, cls, lambda name, group=group: _name(group, name, flags) if name
                                       else group))
     limits, batching = checked
+    if limits.max_held_bytes < limits.max_body_bytes:
+        held, body = _name("limits", "max_held_bytes", flags), _name("limits", "max_body_bytes", flags)
+        raise UserError(f"{setting(held, limits.max_held_bytes)} is below {setting(body, limits.max_body_bytes)}, so "
+                        f"a body of {body} could never be held; raise {held} or lower {body}.")
     if batching.max_queue < limits.max_pairs:
         queue, pairs = _name("batching", "max_queue", flags), _name("limits", "max_pairs", flags)
         raise UserError(f"{setting(queue, batching.max_queue)} is below {setting(pairs, limits.max_pairs)}, so a "

@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import time
+from contextlib import contextmanager
 
 from headcut_grader.errors import counted, cut
 
@@ -29,9 +30,10 @@ class JsonBody:
     SETTINGS = ("max_body_bytes", "max_text_chars", "body_timeout_seconds")
 
     def __init__(self, app, limit: int, max_text_chars: int, paths: tuple[str, ...], timeout: float,
-                 names: tuple[str, ...] = tuple(f"limits.{name}" for name in SETTINGS)):
+                 names: tuple[str, ...] = tuple(f"limits.{name}" for name in SETTINGS), *, held: Held | None = None,
+                 held_said: str = "limits.max_held_bytes"):
         self.app, self.limit, self.max_text_chars, self.paths, self.names = app, limit, max_text_chars, paths, names
-        self.timeout = timeout
+        self.timeout, self.held, self.held_said = timeout, held or Held(math.inf), held_said
 
     async def __call__(self, scope, receive, send):
         # only a route that reads a body: any other POST gets the router's 404 or 405, whatever its body
@@ -43,21 +45,24 @@ class JsonBody:
         problem = self.header_problem(headers)
         if problem:
             return await _send_json(send, *problem, close=True)
-        try:
-            body = await _read_body(receive, self.limit, self.timeout)
-        except BodyTooSlow as late:
-            return await _send_json(send, *self.too_slow(late), close=True)
-        if body is None:  # the client went away mid-body: nobody to answer
-            return
-        if len(body) > self.limit:  # read only until past the limit
-            return await _send_json(send, *self.too_large(), close=True)
-        lost = self.lost_to_upgrade(headers, body)
-        if lost:  # the connection's bytes went astray: close it
-            return await _send_json(send, *lost, close=True)
-        problem = body_problem(body)
-        if problem:
-            return await _send_json(send, *problem)
-        await self.app(scope, _replay(body, receive), send)
+        with self.held.request() as take:  # the body's bytes count until its request is answered
+            try:
+                body = await _read_body(receive, self.limit, self.timeout, take)
+            except BodyTooSlow as late:
+                return await _send_json(send, *self.too_slow(late), close=True)
+            except HeldFull:
+                return await _send_json(send, 503, self.busy(), retry_after=True, close=True)
+            if body is None:  # the client went away mid-body: nobody to answer
+                return
+            if len(body) > self.limit:  # read only until past the limit
+                return await _send_json(send, *self.too_large(), close=True)
+            lost = self.lost_to_upgrade(headers, body)
+            if lost:  # the connection's bytes went astray: close it
+                return await _send_json(send, *lost, close=True)
+            problem = body_problem(body)
+            if problem:
+                return await _send_json(send, *problem)
+            await self.app(scope, _replay(body, receive), send)
 
     def header_problem(self, headers: dict[bytes, list[bytes]]) -> tuple[int, str] | None:
         """Why the headers that say how the body is written refuse it, or None. `headers`: every value of each, as
@@ -97,6 +102,10 @@ class JsonBody:
         return 400, (f"request asks to switch protocols (Upgrade: {_shown(b', '.join(upgrade))}), which this server "
                      "does not do, and the switch took its body; send it without the Upgrade header (curl: "
                      "--http1.1).")
+
+    def busy(self) -> str:
+        return (f"server busy: this worker holds {counted(self.held.bytes, 'byte')} of request bodies already "
+                f"({self.held_said}); retry after {RETRY_AFTER_SECONDS} s.")
 
     def too_large(self) -> tuple[int, str]:
         body, text, _ = self.names
@@ -167,7 +176,36 @@ class BodyTooSlow(Exception):
         self.stalled, self.size, self.seconds = stalled, size, seconds
 
 
-async def _read_body(receive, limit: int, timeout: float) -> bytes | None:
+class HeldFull(Exception):
+    """A body's next bytes would take the worker's held bodies past Held.limit."""
+
+
+class Held:
+    """The bytes of request bodies a worker holds (arriving, or their requests not yet answered), at most `limit`."""
+
+    def __init__(self, limit: float):
+        self.limit, self.bytes = limit, 0
+
+    @contextmanager
+    def request(self):
+        """A `take(n)` for one request: counts its next `n` bytes, or False where they would pass the limit; every
+        byte it took is given back when the request ends (answered, refused or its client gone)."""
+        taken = 0
+
+        def take(n: int) -> bool:
+            nonlocal taken
+            if self.bytes + n > self.limit:
+                return False
+            self.bytes, taken = self.bytes + n, taken + n
+            return True
+
+        try:
+            yield take
+        finally:
+            self.bytes -= taken
+
+
+async def _read_body(receive, limit: int, timeout: float, take=lambda n: True) -> bytes | None:
     """The whole body, or None if the client disconnected; stops reading once more than `limit` bytes came.
     Raises BodyTooSlow when no bytes come for `timeout` seconds (stalled), or when the body is due later than
     `timeout` seconds plus a second per MIN_BODY_BYTES_PER_SECOND bytes received (too slow: a bound that grows with
@@ -186,6 +224,8 @@ async def _read_body(receive, limit: int, timeout: float) -> bytes | None:
         if message["type"] == "http.disconnect":
             return None
         chunks.append(message.get("body", b""))
+        if not take(len(chunks[-1])):  # `take`: Held.request's, for the worker's bound on bodies held
+            raise HeldFull()
         size, last = size + len(chunks[-1]), time.monotonic()
         more = message.get("more_body", False)
     return b"".join(chunks)

@@ -65,7 +65,8 @@ def healthz(request: Request):
     return {"status": "ok", "backend": grader.backend.name, "runtime_version": grader.backend.version,
             "precision": grader.precision, "task": grader.task, "grades": grader.record.get("grades"),
             "model_sha256": grader.graph_sha256, "max_length": grader.max_length,
-            "limits": asdict(state.limits), "batching": asdict(state.batching), "waiting_pairs": state.batcher.waiting}
+            "limits": asdict(state.limits), "batching": asdict(state.batching), "waiting_pairs": state.batcher.waiting,
+            "held_body_bytes": state.held.bytes}
 
 
 async def grade(request: Request, body):  # body: this app's GradeRequest (see add_routes)

@@ -45,6 +45,10 @@ def serve(
                                                  help="Time for a request's line and headers to arrive, from the "
                                                  "connection's opening or a kept-alive connection's next byte: a "
                                                  "client still sending them then gets 408 and is disconnected"),
+    max_held_bytes: int = field_option(Limits, "max_held_bytes", "--max-held-bytes", help="Most bytes of request "
+                                       "bodies one worker holds at once (arriving, or their requests not yet "
+                                       "answered); past it a request gets 503 with Retry-After (at least "
+                                       "--max-body-bytes)"),
     max_batch: int = field_option(Batching, "max_batch", "--max-batch", help="Most pairs in one grader run made of "
                                   "concurrent requests (whole requests; 1 turns merging off)"),
     max_wait_ms: float = field_option(Batching, "max_wait_ms", "--max-wait-ms", help="How long a request may wait "
@@ -87,7 +91,7 @@ def serve(
     check_uvicorn()  # the head deadline's uvicorn internals, before the grader loads
 
     limits, batching = check_serving(Limits(max_body_bytes, max_pairs, max_text_chars, body_timeout_seconds,
-                                            header_timeout_seconds),
+                                            header_timeout_seconds, max_held_bytes),
                                      Batching(max_batch, max_wait_ms, max_queue, batch_size), flags=True)
     threads = threads or max(1, (os.cpu_count() or 1) // workers)
     host = unbracketed(host)  # [::1], as a URL writes it: was looked up as a name, "cannot listen there"
