@@ -892,6 +892,29 @@ def test_a_gold_label_grade_cannot_read_is_the_row_s_to_fix_not_a_label_map_s(ti
     assert str(e.value).endswith(sentence)
 
 
+def test_gold_grades_are_read_against_the_grader_s_own_grades(tiny_grader, tmp_path):
+    """Was: grade read the gold column against 1..5 whatever the grader's grades, so a 0..4 grader's gold 0 was
+    refused ('grade 0 is not one of the grades [1, 2, 3, 4, 5]') and a gold 5, which it lacks, kept as true_grade."""
+    import shutil
+
+    folder = tmp_path / "zero-based"
+    shutil.copytree(tiny_grader, folder)
+    record = json.loads((folder / "grader.json").read_text())
+    record["grades"], record["label_map"] = [0, 1, 2, 3, 4], {str(i): i for i in range(5)}
+    (folder / "grader.json").write_text(json.dumps(record))
+    good, bad = tmp_path / "good.tsv", tmp_path / "bad.tsv"
+    good.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t0\nsaw\thand saw\t4\n")
+    bad.write_text("query\ttitle\tgrade\ndrill\tcordless drill\t5\n")
+    result = grade(folder, good, "--out", tmp_path / "o.tsv")
+    assert result.exit_code == 0, result.output
+    with open(tmp_path / "o.tsv", newline="") as f:
+        assert [row["true_grade"] for row in csv.DictReader(f, delimiter="\t")] == ["0", "4"]
+    result = grade(folder, bad, "--out", tmp_path / "o2.tsv")
+    assert result.exit_code == 2 and " ".join(result.output.split()) == (
+        f"error: {bad}, line 2, column 'grade': grade 5 is not one of the grades [0, 1, 2, 3, 4]; fix the row or "
+        "drop it."), result.output
+
+
 def test_a_ctrl_c_line_looks_at_out_once_as_the_command_begins_and_once_as_it_stops(tiny_grader, tmp_path,
                                                                                    monkeypatch):
     """Was: user_errors and the grade command each marked --out as the command began (two stats of it); the

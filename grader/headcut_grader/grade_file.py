@@ -118,8 +118,8 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     fmt = settings.out_format or (guess_format(out) if out.suffix else guess_format(source))
     # a JSON array input graded into OUT without a suffix: JSON lines, as every JSON output is
     settings = replace(settings, out_format="jsonl" if fmt == "json" else fmt)
-    task = _task(grader_dir)
-    chunks = _chunks(source, settings, task, names=names)
+    task, gold = _task(grader_dir)
+    chunks = _chunks(source, settings, task, gold, names=names)
     first = next(chunks)  # a bad file (columns, first rows) is reported before a bad grader folder, as before chunks
     grader = Grader(grader_dir, threads=settings.threads, batch_size=settings.batch_size, backend=settings.backend,
                     names=names)
@@ -129,7 +129,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     counts = dict(state["counts"]) if state else {str(g): 0 for g in grader.record.get("grades", [])}
     rows = done = state["rows"] if state else 0
     earlier = list(state.get("earlier", [])) if state else []
-    chunks = (_chunks(source, settings, task, start=Position(**state["position"]), names=names) if state
+    chunks = (_chunks(source, settings, task, gold, start=Position(**state["position"]), names=names) if state
               else chain([first], chunks))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)  # as every command's --out: missing folders are made
@@ -268,23 +268,28 @@ def _no_link(data: Path, *, resuming: bool, names: str) -> None:
     data.unlink()
 
 
-def _task(grader_dir) -> str:
-    """The grader's task, read before the file so that its gold column is read as that task's (a one-score
-    grader's as numbers, kept as true_score). A folder that cannot say is reported by Grader, after the file."""
+def _task(grader_dir) -> tuple[str, dict]:
+    """The grader's task and its gold's options for iter_pairs, read before the file so that its gold column is read
+    as that task's (a one-score grader's as numbers, kept as true_score) against the grader's own grades (was: always
+    1..5, so a 0..4 grader's gold 0 was refused and a gold 5 kept as its true_grade). A folder that cannot say is
+    reported by Grader, after the file."""
     try:
-        return read_record(grader_dir).get("task", "grades")
+        record = read_record(grader_dir)  # checked: its grades are two or more different whole numbers
     except UserError:
-        return "grades"
+        return "grades", {}
+    task = record.get("task", "grades")
+    return task, {"grades": tuple(record["grades"])} if task == "grades" else {}
 
 
-def _chunks(source: Path, settings: GradeSettings, task: str, *, start: Position | None = None, names: str):
+def _chunks(source: Path, settings: GradeSettings, task: str, gold: dict, *, start: Position | None = None,
+            names: str):
     # GradeSettings' fields are named as grade_file's caller names them; label_map as "", since grade takes no label
     # map: a gold label it cannot read is the row's to fix (was: "pass --label-map to map it", a flag grade lacks)
     names = Given(names, {**getattr(names, "spellings", {}), "label_map": ""})
     return iter_pairs(source, chunk_rows=settings.chunk_rows, preset=settings.preset, query_col=settings.query_col,
                       title_col=settings.title_col, label_col=settings.label_col, start=start, task=task,
                       require_labels=settings.label_col is not None,  # a named gold column must be there
-                      names=names)
+                      names=names, **gold)
 
 
 def _grader_id(grader: Grader) -> str:
