@@ -1299,6 +1299,24 @@ def test_the_documented_uvicorn_command_says_a_refusal_in_one_sentence(tmp_path,
     assert done.stderr.splitlines()[-1].startswith("error: " + said), done.stderr
 
 
+@pytest.mark.parametrize("settings, sentence", [
+    ({"grader_dir": 5}, "HEADCUT_SERVE key grader_dir is 5; pass a grader folder's path (text or a pathlib.Path)."),
+    ({"threads": "x"}, "HEADCUT_SERVE key threads is 'x'; it must be a whole number in [1, 256]."),
+    ({"threads": 0}, "HEADCUT_SERVE key threads is 0; it must be a whole number in [1, 256]."),
+    ({"backend": "gpu"}, "HEADCUT_SERVE key backend is 'gpu'; use one of: auto, onnxruntime, openvino."),
+])
+def test_app_from_env_names_a_bad_value_as_headcut_serve_s_key(tiny_folder, monkeypatch, settings, sentence):
+    """A HEADCUT_SERVE written by hand for uvicorn --factory. Was: named as arguments its writer never saw:
+    'create_app grader_dir is 5', "Grader threads is 'x'", "Grader backend is 'gpu'"."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.serve import app_from_env
+
+    monkeypatch.setenv("HEADCUT_SERVE", json.dumps({"grader_dir": str(tiny_folder), **settings}))
+    with pytest.raises(UserError) as e:
+        app_from_env()
+    assert str(e.value) == sentence
+
+
 def test_app_from_env_takes_only_a_grader_dir_and_defaults_the_rest(tiny_folder, monkeypatch):
     from headcut_grader.serve import app_from_env
 

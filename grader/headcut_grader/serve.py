@@ -19,11 +19,12 @@ import json
 import os
 import sys
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from headcut_grader.errors import UserError, named, setting
 from headcut_grader.files import as_path
-from headcut_grader.ranges import BATCH, SERVE_BATCH_SIZE, checked_fields, range_field, ranged
+from headcut_grader.ranges import (BATCH, SERVE_BATCH_SIZE, THREADS, argument, checked_fields, checked_number,
+                                   range_field, ranged)
 from headcut_grader.serve_middleware import DrainDeadline, Held, JsonBody, Measured
 from headcut_grader.validation import MAX_TEXT_CHARS
 
@@ -77,6 +78,20 @@ class Settings:
     def encode(self) -> str:
         return json.dumps(asdict(self))
 
+    def checked(self) -> "Settings":
+        """These settings with grader_dir, threads and backend checked as $HEADCUT_SERVE's keys, which a person may
+        have written for uvicorn --factory (was: named as arguments they never wrote, 'create_app grader_dir is 5',
+        "Grader threads is 'x'", "Grader backend is 'gpu'"); limits and batching are named by their keys already."""
+        from headcut_grader.backends import BACKEND_CHOICES
+
+        said = f"{ENV_SETTINGS} key"
+        as_path(self.grader_dir, f"{said} grader_dir", what="a grader folder's path")
+        threads = checked_number(self.threads, f"{said} threads", THREADS, whole=True)
+        if not isinstance(self.backend, str) or self.backend not in BACKEND_CHOICES:
+            raise UserError(f"{said} backend is {argument(self.backend)[:60]}; use one of: "
+                            f"{', '.join(BACKEND_CHOICES)}.")
+        return replace(self, threads=threads)
+
     @classmethod
     def decode(cls, text: str | None) -> "Settings":
         """The settings `encode` wrote, read from $HEADCUT_SERVE (`text`; None: unset), any but grader_dir left at
@@ -85,7 +100,7 @@ class Settings:
             raw = json.loads(text)
             return cls(raw["grader_dir"], raw.get("threads", 1), Limits(**raw.get("limits", {})),
                        Batching(**raw.get("batching", {})), raw.get("backend", "auto"),
-                       raw.get("internals_checked") is True)
+                       raw.get("internals_checked") is True).checked()
         except (TypeError, ValueError, KeyError, AttributeError) as e:
             why = f"no key {e}" if isinstance(e, KeyError) else str(e)[:100]
             fact = "is not set" if text is None else f"is not the JSON settings `headcut serve` writes ({why})"
