@@ -20,9 +20,10 @@ from headcut.weight_files import (AGAIN, PUT_BACK, broken_file, check_sizes, che
                                   read_json_file, read_state, stored_outputs, weights_counts, weights_file,
                                   weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
-from headcut_grader.errors import UserError, check_names, named, quoted, setting
+from headcut_grader.errors import UserError, check_names, named, quoted, setting, shown
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
 from headcut_grader.optional import optional_module
+from headcut_grader.ranges import Range
 from headcut_grader.tokens import fewest_pair_tokens
 from headcut_grader.validation import absent, refuse_bom
 
@@ -171,7 +172,7 @@ def load_model(
     path = resolve_source(source, flag=flag)
     weights = find_weights(path, allow_pickle=allow_pickle, flag=flag)
     meta = _read_meta(path)
-    saved = read_json_file(path / "config.json")  # read once; transformers' own error does not name the file
+    saved = _saved_config(path, flag=flag)  # read once; transformers' own error does not name the file
     # a new head only where the caller asks for other outputs than config.json declares (a base model's fine-tune)
     fresh = num_labels is not None and _declared_outputs(saved) != num_labels
     if num_labels is None:
@@ -273,7 +274,7 @@ def outline_if_present(source: str | None, key: str) -> LoadedModel | None:
 def _outlined(path: Path, *, flag: str, meta: dict | None = None) -> LoadedModel:
     """outline() of the model folder `path`, already resolved."""
     meta = _read_meta(path) if meta is None else meta
-    meta = {**meta, **read_task(path, meta, read_json_file(path / "config.json"))}
+    meta = {**meta, **read_task(path, meta, _saved_config(path, flag=flag))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
     config = _read_config(path, num_labels, "eager", flag=flag, meta=meta)
     weights = weights_file(path)  # a pickle is read only by load_model, where --allow-pickle says it may be
@@ -457,16 +458,52 @@ def _check_activation_record(file: Path, key: str, recorded) -> None:
                         "activation_fn=torch.nn.Identity().")
 
 
+MAX_OUTPUTS = 10_000  # far more than any grader's classifier; transformers names each output of num_labels in memory
+
+
+def _saved_config(path: Path, *, flag: str) -> dict:
+    """config.json of the model folder `path` as saved, its model type and outputs checked before transformers reads
+    them: an unknown model_type was 'damaged or incomplete', a num_labels of 10^9 made transformers name 10^9
+    outputs in memory, "5" read as other than the 5 outputs of the weights."""
+    file = path / "config.json"
+    saved = read_json_file(file)
+    kind = saved.get("model_type")
+    if kind is None:
+        raise UserError(f"{file} has no 'model_type' (transformers reads the architecture from it); put back the "
+                        f"config.json saved with the model, or {AGAIN}.")
+    if not isinstance(kind, str) or kind not in ARCHITECTURES:  # a list is no key of the table
+        raise UserError(f"{setting(flag, path)}: model type {quoted(kind)} is not supported; headcut supports "
+                        f"{', '.join(SUPPORTED)}.")
+    problem = _outputs_problem(saved)
+    if problem:
+        raise UserError(f"{file}: {problem}; put back the config.json saved with the model, or {AGAIN}.")
+    return saved
+
+
+def _outputs_problem(saved: dict) -> str | None:
+    """What is wrong with config.json's num_labels and id2label (the classifier's outputs), or None."""
+    count, labels = saved.get("num_labels"), saved.get("id2label")
+    valid = Range(1, MAX_OUTPUTS)
+    if count is not None and (type(count) is not int or valid.problem(count)):
+        return f"'num_labels' is {shown(count)}, not {valid.describe('a whole number')}"
+    if labels is None:
+        return None
+    if not isinstance(labels, dict) or not 1 <= len(labels) <= MAX_OUTPUTS or sorted(labels) != sorted(
+            map(str, range(len(labels)))):
+        return (f"'id2label' is {shown(labels)}, not an object naming each output by its number (\"0\", \"1\", ...), "
+                f"from 1 to {MAX_OUTPUTS:,} of them")
+    if count is not None and count != len(labels):
+        return f"'num_labels' is {count}, but 'id2label' names {len(labels)} outputs"
+    return None
+
+
 def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag: str, meta: dict):
     """config.json of `path`, checked, its shape record against `meta` (headcut.json's record) too."""
     from transformers import AutoConfig
 
     with broken_file(path / "config.json", errors=(Exception,)):  # a value of the wrong type: any error
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    kind = getattr(config, "model_type", None)
-    if kind not in ARCHITECTURES:
-        raise UserError(f"{setting(flag, path)}: model type {quoted(kind)} is not supported; headcut supports "
-                        f"{', '.join(SUPPORTED)}.")
+    kind = config.model_type  # one of ARCHITECTURES: saved_config checked it
     problem = config_problem(config)
     if problem:
         raise UserError(f"{setting(flag, path)}: headcut cannot cut a {kind} model with {problem}; use a model "

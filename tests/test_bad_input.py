@@ -2222,6 +2222,53 @@ def test_a_config_whose_outputs_are_not_the_weights_classifier_is_refused(tmp_pa
         "or copy or download the model folder again.")
 
 
+PUT_BACK_CONFIG = "put back the config.json saved with the model, or copy or download the model folder again."
+
+
+@pytest.mark.parametrize("edit, sentence", [
+    # was: transformers named each of 10^6 outputs in memory (10^9: the process was killed), then loaded
+    ({"num_labels": 10**6}, "'num_labels' is 1000000, not a whole number in [1, 10000]"),
+    # was: 'config.json gives the classifier 5 outputs, but the classifier in model.safetensors has 5'
+    ({"num_labels": "5"}, "'num_labels' is \"5\", not a whole number in [1, 10000]"),
+    ({"num_labels": 0}, "'num_labels' is 0, not a whole number in [1, 10000]"),
+    # was: 'is damaged or incomplete ('list' object has no attribute 'items')'; an output 9 of five loaded
+    ({"id2label": ["a", "b"]}, "'id2label' is [\"a\", \"b\"], not an object naming each output by its number"),
+    ({"id2label": {"0": "a", "9": "b"}}, "'id2label' is {\"0\": \"a\", \"9\": \"b\"}, not an object naming"),
+    # was: loaded, transformers' warning on stderr
+    ({"num_labels": 3, "id2label": {str(i): "g" for i in range(5)}}, "'num_labels' is 3, but 'id2label' names 5"),
+    # was: 'is damaged or incomplete (Unrecognized model ...); copy or download the model folder again'
+    ({"model_type": None}, "has no 'model_type' (transformers reads the architecture from it)"),
+])
+def test_config_json_s_outputs_and_model_type_are_checked_before_transformers_reads_them(tmp_path, saved_models, edit,
+                                                                                        sentence):
+    from headcut.models import load_model, outline
+
+    folder = _copy(saved_models["plain"], tmp_path)
+    config = {k: v for k, v in json.loads((folder / "config.json").read_text()).items() if k not in edit}
+    (folder / "config.json").write_text(json.dumps({**config, **{k: v for k, v in edit.items() if v is not None}}))
+    for read in (outline, load_model):
+        with pytest.raises(UserError) as caught:
+            read(folder)
+        assert str(caught.value).startswith(f"{folder / 'config.json'}{'' if 'has no' in sentence else ':'} "
+                                            f"{sentence}") and str(caught.value).endswith(PUT_BACK_CONFIG)
+    refused(run("bench", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV), "--out", tmp_path / "b"),
+            sentence)
+    assert not (tmp_path / "b").exists()
+
+
+def test_an_unknown_model_type_is_said_to_be_unsupported(tmp_path, saved_models):
+    """Was: 'config.json is damaged or incomplete (The checkpoint you are trying to load has model type `foo` but
+    Transformers does not recognize this architecture.); copy or download the model folder again'."""
+    from headcut.models import outline
+
+    folder = _copy(saved_models["plain"], tmp_path)
+    (folder / "config.json").write_text(json.dumps({**json.loads((folder / "config.json").read_text()),
+                                                    "model_type": "foo"}))
+    with pytest.raises(UserError, match=re.escape(f"outline source={folder}: model type 'foo' is not supported; "
+                                                  "headcut supports bert, roberta,")):
+        outline(folder)
+
+
 def test_a_keep_ratio_that_keeps_no_head_is_refused(tmp_path, saved_models):
     """Was: 'Kept 0 of 8 heads', a grader giving every pair the same output, exit 0."""
     import torch
