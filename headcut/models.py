@@ -225,7 +225,13 @@ def read_tokenizer(source: str | Path, *, flag: str = "read_tokenizer source"):
     if (path / "tokenizer.json").exists():
         read_json_file(path / "tokenizer.json")
     with broken_file(path, label=f"the tokenizer in {path}", errors=(Exception,)):  # a wrong type: any error
-        return AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        # files that load but cannot tokenize (a vocab.txt without [UNK]) fail at the first unknown word, mid-run
+        tokenizer(*PROBE_PAIR)
+    return tokenizer
+
+
+PROBE_PAIR = ("cordless drill zqxjkv", "\u2603 18v")  # a word no vocabulary holds, and a character few do
 
 
 def _check_vocabulary(path: Path, model, tokenizer) -> None:

@@ -217,6 +217,23 @@ def test_a_tokenizer_file_holding_a_wrong_type_names_the_tokenizer(tmp_path, sav
             f"the tokenizer in {folder} is damaged or incomplete")
 
 
+@pytest.mark.parametrize("vocabulary", ["", "[PAD]\n[CLS]\n[SEP]\ncordless\ndrill\n"])
+@pytest.mark.parametrize("command", ["scan", "export"])
+def test_a_tokenizer_that_loads_but_cannot_tokenize_names_the_tokenizer(tmp_path, saved_models, vocabulary, command):
+    """A vocab.txt (no tokenizer.json) empty, or without [UNK]. Was: scan, prune and bench ended in tokenizers'
+    traceback ('WordPiece error: Missing [UNK] token from the vocabulary'), exit 1, and export wrote a grader whose
+    tokenizer fails at the first word it does not hold, exit 0."""
+    folder = _copy(saved_models["artifact"], tmp_path)
+    (folder / "tokenizer.json").unlink()
+    (folder / "vocab.txt").write_text(vocabulary)
+    flags = {"scan": ["--data", write(tmp_path, "p.tsv", PAIRS_TSV), "--experiments", "none", "--no-probes"],
+             "export": []}[command]
+    refused(run(command, "--model", folder, "--out", tmp_path / "out", *flags),
+            f"the tokenizer in {folder} is damaged or incomplete (WordPiece error: Missing [UNK] token from the "
+            "vocabulary); copy or download the model folder again.")
+    assert not (tmp_path / "out").exists()
+
+
 def test_sharded_weights_are_identified_by_their_shards_not_only_their_index(tmp_path, saved_models):
     """Two fine-tunes of one base save the same index: their weights_hash was the index's alone, so a score file
     (or cached teacher logits) of one was taken as the other's, exit 0."""
