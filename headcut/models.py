@@ -420,20 +420,40 @@ def read_task(path: Path, meta: dict, saved: dict) -> dict:
     (`saved`): one output (num_labels=1, as a CrossEncoder reranker saves) is a score model, with the activation
     CrossEncoder applies."""
     if "task" in meta:
-        return {k: meta[k] for k in ("task", "activation") if k in meta}
+        task = {k: meta[k] for k in ("task", "activation") if k in meta}
+        return _with_recorded_activation(path, task, saved) if task["task"] == "score" else task
     if _declared_outputs(saved) != 1:
         return {"task": "grades"}
-    return {"task": "score", "activation": _cross_encoder_activation(path, saved)}
+    read = _read_activation(path, saved)
+    return {"task": "score", "activation": CROSS_ENCODER_ACTIVATIONS[read[2]] if read else "sigmoid"}
 
 
-def _cross_encoder_activation(path: Path, config: dict) -> str:
-    """The activation sentence-transformers 6's CrossEncoder applies to the folder's one output: the first of its
-    records it reads (`_activation_records`), else the sigmoid. Every record the folder holds must name one
-    headcut applies: CrossEncoder skips null and "" (with no word for "") and fails on false."""
+def _with_recorded_activation(path: Path, task: dict, saved: dict) -> dict:
+    """headcut.json's score `task` and the activation CrossEncoder reads from the folder's records agree (where
+    headcut.json names none, the records' is taken): was, an edited record (or an unknown activation in one) was
+    ignored, and headcut's scores were not CrossEncoder(path).predict's."""
+    read = _read_activation(path, saved)
+    if read is None:
+        return task
+    file, key, value = read
+    if "activation" not in task:
+        return {**task, "activation": CROSS_ENCODER_ACTIVATIONS[value]}
+    if CROSS_ENCODER_ACTIVATIONS[value] != task["activation"]:
+        raise UserError(f"{path / META_FILE} records activation {json.dumps(task['activation'])}, but {path / file}'s "
+                        f"{key} is {json.dumps(value)}, which sentence-transformers applies; set one to the other, or "
+                        "save the model again with headcut.")
+    return task
+
+
+def _read_activation(path: Path, config: dict) -> tuple[str, str, str] | None:
+    """(file, key, value) of the activation record sentence-transformers 6's CrossEncoder reads for the folder's one
+    output, the first it reads (`_activation_records`); None where it reads none (it applies the sigmoid). Every
+    record the folder holds must name one headcut applies: CrossEncoder skips null and "" (with no word for "") and
+    fails on false."""
     records = _activation_records(path, config)
     for file, key, recorded, _ in records:
         _check_activation_record(path / file, key, recorded)
-    return next((CROSS_ENCODER_ACTIVATIONS[recorded] for _, _, recorded, read in records if read), "sigmoid")
+    return next(((file, key, recorded) for file, key, recorded, read in records if read), None)
 
 
 def _activation_records(path: Path, config: dict) -> list[tuple[str, str, object, bool]]:

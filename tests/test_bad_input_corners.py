@@ -76,6 +76,33 @@ def test_a_cross_encoder_activation_headcut_does_not_apply_is_refused_naming_tho
             "torch.nn.Identity, torch.nn.Sigmoid, torch.nn.Tanh")
 
 
+SIGMOID = "torch.nn.modules.activation.Sigmoid"
+
+
+@pytest.mark.parametrize("file,record", [
+    ("config.json", {"sentence_transformers": {"activation_fn": SIGMOID}}),
+    ("config_sentence_transformers.json", {"activation_fn": SIGMOID}),
+])
+def test_a_headcut_score_folder_whose_cross_encoder_record_disagrees_with_headcut_json_is_refused(tmp_path, file,
+                                                                                                 record):
+    """headcut.json says identity, the record CrossEncoder reads says the sigmoid. Was: headcut.json won unread
+    (exit 0), so headcut scored otherwise than CrossEncoder(folder).predict; a record naming ReLU or 3 was ignored."""
+    from test_score import tiny_cross_encoder
+
+    folder = tiny_cross_encoder(tmp_path)  # headcut.json: activation identity, as both records say
+    if file != "config.json":  # a CrossEncoder save: its config_sentence_transformers.json is read, before config.json
+        (folder / "modules.json").write_text("[]")
+    _edit_json(folder / file, **record)
+    key = "sentence_transformers.activation_fn" if file == "config.json" else "activation_fn"
+    refused(run("export", "--model", folder, "--out", tmp_path / "g"),
+            f'{folder / "headcut.json"} records activation "identity", but {folder / file}\'s {key} is "{SIGMOID}", '
+            "which sentence-transformers applies; set one to the other, or save the model again with headcut.")
+    _edit_json(folder / file, **{k: ({"activation_fn": "torch.nn.ReLU"} if k == "sentence_transformers" else
+                                      "torch.nn.ReLU") for k in record})
+    refused(run("export", "--model", folder, "--out", tmp_path / "g"), f'{key} "torch.nn.ReLU" is not an activation')
+    assert not (tmp_path / "g").exists()
+
+
 @pytest.mark.parametrize("weight_map,words", [
     ([1], "'weight_map' must be an object"),
     ({}, "'weight_map' must be an object"),
