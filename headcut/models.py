@@ -206,6 +206,7 @@ def load_model(
                 output_loading_info=True,
             )
             _check_only_the_head_differs(info, weights, num_labels, fresh=fresh)
+            _check_loaded_names(model, info, weights)
     model.eval()
     model_type(model)
     if "max_length" in meta:
@@ -386,28 +387,56 @@ def _with_fresh_head(model, state: dict, weights: Path, num_labels: int, *, fres
 
 
 def _check_no_extra_weights(model, state: dict, weights: Path) -> None:
-    """Weights whose names the model built from config.json lacks, when none of its own is missing: a whole file
-    saved from another architecture or config, not damage (a missing weight still is, said by load_state_dict)."""
+    """A pruned artifact's weights (`state`) have the names of the model config.json and its headcut_shape build."""
     own = model.state_dict()
-    extra = [name for name in state if name not in own]
-    if extra and all(name in state for name in own):
+    _check_same_names([name for name in own if name not in state], [name for name in state if name not in own], weights)
+
+
+def _check_loaded_names(model, info: dict, weights: Path) -> None:
+    """from_pretrained's report (`info`) names no weight of the encoder that the file lacks (transformers gave it
+    random values, exit 0) or that the model lacks (a layer config.json does not build was dropped): the output
+    layer and the pooler may be new, and a base checkpoint may hold heads of other tasks (cls.*, lm_head.*)."""
+    def new_part(name: str) -> bool:
+        return bool({"classifier", "pooler"} & set(name.split(".")))
+
+    encoder = f"{model.base_model_prefix}."
+    _check_same_names([k for k in info.get("missing_keys") or () if not new_part(k)],
+                      sorted(k for k in info.get("unexpected_keys") or () if k.startswith(encoder) and not new_part(k)),
+                      weights)
+
+
+def _check_same_names(missing: list, extra: list, weights: Path) -> None:
+    """Weights the model built from config.json has and the file lacks (`missing`), or the reverse (`extra`): a file
+    saved from another architecture or config, not damage (its header read). Was: a missing one 'is damaged or
+    incomplete (Error(s) in loading state_dict for BertForSequenceClassification:)'."""
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise UserError(f"{weights} lacks {', '.join(missing[:3])}{more}, which the model {_described_by(weights)} "
+                        f"has; {PUT_BACK}.")
+    if extra:
         more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
         raise UserError(f"{weights} has weights this model's config does not declare: {', '.join(extra[:3])}{more}; "
                         "it was saved from another architecture or config: put back the config.json saved with it in "
                         f"{weights.parent}.")
 
 
+def _described_by(weights: Path) -> str:
+    """The file that describes the model of `weights`: its folder's config.json, with the pruned shape it records."""
+    return f"{weights.parent / 'config.json'} describes"
+
+
 def _check_only_the_head_differs(info: dict, weights: Path, num_labels: int, *, fresh: bool) -> None:
     """Weights whose shape differs from the model's are only the output layer being replaced (its first dimension
     becomes `num_labels`), and only where the caller asked for a new head (`fresh`): else config.json (or
     headcut.json) declares other outputs than the weights' classifier has, and a fresh head would grade at random.
-    Any other mismatch is a damaged or foreign weights file."""
+    Any other mismatch is a config.json (or its headcut_shape) not saved with the weights: a weights file whose header
+    reads holds the shapes it was saved with (a cut or damaged one fails as it is read). Was: 'is damaged'."""
     mismatched = sorted(info.get("mismatched_keys") or (), key=lambda m: m[0])  # transformers gives a set
     for name, saved, wanted in mismatched:
         head = "classifier" in name.split(".")  # the output layer of every architecture in the table
         if not head or wanted[0] != num_labels or tuple(saved[1:]) != tuple(wanted[1:]):
-            raise UserError(f"{weights} is damaged or incomplete ({name} has shape {list(saved)}, the model "
-                            f"{list(wanted)}); {AGAIN}.")
+            raise UserError(f"{weights} holds {name} of shape {list(saved)}, but the model {_described_by(weights)} "
+                            f"has {list(wanted)}; {PUT_BACK}.")
     if mismatched and not fresh:
         name, saved, _ = next((m for m in mismatched if len(m[1]) > 1), mismatched[0])
         raise UserError(f"{weights.parent / 'config.json'} gives the classifier {num_labels} outputs, but {name} in "

@@ -973,7 +973,7 @@ def test_11_damaged_weights_name_the_file(tmp_path, saved_models, kind, damage):
 def test_11_weights_of_another_config_are_not_called_damaged(tmp_path, saved_models, kind, extra, missing):
     """Was: an intact model.safetensors holding a tensor its config does not declare was "damaged or incomplete
     (... Unexpected key(s) ...)"; it now names the file, the first few extra weights and the config to put back.
-    A weight the config declares and the file lacks is still damage."""
+    A weight the config declares and the file lacks (its header intact) is the same mismatch, said the same way."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -990,7 +990,9 @@ def test_11_weights_of_another_config_are_not_called_damaged(tmp_path, saved_mod
         load_model(folder)
     said = str(caught.value)
     if missing:
-        assert said.startswith(f"{weights} is damaged or incomplete (") and "Missing key" in said, said
+        assert said == (f"{weights} lacks bert.encoder.layer.0.output.dense.weight, which the model "
+                        f"{folder / 'config.json'} describes has; put back the config.json saved with these weights, "
+                        "or copy or download the model folder again."), said
     else:
         shown = ", ".join(extra[:3]) + (" and 2 more" if len(extra) > 3 else "")
         assert said == (f"{weights} has weights this model's config does not declare: {shown}; it was saved from "
@@ -2267,6 +2269,69 @@ def test_an_unknown_model_type_is_said_to_be_unsupported(tmp_path, saved_models)
     with pytest.raises(UserError, match=re.escape(f"outline source={folder}: model type 'foo' is not supported; "
                                                   "headcut supports bert, roberta,")):
         outline(folder)
+
+
+def _hugging_face_folder(saved: Path, tmp_path: Path) -> Path:
+    """A copy of the plain folder `saved` without the headcut_shape its config.json took from the artifact saved first
+    (the fixture's model): a folder transformers saved, which from_pretrained loads."""
+    folder = _copy(saved, tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("headcut_shape", None)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def _rename_weight(folder: Path, old: str, new: str) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(folder / "model.safetensors")
+    state[new] = state.pop(old)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _edit_heads(folder: Path, heads: list) -> None:
+    """headcut_shape's heads per layer edited (headcut.json's shape_hash dropped, as a folder saved before it)."""
+    config = json.loads((folder / "config.json").read_text())
+    config["headcut_shape"].update(head_ids=heads, heads_per_layer=[len(h) for h in heads])
+    (folder / "config.json").write_text(json.dumps(config))
+    meta = json.loads((folder / "headcut.json").read_text())
+    meta.pop("shape_hash")
+    (folder / "headcut.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("case", ["renamed weight", "one layer fewer", "heads edited", "a layer's heads emptied"])
+def test_a_config_not_saved_with_its_weights_is_told_apart_from_damaged_weights(tmp_path, saved_models, case):
+    """Was: a Hugging Face folder whose weights lack an encoder weight (renamed) loaded with it random, and one whose
+    config.json builds a layer fewer than its weights hold loaded without that layer, both exit 0; an artifact whose
+    headcut_shape was edited was 'model.safetensors is damaged or incomplete (... has shape [32, 32], the model
+    [32, 24])' or '(Error(s) in loading state_dict for BertForSequenceClassification:)'."""
+    from headcut.models import load_model
+
+    if case in ("renamed weight", "one layer fewer"):
+        folder = _hugging_face_folder(saved_models["plain"], tmp_path)
+    else:
+        folder = _copy(saved_models["artifact"], tmp_path)
+    weights, config = folder / "model.safetensors", folder / "config.json"
+    if case == "renamed weight":
+        _rename_weight(folder, "bert.encoder.layer.1.output.dense.bias", "other.bias")
+        sentence = f"{weights} lacks bert.encoder.layer.1.output.dense.bias, which the model {config} describes has"
+    elif case == "one layer fewer":
+        config.write_text(json.dumps({**json.loads(config.read_text()), "num_hidden_layers": 1}))
+        sentence = f"{weights} has weights this model's config does not declare: bert.encoder.layer.1."
+    elif case == "heads edited":
+        _edit_heads(folder, [[0, 1, 2], [0, 1, 2, 3]])
+        sentence = (f"{weights} holds bert.encoder.layer.0.attention.output.dense.weight of shape [32, 32], but the "
+                    f"model {config} describes has [32, 24]")
+    else:
+        _edit_heads(folder, [[], [0, 1, 2, 3]])
+        sentence = f"{weights} lacks bert.encoder.layer.0.attention."
+    with pytest.raises(UserError) as caught:
+        load_model(folder)
+    assert str(caught.value).startswith(sentence), str(caught.value)
+    assert str(caught.value).endswith("put back the config.json saved with these weights, or copy or download the "
+                                      f"model folder again.") or "one layer fewer" == case
+    refused(run("export", "--model", folder, "--out", tmp_path / "g"), sentence)
+    assert not (tmp_path / "g").exists()
 
 
 def test_a_keep_ratio_that_keeps_no_head_is_refused(tmp_path, saved_models):

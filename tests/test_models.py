@@ -151,13 +151,15 @@ def test_a_headcut_grader_of_another_output_count_gets_a_fresh_head(tmp_path, pr
     assert load_model(grader, num_labels=5).model.classifier.weight.equal(model.classifier.weight)
 
 
-def test_weights_of_another_shape_than_the_head_are_still_damaged(tmp_path):
+def test_weights_of_another_shape_than_the_head_are_still_refused(tmp_path):
     folder = _three_output_folder(tmp_path, intermediate_size=48)  # wider than the weights: refused before loading
     with pytest.raises(UserError, match=r"config.json describes an encoder of 34,688 weights, but its weights hold "
                                         r"only 34,413; put back the config.json saved with these weights"):
         load_model(folder, num_labels=5)
     folder = _three_output_folder(tmp_path / "narrower", intermediate_size=30)
-    with pytest.raises(UserError, match=r"model.safetensors is damaged or incomplete"):
+    with pytest.raises(UserError, match=r"model.safetensors holds bert.encoder.layer.0.intermediate.dense.bias of "
+                                        r"shape \[37\], but the model .*config.json describes has \[30\]; put back "
+                                        r"the config.json saved with these weights"):
         load_model(folder, num_labels=5)
 
 
