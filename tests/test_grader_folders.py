@@ -119,6 +119,10 @@ LIES = [
     (_edit("tokenizer_file", {"name": "tokenizer.json"}), "tokenizer_file records bytes null"),
     # was: any level but "disabled" ran the graph fully optimised, not the level its parity gate checked, exit 0
     (_edit("graph_optimization", "basic"), '\'graph_optimization\' is "basic", not one of all, disabled'),
+    # sections headcut bench reads: was a traceback there ('str' object has no attribute 'get'), exit 1
+    (_edit("int8", "yes"), '\'int8\' is "yes", not an object'),
+    (_edit("int8", {"chosen": 3}), "'int8.chosen' is 3, not an object naming the recipe chosen ('choice')"),
+    (_edit("int8_rejected", []), "'int8_rejected' is [], not an object"),
     # was: graded and reported as INT8 (grader.json's word alone), exit 0
     (_edit("precision", "int8"), '\'precision\' is "int8", but model.onnx holds no quantized (INT8) operations'),
 ]

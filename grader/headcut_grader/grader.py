@@ -217,10 +217,21 @@ def _sections_problem(record: dict) -> str | None:
     for key, allowed in choices:
         if key in record and record[key] not in allowed:
             return f"'{key}' is {shown(record[key])}, not one of {', '.join(allowed)}"
-    for key in ("openvino", "speed"):  # null: not exported for OpenVINO
+    for key in ("openvino", "speed", "int8", "int8_rejected"):  # null: not exported for OpenVINO, or INT8
         if record.get(key) is not None and not isinstance(record[key], dict):
             return f"'{key}' is {shown(record[key])}, not an object"
-    return _openvino_problem(record.get("openvino")) or _speed_problem(record.get("speed"))
+    return (_openvino_problem(record.get("openvino")) or _speed_problem(record.get("speed"))
+            or _choice_problem(record.get("int8"), "int8.chosen", "choice")
+            or _choice_problem((record.get("openvino") or {}), "openvino.choice", "chosen"))
+
+
+def _choice_problem(section: dict | None, key: str, name: str) -> str | None:
+    """The INT8 (or OpenVINO) choice `key` of `section` names its recipe by `name`, as headcut bench reads it. Was:
+    'int8': "yes" or 'int8.chosen': 3 a traceback in headcut bench ('str' object has no attribute 'get')."""
+    found = (section or {}).get(key.split(".")[-1])
+    if found is None or isinstance(found, dict) and isinstance(found.get(name, ""), str):
+        return None
+    return f"'{key}' is {shown(found)}, not an object naming the recipe chosen ({name!r})"
 
 
 def _openvino_problem(section: dict | None) -> str | None:
