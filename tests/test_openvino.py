@@ -251,6 +251,8 @@ def _max_length_lies(folder):  # OpenVINO grades past the 128 positions (zeros);
     (_precision_lies, "'openvino.precision' is \"int8\", but model.xml holds no quantized (INT8) operations"),
     (_bf16_lies("bf16", "fp32"), "'openvino.precision' is \"bf16\", but 'openvino.inference_precision' is \"fp32\""),
     (_bf16_lies("fp32", "bf16"), "'openvino.precision' is \"fp32\", but 'openvino.inference_precision' is \"bf16\""),
+    (_bf16_lies("bf16", "bf16"), "'openvino.precision' is \"bf16\", but 'openvino.choice' records that the export "
+                                 "chose the fp32 graph (bf16 is a compile setting the IR files do not hold)"),
 ])
 def test_grader_folders_that_lie_are_refused_with_one_sentence(both, tmp_path, harm, words):
     folder = _copy(both, tmp_path)

@@ -246,6 +246,14 @@ def _openvino_problem(section: dict | None) -> str | None:
     if ("bf16" in precision) != (hint == "bf16"):
         return (f"'openvino.precision' is {shown(precision)}, but 'openvino.inference_precision' is {shown(hint)} "
                 "(a bf16 graph compiles with the bf16 hint, every other with fp32)")
+    # nor of the IR: the export's choice says whether a bf16 graph passed the gate (was: an fp32 export edited to
+    # bf16 and its hint graded in bf16, unchecked, exit 0)
+    choice = section.get("choice")
+    chosen = choice.get("chosen") if isinstance(choice, dict) else None
+    made = chosen.split(":")[0] if isinstance(chosen, str) else "fp32"  # bf16, int8:name, int8-bf16:name
+    if ("bf16" in precision) != ("bf16" in made):
+        return (f"'openvino.precision' is {shown(precision)}, but 'openvino.choice' records that the export chose the "
+                f"{made} graph (bf16 is a compile setting the IR files do not hold)")
     files = section.get("files")
     if not isinstance(files, dict) or not all(isinstance(files.get(k), dict) for k in ("xml", "bin")):
         return f"'openvino.files' is {shown(files)}, not an object naming the xml and bin files"
