@@ -103,6 +103,20 @@ def test_a_headcut_score_folder_whose_cross_encoder_record_disagrees_with_headcu
     assert not (tmp_path / "g").exists()
 
 
+def test_a_headcut_json_that_names_no_activation_takes_the_one_cross_encoder_reads(tmp_path):
+    """record_problem's rule: a model's headcut.json may leave the activation to config.json. Was: identity, whatever
+    config.json's sentence_transformers.activation_fn said, so headcut scored otherwise than CrossEncoder."""
+    from headcut.models import load_model
+    from test_score import tiny_cross_encoder
+
+    folder = tiny_cross_encoder(tmp_path)
+    meta = json.loads((folder / "headcut.json").read_text())
+    del meta["activation"]
+    (folder / "headcut.json").write_text(json.dumps(meta))
+    _edit_json(folder / "config.json", sentence_transformers={"activation_fn": SIGMOID})
+    assert load_model(folder).activation == "sigmoid"
+
+
 @pytest.mark.parametrize("weight_map,words", [
     ([1], "'weight_map' must be an object"),
     ({}, "'weight_map' must be an object"),
