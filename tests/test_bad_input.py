@@ -780,6 +780,35 @@ def test_max_length_over_the_positions_leads_with_the_flag_or_key_the_command_ha
             "max_length=600 is more than the model's 512 positions; set max_length=512 or less.")
 
 
+@pytest.mark.parametrize("command", ["scan", "probe"])
+def test_scan_and_probe_name_their_max_length_flag_over_the_positions_before_any_pass(tmp_path, saved_models,
+                                                                                       monkeypatch, command):
+    """Was: 'encode max_length=100 is more than the model's 64 positions; set encode max_length=64 or less', the
+    argument of an internal function, said once the pairs were read and the first pass began."""
+    import headcut.evaluate.scan
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("the pairs were encoded before --max-length was checked")
+
+    monkeypatch.setattr(headcut.evaluate.scan, "encode", no_pass)
+    out = tmp_path / "o"
+    result = run(command, "--model", saved_models["artifact"], "--data", "synthetic", "--limit", 5, "--max-length",
+                 100, "--out", out)
+    refused(result, "error: --max-length 100 is more than the model's 64 positions; pass --max-length 64 or less.")
+    assert not out.exists()
+
+
+def test_scan_settings_max_length_over_the_positions_is_named_as_the_caller_wrote_it(saved_models):
+    from headcut.evaluate.scan import ScanSettings, scan
+    from headcut.models import load_model
+    from headcut.synthetic import synthetic_pairs
+
+    with pytest.raises(UserError, match=r"^ScanSettings max_length=100 is more than the model's 64 positions; set "
+                                        r"ScanSettings max_length=64 or less\.$"):
+        scan(load_model(saved_models["artifact"]), synthetic_pairs(5),
+             ScanSettings(methods=("entropy",), experiments=(), probes=False, max_length=100))
+
+
 @pytest.mark.parametrize("command, key", [("finetune", "model"), ("distill", "teacher")])
 @pytest.mark.parametrize("given", ["file", "--set"])
 def test_a_recipes_max_length_over_the_positions_names_its_source_before_any_model_loads(

@@ -10,7 +10,7 @@ import torch
 from scipy.stats import spearmanr
 
 from headcut.arch import heads_per_layer, present_heads
-from headcut.batching import encode, max_length_of
+from headcut.batching import check_max_length, encode, max_length_of
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, named, quoted, setting
 from headcut_grader.ranges import argument, check_callbacks, check_settings
@@ -216,7 +216,7 @@ def scan_gold(settings: ScanSettings, *, required: bool) -> dict:
 
 # where a caller of scan names a setting otherwise than NAME, --NAME or scan.NAME (headcut_grader.errors.named)
 SCAN_SPELLED = {"arguments": {"methods": "ScanSettings methods", "experiments": "ScanSettings experiments",
-                              "k": "ScanSettings k"},
+                              "k": "ScanSettings k", "max_length": "ScanSettings max_length"},
                 "flags": {"methods": "--method", "title_words": "--seg-col"}}
 
 
@@ -273,6 +273,8 @@ def scan(loaded, pairs: Pairs, settings: ScanSettings = ScanSettings(), *, title
     if "term" in settings.experiments and settings.k > heads:
         raise UserError(f"{setting(scan_said('k', names), settings.k)} is more than the {heads} heads of the model; "
                         f"pass {passed(names, k=heads)} or fewer.")
+    if settings.max_length is not None:  # as its caller named it, before the first pass (encode names its own)
+        check_max_length(model, settings.max_length, flag=scan_said("max_length", names))
     stage = (lambda name: (lambda n: progress(name, n))) if progress else (lambda name: None)
     model.eval()  # no dropout: scores depend on the model and the data, not on the random state
     settings = replace(settings, max_length=max_length_of(model, settings.max_length))  # recorded as used
