@@ -462,6 +462,25 @@ def test_recipe_values_a_stage_would_refuse_stop_the_run_before_any_stage(tiny_r
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("given", ["--set", "run recipe"])
+def test_a_bench_seq_len_past_the_teachers_positions_stops_the_run_before_any_stage(tiny_recipe, tmp_path, given):
+    """Was: taken, and the bench stage, the run's last, padded every grader's timed batch to bench.seq_len, past the
+    positions the teacher and its students embed."""
+    from headcut.pipeline.checks import check_run
+    from headcut_grader.errors import UserError
+
+    recipe, overrides = tiny_recipe, ["bench.seq_len=600"] if given == "--set" else []
+    if given == "run recipe":
+        recipe = tmp_path / "run.yaml"
+        recipe.write_text(tiny_recipe.read_text().replace("seq_len: 16", "seq_len: 600"))
+    lead, fix = {"--set": ("--set bench.seq_len=600", "pass --set bench.seq_len=512"),
+                 "run recipe": (f"{recipe}: bench.seq_len=600", "set bench.seq_len=512")}[given]
+    with pytest.raises(UserError, match=f"^{re.escape(lead)} is more than the teacher's 512 positions; "
+                                        f"{re.escape(fix)} or less\\.$"):
+        check_run(load_pipeline(recipe, overrides=overrides), tmp_path / "out", overwrite=False)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("given", ["--set", "run recipe", "student recipe"])
 def test_a_students_value_the_teacher_refuses_is_named_as_the_user_gave_it(tmp_path, given):
     """Was: 'distill.bottom3.max_length=1000 is more than the teacher's 512 positions; set ...', as if the run recipe

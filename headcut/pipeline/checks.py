@@ -55,6 +55,7 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str =
     check_gold(parts, **run_gold(parts))
     check_prune_budget(parts)
     check_students(parts)
+    check_bench_length(parts)
     check_choice_data(parts)
     check_export(recipe)
 
@@ -363,6 +364,15 @@ def check_export(recipe: PipelineRecipe) -> None:
         _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False, names=names)
         if openvino_precision is not None:
             check_request(openvino_precision, labelled=True, names=names)
+
+
+def check_bench_length(parts: RunParts) -> None:
+    """bench.seq_len is within the teacher's positions, as `headcut bench` checks --seq-lens: the bench stage, the
+    run's last, pads each grader's timed batch to it, and its students embed no more positions than the teacher."""
+    from headcut.batching import check_max_length
+
+    flag, where = given_as(parts.recipe, "bench", "seq_len")
+    check_max_length(parts.teacher.model, parts.recipe.bench.seq_len, flag=flag, where=where, whose="the teacher's")
 
 
 def check_choice_data(parts: RunParts) -> None:
