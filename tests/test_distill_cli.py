@@ -403,6 +403,22 @@ def test_a_set_value_of_a_field_the_search_draws_is_refused_not_ignored(tiny_tea
     check_not_searched(recipe_for(tiny_teacher, tune_fields=("temperature",)), {"kd_weight": "--set kd_weight=0.5"})
 
 
+def test_a_set_tune_fields_without_tune_is_refused_not_ignored(tiny_teacher, tmp_path, monkeypatch):  # noqa: F811
+    """Was: `headcut distill R --set tune_fields=[temperature]` without --tune trained once, the --set silently ignored
+    (exit 0), as --set temperature=4 with --tune was. Now refused before any model loads; a recipe file's own
+    tune_fields (kept for a later --tune) is not."""
+    import headcut.distill.run as run
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_teacher)
+    monkeypatch.setattr(run, "load_model", lambda *a, **k: pytest.fail("a model loaded before the refusal"))
+    result = runner.invoke(app, ["distill", str(recipe), "--set", "tune_fields=[temperature]", "--out",
+                                 str(tmp_path / "s")])
+    assert result.exit_code == 2, result.output
+    assert ("error: --set tune_fields=[temperature] says what --tune searches, and no --tune is given, so it would be "
+            "ignored; pass --tune N to search, or drop that --set.") in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "s").exists()
+
+
 def test_a_search_whose_trials_score_nan_stops_after_as_many_as_asked(tiny_teacher, tmp_path,  # noqa: F811
                                                                       monkeypatch):
     """Was: a trial whose select_metric was NaN (spearman of a student that gives every pair one grade) was failed by

@@ -75,6 +75,7 @@ def _distill(recipe: str, out: Path | None, set_: list[str], tune: int, overwrit
     from headcut.recipes import load_recipe, read_from
 
     rec = load_recipe(DistillRecipe, recipe, overrides=list(set_), kind="distill", flag="")  # RECIPE, by its value
+    _check_search_asked(set_, tune)
     # an --out that holds the recipe file is distill's and tune's refusal (input_paths)
     out = out or Path("runs") / (read_from(rec).stem + ("-tune" if tune else ""))
     bar, progress = training_progress("distilling")
@@ -115,6 +116,18 @@ def _distill(recipe: str, out: Path | None, set_: list[str], tune: int, overwrit
     if result.speed:
         typer.echo(format_speed(result.speed))
     typer.echo(f"wrote {result.out}")
+
+
+def _check_search_asked(set_: list[str], tune: int) -> None:
+    """--set tune_fields without --tune would be ignored (one training, no search), as a --set of a field the search
+    draws would be with it (check_not_searched); a recipe file's own tune_fields is kept for a later --tune."""
+    from headcut.recipes import set_origins
+    from headcut_grader.errors import UserError
+
+    given = set_origins(set_).get("tune_fields")
+    if given and not tune:
+        raise UserError(f"{given} says what --tune searches, and no --tune is given, so it would be ignored; pass "
+                        "--tune N to search, or drop that --set.")
 
 
 def _search_left(out: Path) -> str | None:
