@@ -784,13 +784,13 @@ def test_max_length_over_the_positions_leads_with_the_flag_or_key_the_command_ha
 def test_scan_and_probe_name_their_max_length_flag_over_the_positions_before_any_pass(tmp_path, saved_models,
                                                                                        monkeypatch, command):
     """Was: 'encode max_length=100 is more than the model's 64 positions; set encode max_length=64 or less', the
-    argument of an internal function, said once the pairs were read and the first pass began."""
-    import headcut.evaluate.scan
+    argument of an internal function, said once the model was loaded, the pairs read and the first pass begun."""
+    import headcut.models
 
-    def no_pass(*args, **kwargs):
-        raise AssertionError("the pairs were encoded before --max-length was checked")
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before --max-length was checked")
 
-    monkeypatch.setattr(headcut.evaluate.scan, "encode", no_pass)
+    monkeypatch.setattr(headcut.models, "load_model", no_load)
     out = tmp_path / "o"
     result = run(command, "--model", saved_models["artifact"], "--data", "synthetic", "--limit", 5, "--max-length",
                  100, "--out", out)

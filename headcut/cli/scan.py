@@ -94,14 +94,17 @@ def _run(model, data, out, settings, *, preset, query_col, title_col, label_col,
     from headcut.evaluate.ablation import process_state
     from headcut.evaluate.scan import scan_gold, scan_model
     from headcut.evaluate.scan_report import write_scan
+    from headcut.batching import check_max_length
     from headcut_grader.files import atomic_dir, check_out_dir
-    from headcut.models import load_model
+    from headcut.models import load_model, outline
 
     state = process_state()
     check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out",
                   holds="importance.json/csv, figures and report.md/html")
     read = dict(preset=preset, query_col=query_col, label_col=label_col, label_map=label_map, limit=limit,
                 require_labels=label_col is not None, seed=seed, texts_only=texts_only)
+    if settings.max_length is not None:  # on the model's outline, before its weights and the pairs are read
+        check_max_length(outline(model, flag="--model").model, settings.max_length, flag="--max-length")
     loaded = load_model(model, allow_pickle=allow_pickle, flag="--model")
     if not texts_only:  # the model's task and grades say how its gold reads; a column named by its flag must be there
         read.update(task=loaded.task, grades=loaded.grades, **scan_gold(settings, required=label_col is not None))
