@@ -340,6 +340,30 @@ def test_a_flag_for_pairs_the_prune_does_not_read_is_refused_before_work(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("flags, read", [(["--no-tune"], False), (["--no-tune", "--drop-layers"], True),
+                                         ([], True)])
+def test_calibrate_with_no_tuning_and_no_layer_search_is_refused_not_ignored(tmp_path, tiny_grader, monkeypatch,
+                                                                             flags, read):
+    """Was: `--flops 0.5 --no-tune --calibrate 50` pruned, --calibrate silently ignored: only mask tuning and the
+    --drop-layers search read the calibration pairs. Refused before the model loads, as --tune-fit is with --no-tune."""
+    import headcut.models
+
+    grader, _ = tiny_grader
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded")
+
+    monkeypatch.setattr(headcut.models, "load_model", no_load)
+    result = run("--model", grader, "--flops", 0.5, "--calibrate", 50, *flags, "--out", tmp_path / "out")
+    said = " ".join(result.stderr.split())
+    if read:
+        assert "the model loaded" in str(result.exception), result.output
+    else:
+        assert result.exit_code == 2 and said == ("error: --calibrate picks the pairs mask tuning fits on, and "
+                                                  "--no-tune turns tuning off; drop one of them."), result.output
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("names, keep, heads", [("arguments", "keep_ratio=", "min_heads="),
                                                 ("keys", "prune.keep_ratio=", "prune.min_heads="),
                                                 ("flags", "--keep-ratio ", "--min-heads ")])

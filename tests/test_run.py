@@ -368,6 +368,24 @@ def test_bad_recipe_keys_and_ranges_are_one_sentence_exit_2(override, words, tmp
     assert not (tmp_path / "out").exists()  # checked before any work
 
 
+@pytest.mark.parametrize("overrides, refused", [
+    (["prune.tune=false", "prune.calibrate=64"], True), (["prune.tune=false", "prune.calibrate=64",
+                                                         "prune.drop_layers=true"], False),
+    (["prune.tune=false"], False),  # quickstart.yaml's own calibrate: 256 is let be
+])
+def test_a_calibrate_no_tuning_and_no_layer_search_reads_is_refused_not_ignored(overrides, refused):
+    """Was: accepted, and the prune never read prune.calibrate: only mask tuning and the drop_layers search read its
+    pairs (the CLI refuses --calibrate with --no-tune alike)."""
+    from headcut_grader.errors import UserError
+
+    if not refused:
+        load_pipeline("quickstart", overrides=overrides)
+        return
+    with pytest.raises(UserError, match=r"\[prune\] calibrate picks the pairs mask tuning fits on, and \[prune\] tune: "
+                                        r"false turns tuning off; drop one of them"):
+        load_pipeline("quickstart", overrides=overrides)
+
+
 def test_the_floor_and_the_int8_gate_read_one_range_for_a_loss_of_accuracy_points_and_of_spearman():
     """floor.accuracy_points and export's max_drop are accuracy points a grader may lose, floor.spearman and
     max_spearman_drift a change of Spearman (within_limits judges both alike): their ranges, bounded by the metrics'

@@ -736,7 +736,7 @@ def test_a_prune_from_python_or_a_run_on_the_other_tasks_gold_says_what_the_comm
     assert budget.quality is not None
     recipe = tmp_path / "run.yaml"
     recipe.write_text(f"data: {{train: {data}, test: {held_out}, preset: homedepot, test_rows: 20}}\n"
-                      f"teacher: {{path: {model}}}\nprune: {{flops: 0.6, score_rows: 16, calibrate: 16, tune: false}}\n"
+                      f"teacher: {{path: {model}}}\nprune: {{flops: 0.6, score_rows: 16, tune: false}}\n"
                       "distill: {}\nexport: {precision: fp32, rows: 20, threads: 1}\n"
                       "bench: {batch: 4, seq_len: 16, repeats: 2, threads: 1}\n")
     run = CliRunner().invoke(app, ["run", str(recipe), "--out", str(tmp_path / "run")])

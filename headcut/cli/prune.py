@@ -222,7 +222,8 @@ def check_options(keep_ratio, flops, latency, *, runtime: str) -> str:
 
 def check_flags_fit(ctx: typer.Context, target: str) -> None:
     """Refuse a flag the chosen prune would ignore (`prune.targets.READ_BY`, `SCORING` with --scores), and one
-    whose switch is off (`SWITCHED`: --tune-fit with --no-tune, --latency-seconds with --no-timing)."""
+    whose switches are off (`SWITCHED`: --tune-fit with --no-tune, --calibrate with --no-tune and no --drop-layers,
+    --latency-seconds with --no-timing)."""
     from headcut.prune.targets import READ_BY, SCORING, SWITCHED, ignored_settings, switched_off_problem, target_flags
 
     typed = {name for name in (*READ_BY, *SCORING) if flags_set(ctx, [name])}
@@ -234,9 +235,9 @@ def check_flags_fit(ctx: typer.Context, target: str) -> None:
                             f"scores; drop {flag} or --scores.")
         raise UserError(f"{flag} works with {target_flags(readers)}, not with "
                         f"{target_flags((target,))}, and would be ignored; drop {flag}.")
-    for name, (switch, _, _) in SWITCHED.items():
-        if flags_set(ctx, [name]) and ctx.params.get(switch) is False:
-            raise UserError(switched_off_problem(name, name=flags_set(ctx, [name])[0], off=f"--no-{switch}"))
+    for name, (switches, _, _) in SWITCHED.items():
+        if flags_set(ctx, [name]) and all(ctx.params.get(switch) is False for switch in switches):
+            raise UserError(switched_off_problem(name, name=flags_set(ctx, [name])[0], off=f"--no-{switches[0]}"))
 
 
 def budget_call(*, flops, latency, method, targets: str, tune: bool, seq_len, batch: int, runtime: str,

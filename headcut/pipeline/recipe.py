@@ -390,15 +390,21 @@ def _ignored_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
 
 
 def _switched_off_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
-    """The [prune] keys set away from their defaults whose switch is off (`prune.targets.SWITCHED`: tune_fit
-    with tune false), each as a problem worded as the CLI words their flags."""
+    """The [prune] keys set away from their defaults whose switches are off (`prune.targets.SWITCHED`: tune_fit
+    with tune false, calibrate with tune and drop_layers false), each as a problem worded as the CLI words their
+    flags. A recipe file's own key is let be where a --set turns its switch off (quickstart's calibrate under --set
+    prune.tune=false), as training.is_given lets a file's key be."""
     from headcut.prune.targets import SWITCHED, switched_off_problem
-    from headcut.training import is_set
+    from headcut.training import is_given
 
-    return [_problem(_by(origins, ("prune", key), ("prune", switch)),
-                     switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switch}: false"))
-            for key, (switch, _, _) in SWITCHED.items()
-            if hasattr(prune, key) and is_set(prune, key, frozenset()) and getattr(prune, switch) is False]
+    def off(key, switches) -> bool:
+        named = frozenset(name for section, name, *_ in origins if section == "prune")
+        return (hasattr(prune, key) and is_given(prune, key, named, over=switches)
+                and all(getattr(prune, switch) is False for switch in switches))
+
+    return [_problem(_by(origins, ("prune", key), ("prune", switches[0])),
+                     switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switches[0]}: false"))
+            for key, (switches, _, _) in SWITCHED.items() if off(key, switches)]
 
 
 def _one_plan_prune_keys(prune: PruneSection, origins: dict) -> list[str]:

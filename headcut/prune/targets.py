@@ -36,10 +36,12 @@ READ_BY = {"scores": ("keep_ratio",), "min_heads": ("keep_ratio",), "targets": (
 SCORING = ("data", "score_rows", "iterative")
 
 
-# Settings read only while a switch is on: setting -> (the switch, what the setting does, what the switch turns
-# off). Given with the switch off a setting would be ignored, so it is refused (the CLI's flags, a recipe's keys).
-SWITCHED = {"tune_fit": ("tune", "chooses what mask tuning fits", "tuning"),
-            "latency_seconds": ("timing", "sets how long each model is timed", "timing")}
+# Settings read only while a switch is on: setting -> (the switches, any of which has it read (the first is named),
+# what the setting does, what the first switch turns off). Given with every switch off a setting would be ignored, so
+# it is refused (the CLI's flags, a recipe's keys). calibrate: its pairs are mask tuning's and the layer search's.
+SWITCHED = {"tune_fit": (("tune",), "chooses what mask tuning fits", "tuning"),
+            "calibrate": (("tune", "drop_layers"), "picks the pairs mask tuning fits on", "tuning"),
+            "latency_seconds": (("timing",), "sets how long each model is timed", "timing")}
 
 
 def one_plan_problem(drop_layers: str, iterative: str, steps: int) -> str:
