@@ -780,11 +780,12 @@ def test_max_length_over_the_positions_leads_with_the_flag_or_key_the_command_ha
             "max_length=600 is more than the model's 512 positions; set max_length=512 or less.")
 
 
-@pytest.mark.parametrize("command", ["scan", "probe"])
-def test_scan_and_probe_name_their_max_length_flag_over_the_positions_before_any_pass(tmp_path, saved_models,
-                                                                                       monkeypatch, command):
+@pytest.mark.parametrize("command", ["scan", "probe", "export"])
+def test_scan_probe_and_export_name_max_length_past_the_positions_before_the_model_loads(tmp_path, saved_models,
+                                                                                        monkeypatch, command):
     """Was: 'encode max_length=100 is more than the model's 64 positions; set encode max_length=64 or less', the
-    argument of an internal function, said once the model was loaded, the pairs read and the first pass begun."""
+    argument of an internal function, said once the model was loaded, the pairs read and the first pass begun;
+    export said it in these words, but once the model was loaded and --data read."""
     import headcut.models
 
     def no_load(*args, **kwargs):
@@ -792,8 +793,8 @@ def test_scan_and_probe_name_their_max_length_flag_over_the_positions_before_any
 
     monkeypatch.setattr(headcut.models, "load_model", no_load)
     out = tmp_path / "o"
-    result = run(command, "--model", saved_models["artifact"], "--data", "synthetic", "--limit", 5, "--max-length",
-                 100, "--out", out)
+    result = run(command, "--model", saved_models["artifact"], "--data", "synthetic", "--limit", 25, "--max-length",
+                 100, "--out", out, *(["--precision", "int8"] if command == "export" else []))
     refused(result, "error: --max-length 100 is more than the model's 64 positions; pass --max-length 64 or less.")
     assert not out.exists()
 

@@ -136,7 +136,8 @@ def export(
     quiet_transformers()
     from headcut.export import build_grader
     from headcut_grader.files import check_out_dir
-    from headcut.models import load_model
+    from headcut.batching import check_max_length
+    from headcut.models import load_model, outline
 
     from headcut.export.build import resolve_precision
     from headcut.export.runtimes import export_backend
@@ -154,6 +155,8 @@ def export(
     if data_flags and not data:
         raise UserError(f"{data_flags[0]} reads --data, which is not given, so it would be ignored; drop "
                         f"{data_flags[0]} or pass --data FILE.")
+    if max_length is not None:  # on the model's outline, before its weights and --data are read (build_grader: again)
+        check_max_length(outline(model, flag=model_name).model, max_length, flag="--max-length")
     pairs = None
     loaded = load_model(model, allow_pickle=allow_pickle, flag=model_name)
     if data:
