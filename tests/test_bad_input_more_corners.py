@@ -528,3 +528,52 @@ def test_the_stored_outputs_are_read_from_the_header_of_every_architecture(tmp_p
     save_file({k: v.contiguous() for k, v in tiny_model(kind, num_labels=3).state_dict().items()}, str(path))
     assert stored_outputs(path) == 3
     assert stored_outputs(tmp_path / "pytorch_model.bin") is None
+
+
+def _pruned_pair(tmp_path, tokenizer, meta_of=lambda plan: {}):
+    """Two tiny pruned BERT artifacts of one config and one unit plan (a layer dropped), of other weights."""
+    from conftest import tiny_model
+    from headcut.models import LoadedModel, save_model
+    from headcut.prune.budget import UnitPlan
+    from headcut.prune.surgery import apply_unit_plan
+
+    plan = UnitPlan(((0, 1, 3), (), (2,), (0, 1, 2, 3)), ((1, 5), (), (2,), (3, 4)), layers=(0, 2, 3))
+    folders = []
+    for seed in (0, 1):
+        model = tiny_model("bert", seed=seed, num_hidden_layers=4, vocab_size=len(tokenizer),
+                           max_position_embeddings=64)
+        apply_unit_plan(model, plan)
+        meta = {"grades": [1, 2, 3, 4, 5], **meta_of(plan)}
+        folders.append(save_model(LoadedModel(model, tokenizer, meta, "tiny", ""), tmp_path / f"p{seed}"))
+    return folders
+
+
+@pytest.mark.parametrize("pruned", [False, True], ids=["whole", "pruned"])
+def test_weights_of_another_model_of_the_same_config_are_not_the_ones_headcut_json_was_saved_with(
+        tmp_path, long_and_short_models, pruned):
+    """Was: headcut.json's weights_hash was never compared with the weights, so a model.safetensors copied in from
+    another model of the same config (every shape agreeing) loaded, and export wrote a grader of it, exit 0."""
+    import shutil
+
+    from conftest import tiny_model
+    from headcut.models import LoadedModel, load_model, save_model
+    from headcut_grader.errors import UserError
+
+    tokenizer = load_model(long_and_short_models[1]).tokenizer
+    if pruned:
+        source, other = _pruned_pair(tmp_path, tokenizer)
+    else:
+        source = long_and_short_models[1]
+        model = tiny_model("bert", seed=1, vocab_size=len(tokenizer), max_position_embeddings=64)
+        other = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5]}, "tiny", ""), tmp_path / "o")
+    folder = shutil.copytree(source, tmp_path / "copied")
+    shutil.copy(other / "model.safetensors", folder / "model.safetensors")
+    words = (f"{folder / 'model.safetensors'} is not the weights {folder / 'headcut.json'} was saved with (its "
+             "weights_hash is \"")
+    fix = "put back the model.safetensors saved with the model, or copy or download the model folder again."
+    with pytest.raises(UserError, match="^" + re.escape(words) + ".*" + re.escape(fix) + "$"):
+        load_model(folder)
+    refused(run("export", folder, "--out", tmp_path / "g"), words, fix)
+    assert not (tmp_path / "g").exists()
+    assert load_model(source).weights_hash  # the folder as saved loads
+
