@@ -583,7 +583,7 @@ def _read_config(path: Path, num_labels: int, attn_implementation: str, *, flag:
     shape = getattr(config, SHAPE_KEY, None)
     _check_shape(path / "config.json", shape, config.num_hidden_layers)
     _check_shape_hash(path, shape, meta.get(SHAPE_HASH))
-    _check_kept_layers(path, shape, meta)
+    _check_prune_record(path, shape, meta)
     config.num_labels = num_labels
     config._attn_implementation = attention_implementation(config, attn_implementation)
     return config
@@ -643,22 +643,63 @@ def _check_shape_hash(path: Path, shape, recorded) -> None:
                     "comes from another model; copy the model folder again, or prune (or save) it again.")
 
 
-def _check_kept_layers(path: Path, shape, meta: dict) -> None:
-    """The layer ids are the ones headcut.json's prune record kept (its plan lists every layer of the model it was
-    cut from, which prune refuses to be pruned already; `layers`: the kept ones, where it dropped any): what a folder
-    saved before headcut.json recorded the shape's hash is still checked against. Was: an id past the source's
-    layers loaded, and labelled every later mask, score and plan wrongly."""
-    prune = meta.get("prune")
-    plan = prune.get("plan") if isinstance(prune, dict) else None
+def _check_prune_record(path: Path, shape, meta: dict) -> None:
+    """headcut.json's prune record is of the kinds prune writes and agrees with the shape record: its plan lists
+    every layer of the model it was cut from (which prune refuses to be pruned already; `layers`: the kept ones, where
+    it dropped any), and each kept layer's heads (and neurons) as config.json's headcut_shape does. A folder saved
+    before headcut.json recorded the shape's hash is checked against it too. Was: an id past the source's layers
+    loaded, labelling every later mask, score and plan wrongly, and an edited record ('prune': "x", other head
+    counts) loaded, exit 0, describing another model than the folder holds."""
+    plan = _prune_plan(path, meta)
     ids = (shape or {}).get("layer_ids")
-    counts = plan.get("heads_per_layer") if isinstance(plan, dict) else None
-    if ids is None or not isinstance(counts, list):
+    if plan is None or shape is None:
         return
+    counts = plan["heads_per_layer"]
     kept = plan.get("layers", list(range(len(counts))))
-    if ids != kept:
+    if ids is not None and ids != kept:
         raise UserError(f"{path / 'config.json'}: {SHAPE_KEY}.layer_ids is {ids!r:.80}, but {META_FILE}'s prune record "
                         f"kept layers {kept!r:.80} of the {len(counts)} of the model it was pruned from; copy the "
                         "model folder again, or prune it again.")
+    kept = ids if ids is not None else kept
+    for key, shape_key in (("heads_per_layer", "heads_per_layer"), ("neurons_per_layer", "intermediate_per_layer")):
+        recorded, built = plan.get(key), shape.get(shape_key)
+        if recorded is None or built is None or len(built) != len(kept) or [recorded[i] for i in kept] == built:
+            continue  # headcut_shape's own count is checked by _check_shape
+        raise UserError(f"{path / META_FILE}: 'prune.plan.{key}' is {shown(recorded, width=80)}, so layers "
+                        f"{kept!r:.80} keep {[recorded[i] for i in kept]!r:.80}, but {path / 'config.json'}'s "
+                        f"{SHAPE_KEY}.{shape_key} is {built!r:.80}; put back the {META_FILE} saved with the model, or "
+                        f"{AGAIN}.")
+
+
+def _prune_plan(path: Path, meta: dict) -> dict | None:
+    """headcut.json's prune.plan, its kinds checked (None where the folder was not pruned)."""
+    if "prune" not in meta:
+        return None
+    prune = meta["prune"]
+    plan = prune.get("plan") if isinstance(prune, dict) else None
+    counts = plan.get("heads_per_layer") if isinstance(plan, dict) else None
+    problem = ("'prune' is {}, not an object".format(shown(prune)) if not isinstance(prune, dict) else
+               "'prune.plan' is {}, not an object".format(shown(plan)) if not isinstance(plan, dict) else
+               _plan_problem(plan, counts))
+    if problem:
+        raise UserError(f"{path / META_FILE}: {problem}; put back the {META_FILE} saved with the model, or {AGAIN}.")
+    return plan
+
+
+def _plan_problem(plan: dict, counts) -> str | None:
+    """What is wrong with the kinds of a prune plan's per-layer records, or None."""
+    if not (isinstance(counts, list) and counts and all(type(n) is int and n >= 0 for n in counts)):
+        return f"'prune.plan.heads_per_layer' is {shown(counts)}, not a list of whole numbers >= 0, one a layer"
+    neurons = plan.get("neurons_per_layer")
+    if neurons is not None and not (isinstance(neurons, list) and len(neurons) == len(counts)
+                                    and all(type(n) is int and n >= 0 for n in neurons)):
+        return (f"'prune.plan.neurons_per_layer' is {shown(neurons)}, not a list of whole numbers >= 0, one for "
+                f"each of the {len(counts)} layers")
+    layers = plan.get("layers")
+    if layers is not None and not (_ids(layers) and layers == sorted(layers) and all(i < len(counts) for i in layers)):
+        return (f"'prune.plan.layers' is {shown(layers)}, not a list of different layer numbers in order, each below "
+                f"the {len(counts)} the plan lists")
+    return None
 
 
 def _headcut_version() -> str:
@@ -731,6 +772,7 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     full = AutoModelForSequenceClassification.from_config(config, attn_implementation="eager")
     widen(loaded.model, full, keep_layers_said=keep_layers_said)
     full.eval()
-    meta = {k: v for k, v in loaded.meta.items() if k != "weights_hash"}
+    # the prune record's counts are the pruned shape's, not this full-width one's (its heads and neurons are zero)
+    meta = {k: v for k, v in loaded.meta.items() if k not in ("weights_hash", "prune")}
     return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite,
                       flag=named("out", names, section=""))

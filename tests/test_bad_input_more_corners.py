@@ -577,3 +577,44 @@ def test_weights_of_another_model_of_the_same_config_are_not_the_ones_headcut_js
     assert not (tmp_path / "g").exists()
     assert load_model(source).weights_hash  # the folder as saved loads
 
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda m: m.update(prune="x"), "'prune' is \"x\", not an object"),
+    (lambda m: m["prune"].update(plan=[1]), "'prune.plan' is [1], not an object"),
+    (lambda m: m["prune"]["plan"].update(heads_per_layer="3,0,1,4"),
+     "'prune.plan.heads_per_layer' is \"3,0,1,4\", not a list of whole numbers >= 0, one a layer"),
+    (lambda m: m["prune"]["plan"].update(heads_per_layer=[4, 4, 4, 4]),
+     "'prune.plan.heads_per_layer' is [4, 4, 4, 4], so layers [0, 2, 3] keep [4, 4, 4], but "),
+    (lambda m: m["prune"]["plan"].update(heads_per_layer=[3, 1, 0, 4]),
+     "'prune.plan.heads_per_layer' is [3, 1, 0, 4], so layers [0, 2, 3] keep [3, 0, 4], but "),
+    (lambda m: m["prune"]["plan"].update(neurons_per_layer=[2, 0, 1]),
+     "'prune.plan.neurons_per_layer' is [2, 0, 1], not a list of whole numbers >= 0, one for each of the 4 layers"),
+    (lambda m: m["prune"]["plan"].update(neurons_per_layer=[2, 0, 9, 2]),
+     "'prune.plan.neurons_per_layer' is [2, 0, 9, 2], so layers [0, 2, 3] keep [2, 9, 2], but "),
+    (lambda m: m["prune"]["plan"].update(layers=[0, 9]),
+     "'prune.plan.layers' is [0, 9], not a list of different layer numbers in order, each below the 4"),
+], ids=["prune", "plan", "counts-kind", "heads-full", "heads-moved", "neurons-kind", "neurons", "layers-kind"])
+def test_headcut_json_s_prune_record_is_checked_against_the_shape(tmp_path, long_and_short_models, edit, words):
+    """Was: only the prune record's kept layers were compared with headcut_shape, so 'prune': "x", or a plan of
+    other head or neuron counts than the folder's shape, loaded, and export and scan ran on it, exit 0."""
+    import json
+
+    from headcut.models import load_model, outline
+    from headcut_grader.errors import UserError
+
+    tokenizer = load_model(long_and_short_models[1]).tokenizer
+    folder, _ = _pruned_pair(tmp_path, tokenizer, lambda plan: {"prune": {"plan": {
+        "num_heads": 4, **plan.to_dict()}}})
+    assert len(load_model(folder).model.bert.encoder.layer) == 3  # as saved: loads
+    meta = json.loads((folder / "headcut.json").read_text())
+    edit(meta)
+    (folder / "headcut.json").write_text(json.dumps(meta))
+    said = f"{folder / 'headcut.json'}: {words}"
+    fix = "put back the headcut.json saved with the model, or copy or download the model folder again."
+    for read in (load_model, outline):
+        with pytest.raises(UserError, match="^" + re.escape(said) + ".*" + re.escape(fix) + "$"):
+            read(folder)
+    refused(run("export", folder, "--out", tmp_path / "g"), said, fix)
+    refused(run("scan", "--model", folder, "--data", "synthetic", "--limit", "8", "--out", tmp_path / "s"), said)
+    assert not (tmp_path / "g").exists() and not (tmp_path / "s").exists()
+
