@@ -17,8 +17,8 @@ from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_imple
 from headcut.batching import RECORDED, max_length_of
 from headcut.model_arguments import check_loaded
 from headcut.weight_files import (AGAIN, PUT_BACK, broken_file, check_sizes, check_weights_cover, find_weights,
-                                  read_json_file, read_state, stored_outputs, weights_counts, weights_file,
-                                  weights_hash)
+                                  read_json_file, read_json_value, read_state, stored_outputs, weights_counts,
+                                  weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, check_names, named, quoted, setting, shown
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
@@ -536,7 +536,9 @@ MAX_OUTPUTS = 10_000  # far more than any grader's classifier; transformers name
 def _saved_config(path: Path, *, flag: str) -> dict:
     """config.json of the model folder `path` as saved, its model type and outputs checked before transformers reads
     them: an unknown model_type was 'damaged or incomplete', a num_labels of 10^9 made transformers name 10^9
-    outputs in memory, "5" read as other than the 5 outputs of the weights."""
+    outputs in memory, "5" read as other than the 5 outputs of the weights. The folder's modules.json is checked
+    here too (every load and outline reads this once)."""
+    _check_modules(path)
     file = path / "config.json"
     saved = read_json_file(file)
     kind = saved.get("model_type")
@@ -550,6 +552,22 @@ def _saved_config(path: Path, *, flag: str) -> dict:
     if problem:
         raise UserError(f"{file}: {problem}; put back the config.json saved with the model, or {AGAIN}.")
     return saved
+
+
+def _check_modules(path: Path) -> None:
+    """modules.json, where present, is the list of modules sentence-transformers reads the folder by (each with its
+    'path' and 'type'): a CrossEncoder folder whose modules.json was no JSON loaded in headcut, exit 0, while
+    CrossEncoder(path) fails on it."""
+    file = path / "modules.json"
+    if not file.exists():
+        return
+    modules = read_json_value(file)
+    if not (isinstance(modules, list) and all(
+            isinstance(m, dict) and isinstance(m.get("path"), str) and isinstance(m.get("type"), str)
+            for m in modules)):
+        raise UserError(f"{file} is {shown(modules)}, not a list of modules, each an object with its 'path' and "
+                        f"'type' (what sentence-transformers reads the folder by); put back the modules.json saved "
+                        f"with the model, or {AGAIN}.")
 
 
 def _outputs_problem(saved: dict) -> str | None:

@@ -188,16 +188,21 @@ def _read_pickle_state(weights: Path) -> dict:
 
 def read_json_file(path: Path) -> dict:
     """A JSON object from a model folder's file, or a UserError naming the file."""
-    try:
-        data = json.loads(read_small_text(path, what="model folder's file"),
-                          object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "
-                        "folder again.") from None
+    data = read_json_value(path)
     if not isinstance(data, dict):
         raise UserError(f"{path} is damaged or incomplete (a JSON object was expected); copy or download the "
                         "model folder again.")
     return data
+
+
+def read_json_value(path: Path):
+    """The JSON value of a model folder's file (an object or a list), or a UserError naming the file."""
+    try:
+        return json.loads(read_small_text(path, what="model folder's file"),
+                          object_pairs_hook=unique_keys(f"{path}: an object"), parse_int=bounded_int)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise UserError(f"{path} is damaged or incomplete (not valid JSON: {e}); copy or download the model "
+                        "folder again.") from None
 
 
 READ_ERRORS = (OSError, ValueError, RuntimeError, EOFError, KeyError, SafetensorError, pickle.UnpicklingError)

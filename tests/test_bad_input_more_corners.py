@@ -618,3 +618,29 @@ def test_headcut_json_s_prune_record_is_checked_against_the_shape(tmp_path, long
     refused(run("scan", "--model", folder, "--data", "synthetic", "--limit", "8", "--out", tmp_path / "s"), said)
     assert not (tmp_path / "g").exists() and not (tmp_path / "s").exists()
 
+
+@pytest.mark.parametrize("text, words", [
+    ("[{\"path\": \"\", \"type\": ", "modules.json is damaged or incomplete (not valid JSON: "),
+    ("{\"path\": \"\"}", "modules.json is {\"path\": \"\"}, not a list of modules"),
+    ("[{\"path\": \"\", \"type\": 3}]", "modules.json is [{\"path\": \"\", \"type\": 3}], not a list of modules"),
+    ("[{\"path\": \"\"}]", "modules.json is [{\"path\": \"\"}], not a list of modules, each an object with its 'path' "
+                           "and 'type'"),
+], ids=["not-json", "object", "type-number", "no-type"])
+def test_a_modules_json_sentence_transformers_cannot_read_is_refused(tmp_path, long_and_short_models, text, words):
+    """Was: a folder's modules.json was only checked to exist, so one that was no JSON (or no list of modules) loaded
+    in headcut, exit 0, while sentence-transformers' CrossEncoder(folder) fails on it."""
+    import shutil
+
+    from headcut.models import load_model, outline
+    from headcut_grader.errors import UserError
+
+    folder = shutil.copytree(long_and_short_models[1], tmp_path / "m")
+    modules = folder / "modules.json"
+    modules.write_text('[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.Transformer"}]')
+    load_model(folder)  # a list of modules: loads
+    modules.write_text(text)
+    for read in (load_model, outline):
+        with pytest.raises(UserError, match="^" + re.escape(f"{folder / words}")):
+            read(folder)
+    refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "pairs.tsv", PAIRS_TSV)),
+            f"{folder / words}", "copy or download the model folder again.")
