@@ -474,20 +474,25 @@ def test_a_length_past_one_models_positions_names_that_model_before_any_loads(tm
                                                                               monkeypatch):
     """Was: 'bench --model LONG --model SHORT --seq-lens 8,96' loaded and measured LONG, then said '--seq-lens 96 is
     more than the model's 64 positions' (which model?); 'evaluate --max-length 96 --against SHORT' said the same of
-    --against. Now the sentence names the model's flag and folder, and bench says it before any model loads."""
+    --against. Now the sentence names the model's flag and folder, and bench and evaluate say it before any model
+    loads (evaluate said it once --model was loaded, and --against's once --data was read too)."""
     import headcut.models
+    from headcut.evaluate.report import open_scorer
+    from headcut_grader.errors import UserError
 
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded before the range check")
+
+    monkeypatch.setattr(headcut.models, "load_model", no_load)
     long, short = long_and_short_models
     data = write(tmp_path, "pairs.tsv", PAIRS_TSV)
     refused(run("evaluate", "--model", long, "--against", short, "--data", data, "--max-length", "96"),
             f"--max-length 96 is more than --against {short}'s 64 positions; pass --max-length 64 or less.")
     refused(run("evaluate", "--model", short, "--data", data, "--max-length", "96"),
             f"--max-length 96 is more than --model {short}'s 64 positions")
-
-    def no_load(*args, **kwargs):
-        raise AssertionError("a model was loaded before the range check")
-
-    monkeypatch.setattr(headcut.models, "load_model", no_load)
+    with pytest.raises(UserError, match=re.escape(f"open_scorer max_length=96 is more than open_scorer name={short}'s "
+                                                  "64 positions; set open_scorer max_length=64 or less.")):
+        open_scorer(str(short), max_length=96)
     refused(run("bench", "--model", long, "--model", short, "--data", data, "--out", tmp_path / "b", "--seq-lens",
                 "8,96", "--batch-sizes", "1"),
             f"--seq-lens 96 is more than --model {short}'s 64 positions; pass --seq-lens 64 or less.")

@@ -92,12 +92,16 @@ def evaluate(
     Example: headcut evaluate --model runs/bottom3 --against runs/teacher --data ../shared/data/homedepot/dev.tsv
     """
     quiet_transformers()
-    from headcut.evaluate.report import against_reference, check_comparable, metrics_with_ci, open_scorer
+    from headcut.evaluate.report import (against_reference, check_comparable, check_scorer_length, metrics_with_ci,
+                                         open_scorer)
     from headcut_grader.files import check_out_file, write_json
 
     if out:
         check_out_file(out, overwrite=overwrite, inputs=[data, model, against], example="metrics.json", flag="--out",
                        suffixes=(".json", ""), written="the metrics are written as one JSON document")
+    for name, flag in ((model, "--model"), (against, "--against")):  # on each outline, before either loads
+        if name:
+            check_scorer_length(name, max_length, flag=flag)
     scorer = open_scorer(model, batch_size=batch_size, max_length=max_length, allow_pickle=allow_pickle,
                          flag="--model")
     pairs = read_data(data, preset=preset, query_col=query_col, title_col=title_col, label_col=label_col,

@@ -73,13 +73,9 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     """
     as_path(name, flag, what="a model folder's path, a built-in name or a grader folder's path")
     batch_size, max_length = checked_arguments("open_scorer", batch_size=batch_size, max_length=max_length)
-    length = named("max_length", caller(flag), section="", spelled=OPEN_SCORER_SPELLED)  # as its caller named `name`
+    check_scorer_length(name, max_length, flag=flag)
     if (Path(name) / "grader.json").is_file():
         from headcut_grader import Grader
-
-        if max_length is not None:
-            raise UserError(f"{length} applies to PyTorch models, and {setting(flag, name)} is an exported grader, "
-                            f"which reads as many tokens as it was exported with; drop {length} (or re-export it).")
 
         grader = Grader(name, threads=os.cpu_count() or 1, batch_size=batch_size)
         about = {"path": name, "kind": f"{grader.backend.name} grader", "task": grader.task,
@@ -92,13 +88,27 @@ def open_scorer(name: str, *, batch_size: int = 64, max_length: int | None = Non
     from headcut.models import load_model
 
     loaded = load_model(name, allow_pickle=allow_pickle, flag=flag)
-    if max_length is not None:
-        # before grading, as the caller named it, and whose positions (--model or --against)
-        check_max_length(loaded.model, max_length, flag=length, whose=f"{setting(flag, name)}'s")
     about = {"path": loaded.path, "weights_hash": loaded.weights_hash, "task": loaded.task}
     return Scorer(about, lambda pairs, progress=None: predict_logits(
         loaded.model, loaded.tokenizer, pairs, batch_size=batch_size, max_length=max_length or loaded.max_length,
         progress=progress), loaded.task, loaded.activation, loaded.grades)
+
+
+def check_scorer_length(name: str, max_length: int | None, *, flag: str) -> None:
+    """`max_length` (checked: a whole number or None) suits what open_scorer(name) opens, said before it opens:
+    an exported grader reads the tokens it was exported with, and a model has as many positions as its config
+    gives it (read from its outline, so no weights are read; was: after the model loaded). `flag`: the flag that
+    named `name`, and so how the message names max_length (--max-length for a command's flag)."""
+    if max_length is None:
+        return
+    length = named("max_length", caller(flag), section="", spelled=OPEN_SCORER_SPELLED)  # as its caller named `name`
+    if (Path(name) / "grader.json").is_file():
+        raise UserError(f"{length} applies to PyTorch models, and {setting(flag, name)} is an exported grader, "
+                        f"which reads as many tokens as it was exported with; drop {length} (or re-export it).")
+    from headcut.models import outline
+
+    # as the caller named it, and whose positions (--model or --against)
+    check_max_length(outline(name, flag=flag).model, max_length, flag=length, whose=f"{setting(flag, name)}'s")
 
 
 def comparison_problem(reference: tuple[str, tuple | None], model: tuple[str, tuple | None], *,
