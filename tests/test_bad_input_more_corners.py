@@ -641,7 +641,7 @@ def test_a_modules_json_sentence_transformers_cannot_read_is_refused(tmp_path, l
 
     folder = shutil.copytree(long_and_short_models[1], tmp_path / "m")
     modules = folder / "modules.json"
-    modules.write_text('[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.base.modules.Transformer"}]')
+    modules.write_text('[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]')
     load_model(folder)  # a list of modules: loads
     modules.write_text(text)
     for read in (load_model, outline):
