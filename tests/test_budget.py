@@ -642,7 +642,7 @@ def test_latency_prune_times_again_when_the_cached_table_is_damaged(damage, word
     path, table = cached_table(load_model(grader).model, tmp_path / "cache", monkeypatch)
     path.write_text(json.dumps(damage(table)))
     out = tmp_path / "lat50"
-    result = run("--model", grader, "--latency", 0.5, "--batch", 8, "--out", out, "--calibrate", 40,
+    result = run("--model", grader, "--latency", 0.5, "--batch", 8, "--out", out,
                  "--bootstrap", 50, "--no-timing", "--no-tune")
     assert result.exit_code == 0, result.output
     assert f"not using the cached layer cost table {path}" in result.output and words in result.output
