@@ -410,16 +410,17 @@ def _check_no_extra_weights(model, state: dict, weights: Path) -> None:
 
 
 def _check_loaded_names(model, info: dict, weights: Path) -> None:
-    """from_pretrained's report (`info`) names no weight of the encoder that the file lacks (transformers gave it
-    random values, exit 0) or that the model lacks (a layer config.json does not build was dropped): the output
-    layer and the pooler may be new, and a base checkpoint may hold heads of other tasks (cls.*, lm_head.*)."""
-    def new_part(name: str) -> bool:
-        return bool({"classifier", "pooler"} & set(name.split(".")))
-
+    """from_pretrained's report (`info`) names no weight of the encoder (under its base_model_prefix) that the file
+    lacks (transformers gave it random values, exit 0) or that the model lacks (a layer config.json does not build was
+    dropped). Outside the encoder is a task head, new for this task (classifier, DistilBERT's pre_classifier,
+    ModernBERT's head) or another task's (cls.*, lm_head.*); the pooler may be new too."""
     encoder = f"{model.base_model_prefix}."
-    _check_same_names([k for k in info.get("missing_keys") or () if not new_part(k)],
-                      sorted(k for k in info.get("unexpected_keys") or () if k.startswith(encoder) and not new_part(k)),
-                      weights)
+
+    def encoder_weight(name: str) -> bool:
+        return name.startswith(encoder) and "pooler" not in name.split(".")
+
+    _check_same_names([k for k in info.get("missing_keys") or () if encoder_weight(k)],
+                      sorted(k for k in info.get("unexpected_keys") or () if encoder_weight(k)), weights)
 
 
 def _check_same_names(missing: list, extra: list, weights: Path) -> None:

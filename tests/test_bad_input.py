@@ -2620,3 +2620,24 @@ def test_a_fresh_head_replaces_the_classifier_alone(tmp_path, saved_models):
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(UserError, match="token_type_embeddings"):
         load_model(folder, num_labels=3)
+
+
+@pytest.mark.parametrize("kind", ["distilbert", "modernbert"])
+def test_a_base_model_s_own_head_is_new_not_a_config_mismatch(tmp_path, kind):
+    """A base checkpoint fine-tuned: its task head outside the encoder (DistilBERT's pre_classifier, ModernBERT's
+    head.dense and head.norm) is new, as the classifier is. Was: 'model.safetensors lacks pre_classifier.weight, ...,
+    which the model config.json describes has; put back the config.json ...'."""
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+
+    from conftest import TINY
+    from headcut.models import load_model
+    from test_export import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    config = AutoConfig.for_model(kind, **{**TINY[kind], "vocab_size": len(tokenizer), "max_position_embeddings": 64})
+    base = (AutoModelForMaskedLM if kind == "distilbert" else AutoModel).from_config(config)
+    folder = tmp_path / kind
+    base.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    loaded = load_model(folder, num_labels=5)
+    assert loaded.model.config.num_labels == 5
