@@ -244,7 +244,7 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
     monkeypatch.setitem(sys.modules, "nncf", types.ModuleType("nncf"))  # NNCF usable: OpenVINO alone is said
     said = ("OpenVINO is not installed here" if openvino == "missing" else
             "OpenVINO fails to import here (RuntimeError: no CPU plugin)")
-    assert export_backend("auto") == ExportBackend("onnxruntime", f"backend=auto: {said}, so ONNX Runtime alone (pip "
+    assert export_backend("auto", "fp32") == ExportBackend("onnxruntime", f"backend=auto: {said}, so ONNX Runtime alone (pip "
                                                                   "install 'headcut[openvino]' for both)")
     result = CliRunner().invoke(app, ["export", str(folder), "--out", str(tmp_path / "grader"), "--backend", "auto"])
     assert result.exit_code == 0, result.output
@@ -256,6 +256,29 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
                                        "--precision", "bf16"])
     assert refused.exit_code == 2 and refused.output == (f"error: --precision bf16 needs OpenVINO, and {said}; pip "
                                                          "install 'headcut[openvino]', or choose another precision.\n")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_auto_at_fp32_or_bf16_builds_openvino_s_graph_without_nncf(monkeypatch, precision):
+    """NNCF judges OpenVINO's INT8 graphs alone. Was: backend auto counted it as needed at every precision, so with
+    OpenVINO usable and NNCF missing an fp32 export dropped the OpenVINO graph, and bf16 was refused '--precision
+    bf16 needs OpenVINO, and NNCF (which judges OpenVINO's INT8 graphs) is not installed here'."""
+    from headcut.export.build import resolve_precision
+    from headcut.export.runtimes import ExportBackend, export_backend
+
+    monkeypatch.setitem(sys.modules, "openvino", types.ModuleType("openvino"))
+    monkeypatch.setitem(sys.modules, "nncf", None)
+    assert export_backend("auto", precision) == ExportBackend("auto")
+    assert resolve_precision("auto", precision, int8=False, names="flags") == ("fp32", precision)
+    for needs_nncf in ("int8", "auto"):
+        assert export_backend("auto", needs_nncf, names="flags") == ExportBackend(
+            "onnxruntime", "--backend auto: NNCF (which judges OpenVINO's INT8 graphs) is not installed here, so ONNX "
+                           "Runtime alone (pip install 'headcut[openvino]' for both)")
+    monkeypatch.setitem(sys.modules, "openvino", None)  # bf16 names what it needs alone
+    with pytest.raises(UserError) as caught:
+        resolve_precision("auto", "bf16", int8=False, names="flags")
+    assert str(caught.value) == ("--precision bf16 needs OpenVINO, and OpenVINO is not installed here; pip install "
+                                 "'headcut[openvino]', or choose another precision.")
 
 
 @pytest.mark.parametrize("part, state", [("openvino", "missing"), ("openvino", "broken"), ("nncf", "broken")])

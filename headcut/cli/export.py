@@ -167,7 +167,8 @@ def export(
                           opset=opset, max_length=max_length, gate=gate, threads=threads, overwrite=overwrite,
                           progress=lambda msg: typer.echo(f"... {msg}", err=True), names="flags")
     typer.echo(format_record(record))
-    alone = export_backend(backend, names="flags").alone  # auto without a usable OpenVINO: why no OpenVINO graph
+    # auto without a usable OpenVINO (or NNCF, for an INT8 graph): why no OpenVINO graph
+    alone = export_backend(backend, precision or ("int8" if int8 else "fp32"), names="flags").alone
     if alone:
         typer.echo(alone)
     typer.echo(f"wrote {out}")

@@ -38,7 +38,7 @@ def resolve_precision(backend: str, precision: str | None, *, int8: bool,
     """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend`, `precision` and `int8`, the backend
     as an export builds it here (runtimes.export_backend: auto without OpenVINO builds no OpenVINO graph); `names`:
     how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags)."""
-    built = export_backend(backend, names=names).name
+    built = export_backend(backend, precision or ("int8" if int8 else "fp32"), names=names).name
     backend_flag, precision_flag = named("backend", names), named("precision", names)
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.",
@@ -49,7 +49,7 @@ def resolve_precision(backend: str, precision: str | None, *, int8: bool,
     precision = precision or ("int8" if int8 else "fp32")
     if built == "onnxruntime" and precision == "bf16":
         if backend == "auto":  # was: 'use --backend openvino or auto', which it was
-            raise UserError(f"{setting(precision_flag, 'bf16')} needs OpenVINO, and {openvino_missing()}; "
+            raise UserError(f"{setting(precision_flag, 'bf16')} needs OpenVINO, and {openvino_missing('bf16')}; "
                             f"{INSTALL_OPENVINO}, or choose another precision.", about=("precision", "backend"))
         raise UserError(f"{setting(precision_flag, 'bf16')}: ONNX Runtime graders are fp32 or int8; use "
                         f"{setting(backend_flag, 'openvino')} or auto.", about=("precision", "backend"))
@@ -107,6 +107,7 @@ def build_grader(
                                                         names=names)
     say = progress or (lambda message: None)
     model, max_length = loaded.model, max_length or loaded.max_length
+    built = export_backend(backend, precision or ("int8" if int8 else "fp32"), names=names).name
     try:
         with atomic_dir(out, overwrite=overwrite, flag=named("out", names)) as tmp:
             graphs = export_checked(model, loaded.tokenizer, pairs, tmp, opset=opset, max_length=max_length,
@@ -119,8 +120,8 @@ def build_grader(
             if ov_precision:
                 openvino, speed = openvino_beside(model, pairs if labelled else None, graphs, graded, tmp,
                                                   precision=ov_precision, gate=gate, threads=threads, say=say)
-            record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset,
-                                  backend=export_backend(backend, names=names).name, openvino=openvino, speed=speed)
+            record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset, backend=built,
+                                  openvino=openvino, speed=speed)
     except GateError as error:  # the fix is the caller's to name
         raise GateError(f"{error}; {gate_fix(names, int8=int8)}.", about=("precision",)) from None
     return record

@@ -22,23 +22,24 @@ class ExportBackend:
     alone: str | None = None
 
 
-def export_backend(backend: str, *, names: str = "arguments") -> ExportBackend:
-    """`backend` as an export builds it here: auto without a usable OpenVINO and NNCF is ONNX Runtime alone, as the
-    grader's own backend choice takes the only graph whose runtime is installed (was: `headcut export --backend auto`
-    refused where OpenVINO was missing, and a traceback where it failed to import). `names` as build_grader's."""
+def export_backend(backend: str, precision: str, *, names: str = "arguments") -> ExportBackend:
+    """`backend` as an export at `precision` (fp32, bf16, int8 or auto) builds it here: auto without a usable
+    OpenVINO, or without NNCF where `precision` may choose an INT8 graph (int8, auto), is ONNX Runtime alone, as the
+    grader's own backend choice takes the only graph whose runtime is usable. `names` as build_grader's."""
     if backend not in BACKENDS:
         raise UserError(f"{setting(named('backend', names), backend)} is not one of {', '.join(BACKENDS)}.",
                         about=("backend",))
-    missing = openvino_missing() if backend == "auto" else ""
+    missing = openvino_missing(precision) if backend == "auto" else ""
     if not missing:
         return ExportBackend(backend)
     return ExportBackend("onnxruntime", f"{setting(named('backend', names), 'auto')}: {missing}, so ONNX Runtime "
                                         f"alone ({INSTALL_OPENVINO} for both)")
 
 
-def openvino_missing() -> str:
-    """What of OpenVINO and NNCF cannot be used here, as a clause ('OpenVINO is not installed here'); "" where both
-    can. One that fails to import with any error counts, its error said (was: a traceback out of an auto run)."""
+def openvino_missing(precision: str) -> str:
+    """What an OpenVINO graph at `precision` needs and cannot use here, as a clause ('OpenVINO is not installed
+    here'): OpenVINO, and NNCF for int8 and auto; "" where all can. One that fails to import counts, its error said."""
     from headcut_grader.optional import why_unusable
 
-    return " and ".join(f"{said} {why}" for name, said in OPENVINO_PARTS.items() if (why := why_unusable(name)))
+    needed = OPENVINO_PARTS if precision in ("int8", "auto") else {"openvino": OPENVINO_PARTS["openvino"]}
+    return " and ".join(f"{said} {why}" for name, said in needed.items() if (why := why_unusable(name)))

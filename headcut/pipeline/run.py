@@ -93,7 +93,8 @@ def plan(recipe: PipelineRecipe) -> list[Stage]:
     export = {"export": to_dict(recipe.export), "chosen_on": chosen_on,
               "data": {k: v for k, v in data.items() if k != "test_rows"}}  # the report's size is the bench's
     if recipe.export.backend == "auto":  # the runtimes installed here: installing OpenVINO later reruns the export
-        export["auto_from"] = ["onnxruntime"] if export_backend("auto").alone else ["onnxruntime", "openvino"]
+        alone = export_backend("auto", recipe.export.precision).alone
+        export["auto_from"] = ["onnxruntime"] if alone else ["onnxruntime", "openvino"]
     for model in models:
         label = "pruned" if model == "prune" else model.partition(".")[2] or model
         out.append(Stage(f"export.{label}", (model,), export, stages.export(model)))

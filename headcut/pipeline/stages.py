@@ -201,7 +201,8 @@ def _runtime(ctx: Context, record: dict, *, vocab_size: int) -> dict:
     from headcut_grader.backend_choice import choose_backend
 
     choice = choose_backend(ctx.folder / "grader", record, threads=ctx.recipe.export.threads, vocab_size=vocab_size)
-    alone = export_backend(ctx.recipe.export.backend, names=key_names(ctx.recipe, "export")).alone
+    e = ctx.recipe.export
+    alone = export_backend(e.backend, e.precision, names=key_names(ctx.recipe, "export")).alone
     return runtime_record(record, choice.backend, f"{choice.reason} ({alone})" if alone else choice.reason)
 
 
