@@ -1499,7 +1499,7 @@ def test_class_a_full_disk_while_the_study_db_is_written_is_a_sentence(tmp_path,
 
 
 
-@pytest.mark.parametrize("case", ["open", "write", "folder"])
+@pytest.mark.parametrize("case", ["open", "write", "folder", "writable folder"])
 def test_class_a_read_only_study_db_or_folder_is_said_so_not_damaged(tmp_path, monkeypatch, case):
     """sqlite's 'attempt to write a readonly database' (study.db or its folder read-only) was optuna's traceback
     (StorageInternalError, raised from sqlite's error), and 'unable to open database file' (a read-only folder, no
@@ -1515,10 +1515,10 @@ def test_class_a_read_only_study_db_or_folder_is_said_so_not_damaged(tmp_path, m
                          overrides=["train_data=synthetic", "teacher=minilm-l6"])
     out = tmp_path / "study"
     db, create = out / STUDY_FILE, optuna.create_study
-    if case != "folder":
+    if "folder" not in case:
         out.mkdir()
         create(study_name=study_name(recipe), storage=f"sqlite:///{db}")  # the study, as an earlier search made it
-    before = db.read_bytes() if case != "folder" else None
+    before = db.read_bytes() if "folder" not in case else None
     read_only = f"sqlite:///file:{db}?mode=ro&uri=true"
 
     def opened_read_only(**kwargs):  # open: create_study writes first; write: the study opens, its first write fails
@@ -1527,8 +1527,15 @@ def test_class_a_read_only_study_db_or_folder_is_said_so_not_damaged(tmp_path, m
         return create(**{**kwargs, "storage": read_only})
 
     monkeypatch.setattr(optuna, "create_study", opened_read_only)
+    access = os.access  # root may write anywhere: the folder is read-only as a user's would be (case "folder")
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (case != "folder" or Path(path) != out)
+                        and access(path, mode, **kw))
     with pytest.raises(UserError) as err:
         tune(recipe, out, trials=1)
+    if case == "writable folder":  # sqlite's 'unable to open' has other causes: not said to be the folder's mode
+        assert str(err.value) == (f"{db} is damaged (unable to open database file); pass overwrite=True to start a "
+                                  "fresh study (finished trial folders are reused).")
+        return
     if case == "folder":
         held = (f"(unable to open database file), as {out} is read-only to this user, so study.db cannot be made in "
                 f"it; make it writable (chmod u+w {out})")

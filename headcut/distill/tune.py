@@ -350,12 +350,13 @@ def _study_writes(out: Path):
 def _read_only(error: BaseException, out: Path) -> str | None:
     """What sqlite's `error` says cannot be written for its permissions (or a read-only mount): 'attempt to write a
     readonly database' (study.db, or the folder its journal is made in), and 'unable to open database file' where
-    study.db is yet to be made; None otherwise. Said with the fix: permissions, not --overwrite (which discards
-    the study)."""
+    study.db is yet to be made and `out` is not writable (sqlite says the same for other causes); None otherwise.
+    Said with the fix: permissions, not --overwrite (which discards the study)."""
     if "attempt to write a readonly database" in str(error):
         return (f"{out / STUDY_FILE} or its folder is read-only to this user; make both writable (chmod u+w "
                 f"{out} {out / STUDY_FILE})")
-    if "unable to open database file" in str(error) and not os.path.lexists(out / STUDY_FILE):
+    if ("unable to open database file" in str(error) and not os.path.lexists(out / STUDY_FILE)
+            and not os.access(out, os.W_OK)):
         return f"{out} is read-only to this user, so study.db cannot be made in it; make it writable (chmod u+w {out})"
     return None
 
