@@ -328,14 +328,34 @@ def test_an_openvino_that_fails_to_import_is_said_in_one_sentence(both, monkeypa
     monkeypatch.setattr(sys, "meta_path", [BrokenImport("openvino", error), *sys.meta_path])
     with pytest.raises(UserError) as e:
         Grader(both, backend="openvino", names="flags")
-    assert str(e.value) == (f"the OpenVINO backend needs the openvino package, which fails to import here ({said}); "
-                            "reinstall it: pip install --force-reinstall openvino (or pick --backend onnxruntime).")
+    assert str(e.value) == (f"the OpenVINO backend needs the openvino package, and openvino fails to import here "
+                            f"({said}); reinstall it: pip install --force-reinstall openvino (or pick --backend "
+                            "onnxruntime).")
     grader = Grader(both)
     assert "openvino" in graphs(grader.record) and grader.backend.name == "onnxruntime"
     assert grader.backend_reason == (f"the only graph whose runtime imports here: openvino fails to import here "
-                                     f"({said}) (reinstall it: pip install --force-reinstall openvino)")
+                                     f"({said}); reinstall it: pip install --force-reinstall openvino")
     with pytest.raises(UserError, match=r"\(or pass backend='onnxruntime'\)\.$"):
         open_backend("openvino", both, grader.record, threads=1)
+
+
+def test_bench_says_which_graph_it_skipped_and_why(both, monkeypatch):
+    """Was: headcut bench --grader skipped a grader's graph whose runtime fails to import (or is not installed)
+    without a word, where grade notes it; grader_backends now says which runtime and why, in grade's words."""
+    from headcut.export.bench import grader_backends, skipped_said
+    from headcut_grader.optional import forget_broken
+
+    monkeypatch.delitem(sys.modules, "openvino", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [BrokenImport("openvino", OSError("gone")), *sys.meta_path])
+    usable, skipped = grader_backends(both)
+    assert usable == ["onnxruntime"] and skipped == {"openvino": "fails to import here (OSError: gone)"}
+    assert skipped_said("openvino", skipped["openvino"]) == ("openvino fails to import here (OSError: gone); reinstall "
+                                                             "it: pip install --force-reinstall openvino")
+    forget_broken()
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    assert grader_backends(both) == (["onnxruntime"], {"openvino": "is not installed here"})
+    assert skipped_said("openvino", "is not installed here") == ("openvino is not installed here; run: pip install "
+                                                                 "'headcut-grader[openvino]'")
 
 
 def test_grade_and_serve_with_an_openvino_that_fails_to_import_exit_2(both, tmp_path, monkeypatch):
@@ -362,7 +382,7 @@ def test_grade_and_serve_with_an_openvino_that_fails_to_import_exit_2(both, tmp_
     done = subprocess.run([*command, "--backend", "openvino"], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=300)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr == ("error: the OpenVINO backend needs the openvino package, which fails to import here "
+    assert done.stderr == ("error: the OpenVINO backend needs the openvino package, and openvino fails to import here "
                            "(OSError: libopenvino.so.2540: cannot open shared object file); reinstall it: pip install "
                            "--force-reinstall openvino (or pick --backend onnxruntime).\n")
     done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
@@ -381,10 +401,10 @@ def test_grade_and_serve_with_an_openvino_that_fails_to_import_exit_2(both, tmp_
         s.bind(("127.0.0.1", 0))
         port = str(s.getsockname()[1])
     result = CliRunner().invoke(app, ["serve", str(both), "--port", port, "--backend", "openvino"])
-    assert result.exit_code == 2 and "which fails to import here (OSError: gone); reinstall it" in result.output
+    assert result.exit_code == 2 and "openvino fails to import here (OSError: gone); reinstall it" in result.output
     result = CliRunner().invoke(app, ["serve", str(both), "--port", port])
     assert result.exit_code == 0 and ("with onnxruntime" in result.output and "openvino fails to import here "
-                                      "(OSError: gone) (reinstall it: pip install --force-reinstall openvino)"
+                                      "(OSError: gone); reinstall it: pip install --force-reinstall openvino"
                                       in " ".join(result.output.split())), result.output
 
 

@@ -17,7 +17,7 @@ from headcut_grader.backends import INSTALL, graphs, open_backend
 from headcut_grader.errors import UserError
 from headcut_grader.files import cache_home, write_text
 from headcut_grader.machine import cpu_key
-from headcut_grader.optional import NOT_INSTALLED, reinstall, why_unusable
+from headcut_grader.optional import NOT_INSTALLED, broken_said, reinstall, why_unusable
 from headcut_grader.timing import round_robin
 from headcut_grader.validation import read_small_text
 
@@ -40,12 +40,6 @@ def _grader_key(record: dict) -> str:
     files = [spec.get("sha256", "") for g in graphs(record).values() for spec in g.get("files", {}).values()
              if isinstance(spec, dict)]
     return "-".join(files) + ":" + cpu_key()
-
-
-def installed(name: str) -> bool:
-    """Whether the runtime `name` imports here: one installed but failing to import is skipped as one not installed
-    is (why_unusable says which; was: its traceback where its error was no ImportError)."""
-    return why_unusable(name) is None
 
 
 def choose_backend(folder: Path, record: dict, *, threads: int, vocab_size: int) -> Choice:
@@ -96,7 +90,7 @@ def _only_graph(unusable: dict[str, str], broken: dict[str, str]) -> str:
     if not broken:
         return "the only graph whose runtime is installed"
     return ("the only graph whose runtime imports here: " +
-            ", ".join(f"{n} {why} (reinstall it: {reinstall(n)})" for n, why in broken.items()))
+            "; ".join(broken_said(n, why) for n, why in broken.items()))
 
 
 def timing_batch(vocab_size: int) -> dict:

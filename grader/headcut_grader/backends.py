@@ -20,7 +20,7 @@ import numpy as np
 from headcut_grader.errors import UserError, named, quoted, shown
 from headcut_grader.files import hash_and_find
 from headcut_grader.machine import runtime_version
-from headcut_grader.optional import Unimportable, optional_module, reinstall
+from headcut_grader.optional import Unimportable, broken_said, optional_module
 
 BACKEND_NAMES = ("onnxruntime", "openvino")
 BACKEND_CHOICES = ("auto", *BACKEND_NAMES)  # what a user may ask for: a runtime, or auto
@@ -180,8 +180,8 @@ def no_openvino(names: str = "arguments", *, broken: Unimportable | None = None)
     backend='onnxruntime'."""
     other = "pick --backend onnxruntime" if names == "flags" else "pass backend='onnxruntime'"
     if broken is not None:
-        return UserError(f"the OpenVINO backend needs the openvino package, which {broken.why}; "
-                         f"reinstall it: {reinstall('openvino')} (or {other}).")
+        return UserError(f"the OpenVINO backend needs the openvino package, and {broken_said('openvino', broken.why)} "
+                         f"(or {other}).")
     return UserError(f"the OpenVINO backend needs the openvino package; run: {INSTALL['openvino']} (or {other}).")
 
 

@@ -23,13 +23,20 @@ class Unimportable(UserError):
     `name` and `why` ('fails to import here (OSError: ...)') let a caller say it in its own sentence."""
 
     def __init__(self, name: str, why: str):
-        super().__init__(f"{name} {why}; reinstall it: {reinstall(name)}.")
+        super().__init__(f"{broken_said(name, why)}.")
         self.name, self.why = name, why
 
 
 def reinstall(name: str) -> str:
     """The command that puts back a package installed here but failing to import (its files, its dependencies)."""
     return f"pip install --force-reinstall {name}"
+
+
+def broken_said(name: str, why: str) -> str:
+    """The clause for the package `name` that is installed but fails to import (`why`, as why_unusable says it), with
+    the fix: 'openvino fails to import here (RuntimeError: ...); reinstall it: pip install --force-reinstall
+    openvino'. Every sentence for such a package ends with it."""
+    return f"{name} {why}; reinstall it: {reinstall(name)}"
 
 
 def optional_module(name: str) -> ModuleType | None:

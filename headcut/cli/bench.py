@@ -121,7 +121,7 @@ def bench(
     """
     quiet_transformers()
     from headcut.export.bench import (benchmark, grader_backends, grader_variant, load_measured, pytorch_variant,
-                                      short_names)
+                                      short_names, skipped_said)
     from headcut.export.bench_report import write_bench
     from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model
@@ -143,10 +143,13 @@ def bench(
     variants = [load_measured(lambda m=m, n=n: pytorch_variant(f"pytorch fp32 {n}", load_model(m, flag="--model"),
                                                                threads=threads))
                 for m, n in zip(model, short_names(model, 1))]
-    for folder, name in zip(grader, short_names(grader, 2)):  # each graph whose runtime is installed here
+    for folder, name in zip(grader, short_names(grader, 2)):  # each graph whose runtime imports here
+        usable, skipped = grader_backends(folder)
         variants += [load_measured(lambda f=folder, b=b, n=name: grader_variant(f"grader {n}", f, threads=threads,
                                                                                 backend=b))
-                     for b in grader_backends(folder)]
+                     for b in usable]
+        for runtime, why in skipped.items():  # as grade says it: which graph, why, and the fix
+            typer.echo(f"note: {folder}'s {runtime} graph was skipped: {skipped_said(runtime, why)}.", err=True)
     result = benchmark(variants, variants[0].tokenizer, pairs, settings,
                        progress=lambda m: typer.echo(f"... {m}", err=True))
     with atomic_dir(out, overwrite=overwrite, inputs=inputs, flag="--out") as tmp:

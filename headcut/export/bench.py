@@ -105,13 +105,23 @@ def grader_variant(name: str, grader_dir: str | Path, *, threads: int, backend: 
                          "int8_choice": _int8_choice(grader.record, backend)}, flops=flops)
 
 
-def grader_backends(grader_dir: str | Path) -> list[str]:
-    """The folder's graphs whose runtime is installed here (ONNX Runtime first): one benchmark variant each."""
-    from headcut_grader.backend_choice import installed
+def grader_backends(grader_dir: str | Path) -> tuple[list[str], dict[str, str]]:
+    """The folder's graphs whose runtime imports here (ONNX Runtime first), one benchmark variant each, and the
+    others' runtimes: {runtime: why_unusable} (not installed, or failing to import), for the caller to say."""
     from headcut_grader.backends import graphs
     from headcut_grader.grader import read_record
+    from headcut_grader.optional import why_unusable
 
-    return [b for b in graphs(read_record(grader_dir)) if installed(b)]
+    unusable = {b: why for b in graphs(read_record(grader_dir)) if (why := why_unusable(b))}
+    return [b for b in graphs(read_record(grader_dir)) if b not in unusable], unusable
+
+
+def skipped_said(runtime: str, why: str) -> str:
+    """Why a grader's graph on `runtime` was not benchmarked (`why` as why_unusable says it), with the fix."""
+    from headcut_grader.backends import INSTALL
+    from headcut_grader.optional import NOT_INSTALLED, broken_said
+
+    return f"{runtime} {why}; run: {INSTALL[runtime]}" if why == NOT_INSTALLED else broken_said(runtime, why)
 
 
 # The parts of a tokenizer that decide a text's ids: truncation and padding are left out (bench sets the lengths it

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from headcut_grader.errors import counted
-from headcut_grader.optional import reinstall
+from headcut_grader.optional import broken_said
 from headcut_grader.ranges import THREADS
 from headcut_grader.cli.common import (BACKEND, LABEL_COL, OVERWRITE, PRESET, QUERY_COL, TITLE_COL, Opt, field_option,
                                        file_option, file_to_read, number_in, on_interrupt, path, progress_bar,
@@ -55,7 +55,7 @@ def grade(
     counts = f"grades: {', '.join(f'{g}: {n:,}' for g, n in summary.counts.items())}; " if summary.counts else ""
     typer.echo(f"graded {counted(summary.rows, 'pair')}{resumed} -> {out} ({counts}{summary.backend})")
     for name, why in summary.broken_runtimes.items():  # auto graded with another graph: say why, and the fix
-        typer.echo(f"note: the grader's {name} graph was skipped: {name} {why}; reinstall it: {reinstall(name)}.",
+        typer.echo(f"note: the grader's {name} graph was skipped: {broken_said(name, why)}.",
                    err=True)
 
 
