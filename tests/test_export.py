@@ -229,6 +229,7 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
     from typer.testing import CliRunner
 
     from headcut.cli.main import app
+    from headcut.export import build
     from headcut.export.runtimes import ExportBackend, export_backend
 
     tokenizer = tiny_tokenizer(tmp_path / "tok")
@@ -244,14 +245,23 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
     monkeypatch.setitem(sys.modules, "nncf", types.ModuleType("nncf"))  # NNCF usable: OpenVINO alone is said
     said = ("OpenVINO is not installed here" if openvino == "missing" else
             "OpenVINO fails to import here (RuntimeError: no CPU plugin)")
-    assert export_backend("auto", "fp32") == ExportBackend("onnxruntime", f"backend=auto: {said}, so ONNX Runtime alone (pip "
-                                                                  "install 'headcut[openvino]' for both)")
+    assert export_backend("auto", "fp32") == ExportBackend("onnxruntime", f"backend=auto: {said}, so ONNX Runtime "
+                                                                          "alone (pip install 'headcut[openvino]' for "
+                                                                          "both)")
     result = CliRunner().invoke(app, ["export", str(folder), "--out", str(tmp_path / "grader"), "--backend", "auto"])
     assert result.exit_code == 0, result.output
     assert f"--backend auto: {said}, so ONNX Runtime alone (pip install 'headcut[openvino]' for both)" in \
         result.output.splitlines()
     saved = json.loads((tmp_path / "grader" / "grader.json").read_text())
     assert saved["backend"] == "onnxruntime" and saved["openvino"] is None
+    # the reason the command printed is the export's own, decided once (build_grader) and recorded beside backend
+    assert saved["backend_alone"] == (f"--backend auto: {said}, so ONNX Runtime alone (pip install "
+                                      "'headcut[openvino]' for both)")
+    decided = []
+    monkeypatch.setattr(build, "export_backend", lambda *args, **kwargs: decided.append(args) or
+                        export_backend(*args, **kwargs))
+    build.build_grader(loaded, tmp_path / "again", backend="auto")
+    assert decided == [("auto", "fp32")]
     refused = CliRunner().invoke(app, ["export", str(folder), "--out", str(tmp_path / "bf16"), "--backend", "auto",
                                        "--precision", "bf16"])
     assert refused.exit_code == 2 and refused.output == (f"error: --precision bf16 needs OpenVINO, and {said}; pip "

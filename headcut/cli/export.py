@@ -140,7 +140,6 @@ def export(
     from headcut.models import load_model, outline
 
     from headcut.export.build import resolve_precision
-    from headcut.export.runtimes import export_backend
 
     model, model_name = one_model(model, model_flag)
     check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out",
@@ -167,8 +166,6 @@ def export(
                           opset=opset, max_length=max_length, gate=gate, threads=threads, overwrite=overwrite,
                           progress=lambda msg: typer.echo(f"... {msg}", err=True), names="flags")
     typer.echo(format_record(record))
-    # auto without a usable OpenVINO (or NNCF, for an INT8 graph): why no OpenVINO graph
-    alone = export_backend(backend, precision or ("int8" if int8 else "fp32"), names="flags").alone
-    if alone:
-        typer.echo(alone)
+    if record["backend_alone"]:  # auto without a usable OpenVINO (or NNCF, for an INT8 graph): why no OpenVINO graph
+        typer.echo(record["backend_alone"])
     typer.echo(f"wrote {out}")

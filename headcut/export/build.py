@@ -23,7 +23,7 @@ from headcut.export.gate import (ARGUMENTS, MIN_GATE_PAIRS, gate_fix, int8_said,
                                  named)
 from headcut.export.openvino import PRECISIONS
 from headcut.export.optimize import optimize_graph
-from headcut.export.runtimes import INSTALL_OPENVINO, export_backend, openvino_missing
+from headcut.export.runtimes import INSTALL_OPENVINO, ExportBackend, export_backend, openvino_missing
 from headcut.export.quantize import (CHOICES, Int8Choice, Int8Gate, batch_dependence, fastest_passing, gate_table,
                                      judge, quantize_int8, resolve)
 from headcut_grader.files import as_path, atomic_dir, file_record, write_json, write_text
@@ -33,12 +33,12 @@ from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 
 
-def resolve_precision(backend: str, precision: str | None, *, int8: bool,
-                      names: str = "arguments") -> tuple[str, str | None]:
+def resolve_precision(backend: str, precision: str | None, *, int8: bool, names: str = "arguments",
+                      built: ExportBackend | None = None) -> tuple[str, str | None]:
     """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend`, `precision` and `int8`, the backend
-    as an export builds it here (runtimes.export_backend: auto without OpenVINO builds no OpenVINO graph); `names`:
-    how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags)."""
-    built = export_backend(backend, precision or ("int8" if int8 else "fp32"), names=names).name
+    as an export builds it here (`built`, else runtimes.export_backend: auto without OpenVINO builds no OpenVINO
+    graph); `names`: how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags)."""
+    built = (built or export_backend(backend, precision or ("int8" if int8 else "fp32"), names=names)).name
     backend_flag, precision_flag = named("backend", names), named("precision", names)
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.",
@@ -102,12 +102,12 @@ def build_grader(
     # a command's and a recipe's are bools already: these names are a Python caller's
     int8, optimize = checked_bool(int8, "int8"), checked_bool(optimize, "optimize")
     check_gate_and_pairs(gate, pairs, names)
+    built = export_backend(backend, precision or ("int8" if int8 else "fp32"), names=names)  # decided once, here
     ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
                                                         int8=int8, max_length=max_length or loaded.max_length,
-                                                        names=names)
+                                                        names=names, built=built)
     say = progress or (lambda message: None)
     model, max_length = loaded.model, max_length or loaded.max_length
-    built = export_backend(backend, precision or ("int8" if int8 else "fp32"), names=names).name
     try:
         with atomic_dir(out, overwrite=overwrite, flag=named("out", names)) as tmp:
             graphs = export_checked(model, loaded.tokenizer, pairs, tmp, opset=opset, max_length=max_length,
@@ -139,7 +139,8 @@ def check_gate_and_pairs(gate, pairs, names: str) -> None:
 
 
 def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | None, int8: bool,
-                max_length: int, names: str = "arguments") -> tuple[str, str | None, bool]:
+                max_length: int, names: str = "arguments", built: ExportBackend | None = None
+                ) -> tuple[str, str | None, bool]:
     """Refuse what cannot be built, before any work: (ORT precision, OpenVINO precision or None, labelled);
     `names` as `build_grader`'s."""
     from headcut.models import check_stage
@@ -148,7 +149,7 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
     # a grader must not accept texts its graph cannot embed
     with concerning("max_length"):
         check_max_length(loaded.model, max_length, flag=named("max_length", names))
-    ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8, names=names)
+    ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8, names=names, built=built)
     labelled = pairs is not None and pairs.task is not None
     if labelled:
         with concerning("model"):
@@ -281,8 +282,8 @@ def openvino_beside(model, pairs: Pairs | None, graphs: Graphs, graded: Graded, 
     return judged.record, speed
 
 
-def write_grader(loaded, tmp: Path, graphs: Graphs, graded: Graded, *, max_length: int, opset: int, backend: str,
-                 openvino: dict | None, speed: dict | None) -> dict:
+def write_grader(loaded, tmp: Path, graphs: Graphs, graded: Graded, *, max_length: int, opset: int,
+                 backend: ExportBackend, openvino: dict | None, speed: dict | None) -> dict:
     """Keep the shipped graph as model.onnx, save the tokenizer, write grader.json and the model card."""
     target = tmp / "model.onnx"
     Path(graded.final).rename(target)
@@ -295,7 +296,7 @@ def write_grader(loaded, tmp: Path, graphs: Graphs, graded: Graded, *, max_lengt
         precision="int8" if graded.int8 else "fp32", graph_optimization="all", parity=graphs.parity,
         accuracy=graded.accuracy, int8=graded.int8, int8_rejected=graded.int8_rejected, optimized=graphs.optimized,
         model_file=file_record(target, tmp), tokenizer_file=file_record(tmp / "tokenizer.json", tmp),
-        backend=backend, openvino=openvino, speed=speed,
+        backend=backend.name, backend_alone=backend.alone, openvino=openvino, speed=speed,
     )
     write_json(tmp / "grader.json", record)
     write_text(tmp / "README.md", model_card(record))

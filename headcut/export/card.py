@@ -10,7 +10,8 @@ from headcut_grader.machine import runtime_version
 def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int, precision: str,
                   graph_optimization: str, parity: dict, accuracy: dict | None, int8: dict | None,
                   optimized: dict | None, model_file: dict, tokenizer_file: dict, backend: str = "onnxruntime",
-                  openvino: dict | None = None, speed: dict | None = None, int8_rejected: dict | None = None) -> dict:
+                  openvino: dict | None = None, speed: dict | None = None, int8_rejected: dict | None = None,
+                  backend_alone: str | None = None) -> dict:
     """grader.json: everything the runtime needs (grades, inputs, max length) and what the export proved."""
     from headcut.version import __version__ as headcut_version
     from headcut.arch import heads_per_layer, count_parameters
@@ -34,6 +35,7 @@ def grader_record(loaded, *, input_names: list[str], max_length: int, opset: int
         "onnxruntime_version": runtime_version("onnxruntime"),
         # which graph `--backend auto` grades with: this one where it is installed, else the faster on its CPU
         "backend": backend,
+        "backend_alone": backend_alone,  # why backend auto built ONNX Runtime's graph alone (None: it built both)
         "openvino": openvino,  # the OpenVINO IR (files, precision, parity, choice), when exported for it
         "speed": speed,  # each backend's graph timed in turns at export, with the CPU it ran on
         "opset": opset,

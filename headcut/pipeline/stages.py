@@ -197,12 +197,10 @@ def export(source: str) -> Callable[[Context], dict]:
 def _runtime(ctx: Context, record: dict, *, vocab_size: int) -> dict:
     """The runtime the grader grades with on this CPU, as the runtime itself chooses it, and the timings behind it."""
     from headcut.export.card import runtime_record
-    from headcut.export.runtimes import export_backend
     from headcut_grader.backend_choice import choose_backend
 
     choice = choose_backend(ctx.folder / "grader", record, threads=ctx.recipe.export.threads, vocab_size=vocab_size)
-    e = ctx.recipe.export
-    alone = export_backend(e.backend, e.precision, names=key_names(ctx.recipe, "export")).alone
+    alone = record.get("backend_alone")  # the export's own reason (grader.json), not decided again
     return runtime_record(record, choice.backend, f"{choice.reason} ({alone})" if alone else choice.reason)
 
 
