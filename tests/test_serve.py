@@ -130,8 +130,8 @@ def test_a_body_of_the_wrong_shape_is_one_sentence_naming_the_field_and_the_fix(
 
 
 @pytest.mark.parametrize("method, path, status, words", [
-    ("GET", "/grade", 405, "/grade takes POST, not GET; see GET /docs."),
-    ("DELETE", "/rank", 405, "/rank takes POST, not DELETE"),
+    ("GET", "/grade", 405, "'/grade' takes POST, not GET; see GET /docs."),  # quoted as a 404's path is
+    ("DELETE", "/rank", 405, "'/rank' takes POST, not DELETE"),
     ("GET", "/foo", 404, "no route '/foo'; the routes are POST /grade, POST /rank"),
     # the path quoted and cut: was echoed whole (60,000 characters), and /grade with a zero-width space read /grade
     ("POST", "/grade\u200b", 404, "no route '/grade\\u200b'; the routes are POST /grade"),
@@ -224,6 +224,31 @@ def test_every_line_and_coding_of_the_body_s_headers_is_read(server, head, body,
         reply = one_response(s)
     assert reply.startswith(b"HTTP/1.1 %d" % status), reply
     assert json.loads(reply.partition(b"\r\n\r\n")[2])["error"] == sentence
+
+
+def test_empty_header_items_and_a_body_over_the_limit_are_read_as_http_says():
+    """Was: 'Transfer-Encoding: chunked,' (an empty list item) 415 'has Transfer-Encoding chunked, , which this
+    server does not decode'; an empty Content-Type said 'Content-Type none', as if none was sent; and with
+    max_held_bytes equal to max_body_bytes, a chunked body over the limit was a busy worker's 503, not 413."""
+    import asyncio
+
+    from headcut_grader.serve_middleware import Held, JsonBody, _read_body
+
+    body = JsonBody(None, 100, 50, ("/grade",), 5.0)
+    json_type = {b"content-type": [b"application/json"]}
+    assert body.header_problem({**json_type, b"transfer-encoding": [b"chunked,"]}) is None
+    assert body.header_problem({**json_type, b"content-encoding": [b", identity"]}) is None
+    assert body.header_problem({b"content-type": [b""]}) == (
+        415, "request body must be JSON (Content-Type empty): send Content-Type: application/json.")
+    assert body.header_problem({})[1].startswith("request body must be JSON (Content-Type none)")
+
+    async def receive():
+        return {"type": "http.request", "body": b"x" * 101, "more_body": True}
+
+    held = Held(100)
+    with held.request() as take:
+        read = asyncio.run(_read_body(receive, 100, 5.0, take))
+    assert len(read) == 101 and held.bytes == 0  # over the limit: the caller's 413, no bytes held
 
 
 def test_json_with_a_charset_parameter_is_json(server):
@@ -1304,17 +1329,21 @@ def test_the_documented_uvicorn_command_says_a_refusal_in_one_sentence(tmp_path,
     ({"threads": "x"}, "HEADCUT_SERVE key threads is 'x'; it must be a whole number in [1, 256]."),
     ({"threads": 0}, "HEADCUT_SERVE key threads is 0; it must be a whole number in [1, 256]."),
     ({"backend": "gpu"}, "HEADCUT_SERVE key backend is 'gpu'; use one of: auto, onnxruntime, openvino."),
+    ({"backend": "g" * 300}, f"HEADCUT_SERVE key backend is '{'g' * 199}... (302 characters); use one of: auto, "
+                             "onnxruntime, openvino."),  # was: cut at 60 characters, with no count
 ])
 def test_app_from_env_names_a_bad_value_as_headcut_serve_s_key(tiny_folder, monkeypatch, settings, sentence):
     """A HEADCUT_SERVE written by hand for uvicorn --factory. Was: named as arguments its writer never saw:
     'create_app grader_dir is 5', "Grader threads is 'x'", "Grader backend is 'gpu'"."""
     from headcut_grader.errors import UserError
-    from headcut_grader.serve import app_from_env
+    from headcut_grader.serve import _app_from, app_from_env
 
-    monkeypatch.setenv("HEADCUT_SERVE", json.dumps({"grader_dir": str(tiny_folder), **settings}))
-    with pytest.raises(UserError) as e:
-        app_from_env()
+    with pytest.raises(UserError) as e:  # app_from_env says it on stderr and exits 2 (5c03d86)
+        _app_from(json.dumps({"grader_dir": str(tiny_folder), **settings}))
     assert str(e.value) == sentence
+    monkeypatch.setenv("HEADCUT_SERVE", json.dumps({"grader_dir": str(tiny_folder), **settings}))
+    with pytest.raises(SystemExit, match="2"):
+        app_from_env()
 
 
 def test_app_from_env_takes_only_a_grader_dir_and_defaults_the_rest(tiny_folder, monkeypatch):

@@ -21,7 +21,7 @@ import sys
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, fields, replace
 
-from headcut_grader.errors import UserError, named, setting
+from headcut_grader.errors import UserError, cut, named, setting
 from headcut_grader.files import as_path
 from headcut_grader.ranges import (BATCH, SERVE_BATCH_SIZE, THREADS, argument, checked_fields, checked_number,
                                    range_field, ranged)
@@ -88,7 +88,7 @@ class Settings:
         as_path(self.grader_dir, f"{said} grader_dir", what="a grader folder's path")
         threads = checked_number(self.threads, f"{said} threads", THREADS, whole=True)
         if not isinstance(self.backend, str) or self.backend not in BACKEND_CHOICES:
-            raise UserError(f"{said} backend is {argument(self.backend)[:60]}; use one of: "
+            raise UserError(f"{said} backend is {cut(argument(self.backend))}; use one of: "
                             f"{', '.join(BACKEND_CHOICES)}.")
         return replace(self, threads=threads)
 

@@ -77,8 +77,8 @@ class JsonBody:
             shown = ", ".join(_shown(media_type) for media_type in media_types)
             return 400, (f"request has {len(media_types)} Content-Type headers that disagree ({shown}); send one: "
                          "Content-Type: application/json.")
-        if media_types != [b"application/json"]:
-            shown = _shown(media_types[0]) if media_types and media_types[0] else "none"
+        if media_types != [b"application/json"]:  # an empty header is told from none
+            shown = (_shown(media_types[0]) or "empty") if media_types else "none"
             return 415, f"request body must be JSON (Content-Type {shown}): send Content-Type: application/json."
         for name, plain, fix in (("Content-Encoding", (b"identity", b""), "without a Content-Encoding header"),
                                  ("Transfer-Encoding", (b"chunked",), "with a Content-Length or Transfer-Encoding: "
@@ -128,8 +128,10 @@ def _shown(value: bytes) -> str:
 
 
 def _tokens(headers: dict[bytes, list[bytes]], name: str) -> list[bytes]:
-    """The comma-separated items of every line of header `name`, lower-case (Content-Encoding: gzip, identity)."""
-    return [item.strip().lower() for value in headers.get(name.lower().encode(), []) for item in value.split(b",")]
+    """The comma-separated items of every line of header `name`, lower-case (Content-Encoding: gzip, identity); an
+    empty item is none ('Transfer-Encoding: chunked,' is chunked, as HTTP's list rule reads it)."""
+    return [token for value in headers.get(name.lower().encode(), []) for item in value.split(b",")
+            if (token := item.strip().lower())]
 
 
 def header_values(scope) -> dict[bytes, list[bytes]]:
@@ -224,9 +226,11 @@ async def _read_body(receive, limit: int, timeout: float, take=lambda n: True) -
         if message["type"] == "http.disconnect":
             return None
         chunks.append(message.get("body", b""))
-        if not take(len(chunks[-1])):  # `take`: Held.request's, for the worker's bound on bodies held
-            raise HeldFull()
         size, last = size + len(chunks[-1]), time.monotonic()
+        # `take`: Held.request's, for the worker's bound on bodies held; a body past `limit` is the caller's 413,
+        # not a busy worker's 503 (max_held_bytes may equal max_body_bytes)
+        if size <= limit and not take(len(chunks[-1])):
+            raise HeldFull()
         more = message.get("more_body", False)
     return b"".join(chunks)
 

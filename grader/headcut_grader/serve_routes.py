@@ -145,7 +145,7 @@ async def http_error(request: Request, exc: StarletteHTTPException):
     # the path quoted and cut, as the user's keys are: a 60,000-character path was echoed whole, and one with an
     # invisible character (/grade%E2%80%8B) read as a route that exists
     message = {404: f"no route {quoted(path)}; the routes are {ROUTES}",
-               405: f"{path} takes {(headers or {}).get('Allow', 'another method')}, not {request.method}; "
+               405: f"{quoted(path)} takes {(headers or {}).get('Allow', 'another method')}, not {request.method}; "
                     "see GET /docs",
                400: "body could not be read as JSON (a number too long to read?); see GET /docs for the request "
                     "shape" if exc.detail == "There was an error parsing the body" else None}.get(exc.status_code)
