@@ -169,11 +169,12 @@ def _unmeasured(tally: _Tally) -> np.ndarray:
 def best_head(probes: dict, name: str) -> tuple[int, int, float] | None:
     """(layer, head, score) of the head that scores above every other on probe `name`; None where none does: the
     probe measured no head (NaN throughout: see UNMEASURED), or two or more heads share the top score (every head
-    alike, each head's boundary_f1 0, say), where the first of them was named best (unmeasured says which)."""
+    alike, each head's boundary_f1 0, say; unmeasured says which)."""
     values = np.asarray(probes[name], dtype=float)
-    if not np.isfinite(values).any() or len(_top(values)) > 1:
+    top = _top(values) if np.isfinite(values).any() else []
+    if len(top) != 1:
         return None
-    layer, head = _top(values)[0]
+    layer, head = top[0]
     return layer, head, float(values[layer, head])
 
 
