@@ -193,7 +193,7 @@ def load_model(
             with broken_file(path / "config.json"):  # the shape record is config.json's, not the weights'
                 apply_shape(model, shape)
             state = _with_fresh_head(model, read_state(weights), weights, num_labels, fresh=fresh)
-            _check_no_extra_weights(model, state, weights)
+            _check_names_match(model, state, weights)
             model.load_state_dict(state, strict=True)
         else:
             model, info = AutoModelForSequenceClassification.from_pretrained(
@@ -403,7 +403,7 @@ def _with_fresh_head(model, state: dict, weights: Path, num_labels: int, *, fres
     return {**state, **{k: own[k] for k, _, _ in mismatched}}
 
 
-def _check_no_extra_weights(model, state: dict, weights: Path) -> None:
+def _check_names_match(model, state: dict, weights: Path) -> None:
     """A pruned artifact's weights (`state`) have the names of the model config.json and its headcut_shape build."""
     own = model.state_dict()
     _check_same_names([name for name in own if name not in state], [name for name in state if name not in own], weights)
@@ -425,17 +425,12 @@ def _check_loaded_names(model, info: dict, weights: Path) -> None:
 
 def _check_same_names(missing: list, extra: list, weights: Path) -> None:
     """Weights the model built from config.json has and the file lacks (`missing`), or the reverse (`extra`): a file
-    saved from another architecture or config, not damage (its header read). Was: a missing one 'is damaged or
-    incomplete (Error(s) in loading state_dict for BertForSequenceClassification:)'."""
-    if missing:
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        raise UserError(f"{weights} lacks {', '.join(missing[:3])}{more}, which the model {_described_by(weights)} "
-                        f"has; {PUT_BACK}.")
-    if extra:
-        more = f" and {len(extra) - 3} more" if len(extra) > 3 else ""
-        raise UserError(f"{weights} has weights this model's config does not declare: {', '.join(extra[:3])}{more}; "
-                        "it was saved from another architecture or config: put back the config.json saved with it in "
-                        f"{weights.parent}.")
+    saved from another architecture or config, not damage (its header read), said with one fix."""
+    for names, holds in ((missing, "lacks"), (extra, "holds")):
+        if names:
+            more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+            raise UserError(f"{weights} {holds} {', '.join(names[:3])}{more}, which the model {_described_by(weights)} "
+                            f"{'has' if holds == 'lacks' else 'lacks'}; {PUT_BACK}.")
 
 
 def _described_by(weights: Path) -> str:

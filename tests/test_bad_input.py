@@ -1025,8 +1025,8 @@ def test_11_weights_of_another_config_are_not_called_damaged(tmp_path, saved_mod
                         "or copy or download the model folder again."), said
     else:
         shown = ", ".join(extra[:3]) + (" and 2 more" if len(extra) > 3 else "")
-        assert said == (f"{weights} has weights this model's config does not declare: {shown}; it was saved from "
-                        f"another architecture or config: put back the config.json saved with it in {folder}.")
+        assert said == (f"{weights} holds {shown}, which the model {folder / 'config.json'} describes lacks; put "
+                        "back the config.json saved with these weights, or copy or download the model folder again.")
 
 
 @pytest.mark.parametrize("kind", ["artifact", "plain"])
@@ -2354,7 +2354,7 @@ def test_a_config_not_saved_with_its_weights_is_told_apart_from_damaged_weights(
         sentence = f"{weights} lacks bert.encoder.layer.1.output.dense.bias, which the model {config} describes has"
     elif case == "one layer fewer":
         config.write_text(json.dumps({**json.loads(config.read_text()), "num_hidden_layers": 1}))
-        sentence = f"{weights} has weights this model's config does not declare: bert.encoder.layer.1."
+        sentence = f"{weights} holds bert.encoder.layer.1."
     elif case == "heads edited":
         _edit_heads(folder, [[0, 1, 2], [0, 1, 2, 3]])
         sentence = (f"{weights} holds bert.encoder.layer.0.attention.output.dense.weight of shape [32, 32], but the "
@@ -2366,7 +2366,7 @@ def test_a_config_not_saved_with_its_weights_is_told_apart_from_damaged_weights(
         load_model(folder)
     assert str(caught.value).startswith(sentence), str(caught.value)
     assert str(caught.value).endswith("put back the config.json saved with these weights, or copy or download the "
-                                      f"model folder again.") or "one layer fewer" == case
+                                      f"model folder again.")
     refused(run("export", "--model", folder, "--out", tmp_path / "g"), sentence)
     assert not (tmp_path / "g").exists()
 
