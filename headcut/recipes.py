@@ -119,6 +119,9 @@ def _shipped_keys(kind: str, *, every: bool = False) -> frozenset:
     return frozenset(set.intersection(*keys) if every else set.union(*keys))
 
 
+READ_FROM = "_read_from"  # the attribute load_recipe records its file in (read_from)
+
+
 def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kind: str | None = None,
                 flags: dict[str, tuple[str, str]] | None = None, flag: str = "load_recipe name_or_path"):
     """Read a recipe into the frozen dataclass `cls`, applying `key=value` overrides, then `flags` ({key: (flag,
@@ -137,9 +140,6 @@ def load_recipe(cls, name_or_path: str | Path, *, overrides: list[str] = (), kin
     recipe = from_dict(cls, data, where=str(path), origins=origins)
     object.__setattr__(recipe, READ_FROM, path)  # not a field: no key of the recipe, nor part of its fingerprint
     return recipe
-
-
-READ_FROM = "_read_from"
 
 
 def read_from(recipe) -> Path | None:
