@@ -94,8 +94,7 @@ class TrainingRecipe(LoopSettings):
 
     def input_paths(self) -> list:
         """Files and folders the run reads (None or a built-in name where unset): none may be its output; the recipe
-        file too, where load_recipe read it (was: refused by the CLI alone, so 'finetune(load_recipe(FinetuneRecipe,
-        "runs/t/r.yaml"), "runs/t", overwrite=True)' replaced runs/t and the recipe in it with the artifact)."""
+        file too, where load_recipe read it (recipes.read_from), so no out replaces it, whoever calls."""
         return [read_from(self), self.train_data, self.dev_data]
 
     def check(self, where: str, *, named: frozenset = frozenset()) -> None:

@@ -270,9 +270,8 @@ def _no_link(data: Path, *, resuming: bool, names: str) -> None:
 
 def _task(grader_dir) -> tuple[str, dict]:
     """The grader's task and its gold's options for iter_pairs, read before the file so that its gold column is read
-    as that task's (a one-score grader's as numbers, kept as true_score) against the grader's own grades (was: always
-    1..5, so a 0..4 grader's gold 0 was refused and a gold 5 kept as its true_grade). A folder that cannot say is
-    reported by Grader, after the file."""
+    as that task's (a one-score grader's as numbers, kept as true_score) against the grader's own grades. A folder
+    that cannot say is reported by Grader, after the file."""
     try:
         record = read_record(grader_dir)  # checked: its grades are two or more different whole numbers
     except UserError:

@@ -40,12 +40,10 @@ def broken_said(name: str, why: str) -> str:
 
 
 def optional_module(name: str) -> ModuleType | None:
-    """The module `name`, or None where it is not installed; Unimportable where it is but fails to import (was: its
-    traceback where the error was no ImportError, else None, and 'pip install' advice for a package installed). A
-    Ctrl-C that lands while a compiled extension starts (ONNX Runtime and OpenVINO are pybind11 modules) reaches
-    Python as ImportError("initialization failed") caused by the KeyboardInterrupt; it is raised as the Ctrl-C it was
-    (was: the package counted as not installed, so a `grade` interrupted while choosing its backend ended in a
-    ValueError traceback)."""
+    """The module `name`, or None where it is not installed; Unimportable where it is but fails to import, whatever
+    its error. A Ctrl-C that lands while a compiled extension starts (ONNX Runtime and OpenVINO are pybind11 modules)
+    reaches Python as ImportError("initialization failed") caused by the KeyboardInterrupt; it is raised as the
+    Ctrl-C it was, not taken as the package missing."""
     why = why_unusable(name)
     if why is None:
         return importlib.import_module(name)  # imported already: a look-up in sys.modules

@@ -48,9 +48,8 @@ class Limits:
     # connection sending nothing, was held forever (HEAD_PROTOCOL, which reads it by HEAD_TIMEOUT; without it, as
     # with uvicorn's own protocol, this setting does nothing)
     header_timeout_seconds: float = ranged(30.0, 0.1, 3600.0)
-    # bodies are held whole until their requests are answered, and nothing bounded how many: 300 clients each
-    # sending a 1 MB body slowly held 300 MB of one worker (any number of connections, any memory). Past this sum a
-    # request gets 503 with Retry-After; at least max_body_bytes
+    # bodies are held whole until their requests are answered: this bounds their sum per worker (300 slow clients
+    # with 1 MB each would hold 300 MB). Past it a request gets 503 with Retry-After; at least max_body_bytes
     max_held_bytes: int = ranged(64_000_000, 100, 2 ** 40)
 
 
@@ -80,8 +79,7 @@ class Settings:
 
     def checked(self) -> "Settings":
         """These settings with grader_dir, threads and backend checked as $HEADCUT_SERVE's keys, which a person may
-        have written for uvicorn --factory (was: named as arguments they never wrote, 'create_app grader_dir is 5',
-        "Grader threads is 'x'", "Grader backend is 'gpu'"); limits and batching are named by their keys already."""
+        have written for uvicorn --factory; limits and batching are named by their keys already."""
         from headcut_grader.backends import BACKEND_CHOICES
 
         said = f"{ENV_SETTINGS} key"
@@ -201,8 +199,8 @@ def app_from_env():
     travel by environment, where `headcut serve` put them: answers name its flags). The head deadline's uvicorn and
     h11 internals are checked at start-up, not in the middle of a request: here, unless `headcut serve` did.
     uvicorn calls it as a command's body is called, so it ends as a command does: a UserError (HEADCUT_SERVE unset,
-    a missing grader folder) is its sentence on stderr and exit code 2. uvicorn catches only a factory's TypeError;
-    any other error was its traceback, the sentence on the last line."""
+    a missing grader folder) is its sentence on stderr and exit code 2 (uvicorn catches only a factory's
+    TypeError)."""
     try:
         return _app_from(os.environ.get(ENV_SETTINGS))
     except UserError as e:

@@ -66,10 +66,8 @@ class JsonBody:
 
     def header_problem(self, headers: dict[bytes, list[bytes]]) -> tuple[int, str] | None:
         """Why the headers that say how the body is written refuse it, or None. `headers`: every value of each, as
-        header_values gives them: a repeated header was read by its last value here and by its first in FastAPI
-        (text/plain then application/json was answered 'body: ... not bytes'), and a coding in a list or a second
-        header slipped through (gzip under 'Content-Encoding: identity' or 'Transfer-Encoding: gzip, chunked' was
-        answered 'not UTF-8', as if its text were wrong)."""
+        header_values gives them, so a repeated header is read by all its lines (FastAPI reads the first) and every
+        coding of a list or a second header counts."""
         if any(not value.isdigit() or int(value) > self.limit for value in headers.get(b"content-length", [])):
             return self.too_large()
         media_types = sorted({value.split(b";")[0].strip().lower() for value in headers.get(b"content-type", [])})

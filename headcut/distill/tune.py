@@ -323,9 +323,7 @@ def _open_study(recipe: DistillRecipe, out: Path, flag: str):
 def _study_writes(out: Path):
     """A write to the study that fails where the user can fix it is one sentence naming study.db: a read-only study
     or folder (_read_only), a full disk (files.write_fault); sqlite's error otherwise (a damaged study, said where it
-    is opened). Optuna raises a failed commit as StorageInternalError, sqlite's error its cause. Was: on a full disk,
-    'study.db is damaged (database or disk is full); pass --overwrite', a read-only study.db optuna's traceback, and
-    a read-only folder with no study.db yet 'study.db is damaged (unable to open database file); pass --overwrite'."""
+    is opened). Optuna raises a failed commit as StorageInternalError, sqlite's error its cause."""
     from optuna.exceptions import StorageInternalError
     from sqlalchemy.exc import SQLAlchemyError
 

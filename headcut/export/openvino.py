@@ -52,8 +52,8 @@ OV_INT8_CHOICES = (
 
 
 def require_openvino():
-    """The openvino module, or one sentence saying why it cannot be used here and what to install (the export's extra,
-    which brings NNCF for INT8 too; was: the runtime's extra, and a traceback where its import failed)."""
+    """The openvino module, or one sentence saying why it cannot be used here (not installed, or its import fails)
+    and what to install: the export's extra, which brings NNCF for INT8 too."""
     return required("openvino", "an OpenVINO export needs the openvino package")
 
 
