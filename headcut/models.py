@@ -541,7 +541,10 @@ def _saved_config(path: Path, *, flag: str) -> dict:
     if kind is None:
         raise UserError(f"{file} has no 'model_type' (transformers reads the architecture from it); put back the "
                         f"config.json saved with the model, or {AGAIN}.")
-    if not isinstance(kind, str) or kind not in ARCHITECTURES:  # a list is no key of the table
+    if not isinstance(kind, str):
+        raise UserError(f"{file}: 'model_type' is {json.dumps(kind)[:80]}, not text naming the architecture; put back "
+                        f"the config.json saved with the model, or {AGAIN}.")
+    if kind not in ARCHITECTURES:
         raise UserError(f"{setting(flag, path)}: model type {quoted(kind)} is not supported; headcut supports "
                         f"{', '.join(SUPPORTED)}.")
     problem = _outputs_problem(saved)

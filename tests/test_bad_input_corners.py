@@ -140,13 +140,26 @@ def test_a_sharded_index_of_the_wrong_shape_names_the_index(tmp_path, saved_mode
 
 
 @pytest.mark.parametrize("changes,words", [
+    ({"id2label": ["a", "b", "c", "d", "e"]}, "'id2label' is [\"a\", \"b\", \"c\", \"d\", \"e\"], not an object"),
+    ({"model_type": ["bert"]}, "'model_type' is [\"bert\"], not text naming the architecture"),
+])
+@pytest.mark.parametrize("kind", ["artifact", "plain"])
+def test_a_config_key_headcut_reads_first_of_the_wrong_type_names_config_json(tmp_path, saved_models, kind, changes,
+                                                                              words):
+    """Was: AttributeError ('list' object has no attribute 'items') or TypeError ('unhashable') tracebacks, then
+    'config.json is damaged (...)' in Python's words."""
+    folder = _copy(saved_models[kind], tmp_path)
+    _edit_json(folder / "config.json", **changes)
+    result = run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV))
+    refused(result, f"{folder / 'config.json'}: {words}", "put back the config.json saved with the model")
+
+
+@pytest.mark.parametrize("changes,words", [
     ({"hidden_size": "32"}, "expected int, got str"),
     ({"layer_norm_eps": "1e-12"}, "layer_norm_eps"),
     ({"num_attention_heads": 0}, "modulo by zero"),
     ({"num_attention_heads": 3}, "not a multiple of the number of attention heads"),
     ({"pad_token_id": 10**6}, "Padding_idx"),
-    ({"id2label": ["a", "b", "c", "d", "e"]}, "has no attribute 'items'"),
-    ({"model_type": ["bert"]}, "unhashable"),
 ])
 @pytest.mark.parametrize("kind", ["artifact", "plain"])
 def test_a_config_value_of_the_wrong_type_or_size_names_config_json(tmp_path, saved_models, kind, changes, words):
