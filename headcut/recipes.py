@@ -291,6 +291,16 @@ class _Loader(yaml.SafeLoader):
             self._refuse_duplicates(node)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_placed_map(self, node):
+        """A mapping as a Placed, which knows the line each key stands on (a merged key: the line of its anchor)."""
+        data = Placed()
+        yield data
+        data.update(self.construct_mapping(node))
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node)
+            if isinstance(key_node, yaml.ScalarNode) and key in data:
+                data.lines[key] = key_node.start_mark.line + 1  # a merge's keys come first: the mapping's own win
+
     def _refuse_duplicates(self, node: yaml.MappingNode) -> None:
         """Keys of the mapping itself; a merge (`<<: *base`) is overridden by its keys, as YAML means."""
         first = {}
@@ -437,6 +447,7 @@ def _tagged(kind, construct):
 
 
 _yaml_12_scalars(_Loader)
+_Loader.add_constructor("tag:yaml.org,2002:map", _Loader.construct_placed_map)
 _Loader.add_constructor("tag:yaml.org,2002:str", _tagged(TaggedText, yaml.SafeLoader.construct_yaml_str))
 _Loader.add_constructor("tag:yaml.org,2002:float", _tagged(TaggedDecimal, yaml.SafeLoader.construct_yaml_float))
 for _tag in [*_Loader.yaml_constructors, None]:
@@ -461,11 +472,30 @@ def parse_yaml(text: str, where: str, fix: str):
         raise UserError(f"{where}: YAML nested too deeply; {fix}.") from None
 
 
+class Placed(dict):
+    """A recipe file's mapping and the line each of its keys stands on (`lines`, from 1), which a refusal of a key's
+    value names (at_line); a key set over it (--set, a flag) has no line."""
+
+    def __init__(self, *args, lines: dict | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lines = dict(lines or {})
+
+
+for _dumper in (yaml.SafeDumper, yaml.Dumper):  # written back as the mapping it is (a run's recipe.yaml, a test's)
+    _dumper.add_representer(Placed, yaml.representer.SafeRepresenter.represent_dict)
+
+
+def at_line(where: str, line: int | None) -> str:
+    """`where` (a recipe file, or a section of one) with the line a key stands on, where it is known: the one way a
+    refusal places a recipe key, as parse_yaml places invalid YAML."""
+    return f"{where}, line {line}" if line else where
+
+
 def _unshared(value):
     """`value` with each alias (*s) a copy of its anchor's value (&s), as it reads: YAML gives them one object, so a
     --set into one section (a run's student) changed every section that aliases it. Bounded: _expanded_size."""
     if isinstance(value, dict):
-        return {key: _unshared(item) for key, item in value.items()}
+        return Placed({key: _unshared(item) for key, item in value.items()}, lines=getattr(value, "lines", {}))
     if isinstance(value, list):
         return [_unshared(item) for item in value]
     return value
@@ -529,16 +559,28 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
         sets = [origins[key] for key, _ in problems if key in origins]
         if len(sets) == len(problems):  # --set values alone: led by them
             raise SetError(f"{' '.join(sets)}: " + "; ".join(text for _, text in problems) + f"{listed}.")
-        own = [key for key, _ in problems if file and key not in given]  # the recipe file's own values
-        if len(own) == len(problems):  # led by the file alone
-            where, own = in_file, []
-        came = {**dict.fromkeys(own, file), **origins}
-        raise UserError(f"{where}: " + "; ".join(text + (f" (from {came[key]})" if key in came else "")
-                                                 for key, text in problems) + f"{listed}.")
+        raise UserError(_problems_said(problems, data, where, file, origins, given) + f"{listed}.")
     check = getattr(recipe, "check", None) if checked else None
     if check:  # a check reads the keys together: name the --set values, which may be what it refuses
         _checked_together(check, in_file, where, origins, named=frozenset(origins) | named)
     return recipe
+
+
+def _problems_said(problems: list, data: dict, where: str, file: str, origins: dict, given: set) -> str:
+    """from_dict's problems (key, text) in one sentence led by `where`: each placed where its value came from, a --set
+    (origins) or the recipe `file` beneath a section, and on the line its key stands on (data.lines: at_line), which
+    leads for a lone problem."""
+    lines = {key: line for key, line in getattr(data, "lines", {}).items() if key not in origins}
+    own = [key for key, _ in problems if file and key not in given]  # the recipe file's own values
+    if len(problems) == 1:
+        key, text = problems[0]
+        lead = f"{where} ({at_line(file, lines.get(key))})" if own else at_line(where, lines.get(key))
+        return f"{lead}: {text}"
+    if len(own) == len(problems):  # led by the file alone
+        where, own = f"{where} ({file})", []
+    came = {**{key: at_line(file, lines.get(key)) for key in own}, **origins}
+    return f"{where}: " + "; ".join((f"on line {lines[key]}, " if key in lines and key not in came else "") + text
+                                    + (f" (from {came[key]})" if key in came else "") for key, text in problems)
 
 
 def _checked_together(check, in_file: str, where: str, origins: dict, *, named: frozenset) -> None:

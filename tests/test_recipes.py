@@ -765,3 +765,44 @@ def test_a_recipe_with_one_stray_key_of_another_kind_is_told_the_key_not_the_kin
     key = stray.split(":")[0]
     with pytest.raises(UserError, match=rf"unknown key '{key}'"):
         load_recipe(FinetuneRecipe, str(path), kind="finetune")
+
+
+@pytest.mark.parametrize("text, said", [
+    # was: "r.yaml: key 'epochs' is 0, ..." with no line, where invalid YAML is named by its line
+    ("model: /m\ntrain_data: synthetic\nepochs: 0\n", "r.yaml, line 3: key 'epochs' is 0, which is out of range"),
+    ("model: /m\ntrain_data: synthetic\n\nepochs: x\n", "r.yaml, line 4: key 'epochs' must be a number, not 'x'"),
+    ("model: /m\n# a comment\ntrain_data: synthetic\nepoch: 2\n", "r.yaml, line 4: unknown key 'epoch'"),
+    ("base: &b {epochs: 0}\n", "r.yaml, line 1: unknown key 'base'"),
+    ("model: /m\ntrain_data: synthetic\nepochs: 0\nlr: 2\n",
+     "r.yaml: on line 4, unknown key 'lr'; on line 3, key 'epochs' is 0, which is out of range; it must be in "
+     "(0, 1000]"),
+])
+def test_a_recipe_file_s_key_refusal_names_the_line_it_stands_on(tmp_path, text, said):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as caught:
+        load_recipe(FinetuneRecipe, path)
+    assert str(caught.value).startswith(f"{tmp_path}/{said}"), str(caught.value)
+
+
+def test_a_set_value_is_named_by_its_set_not_a_line(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("model: /m\ntrain_data: synthetic\nepochs: 2\nlr: 2\n")
+    with pytest.raises(UserError) as caught:
+        load_recipe(FinetuneRecipe, path, overrides=["epochs=0"])
+    assert str(caught.value).startswith(f"{path}: on line 4, unknown key 'lr'"), str(caught.value)
+    assert "key 'epochs' is 0, which is out of range; it must be in (0, 1000] (from --set epochs=0)" in str(
+        caught.value), str(caught.value)
+
+
+def test_a_run_recipe_section_s_key_refusal_names_the_line_it_stands_on(tmp_path):
+    from headcut.pipeline.recipe import load_pipeline
+
+    path = tmp_path / "run.yaml"
+    text = (RECIPE_ROOT / "run" / "quickstart.yaml").read_text()
+    path.write_text(text.replace("  flops: 0.5 ", "  flops: 2.0 "))
+    line = text[:text.index("  flops: 0.5 ")].count("\n") + 1
+    with pytest.raises(UserError) as caught:
+        load_pipeline(path)
+    assert str(caught.value).startswith(f"{path}: [prune], line {line}: key 'flops' is 2, which is out of range"), \
+        str(caught.value)

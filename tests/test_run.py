@@ -982,8 +982,8 @@ def test_student_names_that_would_share_a_folder_are_refused(tmp_path, students,
 
 
 @pytest.mark.parametrize("section, words", [
-    ("data: {train: 5, test: 'synthetic:2'}", "[data]: key 'train' is the number 5; quote it as written to give text "
-     '(e.g. "5", not 5)'),
+    ("data: {train: 5, test: 'synthetic:2'}", "[data], line 1: key 'train' is the number 5; quote it as written to "
+     'give text (e.g. "5", not 5)'),
     ("data: {train: synthetic, test: 1.50}", "key 'test' is the number 1.5; quote it as written"),
     ("data: {train: synthetic, test: 'synthetic:2', label_col: 3}", "key 'label_col' is the number 3; quote it"),
     ("data: {train: synthetic, test: 'synthetic:2'}\nteacher: {recipe: finetune/minilm_synthetic_cpu, model: 7}",
