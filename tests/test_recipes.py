@@ -806,3 +806,24 @@ def test_a_run_recipe_section_s_key_refusal_names_the_line_it_stands_on(tmp_path
         load_pipeline(path)
     assert str(caught.value).startswith(f"{path}: [prune], line {line}: key 'flops' is 2, which is out of range"), \
         str(caught.value)
+
+
+def test_a_run_s_teacher_and_student_key_refusals_name_the_line_of_the_file_that_holds_them(tmp_path):
+    """Was: '[distill.bottom3]: key 'epochs' is 0' and '[distill.bottom3] (student.yaml): ...', no line: a section's
+    keys are read into the finetune or distill recipe its recipe: names, beside that file's own."""
+    from headcut.pipeline.recipe import load_pipeline, sub_recipes
+
+    student = tmp_path / "student.yaml"
+    student.write_text((RECIPE_ROOT / "distill" / "minilm_synthetic_cpu.yaml").read_text() + "kd_alpha: 1\n")
+    own = student.read_text().count("\n")
+    text = (RECIPE_ROOT / "run" / "quickstart.yaml").read_text()
+    teacher = text.index("  recipe: finetune/minilm_synthetic_cpu\n") + len("  recipe: finetune/minilm_synthetic_cpu\n")
+    text = text[:teacher] + "  epochs: 0\n" + text[teacher:]
+    line = text[:teacher].count("\n") + 1
+    path = tmp_path / "run.yaml"
+    path.write_text(text.replace("    recipe: distill/minilm_synthetic_cpu", f"    recipe: {student}"))
+    with pytest.raises(UserError) as caught:
+        sub_recipes(load_pipeline(path), teacher_dir="t", pruned_dir=None)
+    said = str(caught.value)
+    assert f"[teacher], line {line}: key 'epochs' is 0, which is out of range" in said, said
+    assert f"[distill.bottom3] (student.yaml, line {own}): unknown key 'kd_alpha'" in said, said

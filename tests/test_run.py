@@ -1058,10 +1058,11 @@ def test_sub_recipe_problems_are_led_by_where_each_value_came_from(tmp_path, in_
 
 @pytest.mark.parametrize("in_run, in_student, words", [
     # was: f"{run}: [distill.bottom3] (student.yaml): key 'epochs' is 0", the student's recipe file for the run's value
-    ("\n    epochs: 0", "", ": [distill.bottom3]: key 'epochs' is 0"),
-    ("", "epochs", ": [distill.bottom3] (student.yaml): key 'epochs' is 0"),
+    # and each names the line its key stands on in that file
+    ("\n    epochs: 0", "", ": [distill.bottom3], line 26: key 'epochs' is 0"),
+    ("", "epochs", ": [distill.bottom3] (student.yaml, line 15): key 'epochs' is 0"),
     ("\n    epochs: 0", "keep_layers", ": [distill.bottom3]: key 'keep_layers' is 0, which is out of range; it must "
-                                      "be in [1, 256] (from student.yaml); key 'epochs' is 0"),
+                                      "be in [1, 256] (from student.yaml, line 5); on line 26, key 'epochs' is 0"),
 ])
 def test_a_sub_recipe_problem_names_the_file_that_holds_the_value(tmp_path, in_run, in_student, words):
     """A student's key the run recipe's file sets is that file's, led by it alone; one its own distill recipe sets
@@ -1307,7 +1308,7 @@ def test_a_teacher_key_the_run_recipe_file_sets_is_not_placed_in_the_finetune_re
         "recipe: finetune/minilm_synthetic_cpu", "recipe: finetune/minilm_synthetic_cpu\n  epochs: 0"))
     with pytest.raises(UserError) as caught:
         load_pipeline(run)
-    assert str(caught.value).startswith(f"{run}: [teacher]: key 'epochs' is 0"), str(caught.value)
+    assert str(caught.value).startswith(f"{run}: [teacher], line 12: key 'epochs' is 0"), str(caught.value)
 
 
 @pytest.mark.parametrize("items, words", [

@@ -23,7 +23,7 @@ from headcut_grader.validation import absent
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import (SetError, check_kind, find_recipe, from_dict, led_again, mistyped_text, nearest,
+from headcut.recipes import (Placed, SetError, check_kind, find_recipe, from_dict, led_again, mistyped_text, nearest,
                              parse_override, read_recipe_file, refuse_repeat, text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
@@ -55,6 +55,7 @@ class TeacherSection:
     recipe: str | None = None  # a finetune recipe (name or path) to train the teacher ...
     path: str | None = None  # ... or an existing grader folder to use as it is
     overrides: tuple[tuple[str, Any], ...] = ()  # the section's other keys: the finetune recipe's
+    lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)  # where they stand in the run's file
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class PruneSection:
 class StudentSection:
     recipe: str = "distill/minilm_bottom3_cpu"
     overrides: tuple[tuple[str, Any], ...] = ()  # the section's other keys: the distill recipe's
+    lines: tuple[tuple[str, int], ...] = field(default=(), compare=False)  # where they stand in the run's file
 
 
 @dataclass(frozen=True)
@@ -250,7 +252,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
             problems.append(_own_teacher_problem(str(name), value["teacher"], origins))
             continue
         rest = tuple((k, v) for k, v in value.items() if k != "recipe")
-        students.append((str(name), StudentSection(recipe, rest)))
+        students.append((str(name), StudentSection(recipe, rest, _lines(value, rest))))
     prune, data_part = parts["prune"], parts["data"]
     if data_part is not None and data_part.test is None:
         problems.append(_problem(_by(origins, ("data", "test")), "[data] test is not set; pass --set data.test=FILE "
@@ -490,7 +492,14 @@ def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection 
                                        f"is; drop {keys}, or train a teacher with {'it' if len(rest) == 1 else 'them'} "
                                        "instead (--set teacher.recipe=NAME --set teacher.path=null)"))
         return None
-    return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest)
+    return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest,
+                          _lines(value, rest))
+
+
+def _lines(value: dict, rest: tuple) -> tuple:
+    """The lines of the run recipe file that a section's keys `rest` stand on (Placed.lines), for its refusals."""
+    lines = getattr(value, "lines", {})
+    return tuple((key, lines[key]) for key, _ in rest if key in lines)
 
 
 def _by(given: dict, *keys) -> str:
@@ -533,11 +542,12 @@ RECIPE_FILE_READ = "recipe file"  # UserError.about of a refusal of what a sub-r
 
 
 def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dict, where: str,
-                    adjust=None, origins: dict | None = None, key: str = "recipe"):
+                    adjust=None, origins: dict | None = None, key: str = "recipe", lines: tuple = ()):
     """A finetune/distill recipe file, then what the pipeline injects (data, upstream models), then the
     section's own keys, checked as that recipe. `adjust(merged)` may add injected values that depend on
     the merged keys (a pruned student's model). The run's data files are named keys (is_set): given over the
-    recipe file, as --train and --dev are. `key`: the run's key that named the file, as given (given_as)."""
+    recipe file, as --train and --dev are. `key`: the run's key that named the file, as given (given_as). `lines`:
+    where the section's keys stand in the run's file (a refusal names the line of each key: the file's or the run's)."""
     from headcut.training import DATA_KEYS
 
     with concerning("recipe"):  # names the recipe: key as given (its --set, if any)
@@ -546,15 +556,19 @@ def read_sub_recipe(cls, name: str, kind: str, *, injected: dict, overrides: dic
         base = read_recipe_file(path)
     with concerning("recipe"):
         check_kind(path, base, kind, name, key, fields={f.name for f in fields(cls)})
-    merged = {**base, **{k: v for k, v in injected.items() if v is not None}, **overrides}
+    put = {**{k: v for k, v in injected.items() if v is not None}, **overrides}  # over the file's keys
+    merged = {**base, **put}
     if adjust:
-        merged = {**merged, **{k: v for k, v in adjust(merged).items() if k not in overrides}}
+        added = {k: v for k, v in adjust(merged).items() if k not in overrides}
+        merged, put = {**merged, **added}, {**put, **added}
     if merged.get("train_data") is None:
         raise UserError(f"{where}: no training pairs; pass --set data.train=FILE.")
+    ours = {k: line for k, line in getattr(base, "lines", {}).items() if k not in put}
+    merged = Placed(merged, lines={**ours, **dict(lines)})
     given = {key for key in DATA_KEYS if injected.get(key) is not None}
     section = {"finetune": TeacherSection, "distill": StudentSection}[kind]  # its keys beside the recipe's
     return from_dict(cls, merged, where=where, file=path.name, named=frozenset(overrides) | given, origins=origins,
-                     beside=tuple(f.name for f in fields(section) if f.name != "overrides"))
+                     beside=tuple(f.name for f in fields(section) if f.name not in ("overrides", "lines")))
 
 
 def as_dict(recipe: PipelineRecipe) -> dict:
@@ -579,7 +593,7 @@ def teacher_recipe(recipe: PipelineRecipe):
     if recipe.teacher is None or recipe.teacher.recipe is None:
         return None
     return read_sub_recipe(FinetuneRecipe, recipe.teacher.recipe, "finetune", injected=_common(recipe.data),
-                           overrides=dict(recipe.teacher.overrides), where="[teacher]",
+                           overrides=dict(recipe.teacher.overrides), where="[teacher]", lines=recipe.teacher.lines,
                            origins=_set_in(recipe, ("teacher",)), key=given_as(recipe, "teacher", "recipe")[0])
 
 
@@ -659,6 +673,7 @@ def sub_recipes(recipe: PipelineRecipe, *, teacher_dir: str, pruned_dir: str | N
                 DistillRecipe, student.recipe, "distill", where=f"[distill.{name}]",
                 injected={**common, "teacher": teacher_dir, "measure_speed": False},
                 overrides=dict(student.overrides), adjust=adjust, origins=_set_in(recipe, ("distill", name)),
+                lines=student.lines,
                 key=given_as(recipe, "distill", name, "recipe")[0])
         except UserError as e:
             problems.append(_sub_problem(e, recipe, ("distill", name)))
