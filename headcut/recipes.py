@@ -201,6 +201,10 @@ def parse_override(item: str, *, form: str = "key=value", example: str = "epochs
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
         raise UserError(f"--set {quoted(item)} is not {form}; write e.g. --set {example}.")
+    if not value.strip():  # YAML reads nothing as null, which an optional key took silently (train_rows=: all rows)
+        raise UserError(f"--set {cut(item)}: key {quoted(key.strip())} is empty (YAML reads nothing as null); write a "
+                        f"value (--set {key.strip()}=VALUE), null where it is meant (--set {key.strip()}=null, or ~), "
+                        "or drop that --set.")
     if marker := _document_marker(value):  # '--- 2' read as the document 2: a --set value is one value
         raise UserError(f"--set {quoted(item)}: {marker} marks a YAML document, which a --set value cannot hold; write "
                         f"the value alone (--set {key.strip()}=VALUE), or to give text, type {typed_text(item)}.")

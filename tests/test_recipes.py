@@ -128,10 +128,13 @@ def test_a_key_or_list_item_left_empty_is_told_how_to_fill_or_drop_it(tmp_path):
                     "key 'grades' item 2 is empty (YAML reads nothing as null); write the item, or remove it"):
         assert problem in message
     assert "None" not in message
-    with pytest.raises(UserError, match=r"^--set epochs=: key 'epochs' is empty \(YAML reads nothing as null\); write "
-                                        r"a value \(--set epochs=VALUE\), or drop that --set.$"):
-        load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", "epochs="])
-    assert load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", "dev_data="]).dev_data \
+    # an optional key's empty --set too (was: dev_data= and train_rows= read as null, all rows, silently)
+    for key in ("epochs", "dev_data", "train_rows"):
+        with pytest.raises(UserError, match=rf"^--set {key}=: key '{key}' is empty \(YAML reads nothing as null\); "
+                                            rf"write a value \(--set {key}=VALUE\), null where it is meant \(--set "
+                                            rf"{key}=null, or ~\), or drop that --set.$"):
+            load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", f"{key}="])
+    assert load_recipe(DistillRecipe, "distill/minilm_bottom3_cpu", overrides=["train_data=x", "dev_data=~"]).dev_data \
         is None  # an optional key's null is its value
 
 

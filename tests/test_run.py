@@ -1189,9 +1189,8 @@ def test_a_students_loss_weights_refused_together_are_led_by_where_they_came_fro
     (["distill.bottom3.student_layers=2"], "key 'student_layers' applies to student=config only"),
     (["distill.bottom3.mse_weight=2"], "key 'mse_weight' applies to task=score only"),
     (["teacher.mse_weight=2"], "key 'mse_weight' applies to task=score only"),
-    (["distill.bottom3.tune_fields=[kd_weight,kd_weight]"], "tune_fields names 'kd_weight' twice"),
-    (["distill.bottom3.tune_fields=[epochs]"], "tune_fields names 'epochs', which is not tunable"),
-    (["distill.bottom3.tune_fields=[mse_weight]"], "tune_fields names 'mse_weight', which task=grades does not use"),
+    # a run's tune_fields is refused whole (a run never searches):
+    # test_a_students_tune_fields_a_run_never_searches_is_refused_not_ignored
     (["distill.bottom3.grades=[1]"], "key 'grades' is [1]"),
     (["distill.bottom3.unlabeled_rows=5"], "key 'unlabeled_rows' is set but unlabeled_data is not"),
     (["distill.bottom3.unlabeled_data=synthetic"], "key 'unlabeled_data' takes a file of pairs without grades"),
@@ -2218,3 +2217,32 @@ def test_the_report_says_which_runtime_and_precision_the_recipe_pinned(backend, 
     said = blocks[1][1]
     assert said.startswith(lead), said
     assert ("by measurement" in said) == (backend == "auto")
+
+
+def test_a_students_tune_fields_a_run_never_searches_is_refused_not_ignored(tmp_path):
+    """Was: taken, and the run trained the student once (a run never searches), the key ignored, exit 0; a distill
+    recipe file's own tune_fields (kept for headcut distill --tune) is still taken."""
+    from headcut_grader.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        load_pipeline("quickstart", overrides=["distill.bottom3.tune_fields=[temperature]"])
+    assert str(caught.value).startswith("--set distill.bottom3.tune_fields=[temperature]: [distill.bottom3] key "
+                                        "'tune_fields' says what headcut distill --tune searches, and a run trains "
+                                        "each student once, so it would be ignored; drop it"), str(caught.value)
+    recipe_refused(tmp_path, "data: {train: synthetic, test: 'synthetic:2'}\nteacher: {path: /x}\ndistill:\n  s:\n"
+                   "    recipe: distill/minilm_synthetic_cpu\n    tune_fields: [temperature]\n",
+                   "[distill.s] key 'tune_fields' says what headcut distill --tune searches")
+
+
+def test_an_empty_set_value_of_a_run_is_refused_for_every_key():
+    """Was: --set distill.bottom3.dev_rows= (an optional key) read as null silently; a run's --set is read as a
+    command's, so an empty one is refused whatever the key."""
+    from headcut_grader.errors import UserError
+
+    for item in ("distill.bottom3.dev_rows=", "teacher.epochs=", "scan.data="):
+        key = item[:-1]
+        with pytest.raises(UserError) as caught:
+            load_pipeline("quickstart", overrides=[item])
+        assert str(caught.value) == (f"--set {item}: key '{key}' is empty (YAML reads nothing as null); write a value "
+                                     f"(--set {key}=VALUE), null where it is meant (--set {key}=null, or ~), or drop "
+                                     "that --set."), str(caught.value)

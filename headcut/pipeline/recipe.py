@@ -251,6 +251,12 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
         if "teacher" in value:
             problems.append(_own_teacher_problem(str(name), value["teacher"], origins))
             continue
+        if "tune_fields" in value:
+            problems.append(_problem(_by(origins, ("distill", name, "tune_fields")), f"[distill.{name}] key "
+                                     "'tune_fields' says what headcut distill --tune searches, and a run trains each "
+                                     "student once, so it would be ignored; drop it, or search with headcut distill "
+                                     "RECIPE --tune N"))
+            continue
         rest = tuple((k, v) for k, v in value.items() if k != "recipe")
         students.append((str(name), StudentSection(recipe, rest, _lines(value, rest))))
     prune, data_part = parts["prune"], parts["data"]
