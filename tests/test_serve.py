@@ -700,27 +700,16 @@ def test_the_h11_deadline_copies_no_buffered_head_per_packet(monkeypatch):
     assert armed and sum(copied) <= len(head), (armed, sum(copied))
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_serve_checks_the_head_deadline_s_internals_once_per_start_up(tiny_folder, monkeypatch, workers):
-    """`headcut serve` checked uvicorn's and h11's internals, then each worker's app_from_env checked them again
-    (twice for one worker). The command checks once, before the grader loads, and its settings tell the workers so;
-    app_from_env under uvicorn --factory still checks (the test above)."""
+def serve_command(monkeypatch, folder, workers: str, serving):
+    """Runs `headcut serve folder --workers N` with `serving` standing in for uvicorn.run and run_workers (a worker
+    starting, in the environment the command set); the command must exit 0."""
     import uvicorn
     from typer.testing import CliRunner
 
     import headcut_grader.workers as workers_module
     from headcut.cli.main import app
-    from headcut_grader import serve_internals
-    from headcut_grader.serve import ENV_SETTINGS, app_from_env
+    from headcut_grader.serve import ENV_SETTINGS
     from headcut_grader.serve_metrics import ENV_MULTIPROC
-
-    checks, apps = [], []
-    real = serve_internals.missing_internals
-    monkeypatch.setattr(serve_internals, "missing_internals", lambda: checks.append(1) or real())
-
-    def serving(*args, **kwargs):  # stands in for uvicorn.run and run_workers: a worker starts, the same environment
-        apps.append(app_from_env())
-        return 0
 
     monkeypatch.setattr(uvicorn, "run", serving)
     monkeypatch.setattr(workers_module, "run_workers", serving)
@@ -730,8 +719,27 @@ def test_serve_checks_the_head_deadline_s_internals_once_per_start_up(tiny_folde
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--port", str(port), "--workers", workers])
+    result = CliRunner().invoke(app, ["serve", str(folder), "--port", str(port), "--workers", workers])
     assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_checks_the_head_deadline_s_internals_once_per_start_up(tiny_folder, monkeypatch, workers):
+    """`headcut serve` checked uvicorn's and h11's internals, then each worker's app_from_env checked them again
+    (twice for one worker). The command checks once, before the grader loads, and its settings tell the workers so;
+    app_from_env under uvicorn --factory still checks (the test above)."""
+    from headcut_grader import serve_internals
+    from headcut_grader.serve import app_from_env
+
+    checks, apps = [], []
+    real = serve_internals.missing_internals
+    monkeypatch.setattr(serve_internals, "missing_internals", lambda: checks.append(1) or real())
+
+    def serving(*args, **kwargs):  # a worker starts, in the same environment
+        apps.append(app_from_env())
+        return 0
+
+    serve_command(monkeypatch, tiny_folder, workers, serving)
     assert len(apps) == 1 and len(checks) == 1, (apps, checks)
 
 
@@ -1360,14 +1368,7 @@ def test_the_serve_command_keeps_no_grader_of_its_own_while_it_serves(tiny_folde
     several (a MiniLM grader, 87 MiB of graph: 311 MB resident for 1 worker instead of 227 MB)."""
     import weakref
 
-    import uvicorn
-    from typer.testing import CliRunner
-
     import headcut_grader.grader as grader_module
-    import headcut_grader.workers as workers_module
-    from headcut.cli.main import app
-    from headcut_grader.serve import ENV_SETTINGS
-    from headcut_grader.serve_metrics import ENV_MULTIPROC
 
     loaded, alive = [], []
 
@@ -1376,21 +1377,12 @@ def test_the_serve_command_keeps_no_grader_of_its_own_while_it_serves(tiny_folde
             super().__init__(*args, **kwargs)
             loaded.append(weakref.ref(self))
 
-    def serving(*args, **kwargs):  # stands in for uvicorn.run and run_workers: what is loaded while they serve
+    def serving(*args, **kwargs):  # what is loaded while the workers serve
         alive.append(sum(ref() is not None for ref in loaded))
         return 0
 
     monkeypatch.setattr(grader_module, "Grader", Tracked)
-    monkeypatch.setattr(uvicorn, "run", serving)
-    monkeypatch.setattr(workers_module, "run_workers", serving)
-    for name in (ENV_SETTINGS, ENV_MULTIPROC):  # the command sets them for its workers; put back after
-        monkeypatch.setenv(name, "")
-    monkeypatch.setattr(signal, "signal", lambda *args: None)  # nor may it keep its SIGTERM handler in pytest
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = CliRunner().invoke(app, ["serve", str(tiny_folder), "--port", str(port), "--workers", workers])
-    assert result.exit_code == 0, result.output
+    serve_command(monkeypatch, tiny_folder, workers, serving)
     assert len(loaded) == 1 and alive == [0]
 
 
