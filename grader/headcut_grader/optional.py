@@ -58,11 +58,9 @@ def why_unusable(name: str) -> str | None:
     RuntimeError is as unusable as one not installed (was: a traceback out of an auto export)."""
     try:
         _imported(name)
-    except ImportError as e:
-        if _not_installed(e, name):
-            return NOT_INSTALLED
-        return f"fails to import here ({_first_line(e)})"
     except Exception as e:  # noqa: BLE001 - a broken package's own error, whatever it is
+        if isinstance(e, ImportError) and _not_installed(e, name):
+            return NOT_INSTALLED
         return f"fails to import here ({_first_line(e)})"
     return None
 
