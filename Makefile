@@ -5,7 +5,7 @@ HC      := $(VENV)/bin/headcut
 STAMP   := $(VENV)/.headcut-installed
 DEMO    := runs/demo
 
-.PHONY: setup test demo clean docs docs-serve browser
+.PHONY: setup test demo clean docs docs-serve browser readme-count
 
 $(STAMP): pyproject.toml grader/pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -32,6 +32,11 @@ browser:
 # its share of the cores (tests/conftest.py)
 test: setup browser
 	$(PY) -m pytest -q -n 2 --durations=15
+
+# README.md's `make test` line says how many tests the suite holds (tests/test_docs_count.py checks it in a whole
+# run); this writes the number `pytest --collect-only -q` finds
+readme-count: setup
+	$(PY) tests/test_docs_count.py
 
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict

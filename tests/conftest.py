@@ -26,6 +26,28 @@ if WORKERS > 1:  # each worker its share of the cores: two threads per worker on
 # group under pytest 9.2: it renames `item._nodeid`, which pytest 9.2 no longer reads.)
 
 
+class SuiteCuts:
+    """What left this run's collected tests short of the whole suite: tests deselected (-k, -m, --deselect,
+    --sw) and files skipped or failed at collection (a missing package's importorskip). README.md's test count
+    is checked only where nothing was cut (tests/test_docs_count.py); each pytest-xdist worker collects the
+    whole run and keeps its own record."""
+
+    def __init__(self):
+        self.cuts: list[str] = []
+
+    def pytest_deselected(self, items):
+        if items:
+            self.cuts.append(f"{len(items)} tests deselected")
+
+    def pytest_collectreport(self, report):
+        if report.skipped or report.failed:
+            self.cuts.append(f"{report.nodeid or 'a file'} {report.outcome} at collection")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(SuiteCuts(), "suite_cuts")
+
+
 SHARED_DATA = ROOT.parent / "shared" / "data"
 HOMEDEPOT = SHARED_DATA / "homedepot"
 QBQTC = SHARED_DATA / "qbqtc"
