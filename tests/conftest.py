@@ -37,7 +37,7 @@ class SuiteCuts:
 
     def pytest_deselected(self, items):
         if items:
-            self.cuts.append(f"{len(items)} tests deselected")
+            self.cuts.append(f"{len(items)} test{'s' * (len(items) != 1)} deselected")
 
     def pytest_collectreport(self, report):
         if report.skipped or report.failed:

@@ -73,6 +73,21 @@ def test_a_run_is_the_whole_suite_only_with_the_tests_folder_alone_and_nothing_c
     assert not_whole(run_of("tests"), ["2886 tests deselected"]) == "2886 tests deselected"
 
 
+def test_what_leaves_a_run_short_of_the_whole_suite_is_recorded():
+    from conftest import SuiteCuts
+
+    cuts = SuiteCuts()
+    cuts.pytest_deselected([])
+    cuts.pytest_collectreport(SimpleNamespace(nodeid="tests/test_docs.py", outcome="passed", skipped=False,
+                                              failed=False))
+    assert cuts.cuts == []
+    cuts.pytest_deselected(["a"])
+    cuts.pytest_deselected(["a", "b"])
+    cuts.pytest_collectreport(SimpleNamespace(nodeid="tests/test_ray_data.py", outcome="skipped", skipped=True,
+                                              failed=False))
+    assert cuts.cuts == ["1 test deselected", "2 tests deselected", "tests/test_ray_data.py skipped at collection"]
+
+
 def test_the_count_is_rewritten_in_its_own_words_alone():
     text = README.read_text()
     assert readme_count(with_count(text, 12345)) == 12345
