@@ -18,7 +18,7 @@ from headcut.batching import RECORDED, max_length_of
 from headcut.model_arguments import check_loaded
 from headcut.weight_files import (AGAIN, PUT_BACK, broken_file, check_sizes, check_weights_cover, find_weights,
                                   read_json_file, read_json_value, read_state, stored_outputs, weights_counts,
-                                  weights_file, weights_hash)
+                                  state_hash, tensors_hash, weights_file, weights_hash)
 from headcut_grader.data import DEFAULT_GRADES, FILE_KEYS, PRESETS
 from headcut_grader.errors import UserError, check_names, named, quoted, setting, shown
 from headcut_grader.files import as_path, atomic_dir, file_hash, write_json
@@ -219,19 +219,30 @@ def load_model(
 
 
 SAVED_WEIGHTS = "model.safetensors"  # the file save_model writes, and whose hash headcut.json records
+TENSORS_HASH = "tensors_hash"  # headcut.json's hash of the tensors by name and content, in whichever files
 
 
 def _check_saved_weights(path: Path, meta: dict, weights: Path) -> str:
-    """The weights' hash, and they are the ones headcut.json records it for: weights copied in from another model
-    of the same config loaded, exit 0 (every shape agreed). Where the weights are no longer save_model's one
-    file (sharded, or a pickle), the record is of another file and is not compared. The hash is the one
-    LoadedModel records anyway (0.08 s for MiniLM's 91 MB, once per process while the file is unchanged)."""
-    hashed, recorded = weights_hash(weights), meta.get("weights_hash")
-    if recorded is None or weights.name != SAVED_WEIGHTS or recorded == hashed:
+    """The weights' hash, and they are the ones headcut.json records them for: weights copied in from another
+    model of the same config loaded, exit 0 (every shape agreed). The file's hash (weights_hash) settles it for
+    save_model's own file; weights converted since (shards, a pickle, a single file saved again) are compared by
+    their tensors (tensors_hash). A headcut.json written before it recorded tensors_hash has the file's hash alone,
+    which converted weights cannot be compared with: they load as they are."""
+    hashed, recorded, tensors = weights_hash(weights), meta.get("weights_hash"), meta.get(TENSORS_HASH)
+    if weights.name == SAVED_WEIGHTS and recorded == hashed or recorded is None and tensors is None:
         return hashed
-    raise UserError(f"{weights} is not the weights {path / META_FILE} was saved with (its weights_hash is "
-                    f"{json.dumps(recorded)[:40]}, the file's {json.dumps(hashed)}); put back the {SAVED_WEIGHTS} "
-                    f"saved with the model, or {AGAIN}.")
+    if tensors is not None:
+        found = tensors_hash(weights)
+        if found == tensors:
+            return hashed
+        record = f"{TENSORS_HASH} is {json.dumps(tensors)[:40]}, the tensors' {json.dumps(found)}"
+    elif weights.name != SAVED_WEIGHTS:
+        return hashed
+    else:
+        record = f"weights_hash is {json.dumps(recorded)[:40]}, the file's {json.dumps(hashed)}"
+    shards = " and the shards it names" if weights.name.endswith(".index.json") else ""
+    raise UserError(f"{weights} is not the weights {path / META_FILE} was saved with (its {record}); put back the "
+                    f"{weights.name}{shards} saved with the model, or {AGAIN}.")
 
 
 def read_tokenizer(source: str | Path, *, flag: str = "read_tokenizer source"):
@@ -755,6 +766,7 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
         save_file(state, str(tmp / SAVED_WEIGHTS), metadata={"format": "pt"})
         loaded.tokenizer.save_pretrained(tmp)
         merged["weights_hash"] = file_hash(tmp / SAVED_WEIGHTS)
+        merged[TENSORS_HASH] = state_hash(state)
         write_json(tmp / META_FILE, merged)
         if merged["task"] == "score":
             write_json(tmp / CROSS_ENCODER_FILE, cross_encoder_record(merged["activation"]))
@@ -790,6 +802,6 @@ def save_cross_encoder(loaded: LoadedModel, out: str | Path, *, overwrite: bool 
     widen(loaded.model, full, keep_layers_said=keep_layers_said)
     full.eval()
     # the prune record's counts are the pruned shape's, not this full-width one's (its heads and neurons are zero)
-    meta = {k: v for k, v in loaded.meta.items() if k not in ("weights_hash", "prune")}
+    meta = {k: v for k, v in loaded.meta.items() if k not in ("weights_hash", TENSORS_HASH, "prune")}
     return save_model(LoadedModel(full, loaded.tokenizer, meta, loaded.path), out, overwrite=overwrite,
                       flag=named("out", names, section=""))

@@ -149,6 +149,47 @@ def weights_hash(weights: Path) -> str:
     return _hash_of(tuple(files), tuple(_stamp(f) for f in files))
 
 
+def tensors_hash(weights: Path) -> str:
+    """What the weights hold, whichever files hold them: each tensor's name, dtype, shape and numbers (`state_hash`),
+    so a model.safetensors re-saved in shards (save_pretrained(max_shard_size=...)) or as pytorch_model.bin hashes
+    the same, which the files' own hashes (weights_hash) do not. Hashed once per process while the files stay as
+    they were; tensors are read one at a time."""
+    files = [weights, *weight_shards(weights)] if weights.name.endswith(".index.json") else [weights]
+    return _tensors_hash_of(tuple(files), tuple(_stamp(f) for f in files))
+
+
+def state_hash(state: dict) -> str:
+    """tensors_hash of the tensors `state` holds by name (a model's state dict), as a weights file of them hashes."""
+    return _combined(_tensor_digest(name, tensor) for name, tensor in state.items())
+
+
+def _tensor_digest(name: str, tensor: torch.Tensor) -> tuple[str, str]:
+    flat = tensor.detach().cpu().contiguous().reshape(-1)
+    digest = hashlib.sha256(f"{name}\0{flat.dtype}\0{tuple(tensor.shape)}\0".encode())
+    digest.update(flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    return name, digest.hexdigest()
+
+
+def _combined(digests) -> str:
+    """One hash of (name, digest) pairs, in name order (files and shards list tensors in their own orders)."""
+    text = "".join(f"{name}\0{digest}\0" for name, digest in sorted(digests))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=64)
+def _tensors_hash_of(files: tuple[Path, ...], stamps: tuple) -> str:
+    """tensors_hash of the weights `files` (an index first, then its shards) as they were at `stamps`."""
+    from safetensors import safe_open
+
+    if files[0].suffix == ".bin":
+        return state_hash(_read_pickle_state(files[0]))
+    digests = []
+    for shard in files[1:] or files:
+        with safe_open(str(shard), framework="pt") as data:
+            digests += [_tensor_digest(key, data.get_tensor(key)) for key in data.keys()]
+    return _combined(digests)
+
+
 def _stamp(path: Path) -> tuple:
     """What changes whenever a file's content may have: its inode, size and modification and change times (a file
     replaced, or rewritten in place, even with its old modification time put back)."""

@@ -574,13 +574,86 @@ def test_weights_of_another_model_of_the_same_config_are_not_the_ones_headcut_js
     folder = shutil.copytree(source, tmp_path / "copied")
     shutil.copy(other / "model.safetensors", folder / "model.safetensors")
     words = (f"{folder / 'model.safetensors'} is not the weights {folder / 'headcut.json'} was saved with (its "
-             "weights_hash is \"")
+             "tensors_hash is \"")
     fix = "put back the model.safetensors saved with the model, or copy or download the model folder again."
     with pytest.raises(UserError, match="^" + re.escape(words) + ".*" + re.escape(fix) + "$"):
         load_model(folder)
     refused(run("export", folder, "--out", tmp_path / "g"), words, fix)
     assert not (tmp_path / "g").exists()
     assert load_model(source).weights_hash  # the folder as saved loads
+
+
+def _convert_weights(model, folder, form):
+    """Replace `folder`'s model.safetensors with `model`'s weights in `form`: shards and their index as
+    save_pretrained(max_shard_size=...) writes them, one file as it writes it, or a pickle."""
+    import shutil
+
+    import torch
+
+    (folder / "model.safetensors").unlink()
+    if form == "pickle":
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+        return
+    saved = folder.parent / f"{folder.name}-saved"
+    model.save_pretrained(saved, **({"max_shard_size": "40KB"} if form == "shards" else {}))
+    weights = [f for f in saved.iterdir() if f.name.startswith("model") and f.name != "model.safetensors" or
+               form != "shards" and f.name == "model.safetensors"]
+    assert len(weights) > 2 if form == "shards" else len(weights) == 1
+    for f in weights:
+        shutil.copy(f, folder / f.name)
+
+
+@pytest.mark.parametrize("form", ["shards", "single", "pickle"])
+@pytest.mark.parametrize("pruned", [False, True], ids=["whole", "pruned"])
+def test_converted_weights_are_compared_with_headcut_json_by_their_tensors(tmp_path, long_and_short_models, form,
+                                                                          pruned):
+    """Was: only a single model.safetensors was compared with headcut.json's weights_hash (a hash of that file's
+    bytes), so shards (or a pickle) converted from another model of the same config loaded, exit 0. headcut.json
+    records tensors_hash (each tensor's name and content): the same model converted loads, another is refused."""
+    import shutil
+
+    from conftest import tiny_model
+    from headcut.models import LoadedModel, load_model, save_model
+    from headcut_grader.errors import UserError
+
+    tokenizer = load_model(long_and_short_models[1]).tokenizer
+    if pruned:
+        source, other = _pruned_pair(tmp_path, tokenizer)
+    else:
+        model = tiny_model("bert", seed=1, vocab_size=len(tokenizer), max_position_embeddings=64)
+        other = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5]}, "tiny", ""), tmp_path / "o")
+        source = long_and_short_models[1]
+    allow = form == "pickle"
+    same, copied = (shutil.copytree(source, tmp_path / name) for name in ("same", "copied"))
+    _convert_weights(load_model(source).model, same, form)
+    assert load_model(same, allow_pickle=allow).weights_hash  # the same tensors in other files: loads
+    _convert_weights(load_model(other).model, copied, form)
+    weights = {"shards": "model.safetensors.index.json", "single": "model.safetensors", "pickle": "pytorch_model.bin"}
+    name = weights[form]
+    words = f"{copied / name} is not the weights {copied / 'headcut.json'} was saved with (its tensors_hash is \""
+    shards = " and the shards it names" if form == "shards" else ""
+    fix = f"put back the {name}{shards} saved with the model, or copy or download the model folder again."
+    with pytest.raises(UserError, match="^" + re.escape(words) + ".*" + re.escape(fix) + "$"):
+        load_model(copied, allow_pickle=allow)
+    refused(run("export", copied, "--out", tmp_path / "g", *(["--allow-pickle"] if allow else [])), words, fix)
+    assert not (tmp_path / "g").exists()
+
+
+def test_a_headcut_json_without_tensors_hash_still_loads_converted_weights(tmp_path, long_and_short_models):
+    """A folder saved before headcut.json recorded tensors_hash keeps loading: its weights_hash is of a file no
+    longer there once the weights are sharded, so they are not compared; its own model.safetensors still is."""
+    import json
+    import shutil
+
+    from headcut.models import load_model
+
+    folder = shutil.copytree(long_and_short_models[1], tmp_path / "old")
+    meta = json.loads((folder / "headcut.json").read_text())
+    meta.pop("tensors_hash", None)
+    (folder / "headcut.json").write_text(json.dumps(meta))
+    assert load_model(folder).weights_hash == meta["weights_hash"]
+    _convert_weights(load_model(folder).model, folder, "shards")
+    assert load_model(folder).weights_hash
 
 
 @pytest.mark.parametrize("edit, words", [
