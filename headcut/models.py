@@ -697,6 +697,26 @@ def _check_prune_record(path: Path, shape, meta: dict) -> None:
                         f"{kept!r:.80} keep {[recorded[i] for i in kept]!r:.80}, but {path / 'config.json'}'s "
                         f"{SHAPE_KEY}.{shape_key} is {built!r:.80}; put back the {META_FILE} saved with the model, or "
                         f"{AGAIN}.")
+    _check_prune_ids(path, plan, shape, kept)
+
+
+# headcut.json's prune.plan keys of kept ids per layer (a head plan's 'keep', a budget plan's 'heads' and 'neurons'),
+# and the headcut_shape key of the same ids
+PLAN_IDS = (("keep", "head_ids", "heads"), ("heads", "head_ids", "heads"), ("neurons", "neuron_ids", "neurons"))
+
+
+def _check_prune_ids(path: Path, plan: dict, shape: dict, kept: list) -> None:
+    """Each kept layer keeps the heads and neurons, by id, that the prune record says (where both record ids): an
+    edited record of the right counts but other ids loaded, describing other units than the folder holds."""
+    for key, shape_key, units in PLAN_IDS:
+        recorded, built = plan.get(key), shape.get(shape_key)
+        if recorded is None or built is None or len(built) != len(kept):
+            continue  # headcut_shape's own entries are checked by _check_shape
+        for layer, ids in zip(kept, built):
+            if sorted(recorded[layer]) != sorted(ids):
+                raise UserError(f"{path / META_FILE}: 'prune.plan.{key}' keeps {units} {recorded[layer]!r:.80} in "
+                                f"layer {layer}, but {path / 'config.json'}'s {SHAPE_KEY}.{shape_key} keeps "
+                                f"{ids!r:.80} there; put back the {META_FILE} saved with the model, or {AGAIN}.")
 
 
 def _prune_plan(path: Path, meta: dict) -> dict | None:
@@ -723,6 +743,11 @@ def _plan_problem(plan: dict, counts) -> str | None:
                                     and all(type(n) is int and n >= 0 for n in neurons)):
         return (f"'prune.plan.neurons_per_layer' is {shown(neurons)}, not a list of whole numbers >= 0, one for "
                 f"each of the {len(counts)} layers")
+    for key in ("keep", "heads", "neurons"):
+        ids = plan.get(key)
+        if ids is not None and not (isinstance(ids, list) and len(ids) == len(counts) and all(_ids(v) for v in ids)):
+            return (f"'prune.plan.{key}' is {shown(ids)}, not a list of different ids >= 0 for each of the "
+                    f"{len(counts)} layers")
     layers = plan.get("layers")
     if layers is not None and not (_ids(layers) and layers == sorted(layers) and all(i < len(counts) for i in layers)):
         return (f"'prune.plan.layers' is {shown(layers)}, not a list of different layer numbers in order, each below "

@@ -671,10 +671,21 @@ def test_a_headcut_json_without_tensors_hash_still_loads_converted_weights(tmp_p
      "'prune.plan.neurons_per_layer' is [2, 0, 9, 2], so layers [0, 2, 3] keep [2, 9, 2], but "),
     (lambda m: m["prune"]["plan"].update(layers=[0, 9]),
      "'prune.plan.layers' is [0, 9], not a list of different layer numbers in order, each below the 4"),
-], ids=["prune", "plan", "counts-kind", "heads-full", "heads-moved", "neurons-kind", "neurons", "layers-kind"])
+    (lambda m: m["prune"]["plan"].update(heads=[[0, 1, 2], [], [2], [0, 1, 2, 3]]),
+     "'prune.plan.heads' keeps heads [0, 1, 2] in layer 0, but "),
+    (lambda m: m["prune"]["plan"].update(neurons=[[1, 5], [], [2], [3, 5]]),
+     "'prune.plan.neurons' keeps neurons [3, 5] in layer 3, but "),
+    (lambda m: m["prune"]["plan"].update(keep=[[0, 1, 3], [], [1], [0, 1, 2, 3]]),
+     "'prune.plan.keep' keeps heads [1] in layer 2, but "),
+    (lambda m: m["prune"]["plan"].update(heads=[[0, 0, 1], [], [2], [0, 1, 2, 3]]),
+     "'prune.plan.heads' is [[0, 0, 1], [], [2], [0, 1, 2, 3]], not a list of different ids >= 0 for each of the 4 "
+     "layers"),
+], ids=["prune", "plan", "counts-kind", "heads-full", "heads-moved", "neurons-kind", "neurons", "layers-kind",
+        "head-ids", "neuron-ids", "keep-ids", "ids-kind"])
 def test_headcut_json_s_prune_record_is_checked_against_the_shape(tmp_path, long_and_short_models, edit, words):
     """Was: only the prune record's kept layers were compared with headcut_shape, so 'prune': "x", or a plan of
-    other head or neuron counts than the folder's shape, loaded, and export and scan ran on it, exit 0."""
+    other head or neuron counts (or, of the same counts, other ids) than the folder's shape, loaded, and export and
+    scan ran on it, exit 0."""
     import json
 
     from headcut.models import load_model, outline
