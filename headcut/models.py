@@ -37,6 +37,17 @@ CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # CrossEncoder reads i
 CROSS_ENCODER_CLASSES = {"identity": torch.nn.Identity, "sigmoid": torch.nn.Sigmoid, "tanh": torch.nn.Tanh}
 
 
+# the class paths sentence-transformers resolves to its Transformer module (a model folder's own model); the first is
+# the one it writes
+ST_TRANSFORMERS = ("sentence_transformers.base.modules.transformer.Transformer",
+                   "sentence_transformers.base.modules.Transformer", "sentence_transformers.models.Transformer",
+                   "sentence_transformers.models.Transformer.Transformer",
+                   "sentence_transformers.sentence_transformer.modules.Transformer",
+                   "sentence_transformers.cross_encoder.modules.Transformer")
+CROSS_ENCODER_MODULES = [{"idx": 0, "name": "0", "path": "", "type": ST_TRANSFORMERS[0]}]
+ST_MODULE_FILE, ST_TASK = "sentence_bert_config.json", "sequence-classification"  # the Transformer's settings
+
+
 def _class_path(cls: type) -> str:
     """The path sentence-transformers writes when it saves a CrossEncoder (torch.nn.modules.linear.Identity)."""
     return f"{cls.__module__}.{cls.__name__}"
@@ -518,7 +529,7 @@ def _activation_records(path: Path, config: dict) -> list[tuple[str, str, object
     if not isinstance(st_config, dict):
         raise UserError(f"{path / 'config.json'}: 'sentence_transformers' must be an object, not "
                         f"{json.dumps(st_config)[:40]}; fix it or save the model again with sentence-transformers.")
-    saved_by_cross_encoder = (path / "modules.json").exists() and st_file.get("model_type") == "CrossEncoder"
+    saved_by_cross_encoder = _saved_by_cross_encoder(path)
     sources = [(CROSS_ENCODER_FILE, "activation_fn", st_file, saved_by_cross_encoder),
                ("config.json", "sentence_transformers.activation_fn", st_config, True),
                ("config.json", "sbert_ce_default_activation_function", config, "activation_fn" not in st_config)]
@@ -566,18 +577,50 @@ def _saved_config(path: Path, *, flag: str) -> dict:
 
 def _check_modules(path: Path) -> None:
     """modules.json, where present, is the list of modules sentence-transformers reads the folder by (each with its
-    'path' and 'type'): a CrossEncoder folder whose modules.json was no JSON loaded in headcut, exit 0, while
-    CrossEncoder(path) fails on it."""
+    'name', 'path' and 'type'): a CrossEncoder folder whose modules.json was no JSON loaded in headcut, exit 0, while
+    CrossEncoder(path) fails on it. In a folder CrossEncoder saved (`_saved_by_cross_encoder`), the one it reads the
+    list of, it holds the one module headcut reads: `[]`, or other modules, loaded in headcut while CrossEncoder
+    refused the folder or scored it through other modules."""
     file = path / "modules.json"
     if not file.exists():
         return
     modules = read_json_value(file)
     if not (isinstance(modules, list) and all(
-            isinstance(m, dict) and isinstance(m.get("path"), str) and isinstance(m.get("type"), str)
+            isinstance(m, dict) and all(isinstance(m.get(key), str) for key in ("name", "path", "type"))
             for m in modules)):
-        raise UserError(f"{file} is {shown(modules)}, not a list of modules, each an object with its 'path' and "
-                        f"'type' (what sentence-transformers reads the folder by); put back the modules.json saved "
-                        f"with the model, or {AGAIN}.")
+        raise UserError(f"{file} is {shown(modules)}, not a list of modules, each an object with its 'name', 'path' "
+                        f"and 'type' (what sentence-transformers reads the folder by); put back the modules.json "
+                        f"saved with the model, or {AGAIN}.")
+    if not _saved_by_cross_encoder(path):
+        return  # sentence-transformers 6 reads another family's folder as CrossEncoder's one module, as headcut does
+    if not (len(modules) == 1 and modules[0]["type"] in ST_TRANSFORMERS and Path(modules[0]["path"]) == Path(".")):
+        held = "no modules, which sentence-transformers refuses" if not modules else (
+            f"{shown(modules, width=120)}, which sentence-transformers reads otherwise than headcut (or fails on)")
+        raise UserError(f"{file} lists {held}: a CrossEncoder folder holds one module, its Transformer at the folder's "
+                        f"root, the model of config.json that headcut reads; write {json.dumps(CROSS_ENCODER_MODULES)} "
+                        "there, or delete modules.json (sentence-transformers then reads the folder so).")
+    _check_transformer_task(path)
+
+
+def _saved_by_cross_encoder(path: Path) -> bool:
+    """Whether sentence-transformers 6 reads the folder as one CrossEncoder saved (its modules.json, and
+    config_sentence_transformers.json's activation): that file names model_type CrossEncoder beside modules.json."""
+    if not (path / "modules.json").exists() or not (path / CROSS_ENCODER_FILE).exists():
+        return False
+    return read_json_file(path / CROSS_ENCODER_FILE).get("model_type") == "CrossEncoder"
+
+
+def _check_transformer_task(path: Path) -> None:
+    """sentence_bert_config.json (the Transformer module's settings) reads the model with its classifier: without
+    'transformer_task' sequence-classification CrossEncoder builds the encoder alone and fails on its first pairs."""
+    file = path / ST_MODULE_FILE
+    task = read_json_file(file).get("transformer_task") if file.exists() else None
+    if task != ST_TASK:
+        said = f": 'transformer_task' is {shown(task)}" if task is not None else (
+            " has no 'transformer_task'" if file.exists() else " is missing")
+        raise UserError(f"{file}{said}, so sentence-transformers reads the model without its classifier (and fails "
+                        f"on the first pairs); set \"transformer_task\": \"{ST_TASK}\" there, or delete "
+                        f"modules.json (sentence-transformers then reads the folder as headcut does).")
 
 
 def _outputs_problem(saved: dict) -> str | None:

@@ -42,6 +42,14 @@ def test_a_cross_encoder_activation_record_of_the_wrong_type_names_its_file_and_
     refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "p.tsv", PAIRS_TSV)), *words)
 
 
+def as_cross_encoder_save(folder):
+    """The module files sentence-transformers 6 writes beside a CrossEncoder's model: its one Transformer."""
+    from headcut.models import CROSS_ENCODER_MODULES
+
+    (folder / "modules.json").write_text(json.dumps(CROSS_ENCODER_MODULES))
+    (folder / "sentence_bert_config.json").write_text('{"transformer_task": "sequence-classification"}')
+
+
 @pytest.mark.parametrize("value", [None, "", False])
 @pytest.mark.parametrize("file,key", [("config_sentence_transformers.json", "activation_fn"),
                                       ("config.json", "sentence_transformers.activation_fn"),
@@ -53,7 +61,7 @@ def test_a_cross_encoder_activation_record_naming_none_is_refused_with_its_file_
     scored through a sigmoid."""
     folder = _copy(saved_models["plain"], tmp_path)
     _edit_json(folder / "config.json", id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
-    (folder / "modules.json").write_text("[]")  # a CrossEncoder save: its config_sentence_transformers.json is read
+    as_cross_encoder_save(folder)  # a CrossEncoder save: its config_sentence_transformers.json is read
     (folder / "config_sentence_transformers.json").write_text('{"model_type": "CrossEncoder"}')
     identity = "torch.nn.modules.linear.Identity"  # the records read after the one named none
     _edit_json(folder / "config.json", sentence_transformers={"activation_fn": identity},
@@ -91,7 +99,7 @@ def test_a_headcut_score_folder_whose_cross_encoder_record_disagrees_with_headcu
 
     folder = tiny_cross_encoder(tmp_path)  # headcut.json: activation identity, as both records say
     if file != "config.json":  # a CrossEncoder save: its config_sentence_transformers.json is read, before config.json
-        (folder / "modules.json").write_text("[]")
+        as_cross_encoder_save(folder)
     _edit_json(folder / file, **record)
     key = "sentence_transformers.activation_fn" if file == "config.json" else "activation_fn"
     refused(run("export", "--model", folder, "--out", tmp_path / "g"),

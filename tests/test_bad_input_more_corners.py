@@ -712,8 +712,8 @@ def test_headcut_json_s_prune_record_is_checked_against_the_shape(tmp_path, long
     ("[{\"path\": \"\", \"type\": ", "modules.json is damaged or incomplete (not valid JSON: "),
     ("{\"path\": \"\"}", "modules.json is {\"path\": \"\"}, not a list of modules"),
     ("[{\"path\": \"\", \"type\": 3}]", "modules.json is [{\"path\": \"\", \"type\": 3}], not a list of modules"),
-    ("[{\"path\": \"\"}]", "modules.json is [{\"path\": \"\"}], not a list of modules, each an object with its 'path' "
-                           "and 'type'"),
+    ("[{\"path\": \"\"}]", "modules.json is [{\"path\": \"\"}], not a list of modules, each an object with its 'name', "
+                           "'path' and 'type'"),
 ], ids=["not-json", "object", "type-number", "no-type"])
 def test_a_modules_json_sentence_transformers_cannot_read_is_refused(tmp_path, long_and_short_models, text, words):
     """Was: a folder's modules.json was only checked to exist, so one that was no JSON (or no list of modules) loaded

@@ -2,6 +2,7 @@
 scans, pruning, export, serve; tiny random models, one real MiniLM CrossEncoder. Distillation and runs of score
 models: tests/test_score_distill.py, tests/test_score_run.py."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -360,6 +361,86 @@ def test_cross_encoder_activation_records_are_read_in_sentence_transformers_orde
     ours = headcut_scores(folder, pairs)
     assert np.abs(ours - theirs).max() <= 1e-5
     assert np.ptp(ours) > 1e-4  # scores differ between pairs, so the equality above can fail
+
+
+TRANSFORMER = "sentence_transformers.base.modules.transformer.Transformer"
+
+
+def _module(path="", kind=TRANSFORMER, name="0"):
+    return {"idx": int(name), "name": name, "path": path, "type": kind}
+
+
+@pytest.mark.parametrize("modules, bert_config, words", [
+    ([], None, "modules.json lists no modules, which sentence-transformers refuses: "),
+    ([_module("1_Pooling", "sentence_transformers.models.Pooling")], None, "modules.json lists [{"),
+    ([_module(), _module(name="1")], None, "modules.json lists [{"),  # the model twice
+    ([_module(), _module("2_Dense", "sentence_transformers.models.Dense", "1")], None, "modules.json lists [{"),
+    ([_module("0_Transformer")], None, "modules.json lists [{"),
+    ([_module(kind="sentence_transformers.cross_encoder.models.Transformer")], None, "modules.json lists [{"),
+    ([_module()], {"max_seq_length": 32, "do_lower_case": False},  # sentence-transformers 5's Transformer settings
+     "sentence_bert_config.json has no 'transformer_task', so sentence-transformers reads the model without"),
+    ([_module()], {"transformer_task": "feature-extraction"},
+     "sentence_bert_config.json: 'transformer_task' is \"feature-extraction\", so"),
+    ([_module()], "missing", "sentence_bert_config.json is missing, so"),
+], ids=["empty", "pooling", "twice", "dense", "subfolder", "unknown-type", "st5-settings", "encoder", "no-settings"])
+def test_a_cross_encoder_modules_json_sentence_transformers_reads_otherwise_is_refused(tmp_path, modules, bert_config,
+                                                                                      words):
+    """Was: a CrossEncoder folder's modules.json was only checked to be a list of modules, so `[]` (which
+    CrossEncoder refuses), or modules other than the one Transformer headcut reads (CrossEncoder fails, or scores
+    through them), loaded in headcut, exit 0. The real sentence-transformers shows each one differs."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+
+    pairs, folder = scored_pairs(30), tiny_cross_encoder(tmp_path)
+    CrossEncoder(str(folder), local_files_only=True).save_pretrained(str(tmp_path / "st"))
+    folder = tmp_path / "st"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    if bert_config == "missing":
+        (folder / "sentence_bert_config.json").unlink()
+    elif bert_config is not None:
+        (folder / "sentence_bert_config.json").write_text(json.dumps(bert_config))
+    try:
+        theirs = CrossEncoder(str(folder), local_files_only=True)
+        theirs.predict(list(zip(pairs.queries, pairs.titles)))
+        assert [type(m).__name__ for m in theirs] != ["Transformer"]  # loads, through other modules
+    except (ValueError, TypeError, KeyError, ImportError, OSError):
+        pass  # sentence-transformers cannot load it
+    with pytest.raises(UserError, match="^" + re.escape(f"{folder}/{words}")):
+        load_model(folder)
+    assert "delete modules.json" in run_refused(tmp_path, folder)
+
+
+def run_refused(tmp_path, folder) -> str:
+    """headcut evaluate's one sentence (exit 2) for the model folder `folder`."""
+    data = tmp_path / "d.tsv"
+    data.write_text("query\ttitle\tscore\ndrill\tcordless drill\t0.5\n")
+    result = CliRunner().invoke(app, ["evaluate", "--model", str(folder), "--data", str(data)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("kind", ["sentence_transformers.models.Transformer",
+                                  "sentence_transformers.base.modules.Transformer", TRANSFORMER])
+def test_a_cross_encoder_modules_json_of_its_one_transformer_loads_and_scores_as_sentence_transformers(tmp_path,
+                                                                                                       kind):
+    """Every class path sentence-transformers resolves to its Transformer (an older save's
+    sentence_transformers.models.Transformer too) is the folder's model, read as headcut reads it."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.base.modules import Transformer
+    from sentence_transformers.util.misc import import_module_class
+
+    from headcut.models import ST_TRANSFORMERS
+
+    for path in ST_TRANSFORMERS:
+        assert import_module_class(path) is Transformer
+    pairs, folder = scored_pairs(30), tiny_cross_encoder(tmp_path)
+    CrossEncoder(str(folder), local_files_only=True).save_pretrained(str(tmp_path / "st"))
+    folder = tmp_path / "st"
+    (folder / "modules.json").write_text(json.dumps([_module(kind=kind)]))
+    theirs = CrossEncoder(str(folder), local_files_only=True).predict(list(zip(pairs.queries, pairs.titles)))
+    assert np.abs(headcut_scores(folder, pairs) - theirs).max() <= 1e-5
+    assert np.ptp(theirs) > 1e-4
 
 
 def test_every_stage_takes_a_score_model_and_only_score_models_become_cross_encoders(reranker, tmp_path):
