@@ -826,6 +826,9 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
         names = ["score"] if merged["task"] == "score" else [f"grade {g}" for g in merged["grades"]]
         config.id2label = dict(enumerate(names))
         config.label2id = {name: i for i, name in enumerate(names)}
+        # as save_pretrained records it: CrossEncoder reads a folder without it as one output (num_labels=1) and
+        # fails on a grades model's weights (a model built from a config, as a student is, has none)
+        config.architectures = [type(model).__name__]
         if merged["task"] == "score":  # where sentence-transformers 6 reads the activation (it ignores the file below)
             config.sentence_transformers = {
                 "activation_fn": cross_encoder_record(merged["activation"])["activation_fn"]}

@@ -443,6 +443,27 @@ def test_a_cross_encoder_modules_json_of_its_one_transformer_loads_and_scores_as
     assert np.ptp(theirs) > 1e-4
 
 
+def test_a_grades_model_built_from_a_config_loads_in_sentence_transformers_with_its_outputs(tmp_path):
+    """Was: save_model wrote config.json without 'architectures' for a model built from a config (a student, a
+    tiny model), and CrossEncoder reads such a folder as one output (num_labels=1): a grades model's folder failed
+    to load ('ignore_mismatched_sizes' ... the classifier's 5 outputs)."""
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+    from test_export import tiny_tokenizer
+
+    from headcut.evaluate.predict import predict_logits
+
+    tokenizer, pairs = tiny_tokenizer(tmp_path / "tok"), scored_pairs(20)
+    model = tiny_model("bert", vocab_size=len(tokenizer), initializer_range=0.2)
+    assert model.config.architectures is None
+    folder = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5]}), tmp_path / "m")
+    loaded = load_model(folder)
+    ours = predict_logits(loaded.model, loaded.tokenizer, pairs, max_length=loaded.max_length)
+    theirs = CrossEncoder(str(folder), local_files_only=True)
+    assert theirs.num_labels == 5
+    assert np.abs(theirs.predict(list(zip(pairs.queries, pairs.titles))) - ours).max() <= 1e-5  # identity: logits
+
+
 def test_every_stage_takes_a_score_model_and_only_score_models_become_cross_encoders(reranker, tmp_path):
     grader, dev = reranker
     from headcut.models import SCORE_STAGES, check_stage
