@@ -836,12 +836,24 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         save_file(state, str(tmp / SAVED_WEIGHTS), metadata={"format": "pt"})
         loaded.tokenizer.save_pretrained(tmp)
+        _record_tokenizer_length(tmp, LoadedModel(model, loaded.tokenizer, merged).max_length)
         merged["weights_hash"] = file_hash(tmp / SAVED_WEIGHTS)
         merged[TENSORS_HASH] = state_hash(state)
         write_json(tmp / META_FILE, merged)
         if merged["task"] == "score":
             write_json(tmp / CROSS_ENCODER_FILE, cross_encoder_record(merged["activation"]))
     return Path(out)
+
+
+TOKENIZER_CONFIG = "tokenizer_config.json"
+
+
+def _record_tokenizer_length(folder: Path, length: int) -> None:
+    """The saved tokenizer's model_max_length is the length headcut reads the model at (headcut.json's max_length,
+    else its default): sentence-transformers' CrossEncoder truncates at it, and kept the source tokenizer's (512,
+    or 10^30) where headcut cut pairs at 128, so long pairs scored otherwise there."""
+    file = folder / TOKENIZER_CONFIG
+    write_json(file, {**read_json_file(file), "model_max_length": length})
 
 
 def cross_encoder_record(activation: str) -> dict:

@@ -464,6 +464,38 @@ def test_a_grades_model_built_from_a_config_loads_in_sentence_transformers_with_
     assert np.abs(theirs.predict(list(zip(pairs.queries, pairs.titles))) - ours).max() <= 1e-5  # identity: logits
 
 
+@pytest.mark.parametrize("task", ["score", "grades"])
+@pytest.mark.parametrize("max_length", [32, None], ids=["recorded", "default"])
+def test_a_saved_model_truncates_in_sentence_transformers_where_headcut_does(tmp_path, task, max_length):
+    """Was: save_model kept the tokenizer's model_max_length (here 10^30, MiniLM's 512), which CrossEncoder(path)
+    truncates at (up to the model's positions), while headcut reads headcut.json's max_length (or its default,
+    128): pairs past that scored otherwise in sentence-transformers, e.g. 0.58 apart at max_length 32."""
+    import dataclasses
+
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+    from test_export import tiny_tokenizer
+
+    from headcut.evaluate.predict import predict_logits
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    pairs = scored_pairs(20)
+    pairs = dataclasses.replace(pairs, titles=[" ".join([t] * 30) for t in pairs.titles])  # past 128 tokens
+    meta = {"task": "score", "activation": "identity"} if task == "score" else {"grades": [1, 2, 3, 4, 5]}
+    model = tiny_model("bert", num_labels=1 if task == "score" else 5, vocab_size=len(tokenizer),
+                       initializer_range=0.2)
+    folder = save_model(LoadedModel(model, tokenizer, {**meta, **({"max_length": max_length} if max_length else {})}),
+                        tmp_path / "m")
+    loaded = load_model(folder)
+    assert loaded.max_length == (max_length or 128)
+    ours = predict_logits(loaded.model, loaded.tokenizer, pairs, max_length=loaded.max_length)
+    theirs = CrossEncoder(str(folder), local_files_only=True)
+    assert theirs.max_seq_length == loaded.max_length
+    logits = theirs.predict(list(zip(pairs.queries, pairs.titles)))  # identity: a grades model's logits
+    assert np.abs(np.reshape(logits, ours.shape) - ours).max() <= 1e-5
+    assert np.ptp(ours) > 1e-4
+
+
 def test_every_stage_takes_a_score_model_and_only_score_models_become_cross_encoders(reranker, tmp_path):
     grader, dev = reranker
     from headcut.models import SCORE_STAGES, check_stage
