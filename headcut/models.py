@@ -304,7 +304,10 @@ def _with_tokenizer_length(path: Path, meta: dict, config) -> dict:
     headcut's default (sentence-transformers' CrossEncoder cuts pairs there); headcut.json's max_length past it is
     refused: long pairs scored otherwise in CrossEncoder(path) than in headcut, exit 0."""
     file = path / TOKENIZER_CONFIG
-    limit = read_json_file(file).get("model_max_length") if file.exists() else None
+    try:
+        limit = read_json_file(file).get("model_max_length") if file.exists() else None
+    except UserError:
+        return meta  # a damaged file: the tokenizer's read names it as the tokenizer's ('the tokenizer in DIR ...')
     if type(limit) is not int or limit < 1:
         return meta  # none recorded: transformers' 10^30, no limit
     if "max_length" in meta:
