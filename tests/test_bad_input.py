@@ -2543,17 +2543,21 @@ def test_serve_limits_have_a_top(tiny_grader, flag, value):
     (["bench", "-m", "", "--data", "pairs.tsv", "--out", "x"], "--model"),
     (["bench", "-m", "m", "-g", " ", "--data", "pairs.tsv", "--out", "x"], "--grader"),
     (["prune", "-m", "m", "--keep-ratio", "0.5", "--scores", "", "--out", "x"], "--scores"),
+    (["probe", "-m", "m", "-d", "", "-o", "x"], "--data"),
+    (["scan", "-m", "m", "-d", "d.tsv", "-o", "x", "--method", ""], "--method"),
+    (["evaluate", "-m", "m", "-d", "d.tsv", "--against", " "], "--against"),
 ])
 def test_a_blank_path_or_value_is_refused_naming_it_not_read_as_the_current_folder(tmp_path, monkeypatch, args, named):
     """Was: typer read '' as Path('.'), so `grade "" pairs.tsv` said '--out o.tsv is inside the input ., which must
     stay as it is', `export "" --out x` '--out x is inside the input ,' and `--out ""` '--out . would replace the
-    input pairs.tsv' (or `serve --host ""` listened on every address), naming the wrong thing."""
+    input pairs.tsv' (or `serve --host ""` listened on every address), naming the wrong thing. The help it points to
+    is the command's, as for an option given twice (was the tool's: `python -m headcut --help`)."""
     from headcut_grader.cli.main import app as grader_app
 
     monkeypatch.chdir(tmp_path)
     for invoke in ((run, lambda *a: CliRunner().invoke(grader_app, list(a))) if args[0] in ("grade", "serve")
                    else (run,)):
-        refused(invoke(*args), f"{named} is empty; give it a value")
+        refused(invoke(*args), f"{named} is empty; give it a value; see `", f" {args[0]} --help`.")
     assert not any(tmp_path.iterdir())
 
 

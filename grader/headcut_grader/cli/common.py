@@ -57,11 +57,10 @@ class OneLineErrors(typer.core.TyperGroup):
 
     def parse_args(self, ctx, args):
         command = next((self.commands[a] for a in args if a in self.commands), None)
-        blank = blank_value(command, args[args.index(command.name) + 1:]) if command is not None else None
-        if blank:
-            raise click.exceptions.UsageError(f"{blank} is empty{BLANK_MEANS.get(blank, '; give it a value')}", ctx)
         given = args[args.index(command.name) + 1:] if command is not None else []
-        problem = command is not None and (given_twice(command, given) or file_as_folder(command, given))
+        blank = blank_value(command, given) if command is not None else None
+        problem = (f"{blank} is empty{BLANK_MEANS.get(blank, '; give it a value')}" if blank else
+                   command is not None and (given_twice(command, given) or file_as_folder(command, given)))
         if problem:  # its help is the command's: a context of it, made without parsing
             raise click.exceptions.UsageError(problem, click.Context(command, parent=ctx, info_name=command.name))
         return super().parse_args(ctx, args)
