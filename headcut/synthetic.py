@@ -49,7 +49,8 @@ def synthetic_spec(spec: str, n: int | None = None, *, said: str = "n",
 
 def synthetic_seed(spec: str, *, name: str = "synthetic_seed spec") -> int:
     """The seed of 'synthetic' (0) or 'synthetic:SEED'; `name`: what named `spec`, as synthetic_spec's."""
-    text = str(spec).partition(":")[2] or "0"
+    _, colon, text = str(spec).partition(":")
+    text = text if colon else "0"  # 'synthetic:' names no seed: refused below, not read as 0
     lead = setting(name, quoted(_cut(str(spec), 60)))  # a spec of thousands of digits, shown in part
     if not re.fullmatch(r"[-+]?[0-9]+", text):
         raise UserError(f"{lead}: write synthetic or synthetic:SEED with a whole-number seed.")

@@ -1279,6 +1279,9 @@ def test_a_bad_synthetic_seed_or_size_names_the_flag_or_key_that_gave_it(tmp_pat
     model = saved_models["artifact"]
     fix = "write synthetic or synthetic:SEED with a whole-number seed."
     refused(run("evaluate", "-m", model, "-d", "synthetic:abc"), f"--data 'synthetic:abc': {fix}")
+    # was: an empty seed ran as seed 0, as plain 'synthetic' does
+    refused(run("probe", "-m", model, "-d", "synthetic:", "-o", tmp_path / "p"), f"--data 'synthetic:': {fix}")
+    assert not (tmp_path / "p").exists()
     refused(run("evaluate", "-m", model, "-d", "synthetic:1", "--limit", 2_000_000),
             "--data 'synthetic:1': 2,000,000 pairs asked for (--limit)")
     seeds = "write synthetic:SEED with a seed in [0, 999999999999999999]."
