@@ -3,6 +3,7 @@ set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn gra
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 from headcut_grader.data import FILE_KEYS, PRESETS, Pairs, iter_pairs, read_pairs
@@ -22,7 +23,46 @@ def read_spec(spec: str, *, rows: int | None = None, seed: int = 0, task: str = 
     if synthetic is not None:
         _check_synthetic_grades(synthetic, options.get("grades") if task == "grades" else None, options.get("keys"))
         return as_scores(synthetic) if task == "score" else synthetic
-    return read_pairs(spec, task=task, **options).sample(rows, seed=seed)
+    if rows is None:
+        return read_pairs(spec, task=task, **options)
+    return _sampled_file(spec, rows, seed, dict(options, task=task))
+
+
+SAMPLE_CHUNK = 10_000  # rows a sampled file is read by: memory holds one such chunk and the sample, not the file
+
+
+def _sampled_file(path: str, rows: int, seed: int, options: dict) -> Pairs:
+    """`rows` pairs of file `path`, the ones Pairs.sample(rows, seed=seed) draws from the whole file, read in two
+    passes of iter_pairs' chunks (the first counts and checks every row, the second keeps the drawn ones), so that a
+    sample of a file of millions of rows does not hold them all. A file of one chunk is read once."""
+    total, chunks, whole = 0, 0, None
+    for chunk in iter_pairs(path, chunk_rows=SAMPLE_CHUNK, **options):
+        total, chunks, whole = total + len(chunk.pairs), chunks + 1, chunk.pairs if chunks == 0 else None
+    if whole is not None:
+        return whole.sample(rows, seed=seed)
+    if rows >= total:
+        return read_pairs(path, **options)
+    drawn = sorted(random.Random(seed).sample(range(total), rows))  # as Pairs.sample draws
+    parts, start, at = [], 0, 0
+    for chunk in iter_pairs(path, chunk_rows=SAMPLE_CHUNK, **options):
+        end = start + len(chunk.pairs)
+        first = at
+        while at < len(drawn) and drawn[at] < end:
+            at += 1
+        parts.append(chunk.pairs.subset([i - start for i in drawn[first:at]]))
+        start = end
+    return _joined(parts)
+
+
+def _joined(parts: list[Pairs]) -> Pairs:
+    """The pairs of `parts` (chunks of one file) in order, as one Pairs."""
+    first = parts[0]
+
+    def each(name):
+        return None if getattr(first, name) is None else [x for part in parts for x in getattr(part, name)]
+
+    return Pairs(each("queries"), each("titles"), each("labels"), first.grades, first.source, scores=each("scores"),
+                 lines=each("lines"), gold_option=first.gold_option)
 
 
 # Counting a file's pairs as a recipe is read (training.check_fits) stops after this many rows: past it the count is

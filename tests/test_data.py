@@ -507,3 +507,33 @@ def test_a_label_map_that_is_no_map_and_not_round_is_refused_saying_what_is_acce
                                         r"None\.$"):
         read_pairs(path, label_map=label_map)
     assert list(read_pairs(path, label_map="round").labels) == [2]  # round half up: 2.5 -> grade 3, label 2
+
+
+def test_a_sample_of_a_file_holds_one_chunk_at_a_time_and_draws_the_rows_sample_draws(tmp_path, monkeypatch):
+    """Was: read_spec(rows=N) (every --limit, a recipe's train_rows) read the whole file into memory and then drew N
+    of its rows: a 500-pair probe of a file of a million rows held all of them (about 250 MB more). The rows drawn are
+    the same; every row is still checked (a bad grade outside the sample is refused)."""
+    import headcut.data_spec as data_spec
+    from headcut_grader.pairs import Pairs
+
+    rows = "".join(f"q{i // 3}\ttitle {i}\t{1 + i % 5}\n" for i in range(50))
+    path = write(tmp_path, "pairs.tsv", "query\ttitle\tgrade\n" + rows)
+    whole = read_pairs(path)
+    largest = [0]
+    built = Pairs.__post_init__
+
+    def counted(self):
+        largest[0] = max(largest[0], len(self.queries))
+        built(self)
+
+    monkeypatch.setattr(Pairs, "__post_init__", counted)
+    monkeypatch.setattr(data_spec, "SAMPLE_CHUNK", 7, raising=False)
+    for seed in (0, 3):
+        sample = data_spec.read_spec(str(path), rows=5, seed=seed)
+        expected = whole.sample(5, seed=seed)
+        assert sample == expected and sample.lines == expected.lines and sample.fingerprint == expected.fingerprint
+    assert largest[0] == 7  # one chunk of rows, never the file's 50
+    assert data_spec.read_spec(str(path), rows=60) == whole  # a sample of more rows than the file holds: every row
+    write(tmp_path, "pairs.tsv", "query\ttitle\tgrade\n" + rows + "q\tt\t9\n")
+    with pytest.raises(UserError, match=r"pairs.tsv, line 52, column 'grade'"):
+        data_spec.read_spec(str(path), rows=5)
