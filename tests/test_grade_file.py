@@ -472,6 +472,23 @@ def test_a_bad_row_stops_with_its_line_and_the_fixed_file_resumes(tiny_grader, t
     assert (tmp_path / "out.tsv").read_bytes() == (tmp_path / "whole.tsv").read_bytes()
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_text_the_tokenizer_keeps_nothing_of_is_an_empty_text_named_by_line_and_column(tiny_grader, tmp_path,
+                                                                                         workers):
+    """Was: combining marks alone, or U+FFFD, passed the text checks and were graded as the empty text [CLS] [SEP]
+    [SEP], exit 0; now said as an empty cell is, with the column as the file names it (--title-col)."""
+    source = tmp_path / "pairs.tsv"
+    source.write_text("q\tname\nq1\tsaw\nq2\t\u0301\u0301\nq3\t\ufffd\n")
+    out = tmp_path / "o.tsv"
+    bad = grade(tiny_grader, source, "--out", out, "--query-col", "q", "--title-col", "name", "--threads", "1",
+                "--chunk-rows", "1", "--workers", workers)
+    assert bad.exit_code == 2
+    assert bad.output.strip().splitlines() == [
+        f"error: {source}, line 3, column 'name': empty text (the grader's tokenizer keeps none of its characters, "
+        "such as U+0301); remove the row or fill it in."], bad.output
+    assert not out.exists()
+
+
 def test_resume_refuses_a_changed_input(tiny_grader, tmp_path):
     source = write_pairs(tmp_path / "pairs.tsv", 600, seed=3)
     lines = source.read_text().splitlines(keepends=True)

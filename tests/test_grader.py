@@ -280,6 +280,16 @@ def test_the_grader_api_refuses_a_string_where_pairs_or_titles_belong(tiny_grade
     (lambda g: g.grade([("drill", "\u200b")]), "pair 0's title: empty text (only invisible characters"),
     (lambda g: g.grade([("dr\x00ill", "drill")]), "pair 0's query: control character U+0000"),
     (lambda g: g.rank(" ", ["drill"]), "pair 0's query: empty text"),
+    # a text the tokenizer keeps nothing of (combining marks, U+FFFD): was graded as the empty text
+    (lambda g: g.grade([("drill", "saw"), ("drill", "\u0301\u0301")]),
+     "pair 1's title: empty text (the grader's tokenizer keeps none of its characters, such as U+0301); fix that "
+     "pair or drop it"),
+    (lambda g: g.rank("\ufffd", ["drill"]), "pair 0's query: empty text (the grader's tokenizer keeps none of its "
+     "characters, such as U+FFFD)"),
+    # beside a text of many tokens, and past the characters tokenised at once (a long text's own path)
+    (lambda g: g.grade([("\u0301", "drill saw " * 10)]), "pair 0's query: empty text (the grader's tokenizer"),
+    (lambda g: g.grade([("drill", "saw"), ("\u0301" * 600, "drill " * 200)]), "pair 1's query: empty text (the"),
+    (lambda g: g.grade([("a" * 700, "\u0301 ")]), "pair 0's title: empty text (the grader's tokenizer"),
     # a str decoded with errors="surrogateescape" (os.fsdecode, sys.argv): was tokenizers' nameless TypeError
     (lambda g: g.grade([("drill", "saw"), ("dr\udcffill", "drill")]), "pair 1's query: lone surrogate U+DCFF"),
     # a Pairs (or any object of queries and titles) was graded unchecked: an empty text, and as many pairs as the

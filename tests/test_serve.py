@@ -122,6 +122,13 @@ PAIR = '{"query": TEXT, "title": TEXT}'
      "body: key '\\ud800' has a lone surrogate U+D800 at character 1, which is not a character"),
     ("/grade", b'{}', f'pairs: missing; /grade takes {{"pairs": [{PAIR}, ...]}}'),
     ("/grade", b'{"pairs": [{"query": "drill"}]}', f"pairs.0.title: missing; each pair is {PAIR}"),
+    # a text the tokenizer keeps nothing of: was graded as the empty text [CLS] [SEP] [SEP]
+    ("/grade", b'{"pairs": [{"query": "q", "title": "t"}, {"query": "q", "title": "\\u0301\\u0301"}]}',
+     "pairs.1.title: empty text (the grader's tokenizer keeps none of its characters, such as U+0301)"),
+    ("/rank", b'{"query": "\\ufffd", "titles": ["t"]}',
+     "query: empty text (the grader's tokenizer keeps none of its characters, such as U+FFFD)"),
+    ("/rank", b'{"query": "q", "titles": ["t", " \\u0301a", "\\u0300 "]}',
+     "titles.2: empty text (the grader's tokenizer keeps none of its characters, such as U+0300)"),
 ])
 def test_a_body_of_the_wrong_shape_is_one_sentence_naming_the_field_and_the_fix(server, path, body, sentence):
     reply = httpx.post(server[0] + path, content=body, headers={"content-type": "application/json"}, timeout=30)

@@ -21,15 +21,16 @@ import numpy as np
 
 from headcut_grader.backends import BACKEND_CHOICES, graph_sha256, graphs
 from headcut_grader.data import Position, guess_format, iter_pairs
-from headcut_grader.errors import Given, UserError, check_names, counted, named, setting
+from headcut_grader.errors import Given, UserError, check_names, counted, named, quoted, setting
 from headcut_grader.files import (PAIRS_FILE, as_file_to_read, as_path, check_out_file, publish_file, published,
                                   write_json)
 from headcut_grader.grader import Grader, Grades, read_record, results_from_logits
 from headcut_grader.lines import RESUME_SPELLED, afresh
 from headcut_grader.orphans import exit_with_parent
-from headcut_grader.readers import check_preset
+from headcut_grader.readers import check_preset, text_columns
 from headcut_grader.ranges import (BATCH, BATCH_SIZE, CHUNK_ROWS, RUNTIME_THREADS, THREADS, WORKERS, argument,
                                    check_callbacks, checked_bool, checked_fields, range_field)
+from headcut_grader.tokens import NoTokens
 from headcut_grader.validation import MAX_RECORD_BYTES, read_small_text
 
 STATE_FORMAT = 2  # 2: the state carries a checksum of itself
@@ -448,9 +449,10 @@ def _resumable_state(state_path: Path, data: Path, out: Path, grader: Grader, se
 
 def _graded(chunks, grader: Grader, settings: GradeSettings, progress):
     """(chunk, logits) in file order; with several workers a few chunks are in flight, so memory stays bounded."""
+    columns = dict(zip(("query", "title"), text_columns(settings.preset, settings.query_col, settings.title_col)))
     if settings.workers == 1:
         for chunk in chunks:
-            yield chunk, grader.logits(chunk.pairs, progress=progress)
+            yield chunk, _placed(lambda: grader.logits(chunk.pairs, progress=progress), chunk, columns)
         return
     import multiprocessing
 
@@ -466,12 +468,21 @@ def _graded(chunks, grader: Grader, settings: GradeSettings, progress):
                 with _sigint_held():  # submit starts the workers: they inherit the held signal
                     pending.append((chunk, pool.submit(_worker_logits, chunk.pairs.queries, chunk.pairs.titles)))
                 if len(pending) >= 2 * settings.workers:
-                    yield _finished(pending.popleft(), progress)
+                    yield _finished(pending.popleft(), progress, columns)
             while pending:
-                yield _finished(pending.popleft(), progress)
+                yield _finished(pending.popleft(), progress, columns)
         except BaseException:  # Ctrl-C, a bad row: stop now, not once the workers finish the chunks they hold
             _stop_workers(pool)
             raise
+
+
+def _placed(graded, chunk, columns: dict):
+    """`graded()`, a text of `chunk` that gave no tokens said as a file's empty text is: its file, line and column."""
+    try:
+        return graded()
+    except NoTokens as e:
+        raise UserError(f"{chunk.pairs.where(e.index)}, column {quoted(columns[e.side])}: {e.problem}; remove the "
+                        "row or fill it in.") from None
 
 
 @contextmanager
@@ -501,9 +512,9 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
         process.terminate()
 
 
-def _finished(item, progress):
+def _finished(item, progress, columns: dict):
     chunk, future = item
-    logits = future.result()
+    logits = _placed(future.result, chunk, columns)
     if progress:
         progress(len(chunk.pairs))
     return chunk, logits

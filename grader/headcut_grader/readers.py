@@ -189,8 +189,7 @@ def iter_pairs(
     keys = Named(names, keys)
     _check_column_names(path, keys, query_col=query_col, title_col=title_col, label_col=label_col)
     p, fmt = _format_of(path, preset, fmt, keys)
-    query_col = query_col or p.query_col
-    title_col = title_col or p.title_col
+    query_col, title_col = text_columns(preset, query_col, title_col)
     if query_col == title_col:
         raise UserError(f"{keys.said('query_col')} and {keys.said('title_col')} "
                         f"both name column {quoted(query_col)}; name the queries' and the titles' own columns.")
@@ -311,6 +310,12 @@ class Named:
         label_col=NAME."""
         said = self.said(option)
         return said if errors.caller(said) == "flags" else f"{said}=NAME"
+
+
+def text_columns(preset: str | None, query_col: str | None, title_col: str | None) -> tuple[str, str]:
+    """The columns the queries and titles are read from: those named, else the preset's."""
+    p = PRESETS.get(preset, Preset())
+    return query_col or p.query_col, title_col or p.title_col
 
 
 def check_preset(preset, said: str) -> None:

@@ -24,6 +24,7 @@ from headcut_grader.grader import ranking
 from headcut_grader.microbatch import Closed, QueueFull
 from headcut_grader.serve_metrics import MISSING
 from headcut_grader.serve_middleware import RETRY_AFTER_SECONDS, SHUTTING_DOWN
+from headcut_grader.tokens import first_tokenless, no_tokens_problem
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,9 @@ def healthz(request: Request):
 
 
 async def grade(request: Request, body):  # body: this app's GradeRequest (see add_routes)
+    texts = {f"pairs.{i}.{side}": getattr(p, side) for i, p in enumerate(body.pairs) for side in ("query", "title")}
+    if refused := _tokenless(request, texts):
+        return refused
     result = await _graded(request, [(p.query, p.title) for p in body.pairs])
     grader = request.app.state.grader
     head = {"task": "score"} if grader.task == "score" else {"grades": grader.record["grades"]}
@@ -77,8 +81,21 @@ async def grade(request: Request, body):  # body: this app's GradeRequest (see a
 
 
 async def rank(request: Request, body):  # body: this app's RankRequest
+    if refused := _tokenless(request, {"query": body.query} | {f"titles.{i}": t for i, t in enumerate(body.titles)}):
+        return refused
     result = await _graded(request, [(body.query, t) for t in body.titles])
     return JSONResponse({"query": body.query, "ranking": ranking(body.titles, result)})
+
+
+def _tokenless(request: Request, texts: dict[str, str]) -> JSONResponse | None:
+    """422 for the first of `texts` (JSON place -> text) that the grader's tokenizer reduces to no tokens, said as the
+    other empty texts are; checked before batching, since a batch holds other requests' pairs."""
+    places = list(texts)
+    i = first_tokenless(request.app.state.grader.tokenizer, list(texts.values()))
+    if i is None:
+        return None
+    return JSONResponse({"error": f"{places[i]}: {no_tokens_problem(texts[places[i]])}; see GET /docs for the "
+                                  "request shape."}, status_code=422)
 
 
 def metrics_page(request: Request):

@@ -52,21 +52,74 @@ def fewest_pair_tokens(special: int) -> int:
     return special + 2
 
 
+class NoTokens(ValueError):
+    """Pair `index`'s `side` (query or title) is a text the tokenizer reduces to no tokens (combining marks, U+FFFD,
+    characters it drops): the graph would grade an empty text. `shown`: one of its characters, for the sentence."""
+
+    def __init__(self, index: int, side: str, shown: str):
+        super().__init__(index, side, shown)  # as given, so that a worker process's error pickles
+        self.index, self.side, self.shown = index, side, shown
+
+    @property
+    def problem(self) -> str:
+        return no_tokens_problem(self.shown)
+
+    def __str__(self) -> str:
+        return f"pair {self.index}'s {self.side}: {self.problem}; fix that pair or drop it"
+
+
+def no_tokens_problem(text: str) -> str:
+    """Why a text of no tokens is not one, in the words of validation.text_problem's empty texts."""
+    return f"empty text (the grader's tokenizer keeps none of its characters, such as U+{ord(_shown(text)):04X})"
+
+
+def _shown(text: str) -> str:
+    return next((ch for ch in text if not ch.isspace()), " ")
+
+
+def first_tokenless(tokenizer, texts: Sequence[str]) -> int | None:
+    """The index of the first of `texts` that `tokenizer` reduces to no tokens, or None. A prefix is tokenised
+    first (a text with tokens there has them whole); only a prefix of none is tokenised whole."""
+    cut = tokenizer.truncation["max_length"] * CHARS_PER_TOKEN
+    prefixes = tokenizer.encode_batch([text[:cut] for text in texts], add_special_tokens=False)
+    for i, encoding in enumerate(prefixes):
+        if not encoding.ids and (len(texts[i]) <= cut or not tokenizer.encode(texts[i], add_special_tokens=False).ids):
+            return i
+    return None
+
+
 def encode_pairs(tokenizer, queries: Sequence[str], titles: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
-    """Token ids and token type ids of each pair (unpadded), as `tokenizer` gives for the whole texts."""
+    """Token ids and token type ids of each pair (unpadded), as `tokenizer` gives for the whole texts; NoTokens
+    for the first pair with a text of no tokens."""
     cut = tokenizer.truncation["max_length"] * CHARS_PER_TOKEN
     short = [i for i, (q, t) in enumerate(zip(queries, titles)) if len(q) <= cut and len(t) <= cut]
     encodings = dict(zip(short, tokenizer.encode_batch([(queries[i], titles[i]) for i in short])))
+    empty = {i: side for i in short if (side := _empty_side(encodings[i].sequence_ids)) is not None}
     for i in range(len(queries)):
         if i not in encodings:
             encodings[i] = _encode_long(tokenizer, queries[i], titles[i], cut=cut)
+            if isinstance(encodings[i], str):  # the side with no tokens
+                empty[i] = encodings[i]
+    if empty:  # the graph would grade an empty text
+        i = min(empty)
+        raise NoTokens(i, empty[i], _shown(queries[i] if empty[i] == "query" else titles[i]))
     ordered = [encodings[i] for i in range(len(queries))]
     return [e.ids for e in ordered], [e.type_ids for e in ordered]
 
 
+SIDES = ("query", "title")
+
+
+def _empty_side(sequence_ids: list) -> str | None:
+    """The side of a pair's encoding (by its tokens' sequence ids) that holds no token: truncation keeps one token
+    of each side that has any, so a side missing here had none."""
+    return next((side for side, sequence in zip(SIDES, (0, 1)) if sequence not in sequence_ids), None)
+
+
 def _encode_long(tokenizer, query: str, title: str, *, cut: int):
     """One pair with a text longer than `cut` characters: the shorter text is tokenised whole, the longer one from
-    a prefix with more whole-word tokens than the pair keeps and than the shorter text has."""
+    a prefix with more whole-word tokens than the pair keeps and than the shorter text has; the side ('query',
+    'title') that has no tokens, if one has none."""
     plain = _untruncated(tokenizer)
     keep = tokenizer.truncation["max_length"] - tokenizer.num_special_tokens_to_add(True)
     query_first = len(query) <= len(title)
@@ -74,6 +127,8 @@ def _encode_long(tokenizer, query: str, title: str, *, cut: int):
     whole = plain.encode(shorter, add_special_tokens=False)
     part = _prefix_encoding(plain, longer, more_than=max(keep, len(whole.ids)), cut=cut)
     pair = (whole, part) if query_first else (part, whole)
+    if not pair[0].ids or not pair[1].ids:  # post_process keeps no sequence ids to tell it by
+        return SIDES[0 if not pair[0].ids else 1]
     for encoding, length in zip(pair, choice_lengths(*(len(e.ids) for e in pair), keep=keep)):
         encoding.truncate(length)  # tokenizers' longest_first takes ~40 us a token of its inputs
     return tokenizer.post_process(*pair)
