@@ -61,6 +61,17 @@ def own_headcut_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HEADCUT_CACHE", str(tmp_path_factory.mktemp("headcut-cache")))
 
 
+class BrokenImport:
+    """A meta path finder that fails `name`'s import with `error`, as an installed package that cannot load does."""
+
+    def __init__(self, name: str, error: Exception):
+        self.name, self.error = name, error
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.name:
+            raise self.error
+
+
 @pytest.fixture(autouse=True)
 def fresh_optional_imports():
     """Each test imports a broken optional package afresh: one that faked OpenVINO broken (headcut_grader.optional

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import HOMEDEPOT, ROOT, tiny_model
+from conftest import HOMEDEPOT, ROOT, BrokenImport, tiny_model
 from headcut.arch import keep_heads, keep_neurons, takes_token_types
 from headcut_grader.data import read_pairs
 from headcut.synthetic import synthetic_pairs
@@ -303,17 +303,6 @@ def test_without_openvino_installed_the_export_and_runtime_say_how_to_get_it(bot
 BROKEN_OPENVINO = [OSError("libopenvino.so.2540: cannot open shared object file: No such file or directory\nmore"),
                    AttributeError("module 'numpy' has no attribute 'bool8'"), RuntimeError("no CPU plugin"),
                    ImportError("libtbb.so.12: cannot open shared object file")]
-
-
-class BrokenImport:
-    """A meta path finder that fails `name`'s import with `error`, as an installed package that cannot load does."""
-
-    def __init__(self, name: str, error: Exception):
-        self.name, self.error = name, error
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname == self.name:
-            raise self.error
 
 
 @pytest.mark.parametrize("error", BROKEN_OPENVINO, ids=lambda e: type(e).__name__)

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from conftest import ROOT, process_alive, spawned_children, wait_until
+from conftest import ROOT, BrokenImport, process_alive, spawned_children, wait_until
 from headcut.synthetic import synthetic_pairs
 from headcut.export.server_load import running_server
 from headcut_grader.grader import Grader
@@ -709,7 +709,7 @@ def test_the_h11_deadline_copies_no_buffered_head_per_packet(monkeypatch):
 
 def serve_command(monkeypatch, folder, workers: str, serving):
     """Runs `headcut serve folder --workers N` with `serving` standing in for uvicorn.run and run_workers (a worker
-    starting, in the environment the command set); the command must exit 0."""
+    starting, in the environment the command set); the command must exit 0. Its CliRunner result."""
     import uvicorn
     from typer.testing import CliRunner
 
@@ -728,6 +728,35 @@ def serve_command(monkeypatch, folder, workers: str, serving):
         port = s.getsockname()[1]
     result = CliRunner().invoke(app, ["serve", str(folder), "--port", str(port), "--workers", workers])
     assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.mark.parametrize("error", [OSError("libprom.so: cannot open shared object file"),
+                                   AttributeError("module 'x' has no attribute 'y'")], ids=lambda e: type(e).__name__)
+def test_a_prometheus_client_that_fails_to_import_costs_the_metrics_alone(tiny_folder, monkeypatch, error):
+    """Was: headcut serve stopped with the import's traceback (each worker's app raised Unimportable). Now it starts
+    and grades; its note and GET /metrics (501) say in one sentence why the metrics are unavailable and the fix."""
+    from fastapi.testclient import TestClient
+
+    from headcut_grader.serve import app_from_env
+
+    monkeypatch.delitem(sys.modules, "prometheus_client", raising=False)
+    monkeypatch.setattr(sys, "meta_path", [BrokenImport("prometheus_client", error), *sys.meta_path])
+    answers = []
+
+    def serving(*args, **kwargs):  # a worker starts
+        with TestClient(app_from_env()) as client:
+            answers.extend([client.get("/metrics"), client.post("/grade", json={"pairs": [{"query": "drill",
+                                                                                          "title": "saw"}]})])
+        return 0
+
+    result = serve_command(monkeypatch, tiny_folder, "1", serving)
+    said = (f"GET /metrics needs prometheus_client, and prometheus_client fails to import here ({type(error).__name__}"
+            f": {error}); reinstall it: pip install --force-reinstall prometheus_client.")
+    assert f"note: {said}\n" in result.output, result.output
+    metrics, graded = answers
+    assert metrics.status_code == 501 and metrics.json() == {"error": said}
+    assert graded.status_code == 200, graded.text
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -10,7 +10,7 @@ import os
 
 from headcut_grader.backends import INSTALL
 from headcut_grader.microbatch import BatchStats
-from headcut_grader.optional import optional_module
+from headcut_grader.optional import NOT_INSTALLED, broken_said, why_unusable
 
 ENV_MULTIPROC = "PROMETHEUS_MULTIPROC_DIR"
 MISSING = f"GET /metrics needs prometheus_client; run: {INSTALL['serve']}."
@@ -19,7 +19,18 @@ SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def available() -> bool:
-    return optional_module("prometheus_client") is not None
+    return unavailable() is None
+
+
+def unavailable() -> str | None:
+    """Why GET /metrics cannot answer here, as the sentence it answers (prometheus_client not installed, or installed
+    but failing to import), or None where it can. A broken client costs the metrics alone: the server grades on."""
+    why = why_unusable("prometheus_client")
+    if why is None:
+        return None
+    if why == NOT_INSTALLED:
+        return MISSING
+    return f"GET /metrics needs prometheus_client, and {broken_said('prometheus_client', why)}."
 
 
 class Metrics:
@@ -77,7 +88,11 @@ class Metrics:
 
 
 class NoMetrics:
-    """Stands in when prometheus_client is not installed: the server grades, GET /metrics says what to install."""
+    """Stands in when prometheus_client is not installed or fails to import: the server grades, GET /metrics answers
+    `said` (why, and what to install)."""
+
+    def __init__(self, said: str = MISSING):
+        self.said = said
 
     def request(self, path: str, method: str, status: int, seconds: float) -> None:
         pass
@@ -96,4 +111,5 @@ class NoMetrics:
 
 
 def make_metrics() -> Metrics | NoMetrics:
-    return Metrics() if available() else NoMetrics()
+    said = unavailable()
+    return NoMetrics(said) if said else Metrics()

@@ -22,7 +22,6 @@ from headcut_grader.data import text_problem
 from headcut_grader.errors import quoted
 from headcut_grader.grader import ranking
 from headcut_grader.microbatch import Closed, QueueFull
-from headcut_grader.serve_metrics import MISSING
 from headcut_grader.serve_middleware import RETRY_AFTER_SECONDS, SHUTTING_DOWN
 from headcut_grader.tokens import first_tokenless, no_tokens_problem
 
@@ -99,9 +98,10 @@ def _tokenless(request: Request, texts: dict[str, str]) -> JSONResponse | None:
 
 
 def metrics_page(request: Request):
-    page = request.app.state.metrics.page()
-    if page is None:
-        return JSONResponse({"error": MISSING}, status_code=501)
+    metrics = request.app.state.metrics
+    page = metrics.page()
+    if page is None:  # NoMetrics: why
+        return JSONResponse({"error": metrics.said}, status_code=501)
     return Response(page[0], media_type=page[1])
 
 

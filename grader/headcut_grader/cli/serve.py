@@ -77,7 +77,7 @@ def serve(
     from headcut_grader.errors import UserError
     from headcut_grader.grader import Grader
     from headcut_grader.serve import ENV_SETTINGS, Settings, check_serving
-    from headcut_grader.serve_metrics import ENV_MULTIPROC, MISSING, available
+    from headcut_grader.serve_metrics import ENV_MULTIPROC, unavailable
     from headcut_grader.workers import APP, address_family, http_url, reuse_port_supported, run_workers, unbracketed
 
     from headcut_grader.optional import optional_module
@@ -112,8 +112,8 @@ def serve(
                f"{grader.backend_reason}) on {http_url(host, port)} ({workers} worker(s) x {threads} thread(s), "
                f"batches of up to {max_batch} pairs within {max_wait_ms:g} ms, queue {max_queue} pairs per worker)")
     del grader  # checked and summed up: each worker loads its own, and this one would sit idle in memory
-    if not available():
-        typer.echo(f"note: {MISSING}", err=True)
+    if metrics_said := unavailable():
+        typer.echo(f"note: {metrics_said}", err=True)
     # uvicorn drains, then re-raises the SIGTERM it caught under whatever handler was there before it:
     # this one turns it into a normal exit (status 0, the metrics folder removed) instead of death by signal
     signal.signal(signal.SIGTERM, _drained)
