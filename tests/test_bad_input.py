@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import threading
 from pathlib import Path
 
@@ -1499,7 +1500,7 @@ def test_class_a_full_disk_while_the_study_db_is_written_is_a_sentence(tmp_path,
 
 
 
-@pytest.mark.parametrize("case", ["open", "write", "folder", "writable folder"])
+@pytest.mark.parametrize("case", ["open", "write", "folder", "writable folder", "another's study", "another's folder"])
 def test_class_a_read_only_study_db_or_folder_is_said_so_not_damaged(tmp_path, monkeypatch, case):
     """sqlite's 'attempt to write a readonly database' (study.db or its folder read-only) was optuna's traceback
     (StorageInternalError, raised from sqlite's error), and 'unable to open database file' (a read-only folder, no
@@ -1528,23 +1529,51 @@ def test_class_a_read_only_study_db_or_folder_is_said_so_not_damaged(tmp_path, m
 
     monkeypatch.setattr(optuna, "create_study", opened_read_only)
     access = os.access  # root may write anywhere: the folder is read-only as a user's would be (case "folder")
-    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (case != "folder" or Path(path) != out)
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (case not in ("folder", "another's folder")
+                                                              or Path(path) != out)
                         and access(path, mode, **kw))
+    if "another" in case:  # study.db (or the folder) is another user's: this process runs as uid 4242, not its owner
+        real, owned = os.stat, db if case == "another's study" else out
+        monkeypatch.setattr(os, "geteuid", lambda: 4242)
+        monkeypatch.setattr(os, "stat", lambda path, *a, **kw: _owned_by(real(path, *a, **kw), OTHER_UID)
+                            if isinstance(path, (str, os.PathLike)) and Path(path) == owned else
+                            _owned_by(real(path, *a, **kw), 4242))
     with pytest.raises(UserError) as err:
         tune(recipe, out, trials=1)
     if case == "writable folder":  # sqlite's 'unable to open' has other causes: not said to be the folder's mode
         assert str(err.value) == (f"{db} is damaged (unable to open database file); pass overwrite=True to start a "
                                   "fresh study (finished trial folders are reused).")
         return
+    another = ("another user ({}), whose mode only they can change: ask them to let this user write it, then rerun "
+               "(it continues the study), or choose another out for a study of this user's own.")
     if case == "folder":
         held = (f"(unable to open database file), as {out} is read-only to this user, so study.db cannot be made in "
                 f"it; make it writable (chmod u+w {out})")
+    elif case == "another's folder":  # was: told to chmod u+w, which only the owner may
+        held = (f"(unable to open database file), as {out} is read-only to this user, so study.db cannot be made in "
+                f"it, and {out} belongs to " + another.format(f"uid {OTHER_UID}"))
+    elif case == "another's study":
+        held = (f"(attempt to write a readonly database), as {db} or its folder is read-only to this user, and {db} "
+                "belongs to " + another.format(f"uid {OTHER_UID}"))
     else:
         held = (f"(attempt to write a readonly database), as {db} or its folder is read-only to this user; make both "
                 f"writable (chmod u+w {out} {db})")
-    assert str(err.value) == (f"{db}: the study cannot be written {held}, then rerun: it continues the study "
-                              "(finished trial folders are reused).")
-    assert (db.read_bytes() if case != "folder" else None) == before  # kept as it was
+    if "another" in case:
+        assert str(err.value) == f"{db}: the study cannot be written {held}"
+    else:
+        assert str(err.value) == (f"{db}: the study cannot be written {held}, then rerun: it continues the study "
+                                  "(finished trial folders are reused).")
+    assert (db.read_bytes() if "folder" not in case else None) == before  # kept as it was
+
+
+OTHER_UID = 54321  # a uid no user of the test machine has: said as a number
+
+
+def _owned_by(result: os.stat_result, uid: int) -> os.stat_result:
+    """`result` as if user `uid` owned the file."""
+    fields = list(result)
+    fields[stat.ST_UID] = uid
+    return os.stat_result(fields)
 
 
 # --- run-folder sweep: file modes, outputs beside inputs ------------------------------------------

@@ -239,6 +239,13 @@ def test_a_pairs_file_this_user_may_not_read_is_one_sentence(tmp_path, monkeypat
     with pytest.raises(UserError, match=f"^{re.escape(str(path))} cannot be read \\(Permission denied\\); let this "
                                         "user read it \\(chmod a\\+r\\) or pass another file\\.$"):
         read_pairs(path, require_labels=False)
+    # another user's file: this user's chmod would fail (was: told to chmod a+r all the same)
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)  # the tests' root, as a user who does not own the file
+    with pytest.raises(UserError) as err:
+        read_pairs(path, require_labels=False)
+    assert str(err.value) == (f"{path} cannot be read (Permission denied); {path} belongs to another user (root, uid "
+                              "0), so only they can change its mode: ask them to let this user read it, or pass "
+                              "another file.")
 
 
 @pytest.mark.parametrize("name, text, said", [

@@ -220,6 +220,7 @@ def test_a_grader_file_this_user_may_not_read_is_one_sentence_saying_so(exported
     ...)' with 're-export the grader'. The tests run as root, whom permission bits do not stop: open refuses here."""
     import builtins
     import errno
+    import os
     from pathlib import Path
 
     import headcut_grader.files as files
@@ -235,6 +236,11 @@ def test_a_grader_file_this_user_may_not_read_is_one_sentence_saying_so(exported
     for module in (files, validation):
         monkeypatch.setattr(module, "open", refusing, raising=False)
     with pytest.raises(UserError, match=f"{name} cannot be read \\(Permission denied\\); let this user read it"):
+        Grader(exported)
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)  # the tests' root, as a user who does not own the file
+    with pytest.raises(UserError, match=f"{name} cannot be read \\(Permission denied\\); .*{name} belongs to another "
+                                        "user \\(root, uid 0\\), so only they can change its mode: ask them to let "
+                                        "this user read it, or copy the grader folder again\\.$"):
         Grader(exported)
 
 

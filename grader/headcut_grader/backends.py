@@ -21,6 +21,7 @@ from headcut_grader.errors import UserError, named, quoted, shown
 from headcut_grader.files import hash_and_find
 from headcut_grader.machine import runtime_version
 from headcut_grader.optional import Unimportable, broken_said, optional_module
+from headcut_grader.validation import permission_fix
 
 BACKEND_NAMES = ("onnxruntime", "openvino")
 BACKEND_CHOICES = ("auto", *BACKEND_NAMES)  # what a user may ask for: a runtime, or auto
@@ -120,8 +121,9 @@ def _not_recorded(path: Path) -> UserError:
 def unreadable(path: Path, error: OSError) -> UserError:
     """A grader folder's file that the system will not read: its permissions (another user's file), a folder in its
     place, a failing disk."""
-    fix = ("let this user read it (chmod a+r) or copy the grader folder again" if error.errno in (errno.EACCES,
-           errno.EPERM) else "copy the grader folder again or re-export it")
+    fix = (permission_fix([path], own="let this user read it", chmod="a+r", verb="read",
+                          otherwise="copy the grader folder again") if error.errno in (errno.EACCES, errno.EPERM)
+           else "copy the grader folder again or re-export it")
     return UserError(f"{path} cannot be read ({error.strerror or error}); {fix}.")
 
 

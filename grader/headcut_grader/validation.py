@@ -194,8 +194,48 @@ def check_regular(path: Path, *, what: str = "the pairs",
         with open(path, "rb"):
             pass
     except OSError as e:
-        raise UserError(f"{path} cannot be read ({e.strerror or e}); let this user read it (chmod a+r) or pass "
-                        "another file.") from None
+        fix = permission_fix([path], own="let this user read it", chmod="a+r", verb="read",
+                             otherwise="pass another file")
+        raise UserError(f"{path} cannot be read ({e.strerror or e}); {fix}.") from None
+
+
+def permission_fix(paths: list, *, own: str, chmod: str, verb: str, otherwise: str) -> str:
+    """How this user gets to `verb` (read, write) `paths`, where their modes forbid it: `own` with its chmod where
+    this user owns them ('let this user read it (chmod a+r) or pass another file'); where one belongs to another
+    user, whose mode only that user (or root) may change, asking them, or `otherwise` (the caller's other fix)."""
+    foreign = another_users(paths)
+    if foreign is None:
+        return f"{own} (chmod {chmod}) or {otherwise}"
+    return f"{foreign}, so only they can change its mode: ask them to let this user {verb} it, or {otherwise}"
+
+
+def another_users(paths: list) -> str | None:
+    """'P belongs to another user (bob, uid 1001)' for the first of `paths` that another user than this process's
+    owns, where a chmod of this user's would fail; None where this user owns them all (or is root, who may change
+    any mode) or they are not there."""
+    if not hasattr(os, "geteuid") or os.geteuid() == 0:
+        return None
+    for path in paths:
+        uid = _owner(path)
+        if uid is not None and uid != os.geteuid():
+            return f"{path} belongs to another user ({_user_said(uid)})"
+    return None
+
+
+def _owner(path) -> int | None:
+    try:
+        return os.stat(path).st_uid
+    except OSError:  # not there, or its folder unreadable: nobody's to ask about
+        return None
+
+
+def _user_said(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except (ImportError, KeyError):  # no such user here (a file from another machine's archive)
+        return f"uid {uid}"
 
 
 # A recipe is a page of YAML and a record (headcut.json, grader.json, config.json, a tokenizer, a score table, a

@@ -26,7 +26,7 @@ from headcut.distill_arguments import TRIALS as TRIALS_RANGE
 from headcut_grader.errors import UserError, check_names, named, setting
 from headcut_grader.files import as_path, check_place, file_hash, overwrite_said, refuse_inputs, write_fault, write_json
 from headcut_grader.ranges import check_callbacks, checked_bool, checked_number
-from headcut_grader.validation import read_small_text
+from headcut_grader.validation import another_users, read_small_text
 from headcut.finetune import load_data, run_hash
 from headcut.models import resolve_source
 from headcut.weight_files import weights_file
@@ -166,7 +166,7 @@ def _search(recipe: DistillRecipe, out: Path, read: dict, *, trials: int, overwr
     if overwrite and (out / STUDY_FILE).exists():
         (out / STUDY_FILE).unlink()  # a fresh study; finished trial folders are reused when values and data repeat
     study = _open_study(recipe, out, flag)
-    with _study_writes(out):
+    with _study_writes(out, flag):
         _check_inputs(study, read, out, flag)
         running = optuna.trial.TrialState.RUNNING
         for stale in study.get_trials(deepcopy=False, states=(running,)):  # left by a killed run
@@ -307,7 +307,7 @@ def _open_study(recipe: DistillRecipe, out: Path, flag: str):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the CLI reports trials itself
     try:
-        with _study_writes(out):
+        with _study_writes(out, flag):
             return optuna.create_study(
                 study_name=study_name(recipe), storage=f"sqlite:///{out / STUDY_FILE}", load_if_exists=True,
                 direction="minimize" if recipe.select_metric == "loss" else "maximize",
@@ -320,7 +320,7 @@ def _open_study(recipe: DistillRecipe, out: Path, flag: str):
 
 
 @contextlib.contextmanager
-def _study_writes(out: Path):
+def _study_writes(out: Path, flag: str):
     """A write to the study that fails where the user can fix it is one sentence naming study.db: a read-only study
     or folder (_read_only), a full disk (files.write_fault); sqlite's error otherwise (a damaged study, said where it
     is opened). Optuna raises a failed commit as StorageInternalError, sqlite's error its cause."""
@@ -334,10 +334,9 @@ def _study_writes(out: Path):
         error = getattr(cause, "orig", None) or cause
         if not isinstance(error, BaseException):
             raise
-        if held := _read_only(error, out):
+        if held := _read_only(error, out, flag):
             raise UserError(f"{out / STUDY_FILE}: the study cannot be written ({str(error).splitlines()[0]}), as "
-                            f"{held}, then rerun: it continues the study (finished trial folders are reused)."
-                            ) from None
+                            f"{held}.") from None
         why = write_fault(error, out)
         if why is None:
             raise
@@ -345,18 +344,25 @@ def _study_writes(out: Path):
                         "then rerun: it continues the study (finished trial folders are reused).") from None
 
 
-def _read_only(error: BaseException, out: Path) -> str | None:
+def _read_only(error: BaseException, out: Path, flag: str) -> str | None:
     """What sqlite's `error` says cannot be written for its permissions (or a read-only mount): 'attempt to write a
     readonly database' (study.db, or the folder its journal is made in), and 'unable to open database file' where
     study.db is yet to be made and `out` is not writable (sqlite says the same for other causes); None otherwise.
-    Said with the fix: permissions, not --overwrite (which discards the study)."""
+    Said with the fix: permissions, not --overwrite (which discards the study); where another user owns the file,
+    whose mode this user's chmod cannot change, asking them or another `flag`."""
     if "attempt to write a readonly database" in str(error):
-        return (f"{out / STUDY_FILE} or its folder is read-only to this user; make both writable (chmod u+w "
-                f"{out} {out / STUDY_FILE})")
-    if ("unable to open database file" in str(error) and not os.path.lexists(out / STUDY_FILE)
+        held, own = f"{out / STUDY_FILE} or its folder is read-only to this user", "both"
+        paths = [out, out / STUDY_FILE]
+    elif ("unable to open database file" in str(error) and not os.path.lexists(out / STUDY_FILE)
             and not os.access(out, os.W_OK)):
-        return f"{out} is read-only to this user, so study.db cannot be made in it; make it writable (chmod u+w {out})"
-    return None
+        held, paths, own = f"{out} is read-only to this user, so study.db cannot be made in it", [out], "it"
+    else:
+        return None
+    if foreign := another_users(paths):
+        return (f"{held}, and {foreign}, whose mode only they can change: ask them to let this user write it, then "
+                f"rerun (it continues the study), or choose another {flag} for a study of this user's own")
+    return (f"{held}; make {own} writable (chmod u+w {' '.join(map(str, paths))}), then rerun: it continues the study "
+            "(finished trial folders are reused)")
 
 
 def _check_inputs(study, read: dict, out: Path, flag: str) -> None:
