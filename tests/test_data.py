@@ -188,6 +188,11 @@ BAD = {
     "empty.tsv": ("", "is empty"),
     "nocol.tsv": ("query\ttitle\tlabel\na\tb\t3\n", "no label column 'grade'"),
     "ragged.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\td\n", "line 3: 2 fields where the header has 3"),
+    # a short row: was '1 fields ...; fix the row (a stray tab?)', the cause a long row's
+    "short.tsv": ("query\ttitle\tgrade\na\tb\t3\nc\n", "line 3: 1 field where the header has 3; fix the row (a "
+                  "missing tab?)."),
+    "short.csv": ("query,title,grade\na,b,3\nc\n", "line 3: 1 field where the header has 3; fix the row (a missing "
+                  "comma?)."),
     # a separator ending the header line (a spreadsheet's export): was 'line 2: 3 fields where the header has 4; fix
     # the row', a row that is right
     "header_tab.tsv": ("query\ttitle\tgrade\t\na\tb\t3\n", "line 1: the header ends in an unnamed column that "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from headcut_grader import errors
-from headcut_grader.errors import UserError, check_names, quoted, setting
+from headcut_grader.errors import UserError, check_names, counted, quoted, setting
 from headcut_grader.files import PAIRS_FILE, as_file_to_read
 from headcut_grader.ranges import CHUNK_ROWS, argument, as_whole, checked_bool, checked_number
 from headcut_grader.tasks import TASKS
@@ -578,8 +578,10 @@ def _ragged(path: Path, line: int, fields: int, header: list[str], fmt: str) -> 
             (f"{unnamed} unnamed columns", f"the {unnamed} {separator}s")
         return (f"{path}, line 1: the header ends in {what} that line {line} does not have; delete {ends} at the end "
                 "of the header line.")
-    return (f"{path}, line {line}: {fields} fields where the header has {len(header)}; fix the row (a stray "
-            f"{separator}{'' if fmt == 'tsv' else ' or quote'}?).")
+    cause = (f"a missing {separator}" if fields < len(header) else  # a cell left out
+             f"a stray {separator}" + ("" if fmt == "tsv" else " or quote"))
+    return (f"{path}, line {line}: {counted(fields, 'field')} where the header has {len(header)}; fix the row "
+            f"({cause}?).")
 
 
 def _json_line_error(path: Path, number: int, chunk: str, error: json.JSONDecodeError, *, first: bool) -> UserError:
