@@ -818,6 +818,8 @@ def test_an_output_whose_suffix_names_another_format_is_refused(tiny_grader, tmp
     assert result.exit_code == 2, result.output
     assert f"--out {tmp_path / 'grades.md'}: grades are written as TSV, CSV or JSON lines, as the suffix says; name " \
            "the file .tsv, .csv, .jsonl or .txt (such as grades.tsv)." in " ".join(result.output.split())
+    compressed = grade(tiny_grader, source, "--out", tmp_path / "grades.csv.gz")  # was: 'such as grades.csv.tsv'
+    assert compressed.exit_code == 2 and "or .txt (such as grades.csv)." in " ".join(compressed.output.split())
     with pytest.raises(UserError, match=r"grades.jsonl: settings.out_format is 'tsv', so grades are written as TSV; "
                                         r"name the file .tsv or .txt \(such as grades.tsv\)."):
         grade_file(tiny_grader, source, tmp_path / "grades.jsonl", settings=GradeSettings(out_format="tsv"))

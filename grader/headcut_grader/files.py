@@ -319,8 +319,9 @@ def check_suffix(out: Path, suffixes: tuple[str, ...], *, flag: str, written: st
         return
     named_ones = [s for s in suffixes if s]
     listing = ", ".join(named_ones[:-1]) + f" or {named_ones[-1]}" if len(named_ones) > 1 else named_ones[0]
-    raise UserError(f"{path_is(flag, out)}: {written}; name the file {listing} (such as "
-                    f"{out.with_suffix(named_ones[0]).name}).")
+    # grades.tsv.gz: the name before the refused suffix may end in an allowed one (was: 'such as grades.tsv.tsv')
+    such = out.stem if Path(out.stem).suffix.lower() in named_ones else out.with_suffix(named_ones[0]).name
+    raise UserError(f"{path_is(flag, out)}: {written}; name the file {listing} (such as {such}).")
 
 
 # A full disk, a quota, a file too large or a read-only disk is the user's to fix, not a bug to show as a traceback;
