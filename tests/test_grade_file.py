@@ -807,6 +807,26 @@ def test_an_output_named_json_is_refused_as_grades_are_json_lines(tiny_grader, t
     assert grade(tiny_grader, source, "--out", tmp_path / "grades.jsonl").exit_code == 0
 
 
+@pytest.mark.parametrize("out", ["/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"])
+def test_an_output_in_the_system_s_device_folders_is_refused_as_standard_output_is(tiny_grader, tmp_path, out):
+    """Was: --out /dev/stdout with standard output sent to a file said '--out /dev/stdout exists; ... pass
+    --overwrite', and with --overwrite root's rename replaced /dev/stdout, the system's link, with the grades."""
+    from headcut_grader.errors import UserError
+    from headcut_grader.files import check_place
+
+    source = write_pairs(tmp_path / "pairs.tsv", 5)
+    result = grade(tiny_grader, source, "--out", out)
+    folder = "/dev" if out == "/dev/stdout" else "/proc"
+    assert result.exit_code == 2 and " ".join(result.output.split()) == (
+        f"error: --out {out} would write into {folder}, where the system keeps devices and streams (standard output "
+        "too), not files: headcut writes its outputs to files (atomically); name a file or folder, e.g. --out "
+        "results."), result.output
+    with pytest.raises(UserError, match=r"^out=/dev/stderr would write into /dev, "):
+        check_place("/dev/stderr")
+    if os.access("/dev/shm", os.W_OK):  # a folder of files inside /dev, where there is one
+        check_place("/dev/shm/grades.tsv")
+
+
 def test_an_output_whose_suffix_names_another_format_is_refused(tiny_grader, tmp_path):
     """Was: `--out grades.md` said 'grades.md: cannot tell the format from the suffix', naming no flag and offering
     .json, itself refused; GradeSettings(out_format='tsv') wrote TSV into grades.jsonl in silence."""

@@ -146,6 +146,10 @@ def check_place(out: str | Path, flag: str = "out") -> None:
         dash = path_is(flag, "-", "would be a file named '-'")
         raise UserError(f"{dash}: headcut writes its outputs to files (atomically), not to standard output; name a "
                         f"file or folder, e.g. {path_value(flag, 'results')}.")
+    if system := _system_folder(out):
+        raise UserError(f"{path_is(flag, out)} would write into {system}, where the system keeps devices and streams "
+                        "(standard output too), not files: headcut writes its outputs to files (atomically); name a "
+                        f"file or folder, e.g. {path_value(flag, 'results')}.")
     if why := unexpanded_home(out):  # was: a folder named ~ made here, the output in it
         raise UserError(f"{path_is(flag, out)}: {why}.")
     here, target = Path.cwd().resolve(), resolved_out(out, flag)
@@ -158,6 +162,16 @@ def check_place(out: str | Path, flag: str = "out") -> None:
         place = place.parent
     if not can_make_files(place, out.name):
         raise UserError(f"{path_is(flag, out)}: the folder {place} is not writable; choose a folder you can write in.")
+
+
+def _system_folder(out: Path) -> Path | None:
+    """/dev, /proc or /sys where `out`'s folder is one of them (inside /proc or /sys): /dev/stdout, /dev/fd/1. Root
+    may make files in /dev (a tmpfs), so an output's rename there replaced /dev/stdout, the system's link, for all;
+    /dev/shm and other folders inside /dev are folders of files. The folder is resolved, not `out` itself (a link)."""
+    folder = Path(os.path.realpath(out.absolute().parent))
+    if folder == Path("/dev"):
+        return folder
+    return next((top for top in (Path("/proc"), Path("/sys")) if folder == top or top in folder.parents), None)
 
 
 def can_make_files(folder: Path, name: str) -> bool:
