@@ -827,6 +827,24 @@ def test_an_output_in_the_system_s_device_folders_is_refused_as_standard_output_
         check_place("/dev/shm/grades.tsv")
 
 
+@pytest.mark.parametrize("suffix", ["tsv", "csv"])
+def test_a_text_holding_a_carriage_return_is_written_quoted_and_reads_back(tiny_grader, tmp_path, suffix):
+    """Was: a query or title holding a bare CR (from JSON lines) was written unquoted, csv quoting only the
+    characters of its line terminator (LF), so the grades file was refused by grade itself ('a carriage return (CR)
+    without a line feed (LF) outside quotes') and split into two rows by other readers."""
+    from headcut_grader.data import read_pairs
+
+    source = tmp_path / "pairs.jsonl"
+    texts = [("a\rb", "c\r\nd"), ("x", "y, \"z\"\te"), ("p\nq", "r")]
+    source.write_text("".join(json.dumps({"query": q, "title": t}) + "\n" for q, t in texts))
+    out = tmp_path / f"grades.{suffix}"
+    result = grade(tiny_grader, source, "--out", out, "--threads", "1")
+    assert result.exit_code == 0, result.output
+    back = read_pairs(out, require_labels=False)
+    assert list(zip(back.queries, back.titles)) == texts
+    assert b"\r\n" not in out.read_bytes().replace(b"c\r\nd", b"")  # every row still ends in LF
+
+
 def test_an_output_whose_suffix_names_another_format_is_refused(tiny_grader, tmp_path):
     """Was: `--out grades.md` said 'grades.md: cannot tell the format from the suffix', naming no flag and offering
     .json, itself refused; GradeSettings(out_format='tsv') wrote TSV into grades.jsonl in silence."""

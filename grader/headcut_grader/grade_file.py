@@ -550,8 +550,23 @@ def format_rows(columns: dict[str, list], fmt: str, *, header: bool) -> str:
     if fmt == "jsonl":
         return "".join(json.dumps(dict(zip(names, r)), ensure_ascii=False) + "\n" for r in rows)
     buf = io.StringIO()
-    writer = csv.writer(buf, delimiter="\t" if fmt == "tsv" else ",", lineterminator="\n")
+    separator = "\t" if fmt == "tsv" else ","
+    writer = csv.writer(buf, delimiter=separator, lineterminator="\n")
     if header:
         writer.writerow(names)
-    writer.writerows(rows)
+    if not any("\r" in text for side in ("query", "title") for text in columns.get(side, ())):
+        writer.writerows(rows)
+        return buf.getvalue()
+    # csv quotes a field for the characters of its line terminator alone, so a text holding a bare CR (which csv
+    # readers, ours too, take for a line end) was written unquoted: such a row is written by a writer whose
+    # terminator holds CR, and its CRLF made LF as every other row's
+    with_cr = csv.writer(buf, delimiter=separator, lineterminator="\r\n")
+    for row in rows:
+        if any(isinstance(value, str) and "\r" in value for value in row):
+            with_cr.writerow(row)
+            buf.seek(buf.tell() - 2)
+            buf.write("\n")
+            buf.truncate()
+        else:
+            writer.writerow(row)
     return buf.getvalue()
