@@ -487,6 +487,11 @@ def test_a_text_the_tokenizer_keeps_nothing_of_is_an_empty_text_named_by_line_an
         f"error: {source}, line 3, column 'name': empty text (the grader's tokenizer keeps none of its characters, "
         "such as U+0301); remove the row or fill it in."], bad.output
     assert not out.exists()
+    first = tmp_path / "first.tsv"  # in the first chunk: no rows kept, so the folders made for --out go too
+    first.write_text("query\ttitle\nq\t\u0301\n")
+    bad = grade(tiny_grader, first, "--out", tmp_path / "new" / "folders" / "o.tsv", "--workers", workers)
+    assert bad.exit_code == 2 and "line 2, column 'title': empty text" in bad.output, bad.output
+    assert not (tmp_path / "new").exists()
 
 
 def test_resume_refuses_a_changed_input(tiny_grader, tmp_path):

@@ -132,6 +132,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
     earlier = list(state.get("earlier", [])) if state else []
     chunks = (_chunks(source, settings, task, gold, start=Position(**state["position"]), names=names) if state
               else chain([first], chunks))
+    made = _missing_folders(out.parent)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)  # as every command's --out: missing folders are made
         _no_link(data, resuming=bool(state), names=names)
@@ -139,7 +140,7 @@ def grade_file(grader_dir, source, out, *, settings: GradeSettings = GradeSettin
             _lock(f, out, said("out", names))
             if not state:  # --overwrite: the last run's state must not count this run's rows
                 state_path.unlink(missing_ok=True)
-            with _removed_unless_counted(data, state_path):
+            with _removed_unless_counted(data, state_path, made):
                 f.truncate(state["bytes"] if state else 0)
                 f.seek(0, os.SEEK_END)
                 for chunk, logits in _graded(chunks, grader, settings, progress):
@@ -221,16 +222,31 @@ def _setting(name: str, names: str) -> str:
 
 
 @contextmanager
-def _removed_unless_counted(data: Path, state_path: Path):
+def _removed_unless_counted(data: Path, state_path: Path, made: list[Path]):
     """A run stopped (Ctrl-C, a bad row, a full disk) before any state counted its rows removes its partial file:
     --resume could not use it (was: a Ctrl-C while the workers started left an empty partial file, which --resume
-    refused as rows without a state)."""
+    refused as rows without a state), and the folders it made for OUT (`made`, deepest first) where they are empty
+    (was: left behind, empty, by a text of no tokens in the first chunk)."""
     try:
         yield
     except BaseException:
         if not state_path.exists():
             data.unlink(missing_ok=True)
+            for folder in made:
+                try:
+                    folder.rmdir()
+                except OSError:  # something else was put there meanwhile: it stays
+                    break
         raise
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """The folders that making `folder` with its parents would make, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
 
 
 @contextmanager
