@@ -9,6 +9,7 @@ import torch
 from headcut.arch import takes_token_types, usable_positions
 from headcut_grader.data import Pairs
 from headcut_grader.errors import UserError, fix_verb, lead_of, setting
+from headcut_grader.tokens import empty_side, no_tokens_problem
 from headcut.evaluate_arguments import checked_arguments
 from headcut.model_arguments import check_model, check_tokenizer
 
@@ -64,8 +65,18 @@ def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None
     if model is not None:
         check_max_length(model, max_length, flag="encode max_length")
     enc = tokenizer(pairs.queries, pairs.titles, truncation="longest_first", max_length=max_length)
+    _refuse_tokenless(enc, pairs)
     use_types = "token_type_ids" in enc and (model is None or takes_token_types(model))
     return Encoded(enc["input_ids"], enc["token_type_ids"] if use_types else None, tokenizer.pad_token_id or 0)
+
+
+def _refuse_tokenless(enc, pairs: Pairs) -> None:
+    """The first pair one of whose texts the tokenizer reduces to no tokens (combining marks alone, U+FFFD), said as
+    the grader says it: trained or judged on, it would be an empty text. A fast tokenizer's sequence ids tell it."""
+    for i, encoding in enumerate(enc.encodings or ()):  # a slow tokenizer keeps none
+        if side := empty_side(encoding.sequence_ids):
+            problem = no_tokens_problem(pairs.queries[i] if side == "query" else pairs.titles[i], whose="the model's")
+            raise UserError(f"{pairs.where(i)}, {side}: {problem}; fix that pair or drop it.")
 
 
 def collate(encoded: Encoded, rows) -> dict[str, torch.Tensor]:

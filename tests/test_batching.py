@@ -24,3 +24,19 @@ def test_the_token_limit_defaults_to_the_models_recorded_max_length(tmp_path):
                           predict_logits(loaded.model, tok, pairs, max_length=12))
     assert np.array_equal(head_importance(loaded.model, tok, pairs, method="entropy"),
                           head_importance(loaded.model, tok, pairs, method="entropy", max_length=12))
+
+
+def test_a_text_the_tokenizer_keeps_nothing_of_is_refused_naming_its_line(tmp_path):
+    """Was: a title of combining marks alone (or U+FFFD) passed the text checks and was trained and judged on as an
+    empty text ([CLS] q [SEP] [SEP]); headcut's encode now says it as the grader does, naming the pair's line."""
+    import pytest
+
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text("query\ttitle\tgrade\ndrill\tsaw\t3\nbit\t\u0301\u0301\t2\n")
+    with pytest.raises(UserError) as err:
+        encode(tiny_tokenizer(), read_pairs(path))
+    assert str(err.value) == (f"{path}, line 3, title: empty text (the model's tokenizer keeps none of its characters, "
+                              "such as U+0301); fix that pair or drop it.")

@@ -68,9 +68,10 @@ class NoTokens(ValueError):
         return f"pair {self.index}'s {self.side}: {self.problem}; fix that pair or drop it"
 
 
-def no_tokens_problem(text: str) -> str:
-    """Why a text of no tokens is not one, in the words of validation.text_problem's empty texts."""
-    return f"empty text (the grader's tokenizer keeps none of its characters, such as U+{ord(_shown(text)):04X})"
+def no_tokens_problem(text: str, *, whose: str = "the grader's") -> str:
+    """Why a text of no tokens is not one, in the words of validation.text_problem's empty texts; `whose`
+    tokenizer it is ("the model's" for headcut's)."""
+    return f"empty text ({whose} tokenizer keeps none of its characters, such as U+{ord(_shown(text)):04X})"
 
 
 def _shown(text: str) -> str:
@@ -94,7 +95,7 @@ def encode_pairs(tokenizer, queries: Sequence[str], titles: Sequence[str]) -> tu
     cut = tokenizer.truncation["max_length"] * CHARS_PER_TOKEN
     short = [i for i, (q, t) in enumerate(zip(queries, titles)) if len(q) <= cut and len(t) <= cut]
     encodings = dict(zip(short, tokenizer.encode_batch([(queries[i], titles[i]) for i in short])))
-    empty = {i: side for i in short if (side := _empty_side(encodings[i].sequence_ids)) is not None}
+    empty = {i: side for i in short if (side := empty_side(encodings[i].sequence_ids)) is not None}
     for i in range(len(queries)):
         if i not in encodings:
             encodings[i] = _encode_long(tokenizer, queries[i], titles[i], cut=cut)
@@ -110,7 +111,7 @@ def encode_pairs(tokenizer, queries: Sequence[str], titles: Sequence[str]) -> tu
 SIDES = ("query", "title")
 
 
-def _empty_side(sequence_ids: list) -> str | None:
+def empty_side(sequence_ids: list) -> str | None:
     """The side of a pair's encoding (by its tokens' sequence ids) that holds no token: truncation keeps one token
     of each side that has any, so a side missing here had none."""
     return next((side for side, sequence in zip(SIDES, (0, 1)) if sequence not in sequence_ids), None)
