@@ -74,9 +74,9 @@ def test_with_workers_the_command_holds_no_session_of_its_own_while_they_grade(t
             super().__init__(*args, **kwargs)
             sessions.append(weakref.ref(self))
 
-    def finished(item, progress):  # a worker's chunk, taken back by the command
+    def finished(item, *args):  # a worker's chunk, taken back by the command
         open_while_graded.append(sum(ref() is not None for ref in sessions))
-        return real_finished(item, progress)
+        return real_finished(item, *args)
 
     real_finished = grade_file._finished
     monkeypatch.setattr(ort, "InferenceSession", Tracked)
