@@ -665,8 +665,9 @@ def _coerce(value, hint, where, given: str | None = None, index: int | None = No
             except UserError as e:
                 errors.append(e)
         raise errors[0]
-    if value is None and hint is not typing.Any and not _typed(given):  # `epochs:` with nothing after it, --set epochs=
-        raise UserError(f"{where} is empty (YAML reads nothing as null); {_empty_fix(where, given, index)}.")
+    if value is None and hint is not typing.Any and given is None:  # `epochs:` with nothing after it (parse_override
+        # refuses an empty --set value; a typed null, --set epochs=null, is refused by type below)
+        raise UserError(f"{where} is empty (YAML reads nothing as null); {_empty_fix(index)}.")
     if origin in (tuple, list):
         if not isinstance(value, (list, tuple)):
             raise UserError(f"{where} must be a list, not {shown(value)}{_list_fix(given)}.")
@@ -735,19 +736,11 @@ def _float_fix(value) -> str:
     return f" (YAML reads a number with a point or an exponent as a decimal{write})"
 
 
-def _typed(given: str | None) -> bool:
-    """Whether a --set typed a value (`--set experiments=null`), which is not one left empty."""
-    return bool(given) and bool(given.partition("=")[2].strip())
-
-
-def _empty_fix(where: str, given: str | None, index: int | None) -> str:
-    """What to do about a value left empty: write it, or drop the item, the --set or the key (its default then
+def _empty_fix(index: int | None) -> str:
+    """What to do about a recipe file's value left empty: write it, or drop the item or the key (its default then
     holds)."""
     if index is not None:
         return "write the item, or remove it"
-    if given:
-        key = given.removeprefix("--set ").partition("=")[0].strip()
-        return f"write a value (--set {key}=VALUE), or drop that --set"
     return "write a value after the colon, or remove the key to use its default"
 
 
