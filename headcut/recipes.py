@@ -485,8 +485,18 @@ class Placed(dict):
         self.lines = dict(lines or {})
 
 
-for _dumper in (yaml.SafeDumper, yaml.Dumper):  # written back as the mapping it is (a run's recipe.yaml, a test's)
-    _dumper.add_representer(Placed, yaml.representer.SafeRepresenter.represent_dict)
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that writes a Placed as the mapping it is; registered here, not on yaml.SafeDumper, so importing
+    headcut leaves yaml.safe_dump as it was for everyone else."""
+
+
+_Dumper.add_representer(Placed, yaml.representer.SafeRepresenter.represent_dict)
+
+
+def dump_yaml(data) -> str:
+    """`data` as YAML text, its mappings read from a recipe (Placed) written as plain mappings (their lines are not
+    written): a recipe read, changed and written back."""
+    return yaml.dump(data, Dumper=_Dumper)
 
 
 def at_line(where: str, line: int | None) -> str:

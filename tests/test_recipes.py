@@ -830,3 +830,25 @@ def test_a_run_s_teacher_and_student_key_refusals_name_the_line_of_the_file_that
     said = str(caught.value)
     assert f"[teacher], line {line}: key 'epochs' is 0, which is out of range" in said, said
     assert f"[distill.bottom3] (student.yaml, line {own}): unknown key 'kd_alpha'" in said, said
+
+
+def test_importing_headcut_recipes_leaves_yaml_s_dumpers_as_they_were(tmp_path):
+    """Was: recipes.py registered Placed with yaml.SafeDumper and yaml.Dumper at import, so importing headcut changed
+    yaml.safe_dump for every other user of PyYAML in the process. headcut writes a recipe it read with dump_yaml."""
+    import subprocess
+    import sys
+
+    probe = ("import yaml\n"
+             "before = [dict(d.yaml_representers) for d in (yaml.SafeDumper, yaml.Dumper)]\n"
+             "import headcut.recipes\n"
+             "after = [dict(d.yaml_representers) for d in (yaml.SafeDumper, yaml.Dumper)]\n"
+             "print(before == after)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr
+    from headcut.recipes import Placed, dump_yaml, read_recipe_file
+
+    path = tmp_path / "r.yaml"
+    path.write_text("model: /m\ntrain_data: synthetic\nscan: {rows: 5}\n")
+    data = read_recipe_file(path)
+    assert isinstance(data["scan"], Placed)
+    assert yaml.safe_load(dump_yaml(data)) == {"model": "/m", "train_data": "synthetic", "scan": {"rows": 5}}

@@ -574,8 +574,7 @@ def test_a_runs_scan_reads_gold_only_where_its_methods_or_experiments_do(tiny_re
 def given_recipe(tmp_path: Path, given: str, items: list[str]):
     """quickstart with `items` ('section.key=value') given by --set, or written into a copy of its file; and the
     words a message that names the first of them leads with: the --set, or the file."""
-    import yaml
-    from headcut.recipes import parse_override, read_recipe_file
+    from headcut.recipes import dump_yaml, parse_override, read_recipe_file
 
     if given == "--set":
         return load_pipeline("quickstart", overrides=items), "--set "
@@ -588,7 +587,7 @@ def given_recipe(tmp_path: Path, given: str, items: list[str]):
             node = node.setdefault(part, {})
         node[last] = value
     path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path.write_text(dump_yaml(data))
     return load_pipeline(path), f"{path}: "
 
 
