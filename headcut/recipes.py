@@ -502,7 +502,21 @@ def dump_yaml(data) -> str:
 def at_line(where: str, line: int | None) -> str:
     """`where` (a recipe file, or a section of one) with the line a key stands on, where it is known: the one way a
     refusal places a recipe key, as parse_yaml places invalid YAML."""
-    return f"{where}, line {line}" if line else where
+    return at_lines(where, [line])
+
+
+def at_lines(where: str, lines) -> str:
+    """at_line of several keys: `where`, lines 3 and 4."""
+    said = lines_said(lines)
+    return f"{where}, {said}" if said else where
+
+
+def lines_said(lines) -> str:
+    """The known `lines` (None: a key on no line), each once, in order: 'line 3', 'lines 3 and 4', '' for none."""
+    known = sorted({line for line in lines if line})
+    if len(known) < 2:
+        return f"line {known[0]}" if known else ""
+    return f"lines {', '.join(map(str, known[:-1]))} and {known[-1]}"
 
 
 def _unshared(value):
@@ -576,7 +590,8 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
         raise UserError(_problems_said(problems, data, where, file, origins, given) + f"{listed}.")
     check = getattr(recipe, "check", None) if checked else None
     if check:  # a check reads the keys together: name the --set values, which may be what it refuses
-        _checked_together(check, in_file, where, origins, named=frozenset(origins) | named)
+        _checked_together(check, Lead(where, file, _file_lines(data, origins)), origins,
+                          named=frozenset(origins) | named)
     return recipe
 
 
@@ -584,7 +599,7 @@ def _problems_said(problems: list, data: dict, where: str, file: str, origins: d
     """from_dict's problems (key, text) in one sentence led by `where`: each placed where its value came from, a --set
     (origins) or the recipe `file` beneath a section, and on the line its key stands on (data.lines: at_line), which
     leads for a lone problem."""
-    lines = {key: line for key, line in getattr(data, "lines", {}).items() if key not in origins}
+    lines = _file_lines(data, origins)
     own = [key for key, _ in problems if file and key not in given]  # the recipe file's own values
     if len(problems) == 1:
         key, text = problems[0]
@@ -597,23 +612,52 @@ def _problems_said(problems: list, data: dict, where: str, file: str, origins: d
                                     + (f" (from {came[key]})" if key in came else "") for key, text in problems)
 
 
-def _checked_together(check, in_file: str, where: str, origins: dict, *, named: frozenset) -> None:
-    """A recipe's `check` of its keys together, led by the recipe file `in_file` and the --set values; a refusal
-    about keys (UserError.about) none of which that file holds is led by where they came from instead: the --sets
-    alone (a SetError), or `where`, the section that set them over the file (a run's student)."""
+def _file_lines(data: dict, origins: dict) -> dict:
+    """{key: line} of the keys of `data` that stand in a recipe file (Placed.lines), less those `origins` set."""
+    return {key: line for key, line in getattr(data, "lines", {}).items() if key not in origins}
+
+
+@dataclasses.dataclass(frozen=True)
+class Lead:
+    """Where a recipe's check leads its refusal: `where` (a recipe file, or a run's section), `file` (the recipe file
+    beneath that section, or ""), and `lines`, the line each key stands on (in the section for a key it sets)."""
+    where: str
+    file: str
+    lines: dict
+
+    def of(self, keys, named: frozenset = frozenset()) -> str:
+        """The lead placing `keys` on their lines: 'x.yaml, lines 3 and 4', '[distill.b], line 26 (s.yaml, line 5)'."""
+        if not self.file:
+            return at_lines(self.where, [self.lines.get(key) for key in keys])
+        here = at_lines(self.where, [self.lines.get(key) for key in keys if key in named])
+        return f"{here} ({at_lines(self.file, [self.lines.get(key) for key in keys if key not in named])})"
+
+
+def _checked_together(check, lead: Lead, origins: dict, *, named: frozenset) -> None:
+    """A recipe's `check` of its keys together, led by the recipe file (`lead`) and the --set values, and the lines of
+    the keys it refuses (UserError.about) that the file holds; a refusal about keys none of which that file holds is
+    led by where they came from instead: the --sets alone (a SetError), or the section that set them over the file
+    (a run's student), on their lines in the run's file."""
     def with_sets(keys) -> str:
         return f" with {', '.join(origins[k] for k in keys)}" if keys else ""
 
-    lead = in_file + with_sets(list(origins))
+    in_file = f"{lead.where} ({lead.file})" if lead.file else lead.where
+    said = in_file + with_sets(list(origins))
     try:
-        check(lead, named=named)
+        check(said, named=named)
     except UserError as e:
         e, keys = in_flags(e, origins), e.about
-        if not keys or in_file == where or not set(keys) <= named:
+        if not keys:
             raise e from None
+        if not lead.file or not set(keys) <= named:
+            placed = lead.of(keys, named)
+            if placed == in_file:  # no key of it on a line of the file
+                raise e from None
+            raise led_again(e, said, placed + with_sets(list(origins)), type(e)) from None
         if set(keys) <= set(origins):
-            raise led_again(e, lead, " ".join(origins[k] for k in keys), SetError) from None
-        raise led_again(e, lead, where + with_sets([k for k in keys if k in origins])) from None
+            raise led_again(e, said, " ".join(origins[k] for k in keys), SetError) from None
+        raise led_again(e, said, at_lines(lead.where, [lead.lines.get(k) for k in keys])
+                        + with_sets([k for k in keys if k in origins])) from None
 
 
 class CommandLine(enum.Enum):

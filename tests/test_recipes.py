@@ -647,7 +647,7 @@ def test_a_refusal_of_keys_together_is_led_again_without_checking_again_and_keep
     UserError.about. Now the sentence is led again as it is, about the same keys."""
     import pytest
 
-    from headcut.recipes import SetError, _checked_together
+    from headcut.recipes import Lead, SetError, _checked_together
     from headcut_grader.errors import UserError
 
     calls = []
@@ -658,14 +658,14 @@ def test_a_refusal_of_keys_together_is_led_again_without_checking_again_and_keep
 
     origins = {"kd_weight": "--set kd_weight=0"}
     with pytest.raises(SetError) as caught:
-        _checked_together(check, "r.yaml", "r.yaml [distill.x]", origins, named=frozenset(origins))
+        _checked_together(check, Lead("[distill.x]", "r.yaml", {}), origins, named=frozenset(origins))
     assert str(caught.value) == "--set kd_weight=0: every loss weight is 0; set kd_weight above 0."
-    assert caught.value.about == ("kd_weight",) and calls == ["r.yaml with --set kd_weight=0"]
+    assert caught.value.about == ("kd_weight",) and calls == ["[distill.x] (r.yaml) with --set kd_weight=0"]
     calls.clear()
     with pytest.raises(UserError) as caught:
-        _checked_together(check, "r.yaml", "run.yaml: [distill.x]", {}, named=frozenset({"kd_weight"}))
+        _checked_together(check, Lead("run.yaml: [distill.x]", "r.yaml", {}), {}, named=frozenset({"kd_weight"}))
     assert str(caught.value) == "run.yaml: [distill.x]: every loss weight is 0; set kd_weight above 0."
-    assert caught.value.about == ("kd_weight",) and calls == ["r.yaml"]
+    assert caught.value.about == ("kd_weight",) and calls == ["run.yaml: [distill.x] (r.yaml)"]
 
 
 def test_a_worded_refusal_led_again_stays_one_and_words_again_under_its_new_lead():
@@ -852,3 +852,55 @@ def test_importing_headcut_recipes_leaves_yaml_s_dumpers_as_they_were(tmp_path):
     data = read_recipe_file(path)
     assert isinstance(data["scan"], Placed)
     assert yaml.safe_load(dump_yaml(data)) == {"model": "/m", "train_data": "synthetic", "scan": {"rows": 5}}
+
+
+@pytest.mark.parametrize("text, sets, said", [
+    # was: "r.yaml: every loss weight is 0; ...", no line, where a lone key's refusal names its line
+    ("teacher: /t\ntrain_data: synthetic\nkd_weight: 0\nce_weight: 0\n", [],
+     "r.yaml, lines 3 and 4: every loss weight is 0"),
+    ("teacher: /t\ntrain_data: synthetic\n\nkd_weight: 0\n", ["ce_weight=0"],
+     "r.yaml, line 4 with --set ce_weight=0: every loss weight is 0"),
+    ("teacher: /t\ntrain_data: synthetic\n", ["kd_weight=0", "ce_weight=0"],
+     "r.yaml with --set kd_weight=0, --set ce_weight=0: every loss weight is 0"),
+    ("teacher: /t\ntrain_data: synthetic\nunlabeled_rows: 5\n", [],
+     "r.yaml, line 3: key 'unlabeled_rows' is set but unlabeled_data is not"),
+])
+def test_a_refusal_of_keys_together_names_the_lines_they_stand_on(tmp_path, text, sets, said):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as caught:
+        load_recipe(DistillRecipe, path, overrides=sets)
+    assert str(caught.value).startswith(f"{tmp_path}/{said}"), str(caught.value)
+
+
+@pytest.mark.parametrize("old, new, sets, said", [
+    # was: "run.yaml: [teacher] gives both ...", no line; {key}: the line `  key:` stands on in the file
+    ("  recipe: finetune/minilm_synthetic_cpu\n", "  recipe: finetune/minilm_synthetic_cpu\n  path: /x\n", [],
+     "on lines {recipe} and {path}, [teacher] gives both recipe"),
+    ("  flops: 0.5 ", "  keep_ratio: 0.5\n  flops: 0.5 ", [],
+     "on lines {keep_ratio} and {flops}, [prune] give exactly"),
+    ("  calibrate: 256\n", "  calibrate: 256\n  drop_layers: true\n  iterative: 3\n", [],
+     "on lines {drop_layers} and {iterative}, [prune] drop_layers searches one plan"),
+    ("  calibrate: 256\n", "  calibrate: 256\n  tune: false\n", [],
+     "on lines {calibrate} and {tune}, [prune] calibrate"),
+    ("  experiments: all\n", "  experiments: none\n", [], "on lines {experiments} and {draws}, [scan] draws sets up"),
+    ("  train: synthetic ", "  train: null ", [], "on line {flops}, [prune] flops scores units on data.train"),
+    ("  flops: 0.5 ", "  keep_ratio: 0.5\n  method: foo\n", [],
+     "on lines {methods} and {method}, [prune] method 'foo'"),
+    # a key a --set gave has no line: the one the file holds is named
+    ("  flops: 0.5 ", "  keep_ratio: 0.5\n  method: foo\n", ["scan.methods=[kl]"],
+     "on line {method}, [prune] method 'foo'"),
+])
+def test_a_run_recipe_problem_of_keys_together_names_the_lines_they_stand_on(tmp_path, old, new, sets, said):
+    from headcut.pipeline.recipe import load_pipeline
+
+    text = (RECIPE_ROOT / "run" / "quickstart.yaml").read_text().replace(old, new)
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    lines = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("  ") and not line.startswith("   ") and ":" in line:
+            lines.setdefault(line.split(":")[0].strip(), number)
+    with pytest.raises(UserError) as caught:
+        load_pipeline(path, overrides=sets)
+    assert said.format(**lines) in str(caught.value), str(caught.value)

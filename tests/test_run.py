@@ -1161,8 +1161,10 @@ ZERO_LOSS = "every loss weight is 0; set kd_weight or ce_weight above 0."
     ("", ["kd_weight=0", "ce_weight=0"],
      "--set distill.bottom3.kd_weight=0 --set distill.bottom3.ce_weight=0: "),
     # was: "run.yaml: [distill.bottom3] (minilm_synthetic_cpu.yaml): ...", a file that holds neither key
-    ("\n    kd_weight: 0\n    ce_weight: 0", [], "{run}: [distill.bottom3]: "),
-    ("\n    kd_weight: 0", ["ce_weight=0"], "{run}: [distill.bottom3] with --set distill.bottom3.ce_weight=0: "),
+    # and on the lines the run's file holds them on (was: no line)
+    ("\n    kd_weight: 0\n    ce_weight: 0", [], "{run}: [distill.bottom3], lines {kd} and {ce}: "),
+    ("\n    kd_weight: 0", ["ce_weight=0"],
+     "{run}: [distill.bottom3], line {kd} with --set distill.bottom3.ce_weight=0: "),
     # the distill recipe's own ce_weight 0.5 is not what it refuses: its file is named, as before
     ("", ["kd_weight=0"], None),
 ])
@@ -1174,13 +1176,16 @@ def test_a_students_loss_weights_refused_together_are_led_by_where_they_came_fro
     run = tmp_path / "run.yaml"
     run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text().replace(
         "recipe: distill/minilm_synthetic_cpu", f"recipe: distill/minilm_synthetic_cpu{in_run}"))
+    lines = run.read_text().splitlines()
+    kd, ce = (next((i + 1 for i, line in enumerate(lines) if line == f"    {key}: 0"), 0) for key in ("kd_weight",
+                                                                                                   "ce_weight"))
     overrides = [f"distill.bottom3.{item}" for item in by_set]
     if lead is None:
         load_pipeline(run, overrides=overrides)  # kd_weight 0 alone: ce_weight 0.5 still teaches
         return
     with pytest.raises(UserError) as caught:
         load_pipeline(run, overrides=overrides)
-    assert str(caught.value) == lead.format(run=run) + ZERO_LOSS
+    assert str(caught.value) == lead.format(run=run, kd=kd, ce=ce) + ZERO_LOSS
 
 
 @pytest.mark.parametrize("items, words", [
@@ -1220,15 +1225,16 @@ def test_a_sub_recipe_key_a_set_alone_gave_refused_by_its_check_is_led_by_that_s
 
 def test_a_sub_recipe_key_the_run_section_gave_refused_by_its_check_is_led_by_that_section(tmp_path):
     """Was: 'run.yaml: [distill.bottom3] (minilm_synthetic_cpu.yaml): key 'layer_map' ...', a file that does not
-    hold it; now led by the run recipe's section that gave it."""
+    hold it; now led by the run recipe's section that gave it, on its line there."""
     from headcut_grader.errors import UserError
 
     run = tmp_path / "run.yaml"
     run.write_text((ROOT / "headcut" / "recipes" / "run" / "quickstart.yaml").read_text().replace(
         "recipe: distill/minilm_synthetic_cpu", "recipe: distill/minilm_synthetic_cpu\n    layer_map: [0, 1, 2]"))
+    line = run.read_text().splitlines().index("    layer_map: [0, 1, 2]") + 1
     with pytest.raises(UserError) as caught:
         load_pipeline(run)
-    assert str(caught.value).startswith(f"{run}: [distill.bottom3]: key 'layer_map' matches layers"), \
+    assert str(caught.value).startswith(f"{run}: [distill.bottom3], line {line}: key 'layer_map' matches layers"), \
         str(caught.value)
 
 
@@ -1374,8 +1380,8 @@ def test_a_mistyped_set_or_a_problem_of_one_set_value_is_led_by_that_set(item, w
 
 
 @pytest.mark.parametrize("items, words", [
-    (["data.train=null"], "--set data.train=null: [prune] flops (in {run}) scores units on data.train, which is not "
-                          "set; pass --set data.train=FILE."),
+    (["data.train=null"], "--set data.train=null: [prune] flops (in {run}, line {line}) scores units on data.train, "
+                          "which is not set; pass --set data.train=FILE."),
     (["data.train=null", "prune.flops=0.4"], "--set data.train=null --set prune.flops=0.4: [prune] flops scores units "
                                              "on data.train, which is not set; pass --set data.train=FILE."),
     (["prune.flops=0.4"], "{run}: [prune] flops (from --set prune.flops=0.4) scores units on data.train, which is "
@@ -1391,7 +1397,8 @@ def test_a_flops_prune_without_train_data_is_led_by_where_each_key_came_from(tmp
     run.write_text(text if "data.train=null" in items else text.replace("  train: synthetic ", "  train: null "))
     with pytest.raises(UserError) as caught:
         load_pipeline(run, overrides=items)
-    assert str(caught.value) == words.format(run=run), str(caught.value)
+    line = text[:text.index("  flops: 0.5")].count("\n") + 1
+    assert str(caught.value) == words.format(run=run, line=line), str(caught.value)
 
 
 def test_an_unknown_section_of_the_file_and_one_of_a_set_are_each_led_by_where_they_came_from(tmp_path):

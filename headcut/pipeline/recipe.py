@@ -23,8 +23,9 @@ from headcut_grader.validation import absent
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import (Placed, SetError, check_kind, find_recipe, from_dict, led_again, mistyped_text, nearest,
-                             parse_override, read_recipe_file, refuse_repeat, text_fix, to_dict)
+from headcut.recipes import (Placed, SetError, at_line, at_lines, check_kind, find_recipe, from_dict, led_again,
+                             lines_said, mistyped_text, nearest, parse_override, read_recipe_file, refuse_repeat,
+                             text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
 
@@ -224,7 +225,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
 
     parts = {name: section(name, cls, data.get(name), optional=name in ("scan", "prune"))
              for name, cls in CLASSES.items()}
-    teacher = _teacher(data.get("teacher") or {}, problems, origins)
+    teacher = _teacher(data.get("teacher") or {}, problems, origins, on=lambda *paths: _on(data, origins, *paths))
     students = []
     distill = data.get("distill") or {}
     if not isinstance(distill, dict):
@@ -265,7 +266,7 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
                                  "(labelled pairs kept apart from training, which the report grades every grader on), "
                                  "or synthetic:2 offline"))
     if data_part is not None and prune is not None and prune.flops is not None and data_part.train is None:
-        problems.append(_train_for_flops(origins, where))
+        problems.append(_train_for_flops(origins, where, getattr(data.get("prune"), "lines", {}).get("flops")))
     yardstick = parts["bench"].yardstick if parts["bench"] is not None else None
     if yardstick is not None and not (Path(yardstick) / "config.json").is_file():
         problems.append(_problem(_by(origins, ("bench", "yardstick")), f"[bench] yardstick {yardstick}"
@@ -274,15 +275,19 @@ def from_mapping(data: dict, *, where: str = "recipe", origins: dict | None = No
     from headcut.prune.targets import one_target_problem  # headcut.prune loads torch: only when a recipe is read
 
     target = prune and one_target_problem({"keep_ratio": prune.keep_ratio, "flops": prune.flops}, flags=False)
+    def on(*paths) -> str:
+        return _on(data, origins, *paths)
+
     if target:
-        problems.append(f"[prune] give {target}")
+        problems.append(on(("prune", "keep_ratio"), ("prune", "flops")) + f"[prune] give {target}")
     if prune is not None and prune.keep_ratio is not None:
-        problems += _ignored_prune_keys(prune, origins)
+        problems += _ignored_prune_keys(prune, origins, on)
     elif prune is not None:
-        problems += _switched_off_prune_keys(prune, origins) + _one_plan_prune_keys(prune, origins)
+        problems += _switched_off_prune_keys(prune, origins, on) + _one_plan_prune_keys(prune, origins, on)
     if prune is not None and prune.keep_ratio is not None and parts["scan"] is None and not problems:
-        problems.append("[prune] keep_ratio ranks heads by the scan's scores; add a scan section or use flops")
-    _check_scan(parts["scan"], prune, problems, set_keys={k[-1] for k in origins if k[0] == "scan"})
+        problems.append(on(("prune", "keep_ratio")) + "[prune] keep_ratio ranks heads by the scan's scores; add a scan "
+                        "section or use flops")
+    _check_scan(parts["scan"], prune, problems, set_keys={k[-1] for k in origins if k[0] == "scan"}, on=on)
     _check_prune_method(prune, problems)
     recipe = PipelineRecipe(parts["data"] or DataSection(), teacher, parts["scan"], prune, tuple(students),
                             parts["export"], parts["bench"], parts["floor"], where, tuple(origins.items()))
@@ -304,14 +309,17 @@ def _not_a_model_folder(path: Path) -> str:
     return " is not a model folder (no config.json)"
 
 
-def _train_for_flops(origins: dict, where: str) -> str:
+def _train_for_flops(origins: dict, where: str, line: int | None) -> str:
     """[prune] flops with no data.train, led as a problem of --set values is (_by): by the --sets that gave both
-    keys, else by data.train's --set (naming the file that holds flops), else by the file (naming flops' --set)."""
+    keys, else by data.train's --set (naming the file that holds flops, and its `line` there), else by the file
+    (naming flops' --set, or its line)."""
     train, flops = ("data", "train"), ("prune", "flops")
     both = _by(origins, train, flops)
     lead = both or _by(origins, train)
-    said = "" if both else _from(origins, flops) or (f" (in {where})" if lead else "")
-    return _problem(lead, f"[prune] flops{said} scores units on data.train, which is not set; pass --set "
+    line = None if flops in origins else line
+    said = "" if both else _from(origins, flops) or (f" (in {at_line(where, line)})" if lead else "")
+    on = f"on line {line}, " if line and not lead else ""
+    return _problem(lead, f"{on}[prune] flops{said} scores units on data.train, which is not set; pass --set "
                           "data.train=FILE")
 
 
@@ -383,7 +391,7 @@ def _own_teacher_problem(name: str, teacher, origins: dict) -> str:
 SAMPLE_SIZES = ("score_rows", "calibrate")
 
 
-def _ignored_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
+def _ignored_prune_keys(prune: PruneSection, origins: dict, on) -> list[str]:
     """The [prune] keys set away from their defaults that a keep_ratio prune ranked by the scan's scores would
     ignore (`prune.targets.ignored_settings`), each as a problem (led by the --sets that gave both keys)."""
     from headcut.prune.targets import ignored_settings
@@ -392,12 +400,13 @@ def _ignored_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
     changed = [f.name for f in fields(PruneSection)
                if f.name not in SAMPLE_SIZES and is_set(prune, f.name, frozenset())]
     return [_problem(_by(origins, ("prune", key), ("prune", "keep_ratio")),
-                     f"[prune] {key} works with flops; keep_ratio ranks heads by the scan's scores once and tunes "
-                     f"nothing, so it would be ignored (drop {key}, or use flops)")
+                     on(("prune", key), ("prune", "keep_ratio")) + f"[prune] {key} works with flops; keep_ratio ranks "
+                     f"heads by the scan's scores once and tunes nothing, so it would be ignored (drop {key}, or use "
+                     "flops)")
             for key, _ in ignored_settings("keep_ratio", changed, from_scores=True)]
 
 
-def _switched_off_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
+def _switched_off_prune_keys(prune: PruneSection, origins: dict, on) -> list[str]:
     """The [prune] keys set away from their defaults whose switches are off (`prune.targets.SWITCHED`: tune_fit
     with tune false, calibrate with tune and drop_layers false), each as a problem worded as the CLI words their
     flags. A recipe file's own key is let be where a --set turns its switch off (quickstart's calibrate under --set
@@ -411,24 +420,26 @@ def _switched_off_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
                 and all(getattr(prune, switch) is False for switch in switches))
 
     return [_problem(_by(origins, ("prune", key), ("prune", switches[0])),
-                     switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switches[0]}: false"))
+                     on(("prune", key), ("prune", switches[0]))
+                     + switched_off_problem(key, name=f"[prune] {key}", off=f"[prune] {switches[0]}: false"))
             for key, (switches, _, _) in SWITCHED.items() if off(key, switches)]
 
 
-def _one_plan_prune_keys(prune: PruneSection, origins: dict) -> list[str]:
+def _one_plan_prune_keys(prune: PruneSection, origins: dict, on) -> list[str]:
     """drop_layers with iterative > 1, refused before any stage runs as the prune would refuse it."""
     from headcut.prune.targets import one_plan_problem
 
     if prune.drop_layers and prune.iterative > 1:
         return [_problem(_by(origins, ("prune", "drop_layers"), ("prune", "iterative")),
-                         one_plan_problem("[prune] drop_layers", "[prune] iterative", prune.iterative))]
+                         on(("prune", "drop_layers"), ("prune", "iterative"))
+                         + one_plan_problem("[prune] drop_layers", "[prune] iterative", prune.iterative))]
     return []
 
 
 def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: list[str], *,
-                set_keys: set = frozenset()) -> None:
+                set_keys: set = frozenset(), on=lambda *paths: "") -> None:
     """The scan's methods and experiments, the settings only experiments it does not run read, and the prune's
-    method among its methods, before any stage runs: the CLI's checks, naming the [scan] keys."""
+    method among its methods, before any stage runs: the CLI's checks, naming the [scan] keys (`on`: their lines)."""
     from headcut.evaluate.scan import EXPERIMENT_SETTINGS, check_experiment_settings, parse_experiments, parse_methods
     from headcut.training import is_given
 
@@ -441,9 +452,16 @@ def _check_scan(scan: ScanSection | None, prune: PruneSection | None, problems: 
     changed = {key: f"[scan] {key}" for key in EXPERIMENT_SETTINGS
                if hasattr(scan, key) and is_given(scan, key, set_keys, over=("experiments",))}
     if chosen is not None:
-        _checked(lambda: check_experiment_settings(changed, chosen, experiments="[scan] experiments"), problems)
+        for key, name in changed.items():  # the first setting refused, as one call with them all refuses it
+            said = []
+            _checked(lambda key=key, name=name: check_experiment_settings({key: name}, chosen,
+                                                                          experiments="[scan] experiments"), said)
+            if said:
+                problems.append(on(("scan", key), ("scan", "experiments")) + said[0])
+                break
     if prune is not None and prune.keep_ratio is not None and prune.method not in scan.methods:
-        problems.append(f"[prune] method {quoted(prune.method)} ranks heads by scores the scan does not compute "
+        problems.append(on(("prune", "method"), ("scan", "methods"))
+                        + f"[prune] method {quoted(prune.method)} ranks heads by scores the scan does not compute "
                         f"(scan.methods: {', '.join(scan.methods)}); add it there or pick one of those")
 
 
@@ -468,7 +486,8 @@ def _problem_of(error: UserError) -> str:
     return SetProblem(str(error)) if isinstance(error, SetError) else str(error)
 
 
-def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection | None:
+def _teacher(value: dict, problems: list[str], origins: dict, *, on=lambda *paths: "") -> TeacherSection | None:
+    """The run's [teacher] (`value`), or None where its problems (each placed on its keys' lines: `on`) are added."""
     if not isinstance(value, dict):
         problems.append("section 'teacher' must be a mapping (recipe: NAME or path: DIR)")
         return None
@@ -486,7 +505,8 @@ def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection 
         return None
     if recipe is not None and path is not None:
         lead = _by(given, "recipe", "path")
-        problems.append(_problem(lead, f"[teacher] gives both recipe {recipe}{'' if lead else _from(given, 'recipe')} "
+        problems.append(_problem(lead, on(("teacher", "recipe"), ("teacher", "path"))
+                                 + f"[teacher] gives both recipe {recipe}{'' if lead else _from(given, 'recipe')} "
                                        f"and path {path}{'' if lead else _from(given, 'path')}; keep one (--set "
                                        "teacher.recipe=null or --set teacher.path=null)"))
         return None
@@ -494,12 +514,28 @@ def _teacher(value: dict, problems: list[str], origins: dict) -> TeacherSection 
     if path is not None and rest:
         lead = _by(given, "path", *(k for k, _ in rest))  # all from --set: they lead, not the run recipe's file
         keys = " and ".join(k + ("" if lead else _from(given, k)) for k, _ in rest)
-        problems.append(_problem(lead, f"[teacher] path {path}{'' if lead else _from(given, 'path')} is used as it "
+        problems.append(_problem(lead, on(*(("teacher", k) for k in ("path", *dict(rest))))
+                                 + f"[teacher] path {path}{'' if lead else _from(given, 'path')} is used as it "
                                        f"is; drop {keys}, or train a teacher with {'it' if len(rest) == 1 else 'them'} "
                                        "instead (--set teacher.recipe=NAME --set teacher.path=null)"))
         return None
     return TeacherSection(None if recipe is None else str(recipe), None if path is None else str(path), rest,
                           _lines(value, rest))
+
+
+def _on(data: dict, origins: dict, *paths: tuple[str, ...]) -> str:
+    """Where a problem of the run recipe's keys at `paths` (('prune', 'flops')) begins among its others: 'on lines 20
+    and 23, ' for those the file holds (Placed.lines), as recipes._problems_said places a section's; none a --set
+    gave."""
+    lines = []
+    for path in paths:
+        node = data
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if path not in origins and isinstance(node, dict):
+            lines.append(getattr(node, "lines", {}).get(path[-1]))
+    said = lines_said(lines)
+    return f"on {said}, " if said else ""
 
 
 def _lines(value: dict, rest: tuple) -> tuple:
@@ -745,10 +781,11 @@ def _data_problem(error: UserError, recipe: PipelineRecipe, section: tuple[str, 
 
 def _checked_lead(recipe: PipelineRecipe, section: tuple[str, ...], keys: tuple[str, ...]) -> str:
     """The lead recipes._checked_together gave a sub-recipe's refusal of `keys` the run's section set over its file:
-    the section, with the --sets among them."""
-    given = _set_in(recipe, section)
+    the section, on the lines of the keys it holds in the run's file, with the --sets among them."""
+    given, lines = _set_in(recipe, section), dict(_part(recipe, section).lines)
     sets = [given[key] for key in keys if key in given]
-    return f"[{'.'.join(section)}]" + (f" with {', '.join(sets)}" if sets else "")
+    return at_lines(f"[{'.'.join(section)}]", [lines.get(key) for key in keys if key not in given]) + (
+        f" with {', '.join(sets)}" if sets else "")
 
 
 def _from_data(recipe: PipelineRecipe, key: str, overrides: dict) -> bool:
@@ -759,8 +796,12 @@ def _from_data(recipe: PipelineRecipe, key: str, overrides: dict) -> bool:
 
 def _overrides(recipe: PipelineRecipe, section: tuple[str, ...]) -> dict:
     """The keys the run's `section` (('teacher',), ('distill', NAME)) sets over its recipe file."""
-    part = recipe.teacher if section == ("teacher",) else dict(recipe.distill)[section[1]]
-    return dict(part.overrides)
+    return dict(_part(recipe, section).overrides)
+
+
+def _part(recipe: PipelineRecipe, section: tuple[str, ...]):
+    """The run's TeacherSection or StudentSection at `section` (('teacher',), ('distill', NAME))."""
+    return recipe.teacher if section == ("teacher",) else dict(recipe.distill)[section[1]]
 
 
 def scan_settings(recipe: PipelineRecipe):
