@@ -188,12 +188,24 @@ def read_recipe_file(path: Path, *, what: str = "a recipe is a mapping of keys t
         raise UserError(f"{path} is {kind} text without a byte-order mark (its letters are padded with NUL bytes); "
                         "re-save it as UTF-8.")
     data = parse_yaml(text, str(path), "fix the file")
-    if data is None:  # a failed save or a template not filled in, not a choice of every default (that is `{}`)
+    line = _first_value_line(text)
+    if data is None and line is None:  # a failed save or a template not filled in, not every default (that is `{}`)
         raise UserError(f"{path}: no keys (the file is empty, or holds only blank lines and comments); {what}: "
                         f"write its keys, e.g. in a copy of a shipped one from {RECIPE_ROOT}.")
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: {what}; fix the file.")
+    if not isinstance(data, dict):  # was: no line, nor what it holds; `~` alone was said to be an empty file
+        held = f"the text {shown(data)}" if isinstance(data, str) else yaml_kind(data)
+        raise UserError(f"{at_line(str(path), line)}: {what}, and the file holds {held}; fix the file.")
     return data
+
+
+def _first_value_line(text: str) -> int | None:
+    """The line (from 1) of the first thing YAML reads in `text` other than a comment, a directive or a document
+    marker; None where there is none (an empty file)."""
+    for number, line in enumerate(text.splitlines(), 1):
+        bare = line.strip()
+        if bare and not bare.startswith(("#", "%")) and bare not in ("---", "..."):
+            return number
+    return None
 
 
 def parse_override(item: str, *, form: str = "key=value", example: str = "epochs=2") -> tuple[str, object]:
@@ -563,7 +575,7 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
     valid = [*beside, *fields] if given & set(unknown) else list(fields)
     for key in unknown:
         close = nearest(key, valid if key in given else fields)
-        problems.append((key, f"unknown key {quoted(key)}" + (f" (did you mean '{close}'?)" if close else "")))
+        problems.append((key, f"unknown key {key_said(key)}" + (f" (did you mean '{close}'?)" if close else "")))
     hints = typing.get_type_hints(cls)
     values = {}
     for key, value in data.items():
@@ -593,6 +605,12 @@ def from_dict(cls, data: dict, *, where: str = "recipe", origins: dict | None = 
         _checked_together(check, Lead(where, file, _file_lines(data, origins)), origins,
                           named=frozenset(origins) | named)
     return recipe
+
+
+def key_said(key) -> str:
+    """A mapping's key as a refusal names it, as YAML wrote it: 'epochs', and a key YAML read as no text as written
+    (null, 1, true; was 'None', '1', 'True', as Python writes them)."""
+    return quoted(key) if isinstance(key, str) else shown(key)
 
 
 def _problems_said(problems: list, data: dict, where: str, file: str, origins: dict, given: set) -> str:

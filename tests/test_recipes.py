@@ -355,9 +355,10 @@ def test_a_long_wrong_value_is_shown_short(tmp_path):
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"- epochs\n- 2\n", "a recipe is a mapping of keys to values; fix the file."),
-    (b"epochs: 2\nnote: caf\xe9\n", "not UTF-8 (byte 0xe9 at byte 19); re-save the file as UTF-8."),
-    (b"# epochs: 2\n", "no keys (the file is empty, or holds only blank lines and comments)"),
+    (b"- epochs\n- 2\n", ", line 1: a recipe is a mapping of keys to values, and the file holds the list ['epochs', 2]; "
+                          "fix the file."),
+    (b"epochs: 2\nnote: caf\xe9\n", ": not UTF-8 (byte 0xe9 at byte 19); re-save the file as UTF-8."),
+    (b"# epochs: 2\n", ": no keys (the file is empty, or holds only blank lines and comments)"),
 ])
 def test_a_run_names_a_teacher_recipe_file_that_is_no_recipe(tmp_path, content, words):
     """Was: the pipeline read its sub-recipes with its own reader: a list was a TypeError traceback, and
@@ -368,7 +369,7 @@ def test_a_run_names_a_teacher_recipe_file_that_is_no_recipe(tmp_path, content, 
     bad.write_bytes(content)
     with pytest.raises(UserError) as e:
         load_pipeline("quickstart", overrides=[f"teacher.recipe={bad}"])
-    assert f"{bad}: {words}" in str(e.value)
+    assert f"{bad}{words}" in str(e.value)
 
 
 @pytest.mark.parametrize("value, tag", [("!!binary aGVsbG8=", "!!binary"), ("!!set {a, b}", "!!set"),
@@ -904,3 +905,35 @@ def test_a_run_recipe_problem_of_keys_together_names_the_lines_they_stand_on(tmp
     with pytest.raises(UserError) as caught:
         load_pipeline(path, overrides=sets)
     assert said.format(**lines) in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("text, said", [
+    # was: "r.yaml: a recipe is a mapping of keys to values; fix the file.", no line nor what it holds
+    ("# a list\n\n- epochs: 2\n- seed: 1\n", "r.yaml, line 3: a recipe is a mapping of keys to values, and the file "
+                                            "holds the list [{epochs: 2}, {seed: 1}]; fix the file."),
+    ("---\n5\n", "r.yaml, line 2: a recipe is a mapping of keys to values, and the file holds the number 5; fix the "
+                 "file."),
+    ("just text\n", "r.yaml, line 1: a recipe is a mapping of keys to values, and the file holds the text 'just text'; "
+                    "fix the file."),
+    # was: "r.yaml: no keys (the file is empty, ...)", though it holds null
+    ("# nothing\n~\n", "r.yaml, line 2: a recipe is a mapping of keys to values, and the file holds null; fix the "
+                       "file."),
+    # was: "unknown key 'None'", "unknown key '1'": Python's words for YAML's null and the number 1
+    ("model: /m\ntrain_data: synthetic\nnull: 3\n", "r.yaml, line 3: unknown key null;"),
+    ("model: /m\ntrain_data: synthetic\n1: 3\n", "r.yaml, line 3: unknown key 1;"),
+])
+def test_a_recipe_file_that_is_no_mapping_or_has_a_key_of_no_text_is_said_as_written(tmp_path, text, said):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as caught:
+        load_recipe(FinetuneRecipe, path)
+    assert str(caught.value).startswith(f"{tmp_path}/{said}"), str(caught.value)
+
+
+def test_a_run_recipe_section_named_null_is_said_as_written(tmp_path):
+    from headcut.pipeline.recipe import load_pipeline
+
+    path = tmp_path / "run.yaml"
+    path.write_text((RECIPE_ROOT / "run" / "quickstart.yaml").read_text() + "null: {}\n")
+    with pytest.raises(UserError, match="unknown section null;"):  # was: 'unknown section None'
+        load_pipeline(path)

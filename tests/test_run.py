@@ -1138,7 +1138,7 @@ def test_a_recipe_is_named_as_its_caller_gave_it():
 
 
 @pytest.mark.parametrize("text, words", [("kd_weight: [1\n", ", line 2, column 1: invalid YAML"),
-                                         ("- 1\n", ": a recipe is a mapping of keys to values"),
+                                         ("- 1\n", ", line 1: a recipe is a mapping of keys to values"),
                                          ("# nothing\n", ": no keys (the file is empty")])
 @pytest.mark.parametrize("key", ["distill.s2.recipe", "teacher.recipe"])
 def test_a_recipe_file_a_set_alone_named_that_does_not_read_is_refused_led_by_that_set(tmp_path, text, words, key):

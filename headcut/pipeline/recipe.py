@@ -23,9 +23,9 @@ from headcut_grader.validation import absent
 from headcut.synthetic import MAX_SYNTHETIC
 from headcut.evaluate_arguments import argument_field, argument_range as scan_range
 from headcut.prune_arguments import argument_range
-from headcut.recipes import (Placed, SetError, at_line, at_lines, check_kind, find_recipe, from_dict, led_again,
-                             lines_said, mistyped_text, nearest, parse_override, read_recipe_file, refuse_repeat,
-                             text_fix, to_dict)
+from headcut.recipes import (Placed, SetError, at_line, at_lines, check_kind, find_recipe, from_dict, key_said,
+                             led_again, lines_said, mistyped_text, nearest, parse_override, read_recipe_file,
+                             refuse_repeat, text_fix, to_dict)
 
 SECTIONS = ("data", "teacher", "scan", "prune", "distill", "export", "bench", "floor")
 
@@ -331,7 +331,7 @@ def _set_alone(value, path: tuple, origins: dict) -> bool:
 
 
 def _unknown_sections(unknown: list, origins: dict) -> str:
-    return f"unknown section {', '.join(map(repr, unknown))}{_nearest(unknown, origins)}; the sections are " \
+    return f"unknown section {', '.join(map(key_said, unknown))}{_nearest(unknown, origins)}; the sections are " \
            f"{', '.join(SECTIONS)}"
 
 
