@@ -355,8 +355,8 @@ def test_a_long_wrong_value_is_shown_short(tmp_path):
 
 
 @pytest.mark.parametrize("content, words", [
-    (b"- epochs\n- 2\n", ", line 1: a recipe is a mapping of keys to values, and the file holds the list ['epochs', 2]; "
-                          "fix the file."),
+    (b"- epochs\n- 2\n", ", line 1: a recipe is a mapping of keys to values, and the file holds the list "
+                          "['epochs', 2]; fix the file."),
     (b"epochs: 2\nnote: caf\xe9\n", ": not UTF-8 (byte 0xe9 at byte 19); re-save the file as UTF-8."),
     (b"# epochs: 2\n", ": no keys (the file is empty, or holds only blank lines and comments)"),
 ])
