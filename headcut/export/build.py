@@ -33,12 +33,17 @@ from headcut.timing import round_robin
 from headcut_grader.backend_choice import TIMING_SHAPE, timing_batch
 
 
+def asked_precision(precision: str | None, *, int8: bool) -> str:
+    """The precision an export is asked for: `precision`, else int8 where `int8` (its other spelling), else fp32."""
+    return precision or ("int8" if int8 else "fp32")
+
+
 def resolve_precision(backend: str, precision: str | None, *, int8: bool, names: str = "arguments",
                       built: ExportBackend | None = None) -> tuple[str, str | None]:
     """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend`, `precision` and `int8`, the backend
     as an export builds it here (`built`, else runtimes.export_backend: auto without OpenVINO builds no OpenVINO
     graph); `names`: how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags)."""
-    built = (built or export_backend(backend, precision or ("int8" if int8 else "fp32"), names=names)).name
+    built = (built or export_backend(backend, asked_precision(precision, int8=int8), names=names)).name
     backend_flag, precision_flag = named("backend", names), named("precision", names)
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.",
@@ -46,7 +51,7 @@ def resolve_precision(backend: str, precision: str | None, *, int8: bool, names:
     if int8 and precision not in (None, "int8"):
         raise UserError(f"{int8_said(names)} and {setting(precision_flag, precision)} disagree; pass one of them.",
                         about=("precision",))
-    precision = precision or ("int8" if int8 else "fp32")
+    precision = asked_precision(precision, int8=int8)
     if built == "onnxruntime" and precision == "bf16":
         if backend == "auto":  # was: 'use --backend openvino or auto', which it was
             raise UserError(f"{setting(precision_flag, 'bf16')} needs OpenVINO, and {openvino_missing('bf16')}; "
@@ -102,7 +107,7 @@ def build_grader(
     # a command's and a recipe's are bools already: these names are a Python caller's
     int8, optimize = checked_bool(int8, "int8"), checked_bool(optimize, "optimize")
     check_gate_and_pairs(gate, pairs, names)
-    built = export_backend(backend, precision or ("int8" if int8 else "fp32"), names=names)  # decided once, here
+    built = export_backend(backend, asked_precision(precision, int8=int8), names=names)  # decided once, here
     ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
                                                         int8=int8, max_length=max_length or loaded.max_length,
                                                         names=names, built=built)
