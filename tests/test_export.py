@@ -248,20 +248,29 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
     assert export_backend("auto", "fp32") == ExportBackend("onnxruntime", f"backend=auto: {said}, so ONNX Runtime "
                                                                           "alone (pip install 'headcut[openvino]' for "
                                                                           "both)")
+    decided = []
+    monkeypatch.setattr(build, "export_backend", lambda *args, **kwargs: decided.append(args) or
+                        export_backend(*args, **kwargs))
     result = CliRunner().invoke(app, ["export", str(folder), "--out", str(tmp_path / "grader"), "--backend", "auto"])
     assert result.exit_code == 0, result.output
     assert f"--backend auto: {said}, so ONNX Runtime alone (pip install 'headcut[openvino]' for both)" in \
         result.output.splitlines()
+    # decided once per headcut export: its check before the model loads is the choice build_grader builds
+    assert decided == [("auto", "fp32")]
     saved = json.loads((tmp_path / "grader" / "grader.json").read_text())
     assert saved["backend"] == "onnxruntime" and saved["openvino"] is None
-    # the reason the command printed is the export's own, decided once (build_grader) and recorded beside backend
+    # the reason the command printed is the export's own, decided once and recorded beside backend
     assert saved["backend_alone"] == (f"--backend auto: {said}, so ONNX Runtime alone (pip install "
                                       "'headcut[openvino]' for both)")
-    decided = []
-    monkeypatch.setattr(build, "export_backend", lambda *args, **kwargs: decided.append(args) or
-                        export_backend(*args, **kwargs))
+    decided.clear()
     build.build_grader(loaded, tmp_path / "again", backend="auto")
     assert decided == [("auto", "fp32")]
+    with pytest.raises(UserError) as caught:  # a choice made for another export is not built
+        build.build_grader(loaded, tmp_path / "other", backend="onnxruntime", choice=build.choose_export("auto", None))
+    assert str(caught.value) == ("build_grader choice was made for backend='auto', precision=None, int8=False, and "
+                                 "this call asks for backend='onnxruntime', precision=None, int8=False; pass "
+                                 "choose_export(...) of this call's, or no choice.")
+    assert not (tmp_path / "other").exists()
     refused = CliRunner().invoke(app, ["export", str(folder), "--out", str(tmp_path / "bf16"), "--backend", "auto",
                                        "--precision", "bf16"])
     assert refused.exit_code == 2 and refused.output == (f"error: --precision bf16 needs OpenVINO, and {said}; pip "
@@ -273,20 +282,20 @@ def test_auto_at_fp32_or_bf16_builds_openvino_s_graph_without_nncf(monkeypatch, 
     """NNCF judges OpenVINO's INT8 graphs alone. Was: backend auto counted it as needed at every precision, so with
     OpenVINO usable and NNCF missing an fp32 export dropped the OpenVINO graph, and bf16 was refused '--precision
     bf16 needs OpenVINO, and NNCF (which judges OpenVINO's INT8 graphs) is not installed here'."""
-    from headcut.export.build import resolve_precision
+    from headcut.export.build import choose_export
     from headcut.export.runtimes import ExportBackend, export_backend
 
     monkeypatch.setitem(sys.modules, "openvino", types.ModuleType("openvino"))
     monkeypatch.setitem(sys.modules, "nncf", None)
     assert export_backend("auto", precision) == ExportBackend("auto")
-    assert resolve_precision("auto", precision, int8=False, names="flags") == ("fp32", precision)
+    assert choose_export("auto", precision, int8=False, names="flags").precisions == ("fp32", precision)
     for needs_nncf in ("int8", "auto"):
         assert export_backend("auto", needs_nncf, names="flags") == ExportBackend(
             "onnxruntime", "--backend auto: NNCF (which judges OpenVINO's INT8 graphs) is not installed here, so ONNX "
                            "Runtime alone (pip install 'headcut[openvino]' for both)")
     monkeypatch.setitem(sys.modules, "openvino", None)  # bf16 names what it needs alone
     with pytest.raises(UserError) as caught:
-        resolve_precision("auto", "bf16", int8=False, names="flags")
+        choose_export("auto", "bf16", int8=False, names="flags")
     assert str(caught.value) == ("--precision bf16 needs OpenVINO, and OpenVINO is not installed here; pip install "
                                  "'headcut[openvino]', or choose another precision.")
 
@@ -516,7 +525,7 @@ def test_an_export_names_its_settings_as_its_caller_wrote_them(tmp_path, names):
     """Was: build_grader(loaded, out, int8=True) said '--int8 needs labelled pairs; pass --data FILE', and a
     failed gate 'export without --int8, or relax --min-agreement/...', to a Python caller and to a run recipe (in
     its report's note) alike: flags neither passed."""
-    from headcut.export.build import resolve_precision
+    from headcut.export.build import choose_export
 
     tokenizer = tiny_tokenizer(tmp_path / "tok")
     model = tiny_model("bert", vocab_size=len(tokenizer), max_position_embeddings=128, initializer_range=0.2)
@@ -538,7 +547,7 @@ def test_an_export_names_its_settings_as_its_caller_wrote_them(tmp_path, names):
     assert f"judges {precision}int8 against fp32 (it needs at least 20); {more} {precision}fp32." in refused(
         pairs=synthetic_pairs(5), precision="int8")
     with pytest.raises(UserError, match=f"^{int8} and {precision}bf16 disagree"):
-        resolve_precision("onnxruntime", "bf16", int8=True, **({} if names == "arguments" else {"names": names}))
+        choose_export("onnxruntime", "bf16", int8=True, **({} if names == "arguments" else {"names": names}))
     from headcut.export.gate import gate_fix
 
     gate = IMPOSSIBLE_GATE

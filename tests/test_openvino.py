@@ -18,7 +18,7 @@ from headcut_grader.data import read_pairs
 from headcut.synthetic import synthetic_pairs
 from headcut_grader.errors import UserError
 from headcut.export import build_grader
-from headcut.export.build import resolve_precision
+from headcut.export.build import choose_export
 from headcut.export.export import FP32_TOLERANCE, RANDOM_SHAPES
 from headcut.export.openvino import OV_INT8_CHOICES
 from headcut.models import LoadedModel
@@ -151,13 +151,13 @@ def test_a_folder_exported_for_one_backend_asks_for_that_one(tmp_path, one_threa
 
 
 def test_precision_requests_are_checked_before_any_work():
-    assert resolve_precision("openvino", "int8", int8=False) == ("fp32", "int8")
-    assert resolve_precision("auto", "int8", int8=False) == ("int8", "int8")
-    assert resolve_precision("onnxruntime", None, int8=True) == ("int8", None)
+    assert choose_export("openvino", "int8", int8=False).precisions == ("fp32", "int8")
+    assert choose_export("auto", "int8", int8=False).precisions == ("int8", "int8")
+    assert choose_export("onnxruntime", None, int8=True).precisions == ("int8", None)
     for backend, precision, words in [("onnxruntime", "bf16", "fp32 or int8"), ("tensorrt", None, "not one of"),
                                       ("openvino", "fp16", "not one of")]:
         with pytest.raises(UserError, match=words):
-            resolve_precision(backend, precision, int8=False)
+            choose_export(backend, precision, int8=False)
 
 
 def _cli(*args, env=None):

@@ -2060,7 +2060,7 @@ def test_a_bench_yardstick_the_bench_refuses_is_led_by_the_file_that_holds_it(ti
 def test_int8_asked_for_by_a_run_is_named_by_its_precision_key_as_the_user_gave_it(tmp_path, given):
     """Was: export.gate spelled a run's int8 as the text 'export.precision=int8', which key_names could not rewrite,
     so 'drop export.precision=int8' although a --set gave it; now the precision key, named as any other."""
-    from headcut.export.build import resolve_precision
+    from headcut.export.build import choose_export
     from headcut.export.gate import gate_fix
     from headcut.pipeline.recipe import key_names
     from headcut_grader.errors import UserError
@@ -2069,7 +2069,7 @@ def test_int8_asked_for_by_a_run_is_named_by_its_precision_key_as_the_user_gave_
     names, said = key_names(recipe, "export"), ("--set " if given == "--set" else "") + "export.precision=int8"
     assert gate_fix(names, int8=True).startswith(f"drop {said}, or relax "), gate_fix(names, int8=True)
     with pytest.raises(UserError, match=f"^{re.escape(said)} and "):
-        resolve_precision("onnxruntime", "fp32", int8=True, names=names)
+        choose_export("onnxruntime", "fp32", int8=True, names=names)
 
 
 @pytest.mark.parametrize("sets, words", [

@@ -139,15 +139,15 @@ def export(
     from headcut.batching import check_max_length
     from headcut.models import load_model, outline
 
-    from headcut.export.build import resolve_precision
+    from headcut.export.build import choose_export
 
     model, model_name = one_model(model, model_flag)
     check_out_dir(out, overwrite=overwrite, inputs=[model, data], flag="--out",
                   holds="model.onnx, the tokenizer, grader.json and the card")
-    # a bad --backend/--precision stops here
-    precisions = resolve_precision(backend, precision, int8=int8, names="flags")
+    # a bad --backend/--precision stops here; build_grader builds this choice, not one of its own
+    choice = choose_export(backend, precision, int8=int8, names="flags")
     gate_flags = flags_set(ctx, ["min_agreement", "max_spearman_drift", "max_drop"])
-    if gate_flags and set(precisions) <= {"fp32", None}:
+    if gate_flags and set(choice.precisions) <= {"fp32", None}:
         raise UserError(f"{gate_flags[0]} sets the gate an int8, bf16 or auto export must pass, and this export is "
                         f"fp32, so it would be ignored; drop {gate_flags[0]} or pass --precision int8, bf16 or auto.")
     data_flags = flags_set(ctx, ["limit", "preset", "query_col", "title_col", "label_col", "label_map"])
@@ -164,7 +164,7 @@ def export(
     gate = Int8Gate(min_agreement=min_agreement, max_spearman_drift=max_spearman_drift, max_drop=max_drop)
     record = build_grader(loaded, out, pairs=pairs, int8=int8, backend=backend, precision=precision, optimize=optimize,
                           opset=opset, max_length=max_length, gate=gate, threads=threads, overwrite=overwrite,
-                          progress=lambda msg: typer.echo(f"... {msg}", err=True), names="flags")
+                          progress=lambda msg: typer.echo(f"... {msg}", err=True), names="flags", choice=choice)
     typer.echo(format_record(record))
     if record["backend_alone"]:  # auto without a usable OpenVINO (or NNCF, for an INT8 graph): why no OpenVINO graph
         typer.echo(record["backend_alone"])

@@ -38,12 +38,30 @@ def asked_precision(precision: str | None, *, int8: bool) -> str:
     return precision or ("int8" if int8 else "fp32")
 
 
-def resolve_precision(backend: str, precision: str | None, *, int8: bool, names: str = "arguments",
-                      built: ExportBackend | None = None) -> tuple[str, str | None]:
-    """(ONNX Runtime graph's precision, OpenVINO graph's or None) for `backend`, `precision` and `int8`, the backend
-    as an export builds it here (`built`, else runtimes.export_backend: auto without OpenVINO builds no OpenVINO
-    graph); `names`: how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags)."""
-    built = (built or export_backend(backend, asked_precision(precision, int8=int8), names=names)).name
+@dataclass(frozen=True)
+class ExportChoice:
+    """What an export builds, decided once before any work (choose_export): `backend`, `precision` and `int8` as
+    asked; `built`, the backend as built here (runtimes.export_backend: auto without a usable OpenVINO is ONNX
+    Runtime alone, and says why); each graph's precision: `onnxruntime`, and `openvino` (None: no OpenVINO graph)."""
+
+    backend: str
+    precision: str | None
+    int8: bool
+    built: ExportBackend
+    onnxruntime: str
+    openvino: str | None
+
+    @property
+    def precisions(self) -> tuple[str, str | None]:
+        return self.onnxruntime, self.openvino
+
+
+def choose_export(backend: str, precision: str | None, *, int8: bool = False,
+                  names: str = "arguments") -> ExportChoice:
+    """What an export of `backend`, `precision` and `int8` builds here, refused where it cannot be asked or built;
+    `names`: how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags). `headcut
+    export` chooses before the model loads and passes the choice to build_grader, so one decision is built and said."""
+    built = export_backend(backend, asked_precision(precision, int8=int8), names=names)
     backend_flag, precision_flag = named("backend", names), named("precision", names)
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.",
@@ -51,17 +69,32 @@ def resolve_precision(backend: str, precision: str | None, *, int8: bool, names:
     if int8 and precision not in (None, "int8"):
         raise UserError(f"{int8_said(names)} and {setting(precision_flag, precision)} disagree; pass one of them.",
                         about=("precision",))
-    precision = asked_precision(precision, int8=int8)
-    if built == "onnxruntime" and precision == "bf16":
+    asked = asked_precision(precision, int8=int8)
+    if built.name == "onnxruntime" and asked == "bf16":
         if backend == "auto":  # was: 'use --backend openvino or auto', which it was
             raise UserError(f"{setting(precision_flag, 'bf16')} needs OpenVINO, and {openvino_missing('bf16')}; "
                             f"{INSTALL_OPENVINO}, or choose another precision.", about=("precision", "backend"))
         raise UserError(f"{setting(precision_flag, 'bf16')}: ONNX Runtime graders are fp32 or int8; use "
                         f"{setting(backend_flag, 'openvino')} or auto.", about=("precision", "backend"))
-    if built == "onnxruntime":
-        return precision, None
+    if built.name == "onnxruntime":
+        return ExportChoice(backend, precision, int8, built, asked, None)
     # the ONNX Runtime graph always ships too: the portable fallback where openvino is not installed
-    return ("fp32" if built == "openvino" or precision == "bf16" else precision), precision
+    onnxruntime = "fp32" if built.name == "openvino" or asked == "bf16" else asked
+    return ExportChoice(backend, precision, int8, built, onnxruntime, asked)
+
+
+def checked_choice(choice, backend: str, precision: str | None, *, int8: bool, names: str) -> ExportChoice:
+    """build_grader's `choice`, made for its `backend`, `precision` and `int8`; None: chosen here."""
+    if choice is None:
+        return choose_export(backend, precision, int8=int8, names=names)
+    if not isinstance(choice, ExportChoice):
+        raise UserError(f"build_grader choice is {argument(choice)[:60]}; pass "
+                        f"headcut.export.choose_export(backend, precision, int8=int8), or None.")
+    if (choice.backend, choice.precision, choice.int8) != (backend, precision, int8):
+        raise UserError(f"build_grader choice was made for backend={choice.backend!r}, precision={choice.precision!r}, "
+                        f"int8={choice.int8}, and this call asks for backend={backend!r}, precision={precision!r}, "
+                        f"int8={int8}; pass choose_export(...) of this call's, or no choice.")
+    return choice
 
 
 def build_grader(
@@ -81,6 +114,7 @@ def build_grader(
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
     names: str = "arguments",
+    choice: ExportChoice | None = None,
 ) -> dict:
     """Write GRADER_DIR `out` for `loaded` (a headcut LoadedModel) and return its grader.json record.
 
@@ -92,6 +126,8 @@ def build_grader(
     accuracy figures and every precision choice.
     Raises ParityError when a graph fails its gate, UserError when the request cannot be met here; both name the
     settings as `names` says: "arguments" (precision='fp32'), a run's "keys" or `headcut export`'s "flags".
+    `choice`: choose_export's for this `backend`, `precision` and `int8`, where the caller chose before the model
+    loaded (`headcut export`); None: chosen here. Either way the backend is decided once per export.
     """
     check_names(names, "build_grader names")
     check_callbacks("build_grader", progress=progress)
@@ -107,10 +143,9 @@ def build_grader(
     # a command's and a recipe's are bools already: these names are a Python caller's
     int8, optimize = checked_bool(int8, "int8"), checked_bool(optimize, "optimize")
     check_gate_and_pairs(gate, pairs, names)
-    built = export_backend(backend, asked_precision(precision, int8=int8), names=names)  # decided once, here
-    ort_precision, ov_precision, labelled = check_build(loaded, pairs, backend=backend, precision=precision,
-                                                        int8=int8, max_length=max_length or loaded.max_length,
-                                                        names=names, built=built)
+    choice = checked_choice(choice, backend, precision, int8=int8, names=names)
+    labelled = check_build(loaded, pairs, choice, max_length=max_length or loaded.max_length, names=names)
+    ort_precision, ov_precision = choice.precisions
     say = progress or (lambda message: None)
     model, max_length = loaded.model, max_length or loaded.max_length
     try:
@@ -125,7 +160,7 @@ def build_grader(
             if ov_precision:
                 openvino, speed = openvino_beside(model, pairs if labelled else None, graphs, graded, tmp,
                                                   precision=ov_precision, gate=gate, threads=threads, say=say)
-            record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset, backend=built,
+            record = write_grader(loaded, tmp, graphs, graded, max_length=max_length, opset=opset, backend=choice.built,
                                   openvino=openvino, speed=speed)
     except GateError as error:  # the fix is the caller's to name
         raise GateError(f"{error}; {gate_fix(names, int8=int8)}.", about=("precision",)) from None
@@ -143,18 +178,18 @@ def check_gate_and_pairs(gate, pairs, names: str) -> None:
                         f"or None.")
 
 
-def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | None, int8: bool,
-                max_length: int, names: str = "arguments", built: ExportBackend | None = None
-                ) -> tuple[str, str | None, bool]:
-    """Refuse what cannot be built, before any work: (ORT precision, OpenVINO precision or None, labelled);
-    `names` as `build_grader`'s."""
+def check_build(loaded, pairs: Pairs | None, choice: ExportChoice, *, max_length: int,
+                names: str = "arguments") -> bool:
+    """Refuse what cannot be built of `choice` for `loaded` and `pairs`, before any work; whether `pairs` are
+    labelled. `names` as `build_grader`'s."""
     from headcut.models import check_stage
 
     check_stage(loaded, "export")
     # a grader must not accept texts its graph cannot embed
     with concerning("max_length"):
         check_max_length(loaded.model, max_length, flag=named("max_length", names))
-    ort_precision, ov_precision = resolve_precision(backend, precision, int8=int8, names=names, built=built)
+    ort_precision, ov_precision = choice.precisions
+    precision, int8 = choice.precision, choice.int8
     labelled = pairs is not None and pairs.task is not None
     if labelled:
         with concerning("model"):
@@ -185,7 +220,7 @@ def check_build(loaded, pairs: Pairs | None, *, backend: str, precision: str | N
     if not getattr(loaded.tokenizer, "is_fast", False):
         raise UserError(f"{loaded.path}: the tokenizer has no fast (tokenizer.json) version, "
                         "which the ONNX grader needs.")
-    return ort_precision, ov_precision, labelled
+    return labelled
 
 
 def optimize_off(names: str) -> str:

@@ -356,12 +356,12 @@ def teacher_outline(recipe: PipelineRecipe, subs: dict):
 def check_export(recipe: PipelineRecipe) -> None:
     """export.backend and export.precision as the export stage will check them (bf16: OpenVINO, on a CPU that
     computes it; backend auto: the runtimes usable here, runtimes.export_backend), named by their keys."""
-    from headcut.export.build import resolve_precision
+    from headcut.export.build import choose_export
     from headcut.export.build_openvino import check_request
 
     e, names = recipe.export, key_names(recipe, "export")
     with named_in(recipe, "export", "precision"):
-        _, openvino_precision = resolve_precision(e.backend, e.precision, int8=False, names=names)
+        openvino_precision = choose_export(e.backend, e.precision, names=names).openvino
         if openvino_precision is not None:
             check_request(openvino_precision, labelled=True, names=names)
 
