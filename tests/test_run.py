@@ -1596,6 +1596,43 @@ def test_an_auto_run_without_a_usable_openvino_says_why_and_what_to_install(tiny
                               "'headcut[openvino]', or choose another precision.")
 
 
+def test_a_run_s_bench_says_which_graph_it_skipped_and_why(tiny_recipe, tmp_path, monkeypatch):
+    """Was: the bench stage kept grader_backends' usable runtimes alone ([0]), so a grader's OpenVINO graph whose
+    runtime failed to import by the bench was left out of bench.json, the report and the printed table without a
+    word, where headcut bench notes it. Now bench.json's "skipped" holds the note, and report.md, report.html and
+    headcut run's table say it. OpenVINO is made to fail its import once the export has built its graph."""
+    pytest.importorskip("openvino")
+    import html
+
+    import yaml
+
+    from headcut.export import bench as export_bench
+    from test_export import FailsToImport
+
+    data = yaml.safe_load(RECIPE.format(base="x"))
+    data.update(teacher={"path": str(tiny_recipe.parent / "base")}, scan=None, prune=None, distill={},
+                export={"precision": "fp32", "backend": "openvino", "rows": 40, "threads": 1})
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(data))
+    usable = export_bench.grader_backends
+
+    def openvino_broken_by_now(folder):
+        monkeypatch.delitem(sys.modules, "openvino", raising=False)
+        monkeypatch.setattr(sys, "meta_path", [FailsToImport("openvino"), *sys.meta_path])
+        return usable(folder)
+
+    monkeypatch.setattr(export_bench, "grader_backends", openvino_broken_by_now)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "one.yaml"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    note = ("teacher's openvino graph was skipped: openvino fails to import here (RuntimeError: no CPU plugin); "
+            "reinstall it: pip install --force-reinstall openvino")
+    bench = json.loads((out / "bench" / "bench.json").read_text())
+    assert [r["backend"] for r in bench["rows"]] == ["onnxruntime"] and bench["skipped"] == [note]
+    assert f"Note: {note}." in (out / "report.md").read_text().split("## Every grader", 1)[1].split("![", 1)[0]
+    assert html.escape(f"Note: {note}.") in (out / "report.html").read_text()
+    assert f"Note: {note}." in result.stdout
+
+
 def test_an_auto_export_made_without_openvino_reruns_once_it_is_installed(tiny_recipe, monkeypatch):
     """Was: the export stage's fingerprint covered export.backend=auto but not which runtimes auto could choose from,
     so a run made without OpenVINO/NNCF (ONNX Runtime alone) was skipped on rerun after installing them; now the

@@ -121,7 +121,7 @@ def bench(
     """
     quiet_transformers()
     from headcut.export.bench import (benchmark, grader_backends, grader_variant, load_measured, pytorch_variant,
-                                      short_names, skipped_said)
+                                      short_names, skipped_note)
     from headcut.export.bench_report import write_bench
     from headcut_grader.files import atomic_dir, check_out_dir
     from headcut.models import load_model
@@ -149,7 +149,7 @@ def bench(
                                                                                 backend=b))
                      for b in usable]
         for runtime, why in skipped.items():  # as grade says it: which graph, why, and the fix
-            typer.echo(f"note: {folder}'s {runtime} graph was skipped: {skipped_said(runtime, why)}.", err=True)
+            typer.echo(f"note: {skipped_note(str(folder), runtime, why)}.", err=True)
     result = benchmark(variants, variants[0].tokenizer, pairs, settings,
                        progress=lambda m: typer.echo(f"... {m}", err=True))
     with atomic_dir(out, overwrite=overwrite, inputs=inputs, flag="--out") as tmp:

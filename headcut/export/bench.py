@@ -124,6 +124,12 @@ def skipped_said(runtime: str, why: str) -> str:
     return f"{runtime} {why}; run: {INSTALL[runtime]}" if why == NOT_INSTALLED else broken_said(runtime, why)
 
 
+def skipped_note(grader: str, runtime: str, why: str) -> str:
+    """That `grader`'s graph on `runtime` was not benchmarked, why and the fix: `headcut bench` prints it, a run's
+    report (bench.json "skipped") says it."""
+    return f"{grader}'s {runtime} graph was skipped: {skipped_said(runtime, why)}"
+
+
 # The parts of a tokenizer that decide a text's ids: truncation and padding are left out (bench sets the lengths it
 # times), and the decoder (ids back to text) too.
 ID_PARTS = ("model", "added_tokens", "normalizer", "pre_tokenizer", "post_processor")

@@ -40,7 +40,7 @@ def bench(ctx: Context) -> dict:
 
     from headcut.arch import count_parameters, flops_per_pair
     from headcut.evaluate.predict import predict_logits
-    from headcut.export.bench import BenchSettings, benchmark, grader_backends, grader_variant
+    from headcut.export.bench import BenchSettings, benchmark, grader_backends, grader_variant, skipped_note
     from headcut_grader.files import write_json
     from headcut.models import load_model
 
@@ -63,8 +63,11 @@ def bench(ctx: Context) -> dict:
                                                      max_length=teacher.max_length)["input_ids"]]
     seq = int(round(float(np.mean(lengths))))
     rows, variants = [], []
-    graphs = [(name, record, backend) for name, record in exports.items()
-              for backend in grader_backends(ctx.path(record["grader"]))[0]]
+    graphs, skipped = [], []  # skipped: a graph whose runtime is not installed or fails to import here, said
+    for name, record in exports.items():
+        usable, unusable = grader_backends(ctx.path(record["grader"]))
+        graphs += [(name, record, backend) for backend in usable]
+        skipped += [skipped_note(name, runtime, why) for runtime, why in unusable.items()]
     for i, (name, record, backend) in enumerate(graphs):
         ctx.progress(i + 1, len(graphs) + 1, f"grading {name} on {backend}")
         variant = grader_variant(name, ctx.path(record["grader"]), threads=b.threads, backend=backend)
@@ -95,5 +98,7 @@ def bench(ctx: Context) -> dict:
                   "teacher_vs": compared(reference, yardstick)}}
     if teacher.task == "score":  # a grades run's bench.json stays as it was
         result["task"] = "score"
+    if skipped:  # as is a bench.json that skipped nothing
+        result["skipped"] = skipped
     write_json(ctx.folder / "bench.json", result)
     return result

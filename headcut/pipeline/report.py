@@ -253,6 +253,7 @@ def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[lis
     notes = [f"{r['name']}: {r['note']}" for r in rows if r.get("note")]
     if notes:
         b.append(("p", "Notes: " + " ".join(notes)))
+    b += [("p", f"Note: {skipped}.") for skipped in bench.get("skipped", [])]  # not timed: why, and the fix
     b += _runtime_blocks(records, recipe.export)
     b.append(("img", FIGURE, "Speed-up against quality change; the Pareto front is outlined, the dashed line is the "
                              "quality floor, the star the grader to deploy."))
