@@ -205,3 +205,28 @@ def test_two_writers_of_one_bench_folder_each_write_the_figure_through_their_own
     assert len(figures) == 2
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md", "bench.png"]
+
+
+def test_a_name_holding_markdown_or_html_is_shown_as_written_in_the_markdown_reports():
+    """Was: bench.md and a run's report.md wrote names (a grader folder, a recipe or data path, a runtime's error) as
+    they were, so a folder 'a|b' split its table row into two cells, one holding a line break started a new row or
+    block, and '<script>' was a tag to a markdown renderer. Each is escaped; the name otherwise stays as written
+    (report.html escapes for HTML)."""
+    from headcut.evaluate.scan_report import render_markdown
+    from headcut.export.bench_report import markdown
+
+    name = "grader a|b\n# <script>x</script>"
+    shown = "grader a\\|b\\n# \\<script>x\\</script>"
+    cells = [{"batch": 1, "seq": 16, "p50_ms": 1.0, "p95_ms": 1.0, "pairs_per_s": 10.0, "speedup": 1.0}]
+    report = {"reference": "m<i>", "settings": {"threads": 1, "warmup": 1, "repeats": 1},
+              "data": {"rows": 1, "source": "d|\n.tsv"},
+              "variants": [{"name": name, "size_mb": 1.0, "memory_mb": 1.0, "agreement": 1.0, "cells": cells}]}
+    lines = markdown(report).splitlines()
+    assert lines[0] == ("Threads 1, warm-up 1, 1 timed runs per cell; accuracy and agreement with `m\\<i>` on 1 pairs "
+                        "of d|\\n.tsv.")
+    rows = [line for line in lines if line.startswith("| grader")]
+    assert [row.split(" | ")[0] for row in rows] == [f"| {shown}"] * 2
+    assert all(len(row.replace("\\|", "").split("|")) == len(lines[3].split("|")) for row in rows[:1])
+    text = render_markdown([("h2", "x\n# y"), ("p", "Recipe r<b>.yaml\n| z"), ("table", ["a|b"], [[name]])])
+    assert text == ("## x\\n# y\n\nRecipe r\\<b>.yaml\\n| z\n\n| a\\|b |\n|---|\n| " + shown + " |\n\n")
+

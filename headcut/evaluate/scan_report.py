@@ -129,20 +129,28 @@ def report_blocks(result: dict, *, model_info: dict, data_info: dict, images: di
     return [x for x in b if not (x[0] == "img" and not x[1])]
 
 
+def markdown_text(text, *, cell: bool = False) -> str:
+    """`text` (a path, a name from a recipe, an error's words) as markdown shows it as written: a < would open HTML
+    (a folder '<script>' ran as a tag in a renderer), a line break would start a new block (a heading, a table row),
+    and in a table `cell` a | would start a new cell; each is escaped (render_html escapes for HTML)."""
+    text = str(text).replace("<", "\\<").replace("\r", "\\r").replace("\n", "\\n")
+    return text.replace("|", "\\|") if cell else text
+
+
 def render_markdown(blocks) -> str:
     out = []
     for block in blocks:
         kind = block[0]
         if kind == "h":
-            out.append(f"# {block[1]}\n")
+            out.append(f"# {markdown_text(block[1])}\n")
         elif kind == "h2":
-            out.append(f"## {block[1]}\n")
+            out.append(f"## {markdown_text(block[1])}\n")
         elif kind == "p":
-            out.append(f"{block[1]}\n")
+            out.append(f"{markdown_text(block[1])}\n")
         elif kind == "table":
             header, rows = block[1], block[2]
-            out.append("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-            out.extend("| " + " | ".join(r) + " |" for r in rows)
+            out.append("| " + " | ".join(markdown_text(h, cell=True) for h in header) + " |\n|" + "---|" * len(header))
+            out.extend("| " + " | ".join(markdown_text(c, cell=True) for c in r) + " |" for r in rows)
             out.append("")
         elif kind == "img":
             out.append(f"![{block[2]}]({block[1]})\n")

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from headcut_grader.files import atomic_file, write_json, write_text
 
+from headcut.evaluate.scan_report import markdown_text
 from headcut.evaluate.tasks import missing, shown
 from headcut.export.bench import BenchResult
 
@@ -44,7 +45,8 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
     batch, seq = headline(report, batch, seq)
     s = report["settings"]
     lines = [f"Threads {s['threads']}, warm-up {s['warmup']}, {s['repeats']} timed runs per cell; accuracy and "
-             f"agreement with `{report['reference']}` on {report['data']['rows']} pairs of {report['data']['source']}.",
+             f"agreement with `{markdown_text(report['reference'])}` on {report['data']['rows']} pairs of "
+             f"{markdown_text(report['data']['source'])}.",
              _machine_line(report),
              "", f"| variant | size MiB | memory MiB | accuracy | Spearman | agreement | p50 ms | p95 ms | pairs/s "
                  f"| speedup (b{batch} x s{seq}) | GFLOP/s | of peak |",
@@ -53,7 +55,7 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
         c = cell(row, batch, seq)
         achieved, peak = c.get("gflop_per_s"), row.get("peak_gflop_per_s")
         share = f"{achieved / peak:.1%} of {peak:.0f}" if achieved and peak else "-"
-        lines.append(f"| {row['name']} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} "
+        lines.append(f"| {markdown_text(row['name'], cell=True)} | {row['size_mb']:.1f} | {row['memory_mb']:.0f} "
                      f"| {shown(row.get('accuracy'), '.4f')} "
                      f"| {shown(row.get('spearman'), '.4f')} | {shown(row['agreement'], '.2%')} | {c['p50_ms']:.1f} "
                      f"| {c['p95_ms']:.1f} | {c['pairs_per_s']:.0f} | {c['speedup']:.2f}x "
@@ -63,7 +65,8 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
     lines.append("| variant | " + " | ".join(f"{b}x{q}" for b, q in shapes) + " |")
     lines.append("|---|" + "---:|" * len(shapes))
     for row in report["variants"]:
-        lines.append(f"| {row['name']} | " + " | ".join(f"{cell(row, b, q)['p50_ms']:.1f}" for b, q in shapes) + " |")
+        p50s = " | ".join(f"{cell(row, b, q)['p50_ms']:.1f}" for b, q in shapes)
+        lines.append(f"| {markdown_text(row['name'], cell=True)} | {p50s} |")
     return "\n".join(lines) + "\n"
 
 
