@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from headcut.cli.main import app
@@ -230,3 +232,34 @@ def test_a_name_holding_markdown_or_html_is_shown_as_written_in_the_markdown_rep
     text = render_markdown([("h2", "x\n# y"), ("p", "Recipe r<b>.yaml\n| z"), ("table", ["a|b"], [[name]])])
     assert text == ("## x\\n# y\n\nRecipe r\\<b>.yaml\\n| z\n\n| a\\|b |\n|---|\n| " + shown + " |\n\n")
 
+
+def test_a_run_s_pareto_figure_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Was: the run report's pareto.png was saved straight to its name, so a save that failed or was interrupted
+    midway left a cut PNG where the last whole one was. It is saved through files.atomic_file, as bench.png is; and
+    NaN figures or speed-ups all equal draw."""
+    import errno
+
+    from matplotlib.figure import Figure
+
+    from headcut_grader.errors import UserError
+    from headcut.pipeline.recipe import FloorSection
+    from headcut.pipeline.report import pareto_figure
+
+    def row(name, speedup, delta):
+        d = {"delta": delta, "ci": [delta, delta]}
+        return {"name": name, "speedup": speedup, "vs_teacher": {"accuracy": d, "spearman": d}}
+
+    rows = [row("a", 1.0, 0.0), row("b", 1.0, float("nan")), row("c", 1.0, None)]
+    path = tmp_path / "pareto.png"
+    pareto_figure(rows, FloorSection(), None, path)
+    whole = path.read_bytes()
+    assert whole.startswith(b"\x89PNG")
+
+    def cut_short(self, target, **kwargs):
+        (open(target, "wb") if isinstance(target, (str, Path)) else target).write(whole[:100])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", cut_short)
+    with pytest.raises((OSError, UserError)):  # atomic_file says it in a sentence (UserError)
+        pareto_figure(rows, FloorSection(), rows[0], path)
+    assert path.read_bytes() == whole and [p.name for p in tmp_path.iterdir()] == ["pareto.png"]

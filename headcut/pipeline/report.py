@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headcut_grader.files import write_json, write_text
+from headcut_grader.files import atomic_file, write_json, write_text
 from headcut_grader.validation import read_small_text
 from headcut.evaluate.tasks import missing, shown, shown_ci, unmeasured, unmeasured_words, within_limits
 from headcut.pipeline.recipe import ExportSection, FloorSection, PipelineRecipe
@@ -201,8 +201,11 @@ def pareto_figure(rows: list[dict], floor: FloorSection, chosen: dict | None, pa
         ax.legend(fontsize=8, loc="lower left")
     fig.suptitle("Speed against quality: every grader of the run", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_file(path) as f:  # the old figure or the whole new one, never a cut one
+            fig.savefig(f, dpi=110, format="png")
+    finally:
+        plt.close(fig)
 
 
 def report_blocks(out: Path, recipe: PipelineRecipe, records: dict) -> tuple[list[tuple], dict]:
