@@ -73,7 +73,7 @@ def encode(tokenizer, pairs: Pairs, *, max_length: int | None = None, model=None
 def _refuse_tokenless(enc, pairs: Pairs) -> None:
     """The first pair one of whose texts the tokenizer reduces to no tokens (combining marks alone, U+FFFD), said as
     the grader says it: trained or judged on, it would be an empty text. A fast tokenizer's sequence ids tell it."""
-    for i, encoding in enumerate(enc.encodings or ()):  # a slow tokenizer keeps none
+    for i, encoding in enumerate(getattr(enc, "encodings", None) or ()):  # slow tokenizers and dicts keep none
         if side := empty_side(encoding.sequence_ids):
             problem = no_tokens_problem(pairs.queries[i] if side == "query" else pairs.titles[i], whose="the model's")
             raise UserError(f"{pairs.where(i)}, {side}: {problem}; fix that pair or drop it.")

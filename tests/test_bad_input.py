@@ -446,8 +446,9 @@ UNWRITABLE = Path("/proc") if Path("/proc/self").is_dir() else None  # no file c
 def test_6_an_out_where_no_file_can_be_made_is_refused_before_any_work(tmp_path, tiny_grader, saved_models,
                                                                        command):
     """Was: the check asked os.access, which says yes to root anywhere, so `bench --out /proc/x` failed after the
-    whole benchmark and `grade --out /proc/x.tsv` said 'rerun with --resume' with nothing written. Now a file is
-    made and removed in the folder that will hold the output, before any work."""
+    whole benchmark and `grade --out /proc/x.tsv` said 'rerun with --resume' with nothing written. Now the place is
+    checked before any work (an output in /proc, /dev or /sys is refused outright; elsewhere a file is made and removed
+    in the folder that will hold it)."""
     from headcut_grader.cli.main import app as grader_app
 
     pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV)
@@ -466,7 +467,7 @@ def test_6_an_out_where_no_file_can_be_made_is_refused_before_any_work(tmp_path,
         out = out.with_suffix(".json")
     invoke = (lambda *a: CliRunner().invoke(grader_app, [str(x) for x in a])) if command.startswith("headcut-") else run
     result = invoke(*args, "--out", out)
-    refused(result, f"--out {out}: the folder {UNWRITABLE} is not writable; choose a folder you can write in.")
+    refused(result, f"--out {out} would write into {UNWRITABLE}, where the system keeps devices and streams")
     assert "--resume" not in result.output
 
 

@@ -708,7 +708,9 @@ def test_a_benchmark_s_out_is_checked_before_any_work(tmp_path, script, args):
     assert done.returncode == 2, done.stderr
     out = args[args.index("--out") + 1]
     assert done.stderr.strip().splitlines()[-1].endswith(
-        f"error: --out {out}: the folder /proc is not writable; choose a folder you can write in."), done.stderr
+        f"error: --out {out} would write into /proc, where the system keeps devices and streams (standard output "
+        "too), not files: headcut writes its outputs to files (atomically); name a file or folder, e.g. --out "
+        "results."), done.stderr
     assert "Traceback" not in done.stderr and not any(tmp_path.iterdir())
 
 

@@ -61,6 +61,7 @@ def choose_export(backend: str, precision: str | None, *, int8: bool = False,
     """What an export of `backend`, `precision` and `int8` builds here, refused where it cannot be asked or built;
     `names`: how messages name them (`gate.named`: a run's export.* keys, `headcut export`'s flags). `headcut
     export` chooses before the model loads and passes the choice to build_grader, so one decision is built and said."""
+    check_names(names, "choose_export names")
     built = export_backend(backend, asked_precision(precision, int8=int8), names=names)
     backend_flag, precision_flag = named("backend", names), named("precision", names)
     if precision is not None and precision not in PRECISIONS:
