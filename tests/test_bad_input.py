@@ -2682,3 +2682,20 @@ def test_a_base_model_s_own_head_is_new_not_a_config_mismatch(tmp_path, kind):
     tokenizer.save_pretrained(folder)
     loaded = load_model(folder, num_labels=5)
     assert loaded.model.config.num_labels == 5
+
+
+def test_a_text_the_grader_s_tokenizer_keeps_nothing_of_is_refused_naming_its_line(tmp_path, tiny_grader):
+    """Was: evaluate through an exported grader (and bench's grader variants, which grade as Grader.logits does) let
+    the tokenizer's NoTokens out as a traceback (exit 1) for a title of combining marks alone; now one sentence
+    naming the file's line and the side, exit 2."""
+    from headcut.export.bench import grader_variant
+    from headcut_grader.data import read_pairs
+    from headcut_grader.errors import UserError
+
+    pairs = write(tmp_path, "pairs.tsv", PAIRS_TSV + "bit\t\u0301\u0301\t2\n")
+    said = (f"{pairs}, line 4, title: empty text (the grader's tokenizer keeps none of its characters, such as "
+            "U+0301); fix that pair or drop it.")
+    refused(run("evaluate", "--model", tiny_grader, "--data", pairs), f"error: {said}")
+    with pytest.raises(UserError) as err:
+        grader_variant("g", tiny_grader, threads=1).logits(read_pairs(pairs))
+    assert str(err.value) == said

@@ -19,7 +19,7 @@ from headcut_grader.files import as_path
 from headcut_grader.ranges import BATCH, THREADS, Range, argument, as_whole, check_callbacks
 from headcut_grader.readers import bounded_int, unique_keys
 from headcut_grader.tasks import ACTIVATIONS, score_values
-from headcut_grader.tokens import encode_pairs, fewest_pair_tokens, load_tokenizer
+from headcut_grader.tokens import NoTokens, encode_pairs, fewest_pair_tokens, load_tokenizer
 from headcut_grader.validation import absent, read_small_text, text_problem
 
 # The one source of truth for grader.json's "format": `headcut export` writes it, the runtime accepts only it.
@@ -432,7 +432,12 @@ class Grader:
         """Logits `(n, num_grades)` in input order; pairs of similar length share a batch (less padding)."""
         check_callbacks("Grader.logits", progress=progress)
         queries, titles = _as_columns(pairs)
-        ids, types = encode_pairs(self.tokenizer, queries, titles)
+        try:
+            ids, types = encode_pairs(self.tokenizer, queries, titles)
+        except NoTokens as e:
+            if not hasattr(pairs, "where"):
+                raise
+            raise NoTokens(e.index, e.side, e.shown, pairs.where(e.index)) from None  # a Pairs: its file's line
         out = np.zeros((len(ids), self.outputs), dtype=np.float32)
         order = np.argsort([len(x) for x in ids], kind="stable")
         for start in range(0, len(order), self.batch_size):

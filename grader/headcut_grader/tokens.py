@@ -52,19 +52,23 @@ def fewest_pair_tokens(special: int) -> int:
     return special + 2
 
 
-class NoTokens(ValueError):
+class NoTokens(UserError, ValueError):
     """Pair `index`'s `side` (query or title) is a text the tokenizer reduces to no tokens (combining marks, U+FFFD,
-    characters it drops): the graph would grade an empty text. `shown`: one of its characters, for the sentence."""
+    characters it drops): the graph would grade an empty text. `shown`: one of its characters, for the sentence;
+    `where`: the pair as its caller names it ('FILE, line N': Pairs.where), else 'pair N'. A UserError, so that
+    whoever grades pairs and lets it out says it as one sentence."""
 
-    def __init__(self, index: int, side: str, shown: str):
-        super().__init__(index, side, shown)  # as given, so that a worker process's error pickles
-        self.index, self.side, self.shown = index, side, shown
+    def __init__(self, index: int, side: str, shown: str, where: str | None = None):
+        super().__init__(index, side, shown, where)  # as given, so that a worker process's error pickles
+        self.index, self.side, self.shown, self.where = index, side, shown, where
 
     @property
     def problem(self) -> str:
         return no_tokens_problem(self.shown)
 
     def __str__(self) -> str:
+        if self.where is not None:  # as headcut's encode and Pairs' own checks say a pair read from a file
+            return f"{self.where}, {self.side}: {self.problem}; fix that pair or drop it."
         return f"pair {self.index}'s {self.side}: {self.problem}; fix that pair or drop it"
 
 
