@@ -230,6 +230,7 @@ def test_a_pairs_file_this_user_may_not_read_is_one_sentence(tmp_path, monkeypat
     file, chmod 600). The tests run as root, whom permission bits do not stop: open refuses the file here."""
     import builtins
     import errno
+    import pwd
 
     import headcut_grader.validation as validation
 
@@ -248,9 +249,10 @@ def test_a_pairs_file_this_user_may_not_read_is_one_sentence(tmp_path, monkeypat
     monkeypatch.setattr(os, "geteuid", lambda: 4242)  # the tests' root, as a user who does not own the file
     with pytest.raises(UserError) as err:
         read_pairs(path, require_labels=False)
-    assert str(err.value) == (f"{path} cannot be read (Permission denied); {path} belongs to another user (root, uid "
-                              "0), so only they can change its mode: ask them to let this user read it, or pass "
-                              "another file.")
+    owner = pwd.getpwuid(path.stat().st_uid)  # whoever runs the tests (root, uid 0 in CI)
+    assert str(err.value) == (f"{path} cannot be read (Permission denied); {path} belongs to another user "
+                              f"({owner.pw_name}, uid {owner.pw_uid}), so only they can change its mode: ask them to "
+                              "let this user read it, or pass another file.")
 
 
 @pytest.mark.parametrize("name, text, said", [

@@ -221,6 +221,7 @@ def test_a_grader_file_this_user_may_not_read_is_one_sentence_saying_so(exported
     import builtins
     import errno
     import os
+    import pwd
     from pathlib import Path
 
     import headcut_grader.files as files
@@ -238,9 +239,10 @@ def test_a_grader_file_this_user_may_not_read_is_one_sentence_saying_so(exported
     with pytest.raises(UserError, match=f"{name} cannot be read \\(Permission denied\\); let this user read it"):
         Grader(exported)
     monkeypatch.setattr(os, "geteuid", lambda: 4242)  # the tests' root, as a user who does not own the file
+    owner = pwd.getpwuid((Path(exported) / name).stat().st_uid)  # whoever runs the tests (root, uid 0 in CI)
     with pytest.raises(UserError, match=f"{name} cannot be read \\(Permission denied\\); .*{name} belongs to another "
-                                        "user \\(root, uid 0\\), so only they can change its mode: ask them to let "
-                                        "this user read it, or copy the grader folder again\\.$"):
+                                        f"user \\({owner.pw_name}, uid {owner.pw_uid}\\), so only they can change its "
+                                        "mode: ask them to let this user read it, or copy the grader folder again\\.$"):
         Grader(exported)
 
 
