@@ -24,7 +24,7 @@ from headcut.synthetic import synthetic_pairs
 from headcut.export.server_load import running_server
 from headcut_grader.grader import Grader
 from headcut_grader.serve import Batching, Limits
-from headcut_grader.serve_metrics import available as metrics_installed
+from headcut_grader.serve_metrics import unavailable as metrics_unavailable
 from test_export import make_tiny_grader
 
 httpx = pytest.importorskip("httpx")
@@ -316,7 +316,7 @@ def test_oversize_requests_are_refused_and_the_server_lives_on(server):
     health = httpx.get(url + "/healthz", timeout=30).json()
     assert health["status"] == "ok" and health["limits"]["max_pairs"] == 16
     metrics = httpx.get(url + "/metrics", timeout=30)
-    if metrics_installed():  # the request this test graded first, whatever ran before it on this worker
+    if metrics_unavailable() is None:  # the request this test graded first, whatever ran before it on this worker
         assert 'path="/grade",status="200"' in metrics.text and "headcut_pairs_total" in metrics.text
     else:  # the server still grades; the page says what to install
         assert metrics.status_code == 501 and "pip install" in metrics.json()["error"]
@@ -1043,7 +1043,7 @@ def test_concurrent_requests_share_one_run_and_each_gets_its_solo_result(folder)
         got = reply.json()["results"]
         assert [r["grade"] for r in got] == alone.grades.tolist()
         assert np.allclose([r["probabilities"] for r in got], alone.probabilities, rtol=0, atol=1e-6)
-    if metrics_installed():  # proof that they were merged: one grader run held all eight requests
+    if metrics_unavailable() is None:  # proof that they were merged: one grader run held all eight requests
         assert metric(page, "headcut_batch_requests_count") == 1
         assert metric(page, "headcut_batch_requests_sum") == len(sizes)
 
@@ -1461,7 +1461,7 @@ def test_the_queue_gauge_leaves_out_pairs_being_graded_and_a_failed_run_frees_th
     raised, kept them until the next request. Back-pressure counts the same: a failed run leaves no full queue.
     The failed run's request gets 500 with {"error": "grading failed: <cause>; ..."}, logged with the exception
     (was: a plain-text "Internal Server Error"), and the next request is graded."""
-    if not metrics_installed():
+    if metrics_unavailable() is not None:
         pytest.skip("prometheus_client is not installed")
     from fastapi.testclient import TestClient
 

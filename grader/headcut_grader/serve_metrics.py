@@ -18,10 +18,6 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def available() -> bool:
-    return unavailable() is None
-
-
 def unavailable() -> str | None:
     """Why GET /metrics cannot answer here, as the sentence it answers (prometheus_client not installed, or installed
     but failing to import), or None where it can. A broken client costs the metrics alone: the server grades on."""
