@@ -175,3 +175,27 @@ def test_a_request_cancelled_while_queued_is_skipped_and_the_thread_lives_on(gra
     assert len(batcher.submit(requests_of([4])[0]).result(timeout=30)) == 4  # the thread still runs
     batcher.close(timeout=30)
     assert calls == [3, 4] and cancelled.cancelled()  # the cancelled request was never graded
+
+
+def test_a_request_with_a_text_of_no_tokens_is_refused_alone_and_the_others_in_its_run_are_graded(grader):
+    """Was: the server tokenised every request on its own before batching, to keep such a text out of a run shared
+    with others. Now the run's one tokenisation finds it: that request alone gets NoTokens at its own pair (its
+    index within the request), and the other requests of the run get what grading each alone gives."""
+    from headcut_grader.tokens import NoTokens
+
+    good = requests_of([3, 2, 4])
+    bad = [("drill", "saw"), ("drill", "\u0301\u0301"), ("bit", "\ufffd")]
+    worse = [("\u0300", "saw")]
+    run, calls = recording(grader.grade)
+    batcher = Batcher(run, max_batch=13, max_wait=30.0, max_queue=100)  # the run starts with the last request
+    futures = [batcher.submit(r) for r in (good[0], bad, good[1], worse, good[2])]
+    for future, pair, side in ((futures[1], 1, "title"), (futures[3], 0, "query")):
+        with pytest.raises(NoTokens) as err:
+            future.result(timeout=30)
+        assert (err.value.index, err.value.side) == (pair, side)
+    for request, future in zip(good, futures[::2]):
+        got, alone = future.result(timeout=30), grader.grade(request)
+        assert np.array_equal(got.grades, alone.grades)
+        assert np.allclose(got.logits, alone.logits, rtol=0, atol=1e-5)
+    batcher.close()
+    assert calls == [13, 10, 9]  # the run, then again without each refused request

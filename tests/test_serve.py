@@ -1524,3 +1524,37 @@ def test_an_unexpected_error_in_any_route_is_a_json_sentence_and_the_worker_serv
         assert client.get("/healthz").json()["status"] == "ok"
     finally:
         app.state.batcher.close(timeout=5)
+
+
+def test_a_request_is_tokenised_once_in_its_run_and_a_text_of_no_tokens_is_still_named(tiny_folder):
+    """Was: each /grade and /rank request was tokenised on the event loop to find a text of no tokens, then again
+    in its batch. Now only the batch's run tokenises (once per request here, each its own run); the run that finds
+    such a text refuses that request, naming the item and field."""
+    from fastapi.testclient import TestClient
+
+    from headcut_grader.serve import create_app
+
+    class Counted:  # the grader's tokenizer, counting the calls that tokenise
+        def __init__(self, tokenizer):
+            self.tokenizer, self.calls = tokenizer, 0
+
+        def __getattr__(self, name):
+            if name in ("encode", "encode_batch"):
+                self.calls += 1
+            return getattr(self.tokenizer, name)
+
+    with TestClient(create_app(tiny_folder)) as client:
+        grader = client.app.state.grader
+        grader.tokenizer = counted = Counted(grader.tokenizer)
+        for _ in range(3):
+            assert client.post("/grade", json={"pairs": [{"query": "drill", "title": "saw"}] * 2}).status_code == 200
+            assert client.post("/rank", json={"query": "drill", "titles": ["saw", "bit"]}).status_code == 200
+        assert counted.calls == 6
+        pairs = [{"query": "q", "title": "t"}, {"query": "q", "title": "\u0301"}]
+        refused = [client.post("/grade", json={"pairs": pairs}),
+                   client.post("/rank", json={"query": "q", "titles": ["t", "\ufffd"]})]
+    assert [(r.status_code, r.json()["error"]) for r in refused] == [
+        (422, "pairs.1.title: empty text (the grader's tokenizer keeps none of its characters, such as U+0301); see "
+              "GET /docs for the request shape."),
+        (422, "titles.1: empty text (the grader's tokenizer keeps none of its characters, such as U+FFFD); see GET "
+              "/docs for the request shape.")]

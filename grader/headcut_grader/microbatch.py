@@ -5,9 +5,10 @@ the batch holds `max_batch` pairs or the oldest has waited `max_wait` seconds, g
 `Grader.grade` call and hands each request its own rows back. A request is never split, so one larger
 than `max_batch` runs alone (`max_batch=1` turns merging off). When the queue already holds `max_queue`
 pairs, `submit` raises `QueueFull` at once: the caller answers 503 instead of letting latency grow. A request
-whose future is cancelled while it waits is dropped, never graded. `waiting` counts the pairs queued and not yet
-taken into a run; `on_waiting` hears each new count as it changes (the server's queue gauge), whatever the runs do.
-Torch-free, like the grader.
+whose future is cancelled while it waits is dropped, never graded. A run that finds a text the tokenizer keeps
+nothing of (NoTokens) fails that request alone, at its own pair; the others are graded again without it.
+`waiting` counts the pairs queued and not yet taken into a run; `on_waiting` hears each new count as it changes
+(the server's queue gauge), whatever the runs do. Torch-free, like the grader.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Callable, Sequence
 
 from headcut_grader.grader import Grades
 from headcut_grader.ranges import check_callbacks
+from headcut_grader.tokens import NoTokens
 
 
 class QueueFull(Exception):
@@ -134,16 +136,37 @@ class Batcher:
         while (batch := self._next_batch()) is not None:
             if not batch:  # every request taken was cancelled
                 continue
+            self._run(batch)
+
+    def _run(self, batch: list[_Job]) -> None:
+        while batch:
             pairs = [pair for job in batch for pair in job.pairs]
             start = time.perf_counter()
             try:
                 pieces = split(self._grade(pairs), [len(job.pairs) for job in batch])
             except Exception as e:  # every request of the batch gets the error; the thread lives on
+                if isinstance(e, NoTokens) and (rest := _refused(batch, e)) is not None:
+                    batch = rest  # one request's text: it alone is refused, the others are graded again without it
+                    continue
                 for job in batch:
                     job.future.set_exception(e)
-                continue
+                return
             seconds = time.perf_counter() - start
             for job, piece in zip(batch, pieces):
                 job.future.set_result(piece)
             if self._on_batch:
                 self._on_batch(BatchStats(len(batch), len(pairs), seconds))
+            return
+
+
+def _refused(batch: list[_Job], e: NoTokens) -> list[_Job] | None:
+    """The jobs of `batch` but the one holding the merged run's pair `e.index`, which gets NoTokens for its own pair
+    (its index within the request); None where no job holds it. Refused here, after the run's one tokenisation, so
+    that no request is tokenised on its own beforehand (on the server's event loop)."""
+    start = 0
+    for k, job in enumerate(batch):
+        if e.index < start + len(job.pairs):
+            job.future.set_exception(NoTokens(e.index - start, e.side, e.shown))
+            return batch[:k] + batch[k + 1:]
+        start += len(job.pairs)
+    return None

@@ -23,7 +23,7 @@ from headcut_grader.errors import quoted
 from headcut_grader.grader import ranking
 from headcut_grader.microbatch import Closed, QueueFull
 from headcut_grader.serve_middleware import RETRY_AFTER_SECONDS, SHUTTING_DOWN
-from headcut_grader.tokens import first_tokenless, no_tokens_problem
+from headcut_grader.tokens import NoTokens
 
 log = logging.getLogger(__name__)
 
@@ -70,31 +70,27 @@ def healthz(request: Request):
 
 
 async def grade(request: Request, body):  # body: this app's GradeRequest (see add_routes)
-    texts = {f"pairs.{i}.{side}": getattr(p, side) for i, p in enumerate(body.pairs) for side in ("query", "title")}
-    if refused := _tokenless(request, texts):
-        return refused
-    result = await _graded(request, [(p.query, p.title) for p in body.pairs])
+    result = await _graded(request, [(p.query, p.title) for p in body.pairs], lambda i, side: f"pairs.{i}.{side}")
+    if isinstance(result, JSONResponse):
+        return result
     grader = request.app.state.grader
     head = {"task": "score"} if grader.task == "score" else {"grades": grader.record["grades"]}
     return JSONResponse({**head, "results": result.rows()})
 
 
 async def rank(request: Request, body):  # body: this app's RankRequest
-    if refused := _tokenless(request, {"query": body.query} | {f"titles.{i}": t for i, t in enumerate(body.titles)}):
-        return refused
-    result = await _graded(request, [(body.query, t) for t in body.titles])
+    result = await _graded(request, [(body.query, t) for t in body.titles],
+                           lambda i, side: "query" if side == "query" else f"titles.{i}")
+    if isinstance(result, JSONResponse):
+        return result
     return JSONResponse({"query": body.query, "ranking": ranking(body.titles, result)})
 
 
-def _tokenless(request: Request, texts: dict[str, str]) -> JSONResponse | None:
-    """422 for the first of `texts` (JSON place -> text) that the grader's tokenizer reduces to no tokens, said as the
-    other empty texts are; checked before batching, since a batch holds other requests' pairs."""
-    places = list(texts)
-    i = first_tokenless(request.app.state.grader.tokenizer, list(texts.values()))
-    if i is None:
-        return None
-    return JSONResponse({"error": f"{places[i]}: {no_tokens_problem(texts[places[i]])}; see GET /docs for the "
-                                  "request shape."}, status_code=422)
+def _tokenless(e: NoTokens, place) -> JSONResponse:
+    """422 for the request's text that the grader's tokenizer reduced to no tokens, at its JSON place (`place(index,
+    side)`), said as the other empty texts are. The batch found it: the batcher refuses that request alone."""
+    return JSONResponse({"error": f"{place(e.index, e.side)}: {e.problem}; see GET /docs for the request shape."},
+                        status_code=422)
 
 
 def metrics_page(request: Request):
@@ -109,10 +105,13 @@ class GradingFailed(Exception):
     """The grader run that held this request raised (its exception is the cause); answered 500 below."""
 
 
-async def _graded(request: Request, pairs):
+async def _graded(request: Request, pairs, place):
+    """The request's Grades, or the 422 for its text of no tokens (at `place(index, side)`)."""
     future = request.app.state.batcher.submit(pairs)  # QueueFull and Closed become 503 (below), before any waiting
     try:
         return await asyncio.wrap_future(future)
+    except NoTokens as e:
+        return _tokenless(e, place)
     except Exception as e:  # the batcher lives on: the next run may succeed
         raise GradingFailed() from e
 

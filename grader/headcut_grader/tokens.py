@@ -82,17 +82,6 @@ def _shown(text: str) -> str:
     return next((ch for ch in text if not ch.isspace()), " ")
 
 
-def first_tokenless(tokenizer, texts: Sequence[str]) -> int | None:
-    """The index of the first of `texts` that `tokenizer` reduces to no tokens, or None. A prefix is tokenised
-    first (a text with tokens there has them whole); only a prefix of none is tokenised whole."""
-    cut = tokenizer.truncation["max_length"] * CHARS_PER_TOKEN
-    prefixes = tokenizer.encode_batch([text[:cut] for text in texts], add_special_tokens=False)
-    for i, encoding in enumerate(prefixes):
-        if not encoding.ids and (len(texts[i]) <= cut or not tokenizer.encode(texts[i], add_special_tokens=False).ids):
-            return i
-    return None
-
-
 def encode_pairs(tokenizer, queries: Sequence[str], titles: Sequence[str]) -> tuple[list[list[int]], list[list[int]]]:
     """Token ids and token type ids of each pair (unpadded), as `tokenizer` gives for the whole texts; NoTokens
     for the first pair with a text of no tokens."""
