@@ -4,7 +4,8 @@ The deployable runtime is `headcut_grader` (no torch); this package needs torch.
 use, so reading a setting's declaration (headcut.export.gate) does not import torch."""
 import importlib
 
-_HOME = {"build_grader": "build", "choose_export": "build", "ExportChoice": "build", "Int8Gate": "gate", "optimize_graph": "optimize", "CHOICES": "quantize",
+_HOME = {"build_grader": "build", "choose_export": "build", "ExportChoice": "build", "Int8Gate": "gate",
+         "optimize_graph": "optimize", "CHOICES": "quantize",
          "Int8Choice": "quantize", "quantize_int8": "quantize",
          **dict.fromkeys(["FP32_TOLERANCE", "GateError", "Parity", "ParityError", "check_parity", "export_onnx",
                           "parity"], "export")}
