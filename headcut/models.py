@@ -193,6 +193,7 @@ def load_model(
         num_labels = 1 if meta["task"] == "score" else len(meta.get("grades", DEFAULT_GRADES))
         _check_outputs(path, meta, num_labels, saved, weights)
     config = _read_config(path, num_labels, attn_implementation, flag=flag, meta=meta)
+    recorded = "max_length" in meta  # else a length read here is tokenizer_config.json's
     meta = _with_tokenizer_length(path, meta, config)
     skeleton(path, config, weights)
     _check_tokenizer(path, flag)  # after the config: an unsupported model type is said first
@@ -227,7 +228,7 @@ def load_model(
     if "max_length" in meta:
         setattr(model, RECORDED, int(meta["max_length"]))  # what encode() defaults to for this model
     tokenizer = read_tokenizer(path, flag=flag)
-    _check_recorded_length(path, meta, model, tokenizer)
+    _check_recorded_length(path, meta, model, tokenizer, recorded=recorded)
     _check_vocabulary(path, model, tokenizer)
     return LoadedModel(model, tokenizer, meta, str(path), hashed)
 
@@ -286,17 +287,18 @@ def _check_vocabulary(path: Path, model, tokenizer) -> None:
                         "rows, so some ids have no embedding; put back the tokenizer files saved with this model.")
 
 
-def _check_recorded_length(path: Path, meta: dict, model, tokenizer) -> None:
-    """headcut.json's max_length leaves each text a token and fits the model's positions (else its grader would be
-    refused by the runtime, or its inputs fail deep in torch)."""
+def _check_recorded_length(path: Path, meta: dict, model, tokenizer, *, recorded: bool) -> None:
+    """The length the model is read at leaves each text a token and fits the model's positions (else its grader
+    would be refused by the runtime, or its inputs fail deep in torch). `recorded`: headcut.json's max_length, else
+    tokenizer_config.json's model_max_length (`_with_tokenizer_length`), which the message names."""
     if "max_length" not in meta:
         return
     length, least = int(meta["max_length"]), fewest_pair_tokens(tokenizer.num_special_tokens_to_add(True))
     most = usable_positions(model.config) or length
+    where = f"{path / META_FILE}: 'max_length'" if recorded else f"{path / TOKENIZER_CONFIG}: 'model_max_length'"
     if not least <= length <= most:
-        raise UserError(f"{path / META_FILE}: 'max_length' is {length}, but a pair needs at least {least} tokens "
-                        f"({least - 2} special ones and one of each text) and the model has {most} positions; set it "
-                        f"from {least} to {most}.")
+        raise UserError(f"{where} is {length}, but a pair needs at least {least} tokens ({least - 2} special ones "
+                        f"and one of each text) and the model has {most} positions; set it from {least} to {most}.")
 
 
 def _with_tokenizer_length(path: Path, meta: dict, config) -> dict:

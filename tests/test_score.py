@@ -528,6 +528,20 @@ def test_a_tokenizer_saved_shorter_is_read_at_its_length_as_sentence_transformer
     assert np.abs(theirs.predict(list(zip(pairs.queries, pairs.titles))) - ours).max() <= 1e-5
 
 
+def test_a_tokenizer_length_too_short_for_a_pair_names_tokenizer_config_json(tmp_path):
+    """Was: a folder without headcut.json whose tokenizer_config.json's model_max_length (read as its length) leaves
+    no room for a pair was refused as "headcut.json: 'max_length' is 3", a file the folder does not have."""
+    folder = tiny_cross_encoder(tmp_path)
+    (folder / "headcut.json").unlink()
+    record = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**record, "model_max_length": 3}))
+    words = (f"{folder / 'tokenizer_config.json'}: 'model_max_length' is 3, but a pair needs at least 5 tokens (3 "
+             "special ones and one of each text) and the model has 512 positions; set it from 5 to 512.")
+    with pytest.raises(UserError, match="^" + re.escape(words) + "$"):
+        load_model(folder)
+    assert words in run_refused(tmp_path, folder).replace("\n", "")
+
+
 def test_every_stage_takes_a_score_model_and_only_score_models_become_cross_encoders(reranker, tmp_path):
     grader, dev = reranker
     from headcut.models import SCORE_STAGES, check_stage
