@@ -304,7 +304,8 @@ def _check_recorded_length(path: Path, meta: dict, model, tokenizer, *, recorded
 def _with_tokenizer_length(path: Path, meta: dict, config) -> dict:
     """`meta` with the length the model is read at, where the saved tokenizer's model_max_length is shorter than
     headcut's default (sentence-transformers' CrossEncoder cuts pairs there); headcut.json's max_length past it is
-    refused: long pairs scored otherwise in CrossEncoder(path) than in headcut, exit 0."""
+    refused in a folder CrossEncoder saved or headcut saved since it records tensors_hash (long pairs scored otherwise
+    in CrossEncoder(path) than in headcut, exit 0), and read as recorded in an older headcut folder."""
     file = path / TOKENIZER_CONFIG
     try:
         limit = read_json_file(file).get("model_max_length") if file.exists() else None
@@ -313,7 +314,9 @@ def _with_tokenizer_length(path: Path, meta: dict, config) -> dict:
     if type(limit) is not int or limit < 1:
         return meta  # none recorded: transformers' 10^30, no limit
     if "max_length" in meta:
-        if int(meta["max_length"]) <= limit:
+        # before tensors_hash was recorded, save_model kept the source tokenizer's model_max_length: such a folder
+        # is read at headcut.json's length, as it always was
+        if int(meta["max_length"]) <= limit or not (TENSORS_HASH in meta or _saved_by_cross_encoder(path)):
             return meta
         raise UserError(f"{path / META_FILE} records max_length {meta['max_length']}, but {file}'s model_max_length "
                         f"is {limit}, where sentence-transformers cuts pairs; set one to the other.")

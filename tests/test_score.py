@@ -528,6 +528,33 @@ def test_a_tokenizer_saved_shorter_is_read_at_its_length_as_sentence_transformer
     assert np.abs(theirs.predict(list(zip(pairs.queries, pairs.titles))) - ours).max() <= 1e-5
 
 
+def test_an_older_headcut_folder_with_a_shorter_tokenizer_length_is_read_at_headcut_json_s(tmp_path):
+    """Was: a folder saved before save_model set the tokenizer's model_max_length (it kept the source tokenizer's,
+    here 128) and before headcut.json recorded tensors_hash, with max_length 256, was refused ("set one to the
+    other"), though headcut had always read it at 256. It is read so; a folder saved since is still refused."""
+    from test_export import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    model = tiny_model("bert", num_labels=5, vocab_size=len(tokenizer))
+    folder = save_model(LoadedModel(model, tokenizer, {"grades": [1, 2, 3, 4, 5], "max_length": 256}), tmp_path / "m")
+    record = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**record, "model_max_length": 128}))
+    with pytest.raises(UserError, match="set one to the other"):
+        load_model(folder)  # a new save: its tensors_hash says so
+    meta = json.loads((folder / "headcut.json").read_text())
+    del meta["tensors_hash"]
+    (folder / "headcut.json").write_text(json.dumps(meta))
+    assert load_model(folder).max_length == 256
+    from test_bad_input_corners import as_cross_encoder_save
+
+    folder = tiny_cross_encoder(tmp_path)  # CrossEncoder's own folder: cut at 16 there, whatever headcut.json says
+    as_cross_encoder_save(folder)
+    meta = json.loads((folder / "headcut.json").read_text())
+    (folder / "headcut.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "tensors_hash"}))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**record, "model_max_length": 16}))
+    with pytest.raises(UserError, match="set one to the other"):
+        load_model(folder)
+
 def test_a_tokenizer_length_too_short_for_a_pair_names_tokenizer_config_json(tmp_path):
     """Was: a folder without headcut.json whose tokenizer_config.json's model_max_length (read as its length) leaves
     no room for a pair was refused as "headcut.json: 'max_length' is 3", a file the folder does not have."""
