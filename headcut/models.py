@@ -614,13 +614,15 @@ def _check_modules(path: Path) -> None:
     if not file.exists():
         return
     modules = read_json_value(file)
+    saved = _saved_by_cross_encoder(path)
+    keys = ("name", "path", "type") if saved else ("path", "type")  # CrossEncoder reads 'name' in its own folder only
     if not (isinstance(modules, list) and all(
-            isinstance(m, dict) and all(isinstance(m.get(key), str) for key in ("name", "path", "type"))
-            for m in modules)):
-        raise UserError(f"{file} is {shown(modules)}, not a list of modules, each an object with its 'name', 'path' "
-                        f"and 'type' (what sentence-transformers reads the folder by); put back the modules.json "
-                        f"saved with the model, or {AGAIN}.")
-    if not _saved_by_cross_encoder(path):
+            isinstance(m, dict) and all(isinstance(m.get(key), str) for key in keys) for m in modules)):
+        said = "'name', 'path' and 'type'" if saved else "'path' and 'type'"
+        raise UserError(f"{file} is {shown(modules)}, not a list of modules, each an object with its {said} (what "
+                        f"sentence-transformers reads the folder by); put back the modules.json saved with the model, "
+                        f"or {AGAIN}.")
+    if not saved:
         return  # sentence-transformers 6 reads another family's folder as CrossEncoder's one module, as headcut does
     if not (len(modules) == 1 and modules[0]["type"] in ST_TRANSFORMERS and Path(modules[0]["path"]) == Path(".")):
         held = "no modules, which sentence-transformers refuses" if not modules else (

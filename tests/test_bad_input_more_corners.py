@@ -712,8 +712,8 @@ def test_headcut_json_s_prune_record_is_checked_against_the_shape(tmp_path, long
     ("[{\"path\": \"\", \"type\": ", "modules.json is damaged or incomplete (not valid JSON: "),
     ("{\"path\": \"\"}", "modules.json is {\"path\": \"\"}, not a list of modules"),
     ("[{\"path\": \"\", \"type\": 3}]", "modules.json is [{\"path\": \"\", \"type\": 3}], not a list of modules"),
-    ("[{\"path\": \"\"}]", "modules.json is [{\"path\": \"\"}], not a list of modules, each an object with its 'name', "
-                           "'path' and 'type'"),
+    ("[{\"path\": \"\"}]", "modules.json is [{\"path\": \"\"}], not a list of modules, each an object with its 'path' "
+                           "and 'type'"),  # no 'name': CrossEncoder reads it in a folder it saved alone
 ], ids=["not-json", "object", "type-number", "no-type"])
 def test_a_modules_json_sentence_transformers_cannot_read_is_refused(tmp_path, long_and_short_models, text, words):
     """Was: a folder's modules.json was only checked to exist, so one that was no JSON (or no list of modules) loaded
@@ -733,3 +733,27 @@ def test_a_modules_json_sentence_transformers_cannot_read_is_refused(tmp_path, l
             read(folder)
     refused(run("evaluate", "--model", folder, "--data", write(tmp_path, "pairs.tsv", PAIRS_TSV)),
             f"{folder / words}", "copy or download the model folder again.")
+
+
+def test_a_modules_json_needs_module_names_only_in_a_folder_cross_encoder_saved(tmp_path, long_and_short_models):
+    """Was: every module's 'name' was required in any folder, though CrossEncoder reads modules.json's names only in
+    a folder it saved (config_sentence_transformers.json's model_type CrossEncoder): another family's folder whose
+    modules lacked names was refused. It loads; a module without its 'type' is still refused there."""
+    import shutil
+
+    from headcut.models import load_model
+    from headcut_grader.errors import UserError
+
+    folder = shutil.copytree(long_and_short_models[1], tmp_path / "m")
+    (folder / "config_sentence_transformers.json").unlink(missing_ok=True)
+    modules = folder / "modules.json"
+    modules.write_text('[{"path": "", "type": "sentence_transformers.models.Transformer"}]')
+    assert load_model(folder).model is not None
+    modules.write_text('[{"path": ""}]')
+    words = f"{modules} is [{{\"path\": \"\"}}], not a list of modules, each an object with its 'path' and 'type' ("
+    with pytest.raises(UserError, match="^" + re.escape(words)):
+        load_model(folder)
+    modules.write_text('[{"path": "", "type": "sentence_transformers.models.Transformer"}]')
+    (folder / "config_sentence_transformers.json").write_text('{"model_type": "CrossEncoder"}')
+    with pytest.raises(UserError, match="each an object with its 'name', 'path' and 'type' "):
+        load_model(folder)  # CrossEncoder's own folder: it reads the names
