@@ -277,6 +277,22 @@ def test_headcut_export_auto_without_a_usable_openvino_exports_onnx_runtime_alon
                                                          "install 'headcut[openvino]', or choose another precision.\n")
 
 
+def test_a_choice_made_for_the_same_precision_spelled_otherwise_is_built():
+    """Was: build_grader compared its choice's raw arguments with the call's, so choose_export("onnxruntime",
+    "int8") passed to build_grader(int8=True) (the same precision, spelled otherwise) was refused. The precisions
+    asked for are compared; a call whose int8=True and precision disagree is still refused."""
+    from headcut.export import build
+
+    choice = build.choose_export("onnxruntime", "int8")
+    assert build.checked_choice(choice, "onnxruntime", None, int8=True, names="arguments") is choice
+    assert build.checked_choice(build.choose_export("onnxruntime", None, int8=True), "onnxruntime", "int8",
+                                int8=False, names="arguments").precisions == ("int8", None)
+    with pytest.raises(UserError, match="^int8=True and precision=fp32 disagree; pass one of them.$"):
+        build.checked_choice(build.choose_export("onnxruntime", "fp32"), "onnxruntime", "fp32", int8=True,
+                             names="arguments")
+    with pytest.raises(UserError, match="^build_grader choice was made for backend='onnxruntime', precision='int8'"):
+        build.checked_choice(choice, "onnxruntime", "fp32", int8=False, names="arguments")
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_auto_at_fp32_or_bf16_builds_openvino_s_graph_without_nncf(monkeypatch, precision):
     """NNCF judges OpenVINO's INT8 graphs alone. Was: backend auto counted it as needed at every precision, so with

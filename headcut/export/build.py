@@ -67,9 +67,7 @@ def choose_export(backend: str, precision: str | None, *, int8: bool = False,
     if precision is not None and precision not in PRECISIONS:
         raise UserError(f"{setting(precision_flag, precision)} is not one of {', '.join(PRECISIONS)}.",
                         about=("precision",))
-    if int8 and precision not in (None, "int8"):
-        raise UserError(f"{int8_said(names)} and {setting(precision_flag, precision)} disagree; pass one of them.",
-                        about=("precision",))
+    _check_int8_agrees(precision, int8=int8, names=names)
     asked = asked_precision(precision, int8=int8)
     if built.name == "onnxruntime" and asked == "bf16":
         if backend == "auto":  # was: 'use --backend openvino or auto', which it was
@@ -84,6 +82,13 @@ def choose_export(backend: str, precision: str | None, *, int8: bool = False,
     return ExportChoice(backend, precision, int8, built, onnxruntime, asked)
 
 
+def _check_int8_agrees(precision: str | None, *, int8: bool, names: str) -> None:
+    """int8=True is precision int8's other spelling: with another precision the request contradicts itself."""
+    if int8 and precision not in (None, "int8"):
+        raise UserError(f"{int8_said(names)} and {setting(named('precision', names), precision)} disagree; pass one "
+                        "of them.", about=("precision",))
+
+
 def checked_choice(choice, backend: str, precision: str | None, *, int8: bool, names: str) -> ExportChoice:
     """build_grader's `choice`, made for its `backend`, `precision` and `int8`; None: chosen here."""
     if choice is None:
@@ -91,7 +96,10 @@ def checked_choice(choice, backend: str, precision: str | None, *, int8: bool, n
     if not isinstance(choice, ExportChoice):
         raise UserError(f"build_grader choice is {argument(choice)[:60]}; pass "
                         f"headcut.export.choose_export(backend, precision, int8=int8), or None.")
-    if (choice.backend, choice.precision, choice.int8) != (backend, precision, int8):
+    _check_int8_agrees(precision, int8=int8, names=names)
+    # int8=True and precision int8 ask for one thing: the precisions compared are the ones asked for
+    made = (choice.backend, asked_precision(choice.precision, int8=choice.int8))
+    if made != (backend, asked_precision(precision, int8=int8)):
         raise UserError(f"build_grader choice was made for backend={choice.backend!r}, precision={choice.precision!r}, "
                         f"int8={choice.int8}, and this call asks for backend={backend!r}, precision={precision!r}, "
                         f"int8={int8}; pass choose_export(...) of this call's, or no choice.")
