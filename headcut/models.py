@@ -201,13 +201,15 @@ def load_model(
     shape = getattr(config, SHAPE_KEY, None)
     with torch.random.fork_rng(devices=[]), broken_file(weights):
         torch.manual_seed(seed)  # a fresh classification head is the same on every load
+        stored = None  # the weights' tensors where read here: headcut.json's tensors_hash is checked on them
         if weights.suffix == ".bin" and shape is None:
-            read_state(weights)  # read twice: transformers' errors for a pickle of something else are tracebacks
+            stored = read_state(weights)  # transformers' errors for a pickle of something else are tracebacks
         if shape is not None:
             model = AutoModelForSequenceClassification.from_config(config, attn_implementation=attn_implementation)
             with broken_file(path / "config.json"):  # the shape record is config.json's, not the weights'
                 apply_shape(model, shape)
-            state = _with_fresh_head(model, read_state(weights), weights, num_labels, fresh=fresh)
+            stored = read_state(weights)
+            state = _with_fresh_head(model, stored, weights, num_labels, fresh=fresh)
             _check_names_match(model, state, weights)
             model.load_state_dict(state, strict=True)
         else:
@@ -222,7 +224,7 @@ def load_model(
             )
             _check_only_the_head_differs(info, weights, num_labels, fresh=fresh)
             _check_loaded_names(model, info, weights)
-    hashed = _check_saved_weights(path, meta, weights)
+    hashed = _check_saved_weights(path, meta, weights, stored=stored)
     model.eval()
     model_type(model)
     if "max_length" in meta:
@@ -237,17 +239,18 @@ SAVED_WEIGHTS = "model.safetensors"  # the file save_model writes, and whose has
 TENSORS_HASH = "tensors_hash"  # headcut.json's hash of the tensors by name and content, in whichever files
 
 
-def _check_saved_weights(path: Path, meta: dict, weights: Path) -> str:
+def _check_saved_weights(path: Path, meta: dict, weights: Path, *, stored: dict | None = None) -> str:
     """The weights' hash, and they are the ones headcut.json records them for: weights copied in from another
     model of the same config loaded, exit 0 (every shape agreed). The file's hash (weights_hash) settles it for
     save_model's own file; weights converted since (shards, a pickle, a single file saved again) are compared by
     their tensors (tensors_hash). A headcut.json written before it recorded tensors_hash has the file's hash alone,
-    which converted weights cannot be compared with: they load as they are."""
+    which converted weights cannot be compared with: they load as they are. `stored`: the weights' tensors where the
+    load read them already (hashed as they are rather than read again)."""
     hashed, recorded, tensors = weights_hash(weights), meta.get("weights_hash"), meta.get(TENSORS_HASH)
     if weights.name == SAVED_WEIGHTS and recorded == hashed or recorded is None and tensors is None:
         return hashed
     if tensors is not None:
-        found = tensors_hash(weights)
+        found = tensors_hash(weights) if stored is None else state_hash(stored)
         if found == tensors:
             return hashed
         record = f"{TENSORS_HASH} is {json.dumps(tensors)[:40]}, the tensors' {json.dumps(found)}"

@@ -639,6 +639,28 @@ def test_converted_weights_are_compared_with_headcut_json_by_their_tensors(tmp_p
     assert not (tmp_path / "g").exists()
 
 
+@pytest.mark.parametrize("pruned, form", [(False, "pickle"), (True, "shards"), (True, "pickle")],
+                         ids=["whole-pickle", "pruned-shards", "pruned-pickle"])
+def test_converted_weights_are_read_once_to_check_their_tensors(tmp_path, monkeypatch, long_and_short_models,
+                                                                pruned, form):
+    """Was: headcut.json's tensors_hash was checked by reading the weights files again after the load had read them
+    (a pickle's tensors read by its check, by transformers and for the hash). The tensors the load read are hashed.
+    Whole-model safetensors are read by transformers alone: their hash reads the files."""
+    import shutil
+
+    from headcut import models
+    from headcut.models import load_model
+    from headcut.weight_files import tensors_hash, weights_file, weights_hash
+
+    tokenizer = load_model(long_and_short_models[1]).tokenizer
+    source = _pruned_pair(tmp_path, tokenizer)[0] if pruned else long_and_short_models[1]
+    folder = shutil.copytree(source, tmp_path / "converted")
+    _convert_weights(load_model(source).model, folder, form)
+    reads = []
+    monkeypatch.setattr(models, "tensors_hash", lambda weights: reads.append(weights.name) or tensors_hash(weights))
+    assert load_model(folder, allow_pickle=form == "pickle").weights_hash == weights_hash(weights_file(folder))
+    assert reads == []  # the files are not read again for their tensors' hash
+
 def test_a_headcut_json_without_tensors_hash_still_loads_converted_weights(tmp_path, long_and_short_models):
     """A folder saved before headcut.json recorded tensors_hash keeps loading: its weights_hash is of a file no
     longer there once the weights are sharded, so they are not compared; its own model.safetensors still is."""
