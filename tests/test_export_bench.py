@@ -224,7 +224,7 @@ def test_a_name_holding_markdown_or_html_is_shown_as_written_in_the_markdown_rep
               "data": {"rows": 1, "source": "d|\n.tsv"},
               "variants": [{"name": name, "size_mb": 1.0, "memory_mb": 1.0, "agreement": 1.0, "cells": cells}]}
     lines = markdown(report).splitlines()
-    assert lines[0] == ("Threads 1, warm-up 1, 1 timed runs per cell; accuracy and agreement with `m\\<i>` on 1 pairs "
+    assert lines[0] == ("Threads 1, warm-up 1, 1 timed runs per cell; accuracy and agreement with `m<i>` on 1 pairs "
                         "of d|\\n.tsv.")
     rows = [line for line in lines if line.startswith("| grader")]
     assert [row.split(" | ")[0] for row in rows] == [f"| {shown}"] * 2
@@ -232,6 +232,27 @@ def test_a_name_holding_markdown_or_html_is_shown_as_written_in_the_markdown_rep
     text = render_markdown([("h2", "x\n# y"), ("p", "Recipe r<b>.yaml\n| z"), ("table", ["a|b"], [[name]])])
     assert text == ("## x\\n# y\n\nRecipe r\\<b>.yaml\\n| z\n\n| a\\|b |\n|---|\n| " + shown + " |\n\n")
 
+
+def test_a_name_in_a_code_span_is_shown_as_written():
+    """Was: markdown_text escaped names inside code spans too (bench.md's reference, a scan report's model and data),
+    where a backslash shows literally ('m\\<i>'), and left their backticks, which closed the span early. Code spans
+    escape nothing and take a fence longer than any backtick run in the name (CommonMark)."""
+    from headcut.evaluate.scan_report import code_span, render_html, render_markdown, report_blocks
+    from headcut.export.bench_report import markdown
+
+    assert code_span("m<i>|x") == "`m<i>|x`"
+    assert code_span("a`b``c") == "```a`b``c```"
+    assert code_span("`x`") == "`` `x` ``" and code_span(" y ") == "`  y  `"
+    assert code_span("a\nb") == "`a\\nb`"
+    cells = [{"batch": 1, "seq": 16, "p50_ms": 1.0, "p95_ms": 1.0, "pairs_per_s": 10.0, "speedup": 1.0}]
+    report = {"reference": "m`<i>", "settings": {"threads": 1, "warmup": 1, "repeats": 1},
+              "data": {"rows": 1, "source": "d.tsv"}, "variants": [{"name": "g", "size_mb": 1.0, "memory_mb": 1.0,
+                                                                     "agreement": 1.0, "cells": cells}]}
+    assert "agreement with ``m`<i>`` on 1 pairs" in markdown(report).splitlines()[0]
+    blocks = report_blocks({"ranking": {}, "correlations": {}}, model_info={"path": "m<`a`>", "weights_hash": "h"},
+                           data_info={"source": "s"}, images={})
+    assert render_markdown(blocks).splitlines()[2].startswith("Model ``m<`a`>`` (weights h), data `s` (")
+    assert "<p>Model `m&lt;`a`&gt;` (weights h), data `s` (" in render_html(blocks, Path("."))
 
 def test_a_run_s_pareto_figure_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """Was: the run report's pareto.png was saved straight to its name, so a save that failed or was interrupted

@@ -6,6 +6,8 @@ import base64
 import csv
 import html
 import io
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,9 +57,9 @@ def _effect_cells(row: dict) -> list[str]:
 def report_blocks(result: dict, *, model_info: dict, data_info: dict, images: dict[str, str]) -> list[tuple]:
     """The report as blocks: ("h", text), ("p", text), ("table", header, rows), ("img", file, caption)."""
     b: list[tuple] = [("h", "Head importance scan")]
-    b.append(("p", f"Model `{model_info.get('path')}` (weights {model_info.get('weights_hash')}), data "
-                   f"`{data_info.get('source')}` ({data_info.get('samples')} pairs, fingerprint "
-                   f"{data_info.get('fingerprint')}, seed {data_info.get('seed')})."))
+    b.append(("p", ("Model ", Code(model_info.get("path")), f" (weights {model_info.get('weights_hash')}), data ",
+                    Code(data_info.get("source")), f" ({data_info.get('samples')} pairs, fingerprint "
+                                                   f"{data_info.get('fingerprint')}, seed {data_info.get('seed')}).")))
     if "baseline" in result:
         base = result["baseline"]
         names = ("accuracy", "macro_f1", "spearman", "loss") if "accuracy" in base else (
@@ -137,6 +139,31 @@ def markdown_text(text, *, cell: bool = False) -> str:
     return text.replace("|", "\\|") if cell else text
 
 
+@dataclass(frozen=True)
+class Code:
+    """A paragraph's part shown as code (a path, a data source): in markdown a code span, in HTML between backticks."""
+    text: object
+
+
+def code_span(text) -> str:
+    """`text` as a markdown code span that shows it as written: backslash escapes show literally in a code span, so
+    none is used; its fence is one backtick longer than any run of them in it (CommonMark), padded by a space that
+    markdown strips where it starts or ends with a backtick or a space; a line break is shown as \\n."""
+    text = str(text).replace("\r", "\\r").replace("\n", "\\n")
+    fence = "`" * (max(map(len, re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or text[:1] == text[-1:] == " " and text.strip() else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _parts(text) -> tuple:
+    """A paragraph's text as parts: a str, or the tuple of str and Code it was built as."""
+    return (text,) if isinstance(text, str) else tuple(text)
+
+
+def _plain(text) -> str:
+    return "".join(f"`{p.text}`" if isinstance(p, Code) else str(p) for p in _parts(text))
+
+
 def render_markdown(blocks) -> str:
     out = []
     for block in blocks:
@@ -146,7 +173,8 @@ def render_markdown(blocks) -> str:
         elif kind == "h2":
             out.append(f"## {markdown_text(block[1])}\n")
         elif kind == "p":
-            out.append(f"{markdown_text(block[1])}\n")
+            out.append("".join(code_span(p.text) if isinstance(p, Code) else markdown_text(p) for p in _parts(block[1]))
+                       + "\n")
         elif kind == "table":
             header, rows = block[1], block[2]
             out.append("| " + " | ".join(markdown_text(h, cell=True) for h in header) + " |\n|" + "---|" * len(header))
@@ -166,7 +194,7 @@ def render_html(blocks, folder: Path, *, title: str = "headcut scan") -> str:
             tag = "h1" if kind == "h" else "h2"
             body.append(f"<{tag}>{html.escape(block[1])}</{tag}>")
         elif kind == "p":
-            body.append(f"<p>{html.escape(block[1])}</p>")
+            body.append(f"<p>{html.escape(_plain(block[1]))}</p>")
         elif kind == "table":
             head = "".join(f"<th>{html.escape(h)}</th>" for h in block[1])
             rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in block[2])

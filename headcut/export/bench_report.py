@@ -5,7 +5,7 @@ from pathlib import Path
 
 from headcut_grader.files import atomic_file, write_json, write_text
 
-from headcut.evaluate.scan_report import markdown_text
+from headcut.evaluate.scan_report import code_span, markdown_text
 from headcut.evaluate.tasks import missing, shown
 from headcut.export.bench import BenchResult
 
@@ -45,7 +45,7 @@ def markdown(report: dict, *, batch: int = 32, seq: int = 64) -> str:
     batch, seq = headline(report, batch, seq)
     s = report["settings"]
     lines = [f"Threads {s['threads']}, warm-up {s['warmup']}, {s['repeats']} timed runs per cell; accuracy and "
-             f"agreement with `{markdown_text(report['reference'])}` on {report['data']['rows']} pairs of "
+             f"agreement with {code_span(report['reference'])} on {report['data']['rows']} pairs of "
              f"{markdown_text(report['data']['source'])}.",
              _machine_line(report),
              "", f"| variant | size MiB | memory MiB | accuracy | Spearman | agreement | p50 ms | p95 ms | pairs/s "
