@@ -1596,6 +1596,26 @@ def test_an_auto_run_without_a_usable_openvino_says_why_and_what_to_install(tiny
                               "'headcut[openvino]', or choose another precision.")
 
 
+def test_a_run_decides_its_export_backend_once(tiny_recipe, tmp_path, monkeypatch):
+    """Was: headcut run's check_export chose the export (runtimes.export_backend) and dropped the choice, and the
+    export stage's build_grader chose again, so a runtime that changed state between them was checked one way and
+    built another. The checks' ExportChoice is what the export stage builds."""
+    import yaml
+
+    from headcut.export import build
+
+    data = yaml.safe_load(RECIPE.format(base="x"))
+    data.update(teacher={"path": str(tiny_recipe.parent / "base")}, scan=None, prune=None, distill={},
+                export={"precision": "fp32", "backend": "onnxruntime", "rows": 40, "threads": 1})
+    (tmp_path / "one.yaml").write_text(yaml.safe_dump(data))
+    decided, decide = [], build.export_backend
+    monkeypatch.setattr(build, "export_backend", lambda *a, **k: decided.append(a) or decide(*a, **k))
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "one.yaml"), "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert decided == [("onnxruntime", "fp32")]
+    grader = tmp_path / "run" / "export-teacher" / "grader" / "grader.json"
+    assert json.loads(grader.read_text())["backend"] == "onnxruntime"
+
 def test_a_run_s_bench_says_which_graph_it_skipped_and_why(tiny_recipe, tmp_path, monkeypatch):
     """Was: the bench stage kept grader_backends' usable runtimes alone ([0]), so a grader's OpenVINO graph whose
     runtime failed to import by the bench was left out of bench.json, the report and the printed table without a

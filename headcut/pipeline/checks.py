@@ -45,9 +45,10 @@ def run_parts(recipe: PipelineRecipe) -> RunParts:
     return RunParts(recipe, {name: sub for name, sub in planned_subs(recipe).items() if sub is not None})
 
 
-def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str = "out") -> None:
+def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str = "out"):
     """Everything `headcut run` checks before it writes anything; raises the first problem as a UserError. `flag`:
-    what the caller named `out` by (run_folder.out_flag: out, --out)."""
+    what the caller named `out` by (run_folder.out_flag: out, --out). Returns the export's ExportChoice, which the
+    export stage builds (the backend decided once per run)."""
     parts = run_parts(recipe)  # the sub-recipes the recipe was read with (planned_subs), passed to each check
     check_run_dir(out, parts, overwrite=overwrite, flag=flag)
     check_inputs(parts)
@@ -57,7 +58,7 @@ def check_run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, flag: str =
     check_students(parts)
     check_bench_length(parts)
     check_choice_data(parts)
-    check_export(recipe)
+    return check_export(recipe)
 
 
 def check_run_dir(out: Path, parts: RunParts, *, overwrite: bool, flag: str = "out") -> None:
@@ -353,17 +354,19 @@ def teacher_outline(recipe: PipelineRecipe, subs: dict):
         return outline(sub.model, flag=name, meta=meta)
 
 
-def check_export(recipe: PipelineRecipe) -> None:
+def check_export(recipe: PipelineRecipe):
     """export.backend and export.precision as the export stage will check them (bf16: OpenVINO, on a CPU that
-    computes it; backend auto: the runtimes usable here, runtimes.export_backend), named by their keys."""
+    computes it; backend auto: the runtimes usable here, runtimes.export_backend), named by their keys; returns
+    choose_export's ExportChoice, for the export stage to build."""
     from headcut.export.build import choose_export
     from headcut.export.build_openvino import check_request
 
     e, names = recipe.export, key_names(recipe, "export")
     with named_in(recipe, "export", "precision"):
-        openvino_precision = choose_export(e.backend, e.precision, names=names).openvino
-        if openvino_precision is not None:
-            check_request(openvino_precision, labelled=True, names=names)
+        choice = choose_export(e.backend, e.precision, names=names)
+        if choice.openvino is not None:
+            check_request(choice.openvino, labelled=True, names=names)
+    return choice
 
 
 def check_bench_length(parts: RunParts) -> None:

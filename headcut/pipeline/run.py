@@ -223,13 +223,14 @@ def run_pipeline(recipe: PipelineRecipe, out: str | Path, *, overwrite: bool = F
     if recipe.planned is None:  # built or replace()d in Python: read back through the checks a recipe file gets
         recipe = from_mapping(as_dict(recipe), where=recipe.source, origins=dict(recipe.origins))
     check_inputs_kept(recipe, out, overwrite=overwrite, flag=flag, shown=given)
-    check_run(recipe, out, overwrite=overwrite, flag=flag)
+    choice = check_run(recipe, out, overwrite=overwrite, flag=flag)  # the export's, built as checked
     out.mkdir(parents=True, exist_ok=True)
     with locked(out, flag):  # a second run on `out` would redo stages, or rerun a live one beside it
-        return _run(recipe, out, overwrite=overwrite, say=progress or (lambda event: None), flag=flag)
+        return _run(recipe, out, overwrite=overwrite, say=progress or (lambda event: None), flag=flag, choice=choice)
 
 
-def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None], flag: str) -> RunResult:
+def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[dict], None], flag: str,
+         choice=None) -> RunResult:
     from headcut.pipeline.report import write_report
 
     stages_of_run = plan(recipe)
@@ -259,7 +260,7 @@ def _run(recipe: PipelineRecipe, out: Path, *, overwrite: bool, say: Callable[[d
         elif folder.exists() and (recorded.get("fingerprint") != fp or overwrite or why):
             shutil.rmtree(folder)  # another recipe's, a stale or a damaged output: nothing in it may be resumed
         say({"stage": stage.name, "state": "running", **({"reason": why} if why else {})})
-        outputs[stage.name] = f"{fp}:{_run_stage(stage, recipe, folder, inputs, result, say)}"
+        outputs[stage.name] = f"{fp}:{_run_stage(stage, recipe, folder, inputs, result, say, choice)}"
     write_json(out / RUN_FILE, {"recipe": as_dict(recipe), "fingerprints": fingerprints, "states": result.states})
     result.report = write_report(out, recipe, result.records)
     return result
@@ -329,7 +330,7 @@ def read_inputs(recipe: PipelineRecipe) -> dict[str, tuple[str, str]]:
 
 
 def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, inputs: dict, result: RunResult,
-               say: Callable[[dict], None]) -> str:
+               say: Callable[[dict], None], choice=None) -> str:
     """Run one stage into `folder` and record it done, with what it read and its files' checksums; returns its
     `made` token."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -340,7 +341,7 @@ def _run_stage(stage: Stage, recipe: PipelineRecipe, folder: Path, inputs: dict,
     def report(done, total, what, name=stage.name):
         say({"stage": name, "state": "running", "done": done, "total": total, "what": what})
 
-    ctx = stages.Context(recipe, folder, dict(result.records), report, result.out)
+    ctx = stages.Context(recipe, folder, dict(result.records), report, result.out, export_choice=choice)
     try:
         record = stage.run(ctx)
     except BaseException:

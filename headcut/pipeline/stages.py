@@ -24,6 +24,7 @@ class Context:
     upstream: dict[str, dict]  # records of the stages run before, by stage name
     progress: Callable[[int, int | None, str], None]  # (done, total, what)
     run_dir: Path
+    export_choice: object = None  # the run's checks' ExportChoice (check_export), built by the export stage
 
     def model_of(self, stage: str) -> str:
         return str(self.path(self.upstream[stage]["model"]))
@@ -211,7 +212,8 @@ def _built(ctx: Context, loaded, pairs, gate, say) -> tuple[dict, str | None]:
     e, names, note = ctx.recipe.export, key_names(ctx.recipe, "export"), None  # names: as the user gave them
     try:
         record = build_grader(loaded, ctx.folder / "grader", pairs=pairs, backend=e.backend, precision=e.precision,
-                              gate=gate, threads=e.threads, overwrite=True, progress=say, names=names)
+                              gate=gate, threads=e.threads, overwrite=True, progress=say, names=names,
+                              choice=ctx.export_choice)
     except GateError as error:
         if e.precision not in ("int8", "bf16"):
             raise
