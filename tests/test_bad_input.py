@@ -2525,6 +2525,8 @@ def test_a_grader_json_with_sections_of_the_wrong_type_is_refused(tmp_path, tiny
 def test_a_recorded_max_length_too_short_for_a_pair_or_past_the_positions_is_refused(tmp_path, saved_models, length):
     """Was: 3 exported a grader the runtime then refused; 65 (of 64 positions) failed deep in torch."""
     model = _with_meta(tmp_path, saved_models, max_length=length)
+    record = json.loads((model / "tokenizer_config.json").read_text())  # as save_model writes it: the same length
+    (model / "tokenizer_config.json").write_text(json.dumps({**record, "model_max_length": length}))
     refused(run("export", model, "--out", tmp_path / "g"), "headcut.json", f"'max_length' is {length}", "from 5 to 64")
     assert not (tmp_path / "g").exists()
 
