@@ -772,6 +772,15 @@ def test_a_recipe_with_one_stray_key_of_another_kind_is_told_the_key_not_the_kin
         load_recipe(FinetuneRecipe, str(path), kind="finetune")
 
 
+def _refused_as(tmp_path, text: str, said: str) -> None:
+    """A finetune recipe file holding `text` is refused with a sentence that starts with its path and `said`."""
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(UserError) as caught:
+        load_recipe(FinetuneRecipe, path)
+    assert str(caught.value).startswith(f"{tmp_path}/{said}"), str(caught.value)
+
+
 @pytest.mark.parametrize("text, said", [
     # was: "r.yaml: key 'epochs' is 0, ..." with no line, where invalid YAML is named by its line
     ("model: /m\ntrain_data: synthetic\nepochs: 0\n", "r.yaml, line 3: key 'epochs' is 0, which is out of range"),
@@ -783,11 +792,7 @@ def test_a_recipe_with_one_stray_key_of_another_kind_is_told_the_key_not_the_kin
      "(0, 1000]"),
 ])
 def test_a_recipe_file_s_key_refusal_names_the_line_it_stands_on(tmp_path, text, said):
-    path = tmp_path / "r.yaml"
-    path.write_text(text)
-    with pytest.raises(UserError) as caught:
-        load_recipe(FinetuneRecipe, path)
-    assert str(caught.value).startswith(f"{tmp_path}/{said}"), str(caught.value)
+    _refused_as(tmp_path, text, said)
 
 
 def test_a_set_value_is_named_by_its_set_not_a_line(tmp_path):
@@ -924,11 +929,7 @@ def test_a_run_recipe_problem_of_keys_together_names_the_lines_they_stand_on(tmp
     ("model: /m\ntrain_data: synthetic\n1: 3\n", "r.yaml, line 3: unknown key 1;"),
 ])
 def test_a_recipe_file_that_is_no_mapping_or_has_a_key_of_no_text_is_said_as_written(tmp_path, text, said):
-    path = tmp_path / "r.yaml"
-    path.write_text(text)
-    with pytest.raises(UserError) as caught:
-        load_recipe(FinetuneRecipe, path)
-    assert str(caught.value).startswith(f"{tmp_path}/{said}"), str(caught.value)
+    _refused_as(tmp_path, text, said)
 
 
 def test_a_run_recipe_section_named_null_is_said_as_written(tmp_path):
