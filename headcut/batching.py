@@ -23,8 +23,13 @@ def max_length_of(model, max_length: int | None = None) -> int:
     at 64, not at a library default, and a default is never one the model refuses."""
     if max_length is not None:
         return int(max_length)
-    positions = usable_positions(getattr(model, "config", None)) or DEFAULT_MAX_LENGTH
-    return int(getattr(model, RECORDED, None) or min(DEFAULT_MAX_LENGTH, positions))
+    return int(getattr(model, RECORDED, None) or default_max_length(getattr(model, "config", None)))
+
+
+def default_max_length(config) -> int:
+    """The length a model of `config` is read at where nothing records one: DEFAULT_MAX_LENGTH, or its positions
+    where it has fewer."""
+    return min(DEFAULT_MAX_LENGTH, usable_positions(config) or DEFAULT_MAX_LENGTH)
 
 
 @dataclass

@@ -3,12 +3,12 @@ set), or a file, sampled to `rows` with `seed`. A one-score task turns drawn gra
 from __future__ import annotations
 
 import os
-import random
 from pathlib import Path
 
 from headcut_grader.data import FILE_KEYS, PRESETS, Pairs, iter_pairs, read_pairs
 from headcut_grader import errors
 from headcut_grader.errors import UserError, quoted
+from headcut_grader.pairs import sampled_rows
 from headcut.synthetic import SYNTHETIC_PAIRS, is_synthetic, synthetic_spec
 
 
@@ -42,7 +42,7 @@ def _sampled_file(path: str, rows: int, seed: int, options: dict) -> Pairs:
         return whole.sample(rows, seed=seed)
     if rows >= total:
         return read_pairs(path, **options)
-    drawn = sorted(random.Random(seed).sample(range(total), rows))  # as Pairs.sample draws
+    drawn = sampled_rows(total, rows, seed)
     parts, start, at = [], 0, 0
     for chunk in iter_pairs(path, chunk_rows=SAMPLE_CHUNK, **options):
         end = start + len(chunk.pairs)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from types import SimpleNamespace
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from safetensors.torch import save_file
 
 from headcut.arch import (ARCHITECTURES, SUPPORTED, apply_shape, attention_implementation, config_problem, model_type,
                           shape_record, usable_positions, widen)
-from headcut.batching import RECORDED, max_length_of
+from headcut.batching import RECORDED, default_max_length, max_length_of
 from headcut.model_arguments import check_loaded
 from headcut.weight_files import (AGAIN, PUT_BACK, broken_file, check_sizes, check_weights_cover, find_weights,
                                   read_json_file, read_json_value, read_state, stored_outputs, weights_counts,
@@ -323,7 +322,7 @@ def _with_tokenizer_length(path: Path, meta: dict, config) -> dict:
             return meta
         raise UserError(f"{path / META_FILE} records max_length {meta['max_length']}, but {file}'s model_max_length "
                         f"is {limit}, where sentence-transformers cuts pairs; set one to the other.")
-    default = max_length_of(SimpleNamespace(config=config))
+    default = default_max_length(config)
     return {**meta, "max_length": limit} if limit < default else meta
 
 

@@ -107,8 +107,13 @@ class Pairs:
         """A reproducible random subset of n rows (all rows when n is None or >= len)."""
         if n is None or n >= len(self):
             return self
-        rows = sorted(random.Random(seed).sample(range(len(self)), n))
-        return self.subset(rows)
+        return self.subset(sampled_rows(len(self), n, seed))
+
+
+def sampled_rows(total: int, n: int, seed: int) -> list[int]:
+    """The sorted row numbers Pairs.sample(n, seed=seed) keeps of `total` rows (n < total): one draw, whether the
+    rows are held (Pairs.sample) or read in chunks (headcut's data_spec)."""
+    return sorted(random.Random(seed).sample(range(total), n))
 
 
 def query_groups(queries: list[str]) -> list[np.ndarray]:
